@@ -1,0 +1,32 @@
+"""Backends, registered by name and imported only when used (so `devcell get` stays fast)."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from devcell.errors import BackendUnavailable
+
+if TYPE_CHECKING:
+    from devcell.backends.base import Backend
+
+REGISTRY: dict[str, str] = {
+    "fake": "devcell.backends.fake:FakeBackend",
+}
+PLANNED = {"container": "the Docker engine", "vm": "microVMs"}
+
+
+def load(name: str, state_dir: Path) -> Backend:
+    """An instance of backend `name` bound to `state_dir`."""
+    target = REGISTRY.get(name)
+    if target is None:
+        if name in PLANNED:
+            raise BackendUnavailable(
+                f"backend {name} ({PLANNED[name]}) is not available in this version of DevCell"
+            )
+        raise BackendUnavailable(f"unknown backend {name!r}")
+    module_name, _, class_name = target.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    backend: Backend = cls(state_dir=state_dir)
+    return backend

@@ -1,0 +1,96 @@
+"""The Backend protocol: what a controller may ask of the machinery that runs cells.
+
+Backends declare what they can honestly do (Capabilities); planners read the flags before
+they plan, so a missing capability is a planning decision rather than a surprise mid-step.
+Every method is idempotent: repeating a call that already took effect is not an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+
+class Consistency(StrEnum):
+    """How much of a cell a snapshot truly preserves."""
+
+    METADATA = "metadata"  # control-plane records only; no files
+    FILESYSTEM = "filesystem"  # the workspace files, taken with services quiesced
+    MACHINE = "machine"  # disk and memory: processes resume where they were
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    workspace_files: bool = False
+    memory_state: bool = False
+    block_diff: bool = False
+    exec: bool = False
+    snapshot_consistency: Consistency = Consistency.METADATA
+
+
+@dataclass(frozen=True)
+class CellRef:
+    """What a backend needs to know about a cell: identity, desired spec, its volume."""
+
+    id: str
+    name: str
+    spec: dict[str, Any]
+    volume_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the backend sees of a cell right now."""
+
+    exists: bool
+    running: bool = False
+    runtime_hash: str | None = None
+    """Digest of the spec the running instance was created from (drift and updates)."""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    ref: str
+    consistency: Consistency
+    size_bytes: int = 0
+    files: int = 0
+
+
+Outputs = dict[str, str | int | float | bool | None]
+"""Scalar outputs of a step, recorded in its operation."""
+
+
+class Backend(Protocol):
+    name: str
+    capabilities: Capabilities
+
+    def observe(self, cell: CellRef) -> Observed: ...
+
+    def volume_exists(self, volume_id: str) -> bool: ...
+
+    def create_volume(self, cell: CellRef, volume_id: str, *, from_checkpoint: str | None
+                      ) -> Outputs: ...
+
+    def delete_volume(self, volume_id: str) -> Outputs: ...
+
+    def create(self, cell: CellRef, runtime_hash: str) -> Outputs: ...
+
+    def start(self, cell: CellRef) -> Outputs: ...
+
+    def stop(self, cell: CellRef) -> Outputs: ...
+
+    def delete(self, cell: CellRef) -> Outputs: ...
+
+    def quiesce(self, cell: CellRef) -> Outputs: ...
+
+    def checkpoint(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo: ...
+
+    def resume(self, cell: CellRef) -> Outputs: ...
+
+    def checkpoint_exists(self, checkpoint_id: str) -> bool: ...
+
+    def delete_checkpoint(self, checkpoint_id: str) -> Outputs: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,191 @@
+"""The fake backend: control-plane state only, deterministic, instant.
+
+It keeps its "world" in `<state>/backends/fake.db` so that separate `devcell` processes see
+the same cells, and logs every mutating call there (tests use the log to prove a call was or
+was not made). It never claims to preserve files: its snapshots are `metadata` only.
+
+Fault injection: `DEVCELL_FAKE_FAIL="step[@cell][:count],..."` (or `failures=` in code)
+makes the named step fail; with a count, only the first `count` matching calls fail in this
+process. Example: `DEVCELL_FAKE_FAIL=start@api:1`.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from devcell.backends.base import (
+    Capabilities,
+    CellRef,
+    CheckpointInfo,
+    Consistency,
+    Observed,
+    Outputs,
+)
+from devcell.errors import BackendError, BackendNotFound
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS cells (id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL,
+    runtime_hash TEXT, volume_id TEXT);
+CREATE TABLE IF NOT EXISTS volumes (id TEXT PRIMARY KEY, cell_id TEXT, from_checkpoint TEXT);
+CREATE TABLE IF NOT EXISTS checkpoints (id TEXT PRIMARY KEY, cell_id TEXT, volume_id TEXT);
+CREATE TABLE IF NOT EXISTS calls (seq INTEGER PRIMARY KEY, method TEXT NOT NULL,
+    target TEXT NOT NULL, outcome TEXT NOT NULL);
+"""
+
+
+@dataclass
+class Failure:
+    step: str
+    cell: str | None
+    remaining: int | None
+
+
+def parse_failures(text: str) -> list[Failure]:
+    out = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        spec, _, count = item.partition(":")
+        step, _, cell = spec.partition("@")
+        out.append(Failure(step, cell or None, int(count) if count else None))
+    return out
+
+
+class FakeBackend:
+    name = "fake"
+    capabilities = Capabilities(snapshot_consistency=Consistency.METADATA)
+
+    def __init__(self, *, state_dir: Path, failures: list[Failure] | None = None) -> None:
+        directory = state_dir / "backends"
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        old = os.umask(0o077)
+        try:
+            self.conn = sqlite3.connect(
+                str(directory / "fake.db"), isolation_level=None, timeout=60,
+                check_same_thread=False,
+            )
+        finally:
+            os.umask(old)
+        self.conn.execute("PRAGMA busy_timeout = 60000")
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = NORMAL")
+        self.conn.executescript(_SCHEMA)
+        env = os.environ.get("DEVCELL_FAKE_FAIL", "")
+        self.failures = failures if failures is not None else parse_failures(env)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _maybe_fail(self, step: str, cell_name: str) -> None:
+        for failure in self.failures:
+            if failure.step != step or (failure.cell and failure.cell != cell_name):
+                continue
+            if failure.remaining is not None:
+                if failure.remaining <= 0:
+                    continue
+                failure.remaining -= 1
+            self._log(step, cell_name, "injected-failure")
+            raise BackendError(f"injected failure in step {step} (DEVCELL_FAKE_FAIL)")
+
+    def _log(self, method: str, target: str, outcome: str = "ok") -> None:
+        self.conn.execute(
+            "INSERT INTO calls (method, target, outcome) VALUES (?, ?, ?)", (method, target, outcome)
+        )
+
+    def _mutate(self, method: str, target: str, sql: str, params: tuple[object, ...]) -> int:
+        self._maybe_fail(method, target)
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            count = self.conn.execute(sql, params).rowcount
+            self._log(method, target)
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        return count
+
+    def calls(self) -> list[tuple[str, str, str]]:
+        """The call log, oldest first: (method, target, outcome)."""
+        return [tuple(r) for r in self.conn.execute(  # type: ignore[misc]
+            "SELECT method, target, outcome FROM calls ORDER BY seq")]
+
+    # -- Backend protocol ------------------------------------------------------------------
+
+    def observe(self, cell: CellRef) -> Observed:
+        row = self.conn.execute(
+            "SELECT state, runtime_hash FROM cells WHERE id = ?", (cell.id,)
+        ).fetchone()
+        if row is None:
+            return Observed(exists=False)
+        return Observed(exists=True, running=row[0] == "running", runtime_hash=row[1],
+                        detail={"state": row[0]})
+
+    def volume_exists(self, volume_id: str) -> bool:
+        return self.conn.execute(
+            "SELECT 1 FROM volumes WHERE id = ?", (volume_id,)).fetchone() is not None
+
+    def create_volume(self, cell: CellRef, volume_id: str, *, from_checkpoint: str | None
+                      ) -> Outputs:
+        if from_checkpoint is not None and not self.checkpoint_exists(from_checkpoint):
+            raise BackendNotFound(f"checkpoint {from_checkpoint} does not exist")
+        self._mutate("create_volume", cell.name,
+                     "INSERT OR IGNORE INTO volumes (id, cell_id, from_checkpoint) VALUES (?, ?, ?)",
+                     (volume_id, cell.id, from_checkpoint))
+        return {"volume": volume_id, "restoredFrom": from_checkpoint}
+
+    def delete_volume(self, volume_id: str) -> Outputs:
+        self._mutate("delete_volume", volume_id, "DELETE FROM volumes WHERE id = ?", (volume_id,))
+        return {"volume": volume_id}
+
+    def create(self, cell: CellRef, runtime_hash: str) -> Outputs:
+        self._mutate(
+            "create", cell.name,
+            "INSERT INTO cells (id, name, state, runtime_hash, volume_id) "
+            "VALUES (?, ?, 'created', ?, ?) ON CONFLICT(id) DO UPDATE SET "
+            "runtime_hash = excluded.runtime_hash, volume_id = excluded.volume_id",
+            (cell.id, cell.name, runtime_hash, cell.volume_id),
+        )
+        return {"runtime": f"fake://{cell.id}"}
+
+    def start(self, cell: CellRef) -> Outputs:
+        if not self._mutate("start", cell.name,
+                            "UPDATE cells SET state = 'running' WHERE id = ?", (cell.id,)):
+            raise BackendNotFound(f"cell {cell.name} does not exist in the fake backend")
+        return {}
+
+    def stop(self, cell: CellRef) -> Outputs:
+        self._mutate("stop", cell.name, "UPDATE cells SET state = 'stopped' WHERE id = ?",
+                     (cell.id,))
+        return {}
+
+    def delete(self, cell: CellRef) -> Outputs:
+        self._mutate("delete", cell.name, "DELETE FROM cells WHERE id = ?", (cell.id,))
+        return {}
+
+    def quiesce(self, cell: CellRef) -> Outputs:
+        self._maybe_fail("quiesce", cell.name)
+        self._log("quiesce", cell.name)
+        return {"frozen": False}
+
+    def checkpoint(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
+        self._mutate("checkpoint", cell.name,
+                     "INSERT OR IGNORE INTO checkpoints (id, cell_id, volume_id) VALUES (?, ?, ?)",
+                     (checkpoint_id, cell.id, cell.volume_id))
+        return CheckpointInfo(ref=f"fake://{checkpoint_id}", consistency=Consistency.METADATA)
+
+    def resume(self, cell: CellRef) -> Outputs:
+        self._maybe_fail("resume", cell.name)
+        self._log("resume", cell.name)
+        return {}
+
+    def checkpoint_exists(self, checkpoint_id: str) -> bool:
+        return self.conn.execute(
+            "SELECT 1 FROM checkpoints WHERE id = ?", (checkpoint_id,)).fetchone() is not None
+
+    def delete_checkpoint(self, checkpoint_id: str) -> Outputs:
+        self._mutate("delete_checkpoint", checkpoint_id, "DELETE FROM checkpoints WHERE id = ?",
+                     (checkpoint_id,))
+        return {}

@@ -1,0 +1,139 @@
+"""`get` and `describe`: read-only, so they never create state and never import YAML
+unless asked for it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from devcell.cli import render
+from devcell.errors import NotFound, UsageError
+from devcell.store import views
+from devcell.store.db import Database, resolve_state_dir
+
+KIND_OF_TABLE = {"cells": "Cell", "snapshots": "Snapshot"}
+
+
+def _open(args: argparse.Namespace) -> Database | None:
+    state_dir = resolve_state_dir(args.state_dir)
+    if not (state_dir / "state.db").exists():
+        return None
+    return Database(state_dir, create=False)
+
+
+def _rows(db: Database, kind: str, name: str | None, selector: list[Any]) -> list[dict[str, Any]]:
+    conn = db.conn
+    if kind == "cells":
+        return views.cells_table(conn, selector, name)
+    if kind == "snapshots":
+        return views.snapshots_table(conn, selector, name)
+    if kind == "volumes":
+        return views.volumes_table(conn, name)
+    if kind == "operations":
+        return views.operations_table(conn, name)
+    return views.events_table(conn, name)
+
+
+def _documents(db: Database, kind: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if kind in KIND_OF_TABLE:
+        obj_kind = KIND_OF_TABLE[kind]
+        docs = []
+        for r in rows:
+            full = db.conn.execute(f"SELECT * FROM {kind} WHERE id = ?", (r["id"],)).fetchone()
+            docs.append(views.object_document(db.conn, obj_kind, full))
+        return docs
+    if kind == "operations":
+        for r in rows:
+            r["steps"] = [
+                dict(s, outputs=json.loads(s["outputs"] or "{}"))
+                for s in db.conn.execute(
+                    "SELECT idx, name, status, started_at, finished_at, duration_ms, outputs, "
+                    "error FROM operation_steps WHERE op_id = ? ORDER BY idx", (r["id"],))
+            ]
+    return rows
+
+
+def _print_table(kind: str, rows: list[dict[str, Any]], wide: bool) -> None:
+    age = render.age
+    if kind == "cells":
+        headers = ["NAME", "BACKEND", "DESIRED", "PHASE", "FORKED-FROM", "AGE"]
+        data = [[r["name"], r["backend"], r["state"], r["phase"], r["forked_from"],
+                 age(r["created_at"])] for r in rows]
+        if wide:
+            headers += ["ID", "IMAGE", "GENERATION", "SOURCE"]
+            for d, r in zip(data, rows, strict=True):
+                d += [r["id"], r["image"], f"{r['observed_generation']}/{r['generation']}",
+                      r["source"]]
+    elif kind == "snapshots":
+        headers = ["NAME", "CELL", "CONSISTENCY", "PHASE", "FORKS", "AGE"]
+        data = [[r["name"], (r["cell"] or r["cell_id"]) + (" (deleted)" if r["cell_deleted"] else ""),
+                 r["consistency"] or "-", r["phase"], r["forks"] or "-", age(r["created_at"])]
+                for r in rows]
+        if wide:
+            headers += ["ID", "CELL-ID", "TAKEN"]
+            for d, r in zip(data, rows, strict=True):
+                d += [r["id"], r["cell_id"], r["taken_at"]]
+    elif kind == "volumes":
+        headers = ["NAME", "CELL", "MOUNT", "FROM-SNAPSHOT", "PHASE", "AGE"]
+        data = [[r["name"], r["cell"], r["mount_path"], r["from_snapshot"] or "-", r["phase"],
+                 age(r["created_at"])] for r in rows]
+        if wide:
+            headers += ["ID", "BACKEND-REF"]
+            for d, r in zip(data, rows, strict=True):
+                d += [r["id"], r["backend_ref"]]
+    elif kind == "operations":
+        headers = ["ID", "OBJECT", "ACTION", "TRIGGER", "STATUS", "STEP", "AGE"]
+        data = [[r["id"], f"{r['object_kind'].lower()}/{r['object_name']}", r["action"],
+                 r["trigger"], r["status"], r["current_step"] or "-", age(r["created_at"])]
+                for r in rows]
+        if wide:
+            headers += ["STEPS", "MESSAGE"]
+            for d, r in zip(data, rows, strict=True):
+                d += [",".join(r["plan"]) or "-", r["message"] or ""]
+    else:
+        headers = ["AGE", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+        data = [[age(r["created_at"]), r["type"], r["reason"],
+                 f"{r['object_kind'].lower()}/{r['object_name']}", r["message"]] for r in rows]
+    render.table(headers, data)
+
+
+def run_get(args: argparse.Namespace) -> int:
+    try:
+        selector = views.parse_selector(args.selector)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    db = _open(args)
+    rows = _rows(db, args.kind, args.name, selector) if db is not None else []
+    if args.name is not None and not rows:
+        raise NotFound(f'{args.kind.rstrip("s")} "{args.name}" not found')
+    if args.output in ("yaml", "json"):
+        assert db is not None or not rows
+        docs = _documents(db, args.kind, rows) if db is not None else []
+        value: Any = docs[0] if args.name is not None and len(docs) == 1 else render.as_list(docs)
+        (render.as_json if args.output == "json" else render.as_yaml)(value)
+        return 0
+    if args.output == "name":
+        singular = args.kind.rstrip("s")
+        key = "id" if args.kind in ("operations", "events") else "name"
+        sys.stdout.write("".join(f"{singular}/{r[key]}\n" for r in rows))
+        return 0
+    if not rows:
+        sys.stderr.write("No resources found.\n")
+        return 0
+    _print_table(args.kind, rows, wide=args.output == "wide")
+    return 0
+
+
+def run_describe(args: argparse.Namespace) -> int:
+    from devcell.cli import describe
+
+    db = _open(args)
+    if db is None:
+        raise NotFound(f'{args.kind.lower()} "{args.name}" not found')
+    if args.kind == "Operation":
+        describe.operation(db.conn, args.name)
+    else:
+        describe.object(db.conn, args.kind, args.name)
+    return 0

@@ -1,0 +1,31 @@
+"""Run inline convergence for the objects a command touched and report it kubectl-style."""
+
+from __future__ import annotations
+
+import sys
+
+from devcell.store.db import Database
+
+
+def converge_and_report(db: Database, keys: list[tuple[str, str]], *, verbose: int,
+                        timeout: float, trigger: str) -> int:
+    if not keys:
+        return 0
+    from devcell.cli import logs
+    from devcell.reconciler import converge
+    from devcell.reconciler.context import Context
+    from devcell.store import objects
+
+    logs.configure(verbose)
+    ctx = Context(db, trigger=trigger)
+    try:
+        report = converge.converge(ctx, keys, timeout=timeout)
+    finally:
+        ctx.close()
+    if report.ok:
+        return 0
+    for (kind, object_id), message in {**report.failed, **report.waiting}.items():
+        record = objects.get(db.conn, kind, object_id, include_deleted=True)
+        name = record.name if record else object_id
+        sys.stderr.write(f"error: {kind.lower()}/{name}: {message}\n")
+    return 1

@@ -1,0 +1,142 @@
+"""`describe`: one object in detail, with its lineage, operations (and their steps) and events."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from typing import Any
+
+from devcell.cli import render
+from devcell.errors import NotFound
+from devcell.store import events, objects, operations, views
+
+CONSISTENCY_MEANING = {
+    "metadata": "control-plane record only; no files or memory were preserved",
+    "filesystem": "workspace files, taken with services quiesced; processes and memory not kept",
+    "machine": "disk and memory; processes resume where they were",
+}
+
+
+def _field(label: str, value: Any, indent: int = 0) -> None:
+    shown = "<none>" if value in (None, "", [], {}) else value
+    sys.stdout.write(f"{' ' * indent}{label + ':':<20}{shown}\n")
+
+
+def _conditions(status: dict[str, Any]) -> None:
+    conds = status.get("conditions", [])
+    sys.stdout.write("Conditions:\n")
+    if not conds:
+        sys.stdout.write("  <none>\n")
+        return
+    rows = [[c["type"], c["status"], c.get("reason", ""), c.get("lastTransitionTime", ""),
+             c.get("message", "")] for c in conds]
+    _indented_table(["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"], rows)
+
+
+def _indented_table(headers: list[str], rows: list[list[Any]]) -> None:
+    import io
+
+    buf = io.StringIO()
+    render.table(headers, rows, out=buf)
+    sys.stdout.write("".join(f"  {line}\n" for line in buf.getvalue().splitlines()))
+
+
+def _operations(conn: sqlite3.Connection, object_id: str) -> None:
+    ops = operations.for_object(conn, object_id, limit=5)
+    sys.stdout.write("Operations (latest first):\n")
+    if not ops:
+        sys.stdout.write("  <none>\n")
+    for op in ops:
+        sys.stdout.write(f"  {op['id']}  {op['action']}  {op['status']}  trigger={op['trigger']}"
+                         f"  {render.age(op['created_at'])} ago\n")
+        for step in operations.steps(conn, op["id"]):
+            took = f"{step.duration_ms:.1f}ms" if step.duration_ms is not None else "-"
+            extra = f"  error: {step.error}" if step.error else ""
+            sys.stdout.write(f"    {step.idx + 1}. {step.name:<16} {step.status:<10} {took}{extra}\n")
+
+
+def _events(conn: sqlite3.Connection, object_id: str) -> None:
+    rows = events.for_object(conn, object_id)
+    sys.stdout.write("Events:\n")
+    if not rows:
+        sys.stdout.write("  <none>\n")
+        return
+    _indented_table(["AGE", "TYPE", "REASON", "MESSAGE"],
+                    [[render.age(e["created_at"]), e["type"], e["reason"], e["message"]]
+                     for e in rows])
+
+
+def object(conn: sqlite3.Connection, kind: str, ref: str) -> None:
+    record = objects.require(conn, kind, ref)
+    row = conn.execute(f"SELECT * FROM {objects.TABLES[kind]} WHERE id = ?", (record.id,)).fetchone()
+    doc = views.object_document(conn, kind, row)
+    status = doc["status"]
+    _field("Name", record.name)
+    _field("Kind", kind)
+    _field("ID", record.id)
+    _field("Labels", ", ".join(f"{k}={v}" for k, v in record.labels.items()))
+    _field("Source", record.source)
+    _field("Created", record.created_at)
+    if record.deleting_at:
+        _field("Deleting since", record.deleting_at)
+    _field("Phase", record.phase)
+    _field("Generation", f"{record.generation} (observed {record.observed_generation})")
+    if kind == "Cell":
+        spec = doc["spec"]
+        _field("Backend", spec["backend"])
+        _field("Image", spec.get("image"))
+        _field("Desired state", spec.get("state"))
+        _field("Workspace", spec.get("workspace", {}).get("mountPath"))
+        lineage = status.get("lineage", {})
+        forked = lineage.get("forkedFrom")
+        _field("Forked from", f'snapshot {forked["snapshot"]} of cell {forked["cell"]}'
+               if forked else None)
+        _field("Snapshots", ", ".join(lineage.get("snapshots", [])))
+        services = spec.get("services", [])
+        _field("Services", ", ".join(f"{s['name']} ({' '.join(s['command'])})" for s in services))
+        if status.get("sleep"):
+            sleep = status["sleep"]
+            _field("Sleep checkpoint", f"{sleep.get('checkpoint')} "
+                   f"(consistency {sleep.get('consistency')}, at {sleep.get('at')})")
+        if status.get("lastStart"):
+            _field("Last start", f"{status['lastStart']['at']}: {status['lastStart']['note']}")
+    else:
+        lineage = status.get("lineage", {})
+        cell = lineage.get("cell") or lineage.get("cellId")
+        _field("Cell", f"{cell}{' (deleted)' if lineage.get('cellDeleted') else ''}")
+        consistency = status.get("consistency")
+        _field("Consistency", f"{consistency}: {CONSISTENCY_MEANING.get(consistency, '')}"
+               if consistency else "not taken yet")
+        _field("Taken", status.get("takenAt"))
+        _field("Forks", ", ".join(lineage.get("forks", [])))
+    _conditions(status)
+    _operations(conn, record.id)
+    _events(conn, record.id)
+
+
+def operation(conn: sqlite3.Connection, ref: str) -> None:
+    op = operations.get(conn, ref)
+    if op is None:
+        raise NotFound(f'operation "{ref}" not found')
+    _field("ID", op["id"])
+    _field("Object", f"{op['object_kind'].lower()}/{op['object_name']} ({op['object_id']})")
+    _field("Action", op["action"])
+    _field("Trigger", op["trigger"])
+    _field("Status", op["status"])
+    if op["reason"]:
+        _field("Reason", op["reason"])
+    if op["message"]:
+        _field("Message", op["message"])
+    if op["current_step"]:
+        _field("Step", op["current_step"])
+    _field("Generation", op["generation"])
+    _field("Created", op["created_at"])
+    _field("Finished", op["finished_at"])
+    sys.stdout.write("Steps:\n")
+    rows = []
+    for s in operations.steps(conn, op["id"]):
+        took = f"{s.duration_ms:.1f}ms" if s.duration_ms is not None else "-"
+        rows.append([s.idx + 1, s.name, s.status, took,
+                     json.dumps(s.outputs, sort_keys=True) if s.outputs else "-", s.error or ""])
+    _indented_table(["#", "STEP", "STATUS", "DURATION", "OUTPUTS", "ERROR"], rows)

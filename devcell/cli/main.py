@@ -1,0 +1,159 @@
+"""Entry point of `devcell`: argument parsing and error-to-exit-code mapping.
+
+Command modules are imported only when their command runs, so `devcell get` pays for
+nothing it does not use. Exit codes: 0 success, 1 failure, 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from devcell import __version__
+from devcell.errors import DevCellError, ManifestError
+
+GET_KINDS = {
+    "cell": "cells", "cells": "cells", "snapshot": "snapshots", "snapshots": "snapshots",
+    "snap": "snapshots", "volume": "volumes", "volumes": "volumes", "vol": "volumes",
+    "operation": "operations", "operations": "operations", "op": "operations", "ops": "operations",
+    "event": "events", "events": "events", "ev": "events",
+}
+OBJECT_KINDS = {"cell": "Cell", "cells": "Cell", "snapshot": "Snapshot", "snapshots": "Snapshot",
+                "snap": "Snapshot"}
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"error: {message}\n")
+        raise SystemExit(2)
+
+
+def _kind(table: dict[str, str]) -> Callable[[str], str]:
+    def convert(value: str) -> str:
+        key = value.lower()
+        if key not in table:
+            raise argparse.ArgumentTypeError(
+                f"unknown resource type {value!r} (one of: {', '.join(sorted(set(table)))})")
+        return table[key]
+    return convert
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--state-dir", default=None,
+                        help="state directory (default: $DEVCELL_HOME or ~/.local/share/devcell)")
+    common.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+
+    parser = Parser(prog="devcell", description="Isolated development environments, declared in YAML.")
+    parser.add_argument("--version", action="version", version=f"devcell {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+
+    p = sub.add_parser("apply", parents=[common], help="record manifests as desired state and converge")
+    p.add_argument("-f", "--filename", action="append", required=True,
+                   help="file, directory (recursive) or - for stdin; repeatable")
+    p.add_argument("--dry-run", action="store_true", help="validate and show what would change")
+    p.add_argument("--prune", action="store_true",
+                   help="delete objects applied from these paths whose manifests are gone")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for convergence")
+
+    p = sub.add_parser("get", parents=[common], help="list objects")
+    p.add_argument("kind", type=_kind(GET_KINDS), metavar="KIND",
+                   help="cells, snapshots, volumes, operations or events")
+    p.add_argument("name", nargs="?", help="name or id")
+    p.add_argument("-o", "--output", choices=["table", "wide", "yaml", "json", "name"],
+                   default="table")
+    p.add_argument("-l", "--selector", help="label selector, e.g. team=core,tier!=db")
+
+    p = sub.add_parser("describe", parents=[common], help="show an object in detail")
+    p.add_argument("kind", type=_kind({**OBJECT_KINDS, "operation": "Operation",
+                                       "op": "Operation", "operations": "Operation"}),
+                   metavar="KIND", help="cell, snapshot or operation")
+    p.add_argument("name", help="name or id")
+
+    p = sub.add_parser("delete", parents=[common], help="delete objects")
+    p.add_argument("kind", nargs="?", type=_kind(OBJECT_KINDS), metavar="KIND")
+    p.add_argument("name", nargs="?")
+    p.add_argument("-f", "--filename", action="append", help="delete the objects in these files")
+    p.add_argument("--timeout", type=float, default=300.0)
+
+    p = sub.add_parser("diff", parents=[common], help="show what apply would change")
+    p.add_argument("-f", "--filename", action="append", required=True)
+
+    p = sub.add_parser("snapshot", parents=[common], help="snapshot verbs")
+    ssub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
+    ssub.required = True
+    sp = ssub.add_parser("create", parents=[common], help="checkpoint a cell")
+    sp.add_argument("cell")
+    sp.add_argument("--name", required=True)
+    sp.add_argument("--timeout", type=float, default=300.0)
+    sp = ssub.add_parser("list", parents=[common], help="a cell's snapshots")
+    sp.add_argument("cell")
+    sp.add_argument("-o", "--output", choices=["table", "wide", "yaml", "json", "name"],
+                    default="table")
+
+    p = sub.add_parser("cell", parents=[common], help="cell verbs")
+    csub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
+    csub.required = True
+    cp = csub.add_parser("fork", parents=[common], help="new cell from a snapshot of a cell")
+    cp.add_argument("cell")
+    cp.add_argument("--snapshot", required=True)
+    cp.add_argument("--name", required=True)
+    cp.add_argument("--timeout", type=float, default=300.0)
+    for verb, text in (("sleep", "checkpoint the workspace, then stop"),
+                       ("start", "start a stopped or sleeping cell")):
+        cp = csub.add_parser(verb, parents=[common], help=text)
+        cp.add_argument("cell")
+        cp.add_argument("--timeout", type=float, default=300.0)
+
+    p = sub.add_parser("schema", parents=[common], help="print a kind's JSON Schema")
+    p.add_argument("kind", type=_kind(OBJECT_KINDS), metavar="KIND")
+    return parser
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    command = args.command
+    if command in ("apply", "delete", "diff"):
+        from devcell.cli import cmd_apply
+
+        handler: Callable[[argparse.Namespace], int] = getattr(cmd_apply, f"run_{command}")
+        return handler(args)
+    if command in ("get", "describe"):
+        from devcell.cli import cmd_get
+
+        return cmd_get.run_get(args) if command == "get" else cmd_get.run_describe(args)
+    if command in ("snapshot", "cell"):
+        from devcell.cli import cmd_cells
+
+        return int(getattr(cmd_cells, f"run_{command}_{args.verb}")(args))
+    if command == "schema":
+        from devcell import schemas
+
+        sys.stdout.write(schemas.schema_text(args.kind))
+        return 0
+    raise AssertionError(command)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except ManifestError as exc:
+        for problem in exc.problems:
+            sys.stderr.write(f"error: {problem}\n")
+        count = len(exc.problems)
+        sys.stderr.write(f"{count} problem{'s' if count != 1 else ''} found; nothing was changed\n")
+        return exc.exit_code
+    except DevCellError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0

@@ -1,0 +1,56 @@
+"""Output formats: kubectl-style tables, YAML, JSON and names."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+
+def age(stamp: str | None, now: datetime | None = None) -> str:
+    """`2026-11-29T10:00:00.000Z` -> `5m`, `3h`, `2d` as kubectl shows ages."""
+    if not stamp:
+        return "<none>"
+    now = now or datetime.now(UTC)
+    try:
+        then = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return "<invalid>"
+    seconds = int((now - then).total_seconds())
+    if seconds < 120:
+        return f"{max(seconds, 0)}s"
+    if seconds < 3600 * 2:
+        return f"{seconds // 60}m"
+    if seconds < 86400 * 2:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO = sys.stdout) -> None:
+    text_rows = [[("<none>" if v is None or v == "" else str(v)) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in text_rows:
+        for i, value in enumerate(row):
+            if len(value) > widths[i]:
+                widths[i] = len(value)
+    fmt_parts = [f"{{:<{w}}}" for w in widths[:-1]] + ["{}"]
+    fmt = "   ".join(fmt_parts)
+    lines = [fmt.format(*headers).rstrip()]
+    lines.extend(fmt.format(*row).rstrip() for row in text_rows)
+    out.write("\n".join(lines) + "\n")
+
+
+def as_json(value: Any, out: TextIO = sys.stdout) -> None:
+    out.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+
+def as_yaml(value: Any, out: TextIO = sys.stdout) -> None:
+    import yaml
+
+    out.write(yaml.safe_dump(value, sort_keys=False, allow_unicode=True, default_flow_style=False))
+
+
+def as_list(items: list[Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "List", "items": items}

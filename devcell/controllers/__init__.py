@@ -1,0 +1,29 @@
+"""Controllers, one module per kind: observe + diff -> Plan; then record what the steps did."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from devcell.backends.base import Outputs
+    from devcell.controllers.plan import Decision, Plan, Step
+    from devcell.reconciler.context import Context
+
+
+class Controller(Protocol):
+    kind: str
+
+    def decide(self, ctx: Context, object_id: str) -> Decision:
+        """Read desired, recorded and observed state; return what to do (level-triggered)."""
+
+    def run_step(self, ctx: Context, plan: Plan, step: Step) -> Outputs:
+        """Perform one step through the backend."""
+
+    def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs
+                   ) -> None:
+        """Record what a successful step created, in the same transaction as the step."""
+
+    def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None) -> None:
+        """Write the object's status once the plan has run (error: why it failed)."""

@@ -1,0 +1,135 @@
+"""The Snapshot controller: take a checkpoint of a cell once, with its services quiesced.
+
+A snapshot is an immutable moment: it is taken once and never retaken. Until its cell is
+Running it waits; a failed attempt resumes the cell's services and is retried, and nothing
+half-written is ever marked Ready.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from devcell.backends.base import CellRef, Outputs
+from devcell.controllers.plan import Decision, Plan, Settled, Step, Wait, When
+from devcell.errors import BackendError, BackendUnavailable
+from devcell.reconciler.context import Context
+from devcell.store import events, objects, volumes
+from devcell.store.db import now
+
+KIND = "Snapshot"
+
+
+class SnapshotController:
+    kind = KIND
+
+    def decide(self, ctx: Context, object_id: str) -> Decision:
+        conn = ctx.db.conn
+        snap = objects.get(conn, KIND, object_id)
+        if snap is None:
+            return Settled()
+        cell = objects.get(conn, "Cell", snap.extra["cell_id"], include_deleted=True)
+        taken = snap.extra.get("checkpoint_ref") is not None
+        backend_name = cell.extra["backend"] if cell else "fake"
+        if snap.deleting:
+            steps = [Step("delete-checkpoint")] if taken else []
+            return Plan(snap, "delete", steps, backend_name, {})
+        if taken:
+            self._settle(ctx, snap)
+            return Settled()
+        if cell is None or cell.deleted_at is not None:
+            message = f'cell "{snap.spec["cell"]}" was deleted before the snapshot was taken'
+            self._write(ctx, snap, "Failed", "False", "CellGone", message)
+            return Settled(failed=message)
+        try:
+            ctx.backend(backend_name)
+        except BackendUnavailable as exc:
+            self._write(ctx, snap, "Pending", "False", "BackendUnavailable", str(exc))
+            return Settled(failed=str(exc))
+        cell_ready = (
+            cell.phase == "Running"
+            and not cell.deleting
+            and cell.observed_generation == cell.generation
+        )
+        if not cell_ready:
+            message = f'cell "{cell.name}" is {cell.phase}; the snapshot waits until it is Running'
+            self._write(ctx, snap, "Pending", "False", "WaitingForCell", message)
+            return Wait("WaitingForCell", message)
+        volume = volumes.for_cell(conn, cell.id)
+        ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
+        steps = [Step("quiesce"), Step("checkpoint"), Step("resume", when=When.ALWAYS)]
+        return Plan(snap, "checkpoint", steps, backend_name, {"ref": ref, "cell": cell})
+
+    def _settle(self, ctx: Context, snap: objects.ObjectRecord) -> None:
+        if snap.phase == "Ready" and snap.observed_generation == snap.generation:
+            return
+        self._write(ctx, snap, "Ready", "True", "Taken", "checkpoint taken")
+
+    def _write(self, ctx: Context, snap: objects.ObjectRecord, phase: str, ready: str,
+               reason: str, message: str) -> None:
+        status = dict(snap.status)
+        status["conditions"] = objects.set_condition(
+            status.get("conditions", []), "Ready", ready, reason, message)
+        if phase == snap.phase and status == snap.status:
+            return
+        with ctx.db.write() as conn:
+            fresh = objects.get(conn, KIND, snap.id)
+            if fresh is None:
+                return
+            objects.write_status(conn, fresh, phase=phase, status=status,
+                                 observed_generation=fresh.generation)
+            if ready == "False":
+                events.record(conn, kind=KIND, object_id=snap.id, name=snap.name, reason=reason,
+                              message=message, type="Warning" if phase == "Failed" else "Normal")
+
+    def run_step(self, ctx: Context, plan: Plan, step: Step) -> Outputs:
+        backend = ctx.backend(plan.backend)
+        if step.name == "delete-checkpoint":
+            return backend.delete_checkpoint(plan.object.id)
+        ref: CellRef = plan.context["ref"]
+        if step.name == "quiesce":
+            return backend.quiesce(ref)
+        if step.name == "checkpoint":
+            info = backend.checkpoint(ref, plan.object.id)
+            return {"checkpoint": info.ref, "consistency": str(info.consistency),
+                    "bytes": info.size_bytes, "files": info.files}
+        if step.name == "resume":
+            return backend.resume(ref)
+        raise BackendError(f"snapshot controller has no step {step.name!r}")
+
+    def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs
+                   ) -> None:
+        if step.name == "checkpoint":
+            plan.context["taken"] = outputs
+
+    def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None) -> None:
+        fresh = objects.get(conn, KIND, plan.object.id, include_deleted=True)
+        if fresh is None:
+            return
+        if plan.action == "delete":
+            if error is None:
+                objects.mark_deleted(conn, fresh)
+                events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name,
+                              reason="Deleted", message="snapshot and its checkpoint deleted")
+            return
+        status = dict(fresh.status)
+        taken = plan.context.get("taken")
+        if error is not None or taken is None:
+            message = error or "checkpoint produced no result"
+            status["conditions"] = objects.set_condition(
+                status.get("conditions", []), "Ready", "False", "CheckpointFailed", message)
+            objects.write_status(conn, fresh, phase="Failed", status=status,
+                                 observed_generation=fresh.observed_generation)
+            events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name,
+                          reason="CheckpointFailed", message=message, type="Warning")
+            return
+        status["conditions"] = objects.set_condition(
+            status.get("conditions", []), "Ready", "True", "Taken", "checkpoint taken")
+        status["checkpoint"] = dict(taken)
+        objects.write_status(
+            conn, fresh, phase="Ready", status=status, observed_generation=fresh.generation,
+            extra={"checkpoint_ref": taken["checkpoint"], "consistency": taken["consistency"],
+                   "taken_at": now()},
+        )
+        events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name, reason="Taken",
+                      message=f"checkpoint of cell {plan.context['cell'].name} taken "
+                              f"(consistency {taken['consistency']})")

@@ -1,0 +1,100 @@
+"""One error tree for the whole package.
+
+The CLI turns any DevCellError into one clear message and an exit code; anything else is a
+bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class DevCellError(Exception):
+    """Base of every error DevCell raises on purpose."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the input, located as precisely as we know it."""
+
+    file: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+    kind: str | None = None
+    name: str | None = None
+    field: str | None = None
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        parts = [where]
+        if self.kind and self.name:
+            parts.append(f'{self.kind} "{self.name}"')
+        elif self.kind:
+            parts.append(self.kind)
+        if self.field:
+            parts.append(self.field)
+        parts.append(self.message)
+        return ": ".join(parts)
+
+
+@dataclass
+class ManifestError(DevCellError):
+    """Input that cannot be accepted; carries every problem found, not just the first."""
+
+    problems: list[Problem] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return "\n".join(str(p) for p in self.problems)
+
+
+class UsageError(DevCellError):
+    """The command line itself is wrong."""
+
+    exit_code = 2
+
+
+class StoreError(DevCellError):
+    """The state database refused or failed an operation."""
+
+
+class NotFound(StoreError):
+    """No object with that name or id."""
+
+
+class Conflict(StoreError):
+    """A write based on a stale resourceVersion, or a name already taken."""
+
+
+class BackendError(DevCellError):
+    """A backend could not do what a step asked."""
+
+
+class BackendUnavailable(BackendError):
+    """The backend's engine cannot be reached."""
+
+
+class BackendNotFound(BackendError):
+    """The backend has no such resource (makes idempotent deletes easy)."""
+
+
+class CapabilityMissing(BackendError):
+    """The backend cannot honestly do this."""
+
+
+class TemporaryError(DevCellError):
+    """Worth retrying after `delay` seconds."""
+
+    def __init__(self, message: str, *, delay: float = 1.0) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+class PermanentError(DevCellError):
+    """Record it and stop retrying until the desired state changes."""

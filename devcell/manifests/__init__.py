@@ -1,0 +1,1 @@
+"""Manifests: read files, directories and stdin; parse YAML safely; validate against the schemas."""

@@ -1,0 +1,74 @@
+"""Find and read manifest files: files, directories (recursive) and `-` (stdin).
+
+Reading is separate from parsing, so an apply can skip parsing files whose bytes it has
+already recorded (the no-op fast path).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections.abc import Iterable
+
+from devcell.errors import ManifestError, Problem
+from devcell.manifests.model import SourceFile
+
+MAX_FILE_BYTES = 1024 * 1024
+EXTENSIONS = (".yaml", ".yml", ".json")
+
+
+def _walk(directory: str) -> list[str]:
+    found: list[str] = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if name.endswith(EXTENSIONS) and not name.startswith("."):
+                found.append(os.path.join(root, name))
+    return found
+
+
+def _read_limited(stream_or_path: str | None, display: str, limit: int) -> bytes:
+    if stream_or_path is None:
+        data = sys.stdin.buffer.read(limit + 1)
+    else:
+        with open(stream_or_path, "rb") as fh:
+            data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ManifestError(
+            [Problem(display, f"file is larger than the limit of {limit} bytes", line=1)]
+        )
+    return data
+
+
+def read_sources(paths: Iterable[str], *, limit: int = MAX_FILE_BYTES) -> list[SourceFile]:
+    """Every manifest file named by `paths`; all problems (missing, oversize) at once."""
+    files: list[SourceFile] = []
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for given in paths:
+        if given == "-":
+            candidates: list[tuple[str | None, str, str]] = [(None, "<stdin>", "-")]
+        elif os.path.isdir(given):
+            candidates = [(p, p, os.path.abspath(p)) for p in _walk(given)]
+        elif os.path.exists(given):
+            candidates = [(given, given, os.path.abspath(given))]
+        else:
+            problems.append(Problem(given, "no such file or directory"))
+            continue
+        for path, display, key in candidates:
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                data = _read_limited(path, display, limit)
+            except ManifestError as exc:
+                problems.extend(exc.problems)
+                continue
+            except OSError as exc:
+                problems.append(Problem(display, f"cannot read: {exc.strerror}"))
+                continue
+            files.append(SourceFile(display, key, data, hashlib.sha256(data).hexdigest()))
+    if problems:
+        raise ManifestError(problems)
+    return files

@@ -1,0 +1,74 @@
+"""What a validated manifest is: pure data, no I/O."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+Path = tuple[str | int, ...]
+"""A field path inside a document: keys and list indexes."""
+
+KIND_TABLE = {"Cell": "cells", "Snapshot": "snapshots"}
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def digest(value: Any) -> str:
+    """A short content hash of JSON-able data; equal data gives equal digests."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A manifest file as read from disk (or stdin): its bytes and their digest."""
+
+    display: str
+    """The path as the user gave it, for messages."""
+    key: str
+    """Absolute path, or "-" for stdin: what the store records as the object's source."""
+    data: bytes
+    digest: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One validated, defaulted object from a manifest file."""
+
+    kind: str
+    name: str
+    spec: dict[str, Any]
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    file: str
+    source: str
+    line: int
+    positions: dict[Path, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def table(self) -> str:
+        return KIND_TABLE[self.kind]
+
+    @property
+    def spec_hash(self) -> str:
+        return digest(self.spec)
+
+    @property
+    def manifest_hash(self) -> str:
+        """Changes when anything the user wrote changes (spec, labels, annotations)."""
+        return digest([self.spec, self.labels, self.annotations])
+
+    def where(self, *path: str | int) -> tuple[int, int | None]:
+        """Line and column of `path` (or of its nearest recorded ancestor)."""
+        key: tuple[str | int, ...] = tuple(path)
+        while True:
+            if key in self.positions:
+                line, col = self.positions[key]
+                return line, col
+            if not key:
+                return self.line, None
+            key = key[:-1]

@@ -1,0 +1,318 @@
+"""Turn a manifest file into validated, defaulted Manifests, or into located problems.
+
+Every problem names file:line:column, the object (kind "name") and the field path, and all
+problems of a file are reported together.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from functools import cache
+from typing import Any
+
+from devcell import API_VERSION, names
+from devcell.errors import Problem
+from devcell.manifests.model import KIND_TABLE, Manifest, Path, SourceFile
+from devcell.manifests.yamlsafe import ParsedDocument, YamlSyntaxError, parse_documents
+
+KINDS = tuple(KIND_TABLE)
+
+_TYPE_WORDS = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "a boolean (true or false)",
+    "object": "a mapping",
+    "array": "an array",
+    "null": "null",
+}
+
+
+@cache
+def _validator(kind: str) -> Any:
+    import jsonschema
+
+    from devcell import schemas
+
+    schema = schemas.schema(kind)
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema)
+
+
+def field_path(path: Path) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _describe_type(schema: dict[str, Any]) -> str:
+    t = schema.get("type")
+    if t == "array":
+        items = schema.get("items", {})
+        item_type = items.get("type") if isinstance(items, dict) else None
+        if item_type == "string":
+            return "an array of strings"
+        if item_type == "object":
+            return "an array of mappings"
+        if item_type == "array":
+            return "an array of arrays"
+        return "an array"
+    if isinstance(t, str):
+        return _TYPE_WORDS.get(t, t)
+    if isinstance(t, list):
+        return " or ".join(_TYPE_WORDS.get(x, x) for x in t)
+    return "a different value"
+
+
+def _describe_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"number {value}"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "an array"
+    return f"{type(value).__name__} {value}"
+
+
+def _yaml11_hint(doc: ParsedDocument, path: Path, value: Any) -> str:
+    raw = doc.implicit.get(path)
+    if raw is None:
+        return ""
+    return f' (YAML read unquoted {raw} as {_describe_value(value)}; write "{raw}" in quotes)'
+
+
+class _Context:
+    def __init__(self, source: SourceFile, doc: ParsedDocument) -> None:
+        self.source = source
+        self.doc = doc
+        data = doc.data if isinstance(doc.data, dict) else {}
+        self.kind = data.get("kind") if isinstance(data.get("kind"), str) else None
+        meta = data.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        self.name = name if isinstance(name, str) else None
+        if self.name is not None and names.name_problem(self.name):
+            self.name = self.name[:40].replace("\x00", "\\0")
+
+    def problem(
+        self, path: Path, message: str, *, at_key: bool = False, field: str | None = None
+    ) -> Problem:
+        pos = None
+        if at_key:
+            pos = self.doc.key_positions.get(path)
+        if pos is None:
+            probe = path
+            while probe not in self.doc.positions and probe:
+                probe = probe[:-1]
+            pos = self.doc.positions.get(probe)
+        line, col = pos if pos else (self.doc.line, None)
+        return Problem(
+            file=self.source.display,
+            message=message,
+            line=line,
+            column=col,
+            kind=self.kind if self.kind in KINDS else None,
+            name=self.name,
+            field=field if field is not None else (field_path(path) or None),
+        )
+
+
+def _schema_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
+    problems: list[Problem] = []
+    seen: set[tuple[str | None, str]] = set()
+    for error in _validator(ctx.kind or "Cell").iter_errors(data):
+        for problem in _translate(ctx, error):
+            key = (problem.field, problem.message)
+            if key not in seen:
+                seen.add(key)
+                problems.append(problem)
+    # A bad name fails pattern and maxLength at once; say it once, the clearest way.
+    names_seen: set[str | None] = set()
+    deduped = []
+    for p in problems:
+        if p.message.startswith(("invalid name", "must be at most", "must not contain a NUL")):
+            if p.field in names_seen:
+                continue
+            names_seen.add(p.field)
+        deduped.append(p)
+    return deduped
+
+
+def _translate(ctx: _Context, error: Any) -> list[Problem]:
+    path: Path = tuple(error.absolute_path)
+    validator = error.validator
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    instance = error.instance
+    if validator == "additionalProperties" and isinstance(instance, dict):
+        known = list(schema.get("properties", {}))
+        out = []
+        for key in instance:
+            if key in known:
+                continue
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f' (did you mean "{close[0]}"?)' if close else ""
+            if known:
+                hint += f"; known fields: {', '.join(known)}"
+            out.append(ctx.problem(path + (key,), f"unknown field{hint}", at_key=True))
+        return out
+    if validator == "required":
+        missing = [k for k in error.validator_value if k not in (instance or {})]
+        return [
+            ctx.problem(path, f'missing required field "{k}"', field=field_path(path + (k,)))
+            for k in missing
+        ]
+    if validator == "type":
+        msg = f"expected {_describe_type(schema)}, got {_describe_value(instance)}"
+        return [ctx.problem(path, msg + _yaml11_hint(ctx.doc, path, instance))]
+    if validator == "const":
+        return [ctx.problem(path, f'must be "{error.validator_value}"')]
+    if validator == "enum":
+        allowed = ", ".join(str(v) for v in error.validator_value)
+        got = f'"{instance}"' if isinstance(instance, str) else _describe_value(instance)
+        hint = _yaml11_hint(ctx.doc, path, instance)
+        return [ctx.problem(path, f"must be one of: {allowed} (got {got}){hint}")]
+    if validator in ("pattern", "maxLength", "minLength") and _is_name_schema(schema):
+        return [ctx.problem(path, names.name_problem(instance) or error.message)]
+    if validator == "pattern":
+        return [ctx.problem(path, f'"{instance}" does not match the pattern {schema["pattern"]}')]
+    if validator == "propertyNames":
+        return [ctx.problem(path, f"invalid key: {error.message}")]
+    words = {
+        "minItems": f"must have at least {error.validator_value} item(s)",
+        "maxItems": f"must have at most {error.validator_value} items",
+        "minLength": f"must be at least {error.validator_value} characters",
+        "maxLength": f"must be at most {error.validator_value} characters",
+        "minimum": f"must be at least {error.validator_value}",
+        "maximum": f"must be at most {error.validator_value}",
+        "exclusiveMinimum": f"must be greater than {error.validator_value}",
+        "maxProperties": f"must have at most {error.validator_value} entries",
+    }
+    return [ctx.problem(path, words.get(validator, error.message))]
+
+
+def _is_name_schema(schema: dict[str, Any]) -> bool:
+    return schema.get("pattern") == "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+def _normalise_cell(spec: dict[str, Any]) -> dict[str, Any]:
+    spec = copy.deepcopy(spec)
+    spec.setdefault("state", "Running")
+    workspace = spec.setdefault("workspace", {})
+    workspace.setdefault("mountPath", "/workspace")
+    for service in spec.get("services", []):
+        service.setdefault("restart", "Always")
+    for var in spec.get("env", []):
+        var.setdefault("secret", False)
+    spec.setdefault("network", {}).setdefault("mode", "none")
+    for port in spec["network"].get("ports", []):
+        port.setdefault("hostPort", port["containerPort"])
+        port.setdefault("hostIP", "127.0.0.1")
+    return spec
+
+
+def _semantic_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
+    """Rules JSON Schema cannot say: uniqueness inside lists."""
+    problems = []
+    if ctx.kind == "Cell":
+        seen: dict[str, int] = {}
+        for i, service in enumerate(data["spec"].get("services", [])):
+            if service["name"] in seen:
+                problems.append(
+                    ctx.problem(
+                        ("spec", "services", i, "name"),
+                        f'duplicate service name "{service["name"]}" '
+                        f"(first at spec.services[{seen[service['name']]}])",
+                    )
+                )
+            seen.setdefault(service["name"], i)
+        env_seen: set[str] = set()
+        for i, var in enumerate(data["spec"].get("env", [])):
+            if var["name"] in env_seen:
+                problems.append(
+                    ctx.problem(("spec", "env", i, "name"), f'duplicate variable "{var["name"]}"')
+                )
+            env_seen.add(var["name"])
+    return problems
+
+
+def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:
+    """All manifests in one file, or the problems that stop them being accepted."""
+    try:
+        text = source.data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = source.data[: exc.start].count(b"\n") + 1
+        return [], [Problem(source.display, "file is not valid UTF-8", line=line)]
+    if "\x00" in text:
+        line = text[: text.index("\x00")].count("\n") + 1
+        return [], [Problem(source.display, "file contains a NUL byte", line=line)]
+    try:
+        docs = parse_documents(text)
+    except YamlSyntaxError as exc:
+        return [], [Problem(source.display, exc.message, line=exc.line, column=exc.column)]
+    manifests: list[Manifest] = []
+    problems: list[Problem] = []
+    for doc in docs:
+        if doc.data is None:
+            continue
+        ctx = _Context(source, doc)
+        for yp in doc.problems:
+            problems.append(
+                Problem(
+                    source.display, yp.message, line=yp.line, column=yp.column,
+                    kind=ctx.kind if ctx.kind in KINDS else None, name=ctx.name,
+                    field=field_path(yp.path) or None,
+                )
+            )
+        data = doc.data
+        if not isinstance(data, dict):
+            problems.append(
+                ctx.problem((), "expected a mapping with apiVersion, kind, metadata and spec")
+            )
+            continue
+        if ctx.kind not in KINDS:
+            shown = data.get("kind")
+            msg = (
+                f'unknown kind "{shown}" (known kinds: {", ".join(KINDS)})'
+                if "kind" in data
+                else f'missing required field "kind" (one of: {", ".join(KINDS)})'
+            )
+            problems.append(ctx.problem(("kind",), msg, field="kind"))
+            continue
+        if data.get("apiVersion") != API_VERSION and "apiVersion" in data:
+            problems.append(
+                ctx.problem(("apiVersion",), f'must be "{API_VERSION}" (got "{data["apiVersion"]}")')
+            )
+            continue
+        found = _schema_problems(ctx, data)
+        if not found:
+            found = _semantic_problems(ctx, data)
+        if found or doc.problems:
+            problems.extend(sorted(found, key=lambda p: (p.line or 0, p.column or 0)))
+            continue
+        assert ctx.kind is not None and ctx.name is not None
+        spec = _normalise_cell(data["spec"]) if ctx.kind == "Cell" else dict(data["spec"])
+        meta = data["metadata"]
+        manifests.append(
+            Manifest(
+                kind=ctx.kind,
+                name=ctx.name,
+                spec=spec,
+                labels=dict(meta.get("labels", {})),
+                annotations=dict(meta.get("annotations", {})),
+                file=source.display,
+                source=source.key,
+                line=doc.positions.get((), (doc.line, 1))[0],
+                positions=doc.positions,
+            )
+        )
+    return manifests, problems

@@ -1,0 +1,215 @@
+"""A YAML reader that is safe on hostile input and remembers where every value came from.
+
+It consumes libyaml's event stream (iterative, never recursive), so nesting depth is checked
+before anything recursive sees the data: the C composer can exhaust the C stack on very deep
+input. Anchors and aliases are refused outright (no alias bombs), duplicate keys are refused,
+and plain scalars that YAML 1.1 turns into booleans, numbers or dates are remembered, so the
+validator can say `unquoted no became false` where a string was expected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from yaml.constructor import SafeConstructor
+from yaml.resolver import Resolver
+
+from devcell.manifests.model import Path
+
+MAX_DEPTH = 32
+
+_Parser: Any = getattr(yaml, "CBaseLoader", None) or yaml.BaseLoader
+_resolver = Resolver()
+_constructor = SafeConstructor()
+_STR = "tag:yaml.org,2002:str"
+_ALLOWED_SCALAR_TAGS = {
+    _STR,
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:null",
+}
+_ALLOWED_COLLECTION_TAGS = {None, "!", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
+
+
+@dataclass
+class YamlProblem:
+    message: str
+    line: int
+    column: int
+    path: Path = ()
+
+
+@dataclass
+class ParsedDocument:
+    """One document's data plus the position of every value and key (1-based)."""
+
+    data: Any
+    line: int
+    positions: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    key_positions: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    implicit: dict[Path, str] = field(default_factory=dict)
+    """Paths whose plain scalar YAML 1.1 resolved to a non-string, with the source text."""
+    problems: list[YamlProblem] = field(default_factory=list)
+
+
+class YamlSyntaxError(Exception):
+    def __init__(self, message: str, line: int, column: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+
+
+def _pos(mark: Any) -> tuple[int, int]:
+    return (mark.line + 1, mark.column + 1)
+
+
+def _scalar_value(event: Any) -> tuple[Any, bool]:
+    """(value, resolved-implicitly-to-non-string)."""
+    tag = event.tag
+    plain = event.implicit[0] and event.style in (None, "")
+    if tag in (None, "!"):
+        if not plain:
+            return event.value, False
+        tag = _resolver.resolve(yaml.ScalarNode, event.value, (True, False))
+        if tag == _STR:
+            return event.value, False
+        node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark)
+        return _constructor.construct_object(node), True
+    if tag not in _ALLOWED_SCALAR_TAGS:
+        raise YamlSyntaxError(f"tag {tag} is not allowed", *_pos(event.start_mark))
+    if tag == _STR:
+        return event.value, False
+    node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark)
+    return _constructor.construct_object(node), False
+
+
+class _Frame:
+    __slots__ = ("container", "path", "key", "key_pos", "first_keys")
+
+    def __init__(self, container: dict[str, Any] | list[Any], path: Path) -> None:
+        self.container = container
+        self.path = path
+        self.key: str | None = None
+        self.key_pos: tuple[int, int] | None = None
+        self.first_keys: dict[str, int] = {}
+
+
+def parse_documents(text: str, *, max_depth: int = MAX_DEPTH) -> list[ParsedDocument]:
+    """Parse every document in `text`. Raises YamlSyntaxError for input that is not YAML."""
+    parser = _Parser(text)
+    docs: list[ParsedDocument] = []
+    doc: ParsedDocument | None = None
+    stack: list[_Frame] = []
+    try:
+        while True:
+            event = parser.get_event()
+            if event is None:
+                break
+            etype = type(event)
+            if etype is yaml.DocumentStartEvent:
+                doc = ParsedDocument(data=None, line=event.start_mark.line + 1)
+                stack = []
+                continue
+            if etype is yaml.DocumentEndEvent:
+                assert doc is not None
+                docs.append(doc)
+                doc = None
+                continue
+            if etype in (yaml.StreamStartEvent, yaml.StreamEndEvent):
+                continue
+            assert doc is not None
+            if etype is yaml.AliasEvent:
+                raise YamlSyntaxError(
+                    "aliases are not allowed in manifests (write the value out)",
+                    *_pos(event.start_mark),
+                )
+            if etype in (yaml.MappingEndEvent, yaml.SequenceEndEvent):
+                stack.pop()
+                continue
+            if getattr(event, "anchor", None):
+                raise YamlSyntaxError(
+                    f"anchors are not allowed in manifests (&{event.anchor})",
+                    *_pos(event.start_mark),
+                )
+            parent = stack[-1] if stack else None
+            # A scalar in key position of a mapping: remember it as the pending key.
+            if (
+                parent is not None
+                and isinstance(parent.container, dict)
+                and parent.key is None
+            ):
+                if etype is not yaml.ScalarEvent:
+                    raise YamlSyntaxError(
+                        "mapping keys must be plain strings", *_pos(event.start_mark)
+                    )
+                key = event.value
+                kpos = _pos(event.start_mark)
+                if key == "<<" and event.implicit[0]:
+                    raise YamlSyntaxError("merge keys (<<) are not allowed", *kpos)
+                if key in parent.first_keys:
+                    doc.problems.append(
+                        YamlProblem(
+                            f'duplicate key "{key}" (first at line {parent.first_keys[key]})',
+                            *kpos,
+                            path=parent.path + (key,),
+                        )
+                    )
+                else:
+                    parent.first_keys[key] = kpos[0]
+                parent.key = key
+                parent.key_pos = kpos
+                continue
+            # A value: find its path and attach it.
+            if parent is None:
+                path: Path = ()
+            elif isinstance(parent.container, dict):
+                assert parent.key is not None
+                path = parent.path + (parent.key,)
+                assert parent.key_pos is not None
+                doc.key_positions[path] = parent.key_pos
+            else:
+                path = parent.path + (len(parent.container),)
+            start = _pos(event.start_mark)
+            doc.positions[path] = start
+            value: Any
+            if etype is yaml.ScalarEvent:
+                value, surprising = _scalar_value(event)
+                if surprising and value is not None:
+                    doc.implicit[path] = event.value
+            else:
+                if event.tag not in _ALLOWED_COLLECTION_TAGS:
+                    raise YamlSyntaxError(f"tag {event.tag} is not allowed", *start)
+                if len(stack) + 1 > max_depth:
+                    raise YamlSyntaxError(
+                        f"nesting deeper than {max_depth} levels is not allowed", *start
+                    )
+                value = {} if etype is yaml.MappingStartEvent else []
+            if parent is None:
+                doc.data = value
+            elif isinstance(parent.container, dict):
+                assert parent.key is not None
+                if parent.key not in parent.container:
+                    parent.container[parent.key] = value
+                parent.key = None
+            else:
+                parent.container.append(value)
+            if etype is not yaml.ScalarEvent:
+                stack.append(_Frame(value, path))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = _pos(mark) if mark is not None else (1, 1)
+        message = exc.problem or exc.context or "invalid YAML"
+        if exc.context and exc.problem:
+            message = f"{exc.context}: {exc.problem}"
+        raise YamlSyntaxError(f"YAML syntax error: {message}", line, col) from None
+    except yaml.YAMLError as exc:
+        raise YamlSyntaxError(f"YAML error: {exc}", 1, 1) from None
+    finally:
+        dispose = getattr(parser, "dispose", None)
+        if dispose is not None:
+            dispose()
+    return docs

@@ -1,0 +1,25 @@
+"""Object names: DNS-1123 labels, so a name can never escape a directory or a label."""
+
+from __future__ import annotations
+
+import re
+
+MAX_NAME_LENGTH = 63
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def name_problem(name: object) -> str | None:
+    """Why `name` is not a valid object name, or None when it is."""
+    if not isinstance(name, str):
+        return "expected a string"
+    if "\x00" in name:
+        return "must not contain a NUL character"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"must be at most {MAX_NAME_LENGTH} characters (got {len(name)})"
+    if not _NAME.fullmatch(name):
+        shown = name if len(name) <= 40 else name[:37] + "..."
+        return (
+            f'invalid name "{shown}": use lower-case letters, digits and "-", '
+            "starting and ending with a letter or digit"
+        )
+    return None

@@ -1,0 +1,1 @@
+"""Reconciler: the engine that drives controllers (plan execution, operation recording, convergence)."""

@@ -1,0 +1,24 @@
+"""One JSON Schema per kind, shipped as package data so editors can validate manifests."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+KINDS = {"cell": "Cell", "snapshot": "Snapshot"}
+
+
+def schema_text(kind: str) -> str:
+    """The schema for `kind` (Cell, cell, cells…) exactly as shipped."""
+    key = kind.lower().rstrip("s")
+    if key not in KINDS:
+        raise KeyError(kind)
+    return resources.files(__package__).joinpath(f"{key}.schema.json").read_text("utf-8")
+
+
+@cache
+def schema(kind: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(schema_text(kind))
+    return loaded

@@ -1,0 +1,1 @@
+"""Store: the SQLite state database (desired objects, records, operations, events)."""

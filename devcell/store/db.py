@@ -1,0 +1,152 @@
+"""The state database: where it lives, how it is opened, and how writes are made safe.
+
+Writes go through `Database.write()`, which starts with BEGIN IMMEDIATE: the write lock is
+taken up front, so a transaction never fails half-way with "database is locked" when another
+process writes at the same time; it waits (busy timeout) instead. WAL lets readers proceed
+while a writer works. synchronous=NORMAL in WAL mode survives a process crash (kill -9);
+only a power loss can drop the last commits, which is the usual trade for a dev tool.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from devcell.errors import StoreError
+
+DB_FILENAME = "state.db"
+BUSY_TIMEOUT_S = 60.0
+
+
+def now() -> str:
+    """UTC timestamp with milliseconds, sortable as text."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def resolve_state_dir(explicit: str | None = None) -> Path:
+    """--state-dir, else $DEVCELL_HOME, else $XDG_DATA_HOME/devcell (~/.local/share/devcell)."""
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    env = os.environ.get("DEVCELL_HOME")
+    if env:
+        return Path(env).expanduser().absolute()
+    xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(xdg).absolute() / "devcell"
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create `path` (owner-only) or tighten an existing one we own."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
+class Database:
+    """A connection to `state.db` with the pragmas and the write discipline DevCell relies on."""
+
+    def __init__(self, state_dir: Path, *, create: bool = True) -> None:
+        self.state_dir = state_dir
+        self.path = state_dir / DB_FILENAME
+        if create:
+            ensure_private_dir(state_dir)
+        elif not self.path.exists():
+            raise StoreError(f"no DevCell state in {state_dir} (nothing has been applied yet)")
+        old_umask = os.umask(0o077)
+        try:
+            self.conn = sqlite3.connect(
+                str(self.path), isolation_level=None, timeout=BUSY_TIMEOUT_S,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open {self.path}: {exc}") from None
+        finally:
+            os.umask(old_umask)
+        self.conn.row_factory = sqlite3.Row
+        self._depth = 0
+        try:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            self.conn.execute("PRAGMA foreign_keys = ON")
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if mode != "wal":
+                self.conn.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path} is not a usable DevCell database: {exc}") from None
+        self._tighten_files()
+        from devcell.store import migrations
+
+        migrations.ensure_current(self)
+
+    def _tighten_files(self) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            p = Path(str(self.path) + suffix)
+            try:
+                if p.stat().st_mode & 0o077:
+                    os.chmod(p, 0o600)
+            except FileNotFoundError:
+                pass
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (BEGIN IMMEDIATE), or a savepoint when nested."""
+        if self._depth:
+            name = f"sp{self._depth}"
+            self.conn.execute(f"SAVEPOINT {name}")
+            self._depth += 1
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute(f"ROLLBACK TO {name}")
+                self.conn.execute(f"RELEASE {name}")
+                raise
+            else:
+                self.conn.execute(f"RELEASE {name}")
+            finally:
+                self._depth -= 1
+            return
+        self._begin_immediate()
+        self._depth = 1
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        else:
+            self.conn.execute("COMMIT")
+        finally:
+            self._depth = 0
+
+    def _begin_immediate(self) -> None:
+        # busy_timeout already waits inside SQLite; this loop covers the rare case where
+        # SQLite returns SQLITE_BUSY at once (e.g. a WAL recovery in progress elsewhere).
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        delay = 0.005
+        while True:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise StoreError(
+                        f"{self.path} stayed locked by another writer for {BUSY_TIMEOUT_S:.0f} s"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.25)
+
+    def execute(self, sql: str, params: tuple | dict = ()) -> sqlite3.Cursor:  # type: ignore[type-arg]
+        return self.conn.execute(sql, params)
+
+
+def open_database(state_dir: str | Path | None = None, *, create: bool = True) -> Database:
+    path = state_dir if isinstance(state_dir, Path) else resolve_state_dir(state_dir)
+    return Database(path, create=create)

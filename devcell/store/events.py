@@ -1,0 +1,25 @@
+"""Events: short, human-readable notes about objects (kubectl's `Events:` section)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from devcell.store.db import now
+
+
+def record(
+    conn: sqlite3.Connection, *, kind: str, object_id: str | None, name: str, reason: str,
+    message: str, type: str = "Normal", op_id: str | None = None,
+) -> None:
+    conn.execute(
+        "INSERT INTO events (created_at, object_kind, object_id, object_name, type, reason, "
+        "message, op_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (now(), kind, object_id, name, type, reason, message, op_id),
+    )
+
+
+def for_object(conn: sqlite3.Connection, object_id: str, limit: int = 20) -> list[sqlite3.Row]:
+    rows = conn.execute(
+        "SELECT * FROM events WHERE object_id = ? ORDER BY id DESC LIMIT ?", (object_id, limit)
+    ).fetchall()
+    return list(reversed(rows))

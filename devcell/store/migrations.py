@@ -1,0 +1,132 @@
+"""Schema migrations, recorded in the database (`migrations` table and PRAGMA user_version).
+
+Tables are declared through sqlite-utils. The check on open is one PRAGMA read, so commands
+that only read (`devcell get`) never import sqlite-utils.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from devcell.errors import StoreError
+
+if TYPE_CHECKING:
+    from devcell.store.db import Database
+
+_DESIRED_COLUMNS: dict[str, Any] = {
+    "id": str,
+    "name": str,
+    "labels": str,
+    "annotations": str,
+    "spec": str,
+    "spec_hash": str,
+    "manifest_hash": str,
+    "generation": int,
+    "resource_version": int,
+    "source": str,
+    "phase": str,
+    "observed_generation": int,
+    "status": str,
+    "created_at": str,
+    "updated_at": str,
+    "deleting_at": str,
+    "deleted_at": str,
+}
+_NOT_NULL = {"name", "spec", "spec_hash", "manifest_hash", "generation", "resource_version",
+             "phase", "observed_generation", "status", "created_at", "updated_at"}
+
+
+def _v1_initial(db: Any) -> None:
+    cells = dict(_DESIRED_COLUMNS, backend=str, forked_from=str)
+    db["cells"].create(
+        cells, pk="id", not_null=_NOT_NULL | {"backend"},
+        defaults={"labels": "{}", "annotations": "{}", "status": "{}", "observed_generation": 0},
+    )
+    snapshots = dict(_DESIRED_COLUMNS, cell_id=str, consistency=str, checkpoint_ref=str,
+                     taken_at=str)
+    db["snapshots"].create(
+        snapshots, pk="id", not_null=_NOT_NULL,
+        defaults={"labels": "{}", "annotations": "{}", "status": "{}", "observed_generation": 0},
+        foreign_keys=[("cell_id", "cells", "id")],
+    )
+    # A fork's source snapshot; added after `snapshots` exists so the reference resolves.
+    db["cells"].add_foreign_key("forked_from", "snapshots", "id")
+    for table in ("cells", "snapshots"):
+        db.execute(
+            f"CREATE UNIQUE INDEX idx_{table}_live_name ON {table}(name) WHERE deleted_at IS NULL"
+        )
+        db[table].create_index(["source"], index_name=f"idx_{table}_source")
+    db["volumes"].create(
+        {"id": str, "cell_id": str, "name": str, "mount_path": str, "from_snapshot_id": str,
+         "phase": str, "backend_ref": str, "created_at": str, "deleted_at": str},
+        pk="id", not_null={"cell_id", "name", "phase", "created_at"},
+        foreign_keys=[("cell_id", "cells", "id"), ("from_snapshot_id", "snapshots", "id")],
+    )
+    db["volumes"].create_index(["cell_id"])
+    db["attachments"].create(
+        {"cell_id": str, "volume_id": str, "mount_path": str, "attached_at": str},
+        pk=("cell_id", "volume_id"), not_null={"mount_path", "attached_at"},
+        foreign_keys=[("cell_id", "cells", "id"), ("volume_id", "volumes", "id")],
+    )
+    db["operations"].create(
+        {"id": str, "object_kind": str, "object_id": str, "object_name": str, "action": str,
+         "trigger": str, "status": str, "reason": str, "message": str, "generation": int,
+         "current_step": str, "created_at": str, "finished_at": str, "plan": str},
+        pk="id", not_null={"object_kind", "object_id", "object_name", "action", "trigger",
+                           "status", "created_at"},
+    )
+    db["operations"].create_index(["object_id", "created_at"])
+    db["operations"].create_index(["status"])
+    db["operation_steps"].create(
+        {"op_id": str, "idx": int, "name": str, "status": str, "started_at": str,
+         "finished_at": str, "duration_ms": float, "outputs": str, "error": str},
+        pk=("op_id", "idx"), not_null={"name", "status"},
+        foreign_keys=[("op_id", "operations", "id")],
+    )
+    db["events"].create(
+        {"id": int, "created_at": str, "object_kind": str, "object_id": str, "object_name": str,
+         "type": str, "reason": str, "message": str, "op_id": str},
+        pk="id", not_null={"created_at", "object_kind", "object_name", "type", "reason"},
+    )
+    db["events"].create_index(["object_id", "id"])
+    db["applied_sources"].create(
+        {"path": str, "digest": str, "objects": str, "applied_at": str},
+        pk="path", not_null={"digest", "objects", "applied_at"},
+    )
+
+
+MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
+    (1, "initial schema", _v1_initial),
+]
+LATEST = MIGRATIONS[-1][0]
+
+
+def ensure_current(database: Database) -> None:
+    version = database.conn.execute("PRAGMA user_version").fetchone()[0]
+    if version == LATEST:
+        return
+    if version > LATEST:
+        raise StoreError(
+            f"{database.path} was written by a newer DevCell (schema {version}, "
+            f"this one knows {LATEST}); upgrade DevCell"
+        )
+    import sqlite_utils
+
+    from devcell.store.db import now
+
+    db = sqlite_utils.Database(database.conn)
+    with database.write() as conn:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]  # re-read under the lock
+        if version == LATEST:
+            return
+        if "migrations" not in db.table_names():
+            db["migrations"].create({"version": int, "name": str, "applied_at": str},
+                                    pk="version")
+        for number, name, apply in MIGRATIONS:
+            if number <= version:
+                continue
+            apply(db)
+            conn.execute("INSERT INTO migrations(version, name, applied_at) VALUES (?, ?, ?)",
+                         (number, name, now()))
+            conn.execute(f"PRAGMA user_version = {number}")

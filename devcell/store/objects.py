@@ -1,0 +1,242 @@
+"""Desired objects (Cells and Snapshots): spec, generation, resourceVersion and status.
+
+generation bumps only when the spec changes; resourceVersion bumps on every write to the row,
+so a writer holding a stale copy gets a Conflict instead of silently losing an update.
+Deleted objects keep their row (deleted_at set) so lineage and history survive them.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+from devcell import ids
+from devcell.errors import Conflict, NotFound
+from devcell.store.db import now
+
+TABLES = {"Cell": "cells", "Snapshot": "snapshots"}
+ID_PREFIX = {"Cell": "cell", "Snapshot": "snap"}
+
+
+@dataclass
+class ObjectRecord:
+    """One desired object as stored, with its status."""
+
+    kind: str
+    id: str
+    name: str
+    spec: dict[str, Any]
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    spec_hash: str
+    manifest_hash: str
+    generation: int
+    resource_version: int
+    source: str | None
+    phase: str
+    observed_generation: int
+    status: dict[str, Any]
+    created_at: str
+    updated_at: str
+    deleting_at: str | None
+    deleted_at: str | None
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Kind-specific columns: backend/forked_from for cells, cell_id/consistency for snapshots."""
+
+    @property
+    def deleting(self) -> bool:
+        return self.deleting_at is not None
+
+    def condition(self, ctype: str) -> dict[str, Any] | None:
+        for cond in self.status.get("conditions", []):
+            if cond.get("type") == ctype:
+                return dict(cond)
+        return None
+
+
+_BASE = {
+    "id", "name", "labels", "annotations", "spec", "spec_hash", "manifest_hash", "generation",
+    "resource_version", "source", "phase", "observed_generation", "status", "created_at",
+    "updated_at", "deleting_at", "deleted_at",
+}
+
+
+def from_row(kind: str, row: sqlite3.Row) -> ObjectRecord:
+    keys = row.keys()
+    return ObjectRecord(
+        kind=kind,
+        id=row["id"],
+        name=row["name"],
+        spec=json.loads(row["spec"]),
+        labels=json.loads(row["labels"] or "{}"),
+        annotations=json.loads(row["annotations"] or "{}"),
+        spec_hash=row["spec_hash"],
+        manifest_hash=row["manifest_hash"],
+        generation=row["generation"],
+        resource_version=row["resource_version"],
+        source=row["source"],
+        phase=row["phase"],
+        observed_generation=row["observed_generation"],
+        status=json.loads(row["status"] or "{}"),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        deleting_at=row["deleting_at"],
+        deleted_at=row["deleted_at"],
+        extra={k: row[k] for k in keys if k not in _BASE},
+    )
+
+
+def get(conn: sqlite3.Connection, kind: str, ref: str, *, include_deleted: bool = False
+        ) -> ObjectRecord | None:
+    """The live object named `ref`, or with id `ref`."""
+    table = TABLES[kind]
+    if ids.looks_like_id(ref):
+        row = conn.execute(f"SELECT * FROM {table} WHERE id = ?", (ref,)).fetchone()
+        if row is not None and (include_deleted or row["deleted_at"] is None):
+            return from_row(kind, row)
+    row = conn.execute(
+        f"SELECT * FROM {table} WHERE name = ? AND deleted_at IS NULL", (ref,)
+    ).fetchone()
+    return from_row(kind, row) if row is not None else None
+
+
+def require(conn: sqlite3.Connection, kind: str, ref: str) -> ObjectRecord:
+    found = get(conn, kind, ref)
+    if found is None:
+        raise NotFound(f'{kind.lower()} "{ref}" not found')
+    return found
+
+
+def list_live(conn: sqlite3.Connection, kind: str) -> list[ObjectRecord]:
+    rows = conn.execute(
+        f"SELECT * FROM {TABLES[kind]} WHERE deleted_at IS NULL ORDER BY name"
+    ).fetchall()
+    return [from_row(kind, r) for r in rows]
+
+
+def insert(
+    conn: sqlite3.Connection, *, kind: str, name: str, spec: dict[str, Any],
+    labels: dict[str, str], annotations: dict[str, str], spec_hash: str, manifest_hash: str,
+    source: str | None, extra: dict[str, Any] | None = None, phase: str = "Pending",
+) -> str:
+    object_id = ids.new_id(ID_PREFIX[kind])
+    stamp = now()
+    columns = {
+        "id": object_id, "name": name, "labels": json.dumps(labels),
+        "annotations": json.dumps(annotations), "spec": json.dumps(spec),
+        "spec_hash": spec_hash, "manifest_hash": manifest_hash, "generation": 1,
+        "resource_version": 1, "source": source, "phase": phase, "observed_generation": 0,
+        "status": "{}", "created_at": stamp, "updated_at": stamp,
+    }
+    columns.update(extra or {})
+    names = ", ".join(columns)
+    marks = ", ".join("?" for _ in columns)
+    try:
+        conn.execute(f"INSERT INTO {TABLES[kind]} ({names}) VALUES ({marks})",
+                     tuple(columns.values()))
+    except sqlite3.IntegrityError as exc:
+        if "UNIQUE" in str(exc):
+            raise Conflict(f'{kind.lower()} "{name}" already exists') from None
+        raise
+    return object_id
+
+
+def update_desired(
+    conn: sqlite3.Connection, record: ObjectRecord, *, spec: dict[str, Any],
+    labels: dict[str, str], annotations: dict[str, str], spec_hash: str, manifest_hash: str,
+    source: str | None,
+) -> None:
+    """Write a new desired state; generation bumps only if the spec changed."""
+    generation = record.generation + (1 if spec_hash != record.spec_hash else 0)
+    cur = conn.execute(
+        f"UPDATE {TABLES[record.kind]} SET spec = ?, labels = ?, annotations = ?, "
+        "spec_hash = ?, manifest_hash = ?, source = ?, generation = ?, "
+        "resource_version = resource_version + 1, updated_at = ? "
+        "WHERE id = ? AND resource_version = ?",
+        (json.dumps(spec), json.dumps(labels), json.dumps(annotations), spec_hash,
+         manifest_hash, source, generation, now(), record.id, record.resource_version),
+    )
+    _check_written(cur, record)
+
+
+def _check_written(cur: sqlite3.Cursor, record: ObjectRecord) -> None:
+    if cur.rowcount != 1:
+        raise Conflict(
+            f'{record.kind.lower()} "{record.name}" was modified by someone else '
+            f"(resourceVersion {record.resource_version} is stale); re-read and retry"
+        )
+
+
+def request_delete(conn: sqlite3.Connection, record: ObjectRecord) -> None:
+    cur = conn.execute(
+        f"UPDATE {TABLES[record.kind]} SET deleting_at = ?, "
+        "resource_version = resource_version + 1, updated_at = ? "
+        "WHERE id = ? AND resource_version = ? AND deleting_at IS NULL",
+        (now(), now(), record.id, record.resource_version),
+    )
+    _check_written(cur, record)
+
+
+def mark_deleted(conn: sqlite3.Connection, record: ObjectRecord) -> None:
+    stamp = now()
+    conn.execute(
+        f"UPDATE {TABLES[record.kind]} SET deleted_at = ?, phase = 'Deleted', "
+        "resource_version = resource_version + 1, updated_at = ? WHERE id = ?",
+        (stamp, stamp, record.id),
+    )
+
+
+def set_condition(
+    conditions: list[dict[str, Any]], ctype: str, status: str, reason: str, message: str
+) -> list[dict[str, Any]]:
+    """Conditions with `ctype` set; lastTransitionTime moves only when the status changes."""
+    out = []
+    found = False
+    for cond in conditions:
+        if cond.get("type") == ctype:
+            found = True
+            changed = cond.get("status") != status
+            cond = {
+                "type": ctype, "status": status, "reason": reason, "message": message,
+                "lastTransitionTime": now() if changed else cond.get("lastTransitionTime"),
+            }
+        out.append(cond)
+    if not found:
+        out.append({"type": ctype, "status": status, "reason": reason, "message": message,
+                    "lastTransitionTime": now()})
+    return out
+
+
+def write_status(
+    conn: sqlite3.Connection, record: ObjectRecord, *, phase: str, status: dict[str, Any],
+    observed_generation: int, extra: dict[str, Any] | None = None,
+) -> bool:
+    """Store a new status if it differs from the recorded one; True if something was written."""
+    extra = extra or {}
+    if (
+        phase == record.phase
+        and status == record.status
+        and observed_generation == record.observed_generation
+        and all(record.extra.get(k) == v for k, v in extra.items())
+    ):
+        return False
+    sets = ", ".join(f"{k} = ?" for k in extra)
+    sql = (
+        f"UPDATE {TABLES[record.kind]} SET phase = ?, status = ?, observed_generation = ?, "
+        f"resource_version = resource_version + 1, updated_at = ?{', ' + sets if sets else ''} "
+        "WHERE id = ? AND resource_version = ?"
+    )
+    cur = conn.execute(
+        sql,
+        (phase, json.dumps(status), observed_generation, now(), *extra.values(), record.id,
+         record.resource_version),
+    )
+    _check_written(cur, record)
+    record.phase = phase
+    record.status = status
+    record.observed_generation = observed_generation
+    record.resource_version += 1
+    record.extra.update(extra)
+    return True

@@ -1,0 +1,118 @@
+"""Operations and their steps: the history of every change DevCell made to the world.
+
+A step is marked Running (committed) before its backend call and Succeeded or Failed after,
+so after a crash the step that was in flight is known exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from devcell import ids
+from devcell.store.db import now
+
+
+class OpStatus:
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    op_id: str
+    idx: int
+    name: str
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    duration_ms: float | None
+    outputs: dict[str, Any]
+    error: str | None
+
+
+def new_operation_id() -> str:
+    return ids.new_id("op")
+
+
+def create(
+    conn: sqlite3.Connection, *, op_id: str, object_kind: str, object_id: str, object_name: str,
+    action: str, trigger: str, generation: int, step_names: list[str],
+) -> None:
+    conn.execute(
+        "INSERT INTO operations (id, object_kind, object_id, object_name, action, trigger, "
+        "status, generation, created_at, plan) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (op_id, object_kind, object_id, object_name, action, trigger, OpStatus.RUNNING,
+         generation, now(), json.dumps(step_names)),
+    )
+    conn.executemany(
+        "INSERT INTO operation_steps (op_id, idx, name, status) VALUES (?, ?, ?, 'Pending')",
+        [(op_id, i, name) for i, name in enumerate(step_names)],
+    )
+
+
+def start_step(conn: sqlite3.Connection, op_id: str, idx: int, name: str) -> None:
+    conn.execute(
+        "UPDATE operation_steps SET status = 'Running', started_at = ? WHERE op_id = ? AND idx = ?",
+        (now(), op_id, idx),
+    )
+    conn.execute("UPDATE operations SET current_step = ? WHERE id = ?", (name, op_id))
+
+
+def finish_step(
+    conn: sqlite3.Connection, op_id: str, idx: int, *, ok: bool, duration_ms: float,
+    outputs: dict[str, Any] | None = None, error: str | None = None,
+) -> None:
+    conn.execute(
+        "UPDATE operation_steps SET status = ?, finished_at = ?, duration_ms = ?, outputs = ?, "
+        "error = ? WHERE op_id = ? AND idx = ?",
+        ("Succeeded" if ok else "Failed", now(), round(duration_ms, 3),
+         json.dumps(outputs or {}), error, op_id, idx),
+    )
+
+
+def finish(
+    conn: sqlite3.Connection, op_id: str, *, status: str, reason: str = "",
+    message: str = "", failed_step: str | None = None,
+) -> None:
+    """Close the operation; current_step keeps the step that failed (None on success)."""
+    conn.execute(
+        "UPDATE operations SET status = ?, reason = ?, message = ?, finished_at = ?, "
+        "current_step = ? WHERE id = ?",
+        (status, reason, message, now(), failed_step, op_id),
+    )
+    if status != OpStatus.SUCCEEDED:
+        conn.execute(
+            "UPDATE operation_steps SET status = 'Skipped' WHERE op_id = ? AND status = 'Pending'",
+            (op_id,),
+        )
+
+
+def steps(conn: sqlite3.Connection, op_id: str) -> list[StepRecord]:
+    rows = conn.execute(
+        "SELECT * FROM operation_steps WHERE op_id = ? ORDER BY idx", (op_id,)
+    ).fetchall()
+    return [
+        StepRecord(r["op_id"], r["idx"], r["name"], r["status"], r["started_at"],
+                   r["finished_at"], r["duration_ms"], json.loads(r["outputs"] or "{}"),
+                   r["error"])
+        for r in rows
+    ]
+
+
+def get(conn: sqlite3.Connection, op_id: str) -> sqlite3.Row | None:
+    row: sqlite3.Row | None = conn.execute(
+        "SELECT * FROM operations WHERE id = ?", (op_id,)
+    ).fetchone()
+    return row
+
+
+def for_object(conn: sqlite3.Connection, object_id: str, limit: int = 10) -> list[sqlite3.Row]:
+    return conn.execute(
+        "SELECT * FROM operations WHERE object_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+        (object_id, limit),
+    ).fetchall()

@@ -1,0 +1,40 @@
+"""What each manifest file held when it was last applied, so an unchanged file need not be
+parsed again: the no-op re-apply fast path."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from devcell.store.db import now
+
+Entry = tuple[str, str, str]
+"""(kind, name, manifest_hash) of one object in a file."""
+
+
+def recorded(conn: sqlite3.Connection, paths: list[str]) -> dict[str, tuple[str, list[Entry]]]:
+    """path -> (digest, entries) for the given paths that were applied before."""
+    out: dict[str, tuple[str, list[Entry]]] = {}
+    if not paths:
+        return out
+    for start in range(0, len(paths), 500):
+        chunk = paths[start:start + 500]
+        marks = ",".join("?" for _ in chunk)
+        for row in conn.execute(
+            f"SELECT path, digest, objects FROM applied_sources WHERE path IN ({marks})", chunk
+        ):
+            out[row[0]] = (row[1], [tuple(e) for e in json.loads(row[2])])  # type: ignore[misc]
+    return out
+
+
+def remember(conn: sqlite3.Connection, path: str, digest: str, entries: list[Entry]) -> None:
+    conn.execute(
+        "INSERT INTO applied_sources (path, digest, objects, applied_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT(path) DO UPDATE SET digest = excluded.digest, objects = excluded.objects, "
+        "applied_at = excluded.applied_at",
+        (path, digest, json.dumps(entries), now()),
+    )
+
+
+def forget(conn: sqlite3.Connection, path: str) -> None:
+    conn.execute("DELETE FROM applied_sources WHERE path = ?", (path,))

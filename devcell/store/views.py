@@ -1,0 +1,197 @@
+"""Read-side views of the store for `get` and `describe`: plain dicts, kubectl-shaped.
+
+Kept import-light (sqlite3 and json only): `devcell get` over thousands of cells is a hot path.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+API_VERSION = "devcell.dev/v1alpha1"
+REDACTED = "<redacted>"
+
+
+def redact_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec with secret env values replaced, for every output a person or log can see."""
+    env = spec.get("env")
+    if not env or not any(v.get("secret") for v in env):
+        return spec
+    out = dict(spec)
+    out["env"] = [dict(v, value=REDACTED) if v.get("secret") else v for v in env]
+    return out
+
+
+def _selector_match(labels: dict[str, str], selector: list[tuple[str, str, str | None]]) -> bool:
+    for key, op, value in selector:
+        if op == "exists" and key not in labels:
+            return False
+        if op == "=" and labels.get(key) != value:
+            return False
+        if op == "!=" and labels.get(key) == value:
+            return False
+    return True
+
+
+def parse_selector(text: str | None) -> list[tuple[str, str, str | None]]:
+    """`team=core,tier!=db,owner` -> [(key, op, value)]; raises ValueError on nonsense."""
+    out: list[tuple[str, str, str | None]] = []
+    if not text:
+        return out
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if "!=" in part:
+            key, value = part.split("!=", 1)
+            out.append((key.strip(), "!=", value.strip()))
+        elif "==" in part or "=" in part:
+            key, value = part.replace("==", "=").split("=", 1)
+            out.append((key.strip(), "=", value.strip()))
+        else:
+            out.append((part, "exists", None))
+        if not out[-1][0]:
+            raise ValueError(f"invalid label selector {text!r}")
+    return out
+
+
+def cells_table(conn: sqlite3.Connection, selector: list[Any], name: str | None = None
+                ) -> list[dict[str, Any]]:
+    """Rows for `get cells`, reading only the columns the table shows."""
+    sql = (
+        "SELECT c.id, c.name, c.backend, c.phase, c.created_at, c.labels, c.generation, "
+        "c.observed_generation, c.source, json_extract(c.spec, '$.state') AS state, "
+        "json_extract(c.spec, '$.image') AS image, s.name AS forked_from "
+        "FROM cells c LEFT JOIN snapshots s ON s.id = c.forked_from "
+        "WHERE c.deleted_at IS NULL"
+    )
+    params: tuple[str, ...] = ()
+    if name is not None:
+        sql += " AND (c.name = ? OR c.id = ?)"
+        params = (name, name)
+    rows = conn.execute(sql + " ORDER BY c.name", params).fetchall()
+    out = []
+    for r in rows:
+        labels = json.loads(r["labels"]) if r["labels"] != "{}" else {}
+        if selector and not _selector_match(labels, selector):
+            continue
+        out.append(dict(r, labels=labels))
+    return out
+
+
+def snapshots_table(conn: sqlite3.Connection, selector: list[Any], name: str | None = None,
+                    cell: str | None = None) -> list[dict[str, Any]]:
+    sql = (
+        "SELECT s.id, s.name, s.phase, s.created_at, s.taken_at, s.labels, s.consistency, "
+        "s.cell_id, c.name AS cell, c.deleted_at AS cell_deleted, "
+        "(SELECT group_concat(f.name, ',') FROM cells f WHERE f.forked_from = s.id "
+        " AND f.deleted_at IS NULL) AS forks "
+        "FROM snapshots s LEFT JOIN cells c ON c.id = s.cell_id WHERE s.deleted_at IS NULL"
+    )
+    params: list[str] = []
+    if name is not None:
+        sql += " AND (s.name = ? OR s.id = ?)"
+        params += [name, name]
+    if cell is not None:
+        sql += " AND s.cell_id = ?"
+        params.append(cell)
+    rows = conn.execute(sql + " ORDER BY s.name", params).fetchall()
+    out = []
+    for r in rows:
+        labels = json.loads(r["labels"]) if r["labels"] != "{}" else {}
+        if selector and not _selector_match(labels, selector):
+            continue
+        out.append(dict(r, labels=labels))
+    return out
+
+
+def volumes_table(conn: sqlite3.Connection, name: str | None = None) -> list[dict[str, Any]]:
+    sql = (
+        "SELECT v.id, v.name, v.mount_path, v.phase, v.created_at, v.backend_ref, "
+        "c.name AS cell, s.name AS from_snapshot FROM volumes v "
+        "JOIN cells c ON c.id = v.cell_id LEFT JOIN snapshots s ON s.id = v.from_snapshot_id "
+        "WHERE v.deleted_at IS NULL"
+    )
+    params: tuple[str, ...] = ()
+    if name is not None:
+        sql += " AND (v.name = ? OR v.id = ?)"
+        params = (name, name)
+    return [dict(r) for r in conn.execute(sql + " ORDER BY v.name", params)]
+
+
+def operations_table(conn: sqlite3.Connection, name: str | None = None, limit: int = 500
+                     ) -> list[dict[str, Any]]:
+    if name is not None:
+        rows = conn.execute(
+            "SELECT * FROM operations WHERE id = ? OR object_name = ? "
+            "ORDER BY created_at DESC, id DESC LIMIT ?", (name, name, limit)).fetchall()
+    else:
+        rows = conn.execute(
+            "SELECT * FROM operations ORDER BY created_at DESC, id DESC LIMIT ?", (limit,)
+        ).fetchall()
+    return [dict(r, plan=json.loads(r["plan"] or "[]")) for r in reversed(rows)]
+
+
+def events_table(conn: sqlite3.Connection, name: str | None = None, limit: int = 500
+                 ) -> list[dict[str, Any]]:
+    if name is not None:
+        rows = conn.execute(
+            "SELECT * FROM events WHERE object_name = ? OR object_id = ? ORDER BY id DESC LIMIT ?",
+            (name, name, limit)).fetchall()
+    else:
+        rows = conn.execute("SELECT * FROM events ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+    return [dict(r) for r in reversed(rows)]
+
+
+def object_document(conn: sqlite3.Connection, kind: str, row: sqlite3.Row) -> dict[str, Any]:
+    """The full object as `get -o yaml|json` shows it (secrets redacted)."""
+    meta: dict[str, Any] = {
+        "name": row["name"],
+        "id": row["id"],
+        "generation": row["generation"],
+        "resourceVersion": str(row["resource_version"]),
+        "creationTimestamp": row["created_at"],
+    }
+    labels = json.loads(row["labels"] or "{}")
+    if labels:
+        meta["labels"] = labels
+    annotations = json.loads(row["annotations"] or "{}")
+    if annotations:
+        meta["annotations"] = annotations
+    if row["source"]:
+        meta["source"] = row["source"]
+    if row["deleting_at"]:
+        meta["deletionTimestamp"] = row["deleting_at"]
+    status: dict[str, Any] = {"phase": row["phase"], "observedGeneration": row["observed_generation"]}
+    status.update(json.loads(row["status"] or "{}"))
+    if kind == "Cell":
+        lineage: dict[str, Any] = {}
+        if row["forked_from"]:
+            snap = conn.execute("SELECT s.name, s.id, c.name AS cell FROM snapshots s "
+                                "LEFT JOIN cells c ON c.id = s.cell_id WHERE s.id = ?",
+                                (row["forked_from"],)).fetchone()
+            if snap is not None:
+                lineage["forkedFrom"] = {"snapshot": snap["name"], "snapshotId": snap["id"],
+                                         "cell": snap["cell"]}
+        snaps = conn.execute("SELECT name FROM snapshots WHERE cell_id = ? AND deleted_at IS NULL "
+                             "ORDER BY created_at", (row["id"],)).fetchall()
+        if snaps:
+            lineage["snapshots"] = [s["name"] for s in snaps]
+        if lineage:
+            status["lineage"] = lineage
+        spec = redact_spec(json.loads(row["spec"]))
+    else:
+        spec = json.loads(row["spec"])
+        cell = conn.execute("SELECT name, id, deleted_at FROM cells WHERE id = ?",
+                            (row["cell_id"],)).fetchone()
+        forks = conn.execute("SELECT name FROM cells WHERE forked_from = ? AND deleted_at IS NULL "
+                             "ORDER BY name", (row["id"],)).fetchall()
+        status["consistency"] = row["consistency"]
+        status["lineage"] = {
+            "cell": cell["name"] if cell else None,
+            "cellId": row["cell_id"],
+            "cellDeleted": bool(cell and cell["deleted_at"]),
+            "forks": [f["name"] for f in forks],
+        }
+        if row["taken_at"]:
+            status["takenAt"] = row["taken_at"]
+    return {"apiVersion": API_VERSION, "kind": kind, "metadata": meta, "spec": spec,
+            "status": status}

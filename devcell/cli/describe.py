@@ -97,7 +97,7 @@ def object(conn: sqlite3.Connection, kind: str, ref: str) -> None:
         _field("Services", ", ".join(f"{s['name']} ({' '.join(s['command'])})" for s in services))
         if status.get("sleep"):
             sleep = status["sleep"]
-            _field("Sleep checkpoint", f"{sleep.get('checkpoint')} "
+            _field("Last sleep", f"{sleep.get('checkpoint')} "
                    f"(consistency {sleep.get('consistency')}, at {sleep.get('at')})")
         if status.get("lastStart"):
             _field("Last start", f"{status['lastStart']['at']}: {status['lastStart']['note']}")

@@ -251,4 +251,4 @@ class CellController:
         reason = {"create": "Created", "fork": "Forked", "update": "Updated", "start": "Started",
                   "stop": "Stopped", "sleep": "Slept", "wake": "Woken"}.get(plan.action, "Synced")
         events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name, reason=reason,
-                      message=f"{plan.action} done: {', '.join(plan.step_names)}")
+                      message=f"{plan.action} done: {', '.join(plan.context.get('ran', plan.step_names))}")

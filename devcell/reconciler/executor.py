@@ -44,9 +44,12 @@ def execute(ctx: Context, controller: Controller, plan: Plan) -> tuple[str, str 
     log.info("{} {}: {}", plan.action, record.name, " -> ".join(plan.step_names) or "(no steps)")
     error: str | None = None
     failed_step: str | None = None
+    ran: list[str] = []
+    plan.context["ran"] = ran
     for idx, step in enumerate(plan.steps):
         if not _should_run(step.when, error is not None):
             continue
+        ran.append(step.name)
         with ctx.db.write() as conn:
             for write in pending:
                 write(conn)

@@ -1,0 +1,58 @@
+"""Shared fixtures: a private state directory, the CLI as a subprocess, database fingerprints."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    return tmp_path / "state"
+
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def cli(state_dir: Path) -> Cli:
+    """Run `python -m devcell ARGS...` as a user would; returns the completed process."""
+
+    def run(*args: str, input: str | None = None, env: dict[str, str] | None = None,
+            cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        full_env = dict(os.environ, DEVCELL_HOME=str(state_dir))
+        full_env.pop("DEVCELL_FAKE_FAIL", None)
+        full_env.update(env or {})
+        return subprocess.run(
+            [sys.executable, "-m", "devcell", *args], input=input, capture_output=True,
+            text=True, env=full_env, cwd=cwd or REPO, timeout=timeout,
+        )
+
+    return run
+
+
+def db_fingerprint(state_dir: Path) -> str | None:
+    """A digest of every row of state.db (None when there is no database yet)."""
+    path = state_dir / "state.db"
+    if not path.exists():
+        return None
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return hashlib.sha256("\n".join(conn.iterdump()).encode()).hexdigest()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def fingerprint() -> Callable[[Path], str | None]:
+    return db_fingerprint

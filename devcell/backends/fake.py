@@ -109,7 +109,7 @@ class FakeBackend:
 
     def calls(self) -> list[tuple[str, str, str]]:
         """The call log, oldest first: (method, target, outcome)."""
-        return [tuple(r) for r in self.conn.execute(  # type: ignore[misc]
+        return [tuple(r) for r in self.conn.execute(
             "SELECT method, target, outcome FROM calls ORDER BY seq")]
 
     # -- Backend protocol ------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+from typing import Any
 
 from devcell import names
 from devcell.cli.converge_output import converge_and_report
@@ -22,7 +23,8 @@ def _check_name(kind: str, name: str) -> None:
         raise ManifestError([Problem(CLI, problem, kind=kind, name=name[:40], field="--name")])
 
 
-def _manifest(kind: str, name: str, spec: dict, labels: dict[str, str] | None = None) -> Manifest:  # type: ignore[type-arg]
+def _manifest(kind: str, name: str, spec: dict[str, Any],
+              labels: dict[str, str] | None = None) -> Manifest:
     labels = labels or {}
     return Manifest(kind=kind, name=name, spec=spec, labels=labels, annotations={}, file=CLI,
                     source="cli", line=1)
@@ -62,7 +64,7 @@ def run_snapshot_list(args: argparse.Namespace) -> int:
     return cmd_get.run_get(args) if not rows else _print_docs(db, rows, args.output)
 
 
-def _print_docs(db: dbmod.Database, rows: list, output: str) -> int:  # type: ignore[type-arg]
+def _print_docs(db: dbmod.Database, rows: list[dict[str, Any]], output: str) -> int:
     from devcell.cli import cmd_get, render
 
     if output == "name":

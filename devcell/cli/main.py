@@ -42,7 +42,7 @@ def _kind(table: dict[str, str]) -> Callable[[str], str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--state-dir", default=None,
                         help="state directory (default: $DEVCELL_HOME or ~/.local/share/devcell)")
     common.add_argument("-v", "--verbose", action="count", default=0, help="more log output")

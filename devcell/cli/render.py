@@ -33,8 +33,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO = s
     widths = [len(h) for h in headers]
     for row in text_rows:
         for i, value in enumerate(row):
-            if len(value) > widths[i]:
-                widths[i] = len(value)
+            widths[i] = max(widths[i], len(value))
     fmt_parts = [f"{{:<{w}}}" for w in widths[:-1]] + ["{}"]
     fmt = "   ".join(fmt_parts)
     lines = [fmt.format(*headers).rstrip()]

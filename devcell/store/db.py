@@ -143,7 +143,8 @@ class Database:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.25)
 
-    def execute(self, sql: str, params: tuple | dict = ()) -> sqlite3.Cursor:  # type: ignore[type-arg]
+    def execute(self, sql: str, params: tuple[object, ...] | dict[str, object] = ()
+                ) -> sqlite3.Cursor:
         return self.conn.execute(sql, params)
 
 

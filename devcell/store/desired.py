@@ -139,11 +139,10 @@ def _check(
                     f'"{m.spec["backend"]}"); delete the cell and create it again'))
             old_source = existing.spec.get("workspace", {}).get("from")
             if old_source != source:
-                shown = (lambda s: f'snapshot "{s["snapshot"]}"' if s else "none")
                 problems.append(_problem(
                     m, ("spec", "workspace", "from"),
-                    f"fork source is immutable (recorded {shown(old_source)}, got "
-                    f"{shown(source)})"))
+                    f"fork source is immutable (recorded {_fork_source(old_source)}, got "
+                    f"{_fork_source(source)})"))
         if source is not None and existing is None:
             snap = source["snapshot"]
             if ("Snapshot", snap) not in defined:
@@ -155,6 +154,10 @@ def _check(
                     problems.append(_problem(m, ("spec", "workspace", "from", "snapshot"),
                                              f'snapshot "{snap}" is being deleted'))
     return problems
+
+
+def _fork_source(source: dict[str, str] | None) -> str:
+    return f'snapshot "{source["snapshot"]}"' if source else "none"
 
 
 def _write(conn: sqlite3.Connection, manifests: list[Manifest], result: ApplyResult) -> None:

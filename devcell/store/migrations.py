@@ -121,7 +121,7 @@ def ensure_current(database: Database) -> None:
         if version == LATEST:
             return
         if "migrations" not in db.table_names():
-            db["migrations"].create({"version": int, "name": str, "applied_at": str},
+            db.table("migrations").create({"version": int, "name": str, "applied_at": str},
                                     pk="version")
         for number, name, apply in MIGRATIONS:
             if number <= version:

@@ -23,7 +23,7 @@ def recorded(conn: sqlite3.Connection, paths: list[str]) -> dict[str, tuple[str,
         for row in conn.execute(
             f"SELECT path, digest, objects FROM applied_sources WHERE path IN ({marks})", chunk
         ):
-            out[row[0]] = (row[1], [tuple(e) for e in json.loads(row[2])])  # type: ignore[misc]
+            out[row[0]] = (row[1], [(e[0], e[1], e[2]) for e in json.loads(row[2])])
     return out
 
 

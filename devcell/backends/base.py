@@ -45,6 +45,8 @@ class Observed:
 
     exists: bool
     running: bool = False
+    frozen: bool = False
+    """Quiesced for a checkpoint (e.g. docker pause) and not resumed: left so by a crash."""
     runtime_hash: str | None = None
     """Digest of the spec the running instance was created from (drift and updates)."""
     detail: dict[str, Any] = field(default_factory=dict)
@@ -90,6 +92,14 @@ class Backend(Protocol):
     def resume(self, cell: CellRef) -> Outputs: ...
 
     def checkpoint_exists(self, checkpoint_id: str) -> bool: ...
+
+    def find_checkpoint(self, checkpoint_id: str) -> CheckpointInfo | None:
+        """A complete checkpoint with this id, made earlier (e.g. before a crash), or None."""
+        ...
+
+    def volumes_of(self, cell_id: str) -> list[str]:
+        """Ids of the volumes the backend holds for this cell (found by their labels)."""
+        ...
 
     def delete_checkpoint(self, checkpoint_id: str) -> Outputs: ...
 

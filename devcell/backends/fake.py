@@ -28,7 +28,7 @@ from devcell.errors import BackendError, BackendNotFound
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL,
-    runtime_hash TEXT, volume_id TEXT);
+    runtime_hash TEXT, volume_id TEXT, frozen INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS volumes (id TEXT PRIMARY KEY, cell_id TEXT, from_checkpoint TEXT);
 CREATE TABLE IF NOT EXISTS checkpoints (id TEXT PRIMARY KEY, cell_id TEXT, volume_id TEXT);
 CREATE TABLE IF NOT EXISTS calls (seq INTEGER PRIMARY KEY, method TEXT NOT NULL,
@@ -116,12 +116,12 @@ class FakeBackend:
 
     def observe(self, cell: CellRef) -> Observed:
         row = self.conn.execute(
-            "SELECT state, runtime_hash FROM cells WHERE id = ?", (cell.id,)
+            "SELECT state, runtime_hash, frozen FROM cells WHERE id = ?", (cell.id,)
         ).fetchone()
         if row is None:
             return Observed(exists=False)
         return Observed(exists=True, running=row[0] == "running", runtime_hash=row[1],
-                        detail={"state": row[0]})
+                        frozen=bool(row[2]), detail={"state": row[0]})
 
     def volume_exists(self, volume_id: str) -> bool:
         return self.conn.execute(
@@ -166,9 +166,8 @@ class FakeBackend:
         return {}
 
     def quiesce(self, cell: CellRef) -> Outputs:
-        self._maybe_fail("quiesce", cell.name)
-        self._log("quiesce", cell.name)
-        return {"frozen": False}
+        self._mutate("quiesce", cell.name, "UPDATE cells SET frozen = 1 WHERE id = ?", (cell.id,))
+        return {"frozen": True}
 
     def checkpoint(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
         self._mutate("checkpoint", cell.name,
@@ -177,13 +176,21 @@ class FakeBackend:
         return CheckpointInfo(ref=f"fake://{checkpoint_id}", consistency=Consistency.METADATA)
 
     def resume(self, cell: CellRef) -> Outputs:
-        self._maybe_fail("resume", cell.name)
-        self._log("resume", cell.name)
+        self._mutate("resume", cell.name, "UPDATE cells SET frozen = 0 WHERE id = ?", (cell.id,))
         return {}
 
     def checkpoint_exists(self, checkpoint_id: str) -> bool:
         return self.conn.execute(
             "SELECT 1 FROM checkpoints WHERE id = ?", (checkpoint_id,)).fetchone() is not None
+
+    def find_checkpoint(self, checkpoint_id: str) -> CheckpointInfo | None:
+        if not self.checkpoint_exists(checkpoint_id):
+            return None
+        return CheckpointInfo(ref=f"fake://{checkpoint_id}", consistency=Consistency.METADATA)
+
+    def volumes_of(self, cell_id: str) -> list[str]:
+        return [r[0] for r in self.conn.execute(
+            "SELECT id FROM volumes WHERE cell_id = ? ORDER BY id", (cell_id,))]
 
     def delete_checkpoint(self, checkpoint_id: str) -> Outputs:
         self._mutate("delete_checkpoint", checkpoint_id, "DELETE FROM checkpoints WHERE id = ?",

@@ -9,7 +9,9 @@ from devcell.store.db import Database
 
 def converge_and_report(db: Database, keys: list[tuple[str, str]], *, verbose: int,
                         timeout: float, trigger: str) -> int:
-    if not keys:
+    from devcell.store import operations
+
+    if not keys and not operations.has_running(db.conn):
         return 0
     from devcell.cli import logs
     from devcell.reconciler import converge

@@ -54,6 +54,13 @@ class CellController:
         context: dict[str, Any] = {}
         source = cell.spec.get("workspace", {}).get("from")
         volume_missing = volume is None or not backend.volume_exists(volume.id)
+        adoptable = backend.volumes_of(cell.id) if volume is None else []
+        if adoptable:
+            # Created by an operation that died before recording it: adopt, don't duplicate.
+            steps.append(Step("adopt-volume", {"volume_id": adoptable[0], "record": True,
+                                               "from_checkpoint": cell.extra.get("forked_from")}))
+            ref = CellRef(cell.id, cell.name, cell.spec, adoptable[0])
+            volume_missing = False
         if volume_missing:
             from_checkpoint = None
             if source is not None:
@@ -72,10 +79,18 @@ class CellController:
                                                 "record": volume is None}))
             ref = CellRef(cell.id, cell.name, cell.spec, volume_id)
 
+        action = ""
+        if observed.frozen:
+            # Left quiesced by an operation that died between quiesce and resume.
+            steps.append(Step("resume"))
+            action = "resume"
+            observed = Observed(exists=True, running=observed.running,
+                                runtime_hash=observed.runtime_hash)
         desired = cell.spec.get("state", "Running")
         want_hash = runtime_hash(cell.spec)
         stale = observed.exists and observed.runtime_hash != want_hash
-        action = "create" if not observed.exists else "update" if stale else ""
+        action = ("create" if not observed.exists else "update" if stale else
+                  action if steps else "")
         if desired == "Sleeping":
             if observed.exists:
                 sleep_id = f"sleep-{cell.id}-g{cell.generation}"
@@ -104,7 +119,7 @@ class CellController:
             self._write_settled(ctx, cell, observed)
             return Settled()
         if not action:
-            action = "create"
+            action = "repair" if observed.exists else "create"
         if action == "create" and cell.phase == "Sleeping":
             action = "wake"
         elif action == "create" and source is not None and volume is None:
@@ -179,6 +194,8 @@ class CellController:
         if name == "create-volume":
             return backend.create_volume(ref, step.args["volume_id"],
                                          from_checkpoint=step.args["from_checkpoint"])
+        if name == "adopt-volume":
+            return {"volume": step.args["volume_id"], "adopted": True}
         if name == "delete-volume":
             return backend.delete_volume(step.args["volume_id"])
         if name == "create":
@@ -202,7 +219,7 @@ class CellController:
     def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs
                    ) -> None:
         cell = plan.object
-        if step.name == "create-volume" and step.args.get("record"):
+        if step.name in ("create-volume", "adopt-volume") and step.args.get("record"):
             volumes.record_created(
                 conn, volume_id=step.args["volume_id"], cell_id=cell.id, name=f"{cell.name}-workspace",
                 mount_path=cell.spec.get("workspace", {}).get("mountPath", "/workspace"),

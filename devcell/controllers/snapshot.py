@@ -36,6 +36,15 @@ class SnapshotController:
         if taken:
             self._settle(ctx, snap)
             return Settled()
+        if cell is not None:
+            try:
+                found = ctx.backend(backend_name).find_checkpoint(snap.id)
+            except BackendUnavailable:
+                found = None
+            if found is not None:
+                # Taken by an operation that died before recording it: adopt, don't retake.
+                return Plan(snap, "adopt", [Step("adopt-checkpoint")], backend_name,
+                            {"cell": cell})
         if cell is None or cell.deleted_at is not None:
             message = f'cell "{snap.spec["cell"]}" was deleted before the snapshot was taken'
             self._write(ctx, snap, "Failed", "False", "CellGone", message)
@@ -85,6 +94,12 @@ class SnapshotController:
         backend = ctx.backend(plan.backend)
         if step.name == "delete-checkpoint":
             return backend.delete_checkpoint(plan.object.id)
+        if step.name == "adopt-checkpoint":
+            info = backend.find_checkpoint(plan.object.id)
+            if info is None:
+                raise BackendError("the checkpoint to adopt is gone")
+            return {"checkpoint": info.ref, "consistency": str(info.consistency),
+                    "bytes": info.size_bytes, "files": info.files, "adopted": True}
         ref: CellRef = plan.context["ref"]
         if step.name == "quiesce":
             return backend.quiesce(ref)
@@ -98,7 +113,7 @@ class SnapshotController:
 
     def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs
                    ) -> None:
-        if step.name == "checkpoint":
+        if step.name in ("checkpoint", "adopt-checkpoint"):
             plan.context["taken"] = outputs
 
     def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None) -> None:

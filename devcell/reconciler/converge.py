@@ -18,7 +18,7 @@ from devcell.controllers import Controller
 from devcell.controllers.cell import CellController
 from devcell.controllers.plan import Plan, Settled, Wait
 from devcell.controllers.snapshot import SnapshotController
-from devcell.reconciler import executor
+from devcell.reconciler import executor, recovery
 from devcell.reconciler.context import Context
 
 Key = tuple[str, str]
@@ -37,6 +37,8 @@ class Report:
     failed: dict[Key, str] = field(default_factory=dict)
     waiting: dict[Key, str] = field(default_factory=dict)
     operations: list[str] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)
+    """Operations found interrupted by a dead process (marked Failed, not replayed)."""
 
     @property
     def ok(self) -> bool:
@@ -61,6 +63,10 @@ def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0) -> Report
     deadline = time.monotonic() + timeout
     pending = list(dict.fromkeys(keys))
     with reconcile_lock(ctx):
+        found = recovery.recover_interrupted(ctx.db)
+        report.recovered = sorted({op_id for op_id, _, _ in found})
+        pending.extend(k for k in dict.fromkeys((kind, oid) for _, kind, oid in found)
+                       if k not in pending)
         for _ in range(MAX_ROUNDS):
             if not pending or time.monotonic() > deadline:
                 break

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from loguru import logger
 
 from devcell.backends.base import Outputs
+from devcell import failpoints
 from devcell.controllers import Controller
 from devcell.controllers.plan import Plan, When
 from devcell.errors import DevCellError
@@ -54,6 +55,7 @@ def execute(ctx: Context, controller: Controller, plan: Plan) -> tuple[str, str 
             for write in pending:
                 write(conn)
             operations.start_step(conn, op_id, idx, step.name)
+        failpoints.hit(f"step.{step.name}.before-call")
         pending = []
         started = time.perf_counter()
         outputs: Outputs = {}
@@ -66,6 +68,7 @@ def execute(ctx: Context, controller: Controller, plan: Plan) -> tuple[str, str 
             log.exception("step {} raised", step.name)
             step_error = f"unexpected {type(exc).__name__}: {exc}"
         elapsed = (time.perf_counter() - started) * 1000
+        failpoints.hit(f"step.{step.name}.after-call")
         log.debug("step {} {} in {:.1f} ms", step.name, "failed" if step_error else "ok", elapsed)
 
         def record_step(conn: sqlite3.Connection, idx: int = idx, step=step, outputs=outputs,
@@ -88,6 +91,7 @@ def execute(ctx: Context, controller: Controller, plan: Plan) -> tuple[str, str 
             operations.finish(conn, op_id, status=operations.OpStatus.FAILED,
                               reason="StepFailed", message=error, failed_step=failed_step)
         controller.finish(conn, plan, error=error)
+        failpoints.hit("op.before-commit")
     if error:
         log.warning("{} {} failed: {}", plan.action, record.name, error)
     return op_id, error

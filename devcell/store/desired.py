@@ -14,6 +14,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
+from devcell import failpoints
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest, SourceFile
 from devcell.store import events, objects, sources
@@ -269,6 +270,7 @@ def apply(
     if not manifests and not prune_roots:
         return result  # nothing to write: the no-op fast path ends here
     with db.write() as wconn:
+        failpoints.hit("apply.before-write")
         _write(wconn, manifests, result)
         for key, found in parsed.items():
             if key != "-":
@@ -284,6 +286,8 @@ def apply(
                               reason="Pruned", message="its manifest is gone from the applied set")
                 result.changes.append(change)
             _forget_vanished(wconn, prune_roots, files)
+        failpoints.hit("apply.before-commit")
+    failpoints.hit("apply.after-commit")
     return result
 
 

@@ -35,6 +35,11 @@ class StepRecord:
     error: str | None
 
 
+def has_running(conn: sqlite3.Connection) -> bool:
+    """Any operation still marked Running: in flight elsewhere, or left by a dead process."""
+    return conn.execute("SELECT 1 FROM operations WHERE status = 'Running' LIMIT 1").fetchone() is not None
+
+
 def new_operation_id() -> str:
     return ids.new_id("op")
 

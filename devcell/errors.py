@@ -98,3 +98,46 @@ class TemporaryError(DevCellError):
 
 class PermanentError(DevCellError):
     """Record it and stop retrying until the desired state changes."""
+
+
+class StorageError(DevCellError):
+    """A run snapshot store could not save, load or delete: `code` says why, `path` where.
+
+    `path` is a file path, or `<database path>#<run id>` for a row of the SQLite store;
+    `reason` is specific ("checksum mismatch: ...", "No space left on device", ...).
+    The codes are the class attributes below; callers compare `exc.code` with them.
+    """
+
+    CORRUPT_SNAPSHOT = "CORRUPT_SNAPSHOT"  # stored bytes fail a load check: never handed back
+    INVALID_SNAPSHOT = "INVALID_SNAPSHOT"  # refused on save: it could not be read back
+    INVALID_RUN_ID = "INVALID_RUN_ID"  # empty, too long, or could escape the store
+    PERMISSION_DENIED = "PERMISSION_DENIED"  # EACCES, EPERM
+    DISK_FULL = "DISK_FULL"  # ENOSPC, EDQUOT, SQLITE_FULL
+    READ_ONLY = "READ_ONLY"  # EROFS, SQLITE_READONLY
+    UNSAFE_PATH = "UNSAFE_PATH"  # a symbolic link where the store expects its own entry
+    CORRUPT_DATABASE = "CORRUPT_DATABASE"  # the SQLite file itself is damaged
+    BUSY = "BUSY"  # another writer held the database past the busy timeout
+    IO_ERROR = "IO_ERROR"  # any other operating system or database failure
+
+    CODES = frozenset({
+        CORRUPT_SNAPSHOT, INVALID_SNAPSHOT, INVALID_RUN_ID, PERMISSION_DENIED, DISK_FULL,
+        READ_ONLY, UNSAFE_PATH, CORRUPT_DATABASE, BUSY, IO_ERROR,
+    })
+
+    def __init__(self, *, code: str, path: str, reason: str) -> None:
+        if code not in self.CODES:
+            raise ValueError(f"unknown StorageError code {code!r}")
+        super().__init__(f"{path}: {reason} ({code})")
+        self.code = code
+        self.path = path
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword-only __init__: rebuild explicitly so the error survives pickling
+        # (multiprocessing, concurrent.futures).
+        return (_rebuild_storage_error, (type(self), self.code, self.path, self.reason))
+
+
+def _rebuild_storage_error(cls: type[StorageError], code: str, path: str, reason: str
+                           ) -> StorageError:
+    return cls(code=code, path=path, reason=reason)

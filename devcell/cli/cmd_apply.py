@@ -17,17 +17,27 @@ from devcell.store import desired
 
 def run_apply(args: argparse.Namespace) -> int:
     files = loader.read_sources(args.filename)
-    db = dbmod.open_database(args.state_dir)
+    state_dir = dbmod.resolve_state_dir(args.state_dir)
     roots = [os.path.abspath(p) for p in args.filename if p != "-"] if args.prune else None
+    if not (state_dir / dbmod.DB_FILENAME).exists():
+        # First apply: validate against an empty in-memory state, so bad input creates nothing.
+        result = desired.apply(dbmod.Database(state_dir, memory=True), files, dry_run=True)
+        if args.dry_run:
+            _print_changes(result, " (dry run)")
+            return 0
+    db = dbmod.open_database(state_dir)
     result = desired.apply(db, files, dry_run=args.dry_run, prune_roots=roots)
-    suffix = " (dry run)" if args.dry_run else ""
-    out = sys.stdout
-    out.write("".join(f"{c.kind.lower()}/{c.name} {c.outcome}{suffix}\n" for c in result.changes))
-    out.flush()
+    _print_changes(result, " (dry run)" if args.dry_run else "")
     if args.dry_run:
         return 0
     return converge_and_report(db, result.to_reconcile, verbose=args.verbose,
                                timeout=args.timeout, trigger="apply")
+
+
+def _print_changes(result: desired.ApplyResult, suffix: str) -> None:
+    out = sys.stdout
+    out.write("".join(f"{c.kind.lower()}/{c.name} {c.outcome}{suffix}\n" for c in result.changes))
+    out.flush()
 
 
 def run_delete(args: argparse.Namespace) -> int:

@@ -182,7 +182,8 @@ class CellController:
         }[state]
         status["conditions"] = objects.set_condition(
             status.get("conditions", []), "Ready", "True", state, message)
-        status.pop("message", None)
+        for key in ("message", "nextRetryAt", "retries", "failedGeneration"):
+            status.pop(key, None)
         return status
 
     # -- execution ---------------------------------------------------------------------------
@@ -246,6 +247,7 @@ class CellController:
             status["conditions"] = objects.set_condition(
                 status.get("conditions", []), "Ready", "False", "StepFailed", error)
             status["message"] = error
+            status["failedGeneration"] = plan.object.generation
             objects.write_status(conn, fresh, phase="Failed", status=status,
                                  observed_generation=fresh.observed_generation)
             events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name,

@@ -132,6 +132,7 @@ class SnapshotController:
             message = error or "checkpoint produced no result"
             status["conditions"] = objects.set_condition(
                 status.get("conditions", []), "Ready", "False", "CheckpointFailed", message)
+            status["failedGeneration"] = plan.object.generation
             objects.write_status(conn, fresh, phase="Failed", status=status,
                                  observed_generation=fresh.observed_generation)
             events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name,
@@ -140,6 +141,8 @@ class SnapshotController:
         status["conditions"] = objects.set_condition(
             status.get("conditions", []), "Ready", "True", "Taken", "checkpoint taken")
         status["checkpoint"] = dict(taken)
+        for key in ("nextRetryAt", "retries", "failedGeneration"):
+            status.pop(key, None)
         objects.write_status(
             conn, fresh, phase="Ready", status=status, observed_generation=fresh.generation,
             extra={"checkpoint_ref": taken["checkpoint"], "consistency": taken["consistency"],

@@ -7,7 +7,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-
 Path = tuple[str | int, ...]
 """A field path inside a document: keys and list indexes."""
 

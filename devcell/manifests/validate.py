@@ -65,7 +65,7 @@ def _describe_type(schema: dict[str, Any]) -> str:
     if isinstance(t, str):
         return _TYPE_WORDS.get(t, t)
     if isinstance(t, list):
-        return " or ".join(_TYPE_WORDS.get(x, x) for x in t)
+        return " or ".join(_TYPE_WORDS.get(str(x), str(x)) for x in t)
     return "a different value"
 
 
@@ -92,17 +92,25 @@ def _yaml11_hint(doc: ParsedDocument, path: Path, value: Any) -> str:
     return f' (YAML read unquoted {raw} as {_describe_value(value)}; write "{raw}" in quotes)'
 
 
+def _kind_and_name(data: Any) -> tuple[str | None, str | None]:
+    """The document's kind and name as far as they can be read, for locating messages."""
+    data = data if isinstance(data, dict) else {}
+    kind = data.get("kind") if isinstance(data.get("kind"), str) else None
+    meta = data.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(name, str):
+        return kind, None
+    if names.name_problem(name):
+        # Shown, not trusted: keep it one short line and make a NUL visible.
+        name = (name[:37] + "..." if len(name) > 40 else name).replace("\x00", "\\0")
+    return kind, name
+
+
 class _Context:
     def __init__(self, source: SourceFile, doc: ParsedDocument) -> None:
         self.source = source
         self.doc = doc
-        data = doc.data if isinstance(doc.data, dict) else {}
-        self.kind = data.get("kind") if isinstance(data.get("kind"), str) else None
-        meta = data.get("metadata")
-        name = meta.get("name") if isinstance(meta, dict) else None
-        self.name = name if isinstance(name, str) else None
-        if self.name is not None and names.name_problem(self.name):
-            self.name = self.name[:40].replace("\x00", "\\0")
+        self.kind, self.name = _kind_and_name(doc.data)
 
     def problem(
         self, path: Path, message: str, *, at_key: bool = False, field: str | None = None
@@ -181,6 +189,15 @@ def _translate(ctx: _Context, error: Any) -> list[Problem]:
         got = f'"{instance}"' if isinstance(instance, str) else _describe_value(instance)
         hint = _yaml11_hint(ctx.doc, path, instance)
         return [ctx.problem(path, f"must be one of: {allowed} (got {got}){hint}")]
+    if "propertyNames" in error.relative_schema_path and isinstance(instance, str):
+        # The offending key itself (a label key): point at it, not at the whole mapping.
+        return [
+            ctx.problem(
+                path + (instance,),
+                f'invalid key "{instance}": does not match the pattern {schema.get("pattern")}',
+                at_key=True,
+            )
+        ]
     if validator in ("pattern", "maxLength", "minLength") and _is_name_schema(schema):
         return [ctx.problem(path, names.name_problem(instance) or error.message)]
     if validator == "pattern":
@@ -220,6 +237,18 @@ def _normalise_cell(spec: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def _nan_problems(ctx: _Context, value: Any, path: Path = ()) -> list[Problem]:
+    """NaN (`.nan`) passes every JSON Schema bound (all comparisons are false): refuse it."""
+    if isinstance(value, float) and value != value:
+        raw = ctx.doc.implicit.get(path, ".nan")
+        return [ctx.problem(path, f"expected a number, got {raw} (not a number)")]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _nan_problems(ctx, v, path + (k,))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _nan_problems(ctx, v, path + (i,))]
+    return []
+
+
 def _semantic_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
     """Rules JSON Schema cannot say: uniqueness inside lists."""
     problems = []
@@ -250,15 +279,27 @@ def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:
     try:
         text = source.data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = source.data[: exc.start].count(b"\n") + 1
-        return [], [Problem(source.display, "file is not valid UTF-8", line=line)]
+        before = source.data[: exc.start]
+        line = before.count(b"\n") + 1
+        # Everything before the first bad byte decodes, so the column can count characters.
+        column = len(before[before.rfind(b"\n") + 1 :].decode("utf-8")) + 1
+        bad = source.data[exc.start : exc.start + 1].hex()
+        message = f"file is not valid UTF-8 (byte 0x{bad}); save it as UTF-8"
+        return [], [Problem(source.display, message, line=line, column=column)]
     if "\x00" in text:
         line = text[: text.index("\x00")].count("\n") + 1
         return [], [Problem(source.display, "file contains a NUL byte", line=line)]
     try:
         docs = parse_documents(text)
     except YamlSyntaxError as exc:
-        return [], [Problem(source.display, exc.message, line=exc.line, column=exc.column)]
+        kind, name = _kind_and_name(exc.data)
+        return [], [
+            Problem(
+                source.display, exc.message, line=exc.line, column=exc.column,
+                kind=kind if kind in KINDS else None, name=name,
+                field=field_path(exc.path) or None,
+            )
+        ]
     manifests: list[Manifest] = []
     problems: list[Problem] = []
     for doc in docs:
@@ -290,10 +331,14 @@ def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:
             continue
         if data.get("apiVersion") != API_VERSION and "apiVersion" in data:
             problems.append(
-                ctx.problem(("apiVersion",), f'must be "{API_VERSION}" (got "{data["apiVersion"]}")')
+                ctx.problem(
+                    ("apiVersion",), f'must be "{API_VERSION}" (got "{data["apiVersion"]}")'
+                )
             )
             continue
         found = _schema_problems(ctx, data)
+        flagged = {p.field for p in found}
+        found += [p for p in _nan_problems(ctx, data) if p.field not in flagged]
         if not found:
             found = _semantic_problems(ctx, data)
         if found or doc.problems:

@@ -56,19 +56,35 @@ class ParsedDocument:
 
 
 class YamlSyntaxError(Exception):
-    def __init__(self, message: str, line: int, column: int) -> None:
+    """Input that cannot be read as a manifest at all; stops the whole file.
+
+    `path` is the field where the reader gave up (empty for plain syntax errors, whose
+    position libyaml reports but whose field it cannot know) and `data` the document as far
+    as it was read, so the message can still name the object.
+    """
+
+    def __init__(
+        self, message: str, line: int, column: int, *, path: Path = (), data: Any = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.line = line
         self.column = column
+        self.path = path
+        self.data = data
 
 
 def _pos(mark: Any) -> tuple[int, int]:
     return (mark.line + 1, mark.column + 1)
 
 
+def _construct(tag: str, event: Any) -> Any:
+    node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark)
+    return _constructor.construct_object(node)
+
+
 def _scalar_value(event: Any) -> tuple[Any, bool]:
-    """(value, resolved-implicitly-to-non-string)."""
+    """(value, resolved-implicitly-to-non-string). Raises ValueError for a bad explicit tag."""
     tag = event.tag
     plain = event.implicit[0] and event.style in (None, "")
     if tag in (None, "!"):
@@ -77,14 +93,27 @@ def _scalar_value(event: Any) -> tuple[Any, bool]:
         tag = _resolver.resolve(yaml.ScalarNode, event.value, (True, False))
         if tag == _STR:
             return event.value, False
-        node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark)
-        return _constructor.construct_object(node), True
+        try:
+            return _construct(tag, event), True
+        except (ValueError, KeyError, TypeError, OverflowError):
+            # Matches YAML 1.1's pattern but is no valid value (2001-02-30, 0x_): a string.
+            return event.value, False
     if tag not in _ALLOWED_SCALAR_TAGS:
-        raise YamlSyntaxError(f"tag {tag} is not allowed", *_pos(event.start_mark))
+        raise ValueError(f"tag {tag} is not allowed")
     if tag == _STR:
         return event.value, False
-    node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark)
-    return _constructor.construct_object(node), False
+    try:
+        return _construct(tag, event), False
+    except (ValueError, KeyError, TypeError, OverflowError):
+        short = tag.replace("tag:yaml.org,2002:", "!!")
+        raise ValueError(f'"{event.value}" is not a valid {short} value') from None
+
+
+def _refuse(
+    message: str, start: tuple[int, int], path: Path, doc: ParsedDocument
+) -> YamlSyntaxError:
+    """A refusal located at `start`, naming the field and (via the data so far) the object."""
+    return YamlSyntaxError(message, *start, path=path, data=doc.data)
 
 
 class _Frame:
@@ -122,71 +151,73 @@ def parse_documents(text: str, *, max_depth: int = MAX_DEPTH) -> list[ParsedDocu
             if etype in (yaml.StreamStartEvent, yaml.StreamEndEvent):
                 continue
             assert doc is not None
-            if etype is yaml.AliasEvent:
-                raise YamlSyntaxError(
-                    "aliases are not allowed in manifests (write the value out)",
-                    *_pos(event.start_mark),
-                )
             if etype in (yaml.MappingEndEvent, yaml.SequenceEndEvent):
                 stack.pop()
                 continue
-            if getattr(event, "anchor", None):
-                raise YamlSyntaxError(
-                    f"anchors are not allowed in manifests (&{event.anchor})",
-                    *_pos(event.start_mark),
-                )
             parent = stack[-1] if stack else None
-            # A scalar in key position of a mapping: remember it as the pending key.
-            if (
-                parent is not None
-                and isinstance(parent.container, dict)
-                and parent.key is None
-            ):
+            # A node in key position of a mapping: remember it as the pending key.
+            in_key = (
+                parent is not None and isinstance(parent.container, dict) and parent.key is None
+            )
+            # Where this node sits: its own path for a value, the mapping's for a key.
+            path: Path
+            if parent is None:
+                path = ()
+            elif in_key:
+                path = parent.path
+            elif isinstance(parent.container, dict):
+                assert parent.key is not None
+                path = parent.path + (parent.key,)
+            else:
+                path = parent.path + (len(parent.container),)
+            start = _pos(event.start_mark)
+            if etype is yaml.AliasEvent:
+                message = "aliases are not allowed in manifests (write the value out)"
+                raise _refuse(message, start, path, doc)
+            if getattr(event, "anchor", None):
+                message = f"anchors are not allowed in manifests (&{event.anchor})"
+                raise _refuse(message, start, path, doc)
+            if in_key:
+                assert parent is not None
                 if etype is not yaml.ScalarEvent:
-                    raise YamlSyntaxError(
-                        "mapping keys must be plain strings", *_pos(event.start_mark)
-                    )
+                    raise _refuse("mapping keys must be plain strings", start, path, doc)
                 key = event.value
-                kpos = _pos(event.start_mark)
                 if key == "<<" and event.implicit[0]:
-                    raise YamlSyntaxError("merge keys (<<) are not allowed", *kpos)
+                    raise _refuse("merge keys (<<) are not allowed", start, path, doc)
                 if key in parent.first_keys:
                     doc.problems.append(
                         YamlProblem(
                             f'duplicate key "{key}" (first at line {parent.first_keys[key]})',
-                            *kpos,
+                            *start,
                             path=parent.path + (key,),
                         )
                     )
                 else:
-                    parent.first_keys[key] = kpos[0]
+                    parent.first_keys[key] = start[0]
                 parent.key = key
-                parent.key_pos = kpos
+                parent.key_pos = start
                 continue
-            # A value: find its path and attach it.
-            if parent is None:
-                path: Path = ()
-            elif isinstance(parent.container, dict):
-                assert parent.key is not None
-                path = parent.path + (parent.key,)
+            # A value: record where it is and attach it.
+            if parent is not None and isinstance(parent.container, dict):
                 assert parent.key_pos is not None
                 doc.key_positions[path] = parent.key_pos
-            else:
-                path = parent.path + (len(parent.container),)
-            start = _pos(event.start_mark)
             doc.positions[path] = start
             value: Any
             if etype is yaml.ScalarEvent:
-                value, surprising = _scalar_value(event)
+                try:
+                    value, surprising = _scalar_value(event)
+                except ValueError as exc:
+                    raise _refuse(str(exc), start, path, doc) from None
                 if surprising and value is not None:
                     doc.implicit[path] = event.value
             else:
                 if event.tag not in _ALLOWED_COLLECTION_TAGS:
-                    raise YamlSyntaxError(f"tag {event.tag} is not allowed", *start)
+                    what = "a mapping" if etype is yaml.MappingStartEvent else "a sequence"
+                    message = f"tag {event.tag} is not allowed on {what}"
+                    raise _refuse(message, start, path, doc)
                 if len(stack) + 1 > max_depth:
-                    raise YamlSyntaxError(
-                        f"nesting deeper than {max_depth} levels is not allowed", *start
-                    )
+                    message = f"nesting deeper than {max_depth} levels is not allowed"
+                    raise _refuse(message, start, path, doc)
                 value = {} if etype is yaml.MappingStartEvent else []
             if parent is None:
                 doc.data = value
@@ -203,8 +234,13 @@ def parse_documents(text: str, *, max_depth: int = MAX_DEPTH) -> list[ParsedDocu
         mark = exc.problem_mark or exc.context_mark
         line, col = _pos(mark) if mark is not None else (1, 1)
         message = exc.problem or exc.context or "invalid YAML"
-        if exc.context and exc.problem:
-            message = f"{exc.context}: {exc.problem}"
+        if mark is not None and mark.index >= len(text.rstrip()):
+            message += " at the end of the file"
+        cm = exc.context_mark
+        if exc.context and exc.problem and cm is not None and _pos(cm) != (line, col):
+            # libyaml notices an unclosed [ or " only where it gives up (often the end of
+            # the file); where the construct started is what the user must fix.
+            message += f" ({exc.context} started at line {cm.line + 1}, column {cm.column + 1})"
         raise YamlSyntaxError(f"YAML syntax error: {message}", line, col) from None
     except yaml.YAMLError as exc:
         raise YamlSyntaxError(f"YAML error: {exc}", 1, 1) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
 class Context:
     db: Database
     trigger: str = "apply"
+    stopping: threading.Event | None = None
+    """Set on graceful shutdown: finish the step in flight (and compensations), start no more."""
     _backends: dict[str, Backend] = field(default_factory=dict)
 
     def backend(self, name: str) -> Backend:

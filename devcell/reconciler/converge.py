@@ -24,7 +24,7 @@ from devcell.reconciler.context import Context
 Key = tuple[str, str]
 """(kind, object id)"""
 
-MAX_ROUNDS = 20
+MAX_ROUNDS = 100_000  # a safety net only: rounds continue while anything progresses
 
 
 def controllers() -> dict[str, Controller]:

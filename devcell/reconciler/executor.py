@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from loguru import logger
 
-from devcell.backends.base import Outputs
 from devcell import failpoints
+from devcell.backends.base import Outputs
 from devcell.controllers import Controller
 from devcell.controllers.plan import Plan, When
 from devcell.errors import DevCellError
@@ -47,7 +47,13 @@ def execute(ctx: Context, controller: Controller, plan: Plan) -> tuple[str, str 
     failed_step: str | None = None
     ran: list[str] = []
     plan.context["ran"] = ran
+    stopped = False
     for idx, step in enumerate(plan.steps):
+        if ran and not stopped and ctx.stopping is not None and ctx.stopping.is_set():
+            stopped = True  # shutting down: only compensations (resume) still run
+            error = error or (f"controller shut down after step {ran[-1]}; "
+                              "the next start plans afresh")
+            failed_step = failed_step or ran[-1]
         if not _should_run(step.when, error is not None):
             continue
         ran.append(step.name)
@@ -89,7 +95,8 @@ def execute(ctx: Context, controller: Controller, plan: Plan) -> tuple[str, str 
             operations.finish(conn, op_id, status=operations.OpStatus.SUCCEEDED)
         else:
             operations.finish(conn, op_id, status=operations.OpStatus.FAILED,
-                              reason="StepFailed", message=error, failed_step=failed_step)
+                              reason="Shutdown" if stopped else "StepFailed", message=error,
+                              failed_step=failed_step)
         controller.finish(conn, plan, error=error)
         failpoints.hit("op.before-commit")
     if error:

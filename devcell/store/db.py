@@ -49,9 +49,18 @@ def ensure_private_dir(path: Path) -> None:
 class Database:
     """A connection to `state.db` with the pragmas and the write discipline DevCell relies on."""
 
-    def __init__(self, state_dir: Path, *, create: bool = True) -> None:
+    def __init__(self, state_dir: Path, *, create: bool = True, memory: bool = False) -> None:
         self.state_dir = state_dir
         self.path = state_dir / DB_FILENAME
+        if memory:
+            # Validation against an empty state without creating anything on disk.
+            self.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            self.conn.row_factory = sqlite3.Row
+            self._depth = 0
+            from devcell.store import migrations
+
+            migrations.ensure_current(self)
+            return
         if create:
             ensure_private_dir(state_dir)
         elif not self.path.exists():

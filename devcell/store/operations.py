@@ -90,11 +90,10 @@ def finish(
         "current_step = ? WHERE id = ?",
         (status, reason, message, now(), failed_step, op_id),
     )
-    if status != OpStatus.SUCCEEDED:
-        conn.execute(
-            "UPDATE operation_steps SET status = 'Skipped' WHERE op_id = ? AND status = 'Pending'",
-            (op_id,),
-        )
+    conn.execute(
+        "UPDATE operation_steps SET status = 'Skipped' WHERE op_id = ? AND status = 'Pending'",
+        (op_id,),
+    )
 
 
 def steps(conn: sqlite3.Connection, op_id: str) -> list[StepRecord]:

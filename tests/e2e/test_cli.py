@@ -114,8 +114,13 @@ def test_dry_run_writes_nothing(cli: Cli, tmp_path: Path, state_dir: Path, finge
     result = cli("apply", "-f", str(manifests), "--dry-run")
     assert result.returncode == 0
     assert result.stdout.strip() == "cell/api created (dry run)"
-    assert fingerprint(state_dir) is not None  # the database exists, migrated ...
-    assert cli("get", "cells", "-o", "name").stdout == ""  # ... but holds nothing
+    assert fingerprint(state_dir) is None  # a dry run on a fresh machine creates nothing
+    assert cli("apply", "-f", str(manifests)).returncode == 0
+    write(manifests, "api", state="Stopped")
+    before = fingerprint(state_dir)
+    result = cli("apply", "-f", str(manifests), "--dry-run")
+    assert result.stdout.strip() == "cell/api configured (dry run)"
+    assert fingerprint(state_dir) == before
 
 
 def test_stdin(cli: Cli) -> None:

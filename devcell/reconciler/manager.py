@@ -1,0 +1,148 @@
+"""Workers that drain the work queue: several keys in parallel (threads: backends block),
+one reconcile per key at a time, backoff on failure, requeue while waiting, periodic resync.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from loguru import logger
+
+from devcell.controllers import Controller
+from devcell.controllers.plan import Plan, Settled, Wait
+from devcell.reconciler import converge, executor
+from devcell.reconciler.context import Context
+from devcell.reconciler.queue import WorkQueue
+from devcell.store import objects
+from devcell.store.db import Database
+
+Key = tuple[str, str]
+
+
+@dataclass
+class Manager:
+    state_dir: Path
+    workers: int = 4
+    resync_seconds: float = 60.0
+    queue: WorkQueue[Key] = field(default_factory=WorkQueue)
+    stopping: threading.Event = field(default_factory=threading.Event)
+    _triggers: dict[Key, str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    reconciles: int = 0
+
+    def enqueue(self, key: Key, *, trigger: str, after: float = 0.0) -> None:
+        with self._lock:
+            # The first reason wins until the key is picked up ("apply" beats "drift").
+            self._triggers.setdefault(key, trigger)
+        self.queue.add(key, after=after)
+
+    def enqueue_all(self, db: Database, *, trigger: str) -> int:
+        count = 0
+        for kind, table in objects.TABLES.items():
+            for (object_id,) in db.conn.execute(
+                    f"SELECT id FROM {table} WHERE deleted_at IS NULL").fetchall():
+                self.enqueue((kind, object_id), trigger=trigger)
+                count += 1
+        return count
+
+    def start(self) -> None:
+        for i in range(self.workers):
+            t = threading.Thread(target=self._work, name=f"worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        if self.resync_seconds > 0:
+            t = threading.Thread(target=self._resync, name="resync", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Take no new work; let each worker finish its step in flight (and compensations)."""
+        self.stopping.set()
+        self.queue.shutdown()
+        for t in self._threads:
+            t.join(timeout)
+
+    def _resync(self) -> None:
+        db = Database(self.state_dir)
+        try:
+            while not self.stopping.wait(self.resync_seconds):
+                n = self.enqueue_all(db, trigger="drift")
+                logger.debug("resync: {} objects queued", n)
+        finally:
+            db.close()
+
+    def _work(self) -> None:
+        db = Database(self.state_dir)
+        ctx = Context(db, stopping=self.stopping)
+        kinds = converge.controllers()
+        try:
+            while True:
+                key = self.queue.get()
+                if key is None:
+                    return
+                with self._lock:
+                    trigger = self._triggers.pop(key, "resync")
+                ctx.trigger = trigger
+                try:
+                    self._reconcile(ctx, kinds[key[0]], key)
+                except Exception:
+                    logger.exception("reconcile of {} {} raised", *key)
+                    self.queue.add_rate_limited(key)
+                finally:
+                    self.queue.done(key)
+                    with self._lock:
+                        self.reconciles += 1
+        finally:
+            ctx.close()
+            db.close()
+
+    def _reconcile(self, ctx: Context, controller: Controller, key: Key) -> None:
+        kind, object_id = key
+        decision = controller.decide(ctx, object_id)
+        if isinstance(decision, Plan):
+            _, error = executor.execute(ctx, controller, decision)
+            if self.stopping.is_set():
+                return
+            if error:
+                delay = self.queue.add_rate_limited(key)
+                self._note_retry(ctx, kind, object_id, delay)
+                return
+            self.queue.forget(key)
+            self.enqueue(key, trigger=ctx.trigger)  # confirm it settled (level-triggered)
+            self._wake_dependents(ctx, kind, object_id)
+        elif isinstance(decision, Wait):
+            self.enqueue(key, trigger=ctx.trigger, after=decision.requeue_after)
+        elif isinstance(decision, Settled):
+            if decision.failed:
+                delay = self.queue.add_rate_limited(key)
+                self._note_retry(ctx, kind, object_id, delay)
+            else:
+                self.queue.forget(key)
+
+    def _wake_dependents(self, ctx: Context, kind: str, object_id: str) -> None:
+        """A cell became ready: its waiting snapshots; a snapshot became ready: its forks."""
+        if kind == "Cell":
+            sql = ("SELECT id FROM snapshots WHERE cell_id = ? AND deleted_at IS NULL "
+                   "AND checkpoint_ref IS NULL")
+            dependent = "Snapshot"
+        else:
+            sql = "SELECT id FROM cells WHERE forked_from = ? AND deleted_at IS NULL"
+            dependent = "Cell"
+        for (dep_id,) in ctx.db.conn.execute(sql, (object_id,)).fetchall():
+            self.enqueue((dependent, dep_id), trigger=ctx.trigger)
+
+    def _note_retry(self, ctx: Context, kind: str, object_id: str, delay: float) -> None:
+        """Make the next retry time visible (describe shows status.nextRetryAt)."""
+        at = (datetime.now(UTC) + timedelta(seconds=delay)).strftime("%Y-%m-%dT%H:%M:%S.%f")
+        with ctx.db.write() as conn:
+            record = objects.get(conn, kind, object_id)
+            if record is None:
+                return
+            status = dict(record.status, nextRetryAt=at[:-3] + "Z",
+                          retries=self.queue.failures((kind, object_id)))
+            objects.write_status(conn, record, phase=record.phase, status=status,
+                                 observed_generation=record.observed_generation)

@@ -1,0 +1,318 @@
+"""The bad-input corpus: every way a manifest can be wrong is refused cleanly.
+
+For each case `devcell apply` must exit 1, name file:line[:column], the object and the field
+for every problem, print no traceback, and leave the state database exactly as it was
+(no database at all when nothing had been applied before). The manifests live one case per
+file in tests/e2e/bad_inputs/; cases too big to commit (oversize, 100000-deep) are written
+into tmp_path by the test.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from devcell.manifests.loader import MAX_FILE_BYTES
+from devcell.manifests.yamlsafe import MAX_DEPTH
+from tests.conftest import REPO, Cli
+
+pytestmark = pytest.mark.e2e
+
+Fingerprint = Callable[[Path], str | None]
+
+CORPUS = Path(__file__).resolve().parent / "bad_inputs"
+REL = CORPUS.relative_to(REPO).as_posix()  # paths are given relative to the repo (cli's cwd)
+PRIOR = f"{REL}/prior/base.yaml"  # api, other, snap-a and snap-b of api, fork from snap-a
+
+KNOWN_CELL_FIELDS = "backend, image, state, workspace, services, env, resources, network, hooks"
+NAME_RULE = 'use lower-case letters, digits and "-", starting and ending with a letter or digit'
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    paths: tuple[str, ...]
+    """What follows each -f, relative to bad_inputs/ ("-" is stdin)."""
+    errors: tuple[tuple[str, str], ...]
+    """Per problem, in order: the exact start of its line after "error: " (file:line:col:
+    Kind "name": field:) and a piece of the message that must follow it."""
+    prior: bool = False
+    """Apply prior/base.yaml first (the immutable-field cases)."""
+    stdin: str | None = None
+    """A corpus file to feed on stdin."""
+
+
+def _p(name: str) -> str:
+    return f"{REL}/{name}"
+
+
+CASES = [
+    Case("yaml-syntax-unclosed-flow", ("syntax-error.yaml",), (
+        (f"{_p('syntax-error.yaml')}:10:1: ",
+         "YAML syntax error: did not find expected ',' or ']' at the end of the file "
+         "(while parsing a flow sequence started at line 9, column 16)"),
+    )),
+    Case("yaml-syntax-bad-indent", ("syntax-error-indent.yaml",), (
+        (f"{_p('syntax-error-indent.yaml')}:7:2: ",
+         "YAML syntax error: did not find expected key "
+         "(while parsing a block mapping started at line 1, column 1)"),
+    )),
+    Case("duplicate-key", ("duplicate-key.yaml",), (
+        (f'{_p("duplicate-key.yaml")}:8:3: Cell "api": spec.backend: ',
+         'duplicate key "backend" (first at line 6)'),
+    )),
+    Case("alias-bomb", ("alias-bomb.yaml",), (
+        (f'{_p("alias-bomb.yaml")}:6:8: Cell "api": metadata.annotations.a: ',
+         "anchors are not allowed in manifests (&a)"),
+    )),
+    Case("nesting-too-deep", ("too-deep.yaml",), (
+        # root mapping, spec, then lists: the 33rd level opens at column 13 + 30.
+        (f'{_p("too-deep.yaml")}:7:43: Cell "api": spec.services' + "[0]" * 30 + ": ",
+         f"nesting deeper than {MAX_DEPTH} levels is not allowed"),
+    )),
+    Case("unknown-kind", ("unknown-kind.yaml",), (
+        (f"{_p('unknown-kind.yaml')}:2:7: kind: ",
+         'unknown kind "Pod" (known kinds: Cell, Snapshot)'),
+    )),
+    Case("unknown-field", ("unknown-field.yaml",), (
+        (f'{_p("unknown-field.yaml")}:7:3: Cell "api": spec.servics: ',
+         f'unknown field (did you mean "services"?); known fields: {KNOWN_CELL_FIELDS}'),
+    )),
+    Case("wrong-type", ("wrong-type.yaml",), (
+        (f'{_p("wrong-type.yaml")}:9:16: Cell "api": spec.services[0].command: ',
+         "expected an array of strings, got a string"),
+    )),
+    Case("unquoted-no-env-value", ("unquoted-no.yaml",), (
+        (f'{_p("unquoted-no.yaml")}:9:14: Cell "api": spec.env[0].value: ',
+         'expected a string, got boolean false (YAML read unquoted no as boolean false; '
+         'write "no" in quotes)'),
+    )),
+    Case("name-dotdot", ("name-dotdot.yaml",), (
+        (f'{_p("name-dotdot.yaml")}:4:9: Cell "..": metadata.name: ',
+         f'invalid name "..": {NAME_RULE}'),
+    )),
+    Case("name-slash", ("name-slash.yaml",), (
+        (f'{_p("name-slash.yaml")}:4:9: Cell "a/b": metadata.name: ',
+         f'invalid name "a/b": {NAME_RULE}'),
+    )),
+    Case("name-300-chars", ("name-too-long.yaml",), (
+        (f'{_p("name-too-long.yaml")}:4:9: Cell "{"a" * 37}...": metadata.name: ',
+         "must be at most 63 characters (got 300)"),
+    )),
+    Case("name-with-nul", ("name-nul.yaml",), (
+        (f'{_p("name-nul.yaml")}:4:9: Cell "api\\0evil": metadata.name: ',
+         "must not contain a NUL character"),
+    )),
+    Case("label-key-invalid", ("label-key.yaml",), (
+        (f'{_p("label-key.yaml")}:7:5: Cell "api": metadata.labels.not a key: ',
+         'invalid key "not a key": does not match the pattern'),
+    )),
+    Case("cpus-nan", ("nan.yaml",), (
+        (f'{_p("nan.yaml")}:8:11: Cell "api": spec.resources.cpus: ',
+         "expected a number, got .nan (not a number)"),
+    )),
+    Case("explicit-tag-bad-value", ("explicit-tag.yaml",), (
+        (f'{_p("explicit-tag.yaml")}:8:11: Cell "api": spec.resources.cpus: ',
+         '"two" is not a valid !!float value'),
+    )),
+    Case("missing-snapshot", ("missing-snapshot.yaml",), (
+        (f'{_p("missing-snapshot.yaml")}:9:17: Cell "fork": spec.workspace.from.snapshot: ',
+         'snapshot "no-such-snapshot" not found'),
+    )),
+    Case("immutable-backend", ("immutable-backend.yaml",), (
+        (f'{_p("immutable-backend.yaml")}:6:12: Cell "api": spec.backend: ',
+         'field is immutable (recorded "fake", got "container")'),
+    ), prior=True),
+    Case("immutable-snapshot-cell", ("immutable-snapshot-cell.yaml",), (
+        (f'{_p("immutable-snapshot-cell.yaml")}:6:9: Snapshot "snap-a": spec.cell: ',
+         "a Snapshot's spec is immutable (recorded cell \"api\", got \"other\")"),
+    ), prior=True),
+    Case("immutable-fork-source", ("immutable-fork-source.yaml",), (
+        (f'{_p("immutable-fork-source.yaml")}:9:7: Cell "fork": spec.workspace.from: ',
+         'fork source is immutable (recorded snapshot "snap-a", got snapshot "snap-b")'),
+    ), prior=True),
+    Case("same-name-two-files", ("same-name-dir",), (
+        (f'{_p("same-name-dir/b.yaml")}:4:9: Cell "twin": metadata.name: ',
+         f'Cell "twin" is defined twice in this apply (also in {_p("same-name-dir/a.yaml")}:1)'),
+    )),
+    Case("same-name-two-documents", ("same-name-docs.yaml",), (
+        (f'{_p("same-name-docs.yaml")}:11:9: Cell "twin": metadata.name: ',
+         f'Cell "twin" is defined twice in this apply (also in {_p("same-name-docs.yaml")}:1)'),
+    )),
+    Case("multi-problem-all-listed", ("multi-problem.yaml",), (
+        (f'{_p("multi-problem.yaml")}:7:10: Cell "api": spec.state: ',
+         'must be one of: Running, Stopped, Sleeping (got "Paused")'),
+        (f'{_p("multi-problem.yaml")}:8:3: Cell "api": spec.imagePullPolicy: ',
+         "unknown field"),
+        (f'{_p("multi-problem.yaml")}:11:16: Cell "api": spec.services[0].command: ',
+         "expected an array of strings, got a string"),
+        (f'{_p("multi-problem.yaml")}:14:14: Cell "api": spec.env[0].value: ',
+         'YAML read unquoted no as boolean false; write "no" in quotes'),
+        (f'{_p("multi-problem.yaml")}:16:11: Cell "api": spec.resources.cpus: ',
+         "must be greater than 0"),
+        (f'{_p("multi-problem.yaml")}:21:9: Snapshot "Bad_Name": metadata.name: ',
+         f'invalid name "Bad_Name": {NAME_RULE}'),
+    )),
+    Case("all-or-nothing-directory", ("all-or-nothing",), (
+        (f'{_p("all-or-nothing/bad.yaml")}:7:10: Cell "bad": spec.state: ',
+         'must be one of: Running, Stopped, Sleeping (got "Paused")'),
+    )),
+    Case("invalid-utf8", ("invalid-utf8.yaml",), (
+        (f"{_p('invalid-utf8.yaml')}:6:14: ", "file is not valid UTF-8 (byte 0xe9)"),
+    )),
+    Case("json-wrong-type", ("wrong-type.json",), (
+        (f'{_p("wrong-type.json")}:7:27: Cell "worker": spec.resources.cpus: ',
+         "expected a number, got a string"),
+    )),
+    Case("stdin-bad-document", ("-",), (
+        ('<stdin>:5:3: Cell "api": metadata.lables: ',
+         'unknown field (did you mean "labels"?); known fields: name, labels, annotations'),
+    ), stdin="stdin-bad.yaml"),
+]
+
+
+def _user_rows(state_dir: Path) -> dict[str, int]:
+    """Row counts of every table except the migrations log, skipping empty tables."""
+    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+        counts = {t: conn.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0] for t in tables}
+    finally:
+        conn.close()
+    return {t: n for t, n in counts.items() if n and t != "migrations"}
+
+
+def assert_state_unchanged(state_dir: Path, before: str | None,
+                           fingerprint: Fingerprint) -> None:
+    """Identical rows after a refused apply; a refused first apply creates no state.db at all."""
+    assert fingerprint(state_dir) == before, "a rejected apply changed the state database"
+
+
+def assert_refused(result: subprocess.CompletedProcess[str],
+                   errors: tuple[tuple[str, str], ...]) -> None:
+    """Exit 1, exactly these problems in this order, the summary line, no traceback."""
+    stderr = result.stderr
+    assert result.returncode == 1, stderr
+    assert "Traceback" not in stderr, stderr
+    assert result.stdout == "", result.stdout
+    lines = stderr.splitlines()
+    *problems, summary = lines
+    assert len(problems) == len(errors), stderr
+    for line, (prefix, message) in zip(problems, errors, strict=True):
+        assert line.startswith(f"error: {prefix}"), f"\n{line}\nexpected to start with\n{prefix}"
+        assert message in line[len("error: ") + len(prefix):], f"\n{line}\nmissing: {message}"
+    n = len(errors)
+    assert summary == f"{n} problem{'s' if n != 1 else ''} found; nothing was changed"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_bad_input_is_refused(cli: Cli, fingerprint: Fingerprint, state_dir: Path,
+                              case: Case) -> None:
+    if case.prior:
+        prior = cli("apply", "-f", PRIOR)
+        assert prior.returncode == 0, prior.stderr
+    before = fingerprint(state_dir)
+    assert (before is not None) == case.prior
+    args = [arg for p in case.paths for arg in ("-f", p if p == "-" else _p(p))]
+    stdin = (CORPUS / case.stdin).read_text() if case.stdin else None
+    result = cli("apply", *args, input=stdin, timeout=60)
+    assert_refused(result, case.errors)
+    assert_state_unchanged(state_dir, before, fingerprint)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.prior], ids=lambda c: c.id)
+def test_bad_input_after_prior_state_changes_nothing(cli: Cli, fingerprint: Fingerprint,
+                                                     state_dir: Path, case: Case) -> None:
+    """The refused change really was refused: the recorded objects are as first applied."""
+    assert cli("apply", "-f", PRIOR).returncode == 0
+    assert cli("apply", "-f", _p(case.paths[0])).returncode == 1
+    again = cli("apply", "-f", PRIOR)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines() == [
+        "cell/api unchanged", "cell/other unchanged", "snapshot/snap-a unchanged",
+        "snapshot/snap-b unchanged", "cell/fork unchanged",
+    ]
+
+
+def test_all_or_nothing_records_not_even_the_valid_file(cli: Cli, state_dir: Path) -> None:
+    """The valid half of a rejected directory is not recorded: applying it alone creates it."""
+    assert cli("apply", "-f", _p("all-or-nothing")).returncode == 1
+    assert cli("apply", "-f", _p("all-or-nothing/good.yaml")).stdout == "cell/good created\n"
+
+
+def test_alias_bomb_is_refused_quickly(cli: Cli) -> None:
+    """The bomb is refused at its first anchor, long before anything could expand it."""
+    result = cli("apply", "-f", _p("alias-bomb.yaml"), timeout=10)
+    assert result.returncode == 1
+
+
+def _deep_file(tmp_path: Path, levels: int) -> Path:
+    path = tmp_path / f"deep-{levels}.yaml"
+    path.write_text("[" * levels + "]" * levels + "\n")
+    return path
+
+
+@pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 100_000], ids=["limit-plus-one", "100000"])
+def test_deep_flow_nesting_is_refused(cli: Cli, fingerprint: Fingerprint, state_dir: Path,
+                                      tmp_path: Path, levels: int) -> None:
+    path = _deep_file(tmp_path, levels)
+    result = cli("apply", "-f", str(path), timeout=60)
+    # The first level beyond the limit opens at column MAX_DEPTH + 1; its path is [0]...[0].
+    assert_refused(result, (
+        (f"{path}:1:{MAX_DEPTH + 1}: {'[0]' * MAX_DEPTH}: ",
+         f"nesting deeper than {MAX_DEPTH} levels is not allowed"),
+    ))
+    assert_state_unchanged(state_dir, None, fingerprint)
+
+
+def test_nesting_at_the_limit_is_parsed(cli: Cli, tmp_path: Path) -> None:
+    """Exactly MAX_DEPTH levels is read (and then refused by the schema, not the depth check)."""
+    path = _deep_file(tmp_path, MAX_DEPTH)
+    result = cli("apply", "-f", str(path))
+    assert_refused(result, (
+        (f"{path}:1:1: ", "expected a mapping with apiVersion, kind, metadata and spec"),
+    ))
+
+
+VALID = (b"apiVersion: devcell.dev/v1alpha1\nkind: Cell\n"
+         b"metadata: {name: big}\nspec: {backend: fake}\n")
+
+
+def _padded(size: int) -> bytes:
+    """A valid manifest padded with a comment line to exactly `size` bytes."""
+    data = VALID + b"#" + b"x" * (size - len(VALID) - 2) + b"\n"
+    assert len(data) == size
+    return data
+
+
+def test_oversize_file_is_refused(cli: Cli, fingerprint: Fingerprint, state_dir: Path,
+                                  tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_bytes(_padded(MAX_FILE_BYTES + 1))
+    result = cli("apply", "-f", str(path))
+    assert_refused(result, (
+        (f"{path}:1: ", f"file is larger than the limit of {MAX_FILE_BYTES} bytes"),
+    ))
+    assert fingerprint(state_dir) is None  # refused before the database is opened
+
+
+def test_oversize_stdin_is_refused(cli: Cli, fingerprint: Fingerprint, state_dir: Path) -> None:
+    result = cli("apply", "-f", "-", input=_padded(MAX_FILE_BYTES + 1).decode())
+    assert_refused(result, (
+        ("<stdin>:1: ", f"file is larger than the limit of {MAX_FILE_BYTES} bytes"),
+    ))
+    assert fingerprint(state_dir) is None
+
+
+def test_file_of_exactly_the_limit_is_accepted(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_bytes(_padded(MAX_FILE_BYTES))
+    result = cli("apply", "-f", str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "cell/big created\n"

@@ -31,7 +31,7 @@ def run_apply(args: argparse.Namespace) -> int:
     if args.dry_run:
         return 0
     return converge_and_report(db, result.to_reconcile, verbose=args.verbose,
-                               timeout=args.timeout, trigger="apply")
+                               timeout=args.timeout, trigger="apply", wait=args.wait)
 
 
 def _print_changes(result: desired.ApplyResult, suffix: str) -> None:

@@ -33,6 +33,16 @@ def _rows(db: Database, kind: str, name: str | None, selector: list[Any]) -> lis
         return views.volumes_table(conn, name)
     if kind == "operations":
         return views.operations_table(conn, name)
+    if kind == "controllers":
+        from devcell.reconciler import lease
+        from devcell.store import controllers
+
+        row = controllers.read(conn)
+        if row is None:
+            return []
+        holder = lease.current_holder(db.state_dir)
+        row["running"] = holder is not None and holder.pid == row["pid"]
+        return [row]
     return views.events_table(conn, name)
 
 
@@ -92,6 +102,13 @@ def _print_table(kind: str, rows: list[dict[str, Any]], wide: bool) -> None:
             headers += ["STEPS", "MESSAGE"]
             for d, r in zip(data, rows, strict=True):
                 d += [",".join(r["plan"]) or "-", r["message"] or ""]
+    elif kind == "controllers":
+        headers = ["NAME", "RUNNING", "PID", "HOST", "SINCE", "MANIFESTS-VALID", "MESSAGE"]
+        data = []
+        for r in rows:
+            cond = next((c for c in r["conditions"] if c["type"] == "ManifestsValid"), {})
+            data.append([r["name"], "yes" if r["running"] else "no", r["pid"], r["host"],
+                         age(r["started_at"]), cond.get("status"), cond.get("message")])
     else:
         headers = ["AGE", "TYPE", "REASON", "OBJECT", "MESSAGE"]
         data = [[age(r["created_at"]), r["type"], r["reason"],
@@ -119,11 +136,61 @@ def run_get(args: argparse.Namespace) -> int:
         key = "id" if args.kind in ("operations", "events") else "name"
         sys.stdout.write("".join(f"{singular}/{r[key]}\n" for r in rows))
         return 0
-    if not rows:
+    if not rows and not args.watch:
         sys.stderr.write("No resources found.\n")
         return 0
-    _print_table(args.kind, rows, wide=args.output == "wide")
+    if rows:
+        _print_table(args.kind, rows, wide=args.output == "wide")
+    if db is not None and args.kind in ("cells", "snapshots"):
+        _warn_invalid_manifests(db)
+    if args.watch:
+        return _watch(args, selector, rows)
     return 0
+
+
+def _warn_invalid_manifests(db: Database) -> None:
+    """A daemon keeping some objects at their last good state should not go unnoticed."""
+    from devcell.store import controllers
+
+    row = controllers.read(db.conn)
+    if row is None or row["stopped_at"]:
+        return
+    cond = next((c for c in row["conditions"] if c["type"] == "ManifestsValid"), None)
+    if cond and cond["status"] == "False":
+        sys.stderr.write(f"warning: controller: {cond['message']}\n")
+
+
+def _watch(args: argparse.Namespace, selector: list[Any], rows: list[dict[str, Any]]) -> int:
+    """Poll for commits (PRAGMA data_version) and print rows that changed, as kubectl -w does."""
+    import time
+
+    state_dir = resolve_state_dir(args.state_dir)
+    db: Database | None = None
+    seen = {r.get("id"): _row_key(r) for r in rows}
+    version = None
+    try:
+        while True:
+            if db is None and (state_dir / "state.db").exists():
+                db = Database(state_dir, create=False)
+            if db is not None:
+                current = db.conn.execute("PRAGMA data_version").fetchone()[0]
+                if current != version:
+                    version = current
+                    fresh = _rows(db, args.kind, args.name, selector)
+                    changed = [r for r in fresh if seen.get(r.get("id")) != _row_key(r)]
+                    for r in fresh:
+                        seen[r.get("id")] = _row_key(r)
+                    if changed:
+                        _print_table(args.kind, changed, wide=args.output == "wide")
+                        sys.stdout.flush()
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _row_key(row: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in row.items() if k not in ("created_at",)}, default=str,
+                      sort_keys=True)
 
 
 def run_describe(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ GET_KINDS = {
     "snap": "snapshots", "volume": "volumes", "volumes": "volumes", "vol": "volumes",
     "operation": "operations", "operations": "operations", "op": "operations", "ops": "operations",
     "event": "events", "events": "events", "ev": "events",
+    "controller": "controllers", "controllers": "controllers",
 }
 OBJECT_KINDS = {"cell": "Cell", "cells": "Cell", "snapshot": "Snapshot", "snapshots": "Snapshot",
                 "snap": "Snapshot"}
@@ -41,6 +42,19 @@ def _kind(table: dict[str, str]) -> Callable[[str], str]:
     return convert
 
 
+def _duration(text: str) -> float:
+    """kubectl durations: 30s, 5m, 1h30m, 250ms, or plain seconds."""
+    import re
+
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (e.g. 30s, 5m, 1h30m)")
+    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = Parser(add_help=False)
     common.add_argument("--state-dir", default=None,
@@ -58,7 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="validate and show what would change")
     p.add_argument("--prune", action="store_true",
                    help="delete objects applied from these paths whose manifests are gone")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for convergence")
+    p.add_argument("--timeout", type=_duration, default=300.0,
+                   help="how long to wait for convergence (e.g. 90s, 5m; default 5m)")
+    p.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
+                   help="with a daemon running, wait until the objects are Ready (default on)")
 
     p = sub.add_parser("get", parents=[common], help="list objects")
     p.add_argument("kind", type=_kind(GET_KINDS), metavar="KIND",
@@ -67,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", choices=["table", "wide", "yaml", "json", "name"],
                    default="table")
     p.add_argument("-l", "--selector", help="label selector, e.g. team=core,tier!=db")
+    p.add_argument("-w", "--watch", action="store_true",
+                   help="after listing, print rows again as they change (Ctrl-C to stop)")
 
     p = sub.add_parser("describe", parents=[common], help="show an object in detail")
     p.add_argument("kind", type=_kind({**OBJECT_KINDS, "operation": "Operation",
@@ -78,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kind", nargs="?", type=_kind(OBJECT_KINDS), metavar="KIND")
     p.add_argument("name", nargs="?")
     p.add_argument("-f", "--filename", action="append", help="delete the objects in these files")
-    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--timeout", type=_duration, default=300.0)
 
     p = sub.add_parser("diff", parents=[common], help="show what apply would change")
     p.add_argument("-f", "--filename", action="append", required=True)
@@ -89,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = ssub.add_parser("create", parents=[common], help="checkpoint a cell")
     sp.add_argument("cell")
     sp.add_argument("--name", required=True)
-    sp.add_argument("--timeout", type=float, default=300.0)
+    sp.add_argument("--timeout", type=_duration, default=300.0)
     sp = ssub.add_parser("list", parents=[common], help="a cell's snapshots")
     sp.add_argument("cell")
     sp.add_argument("-o", "--output", choices=["table", "wide", "yaml", "json", "name"],
@@ -102,16 +121,38 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("cell")
     cp.add_argument("--snapshot", required=True)
     cp.add_argument("--name", required=True)
-    cp.add_argument("--timeout", type=float, default=300.0)
+    cp.add_argument("--timeout", type=_duration, default=300.0)
     for verb, text in (("sleep", "checkpoint the workspace, then stop"),
                        ("start", "start a stopped or sleeping cell")):
         cp = csub.add_parser(verb, parents=[common], help=text)
         cp.add_argument("cell")
-        cp.add_argument("--timeout", type=float, default=300.0)
+        cp.add_argument("--timeout", type=_duration, default=300.0)
+
+    p = sub.add_parser("wait", parents=[common], help="wait for a condition on an object")
+    p.add_argument("kind", type=_kind(OBJECT_KINDS), metavar="KIND")
+    p.add_argument("name")
+    p.add_argument("--for", dest="condition", default="condition=Ready",
+                   help="condition=TYPE[=STATUS] or delete (default condition=Ready)")
+    p.add_argument("--timeout", type=_duration, default=30.0, help="e.g. 60s (default 30s)")
+
+    p = sub.add_parser("controller", parents=[common], help="the reconciling daemon")
+    dsub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
+    dsub.required = True
+    dp = dsub.add_parser("run", parents=[common],
+                         help="keep a directory of manifests converged (also installed as celld)")
+    _daemon_options(dp)
 
     p = sub.add_parser("schema", parents=[common], help="print a kind's JSON Schema")
     p.add_argument("kind", type=_kind(OBJECT_KINDS), metavar="KIND")
     return parser
+
+
+def _daemon_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--manifests", required=True, help="directory of manifests to keep converged")
+    p.add_argument("--workers", type=int, default=4, help="parallel reconciles (default 4)")
+    p.add_argument("--resync", type=_duration, default=60.0,
+                   help="period of the full resync that repairs drift (default 60s; 0: never)")
+    p.add_argument("--log-json", action="store_true", help="machine-readable logs on stderr")
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -129,6 +170,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from devcell.cli import cmd_cells
 
         return int(getattr(cmd_cells, f"run_{command}_{args.verb}")(args))
+    if command in ("wait", "controller"):
+        from devcell.cli import cmd_controller
+
+        return cmd_controller.run_wait(args) if command == "wait" else cmd_controller.run_daemon(args)
     if command == "schema":
         from devcell import schemas
 
@@ -137,8 +182,22 @@ def _dispatch(args: argparse.Namespace) -> int:
     raise AssertionError(command)
 
 
+def celld(argv: Sequence[str] | None = None) -> int:
+    """`celld`: the daemon on its own (same as `devcell controller run`)."""
+    common = Parser(prog="celld", description="Keep a directory of DevCell manifests converged.")
+    common.add_argument("--state-dir", default=None)
+    common.add_argument("-v", "--verbose", action="count", default=0)
+    _daemon_options(common)
+    args = common.parse_args(argv)
+    args.command, args.verb = "controller", "run"
+    return _run(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return _run(build_parser().parse_args(argv))
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return _dispatch(args)
     except ManifestError as exc:

@@ -18,7 +18,7 @@ MAX_FILE_BYTES = 1024 * 1024
 EXTENSIONS = (".yaml", ".yml", ".json")
 
 
-def _walk(directory: str) -> list[str]:
+def walk(directory: str) -> list[str]:
     found: list[str] = []
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
@@ -50,7 +50,7 @@ def read_sources(paths: Iterable[str], *, limit: int = MAX_FILE_BYTES) -> list[S
         if given == "-":
             candidates: list[tuple[str | None, str, str]] = [(None, "<stdin>", "-")]
         elif os.path.isdir(given):
-            candidates = [(p, p, os.path.abspath(p)) for p in _walk(given)]
+            candidates = [(p, p, os.path.abspath(p)) for p in walk(given)]
         elif os.path.exists(given):
             candidates = [(given, given, os.path.abspath(given))]
         else:

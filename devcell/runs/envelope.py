@@ -86,8 +86,9 @@ def decode(data: bytes, *, run_id: str, where: str, stored_under: str = "locatio
         document = json.loads(text, object_pairs_hook=_refuse_duplicate_keys,
                               parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
-        raise corrupt(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
-                      f"(character {exc.pos} of {len(text)})") from None
+        ended = " (the data ends there: truncated?)" if exc.pos >= len(text.rstrip()) else ""
+        raise corrupt(f"not valid JSON: {exc.msg}: line {exc.lineno} column {exc.colno}, "
+                      f"character {exc.pos} of {len(text)}{ended}") from None
     except ValueError as exc:  # a duplicate key, NaN/Infinity, an integer too long to parse
         raise corrupt(f"not valid JSON: {_cap(str(exc))}") from None
     except RecursionError:

@@ -32,7 +32,7 @@ SNAPSHOT_NAME = "snapshot.json"
 TEMP_PREFIX = ".snapshot.json."
 TEMP_SUFFIX = ".tmp"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_SAVE_ATTEMPTS = 3
+_SAVE_ATTEMPTS = 100  # each retry means a concurrent delete of this run succeeded
 
 
 def is_temp_name(name: str) -> bool:
@@ -187,7 +187,11 @@ class FileSnapshotStore:
                     created = True
                 except FileExistsError:
                     pass
-                dir_fd = os.open(run_id, _DIR_FLAGS, dir_fd=runs_fd)
+                try:
+                    dir_fd = os.open(run_id, _DIR_FLAGS, dir_fd=runs_fd)
+                except FileNotFoundError:  # deleted between our mkdir and our open
+                    yield None
+                    return
             try:
                 with oserrors.translated(run_dir, "cannot prepare the run directory"):
                     _tighten(dir_fd)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,8 @@ _CODES = {
 
 def to_storage_error(exc: OSError, *, path: str | Path, doing: str) -> StorageError:
     code = _CODES.get(exc.errno or 0, StorageError.IO_ERROR)
+    if exc.errno == errno.ENOTDIR and os.path.islink(path):
+        code = StorageError.UNSAFE_PATH  # O_DIRECTORY|O_NOFOLLOW on a link says ENOTDIR
     detail = exc.strerror or str(exc) or type(exc).__name__
     if code == StorageError.UNSAFE_PATH:
         detail = "is a symbolic link (refusing to follow it)"

@@ -265,7 +265,7 @@ def apply(
             result.changes.append(Change(m.kind, m.name, outcome,
                                          existing.id if existing else None))
         if prune_roots:
-            result.changes.extend(_prune_candidates(conn, prune_roots, files, fast, manifests))
+            result.changes.extend(prune_candidates(conn, prune_roots, _keep(fast, manifests)))
         return result
     if not manifests and not prune_roots:
         return result  # nothing to write: the no-op fast path ends here
@@ -277,7 +277,7 @@ def apply(
                 sources.remember(wconn, key, by_key[key].digest,
                                  [(m.kind, m.name, m.manifest_hash) for m in found])
         if prune_roots:
-            for change in _prune_candidates(wconn, prune_roots, files, fast, manifests):
+            for change in prune_candidates(wconn, prune_roots, _keep(fast, manifests)):
                 record = objects.get(wconn, change.kind, change.object_id or "")
                 if record is None:
                     continue
@@ -291,13 +291,16 @@ def apply(
     return result
 
 
-def _prune_candidates(
-    conn: sqlite3.Connection, roots: list[str], files: list[SourceFile],
-    fast: dict[str, list[sources.Entry]], manifests: list[Manifest],
-) -> list[Change]:
+def _keep(fast: dict[str, list[sources.Entry]], manifests: list[Manifest]) -> set[tuple[str, str]]:
     keep = {(m.kind, m.name) for m in manifests}
     for entries in fast.values():
         keep.update((k, n) for k, n, _ in entries)
+    return keep
+
+
+def prune_candidates(conn: sqlite3.Connection, roots: list[str], keep: set[tuple[str, str]]
+                     ) -> list[Change]:
+    """Live objects applied from under `roots` that are not in `keep`."""
     out = []
     for kind, table in objects.TABLES.items():
         for row in conn.execute(
@@ -350,7 +353,7 @@ def set_cell_state(db: Database, ref: str, state: str) -> Change:
     return Change("Cell", cell.name, "configured", cell.id, needs_reconcile=True)
 
 
-def delete(db: Database, kind: str, ref: str) -> Change:
+def delete(db: Database, kind: str, ref: str, *, reason: str = "Deleting") -> Change:
     """Ask for an object's deletion; refused for a snapshot that a live fork still names."""
     with db.write() as conn:
         record = objects.require(conn, kind, ref)
@@ -367,6 +370,8 @@ def delete(db: Database, kind: str, ref: str) -> Change:
         if record.deleting:
             return Change(kind, record.name, "deleted", record.id, needs_reconcile=True)
         objects.request_delete(conn, record)
-        events.record(conn, kind=kind, object_id=record.id, name=record.name, reason="Deleting",
-                      message="deletion requested")
-    return Change(kind, record.name, "deleted", record.id, needs_reconcile=True)
+        events.record(conn, kind=kind, object_id=record.id, name=record.name, reason=reason,
+                      message="deletion requested" if reason == "Deleting" else
+                      "its manifest is gone from the watched directory")
+    return Change(kind, record.name, "pruned" if reason == "Pruned" else "deleted", record.id,
+                  needs_reconcile=True)

@@ -96,8 +96,17 @@ def _v1_initial(db: Any) -> None:
     )
 
 
+def _v2_controller_status(db: Any) -> None:
+    db["controllers"].create(
+        {"name": str, "pid": int, "host": str, "started_at": str, "stopped_at": str,
+         "manifests": str, "conditions": str, "updated_at": str},
+        pk="name", not_null={"conditions", "updated_at"},
+    )
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
     (1, "initial schema", _v1_initial),
+    (2, "controller status", _v2_controller_status),
 ]
 LATEST = MIGRATIONS[-1][0]
 

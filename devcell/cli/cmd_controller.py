@@ -1,0 +1,64 @@
+"""`controller run` (the daemon, also `celld`) and `wait`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from devcell.errors import NotFound, UsageError
+from devcell.store import db as dbmod
+
+
+def run_daemon(args: argparse.Namespace) -> int:
+    from loguru import logger
+
+    from devcell.cli import logs
+    from devcell.reconciler.daemon import Daemon, DaemonConfig, json_sink
+
+    manifests = Path(args.manifests)
+    if not manifests.is_dir():
+        raise UsageError(f"--manifests {args.manifests}: not a directory")
+    logs.configure(max(args.verbose, 1))
+    if args.log_json:
+        logger.remove()
+        logger.add(json_sink, level="DEBUG" if args.verbose > 1 else "INFO")
+    state_dir = dbmod.resolve_state_dir(args.state_dir)
+    config = DaemonConfig(state_dir=state_dir, manifests=manifests, workers=args.workers,
+                          resync_seconds=args.resync)
+    logger.info("controller for {} watching {}", state_dir, manifests.absolute())
+    return Daemon(config).run()
+
+
+def run_wait(args: argparse.Namespace) -> int:
+    from devcell.reconciler import waiting
+    from devcell.store import objects
+
+    spec = args.condition
+    if spec == "delete":
+        condition, want = "delete", ""
+    elif spec.startswith("condition="):
+        _, _, rest = spec.partition("=")
+        condition, _, want = rest.partition("=")
+        want = want or "True"
+    else:
+        raise UsageError(f"--for={spec}: use condition=TYPE[=STATUS] or delete")
+    state_dir = dbmod.resolve_state_dir(args.state_dir)
+    if not (state_dir / dbmod.DB_FILENAME).exists():
+        raise NotFound(f'{args.kind.lower()} "{args.name}" not found')
+    db = dbmod.Database(state_dir, create=False)
+    record = objects.get(db.conn, args.kind, args.name)
+    if record is None:
+        if condition == "delete":
+            sys.stdout.write(f"{args.kind.lower()}/{args.name} deleted\n")
+            return 0
+        raise NotFound(f'{args.kind.lower()} "{args.name}" not found')
+    failures = waiting.wait_for(db, [(args.kind, record.id)], timeout=args.timeout,
+                                condition=condition, fail_fast=False)
+    if failures:
+        sys.stderr.write(f"error: {args.kind.lower()}/{record.name}: "
+                         f"{next(iter(failures.values()))}\n")
+        return 1
+    met = "deleted" if condition == "delete" else f"condition met ({condition}={want})"
+    sys.stdout.write(f"{args.kind.lower()}/{record.name} {met}\n")
+    return 0

@@ -1,0 +1,77 @@
+"""Wait for objects to converge, as recorded by whoever reconciles them (daemon or inline).
+
+Never trusts a stale condition: an object counts as Ready only when its observedGeneration
+has caught up with its generation. Polls `PRAGMA data_version`, which changes only when
+another connection commits, so an idle wait costs almost nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from devcell.store import objects
+from devcell.store.db import Database
+
+
+@dataclass(frozen=True)
+class Outcome:
+    done: bool
+    failed: str | None = None
+    detail: str = ""
+
+
+def check(db: Database, kind: str, object_id: str, *, condition: str = "Ready",
+          want: str = "True", fail_fast: bool = True) -> Outcome:
+    record = objects.get(db.conn, kind, object_id, include_deleted=True)
+    if condition == "delete":
+        gone = record is None or record.deleted_at is not None
+        return Outcome(gone, detail="deleted" if gone else f"phase {record.phase if record else '?'}")
+    if record is None or record.deleted_at is not None:
+        return Outcome(False, failed="it was deleted")
+    cond = record.condition(condition) or {}
+    current = record.observed_generation == record.generation
+    if current and cond.get("status") == want:
+        return Outcome(True)
+    detail = (f"{condition}={cond.get('status', 'Unknown')} ({cond.get('reason', 'no reason yet')}: "
+              f"{cond.get('message', '')}), observed generation {record.observed_generation} "
+              f"of {record.generation}")
+    if fail_fast and record.phase == "Failed" \
+            and record.status.get("failedGeneration") == record.generation:
+        return Outcome(False, failed=cond.get("message") or "failed", detail=detail)
+    if fail_fast and cond.get("reason") in ("BackendUnavailable", "CellGone"):
+        return Outcome(False, failed=cond.get("message"), detail=detail)
+    return Outcome(False, detail=detail)
+
+
+def wait_for(db: Database, keys: list[tuple[str, str]], *, timeout: float,
+             condition: str = "Ready", fail_fast: bool = True) -> dict[tuple[str, str], str]:
+    """Block until every key is done; return key -> why it failed or is not done yet."""
+    deadline = time.monotonic() + timeout
+    pending = list(dict.fromkeys(keys))
+    failures: dict[tuple[str, str], str] = {}
+    last_version = None
+    delay = 0.002
+    while pending:
+        version = db.conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != last_version:
+            last_version = version
+            still = []
+            for key in pending:
+                outcome = check(db, *key, condition=condition, fail_fast=fail_fast)
+                if outcome.failed:
+                    failures[key] = outcome.failed
+                elif not outcome.done:
+                    still.append(key)
+            pending = still
+            delay = 0.002
+        if not pending:
+            break
+        if time.monotonic() >= deadline:
+            for key in pending:
+                outcome = check(db, *key, condition=condition, fail_fast=False)
+                failures[key] = f"timed out after {timeout:g}s: {outcome.detail}"
+            break
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    return failures

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""`devcell get cells` over 10,000 recorded cells vs. `python -c pass` (same interpreter).
+
+The 10,000 cells are applied in one `devcell apply -f DIR` first, which is timed too (bulk
+apply, whole process). Target: `get cells` median <= 100 ms.
+Run by hand: .venv/bin/python bench/get_cells.py [--runs 15] [--profile]
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import sys
+
+import _common as c
+
+TARGET_S = 0.100
+
+
+def main() -> int:
+    p = c.base_parser(__doc__.split("\n\n")[0], runs=15)
+    p.add_argument("--cells", type=int, default=10000, help="cells to record (default 10000)")
+    p.add_argument("--bulk-runs", type=int, default=1,
+                   help="times to run the bulk apply, each into a fresh state dir (default 1)")
+    args = p.parse_args()
+    c.check_args(args)
+    if not 1 <= args.cells <= 50000:
+        sys.exit("--cells must be between 1 and 50000")
+    if not 1 <= args.bulk_runs <= 10:
+        sys.exit("--bulk-runs must be between 1 and 10")
+
+    with c.workdir(args.keep) as work:
+        manifests, state = work / "manifests", work / "state"
+        c.write_cells(manifests, args.cells)
+        c.warm_bytecode(args.devcell, work)
+        env = c.env_for(state)
+        apply = [args.devcell, "apply", "-f", str(manifests)]
+
+        # -- bulk apply: the last run's state is the one `get` reads ------------------------
+        bulk: list[float] = []
+        for i in range(args.bulk_runs):
+            if i:
+                shutil.rmtree(state)
+            bulk.append(c.run_ok(apply, env, timeout=1800).seconds)
+        db = state / "state.db"
+        running = c.count(db, "SELECT count(*) FROM cells "
+                          "WHERE deleted_at IS NULL AND phase = 'Running'")
+        ops = c.count(db, "SELECT count(*) FROM operations WHERE status = 'Succeeded'")
+        print(f"bulk apply of {args.cells} cells (one process, fresh state, converges on the "
+              f"fake backend): " + ", ".join(f"{s:.2f} s" for s in bulk)
+              + f"  [{running} Running, {ops} operations Succeeded]")
+        if running != args.cells:
+            sys.exit(f"expected {args.cells} Running cells, got {running}")
+
+        get = [args.devcell, "get", "cells"]
+        r = c.run_ok(get, env, capture=True)
+        rows = len(r.stdout.splitlines()) - 1
+        if rows != args.cells:
+            sys.exit(f"`get cells` printed {rows} rows, expected {args.cells}")
+
+        empty_env = c.env_for(work / "empty-state")
+        label_get = f"devcell get cells ({args.cells} rows)"
+        label_empty = "devcell get cells (no state: CLI start-up)"
+        label_pass = "python -c pass (floor)"
+        samples = c.time_interleaved([
+            c.Subject(label_get, get, c.fixed(env)),
+            c.Subject(label_empty, get, c.fixed(empty_env)),
+            c.Subject(label_pass, [args.python, "-c", "pass"], c.fixed(env)),
+        ], args.runs, args.warmup)
+        med = statistics.median(samples[label_get])
+        c.print_timings(f"get cells, {args.runs} runs each (interleaved, {args.warmup} warm-up; "
+                        "stdout to /dev/null)", samples, baseline=label_pass,
+                        target=f"target: get cells median <= {TARGET_S * 1000:.0f} ms -> "
+                               f"{med * 1000:.1f} ms {c.verdict(med <= TARGET_S)}")
+        if (work / "empty-state").exists():
+            print("note: `get` on an empty state dir created it")
+
+        if args.profile:
+            c.profile(args.profile, args.python, ["get", "cells"], lambda: env, work)
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -22,10 +22,23 @@ def _b32(value: int, width: int) -> str:
     return "".join(reversed(chars))
 
 
+_last = (0, 0)
+
+
 def new_id(prefix: str) -> str:
-    """`prefix_` + 10 chars of milliseconds + 8 random chars: sorts by creation time."""
+    """`prefix_` + 10 chars of milliseconds + 8 random chars: sorts by creation time.
+
+    Monotonic within a process (as ULIDs are): ids made in the same millisecond increment
+    the random part instead of drawing a new one, so they still sort in creation order.
+    """
+    global _last
     millis = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(5), "big")
+    last_millis, last_rand = _last
+    if millis <= last_millis and last_rand < (1 << 40) - 1:
+        millis, rand = last_millis, last_rand + 1
+    else:
+        rand = int.from_bytes(os.urandom(5), "big") >> 1  # headroom for increments
+    _last = (millis, rand)
     return f"{prefix}_{_b32(millis, 10)}{_b32(rand, 8)}"
 
 

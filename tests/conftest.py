@@ -56,3 +56,11 @@ def db_fingerprint(state_dir: Path) -> str | None:
 @pytest.fixture
 def fingerprint() -> Callable[[Path], str | None]:
     return db_fingerprint
+
+
+@pytest.fixture(autouse=True)
+def _fresh_fake_fault_budget() -> None:
+    """DEVCELL_FAKE_FAIL counts are per process; each test starts with a full budget."""
+    from devcell.backends import fake
+
+    fake._ENV_FAILURES.clear()

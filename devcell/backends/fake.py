@@ -29,8 +29,11 @@ from devcell.errors import BackendError, BackendNotFound
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL,
     runtime_hash TEXT, volume_id TEXT, frozen INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS volumes (id TEXT PRIMARY KEY, cell_id TEXT, from_checkpoint TEXT);
-CREATE TABLE IF NOT EXISTS checkpoints (id TEXT PRIMARY KEY, cell_id TEXT, volume_id TEXT);
+CREATE TABLE IF NOT EXISTS volumes (id TEXT PRIMARY KEY, cell_id TEXT, cell_name TEXT,
+    from_checkpoint TEXT);
+CREATE INDEX IF NOT EXISTS volumes_by_cell ON volumes(cell_id);
+CREATE TABLE IF NOT EXISTS checkpoints (id TEXT PRIMARY KEY, cell_id TEXT, cell_name TEXT,
+    volume_id TEXT);
 CREATE TABLE IF NOT EXISTS calls (seq INTEGER PRIMARY KEY, method TEXT NOT NULL,
     target TEXT NOT NULL, outcome TEXT NOT NULL);
 """
@@ -44,12 +47,24 @@ class Failure:
 
 
 def parse_failures(text: str) -> list[Failure]:
+    """`step[@cell][:count],...`; steps by their recorded name (create-volume) or method name."""
     out = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         spec, _, count = item.partition(":")
         step, _, cell = spec.partition("@")
-        out.append(Failure(step, cell or None, int(count) if count else None))
+        out.append(Failure(step.replace("-", "_"), cell or None, int(count) if count else None))
     return out
+
+
+_ENV_FAILURES: dict[str, list[Failure]] = {}
+
+
+def _env_failures() -> list[Failure]:
+    """Failures from DEVCELL_FAKE_FAIL, shared by every instance so counts are per process."""
+    text = os.environ.get("DEVCELL_FAKE_FAIL", "")
+    if text not in _ENV_FAILURES:
+        _ENV_FAILURES[text] = parse_failures(text)
+    return _ENV_FAILURES[text]
 
 
 class FakeBackend:
@@ -71,8 +86,7 @@ class FakeBackend:
         self.conn.execute("PRAGMA journal_mode = WAL")
         self.conn.execute("PRAGMA synchronous = NORMAL")
         self.conn.executescript(_SCHEMA)
-        env = os.environ.get("DEVCELL_FAKE_FAIL", "")
-        self.failures = failures if failures is not None else parse_failures(env)
+        self.failures = failures if failures is not None else _env_failures()
 
     def close(self) -> None:
         self.conn.close()
@@ -81,7 +95,7 @@ class FakeBackend:
 
     def _maybe_fail(self, step: str, cell_name: str) -> None:
         for failure in self.failures:
-            if failure.step != step or (failure.cell and failure.cell != cell_name):
+            if failure.step != step.replace("-", "_") or (failure.cell and failure.cell != cell_name):
                 continue
             if failure.remaining is not None:
                 if failure.remaining <= 0:
@@ -106,6 +120,12 @@ class FakeBackend:
             self.conn.execute("ROLLBACK")
             raise
         return count
+
+    def _owner(self, table: str, resource_id: str) -> str:
+        """The cell name a volume or checkpoint belongs to (log and fault target)."""
+        row = self.conn.execute(f"SELECT cell_name FROM {table} WHERE id = ?",
+                                (resource_id,)).fetchone()
+        return row[0] if row and row[0] else resource_id
 
     def calls(self) -> list[tuple[str, str, str]]:
         """The call log, oldest first: (method, target, outcome)."""
@@ -132,12 +152,13 @@ class FakeBackend:
         if from_checkpoint is not None and not self.checkpoint_exists(from_checkpoint):
             raise BackendNotFound(f"checkpoint {from_checkpoint} does not exist")
         self._mutate("create_volume", cell.name,
-                     "INSERT OR IGNORE INTO volumes (id, cell_id, from_checkpoint) VALUES (?, ?, ?)",
-                     (volume_id, cell.id, from_checkpoint))
+                     "INSERT OR IGNORE INTO volumes (id, cell_id, cell_name, from_checkpoint) "
+                     "VALUES (?, ?, ?, ?)", (volume_id, cell.id, cell.name, from_checkpoint))
         return {"volume": volume_id, "restoredFrom": from_checkpoint}
 
     def delete_volume(self, volume_id: str) -> Outputs:
-        self._mutate("delete_volume", volume_id, "DELETE FROM volumes WHERE id = ?", (volume_id,))
+        self._mutate("delete_volume", self._owner("volumes", volume_id),
+                     "DELETE FROM volumes WHERE id = ?", (volume_id,))
         return {"volume": volume_id}
 
     def create(self, cell: CellRef, runtime_hash: str) -> Outputs:
@@ -171,8 +192,8 @@ class FakeBackend:
 
     def checkpoint(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
         self._mutate("checkpoint", cell.name,
-                     "INSERT OR IGNORE INTO checkpoints (id, cell_id, volume_id) VALUES (?, ?, ?)",
-                     (checkpoint_id, cell.id, cell.volume_id))
+                     "INSERT OR IGNORE INTO checkpoints (id, cell_id, cell_name, volume_id) "
+                     "VALUES (?, ?, ?, ?)", (checkpoint_id, cell.id, cell.name, cell.volume_id))
         return CheckpointInfo(ref=f"fake://{checkpoint_id}", consistency=Consistency.METADATA)
 
     def resume(self, cell: CellRef) -> Outputs:
@@ -193,6 +214,6 @@ class FakeBackend:
             "SELECT id FROM volumes WHERE cell_id = ? ORDER BY id", (cell_id,))]
 
     def delete_checkpoint(self, checkpoint_id: str) -> Outputs:
-        self._mutate("delete_checkpoint", checkpoint_id, "DELETE FROM checkpoints WHERE id = ?",
-                     (checkpoint_id,))
+        self._mutate("delete_checkpoint", self._owner("checkpoints", checkpoint_id),
+                     "DELETE FROM checkpoints WHERE id = ?", (checkpoint_id,))
         return {}

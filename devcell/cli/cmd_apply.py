@@ -19,14 +19,17 @@ def run_apply(args: argparse.Namespace) -> int:
     files = loader.read_sources(args.filename)
     state_dir = dbmod.resolve_state_dir(args.state_dir)
     roots = [os.path.abspath(p) for p in args.filename if p != "-"] if args.prune else None
+    parsed: dict[str, Any] = {}
     if not (state_dir / dbmod.DB_FILENAME).exists():
         # First apply: validate against an empty in-memory state, so bad input creates nothing.
-        result = desired.apply(dbmod.Database(state_dir, memory=True), files, dry_run=True)
+        result = desired.apply(dbmod.Database(state_dir, memory=True), files, dry_run=True,
+                               parse_cache=parsed)
         if args.dry_run:
             _print_changes(result, " (dry run)")
             return 0
     db = dbmod.open_database(state_dir)
-    result = desired.apply(db, files, dry_run=args.dry_run, prune_roots=roots)
+    result = desired.apply(db, files, dry_run=args.dry_run, prune_roots=roots,
+                           parse_cache=parsed)
     _print_changes(result, " (dry run)" if args.dry_run else "")
     if args.dry_run:
         return 0

@@ -106,7 +106,8 @@ def _print_table(kind: str, rows: list[dict[str, Any]], wide: bool) -> None:
         headers = ["NAME", "RUNNING", "PID", "HOST", "SINCE", "MANIFESTS-VALID", "MESSAGE"]
         data = []
         for r in rows:
-            cond = next((c for c in r["conditions"] if c["type"] == "ManifestsValid"), {})
+            cond: dict[str, Any] = next(
+                (c for c in r["conditions"] if c["type"] == "ManifestsValid"), {})
             data.append([r["name"], "yes" if r["running"] else "no", r["pid"], r["host"],
                          age(r["started_at"]), cond.get("status"), cond.get("message")])
     else:

@@ -97,6 +97,10 @@ class CellController:
                 if observed.running:
                     steps.append(Step("quiesce"))
                 steps += [Step("checkpoint", {"checkpoint_id": sleep_id}), Step("delete")]
+                previous = cell.status.get("sleep", {}).get("checkpointId")
+                if previous and previous != sleep_id:
+                    # Keep only the latest sleep checkpoint; an older one is superseded.
+                    steps.append(Step("delete-checkpoint", {"checkpoint_id": previous}))
                 if observed.running:
                     steps.append(Step("resume", when=When.FAILURE))
                 action = "sleep"
@@ -120,7 +124,7 @@ class CellController:
             return Settled()
         if not action:
             action = "repair" if observed.exists else "create"
-        if action == "create" and cell.phase == "Sleeping":
+        if action == "create" and cell.phase == "Sleeping" and desired == "Running":
             action = "wake"
         elif action == "create" and source is not None and volume is None:
             action = "fork"
@@ -138,6 +142,9 @@ class CellController:
             steps.append(Step("delete"))
         if volume is not None:
             steps.append(Step("delete-volume", {"volume_id": volume.id}))
+        sleep_checkpoint = cell.status.get("sleep", {}).get("checkpointId")
+        if sleep_checkpoint:
+            steps.append(Step("delete-checkpoint", {"checkpoint_id": sleep_checkpoint}))
         ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
         return Plan(cell, "delete", steps, backend_name, {"ref": ref})
 
@@ -199,6 +206,8 @@ class CellController:
             return {"volume": step.args["volume_id"], "adopted": True}
         if name == "delete-volume":
             return backend.delete_volume(step.args["volume_id"])
+        if name == "delete-checkpoint":
+            return backend.delete_checkpoint(step.args["checkpoint_id"])
         if name == "create":
             return backend.create(ref, step.args["runtime_hash"])
         if name == "start":
@@ -231,6 +240,7 @@ class CellController:
             volumes.record_deleted(conn, step.args["volume_id"])
         elif step.name == "checkpoint":
             plan.context["sleep"] = {"checkpoint": outputs.get("checkpoint"),
+                                     "checkpointId": step.args["checkpoint_id"],
                                      "consistency": outputs.get("consistency"), "at": now()}
 
     def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None) -> None:

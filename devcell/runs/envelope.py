@@ -51,8 +51,7 @@ def encode(snapshot: model.RunSnapshot, *, where: str) -> bytes:
     def invalid(reason: str) -> StorageError:
         return StorageError(code=StorageError.INVALID_SNAPSHOT, path=where, reason=reason)
 
-    if not isinstance(snapshot, model.RunSnapshot):
-        raise invalid(f"expected a RunSnapshot, got {type(snapshot).__name__}")
+    require_snapshot(snapshot, where=where)
     try:
         payload = snapshot.to_dict()
         body = canonical(payload)
@@ -65,6 +64,14 @@ def encode(snapshot: model.RunSnapshot, *, where: str) -> bytes:
     if len(data) > MAX_BYTES:
         raise invalid(f"{len(data)} bytes encoded, more than the {MAX_BYTES} byte limit")
     return data
+
+
+def require_snapshot(value: object, *, where: str) -> model.RunSnapshot:
+    """`value` if it is a RunSnapshot, else StorageError(INVALID_SNAPSHOT) at `where`."""
+    if not isinstance(value, model.RunSnapshot):
+        raise StorageError(code=StorageError.INVALID_SNAPSHOT, path=where,
+                           reason=f"expected a RunSnapshot, got {type(value).__name__}")
+    return value
 
 
 def decode(data: bytes, *, run_id: str, where: str, stored_under: str = "location"
@@ -131,12 +138,21 @@ def _snapshot_problem(payload: dict[str, Any]) -> str | None:
         seen.add(step["stepId"])
     resume_schema = payload["resumeSchema"]
     if resume_schema is not None:
-        cls = jsonschema.validators.validator_for(resume_schema,
-                                                  default=jsonschema.Draft202012Validator)
-        try:
-            cls.check_schema(resume_schema)
-        except jsonschema_exceptions.SchemaError as exc:
-            return f"resumeSchema is not a valid JSON Schema: {_cap(exc.message)}"
+        # Checking a schema against its meta-schema costs more than everything else a load
+        # does; gates use a handful of distinct schemas, so remember the verdicts.
+        return _resume_schema_problem(canonical(resume_schema).decode("utf-8"))
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _resume_schema_problem(canonical_schema: str) -> str | None:
+    resume_schema = json.loads(canonical_schema)
+    cls = jsonschema.validators.validator_for(resume_schema,
+                                              default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(resume_schema)
+    except jsonschema_exceptions.SchemaError as exc:
+        return f"resumeSchema is not a valid JSON Schema: {_cap(exc.message)}"
     return None
 
 

@@ -56,7 +56,8 @@ class FileSnapshotStore:
     # -- the SnapshotStore protocol ---------------------------------------------------------
 
     def save(self, snapshot: model.RunSnapshot) -> None:
-        run_id = runid.check(getattr(snapshot, "run_id", None), store=str(self.runs_dir))
+        envelope.require_snapshot(snapshot, where=str(self.runs_dir))
+        run_id = runid.check(snapshot.run_id, store=str(self.runs_dir))
         path = self.runs_dir / run_id / SNAPSHOT_NAME
         data = envelope.encode(snapshot, where=str(path)) + b"\n"
         for _ in range(_SAVE_ATTEMPTS):

@@ -80,7 +80,8 @@ class SqliteSnapshotStore:
     # -- the SnapshotStore protocol ---------------------------------------------------------
 
     def save(self, snapshot: model.RunSnapshot) -> None:
-        run_id = runid.check(getattr(snapshot, "run_id", None), store=str(self.path))
+        envelope.require_snapshot(snapshot, where=str(self.path))
+        run_id = runid.check(snapshot.run_id, store=str(self.path))
         data = envelope.encode(snapshot, where=self.where(run_id))
         with self._lock:
             conn = self._connection()

@@ -16,10 +16,14 @@ NAME = "controller"
 
 
 class _Holder(Protocol):
-    pid: int
-    host: str
-    since: str
-    manifests: str | None
+    @property
+    def pid(self) -> int: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def since(self) -> str: ...
+    @property
+    def manifests(self) -> str | None: ...
 
 
 def started(db: Database, holder: _Holder) -> None:

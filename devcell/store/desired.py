@@ -229,20 +229,28 @@ def _under(source: str | None, roots: list[str]) -> bool:
 def apply(
     db: Database, files: list[SourceFile], *, dry_run: bool = False,
     prune_roots: list[str] | None = None,
+    parse_cache: dict[str, tuple[list[Manifest], list[Problem]]] | None = None,
 ) -> ApplyResult:
-    """Validate every file, check against recorded state, then record all of it or nothing."""
-    from devcell.manifests import validate  # only needed when a file must be parsed
+    """Validate every file, check against recorded state, then record all of it or nothing.
 
+    `parse_cache` (digest -> parse result) lets a caller that validates twice (a first apply
+    checks against an empty in-memory state before creating anything) parse each file once.
+    """
     conn = db.conn
     live = _live_index(conn)
     fast = _fast_entries(files, sources.recorded(conn, [f.key for f in files]), live)
     manifests: list[Manifest] = []
     problems: list[Problem] = []
     parsed: dict[str, list[Manifest]] = {}
+    cache = parse_cache if parse_cache is not None else {}
     for f in files:
         if f.key in fast:
             continue
-        found, bad = validate.parse_source(f)
+        if f.digest + f.key not in cache:
+            from devcell.manifests import validate  # only when a file must be parsed
+
+            cache[f.digest + f.key] = validate.parse_source(f)
+        found, bad = cache[f.digest + f.key]
         manifests.extend(found)
         problems.extend(bad)
         parsed[f.key] = found

@@ -117,6 +117,6 @@ def get(conn: sqlite3.Connection, op_id: str) -> sqlite3.Row | None:
 
 def for_object(conn: sqlite3.Connection, object_id: str, limit: int = 10) -> list[sqlite3.Row]:
     return conn.execute(
-        "SELECT * FROM operations WHERE object_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+        "SELECT * FROM operations WHERE object_id = ? ORDER BY rowid DESC LIMIT ?",
         (object_id, limit),
     ).fetchall()

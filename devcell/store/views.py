@@ -122,10 +122,10 @@ def operations_table(conn: sqlite3.Connection, name: str | None = None, limit: i
     if name is not None:
         rows = conn.execute(
             "SELECT * FROM operations WHERE id = ? OR object_name = ? "
-            "ORDER BY created_at DESC, id DESC LIMIT ?", (name, name, limit)).fetchall()
+            "ORDER BY rowid DESC LIMIT ?", (name, name, limit)).fetchall()
     else:
         rows = conn.execute(
-            "SELECT * FROM operations ORDER BY created_at DESC, id DESC LIMIT ?", (limit,)
+            "SELECT * FROM operations ORDER BY rowid DESC LIMIT ?", (limit,)
         ).fetchall()
     return [dict(r, plan=json.loads(r["plan"] or "[]")) for r in reversed(rows)]
 

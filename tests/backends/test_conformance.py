@@ -1,0 +1,241 @@
+"""Conformance suite for the Backend protocol, run against every registered backend.
+
+Every method is idempotent (repeating a call that took effect is not an error), what a backend
+creates is visible to a second instance on the same state directory, and its capabilities are
+honest about what its checkpoints preserve.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcell import backends
+from devcell.backends.base import (
+    Backend,
+    Capabilities,
+    CellRef,
+    CheckpointInfo,
+    Consistency,
+    Observed,
+)
+from devcell.errors import BackendError, BackendUnavailable
+
+BACKENDS = sorted(backends.REGISTRY)
+PROTOCOL_METHODS = sorted(n for n, v in vars(Backend).items()
+                          if not n.startswith("_") and callable(v))
+SPEC: dict[str, Any] = {"backend": "fake", "image": "busybox", "state": "Running",
+                        "workspace": {"mountPath": "/workspace"}}
+
+
+@pytest.fixture(autouse=True)
+def _no_injected_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DEVCELL_FAKE_FAIL", raising=False)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    instance = backends.load(request.param, tmp_path / "state")
+    yield instance
+    instance.close()
+
+
+def cell(n: int = 1, volume_id: str | None = None) -> CellRef:
+    return CellRef(f"cell_conformance{n:04d}", f"cell-{n}", dict(SPEC, backend="x"), volume_id)
+
+
+def assert_scalar_outputs(outputs: Any) -> None:
+    assert isinstance(outputs, dict)
+    for key, value in outputs.items():
+        assert isinstance(key, str)
+        assert value is None or isinstance(value, str | int | float | bool), (key, value)
+
+
+def test_registry_names_every_backend_class_by_its_name(tmp_path: Path) -> None:
+    assert "fake" in BACKENDS
+    for name in BACKENDS:
+        instance = backends.load(name, tmp_path / name)
+        try:
+            assert instance.name == name
+            assert isinstance(instance.capabilities, Capabilities)
+            for method in PROTOCOL_METHODS:
+                assert callable(getattr(instance, method)), method
+                protocol = inspect.signature(getattr(Backend, method))
+                actual = inspect.signature(getattr(type(instance), method))
+                assert list(actual.parameters) == list(protocol.parameters), method
+        finally:
+            instance.close()
+
+
+@pytest.mark.parametrize("name", ["container", "vm"])
+def test_planned_backends_are_refused_clearly(tmp_path: Path, name: str) -> None:
+    with pytest.raises(BackendUnavailable, match=f"backend {name}"):
+        backends.load(name, tmp_path)
+
+
+def test_unknown_backend_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(BackendUnavailable, match="unknown backend 'nope'"):
+        backends.load("nope", tmp_path)
+
+
+def test_protocol_is_what_the_suite_expects() -> None:
+    assert {"observe", "volume_exists", "create_volume", "delete_volume", "create", "start",
+            "stop", "delete", "quiesce", "checkpoint", "resume", "checkpoint_exists",
+            "delete_checkpoint", "close"} <= set(PROTOCOL_METHODS)
+
+
+def test_capabilities_are_honest(backend: Backend) -> None:
+    caps = backend.capabilities
+    if not caps.workspace_files:
+        assert caps.snapshot_consistency is Consistency.METADATA
+    if caps.snapshot_consistency is Consistency.MACHINE:
+        assert caps.memory_state
+
+
+def test_observe_unknown_cell(backend: Backend) -> None:
+    observed = backend.observe(cell(99))
+    assert isinstance(observed, Observed)
+    assert observed == Observed(exists=False)
+
+
+def test_lifecycle_is_idempotent(backend: Backend) -> None:
+    ref = cell()
+    for _ in range(2):
+        assert_scalar_outputs(backend.create(ref, "hash-1"))
+    observed = backend.observe(ref)
+    assert observed.exists and not observed.running and observed.runtime_hash == "hash-1"
+    for _ in range(2):
+        assert_scalar_outputs(backend.start(ref))
+        assert backend.observe(ref).running
+    for _ in range(2):
+        assert_scalar_outputs(backend.stop(ref))
+        observed = backend.observe(ref)
+        assert observed.exists and not observed.running
+    for _ in range(2):
+        assert_scalar_outputs(backend.delete(ref))
+        assert not backend.observe(ref).exists
+
+
+def test_create_after_delete_gives_a_fresh_stopped_cell(backend: Backend) -> None:
+    ref = cell()
+    backend.create(ref, "hash-1")
+    backend.start(ref)
+    backend.delete(ref)
+    backend.create(ref, "hash-2")
+    observed = backend.observe(ref)
+    assert observed.exists and not observed.running and observed.runtime_hash == "hash-2"
+
+
+def test_cells_are_independent(backend: Backend) -> None:
+    a, b = cell(1), cell(2)
+    backend.create(a, "ha")
+    backend.create(b, "hb")
+    backend.start(a)
+    assert backend.observe(a).running and not backend.observe(b).running
+    backend.delete(a)
+    assert not backend.observe(a).exists and backend.observe(b).exists
+
+
+def test_start_of_a_cell_that_does_not_exist_is_an_error(backend: Backend) -> None:
+    with pytest.raises(BackendError):
+        backend.start(cell(7))
+
+
+def test_volumes(backend: Backend) -> None:
+    ref = cell(volume_id="vol_conformance0001")
+    assert not backend.volume_exists("vol_conformance0001")
+    for _ in range(2):
+        assert_scalar_outputs(backend.create_volume(ref, "vol_conformance0001",
+                                                    from_checkpoint=None))
+        assert backend.volume_exists("vol_conformance0001")
+    for _ in range(2):
+        assert_scalar_outputs(backend.delete_volume("vol_conformance0001"))
+        assert not backend.volume_exists("vol_conformance0001")
+
+
+def test_volume_from_a_missing_checkpoint_is_refused(backend: Backend) -> None:
+    with pytest.raises(BackendError):
+        backend.create_volume(cell(), "vol_conformance0002", from_checkpoint="snap_missing")
+    assert not backend.volume_exists("vol_conformance0002")
+
+
+def test_checkpoints(backend: Backend) -> None:
+    ref = cell(volume_id="vol_conformance0003")
+    backend.create_volume(ref, "vol_conformance0003", from_checkpoint=None)
+    backend.create(ref, "h")
+    backend.start(ref)
+    assert not backend.checkpoint_exists("snap_conformance01")
+    assert_scalar_outputs(backend.quiesce(ref))
+    first = backend.checkpoint(ref, "snap_conformance01")
+    assert_scalar_outputs(backend.resume(ref))
+    assert isinstance(first, CheckpointInfo)
+    assert first.consistency is backend.capabilities.snapshot_consistency
+    assert first.ref and first.size_bytes >= 0 and first.files >= 0
+    assert backend.checkpoint_exists("snap_conformance01")
+    again = backend.checkpoint(ref, "snap_conformance01")
+    assert again.ref == first.ref
+    assert backend.observe(ref).running  # a checkpoint does not stop the cell
+    # a new volume can be restored from it
+    fork = cell(2, volume_id="vol_conformance0004")
+    outputs = backend.create_volume(fork, "vol_conformance0004",
+                                    from_checkpoint="snap_conformance01")
+    assert_scalar_outputs(outputs)
+    assert backend.volume_exists("vol_conformance0004")
+    # the checkpoint outlives the cell and its volume
+    backend.delete(ref)
+    backend.delete_volume("vol_conformance0003")
+    assert backend.checkpoint_exists("snap_conformance01")
+    for _ in range(2):
+        assert_scalar_outputs(backend.delete_checkpoint("snap_conformance01"))
+        assert not backend.checkpoint_exists("snap_conformance01")
+
+
+def test_state_is_shared_by_instances_on_the_same_state_dir(tmp_path: Path) -> None:
+    for name in BACKENDS:
+        state = tmp_path / name
+        first, second = backends.load(name, state), backends.load(name, state)
+        try:
+            ref = cell(volume_id="vol_conformance0005")
+            first.create_volume(ref, "vol_conformance0005", from_checkpoint=None)
+            first.create(ref, "h")
+            first.start(ref)
+            observed = second.observe(ref)
+            assert observed.exists and observed.running and observed.runtime_hash == "h"
+            assert second.volume_exists("vol_conformance0005")
+            second.delete(ref)
+            assert not first.observe(ref).exists
+        finally:
+            first.close()
+            second.close()
+
+
+def test_quiesce_and_resume_leave_the_cell_observably_unfrozen(backend: Backend) -> None:
+    ref = cell()
+    backend.create(ref, "h")
+    backend.start(ref)
+    backend.quiesce(ref)
+    for _ in range(2):
+        backend.resume(ref)
+        observed = backend.observe(ref)
+        assert observed.running and not observed.frozen
+
+
+def test_find_checkpoint_and_volumes_of(backend: Backend) -> None:
+    ref = cell(volume_id="vol_conformance0006")
+    assert backend.find_checkpoint("snap_conformance02") is None
+    assert backend.volumes_of(ref.id) == []
+    backend.create_volume(ref, "vol_conformance0006", from_checkpoint=None)
+    assert backend.volumes_of(ref.id) == ["vol_conformance0006"]
+    assert backend.volumes_of(cell(2).id) == []
+    taken = backend.checkpoint(ref, "snap_conformance02")
+    found = backend.find_checkpoint("snap_conformance02")
+    assert found is not None
+    assert (found.ref, found.consistency) == (taken.ref, taken.consistency)
+    backend.delete_checkpoint("snap_conformance02")
+    assert backend.find_checkpoint("snap_conformance02") is None
+    backend.delete_volume("vol_conformance0006")
+    assert backend.volumes_of(ref.id) == []

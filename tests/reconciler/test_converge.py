@@ -1,0 +1,97 @@
+"""Inline convergence: rounds until every object is settled, failed or waiting."""
+
+from __future__ import annotations
+
+import stat
+from typing import Any
+
+from devcell.reconciler.context import Context
+from devcell.reconciler.converge import converge
+from devcell.store.db import Database
+from tests.controllers.support import (
+    apply,
+    cell_doc,
+    converge_all,
+    live_keys,
+    op_count,
+    record,
+    snapshot_doc,
+)
+
+
+def chain(depth: int) -> list[dict[str, Any]]:
+    docs = [cell_doc("c0")]
+    for i in range(depth):
+        docs += [snapshot_doc(f"s{i}", f"c{i}"), cell_doc(f"c{i + 1}", fork_of=f"s{i}")]
+    return docs
+
+
+def test_dependencies_resolve_within_one_converge_whatever_the_key_order(
+        db: Database, ctx: Context) -> None:
+    result = apply(db, *chain(4))
+    keys = list(reversed(result.to_reconcile))  # worst case: dependents first
+    report = converge(ctx, keys)
+    assert report.ok, report
+    assert sorted(report.settled) == sorted(keys)
+    assert len(report.operations) == len(keys) == 9
+    assert {record(db, "Cell", f"c{i}").phase for i in range(5)} == {"Running"}
+    assert {record(db, "Snapshot", f"s{i}").phase for i in range(4)} == {"Ready"}
+
+
+def test_waiting_objects_are_reported_and_not_ok(db: Database, ctx: Context) -> None:
+    result = apply(db, cell_doc("api", "Stopped"), snapshot_doc("snap", "api"),
+                   cell_doc("exp", fork_of="snap"))
+    report = converge(ctx, result.to_reconcile)
+    assert not report.ok
+    snap, fork = record(db, "Snapshot", "snap"), record(db, "Cell", "exp")
+    assert set(report.waiting) == {("Snapshot", snap.id), ("Cell", fork.id)}
+    assert "waits until it is Running" in report.waiting[("Snapshot", snap.id)]
+    assert "waits until it is Ready" in report.waiting[("Cell", fork.id)]
+    assert report.settled == [("Cell", record(db, "Cell", "api").id)]
+    assert report.failed == {}
+
+
+def test_duplicate_keys_are_reconciled_once(db: Database, ctx: Context) -> None:
+    result = apply(db, cell_doc("api"))
+    report = converge(ctx, result.to_reconcile * 3)
+    assert report.ok and len(report.operations) == 1
+    assert op_count(db) == 1
+
+
+def test_no_time_left_means_nothing_is_done(db: Database, ctx: Context) -> None:
+    result = apply(db, cell_doc("api"))
+    report = converge(ctx, result.to_reconcile, timeout=-1)
+    assert report.operations == [] and op_count(db) == 0
+    assert report.waiting == {result.to_reconcile[0]: "did not settle within the time allowed"}
+    assert record(db, "Cell", "api").phase == "Pending"
+
+
+def test_reconcile_lock_file_is_private(db: Database, ctx: Context) -> None:
+    apply(db, cell_doc("api"))
+    converge_all(ctx)
+    lock = db.state_dir / "reconcile.lock"
+    assert lock.exists()
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o600
+
+
+def test_converging_settled_objects_records_nothing(db: Database, ctx: Context) -> None:
+    apply(db, *chain(2))
+    assert converge_all(ctx).ok
+    ops = op_count(db)
+    report = converge_all(ctx)
+    assert report.ok and report.operations == []
+    assert sorted(report.settled) == sorted(live_keys(db))
+    assert op_count(db) == ops
+
+
+def test_long_chain_listed_dependents_first_converges(db: Database, ctx: Context) -> None:
+    """Regression: converge used to stop after 20 rounds although every round progressed."""
+    docs = chain(10)
+    docs[0] = cell_doc("c0", "Stopped")  # nothing can be taken yet: every fork waits
+    apply(db, *reversed(docs))
+    converge_all(ctx)
+    docs[0] = cell_doc("c0", "Running")
+    result = apply(db, *reversed(docs))  # as `devcell apply` of a file in that order
+    report = converge(ctx, result.to_reconcile, timeout=300)
+    assert report.waiting == {}
+    assert report.ok

@@ -1,0 +1,213 @@
+"""The state database: migrations, pragmas, permissions and the write discipline."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from devcell.errors import StoreError
+from devcell.store import migrations
+from devcell.store.db import DB_FILENAME, Database, open_database, resolve_state_dir
+
+TABLES = {"cells", "snapshots", "volumes", "attachments", "operations", "operation_steps",
+          "events", "applied_sources", "migrations"}
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# -- migrations ------------------------------------------------------------------------------
+
+
+def test_migrations_are_recorded(db: Database) -> None:
+    rows = db.execute("SELECT version, name, applied_at FROM migrations ORDER BY version"
+                      ).fetchall()
+    assert [(r["version"], r["name"]) for r in rows] == [
+        (number, name) for number, name, _ in migrations.MIGRATIONS]
+    assert all(r["applied_at"].endswith("Z") for r in rows)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == migrations.LATEST
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert TABLES <= tables
+
+
+def test_reopening_does_not_migrate_again(db: Database, state: Path) -> None:
+    before = [tuple(r) for r in db.execute("SELECT * FROM migrations")]
+    db.close()
+    again = open_database(state)
+    try:
+        assert [tuple(r) for r in again.execute("SELECT * FROM migrations")] == before
+        assert again.execute("PRAGMA user_version").fetchone()[0] == migrations.LATEST
+    finally:
+        again.close()
+
+
+def test_older_database_is_upgraded_with_only_the_missing_migrations(
+        state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = migrations.MIGRATIONS[:1]
+    with monkeypatch.context() as m:
+        m.setattr(migrations, "MIGRATIONS", first)
+        m.setattr(migrations, "LATEST", first[-1][0])
+        old = open_database(state)
+        assert old.execute("PRAGMA user_version").fetchone()[0] == first[-1][0]
+        applied_first = old.execute("SELECT applied_at FROM migrations WHERE version = ?",
+                                    (first[0][0],)).fetchone()[0]
+        old.close()
+    upgraded = open_database(state)
+    try:
+        rows = upgraded.execute("SELECT version, applied_at FROM migrations ORDER BY version"
+                                ).fetchall()
+        assert [r[0] for r in rows] == [n for n, _, _ in migrations.MIGRATIONS]
+        assert rows[0][1] == applied_first  # the first migration was not run again
+        assert upgraded.execute("PRAGMA user_version").fetchone()[0] == migrations.LATEST
+    finally:
+        upgraded.close()
+
+
+def test_database_from_a_newer_devcell_is_refused(db: Database, state: Path) -> None:
+    db.execute(f"PRAGMA user_version = {migrations.LATEST + 1}")
+    db.close()
+    with pytest.raises(StoreError, match="newer DevCell"):
+        open_database(state)
+
+
+def test_live_name_index_exists(db: Database) -> None:
+    indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"idx_cells_live_name", "idx_snapshots_live_name"} <= indexes
+
+
+# -- pragmas ---------------------------------------------------------------------------------
+
+
+def test_wal_and_foreign_keys_are_on(db: Database) -> None:
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert db.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+
+
+def test_foreign_keys_are_enforced(db: Database) -> None:
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        with db.write() as conn:
+            conn.execute(
+                "INSERT INTO volumes (id, cell_id, name, phase, created_at) "
+                "VALUES ('vol_x', 'cell_nobody', 'v', 'Bound', 'now')")
+    assert db.execute("SELECT count(*) FROM volumes").fetchone()[0] == 0
+
+
+def test_wal_is_persistent_for_other_connections(db: Database) -> None:
+    other = sqlite3.connect(str(db.path))
+    try:
+        assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        other.close()
+
+
+# -- permissions -----------------------------------------------------------------------------
+
+
+def test_state_dir_and_files_are_owner_only(state: Path) -> None:
+    old = os.umask(0)  # even a permissive umask must not leak the state
+    try:
+        database = open_database(state)
+        with database.write() as conn:
+            conn.execute("INSERT INTO events (created_at, object_kind, object_name, type, "
+                         "reason) VALUES ('t', 'Cell', 'x', 'Normal', 'r')")
+    finally:
+        os.umask(old)
+    try:
+        assert mode(state) == 0o700
+        assert mode(state / DB_FILENAME) == 0o600
+        for suffix in ("-wal", "-shm"):
+            path = state / (DB_FILENAME + suffix)
+            if path.exists():
+                assert mode(path) == 0o600, path
+    finally:
+        database.close()
+
+
+def test_loose_permissions_are_tightened_on_open(state: Path) -> None:
+    open_database(state).close()
+    os.chmod(state, 0o755)
+    os.chmod(state / DB_FILENAME, 0o644)
+    open_database(state).close()
+    assert mode(state) == 0o700
+    assert mode(state / DB_FILENAME) == 0o600
+
+
+# -- opening ---------------------------------------------------------------------------------
+
+
+def test_open_without_create_needs_existing_state(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="nothing has been applied yet"):
+        open_database(tmp_path / "empty", create=False)
+    assert not (tmp_path / "empty").exists()
+
+
+def test_a_file_that_is_not_a_database_is_refused(state: Path) -> None:
+    state.mkdir(mode=0o700)
+    (state / DB_FILENAME).write_bytes(b"this is not sqlite, " * 100)
+    with pytest.raises(StoreError, match="not a usable DevCell database"):
+        open_database(state)
+
+
+def test_state_dir_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DEVCELL_HOME", str(tmp_path / "home"))
+    assert resolve_state_dir(None) == tmp_path / "home"
+    assert resolve_state_dir(str(tmp_path / "explicit")) == tmp_path / "explicit"
+    monkeypatch.delenv("DEVCELL_HOME")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert resolve_state_dir(None) == tmp_path / "xdg" / "devcell"
+
+
+# -- write transactions ----------------------------------------------------------------------
+
+
+def _count(db: Database) -> int:
+    return int(db.execute("SELECT count(*) FROM events").fetchone()[0])
+
+
+def _event(conn: sqlite3.Connection, reason: str) -> None:
+    conn.execute("INSERT INTO events (created_at, object_kind, object_name, type, reason) "
+                 "VALUES ('t', 'Cell', 'x', 'Normal', ?)", (reason,))
+
+
+def test_write_commits_on_success_and_rolls_back_on_error(db: Database) -> None:
+    with db.write() as conn:
+        _event(conn, "kept")
+    with pytest.raises(RuntimeError):
+        with db.write() as conn:
+            _event(conn, "lost")
+            raise RuntimeError("abort")
+    assert [r[0] for r in db.execute("SELECT reason FROM events")] == ["kept"]
+    assert db.conn.in_transaction is False
+
+
+def test_nested_write_is_a_savepoint(db: Database) -> None:
+    with db.write() as conn:
+        _event(conn, "outer")
+        with pytest.raises(ValueError):
+            with db.write() as inner:
+                _event(inner, "inner")
+                raise ValueError("inner fails")
+        with db.write() as inner:
+            _event(inner, "inner-ok")
+    assert [r[0] for r in db.execute("SELECT reason FROM events ORDER BY id")] == [
+        "outer", "inner-ok"]
+
+
+def test_write_takes_the_write_lock_up_front(db: Database) -> None:
+    other = sqlite3.connect(str(db.path), timeout=0, isolation_level=None)
+    try:
+        with db.write():
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("BEGIN IMMEDIATE")
+            # readers are not blocked (WAL)
+            assert other.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+    finally:
+        other.close()
+    assert _count(db) == 0

@@ -23,10 +23,11 @@ def _open(args: argparse.Namespace) -> Database | None:
     return Database(state_dir, create=False)
 
 
-def _rows(db: Database, kind: str, name: str | None, selector: list[Any]) -> list[dict[str, Any]]:
+def _rows(db: Database, kind: str, name: str | None, selector: list[Any], *, wide: bool = False
+          ) -> list[dict[str, Any]]:
     conn = db.conn
     if kind == "cells":
-        return views.cells_table(conn, selector, name)
+        return views.cells_table(conn, selector, name, wide=wide)
     if kind == "snapshots":
         return views.snapshots_table(conn, selector, name)
     if kind == "volumes":
@@ -69,8 +70,9 @@ def _print_table(kind: str, rows: list[dict[str, Any]], wide: bool) -> None:
     age = render.age
     if kind == "cells":
         headers = ["NAME", "BACKEND", "DESIRED", "PHASE", "FORKED-FROM", "AGE"]
+        secs = render.age_seconds
         data = [[r["name"], r["backend"], r["state"], r["phase"], r["forked_from"],
-                 age(r["created_at"])] for r in rows]
+                 secs(r["age_s"])] for r in rows]
         if wide:
             headers += ["ID", "IMAGE", "GENERATION", "SOURCE"]
             for d, r in zip(data, rows, strict=True):
@@ -123,7 +125,8 @@ def run_get(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     db = _open(args)
-    rows = _rows(db, args.kind, args.name, selector) if db is not None else []
+    rows = (_rows(db, args.kind, args.name, selector, wide=args.output == "wide")
+            if db is not None else [])
     if args.name is not None and not rows:
         raise NotFound(f'{args.kind.rstrip("s")} "{args.name}" not found')
     if args.output in ("yaml", "json"):
@@ -177,7 +180,7 @@ def _watch(args: argparse.Namespace, selector: list[Any], rows: list[dict[str, A
                 current = db.conn.execute("PRAGMA data_version").fetchone()[0]
                 if current != version:
                     version = current
-                    fresh = _rows(db, args.kind, args.name, selector)
+                    fresh = _rows(db, args.kind, args.name, selector, wide=args.output == "wide")
                     changed = [r for r in fresh if seen.get(r.get("id")) != _row_key(r)]
                     for r in fresh:
                         seen[r.get("id")] = _row_key(r)

@@ -28,12 +28,24 @@ def age(stamp: str | None, now: datetime | None = None) -> str:
     return f"{seconds // 86400}d"
 
 
+def age_seconds(seconds: int | None) -> str:
+    if seconds is None:
+        return "<none>"
+    if seconds < 120:
+        return f"{max(seconds, 0)}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO = sys.stdout) -> None:
     text_rows = [[("<none>" if v is None or v == "" else str(v)) for v in row] for row in rows]
     widths = [len(h) for h in headers]
-    for row in text_rows:
-        for i, value in enumerate(row):
-            widths[i] = max(widths[i], len(value))
+    if text_rows:
+        columns = zip(*text_rows, strict=True)
+        widths = [max(w, *map(len, col)) for w, col in zip(widths, columns, strict=True)]
     fmt_parts = [f"{{:<{w}}}" for w in widths[:-1]] + ["{}"]
     fmt = "   ".join(fmt_parts)
     lines = [fmt.format(*headers).rstrip()]

@@ -234,6 +234,11 @@ def parse_documents(text: str, *, max_depth: int = MAX_DEPTH) -> list[ParsedDocu
         mark = exc.problem_mark or exc.context_mark
         line, col = _pos(mark) if mark is not None else (1, 1)
         message = exc.problem or exc.context or "invalid YAML"
+        if "maximum nesting depth" in message:
+            # libyaml >= 0.2.6 has its own limit (1000) and may reach it while scanning
+            # ahead, before our depth check sees the event that crosses MAX_DEPTH.
+            raise YamlSyntaxError(
+                f"nesting deeper than {max_depth} levels is not allowed", line, col) from None
         if mark is not None and mark.index >= len(text.rstrip()):
             message += " at the end of the file"
         cm = exc.context_mark

@@ -104,9 +104,21 @@ def _v2_controller_status(db: Any) -> None:
     )
 
 
+def _v3_cell_list_columns(db: Any) -> None:
+    """Columns `get cells` shows, kept beside the spec so listing never parses JSON."""
+    db["cells"].add_column("desired_state", str)
+    db["cells"].add_column("image", str)
+    db.execute("UPDATE cells SET desired_state = json_extract(spec, '$.state'), "
+               "image = json_extract(spec, '$.image')")
+    # Covering index: `get cells` reads the index alone, never the wide rows (spec, status).
+    db.execute("CREATE INDEX idx_cells_list ON cells(name, backend, phase, desired_state, "
+               "created_at, forked_from, id) WHERE deleted_at IS NULL")
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
     (1, "initial schema", _v1_initial),
     (2, "controller status", _v2_controller_status),
+    (3, "cell list columns", _v3_cell_list_columns),
 ]
 LATEST = MIGRATIONS[-1][0]
 

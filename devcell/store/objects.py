@@ -116,6 +116,13 @@ def list_live(conn: sqlite3.Connection, kind: str) -> list[ObjectRecord]:
     return [from_row(kind, r) for r in rows]
 
 
+def _listed(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Spec fields copied into their own columns for fast listing."""
+    if kind != "Cell":
+        return {}
+    return {"desired_state": spec.get("state"), "image": spec.get("image")}
+
+
 def insert(
     conn: sqlite3.Connection, *, kind: str, name: str, spec: dict[str, Any],
     labels: dict[str, str], annotations: dict[str, str], spec_hash: str, manifest_hash: str,
@@ -131,6 +138,7 @@ def insert(
         "status": "{}", "created_at": stamp, "updated_at": stamp,
     }
     columns.update(extra or {})
+    columns.update(_listed(kind, spec))
     names = ", ".join(columns)
     marks = ", ".join("?" for _ in columns)
     try:
@@ -150,13 +158,16 @@ def update_desired(
 ) -> None:
     """Write a new desired state; generation bumps only if the spec changed."""
     generation = record.generation + (1 if spec_hash != record.spec_hash else 0)
+    listed = _listed(record.kind, spec)
+    sets = "".join(f", {k} = ?" for k in listed)
     cur = conn.execute(
         f"UPDATE {TABLES[record.kind]} SET spec = ?, labels = ?, annotations = ?, "
-        "spec_hash = ?, manifest_hash = ?, source = ?, generation = ?, "
+        f"spec_hash = ?, manifest_hash = ?, source = ?, generation = ?{sets}, "
         "resource_version = resource_version + 1, updated_at = ? "
         "WHERE id = ? AND resource_version = ?",
         (json.dumps(spec), json.dumps(labels), json.dumps(annotations), spec_hash,
-         manifest_hash, source, generation, now(), record.id, record.resource_version),
+         manifest_hash, source, generation, *listed.values(), now(), record.id,
+         record.resource_version),
     )
     _check_written(cur, record)
 

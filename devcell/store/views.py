@@ -10,6 +10,8 @@ import sqlite3
 from typing import Any
 
 API_VERSION = "devcell.dev/v1alpha1"
+AGE_SQL = "CAST((julianday('now') - julianday({column})) * 86400 AS INTEGER)"
+"""Age in whole seconds, computed by SQLite: no per-row datetime parsing in Python."""
 REDACTED = "<redacted>"
 
 
@@ -53,27 +55,30 @@ def parse_selector(text: str | None) -> list[tuple[str, str, str | None]]:
     return out
 
 
-def cells_table(conn: sqlite3.Connection, selector: list[Any], name: str | None = None
-                ) -> list[dict[str, Any]]:
-    """Rows for `get cells`, reading only the columns the table shows."""
+def cells_table(conn: sqlite3.Connection, selector: list[Any], name: str | None = None,
+                *, wide: bool = False) -> list[dict[str, Any]]:
+    """Rows for `get cells`. The plain table is answered from a covering index alone."""
+    narrow = not wide and not selector
+    extra = "" if narrow else ("c.labels, c.generation, c.observed_generation, c.source, "
+                               "c.image, ")
     sql = (
-        "SELECT c.id, c.name, c.backend, c.phase, c.created_at, c.labels, c.generation, "
-        "c.observed_generation, c.source, json_extract(c.spec, '$.state') AS state, "
-        "json_extract(c.spec, '$.image') AS image, s.name AS forked_from "
-        "FROM cells c LEFT JOIN snapshots s ON s.id = c.forked_from "
-        "WHERE c.deleted_at IS NULL"
+        f"SELECT c.id, c.name, c.backend, c.phase, c.created_at, {extra}"
+        f"c.desired_state AS state, {AGE_SQL.format(column='c.created_at')} AS age_s, "
+        f"s.name AS forked_from FROM cells c {'INDEXED BY idx_cells_list' if narrow else ''} "
+        "LEFT JOIN snapshots s ON s.id = c.forked_from WHERE c.deleted_at IS NULL"
     )
     params: tuple[str, ...] = ()
     if name is not None:
         sql += " AND (c.name = ? OR c.id = ?)"
         params = (name, name)
     rows = conn.execute(sql + " ORDER BY c.name", params).fetchall()
+    if not selector:
+        return [dict(r) for r in rows]
     out = []
     for r in rows:
-        labels = json.loads(r["labels"]) if r["labels"] != "{}" else {}
-        if selector and not _selector_match(labels, selector):
-            continue
-        out.append(dict(r, labels=labels))
+        labels = json.loads(r["labels"])
+        if _selector_match(labels, selector):
+            out.append(dict(r, labels=labels))
     return out
 
 

@@ -263,6 +263,14 @@ def test_deep_flow_nesting_is_refused(cli: Cli, fingerprint: Fingerprint, state_
                                       tmp_path: Path, levels: int) -> None:
     path = _deep_file(tmp_path, levels)
     result = cli("apply", "-f", str(path), timeout=60)
+    message = f"nesting deeper than {MAX_DEPTH} levels is not allowed"
+    if levels > 1000:
+        # libyaml >= 0.2.6 stops by itself at depth 1000 while scanning ahead, before our
+        # check at MAX_DEPTH sees the event; the message is the same, the place is libyaml's.
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert f"{path}:1:" in result.stderr and message in result.stderr, result.stderr
+        assert_state_unchanged(state_dir, None, fingerprint)
+        return
     # The first level beyond the limit opens at column MAX_DEPTH + 1; its path is [0]...[0].
     assert_refused(result, (
         (f"{path}:1:{MAX_DEPTH + 1}: {'[0]' * MAX_DEPTH}: ",

@@ -35,7 +35,9 @@ class Problem:
                 where += f":{self.column}"
         parts = [where]
         if self.kind and self.name:
-            parts.append(f'{self.kind} "{self.name}"')
+            from devcell.names import printable
+
+            parts.append(f'{self.kind} "{printable(self.name)}"')
         elif self.kind:
             parts.append(self.kind)
         if self.field:

@@ -8,6 +8,13 @@ MAX_NAME_LENGTH = 63
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
+def printable(text: str) -> str:
+    """Control characters escaped (\\n, \\x00), so a hostile name cannot forge output lines."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def name_problem(name: object) -> str | None:
     """Why `name` is not a valid object name, or None when it is."""
     if not isinstance(name, str):
@@ -17,7 +24,7 @@ def name_problem(name: object) -> str | None:
     if len(name) > MAX_NAME_LENGTH:
         return f"must be at most {MAX_NAME_LENGTH} characters (got {len(name)})"
     if not _NAME.fullmatch(name):
-        shown = name if len(name) <= 40 else name[:37] + "..."
+        shown = printable(name if len(name) <= 40 else name[:37] + "...")
         return (
             f'invalid name "{shown}": use lower-case letters, digits and "-", '
             "starting and ending with a letter or digit"

@@ -7,6 +7,7 @@ problems of a file are reported together.
 from __future__ import annotations
 
 import copy
+import json
 import difflib
 from functools import cache
 from typing import Any
@@ -38,6 +39,33 @@ def _validator(kind: str) -> Any:
     schema = schemas.schema(kind)
     cls = jsonschema.validators.validator_for(schema)
     return cls(schema)
+
+
+@cache
+def _fast_validator(kind: str) -> Any:
+    """fastjsonschema's compiled validator: ~20 us per document instead of ~300 us.
+
+    It only answers "valid or not" on the hot path; every message comes from jsonschema
+    (the reference implementation), and a test keeps the two in agreement. Our schemas use
+    nothing beyond draft 7 except the `$defs` name, which resolves as a JSON pointer.
+    """
+    import fastjsonschema
+
+    from devcell import schemas
+
+    schema = json.loads(schemas.schema_text(kind))  # a private copy: compiling mutates it
+    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+    return fastjsonschema.compile(schema, use_default=False)
+
+
+def is_valid_fast(kind: str, data: Any) -> bool:
+    import fastjsonschema
+
+    try:
+        _fast_validator(kind)(data)
+    except fastjsonschema.JsonSchemaException:
+        return False
+    return True
 
 
 def field_path(path: Path) -> str:
@@ -136,6 +164,8 @@ class _Context:
 
 
 def _schema_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
+    if is_valid_fast(ctx.kind or "Cell", data):
+        return []
     problems: list[Problem] = []
     seen: set[tuple[str | None, str]] = set()
     for error in _validator(ctx.kind or "Cell").iter_errors(data):
@@ -250,8 +280,13 @@ def _nan_problems(ctx: _Context, value: Any, path: Path = ()) -> list[Problem]:
 
 
 def _semantic_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
-    """Rules JSON Schema cannot say: uniqueness inside lists."""
+    """Rules JSON Schema cannot say: uniqueness inside lists, and exact names."""
     problems = []
+    # Python's `$` also matches before a trailing newline, so a schema pattern lets "api\n"
+    # through; names end up in paths and labels, so check them exactly.
+    name_problem = names.name_problem(data["metadata"]["name"])
+    if name_problem:
+        problems.append(ctx.problem(("metadata", "name"), name_problem))
     if ctx.kind == "Cell":
         seen: dict[str, int] = {}
         for i, service in enumerate(data["spec"].get("services", [])):

@@ -7,8 +7,8 @@ problems of a file are reported together.
 from __future__ import annotations
 
 import copy
-import json
 import difflib
+import json
 from functools import cache
 from typing import Any
 

@@ -81,15 +81,30 @@ class Database:
             self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             self.conn.execute("PRAGMA foreign_keys = ON")
             self.conn.execute("PRAGMA synchronous = NORMAL")
-            mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
-            if mode != "wal":
-                self.conn.execute("PRAGMA journal_mode = WAL")
+            self._ensure_wal()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path} is not a usable DevCell database: {exc}") from None
         self._tighten_files()
         from devcell.store import migrations
 
         migrations.ensure_current(self)
+
+    def _ensure_wal(self) -> None:
+        # Switching to WAL needs an exclusive lock and SQLite does not always wait for it, so
+        # several commands racing on a brand-new state directory retry here instead of failing.
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        delay = 0.005
+        while True:
+            try:
+                mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
+                if mode != "wal":
+                    self.conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
 
     def _tighten_files(self) -> None:
         for suffix in ("", "-wal", "-shm"):

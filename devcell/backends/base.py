@@ -97,6 +97,11 @@ class Backend(Protocol):
         """A complete checkpoint with this id, made earlier (e.g. before a crash), or None."""
         ...
 
+    def workspace_changed_since(self, volume_id: str, checkpoint_id: str | None) -> bool:
+        """Whether the workspace holds changes that checkpoint (or, with None, no checkpoint)
+        does not: deleting it would lose work. False when the backend keeps no files."""
+        ...
+
     def volumes_of(self, cell_id: str) -> list[str]:
         """Ids of the volumes the backend holds for this cell (found by their labels)."""
         ...

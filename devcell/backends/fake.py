@@ -4,6 +4,8 @@ It keeps its "world" in `<state>/backends/fake.db` so that separate `devcell` pr
 the same cells, and logs every mutating call there (tests use the log to prove a call was or
 was not made). It never claims to preserve files: its snapshots are `metadata` only.
 
+Slow steps: `DEVCELL_FAKE_DELAY="step:seconds,..."` (e.g. `start:2`).
+
 Fault injection: `DEVCELL_FAKE_FAIL="step[@cell][:count],..."` (or `failures=` in code)
 makes the named step fail; with a count, only the first `count` matching calls fail in this
 process. Example: `DEVCELL_FAKE_FAIL=start@api:1`.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +33,10 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL,
     runtime_hash TEXT, volume_id TEXT, frozen INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS volumes (id TEXT PRIMARY KEY, cell_id TEXT, cell_name TEXT,
-    from_checkpoint TEXT);
+    from_checkpoint TEXT, writes INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS volumes_by_cell ON volumes(cell_id);
 CREATE TABLE IF NOT EXISTS checkpoints (id TEXT PRIMARY KEY, cell_id TEXT, cell_name TEXT,
-    volume_id TEXT);
+    volume_id TEXT, volume_writes INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS calls (seq INTEGER PRIMARY KEY, method TEXT NOT NULL,
     target TEXT NOT NULL, outcome TEXT NOT NULL);
 """
@@ -86,6 +89,11 @@ class FakeBackend:
         self.conn.execute("PRAGMA journal_mode = WAL")
         self.conn.execute("PRAGMA synchronous = NORMAL")
         self.conn.executescript(_SCHEMA)
+        for table, column in (("volumes", "writes"), ("checkpoints", "volume_writes")):
+            have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+            if column not in have:  # a fake.db made by an older DevCell
+                self.conn.execute(
+                    f"ALTER TABLE {table} ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
         self.failures = failures if failures is not None else _env_failures()
 
     def close(self) -> None:
@@ -93,7 +101,15 @@ class FakeBackend:
 
     # -- helpers ---------------------------------------------------------------------------
 
+    def _maybe_delay(self, step: str) -> None:
+        """DEVCELL_FAKE_DELAY="step:seconds,...": a slow step, to stop a daemon mid-operation."""
+        for item in filter(None, os.environ.get("DEVCELL_FAKE_DELAY", "").split(",")):
+            name, _, seconds = item.partition(":")
+            if name.replace("-", "_") == step.replace("-", "_"):
+                time.sleep(float(seconds or 0))
+
     def _maybe_fail(self, step: str, cell_name: str) -> None:
+        self._maybe_delay(step)
         for failure in self.failures:
             if failure.step != step.replace("-", "_") or (failure.cell and failure.cell != cell_name):
                 continue
@@ -192,8 +208,10 @@ class FakeBackend:
 
     def checkpoint(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
         self._mutate("checkpoint", cell.name,
-                     "INSERT OR IGNORE INTO checkpoints (id, cell_id, cell_name, volume_id) "
-                     "VALUES (?, ?, ?, ?)", (checkpoint_id, cell.id, cell.name, cell.volume_id))
+                     "INSERT OR IGNORE INTO checkpoints (id, cell_id, cell_name, volume_id, "
+                     "volume_writes) VALUES (?, ?, ?, ?, (SELECT coalesce(max(writes), 0) FROM "
+                     "volumes WHERE id = ?))",
+                     (checkpoint_id, cell.id, cell.name, cell.volume_id, cell.volume_id))
         return CheckpointInfo(ref=f"fake://{checkpoint_id}", consistency=Consistency.METADATA)
 
     def resume(self, cell: CellRef) -> Outputs:
@@ -208,6 +226,22 @@ class FakeBackend:
         if not self.checkpoint_exists(checkpoint_id):
             return None
         return CheckpointInfo(ref=f"fake://{checkpoint_id}", consistency=Consistency.METADATA)
+
+    def workspace_changed_since(self, volume_id: str, checkpoint_id: str | None) -> bool:
+        """The fake keeps no files, only a write counter that tests advance with
+        `touch_workspace` (standing in for a user editing files)."""
+        row = self.conn.execute("SELECT writes FROM volumes WHERE id = ?", (volume_id,)).fetchone()
+        if row is None or row[0] == 0:
+            return False
+        if checkpoint_id is None:
+            return True
+        seen = self.conn.execute("SELECT volume_writes FROM checkpoints WHERE id = ?",
+                                 (checkpoint_id,)).fetchone()
+        return seen is None or row[0] > seen[0]
+
+    def touch_workspace(self, volume_id: str) -> None:
+        """Test hook: pretend someone wrote to this workspace."""
+        self.conn.execute("UPDATE volumes SET writes = writes + 1 WHERE id = ?", (volume_id,))
 
     def volumes_of(self, cell_id: str) -> list[str]:
         return [r[0] for r in self.conn.execute(

@@ -34,7 +34,8 @@ def run_apply(args: argparse.Namespace) -> int:
     if args.dry_run:
         return 0
     return converge_and_report(db, result.to_reconcile, verbose=args.verbose,
-                               timeout=args.timeout, trigger="apply", wait=args.wait)
+                               timeout=args.timeout, trigger="apply", wait=args.wait,
+                               run_store=args.run_store, approve=args.approve)
 
 
 def _print_changes(result: desired.ApplyResult, suffix: str) -> None:
@@ -76,7 +77,8 @@ def run_delete(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     keys = [(c.kind, c.object_id) for c in changes if c.object_id]
     return converge_and_report(db, keys, verbose=args.verbose, timeout=args.timeout,
-                               trigger="delete")
+                               trigger="delete", run_store=args.run_store, approve=args.approve,
+                               condition="delete")
 
 
 def _yaml_lines(doc: dict[str, Any]) -> list[str]:

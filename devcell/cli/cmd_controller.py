@@ -25,7 +25,7 @@ def run_daemon(args: argparse.Namespace) -> int:
         logger.add(json_sink, level="DEBUG" if args.verbose > 1 else "INFO")
     state_dir = dbmod.resolve_state_dir(args.state_dir)
     config = DaemonConfig(state_dir=state_dir, manifests=manifests, workers=args.workers,
-                          resync_seconds=args.resync)
+                          resync_seconds=args.resync, run_store=args.run_store)
     logger.info("controller for {} watching {}", state_dir, manifests.absolute())
     return Daemon(config).run()
 

@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--state-dir", default=None,
                         help="state directory (default: $DEVCELL_HOME or ~/.local/share/devcell)")
     common.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+    common.add_argument("--run-store", choices=["sqlite", "file"], default=None,
+                        help="where suspended operations keep their run snapshots "
+                             "(default: sqlite in the state directory; or $DEVCELL_RUN_STORE)")
 
     parser = Parser(prog="devcell", description="Isolated development environments, declared in YAML.")
     parser.add_argument("--version", action="version", version=f"devcell {__version__}")
@@ -76,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long to wait for convergence (e.g. 90s, 5m; default 5m)")
     p.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
                    help="with a daemon running, wait until the objects are Ready (default on)")
+    p.add_argument("--approve", action="store_true",
+                   help="pass approval gates up front (e.g. deleting unsaved work)")
 
     p = sub.add_parser("get", parents=[common], help="list objects")
     p.add_argument("kind", type=_kind(GET_KINDS), metavar="KIND",
@@ -98,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?")
     p.add_argument("-f", "--filename", action="append", help="delete the objects in these files")
     p.add_argument("--timeout", type=_duration, default=300.0)
+    p.add_argument("--approve", action="store_true",
+                   help="delete even a workspace that changed since its last snapshot")
 
     p = sub.add_parser("diff", parents=[common], help="show what apply would change")
     p.add_argument("-f", "--filename", action="append", required=True)
@@ -142,6 +149,21 @@ def build_parser() -> argparse.ArgumentParser:
                          help="keep a directory of manifests converged (also installed as celld)")
     _daemon_options(dp)
 
+    p = sub.add_parser("op", parents=[common], help="act on suspended operations")
+    osub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
+    osub.required = True
+    op = osub.add_parser("resume", parents=[common],
+                         help="approve and continue a suspended operation")
+    op.add_argument("operation", help="operation id (op_...)")
+    op.add_argument("--input", action="append", metavar="KEY=VALUE",
+                    help="resume input, validated against the operation's schema")
+    op.add_argument("--input-file", action="append", metavar="FILE",
+                    help="resume input as a YAML/JSON mapping")
+    op.add_argument("--timeout", type=_duration, default=300.0)
+    op = osub.add_parser("cancel", parents=[common], help="cancel a suspended operation")
+    op.add_argument("operation", help="operation id (op_...)")
+    op.add_argument("--timeout", type=_duration, default=300.0)
+
     p = sub.add_parser("schema", parents=[common], help="print a kind's JSON Schema")
     p.add_argument("kind", type=_kind(OBJECT_KINDS), metavar="KIND")
     return parser
@@ -166,6 +188,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from devcell.cli import cmd_get
 
         return cmd_get.run_get(args) if command == "get" else cmd_get.run_describe(args)
+    if command == "op":
+        from devcell.cli import cmd_op
+
+        return cmd_op.run_op_resume(args) if args.verb == "resume" else cmd_op.run_op_cancel(args)
     if command in ("snapshot", "cell"):
         from devcell.cli import cmd_cells
 
@@ -187,6 +213,7 @@ def celld(argv: Sequence[str] | None = None) -> int:
     common = Parser(prog="celld", description="Keep a directory of DevCell manifests converged.")
     common.add_argument("--state-dir", default=None)
     common.add_argument("-v", "--verbose", action="count", default=0)
+    common.add_argument("--run-store", choices=["sqlite", "file"], default=None)
     _daemon_options(common)
     args = common.parse_args(argv)
     args.command, args.verb = "controller", "run"

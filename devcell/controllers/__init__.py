@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import sqlite3
@@ -24,6 +24,14 @@ class Controller(Protocol):
     def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs
                    ) -> None:
         """Record what a successful step created, in the same transaction as the step."""
+
+    def note_outputs(self, plan: Plan, step: Step, outputs: Outputs) -> None:
+        """Keep what later steps or finish() need from a step's outputs (in memory only);
+        on resume it is called again with the outputs recorded before the suspension."""
+
+    def restore(self, ctx: Context, data: dict[str, Any]) -> Plan | None:
+        """Rebuild a suspended plan (`Plan.to_dict()`) against fresh state; None if its object
+        is gone."""
 
     def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None) -> None:
         """Write the object's status once the plan has run (error: why it failed)."""

@@ -10,7 +10,7 @@ import sqlite3
 from typing import Any
 
 from devcell.backends.base import CellRef, Observed, Outputs
-from devcell.controllers.plan import Decision, Plan, Settled, Step, Wait, When
+from devcell.controllers.plan import Decision, Gate, Plan, Settled, Step, Wait, When
 from devcell.errors import BackendError, BackendUnavailable
 from devcell.manifests.model import digest
 from devcell.reconciler.context import Context
@@ -48,7 +48,7 @@ class CellController:
         ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
         observed = backend.observe(ref)
         if cell.deleting:
-            return self._plan_delete(cell, backend_name, observed, volume)
+            return self._plan_delete(cell, backend_name, observed, volume, backend, conn)
 
         steps: list[Step] = []
         context: dict[str, Any] = {}
@@ -95,8 +95,9 @@ class CellController:
             if observed.exists:
                 sleep_id = f"sleep-{cell.id}-g{cell.generation}"
                 if observed.running:
-                    steps.append(Step("quiesce"))
-                steps += [Step("checkpoint", {"checkpoint_id": sleep_id}), Step("delete")]
+                    steps.append(Step("quiesce", hold=True))
+                steps += [Step("checkpoint", {"checkpoint_id": sleep_id}, hold=True),
+                          Step("delete")]
                 previous = cell.status.get("sleep", {}).get("checkpointId")
                 if previous and previous != sleep_id:
                     # Keep only the latest sleep checkpoint; an older one is superseded.
@@ -134,7 +135,8 @@ class CellController:
     # -- planning helpers --------------------------------------------------------------------
 
     def _plan_delete(self, cell: objects.ObjectRecord, backend_name: str, observed: Observed,
-                     volume: volumes.VolumeRecord | None) -> Plan:
+                     volume: volumes.VolumeRecord | None, backend: Any = None,
+                     conn: sqlite3.Connection | None = None) -> Plan:
         steps = []
         if observed.exists and observed.running:
             steps.append(Step("stop"))
@@ -146,7 +148,22 @@ class CellController:
         if sleep_checkpoint:
             steps.append(Step("delete-checkpoint", {"checkpoint_id": sleep_checkpoint}))
         ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
-        return Plan(cell, "delete", steps, backend_name, {"ref": ref})
+        gate = None
+        if volume is not None and backend is not None and conn is not None:
+            latest = conn.execute(
+                "SELECT id, name FROM snapshots WHERE cell_id = ? AND checkpoint_ref IS NOT NULL "
+                "ORDER BY taken_at DESC LIMIT 1", (cell.id,)).fetchone()
+            since = latest[0] if latest else None
+            if backend.workspace_changed_since(volume.id, since):
+                what = f"snapshot {latest[1]}" if latest else "no snapshot was ever taken"
+                gate = Gate(0, f"the workspace changed since its last snapshot ({what}); "
+                            "deleting it loses that work", {
+                                "type": "object", "additionalProperties": False,
+                                "required": ["confirm"],
+                                "properties": {"confirm": {
+                                    "const": cell.name,
+                                    "description": "the cell's name, to confirm"}}})
+        return Plan(cell, "delete", steps, backend_name, {"ref": ref}, gate=gate)
 
     def _wait(self, ctx: Context, cell: objects.ObjectRecord, reason: str, message: str) -> Wait:
         self._write_blocked(ctx, cell, reason, message)
@@ -238,10 +255,24 @@ class CellController:
             )
         elif step.name == "delete-volume":
             volumes.record_deleted(conn, step.args["volume_id"])
-        elif step.name == "checkpoint":
+        self.note_outputs(plan, step, outputs)
+
+    def note_outputs(self, plan: Plan, step: Step, outputs: Outputs) -> None:
+        if step.name == "checkpoint":
             plan.context["sleep"] = {"checkpoint": outputs.get("checkpoint"),
                                      "checkpointId": step.args["checkpoint_id"],
                                      "consistency": outputs.get("consistency"), "at": now()}
+
+    def restore(self, ctx: Context, data: dict[str, Any]) -> Plan | None:
+        cell = objects.get(ctx.db.conn, KIND, data["objectId"])
+        if cell is None:
+            return None
+        steps = [Step.from_dict(s) for s in data["steps"]]
+        volume = volumes.for_cell(ctx.db.conn, cell.id)
+        volume_id = volume.id if volume else next(
+            (s.args["volume_id"] for s in steps if "volume_id" in s.args), None)
+        ref = CellRef(cell.id, cell.name, cell.spec, volume_id)
+        return Plan(cell, data["action"], steps, data["backend"], {"ref": ref})
 
     def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None) -> None:
         fresh = objects.get(conn, KIND, plan.object.id, include_deleted=True)

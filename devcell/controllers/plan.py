@@ -20,6 +20,27 @@ class Step:
     name: str
     args: dict[str, Any] = field(default_factory=dict)
     when: When = When.SUCCESS
+    hold: bool = False
+    """Never stop (suspend) right after this step: e.g. a cell stays frozen after `quiesce`
+    until `resume` runs, so a shutdown must not leave it frozen."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "args": self.args, "when": str(self.when), "hold": self.hold}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Step:
+        return cls(data["name"], dict(data.get("args", {})), When(data.get("when", "success")),
+                   bool(data.get("hold", False)))
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Before step `before`, the plan stops until someone approves it with input matching
+    `schema` (a JSON Schema); `devcell op resume` or `--approve` passes it."""
+
+    before: int
+    reason: str
+    schema: dict[str, Any]
 
 
 @dataclass
@@ -31,10 +52,16 @@ class Plan:
     steps: list[Step]
     backend: str
     context: dict[str, Any] = field(default_factory=dict)
+    gate: Gate | None = None
 
     @property
     def step_names(self) -> list[str]:
         return [s.name for s in self.steps]
+
+    def to_dict(self) -> dict[str, Any]:
+        """What a run snapshot keeps: enough to rebuild the plan after a restart."""
+        return {"kind": self.object.kind, "objectId": self.object.id, "action": self.action,
+                "backend": self.backend, "steps": [s.to_dict() for s in self.steps]}
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ half-written is ever marked Ready.
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from devcell.backends.base import CellRef, Outputs
 from devcell.controllers.plan import Decision, Plan, Settled, Step, Wait, When
@@ -65,7 +66,8 @@ class SnapshotController:
             return Wait("WaitingForCell", message)
         volume = volumes.for_cell(conn, cell.id)
         ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
-        steps = [Step("quiesce"), Step("checkpoint"), Step("resume", when=When.ALWAYS)]
+        steps = [Step("quiesce", hold=True), Step("checkpoint", hold=True),
+                 Step("resume", when=When.ALWAYS)]
         return Plan(snap, "checkpoint", steps, backend_name, {"ref": ref, "cell": cell})
 
     def _settle(self, ctx: Context, snap: objects.ObjectRecord) -> None:
@@ -113,8 +115,24 @@ class SnapshotController:
 
     def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs
                    ) -> None:
+        self.note_outputs(plan, step, outputs)
+
+    def note_outputs(self, plan: Plan, step: Step, outputs: Outputs) -> None:
         if step.name in ("checkpoint", "adopt-checkpoint"):
             plan.context["taken"] = outputs
+
+    def restore(self, ctx: Context, data: dict[str, Any]) -> Plan | None:
+        snap = objects.get(ctx.db.conn, KIND, data["objectId"])
+        if snap is None:
+            return None
+        cell = objects.get(ctx.db.conn, "Cell", snap.extra["cell_id"], include_deleted=True)
+        context: dict[str, Any] = {}
+        if cell is not None:
+            volume = volumes.for_cell(ctx.db.conn, cell.id)
+            context = {"cell": cell,
+                       "ref": CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)}
+        steps = [Step.from_dict(s) for s in data["steps"]]
+        return Plan(snap, data["action"], steps, data["backend"], context)
 
     def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None) -> None:
         fresh = objects.get(conn, KIND, plan.object.id, include_deleted=True)

@@ -10,6 +10,7 @@ from devcell import backends
 
 if TYPE_CHECKING:
     from devcell.backends.base import Backend
+    from devcell.runs.store import SnapshotStore
     from devcell.store.db import Database
 
 
@@ -17,6 +18,13 @@ if TYPE_CHECKING:
 class Context:
     db: Database
     trigger: str = "apply"
+    run_store_kind: str | None = None
+    """sqlite (default, in state.db) or file (<state>/runs/); see run_store()."""
+    suspend_on_stop: bool = False
+    """On graceful shutdown, suspend in-flight operations (the daemon) instead of failing them."""
+    runs: SnapshotStore | None = None
+    approve: bool = False
+    """Pass approval gates up front (`--approve`)."""
     stopping: threading.Event | None = None
     """Set on graceful shutdown: finish the step in flight (and compensations), start no more."""
     _backends: dict[str, Backend] = field(default_factory=dict)
@@ -26,7 +34,17 @@ class Context:
             self._backends[name] = backends.load(name, self.db.state_dir)
         return self._backends[name]
 
+    def run_store(self) -> SnapshotStore:
+        """The run-snapshot store, opened on first use."""
+        if self.runs is None:
+            from devcell.reconciler import runstore
+
+            self.runs = runstore.open_run_store(self.db.state_dir, self.run_store_kind)
+        return self.runs
+
     def close(self) -> None:
         for backend in self._backends.values():
             backend.close()
         self._backends.clear()
+        if self.runs is not None:
+            self.runs.close()

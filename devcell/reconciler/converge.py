@@ -18,8 +18,9 @@ from devcell.controllers import Controller
 from devcell.controllers.cell import CellController
 from devcell.controllers.plan import Plan, Settled, Wait
 from devcell.controllers.snapshot import SnapshotController
-from devcell.reconciler import executor, recovery
+from devcell.reconciler import executor, recovery, suspended
 from devcell.reconciler.context import Context
+from devcell.store import operations
 
 Key = tuple[str, str]
 """(kind, object id)"""
@@ -75,16 +76,31 @@ def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0) -> Report
             for key in pending:
                 kind, object_id = key
                 controller = kinds[kind]
-                decision = controller.decide(ctx, object_id)
-                if isinstance(decision, Plan):
-                    op_id, error = executor.execute(ctx, controller, decision)
-                    report.operations.append(op_id)
+                held = suspended.handle(ctx, controller, object_id)
+                if isinstance(held, Wait):  # awaiting approval: nothing to do inline
+                    report.waiting[key] = held.message
+                    continue
+                if held is not None:
+                    outcome: executor.Result | None = held
+                else:
+                    decision = controller.decide(ctx, object_id)
+                    outcome = (executor.execute(ctx, controller, decision)
+                               if isinstance(decision, Plan) else None)
+                if outcome is not None:
+                    report.operations.append(outcome.op_id)
                     progressed = True
-                    if error:
-                        report.failed[key] = error
+                    if outcome.suspended:
+                        row = operations.get(ctx.db.conn, outcome.op_id)
+                        message = row["message"] if row else outcome.suspended
+                        report.waiting[key] = (
+                            f"operation {outcome.op_id} {message}; approve it with `devcell op "
+                            f"resume {outcome.op_id} --input ...` (or pass --approve)")
+                    elif outcome.error:
+                        report.failed[key] = outcome.error
                     else:
                         next_round.append(key)  # confirm on the next round that it settled
-                elif isinstance(decision, Wait):
+                    continue
+                if isinstance(decision, Wait):
                     report.waiting[key] = decision.message
                     next_round.append(key)
                 elif isinstance(decision, Settled):

@@ -38,6 +38,7 @@ class DaemonConfig:
     step_ms: int = 15
     debounce_ms: int = 400
     prune_grace: float = 0.5
+    run_store: str | None = None
 
 
 @dataclass
@@ -61,7 +62,8 @@ class Daemon:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
             controllers.started(db, lease.holder)
-            manager = Manager(cfg.state_dir, workers=cfg.workers, resync_seconds=cfg.resync_seconds)
+            manager = Manager(cfg.state_dir, workers=cfg.workers, resync_seconds=cfg.resync_seconds,
+                              run_store_kind=cfg.run_store)
             for op_id, kind, object_id in recovery.recover_interrupted(db):
                 manager.enqueue((kind, object_id), trigger="recovery")
                 logger.warning("operation {} was interrupted by a crash; recorded as failed", op_id)

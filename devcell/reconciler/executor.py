@@ -3,6 +3,11 @@
 A step is committed as Running before its backend call and as Succeeded/Failed after it (in
 the same transaction that starts the next step), so a crash always leaves the in-flight step
 visible and no step is ever silently replayed.
+
+An operation can also stop cleanly at a step boundary (a graceful shutdown, or an approval
+gate): its run snapshot (plan, completed steps with their outputs, the next step, the resume
+schema) is saved first, then the operation is marked Suspended. Resuming skips the completed
+steps and hands their recorded outputs back to the controller.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from loguru import logger
 
@@ -18,10 +25,29 @@ from devcell.backends.base import Outputs
 from devcell.controllers import Controller
 from devcell.controllers.plan import Plan, When
 from devcell.errors import DevCellError
+from devcell.manifests.model import digest
 from devcell.reconciler.context import Context
-from devcell.store import operations
+from devcell.store import events, objects, operations
 
 Pending = list[Callable[[sqlite3.Connection], None]]
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Continue a suspended operation: its id, its run snapshot, and any approval input."""
+
+    op_id: str
+    snapshot: Any  # devcell.runs.RunSnapshot (imported lazily: runs is not needed otherwise)
+    approval: dict[str, Any] | None = None
+
+
+@dataclass
+class Result:
+    op_id: str
+    error: str | None = None
+    suspended: str | None = None
+    """Why the operation is waiting (AwaitingApproval, Shutdown), when it is."""
+    ran: list[str] = field(default_factory=list)
 
 
 def _should_run(when: When, failed: bool) -> bool:
@@ -30,30 +56,74 @@ def _should_run(when: When, failed: bool) -> bool:
     return failed if when is When.FAILURE else not failed
 
 
-def execute(ctx: Context, controller: Controller, plan: Plan) -> tuple[str, str | None]:
-    """Run `plan`; return (operation id, error or None)."""
+def step_id(idx: int, name: str) -> str:
+    return f"{idx}:{name}"
+
+
+def execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume | None = None
+            ) -> Result:
+    """Run `plan` (or the rest of a suspended one) and record it."""
     record = plan.object
-    op_id = operations.new_operation_id()
-    pending: Pending = [
-        lambda c: operations.create(
-            c, op_id=op_id, object_kind=record.kind, object_id=record.id,
-            object_name=record.name, action=plan.action, trigger=ctx.trigger,
-            generation=record.generation, step_names=plan.step_names,
-        )
-    ]
+    done: list[tuple[int, str, Outputs]] = []
+    start = 0
+    gate_open = plan.gate is None
+    if resume is not None:
+        op_id = resume.op_id
+        completed = {s.step_id: dict(s.outputs) for s in resume.snapshot.completed_steps}
+        for idx, step in enumerate(plan.steps):
+            recorded = completed.get(step_id(idx, step.name))
+            if recorded is not None:
+                controller.note_outputs(plan, step, recorded)
+                done.append((idx, step.name, recorded))
+        start = next(i for i, s in enumerate(plan.steps)
+                     if step_id(i, s.name) == resume.snapshot.suspended_step_id)
+        gate_open = gate_open or resume.approval is not None or resume.snapshot.resume_schema is None
+        pending: Pending = [lambda c: operations.resumed(c, op_id, approval=resume.approval)]
+    else:
+        op_id = operations.new_operation_id()
+        pending = [
+            lambda c: operations.create(
+                c, op_id=op_id, object_kind=record.kind, object_id=record.id,
+                object_name=record.name, action=plan.action, trigger=ctx.trigger,
+                generation=record.generation, step_names=plan.step_names,
+            )
+        ]
     log = logger.bind(kind=record.kind, name=record.name, op=op_id)
-    log.info("{} {}: {}", plan.action, record.name, " -> ".join(plan.step_names) or "(no steps)")
+    log.info("{} {}: {}{}", plan.action, record.name, " -> ".join(plan.step_names) or "(no steps)",
+             " (resumed)" if resume else "")
+    result = Result(op_id)
+    ran = result.ran
+    plan.context["ran"] = ran
     error: str | None = None
     failed_step: str | None = None
-    ran: list[str] = []
-    plan.context["ran"] = ran
     stopped = False
+    last_hold = False
     for idx, step in enumerate(plan.steps):
-        if ran and not stopped and ctx.stopping is not None and ctx.stopping.is_set():
-            stopped = True  # shutting down: only compensations (resume) still run
-            error = error or (f"controller shut down after step {ran[-1]}; "
-                              "the next start plans afresh")
-            failed_step = failed_step or ran[-1]
+        if idx < start:
+            continue
+        if plan.gate is not None and plan.gate.before == idx and not gate_open:
+            if ctx.approve:
+                gate_open = True
+                pending.append(lambda c: events.record(
+                    c, kind=record.kind, object_id=record.id, name=record.name,
+                    reason="Approved", message="approved up front (--approve)", op_id=op_id))
+            else:
+                _suspend(ctx, controller, plan, op_id, pending, done, idx, "AwaitingApproval",
+                         f"awaiting approval: {plan.gate.reason}", plan.gate.schema)
+                result.suspended = "AwaitingApproval"
+                return result
+        stopping = ctx.stopping is not None and ctx.stopping.is_set()
+        if (ran or idx > start) and stopping and not stopped and error is None and not last_hold:
+            if ctx.suspend_on_stop:
+                _suspend(ctx, controller, plan, op_id, pending, done, idx, "Shutdown",
+                         f"suspended after step {plan.steps[idx - 1].name} by a controller "
+                         "shutdown; the next start resumes it", None)
+                result.suspended = "Shutdown"
+                return result
+            stopped = True  # no run store: only compensations (resume) still run
+            error = (f"controller shut down after step {plan.steps[idx - 1].name}; "
+                     "the next start plans afresh")
+            failed_step = plan.steps[idx - 1].name
         if not _should_run(step.when, error is not None):
             continue
         ran.append(step.name)
@@ -76,6 +146,7 @@ def execute(ctx: Context, controller: Controller, plan: Plan) -> tuple[str, str 
         elapsed = (time.perf_counter() - started) * 1000
         failpoints.hit(f"step.{step.name}.after-call")
         log.debug("step {} {} in {:.1f} ms", step.name, "failed" if step_error else "ok", elapsed)
+        last_hold = step.hold and step_error is None
 
         def record_step(conn: sqlite3.Connection, idx: int = idx, step=step, outputs=outputs,
                         step_error=step_error, elapsed=elapsed) -> None:
@@ -85,7 +156,9 @@ def execute(ctx: Context, controller: Controller, plan: Plan) -> tuple[str, str 
                 controller.after_step(conn, plan, step, outputs)
 
         pending.append(record_step)
-        if step_error is not None and error is None:
+        if step_error is None:
+            done.append((idx, step.name, outputs))
+        elif error is None:
             error = f"step {step.name} failed: {step_error}"
             failed_step = step.name
     with ctx.db.write() as conn:
@@ -99,6 +172,48 @@ def execute(ctx: Context, controller: Controller, plan: Plan) -> tuple[str, str 
                               failed_step=failed_step)
         controller.finish(conn, plan, error=error)
         failpoints.hit("op.before-commit")
+    if resume is not None:
+        ctx.run_store().delete(op_id)  # finished: its snapshot is spent
     if error:
         log.warning("{} {} failed: {}", plan.action, record.name, error)
-    return op_id, error
+    result.error = error
+    return result
+
+
+def _suspend(ctx: Context, controller: Controller, plan: Plan, op_id: str, pending: Pending,
+             done: list[tuple[int, str, Outputs]], next_idx: int, reason: str, message: str,
+             schema: dict[str, Any] | None) -> None:
+    """Save the run snapshot, then mark the operation Suspended (in that order: a crash in
+    between leaves a snapshot for a Running operation, which recovery fails as Interrupted)."""
+    from devcell import runs
+
+    record = plan.object
+    snapshot = runs.RunSnapshot(
+        run_id=op_id, plan_id=digest(plan.to_dict()), plan=plan.to_dict(),
+        completed_steps=tuple(runs.CompletedStep(step_id=step_id(i, name), outputs=out)
+                              for i, name, out in done),
+        suspended_step_id=step_id(next_idx, plan.steps[next_idx].name),
+        resume_schema=schema, suspended_at=runs.utc_timestamp())
+    ctx.run_store().save(snapshot)
+    failpoints.hit("op.suspend.after-save")
+    with ctx.db.write() as conn:
+        for write in pending:
+            write(conn)
+        if not conn.execute("SELECT 1 FROM operations WHERE id = ?", (op_id,)).fetchone():
+            operations.create(conn, op_id=op_id, object_kind=record.kind, object_id=record.id,
+                              object_name=record.name, action=plan.action, trigger=ctx.trigger,
+                              generation=record.generation, step_names=plan.step_names)
+        operations.suspend(conn, op_id, reason=reason, message=message,
+                           next_step=plan.steps[next_idx].name)
+        fresh = objects.get(conn, record.kind, record.id)
+        if fresh is not None:
+            status = dict(fresh.status)
+            status["conditions"] = objects.set_condition(
+                status.get("conditions", []), "Ready", "False", reason,
+                f"operation {op_id} {message}")
+            objects.write_status(conn, fresh, phase=fresh.phase, status=status,
+                                 observed_generation=fresh.observed_generation)
+        events.record(conn, kind=record.kind, object_id=record.id, name=record.name,
+                      reason="OperationSuspended", message=f"{plan.action} {op_id} {message}",
+                      type="Warning" if reason == "AwaitingApproval" else "Normal", op_id=op_id)
+    logger.bind(kind=record.kind, name=record.name, op=op_id).info("suspended: {}", message)

@@ -13,7 +13,7 @@ from loguru import logger
 
 from devcell.controllers import Controller
 from devcell.controllers.plan import Plan, Settled, Wait
-from devcell.reconciler import converge, executor
+from devcell.reconciler import converge, executor, suspended
 from devcell.reconciler.context import Context
 from devcell.reconciler.queue import WorkQueue
 from devcell.store import objects
@@ -27,6 +27,7 @@ class Manager:
     state_dir: Path
     workers: int = 4
     resync_seconds: float = 60.0
+    run_store_kind: str | None = None
     queue: WorkQueue[Key] = field(default_factory=WorkQueue)
     stopping: threading.Event = field(default_factory=threading.Event)
     _triggers: dict[Key, str] = field(default_factory=dict)
@@ -77,7 +78,8 @@ class Manager:
 
     def _work(self) -> None:
         db = Database(self.state_dir)
-        ctx = Context(db, stopping=self.stopping)
+        ctx = Context(db, stopping=self.stopping, suspend_on_stop=True,
+                      run_store_kind=self.run_store_kind)
         kinds = converge.controllers()
         try:
             while True:
@@ -102,12 +104,20 @@ class Manager:
 
     def _reconcile(self, ctx: Context, controller: Controller, key: Key) -> None:
         kind, object_id = key
-        decision = controller.decide(ctx, object_id)
+        held = suspended.handle(ctx, controller, object_id)
+        if isinstance(held, Wait):
+            self.enqueue(key, trigger=ctx.trigger, after=held.requeue_after)
+            return
+        decision = held if held is not None else controller.decide(ctx, object_id)
         if isinstance(decision, Plan):
-            _, error = executor.execute(ctx, controller, decision)
-            if self.stopping.is_set():
+            decision = executor.execute(ctx, controller, decision)
+        if isinstance(decision, executor.Result):
+            if self.stopping.is_set() or decision.suspended == "Shutdown":
                 return
-            if error:
+            if decision.suspended:  # an approval gate: check back for the approval
+                self.enqueue(key, trigger=ctx.trigger, after=suspended.APPROVAL_POLL_S)
+                return
+            if decision.error:
                 delay = self.queue.add_rate_limited(key)
                 self._note_retry(ctx, kind, object_id, delay)
                 return

@@ -26,9 +26,23 @@ def check(db: Database, kind: str, object_id: str, *, condition: str = "Ready",
     record = objects.get(db.conn, kind, object_id, include_deleted=True)
     if condition == "delete":
         gone = record is None or record.deleted_at is not None
+        if not gone and fail_fast:
+            from devcell.store import operations
+
+            op = operations.suspended_for(db.conn, object_id)
+            if op is not None and op["reason"] == "AwaitingApproval":
+                return Outcome(False, failed=f"operation {op['id']} {op['message']}; approve it "
+                                             f"with `devcell op resume {op['id']} --input ...`")
         return Outcome(gone, detail="deleted" if gone else f"phase {record.phase if record else '?'}")
     if record is None or record.deleted_at is not None:
         return Outcome(False, failed="it was deleted")
+    if fail_fast:
+        from devcell.store import operations
+
+        op = operations.suspended_for(db.conn, object_id)
+        if op is not None and op["reason"] == "AwaitingApproval":
+            return Outcome(False, failed=f"operation {op['id']} {op['message']}; approve it with "
+                                         f"`devcell op resume {op['id']} --input ...`")
     cond = record.condition(condition) or {}
     current = record.observed_generation == record.generation
     if current and cond.get("status") == want:

@@ -115,10 +115,16 @@ def _v3_cell_list_columns(db: Any) -> None:
                "created_at, forked_from, id) WHERE deleted_at IS NULL")
 
 
+def _v4_resume_input(db: Any) -> None:
+    """Approval input given to `devcell op resume`, kept until the reconciler resumes."""
+    db["operations"].add_column("resume_input", str)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
     (1, "initial schema", _v1_initial),
     (2, "controller status", _v2_controller_status),
     (3, "cell list columns", _v3_cell_list_columns),
+    (4, "operation resume input", _v4_resume_input),
 ]
 LATEST = MIGRATIONS[-1][0]
 

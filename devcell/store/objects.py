@@ -190,6 +190,14 @@ def request_delete(conn: sqlite3.Connection, record: ObjectRecord) -> None:
     _check_written(cur, record)
 
 
+def cancel_delete(conn: sqlite3.Connection, record: ObjectRecord) -> None:
+    """Withdraw a deletion request (its gated delete was cancelled): the object stays."""
+    conn.execute(
+        f"UPDATE {TABLES[record.kind]} SET deleting_at = NULL, "
+        "resource_version = resource_version + 1, updated_at = ? WHERE id = ?",
+        (now(), record.id))
+
+
 def mark_deleted(conn: sqlite3.Connection, record: ObjectRecord) -> None:
     stamp = now()
     conn.execute(

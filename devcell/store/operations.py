@@ -108,6 +108,34 @@ def steps(conn: sqlite3.Connection, op_id: str) -> list[StepRecord]:
     ]
 
 
+def suspend(conn: sqlite3.Connection, op_id: str, *, reason: str, message: str,
+            next_step: str) -> None:
+    """A clean stop at a step boundary; its run snapshot is already saved."""
+    conn.execute(
+        "UPDATE operations SET status = 'Suspended', reason = ?, message = ?, current_step = ? "
+        "WHERE id = ?", (reason, message, next_step, op_id))
+
+
+def resumed(conn: sqlite3.Connection, op_id: str, *, approval: dict[str, Any] | None) -> None:
+    conn.execute(
+        "UPDATE operations SET status = 'Running', reason = NULL, message = ?, "
+        "resume_input = NULL WHERE id = ?",
+        ("resumed" + (" with approval" if approval is not None else ""), op_id))
+
+
+def approve(conn: sqlite3.Connection, op_id: str, approval: dict[str, Any]) -> None:
+    """Record validated resume input for the reconciler (daemon) to pick up."""
+    conn.execute("UPDATE operations SET resume_input = ?, reason = 'Approved' WHERE id = ? "
+                 "AND status = 'Suspended'", (json.dumps(approval), op_id))
+
+
+def suspended_for(conn: sqlite3.Connection, object_id: str) -> sqlite3.Row | None:
+    row: sqlite3.Row | None = conn.execute(
+        "SELECT * FROM operations WHERE object_id = ? AND status = 'Suspended' "
+        "ORDER BY rowid DESC LIMIT 1", (object_id,)).fetchone()
+    return row
+
+
 def get(conn: sqlite3.Connection, op_id: str) -> sqlite3.Row | None:
     row: sqlite3.Row | None = conn.execute(
         "SELECT * FROM operations WHERE id = ?", (op_id,)

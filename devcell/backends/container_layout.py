@@ -1,0 +1,77 @@
+"""Where the container backend keeps things under the state directory, and the ids it accepts.
+
+Every path is built from an id that first passed a strict regular expression (letters, digits,
+`_` and `-` only), so no name can make a path escape the state directory.
+
+    <state>/volumes/<vol_id>/volume.json        marker: which cell the volume belongs to
+    <state>/volumes/<vol_id>/workspace/         bind-mounted at spec.workspace.mountPath
+    <state>/volumes/<vol_id>/logs/<svc>.log     per-service logs (mounted at /var/log/devcell)
+    <state>/images/checkpoints/<id>/            checkpoint.json + workspace/ (complete ones only)
+    <state>/containers/<cell_id>/               supervisor.sh, secrets.env (mounted read-only)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from devcell.errors import BackendError
+
+_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,127}")
+SERVICE_LOG_DIR = "/var/log/devcell"
+RUN_DIR = "/devcell"
+"""Where the cell's DevCell-owned run directory is mounted (read-only) inside the container."""
+
+
+def safe_id(what: str, value: str) -> str:
+    """`value` if it is a safe id (cannot escape a directory), else a BackendError."""
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        raise BackendError(f"refusing {what} id {value!r}: ids are lower-case letters, digits, "
+                           "'_' and '-' (at most 128 characters)")
+    return value
+
+
+def state_hash(state_dir: Path) -> str:
+    """A short, stable digest of the resolved state directory (the ownership label)."""
+    return hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Layout:
+    state_dir: Path
+
+    @property
+    def volumes(self) -> Path:
+        return self.state_dir / "volumes"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.state_dir / "images" / "checkpoints"
+
+    @property
+    def containers(self) -> Path:
+        return self.state_dir / "containers"
+
+    def volume(self, volume_id: str) -> Path:
+        return self.volumes / safe_id("volume", volume_id)
+
+    def workspace(self, volume_id: str) -> Path:
+        return self.volume(volume_id) / "workspace"
+
+    def logs(self, volume_id: str) -> Path:
+        return self.volume(volume_id) / "logs"
+
+    def marker(self, volume_id: str) -> Path:
+        return self.volume(volume_id) / "volume.json"
+
+    def checkpoint(self, checkpoint_id: str) -> Path:
+        return self.checkpoints / safe_id("checkpoint", checkpoint_id)
+
+    def run_dir(self, cell_id: str) -> Path:
+        return self.containers / safe_id("cell", cell_id)
+
+    def contains(self, path: Path) -> bool:
+        """Whether `path` (symbolic links resolved) lies inside the state directory."""
+        return path.resolve().is_relative_to(self.state_dir.resolve())

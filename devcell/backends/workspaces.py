@@ -1,0 +1,188 @@
+"""Workspace volumes and checkpoints on the host filesystem (no engine involved).
+
+Everything appears under its final name only when complete: a volume or checkpoint is built
+in a temporary sibling directory and renamed into place, and removed by a rename to a trash
+name first. So a crash never leaves a half-written checkpoint that `find` would report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from devcell.backends import treecopy
+from devcell.backends.container_layout import Layout, safe_id
+from devcell.errors import BackendNotFound
+
+MARKER_VERSION = 1
+
+
+def _mkdir_private(path: Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(data, out, sort_keys=True)
+        out.flush()
+        os.fsync(out.fileno())
+    os.rename(tmp, path)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _clear_leftovers(parent: Path, prefix: str) -> None:
+    """Remove temporary and trash directories a crashed copy left behind."""
+    if not parent.is_dir():
+        return
+    for entry in parent.iterdir():
+        if entry.name.startswith(prefix):
+            treecopy.remove_tree(entry, parent / f".trash-{secrets.token_hex(6)}")
+
+
+class WorkspaceStore:
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        for path in (layout.state_dir, layout.volumes, layout.checkpoints.parent,
+                     layout.checkpoints, layout.containers):
+            _mkdir_private(path)
+
+    # -- volumes ---------------------------------------------------------------------------
+
+    def volume_exists(self, volume_id: str) -> bool:
+        return self.layout.marker(volume_id).is_file()
+
+    def marker(self, volume_id: str) -> dict[str, Any] | None:
+        return _read_json(self.layout.marker(volume_id))
+
+    def create_volume(self, *, cell_id: str, cell_name: str, volume_id: str,
+                      from_checkpoint: str | None) -> treecopy.TreeStats:
+        safe_id("cell", cell_id)
+        final = self.layout.volume(volume_id)
+        if self.volume_exists(volume_id):
+            return treecopy.TreeStats(0, 0)
+        source = None
+        if from_checkpoint is not None:
+            if self.find_checkpoint(from_checkpoint) is None:
+                raise BackendNotFound(f"checkpoint {from_checkpoint} does not exist")
+            source = self.layout.checkpoint(from_checkpoint) / "workspace"
+        _clear_leftovers(self.layout.volumes, f".tmp-{volume_id}-")
+        tmp = self.layout.volumes / f".tmp-{volume_id}-{secrets.token_hex(4)}"
+        _mkdir_private(tmp)
+        try:
+            if source is not None:
+                stats = treecopy.copy_tree(source, tmp / "workspace")
+            else:
+                (tmp / "workspace").mkdir(mode=0o755)
+                stats = treecopy.TreeStats(0, 0)
+            _mkdir_private(tmp / "logs")
+            _write_json(tmp / "volume.json", {
+                "version": MARKER_VERSION, "volume": volume_id, "cell_id": cell_id,
+                "cell": cell_name, "from_checkpoint": from_checkpoint, "created": time.time(),
+            })
+            if final.exists():  # a directory without a marker: a leftover, never a volume
+                treecopy.remove_tree(final, self.layout.volumes / f".trash-{secrets.token_hex(6)}")
+            os.rename(tmp, final)
+            _fsync_dir(self.layout.volumes)
+        except BaseException:
+            treecopy.remove_tree(tmp, self.layout.volumes / f".trash-{secrets.token_hex(6)}")
+            raise
+        logger.bind(volume=volume_id).debug("volume created ({} files restored)", stats.files)
+        return stats
+
+    def delete_volume(self, volume_id: str) -> None:
+        treecopy.remove_tree(self.layout.volume(volume_id),
+                             self.layout.volumes / f".trash-{secrets.token_hex(6)}")
+
+    def volumes_of(self, cell_id: str) -> list[str]:
+        safe_id("cell", cell_id)
+        found = []
+        for entry in sorted(self.layout.volumes.iterdir()):
+            if entry.name.startswith("."):
+                continue
+            marker = _read_json(entry / "volume.json")
+            if marker and marker.get("cell_id") == cell_id and marker.get("volume") == entry.name:
+                found.append(entry.name)
+        return found
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def find_checkpoint(self, checkpoint_id: str) -> dict[str, Any] | None:
+        """The metadata of a complete checkpoint, or None."""
+        meta = _read_json(self.layout.checkpoint(checkpoint_id) / "checkpoint.json")
+        if meta is None or meta.get("id") != checkpoint_id:
+            return None
+        return meta
+
+    def checkpoint(self, *, checkpoint_id: str, cell_id: str, volume_id: str
+                   ) -> dict[str, Any]:
+        """Copy the volume's workspace to a new checkpoint (the caller froze the writers)."""
+        existing = self.find_checkpoint(checkpoint_id)
+        if existing is not None:
+            return existing
+        source = self.layout.workspace(volume_id)
+        if not source.is_dir():
+            raise BackendNotFound(f"volume {volume_id} does not exist; nothing to checkpoint")
+        final = self.layout.checkpoint(checkpoint_id)
+        parent = self.layout.checkpoints
+        _clear_leftovers(parent, f".tmp-{checkpoint_id}-")
+        tmp = parent / f".tmp-{checkpoint_id}-{secrets.token_hex(4)}"
+        _mkdir_private(tmp)
+        started = time.perf_counter()
+        try:
+            stats = treecopy.copy_tree(source, tmp / "workspace")
+            meta = {"id": checkpoint_id, "cell_id": cell_id, "volume": volume_id,
+                    "files": stats.files, "size_bytes": stats.size_bytes, "created": time.time(),
+                    "copy_ms": round((time.perf_counter() - started) * 1000, 1)}
+            _write_json(tmp / "checkpoint.json", meta)
+            if final.exists():  # incomplete leftover under the final name (no metadata)
+                treecopy.remove_tree(final, parent / f".trash-{secrets.token_hex(6)}")
+            os.rename(tmp, final)
+            _fsync_dir(parent)
+        except BaseException:
+            treecopy.remove_tree(tmp, parent / f".trash-{secrets.token_hex(6)}")
+            raise
+        return meta
+
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        treecopy.remove_tree(self.layout.checkpoint(checkpoint_id),
+                             self.layout.checkpoints / f".trash-{secrets.token_hex(6)}")
+
+    def changed_since(self, volume_id: str, checkpoint_id: str | None) -> bool:
+        """Whether the workspace holds changes the checkpoint does not (size/mtime/mode check).
+
+        With no checkpoint, a fork is compared with the checkpoint it was restored from; any
+        other non-empty workspace counts as changed.
+        """
+        workspace = self.layout.workspace(volume_id)
+        if not workspace.is_dir():
+            return False
+        if checkpoint_id is None:
+            checkpoint_id = (self.marker(volume_id) or {}).get("from_checkpoint")
+        if checkpoint_id is None or self.find_checkpoint(checkpoint_id) is None:
+            return not treecopy.is_empty(workspace)
+        saved = self.layout.checkpoint(checkpoint_id) / "workspace"
+        return treecopy.signature(workspace) != treecopy.signature(saved)

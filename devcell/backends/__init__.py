@@ -13,8 +13,9 @@ if TYPE_CHECKING:
 
 REGISTRY: dict[str, str] = {
     "fake": "devcell.backends.fake:FakeBackend",
+    "container": "devcell.backends.container:ContainerBackend",
 }
-PLANNED = {"container": "the Docker engine", "vm": "microVMs"}
+PLANNED = {"vm": "microVMs"}
 
 
 def load(name: str, state_dir: Path) -> Backend:

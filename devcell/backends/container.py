@@ -1,0 +1,470 @@
+"""The container backend: cells as containers on the Docker engine, through the `docker` SDK.
+
+This is the only module that imports docker, and Docker's errors are translated here, at this
+one boundary, into DevCell's (BackendUnavailable, BackendNotFound, BackendError). The engine is
+the local daemon, or whatever DOCKER_HOST names.
+
+- A cell is one container whose main process is DevCell's supervisor (`supervisor.py`); the
+  workspace volume is a host directory (`workspaces.py`) bind-mounted at its mountPath.
+- Every container carries DevCell's labels for this state directory; DevCell finds its
+  containers by those labels only, so it never acts on one it does not own, and finds what a
+  crash left behind.
+- Checkpoint: preCheckpoint hooks, sync, freeze (docker pause), copy the workspace, unfreeze,
+  postCheckpoint hooks; consistency `filesystem`. Processes and memory are not preserved.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import docker
+import docker.errors
+import requests.exceptions
+from loguru import logger
+
+from devcell.backends import base_image, container_spec, supervisor
+from devcell.backends.base import (
+    Capabilities,
+    CellRef,
+    CheckpointInfo,
+    Consistency,
+    Observed,
+    Outputs,
+)
+from devcell.backends.container_layout import Layout, safe_id, state_hash
+from devcell.backends.container_spec import CELL_ID, MANAGED, RUNTIME_HASH, STATE, VOLUME
+from devcell.backends.workspaces import WorkspaceStore
+from devcell.errors import BackendError, BackendNotFound, BackendUnavailable
+
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+QUIESCED = "quiesced"
+"""Marker in the cell's run directory: hooks ran for a checkpoint and resume has not yet."""
+_CELL_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_HOW_TO_START = ("start it with `scripts/docker-setup` (as root), `systemctl start docker`, or "
+                 "`dockerd --bridge=none --iptables=false &`; or set DOCKER_HOST to a running "
+                 "engine")
+
+
+def engine_address() -> str:
+    return os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
+
+
+def _unreachable(reason: object) -> BackendUnavailable:
+    text = str(reason).splitlines()[0][:300] if str(reason) else type(reason).__name__
+    return BackendUnavailable(f"the Docker engine is not reachable at {engine_address()} "
+                              f"({text}); {_HOW_TO_START}")
+
+
+@contextmanager
+def _engine(action: str) -> Iterator[None]:
+    """Translate whatever the SDK raises during `action` into DevCell's error tree."""
+    try:
+        yield
+    except docker.errors.ImageNotFound as exc:
+        raise BackendNotFound(f"{action}: ImageNotFound: {exc.explanation or exc}; DevCell pulls "
+                              "nothing: build the base image with `devcell image build-base` or "
+                              "load yours with `docker load`") from None
+    except docker.errors.NotFound as exc:
+        raise BackendNotFound(f"{action}: {exc.explanation or exc}") from None
+    except docker.errors.APIError as exc:
+        raise BackendError(f"{action}: {exc.explanation or exc}") from None
+    except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
+        raise _unreachable(exc) from None
+    except requests.exceptions.RequestException as exc:
+        raise BackendError(f"{action}: the Docker engine did not answer in time ({exc})") from None
+
+
+def connect() -> docker.DockerClient:
+    """A client for the engine at DOCKER_HOST (default: the local socket), or BackendUnavailable."""
+    try:
+        return docker.from_env(timeout=120)  # version "auto": one /version call proves it is up
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise _unreachable(exc) from None
+
+
+def _syncfs(path: Path) -> None:
+    """Flush the filesystem holding `path` to disk (syncfs(2); sync(2) where unavailable)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.syncfs(fd) != 0:
+            os.sync()
+    except (OSError, AttributeError):
+        os.sync()
+    finally:
+        os.close(fd)
+
+
+class ContainerBackend:
+    name = "container"
+    capabilities = Capabilities(workspace_files=True, exec=True,
+                                snapshot_consistency=Consistency.FILESYSTEM)
+
+    def __init__(self, *, state_dir: Path) -> None:
+        self.client = connect()
+        self.api = self.client.api
+        self.layout = Layout(state_dir)
+        self.store = WorkspaceStore(self.layout)
+        self.owner = state_hash(state_dir)
+
+    def close(self) -> None:
+        self.client.close()
+
+    # -- finding what is ours --------------------------------------------------------------
+
+    def _owned_filter(self, **extra: str) -> dict[str, list[str]]:
+        wanted = {MANAGED: "true", STATE: self.owner, **extra}
+        return {"label": [f"{k}={v}" for k, v in wanted.items()]}
+
+    def _is_owned(self, info: dict[str, Any], cell_id: str | None = None) -> bool:
+        found = info.get("Labels") or (info.get("Config") or {}).get("Labels") or {}
+        return (found.get(MANAGED) == "true" and found.get(STATE) == self.owner
+                and (cell_id is None or found.get(CELL_ID) == cell_id))
+
+    def container_name(self, cell: CellRef) -> str:
+        if not _CELL_NAME.fullmatch(cell.name):
+            raise BackendError(f"refusing cell name {cell.name!r}: not a DNS-1123 label")
+        tag = hashlib.sha256(f"{self.owner}/{safe_id('cell', cell.id)}".encode()).hexdigest()[:8]
+        return f"devcell-{cell.name}-{tag}"
+
+    def _find(self, cell: CellRef) -> dict[str, Any] | None:
+        """This cell's container (as the engine lists it), found by its labels only."""
+        safe_id("cell", cell.id)
+        with _engine(f"listing the containers of cell {cell.name}"):
+            found = [c for c in self.api.containers(
+                all=True, filters=self._owned_filter(**{CELL_ID: cell.id}))
+                if self._is_owned(c, cell.id)]
+        if len(found) > 1:
+            names = ", ".join(n.lstrip("/") for c in found for n in c.get("Names", []))
+            raise BackendError(f"several containers carry the labels of cell {cell.name} ({names}); "
+                               "remove the extras with docker rm -f")
+        return found[0] if found else None
+
+    def owned_containers(self) -> list[dict[str, str]]:
+        """Every container DevCell made for this state directory: cell id, name, state.
+
+        The state database is not consulted: a container whose cell is not recorded there
+        (left by a crash between the engine call and the commit) is an orphan.
+        """
+        with _engine("listing DevCell's containers"):
+            listed = self.api.containers(all=True, filters=self._owned_filter())
+        return [{"cell_id": c["Labels"].get(CELL_ID, ""), "cell": c["Labels"].get("dev.devcell.cell", ""),
+                 "name": (c.get("Names") or ["?"])[0].lstrip("/"), "state": c.get("State", "")}
+                for c in listed if self._is_owned(c)]
+
+    # -- observe ---------------------------------------------------------------------------
+
+    def observe(self, cell: CellRef) -> Observed:
+        info = self._find(cell)
+        if info is None:
+            return Observed(exists=False)
+        state = info.get("State", "")
+        quiesced = (self.layout.run_dir(cell.id) / QUIESCED).exists()
+        return Observed(
+            exists=True, running=state in ("running", "paused", "restarting"),
+            frozen=state == "paused" or quiesced,
+            runtime_hash=(info.get("Labels") or {}).get(RUNTIME_HASH),
+            detail={"state": state, "container": (info.get("Names") or ["?"])[0].lstrip("/"),
+                    "id": info["Id"][:12]},
+        )
+
+    # -- volumes ---------------------------------------------------------------------------
+
+    def volume_exists(self, volume_id: str) -> bool:
+        return self.store.volume_exists(volume_id)
+
+    def create_volume(self, cell: CellRef, volume_id: str, *, from_checkpoint: str | None
+                      ) -> Outputs:
+        stats = self.store.create_volume(cell_id=cell.id, cell_name=cell.name,
+                                         volume_id=volume_id, from_checkpoint=from_checkpoint)
+        return {"volume": volume_id, "path": str(self.layout.workspace(volume_id)),
+                "restoredFrom": from_checkpoint, "files": stats.files, "bytes": stats.size_bytes}
+
+    def delete_volume(self, volume_id: str) -> Outputs:
+        safe_id("volume", volume_id)
+        with _engine(f"checking who mounts volume {volume_id}"):
+            users = self.api.containers(all=True, filters=self._owned_filter(**{VOLUME: volume_id}))
+        if users:
+            names = ", ".join(n.lstrip("/") for c in users for n in c.get("Names", []))
+            raise BackendError(f"volume {volume_id} is still mounted by {names}; delete the cell's "
+                               "container first")
+        self.store.delete_volume(volume_id)
+        return {"volume": volume_id}
+
+    def volumes_of(self, cell_id: str) -> list[str]:
+        return self.store.volumes_of(cell_id)
+
+    def workspace_changed_since(self, volume_id: str, checkpoint_id: str | None) -> bool:
+        return self.store.changed_since(volume_id, checkpoint_id)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _write_run_dir(self, cell: CellRef) -> None:
+        run = self.layout.run_dir(cell.id)
+        run.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _, secret = supervisor.split_env(cell.spec)
+        for name, text, mode in ((supervisor.SCRIPT, supervisor.render_script(cell.name, cell.spec),
+                                  0o644),
+                                 (supervisor.SECRETS, supervisor.render_secrets(secret), 0o600)):
+            tmp = run / f".{name}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+            with os.fdopen(fd, "w") as out:
+                out.write(text)
+            os.chmod(tmp, mode)
+            os.rename(tmp, run / name)
+        # The directory is mounted read-only; the container's root reads it as its owner.
+        os.chmod(run, 0o755)
+
+    def _ensure_bridge(self) -> None:
+        with _engine(f"creating the {container_spec.BRIDGE_NETWORK} network"):
+            if not self.api.networks(names=[container_spec.BRIDGE_NETWORK]):
+                self.api.create_network(container_spec.BRIDGE_NETWORK, driver="bridge",
+                                        labels={MANAGED: "true", STATE: self.owner})
+
+    def create(self, cell: CellRef, runtime_hash: str) -> Outputs:
+        log = logger.bind(backend=self.name, cell=cell.name)
+        name = self.container_name(cell)
+        existing = self._find(cell)
+        if existing is not None:
+            if (existing.get("Labels") or {}).get(RUNTIME_HASH) == runtime_hash:
+                return {"container": name, "created": False}
+            if existing.get("State") in ("running", "paused"):
+                raise BackendError(f"cell {cell.name} runs from another spec; stop and delete it "
+                                   "before creating it again")
+            self._remove(existing["Id"], cell)
+        if cell.volume_id is not None and not self.store.volume_exists(cell.volume_id):
+            raise BackendNotFound(f"volume {cell.volume_id} of cell {cell.name} does not exist")
+        kwargs = container_spec.create_kwargs(
+            self.layout, name=name, cell_id=cell.id, cell_name=cell.name, spec=cell.spec,
+            volume_id=cell.volume_id, runtime_hash=runtime_hash)
+        container_spec.check_security(self.layout, kwargs)
+        self._write_run_dir(cell)
+        if kwargs.get("network") == container_spec.BRIDGE_NETWORK:
+            self._ensure_bridge()
+        try:
+            with _engine(f"creating container {name} from image {kwargs['image']}"):
+                created = self.client.containers.create(**kwargs)
+        except BackendError as exc:
+            if "Conflict" in str(exc) or "already in use" in str(exc):
+                raise BackendError(f"a container named {name} exists but does not carry DevCell's "
+                                   "labels for this state directory; refusing to touch it "
+                                   "(remove or rename it yourself)") from None
+            raise
+        log.info("created container {} ({})", name, created.id[:12])
+        return {"container": name, "id": created.id[:12], "created": True}
+
+    def start(self, cell: CellRef) -> Outputs:
+        info = self._find(cell)
+        if info is None:
+            raise BackendNotFound(f"cell {cell.name} has no container to start")
+        state = info.get("State")
+        with _engine(f"starting cell {cell.name}"):
+            if state == "paused":
+                self.api.unpause(info["Id"])
+            elif state != "running":
+                self.api.start(info["Id"])
+        return {"container": self.container_name(cell)}
+
+    def stop(self, cell: CellRef) -> Outputs:
+        info = self._find(cell)
+        if info is None or info.get("State") not in ("running", "paused", "restarting"):
+            return {}
+        try:
+            with _engine(f"stopping cell {cell.name}"):
+                if info.get("State") == "paused":
+                    self.api.unpause(info["Id"])
+                self.api.stop(info["Id"], timeout=container_spec.STOP_TIMEOUT)
+        except BackendNotFound:
+            pass  # removed meanwhile: stopped all the same
+        (self.layout.run_dir(cell.id) / QUIESCED).unlink(missing_ok=True)
+        return {}
+
+    def _remove(self, container_id: str, cell: CellRef) -> None:
+        try:
+            with _engine(f"removing the container of cell {cell.name}"):
+                self.api.remove_container(container_id, force=True)
+        except BackendNotFound:
+            pass
+
+    def delete(self, cell: CellRef) -> Outputs:
+        info = self._find(cell)
+        if info is not None:
+            self._remove(info["Id"], cell)
+        run = self.layout.run_dir(cell.id)
+        for name in (supervisor.SCRIPT, supervisor.SECRETS, QUIESCED):
+            (run / name).unlink(missing_ok=True)
+        if run.is_dir() and not any(run.iterdir()):
+            run.rmdir()
+        return {}
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def _hooks(self, cell: CellRef, which: str) -> list[list[str]]:
+        hooks = (cell.spec.get("hooks") or {}).get(which) or []
+        return [list(h) for h in hooks]
+
+    def _run_hooks(self, cell: CellRef, container_id: str, which: str) -> int:
+        for argv in self._hooks(cell, which):
+            out: list[bytes] = []
+            code = self._exec(container_id, argv, out.append, out.append,
+                              action=f"{which} hook of cell {cell.name}")
+            if code != 0:
+                tail = b"".join(out)[-400:].decode(errors="replace").strip()
+                raise BackendError(f"{which} hook {argv!r} of cell {cell.name} exited with "
+                                   f"status {code}" + (f": {tail}" if tail else ""))
+        return len(self._hooks(cell, which))
+
+    def quiesce(self, cell: CellRef) -> Outputs:
+        info = self._find(cell)
+        if cell.volume_id is not None and self.store.volume_exists(cell.volume_id):
+            workspace = self.layout.workspace(cell.volume_id)
+        else:
+            workspace = None
+        if info is None or info.get("State") not in ("running", "paused"):
+            if workspace is not None:
+                _syncfs(workspace)
+            return {"frozen": False}
+        if info.get("State") == "paused":
+            return {"frozen": True, "hooks": 0}
+        marker = self.layout.run_dir(cell.id) / QUIESCED
+        marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        marker.touch()
+        hooks = self._run_hooks(cell, info["Id"], "preCheckpoint")
+        if workspace is not None:
+            _syncfs(workspace)
+        with _engine(f"freezing cell {cell.name}"):
+            self.api.pause(info["Id"])
+        return {"frozen": True, "hooks": hooks}
+
+    def _info(self, checkpoint_id: str, meta: dict[str, Any]) -> CheckpointInfo:
+        return CheckpointInfo(ref=str(self.layout.checkpoint(checkpoint_id)),
+                              consistency=Consistency.FILESYSTEM,
+                              size_bytes=int(meta.get("size_bytes", 0)),
+                              files=int(meta.get("files", 0)))
+
+    def checkpoint(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
+        existing = self.store.find_checkpoint(checkpoint_id)
+        if existing is not None:
+            return self._info(checkpoint_id, existing)
+        if cell.volume_id is None:
+            raise BackendError(f"cell {cell.name} has no workspace volume to checkpoint")
+        info = self._find(cell)
+        # Never copy a workspace that running services may be writing: freeze it for the copy
+        # if quiesce did not (the controller always quiesces first; this keeps the promise).
+        thaw = info is not None and info.get("State") == "running"
+        if thaw:
+            assert info is not None
+            with _engine(f"freezing cell {cell.name}"):
+                self.api.pause(info["Id"])
+        try:
+            meta = self.store.checkpoint(checkpoint_id=checkpoint_id, cell_id=cell.id,
+                                         volume_id=cell.volume_id)
+        finally:
+            if thaw:
+                assert info is not None
+                with _engine(f"unfreezing cell {cell.name}"):
+                    self.api.unpause(info["Id"])
+        logger.bind(backend=self.name, cell=cell.name).info(
+            "checkpoint {}: {} files, {} bytes in {} ms", checkpoint_id, meta["files"],
+            meta["size_bytes"], meta.get("copy_ms"))
+        return self._info(checkpoint_id, meta)
+
+    def resume(self, cell: CellRef) -> Outputs:
+        info = self._find(cell)
+        marker = self.layout.run_dir(cell.id) / QUIESCED
+        if info is None:
+            marker.unlink(missing_ok=True)
+            return {}
+        if info.get("State") == "paused":
+            with _engine(f"unfreezing cell {cell.name}"):
+                self.api.unpause(info["Id"])
+        hooks = 0
+        if marker.exists():
+            marker.unlink()
+            if info.get("State") in ("running", "paused"):
+                hooks = self._run_hooks(cell, info["Id"], "postCheckpoint")
+        return {"hooks": hooks}
+
+    def checkpoint_exists(self, checkpoint_id: str) -> bool:
+        return self.store.find_checkpoint(checkpoint_id) is not None
+
+    def find_checkpoint(self, checkpoint_id: str) -> CheckpointInfo | None:
+        meta = self.store.find_checkpoint(checkpoint_id)
+        return None if meta is None else self._info(checkpoint_id, meta)
+
+    def delete_checkpoint(self, checkpoint_id: str) -> Outputs:
+        self.store.delete_checkpoint(checkpoint_id)
+        return {"checkpoint": checkpoint_id}
+
+    # -- exec and logs (beyond the Backend protocol: `devcell exec` and `devcell logs`) -----
+
+    def _exec(self, container_id: str, argv: list[str], out: Callable[[bytes], object],
+              err: Callable[[bytes], object], *, action: str) -> int:
+        with _engine(action):
+            exec_id = self.api.exec_create(container_id, supervisor.exec_argv(argv),
+                                           stdout=True, stderr=True, tty=False)["Id"]
+            for chunk_out, chunk_err in self.api.exec_start(exec_id, stream=True, demux=True):
+                if chunk_out:
+                    out(chunk_out)
+                if chunk_err:
+                    err(chunk_err)
+            code = self.api.exec_inspect(exec_id).get("ExitCode")
+        return int(code) if code is not None else 1
+
+    def exec(self, cell: CellRef, argv: list[str], *, stdout: BinaryIO, stderr: BinaryIO) -> int:
+        """Run `argv` in the running cell with its environment; its exit status."""
+        if not argv:
+            raise BackendError("nothing to run: give a command after --")
+        info = self._find(cell)
+        if info is None or info.get("State") != "running":
+            state = "absent" if info is None else info.get("State")
+            raise BackendError(f"cell {cell.name} is not running (container {state}); "
+                               f"start it with `devcell cell start {cell.name}`")
+
+        def write(stream: BinaryIO) -> Callable[[bytes], object]:
+            def emit(data: bytes) -> None:
+                stream.write(data)
+                stream.flush()
+            return emit
+
+        return self._exec(info["Id"], argv, write(stdout), write(stderr),
+                          action=f"exec in cell {cell.name}")
+
+    def log_paths(self, cell: CellRef) -> dict[str, Path]:
+        """Each service's log file (they live with the workspace volume, on the host)."""
+        if cell.volume_id is None:
+            return {}
+        logs = self.layout.logs(cell.volume_id)
+        names = supervisor.service_names(cell.spec)
+        known = {p.stem for p in logs.glob("*.log")} if logs.is_dir() else set()
+        return {name: logs / f"{name}.log" for name in sorted(set(names) | known)}
+
+    # -- images ----------------------------------------------------------------------------
+
+    def image_exists(self, image: str) -> bool:
+        try:
+            with _engine(f"looking up image {image}"):
+                self.api.inspect_image(image)
+        except BackendNotFound:
+            return False
+        return True
+
+    def build_base_image(self, *, force: bool = False) -> str:
+        """Import `devcell/busybox:latest` from the host's busybox-static; its image id."""
+        image = base_image.BASE_IMAGE
+        if not force and self.image_exists(image):
+            with _engine(f"looking up image {image}"):
+                return str(self.api.inspect_image(image)["Id"])
+        repository, _, tag = image.rpartition(":")
+        data = base_image.rootfs_tar()
+        with _engine(f"importing image {image}"):
+            self.api.import_image_from_data(data, repository=repository, tag=tag,
+                                            changes=['CMD ["/bin/sh"]', "WORKDIR /workspace"])
+            return str(self.api.inspect_image(image)["Id"])

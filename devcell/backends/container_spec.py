@@ -1,0 +1,166 @@
+"""A Cell spec turned into the Docker engine's create arguments, under DevCell's security rules.
+
+Plain data only (no docker import): `create_kwargs()` builds the keyword arguments for
+`containers.create`, and `check_security()` re-checks the finished arguments just before they
+reach the engine, so no code path can slip a privileged container past it:
+
+- never privileged; every capability dropped, then only a small subset of Docker's defaults
+  given back (no capability Docker would not grant anyway); `no-new-privileges`;
+- no host PID, IPC or user namespace; network `none`, `host` or DevCell's bridge network
+  (published ports on 127.0.0.1 unless the manifest names another address);
+- bind mounts only of directories inside the state directory (symbolic links resolved).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from pathlib import Path
+from typing import Any
+
+from devcell.backends import supervisor
+from devcell.backends.container_layout import RUN_DIR, SERVICE_LOG_DIR, Layout, state_hash
+from devcell.errors import BackendError
+
+LABEL = "dev.devcell"
+MANAGED, STATE, CELL_ID, CELL = (f"{LABEL}.managed", f"{LABEL}.state-dir", f"{LABEL}.cell-id",
+                                 f"{LABEL}.cell")
+VOLUME, RUNTIME_HASH = f"{LABEL}.volume", f"{LABEL}.runtime-hash"
+BRIDGE_NETWORK = "devcell-bridge"
+STOP_TIMEOUT = 5
+ALLOWED_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
+                "NET_BIND_SERVICE")
+"""Given back after dropping ALL: a subset of Docker's defaults (root can own and chmod its
+files, switch users, signal its processes, bind low ports). No NET_RAW, MKNOD, SYS_CHROOT,
+SETFCAP, AUDIT_WRITE."""
+_RESERVED_MOUNTS = ("/", "/proc", "/sys", "/dev", "/etc", "/bin", "/sbin", "/usr", "/lib",
+                    RUN_DIR, SERVICE_LOG_DIR)
+_MEMORY = re.compile(r"([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?")
+_UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_IMAGE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._/:@-]{0,254}")
+
+
+def memory_bytes(text: str) -> int:
+    match = _MEMORY.fullmatch(text)
+    if not match:
+        raise BackendError(f"invalid memory limit {text!r} (e.g. 512Mi, 2Gi)")
+    value = int(match.group(1)) * _UNITS[match.group(2)]
+    if value < 6 * 2**20:
+        raise BackendError(f"memory limit {text} is below the engine's minimum of 6Mi")
+    return value
+
+
+def mount_path(spec: dict[str, Any]) -> str:
+    path = (spec.get("workspace") or {}).get("mountPath", "/workspace")
+    if (not isinstance(path, str) or not path.startswith("/") or posixpath.normpath(path) != path
+            or "\x00" in path or ":" in path):
+        raise BackendError(f"workspace.mountPath {path!r} must be a normalised absolute path")
+    if any(path == r or (r != "/" and path.startswith(r + "/")) for r in _RESERVED_MOUNTS):
+        raise BackendError(f"workspace.mountPath {path} would hide or overwrite a system "
+                           "directory of the cell")
+    return path
+
+
+def image_of(spec: dict[str, Any]) -> str:
+    image = spec.get("image")
+    if not isinstance(image, str) or not _IMAGE.fullmatch(image):
+        raise BackendError(f"invalid or missing image {image!r} (the container backend needs "
+                           "spec.image, e.g. devcell/busybox:latest)")
+    return image
+
+
+def _bind(source: Path, target: str, *, read_only: bool) -> dict[str, Any]:
+    return {"Type": "bind", "Source": str(source), "Target": target, "ReadOnly": read_only}
+
+
+def _network(spec: dict[str, Any]) -> dict[str, Any]:
+    network = spec.get("network") or {}
+    mode = network.get("mode", "none")
+    ports = network.get("ports") or []
+    if mode in ("none", "host"):
+        if ports:
+            raise BackendError(f"network.ports need network.mode bridge (mode is {mode})")
+        return {"network_mode": mode}
+    if mode != "bridge":
+        raise BackendError(f"unknown network.mode {mode!r} (none, host or bridge)")
+    published: dict[str, tuple[str, int]] = {}
+    for port in ports:
+        inside = int(port["containerPort"])
+        published[f"{inside}/tcp"] = (str(port.get("hostIP", "127.0.0.1")),
+                                      int(port.get("hostPort", inside)))
+    return {"network": BRIDGE_NETWORK, "ports": published}
+
+
+def labels(layout: Layout, *, cell_id: str, cell_name: str, volume_id: str | None,
+           runtime_hash: str) -> dict[str, str]:
+    out = {MANAGED: "true", STATE: state_hash(layout.state_dir), CELL_ID: cell_id,
+           CELL: cell_name, RUNTIME_HASH: runtime_hash}
+    if volume_id:
+        out[VOLUME] = volume_id
+    return out
+
+
+def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
+                  spec: dict[str, Any], volume_id: str | None, runtime_hash: str
+                  ) -> dict[str, Any]:
+    plain, _ = supervisor.split_env(spec)
+    mounts = [_bind(layout.run_dir(cell_id), RUN_DIR, read_only=True)]
+    if volume_id is not None:
+        mounts += [_bind(layout.workspace(volume_id), mount_path(spec), read_only=False),
+                   _bind(layout.logs(volume_id), SERVICE_LOG_DIR, read_only=False)]
+    kwargs: dict[str, Any] = {
+        "image": image_of(spec),
+        "command": ["/bin/sh", f"{RUN_DIR}/{supervisor.SCRIPT}"],
+        "name": name,
+        "hostname": cell_name,
+        "labels": labels(layout, cell_id=cell_id, cell_name=cell_name, volume_id=volume_id,
+                         runtime_hash=runtime_hash),
+        "environment": plain,
+        "mounts": mounts,
+        "init": True,
+        "privileged": False,
+        "cap_drop": ["ALL"],
+        "cap_add": list(ALLOWED_CAPS),
+        "security_opt": ["no-new-privileges"],
+        "stop_signal": "SIGTERM",
+        "pids_limit": 4096,
+        "detach": True,
+        "log_config": {"Type": "json-file", "Config": {"max-size": "1m", "max-file": "2"}},
+        **_network(spec),
+    }
+    if volume_id is not None:
+        kwargs["working_dir"] = mount_path(spec)
+    resources = spec.get("resources") or {}
+    if "cpus" in resources:
+        kwargs["nano_cpus"] = int(float(resources["cpus"]) * 1e9)
+    if "memory" in resources:
+        kwargs["mem_limit"] = memory_bytes(str(resources["memory"]))
+    return kwargs
+
+
+def check_security(layout: Layout, kwargs: dict[str, Any]) -> None:
+    """Refuse arguments that break DevCell's rules; the last check before the engine."""
+    problems = []
+    if kwargs.get("privileged"):
+        problems.append("privileged containers are not allowed")
+    if kwargs.get("cap_drop") != ["ALL"]:
+        problems.append("every capability must be dropped first (cap_drop ALL)")
+    extra = set(kwargs.get("cap_add") or []) - set(ALLOWED_CAPS)
+    if extra:
+        problems.append(f"capabilities {sorted(extra)} may not be added")
+    for key in ("pid_mode", "ipc_mode", "userns_mode", "uts_mode", "devices", "volumes",
+                "volumes_from", "device_requests", "sysctls", "cgroupns"):
+        if kwargs.get(key):
+            problems.append(f"{key} is not allowed")
+    if kwargs.get("network_mode") not in (None, "none", "host"):
+        problems.append(f"network mode {kwargs.get('network_mode')} is not allowed")
+    for option in kwargs.get("security_opt") or []:
+        if option != "no-new-privileges":
+            problems.append(f"security option {option} is not allowed")
+    for mount in kwargs.get("mounts") or []:
+        source = Path(mount.get("Source", ""))
+        if mount.get("Type") != "bind" or not source.is_absolute() or not layout.contains(source):
+            problems.append(f"mount of {source} is outside the state directory {layout.state_dir}")
+    if problems:
+        raise BackendError("refusing to create the container: " + "; ".join(problems))

@@ -18,6 +18,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from devcell.backends.base import (
     Capabilities,
@@ -28,6 +29,9 @@ from devcell.backends.base import (
     Outputs,
 )
 from devcell.errors import BackendError, BackendNotFound
+
+if TYPE_CHECKING:
+    from devcell.reconciler.orphans import Owned
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL,
@@ -242,6 +246,17 @@ class FakeBackend:
     def touch_workspace(self, volume_id: str) -> None:
         """Test hook: pretend someone wrote to this workspace."""
         self.conn.execute("UPDATE volumes SET writes = writes + 1 WHERE id = ?", (volume_id,))
+
+    def list_owned(self) -> list[Owned]:
+        """Everything the fake holds, with its owning cell (for the orphan sweep)."""
+        from devcell.reconciler.orphans import Owned
+
+        out = [Owned("cell", r[0], r[0]) for r in self.conn.execute("SELECT id FROM cells")]
+        out += [Owned("volume", r[0], r[1]) for r in self.conn.execute(
+            "SELECT id, cell_id FROM volumes")]
+        out += [Owned("checkpoint", r[0], r[1]) for r in self.conn.execute(
+            "SELECT id, cell_id FROM checkpoints")]
+        return out
 
     def volumes_of(self, cell_id: str) -> list[str]:
         return [r[0] for r in self.conn.execute(

@@ -67,6 +67,7 @@ class Daemon:
             for op_id, kind, object_id in recovery.recover_interrupted(db):
                 manager.enqueue((kind, object_id), trigger="recovery")
                 logger.warning("operation {} was interrupted by a crash; recorded as failed", op_id)
+            self._sweep_orphans(db)
             syncer = DirectorySync(db, cfg.manifests, prune_grace=cfg.prune_grace)
             self._sync(db, syncer, manager)
             manager.enqueue_all(db, trigger="startup")
@@ -80,6 +81,25 @@ class Daemon:
                 db.close()
         logger.info("controller stopped")
         return 0
+
+    def _sweep_orphans(self, db: Database) -> None:
+        """Backend resources the database does not account for (a crash between the engine
+        call and the commit): removed, with an event each."""
+        from devcell.errors import BackendUnavailable
+        from devcell.reconciler import orphans
+        from devcell.reconciler.context import Context
+
+        used = {r[0] for r in db.conn.execute(
+            "SELECT DISTINCT backend FROM cells")} or {"fake"}
+        ctx = Context(db, trigger="recovery")
+        try:
+            for name in sorted(used):
+                try:
+                    orphans.sweep(ctx, name)
+                except BackendUnavailable as exc:
+                    logger.warning("orphan sweep skipped for backend {}: {}", name, exc)
+        finally:
+            ctx.close()
 
     def _watch(self, db: Database, syncer: DirectorySync, manager: Manager) -> None:
         import watchfiles

@@ -1,0 +1,75 @@
+"""Find what a backend holds that the database does not account for, and deal with it.
+
+Backends tag everything they make with its owner (a cell id; for checkpoints, the snapshot or
+sleep id). After a crash, a restart sweeps: a resource whose owner is a live object is left to
+the controllers (which adopt an unrecorded volume or checkpoint instead of making another);
+a resource whose owner is gone, or was never recorded, is removed. Each removal is an event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loguru import logger
+
+from devcell.backends.base import CellRef
+from devcell.errors import DevCellError
+from devcell.reconciler.context import Context
+from devcell.store import events
+
+
+@dataclass(frozen=True)
+class Owned:
+    kind: str  # cell | volume | checkpoint
+    id: str
+    cell_id: str
+
+
+def _live(ctx: Context) -> tuple[set[str], set[str], set[str]]:
+    conn = ctx.db.conn
+    cells = {r[0] for r in conn.execute("SELECT id FROM cells WHERE deleted_at IS NULL")}
+    snaps = {r[0] for r in conn.execute("SELECT id FROM snapshots WHERE deleted_at IS NULL")}
+    sleeps = {r[0] for r in conn.execute(
+        "SELECT json_extract(status, '$.sleep.checkpointId') FROM cells "
+        "WHERE deleted_at IS NULL AND json_extract(status, '$.sleep.checkpointId') IS NOT NULL")}
+    return cells, snaps, sleeps
+
+
+def sweep(ctx: Context, backend_name: str) -> list[Owned]:
+    """Remove orphans from one backend; returns what was removed."""
+    backend = ctx.backend(backend_name)
+    lister = getattr(backend, "list_owned", None)
+    if lister is None:
+        return []
+    cells, snaps, sleeps = _live(ctx)
+    removed = []
+    for item in lister():
+        if item.kind == "checkpoint":
+            keep = item.id in snaps or item.id in sleeps or (
+                item.id.startswith("sleep-") and item.cell_id in cells)
+        else:
+            keep = item.cell_id in cells
+        if keep:
+            continue
+        try:
+            if item.kind == "cell":
+                backend.delete(_ref(item))
+            elif item.kind == "volume":
+                backend.delete_volume(item.id)
+            else:
+                backend.delete_checkpoint(item.id)
+        except DevCellError as exc:
+            logger.warning("could not remove orphan {} {}: {}", item.kind, item.id, exc)
+            continue
+        removed.append(item)
+        with ctx.db.write() as conn:
+            events.record(conn, kind="Controller", object_id=item.cell_id, name="controller",
+                          reason="OrphanRemoved", type="Warning",
+                          message=f"{backend_name} {item.kind} {item.id} (owner {item.cell_id}) "
+                                  "was not accounted for by the state database; removed")
+        logger.warning("removed orphan {} {} of {}", item.kind, item.id, item.cell_id)
+    return removed
+
+
+def _ref(item: Owned) -> CellRef:
+    return CellRef(item.cell_id, item.cell_id, {}, None)

@@ -1,34 +1,5 @@
-"""Fixtures for reconciler tests: a private state directory, a reconcile context, quiet logs."""
+"""Reconciler tests use the same fixtures as the controller tests."""
 
-from __future__ import annotations
+from tests.controllers.conftest import _quiet_logs, ctx, db
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-from loguru import logger
-
-from devcell.reconciler.context import Context
-from devcell.store.db import Database, open_database
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("DEVCELL_FAKE_FAIL", raising=False)
-    logger.disable("devcell")
-    yield
-    logger.enable("devcell")
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "state")
-    yield database
-    database.close()
-
-
-@pytest.fixture
-def ctx(db: Database) -> Iterator[Context]:
-    context = Context(db, trigger="test")
-    yield context
-    context.close()
+__all__ = ["_quiet_logs", "ctx", "db"]

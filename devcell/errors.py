@@ -6,7 +6,7 @@ bug and keeps its traceback.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 class DevCellError(Exception):
@@ -15,9 +15,12 @@ class DevCellError(Exception):
     exit_code = 1
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with the input, located as precisely as we know it."""
+class Problem(NamedTuple):
+    """One thing wrong with the input, located as precisely as we know it.
+
+    A NamedTuple rather than a dataclass: errors load on every command, and dataclasses
+    pulls in `inspect` (several ms of start-up for `devcell get`).
+    """
 
     file: str
     message: str
@@ -46,11 +49,12 @@ class Problem:
         return ": ".join(parts)
 
 
-@dataclass
 class ManifestError(DevCellError):
     """Input that cannot be accepted; carries every problem found, not just the first."""
 
-    problems: list[Problem] = field(default_factory=list)
+    def __init__(self, problems: list[Problem] | None = None) -> None:
+        self.problems = list(problems or [])
+        super().__init__(str(self))
 
     def __str__(self) -> str:
         return "\n".join(str(p) for p in self.problems)

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 
 def age(stamp: str | None, now: datetime | None = None) -> str:
     """`2026-11-29T10:00:00.000Z` -> `5m`, `3h`, `2d` as kubectl shows ages."""
+    from datetime import UTC, datetime  # only describe and events need it
+
     if not stamp:
         return "<none>"
     now = now or datetime.now(UTC)

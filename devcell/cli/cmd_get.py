@@ -66,6 +66,17 @@ def _documents(db: Database, kind: str, rows: list[dict[str, Any]]) -> list[dict
     return rows
 
 
+def _waiting_for(op: dict[str, Any]) -> str:
+    """What a suspended operation waits for, in a few words."""
+    if op["status"] != "Suspended":
+        return "-"
+    if op["reason"] == "AwaitingApproval":
+        return f"approval: devcell op resume {op['id']} --input ..."
+    if op["reason"] == "Approved":
+        return "the reconciler (approved)"
+    return "a controller start (resumes after a shutdown)"
+
+
 def _print_table(kind: str, rows: list[dict[str, Any]], wide: bool) -> None:
     age = render.age
     if kind == "cells":
@@ -96,10 +107,10 @@ def _print_table(kind: str, rows: list[dict[str, Any]], wide: bool) -> None:
             for d, r in zip(data, rows, strict=True):
                 d += [r["id"], r["backend_ref"]]
     elif kind == "operations":
-        headers = ["ID", "OBJECT", "ACTION", "TRIGGER", "STATUS", "STEP", "AGE"]
+        headers = ["ID", "OBJECT", "ACTION", "TRIGGER", "STATUS", "STEP", "WAITING-FOR", "AGE"]
         data = [[r["id"], f"{r['object_kind'].lower()}/{r['object_name']}", r["action"],
-                 r["trigger"], r["status"], r["current_step"] or "-", age(r["created_at"])]
-                for r in rows]
+                 r["trigger"], r["status"], r["current_step"] or "-", _waiting_for(r),
+                 age(r["created_at"])] for r in rows]
         if wide:
             headers += ["STEPS", "MESSAGE"]
             for d, r in zip(data, rows, strict=True):

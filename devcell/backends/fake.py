@@ -90,7 +90,7 @@ class FakeBackend:
         finally:
             os.umask(old)
         self.conn.execute("PRAGMA busy_timeout = 60000")
-        self.conn.execute("PRAGMA journal_mode = WAL")
+        self._ensure_wal()
         self.conn.execute("PRAGMA synchronous = NORMAL")
         self.conn.executescript(_SCHEMA)
         for table, column in (("volumes", "writes"), ("checkpoints", "volume_writes")):
@@ -99,6 +99,22 @@ class FakeBackend:
                 self.conn.execute(
                     f"ALTER TABLE {table} ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
         self.failures = failures if failures is not None else _env_failures()
+
+    def _ensure_wal(self) -> None:
+        # Switching a new database to WAL needs an exclusive lock that SQLite does not always
+        # wait for; several workers opening a fresh state directory retry instead of failing.
+        delay = 0.005
+        for _ in range(200):
+            try:
+                if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    self.conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+        raise BackendError("the fake backend's database stayed locked")
 
     def close(self) -> None:
         self.conn.close()

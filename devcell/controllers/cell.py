@@ -80,6 +80,11 @@ class CellController:
             ref = CellRef(cell.id, cell.name, cell.spec, volume_id)
 
         action = ""
+        superseded = cell.status.get("sleep", {}).get("supersedes")
+        if superseded:
+            # A sleep that crashed after its new checkpoint left the old one to delete.
+            steps.append(Step("delete-checkpoint", {"checkpoint_id": superseded}))
+            action = "cleanup"
         if observed.frozen:
             # Left quiesced by an operation that died between quiesce and resume.
             steps.append(Step("resume"))
@@ -99,7 +104,7 @@ class CellController:
                 steps += [Step("checkpoint", {"checkpoint_id": sleep_id}, hold=True),
                           Step("delete")]
                 previous = cell.status.get("sleep", {}).get("checkpointId")
-                if previous and previous != sleep_id:
+                if previous and previous != sleep_id and previous != superseded:
                     # Keep only the latest sleep checkpoint; an older one is superseded.
                     steps.append(Step("delete-checkpoint", {"checkpoint_id": previous}))
                 if observed.running:
@@ -144,9 +149,10 @@ class CellController:
             steps.append(Step("delete"))
         if volume is not None:
             steps.append(Step("delete-volume", {"volume_id": volume.id}))
-        sleep_checkpoint = cell.status.get("sleep", {}).get("checkpointId")
-        if sleep_checkpoint:
-            steps.append(Step("delete-checkpoint", {"checkpoint_id": sleep_checkpoint}))
+        sleep = cell.status.get("sleep", {})
+        for checkpoint in dict.fromkeys(filter(None, (sleep.get("checkpointId"),
+                                                      sleep.get("supersedes")))):
+            steps.append(Step("delete-checkpoint", {"checkpoint_id": checkpoint}))
         ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
         gate = None
         if volume is not None and backend is not None and conn is not None:
@@ -255,7 +261,30 @@ class CellController:
             )
         elif step.name == "delete-volume":
             volumes.record_deleted(conn, step.args["volume_id"])
+        elif step.name == "delete-checkpoint":
+            fresh = objects.get(conn, KIND, cell.id)
+            sleep = dict((fresh.status if fresh else {}).get("sleep", {}))
+            if fresh is not None and sleep.get("supersedes") == step.args["checkpoint_id"]:
+                sleep.pop("supersedes")
+                plan.context.get("sleep", {}).pop("supersedes", None)
+                objects.write_status(conn, fresh, phase=fresh.phase,
+                                     status=dict(fresh.status, sleep=sleep),
+                                     observed_generation=fresh.observed_generation)
         self.note_outputs(plan, step, outputs)
+        if step.name == "checkpoint":
+            # Record the sleep checkpoint now, not at finish(): a crash later in the plan must
+            # not leave a checkpoint the database does not know (a later delete removes it).
+            fresh = objects.get(conn, KIND, cell.id)
+            if fresh is not None:
+                sleep = dict(plan.context["sleep"])
+                old = fresh.status.get("sleep", {})
+                superseded = old.get("supersedes") or old.get("checkpointId")
+                if superseded and superseded != sleep["checkpointId"]:
+                    sleep["supersedes"] = superseded  # deleted by a later step (or plan)
+                plan.context["sleep"] = sleep
+                status = dict(fresh.status, sleep=sleep)
+                objects.write_status(conn, fresh, phase=fresh.phase, status=status,
+                                     observed_generation=fresh.observed_generation)
 
     def note_outputs(self, plan: Plan, step: Step, outputs: Outputs) -> None:
         if step.name == "checkpoint":

@@ -46,13 +46,15 @@ class Daemon:
     config: DaemonConfig
     stop_event: threading.Event = field(default_factory=threading.Event)
     _signals: int = 0
+    _signum: int = 0
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # No logging here: a signal can arrive while a log record is being written, and a
+        # handler re-entering the logger would deadlock or lose the line. Raw writes only.
         self._signals += 1
+        self._signum = signum
         if self._signals > 1:
-            logger.warning("second signal: exiting at once")
             os._exit(130)
-        logger.info("signal {}: finishing the steps in flight, then exiting", signum)
         self.stop_event.set()
 
     def run(self) -> int:
@@ -76,6 +78,9 @@ class Daemon:
             try:
                 self._watch(db, syncer, manager)
             finally:
+                if self._signum:
+                    logger.info("signal {}: finishing the steps in flight, then exiting "
+                                "(a second signal exits at once)", self._signum)
                 manager.stop()
                 controllers.stopped(db)
                 db.close()
@@ -106,6 +111,7 @@ class Daemon:
 
         cfg = self.config
         next_sync: float | None = None
+        first = True
         for changes in watchfiles.watch(
             cfg.manifests, stop_event=self.stop_event, step=cfg.step_ms,
             debounce=cfg.debounce_ms, rust_timeout=200, yield_on_timeout=True,
@@ -114,6 +120,10 @@ class Daemon:
             if self.stop_event.is_set():
                 return
             due = next_sync is not None and time.monotonic() >= next_sync
+            if first:
+                # The watcher is live now; files written between the startup sync and this
+                # moment produced no event, so sync once more.
+                first, due = False, True
             if changes or due:
                 result = self._sync(db, syncer, manager)
                 next_sync = (time.monotonic() + cfg.prune_grace) if result.prune_pending else None

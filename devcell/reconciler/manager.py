@@ -59,6 +59,9 @@ class Manager:
             t = threading.Thread(target=self._resync, name="resync", daemon=True)
             t.start()
             self._threads.append(t)
+        t = threading.Thread(target=self._watch_desired, name="desired", daemon=True)
+        t.start()
+        self._threads.append(t)
 
     def stop(self, timeout: float | None = None) -> None:
         """Take no new work; let each worker finish its step in flight (and compensations)."""
@@ -73,6 +76,34 @@ class Manager:
             while not self.stopping.wait(self.resync_seconds):
                 n = self.enqueue_all(db, trigger="drift")
                 logger.debug("resync: {} objects queued", n)
+        finally:
+            db.close()
+
+    _PENDING_SQL = (
+        "SELECT 'Cell', id FROM cells WHERE deleted_at IS NULL AND "
+        "(generation != observed_generation OR deleting_at IS NOT NULL) "
+        "UNION ALL SELECT 'Snapshot', id FROM snapshots WHERE deleted_at IS NULL AND "
+        "(generation != observed_generation OR deleting_at IS NOT NULL) "
+        "UNION ALL SELECT object_kind, object_id FROM operations "
+        "WHERE status = 'Suspended' AND reason = 'Approved'")
+
+    def _watch_desired(self) -> None:
+        """Notice desired state written by others (`devcell apply`, `delete`, `op resume`...)
+        while the daemon runs: when the database changed, queue what is not converged.
+        PRAGMA data_version moves only when another connection commits, so idle costs nothing."""
+        db = Database(self.state_dir)
+        try:
+            version = None
+            while not self.stopping.wait(0.05):
+                current = db.conn.execute("PRAGMA data_version").fetchone()[0]
+                if current == version:
+                    continue
+                version = current
+                for kind, object_id in db.conn.execute(self._PENDING_SQL).fetchall():
+                    key = (kind, object_id)
+                    if self.queue.failures(key) == 0:  # failing keys keep their backoff
+                        self.enqueue(key, trigger="apply")
+                self.stopping.wait(0.15)  # at most ~5 scans a second while busy
         finally:
             db.close()
 

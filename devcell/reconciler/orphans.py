@@ -30,8 +30,9 @@ def _live(ctx: Context) -> tuple[set[str], set[str], set[str]]:
     cells = {r[0] for r in conn.execute("SELECT id FROM cells WHERE deleted_at IS NULL")}
     snaps = {r[0] for r in conn.execute("SELECT id FROM snapshots WHERE deleted_at IS NULL")}
     sleeps = {r[0] for r in conn.execute(
-        "SELECT json_extract(status, '$.sleep.checkpointId') FROM cells "
-        "WHERE deleted_at IS NULL AND json_extract(status, '$.sleep.checkpointId') IS NOT NULL")}
+        "SELECT json_extract(status, '$.sleep.checkpointId') FROM cells WHERE deleted_at IS NULL "
+        "UNION SELECT json_extract(status, '$.sleep.supersedes') FROM cells "
+        "WHERE deleted_at IS NULL") if r[0]}
     return cells, snaps, sleeps
 
 
@@ -45,8 +46,8 @@ def sweep(ctx: Context, backend_name: str) -> list[Owned]:
     removed = []
     for item in lister():
         if item.kind == "checkpoint":
-            keep = item.id in snaps or item.id in sleeps or (
-                item.id.startswith("sleep-") and item.cell_id in cells)
+            # A snapshot's checkpoint, or the sleep checkpoint its cell's status names.
+            keep = item.id in snaps or item.id in sleeps
         else:
             keep = item.cell_id in cells
         if keep:

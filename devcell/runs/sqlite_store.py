@@ -145,8 +145,17 @@ class SqliteSnapshotStore:
         # Create the file ourselves: owner-only whatever the umask, and a precise errno
         # (EACCES, ENOSPC, EROFS) where SQLite would only say "unable to open database file".
         # The -wal and -shm files inherit the database file's permissions.
-        with oserrors.translated(self.path, "cannot open the database"):
-            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        # Only when the file does not exist yet: opening and closing a descriptor on a database
+        # this process already has open would drop the process's POSIX locks on it (close()
+        # releases every fcntl lock of the process on that file), after which another
+        # process may delete the live WAL.
+        if not self.path.exists():
+            with oserrors.translated(self.path, "cannot open the database"):
+                try:
+                    os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                                     0o600))
+                except FileExistsError:
+                    pass
         try:
             conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=BUSY_TIMEOUT_S,
                                    check_same_thread=False)

@@ -289,6 +289,9 @@ def apply(
                 record = objects.get(wconn, change.kind, change.object_id or "")
                 if record is None:
                     continue
+                if record.deleting:
+                    result.changes.append(change)  # requested before a crash: finish it
+                    continue
                 objects.request_delete(wconn, record)
                 events.record(wconn, kind=record.kind, object_id=record.id, name=record.name,
                               reason="Pruned", message="its manifest is gone from the applied set")
@@ -311,8 +314,10 @@ def prune_candidates(conn: sqlite3.Connection, roots: list[str], keep: set[tuple
     """Live objects applied from under `roots` that are not in `keep`."""
     out = []
     for kind, table in objects.TABLES.items():
+        # Objects already being deleted are included: a prune interrupted by a crash must be
+        # finished by the next one, not forgotten.
         for row in conn.execute(
-            f"SELECT id, name, source FROM {table} WHERE deleted_at IS NULL AND deleting_at IS NULL"
+            f"SELECT id, name, source FROM {table} WHERE deleted_at IS NULL"
         ):
             if (kind, row[1]) not in keep and _under(row[2], roots):
                 out.append(Change(kind, row[1], "pruned", row[0], needs_reconcile=True))

@@ -15,21 +15,20 @@ the local daemon, or whatever DOCKER_HOST names.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import docker
 import docker.errors
 import requests.exceptions
 from loguru import logger
 
-from devcell.backends import base_image, container_spec, supervisor
+from devcell.backends import base_image, container_spec, supervisor, treecopy
 from devcell.backends.base import (
     Capabilities,
     CellRef,
@@ -39,9 +38,12 @@ from devcell.backends.base import (
     Outputs,
 )
 from devcell.backends.container_layout import Layout, safe_id, state_hash
-from devcell.backends.container_spec import CELL_ID, MANAGED, RUNTIME_HASH, STATE, VOLUME
+from devcell.backends.container_spec import CELL, CELL_ID, MANAGED, RUNTIME_HASH, STATE, VOLUME
 from devcell.backends.workspaces import WorkspaceStore
 from devcell.errors import BackendError, BackendNotFound, BackendUnavailable
+
+if TYPE_CHECKING:
+    from devcell.reconciler.orphans import Owned
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 QUIESCED = "quiesced"
@@ -56,10 +58,24 @@ def engine_address() -> str:
     return os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
 
 
-def _unreachable(reason: object) -> BackendUnavailable:
-    text = str(reason).splitlines()[0][:300] if str(reason) else type(reason).__name__
-    return BackendUnavailable(f"the Docker engine is not reachable at {engine_address()} "
-                              f"({text}); {_HOW_TO_START}")
+def _reason(exc: BaseException) -> str:
+    """The root cause in a few words (the SDK wraps it in several layers of repr)."""
+    text = str(exc)
+    for needle, short in (("FileNotFoundError", "no such socket"),
+                          ("ConnectionRefusedError", "connection refused"),
+                          ("Connection refused", "connection refused"),
+                          ("PermissionError", "permission denied on the socket"),
+                          ("Name or service not known", "unknown host"),
+                          ("timed out", "timed out")):
+        if needle in text:
+            return short
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _unreachable(exc: BaseException) -> BackendUnavailable:
+    text = _reason(exc)
+    return BackendUnavailable(f"the container backend cannot reach the Docker engine at "
+                              f"{engine_address()} ({text}); {_HOW_TO_START}")
 
 
 @contextmanager
@@ -87,19 +103,6 @@ def connect() -> docker.DockerClient:
         return docker.from_env(timeout=120)  # version "auto": one /version call proves it is up
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise _unreachable(exc) from None
-
-
-def _syncfs(path: Path) -> None:
-    """Flush the filesystem holding `path` to disk (syncfs(2); sync(2) where unavailable)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.syncfs(fd) != 0:
-            os.sync()
-    except (OSError, AttributeError):
-        os.sync()
-    finally:
-        os.close(fd)
 
 
 class ContainerBackend:
@@ -155,9 +158,21 @@ class ContainerBackend:
         """
         with _engine("listing DevCell's containers"):
             listed = self.api.containers(all=True, filters=self._owned_filter())
-        return [{"cell_id": c["Labels"].get(CELL_ID, ""), "cell": c["Labels"].get("dev.devcell.cell", ""),
+        return [{"cell_id": c["Labels"].get(CELL_ID, ""), "cell": c["Labels"].get(CELL, ""),
                  "name": (c.get("Names") or ["?"])[0].lstrip("/"), "state": c.get("State", "")}
                 for c in listed if self._is_owned(c)]
+
+    def list_owned(self) -> list[Owned]:
+        """Containers, volumes and checkpoints of this state directory, each with its owning
+        cell id (from labels and marker files), for the orphan sweep after a crash."""
+        from devcell.reconciler.orphans import Owned
+
+        out = [Owned("cell", c["cell_id"], c["cell_id"]) for c in self.owned_containers()
+               if c["cell_id"]]
+        for kind, entries in (("volume", self.store.all_volumes()),
+                              ("checkpoint", self.store.all_checkpoints())):
+            out += [Owned(kind, resource_id, cell_id) for resource_id, cell_id in entries]
+        return out
 
     # -- observe ---------------------------------------------------------------------------
 
@@ -317,6 +332,9 @@ class ContainerBackend:
                               action=f"{which} hook of cell {cell.name}")
             if code != 0:
                 tail = b"".join(out)[-400:].decode(errors="replace").strip()
+                for value in supervisor.split_env(cell.spec)[1].values():
+                    if len(value) >= 4:  # a hook that prints a secret must not record it
+                        tail = tail.replace(value, "<redacted>")
                 raise BackendError(f"{which} hook {argv!r} of cell {cell.name} exited with "
                                    f"status {code}" + (f": {tail}" if tail else ""))
         return len(self._hooks(cell, which))
@@ -329,7 +347,7 @@ class ContainerBackend:
             workspace = None
         if info is None or info.get("State") not in ("running", "paused"):
             if workspace is not None:
-                _syncfs(workspace)
+                treecopy.sync_filesystem(workspace)
             return {"frozen": False}
         if info.get("State") == "paused":
             return {"frozen": True, "hooks": 0}
@@ -338,7 +356,7 @@ class ContainerBackend:
         marker.touch()
         hooks = self._run_hooks(cell, info["Id"], "preCheckpoint")
         if workspace is not None:
-            _syncfs(workspace)
+            treecopy.sync_filesystem(workspace)
         with _engine(f"freezing cell {cell.name}"):
             self.api.pause(info["Id"])
         return {"frozen": True, "hooks": hooks}

@@ -25,9 +25,13 @@ RUN_DIR = "/devcell"
 """Where the cell's DevCell-owned run directory is mounted (read-only) inside the container."""
 
 
+def is_safe_id(value: str) -> bool:
+    return isinstance(value, str) and _ID.fullmatch(value) is not None
+
+
 def safe_id(what: str, value: str) -> str:
     """`value` if it is a safe id (cannot escape a directory), else a BackendError."""
-    if not isinstance(value, str) or not _ID.fullmatch(value):
+    if not is_safe_id(value):
         raise BackendError(f"refusing {what} id {value!r}: ids are lower-case letters, digits, "
                            "'_' and '-' (at most 128 characters)")
     return value

@@ -26,6 +26,8 @@ LABEL = "dev.devcell"
 MANAGED, STATE, CELL_ID, CELL = (f"{LABEL}.managed", f"{LABEL}.state-dir", f"{LABEL}.cell-id",
                                  f"{LABEL}.cell")
 VOLUME, RUNTIME_HASH = f"{LABEL}.volume", f"{LABEL}.runtime-hash"
+STATE_PATH = f"{LABEL}.state-path"
+"""For people (and test clean-up); ownership is decided by STATE, the digest of that path."""
 BRIDGE_NETWORK = "devcell-bridge"
 STOP_TIMEOUT = 5
 ALLOWED_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
@@ -94,8 +96,9 @@ def _network(spec: dict[str, Any]) -> dict[str, Any]:
 
 def labels(layout: Layout, *, cell_id: str, cell_name: str, volume_id: str | None,
            runtime_hash: str) -> dict[str, str]:
-    out = {MANAGED: "true", STATE: state_hash(layout.state_dir), CELL_ID: cell_id,
-           CELL: cell_name, RUNTIME_HASH: runtime_hash}
+    out = {MANAGED: "true", STATE: state_hash(layout.state_dir),
+           STATE_PATH: str(layout.state_dir.resolve()), CELL_ID: cell_id, CELL: cell_name,
+           RUNTIME_HASH: runtime_hash}
     if volume_id:
         out[VOLUME] = volume_id
     return out

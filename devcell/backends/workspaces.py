@@ -17,7 +17,7 @@ from typing import Any
 from loguru import logger
 
 from devcell.backends import treecopy
-from devcell.backends.container_layout import Layout, safe_id
+from devcell.backends.container_layout import Layout, is_safe_id, safe_id
 from devcell.errors import BackendNotFound
 
 MARKER_VERSION = 1
@@ -117,16 +117,20 @@ class WorkspaceStore:
         treecopy.remove_tree(self.layout.volume(volume_id),
                              self.layout.volumes / f".trash-{secrets.token_hex(6)}")
 
-    def volumes_of(self, cell_id: str) -> list[str]:
-        safe_id("cell", cell_id)
+    def all_volumes(self) -> list[tuple[str, str]]:
+        """(volume id, owning cell id) of every complete volume, from the marker files."""
         found = []
         for entry in sorted(self.layout.volumes.iterdir()):
-            if entry.name.startswith("."):
+            if entry.name.startswith(".") or not is_safe_id(entry.name):
                 continue
             marker = _read_json(entry / "volume.json")
-            if marker and marker.get("cell_id") == cell_id and marker.get("volume") == entry.name:
-                found.append(entry.name)
+            if marker and marker.get("volume") == entry.name and marker.get("cell_id"):
+                found.append((entry.name, str(marker["cell_id"])))
         return found
+
+    def volumes_of(self, cell_id: str) -> list[str]:
+        safe_id("cell", cell_id)
+        return [volume for volume, owner in self.all_volumes() if owner == cell_id]
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -166,6 +170,17 @@ class WorkspaceStore:
             treecopy.remove_tree(tmp, parent / f".trash-{secrets.token_hex(6)}")
             raise
         return meta
+
+    def all_checkpoints(self) -> list[tuple[str, str]]:
+        """(checkpoint id, cell id it was taken of) of every complete checkpoint."""
+        found = []
+        for entry in sorted(self.layout.checkpoints.iterdir()):
+            if entry.name.startswith(".") or not is_safe_id(entry.name):
+                continue
+            meta = self.find_checkpoint(entry.name)
+            if meta is not None:
+                found.append((entry.name, str(meta.get("cell_id", ""))))
+        return found
 
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         treecopy.remove_tree(self.layout.checkpoint(checkpoint_id),

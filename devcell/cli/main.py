@@ -166,6 +166,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("schema", parents=[common], help="print a kind's JSON Schema")
     p.add_argument("kind", type=_kind(OBJECT_KINDS), metavar="KIND")
+
+    p = sub.add_parser("image", parents=[common], help="images for the container backend")
+    isub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
+    isub.required = True
+    ip = isub.add_parser("build-base", parents=[common],
+                         help="build devcell/busybox:latest offline from busybox-static")
+    ip.add_argument("--force", action="store_true", help="rebuild even if the image exists")
+
+    p = sub.add_parser("exec", parents=[common], help="run a command in a running cell")
+    p.add_argument("cell", help="cell name or id")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD...",
+                   help="the command and its arguments, after --")
+
+    p = sub.add_parser("logs", parents=[common], help="print the logs of a cell's services")
+    p.add_argument("cell", help="cell name or id")
+    p.add_argument("service", nargs="?", help="one service (default: all, each line prefixed)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing as logs grow")
     return parser
 
 
@@ -205,6 +222,14 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         sys.stdout.write(schemas.schema_text(args.kind))
         return 0
+    if command == "image":
+        from devcell.cli import cmd_image
+
+        return cmd_image.run_image(args)
+    if command in ("exec", "logs"):
+        from devcell.cli import cmd_exec
+
+        return cmd_exec.run_exec(args) if command == "exec" else cmd_exec.run_logs(args)
     raise AssertionError(command)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from devcell.backends.base import CellRef
 from devcell.controllers.cell import CellController, runtime_hash
 from devcell.controllers.plan import Plan, Settled, Wait, When
@@ -333,7 +335,10 @@ def test_volume_lost_by_the_backend_is_recreated_under_the_same_id(db: Database,
 
 
 def test_unavailable_backend_is_a_terminal_condition_not_a_plan(db: Database,
-                                                                ctx: Context) -> None:
+                                                                ctx: Context,
+                                                                monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent")  # no engine: unavailable
     apply(db, {**cell_doc("box"), "spec": {"backend": "container", "image": "busybox"}})
     decision = decide(ctx, "Cell", "box")
     assert isinstance(decision, Settled) and decision.failed

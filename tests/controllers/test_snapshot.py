@@ -159,7 +159,10 @@ def test_snapshot_named_by_a_live_fork_cannot_be_deleted(db: Database, ctx: Cont
 
 
 def test_snapshot_of_a_cell_on_an_unavailable_backend_fails_clearly(db: Database,
-                                                                    ctx: Context) -> None:
+                                                                    ctx: Context,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    ) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent")  # no engine: unavailable
     apply(db, {**cell_doc("box"), "spec": {"backend": "container", "image": "busybox"}},
           snapshot_doc("snap", "box"))
     decision = decide(ctx, "Snapshot", "snap")

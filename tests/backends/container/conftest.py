@@ -1,0 +1,52 @@
+"""Fixtures for the container backend's tests, run against the real Docker engine (no mocks).
+
+Each test gets a private state directory; every container DevCell made for it is removed
+afterwards, found by its labels, so nothing else on the engine is ever touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loguru import logger
+
+from devcell.backends.container import ContainerBackend
+from tests.backends.engine import remove_containers, require_engine
+
+
+@pytest.fixture(autouse=True)
+def _quiet_logs() -> Iterator[None]:
+    logger.disable("devcell")
+    yield
+    logger.enable("devcell")
+
+
+@pytest.fixture
+def engine() -> None:
+    require_engine()
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "state"
+    yield path
+    remove_containers(path)
+
+
+@pytest.fixture
+def backend(engine: None, state: Path) -> Iterator[ContainerBackend]:
+    instance = ContainerBackend(state_dir=state)
+    yield instance
+    instance.close()
+
+
+@pytest.fixture
+def docker_client(engine: None) -> Iterator[Any]:
+    import docker
+
+    client = docker.from_env()
+    yield client
+    client.close()

@@ -1,0 +1,207 @@
+"""The container backend under the real controllers: drift repair, sleep and wake, crashes,
+and an unreachable engine, all against the real Docker engine."""
+
+from __future__ import annotations
+
+import io
+import json
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcell.backends.base import CellRef
+from devcell.backends.container import ContainerBackend
+from devcell.controllers.plan import Plan
+from devcell.reconciler.context import Context
+from devcell.store import volumes
+from devcell.store.db import Database, open_database
+from tests.backends.engine import IMAGE
+from tests.conftest import Cli
+from tests.controllers.support import apply, cell_doc, converge_all, decide, record
+
+SERVICE = {"name": "writer",
+           "command": ["sh", "-c", "while true; do date >> /workspace/ticks; sleep 1; done"]}
+
+
+def container_cell(name: str, state: str = "Running", **spec: Any) -> dict[str, Any]:
+    return cell_doc(name, state, backend="container", image=IMAGE, network={"mode": "none"},
+                    services=[SERVICE], **spec)
+
+
+@pytest.fixture
+def db(engine: None, state: Path) -> Iterator[Database]:
+    database = open_database(state)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def ctx(db: Database) -> Iterator[Context]:
+    context = Context(db, trigger="test")
+    yield context
+    context.close()
+
+
+def backend_of(ctx: Context) -> ContainerBackend:
+    backend = ctx.backend("container")
+    assert isinstance(backend, ContainerBackend)
+    return backend
+
+
+def ref_of(db: Database, name: str) -> CellRef:
+    cell = record(db, "Cell", name)
+    volume = volumes.for_cell(db.conn, cell.id)
+    return CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
+
+
+def run_in(backend: ContainerBackend, ref: CellRef, script: str) -> str:
+    out = io.BytesIO()
+    assert backend.exec(ref, ["sh", "-c", script], stdout=out, stderr=out) == 0, out.getvalue()
+    return out.getvalue().decode()
+
+
+def test_drift_after_docker_rm_is_repaired(ctx: Context, db: Database, docker_client: Any) -> None:
+    apply(db, container_cell("api"))
+    assert converge_all(ctx).ok
+    backend = backend_of(ctx)
+    ref = ref_of(db, "api")
+    run_in(backend, ref, "echo precious > /workspace/work.txt")
+    docker_client.api.remove_container(backend.container_name(ref), force=True)
+
+    plan = decide(ctx, "Cell", "api")
+    assert isinstance(plan, Plan) and plan.step_names == ["create", "start"]
+    assert converge_all(ctx).ok
+    assert backend.observe(ref).running
+    assert run_in(backend, ref, "cat /workspace/work.txt") == "precious\n"
+
+    docker_client.api.stop(backend.container_name(ref), timeout=1)  # stopped by hand
+    plan = decide(ctx, "Cell", "api")
+    assert isinstance(plan, Plan) and plan.step_names == ["start"]
+    assert converge_all(ctx).ok and backend.observe(ref).running
+    assert not isinstance(decide(ctx, "Cell", "api"), Plan)  # settled: nothing more to do
+
+
+def test_sleep_then_start_keeps_the_workspace(ctx: Context, db: Database) -> None:
+    apply(db, container_cell("api"))
+    assert converge_all(ctx).ok
+    backend = backend_of(ctx)
+    ref = ref_of(db, "api")
+    run_in(backend, ref, "echo note > /workspace/note.txt")
+
+    apply(db, container_cell("api", "Sleeping"))
+    assert converge_all(ctx).ok
+    assert not backend.observe(ref).exists  # container removed, memory freed
+    sleep = record(db, "Cell", "api").status["sleep"]
+    assert sleep["consistency"] == "filesystem"
+    assert (Path(sleep["checkpoint"]) / "workspace" / "note.txt").read_text() == "note\n"
+
+    apply(db, container_cell("api", "Running"))
+    assert converge_all(ctx).ok
+    cell = record(db, "Cell", "api")
+    assert cell.phase == "Running"
+    assert "processes and memory were not restored" in cell.status["lastStart"]["note"]
+    assert run_in(backend, ref, "cat /workspace/note.txt") == "note\n"
+
+
+def test_spec_change_recreates_and_keeps_the_workspace(ctx: Context, db: Database) -> None:
+    apply(db, container_cell("api"))
+    assert converge_all(ctx).ok
+    backend = backend_of(ctx)
+    ref = ref_of(db, "api")
+    run_in(backend, ref, "echo kept > /workspace/kept.txt")
+    before = backend.observe(ref).runtime_hash
+    apply(db, container_cell("api", env=[{"name": "NEW", "value": "1"}]))
+    plan = decide(ctx, "Cell", "api")
+    assert isinstance(plan, Plan) and plan.step_names == ["stop", "delete", "create", "start"]
+    assert converge_all(ctx).ok
+    ref = ref_of(db, "api")
+    assert backend.observe(ref).runtime_hash != before
+    assert run_in(backend, ref, "cat /workspace/kept.txt; echo $NEW") == "kept\n1\n"
+
+
+def test_unreachable_engine_is_a_condition_not_a_crash(
+        state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Needs no engine: DOCKER_HOST points nowhere."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent")
+    db = open_database(state)
+    ctx = Context(db, trigger="test")
+    try:
+        apply(db, container_cell("api"))
+        report = converge_all(ctx)
+        cell = record(db, "Cell", "api")
+    finally:
+        ctx.close()
+        db.close()
+    assert not report.ok
+    ready = cell.condition("Ready")
+    assert ready is not None and ready["status"] == "False"
+    assert ready["reason"] == "BackendUnavailable"
+    assert "unix:///nonexistent" in ready["message"] and "docker-setup" in ready["message"]
+
+
+def test_orphan_from_a_crash_between_engine_call_and_commit(cli: Cli, state_dir: Path,
+                                                          tmp_path: Path) -> None:
+    from tests.backends.engine import remove_containers, require_engine
+
+    require_engine()
+    manifest = tmp_path / "cell.yaml"
+    manifest.write_text(textwrap.dedent(f"""\
+        apiVersion: devcell.dev/v1alpha1
+        kind: Cell
+        metadata: {{name: api}}
+        spec:
+          backend: container
+          image: {IMAGE}
+          network: {{mode: none}}
+        """))
+    try:
+        crashed = cli("apply", "-f", str(manifest),
+                      env={"DEVCELL_FAILPOINT": "step.create.after-call"})
+        assert crashed.returncode == -9, crashed.stderr  # SIGKILLed after the engine call
+        backend = ContainerBackend(state_dir=state_dir)
+        try:
+            orphans = backend.owned_containers()  # found by labels, not by the database
+            assert [o["cell"] for o in orphans] == ["api"] and orphans[0]["state"] == "created"
+            again = cli("apply", "-f", str(manifest))
+            assert again.returncode == 0, again.stderr
+            described = json.loads(cli("get", "cells", "api", "-o", "json").stdout)
+            assert described["status"]["phase"] == "Running"
+            after = backend.owned_containers()
+            assert len(after) == 1 and after[0]["name"] == orphans[0]["name"]  # adopted, not doubled
+            assert after[0]["state"] == "running"
+        finally:
+            backend.close()
+        ops = cli("get", "operations").stdout
+        assert "Interrupted" in ops or "Failed" in ops
+    finally:
+        remove_containers(state_dir)
+
+
+def test_orphan_sweep_removes_only_unaccounted_resources(ctx: Context, db: Database,
+                                                         docker_client: Any) -> None:
+    from devcell.reconciler import orphans
+    from tests.backends.container.support import cell, up
+
+    apply(db, container_cell("api"))
+    assert converge_all(ctx).ok
+    backend = backend_of(ctx)
+    kept = ref_of(db, "api")
+    stray = cell("stray")  # made by an operation that died before its commit
+    up(backend, stray)
+    backend.checkpoint(stray, "snap_stray")
+    foreign = docker_client.containers.run(IMAGE, ["sleep", "600"], detach=True,
+                                           network_mode="none")
+    try:
+        owned = {(o.kind, o.id) for o in backend.list_owned()}
+        assert {("cell", stray.id), ("volume", stray.volume_id), ("checkpoint", "snap_stray"),
+                ("cell", kept.id), ("volume", kept.volume_id)} <= owned
+        removed = {(o.kind, o.id) for o in orphans.sweep(ctx, "container")}
+        assert removed == {("cell", stray.id), ("volume", stray.volume_id),
+                           ("checkpoint", "snap_stray")}
+        assert backend.observe(kept).running and not backend.observe(stray).exists
+        assert docker_client.api.inspect_container(foreign.id)["State"]["Running"]
+    finally:
+        foreign.remove(force=True)

@@ -1,0 +1,132 @@
+"""Pure checks (no engine): create arguments, security refusals, supervisor script, base image."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcell.backends import base_image, container_spec, supervisor
+from devcell.backends.container_layout import Layout, safe_id
+from devcell.errors import BackendError
+from tests.backends.container.support import spec
+
+
+def kwargs(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
+    return container_spec.create_kwargs(
+        Layout(tmp_path), name="devcell-x-1", cell_id="cell_x", cell_name="x",
+        spec=spec(**overrides), volume_id="vol_x", runtime_hash="h")
+
+
+def test_defaults_are_locked_down(tmp_path: Path) -> None:
+    args = kwargs(tmp_path)
+    assert args["privileged"] is False and args["cap_drop"] == ["ALL"]
+    assert args["network_mode"] == "none" and args["security_opt"] == ["no-new-privileges"]
+    assert {m["Target"] for m in args["mounts"]} == {"/devcell", "/workspace", "/var/log/devcell"}
+    assert next(m for m in args["mounts"] if m["Target"] == "/devcell")["ReadOnly"] is True
+    container_spec.check_security(Layout(tmp_path), args)
+
+
+def test_resources_and_env(tmp_path: Path) -> None:
+    args = kwargs(tmp_path, resources={"cpus": 1.5, "memory": "1Gi"},
+                  env=[{"name": "A", "value": "1"}, {"name": "S", "value": "x", "secret": True}])
+    assert args["nano_cpus"] == 1_500_000_000 and args["mem_limit"] == 2**30
+    assert args["environment"] == {"A": "1"}  # the secret is not in the container's config
+
+
+@pytest.mark.parametrize("text,value", [("512Mi", 512 * 2**20), ("2G", 2 * 10**9),
+                                        ("8388608", 8388608)])
+def test_memory_units(text: str, value: int) -> None:
+    assert container_spec.memory_bytes(text) == value
+
+
+def test_bridge_publishes_on_loopback_unless_asked(tmp_path: Path) -> None:
+    args = kwargs(tmp_path, network={"mode": "bridge", "ports": [
+        {"containerPort": 8080}, {"containerPort": 53, "hostPort": 5353, "hostIP": "0.0.0.0"}]})
+    assert args["network"] == container_spec.BRIDGE_NETWORK
+    assert args["ports"] == {"8080/tcp": ("127.0.0.1", 8080), "53/tcp": ("0.0.0.0", 5353)}
+    with pytest.raises(BackendError, match="need network.mode bridge"):
+        kwargs(tmp_path, network={"mode": "none", "ports": [{"containerPort": 1}]})
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"privileged": True}, "privileged"),
+    ({"cap_add": ["SYS_ADMIN"]}, "may not be added"),
+    ({"cap_drop": []}, "dropped first"),
+    ({"pid_mode": "host"}, "pid_mode"),
+    ({"userns_mode": "host"}, "userns_mode"),
+    ({"devices": ["/dev/kvm"]}, "devices"),
+    ({"network_mode": "container:abc"}, "network mode"),
+    ({"security_opt": ["seccomp=unconfined"]}, "security option"),
+    ({"mounts": [{"Type": "bind", "Source": "/etc", "Target": "/x"}]}, "outside the state"),
+    ({"mounts": [{"Type": "volume", "Source": "named", "Target": "/x"}]}, "outside the state"),
+])
+def test_security_refusals(tmp_path: Path, change: dict[str, Any], message: str) -> None:
+    args = kwargs(tmp_path)
+    args.update(change)
+    with pytest.raises(BackendError, match=message):
+        container_spec.check_security(Layout(tmp_path), args)
+
+
+def test_a_symlink_out_of_the_state_dir_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "escape").symlink_to("/etc")
+    args = kwargs(state)
+    args["mounts"].append({"Type": "bind", "Source": str(state / "escape"), "Target": "/e"})
+    with pytest.raises(BackendError, match="outside the state"):
+        container_spec.check_security(Layout(state), args)
+
+
+@pytest.mark.parametrize("path", ["/", "/proc", "/etc/x", "/devcell", "/var/log/devcell",
+                                  "relative", "/a/../b", "/a:b"])
+def test_unsafe_mount_paths(tmp_path: Path, path: str) -> None:
+    with pytest.raises(BackendError, match="mountPath"):
+        kwargs(tmp_path, workspace={"mountPath": path})
+
+
+@pytest.mark.parametrize("value", ["../a", "a/b", "", "UPPER", "a.b", "-a", "a" * 129])
+def test_safe_id(value: str) -> None:
+    with pytest.raises(BackendError):
+        safe_id("volume", value)
+
+
+def test_supervisor_quotes_arguments_and_runs_under_sh(tmp_path: Path) -> None:
+    hostile = "it's $(touch /tmp/pwned) `id` \"q\" ; rm -rf /"
+    body = spec(services=[{"name": "echo", "command": ["printf", "%s\\n", hostile],
+                           "restart": "Never"}])
+    script = supervisor.render_script("x", body)
+    assert "pwned) `id`" in script and supervisor.SECRETS in script
+    assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
+    secrets_text = supervisor.render_secrets({"TOKEN": hostile})
+    out = subprocess.run(["sh", "-c", secrets_text + 'printf %s "$TOKEN"'],
+                         capture_output=True, text=True)
+    assert out.stdout == hostile
+
+
+@pytest.mark.parametrize("services", [
+    [{"name": "a", "command": ["x"]}, {"name": "a", "command": ["y"]}],
+    [{"name": "../a", "command": ["x"]}],
+    [{"name": "a", "command": []}],
+    [{"name": "a", "command": ["x"], "restart": "Sometimes"}],
+])
+def test_bad_services_are_refused(services: list[dict[str, Any]]) -> None:
+    with pytest.raises(BackendError):
+        supervisor.render_script("x", spec(services=services))
+
+
+def test_base_image_rootfs() -> None:
+    try:
+        data = base_image.rootfs_tar()
+    except BackendError as exc:
+        pytest.skip(str(exc))
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert members["bin/busybox"].isfile() and members["bin/busybox"].mode == 0o755
+    assert members["bin/sh"].issym() and members["bin/sh"].linkname == "busybox"
+    assert members["tmp"].mode == 0o1777 and "etc/passwd" in members
+    assert all(not m.issym() or "/" not in m.linkname for m in members.values())

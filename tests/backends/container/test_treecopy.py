@@ -1,0 +1,67 @@
+"""The parallel tree copy keeps exactly what `cp -a` keeps (no engine needed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from devcell.backends import treecopy
+from devcell.errors import BackendError
+
+
+def _tree(root: Path, files: int) -> None:
+    (root / "a" / "b" / "c").mkdir(parents=True)
+    (root / "empty").mkdir()
+    for i in range(files):
+        (root / "a" / f"f{i}").write_text(str(i))
+        (root / "a" / "b" / f"g{i}").write_text(str(i) * 3)
+    (root / "-rf").write_text("dash")
+    (root / "new\nline").write_text("n")
+    (root / "a" / "b" / "rel").symlink_to("../f1")
+    (root / "dangling").symlink_to("nowhere")
+    os.link(root / "a" / "f1", root / "a" / "b" / "c" / "hard")
+    os.mkfifo(root / "fifo")
+    (root / "suid").write_text("s")
+    os.chmod(root / "suid", 0o4755)
+    os.chmod(root / "a" / "b" / "c", 0o700)
+    os.chmod(root / "empty", 0o1777)
+    try:
+        os.setxattr(root / "a" / "f2", "user.k", b"v1")
+        os.setxattr(root / "a" / "b", "user.d", b"dv")
+    except OSError:
+        pass  # a filesystem without user xattrs: the rest still applies
+    for path in (root / "a" / "b", root / "a", root / "empty"):
+        os.utime(path, (1_000_000_000, 1_000_000_000))
+
+
+def _dirs(root: Path) -> dict[str, tuple[int, int, list[str]]]:
+    out = {}
+    for path, _, _ in os.walk(root):
+        st = os.lstat(path)
+        out[os.path.relpath(path, root)] = (st.st_mode, st.st_mtime_ns, sorted(os.listxattr(path)))
+    return out
+
+
+@pytest.mark.parametrize("files", [3, 200])  # the serial path and the parallel one
+def test_copy_matches_cp_a(tmp_path: Path, files: int) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    _tree(src, files)
+    stats = treecopy.copy_tree(src, tmp_path / "mine")
+    subprocess.run(["cp", "-a", str(src), str(tmp_path / "ref")], check=True)
+    assert treecopy.signature(tmp_path / "mine") == treecopy.signature(tmp_path / "ref")
+    assert _dirs(tmp_path / "mine") == _dirs(tmp_path / "ref")
+    assert stats == treecopy.measure(src) and stats.files == 2 * files + 7
+    mine = tmp_path / "mine"
+    assert os.lstat(mine / "a" / "f1").st_ino == os.lstat(mine / "a" / "b" / "c" / "hard").st_ino
+    assert (mine / "new\nline").read_text() == "n" and (mine / "-rf").read_text() == "dash"
+
+
+def test_copy_refuses_an_existing_target(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "dst").mkdir()
+    with pytest.raises(BackendError, match="existing"):
+        treecopy.copy_tree(tmp_path / "src", tmp_path / "dst")

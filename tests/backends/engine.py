@@ -1,0 +1,84 @@
+"""The real Docker engine for tests: present, or a loud failure in CI and a clear skip elsewhere.
+
+No test mocks docker. Tests that need the engine call `require_engine()`; everything they
+create carries DevCell's labels naming their private state directory, and `remove_containers`
+clears exactly those containers afterwards (never anything else on the engine).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import pytest
+
+IMAGE = "devcell/busybox:latest"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+@functools.cache
+def _problem() -> str | None:
+    """Why the engine (with DevCell's base image) cannot be used, or None when it can."""
+    try:
+        import docker
+    except ImportError as exc:  # pragma: no cover - docker is a dependency
+        return f"the docker SDK is not installed ({exc})"
+    try:
+        client = docker.from_env(timeout=30)
+    except Exception as exc:
+        where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        reason = str(exc).split(":")[0][:120] or type(exc).__name__
+        return f"the Docker engine is not reachable at {where} ({reason})"
+    try:
+        try:
+            client.images.get(IMAGE)
+        except docker.errors.ImageNotFound:
+            from devcell.backends import base_image
+
+            repository, _, tag = IMAGE.rpartition(":")
+            client.api.import_image_from_data(base_image.rootfs_tar(), repository=repository,
+                                              tag=tag, changes=['CMD ["/bin/sh"]'])
+        return None
+    except Exception as exc:
+        return f"the base image {IMAGE} is missing and could not be built ({exc})"
+    finally:
+        client.close()
+
+
+def engine_available() -> bool:
+    return _problem() is None
+
+
+def require_engine() -> None:
+    """Fail (CI) or skip (a developer machine) the calling test when there is no engine."""
+    problem = _problem()
+    if problem is None:
+        return
+    if in_ci():
+        pytest.fail(f"CI needs the Docker engine: {problem}; scripts/docker-setup starts it",
+                    pytrace=False)
+    pytest.skip(f"no Docker engine here: {problem}; run scripts/docker-setup as root to test "
+                "the container backend")
+
+
+def remove_containers(state_dir: Path) -> int:
+    """Remove every container DevCell made for `state_dir` (found by its label only)."""
+    if not engine_available():
+        return 0
+    import docker
+
+    from devcell.backends.container_layout import state_hash
+
+    client = docker.from_env(timeout=60)
+    try:
+        found = client.api.containers(all=True, filters={"label": [
+            "dev.devcell.managed=true", f"dev.devcell.state-dir={state_hash(state_dir)}"]})
+        for info in found:
+            client.api.remove_container(info["Id"], force=True)
+        return len(found)
+    finally:
+        client.close()

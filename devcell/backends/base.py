@@ -37,6 +37,8 @@ class CellRef:
     name: str
     spec: dict[str, Any]
     volume_id: str | None = None
+    op_id: str | None = None
+    """The operation making this call: backends label what they create with it."""
 
 
 @dataclass(frozen=True)

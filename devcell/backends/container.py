@@ -198,7 +198,8 @@ class ContainerBackend:
     def create_volume(self, cell: CellRef, volume_id: str, *, from_checkpoint: str | None
                       ) -> Outputs:
         stats = self.store.create_volume(cell_id=cell.id, cell_name=cell.name,
-                                         volume_id=volume_id, from_checkpoint=from_checkpoint)
+                                         volume_id=volume_id, from_checkpoint=from_checkpoint,
+                                         op_id=cell.op_id)
         return {"volume": volume_id, "path": str(self.layout.workspace(volume_id)),
                 "restoredFrom": from_checkpoint, "files": stats.files, "bytes": stats.size_bytes}
 
@@ -258,7 +259,7 @@ class ContainerBackend:
             raise BackendNotFound(f"volume {cell.volume_id} of cell {cell.name} does not exist")
         kwargs = container_spec.create_kwargs(
             self.layout, name=name, cell_id=cell.id, cell_name=cell.name, spec=cell.spec,
-            volume_id=cell.volume_id, runtime_hash=runtime_hash)
+            volume_id=cell.volume_id, runtime_hash=runtime_hash, op_id=cell.op_id)
         container_spec.check_security(self.layout, kwargs)
         self._write_run_dir(cell)
         if kwargs.get("network") == container_spec.BRIDGE_NETWORK:

@@ -26,6 +26,7 @@ LABEL = "dev.devcell"
 MANAGED, STATE, CELL_ID, CELL = (f"{LABEL}.managed", f"{LABEL}.state-dir", f"{LABEL}.cell-id",
                                  f"{LABEL}.cell")
 VOLUME, RUNTIME_HASH = f"{LABEL}.volume", f"{LABEL}.runtime-hash"
+OPERATION = f"{LABEL}.operation"
 STATE_PATH = f"{LABEL}.state-path"
 """For people (and test clean-up); ownership is decided by STATE, the digest of that path."""
 BRIDGE_NETWORK = "devcell-bridge"
@@ -95,18 +96,20 @@ def _network(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def labels(layout: Layout, *, cell_id: str, cell_name: str, volume_id: str | None,
-           runtime_hash: str) -> dict[str, str]:
+           runtime_hash: str, op_id: str | None = None) -> dict[str, str]:
     out = {MANAGED: "true", STATE: state_hash(layout.state_dir),
            STATE_PATH: str(layout.state_dir.resolve()), CELL_ID: cell_id, CELL: cell_name,
            RUNTIME_HASH: runtime_hash}
     if volume_id:
         out[VOLUME] = volume_id
+    if op_id:
+        out[OPERATION] = op_id  # which operation made it: a restart can match it to its record
     return out
 
 
 def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
-                  spec: dict[str, Any], volume_id: str | None, runtime_hash: str
-                  ) -> dict[str, Any]:
+                  spec: dict[str, Any], volume_id: str | None, runtime_hash: str,
+                  op_id: str | None = None) -> dict[str, Any]:
     plain, _ = supervisor.split_env(spec)
     mounts = [_bind(layout.run_dir(cell_id), RUN_DIR, read_only=True)]
     if volume_id is not None:
@@ -118,7 +121,7 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
         "name": name,
         "hostname": cell_name,
         "labels": labels(layout, cell_id=cell_id, cell_name=cell_name, volume_id=volume_id,
-                         runtime_hash=runtime_hash),
+                         runtime_hash=runtime_hash, op_id=op_id),
         "environment": plain,
         "mounts": mounts,
         "init": True,

@@ -79,7 +79,8 @@ class WorkspaceStore:
         return _read_json(self.layout.marker(volume_id))
 
     def create_volume(self, *, cell_id: str, cell_name: str, volume_id: str,
-                      from_checkpoint: str | None) -> treecopy.TreeStats:
+                      from_checkpoint: str | None, op_id: str | None = None
+                      ) -> treecopy.TreeStats:
         safe_id("cell", cell_id)
         final = self.layout.volume(volume_id)
         if self.volume_exists(volume_id):
@@ -102,6 +103,7 @@ class WorkspaceStore:
             _write_json(tmp / "volume.json", {
                 "version": MARKER_VERSION, "volume": volume_id, "cell_id": cell_id,
                 "cell": cell_name, "from_checkpoint": from_checkpoint, "created": time.time(),
+                "operation": op_id,
             })
             if final.exists():  # a directory without a marker: a leftover, never a volume
                 treecopy.remove_tree(final, self.layout.volumes / f".trash-{secrets.token_hex(6)}")

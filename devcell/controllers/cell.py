@@ -6,6 +6,7 @@ and plans only the difference, so deciding twice in a row plans nothing the seco
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from typing import Any
 
@@ -220,7 +221,7 @@ class CellController:
 
     def run_step(self, ctx: Context, plan: Plan, step: Step) -> Outputs:
         backend = ctx.backend(plan.backend)
-        ref: CellRef = plan.context["ref"]
+        ref: CellRef = dataclasses.replace(plan.context["ref"], op_id=ctx.current_op)
         name = step.name
         if name == "create-volume":
             return backend.create_volume(ref, step.args["volume_id"],

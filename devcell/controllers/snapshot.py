@@ -7,6 +7,7 @@ half-written is ever marked Ready.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from typing import Any
 
@@ -102,7 +103,7 @@ class SnapshotController:
                 raise BackendError("the checkpoint to adopt is gone")
             return {"checkpoint": info.ref, "consistency": str(info.consistency),
                     "bytes": info.size_bytes, "files": info.files, "adopted": True}
-        ref: CellRef = plan.context["ref"]
+        ref: CellRef = dataclasses.replace(plan.context["ref"], op_id=ctx.current_op)
         if step.name == "quiesce":
             return backend.quiesce(ref)
         if step.name == "checkpoint":

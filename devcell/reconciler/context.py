@@ -25,6 +25,8 @@ class Context:
     runs: SnapshotStore | None = None
     approve: bool = False
     """Pass approval gates up front (`--approve`)."""
+    current_op: str | None = None
+    """The operation whose step is running (backends label what they create with it)."""
     stopping: threading.Event | None = None
     """Set on graceful shutdown: finish the step in flight (and compensations), start no more."""
     _backends: dict[str, Backend] = field(default_factory=dict)

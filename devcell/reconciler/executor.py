@@ -136,6 +136,7 @@ def execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume 
         started = time.perf_counter()
         outputs: Outputs = {}
         step_error: str | None = None
+        ctx.current_op = op_id
         try:
             outputs = controller.run_step(ctx, plan, step)
         except DevCellError as exc:

@@ -205,3 +205,18 @@ def test_orphan_sweep_removes_only_unaccounted_resources(ctx: Context, db: Datab
         assert docker_client.api.inspect_container(foreign.id)["State"]["Running"]
     finally:
         foreign.remove(force=True)
+
+
+def test_containers_and_volumes_name_the_operation_that_made_them(
+        ctx: Context, db: Database, docker_client: Any) -> None:
+    apply(db, container_cell("api"))
+    assert converge_all(ctx).ok
+    backend = backend_of(ctx)
+    ref = ref_of(db, "api")
+    created_by = {r[0]: r[1] for r in db.conn.execute(
+        "SELECT s.name, s.op_id FROM operation_steps s JOIN operations o ON o.id = s.op_id "
+        "WHERE o.object_id = ? AND s.status = 'Succeeded'", (ref.id,))}
+    labels = docker_client.api.inspect_container(backend.container_name(ref))["Config"]["Labels"]
+    assert labels["dev.devcell.operation"] == created_by["create"]
+    marker = json.loads((backend.layout.volume(ref.volume_id or "") / "volume.json").read_text())
+    assert marker["operation"] == created_by["create-volume"]

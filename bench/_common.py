@@ -406,3 +406,8 @@ def importtime(python: str, devcell_args: Sequence[str], env: Callable[[], dict[
     heavy = sorted(entries, key=lambda e: -e[0])[:10]
     print("heaviest by self time (ms): " + ", ".join(
         f"{name.strip()} {s / 1000:.1f}" for s, _, name in heavy))
+
+
+def daemon_log_errors(text: str) -> bool:
+    """Whether a daemon's log shows a failure: a traceback or "database is locked"."""
+    return "Traceback" in text or "database is locked" in text

@@ -60,16 +60,6 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def log_errors(text: str) -> bool:
-    """Errors in the daemon's log, apart from a known bug that costs a retry, not correctness:
-    the fake backend's switch to WAL is not retried when several workers open a brand-new
-    fake.db at once ('database is locked', the reconcile is retried with backoff)."""
-    known = text.count('self.conn.execute("PRAGMA journal_mode = WAL")')
-    if known:
-        print(f"note: {known} reconcile(s) hit the known fake.db WAL race and were retried")
-    return text.count("database is locked") > known or text.count("Traceback") > known
-
-
 def stamp(text: str) -> float:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
 
@@ -137,7 +127,7 @@ def one_run(args: argparse.Namespace, work: Path, n: int) -> dict[str, float]:
     if not (steps[0] == steps[1] == calls == 3 * args.cells):
         problems.append(f"{steps[0]} steps ({steps[1]} Succeeded), {calls} backend calls, "
                         f"expected {3 * args.cells} each")
-    if code != 0 or log_errors(text):
+    if code != 0 or c.daemon_log_errors(text):
         problems.append(f"daemon exit {code}; errors in its log ({log_path}, --keep)")
     if problems:
         sys.exit("CHECK FAILED: " + "; ".join(problems))

@@ -116,16 +116,6 @@ def wait_started(state: Path, daemon: subprocess.Popen[bytes], work: Path) -> sq
         time.sleep(0.01)
 
 
-def log_errors(text: str) -> bool:
-    """Errors in the daemon's log, apart from a known bug that costs a retry, not correctness:
-    the fake backend's switch to WAL is not retried when several workers open a brand-new
-    fake.db at once ('database is locked', the reconcile is retried with backoff)."""
-    known = text.count('self.conn.execute("PRAGMA journal_mode = WAL")')
-    if known:
-        print(f"note: {known} reconcile(s) hit the known fake.db WAL race and were retried")
-    return text.count("database is locked") > known or text.count("Traceback") > known
-
-
 def wait_watching(daemon: subprocess.Popen[bytes]) -> None:
     """Until the daemon has an inotify instance: it starts watching only after its startup
     sync and its workers, and a file saved before that is not seen (a known bug)."""
@@ -190,7 +180,7 @@ def main() -> int:
                 code = daemon.wait()
             log.close()
         text = (work / "daemon.log").read_text(errors="replace")
-        if code != 0 or log_errors(text):
+        if code != 0 or c.daemon_log_errors(text):
             problems.append(f"daemon exit {code}; log has errors (see --keep)")
 
         print(f"\n{'save':<8}{'n':>4} {'to':<10}{'p50 ms':>9} {'p95 ms':>9} {'min ms':>9} "

@@ -108,49 +108,21 @@ def no_lock_errors(text: str) -> None:
     assert "Traceback" not in text, text
 
 
-FAKE_WAL_RACE = (
-    "BUG: FakeBackend() switches backends/fake.db to WAL with no retry; when another connection "
-    "holds a lock on a brand-new fake.db (the daemon's workers open it at once on a fresh state "
-    "dir) `PRAGMA journal_mode = WAL` fails at once with 'database is locked' (the busy timeout "
-    "does not apply), the reconcile raises and is retried with backoff")
-
-
-def _known_fake_wal_race(block: str) -> bool:
-    last = [line for line in block.splitlines() if re.match(r"^[\w.]+(Error|Exception)\b", line)]
-    return (bool(last) and last[0] == "sqlite3.OperationalError: database is locked"
-            and "fake.py" in block and "journal_mode = WAL" in block)
-
-
-SIGNAL_HANDLER_LOGS = (
-    "BUG: the daemon's SIGTERM/SIGINT handler (Daemon._on_signal) logs through loguru; when the "
-    "signal arrives while the main thread is writing a log record, loguru refuses the re-entrant "
-    "call ('deadlock avoided'): a 'Logging error in Loguru Handler' traceback is printed on "
-    "stderr and the 'signal 15: finishing the steps in flight' line is lost")
-_SIGNAL_LOG_ERROR = re.compile(
-    r"--- Logging error in Loguru Handler #\d+ ---\nRecord was: [^\n]*'function': '_on_signal'"
-    r".*?deadlock avoided.*?--- End of logging error ---\n", re.S)
-
-
-def daemon_log_clean(text: str, *, tolerate_fake_wal_race: bool = True,
-                     tolerate_signal_log_race: bool = True) -> None:
-    """No "database is locked" and no traceback in a daemon's log, except (optionally) the
-    known fake-backend WAL race (FAKE_WAL_RACE, pinned by test_daemon_concurrency.py) and the
-    logging error of the signal handler (SIGNAL_HANDLER_LOGS, pinned in test_daemon_newcomer)."""
-    if tolerate_signal_log_race:
-        text = _SIGNAL_LOG_ERROR.sub("", text)
+def daemon_log_clean(text: str, **_ignored: bool) -> None:
+    """No "database is locked" and no traceback in a daemon's log. (It once tolerated two
+    known races, the fake backend's WAL switch and logging inside the signal handler; both
+    are fixed, so nothing is tolerated any more.)"""
     blocks = re.split(r"(?=Traceback \(most recent call last\))", text)[1:]
-    known = [b for b in blocks if tolerate_fake_wal_race and _known_fake_wal_race(b)]
-    unknown = [b[:3000] for b in blocks if b not in known]
-    assert not unknown, "traceback in the daemon log:\n" + "\n".join(unknown)
-    assert text.count("database is locked") == len(known), text[-5000:]
+    assert not blocks, "traceback in the daemon log:\n" + "\n".join(b[:3000] for b in blocks)
+    assert "database is locked" not in text, text[-5000:]
+    assert "Logging error" not in text, text[-5000:]
 
 
 def watching(pid: int) -> bool:
     """The process has an inotify instance (watchfiles has started watching): Linux only.
 
-    The daemon syncs its directory, starts its workers and only then starts watching, so a
-    file written in between is missed (DAEMON_STARTUP_GAP); tests that change files after a
-    start wait for this first."""
+    Tests that change files after a start wait for this first, so they test the watch, not
+    the startup sync (which also catches such files since DAEMON_STARTUP_GAP was fixed)."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:

@@ -18,8 +18,7 @@ REGISTRY: dict[str, str] = {
 PLANNED = {"vm": "microVMs"}
 
 
-def load(name: str, state_dir: Path) -> Backend:
-    """An instance of backend `name` bound to `state_dir`."""
+def _class(name: str) -> type:
     target = REGISTRY.get(name)
     if target is None:
         if name in PLANNED:
@@ -28,6 +27,19 @@ def load(name: str, state_dir: Path) -> Backend:
             )
         raise BackendUnavailable(f"unknown backend {name!r}")
     module_name, _, class_name = target.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    backend: Backend = cls(state_dir=state_dir)
+    cls: type = getattr(importlib.import_module(module_name), class_name)
+    return cls
+
+
+def parallelism(name: str) -> int:
+    """Reconciles worth running at once on backend `name` (1 for unknown ones: they fail alike)."""
+    try:
+        return int(_class(name).capabilities.parallel)  # type: ignore[attr-defined]
+    except BackendUnavailable:
+        return 1
+
+
+def load(name: str, state_dir: Path) -> Backend:
+    """An instance of backend `name` bound to `state_dir`."""
+    backend: Backend = _class(name)(state_dir=state_dir)
     return backend

@@ -27,6 +27,8 @@ class Capabilities:
     block_diff: bool = False
     exec: bool = False
     snapshot_consistency: Consistency = Consistency.METADATA
+    parallel: int = 1
+    """Reconciles worth running at once: >1 when calls wait on an engine rather than the CPU."""
 
 
 @dataclass(frozen=True)

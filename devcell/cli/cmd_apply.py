@@ -35,7 +35,8 @@ def run_apply(args: argparse.Namespace) -> int:
         return 0
     return converge_and_report(db, result.to_reconcile, verbose=args.verbose,
                                timeout=args.timeout, trigger="apply", wait=args.wait,
-                               run_store=args.run_store, approve=args.approve)
+                               run_store=args.run_store, approve=args.approve,
+                               workers=args.workers)
 
 
 def _print_changes(result: desired.ApplyResult, suffix: str) -> None:
@@ -78,7 +79,7 @@ def run_delete(args: argparse.Namespace) -> int:
     keys = [(c.kind, c.object_id) for c in changes if c.object_id]
     return converge_and_report(db, keys, verbose=args.verbose, timeout=args.timeout,
                                trigger="delete", run_store=args.run_store, approve=args.approve,
-                               condition="delete")
+                               condition="delete", workers=args.workers)
 
 
 def _yaml_lines(doc: dict[str, Any]) -> list[str]:

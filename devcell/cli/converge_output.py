@@ -48,7 +48,8 @@ def _wait_for_daemon(db: Database, keys: list[tuple[str, str]], holder: str, *,
 def converge_and_report(db: Database, keys: list[tuple[str, str]], *, verbose: int,
                         timeout: float, trigger: str, wait: bool = True,
                         run_store: str | None = None, approve: bool = False,
-                        condition: str = "Ready", until_op: str | None = None) -> int:
+                        condition: str = "Ready", until_op: str | None = None,
+                        workers: int | None = None) -> int:
     """Converge inline, or (with a daemon running) wait for it. condition: Ready, or delete."""
     from devcell.reconciler import lease
     from devcell.store import operations
@@ -69,7 +70,7 @@ def converge_and_report(db: Database, keys: list[tuple[str, str]], *, verbose: i
     logs.configure(verbose)
     ctx = Context(db, trigger=trigger, run_store_kind=run_store, approve=approve)
     try:
-        report = converge.converge(ctx, keys, timeout=timeout)
+        report = converge.converge(ctx, keys, timeout=timeout, workers=workers)
     finally:
         ctx.close()
     if report.ok:

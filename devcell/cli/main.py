@@ -42,6 +42,12 @@ def _kind(table: dict[str, str]) -> Callable[[str], str]:
     return convert
 
 
+def _workers(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise argparse.ArgumentTypeError(f"invalid worker count {text!r} (a whole number 1-64)")
+    return int(text)
+
+
 def _duration(text: str) -> float:
     """kubectl durations: 30s, 5m, 1h30m, 250ms, or plain seconds."""
     import re
@@ -81,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with a daemon running, wait until the objects are Ready (default on)")
     p.add_argument("--approve", action="store_true",
                    help="pass approval gates up front (e.g. deleting unsaved work)")
+    p.add_argument("--workers", type=_workers, default=None, metavar="N",
+                   help="objects reconciled at once without a daemon (default: what the "
+                        "backends suit: 8 for container, 1 for fake)")
 
     p = sub.add_parser("get", parents=[common], help="list objects")
     p.add_argument("kind", type=_kind(GET_KINDS), metavar="KIND",
@@ -105,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_duration, default=300.0)
     p.add_argument("--approve", action="store_true",
                    help="delete even a workspace that changed since its last snapshot")
+    p.add_argument("--workers", type=_workers, default=None, metavar="N",
+                   help="objects reconciled at once without a daemon (default: by backend)")
 
     p = sub.add_parser("diff", parents=[common], help="show what apply would change")
     p.add_argument("-f", "--filename", action="append", required=True)

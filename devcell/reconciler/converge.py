@@ -3,17 +3,25 @@
 Used by `devcell apply` when no daemon holds the state directory. Rounds repeat while any
 object made progress, so a fork waits for its snapshot, which waits for its cell, all within
 one apply. A file lock serialises inline reconcilers on the same state directory.
+
+Within a round the objects are independent (each decides from recorded and observed state
+only), so when their backends wait on an engine (Capabilities.parallel > 1) a round runs on a
+thread pool, one Context (connection, backend clients) per worker. The fake backend is CPU
+and SQLite bound: it keeps the single-threaded path, which is faster there.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import queue
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from devcell import backends
 from devcell.controllers import Controller
 from devcell.controllers.cell import CellController
 from devcell.controllers.plan import Plan, Settled, Wait
@@ -21,6 +29,7 @@ from devcell.controllers.snapshot import SnapshotController
 from devcell.reconciler import executor, recovery, suspended
 from devcell.reconciler.context import Context
 from devcell.store import operations
+from devcell.store.db import Database
 
 Key = tuple[str, str]
 """(kind, object id)"""
@@ -58,63 +67,169 @@ def reconcile_lock(ctx: Context) -> Iterator[None]:
         os.close(fd)
 
 
-def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0) -> Report:
+Outcome = executor.Result | Wait | Settled | None
+"""Where one object's turn in a round ended (a Plan never escapes: it is executed)."""
+
+MAX_STEPS_PER_TURN = 8
+"""Operations one object may run back to back in a turn before it yields to the next round."""
+
+
+@dataclass
+class Turn:
+    operations: list[str] = field(default_factory=list)
+    outcome: Outcome = None
+    gated: bool = False
+    """The outcome is an approval gate still waiting (nothing to do inline)."""
+
+
+def _turn(ctx: Context, controller: Controller, object_id: str, deadline: float) -> Turn:
+    """One object's turn: run its operations back to back until it settles, waits or fails.
+
+    Confirming right after an operation (rather than in the next round) keeps a worker busy
+    instead of idle at the round's barrier while slower objects finish.
+    """
+    turn = Turn()
+    for _ in range(MAX_STEPS_PER_TURN):
+        held = suspended.handle(ctx, controller, object_id)
+        if isinstance(held, Wait):
+            turn.outcome, turn.gated = held, True
+            return turn
+        if held is not None:
+            outcome: Outcome = held
+        else:
+            decision = controller.decide(ctx, object_id)
+            outcome = (executor.execute(ctx, controller, decision)
+                       if isinstance(decision, Plan) else decision)
+        turn.outcome = outcome
+        if not isinstance(outcome, executor.Result):
+            return turn
+        turn.operations.append(outcome.op_id)
+        if outcome.suspended or outcome.error or time.monotonic() > deadline:
+            return turn
+    return turn  # still busy: the next round continues it
+
+
+def parallelism(db: Database, keys: list[Key]) -> int:
+    """How many objects a round may reconcile at once: the most any of their backends allows."""
+    if db.memory or not keys:
+        return 1
+    cell_ids = [oid for kind, oid in keys if kind == "Cell"]
+    snap_ids = [oid for kind, oid in keys if kind == "Snapshot"]
+    names: set[str] = set()
+    for sql, ids in (("SELECT DISTINCT backend FROM cells WHERE id IN ({})", cell_ids),
+                     ("SELECT DISTINCT c.backend FROM snapshots s JOIN cells c ON c.id = s.cell_id "
+                      "WHERE s.id IN ({})", snap_ids)):
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            rows = db.conn.execute(sql.format(",".join("?" * len(chunk))), chunk).fetchall()
+            names.update(row[0] for row in rows)
+    return max((backends.parallelism(name) for name in names), default=1)
+
+
+class _Pool:
+    """Worker contexts for a parallel round, made on first use and reused across rounds."""
+
+    def __init__(self, base: Context, workers: int) -> None:
+        self.base = base
+        self.workers = workers
+        self.free: queue.SimpleQueue[Context] = queue.SimpleQueue()
+        self.made: list[Context] = []
+        self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="converge")
+
+    def _take(self) -> Context:
+        try:
+            ctx = self.free.get_nowait()
+        except queue.Empty:
+            b = self.base
+            ctx = Context(Database(b.db.state_dir), trigger=b.trigger,
+                          run_store_kind=b.run_store_kind, suspend_on_stop=b.suspend_on_stop,
+                          approve=b.approve, stopping=b.stopping)
+            self.made.append(ctx)
+        ctx.trigger = self.base.trigger
+        return ctx
+
+    def run(self, kinds: dict[str, Controller], keys: list[Key], deadline: float) -> list[Turn]:
+        def one(key: Key) -> Turn:
+            ctx = self._take()
+            try:
+                return _turn(ctx, kinds[key[0]], key[1], deadline)
+            finally:
+                self.free.put(ctx)
+
+        return list(self.executor.map(one, keys))
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+        for ctx in self.made:
+            ctx.close()
+            ctx.db.close()
+
+
+def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0,
+             workers: int | None = None) -> Report:
+    """Reconcile `keys` (and whatever a crash left interrupted) until nothing progresses.
+
+    workers: objects reconciled at once within a round; None asks the backends involved.
+    """
     report = Report()
     kinds = controllers()
     deadline = time.monotonic() + timeout
     pending = list(dict.fromkeys(keys))
+    pool: _Pool | None = None
     with reconcile_lock(ctx):
         found = recovery.recover_interrupted(ctx.db)
         report.recovered = sorted({op_id for op_id, _, _ in found})
         pending.extend(k for k in dict.fromkeys((kind, oid) for _, kind, oid in found)
                        if k not in pending)
-        for _ in range(MAX_ROUNDS):
-            if not pending or time.monotonic() > deadline:
-                break
-            next_round: list[Key] = []
-            progressed = False
-            for key in pending:
-                kind, object_id = key
-                controller = kinds[kind]
-                held = suspended.handle(ctx, controller, object_id)
-                if isinstance(held, Wait):  # awaiting approval: nothing to do inline
-                    report.waiting[key] = held.message
-                    continue
-                if held is not None:
-                    outcome: executor.Result | None = held
+        wanted = workers if workers is not None else parallelism(ctx.db, pending)
+        try:
+            for _ in range(MAX_ROUNDS):
+                if not pending or time.monotonic() > deadline:
+                    break
+                if wanted > 1 and len(pending) > 1:
+                    if pool is None:
+                        pool = _Pool(ctx, wanted)
+                    turns = pool.run(kinds, pending, deadline)
                 else:
-                    decision = controller.decide(ctx, object_id)
-                    outcome = (executor.execute(ctx, controller, decision)
-                               if isinstance(decision, Plan) else None)
-                if outcome is not None:
-                    report.operations.append(outcome.op_id)
-                    progressed = True
-                    if outcome.suspended:
-                        row = operations.get(ctx.db.conn, outcome.op_id)
-                        message = row["message"] if row else outcome.suspended
-                        report.waiting[key] = (
-                            f"operation {outcome.op_id} {message}; approve it with `devcell op "
-                            f"resume {outcome.op_id} --input ...` (or pass --approve)")
-                    elif outcome.error:
-                        report.failed[key] = outcome.error
-                    else:
-                        next_round.append(key)  # confirm on the next round that it settled
-                    continue
-                if isinstance(decision, Wait):
-                    report.waiting[key] = decision.message
-                    next_round.append(key)
-                elif isinstance(decision, Settled):
+                    turns = [_turn(ctx, kinds[kind], oid, deadline) for kind, oid in pending]
+                next_round: list[Key] = []
+                progressed = False
+                for key, turn in zip(pending, turns, strict=True):
+                    report.operations.extend(turn.operations)
+                    progressed = progressed or bool(turn.operations)
+                    outcome = turn.outcome
+                    if turn.gated:
+                        assert isinstance(outcome, Wait)
+                        report.waiting[key] = outcome.message
+                    elif isinstance(outcome, executor.Result):
+                        if outcome.suspended:
+                            row = operations.get(ctx.db.conn, outcome.op_id)
+                            message = row["message"] if row else outcome.suspended
+                            report.waiting[key] = (
+                                f"operation {outcome.op_id} {message}; approve it with `devcell "
+                                f"op resume {outcome.op_id} --input ...` (or pass --approve)")
+                        elif outcome.error:
+                            report.failed[key] = outcome.error
+                        else:
+                            next_round.append(key)  # out of steps or time: not yet settled
+                    elif isinstance(outcome, Wait):
+                        report.waiting[key] = outcome.message
+                        next_round.append(key)
+                    elif isinstance(outcome, Settled):
+                        report.waiting.pop(key, None)
+                        if outcome.failed:
+                            report.failed[key] = outcome.failed
+                        else:
+                            report.settled.append(key)
+                if not progressed:
+                    pending = [k for k in next_round if k in report.waiting]
+                    break
+                pending = next_round
+                for key in pending:
                     report.waiting.pop(key, None)
-                    if decision.failed:
-                        report.failed[key] = decision.failed
-                    else:
-                        report.settled.append(key)
-            if not progressed:
-                pending = [k for k in next_round if k in report.waiting]
-                break
-            pending = next_round
-            for key in pending:
-                report.waiting.pop(key, None)
+        finally:
+            if pool is not None:
+                pool.close()
         for key in pending:
             if key not in report.waiting and key not in report.failed:
                 report.waiting[key] = "did not settle within the time allowed"

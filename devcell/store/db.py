@@ -52,6 +52,7 @@ class Database:
     def __init__(self, state_dir: Path, *, create: bool = True, memory: bool = False) -> None:
         self.state_dir = state_dir
         self.path = state_dir / DB_FILENAME
+        self.memory = memory
         if memory:
             # Validation against an empty state without creating anything on disk.
             self.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)

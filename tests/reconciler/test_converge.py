@@ -12,6 +12,7 @@ from tests.controllers.support import (
     apply,
     cell_doc,
     converge_all,
+    fake,
     live_keys,
     op_count,
     record,
@@ -95,3 +96,68 @@ def test_long_chain_listed_dependents_first_converges(db: Database, ctx: Context
     report = converge(ctx, result.to_reconcile, timeout=300)
     assert report.waiting == {}
     assert report.ok
+
+
+def test_parallel_rounds_reach_the_same_state_as_sequential_ones(
+        db: Database, ctx: Context) -> None:
+    """Workers > 1: every object settles, each operation once, each backend call once."""
+    docs = chain(3) + [cell_doc(f"solo{i}") for i in range(12)]
+    result = apply(db, *docs)
+    keys = list(reversed(result.to_reconcile))
+    report = converge(ctx, keys, workers=4)
+    assert report.ok, report
+    assert sorted(report.settled) == sorted(keys)
+    assert len(report.operations) == len(set(report.operations)) == len(keys) == 19
+    assert op_count(db) == 19
+    calls = fake(ctx).calls()
+    creates = [target for method, target, _ in calls if method == "create"]
+    assert len(creates) == len(set(creates)) == 16  # 4 chain cells + 12 solo cells, once each
+    again = converge(ctx, keys, workers=4)
+    assert again.ok and again.operations == [] and op_count(db) == 19
+
+
+def test_parallel_rounds_run_on_several_threads(db: Database, ctx: Context,
+                                                monkeypatch: Any) -> None:
+    import threading
+
+    from devcell.controllers.cell import CellController
+
+    seen: set[str] = set()
+    barrier = threading.Barrier(3, timeout=10)
+    original = CellController.decide
+
+    def decide(self: CellController, c: Context, object_id: str) -> Any:
+        seen.add(threading.current_thread().name)
+        if len(seen) <= 3 and c is not ctx:
+            try:
+                barrier.wait()  # proves three turns run at the same time
+            except threading.BrokenBarrierError:
+                pass
+        return original(self, c, object_id)
+
+    monkeypatch.setattr(CellController, "decide", decide)
+    result = apply(db, *[cell_doc(f"c{i}") for i in range(6)])
+    report = converge(ctx, result.to_reconcile, workers=3)
+    assert report.ok, report
+    assert not barrier.broken
+    assert len({name for name in seen if name.startswith("converge")}) == 3
+
+
+def test_parallelism_follows_the_backends_capabilities(db: Database, ctx: Context) -> None:
+    from devcell.reconciler.converge import parallelism
+
+    result = apply(db, cell_doc("api"), snapshot_doc("snap", "api"))
+    assert parallelism(db, result.to_reconcile) == 1  # the fake backend: CPU bound
+    assert parallelism(db, []) == 1
+    from devcell.backends.container import ContainerBackend
+    assert ContainerBackend.capabilities.parallel > 1
+
+
+def test_a_failure_in_one_parallel_turn_does_not_stop_the_others(
+        db: Database, ctx: Context, monkeypatch: Any) -> None:
+    monkeypatch.setenv("DEVCELL_FAKE_FAIL", "start@bad")
+    result = apply(db, cell_doc("bad"), *[cell_doc(f"ok{i}") for i in range(5)])
+    report = converge(ctx, result.to_reconcile, workers=4)
+    bad = ("Cell", record(db, "Cell", "bad").id)
+    assert set(report.failed) == {bad}
+    assert len(report.settled) == 5

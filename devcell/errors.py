@@ -60,6 +60,10 @@ class ManifestError(DevCellError):
         return "\n".join(str(p) for p in self.problems)
 
 
+class ConfigError(ManifestError):
+    """DevCell's configuration file cannot be used: nothing is applied until it is fixed."""
+
+
 class UsageError(DevCellError):
     """The command line itself is wrong."""
 

@@ -29,6 +29,7 @@ import requests.exceptions
 from docker.models.containers import _create_container_args
 from loguru import logger
 
+from devcell import config
 from devcell.backends import base_image, container_spec, supervisor, treecopy
 from devcell.backends.base import (
     Capabilities,
@@ -41,7 +42,8 @@ from devcell.backends.base import (
 from devcell.backends.container_layout import Layout, safe_id, state_hash
 from devcell.backends.container_spec import CELL, CELL_ID, MANAGED, RUNTIME_HASH, STATE, VOLUME
 from devcell.backends.workspaces import WorkspaceStore
-from devcell.errors import BackendError, BackendNotFound, BackendUnavailable
+from devcell.config import SecurityPolicy
+from devcell.errors import BackendError, BackendNotFound, BackendUnavailable, ConfigError
 
 if TYPE_CHECKING:
     from devcell.reconciler.orphans import Owned
@@ -241,6 +243,13 @@ class ContainerBackend:
         # The directory is mounted read-only; the container's root reads it as its owner.
         os.chmod(run, 0o755)
 
+    def _policy(self) -> SecurityPolicy:
+        """DevCell's configuration as it is now (an administrator may have tightened it)."""
+        try:
+            return config.load(self.layout.state_dir).security
+        except ConfigError as exc:
+            raise BackendError(f"DevCell's configuration cannot be used: {exc}") from None
+
     def _ensure_bridge(self) -> None:
         with _engine(f"creating the {container_spec.BRIDGE_NETWORK} network"):
             if not self.api.networks(names=[container_spec.BRIDGE_NETWORK]):
@@ -256,10 +265,11 @@ class ContainerBackend:
         name = self.container_name(cell)
         if cell.volume_id is not None and not self.store.volume_exists(cell.volume_id):
             raise BackendNotFound(f"volume {cell.volume_id} of cell {cell.name} does not exist")
+        policy = self._policy()
         kwargs = container_spec.create_kwargs(
             self.layout, name=name, cell_id=cell.id, cell_name=cell.name, spec=cell.spec,
-            volume_id=cell.volume_id, runtime_hash=runtime_hash, op_id=cell.op_id)
-        container_spec.check_security(self.layout, kwargs)
+            volume_id=cell.volume_id, runtime_hash=runtime_hash, op_id=cell.op_id, policy=policy)
+        container_spec.check_security(self.layout, kwargs, policy)
         self._write_run_dir(cell)
         if kwargs.get("network") == container_spec.BRIDGE_NETWORK:
             self._ensure_bridge()

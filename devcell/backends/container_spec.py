@@ -8,18 +8,21 @@ reach the engine, so no code path can slip a privileged container past it:
   given back (no capability Docker would not grant anyway); `no-new-privileges`;
 - no host PID, IPC or user namespace; network `none`, `host` or DevCell's bridge network
   (published ports on 127.0.0.1 unless the manifest names another address);
-- bind mounts only of directories inside the state directory (symbolic links resolved).
+- bind mounts only of directories inside the state directory (symbolic links resolved), and
+  of host paths DevCell's configuration allows (`devcell.security`, `devcell.config`).
 """
 
 from __future__ import annotations
 
-import posixpath
+import os
 import re
 from pathlib import Path
 from typing import Any
 
+from devcell import security
 from devcell.backends import supervisor
 from devcell.backends.container_layout import RUN_DIR, SERVICE_LOG_DIR, Layout, state_hash
+from devcell.config import SecurityPolicy
 from devcell.errors import BackendError
 
 LABEL = "dev.devcell"
@@ -36,8 +39,6 @@ ALLOWED_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "
 """Given back after dropping ALL: a subset of Docker's defaults (root can own and chmod its
 files, switch users, signal its processes, bind low ports). No NET_RAW, MKNOD, SYS_CHROOT,
 SETFCAP, AUDIT_WRITE."""
-_RESERVED_MOUNTS = ("/", "/proc", "/sys", "/dev", "/etc", "/bin", "/sbin", "/usr", "/lib",
-                    RUN_DIR, SERVICE_LOG_DIR)
 _MEMORY = re.compile(r"([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?")
 _UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -56,13 +57,10 @@ def memory_bytes(text: str) -> int:
 
 def mount_path(spec: dict[str, Any]) -> str:
     path = (spec.get("workspace") or {}).get("mountPath", "/workspace")
-    if (not isinstance(path, str) or not path.startswith("/") or posixpath.normpath(path) != path
-            or "\x00" in path or ":" in path):
-        raise BackendError(f"workspace.mountPath {path!r} must be a normalised absolute path")
-    if any(path == r or (r != "/" and path.startswith(r + "/")) for r in _RESERVED_MOUNTS):
-        raise BackendError(f"workspace.mountPath {path} would hide or overwrite a system "
-                           "directory of the cell")
-    return path
+    problem = security.mount_path_problem(path) if isinstance(path, str) else "must be a string"
+    if problem:
+        raise BackendError(f"workspace.mountPath: {problem}")
+    return str(path)
 
 
 def image_of(spec: dict[str, Any]) -> str:
@@ -109,12 +107,21 @@ def labels(layout: Layout, *, cell_id: str, cell_name: str, volume_id: str | Non
 
 def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
                   spec: dict[str, Any], volume_id: str | None, runtime_hash: str,
-                  op_id: str | None = None) -> dict[str, Any]:
+                  op_id: str | None = None, policy: SecurityPolicy | None = None
+                  ) -> dict[str, Any]:
+    policy = policy or SecurityPolicy()
+    broken = [f"{_field(path)}: {message}"
+              for path, message in security.cell_problems(spec, policy, layout.state_dir)]
+    if broken:
+        raise BackendError("refusing to create the container: " + "; ".join(broken))
     plain, _ = supervisor.split_env(spec)
     mounts = [_bind(layout.run_dir(cell_id), RUN_DIR, read_only=True)]
     if volume_id is not None:
         mounts += [_bind(layout.workspace(volume_id), mount_path(spec), read_only=False),
                    _bind(layout.logs(volume_id), SERVICE_LOG_DIR, read_only=False)]
+    for mount in spec.get("mounts") or []:  # resolved now: a later symlink swap changes nothing
+        mounts.append(_bind(Path(os.path.realpath(mount["hostPath"])), mount["mountPath"],
+                            read_only=bool(mount.get("readOnly", False))))
     kwargs: dict[str, Any] = {
         "image": image_of(spec),
         "command": ["/bin/sh", f"{RUN_DIR}/{supervisor.SCRIPT}"],
@@ -145,7 +152,15 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
     return kwargs
 
 
-def check_security(layout: Layout, kwargs: dict[str, Any]) -> None:
+def _field(path: security.FieldPath) -> str:
+    out = "spec"
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def check_security(layout: Layout, kwargs: dict[str, Any],
+                   policy: SecurityPolicy | None = None) -> None:
     """Refuse arguments that break DevCell's rules; the last check before the engine."""
     problems = []
     if kwargs.get("privileged"):
@@ -159,14 +174,20 @@ def check_security(layout: Layout, kwargs: dict[str, Any]) -> None:
                 "volumes_from", "device_requests", "sysctls", "cgroupns"):
         if kwargs.get(key):
             problems.append(f"{key} is not allowed")
-    if kwargs.get("network_mode") not in (None, "none", "host"):
+    policy = policy or SecurityPolicy()
+    allowed_modes = (None, "none", "host") if policy.allow_host_network else (None, "none")
+    if kwargs.get("network_mode") not in allowed_modes:
         problems.append(f"network mode {kwargs.get('network_mode')} is not allowed")
     for option in kwargs.get("security_opt") or []:
         if option != "no-new-privileges":
             problems.append(f"security option {option} is not allowed")
     for mount in kwargs.get("mounts") or []:
         source = Path(mount.get("Source", ""))
-        if mount.get("Type") != "bind" or not source.is_absolute() or not layout.contains(source):
-            problems.append(f"mount of {source} is outside the state directory {layout.state_dir}")
+        if mount.get("Type") != "bind" or not source.is_absolute():
+            problems.append(f"mount of {source} is not a bind mount of an absolute path")
+        elif not layout.contains(source):
+            refused = security.host_path_problem(str(source), policy, layout.state_dir)
+            if refused:
+                problems.append(f"mount of {source}: {refused}")
     if problems:
         raise BackendError("refusing to create the container: " + "; ".join(problems))

@@ -175,8 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("operation", help="operation id (op_...)")
     op.add_argument("--timeout", type=_duration, default=300.0)
 
-    p = sub.add_parser("schema", parents=[common], help="print a kind's JSON Schema")
-    p.add_argument("kind", type=_kind(OBJECT_KINDS), metavar="KIND")
+    p = sub.add_parser("schema", parents=[common],
+                       help="print a kind's JSON Schema (cell, snapshot, or config)")
+    p.add_argument("kind", type=_kind({**OBJECT_KINDS, "config": "Config"}), metavar="KIND")
 
     p = sub.add_parser("image", parents=[common], help="images for the container backend")
     isub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)

@@ -186,6 +186,15 @@ def _schema_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
     return deduped
 
 
+def document_problems(source: SourceFile, doc: ParsedDocument, validator: Any) -> list[Problem]:
+    """Every schema problem of a document that is not a manifest (DevCell's configuration)."""
+    ctx = _Context(source, doc)
+    out: list[Problem] = []
+    for error in validator.iter_errors(doc.data):
+        out += [p for p in _translate(ctx, error) if p not in out]
+    return sorted(out, key=lambda p: (p.line or 0, p.column or 0))
+
+
 def _translate(ctx: _Context, error: Any) -> list[Problem]:
     path: Path = tuple(error.absolute_path)
     validator = error.validator
@@ -260,6 +269,8 @@ def _normalise_cell(spec: dict[str, Any]) -> dict[str, Any]:
         service.setdefault("restart", "Always")
     for var in spec.get("env", []):
         var.setdefault("secret", False)
+    for mount in spec.get("mounts", []):
+        mount.setdefault("readOnly", False)
     spec.setdefault("network", {}).setdefault("mode", "none")
     for port in spec["network"].get("ports", []):
         port.setdefault("hostPort", port["containerPort"])
@@ -306,6 +317,31 @@ def _semantic_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
                     ctx.problem(("spec", "env", i, "name"), f'duplicate variable "{var["name"]}"')
                 )
             env_seen.add(var["name"])
+    return problems
+
+
+def security_problems(manifests: list[Manifest], state_dir: Any) -> list[Problem]:
+    """DevCell's security rules (devcell.security) for these Cells, located like any problem.
+
+    DevCell's configuration is read only when a Cell is checked; a broken configuration
+    raises ConfigError (nothing is applied until it is fixed).
+    """
+    cells = [m for m in manifests if m.kind == "Cell"]
+    if not cells:
+        return []
+    from devcell import config, security
+
+    policy = config.load(state_dir).security
+    problems = []
+    for m in cells:
+        for path, message in security.cell_problems(m.spec, policy, state_dir):
+            full: Path = ("spec", *path)
+            probe = full
+            while probe not in m.positions and probe:
+                probe = probe[:-1]
+            line, column = m.positions.get(probe, (m.line, None))
+            problems.append(Problem(m.file, message, line=line, column=column, kind=m.kind,
+                                    name=m.name, field=field_path(full)))
     return problems
 
 

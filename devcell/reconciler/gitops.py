@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devcell.errors import ManifestError, Problem
+from devcell import config
+from devcell.errors import ConfigError, ManifestError, Problem
 from devcell.manifests import loader
 from devcell.manifests.model import SourceFile
 from devcell.store import desired
@@ -44,6 +45,11 @@ class DirectorySync:
 
     def sync(self) -> SyncResult:
         result = SyncResult()
+        try:
+            config.load(self.db.state_dir)
+        except ConfigError as exc:  # a broken configuration: apply nothing, prune nothing
+            result.problems.extend(exc.problems)
+            return result
         root = str(self.root.absolute())
         try:
             files = loader.read_sources([root])

@@ -256,6 +256,10 @@ def apply(
         parsed[f.key] = found
     by_key = {f.key: f for f in files}
     problems.extend(_check(conn, manifests, fast, by_key))
+    if manifests:
+        from devcell.manifests import validate
+
+        problems.extend(validate.security_problems(manifests, db.state_dir))
     if problems:
         raise ManifestError(problems)
 

@@ -29,7 +29,8 @@ CORPUS = Path(__file__).resolve().parent / "bad_inputs"
 REL = CORPUS.relative_to(REPO).as_posix()  # paths are given relative to the repo (cli's cwd)
 PRIOR = f"{REL}/prior/base.yaml"  # api, other, snap-a and snap-b of api, fork from snap-a
 
-KNOWN_CELL_FIELDS = "backend, image, state, workspace, services, env, resources, network, hooks"
+KNOWN_CELL_FIELDS = ("backend, image, state, workspace, services, env, mounts, resources, network, "
+                     "hooks")
 NAME_RULE = 'use lower-case letters, digits and "-", starting and ending with a letter or digit'
 
 
@@ -157,6 +158,21 @@ CASES = [
          "must be greater than 0"),
         (f'{_p("multi-problem.yaml")}:21:9: Snapshot "Bad_Name": metadata.name: ',
          f'invalid name "Bad_Name": {NAME_RULE}'),
+    )),
+    Case("security-defaults-refused-at-validation", ("security-refusals.yaml",), (
+        (f'{_p("security-refusals.yaml")}:9:16: Cell "risky": spec.workspace.mountPath: ',
+         "/proc/ws would hide or overwrite /proc, a system directory of the cell"),
+        (f'{_p("security-refusals.yaml")}:11:17: Cell "risky": spec.mounts[0].hostPath: ',
+         "host bind mounts are off by default: /etc is not allowed; an administrator can "
+         "allow it in security.allowedHostPaths of "),
+        (f'{_p("security-refusals.yaml")}:14:11: Cell "risky": spec.network.mode: ',
+         "host networking shares the host's network namespace and is off by default"),
+    )),
+    Case("security-published-ports", ("security-ports.yaml",), (
+        (f'{_p("security-ports.yaml")}:12:17: Cell "web": spec.network.ports[0].hostIP: ',
+         "publishing on 0.0.0.0 would expose the port beyond this machine"),
+        (f'{_p("security-ports.yaml")}:17:19: Cell "web": spec.network.ports[2].hostPort: ',
+         "127.0.0.1:8080 is already published by spec.network.ports[1]"),
     )),
     Case("all-or-nothing-directory", ("all-or-nothing",), (
         (f'{_p("all-or-nothing/bad.yaml")}:7:10: Cell "bad": spec.state: ',

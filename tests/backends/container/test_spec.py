@@ -12,14 +12,16 @@ import pytest
 
 from devcell.backends import base_image, container_spec, supervisor
 from devcell.backends.container_layout import Layout, safe_id
+from devcell.config import SecurityPolicy
 from devcell.errors import BackendError
 from tests.backends.container.support import spec
 
 
-def kwargs(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
+def kwargs(tmp_path: Path, policy: SecurityPolicy | None = None, **overrides: Any
+           ) -> dict[str, Any]:
     return container_spec.create_kwargs(
         Layout(tmp_path), name="devcell-x-1", cell_id="cell_x", cell_name="x",
-        spec=spec(**overrides), volume_id="vol_x", runtime_hash="h")
+        spec=spec(**overrides), volume_id="vol_x", runtime_hash="h", policy=policy)
 
 
 def test_defaults_are_locked_down(tmp_path: Path) -> None:
@@ -44,13 +46,49 @@ def test_memory_units(text: str, value: int) -> None:
     assert container_spec.memory_bytes(text) == value
 
 
-def test_bridge_publishes_on_loopback_unless_asked(tmp_path: Path) -> None:
-    args = kwargs(tmp_path, network={"mode": "bridge", "ports": [
-        {"containerPort": 8080}, {"containerPort": 53, "hostPort": 5353, "hostIP": "0.0.0.0"}]})
+def test_bridge_publishes_on_loopback_unless_the_configuration_allows_more(
+        tmp_path: Path) -> None:
+    network = {"mode": "bridge", "ports": [
+        {"containerPort": 8080}, {"containerPort": 53, "hostPort": 5353, "hostIP": "0.0.0.0"}]}
+    with pytest.raises(BackendError, match="publishing on 0.0.0.0 would expose"):
+        kwargs(tmp_path, network=network)
+    args = kwargs(tmp_path, network=network,
+                  policy=SecurityPolicy(allowed_publish_addresses=("0.0.0.0",)))
     assert args["network"] == container_spec.BRIDGE_NETWORK
     assert args["ports"] == {"8080/tcp": ("127.0.0.1", 8080), "53/tcp": ("0.0.0.0", 5353)}
-    with pytest.raises(BackendError, match="need network.mode bridge"):
+    with pytest.raises(BackendError, match="published only with network.mode bridge"):
         kwargs(tmp_path, network={"mode": "none", "ports": [{"containerPort": 1}]})
+
+
+def test_host_network_only_when_the_configuration_allows_it(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="host networking .* off by default"):
+        kwargs(tmp_path, network={"mode": "host"})
+    allowed = SecurityPolicy(allow_host_network=True)
+    args = kwargs(tmp_path, network={"mode": "host"}, policy=allowed)
+    assert args["network_mode"] == "host"
+    container_spec.check_security(Layout(tmp_path), args, allowed)
+    with pytest.raises(BackendError, match="network mode host is not allowed"):
+        container_spec.check_security(Layout(tmp_path), args)  # the policy was tightened
+
+
+def test_host_mounts_only_under_allowed_paths(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "app").mkdir(parents=True)
+    state = tmp_path / "state"
+    mounts = [{"hostPath": str(src / "app"), "mountPath": "/src", "readOnly": True}]
+    with pytest.raises(BackendError, match="host bind mounts are off by default"):
+        container_spec.create_kwargs(
+            Layout(state), name="devcell-x-1", cell_id="cell_x", cell_name="x",
+            spec=spec(mounts=mounts), volume_id="vol_x", runtime_hash="h")
+    allowed = SecurityPolicy(allowed_host_paths=(str(src),))
+    args = container_spec.create_kwargs(
+        Layout(state), name="devcell-x-1", cell_id="cell_x", cell_name="x",
+        spec=spec(mounts=mounts), volume_id="vol_x", runtime_hash="h", policy=allowed)
+    bind = next(m for m in args["mounts"] if m["Target"] == "/src")
+    assert bind == {"Type": "bind", "Source": str(src / "app"), "Target": "/src", "ReadOnly": True}
+    container_spec.check_security(Layout(state), args, allowed)
+    with pytest.raises(BackendError, match="off by default"):
+        container_spec.check_security(Layout(state), args)  # allowlist emptied since
 
 
 @pytest.mark.parametrize("change,message", [
@@ -62,8 +100,8 @@ def test_bridge_publishes_on_loopback_unless_asked(tmp_path: Path) -> None:
     ({"devices": ["/dev/kvm"]}, "devices"),
     ({"network_mode": "container:abc"}, "network mode"),
     ({"security_opt": ["seccomp=unconfined"]}, "security option"),
-    ({"mounts": [{"Type": "bind", "Source": "/etc", "Target": "/x"}]}, "outside the state"),
-    ({"mounts": [{"Type": "volume", "Source": "named", "Target": "/x"}]}, "outside the state"),
+    ({"mounts": [{"Type": "bind", "Source": "/etc", "Target": "/x"}]}, "mount of /etc: host bind"),
+    ({"mounts": [{"Type": "volume", "Source": "named", "Target": "/x"}]}, "not a bind mount"),
 ])
 def test_security_refusals(tmp_path: Path, change: dict[str, Any], message: str) -> None:
     args = kwargs(tmp_path)
@@ -78,7 +116,7 @@ def test_a_symlink_out_of_the_state_dir_is_refused(tmp_path: Path) -> None:
     (state / "escape").symlink_to("/etc")
     args = kwargs(state)
     args["mounts"].append({"Type": "bind", "Source": str(state / "escape"), "Target": "/e"})
-    with pytest.raises(BackendError, match="outside the state"):
+    with pytest.raises(BackendError, match="resolves to /etc"):
         container_spec.check_security(Layout(state), args)
 
 

@@ -1,0 +1,130 @@
+"""DevCell's own configuration: the explicit exceptions to its secure defaults.
+
+Manifests say what a cell wants; this file says what the owner of the state directory allows.
+It lives outside the manifests on purpose: whoever can write a manifest (a GitOps directory,
+a teammate's pull request) cannot grant themselves a host bind mount or the host's network.
+
+Read from $DEVCELL_CONFIG, else <state-dir>/config.yaml. Missing means the defaults (nothing
+allowed beyond them). A file group or others could write is refused, like ssh refuses a
+loose authorized_keys: an allowlist anyone can edit allows anything.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from devcell.errors import ConfigError, Problem
+
+CONFIG_ENV = "DEVCELL_CONFIG"
+CONFIG_NAME = "config.yaml"
+MAX_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class SecurityPolicy:
+    """What cells may have beyond the defaults (all empty/False: the secure defaults)."""
+
+    allowed_host_paths: tuple[str, ...] = ()
+    allow_host_network: bool = False
+    allowed_publish_addresses: tuple[str, ...] = ()
+    source: str = "<defaults>"
+    """Where the policy came from, for messages that tell the user what to edit."""
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    exists: bool
+    security: SecurityPolicy = field(default_factory=SecurityPolicy)
+
+
+def config_path(state_dir: Path) -> Path:
+    given = os.environ.get(CONFIG_ENV)
+    return Path(given) if given else state_dir / CONFIG_NAME
+
+
+@cache
+def _validator() -> Any:
+    import jsonschema
+
+    from devcell import schemas
+
+    schema = schemas.schema("config")
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def _problem(path: Path, message: str, line: int | None = None, column: int | None = None,
+             field_name: str | None = None) -> Problem:
+    return Problem(str(path), message, line=line, column=column, field=field_name)
+
+
+def _check_file(path: Path) -> bytes:
+    try:
+        st = path.stat()
+    except PermissionError:
+        raise ConfigError([_problem(path, "cannot read DevCell's configuration (permission "
+                                          "denied)")]) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError([_problem(path, "DevCell's configuration must be a regular file")])
+    if st.st_mode & 0o022:
+        raise ConfigError([_problem(
+            path, f"DevCell's configuration is writable by group or others (mode "
+                  f"{stat.S_IMODE(st.st_mode):o}); anyone who can edit it could allow themselves "
+                  f"host mounts: chmod go-w {path}")])
+    if st.st_uid not in (os.getuid(), 0):
+        raise ConfigError([_problem(path, f"DevCell's configuration is owned by uid {st.st_uid}, "
+                                          "not by you or root; refusing to trust it")])
+    if st.st_size > MAX_BYTES:
+        raise ConfigError([_problem(path, f"file is larger than {MAX_BYTES // 1024} KiB")])
+    return path.read_bytes()
+
+
+def parse(path: Path, data: bytes) -> Config:
+    """The configuration in `data` (read from `path`), or ConfigError naming line and field."""
+    from devcell.manifests import validate
+    from devcell.manifests.model import SourceFile, digest
+    from devcell.manifests.yamlsafe import YamlSyntaxError, parse_documents
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError([_problem(path, "file is not valid UTF-8")]) from None
+    try:
+        docs = [d for d in parse_documents(text) if d.data is not None]
+    except YamlSyntaxError as exc:
+        raise ConfigError([_problem(path, exc.message, exc.line, exc.column)]) from None
+    if not docs:
+        return Config(path, exists=True, security=SecurityPolicy(source=str(path)))
+    if len(docs) > 1:
+        raise ConfigError([_problem(path, "expected one YAML document", docs[1].line)])
+    doc = docs[0]
+    source = SourceFile(str(path), str(path), data, digest(text))
+    problems = [Problem(str(path), p.message, p.line, p.column) for p in doc.problems]
+    if not isinstance(doc.data, dict):
+        problems.append(_problem(path, "expected a mapping with apiVersion, kind and security",
+                                 doc.line))
+    else:
+        problems += validate.document_problems(source, doc, _validator())
+    if problems:
+        raise ConfigError(problems)
+    security = doc.data.get("security") or {}
+    return Config(path, exists=True, security=SecurityPolicy(
+        allowed_host_paths=tuple(security.get("allowedHostPaths", ())),
+        allow_host_network=bool(security.get("allowHostNetwork", False)),
+        allowed_publish_addresses=tuple(security.get("allowedPublishAddresses", ())),
+        source=str(path)))
+
+
+def load(state_dir: Path) -> Config:
+    """The configuration for `state_dir`: the file if there is one, else the defaults."""
+    path = config_path(state_dir)
+    if not path.exists():
+        if os.environ.get(CONFIG_ENV):  # named explicitly: a typo must not mean "defaults"
+            raise ConfigError([_problem(path, f"no such file (named by ${CONFIG_ENV})")])
+        return Config(path, exists=False, security=SecurityPolicy(source=str(path)))
+    return parse(path, _check_file(path))

@@ -1,0 +1,151 @@
+"""DevCell's security rules for a Cell spec, checked where the user can fix them: at validation.
+
+One set of rules, used twice: `devcell apply` (and the GitOps daemon) refuse a manifest that
+breaks them, naming file, line and field; the container backend checks them again just before
+the engine call, so a rule cannot be skipped by a path that bypassed validation (a
+configuration tightened after the cell was applied, a record written by an older version).
+
+Defaults: no host bind mounts, no host network, ports published on loopback only. DevCell's
+configuration (`devcell.config`) is the only way to widen them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import posixpath
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from devcell.backends.container_layout import RUN_DIR, SERVICE_LOG_DIR
+from devcell.config import SecurityPolicy
+
+FieldPath = tuple[str | int, ...]
+RESERVED_MOUNT_PATHS = ("/", "/proc", "/sys", "/dev", "/etc", "/bin", "/sbin", "/usr", "/lib",
+                        "/lib64", "/boot", RUN_DIR, SERVICE_LOG_DIR)
+"""Paths inside a cell that no mount may hide or overwrite (a mount at or below one)."""
+
+
+def is_normalised_absolute(path: str) -> bool:
+    """Absolute, no `.`/`..`/`//`/trailing slash, and nothing Docker's mount syntax splits on."""
+    return (path.startswith("/") and posixpath.normpath(path) == path and "\x00" not in path
+            and ":" not in path and "," not in path and "\n" not in path)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or root == "/" or path.startswith(root.rstrip("/") + "/")
+
+
+def _overlap(a: str, b: str) -> bool:
+    return _inside(a, b) or _inside(b, a)
+
+
+def mount_path_problem(path: str) -> str | None:
+    if not is_normalised_absolute(path):
+        return f"{path!r} must be a normalised absolute path (no '..', '//', ':' or ',')"
+    hidden = next((r for r in RESERVED_MOUNT_PATHS if path == r or (r != "/" and _inside(path, r))),
+                  None)
+    if hidden is not None:
+        return (f"{path} would hide or overwrite {hidden}, a system directory of the cell; "
+                "choose a path such as /workspace or /src")
+    return None
+
+
+def host_path_problem(host_path: str, policy: SecurityPolicy, state_dir: Path) -> str | None:
+    """Why the host directory may not be bind-mounted, or None when the policy allows it."""
+    if not is_normalised_absolute(host_path):
+        return f"{host_path!r} must be a normalised absolute path (no '..', '//', ':' or ',')"
+    resolved = os.path.realpath(host_path)  # symbolic links cannot step outside an allowed root
+    state = os.path.realpath(state_dir)
+    if _overlap(resolved, state):
+        return (f"{host_path} would expose DevCell's state directory {state_dir} (every cell's "
+                "workspace and secrets) inside the cell")
+    allowed = [os.path.realpath(p) for p in policy.allowed_host_paths]
+    if not any(_inside(resolved, root) for root in allowed):
+        shown = f" (resolves to {resolved})" if resolved != host_path else ""
+        if not allowed:
+            return (f"host bind mounts are off by default: {host_path}{shown} is not allowed; "
+                    f"an administrator can allow it in security.allowedHostPaths of "
+                    f"{policy.source}")
+        return (f"{host_path}{shown} is outside the host paths DevCell's configuration allows "
+                f"({', '.join(policy.allowed_host_paths)}; security.allowedHostPaths in "
+                f"{policy.source})")
+    if not os.path.exists(resolved):
+        return f"{host_path} does not exist on this host"
+    return None
+
+
+def _address_problem(address: str, policy: SecurityPolicy) -> str | None:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return f"{address!r} is not an IP address (e.g. 127.0.0.1)"
+    if ip.is_loopback:
+        return None
+    allowed = set()
+    for text in policy.allowed_publish_addresses:
+        try:
+            allowed.add(ipaddress.ip_address(text))
+        except ValueError:
+            continue
+    if ip in allowed:
+        return None
+    return (f"publishing on {address} would expose the port beyond this machine; ports are "
+            f"published on loopback unless security.allowedPublishAddresses in {policy.source} "
+            f"lists the address")
+
+
+def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
+                  ) -> Iterator[tuple[FieldPath, str]]:
+    """Every rule a Cell spec breaks, as (field path under spec, message)."""
+    workspace = (spec.get("workspace") or {}).get("mountPath", "/workspace")
+    problem = mount_path_problem(workspace)
+    if problem:
+        yield ("workspace", "mountPath"), problem
+    taken: list[tuple[str, FieldPath]] = [(workspace, ("workspace", "mountPath"))]
+    for i, mount in enumerate(spec.get("mounts") or []):
+        inside = mount.get("mountPath", "")
+        problem = mount_path_problem(inside)
+        if problem:
+            yield ("mounts", i, "mountPath"), problem
+        else:
+            clash = next(((other, where) for other, where in taken if _overlap(inside, other)),
+                         None)
+            if clash is not None:
+                yield (("mounts", i, "mountPath"),
+                       f"{inside} overlaps {clash[0]} ({_field(clash[1])}); mounts may not "
+                       "nest or repeat")
+            taken.append((inside, ("mounts", i, "mountPath")))
+        problem = host_path_problem(mount.get("hostPath", ""), policy, state_dir)
+        if problem:
+            yield ("mounts", i, "hostPath"), problem
+    network = spec.get("network") or {}
+    mode = network.get("mode", "none")
+    if mode == "host" and not policy.allow_host_network:
+        yield (("network", "mode"),
+               "host networking shares the host's network namespace and is off by default; an "
+               f"administrator can allow it with security.allowHostNetwork: true in "
+               f"{policy.source}")
+    ports = network.get("ports") or []
+    if ports and mode != "bridge":
+        yield (("network", "ports"),
+               f"ports are published only with network.mode bridge (mode is {mode})")
+    seen: dict[tuple[str, int], int] = {}
+    for i, port in enumerate(ports):
+        address = str(port.get("hostIP", "127.0.0.1"))
+        problem = _address_problem(address, policy)
+        if problem:
+            yield ("network", "ports", i, "hostIP"), problem
+        key = (address, int(port.get("hostPort", port.get("containerPort", 0))))
+        if key in seen:
+            yield (("network", "ports", i, "hostPort"),
+                   f"{key[0]}:{key[1]} is already published by spec.network.ports[{seen[key]}]")
+        seen.setdefault(key, i)
+
+
+def _field(path: FieldPath) -> str:
+    out = "spec"
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out

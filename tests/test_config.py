@@ -1,0 +1,138 @@
+"""DevCell's configuration: the only way to widen the security defaults, and hard to misuse."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from devcell import config
+from devcell.errors import ConfigError
+from tests.conftest import Cli, db_fingerprint
+
+GOOD = """\
+apiVersion: devcell.dev/v1alpha1
+kind: Config
+security:
+  allowedHostPaths: [/srv/src, /opt/data]
+  allowHostNetwork: true
+  allowedPublishAddresses: ["0.0.0.0"]
+"""
+
+
+def write(path: Path, text: str, mode: int = 0o600) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_no_file_means_the_secure_defaults(tmp_path: Path) -> None:
+    loaded = config.load(tmp_path)
+    assert not loaded.exists and loaded.path == tmp_path / "config.yaml"
+    policy = loaded.security
+    assert policy.allowed_host_paths == () and not policy.allow_host_network
+    assert policy.allowed_publish_addresses == ()
+
+
+def test_a_valid_file_widens_exactly_what_it_says(tmp_path: Path) -> None:
+    write(tmp_path / "config.yaml", GOOD)
+    policy = config.load(tmp_path).security
+    assert policy.allowed_host_paths == ("/srv/src", "/opt/data")
+    assert policy.allow_host_network is True
+    assert policy.allowed_publish_addresses == ("0.0.0.0",)
+    assert policy.source == str(tmp_path / "config.yaml")
+
+
+def test_devcell_config_names_another_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    other = write(tmp_path / "elsewhere.yaml", GOOD)
+    monkeypatch.setenv("DEVCELL_CONFIG", str(other))
+    assert config.load(tmp_path / "state").security.allow_host_network
+    monkeypatch.setenv("DEVCELL_CONFIG", str(tmp_path / "typo.yaml"))
+    with pytest.raises(ConfigError, match=r"typo.yaml: no such file \(named by \$DEVCELL_CONFIG\)"):
+        config.load(tmp_path / "state")
+
+
+def test_unknown_and_mistyped_fields_are_located(tmp_path: Path) -> None:
+    write(tmp_path / "config.yaml", """\
+apiVersion: devcell.dev/v1alpha1
+kind: Config
+security:
+  allowHostNetwrk: true
+  allowedHostPaths: /srv
+""")
+    with pytest.raises(ConfigError) as caught:
+        config.load(tmp_path)
+    lines = str(caught.value).splitlines()
+    assert lines[0].startswith(f"{tmp_path}/config.yaml:4:3: security.allowHostNetwrk: "
+                               'unknown field (did you mean "allowHostNetwork"?)')
+    assert lines[1] == (f"{tmp_path}/config.yaml:5:21: security.allowedHostPaths: expected an "
+                        "array of strings, got a string")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("kind: Config\n", 'missing required field "apiVersion"'),
+    ("apiVersion: devcell.dev/v1alpha1\nkind: Cell\n", 'must be "Config"'),
+    ("[1, 2\n", "YAML syntax error"),
+    ("a: &x 1\nb: *x\n", "anchors are not allowed"),
+    ("- 1\n", "expected a mapping"),
+])
+def test_malformed_files_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    write(tmp_path / "config.yaml", text)
+    with pytest.raises(ConfigError, match=message):
+        config.load(tmp_path)
+
+
+def test_a_file_others_can_write_is_not_trusted(tmp_path: Path) -> None:
+    write(tmp_path / "config.yaml", GOOD, mode=0o620)
+    with pytest.raises(ConfigError, match="writable by group or others .*chmod go-w"):
+        config.load(tmp_path)
+    os.chmod(tmp_path / "config.yaml", 0o644)  # readable by others is fine: it holds no secret
+    assert config.load(tmp_path).security.allow_host_network
+
+
+def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
+    write(tmp_path / "config.yaml", "# nothing allowed yet\n")
+    assert config.load(tmp_path).security.allowed_host_paths == ()
+
+
+def test_apply_refuses_while_the_configuration_is_broken_and_changes_nothing(
+        cli: Cli, state_dir: Path, tmp_path: Path) -> None:
+    manifest = tmp_path / "cell.yaml"
+    manifest.write_text("apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: api}\n"
+                        "spec: {backend: fake}\n")
+    assert cli("apply", "-f", str(manifest)).returncode == 0
+    before = db_fingerprint(state_dir)
+    write(state_dir / "config.yaml", "apiVersion: devcell.dev/v1alpha1\nkind: Config\nsecurty: {}\n")
+    manifest.write_text(manifest.read_text().replace("name: api", "name: web"))
+    result = cli("apply", "-f", str(manifest))
+    assert result.returncode == 1
+    assert f"{state_dir}/config.yaml:3:1: securty: unknown field" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert db_fingerprint(state_dir) == before
+
+
+def test_apply_accepts_a_host_mount_the_configuration_allows(
+        cli: Cli, state_dir: Path, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "app").mkdir(parents=True)
+    manifest = tmp_path / "cell.yaml"
+    manifest.write_text(
+        "apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: api}\n"
+        f"spec:\n  backend: fake\n  mounts:\n    - {{hostPath: {src}/app, mountPath: /src}}\n")
+    refused = cli("apply", "-f", str(manifest))
+    assert refused.returncode == 1 and "host bind mounts are off by default" in refused.stderr
+    write(state_dir / "config.yaml",
+          f"apiVersion: devcell.dev/v1alpha1\nkind: Config\nsecurity:\n"
+          f"  allowedHostPaths: [{src}]\n")
+    accepted = cli("apply", "-f", str(manifest))
+    assert accepted.returncode == 0, accepted.stderr
+    shown = cli("get", "cell", "api", "-o", "json")
+    assert f'"hostPath": "{src}/app"' in shown.stdout and '"readOnly": false' in shown.stdout
+
+
+def test_schema_command_prints_the_configuration_schema(cli: Cli) -> None:
+    result = cli("schema", "config")
+    assert result.returncode == 0 and '"allowedHostPaths"' in result.stdout

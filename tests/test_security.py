@@ -1,0 +1,99 @@
+"""DevCell's security rules for a Cell spec (the same rules validation and the backend apply)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcell.config import SecurityPolicy
+from devcell.security import cell_problems
+
+
+def problems(spec: dict[str, Any], state: Path, policy: SecurityPolicy | None = None
+             ) -> dict[str, str]:
+    found = cell_problems(spec, policy or SecurityPolicy(source="cfg"), state)
+    return {".".join(str(p) for p in path): message for path, message in found}
+
+
+def test_the_defaults_pass_a_plain_cell(tmp_path: Path) -> None:
+    assert problems({"workspace": {"mountPath": "/workspace"},
+                     "network": {"mode": "none"}}, tmp_path) == {}
+
+
+@pytest.mark.parametrize("path,message", [
+    ("/", "would hide or overwrite /,"),
+    ("/usr/src", "would hide or overwrite /usr"),
+    ("/devcell", "would hide or overwrite /devcell"),
+    ("/var/log/devcell/x", "would hide or overwrite /var/log/devcell"),
+    ("/work/../etc", "normalised absolute path"),
+    ("/work/", "normalised absolute path"),
+    ("/a:b", "normalised absolute path"),
+])
+def test_mount_paths_that_hide_the_system_are_refused(tmp_path: Path, path: str,
+                                                      message: str) -> None:
+    found = problems({"workspace": {"mountPath": path}}, tmp_path)
+    assert message in found["workspace.mountPath"]
+
+
+def test_host_paths_must_lie_under_an_allowed_root_after_resolving_links(tmp_path: Path) -> None:
+    allowed = tmp_path / "src"
+    (allowed / "app").mkdir(parents=True)
+    (allowed / "sneaky").symlink_to("/etc")
+    state = tmp_path / "state"
+    policy = SecurityPolicy(allowed_host_paths=(str(allowed),), source="cfg")
+
+    def host(path: str) -> str | None:
+        spec = {"mounts": [{"hostPath": path, "mountPath": "/src"}]}
+        return problems(spec, state, policy).get("mounts.0.hostPath")
+
+    assert host(str(allowed / "app")) is None
+    assert host(str(allowed)) is None
+    assert "resolves to /etc" in (host(str(allowed / "sneaky")) or "")
+    assert "outside the host paths" in (host("/etc") or "")
+    assert "outside the host paths" in (host(str(tmp_path / "srcfoo")) or "")  # not a prefix match
+    assert "does not exist" in (host(str(allowed / "missing")) or "")
+    assert "normalised" in (host(str(allowed / "app" / ".." / "..")) or "")
+
+
+def test_a_mount_may_not_expose_the_state_directory(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    policy = SecurityPolicy(allowed_host_paths=("/",), source="cfg")
+    for path in (str(tmp_path), str(state), str(state / "volumes")):
+        found = problems({"mounts": [{"hostPath": path, "mountPath": "/x"}]}, state, policy)
+        assert "would expose DevCell's state directory" in found["mounts.0.hostPath"]
+
+
+def test_mounts_may_not_nest_or_repeat(tmp_path: Path) -> None:
+    spec = {"workspace": {"mountPath": "/workspace"}, "mounts": [
+        {"hostPath": "/srv", "mountPath": "/workspace/src"},
+        {"hostPath": "/srv", "mountPath": "/data"},
+        {"hostPath": "/srv", "mountPath": "/data"}]}
+    found = problems(spec, tmp_path, SecurityPolicy(allowed_host_paths=("/srv",)))
+    assert "overlaps /workspace (spec.workspace.mountPath)" in found["mounts.0.mountPath"]
+    assert "overlaps /data (spec.mounts[1].mountPath)" in found["mounts.2.mountPath"]
+    assert "mounts.1.mountPath" not in found
+
+
+def test_host_network_needs_the_configuration(tmp_path: Path) -> None:
+    spec = {"network": {"mode": "host"}}
+    assert "off by default" in problems(spec, tmp_path)["network.mode"]
+    assert problems(spec, tmp_path, SecurityPolicy(allow_host_network=True)) == {}
+
+
+@pytest.mark.parametrize("address,allowed,refused", [
+    ("127.0.0.1", (), False),
+    ("127.0.0.2", (), False),
+    ("::1", (), False),
+    ("0.0.0.0", (), True),
+    ("0.0.0.0", ("0.0.0.0",), False),
+    ("192.168.1.5", ("0.0.0.0",), True),
+    ("localhost", (), True),
+])
+def test_published_addresses(tmp_path: Path, address: str, allowed: tuple[str, ...],
+                             refused: bool) -> None:
+    spec = {"network": {"mode": "bridge", "ports": [{"containerPort": 80, "hostIP": address}]}}
+    found = problems(spec, tmp_path, SecurityPolicy(allowed_publish_addresses=allowed))
+    assert ("network.ports.0.hostIP" in found) is refused

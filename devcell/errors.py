@@ -83,11 +83,24 @@ class Conflict(StoreError):
 
 
 class BackendError(DevCellError):
-    """A backend could not do what a step asked."""
+    """A backend could not do what a step asked.
+
+    `reason` is a short CamelCase cause (ImageNotFound, BackendUnavailable) that becomes the
+    Ready condition's reason, so `get`/`describe` and scripts can tell causes apart.
+    """
+
+    reason: str | None = None
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
 
 
 class BackendUnavailable(BackendError):
     """The backend's engine cannot be reached."""
+
+    reason = "BackendUnavailable"
 
 
 class BackendNotFound(BackendError):

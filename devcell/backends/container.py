@@ -89,7 +89,7 @@ def _engine(action: str) -> Iterator[None]:
     except docker.errors.ImageNotFound as exc:
         raise BackendNotFound(f"{action}: ImageNotFound: {exc.explanation or exc}; DevCell pulls "
                               "nothing: build the base image with `devcell image build-base` or "
-                              "load yours with `docker load`") from None
+                              "load yours with `docker load`", reason="ImageNotFound") from None
     except docker.errors.NotFound as exc:
         raise BackendNotFound(f"{action}: {exc.explanation or exc}") from None
     except docker.errors.APIError as exc:

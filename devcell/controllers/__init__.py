@@ -33,5 +33,7 @@ class Controller(Protocol):
         """Rebuild a suspended plan (`Plan.to_dict()`) against fresh state; None if its object
         is gone."""
 
-    def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None) -> None:
-        """Write the object's status once the plan has run (error: why it failed)."""
+    def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None,
+               reason: str = "StepFailed") -> None:
+        """Write the object's status once the plan has run (error: why it failed; reason: the
+        cause in a word, e.g. ImageNotFound, for the Ready condition)."""

@@ -47,15 +47,20 @@ class CellController:
             return Settled(failed=str(exc))
         volume = volumes.for_cell(conn, cell.id)
         ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
-        observed = backend.observe(ref)
-        if cell.deleting:
-            return self._plan_delete(cell, backend_name, observed, volume, backend, conn)
+        try:  # observing can fail too (the engine stopped mid-run): a condition, not a crash
+            observed = backend.observe(ref)
+            if cell.deleting:
+                return self._plan_delete(cell, backend_name, observed, volume, backend, conn)
+            volume_missing = volume is None or not backend.volume_exists(volume.id)
+            adoptable = backend.volumes_of(cell.id) if volume is None else []
+        except BackendError as exc:
+            reason = exc.reason or "ObserveFailed"
+            self._write_blocked(ctx, cell, reason, f"observing the cell failed: {exc}")
+            return Settled(failed=str(exc))
 
         steps: list[Step] = []
         context: dict[str, Any] = {}
         source = cell.spec.get("workspace", {}).get("from")
-        volume_missing = volume is None or not backend.volume_exists(volume.id)
-        adoptable = backend.volumes_of(cell.id) if volume is None else []
         if adoptable:
             # Created by an operation that died before recording it: adopt, don't duplicate.
             steps.append(Step("adopt-volume", {"volume_id": adoptable[0], "record": True,
@@ -304,7 +309,8 @@ class CellController:
         ref = CellRef(cell.id, cell.name, cell.spec, volume_id)
         return Plan(cell, data["action"], steps, data["backend"], {"ref": ref})
 
-    def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None) -> None:
+    def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None,
+               reason: str = "StepFailed") -> None:
         fresh = objects.get(conn, KIND, plan.object.id, include_deleted=True)
         if fresh is None:
             return
@@ -316,7 +322,7 @@ class CellController:
         status = dict(fresh.status)
         if error is not None:
             status["conditions"] = objects.set_condition(
-                status.get("conditions", []), "Ready", "False", "StepFailed", error)
+                status.get("conditions", []), "Ready", "False", reason, error)
             status["message"] = error
             status["failedGeneration"] = plan.object.generation
             objects.write_status(conn, fresh, phase="Failed", status=status,

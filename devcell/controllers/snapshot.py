@@ -135,7 +135,8 @@ class SnapshotController:
         steps = [Step.from_dict(s) for s in data["steps"]]
         return Plan(snap, data["action"], steps, data["backend"], context)
 
-    def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None) -> None:
+    def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None,
+               reason: str = "StepFailed") -> None:
         fresh = objects.get(conn, KIND, plan.object.id, include_deleted=True)
         if fresh is None:
             return
@@ -150,7 +151,8 @@ class SnapshotController:
         if error is not None or taken is None:
             message = error or "checkpoint produced no result"
             status["conditions"] = objects.set_condition(
-                status.get("conditions", []), "Ready", "False", "CheckpointFailed", message)
+                status.get("conditions", []), "Ready", "False",
+                "CheckpointFailed" if reason == "StepFailed" else reason, message)
             status["failedGeneration"] = plan.object.generation
             objects.write_status(conn, fresh, phase="Failed", status=status,
                                  observed_generation=fresh.observed_generation)

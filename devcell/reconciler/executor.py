@@ -96,6 +96,7 @@ def execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume 
     plan.context["ran"] = ran
     error: str | None = None
     failed_step: str | None = None
+    failure_reason = "StepFailed"
     stopped = False
     last_hold = False
     for idx, step in enumerate(plan.steps):
@@ -141,6 +142,8 @@ def execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume 
             outputs = controller.run_step(ctx, plan, step)
         except DevCellError as exc:
             step_error = str(exc)
+            if error is None:
+                failure_reason = getattr(exc, "reason", None) or failure_reason
         except Exception as exc:  # a backend bug must not lose the record of the step
             log.exception("step {} raised", step.name)
             step_error = f"unexpected {type(exc).__name__}: {exc}"
@@ -168,10 +171,11 @@ def execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume 
         if error is None:
             operations.finish(conn, op_id, status=operations.OpStatus.SUCCEEDED)
         else:
+            if stopped:
+                failure_reason = "Shutdown"
             operations.finish(conn, op_id, status=operations.OpStatus.FAILED,
-                              reason="Shutdown" if stopped else "StepFailed", message=error,
-                              failed_step=failed_step)
-        controller.finish(conn, plan, error=error)
+                              reason=failure_reason, message=error, failed_step=failed_step)
+        controller.finish(conn, plan, error=error, reason=failure_reason)
         failpoints.hit("op.before-commit")
     if resume is not None:
         ctx.run_store().delete(op_id)  # finished: its snapshot is spent

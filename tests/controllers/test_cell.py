@@ -397,3 +397,29 @@ def test_sleeping_to_stopped_does_not_claim_a_start(db: Database, ctx: Context) 
     assert "Woken" not in reasons
     assert "lastStart" not in cell.status
     assert plan.action != "wake"
+
+def test_an_observe_failure_is_a_condition_not_a_crash(db: Database, ctx: Context,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from devcell.backends.fake import FakeBackend
+    from devcell.errors import BackendError, BackendUnavailable
+
+    apply(db, cell_doc("api"))
+    converge_all(ctx)
+
+    def broken(self: FakeBackend, cell: object) -> None:
+        raise BackendUnavailable("the engine went away")
+
+    monkeypatch.setattr(FakeBackend, "observe", broken)
+    report = converge_all(ctx)
+    api = record(db, "Cell", "api")
+    assert list(report.failed.values()) == ["the engine went away"]
+    ready = api.condition("Ready") or {}
+    assert ready["reason"] == "BackendUnavailable" and ready["status"] == "False"
+    assert "observing the cell failed: the engine went away" in ready["message"]
+
+    def odd(self: FakeBackend, cell: object) -> None:
+        raise BackendError("listing failed")
+
+    monkeypatch.setattr(FakeBackend, "observe", odd)
+    converge_all(ctx)
+    assert (record(db, "Cell", "api").condition("Ready") or {})["reason"] == "ObserveFailed"

@@ -120,3 +120,48 @@ def test_unreachable_engine_from_the_cli(cli: Cli, tmp_path: Path) -> None:
     assert "BackendUnavailable" in described
     built = cli("image", "build-base", env=env)
     assert built.returncode == 1 and "Traceback" not in built.stderr
+
+
+def test_a_missing_image_is_the_condition_reason_with_the_fix(
+        engine: None, cli: Cli, tmp_path: Path, state: Path) -> None:
+    path = _manifest(tmp_path)
+    path.write_text(path.read_text().replace(IMAGE, "devcell/not-built:1"))
+    applied = cli("apply", "-f", str(path))
+    assert applied.returncode == 1 and "Traceback" not in applied.stderr
+    assert "ImageNotFound" in applied.stderr and "devcell image build-base" in applied.stderr
+    shown = cli("get", "cell", "box", "-o", "json").stdout
+    assert '"reason": "ImageNotFound"' in shown
+    ops = cli("get", "operations", "-o", "json").stdout
+    assert '"reason": "ImageNotFound"' in ops
+
+
+def test_a_host_mount_the_configuration_allows_reaches_the_cell(
+        engine: None, cli: Cli, tmp_path: Path, state: Path, state_dir: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "README").write_text("from the host\n")
+    path = tmp_path / "cell.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        apiVersion: devcell.dev/v1alpha1
+        kind: Cell
+        metadata: {{name: dev}}
+        spec:
+          backend: container
+          image: {IMAGE}
+          mounts:
+            - {{hostPath: {src}, mountPath: /src, readOnly: true}}
+        """))
+    refused = cli("apply", "-f", str(path))
+    assert refused.returncode == 1 and "host bind mounts are off by default" in refused.stderr
+    state_dir.mkdir(parents=True, exist_ok=True)
+    config = state_dir / "config.yaml"
+    config.write_text(f"apiVersion: devcell.dev/v1alpha1\nkind: Config\nsecurity:\n"
+                      f"  allowedHostPaths: [{src}]\n")
+    config.chmod(0o600)
+    applied = cli("apply", "-f", str(path))
+    assert applied.returncode == 0, applied.stderr
+    read = cli("exec", "dev", "--", "cat", "/src/README")
+    assert read.returncode == 0 and read.stdout == "from the host\n"
+    write = cli("exec", "dev", "--", "sh", "-c", "echo x > /src/new")
+    assert write.returncode != 0  # read-only as asked
+    assert not (src / "new").exists()

@@ -417,7 +417,7 @@ class ContainerBackend:
                 self.api.pause(info["Id"])
         try:
             meta = self.store.checkpoint(checkpoint_id=checkpoint_id, cell_id=cell.id,
-                                         volume_id=cell.volume_id)
+                                         volume_id=cell.volume_id, cell_name=cell.name)
         finally:
             if thaw:
                 assert info is not None

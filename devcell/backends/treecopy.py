@@ -17,10 +17,11 @@ import os
 import shutil
 import stat
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devcell import progress
 from devcell.errors import BackendError
 
 BATCH = 256
@@ -43,8 +44,11 @@ class _Scan:
     dirs: list[tuple[str, os.stat_result]] = field(default_factory=list)
     """Every directory below the root (relative path, its stat), parents before children."""
     batches: list[list[str]] = field(default_factory=list)
+    batch_bytes: list[int] = field(default_factory=list)
+    """Bytes of regular files in each batch (for progress)."""
     linked: list[str] = field(default_factory=list)
     """Files with more than one hard link: copied together so their links survive."""
+    linked_bytes: int = 0
     files: int = 0
     size: int = 0
 
@@ -55,6 +59,7 @@ def _scan(root: Path) -> _Scan:
     while queue:
         rel = queue.pop(0)
         batch: list[str] = []
+        batch_size = 0
         with os.scandir(root / rel if rel else root) as entries:
             for entry in entries:
                 path = f"{rel}/{entry.name}" if rel else entry.name
@@ -64,17 +69,21 @@ def _scan(root: Path) -> _Scan:
                     queue.append(path)
                     continue
                 scan.files += 1
-                if stat.S_ISREG(st.st_mode):
-                    scan.size += st.st_size
+                size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+                scan.size += size
                 if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
                     scan.linked.append(path)
+                    scan.linked_bytes += size
                     continue
                 batch.append(path)
+                batch_size += size
                 if len(batch) >= BATCH:
                     scan.batches.append(batch)
-                    batch = []
+                    scan.batch_bytes.append(batch_size)
+                    batch, batch_size = [], 0
         if batch:
             scan.batches.append(batch)
+            scan.batch_bytes.append(batch_size)
     return scan
 
 
@@ -104,32 +113,44 @@ def workers() -> int:
     return max(2, min(8, 2 * (os.cpu_count() or 1)))
 
 
-def copy_tree(src: Path, dst: Path) -> TreeStats:
-    """Copy directory `src` to `dst` (which must not exist) as `cp -a` would; what was copied."""
+def copy_tree(src: Path, dst: Path, *, description: str = "copying") -> TreeStats:
+    """Copy directory `src` to `dst` (which must not exist) as `cp -a` would; what was copied.
+
+    Progress (bytes) is reported through devcell.progress as each batch finishes.
+    """
     if dst.exists() or dst.is_symlink():
         raise BackendError(f"refusing to copy over existing {dst}")
     src, dst = src.absolute(), dst.absolute()  # cp runs inside src
     try:
         scan = _scan(src)
-        if scan.files < SERIAL_BELOW:
-            _cp([*CP, "--", str(src), str(dst)], src)
-            return TreeStats(scan.files, scan.size)
-        dst.mkdir(mode=0o700)
-        for rel, _ in scan.dirs:
-            (dst / rel).mkdir(mode=0o700)
-        into = [*CP[:-1], "--parents", "-t", str(dst), "--"]
-        jobs = [[*into, *batch] for batch in scan.batches]
-        if scan.linked:
-            jobs.append([*into, *scan.linked])
-        with ThreadPoolExecutor(workers(), thread_name_prefix="treecopy") as pool:
-            for future in [pool.submit(_cp, job, src) for job in jobs]:
-                future.result()
-        for rel, st in reversed(scan.dirs):
-            _copy_dir_attributes(src / rel, dst / rel, st)
-        _copy_dir_attributes(src, dst, src.stat())
+        with progress.track(description, scan.size) as advance:
+            _copy(src, dst, scan, advance)
     except OSError as exc:
         raise BackendError(f"copying {src} to {dst} failed: {exc}") from None
     return TreeStats(scan.files, scan.size)
+
+
+def _copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -> None:
+    if scan.files < SERIAL_BELOW:
+        _cp([*CP, "--", str(src), str(dst)], src)
+        advance(scan.size)
+        return
+    dst.mkdir(mode=0o700)
+    for rel, _ in scan.dirs:
+        (dst / rel).mkdir(mode=0o700)
+    into = [*CP[:-1], "--parents", "-t", str(dst), "--"]
+    jobs = [([*into, *batch], size) for batch, size in zip(scan.batches, scan.batch_bytes,
+                                                          strict=True)]
+    if scan.linked:
+        jobs.append(([*into, *scan.linked], scan.linked_bytes))
+    with ThreadPoolExecutor(workers(), thread_name_prefix="treecopy") as pool:
+        futures = {pool.submit(_cp, argv, src): size for argv, size in jobs}
+        for future in as_completed(futures):
+            future.result()
+            advance(futures[future])
+    for rel, st in reversed(scan.dirs):
+        _copy_dir_attributes(src / rel, dst / rel, st)
+    _copy_dir_attributes(src, dst, src.stat())
 
 
 def signature(root: Path) -> set[tuple[str, str, int, int, int]]:

@@ -95,7 +95,8 @@ class WorkspaceStore:
         _mkdir_private(tmp)
         try:
             if source is not None:
-                stats = treecopy.copy_tree(source, tmp / "workspace")
+                stats = treecopy.copy_tree(source, tmp / "workspace",
+                                           description=f"{cell_name}: restoring {from_checkpoint}")
             else:
                 (tmp / "workspace").mkdir(mode=0o755)
                 stats = treecopy.TreeStats(0, 0)
@@ -143,8 +144,8 @@ class WorkspaceStore:
             return None
         return meta
 
-    def checkpoint(self, *, checkpoint_id: str, cell_id: str, volume_id: str
-                   ) -> dict[str, Any]:
+    def checkpoint(self, *, checkpoint_id: str, cell_id: str, volume_id: str,
+                   cell_name: str | None = None) -> dict[str, Any]:
         """Copy the volume's workspace to a new checkpoint (the caller froze the writers)."""
         existing = self.find_checkpoint(checkpoint_id)
         if existing is not None:
@@ -159,7 +160,9 @@ class WorkspaceStore:
         _mkdir_private(tmp)
         started = time.perf_counter()
         try:
-            stats = treecopy.copy_tree(source, tmp / "workspace")
+            stats = treecopy.copy_tree(
+                source, tmp / "workspace",
+                description=f"{cell_name or cell_id}: checkpoint {checkpoint_id}")
             meta = {"id": checkpoint_id, "cell_id": cell_id, "volume": volume_id,
                     "files": stats.files, "size_bytes": stats.size_bytes, "created": time.time(),
                     "copy_ms": round((time.perf_counter() - started) * 1000, 1)}

@@ -69,9 +69,14 @@ def converge_and_report(db: Database, keys: list[tuple[str, str]], *, verbose: i
 
     logs.configure(verbose)
     ctx = Context(db, trigger=trigger, run_store_kind=run_store, approve=approve)
+    from devcell import progress
+
+    # Long workspace copies (checkpoint, fork, sleep) show a bar, but only on a terminal.
+    previous = progress.install(progress.TerminalBars() if sys.stderr.isatty() else None)
     try:
         report = converge.converge(ctx, keys, timeout=timeout, workers=workers)
     finally:
+        progress.install(previous)
         ctx.close()
     if report.ok:
         return 0

@@ -128,7 +128,7 @@ def test_a_failed_copy_leaves_no_checkpoint(backend: ContainerBackend,
     up(backend, ref)
     (backend.layout.workspace(ref.volume_id or "") / "a.txt").write_text("a")
 
-    def broken_copy(src: Path, dst: Path) -> treecopy.TreeStats:
+    def broken_copy(src: Path, dst: Path, **_: object) -> treecopy.TreeStats:
         dst.mkdir()
         (dst / "half").write_text("half")
         raise BackendError("disk full (simulated)")

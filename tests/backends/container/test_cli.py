@@ -165,3 +165,45 @@ def test_a_host_mount_the_configuration_allows_reaches_the_cell(
     write = cli("exec", "dev", "--", "sh", "-c", "echo x > /src/new")
     assert write.returncode != 0  # read-only as asked
     assert not (src / "new").exists()
+
+
+def _run_in_terminal(argv: list[str], env: dict[str, str], timeout: float = 120) -> tuple[int, str]:
+    """Run argv with a pseudo-terminal as stdout/stderr (as a user at a shell would)."""
+    import pty
+    import select
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
+                            env=env, cwd=REPO, close_fds=True)
+    os.close(follower)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 0.2)
+        if ready:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # the follower side closed: the process is gone
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    os.close(leader)
+    return proc.wait(timeout=10), b"".join(chunks).decode(errors="replace")
+
+
+def test_a_long_checkpoint_shows_a_progress_bar_in_a_terminal(
+        cli: Cli, box: str, state_dir: Path) -> None:
+    filled = cli("exec", box, "--", "sh", "-c",
+                 "for i in $(seq 1 96); do head -c 1048576 /dev/zero > /workspace/blob$i; done")
+    assert filled.returncode == 0, filled.stderr
+    env = dict(os.environ, DEVCELL_HOME=str(state_dir), COLUMNS="120")
+    code, shown = _run_in_terminal(
+        [sys.executable, "-m", "devcell", "snapshot", "create", box, "--name", "big"], env)
+    assert code == 0, shown
+    assert "box: checkpoint snap_" in shown  # the bar's description, drawn while copying
+    assert "MB" in shown
+    piped = cli("snapshot", "create", box, "--name", "big2")
+    assert piped.returncode == 0 and "checkpoint snap_" not in piped.stderr  # no terminal: no bar

@@ -1,0 +1,103 @@
+"""Progress of long backend work (workspace copies), shown while it runs.
+
+Backends report through `track()`; what happens to the reports is the process's choice,
+installed once with `install()`: the CLI shows rich progress bars on a terminal, the daemon
+and scripts (no terminal) see nothing. Without a reporter `track()` costs one function call.
+Reports may come from several threads at once (parallel convergence): reporters are
+thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+Advance = Callable[[int], None]
+"""Report that `n` more units (bytes) are done."""
+
+
+class Reporter(Protocol):
+    def begin(self, description: str, total: int) -> Any:
+        """Start a task of `total` bytes; returns a handle for advance/end."""
+
+    def advance(self, handle: Any, amount: int) -> None: ...
+
+    def end(self, handle: Any) -> None: ...
+
+
+_reporter: Reporter | None = None
+
+
+def install(reporter: Reporter | None) -> Reporter | None:
+    """Make `reporter` receive every task from now on; returns the one it replaces."""
+    global _reporter
+    previous, _reporter = _reporter, reporter
+    return previous
+
+
+def _ignore(amount: int) -> None:
+    return None
+
+
+@contextmanager
+def track(description: str, total: int) -> Iterator[Advance]:
+    """A task of `total` bytes; call the yielded function with each amount done."""
+    reporter = _reporter
+    if reporter is None:
+        yield _ignore
+        return
+    handle = reporter.begin(description, total)
+    try:
+        yield lambda amount: reporter.advance(handle, amount)
+    finally:
+        reporter.end(handle)
+
+
+class TerminalBars:
+    """rich progress bars on stderr for tasks of at least `min_bytes` (small copies finish
+    before a bar would be readable; rich loads only when the first big task starts)."""
+
+    def __init__(self, min_bytes: int = 64 * 2**20) -> None:
+        self.min_bytes = min_bytes
+        self._lock = threading.Lock()
+        self._progress: Any = None
+        self._active = 0
+
+    def begin(self, description: str, total: int) -> Any:
+        if total < self.min_bytes:
+            return None
+        with self._lock:
+            if self._progress is None:
+                from rich.console import Console
+                from rich.progress import (
+                    BarColumn,
+                    DownloadColumn,
+                    Progress,
+                    TextColumn,
+                    TimeRemainingColumn,
+                    TransferSpeedColumn,
+                )
+
+                self._progress = Progress(
+                    TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                    TransferSpeedColumn(), TimeRemainingColumn(),
+                    console=Console(stderr=True), transient=True)
+                self._progress.start()
+            self._active += 1
+            return self._progress.add_task(description, total=total)
+
+    def advance(self, handle: Any, amount: int) -> None:
+        if handle is not None:
+            self._progress.advance(handle, amount)
+
+    def end(self, handle: Any) -> None:
+        if handle is None:
+            return
+        with self._lock:
+            self._progress.remove_task(handle)
+            self._active -= 1
+            if self._active == 0:
+                self._progress.stop()
+                self._progress = None

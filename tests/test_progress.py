@@ -1,0 +1,105 @@
+"""Progress reports: backends report, the process decides whether anything is shown."""
+
+from __future__ import annotations
+
+import io
+import threading
+from pathlib import Path
+from typing import Any
+
+from devcell import progress
+from devcell.backends import treecopy
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.tasks: dict[int, dict[str, Any]] = {}
+
+    def begin(self, description: str, total: int) -> int:
+        with self.lock:
+            handle = len(self.tasks)
+            self.tasks[handle] = {"description": description, "total": total, "done": 0,
+                                  "advances": 0, "ended": False}
+            return handle
+
+    def advance(self, handle: int, amount: int) -> None:
+        with self.lock:
+            self.tasks[handle]["done"] += amount
+            self.tasks[handle]["advances"] += 1
+
+    def end(self, handle: int) -> None:
+        self.tasks[handle]["ended"] = True
+
+
+def tree(root: Path, files: int, size: int) -> int:
+    for i in range(files):
+        d = root / f"d{i % 7}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}").write_bytes(b"x" * size)
+    return files * size
+
+
+def test_without_a_reporter_tracking_costs_nothing_and_shows_nothing() -> None:
+    assert progress.install(None) is None
+    with progress.track("copy", 10) as advance:
+        advance(10)
+
+
+def test_a_parallel_copy_reports_every_byte_in_batches(tmp_path: Path) -> None:
+    total = tree(tmp_path / "src", 2 * treecopy.BATCH + 10, 1000)
+    recorder = Recorder()
+    previous = progress.install(recorder)
+    try:
+        stats = treecopy.copy_tree(tmp_path / "src", tmp_path / "dst", description="api: copy")
+    finally:
+        progress.install(previous)
+    assert stats.size_bytes == total
+    [task] = recorder.tasks.values()
+    assert task["description"] == "api: copy" and task["total"] == total
+    assert task["done"] == total and task["ended"]
+    assert task["advances"] >= 3  # one per finished batch, not one at the end
+
+
+def test_a_small_copy_reports_once(tmp_path: Path) -> None:
+    total = tree(tmp_path / "src", 5, 10)
+    recorder = Recorder()
+    previous = progress.install(recorder)
+    try:
+        treecopy.copy_tree(tmp_path / "src", tmp_path / "dst")
+    finally:
+        progress.install(previous)
+    [task] = recorder.tasks.values()
+    assert task["done"] == task["total"] == total and task["advances"] == 1
+
+
+def test_a_failed_copy_still_ends_its_task(tmp_path: Path) -> None:
+    recorder = Recorder()
+    previous = progress.install(recorder)
+    (tmp_path / "dst").mkdir()
+    tree(tmp_path / "src", 3, 1)
+    try:
+        try:
+            treecopy.copy_tree(tmp_path / "src", tmp_path / "dst")
+        except Exception:
+            pass
+    finally:
+        progress.install(previous)
+    assert all(task["ended"] for task in recorder.tasks.values())
+
+
+def test_terminal_bars_skip_small_tasks_and_draw_big_ones(monkeypatch: Any) -> None:
+    import rich.console
+
+    out = io.StringIO()
+    real = rich.console.Console
+    monkeypatch.setattr(rich.console, "Console",
+                        lambda **kw: real(file=out, force_terminal=True, width=100))
+    bars = progress.TerminalBars(min_bytes=1000)
+    assert bars.begin("tiny", 10) is None
+    handle = bars.begin("api: checkpoint snap_1", 4000)
+    bars.advance(handle, 2000)
+    bars.advance(handle, 2000)
+    bars.end(handle)
+    assert "api: checkpoint snap_1" in out.getvalue()
+    assert bars._progress is None  # stopped when the last task ended

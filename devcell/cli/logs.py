@@ -3,6 +3,18 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
+
+
+def _with_context(record: dict[str, Any]) -> bool:
+    """Fill the columns every line shows; backends bind `cell` (and `op`) rather than kind/name."""
+    extra = record["extra"]
+    if "name" not in extra and "cell" in extra:
+        extra["kind"], extra["name"] = "Cell", extra["cell"]
+    extra.setdefault("kind", "-")
+    extra.setdefault("name", "-")
+    extra.setdefault("op", "-")
+    return True
 
 
 def configure(verbose: int) -> None:
@@ -13,6 +25,4 @@ def configure(verbose: int) -> None:
     logger.add(sys.stderr, level=level,
                format="<dim>{time:HH:mm:ss.SSS}</dim> {level: <7} "
                       "{extra[kind]}/{extra[name]} {extra[op]} {message}",
-               filter=lambda r: bool(r["extra"].setdefault("kind", "-") and
-                                     r["extra"].setdefault("name", "-") and
-                                     r["extra"].setdefault("op", "-")))
+               filter=_with_context)  # type: ignore[arg-type]

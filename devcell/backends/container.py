@@ -16,8 +16,12 @@ the local daemon, or whatever DOCKER_HOST names.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
+import socket
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,6 +50,7 @@ from devcell.config import SecurityPolicy
 from devcell.errors import BackendError, BackendNotFound, BackendUnavailable, ConfigError
 
 if TYPE_CHECKING:
+    from devcell.backends.interactive import Terminal
     from devcell.reconciler.orphans import Owned
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
@@ -457,21 +462,157 @@ class ContainerBackend:
 
     # -- exec and logs (beyond the Backend protocol: `devcell exec` and `devcell logs`) -----
 
+    _STDERR = 2
+    """Stream number of standard error in the engine's multiplexed (non-terminal) stream."""
+    _RESIZE_TICK_S = 0.1
+    _RESIZE_TRIES = 20
+
     def _exec(self, container_id: str, argv: list[str], out: Callable[[bytes], object],
-              err: Callable[[bytes], object], *, action: str) -> int:
+              err: Callable[[bytes], object], *, action: str, stdin: BinaryIO | None = None,
+              terminal: Terminal | None = None) -> int:
+        """Run `argv` through the supervisor's --exec (the cell's environment, secrets
+        included) on the engine's hijacked connection; its exit status.
+
+        The output is read on this thread; `stdin` is copied on a daemon thread (it may block
+        on a terminal long after the command ended) and `terminal`'s size on another.
+        """
+        tty = terminal is not None
         with _engine(action):
             exec_id = self.api.exec_create(container_id, supervisor.exec_argv(argv),
-                                           stdout=True, stderr=True, tty=False)["Id"]
-            for chunk_out, chunk_err in self.api.exec_start(exec_id, stream=True, demux=True):
-                if chunk_out:
-                    out(chunk_out)
-                if chunk_err:
-                    err(chunk_err)
-            code = self.api.exec_inspect(exec_id).get("ExitCode")
+                                           stdin=stdin is not None, stdout=True, stderr=True,
+                                           tty=tty)["Id"]
+            conn = self.api.exec_start(exec_id, socket=True, tty=tty)
+        reader, raw = self._hijacked(conn)
+        done = threading.Event()
+        window = None
+        try:
+            if stdin is not None:
+                threading.Thread(target=self._feed, args=(stdin, raw), daemon=True,
+                                 name="devcell-exec-stdin").start()
+            if terminal is not None:
+                window = threading.Thread(target=self._follow_window,
+                                          args=(exec_id, terminal, done), daemon=True,
+                                          name="devcell-exec-window")
+                window.start()
+            for stream, data in self._frames(reader, tty=tty, action=action):
+                (err if stream == self._STDERR else out)(data)
+        finally:
+            done.set()
+            if terminal is not None:
+                terminal.resized.set()  # wake the window thread: it sees `done` and ends
+            if window is not None:
+                window.join(timeout=10)  # the client is not shared with it past this point
+            self._hang_up(conn, raw)
+        return self._exit_code(exec_id, action)
+
+    @staticmethod
+    def _hijacked(conn: Any) -> tuple[Any, Any]:
+        """The reader and the socket of an exec's hijacked connection.
+
+        Read through http.client's buffered reader, not the raw socket docker-py hands back:
+        output that arrived with the 101 response's headers already sits in that buffer and
+        would be lost (docker/docker-py#3332: empty output at random).
+        """
+        response = getattr(conn, "_response", None)
+        reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+        if reader is None:
+            reader = conn.makefile("rb") if hasattr(conn, "makefile") else io.BufferedReader(conn)
+        raw = getattr(conn, "_sock", conn)
+        raw.settimeout(None)  # the client's timeout must not end a quiet interactive session
+        return reader, raw
+
+    @staticmethod
+    def _frames(reader: Any, *, tty: bool, action: str) -> Iterator[tuple[int, bytes]]:
+        """(stream, bytes) as the engine sends them: raw bytes from a terminal, otherwise
+        frames of an 8-byte header (stream number, 3 zero bytes, big-endian size) and data."""
+        try:
+            if tty:
+                while chunk := reader.read1(65536):
+                    yield 1, chunk
+                return
+            while len(header := reader.read(8)) == 8:
+                size = int.from_bytes(header[4:], "big")
+                data = reader.read(size) if size else b""
+                if len(data) < size:
+                    break
+                if data:
+                    yield header[0], data
+        except OSError as exc:
+            raise BackendError(f"{action}: the connection to the Docker engine broke ({exc})"
+                               ) from None
+
+    @staticmethod
+    def _feed(source: BinaryIO, raw: Any) -> None:
+        """Copy `source` to the command's stdin, then half-close: end of input in the cell.
+
+        A file descriptor is read with os.read, so a terminal's keystrokes and a pipe's
+        chunks go as they come instead of waiting for a full buffer.
+        """
+        try:
+            fd: int | None = source.fileno()
+        except (AttributeError, OSError, ValueError):
+            fd = None
+        try:
+            while chunk := (os.read(fd, 65536) if fd is not None else source.read(65536)):
+                raw.sendall(chunk)
+            raw.shutdown(socket.SHUT_WR)
+        except (OSError, ValueError):
+            pass  # the command ended, or we hung up, first: the rest of the input is not wanted
+
+    def _follow_window(self, exec_id: str, terminal: Terminal, done: threading.Event) -> None:
+        """Keep the cell's terminal the size of the caller's: at start, then on each resize.
+
+        Best effort: a resize refused (the process not started yet) is tried again a tick
+        later, a few times; a wrong size is no reason to end the session.
+        """
+        pending, tries = True, 0
+        while not done.is_set():
+            if terminal.resized.is_set():
+                terminal.resized.clear()
+                pending, tries = True, 0
+            if pending and not done.is_set():
+                size = terminal.size()
+                try:
+                    if size is not None:
+                        self.api.exec_resize(exec_id, height=size[0], width=size[1])
+                    pending = False
+                except (docker.errors.DockerException, requests.exceptions.RequestException):
+                    tries += 1
+                    pending = tries < self._RESIZE_TRIES
+            terminal.resized.wait(self._RESIZE_TICK_S if pending else None)
+
+    @staticmethod
+    def _hang_up(conn: Any, raw: Any) -> None:
+        """Close the hijacked connection; the shutdown wakes a feeder blocked in sendall."""
+        try:
+            raw.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        for closable in (getattr(conn, "_response", None), conn, raw):  # outermost first
+            try:
+                if closable is not None:
+                    closable.close()
+            except (OSError, ValueError):
+                pass
+
+    def _exit_code(self, exec_id: str, action: str) -> int:
+        """The command's exit status; the engine may record it a moment after the output ends."""
+        deadline = time.monotonic() + 5
+        with _engine(action):
+            info = self.api.exec_inspect(exec_id)
+            while info.get("Running") and time.monotonic() < deadline:
+                time.sleep(0.02)
+                info = self.api.exec_inspect(exec_id)
+        code = info.get("ExitCode")
         return int(code) if code is not None else 1
 
-    def exec(self, cell: CellRef, argv: list[str], *, stdout: BinaryIO, stderr: BinaryIO) -> int:
-        """Run `argv` in the running cell with its environment; its exit status."""
+    def exec(self, cell: CellRef, argv: list[str], *, stdout: BinaryIO, stderr: BinaryIO,
+             stdin: BinaryIO | None = None, terminal: Terminal | None = None) -> int:
+        """Run `argv` in the running cell with its environment; its exit status.
+
+        `stdin` feeds the command (its end closes the command's input); `terminal` runs it on
+        a pseudo-terminal sized like the caller's window (both streams then go to `stdout`).
+        """
         if not argv:
             raise BackendError("nothing to run: give a command after --")
         info = self._find(cell)
@@ -487,7 +628,7 @@ class ContainerBackend:
             return emit
 
         return self._exec(info["Id"], argv, write(stdout), write(stderr),
-                          action=f"exec in cell {cell.name}")
+                          action=f"exec in cell {cell.name}", stdin=stdin, terminal=terminal)
 
     def log_paths(self, cell: CellRef) -> dict[str, Path]:
         """Each service's log file (they live with the workspace volume, on the host)."""

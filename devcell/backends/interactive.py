@@ -6,6 +6,9 @@ CapabilityMissing instead of a surprise.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 
@@ -13,11 +16,29 @@ from devcell.backends.base import Backend, CellRef
 from devcell.errors import CapabilityMissing
 
 
+@dataclass(frozen=True)
+class Terminal:
+    """A pseudo-terminal asked of the cell, kept the size of the caller's window.
+
+    The caller owns its terminal (raw mode, SIGWINCH); the backend only reads `size`
+    ((rows, columns), or None when unknown) at start and again whenever `resized` is set.
+    An Event rather than a callback, so a signal handler can set it without calling the engine.
+    """
+
+    size: Callable[[], tuple[int, int] | None]
+    resized: threading.Event = field(default_factory=threading.Event)
+
+
 @runtime_checkable
 class Interactive(Protocol):
-    def exec(self, cell: CellRef, argv: list[str], *, stdout: BinaryIO, stderr: BinaryIO
-             ) -> int:
-        """Run `argv` inside the running cell with its environment; its exit status."""
+    def exec(self, cell: CellRef, argv: list[str], *, stdout: BinaryIO, stderr: BinaryIO,
+             stdin: BinaryIO | None = None, terminal: Terminal | None = None) -> int:
+        """Run `argv` inside the running cell with its environment; its exit status.
+
+        With `stdin`, its bytes are the command's input and its end closes that input. With
+        `terminal`, the command runs on a pseudo-terminal whose output (both streams) goes
+        to `stdout`.
+        """
         ...
 
     def log_paths(self, cell: CellRef) -> dict[str, Path]:

@@ -1,17 +1,23 @@
-"""`devcell exec CELL -- CMD...` and `devcell logs CELL [SERVICE] [-f]`."""
+"""`devcell exec [-i] [-t] CELL -- CMD...` and `devcell logs CELL [SERVICE] [-f]`."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import termios
 import time
-from contextlib import ExitStack
+import tty
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
+from types import FrameType
 from typing import BinaryIO
 
 from devcell import backends
 from devcell.backends.base import CellRef
-from devcell.backends.interactive import Interactive, interactive
+from devcell.backends.interactive import Interactive, Terminal, interactive
 from devcell.cli import logs
 from devcell.errors import NotFound, UsageError
 from devcell.store import objects, volumes
@@ -40,11 +46,59 @@ def run_exec(args: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise UsageError("give the command to run after --, e.g. devcell exec api -- ls -la")
+    if "--" in argv and all(word.startswith("-") for word in argv[:argv.index("--")]):
+        options = " ".join(argv[:argv.index("--")])
+        raise UsageError(f"options of exec go before the cell name: devcell exec {options} "
+                         f"{args.cell} -- CMD...")
+    if (args.stdin or args.tty) and sys.stdin is None:
+        raise UsageError("-i and -t need a standard input, and this process has none")
+    if args.tty and not sys.stdin.isatty():
+        raise UsageError("the input device is not a terminal: -t needs one (to pipe input "
+                         "into the command, use -i without -t)")
     backend, ref = _open_cell(args)
     try:
-        return backend.exec(ref, argv, stdout=sys.stdout.buffer, stderr=sys.stderr.buffer)
+        with _terminal(raw=args.stdin) if args.tty else nullcontext() as terminal:
+            return backend.exec(ref, argv, stdout=sys.stdout.buffer, stderr=sys.stderr.buffer,
+                                stdin=sys.stdin.buffer if args.stdin else None,
+                                terminal=terminal)
     finally:
         getattr(backend, "close", lambda: None)()
+
+
+@contextmanager
+def _terminal(*, raw: bool) -> Iterator[Terminal]:
+    """The caller's terminal while attached to a command on a pseudo-terminal in the cell.
+
+    With `raw` (its keystrokes go to the command) the local terminal is in raw mode, so Ctrl-C
+    and Ctrl-D reach the command instead of devcell. The mode is restored however the session
+    ends: SIGTERM and SIGHUP exit through here rather than leave a raw terminal behind.
+    SIGWINCH only sets an event; the backend resizes the cell's terminal off the handler.
+    """
+    fd = sys.stdin.fileno()
+
+    def size() -> tuple[int, int] | None:
+        try:
+            columns, rows = os.get_terminal_size(fd)
+        except OSError:
+            return None
+        return (rows, columns) if rows and columns else None
+
+    def leave(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    terminal = Terminal(size)
+    saved = termios.tcgetattr(fd)
+    handlers = {signal.SIGWINCH: lambda signum, frame: terminal.resized.set(),
+                signal.SIGTERM: leave, signal.SIGHUP: leave}
+    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+    try:
+        if raw:
+            tty.setraw(fd, termios.TCSADRAIN)  # keep what was typed ahead
+        yield terminal
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class _Tail:

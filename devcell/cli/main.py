@@ -187,6 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     ip.add_argument("--force", action="store_true", help="rebuild even if the image exists")
 
     p = sub.add_parser("exec", parents=[common], help="run a command in a running cell")
+    p.add_argument("-i", "--stdin", action="store_true",
+                   help="forward standard input to the command (its end closes the command's)")
+    p.add_argument("-t", "--tty", action="store_true",
+                   help="run the command on a pseudo-terminal (standard input must be a terminal)")
     p.add_argument("cell", help="cell name or id")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD...",
                    help="the command and its arguments, after --")

@@ -302,7 +302,7 @@ class ContainerBackend:
                 dict(kwargs, version=self.api._version)))
         container_id: str = created["Id"]
         self._created[cell.id] = container_id
-        logger.bind(backend=self.name, cell=cell.name).info(
+        logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-").info(
             "created container {} ({})", name, container_id[:12])
         return {"container": name, "id": container_id[:12], "created": True}
 
@@ -428,7 +428,7 @@ class ContainerBackend:
                 assert info is not None
                 with _engine(f"unfreezing cell {cell.name}"):
                     self.api.unpause(info["Id"])
-        logger.bind(backend=self.name, cell=cell.name).info(
+        logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-").info(
             "checkpoint {}: {} files, {} bytes in {} ms", checkpoint_id, meta["files"],
             meta["size_bytes"], meta.get("copy_ms"))
         return self._info(checkpoint_id, meta)

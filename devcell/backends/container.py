@@ -105,12 +105,24 @@ def _engine(action: str) -> Iterator[None]:
         raise BackendError(f"{action}: the Docker engine did not answer in time ({exc})") from None
 
 
+_api_versions: dict[str, str] = {}
+"""Engine address -> API version negotiated by this process's first client there."""
+
+
 def connect() -> docker.DockerClient:
-    """A client for the engine at DOCKER_HOST (default: the local socket), or BackendUnavailable."""
+    """A client for the engine at DOCKER_HOST (default: the local socket), or BackendUnavailable.
+
+    The first client negotiates the API version (one /version call, which also proves the
+    engine is up); later ones (parallel convergence opens one per worker) reuse it, and an
+    engine gone meanwhile surfaces on their first call instead.
+    """
+    address = engine_address()
     try:
-        return docker.from_env(timeout=120)  # version "auto": one /version call proves it is up
+        client = docker.from_env(timeout=120, version=_api_versions.get(address, "auto"))
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise _unreachable(exc) from None
+    _api_versions.setdefault(address, client.api.api_version)
+    return client
 
 
 class ContainerBackend:

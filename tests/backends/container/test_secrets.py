@@ -21,7 +21,9 @@ def test_secret_canary_stays_out_of_inspect_labels_and_logs(
     ref = cell(env=[{"name": "PLAIN", "value": "visible"},
                     {"name": "TOKEN", "value": canary, "secret": True}],
                services=[{"name": "svc", "command": [
-                   "sh", "-c", 'printf %s "$TOKEN" | md5sum > /workspace/token.md5; '
+                   # written aside and renamed: the test must never read a half-written file
+                   "sh", "-c", 'printf %s "$TOKEN" | md5sum > /workspace/.token.tmp && '
+                               'mv /workspace/.token.tmp /workspace/token.md5; '
                                'echo service up; sleep 600']}],
                hooks={"preCheckpoint": [["sh", "-c", "true"]]})
     captured = io.StringIO()

@@ -44,8 +44,10 @@ def _overlap(a: str, b: str) -> bool:
 def mount_path_problem(path: str) -> str | None:
     if not is_normalised_absolute(path):
         return f"{path!r} must be a normalised absolute path (no '..', '//', ':' or ',')"
-    hidden = next((r for r in RESERVED_MOUNT_PATHS if path == r or (r != "/" and _inside(path, r))),
-                  None)
+    # At or below a reserved path hides it; above one (/var holds /var/log/devcell) makes the
+    # engine create the reserved path inside the mounted directory.
+    hidden = next((r for r in RESERVED_MOUNT_PATHS
+                   if path == r or (r != "/" and _overlap(path, r))), None)
     if hidden is not None:
         return (f"{path} would hide or overwrite {hidden}, a system directory of the cell; "
                 "choose a path such as /workspace or /src")
@@ -53,7 +55,11 @@ def mount_path_problem(path: str) -> str | None:
 
 
 def host_path_problem(host_path: str, policy: SecurityPolicy, state_dir: Path) -> str | None:
-    """Why the host directory may not be bind-mounted, or None when the policy allows it."""
+    """Why the host directory may not be bind-mounted, or None when the policy allows it.
+
+    The engine resolves a bind mount's source again at every container start, so the
+    container backend re-checks this before each start, not only at create.
+    """
     if not is_normalised_absolute(host_path):
         return f"{host_path!r} must be a normalised absolute path (no '..', '//', ':' or ',')"
     resolved = os.path.realpath(host_path)  # symbolic links cannot step outside an allowed root
@@ -104,6 +110,7 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
     if problem:
         yield ("workspace", "mountPath"), problem
     taken: list[tuple[str, FieldPath]] = [(workspace, ("workspace", "mountPath"))]
+    hosts: list[tuple[int, str]] = []
     for i, mount in enumerate(spec.get("mounts") or []):
         inside = mount.get("mountPath", "")
         problem = mount_path_problem(inside)
@@ -117,9 +124,20 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
                        f"{inside} overlaps {clash[0]} ({_field(clash[1])}); mounts may not "
                        "nest or repeat")
             taken.append((inside, ("mounts", i, "mountPath")))
-        problem = host_path_problem(mount.get("hostPath", ""), policy, state_dir)
+        host = mount.get("hostPath", "")
+        problem = host_path_problem(host, policy, state_dir)
         if problem:
             yield ("mounts", i, "hostPath"), problem
+        else:
+            # Nested host paths let a writable mount swap a directory of the other one for a
+            # symbolic link, which the engine would follow on the next start.
+            resolved = os.path.realpath(host)
+            clash_at = next((j for j, other in hosts if _overlap(resolved, other)), None)
+            if clash_at is not None:
+                yield (("mounts", i, "hostPath"),
+                       f"{host} overlaps spec.mounts[{clash_at}].hostPath; host paths of one "
+                       "cell may not nest or repeat")
+            hosts.append((i, resolved))
     network = spec.get("network") or {}
     mode = network.get("mode", "none")
     if mode == "host" and not policy.allow_host_network:

@@ -97,3 +97,21 @@ def test_published_addresses(tmp_path: Path, address: str, allowed: tuple[str, .
     spec = {"network": {"mode": "bridge", "ports": [{"containerPort": 80, "hostIP": address}]}}
     found = problems(spec, tmp_path, SecurityPolicy(allowed_publish_addresses=allowed))
     assert ("network.ports.0.hostIP" in found) is refused
+
+
+def test_a_mount_above_a_reserved_path_is_refused(tmp_path: Path) -> None:
+    found = problems({"workspace": {"mountPath": "/var"}}, tmp_path)
+    assert "would hide or overwrite /var/log/devcell" in found["workspace.mountPath"]
+    assert problems({"workspace": {"mountPath": "/var/lib/app"}}, tmp_path) == {}
+
+
+def test_host_paths_of_one_cell_may_not_nest(tmp_path: Path) -> None:
+    (tmp_path / "src" / "a" / "b").mkdir(parents=True)
+    spec = {"mounts": [{"hostPath": str(tmp_path / "src" / "a"), "mountPath": "/m1"},
+                       {"hostPath": str(tmp_path / "src" / "a" / "b"), "mountPath": "/m2"},
+                       {"hostPath": str(tmp_path / "src"), "mountPath": "/m3"}]}
+    found = problems(spec, tmp_path / "state",
+                     SecurityPolicy(allowed_host_paths=(str(tmp_path / "src"),)))
+    assert "overlaps spec.mounts[0].hostPath" in found["mounts.1.hostPath"]
+    assert "overlaps spec.mounts[0].hostPath" in found["mounts.2.hostPath"]
+    assert "mounts.0.hostPath" not in found

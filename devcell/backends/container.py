@@ -33,7 +33,7 @@ import requests.exceptions
 from docker.models.containers import _create_container_args
 from loguru import logger
 
-from devcell import config
+from devcell import config, security
 from devcell.backends import base_image, container_spec, supervisor, treecopy
 from devcell.backends.base import (
     Capabilities,
@@ -136,8 +136,9 @@ class ContainerBackend:
         self.layout = Layout(state_dir)
         self.store = WorkspaceStore(self.layout)
         self.owner = state_hash(state_dir)
-        self._created: dict[str, str] = {}
-        """cell id -> id of the container this instance created and has not yet started."""
+        self._created: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+        """cell id -> (id, bind mounts) of the container this instance created and has not
+        yet started."""
 
     def close(self) -> None:
         self.client.close()
@@ -313,7 +314,7 @@ class ContainerBackend:
             created = self.api.create_container(**_create_container_args(
                 dict(kwargs, version=self.api._version)))
         container_id: str = created["Id"]
-        self._created[cell.id] = container_id
+        self._created[cell.id] = (container_id, list(kwargs["mounts"]))
         logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-").info(
             "created container {} ({})", name, container_id[:12])
         return {"container": name, "id": container_id[:12], "created": True}
@@ -321,9 +322,11 @@ class ContainerBackend:
     def start(self, cell: CellRef) -> Outputs:
         fresh = self._created.pop(cell.id, None)
         if fresh is not None:  # created by this backend moments ago: ours, and never started
+            container_id, mounts = fresh
+            self._check_mounts(cell, mounts)
             try:
                 with _engine(f"starting cell {cell.name}"):
-                    self.api.start(fresh)
+                    self.api.start(container_id)
                 return {"container": self.container_name(cell)}
             except BackendNotFound:
                 pass  # removed meanwhile: look it up by its labels
@@ -331,12 +334,40 @@ class ContainerBackend:
         if info is None:
             raise BackendNotFound(f"cell {cell.name} has no container to start")
         state = info.get("State")
+        if state not in ("paused", "running"):
+            self._check_mounts(cell, info.get("Mounts") or [])
         with _engine(f"starting cell {cell.name}"):
             if state == "paused":
                 self.api.unpause(info["Id"])
             elif state != "running":
                 self.api.start(info["Id"])
         return {"container": self.container_name(cell)}
+
+    def _check_mounts(self, cell: CellRef, mounts: list[dict[str, Any]]) -> None:
+        """Re-check every bind mount just before the engine starts the container.
+
+        The engine resolves a bind mount's source again at each start, following symbolic
+        links: a directory swapped for a link since create (by this cell through another
+        writable mount, or by anyone who can write there) would mount whatever it points to
+        now. A source must still resolve to itself, and still be allowed.
+        """
+        policy = self._policy()
+        for mount in mounts:
+            if mount.get("Type") != "bind":
+                continue
+            source = str(mount.get("Source", ""))
+            real = os.path.realpath(source)
+            if self.layout.contains(Path(source)):
+                problem: str | None = None  # DevCell's own (workspace, logs, run directory)
+            elif real != source:  # host sources are recorded resolved, at create
+                problem = (f"its source {source} now resolves to {real} (a path component was "
+                           "replaced by a symbolic link)")
+            else:
+                problem = security.host_path_problem(source, policy, self.layout.state_dir)
+            if problem:
+                raise BackendError(f"refusing to start cell {cell.name}: bind mount of {source}: "
+                                   f"{problem}; fix the host path and recreate the cell (delete "
+                                   "and apply it again)", reason="MountRefused")
 
     def stop(self, cell: CellRef) -> Outputs:
         info = self._find(cell)

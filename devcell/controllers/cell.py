@@ -22,9 +22,16 @@ KIND = "Cell"
 RUNTIME_FIELDS = ("image", "services", "env", "resources", "network", "hooks", "workspace")
 
 
+OPTIONAL_RUNTIME_FIELDS = ("mounts",)
+"""Runtime fields added later: in the digest only when present, so cells without them keep
+their digest (and their containers) across the upgrade."""
+
+
 def runtime_hash(spec: dict[str, Any]) -> str:
     """Digest of what the running instance is built from; a change means recreate."""
-    return digest({k: spec.get(k) for k in RUNTIME_FIELDS})
+    fields = {k: spec.get(k) for k in RUNTIME_FIELDS}
+    fields.update({k: spec[k] for k in OPTIONAL_RUNTIME_FIELDS if spec.get(k)})
+    return digest(fields)
 
 
 def _phase_for(state: str) -> str:

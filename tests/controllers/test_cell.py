@@ -423,3 +423,11 @@ def test_an_observe_failure_is_a_condition_not_a_crash(db: Database, ctx: Contex
     monkeypatch.setattr(FakeBackend, "observe", odd)
     converge_all(ctx)
     assert (record(db, "Cell", "api").condition("Ready") or {})["reason"] == "ObserveFailed"
+
+
+def test_mounts_are_part_of_the_runtime_hash_only_when_present() -> None:
+    base = {"image": "i", "services": [], "network": {"mode": "none"}}
+    assert runtime_hash(base) == runtime_hash({**base, "mounts": []})  # no churn on upgrade
+    rw = {**base, "mounts": [{"hostPath": "/s", "mountPath": "/s", "readOnly": False}]}
+    ro = {**base, "mounts": [{"hostPath": "/s", "mountPath": "/s", "readOnly": True}]}
+    assert len({runtime_hash(base), runtime_hash(rw), runtime_hash(ro)}) == 3

@@ -1,0 +1,71 @@
+"""Host bind mounts on the real engine: allowed ones work, and stay what was checked."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcell.backends.container import ContainerBackend
+from devcell.errors import BackendError
+from tests.backends.container.support import cell, up
+
+
+def allow(state: Path, *roots: Path) -> None:
+    state.mkdir(parents=True, exist_ok=True)
+    config = state / "config.yaml"
+    config.write_text("apiVersion: devcell.dev/v1alpha1\nkind: Config\nsecurity:\n"
+                      f"  allowedHostPaths: [{', '.join(str(r) for r in roots)}]\n")
+    config.chmod(0o600)
+
+
+def run(backend: ContainerBackend, ref: Any, *argv: str) -> tuple[int, str]:
+    out = io.BytesIO()
+    code = backend.exec(ref, list(argv), stdout=out, stderr=out)
+    return code, out.getvalue().decode()
+
+
+def test_a_link_swapped_in_after_create_is_refused_at_the_next_start(
+        backend: ContainerBackend, state: Path, tmp_path: Path,
+        docker_client: Any) -> None:
+    allowed = tmp_path / "allowed"
+    (allowed / "a" / "b").mkdir(parents=True)
+    (allowed / "a" / "b" / "note").write_text("fine\n")
+    allow(state, allowed)
+    ref = cell(mounts=[{"hostPath": str(allowed / "a" / "b"), "mountPath": "/m",
+                        "readOnly": True}])
+    up(backend, ref)
+    assert run(backend, ref, "cat", "/m/note") == (0, "fine\n")
+    backend.stop(ref)
+    shutil.rmtree(allowed / "a" / "b")
+    os.symlink("/etc", allowed / "a" / "b")  # what a writable mount of allowed/a could do
+    with pytest.raises(BackendError, match="now resolves to /etc") as refused:
+        backend.start(ref)
+    assert refused.value.reason == "MountRefused"
+    state_now = docker_client.api.inspect_container(backend.container_name(ref))["State"]
+    assert state_now["Running"] is False  # never started with /etc mounted
+
+
+def test_tightening_the_configuration_stops_the_next_start(
+        backend: ContainerBackend, state: Path, tmp_path: Path) -> None:
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    allow(state, allowed)
+    ref = cell(mounts=[{"hostPath": str(allowed), "mountPath": "/src"}])
+    up(backend, ref)
+    backend.stop(ref)
+    allow(state, tmp_path / "elsewhere")
+    with pytest.raises(BackendError, match="outside the host paths"):
+        backend.start(ref)
+
+
+def test_the_cells_own_mounts_start_again_normally(backend: ContainerBackend) -> None:
+    ref = cell()
+    up(backend, ref)
+    backend.stop(ref)
+    backend.start(ref)
+    assert backend.observe(ref).running

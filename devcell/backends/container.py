@@ -105,6 +105,7 @@ def _engine(action: str) -> Iterator[None]:
         raise BackendError(f"{action}: the Docker engine did not answer in time ({exc})") from None
 
 
+_BRIDGE_LOCK = threading.Lock()
 _api_versions: dict[str, str] = {}
 """Engine address -> API version negotiated by this process's first client there."""
 
@@ -268,11 +269,31 @@ class ContainerBackend:
         except ConfigError as exc:
             raise BackendError(f"DevCell's configuration cannot be used: {exc}") from None
 
-    def _ensure_bridge(self) -> None:
-        with _engine(f"creating the {container_spec.BRIDGE_NETWORK} network"):
-            if not self.api.networks(names=[container_spec.BRIDGE_NETWORK]):
-                self.api.create_network(container_spec.BRIDGE_NETWORK, driver="bridge",
-                                        labels={MANAGED: "true", STATE: self.owner})
+    def bridge_name(self) -> str:
+        """One bridge network per state directory: cells of other state dirs are not peers."""
+        return f"{container_spec.BRIDGE_NETWORK}-{self.owner[:12]}"
+
+    def _ensure_bridge(self) -> str:
+        """The id of DevCell's bridge network, created once.
+
+        Engines before API 1.44 allow several networks of one name, so the check-and-create
+        runs under a process-wide lock (parallel workers would each create one) and
+        containers name the network by id; of several, DevCell's own oldest is used.
+        """
+        name = self.bridge_name()
+        with _BRIDGE_LOCK, _engine(f"creating the {name} network"):
+            found = [n for n in self.api.networks(names=[name]) if n.get("Name") == name]
+            ours = sorted((n for n in found if self._is_owned(n)),
+                          key=lambda n: (n.get("Created", ""), n["Id"]))
+            if ours:
+                return str(ours[0]["Id"])
+            if found:
+                raise BackendError(f"a network named {name} exists but does not carry "
+                                   "DevCell's labels for this state directory; refusing to use "
+                                   "it (remove or rename it yourself)")
+            created = self.api.create_network(name, driver="bridge", check_duplicate=True,
+                                              labels={MANAGED: "true", STATE: self.owner})
+            return str(created["Id"])
 
     def create(self, cell: CellRef, runtime_hash: str) -> Outputs:
         """Create the cell's container (not started). Idempotent: the same spec is a no-op.
@@ -290,7 +311,7 @@ class ContainerBackend:
         container_spec.check_security(self.layout, kwargs, policy)
         self._write_run_dir(cell)
         if kwargs.get("network") == container_spec.BRIDGE_NETWORK:
-            self._ensure_bridge()
+            kwargs["network"] = self._ensure_bridge()
         try:
             return self._create(cell, name, kwargs)
         except BackendError as exc:

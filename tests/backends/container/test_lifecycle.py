@@ -133,3 +133,32 @@ def test_a_deleted_volume_in_use_is_refused(backend: ContainerBackend) -> None:
     with pytest.raises(BackendError, match="still mounted"):
         backend.delete_volume(ref.volume_id or "")
     assert backend.volume_exists(ref.volume_id or "")
+
+
+def test_parallel_workers_share_one_bridge_network(engine: None, state: Path,
+                                                   docker_client: Any) -> None:
+    """Engines before API 1.44 allow duplicate network names: the check-and-create is locked."""
+    import threading
+
+    backends = [ContainerBackend(state_dir=state) for _ in range(6)]
+    ids: list[str] = []
+    barrier = threading.Barrier(len(backends))
+
+    def ensure(backend: ContainerBackend) -> None:
+        barrier.wait()
+        ids.append(backend._ensure_bridge())
+
+    threads = [threading.Thread(target=ensure, args=(b,)) for b in backends]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        name = backends[0].bridge_name()
+        named = [n for n in docker_client.api.networks(names=[name]) if n["Name"] == name]
+        assert len(named) == 1 and set(ids) == {named[0]["Id"]}
+    finally:
+        for n in docker_client.api.networks(names=[backends[0].bridge_name()]):
+            docker_client.api.remove_network(n["Id"])
+        for b in backends:
+            b.close()

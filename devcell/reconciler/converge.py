@@ -15,11 +15,14 @@ from __future__ import annotations
 import fcntl
 import os
 import queue
+import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from loguru import logger
 
 from devcell import backends
 from devcell.controllers import Controller
@@ -126,14 +129,39 @@ def parallelism(db: Database, keys: list[Key]) -> int:
     return max((backends.parallelism(name) for name in names), default=1)
 
 
+def _groups(db: Database, keys: list[Key]) -> list[list[Key]]:
+    """Keys that must not run at once, together: a cell with its snapshots (a snapshot's
+    quiesce and the cell's own repair of a frozen cell would fight over the container).
+    Within a group the cell goes first; groups keep the order of their first key."""
+    snap_ids = [oid for kind, oid in keys if kind == "Snapshot"]
+    owner: dict[str, str] = {}
+    for i in range(0, len(snap_ids), 500):
+        chunk = snap_ids[i:i + 500]
+        owner.update(db.conn.execute(
+            f"SELECT id, cell_id FROM snapshots WHERE id IN ({','.join('?' * len(chunk))})",
+            chunk).fetchall())
+    groups: dict[str, list[Key]] = {}
+    for key in keys:
+        kind, oid = key
+        groups.setdefault(owner.get(oid, oid) if kind == "Snapshot" else oid, []).append(key)
+    return [sorted(g, key=lambda k: k[0] != "Cell") for g in groups.values()]
+
+
 class _Pool:
-    """Worker contexts for a parallel round, made on first use and reused across rounds."""
+    """Worker contexts for a parallel round, made on first use and reused across rounds.
+
+    Interrupted (Ctrl-C), the workers finish the step in flight and start no other (the shared
+    `stopping` event), and close() waits for them whatever else arrives: the reconcile lock
+    must not be released while a worker still drives the backend.
+    """
 
     def __init__(self, base: Context, workers: int) -> None:
         self.base = base
         self.workers = workers
+        self.stopping = base.stopping or threading.Event()
         self.free: queue.SimpleQueue[Context] = queue.SimpleQueue()
         self.made: list[Context] = []
+        self.futures: list[Future[list[tuple[Key, Turn]]]] = []
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="converge")
 
     def _take(self) -> Context:
@@ -143,23 +171,50 @@ class _Pool:
             b = self.base
             ctx = Context(Database(b.db.state_dir), trigger=b.trigger,
                           run_store_kind=b.run_store_kind, suspend_on_stop=b.suspend_on_stop,
-                          approve=b.approve, stopping=b.stopping)
+                          approve=b.approve, stopping=self.stopping)
             self.made.append(ctx)
         ctx.trigger = self.base.trigger
         return ctx
 
     def run(self, kinds: dict[str, Controller], keys: list[Key], deadline: float) -> list[Turn]:
-        def one(key: Key) -> Turn:
+        """One round: each group on a worker, its keys one after another; turns in key order."""
+        def one(group: list[Key]) -> list[tuple[Key, Turn]]:
             ctx = self._take()
             try:
-                return _turn(ctx, kinds[key[0]], key[1], deadline)
+                return [(key, _turn(ctx, kinds[key[0]], key[1], deadline)) for key in group]
             finally:
                 self.free.put(ctx)
 
-        return list(self.executor.map(one, keys))
+        futures: list[Future[list[tuple[Key, Turn]]]] = []
+        for group in _groups(self.base.db, keys):
+            futures.append(self.executor.submit(one, group))
+            self.futures.append(futures[-1])
+        try:
+            done = dict(pair for future in futures for pair in future.result())
+        except KeyboardInterrupt:
+            self.stopping.set()
+            for future in futures:
+                future.cancel()
+            logger.warning("interrupted: finishing the steps in flight first (each is "
+                           "recorded); the reconcile lock is held until they end")
+            raise
+        return [done[key] for key in keys]
 
     def close(self) -> None:
-        self.executor.shutdown(wait=True)
+        """Wait until no worker runs a turn, then close their contexts.
+
+        Waits on the futures, not Thread.join(): in CPython before 3.13 a KeyboardInterrupt
+        inside join() can mark a still-running thread as finished, and the next join() returns
+        at once (the contexts would then be closed under a running worker).
+        """
+        pending = [f for f in self.futures if not f.done()]
+        while pending:
+            try:
+                wait(pending)  # a future is done only once its worker has returned
+            except KeyboardInterrupt:  # again: still wait, the workers drive the backend
+                self.stopping.set()
+            pending = [f for f in pending if not f.done()]
+        self.executor.shutdown(wait=False, cancel_futures=True)
         for ctx in self.made:
             ctx.close()
             ctx.db.close()

@@ -63,25 +63,50 @@ def _problem(path: Path, message: str, line: int | None = None, column: int | No
     return Problem(str(path), message, line=line, column=column, field=field_name)
 
 
+def _untrusted_dir(path: Path) -> str | None:
+    """Why a directory holding the configuration lets others replace it (None: it does not).
+
+    Like ssh's StrictModes: a directory others can write (without the sticky bit) lets them
+    swap the file; one owned by another user lets them change its mode.
+    """
+    for parent in [path.parent, *path.parent.parents]:
+        st = parent.stat()
+        if st.st_uid not in (os.getuid(), 0):
+            return f"{parent} is owned by uid {st.st_uid}"
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            return f"{parent} is writable by group or others"
+    return None
+
+
 def _check_file(path: Path) -> bytes:
+    """The file's bytes, if it can be trusted: checked on the open file (no stat-then-read
+    race), and every directory above it."""
     try:
-        st = path.stat()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except PermissionError:
         raise ConfigError([_problem(path, "cannot read DevCell's configuration (permission "
                                           "denied)")]) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError([_problem(path, "DevCell's configuration must be a regular file")])
-    if st.st_mode & 0o022:
-        raise ConfigError([_problem(
-            path, f"DevCell's configuration is writable by group or others (mode "
-                  f"{stat.S_IMODE(st.st_mode):o}); anyone who can edit it could allow themselves "
-                  f"host mounts: chmod go-w {path}")])
-    if st.st_uid not in (os.getuid(), 0):
-        raise ConfigError([_problem(path, f"DevCell's configuration is owned by uid {st.st_uid}, "
-                                          "not by you or root; refusing to trust it")])
-    if st.st_size > MAX_BYTES:
-        raise ConfigError([_problem(path, f"file is larger than {MAX_BYTES // 1024} KiB")])
-    return path.read_bytes()
+    with os.fdopen(fd, "rb") as stream:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError([_problem(path, "DevCell's configuration must be a regular file")])
+        if st.st_mode & 0o022:
+            raise ConfigError([_problem(
+                path, f"DevCell's configuration is writable by group or others (mode "
+                      f"{stat.S_IMODE(st.st_mode):o}); anyone who can edit it could allow "
+                      f"themselves host mounts: chmod go-w {path}")])
+        if st.st_uid not in (os.getuid(), 0):
+            raise ConfigError([_problem(path, f"DevCell's configuration is owned by uid "
+                                              f"{st.st_uid}, not by you or root; refusing to "
+                                              "trust it")])
+        if st.st_size > MAX_BYTES:
+            raise ConfigError([_problem(path, f"file is larger than {MAX_BYTES // 1024} KiB")])
+        data = stream.read(MAX_BYTES + 1)
+    why = _untrusted_dir(Path(os.path.realpath(path)))
+    if why:
+        raise ConfigError([_problem(path, f"refusing to trust DevCell's configuration: {why} "
+                                          "(others could replace the file)")])
+    return data
 
 
 def parse(path: Path, data: bytes) -> Config:
@@ -113,6 +138,14 @@ def parse(path: Path, data: bytes) -> Config:
     if problems:
         raise ConfigError(problems)
     security = doc.data.get("security") or {}
+    real = os.path.realpath(path)
+    for root in security.get("allowedHostPaths", ()):
+        allowed = os.path.realpath(root).rstrip("/") + "/"
+        if real.startswith(allowed) or allowed == "/":
+            raise ConfigError([_problem(
+                path, f"DevCell's configuration lies under allowedHostPaths entry {root}: a "
+                      "cell mounting it could rewrite its own permissions; keep it outside",
+                field_name="security.allowedHostPaths")])
     return Config(path, exists=True, security=SecurityPolicy(
         allowed_host_paths=tuple(security.get("allowedHostPaths", ())),
         allow_host_network=bool(security.get("allowHostNetwork", False)),

@@ -136,3 +136,44 @@ def test_apply_accepts_a_host_mount_the_configuration_allows(
 def test_schema_command_prints_the_configuration_schema(cli: Cli) -> None:
     result = cli("schema", "config")
     assert result.returncode == 0 and '"allowedHostPaths"' in result.stdout
+
+
+def test_a_fork_is_checked_against_the_configuration_as_it_is_now(
+        cli: Cli, state_dir: Path, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    manifest = tmp_path / "cell.yaml"
+    manifest.write_text(
+        "apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: api}\n"
+        f"spec:\n  backend: fake\n  mounts:\n    - {{hostPath: {src}, mountPath: /src}}\n")
+    config = write(state_dir / "config.yaml",
+                   f"apiVersion: devcell.dev/v1alpha1\nkind: Config\nsecurity:\n"
+                   f"  allowedHostPaths: [{src}]\n")
+    assert cli("apply", "-f", str(manifest)).returncode == 0
+    assert cli("snapshot", "create", "api", "--name", "s1").returncode == 0
+    config.write_text("apiVersion: devcell.dev/v1alpha1\nkind: Config\n")  # tightened
+    before = db_fingerprint(state_dir)
+    forked = cli("cell", "fork", "api", "--snapshot", "s1", "--name", "copy")
+    assert forked.returncode == 1 and "Traceback" not in forked.stderr
+    assert 'Cell "copy": spec.mounts[0].hostPath: host bind mounts are off by default' in forked.stderr
+    assert db_fingerprint(state_dir) == before
+
+
+def test_a_directory_others_can_write_makes_the_file_untrusted(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    write(shared / "config.yaml", GOOD)
+    shared.chmod(0o777)  # anyone could replace the file
+    try:
+        with pytest.raises(ConfigError, match=f"{shared} is writable by group or others"):
+            config.load(shared)
+        shared.chmod(0o1777)  # sticky, like /tmp: others cannot replace our file
+        assert config.load(shared).security.allow_host_network
+    finally:
+        shared.chmod(0o700)
+
+
+def test_the_configuration_may_not_lie_under_a_path_it_allows(tmp_path: Path) -> None:
+    write(tmp_path / "config.yaml", "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                    f"security:\n  allowedHostPaths: [{tmp_path}]\n")
+    with pytest.raises(ConfigError, match="lies under allowedHostPaths entry"):
+        config.load(tmp_path)

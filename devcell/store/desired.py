@@ -337,7 +337,10 @@ def _forget_vanished(conn: sqlite3.Connection, roots: list[str], files: list[Sou
 
 def apply_objects(db: Database, manifests: list[Manifest]) -> ApplyResult:
     """Record objects made by an imperative verb (`snapshot create`, `cell fork`) like an apply."""
+    from devcell.manifests import validate
+
     problems = _check(db.conn, manifests, {}, {})
+    problems += validate.security_problems(manifests, db.state_dir)  # a fork copies a spec
     if problems:
         raise ManifestError(problems)
     result = ApplyResult()

@@ -9,6 +9,7 @@ thread-safe.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,6 +29,20 @@ class Reporter(Protocol):
 
 
 _reporter: Reporter | None = None
+
+
+def active() -> bool:
+    """Whether anything receives reports (extra work to measure progress is worth doing)."""
+    return _reporter is not None
+
+
+def write(text: str) -> None:
+    """Write a log line to stderr without tearing a progress bar that is being drawn."""
+    reporter = _reporter
+    if isinstance(reporter, TerminalBars) and reporter.write(text):
+        return
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
 
 def install(reporter: Reporter | None) -> Reporter | None:
@@ -87,6 +102,16 @@ class TerminalBars:
                 self._progress.start()
             self._active += 1
             return self._progress.add_task(description, total=total)
+
+    def write(self, text: str) -> bool:
+        """Print `text` above the bars while they are drawn; False when none are."""
+        with self._lock:
+            if self._progress is None:
+                return False
+            from rich.text import Text
+
+            self._progress.console.print(Text.from_ansi(text.rstrip("\n")))
+            return True
 
     def advance(self, handle: Any, amount: int) -> None:
         if handle is not None:

@@ -103,3 +103,36 @@ def test_terminal_bars_skip_small_tasks_and_draw_big_ones(monkeypatch: Any) -> N
     bars.end(handle)
     assert "api: checkpoint snap_1" in out.getvalue()
     assert bars._progress is None  # stopped when the last task ended
+
+
+def test_a_few_big_files_report_every_byte(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"big{i}").write_bytes(b"\0" * (6 * 2**20))
+    recorder = Recorder()
+    previous = progress.install(recorder)
+    try:
+        treecopy.copy_tree(src, tmp_path / "dst")
+    finally:
+        progress.install(previous)
+    [task] = recorder.tasks.values()
+    assert task["done"] == task["total"] == 18 * 2**20 and task["ended"]
+
+
+def test_log_lines_go_above_the_bars_while_they_are_drawn(monkeypatch: Any) -> None:
+    import rich.console
+
+    out = io.StringIO()
+    real = rich.console.Console
+    monkeypatch.setattr(rich.console, "Console",
+                        lambda **kw: real(file=out, force_terminal=True, width=100))
+    bars = progress.TerminalBars(min_bytes=1)
+    previous = progress.install(bars)
+    try:
+        handle = bars.begin("api: checkpoint snap_1", 10)
+        progress.write("12:00:00.000 WARNING Cell/api - slow disk\n")
+        bars.end(handle)
+    finally:
+        progress.install(previous)
+    assert "WARNING Cell/api - slow disk" in out.getvalue()

@@ -17,6 +17,7 @@ import os
 import shutil
 import stat
 import subprocess
+import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,10 +131,53 @@ def copy_tree(src: Path, dst: Path, *, description: str = "copying") -> TreeStat
     return TreeStats(scan.files, scan.size)
 
 
-def _copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -> None:
-    if scan.files < SERIAL_BELOW:
+WATCH_ABOVE = 16 * 2**20
+"""A few big files are copied by one `cp`: above this size, progress comes from watching the
+destination grow (cheap with few files) instead of arriving all at the end."""
+
+
+def _bytes_under(root: Path) -> int:
+    total = 0
+    for parent, _, names in os.walk(root):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(parent, name))
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    return total
+
+
+def _serial_copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -> None:
+    if not (progress.active() and scan.size >= WATCH_ABOVE):
         _cp([*CP, "--", str(src), str(dst)], src)
         advance(scan.size)
+        return
+    done = threading.Event()
+    reported = 0
+
+    def watch() -> None:
+        nonlocal reported
+        while not done.wait(0.2):
+            now = min(_bytes_under(dst), scan.size)
+            if now > reported:
+                advance(now - reported)
+                reported = now
+
+    watcher = threading.Thread(target=watch, name="treecopy-progress", daemon=True)
+    watcher.start()
+    try:
+        _cp([*CP, "--", str(src), str(dst)], src)
+    finally:
+        done.set()
+        watcher.join()
+    advance(scan.size - reported)
+
+
+def _copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -> None:
+    if scan.files < SERIAL_BELOW:
+        _serial_copy(src, dst, scan, advance)
         return
     dst.mkdir(mode=0o700)
     for rel, _ in scan.dirs:

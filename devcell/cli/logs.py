@@ -22,7 +22,10 @@ def configure(verbose: int) -> None:
 
     logger.remove()
     level = "WARNING" if verbose == 0 else "INFO" if verbose == 1 else "DEBUG"
-    logger.add(sys.stderr, level=level,
+    from devcell import progress
+
+    # Through devcell.progress: while a progress bar is drawn, lines go above it, not into it.
+    logger.add(progress.write, level=level, colorize=sys.stderr.isatty(),
                format="<dim>{time:HH:mm:ss.SSS}</dim> {level: <7} "
                       "{extra[kind]}/{extra[name]} {extra[op]} {message}",
                filter=_with_context)  # type: ignore[arg-type]

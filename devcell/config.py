@@ -102,14 +102,14 @@ def _check_file(path: Path) -> bytes:
         if st.st_size > MAX_BYTES:
             raise ConfigError([_problem(path, f"file is larger than {MAX_BYTES // 1024} KiB")])
         data = stream.read(MAX_BYTES + 1)
-    why = _untrusted_dir(Path(os.path.realpath(path)))
+    why = _untrusted_dir(Path(os.path.realpath(path))) or _untrusted_dir(path.absolute())
     if why:
         raise ConfigError([_problem(path, f"refusing to trust DevCell's configuration: {why} "
                                           "(others could replace the file)")])
     return data
 
 
-def parse(path: Path, data: bytes) -> Config:
+def parse(path: Path, data: bytes, state_dir: Path | None = None) -> Config:
     """The configuration in `data` (read from `path`), or ConfigError naming line and field."""
     from devcell.manifests import validate
     from devcell.manifests.model import SourceFile, digest
@@ -139,7 +139,11 @@ def parse(path: Path, data: bytes) -> Config:
         raise ConfigError(problems)
     security = doc.data.get("security") or {}
     real = os.path.realpath(path)
-    for root in security.get("allowedHostPaths", ()):
+    # No cell may mount anything overlapping the state directory, so a file inside it is out
+    # of every cell's reach whatever the allowlist says; elsewhere it must not be allowed.
+    inside_state = state_dir is not None and (real + "/").startswith(
+        os.path.realpath(state_dir).rstrip("/") + "/")
+    for root in () if inside_state else security.get("allowedHostPaths", ()):
         allowed = os.path.realpath(root).rstrip("/") + "/"
         if real.startswith(allowed) or allowed == "/":
             raise ConfigError([_problem(
@@ -160,4 +164,4 @@ def load(state_dir: Path) -> Config:
         if os.environ.get(CONFIG_ENV):  # named explicitly: a typo must not mean "defaults"
             raise ConfigError([_problem(path, f"no such file (named by ${CONFIG_ENV})")])
         return Config(path, exists=False, security=SecurityPolicy(source=str(path)))
-    return parse(path, _check_file(path))
+    return parse(path, _check_file(path), state_dir)

@@ -172,8 +172,34 @@ def test_a_directory_others_can_write_makes_the_file_untrusted(tmp_path: Path) -
         shared.chmod(0o700)
 
 
-def test_the_configuration_may_not_lie_under_a_path_it_allows(tmp_path: Path) -> None:
-    write(tmp_path / "config.yaml", "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
-                                    f"security:\n  allowedHostPaths: [{tmp_path}]\n")
+def test_the_configuration_may_not_lie_under_a_path_it_allows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shared = tmp_path / "src"
+    path = write(shared / "devcell.yaml", "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                          f"security:\n  allowedHostPaths: [{shared}]\n")
+    monkeypatch.setenv("DEVCELL_CONFIG", str(path))  # outside the state directory
     with pytest.raises(ConfigError, match="lies under allowedHostPaths entry"):
-        config.load(tmp_path)
+        config.load(tmp_path / "state")
+
+
+def test_the_state_directorys_own_file_may_lie_under_an_allowed_ancestor(tmp_path: Path) -> None:
+    """Allowing $HOME with the state in ~/.local/share/devcell: no cell can mount the state."""
+    state = tmp_path / "home" / "state"
+    write(state / "config.yaml", "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                 f"security:\n  allowedHostPaths: [{tmp_path / 'home'}]\n")
+    assert config.load(state).security.allowed_host_paths == (str(tmp_path / "home"),)
+
+
+def test_a_link_in_a_directory_others_can_write_is_untrusted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = write(tmp_path / "safe" / "config.yaml", GOOD)
+    public = tmp_path / "public"
+    public.mkdir()
+    (public / "link.yaml").symlink_to(target)
+    public.chmod(0o777)
+    monkeypatch.setenv("DEVCELL_CONFIG", str(public / "link.yaml"))
+    try:
+        with pytest.raises(ConfigError, match=f"{public} is writable by group or others"):
+            config.load(tmp_path / "state")
+    finally:
+        public.chmod(0o700)

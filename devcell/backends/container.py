@@ -364,6 +364,12 @@ class ContainerBackend:
                 self.api.start(info["Id"])
         return {"container": self.container_name(cell)}
 
+    def _own_source(self, source: str) -> bool:
+        """Whether a bind source is one of DevCell's directories, judged by the path as written
+        (resolving it first would let a link into the state directory pass as DevCell's)."""
+        roots = {str(self.layout.state_dir), str(self.layout.state_dir.resolve())}
+        return any(source.startswith(root.rstrip("/") + "/") for root in roots)
+
     def _check_mounts(self, cell: CellRef, mounts: list[dict[str, Any]]) -> None:
         """Re-check every bind mount just before the engine starts the container.
 
@@ -378,7 +384,7 @@ class ContainerBackend:
                 continue
             source = str(mount.get("Source", ""))
             real = os.path.realpath(source)
-            if self.layout.contains(Path(source)):
+            if self._own_source(source) and self.layout.contains(Path(real)):
                 problem: str | None = None  # DevCell's own (workspace, logs, run directory)
             elif real != source:  # host sources are recorded resolved, at create
                 problem = (f"its source {source} now resolves to {real} (a path component was "

@@ -69,3 +69,20 @@ def test_the_cells_own_mounts_start_again_normally(backend: ContainerBackend) ->
     backend.stop(ref)
     backend.start(ref)
     assert backend.observe(ref).running
+
+
+def test_a_link_into_the_state_directory_is_refused_too(
+        backend: ContainerBackend, state: Path, tmp_path: Path) -> None:
+    """A source that now resolves into the state directory is not one of DevCell's own."""
+    allowed = tmp_path / "allowed"
+    (allowed / "sub").mkdir(parents=True)
+    allow(state, allowed)
+    ref = cell(mounts=[{"hostPath": str(allowed / "sub"), "mountPath": "/sub",
+                        "readOnly": True}])
+    up(backend, ref)
+    backend.stop(ref)
+    (allowed / "sub").rmdir()
+    os.symlink(state, allowed / "sub")
+    with pytest.raises(BackendError, match="now resolves to") as refused:
+        backend.start(ref)
+    assert refused.value.reason == "MountRefused"

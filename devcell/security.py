@@ -162,6 +162,31 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
         seen.setdefault(key, i)
 
 
+HostMount = tuple[str, bool]
+"""(resolved host path, read-only)"""
+
+
+def host_mounts(spec: dict[str, Any]) -> list[HostMount]:
+    return [(os.path.realpath(m.get("hostPath", "")), bool(m.get("readOnly", False)))
+            for m in spec.get("mounts") or []]
+
+
+def shared_mount_problem(mine: HostMount, theirs: HostMount, owner: str) -> str | None:
+    """Why two cells may not mount these host paths (None: they may).
+
+    Overlapping host paths where either side is writable would let one cell replace a
+    directory of the other's source with a symbolic link, which the engine follows at the
+    other's next start (a check just before that start can lose the race): refused.
+    Overlapping read-only mounts cannot change anything, and are allowed.
+    """
+    (path, read_only), (other, other_read_only) = mine, theirs
+    if not _overlap(path, other) or (read_only and other_read_only):
+        return None
+    return (f"{path} overlaps {other}, which cell {owner} mounts"
+            f"{'' if other_read_only else ' read-write'}; cells may share a host directory "
+            "only if every one of them mounts it read-only")
+
+
 def _field(path: FieldPath) -> str:
     out = "spec"
     for part in path:

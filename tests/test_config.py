@@ -203,3 +203,27 @@ def test_a_link_in_a_directory_others_can_write_is_untrusted(
             config.load(tmp_path / "state")
     finally:
         public.chmod(0o700)
+
+
+def test_apply_refuses_a_host_directory_another_cell_mounts_writable(
+        cli: Cli, state_dir: Path, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    write(state_dir / "config.yaml", "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                     f"security:\n  allowedHostPaths: [{src}]\n")
+
+    def cell_file(name: str, host: Path, read_only: bool) -> Path:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text("apiVersion: devcell.dev/v1alpha1\nkind: Cell\n"
+                        f"metadata: {{name: {name}}}\nspec:\n  backend: fake\n  mounts:\n"
+                        f"    - {{hostPath: {host}, mountPath: /m, readOnly: "
+                        f"{'true' if read_only else 'false'}}}\n")
+        return path
+
+    assert cli("apply", "-f", str(cell_file("writer", src, False))).returncode == 0
+    refused = cli("apply", "-f", str(cell_file("reader", src / "sub", True)))
+    assert refused.returncode == 1
+    assert ('Cell "reader": spec.mounts[0].hostPath: ' in refused.stderr
+            and "which cell writer mounts read-write" in refused.stderr)
+    assert cli("apply", "-f", str(cell_file("writer", src, True))).returncode == 0
+    assert cli("apply", "-f", str(cell_file("reader", src / "sub", True))).returncode == 0

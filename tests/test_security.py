@@ -115,3 +115,13 @@ def test_host_paths_of_one_cell_may_not_nest(tmp_path: Path) -> None:
     assert "overlaps spec.mounts[0].hostPath" in found["mounts.1.hostPath"]
     assert "overlaps spec.mounts[0].hostPath" in found["mounts.2.hostPath"]
     assert "mounts.0.hostPath" not in found
+
+
+def test_shared_host_directories_must_be_read_only_on_every_side() -> None:
+    from devcell.security import shared_mount_problem
+
+    assert shared_mount_problem(("/src/a", True), ("/src", True), "other") is None
+    assert "which cell other mounts read-write" in (
+        shared_mount_problem(("/src/a", True), ("/src", False), "other") or "")
+    assert shared_mount_problem(("/src", False), ("/src/a", True), "other")
+    assert shared_mount_problem(("/srv", False), ("/src", False), "other") is None

@@ -110,6 +110,13 @@ _api_versions: dict[str, str] = {}
 """Engine address -> API version negotiated by this process's first client there."""
 
 
+def _read_only(mount: dict[str, Any]) -> bool:
+    """A bind mount's read-only flag, as create arguments or as the engine lists it."""
+    if "ReadOnly" in mount:
+        return bool(mount["ReadOnly"])
+    return not mount.get("RW", True)
+
+
 def connect() -> docker.DockerClient:
     """A client for the engine at DOCKER_HOST (default: the local socket), or BackendUnavailable.
 
@@ -395,6 +402,31 @@ class ContainerBackend:
                 raise BackendError(f"refusing to start cell {cell.name}: bind mount of {source}: "
                                    f"{problem}; fix the host path and recreate the cell (delete "
                                    "and apply it again)", reason="MountRefused")
+        hosts = [(str(m.get("Source", "")), _read_only(m)) for m in mounts
+                 if m.get("Type") == "bind" and not self._own_source(str(m.get("Source", "")))]
+        if hosts:
+            self._check_shared_mounts(cell, hosts)
+
+    def _check_shared_mounts(self, cell: CellRef, hosts: list[security.HostMount]) -> None:
+        """No other cell of this state directory may mount an overlapping host path unless
+        both are read-only: a writable one could swap a directory of the other's source for
+        a link between the check above and the engine's start."""
+        with _engine("listing DevCell's containers"):
+            listed = self.api.containers(all=True, filters=self._owned_filter())
+        for other in listed:
+            owner = (other.get("Labels") or {}).get(CELL_ID)
+            if not self._is_owned(other) or owner == cell.id:
+                continue
+            theirs = [(str(m.get("Source", "")), _read_only(m)) for m in other.get("Mounts") or []
+                      if m.get("Type") == "bind"
+                      and not self._own_source(str(m.get("Source", "")))]
+            for mine in hosts:
+                for their in theirs:
+                    problem = security.shared_mount_problem(
+                        mine, their, (other.get("Labels") or {}).get(CELL, owner or "?"))
+                    if problem:
+                        raise BackendError(f"refusing to start cell {cell.name}: {problem}",
+                                           reason="MountRefused")
 
     def stop(self, cell: CellRef) -> Outputs:
         info = self._find(cell)

@@ -259,7 +259,8 @@ def apply(
     if manifests:
         from devcell.manifests import validate
 
-        problems.extend(validate.security_problems(manifests, db.state_dir))
+        problems.extend(validate.security_problems(manifests, db.state_dir,
+                                                   _mounting_cells(conn)))
     if problems:
         raise ManifestError(problems)
 
@@ -335,12 +336,22 @@ def _forget_vanished(conn: sqlite3.Connection, roots: list[str], files: list[Sou
             sources.forget(conn, path)
 
 
+def _mounting_cells(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+    """Live recorded cells with host mounts, name -> spec (for the shared-mount rule)."""
+    import json
+
+    rows = conn.execute("SELECT name, spec FROM cells WHERE deleted_at IS NULL "
+                        "AND json_extract(spec, '$.mounts') IS NOT NULL").fetchall()
+    return {name: json.loads(spec) for name, spec in rows}
+
+
 def apply_objects(db: Database, manifests: list[Manifest]) -> ApplyResult:
     """Record objects made by an imperative verb (`snapshot create`, `cell fork`) like an apply."""
     from devcell.manifests import validate
 
     problems = _check(db.conn, manifests, {}, {})
-    problems += validate.security_problems(manifests, db.state_dir)  # a fork copies a spec
+    problems += validate.security_problems(  # a fork copies a spec
+        manifests, db.state_dir, _mounting_cells(db.conn))
     if problems:
         raise ManifestError(problems)
     result = ApplyResult()

@@ -86,3 +86,23 @@ def test_a_link_into_the_state_directory_is_refused_too(
     with pytest.raises(BackendError, match="now resolves to") as refused:
         backend.start(ref)
     assert refused.value.reason == "MountRefused"
+
+
+def test_two_cells_may_share_a_host_directory_only_read_only(
+        backend: ContainerBackend, state: Path, tmp_path: Path) -> None:
+    allowed = tmp_path / "allowed"
+    (allowed / "sub").mkdir(parents=True)
+    allow(state, allowed)
+    writer = cell("writer", mounts=[{"hostPath": str(allowed), "mountPath": "/src"}])
+    up(backend, writer)
+    reader = cell("reader", mounts=[{"hostPath": str(allowed / "sub"), "mountPath": "/sub",
+                                     "readOnly": True}])
+    backend.create_volume(reader, reader.volume_id or "", from_checkpoint=None)
+    backend.create(reader, "h1")
+    with pytest.raises(BackendError, match="which cell writer mounts read-write") as refused:
+        backend.start(reader)
+    assert refused.value.reason == "MountRefused"
+    backend.stop(writer)
+    backend.delete(writer)
+    backend.start(reader)  # alone now: nobody can swap its source
+    assert backend.observe(reader).running

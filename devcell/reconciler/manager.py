@@ -20,6 +20,8 @@ from devcell.store import objects
 from devcell.store.db import Database
 
 Key = tuple[str, str]
+GROUP_RETRY_S = 0.05
+"""How soon a key whose cell is busy in another worker is tried again."""
 
 
 @dataclass
@@ -33,6 +35,7 @@ class Manager:
     _triggers: dict[Key, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[threading.Thread] = field(default_factory=list)
+    _busy_groups: set[str] = field(default_factory=set)
     reconciles: int = 0
 
     def enqueue(self, key: Key, *, trigger: str, after: float = 0.0) -> None:
@@ -117,8 +120,18 @@ class Manager:
                 key = self.queue.get()
                 if key is None:
                     return
+                group = self._group(db, key)
                 with self._lock:
-                    trigger = self._triggers.pop(key, "resync")
+                    if group in self._busy_groups:  # its cell or a sibling snapshot is running
+                        busy = True
+                    else:
+                        busy = False
+                        self._busy_groups.add(group)
+                        trigger = self._triggers.pop(key, "resync")
+                if busy:
+                    self.queue.done(key)
+                    self.queue.add(key, after=GROUP_RETRY_S)
+                    continue
                 ctx.trigger = trigger
                 try:
                     self._reconcile(ctx, kinds[key[0]], key)
@@ -126,12 +139,26 @@ class Manager:
                     logger.exception("reconcile of {} {} raised", *key)
                     self.queue.add_rate_limited(key)
                 finally:
+                    with self._lock:
+                        self._busy_groups.discard(group)
                     self.queue.done(key)
                     with self._lock:
                         self.reconciles += 1
         finally:
             ctx.close()
             db.close()
+
+    @staticmethod
+    def _group(db: Database, key: Key) -> str:
+        """The cell a key belongs to: a cell and its snapshots are never reconciled at once
+        (a snapshot quiesces the cell; the cell's turn would repair that meanwhile)."""
+        kind, object_id = key
+        if kind == "Snapshot":
+            row = db.conn.execute("SELECT cell_id FROM snapshots WHERE id = ?",
+                                  (object_id,)).fetchone()
+            if row is not None and row[0]:
+                return str(row[0])
+        return object_id
 
     def _reconcile(self, ctx: Context, controller: Controller, key: Key) -> None:
         kind, object_id = key

@@ -596,7 +596,9 @@ class Daemon:
 
 
 def settled(world: World) -> bool:
-    """Every accepted object converged in state.db and nothing is in flight (no subprocess)."""
+    """Every accepted object converged in state.db, nothing is in flight (no subprocess), and
+    the backend agrees: no cell is left frozen (a daemon repairs that in the cell's own turn,
+    which waits while a snapshot of that cell is being reconciled)."""
     path = world.state / "state.db"
     if not path.exists():
         return False
@@ -618,7 +620,13 @@ def settled(world: World) -> bool:
         phase = want["spec"].get("state", "Running") if key[0] == "Cell" else "Ready"
         if r[1] != phase or r[2] != want["generation"] or r[3] != r[2] or r[5] is not None:
             return False
-    return True
+    if not (world.state / "backends" / "fake.db").exists():
+        return True
+    try:
+        with world.fake() as fake:
+            return fake.execute("SELECT 1 FROM cells WHERE frozen").fetchone() is None
+    except sqlite3.OperationalError:
+        return False
 
 
 # -- the matrix --------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ the local daemon, or whatever DOCKER_HOST names.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -105,7 +106,7 @@ def _engine(action: str) -> Iterator[None]:
         raise BackendError(f"{action}: the Docker engine did not answer in time ({exc})") from None
 
 
-_BRIDGE_LOCK = threading.Lock()
+_BRIDGE_LOCK = threading.RLock()
 _api_versions: dict[str, str] = {}
 """Engine address -> API version negotiated by this process's first client there."""
 
@@ -288,7 +289,7 @@ class ContainerBackend:
         containers name the network by id; of several, DevCell's own oldest is used.
         """
         name = self.bridge_name()
-        with _BRIDGE_LOCK, _engine(f"creating the {name} network"):
+        with _BRIDGE_LOCK, _engine(f"creating the {name} network"):  # (re-entrant)
             found = [n for n in self.api.networks(names=[name]) if n.get("Name") == name]
             ours = sorted((n for n in found if self._is_owned(n)),
                           key=lambda n: (n.get("Created", ""), n["Id"]))
@@ -301,6 +302,22 @@ class ContainerBackend:
             created = self.api.create_network(name, driver="bridge", check_duplicate=True,
                                               labels={MANAGED: "true", STATE: self.owner})
             return str(created["Id"])
+
+    def _release_bridge(self) -> None:
+        """Remove this state directory's bridge network once no container uses it: one
+        network per state directory must not exhaust the engine's address pools."""
+        name = self.bridge_name()
+        with _BRIDGE_LOCK, _engine(f"removing the unused {name} network"):
+            for network in self.api.networks(names=[name]):
+                if network.get("Name") != name or not self._is_owned(network):
+                    continue
+                # By the containers' own network mode: the engine's network filter misses
+                # containers that are created but not started (they have no endpoint yet).
+                users = [c for c in self.api.containers(all=True)
+                         if (c.get("HostConfig") or {}).get("NetworkMode") in (network["Id"], name)
+                         or name in ((c.get("NetworkSettings") or {}).get("Networks") or {})]
+                if not users:
+                    self.api.remove_network(network["Id"])
 
     def create(self, cell: CellRef, runtime_hash: str) -> Outputs:
         """Create the cell's container (not started). Idempotent: the same spec is a no-op.
@@ -317,10 +334,14 @@ class ContainerBackend:
             volume_id=cell.volume_id, runtime_hash=runtime_hash, op_id=cell.op_id, policy=policy)
         container_spec.check_security(self.layout, kwargs, policy)
         self._write_run_dir(cell)
-        if kwargs.get("network") == container_spec.BRIDGE_NETWORK:
-            kwargs["network"] = self._ensure_bridge()
+        bridged = kwargs.get("network") == container_spec.BRIDGE_NETWORK
         try:
-            return self._create(cell, name, kwargs)
+            # A bridge cell is created under the bridge lock, so a delete that removes the
+            # network when its last container goes cannot slip in between.
+            with _BRIDGE_LOCK if bridged else contextlib.nullcontext():
+                if bridged:
+                    kwargs["network"] = self._ensure_bridge()
+                return self._create(cell, name, kwargs)
         except BackendError as exc:
             if "Conflict" not in str(exc) and "already in use" not in str(exc):
                 raise
@@ -453,6 +474,13 @@ class ContainerBackend:
         info = self._find(cell)
         if info is not None:
             self._remove(info["Id"], cell)
+            networks = (info.get("NetworkSettings") or {}).get("Networks") or {}
+            if self.bridge_name() in networks:
+                try:
+                    self._release_bridge()
+                except BackendError as exc:  # the cell is gone; the network can wait
+                    logger.bind(backend=self.name, cell=cell.name).warning(
+                        "bridge network kept: {}", exc)
         run = self.layout.run_dir(cell.id)
         for name in (supervisor.SCRIPT, supervisor.SECRETS, QUIESCED):
             (run / name).unlink(missing_ok=True)

@@ -162,3 +162,22 @@ def test_parallel_workers_share_one_bridge_network(engine: None, state: Path,
             docker_client.api.remove_network(n["Id"])
         for b in backends:
             b.close()
+
+
+def test_the_bridge_network_goes_with_its_last_container(backend: ContainerBackend,
+                                                         docker_client: Any) -> None:
+    """Created only (never started: no test sends traffic on a bridge)."""
+    refs = [cell(f"b{i}", network={"mode": "bridge"}) for i in range(2)]
+    for ref in refs:
+        backend.create_volume(ref, ref.volume_id or "", from_checkpoint=None)
+        backend.create(ref, "h1")
+    name = backend.bridge_name()
+
+    def networks() -> list[Any]:
+        return [n for n in docker_client.api.networks(names=[name]) if n["Name"] == name]
+
+    assert len(networks()) == 1
+    backend.delete(refs[0])
+    assert len(networks()) == 1  # still used by the other cell
+    backend.delete(refs[1])
+    assert networks() == []

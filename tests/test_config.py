@@ -227,3 +227,41 @@ def test_apply_refuses_a_host_directory_another_cell_mounts_writable(
             and "which cell writer mounts read-write" in refused.stderr)
     assert cli("apply", "-f", str(cell_file("writer", src, True))).returncode == 0
     assert cli("apply", "-f", str(cell_file("reader", src / "sub", True))).returncode == 0
+
+
+def test_the_shared_path_check_is_repeated_under_the_write_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A concurrent apply may record a sharing cell between the check and the write."""
+    from devcell.errors import ManifestError
+    from devcell.manifests import loader
+    from devcell.store import desired
+    from devcell.store.db import open_database
+
+    src = tmp_path / "src"
+    src.mkdir()
+    db = open_database(tmp_path / "state")
+    write(db.state_dir / "config.yaml", "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                         f"security:\n  allowedHostPaths: [{src}]\n")
+
+    def manifest(name: str, read_only: bool) -> list[object]:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text("apiVersion: devcell.dev/v1alpha1\nkind: Cell\n"
+                        f"metadata: {{name: {name}}}\nspec:\n  backend: fake\n  mounts:\n"
+                        f"    - {{hostPath: {src}, mountPath: /m, readOnly: "
+                        f"{str(read_only).lower()}}}\n")
+        return list(loader.read_sources([str(path)]))
+
+    desired.apply(db, manifest("writer", False))  # type: ignore[arg-type]
+    real = desired._mounting_cells
+    calls = []
+
+    def stale_first(conn: object) -> dict[str, dict[str, object]]:
+        calls.append(1)
+        return {} if len(calls) == 1 else real(conn)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(desired, "_mounting_cells", stale_first)
+    with pytest.raises(ManifestError, match="which cell writer mounts read-write"):
+        desired.apply(db, manifest("reader", True))  # type: ignore[arg-type]
+    assert len(calls) == 2
+    assert [r[0] for r in db.conn.execute("SELECT name FROM cells")] == ["writer"]
+    db.close()

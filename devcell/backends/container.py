@@ -45,7 +45,15 @@ from devcell.backends.base import (
     Outputs,
 )
 from devcell.backends.container_layout import Layout, safe_id, state_hash
-from devcell.backends.container_spec import CELL, CELL_ID, MANAGED, RUNTIME_HASH, STATE, VOLUME
+from devcell.backends.container_spec import (
+    CELL,
+    CELL_ID,
+    MANAGED,
+    RUNTIME_HASH,
+    STATE,
+    STATE_PATH,
+    VOLUME,
+)
 from devcell.backends.workspaces import WorkspaceStore
 from devcell.config import SecurityPolicy
 from devcell.errors import BackendError, BackendNotFound, BackendUnavailable, ConfigError
@@ -356,7 +364,10 @@ class ContainerBackend:
             raise BackendError(f"cell {cell.name} runs from another spec; stop and delete it "
                                "before creating it again")
         self._remove(existing["Id"], cell)
-        return self._create(cell, name, kwargs)
+        with _BRIDGE_LOCK if bridged else contextlib.nullcontext():
+            if bridged:
+                kwargs["network"] = self._ensure_bridge()
+            return self._create(cell, name, kwargs)
 
     def _create(self, cell: CellRef, name: str, kwargs: dict[str, Any]) -> Outputs:
         with _engine(f"creating container {name} from image {kwargs['image']}"):
@@ -429,22 +440,26 @@ class ContainerBackend:
             self._check_shared_mounts(cell, hosts)
 
     def _check_shared_mounts(self, cell: CellRef, hosts: list[security.HostMount]) -> None:
-        """No other cell of this state directory may mount an overlapping host path unless
-        both are read-only: a writable one could swap a directory of the other's source for
-        a link between the check above and the engine's start."""
+        """No other DevCell cell on this engine (of any state directory: only listed, never
+        touched) may mount an overlapping host path unless both are read-only: a writable
+        one could swap a directory of the other's source for a link between the check above
+        and the engine's start."""
         with _engine("listing DevCell's containers"):
-            listed = self.api.containers(all=True, filters=self._owned_filter())
+            listed = self.api.containers(all=True, filters={"label": [f"{MANAGED}=true"]})
         for other in listed:
-            owner = (other.get("Labels") or {}).get(CELL_ID)
-            if not self._is_owned(other) or owner == cell.id:
+            labels = other.get("Labels") or {}
+            owner = labels.get(CELL_ID)
+            if labels.get(STATE) == self.owner and owner == cell.id:
                 continue
             theirs = [(str(m.get("Source", "")), _read_only(m)) for m in other.get("Mounts") or []
                       if m.get("Type") == "bind"
                       and not self._own_source(str(m.get("Source", "")))]
             for mine in hosts:
                 for their in theirs:
-                    problem = security.shared_mount_problem(
-                        mine, their, (other.get("Labels") or {}).get(CELL, owner or "?"))
+                    name = labels.get(CELL, owner or "?")
+                    if labels.get(STATE) != self.owner:
+                        name += f" (of state directory {labels.get(STATE_PATH, '?')})"
+                    problem = security.shared_mount_problem(mine, their, name)
                     if problem:
                         raise BackendError(f"refusing to start cell {cell.name}: {problem}",
                                            reason="MountRefused")

@@ -284,6 +284,15 @@ def apply(
         return result  # nothing to write: the no-op fast path ends here
     with db.write() as wconn:
         failpoints.hit("apply.before-write")
+        if any(m.kind == "Cell" and m.spec.get("mounts") for m in manifests):
+            # Again under the write lock: a concurrent apply may have recorded a cell that
+            # shares a host path since the check above (raising rolls this one back).
+            from devcell.manifests import validate
+
+            shared = validate.security_problems(manifests, db.state_dir,
+                                                _mounting_cells(wconn))
+            if shared:
+                raise ManifestError(shared)
         _write(wconn, manifests, result)
         for key, found in parsed.items():
             if key != "-":
@@ -350,12 +359,15 @@ def apply_objects(db: Database, manifests: list[Manifest]) -> ApplyResult:
     from devcell.manifests import validate
 
     problems = _check(db.conn, manifests, {}, {})
-    problems += validate.security_problems(  # a fork copies a spec
-        manifests, db.state_dir, _mounting_cells(db.conn))
     if problems:
         raise ManifestError(problems)
     result = ApplyResult()
     with db.write() as conn:
+        # Under the write lock: a concurrent apply could record a cell sharing a host path.
+        problems = validate.security_problems(  # a fork copies a spec
+            manifests, db.state_dir, _mounting_cells(conn))
+        if problems:
+            raise ManifestError(problems)
         _write(conn, manifests, result)
     return result
 

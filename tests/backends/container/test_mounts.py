@@ -106,3 +106,28 @@ def test_two_cells_may_share_a_host_directory_only_read_only(
     backend.delete(writer)
     backend.start(reader)  # alone now: nobody can swap its source
     assert backend.observe(reader).running
+
+
+def test_the_shared_path_rule_spans_state_directories(
+        backend: ContainerBackend, state: Path, tmp_path: Path) -> None:
+    """Another state directory's writable mount could swap this cell's source just as well."""
+    from tests.backends.engine import remove_containers
+
+    allowed = tmp_path / "allowed"
+    (allowed / "sub").mkdir(parents=True)
+    allow(state, allowed)
+    other_state = tmp_path / "other-state"
+    allow(other_state, allowed)
+    other = ContainerBackend(state_dir=other_state)
+    try:
+        writer = cell("writer", mounts=[{"hostPath": str(allowed), "mountPath": "/src"}])
+        up(other, writer)
+        reader = cell("reader", mounts=[{"hostPath": str(allowed / "sub"), "mountPath": "/sub",
+                                         "readOnly": True}])
+        backend.create_volume(reader, reader.volume_id or "", from_checkpoint=None)
+        backend.create(reader, "h1")
+        with pytest.raises(BackendError, match=f"writer \\(of state directory {other_state}"):
+            backend.start(reader)
+    finally:
+        other.close()
+        remove_containers(other_state)

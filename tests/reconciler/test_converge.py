@@ -166,47 +166,16 @@ def test_a_failure_in_one_parallel_turn_does_not_stop_the_others(
 def test_a_cell_and_its_snapshots_never_run_at_the_same_time(
         db: Database, ctx: Context, monkeypatch: Any) -> None:
     """A snapshot quiesces its cell; the cell's own turn must not repair that meanwhile."""
-    import threading
-    import time as clock
+    from tests.reconciler.overlap import watch_overlaps
 
-    from devcell.controllers.cell import CellController
-    from devcell.controllers.snapshot import SnapshotController
-
-    lock = threading.Lock()
-    active: dict[str, int] = {}
-    overlaps: list[str] = []
-
-    def watched(original: Any, group_of: Any) -> Any:
-        def decide(self: Any, c: Context, object_id: str) -> Any:
-            group = group_of(c, object_id)
-            with lock:
-                active[group] = active.get(group, 0) + 1
-                if active[group] > 1:
-                    overlaps.append(group)
-            try:
-                clock.sleep(0.01)
-                return original(self, c, object_id)
-            finally:
-                with lock:
-                    active[group] -= 1
-        return decide
-
-    def snapshot_cell(c: Context, object_id: str) -> str:
-        row = c.db.conn.execute("SELECT cell_id FROM snapshots WHERE id = ?",
-                                (object_id,)).fetchone()
-        return str(row[0])
-
-    monkeypatch.setattr(CellController, "decide",
-                        watched(CellController.decide, lambda c, oid: oid))
-    monkeypatch.setattr(SnapshotController, "decide",
-                        watched(SnapshotController.decide, snapshot_cell))
+    watch = watch_overlaps(monkeypatch)
     docs = []
     for i in range(3):
         docs += [cell_doc(f"c{i}"), snapshot_doc(f"s{i}a", f"c{i}"), snapshot_doc(f"s{i}b", f"c{i}")]
     result = apply(db, *docs)
     report = converge(ctx, list(reversed(result.to_reconcile)), workers=6)
     assert report.ok, report
-    assert overlaps == []
+    assert watch.overlaps == []
 
 
 def test_groups_put_a_cells_snapshots_with_it_cell_first(db: Database) -> None:

@@ -2,50 +2,18 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
-from devcell.controllers.cell import CellController
-from devcell.controllers.snapshot import SnapshotController
-from devcell.reconciler.context import Context
 from devcell.reconciler.manager import Manager
 from devcell.store.db import Database
 from tests.controllers.support import apply, cell_doc, live_keys, record, snapshot_doc
+from tests.reconciler.overlap import watch_overlaps
 
 
 def test_workers_never_reconcile_a_cell_and_its_snapshots_at_once(
         db: Database, monkeypatch: Any) -> None:
-    lock = threading.Lock()
-    active: dict[str, int] = {}
-    overlaps: list[str] = []
-    seen_threads: set[str] = set()
-
-    def watched(original: Any, group_of: Any) -> Any:
-        def decide(self: Any, c: Context, object_id: str) -> Any:
-            group = group_of(c, object_id)
-            with lock:
-                seen_threads.add(threading.current_thread().name)
-                active[group] = active.get(group, 0) + 1
-                if active[group] > 1:
-                    overlaps.append(group)
-            try:
-                time.sleep(0.02)
-                return original(self, c, object_id)
-            finally:
-                with lock:
-                    active[group] -= 1
-        return decide
-
-    def snapshot_cell(c: Context, object_id: str) -> str:
-        row = c.db.conn.execute("SELECT cell_id FROM snapshots WHERE id = ?",
-                                (object_id,)).fetchone()
-        return str(row[0])
-
-    monkeypatch.setattr(CellController, "decide",
-                        watched(CellController.decide, lambda c, oid: oid))
-    monkeypatch.setattr(SnapshotController, "decide",
-                        watched(SnapshotController.decide, snapshot_cell))
+    watch = watch_overlaps(monkeypatch, pause=0.02)
     docs = []
     for i in range(3):
         docs += [cell_doc(f"c{i}"), snapshot_doc(f"s{i}a", f"c{i}"),
@@ -65,5 +33,5 @@ def test_workers_never_reconcile_a_cell_and_its_snapshots_at_once(
     finally:
         manager.stop(timeout=10)
     assert phases == {"Ready"}
-    assert overlaps == []
-    assert len({t for t in seen_threads if t.startswith("worker-")}) > 1  # still parallel
+    assert watch.overlaps == []
+    assert len({t for t in watch.threads if t.startswith("worker-")}) > 1  # still parallel

@@ -7,8 +7,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from devcell import progress
 from devcell.backends import treecopy
+from devcell.errors import BackendError
 
 
 class Recorder:
@@ -73,19 +76,21 @@ def test_a_small_copy_reports_once(tmp_path: Path) -> None:
     assert task["done"] == task["total"] == total and task["advances"] == 1
 
 
-def test_a_failed_copy_still_ends_its_task(tmp_path: Path) -> None:
+def test_a_failed_copy_still_ends_its_task(tmp_path: Path, monkeypatch: Any) -> None:
+    def broken(argv: list[str], cwd: Path) -> None:
+        raise BackendError("copying failed: disk full (simulated)")
+
+    monkeypatch.setattr(treecopy, "_cp", broken)
+    tree(tmp_path / "src", 3, 1)
     recorder = Recorder()
     previous = progress.install(recorder)
-    (tmp_path / "dst").mkdir()
-    tree(tmp_path / "src", 3, 1)
     try:
-        try:
+        with pytest.raises(BackendError, match="disk full"):
             treecopy.copy_tree(tmp_path / "src", tmp_path / "dst")
-        except Exception:
-            pass
     finally:
         progress.install(previous)
-    assert all(task["ended"] for task in recorder.tasks.values())
+    [task] = recorder.tasks.values()
+    assert task["ended"]
 
 
 def test_terminal_bars_skip_small_tasks_and_draw_big_ones(monkeypatch: Any) -> None:

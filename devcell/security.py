@@ -20,6 +20,7 @@ from typing import Any
 
 from devcell.backends.container_layout import RUN_DIR, SERVICE_LOG_DIR
 from devcell.config import SecurityPolicy
+from devcell.manifests.model import field_path
 
 FieldPath = tuple[str | int, ...]
 RESERVED_MOUNT_PATHS = ("/", "/proc", "/sys", "/dev", "/etc", "/bin", "/sbin", "/usr", "/lib",
@@ -121,7 +122,7 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
                          None)
             if clash is not None:
                 yield (("mounts", i, "mountPath"),
-                       f"{inside} overlaps {clash[0]} ({_field(clash[1])}); mounts may not "
+                       f"{inside} overlaps {clash[0]} ({spec_field(clash[1])}); mounts may not "
                        "nest or repeat")
             taken.append((inside, ("mounts", i, "mountPath")))
         host = mount.get("hostPath", "")
@@ -187,8 +188,6 @@ def shared_mount_problem(mine: HostMount, theirs: HostMount, owner: str) -> str 
             "only if every one of them mounts it read-only")
 
 
-def _field(path: FieldPath) -> str:
-    out = "spec"
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
+def spec_field(path: FieldPath) -> str:
+    """A path under spec, as messages name it (spec.mounts[0].hostPath)."""
+    return field_path(("spec", *path))

@@ -110,7 +110,7 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
                   op_id: str | None = None, policy: SecurityPolicy | None = None
                   ) -> dict[str, Any]:
     policy = policy or SecurityPolicy()
-    broken = [f"{_field(path)}: {message}"
+    broken = [f"{security.spec_field(path)}: {message}"
               for path, message in security.cell_problems(spec, policy, layout.state_dir)]
     if broken:
         raise BackendError("refusing to create the container: " + "; ".join(broken))
@@ -150,13 +150,6 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
     if "memory" in resources:
         kwargs["mem_limit"] = memory_bytes(str(resources["memory"]))
     return kwargs
-
-
-def _field(path: security.FieldPath) -> str:
-    out = "spec"
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
 
 
 def check_security(layout: Layout, kwargs: dict[str, Any],

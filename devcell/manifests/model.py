@@ -13,6 +13,17 @@ Path = tuple[str | int, ...]
 KIND_TABLE = {"Cell": "cells", "Snapshot": "snapshots"}
 
 
+def field_path(path: Path) -> str:
+    """spec.mounts[0].hostPath: how every message names a field."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
 def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 

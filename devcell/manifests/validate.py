@@ -14,7 +14,7 @@ from typing import Any
 
 from devcell import API_VERSION, names
 from devcell.errors import Problem
-from devcell.manifests.model import KIND_TABLE, Manifest, Path, SourceFile
+from devcell.manifests.model import KIND_TABLE, Manifest, Path, SourceFile, field_path
 from devcell.manifests.yamlsafe import ParsedDocument, YamlSyntaxError, parse_documents
 
 KINDS = tuple(KIND_TABLE)
@@ -66,16 +66,6 @@ def is_valid_fast(kind: str, data: Any) -> bool:
     except fastjsonschema.JsonSchemaException:
         return False
     return True
-
-
-def field_path(path: Path) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
 
 
 def _describe_type(schema: dict[str, Any]) -> str:

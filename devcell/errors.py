@@ -13,6 +13,9 @@ class DevCellError(Exception):
     """Base of every error DevCell raises on purpose."""
 
     exit_code = 1
+    permanent = False
+    """Retrying cannot help until the desired state changes: a reconcile that fails with it
+    is terminal (recorded, not retried with backoff). Otherwise the error is temporary."""
 
 
 class Problem(NamedTuple):
@@ -51,6 +54,8 @@ class Problem(NamedTuple):
 
 class ManifestError(DevCellError):
     """Input that cannot be accepted; carries every problem found, not just the first."""
+
+    permanent = True
 
     def __init__(self, problems: list[Problem] | None = None) -> None:
         self.problems = list(problems or [])
@@ -110,6 +115,9 @@ class BackendNotFound(BackendError):
 class CapabilityMissing(BackendError):
     """The backend cannot honestly do this."""
 
+    reason = "CapabilityMissing"
+    permanent = True
+
 
 class TemporaryError(DevCellError):
     """Worth retrying after `delay` seconds."""
@@ -121,6 +129,24 @@ class TemporaryError(DevCellError):
 
 class PermanentError(DevCellError):
     """Record it and stop retrying until the desired state changes."""
+
+    permanent = True
+
+
+def retry_delay(exc: BaseException) -> float | None:
+    """How soon an operation that failed with `exc` is worth retrying: None when never (until
+    the desired state changes), 0.0 when the queue's backoff decides, else the error's own
+    delay (TemporaryError)."""
+    if getattr(exc, "permanent", False):
+        return None
+    return exc.delay if isinstance(exc, TemporaryError) else 0.0
+
+
+def condition_reason(exc: BaseException, default: str = "StepFailed") -> str:
+    """The one-word cause recorded on the operation and the Ready condition: from the error's
+    class (BackendError.reason), never from its text."""
+    reason = exc.reason if isinstance(exc, BackendError) else None
+    return reason or default
 
 
 class StorageError(DevCellError):

@@ -6,6 +6,8 @@ import os
 import time
 from typing import NewType
 
+from devcell import kinds
+
 CellId = NewType("CellId", str)
 SnapshotId = NewType("SnapshotId", str)
 VolumeId = NewType("VolumeId", str)
@@ -42,7 +44,7 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{_b32(millis, 10)}{_b32(rand, 8)}"
 
 
-ID_PREFIXES = ("cell_", "snap_", "vol_", "op_")
+ID_PREFIXES = kinds.id_prefixes()
 
 
 def looks_like_id(value: str) -> bool:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from devcell import config
+from devcell import admission, config
 from devcell.errors import ConfigError
 from tests.conftest import Cli, db_fingerprint
 
@@ -234,7 +234,7 @@ def test_the_shared_path_check_is_repeated_under_the_write_lock(
     """A concurrent apply may record a sharing cell between the check and the write."""
     from devcell.errors import ManifestError
     from devcell.manifests import loader
-    from devcell.store import desired
+    from devcell.store import objects
     from devcell.store.db import open_database
 
     src = tmp_path / "src"
@@ -251,17 +251,17 @@ def test_the_shared_path_check_is_repeated_under_the_write_lock(
                         f"{str(read_only).lower()}}}\n")
         return list(loader.read_sources([str(path)]))
 
-    desired.apply(db, manifest("writer", False))  # type: ignore[arg-type]
-    real = desired._mounting_cells
+    admission.apply(db, manifest("writer", False))  # type: ignore[arg-type]
+    real = objects.cells_with_host_mounts
     calls = []
 
     def stale_first(conn: object) -> dict[str, dict[str, object]]:
         calls.append(1)
         return {} if len(calls) == 1 else real(conn)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(desired, "_mounting_cells", stale_first)
+    monkeypatch.setattr(objects, "cells_with_host_mounts", stale_first)
     with pytest.raises(ManifestError, match="which cell writer mounts read-write"):
-        desired.apply(db, manifest("reader", True))  # type: ignore[arg-type]
+        admission.apply(db, manifest("reader", True))  # type: ignore[arg-type]
     assert len(calls) == 2
     assert [r[0] for r in db.conn.execute("SELECT name FROM cells")] == ["writer"]
     db.close()

@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from devcell import admission
 from devcell.cli.converge_output import converge_and_report
 from devcell.errors import UsageError
 from devcell.manifests import loader
@@ -22,13 +23,13 @@ def run_apply(args: argparse.Namespace) -> int:
     parsed: dict[str, Any] = {}
     if not (state_dir / dbmod.DB_FILENAME).exists():
         # First apply: validate against an empty in-memory state, so bad input creates nothing.
-        result = desired.apply(dbmod.Database(state_dir, memory=True), files, dry_run=True,
+        result = admission.apply(dbmod.Database(state_dir, memory=True), files, dry_run=True,
                                parse_cache=parsed)
         if args.dry_run:
             _print_changes(result, " (dry run)")
             return 0
     db = dbmod.open_database(state_dir)
-    result = desired.apply(db, files, dry_run=args.dry_run, prune_roots=roots,
+    result = admission.apply(db, files, dry_run=args.dry_run, prune_roots=roots,
                            parse_cache=parsed)
     _print_changes(result, " (dry run)" if args.dry_run else "")
     if args.dry_run:

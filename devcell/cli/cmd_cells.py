@@ -7,7 +7,7 @@ import copy
 import sys
 from typing import Any
 
-from devcell import names
+from devcell import admission, names
 from devcell.cli.converge_output import converge_and_report
 from devcell.errors import ManifestError, NotFound, Problem
 from devcell.manifests.model import Manifest, digest
@@ -42,7 +42,7 @@ def run_snapshot_create(args: argparse.Namespace) -> int:
     _check_name("Snapshot", args.name)
     db = dbmod.open_database(args.state_dir)
     cell = objects.require(db.conn, "Cell", args.cell)
-    result = desired.apply_objects(db, [_manifest("Snapshot", args.name, {"cell": cell.name})])
+    result = admission.apply_objects(db, [_manifest("Snapshot", args.name, {"cell": cell.name})])
     return _report(db, result, args)
 
 
@@ -91,7 +91,7 @@ def run_cell_fork(args: argparse.Namespace) -> int:
     spec.setdefault("workspace", {})["from"] = {"snapshot": snap.name}
     manifest = _manifest("Cell", args.name, spec, labels=dict(cell.labels))
     assert manifest.spec_hash == digest(spec)
-    result = desired.apply_objects(db, [manifest])
+    result = admission.apply_objects(db, [manifest])
     return _report(db, result, args)
 
 

@@ -8,12 +8,13 @@ import json
 import sys
 from typing import Any
 
+from devcell import kinds
 from devcell.cli import render
 from devcell.errors import NotFound, UsageError
-from devcell.store import views
+from devcell.store import objects, operations, views
 from devcell.store.db import Database, resolve_state_dir
 
-KIND_OF_TABLE = {"cells": "Cell", "snapshots": "Snapshot"}
+KIND_OF_TABLE = {kind.plural: kind.name for kind in kinds.KINDS.values()}
 
 
 def _open(args: argparse.Namespace) -> Database | None:
@@ -36,9 +37,9 @@ def _rows(db: Database, kind: str, name: str | None, selector: list[Any], *, wid
         return views.operations_table(conn, name)
     if kind == "controllers":
         from devcell.reconciler import lease
-        from devcell.store import controllers
+        from devcell.store import daemon_status
 
-        row = controllers.read(conn)
+        row = daemon_status.read(conn)
         if row is None:
             return []
         holder = lease.current_holder(db.state_dir)
@@ -52,16 +53,17 @@ def _documents(db: Database, kind: str, rows: list[dict[str, Any]]) -> list[dict
         obj_kind = KIND_OF_TABLE[kind]
         docs = []
         for r in rows:
-            full = db.conn.execute(f"SELECT * FROM {kind} WHERE id = ?", (r["id"],)).fetchone()
-            docs.append(views.object_document(db.conn, obj_kind, full))
+            full = objects.row(db.conn, obj_kind, r["id"])
+            if full is not None:
+                docs.append(views.object_document(db.conn, obj_kind, full))
         return docs
     if kind == "operations":
         for r in rows:
             r["steps"] = [
-                dict(s, outputs=json.loads(s["outputs"] or "{}"))
-                for s in db.conn.execute(
-                    "SELECT idx, name, status, started_at, finished_at, duration_ms, outputs, "
-                    "error FROM operation_steps WHERE op_id = ? ORDER BY idx", (r["id"],))
+                {"idx": s.idx, "name": s.name, "status": s.status, "started_at": s.started_at,
+                 "finished_at": s.finished_at, "duration_ms": s.duration_ms,
+                 "outputs": s.outputs, "error": s.error}
+                for s in operations.steps(db.conn, r["id"])
             ]
     return rows
 
@@ -165,9 +167,9 @@ def run_get(args: argparse.Namespace) -> int:
 
 def _warn_invalid_manifests(db: Database) -> None:
     """A daemon keeping some objects at their last good state should not go unnoticed."""
-    from devcell.store import controllers
+    from devcell.store import daemon_status
 
-    row = controllers.read(db.conn)
+    row = daemon_status.read(db.conn)
     if row is None or row["stopped_at"]:
         return
     cond = next((c for c in row["conditions"] if c["type"] == "ManifestsValid"), None)
@@ -188,7 +190,7 @@ def _watch(args: argparse.Namespace, selector: list[Any], rows: list[dict[str, A
             if db is None and (state_dir / "state.db").exists():
                 db = Database(state_dir, create=False)
             if db is not None:
-                current = db.conn.execute("PRAGMA data_version").fetchone()[0]
+                current = db.data_version()
                 if current != version:
                     version = current
                     fresh = _rows(db, args.kind, args.name, selector, wide=args.output == "wide")

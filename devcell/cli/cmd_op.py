@@ -46,9 +46,9 @@ def _parse_inputs(pairs: list[str], files: list[str]) -> dict[str, Any]:
 def run_op_resume(args: argparse.Namespace) -> int:
     db = dbmod.open_database(args.state_dir)
     op = _suspended(db, args.operation)
-    from devcell.reconciler import runstore
+    from devcell import runs
 
-    store = runstore.open_run_store(db.state_dir, args.run_store)
+    store = runs.open_store(db.state_dir, args.run_store)
     snapshot = store.load(op["id"])
     store.close()
     if snapshot is None:
@@ -96,9 +96,9 @@ def run_op_cancel(args: argparse.Namespace) -> int:
                       message=f"{op['action']} {op['id']} cancelled" +
                       ("; the object is kept" if op["action"] == "delete" else ""),
                       op_id=op["id"])
-    from devcell.reconciler import runstore
+    from devcell import runs
 
-    store = runstore.open_run_store(db.state_dir, args.run_store)
+    store = runs.open_store(db.state_dir, args.run_store)
     store.delete(op["id"])
     store.close()
     sys.stdout.write(f"operation/{op['id']} cancelled\n")

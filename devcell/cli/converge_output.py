@@ -63,8 +63,8 @@ def converge_and_report(db: Database, keys: list[tuple[str, str]], *, verbose: i
     if not keys and not operations.has_running(db.conn):
         return 0
     from devcell.cli import logs
+    from devcell.controllers.context import Context
     from devcell.reconciler import converge
-    from devcell.reconciler.context import Context
     from devcell.store import objects
 
     logs.configure(verbose)

@@ -69,7 +69,8 @@ def _events(conn: sqlite3.Connection, object_id: str) -> None:
 
 def object(conn: sqlite3.Connection, kind: str, ref: str) -> None:
     record = objects.require(conn, kind, ref)
-    row = conn.execute(f"SELECT * FROM {objects.TABLES[kind]} WHERE id = ?", (record.id,)).fetchone()
+    row = objects.row(conn, kind, record.id)
+    assert row is not None  # require() just found it
     doc = views.object_document(conn, kind, row)
     status = doc["status"]
     _field("Name", record.name)

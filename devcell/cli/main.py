@@ -12,18 +12,18 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from devcell import __version__
+from devcell import __version__, kinds
 from devcell.errors import DevCellError, ManifestError
 
+OBJECT_KINDS = kinds.words()
+"""What a user may type for a kind of desired object (cell, cells, snap...) -> its name."""
 GET_KINDS = {
-    "cell": "cells", "cells": "cells", "snapshot": "snapshots", "snapshots": "snapshots",
-    "snap": "snapshots", "volume": "volumes", "volumes": "volumes", "vol": "volumes",
+    **{word: kinds.get(name).plural for word, name in OBJECT_KINDS.items()},
+    "volume": "volumes", "volumes": "volumes", "vol": "volumes",
     "operation": "operations", "operations": "operations", "op": "operations", "ops": "operations",
     "event": "events", "events": "events", "ev": "events",
     "controller": "controllers", "controllers": "controllers",
 }
-OBJECT_KINDS = {"cell": "Cell", "cells": "Cell", "snapshot": "Snapshot", "snapshots": "Snapshot",
-                "snap": "Snapshot"}
 
 
 class Parser(argparse.ArgumentParser):

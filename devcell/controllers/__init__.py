@@ -8,8 +8,8 @@ if TYPE_CHECKING:
     import sqlite3
 
     from devcell.backends.base import Outputs
+    from devcell.controllers.context import Context
     from devcell.controllers.plan import Decision, Plan, Step
-    from devcell.reconciler.context import Context
 
 
 class Controller(Protocol):

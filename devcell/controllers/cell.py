@@ -10,11 +10,12 @@ import dataclasses
 import sqlite3
 from typing import Any
 
+from devcell import errors
 from devcell.backends.base import CellRef, Observed, Outputs
-from devcell.controllers.plan import Decision, Gate, Plan, Settled, Step, Wait, When
+from devcell.controllers.context import Context
+from devcell.controllers.plan import Blocked, Decision, Gate, Plan, Settled, Step, Wait, When
 from devcell.errors import BackendError, BackendUnavailable
 from devcell.manifests.model import digest
-from devcell.reconciler.context import Context
 from devcell.store import events, objects, volumes
 from devcell.store.db import now
 
@@ -51,7 +52,7 @@ class CellController:
             backend = ctx.backend(backend_name)
         except BackendUnavailable as exc:
             self._write_blocked(ctx, cell, "BackendUnavailable", str(exc))
-            return Settled(failed=str(exc))
+            return Blocked(exc)
         volume = volumes.for_cell(conn, cell.id)
         ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
         try:  # observing can fail too (the engine stopped mid-run): a condition, not a crash
@@ -61,9 +62,9 @@ class CellController:
             volume_missing = volume is None or not backend.volume_exists(volume.id)
             adoptable = backend.volumes_of(cell.id) if volume is None else []
         except BackendError as exc:
-            reason = exc.reason or "ObserveFailed"
+            reason = errors.condition_reason(exc, "ObserveFailed")
             self._write_blocked(ctx, cell, reason, f"observing the cell failed: {exc}")
-            return Settled(failed=str(exc))
+            return Blocked(exc)
 
         steps: list[Step] = []
         context: dict[str, Any] = {}
@@ -169,9 +170,7 @@ class CellController:
         ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
         gate = None
         if volume is not None and backend is not None and conn is not None:
-            latest = conn.execute(
-                "SELECT id, name FROM snapshots WHERE cell_id = ? AND checkpoint_ref IS NOT NULL "
-                "ORDER BY taken_at DESC LIMIT 1", (cell.id,)).fetchone()
+            latest = objects.latest_taken_snapshot(conn, cell.id)
             since = latest[0] if latest else None
             if backend.workspace_changed_since(volume.id, since):
                 what = f"snapshot {latest[1]}" if latest else "no snapshot was ever taken"

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from devcell.errors import DevCellError
 from devcell.store.objects import ObjectRecord
 
 
@@ -75,9 +76,22 @@ class Wait:
 
 @dataclass(frozen=True)
 class Settled:
-    """Desired and observed agree; `failed` carries a terminal problem that blocks progress."""
-
-    failed: str | None = None
+    """Desired and observed agree: nothing to do."""
 
 
-Decision = Plan | Wait | Settled
+@dataclass(frozen=True)
+class Blocked:
+    """Nothing can be planned because of `error` (the engine unreachable, the cell gone...).
+
+    The error keeps its class: whether the reconcile is retried with backoff or is terminal
+    follows from it (devcell.errors.retry_delay), and so does the recorded reason.
+    """
+
+    error: DevCellError
+
+    @property
+    def message(self) -> str:
+        return str(self.error)
+
+
+Decision = Plan | Wait | Settled | Blocked

@@ -12,13 +12,17 @@ import sqlite3
 from typing import Any
 
 from devcell.backends.base import CellRef, Outputs
-from devcell.controllers.plan import Decision, Plan, Settled, Step, Wait, When
-from devcell.errors import BackendError, BackendUnavailable
-from devcell.reconciler.context import Context
+from devcell.controllers.context import Context
+from devcell.controllers.plan import Blocked, Decision, Plan, Settled, Step, Wait, When
+from devcell.errors import BackendError, BackendUnavailable, PermanentError
 from devcell.store import events, objects, volumes
 from devcell.store.db import now
 
 KIND = "Snapshot"
+
+
+class CellGone(PermanentError):
+    """The snapshot's cell was deleted before the snapshot was taken: it never can be."""
 
 
 class SnapshotController:
@@ -50,12 +54,12 @@ class SnapshotController:
         if cell is None or cell.deleted_at is not None:
             message = f'cell "{snap.spec["cell"]}" was deleted before the snapshot was taken'
             self._write(ctx, snap, "Failed", "False", "CellGone", message)
-            return Settled(failed=message)
+            return Blocked(CellGone(message))
         try:
             ctx.backend(backend_name)
         except BackendUnavailable as exc:
             self._write(ctx, snap, "Pending", "False", "BackendUnavailable", str(exc))
-            return Settled(failed=str(exc))
+            return Blocked(exc)
         cell_ready = (
             cell.phase == "Running"
             and not cell.deleting

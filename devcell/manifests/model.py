@@ -10,8 +10,6 @@ from typing import Any
 Path = tuple[str | int, ...]
 """A field path inside a document: keys and list indexes."""
 
-KIND_TABLE = {"Cell": "cells", "Snapshot": "snapshots"}
-
 
 def field_path(path: Path) -> str:
     """spec.mounts[0].hostPath: how every message names a field."""
@@ -58,10 +56,6 @@ class Manifest:
     source: str
     line: int
     positions: dict[Path, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def table(self) -> str:
-        return KIND_TABLE[self.kind]
 
     @property
     def spec_hash(self) -> str:

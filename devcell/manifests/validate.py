@@ -12,12 +12,12 @@ import json
 from functools import cache
 from typing import Any
 
-from devcell import API_VERSION, names
+from devcell import API_VERSION, kinds, names
 from devcell.errors import Problem
-from devcell.manifests.model import KIND_TABLE, Manifest, Path, SourceFile, field_path
+from devcell.manifests.model import Manifest, Path, SourceFile, field_path
 from devcell.manifests.yamlsafe import ParsedDocument, YamlSyntaxError, parse_documents
 
-KINDS = tuple(KIND_TABLE)
+KINDS = kinds.names()
 
 _TYPE_WORDS = {
     "string": "a string",
@@ -307,50 +307,6 @@ def _semantic_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
                     ctx.problem(("spec", "env", i, "name"), f'duplicate variable "{var["name"]}"')
                 )
             env_seen.add(var["name"])
-    return problems
-
-
-def security_problems(manifests: list[Manifest], state_dir: Any,
-                      recorded: dict[str, dict[str, Any]] | None = None) -> list[Problem]:
-    """DevCell's security rules (devcell.security) for these Cells, located like any problem.
-
-    recorded: name -> spec of the live cells already recorded (their host mounts count).
-
-    DevCell's configuration is read only when a Cell is checked; a broken configuration
-    raises ConfigError (nothing is applied until it is fixed).
-    """
-    cells = [m for m in manifests if m.kind == "Cell"]
-    if not cells:
-        return []
-    from devcell import config, security
-
-    policy = config.load(state_dir).security
-    problems = []
-
-    def located(m: Manifest, path: tuple[str | int, ...], message: str) -> Problem:
-        full: Path = ("spec", *path)
-        probe = full
-        while probe not in m.positions and probe:
-            probe = probe[:-1]
-        line, column = m.positions.get(probe, (m.line, None))
-        return Problem(m.file, message, line=line, column=column, kind=m.kind, name=m.name,
-                       field=field_path(full))
-
-    for m in cells:
-        for path, message in security.cell_problems(m.spec, policy, state_dir):
-            problems.append(located(m, path, message))
-    mounting = {m.name: security.host_mounts(m.spec) for m in cells if m.spec.get("mounts")}
-    if mounting:
-        others = {name: security.host_mounts(spec) for name, spec in (recorded or {}).items()
-                  if name not in mounting and spec.get("mounts")}
-        for m in cells:
-            for i, mine in enumerate(mounting.get(m.name, [])):
-                clash = next(((owner, theirs) for owner, mounts in {**others, **mounting}.items()
-                              if owner != m.name for theirs in mounts
-                              if security.shared_mount_problem(mine, theirs, owner)), None)
-                if clash is not None:
-                    shared = security.shared_mount_problem(mine, clash[1], clash[0]) or ""
-                    problems.append(located(m, ("mounts", i, "hostPath"), shared))
     return problems
 
 

@@ -25,23 +25,14 @@ from dataclasses import dataclass, field
 from loguru import logger
 
 from devcell import backends
-from devcell.controllers import Controller
-from devcell.controllers.cell import CellController
-from devcell.controllers.plan import Plan, Settled, Wait
-from devcell.controllers.snapshot import SnapshotController
-from devcell.reconciler import executor, recovery, suspended
-from devcell.reconciler.context import Context
-from devcell.store import operations
+from devcell.controllers.context import Context
+from devcell.reconciler import reconcile, recovery
+from devcell.store import objects
 from devcell.store.db import Database
 
-Key = tuple[str, str]
-"""(kind, object id)"""
+Key = reconcile.Key
 
 MAX_ROUNDS = 100_000  # a safety net only: rounds continue while anything progresses
-
-
-def controllers() -> dict[str, Controller]:
-    return {"Cell": CellController(), "Snapshot": SnapshotController()}
 
 
 @dataclass
@@ -70,9 +61,6 @@ def reconcile_lock(ctx: Context) -> Iterator[None]:
         os.close(fd)
 
 
-Outcome = executor.Result | Wait | Settled | None
-"""Where one object's turn in a round ended (a Plan never escapes: it is executed)."""
-
 MAX_STEPS_PER_TURN = 8
 """Operations one object may run back to back in a turn before it yields to the next round."""
 
@@ -80,34 +68,23 @@ MAX_STEPS_PER_TURN = 8
 @dataclass
 class Turn:
     operations: list[str] = field(default_factory=list)
-    outcome: Outcome = None
-    gated: bool = False
-    """The outcome is an approval gate still waiting (nothing to do inline)."""
+    outcome: reconcile.Outcome | None = None
 
 
-def _turn(ctx: Context, controller: Controller, object_id: str, deadline: float) -> Turn:
-    """One object's turn: run its operations back to back until it settles, waits or fails.
+def _turn(ctx: Context, key: Key, deadline: float) -> Turn:
+    """One object's turn: reconcile it back to back until it settles, waits or fails.
 
     Confirming right after an operation (rather than in the next round) keeps a worker busy
     instead of idle at the round's barrier while slower objects finish.
     """
     turn = Turn()
     for _ in range(MAX_STEPS_PER_TURN):
-        held = suspended.handle(ctx, controller, object_id)
-        if isinstance(held, Wait):
-            turn.outcome, turn.gated = held, True
-            return turn
-        if held is not None:
-            outcome: Outcome = held
-        else:
-            decision = controller.decide(ctx, object_id)
-            outcome = (executor.execute(ctx, controller, decision)
-                       if isinstance(decision, Plan) else decision)
+        outcome = reconcile.reconcile(ctx, key)
         turn.outcome = outcome
-        if not isinstance(outcome, executor.Result):
-            return turn
-        turn.operations.append(outcome.op_id)
-        if outcome.suspended or outcome.error or time.monotonic() > deadline:
+        if outcome.operation is not None:
+            turn.operations.append(outcome.operation)
+        confirm = outcome.result is reconcile.Result.REQUEUE and outcome.operation is not None
+        if not confirm or time.monotonic() > deadline:
             return turn
     return turn  # still busy: the next round continues it
 
@@ -116,35 +93,8 @@ def parallelism(db: Database, keys: list[Key]) -> int:
     """How many objects a round may reconcile at once: the most any of their backends allows."""
     if db.memory or not keys:
         return 1
-    cell_ids = [oid for kind, oid in keys if kind == "Cell"]
-    snap_ids = [oid for kind, oid in keys if kind == "Snapshot"]
-    names: set[str] = set()
-    for sql, ids in (("SELECT DISTINCT backend FROM cells WHERE id IN ({})", cell_ids),
-                     ("SELECT DISTINCT c.backend FROM snapshots s JOIN cells c ON c.id = s.cell_id "
-                      "WHERE s.id IN ({})", snap_ids)):
-        for i in range(0, len(ids), 500):
-            chunk = ids[i:i + 500]
-            rows = db.conn.execute(sql.format(",".join("?" * len(chunk))), chunk).fetchall()
-            names.update(row[0] for row in rows)
+    names = objects.backends_of(db.conn, keys)
     return max((backends.parallelism(name) for name in names), default=1)
-
-
-def _groups(db: Database, keys: list[Key]) -> list[list[Key]]:
-    """Keys that must not run at once, together: a cell with its snapshots (a snapshot's
-    quiesce and the cell's own repair of a frozen cell would fight over the container).
-    Within a group the cell goes first; groups keep the order of their first key."""
-    snap_ids = [oid for kind, oid in keys if kind == "Snapshot"]
-    owner: dict[str, str] = {}
-    for i in range(0, len(snap_ids), 500):
-        chunk = snap_ids[i:i + 500]
-        owner.update(db.conn.execute(
-            f"SELECT id, cell_id FROM snapshots WHERE id IN ({','.join('?' * len(chunk))})",
-            chunk).fetchall())
-    groups: dict[str, list[Key]] = {}
-    for key in keys:
-        kind, oid = key
-        groups.setdefault(owner.get(oid, oid) if kind == "Snapshot" else oid, []).append(key)
-    return [sorted(g, key=lambda k: k[0] != "Cell") for g in groups.values()]
 
 
 class _Pool:
@@ -176,17 +126,17 @@ class _Pool:
         ctx.trigger = self.base.trigger
         return ctx
 
-    def run(self, kinds: dict[str, Controller], keys: list[Key], deadline: float) -> list[Turn]:
+    def run(self, keys: list[Key], deadline: float) -> list[Turn]:
         """One round: each group on a worker, its keys one after another; turns in key order."""
         def one(group: list[Key]) -> list[tuple[Key, Turn]]:
             ctx = self._take()
             try:
-                return [(key, _turn(ctx, kinds[key[0]], key[1], deadline)) for key in group]
+                return [(key, _turn(ctx, key, deadline)) for key in group]
             finally:
                 self.free.put(ctx)
 
         futures: list[Future[list[tuple[Key, Turn]]]] = []
-        for group in _groups(self.base.db, keys):
+        for group in reconcile.groups(self.base.db.conn, keys):
             futures.append(self.executor.submit(one, group))
             self.futures.append(futures[-1])
         try:
@@ -227,7 +177,6 @@ def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0,
     workers: objects reconciled at once within a round; None asks the backends involved.
     """
     report = Report()
-    kinds = controllers()
     deadline = time.monotonic() + timeout
     pending = list(dict.fromkeys(keys))
     pool: _Pool | None = None
@@ -244,38 +193,16 @@ def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0,
                 if wanted > 1 and len(pending) > 1:
                     if pool is None:
                         pool = _Pool(ctx, wanted)
-                    turns = pool.run(kinds, pending, deadline)
+                    turns = pool.run(pending, deadline)
                 else:
-                    turns = [_turn(ctx, kinds[kind], oid, deadline) for kind, oid in pending]
+                    turns = [_turn(ctx, key, deadline) for key in pending]
                 next_round: list[Key] = []
                 progressed = False
                 for key, turn in zip(pending, turns, strict=True):
                     report.operations.extend(turn.operations)
                     progressed = progressed or bool(turn.operations)
-                    outcome = turn.outcome
-                    if turn.gated:
-                        assert isinstance(outcome, Wait)
-                        report.waiting[key] = outcome.message
-                    elif isinstance(outcome, executor.Result):
-                        if outcome.suspended:
-                            row = operations.get(ctx.db.conn, outcome.op_id)
-                            message = row["message"] if row else outcome.suspended
-                            report.waiting[key] = (
-                                f"operation {outcome.op_id} {message}; approve it with `devcell "
-                                f"op resume {outcome.op_id} --input ...` (or pass --approve)")
-                        elif outcome.error:
-                            report.failed[key] = outcome.error
-                        else:
-                            next_round.append(key)  # out of steps or time: not yet settled
-                    elif isinstance(outcome, Wait):
-                        report.waiting[key] = outcome.message
+                    if _record(report, key, turn.outcome):
                         next_round.append(key)
-                    elif isinstance(outcome, Settled):
-                        report.waiting.pop(key, None)
-                        if outcome.failed:
-                            report.failed[key] = outcome.failed
-                        else:
-                            report.settled.append(key)
                 if not progressed:
                     pending = [k for k in next_round if k in report.waiting]
                     break
@@ -289,3 +216,27 @@ def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0,
             if key not in report.waiting and key not in report.failed:
                 report.waiting[key] = "did not settle within the time allowed"
     return report
+
+
+def _record(report: Report, key: Key, outcome: reconcile.Outcome | None) -> bool:
+    """Note where a key's turn ended; True when it goes on to the next round.
+
+    An inline converge is one pass: an error is reported (the next apply, or the daemon,
+    retries it), whether the queue would retry it (ERROR) or not (TERMINAL).
+    """
+    Result = reconcile.Result
+    if outcome is None:
+        return True
+    if outcome.result is Result.DONE:
+        report.waiting.pop(key, None)
+        report.settled.append(key)
+        return False
+    if outcome.result is Result.REQUEUE:
+        if outcome.operation is None:  # waiting on another object
+            report.waiting[key] = outcome.message
+        return True  # out of steps or time, or waiting: look again next round
+    if outcome.result is Result.AWAITING_APPROVAL:
+        report.waiting[key] = outcome.message
+        return False
+    report.failed[key] = outcome.message  # ERROR, TERMINAL, STOPPED
+    return False

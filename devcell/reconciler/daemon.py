@@ -25,7 +25,7 @@ from devcell.reconciler import recovery
 from devcell.reconciler.gitops import DirectorySync, SyncResult
 from devcell.reconciler.lease import Lease
 from devcell.reconciler.manager import Manager
-from devcell.store import controllers, events
+from devcell.store import daemon_status, events, objects
 from devcell.store.db import Database
 
 
@@ -63,7 +63,7 @@ class Daemon:
         with Lease(cfg.state_dir, manifests=str(cfg.manifests.absolute())) as lease:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
-            controllers.started(db, lease.holder)
+            daemon_status.started(db, lease.holder)
             manager = Manager(cfg.state_dir, workers=cfg.workers, resync_seconds=cfg.resync_seconds,
                               run_store_kind=cfg.run_store)
             for op_id, kind, object_id in recovery.recover_interrupted(db):
@@ -82,7 +82,7 @@ class Daemon:
                     logger.info("signal {}: finishing the steps in flight, then exiting "
                                 "(a second signal exits at once)", self._signum)
                 manager.stop()
-                controllers.stopped(db)
+                daemon_status.stopped(db)
                 db.close()
         logger.info("controller stopped")
         return 0
@@ -90,12 +90,11 @@ class Daemon:
     def _sweep_orphans(self, db: Database) -> None:
         """Backend resources the database does not account for (a crash between the engine
         call and the commit): removed, with an event each."""
+        from devcell.controllers.context import Context
         from devcell.errors import BackendUnavailable
         from devcell.reconciler import orphans
-        from devcell.reconciler.context import Context
 
-        used = {r[0] for r in db.conn.execute(
-            "SELECT DISTINCT backend FROM cells")} or {"fake"}
+        used = objects.backends_in_use(db.conn) or {"fake"}
         ctx = Context(db, trigger="recovery")
         try:
             for name in sorted(used):
@@ -137,7 +136,7 @@ class Daemon:
         for c in changed:
             logger.bind(kind=c.kind, name=c.name).info("{} {}", c.kind.lower() + "/" + c.name,
                                                        c.outcome)
-        controllers.report_manifests(db, [str(p) for p in result.problems])
+        daemon_status.report_manifests(db, [str(p) for p in result.problems])
         if result.problems:
             with db.write() as conn:
                 for p in result.problems:

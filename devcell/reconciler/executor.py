@@ -20,13 +20,13 @@ from typing import Any
 
 from loguru import logger
 
-from devcell import failpoints
+from devcell import errors, failpoints
 from devcell.backends.base import Outputs
 from devcell.controllers import Controller
+from devcell.controllers.context import Context
 from devcell.controllers.plan import Plan, When
 from devcell.errors import DevCellError
 from devcell.manifests.model import digest
-from devcell.reconciler.context import Context
 from devcell.store import events, objects, operations
 
 Pending = list[Callable[[sqlite3.Connection], None]]
@@ -45,6 +45,8 @@ class Resume:
 class Result:
     op_id: str
     error: str | None = None
+    cause: BaseException | None = None
+    """The exception of the first failed step, its class intact (retry or terminal)."""
     suspended: str | None = None
     """Why the operation is waiting (AwaitingApproval, Shutdown), when it is."""
     ran: list[str] = field(default_factory=list)
@@ -95,6 +97,7 @@ def execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume 
     ran = result.ran
     plan.context["ran"] = ran
     error: str | None = None
+    cause: BaseException | None = None
     failed_step: str | None = None
     failure_reason = "StepFailed"
     stopped = False
@@ -137,16 +140,17 @@ def execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume 
         started = time.perf_counter()
         outputs: Outputs = {}
         step_error: str | None = None
+        raised: BaseException | None = None
         ctx.current_op = op_id
         try:
             outputs = controller.run_step(ctx, plan, step)
         except DevCellError as exc:
-            step_error = str(exc)
+            step_error, raised = str(exc), exc
             if error is None:
-                failure_reason = getattr(exc, "reason", None) or failure_reason
+                failure_reason = errors.condition_reason(exc)
         except Exception as exc:  # a backend bug must not lose the record of the step
             log.exception("step {} raised", step.name)
-            step_error = f"unexpected {type(exc).__name__}: {exc}"
+            step_error, raised = f"unexpected {type(exc).__name__}: {exc}", exc
         elapsed = (time.perf_counter() - started) * 1000
         failpoints.hit(f"step.{step.name}.after-call")
         log.debug("step {} {} in {:.1f} ms", step.name, "failed" if step_error else "ok", elapsed)
@@ -164,7 +168,7 @@ def execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume 
             done.append((idx, step.name, outputs))
         elif error is None:
             error = f"step {step.name} failed: {step_error}"
-            failed_step = step.name
+            failed_step, cause = step.name, raised
     with ctx.db.write() as conn:
         for write in pending:
             write(conn)
@@ -181,7 +185,7 @@ def execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume 
         ctx.run_store().delete(op_id)  # finished: its snapshot is spent
     if error:
         log.warning("{} {} failed: {}", plan.action, record.name, error)
-    result.error = error
+    result.error, result.cause = error, cause
     return result
 
 
@@ -204,7 +208,7 @@ def _suspend(ctx: Context, controller: Controller, plan: Plan, op_id: str, pendi
     with ctx.db.write() as conn:
         for write in pending:
             write(conn)
-        if not conn.execute("SELECT 1 FROM operations WHERE id = ?", (op_id,)).fetchone():
+        if not operations.exists(conn, op_id):
             operations.create(conn, op_id=op_id, object_kind=record.kind, object_id=record.id,
                               object_name=record.name, action=plan.action, trigger=ctx.trigger,
                               generation=record.generation, step_names=plan.step_names)

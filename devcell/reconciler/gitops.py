@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devcell import config
+from devcell import admission, config
 from devcell.errors import ConfigError, ManifestError, Problem
 from devcell.manifests import loader
 from devcell.manifests.model import SourceFile
@@ -60,7 +60,7 @@ class DirectorySync:
         good, problems = self._exclude_bad(files)
         result.problems.extend(problems)
         try:
-            applied = desired.apply(self.db, good)
+            applied = admission.apply(self.db, good)
         except ManifestError as exc:  # should not happen after exclusion; report, change nothing
             result.problems.extend(exc.problems)
             return result
@@ -105,7 +105,7 @@ class DirectorySync:
                 good.append(f)
         for _ in range(MAX_EXCLUSION_PASSES):
             try:
-                desired.apply(self.db, good, dry_run=True)
+                admission.apply(self.db, good, dry_run=True)
                 return good, problems
             except ManifestError as exc:
                 problems.extend(exc.problems)

@@ -11,15 +11,13 @@ from pathlib import Path
 
 from loguru import logger
 
-from devcell.controllers import Controller
-from devcell.controllers.plan import Plan, Settled, Wait
-from devcell.reconciler import converge, executor, suspended
-from devcell.reconciler.context import Context
+from devcell.controllers.context import Context
+from devcell.reconciler import reconcile
 from devcell.reconciler.queue import WorkQueue
-from devcell.store import objects
+from devcell.store import objects, operations
 from devcell.store.db import Database
 
-Key = tuple[str, str]
+Key = reconcile.Key
 GROUP_RETRY_S = 0.05
 """How soon a key whose cell is busy in another worker is tried again."""
 
@@ -35,7 +33,10 @@ class Manager:
     _triggers: dict[Key, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[threading.Thread] = field(default_factory=list)
-    _busy_groups: set[str] = field(default_factory=set)
+    _busy_groups: set[Key] = field(default_factory=set)
+    _terminal: dict[Key, tuple[int, bool] | None] = field(default_factory=dict)
+    """Keys whose last reconcile was terminal, with the desired version that failed: not
+    retried until the spec changes or a deletion is asked (or the periodic resync looks)."""
     reconciles: int = 0
 
     def enqueue(self, key: Key, *, trigger: str, after: float = 0.0) -> None:
@@ -45,13 +46,10 @@ class Manager:
         self.queue.add(key, after=after)
 
     def enqueue_all(self, db: Database, *, trigger: str) -> int:
-        count = 0
-        for kind, table in objects.TABLES.items():
-            for (object_id,) in db.conn.execute(
-                    f"SELECT id FROM {table} WHERE deleted_at IS NULL").fetchall():
-                self.enqueue((kind, object_id), trigger=trigger)
-                count += 1
-        return count
+        keys = objects.live_keys(db.conn)
+        for key in keys:
+            self.enqueue(key, trigger=trigger)
+        return len(keys)
 
     def start(self) -> None:
         for i in range(self.workers):
@@ -82,14 +80,6 @@ class Manager:
         finally:
             db.close()
 
-    _PENDING_SQL = (
-        "SELECT 'Cell', id FROM cells WHERE deleted_at IS NULL AND "
-        "(generation != observed_generation OR deleting_at IS NOT NULL) "
-        "UNION ALL SELECT 'Snapshot', id FROM snapshots WHERE deleted_at IS NULL AND "
-        "(generation != observed_generation OR deleting_at IS NOT NULL) "
-        "UNION ALL SELECT object_kind, object_id FROM operations "
-        "WHERE status = 'Suspended' AND reason = 'Approved'")
-
     def _watch_desired(self) -> None:
         """Notice desired state written by others (`devcell apply`, `delete`, `op resume`...)
         while the daemon runs: when the database changed, queue what is not converged.
@@ -98,13 +88,18 @@ class Manager:
         try:
             version = None
             while not self.stopping.wait(0.05):
-                current = db.conn.execute("PRAGMA data_version").fetchone()[0]
+                current = db.data_version()
                 if current == version:
                     continue
                 version = current
-                for kind, object_id in db.conn.execute(self._PENDING_SQL).fetchall():
-                    key = (kind, object_id)
-                    if self.queue.failures(key) == 0:  # failing keys keep their backoff
+                pending = objects.unconverged_keys(db.conn) + operations.approved_keys(db.conn)
+                for key in pending:
+                    # Failing keys keep their backoff; terminal ones wait for a new generation.
+                    if self.queue.failures(key) == 0 and key not in self._terminal:
+                        self.enqueue(key, trigger="apply")
+                    elif key in self._terminal and self._terminal[key] != \
+                            objects.desired_version(db.conn, *key):
+                        self._terminal.pop(key, None)
                         self.enqueue(key, trigger="apply")
                 self.stopping.wait(0.15)  # at most ~5 scans a second while busy
         finally:
@@ -114,13 +109,12 @@ class Manager:
         db = Database(self.state_dir)
         ctx = Context(db, stopping=self.stopping, suspend_on_stop=True,
                       run_store_kind=self.run_store_kind)
-        kinds = converge.controllers()
         try:
             while True:
                 key = self.queue.get()
                 if key is None:
                     return
-                group = self._group(db, key)
+                group = reconcile.group_of(objects.owners(db.conn, [key]), key)
                 with self._lock:
                     if group in self._busy_groups:  # its cell or a sibling snapshot is running
                         busy = True
@@ -134,7 +128,7 @@ class Manager:
                     continue
                 ctx.trigger = trigger
                 try:
-                    self._reconcile(ctx, kinds[key[0]], key)
+                    self._handle(ctx, key, reconcile.reconcile(ctx, key))
                 except Exception:
                     logger.exception("reconcile of {} {} raised", *key)
                     self.queue.add_rate_limited(key)
@@ -148,69 +142,35 @@ class Manager:
             ctx.close()
             db.close()
 
-    @staticmethod
-    def _group(db: Database, key: Key) -> str:
-        """The cell a key belongs to: a cell and its snapshots are never reconciled at once
-        (a snapshot quiesces the cell; the cell's turn would repair that meanwhile)."""
-        kind, object_id = key
-        if kind == "Snapshot":
-            row = db.conn.execute("SELECT cell_id FROM snapshots WHERE id = ?",
-                                  (object_id,)).fetchone()
-            if row is not None and row[0]:
-                return str(row[0])
-        return object_id
-
-    def _reconcile(self, ctx: Context, controller: Controller, key: Key) -> None:
-        kind, object_id = key
-        held = suspended.handle(ctx, controller, object_id)
-        if isinstance(held, Wait):
-            self.enqueue(key, trigger=ctx.trigger, after=held.requeue_after)
-            return
-        decision = held if held is not None else controller.decide(ctx, object_id)
-        if isinstance(decision, Plan):
-            decision = executor.execute(ctx, controller, decision)
-        if isinstance(decision, executor.Result):
-            if self.stopping.is_set() or decision.suspended == "Shutdown":
-                return
-            if decision.suspended:  # an approval gate: check back for the approval
-                self.enqueue(key, trigger=ctx.trigger, after=suspended.APPROVAL_POLL_S)
-                return
-            if decision.error:
-                delay = self.queue.add_rate_limited(key)
-                self._note_retry(ctx, kind, object_id, delay)
-                return
+    def _handle(self, ctx: Context, key: Key, outcome: reconcile.Outcome) -> None:
+        """The daemon's one switch over a reconcile's outcome (controller-runtime's
+        reconcileHandler): forget, requeue later, retry with backoff, or stop retrying."""
+        Result = reconcile.Result
+        if self.stopping.is_set() and outcome.operation is not None:
+            return  # shutting down: the next start resumes or re-plans it
+        result = outcome.result
+        if result is Result.DONE:
             self.queue.forget(key)
-            self.enqueue(key, trigger=ctx.trigger)  # confirm it settled (level-triggered)
-            self._wake_dependents(ctx, kind, object_id)
-        elif isinstance(decision, Wait):
-            self.enqueue(key, trigger=ctx.trigger, after=decision.requeue_after)
-        elif isinstance(decision, Settled):
-            if decision.failed:
-                delay = self.queue.add_rate_limited(key)
-                self._note_retry(ctx, kind, object_id, delay)
-            else:
+        elif result is Result.REQUEUE:
+            if outcome.operation is not None:  # it progressed: confirm it settled, wake others
                 self.queue.forget(key)
+                self.enqueue(key, trigger=ctx.trigger)
+                for dependent in objects.dependents(ctx.db.conn, *key):
+                    self.enqueue(dependent, trigger=ctx.trigger)
+            else:
+                self.enqueue(key, trigger=ctx.trigger, after=outcome.after)
+        elif result is Result.ERROR:
+            delay = self.queue.add_rate_limited(key, at_least=outcome.after)
+            self._note_retry(ctx, key, delay)
+        elif result is Result.TERMINAL:
+            self.queue.forget(key)
+            with self._lock:
+                self._terminal[key] = objects.desired_version(ctx.db.conn, *key)
+        elif result is Result.AWAITING_APPROVAL:
+            self.enqueue(key, trigger=ctx.trigger, after=outcome.after)
+        # STOPPED: suspended by the shutdown; nothing to queue
 
-    def _wake_dependents(self, ctx: Context, kind: str, object_id: str) -> None:
-        """A cell became ready: its waiting snapshots; a snapshot became ready: its forks."""
-        if kind == "Cell":
-            sql = ("SELECT id FROM snapshots WHERE cell_id = ? AND deleted_at IS NULL "
-                   "AND checkpoint_ref IS NULL")
-            dependent = "Snapshot"
-        else:
-            sql = "SELECT id FROM cells WHERE forked_from = ? AND deleted_at IS NULL"
-            dependent = "Cell"
-        for (dep_id,) in ctx.db.conn.execute(sql, (object_id,)).fetchall():
-            self.enqueue((dependent, dep_id), trigger=ctx.trigger)
-
-    def _note_retry(self, ctx: Context, kind: str, object_id: str, delay: float) -> None:
+    def _note_retry(self, ctx: Context, key: Key, delay: float) -> None:
         """Make the next retry time visible (describe shows status.nextRetryAt)."""
         at = (datetime.now(UTC) + timedelta(seconds=delay)).strftime("%Y-%m-%dT%H:%M:%S.%f")
-        with ctx.db.write() as conn:
-            record = objects.get(conn, kind, object_id)
-            if record is None:
-                return
-            status = dict(record.status, nextRetryAt=at[:-3] + "Z",
-                          retries=self.queue.failures((kind, object_id)))
-            objects.write_status(conn, record, phase=record.phase, status=status,
-                                 observed_generation=record.observed_generation)
+        objects.note_retry(ctx.db, *key, at=at[:-3] + "Z", retries=self.queue.failures(key))

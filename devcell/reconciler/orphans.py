@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from loguru import logger
 
 from devcell.backends.base import CellRef
+from devcell.controllers.context import Context
 from devcell.errors import DevCellError
-from devcell.reconciler.context import Context
 from devcell.store import events
 
 

@@ -63,12 +63,13 @@ class WorkQueue(Generic[K]):
         heapq.heappush(self._heap, (due, self._seq, key))
         self._cond.notify()
 
-    def add_rate_limited(self, key: K) -> float:
-        """Requeue after a failure; returns the delay chosen (grows with each failure)."""
+    def add_rate_limited(self, key: K, *, at_least: float = 0.0) -> float:
+        """Requeue after a failure; returns the delay chosen (grows with each failure, and is
+        never below `at_least`: an error's own delay)."""
         with self._cond:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
-        delay = self.backoff.delay(failures)
+        delay = max(self.backoff.delay(failures), at_least)
         self.add(key, after=delay)
         return delay
 

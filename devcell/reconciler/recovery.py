@@ -10,8 +10,8 @@ from __future__ import annotations
 from loguru import logger
 
 from devcell import failpoints
-from devcell.store import events, operations
-from devcell.store.db import Database, now
+from devcell.store import events, objects, operations
+from devcell.store.db import Database
 
 
 def recover_interrupted(db: Database) -> list[tuple[str, str, str]]:
@@ -24,36 +24,26 @@ def recover_interrupted(db: Database) -> list[tuple[str, str, str]]:
         return []
     recovered = []
     with db.write() as conn:
-        rows = conn.execute(
-            "SELECT id, object_kind, object_id, object_name, action, current_step "
-            "FROM operations WHERE status = 'Running'").fetchall()
-        for op in rows:
+        for op in operations.running(conn):
             step = op["current_step"]
-            in_flight = conn.execute(
-                "SELECT idx, name FROM operation_steps WHERE op_id = ? AND status = 'Running'",
-                (op["id"],)).fetchone()
-            where = f"step {in_flight['name']}" if in_flight else (
+            in_flight = operations.interrupt(conn, op["id"])
+            where = f"step {in_flight}" if in_flight else (
                 f"after step {step}" if step else "before its first step")
             message = (f"interrupted at {where}: the process running it died; "
                        "not replayed, the next reconcile plans afresh")
-            conn.execute(
-                "UPDATE operation_steps SET status = 'Interrupted', finished_at = ?, "
-                "error = 'interrupted: the process died during this step' "
-                "WHERE op_id = ? AND status = 'Running'", (now(), op["id"]))
             operations.finish(conn, op["id"], status=operations.OpStatus.FAILED,
                               reason="Interrupted", message=message,
-                              failed_step=in_flight["name"] if in_flight else step)
+                              failed_step=in_flight or step)
             events.record(conn, kind=op["object_kind"], object_id=op["object_id"],
                           name=op["object_name"], reason="OperationInterrupted",
                           message=f"{op['action']} {op['id']} {message}", type="Warning",
                           op_id=op["id"])
             logger.bind(kind=op["object_kind"], name=op["object_name"], op=op["id"]).warning(
                 "recovered interrupted operation: {}", message)
-            recovered.append((op["id"], op["object_kind"], op["object_id"]))
-            if op["object_kind"] == "Snapshot":
-                cell = conn.execute("SELECT cell_id FROM snapshots WHERE id = ?",
-                                    (op["object_id"],)).fetchone()
-                if cell is not None:
-                    recovered.append((op["id"], "Cell", cell["cell_id"]))
+            key = (op["object_kind"], op["object_id"])
+            recovered.append((op["id"], *key))
+            owner = objects.owners(conn, [key]).get(key)
+            if owner is not None:  # e.g. a snapshot's cell: may have been left quiesced
+                recovered.append((op["id"], *owner))
         failpoints.hit("recover.before-commit")
     return recovered

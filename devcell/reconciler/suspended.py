@@ -13,10 +13,10 @@ import sqlite3
 from loguru import logger
 
 from devcell.controllers import Controller
+from devcell.controllers.context import Context
 from devcell.controllers.plan import Wait
 from devcell.errors import StorageError
 from devcell.reconciler import executor
-from devcell.reconciler.context import Context
 from devcell.store import events, operations
 
 APPROVAL_POLL_S = 0.5

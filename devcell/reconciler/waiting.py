@@ -67,7 +67,7 @@ def wait_for(db: Database, keys: list[tuple[str, str]], *, timeout: float,
     last_version = None
     delay = 0.002
     while pending:
-        version = db.conn.execute("PRAGMA data_version").fetchone()[0]
+        version = db.data_version()
         if version != last_version:
             last_version = version
             still = []

@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from devcell.runs.sqlite_store import SqliteSnapshotStore
 
 __all__ = [
-    "FORMAT_VERSION", "CompletedStep", "RunSnapshot", "RunStatus", "SnapshotStore",
+    "FORMAT_VERSION", "STORE_KINDS", "CompletedStep", "RunSnapshot", "RunStatus", "SnapshotStore",
     "StorageError", "create_file_snapshot_store", "create_in_memory_snapshot_store",
-    "create_sqlite_snapshot_store", "utc_timestamp",
+    "create_sqlite_snapshot_store", "open_store", "utc_timestamp",
 ]
 
 
@@ -56,3 +56,20 @@ def create_in_memory_snapshot_store() -> InMemorySnapshotStore:
     from devcell.runs import memory_store
 
     return memory_store.InMemorySnapshotStore()
+
+
+STORE_KINDS = ("sqlite", "file")
+"""What `--run-store` (or $DEVCELL_RUN_STORE) may name."""
+
+
+def open_store(state_dir: Path, kind: str | None = None) -> SnapshotStore:
+    """The run-snapshot store of a state directory: SQLite in its state.db by default, or
+    one JSON file per run under it (`--run-store file`)."""
+    from devcell.errors import UsageError
+
+    kind = kind or os.environ.get("DEVCELL_RUN_STORE") or "sqlite"
+    if kind == "sqlite":
+        return create_sqlite_snapshot_store(path=state_dir / "state.db")
+    if kind == "file":
+        return create_file_snapshot_store(root=state_dir)
+    raise UsageError(f"unknown run store {kind!r} (one of: {', '.join(STORE_KINDS)})")

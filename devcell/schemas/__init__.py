@@ -7,16 +7,17 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-KINDS = {"cell": "Cell", "snapshot": "Snapshot"}
-"""Manifest kinds."""
 OTHERS = {"config": "Config"}
 """Schemas of DevCell's own files (not manifests)."""
 
 
 def schema_text(kind: str) -> str:
     """The schema for `kind` (Cell, cell, cells…) exactly as shipped."""
-    key = kind.lower().rstrip("s")
-    if key not in KINDS and key not in OTHERS:
+    from devcell import kinds
+
+    found = kinds.by_word(kind)
+    key = found.schema if found is not None else kind.lower().rstrip("s")
+    if found is None and key not in OTHERS:
         raise KeyError(kind)
     return resources.files(__package__).joinpath(f"{key}.schema.json").read_text("utf-8")
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from devcell import failpoints
+from devcell import failpoints, kinds
 from devcell.errors import ManifestError, Problem
-from devcell.manifests.model import Manifest, SourceFile
+from devcell.manifests.model import Manifest, SourceFile, field_path
 from devcell.store import events, objects, sources
 from devcell.store.db import Database
 
@@ -53,13 +53,14 @@ class _Live:
 
 def _live_index(conn: sqlite3.Connection) -> dict[tuple[str, str], _Live]:
     index: dict[tuple[str, str], _Live] = {}
-    for kind, table in objects.TABLES.items():
+    for kind in kinds.KINDS.values():
         for row in conn.execute(
             f"SELECT id, name, manifest_hash, source, generation, observed_generation, phase, "
-            f"deleting_at FROM {table} WHERE deleted_at IS NULL"
+            f"deleting_at FROM {kind.table} WHERE deleted_at IS NULL"
         ):
             converged = row[4] == row[5] and row[6] in SETTLED_PHASES
-            index[(kind, row[1])] = _Live(row[0], row[2], row[3], converged, row[7] is not None)
+            index[(kind.name, row[1])] = _Live(row[0], row[2], row[3], converged,
+                                               row[7] is not None)
     return index
 
 
@@ -87,78 +88,19 @@ def _fast_entries(
     return fast
 
 
-def _problem(m: Manifest, path: tuple[str | int, ...], message: str) -> Problem:
+def problem_at(m: Manifest, path: tuple[str | int, ...], message: str) -> Problem:
     line, col = m.where(*path)
-    fp = ""
-    for part in path:
-        fp += f"[{part}]" if isinstance(part, int) else (f".{part}" if fp else str(part))
     return Problem(m.file, message, line=line, column=col, kind=m.kind, name=m.name,
-                   field=fp or None)
+                   field=field_path(path) or None)
 
 
-def _check(
-    conn: sqlite3.Connection, manifests: list[Manifest],
-    fast: dict[str, list[sources.Entry]], files: dict[str, SourceFile],
-) -> list[Problem]:
-    problems: list[Problem] = []
-    defined: dict[tuple[str, str], str] = {}
-    for path, entries in fast.items():
-        for kind, name, _ in entries:
-            defined[(kind, name)] = files[path].display
-    for m in manifests:
-        key = (m.kind, m.name)
-        if key in defined:
-            problems.append(_problem(m, ("metadata", "name"),
-                                     f'{m.kind} "{m.name}" is defined twice in this apply '
-                                     f"(also in {defined[key]})"))
-            continue
-        defined[key] = f"{m.file}:{m.line}"
-    for m in manifests:
-        existing = objects.get(conn, m.kind, m.name)
-        if existing is not None and existing.deleting:
-            problems.append(_problem(m, ("metadata", "name"),
-                                     f'{m.kind.lower()} "{m.name}" is being deleted; '
-                                     "apply again once it is gone"))
-            continue
-        if m.kind == "Snapshot":
-            cell = m.spec["cell"]
-            if existing is not None and existing.spec != m.spec:
-                problems.append(_problem(
-                    m, ("spec", "cell"),
-                    f'a Snapshot\'s spec is immutable (recorded cell "{existing.spec["cell"]}", '
-                    f'got "{cell}"); delete the snapshot and create a new one'))
-            elif existing is None and ("Cell", cell) not in defined \
-                    and objects.get(conn, "Cell", cell) is None:
-                problems.append(_problem(m, ("spec", "cell"), f'cell "{cell}" not found'))
-            continue
-        source = m.spec.get("workspace", {}).get("from")
-        if existing is not None:
-            if existing.spec["backend"] != m.spec["backend"]:
-                problems.append(_problem(
-                    m, ("spec", "backend"),
-                    f'field is immutable (recorded "{existing.spec["backend"]}", got '
-                    f'"{m.spec["backend"]}"); delete the cell and create it again'))
-            old_source = existing.spec.get("workspace", {}).get("from")
-            if old_source != source:
-                problems.append(_problem(
-                    m, ("spec", "workspace", "from"),
-                    f"fork source is immutable (recorded {_fork_source(old_source)}, got "
-                    f"{_fork_source(source)})"))
-        if source is not None and existing is None:
-            snap = source["snapshot"]
-            if ("Snapshot", snap) not in defined:
-                found = objects.get(conn, "Snapshot", snap)
-                if found is None:
-                    problems.append(_problem(m, ("spec", "workspace", "from", "snapshot"),
-                                             f'snapshot "{snap}" not found'))
-                elif found.deleting:
-                    problems.append(_problem(m, ("spec", "workspace", "from", "snapshot"),
-                                             f'snapshot "{snap}" is being deleted'))
-    return problems
+class Admit(Protocol):
+    """The rules a manifest must pass against recorded state before it is recorded
+    (devcell.admission): called before the write with `locked=False`, and again under the
+    write lock with `locked=True` for the rules a concurrent writer could break meanwhile."""
 
-
-def _fork_source(source: dict[str, str] | None) -> str:
-    return f'snapshot "{source["snapshot"]}"' if source else "none"
+    def __call__(self, conn: sqlite3.Connection, manifests: list[Manifest],
+                 defined: dict[tuple[str, str], str], *, locked: bool) -> list[Problem]: ...
 
 
 def _write(conn: sqlite3.Connection, manifests: list[Manifest], result: ApplyResult) -> None:
@@ -174,7 +116,7 @@ def _write(conn: sqlite3.Connection, manifests: list[Manifest], result: ApplyRes
             result.changes.append(_record_one(conn, m, extra))
         if len(waiting) == len(pending):
             raise ManifestError([
-                _problem(m, ("spec",), "circular reference between cells and snapshots")
+                problem_at(m, ("spec",), "circular reference between cells and snapshots")
                 for m in waiting
             ])
         pending = waiting
@@ -228,7 +170,7 @@ def _under(source: str | None, roots: list[str]) -> bool:
 
 def apply(
     db: Database, files: list[SourceFile], *, dry_run: bool = False,
-    prune_roots: list[str] | None = None,
+    admit: Admit, prune_roots: list[str] | None = None,
     parse_cache: dict[str, tuple[list[Manifest], list[Problem]]] | None = None,
 ) -> ApplyResult:
     """Validate every file, check against recorded state, then record all of it or nothing.
@@ -255,12 +197,10 @@ def apply(
         problems.extend(bad)
         parsed[f.key] = found
     by_key = {f.key: f for f in files}
-    problems.extend(_check(conn, manifests, fast, by_key))
     if manifests:
-        from devcell.manifests import validate
-
-        problems.extend(validate.security_problems(manifests, db.state_dir,
-                                                   _mounting_cells(conn)))
+        defined = {(kind, name): by_key[path].display
+                   for path, entries in fast.items() for kind, name, _ in entries}
+        problems.extend(admit(conn, manifests, defined, locked=False))
     if problems:
         raise ManifestError(problems)
 
@@ -284,15 +224,11 @@ def apply(
         return result  # nothing to write: the no-op fast path ends here
     with db.write() as wconn:
         failpoints.hit("apply.before-write")
-        if any(m.kind == "Cell" and m.spec.get("mounts") for m in manifests):
-            # Again under the write lock: a concurrent apply may have recorded a cell that
-            # shares a host path since the check above (raising rolls this one back).
-            from devcell.manifests import validate
-
-            shared = validate.security_problems(manifests, db.state_dir,
-                                                _mounting_cells(wconn))
-            if shared:
-                raise ManifestError(shared)
+        # Again under the write lock: a concurrent apply may have recorded something that
+        # breaks a rule since the check above (raising rolls this one back).
+        late = admit(wconn, manifests, {}, locked=True) if manifests else []
+        if late:
+            raise ManifestError(late)
         _write(wconn, manifests, result)
         for key, found in parsed.items():
             if key != "-":
@@ -327,14 +263,14 @@ def prune_candidates(conn: sqlite3.Connection, roots: list[str], keep: set[tuple
                      ) -> list[Change]:
     """Live objects applied from under `roots` that are not in `keep`."""
     out = []
-    for kind, table in objects.TABLES.items():
+    for kind in kinds.KINDS.values():
         # Objects already being deleted are included: a prune interrupted by a crash must be
         # finished by the next one, not forgotten.
         for row in conn.execute(
-            f"SELECT id, name, source FROM {table} WHERE deleted_at IS NULL"
+            f"SELECT id, name, source FROM {kind.table} WHERE deleted_at IS NULL"
         ):
-            if (kind, row[1]) not in keep and _under(row[2], roots):
-                out.append(Change(kind, row[1], "pruned", row[0], needs_reconcile=True))
+            if (kind.name, row[1]) not in keep and _under(row[2], roots):
+                out.append(Change(kind.name, row[1], "pruned", row[0], needs_reconcile=True))
     return out
 
 
@@ -345,27 +281,14 @@ def _forget_vanished(conn: sqlite3.Connection, roots: list[str], files: list[Sou
             sources.forget(conn, path)
 
 
-def _mounting_cells(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
-    """Live recorded cells with host mounts, name -> spec (for the shared-mount rule)."""
-    import json
-
-    rows = conn.execute("SELECT name, spec FROM cells WHERE deleted_at IS NULL "
-                        "AND json_extract(spec, '$.mounts') IS NOT NULL").fetchall()
-    return {name: json.loads(spec) for name, spec in rows}
-
-
-def apply_objects(db: Database, manifests: list[Manifest]) -> ApplyResult:
+def apply_objects(db: Database, manifests: list[Manifest], *, admit: Admit) -> ApplyResult:
     """Record objects made by an imperative verb (`snapshot create`, `cell fork`) like an apply."""
-    from devcell.manifests import validate
-
-    problems = _check(db.conn, manifests, {}, {})
+    problems = admit(db.conn, manifests, {}, locked=False)
     if problems:
         raise ManifestError(problems)
     result = ApplyResult()
     with db.write() as conn:
-        # Under the write lock: a concurrent apply could record a cell sharing a host path.
-        problems = validate.security_problems(  # a fork copies a spec
-            manifests, db.state_dir, _mounting_cells(conn))
+        problems = admit(conn, manifests, {}, locked=True)
         if problems:
             raise ManifestError(problems)
         _write(conn, manifests, result)

@@ -12,12 +12,9 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
-from devcell import ids
+from devcell import ids, kinds
 from devcell.errors import Conflict, NotFound
-from devcell.store.db import now
-
-TABLES = {"Cell": "cells", "Snapshot": "snapshots"}
-ID_PREFIX = {"Cell": "cell", "Snapshot": "snap"}
+from devcell.store.db import Database, now
 
 
 @dataclass
@@ -91,7 +88,7 @@ def from_row(kind: str, row: sqlite3.Row) -> ObjectRecord:
 def get(conn: sqlite3.Connection, kind: str, ref: str, *, include_deleted: bool = False
         ) -> ObjectRecord | None:
     """The live object named `ref`, or with id `ref`."""
-    table = TABLES[kind]
+    table = kinds.get(kind).table
     if ids.looks_like_id(ref):
         row = conn.execute(f"SELECT * FROM {table} WHERE id = ?", (ref,)).fetchone()
         if row is not None and (include_deleted or row["deleted_at"] is None):
@@ -111,16 +108,118 @@ def require(conn: sqlite3.Connection, kind: str, ref: str) -> ObjectRecord:
 
 def list_live(conn: sqlite3.Connection, kind: str) -> list[ObjectRecord]:
     rows = conn.execute(
-        f"SELECT * FROM {TABLES[kind]} WHERE deleted_at IS NULL ORDER BY name"
+        f"SELECT * FROM {kinds.get(kind).table} WHERE deleted_at IS NULL ORDER BY name"
     ).fetchall()
     return [from_row(kind, r) for r in rows]
 
 
+Key = tuple[str, str]
+"""(kind, object id): what the reconciler queues and reconciles."""
+
+
+def live_keys(conn: sqlite3.Connection) -> list[Key]:
+    """Every live object of every kind, in dependency order, each kind in creation order."""
+    keys: list[Key] = []
+    for kind in kinds.KINDS.values():
+        keys += [(kind.name, r[0]) for r in conn.execute(
+            f"SELECT id FROM {kind.table} WHERE deleted_at IS NULL ORDER BY rowid")]
+    return keys
+
+
+def unconverged_keys(conn: sqlite3.Connection) -> list[Key]:
+    """Live objects whose desired state the reconciler has not caught up with: a new
+    generation, or a deletion requested."""
+    keys: list[Key] = []
+    for kind in kinds.KINDS.values():
+        keys += [(kind.name, r[0]) for r in conn.execute(
+            f"SELECT id FROM {kind.table} WHERE deleted_at IS NULL AND "
+            "(generation != observed_generation OR deleting_at IS NOT NULL)")]
+    return keys
+
+
+def row(conn: sqlite3.Connection, kind: str, object_id: str) -> sqlite3.Row | None:
+    """The object's whole row (views build documents from it)."""
+    found: sqlite3.Row | None = conn.execute(
+        f"SELECT * FROM {kinds.get(kind).table} WHERE id = ?", (object_id,)).fetchone()
+    return found
+
+
+def owners(conn: sqlite3.Connection, keys: list[Key]) -> dict[Key, Key]:
+    """The owner of each key whose kind has one (a snapshot's cell), by the registry."""
+    out: dict[Key, Key] = {}
+    for kind in kinds.KINDS.values():
+        if kind.owner is None:
+            continue
+        owner_kind, column = kind.owner
+        wanted = [oid for k, oid in keys if k == kind.name]
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i:i + 500]
+            for object_id, owner_id in conn.execute(
+                    f"SELECT id, {column} FROM {kind.table} WHERE id IN "
+                    f"({','.join('?' * len(chunk))})", chunk).fetchall():
+                if owner_id:
+                    out[(kind.name, object_id)] = (owner_kind, owner_id)
+    return out
+
+
+def desired_version(conn: sqlite3.Connection, kind: str, object_id: str
+                    ) -> tuple[int, bool] | None:
+    """(generation, deletion asked): moves only when the user asks for something new."""
+    found = conn.execute(f"SELECT generation, deleting_at FROM {kinds.get(kind).table} "
+                         "WHERE id = ?", (object_id,)).fetchone()
+    return (found[0], found[1] is not None) if found is not None else None
+
+
+def backends_in_use(conn: sqlite3.Connection) -> set[str]:
+    """Every backend any recorded cell, live or deleted, names."""
+    return {r[0] for r in conn.execute("SELECT DISTINCT backend FROM cells")}
+
+
+def latest_taken_snapshot(conn: sqlite3.Connection, cell_id: str) -> tuple[str, str] | None:
+    """(id, name) of the cell's newest snapshot whose checkpoint was taken."""
+    found = conn.execute(
+        "SELECT id, name FROM snapshots WHERE cell_id = ? AND checkpoint_ref IS NOT NULL "
+        "ORDER BY taken_at DESC LIMIT 1", (cell_id,)).fetchone()
+    return (found[0], found[1]) if found is not None else None
+
+
+def backends_of(conn: sqlite3.Connection, keys: list[Key]) -> set[str]:
+    """The backends that run these objects (an owned object runs on its owner's)."""
+    owner = owners(conn, keys)
+    cell_ids = list({owner.get(key, key)[1] for key in keys
+                     if owner.get(key, key)[0] == "Cell"})
+    names: set[str] = set()
+    for i in range(0, len(cell_ids), 500):
+        chunk = cell_ids[i:i + 500]
+        names.update(r[0] for r in conn.execute(
+            f"SELECT DISTINCT backend FROM cells WHERE id IN ({','.join('?' * len(chunk))})",
+            chunk))
+    return names
+
+
+def dependents(conn: sqlite3.Connection, kind: str, object_id: str) -> list[Key]:
+    """Live objects waiting on this one (the registry's `wakes`): a cell's untaken
+    snapshots, a snapshot's forks."""
+    keys: list[Key] = []
+    for wakes in kinds.get(kind).wakes:
+        table = kinds.get(wakes.kind).table
+        waiting = f" AND {wakes.waiting_while_null} IS NULL" if wakes.waiting_while_null else ""
+        keys += [(wakes.kind, r[0]) for r in conn.execute(
+            f"SELECT id FROM {table} WHERE {wakes.via} = ? AND deleted_at IS NULL{waiting}",
+            (object_id,))]
+    return keys
+
+
+def cells_with_host_mounts(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+    """Live recorded cells with host mounts, name -> spec (for the shared-mount rule)."""
+    rows = conn.execute("SELECT name, spec FROM cells WHERE deleted_at IS NULL "
+                        "AND json_extract(spec, '$.mounts') IS NOT NULL").fetchall()
+    return {name: json.loads(spec) for name, spec in rows}
+
+
 def _listed(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Spec fields copied into their own columns for fast listing."""
-    if kind != "Cell":
-        return {}
-    return {"desired_state": spec.get("state"), "image": spec.get("image")}
+    return {column: spec.get(field) for column, field in kinds.get(kind).listed}
 
 
 def insert(
@@ -128,7 +227,7 @@ def insert(
     labels: dict[str, str], annotations: dict[str, str], spec_hash: str, manifest_hash: str,
     source: str | None, extra: dict[str, Any] | None = None, phase: str = "Pending",
 ) -> str:
-    object_id = ids.new_id(ID_PREFIX[kind])
+    object_id = ids.new_id(kinds.get(kind).id_prefix)
     stamp = now()
     columns = {
         "id": object_id, "name": name, "labels": json.dumps(labels),
@@ -142,7 +241,7 @@ def insert(
     names = ", ".join(columns)
     marks = ", ".join("?" for _ in columns)
     try:
-        conn.execute(f"INSERT INTO {TABLES[kind]} ({names}) VALUES ({marks})",
+        conn.execute(f"INSERT INTO {kinds.get(kind).table} ({names}) VALUES ({marks})",
                      tuple(columns.values()))
     except sqlite3.IntegrityError as exc:
         if "UNIQUE" in str(exc):
@@ -161,7 +260,7 @@ def update_desired(
     listed = _listed(record.kind, spec)
     sets = "".join(f", {k} = ?" for k in listed)
     cur = conn.execute(
-        f"UPDATE {TABLES[record.kind]} SET spec = ?, labels = ?, annotations = ?, "
+        f"UPDATE {kinds.get(record.kind).table} SET spec = ?, labels = ?, annotations = ?, "
         f"spec_hash = ?, manifest_hash = ?, source = ?, generation = ?{sets}, "
         "resource_version = resource_version + 1, updated_at = ? "
         "WHERE id = ? AND resource_version = ?",
@@ -182,7 +281,7 @@ def _check_written(cur: sqlite3.Cursor, record: ObjectRecord) -> None:
 
 def request_delete(conn: sqlite3.Connection, record: ObjectRecord) -> None:
     cur = conn.execute(
-        f"UPDATE {TABLES[record.kind]} SET deleting_at = ?, "
+        f"UPDATE {kinds.get(record.kind).table} SET deleting_at = ?, "
         "resource_version = resource_version + 1, updated_at = ? "
         "WHERE id = ? AND resource_version = ? AND deleting_at IS NULL",
         (now(), now(), record.id, record.resource_version),
@@ -193,7 +292,7 @@ def request_delete(conn: sqlite3.Connection, record: ObjectRecord) -> None:
 def cancel_delete(conn: sqlite3.Connection, record: ObjectRecord) -> None:
     """Withdraw a deletion request (its gated delete was cancelled): the object stays."""
     conn.execute(
-        f"UPDATE {TABLES[record.kind]} SET deleting_at = NULL, "
+        f"UPDATE {kinds.get(record.kind).table} SET deleting_at = NULL, "
         "resource_version = resource_version + 1, updated_at = ? WHERE id = ?",
         (now(), record.id))
 
@@ -201,7 +300,7 @@ def cancel_delete(conn: sqlite3.Connection, record: ObjectRecord) -> None:
 def mark_deleted(conn: sqlite3.Connection, record: ObjectRecord) -> None:
     stamp = now()
     conn.execute(
-        f"UPDATE {TABLES[record.kind]} SET deleted_at = ?, phase = 'Deleted', "
+        f"UPDATE {kinds.get(record.kind).table} SET deleted_at = ?, phase = 'Deleted', "
         "resource_version = resource_version + 1, updated_at = ? WHERE id = ?",
         (stamp, stamp, record.id),
     )
@@ -243,7 +342,7 @@ def write_status(
         return False
     sets = ", ".join(f"{k} = ?" for k in extra)
     sql = (
-        f"UPDATE {TABLES[record.kind]} SET phase = ?, status = ?, observed_generation = ?, "
+        f"UPDATE {kinds.get(record.kind).table} SET phase = ?, status = ?, observed_generation = ?, "
         f"resource_version = resource_version + 1, updated_at = ?{', ' + sets if sets else ''} "
         "WHERE id = ? AND resource_version = ?"
     )
@@ -259,3 +358,14 @@ def write_status(
     record.resource_version += 1
     record.extra.update(extra)
     return True
+
+
+def note_retry(db: Database, kind: str, object_id: str, *, at: str, retries: int) -> None:
+    """Record when a failing object is retried next (describe shows status.nextRetryAt)."""
+    with db.write() as conn:
+        record = get(conn, kind, object_id)
+        if record is None:
+            return
+        status = dict(record.status, nextRetryAt=at, retries=retries)
+        write_status(conn, record, phase=record.phase, status=status,
+                     observed_generation=record.observed_generation)

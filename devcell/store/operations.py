@@ -9,17 +9,29 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from devcell import ids
 from devcell.store.db import now
 
 
-class OpStatus:
+class OpStatus(StrEnum):
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
+
+
+class StepStatus(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SKIPPED = "Skipped"
+    """Not run: an earlier step failed (or the plan stopped) before it."""
+    INTERRUPTED = "Interrupted"
+    """In flight when the process running it died (crash recovery)."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +49,31 @@ class StepRecord:
 
 def has_running(conn: sqlite3.Connection) -> bool:
     """Any operation still marked Running: in flight elsewhere, or left by a dead process."""
-    return conn.execute("SELECT 1 FROM operations WHERE status = 'Running' LIMIT 1").fetchone() is not None
+    return conn.execute("SELECT 1 FROM operations WHERE status = ? LIMIT 1",
+                        (OpStatus.RUNNING,)).fetchone() is not None
+
+
+def running(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+    """Operations still marked Running (after a crash: those a dead process left)."""
+    return conn.execute(
+        "SELECT id, object_kind, object_id, object_name, action, current_step "
+        "FROM operations WHERE status = ?", (OpStatus.RUNNING,)).fetchall()
+
+
+def interrupt(conn: sqlite3.Connection, op_id: str) -> str | None:
+    """Mark the step in flight Interrupted (its process died); its name, if there was one."""
+    in_flight = conn.execute("SELECT name FROM operation_steps WHERE op_id = ? AND status = ?",
+                             (op_id, StepStatus.RUNNING)).fetchone()
+    conn.execute(
+        "UPDATE operation_steps SET status = ?, finished_at = ?, "
+        "error = 'interrupted: the process died during this step' "
+        "WHERE op_id = ? AND status = ?",
+        (StepStatus.INTERRUPTED, now(), op_id, StepStatus.RUNNING))
+    return str(in_flight[0]) if in_flight else None
+
+
+def exists(conn: sqlite3.Connection, op_id: str) -> bool:
+    return conn.execute("SELECT 1 FROM operations WHERE id = ?", (op_id,)).fetchone() is not None
 
 
 def new_operation_id() -> str:
@@ -55,15 +91,15 @@ def create(
          generation, now(), json.dumps(step_names)),
     )
     conn.executemany(
-        "INSERT INTO operation_steps (op_id, idx, name, status) VALUES (?, ?, ?, 'Pending')",
-        [(op_id, i, name) for i, name in enumerate(step_names)],
+        "INSERT INTO operation_steps (op_id, idx, name, status) VALUES (?, ?, ?, ?)",
+        [(op_id, i, name, StepStatus.PENDING) for i, name in enumerate(step_names)],
     )
 
 
 def start_step(conn: sqlite3.Connection, op_id: str, idx: int, name: str) -> None:
     conn.execute(
-        "UPDATE operation_steps SET status = 'Running', started_at = ? WHERE op_id = ? AND idx = ?",
-        (now(), op_id, idx),
+        "UPDATE operation_steps SET status = ?, started_at = ? WHERE op_id = ? AND idx = ?",
+        (StepStatus.RUNNING, now(), op_id, idx),
     )
     conn.execute("UPDATE operations SET current_step = ? WHERE id = ?", (name, op_id))
 
@@ -75,13 +111,13 @@ def finish_step(
     conn.execute(
         "UPDATE operation_steps SET status = ?, finished_at = ?, duration_ms = ?, outputs = ?, "
         "error = ? WHERE op_id = ? AND idx = ?",
-        ("Succeeded" if ok else "Failed", now(), round(duration_ms, 3),
+        (StepStatus.SUCCEEDED if ok else StepStatus.FAILED, now(), round(duration_ms, 3),
          json.dumps(outputs or {}), error, op_id, idx),
     )
 
 
 def finish(
-    conn: sqlite3.Connection, op_id: str, *, status: str, reason: str = "",
+    conn: sqlite3.Connection, op_id: str, *, status: OpStatus, reason: str = "",
     message: str = "", failed_step: str | None = None,
 ) -> None:
     """Close the operation; current_step keeps the step that failed (None on success)."""
@@ -91,8 +127,8 @@ def finish(
         (status, reason, message, now(), failed_step, op_id),
     )
     conn.execute(
-        "UPDATE operation_steps SET status = 'Skipped' WHERE op_id = ? AND status = 'Pending'",
-        (op_id,),
+        "UPDATE operation_steps SET status = ? WHERE op_id = ? AND status = ?",
+        (StepStatus.SKIPPED, op_id, StepStatus.PENDING),
     )
 
 
@@ -134,6 +170,13 @@ def suspended_for(conn: sqlite3.Connection, object_id: str) -> sqlite3.Row | Non
         "SELECT * FROM operations WHERE object_id = ? AND status = 'Suspended' "
         "ORDER BY rowid DESC LIMIT 1", (object_id,)).fetchone()
     return row
+
+
+def approved_keys(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """(kind, object id) of suspended operations someone approved: ready to resume."""
+    return [(r[0], r[1]) for r in conn.execute(
+        "SELECT object_kind, object_id FROM operations WHERE status = ? AND reason = 'Approved'",
+        (OpStatus.SUSPENDED,))]
 
 
 def get(conn: sqlite3.Connection, op_id: str) -> sqlite3.Row | None:

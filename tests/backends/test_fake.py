@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
+from devcell import admission
 from devcell.backends.base import CellRef, Consistency
 from devcell.backends.fake import Failure, FakeBackend, parse_failures
+from devcell.controllers.context import Context
 from devcell.errors import BackendError
-from devcell.reconciler.context import Context
 from devcell.reconciler.converge import converge
-from devcell.store import desired, objects, operations
+from devcell.store import objects, operations
 from devcell.store.db import open_database
 from tests.controllers.support import cell_doc, parse, snapshot_doc
 
@@ -151,7 +152,7 @@ def test_fault_named_like_the_recorded_step_fires(state: Path,
     db = open_database(state)
     ctx = Context(db)
     try:
-        result = desired.apply_objects(db, parse(cell_doc("api")))
+        result = admission.apply_objects(db, parse(cell_doc("api")))
         converge(ctx, result.to_reconcile)
         cell = objects.require(db.conn, "Cell", "api")
         op = operations.for_object(db.conn, cell.id)[0]
@@ -263,7 +264,7 @@ def test_snapshots_taken_through_the_fake_report_metadata(state: Path) -> None:
     db = open_database(state)
     ctx = Context(db)
     try:
-        result = desired.apply_objects(db, parse(cell_doc("api"), snapshot_doc("snap", "api")))
+        result = admission.apply_objects(db, parse(cell_doc("api"), snapshot_doc("snap", "api")))
         assert converge(ctx, result.to_reconcile).ok
         snap = objects.require(db.conn, "Snapshot", "snap")
         assert snap.extra["consistency"] == "metadata"

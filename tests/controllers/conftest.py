@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
-from devcell.reconciler.context import Context
+from devcell.controllers.context import Context
 from devcell.store.db import Database, open_database
 
 

@@ -14,13 +14,14 @@ from typing import Any
 
 import yaml
 
-from devcell import API_VERSION
+from devcell import API_VERSION, admission, kinds
 from devcell.backends.fake import FakeBackend
+from devcell.controllers.context import Context
 from devcell.controllers.plan import Decision, Plan, Settled, Wait
 from devcell.manifests import validate
 from devcell.manifests.model import Manifest, SourceFile
-from devcell.reconciler.context import Context
-from devcell.reconciler.converge import Key, Report, controllers, converge
+from devcell.reconciler.converge import Key, Report, converge
+from devcell.reconciler.reconcile import controller_for
 from devcell.store import desired, objects, operations
 from devcell.store.db import Database
 
@@ -58,24 +59,20 @@ def parse(*docs: dict[str, Any]) -> list[Manifest]:
 
 
 def apply(db: Database, *docs: dict[str, Any]) -> desired.ApplyResult:
-    return desired.apply_objects(db, parse(*docs))
+    return admission.apply_objects(db, parse(*docs))
 
 
 def live_keys(db: Database) -> list[Key]:
     """Every live object, cells first (in creation order), then snapshots."""
-    keys: list[Key] = []
-    for kind, table in objects.TABLES.items():
-        keys += [(kind, r[0]) for r in db.conn.execute(
-            f"SELECT id FROM {table} WHERE deleted_at IS NULL ORDER BY rowid")]
-    return keys
+    return objects.live_keys(db.conn)
 
 
 def all_keys(db: Database) -> list[Key]:
     """Every object ever recorded, deleted ones included."""
     keys: list[Key] = []
-    for kind, table in objects.TABLES.items():
-        keys += [(kind, r[0]) for r in db.conn.execute(
-            f"SELECT id FROM {table} ORDER BY rowid")]
+    for kind in kinds.KINDS.values():
+        keys += [(kind.name, r[0]) for r in db.conn.execute(
+            f"SELECT id FROM {kind.table} ORDER BY rowid")]
     return keys
 
 
@@ -95,7 +92,7 @@ def decide(ctx: Context, kind: str, ref: str) -> Decision:
     """The controller's decision for the object named (or with id) `ref`."""
     record = objects.get(ctx.db.conn, kind, ref, include_deleted=True)
     assert record is not None, f"{kind} {ref} not recorded"
-    return controllers()[kind].decide(ctx, record.id)
+    return controller_for(kind).decide(ctx, record.id)
 
 
 def plan_of(ctx: Context, kind: str, ref: str) -> Plan:
@@ -124,7 +121,7 @@ def fake(ctx: Context) -> FakeBackend:
 
 
 def is_settled(decision: Decision) -> bool:
-    return isinstance(decision, Settled) and decision.failed is None
+    return isinstance(decision, Settled)
 
 
 def is_wait(decision: Decision) -> bool:

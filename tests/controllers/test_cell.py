@@ -6,8 +6,8 @@ import pytest
 
 from devcell.backends.base import CellRef
 from devcell.controllers.cell import CellController, runtime_hash
-from devcell.controllers.plan import Plan, Settled, Wait, When
-from devcell.reconciler.context import Context
+from devcell.controllers.context import Context
+from devcell.controllers.plan import Blocked, Plan, Settled, Wait, When
 from devcell.store import desired, volumes
 from devcell.store.db import Database
 from tests.controllers.support import (
@@ -334,15 +334,15 @@ def test_volume_lost_by_the_backend_is_recreated_under_the_same_id(db: Database,
     assert db.conn.execute("SELECT count(*) FROM volumes").fetchone()[0] == 1
 
 
-def test_unavailable_backend_is_a_terminal_condition_not_a_plan(db: Database,
+def test_unavailable_backend_is_a_condition_not_a_plan(db: Database,
                                                                 ctx: Context,
                                                                 monkeypatch: pytest.MonkeyPatch
                                                                 ) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent")  # no engine: unavailable
     apply(db, {**cell_doc("box"), "spec": {"backend": "container", "image": "busybox"}})
     decision = decide(ctx, "Cell", "box")
-    assert isinstance(decision, Settled) and decision.failed
-    assert "container" in decision.failed
+    assert isinstance(decision, Blocked) and decision.message
+    assert "container" in decision.message
     ready = record(db, "Cell", "box").condition("Ready")
     assert ready is not None and ready["reason"] == "BackendUnavailable"
     report = converge_all(ctx)

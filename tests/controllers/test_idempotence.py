@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from devcell.backends.base import CellRef
 from devcell.controllers.cell import runtime_hash
-from devcell.controllers.plan import Settled, Wait
-from devcell.reconciler.context import Context
+from devcell.controllers.context import Context
+from devcell.controllers.plan import Blocked, Settled, Wait
 from devcell.store import desired, operations, volumes
 from devcell.store.db import Database, open_database
 from tests.controllers.support import (
@@ -228,7 +228,7 @@ def check_converged(ctx: Context, world: World) -> None:
             assert snap.phase == "Ready" and snap.extra["consistency"] == "metadata"
             assert backend.checkpoint_exists(snap.id)
         elif smodel.cell_gone:
-            assert isinstance(decision, Settled) and decision.failed, (name, decision)
+            assert isinstance(decision, Blocked) and decision.message, (name, decision)
             assert snap.phase == "Failed"
         else:
             assert isinstance(decision, Wait), (name, decision)

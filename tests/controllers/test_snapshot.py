@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from devcell.controllers.plan import Settled, Wait, When
+from devcell.controllers.context import Context
+from devcell.controllers.plan import Blocked, Settled, Wait, When
 from devcell.controllers.snapshot import SnapshotController
 from devcell.errors import Conflict
-from devcell.reconciler.context import Context
 from devcell.store import desired, volumes
 from devcell.store.db import Database
 from tests.controllers.support import (
@@ -107,8 +107,8 @@ def test_snapshot_whose_cell_was_deleted_first_fails_terminally(db: Database,
     desired.delete(db, "Cell", "api")
     converge_all(ctx, [("Cell", record(db, "Cell", "api").id)])
     decision = decide(ctx, "Snapshot", "snap")
-    assert isinstance(decision, Settled) and decision.failed
-    assert "deleted before the snapshot was taken" in decision.failed
+    assert isinstance(decision, Blocked) and decision.message
+    assert "deleted before the snapshot was taken" in decision.message
     snap = record(db, "Snapshot", "snap")
     assert snap.phase == "Failed"
     ready = snap.condition("Ready")
@@ -166,8 +166,8 @@ def test_snapshot_of_a_cell_on_an_unavailable_backend_fails_clearly(db: Database
     apply(db, {**cell_doc("box"), "spec": {"backend": "container", "image": "busybox"}},
           snapshot_doc("snap", "box"))
     decision = decide(ctx, "Snapshot", "snap")
-    assert isinstance(decision, Settled) and decision.failed
-    assert "container" in decision.failed
+    assert isinstance(decision, Blocked) and decision.message
+    assert "container" in decision.message
     snap = record(db, "Snapshot", "snap")
     ready = snap.condition("Ready")
     assert ready is not None and ready["reason"] == "BackendUnavailable"

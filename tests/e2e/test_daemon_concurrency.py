@@ -218,7 +218,7 @@ RUN_STORE_DROPS_LOCKS = (
 
 
 def test_writes_after_opening_the_run_store_survive_a_reader_closing(tmp_path: Path) -> None:
-    from devcell.reconciler.runstore import open_run_store
+    from devcell.runs import open_store as open_run_store
     from devcell.store import events, operations
     from devcell.store.db import Database
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from devcell.controllers.cell import CellController
+from devcell.controllers.context import Context
 from devcell.controllers.snapshot import SnapshotController
-from devcell.reconciler.context import Context
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import stat
 from typing import Any
 
-from devcell.reconciler.context import Context
+from devcell.controllers.context import Context
 from devcell.reconciler.converge import converge
 from devcell.store.db import Database
 from tests.controllers.support import (
@@ -179,11 +179,11 @@ def test_a_cell_and_its_snapshots_never_run_at_the_same_time(
 
 
 def test_groups_put_a_cells_snapshots_with_it_cell_first(db: Database) -> None:
-    from devcell.reconciler.converge import _groups
+    from devcell.reconciler.reconcile import groups as _groups
 
     result = apply(db, cell_doc("a"), snapshot_doc("sa", "a"), cell_doc("b"))
     keys = list(reversed(result.to_reconcile))  # b, sa, a
-    groups = _groups(db, keys)
+    groups = _groups(db.conn, keys)
     a, b = record(db, "Cell", "a").id, record(db, "Cell", "b").id
     sa = record(db, "Snapshot", "sa").id
     assert groups == [[("Cell", b)], [("Cell", a), ("Snapshot", sa)]]

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from devcell.backends.fake import Failure, FakeBackend
+from devcell.controllers.context import Context
 from devcell.controllers.plan import Settled
-from devcell.reconciler.context import Context
 from devcell.store import desired, operations, volumes
 from devcell.store.db import Database
 from tests.controllers.support import (

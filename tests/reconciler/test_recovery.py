@@ -13,7 +13,7 @@ import pytest
 
 from devcell import failpoints
 from devcell.backends.base import CellRef
-from devcell.reconciler.context import Context
+from devcell.controllers.context import Context
 from devcell.reconciler.converge import converge
 from devcell.store import operations, volumes
 from devcell.store.db import Database

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devcell import admission
 from devcell.errors import Conflict, ManifestError, NotFound
 from devcell.manifests.model import Manifest
 from devcell.store import desired, objects
@@ -55,9 +56,9 @@ def test_new_object_starts_at_generation_1_resource_version_1(db: Database) -> N
 
 
 def test_labels_only_change_bumps_resource_version_not_generation(db: Database) -> None:
-    desired.apply_objects(db, [cell_manifest(labels={"team": "core"})])
+    admission.apply_objects(db, [cell_manifest(labels={"team": "core"})])
     before = get(db)
-    result = desired.apply_objects(db, [cell_manifest(labels={"team": "platform"})])
+    result = admission.apply_objects(db, [cell_manifest(labels={"team": "platform"})])
     after = get(db)
     assert [c.outcome for c in result.changes] == ["configured"]
     assert after.generation == before.generation == 1
@@ -68,16 +69,16 @@ def test_labels_only_change_bumps_resource_version_not_generation(db: Database) 
 
 
 def test_spec_change_bumps_both(db: Database) -> None:
-    desired.apply_objects(db, [cell_manifest(image="one")])
-    desired.apply_objects(db, [cell_manifest(image="two")])
+    admission.apply_objects(db, [cell_manifest(image="one")])
+    admission.apply_objects(db, [cell_manifest(image="two")])
     cell = get(db)
     assert (cell.generation, cell.resource_version) == (2, 2)
     assert cell.spec["image"] == "two"
 
 
 def test_unchanged_apply_writes_nothing(db: Database) -> None:
-    desired.apply_objects(db, [cell_manifest()])
-    result = desired.apply_objects(db, [cell_manifest()])
+    admission.apply_objects(db, [cell_manifest()])
+    result = admission.apply_objects(db, [cell_manifest()])
     assert [c.outcome for c in result.changes] == ["unchanged"]
     assert (get(db).generation, get(db).resource_version) == (1, 1)
 
@@ -106,7 +107,7 @@ def test_generation_counts_spec_changes_and_version_counts_writes(
     with tempfile.TemporaryDirectory() as tmp:
         db = open_database(Path(tmp) / "state")
         try:
-            desired.apply_objects(db, [cell_manifest(image="one")])
+            admission.apply_objects(db, [cell_manifest(image="one")])
             spec_changes = writes = 0
             current: tuple[str, str | None] = ("one", None)
             for image, label in edits:
@@ -114,7 +115,7 @@ def test_generation_counts_spec_changes_and_version_counts_writes(
                     writes += 1
                     spec_changes += image != current[0]
                 labels = {"l": label} if label else None
-                desired.apply_objects(db, [cell_manifest(image=image, labels=labels)])
+                admission.apply_objects(db, [cell_manifest(image=image, labels=labels)])
                 current = (image, label)
             cell = get(db)
             assert cell.generation == 1 + spec_changes
@@ -166,7 +167,7 @@ def test_live_names_are_unique(db: Database) -> None:
 
 
 def test_same_name_in_different_kinds_is_fine(db: Database) -> None:
-    desired.apply_objects(db, parse(cell_doc("api"), snapshot_doc("api", "api")))
+    admission.apply_objects(db, parse(cell_doc("api"), snapshot_doc("api", "api")))
     assert get(db, "api", "Cell").id != get(db, "api", "Snapshot").id
 
 
@@ -192,21 +193,21 @@ def test_name_of_a_deleted_object_can_be_reused(db: Database) -> None:
 
 
 def test_apply_of_an_object_being_deleted_is_refused(db: Database) -> None:
-    desired.apply_objects(db, [cell_manifest()])
+    admission.apply_objects(db, [cell_manifest()])
     desired.delete(db, "Cell", "api")
     with pytest.raises(ManifestError, match="is being deleted"):
-        desired.apply_objects(db, [cell_manifest(image="two")])
+        admission.apply_objects(db, [cell_manifest(image="two")])
 
 
 def test_immutable_fields_are_refused(db: Database) -> None:
-    desired.apply_objects(db, parse(cell_doc("api"), cell_doc("other"),
+    admission.apply_objects(db, parse(cell_doc("api"), cell_doc("other"),
                                     snapshot_doc("snap", "api")))
     backend_change: dict[str, Any] = cell_doc("api")
     backend_change["spec"].update(backend="vm", image="debian:12")
     with pytest.raises(ManifestError, match="immutable"):
-        desired.apply_objects(db, parse(backend_change))
+        admission.apply_objects(db, parse(backend_change))
     with pytest.raises(ManifestError, match="immutable"):
-        desired.apply_objects(db, parse(snapshot_doc("snap", "other")))
+        admission.apply_objects(db, parse(snapshot_doc("snap", "other")))
     with pytest.raises(ManifestError, match="fork source is immutable"):
-        desired.apply_objects(db, parse(cell_doc("api", fork_of="snap")))
+        admission.apply_objects(db, parse(cell_doc("api", fork_of="snap")))
     assert get(db).spec["backend"] == "fake" and get(db).generation == 1

@@ -14,8 +14,8 @@ import pytest
 
 from devcell.backends.base import CellRef
 from devcell.backends.container import ContainerBackend
+from devcell.controllers.context import Context
 from devcell.controllers.plan import Plan
-from devcell.reconciler.context import Context
 from devcell.store import volumes
 from devcell.store.db import Database, open_database
 from tests.backends.engine import IMAGE

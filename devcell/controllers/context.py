@@ -39,9 +39,9 @@ class Context:
     def run_store(self) -> SnapshotStore:
         """The run-snapshot store, opened on first use."""
         if self.runs is None:
-            from devcell.reconciler import runstore
+            from devcell import runs
 
-            self.runs = runstore.open_run_store(self.db.state_dir, self.run_store_kind)
+            self.runs = runs.open_store(self.db.state_dir, self.run_store_kind)
         return self.runs
 
     def close(self) -> None:

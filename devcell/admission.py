@@ -1,0 +1,161 @@
+"""Admission: the rules a manifest must pass against recorded state and DevCell's policy
+before it is recorded, as Kubernetes' admission runs between validation and storage.
+
+Validation (devcell.manifests) checks each document alone; admission checks what needs the
+recorded state (names defined twice, immutable fields, references to cells and snapshots) and
+the security policy of the configuration (host mounts, host network, published addresses,
+host paths shared between cells). Recording (devcell.store.desired) runs these rules through
+the `Admit` hook before its write and again under the write lock, so every caller that
+records desired state gets them; `apply` and `apply_objects` here are how callers record.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from devcell import config, security
+from devcell.errors import Problem
+from devcell.manifests.model import Manifest, SourceFile, field_path
+from devcell.store import desired, objects
+from devcell.store.db import Database
+
+
+class Rules:
+    """Every admission rule for one state directory (the `Admit` hook of desired)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+
+    def __call__(self, conn: sqlite3.Connection, manifests: list[Manifest],
+                 defined: dict[tuple[str, str], str], *, locked: bool) -> list[Problem]:
+        if locked:
+            # Only what another writer could have broken since the first check: a cell
+            # sharing a host path recorded meanwhile (cheap: only cells with host mounts).
+            if not any(m.kind == "Cell" and m.spec.get("mounts") for m in manifests):
+                return []
+            return security_problems(manifests, self.state_dir,
+                                     objects.cells_with_host_mounts(conn))
+        problems = reference_problems(conn, manifests, defined)
+        problems += security_problems(manifests, self.state_dir,
+                                      objects.cells_with_host_mounts(conn))
+        return problems
+
+
+def apply(db: Database, files: list[SourceFile], *, dry_run: bool = False,
+          prune_roots: list[str] | None = None,
+          parse_cache: dict[str, tuple[list[Manifest], list[Problem]]] | None = None,
+          ) -> desired.ApplyResult:
+    """Admit and record manifest files, all or nothing (see desired.apply)."""
+    return desired.apply(db, files, dry_run=dry_run, prune_roots=prune_roots,
+                         parse_cache=parse_cache, admit=Rules(db.state_dir))
+
+
+def apply_objects(db: Database, manifests: list[Manifest]) -> desired.ApplyResult:
+    """Admit and record objects made by an imperative verb (`snapshot create`, `cell fork`)."""
+    return desired.apply_objects(db, manifests, admit=Rules(db.state_dir))
+
+
+def security_problems(manifests: list[Manifest], state_dir: Any,
+                      recorded: dict[str, dict[str, Any]] | None = None) -> list[Problem]:
+    """DevCell's security rules (devcell.security) for these Cells, located like any problem.
+
+    recorded: name -> spec of the live cells already recorded (their host mounts count).
+
+    DevCell's configuration is read only when a Cell is checked; a broken configuration
+    raises ConfigError (nothing is applied until it is fixed).
+    """
+    cells = [m for m in manifests if m.kind == "Cell"]
+    if not cells:
+        return []
+    policy = config.load(state_dir).security
+    problems = []
+
+    def located(m: Manifest, path: tuple[str | int, ...], message: str) -> Problem:
+        full = ("spec", *path)
+        line, column = m.where(*full)
+        return Problem(m.file, message, line=line, column=column, kind=m.kind, name=m.name,
+                       field=field_path(full))
+
+    for m in cells:
+        for path, message in security.cell_problems(m.spec, policy, state_dir):
+            problems.append(located(m, path, message))
+    mounting = {m.name: security.host_mounts(m.spec) for m in cells if m.spec.get("mounts")}
+    if mounting:
+        others = {name: security.host_mounts(spec) for name, spec in (recorded or {}).items()
+                  if name not in mounting and spec.get("mounts")}
+        for m in cells:
+            for i, mine in enumerate(mounting.get(m.name, [])):
+                clash = next(((owner, theirs) for owner, mounts in {**others, **mounting}.items()
+                              if owner != m.name for theirs in mounts
+                              if security.shared_mount_problem(mine, theirs, owner)), None)
+                if clash is not None:
+                    shared = security.shared_mount_problem(mine, clash[1], clash[0]) or ""
+                    problems.append(located(m, ("mounts", i, "hostPath"), shared))
+    return problems
+
+
+def reference_problems(conn: sqlite3.Connection, manifests: list[Manifest],
+                       defined: dict[tuple[str, str], str]) -> list[Problem]:
+    """The same name twice, objects being deleted, immutable fields, references to cells and
+    snapshots that exist neither in this apply (`defined`: also recorded unchanged, where)
+    nor in the store."""
+    problems: list[Problem] = []
+    defined = dict(defined)
+    for m in manifests:
+        key = (m.kind, m.name)
+        if key in defined:
+            problems.append(desired.problem_at(m, ("metadata", "name"),
+                                     f'{m.kind} "{m.name}" is defined twice in this apply '
+                                     f"(also in {defined[key]})"))
+            continue
+        defined[key] = f"{m.file}:{m.line}"
+    for m in manifests:
+        existing = objects.get(conn, m.kind, m.name)
+        if existing is not None and existing.deleting:
+            problems.append(desired.problem_at(m, ("metadata", "name"),
+                                     f'{m.kind.lower()} "{m.name}" is being deleted; '
+                                     "apply again once it is gone"))
+            continue
+        if m.kind == "Snapshot":
+            cell = m.spec["cell"]
+            if existing is not None and existing.spec != m.spec:
+                problems.append(desired.problem_at(
+                    m, ("spec", "cell"),
+                    f'a Snapshot\'s spec is immutable (recorded cell "{existing.spec["cell"]}", '
+                    f'got "{cell}"); delete the snapshot and create a new one'))
+            elif existing is None and ("Cell", cell) not in defined \
+                    and objects.get(conn, "Cell", cell) is None:
+                problems.append(desired.problem_at(m, ("spec", "cell"), f'cell "{cell}" not found'))
+            continue
+        source = m.spec.get("workspace", {}).get("from")
+        if existing is not None:
+            if existing.spec["backend"] != m.spec["backend"]:
+                problems.append(desired.problem_at(
+                    m, ("spec", "backend"),
+                    f'field is immutable (recorded "{existing.spec["backend"]}", got '
+                    f'"{m.spec["backend"]}"); delete the cell and create it again'))
+            old_source = existing.spec.get("workspace", {}).get("from")
+            if old_source != source:
+                problems.append(desired.problem_at(
+                    m, ("spec", "workspace", "from"),
+                    f"fork source is immutable (recorded {_fork_source(old_source)}, got "
+                    f"{_fork_source(source)})"))
+        if source is not None and existing is None:
+            snap = source["snapshot"]
+            if ("Snapshot", snap) not in defined:
+                found = objects.get(conn, "Snapshot", snap)
+                if found is None:
+                    problems.append(desired.problem_at(m, ("spec", "workspace", "from", "snapshot"),
+                                             f'snapshot "{snap}" not found'))
+                elif found.deleting:
+                    problems.append(desired.problem_at(m, ("spec", "workspace", "from", "snapshot"),
+                                             f'snapshot "{snap}" is being deleted'))
+    return problems
+
+
+def _fork_source(source: dict[str, str] | None) -> str:
+    return f'snapshot "{source["snapshot"]}"' if source else "none"
+
+

@@ -43,6 +43,8 @@ from devcell.backends.base import (
     Consistency,
     Observed,
     Outputs,
+    Owned,
+    OwnedKind,
 )
 from devcell.backends.container_layout import Layout, safe_id, state_hash
 from devcell.backends.container_spec import (
@@ -60,7 +62,6 @@ from devcell.errors import BackendError, BackendNotFound, BackendUnavailable, Co
 
 if TYPE_CHECKING:
     from devcell.backends.interactive import Terminal
-    from devcell.reconciler.orphans import Owned
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 QUIESCED = "quiesced"
@@ -205,12 +206,10 @@ class ContainerBackend:
     def list_owned(self) -> list[Owned]:
         """Containers, volumes and checkpoints of this state directory, each with its owning
         cell id (from labels and marker files), for the orphan sweep after a crash."""
-        from devcell.reconciler.orphans import Owned
-
-        out = [Owned("cell", c["cell_id"], c["cell_id"]) for c in self.owned_containers()
+        out = [Owned(OwnedKind.CELL, c["cell_id"], c["cell_id"]) for c in self.owned_containers()
                if c["cell_id"]]
-        for kind, entries in (("volume", self.store.all_volumes()),
-                              ("checkpoint", self.store.all_checkpoints())):
+        for kind, entries in ((OwnedKind.VOLUME, self.store.all_volumes()),
+                              (OwnedKind.CHECKPOINT, self.store.all_checkpoints())):
             out += [Owned(kind, resource_id, cell_id) for resource_id, cell_id in entries]
         return out
 

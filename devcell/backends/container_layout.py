@@ -8,6 +8,9 @@ Every path is built from an id that first passed a strict regular expression (le
     <state>/volumes/<vol_id>/logs/<svc>.log     per-service logs (mounted at /var/log/devcell)
     <state>/images/checkpoints/<id>/            checkpoint.json + workspace/ (complete ones only)
     <state>/containers/<cell_id>/               supervisor.sh, secrets.env (mounted read-only)
+
+Where those are mounted inside a cell (`security.RUN_DIR`, `security.SERVICE_LOG_DIR`) is
+defined by the security rules that reserve the paths, not here.
 """
 
 from __future__ import annotations
@@ -20,9 +23,6 @@ from pathlib import Path
 from devcell.errors import BackendError
 
 _ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,127}")
-SERVICE_LOG_DIR = "/var/log/devcell"
-RUN_DIR = "/devcell"
-"""Where the cell's DevCell-owned run directory is mounted (read-only) inside the container."""
 
 
 def is_safe_id(value: str) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 
 from devcell import security
 from devcell.backends import supervisor
-from devcell.backends.container_layout import RUN_DIR, SERVICE_LOG_DIR, Layout, state_hash
+from devcell.backends.container_layout import Layout, state_hash
 from devcell.config import SecurityPolicy
 from devcell.errors import BackendError
 
@@ -115,16 +115,16 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
     if broken:
         raise BackendError("refusing to create the container: " + "; ".join(broken))
     plain, _ = supervisor.split_env(spec)
-    mounts = [_bind(layout.run_dir(cell_id), RUN_DIR, read_only=True)]
+    mounts = [_bind(layout.run_dir(cell_id), security.RUN_DIR, read_only=True)]
     if volume_id is not None:
         mounts += [_bind(layout.workspace(volume_id), mount_path(spec), read_only=False),
-                   _bind(layout.logs(volume_id), SERVICE_LOG_DIR, read_only=False)]
+                   _bind(layout.logs(volume_id), security.SERVICE_LOG_DIR, read_only=False)]
     for mount in spec.get("mounts") or []:  # resolved now: a later symlink swap changes nothing
         mounts.append(_bind(Path(os.path.realpath(mount["hostPath"])), mount["mountPath"],
                             read_only=bool(mount.get("readOnly", False))))
     kwargs: dict[str, Any] = {
         "image": image_of(spec),
-        "command": ["/bin/sh", f"{RUN_DIR}/{supervisor.SCRIPT}"],
+        "command": ["/bin/sh", f"{security.RUN_DIR}/{supervisor.SCRIPT}"],
         "name": name,
         "hostname": cell_name,
         "labels": labels(layout, cell_id=cell_id, cell_name=cell_name, volume_id=volume_id,

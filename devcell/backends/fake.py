@@ -18,7 +18,6 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from devcell.backends.base import (
     Capabilities,
@@ -27,11 +26,10 @@ from devcell.backends.base import (
     Consistency,
     Observed,
     Outputs,
+    Owned,
+    OwnedKind,
 )
 from devcell.errors import BackendError, BackendNotFound
-
-if TYPE_CHECKING:
-    from devcell.reconciler.orphans import Owned
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL,
@@ -265,12 +263,11 @@ class FakeBackend:
 
     def list_owned(self) -> list[Owned]:
         """Everything the fake holds, with its owning cell (for the orphan sweep)."""
-        from devcell.reconciler.orphans import Owned
-
-        out = [Owned("cell", r[0], r[0]) for r in self.conn.execute("SELECT id FROM cells")]
-        out += [Owned("volume", r[0], r[1]) for r in self.conn.execute(
+        out = [Owned(OwnedKind.CELL, r[0], r[0])
+               for r in self.conn.execute("SELECT id FROM cells")]
+        out += [Owned(OwnedKind.VOLUME, r[0], r[1]) for r in self.conn.execute(
             "SELECT id, cell_id FROM volumes")]
-        out += [Owned("checkpoint", r[0], r[1]) for r in self.conn.execute(
+        out += [Owned(OwnedKind.CHECKPOINT, r[0], r[1]) for r in self.conn.execute(
             "SELECT id, cell_id FROM checkpoints")]
         return out
 

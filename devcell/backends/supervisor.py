@@ -17,8 +17,8 @@ import re
 import shlex
 from typing import Any
 
-from devcell.backends.container_layout import RUN_DIR, SERVICE_LOG_DIR
 from devcell.errors import BackendError
+from devcell.security import RUN_DIR, SERVICE_LOG_DIR
 
 SCRIPT = "supervisor.sh"
 SECRETS = "secrets.env"

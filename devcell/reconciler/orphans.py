@@ -8,21 +8,12 @@ a resource whose owner is gone, or was never recorded, is removed. Each removal 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from loguru import logger
 
-from devcell.backends.base import CellRef
+from devcell.backends.base import CellRef, Owned, OwnedKind
 from devcell.errors import DevCellError
 from devcell.reconciler.context import Context
 from devcell.store import events
-
-
-@dataclass(frozen=True)
-class Owned:
-    kind: str  # cell | volume | checkpoint
-    id: str
-    cell_id: str
 
 
 def _live(ctx: Context) -> tuple[set[str], set[str], set[str]]:
@@ -39,13 +30,10 @@ def _live(ctx: Context) -> tuple[set[str], set[str], set[str]]:
 def sweep(ctx: Context, backend_name: str) -> list[Owned]:
     """Remove orphans from one backend; returns what was removed."""
     backend = ctx.backend(backend_name)
-    lister = getattr(backend, "list_owned", None)
-    if lister is None:
-        return []
     cells, snaps, sleeps = _live(ctx)
     removed = []
-    for item in lister():
-        if item.kind == "checkpoint":
+    for item in backend.list_owned():
+        if item.kind == OwnedKind.CHECKPOINT:
             # A snapshot's checkpoint, or the sleep checkpoint its cell's status names.
             keep = item.id in snaps or item.id in sleeps
         else:
@@ -53,9 +41,9 @@ def sweep(ctx: Context, backend_name: str) -> list[Owned]:
         if keep:
             continue
         try:
-            if item.kind == "cell":
+            if item.kind == OwnedKind.CELL:
                 backend.delete(_ref(item))
-            elif item.kind == "volume":
+            elif item.kind == OwnedKind.VOLUME:
                 backend.delete_volume(item.id)
             else:
                 backend.delete_checkpoint(item.id)

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from devcell.errors import BackendError
+from devcell.errors import BackendRefused
 
 _ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,127}")
 
@@ -30,10 +30,10 @@ def is_safe_id(value: str) -> bool:
 
 
 def safe_id(what: str, value: str) -> str:
-    """`value` if it is a safe id (cannot escape a directory), else a BackendError."""
+    """`value` if it is a safe id (cannot escape a directory), else BackendRefused."""
     if not is_safe_id(value):
-        raise BackendError(f"refusing {what} id {value!r}: ids are lower-case letters, digits, "
-                           "'_' and '-' (at most 128 characters)")
+        raise BackendRefused(f"refusing {what} id {value!r}: ids are lower-case letters, "
+                             "digits, '_' and '-' (at most 128 characters)")
     return value
 
 

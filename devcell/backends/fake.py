@@ -62,6 +62,14 @@ def parse_failures(text: str) -> list[Failure]:
 
 
 _ENV_FAILURES: dict[str, list[Failure]] = {}
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether SQLite refused because another connection holds a lock (worth waiting for),
+    judged by its result code; an extended code keeps the primary one in its low byte."""
+    code = getattr(exc, "sqlite_errorcode", None)  # absent on errors not raised by SQLite
+    return code is not None and code & 0xFF in _BUSY_CODES
 
 
 def _env_failures() -> list[Failure]:
@@ -108,7 +116,7 @@ class FakeBackend:
                     self.conn.execute("PRAGMA journal_mode = WAL")
                 return
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
+                if not _busy(exc):
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 0.1)

@@ -92,6 +92,14 @@ class BackendError(DevCellError):
 
     `reason` is a short CamelCase cause (ImageNotFound, BackendUnavailable) that becomes the
     Ready condition's reason, so `get`/`describe` and scripts can tell causes apart.
+
+    `permanent` (from DevCellError) says whether waiting can help, so the reconcile engine
+    decides retry or terminal from the class, never from the message. False here: a failure
+    nobody classified is retried with backoff (as controller-runtime treats an ordinary
+    error), because wrongly giving up leaves a cell broken until someone notices, while
+    wrongly retrying costs one backend call per backoff period. A subclass that waiting
+    cannot mend sets it True: the failure is recorded and not retried until the desired state
+    (or the world, by a hand outside DevCell) changes.
     """
 
     reason: str | None = None
@@ -103,17 +111,84 @@ class BackendError(DevCellError):
 
 
 class BackendUnavailable(BackendError):
-    """The backend's engine cannot be reached."""
+    """The backend's engine cannot be reached.
+
+    Temporary: an engine restarting, or started after DevCell was, comes back by itself.
+    """
 
     reason = "BackendUnavailable"
 
 
+class UnknownBackend(BackendUnavailable):
+    """No backend of that name in this version of DevCell (a planned one, or a typo).
+
+    Permanent, unlike its parent: only a spec naming another backend, or another version of
+    DevCell, helps. Its reason stays BackendUnavailable, which is what the cell shows.
+    """
+
+    permanent = True
+
+
 class BackendNotFound(BackendError):
-    """The backend has no such resource (makes idempotent deletes easy)."""
+    """The backend has no such resource (makes idempotent deletes easy).
+
+    Temporary: the resource went away between observing and acting (a delete racing this
+    step, a `docker rm` by hand); the next decision observes that and plans to make it.
+    """
+
+
+
+class ImageNotFound(BackendNotFound):
+    """The cell's image is not on the engine, and DevCell never pulls.
+
+    Permanent: no amount of waiting makes an image appear. The fix is a user's act, named in
+    the message (`devcell image build-base`, `docker load`, or a spec naming another image);
+    a re-apply or the daemon's resync then tries again. Retrying meanwhile would only hold an
+    inline apply until its timeout instead of failing at once with that fix.
+    """
+
+    reason = "ImageNotFound"
+    permanent = True
+
+
+class BackendConflict(BackendError):
+    """The backend already holds something by that name or in that state (HTTP 409).
+
+    Temporary: a conflict is a race (another worker or process created, removed or paused
+    the same resource a moment ago); the next decision observes the winner and plans from
+    there. Callers that expect a conflict (create of a name already taken) catch this class.
+    """
+
+
+
+class BackendRefused(BackendError):
+    """The request cannot succeed as asked: a DevCell rule refuses it (security, ids), a
+    resource in the way is not DevCell's to touch, or the engine rejects the arguments
+    (HTTP 400).
+
+    Permanent: only a change of spec, of DevCell's configuration, or a hand on the engine
+    makes it succeed; the message says which.
+    """
+
+    permanent = True
+
+
+class MountRefused(BackendRefused):
+    """A bind mount's host path is not allowed (any more) when the container starts, or
+    overlaps a writable mount of another cell.
+
+    Permanent: the host path, the configuration or the other cell must change first.
+    """
+
+    reason = "MountRefused"
+    permanent = True
 
 
 class CapabilityMissing(BackendError):
-    """The backend cannot honestly do this."""
+    """The backend cannot honestly do this.
+
+    Permanent: capabilities are fixed per backend; only a spec naming another backend helps.
+    """
 
     reason = "CapabilityMissing"
     permanent = True

@@ -18,11 +18,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from devcell.backends.container_layout import RUN_DIR, SERVICE_LOG_DIR
 from devcell.config import SecurityPolicy
 from devcell.manifests.model import field_path
 
 FieldPath = tuple[str | int, ...]
+RUN_DIR = "/devcell"
+"""Where a cell's DevCell-owned run directory (supervisor, secrets) is mounted, read-only."""
+SERVICE_LOG_DIR = "/var/log/devcell"
+"""Where a cell's service logs are mounted. Both are defined here, not by the container
+backend that mounts them, because the rules below reserve them and this module sits below
+the backends: a backend may read the rules, the rules may not import a backend."""
 RESERVED_MOUNT_PATHS = ("/", "/proc", "/sys", "/dev", "/etc", "/bin", "/sbin", "/usr", "/lib",
                         "/lib64", "/boot", RUN_DIR, SERVICE_LOG_DIR)
 """Paths inside a cell that no mount may hide or overwrite (a mount at or below one)."""

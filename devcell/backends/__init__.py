@@ -6,7 +6,7 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from devcell.errors import BackendUnavailable
+from devcell.errors import BackendUnavailable, UnknownBackend
 
 if TYPE_CHECKING:
     from devcell.backends.base import Backend
@@ -22,10 +22,10 @@ def _class(name: str) -> type:
     target = REGISTRY.get(name)
     if target is None:
         if name in PLANNED:
-            raise BackendUnavailable(
+            raise UnknownBackend(
                 f"backend {name} ({PLANNED[name]}) is not available in this version of DevCell"
             )
-        raise BackendUnavailable(f"unknown backend {name!r}")
+        raise UnknownBackend(f"unknown backend {name!r}")
     module_name, _, class_name = target.partition(":")
     cls: type = getattr(importlib.import_module(module_name), class_name)
     return cls

@@ -64,6 +64,29 @@ class CheckpointInfo:
     files: int = 0
 
 
+class OwnedKind(StrEnum):
+    """The kinds of resource a backend makes for a cell, and lists for the orphan sweep."""
+
+    CELL = "cell"  # the runtime (a container; a row in the fake)
+    VOLUME = "volume"
+    CHECKPOINT = "checkpoint"
+
+
+@dataclass(frozen=True)
+class Owned:
+    """A resource the backend holds, with the owner it was labelled with when it was made.
+
+    `id` is the resource's own id (for a cell, the cell id). `cell_id` is the owning cell,
+    read from the backend's labels or markers, never from DevCell's database: a crash between
+    the backend call and the commit leaves resources the database does not know, and this is
+    how the sweep finds them.
+    """
+
+    kind: OwnedKind
+    id: str
+    cell_id: str
+
+
 Outputs = dict[str, str | int | float | bool | None]
 """Scalar outputs of a step, recorded in its operation."""
 
@@ -111,5 +134,11 @@ class Backend(Protocol):
         ...
 
     def delete_checkpoint(self, checkpoint_id: str) -> Outputs: ...
+
+    def list_owned(self) -> list[Owned]:
+        """Every cell runtime, volume and checkpoint this backend holds for this state
+        directory, each with its owning cell, whether or not the database records it (the
+        orphan sweep after a crash compares the two)."""
+        ...
 
     def close(self) -> None: ...

@@ -1,8 +1,10 @@
 """The container backend: cells as containers on the Docker engine, through the `docker` SDK.
 
-This is the only module that imports docker, and Docker's errors are translated here, at this
-one boundary, into DevCell's (BackendUnavailable, BackendNotFound, BackendError). The engine is
-the local daemon, or whatever DOCKER_HOST names.
+This is the only module that imports docker, and Docker's errors are translated here, at one
+function (`translate`), into DevCell's: by HTTP status as docker-py classifies them (404
+BackendNotFound, 409 BackendConflict, 400 BackendRefused), ImageNotFound, BackendUnavailable.
+Callers catch those classes and never read a message. The engine is the local daemon, or
+whatever DOCKER_HOST names.
 
 - A cell is one container whose main process is DevCell's supervisor (`supervisor.py`); the
   workspace volume is a host directory (`workspaces.py`) bind-mounted at its mountPath.
@@ -26,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeAlias
 
 import docker
 import docker.errors
@@ -43,6 +45,8 @@ from devcell.backends.base import (
     Consistency,
     Observed,
     Outputs,
+    Owned,
+    OwnedKind,
 )
 from devcell.backends.container_layout import Layout, safe_id, state_hash
 from devcell.backends.container_spec import (
@@ -56,11 +60,19 @@ from devcell.backends.container_spec import (
 )
 from devcell.backends.workspaces import WorkspaceStore
 from devcell.config import SecurityPolicy
-from devcell.errors import BackendError, BackendNotFound, BackendUnavailable, ConfigError
+from devcell.errors import (
+    BackendConflict,
+    BackendError,
+    BackendNotFound,
+    BackendRefused,
+    BackendUnavailable,
+    ConfigError,
+    ImageNotFound,
+    MountRefused,
+)
 
 if TYPE_CHECKING:
     from devcell.backends.interactive import Terminal
-    from devcell.reconciler.orphans import Owned
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 QUIESCED = "quiesced"
@@ -75,17 +87,40 @@ def engine_address() -> str:
     return os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
 
 
+_ROOT_CAUSES: tuple[tuple[type[BaseException], str], ...] = (
+    (FileNotFoundError, "no such socket"),
+    (ConnectionRefusedError, "connection refused"),
+    (PermissionError, "permission denied on the socket"),
+    (socket.gaierror, "unknown host"),
+    (TimeoutError, "timed out"),
+)
+
+
+def _wrapped(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and every exception inside it: chained (`raise ... from`, or raised while
+    handling), or held as an argument or a `reason` (urllib3 and requests keep the socket's
+    error there)."""
+    seen: set[int] = set()
+    pending = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        inner = (current.__cause__, current.__context__, getattr(current, "reason", None),
+                 *current.args)
+        pending.extend(e for e in inner if isinstance(e, BaseException))
+
+
 def _reason(exc: BaseException) -> str:
-    """The root cause in a few words (the SDK wraps it in several layers of repr)."""
+    """The root cause in a few words, found by the operating system error's class under the
+    SDK's several layers of wrapping, or else the first line of the message."""
+    for inner in _wrapped(exc):
+        for cls, short in _ROOT_CAUSES:
+            if isinstance(inner, cls):
+                return short
     text = str(exc)
-    for needle, short in (("FileNotFoundError", "no such socket"),
-                          ("ConnectionRefusedError", "connection refused"),
-                          ("Connection refused", "connection refused"),
-                          ("PermissionError", "permission denied on the socket"),
-                          ("Name or service not known", "unknown host"),
-                          ("timed out", "timed out")):
-        if needle in text:
-            return short
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
@@ -95,23 +130,47 @@ def _unreachable(exc: BaseException) -> BackendUnavailable:
                               f"{engine_address()} ({text}); {_HOW_TO_START}")
 
 
+_BY_STATUS: dict[int, type[BackendError]] = {
+    400: BackendRefused,  # the engine rejects the arguments: the same call fails again
+    404: BackendNotFound,
+    409: BackendConflict,  # a name taken, a container already paused or being removed
+}
+_REFUSED_BY_SDK = (docker.errors.InvalidArgument, docker.errors.InvalidRepository,
+                   docker.errors.NullResource)
+"""Raised by the SDK before any request: arguments that no engine would accept."""
+SdkError: TypeAlias = docker.errors.DockerException | requests.exceptions.RequestException
+
+
+def translate(exc: SdkError, action: str) -> BackendError:
+    """DevCell's error for what the SDK raised during `action`: the one place Docker's errors
+    are classified.
+
+    An engine's answer is classified by its HTTP status, as docker-py's own classes are; an
+    image the engine does not have by docker-py's ImageNotFound (it reads the engine's
+    message so that we do not have to). Anything else from the SDK means the engine could
+    not be reached, or did not answer in time.
+    """
+    if isinstance(exc, docker.errors.ImageNotFound):
+        return ImageNotFound(f"{action}: ImageNotFound: {exc.explanation or exc}; DevCell pulls "
+                             "nothing: build the base image with `devcell image build-base` or "
+                             "load yours with `docker load`")
+    if isinstance(exc, docker.errors.APIError):
+        fallback = BackendNotFound if isinstance(exc, docker.errors.NotFound) else BackendError
+        return _BY_STATUS.get(exc.status_code, fallback)(f"{action}: {exc.explanation or exc}")
+    if isinstance(exc, _REFUSED_BY_SDK):
+        return BackendRefused(f"{action}: {exc}")
+    if isinstance(exc, requests.exceptions.ConnectionError | docker.errors.DockerException):
+        return _unreachable(exc)
+    return BackendError(f"{action}: the Docker engine did not answer in time ({exc})")
+
+
 @contextmanager
 def _engine(action: str) -> Iterator[None]:
     """Translate whatever the SDK raises during `action` into DevCell's error tree."""
     try:
         yield
-    except docker.errors.ImageNotFound as exc:
-        raise BackendNotFound(f"{action}: ImageNotFound: {exc.explanation or exc}; DevCell pulls "
-                              "nothing: build the base image with `devcell image build-base` or "
-                              "load yours with `docker load`", reason="ImageNotFound") from None
-    except docker.errors.NotFound as exc:
-        raise BackendNotFound(f"{action}: {exc.explanation or exc}") from None
-    except docker.errors.APIError as exc:
-        raise BackendError(f"{action}: {exc.explanation or exc}") from None
-    except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
-        raise _unreachable(exc) from None
-    except requests.exceptions.RequestException as exc:
-        raise BackendError(f"{action}: the Docker engine did not answer in time ({exc})") from None
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise translate(exc, action) from None
 
 
 _BRIDGE_LOCK = threading.RLock()
@@ -173,7 +232,7 @@ class ContainerBackend:
 
     def container_name(self, cell: CellRef) -> str:
         if not _CELL_NAME.fullmatch(cell.name):
-            raise BackendError(f"refusing cell name {cell.name!r}: not a DNS-1123 label")
+            raise BackendRefused(f"refusing cell name {cell.name!r}: not a DNS-1123 label")
         tag = hashlib.sha256(f"{self.owner}/{safe_id('cell', cell.id)}".encode()).hexdigest()[:8]
         return f"devcell-{cell.name}-{tag}"
 
@@ -186,8 +245,8 @@ class ContainerBackend:
                 if self._is_owned(c, cell.id)]
         if len(found) > 1:
             names = ", ".join(n.lstrip("/") for c in found for n in c.get("Names", []))
-            raise BackendError(f"several containers carry the labels of cell {cell.name} ({names}); "
-                               "remove the extras with docker rm -f")
+            raise BackendRefused(f"several containers carry the labels of cell {cell.name} "
+                                 f"({names}); remove the extras with docker rm -f")
         return found[0] if found else None
 
     def owned_containers(self) -> list[dict[str, str]]:
@@ -205,12 +264,10 @@ class ContainerBackend:
     def list_owned(self) -> list[Owned]:
         """Containers, volumes and checkpoints of this state directory, each with its owning
         cell id (from labels and marker files), for the orphan sweep after a crash."""
-        from devcell.reconciler.orphans import Owned
-
-        out = [Owned("cell", c["cell_id"], c["cell_id"]) for c in self.owned_containers()
+        out = [Owned(OwnedKind.CELL, c["cell_id"], c["cell_id"]) for c in self.owned_containers()
                if c["cell_id"]]
-        for kind, entries in (("volume", self.store.all_volumes()),
-                              ("checkpoint", self.store.all_checkpoints())):
+        for kind, entries in ((OwnedKind.VOLUME, self.store.all_volumes()),
+                              (OwnedKind.CHECKPOINT, self.store.all_checkpoints())):
             out += [Owned(kind, resource_id, cell_id) for resource_id, cell_id in entries]
         return out
 
@@ -304,9 +361,9 @@ class ContainerBackend:
             if ours:
                 return str(ours[0]["Id"])
             if found:
-                raise BackendError(f"a network named {name} exists but does not carry "
-                                   "DevCell's labels for this state directory; refusing to use "
-                                   "it (remove or rename it yourself)")
+                raise BackendRefused(f"a network named {name} exists but does not carry "
+                                     "DevCell's labels for this state directory; refusing to "
+                                     "use it (remove or rename it yourself)")
             created = self.api.create_network(name, driver="bridge", check_duplicate=True,
                                               labels={MANAGED: "true", STATE: self.owner})
             return str(created["Id"])
@@ -343,21 +400,20 @@ class ContainerBackend:
         container_spec.check_security(self.layout, kwargs, policy)
         self._write_run_dir(cell)
         bridged = kwargs.get("network") == container_spec.BRIDGE_NETWORK
-        try:
-            # A bridge cell is created under the bridge lock, so a delete that removes the
-            # network when its last container goes cannot slip in between.
-            with _BRIDGE_LOCK if bridged else contextlib.nullcontext():
-                if bridged:
-                    kwargs["network"] = self._ensure_bridge()
+        # A bridge cell is created under the bridge lock, so a delete that removes the
+        # network when its last container goes cannot slip in between.
+        with _BRIDGE_LOCK if bridged else contextlib.nullcontext():
+            if bridged:
+                kwargs["network"] = self._ensure_bridge()
+            try:
                 return self._create(cell, name, kwargs)
-        except BackendError as exc:
-            if "Conflict" not in str(exc) and "already in use" not in str(exc):
-                raise
+            except BackendConflict:
+                pass  # the name is taken: by this cell's container, or by a stranger
         existing = self._find(cell)
         if existing is None:
-            raise BackendError(f"a container named {name} exists but does not carry DevCell's "
-                               "labels for this state directory; refusing to touch it "
-                               "(remove or rename it yourself)")
+            raise BackendRefused(f"a container named {name} exists but does not carry DevCell's "
+                                 "labels for this state directory; refusing to touch it "
+                                 "(remove or rename it yourself)")
         if (existing.get("Labels") or {}).get(RUNTIME_HASH) == runtime_hash:
             return {"container": name, "created": False}
         if existing.get("State") in ("running", "paused"):
@@ -431,9 +487,9 @@ class ContainerBackend:
             else:
                 problem = security.host_path_problem(source, policy, self.layout.state_dir)
             if problem:
-                raise BackendError(f"refusing to start cell {cell.name}: bind mount of {source}: "
+                raise MountRefused(f"refusing to start cell {cell.name}: bind mount of {source}: "
                                    f"{problem}; fix the host path and recreate the cell (delete "
-                                   "and apply it again)", reason="MountRefused")
+                                   "and apply it again)")
         hosts = [(str(m.get("Source", "")), _read_only(m)) for m in mounts
                  if m.get("Type") == "bind" and not self._own_source(str(m.get("Source", "")))]
         if hosts:
@@ -461,8 +517,7 @@ class ContainerBackend:
                         name += f" (of state directory {labels.get(STATE_PATH, '?')})"
                     problem = security.shared_mount_problem(mine, their, name)
                     if problem:
-                        raise BackendError(f"refusing to start cell {cell.name}: {problem}",
-                                           reason="MountRefused")
+                        raise MountRefused(f"refusing to start cell {cell.name}: {problem}")
 
     def stop(self, cell: CellRef) -> Outputs:
         info = self._find(cell)

@@ -8,6 +8,9 @@ Every path is built from an id that first passed a strict regular expression (le
     <state>/volumes/<vol_id>/logs/<svc>.log     per-service logs (mounted at /var/log/devcell)
     <state>/images/checkpoints/<id>/            checkpoint.json + workspace/ (complete ones only)
     <state>/containers/<cell_id>/               supervisor.sh, secrets.env (mounted read-only)
+
+Where those are mounted inside a cell (`security.RUN_DIR`, `security.SERVICE_LOG_DIR`) is
+defined by the security rules that reserve the paths, not here.
 """
 
 from __future__ import annotations
@@ -17,12 +20,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from devcell.errors import BackendError
+from devcell.errors import BackendRefused
 
 _ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,127}")
-SERVICE_LOG_DIR = "/var/log/devcell"
-RUN_DIR = "/devcell"
-"""Where the cell's DevCell-owned run directory is mounted (read-only) inside the container."""
 
 
 def is_safe_id(value: str) -> bool:
@@ -30,10 +30,10 @@ def is_safe_id(value: str) -> bool:
 
 
 def safe_id(what: str, value: str) -> str:
-    """`value` if it is a safe id (cannot escape a directory), else a BackendError."""
+    """`value` if it is a safe id (cannot escape a directory), else BackendRefused."""
     if not is_safe_id(value):
-        raise BackendError(f"refusing {what} id {value!r}: ids are lower-case letters, digits, "
-                           "'_' and '-' (at most 128 characters)")
+        raise BackendRefused(f"refusing {what} id {value!r}: ids are lower-case letters, "
+                             "digits, '_' and '-' (at most 128 characters)")
     return value
 
 

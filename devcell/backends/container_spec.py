@@ -21,9 +21,9 @@ from typing import Any
 
 from devcell import security
 from devcell.backends import supervisor
-from devcell.backends.container_layout import RUN_DIR, SERVICE_LOG_DIR, Layout, state_hash
+from devcell.backends.container_layout import Layout, state_hash
 from devcell.config import SecurityPolicy
-from devcell.errors import BackendError
+from devcell.errors import BackendRefused
 
 LABEL = "dev.devcell"
 MANAGED, STATE, CELL_ID, CELL = (f"{LABEL}.managed", f"{LABEL}.state-dir", f"{LABEL}.cell-id",
@@ -48,10 +48,10 @@ _IMAGE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._/:@-]{0,254}")
 def memory_bytes(text: str) -> int:
     match = _MEMORY.fullmatch(text)
     if not match:
-        raise BackendError(f"invalid memory limit {text!r} (e.g. 512Mi, 2Gi)")
+        raise BackendRefused(f"invalid memory limit {text!r} (e.g. 512Mi, 2Gi)")
     value = int(match.group(1)) * _UNITS[match.group(2)]
     if value < 6 * 2**20:
-        raise BackendError(f"memory limit {text} is below the engine's minimum of 6Mi")
+        raise BackendRefused(f"memory limit {text} is below the engine's minimum of 6Mi")
     return value
 
 
@@ -59,15 +59,15 @@ def mount_path(spec: dict[str, Any]) -> str:
     path = (spec.get("workspace") or {}).get("mountPath", "/workspace")
     problem = security.mount_path_problem(path) if isinstance(path, str) else "must be a string"
     if problem:
-        raise BackendError(f"workspace.mountPath: {problem}")
+        raise BackendRefused(f"workspace.mountPath: {problem}")
     return str(path)
 
 
 def image_of(spec: dict[str, Any]) -> str:
     image = spec.get("image")
     if not isinstance(image, str) or not _IMAGE.fullmatch(image):
-        raise BackendError(f"invalid or missing image {image!r} (the container backend needs "
-                           "spec.image, e.g. devcell/busybox:latest)")
+        raise BackendRefused(f"invalid or missing image {image!r} (the container backend "
+                             "needs spec.image, e.g. devcell/busybox:latest)")
     return image
 
 
@@ -81,10 +81,10 @@ def _network(spec: dict[str, Any]) -> dict[str, Any]:
     ports = network.get("ports") or []
     if mode in ("none", "host"):
         if ports:
-            raise BackendError(f"network.ports need network.mode bridge (mode is {mode})")
+            raise BackendRefused(f"network.ports need network.mode bridge (mode is {mode})")
         return {"network_mode": mode}
     if mode != "bridge":
-        raise BackendError(f"unknown network.mode {mode!r} (none, host or bridge)")
+        raise BackendRefused(f"unknown network.mode {mode!r} (none, host or bridge)")
     published: dict[str, tuple[str, int]] = {}
     for port in ports:
         inside = int(port["containerPort"])
@@ -113,18 +113,18 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
     broken = [f"{security.spec_field(path)}: {message}"
               for path, message in security.cell_problems(spec, policy, layout.state_dir)]
     if broken:
-        raise BackendError("refusing to create the container: " + "; ".join(broken))
+        raise BackendRefused("refusing to create the container: " + "; ".join(broken))
     plain, _ = supervisor.split_env(spec)
-    mounts = [_bind(layout.run_dir(cell_id), RUN_DIR, read_only=True)]
+    mounts = [_bind(layout.run_dir(cell_id), security.RUN_DIR, read_only=True)]
     if volume_id is not None:
         mounts += [_bind(layout.workspace(volume_id), mount_path(spec), read_only=False),
-                   _bind(layout.logs(volume_id), SERVICE_LOG_DIR, read_only=False)]
+                   _bind(layout.logs(volume_id), security.SERVICE_LOG_DIR, read_only=False)]
     for mount in spec.get("mounts") or []:  # resolved now: a later symlink swap changes nothing
         mounts.append(_bind(Path(os.path.realpath(mount["hostPath"])), mount["mountPath"],
                             read_only=bool(mount.get("readOnly", False))))
     kwargs: dict[str, Any] = {
         "image": image_of(spec),
-        "command": ["/bin/sh", f"{RUN_DIR}/{supervisor.SCRIPT}"],
+        "command": ["/bin/sh", f"{security.RUN_DIR}/{supervisor.SCRIPT}"],
         "name": name,
         "hostname": cell_name,
         "labels": labels(layout, cell_id=cell_id, cell_name=cell_name, volume_id=volume_id,
@@ -183,4 +183,4 @@ def check_security(layout: Layout, kwargs: dict[str, Any],
             if refused:
                 problems.append(f"mount of {source}: {refused}")
     if problems:
-        raise BackendError("refusing to create the container: " + "; ".join(problems))
+        raise BackendRefused("refusing to create the container: " + "; ".join(problems))

@@ -18,7 +18,6 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from devcell.backends.base import (
     Capabilities,
@@ -27,11 +26,10 @@ from devcell.backends.base import (
     Consistency,
     Observed,
     Outputs,
+    Owned,
+    OwnedKind,
 )
 from devcell.errors import BackendError, BackendNotFound
-
-if TYPE_CHECKING:
-    from devcell.reconciler.orphans import Owned
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL,
@@ -64,6 +62,14 @@ def parse_failures(text: str) -> list[Failure]:
 
 
 _ENV_FAILURES: dict[str, list[Failure]] = {}
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether SQLite refused because another connection holds a lock (worth waiting for),
+    judged by its result code; an extended code keeps the primary one in its low byte."""
+    code = getattr(exc, "sqlite_errorcode", None)  # absent on errors not raised by SQLite
+    return code is not None and code & 0xFF in _BUSY_CODES
 
 
 def _env_failures() -> list[Failure]:
@@ -110,7 +116,7 @@ class FakeBackend:
                     self.conn.execute("PRAGMA journal_mode = WAL")
                 return
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
+                if not _busy(exc):
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 0.1)
@@ -265,12 +271,11 @@ class FakeBackend:
 
     def list_owned(self) -> list[Owned]:
         """Everything the fake holds, with its owning cell (for the orphan sweep)."""
-        from devcell.reconciler.orphans import Owned
-
-        out = [Owned("cell", r[0], r[0]) for r in self.conn.execute("SELECT id FROM cells")]
-        out += [Owned("volume", r[0], r[1]) for r in self.conn.execute(
+        out = [Owned(OwnedKind.CELL, r[0], r[0])
+               for r in self.conn.execute("SELECT id FROM cells")]
+        out += [Owned(OwnedKind.VOLUME, r[0], r[1]) for r in self.conn.execute(
             "SELECT id, cell_id FROM volumes")]
-        out += [Owned("checkpoint", r[0], r[1]) for r in self.conn.execute(
+        out += [Owned(OwnedKind.CHECKPOINT, r[0], r[1]) for r in self.conn.execute(
             "SELECT id, cell_id FROM checkpoints")]
         return out
 

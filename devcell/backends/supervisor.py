@@ -17,8 +17,8 @@ import re
 import shlex
 from typing import Any
 
-from devcell.backends.container_layout import RUN_DIR, SERVICE_LOG_DIR
-from devcell.errors import BackendError
+from devcell.errors import BackendRefused
+from devcell.security import RUN_DIR, SERVICE_LOG_DIR
 
 SCRIPT = "supervisor.sh"
 SECRETS = "secrets.env"
@@ -73,13 +73,13 @@ def _services(spec: dict[str, Any]) -> list[dict[str, Any]]:
     for service in services:
         name = service.get("name")
         if not isinstance(name, str) or not _SERVICE_NAME.fullmatch(name) or name in seen:
-            raise BackendError(f"invalid or repeated service name {name!r}")
+            raise BackendRefused(f"invalid or repeated service name {name!r}")
         seen.add(name)
         command = service.get("command")
         if not command or not all(isinstance(a, str) and "\x00" not in a for a in command):
-            raise BackendError(f"service {name}: command must be a non-empty list of strings")
+            raise BackendRefused(f"service {name}: command must be a non-empty list of strings")
         if service.get("restart", "Always") not in _POLICIES:
-            raise BackendError(f"service {name}: restart must be one of {', '.join(_POLICIES)}")
+            raise BackendRefused(f"service {name}: restart must be one of {', '.join(_POLICIES)}")
     return list(services)
 
 
@@ -100,9 +100,9 @@ def split_env(spec: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
     for item in spec.get("env") or []:
         name, value = item.get("name"), item.get("value")
         if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-            raise BackendError(f"invalid environment variable name {name!r}")
+            raise BackendRefused(f"invalid environment variable name {name!r}")
         if not isinstance(value, str) or "\x00" in value:
-            raise BackendError(f"environment variable {name}: value must be a string without NUL")
+            raise BackendRefused(f"environment variable {name}: value must be a string without NUL")
         (secret if item.get("secret") else plain)[name] = value
     return plain, secret
 

@@ -8,44 +8,21 @@ a resource whose owner is gone, or was never recorded, is removed. Each removal 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from loguru import logger
 
-from devcell.backends.base import CellRef
+from devcell.backends.base import CellRef, Owned, OwnedKind
 from devcell.controllers.context import Context
 from devcell.errors import DevCellError
-from devcell.store import events
-
-
-@dataclass(frozen=True)
-class Owned:
-    kind: str  # cell | volume | checkpoint
-    id: str
-    cell_id: str
-
-
-def _live(ctx: Context) -> tuple[set[str], set[str], set[str]]:
-    conn = ctx.db.conn
-    cells = {r[0] for r in conn.execute("SELECT id FROM cells WHERE deleted_at IS NULL")}
-    snaps = {r[0] for r in conn.execute("SELECT id FROM snapshots WHERE deleted_at IS NULL")}
-    sleeps = {r[0] for r in conn.execute(
-        "SELECT json_extract(status, '$.sleep.checkpointId') FROM cells WHERE deleted_at IS NULL "
-        "UNION SELECT json_extract(status, '$.sleep.supersedes') FROM cells "
-        "WHERE deleted_at IS NULL") if r[0]}
-    return cells, snaps, sleeps
+from devcell.store import events, objects
 
 
 def sweep(ctx: Context, backend_name: str) -> list[Owned]:
     """Remove orphans from one backend; returns what was removed."""
     backend = ctx.backend(backend_name)
-    lister = getattr(backend, "list_owned", None)
-    if lister is None:
-        return []
-    cells, snaps, sleeps = _live(ctx)
+    cells, snaps, sleeps = objects.accounted_for(ctx.db.conn)
     removed = []
-    for item in lister():
-        if item.kind == "checkpoint":
+    for item in backend.list_owned():
+        if item.kind == OwnedKind.CHECKPOINT:
             # A snapshot's checkpoint, or the sleep checkpoint its cell's status names.
             keep = item.id in snaps or item.id in sleeps
         else:
@@ -53,9 +30,9 @@ def sweep(ctx: Context, backend_name: str) -> list[Owned]:
         if keep:
             continue
         try:
-            if item.kind == "cell":
+            if item.kind == OwnedKind.CELL:
                 backend.delete(_ref(item))
-            elif item.kind == "volume":
+            elif item.kind == OwnedKind.VOLUME:
                 backend.delete_volume(item.id)
             else:
                 backend.delete_checkpoint(item.id)

@@ -170,6 +170,18 @@ def desired_version(conn: sqlite3.Connection, kind: str, object_id: str
     return (found[0], found[1] is not None) if found is not None else None
 
 
+def accounted_for(conn: sqlite3.Connection) -> tuple[set[str], set[str], set[str]]:
+    """Ids the database accounts for (the orphan sweep keeps these): live cells, live
+    snapshots, and the sleep checkpoints live cells' status names."""
+    cells = {r[0] for r in conn.execute("SELECT id FROM cells WHERE deleted_at IS NULL")}
+    snaps = {r[0] for r in conn.execute("SELECT id FROM snapshots WHERE deleted_at IS NULL")}
+    sleeps = {r[0] for r in conn.execute(
+        "SELECT json_extract(status, '$.sleep.checkpointId') FROM cells WHERE deleted_at IS NULL "
+        "UNION SELECT json_extract(status, '$.sleep.supersedes') FROM cells "
+        "WHERE deleted_at IS NULL") if r[0]}
+    return cells, snaps, sleeps
+
+
 def backends_in_use(conn: sqlite3.Connection) -> set[str]:
     """Every backend any recorded cell, live or deleted, names."""
     return {r[0] for r in conn.execute("SELECT DISTINCT backend FROM cells")}

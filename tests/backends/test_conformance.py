@@ -22,6 +22,8 @@ from devcell.backends.base import (
     CheckpointInfo,
     Consistency,
     Observed,
+    Owned,
+    OwnedKind,
 )
 from devcell.errors import BackendError, BackendUnavailable
 from tests.backends.engine import remove_containers, require_engine
@@ -101,7 +103,7 @@ def test_unknown_backend_is_refused(tmp_path: Path) -> None:
 def test_protocol_is_what_the_suite_expects() -> None:
     assert {"observe", "volume_exists", "create_volume", "delete_volume", "create", "start",
             "stop", "delete", "quiesce", "checkpoint", "resume", "checkpoint_exists",
-            "delete_checkpoint", "close"} <= set(PROTOCOL_METHODS)
+            "delete_checkpoint", "list_owned", "close"} <= set(PROTOCOL_METHODS)
 
 
 def test_capabilities_are_honest(backend: Backend) -> None:
@@ -255,3 +257,22 @@ def test_find_checkpoint_and_volumes_of(backend: Backend) -> None:
     assert backend.find_checkpoint("snap_conformance02") is None
     backend.delete_volume("vol_conformance0006")
     assert backend.volumes_of(ref.id) == []
+
+
+def test_list_owned_names_every_resource_with_its_cell(backend: Backend) -> None:
+    """The orphan sweep's view: what the backend holds, owners read from the backend itself."""
+    assert backend.list_owned() == []
+    ref = cell(7, volume_id="vol_conformance0007")
+    backend.create_volume(ref, "vol_conformance0007", from_checkpoint=None)
+    backend.create(ref, "hash-1")
+    backend.checkpoint(ref, "snap_conformance07")
+    owned = backend.list_owned()
+    assert all(isinstance(o, Owned) and isinstance(o.kind, OwnedKind) for o in owned)
+    assert sorted(owned, key=lambda o: o.kind) == [
+        Owned(OwnedKind.CELL, ref.id, ref.id),
+        Owned(OwnedKind.CHECKPOINT, "snap_conformance07", ref.id),
+        Owned(OwnedKind.VOLUME, "vol_conformance0007", ref.id)]
+    backend.delete(ref)
+    backend.delete_checkpoint("snap_conformance07")
+    backend.delete_volume("vol_conformance0007")
+    assert backend.list_owned() == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 from loguru import logger
 
 from devcell import admission
+from devcell.backends import fake
 from devcell.backends.base import CellRef, Consistency
 from devcell.backends.fake import Failure, FakeBackend, parse_failures
 from devcell.controllers.context import Context
@@ -276,3 +278,24 @@ def test_snapshots_taken_through_the_fake_report_metadata(state: Path) -> None:
     finally:
         ctx.close()
         db.close()
+
+
+def test_a_locked_database_is_recognised_by_its_result_code(tmp_path: Path) -> None:
+    """The fake waits for a lock by SQLite's result code, not by the wording of the message."""
+    holder = sqlite3.connect(tmp_path / "x.db", timeout=0)
+    holder.execute("CREATE TABLE t (x)")
+    holder.commit()
+    holder.execute("BEGIN EXCLUSIVE")
+    other = sqlite3.connect(tmp_path / "x.db", timeout=0)
+    try:
+        with pytest.raises(sqlite3.OperationalError) as locked:
+            other.execute("PRAGMA journal_mode = WAL")
+    finally:
+        other.close()
+        holder.close()
+    memory = sqlite3.connect(":memory:")
+    with pytest.raises(sqlite3.OperationalError) as missing:
+        memory.execute("SELECT * FROM nowhere")
+    memory.close()
+    assert fake._busy(locked.value) and not fake._busy(missing.value)
+    assert not fake._busy(sqlite3.OperationalError("database is locked"))  # not from SQLite

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from devcell.errors import BackendUnavailable, UnknownBackend
 
 if TYPE_CHECKING:
-    from devcell.backends.base import Backend
+    from devcell.backends.base import Backend, Capabilities
 
 REGISTRY: dict[str, str] = {
     "fake": "devcell.backends.fake:FakeBackend",
@@ -37,6 +37,17 @@ def parallelism(name: str) -> int:
         return int(_class(name).capabilities.parallel)  # type: ignore[attr-defined]
     except BackendUnavailable:
         return 1
+
+
+def capabilities(name: str) -> Capabilities:
+    """What backend `name` declares it can do (none, for an unknown one)."""
+    try:
+        caps: Capabilities = _class(name).capabilities  # type: ignore[attr-defined]
+    except BackendUnavailable:
+        from devcell.backends.base import Capabilities as Nothing
+
+        return Nothing()
+    return caps
 
 
 def load(name: str, state_dir: Path) -> Backend:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 class Consistency(StrEnum):
@@ -63,6 +63,11 @@ class CheckpointInfo:
     size_bytes: int = 0
     files: int = 0
 
+    def outputs(self) -> Outputs:
+        """As a step's recorded outputs."""
+        return {"checkpoint": self.ref, "consistency": str(self.consistency),
+                "bytes": self.size_bytes, "files": self.files}
+
 
 class OwnedKind(StrEnum):
     """The kinds of resource a backend makes for a cell, and lists for the orphan sweep."""
@@ -89,6 +94,21 @@ class Owned:
 
 Outputs = dict[str, str | int | float | bool | None]
 """Scalar outputs of a step, recorded in its operation."""
+
+
+@runtime_checkable
+class MachineState(Protocol):
+    """What a backend with Capabilities.memory_state also does: save a running cell's whole
+    machine (memory and disk) and bring it back where it was. The cell controller plans a
+    sleep as save-machine, and the wake as restore-machine, only on such a backend."""
+
+    def save_machine(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
+        """Pause, save memory and device state beside the disk, stop the machine."""
+        ...
+
+    def restore_machine(self, cell: CellRef, checkpoint_id: str) -> Outputs:
+        """Start the machine from what save_machine kept; its processes go on."""
+        ...
 
 
 class Backend(Protocol):

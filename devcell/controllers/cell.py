@@ -8,18 +8,29 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from devcell import errors
-from devcell.backends.base import CellRef, Observed, Outputs
+from devcell import backends, errors
+from devcell.backends.base import (
+    Backend,
+    Capabilities,
+    CellRef,
+    MachineState,
+    Observed,
+    Outputs,
+)
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Decision, Gate, Plan, Settled, Step, Wait, When
-from devcell.errors import BackendError, BackendUnavailable
+from devcell.controllers.steps import StepName
+from devcell.errors import BackendError, BackendUnavailable, CapabilityMissing
 from devcell.manifests.model import digest
 from devcell.store import events, objects, volumes
 from devcell.store.db import now
 
 KIND = "Cell"
+S = StepName
 RUNTIME_FIELDS = ("image", "services", "env", "resources", "network", "hooks", "workspace")
 
 
@@ -67,11 +78,11 @@ class CellController:
             return Blocked(exc)
 
         steps: list[Step] = []
-        context: dict[str, Any] = {}
+        caps = backend.capabilities
         source = cell.spec.get("workspace", {}).get("from")
         if adoptable:
             # Created by an operation that died before recording it: adopt, don't duplicate.
-            steps.append(Step("adopt-volume", {"volume_id": adoptable[0], "record": True,
+            steps.append(Step(S.ADOPT_VOLUME, {"volume_id": adoptable[0], "record": True,
                                                "from_checkpoint": cell.extra.get("forked_from")}))
             ref = CellRef(cell.id, cell.name, cell.spec, adoptable[0])
             volume_missing = False
@@ -87,8 +98,7 @@ class CellController:
                                       f'snapshot "{name}" is {phase}; the fork waits until it is Ready')
                 from_checkpoint = snap.id
             volume_id = volume.id if volume else volumes.new_id()
-            context["volume_id"] = volume_id
-            steps.append(Step("create-volume", {"volume_id": volume_id,
+            steps.append(Step(S.CREATE_VOLUME, {"volume_id": volume_id,
                                                 "from_checkpoint": from_checkpoint,
                                                 "record": volume is None}))
             ref = CellRef(cell.id, cell.name, cell.spec, volume_id)
@@ -97,11 +107,11 @@ class CellController:
         superseded = cell.status.get("sleep", {}).get("supersedes")
         if superseded:
             # A sleep that crashed after its new checkpoint left the old one to delete.
-            steps.append(Step("delete-checkpoint", {"checkpoint_id": superseded}))
+            steps.append(Step(S.DELETE_CHECKPOINT, {"checkpoint_id": superseded}))
             action = "cleanup"
         if observed.frozen:
             # Left quiesced by an operation that died between quiesce and resume.
-            steps.append(Step("resume"))
+            steps.append(Step(S.RESUME))
             action = "resume"
             observed = Observed(exists=True, running=observed.running,
                                 runtime_hash=observed.runtime_hash)
@@ -110,34 +120,50 @@ class CellController:
         stale = observed.exists and observed.runtime_hash != want_hash
         action = ("create" if not observed.exists else "update" if stale else
                   action if steps else "")
+        saved = cell.status.get("sleep", {})
         if desired == "Sleeping":
-            if observed.exists:
-                sleep_id = f"sleep-{cell.id}-g{cell.generation}"
-                if observed.running:
-                    steps.append(Step("quiesce", hold=True))
-                steps += [Step("checkpoint", {"checkpoint_id": sleep_id}, hold=True),
-                          Step("delete")]
+            sleep_id = f"sleep-{cell.id}-g{cell.generation}"
+            # A saved machine keeps its (stopped) runtime: that is what asleep looks like there.
+            machine_asleep = (saved.get("machine") and saved.get("checkpointId") == sleep_id
+                              and not observed.running)
+            if observed.exists and not machine_asleep:
+                machine = caps.memory_state and observed.running
+                if machine:
+                    # The backend keeps memory: the whole machine is saved and stopped, and a
+                    # wake resumes its processes where they were.
+                    steps.append(Step(S.SAVE_MACHINE, {"checkpoint_id": sleep_id}, hold=True))
+                else:
+                    # Only the workspace survives: checkpoint it, release the runtime.
+                    if observed.running:
+                        steps.append(Step(S.QUIESCE, hold=True))
+                    steps += [Step(S.CHECKPOINT, {"checkpoint_id": sleep_id}, hold=True),
+                              Step(S.DELETE)]
                 previous = cell.status.get("sleep", {}).get("checkpointId")
                 if previous and previous != sleep_id and previous != superseded:
                     # Keep only the latest sleep checkpoint; an older one is superseded.
-                    steps.append(Step("delete-checkpoint", {"checkpoint_id": previous}))
-                if observed.running:
-                    steps.append(Step("resume", when=When.FAILURE))
+                    steps.append(Step(S.DELETE_CHECKPOINT, {"checkpoint_id": previous}))
+                if observed.running and not machine:
+                    steps.append(Step(S.RESUME, when=When.FAILURE))
                 action = "sleep"
         else:
             if stale:
                 if observed.running:
-                    steps.append(Step("stop"))
-                steps.append(Step("delete"))
+                    steps.append(Step(S.STOP))
+                steps.append(Step(S.DELETE))
             if not observed.exists or stale:
-                steps.append(Step("create", {"runtime_hash": want_hash}))
+                steps.append(Step(S.CREATE, {"runtime_hash": want_hash}))
             running_after = observed.running and not stale
-            if desired == "Running" and not running_after:
-                steps.append(Step("start"))
+            if desired == "Running" and not running_after and saved.get("machine") \
+                    and caps.memory_state and observed.exists and not stale:
+                # Asleep with its memory saved: bring the machine back, not a cold boot.
+                steps.append(Step(S.RESTORE_MACHINE, {"checkpoint_id": saved["checkpointId"]}))
+                action = action or "wake"
+            elif desired == "Running" and not running_after:
+                steps.append(Step(S.START))
                 if not action:
                     action = "wake" if cell.phase == "Sleeping" else "start"
             if desired == "Stopped" and running_after:
-                steps.append(Step("stop"))
+                steps.append(Step(S.STOP))
                 action = action or "stop"
         if not steps:
             self._write_settled(ctx, cell, observed)
@@ -148,8 +174,7 @@ class CellController:
             action = "wake"
         elif action == "create" and source is not None and volume is None:
             action = "fork"
-        context["ref"] = ref
-        return Plan(cell, action, steps, backend_name, context)
+        return Plan(cell, action, steps, backend_name, CellWork(ref))
 
     # -- planning helpers --------------------------------------------------------------------
 
@@ -158,15 +183,15 @@ class CellController:
                      conn: sqlite3.Connection | None = None) -> Plan:
         steps = []
         if observed.exists and observed.running:
-            steps.append(Step("stop"))
+            steps.append(Step(S.STOP))
         if observed.exists:
-            steps.append(Step("delete"))
+            steps.append(Step(S.DELETE))
         if volume is not None:
-            steps.append(Step("delete-volume", {"volume_id": volume.id}))
+            steps.append(Step(S.DELETE_VOLUME, {"volume_id": volume.id}))
         sleep = cell.status.get("sleep", {})
         for checkpoint in dict.fromkeys(filter(None, (sleep.get("checkpointId"),
                                                       sleep.get("supersedes")))):
-            steps.append(Step("delete-checkpoint", {"checkpoint_id": checkpoint}))
+            steps.append(Step(S.DELETE_CHECKPOINT, {"checkpoint_id": checkpoint}))
         ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
         gate = None
         if volume is not None and backend is not None and conn is not None:
@@ -181,7 +206,7 @@ class CellController:
                                 "properties": {"confirm": {
                                     "const": cell.name,
                                     "description": "the cell's name, to confirm"}}})
-        return Plan(cell, "delete", steps, backend_name, {"ref": ref}, gate=gate)
+        return Plan(cell, "delete", steps, backend_name, CellWork(ref), gate=gate)
 
     def _wait(self, ctx: Context, cell: objects.ObjectRecord, reason: str, message: str) -> Wait:
         self._write_blocked(ctx, cell, reason, message)
@@ -205,7 +230,8 @@ class CellController:
                               reason=reason, message=message, type="Warning")
 
     def _write_settled(self, ctx: Context, cell: objects.ObjectRecord, observed: Observed) -> None:
-        status = self._ready_status(cell, dict(cell.status))
+        caps = ctx.backend(cell.extra["backend"]).capabilities
+        status = self._ready_status(cell, dict(cell.status), caps)
         phase = _phase_for(cell.spec.get("state", "Running"))
         if (phase, status, cell.generation) == (cell.phase, cell.status, cell.observed_generation):
             return  # nothing to write: the common case on a re-apply
@@ -215,12 +241,14 @@ class CellController:
                 objects.write_status(conn, fresh, phase=phase, status=status,
                                      observed_generation=fresh.generation)
 
-    def _ready_status(self, cell: objects.ObjectRecord, status: dict[str, Any]) -> dict[str, Any]:
+    def _ready_status(self, cell: objects.ObjectRecord, status: dict[str, Any],
+                      caps: Capabilities) -> dict[str, Any]:
         state = cell.spec.get("state", "Running")
         message = {
             "Running": "cell is running",
-            "Stopped": "cell is stopped; its workspace is kept",
-            "Sleeping": "cell is asleep: workspace checkpointed, processes and memory released",
+            "Stopped": "cell is stopped; its workspace is kept" if caps.workspace_files else
+                       "cell is stopped",
+            "Sleeping": _asleep(caps, status.get("sleep", {})),
         }[state]
         status["conditions"] = objects.set_condition(
             status.get("conditions", []), "Ready", "True", state, message)
@@ -231,78 +259,59 @@ class CellController:
     # -- execution ---------------------------------------------------------------------------
 
     def run_step(self, ctx: Context, plan: Plan, step: Step) -> Outputs:
-        backend = ctx.backend(plan.backend)
-        ref: CellRef = dataclasses.replace(plan.context["ref"], op_id=ctx.current_op)
-        name = step.name
-        if name == "create-volume":
-            return backend.create_volume(ref, step.args["volume_id"],
-                                         from_checkpoint=step.args["from_checkpoint"])
-        if name == "adopt-volume":
-            return {"volume": step.args["volume_id"], "adopted": True}
-        if name == "delete-volume":
-            return backend.delete_volume(step.args["volume_id"])
-        if name == "delete-checkpoint":
-            return backend.delete_checkpoint(step.args["checkpoint_id"])
-        if name == "create":
-            return backend.create(ref, step.args["runtime_hash"])
-        if name == "start":
-            return backend.start(ref)
-        if name == "stop":
-            return backend.stop(ref)
-        if name == "delete":
-            return backend.delete(ref)
-        if name == "quiesce":
-            return backend.quiesce(ref)
-        if name == "resume":
-            return backend.resume(ref)
-        if name == "checkpoint":
-            info = backend.checkpoint(ref, step.args["checkpoint_id"])
-            return {"checkpoint": info.ref, "consistency": str(info.consistency),
-                    "bytes": info.size_bytes, "files": info.files}
-        raise BackendError(f"cell controller has no step {name!r}")
+        handler = _STEPS.get(step.name)
+        if handler is None:
+            raise BackendError(f"cell controller has no step {step.name!r}")
+        ref = dataclasses.replace(_work(plan).ref, op_id=ctx.current_op)
+        return handler(ctx.backend(plan.backend), ref, step)
 
     def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs
                    ) -> None:
         cell = plan.object
-        if step.name in ("create-volume", "adopt-volume") and step.args.get("record"):
+        if step.name in (S.CREATE_VOLUME, S.ADOPT_VOLUME) and step.args.get("record"):
             volumes.record_created(
                 conn, volume_id=step.args["volume_id"], cell_id=cell.id, name=f"{cell.name}-workspace",
                 mount_path=cell.spec.get("workspace", {}).get("mountPath", "/workspace"),
                 from_snapshot_id=step.args["from_checkpoint"],
                 backend_ref=str(outputs.get("volume") or ""),
             )
-        elif step.name == "delete-volume":
+        elif step.name == S.DELETE_VOLUME:
             volumes.record_deleted(conn, step.args["volume_id"])
-        elif step.name == "delete-checkpoint":
+        elif step.name == S.DELETE_CHECKPOINT:
             fresh = objects.get(conn, KIND, cell.id)
             sleep = dict((fresh.status if fresh else {}).get("sleep", {}))
             if fresh is not None and sleep.get("supersedes") == step.args["checkpoint_id"]:
                 sleep.pop("supersedes")
-                plan.context.get("sleep", {}).pop("supersedes", None)
+                taken = _work(plan).sleep
+                if taken is not None:
+                    taken.pop("supersedes", None)
                 objects.write_status(conn, fresh, phase=fresh.phase,
                                      status=dict(fresh.status, sleep=sleep),
                                      observed_generation=fresh.observed_generation)
         self.note_outputs(plan, step, outputs)
-        if step.name == "checkpoint":
+        if step.name in (S.CHECKPOINT, S.SAVE_MACHINE):
             # Record the sleep checkpoint now, not at finish(): a crash later in the plan must
             # not leave a checkpoint the database does not know (a later delete removes it).
             fresh = objects.get(conn, KIND, cell.id)
             if fresh is not None:
-                sleep = dict(plan.context["sleep"])
+                sleep = dict(_work(plan).sleep or {})
                 old = fresh.status.get("sleep", {})
                 superseded = old.get("supersedes") or old.get("checkpointId")
                 if superseded and superseded != sleep["checkpointId"]:
                     sleep["supersedes"] = superseded  # deleted by a later step (or plan)
-                plan.context["sleep"] = sleep
+                _work(plan).sleep = sleep
                 status = dict(fresh.status, sleep=sleep)
                 objects.write_status(conn, fresh, phase=fresh.phase, status=status,
                                      observed_generation=fresh.observed_generation)
 
     def note_outputs(self, plan: Plan, step: Step, outputs: Outputs) -> None:
-        if step.name == "checkpoint":
-            plan.context["sleep"] = {"checkpoint": outputs.get("checkpoint"),
+        if step.name in (S.CHECKPOINT, S.SAVE_MACHINE):
+            sleep: dict[str, Any] = {"checkpoint": outputs.get("checkpoint"),
                                      "checkpointId": step.args["checkpoint_id"],
                                      "consistency": outputs.get("consistency"), "at": now()}
+            if step.name == S.SAVE_MACHINE:
+                sleep["machine"] = True
+            _work(plan).sleep = sleep
 
     def restore(self, ctx: Context, data: dict[str, Any]) -> Plan | None:
         cell = objects.get(ctx.db.conn, KIND, data["objectId"])
@@ -313,7 +322,7 @@ class CellController:
         volume_id = volume.id if volume else next(
             (s.args["volume_id"] for s in steps if "volume_id" in s.args), None)
         ref = CellRef(cell.id, cell.name, cell.spec, volume_id)
-        return Plan(cell, data["action"], steps, data["backend"], {"ref": ref})
+        return Plan(cell, data["action"], steps, data["backend"], CellWork(ref))
 
     def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None,
                reason: str = "StepFailed") -> None:
@@ -337,14 +346,17 @@ class CellController:
                           reason=f"{plan.action.capitalize()}Failed", message=error,
                           type="Warning")
             return
-        status = self._ready_status(fresh, status)
-        if "sleep" in plan.context:
-            status["sleep"] = plan.context["sleep"]
+        status = self._ready_status(fresh, status, backends.capabilities(plan.backend))
+        work = _work(plan)
+        if work.sleep is not None:
+            status["sleep"] = work.sleep
         if plan.action == "wake":
+            machine = S.RESTORE_MACHINE in plan.ran
             status["lastStart"] = {
                 "at": now(), "from": "sleep",
-                "note": "cold boot from the persisted workspace; processes and memory were not "
-                        "restored",
+                "note": "resumed from the saved machine: processes and memory came back"
+                        if machine else "cold boot from the persisted workspace; processes and "
+                        "memory were not restored",
             }
         status["runtime"] = {"backend": plan.backend, "ref": f"{plan.backend}://{fresh.id}"}
         phase = _phase_for(fresh.spec.get("state", "Running"))
@@ -353,4 +365,56 @@ class CellController:
         reason = {"create": "Created", "fork": "Forked", "update": "Updated", "start": "Started",
                   "stop": "Stopped", "sleep": "Slept", "wake": "Woken"}.get(plan.action, "Synced")
         events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name, reason=reason,
-                      message=f"{plan.action} done: {', '.join(plan.context.get('ran', plan.step_names))}")
+                      message=f"{plan.action} done: {', '.join(plan.ran or plan.step_names)}")
+
+
+def _asleep(caps: Capabilities, sleep: dict[str, Any]) -> str:
+    """What a sleeping cell truly keeps, by what its backend can do (never more)."""
+    if sleep.get("machine"):
+        return "cell is asleep: memory and disk saved; its processes resume where they were"
+    if caps.workspace_files:
+        return "cell is asleep: workspace checkpointed, processes and memory released"
+    return ("cell is asleep: this backend keeps control-plane records only (no files, "
+            "processes or memory)")
+
+
+@dataclass
+class CellWork:
+    """What a cell's plan carries between its steps and finish()."""
+
+    ref: CellRef
+    sleep: dict[str, Any] | None = None
+    """The sleep checkpoint taken by this plan (written to status.sleep)."""
+
+
+def _work(plan: Plan) -> CellWork:
+    assert isinstance(plan.work, CellWork), plan.work
+    return plan.work
+
+
+def _machine(backend: Backend) -> MachineState:
+    if not backend.capabilities.memory_state or not isinstance(backend, MachineState):
+        raise CapabilityMissing(f"the {backend.name} backend cannot save a machine's memory")
+    return backend
+
+
+StepHandler = Callable[[Backend, CellRef, Step], Outputs]
+_STEPS: dict[StepName, StepHandler] = {
+    S.CREATE_VOLUME: lambda b, ref, step: b.create_volume(
+        ref, step.args["volume_id"], from_checkpoint=step.args["from_checkpoint"]),
+    S.ADOPT_VOLUME: lambda b, ref, step: {"volume": step.args["volume_id"], "adopted": True},
+    S.DELETE_VOLUME: lambda b, ref, step: b.delete_volume(step.args["volume_id"]),
+    S.DELETE_CHECKPOINT: lambda b, ref, step: b.delete_checkpoint(step.args["checkpoint_id"]),
+    S.CREATE: lambda b, ref, step: b.create(ref, step.args["runtime_hash"]),
+    S.START: lambda b, ref, step: b.start(ref),
+    S.STOP: lambda b, ref, step: b.stop(ref),
+    S.DELETE: lambda b, ref, step: b.delete(ref),
+    S.QUIESCE: lambda b, ref, step: b.quiesce(ref),
+    S.RESUME: lambda b, ref, step: b.resume(ref),
+    S.CHECKPOINT: lambda b, ref, step: b.checkpoint(ref, step.args["checkpoint_id"]).outputs(),
+    S.SAVE_MACHINE: lambda b, ref, step: _machine(b).save_machine(
+        ref, step.args["checkpoint_id"]).outputs(),
+    S.RESTORE_MACHINE: lambda b, ref, step: _machine(b).restore_machine(
+        ref, step.args["checkpoint_id"]),
+}
+"""Which backend call each step is: the table the executor's steps are dispatched through."""

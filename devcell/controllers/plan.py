@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from devcell.controllers.steps import StepName
 from devcell.errors import DevCellError
 from devcell.store.objects import ObjectRecord
 
@@ -18,7 +19,7 @@ class When(StrEnum):
 
 @dataclass(frozen=True)
 class Step:
-    name: str
+    name: StepName
     args: dict[str, Any] = field(default_factory=dict)
     when: When = When.SUCCESS
     hold: bool = False
@@ -26,11 +27,11 @@ class Step:
     until `resume` runs, so a shutdown must not leave it frozen."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "args": self.args, "when": str(self.when), "hold": self.hold}
+        return {"name": str(self.name), "args": self.args, "when": str(self.when), "hold": self.hold}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Step:
-        return cls(data["name"], dict(data.get("args", {})), When(data.get("when", "success")),
+        return cls(StepName(data["name"]), dict(data.get("args", {})), When(data.get("when", "success")),
                    bool(data.get("hold", False)))
 
 
@@ -52,8 +53,12 @@ class Plan:
     action: str
     steps: list[Step]
     backend: str
-    context: dict[str, Any] = field(default_factory=dict)
+    work: Any = None
+    """What the kind's controller keeps between its steps and finish() (a typed record of
+    its own: CellWork, SnapshotWork); never persisted (a resumed plan rebuilds it)."""
     gate: Gate | None = None
+    ran: list[str] = field(default_factory=list)
+    """Steps that ran, in order (the executor fills it)."""
 
     @property
     def step_names(self) -> list[str]:

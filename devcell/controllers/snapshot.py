@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from devcell.backends.base import CellRef, Outputs
+from devcell.backends.base import Backend, CellRef, Outputs
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Decision, Plan, Settled, Step, Wait, When
+from devcell.controllers.steps import StepName
 from devcell.errors import BackendError, BackendUnavailable, PermanentError
 from devcell.store import events, objects, volumes
 from devcell.store.db import now
 
 KIND = "Snapshot"
+S = StepName
 
 
 class CellGone(PermanentError):
@@ -37,8 +41,8 @@ class SnapshotController:
         taken = snap.extra.get("checkpoint_ref") is not None
         backend_name = cell.extra["backend"] if cell else "fake"
         if snap.deleting:
-            steps = [Step("delete-checkpoint")] if taken else []
-            return Plan(snap, "delete", steps, backend_name, {})
+            steps = [Step(S.DELETE_CHECKPOINT)] if taken else []
+            return Plan(snap, "delete", steps, backend_name, SnapshotWork())
         if taken:
             self._settle(ctx, snap)
             return Settled()
@@ -49,8 +53,8 @@ class SnapshotController:
                 found = None
             if found is not None:
                 # Taken by an operation that died before recording it: adopt, don't retake.
-                return Plan(snap, "adopt", [Step("adopt-checkpoint")], backend_name,
-                            {"cell": cell})
+                return Plan(snap, "adopt", [Step(S.ADOPT_CHECKPOINT)], backend_name,
+                            SnapshotWork(cell=cell))
         if cell is None or cell.deleted_at is not None:
             message = f'cell "{snap.spec["cell"]}" was deleted before the snapshot was taken'
             self._write(ctx, snap, "Failed", "False", "CellGone", message)
@@ -71,9 +75,9 @@ class SnapshotController:
             return Wait("WaitingForCell", message)
         volume = volumes.for_cell(conn, cell.id)
         ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
-        steps = [Step("quiesce", hold=True), Step("checkpoint", hold=True),
-                 Step("resume", when=When.ALWAYS)]
-        return Plan(snap, "checkpoint", steps, backend_name, {"ref": ref, "cell": cell})
+        steps = [Step(S.QUIESCE, hold=True), Step(S.CHECKPOINT, hold=True),
+                 Step(S.RESUME, when=When.ALWAYS)]
+        return Plan(snap, "checkpoint", steps, backend_name, SnapshotWork(ref=ref, cell=cell))
 
     def _settle(self, ctx: Context, snap: objects.ObjectRecord) -> None:
         if snap.phase == "Ready" and snap.observed_generation == snap.generation:
@@ -98,46 +102,34 @@ class SnapshotController:
                               message=message, type="Warning" if phase == "Failed" else "Normal")
 
     def run_step(self, ctx: Context, plan: Plan, step: Step) -> Outputs:
-        backend = ctx.backend(plan.backend)
-        if step.name == "delete-checkpoint":
-            return backend.delete_checkpoint(plan.object.id)
-        if step.name == "adopt-checkpoint":
-            info = backend.find_checkpoint(plan.object.id)
-            if info is None:
-                raise BackendError("the checkpoint to adopt is gone")
-            return {"checkpoint": info.ref, "consistency": str(info.consistency),
-                    "bytes": info.size_bytes, "files": info.files, "adopted": True}
-        ref: CellRef = dataclasses.replace(plan.context["ref"], op_id=ctx.current_op)
-        if step.name == "quiesce":
-            return backend.quiesce(ref)
-        if step.name == "checkpoint":
-            info = backend.checkpoint(ref, plan.object.id)
-            return {"checkpoint": info.ref, "consistency": str(info.consistency),
-                    "bytes": info.size_bytes, "files": info.files}
-        if step.name == "resume":
-            return backend.resume(ref)
-        raise BackendError(f"snapshot controller has no step {step.name!r}")
+        handler = _STEPS.get(step.name)
+        if handler is None:
+            raise BackendError(f"snapshot controller has no step {step.name!r}")
+        work = _work(plan)
+        ref = dataclasses.replace(work.ref, op_id=ctx.current_op) if work.ref else None
+        return handler(ctx.backend(plan.backend), plan.object.id, ref)
 
     def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs
                    ) -> None:
         self.note_outputs(plan, step, outputs)
 
     def note_outputs(self, plan: Plan, step: Step, outputs: Outputs) -> None:
-        if step.name in ("checkpoint", "adopt-checkpoint"):
-            plan.context["taken"] = outputs
+        if step.name in (S.CHECKPOINT, S.ADOPT_CHECKPOINT):
+            _work(plan).taken = outputs
 
     def restore(self, ctx: Context, data: dict[str, Any]) -> Plan | None:
         snap = objects.get(ctx.db.conn, KIND, data["objectId"])
         if snap is None:
             return None
         cell = objects.get(ctx.db.conn, "Cell", snap.extra["cell_id"], include_deleted=True)
-        context: dict[str, Any] = {}
+        work = SnapshotWork()
         if cell is not None:
             volume = volumes.for_cell(ctx.db.conn, cell.id)
-            context = {"cell": cell,
-                       "ref": CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)}
+            work = SnapshotWork(
+                ref=CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None),
+                cell=cell)
         steps = [Step.from_dict(s) for s in data["steps"]]
-        return Plan(snap, data["action"], steps, data["backend"], context)
+        return Plan(snap, data["action"], steps, data["backend"], work)
 
     def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None,
                reason: str = "StepFailed") -> None:
@@ -151,7 +143,7 @@ class SnapshotController:
                               reason="Deleted", message="snapshot and its checkpoint deleted")
             return
         status = dict(fresh.status)
-        taken = plan.context.get("taken")
+        taken = _work(plan).taken
         if error is not None or taken is None:
             message = error or "checkpoint produced no result"
             status["conditions"] = objects.set_condition(
@@ -174,5 +166,48 @@ class SnapshotController:
                    "taken_at": now()},
         )
         events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name, reason="Taken",
-                      message=f"checkpoint of cell {plan.context['cell'].name} taken "
+                      message=f"checkpoint of cell {_cell_name(plan)} taken "
                               f"(consistency {taken['consistency']})")
+
+
+@dataclass
+class SnapshotWork:
+    """What a snapshot's plan carries between its steps and finish()."""
+
+    ref: CellRef | None = None
+    cell: objects.ObjectRecord | None = None
+    taken: Outputs | None = None
+    """The checkpoint step's outputs, once it ran."""
+
+
+def _work(plan: Plan) -> SnapshotWork:
+    assert isinstance(plan.work, SnapshotWork), plan.work
+    return plan.work
+
+
+def _cell_name(plan: Plan) -> str:
+    cell = _work(plan).cell
+    return cell.name if cell is not None else str(plan.object.spec.get("cell"))
+
+
+def _cell(ref: CellRef | None) -> CellRef:
+    if ref is None:
+        raise BackendError("this step needs the snapshot's cell, which is gone")
+    return ref
+
+
+def _adopt(backend: Backend, snapshot_id: str) -> Outputs:
+    info = backend.find_checkpoint(snapshot_id)
+    if info is None:
+        raise BackendError("the checkpoint to adopt is gone")
+    return {**info.outputs(), "adopted": True}
+
+
+_STEPS: dict[StepName, Callable[[Backend, str, CellRef | None], Outputs]] = {
+    S.DELETE_CHECKPOINT: lambda b, snapshot_id, ref: b.delete_checkpoint(snapshot_id),
+    S.ADOPT_CHECKPOINT: lambda b, snapshot_id, ref: _adopt(b, snapshot_id),
+    S.QUIESCE: lambda b, snapshot_id, ref: b.quiesce(_cell(ref)),
+    S.CHECKPOINT: lambda b, snapshot_id, ref: b.checkpoint(_cell(ref), snapshot_id).outputs(),
+    S.RESUME: lambda b, snapshot_id, ref: b.resume(_cell(ref)),
+}
+"""Which backend call each step is (a snapshot's checkpoint id is the snapshot's id)."""

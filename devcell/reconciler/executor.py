@@ -95,7 +95,7 @@ def execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume 
              " (resumed)" if resume else "")
     result = Result(op_id)
     ran = result.ran
-    plan.context["ran"] = ran
+    plan.ran = ran
     error: str | None = None
     cause: BaseException | None = None
     failed_step: str | None = None

@@ -33,7 +33,7 @@ def test_snapshot_of_a_running_cell_plans_quiesce_checkpoint_resume(db: Database
     assert plan.step_names == ["quiesce", "checkpoint", "resume"]
     assert [s.when for s in plan.steps] == [When.SUCCESS, When.SUCCESS, When.ALWAYS]
     cell = record(db, "Cell", "api")
-    ref = plan.context["ref"]
+    ref = plan.work.ref
     vol = volumes.for_cell(db.conn, cell.id)
     assert vol is not None
     assert (ref.id, ref.name, ref.volume_id) == (cell.id, "api", vol.id)

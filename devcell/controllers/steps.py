@@ -1,0 +1,32 @@
+"""Step names: the words an operation records for each thing it asked a backend to do.
+
+One StrEnum for every kind, because kinds share steps (a snapshot and a sleep both quiesce,
+checkpoint and resume a cell) and the recorded words must stay the same across versions:
+operations, run snapshots and failpoints (`step.<name>.before-call`) all name them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class StepName(StrEnum):
+    CREATE_VOLUME = "create-volume"
+    ADOPT_VOLUME = "adopt-volume"
+    """Record a volume an operation made before it died (found by its labels)."""
+    DELETE_VOLUME = "delete-volume"
+    CREATE = "create"
+    START = "start"
+    STOP = "stop"
+    DELETE = "delete"
+    QUIESCE = "quiesce"
+    """Hooks, sync, freeze: the workspace holds still for a checkpoint."""
+    CHECKPOINT = "checkpoint"
+    """Copy the workspace (filesystem consistency) or record it (metadata)."""
+    RESUME = "resume"
+    DELETE_CHECKPOINT = "delete-checkpoint"
+    ADOPT_CHECKPOINT = "adopt-checkpoint"
+    SAVE_MACHINE = "save-machine"
+    """Sleep on a backend with memory state: memory and disk saved, the machine stopped."""
+    RESTORE_MACHINE = "restore-machine"
+    """Wake from save-machine: processes go on where they were."""

@@ -1,0 +1,83 @@
+"""Plans follow what the backend declares: a backend that keeps memory sleeps by saving the
+machine and wakes by restoring it; one that keeps only files (or only records) checkpoints and
+cold-boots, and the conditions say what each truly keeps."""
+
+from __future__ import annotations
+
+from devcell.backends.base import Capabilities, CellRef, CheckpointInfo, Consistency, Outputs
+from devcell.backends.fake import FakeBackend
+from devcell.controllers.context import Context
+from devcell.store import desired
+from devcell.store.db import Database
+from tests.controllers.support import apply, cell_doc, converge_all, last_operation, record
+
+
+class MachineFake(FakeBackend):
+    """The fake backend, declaring memory state, as a microVM backend would: save_machine
+    stops the cell and keeps a checkpoint of consistency `machine`."""
+
+    capabilities = Capabilities(memory_state=True, snapshot_consistency=Consistency.MACHINE)
+
+    def save_machine(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
+        self.checkpoint(cell, checkpoint_id)
+        self.stop(cell)
+        return CheckpointInfo(ref=f"fake://{checkpoint_id}", consistency=Consistency.MACHINE)
+
+    def restore_machine(self, cell: CellRef, checkpoint_id: str) -> Outputs:
+        if not self.checkpoint_exists(checkpoint_id):
+            raise AssertionError(f"no saved machine {checkpoint_id}")
+        self.start(cell)
+        return {"restoredFrom": checkpoint_id}
+
+
+def _with_machine_backend(ctx: Context) -> MachineFake:
+    backend = MachineFake(state_dir=ctx.db.state_dir)
+    ctx._backends["fake"] = backend
+    return backend
+
+
+def _steps(db: Database, name: str) -> list[str]:
+    _, steps = last_operation(db, name)
+    return [s.name for s in steps if s.status == "Succeeded"]
+
+
+def test_sleep_on_a_backend_with_memory_saves_the_machine_and_wake_restores_it(
+        db: Database, ctx: Context) -> None:
+    backend = _with_machine_backend(ctx)
+    apply(db, cell_doc("api"))
+    assert converge_all(ctx).ok
+    desired.set_cell_state(db, "api", "Sleeping")
+    assert converge_all(ctx).ok
+    assert _steps(db, "api") == ["save-machine"]
+    cell = record(db, "Cell", "api")
+    assert cell.phase == "Sleeping"
+    assert cell.status["sleep"]["machine"] is True
+    assert cell.status["sleep"]["consistency"] == "machine"
+    ready = cell.condition("Ready")
+    assert ready is not None and "processes resume where they were" in ready["message"]
+
+    desired.set_cell_state(db, "api", "Running")
+    assert converge_all(ctx).ok
+    assert _steps(db, "api") == ["restore-machine"]
+    cell = record(db, "Cell", "api")
+    assert cell.phase == "Running"
+    assert "processes and memory came back" in cell.status["lastStart"]["note"]
+    calls = [c[0] for c in backend.calls()]
+    assert "create" not in calls[calls.index("stop"):]  # woken, not rebuilt
+
+
+def test_sleep_without_memory_state_checkpoints_and_says_only_records_are_kept(
+        db: Database, ctx: Context) -> None:
+    apply(db, cell_doc("api"))
+    assert converge_all(ctx).ok
+    desired.set_cell_state(db, "api", "Sleeping")
+    assert converge_all(ctx).ok
+    assert _steps(db, "api") == ["quiesce", "checkpoint", "delete"]
+    cell = record(db, "Cell", "api")
+    assert "machine" not in cell.status["sleep"]
+    ready = cell.condition("Ready")
+    assert ready is not None and "control-plane records only" in ready["message"]
+    desired.set_cell_state(db, "api", "Running")
+    assert converge_all(ctx).ok
+    assert _steps(db, "api") == ["create", "start"]
+    assert "were not restored" in record(db, "Cell", "api").status["lastStart"]["note"]

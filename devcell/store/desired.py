@@ -51,15 +51,23 @@ class _Live:
     deleting: bool
 
 
-def _live_index(conn: sqlite3.Connection) -> dict[tuple[str, str], _Live]:
+def _live_index(conn: sqlite3.Connection, keys: set[tuple[str, str]]
+                ) -> dict[tuple[str, str], _Live]:
+    """The live objects among `keys` (only those: an apply of one file into a store of
+    10,000 objects must not read all of them)."""
     index: dict[tuple[str, str], _Live] = {}
     for kind, table in objects.TABLES.items():
-        for row in conn.execute(
-            f"SELECT id, name, manifest_hash, source, generation, observed_generation, phase, "
-            f"deleting_at FROM {table} WHERE deleted_at IS NULL"
-        ):
-            converged = row[4] == row[5] and row[6] in SETTLED_PHASES
-            index[(kind, row[1])] = _Live(row[0], row[2], row[3], converged, row[7] is not None)
+        names = sorted(n for k, n in keys if k == kind)
+        for start in range(0, len(names), 500):
+            chunk = names[start:start + 500]
+            for row in conn.execute(
+                f"SELECT id, name, manifest_hash, source, generation, observed_generation, "
+                f"phase, deleting_at FROM {table} WHERE deleted_at IS NULL AND name IN "
+                f"({','.join('?' for _ in chunk)})", chunk
+            ):
+                converged = row[4] == row[5] and row[6] in SETTLED_PHASES
+                index[(kind, row[1])] = _Live(row[0], row[2], row[3], converged,
+                                              row[7] is not None)
     return index
 
 
@@ -237,8 +245,9 @@ def apply(
     checks against an empty in-memory state before creating anything) parse each file once.
     """
     conn = db.conn
-    live = _live_index(conn)
-    fast = _fast_entries(files, sources.recorded(conn, [f.key for f in files]), live)
+    recorded = sources.recorded(conn, [f.key for f in files])
+    live = _live_index(conn, {(k, n) for _, entries in recorded.values() for k, n, _ in entries})
+    fast = _fast_entries(files, recorded, live)
     manifests: list[Manifest] = []
     problems: list[Problem] = []
     parsed: dict[str, list[Manifest]] = {}
@@ -259,8 +268,10 @@ def apply(
     if manifests:
         from devcell.manifests import validate
 
-        problems.extend(validate.security_problems(manifests, db.state_dir,
-                                                   _mounting_cells(conn)))
+        # The recorded cells matter only to a cell with host mounts (the shared-path rule);
+        # reading them all for every apply would make one edit cost the size of the store.
+        mounting = _mounting_cells(conn) if _any_mounts(manifests) else {}
+        problems.extend(validate.security_problems(manifests, db.state_dir, mounting))
     if problems:
         raise ManifestError(problems)
 
@@ -284,7 +295,7 @@ def apply(
         return result  # nothing to write: the no-op fast path ends here
     with db.write() as wconn:
         failpoints.hit("apply.before-write")
-        if any(m.kind == "Cell" and m.spec.get("mounts") for m in manifests):
+        if _any_mounts(manifests):
             # Again under the write lock: a concurrent apply may have recorded a cell that
             # shares a host path since the check above (raising rolls this one back).
             from devcell.manifests import validate
@@ -343,6 +354,10 @@ def _forget_vanished(conn: sqlite3.Connection, roots: list[str], files: list[Sou
     for (path,) in conn.execute("SELECT path FROM applied_sources").fetchall():
         if _under(path, roots) and path not in present:
             sources.forget(conn, path)
+
+
+def _any_mounts(manifests: list[Manifest]) -> bool:
+    return any(m.kind == "Cell" and m.spec.get("mounts") for m in manifests)
 
 
 def _mounting_cells(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:

@@ -18,14 +18,32 @@ MAX_FILE_BYTES = 1024 * 1024
 EXTENSIONS = (".yaml", ".yml", ".json")
 
 
+def hidden(name: str) -> bool:
+    """Hidden entries are skipped: editors' temp files, `.git`, a save's `.x.yaml.tmp`."""
+    return name.startswith(".")
+
+
+def manifest_name(name: str) -> bool:
+    return name.endswith(EXTENSIONS) and not hidden(name)
+
+
 def walk(directory: str) -> list[str]:
+    """Manifest files under `directory`: recursive, hidden entries skipped, in `walk_order`."""
     found: list[str] = []
     for root, dirs, files in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if not hidden(d))
         for name in sorted(files):
-            if name.endswith(EXTENSIONS) and not name.startswith("."):
+            if manifest_name(name):
                 found.append(os.path.join(root, name))
     return found
+
+
+def walk_order(relative: str) -> tuple[tuple[int, str], ...]:
+    """Sort key putting paths relative to a walked directory in the order `walk` lists them
+    (a directory's own files by name, then its subdirectories by name), so files read one by
+    one are applied in the same order as the whole directory would be."""
+    parts = relative.split(os.sep)
+    return tuple((1, d) for d in parts[:-1]) + ((0, parts[-1]),)
 
 
 def _read_limited(stream_or_path: str | None, display: str, limit: int) -> bytes:
@@ -33,7 +51,13 @@ def _read_limited(stream_or_path: str | None, display: str, limit: int) -> bytes
         data = sys.stdin.buffer.read(limit + 1)
     else:
         with open(stream_or_path, "rb") as fh:
-            data = fh.read(limit + 1)
+            # Ask for the file's size, not the limit: read(limit + 1) allocates 1 MiB and
+            # shrinks it, which leaves every small file on pages of its own (reading 10,000
+            # files of 1 KiB so costs 40 MB of RSS instead of 12). Read on if it grew since.
+            want = min(os.fstat(fh.fileno()).st_size, limit) + 1
+            data = fh.read(want)
+            if len(data) == want and want <= limit:
+                data += fh.read(limit + 1 - want)
     if len(data) > limit:
         raise ManifestError(
             [Problem(display, f"file is larger than the limit of {limit} bytes", line=1)]

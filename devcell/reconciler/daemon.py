@@ -3,24 +3,32 @@
 Startup: take the lease (or exit naming its holder), fail interrupted operations, sync the
 directory, queue every object, start the workers and the resync timer. Then watch the
 directory (watchfiles, tuned for latency: a change is synced once the directory has been quiet
-for `step_ms`, and a storm is cut at `debounce_ms`). SIGTERM/SIGINT: take no new work, finish
-the step in flight, exit; a second signal exits at once.
+for `step_ms`, and a storm is cut at `debounce_ms`). Each batch is synced incrementally (only
+the paths it names are read), so an edit costs the same in a directory of 20 files or of
+10,000; the whole directory is read once the watcher is live and at every resync, which
+repairs what lost events missed and records a `ResyncRepaired` event naming it.
+SIGTERM/SIGINT: take no new work, finish the step in flight, exit; a second signal exits at
+once.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from loguru import logger
 
 from devcell import failpoints
+from devcell.manifests import loader
 from devcell.reconciler import recovery
 from devcell.reconciler.gitops import DirectorySync, SyncResult
 from devcell.reconciler.lease import Lease
@@ -71,7 +79,7 @@ class Daemon:
                 logger.warning("operation {} was interrupted by a crash; recorded as failed", op_id)
             self._sweep_orphans(db)
             syncer = DirectorySync(db, cfg.manifests, prune_grace=cfg.prune_grace)
-            self._sync(db, syncer, manager)
+            self._sync(db, syncer.sync, manager)
             manager.enqueue_all(db, trigger="startup")
             manager.start()
             failpoints.hit("daemon.started")
@@ -106,30 +114,71 @@ class Daemon:
             ctx.close()
 
     def _watch(self, db: Database, syncer: DirectorySync, manager: Manager) -> None:
+        """Follow the directory until stopped. A watcher that fails is replaced after a
+        pause (doubling while it keeps failing at once); like the first, the new one begins
+        with a full sync, since changes made while none was live produced no event."""
         import watchfiles
 
-        cfg = self.config
-        next_sync: float | None = None
-        first = True
-        for changes in watchfiles.watch(
-            cfg.manifests, stop_event=self.stop_event, step=cfg.step_ms,
-            debounce=cfg.debounce_ms, rust_timeout=200, yield_on_timeout=True,
-            raise_interrupt=False,
-        ):
-            if self.stop_event.is_set():
-                return
-            due = next_sync is not None and time.monotonic() >= next_sync
-            if first:
-                # The watcher is live now; files written between the startup sync and this
-                # moment produced no event, so sync once more.
-                first, due = False, True
-            if changes or due:
-                result = self._sync(db, syncer, manager)
-                next_sync = (time.monotonic() + cfg.prune_grace) if result.prune_pending else None
+        from devcell.manifests import validate  # noqa: F401  (now, not on the first edit)
 
-    def _sync(self, db: Database, syncer: DirectorySync, manager: Manager) -> SyncResult:
+        cfg = self.config
+        root = os.path.abspath(cfg.manifests)
+        pause = 1.0
+        while not self.stop_event.is_set():
+            batches = watchfiles.watch(
+                root, watch_filter=functools.partial(_followed, root), stop_event=self.stop_event,
+                step=cfg.step_ms, debounce=cfg.debounce_ms, rust_timeout=200,
+                yield_on_timeout=True, raise_interrupt=False,
+            )
+            handled = self._follow(db, syncer, manager, batches)
+            if handled is None:
+                return
+            pause = 1.0 if handled else pause
+            self.stop_event.wait(pause)
+            pause = min(pause * 2, 30.0)
+
+    def _follow(self, db: Database, syncer: DirectorySync, manager: Manager,
+                batches: Iterator[set[tuple[Any, str]]]) -> int | None:
+        """Sync as the watcher reports: the paths it names (incremental), the whole directory
+        first and at every resync. None once stopped; the batches handled if it failed."""
+        cfg = self.config
+        first, handled = True, 0
+        next_prune: float | None = None
+        next_resync = time.monotonic() + cfg.resync_seconds if cfg.resync_seconds > 0 else None
+        unreported = _Unreported(window=max(1.0, 3 * cfg.debounce_ms / 1000))
+        while True:
+            try:
+                changes = next(batches)
+            except StopIteration:
+                return None
+            except (RuntimeError, OSError) as exc:  # watchfiles' own errors are RuntimeErrors
+                logger.warning("watching {} failed: {}; watching it again", cfg.manifests, exc)
+                return handled
+            if self.stop_event.is_set():
+                return None
+            handled += 1
+            now = time.monotonic()
+            paths = {path for _, path in changes}
+            unreported.heard(paths)
+            result: SyncResult | None = None
+            if first or (next_resync is not None and now >= next_resync):
+                # First: files written between the startup sync and this moment produced no
+                # event. Resync: whatever events were lost, the whole directory is read.
+                result = self._sync(db, syncer.sync, manager)
+                if not first:
+                    unreported.expect(result, paths, now)
+                    next_resync = now + cfg.resync_seconds
+                first = False
+            elif paths or (next_prune is not None and now >= next_prune):
+                result = self._sync(db, functools.partial(syncer.sync_paths, paths), manager)
+            if result is not None:
+                next_prune = (time.monotonic() + cfg.prune_grace) if result.prune_pending else None
+            unreported.report(db, cfg.manifests, now)
+
+    def _sync(self, db: Database, sync: Callable[[], SyncResult], manager: Manager
+              ) -> SyncResult:
         started = time.perf_counter()
-        result = syncer.sync()
+        result = sync()
         for key in result.to_reconcile:
             manager.enqueue(key, trigger="watch")
         changed = [c for c in result.changes if c.outcome != "unchanged"] + result.pruned
@@ -144,10 +193,71 @@ class Daemon:
                                   reason="InvalidManifest", message=str(p), type="Warning")
             for p in result.problems:
                 logger.warning("{}", p)
-        logger.debug("sync: {} changed, {} pruned, {} problems in {:.1f} ms", len(changed),
+        logger.debug("{} sync: {} changed, {} pruned, {} problems in {:.1f} ms",
+                     "full" if result.full else "incremental", len(changed),
                      len(result.pruned), len(result.problems),
                      (time.perf_counter() - started) * 1000)
         return result
+
+
+def _followed(root: str, change: object, path: str) -> bool:
+    """watchfiles' filter: every path the walk can reach. Not watchfiles' default filter,
+    which also drops `node_modules`, `__pycache__` and `*~` (the walk reads manifests there);
+    hidden entries (`.git`, an editor's `.x.yaml.swp`) are dropped, as the walk skips them."""
+    parts = os.path.relpath(path, root).split(os.sep)
+    if parts[0] in (os.curdir, os.pardir):
+        return True  # the directory itself, or beyond it: the sync reads everything
+    return not any(loader.hidden(part) for part in parts)
+
+
+@dataclass
+class _Unreported:
+    """Files a periodic resync found added, changed or deleted although no watch event had
+    named them: events the watcher lost (an inotify queue overflow is not reported through
+    watchfiles at all). A save can also race the resync (read before its event is handed
+    over), so a file counts as lost only if no batch names it within `window` seconds; then
+    one `ResyncRepaired` event says what the resync repaired."""
+
+    window: float
+    files: dict[str, str] = field(default_factory=dict)
+    outcomes: list[str] = field(default_factory=list)
+    due: float = 0.0
+
+    def expect(self, result: SyncResult, reported: set[str], now: float) -> None:
+        lost = {p: how for p, how in result.unseen.items() if p not in reported}
+        if not lost:
+            return
+        self.files.update(lost)
+        self.outcomes += [f"{c.kind.lower()}/{c.name} {c.outcome}" for c in
+                          [c for c in result.changes if c.outcome != "unchanged"] + result.pruned]
+        if result.prune_pending:
+            self.outcomes.append(f"{result.prune_pending} to be pruned after the grace period")
+        self.due = now + self.window
+
+    def heard(self, paths: set[str]) -> None:
+        """A batch named these paths (a directory stands for the files below it)."""
+        for path in map(os.path.abspath, paths):
+            below = path + os.sep
+            for known in [p for p in self.files if p == path or p.startswith(below)]:
+                del self.files[known]
+        if not self.files:
+            self.outcomes = []
+
+    def report(self, db: Database, root: Path, now: float) -> None:
+        if not self.files or now < self.due:
+            return
+        base = os.path.abspath(root)
+        named = [f"{os.path.relpath(p, base)} ({how})" for p, how in self.files.items()]
+        message = (f"the periodic resync found {len(named)} file(s) whose change no watch "
+                   f"event reported: {', '.join(named[:10])}"
+                   + (f" (+{len(named) - 10} more)" if len(named) > 10 else "")
+                   + "; the directory was read again and recorded"
+                   + (f": {', '.join(self.outcomes[:10])}" if self.outcomes else ""))
+        with db.write() as conn:
+            events.record(conn, kind="Controller", object_id=None, name="controller",
+                          reason="ResyncRepaired", message=message, type="Warning")
+        logger.warning("{}", message)
+        self.files, self.outcomes = {}, []
 
 
 def json_sink(message: object) -> None:

@@ -5,22 +5,49 @@ bad ones aside: an unparseable, invalid or empty file keeps the last good state 
 and is reported, and nothing is pruned while any file is bad. Objects whose documents are gone
 are pruned only if they stay gone for `prune_grace` seconds, so a half-written file never
 means "delete everything".
+
+Two ways to sync, with the same outcome. `sync()` reads the whole directory: at the daemon's
+start and at each periodic resync. `sync_paths()` reads only the paths the watcher named, so
+an edit costs what changed, not the size of the directory. What that needs to stay exact is
+kept in memory and rebuilt by every full sync: the digest of every file as last read, the
+files that are bad (retried with every batch: another file may fix them), and the objects
+whose manifest is gone (each with its prune clock). A batch is read together with every file
+that holds an object the batch defines, so an object defined twice is refused as one apply of
+the whole directory would refuse it. What the incremental path cannot follow exactly (the
+directory itself named, a very large batch) becomes a full sync; a full sync reports the files
+whose change no batch had brought (`SyncResult.unseen`), so lost events are repaired and said
+to be.
 """
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from devcell import admission, config
 from devcell.errors import ConfigError, ManifestError, Problem
 from devcell.manifests import loader
-from devcell.manifests.model import SourceFile
-from devcell.store import desired
+from devcell.manifests.model import Manifest, SourceFile
+from devcell.store import desired, objects, sources
 from devcell.store.db import Database
 
 MAX_EXCLUSION_PASSES = 20
+MAX_OWNER_ROUNDS = 8
+MIN_FULL_BATCH = 64
+"""A batch of more files than this and than a quarter of the known files (or than a part, see
+below) is read as a full sync: past that point one walk costs less than many single reads."""
+FULL_PART = 500
+"""A full sync applies the directory this many files at a time, in walk order, as batches:
+parsing 10,000 manifests for one apply would hold ~160 MB of parsed documents. The outcome
+is the same as one apply of everything: a part is read with the files that hold objects it
+defines, and a file refused for naming an object of a later part is retried with each part."""
+
+Key = tuple[str, str]
+ParseCache = dict[str, tuple[list[Manifest], list[Problem]]]
 
 
 @dataclass
@@ -29,6 +56,10 @@ class SyncResult:
     problems: list[Problem] = field(default_factory=list)
     pruned: list[desired.Change] = field(default_factory=list)
     prune_pending: int = 0
+    full: bool = False
+    unseen: dict[str, str] = field(default_factory=dict)
+    """Full syncs: manifest files added, changed or deleted since the previous sync saw them,
+    that no incremental sync was told about (path -> "added" | "changed" | "deleted")."""
 
     @property
     def to_reconcile(self) -> list[tuple[str, str]]:
@@ -37,78 +68,306 @@ class SyncResult:
 
 
 @dataclass
+class _Gone:
+    """An object whose manifest is gone: where it came from, and since when (None while the
+    prune clock is stopped because some file is bad)."""
+
+    source: str
+    since: float | None = None
+
+
+@dataclass
+class _Batch:
+    present: set[str] = field(default_factory=set)
+    gone: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Applied:
+    changes: list[desired.Change]
+    problems: list[Problem]
+    read: set[str]
+    stray: bool  # a problem no file of the batch can be blamed for
+
+
+@dataclass
 class DirectorySync:
     db: Database
     root: Path
     prune_grace: float = 0.5
-    _missing_since: dict[tuple[str, str], float] = field(default_factory=dict)
+    full_part: int = FULL_PART
+    _missing: dict[Key, _Gone] = field(default_factory=dict)
+    _bad: set[str] = field(default_factory=set)
+    _seen: dict[str, str] = field(default_factory=dict)
+    _dirs: set[str] = field(default_factory=set)  # directories that held a file of _seen
+    _exact: bool = False  # the last sync left a state an incremental sync can build on
+
+    @property
+    def _root(self) -> str:
+        return os.path.abspath(self.root)
 
     def sync(self) -> SyncResult:
+        """Read the whole directory and apply it."""
+        result = SyncResult(full=True)
+        if not self._config_ok(result):
+            return result
+        root = self._root
+        before, self._seen, self._dirs, self._bad = self._seen, {}, set(), set()
+        paths, result.problems = _listing(root)
+        changes: dict[Key, desired.Change] = {}
+        stray, last = False, None
+        for start in range(0, len(paths), self.full_part):
+            last = self._apply_batch(_Batch(set(paths[start:start + self.full_part])))
+            if last is None:  # owners beyond owners: apply everything at once
+                self._seen, self._bad = {}, set()
+                last = self._apply_batch(_Batch(set(paths)))
+                assert last is not None  # every file is in it: no one else owns anything
+            changes.update(((c.kind, c.name), c) for c in last.changes)
+            stray = stray or last.stray
+        if last is not None:
+            result.problems += last.problems  # the last part retried every file still bad
+        result.changes = list(changes.values())
+        if self._exact:
+            result.unseen = _differences(before, self._seen)
+        self._exact = not stray and all(p.file in self._bad for p in result.problems)
+        live = objects.live_under(self.db.conn, root)
+        self._prune({k: src for k, src in live.items()
+                     if k not in changes and src not in self._bad}, result)
+        return result
+
+    def sync_paths(self, paths: Iterable[str]) -> SyncResult:
+        """Read only `paths` (as the watcher reported them), and the files that are bad."""
+        paths = set(paths)
+        largest = min(self.full_part, max(MIN_FULL_BATCH, len(self._seen) // 4))
+        batch = self._expand(paths) if self._exact and len(paths) <= largest else None
+        if batch is None or len(batch.present) + len(batch.gone) > largest:
+            return self._fallback()
         result = SyncResult()
+        if not self._config_ok(result):
+            return result
+        applied = self._apply_batch(batch)
+        if applied is None:
+            return self._fallback()
+        result.changes, result.problems = applied.changes, applied.problems
+        self._exact = not applied.stray
+        keep = {(c.kind, c.name) for c in applied.changes}
+        look = (applied.read | batch.gone) - self._bad
+        wanted = look | {g.source for g in self._missing.values()}
+        live = objects.live_from(self.db.conn, wanted)
+        self._prune({k: src for k, src in live.items() if k not in keep and (
+            src in look or (k in self._missing and self._missing[k].source == src))}, result)
+        return result
+
+    def _fallback(self) -> SyncResult:
+        result = self.sync()
+        result.unseen = {}  # the batch that was not followed file by file, not lost events
+        return result
+
+    def _config_ok(self, result: SyncResult) -> bool:
         try:
             config.load(self.db.state_dir)
         except ConfigError as exc:  # a broken configuration: apply nothing, prune nothing
             result.problems.extend(exc.problems)
-            return result
-        root = str(self.root.absolute())
-        try:
-            files = loader.read_sources([root])
-        except ManifestError as exc:  # oversize or unreadable files: skip those, keep the rest
-            result.problems.extend(exc.problems)
-            bad_names = {p.file for p in exc.problems}
-            files = [f for f in self._readable(root) if f.display not in bad_names]
-        good, problems = self._exclude_bad(files)
-        result.problems.extend(problems)
-        try:
-            applied = admission.apply(self.db, good)
-        except ManifestError as exc:  # should not happen after exclusion; report, change nothing
-            result.problems.extend(exc.problems)
-            return result
-        result.changes = applied.changes
-        if result.problems:
-            self._missing_since.clear()  # prune nothing while any file is bad
-            return result
-        keep = {(c.kind, c.name) for c in applied.changes}
-        candidates = desired.prune_candidates(self.db.conn, [root], keep)
-        now = time.monotonic()
-        keys = {(c.kind, c.name) for c in candidates}
-        for key in list(self._missing_since):
-            if key not in keys:
-                del self._missing_since[key]
-        for change in candidates:
-            first = self._missing_since.setdefault((change.kind, change.name), now)
-            if now - first < self.prune_grace:
-                result.prune_pending += 1
-                continue
-            result.pruned.append(desired.delete(self.db, change.kind, change.name, reason="Pruned"))
-            del self._missing_since[(change.kind, change.name)]
-        return result
+            self._exact = False  # the files changed meanwhile are read by the next full sync
+            return False
+        return True
 
-    def _readable(self, root: str) -> list[SourceFile]:
-        out = []
-        for path in loader.walk(root):
-            try:
-                out.extend(loader.read_sources([path]))
-            except ManifestError:
-                continue
-        return out
+    def _expand(self, paths: set[str]) -> _Batch | None:
+        """The manifest files behind the reported paths, by the rules of `loader.walk`; None
+        when that cannot be said exactly (the directory itself was named)."""
+        root = self._root
+        batch = _Batch()
+        for raw in paths:
+            path = os.path.abspath(raw)
+            if not path.startswith(root + os.sep):
+                return None
+            parts = path[len(root) + 1:].split(os.sep)
+            if any(loader.hidden(p) for p in parts) or _behind_link(root, parts):
+                continue  # the walk never reaches it
+            if os.path.isdir(path):
+                listed = set(loader.walk(path)) if not os.path.islink(path) else set()
+                batch.present |= listed
+                batch.gone |= {p for p in self._known_at(path) if p not in listed}
+            elif os.path.lexists(path):
+                if loader.manifest_name(parts[-1]):
+                    batch.present.add(path)
+                batch.gone |= {p for p in self._known_at(path) if p != path}
+            else:
+                batch.gone |= set(self._known_at(path))
+        return batch
 
-    def _exclude_bad(self, files: list[SourceFile]) -> tuple[list[SourceFile], list[Problem]]:
-        """Drop files with problems until the rest applies cleanly (dry run)."""
+    def _known_at(self, path: str) -> list[str]:
+        """Files last seen at `path` or below it (a directory deleted, moved or replaced)."""
+        known = [path] if path in self._seen else []
+        if path not in self._dirs:
+            return known
+        prefix = path + os.sep
+        return known + [p for p in self._seen if p.startswith(prefix)]
+
+    def _apply_batch(self, batch: _Batch) -> _Applied | None:
+        """Read and apply a batch with the files that are bad; remember what was read."""
+        for path in self._bad:  # retried each time: another file may have fixed them
+            (batch.present if _is_file(path) else batch.gone).add(path)
+        cache: ParseCache = {}
         problems: list[Problem] = []
+        files = self._read_batch(batch, cache, problems)
+        if files is None:
+            return None
+        for path in batch.gone:
+            self._seen.pop(path, None)
+        self._seen.update((f.key, f.digest) for f in files)
+        self._seen.update((p.file, "") for p in problems if p.file in batch.present)
+        for path in batch.present:
+            self._remember_dirs(path)
+        changes = self._apply(files, problems, cache)
+        self._bad = {p.file for p in problems if p.file in batch.present}
+        return _Applied(changes, problems, set(batch.present),
+                        any(p.file not in batch.present for p in problems))
+
+    def _remember_dirs(self, path: str) -> None:
+        root, here = self._root, os.path.dirname(path)
+        while here != root and here not in self._dirs and len(here) > len(root):
+            self._dirs.add(here)
+            here = os.path.dirname(here)
+
+    def _read_batch(self, batch: _Batch, cache: ParseCache, problems: list[Problem]
+                    ) -> list[SourceFile] | None:
+        """Read the batch, adding every file that currently holds an object the batch defines
+        (so "defined twice" is found as a full walk finds it); None: owners beyond owners."""
+        root = self._root
+        for _ in range(MAX_OWNER_ROUNDS):
+            order = sorted(batch.present, key=lambda p: loader.walk_order(p[len(root) + 1:]))
+            failed: list[Problem] = []
+            try:
+                files = loader.read_sources(order)
+            except ManifestError as exc:
+                failed = exc.problems
+                names = {p.file for p in failed}
+                files = [f for f in _readable(order) if f.display not in names]
+            owners = _owners(self.db.conn, files, cache) - batch.present - batch.gone
+            owners = {p for p in owners if self._walked(p)}
+            if not owners:
+                problems.extend(failed)
+                return files
+            for path in owners:
+                (batch.present if _is_file(path) else batch.gone).add(path)
+        return None
+
+    def _walked(self, path: str) -> bool:
+        """Whether `loader.walk` of the root would list `path` (were it a file)."""
+        root = self._root
+        if not path.startswith(root + os.sep):
+            return False
+        parts = path[len(root) + 1:].split(os.sep)
+        return (loader.manifest_name(parts[-1]) and not any(loader.hidden(p) for p in parts)
+                and not _behind_link(root, parts))
+
+    def _apply(self, files: list[SourceFile], problems: list[Problem], cache: ParseCache
+               ) -> list[desired.Change]:
+        """Apply every good file: an empty file is set aside first, then each apply that a
+        file's problem refuses (nothing written) is tried again without that file."""
         good = []
         for f in files:
             if not f.data.strip():
-                problems.append(Problem(f.display, "file is empty; keeping the last applied "
-                                        "state of its objects (delete the file to delete them)"))
+                problems.append(Problem(
+                    f.display, "file is empty; keeping the last applied state of its objects "
+                    "(delete the file to delete them)"))
             else:
                 good.append(f)
         for _ in range(MAX_EXCLUSION_PASSES):
             try:
-                admission.apply(self.db, good, dry_run=True)
-                return good, problems
+                return admission.apply(self.db, good, parse_cache=cache).changes
             except ManifestError as exc:
                 problems.extend(exc.problems)
                 bad = {p.file for p in exc.problems}
+                if not bad & {f.display for f in good}:
+                    return []  # a problem no file can be blamed for: change nothing
                 good = [f for f in good if f.display not in bad]
-        return [], problems
+        return []
+
+    def _prune(self, candidates: dict[Key, str], result: SyncResult) -> None:
+        """`candidates` (object -> its source) are every object this sync knows to have lost
+        its manifest; prune those gone for `prune_grace`, never while any file is bad."""
+        before = self._missing
+        self._missing = {k: _Gone(src, before[k].since if k in before and before[k].source == src
+                                  else None) for k, src in candidates.items()}
+        if result.problems:
+            for gone in self._missing.values():
+                gone.since = None  # the grace starts again once every file is good
+            return
+        now = time.monotonic()
+        for (kind, name), gone in sorted(self._missing.items()):
+            gone.since = now if gone.since is None else gone.since
+            if now - gone.since < self.prune_grace:
+                result.prune_pending += 1
+                continue
+            result.pruned.append(desired.delete(self.db, kind, name, reason="Pruned"))
+            del self._missing[(kind, name)]
+
+
+def _listing(root: str) -> tuple[list[str], list[Problem]]:
+    """The manifest files of the directory, or why there are none to trust."""
+    if os.path.isdir(root):
+        return loader.walk(root), []
+    reason = "not a directory" if os.path.exists(root) else "no such file or directory"
+    return [], [Problem(root, reason)]
+
+
+def _readable(paths: list[str]) -> list[SourceFile]:
+    out = []
+    for path in paths:
+        try:
+            out.extend(loader.read_sources([path]))
+        except ManifestError:
+            continue
+    return out
+
+
+def _is_file(path: str) -> bool:
+    """What the walk lists as a file: anything but a directory (a broken link included)."""
+    return os.path.lexists(path) and not os.path.isdir(path)
+
+
+def _behind_link(root: str, parts: list[str]) -> bool:
+    """Whether a directory between `root` and the entry is a symlink (the walk does not
+    follow them)."""
+    here = root
+    for part in parts[:-1]:
+        here = os.path.join(here, part)
+        if os.path.islink(here):
+            return True
+    return False
+
+
+def _differences(before: dict[str, str], now: dict[str, str]) -> dict[str, str]:
+    out = {p: "deleted" for p in before if p not in now}
+    for path, digest in now.items():
+        if path not in before:
+            out[path] = "added"
+        elif before[path] != digest:
+            out[path] = "changed"
+    return dict(sorted(out.items()))
+
+
+def _owners(conn: sqlite3.Connection, files: list[SourceFile], cache: ParseCache) -> set[str]:
+    """Where the live objects that `files` define were last applied from. A file whose bytes
+    were applied before is not parsed: what it defined was recorded then."""
+    recorded = sources.recorded(conn, [f.key for f in files])
+    names: dict[str, set[str]] = {}
+    for f in files:
+        if f.key in recorded and recorded[f.key][0] == f.digest:
+            found = [(kind, name) for kind, name, _ in recorded[f.key][1]]
+        elif f.data.strip():
+            from devcell.manifests import validate  # only when a changed file is read
+
+            if f.digest + f.key not in cache:
+                cache[f.digest + f.key] = validate.parse_source(f)
+            found = [(m.kind, m.name) for m in cache[f.digest + f.key][0]]
+        else:
+            found = []
+        for kind, name in found:
+            names.setdefault(kind, set()).add(name)
+    owners: set[str] = set()
+    for kind, wanted in names.items():
+        owners.update(objects.sources_of(conn, kind, wanted))
+    return owners

@@ -51,16 +51,23 @@ class _Live:
     deleting: bool
 
 
-def _live_index(conn: sqlite3.Connection) -> dict[tuple[str, str], _Live]:
+def _live_index(conn: sqlite3.Connection, keys: set[tuple[str, str]]
+                ) -> dict[tuple[str, str], _Live]:
+    """The live objects among `keys` (only those: an apply of one file into a store of
+    10,000 objects must not read all of them)."""
     index: dict[tuple[str, str], _Live] = {}
     for kind in kinds.KINDS.values():
-        for row in conn.execute(
-            f"SELECT id, name, manifest_hash, source, generation, observed_generation, phase, "
-            f"deleting_at FROM {kind.table} WHERE deleted_at IS NULL"
-        ):
-            converged = row[4] == row[5] and row[6] in SETTLED_PHASES
-            index[(kind.name, row[1])] = _Live(row[0], row[2], row[3], converged,
-                                               row[7] is not None)
+        names = sorted(n for k, n in keys if k == kind.name)
+        for start in range(0, len(names), 500):
+            chunk = names[start:start + 500]
+            for row in conn.execute(
+                f"SELECT id, name, manifest_hash, source, generation, observed_generation, "
+                f"phase, deleting_at FROM {kind.table} WHERE deleted_at IS NULL AND name IN "
+                f"({','.join('?' for _ in chunk)})", chunk
+            ):
+                converged = row[4] == row[5] and row[6] in SETTLED_PHASES
+                index[(kind.name, row[1])] = _Live(row[0], row[2], row[3], converged,
+                                              row[7] is not None)
     return index
 
 
@@ -179,8 +186,9 @@ def apply(
     checks against an empty in-memory state before creating anything) parse each file once.
     """
     conn = db.conn
-    live = _live_index(conn)
-    fast = _fast_entries(files, sources.recorded(conn, [f.key for f in files]), live)
+    recorded = sources.recorded(conn, [f.key for f in files])
+    live = _live_index(conn, {(k, n) for _, entries in recorded.values() for k, n, _ in entries})
+    fast = _fast_entries(files, recorded, live)
     manifests: list[Manifest] = []
     problems: list[Problem] = []
     parsed: dict[str, list[Manifest]] = {}

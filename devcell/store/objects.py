@@ -8,7 +8,9 @@ Deleted objects keep their row (deleted_at set) so lineage and history survive t
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -381,3 +383,43 @@ def note_retry(db: Database, kind: str, object_id: str, *, at: str, retries: int
         status = dict(record.status, nextRetryAt=at, retries=retries)
         write_status(conn, record, phase=record.phase, status=status,
                      observed_generation=record.observed_generation)
+
+
+def sources_of(conn: sqlite3.Connection, kind: str, names: Iterable[str]) -> set[str]:
+    """The files the live `kind` objects called `names` were applied from."""
+    ordered = sorted(names)
+    table = kinds.get(kind).table
+    found: set[str] = set()
+    for start in range(0, len(ordered), 500):
+        chunk = ordered[start:start + 500]
+        found.update(src for (src,) in conn.execute(
+            f"SELECT source FROM {table} WHERE deleted_at IS NULL AND name "
+            f"IN ({','.join('?' for _ in chunk)})", chunk) if src)
+    return found
+
+
+def live_under(conn: sqlite3.Connection, root: str) -> dict[Key, str]:
+    """(kind, name) -> source of live objects applied from a file under `root` (an index
+    range on `source`)."""
+    low, high = root + os.sep, root + chr(ord(os.sep) + 1)
+    out: dict[Key, str] = {}
+    for kind in kinds.KINDS.values():
+        for name, source in conn.execute(
+                f"SELECT name, source FROM {kind.table} WHERE deleted_at IS NULL "
+                f"AND source >= ? AND source < ?", (low, high)):
+            out[(kind.name, name)] = source
+    return out
+
+
+def live_from(conn: sqlite3.Connection, paths: set[str]) -> dict[Key, str]:
+    """(kind, name) -> source of live objects applied from one of `paths`."""
+    out: dict[Key, str] = {}
+    wanted = sorted(paths)
+    for kind in kinds.KINDS.values():
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start:start + 500]
+            for name, source in conn.execute(
+                    f"SELECT name, source FROM {kind.table} WHERE deleted_at IS NULL AND source "
+                    f"IN ({','.join('?' for _ in chunk)})", chunk):
+                out[(kind.name, name)] = source
+    return out

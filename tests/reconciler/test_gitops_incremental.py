@@ -1,0 +1,494 @@
+"""The daemon's incremental sync: reading only the paths the watcher named gives the same
+desired state as reading the whole directory, and a lost event is repaired (and said to be)
+by the next full resync."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from devcell import kinds
+from devcell.reconciler.gitops import DirectorySync
+from devcell.store import objects
+from devcell.store.db import Database, open_database
+
+CELL = ("apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: %s}\n"
+        "spec: {backend: fake, state: %s}\n")
+SNAP = "apiVersion: devcell.dev/v1alpha1\nkind: Snapshot\nmetadata: {name: %s}\nspec: {cell: %s}\n"
+
+
+def cell(name: str, state: str = "Running") -> str:
+    return CELL % (name, state)
+
+
+@pytest.fixture
+def watched(tmp_path: Path) -> Path:
+    path = tmp_path / "manifests"
+    path.mkdir()
+    return path
+
+
+def live(db: Database) -> dict[tuple[str, str], tuple[str, str | None, bool]]:
+    """(kind, name) -> (spec hash, source, being deleted) of every live object."""
+    out = {}
+    for kind in kinds.KINDS.values():
+        for name, spec_hash, source, deleting in db.conn.execute(
+                f"SELECT name, spec_hash, source, deleting_at IS NOT NULL FROM {kind.table} "
+                "WHERE deleted_at IS NULL"):
+            out[(kind.name, name)] = (spec_hash, source, bool(deleting))
+    return out
+
+
+def source(db: Database, name: str) -> str | None:
+    found = objects.get(db.conn, "Cell", name)
+    return found.source if found else None
+
+
+def test_add_edit_delete_read_only_the_named_files(db: Database, watched: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    (watched / "other.yaml").write_text(cell("other"))
+    sync = DirectorySync(db, watched, prune_grace=0)
+    assert sync.sync().full
+    read: list[str] = []
+    from devcell.manifests import loader
+    original = loader.read_sources
+
+    def counting(paths: Any, **kw: Any) -> Any:
+        read.extend(paths)
+        return original(paths, **kw)
+
+    monkeypatch.setattr(loader, "read_sources", counting)
+    api = watched / "api.yaml"
+    api.write_text(cell("api"))
+    result = sync.sync_paths([str(api)])
+    assert not result.full and not result.problems
+    assert [(c.name, c.outcome) for c in result.changes] == [("api", "created")]
+    assert read == [str(api)]  # other.yaml was not read again
+
+    api.write_text(cell("api", "Stopped"))
+    result = sync.sync_paths([str(api)])
+    assert [(c.name, c.outcome) for c in result.changes] == [("api", "configured")]
+    assert objects.get(db.conn, "Cell", "api").spec["state"] == "Stopped"  # type: ignore[union-attr]
+
+    api.unlink()
+    result = sync.sync_paths([str(api)])
+    assert [(c.name, c.outcome) for c in result.pruned] == [("api", "pruned")]
+    assert objects.get(db.conn, "Cell", "other") is not None
+    assert not objects.get(db.conn, "Cell", "other").deleting  # type: ignore[union-attr]
+
+
+def test_a_document_removed_from_a_file_is_pruned_after_the_grace(db: Database,
+                                                                  watched: Path) -> None:
+    both = watched / "both.yaml"
+    both.write_text(cell("api") + "---\n" + cell("web"))
+    sync = DirectorySync(db, watched, prune_grace=60)
+    sync.sync()
+    both.write_text(cell("api"))
+    result = sync.sync_paths([str(both)])
+    assert result.prune_pending == 1 and not result.pruned
+    sync.prune_grace = 0
+    result = sync.sync_paths([])  # the daemon's timer: nothing new, the grace is over
+    assert [c.name for c in result.pruned] == ["web"]
+    assert not objects.get(db.conn, "Cell", "api").deleting  # type: ignore[union-attr]
+
+
+def test_a_rename_in_one_batch_moves_the_object_and_prunes_nothing(db: Database,
+                                                                   watched: Path) -> None:
+    (watched / "a.yaml").write_text(cell("api"))
+    sync = DirectorySync(db, watched, prune_grace=0)
+    sync.sync()
+    before = objects.get(db.conn, "Cell", "api")
+    os.rename(watched / "a.yaml", watched / "b.yaml")
+    result = sync.sync_paths([str(watched / "a.yaml"), str(watched / "b.yaml")])
+    assert not result.pruned and not result.prune_pending and not result.problems
+    after = objects.get(db.conn, "Cell", "api")
+    assert after is not None and before is not None
+    assert (after.id, after.generation, after.deleting) == (before.id, before.generation, False)
+    assert after.source == str(watched / "b.yaml")
+
+
+def test_a_rename_split_over_two_batches_prunes_nothing(db: Database, watched: Path) -> None:
+    (watched / "a.yaml").write_text(cell("api"))
+    sync = DirectorySync(db, watched, prune_grace=60)
+    sync.sync()
+    os.rename(watched / "a.yaml", watched / "b.yaml")
+    # the deletion first: the object is missing, but only for the grace period
+    assert sync.sync_paths([str(watched / "a.yaml")]).prune_pending == 1
+    result = sync.sync_paths([str(watched / "b.yaml")])
+    assert not result.prune_pending and not result.pruned
+    assert source(db, "api") == str(watched / "b.yaml")
+    sync.prune_grace = 0
+    assert not sync.sync_paths([]).pruned
+
+    # the addition first: the file that held the object is read too, and is gone
+    os.rename(watched / "b.yaml", watched / "c.yaml")
+    result = sync.sync_paths([str(watched / "c.yaml")])
+    assert not result.problems and not result.pruned and not result.prune_pending
+    assert source(db, "api") == str(watched / "c.yaml")
+    assert not sync.sync_paths([str(watched / "b.yaml")]).pruned
+
+
+def test_the_same_object_in_an_unchanged_file_is_defined_twice(db: Database,
+                                                               watched: Path) -> None:
+    (watched / "a.yaml").write_text(cell("api"))
+    sync = DirectorySync(db, watched, prune_grace=0)
+    sync.sync()
+    (watched / "b.yaml").write_text(cell("api", "Stopped"))
+    result = sync.sync_paths([str(watched / "b.yaml")])
+    assert [p.file for p in result.problems] == [str(watched / "b.yaml")]
+    assert "defined twice" in str(result.problems[0])
+    assert source(db, "api") == str(watched / "a.yaml")
+    assert objects.get(db.conn, "Cell", "api").spec["state"] == "Running"  # type: ignore[union-attr]
+    # deleting the first file lets the second one apply (it is retried while bad)
+    (watched / "a.yaml").unlink()
+    result = sync.sync_paths([str(watched / "a.yaml")])
+    assert not result.problems and not result.pruned
+    assert source(db, "api") == str(watched / "b.yaml")
+
+
+def test_a_bad_edit_keeps_the_last_good_state_until_fixed(db: Database, watched: Path) -> None:
+    api, web = watched / "api.yaml", watched / "web.yaml"
+    api.write_text(cell("api"))
+    web.write_text(cell("web"))
+    sync = DirectorySync(db, watched, prune_grace=0)
+    sync.sync()
+    api.write_text(cell("api", "Stopped").replace("backend: fake", "backend: fake, bogus: 1"))
+    result = sync.sync_paths([str(api)])
+    assert [p.file for p in result.problems] == [str(api)] and "bogus" in str(result.problems[0])
+    assert objects.get(db.conn, "Cell", "api").spec["state"] == "Running"  # type: ignore[union-attr]
+    # another file's change still applies, and the bad file is still reported
+    web.write_text(cell("web", "Stopped"))
+    result = sync.sync_paths([str(web)])
+    assert [p.file for p in result.problems] == [str(api)]
+    assert objects.get(db.conn, "Cell", "web").spec["state"] == "Stopped"  # type: ignore[union-attr]
+    api.write_text("")  # a truncated save: reported, never a deletion
+    result = sync.sync_paths([str(api)])
+    assert "empty" in str(result.problems[0]) and not result.pruned
+    api.write_text(cell("api", "Stopped"))
+    result = sync.sync_paths([str(api)])
+    assert not result.problems
+    assert objects.get(db.conn, "Cell", "api").spec["state"] == "Stopped"  # type: ignore[union-attr]
+
+
+def test_a_file_deleted_while_another_is_bad_is_pruned_once_all_are_good(
+        db: Database, watched: Path) -> None:
+    for name in ("api", "web", "db"):
+        (watched / f"{name}.yaml").write_text(cell(name))
+    sync = DirectorySync(db, watched, prune_grace=0)
+    sync.sync()
+    (watched / "db.yaml").write_text("kind: [\n")
+    assert sync.sync_paths([str(watched / "db.yaml")]).problems
+    (watched / "api.yaml").unlink()
+    result = sync.sync_paths([str(watched / "api.yaml")])
+    assert [p.file for p in result.problems] == [str(watched / "db.yaml")]
+    assert not result.pruned  # never while any file is bad
+    assert not objects.get(db.conn, "Cell", "api").deleting  # type: ignore[union-attr]
+    (watched / "db.yaml").write_text(cell("db"))
+    result = sync.sync_paths([str(watched / "db.yaml")])  # api.yaml is not named again
+    assert not result.problems
+    assert [c.name for c in result.pruned] == ["api"]
+    assert not objects.get(db.conn, "Cell", "web").deleting  # type: ignore[union-attr]
+
+
+def test_directories_hidden_entries_and_other_extensions_follow_the_walk(
+        db: Database, watched: Path) -> None:
+    sync = DirectorySync(db, watched, prune_grace=0)
+    sync.sync()
+    sub = watched / "team" / "deep"
+    sub.mkdir(parents=True)
+    (sub / "api.yaml").write_text(cell("api"))
+    (sub / "web.yml").write_text(cell("web"))
+    (sub / "notes.txt").write_text(cell("txt"))
+    (sub / ".draft.yaml").write_text(cell("draft"))
+    (watched / ".git").mkdir()
+    (watched / ".git" / "x.yaml").write_text(cell("hidden"))
+    result = sync.sync_paths([str(watched / "team"), str(watched / ".git")])  # only the dirs
+    assert sorted(c.name for c in result.changes) == ["api", "web"]
+    assert set(live(db)) == {("Cell", "api"), ("Cell", "web")}
+
+    moved = watched / "moved"
+    os.rename(watched / "team", moved)
+    result = sync.sync_paths([str(watched / "team"), str(moved)])
+    assert not result.pruned and source(db, "api") == str(moved / "deep" / "api.yaml")
+    shutil.rmtree(moved)
+    result = sync.sync_paths([str(moved)])
+    assert sorted(c.name for c in result.pruned) == ["api", "web"]
+
+
+def test_a_path_the_incremental_sync_cannot_follow_reads_everything(
+        db: Database, watched: Path) -> None:
+    sync = DirectorySync(db, watched, prune_grace=0)
+    sync.sync()
+    (watched / "api.yaml").write_text(cell("api"))
+    assert sync.sync_paths([str(watched)]).full  # the directory itself
+    assert sync.sync_paths(["/elsewhere/x.yaml"]).full
+    many = [str(watched / f"n{i}.yaml") for i in range(100)]
+    assert sync.sync_paths(many).full  # a large batch: one walk is cheaper
+
+
+def test_a_lost_event_is_repaired_by_the_full_resync_which_says_so(
+        db: Database, watched: Path) -> None:
+    (watched / "api.yaml").write_text(cell("api"))
+    (watched / "db.yaml").write_text(cell("db"))
+    sync = DirectorySync(db, watched, prune_grace=0)
+    first = sync.sync()
+    assert first.unseen == {}  # nothing to compare with at the start
+    (watched / "lost.yaml").write_text(cell("lost"))  # its event is dropped
+    (watched / "api.yaml").write_text(cell("api", "Stopped"))  # and this one's
+    (watched / "db.yaml").unlink()  # and this one's
+    (watched / "web.yaml").write_text(cell("web"))  # reported
+    sync.sync_paths([str(watched / "web.yaml")])
+    assert objects.get(db.conn, "Cell", "lost") is None
+    result = sync.sync()
+    assert result.unseen == {str(watched / "api.yaml"): "changed",
+                             str(watched / "db.yaml"): "deleted",
+                             str(watched / "lost.yaml"): "added"}
+    assert objects.get(db.conn, "Cell", "lost") is not None
+    assert objects.get(db.conn, "Cell", "api").spec["state"] == "Stopped"  # type: ignore[union-attr]
+    assert [c.name for c in result.pruned] == ["db"]
+    assert sync.sync().unseen == {}  # nothing lost since
+
+
+# -- the same desired state as a full walk, for any sequence of file operations ----------------
+
+PATHS = ["a.yaml", "b.yaml", "c.yml", "sub/d.yaml", "sub/e.json", "sub/deep/f.yaml",
+         ".hidden.yaml", "notes.txt"]
+CONTENTS = st.one_of(
+    st.builds(cell, st.sampled_from(["x", "y", "z"]), st.sampled_from(["Running", "Stopped"])),
+    st.builds(lambda a, b: cell(a) + "---\n" + cell(b, "Stopped"),
+              st.sampled_from(["x", "y"]), st.sampled_from(["y", "z"])),
+    st.builds(lambda n, c: SNAP % (n, c), st.just("s"), st.sampled_from(["x", "w"])),
+    st.sampled_from(["", "kind: [\n", cell("x").replace("fake", "fake, bogus: 1")]),
+)
+OPS = st.one_of(
+    st.tuples(st.just("write"), st.sampled_from(PATHS), CONTENTS),
+    st.tuples(st.just("delete"), st.sampled_from(PATHS), st.just("")),
+    st.tuples(st.just("rename"), st.sampled_from(PATHS), st.sampled_from(PATHS)),
+    st.tuples(st.just("rmtree"), st.sampled_from(["sub", "sub/deep"]), st.just("")),
+    st.tuples(st.just("mvdir"), st.sampled_from(["sub", "moved"]), st.sampled_from(["sub", "moved"])),
+)
+
+
+def perform(root: Path, op: tuple[str, str, str]) -> list[str]:
+    """Do one file operation; return the paths a watcher would name (for a directory, only
+    the directory, as inotify does)."""
+    what, a, b = op
+    pa, pb = root / a, root / b
+    if what == "write":
+        pa.parent.mkdir(parents=True, exist_ok=True)
+        pa.write_text(b)
+        return [str(pa)] if pa.parent == root or pa.parent.exists() else []
+    if what == "delete":
+        if pa.is_file():
+            pa.unlink()
+        return [str(pa)]
+    if what == "rename":
+        if pa.is_file() and pa != pb:
+            pb.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(pa, pb)
+        return [str(pa), str(pb)]
+    if what == "rmtree":
+        shutil.rmtree(pa, ignore_errors=True)
+        return [str(pa)]
+    if pa.is_dir() and not pb.exists():  # mvdir
+        os.rename(pa, pb)
+    return [str(pa), str(pb)]
+
+
+def problem_files(result: Any) -> set[str]:
+    return {p.file for p in result.problems}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(OPS, min_size=1, max_size=12))
+def test_incremental_and_full_syncs_record_the_same_state(ops: list[tuple[str, str, str]]
+                                                          ) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "watched"
+        root.mkdir()
+        (root / "a.yaml").write_text(cell("x"))
+        incremental_db = open_database(Path(tmp) / "incremental")
+        full_db = open_database(Path(tmp) / "full")
+        try:
+            # the incremental side's own full syncs go one file at a time; the reference
+            # applies the whole directory at once
+            incremental = DirectorySync(incremental_db, root, prune_grace=0, full_part=1)
+            full = DirectorySync(full_db, root, prune_grace=0, full_part=10**6)
+            incremental.sync()
+            full.sync()
+            for op in ops:
+                named = perform(root, op)
+                got = incremental.sync_paths(named)
+                want = full.sync()
+                assert problem_files(got) == problem_files(want), op
+                assert live(incremental_db) == live(full_db), op
+        finally:
+            incremental_db.close()
+            full_db.close()
+
+
+# -- the daemon: a deliberately dropped event, repaired by the resync, with its event ----------
+
+def test_the_daemon_records_a_lost_event_repaired_by_the_resync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import watchfiles
+
+    from devcell.reconciler.daemon import Daemon, DaemonConfig
+
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    (watched / "seen.yaml").write_text(cell("seen"))
+    original = watchfiles.watch
+
+    def dropping(*args: Any, **kwargs: Any) -> Iterator[set[Any]]:
+        for changes in original(*args, **kwargs):
+            yield {c for c in changes if os.path.basename(c[1]) != "lost.yaml"}
+
+    monkeypatch.setattr(watchfiles, "watch", dropping)
+    daemon = Daemon(DaemonConfig(state_dir=tmp_path / "state", manifests=watched,
+                                 resync_seconds=1.5, debounce_ms=100))
+    found: list[tuple[str, str]] = []
+
+    def query(sql: str) -> list[Any]:
+        conn = sqlite3.connect(tmp_path / "state" / "state.db", timeout=5)
+        try:
+            return conn.execute(sql).fetchall()
+        finally:
+            conn.close()
+
+    def recorded(name: str) -> bool:
+        if not (tmp_path / "state" / "state.db").exists():
+            return False
+        try:
+            return bool(query(f"SELECT 1 FROM cells WHERE name = '{name}'"))
+        except sqlite3.OperationalError:  # the schema is being created
+            return False
+
+    def drive() -> None:
+        try:
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and not recorded("seen"):
+                time.sleep(0.05)
+            time.sleep(0.5)  # the watcher is live (its first full sync has run)
+            (watched / "lost.yaml").write_text(cell("lost"))
+            (watched / "heard.yaml").write_text(cell("heard"))
+            while time.monotonic() < deadline and not found:
+                found.extend(query("SELECT reason, message FROM events "
+                                   "WHERE reason = 'ResyncRepaired'"))
+                time.sleep(0.05)
+        finally:
+            daemon.stop_event.set()
+
+    previous = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
+    driver = threading.Thread(target=drive)
+    driver.start()
+    try:
+        assert daemon.run() == 0
+    finally:
+        daemon.stop_event.set()
+        driver.join(20)
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
+    assert found, "no ResyncRepaired event"
+    (reason, message), = found
+    assert "lost.yaml (added)" in message and "cell/lost created" in message, message
+    assert "heard.yaml" not in message, message  # its event arrived: not a repair
+    cells = {name for (name,) in query("SELECT name FROM cells WHERE deleted_at IS NULL")}
+    assert {"seen", "lost", "heard"} <= cells
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(PATHS), CONTENTS, max_size=6),
+       st.dictionaries(st.sampled_from(PATHS), CONTENTS, max_size=6))
+def test_a_full_sync_in_parts_records_what_one_apply_records(
+        earlier: dict[str, str], now: dict[str, str]) -> None:
+    """From any recorded state (an earlier directory), applying the directory one file at a
+    time gives what one apply of all of it gives: references to later files, objects defined
+    twice, objects that moved between files."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "watched"
+        dbs = [open_database(Path(tmp) / "parts"), open_database(Path(tmp) / "whole")]
+        try:
+            for contents in (earlier, now):
+                shutil.rmtree(root, ignore_errors=True)
+                for name, text in contents.items():
+                    (root / name).parent.mkdir(parents=True, exist_ok=True)
+                    (root / name).write_text(text)
+                root.mkdir(exist_ok=True)
+                parts = DirectorySync(dbs[0], root, prune_grace=0, full_part=1).sync()
+                whole = DirectorySync(dbs[1], root, prune_grace=0, full_part=10**6).sync()
+                assert problem_files(parts) == problem_files(whole)
+                assert live(dbs[0]) == live(dbs[1])
+        finally:
+            for db in dbs:
+                db.close()
+
+
+def test_the_daemon_replaces_a_failed_watcher_and_reads_everything(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """watchfiles raises when its watcher fails (an inotify error): the daemon keeps running,
+    watches again and reads the whole directory, so what changed meanwhile is applied."""
+    import watchfiles
+
+    from devcell.reconciler.daemon import Daemon, DaemonConfig
+
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    original = watchfiles.watch
+    calls: list[int] = []
+
+    def failing_once(*args: Any, **kwargs: Any) -> Iterator[set[Any]]:
+        calls.append(1)
+        if len(calls) == 1:
+            yield set()  # the first full sync
+            (watched / "meanwhile.yaml").write_text(cell("meanwhile"))
+            raise RuntimeError("error in underlying watcher: simulated")
+        yield from original(*args, **kwargs)
+
+    monkeypatch.setattr(watchfiles, "watch", failing_once)
+    daemon = Daemon(DaemonConfig(state_dir=tmp_path / "state", manifests=watched,
+                                 resync_seconds=0))
+    seen: list[bool] = []
+
+    def observe() -> None:
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not seen:
+                if (tmp_path / "state" / "state.db").exists():
+                    conn = sqlite3.connect(tmp_path / "state" / "state.db", timeout=5)
+                    try:
+                        if conn.execute("SELECT 1 FROM cells WHERE name = 'meanwhile'"
+                                        ).fetchone():
+                            seen.append(True)
+                    except sqlite3.OperationalError:
+                        pass
+                    finally:
+                        conn.close()
+                time.sleep(0.05)
+        finally:
+            daemon.stop_event.set()
+
+    previous = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
+    observer = threading.Thread(target=observe)
+    observer.start()
+    try:
+        assert daemon.run() == 0
+    finally:
+        daemon.stop_event.set()
+        observer.join(15)
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
+    assert seen, "the file written while the watcher was down was never applied"
+    assert len(calls) == 2

@@ -8,7 +8,9 @@ Slow steps: `DEVCELL_FAKE_DELAY="step:seconds,..."` (e.g. `start:2`).
 
 Fault injection: `DEVCELL_FAKE_FAIL="step[@cell][:count],..."` (or `failures=` in code)
 makes the named step fail; with a count, only the first `count` matching calls fail in this
-process. Example: `DEVCELL_FAKE_FAIL=start@api:1`.
+process. Example: `DEVCELL_FAKE_FAIL=start@api:1`. The count `perm` (`start@api:perm`) makes
+every matching call fail with a permanent error, as a missing image would: the reconcile is
+terminal and the daemon does not retry it. Other injected failures are temporary.
 """
 
 from __future__ import annotations
@@ -44,20 +46,39 @@ CREATE TABLE IF NOT EXISTS calls (seq INTEGER PRIMARY KEY, method TEXT NOT NULL,
 """
 
 
+class InjectedPermanentFailure(BackendError):
+    """An injected failure (`step:perm`) that waiting cannot mend.
+
+    Its own class, so tests can make the fake fail the way ImageNotFound or a refused mount
+    fails a real backend (terminal: recorded once, not retried) without a Docker engine.
+    """
+
+    reason = "InjectedPermanentFailure"
+    permanent = True
+
+
+PERMANENT = "perm"
+"""The count that makes an injected failure permanent: `start@api:perm`."""
+
+
 @dataclass
 class Failure:
     step: str
     cell: str | None
     remaining: int | None
+    permanent: bool = False
 
 
 def parse_failures(text: str) -> list[Failure]:
-    """`step[@cell][:count],...`; steps by their recorded name (create-volume) or method name."""
+    """`step[@cell][:count|:perm],...`; steps by their recorded name (create-volume) or
+    method name."""
     out = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         spec, _, count = item.partition(":")
         step, _, cell = spec.partition("@")
-        out.append(Failure(step.replace("-", "_"), cell or None, int(count) if count else None))
+        permanent = count == PERMANENT
+        remaining = int(count) if count and not permanent else None
+        out.append(Failure(step.replace("-", "_"), cell or None, remaining, permanent))
     return out
 
 
@@ -144,7 +165,10 @@ class FakeBackend:
                     continue
                 failure.remaining -= 1
             self._log(step, cell_name, "injected-failure")
-            raise BackendError(f"injected failure in step {step} (DEVCELL_FAKE_FAIL)")
+            message = f"injected failure in step {step} (DEVCELL_FAKE_FAIL)"
+            if failure.permanent:
+                raise InjectedPermanentFailure(message)
+            raise BackendError(message)
 
     def _log(self, method: str, target: str, outcome: str = "ok") -> None:
         self.conn.execute(

@@ -128,7 +128,8 @@ class Manager:
                     continue
                 ctx.trigger = trigger
                 try:
-                    self._handle(ctx, key, reconcile.reconcile(ctx, key))
+                    started = objects.desired_version(db.conn, *key)
+                    self._handle(ctx, key, reconcile.reconcile(ctx, key), started)
                 except Exception:
                     logger.exception("reconcile of {} {} raised", *key)
                     self.queue.add_rate_limited(key)
@@ -142,9 +143,13 @@ class Manager:
             ctx.close()
             db.close()
 
-    def _handle(self, ctx: Context, key: Key, outcome: reconcile.Outcome) -> None:
+    def _handle(self, ctx: Context, key: Key, outcome: reconcile.Outcome,
+                started: tuple[int, bool] | None) -> None:
         """The daemon's one switch over a reconcile's outcome (controller-runtime's
-        reconcileHandler): forget, requeue later, retry with backoff, or stop retrying."""
+        reconcileHandler): forget, requeue later, retry with backoff, or stop retrying.
+
+        started: the desired version the reconcile began with; a terminal outcome holds for
+        it, not for one written while the reconcile ran."""
         Result = reconcile.Result
         if self.stopping.is_set() and outcome.operation is not None:
             return  # shutting down: the next start resumes or re-plans it
@@ -165,7 +170,12 @@ class Manager:
         elif result is Result.TERMINAL:
             self.queue.forget(key)
             with self._lock:
-                self._terminal[key] = objects.desired_version(ctx.db.conn, *key)
+                self._terminal[key] = started
+            if objects.desired_version(ctx.db.conn, *key) == started:
+                # Asked for again while it ran (a scan of the desired-state watcher, a sync)
+                # with nothing newer to try: handing it out again would repeat a failure
+                # its outcome calls permanent.
+                self.queue.discard_parked(key)
         elif result is Result.AWAITING_APPROVAL:
             self.enqueue(key, trigger=ctx.trigger, after=outcome.after)
         # STOPPED: suspended by the shutdown; nothing to queue

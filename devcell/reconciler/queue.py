@@ -73,6 +73,12 @@ class WorkQueue(Generic[K]):
         self.add(key, after=delay)
         return delay
 
+    def discard_parked(self, key: K) -> None:
+        """Drop a request to hand `key` out again that arrived while it was being processed:
+        the worker found the request had nothing new to act on."""
+        with self._cond:
+            self._dirty.pop(key, None)
+
     def forget(self, key: K) -> None:
         """Reset the key's failure count (it succeeded)."""
         with self._cond:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
-from devcell import admission
+from devcell import admission, errors
 from devcell.backends import fake
 from devcell.backends.base import CellRef, Consistency
 from devcell.backends.fake import Failure, FakeBackend, parse_failures
@@ -55,6 +55,9 @@ def make(state: Path, *failures: Failure) -> FakeBackend:
     (" start@api:1 , checkpoint ,create_volume@web:3",
      [Failure("start", "api", 1), Failure("checkpoint", None, None),
       Failure("create_volume", "web", 3)]),
+    ("start@api:perm", [Failure("start", "api", None, permanent=True)]),
+    ("stop:perm,start:1", [Failure("stop", None, None, permanent=True),
+                           Failure("start", None, 1)]),
 ])
 def test_parse_failures(text: str, expected: list[Failure]) -> None:
     assert parse_failures(text) == expected
@@ -108,6 +111,35 @@ def test_uncounted_failure_without_cell_fails_every_call(state: Path) -> None:
         backend.failures.clear()
         backend.create(API, "h")
         assert backend.observe(API).exists
+    finally:
+        backend.close()
+
+
+def test_permanent_failure_fails_every_call_with_a_permanent_error(state: Path) -> None:
+    backend = make(state, *parse_failures("start@api:perm"))
+    try:
+        backend.create(API, "h")
+        backend.create(WEB, "h")
+        for _ in range(3):  # never heals
+            with pytest.raises(fake.InjectedPermanentFailure,
+                               match="injected failure in step start") as raised:
+                backend.start(API)
+            assert errors.retry_delay(raised.value) is None  # terminal: not retried
+            assert errors.condition_reason(raised.value) == "InjectedPermanentFailure"
+        backend.start(WEB)
+        assert not backend.observe(API).running and backend.observe(WEB).running
+    finally:
+        backend.close()
+
+
+def test_counted_failure_stays_temporary(state: Path) -> None:
+    backend = make(state, *parse_failures("start@api:1"))
+    try:
+        backend.create(API, "h")
+        with pytest.raises(BackendError) as raised:
+            backend.start(API)
+        assert not isinstance(raised.value, fake.InjectedPermanentFailure)
+        assert errors.retry_delay(raised.value) == 0.0  # the queue's backoff decides
     finally:
         backend.close()
 

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from devcell.reconciler.manager import Manager
+from devcell.reconciler.queue import WorkQueue
 from devcell.store.db import Database
 from tests.controllers.support import apply, cell_doc, live_keys, record, snapshot_doc
 from tests.reconciler.overlap import watch_overlaps
@@ -35,3 +36,16 @@ def test_workers_never_reconcile_a_cell_and_its_snapshots_at_once(
     assert phases == {"Ready"}
     assert watch.overlaps == []
     assert len({t for t in watch.threads if t.startswith("worker-")}) > 1  # still parallel
+
+
+def test_a_key_added_while_processed_is_handed_out_again_unless_discarded() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add("api")
+    assert queue.get(timeout=1) == "api"
+    queue.add("api")  # while processed: parked, handed out once the worker is done
+    queue.done("api")
+    assert queue.get(timeout=1) == "api"
+    queue.add("api")
+    queue.discard_parked("api")  # the worker found nothing new (a terminal outcome)
+    queue.done("api")
+    assert len(queue) == 0 and queue.get(timeout=0.05) is None

@@ -97,7 +97,7 @@ def run_cell_fork(args: argparse.Namespace) -> int:
 
 def _set_state(args: argparse.Namespace, state: str) -> int:
     db = dbmod.open_database(args.state_dir)
-    change = desired.set_cell_state(db, args.cell, state)
+    change = admission.set_cell_state(db, args.cell, state)
     result = desired.ApplyResult([change])
     return _report(db, result, args)
 

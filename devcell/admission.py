@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from devcell import config, security
-from devcell.errors import Problem
+from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest, SourceFile, field_path
 from devcell.store import desired, objects
 from devcell.store.db import Database
+
+COMMAND_LINE = "<command line>"
+"""Where a problem with an imperative verb's input is located (it has no file)."""
 
 
 class Rules:
@@ -55,6 +58,26 @@ def apply(db: Database, files: list[SourceFile], *, dry_run: bool = False,
 def apply_objects(db: Database, manifests: list[Manifest]) -> desired.ApplyResult:
     """Admit and record objects made by an imperative verb (`snapshot create`, `cell fork`)."""
     return desired.apply_objects(db, manifests, admit=Rules(db.state_dir))
+
+
+def set_cell_state(db: Database, ref: str, state: str) -> desired.Change:
+    """Admit and record a cell's new desired state (`cell sleep`, `cell start`).
+
+    The rule and the write share one transaction (desired's write nests as a savepoint), so a
+    delete asked for meanwhile cannot slip between them.
+    """
+    with db.write() as conn:
+        problems = state_problems(objects.require(conn, "Cell", ref))
+        if problems:
+            raise ManifestError(problems)
+        return desired.set_cell_state(db, ref, state)
+
+
+def state_problems(cell: objects.ObjectRecord) -> list[Problem]:
+    """A cell being deleted keeps its desired state: the delete wins."""
+    if cell.deleting:
+        return [Problem(COMMAND_LINE, "is being deleted", kind="Cell", name=cell.name)]
+    return []
 
 
 def security_problems(manifests: list[Manifest], state_dir: Any,

@@ -1,98 +1,68 @@
-"""Run inline convergence for the objects a command touched and report it kubectl-style."""
+"""Print what a library verb (devcell.api) recorded and how converging ended, kubectl-style.
+
+Also what the terminal shows while a verb converges inline: the log sinks (-v) and, on a
+terminal, progress bars for long workspace copies. The verb calls these through its Hooks, so
+they are set up only when something is reconciled in this process.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
-from devcell.store.db import Database
-
-
-def _wait_for_op(db: Database, op_id: str, timeout: float) -> int:
-    import time
-
-    from devcell.store import operations
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        op = operations.get(db.conn, op_id)
-        if op is not None and op["status"] in (operations.OpStatus.SUCCEEDED,
-                                               operations.OpStatus.FAILED):
-            if op["status"] == operations.OpStatus.FAILED:
-                sys.stderr.write(f"error: operation {op_id} failed: {op['message']}\n")
-                return 1
-            return 0
-        time.sleep(0.02)
-    sys.stderr.write(f"error: operation {op_id} did not finish within {timeout:g}s\n")
-    return 1
+from devcell.api.converging import Hooks, Options
+from devcell.api.reports import Recorded, Report, Status
 
 
-def _wait_for_daemon(db: Database, keys: list[tuple[str, str]], holder: str, *,
-                     timeout: float, wait: bool, condition: str, until_op: str | None) -> int:
-    """A daemon holds the lease: it reconciles; we only wait for what it records."""
-    if until_op is not None:
-        return _wait_for_op(db, until_op, timeout) if wait else 0
-    if not wait or not keys:
-        return 0
-    from devcell.reconciler import waiting
-    from devcell.store import objects
-
-    failures = waiting.wait_for(db, keys, timeout=timeout, condition=condition)
-    for (kind, object_id), message in failures.items():
-        record = objects.get(db.conn, kind, object_id, include_deleted=True)
-        name = record.name if record else object_id
-        sys.stderr.write(f"error: {kind.lower()}/{name}: {message} (reconciled by the controller, "
-                         f"{holder})\n")
-    return 1 if failures else 0
+def options(args: argparse.Namespace, *, wait: bool = True, approve: bool = False,
+            workers: int | None = None) -> Options:
+    """The converge options of a command: its --timeout and --run-store, and the flags only
+    some commands have (--wait, --approve, --workers)."""
+    return Options(timeout=args.timeout, wait=wait, approve=approve, workers=workers,
+                   run_store=args.run_store)
 
 
-def converge_and_report(db: Database, keys: list[tuple[str, str]], *, verbose: int,
-                        timeout: float, trigger: str, wait: bool = True,
-                        run_store: str | None = None, approve: bool = False,
-                        condition: str = "Ready", until_op: str | None = None,
-                        workers: int | None = None) -> int:
-    """Converge inline, or (with a daemon running) wait for it. condition: Ready, or delete."""
-    from devcell.reconciler import lease
-    from devcell.store import operations
+def hooks(args: argparse.Namespace, on_recorded: Callable[[Recorded], None]) -> Hooks:
+    return Hooks(on_recorded=on_recorded, inline=lambda: terminal(args.verbose))
 
-    holder = lease.current_holder(db.state_dir)
-    if holder is not None:
-        if approve:
-            _approve_gates(db, keys)
-        return _wait_for_daemon(db, keys, holder.describe(), timeout=timeout, wait=wait,
-                                condition=condition, until_op=until_op)
-    if not keys and not operations.has_running(db.conn):
-        return 0
+
+def changes(suffix: str = "") -> Callable[[Recorded], None]:
+    """Print one line per object: `kind/name not found` (skipped), then `kind/name outcome`."""
+    def show(recorded: Recorded) -> None:
+        out = sys.stdout
+        out.write("".join(f"{kind.lower()}/{name} not found\n"
+                          for kind, name in recorded.missing))
+        out.write("".join(f"{c.kind.lower()}/{c.name} {c.outcome}{suffix}\n"
+                          for c in recorded.changes))
+        out.flush()
+    return show
+
+
+def exit_code(report: Report) -> int:
+    """Print an error line for whatever did not settle; 0 when everything did, else 1."""
+    converged = report.converged
+    op = converged.operation
+    if op is not None and op.status is not Status.SETTLED:
+        what = f"failed: {op.message}" if op.status is Status.FAILED else op.message
+        sys.stderr.write(f"error: operation {op.op_id} {what}\n")
+    by = (f" (reconciled by the controller, {converged.holder.describe()})"
+          if converged.holder is not None else "")
+    for o in converged.problems:
+        sys.stderr.write(f"error: {o.kind.lower()}/{o.name}: {o.message}{by}\n")
+    return 0 if report.ok else 1
+
+
+@contextmanager
+def terminal(verbose: int) -> Iterator[None]:
+    """Log sinks at the -v level and, on a terminal, progress bars, while a verb converges."""
+    from devcell import progress
     from devcell.cli import logs
-    from devcell.controllers.context import Context
-    from devcell.reconciler import converge
-    from devcell.store import objects
 
     logs.configure(verbose)
-    ctx = Context(db, trigger=trigger, run_store_kind=run_store, approve=approve)
-    from devcell import progress
-
-    # Long workspace copies (checkpoint, fork, sleep) show a bar, but only on a terminal.
     previous = progress.install(progress.TerminalBars() if sys.stderr.isatty() else None)
     try:
-        report = converge.converge(ctx, keys, timeout=timeout, workers=workers)
+        yield
     finally:
         progress.install(previous)
-        ctx.close()
-    if report.ok:
-        return 0
-    for (kind, object_id), message in {**report.failed, **report.waiting}.items():
-        record = objects.get(db.conn, kind, object_id, include_deleted=True)
-        name = record.name if record else object_id
-        sys.stderr.write(f"error: {kind.lower()}/{name}: {message}\n")
-    return 1
-
-
-def _approve_gates(db: Database, keys: list[tuple[str, str]]) -> None:
-    """--approve with a daemon running: approve the gates already waiting on these objects."""
-    from devcell.store import operations
-
-    with db.write() as conn:
-        for _, object_id in keys:
-            op = operations.suspended_for(conn, object_id)
-            if op is not None and op["reason"] == "AwaitingApproval":
-                operations.approve(conn, op["id"], {"approvedBy": "--approve"})

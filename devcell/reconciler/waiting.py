@@ -7,6 +7,7 @@ another connection commits, so an idle wait costs almost nothing.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from dataclasses import dataclass
 
@@ -58,12 +59,28 @@ def check(db: Database, kind: str, object_id: str, *, condition: str = "Ready",
     return Outcome(False, detail=detail)
 
 
+@dataclass(frozen=True)
+class Unmet:
+    """Why a key is not done: it failed (`timed_out` False), or the time ran out first."""
+
+    message: str
+    timed_out: bool = False
+
+
 def wait_for(db: Database, keys: list[tuple[str, str]], *, timeout: float,
              condition: str = "Ready", fail_fast: bool = True) -> dict[tuple[str, str], str]:
     """Block until every key is done; return key -> why it failed or is not done yet."""
+    unmet = wait_until(db, keys, timeout=timeout, condition=condition, fail_fast=fail_fast)
+    return {key: why.message for key, why in unmet.items()}
+
+
+def wait_until(db: Database, keys: list[tuple[str, str]], *, timeout: float,
+               condition: str = "Ready", fail_fast: bool = True
+               ) -> dict[tuple[str, str], Unmet]:
+    """wait_for, telling a failure from a timeout (a caller reports them differently)."""
     deadline = time.monotonic() + timeout
     pending = list(dict.fromkeys(keys))
-    failures: dict[tuple[str, str], str] = {}
+    failures: dict[tuple[str, str], Unmet] = {}
     last_version = None
     delay = 0.002
     while pending:
@@ -74,7 +91,7 @@ def wait_for(db: Database, keys: list[tuple[str, str]], *, timeout: float,
             for key in pending:
                 outcome = check(db, *key, condition=condition, fail_fast=fail_fast)
                 if outcome.failed:
-                    failures[key] = outcome.failed
+                    failures[key] = Unmet(outcome.failed)
                 elif not outcome.done:
                     still.append(key)
             pending = still
@@ -84,8 +101,27 @@ def wait_for(db: Database, keys: list[tuple[str, str]], *, timeout: float,
         if time.monotonic() >= deadline:
             for key in pending:
                 outcome = check(db, *key, condition=condition, fail_fast=False)
-                failures[key] = f"timed out after {timeout:g}s: {outcome.detail}"
+                failures[key] = Unmet(f"timed out after {timeout:g}s: {outcome.detail}",
+                                      timed_out=True)
             break
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
     return failures
+
+
+def wait_for_operation(db: Database, op_id: str, *, timeout: float) -> sqlite3.Row | None:
+    """Block until operation `op_id` has Succeeded or Failed; its row, or None at the timeout.
+
+    Used when a daemon resumes an approved operation: the caller waits for that operation, not
+    for its object's Ready condition (a resumed delete never makes its object Ready).
+    """
+    from devcell.store import operations
+
+    finished = (operations.OpStatus.SUCCEEDED, operations.OpStatus.FAILED)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        op = operations.get(db.conn, op_id)
+        if op is not None and op["status"] in finished:
+            return op
+        time.sleep(0.02)
+    return None

@@ -1,10 +1,13 @@
 """Record an apply: validated manifests in, desired state written all-or-nothing.
 
-Checks that need the recorded state happen here, before anything is written: immutable
-fields, references to snapshots and cells, and the same name twice in one apply. One
-problem anywhere means nothing is recorded. Files whose bytes match what was last applied,
-and whose objects are unchanged and converged, are not parsed again (the no-op fast path:
-no YAML parse, no write, no backend call).
+The rules a manifest must pass against recorded state (immutable fields, references to
+snapshots and cells, the same name twice, the security policy) are admission's
+(devcell.admission), run through the `Admit` hook before the write and again under the write
+lock; one problem anywhere means nothing is recorded. One rule stays here: a snapshot that a
+live fork still names cannot be deleted (`delete`), because every caller that deletes, the
+daemon's prune included, must get it. Files whose bytes match what was last applied, and whose
+objects are unchanged and converged, are not parsed again (the no-op fast path: no YAML
+parse, no write, no backend call).
 """
 
 from __future__ import annotations
@@ -304,14 +307,15 @@ def apply_objects(db: Database, manifests: list[Manifest], *, admit: Admit) -> A
 
 
 def set_cell_state(db: Database, ref: str, state: str) -> Change:
-    """`cell sleep` / `cell start`: change the desired state, bumping the generation."""
+    """`cell sleep` / `cell start`: change the desired state, bumping the generation.
+
+    Records only; the rule that a cell being deleted keeps its state is admission's
+    (admission.set_cell_state checks it in the same write transaction).
+    """
     from devcell.manifests.model import digest
 
     with db.write() as conn:
         cell = objects.require(conn, "Cell", ref)
-        if cell.deleting:
-            raise ManifestError([Problem("<command line>", "is being deleted", kind="Cell",
-                                         name=cell.name)])
         if cell.spec.get("state") == state:
             converged = (cell.observed_generation == cell.generation
                          and cell.phase in SETTLED_PHASES)

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
 
 def test_building_one_command_parses_exactly_like_the_full_parser() -> None:
     """main() builds only the command it runs; the full parser must know no other command."""
@@ -18,3 +25,14 @@ def test_building_one_command_parses_exactly_like_the_full_parser() -> None:
         assert list(one_sub.choices) == [command]
         assert (one_sub.choices[command].format_help()
                 == subactions[0].choices[command].format_help())
+
+
+def test_get_imports_neither_the_library_verbs_nor_the_reconciler(tmp_path: Path) -> None:
+    """`devcell get` starts fast because it loads only what it uses (bench/get_cells.py)."""
+    code = ("import sys; from devcell.cli import main; main.main(['get', 'cells']); "
+            "print(sorted(m for m in sys.modules if m.startswith(('devcell.api', "
+            "'devcell.reconciler', 'loguru'))), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, DEVCELL_HOME=str(tmp_path / "state")),
+                          cwd=REPO, check=True)
+    assert proc.stderr.strip().splitlines()[-1] == "[]"

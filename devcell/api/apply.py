@@ -1,0 +1,102 @@
+"""`apply` and `delete`: record what manifest files (or a kind and a name) ask for, converge.
+
+An apply validates everything before it writes anything: a first apply (no state database
+yet) is checked against an empty in-memory state first, so bad input leaves no state
+directory behind, and a dry run of it creates nothing at all.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from devcell import admission
+from devcell.api import converging
+from devcell.api.converging import DEFAULTS, NO_HOOKS, Hooks, Options
+from devcell.api.reports import Recorded, Report
+from devcell.errors import ManifestError
+from devcell.manifests import loader
+from devcell.store import db as dbmod
+from devcell.store import desired
+
+
+def apply(state_dir: Path, paths: Sequence[str], *, dry_run: bool = False, prune: bool = False,
+          options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS) -> Report:
+    """Record the objects in `paths` (files, directories, `-` for stdin), all or nothing, then
+    converge those that need it.
+
+    prune: also delete objects applied from these paths whose documents are gone. A dry run
+    reports what would change and converges nothing.
+    """
+    files = loader.read_sources(list(paths))
+    roots = [os.path.abspath(p) for p in paths if p != "-"] if prune else None
+    parsed: dict[str, Any] = {}
+    if not (state_dir / dbmod.DB_FILENAME).exists():
+        empty = dbmod.Database(state_dir, memory=True)
+        try:
+            checked = admission.apply(empty, files, dry_run=True, parse_cache=parsed)
+        finally:
+            empty.close()
+        if dry_run:
+            return _dry(checked, hooks)
+    db = dbmod.open_database(state_dir)
+    try:
+        result = admission.apply(db, files, dry_run=dry_run, prune_roots=roots,
+                                 parse_cache=parsed)
+        if dry_run:
+            return _dry(result, hooks)
+        return converging.finish(db, Recorded(tuple(result.changes)), trigger="apply",
+                                 options=options, hooks=hooks)
+    finally:
+        db.close()
+
+
+def _dry(result: desired.ApplyResult, hooks: Hooks) -> Report:
+    recorded = Recorded(tuple(result.changes))
+    if hooks.on_recorded is not None:
+        hooks.on_recorded(recorded)
+    return Report(recorded)
+
+
+def delete(state_dir: Path, kind: str, name: str, *, options: Options = DEFAULTS,
+           hooks: Hooks = NO_HOOKS) -> Report:
+    """Ask for one object's deletion (NotFound if there is none) and converge it away."""
+    return _delete(state_dir, [(kind, name)], skip_missing=False, options=options, hooks=hooks)
+
+
+def delete_files(state_dir: Path, paths: Sequence[str], *, options: Options = DEFAULTS,
+                 hooks: Hooks = NO_HOOKS) -> Report:
+    """Delete the objects the manifests in `paths` declare; those not recorded are skipped
+    (reported in `Recorded.missing`)."""
+    from devcell.manifests import validate
+
+    targets: list[tuple[str, str]] = []
+    problems = []
+    for source in loader.read_sources(list(paths)):
+        found, bad = validate.parse_source(source)
+        problems.extend(bad)
+        targets.extend((m.kind, m.name) for m in found)
+    if problems:
+        raise ManifestError(problems)
+    return _delete(state_dir, targets, skip_missing=True, options=options, hooks=hooks)
+
+
+def _delete(state_dir: Path, targets: list[tuple[str, str]], *, skip_missing: bool,
+            options: Options, hooks: Hooks) -> Report:
+    from devcell.store import objects
+
+    db = dbmod.open_database(state_dir)
+    try:
+        changes, missing = [], []
+        for kind, name in targets:
+            if skip_missing and objects.get(db.conn, kind, name) is None:
+                missing.append((kind, name))
+                continue
+            changes.append(desired.delete(db, kind, name))
+        recorded = Recorded(tuple(changes), missing=tuple(missing))
+        return converging.finish(db, recorded, trigger="delete", options=options, hooks=hooks,
+                                 condition="delete")
+    finally:
+        db.close()

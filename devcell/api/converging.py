@@ -1,0 +1,164 @@
+"""Converge what a verb recorded: inline, or through the daemon that holds the lease.
+
+One decision for every verb, taken here rather than in each command: when a daemon holds the
+state directory's lease, it alone reconciles, so the call only approves the gates it was asked
+to approve and waits for what the daemon records; otherwise the call reconciles the objects
+itself (devcell.reconciler.converge, under the reconcile lock). Heavy modules (the reconciler's
+converge, the backends, loguru) are imported only on the inline path, so a no-op re-apply
+pays for none of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+from devcell.api.reports import Converged, ObjectResult, OperationResult, Recorded, Report, Status
+from devcell.reconciler import lease
+from devcell.store import desired
+from devcell.store.db import Database
+
+Key = tuple[str, str]
+"""(kind, object id)"""
+
+APPROVED_BY = {"approvedBy": "--approve"}
+"""The approval recorded for a gate passed up front (`--approve`)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a verb converges what it recorded (the command line's flags of the same names)."""
+
+    timeout: float = 300.0
+    wait: bool = True
+    """With a daemon running: wait for the objects (else return once recorded)."""
+    approve: bool = False
+    """Pass approval gates up front (deleting a workspace that changed since its snapshot)."""
+    workers: int | None = None
+    """Objects reconciled at once inline; None asks their backends."""
+    run_store: str | None = None
+    """Where suspended operations keep their run snapshots (sqlite, file; None: default)."""
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What the caller shows while a verb runs (see the package docstring)."""
+
+    on_recorded: Callable[[Recorded], None] | None = None
+    inline: Callable[[], AbstractContextManager[object]] | None = None
+
+
+DEFAULTS = Options()
+NO_HOOKS = Hooks()
+"""Nothing shown: for callers that only want the report."""
+
+
+def finish(db: Database, recorded: Recorded, *, trigger: str, options: Options, hooks: Hooks,
+           keys: list[Key] | None = None, names: Mapping[Key, str] | None = None,
+           condition: str = "Ready", until_op: str | None = None) -> Report:
+    """Hand `recorded` to the caller, then converge `keys` (default: the changes that need it).
+
+    condition: Ready, or delete (wait for the objects to be gone). until_op: with a daemon,
+    wait for this operation to finish rather than for the objects.
+    """
+    if hooks.on_recorded is not None:
+        hooks.on_recorded(recorded)
+    if keys is None:
+        keys = desired.ApplyResult(list(recorded.changes)).to_reconcile
+    if names is None:
+        names = {(c.kind, c.object_id): c.name for c in recorded.changes if c.object_id}
+    converged = converge(db, keys, trigger=trigger, options=options, hooks=hooks, names=names,
+                         condition=condition, until_op=until_op)
+    return Report(recorded, converged)
+
+
+def converge(db: Database, keys: list[Key], *, trigger: str, options: Options,
+             hooks: Hooks = NO_HOOKS, names: Mapping[Key, str] | None = None,
+             condition: str = "Ready", until_op: str | None = None) -> Converged:
+    """Converge `keys` inline, or (a daemon holds the lease) approve and wait for the daemon."""
+    holder = lease.current_holder(db.state_dir)
+    if holder is not None:
+        if options.approve:
+            approve_gates(db, keys)
+        return _through_daemon(db, keys, holder, names or {}, options=options,
+                               condition=condition, until_op=until_op)
+    from devcell.store import operations
+
+    if not keys and not operations.has_running(db.conn):
+        return Converged()
+    return _inline(db, keys, names or {}, trigger=trigger, options=options, hooks=hooks)
+
+
+def approve_gates(db: Database, keys: Iterable[Key]) -> list[str]:
+    """Approve the gates already waiting on these objects (`--approve` with a daemon running);
+    the daemon resumes them. Returns the operations approved."""
+    from devcell.store import operations
+
+    approved = []
+    with db.write() as conn:
+        for _, object_id in keys:
+            op = operations.suspended_for(conn, object_id)
+            if op is not None and op["reason"] == "AwaitingApproval":
+                operations.approve(conn, op["id"], APPROVED_BY)
+                approved.append(str(op["id"]))
+    return approved
+
+
+def _inline(db: Database, keys: list[Key], names: Mapping[Key, str], *, trigger: str,
+            options: Options, hooks: Hooks) -> Converged:
+    from devcell.controllers.context import Context
+    from devcell.reconciler import converge as engine
+
+    ctx = Context(db, trigger=trigger, run_store_kind=options.run_store, approve=options.approve)
+    around = hooks.inline() if hooks.inline is not None else nullcontext()
+    try:
+        with around:
+            report = engine.converge(ctx, keys, timeout=options.timeout, workers=options.workers)
+    finally:
+        ctx.close()
+    results = [_result(db, names, key, Status.SETTLED) for key in report.settled]
+    for key, message in {**report.failed, **report.waiting}.items():
+        status = Status.WAITING if key in report.waiting else Status.FAILED
+        results.append(_result(db, names, key, status, message))
+    return Converged(tuple(results), waited=True, recovered=tuple(report.recovered))
+
+
+def _through_daemon(db: Database, keys: list[Key], holder: lease.Holder,
+                    names: Mapping[Key, str], *, options: Options, condition: str,
+                    until_op: str | None) -> Converged:
+    """A daemon holds the lease: it reconciles; this call only waits for what it records."""
+    from devcell.reconciler import waiting
+    from devcell.store import operations
+
+    if not options.wait or (until_op is None and not keys):
+        return Converged(holder=holder)
+    if until_op is not None:
+        op = waiting.wait_for_operation(db, until_op, timeout=options.timeout)
+        if op is None:
+            result = OperationResult(until_op, Status.WAITING,
+                                     f"did not finish within {options.timeout:g}s")
+        elif op["status"] == operations.OpStatus.FAILED:
+            result = OperationResult(until_op, Status.FAILED, str(op["message"]))
+        else:
+            result = OperationResult(until_op, Status.SETTLED)
+        return Converged(holder=holder, waited=True, operation=result)
+    unmet = waiting.wait_until(db, keys, timeout=options.timeout, condition=condition)
+    results = [_result(db, names, key, Status.SETTLED)
+               for key in dict.fromkeys(keys) if key not in unmet]
+    for key, why in unmet.items():
+        status = Status.WAITING if why.timed_out else Status.FAILED
+        results.append(_result(db, names, key, status, why.message))
+    return Converged(tuple(results), holder=holder, waited=True)
+
+
+def _result(db: Database, names: Mapping[Key, str], key: Key, status: Status,
+            message: str = "") -> ObjectResult:
+    kind, object_id = key
+    name = names.get(key)
+    if name is None:  # an object the call did not record (one a crash left interrupted)
+        from devcell.store import objects
+
+        record = objects.get(db.conn, kind, object_id, include_deleted=True)
+        name = record.name if record else object_id
+    return ObjectResult(kind, name, object_id, status, message)

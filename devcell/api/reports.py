@@ -1,0 +1,94 @@
+"""What a verb returns: the changes it recorded and, per object, how converging ended.
+
+Plain records, so a caller (the CLI, a test, another program) decides what to show; the
+words are the ones `devcell` prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from devcell.reconciler.lease import Holder
+from devcell.store.desired import Change
+
+
+class Status(StrEnum):
+    """How converging ended for one object (or for the operation a resume waited for)."""
+
+    SETTLED = "settled"
+    """Done: Ready (or deleted, for a delete); an operation succeeded."""
+    FAILED = "failed"
+    """Stopped with an error; the message says why (the next apply, or the daemon, retries)."""
+    WAITING = "waiting"
+    """Not done when the call returned: waiting on another object, on an approval, or out of
+    time; the message says which."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectResult:
+    kind: str
+    name: str
+    object_id: str
+    status: Status
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OperationResult:
+    """The operation a resume waited for while a daemon ran it."""
+
+    op_id: str
+    status: Status
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Converged:
+    """How converging what a verb recorded ended.
+
+    `objects` lists the settled objects first, then the others in the order they are
+    reported. `holder` is the daemon that reconciles them when one held the lease (the call
+    then only waited); `waited` is False when nothing was converged or waited for (a daemon
+    runs and the caller did not ask to wait, or there was nothing to do).
+    """
+
+    objects: tuple[ObjectResult, ...] = ()
+    holder: Holder | None = None
+    waited: bool = False
+    operation: OperationResult | None = None
+    recovered: tuple[str, ...] = ()
+    """Operations an inline converge found interrupted by a dead process (failed, not replayed)."""
+
+    @property
+    def problems(self) -> tuple[ObjectResult, ...]:
+        """The objects that did not settle, in the order they are reported."""
+        return tuple(o for o in self.objects if o.status is not Status.SETTLED)
+
+    @property
+    def ok(self) -> bool:
+        """Nothing failed or is left waiting among what was converged or waited for."""
+        op_ok = self.operation is None or self.operation.status is Status.SETTLED
+        return op_ok and not self.problems
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a verb wrote before converging (or, in a dry run, would write)."""
+
+    changes: tuple[Change, ...] = ()
+    """One per object, in the order recorded: created, configured, unchanged, pruned, deleted."""
+    missing: tuple[tuple[str, str], ...] = ()
+    """(kind, name) named by `delete -f` files but not recorded: skipped."""
+    operation: str | None = None
+    """The operation `op resume` approved or `op cancel` cancelled."""
+
+
+@dataclass(frozen=True)
+class Report:
+    recorded: Recorded
+    converged: Converged = field(default_factory=Converged)
+
+    @property
+    def ok(self) -> bool:
+        return self.converged.ok

@@ -1,0 +1,115 @@
+"""devcell.api.apply: apply and delete as library calls, converged inline (fake backend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcell.api import apply as api
+from devcell.api.converging import Options
+from devcell.api.reports import Status
+from devcell.errors import Conflict, ManifestError, NotFound
+from devcell.store.db import open_database
+from tests.api.conftest import Seen
+from tests.controllers.support import cell_doc, snapshot_doc
+
+
+def outcomes(report: Any) -> list[tuple[str, str, str]]:
+    return [(c.kind, c.name, c.outcome) for c in report.recorded.changes]
+
+
+def test_apply_records_then_converges_inline(state: Path, write: Any, seen: Seen) -> None:
+    path = write("api.yaml", cell_doc("api"), snapshot_doc("snap", "api"))
+    report = api.apply(state, [path], hooks=seen.hooks())
+    assert outcomes(report) == [("Cell", "api", "created"), ("Snapshot", "snap", "created")]
+    # the changes reach the caller before converging starts (the CLI prints them first)
+    assert seen.names == ["recorded", "inline"]
+    assert seen.events[0][1] == report.recorded
+    converged = report.converged
+    assert report.ok and converged.waited and converged.holder is None
+    assert [(o.kind, o.name, o.status) for o in converged.objects] == [
+        ("Cell", "api", Status.SETTLED), ("Snapshot", "snap", Status.SETTLED)]
+    assert not converged.problems
+
+
+def test_an_unchanged_reapply_converges_nothing(state: Path, write: Any, seen: Seen) -> None:
+    path = write("api.yaml", cell_doc("api"))
+    assert api.apply(state, [path]).ok
+    report = api.apply(state, [path], hooks=seen.hooks())
+    assert outcomes(report) == [("Cell", "api", "unchanged")]
+    assert seen.names == ["recorded"]  # no inline converge: no log sinks, no progress bars
+    assert report.ok and not report.converged.waited and report.converged.objects == ()
+
+
+def test_a_first_dry_run_creates_nothing(state: Path, write: Any, seen: Seen) -> None:
+    report = api.apply(state, [write("api.yaml", cell_doc("api"))], dry_run=True,
+                       hooks=seen.hooks())
+    assert outcomes(report) == [("Cell", "api", "created")]
+    assert seen.names == ["recorded"] and report.ok
+    assert not state.exists()
+
+
+def test_a_dry_run_over_recorded_state_writes_nothing(state: Path, write: Any) -> None:
+    assert api.apply(state, [write("api.yaml", cell_doc("api"))]).ok
+    report = api.apply(state, [write("api.yaml", cell_doc("api", "Stopped"))], dry_run=True)
+    assert outcomes(report) == [("Cell", "api", "configured")]
+    db = open_database(state)
+    assert db.conn.execute("SELECT generation FROM cells").fetchone()[0] == 1
+    db.close()
+
+
+def test_bad_input_raises_and_leaves_no_state(state: Path, write: Any) -> None:
+    path = write("bad.yaml", snapshot_doc("snap", "nowhere"))
+    with pytest.raises(ManifestError, match='cell "nowhere" not found'):
+        api.apply(state, [path])
+    assert not state.exists()
+
+
+def test_a_failed_object_is_reported_with_its_message(
+        state: Path, write: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEVCELL_FAKE_FAIL", "start@broken")
+    report = api.apply(state, [write("two.yaml", cell_doc("fine"), cell_doc("broken"))],
+                       options=Options(timeout=30))
+    assert not report.ok
+    assert [(o.name, o.status) for o in report.converged.objects] == [
+        ("fine", Status.SETTLED), ("broken", Status.FAILED)]
+    [problem] = report.converged.problems
+    assert "injected failure in step start" in problem.message
+
+
+def test_prune_deletes_what_left_the_files(state: Path, write: Any) -> None:
+    path = write("both.yaml", cell_doc("api"), cell_doc("db"))
+    assert api.apply(state, [path], prune=True).ok
+    path = write("both.yaml", cell_doc("api"))
+    report = api.apply(state, [path], prune=True)
+    assert outcomes(report) == [("Cell", "api", "unchanged"), ("Cell", "db", "pruned")]
+    assert report.ok
+
+
+def test_delete_converges_until_the_object_is_gone(state: Path, write: Any, seen: Seen) -> None:
+    assert api.apply(state, [write("api.yaml", cell_doc("api"))]).ok
+    report = api.delete(state, "Cell", "api", hooks=seen.hooks())
+    assert outcomes(report) == [("Cell", "api", "deleted")]
+    assert seen.names == ["recorded", "inline"] and report.ok
+    db = open_database(state)
+    assert db.conn.execute("SELECT deleted_at IS NOT NULL FROM cells").fetchone()[0] == 1
+    db.close()
+    with pytest.raises(NotFound):
+        api.delete(state, "Cell", "api")
+
+
+def test_delete_files_skips_objects_not_recorded(state: Path, write: Any) -> None:
+    assert api.apply(state, [write("api.yaml", cell_doc("api"))]).ok
+    report = api.delete_files(state, [write("more.yaml", cell_doc("api"), cell_doc("db"))])
+    assert report.recorded.missing == (("Cell", "db"),)
+    assert outcomes(report) == [("Cell", "api", "deleted")] and report.ok
+
+
+def test_a_snapshot_a_live_fork_names_cannot_be_deleted(state: Path, write: Any) -> None:
+    path = write("all.yaml", cell_doc("api"), snapshot_doc("snap", "api"),
+                 cell_doc("exp", fork_of="snap"))
+    assert api.apply(state, [path]).ok
+    with pytest.raises(Conflict, match="exp"):
+        api.delete(state, "Snapshot", "snap")

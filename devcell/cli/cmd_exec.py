@@ -135,15 +135,17 @@ def run_logs(args: argparse.Namespace) -> int:
         paths = {args.service: paths[args.service]}
     many = len(paths) > 1
     tails = [_Tail(path, f"[{name}] ".encode() if many else b"") for name, path in paths.items()]
-    with ExitStack() as stack:
-        for tail in tails:
-            tail.pump(stack, final=not args.follow)
-        if not args.follow:
-            return 0
-        try:
+    try:  # Ctrl-C ends a follow normally, also while the backlog is still being printed
+        with ExitStack() as stack:
+            for tail in tails:
+                tail.pump(stack, final=not args.follow)
+            if not args.follow:
+                return 0
             while True:
                 time.sleep(FOLLOW_POLL_S)
                 for tail in tails:
                     tail.pump(stack)
-        except KeyboardInterrupt:
-            return 0
+    except KeyboardInterrupt:
+        if not args.follow:
+            raise
+        return 0

@@ -18,7 +18,13 @@ REGISTRY: dict[str, str] = {
 PLANNED = {"vm": "microVMs"}
 
 
+_classes: dict[str, type] = {}
+
+
 def _class(name: str) -> type:
+    """The backend's class, imported once (finish() asks on every operation)."""
+    if name in _classes:
+        return _classes[name]
     target = REGISTRY.get(name)
     if target is None:
         if name in PLANNED:
@@ -28,15 +34,13 @@ def _class(name: str) -> type:
         raise UnknownBackend(f"unknown backend {name!r}")
     module_name, _, class_name = target.partition(":")
     cls: type = getattr(importlib.import_module(module_name), class_name)
+    _classes[name] = cls
     return cls
 
 
 def parallelism(name: str) -> int:
     """Reconciles worth running at once on backend `name` (1 for unknown ones: they fail alike)."""
-    try:
-        return int(_class(name).capabilities.parallel)  # type: ignore[attr-defined]
-    except BackendUnavailable:
-        return 1
+    return capabilities(name).parallel or 1
 
 
 def capabilities(name: str) -> Capabilities:

@@ -28,6 +28,7 @@ from devcell.errors import BackendError, BackendUnavailable, CapabilityMissing
 from devcell.manifests.model import digest
 from devcell.store import events, objects, volumes
 from devcell.store.db import now
+from devcell.store.objects import Phase
 
 KIND = "Cell"
 S = StepName
@@ -46,8 +47,8 @@ def runtime_hash(spec: dict[str, Any]) -> str:
     return digest(fields)
 
 
-def _phase_for(state: str) -> str:
-    return {"Running": "Running", "Stopped": "Stopped", "Sleeping": "Sleeping"}[state]
+def _phase_for(state: str) -> Phase:
+    return Phase(state)  # the desired states are named as the phases that reach them
 
 
 class CellController:
@@ -91,7 +92,7 @@ class CellController:
             if source is not None:
                 snap = objects.get(conn, "Snapshot", cell.extra.get("forked_from") or "",
                                    include_deleted=True)
-                if snap is None or snap.phase != "Ready":
+                if snap is None or snap.phase != Phase.READY:
                     name = source["snapshot"]
                     phase = snap.phase if snap else "missing"
                     return self._wait(ctx, cell, "WaitingForSnapshot",
@@ -161,7 +162,7 @@ class CellController:
             elif desired == "Running" and not running_after:
                 steps.append(Step(S.START))
                 if not action:
-                    action = "wake" if cell.phase == "Sleeping" else "start"
+                    action = "wake" if cell.phase == Phase.SLEEPING else "start"
             if desired == "Stopped" and running_after:
                 steps.append(Step(S.STOP))
                 action = action or "stop"
@@ -170,7 +171,7 @@ class CellController:
             return Settled()
         if not action:
             action = "repair" if observed.exists else "create"
-        if action == "create" and cell.phase == "Sleeping" and desired == "Running":
+        if action == "create" and cell.phase == Phase.SLEEPING and desired == "Running":
             action = "wake"
         elif action == "create" and source is not None and volume is None:
             action = "fork"
@@ -218,7 +219,7 @@ class CellController:
         status["conditions"] = objects.set_condition(
             status.get("conditions", []), "Ready", "False", reason, message)
         status["message"] = message
-        phase = "Pending" if cell.phase in ("Pending", "") else cell.phase
+        phase = Phase.PENDING if cell.phase in (Phase.PENDING, "") else cell.phase
         with ctx.db.write() as conn:
             fresh = objects.get(conn, KIND, cell.id)
             if fresh is None:
@@ -340,7 +341,7 @@ class CellController:
                 status.get("conditions", []), "Ready", "False", reason, error)
             status["message"] = error
             status["failedGeneration"] = plan.object.generation
-            objects.write_status(conn, fresh, phase="Failed", status=status,
+            objects.write_status(conn, fresh, phase=Phase.FAILED, status=status,
                                  observed_generation=fresh.observed_generation)
             events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name,
                           reason=f"{plan.action.capitalize()}Failed", message=error,

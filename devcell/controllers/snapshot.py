@@ -20,6 +20,7 @@ from devcell.controllers.steps import StepName
 from devcell.errors import BackendError, BackendUnavailable, PermanentError
 from devcell.store import events, objects, volumes
 from devcell.store.db import now
+from devcell.store.objects import Phase
 
 KIND = "Snapshot"
 S = StepName
@@ -57,21 +58,21 @@ class SnapshotController:
                             SnapshotWork(cell=cell))
         if cell is None or cell.deleted_at is not None:
             message = f'cell "{snap.spec["cell"]}" was deleted before the snapshot was taken'
-            self._write(ctx, snap, "Failed", "False", "CellGone", message)
+            self._write(ctx, snap, Phase.FAILED, "False", "CellGone", message)
             return Blocked(CellGone(message))
         try:
             ctx.backend(backend_name)
         except BackendUnavailable as exc:
-            self._write(ctx, snap, "Pending", "False", "BackendUnavailable", str(exc))
+            self._write(ctx, snap, Phase.PENDING, "False", "BackendUnavailable", str(exc))
             return Blocked(exc)
         cell_ready = (
-            cell.phase == "Running"
+            cell.phase == Phase.RUNNING
             and not cell.deleting
             and cell.observed_generation == cell.generation
         )
         if not cell_ready:
             message = f'cell "{cell.name}" is {cell.phase}; the snapshot waits until it is Running'
-            self._write(ctx, snap, "Pending", "False", "WaitingForCell", message)
+            self._write(ctx, snap, Phase.PENDING, "False", "WaitingForCell", message)
             return Wait("WaitingForCell", message)
         volume = volumes.for_cell(conn, cell.id)
         ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
@@ -80,9 +81,9 @@ class SnapshotController:
         return Plan(snap, "checkpoint", steps, backend_name, SnapshotWork(ref=ref, cell=cell))
 
     def _settle(self, ctx: Context, snap: objects.ObjectRecord) -> None:
-        if snap.phase == "Ready" and snap.observed_generation == snap.generation:
+        if snap.phase == Phase.READY and snap.observed_generation == snap.generation:
             return
-        self._write(ctx, snap, "Ready", "True", "Taken", "checkpoint taken")
+        self._write(ctx, snap, Phase.READY, "True", "Taken", "checkpoint taken")
 
     def _write(self, ctx: Context, snap: objects.ObjectRecord, phase: str, ready: str,
                reason: str, message: str) -> None:
@@ -99,7 +100,7 @@ class SnapshotController:
                                  observed_generation=fresh.generation)
             if ready == "False":
                 events.record(conn, kind=KIND, object_id=snap.id, name=snap.name, reason=reason,
-                              message=message, type="Warning" if phase == "Failed" else "Normal")
+                              message=message, type="Warning" if phase == Phase.FAILED else "Normal")
 
     def run_step(self, ctx: Context, plan: Plan, step: Step) -> Outputs:
         handler = _STEPS.get(step.name)
@@ -150,7 +151,7 @@ class SnapshotController:
                 status.get("conditions", []), "Ready", "False",
                 "CheckpointFailed" if reason == "StepFailed" else reason, message)
             status["failedGeneration"] = plan.object.generation
-            objects.write_status(conn, fresh, phase="Failed", status=status,
+            objects.write_status(conn, fresh, phase=Phase.FAILED, status=status,
                                  observed_generation=fresh.observed_generation)
             events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name,
                           reason="CheckpointFailed", message=message, type="Warning")
@@ -161,7 +162,7 @@ class SnapshotController:
         for key in ("nextRetryAt", "retries", "failedGeneration"):
             status.pop(key, None)
         objects.write_status(
-            conn, fresh, phase="Ready", status=status, observed_generation=fresh.generation,
+            conn, fresh, phase=Phase.READY, status=status, observed_generation=fresh.generation,
             extra={"checkpoint_ref": taken["checkpoint"], "consistency": taken["consistency"],
                    "taken_at": now()},
         )

@@ -37,7 +37,7 @@ class Resume:
     """Continue a suspended operation: its id, its run snapshot, and any approval input."""
 
     op_id: str
-    snapshot: Any  # devcell.runs.RunSnapshot (imported lazily: runs is not needed otherwise)
+    run_snapshot: Any  # devcell.runs.RunSnapshot (imported lazily: runs is not needed otherwise)
     approval: dict[str, Any] | None = None
 
 
@@ -71,15 +71,15 @@ def execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume 
     gate_open = plan.gate is None
     if resume is not None:
         op_id = resume.op_id
-        completed = {s.step_id: dict(s.outputs) for s in resume.snapshot.completed_steps}
+        completed = {s.step_id: dict(s.outputs) for s in resume.run_snapshot.completed_steps}
         for idx, step in enumerate(plan.steps):
             recorded = completed.get(step_id(idx, step.name))
             if recorded is not None:
                 controller.note_outputs(plan, step, recorded)
                 done.append((idx, step.name, recorded))
         start = next(i for i, s in enumerate(plan.steps)
-                     if step_id(i, s.name) == resume.snapshot.suspended_step_id)
-        gate_open = gate_open or resume.approval is not None or resume.snapshot.resume_schema is None
+                     if step_id(i, s.name) == resume.run_snapshot.suspended_step_id)
+        gate_open = gate_open or resume.approval is not None or resume.run_snapshot.resume_schema is None
         pending: Pending = [lambda c: operations.resumed(c, op_id, approval=resume.approval)]
     else:
         op_id = operations.new_operation_id()

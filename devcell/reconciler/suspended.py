@@ -47,17 +47,17 @@ def handle(ctx: Context, controller: Controller, object_id: str
                         f"`devcell op cancel {op['id']}`", requeue_after=APPROVAL_POLL_S)
         approval = {"approvedBy": "--approve"}
     try:
-        snapshot = ctx.run_store().load(op["id"])
+        run_snapshot = ctx.run_store().load(op["id"])
     except StorageError as exc:
         _fail(ctx, op, "CorruptSnapshot", f"cannot resume: {exc}")
         return None
-    if snapshot is None:
+    if run_snapshot is None:
         _fail(ctx, op, "SnapshotMissing", "cannot resume: its run snapshot is gone")
         return None
-    plan = controller.restore(ctx, dict(snapshot.plan))
+    plan = controller.restore(ctx, dict(run_snapshot.plan))
     if plan is None:
         _fail(ctx, op, "ObjectGone", "cannot resume: its object no longer exists")
         ctx.run_store().delete(op["id"])
         return None
     return executor.execute(ctx, controller, plan,
-                            resume=executor.Resume(op["id"], snapshot, approval))
+                            resume=executor.Resume(op["id"], run_snapshot, approval))

@@ -51,7 +51,7 @@ def check(db: Database, kind: str, object_id: str, *, condition: str = "Ready",
     detail = (f"{condition}={cond.get('status', 'Unknown')} ({cond.get('reason', 'no reason yet')}: "
               f"{cond.get('message', '')}), observed generation {record.observed_generation} "
               f"of {record.generation}")
-    if fail_fast and record.phase == "Failed" \
+    if fail_fast and record.phase == objects.Phase.FAILED \
             and record.status.get("failedGeneration") == record.generation:
         return Outcome(False, failed=cond.get("message") or "failed", detail=detail)
     if fail_fast and cond.get("reason") in ("BackendUnavailable", "CellGone"):

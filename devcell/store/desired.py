@@ -23,7 +23,7 @@ from devcell.manifests.model import Manifest, SourceFile, field_path
 from devcell.store import events, objects, sources
 from devcell.store.db import Database
 
-SETTLED_PHASES = {"Running", "Stopped", "Sleeping", "Ready"}
+SETTLED_PHASES = objects.SETTLED_PHASES
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,29 @@ import os
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from devcell import ids, kinds
 from devcell.errors import Conflict, NotFound
 from devcell.store.db import Database, now
+
+
+class Phase(StrEnum):
+    """Where an object stands, as `get` shows it (status.phase)."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    STOPPED = "Stopped"
+    SLEEPING = "Sleeping"
+    READY = "Ready"
+    """A snapshot whose checkpoint was taken."""
+    FAILED = "Failed"
+    DELETED = "Deleted"
+
+
+SETTLED_PHASES = frozenset({Phase.RUNNING, Phase.STOPPED, Phase.SLEEPING, Phase.READY})
+"""Phases in which an object that observed its generation needs nothing more."""
 
 
 @dataclass
@@ -239,7 +257,7 @@ def _listed(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
 def insert(
     conn: sqlite3.Connection, *, kind: str, name: str, spec: dict[str, Any],
     labels: dict[str, str], annotations: dict[str, str], spec_hash: str, manifest_hash: str,
-    source: str | None, extra: dict[str, Any] | None = None, phase: str = "Pending",
+    source: str | None, extra: dict[str, Any] | None = None, phase: str = Phase.PENDING,
 ) -> str:
     object_id = ids.new_id(kinds.get(kind).id_prefix)
     stamp = now()
@@ -314,9 +332,9 @@ def cancel_delete(conn: sqlite3.Connection, record: ObjectRecord) -> None:
 def mark_deleted(conn: sqlite3.Connection, record: ObjectRecord) -> None:
     stamp = now()
     conn.execute(
-        f"UPDATE {kinds.get(record.kind).table} SET deleted_at = ?, phase = 'Deleted', "
+        f"UPDATE {kinds.get(record.kind).table} SET deleted_at = ?, phase = ?, "
         "resource_version = resource_version + 1, updated_at = ? WHERE id = ?",
-        (stamp, stamp, record.id),
+        (stamp, Phase.DELETED, stamp, record.id),
     )
 
 

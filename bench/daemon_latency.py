@@ -49,6 +49,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--devcell", default=str(c.VENV_BIN / "devcell"),
                    help="the devcell console script (default: the project's .venv)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir and print its path")
+    c.add_compare_options(p)
     args = p.parse_args()
     if not 50 <= args.saves <= 1000:
         sys.exit("--saves must be between 50 and 1000")
@@ -138,6 +139,8 @@ def pct(values: list[float], q: float) -> float:
 
 def main() -> int:
     args = parse_args()
+    if args.compare_devcell:  # the whole run once per build, builds taking turns (_common.py)
+        return c.rerun_per_build(__file__, args)
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"daemon latency: {args.saves} saves of each kind, write={args.write}, "
           f"workers={args.workers}; {os.cpu_count()} CPUs, load average {load}")

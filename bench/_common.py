@@ -51,7 +51,20 @@ def base_parser(description: str, *, runs: int) -> argparse.ArgumentParser:
                         "PYTHONPYCACHEPREFIX=<tmp>/pycache and no PYTHONDONTWRITEBYTECODE, so "
                         "compiled modules are cached as in a normal install (an editable install "
                         "under PYTHONDONTWRITEBYTECODE=1 recompiles devcell/ in every process)")
+    add_compare_options(p)
     return p
+
+
+def add_compare_options(p: argparse.ArgumentParser) -> None:
+    """--compare-devcell/--compare-label: a second build timed in the same run. Two builds
+    are compared this way rather than from two separate runs because on a shared two-CPU
+    machine the drift between runs is larger than the differences worth finding."""
+    p.add_argument("--compare-devcell", metavar="PATH",
+                   help="a second devcell console script (another build, e.g. a checkout of "
+                        "the previous revision with its own venv) timed as one more subject in "
+                        "the same round-robin; --devcell is then labelled 'after'")
+    p.add_argument("--compare-label", default="before",
+                   help="label of the --compare-devcell build in the tables (default 'before')")
 
 
 _SETTINGS: dict[str, Any] = {"pyc_cache": True, "pycache_dir": None}
@@ -65,6 +78,7 @@ def check_args(args: argparse.Namespace) -> None:
     for exe in (args.python, args.devcell):
         if not os.access(exe, os.X_OK):
             sys.exit(f"{exe} not found; run ./scripts/setup first (or pass --python/--devcell)")
+    check_compare(args)
     _SETTINGS["pyc_cache"] = not args.no_pyc_cache
     probe = ("import sys, devcell, yaml; print(sys.version.split()[0], devcell.__version__, "
              "yaml.__version__, yaml.__with_libyaml__, devcell.__file__)")
@@ -87,6 +101,7 @@ def check_args(args: argparse.Namespace) -> None:
     print(f"devcell {version[1]} {where}; "
           f"python {version[0]} ({args.python}); PyYAML {version[2]} (libyaml {version[3]})\n"
           f"{os.cpu_count()} CPUs, load average {load}; bytecode: {bytecode}")
+    print_builds(args)
 
 
 @contextmanager
@@ -111,6 +126,155 @@ def env_for(state_dir: Path) -> dict[str, str]:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(_SETTINGS["pycache_dir"])
     return env
+
+
+# -- comparing two builds ----------------------------------------------------------------------
+
+AFTER = "after"  # the label of --devcell when a --compare-devcell build is timed beside it
+RATIO_NOTE = 1.05  # an after/before median ratio above this is called out as slower
+
+
+@dataclass(frozen=True)
+class Build:
+    """One devcell console script under test. `tag` is put into the labels of its subjects
+    (" (after)", " (before)"), or is empty when only one build is timed, so that a run without
+    --compare-devcell prints the same tables as before the option existed."""
+
+    devcell: str
+    name: str
+
+    @property
+    def tag(self) -> str:
+        return f" ({self.name})" if self.name else ""
+
+
+def builds(args: argparse.Namespace) -> list[Build]:
+    """--devcell, then the --compare-devcell build if there is one."""
+    if not args.compare_devcell:
+        return [Build(args.devcell, "")]
+    return [Build(args.devcell, AFTER), Build(args.compare_devcell, args.compare_label)]
+
+
+def check_compare(args: argparse.Namespace) -> None:
+    if not args.compare_devcell:
+        return
+    if not os.access(args.compare_devcell, os.X_OK):
+        sys.exit(f"{args.compare_devcell} (--compare-devcell) is not an executable")
+    if not args.compare_label or args.compare_label == AFTER:
+        sys.exit(f"--compare-label must be a non-empty word other than {AFTER!r}")
+    if os.path.realpath(args.compare_devcell) == os.path.realpath(args.devcell):
+        sys.exit("--compare-devcell is the same console script as --devcell")
+
+
+def describe_build(devcell: str) -> str:
+    """Version, package directory and git revision of the devcell a console script runs: the
+    interpreter is read from the script's #! line, since each build has its own venv."""
+    try:
+        first = Path(devcell).read_text(errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return f"{devcell}: unreadable"
+    interpreter = first[2:].strip() if first.startswith("#!") else sys.executable
+    probe = "import devcell; print(devcell.__version__, devcell.__file__)"
+    out = subprocess.run([interpreter, "-c", probe], capture_output=True, text=True,
+                         check=False, timeout=60, cwd=tempfile.gettempdir()).stdout.split()
+    if len(out) != 2:
+        return f"{devcell}: its interpreter {interpreter} cannot import devcell"
+    package = Path(out[1]).parent
+    git = ["git", "-C", str(package.parent)]
+    rev = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True, check=False).stdout.strip() or "?"
+    # a checkout made for the benches may have commits of its own that touch only bench/
+    changed = subprocess.run([*git, "log", "-1", "--format=%h", "--", str(package)],
+                             capture_output=True, text=True, check=False).stdout.strip() or "?"
+    dirty = subprocess.run([*git, "status", "--porcelain", "--", str(package)],
+                           capture_output=True, text=True, check=False).stdout.strip()
+    return (f"devcell {out[0]} from {package} at {rev} (devcell/ last changed in {changed})"
+            f"{' + uncommitted changes' if dirty else ''} ({devcell})")
+
+
+def print_builds(args: argparse.Namespace) -> None:
+    """One line per build when two are compared (nothing otherwise)."""
+    if args.compare_devcell:
+        for b in builds(args):
+            print(f"build {b.name!r}: {describe_build(b.devcell)}")
+
+
+def print_build_ratios(samples: dict[str, list[float]], builds_: list[Build],
+                       label: Callable[[Build], str]) -> None:
+    """The median of the first build over that of the second, for one kind of subject whose
+    label per build is `label(build)`."""
+    if len(builds_) < 2:
+        return
+    after, before = (statistics.median(samples[label(b)]) for b in builds_[:2])
+    ratio = after / before
+    note = f"  > {RATIO_NOTE:.2f}: {builds_[0].name} is slower" if ratio > RATIO_NOTE else ""
+    print(f"{builds_[0].name}/{builds_[1].name} (median): {ratio:.2f}  {label(builds_[0])}{note}")
+
+
+def rerun_per_build(script: str, args: argparse.Namespace, *, rounds: int = 2) -> int:
+    """Compare two builds in a script that starts one long-lived daemon per run: run the script
+    itself once per build and round, the builds taking turns and swapping which goes first in
+    each round (A B, B A), with --devcell set to that build. Every run prints its own table
+    and checks; this prints them, then for each table row seen in both builds' output (the
+    words before its first decimal figure) the median over rounds of that figure per build.
+    Re-running keeps the script's own code untouched, so the option needs only a few lines
+    in the script."""
+    pair = builds(args)
+    check_compare(args)
+    print_builds(args)
+    argv = _without_compare_options(sys.argv[1:])
+    figures: dict[str, dict[str, list[float]]] = {b.name: {} for b in pair}
+    failed = 0
+    for round_no in range(rounds):
+        for b in pair if round_no % 2 == 0 else pair[::-1]:
+            print(f"\n=== round {round_no + 1}/{rounds}: {b.name} ({b.devcell})", flush=True)
+            proc = subprocess.run([sys.executable, script, *argv, "--devcell", b.devcell],
+                                  stdout=subprocess.PIPE, text=True, check=False, timeout=3600)
+            print(proc.stdout, end="", flush=True)
+            failed += proc.returncode != 0
+            for key, value in first_decimals(proc.stdout).items():
+                figures[b.name].setdefault(key, []).append(value)
+    after, before = (figures[b.name] for b in pair)
+    keys = [k for k in after if k in before]
+    print(f"\n=== {pair[0].name} vs {pair[1].name}: the first decimal figure of each table row, "
+          f"median over {rounds} rounds")
+    width = max((len(k) for k in keys), default=10) + 2
+    print(f"{'row':<{width}}{pair[0].name:>10}{pair[1].name:>10}{'ratio':>8}")
+    for key in keys:
+        a, b_ = statistics.median(after[key]), statistics.median(before[key])
+        ratio = f"{a / b_:8.2f}" if b_ else "       -"
+        note = "  slower" if b_ and a / b_ > RATIO_NOTE else ""
+        print(f"{key:<{width}}{a:10.2f}{b_:10.2f}{ratio}{note}")
+    if failed:
+        print(f"\n{failed} of {rounds * len(pair)} runs FAILED their checks (see above)")
+    return 1 if failed else 0
+
+
+def _without_compare_options(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--compare-devcell", "--compare-label"):
+            skip = True
+        elif not arg.startswith(("--compare-devcell=", "--compare-label=")):
+            out.append(arg)
+    return out
+
+
+def first_decimals(text: str) -> dict[str, float]:
+    """Table rows as {words before the first decimal figure: that figure}. A row is a line with
+    at least two decimal figures (a header line with one load average figure is not); rows
+    whose words differ between runs (a path) simply find no partner."""
+    rows: dict[str, float] = {}
+    for line in text.splitlines():
+        words = line.split()
+        decimals = [i for i, w in enumerate(words)
+                    if "." in w and w.replace(".", "", 1).isdigit()]
+        if len(decimals) >= 2 and decimals[0] > 0:
+            rows[" ".join(words[:decimals[0]])] = float(words[decimals[0]])
+    return rows
 
 
 # -- manifests ---------------------------------------------------------------------------------
@@ -243,11 +407,15 @@ def fixed(env: dict[str, str]) -> Callable[[], tuple[dict[str, str], Callable[[]
     return lambda: (env, _nothing)
 
 
-def time_interleaved(subjects: list[Subject], runs: int, warmup: int) -> dict[str, list[float]]:
-    """Run the subjects round-robin (A B A B ...) so drift affects each the same."""
+def time_interleaved(subjects: list[Subject], runs: int, warmup: int, *,
+                     alternate: bool = False) -> dict[str, list[float]]:
+    """Run the subjects round-robin (A B A B ...) so drift affects each the same. With
+    `alternate`, every other round runs in reverse order (A B C, C B A, ...): two builds of
+    DevCell timed side by side then each follow the other as often, so neither always runs
+    right after the same process (warm page cache, a CPU just freed)."""
     samples: dict[str, list[float]] = {s.label: [] for s in subjects}
     for round_no in range(warmup + runs):
-        for s in subjects:
+        for s in subjects if not (alternate and round_no % 2) else subjects[::-1]:
             env, cleanup = s.prepare()
             try:
                 r = run_ok(s.argv, env)

@@ -134,40 +134,47 @@ def main() -> int:
             if running != args.cells:
                 problems.append(f"{what}: {running}/{args.cells} containers running")
 
-        def devcell_fresh() -> tuple[dict[str, str], Callable[[], None]]:
-            state = work / f"state-{next(counter)}"
-            label = state_label(state)
+        def devcell_fresh(b: c.Build) -> Callable[[], tuple[dict[str, str], Callable[[], None]]]:
+            """Inline apply by build `b`, on a state dir of its own per run (two builds never
+            share one: their schemas may differ)."""
+            def prepare() -> tuple[dict[str, str], Callable[[], None]]:
+                state = work / f"state-{next(counter)}"
+                label = state_label(state)
 
-            def done() -> None:
-                verify("devcell apply", running_with(label))
-                remove_with(label)
-                shutil.rmtree(state, ignore_errors=True)
-            return c.env_for(state), done
+                def done() -> None:
+                    verify(f"devcell apply{b.tag}", running_with(label))
+                    remove_with(label)
+                    shutil.rmtree(state, ignore_errors=True)
+                return c.env_for(state), done
+            return prepare
 
-        def devcell_daemon() -> tuple[dict[str, str], Callable[[], None]]:
-            state = work / f"state-{next(counter)}"
-            env = c.env_for(state)
-            shutil.rmtree(watched, ignore_errors=True)
-            watched.mkdir()
-            daemon = subprocess.Popen(
-                [args.devcell, "controller", "run", "--manifests", str(watched), "--workers",
-                 str(args.workers)], env=env, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL)
-            deadline = time.monotonic() + 30
-            while "yes" not in c.run([args.devcell, "get", "controllers"], env,
-                                     capture=True).stdout.decode():
-                if time.monotonic() > deadline or daemon.poll() is not None:
-                    sys.exit("the daemon did not start")
-                time.sleep(0.1)
-            label = state_label(state)
+        def devcell_daemon(b: c.Build) -> Callable[[], tuple[dict[str, str], Callable[[], None]]]:
+            """A daemon of build `b` on a fresh state dir, started (untimed) before each run."""
+            def prepare() -> tuple[dict[str, str], Callable[[], None]]:
+                state = work / f"state-{next(counter)}"
+                env = c.env_for(state)
+                shutil.rmtree(watched, ignore_errors=True)
+                watched.mkdir()
+                daemon = subprocess.Popen(
+                    [b.devcell, "controller", "run", "--manifests", str(watched), "--workers",
+                     str(args.workers)], env=env, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL)
+                deadline = time.monotonic() + 30
+                while "yes" not in c.run([b.devcell, "get", "controllers"], env,
+                                         capture=True).stdout.decode():
+                    if time.monotonic() > deadline or daemon.poll() is not None:
+                        sys.exit(f"the daemon{b.tag} did not start")
+                    time.sleep(0.1)
+                label = state_label(state)
 
-            def done() -> None:
-                verify("devcell apply (daemon)", running_with(label))
-                daemon.send_signal(signal.SIGTERM)
-                daemon.wait(60)
-                remove_with(label)
-                shutil.rmtree(state, ignore_errors=True)
-            return env, done
+                def done() -> None:
+                    verify(f"devcell apply (daemon){b.tag}", running_with(label))
+                    daemon.send_signal(signal.SIGTERM)
+                    daemon.wait(60)
+                    remove_with(label)
+                    shutil.rmtree(state, ignore_errors=True)
+                return env, done
+            return prepare
 
         def shell_fresh() -> tuple[dict[str, str], Callable[[], None]]:
             run_id = secrets.token_hex(4)
@@ -198,23 +205,36 @@ def main() -> int:
                 shutil.rmtree(workspaces, ignore_errors=True)
             return env, done
 
-        label_dc = f"devcell apply -f DIR ({args.cells} container cells, inline)"
-        label_dd = f"GitOps: cp into daemon dir + apply ({args.workers} workers)"
+        builds = c.builds(args)
+
+        def label_dc(b: c.Build) -> str:
+            return f"devcell{b.tag} apply -f DIR ({args.cells} container cells, inline)"
+
+        def label_dd(b: c.Build) -> str:
+            return f"GitOps{b.tag}: cp into daemon dir + apply ({args.workers} workers)"
+
         label_sh = f"sh: {args.cells} x docker run -d & ... wait"
         label_co = f"docker-compose up -d ({args.cells} services)"
-        subjects = [
-            c.Subject(label_dc, [args.devcell, "apply", "-f", str(manifests)], devcell_fresh),
+        subjects = [c.Subject(label_dc(b), [b.devcell, "apply", "-f", str(manifests)],
+                              devcell_fresh(b)) for b in builds]
+        if not args.no_daemon:
+            for b in builds:
+                gitops = (f"cp {shlex.quote(str(manifests))}/*.yaml "
+                          f"{shlex.quote(str(watched))}/ && "
+                          f"{shlex.quote(b.devcell)} apply -f {shlex.quote(str(watched))}")
+                subjects.append(c.Subject(label_dd(b), ["sh", "-c", gitops], devcell_daemon(b)))
+        subjects += [
             c.Subject(label_sh, ["sh", str(work / "run.sh")], shell_fresh),
             c.Subject(label_co, [compose, "-f", str(work / "docker-compose.yml"), "up", "-d"],
                       compose_fresh),
         ]
-        if not args.no_daemon:
-            gitops = (f"cp {shlex.quote(str(manifests))}/*.yaml {shlex.quote(str(watched))}/ && "
-                      f"{shlex.quote(args.devcell)} apply -f {shlex.quote(str(watched))}")
-            subjects.insert(1, c.Subject(label_dd, ["sh", "-c", gitops], devcell_daemon))
-        samples = c.time_interleaved(subjects, args.runs, args.warmup)
+        samples = c.time_interleaved(subjects, args.runs, args.warmup,
+                                     alternate=len(builds) > 1)
         c.print_timings(f"{args.cells} containers up, {args.runs} runs each (interleaved, "
                         f"{args.warmup} warm-up)", samples, baseline=label_sh)
+        c.print_build_ratios(samples, builds, label_dc)
+        if not args.no_daemon:
+            c.print_build_ratios(samples, builds, label_dd)
         shell = statistics.median(samples[label_sh])
         comp = statistics.median(samples[label_co])
         for label in [s.label for s in subjects if s.label not in (label_sh, label_co)]:

@@ -74,49 +74,60 @@ def main() -> int:
     with c.workdir(args.keep) as work:
         manifests = work / "manifests"
         c.write_cells(manifests, args.cells)
-        apply = [args.devcell, "apply", "-f", str(manifests)]
-        problems: list[str] = []
-        verified = 0
-        last_summary = ""
+        builds = c.builds(args)
+        problems: dict[str, list[str]] = {b.name: [] for b in builds}
+        verified = dict.fromkeys(problems, 0)
+        last_summary = dict.fromkeys(problems, "")
         counter = iter(range(10_000))
 
-        def fresh() -> tuple[dict[str, str], Callable[[], None]]:
-            state = work / f"state-{next(counter)}"
+        def fresh(build: c.Build) -> Callable[[], tuple[dict[str, str], Callable[[], None]]]:
+            """A new state dir for every run of `build` (never shared: schemas may differ),
+            verified after the run."""
+            def prepare() -> tuple[dict[str, str], Callable[[], None]]:
+                state = work / f"state-{next(counter)}"
 
-            def check_and_remove() -> None:
-                nonlocal verified, last_summary
-                found = verify(state, args.cells)
-                problems.extend(found)
-                verified += not found
-                last_summary = summary(state)
-                shutil.rmtree(state, ignore_errors=True)
-            return c.env_for(state), check_and_remove
+                def check_and_remove() -> None:
+                    found = verify(state, args.cells)
+                    problems[build.name].extend(found)
+                    verified[build.name] += not found
+                    last_summary[build.name] = summary(state)
+                    shutil.rmtree(state, ignore_errors=True)
+                return c.env_for(state), check_and_remove
+            return prepare
 
-        label_dc = f"devcell apply -f DIR ({args.cells} new cells, converge)"
+        def label(b: c.Build) -> str:
+            return f"devcell{b.tag} apply -f DIR ({args.cells} new cells, converge)"
+
         label_py = "python -c: parse same files (CSafeLoader)"
         samples = c.time_interleaved([
-            c.Subject(label_dc, apply, fresh),
+            *(c.Subject(label(b), [b.devcell, "apply", "-f", str(manifests)], fresh(b))
+              for b in builds),
             c.Subject(label_py, [args.python, "-c", c.PARSE_ONLY, str(manifests)],
                       c.fixed(c.env_for(work / "unused"))),
-        ], args.runs, args.warmup)
-        med = statistics.median(samples[label_dc])
+        ], args.runs, args.warmup, alternate=len(builds) > 1)
+        targets = []
+        for b in builds:
+            med = statistics.median(samples[label(b)])
+            targets.append(f"target{b.tag}: median <= {TARGET_S:.1f} s -> {med:.2f} s "
+                           f"{c.verdict(med <= TARGET_S)} ({med / TARGET_S:.2f} of the budget, "
+                           f"{med / args.cells * 1000:.2f} ms per cell)")
         c.print_timings(f"converge {args.cells} new cells, {args.runs} runs each (interleaved, "
                         f"{args.warmup} warm-up; fresh state dir per run)", samples,
-                        baseline=label_py,
-                        target=f"target: median <= {TARGET_S:.1f} s -> {med:.2f} s "
-                               f"{c.verdict(med <= TARGET_S)} "
-                               f"({med / TARGET_S:.2f} of the budget, "
-                               f"{med / args.cells * 1000:.2f} ms per cell)")
+                        baseline=label_py, target="\n".join(targets))
+        c.print_build_ratios(samples, builds, label)
         runs_total = args.runs + args.warmup
-        print(f"\nverification of every run: {verified}/{runs_total} runs "
-              f"{c.verdict(verified == runs_total)}  (one run: {last_summary})")
-        for problem in dict.fromkeys(problems):
-            print(f"  problem: {problem}")
+        print()
+        for b in builds:
+            print(f"verification of every run{b.tag}: {verified[b.name]}/{runs_total} runs "
+                  f"{c.verdict(verified[b.name] == runs_total)}  "
+                  f"(one run: {last_summary[b.name]})")
+            for problem in dict.fromkeys(problems[b.name]):
+                print(f"  problem: {problem}")
 
         if args.profile:
             c.profile(args.profile, args.python, ["apply", "-f", str(manifests)],
                       lambda: c.env_for(work / f"state-profile-{next(counter)}"), work)
-        return 0 if verified == runs_total else 1
+        return 0 if all(n == runs_total for n in verified.values()) else 1
 
 
 if __name__ == "__main__":

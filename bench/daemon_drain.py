@@ -22,6 +22,7 @@ Medians over --runs. Targets: >= 230 reconciles/s (controller-runtime's publishe
 RSS <= 100 MB with 1,000 cells.
 
 Run by hand: .venv/bin/python bench/daemon_drain.py [--cells 1000] [--runs 3] [--workers 4]
+             [--compare-devcell PATH]   (another build's daemon, taking turns with --devcell's)
 """
 
 from __future__ import annotations
@@ -52,11 +53,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--devcell", default=str(c.VENV_BIN / "devcell"),
                    help="the devcell console script (default: the project's .venv)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir and print its path")
+    c.add_compare_options(p)
     args = p.parse_args()
     if not 1 <= args.runs <= 20 or not 10 <= args.cells <= 20000:
         sys.exit("--runs 1..20, --cells 10..20000")
     if not os.access(args.devcell, os.X_OK):
         sys.exit(f"{args.devcell} not found; run ./scripts/setup first (or pass --devcell)")
+    c.check_compare(args)
     return args
 
 
@@ -74,14 +77,17 @@ def proc_status(pid: int) -> dict[str, float]:
     return out
 
 
-def one_run(args: argparse.Namespace, work: Path, n: int) -> dict[str, float]:
-    state, watched = work / f"state-{n}", work / f"watched-{n}"
+def one_run(args: argparse.Namespace, build: c.Build, work: Path, n: int) -> dict[str, float]:
+    """One daemon of `build` drains the cells on a state dir of its own (two builds never
+    share one: their schemas may differ)."""
+    suffix = f"{build.name}-{n}" if build.name else f"{n}"
+    state, watched = work / f"state-{suffix}", work / f"watched-{suffix}"
     c.write_cells(watched, args.cells)
-    log_path = work / f"daemon-{n}.log"
+    log_path = work / f"daemon-{suffix}.log"
     log = open(log_path, "wb")
     started_wall = time.time()
     daemon = subprocess.Popen(
-        [args.devcell, "controller", "run", "--manifests", str(watched), "--workers",
+        [build.devcell, "controller", "run", "--manifests", str(watched), "--workers",
          str(args.workers)], stdout=log, stderr=subprocess.STDOUT, env=c.env_for(state), cwd=work)
     try:
         deadline = time.monotonic() + 300
@@ -130,7 +136,7 @@ def one_run(args: argparse.Namespace, work: Path, n: int) -> dict[str, float]:
     if code != 0 or c.daemon_log_errors(text):
         problems.append(f"daemon exit {code}; errors in its log ({log_path}, --keep)")
     if problems:
-        sys.exit("CHECK FAILED: " + "; ".join(problems))
+        sys.exit(f"CHECK FAILED{build.tag}: " + "; ".join(problems))
     first = min(stamp(o[0]) for o in ops)
     last = max(stamp(o[1]) for o in ops)
     finished = sorted(stamp(o[1]) for o in ops)
@@ -147,29 +153,58 @@ def one_run(args: argparse.Namespace, work: Path, n: int) -> dict[str, float]:
             "best": busiest, "rss": mem["VmRSS"], "hwm": mem["VmHWM"]}
 
 
+def print_rows(build: c.Build, rows: list[dict[str, float]], cells: int) -> dict[str, float]:
+    """The per-run table of one build and its targets; returns its medians."""
+    w = 7 + len(build.tag)
+    print(f"\n{'run' + build.tag:<{w}}{'start s':>8}{'drain s':>9}{'ops/s':>8}{'best 1 s':>10}"
+          f"{'RSS MB':>9}{'HWM MB':>9}")
+    for i, r in enumerate(rows, 1):
+        print(f"{i:<{w}}{r['sync']:8.2f}{r['drain']:9.2f}{r['rate']:8.0f}{r['best']:10d}"
+              f"{r['rss']:9.1f}{r['hwm']:9.1f}")
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    print(f"{'median':<{w}}{med['sync']:8.2f}{med['drain']:9.2f}{med['rate']:8.0f}"
+          f"{med['best']:10.0f}{med['rss']:9.1f}{med['hwm']:9.1f}")
+    print(f"reconciles/s (median){build.tag}: {med['rate']:.0f}, target >= {TARGET_RATE:.0f} "
+          f"{c.verdict(med['rate'] >= TARGET_RATE)}; RSS with {cells} cells (median): "
+          f"{med['rss']:.1f} MB, target <= {TARGET_RSS_MB:.0f} MB "
+          f"{c.verdict(med['rss'] <= TARGET_RSS_MB)}")
+    return med
+
+
+def print_comparison(builds: list[c.Build], medians: dict[str, dict[str, float]]) -> None:
+    """Each median of the first build over that of the second. For ops/s and best 1 s more is
+    better, so a ratio below 1 there is the slower side; the note says which way is worse."""
+    first, second = builds[0].name, builds[1].name
+    print(f"\n{'median':<10}{first:>10}{second:>10}{'ratio':>8}  ({first}/{second})")
+    for key, title, worse in (("sync", "start s", "higher"), ("drain", "drain s", "higher"),
+                              ("rate", "ops/s", "lower"), ("best", "best 1 s", "lower"),
+                              ("rss", "RSS MB", "higher"), ("hwm", "HWM MB", "higher")):
+        a, b = medians[first][key], medians[second][key]
+        ratio = a / b if b else float("nan")
+        print(f"{title:<10}{a:10.2f}{b:10.2f}{ratio:8.2f}  ({worse} is worse)")
+
+
 def main() -> int:
     args = parse_args()
+    builds = c.builds(args)
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"daemon drain: {args.cells} cells, {args.runs} runs, workers={args.workers}; "
           f"{os.cpu_count()} CPUs, load average {load}")
-    rows = []
+    c.print_builds(args)
+    rows: dict[str, list[dict[str, float]]] = {b.name: [] for b in builds}
     with c.workdir(args.keep) as work:
+        for b in builds:  # the first run's start must not include compiling the modules
+            c.warm_bytecode(b.devcell, work)
         for n in range(args.runs):
-            rows.append(one_run(args, work, n))
-    print(f"\n{'run':<7}{'start s':>8}{'drain s':>9}{'ops/s':>8}{'best 1 s':>10}{'RSS MB':>9}"
-          f"{'HWM MB':>9}")
-    for i, r in enumerate(rows, 1):
-        print(f"{i:<7}{r['sync']:8.2f}{r['drain']:9.2f}{r['rate']:8.0f}{r['best']:10d}"
-              f"{r['rss']:9.1f}{r['hwm']:9.1f}")
-    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-    print(f"{'median':<7}{med['sync']:8.2f}{med['drain']:9.2f}{med['rate']:8.0f}"
-          f"{med['best']:10.0f}{med['rss']:9.1f}{med['hwm']:9.1f}")
-    print(f"\nreconciles/s (median): {med['rate']:.0f}, target >= {TARGET_RATE:.0f} "
-          f"{c.verdict(med['rate'] >= TARGET_RATE)}; RSS with {args.cells} cells (median): "
-          f"{med['rss']:.1f} MB, target <= {TARGET_RSS_MB:.0f} MB "
-          f"{c.verdict(med['rss'] <= TARGET_RSS_MB)}")
+            # two builds take turns, and swap which goes first every run
+            for b in builds if n % 2 == 0 else builds[::-1]:
+                rows[b.name].append(one_run(args, b, work, n))
+    medians = {b.name: print_rows(b, rows[b.name], args.cells) for b in builds}
+    if len(builds) > 1:
+        print_comparison(builds, medians)
     print(f"checks per run: {args.cells} operations Succeeded, {3 * args.cells} steps Succeeded "
-          "and as many backend calls, all cells Running at their generation, clean daemon log")
+          "and as many backend calls, all cells Running at their generation, clean daemon log"
+          f"{' (every build)' if len(builds) > 1 else ''}")
     return 0
 
 

@@ -73,6 +73,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--devcell", default=str(c.VENV_BIN / "devcell"),
                    help="the devcell console script (default: the project's .venv)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir and print its path")
+    c.add_compare_options(p)
     args = p.parse_args()
     if not 50 <= args.saves <= 1000:
         sys.exit("--saves must be between 50 and 1000")
@@ -356,6 +357,8 @@ def print_figures(subjects: list[Subject]) -> None:
 
 def main() -> int:
     args = parse_args()
+    if args.compare_devcell:  # the whole run once per build, builds taking turns (_common.py)
+        return c.rerun_per_build(__file__, args)
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     rev = subprocess.run(["git", "-C", str(c.REPO), "rev-parse", "--short", "HEAD"],
                            capture_output=True, text=True, check=False).stdout.strip() or "?"

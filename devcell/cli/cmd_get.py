@@ -158,7 +158,7 @@ def run_get(args: argparse.Namespace) -> int:
         return 0
     if rows:
         _print_table(args.kind, rows, wide=args.output == "wide")
-    if db is not None and args.kind in ("cells", "snapshots"):
+    if db is not None and args.kind in KIND_OF_TABLE:
         _warn_invalid_manifests(db)
     if args.watch:
         return _watch(args, selector, rows)

@@ -33,6 +33,7 @@ from tests.e2e.test_crash_matrix import (
     snap_doc,
     watching,
 )
+from tests.reconciler.inprocess import run_daemon
 
 FOLLOW_BOUND = 1.0  # seconds from a file write to `devcell get` showing it
 pytestmark = pytest.mark.e2e
@@ -407,7 +408,6 @@ def test_a_file_written_during_the_startup_sync_is_applied(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process and deterministic: the write lands right after the startup sync (as it
     does when the sync of a large directory has already listed it)."""
-    import threading
 
     from devcell.reconciler.daemon import Daemon, DaemonConfig
     from devcell.reconciler.gitops import DirectorySync
@@ -447,16 +447,7 @@ def test_a_file_written_during_the_startup_sync_is_applied(
         finally:
             daemon.stop_event.set()
 
-    previous = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
-    observer = threading.Thread(target=observe)
-    observer.start()
-    try:
-        assert daemon.run() == 0
-    finally:
-        daemon.stop_event.set()
-        observer.join(10)
-        signal.signal(signal.SIGTERM, previous[0])
-        signal.signal(signal.SIGINT, previous[1])
+    run_daemon(daemon, observe, join_s=10)
     assert seen, "late.yaml was never applied"
 
 

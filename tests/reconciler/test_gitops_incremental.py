@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sqlite3
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ from devcell import kinds
 from devcell.reconciler.gitops import DirectorySync
 from devcell.store import objects
 from devcell.store.db import Database, open_database
+from tests.reconciler.inprocess import run_daemon
 
 CELL = ("apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: %s}\n"
         "spec: {backend: fake, state: %s}\n")
@@ -391,16 +390,7 @@ def test_the_daemon_records_a_lost_event_repaired_by_the_resync(
         finally:
             daemon.stop_event.set()
 
-    previous = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
-    driver = threading.Thread(target=drive)
-    driver.start()
-    try:
-        assert daemon.run() == 0
-    finally:
-        daemon.stop_event.set()
-        driver.join(20)
-        signal.signal(signal.SIGTERM, previous[0])
-        signal.signal(signal.SIGINT, previous[1])
+    run_daemon(daemon, drive, join_s=20)
     assert found, "no ResyncRepaired event"
     (reason, message), = found
     assert "lost.yaml (added)" in message and "cell/lost created" in message, message
@@ -480,15 +470,6 @@ def test_the_daemon_replaces_a_failed_watcher_and_reads_everything(
         finally:
             daemon.stop_event.set()
 
-    previous = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
-    observer = threading.Thread(target=observe)
-    observer.start()
-    try:
-        assert daemon.run() == 0
-    finally:
-        daemon.stop_event.set()
-        observer.join(15)
-        signal.signal(signal.SIGTERM, previous[0])
-        signal.signal(signal.SIGINT, previous[1])
+    run_daemon(daemon, observe, join_s=15)
     assert seen, "the file written while the watcher was down was never applied"
     assert len(calls) == 2

@@ -579,3 +579,13 @@ def importtime(python: str, devcell_args: Sequence[str], env: Callable[[], dict[
 def daemon_log_errors(text: str) -> bool:
     """Whether a daemon's log shows a failure: a traceback or "database is locked"."""
     return "Traceback" in text or "database is locked" in text
+
+
+def process_memory_mb(pid: int) -> dict[str, float]:
+    """VmRSS (now) and VmHWM (peak) of process `pid`, in MB."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) / 1024
+    return out

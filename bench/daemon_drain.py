@@ -67,15 +67,6 @@ def stamp(text: str) -> float:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
 
 
-def proc_status(pid: int) -> dict[str, float]:
-    """VmRSS and VmHWM of `pid` in MB."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0]) / 1024
-    return out
-
 
 def one_run(args: argparse.Namespace, build: c.Build, work: Path, n: int) -> dict[str, float]:
     """One daemon of `build` drains the cells on a state dir of its own (two builds never
@@ -109,7 +100,7 @@ def one_run(args: argparse.Namespace, build: c.Build, work: Path, n: int) -> dic
                 if done == args.cells:
                     break
             time.sleep(0.05)
-        mem = proc_status(daemon.pid)
+        mem = c.process_memory_mb(daemon.pid)
     finally:
         daemon.send_signal(signal.SIGTERM)
         try:

@@ -258,15 +258,6 @@ def wait_idle(pid: int, timeout: float = 300.0) -> None:
     sys.exit(f"the daemon (pid {pid}) did not go idle within {timeout} s")
 
 
-def memory_mb(pid: int) -> dict[str, float]:
-    """VmRSS and VmHWM of `pid` in MB."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0]) / 1024
-    return out
-
 
 def bring_up(s: Subject, args: argparse.Namespace) -> None:
     """Cold start, converge, stop, warm start, idle: the figures of one daemon."""
@@ -277,13 +268,13 @@ def bring_up(s: Subject, args: argparse.Namespace) -> None:
     wait_converged(s.conn, s.files)
     s.figures["cold converged s"] = time.perf_counter() - t0
     assert s.process is not None
-    s.figures["cold VmHWM MB"] = memory_mb(s.process.pid)["VmHWM"]
+    s.figures["cold VmHWM MB"] = c.process_memory_mb(s.process.pid)["VmHWM"]
     if s.stop() != 0:
         sys.exit(f"the daemon for {s.files} files did not exit cleanly; see {s.logs[-1]}")
     s.figures["warm start s"] = s.start(args.devcell, args.workers)
     assert s.process is not None
     wait_idle(s.process.pid)
-    s.figures["idle VmRSS MB"] = memory_mb(s.process.pid)["VmRSS"]
+    s.figures["idle VmRSS MB"] = c.process_memory_mb(s.process.pid)["VmRSS"]
 
 
 def one_save(s: Subject, kind: str, i: int, how: str) -> None:
@@ -381,7 +372,7 @@ def main() -> int:
                         time.sleep(0.05)
             for s in subjects:
                 assert s.process is not None
-                mem = memory_mb(s.process.pid)
+                mem = c.process_memory_mb(s.process.pid)
                 s.figures["end VmRSS MB"], s.figures["end VmHWM MB"] = mem["VmRSS"], mem["VmHWM"]
                 problems += verify(s, args.saves)
         finally:

@@ -22,7 +22,8 @@ def run_daemon(args: argparse.Namespace) -> int:
     logs.configure(max(args.verbose, 1))
     if args.log_json:
         logger.remove()
-        logger.add(json_sink, level="DEBUG" if args.verbose > 1 else "INFO")
+        logger.add(json_sink, level="DEBUG" if args.verbose > 1 else "INFO",
+                   diagnose=False)  # never dump local variables (secrets) with a traceback
     state_dir = dbmod.resolve_state_dir(args.state_dir)
     config = DaemonConfig(state_dir=state_dir, manifests=manifests, workers=args.workers,
                           resync_seconds=args.resync, run_store=args.run_store)

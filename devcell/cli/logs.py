@@ -28,4 +28,5 @@ def configure(verbose: int) -> None:
     logger.add(progress.write, level=level, colorize=sys.stderr.isatty(),
                format="<dim>{time:HH:mm:ss.SSS}</dim> {level: <7} "
                       "{extra[kind]}/{extra[name]} {extra[op]} {message}",
-               filter=_with_context)  # type: ignore[arg-type]
+               filter=_with_context,  # type: ignore[arg-type]
+               diagnose=False)  # never dump local variables (secrets) with a traceback

@@ -186,6 +186,14 @@ class Daemon:
             logger.bind(kind=c.kind, name=c.name).info("{} {}", c.kind.lower() + "/" + c.name,
                                                        c.outcome)
         daemon_status.report_manifests(db, [str(p) for p in result.problems])
+        if result.refused:
+            with db.write() as conn:
+                for message in result.refused:
+                    events.record(conn, kind="Controller", object_id=None, name="controller",
+                                  reason="PruneRefused", type="Warning",
+                                  message=f"{message} (its prune is tried again at every sync)")
+            for message in result.refused:
+                logger.warning("prune refused: {}", message)
         if result.problems:
             with db.write() as conn:
                 for p in result.problems:

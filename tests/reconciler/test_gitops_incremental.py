@@ -492,3 +492,46 @@ def test_the_daemon_replaces_a_failed_watcher_and_reads_everything(
         signal.signal(signal.SIGINT, previous[1])
     assert seen, "the file written while the watcher was down was never applied"
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_a_prune_the_store_refuses_stays_pending_and_never_raises(
+        ctx: Any, db: Database, watched: Path, incremental: bool) -> None:
+    """Deleting the files of a cell, its snapshot and a fork of it: the snapshot's prune is
+    refused while the fork is not yet gone (the store's rule). The sync must not raise (the
+    daemon died of it), must report the refusal once, and must prune the snapshot at a later
+    sync once the fork is gone. The same for an object deleted by someone else meanwhile."""
+    from devcell.reconciler.converge import converge
+
+    (watched / "api.yaml").write_text(cell("api") + "---\n" + SNAP % ("snap", "api"))
+    (watched / "fork.yaml").write_text(
+        "apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: fork}\n"
+        "spec: {backend: fake, workspace: {from: {snapshot: snap}}}\n")
+    (watched / "other.yaml").write_text(cell("other"))
+    sync = DirectorySync(db, watched, prune_grace=0)
+    converge(ctx, sync.sync().to_reconcile)
+    assert objects.get(db.conn, "Cell", "fork").phase == "Running"  # type: ignore[union-attr]
+
+    gone = [watched / "api.yaml", watched / "fork.yaml"]
+    for path in gone:
+        path.unlink()
+    from devcell.store import desired
+    other = desired.delete(db, "Cell", "other")  # by someone else, then its file goes
+    converge(ctx, [("Cell", other.object_id)])  # type: ignore[list-item]
+    assert objects.get(db.conn, "Cell", "other") is None
+    (watched / "other.yaml").unlink()
+    gone.append(watched / "other.yaml")
+
+    def again(paths: list[Path]) -> Any:
+        return sync.sync_paths([str(p) for p in paths]) if incremental else sync.sync()
+
+    result = again(gone)
+    assert {c.name for c in result.pruned} == {"api", "fork"}
+    assert [r.split(":")[0] for r in result.refused] == ["snapshot/snap"]
+    assert not again([]).refused  # reported once, still pending
+    assert not objects.get(db.conn, "Snapshot", "snap").deleting  # type: ignore[union-attr]
+
+    converge(ctx, result.to_reconcile)  # the fork is deleted
+    result = again([])
+    assert [c.name for c in result.pruned] == ["snap"] and not result.refused
+    assert not result.problems

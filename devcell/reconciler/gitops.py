@@ -243,7 +243,7 @@ class DirectorySync:
             order = sorted(batch.present, key=lambda p: loader.walk_order(p[len(root) + 1:]))
             failed: list[Problem] = []
             try:
-                files = loader.read_sources(order)
+                files = loader.read_sources(order, regular_only=True)
             except ManifestError as exc:
                 failed = exc.problems
                 names = {p.file for p in failed}
@@ -331,7 +331,7 @@ def _readable(paths: list[str]) -> list[SourceFile]:
     out = []
     for path in paths:
         try:
-            out.extend(loader.read_sources([path]))
+            out.extend(loader.read_sources([path], regular_only=True))
         except ManifestError:
             continue
     return out

@@ -535,3 +535,28 @@ def test_a_prune_the_store_refuses_stays_pending_and_never_raises(
     result = again([])
     assert [c.name for c in result.pruned] == ["snap"] and not result.refused
     assert not result.problems
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_a_fifo_in_the_directory_is_a_bad_file_and_blocks_no_sync(
+        db: Database, watched: Path, incremental: bool) -> None:
+    """A FIFO named x.yaml hung the daemon's sync for good (open() waits for a writer): the
+    next file was never applied and SIGTERM did not stop it. It is now a bad file."""
+    import threading
+
+    from devcell.manifests import loader
+
+    sync = DirectorySync(db, watched, prune_grace=0)
+    sync.sync()
+    os.mkfifo(watched / "pipe.yaml")
+    (watched / "api.yaml").write_text(cell("api"))
+    out: list[Any] = []
+    paths = [str(watched / "pipe.yaml"), str(watched / "api.yaml")]
+    run = (lambda: sync.sync_paths(paths)) if incremental else sync.sync
+    thread = threading.Thread(target=lambda: out.append(run()), daemon=True)
+    thread.start()
+    thread.join(5)
+    assert out, "the sync blocked on the FIFO"
+    assert [(p.file, p.message) for p in out[0].problems] == [
+        (str(watched / "pipe.yaml"), loader.NOT_REGULAR)]
+    assert [c.name for c in out[0].changes] == ["api"]

@@ -560,3 +560,72 @@ def test_a_fifo_in_the_directory_is_a_bad_file_and_blocks_no_sync(
     assert [(p.file, p.message) for p in out[0].problems] == [
         (str(watched / "pipe.yaml"), loader.NOT_REGULAR)]
     assert [c.name for c in out[0].changes] == ["api"]
+
+
+def test_the_daemon_follows_a_watched_directory_that_was_replaced(tmp_path: Path) -> None:
+    """`rm -rf manifests && cp -r new manifests` (or a fresh clone into the same path): the
+    watcher followed the deleted directory and never reported again, so every later edit
+    waited for the periodic resync (and was reported as a lost event). The daemon now watches
+    the new directory and applies what it holds at once."""
+    from devcell.reconciler.daemon import Daemon, DaemonConfig
+
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    (watched / "old.yaml").write_text(cell("old"))
+    daemon = Daemon(DaemonConfig(state_dir=tmp_path / "state", manifests=watched,
+                                 resync_seconds=0, prune_grace=0))
+    state = tmp_path / "state" / "state.db"
+
+    def live_cells() -> set[str]:
+        if not state.exists():
+            return set()
+        conn = sqlite3.connect(state, timeout=5)
+        try:
+            return {n for (n,) in conn.execute(
+                "SELECT name FROM cells WHERE deleted_at IS NULL AND deleting_at IS NULL")}
+        except sqlite3.OperationalError:
+            return set()
+        finally:
+            conn.close()
+
+    def wait_for(cells: set[str], deadline: float) -> bool:
+        while time.monotonic() < deadline:
+            if live_cells() == cells:
+                return True
+            time.sleep(0.05)
+        return False
+
+    outcome: list[str] = []
+
+    def drive() -> None:
+        try:
+            deadline = time.monotonic() + 20
+            if not wait_for({"old"}, deadline):
+                outcome.append("old never recorded")
+                return
+            time.sleep(0.5)  # the watcher is live
+            shutil.rmtree(watched)
+            watched.mkdir()
+            (watched / "new.yaml").write_text(cell("new"))
+            if not wait_for({"new"}, time.monotonic() + 8):
+                outcome.append(f"after the replace: {live_cells()}")
+                return
+            (watched / "later.yaml").write_text(cell("later"))  # an edit in the new one
+            if not wait_for({"new", "later"}, time.monotonic() + 8):
+                outcome.append(f"after an edit in the new directory: {live_cells()}")
+                return
+            outcome.append("ok")
+        finally:
+            daemon.stop_event.set()
+
+    previous = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
+    driver = threading.Thread(target=drive)
+    driver.start()
+    try:
+        assert daemon.run() == 0
+    finally:
+        daemon.stop_event.set()
+        driver.join(30)
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
+    assert outcome == ["ok"], outcome

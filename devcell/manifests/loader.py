@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import sys
 from collections.abc import Iterable
 
@@ -46,11 +47,36 @@ def walk_order(relative: str) -> tuple[tuple[int, str], ...]:
     return tuple((1, d) for d in parts[:-1]) + ((0, parts[-1]),)
 
 
-def _read_limited(stream_or_path: str | None, display: str, limit: int) -> bytes:
+NOT_REGULAR = ("not a regular file (a FIFO, socket or device); only regular files are read "
+               "from a directory")
+
+
+def _open_regular(path: str) -> int:
+    """Open `path` only if it is a regular file, without blocking: opening a FIFO for
+    reading waits for a writer, so one named x.yaml (or a link to one) would hang the apply,
+    or the daemon's sync, for good. Checked before opening (a device is never opened) and
+    after (the file could have been replaced in between)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise _NotRegular(0, NOT_REGULAR)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _NotRegular(0, NOT_REGULAR)
+    os.set_blocking(fd, True)
+    return fd
+
+
+class _NotRegular(OSError):
+    """A walked path that is not a regular file."""
+
+
+def _read_limited(stream_or_path: str | None, display: str, limit: int,
+                  regular_only: bool = False) -> bytes:
     if stream_or_path is None:
         data = sys.stdin.buffer.read(limit + 1)
     else:
-        with open(stream_or_path, "rb") as fh:
+        opened: int | str = _open_regular(stream_or_path) if regular_only else stream_or_path
+        with open(opened, "rb") as fh:
             # Ask for the file's size, not the limit: read(limit + 1) allocates 1 MiB and
             # shrinks it, which leaves every small file on pages of its own (reading 10,000
             # files of 1 KiB so costs 40 MB of RSS instead of 12). Read on if it grew since.
@@ -65,16 +91,23 @@ def _read_limited(stream_or_path: str | None, display: str, limit: int) -> bytes
     return data
 
 
-def read_sources(paths: Iterable[str], *, limit: int = MAX_FILE_BYTES) -> list[SourceFile]:
-    """Every manifest file named by `paths`; all problems (missing, oversize) at once."""
+def read_sources(paths: Iterable[str], *, limit: int = MAX_FILE_BYTES,
+                 regular_only: bool = False) -> list[SourceFile]:
+    """Every manifest file named by `paths`; all problems (missing, oversize) at once.
+
+    Files found by walking a directory must be regular files (a FIFO, socket or device
+    there is a problem, never read); so must every path with `regular_only` (the daemon's
+    reads, which are walk results). A path given on its own may be a pipe: `-f <(cmd)`."""
     files: list[SourceFile] = []
     problems: list[Problem] = []
     seen: set[str] = set()
     for given in paths:
+        walked = regular_only
         if given == "-":
             candidates: list[tuple[str | None, str, str]] = [(None, "<stdin>", "-")]
         elif os.path.isdir(given):
             candidates = [(p, p, os.path.abspath(p)) for p in walk(given)]
+            walked = True
         elif os.path.exists(given):
             candidates = [(given, given, os.path.abspath(given))]
         else:
@@ -85,9 +118,12 @@ def read_sources(paths: Iterable[str], *, limit: int = MAX_FILE_BYTES) -> list[S
                 continue
             seen.add(key)
             try:
-                data = _read_limited(path, display, limit)
+                data = _read_limited(path, display, limit, walked)
             except ManifestError as exc:
                 problems.extend(exc.problems)
+                continue
+            except _NotRegular:
+                problems.append(Problem(display, NOT_REGULAR))
                 continue
             except OSError as exc:
                 problems.append(Problem(display, f"cannot read: {exc.strerror}"))

@@ -17,6 +17,7 @@ import functools
 import json
 import os
 import signal
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -142,6 +143,14 @@ class Daemon:
         """Sync as the watcher reports: the paths it names (incremental), the whole directory
         first and at every resync. None once stopped; the batches handled if it failed."""
         cfg = self.config
+        root = os.path.abspath(cfg.manifests)
+        with _Watched(root) as watched:
+            return self._follow_batches(db, syncer, manager, batches, root, watched)
+
+    def _follow_batches(self, db: Database, syncer: DirectorySync, manager: Manager,
+                        batches: Iterator[set[tuple[Any, str]]], root: str,
+                        watched: _Watched) -> int | None:
+        cfg = self.config
         first, handled = True, 0
         next_prune: float | None = None
         next_resync = time.monotonic() + cfg.resync_seconds if cfg.resync_seconds > 0 else None
@@ -157,6 +166,13 @@ class Daemon:
             if self.stop_event.is_set():
                 return None
             handled += 1
+            if watched.replaced():
+                # The directory was deleted, moved or replaced (rm -rf && cp -r, a fresh
+                # clone): the watcher follows the old one and will never report again. Watch
+                # anew; the new watcher begins with a full sync.
+                logger.warning("{} was replaced or removed; watching it again", cfg.manifests)
+                self._sync(db, syncer.sync, manager)  # what is there now (or that it is gone)
+                return handled
             now = time.monotonic()
             paths = {path for _, path in changes}
             unreported.heard(paths)
@@ -186,6 +202,14 @@ class Daemon:
             logger.bind(kind=c.kind, name=c.name).info("{} {}", c.kind.lower() + "/" + c.name,
                                                        c.outcome)
         daemon_status.report_manifests(db, [str(p) for p in result.problems])
+        if result.refused:
+            with db.write() as conn:
+                for message in result.refused:
+                    events.record(conn, kind="Controller", object_id=None, name="controller",
+                                  reason="PruneRefused", type="Warning",
+                                  message=f"{message} (its prune is tried again at every sync)")
+            for message in result.refused:
+                logger.warning("prune refused: {}", message)
         if result.problems:
             with db.write() as conn:
                 for p in result.problems:
@@ -198,6 +222,39 @@ class Daemon:
                      len(result.pruned), len(result.problems),
                      (time.perf_counter() - started) * 1000)
         return result
+
+
+class _Watched:
+    """The directory the watcher follows, held open: so its inode cannot be reused by a
+    directory made at the same path, and a deletion shows as no links left."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        try:
+            self.fd: int | None = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            self.fd = None
+
+    def __enter__(self) -> _Watched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+
+    def replaced(self) -> bool:
+        """Whether the directory at the path is no longer the one watched (deleted, moved
+        away, replaced) or one appeared where there was none."""
+        try:
+            now: os.stat_result | None = os.stat(self.root)
+        except OSError:
+            now = None
+        if now is not None and not stat.S_ISDIR(now.st_mode):
+            now = None  # a file there is no directory to watch either
+        if self.fd is None or now is None:
+            return (self.fd is None) != (now is None)
+        held = os.fstat(self.fd)
+        return held.st_nlink == 0 or (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino)
 
 
 def _followed(root: str, change: object, path: str) -> bool:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devcell import admission, config
-from devcell.errors import ConfigError, ManifestError, Problem
+from devcell.errors import ConfigError, ManifestError, NotFound, Problem, StoreError
 from devcell.manifests import loader
 from devcell.manifests.model import Manifest, SourceFile
 from devcell.store import desired, objects, sources
@@ -57,6 +57,9 @@ class SyncResult:
     pruned: list[desired.Change] = field(default_factory=list)
     prune_pending: int = 0
     full: bool = False
+    refused: list[str] = field(default_factory=list)
+    """Prunes the store refused this sync for a new reason (a snapshot a live fork still
+    names): each stays pending, is retried by every later sync and is reported once."""
     unseen: dict[str, str] = field(default_factory=dict)
     """Full syncs: manifest files added, changed or deleted since the previous sync saw them,
     that no incremental sync was told about (path -> "added" | "changed" | "deleted")."""
@@ -74,6 +77,7 @@ class _Gone:
 
     source: str
     since: float | None = None
+    refused: str = ""  # why the store last refused its prune (reported once)
 
 
 @dataclass
@@ -239,7 +243,7 @@ class DirectorySync:
             order = sorted(batch.present, key=lambda p: loader.walk_order(p[len(root) + 1:]))
             failed: list[Problem] = []
             try:
-                files = loader.read_sources(order)
+                files = loader.read_sources(order, regular_only=True)
             except ManifestError as exc:
                 failed = exc.problems
                 names = {p.file for p in failed}
@@ -289,8 +293,8 @@ class DirectorySync:
         """`candidates` (object -> its source) are every object this sync knows to have lost
         its manifest; prune those gone for `prune_grace`, never while any file is bad."""
         before = self._missing
-        self._missing = {k: _Gone(src, before[k].since if k in before and before[k].source == src
-                                  else None) for k, src in candidates.items()}
+        self._missing = {k: before[k] if k in before and before[k].source == src else _Gone(src)
+                         for k, src in candidates.items()}
         if result.problems:
             for gone in self._missing.values():
                 gone.since = None  # the grace starts again once every file is good
@@ -301,7 +305,17 @@ class DirectorySync:
             if now - gone.since < self.prune_grace:
                 result.prune_pending += 1
                 continue
-            result.pruned.append(desired.delete(self.db, kind, name, reason="Pruned"))
+            try:
+                result.pruned.append(desired.delete(self.db, kind, name, reason="Pruned"))
+            except NotFound:  # deleted meanwhile by someone else: nothing left to prune
+                pass
+            except StoreError as exc:
+                # Refused (a snapshot that a live fork still names): the daemon keeps
+                # running, the object stays pending and every later sync tries again.
+                if gone.refused != str(exc):
+                    gone.refused = str(exc)
+                    result.refused.append(f"{kind.lower()}/{name}: {exc}")
+                continue
             del self._missing[(kind, name)]
 
 
@@ -317,7 +331,7 @@ def _readable(paths: list[str]) -> list[SourceFile]:
     out = []
     for path in paths:
         try:
-            out.extend(loader.read_sources([path]))
+            out.extend(loader.read_sources([path], regular_only=True))
         except ManifestError:
             continue
     return out

@@ -114,6 +114,9 @@ class Manager:
                 key = self.queue.get()
                 if key is None:
                     return
+                if self._still_terminal(db, key):
+                    self.queue.done(key)
+                    continue
                 group = reconcile.group_of(objects.owners(db.conn, [key]), key)
                 with self._lock:
                     if group in self._busy_groups:  # its cell or a sibling snapshot is running
@@ -143,6 +146,21 @@ class Manager:
             ctx.close()
             db.close()
 
+    def _still_terminal(self, db: Database, key: Key) -> bool:
+        """A key whose last reconcile was terminal, asked for again with nothing new to try
+        (the same desired version): dropped here, when it is handed out, whoever queued it (a
+        sync of its file, the desired-state watcher racing the outcome). Only the periodic
+        resync (trigger drift) looks at it again, as documented."""
+        with self._lock:
+            if key not in self._terminal or self._triggers.get(key) == "drift":
+                return False
+            failed = self._terminal[key]
+        if objects.desired_version(db.conn, *key) != failed:
+            return False
+        with self._lock:
+            self._triggers.pop(key, None)
+        return True
+
     def _handle(self, ctx: Context, key: Key, outcome: reconcile.Outcome,
                 started: tuple[int, bool] | None) -> None:
         """The daemon's one switch over a reconcile's outcome (controller-runtime's
@@ -154,6 +172,9 @@ class Manager:
         if self.stopping.is_set() and outcome.operation is not None:
             return  # shutting down: the next start resumes or re-plans it
         result = outcome.result
+        if result is not Result.TERMINAL:
+            with self._lock:
+                self._terminal.pop(key, None)  # it moved on (the resync found it mended)
         if result is Result.DONE:
             self.queue.forget(key)
         elif result is Result.REQUEUE:

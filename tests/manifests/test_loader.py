@@ -6,9 +6,11 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devcell.errors import ManifestError
 from devcell.manifests import loader
 
 NAMES = st.sampled_from(["a.yaml", "b.yml", "c.json", "z.yaml", "A.yaml", "_x.yaml", ".h.yaml",
@@ -36,3 +38,76 @@ def test_small_and_limit_sized_files_are_read_whole(tmp_path: Path) -> None:
     exact.write_bytes(b"x" * 64)
     files = loader.read_sources([str(small), str(exact)], limit=64)
     assert [f.data for f in files] == [b"kind: Cell\n", b"x" * 64]
+
+
+def _special(kind: str, path: Path, tmp: Path) -> None:
+    """Make `path` an entry that is not a regular file (or a link to one)."""
+    import socket
+
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link-to-fifo":
+        os.mkfifo(tmp / "elsewhere")
+        os.symlink(tmp / "elsewhere", path)
+    elif kind == "device":
+        os.symlink("/dev/zero", path)
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()
+
+
+SPECIAL = ["fifo", "link-to-fifo", "device", "socket"]
+
+
+def _within(seconds: float, fn: object) -> object:
+    """Run fn in a thread; fail (not hang the suite) if it blocks."""
+    import threading
+
+    out: list[object] = []
+    thread = threading.Thread(target=lambda: out.append(_call(fn)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert out, f"blocked for {seconds}s (a FIFO opened for reading waits for a writer)"
+    return out[0]
+
+
+def _call(fn: object) -> object:
+    try:
+        return fn()  # type: ignore[operator]
+    except Exception as exc:  # noqa: BLE001
+        return exc
+
+
+@pytest.mark.parametrize("kind", SPECIAL)
+def test_a_walked_entry_that_is_not_a_regular_file_is_a_problem_never_read(
+        tmp_path: Path, kind: str) -> None:
+    """A FIFO named x.yaml in a directory hung `devcell apply -f DIR` and the daemon's sync
+    for good (open() waits for a writer, and signals do not interrupt it); a device would be
+    read. Both are now a problem naming the file, for the walk and for the daemon's reads."""
+    root = tmp_path / "dir"
+    root.mkdir()
+    (root / "good.yaml").write_text("a: 1\n")
+    _special(kind, root / "x.yaml", tmp_path)
+    for call in (lambda: loader.read_sources([str(root)]),
+                 lambda: loader.read_sources([str(root / "x.yaml")], regular_only=True)):
+        raised = _within(5, call)
+        assert isinstance(raised, ManifestError), raised
+        assert [(p.file, p.message) for p in raised.problems] == [
+            (str(root / "x.yaml"), loader.NOT_REGULAR)]
+
+
+def test_a_pipe_given_by_name_is_still_read(tmp_path: Path) -> None:
+    """`devcell apply -f <(cmd)` names a pipe: read it, as before."""
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "w") as fh:
+            fh.write("a: 1\n")
+
+    threading.Thread(target=write, daemon=True).start()
+    files = _within(5, lambda: loader.read_sources([str(fifo)]))
+    assert [f.data for f in files] == [b"a: 1\n"]  # type: ignore[union-attr]

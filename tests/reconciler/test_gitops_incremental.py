@@ -473,3 +473,140 @@ def test_the_daemon_replaces_a_failed_watcher_and_reads_everything(
     run_daemon(daemon, observe, join_s=15)
     assert seen, "the file written while the watcher was down was never applied"
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_a_prune_the_store_refuses_stays_pending_and_never_raises(
+        ctx: Any, db: Database, watched: Path, incremental: bool) -> None:
+    """Deleting the files of a cell, its snapshot and a fork of it: the snapshot's prune is
+    refused while the fork is not yet gone (the store's rule). The sync must not raise (the
+    daemon died of it), must report the refusal once, and must prune the snapshot at a later
+    sync once the fork is gone. The same for an object deleted by someone else meanwhile."""
+    from devcell.reconciler.converge import converge
+
+    (watched / "api.yaml").write_text(cell("api") + "---\n" + SNAP % ("snap", "api"))
+    (watched / "fork.yaml").write_text(
+        "apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: fork}\n"
+        "spec: {backend: fake, workspace: {from: {snapshot: snap}}}\n")
+    (watched / "other.yaml").write_text(cell("other"))
+    sync = DirectorySync(db, watched, prune_grace=0)
+    converge(ctx, sync.sync().to_reconcile)
+    assert objects.get(db.conn, "Cell", "fork").phase == "Running"  # type: ignore[union-attr]
+
+    gone = [watched / "api.yaml", watched / "fork.yaml"]
+    for path in gone:
+        path.unlink()
+    from devcell.store import desired
+    other = desired.delete(db, "Cell", "other")  # by someone else, then its file goes
+    converge(ctx, [("Cell", other.object_id)])  # type: ignore[list-item]
+    assert objects.get(db.conn, "Cell", "other") is None
+    (watched / "other.yaml").unlink()
+    gone.append(watched / "other.yaml")
+
+    def again(paths: list[Path]) -> Any:
+        return sync.sync_paths([str(p) for p in paths]) if incremental else sync.sync()
+
+    result = again(gone)
+    assert {c.name for c in result.pruned} == {"api", "fork"}
+    assert [r.split(":")[0] for r in result.refused] == ["snapshot/snap"]
+    assert not again([]).refused  # reported once, still pending
+    assert not objects.get(db.conn, "Snapshot", "snap").deleting  # type: ignore[union-attr]
+
+    converge(ctx, result.to_reconcile)  # the fork is deleted
+    result = again([])
+    assert [c.name for c in result.pruned] == ["snap"] and not result.refused
+    assert not result.problems
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_a_fifo_in_the_directory_is_a_bad_file_and_blocks_no_sync(
+        db: Database, watched: Path, incremental: bool) -> None:
+    """A FIFO named x.yaml hung the daemon's sync for good (open() waits for a writer): the
+    next file was never applied and SIGTERM did not stop it. It is now a bad file."""
+    import threading
+
+    from devcell.manifests import loader
+
+    sync = DirectorySync(db, watched, prune_grace=0)
+    sync.sync()
+    os.mkfifo(watched / "pipe.yaml")
+    (watched / "api.yaml").write_text(cell("api"))
+    out: list[Any] = []
+    paths = [str(watched / "pipe.yaml"), str(watched / "api.yaml")]
+    run = (lambda: sync.sync_paths(paths)) if incremental else sync.sync
+    thread = threading.Thread(target=lambda: out.append(run()), daemon=True)
+    thread.start()
+    thread.join(5)
+    assert out, "the sync blocked on the FIFO"
+    assert [(p.file, p.message) for p in out[0].problems] == [
+        (str(watched / "pipe.yaml"), loader.NOT_REGULAR)]
+    assert [c.name for c in out[0].changes] == ["api"]
+
+
+def test_the_daemon_follows_a_watched_directory_that_was_replaced(tmp_path: Path) -> None:
+    """`rm -rf manifests && cp -r new manifests` (or a fresh clone into the same path): the
+    watcher followed the deleted directory and never reported again, so every later edit
+    waited for the periodic resync (and was reported as a lost event). The daemon now watches
+    the new directory and applies what it holds at once."""
+    from devcell.reconciler.daemon import Daemon, DaemonConfig
+
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    (watched / "old.yaml").write_text(cell("old"))
+    daemon = Daemon(DaemonConfig(state_dir=tmp_path / "state", manifests=watched,
+                                 resync_seconds=0, prune_grace=0))
+    state = tmp_path / "state" / "state.db"
+
+    def live_cells() -> set[str]:
+        if not state.exists():
+            return set()
+        conn = sqlite3.connect(state, timeout=5)
+        try:
+            return {n for (n,) in conn.execute(
+                "SELECT name FROM cells WHERE deleted_at IS NULL AND deleting_at IS NULL")}
+        except sqlite3.OperationalError:
+            return set()
+        finally:
+            conn.close()
+
+    def wait_for(cells: set[str], deadline: float) -> bool:
+        while time.monotonic() < deadline:
+            if live_cells() == cells:
+                return True
+            time.sleep(0.05)
+        return False
+
+    outcome: list[str] = []
+
+    def drive() -> None:
+        try:
+            deadline = time.monotonic() + 20
+            if not wait_for({"old"}, deadline):
+                outcome.append("old never recorded")
+                return
+            time.sleep(0.5)  # the watcher is live
+            shutil.rmtree(watched)
+            watched.mkdir()
+            (watched / "new.yaml").write_text(cell("new"))
+            if not wait_for({"new"}, time.monotonic() + 8):
+                outcome.append(f"after the replace: {live_cells()}")
+                return
+            (watched / "later.yaml").write_text(cell("later"))  # an edit in the new one
+            if not wait_for({"new", "later"}, time.monotonic() + 8):
+                outcome.append(f"after an edit in the new directory: {live_cells()}")
+                return
+            outcome.append("ok")
+        finally:
+            daemon.stop_event.set()
+
+    previous = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
+    driver = threading.Thread(target=drive)
+    driver.start()
+    try:
+        assert daemon.run() == 0
+    finally:
+        daemon.stop_event.set()
+        driver.join(30)
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
+    assert outcome == ["ok"], outcome

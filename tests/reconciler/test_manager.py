@@ -49,3 +49,41 @@ def test_a_key_added_while_processed_is_handed_out_again_unless_discarded() -> N
     queue.discard_parked("api")  # the worker found nothing new (a terminal outcome)
     queue.done("api")
     assert len(queue) == 0 and queue.get(timeout=0.05) is None
+
+
+def test_a_terminal_key_asked_for_again_with_nothing_new_is_not_retried(
+        db: Database, monkeypatch: Any) -> None:
+    """A permanent failure ran twice at every daemon start (the first watcher batch syncs
+    the directory again and queued it; the desired-state watcher could race the outcome).
+    Whoever queues it, a terminal key with the same desired version is not handed to a
+    reconcile again; the periodic resync (drift) still is, and a new spec at once."""
+    monkeypatch.setenv("DEVCELL_FAKE_FAIL", "start@p:perm")
+    apply(db, cell_doc("p"))
+    key = live_keys(db)[0]
+    manager = Manager(db.state_dir, workers=2, resync_seconds=0)
+
+    def ops() -> int:
+        return db.conn.execute("SELECT COUNT(*) FROM operations").fetchone()[0]
+
+    def settle(count: int) -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (ops() < count or not manager.queue.idle()):
+            time.sleep(0.05)
+        time.sleep(0.3)  # whatever else would run, has
+
+    manager.enqueue(key, trigger="startup")
+    manager.start()
+    try:
+        settle(1)
+        for trigger in ("watch", "apply", "startup", "watch"):
+            manager.enqueue(key, trigger=trigger)
+            settle(1)
+        assert ops() == 1
+        manager.enqueue(key, trigger="drift")  # the resync looks again
+        settle(2)
+        assert ops() == 2
+        apply(db, cell_doc("p", image="other:1"))  # a new spec: tried at once
+        settle(3)
+        assert ops() == 3
+    finally:
+        manager.stop(timeout=10)

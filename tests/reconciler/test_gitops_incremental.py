@@ -599,14 +599,5 @@ def test_the_daemon_follows_a_watched_directory_that_was_replaced(tmp_path: Path
         finally:
             daemon.stop_event.set()
 
-    previous = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
-    driver = threading.Thread(target=drive)
-    driver.start()
-    try:
-        assert daemon.run() == 0
-    finally:
-        daemon.stop_event.set()
-        driver.join(30)
-        signal.signal(signal.SIGTERM, previous[0])
-        signal.signal(signal.SIGINT, previous[1])
+    run_daemon(daemon, drive, join_s=30)
     assert outcome == ["ok"], outcome

@@ -89,12 +89,10 @@ def _delete(state_dir: Path, targets: list[tuple[str, str]], *, skip_missing: bo
 
     db = dbmod.open_database(state_dir)
     try:
-        changes, missing = [], []
-        for kind, name in targets:
-            if skip_missing and objects.get(db.conn, kind, name) is None:
-                missing.append((kind, name))
-                continue
-            changes.append(desired.delete(db, kind, name))
+        missing = [(kind, name) for kind, name in targets
+                   if skip_missing and objects.get(db.conn, kind, name) is None]
+        wanted = [target for target in targets if target not in missing]
+        changes = desired.delete_all(db, wanted)  # all or nothing
         recorded = Recorded(tuple(changes), missing=tuple(missing))
         return converging.finish(db, recorded, trigger="delete", options=options, hooks=hooks,
                                  condition="delete")

@@ -11,7 +11,7 @@ from typing import Any
 from devcell import kinds
 from devcell.cli import render
 from devcell.errors import NotFound, UsageError
-from devcell.store import objects, operations, views
+from devcell.store import views
 from devcell.store.db import Database, resolve_state_dir
 
 KIND_OF_TABLE = {kind.plural: kind.name for kind in kinds.KINDS.values()}
@@ -53,18 +53,13 @@ def _documents(db: Database, kind: str, rows: list[dict[str, Any]]) -> list[dict
         obj_kind = KIND_OF_TABLE[kind]
         docs = []
         for r in rows:
-            full = objects.row(db.conn, obj_kind, r["id"])
+            full = views.object_row(db.conn, obj_kind, r["id"])
             if full is not None:
                 docs.append(views.object_document(db.conn, obj_kind, full))
         return docs
     if kind == "operations":
         for r in rows:
-            r["steps"] = [
-                {"idx": s.idx, "name": s.name, "status": s.status, "started_at": s.started_at,
-                 "finished_at": s.finished_at, "duration_ms": s.duration_ms,
-                 "outputs": s.outputs, "error": s.error}
-                for s in operations.steps(db.conn, r["id"])
-            ]
+            r["steps"] = views.step_documents(db.conn, r["id"])
     return rows
 
 

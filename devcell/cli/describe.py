@@ -83,6 +83,9 @@ def object(conn: sqlite3.Connection, kind: str, ref: str) -> None:
         _field("Deleting since", record.deleting_at)
     _field("Phase", record.phase)
     _field("Generation", f"{record.generation} (observed {record.observed_generation})")
+    if record.status.get("nextRetryAt"):
+        _field("Next retry", f"{record.status['nextRetryAt']} (attempt "
+                             f"{int(record.status.get('retries', 0)) + 1}, backing off)")
     if kind == "Cell":
         spec = doc["spec"]
         _field("Backend", spec["backend"])

@@ -42,6 +42,11 @@ class SnapshotController:
         taken = snap.extra.get("checkpoint_ref") is not None
         backend_name = cell.extra["backend"] if cell else "fake"
         if snap.deleting:
+            forks = objects.forks_of(conn, snap.id)
+            if forks:  # deleted in the same request: they go first, the checkpoint after
+                message = (f"waits until the cells forked from it are gone: {', '.join(forks)}")
+                self._write(ctx, snap, snap.phase, "False", "WaitingForForks", message)
+                return Wait("WaitingForForks", message)
             steps = [Step(S.DELETE_CHECKPOINT)] if taken else []
             return Plan(snap, "delete", steps, backend_name, SnapshotWork())
         if taken:

@@ -196,13 +196,23 @@ def apply(
     problems: list[Problem] = []
     parsed: dict[str, list[Manifest]] = {}
     cache = parse_cache if parse_cache is not None else {}
-    for f in files:
-        if f.key in fast:
-            continue
+
+    def parse(f: SourceFile) -> list[Manifest]:
         if f.digest + f.key not in cache:
             from devcell.manifests import validate  # only when a file must be parsed
 
             cache[f.digest + f.key] = validate.parse_source(f)
+        return cache[f.digest + f.key][0]
+
+    # An unchanged file that defines an object a changed file defines too is parsed as well,
+    # so "defined twice" blames the later file in the order given, whichever was recorded.
+    named = {(m.kind, m.name) for f in files if f.key not in fast for m in parse(f)}
+    for key in [k for k, entries in fast.items() if any((e[0], e[1]) in named for e in entries)]:
+        del fast[key]
+    for f in files:
+        if f.key in fast:
+            continue
+        parse(f)
         found, bad = cache[f.digest + f.key]
         manifests.extend(found)
         problems.extend(bad)
@@ -333,23 +343,38 @@ def set_cell_state(db: Database, ref: str, state: str) -> Change:
 
 def delete(db: Database, kind: str, ref: str, *, reason: str = "Deleting") -> Change:
     """Ask for an object's deletion; refused for a snapshot that a live fork still names."""
+    return delete_all(db, [(kind, ref)], reason=reason)[0]
+
+
+def delete_all(db: Database, targets: list[tuple[str, str]], *, reason: str = "Deleting"
+               ) -> list[Change]:
+    """Ask for the deletion of every target in one transaction: all of them or none.
+
+    A snapshot stays while a fork still names it: its deletion is refused unless every live
+    fork is being deleted too (in this request or before); it then waits until they are gone
+    (the snapshot controller), so `delete -f` of a fork and its snapshot works in one go.
+    """
+    changes: list[Change] = []
     with db.write() as conn:
-        record = objects.require(conn, kind, ref)
-        if kind == "Snapshot":
-            forks = [r[0] for r in conn.execute(
-                "SELECT name FROM cells WHERE forked_from = ? AND deleted_at IS NULL "
-                "ORDER BY name", (record.id,))]
-            if forks:
+        records = [objects.require(conn, kind, ref) for kind, ref in targets]
+        for record in records:
+            if not record.deleting:
+                objects.request_delete(conn, record)
+                events.record(conn, kind=record.kind, object_id=record.id, name=record.name,
+                              reason=reason, message="deletion requested" if reason ==
+                              "Deleting" else "its manifest is gone from the watched directory")
+            changes.append(Change(record.kind, record.name,
+                                  "pruned" if reason == "Pruned" else "deleted", record.id,
+                                  needs_reconcile=True))
+        for record in records:
+            if record.kind != "Snapshot":
+                continue
+            kept = objects.forks_of(conn, record.id, deleting=False)
+            if kept:
                 from devcell.errors import Conflict
 
-                raise Conflict(
-                    f'snapshot "{record.name}" cannot be deleted: cell(s) {", ".join(forks)} '
-                    "were forked from it and still name it; delete those cells first")
-        if record.deleting:
-            return Change(kind, record.name, "deleted", record.id, needs_reconcile=True)
-        objects.request_delete(conn, record)
-        events.record(conn, kind=kind, object_id=record.id, name=record.name, reason=reason,
-                      message="deletion requested" if reason == "Deleting" else
-                      "its manifest is gone from the watched directory")
-    return Change(kind, record.name, "pruned" if reason == "Pruned" else "deleted", record.id,
-                  needs_reconcile=True)
+                raise Conflict(  # rolls back every deletion of this request
+                    f'snapshot "{record.name}" cannot be deleted: cell(s) {", ".join(kept)} '
+                    "were forked from it and still name it; delete those cells first (or in "
+                    "the same request)")
+    return changes

@@ -229,6 +229,16 @@ def backends_of(conn: sqlite3.Connection, keys: list[Key]) -> set[str]:
     return names
 
 
+def forks_of(conn: sqlite3.Connection, snapshot_id: str, *, deleting: bool | None = None
+             ) -> list[str]:
+    """Names of the live cells forked from a snapshot (deleting: only those being deleted,
+    or only those not; None: all)."""
+    which = {None: "", True: " AND deleting_at IS NOT NULL", False: " AND deleting_at IS NULL"}
+    return [r[0] for r in conn.execute(
+        "SELECT name FROM cells WHERE forked_from = ? AND deleted_at IS NULL"
+        f"{which[deleting]} ORDER BY name", (snapshot_id,))]
+
+
 def dependents(conn: sqlite3.Connection, kind: str, object_id: str) -> list[Key]:
     """Live objects waiting on this one (the registry's `wakes`): a cell's untaken
     snapshots, a snapshot's forks."""

@@ -200,3 +200,19 @@ def object_document(conn: sqlite3.Connection, kind: str, row: sqlite3.Row) -> di
             status["takenAt"] = row["taken_at"]
     return {"apiVersion": API_VERSION, "kind": kind, "metadata": meta, "spec": spec,
             "status": status}
+
+
+def object_row(conn: sqlite3.Connection, kind: str, object_id: str) -> sqlite3.Row | None:
+    """The object's whole row, for its document (`get -o yaml|json`)."""
+    from devcell import kinds
+
+    found: sqlite3.Row | None = conn.execute(
+        f"SELECT * FROM {kinds.get(kind).table} WHERE id = ?", (object_id,)).fetchone()
+    return found
+
+
+def step_documents(conn: sqlite3.Connection, op_id: str) -> list[dict[str, Any]]:
+    """An operation's steps as `get operations -o yaml|json` shows them."""
+    return [dict(s, outputs=json.loads(s["outputs"] or "{}")) for s in conn.execute(
+        "SELECT idx, name, status, started_at, finished_at, duration_ms, outputs, error "
+        "FROM operation_steps WHERE op_id = ? ORDER BY idx", (op_id,))]

@@ -11,6 +11,7 @@ from devcell.api import apply as api
 from devcell.api.converging import Options
 from devcell.api.reports import Status
 from devcell.errors import Conflict, ManifestError, NotFound
+from devcell.store import objects
 from devcell.store.db import open_database
 from tests.api.conftest import Seen
 from tests.controllers.support import cell_doc, snapshot_doc
@@ -113,3 +114,34 @@ def test_a_snapshot_a_live_fork_names_cannot_be_deleted(state: Path, write: Any)
     assert api.apply(state, [path]).ok
     with pytest.raises(Conflict, match="exp"):
         api.delete(state, "Snapshot", "snap")
+
+
+def test_a_refused_delete_changes_nothing(state: Path, write: Any) -> None:
+    """The cell named first is not left marked deleting when the snapshot after it is refused."""
+    path = write("all.yaml", cell_doc("api"), snapshot_doc("snap", "api"),
+                 cell_doc("exp", fork_of="snap"))
+    assert api.apply(state, [path]).ok
+    with pytest.raises(Conflict, match="exp"):
+        api.delete_files(state, [write("two.yaml", cell_doc("api"), snapshot_doc("snap", "api"))])
+    db = open_database(state)
+    try:
+        assert [r.name for r in objects.list_live(db.conn, "Cell") if r.deleting] == []
+        assert not objects.require(db.conn, "Snapshot", "snap").deleting
+    finally:
+        db.close()
+    assert api.apply(state, [path]).ok  # nothing is stuck "being deleted"
+
+
+def test_a_fork_and_its_snapshot_are_deleted_in_one_request(state: Path, write: Any) -> None:
+    """Forks go first; the snapshot waits for them, then its checkpoint goes."""
+    path = write("all.yaml", cell_doc("api"), snapshot_doc("snap", "api"),
+                 cell_doc("exp", fork_of="snap"))
+    assert api.apply(state, [path]).ok
+    report = api.delete_files(state, [path])
+    assert report.ok, report.converged
+    db = open_database(state)
+    try:
+        assert objects.list_live(db.conn, "Cell") == []
+        assert objects.list_live(db.conn, "Snapshot") == []
+    finally:
+        db.close()

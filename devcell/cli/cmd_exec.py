@@ -13,9 +13,8 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from types import FrameType
-from typing import BinaryIO
 
-from devcell import backends
+from devcell import backends, names, safeio
 from devcell.backends.base import CellRef
 from devcell.backends.interactive import Interactive, Terminal, interactive
 from devcell.cli import logs
@@ -102,21 +101,64 @@ def _terminal(*, raw: bool) -> Iterator[Terminal]:
 
 
 class _Tail:
-    """One service's log file, printed as it grows, whole lines only (prefixed if asked)."""
+    """One service's log file, printed as it grows, whole lines only (prefixed if asked).
+
+    The log directory is writable from inside the cell, so the file is opened through
+    devcell.safeio (no links, no FIFOs, no directories) and read in bounded amounts: at first
+    only its last INITIAL_MAX bytes, then PUMP_MAX at a time (printed before the next is
+    read, at most PUMP_ROUNDS a turn), and a line longer than LINE_MAX is printed in pieces
+    rather than held.
+    """
+
+    INITIAL_MAX = 8 << 20
+    PUMP_MAX = 4 << 20
+    PUMP_ROUNDS = 16
+    LINE_MAX = 1 << 20
 
     def __init__(self, path: Path, prefix: bytes) -> None:
         self.path, self.prefix = path, prefix
-        self.stream: BinaryIO | None = None
+        self.fd: int | None = None
+        self.refused = False
         self.partial = b""
 
+    def _open(self, stack: ExitStack) -> bool:
+        try:
+            fd = safeio.open_regular(self.path.parent, self.path.name)
+        except FileNotFoundError:
+            return False
+        except safeio.UnsafeFile as exc:
+            self.refused = True
+            sys.stderr.write(f"devcell: skipping {names.printable(str(exc))}\n")
+            return False
+        stack.callback(os.close, fd)
+        size = os.fstat(fd).st_size
+        if size > self.INITIAL_MAX:
+            os.lseek(fd, size - self.INITIAL_MAX, os.SEEK_SET)
+            sys.stderr.write(f"devcell: {names.printable(self.path.name)}: showing its last "
+                             f"{self.INITIAL_MAX >> 20} MiB of {size} bytes\n")
+        self.fd = fd
+        return True
+
     def pump(self, stack: ExitStack, *, final: bool = False) -> None:
-        if self.stream is None:
-            if not self.path.exists():
+        if self.fd is None and (self.refused or not self._open(stack)):
+            return
+        assert self.fd is not None
+        if os.lseek(self.fd, 0, os.SEEK_CUR) > os.fstat(self.fd).st_size:
+            os.lseek(self.fd, 0, os.SEEK_SET)  # truncated (rotated): from the start again
+        for _ in range(self.PUMP_ROUNDS):  # a cell writing without pause cannot keep us here
+            chunk = safeio.read_some(self.fd, self.PUMP_MAX)
+            last = len(chunk) < self.PUMP_MAX
+            self._print(self.partial + chunk, final=final and last)
+            if last:
                 return
-            self.stream = stack.enter_context(self.path.open("rb"))
-        data = self.partial + self.stream.read()
+
+    def _print(self, data: bytes, *, final: bool) -> None:
         lines = data.splitlines(keepends=True)
-        self.partial = lines.pop() if lines and not lines[-1].endswith(b"\n") and not final else b""
+        keep = lines and not lines[-1].endswith(b"\n") and not final
+        self.partial = lines.pop() if keep else b""
+        if len(self.partial) > self.LINE_MAX:
+            lines.append(self.partial)
+            self.partial = b""
         if lines:
             sys.stdout.buffer.write(b"".join(self.prefix + line for line in lines))
             sys.stdout.buffer.flush()

@@ -73,6 +73,27 @@ def test_logs_of_one_service_or_all(cli: Cli, box: str) -> None:
     assert missing.returncode == 1 and "no service 'nope'" in missing.stderr
 
 
+def test_logs_never_follow_what_the_cell_plants_in_its_log_directory(
+        cli: Cli, box: str, tmp_path: Path) -> None:
+    """The cell writes /var/log/devcell: a link to a host file, a FIFO and a directory named
+    like service logs are refused by name; the host file is never printed, nothing hangs."""
+    host_secret = tmp_path / "host-secret"
+    host_secret.write_text("host-only-8c1d\n")
+    host_secret.chmod(0o644)
+    planted = cli("exec", box, "--", "sh", "-c",
+                  f"ln -s {host_secret} /var/log/devcell/evil.log && "
+                  "mkfifo /var/log/devcell/fifo.log && mkdir /var/log/devcell/dir.log")
+    assert planted.returncode == 0, planted.stderr
+    result = cli("logs", box, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert "host-only-8c1d" not in result.stdout + result.stderr
+    assert "[talker] hello from talker" in result.stdout
+    for name, what in (("evil.log", "a symbolic link"), ("fifo.log", "a FIFO"),
+                       ("dir.log", "a directory")):
+        assert f"{name} is {what}; not read" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_logs_follow_streams_until_interrupted(box: str, state_dir: Path) -> None:
     env = dict(os.environ, DEVCELL_HOME=str(state_dir))
     proc = subprocess.Popen([sys.executable, "-m", "devcell", "logs", box, "talker", "-f"],

@@ -1,0 +1,80 @@
+"""Opening files a cell can write, from the host: never through a link, only regular files,
+never blocking, and read in bounded amounts.
+
+A cell writes its workspace and its log directory; whatever it plants there (a symbolic link
+to /etc/shadow, a FIFO, a directory, a sparse 1 GiB file) must not make a host-side command
+read a host file, hang, crash or fill memory. So the directory is opened once without
+following links, the file is opened relative to it with O_NOFOLLOW and O_NONBLOCK, and fstat
+decides: a regular file or nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from devcell.errors import DevCellError
+
+
+class UnsafeFile(DevCellError):
+    """Something other than a regular file where the host expected one (planted by a cell)."""
+
+
+_KIND = {stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a directory",
+         stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+         stat.S_IFSOCK: "a socket"}
+
+
+def describe_mode(mode: int) -> str:
+    return _KIND.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def open_regular(directory: Path, name: str) -> int:
+    """A read-only descriptor of the regular file `name` directly inside `directory`.
+
+    FileNotFoundError when there is none; UnsafeFile when `name` (or `directory`) is a link,
+    a FIFO, a device, a directory: nothing of it is read, and opening never blocks.
+    """
+    if not name or "/" in name or name in (".", ".."):
+        raise UnsafeFile(f"{name!r} is not a plain file name")
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        dir_fd = os.open(directory, flags | os.O_DIRECTORY)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise UnsafeFile(f"{directory} is not a directory DevCell can read safely "
+                         f"({exc.strerror})") from None
+    try:
+        try:
+            fd = os.open(name, flags | os.O_NONBLOCK, dir_fd=dir_fd)
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            # ELOOP: a symbolic link (O_NOFOLLOW); ENXIO: a FIFO or socket nobody writes.
+            try:
+                what = describe_mode(os.lstat(name, dir_fd=dir_fd).st_mode)
+            except OSError:
+                what = f"unreadable ({exc.strerror})"
+            raise UnsafeFile(f"{directory / name} is {what}; not read") from None
+    finally:
+        os.close(dir_fd)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise UnsafeFile(f"{directory / name} is {describe_mode(mode)}; not read")
+    return fd
+
+
+def read_some(fd: int, limit: int) -> bytes:
+    """Up to `limit` bytes from the descriptor's position (less at the end of the file)."""
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,118 @@
+"""`devcell logs` reads a directory the cell can write: whatever a hostile cell plants there
+(a link to a host file, a FIFO, a directory, a huge sparse file) is refused or read in bounded
+amounts; nothing is followed, nothing hangs, nothing fills memory."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from devcell import safeio
+from devcell.cli.cmd_exec import _Tail
+
+SECRET = b"root:host-secret-hash:19000:0:99999:7:::\n"
+
+
+class Captured:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.out, self.err = io.BytesIO(), io.StringIO()
+        monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(self.out))
+        monkeypatch.setattr(sys, "stderr", self.err)
+
+    def printed(self) -> bytes:
+        sys.stdout.flush()
+        return self.out.getvalue()
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Path:
+    (tmp_path / "host").mkdir()
+    (tmp_path / "host" / "shadow").write_bytes(SECRET)
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    return directory
+
+
+def pump(path: Path, *, final: bool = True) -> _Tail:
+    tail = _Tail(path, b"")
+    with ExitStack() as stack:
+        tail.pump(stack, final=final)
+    return tail
+
+
+@pytest.mark.parametrize("plant", ["symlink", "fifo", "directory", "socket"])
+def test_anything_but_a_regular_file_is_refused_and_named(
+        logs: Path, plant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = logs / "web.log"
+    if plant == "symlink":
+        target.symlink_to(logs.parent / "host" / "shadow")
+    elif plant == "fifo":
+        os.mkfifo(target)  # opening it for reading would block forever
+    elif plant == "directory":
+        target.mkdir()
+    else:
+        import socket
+
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(target))
+        sock.close()
+    seen = Captured(monkeypatch)
+    tail = pump(target)
+    assert tail.refused and seen.printed() == b""
+    assert "web.log is a" in seen.err.getvalue() and "not read" in seen.err.getvalue()
+
+
+def test_a_link_planted_as_the_log_directory_is_not_followed(
+        logs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    planted = logs / "inner"
+    planted.symlink_to(logs.parent / "host")
+    seen = Captured(monkeypatch)
+    tail = pump(planted / "shadow")
+    assert tail.refused and seen.printed() == b""
+
+
+def test_a_huge_sparse_file_is_read_from_its_end_in_bounded_pieces(
+        logs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = logs / "web.log"
+    with target.open("wb") as f:
+        f.truncate(1 << 30)  # 1 GiB of holes
+        f.seek(0, os.SEEK_END)
+        f.write(b"the last line\n")
+    seen = Captured(monkeypatch)
+    written: list[int] = []
+    real_write = sys.stdout.buffer.write
+    monkeypatch.setattr(sys.stdout.buffer, "write",
+                        lambda data: written.append(len(data)) or real_write(data))
+    pump(target)
+    assert sum(written) <= _Tail.INITIAL_MAX + len(b"the last line\n")
+    assert max(written) <= _Tail.PUMP_MAX + _Tail.LINE_MAX  # printed piece by piece
+    assert seen.printed().endswith(b"the last line\n")
+    assert "showing its last 8 MiB" in seen.err.getvalue()
+
+
+def test_a_plain_log_is_printed_line_by_line(logs: Path, monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+    target = logs / "web.log"
+    target.write_bytes(b"one\ntwo\npart")
+    seen = Captured(monkeypatch)
+    tail = _Tail(target, b"[web] ")
+    with ExitStack() as stack:
+        tail.pump(stack)
+        assert seen.printed() == b"[web] one\n[web] two\n"
+        with target.open("ab") as f:
+            f.write(b"ial\n")
+        tail.pump(stack)
+    assert seen.printed() == b"[web] one\n[web] two\n[web] partial\n"
+
+
+def test_open_regular_refuses_names_that_leave_the_directory(logs: Path) -> None:
+    for name in ("", ".", "..", "../host/shadow", "a/b"):
+        with pytest.raises(safeio.UnsafeFile):
+            safeio.open_regular(logs, name)
+    with pytest.raises(FileNotFoundError):
+        safeio.open_regular(logs, "missing.log")

@@ -198,21 +198,26 @@ def _copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -> None:
 
 
 def signature(root: Path) -> set[tuple[str, str, int, int, int]]:
-    """(relative path, type, size, mtime_ns, mode) of every entry: a cheap change detector."""
+    """(relative path, type, size, mtime_ns, mode) of every entry: a cheap change detector.
+
+    The tree is a cell's to shape: it is walked by directory descriptors (os.fwalk), so a
+    link is never followed (not even one swapped in for a directory mid-walk) and a path
+    deeper than PATH_MAX is no error.
+    """
     out: set[tuple[str, str, int, int, int]] = set()
-    base = len(str(root)) + 1
-    stack = [str(root)]
-    while stack:
-        with os.scandir(stack.pop()) as entries:
-            for entry in entries:
-                st = entry.stat(follow_symlinks=False)
-                rel = entry.path[base:]
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append(entry.path)
-                    out.add((rel, "d", 0, 0, st.st_mode))
-                else:
-                    kind = "f" if stat.S_ISREG(st.st_mode) else "o"
-                    out.add((rel, kind, st.st_size, st.st_mtime_ns, st.st_mode))
+    for dirpath, dirnames, filenames, dir_fd in os.fwalk(root, follow_symlinks=False):
+        rel = os.path.relpath(dirpath, root)
+        prefix = "" if rel == "." else rel + os.sep
+        for name in dirnames + filenames:
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:  # removed while we walked
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                out.add((prefix + name, "d", 0, 0, st.st_mode))
+            else:
+                kind = "f" if stat.S_ISREG(st.st_mode) else "o"
+                out.add((prefix + name, kind, st.st_size, st.st_mtime_ns, st.st_mode))
     return out
 
 

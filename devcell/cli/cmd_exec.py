@@ -172,11 +172,13 @@ def run_logs(args: argparse.Namespace) -> int:
         getattr(backend, "close", lambda: None)()
     if args.service is not None:
         if args.service not in paths:
-            known = ", ".join(paths) or "none"
+            known = ", ".join(names.printable(n) for n in paths) or "none"
             raise NotFound(f"cell {ref.name} has no service {args.service!r} (services: {known})")
         paths = {args.service: paths[args.service]}
     many = len(paths) > 1
-    tails = [_Tail(path, f"[{name}] ".encode() if many else b"") for name, path in paths.items()]
+    # Names found in the log directory are the cell's to choose: escaped before printing.
+    tails = [_Tail(path, f"[{names.printable(name)}] ".encode() if many else b"")
+             for name, path in paths.items()]
     try:  # Ctrl-C ends a follow normally, also while the backlog is still being printed
         with ExitStack() as stack:
             for tail in tails:

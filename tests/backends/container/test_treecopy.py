@@ -65,3 +65,32 @@ def test_copy_refuses_an_existing_target(tmp_path: Path) -> None:
     (tmp_path / "dst").mkdir()
     with pytest.raises(BackendError, match="existing"):
         treecopy.copy_tree(tmp_path / "src", tmp_path / "dst")
+
+
+def _deep_tree(root: Path, levels: int = 24) -> None:
+    """A tree deeper than PATH_MAX (24 x 200 characters), made as a cell could make it."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(levels):
+            os.mkdir("d" * 200, dir_fd=fd)
+            inner = os.open("d" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        leaf = os.open("leaf", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(leaf, b"x")
+        os.close(leaf)
+    finally:
+        os.close(fd)
+
+
+def test_signature_and_removal_of_a_tree_deeper_than_path_max(tmp_path: Path) -> None:
+    root = tmp_path / "workspace"
+    root.mkdir()
+    (root / "escape").symlink_to("/etc")  # never followed
+    _deep_tree(root)
+    found = treecopy.signature(root)
+    assert len(found) == 24 + 2  # the directories, the leaf, the link
+    assert ("escape", "o") == next((p, k) for p, k, *_ in found if p == "escape")
+    assert not any(p.startswith("escape" + os.sep) for p, *_ in found)
+    treecopy.remove_tree(root, tmp_path / ".trash")
+    assert not root.exists() and not (tmp_path / ".trash").exists()

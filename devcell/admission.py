@@ -32,15 +32,11 @@ class Rules:
         self.state_dir = state_dir
 
     def __call__(self, conn: sqlite3.Connection, manifests: list[Manifest],
-                 defined: dict[tuple[str, str], str], *, locked: bool) -> list[Problem]:
+                 defined: dict[tuple[str, str], str]) -> list[Problem]:
         # The recorded cells matter only to a cell with host mounts (the shared-path rule);
         # reading them for every apply would make one edit cost the size of the store.
         mounting = any(m.kind == "Cell" and m.spec.get("mounts") for m in manifests)
         recorded = objects.cells_with_host_mounts(conn) if mounting else {}
-        if locked:
-            # Only what another writer could have broken since the first check: a cell
-            # sharing a host path recorded meanwhile.
-            return security_problems(manifests, self.state_dir, recorded) if mounting else []
         problems = reference_problems(conn, manifests, defined)
         problems += security_problems(manifests, self.state_dir, recorded)
         return problems

@@ -229,7 +229,7 @@ def test_apply_refuses_a_host_directory_another_cell_mounts_writable(
     assert cli("apply", "-f", str(cell_file("reader", src / "sub", True))).returncode == 0
 
 
-def test_the_shared_path_check_is_repeated_under_the_write_lock(
+def test_the_shared_path_check_runs_under_the_write_lock(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A concurrent apply may record a sharing cell between the check and the write."""
     from devcell.errors import ManifestError
@@ -253,15 +253,15 @@ def test_the_shared_path_check_is_repeated_under_the_write_lock(
 
     admission.apply(db, manifest("writer", False))  # type: ignore[arg-type]
     real = objects.cells_with_host_mounts
-    calls = []
+    locked: list[bool] = []
 
-    def stale_first(conn: object) -> dict[str, dict[str, object]]:
-        calls.append(1)
-        return {} if len(calls) == 1 else real(conn)  # type: ignore[arg-type]
+    def watched(conn: object) -> dict[str, dict[str, object]]:
+        locked.append(bool(conn.in_transaction))  # type: ignore[attr-defined]
+        return real(conn)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(objects, "cells_with_host_mounts", stale_first)
+    monkeypatch.setattr(objects, "cells_with_host_mounts", watched)
     with pytest.raises(ManifestError, match="which cell writer mounts read-write"):
         admission.apply(db, manifest("reader", True))  # type: ignore[arg-type]
-    assert len(calls) == 2
+    assert locked == [True]  # checked inside the write transaction, so nothing can slip in
     assert [r[0] for r in db.conn.execute("SELECT name FROM cells")] == ["writer"]
     db.close()

@@ -106,11 +106,11 @@ def problem_at(m: Manifest, path: tuple[str | int, ...], message: str) -> Proble
 
 class Admit(Protocol):
     """The rules a manifest must pass against recorded state before it is recorded
-    (devcell.admission): called before the write with `locked=False`, and again under the
-    write lock with `locked=True` for the rules a concurrent writer could break meanwhile."""
+    (devcell.admission). Recording calls it inside its write transaction, so the rules see
+    exactly the state the write changes (a dry run calls it without writing)."""
 
     def __call__(self, conn: sqlite3.Connection, manifests: list[Manifest],
-                 defined: dict[tuple[str, str], str], *, locked: bool) -> list[Problem]: ...
+                 defined: dict[tuple[str, str], str]) -> list[Problem]: ...
 
 
 def _write(conn: sqlite3.Connection, manifests: list[Manifest], result: ApplyResult) -> None:
@@ -218,10 +218,10 @@ def apply(
         problems.extend(bad)
         parsed[f.key] = found
     by_key = {f.key: f for f in files}
-    if manifests:
-        defined = {(kind, name): by_key[path].display
-                   for path, entries in fast.items() for kind, name, _ in entries}
-        problems.extend(admit(conn, manifests, defined, locked=False))
+    defined = {(kind, name): by_key[path].display
+               for path, entries in fast.items() for kind, name, _ in entries}
+    if manifests and (dry_run or problems):  # else checked once, under the write lock
+        problems.extend(admit(conn, manifests, defined))
     if problems:
         raise ManifestError(problems)
 
@@ -245,9 +245,10 @@ def apply(
         return result  # nothing to write: the no-op fast path ends here
     with db.write() as wconn:
         failpoints.hit("apply.before-write")
-        # Again under the write lock: a concurrent apply may have recorded something that
-        # breaks a rule since the check above (raising rolls this one back).
-        late = admit(wconn, manifests, {}, locked=True) if manifests else []
+        # Every rule that depends on recorded state is checked here, under the write lock,
+        # so no concurrent apply can record anything between the check and the write
+        # (raising rolls this one back: nothing is recorded).
+        late = admit(wconn, manifests, defined) if manifests else []
         if late:
             raise ManifestError(late)
         _write(wconn, manifests, result)
@@ -304,12 +305,9 @@ def _forget_vanished(conn: sqlite3.Connection, roots: list[str], files: list[Sou
 
 def apply_objects(db: Database, manifests: list[Manifest], *, admit: Admit) -> ApplyResult:
     """Record objects made by an imperative verb (`snapshot create`, `cell fork`) like an apply."""
-    problems = admit(db.conn, manifests, {}, locked=False)
-    if problems:
-        raise ManifestError(problems)
     result = ApplyResult()
     with db.write() as conn:
-        problems = admit(conn, manifests, {}, locked=True)
+        problems = admit(conn, manifests, {})  # under the write lock, as for apply
         if problems:
             raise ManifestError(problems)
         _write(conn, manifests, result)

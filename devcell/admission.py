@@ -45,10 +45,11 @@ class Rules:
 def apply(db: Database, files: list[SourceFile], *, dry_run: bool = False,
           prune_roots: list[str] | None = None,
           parse_cache: dict[str, tuple[list[Manifest], list[Problem]]] | None = None,
-          ) -> desired.ApplyResult:
+          require_objects: bool = False) -> desired.ApplyResult:
     """Admit and record manifest files, all or nothing (see desired.apply)."""
     return desired.apply(db, files, dry_run=dry_run, prune_roots=prune_roots,
-                         parse_cache=parse_cache, admit=Rules(db.state_dir))
+                         parse_cache=parse_cache, admit=Rules(db.state_dir),
+                         require_objects=require_objects)
 
 
 def apply_objects(db: Database, manifests: list[Manifest]) -> desired.ApplyResult:

@@ -36,7 +36,8 @@ def apply(state_dir: Path, paths: Sequence[str], *, dry_run: bool = False, prune
     if not (state_dir / dbmod.DB_FILENAME).exists():
         empty = dbmod.Database(state_dir, memory=True)
         try:
-            checked = admission.apply(empty, files, dry_run=True, parse_cache=parsed)
+            checked = admission.apply(empty, files, dry_run=True, parse_cache=parsed,
+                                      require_objects=True)
         finally:
             empty.close()
         if dry_run:
@@ -44,7 +45,7 @@ def apply(state_dir: Path, paths: Sequence[str], *, dry_run: bool = False, prune
     db = dbmod.open_database(state_dir)
     try:
         result = admission.apply(db, files, dry_run=dry_run, prune_roots=roots,
-                                 parse_cache=parsed)
+                                 parse_cache=parsed, require_objects=True)
         if dry_run:
             return _dry(result, hooks)
         return converging.finish(db, Recorded(tuple(result.changes)), trigger="apply",

@@ -276,6 +276,11 @@ class DirectorySync:
                 problems.append(Problem(
                     f.display, "file is empty; keeping the last applied state of its objects "
                     "(delete the file to delete them)"))
+            elif _holds_nothing(f, cache):
+                problems.append(Problem(
+                    f.display, "file holds no objects (only comments or empty documents); "
+                    "keeping the last applied state of its objects (delete the file to "
+                    "delete them)"))
             else:
                 good.append(f)
         for _ in range(MAX_EXCLUSION_PASSES):
@@ -385,3 +390,14 @@ def _owners(conn: sqlite3.Connection, files: list[SourceFile], cache: ParseCache
     for kind, wanted in names.items():
         owners.update(objects.sources_of(conn, kind, wanted))
     return owners
+
+
+def _holds_nothing(f: SourceFile, cache: ParseCache) -> bool:
+    """A file that parses cleanly to no object at all (comments, `---`): like an empty file,
+    it keeps its objects rather than pruning them (a half-saved edit must not delete)."""
+    from devcell.manifests import validate  # only when a changed file is read
+
+    if f.digest + f.key not in cache:
+        cache[f.digest + f.key] = validate.parse_source(f)
+    found, bad = cache[f.digest + f.key]
+    return not found and not bad

@@ -182,8 +182,12 @@ def apply(
     db: Database, files: list[SourceFile], *, dry_run: bool = False,
     admit: Admit, prune_roots: list[str] | None = None,
     parse_cache: dict[str, tuple[list[Manifest], list[Problem]]] | None = None,
+    require_objects: bool = False,
 ) -> ApplyResult:
     """Validate every file, check against recorded state, then record all of it or nothing.
+
+    require_objects: files that hold no object at all are an error (`devcell apply -f` of
+    comment-only files: as kubectl says, no objects passed to apply).
 
     `parse_cache` (digest -> parse result) lets a caller that validates twice (a first apply
     checks against an empty in-memory state before creating anything) parse each file once.
@@ -222,6 +226,10 @@ def apply(
                for path, entries in fast.items() for kind, name, _ in entries}
     if manifests and (dry_run or problems):  # else checked once, under the write lock
         problems.extend(admit(conn, manifests, defined))
+    if require_objects and not problems and not manifests and not fast:
+        shown = ", ".join(f.display for f in files) or "no files"
+        problems.append(Problem(shown, "no objects passed to apply (the files hold only "
+                                       "comments or empty documents)"))
     if problems:
         raise ManifestError(problems)
 

@@ -145,3 +145,19 @@ def test_a_fork_and_its_snapshot_are_deleted_in_one_request(state: Path, write: 
         assert objects.list_live(db.conn, "Snapshot") == []
     finally:
         db.close()
+
+
+def test_files_with_no_objects_at_all_are_refused_and_create_nothing(
+        state: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "comments.yaml"
+    empty.write_text("# nothing here yet\n---\n")
+    with pytest.raises(ManifestError, match="no objects passed to apply"):
+        api.apply(state, [str(empty)])
+    assert not (state / "state.db").exists()
+
+
+def test_a_comment_only_file_beside_objects_is_fine(state: Path, write: Any,
+                                                     tmp_path: Path) -> None:
+    path = write("api.yaml", cell_doc("api"))
+    (Path(path).parent / "notes.yaml").write_text("# notes for humans\n")
+    assert api.apply(state, [str(Path(path).parent)]).ok

@@ -614,3 +614,25 @@ def test_the_daemon_follows_a_watched_directory_that_was_replaced(tmp_path: Path
 
     run_daemon(daemon, drive, join_s=30)
     assert outcome == ["ok"], outcome
+
+
+@pytest.mark.parametrize("text", ["# only a comment\n", "---\n", "---\n# c\n---\n"])
+@pytest.mark.parametrize("incremental", [True, False])
+def test_a_file_left_with_no_objects_keeps_them_and_is_reported(
+        db: Database, watched: Path, text: str, incremental: bool) -> None:
+    """A save that leaves only comments or `---` is no deletion: like an empty or invalid
+    file, its objects keep their last good state, the file is reported, nothing is pruned."""
+    api = watched / "api.yaml"
+    api.write_text(cell("api"))
+    sync = DirectorySync(db, watched, prune_grace=0)
+    sync.sync()
+    api.write_text(text)
+    result = sync.sync_paths([str(api)]) if incremental else sync.sync()
+    assert [p.file for p in result.problems] == [str(api)]
+    assert "holds no objects" in str(result.problems[0])
+    assert not result.pruned
+    again = sync.sync()
+    assert not again.pruned and objects.get(db.conn, "Cell", "api") is not None
+    api.unlink()  # deleting the file is how its objects are deleted
+    result = sync.sync_paths([str(api)]) if incremental else sync.sync()
+    assert [c.name for c in result.pruned] == ["api"]

@@ -178,3 +178,15 @@ def test_busy_past_the_timeout(db: Path, monkeypatch: Any) -> None:
 def test_synchronous_setting_is_checked(db: Path) -> None:
     with pytest.raises(ValueError):
         SqliteSnapshotStore(db, synchronous="OFF")  # type: ignore[arg-type]
+
+
+def test_memory_path_is_an_in_memory_database_not_a_file(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with create_sqlite_snapshot_store(path=":memory:") as memory:
+        memory.save(make_snapshot(RUN_ID))
+        assert memory.load(RUN_ID) == make_snapshot(RUN_ID)
+        other = create_sqlite_snapshot_store(path=":memory:")
+        assert other.load(RUN_ID) is None  # private to its store, as sqlite3's :memory:
+        other.close()
+    assert list(tmp_path.iterdir()) == []

@@ -7,7 +7,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -56,6 +56,17 @@ def db_fingerprint(state_dir: Path) -> str | None:
 @pytest.fixture
 def fingerprint() -> Callable[[Path], str | None]:
     return db_fingerprint
+
+
+@pytest.fixture(autouse=True)
+def _library_logs_silent() -> Iterator[None]:
+    """DevCell is silent as a library (devcell.log): a test that enables its logs, as the CLI
+    run in-process does, leaves them silent again for the next test."""
+    from devcell import log
+
+    log.disable()
+    yield
+    log.disable()
 
 
 @pytest.fixture(autouse=True)

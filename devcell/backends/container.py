@@ -34,7 +34,6 @@ import docker
 import docker.errors
 import requests.exceptions
 from docker.models.containers import _create_container_args
-from loguru import logger
 
 from devcell import config, security
 from devcell.backends import base_image, container_spec, supervisor, treecopy
@@ -70,6 +69,7 @@ from devcell.errors import (
     ImageNotFound,
     MountRefused,
 )
+from devcell.log import logger
 
 if TYPE_CHECKING:
     from devcell.backends.interactive import Terminal

@@ -14,11 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loguru import logger
-
 from devcell.backends import treecopy
 from devcell.backends.container_layout import Layout, is_safe_id, safe_id
 from devcell.errors import BackendNotFound
+from devcell.log import logger
 
 MARKER_VERSION = 1
 

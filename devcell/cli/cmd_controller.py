@@ -11,9 +11,8 @@ from devcell.store import db as dbmod
 
 
 def run_daemon(args: argparse.Namespace) -> int:
-    from loguru import logger
-
     from devcell.cli import logs
+    from devcell.log import logger
     from devcell.reconciler.daemon import Daemon, DaemonConfig, json_sink
 
     manifests = Path(args.manifests)

@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from loguru import logger
-
 from devcell.controllers.context import Context
+from devcell.log import logger
 from devcell.reconciler import reconcile
 from devcell.reconciler.queue import WorkQueue
 from devcell.store import objects, operations

@@ -8,11 +8,10 @@ a resource whose owner is gone, or was never recorded, is removed. Each removal 
 
 from __future__ import annotations
 
-from loguru import logger
-
 from devcell.backends.base import CellRef, Owned, OwnedKind
 from devcell.controllers.context import Context
 from devcell.errors import DevCellError
+from devcell.log import logger
 from devcell.store import events, objects
 
 

@@ -7,9 +7,8 @@ backend observes.
 
 from __future__ import annotations
 
-from loguru import logger
-
 from devcell import failpoints
+from devcell.log import logger
 from devcell.store import events, objects, operations
 from devcell.store.db import Database
 

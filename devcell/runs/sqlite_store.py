@@ -23,9 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from loguru import logger
-
 from devcell.errors import StorageError
+from devcell.log import logger
 from devcell.runs import envelope, model, oserrors, runid
 
 TABLE = "run_snapshots"

@@ -57,12 +57,13 @@ def parse_selector(text: str | None) -> list[tuple[str, str, str | None]]:
 
 def cells_table(conn: sqlite3.Connection, selector: list[Any], name: str | None = None,
                 *, wide: bool = False) -> list[dict[str, Any]]:
-    """Rows for `get cells`. The plain table is answered from a covering index alone."""
+    """Rows for `get cells`. The plain table is answered from the list index, plus the row of
+    each cell for `deleting_at` (a pending deletion shows as Deleting)."""
     narrow = not wide and not selector
     extra = "" if narrow else ("c.labels, c.generation, c.observed_generation, c.source, "
                                "c.image, ")
     sql = (
-        f"SELECT c.id, c.name, c.backend, c.phase, c.created_at, {extra}"
+        f"SELECT c.id, c.name, c.backend, c.phase, c.deleting_at, c.created_at, {extra}"
         f"c.desired_state AS state, {AGE_SQL.format(column='c.created_at')} AS age_s, "
         f"s.name AS forked_from FROM cells c {'INDEXED BY idx_cells_list' if narrow else ''} "
         "LEFT JOIN snapshots s ON s.id = c.forked_from WHERE c.deleted_at IS NULL"
@@ -85,7 +86,8 @@ def cells_table(conn: sqlite3.Connection, selector: list[Any], name: str | None 
 def snapshots_table(conn: sqlite3.Connection, selector: list[Any], name: str | None = None,
                     cell: str | None = None) -> list[dict[str, Any]]:
     sql = (
-        "SELECT s.id, s.name, s.phase, s.created_at, s.taken_at, s.labels, s.consistency, "
+        "SELECT s.id, s.name, s.phase, s.deleting_at, s.created_at, s.taken_at, s.labels, "
+        "s.consistency, "
         "s.cell_id, c.name AS cell, c.deleted_at AS cell_deleted, "
         "(SELECT group_concat(f.name, ',') FROM cells f WHERE f.forked_from = s.id "
         " AND f.deleted_at IS NULL) AS forks "

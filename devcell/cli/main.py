@@ -196,7 +196,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("kind", type=_kind(OBJECT_KINDS), metavar="KIND")
     p.add_argument("name")
     p.add_argument("--for", dest="condition", default="condition=Ready",
-                   help="condition=TYPE[=STATUS] or delete (default condition=Ready)")
+                   help="condition=TYPE[=STATUS], create or delete (default condition=Ready; "
+                        "an object not recorded yet is waited for within the timeout)")
     p.add_argument("--timeout", type=_duration, default=30.0, help="e.g. 60s (default 30s)")
 
     p = sub.add_parser("controller", parents=[common], help="the reconciling daemon")

@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from tests import processes
 from tests.conftest import EXAMPLES, REPO, Cli
 
 
 def _start_wait(state_dir: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "devcell", "wait", *args], cwd=REPO,
                             env=dict(os.environ, DEVCELL_HOME=str(state_dir)), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=processes.child_setup)
 
 
 @pytest.mark.parametrize("condition", ["create", "condition=Ready"])
@@ -29,9 +31,7 @@ def test_wait_started_before_the_object_exists(cli: Cli, state_dir: Path, condit
         assert cli("apply", "-f", str(EXAMPLES / "api.yaml")).returncode == 0
         out, err = waiter.communicate(timeout=60)
     finally:
-        if waiter.poll() is None:
-            waiter.kill()
-            waiter.communicate()
+        processes.end(waiter)
     assert waiter.returncode == 0, err
     expected = "created" if condition == "create" else "condition met (Ready=True)"
     assert out == f"cell/api {expected}\n"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import processes
 from tests.conftest import EXAMPLES, REPO, Cli
 
 
@@ -47,7 +48,8 @@ class Daemon:
             [sys.executable, "-m", "devcell", "controller", "run", "--manifests", str(manifests),
              "--run-store", run_store],
             env=dict(os.environ, DEVCELL_HOME=str(state_dir), **env), cwd=REPO,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=processes.child_setup)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
         if self.proc.poll() is None:

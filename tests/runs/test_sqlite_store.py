@@ -7,6 +7,7 @@ import errno
 import os
 import sqlite3
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -82,17 +83,24 @@ def test_two_stores_on_one_file_see_each_other(db: Path) -> None:
 
 
 def test_a_forked_child_opens_its_own_connection(store: SqliteSnapshotStore) -> None:
+    from tests.processes import forked
+
     store.save(make_snapshot(RUN_ID))
-    pid = os.fork()
-    if pid == 0:  # child: must not touch the parent's connection
-        code = 1
-        try:
-            store.save(make_snapshot("op_child"))
-            code = 0 if store.load(RUN_ID) == make_snapshot(RUN_ID) else 2
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+
+    def child() -> None:  # must not touch the parent's connection
+        store.save(make_snapshot("op_child"))
+        if store.load(RUN_ID) != make_snapshot(RUN_ID):
+            os._exit(2)
+
+    with forked(child) as proc:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(proc.pid, os.WNOHANG)
+            if pid:
+                proc.status = status
+                break
+            time.sleep(0.01)
+    assert proc.status is not None and os.waitstatus_to_exitcode(proc.status) == 0
     assert store.load("op_child") == make_snapshot("op_child")
 
 

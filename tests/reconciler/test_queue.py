@@ -193,3 +193,21 @@ def test_delays_at_the_cap_are_still_spread() -> None:
     backoff = Backoff(base=0.05, cap=1.0, jitter=0.2)
     delays = {backoff.delay(40) for _ in range(50)}
     assert len(delays) > 10 and min(delays) >= 0.8 and max(delays) <= 1.0
+
+
+def test_a_stale_entry_left_by_an_earlier_request_never_blocks_the_next_key() -> None:
+    """a's later request stays in the heap after a was handed out (superseded); it must be
+    skipped, not wait in front of b."""
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add("a", after=0.2)
+    queue.add("a", after=0)  # the earlier request wins; the later one is now stale
+    assert queue.get(timeout=1) == "a"
+    queue.done("a")
+    queue.add("b", after=0.3)
+    assert queue.get(timeout=2) == "b"
+
+
+def test_a_short_timeout_still_hands_out_a_key_due_within_it() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add("a", after=0.1)
+    assert queue.get(timeout=0.6) == "a"

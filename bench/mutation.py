@@ -73,7 +73,8 @@ def pytest_runtest_teardown(item):
 
 def pytest_runtest_makereport(item, call):
     if call.when == "teardown":
-        _durations[item.nodeid] = time.perf_counter() - item._mutation_started
+        started = getattr(item, "_mutation_started", None)  # None: skipped before setup
+        _durations[item.nodeid] = 0.0 if started is None else time.perf_counter() - started
 
 def pytest_sessionfinish(session, exitstatus):
     with open(os.environ["MUTATION_DURATIONS"], "w") as out:

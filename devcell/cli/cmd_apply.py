@@ -16,11 +16,16 @@ from devcell.store import db as dbmod
 
 def run_apply(args: argparse.Namespace) -> int:
     shown = output.changes(" (dry run)" if args.dry_run else "")
-    report = api.apply(
-        dbmod.resolve_state_dir(args.state_dir), args.filename, dry_run=args.dry_run,
-        prune=args.prune,
-        options=output.options(args, wait=args.wait, approve=args.approve, workers=args.workers),
-        hooks=output.hooks(args, shown))
+    try:
+        report = api.apply(
+            dbmod.resolve_state_dir(args.state_dir), args.filename, dry_run=args.dry_run,
+            prune=args.prune,
+            options=output.options(args, wait=args.wait, approve=args.approve,
+                                   workers=args.workers),
+            hooks=output.hooks(args, shown))
+    except BaseException:  # interrupted while converging: say what was recorded
+        shown.unsettled()
+        raise
     return output.exit_code(report, shown)
 
 
@@ -31,12 +36,16 @@ def run_delete(args: argparse.Namespace) -> int:
     how = output.options(args, approve=args.approve, workers=args.workers)
     shown = output.changes()
     show = output.hooks(args, shown)
-    if args.filename:
-        report = api.delete_files(state_dir, args.filename, options=how, hooks=show)
-    elif args.kind and args.name:
-        report = api.delete(state_dir, args.kind, args.name, options=how, hooks=show)
-    else:
+    if not args.filename and not (args.kind and args.name):
         raise UsageError("delete needs -f PATH or KIND NAME (e.g. devcell delete cell api)")
+    try:
+        if args.filename:
+            report = api.delete_files(state_dir, args.filename, options=how, hooks=show)
+        else:
+            report = api.delete(state_dir, args.kind, args.name, options=how, hooks=show)
+    except BaseException:  # interrupted while converging: say what was recorded
+        shown.unsettled()
+        raise
     return output.exit_code(report, shown)
 
 

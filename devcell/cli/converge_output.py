@@ -56,6 +56,14 @@ class Changes:
                 out.write(f"{c.kind.lower()}/{c.name} {c.outcome}{self.suffix}\n")
         out.flush()
 
+    def unsettled(self) -> None:
+        """The verb stopped before converging said anything (interrupted, an error): the
+        deletions it recorded are requested, no more."""
+        for c in self.deferred:
+            sys.stdout.write(f"{c.kind.lower()}/{c.name} deletion requested\n")
+        self.deferred.clear()
+        sys.stdout.flush()
+
     def settled(self, report: Report) -> None:
         results = {(o.kind, o.name): o for o in report.converged.objects}
         for c in self.deferred:

@@ -83,3 +83,29 @@ def _interrupt_twice(cli: Cli, proc: subprocess.Popen[str], state_dir: Path,
     assert again.returncode == 0, again.stderr
     cells = json.loads(cli("get", "cells", "-o", "json").stdout)["items"]
     assert len(cells) == 6 and {c["status"]["phase"] for c in cells} == {"Running"}
+
+
+def test_an_interrupted_delete_says_the_deletion_is_requested(cli: Cli, state_dir: Path) -> None:
+    """Never `deleted` for a cell that is not gone: interrupted mid-delete, the line says
+    what was recorded."""
+    from tests.conftest import EXAMPLES
+
+    assert cli("apply", "-f", str(EXAMPLES / "api.yaml")).returncode == 0
+    env = dict(os.environ, DEVCELL_HOME=str(state_dir), DEVCELL_FAKE_DELAY="stop:3")
+    env.pop("DEVCELL_FAKE_FAIL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "devcell", "delete", "cell", "api"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=processes.child_setup)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # wait until the stop step is in flight
+            ops = json.loads(cli("get", "operations", "-o", "json").stdout)["items"]
+            if any(o["action"] == "delete" and o["status"] == "Running" for o in ops):
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        processes.end(proc)
+    assert proc.returncode == 130, err
+    assert out == "cell/api deletion requested\n"

@@ -18,8 +18,8 @@ function into a trampoline, which DevCell's lazy imports and subprocess tests do
    removed, min/max or break/continue exchanged) is written into a copy, and only the tests
    covering its line run, with `-x` and a timeout of a few times their baseline duration.
    A line run only when the module is imported (a default, a constant) gets every test that
-   covers the module. Killed: a test failed (or timed out). Survived: they all passed.
-   Uncovered: no unit test runs the line at all.
+   covers the module (or its package, for a module of constants). Killed: a test failed (or
+   timed out). Survived: they all passed. Uncovered: no unit test runs the line at all.
 
 The score is killed / (killed + survived + uncovered). Needs `coverage` (in the test extras);
 the unit tests use the fake backend only: tests/e2e and tests/backends/container are not run.
@@ -433,8 +433,12 @@ def main(argv: list[str] | None = None) -> int:
             span = range(mutant.line, mutant.end_line + 1)
             tests = sorted(set().union(*(lines.get(n, set()) for n in span)))
             if not tests and any(n in lines for n in span):
-                # run only at import (a default, a constant): every test of the module
-                tests = sorted(set().union(*lines.values()))
+                # run only at import (a default, a constant): every test of the module, or
+                # of its package when no test calls into the module (a table of constants)
+                tests = sorted(set().union(*lines.values())) or sorted(set().union(
+                    *(t for name, other in covered.items()
+                      if os.path.dirname(name) == os.path.dirname(mutant.path)
+                      for t in other.values())))
             if not tests:
                 return Outcome(mutant, "uncovered")
             timeout = args.timeout_factor * sum(durations.get(t, 1.0) for t in tests) + 15

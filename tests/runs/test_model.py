@@ -101,3 +101,8 @@ def test_resume_schema_may_be_absent_from_a_document() -> None:
     document = make_snapshot(resume_schema=None).to_dict()
     del document["resumeSchema"]
     assert RunSnapshot.from_dict(document).resume_schema is None
+
+
+def test_an_empty_step_id_in_a_mapping_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"completed_steps\[0\]\.stepId"):
+        make_snapshot(completed_steps=[{"stepId": "", "outputs": {}}])  # type: ignore[arg-type]

@@ -198,3 +198,33 @@ def test_memory_path_is_an_in_memory_database_not_a_file(tmp_path: Path,
         assert other.load(RUN_ID) is None  # private to its store, as sqlite3's :memory:
         other.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_durability_asked_for_is_the_one_set(db: Path) -> None:
+    with SqliteSnapshotStore(db, synchronous="NORMAL") as normal:
+        normal.save(make_snapshot(RUN_ID))
+        assert normal._connection().execute("PRAGMA synchronous").fetchone()[0] == 1
+
+
+def test_close_closes_the_connection(store: SqliteSnapshotStore) -> None:
+    store.save(make_snapshot(RUN_ID))
+    conn = store._connection()
+    store.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        conn.execute("SELECT 1")
+    assert store.load(RUN_ID) == make_snapshot(RUN_ID)  # reopened on use
+
+
+@pytest.mark.parametrize(("primary", "code"), [
+    (3, StorageError.PERMISSION_DENIED), (5, StorageError.BUSY), (6, StorageError.BUSY),
+    (8, StorageError.READ_ONLY), (11, StorageError.CORRUPT_DATABASE),
+    (13, StorageError.DISK_FULL), (23, StorageError.PERMISSION_DENIED),
+    (26, StorageError.CORRUPT_DATABASE), (1, StorageError.IO_ERROR),
+])
+def test_sqlite_result_codes_map_to_storage_error_codes(store: SqliteSnapshotStore,
+                                                        primary: int, code: str) -> None:
+    exc = sqlite3.OperationalError("boom")
+    exc.sqlite_errorcode = primary | 0x100  # an extended code: the low byte is the primary
+    exc.sqlite_errorname = "SQLITE_X"
+    error = store._error(exc, "cannot save")
+    assert (error.code, error.reason) == (code, "cannot save: boom (SQLITE_X)")

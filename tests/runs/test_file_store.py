@@ -460,3 +460,43 @@ def test_a_delete_fsyncs_the_run_directory_and_the_runs_directory(
     run_dir = str(store.runs_dir / RUN_ID)
     # the run directory is fsynced after its files are removed, before it is itself removed
     assert synced == [run_dir, str(store.runs_dir)]
+
+
+def test_a_huge_snapshot_file_is_refused_after_a_bounded_read(
+        store: FileSnapshotStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 64 MiB (sparse) snapshot.json is refused as too large, reading at most one chunk
+    past the limit, never the whole file."""
+    from devcell.runs import envelope
+
+    store.save(make_snapshot(RUN_ID))
+    with open(store.path_of(RUN_ID), "r+b") as f:
+        f.truncate(64 << 20)
+    read = 0
+    real = os.read
+
+    def counting(fd: int, n: int) -> bytes:
+        nonlocal read
+        data = real(fd, n)
+        read += len(data)
+        return data
+
+    monkeypatch.setattr(os, "read", counting)
+    with pytest.raises(StorageError) as info:
+        store.load(RUN_ID)
+    assert info.value.code == StorageError.CORRUPT_SNAPSHOT and "limit" in info.value.reason
+    assert read <= envelope.MAX_BYTES + (1 << 20)
+
+
+def test_a_failed_rename_leaves_no_temporary_file(store: FileSnapshotStore,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    store.save(make_snapshot(RUN_ID))
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(StorageError):
+        store.save(make_snapshot(RUN_ID, plan_id="plan_new"))
+    monkeypatch.undo()
+    assert temps(store.runs_dir / RUN_ID) == []
+    assert store.load(RUN_ID) == make_snapshot(RUN_ID)

@@ -201,6 +201,25 @@ def connect() -> docker.DockerClient:
     return client
 
 
+HOOK_TAIL = 400
+"""Bytes of a failed hook's output kept for its error message."""
+
+
+class _Tail:
+    """The last `limit` bytes of a stream: a hook runs a cell's program, which may print
+    without end (`cat /dev/zero`); the host keeps a bounded tail, never the whole output."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = b""
+
+    def add(self, chunk: bytes) -> None:
+        self.data = (self.data + chunk[-self.limit:])[-self.limit:]
+
+    def text(self) -> str:
+        return self.data.decode(errors="replace").strip()
+
+
 class ContainerBackend:
     name = "container"
     capabilities = Capabilities(workspace_files=True, exec=True,
@@ -566,11 +585,11 @@ class ContainerBackend:
 
     def _run_hooks(self, cell: CellRef, container_id: str, which: str) -> int:
         for argv in self._hooks(cell, which):
-            out: list[bytes] = []
-            code = self._exec(container_id, argv, out.append, out.append,
+            out = _Tail(HOOK_TAIL)
+            code = self._exec(container_id, argv, out.add, out.add,
                               action=f"{which} hook of cell {cell.name}")
             if code != 0:
-                tail = b"".join(out)[-400:].decode(errors="replace").strip()
+                tail = out.text()
                 for value in supervisor.split_env(cell.spec)[1].values():
                     if len(value) >= 4:  # a hook that prints a secret must not record it
                         tail = tail.replace(value, "<redacted>")

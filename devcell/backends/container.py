@@ -354,6 +354,17 @@ class ContainerBackend:
         # The directory is mounted read-only; the container's root reads it as its owner.
         os.chmod(run, 0o755)
 
+    def _hand_over(self, cell: CellRef, ids: tuple[int, int] | None) -> None:
+        """Give a cell that does not run as root what it must write or read: the top of its
+        workspace, its log directory and its secrets file (links never followed)."""
+        if ids is None or ids == (0, 0):
+            return
+        paths = [self.layout.run_dir(cell.id) / supervisor.SECRETS]
+        if cell.volume_id is not None:
+            paths += [self.layout.workspace(cell.volume_id), self.layout.logs(cell.volume_id)]
+        for path in paths:
+            os.chown(path, *ids, follow_symlinks=False)
+
     def _policy(self) -> SecurityPolicy:
         """DevCell's configuration as it is now (an administrator may have tightened it)."""
         try:
@@ -418,6 +429,7 @@ class ContainerBackend:
             volume_id=cell.volume_id, runtime_hash=runtime_hash, op_id=cell.op_id, policy=policy)
         container_spec.check_security(self.layout, kwargs, policy)
         self._write_run_dir(cell)
+        self._hand_over(cell, container_spec.user_ids(kwargs))
         bridged = kwargs.get("network") == container_spec.BRIDGE_NETWORK
         # A bridge cell is created under the bridge lock, so a delete that removes the
         # network when its last container goes cannot slip in between.

@@ -106,7 +106,8 @@ def _scalar_value(event: Any) -> tuple[Any, bool]:
         return _construct(tag, event), False
     except (ValueError, KeyError, TypeError, OverflowError):
         short = tag.replace("tag:yaml.org,2002:", "!!")
-        raise ValueError(f'"{event.value}" is not a valid {short} value') from None
+        # The value is not quoted: it may be a secret, and where it is says which one.
+        raise ValueError(f"not a valid {short} value") from None
 
 
 def _refuse(

@@ -34,9 +34,15 @@ def entries(spec: object) -> list[int]:
     return [i for i, item in enumerate(env) if _is_secret_entry(item)]
 
 
+def may_cover(path: tuple[str | int, ...]) -> bool:
+    """Whether `path` is where a secret can be (an env entry's value), for a parser that
+    has not read the entry's `secret` flag yet (it may follow the value)."""
+    return len(path) >= 4 and path[:2] == ("spec", "env") and path[3] not in _PUBLIC
+
+
 def covers(document: object, path: tuple[str | int, ...]) -> bool:
     """Whether `path` (from the document's root) lies inside a secret."""
-    if len(path) < 4 or path[:2] != ("spec", "env") or path[3] in _PUBLIC:
+    if not may_cover(path):
         return False
     spec = document.get("spec") if isinstance(document, dict) else None
     return path[2] in entries(spec)

@@ -21,12 +21,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from devcell.controllers.cell import RUNTIME_FIELDS
+from devcell.controllers.context import Context
 from devcell.manifests.model import digest
+from devcell.store.db import open_database
 from tests.conftest import REPO, Cli
+from tests.controllers.support import converge_all
 
 
 @dataclass(frozen=True)
@@ -274,3 +278,100 @@ def test_a_traceback_in_the_text_log_shows_no_local_variable(
     err = capsys.readouterr().err
     assert "reconcile raised" in err and "RuntimeError: boom" in err
     assert "k9local-secret" not in err
+
+
+def fake_label(state_dir: Path) -> str:
+    fake = sqlite3.connect(state_dir / "backends" / "fake.db")
+    try:
+        (label,) = fake.execute("SELECT runtime_hash FROM cells").fetchone()
+        return str(label)
+    finally:
+        fake.close()
+
+
+def creates(state_dir: Path) -> int:
+    fake = sqlite3.connect(state_dir / "backends" / "fake.db")
+    try:
+        return int(fake.execute("SELECT count(*) FROM calls WHERE method = 'create'").fetchone()[0])
+    finally:
+        fake.close()
+
+
+@pytest.mark.parametrize("with_secret", [True, False], ids=["secret", "no-secret"])
+def test_an_upgraded_state_dir_recreates_at_most_once(cli: Cli, tmp_path: Path, state_dir: Path,
+                                                      with_secret: bool) -> None:
+    """A runtime which an older DevCell labelled with the unkeyed hash: a cell with secrets is
+    recreated once (the old label was the leak), a cell without keeps its runtime."""
+    path = tmp_path / "api.yaml"
+    text = valid_doc() if with_secret else valid_doc().split("  env:")[0]
+    path.write_text(text)
+    assert cli("apply", "-f", str(path)).returncode == 0
+    conn = sqlite3.connect(state_dir / "state.db")
+    (spec,) = conn.execute("SELECT spec FROM cells WHERE name = 'api'").fetchone()
+    conn.close()
+    spec = json.loads(spec)
+    old = digest({k: spec.get(k) for k in RUNTIME_FIELDS})  # what DevCell wrote before
+    fake = sqlite3.connect(state_dir / "backends" / "fake.db")
+    fake.execute("UPDATE cells SET runtime_hash = ?", (old,))
+    fake.commit()
+    fake.close()
+    before = creates(state_dir)
+    db = open_database(state_dir)
+    ctx = Context(db, trigger="test")
+    try:
+        for _ in range(3):  # as the daemon's resyncs would
+            converge_all(ctx)
+    finally:
+        ctx.close()
+        db.close()
+    assert creates(state_dir) - before == (1 if with_secret else 0)
+    assert (fake_label(state_dir) == old) is not with_secret
+
+
+def test_container_label_holds_no_unkeyed_hash_and_a_secret_change_recreates(
+        cli: Cli, tmp_path: Path, state_dir: Path) -> None:
+    """The real engine: `docker inspect` shows a keyed runtime hash, and a rotated secret
+    gives a new container."""
+    from tests.backends.engine import IMAGE, remove_containers, require_engine
+
+    require_engine()
+    import docker
+
+    from devcell.backends.container_layout import state_hash
+    from devcell.backends.container_spec import RUNTIME_HASH, STATE
+
+    def doc(secret: str) -> str:
+        return (f"apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {{name: box}}\n"
+                f"spec:\n  backend: container\n  image: {IMAGE}\n"
+                f"  env:\n    - {{name: PIN, value: '{secret}', secret: true}}\n"
+                "  services:\n    - {name: idle, command: [sleep, '600']}\n")
+
+    client = docker.from_env()
+    path = tmp_path / "box.yaml"
+    try:
+        path.write_text(doc("424242"))
+        applied = cli("apply", "-f", str(path))
+        assert applied.returncode == 0, applied.stderr
+
+        def container() -> Any:
+            mine = f"{STATE}={state_hash(state_dir)}"
+            (found,) = client.containers.list(all=True, filters={"label": mine})
+            return found
+
+        first = container()
+        conn = sqlite3.connect(state_dir / "state.db")
+        (spec,) = conn.execute("SELECT spec FROM cells WHERE name = 'box'").fetchone()
+        conn.close()
+        spec = json.loads(spec)
+        label = first.labels[RUNTIME_HASH]
+        inspected = json.dumps(client.api.inspect_container(first.id))
+        assert "424242" not in inspected
+        assert digest({k: spec.get(k) for k in RUNTIME_FIELDS}) not in inspected
+        path.write_text(doc("424243"))
+        assert "cell/box configured" in cli("apply", "-f", str(path)).stdout
+        second = container()
+        assert second.id != first.id  # recreated for the new secret
+        assert second.labels[RUNTIME_HASH] != label
+    finally:
+        client.close()
+        remove_containers(state_dir)

@@ -54,6 +54,13 @@ def run_wait(args: argparse.Namespace) -> int:
             sys.stdout.write(f"{args.kind.lower()}/{args.name} deleted\n")
             return 0
         raise NotFound(f'{args.kind.lower()} "{args.name}" not found')
+    if args.kind == "Cell" and condition != "delete":
+        from devcell.reconciler import observe
+
+        # A recorded Ready is only believed once the backend agrees with it: a runtime
+        # stopped behind DevCell's back is recorded as such, and the wait goes on for a
+        # repair (by the daemon) or times out saying why.
+        observe.observe_and_record(db, [record.id])
     failures = waiting.wait_for(db, [(args.kind, record.id)], timeout=args.timeout,
                                 condition=condition, fail_fast=False)
     if failures:

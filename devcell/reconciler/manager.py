@@ -92,7 +92,8 @@ class Manager:
                 if current == version:
                     continue
                 version = current
-                pending = objects.unconverged_keys(db.conn) + operations.approved_keys(db.conn)
+                pending = (objects.unconverged_keys(db.conn) + objects.drifted_keys(db.conn)
+                           + operations.approved_keys(db.conn))
                 for key in pending:
                     # Failing keys keep their backoff; terminal ones wait for a new generation.
                     if self.queue.failures(key) == 0 and key not in self._terminal:

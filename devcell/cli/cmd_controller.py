@@ -26,7 +26,8 @@ def run_daemon(args: argparse.Namespace) -> int:
                    diagnose=False)  # never dump local variables (secrets) with a traceback
     state_dir = dbmod.resolve_state_dir(args.state_dir)
     config = DaemonConfig(state_dir=state_dir, manifests=manifests, workers=args.workers,
-                          resync_seconds=args.resync, run_store=args.run_store)
+                          resync_seconds=args.resync, run_store=args.run_store,
+                          runtime_events=args.runtime_events)
     logger.info("controller for {} watching {}", state_dir, manifests.absolute())
     return Daemon(config).run()
 

@@ -185,6 +185,13 @@ def runtime_rows(conn: sqlite3.Connection, cell_ids: Iterable[str]) -> list[Runt
     return out
 
 
+def live_cells_of(conn: sqlite3.Connection, backend: str) -> list[Key]:
+    """Every live cell that runs on `backend`."""
+    return [("Cell", r[0]) for r in conn.execute(
+        "SELECT id FROM cells WHERE deleted_at IS NULL AND backend = ? ORDER BY rowid",
+        (backend,))]
+
+
 def drifted_keys(conn: sqlite3.Connection) -> list[Key]:
     """Cells a command found contradicted by their backend (status.drifted, see
     reconciler.observe) and no reconcile has repaired yet."""

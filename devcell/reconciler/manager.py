@@ -26,6 +26,9 @@ GROUP_RETRY_S = 0.05
 """How soon a key whose cell is busy in another worker is tried again."""
 REOPEN_MIN_S, REOPEN_MAX_S = 0.5, 30.0
 """Back-off between attempts to re-open a lost runtime event stream (an engine restart)."""
+RECHECK_AFTER_S = (0.25, 1.0)
+"""A cell an event named is looked at again after these delays: Docker sends `die` before its
+container list says exited, so the first look can still see it running."""
 CONFIRM_EVERY_S = 1.0
 """How often the cells confirmed by reconciles are written to store.observations."""
 
@@ -94,7 +97,13 @@ class Manager:
             logger.info("following the runtime events of backend {}", name)
 
         def changed(cell_id: str) -> None:
-            self.enqueue(("Cell", cell_id), trigger="engine")
+            key = ("Cell", cell_id)
+            self.enqueue(key, trigger="engine")
+            for after in RECHECK_AFTER_S:  # the engine's list can lag its own event
+                timer = threading.Timer(after, self.enqueue, args=(key,),
+                                        kwargs={"trigger": "engine"})
+                timer.daemon = True
+                timer.start()
 
         while not self.stopping.is_set():
             try:

@@ -7,11 +7,13 @@ Every method is idempotent: repeating a call that already took effect is not an 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import threading
 
 
 class Consistency(StrEnum):

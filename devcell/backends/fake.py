@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from devcell.backends.base import (
     Capabilities,
@@ -34,6 +34,9 @@ from devcell.backends.base import (
     OwnedKind,
 )
 from devcell.errors import BackendError, BackendNotFound
+
+if TYPE_CHECKING:
+    import threading
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL,

@@ -47,16 +47,15 @@ def confirm(state_dir: Path, cell_ids: Iterable[str], *, at: float | None = None
     for cell_id in gone:
         data.pop(cell_id, None)
     data.update(dict.fromkeys(ids, stamp))
-    import tempfile  # only when writing
-
-    directory = _path(state_dir).parent
+    path = _path(state_dir)
+    tmp = path.with_name(f".observed-{os.getpid()}-{time.monotonic_ns()}")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".observed-", dir=directory)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except OSError:
         return  # a read-only state directory: the age shown stays older, nothing breaks
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, separators=(",", ":"))
-        os.replace(tmp, _path(state_dir))
+            f.write(json.dumps(data, separators=(",", ":")))
+        os.replace(tmp, path)
     except OSError:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)

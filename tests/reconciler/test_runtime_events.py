@@ -131,6 +131,9 @@ def test_a_runtime_that_keeps_dying_backs_off(ctx: Any, db: Database, api: str) 
     cell = record(db, "Cell", "api")
     assert cell.condition("Ready")["reason"] == crashloop.REASON  # type: ignore[index]
     assert world(db, api) == ("exited", 0)
+    from devcell.cli import cmd_get
+
+    assert [r["phase"] for r in cmd_get._rows(db, "cells", None, [])] == [crashloop.REASON]
     # Deciding again counts no second death for the same exit.
     decide(ctx, "Cell", api)
     assert record(db, "Cell", "api").status["restarts"]["deaths"] == 2

@@ -70,7 +70,7 @@ def finish(db: Database, recorded: Recorded, *, trigger: str, options: Options, 
         hooks.on_recorded(recorded)
     if keys is None:
         keys = desired.ApplyResult(list(recorded.changes)).to_reconcile
-    keys = list(dict.fromkeys([*keys, *extra]))
+    keys = list(dict.fromkeys([*extra, *keys]))  # a repaired cell before its snapshots
     if names is None:
         names = {(c.kind, c.object_id): c.name for c in recorded.changes if c.object_id}
     converged = converge(db, keys, trigger=trigger, options=options, hooks=hooks, names=names,

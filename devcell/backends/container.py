@@ -37,7 +37,7 @@ from docker.models.containers import _create_container_args
 from loguru import logger
 
 from devcell import config, security
-from devcell.backends import base_image, container_spec, supervisor, treecopy
+from devcell.backends import base_image, container_observe, container_spec, supervisor, treecopy
 from devcell.backends.base import (
     Capabilities,
     CellRef,
@@ -74,17 +74,13 @@ from devcell.errors import (
 if TYPE_CHECKING:
     from devcell.backends.interactive import Terminal
 
-DEFAULT_SOCKET = "unix:///var/run/docker.sock"
-QUIESCED = "quiesced"
-"""Marker in the cell's run directory: hooks ran for a checkpoint and resume has not yet."""
+DEFAULT_SOCKET = container_observe.DEFAULT_SOCKET
+QUIESCED = container_observe.QUIESCED
 _CELL_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_HOW_TO_START = ("start it with `scripts/docker-setup` (as root), `systemctl start docker`, or "
-                 "`dockerd --bridge=none --iptables=false &`; or set DOCKER_HOST to a running "
-                 "engine")
-
-
-def engine_address() -> str:
-    return os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
+_HOW_TO_START = container_observe.HOW_TO_START
+engine_address = container_observe.engine_address
+WATCHED_EVENTS = ("die", "oom", "kill", "stop", "pause", "unpause", "destroy", "start")
+"""Engine events that change what DevCell observes of a cell's container."""
 
 
 _ROOT_CAUSES: tuple[tuple[type[BaseException], str], ...] = (
@@ -296,15 +292,53 @@ class ContainerBackend:
         info = self._find(cell)
         if info is None:
             return Observed(exists=False)
-        state = info.get("State", "")
-        quiesced = (self.layout.run_dir(cell.id) / QUIESCED).exists()
-        return Observed(
-            exists=True, running=state in ("running", "paused", "restarting"),
-            frozen=state == "paused" or quiesced,
-            runtime_hash=(info.get("Labels") or {}).get(RUNTIME_HASH),
-            detail={"state": state, "container": (info.get("Names") or ["?"])[0].lstrip("/"),
-                    "id": info["Id"][:12]},
-        )
+        return container_observe.observed(info, self.layout, cell.id)
+
+    def api_list(self) -> list[dict[str, Any]]:
+        """The engine's list of this state directory's containers (container_observe's one
+        call, through the SDK for engine addresses only the SDK speaks)."""
+        with _engine("listing DevCell's containers"):
+            listed: list[dict[str, Any]] = self.api.containers(all=True,
+                                                               filters=self._owned_filter())
+        return listed
+
+    def owns(self, info: dict[str, Any]) -> bool:
+        return self._is_owned(info)
+
+    def watch(self, on_event: Callable[[str], None], *, stop: threading.Event,
+              on_open: Callable[[], None]) -> None:
+        """Follow the engine's event stream for this state directory's containers (die, oom,
+        kill, stop, pause, unpause, destroy, start) until `stop` is set; a lost stream (the
+        engine restarted) raises BackendUnavailable."""
+        filters = {"type": ["container"], "event": list(WATCHED_EVENTS),
+                   "label": self._owned_filter()["label"]}
+        with _engine("following the engine's events"):
+            stream = self.client.events(filters=filters, decode=True)
+        done = threading.Event()
+
+        def close_on_stop() -> None:
+            while not done.is_set():
+                if stop.wait(0.2):
+                    stream.close()
+                    return
+
+        threading.Thread(target=close_on_stop, name="events-close", daemon=True).start()
+        on_open()
+        try:
+            with _engine("following the engine's events"):
+                for event in stream:
+                    attributes = (event.get("Actor") or {}).get("Attributes") or {}
+                    if attributes.get(STATE) == self.owner and attributes.get(CELL_ID):
+                        on_event(attributes[CELL_ID])
+        except BackendError:
+            if stop.is_set():
+                return  # closed by the stop: not a loss
+            raise
+        finally:
+            done.set()
+        if not stop.is_set():
+            raise BackendUnavailable("the Docker engine's event stream ended (the engine "
+                                     "stopped or restarted)")
 
     # -- volumes ---------------------------------------------------------------------------
 

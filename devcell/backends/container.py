@@ -268,7 +268,10 @@ class ContainerBackend:
                if c["cell_id"]]
         for kind, entries in ((OwnedKind.VOLUME, self.store.all_volumes()),
                               (OwnedKind.CHECKPOINT, self.store.all_checkpoints())):
-            out += [Owned(kind, resource_id, cell_id) for resource_id, cell_id in entries]
+            for resource_id, cell_id in entries:
+                content = self.store.content(kind, resource_id)
+                out.append(Owned(kind, resource_id, cell_id,
+                                 None if content is None else str(content)))
         return out
 
     # -- observe ---------------------------------------------------------------------------

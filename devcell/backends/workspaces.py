@@ -176,6 +176,20 @@ class WorkspaceStore:
             raise
         return meta
 
+    def content(self, kind: str, resource_id: str) -> Path | None:
+        """The workspace directory of a volume (`kind` "volume") or checkpoint, if it holds
+        any file: what the orphan sweep must never remove on its own."""
+        if kind == "volume":
+            workspace = self.layout.workspace(resource_id)
+        else:
+            workspace = self.layout.checkpoint(resource_id) / "workspace"
+        try:
+            return None if treecopy.is_empty(workspace) else workspace
+        except FileNotFoundError:
+            return None
+        except OSError:  # unreadable, or not a directory: it is not ours to judge empty
+            return workspace
+
     def all_checkpoints(self) -> list[tuple[str, str]]:
         """(checkpoint id, cell id it was taken of) of every complete checkpoint."""
         found = []

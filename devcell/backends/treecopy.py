@@ -16,13 +16,13 @@ import ctypes
 import os
 import shutil
 import stat
-import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from devcell import progress
+from devcell.backends import children
 from devcell.errors import BackendError
 
 BATCH = 256
@@ -95,7 +95,7 @@ def measure(root: Path) -> TreeStats:
 
 
 def _cp(argv: list[str], cwd: Path) -> None:
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+    done = children.run(argv, cwd=cwd)
     if done.returncode != 0:
         raise BackendError(f"copying from {cwd} failed: {done.stderr.strip()[:500]}")
 

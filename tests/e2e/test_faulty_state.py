@@ -139,3 +139,26 @@ def test_every_command_names_the_fault_and_changes_nothing(
         assert cell["status"]["phase"] == "Running"  # the cell is as it was
     else:
         assert raw_before != damaged
+
+
+@pytest.mark.parametrize("loss", ["missing", "empty"])
+def test_a_lost_database_is_never_taken_for_a_fresh_install(tmp_path: Path, loss: str) -> None:
+    """state.db deleted or emptied while the backend still holds the cell's records: every
+    command refuses, names the path and the fix, and creates nothing (a fresh database would
+    make the daemon's sweep take the cell's workspace for an orphan)."""
+    state = tmp_path / "state"
+    manifests = tmp_path / "m"
+    write(manifests, "api")
+    assert run(state, "apply", "-f", str(manifests)).returncode == 0
+    for path in state.glob("state.db*"):
+        path.unlink()
+    if loss == "empty":
+        (state / "state.db").write_bytes(b"")
+    before = sorted(p.name for p in state.iterdir())
+    for argv in (["get", "cells"], ["get", "operations"], ["apply", "-f", str(manifests)],
+                 ["cell", "sleep", "api"], ["controller", "run", "--manifests", str(manifests)]):
+        result = run(state, *argv)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert f"{state / 'state.db'} is {loss}" in result.stderr
+        assert "Restore state.db from a backup" in result.stderr
+        assert sorted(p.name for p in state.iterdir()) == before

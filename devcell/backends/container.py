@@ -557,6 +557,7 @@ class ContainerBackend:
         run = self.layout.run_dir(cell.id)
         for name in (supervisor.SCRIPT, supervisor.SECRETS, QUIESCED):
             (run / name).unlink(missing_ok=True)
+            (run / f".{name}.tmp").unlink(missing_ok=True)  # a write a kill interrupted
         if run.is_dir() and not any(run.iterdir()):
             run.rmdir()
         return {}

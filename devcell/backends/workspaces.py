@@ -7,20 +7,41 @@ name first. So a crash never leaves a half-written checkpoint that `find` would 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from loguru import logger
 
 from devcell.backends import temporaries, treecopy
 from devcell.backends.container_layout import Layout, is_safe_id, safe_id
-from devcell.errors import BackendNotFound, BackendRefused
+from devcell.errors import BackendError, BackendNotFound, BackendRefused
 
 MARKER_VERSION = 1
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _host_errors(action: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """A host file system failure (disk full, read-only) is a step's BackendError naming the
+    cause, never an unexpected OSError with a traceback."""
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return fn(*args, **kwargs)
+            except OSError as exc:
+                where = f" ({exc.filename})" if exc.filename else ""
+                raise BackendError(f"{action} failed: {exc.strerror or exc}{where}") from exc
+        return wrapped
+    return wrap
 
 
 def _mkdir_private(path: Path) -> None:
@@ -91,6 +112,7 @@ class WorkspaceStore:
     def marker(self, volume_id: str) -> dict[str, Any] | None:
         return _read_json(self.layout.marker(volume_id))
 
+    @_host_errors("creating a workspace volume")
     def create_volume(self, *, cell_id: str, cell_name: str, volume_id: str,
                       from_checkpoint: str | None, op_id: str | None = None
                       ) -> treecopy.TreeStats:
@@ -128,6 +150,7 @@ class WorkspaceStore:
         logger.bind(volume=volume_id).debug("volume created ({} files restored)", stats.files)
         return stats
 
+    @_host_errors("removing a workspace volume")
     def delete_volume(self, volume_id: str) -> None:
         treecopy.remove_tree(self.layout.volume(volume_id),
                              temporaries.trash(self.layout.volumes))
@@ -156,6 +179,7 @@ class WorkspaceStore:
             return None
         return meta
 
+    @_host_errors("taking a checkpoint")
     def checkpoint(self, *, checkpoint_id: str, cell_id: str, volume_id: str,
                    cell_name: str | None = None) -> dict[str, Any]:
         """Copy the volume's workspace to a new checkpoint (the caller froze the writers)."""
@@ -212,6 +236,7 @@ class WorkspaceStore:
                 found.append((entry.name, str(meta.get("cell_id", ""))))
         return found
 
+    @_host_errors("removing a checkpoint")
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         treecopy.remove_tree(self.layout.checkpoint(checkpoint_id),
                              temporaries.trash(self.layout.checkpoints))

@@ -5,13 +5,14 @@ lost). No engine needed."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from devcell.backends.container_layout import Layout
 from devcell.backends.workspaces import WorkspaceStore
-from devcell.errors import BackendRefused
+from devcell.errors import BackendError, BackendRefused
 
 
 @pytest.fixture
@@ -49,3 +50,27 @@ def test_an_empty_unmarked_leftover_makes_way(store: WorkspaceStore) -> None:
     (store.layout.checkpoint("snap_1")).mkdir(parents=True)
     assert store.checkpoint(checkpoint_id="snap_1", cell_id="cell_1", volume_id="vol_1")
     assert store.find_checkpoint("snap_1") is not None
+
+
+def test_a_full_disk_is_a_step_error_and_leaves_nothing_half_made(tmp_path: Path) -> None:
+    """No space for a checkpoint or a volume: a BackendError naming the cause (the step's
+    recorded error), no temporary left behind, the workspace intact."""
+    from devcell.backends import temporaries
+    from tests.store import faulty
+
+    with faulty.small_disk(tmp_path / "disk", "8m") as disk:
+        store = WorkspaceStore(Layout(disk / "state"))
+        store.create_volume(cell_id="cell_1", cell_name="api", volume_id="vol_1",
+                            from_checkpoint=None)
+        work = store.layout.workspace("vol_1")
+        (work / "data.bin").write_bytes(b"x" * (3 << 20))
+        faulty.fill(disk)
+        with pytest.raises(BackendError, match="No space left on device"):
+            store.checkpoint(checkpoint_id="snap_1", cell_id="cell_1", volume_id="vol_1")
+        with pytest.raises(BackendError, match="No space left on device"):
+            store.create_volume(cell_id="cell_2", cell_name="db", volume_id="vol_2",
+                                from_checkpoint=None)
+        for parent in (store.layout.checkpoints, store.layout.volumes):
+            assert [n for n in os.listdir(parent) if n.startswith(
+                (temporaries.TMP, temporaries.TRASH))] == []
+        assert (work / "data.bin").stat().st_size == 3 << 20

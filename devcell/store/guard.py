@@ -73,6 +73,10 @@ def refuse_foreign(conn: sqlite3.Connection, state_dir: Path, db_path: Path) -> 
     if version == 0 and not tables:
         refuse_leftovers(state_dir, db_path)
         return
+    from devcell.store import migrations
+
+    if version > migrations.LATEST:
+        return  # a newer DevCell's: migrations.ensure_current says so
     if not OWN_TABLES <= tables:
         shown = ", ".join(sorted(tables)[:5]) or "none"
         raise StateUnusable(

@@ -94,6 +94,9 @@ class Owned:
     kind: OwnedKind
     id: str
     cell_id: str
+    content: str | None = None
+    """Where the user's files of a volume or checkpoint lie, when it holds any: the sweep
+    never removes such a resource on its own (the fake's hold none)."""
 
 
 Outputs = dict[str, str | int | float | bool | None]

@@ -283,7 +283,10 @@ class ContainerBackend:
                if c["cell_id"]]
         for kind, entries in ((OwnedKind.VOLUME, self.store.all_volumes()),
                               (OwnedKind.CHECKPOINT, self.store.all_checkpoints())):
-            out += [Owned(kind, resource_id, cell_id) for resource_id, cell_id in entries]
+            for resource_id, cell_id in entries:
+                content = self.store.content(kind, resource_id)
+                out.append(Owned(kind, resource_id, cell_id,
+                                 None if content is None else str(content)))
         return out
 
     # -- observe ---------------------------------------------------------------------------
@@ -619,6 +622,7 @@ class ContainerBackend:
         run = self.layout.run_dir(cell.id)
         for name in (supervisor.SCRIPT, supervisor.SECRETS, QUIESCED):
             (run / name).unlink(missing_ok=True)
+            (run / f".{name}.tmp").unlink(missing_ok=True)  # a write a kill interrupted
         if run.is_dir() and not any(run.iterdir()):
             run.rmdir()
         return {}

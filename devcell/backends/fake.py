@@ -34,6 +34,7 @@ from devcell.backends.base import (
     OwnedKind,
 )
 from devcell.errors import BackendError, BackendNotFound
+from devcell.store import faults
 
 if TYPE_CHECKING:
     import threading
@@ -137,10 +138,7 @@ class FakeBackend:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         old = os.umask(0o077)
         try:
-            self.conn = sqlite3.connect(
-                str(directory / "fake.db"), isolation_level=None, timeout=60,
-                check_same_thread=False,
-            )
+            self.conn = faults.connect(directory / "fake.db", timeout=60)
         finally:
             os.umask(old)
         self.conn.execute("PRAGMA busy_timeout = 60000")

@@ -12,7 +12,7 @@ from devcell import kinds
 from devcell.cli import render
 from devcell.errors import NotFound, UsageError
 from devcell.names import printable
-from devcell.store import views
+from devcell.store import guard, views
 from devcell.store.db import Database, resolve_state_dir
 
 KIND_OF_TABLE = {kind.plural: kind.name for kind in kinds.KINDS.values()}
@@ -21,6 +21,7 @@ KIND_OF_TABLE = {kind.plural: kind.name for kind in kinds.KINDS.values()}
 def _open(args: argparse.Namespace) -> Database | None:
     state_dir = resolve_state_dir(args.state_dir)
     if not (state_dir / "state.db").exists():
+        guard.refuse_leftovers(state_dir, state_dir / "state.db")  # a lost database: say so
         return None
     return Database(state_dir, create=False)
 

@@ -323,3 +323,11 @@ def _run(args: argparse.Namespace) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a full or read-only disk met outside the database: not a bug
+        from devcell.store import db, faults
+
+        machine = faults.from_os_error(exc, db.resolve_state_dir(getattr(args, "state_dir", None)))
+        if machine is None:
+            raise
+        sys.stderr.write(f"error: {machine}\n")
+        return machine.exit_code

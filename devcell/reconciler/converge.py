@@ -182,6 +182,7 @@ def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0,
     pool: _Pool | None = None
     with reconcile_lock(ctx):
         found = recovery.recover_interrupted(ctx.db)
+        recovery.remove_dead_temporaries(ctx.db.state_dir)
         report.recovered = sorted({op_id for op_id, _, _ in found})
         pending.extend(k for k in dict.fromkeys((kind, oid) for _, kind, oid in found)
                        if k not in pending)

@@ -81,6 +81,7 @@ class Daemon:
             for op_id, kind, object_id in recovery.recover_interrupted(db):
                 manager.enqueue((kind, object_id), trigger="recovery")
                 logger.warning("operation {} was interrupted by a crash; recorded as failed", op_id)
+            recovery.remove_dead_temporaries(cfg.state_dir)
             self._sweep_orphans(db)
             syncer = DirectorySync(db, cfg.manifests, prune_grace=cfg.prune_grace)
             self._sync(db, syncer.sync, manager)

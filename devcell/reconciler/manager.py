@@ -15,7 +15,7 @@ from loguru import logger
 from devcell import backends
 from devcell.backends.base import Watching
 from devcell.controllers.context import Context
-from devcell.errors import BackendError
+from devcell.errors import BackendError, StateUnusable
 from devcell.reconciler import reconcile
 from devcell.reconciler.queue import WorkQueue
 from devcell.store import objects, observations, operations
@@ -230,6 +230,9 @@ class Manager:
                 try:
                     started = objects.desired_version(db.conn, *key)
                     self._handle(ctx, key, reconcile.reconcile(ctx, key), started)
+                except StateUnusable as exc:  # a faulty machine, named: no traceback
+                    logger.error("reconcile of {} {} could not record: {}", *key, exc)
+                    self.queue.add_rate_limited(key)
                 except Exception:
                     logger.exception("reconcile of {} {} raised", *key)
                     self.queue.add_rate_limited(key)

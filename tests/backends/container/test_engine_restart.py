@@ -27,6 +27,7 @@ import pytest
 from tests.backends.engine import IMAGE
 from tests.conftest import REPO, Cli
 
+
 def _asked() -> bool:
     ci = os.environ.get("CI", "") not in ("", "0", "false")
     return ci or os.environ.get("DEVCELL_ENGINE_RESTART_TESTS") == "1"

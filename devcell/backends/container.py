@@ -37,7 +37,14 @@ from docker.models.containers import _create_container_args
 from loguru import logger
 
 from devcell import config, security
-from devcell.backends import base_image, container_observe, container_spec, supervisor, treecopy
+from devcell.backends import (
+    base_image,
+    container_observe,
+    container_spec,
+    proctree,
+    supervisor,
+    treecopy,
+)
 from devcell.backends.base import (
     Capabilities,
     CellRef,
@@ -198,6 +205,8 @@ def connect() -> docker.DockerClient:
 
 
 HOOK_TAIL = 400
+HOOK_TIMEOUT_S = 60
+"""A checkpoint hook's time limit when spec.hooks.timeoutSeconds does not say."""
 """Bytes of a failed hook's output kept for its error message."""
 
 
@@ -634,10 +643,11 @@ class ContainerBackend:
         return [list(h) for h in hooks]
 
     def _run_hooks(self, cell: CellRef, container_id: str, which: str) -> int:
+        limit = float((cell.spec.get("hooks") or {}).get("timeoutSeconds", HOOK_TIMEOUT_S))
         for argv in self._hooks(cell, which):
             out = _Tail(HOOK_TAIL)
             code = self._exec(container_id, argv, out.add, out.add,
-                              action=f"{which} hook of cell {cell.name}")
+                              action=f"{which} hook of cell {cell.name}", time_limit=limit)
             if code != 0:
                 tail = out.text()
                 for value in supervisor.split_env(cell.spec)[1].values():
@@ -738,12 +748,14 @@ class ContainerBackend:
 
     def _exec(self, container_id: str, argv: list[str], out: Callable[[bytes], object],
               err: Callable[[bytes], object], *, action: str, stdin: BinaryIO | None = None,
-              terminal: Terminal | None = None) -> int:
+              terminal: Terminal | None = None, time_limit: float | None = None) -> int:
         """Run `argv` through the supervisor's --exec (the cell's environment, secrets
         included) on the engine's hijacked connection; its exit status.
 
         The output is read on this thread; `stdin` is copied on a daemon thread (it may block
-        on a terminal long after the command ended) and `terminal`'s size on another.
+        on a terminal long after the command ended) and `terminal`'s size on another. Past
+        `time_limit` seconds the command and everything it started are killed and the call
+        raises: a hook the cell wrote must not hold a host command forever.
         """
         tty = terminal is not None
         with _engine(action):
@@ -754,6 +766,12 @@ class ContainerBackend:
         reader, raw = self._hijacked(conn)
         done = threading.Event()
         window = None
+        expired = threading.Event()
+        timer = None
+        if time_limit is not None:
+            timer = threading.Timer(time_limit, self._expire, args=(exec_id, conn, raw, expired))
+            timer.daemon = True
+            timer.start()
         try:
             if stdin is not None:
                 threading.Thread(target=self._feed, args=(stdin, raw), daemon=True,
@@ -771,8 +789,24 @@ class ContainerBackend:
                 terminal.resized.set()  # wake the window thread: it sees `done` and ends
             if window is not None:
                 window.join(timeout=10)  # the client is not shared with it past this point
+            if timer is not None:
+                timer.cancel()
             self._hang_up(conn, raw)
+        if expired.is_set():
+            raise BackendError(f"{action}: {argv!r} did not finish within {time_limit:g} s "
+                               "(spec.hooks.timeoutSeconds); it was killed")
         return self._exit_code(exec_id, action)
+
+    def _expire(self, exec_id: str, conn: Any, raw: Any, expired: threading.Event) -> None:
+        """Kill a command past its time limit, with what it started, and end its stream."""
+        expired.set()
+        try:
+            pid = int(self.api.exec_inspect(exec_id).get("Pid") or 0)
+        except (docker.errors.DockerException, requests.exceptions.RequestException, ValueError):
+            pid = 0
+        if pid > 0:
+            proctree.kill_tree(pid)
+        self._hang_up(conn, raw)
 
     @staticmethod
     def _hijacked(conn: Any) -> tuple[Any, Any]:

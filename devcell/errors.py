@@ -34,21 +34,23 @@ class Problem(NamedTuple):
     field: str | None = None
 
     def __str__(self) -> str:
-        where = self.file
+        """One line, whatever the input held: every part is user-controlled (a file name, a
+        key quoted in the field path, a value quoted in the message), so each is escaped."""
+        from devcell.names import printable
+
+        where = printable(self.file)
         if self.line is not None:
             where += f":{self.line}"
             if self.column is not None:
                 where += f":{self.column}"
         parts = [where]
         if self.kind and self.name:
-            from devcell.names import printable
-
-            parts.append(f'{self.kind} "{printable(self.name)}"')
+            parts.append(f'{printable(self.kind)} "{printable(self.name)}"')
         elif self.kind:
-            parts.append(self.kind)
+            parts.append(printable(self.kind))
         if self.field:
-            parts.append(self.field)
-        parts.append(self.message)
+            parts.append(printable(self.field))
+        parts.append(printable(self.message))
         return ": ".join(parts)
 
 
@@ -85,6 +87,28 @@ class NotFound(StoreError):
 
 class Conflict(StoreError):
     """A write based on a stale resourceVersion, or a name already taken."""
+
+
+class StateUnusable(StoreError):
+    """The state directory or its database cannot be used as it is: the disk is full, it is
+    read-only, the database is damaged or not DevCell's, or it is missing while workspaces
+    remain. `cause` is one of StorageError's codes; the message names the path and the fix.
+
+    Temporary (a disk freed, a directory made writable, a database restored mends it), but no
+    command can record anything meanwhile: the CLI prints it and exits 1.
+    """
+
+    def __init__(self, message: str, *, cause: str, path: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_state_unusable, (str(self), self.cause, self.path))
+
+
+def _rebuild_state_unusable(message: str, cause: str, path: str) -> StateUnusable:
+    return StateUnusable(message, cause=cause, path=path)
 
 
 class BackendError(DevCellError):

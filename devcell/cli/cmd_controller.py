@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from devcell.errors import NotFound, UsageError
+from devcell.names import printable
 from devcell.store import db as dbmod
 
 
@@ -25,7 +26,8 @@ def run_daemon(args: argparse.Namespace) -> int:
                    diagnose=False)  # never dump local variables (secrets) with a traceback
     state_dir = dbmod.resolve_state_dir(args.state_dir)
     config = DaemonConfig(state_dir=state_dir, manifests=manifests, workers=args.workers,
-                          resync_seconds=args.resync, run_store=args.run_store)
+                          resync_seconds=args.resync, run_store=args.run_store,
+                          runtime_events=args.runtime_events)
     logger.info("controller for {} watching {}", state_dir, manifests.absolute())
     return Daemon(config).run()
 
@@ -55,7 +57,7 @@ def run_wait(args: argparse.Namespace) -> int:
                 or objects.get(dbmod.Database(state_dir, create=False).conn, args.kind,
                                args.name) is None)
         if gone:
-            sys.stdout.write(f"{what} deleted\n")
+            sys.stdout.write(printable(f"{what} deleted") + "\n")
             return 0
     started = time.monotonic()
     found = waiting.wait_for_object(state_dir, args.kind, args.name, timeout=args.timeout)
@@ -64,13 +66,20 @@ def run_wait(args: argparse.Namespace) -> int:
                        "for it to be created)")
     db, record = found
     if condition == "create":
-        sys.stdout.write(f"{args.kind.lower()}/{record.name} created\n")
+        sys.stdout.write(printable(f"{args.kind.lower()}/{record.name} created") + "\n")
         return 0
+    if args.kind == "Cell" and condition != "delete":
+        from devcell.reconciler import observe
+
+        # A recorded Ready is only believed once the backend agrees with it: a runtime
+        # stopped behind DevCell's back is recorded as such, and the wait goes on for a
+        # repair (by the daemon) or times out saying why.
+        observe.observe_and_record(db, [record.id])
     failures = waiting.wait_for(db, [(args.kind, record.id)], timeout=args.timeout,
                                 condition=condition, fail_fast=False, started=started)
     if failures:
-        sys.stderr.write(f"error: {args.kind.lower()}/{record.name}: "
-                         f"{next(iter(failures.values()))}\n")
+        sys.stderr.write(printable(f"error: {args.kind.lower()}/{record.name}: "
+                                   f"{next(iter(failures.values()))}") + "\n")
         return 1
     met = "deleted" if condition == "delete" else f"condition met ({condition}={want})"
     sys.stdout.write(f"{args.kind.lower()}/{record.name} {met}\n")

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 from devcell.api.converging import Hooks, Options
 from devcell.api.reports import Recorded, Report, Status
+from devcell.names import printable
 from devcell.store.desired import Change
 
 
@@ -47,20 +48,20 @@ class Changes:
 
     def __call__(self, recorded: Recorded) -> None:
         out = sys.stdout
-        out.write("".join(f"{kind.lower()}/{name} not found\n"
+        out.write("".join(printable(f"{kind.lower()}/{name} not found") + "\n"
                           for kind, name in recorded.missing))
         for c in recorded.changes:
             if c.outcome in DELETIONS and not self.suffix:
                 self.deferred.append(c)
             else:
-                out.write(f"{c.kind.lower()}/{c.name} {c.outcome}{self.suffix}\n")
+                out.write(printable(f"{c.kind.lower()}/{c.name} {c.outcome}{self.suffix}") + "\n")
         out.flush()
 
     def unsettled(self) -> None:
         """The verb stopped before converging said anything (interrupted, an error): the
         deletions it recorded are requested, no more."""
         for c in self.deferred:
-            sys.stdout.write(f"{c.kind.lower()}/{c.name} deletion requested\n")
+            sys.stdout.write(printable(f"{c.kind.lower()}/{c.name} deletion requested") + "\n")
         self.deferred.clear()
         sys.stdout.flush()
 
@@ -74,7 +75,7 @@ class Changes:
                 what = "deletion waiting for approval"
             else:
                 what = "deletion requested"
-            sys.stdout.write(f"{c.kind.lower()}/{c.name} {what}\n")
+            sys.stdout.write(printable(f"{c.kind.lower()}/{c.name} {what}") + "\n")
         self.deferred.clear()
         sys.stdout.flush()
 
@@ -92,11 +93,11 @@ def exit_code(report: Report, shown: Changes | None = None) -> int:
     op = converged.operation
     if op is not None and op.status is not Status.SETTLED:
         what = f"failed: {op.message}" if op.status is Status.FAILED else op.message
-        sys.stderr.write(f"error: operation {op.op_id} {what}\n")
+        sys.stderr.write(printable(f"error: operation {op.op_id} {what}") + "\n")
     by = (f" (reconciled by the controller, {converged.holder.describe()})"
           if converged.holder is not None else "")
     for o in converged.problems:
-        sys.stderr.write(f"error: {o.kind.lower()}/{o.name}: {o.message}{by}\n")
+        sys.stderr.write(printable(f"error: {o.kind.lower()}/{o.name}: {o.message}{by}") + "\n")
     return 0 if report.ok else 1
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from devcell.cli import render
 from devcell.errors import NotFound
+from devcell.names import printable
 from devcell.store import events, objects, operations, views
 
 CONSISTENCY_MEANING = {
@@ -19,7 +22,8 @@ CONSISTENCY_MEANING = {
 
 
 def _field(label: str, value: Any, indent: int = 0) -> None:
-    shown = "<none>" if value in (None, "", [], {}) else value
+    """One `Label: value` line; the value escaped (names.printable), as in every table."""
+    shown = "<none>" if value in (None, "", [], {}) else printable(str(value))
     sys.stdout.write(f"{' ' * indent}{label + ':':<20}{shown}\n")
 
 
@@ -48,12 +52,14 @@ def _operations(conn: sqlite3.Connection, object_id: str) -> None:
     if not ops:
         sys.stdout.write("  <none>\n")
     for op in ops:
-        sys.stdout.write(f"  {op['id']}  {op['action']}  {op['status']}  trigger={op['trigger']}"
-                         f"  {render.age(op['created_at'])} ago\n")
+        sys.stdout.write(printable(f"  {op['id']}  {op['action']}  {op['status']}  "
+                                   f"trigger={op['trigger']}  {render.age(op['created_at'])} ago")
+                         + "\n")
         for step in operations.steps(conn, op["id"]):
             took = f"{step.duration_ms:.1f}ms" if step.duration_ms is not None else "-"
             extra = f"  error: {step.error}" if step.error else ""
-            sys.stdout.write(f"    {step.idx + 1}. {step.name:<16} {step.status:<10} {took}{extra}\n")
+            sys.stdout.write(printable(f"    {step.idx + 1}. {step.name:<16} {step.status:<10} "
+                                       f"{took}{extra}") + "\n")
 
 
 def _events(conn: sqlite3.Connection, object_id: str) -> None:
@@ -67,7 +73,8 @@ def _events(conn: sqlite3.Connection, object_id: str) -> None:
                      for e in rows])
 
 
-def object(conn: sqlite3.Connection, kind: str, ref: str) -> None:
+def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None = None
+           ) -> None:
     record = objects.require(conn, kind, ref)
     row = objects.row(conn, kind, record.id)
     assert row is not None  # require() just found it
@@ -82,6 +89,18 @@ def object(conn: sqlite3.Connection, kind: str, ref: str) -> None:
     if record.deleting_at:
         _field("Deleting since", record.deleting_at)
     _field("Phase", record.phase)
+    if kind == "Cell":
+        from devcell.store import observations
+
+        at = observations.load(state_dir).get(record.id) if state_dir else None
+        _field("Observed", "never confirmed by its backend" if at is None else
+               f"{render.age_seconds(int(time.time() - at))} ago (phase confirmed by its backend)")
+        restarts = record.status.get("restarts") or {}
+        if restarts.get("deaths"):
+            backoff = float(restarts.get("retryAt", 0)) - time.time()
+            _field("Restarts", f"{restarts['deaths']} (its runtime died behind DevCell's back"
+                   + (f"; CrashLoopBackOff: next restart in {backoff:.0f}s)" if backoff > 0
+                      else ")"))
     _field("Generation", f"{record.generation} (observed {record.observed_generation})")
     if record.status.get("nextRetryAt"):
         _field("Next retry", f"{record.status['nextRetryAt']} (attempt "

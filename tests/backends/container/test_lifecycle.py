@@ -181,3 +181,15 @@ def test_the_bridge_network_goes_with_its_last_container(backend: ContainerBacke
     assert len(networks()) == 1  # still used by the other cell
     backend.delete(refs[1])
     assert networks() == []
+
+
+def test_delete_removes_what_an_interrupted_run_dir_write_left(backend: ContainerBackend) -> None:
+    """A kill during the run directory's write leaves `.secrets.env.tmp` (secret values in
+    it): delete removes it with the rest, so the directory goes too."""
+    ref = cell()
+    up(backend, ref)
+    run = backend.layout.run_dir(ref.id)
+    for name in (".secrets.env.tmp", ".supervisor.sh.tmp"):
+        (run / name).write_text("TOKEN=canary\n")
+    backend.delete(ref)
+    assert not run.exists()

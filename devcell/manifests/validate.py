@@ -14,6 +14,7 @@ from typing import Any
 
 from devcell import API_VERSION, kinds, names
 from devcell.errors import Problem
+from devcell.manifests import quantities
 from devcell.manifests.model import Manifest, Path, SourceFile, field_path
 from devcell.manifests.yamlsafe import ParsedDocument, YamlSyntaxError, parse_documents
 
@@ -164,6 +165,10 @@ def _schema_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
             if key not in seen:
                 seen.add(key)
                 problems.append(problem)
+    if not problems:
+        # The two validators disagree (the fast one refused, the reference found nothing):
+        # refuse rather than let the reference's leniency through, and say where.
+        problems.append(_fast_problem(ctx, data))
     # A bad name fails pattern and maxLength at once; say it once, the clearest way.
     names_seen: set[str | None] = set()
     deduped = []
@@ -174,6 +179,19 @@ def _schema_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
             names_seen.add(p.field)
         deduped.append(p)
     return deduped
+
+
+def _fast_problem(ctx: _Context, data: dict[str, Any]) -> Problem:
+    import fastjsonschema
+
+    try:
+        _fast_validator(ctx.kind or "Cell")(data)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        path = tuple(exc.path[1:]) if exc.path and exc.path[0] == "data" else ()
+        return ctx.problem(path, names.printable(exc.message))
+    except fastjsonschema.JsonSchemaException as exc:
+        return ctx.problem((), names.printable(str(exc)))
+    return ctx.problem((), "is not valid")
 
 
 def document_problems(source: SourceFile, doc: ParsedDocument, validator: Any) -> list[Problem]:
@@ -230,7 +248,8 @@ def _translate(ctx: _Context, error: Any) -> list[Problem]:
     if validator in ("pattern", "maxLength", "minLength") and _is_name_schema(schema):
         return [ctx.problem(path, names.name_problem(instance) or error.message)]
     if validator == "pattern":
-        return [ctx.problem(path, f'"{instance}" does not match the pattern {schema["pattern"]}')]
+        shown = names.printable(str(instance))
+        return [ctx.problem(path, f'"{shown}" does not match the pattern {schema["pattern"]}')]
     if validator == "propertyNames":
         return [ctx.problem(path, f"invalid key: {error.message}")]
     words = {
@@ -247,7 +266,7 @@ def _translate(ctx: _Context, error: Any) -> list[Problem]:
 
 
 def _is_name_schema(schema: dict[str, Any]) -> bool:
-    return schema.get("pattern") == "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    return schema.get("pattern") == names.SCHEMA_PATTERN
 
 
 def _normalise_cell(spec: dict[str, Any]) -> dict[str, Any]:
@@ -280,9 +299,36 @@ def _nan_problems(ctx: _Context, value: Any, path: Path = ()) -> list[Problem]:
     return []
 
 
+def _nul_problems(ctx: _Context, value: Any, path: Path = ()) -> list[Problem]:
+    """A NUL (written `\\0` in YAML, `\\u0000` in JSON) cannot reach a process: argv, the
+    environment, paths and labels are C strings that end at the first NUL. Refused in every
+    string, keys included, so no field can carry one to a backend."""
+    if isinstance(value, str):
+        return [ctx.problem(path, "must not contain a NUL character")] if "\x00" in value else []
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            if "\x00" in k:
+                out.append(ctx.problem(path + (k,), "key must not contain a NUL character",
+                                       at_key=True))
+            else:
+                out += _nul_problems(ctx, v, path + (k,))
+        return out
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _nul_problems(ctx, v, path + (i,))]
+    return []
+
+
+def _quantity_problems(ctx: _Context, spec: dict[str, Any]) -> list[Problem]:
+    """Quantities that match their pattern but no backend could use (0, overflow)."""
+    memory = (spec.get("resources") or {}).get("memory")
+    problem = quantities.memory_problem(memory) if isinstance(memory, str) else None
+    return [ctx.problem(("spec", "resources", "memory"), problem)] if problem else []
+
+
 def _semantic_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
-    """Rules JSON Schema cannot say: uniqueness inside lists, and exact names."""
-    problems = []
+    """Rules JSON Schema cannot say: uniqueness inside lists, exact names, quantities."""
+    problems = _quantity_problems(ctx, data["spec"]) if ctx.kind == "Cell" else []
     # Python's `$` also matches before a trailing newline, so a schema pattern lets "api\n"
     # through; names end up in paths and labels, so check them exactly.
     name_problem = names.name_problem(data["metadata"]["name"])
@@ -372,7 +418,9 @@ def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:
                 )
             )
             continue
-        found = _schema_problems(ctx, data)
+        found = _nul_problems(ctx, data)
+        flagged = {p.field for p in found}
+        found += [p for p in _schema_problems(ctx, data) if p.field not in flagged]
         flagged = {p.field for p in found}
         found += [p for p in _nan_problems(ctx, data) if p.field not in flagged]
         if not found:

@@ -171,8 +171,11 @@ CASES = [
     Case("security-published-ports", ("security-ports.yaml",), (
         (f'{_p("security-ports.yaml")}:12:17: Cell "web": spec.network.ports[0].hostIP: ',
          "publishing on 0.0.0.0 would expose the port beyond this machine"),
+        # 0.0.0.0 takes the port on every IPv4 address, loopback included.
+        (f'{_p("security-ports.yaml")}:14:19: Cell "web": spec.network.ports[1].hostPort: ',
+         "127.0.0.1:8080 is already published by spec.network.ports[0]"),
         (f'{_p("security-ports.yaml")}:17:19: Cell "web": spec.network.ports[2].hostPort: ',
-         "127.0.0.1:8080 is already published by spec.network.ports[1]"),
+         "127.0.0.1:8080 is already published by spec.network.ports[0]"),
     )),
     Case("all-or-nothing-directory", ("all-or-nothing",), (
         (f'{_p("all-or-nothing/bad.yaml")}:7:10: Cell "bad": spec.state: ',

@@ -53,26 +53,6 @@ FieldPath = tuple[str | int, ...]
 def cell_problems(spec: dict[str, Any], backend: str) -> Iterator[tuple[FieldPath, str]]:
     """Every limit of `backend` a Cell spec breaks, as (field path, message)."""
     limits = of(backend)
-    resources = spec.get("resources") or {}
-    memory = resources.get("memory")
-    if isinstance(memory, str):
-        try:
-            value = quantities.memory_bytes(memory)
-        except ValueError:
-            value = None  # validation has said why
-        if value is not None and value < limits.min_memory_bytes:
-            yield (("spec", "resources", "memory"),
-                   f"memory limit {memory} is below the {backend} backend's minimum of "
-                   f"{quantities.show_bytes(limits.min_memory_bytes)}")
-    cpus = resources.get("cpus")
-    if isinstance(cpus, int | float) and not isinstance(cpus, bool):
-        if cpus < limits.min_cpus:
-            yield (("spec", "resources", "cpus"),
-                   f"must be at least {limits.min_cpus:g} on the {backend} backend")
-        elif limits.max_cpus is not None and cpus > limits.max_cpus:
-            yield (("spec", "resources", "cpus"),
-                   f"must be at most {limits.max_cpus:g} on the {backend} backend (the CPUs "
-                   "of this machine)")
     paths: list[tuple[FieldPath, Any]] = [
         (("spec", "workspace", "mountPath"), (spec.get("workspace") or {}).get("mountPath"))]
     paths += [(("spec", "mounts", i, "mountPath"), mount.get("mountPath"))
@@ -85,3 +65,23 @@ def cell_problems(spec: dict[str, Any], backend: str) -> Iterator[tuple[FieldPat
         if hidden is not None:
             yield (path, f"{inside} is reserved by the {backend} backend (its engine writes "
                          f"{hidden} in every cell); choose another path")
+    resources = spec.get("resources") or {}
+    cpus = resources.get("cpus")
+    if isinstance(cpus, int | float) and not isinstance(cpus, bool):
+        if cpus < limits.min_cpus:
+            yield (("spec", "resources", "cpus"),
+                   f"must be at least {limits.min_cpus:g} on the {backend} backend")
+        elif limits.max_cpus is not None and cpus > limits.max_cpus:
+            yield (("spec", "resources", "cpus"),
+                   f"must be at most {limits.max_cpus:g} on the {backend} backend (the CPUs "
+                   "of this machine)")
+    memory = resources.get("memory")
+    if isinstance(memory, str):
+        try:
+            value = quantities.memory_bytes(memory)
+        except ValueError:
+            value = None  # validation has said why
+        if value is not None and value < limits.min_memory_bytes:
+            yield (("spec", "resources", "memory"),
+                   f"memory limit {memory} is below the {backend} backend's minimum of "
+                   f"{quantities.show_bytes(limits.min_memory_bytes)}")

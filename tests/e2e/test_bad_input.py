@@ -188,6 +188,43 @@ CASES = [
         (f'{_p("wrong-type.json")}:7:27: Cell "worker": spec.resources.cpus: ',
          "expected a number, got a string"),
     )),
+    Case("trailing-newline", ("trailing-newline.yaml",), (
+        (f'{_p("trailing-newline.yaml")}:7:11: Cell "api": metadata.labels.team: ',
+         '"core\\n" does not match the pattern'),
+        (f'{_p("trailing-newline.yaml")}:11:13: Cell "api": spec.env[0].name: ',
+         '"FOO\\n" does not match the pattern'),
+        (f'{_p("trailing-newline.yaml")}:14:13: Cell "api": spec.resources.memory: ',
+         '"512Mi\\n" does not match the pattern'),
+    )),
+    Case("nul-in-strings", ("nul-strings.yaml",), (
+        (f'{_p("nul-strings.yaml")}:7:11: Cell "api": metadata.annotations.note: ',
+         "must not contain a NUL character"),
+        (f'{_p("nul-strings.yaml")}:11:16: Cell "api": spec.workspace.mountPath: ',
+         "must not contain a NUL character"),
+        (f'{_p("nul-strings.yaml")}:14:14: Cell "api": spec.env[0].value: ',
+         "must not contain a NUL character"),
+        (f'{_p("nul-strings.yaml")}:17:23: Cell "api": spec.services[0].command[1]: ',
+         "must not contain a NUL character"),
+    )),
+    Case("memory-zero-and-overflow", ("memory-range.yaml",), (
+        (f'{_p("memory-range.yaml")}:8:13: Cell "zero": spec.resources.memory: ',
+         "memory limit must be greater than 0"),
+        (f'{_p("memory-range.yaml")}:17:13: Cell "huge": spec.resources.memory: ',
+         "memory limit 99999999999999Ti is larger than the maximum of 8Ei"),
+    )),
+    Case("backend-limits", ("backend-limits.yaml",), (
+        (f'{_p("backend-limits.yaml")}:10:16: Cell "small": spec.workspace.mountPath: ',
+         "/.dockerenv is reserved by the container backend"),
+        (f'{_p("backend-limits.yaml")}:12:11: Cell "small": spec.resources.cpus: ',
+         "must be at least 0.01 on the container backend"),
+        (f'{_p("backend-limits.yaml")}:13:13: Cell "small": spec.resources.memory: ',
+         "memory limit 4Mi is below the container backend's minimum of 6Mi"),
+    )),
+    Case("fork-of-another-backends-snapshot", ("fork-other-backend.yaml",), (
+        (f'{_p("fork-other-backend.yaml")}:11:17: Cell "boxed": spec.workspace.from.snapshot: ',
+         'snapshot "snap-a" was taken by the fake backend and this cell runs on the container '
+         "backend"),
+    ), prior=True),
     Case("stdin-bad-document", ("-",), (
         ('<stdin>:5:3: Cell "api": metadata.lables: ',
          'unknown field (did you mean "labels"?); known fields: name, labels, annotations'),

@@ -14,7 +14,7 @@ from typing import Any
 
 from devcell import API_VERSION, kinds, names
 from devcell.errors import Problem
-from devcell.manifests import quantities
+from devcell.manifests import jsonsafe, quantities
 from devcell.manifests.model import Manifest, Path, SourceFile, field_path
 from devcell.manifests.yamlsafe import ParsedDocument, YamlSyntaxError, parse_documents
 
@@ -356,6 +356,11 @@ def _semantic_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
     return problems
 
 
+def is_json(source: SourceFile) -> bool:
+    """A `.json` file is read as JSON, strictly; everything else (stdin too) as YAML."""
+    return source.display.endswith(".json")
+
+
 def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:
     """All manifests in one file, or the problems that stop them being accepted."""
     try:
@@ -372,7 +377,8 @@ def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:
         line = text[: text.index("\x00")].count("\n") + 1
         return [], [Problem(source.display, "file contains a NUL byte", line=line)]
     try:
-        docs = parse_documents(text)
+        docs = (jsonsafe.parse_document(text) if is_json(source)
+                else parse_documents(text))
     except YamlSyntaxError as exc:
         kind, name = _kind_and_name(exc.data)
         return [], [

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from devcell.manifests.loader import MAX_FILE_BYTES
+from devcell.manifests.loader import MAX_DOCUMENT_BYTES
 from devcell.manifests.yamlsafe import MAX_DEPTH
 from tests.conftest import REPO, Cli
 
@@ -225,6 +225,18 @@ CASES = [
          'snapshot "snap-a" was taken by the fake backend and this cell runs on the container '
          "backend"),
     ), prior=True),
+    Case("json-trailing-comma", ("trailing-comma.json",), (
+        (f'{_p("trailing-comma.json")}:6:22: Cell "worker": spec: ',
+         "JSON syntax error: trailing comma is not allowed"),
+    )),
+    Case("json-duplicate-key", ("duplicate-key.json",), (
+        (f'{_p("duplicate-key.json")}:6:3: Cell "worker": spec: ',
+         'duplicate key "spec" (first at line 5)'),
+    )),
+    Case("json-nan", ("nan.json",), (
+        (f'{_p("nan.json")}:2:52: Cell "worker": spec.resources.cpus: ',
+         "JSON syntax error: expected a value, found 'N'"),
+    )),
     Case("stdin-bad-document", ("-",), (
         ('<stdin>:5:3: Cell "api": metadata.lables: ',
          'unknown field (did you mean "labels"?); known fields: name, labels, annotations'),
@@ -358,25 +370,64 @@ def _padded(size: int) -> bytes:
 def test_oversize_file_is_refused(cli: Cli, fingerprint: Fingerprint, state_dir: Path,
                                   tmp_path: Path) -> None:
     path = tmp_path / "big.yaml"
-    path.write_bytes(_padded(MAX_FILE_BYTES + 1))
+    path.write_bytes(_padded(MAX_DOCUMENT_BYTES + 1))
     result = cli("apply", "-f", str(path))
     assert_refused(result, (
-        (f"{path}:1: ", f"file is larger than the limit of {MAX_FILE_BYTES} bytes"),
+        (f"{path}:1: ", f"document is larger than the limit of {MAX_DOCUMENT_BYTES} bytes"),
     ))
     assert fingerprint(state_dir) is None  # refused before the database is opened
 
 
 def test_oversize_stdin_is_refused(cli: Cli, fingerprint: Fingerprint, state_dir: Path) -> None:
-    result = cli("apply", "-f", "-", input=_padded(MAX_FILE_BYTES + 1).decode())
+    result = cli("apply", "-f", "-", input=_padded(MAX_DOCUMENT_BYTES + 1).decode())
     assert_refused(result, (
-        ("<stdin>:1: ", f"file is larger than the limit of {MAX_FILE_BYTES} bytes"),
+        ("<stdin>:1: ", f"document is larger than the limit of {MAX_DOCUMENT_BYTES} bytes"),
     ))
     assert fingerprint(state_dir) is None
 
 
 def test_file_of_exactly_the_limit_is_accepted(cli: Cli, tmp_path: Path) -> None:
     path = tmp_path / "big.yaml"
-    path.write_bytes(_padded(MAX_FILE_BYTES))
+    path.write_bytes(_padded(MAX_DOCUMENT_BYTES))
     result = cli("apply", "-f", str(path))
     assert result.returncode == 0, result.stderr
     assert result.stdout == "cell/big created\n"
+
+
+def _cells(count: int) -> bytes:
+    return b"".join(b"---\napiVersion: devcell.dev/v1alpha1\nkind: Cell\n"
+                    b"metadata: {name: c%d}\nspec: {backend: fake}\n" % i for i in range(count))
+
+
+def test_the_limit_is_per_document_not_per_file(cli: Cli, tmp_path: Path) -> None:
+    """kubectl has no per-file limit: 10,000 small documents (1.2 MB) are one valid file."""
+    path = tmp_path / "many.yaml"
+    data = _cells(10_000)
+    path.write_bytes(data + b"#" * (1_200_000 - len(data)) + b"\n")
+    assert path.stat().st_size > MAX_DOCUMENT_BYTES
+    result = cli("apply", "-f", str(path), "--dry-run", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 10_000
+
+
+def test_a_document_over_the_limit_is_refused_at_its_line(
+        cli: Cli, fingerprint: Fingerprint, state_dir: Path, tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    head = _cells(3)  # 3 documents of 5 lines: the big one starts on line 16
+    path.write_bytes(head + b"---\n" + _padded(2 * MAX_DOCUMENT_BYTES) + _cells(1))
+    result = cli("apply", "-f", str(path))
+    assert_refused(result, (
+        (f"{path}:16: ", f"document is larger than the limit of {MAX_DOCUMENT_BYTES} bytes"),
+    ))
+    assert fingerprint(state_dir) is None
+
+
+def test_a_json_file_is_one_document_under_the_limit(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "huge.json"
+    body = (b'{"apiVersion": "devcell.dev/v1alpha1", "kind": "Cell", "metadata": {"name": "j", '
+            b'"annotations": {"pad": "%s"}}, "spec": {"backend": "fake"}}\n')
+    path.write_bytes(body % (b"x" * MAX_DOCUMENT_BYTES))
+    result = cli("apply", "-f", str(path))
+    assert_refused(result, (
+        (f"{path}:1: ", f"(one JSON document) is larger than the limit of {MAX_DOCUMENT_BYTES}"),
+    ))

@@ -25,6 +25,7 @@ from devcell.backends.container_layout import Layout, state_hash
 from devcell.config import SecurityPolicy
 from devcell.errors import BackendRefused
 from devcell.manifests import quantities
+from devcell.manifests.model import field_path
 
 LABEL = "dev.devcell"
 MANAGED, STATE, CELL_ID, CELL = (f"{LABEL}.managed", f"{LABEL}.state-dir", f"{LABEL}.cell-id",
@@ -116,6 +117,9 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
     policy = policy or SecurityPolicy()
     broken = [f"{security.spec_field(path)}: {message}"
               for path, message in security.cell_problems(spec, policy, layout.state_dir)]
+    # Admission refused these already; a record from before a limit existed meets it here.
+    broken += [f"{field_path(path)}: {message}"
+               for path, message in limits.cell_problems(spec, "container")]
     if broken:
         raise BackendRefused("refusing to create the container: " + "; ".join(broken))
     plain, _ = supervisor.split_env(spec)

@@ -84,3 +84,18 @@ def test_no_pattern_accepts_a_trailing_newline(where: str, pattern: str) -> None
             assert not _fast_ok(fast, bad), f"{where}: {pattern} accepts {bad!r} (fast)"
 
     check()
+
+
+def test_when_the_validators_disagree_the_document_is_refused(monkeypatch: Any) -> None:
+    """The fast validator only answers valid or not; the reference explains. Should the
+    reference find nothing where the fast one refused, the document is refused anyway."""
+    from devcell.manifests import validate
+    from devcell.manifests.model import SourceFile
+
+    lenient = jsonschema.Draft202012Validator({})
+    monkeypatch.setattr(validate, "_validator", lambda kind: lenient)
+    text = ("apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: api}\n"
+            "spec: {backend: fake, resources: {cpus: -1}}\n")
+    _, problems = validate.parse_source(SourceFile("m.yaml", "/m.yaml", text.encode(), "d"))
+    [problem] = problems
+    assert (problem.line, problem.field) == (4, "spec.resources.cpus")

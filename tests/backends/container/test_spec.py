@@ -178,3 +178,10 @@ def test_base_image_rootfs() -> None:
     assert members["bin/sh"].issym() and members["bin/sh"].linkname == "busybox"
     assert members["tmp"].mode == 0o1777 and "etc/passwd" in members
     assert all(not m.issym() or "/" not in m.linkname for m in members.values())
+
+
+def test_the_engine_limits_are_checked_again_before_the_engine_call(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match=r"spec.workspace.mountPath: /.dockerenv is reserved"):
+        kwargs(tmp_path, workspace={"mountPath": "/.dockerenv"})
+    with pytest.raises(BackendError, match="spec.resources.cpus: must be at least 0.01"):
+        kwargs(tmp_path, resources={"cpus": 0.001})

@@ -99,3 +99,50 @@ def test_when_the_validators_disagree_the_document_is_refused(monkeypatch: Any) 
     _, problems = validate.parse_source(SourceFile("m.yaml", "/m.yaml", text.encode(), "d"))
     [problem] = problems
     assert (problem.line, problem.field) == (4, "spec.resources.cpus")
+
+
+def _code_regexes() -> Iterator[tuple[str, str, str]]:
+    """(file:line, how it is used, pattern) of every regex with a literal pattern in devcell."""
+    import ast
+    from pathlib import Path
+
+    root = Path(names.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        compiled: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                    and ast.unparse(node.value.func) == "re.compile" and node.value.args
+                    and isinstance(node.value.args[0], ast.Constant)):
+                for target in node.targets:
+                    compiled[ast.unparse(target)] = str(node.value.args[0].value)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            owner, method = ast.unparse(node.func.value), node.func.attr
+            where = f"{path.relative_to(root.parent)}:{node.lineno}"
+            if owner in compiled and method in ("match", "search", "fullmatch"):
+                yield where, method, compiled[owner]
+            elif (owner == "re" and method in ("match", "search", "fullmatch") and node.args
+                  and isinstance(node.args[0], ast.Constant)):
+                yield where, method, str(node.args[0].value)
+
+
+CODE_REGEXES = list(_code_regexes())
+
+
+def test_the_code_walk_finds_the_regexes_it_must() -> None:
+    assert any(where.startswith("devcell/names.py") for where, _, _ in CODE_REGEXES)
+    assert len(CODE_REGEXES) >= 6
+
+
+@pytest.mark.parametrize(("where", "method", "pattern"), CODE_REGEXES,
+                         ids=[w for w, _, _ in CODE_REGEXES])
+def test_no_regex_in_the_code_accepts_a_trailing_newline(where: str, method: str,
+                                                        pattern: str) -> None:
+    """A whole-value check is `fullmatch`, or a match anchored with `(?!\\n)$`; a bare `$`
+    also matches before a final newline. (A scanner's `match(text, pos)` has no `$`.)"""
+    if method != "fullmatch":
+        assert pattern.endswith("(?!\\n)$") or not pattern.endswith("$"), (
+            f"{where}: {method}({pattern!r}) also matches before a final newline; "
+            "use fullmatch")

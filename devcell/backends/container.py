@@ -201,6 +201,25 @@ def connect() -> docker.DockerClient:
     return client
 
 
+HOOK_TAIL = 400
+"""Bytes of a failed hook's output kept for its error message."""
+
+
+class _Tail:
+    """The last `limit` bytes of a stream: a hook runs a cell's program, which may print
+    without end (`cat /dev/zero`); the host keeps a bounded tail, never the whole output."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = b""
+
+    def add(self, chunk: bytes) -> None:
+        self.data = (self.data + chunk[-self.limit:])[-self.limit:]
+
+    def text(self) -> str:
+        return self.data.decode(errors="replace").strip()
+
+
 class ContainerBackend:
     name = "container"
     capabilities = Capabilities(workspace_files=True, exec=True,
@@ -335,6 +354,17 @@ class ContainerBackend:
         # The directory is mounted read-only; the container's root reads it as its owner.
         os.chmod(run, 0o755)
 
+    def _hand_over(self, cell: CellRef, ids: tuple[int, int] | None) -> None:
+        """Give a cell that does not run as root what it must write or read: the top of its
+        workspace, its log directory and its secrets file (links never followed)."""
+        if ids is None or ids == (0, 0):
+            return
+        paths = [self.layout.run_dir(cell.id) / supervisor.SECRETS]
+        if cell.volume_id is not None:
+            paths += [self.layout.workspace(cell.volume_id), self.layout.logs(cell.volume_id)]
+        for path in paths:
+            os.chown(path, *ids, follow_symlinks=False)
+
     def _policy(self) -> SecurityPolicy:
         """DevCell's configuration as it is now (an administrator may have tightened it)."""
         try:
@@ -399,6 +429,7 @@ class ContainerBackend:
             volume_id=cell.volume_id, runtime_hash=runtime_hash, op_id=cell.op_id, policy=policy)
         container_spec.check_security(self.layout, kwargs, policy)
         self._write_run_dir(cell)
+        self._hand_over(cell, container_spec.user_ids(kwargs))
         bridged = kwargs.get("network") == container_spec.BRIDGE_NETWORK
         # A bridge cell is created under the bridge lock, so a delete that removes the
         # network when its last container goes cannot slip in between.
@@ -566,11 +597,11 @@ class ContainerBackend:
 
     def _run_hooks(self, cell: CellRef, container_id: str, which: str) -> int:
         for argv in self._hooks(cell, which):
-            out: list[bytes] = []
-            code = self._exec(container_id, argv, out.append, out.append,
+            out = _Tail(HOOK_TAIL)
+            code = self._exec(container_id, argv, out.add, out.add,
                               action=f"{which} hook of cell {cell.name}")
             if code != 0:
-                tail = b"".join(out)[-400:].decode(errors="replace").strip()
+                tail = out.text()
                 for value in supervisor.split_env(cell.spec)[1].values():
                     if len(value) >= 4:  # a hook that prints a secret must not record it
                         tail = tail.replace(value, "<redacted>")

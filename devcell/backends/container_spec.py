@@ -9,7 +9,11 @@ reach the engine, so no code path can slip a privileged container past it:
 - no host PID, IPC or user namespace; network `none`, `host` or DevCell's bridge network
   (published ports on 127.0.0.1 unless the manifest names another address);
 - bind mounts only of directories inside the state directory (symbolic links resolved), and
-  of host paths DevCell's configuration allows (`devcell.security`, `devcell.config`).
+  of host paths DevCell's configuration allows (`devcell.security`, `devcell.config`);
+- a cell with a writable host mount runs as HOST_MOUNT_USER, never as root: without a user
+  namespace the cell's root is the host's root, and a `chmod 4755` of its own copy of a shell
+  would leave a setuid-root program in the host directory (the engine's bind mounts cannot be
+  made nosuid, and nosuid would only protect the cell's view of them, not the host's).
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ ALLOWED_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "
 """Given back after dropping ALL: a subset of Docker's defaults (root can own and chmod its
 files, switch users, signal its processes, bind low ports). No NET_RAW, MKNOD, SYS_CHROOT,
 SETFCAP, AUDIT_WRITE."""
+HOST_MOUNT_USER = (65534, 65534)
+"""uid and gid (nobody:nogroup) of a cell with a writable host mount: what it writes there is
+owned by nobody, so a setuid bit it sets gives nothing."""
 _IMAGE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._/:@-]{0,254}")
 
 
@@ -98,6 +105,21 @@ def _network(spec: dict[str, Any]) -> dict[str, Any]:
     return {"network": BRIDGE_NETWORK, "ports": published}
 
 
+def writes_host(spec: dict[str, Any]) -> bool:
+    """Whether the cell has a writable host mount (so it must not run as root)."""
+    return any(not m.get("readOnly", False) for m in spec.get("mounts") or [])
+
+
+def user_ids(kwargs: dict[str, Any]) -> tuple[int, int] | None:
+    """(uid, gid) the container runs as when create arguments name numeric ids, else None
+    (the image's user: root for every image DevCell knows)."""
+    user = str(kwargs.get("user") or "")
+    uid, _, gid = user.partition(":")
+    if not uid.isdigit() or not (gid or uid).isdigit():
+        return None
+    return int(uid), int(gid or uid)
+
+
 def labels(layout: Layout, *, cell_id: str, cell_name: str, volume_id: str | None,
            runtime_hash: str, op_id: str | None = None) -> dict[str, str]:
     out = {MANAGED: "true", STATE: state_hash(layout.state_dir),
@@ -152,6 +174,8 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
     }
     if volume_id is not None:
         kwargs["working_dir"] = mount_path(spec)
+    if writes_host(spec):
+        kwargs["user"] = "{}:{}".format(*HOST_MOUNT_USER)
     resources = spec.get("resources") or {}
     if "cpus" in resources:
         kwargs["nano_cpus"] = int(float(resources["cpus"]) * 1e9)
@@ -182,11 +206,15 @@ def check_security(layout: Layout, kwargs: dict[str, Any],
     for option in kwargs.get("security_opt") or []:
         if option != "no-new-privileges":
             problems.append(f"security option {option} is not allowed")
+    ids = user_ids(kwargs)
     for mount in kwargs.get("mounts") or []:
         source = Path(mount.get("Source", ""))
         if mount.get("Type") != "bind" or not source.is_absolute():
             problems.append(f"mount of {source} is not a bind mount of an absolute path")
         elif not layout.contains(source):
+            if not mount.get("ReadOnly") and (ids is None or 0 in ids):
+                problems.append(f"writable mount of {source}: the cell must not run as root "
+                                "(it could leave setuid-root programs on the host)")
             refused = security.host_path_problem(str(source), policy, layout.state_dir)
             if refused:
                 problems.append(f"mount of {source}: {refused}")

@@ -13,8 +13,8 @@ several hard links are copied by one `cp` call, which keeps them linked.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
-import shutil
 import stat
 import subprocess
 import threading
@@ -22,7 +22,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loguru import logger
+
 from devcell import progress
+from devcell.backends import treewalk
 from devcell.errors import BackendError
 
 BATCH = 256
@@ -52,37 +55,50 @@ class _Scan:
     linked_bytes: int = 0
     files: int = 0
     size: int = 0
+    deep: bool = False
+    """Some path is longer than LONG_PATH: the lists above are empty, copy it whole."""
+    longest: int = 0
+    """Bytes of the longest relative path."""
+
+
+PATH_MAX = 4096
+LONG_PATH = 2048
+"""Bytes of a relative path past which a tree is copied by one `cp -a` (which walks by
+descriptors) instead of batches of paths handed to `cp` (which fail past PATH_MAX)."""
 
 
 def _scan(root: Path) -> _Scan:
     scan = _Scan()
-    queue = [""]
-    while queue:
-        rel = queue.pop(0)
+    for directory in treewalk.walk(root):
+        rel = "" if scan.deep else directory.path()
         batch: list[str] = []
         batch_size = 0
-        with os.scandir(root / rel if rel else root) as entries:
-            for entry in entries:
-                path = f"{rel}/{entry.name}" if rel else entry.name
-                st = entry.stat(follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
+        for name, st in directory.entries:
+            scan.longest = max(scan.longest, directory.path_bytes + len(os.fsencode(name)) + 1)
+            if directory.path_bytes + len(os.fsencode(name)) + 1 > LONG_PATH and not scan.deep:
+                scan.deep = True  # paths are no use any more: count only
+                scan.dirs, scan.batches, scan.batch_bytes, scan.linked = [], [], [], []
+            path = "" if scan.deep else (f"{rel}/{name}" if rel else name)
+            if stat.S_ISDIR(st.st_mode):
+                if not scan.deep:
                     scan.dirs.append((path, st))
-                    queue.append(path)
-                    continue
-                scan.files += 1
-                size = st.st_size if stat.S_ISREG(st.st_mode) else 0
-                scan.size += size
-                if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
-                    scan.linked.append(path)
-                    scan.linked_bytes += size
-                    continue
-                batch.append(path)
-                batch_size += size
-                if len(batch) >= BATCH:
-                    scan.batches.append(batch)
-                    scan.batch_bytes.append(batch_size)
-                    batch, batch_size = [], 0
-        if batch:
+                continue
+            scan.files += 1
+            size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+            scan.size += size
+            if scan.deep:
+                continue
+            if st.st_nlink > 1:
+                scan.linked.append(path)
+                scan.linked_bytes += size
+                continue
+            batch.append(path)
+            batch_size += size
+            if len(batch) >= BATCH:
+                scan.batches.append(batch)
+                scan.batch_bytes.append(batch_size)
+                batch, batch_size = [], 0
+        if batch and not scan.deep:
             scan.batches.append(batch)
             scan.batch_bytes.append(batch_size)
     return scan
@@ -124,6 +140,12 @@ def copy_tree(src: Path, dst: Path, *, description: str = "copying") -> TreeStat
     src, dst = src.absolute(), dst.absolute()  # cp runs inside src
     try:
         scan = _scan(src)
+        room = PATH_MAX - len(os.fsencode(str(dst))) - 1
+        if scan.longest > room:
+            raise BackendError(
+                f"{src} holds a path of {scan.longest} bytes, longer than the {room} a copy "
+                f"to {dst} can name (PATH_MAX); nothing was copied. Shorten or remove it "
+                "from inside the cell (devcell exec), then try again")
         with progress.track(description, scan.size) as advance:
             _copy(src, dst, scan, advance)
     except OSError as exc:
@@ -137,16 +159,11 @@ destination grow (cheap with few files) instead of arriving all at the end."""
 
 
 def _bytes_under(root: Path) -> int:
-    total = 0
-    for parent, _, names in os.walk(root):
-        for name in names:
-            try:
-                st = os.lstat(os.path.join(parent, name))
-            except FileNotFoundError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                total += st.st_size
-    return total
+    try:
+        return sum(st.st_size for directory in treewalk.walk(root)
+                   for _, st in directory.entries if stat.S_ISREG(st.st_mode))
+    except OSError:  # the copy is still making it; the next tick counts again
+        return 0
 
 
 def _serial_copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -> None:
@@ -176,7 +193,7 @@ def _serial_copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -
 
 
 def _copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -> None:
-    if scan.files < SERIAL_BELOW:
+    if scan.files < SERIAL_BELOW or scan.deep:
         _serial_copy(src, dst, scan, advance)
         return
     dst.mkdir(mode=0o700)
@@ -197,28 +214,26 @@ def _copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -> None:
     _copy_dir_attributes(src, dst, src.stat())
 
 
-def signature(root: Path) -> set[tuple[str, str, int, int, int]]:
-    """(relative path, type, size, mtime_ns, mode) of every entry: a cheap change detector.
+def signature(root: Path) -> bytes:
+    """A digest of (path, type, size, mtime_ns, mode) of every entry: a cheap change detector.
 
-    The tree is a cell's to shape: it is walked by directory descriptors (os.fwalk), so a
-    link is never followed (not even one swapped in for a directory mid-walk) and a path
-    deeper than PATH_MAX is no error.
+    The tree is a cell's to shape: it is walked by treewalk (no recursion, no link followed,
+    one descriptor at a time), so a tree deeper than PATH_MAX or Python's recursion limit is
+    no error. Each path is folded into a digest chained from its parent's, and the entries'
+    digests are summed (the order of a listing does not matter), so memory stays in
+    proportion to the depth, not to the number of files or the length of the paths.
     """
-    out: set[tuple[str, str, int, int, int]] = set()
-    for dirpath, dirnames, filenames, dir_fd in os.fwalk(root, follow_symlinks=False):
-        rel = os.path.relpath(dirpath, root)
-        prefix = "" if rel == "." else rel + os.sep
-        for name in dirnames + filenames:
-            try:
-                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            except FileNotFoundError:  # removed while we walked
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                out.add((prefix + name, "d", 0, 0, st.st_mode))
-            else:
-                kind = "f" if stat.S_ISREG(st.st_mode) else "o"
-                out.add((prefix + name, kind, st.st_size, st.st_mtime_ns, st.st_mode))
-    return out
+    total = 0
+    for directory in treewalk.walk(root):
+        parent = directory.parent.key if directory.parent is not None else b""
+        directory.key = hashlib.sha256(parent + b"/" + os.fsencode(directory.name)).digest()
+        for name, st in directory.entries:
+            kind = "d" if stat.S_ISDIR(st.st_mode) else "f" if stat.S_ISREG(st.st_mode) else "o"
+            size, mtime = (0, 0) if kind == "d" else (st.st_size, st.st_mtime_ns)
+            item = hashlib.sha256(b"%s/%s\0%s %d %d %d" % (
+                directory.key, os.fsencode(name), kind.encode(), size, mtime, st.st_mode))
+            total = (total + int.from_bytes(item.digest(), "big")) % (1 << 256)
+    return total.to_bytes(32, "big")
 
 
 def is_empty(root: Path) -> bool:
@@ -227,11 +242,18 @@ def is_empty(root: Path) -> bool:
 
 
 def remove_tree(path: Path, trash: Path) -> None:
-    """Remove `path`: first renamed to `trash` (atomic: never seen half-removed), then deleted."""
+    """Remove `path`: first renamed to `trash` (atomic: never seen half-removed), then deleted.
+
+    Deleted by `rm -rf --one-file-system`, which walks by descriptors: a tree a cell made
+    deeper than PATH_MAX or Python's recursion limit goes too, and no link is followed.
+    """
     if not path.exists() and not path.is_symlink():
         return
     os.rename(path, trash)
-    shutil.rmtree(trash, ignore_errors=True)
+    done = subprocess.run(["rm", "-rf", "--one-file-system", "--", str(trash)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        logger.warning("could not remove all of {}: {}", trash, done.stderr.strip()[:300])
 
 
 def sync_filesystem(path: Path) -> None:

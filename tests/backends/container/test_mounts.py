@@ -131,3 +131,40 @@ def test_the_shared_path_rule_spans_state_directories(
     finally:
         other.close()
         remove_containers(other_state)
+
+
+def test_a_setuid_program_planted_through_a_writable_host_mount_is_not_root_s(
+        backend: ContainerBackend, state: Path, tmp_path: Path, docker_client: Any) -> None:
+    """Issue 10, item 2: the cell's root was the host's root, so `chmod 4755` of a copied
+    shell left a setuid-root program in the host directory."""
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    allowed.chmod(0o777)  # the administrator lets cells write here, as nobody
+    allow(state, allowed)
+    ref = cell(mounts=[{"hostPath": str(allowed), "mountPath": "/src"}])
+    up(backend, ref)
+    code, out = run(backend, ref, "sh", "-c", "cp /bin/busybox /src/sh && chmod 4755 /src/sh; "
+                    "chown 0:0 /src/sh; mknod /src/null c 1 3; mknod /workspace/null c 1 3; "
+                    "touch /workspace/mine /var/log/devcell/mine; id -u")
+    assert out.strip().endswith("65534"), out
+    planted = os.lstat(allowed / "sh")
+    assert planted.st_uid == 65534 and planted.st_uid != 0
+    assert not (planted.st_mode & 0o4000 and planted.st_uid == 0)
+    assert not (allowed / "null").exists() and not list(state.glob("volumes/*/workspace/null"))
+    # What it must write it still can: its workspace and its service logs.
+    assert list(state.glob("volumes/*/workspace/mine"))
+    assert list(state.glob("volumes/*/logs/mine"))
+    inspected = docker_client.api.inspect_container(backend.container_name(ref))
+    assert inspected["Config"]["User"] == "65534:65534"
+    assert "no-new-privileges" in inspected["HostConfig"]["SecurityOpt"]
+    # Without the user a writable host mount is refused at the last check before the engine.
+    from devcell.backends import container_spec
+    from devcell.backends.container_layout import Layout
+    from devcell.config import SecurityPolicy
+    policy = SecurityPolicy(allowed_host_paths=(str(allowed),))
+    kwargs = container_spec.create_kwargs(
+        Layout(state), name="x", cell_id="cell_x", cell_name="x", spec=dict(ref.spec),
+        volume_id=None, runtime_hash="h", policy=policy)
+    kwargs.pop("user")
+    with pytest.raises(BackendError, match="must not run as root"):
+        container_spec.check_security(Layout(state), kwargs, policy)

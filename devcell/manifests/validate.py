@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any
 
 from devcell import API_VERSION, kinds, names
-from devcell.errors import Problem
+from devcell.errors import ManifestError, Problem
 from devcell.manifests import jsonsafe, quantities
 from devcell.manifests.model import Manifest, Path, SourceFile, field_path
 from devcell.manifests.yamlsafe import ParsedDocument, YamlSyntaxError, parse_documents
@@ -359,6 +359,31 @@ def _semantic_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
 def is_json(source: SourceFile) -> bool:
     """A `.json` file is read as JSON, strictly; everything else (stdin too) as YAML."""
     return source.display.endswith(".json")
+
+
+def read_mapping(source: SourceFile) -> dict[str, Any]:
+    """The one mapping a data file holds (a resume input): parsed as manifests are (strict
+    JSON for `.json`, YAML without aliases or duplicate keys), located problems otherwise."""
+    try:
+        text = source.data.decode("utf-8")
+        docs = (jsonsafe.parse_document(text) if is_json(source)
+                else parse_documents(text))
+    except UnicodeDecodeError:
+        raise ManifestError([Problem(source.display, "file is not valid UTF-8")]) from None
+    except YamlSyntaxError as exc:
+        raise ManifestError([Problem(source.display, exc.message, line=exc.line,
+                                     column=exc.column)]) from None
+    docs = [d for d in docs if d.data is not None]
+    problems = [Problem(source.display, p.message, line=p.line, column=p.column,
+                        field=field_path(p.path) or None) for d in docs for p in d.problems]
+    if len(docs) != 1 or not isinstance(docs[0].data, dict):
+        line = docs[1].line if len(docs) > 1 else (docs[0].line if docs else None)
+        problems.append(Problem(source.display, "input must be one mapping of keys to values",
+                                line=line))
+    if problems:
+        raise ManifestError(problems)
+    data: dict[str, Any] = docs[0].data
+    return data
 
 
 def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:

@@ -196,6 +196,12 @@ CASES = [
         (f'{_p("trailing-newline.yaml")}:14:13: Cell "api": spec.resources.memory: ',
          '"512Mi\\n" does not match the pattern'),
     )),
+    Case("image-reference", ("image-reference.yaml",), (
+        (f'{_p("image-reference.yaml")}:8:10: Cell "api": spec.image: ',
+         '"devcell/busybox:latest\\n" does not match the pattern'),
+        (f'{_p("image-reference.yaml")}:16:10: Cell "web": spec.image: ',
+         '"devcell/busybox latest" does not match the pattern'),
+    )),
     Case("nul-in-strings", ("nul-strings.yaml",), (
         (f'{_p("nul-strings.yaml")}:7:11: Cell "api": metadata.annotations.note: ',
          "must not contain a NUL character"),

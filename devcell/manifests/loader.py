@@ -126,9 +126,11 @@ def _stream(fh: BinaryIO, sizes: _DocumentSizes, head: bytes) -> bytes:
 
 def _read_limited(stream_or_path: str | None, display: str, limit: int,
                   regular_only: bool = False) -> bytes:
-    sizes = _DocumentSizes(display, limit, whole=display.endswith(".json"))
+    def sizes() -> _DocumentSizes:
+        return _DocumentSizes(display, limit, whole=display.endswith(".json"))
+
     if stream_or_path is None:
-        return _stream(sys.stdin.buffer, sizes, sys.stdin.buffer.read(CHUNK_BYTES))
+        return _stream(sys.stdin.buffer, sizes(), sys.stdin.buffer.read(CHUNK_BYTES))
     opened: int | str = _open_regular(stream_or_path) if regular_only else stream_or_path
     with open(opened, "rb") as fh:
         # A file no larger than the limit cannot hold a larger document: read it at once,
@@ -139,7 +141,7 @@ def _read_limited(stream_or_path: str | None, display: str, limit: int,
         head = fh.read(min(size, limit) + 1) if size <= limit else fh.read(CHUNK_BYTES)
         if size <= limit and len(head) <= size:
             return head
-        return _stream(fh, sizes, head)
+        return _stream(fh, sizes(), head)
 
 
 def read_sources(paths: Iterable[str], *, limit: int = MAX_DOCUMENT_BYTES,

@@ -405,13 +405,16 @@ def _cells(count: int) -> bytes:
                     b"metadata: {name: c%d}\nspec: {backend: fake}\n" % i for i in range(count))
 
 
-def test_the_limit_is_per_document_not_per_file(cli: Cli, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stdin", [False, True], ids=["file", "stdin"])
+def test_the_limit_is_per_document_not_per_file(cli: Cli, tmp_path: Path, stdin: bool) -> None:
     """kubectl has no per-file limit: 10,000 small documents (1.2 MB) are one valid file."""
     path = tmp_path / "many.yaml"
     data = _cells(10_000)
     path.write_bytes(data + b"#" * (1_200_000 - len(data)) + b"\n")
     assert path.stat().st_size > MAX_DOCUMENT_BYTES
-    result = cli("apply", "-f", str(path), "--dry-run", timeout=120)
+    given = ("-f", "-") if stdin else ("-f", str(path))
+    result = cli("apply", *given, "--dry-run", timeout=120,
+                 input=path.read_text() if stdin else None)
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == 10_000
 

@@ -34,21 +34,23 @@ class Problem(NamedTuple):
     field: str | None = None
 
     def __str__(self) -> str:
-        where = self.file
+        """One line, whatever the input held: every part is user-controlled (a file name, a
+        key quoted in the field path, a value quoted in the message), so each is escaped."""
+        from devcell.names import printable
+
+        where = printable(self.file)
         if self.line is not None:
             where += f":{self.line}"
             if self.column is not None:
                 where += f":{self.column}"
         parts = [where]
         if self.kind and self.name:
-            from devcell.names import printable
-
-            parts.append(f'{self.kind} "{printable(self.name)}"')
+            parts.append(f'{printable(self.kind)} "{printable(self.name)}"')
         elif self.kind:
-            parts.append(self.kind)
+            parts.append(printable(self.kind))
         if self.field:
-            parts.append(self.field)
-        parts.append(self.message)
+            parts.append(printable(self.field))
+        parts.append(printable(self.message))
         return ": ".join(parts)
 
 

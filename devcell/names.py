@@ -12,10 +12,21 @@ with Python's `re`, whose `$` also matches before a final newline ("api\\n")."""
 
 
 def printable(text: str) -> str:
-    """Control characters escaped (\\n, \\x00), so a hostile name cannot forge output lines."""
+    """Control characters escaped (\\n, \\x00), so a hostile name cannot forge output lines.
+
+    Every user-controlled string DevCell prints goes through here at its output edge (a
+    problem's parts, table cells, describe's fields, error and log lines): an ESC sequence,
+    a carriage return, a C1 control (\\x9b) or a newline forging `cell/api created` shows as
+    its escape instead of acting on the terminal or the log.
+    """
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def printable_lines(text: str) -> str:
+    """Like printable, keeping the line breaks of a text made of several lines."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def name_problem(name: object) -> str | None:

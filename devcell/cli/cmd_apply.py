@@ -47,8 +47,9 @@ def _yaml_lines(doc: dict[str, Any]) -> list[str]:
 def run_diff(args: argparse.Namespace) -> int:
     """Unified diff of recorded vs. given desired state; exit 1 when they differ (as kubectl)."""
     from devcell.errors import ManifestError
-    from devcell.manifests import validate
-    from devcell.store import objects, views
+    from devcell.manifests import secrets, validate
+    from devcell.names import printable
+    from devcell.store import objects
 
     manifests = []
     problems = []
@@ -61,18 +62,21 @@ def run_diff(args: argparse.Namespace) -> int:
     db = dbmod.open_database(args.state_dir)
     differs = False
     for m in manifests:
-        new = {"metadata": {"name": m.name, "labels": m.labels, "annotations": m.annotations},
-               "spec": views.redact_spec(m.spec)}
         existing = objects.get(db.conn, m.kind, m.name)
         old_lines: list[str] = []
         if existing is not None:
+            # Secrets never printed: a changed one shows as `<secret changed>`.
+            old_spec, new_spec = secrets.redact_pair(existing.spec, m.spec)
             old = {"metadata": {"name": existing.name, "labels": existing.labels,
-                                "annotations": existing.annotations},
-                   "spec": views.redact_spec(existing.spec)}
+                                "annotations": existing.annotations}, "spec": old_spec}
             old_lines = _yaml_lines(old)
+        else:
+            new_spec = secrets.redact(m.spec)
+        new = {"metadata": {"name": m.name, "labels": m.labels, "annotations": m.annotations},
+               "spec": new_spec}
         label = f"{m.kind.lower()}/{m.name}"
-        diff = list(difflib.unified_diff(old_lines, _yaml_lines(new),
-                                         fromfile=f"recorded/{label}", tofile=f"{m.file}/{label}"))
+        diff = list(difflib.unified_diff(old_lines, _yaml_lines(new), fromfile=f"recorded/{label}",
+                                         tofile=f"{printable(m.file)}/{label}"))
         if diff:
             differs = True
             sys.stdout.writelines(diff)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from devcell.errors import NotFound, UsageError
+from devcell.names import printable
 from devcell.store import db as dbmod
 
 
@@ -51,14 +52,14 @@ def run_wait(args: argparse.Namespace) -> int:
     record = objects.get(db.conn, args.kind, args.name)
     if record is None:
         if condition == "delete":
-            sys.stdout.write(f"{args.kind.lower()}/{args.name} deleted\n")
+            sys.stdout.write(printable(f"{args.kind.lower()}/{args.name} deleted") + "\n")
             return 0
         raise NotFound(f'{args.kind.lower()} "{args.name}" not found')
     failures = waiting.wait_for(db, [(args.kind, record.id)], timeout=args.timeout,
                                 condition=condition, fail_fast=False)
     if failures:
-        sys.stderr.write(f"error: {args.kind.lower()}/{record.name}: "
-                         f"{next(iter(failures.values()))}\n")
+        sys.stderr.write(printable(f"error: {args.kind.lower()}/{record.name}: "
+                                   f"{next(iter(failures.values()))}") + "\n")
         return 1
     met = "deleted" if condition == "delete" else f"condition met ({condition}={want})"
     sys.stdout.write(f"{args.kind.lower()}/{record.name} {met}\n")

@@ -11,6 +11,7 @@ from typing import Any
 from devcell import kinds
 from devcell.cli import render
 from devcell.errors import NotFound, UsageError
+from devcell.names import printable
 from devcell.store import views
 from devcell.store.db import Database, resolve_state_dir
 
@@ -169,7 +170,7 @@ def _warn_invalid_manifests(db: Database) -> None:
         return
     cond = next((c for c in row["conditions"] if c["type"] == "ManifestsValid"), None)
     if cond and cond["status"] == "False":
-        sys.stderr.write(f"warning: controller: {cond['message']}\n")
+        sys.stderr.write(f"warning: controller: {printable(cond['message'])}\n")
 
 
 def _watch(args: argparse.Namespace, selector: list[Any], rows: list[dict[str, Any]]) -> int:

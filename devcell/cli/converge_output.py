@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 from devcell.api.converging import Hooks, Options
 from devcell.api.reports import Recorded, Report, Status
+from devcell.names import printable
 
 
 def options(args: argparse.Namespace, *, wait: bool = True, approve: bool = False,
@@ -32,9 +33,9 @@ def changes(suffix: str = "") -> Callable[[Recorded], None]:
     """Print one line per object: `kind/name not found` (skipped), then `kind/name outcome`."""
     def show(recorded: Recorded) -> None:
         out = sys.stdout
-        out.write("".join(f"{kind.lower()}/{name} not found\n"
+        out.write("".join(printable(f"{kind.lower()}/{name} not found") + "\n"
                           for kind, name in recorded.missing))
-        out.write("".join(f"{c.kind.lower()}/{c.name} {c.outcome}{suffix}\n"
+        out.write("".join(printable(f"{c.kind.lower()}/{c.name} {c.outcome}{suffix}") + "\n"
                           for c in recorded.changes))
         out.flush()
     return show
@@ -46,11 +47,11 @@ def exit_code(report: Report) -> int:
     op = converged.operation
     if op is not None and op.status is not Status.SETTLED:
         what = f"failed: {op.message}" if op.status is Status.FAILED else op.message
-        sys.stderr.write(f"error: operation {op.op_id} {what}\n")
+        sys.stderr.write(printable(f"error: operation {op.op_id} {what}") + "\n")
     by = (f" (reconciled by the controller, {converged.holder.describe()})"
           if converged.holder is not None else "")
     for o in converged.problems:
-        sys.stderr.write(f"error: {o.kind.lower()}/{o.name}: {o.message}{by}\n")
+        sys.stderr.write(printable(f"error: {o.kind.lower()}/{o.name}: {o.message}{by}") + "\n")
     return 0 if report.ok else 1
 
 

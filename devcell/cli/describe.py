@@ -9,6 +9,7 @@ from typing import Any
 
 from devcell.cli import render
 from devcell.errors import NotFound
+from devcell.names import printable
 from devcell.store import events, objects, operations, views
 
 CONSISTENCY_MEANING = {
@@ -19,7 +20,8 @@ CONSISTENCY_MEANING = {
 
 
 def _field(label: str, value: Any, indent: int = 0) -> None:
-    shown = "<none>" if value in (None, "", [], {}) else value
+    """One `Label: value` line; the value escaped (names.printable), as in every table."""
+    shown = "<none>" if value in (None, "", [], {}) else printable(str(value))
     sys.stdout.write(f"{' ' * indent}{label + ':':<20}{shown}\n")
 
 
@@ -48,12 +50,14 @@ def _operations(conn: sqlite3.Connection, object_id: str) -> None:
     if not ops:
         sys.stdout.write("  <none>\n")
     for op in ops:
-        sys.stdout.write(f"  {op['id']}  {op['action']}  {op['status']}  trigger={op['trigger']}"
-                         f"  {render.age(op['created_at'])} ago\n")
+        sys.stdout.write(printable(f"  {op['id']}  {op['action']}  {op['status']}  "
+                                   f"trigger={op['trigger']}  {render.age(op['created_at'])} ago")
+                         + "\n")
         for step in operations.steps(conn, op["id"]):
             took = f"{step.duration_ms:.1f}ms" if step.duration_ms is not None else "-"
             extra = f"  error: {step.error}" if step.error else ""
-            sys.stdout.write(f"    {step.idx + 1}. {step.name:<16} {step.status:<10} {took}{extra}\n")
+            sys.stdout.write(printable(f"    {step.idx + 1}. {step.name:<16} {step.status:<10} "
+                                       f"{took}{extra}") + "\n")
 
 
 def _events(conn: sqlite3.Connection, object_id: str) -> None:

@@ -17,6 +17,26 @@ def _with_context(record: dict[str, Any]) -> bool:
     return True
 
 
+def _format(record: dict[str, Any]) -> str:
+    """The line a record prints as, every user-controlled part escaped (names.printable):
+    one place for every text log line, so a hostile file name, kind or message cannot forge
+    a line or drive the terminal. The traceback is formatted here too, without local variables
+    (the sink's diagnose=False says the same), and escaped line by line."""
+    import traceback
+
+    from devcell.names import printable, printable_lines
+
+    extra = record["extra"]
+    shown = " ".join(printable(str(part)) for part in (
+        f"{extra['kind']}/{extra['name']}", extra["op"], record["message"]))
+    exc = record["exception"]
+    if exc is not None and exc.type is not None:
+        text = "".join(traceback.format_exception(exc.type, exc.value, exc.traceback))
+        shown += "\n" + printable_lines(text.rstrip("\n"))
+    extra["_line"] = shown
+    return "<dim>{time:HH:mm:ss.SSS}</dim> {level: <7} {extra[_line]}\n"
+
+
 def configure(verbose: int) -> None:
     from loguru import logger
 
@@ -26,7 +46,6 @@ def configure(verbose: int) -> None:
 
     # Through devcell.progress: while a progress bar is drawn, lines go above it, not into it.
     logger.add(progress.write, level=level, colorize=sys.stderr.isatty(),
-               format="<dim>{time:HH:mm:ss.SSS}</dim> {level: <7} "
-                      "{extra[kind]}/{extra[name]} {extra[op]} {message}",
+               format=_format,  # type: ignore[arg-type]
                filter=_with_context,  # type: ignore[arg-type]
                diagnose=False)  # never dump local variables (secrets) with a traceback

@@ -14,6 +14,7 @@ from typing import Any
 
 from devcell import __version__, kinds
 from devcell.errors import DevCellError, ManifestError
+from devcell.names import printable_lines
 
 OBJECT_KINDS = kinds.words()
 """What a user may type for a kind of desired object (cell, cells, snap...) -> its name."""
@@ -319,7 +320,7 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{count} problem{'s' if count != 1 else ''} found; nothing was changed\n")
         return exc.exit_code
     except DevCellError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(f"error: {printable_lines(str(exc))}\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

@@ -45,7 +45,11 @@ def age_seconds(seconds: int | None) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO = sys.stdout) -> None:
-    text_rows = [[("<none>" if v is None or v == "" else str(v)) for v in row] for row in rows]
+    """Every cell escaped (names.printable): one place for every table DevCell prints."""
+    from devcell.names import printable
+
+    text_rows = [[("<none>" if v is None or v == "" else printable(str(v))) for v in row]
+                 for row in rows]
     widths = [len(h) for h in headers]
     if text_rows:
         columns = zip(*text_rows, strict=True)
@@ -57,14 +61,28 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO = s
     out.write("\n".join(lines) + "\n")
 
 
+def _unsafe(text: str) -> bool:
+    """Whether `text` holds a character a terminal may act on (besides the line breaks)."""
+    return not text.replace("\n", "").isprintable()
+
+
 def as_json(value: Any, out: TextIO = sys.stdout) -> None:
-    out.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    if _unsafe(text):
+        # JSON escapes C0 controls itself, not C1 (\x9b) or bidi controls: escape them too,
+        # as \\uXXXX inside strings (outside strings there is only JSON's own whitespace).
+        text = "".join(c if c == "\n" or c.isprintable() else json.dumps(c)[1:-1]
+                       for c in text)
+    out.write(text + "\n")
 
 
 def as_yaml(value: Any, out: TextIO = sys.stdout) -> None:
     import yaml
 
-    out.write(yaml.safe_dump(value, sort_keys=False, allow_unicode=True, default_flow_style=False))
+    text = yaml.safe_dump(value, sort_keys=False, allow_unicode=True, default_flow_style=False)
+    if _unsafe(text):  # then every character that is not ASCII is written as its escape
+        text = yaml.safe_dump(value, sort_keys=False, default_flow_style=False)
+    out.write(text)
 
 
 def as_list(items: list[Any]) -> dict[str, Any]:

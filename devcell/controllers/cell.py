@@ -25,6 +25,7 @@ from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Decision, Gate, Plan, Settled, Step, Wait, When
 from devcell.controllers.steps import StepName
 from devcell.errors import BackendError, BackendUnavailable, CapabilityMissing
+from devcell.manifests import secrets
 from devcell.manifests.model import digest
 from devcell.store import events, objects, volumes
 from devcell.store.db import now
@@ -40,11 +41,18 @@ OPTIONAL_RUNTIME_FIELDS = ("mounts",)
 their digest (and their containers) across the upgrade."""
 
 
-def runtime_hash(spec: dict[str, Any]) -> str:
-    """Digest of what the running instance is built from; a change means recreate."""
+def runtime_hash(spec: dict[str, Any], key: bytes) -> str:
+    """Digest of what the running instance is built from; a change means recreate.
+
+    It is a container label anyone allowed to `docker inspect` reads, so secrets enter it
+    only through an HMAC under the state directory's key (devcell.manifests.secrets.keyed):
+    a changed secret still changes it, a guessed one cannot be checked against it. A cell
+    without secrets keeps the hash it always had; one with secrets, upgraded from a DevCell
+    that hashed them plainly, is recreated once (its old label was the leak).
+    """
     fields = {k: spec.get(k) for k in RUNTIME_FIELDS}
     fields.update({k: spec[k] for k in OPTIONAL_RUNTIME_FIELDS if spec.get(k)})
-    return digest(fields)
+    return digest(secrets.keyed(fields, key))
 
 
 def _phase_for(state: str) -> Phase:
@@ -117,7 +125,7 @@ class CellController:
             observed = Observed(exists=True, running=observed.running,
                                 runtime_hash=observed.runtime_hash)
         desired = cell.spec.get("state", "Running")
-        want_hash = runtime_hash(cell.spec)
+        want_hash = runtime_hash(cell.spec, ctx.db.hash_key)
         stale = observed.exists and observed.runtime_hash != want_hash
         action = ("create" if not observed.exists else "update" if stale else
                   action if steps else "")

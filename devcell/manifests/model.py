@@ -31,6 +31,21 @@ def digest(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:20]
 
 
+def spec_hash(spec: dict[str, Any], key: bytes) -> str:
+    """The stored spec hash (generation detection): secrets keyed, so a spec without any
+    hashes as it always did."""
+    from devcell.manifests import secrets
+
+    return digest(secrets.keyed(spec, key))
+
+
+def manifest_hash(spec: dict[str, Any], labels: dict[str, str], annotations: dict[str, str],
+                  key: bytes) -> str:
+    from devcell.manifests import secrets
+
+    return digest([secrets.keyed(spec, key), labels, annotations])
+
+
 @dataclass(frozen=True)
 class SourceFile:
     """A manifest file as read from disk (or stdin): its bytes and their digest."""
@@ -57,14 +72,13 @@ class Manifest:
     line: int
     positions: dict[Path, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
-    @property
-    def spec_hash(self) -> str:
-        return digest(self.spec)
+    def spec_hash(self, key: bytes) -> str:
+        """Changes when the spec changes; secrets seen only through an HMAC under `key`."""
+        return spec_hash(self.spec, key)
 
-    @property
-    def manifest_hash(self) -> str:
+    def manifest_hash(self, key: bytes) -> str:
         """Changes when anything the user wrote changes (spec, labels, annotations)."""
-        return digest([self.spec, self.labels, self.annotations])
+        return manifest_hash(self.spec, self.labels, self.annotations, key)
 
     def where(self, *path: str | int) -> tuple[int, int | None]:
         """Line and column of `path` (or of its nearest recorded ancestor)."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from devcell import API_VERSION, kinds, names
 from devcell.errors import ManifestError, Problem
-from devcell.manifests import jsonsafe, quantities
+from devcell.manifests import jsonsafe, quantities, secrets
 from devcell.manifests.model import Manifest, Path, SourceFile, field_path
 from devcell.manifests.yamlsafe import ParsedDocument, YamlSyntaxError, parse_documents
 
@@ -88,9 +88,13 @@ def _describe_type(schema: dict[str, Any]) -> str:
     return "a different value"
 
 
-def _describe_value(value: Any) -> str:
+def _describe_value(value: Any, *, secret: bool = False) -> str:
+    """What the document holds, for a message; a secret's type only, never its value."""
     if value is None:
         return "null"
+    if secret:
+        return _describe_type({"type": _json_type(value)}) if _json_type(value) else \
+            f"a {type(value).__name__}"
     if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
     if isinstance(value, int | float):
@@ -104,10 +108,24 @@ def _describe_value(value: Any) -> str:
     return f"{type(value).__name__} {value}"
 
 
-def _yaml11_hint(doc: ParsedDocument, path: Path, value: Any) -> str:
-    raw = doc.implicit.get(path)
+def _json_type(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    for t, name in ((str, "string"), (dict, "object"), (list, "array")):
+        if isinstance(value, t):
+            return name
+    return None
+
+
+def _yaml11_hint(ctx: _Context, path: Path, value: Any) -> str:
+    raw = ctx.doc.implicit.get(path)
     if raw is None:
         return ""
+    if ctx.secret(path):
+        return f" (YAML read it unquoted as {_describe_value(value, secret=True)}; " \
+            "write it in quotes)"
     return f' (YAML read unquoted {raw} as {_describe_value(value)}; write "{raw}" in quotes)'
 
 
@@ -130,6 +148,10 @@ class _Context:
         self.source = source
         self.doc = doc
         self.kind, self.name = _kind_and_name(doc.data)
+
+    def secret(self, path: Path) -> bool:
+        """Whether `path` lies inside a secret (by position): its value is never quoted."""
+        return secrets.covers(self.doc.data, path)
 
     def problem(
         self, path: Path, message: str, *, at_key: bool = False, field: str | None = None
@@ -188,7 +210,11 @@ def _fast_problem(ctx: _Context, data: dict[str, Any]) -> Problem:
         _fast_validator(ctx.kind or "Cell")(data)
     except fastjsonschema.JsonSchemaValueException as exc:
         path = tuple(exc.path[1:]) if exc.path and exc.path[0] == "data" else ()
-        return ctx.problem(path, names.printable(exc.message))
+        if ctx.secret(path):
+            return ctx.problem(path, f"does not satisfy the schema's {exc.rule} rule")
+        # "data.spec.resources.cpus must be bigger than 0": the field is named apart.
+        message = exc.message.split(" ", 1)[1] if exc.message.startswith("data") else exc.message
+        return ctx.problem(path, names.printable(message))
     except fastjsonschema.JsonSchemaException as exc:
         return ctx.problem((), names.printable(str(exc)))
     return ctx.problem((), "is not valid")
@@ -208,6 +234,7 @@ def _translate(ctx: _Context, error: Any) -> list[Problem]:
     validator = error.validator
     schema = error.schema if isinstance(error.schema, dict) else {}
     instance = error.instance
+    hidden = ctx.secret(path)
     if validator == "additionalProperties" and isinstance(instance, dict):
         known = list(schema.get("properties", {}))
         out = []
@@ -227,14 +254,15 @@ def _translate(ctx: _Context, error: Any) -> list[Problem]:
             for k in missing
         ]
     if validator == "type":
-        msg = f"expected {_describe_type(schema)}, got {_describe_value(instance)}"
-        return [ctx.problem(path, msg + _yaml11_hint(ctx.doc, path, instance))]
+        msg = f"expected {_describe_type(schema)}, got {_describe_value(instance, secret=hidden)}"
+        return [ctx.problem(path, msg + _yaml11_hint(ctx, path, instance))]
     if validator == "const":
         return [ctx.problem(path, f'must be "{error.validator_value}"')]
     if validator == "enum":
         allowed = ", ".join(str(v) for v in error.validator_value)
-        got = f'"{instance}"' if isinstance(instance, str) else _describe_value(instance)
-        hint = _yaml11_hint(ctx.doc, path, instance)
+        got = (secrets.REDACTED if hidden else f'"{instance}"' if isinstance(instance, str)
+               else _describe_value(instance))
+        hint = _yaml11_hint(ctx, path, instance)
         return [ctx.problem(path, f"must be one of: {allowed} (got {got}){hint}")]
     if "propertyNames" in error.relative_schema_path and isinstance(instance, str):
         # The offending key itself (a label key): point at it, not at the whole mapping.
@@ -248,8 +276,8 @@ def _translate(ctx: _Context, error: Any) -> list[Problem]:
     if validator in ("pattern", "maxLength", "minLength") and _is_name_schema(schema):
         return [ctx.problem(path, names.name_problem(instance) or error.message)]
     if validator == "pattern":
-        shown = names.printable(str(instance))
-        return [ctx.problem(path, f'"{shown}" does not match the pattern {schema["pattern"]}')]
+        shown = secrets.REDACTED if hidden else f'"{names.printable(str(instance))}"'
+        return [ctx.problem(path, f'{shown} does not match the pattern {schema["pattern"]}')]
     if validator == "propertyNames":
         return [ctx.problem(path, f"invalid key: {error.message}")]
     words = {
@@ -262,7 +290,9 @@ def _translate(ctx: _Context, error: Any) -> list[Problem]:
         "exclusiveMinimum": f"must be greater than {error.validator_value}",
         "maxProperties": f"must have at most {error.validator_value} entries",
     }
-    return [ctx.problem(path, words.get(validator, error.message))]
+    # jsonschema's own message quotes the value: never for a secret.
+    fallback = f"does not satisfy the schema's {validator} rule" if hidden else error.message
+    return [ctx.problem(path, words.get(validator, fallback))]
 
 
 def _is_name_schema(schema: dict[str, Any]) -> bool:
@@ -290,7 +320,7 @@ def _normalise_cell(spec: dict[str, Any]) -> dict[str, Any]:
 def _nan_problems(ctx: _Context, value: Any, path: Path = ()) -> list[Problem]:
     """NaN (`.nan`) passes every JSON Schema bound (all comparisons are false): refuse it."""
     if isinstance(value, float) and value != value:
-        raw = ctx.doc.implicit.get(path, ".nan")
+        raw = "a value" if ctx.secret(path) else ctx.doc.implicit.get(path, ".nan")
         return [ctx.problem(path, f"expected a number, got {raw} (not a number)")]
     if isinstance(value, dict):
         return [p for k, v in value.items() for p in _nan_problems(ctx, v, path + (k,))]

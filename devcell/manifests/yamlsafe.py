@@ -16,6 +16,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
+from devcell.manifests import secrets
 from devcell.manifests.model import Path
 
 MAX_DEPTH = 32
@@ -83,6 +84,14 @@ def _construct(tag: str, event: Any) -> Any:
     return _constructor.construct_object(node)
 
 
+class _BadScalar(ValueError):
+    """A scalar its explicit tag cannot read (`!!int abc`)."""
+
+    def __init__(self, value: str, tag: str) -> None:
+        super().__init__(f'"{value}" is not a valid {tag} value')
+        self.tag = tag
+
+
 def _scalar_value(event: Any) -> tuple[Any, bool]:
     """(value, resolved-implicitly-to-non-string). Raises ValueError for a bad explicit tag."""
     tag = event.tag
@@ -106,7 +115,7 @@ def _scalar_value(event: Any) -> tuple[Any, bool]:
         return _construct(tag, event), False
     except (ValueError, KeyError, TypeError, OverflowError):
         short = tag.replace("tag:yaml.org,2002:", "!!")
-        raise ValueError(f'"{event.value}" is not a valid {short} value') from None
+        raise _BadScalar(event.value, short) from None
 
 
 def _refuse(
@@ -207,7 +216,12 @@ def parse_documents(text: str, *, max_depth: int = MAX_DEPTH) -> list[ParsedDocu
                 try:
                     value, surprising = _scalar_value(event)
                 except ValueError as exc:
-                    raise _refuse(str(exc), start, path, doc) from None
+                    # Where a secret can be, the value is not quoted: the entry's `secret`
+                    # flag may not have been read yet, and the position says which value.
+                    shown = (f"not a valid {exc.tag} value"
+                             if isinstance(exc, _BadScalar) and secrets.may_cover(path)
+                             else str(exc))
+                    raise _refuse(shown, start, path, doc) from None
                 if surprising and value is not None:
                     doc.implicit[path] = event.value
             else:

@@ -22,7 +22,6 @@ to be.
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -248,7 +247,7 @@ class DirectorySync:
                 failed = exc.problems
                 names = {p.file for p in failed}
                 files = [f for f in _readable(order) if f.display not in names]
-            owners = _owners(self.db.conn, files, cache) - batch.present - batch.gone
+            owners = _owners(self.db, files, cache) - batch.present - batch.gone
             owners = {p for p in owners if self._walked(p)}
             if not owners:
                 problems.extend(failed)
@@ -368,13 +367,14 @@ def _differences(before: dict[str, str], now: dict[str, str]) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def _owners(conn: sqlite3.Connection, files: list[SourceFile], cache: ParseCache) -> set[str]:
+def _owners(db: Database, files: list[SourceFile], cache: ParseCache) -> set[str]:
     """Where the live objects that `files` define were last applied from. A file whose bytes
     were applied before is not parsed: what it defined was recorded then."""
+    conn = db.conn
     recorded = sources.recorded(conn, [f.key for f in files])
     names: dict[str, set[str]] = {}
     for f in files:
-        if f.key in recorded and recorded[f.key][0] == f.digest:
+        if f.key in recorded and recorded[f.key][0] == sources.seal(db.hash_key, f.digest):
             found = [(kind, name) for kind, name, _ in recorded[f.key][1]]
         elif f.data.strip():
             from devcell.manifests import validate  # only when a changed file is read

@@ -9,6 +9,7 @@ import json
 import sqlite3
 from typing import Any, Protocol
 
+from devcell.names import printable
 from devcell.store import objects
 from devcell.store.db import Database, now
 
@@ -50,6 +51,7 @@ def report_manifests(db: Database, problems: list[str]) -> None:
     row = db.conn.execute("SELECT conditions FROM controllers WHERE name = ?", (NAME,)).fetchone()
     old = json.loads(row[0]) if row else []
     if problems:
+        problems = [printable(p) for p in problems]  # file names and quoted input: escaped
         message = "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else "")
         new = objects.set_condition(old, "ManifestsValid", "False", "InvalidManifest",
                                     message + " — their objects keep their last applied state")

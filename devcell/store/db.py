@@ -116,6 +116,17 @@ class Database:
             except FileNotFoundError:
                 pass
 
+    @property
+    def hash_key(self) -> bytes:
+        """The key of every hash that covers a secret (devcell.store.hashkey), read once."""
+        key: bytes | None = getattr(self, "_hash_key", None)
+        if key is None:
+            from devcell.store import hashkey
+
+            key = os.urandom(hashkey.SIZE) if self.memory else hashkey.load(self.state_dir)
+            self._hash_key = key
+        return key
+
     def data_version(self) -> int:
         """Moves only when another connection commits: a nearly free "did anything change?"."""
         return int(self.conn.execute("PRAGMA data_version").fetchone()[0])

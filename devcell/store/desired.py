@@ -76,7 +76,7 @@ def _live_index(conn: sqlite3.Connection, keys: set[tuple[str, str]]
 
 def _fast_entries(
     files: list[SourceFile], recorded: dict[str, tuple[str, list[sources.Entry]]],
-    live: dict[tuple[str, str], _Live],
+    live: dict[tuple[str, str], _Live], key: bytes,
 ) -> dict[str, list[sources.Entry]]:
     """Files that need no parsing: same bytes as last applied, every object unchanged."""
     fast: dict[str, list[sources.Entry]] = {}
@@ -84,7 +84,7 @@ def _fast_entries(
         if f.key == "-" or f.key not in recorded:
             continue
         digest, entries = recorded[f.key]
-        if digest != f.digest:
+        if digest != sources.seal(key, f.digest):
             continue
         ok = True
         for kind, name, manifest_hash in entries:
@@ -113,7 +113,8 @@ class Admit(Protocol):
                  defined: dict[tuple[str, str], str]) -> list[Problem]: ...
 
 
-def _write(conn: sqlite3.Connection, manifests: list[Manifest], result: ApplyResult) -> None:
+def _write(conn: sqlite3.Connection, manifests: list[Manifest], result: ApplyResult,
+           key: bytes) -> None:
     """Insert/update in dependency order: a snapshot needs its cell's id, a fork its snapshot's."""
     pending = list(manifests)
     while pending:
@@ -123,7 +124,7 @@ def _write(conn: sqlite3.Connection, manifests: list[Manifest], result: ApplyRes
             if extra is None:
                 waiting.append(m)
                 continue
-            result.changes.append(_record_one(conn, m, extra))
+            result.changes.append(_record_one(conn, m, extra, key))
         if len(waiting) == len(pending):
             raise ManifestError([
                 problem_at(m, ("spec",), "circular reference between cells and snapshots")
@@ -146,12 +147,14 @@ def _lineage(conn: sqlite3.Connection, m: Manifest) -> dict[str, Any] | None:
     return extra
 
 
-def _record_one(conn: sqlite3.Connection, m: Manifest, extra: dict[str, Any]) -> Change:
+def _record_one(conn: sqlite3.Connection, m: Manifest, extra: dict[str, Any], key: bytes
+                ) -> Change:
     existing = objects.get(conn, m.kind, m.name)
+    spec_hash, manifest_hash = m.spec_hash(key), m.manifest_hash(key)
     if existing is None:
         object_id = objects.insert(
             conn, kind=m.kind, name=m.name, spec=m.spec, labels=m.labels,
-            annotations=m.annotations, spec_hash=m.spec_hash, manifest_hash=m.manifest_hash,
+            annotations=m.annotations, spec_hash=spec_hash, manifest_hash=manifest_hash,
             source=m.source, extra=extra,
         )
         events.record(conn, kind=m.kind, object_id=object_id, name=m.name, reason="Applied",
@@ -159,13 +162,13 @@ def _record_one(conn: sqlite3.Connection, m: Manifest, extra: dict[str, Any]) ->
         return Change(m.kind, m.name, "created", object_id, needs_reconcile=True)
     converged = (existing.observed_generation == existing.generation
                  and existing.phase in SETTLED_PHASES)
-    if existing.manifest_hash == m.manifest_hash and existing.source == m.source:
+    if existing.manifest_hash == manifest_hash and existing.source == m.source:
         return Change(m.kind, m.name, "unchanged", existing.id, needs_reconcile=not converged)
     objects.update_desired(
         conn, existing, spec=m.spec, labels=m.labels, annotations=m.annotations,
-        spec_hash=m.spec_hash, manifest_hash=m.manifest_hash, source=m.source,
+        spec_hash=spec_hash, manifest_hash=manifest_hash, source=m.source,
     )
-    if existing.spec_hash != m.spec_hash:
+    if existing.spec_hash != spec_hash:
         events.record(conn, kind=m.kind, object_id=existing.id, name=m.name, reason="Applied",
                       message=f"spec changed (generation {existing.generation + 1}) from {m.file}")
         return Change(m.kind, m.name, "configured", existing.id, needs_reconcile=True)
@@ -195,7 +198,8 @@ def apply(
     conn = db.conn
     recorded = sources.recorded(conn, [f.key for f in files])
     live = _live_index(conn, {(k, n) for _, entries in recorded.values() for k, n, _ in entries})
-    fast = _fast_entries(files, recorded, live)
+    key = db.hash_key
+    fast = _fast_entries(files, recorded, live, key)
     manifests: list[Manifest] = []
     problems: list[Problem] = []
     parsed: dict[str, list[Manifest]] = {}
@@ -211,8 +215,8 @@ def apply(
     # An unchanged file that defines an object a changed file defines too is parsed as well,
     # so "defined twice" blames the later file in the order given, whichever was recorded.
     named = {(m.kind, m.name) for f in files if f.key not in fast for m in parse(f)}
-    for key in [k for k, entries in fast.items() if any((e[0], e[1]) in named for e in entries)]:
-        del fast[key]
+    for path in [k for k, entries in fast.items() if any((e[0], e[1]) in named for e in entries)]:
+        del fast[path]
     for f in files:
         if f.key in fast:
             continue
@@ -243,7 +247,8 @@ def apply(
         for m in manifests:
             existing = objects.get(conn, m.kind, m.name)
             outcome = ("created" if existing is None else
-                       "unchanged" if existing.manifest_hash == m.manifest_hash else "configured")
+                       "unchanged" if existing.manifest_hash == m.manifest_hash(key)
+                       else "configured")
             result.changes.append(Change(m.kind, m.name, outcome,
                                          existing.id if existing else None))
         if prune_roots:
@@ -259,11 +264,11 @@ def apply(
         late = admit(wconn, manifests, defined) if manifests else []
         if late:
             raise ManifestError(late)
-        _write(wconn, manifests, result)
-        for key, found in parsed.items():
-            if key != "-":
-                sources.remember(wconn, key, by_key[key].digest,
-                                 [(m.kind, m.name, m.manifest_hash) for m in found])
+        _write(wconn, manifests, result, key)
+        for path, found in parsed.items():
+            if path != "-":
+                sources.remember(wconn, path, sources.seal(key, by_key[path].digest),
+                                 [(m.kind, m.name, m.manifest_hash(key)) for m in found])
         if prune_roots:
             for change in prune_candidates(wconn, prune_roots, _keep(fast, manifests)):
                 record = objects.get(wconn, change.kind, change.object_id or "")
@@ -318,7 +323,7 @@ def apply_objects(db: Database, manifests: list[Manifest], *, admit: Admit) -> A
         problems = admit(conn, manifests, {})  # under the write lock, as for apply
         if problems:
             raise ManifestError(problems)
-        _write(conn, manifests, result)
+        _write(conn, manifests, result, db.hash_key)
     return result
 
 
@@ -328,8 +333,9 @@ def set_cell_state(db: Database, ref: str, state: str) -> Change:
     Records only; the rule that a cell being deleted keeps its state is admission's
     (admission.set_cell_state checks it in the same write transaction).
     """
-    from devcell.manifests.model import digest
+    from devcell.manifests import model
 
+    key = db.hash_key
     with db.write() as conn:
         cell = objects.require(conn, "Cell", ref)
         if cell.spec.get("state") == state:
@@ -339,7 +345,8 @@ def set_cell_state(db: Database, ref: str, state: str) -> Change:
         spec = dict(cell.spec, state=state)
         objects.update_desired(
             conn, cell, spec=spec, labels=cell.labels, annotations=cell.annotations,
-            spec_hash=digest(spec), manifest_hash=digest([spec, cell.labels, cell.annotations]),
+            spec_hash=model.spec_hash(spec, key),
+            manifest_hash=model.manifest_hash(spec, cell.labels, cell.annotations, key),
             source=cell.source,
         )
         events.record(conn, kind="Cell", object_id=cell.id, name=cell.name, reason="StateChanged",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from devcell.names import printable
 from devcell.store.db import now
 
 
@@ -11,6 +12,10 @@ def record(
     conn: sqlite3.Connection, *, kind: str, object_id: str | None, name: str, reason: str,
     message: str, type: str = "Normal", op_id: str | None = None,
 ) -> None:
+    """Record an event; its message escaped (names.printable) here, once for every reader
+    (tables, describe, -o json, a script reading the table), as file names and quoted input
+    in it are user-controlled."""
+    message = printable(message)
     conn.execute(
         "INSERT INTO events (created_at, object_kind, object_id, object_name, type, reason, "
         "message, op_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

@@ -3,6 +3,8 @@ parsed again: the no-op re-apply fast path."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import sqlite3
 
@@ -12,8 +14,14 @@ Entry = tuple[str, str, str]
 """(kind, name, manifest_hash) of one object in a file."""
 
 
+def seal(key: bytes, digest: str) -> str:
+    """What is recorded of a file's digest: keyed, since a file's bytes hold its secrets
+    (a plain SHA-256 of a file whose other lines are known gives a short secret away)."""
+    return hmac.new(key, digest.encode(), hashlib.sha256).hexdigest()
+
+
 def recorded(conn: sqlite3.Connection, paths: list[str]) -> dict[str, tuple[str, list[Entry]]]:
-    """path -> (digest, entries) for the given paths that were applied before."""
+    """path -> (sealed digest, entries) for the given paths that were applied before."""
     out: dict[str, tuple[str, list[Entry]]] = {}
     if not paths:
         return out

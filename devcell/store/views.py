@@ -1,6 +1,7 @@
 """Read-side views of the store for `get` and `describe`: plain dicts, kubectl-shaped.
 
-Kept import-light (sqlite3 and json only): `devcell get` over thousands of cells is a hot path.
+Kept import-light (sqlite3, json and the secrets module): `devcell get` over thousands of
+cells is a hot path.
 """
 
 from __future__ import annotations
@@ -9,20 +10,18 @@ import json
 import sqlite3
 from typing import Any
 
+from devcell.manifests import secrets
+
 API_VERSION = "devcell.dev/v1alpha1"
 AGE_SQL = "CAST((julianday('now') - julianday({column})) * 86400 AS INTEGER)"
 """Age in whole seconds, computed by SQLite: no per-row datetime parsing in Python."""
-REDACTED = "<redacted>"
+REDACTED = secrets.REDACTED
 
 
 def redact_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """The spec with secret env values replaced, for every output a person or log can see."""
-    env = spec.get("env")
-    if not env or not any(v.get("secret") for v in env):
-        return spec
-    out = dict(spec)
-    out["env"] = [dict(v, value=REDACTED) if v.get("secret") else v for v in env]
-    return out
+    """The spec with its secrets replaced (by position), for every output a person or log
+    can see."""
+    return secrets.redact(spec)
 
 
 def _selector_match(labels: dict[str, str], selector: list[tuple[str, str, str | None]]) -> bool:

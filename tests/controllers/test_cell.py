@@ -39,7 +39,8 @@ def test_new_running_cell_plans_volume_create_start(db: Database, ctx: Context) 
     assert volume_step.args["from_checkpoint"] is None
     assert volume_step.args["record"] is True
     assert volume_step.args["volume_id"].startswith("vol_")
-    assert create_step.args["runtime_hash"] == runtime_hash(record(db, "Cell", "api").spec)
+    assert create_step.args["runtime_hash"] == runtime_hash(record(db, "Cell", "api").spec,
+                                                            db.hash_key)
     assert all(s.when is When.SUCCESS for s in plan.steps)
     assert plan.backend == "fake"
 
@@ -147,7 +148,7 @@ def test_spec_change_recreates_the_runtime_and_keeps_the_volume(db: Database,
     assert db.conn.execute("SELECT count(*) FROM volumes WHERE cell_id = ?",
                            (cell.id,)).fetchone()[0] == 1
     observed = fake(ctx).observe(CellRef(cell.id, cell.name, cell.spec))
-    assert observed.running and observed.runtime_hash == runtime_hash(cell.spec)
+    assert observed.running and observed.runtime_hash == runtime_hash(cell.spec, db.hash_key)
     assert (cell.phase, cell.observed_generation, cell.generation) == ("Running", 2, 2)
 
 
@@ -172,7 +173,7 @@ def test_spec_change_while_sleeping_plans_nothing_until_woken(db: Database,
     apply(db, cell_doc("api", "Running", image="two"))
     plan = plan_of(ctx, "Cell", "api")
     assert plan.steps[names(plan).index("create")].args["runtime_hash"] == runtime_hash(
-        record(db, "Cell", "api").spec)
+        record(db, "Cell", "api").spec, db.hash_key)
 
 
 def test_labels_only_change_plans_nothing(db: Database, ctx: Context) -> None:
@@ -427,7 +428,8 @@ def test_an_observe_failure_is_a_condition_not_a_crash(db: Database, ctx: Contex
 
 def test_mounts_are_part_of_the_runtime_hash_only_when_present() -> None:
     base = {"image": "i", "services": [], "network": {"mode": "none"}}
-    assert runtime_hash(base) == runtime_hash({**base, "mounts": []})  # no churn on upgrade
+    key = b"k" * 32
+    assert runtime_hash(base, key) == runtime_hash({**base, "mounts": []}, key)  # no churn
     rw = {**base, "mounts": [{"hostPath": "/s", "mountPath": "/s", "readOnly": False}]}
     ro = {**base, "mounts": [{"hostPath": "/s", "mountPath": "/s", "readOnly": True}]}
-    assert len({runtime_hash(base), runtime_hash(rw), runtime_hash(ro)}) == 3
+    assert len({runtime_hash(base, key), runtime_hash(rw, key), runtime_hash(ro, key)}) == 3

@@ -213,7 +213,7 @@ def check_converged(ctx: Context, world: World) -> None:
         else:
             assert observed.exists, name
             assert observed.running == (model.state == "Running"), name
-            assert observed.runtime_hash == runtime_hash(cell.spec), name
+            assert observed.runtime_hash == runtime_hash(cell.spec, db.hash_key), name
         vol = volumes.for_cell(db.conn, cell.id)
         assert vol is not None and backend.volume_exists(vol.id), name
         if model.fork_of is not None:

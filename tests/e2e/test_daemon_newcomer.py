@@ -467,7 +467,7 @@ def test_signal_arriving_while_a_record_is_written_is_safe(
         if len(seen) == 1:
             daemon._on_signal(signal.SIGTERM, None)
 
-    handler = logger.add(sink, level="INFO")
+    handler = logger.add(sink, level="INFO", diagnose=False)
     try:
         logger.info("a record being written when SIGTERM arrives")
     finally:

@@ -99,6 +99,7 @@ def test_when_the_validators_disagree_the_document_is_refused(monkeypatch: Any) 
     _, problems = validate.parse_source(SourceFile("m.yaml", "/m.yaml", text.encode(), "d"))
     [problem] = problems
     assert (problem.line, problem.field) == (4, "spec.resources.cpus")
+    assert problem.message == "must be bigger than 0"
 
 
 def _code_regexes() -> Iterator[tuple[str, str, str]]:

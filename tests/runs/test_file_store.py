@@ -122,7 +122,8 @@ def test_load_removes_stale_temp_files(store: FileSnapshotStore) -> None:
 def test_removing_stale_temp_files_is_logged(store: FileSnapshotStore) -> None:
     messages: list[str] = []
     logger.enable("devcell")
-    sink = logger.add(lambda m: messages.append(str(m)), level="WARNING")
+    sink = logger.add(lambda m: messages.append(str(m)), level="WARNING",
+                      diagnose=False)
     try:
         plant_temp(store.runs_dir / RUN_ID)
         store.save(make_snapshot(RUN_ID))

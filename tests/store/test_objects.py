@@ -17,6 +17,8 @@ from devcell.store import desired, objects
 from devcell.store.db import Database, open_database
 from tests.controllers.support import cell_doc, parse, snapshot_doc
 
+KEY = b"k" * 32
+
 
 def cell_manifest(name: str = "api", *, image: str = "busybox",
                   labels: dict[str, str] | None = None) -> Manifest:
@@ -27,16 +29,16 @@ def insert_cell(db: Database, name: str = "api") -> str:
     m = cell_manifest(name)
     with db.write() as conn:
         return objects.insert(conn, kind="Cell", name=m.name, spec=m.spec, labels=m.labels,
-                              annotations=m.annotations, spec_hash=m.spec_hash,
-                              manifest_hash=m.manifest_hash, source=m.source,
+                              annotations=m.annotations, spec_hash=m.spec_hash(KEY),
+                              manifest_hash=m.manifest_hash(KEY), source=m.source,
                               extra={"backend": "fake"})
 
 
 def update(db: Database, record: objects.ObjectRecord, m: Manifest) -> None:
     with db.write() as conn:
         objects.update_desired(conn, record, spec=m.spec, labels=m.labels,
-                               annotations=m.annotations, spec_hash=m.spec_hash,
-                               manifest_hash=m.manifest_hash, source=m.source)
+                               annotations=m.annotations, spec_hash=m.spec_hash(KEY),
+                               manifest_hash=m.manifest_hash(KEY), source=m.source)
 
 
 def get(db: Database, ref: str = "api", kind: str = "Cell") -> objects.ObjectRecord:

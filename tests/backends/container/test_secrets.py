@@ -28,7 +28,8 @@ def test_secret_canary_stays_out_of_inspect_labels_and_logs(
                hooks={"preCheckpoint": [["sh", "-c", "true"]]})
     captured = io.StringIO()
     logger.enable("devcell")
-    sink = logger.add(captured, level="DEBUG", format="{message} {extra}")
+    sink = logger.add(captured, level="DEBUG", format="{message} {extra}",
+                      diagnose=False)
     try:
         up(backend, ref)
         workspace = backend.layout.workspace(ref.volume_id or "")

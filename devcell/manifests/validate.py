@@ -329,10 +329,17 @@ def _nan_problems(ctx: _Context, value: Any, path: Path = ()) -> list[Problem]:
     return []
 
 
+NUL_FREE_EXCEPT = (("metadata", "annotations"),)
+"""Free-form notes that never reach a process or an engine: they may hold a NUL (shown
+escaped, like every printed string)."""
+
+
 def _nul_problems(ctx: _Context, value: Any, path: Path = ()) -> list[Problem]:
     """A NUL (written `\\0` in YAML, `\\u0000` in JSON) cannot reach a process: argv, the
     environment, paths and labels are C strings that end at the first NUL. Refused in every
-    string, keys included, so no field can carry one to a backend."""
+    string, keys included (annotations aside), so no field can carry one to a backend."""
+    if path in NUL_FREE_EXCEPT:
+        return []
     if isinstance(value, str):
         return [ctx.problem(path, "must not contain a NUL character")] if "\x00" in value else []
     if isinstance(value, dict):

@@ -203,13 +203,11 @@ CASES = [
          '"devcell/busybox latest" does not match the pattern'),
     )),
     Case("nul-in-strings", ("nul-strings.yaml",), (
-        (f'{_p("nul-strings.yaml")}:7:11: Cell "api": metadata.annotations.note: ',
+        (f'{_p("nul-strings.yaml")}:12:16: Cell "api": spec.workspace.mountPath: ',
          "must not contain a NUL character"),
-        (f'{_p("nul-strings.yaml")}:11:16: Cell "api": spec.workspace.mountPath: ',
+        (f'{_p("nul-strings.yaml")}:15:14: Cell "api": spec.env[0].value: ',
          "must not contain a NUL character"),
-        (f'{_p("nul-strings.yaml")}:14:14: Cell "api": spec.env[0].value: ',
-         "must not contain a NUL character"),
-        (f'{_p("nul-strings.yaml")}:17:23: Cell "api": spec.services[0].command[1]: ',
+        (f'{_p("nul-strings.yaml")}:18:23: Cell "api": spec.services[0].command[1]: ',
          "must not contain a NUL character"),
     )),
     Case("memory-zero-and-overflow", ("memory-range.yaml",), (

@@ -89,6 +89,28 @@ class Conflict(StoreError):
     """A write based on a stale resourceVersion, or a name already taken."""
 
 
+class StateUnusable(StoreError):
+    """The state directory or its database cannot be used as it is: the disk is full, it is
+    read-only, the database is damaged or not DevCell's, or it is missing while workspaces
+    remain. `cause` is one of StorageError's codes; the message names the path and the fix.
+
+    Temporary (a disk freed, a directory made writable, a database restored mends it), but no
+    command can record anything meanwhile: the CLI prints it and exits 1.
+    """
+
+    def __init__(self, message: str, *, cause: str, path: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_state_unusable, (str(self), self.cause, self.path))
+
+
+def _rebuild_state_unusable(message: str, cause: str, path: str) -> StateUnusable:
+    return StateUnusable(message, cause=cause, path=path)
+
+
 class BackendError(DevCellError):
     """A backend could not do what a step asked.
 

@@ -10,6 +10,7 @@ pays for none of them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -62,10 +63,14 @@ def finish(db: Database, recorded: Recorded, *, trigger: str, options: Options, 
     condition: Ready, or delete (wait for the objects to be gone). until_op: with a daemon,
     wait for this operation to finish rather than for the objects.
     """
+    extra: list[Key] = []
+    if condition != "delete":
+        recorded, extra = observe_first(db, recorded)
     if hooks.on_recorded is not None:
         hooks.on_recorded(recorded)
     if keys is None:
         keys = desired.ApplyResult(list(recorded.changes)).to_reconcile
+    keys = list(dict.fromkeys([*extra, *keys]))  # a repaired cell before its snapshots
     if names is None:
         names = {(c.kind, c.object_id): c.name for c in recorded.changes if c.object_id}
     converged = converge(db, keys, trigger=trigger, options=options, hooks=hooks, names=names,
@@ -88,6 +93,38 @@ def converge(db: Database, keys: list[Key], *, trigger: str, options: Options,
     if not keys and not operations.has_running(db.conn):
         return Converged()
     return _inline(db, keys, names or {}, trigger=trigger, options=options, hooks=hooks)
+
+
+def observe_first(db: Database, recorded: Recorded) -> tuple[Recorded, list[Key]]:
+    """Observe the runtimes of the cells a verb acts on before trusting their recorded phase.
+
+    A cell recorded unchanged and settled whose runtime contradicts it (stopped, paused or
+    removed behind DevCell's back) is reported `repaired` and reconciled; one whose backend
+    cannot be asked is reconciled too (its error is then reported, not "unchanged"). A
+    snapshot's cell is observed as well: it is the cell's runtime that gets checkpointed.
+    Returns the changes as reported and the extra keys to converge.
+    """
+    from devcell.reconciler import observe
+    from devcell.store import objects
+
+    cells = [c.object_id for c in recorded.changes if c.kind == "Cell" and c.object_id
+             and not c.needs_reconcile and c.outcome not in ("deleted", "pruned")]
+    snapshots = [c.object_id for c in recorded.changes if c.kind == "Snapshot" and c.object_id
+                 and c.needs_reconcile]
+    owners = objects.owners(db.conn, [("Snapshot", s) for s in snapshots]) if snapshots else {}
+    cells += [cell_id for _, cell_id in owners.values()]
+    if not cells:
+        return recorded, []
+    found = observe.observe_and_record(db, cells)
+    doubt = set(found.in_doubt)
+    if not doubt:
+        return recorded, []
+    changes = tuple(
+        dataclasses.replace(c, needs_reconcile=True,
+                            outcome="repaired" if c.object_id in found.drifted else c.outcome)
+        if c.kind == "Cell" and c.object_id in doubt and not c.needs_reconcile else c
+        for c in recorded.changes)
+    return dataclasses.replace(recorded, changes=changes), [("Cell", c) for c in doubt]
 
 
 def approve_gates(db: Database, keys: Iterable[Key]) -> list[str]:
@@ -117,6 +154,10 @@ def _inline(db: Database, keys: list[Key], names: Mapping[Key, str], *, trigger:
             report = engine.converge(ctx, keys, timeout=options.timeout, workers=options.workers)
     finally:
         ctx.close()
+    from devcell.store import observations
+
+    # A settled cell's phase was just observed by its reconcile (or made so by its operation).
+    observations.confirm(db.state_dir, [oid for kind, oid in report.settled if kind == "Cell"])
     results = [_result(db, names, key, Status.SETTLED) for key in report.settled]
     for key, message in {**report.failed, **report.waiting}.items():
         status = Status.WAITING if key in report.waiting else Status.FAILED

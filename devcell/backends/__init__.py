@@ -9,12 +9,18 @@ from typing import TYPE_CHECKING
 from devcell.errors import BackendUnavailable, UnknownBackend
 
 if TYPE_CHECKING:
-    from devcell.backends.base import Backend, Capabilities
+    from devcell.backends.base import Backend, Capabilities, Observed
 
 REGISTRY: dict[str, str] = {
     "fake": "devcell.backends.fake:FakeBackend",
     "container": "devcell.backends.container:ContainerBackend",
 }
+OBSERVERS: dict[str, str] = {
+    "fake": "devcell.backends.fake:observe_all",
+    "container": "devcell.backends.container_observe:observe_all",
+}
+"""Each backend's `observe_all(state_dir)` (base.ObserveAll): its runtimes in one call,
+importable without the backend's SDK (commands observe before they act, on the fast path)."""
 PLANNED = {"vm": "microVMs"}
 
 
@@ -58,3 +64,15 @@ def load(name: str, state_dir: Path) -> Backend:
     """An instance of backend `name` bound to `state_dir`."""
     backend: Backend = _class(name)(state_dir=state_dir)
     return backend
+
+
+def observe_all(name: str, state_dir: Path) -> dict[str, Observed]:
+    """What backend `name` runs for `state_dir` right now, by cell id (one engine call)."""
+    target = OBSERVERS.get(name)
+    if target is None:
+        _class(name)  # an unknown backend: its own error
+        raise UnknownBackend(f"backend {name!r} cannot list its runtimes")
+    module_name, _, function = target.partition(":")
+    observed: dict[str, Observed] = getattr(importlib.import_module(module_name),
+                                            function)(state_dir)
+    return observed

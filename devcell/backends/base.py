@@ -7,9 +7,13 @@ Every method is idempotent: repeating a call that already took effect is not an 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import threading
 
 
 class Consistency(StrEnum):
@@ -90,6 +94,9 @@ class Owned:
     kind: OwnedKind
     id: str
     cell_id: str
+    content: str | None = None
+    """Where the user's files of a volume or checkpoint lie, when it holds any: the sweep
+    never removes such a resource on its own (the fake's hold none)."""
 
 
 Outputs = dict[str, str | int | float | bool | None]
@@ -109,6 +116,27 @@ class MachineState(Protocol):
     def restore_machine(self, cell: CellRef, checkpoint_id: str) -> Outputs:
         """Start the machine from what save_machine kept; its processes go on."""
         ...
+
+
+@runtime_checkable
+class Watching(Protocol):
+    """What a backend that can report its runtimes' changes as they happen also does (the
+    Docker engine's event stream): the daemon queues a cell the moment its runtime dies,
+    stops or is paused behind DevCell's back, instead of waiting for the periodic resync."""
+
+    def watch(self, on_event: Callable[[str], None], *, stop: threading.Event,
+              on_open: Callable[[], None]) -> None:
+        """Call `on_event(cell_id)` for every change to a runtime of this state directory
+        until `stop` is set. `on_open()` runs once the stream is open (changes before it were
+        missed: the caller observes everything). Raises BackendUnavailable when the stream is
+        lost (the engine restarted); the caller opens it again."""
+        ...
+
+
+ObserveAll = Callable[[Any], dict[str, Observed]]
+"""`observe_all(state_dir)`: every runtime a backend holds for a state directory, by cell id,
+in one call (one list call to the engine), imported without the backend's SDK so that
+commands observing before they act stay fast. A cell missing from the result has no runtime."""
 
 
 class Backend(Protocol):

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import io
 import shutil
-import subprocess
 import tarfile
 import time
 from pathlib import Path
 
+from devcell.backends import children
 from devcell.errors import BackendError
 
 BASE_IMAGE = "devcell/busybox:latest"
@@ -53,7 +53,7 @@ def rootfs_tar(busybox: Path | None = None) -> bytes:
     if not _static(binary):
         raise BackendError(f"{binary} is dynamically linked; the image needs the static build "
                            "(apt-get install -y busybox-static)")
-    listed = subprocess.run([str(binary), "--list"], capture_output=True, text=True, check=False)
+    listed = children.run([str(binary), "--list"])
     applets = sorted(a for a in listed.stdout.split() if a and "/" not in a and a != "busybox")
     if listed.returncode != 0 or "sh" not in applets:
         raise BackendError(f"{binary} --list failed or has no sh applet")

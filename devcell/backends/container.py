@@ -37,7 +37,14 @@ from docker.models.containers import _create_container_args
 from loguru import logger
 
 from devcell import config, security
-from devcell.backends import base_image, container_spec, supervisor, treecopy
+from devcell.backends import (
+    base_image,
+    container_observe,
+    container_spec,
+    proctree,
+    supervisor,
+    treecopy,
+)
 from devcell.backends.base import (
     Capabilities,
     CellRef,
@@ -74,17 +81,13 @@ from devcell.errors import (
 if TYPE_CHECKING:
     from devcell.backends.interactive import Terminal
 
-DEFAULT_SOCKET = "unix:///var/run/docker.sock"
-QUIESCED = "quiesced"
-"""Marker in the cell's run directory: hooks ran for a checkpoint and resume has not yet."""
+DEFAULT_SOCKET = container_observe.DEFAULT_SOCKET
+QUIESCED = container_observe.QUIESCED
 _CELL_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_HOW_TO_START = ("start it with `scripts/docker-setup` (as root), `systemctl start docker`, or "
-                 "`dockerd --bridge=none --iptables=false &`; or set DOCKER_HOST to a running "
-                 "engine")
-
-
-def engine_address() -> str:
-    return os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
+_HOW_TO_START = container_observe.HOW_TO_START
+engine_address = container_observe.engine_address
+WATCHED_EVENTS = ("die", "oom", "kill", "stop", "pause", "unpause", "destroy", "start")
+"""Engine events that change what DevCell observes of a cell's container."""
 
 
 _ROOT_CAUSES: tuple[tuple[type[BaseException], str], ...] = (
@@ -202,6 +205,8 @@ def connect() -> docker.DockerClient:
 
 
 HOOK_TAIL = 400
+HOOK_TIMEOUT_S = 60
+"""A checkpoint hook's time limit when spec.hooks.timeoutSeconds does not say."""
 """Bytes of a failed hook's output kept for its error message."""
 
 
@@ -287,7 +292,10 @@ class ContainerBackend:
                if c["cell_id"]]
         for kind, entries in ((OwnedKind.VOLUME, self.store.all_volumes()),
                               (OwnedKind.CHECKPOINT, self.store.all_checkpoints())):
-            out += [Owned(kind, resource_id, cell_id) for resource_id, cell_id in entries]
+            for resource_id, cell_id in entries:
+                content = self.store.content(kind, resource_id)
+                out.append(Owned(kind, resource_id, cell_id,
+                                 None if content is None else str(content)))
         return out
 
     # -- observe ---------------------------------------------------------------------------
@@ -296,15 +304,53 @@ class ContainerBackend:
         info = self._find(cell)
         if info is None:
             return Observed(exists=False)
-        state = info.get("State", "")
-        quiesced = (self.layout.run_dir(cell.id) / QUIESCED).exists()
-        return Observed(
-            exists=True, running=state in ("running", "paused", "restarting"),
-            frozen=state == "paused" or quiesced,
-            runtime_hash=(info.get("Labels") or {}).get(RUNTIME_HASH),
-            detail={"state": state, "container": (info.get("Names") or ["?"])[0].lstrip("/"),
-                    "id": info["Id"][:12]},
-        )
+        return container_observe.observed(info, self.layout, cell.id)
+
+    def api_list(self) -> list[dict[str, Any]]:
+        """The engine's list of this state directory's containers (container_observe's one
+        call, through the SDK for engine addresses only the SDK speaks)."""
+        with _engine("listing DevCell's containers"):
+            listed: list[dict[str, Any]] = self.api.containers(all=True,
+                                                               filters=self._owned_filter())
+        return listed
+
+    def owns(self, info: dict[str, Any]) -> bool:
+        return self._is_owned(info)
+
+    def watch(self, on_event: Callable[[str], None], *, stop: threading.Event,
+              on_open: Callable[[], None]) -> None:
+        """Follow the engine's event stream for this state directory's containers (die, oom,
+        kill, stop, pause, unpause, destroy, start) until `stop` is set; a lost stream (the
+        engine restarted) raises BackendUnavailable."""
+        filters = {"type": ["container"], "event": list(WATCHED_EVENTS),
+                   "label": self._owned_filter()["label"]}
+        with _engine("following the engine's events"):
+            stream = self.client.events(filters=filters, decode=True)
+        done = threading.Event()
+
+        def close_on_stop() -> None:
+            while not done.is_set():
+                if stop.wait(0.2):
+                    stream.close()
+                    return
+
+        threading.Thread(target=close_on_stop, name="events-close", daemon=True).start()
+        on_open()
+        try:
+            with _engine("following the engine's events"):
+                for event in stream:
+                    attributes = (event.get("Actor") or {}).get("Attributes") or {}
+                    if attributes.get(STATE) == self.owner and attributes.get(CELL_ID):
+                        on_event(attributes[CELL_ID])
+        except BackendError:
+            if stop.is_set():
+                return  # closed by the stop: not a loss
+            raise
+        finally:
+            done.set()
+        if not stop.is_set():
+            raise BackendUnavailable("the Docker engine's event stream ended (the engine "
+                                     "stopped or restarted)")
 
     # -- volumes ---------------------------------------------------------------------------
 
@@ -585,6 +631,7 @@ class ContainerBackend:
         run = self.layout.run_dir(cell.id)
         for name in (supervisor.SCRIPT, supervisor.SECRETS, QUIESCED):
             (run / name).unlink(missing_ok=True)
+            (run / f".{name}.tmp").unlink(missing_ok=True)  # a write a kill interrupted
         if run.is_dir() and not any(run.iterdir()):
             run.rmdir()
         return {}
@@ -596,10 +643,11 @@ class ContainerBackend:
         return [list(h) for h in hooks]
 
     def _run_hooks(self, cell: CellRef, container_id: str, which: str) -> int:
+        limit = float((cell.spec.get("hooks") or {}).get("timeoutSeconds", HOOK_TIMEOUT_S))
         for argv in self._hooks(cell, which):
             out = _Tail(HOOK_TAIL)
             code = self._exec(container_id, argv, out.add, out.add,
-                              action=f"{which} hook of cell {cell.name}")
+                              action=f"{which} hook of cell {cell.name}", time_limit=limit)
             if code != 0:
                 tail = out.text()
                 for value in supervisor.split_env(cell.spec)[1].values():
@@ -700,12 +748,14 @@ class ContainerBackend:
 
     def _exec(self, container_id: str, argv: list[str], out: Callable[[bytes], object],
               err: Callable[[bytes], object], *, action: str, stdin: BinaryIO | None = None,
-              terminal: Terminal | None = None) -> int:
+              terminal: Terminal | None = None, time_limit: float | None = None) -> int:
         """Run `argv` through the supervisor's --exec (the cell's environment, secrets
         included) on the engine's hijacked connection; its exit status.
 
         The output is read on this thread; `stdin` is copied on a daemon thread (it may block
-        on a terminal long after the command ended) and `terminal`'s size on another.
+        on a terminal long after the command ended) and `terminal`'s size on another. Past
+        `time_limit` seconds the command and everything it started are killed and the call
+        raises: a hook the cell wrote must not hold a host command forever.
         """
         tty = terminal is not None
         with _engine(action):
@@ -716,6 +766,12 @@ class ContainerBackend:
         reader, raw = self._hijacked(conn)
         done = threading.Event()
         window = None
+        expired = threading.Event()
+        timer = None
+        if time_limit is not None:
+            timer = threading.Timer(time_limit, self._expire, args=(exec_id, conn, raw, expired))
+            timer.daemon = True
+            timer.start()
         try:
             if stdin is not None:
                 threading.Thread(target=self._feed, args=(stdin, raw), daemon=True,
@@ -733,8 +789,24 @@ class ContainerBackend:
                 terminal.resized.set()  # wake the window thread: it sees `done` and ends
             if window is not None:
                 window.join(timeout=10)  # the client is not shared with it past this point
+            if timer is not None:
+                timer.cancel()
             self._hang_up(conn, raw)
+        if expired.is_set():
+            raise BackendError(f"{action}: {argv!r} did not finish within {time_limit:g} s "
+                               "(spec.hooks.timeoutSeconds); it was killed")
         return self._exit_code(exec_id, action)
+
+    def _expire(self, exec_id: str, conn: Any, raw: Any, expired: threading.Event) -> None:
+        """Kill a command past its time limit, with what it started, and end its stream."""
+        expired.set()
+        try:
+            pid = int(self.api.exec_inspect(exec_id).get("Pid") or 0)
+        except (docker.errors.DockerException, requests.exceptions.RequestException, ValueError):
+            pid = 0
+        if pid > 0:
+            proctree.kill_tree(pid)
+        self._hang_up(conn, raw)
 
     @staticmethod
     def _hijacked(conn: Any) -> tuple[Any, Any]:

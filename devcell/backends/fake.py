@@ -18,8 +18,10 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from devcell.backends.base import (
     Capabilities,
@@ -32,6 +34,10 @@ from devcell.backends.base import (
     OwnedKind,
 )
 from devcell.errors import BackendError, BackendNotFound
+from devcell.store import faults
+
+if TYPE_CHECKING:
+    import threading
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL,
@@ -101,6 +107,28 @@ def _env_failures() -> list[Failure]:
     return _ENV_FAILURES[text]
 
 
+WATCH_POLL_S = 0.02
+"""How often the fake's watch looks at its world (it has no event stream to follow)."""
+
+
+def _row_observed(state: str, runtime_hash: str | None, frozen: int) -> Observed:
+    return Observed(exists=True, running=state == "running", runtime_hash=runtime_hash,
+                    frozen=bool(frozen), detail={"state": state})
+
+
+def observe_all(state_dir: Path) -> dict[str, Observed]:
+    """Every cell runtime the fake holds for `state_dir`, read-only, in one query."""
+    path = state_dir / "backends" / "fake.db"
+    if not path.exists():
+        return {}
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
+    try:
+        return {r[0]: _row_observed(r[1], r[2], r[3]) for r in conn.execute(
+            "SELECT id, state, runtime_hash, frozen FROM cells")}
+    finally:
+        conn.close()
+
+
 class FakeBackend:
     name = "fake"
     capabilities = Capabilities(snapshot_consistency=Consistency.METADATA)
@@ -110,10 +138,7 @@ class FakeBackend:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         old = os.umask(0o077)
         try:
-            self.conn = sqlite3.connect(
-                str(directory / "fake.db"), isolation_level=None, timeout=60,
-                check_same_thread=False,
-            )
+            self.conn = faults.connect(directory / "fake.db", timeout=60)
         finally:
             os.umask(old)
         self.conn.execute("PRAGMA busy_timeout = 60000")
@@ -206,8 +231,35 @@ class FakeBackend:
         ).fetchone()
         if row is None:
             return Observed(exists=False)
-        return Observed(exists=True, running=row[0] == "running", runtime_hash=row[1],
-                        frozen=bool(row[2]), detail={"state": row[0]})
+        return _row_observed(*row)
+
+    def watch(self, on_event: Callable[[str], None], *, stop: threading.Event,
+              on_open: Callable[[], None]) -> None:
+        """The fake's stand-in for an engine's event stream: its world, polled; every cell
+        whose runtime changed (by DevCell or behind its back) is reported."""
+        def world() -> dict[str, tuple[str, int]]:
+            return {r[0]: (r[1], r[2]) for r in self.conn.execute(
+                "SELECT id, state, frozen FROM cells")}
+
+        seen = world()
+        on_open()
+        while not stop.wait(WATCH_POLL_S):
+            now = world()
+            for cell_id in sorted(set(seen) | set(now)):
+                if seen.get(cell_id) != now.get(cell_id):
+                    on_event(cell_id)
+            seen = now
+
+    def behind_back(self, cell_id: str, *, state: str | None = None, frozen: bool | None = None,
+                    gone: bool = False) -> None:
+        """Test hook: change a runtime as someone outside DevCell would (`docker stop`,
+        `docker pause`, `docker rm`, an engine restart); not logged as a call."""
+        if gone:
+            self.conn.execute("DELETE FROM cells WHERE id = ?", (cell_id,))
+        if state is not None:
+            self.conn.execute("UPDATE cells SET state = ? WHERE id = ?", (state, cell_id))
+        if frozen is not None:
+            self.conn.execute("UPDATE cells SET frozen = ? WHERE id = ?", (int(frozen), cell_id))
 
     def volume_exists(self, volume_id: str) -> bool:
         return self.conn.execute(

@@ -16,7 +16,6 @@ import ctypes
 import hashlib
 import os
 import stat
-import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from pathlib import Path
 from loguru import logger
 
 from devcell import progress
-from devcell.backends import treewalk
+from devcell.backends import children, treewalk
 from devcell.errors import BackendError
 
 BATCH = 256
@@ -111,7 +110,7 @@ def measure(root: Path) -> TreeStats:
 
 
 def _cp(argv: list[str], cwd: Path) -> None:
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+    done = children.run(argv, cwd=cwd)
     if done.returncode != 0:
         raise BackendError(f"copying from {cwd} failed: {done.stderr.strip()[:500]}")
 
@@ -250,8 +249,7 @@ def remove_tree(path: Path, trash: Path) -> None:
     if not path.exists() and not path.is_symlink():
         return
     os.rename(path, trash)
-    done = subprocess.run(["rm", "-rf", "--one-file-system", "--", str(trash)],
-                          capture_output=True, text=True, check=False)
+    done = children.run(["rm", "-rf", "--one-file-system", "--", str(trash)])
     if done.returncode != 0:
         logger.warning("could not remove all of {}: {}", trash, done.stderr.strip()[:300])
 

@@ -7,20 +7,41 @@ name first. So a crash never leaves a half-written checkpoint that `find` would 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from loguru import logger
 
-from devcell.backends import treecopy
+from devcell.backends import temporaries, treecopy
 from devcell.backends.container_layout import Layout, is_safe_id, safe_id
-from devcell.errors import BackendNotFound
+from devcell.errors import BackendError, BackendNotFound, BackendRefused
 
 MARKER_VERSION = 1
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _host_errors(action: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """A host file system failure (disk full, read-only) is a step's BackendError naming the
+    cause, never an unexpected OSError with a traceback."""
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return fn(*args, **kwargs)
+            except OSError as exc:
+                where = f" ({exc.filename})" if exc.filename else ""
+                raise BackendError(f"{action} failed: {exc.strerror or exc}{where}") from exc
+        return wrapped
+    return wrap
 
 
 def _mkdir_private(path: Path) -> None:
@@ -54,13 +75,26 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _clear_leftovers(parent: Path, prefix: str) -> None:
-    """Remove temporary and trash directories a crashed copy left behind."""
-    if not parent.is_dir():
+def _clear_unmarked(final: Path, marker: str) -> None:
+    """Make way for a new volume or checkpoint at `final`, where a directory without its
+    marker stands (it can only be a leftover: DevCell renames complete ones into place).
+    An empty one is removed; one whose workspace holds files is refused, never removed
+    without a decision: the marker may be what was lost."""
+    if not final.exists() and not final.is_symlink():
         return
-    for entry in parent.iterdir():
-        if entry.name.startswith(prefix):
-            treecopy.remove_tree(entry, parent / f".trash-{secrets.token_hex(6)}")
+    workspace = final / "workspace"
+    try:
+        holds_files = not final.is_symlink() and not treecopy.is_empty(workspace)
+    except FileNotFoundError:
+        holds_files = False
+    except OSError:
+        holds_files = True
+    if holds_files:
+        raise BackendRefused(
+            f"{final} holds files (in workspace/) but no {marker}: DevCell will not remove "
+            "them on its own; move the directory out of the state directory (after copying "
+            "what matters) and try again")
+    treecopy.remove_tree(final, temporaries.trash(final.parent))
 
 
 class WorkspaceStore:
@@ -78,6 +112,7 @@ class WorkspaceStore:
     def marker(self, volume_id: str) -> dict[str, Any] | None:
         return _read_json(self.layout.marker(volume_id))
 
+    @_host_errors("creating a workspace volume")
     def create_volume(self, *, cell_id: str, cell_name: str, volume_id: str,
                       from_checkpoint: str | None, op_id: str | None = None
                       ) -> treecopy.TreeStats:
@@ -90,8 +125,8 @@ class WorkspaceStore:
             if self.find_checkpoint(from_checkpoint) is None:
                 raise BackendNotFound(f"checkpoint {from_checkpoint} does not exist")
             source = self.layout.checkpoint(from_checkpoint) / "workspace"
-        _clear_leftovers(self.layout.volumes, f".tmp-{volume_id}-")
-        tmp = self.layout.volumes / f".tmp-{volume_id}-{secrets.token_hex(4)}"
+        temporaries.remove_dead(self.layout.volumes, f"{temporaries.TMP}{volume_id}-")
+        tmp = self.layout.volumes / temporaries.temp_name(volume_id)
         _mkdir_private(tmp)
         try:
             if source is not None:
@@ -106,19 +141,19 @@ class WorkspaceStore:
                 "cell": cell_name, "from_checkpoint": from_checkpoint, "created": time.time(),
                 "operation": op_id,
             })
-            if final.exists():  # a directory without a marker: a leftover, never a volume
-                treecopy.remove_tree(final, self.layout.volumes / f".trash-{secrets.token_hex(6)}")
+            _clear_unmarked(final, "volume.json")  # a directory without a marker
             os.rename(tmp, final)
             _fsync_dir(self.layout.volumes)
         except BaseException:
-            treecopy.remove_tree(tmp, self.layout.volumes / f".trash-{secrets.token_hex(6)}")
+            treecopy.remove_tree(tmp, temporaries.trash(self.layout.volumes))
             raise
         logger.bind(volume=volume_id).debug("volume created ({} files restored)", stats.files)
         return stats
 
+    @_host_errors("removing a workspace volume")
     def delete_volume(self, volume_id: str) -> None:
         treecopy.remove_tree(self.layout.volume(volume_id),
-                             self.layout.volumes / f".trash-{secrets.token_hex(6)}")
+                             temporaries.trash(self.layout.volumes))
 
     def all_volumes(self) -> list[tuple[str, str]]:
         """(volume id, owning cell id) of every complete volume, from the marker files."""
@@ -144,6 +179,7 @@ class WorkspaceStore:
             return None
         return meta
 
+    @_host_errors("taking a checkpoint")
     def checkpoint(self, *, checkpoint_id: str, cell_id: str, volume_id: str,
                    cell_name: str | None = None) -> dict[str, Any]:
         """Copy the volume's workspace to a new checkpoint (the caller froze the writers)."""
@@ -155,8 +191,8 @@ class WorkspaceStore:
             raise BackendNotFound(f"volume {volume_id} does not exist; nothing to checkpoint")
         final = self.layout.checkpoint(checkpoint_id)
         parent = self.layout.checkpoints
-        _clear_leftovers(parent, f".tmp-{checkpoint_id}-")
-        tmp = parent / f".tmp-{checkpoint_id}-{secrets.token_hex(4)}"
+        temporaries.remove_dead(parent, f"{temporaries.TMP}{checkpoint_id}-")
+        tmp = parent / temporaries.temp_name(checkpoint_id)
         _mkdir_private(tmp)
         started = time.perf_counter()
         try:
@@ -167,14 +203,27 @@ class WorkspaceStore:
                     "files": stats.files, "size_bytes": stats.size_bytes, "created": time.time(),
                     "copy_ms": round((time.perf_counter() - started) * 1000, 1)}
             _write_json(tmp / "checkpoint.json", meta)
-            if final.exists():  # incomplete leftover under the final name (no metadata)
-                treecopy.remove_tree(final, parent / f".trash-{secrets.token_hex(6)}")
+            _clear_unmarked(final, "checkpoint.json")  # no metadata: never complete
             os.rename(tmp, final)
             _fsync_dir(parent)
         except BaseException:
-            treecopy.remove_tree(tmp, parent / f".trash-{secrets.token_hex(6)}")
+            treecopy.remove_tree(tmp, temporaries.trash(parent))
             raise
         return meta
+
+    def content(self, kind: str, resource_id: str) -> Path | None:
+        """The workspace directory of a volume (`kind` "volume") or checkpoint, if it holds
+        any file: what the orphan sweep must never remove on its own."""
+        if kind == "volume":
+            workspace = self.layout.workspace(resource_id)
+        else:
+            workspace = self.layout.checkpoint(resource_id) / "workspace"
+        try:
+            return None if treecopy.is_empty(workspace) else workspace
+        except FileNotFoundError:
+            return None
+        except OSError:  # unreadable, or not a directory: it is not ours to judge empty
+            return workspace
 
     def all_checkpoints(self) -> list[tuple[str, str]]:
         """(checkpoint id, cell id it was taken of) of every complete checkpoint."""
@@ -187,9 +236,10 @@ class WorkspaceStore:
                 found.append((entry.name, str(meta.get("cell_id", ""))))
         return found
 
+    @_host_errors("removing a checkpoint")
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         treecopy.remove_tree(self.layout.checkpoint(checkpoint_id),
-                             self.layout.checkpoints / f".trash-{secrets.token_hex(6)}")
+                             temporaries.trash(self.layout.checkpoints))
 
     def changed_since(self, volume_id: str, checkpoint_id: str | None) -> bool:
         """Whether the workspace holds changes the checkpoint does not (size/mtime/mode check).

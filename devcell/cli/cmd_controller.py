@@ -27,7 +27,8 @@ def run_daemon(args: argparse.Namespace) -> int:
                    diagnose=False)  # never dump local variables (secrets) with a traceback
     state_dir = dbmod.resolve_state_dir(args.state_dir)
     config = DaemonConfig(state_dir=state_dir, manifests=manifests, workers=args.workers,
-                          resync_seconds=args.resync, run_store=args.run_store)
+                          resync_seconds=args.resync, run_store=args.run_store,
+                          runtime_events=args.runtime_events)
     logger.info("controller for {} watching {}", state_dir, manifests.absolute())
     return Daemon(config).run()
 
@@ -55,6 +56,13 @@ def run_wait(args: argparse.Namespace) -> int:
             sys.stdout.write(printable(f"{args.kind.lower()}/{args.name} deleted") + "\n")
             return 0
         raise NotFound(f'{args.kind.lower()} "{args.name}" not found')
+    if args.kind == "Cell" and condition != "delete":
+        from devcell.reconciler import observe
+
+        # A recorded Ready is only believed once the backend agrees with it: a runtime
+        # stopped behind DevCell's back is recorded as such, and the wait goes on for a
+        # repair (by the daemon) or times out saying why.
+        observe.observe_and_record(db, [record.id])
     failures = waiting.wait_for(db, [(args.kind, record.id)], timeout=args.timeout,
                                 condition=condition, fail_fast=False)
     if failures:

@@ -25,14 +25,24 @@ from devcell.store.db import open_database
 FOLLOW_POLL_S = 0.2
 
 
-def _open_cell(args: argparse.Namespace) -> tuple[Interactive, CellRef]:
+def _open_cell(args: argparse.Namespace, *, verb: str) -> tuple[Interactive, CellRef]:
+    """The cell's backend and reference, after observing its runtime: a runtime stopped,
+    paused or gone behind DevCell's back is recorded as such (so `get` and `cell start` know)
+    and said on stderr, before the command acts on it."""
+    from devcell.reconciler import observe
+
     logs.configure(args.verbose)
     db = open_database(args.state_dir)
     try:
         cell = objects.require(db.conn, "Cell", args.cell)
         volume = volumes.for_cell(db.conn, cell.id)
+        drift = observe.observe_and_record(db, [cell.id]).drifted.get(cell.id)
     finally:
         db.close()
+    if drift is not None:
+        sys.stderr.write(f"warning: cell {names.printable(cell.name)}: its runtime {drift.seen} "
+                         f"(recorded {cell.phase}); `devcell cell start "
+                         f"{names.printable(cell.name)}` repairs it; {verb}\n")
     backend_name = cell.extra["backend"]
     backend = backends.load(backend_name, Path(db.state_dir))
     ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
@@ -54,7 +64,7 @@ def run_exec(args: argparse.Namespace) -> int:
     if args.tty and not sys.stdin.isatty():
         raise UsageError("the input device is not a terminal: -t needs one (to pipe input "
                          "into the command, use -i without -t)")
-    backend, ref = _open_cell(args)
+    backend, ref = _open_cell(args, verb="running the command anyway")
     try:
         with _terminal(raw=args.stdin) if args.tty else nullcontext() as terminal:
             return backend.exec(ref, argv, stdout=sys.stdout.buffer, stderr=sys.stderr.buffer,
@@ -165,7 +175,7 @@ class _Tail:
 
 
 def run_logs(args: argparse.Namespace) -> int:
-    backend, ref = _open_cell(args)
+    backend, ref = _open_cell(args, verb="showing its logs as last written")
     try:
         paths = backend.log_paths(ref)
     finally:

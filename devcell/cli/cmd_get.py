@@ -12,7 +12,7 @@ from devcell import kinds
 from devcell.cli import render
 from devcell.errors import NotFound, UsageError
 from devcell.names import printable
-from devcell.store import views
+from devcell.store import guard, views
 from devcell.store.db import Database, resolve_state_dir
 
 KIND_OF_TABLE = {kind.plural: kind.name for kind in kinds.KINDS.values()}
@@ -21,6 +21,7 @@ KIND_OF_TABLE = {kind.plural: kind.name for kind in kinds.KINDS.values()}
 def _open(args: argparse.Namespace) -> Database | None:
     state_dir = resolve_state_dir(args.state_dir)
     if not (state_dir / "state.db").exists():
+        guard.refuse_leftovers(state_dir, state_dir / "state.db")  # a lost database: say so
         return None
     return Database(state_dir, create=False)
 
@@ -29,7 +30,7 @@ def _rows(db: Database, kind: str, name: str | None, selector: list[Any], *, wid
           ) -> list[dict[str, Any]]:
     conn = db.conn
     if kind == "cells":
-        return views.cells_table(conn, selector, name, wide=wide)
+        return _with_observed(db, views.cells_table(conn, selector, name, wide=wide))
     if kind == "snapshots":
         return views.snapshots_table(conn, selector, name)
     if kind == "volumes":
@@ -47,6 +48,26 @@ def _rows(db: Database, kind: str, name: str | None, selector: list[Any], *, wid
         row["running"] = holder is not None and holder.pid == row["pid"]
         return [row]
     return views.events_table(conn, name)
+
+
+CRASH_LOOP = "CrashLoopBackOff"
+
+
+def _with_observed(db: Database, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each cell's OBSERVED age (when its phase was last confirmed by its backend), and
+    CrashLoopBackOff for the phase of a cell held back after its runtime kept dying."""
+    import time
+
+    from devcell.store import observations
+
+    seen = observations.load(db.state_dir) if rows else {}
+    now = time.time()
+    for r in rows:
+        at = seen.get(r["id"])
+        r["observed_s"] = None if at is None else int(now - at)
+        if r.get("retry_at") is not None and float(r["retry_at"]) > now:
+            r["phase"] = CRASH_LOOP
+    return rows
 
 
 def _documents(db: Database, kind: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -78,10 +99,10 @@ def _waiting_for(op: dict[str, Any]) -> str:
 def _print_table(kind: str, rows: list[dict[str, Any]], wide: bool) -> None:
     age = render.age
     if kind == "cells":
-        headers = ["NAME", "BACKEND", "DESIRED", "PHASE", "FORKED-FROM", "AGE"]
+        headers = ["NAME", "BACKEND", "DESIRED", "PHASE", "OBSERVED", "FORKED-FROM", "AGE"]
         secs = render.age_seconds
-        data = [[r["name"], r["backend"], r["state"], r["phase"], r["forked_from"],
-                 secs(r["age_s"])] for r in rows]
+        data = [[r["name"], r["backend"], r["state"], r["phase"], secs(r["observed_s"]),
+                 r["forked_from"], secs(r["age_s"])] for r in rows]
         if wide:
             headers += ["ID", "IMAGE", "GENERATION", "SOURCE"]
             for d, r in zip(data, rows, strict=True):
@@ -215,5 +236,5 @@ def run_describe(args: argparse.Namespace) -> int:
     if args.kind == "Operation":
         describe.operation(db.conn, args.name)
     else:
-        describe.object(db.conn, args.kind, args.name)
+        describe.object(db.conn, args.kind, args.name, db.state_dir)
     return 0

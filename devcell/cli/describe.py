@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from devcell.cli import render
@@ -71,7 +73,8 @@ def _events(conn: sqlite3.Connection, object_id: str) -> None:
                      for e in rows])
 
 
-def object(conn: sqlite3.Connection, kind: str, ref: str) -> None:
+def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None = None
+           ) -> None:
     record = objects.require(conn, kind, ref)
     row = objects.row(conn, kind, record.id)
     assert row is not None  # require() just found it
@@ -86,6 +89,18 @@ def object(conn: sqlite3.Connection, kind: str, ref: str) -> None:
     if record.deleting_at:
         _field("Deleting since", record.deleting_at)
     _field("Phase", record.phase)
+    if kind == "Cell":
+        from devcell.store import observations
+
+        at = observations.load(state_dir).get(record.id) if state_dir else None
+        _field("Observed", "never confirmed by its backend" if at is None else
+               f"{render.age_seconds(int(time.time() - at))} ago (phase confirmed by its backend)")
+        restarts = record.status.get("restarts") or {}
+        if restarts.get("deaths"):
+            backoff = float(restarts.get("retryAt", 0)) - time.time()
+            _field("Restarts", f"{restarts['deaths']} (its runtime died behind DevCell's back"
+                   + (f"; CrashLoopBackOff: next restart in {backoff:.0f}s)" if backoff > 0
+                      else ")"))
     _field("Generation", f"{record.generation} (observed {record.observed_generation})")
     if record.status.get("nextRetryAt"):
         _field("Next retry", f"{record.status['nextRetryAt']} (attempt "

@@ -249,6 +249,9 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=4, help="parallel reconciles (default 4)")
     p.add_argument("--resync", type=_duration, default=60.0,
                    help="period of the full resync that repairs drift (default 60s; 0: never)")
+    p.add_argument("--no-runtime-events", dest="runtime_events", action="store_false",
+                   help="do not follow the backend's runtime events (the engine's event "
+                        "stream); only the resync then finds a runtime that died")
     p.add_argument("--log-json", action="store_true", help="machine-readable logs on stderr")
 
 
@@ -329,3 +332,11 @@ def _run(args: argparse.Namespace) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a full or read-only disk met outside the database: not a bug
+        from devcell.store import db, faults
+
+        machine = faults.from_os_error(exc, db.resolve_state_dir(getattr(args, "state_dir", None)))
+        if machine is None:
+            raise
+        sys.stderr.write(f"error: {machine}\n")
+        return machine.exit_code

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from devcell.backends.base import (
     Observed,
     Outputs,
 )
+from devcell.controllers import crashloop
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Decision, Gate, Plan, Settled, Step, Wait, When
 from devcell.controllers.steps import StepName
@@ -168,6 +170,9 @@ class CellController:
                 steps.append(Step(S.RESTORE_MACHINE, {"checkpoint_id": saved["checkpointId"]}))
                 action = action or "wake"
             elif desired == "Running" and not running_after:
+                held = self._crash_backoff(ctx, cell, observed, stale)
+                if held is not None:
+                    return held
                 steps.append(Step(S.START))
                 if not action:
                     action = "wake" if cell.phase == Phase.SLEEPING else "start"
@@ -217,9 +222,48 @@ class CellController:
                                     "description": "the cell's name, to confirm"}}})
         return Plan(cell, "delete", steps, backend_name, CellWork(ref), gate=gate)
 
-    def _wait(self, ctx: Context, cell: objects.ObjectRecord, reason: str, message: str) -> Wait:
+    def _wait(self, ctx: Context, cell: objects.ObjectRecord, reason: str, message: str,
+              after: float = 1.0) -> Wait:
         self._write_blocked(ctx, cell, reason, message)
-        return Wait(reason, message)
+        return Wait(reason, message, requeue_after=after)
+
+    def _crash_backoff(self, ctx: Context, cell: objects.ObjectRecord, observed: Observed,
+                       stale: bool) -> Wait | None:
+        """A runtime DevCell started that has died: count the death (once), and hold the
+        restart while its back-off runs (crashloop), unless a user asked for it."""
+        restarts = cell.status.get("restarts")
+        if (not restarts or stale or not observed.exists or observed.running
+                or cell.observed_generation != cell.generation):
+            return None
+        now = time.time()
+        if not restarts.get("dead"):
+            restarts = crashloop.died(restarts, now)
+            self._record_death(ctx, cell, restarts, observed)
+        wait = float(restarts["retryAt"]) - now
+        if wait <= 0 or ctx.trigger in crashloop.USER_TRIGGERS:
+            return None
+        return self._wait(ctx, cell, crashloop.REASON,
+                          f"back-off {crashloop.delay(int(restarts['deaths'])):.0f}s restarting "
+                          f"its runtime, which died {restarts['deaths']} times in a row "
+                          f"(`devcell cell start {cell.name}` restarts it now)", after=wait)
+
+    def _record_death(self, ctx: Context, cell: objects.ObjectRecord, restarts: dict[str, Any],
+                      observed: Observed) -> None:
+        state = observed.detail.get("state") or "stopped"
+        message = f"its runtime died behind DevCell's back ({state}); restarting it"
+        with ctx.db.write() as conn:
+            fresh = objects.get(conn, KIND, cell.id)
+            if fresh is None:
+                return
+            status = dict(fresh.status, restarts=restarts, message=message)
+            status["conditions"] = objects.set_condition(
+                status.get("conditions", []), "Ready", "False", "RuntimeDied", message)
+            objects.write_status(conn, fresh, phase=Phase.PENDING, status=status,
+                                 observed_generation=fresh.observed_generation)
+            events.record(conn, kind=KIND, object_id=cell.id, name=cell.name,
+                          reason="RuntimeDied", message=message, type="Warning")
+        cell.phase, cell.status = fresh.phase, fresh.status
+        cell.resource_version = fresh.resource_version
 
     def _write_blocked(self, ctx: Context, cell: objects.ObjectRecord, reason: str,
                        message: str) -> None:
@@ -261,7 +305,7 @@ class CellController:
         }[state]
         status["conditions"] = objects.set_condition(
             status.get("conditions", []), "Ready", "True", state, message)
-        for key in ("message", "nextRetryAt", "retries", "failedGeneration"):
+        for key in ("message", "nextRetryAt", "retries", "failedGeneration", "drifted"):
             status.pop(key, None)
         return status
 
@@ -369,6 +413,10 @@ class CellController:
             }
         status["runtime"] = {"backend": plan.backend, "ref": f"{plan.backend}://{fresh.id}"}
         phase = _phase_for(fresh.spec.get("state", "Running"))
+        if phase != Phase.RUNNING:
+            status.pop("restarts", None)  # stopped by DevCell: no death to count
+        elif S.START in plan.ran or S.RESTORE_MACHINE in plan.ran:
+            status["restarts"] = crashloop.started(status.get("restarts"), time.time())
         objects.write_status(conn, fresh, phase=phase, status=status,
                              observed_generation=plan.object.generation)
         reason = {"create": "Created", "fork": "Forked", "update": "Updated", "start": "Started",

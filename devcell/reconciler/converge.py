@@ -182,6 +182,7 @@ def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0,
     pool: _Pool | None = None
     with reconcile_lock(ctx):
         found = recovery.recover_interrupted(ctx.db)
+        recovery.remove_dead_temporaries(ctx.db.state_dir)
         report.recovered = sorted({op_id for op_id, _, _ in found})
         pending.extend(k for k in dict.fromkeys((kind, oid) for _, kind, oid in found)
                        if k not in pending)
@@ -200,7 +201,12 @@ def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0,
                 progressed = False
                 for key, turn in zip(pending, turns, strict=True):
                     report.operations.extend(turn.operations)
-                    progressed = progressed or bool(turn.operations)
+                    # An object that settled this round (a cell whose drift was only to
+                    # record) is progress too: whatever waits on it looks again. Settled keys
+                    # leave `pending`, so this cannot loop.
+                    settled = turn.outcome is not None and \
+                        turn.outcome.result is reconcile.Result.DONE
+                    progressed = progressed or bool(turn.operations) or settled
                     if _record(report, key, turn.outcome):
                         next_round.append(key)
                 if not progressed:

@@ -48,6 +48,9 @@ class DaemonConfig:
     debounce_ms: int = 400
     prune_grace: float = 0.5
     run_store: str | None = None
+    runtime_events: bool = True
+    """Follow each backend's runtime events (Watching): a cell whose runtime dies is queued
+    at once, not at the next resync."""
 
 
 @dataclass
@@ -74,10 +77,11 @@ class Daemon:
             signal.signal(signal.SIGINT, self._on_signal)
             daemon_status.started(db, lease.holder)
             manager = Manager(cfg.state_dir, workers=cfg.workers, resync_seconds=cfg.resync_seconds,
-                              run_store_kind=cfg.run_store)
+                              run_store_kind=cfg.run_store, runtime_events=cfg.runtime_events)
             for op_id, kind, object_id in recovery.recover_interrupted(db):
                 manager.enqueue((kind, object_id), trigger="recovery")
                 logger.warning("operation {} was interrupted by a crash; recorded as failed", op_id)
+            recovery.remove_dead_temporaries(cfg.state_dir)
             self._sweep_orphans(db)
             syncer = DirectorySync(db, cfg.manifests, prune_grace=cfg.prune_grace)
             self._sync(db, syncer.sync, manager)

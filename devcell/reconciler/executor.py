@@ -131,10 +131,15 @@ def execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume 
         if not _should_run(step.when, error is not None):
             continue
         ran.append(step.name)
-        with ctx.db.write() as conn:
-            for write in pending:
-                write(conn)
-            operations.start_step(conn, op_id, idx, step.name)
+        try:
+            with ctx.db.write() as conn:
+                for write in pending:
+                    write(conn)
+                operations.start_step(conn, op_id, idx, step.name)
+        except errors.StateUnusable:
+            ran.pop()
+            _compensate(ctx, controller, plan, idx, log)
+            raise
         failpoints.hit(f"step.{step.name}.before-call")
         pending = []
         started = time.perf_counter()
@@ -169,24 +174,50 @@ def execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume 
         elif error is None:
             error = f"step {step.name} failed: {step_error}"
             failed_step, cause = step.name, raised
-    with ctx.db.write() as conn:
-        for write in pending:
-            write(conn)
-        if error is None:
-            operations.finish(conn, op_id, status=operations.OpStatus.SUCCEEDED)
-        else:
-            if stopped:
-                failure_reason = "Shutdown"
-            operations.finish(conn, op_id, status=operations.OpStatus.FAILED,
-                              reason=failure_reason, message=error, failed_step=failed_step)
-        controller.finish(conn, plan, error=error, reason=failure_reason)
-        failpoints.hit("op.before-commit")
+    # If this record fails, every step the plan meant to run has run, compensations included.
+    _finish(ctx, controller, plan, op_id, pending, error=error,
+            reason="Shutdown" if stopped and error is not None else failure_reason,
+            failed_step=failed_step)
     if resume is not None:
         ctx.run_store().delete(op_id)  # finished: its snapshot is spent
     if error:
         log.warning("{} {} failed: {}", plan.action, record.name, error)
     result.error, result.cause = error, cause
     return result
+
+
+def _finish(ctx: Context, controller: Controller, plan: Plan, op_id: str, pending: Pending, *,
+            error: str | None, reason: str, failed_step: str | None) -> None:
+    with ctx.db.write() as conn:
+        for write in pending:
+            write(conn)
+        if error is None:
+            operations.finish(conn, op_id, status=operations.OpStatus.SUCCEEDED)
+        else:
+            operations.finish(conn, op_id, status=operations.OpStatus.FAILED,
+                              reason=reason, message=error, failed_step=failed_step)
+        controller.finish(conn, plan, error=error, reason=reason)
+        failpoints.hit("op.before-commit")
+
+
+def _compensate(ctx: Context, controller: Controller, plan: Plan, from_idx: int,
+                log: Any) -> None:
+    """The state database cannot record (disk full, read-only): run the compensating steps
+    the plan holds for a failure (a `resume` after `quiesce`) without recording them, so a
+    cell is never left frozen because its operation could not be written down. The
+    operation stays Running in the database; the next command's recovery fails it as
+    Interrupted and the next reconcile plans from what it observes."""
+    if not plan.ran:
+        return
+    for step in plan.steps[from_idx:]:
+        if step.when is When.SUCCESS:
+            continue
+        try:
+            controller.run_step(ctx, plan, step)
+            log.warning("step {} run without being recorded: the state database cannot record",
+                        step.name)
+        except Exception as exc:  # the database error is the one to report
+            log.warning("compensating step {} failed too: {}", step.name, exc)
 
 
 def _suspend(ctx: Context, controller: Controller, plan: Plan, op_id: str, pending: Pending,

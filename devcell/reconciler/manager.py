@@ -5,21 +5,32 @@ one reconcile per key at a time, backoff on failure, requeue while waiting, peri
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from loguru import logger
 
+from devcell import backends
+from devcell.backends.base import Watching
 from devcell.controllers.context import Context
+from devcell.errors import BackendError, StateUnusable
 from devcell.reconciler import reconcile
 from devcell.reconciler.queue import WorkQueue
-from devcell.store import objects, operations
+from devcell.store import objects, observations, operations
 from devcell.store.db import Database
 
 Key = reconcile.Key
 GROUP_RETRY_S = 0.05
 """How soon a key whose cell is busy in another worker is tried again."""
+REOPEN_MIN_S, REOPEN_MAX_S = 0.5, 30.0
+"""Back-off between attempts to re-open a lost runtime event stream (an engine restart)."""
+RECHECK_AFTER_S = (0.25, 1.0)
+"""A cell an event named is looked at again after these delays: Docker sends `die` before its
+container list says exited, so the first look can still see it running."""
+CONFIRM_EVERY_S = 1.0
+"""How often the cells confirmed by reconciles are written to store.observations."""
 
 
 @dataclass
@@ -38,6 +49,11 @@ class Manager:
     """Keys whose last reconcile was terminal, with the desired version that failed: not
     retried until the spec changes or a deletion is asked (or the periodic resync looks)."""
     reconciles: int = 0
+    runtime_events: bool = True
+    _watched: set[str] = field(default_factory=set)
+    _confirmed: set[str] = field(default_factory=set)
+    stream_opens: int = 0
+    """Times a runtime event stream was (re)opened (tests and logs)."""
 
     def enqueue(self, key: Key, *, trigger: str, after: float = 0.0) -> None:
         with self._lock:
@@ -50,6 +66,81 @@ class Manager:
         for key in keys:
             self.enqueue(key, trigger=trigger)
         return len(keys)
+
+    def watch_runtimes(self, db: Database) -> None:
+        """Follow the runtime events of every backend in use that can report them (one
+        thread each, started once)."""
+        if not self.runtime_events or self.stopping.is_set():
+            return
+        for name in sorted(objects.backends_in_use(db.conn) - self._watched):
+            self._watched.add(name)
+            t = threading.Thread(target=self._follow_runtimes, args=(name,),
+                                 name=f"events-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _follow_runtimes(self, name: str) -> None:
+        """Queue a cell the moment its backend reports its runtime changed. A lost stream
+        (the engine restarted) is opened again with back-off, and every cell of that backend
+        is then queued: what happened while nobody listened is found by observing it."""
+        delay = REOPEN_MIN_S
+        opens = 0
+
+        def opened() -> None:
+            nonlocal delay, opens
+            delay = REOPEN_MIN_S
+            opens += 1
+            with self._lock:
+                self.stream_opens += 1
+            if opens > 1:
+                self._observe_all(name)
+            logger.info("following the runtime events of backend {}", name)
+
+        def changed(cell_id: str) -> None:
+            key = ("Cell", cell_id)
+            self.enqueue(key, trigger="engine")
+            for after in RECHECK_AFTER_S:  # the engine's list can lag its own event
+                timer = threading.Timer(after, self.enqueue, args=(key,),
+                                        kwargs={"trigger": "engine"})
+                timer.daemon = True
+                timer.start()
+
+        while not self.stopping.is_set():
+            try:
+                backend = backends.load(name, self.state_dir)
+            except BackendError as exc:
+                logger.warning("backend {}: cannot follow its events ({}); retrying in "
+                               "{:.1f}s", name, exc, delay)
+            else:
+                try:
+                    if not isinstance(backend, Watching):
+                        return
+                    backend.watch(changed, stop=self.stopping, on_open=opened)
+                except BackendError as exc:
+                    logger.warning("backend {}: event stream lost ({}); re-opening in {:.1f}s",
+                                   name, exc, delay)
+                    opens = max(opens, 1)  # whatever reopens next must observe everything
+                finally:
+                    backend.close()
+            if self.stopping.wait(delay):
+                return
+            delay = min(delay * 2, REOPEN_MAX_S)
+
+    def _observe_all(self, backend_name: str) -> None:
+        db = Database(self.state_dir)
+        try:
+            keys = objects.live_cells_of(db.conn, backend_name)
+        finally:
+            db.close()
+        for key in keys:
+            self.enqueue(key, trigger="engine")
+        logger.info("backend {}: event stream re-opened; {} cells queued to be observed",
+                    backend_name, len(keys))
+
+    def _flush_confirmed(self) -> None:
+        with self._lock:
+            confirmed, self._confirmed = self._confirmed, set()
+        observations.confirm(self.state_dir, confirmed)
 
     def start(self) -> None:
         for i in range(self.workers):
@@ -85,14 +176,20 @@ class Manager:
         while the daemon runs: when the database changed, queue what is not converged.
         PRAGMA data_version moves only when another connection commits, so idle costs nothing."""
         db = Database(self.state_dir)
+        flushed = time.monotonic()
         try:
             version = None
             while not self.stopping.wait(0.05):
+                if time.monotonic() - flushed >= CONFIRM_EVERY_S:
+                    self._flush_confirmed()
+                    flushed = time.monotonic()
                 current = db.data_version()
                 if current == version:
                     continue
                 version = current
-                pending = objects.unconverged_keys(db.conn) + operations.approved_keys(db.conn)
+                self.watch_runtimes(db)  # a backend used for the first time
+                pending = (objects.unconverged_keys(db.conn) + objects.drifted_keys(db.conn)
+                           + operations.approved_keys(db.conn))
                 for key in pending:
                     # Failing keys keep their backoff; terminal ones wait for a new generation.
                     if self.queue.failures(key) == 0 and key not in self._terminal:
@@ -133,6 +230,9 @@ class Manager:
                 try:
                     started = objects.desired_version(db.conn, *key)
                     self._handle(ctx, key, reconcile.reconcile(ctx, key), started)
+                except StateUnusable as exc:  # a faulty machine, named: no traceback
+                    logger.error("reconcile of {} {} could not record: {}", *key, exc)
+                    self.queue.add_rate_limited(key)
                 except Exception:
                     logger.exception("reconcile of {} {} raised", *key)
                     self.queue.add_rate_limited(key)
@@ -177,6 +277,9 @@ class Manager:
                 self._terminal.pop(key, None)  # it moved on (the resync found it mended)
         if result is Result.DONE:
             self.queue.forget(key)
+            if key[0] == "Cell":  # settled: its phase was just observed
+                with self._lock:
+                    self._confirmed.add(key[1])
         elif result is Result.REQUEUE:
             if outcome.operation is not None:  # it progressed: confirm it settled, wake others
                 self.queue.forget(key)

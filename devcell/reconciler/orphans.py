@@ -4,6 +4,13 @@ Backends tag everything they make with its owner (a cell id; for checkpoints, th
 sleep id). After a crash, a restart sweeps: a resource whose owner is a live object is left to
 the controllers (which adopt an unrecorded volume or checkpoint instead of making another);
 a resource whose owner is gone, or was never recorded, is removed. Each removal is an event.
+
+Except a volume or checkpoint that holds files. A database restored from an old backup, or a
+crash between the copy and the commit, can leave the user's work unaccounted for; removing a
+workspace is a destructive step that needs a recorded decision (as `delete` asks approval for
+a changed workspace), and the sweep has none. It keeps such a resource and records an
+`OrphanKept` warning naming its path, so the user can copy what matters and remove it by hand,
+or restore the database that recorded it.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ def sweep(ctx: Context, backend_name: str) -> list[Owned]:
             keep = item.cell_id in cells
         if keep:
             continue
+        if item.content is not None:
+            _kept(ctx, backend_name, item)
+            continue
         try:
             if item.kind == OwnedKind.CELL:
                 backend.delete(_ref(item))
@@ -47,6 +57,19 @@ def sweep(ctx: Context, backend_name: str) -> list[Owned]:
                                   "was not accounted for by the state database; removed")
         logger.warning("removed orphan {} {} of {}", item.kind, item.id, item.cell_id)
     return removed
+
+
+def _kept(ctx: Context, backend_name: str, item: Owned) -> None:
+    with ctx.db.write() as conn:
+        events.record(conn, kind="Controller", object_id=item.cell_id, name="controller",
+                      reason="OrphanKept", type="Warning",
+                      message=f"{backend_name} {item.kind} {item.id} (owner {item.cell_id}) is "
+                              "not accounted for by the state database but holds files "
+                              f"({item.content}); kept: a workspace is removed only on a "
+                              "recorded decision. Copy what matters and remove it by hand, or "
+                              "restore the database that recorded it")
+    logger.warning("kept orphan {} {} of {}: it holds files ({})", item.kind, item.id,
+                   item.cell_id, item.content)
 
 
 def _ref(item: Owned) -> CellRef:

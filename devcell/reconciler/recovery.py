@@ -7,6 +7,8 @@ backend observes.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from loguru import logger
 
 from devcell import failpoints
@@ -47,3 +49,20 @@ def recover_interrupted(db: Database) -> list[tuple[str, str, str]]:
                 recovered.append((op["id"], *owner))
         failpoints.hit("recover.before-commit")
     return recovered
+
+
+def remove_dead_temporaries(state_dir: Path) -> list[str]:
+    """Remove the half-built volumes and checkpoints, and half-removed trash, that a killed
+    process left in the state directory (each names its owner; a live owner's are kept).
+    Cheap when there are none: one directory listing each for volumes and checkpoints."""
+    from devcell.backends import temporaries
+    from devcell.backends.container_layout import Layout
+
+    layout = Layout(state_dir)
+    removed = []
+    for parent in (layout.volumes, layout.checkpoints):
+        for name in temporaries.remove_dead(parent):
+            removed.append(str(parent / name))
+            logger.warning("removed {}: left by a process that died mid-copy or mid-removal",
+                           parent / name)
+    return removed

@@ -17,10 +17,18 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from devcell.errors import StoreError
+from devcell.errors import StateUnusable, StoreError
+from devcell.store import faults, guard
 
 DB_FILENAME = "state.db"
 BUSY_TIMEOUT_S = 60.0
+
+
+def _empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 def now() -> str:
@@ -62,18 +70,16 @@ class Database:
 
             migrations.ensure_current(self)
             return
+        fresh = not self.path.exists() or _empty(self.path)
+        if fresh:
+            guard.refuse_leftovers(state_dir, self.path)
         if create:
             ensure_private_dir(state_dir)
         elif not self.path.exists():
             raise StoreError(f"no DevCell state in {state_dir} (nothing has been applied yet)")
         old_umask = os.umask(0o077)
         try:
-            self.conn = sqlite3.connect(
-                str(self.path), isolation_level=None, timeout=BUSY_TIMEOUT_S,
-                check_same_thread=False,
-            )
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open {self.path}: {exc}") from None
+            self.conn = faults.connect(self.path, timeout=BUSY_TIMEOUT_S)
         finally:
             os.umask(old_umask)
         self.conn.row_factory = sqlite3.Row
@@ -82,12 +88,18 @@ class Database:
             self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             self.conn.execute("PRAGMA foreign_keys = ON")
             self.conn.execute("PRAGMA synchronous = NORMAL")
+            from devcell.store import migrations
+
+            if self.conn.execute("PRAGMA user_version").fetchone()[0] != migrations.LATEST:
+                guard.refuse_foreign(self.conn, state_dir, self.path)  # before any write
             self._ensure_wal()
         except sqlite3.DatabaseError as exc:
+            self.conn.close()
             raise StoreError(f"{self.path} is not a usable DevCell database: {exc}") from None
+        except StoreError:
+            self.conn.close()
+            raise
         self._tighten_files()
-        from devcell.store import migrations
-
         migrations.ensure_current(self)
 
     def _ensure_wal(self) -> None:
@@ -144,8 +156,7 @@ class Database:
             try:
                 yield self.conn
             except BaseException:
-                self.conn.execute(f"ROLLBACK TO {name}")
-                self.conn.execute(f"RELEASE {name}")
+                self._quietly(f"ROLLBACK TO {name}", f"RELEASE {name}")
                 raise
             else:
                 self.conn.execute(f"RELEASE {name}")
@@ -156,13 +167,23 @@ class Database:
         self._depth = 1
         try:
             yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        else:
             self.conn.execute("COMMIT")
+        except BaseException:
+            # A COMMIT that failed (disk full) leaves the transaction open; a statement that
+            # failed may have ended it already. Either way nothing of it is kept.
+            if self.conn.in_transaction:
+                self._quietly("ROLLBACK")
+            raise
         finally:
             self._depth = 0
+
+    def _quietly(self, *statements: str) -> None:
+        """Undo statements run while an error is already on its way: theirs must not hide it."""
+        for sql in statements:
+            try:
+                self.conn.execute(sql)
+            except (sqlite3.Error, StateUnusable):
+                return
 
     def _begin_immediate(self) -> None:
         # busy_timeout already waits inside SQLite; this loop covers the rare case where

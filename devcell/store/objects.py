@@ -157,6 +157,49 @@ def unconverged_keys(conn: sqlite3.Connection) -> list[Key]:
     return keys
 
 
+@dataclass(frozen=True)
+class RuntimeRow:
+    """What observing a cell's runtime is compared with: its recorded phase and desired state."""
+
+    id: str
+    name: str
+    backend: str
+    phase: str
+    desired_state: str
+    machine_asleep: bool
+    converged: bool
+
+
+def runtime_rows(conn: sqlite3.Connection, cell_ids: Iterable[str]) -> list[RuntimeRow]:
+    """The live, not-deleting cells among `cell_ids` (in chunks: an apply may name 10,000)."""
+    ids = sorted(set(cell_ids))
+    out: list[RuntimeRow] = []
+    for start in range(0, len(ids), 500):
+        chunk = ids[start:start + 500]
+        out += [RuntimeRow(r[0], r[1], r[2], r[3] or "", r[4] or "Running", bool(r[5]),
+                           r[6] == r[7]) for r in conn.execute(
+            "SELECT id, name, backend, phase, desired_state, "
+            "json_extract(status, '$.sleep.machine'), generation, observed_generation "
+            f"FROM cells WHERE deleted_at IS NULL AND deleting_at IS NULL AND id IN "
+            f"({','.join('?' for _ in chunk)})", chunk)]
+    return out
+
+
+def live_cells_of(conn: sqlite3.Connection, backend: str) -> list[Key]:
+    """Every live cell that runs on `backend`."""
+    return [("Cell", r[0]) for r in conn.execute(
+        "SELECT id FROM cells WHERE deleted_at IS NULL AND backend = ? ORDER BY rowid",
+        (backend,))]
+
+
+def drifted_keys(conn: sqlite3.Connection) -> list[Key]:
+    """Cells a command found contradicted by their backend (status.drifted, see
+    reconciler.observe) and no reconcile has repaired yet."""
+    return [("Cell", r[0]) for r in conn.execute(
+        "SELECT id FROM cells WHERE deleted_at IS NULL AND phase = 'Pending' "
+        "AND json_extract(status, '$.drifted')")]
+
+
 def row(conn: sqlite3.Connection, kind: str, object_id: str) -> sqlite3.Row | None:
     """The object's whole row (views build documents from it)."""
     found: sqlite3.Row | None = conn.execute(

@@ -63,6 +63,9 @@ def cells_table(conn: sqlite3.Connection, selector: list[Any], name: str | None 
     sql = (
         f"SELECT c.id, c.name, c.backend, c.phase, c.created_at, {extra}"
         f"c.desired_state AS state, {AGE_SQL.format(column='c.created_at')} AS age_s, "
+        # Only a Pending cell's status is read (SQLite seeks the row for those alone).
+        "CASE WHEN c.phase = 'Pending' THEN json_extract(c.status, '$.restarts.retryAt') END "
+        "AS retry_at, "
         f"s.name AS forked_from FROM cells c {'INDEXED BY idx_cells_list' if narrow else ''} "
         "LEFT JOIN snapshots s ON s.id = c.forked_from WHERE c.deleted_at IS NULL"
     )

@@ -481,7 +481,9 @@ def test_signal_arriving_while_a_record_is_written_is_safe(
 def test_drift_is_repaired_by_the_resync(env: Env) -> None:
     env.write("api.yaml", cell_doc("api"))
     env.write("db.yaml", cell_doc("db"))
-    daemon = env.daemon("--resync", "1s")
+    # The resync alone (the runtime events would repair it first: tests/reconciler/
+    # test_runtime_events.py).
+    daemon = env.daemon("--resync", "1s", "--no-runtime-events")
     until("api and db Running", lambda: running(env, "api", "db"), timeout=15, daemon=daemon)
     api_id = env.cells()["api"]["metadata"]["id"]
     fake = sqlite3.connect(env.state / "backends" / "fake.db", timeout=30)

@@ -343,3 +343,50 @@ def test_operations_record_the_generation_they_worked_for(db: Database, ctx: Con
     ops = operations.for_object(db.conn, cell.id)
     assert [(o["action"], o["generation"]) for o in ops] == [("update", 2), ("create", 1)]
     assert decide(ctx, "Cell", "api") == Settled()
+
+
+@pytest.mark.parametrize("kind", ["Cell", "Snapshot"])
+def test_a_state_database_that_cannot_record_never_leaves_the_cell_frozen(
+        db: Database, ctx: Context, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """The disk fills up right after `quiesce` froze the cell (a sleep or a snapshot): the
+    operation cannot be recorded, the error is reported as such, and the plan's compensation
+    (`resume`) still runs, so the cell is not left frozen."""
+    from contextlib import contextmanager
+
+    from devcell import failpoints
+    from devcell.errors import StateUnusable, StorageError
+
+    apply(db, cell_doc("api"))
+    converge_all(ctx)
+    full = False
+    original_hit, original_write = failpoints.hit, db.write
+
+    def hit(name: str) -> None:
+        nonlocal full
+        full = full or name == "step.quiesce.after-call"
+        original_hit(name)
+
+    @contextmanager
+    def write() -> Any:
+        if full:
+            raise StateUnusable("cannot write state.db: the disk is full",
+                                cause=StorageError.DISK_FULL, path=str(db.path))
+        with original_write() as conn:
+            yield conn
+
+    monkeypatch.setattr(failpoints, "hit", hit)
+    if kind == "Cell":
+        desired.set_cell_state(db, "api", "Sleeping")
+        key = ("Cell", record(db, "Cell", "api").id)
+    else:
+        apply(db, snapshot_doc("snap", "api"))
+        key = ("Snapshot", record(db, "Snapshot", "snap").id)
+    monkeypatch.setattr(db, "write", write)
+
+    with pytest.raises(StateUnusable):
+        converge_all(ctx, [key])
+
+    cell = record(db, "Cell", "api")
+    observed = fake(ctx).observe(plan_context_ref(cell))
+    assert observed.exists and not observed.frozen  # resumed, although nothing recorded it
+    assert [m for m, _, _ in fake(ctx).calls()][-2:] == ["quiesce", "resume"]

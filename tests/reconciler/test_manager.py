@@ -87,3 +87,44 @@ def test_a_terminal_key_asked_for_again_with_nothing_new_is_not_retried(
         assert ops() == 3
     finally:
         manager.stop(timeout=10)
+
+
+def test_a_state_database_that_cannot_record_is_logged_by_name_and_retried(
+        db: Database, monkeypatch: Any) -> None:
+    """A full disk under the daemon: the reconcile's StateUnusable is one log line naming
+    it (no traceback: nothing there is a bug), and the key is retried with backoff."""
+    from loguru import logger
+
+    from devcell.errors import StateUnusable, StorageError
+    from devcell.reconciler import reconcile
+
+    apply(db, cell_doc("p"))
+    key = live_keys(db)[0]
+    calls: list[int] = []
+    real = reconcile.reconcile
+
+    def full_once(ctx: Any, k: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise StateUnusable("cannot write state.db: the disk is full",
+                                cause=StorageError.DISK_FULL, path="state.db")
+        return real(ctx, k)
+
+    monkeypatch.setattr(reconcile, "reconcile", full_once)
+    records: list[Any] = []
+    logger.enable("devcell")
+    sink = logger.add(records.append, level="ERROR", format="{message}",
+                      diagnose=False)
+    manager = Manager(db.state_dir, workers=1, resync_seconds=0)
+    manager.enqueue(key, trigger="startup")
+    manager.start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(calls) < 2:
+            time.sleep(0.05)
+    finally:
+        manager.stop(timeout=10)
+        logger.remove(sink)
+    assert len(calls) >= 2  # retried
+    named = [r for r in records if "the disk is full" in r.record["message"]]
+    assert named and all(r.record["exception"] is None for r in named)

@@ -33,3 +33,38 @@ def test_sweep_removes_only_what_the_database_does_not_account_for(ctx: Context,
     assert len(reasons) == 3 and all(r == "OrphanRemoved" for r, _ in reasons)
     assert any("fake volume vol_stray (owner cell_stray)" in m for _, m in reasons)
     assert orphans.sweep(ctx, "fake") == []  # nothing left to remove
+
+
+def test_sweep_never_removes_a_workspace_or_checkpoint_that_holds_files(
+        ctx: Context, db: Database) -> None:
+    """A database that does not know a volume (restored from an old backup, or lost and
+    recreated by hand) must not make the sweep delete the user's work: a volume or checkpoint
+    with files is kept and reported; an empty one, and an orphan container, are removed."""
+    from devcell.backends.container import ContainerBackend
+    from devcell.backends.workspaces import WorkspaceStore
+    from tests.backends.engine import require_engine
+
+    require_engine()
+    backend = ctx.backend("container")
+    assert isinstance(backend, ContainerBackend)
+    store: WorkspaceStore = backend.store
+    for volume in ("vol_work", "vol_empty"):
+        store.create_volume(cell_id="cell_gone", cell_name="gone", volume_id=volume,
+                            from_checkpoint=None)
+    work = store.layout.workspace("vol_work")
+    (work / "src").mkdir()
+    (work / "src" / "main.py").write_text("a week of work\n")
+    store.checkpoint(checkpoint_id="snap_work", cell_id="cell_gone", volume_id="vol_work")
+    store.checkpoint(checkpoint_id="snap_empty", cell_id="cell_gone", volume_id="vol_empty")
+
+    removed = orphans.sweep(ctx, "container")
+
+    assert {(o.kind, o.id) for o in removed} == {
+        (OwnedKind.VOLUME, "vol_empty"), (OwnedKind.CHECKPOINT, "snap_empty")}
+    assert (work / "src" / "main.py").read_text() == "a week of work\n"
+    assert store.find_checkpoint("snap_work") is not None
+    kept = [e["message"] for e in events.for_object(db.conn, "cell_gone")
+            if e["reason"] == "OrphanKept"]
+    assert len(kept) == 2 and any(str(work) in m for m in kept)
+    assert orphans.sweep(ctx, "container") == []  # kept again, never removed
+    assert (work / "src" / "main.py").exists()

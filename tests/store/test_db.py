@@ -151,7 +151,7 @@ def test_open_without_create_needs_existing_state(tmp_path: Path) -> None:
 def test_a_file_that_is_not_a_database_is_refused(state: Path) -> None:
     state.mkdir(mode=0o700)
     (state / DB_FILENAME).write_bytes(b"this is not sqlite, " * 100)
-    with pytest.raises(StoreError, match="not a usable DevCell database"):
+    with pytest.raises(StoreError, match="is damaged or is not a DevCell database"):
         open_database(state)
 
 

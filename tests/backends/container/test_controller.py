@@ -220,3 +220,47 @@ def test_containers_and_volumes_name_the_operation_that_made_them(
     assert labels["dev.devcell.operation"] == created_by["create"]
     marker = json.loads((backend.layout.volume(ref.volume_id or "") / "volume.json").read_text())
     assert marker["operation"] == created_by["create-volume"]
+
+
+def test_a_disk_that_fills_up_during_sleep_leaves_the_cell_running(
+        engine: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state directory's disk fills up right after `quiesce` froze the cell: whichever
+    write fails then (the checkpoint's copy, the operation's record), the cell is not left
+    paused, and the error names the full disk."""
+    from devcell import failpoints
+    from devcell.errors import DevCellError
+    from tests.backends.engine import remove_containers
+    from tests.store import faulty
+
+    with faulty.small_disk(tmp_path / "disk", "24m") as disk:
+        state = disk / "state"
+        db = open_database(state)
+        ctx = Context(db, trigger="test")
+        try:
+            apply(db, container_cell("api"))
+            assert converge_all(ctx).ok
+            backend = backend_of(ctx)
+            ref = ref_of(db, "api")
+            run_in(backend, ref, "head -c 4194304 /dev/zero > /workspace/data.bin")
+            original = failpoints.hit
+
+            def hit(name: str) -> None:
+                if name == "step.quiesce.after-call":
+                    faulty.fill(disk)
+                original(name)
+
+            monkeypatch.setattr(failpoints, "hit", hit)
+            apply(db, container_cell("api", "Sleeping"))
+            try:
+                report = converge_all(ctx)
+                failed = not report.ok
+            except DevCellError as exc:
+                assert "the disk is full" in str(exc)
+                failed = True
+            assert failed
+            info = backend._find(ref)
+            assert info is not None and info["State"] == "running"  # not paused, not gone
+        finally:
+            ctx.close()
+            db.close()
+            remove_containers(state)

@@ -201,3 +201,15 @@ def test_one_container_port_on_two_host_ports_is_published_on_both(
             ("127.0.0.1", "18080"), ("127.0.0.1", "18081")]
     finally:
         backend.delete(ref)
+
+
+def test_delete_removes_what_an_interrupted_run_dir_write_left(backend: ContainerBackend) -> None:
+    """A kill during the run directory's write leaves `.secrets.env.tmp` (secret values in
+    it): delete removes it with the rest, so the directory goes too."""
+    ref = cell()
+    up(backend, ref)
+    run = backend.layout.run_dir(ref.id)
+    for name in (".secrets.env.tmp", ".supervisor.sh.tmp"):
+        (run / name).write_text("TOKEN=canary\n")
+    backend.delete(ref)
+    assert not run.exists()

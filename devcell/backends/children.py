@@ -1,0 +1,59 @@
+"""Child processes that die with DevCell: every program a backend runs is started here.
+
+A DevCell process killed in the middle of a copy (kill -9, the OOM killer, a closed terminal)
+must not leave its `cp` processes copying gigabytes into a temporary directory nobody will
+rename. Each child gets PR_SET_PDEATHSIG=SIGKILL (Linux: the kernel kills it when the thread
+that started it dies, and subprocess.run waits on that same thread, so only a dead parent
+triggers it) and its own process group, so a terminal's Ctrl-C reaches DevCell, which decides
+(subprocess.run kills the child on any exception) instead of interrupting children half-way.
+
+The function run in the child between fork and exec is resolved before forking and only
+calls prctl and getppid: no lock, import or allocation that another thread could hold.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+
+
+def _prctl() -> Callable[..., int] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):  # not Linux: no parent-death signal to ask for
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_PRCTL = _prctl()
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    prctl = _PRCTL
+    if prctl is None:
+        return None
+    getppid, exit_now = os.getppid, os._exit
+    sigkill = int(signal.SIGKILL)
+
+    def in_child() -> None:
+        prctl(PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
+        if getppid() != parent:  # the parent died before prctl took effect
+            exit_now(1)
+
+    return in_child
+
+
+def run(argv: Sequence[str], *, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `argv` to completion (text output captured), as a child that dies with us."""
+    return subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, check=False,
+                          preexec_fn=_die_with(os.getpid()), process_group=0)

@@ -1,0 +1,138 @@
+"""Observe every container of a state directory in one call, without the docker SDK.
+
+Commands that act on a cell's runtime observe the engine first (a container stopped, paused
+or removed behind DevCell's back, or lost with an engine restart, must not be answered
+"unchanged"). One `GET /containers/json` filtered by DevCell's ownership label answers for all
+of a state directory's cells; it is made here over the engine's socket with the standard
+library, because importing the docker SDK (requests, urllib3...) costs more than the call, and
+the no-op re-apply must stay cheap. Everything that changes a container goes through
+`container.py` and the SDK.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from devcell.backends.base import Observed
+from devcell.backends.container_layout import Layout, is_safe_id, state_hash
+from devcell.backends.container_spec import CELL_ID, MANAGED, RUNTIME_HASH, STATE
+from devcell.errors import BackendError, BackendUnavailable
+
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+QUIESCED = "quiesced"
+"""Marker in the cell's run directory: hooks ran for a checkpoint and resume has not yet."""
+HOW_TO_START = ("start it with `scripts/docker-setup` (as root), `systemctl start docker`, or "
+                "`dockerd --bridge=none --iptables=false &`; or set DOCKER_HOST to a running "
+                "engine")
+TIMEOUT_S = 30.0
+RUNNING_STATES = ("running", "paused", "restarting")
+
+
+def engine_address() -> str:
+    return os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _connection(address: str) -> http.client.HTTPConnection | None:
+    """A connection to the engine, or None for an address only the SDK speaks (ssh://, TLS)."""
+    if address.startswith("unix://"):
+        return _UnixConnection(address[len("unix://"):], TIMEOUT_S)
+    if address.startswith("tcp://") and not os.environ.get("DOCKER_TLS_VERIFY"):
+        parsed = urllib.parse.urlsplit(address)
+        return http.client.HTTPConnection(parsed.hostname or "localhost", parsed.port or 2375,
+                                          timeout=TIMEOUT_S)
+    return None
+
+
+def list_containers(state_dir: Path) -> list[dict[str, Any]]:
+    """The engine's list of this state directory's containers (running or not)."""
+    filters = json.dumps({"label": [f"{MANAGED}=true", f"{STATE}={state_hash(state_dir)}"]})
+    address = engine_address()
+    conn = _connection(address)
+    if conn is None:
+        return _list_with_sdk(state_dir)
+    try:
+        conn.request("GET", "/containers/json?all=1&filters=" + urllib.parse.quote(filters))
+        response = conn.getresponse()
+        body = response.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise BackendUnavailable(
+            f"the container backend cannot reach the Docker engine at {address} "
+            f"({_reason(exc)}); {HOW_TO_START}") from None
+    finally:
+        conn.close()
+    if response.status != 200:
+        raise BackendError(f"listing DevCell's containers: the engine answered "
+                           f"{response.status} {body[:200].decode(errors='replace')}")
+    listed: list[dict[str, Any]] = json.loads(body)
+    return listed
+
+
+def _list_with_sdk(state_dir: Path) -> list[dict[str, Any]]:
+    from devcell.backends import container
+
+    backend = container.ContainerBackend(state_dir=state_dir)
+    try:
+        return [c for c in backend.api_list() if backend.owns(c)]
+    finally:
+        backend.close()
+
+
+_REASONS: tuple[tuple[type[BaseException], str], ...] = (
+    (FileNotFoundError, "no such socket"),
+    (ConnectionRefusedError, "connection refused"),
+    (PermissionError, "permission denied on the socket"),
+    (socket.gaierror, "unknown host"),
+    (TimeoutError, "timed out"),
+)
+
+
+def _reason(exc: BaseException) -> str:
+    for cls, short in _REASONS:
+        if isinstance(exc, cls):
+            return short
+    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+
+
+def observed(info: dict[str, Any], layout: Layout, cell_id: str) -> Observed:
+    """One listed container as DevCell sees it (the same answer as ContainerBackend.observe)."""
+    state = info.get("State", "")
+    quiesced = (layout.run_dir(cell_id) / QUIESCED).exists()
+    return Observed(
+        exists=True, running=state in RUNNING_STATES, frozen=state == "paused" or quiesced,
+        runtime_hash=(info.get("Labels") or {}).get(RUNTIME_HASH),
+        detail={"state": state, "container": (info.get("Names") or ["?"])[0].lstrip("/"),
+                "id": str(info.get("Id", ""))[:12]},
+    )
+
+
+def observe_all(state_dir: Path) -> dict[str, Observed]:
+    """Every container of `state_dir`, by cell id, from one list call to the engine."""
+    layout = Layout(state_dir)
+    out: dict[str, Observed] = {}
+    for info in list_containers(state_dir):
+        cell_id = (info.get("Labels") or {}).get(CELL_ID)
+        if cell_id and is_safe_id(cell_id):  # a label DevCell did not write is not ours
+            out[cell_id] = observed(info, layout, cell_id)
+    return out

@@ -1,0 +1,127 @@
+"""Observe before acting: compare what is recorded about cells with what their backend runs.
+
+A recorded phase is only a claim: the engine restarts, someone runs `docker stop` or `docker
+pause`, an operation dies between quiesce and resume, and the database still says Running.
+Every command that acts on a cell's runtime (apply, cell start|sleep|fork, snapshot create,
+exec, logs, wait) first asks each backend once for all of its runtimes (one list call:
+`backends.observe_all`) and compares. A cell the backend contradicts is recorded as such
+(phase Pending, Ready=False with reason RuntimeDrifted and what was seen, and an event), so
+`get` stops saying Running and the inline converge, or the daemon, repairs it; a cell the
+backend confirms gets its confirmation time (`store.observations`, shown by `get` as
+OBSERVED). Nothing is written to the database when everything agrees.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from devcell import backends
+from devcell.backends.base import Observed
+from devcell.errors import BackendError
+from devcell.store import events, objects, observations
+from devcell.store.db import Database
+from devcell.store.objects import Phase
+
+REASON = "RuntimeDrifted"
+CHECKED_PHASES = frozenset({Phase.RUNNING, Phase.STOPPED, Phase.SLEEPING})
+"""Phases that claim something about the runtime; others are being worked on anyway."""
+
+
+@dataclass(frozen=True)
+class Drift:
+    cell_id: str
+    name: str
+    seen: str
+    """What the backend shows, finishing "its runtime ..."."""
+
+
+@dataclass
+class Observation:
+    confirmed: list[str] = field(default_factory=list)
+    drifted: dict[str, Drift] = field(default_factory=dict)
+    unobserved: dict[str, BackendError] = field(default_factory=dict)
+    """Cells whose backend could not be asked (the engine is down), with why."""
+
+    @property
+    def in_doubt(self) -> list[str]:
+        """Cells that must be reconciled before anyone trusts their phase."""
+        return [*self.drifted, *self.unobserved]
+
+
+def contradiction(row: objects.RuntimeRow, seen: Observed) -> str | None:
+    """How the runtime contradicts the recorded phase, in words; None when it agrees."""
+    if row.phase not in CHECKED_PHASES or not row.converged:
+        return None
+    if seen.exists and seen.frozen:
+        return "is paused (frozen)"
+    if row.phase == Phase.RUNNING:
+        if not seen.exists:
+            return "is gone"
+        if not seen.running:
+            return f"is not running ({seen.detail.get('state') or 'stopped'})"
+    elif row.phase == Phase.STOPPED:
+        if not seen.exists:
+            return "is gone"
+        if seen.running:
+            return "is running"
+    elif row.phase == Phase.SLEEPING and seen.exists and not (row.machine_asleep
+                                                               and not seen.running):
+        return "exists although the cell sleeps"
+    return None
+
+
+def observe(db: Database, cell_ids: Iterable[str]) -> Observation:
+    """Ask each backend once about these cells; nothing is written."""
+    rows = objects.runtime_rows(db.conn, cell_ids)
+    result = Observation()
+    by_backend: dict[str, list[objects.RuntimeRow]] = {}
+    for row in rows:
+        by_backend.setdefault(row.backend, []).append(row)
+    for name, group in sorted(by_backend.items()):
+        try:
+            seen = backends.observe_all(name, Path(db.state_dir))
+        except BackendError as exc:
+            result.unobserved.update(dict.fromkeys((r.id for r in group), exc))
+            continue
+        for row in group:
+            what = contradiction(row, seen.get(row.id, Observed(exists=False)))
+            if what is not None:
+                result.drifted[row.id] = Drift(row.id, row.name, what)
+            elif row.phase in CHECKED_PHASES and row.converged:
+                result.confirmed.append(row.id)
+    return result
+
+
+def record(db: Database, observation: Observation) -> None:
+    """Write what the observation found: drifted cells as such, confirmations beside."""
+    if observation.drifted:
+        with db.write() as conn:
+            for drift in observation.drifted.values():
+                _record_drift(conn, drift)
+    observations.confirm(Path(db.state_dir), observation.confirmed)
+
+
+def observe_and_record(db: Database, cell_ids: Iterable[str]) -> Observation:
+    found = observe(db, cell_ids)
+    record(db, found)
+    return found
+
+
+def _record_drift(conn: sqlite3.Connection, drift: Drift) -> None:
+    cell = objects.get(conn, "Cell", drift.cell_id)
+    if cell is None or cell.deleting or cell.phase not in CHECKED_PHASES:
+        return  # changed since it was observed: its new state is someone else's to judge
+    message = (f"its runtime {drift.seen}, although {cell.phase} was recorded: observed "
+               "before acting; the next reconcile (apply, cell start, or the daemon) repairs it")
+    status = dict(cell.status)
+    status["conditions"] = objects.set_condition(status.get("conditions", []), "Ready",
+                                                 "False", REASON, message)
+    status["message"] = message
+    status["drifted"] = True  # the daemon queues drifted cells (objects.drifted_keys)
+    objects.write_status(conn, cell, phase=Phase.PENDING, status=status,
+                         observed_generation=cell.observed_generation)
+    events.record(conn, kind="Cell", object_id=cell.id, name=cell.name, reason=REASON,
+                  message=message, type="Warning")

@@ -1,0 +1,218 @@
+"""A faulty machine under the state database, translated into one error that names the fix.
+
+SQLite reports a full disk, a read-only directory, a damaged file or a failed read by result
+code, deep inside whatever statement met it. Every connection DevCell opens on a state file is
+a `Connection` from here: its statements and fetches turn those codes into `StateUnusable`
+(cause, path, what to do), so the error keeps its class up to the CLI, which prints one line
+and exits 1. Other SQLite errors (a busy database, a bug's bad SQL) pass through untouched:
+busy has its own waits, and a bug keeps its traceback.
+
+"disk I/O error" is SQLite's word for several causes; the file system is asked which one
+(read-only mount, no write permission, no space left) so the message names the real cause.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from devcell.errors import StateUnusable, StorageError
+
+_CAUSES = {
+    3: StorageError.PERMISSION_DENIED,  # SQLITE_PERM
+    8: StorageError.READ_ONLY,  # SQLITE_READONLY
+    10: StorageError.IO_ERROR,  # SQLITE_IOERR
+    11: StorageError.CORRUPT_DATABASE,  # SQLITE_CORRUPT
+    13: StorageError.DISK_FULL,  # SQLITE_FULL
+    14: StorageError.IO_ERROR,  # SQLITE_CANTOPEN
+    23: StorageError.PERMISSION_DENIED,  # SQLITE_AUTH
+    26: StorageError.CORRUPT_DATABASE,  # SQLITE_NOTADB
+}
+"""SQLite primary result codes that speak of the machine, not of DevCell's SQL."""
+
+LOW_SPACE = 1 << 20
+"""Below this much free space, an I/O failure is taken for a full disk."""
+
+
+def _free_bytes(directory: Path) -> int | None:
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def diagnose(directory: Path) -> str | None:
+    """What the file system says is wrong with writing in `directory`, if anything."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    if st.f_flag & os.ST_RDONLY:
+        return StorageError.READ_ONLY
+    if not os.access(directory, os.W_OK):
+        return StorageError.PERMISSION_DENIED
+    if st.f_bavail * st.f_frsize < LOW_SPACE:
+        return StorageError.DISK_FULL
+    return None
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "unknown space"
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} bytes"  # pragma: no cover
+
+
+def message(cause: str, path: Path, detail: str) -> str:
+    """One line: what is wrong, where, and what to do; what was recorded stays as it was."""
+    directory = path.parent
+    if cause == StorageError.DISK_FULL:
+        return (f"cannot write {path}: the disk is full ({_size(_free_bytes(directory))} free "
+                f"on the file system holding {directory}); free some space there and run the "
+                "command again (what was recorded before is intact)")
+    if cause == StorageError.READ_ONLY:
+        return (f"cannot write {path}: {directory} is on a read-only file system; remount it "
+                "read-write, or point --state-dir (or $DEVCELL_HOME) at a writable directory")
+    if cause == StorageError.PERMISSION_DENIED:
+        return (f"cannot write {path}: permission denied in {directory}; give this user write "
+                "access to it (the owner of the state directory runs devcell), or point "
+                "--state-dir (or $DEVCELL_HOME) elsewhere")
+    if cause == StorageError.CORRUPT_DATABASE:
+        return (f"{path} is damaged or is not a DevCell database ({detail}); DevCell will not "
+                "guess what it held: restore state.db from a backup (sqlite3's .recover can "
+                "salvage the rows it still holds) and run the command again")
+    return (f"cannot use {path}: {detail} (the file system failed a read or a write); check "
+            "the disk and run the command again")
+
+
+def translate(exc: sqlite3.Error, path: Path) -> StateUnusable | None:
+    """`exc` as StateUnusable when it speaks of the machine; None for anything else."""
+    primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    cause = _CAUSES.get(primary)
+    if cause is None:
+        return None
+    if cause != StorageError.CORRUPT_DATABASE:
+        cause = diagnose(path.parent) or cause
+    return StateUnusable(message(cause, path, str(exc)), cause=cause, path=str(path))
+
+
+def _raise(exc: sqlite3.Error, conn: Any) -> None:
+    translated = translate(exc, Path(getattr(conn, "db_path", "state.db")))
+    if translated is None:
+        raise exc
+    raise translated from exc
+
+
+class Cursor(sqlite3.Cursor):
+    """A cursor whose statements and fetches raise StateUnusable for a faulty machine."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Cursor:
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.Error as exc:
+            _raise(exc, self.connection)
+            raise
+
+    def executemany(self, sql: str, seq: Any, /) -> Cursor:
+        try:
+            return super().executemany(sql, seq)
+        except sqlite3.Error as exc:
+            _raise(exc, self.connection)
+            raise
+
+    def executescript(self, script: str, /) -> Any:
+        try:
+            return super().executescript(script)
+        except sqlite3.Error as exc:
+            _raise(exc, self.connection)
+            raise
+
+    def fetchone(self) -> Any:
+        try:
+            return super().fetchone()
+        except sqlite3.Error as exc:
+            _raise(exc, self.connection)
+            raise
+
+    def fetchmany(self, size: int | None = None) -> list[Any]:
+        try:
+            return super().fetchmany(self.arraysize if size is None else size)
+        except sqlite3.Error as exc:
+            _raise(exc, self.connection)
+            raise
+
+    def fetchall(self) -> list[Any]:
+        try:
+            return super().fetchall()
+        except sqlite3.Error as exc:
+            _raise(exc, self.connection)
+            raise
+
+    def __next__(self) -> Any:
+        try:
+            return super().__next__()
+        except sqlite3.Error as exc:
+            _raise(exc, self.connection)
+            raise
+
+
+class Connection(sqlite3.Connection):
+    """A connection whose every statement goes through `Cursor`; `db_path` names the file."""
+
+    db_path: Path
+
+    def cursor(self, factory: Any = Cursor) -> Any:
+        return super().cursor(factory)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Cursor:
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, seq: Any, /) -> Cursor:
+        return self.cursor().executemany(sql, seq)
+
+    def executescript(self, script: str, /) -> Cursor:
+        return self.cursor().executescript(script)
+
+
+def connect(path: Path, *, timeout: float) -> Connection:
+    """Open `path` as a translating connection (autocommit: DevCell issues BEGIN itself)."""
+    try:
+        conn = sqlite3.connect(str(path), isolation_level=None, timeout=timeout,
+                               check_same_thread=False, factory=Connection)
+    except sqlite3.Error as exc:
+        translated = translate(exc, path)
+        if translated is None:
+            raise
+        raise translated from exc
+    assert isinstance(conn, Connection)
+    conn.db_path = path
+    return conn
+
+
+_OS_CAUSES = {
+    errno.ENOSPC: StorageError.DISK_FULL,
+    errno.EDQUOT: StorageError.DISK_FULL,
+    errno.EFBIG: StorageError.DISK_FULL,
+    errno.EROFS: StorageError.READ_ONLY,
+}
+"""Operating system errors that speak of the machine, whichever file met them."""
+
+
+def from_os_error(exc: OSError, state_dir: Path) -> StateUnusable | None:
+    """`exc` as StateUnusable when it is a full or read-only disk; None for anything else.
+
+    For the CLI's edge: a lease, lock, log or workspace file in the state directory met a
+    full or read-only disk (the database's own errors are translated where they occur)."""
+    cause = _OS_CAUSES.get(exc.errno or 0)
+    if cause is None:
+        return None
+    path = Path(exc.filename) if isinstance(exc.filename, str) else state_dir / "state.db"
+    return StateUnusable(message(cause, path, exc.strerror or str(exc)), cause=cause,
+                         path=str(path))

@@ -1,0 +1,76 @@
+"""The workspace store never removes a user's files on its own: a directory standing where a
+new volume or checkpoint goes, without DevCell's marker, is removed only when it holds no
+files; one that holds files is refused, named, and left as it was (the marker may be what was
+lost). No engine needed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from devcell.backends.container_layout import Layout
+from devcell.backends.workspaces import WorkspaceStore
+from devcell.errors import BackendError, BackendRefused
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> WorkspaceStore:
+    return WorkspaceStore(Layout(tmp_path / "state"))
+
+
+def test_an_unmarked_volume_with_files_is_refused_and_kept(store: WorkspaceStore) -> None:
+    workspace = store.layout.workspace("vol_1")
+    workspace.mkdir(parents=True)
+    (workspace / "notes.txt").write_text("a week of work")  # volume.json was lost
+    with pytest.raises(BackendRefused, match="holds files .* but no volume.json"):
+        store.create_volume(cell_id="cell_1", cell_name="api", volume_id="vol_1",
+                            from_checkpoint=None)
+    assert (workspace / "notes.txt").read_text() == "a week of work"
+    assert [p.name for p in store.layout.volumes.iterdir()] == ["vol_1"]  # no temporary left
+
+
+def test_an_unmarked_checkpoint_with_files_is_refused_and_kept(store: WorkspaceStore) -> None:
+    store.create_volume(cell_id="cell_1", cell_name="api", volume_id="vol_1",
+                        from_checkpoint=None)
+    stray = store.layout.checkpoint("snap_1") / "workspace"
+    stray.mkdir(parents=True)
+    (stray / "notes.txt").write_text("the only copy")
+    with pytest.raises(BackendRefused, match="no checkpoint.json"):
+        store.checkpoint(checkpoint_id="snap_1", cell_id="cell_1", volume_id="vol_1")
+    assert (stray / "notes.txt").read_text() == "the only copy"
+
+
+def test_an_empty_unmarked_leftover_makes_way(store: WorkspaceStore) -> None:
+    (store.layout.workspace("vol_1")).mkdir(parents=True)
+    store.create_volume(cell_id="cell_1", cell_name="api", volume_id="vol_1",
+                        from_checkpoint=None)
+    assert store.volume_exists("vol_1")
+    (store.layout.checkpoint("snap_1")).mkdir(parents=True)
+    assert store.checkpoint(checkpoint_id="snap_1", cell_id="cell_1", volume_id="vol_1")
+    assert store.find_checkpoint("snap_1") is not None
+
+
+def test_a_full_disk_is_a_step_error_and_leaves_nothing_half_made(tmp_path: Path) -> None:
+    """No space for a checkpoint or a volume: a BackendError naming the cause (the step's
+    recorded error), no temporary left behind, the workspace intact."""
+    from devcell.backends import temporaries
+    from tests.store import faulty
+
+    with faulty.small_disk(tmp_path / "disk", "8m") as disk:
+        store = WorkspaceStore(Layout(disk / "state"))
+        store.create_volume(cell_id="cell_1", cell_name="api", volume_id="vol_1",
+                            from_checkpoint=None)
+        work = store.layout.workspace("vol_1")
+        (work / "data.bin").write_bytes(b"x" * (3 << 20))
+        faulty.fill(disk)
+        with pytest.raises(BackendError, match="No space left on device"):
+            store.checkpoint(checkpoint_id="snap_1", cell_id="cell_1", volume_id="vol_1")
+        with pytest.raises(BackendError, match="No space left on device"):
+            store.create_volume(cell_id="cell_2", cell_name="db", volume_id="vol_2",
+                                from_checkpoint=None)
+        for parent in (store.layout.checkpoints, store.layout.volumes):
+            assert [n for n in os.listdir(parent) if n.startswith(
+                (temporaries.TMP, temporaries.TRASH))] == []
+        assert (work / "data.bin").stat().st_size == 3 << 20

@@ -36,3 +36,21 @@ def test_get_imports_neither_the_library_verbs_nor_the_reconciler(tmp_path: Path
                           env=dict(os.environ, DEVCELL_HOME=str(tmp_path / "state")),
                           cwd=REPO, check=True)
     assert proc.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_durations_every_wait_can_honour_and_no_other() -> None:
+    """A duration beyond a lock's TIMEOUT_MAX once killed the daemon's resync thread with
+    an OverflowError (the daemon ran on with no resync); it is a usage error now."""
+    import argparse
+    import threading
+
+    import pytest
+
+    from devcell.cli import main as cli_main
+
+    assert cli_main._duration("1h30m") == 5400.0
+    assert cli_main._duration("0") == 0.0
+    assert cli_main._duration(f"{int(threading.TIMEOUT_MAX)}") == int(threading.TIMEOUT_MAX)
+    for text in ("99999999999999999999h", f"{int(threading.TIMEOUT_MAX) + 1}s", "1" * 400):
+        with pytest.raises(argparse.ArgumentTypeError, match="too long"):
+            cli_main._duration(text)

@@ -53,14 +53,23 @@ def _workers(text: str) -> int:
 def _duration(text: str) -> float:
     """kubectl durations: 30s, 5m, 1h30m, 250ms, or plain seconds."""
     import re
+    import threading
 
     if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (e.g. 30s, 5m, 1h30m)")
-    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    return sum(float(n) * scale[u] for n, u in parts)
+        seconds = float(text)
+    else:
+        parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise argparse.ArgumentTypeError(
+                f"invalid duration {text!r} (e.g. 30s, 5m, 1h30m)")
+        scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+        seconds = sum(float(n) * scale[u] for n, u in parts)
+    # Every wait ends in a lock's timeout, which overflows beyond TIMEOUT_MAX (292 years):
+    # refused here, not as a traceback in a daemon thread that then dies silently.
+    if seconds > threading.TIMEOUT_MAX:
+        raise argparse.ArgumentTypeError(
+            f"duration {text!r} is too long (at most {int(threading.TIMEOUT_MAX)}s)")
+    return seconds
 
 
 COMMANDS = ("apply", "get", "describe", "delete", "diff", "snapshot", "cell", "wait",

@@ -88,3 +88,21 @@ def test_a_global_option_before_the_command_reaches_it(tmp_path: Path) -> None:
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert (listed.returncode, listed.stdout) == (0, "cell/api\n"), listed.stderr
     assert not (tmp_path / "home").exists()  # nothing went to the default state directory
+
+
+def test_durations_every_wait_can_honour_and_no_other() -> None:
+    """A duration beyond a lock's TIMEOUT_MAX once killed the daemon's resync thread with
+    an OverflowError (the daemon ran on with no resync); it is a usage error now."""
+    import argparse
+    import threading
+
+    import pytest
+
+    from devcell.cli import main as cli_main
+
+    assert cli_main._duration("1h30m") == 5400.0
+    assert cli_main._duration("0") == 0.0
+    assert cli_main._duration(f"{int(threading.TIMEOUT_MAX)}") == int(threading.TIMEOUT_MAX)
+    for text in ("99999999999999999999h", f"{int(threading.TIMEOUT_MAX) + 1}s", "1" * 400):
+        with pytest.raises(argparse.ArgumentTypeError, match="too long"):
+            cli_main._duration(text)

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from devcell.errors import DevCellError
 from devcell.store import db as dbmod
 from devcell.store import objects
 from devcell.store.db import Database
@@ -145,12 +146,21 @@ def wait_for_object(state_dir: Path, kind: str, name: str, *, timeout: float
     db: Database | None = None
     delay = 0.01
     while True:
-        if db is None and (state_dir / dbmod.DB_FILENAME).exists():
-            db = Database(state_dir, create=False)
-        if db is not None:
-            record = objects.get(db.conn, kind, name)
-            if record is not None:
-                return db, record
+        try:
+            if db is None and (state_dir / dbmod.DB_FILENAME).exists():
+                db = Database(state_dir, create=False)
+            if db is not None:
+                record = objects.get(db.conn, kind, name)
+                if record is not None:
+                    return db, record
+        except DevCellError:
+            # The database is being created by the first apply (not yet a DevCell database,
+            # or its schema half-made): look again, until the timeout, then say why.
+            if db is not None:
+                db.close()
+                db = None
+            if time.monotonic() >= deadline:
+                raise
         if time.monotonic() >= deadline:
             if db is not None:
                 db.close()

@@ -34,7 +34,6 @@ import docker
 import docker.errors
 import requests.exceptions
 from docker.models.containers import _create_container_args
-from loguru import logger
 
 from devcell import config, security
 from devcell.backends import (
@@ -77,6 +76,7 @@ from devcell.errors import (
     ImageNotFound,
     MountRefused,
 )
+from devcell.log import logger
 
 if TYPE_CHECKING:
     from devcell.backends.interactive import Terminal

@@ -101,18 +101,32 @@ class _Commands:
         return self.sub.add_parser(name, **kwargs)
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The CLI's parser; with `only`, just that command's (faster; same behaviour for it)."""
-    common = Parser(add_help=False)
-    common.add_argument("--state-dir", default=None,
+GLOBAL_DEFAULTS: dict[str, Any] = {"state_dir": None, "verbose": 0, "run_store": None}
+"""The options every command takes, before or after the command's words, and their defaults."""
+GLOBAL_WITH_VALUE = ("--state-dir", "--run-store")
+
+
+def _global_options(parser: argparse.ArgumentParser) -> None:
+    """Add the global options to `parser` without defaults of their own (SUPPRESS): a value
+    given at any level (`devcell --state-dir X get`, `devcell get --state-dir X`) survives the
+    levels below it; `parse` fills in GLOBAL_DEFAULTS for the options nobody gave."""
+    parser.add_argument("--state-dir", default=argparse.SUPPRESS,
                         help="state directory (default: $DEVCELL_HOME or ~/.local/share/devcell)")
-    common.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
-    common.add_argument("--run-store", choices=["sqlite", "file"], default=None,
+    parser.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="more log output")
+    parser.add_argument("--run-store", choices=["sqlite", "file"], default=argparse.SUPPRESS,
                         help="where suspended operations keep their run snapshots "
                              "(default: sqlite in the state directory; or $DEVCELL_RUN_STORE)")
 
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; with `only`, just that command's (faster; same behaviour for it)."""
+    common = Parser(add_help=False)
+    _global_options(common)
+
     parser = Parser(prog="devcell", description="Isolated development environments, declared in YAML.")
     parser.add_argument("--version", action="version", version=f"devcell {__version__}")
+    _global_options(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     subparsers.required = True
     sub = _Commands(subparsers, only)
@@ -192,7 +206,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("kind", type=_kind(OBJECT_KINDS), metavar="KIND")
     p.add_argument("name")
     p.add_argument("--for", dest="condition", default="condition=Ready",
-                   help="condition=TYPE[=STATUS] or delete (default condition=Ready)")
+                   help="condition=TYPE[=STATUS], create or delete (default condition=Ready; "
+                        "an object not recorded yet is waited for within the timeout)")
     p.add_argument("--timeout", type=_duration, default=30.0, help="e.g. 60s (default 30s)")
 
     p = sub.add_parser("controller", parents=[common], help="the reconciling daemon")
@@ -306,11 +321,32 @@ def celld(argv: Sequence[str] | None = None) -> int:
     return _run(args)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    given = list(sys.argv[1:] if argv is None else argv)
-    first = next((a for a in given if not a.startswith("-")), None)
+def command_word(given: Sequence[str]) -> str | None:
+    """The first word that is neither an option nor a global option's value."""
+    words = iter(given)
+    for word in words:
+        if word == "--":
+            return next(words, None)
+        if word in GLOBAL_WITH_VALUE:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def parse(given: Sequence[str]) -> argparse.Namespace:
+    """The parsed command line, global options filled in with their defaults."""
+    first = command_word(given)
     only = first if first in COMMANDS else None  # anything else: the full parser explains
-    return _run(build_parser(only).parse_args(given))
+    args = build_parser(only).parse_args(list(given))
+    for name, default in GLOBAL_DEFAULTS.items():
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return _run(parse(sys.argv[1:] if argv is None else argv))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -22,10 +22,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from loguru import logger
-
 from devcell import backends
 from devcell.controllers.context import Context
+from devcell.log import logger
 from devcell.reconciler import reconcile, recovery
 from devcell.store import objects
 from devcell.store.db import Database

@@ -15,11 +15,10 @@ or restore the database that recorded it.
 
 from __future__ import annotations
 
-from loguru import logger
-
 from devcell.backends.base import CellRef, Owned, OwnedKind
 from devcell.controllers.context import Context
 from devcell.errors import DevCellError
+from devcell.log import logger
 from devcell.store import events, objects
 
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loguru import logger
-
 from devcell import failpoints
+from devcell.log import logger
 from devcell.store import events, objects, operations
 from devcell.store.db import Database
 

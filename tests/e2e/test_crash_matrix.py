@@ -49,6 +49,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import processes
+
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 CMD_TIMEOUT = 60.0
@@ -542,7 +544,7 @@ class Daemon:
             self.proc = subprocess.Popen(
                 [PY, "-m", "devcell", "controller", "run", "--manifests", str(watched), *args],
                 stdout=log, stderr=subprocess.STDOUT, env=devcell_env(world.state, failpoint),
-                cwd=REPO)
+                cwd=REPO, preexec_fn=processes.child_setup)
         procs.append(self.proc)
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from devcell import failpoints
 from devcell.backends.base import Measuring
 from devcell.controllers import gc
 from devcell.controllers.context import Context
@@ -49,6 +50,7 @@ def collect(ctx: Context, backend_name: str, *, approve: bool = False,
         return out
     if not out.planned:
         return out
+    failpoints.hit("gc.planned")
     work = gc.GCWork()
     plan = Plan(gc.target(ctx.db.conn, backend_name), "gc",
                 [gc.step_for(j) for j in out.planned], backend_name, work)

@@ -133,6 +133,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("-l", "--selector", help="label selector, e.g. team=core,tier!=db")
     p.add_argument("-w", "--watch", action="store_true",
                    help="after listing, print rows again as they change (Ctrl-C to stop)")
+    p.add_argument("--tree", action="store_true",
+                   help="snapshots: lineage as a tree (cell -> snapshots -> forks -> ...)")
 
     p = sub.add_parser("describe", parents=[common], help="show an object in detail")
     p.add_argument("kind", type=_kind({**OBJECT_KINDS, "operation": "Operation",

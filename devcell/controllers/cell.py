@@ -200,9 +200,10 @@ class CellController:
             steps.append(Step(S.STOP))
         if observed.exists:
             steps.append(Step(S.DELETE))
-        # Every volume the backend holds for the cell, not only the recorded one: a volume
-        # made by an operation that died before recording it is the cell's workspace too.
-        held = backend.volumes_of(cell.id) if backend is not None else []
+        # With no volume recorded, whatever the backend holds for the cell: a volume made by
+        # an operation that died before recording it is the cell's workspace too (as decide
+        # adopts it; with one recorded, the next create adopts instead of making another).
+        held = backend.volumes_of(cell.id) if backend is not None and volume is None else []
         unrecorded = [v for v in held if volume is None or v != volume.id]
         if volume is not None:
             steps.append(Step(S.DELETE_VOLUME, {"volume_id": volume.id}))

@@ -43,6 +43,7 @@ from devcell.backends import (
     proctree,
     supervisor,
     treecopy,
+    usage,
 )
 from devcell.backends.base import (
     Capabilities,
@@ -738,6 +739,14 @@ class ContainerBackend:
     def delete_checkpoint(self, checkpoint_id: str) -> Outputs:
         self.store.delete_checkpoint(checkpoint_id)
         return {"checkpoint": checkpoint_id}
+
+    def exclusive_bytes(self, kind: OwnedKind, resource_id: str) -> int:
+        """Bytes removing a volume or checkpoint would free (Measuring; `devcell gc`)."""
+        if kind is OwnedKind.VOLUME:
+            return usage.exclusive_bytes(self.layout.volume(resource_id))
+        if kind is OwnedKind.CHECKPOINT:
+            return usage.exclusive_bytes(self.layout.checkpoint(resource_id))
+        return 0
 
     # -- exec and logs (beyond the Backend protocol: `devcell exec` and `devcell logs`) -----
 

@@ -163,6 +163,8 @@ def run_get(args: argparse.Namespace) -> int:
         selector = views.parse_selector(args.selector)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if getattr(args, "tree", False):
+        return _tree(args)
     db = _open(args)
     rows = (_rows(db, args.kind, args.name, selector, wide=args.output == "wide")
             if db is not None else [])
@@ -188,6 +190,18 @@ def run_get(args: argparse.Namespace) -> int:
         _warn_invalid_manifests(db)
     if args.watch:
         return _watch(args, selector, rows)
+    return 0
+
+
+def _tree(args: argparse.Namespace) -> int:
+    """`get snapshots --tree [NAME]`: the lineage forest (cli/lineage.py)."""
+    if args.kind != "snapshots" or args.output != "table" or args.watch or args.selector:
+        raise UsageError("--tree shows snapshots only, as a tree: no -o, -w or -l with it")
+    from devcell.cli import lineage
+
+    db = _open(args)
+    cells, snapshots = views.lineage(db.conn) if db is not None else ([], [])
+    lineage.show(cells, snapshots, args.name)
     return 0
 
 

@@ -73,12 +73,12 @@ def _duration(text: str) -> float:
 
 
 COMMANDS = ("apply", "get", "describe", "delete", "diff", "snapshot", "cell", "wait",
-            "controller", "op", "schema", "image", "exec", "logs")
+            "controller", "op", "schema", "image", "exec", "logs", "gc")
 
 
 class _Skipped:
     """Stands in for the parser of a command this run does not use (every call is a no-op):
-    argparse is slow to build, and building all fourteen commands cost every start ~4 ms."""
+    argparse is slow to build, and building all fifteen commands cost every start ~4 ms."""
 
     required = True
 
@@ -156,6 +156,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("-l", "--selector", help="label selector, e.g. team=core,tier!=db")
     p.add_argument("-w", "--watch", action="store_true",
                    help="after listing, print rows again as they change (Ctrl-C to stop)")
+    p.add_argument("--tree", action="store_true",
+                   help="snapshots: lineage as a tree (cell -> snapshots -> forks -> ...)")
 
     p = sub.add_parser("describe", parents=[common], help="show an object in detail")
     p.add_argument("kind", type=_kind({**OBJECT_KINDS, "operation": "Operation",
@@ -243,6 +245,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                          help="build devcell/busybox:latest offline from busybox-static")
     ip.add_argument("--force", action="store_true", help="rebuild even if the image exists")
 
+    p = sub.add_parser("gc", parents=[common],
+                       help="remove volumes and checkpoints nothing references")
+    p.add_argument("--approve", action="store_true",
+                   help="also remove orphans that hold files (no object ever named them)")
+    p.add_argument("--dry-run", action="store_true", help="show what would be removed")
+
     p = sub.add_parser("exec", parents=[common], help="run a command in a running cell")
     p.add_argument("-i", "--stdin", action="store_true",
                    help="forward standard input to the command (its end closes the command's)")
@@ -302,6 +310,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from devcell.cli import cmd_image
 
         return cmd_image.run_image(args)
+    if command == "gc":
+        from devcell.cli import cmd_gc
+
+        return cmd_gc.run_gc(args)
     if command in ("exec", "logs"):
         from devcell.cli import cmd_exec
 

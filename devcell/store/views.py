@@ -220,3 +220,18 @@ def step_documents(conn: sqlite3.Connection, op_id: str) -> list[dict[str, Any]]
     return [dict(s, outputs=json.loads(s["outputs"] or "{}")) for s in conn.execute(
         "SELECT idx, name, status, started_at, finished_at, duration_ms, outputs, error "
         "FROM operation_steps WHERE op_id = ? ORDER BY idx", (op_id,))]
+
+
+def lineage(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(cells, snapshots) for `get snapshots --tree`: every live one, a deleted cell that
+    still has live snapshots, and a deleted snapshot a live fork came from (what it depends
+    on), each in creation order."""
+    snapshots = [dict(r) for r in conn.execute(
+        "SELECT id, name, cell_id, phase, deleting_at, deleted_at, consistency FROM snapshots "
+        "WHERE deleted_at IS NULL OR id IN (SELECT forked_from FROM cells "
+        "WHERE deleted_at IS NULL) ORDER BY rowid")]
+    cells = [dict(r) for r in conn.execute(
+        "SELECT id, name, phase, forked_from, deleting_at, deleted_at FROM cells "
+        "WHERE deleted_at IS NULL OR id IN (SELECT cell_id FROM snapshots "
+        "WHERE deleted_at IS NULL) ORDER BY rowid")]
+    return cells, snapshots

@@ -45,7 +45,7 @@ EVERY_COMMAND = [
     ["snapshot", "list", "api"], ["cell", "fork", "api", "--snapshot", "s", "--name", "b"],
     ["cell", "sleep", "api"], ["cell", "start", "api"], ["wait", "cell", "api"],
     ["controller", "run", "--manifests", "m"], ["op", "resume", "op_1"], ["op", "cancel", "op_1"],
-    ["schema", "cell"], ["image", "build-base"], ["exec", "api", "--", "ls"], ["logs", "api"],
+    ["schema", "cell"], ["image", "build-base"], ["exec", "api", "--", "ls"], ["logs", "api"], ["gc"],
 ]
 
 

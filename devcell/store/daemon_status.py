@@ -10,7 +10,7 @@ import sqlite3
 from typing import Any, Protocol
 
 from devcell.names import printable
-from devcell.store import objects
+from devcell.store import faults, objects
 from devcell.store.db import Database, now
 
 NAME = "controller"
@@ -49,7 +49,7 @@ def stopped(db: Database) -> None:
 def report_manifests(db: Database, problems: list[str]) -> None:
     """Set the ManifestsValid condition; written only when it changes."""
     row = db.conn.execute("SELECT conditions FROM controllers WHERE name = ?", (NAME,)).fetchone()
-    old = json.loads(row[0]) if row else []
+    old = faults.loads(row[0]) if row else []
     if problems:
         problems = [printable(p) for p in problems]  # file names and quoted input: escaped
         message = "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else "")
@@ -72,4 +72,4 @@ def read(conn: sqlite3.Connection) -> dict[str, Any] | None:
         return None
     if row is None:
         return None
-    return dict(row, conditions=json.loads(row["conditions"]))
+    return dict(row, conditions=faults.loads(row["conditions"]))

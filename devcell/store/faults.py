@@ -14,6 +14,7 @@ busy has its own waits, and a bug keeps its traceback.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import sqlite3
 from pathlib import Path
@@ -92,10 +93,29 @@ def message(cause: str, path: Path, detail: str) -> str:
             "the disk and run the command again")
 
 
+_state_db: Path | None = None
+"""The state database this process opened last: rows are decoded far from their connection,
+and a process serves one state directory, so a damaged value is named with this path."""
+
+
+def loads(text: str | bytes, path: Path | None = None) -> Any:
+    """A JSON column's value. DevCell wrote it as JSON, so one that does not parse is damage
+    (a bad page, a hand edit): named like any damaged database, never a traceback."""
+    path = path or _state_db or Path("state.db")
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as exc:
+        raise StateUnusable(message(StorageError.CORRUPT_DATABASE, path,
+                                    f"a stored JSON value does not parse: {exc}"),
+                            cause=StorageError.CORRUPT_DATABASE, path=str(path)) from exc
+
+
 def translate(exc: sqlite3.Error, path: Path) -> StateUnusable | None:
     """`exc` as StateUnusable when it speaks of the machine; None for anything else."""
     primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
     cause = _CAUSES.get(primary)
+    if cause is None and "malformed JSON" in str(exc):  # SQL's json functions met damage
+        cause = StorageError.CORRUPT_DATABASE
     if cause is None:
         return None
     if cause != StorageError.CORRUPT_DATABASE:
@@ -195,6 +215,9 @@ def connect(path: Path, *, timeout: float, read_only: bool = False) -> Connectio
         raise translated from exc
     assert isinstance(conn, Connection)
     conn.db_path = path
+    if path.name == "state.db":
+        global _state_db
+        _state_db = path
     return conn
 
 

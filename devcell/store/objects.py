@@ -17,6 +17,7 @@ from typing import Any
 
 from devcell import ids, kinds
 from devcell.errors import Conflict, NotFound
+from devcell.store import faults
 from devcell.store.db import Database, now
 
 
@@ -86,9 +87,9 @@ def from_row(kind: str, row: sqlite3.Row) -> ObjectRecord:
         kind=kind,
         id=row["id"],
         name=row["name"],
-        spec=json.loads(row["spec"]),
-        labels=json.loads(row["labels"] or "{}"),
-        annotations=json.loads(row["annotations"] or "{}"),
+        spec=faults.loads(row["spec"]),
+        labels=faults.loads(row["labels"] or "{}"),
+        annotations=faults.loads(row["annotations"] or "{}"),
         spec_hash=row["spec_hash"],
         manifest_hash=row["manifest_hash"],
         generation=row["generation"],
@@ -96,7 +97,7 @@ def from_row(kind: str, row: sqlite3.Row) -> ObjectRecord:
         source=row["source"],
         phase=row["phase"],
         observed_generation=row["observed_generation"],
-        status=json.loads(row["status"] or "{}"),
+        status=faults.loads(row["status"] or "{}"),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         deleting_at=row["deleting_at"],
@@ -305,7 +306,7 @@ def cells_with_host_mounts(conn: sqlite3.Connection) -> dict[str, dict[str, Any]
     """Live recorded cells with host mounts, name -> spec (for the shared-mount rule)."""
     rows = conn.execute("SELECT name, spec FROM cells WHERE deleted_at IS NULL "
                         "AND json_extract(spec, '$.mounts') IS NOT NULL").fetchall()
-    return {name: json.loads(spec) for name, spec in rows}
+    return {name: faults.loads(spec) for name, spec in rows}
 
 
 def _listed(kind: str, spec: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from devcell import ids
+from devcell.store import faults
 from devcell.store.db import now
 
 
@@ -138,7 +139,7 @@ def steps(conn: sqlite3.Connection, op_id: str) -> list[StepRecord]:
     ).fetchall()
     return [
         StepRecord(r["op_id"], r["idx"], r["name"], r["status"], r["started_at"],
-                   r["finished_at"], r["duration_ms"], json.loads(r["outputs"] or "{}"),
+                   r["finished_at"], r["duration_ms"], faults.loads(r["outputs"] or "{}"),
                    r["error"])
         for r in rows
     ]

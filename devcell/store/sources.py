@@ -8,6 +8,7 @@ import hmac
 import json
 import sqlite3
 
+from devcell.store import faults
 from devcell.store.db import now
 
 Entry = tuple[str, str, str]
@@ -31,7 +32,7 @@ def recorded(conn: sqlite3.Connection, paths: list[str]) -> dict[str, tuple[str,
         for row in conn.execute(
             f"SELECT path, digest, objects FROM applied_sources WHERE path IN ({marks})", chunk
         ):
-            out[row[0]] = (row[1], [(e[0], e[1], e[2]) for e in json.loads(row[2])])
+            out[row[0]] = (row[1], [(e[0], e[1], e[2]) for e in faults.loads(row[2])])
     return out
 
 

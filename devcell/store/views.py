@@ -6,11 +6,11 @@ cells is a hot path.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from typing import Any
 
 from devcell.manifests import secrets
+from devcell.store import faults
 
 API_VERSION = "devcell.dev/v1alpha1"
 AGE_SQL = "CAST((julianday('now') - julianday({column})) * 86400 AS INTEGER)"
@@ -79,7 +79,7 @@ def cells_table(conn: sqlite3.Connection, selector: list[Any], name: str | None 
         return [dict(r) for r in rows]
     out = []
     for r in rows:
-        labels = json.loads(r["labels"])
+        labels = faults.loads(r["labels"])
         if _selector_match(labels, selector):
             out.append(dict(r, labels=labels))
     return out
@@ -105,7 +105,7 @@ def snapshots_table(conn: sqlite3.Connection, selector: list[Any], name: str | N
     rows = conn.execute(sql + " ORDER BY s.name", params).fetchall()
     out = []
     for r in rows:
-        labels = json.loads(r["labels"]) if r["labels"] != "{}" else {}
+        labels = faults.loads(r["labels"]) if r["labels"] != "{}" else {}
         if selector and not _selector_match(labels, selector):
             continue
         out.append(dict(r, labels=labels))
@@ -136,7 +136,7 @@ def operations_table(conn: sqlite3.Connection, name: str | None = None, limit: i
         rows = conn.execute(
             "SELECT * FROM operations ORDER BY rowid DESC LIMIT ?", (limit,)
         ).fetchall()
-    return [dict(r, plan=json.loads(r["plan"] or "[]")) for r in reversed(rows)]
+    return [dict(r, plan=faults.loads(r["plan"] or "[]")) for r in reversed(rows)]
 
 
 def events_table(conn: sqlite3.Connection, name: str | None = None, limit: int = 500
@@ -159,10 +159,10 @@ def object_document(conn: sqlite3.Connection, kind: str, row: sqlite3.Row) -> di
         "resourceVersion": str(row["resource_version"]),
         "creationTimestamp": row["created_at"],
     }
-    labels = json.loads(row["labels"] or "{}")
+    labels = faults.loads(row["labels"] or "{}")
     if labels:
         meta["labels"] = labels
-    annotations = json.loads(row["annotations"] or "{}")
+    annotations = faults.loads(row["annotations"] or "{}")
     if annotations:
         meta["annotations"] = annotations
     if row["source"]:
@@ -170,7 +170,7 @@ def object_document(conn: sqlite3.Connection, kind: str, row: sqlite3.Row) -> di
     if row["deleting_at"]:
         meta["deletionTimestamp"] = row["deleting_at"]
     status: dict[str, Any] = {"phase": row["phase"], "observedGeneration": row["observed_generation"]}
-    status.update(json.loads(row["status"] or "{}"))
+    status.update(faults.loads(row["status"] or "{}"))
     if kind == "Cell":
         lineage: dict[str, Any] = {}
         if row["forked_from"]:
@@ -186,9 +186,9 @@ def object_document(conn: sqlite3.Connection, kind: str, row: sqlite3.Row) -> di
             lineage["snapshots"] = [s["name"] for s in snaps]
         if lineage:
             status["lineage"] = lineage
-        spec = redact_spec(json.loads(row["spec"]))
+        spec = redact_spec(faults.loads(row["spec"]))
     else:
-        spec = json.loads(row["spec"])
+        spec = faults.loads(row["spec"])
         cell = conn.execute("SELECT name, id, deleted_at FROM cells WHERE id = ?",
                             (row["cell_id"],)).fetchone()
         forks = conn.execute("SELECT name FROM cells WHERE forked_from = ? AND deleted_at IS NULL "
@@ -217,7 +217,7 @@ def object_row(conn: sqlite3.Connection, kind: str, object_id: str) -> sqlite3.R
 
 def step_documents(conn: sqlite3.Connection, op_id: str) -> list[dict[str, Any]]:
     """An operation's steps as `get operations -o yaml|json` shows them."""
-    return [dict(s, outputs=json.loads(s["outputs"] or "{}")) for s in conn.execute(
+    return [dict(s, outputs=faults.loads(s["outputs"] or "{}")) for s in conn.execute(
         "SELECT idx, name, status, started_at, finished_at, duration_ms, outputs, error "
         "FROM operation_steps WHERE op_id = ? ORDER BY idx", (op_id,))]
 

@@ -162,3 +162,37 @@ def test_a_lost_database_is_never_taken_for_a_fresh_install(tmp_path: Path, loss
         assert f"{state / 'state.db'} is {loss}" in result.stderr
         assert "Restore state.db from a backup" in result.stderr
         assert sorted(p.name for p in state.iterdir()) == before
+
+
+@pytest.mark.parametrize("table,column", [("cells", "status"), ("cells", "spec"),
+                                          ("operations", "plan")])
+def test_a_damaged_json_value_is_named_not_a_traceback(tmp_path: Path, table: str,
+                                                       column: str) -> None:
+    """One stored JSON value that does not parse (a bad page, a hand edit): every command that
+    reads it names the damaged database and the fix, and exits 1; none prints a traceback."""
+    state = tmp_path / "state"
+    manifests = tmp_path / "m"
+    write(manifests, "api")
+    assert run(state, "apply", "-f", str(manifests)).returncode == 0
+    conn = sqlite3.connect(state / "state.db")
+    with conn:
+        conn.execute(f"UPDATE {table} SET {column} = '{{bad'")
+    conn.close()
+    for argv in (["get", "cells", "-o", "yaml"], ["describe", "cell", "api"],
+                 ["get", "operations"], ["get", "operations", "-o", "yaml"],
+                 ["apply", "-f", str(manifests)], ["gc", "--dry-run"]):
+        result = run(state, *argv)
+        assert "Traceback" not in result.stderr, f"{argv}: {result.stderr}"
+        if result.returncode == 0:
+            continue  # this command never reads the damaged value
+        assert result.returncode == 1, f"{argv}: {result.stderr}"
+        assert "is damaged" in result.stderr and str(state / "state.db") in result.stderr, (
+            f"{argv}: {result.stderr}")
+    # The daemon either stops with that line or keeps serving, logging it: never a traceback.
+    try:
+        daemon = run(state, "controller", "run", "--manifests", str(manifests), timeout=8)
+        stderr = daemon.stderr
+    except subprocess.TimeoutExpired as still_running:
+        raw = still_running.stderr or b""
+        stderr = raw.decode() if isinstance(raw, bytes) else raw
+    assert "Traceback" not in stderr, stderr

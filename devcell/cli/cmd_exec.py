@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import termios
@@ -170,8 +171,23 @@ class _Tail:
             lines.append(self.partial)
             self.partial = b""
         if lines:
-            sys.stdout.buffer.write(b"".join(self.prefix + line for line in lines))
+            sys.stdout.buffer.write(b"".join(self.prefix + _shown(line) for line in lines))
             sys.stdout.buffer.flush()
+
+
+_NUL_RUN = re.compile("\x00{8,}")
+
+
+def _shown(line: bytes) -> bytes:
+    """A log line as printed: the cell wrote it, so control characters (an ESC sequence, a
+    carriage return forging a line) are escaped like every other string from a cell; tabs and
+    the line's end (\n or \r\n) are kept."""
+    end = b"\r\n" if line.endswith(b"\r\n") else b"\n" if line.endswith(b"\n") else b""
+    text = line[:len(line) - len(end)].decode("utf-8", "backslashreplace")
+    if not text.replace("\t", "").isprintable():
+        text = _NUL_RUN.sub(lambda run: f"<{len(run.group())} NUL bytes>", text)  # sparse holes
+        text = "\t".join(names.printable(part) for part in text.split("\t"))
+    return text.encode() + end
 
 
 def run_logs(args: argparse.Namespace) -> int:

@@ -116,3 +116,19 @@ def test_open_regular_refuses_names_that_leave_the_directory(logs: Path) -> None
             safeio.open_regular(logs, name)
     with pytest.raises(FileNotFoundError):
         safeio.open_regular(logs, "missing.log")
+
+
+def test_control_characters_a_cell_logs_are_escaped(logs: Path, monkeypatch: pytest.MonkeyPatch
+                                                    ) -> None:
+    """An ESC sequence, an OSC title, a bare carriage return forging a line, a C1 CSI and
+    bytes that are not UTF-8 never reach the terminal raw; tabs, \\n and \\r\\n are kept."""
+    target = logs / "esc.log"
+    target.write_bytes(b"a\x1b[31mRED\x1b]0;title\x07\rforged\n\tok\r\n\xc2\x9b2J \xff\x00\n"
+                       b"caf\xc3\xa9\n")
+    seen = Captured(monkeypatch)
+    pump(target)
+    printed = seen.printed()
+    assert printed == (b"a\\x1b[31mRED\\x1b]0;title\\x07\\rforged\n\tok\r\n"
+                       b"\\x9b2J \\xff\\x00\ncaf\xc3\xa9\n")
+    shown = printed.replace(b"\r\n", b"\n").replace(b"\t", b"").replace(b"\n", b"")
+    assert all(32 <= b < 127 or b >= 0xa0 for b in shown.replace(b"\xc3\xa9", b""))

@@ -6,6 +6,7 @@ already recorded (the no-op fast path).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -54,14 +55,28 @@ NOT_REGULAR = ("not a regular file (a FIFO, socket or device); only regular file
                "from a directory")
 
 
+A_LINK = ("a symbolic link: links in a directory are not followed (one could bring in a file "
+          "from outside it, such as the host's credentials); apply the file it names directly, "
+          "or copy it here")
+
+
 def _open_regular(path: str) -> int:
-    """Open `path` only if it is a regular file, without blocking: opening a FIFO for
-    reading waits for a writer, so one named x.yaml (or a link to one) would hang the apply,
-    or the daemon's sync, for good. Checked before opening (a device is never opened) and
-    after (the file could have been replaced in between)."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
+    """Open `path` only if it is a regular file and not a link, without blocking: opening a
+    FIFO for reading waits for a writer, so one named x.yaml would hang the apply, or the
+    daemon's sync, for good; a link committed to a GitOps directory would read (and quote in
+    errors) a file outside it. Checked before opening (a device is never opened) and after
+    (the file could have been replaced in between; O_NOFOLLOW refuses a link put there)."""
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        raise _NotRegular(0, A_LINK)
+    if not stat.S_ISREG(mode):
         raise _NotRegular(0, NOT_REGULAR)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _NotRegular(0, A_LINK) from exc
+        raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise _NotRegular(0, NOT_REGULAR)
@@ -177,8 +192,8 @@ def read_sources(paths: Iterable[str], *, limit: int = MAX_DOCUMENT_BYTES,
             except ManifestError as exc:
                 problems.extend(exc.problems)
                 continue
-            except _NotRegular:
-                problems.append(Problem(display, NOT_REGULAR))
+            except _NotRegular as exc:
+                problems.append(Problem(display, exc.strerror or NOT_REGULAR))
                 continue
             except OSError as exc:
                 problems.append(Problem(display, f"cannot read: {exc.strerror}"))

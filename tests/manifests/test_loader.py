@@ -93,8 +93,32 @@ def test_a_walked_entry_that_is_not_a_regular_file_is_a_problem_never_read(
                  lambda: loader.read_sources([str(root / "x.yaml")], regular_only=True)):
         raised = _within(5, call)
         assert isinstance(raised, ManifestError), raised
+        expected = loader.A_LINK if kind in ("link-to-fifo", "device") else loader.NOT_REGULAR
         assert [(p.file, p.message) for p in raised.problems] == [
-            (str(root / "x.yaml"), loader.NOT_REGULAR)]
+            (str(root / "x.yaml"), expected)]
+
+
+def test_a_link_in_a_directory_is_never_followed(tmp_path: Path) -> None:
+    """A link committed to a GitOps directory read a host file and quoted it in errors
+    (`apiVersion: must be ... (got "HOST-ONLY-SECRET")`): links in a directory are a problem
+    naming the file, never read, for the walk and for the daemon's reads; a link given by
+    name on its own is the user's choice and is read."""
+    outside = tmp_path / "hostonly" / "creds.yaml"
+    outside.parent.mkdir()
+    outside.write_text("apiVersion: HOST-ONLY-SECRET\nkind: Cell\n")
+    root = tmp_path / "dir"
+    root.mkdir()
+    (root / "good.yaml").write_text("a: 1\n")
+    os.symlink(outside, root / "x.yaml")
+    for call in (lambda: loader.read_sources([str(root)]),
+                 lambda: loader.read_sources([str(root / "x.yaml")], regular_only=True)):
+        with pytest.raises(ManifestError) as raised:
+            call()
+        assert [(p.file, p.message) for p in raised.value.problems] == [
+            (str(root / "x.yaml"), loader.A_LINK)]
+        assert "HOST-ONLY" not in str(raised.value)
+    named = loader.read_sources([str(root / "x.yaml")])
+    assert named[0].data == outside.read_bytes()
 
 
 def test_a_pipe_given_by_name_is_still_read(tmp_path: Path) -> None:

@@ -107,6 +107,7 @@ def observe_first(db: Database, recorded: Recorded) -> tuple[Recorded, list[Key]
     from devcell.reconciler import observe
     from devcell.store import objects
 
+    recorded = _drift_found_earlier(db, recorded)
     cells = [c.object_id for c in recorded.changes if c.kind == "Cell" and c.object_id
              and not c.needs_reconcile and c.outcome not in ("deleted", "pruned")]
     snapshots = [c.object_id for c in recorded.changes if c.kind == "Snapshot" and c.object_id
@@ -125,6 +126,24 @@ def observe_first(db: Database, recorded: Recorded) -> tuple[Recorded, list[Key]
         if c.kind == "Cell" and c.object_id in doubt and not c.needs_reconcile else c
         for c in recorded.changes)
     return dataclasses.replace(recorded, changes=changes), [("Cell", c) for c in doubt]
+
+
+def _drift_found_earlier(db: Database, recorded: Recorded) -> Recorded:
+    """An unchanged cell whose drift an earlier command recorded (exec, logs and wait observe
+    and record, but do not repair) is reconciled already, as Pending: report it `repaired`,
+    not `unchanged`, since that is what the reconcile then does."""
+    from devcell.store import objects
+
+    pending = {c.object_id for c in recorded.changes if c.kind == "Cell" and c.needs_reconcile
+               and c.outcome == "unchanged"}
+    if not pending:
+        return recorded
+    drifted = {object_id for _, object_id in objects.drifted_keys(db.conn)} & pending
+    if not drifted:
+        return recorded
+    return dataclasses.replace(recorded, changes=tuple(
+        dataclasses.replace(c, outcome="repaired") if c.kind == "Cell" and c.object_id in drifted
+        else c for c in recorded.changes))
 
 
 def approve_gates(db: Database, keys: Iterable[Key]) -> list[str]:

@@ -149,6 +149,7 @@ def test_read_side_commands_record_what_they_observe(cli: Cli, state: Path, appl
     # ... and `cell start`, which exec's message suggests, now does something.
     started = cli("cell", "start", "api")
     assert started.returncode == 0, started.stderr
+    assert started.stdout.strip() == "cell/api repaired"  # what it did, not "unchanged"
     assert runtime(state) == ("running", 0)
     assert _doc(cli)["status"]["phase"] == "Running"
 

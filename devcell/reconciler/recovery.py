@@ -30,7 +30,8 @@ def recover_interrupted(db: Database) -> list[tuple[str, str, str]]:
             in_flight = operations.interrupt(conn, op["id"])
             where = f"step {in_flight}" if in_flight else (
                 f"after step {step}" if step else "before its first step")
-            message = (f"interrupted at {where}: the process running it died; "
+            message = (f"interrupted at {where}: the process running it died or could not "
+                       "record its end (a full disk, say); "
                        "not replayed, the next reconcile plans afresh")
             operations.finish(conn, op["id"], status=operations.OpStatus.FAILED,
                               reason="Interrupted", message=message,

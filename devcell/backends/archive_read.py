@@ -25,11 +25,12 @@ links; DevCell's rule is instead that nothing is written through one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -275,14 +276,11 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
         yield member
 
 
-def read(source: BinaryIO, dest: Path | None, *, accept: Callable[[Header], None],
-         limits: Limits = DEFAULT_LIMITS) -> Read:
-    """Check the archive from `source` and write its tree to `dest` (which must not exist;
-    None: check only). `accept(header)` may refuse the header before anything is written.
-    ArchiveRefused on any problem; the caller removes `dest` then."""
-    tree = _Tree(dest)
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """Whatever a hostile or damaged stream makes tarfile or the OS raise: ArchiveRefused."""
     try:
-        return _read(source, tree, accept, limits)
+        yield
     except (tarfile.TarError, EOFError) as exc:
         raise _refused(f"damaged or truncated ({exc})") from None
     except (OverflowError, ValueError) as exc:
@@ -290,30 +288,49 @@ def read(source: BinaryIO, dest: Path | None, *, accept: Callable[[Header], None
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
         raise _refused(f"{exc.strerror or exc}{where}") from None
-    finally:
-        tree.close()
 
 
-def _read(source: BinaryIO, tree: _Tree, accept: Callable[[Header], None],
-          limits: Limits) -> Read:
-    tar = tarfile.open(fileobj=source, mode="r|", bufsize=READ_BLOCK, encoding=fmt.ENCODING,
-                       errors=fmt.ERRORS)
-    members = _members(tar)
-    first = next(members, None)
-    if first is None or first.name != fmt.HEADER:
-        raise _refused(f"its first member is not {fmt.HEADER}")
-    raw = _small(tar, first, limits.header_bytes, "header")
-    header = fmt.parse_header(raw)
-    accept(header)
-    reader = _Reader(tar, tree, limits, _budget(tree.dest, limits))
-    reader.digest.entry(Entry(Kind.HEADER, fmt.HEADER, 0o600, size=len(raw)))
-    reader.digest.content(raw)
-    reader.digest.bytes = 0
-    for member in members:
-        if member.name == fmt.TRAILER:
-            return _close(tar, members, member, reader, header)
-        reader.member(member)
-    raise _refused("it is damaged or truncated (it ends without its checksum trailer)")
+class Archive:
+    """An archive being read: its header first (the caller decides where, and whether, the
+    tree goes), then `extract` once."""
+
+    def __init__(self, source: BinaryIO, limits: Limits = DEFAULT_LIMITS) -> None:
+        self.limits = limits
+        with _translated():
+            self.tar = tarfile.open(fileobj=source, mode="r|", bufsize=READ_BLOCK,
+                                    encoding=fmt.ENCODING, errors=fmt.ERRORS)
+            self.members = _members(self.tar)
+            first = next(self.members, None)
+            if first is None or first.name != fmt.HEADER:
+                raise _refused(f"its first member is not {fmt.HEADER}")
+            self.raw = _small(self.tar, first, limits.header_bytes, "header")
+        self.header = fmt.parse_header(self.raw)
+
+    def extract(self, dest: Path | None) -> Read:
+        """Check the rest and write the tree to `dest` (which must not exist; None: check
+        only). ArchiveRefused on any problem; the caller removes `dest` then."""
+        tree = _Tree(dest)
+        try:
+            with _translated():
+                return self._extract(tree)
+        finally:
+            tree.close()
+
+    def _extract(self, tree: _Tree) -> Read:
+        reader = _Reader(self.tar, tree, self.limits, _budget(tree.dest, self.limits))
+        reader.digest.entry(Entry(Kind.HEADER, fmt.HEADER, 0o600, size=len(self.raw)))
+        reader.digest.content(self.raw)
+        reader.digest.bytes = 0
+        for member in self.members:
+            if member.name == fmt.TRAILER:
+                return _close(self.tar, self.members, member, reader, self.header)
+            reader.member(member)
+        raise _refused("it is damaged or truncated (it ends without its checksum trailer)")
+
+
+def read(source: BinaryIO, dest: Path | None, *, limits: Limits = DEFAULT_LIMITS) -> Read:
+    """Check the archive from `source` and write its tree to `dest` (see Archive)."""
+    return Archive(source, limits).extract(dest)
 
 
 def _close(tar: tarfile.TarFile, members: Iterator[tarfile.TarInfo], member: tarfile.TarInfo,

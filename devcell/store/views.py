@@ -89,6 +89,7 @@ def snapshots_table(conn: sqlite3.Connection, selector: list[Any], name: str | N
     sql = (
         "SELECT s.id, s.name, s.phase, s.created_at, s.taken_at, s.labels, s.consistency, "
         "s.cell_id, c.name AS cell, c.deleted_at AS cell_deleted, "
+        "json_extract(s.status, '$.origin.cell') AS imported_from, "
         "(SELECT group_concat(f.name, ',') FROM cells f WHERE f.forked_from = s.id "
         " AND f.deleted_at IS NULL) AS forks "
         "FROM snapshots s LEFT JOIN cells c ON c.id = s.cell_id WHERE s.deleted_at IS NULL"

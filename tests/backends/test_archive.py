@@ -9,7 +9,7 @@ import os
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import pytest
 
@@ -35,7 +35,7 @@ def export(tree: Path | None) -> bytes:
 
 def unpack(data: bytes, dest: Path, limits: Limits = archive_read.DEFAULT_LIMITS
            ) -> archive_read.Read:
-    return archive_read.read(io.BytesIO(data), dest, accept=lambda header: None, limits=limits)
+    return archive_read.read(io.BytesIO(data), dest, limits=limits)
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_export_of_a_backend_without_files_carries_no_tree(tmp_path: Path) -> No
     header = HEADER.replace(b'"tree": true', b'"tree": false')
     out = io.BytesIO()
     archive_write.write(out, header, None)
-    result = archive_read.read(io.BytesIO(out.getvalue()), None, accept=lambda h: None)
+    result = archive_read.read(io.BytesIO(out.getvalue()), None)
     assert result.entries == 0 and not result.header.has_tree
 
 
@@ -266,7 +266,7 @@ class _Lazy(io.RawIOBase):
 def test_many_tiny_members_are_bounded(tmp_path: Path) -> None:
     stream = _Lazy(100_000)
     with pytest.raises(ArchiveRefused, match="more than 2000 members"):
-        archive_read.read(stream, tmp_path / "dest", accept=lambda h: None,
+        archive_read.read(cast(BinaryIO, stream), tmp_path / "dest",
                           limits=Limits(entries=2000))
     assert stream.asked < 2100
     assert len(list((tmp_path / "dest").iterdir())) < 2000

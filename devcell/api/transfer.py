@@ -135,10 +135,10 @@ def import_(state_dir: Path, source: BinaryIO, *, name: str | None = None,
             ) -> Imported:
     """Bring the archive read from `source` in as a Ready snapshot (`name`, else the name it
     was exported under). ArchiveRefused, and nothing changed, for a damaged or hostile one."""
+    archive = archive_read.Archive(source, limits)  # a bad header: refused before the store
+    header = archive.header
     db = dbmod.open_database(state_dir)
     try:
-        archive = archive_read.Archive(source, limits)
-        header = archive.header
         name = name or header.name
         _check(db, header, name)
         backend = _backend(state_dir, header)

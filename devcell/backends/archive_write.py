@@ -55,6 +55,23 @@ class _Hashing(io.RawIOBase):
         return data
 
 
+class _Counting:
+    """A write-only stream tar can ask its position of (a pipe cannot say): tarfile's plain
+    write mode writes straight through, where its stream mode ("w|") joins every small header
+    onto a growing buffer, which costs quadratic time over many files."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out, self.position = out, 0
+
+    def write(self, data: bytes) -> int:
+        self.out.write(data)
+        self.position += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.position
+
+
 def _info(entry: Entry, kind: bytes) -> tarfile.TarInfo:
     info = tarfile.TarInfo(entry.name)
     info.type, info.mode, info.uid, info.gid = kind, entry.mode, entry.uid, entry.gid
@@ -128,8 +145,8 @@ def _members(tree: Path) -> Iterator[tuple[treewalk.Directory, str, str, os.stat
 
 def write(out: BinaryIO, header: bytes, tree: Path | None) -> Written:
     """Stream the archive of `tree` (None: a backend that keeps no files) to `out`."""
-    tar = tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=fmt.BUFFER,
-                       encoding=fmt.ENCODING, errors=fmt.ERRORS)
+    tar = tarfile.open(fileobj=cast(BinaryIO, _Counting(out)), mode="w",
+                       format=tarfile.PAX_FORMAT, encoding=fmt.ENCODING, errors=fmt.ERRORS)
     tar.copybufsize = fmt.BUFFER  # type: ignore[attr-defined]  # not in typeshed
     writer = _Writer(tar, tree or Path("."))
     head = Entry(Kind.HEADER, fmt.HEADER, 0o600, size=len(header))

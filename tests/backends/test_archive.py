@@ -276,3 +276,26 @@ def test_thousands_of_members_within_the_limits_are_imported(tmp_path: Path) -> 
     many = [ROOT, *(member(f"workspace/f{i}", data=b"%d" % i) for i in range(5000))]
     assert unpack(craft(many), tmp_path / "ok").files == 5000
     assert (tmp_path / "ok" / "f4321").read_bytes() == b"4321"
+
+
+def test_export_and_import_hold_little_memory_whatever_the_file_size(tmp_path: Path) -> None:
+    import tracemalloc
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    with open(tree / "big", "wb") as f:
+        f.truncate(256 * 2**20)  # sparse: 256 MiB read back as zeros
+    archive = tmp_path / "big.tar"
+    tracemalloc.start()
+    try:
+        with archive.open("wb") as out:
+            archive_write.write(out, HEADER, tree)
+        exported = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        with archive.open("rb") as source:
+            archive_read.read(source, tmp_path / "dest")
+        imported = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (tmp_path / "dest" / "big").stat().st_size == 256 * 2**20
+    assert exported < 8 * 2**20 and imported < 8 * 2**20, (exported, imported)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from devcell import __version__, backends, ids, names
+from devcell import __version__, backends, failpoints, ids, names
 from devcell.backends import archive_format, archive_read, archive_write, container_layout
 from devcell.backends.base import Backend
 from devcell.controllers import snapshot as snapshot_controller
@@ -155,6 +155,7 @@ def import_(state_dir: Path, source: BinaryIO, *, name: str | None = None,
                 snapshot_id, cell_id=_safe(header.source_cell_id) or "imported",
                 cell_name=header.cell, fill=fill)
             read = done[0]
+            failpoints.hit("import.before-record")
             try:
                 op_id = _record(db, snapshot_id, name, header, info.outputs(), read, origin,
                                 started)

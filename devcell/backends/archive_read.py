@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from devcell import failpoints
 from devcell.backends import archive_format as fmt
 from devcell.backends.archive_format import Digest, Entry, Header, Kind, Limits
 from devcell.errors import ArchiveRefused
@@ -209,6 +210,7 @@ class _Reader:
                         view = view[os.write(fd, view):]
             if fd >= 0:
                 self._attributes(fd, entry)
+                failpoints.hit("import.file-written")
         finally:
             if fd >= 0:
                 os.close(fd)

@@ -4,6 +4,10 @@ byte for byte, a fork there sees it, and a hostile archive leaves that directory
 from __future__ import annotations
 
 import io
+import os
+import signal
+import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +25,7 @@ from devcell.store import objects, volumes
 from devcell.store.db import open_database
 from tests.backends.archive_support import HEADER, ROOT, craft, make_tree, member, tree_state
 from tests.backends.engine import IMAGE, remove_containers
+from tests.conftest import REPO
 
 
 def _cell(name: str, snapshot: str | None = None) -> dict[str, Any]:
@@ -48,6 +53,15 @@ def _workspace(state: Path, cell: str) -> Path:
         return Layout(state).workspace(volume.id)
     finally:
         db.close()
+
+
+@pytest.fixture
+def write_fake_cell(tmp_path: Path) -> Path:
+    path = tmp_path / "fake-cell.yaml"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "devcell.dev/v1alpha1", "kind": "Cell", "metadata": {"name": "other"},
+        "spec": {"backend": "fake", "image": IMAGE}}))
+    return path
 
 
 @pytest.fixture
@@ -103,3 +117,49 @@ def test_a_hostile_archive_leaves_the_state_directory_untouched(
     assert db.conn.execute("SELECT count(*) FROM snapshots").fetchone()[0] == 0
     assert db.conn.execute("SELECT count(*) FROM operations").fetchone()[0] == 0
     db.close()
+
+
+def _kill_import(target: Path, archive: Path, point: str) -> None:
+    env = dict(os.environ, DEVCELL_HOME=str(target), DEVCELL_FAILPOINT=point)
+    done = subprocess.run([sys.executable, "-m", "devcell", "snapshot", "import", str(archive)],
+                          env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+
+
+def _rows(target: Path) -> tuple[int, int]:
+    db = open_database(target)
+    try:
+        return (db.conn.execute("SELECT count(*) FROM snapshots").fetchone()[0],
+                db.conn.execute("SELECT count(*) FROM operations").fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_an_import_killed_mid_extraction_leaves_only_a_temporary_recovery_removes(
+        states: tuple[Path, Path], tmp_path: Path, write_fake_cell: Path) -> None:
+    _, target = states
+    archive = tmp_path / "a.tar"
+    archive.write_bytes(craft([ROOT, *(member(f"workspace/f{i}", data=b"x" * 1000)
+                                       for i in range(10))]))
+    open_database(target).close()
+    _kill_import(target, archive, "import.file-written:3")
+    assert _rows(target) == (0, 0)
+    left = [p.name for p in Layout(target).checkpoints.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".tmp-snap_"), left
+    assert apply_api.apply(target, [str(write_fake_cell)]).ok  # a converge runs recovery
+    assert list(Layout(target).checkpoints.iterdir()) == []
+
+
+def test_an_import_killed_before_its_record_keeps_the_files_and_can_be_redone(
+        states: tuple[Path, Path], tmp_path: Path) -> None:
+    _, target = states
+    archive = tmp_path / "a.tar"
+    archive.write_bytes(craft([ROOT, member("workspace/f", data=b"work")]))
+    open_database(target).close()
+    _kill_import(target, archive, "import.before-record")
+    assert _rows(target) == (0, 0)
+    (kept,) = Layout(target).checkpoints.iterdir()  # holds files: never removed unasked
+    assert (kept / "workspace" / "f").read_bytes() == b"work"
+    with archive.open("rb") as stream:
+        done = transfer.import_(target, stream)
+    assert done.id != kept.name and _rows(target) == (1, 1)

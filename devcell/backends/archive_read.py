@@ -250,6 +250,37 @@ class _Reader:
                  follow_symlinks=False)
 
 
+METADATA_MAX = 1 << 20
+"""Bytes of a PAX header or GNU long name/link member: tarfile reads those whole into memory
+before any check of ours sees the member, so their size is bounded here, first."""
+_METADATA = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE,
+             tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
+
+
+class _Bounded(tarfile.TarInfo):
+    """tarfile's member parser, with what it would hold in memory bounded first.
+
+    tarfile reads a PAX header's or a GNU long name's data, and a GNU sparse map, whole,
+    while it parses the member that follows: a header claiming 10 GB would be 10 GB of memory
+    before `next()` returns. These hooks (tarfile's own per-type dispatch) refuse such
+    members before tarfile reads them; tests/backends/test_archive.py proves the bound, so a
+    change in tarfile's internals fails a test rather than the promise.
+    """
+
+    def _proc_member(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _METADATA and self.size > METADATA_MAX:
+            raise _refused(f"a metadata member claims {self.size} bytes (more than "
+                           f"{METADATA_MAX})")
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            raise _refused("it holds an old-style GNU sparse member")
+        result: tarfile.TarInfo = super()._proc_member(tar)  # type: ignore[misc]
+        return result
+
+    def _proc_gnusparse_10(self, next: tarfile.TarInfo, pax_headers: dict[str, str],
+                           tar: tarfile.TarFile) -> None:
+        raise _refused(f"member {next.name[:200]!r} is a sparse file")
+
+
 def _small(tar: tarfile.TarFile, member: tarfile.TarInfo, limit: int, what: str) -> bytes:
     if not member.isreg() or member.size > limit:
         raise _refused(f"its {what} is not a regular member of at most {limit} bytes")
@@ -300,7 +331,7 @@ class Archive:
         self.limits = limits
         with _translated():
             self.tar = tarfile.open(fileobj=source, mode="r|", bufsize=READ_BLOCK,
-                                    encoding=fmt.ENCODING, errors=fmt.ERRORS)
+                                    encoding=fmt.ENCODING, errors=fmt.ERRORS, tarinfo=_Bounded)
             self.members = _members(self.tar)
             first = next(self.members, None)
             if first is None or first.name != fmt.HEADER:

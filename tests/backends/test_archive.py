@@ -299,3 +299,70 @@ def test_export_and_import_hold_little_memory_whatever_the_file_size(tmp_path: P
         tracemalloc.stop()
     assert (tmp_path / "dest" / "big").stat().st_size == 256 * 2**20
     assert exported < 8 * 2**20 and imported < 8 * 2**20, (exported, imported)
+
+
+class _Endless(io.RawIOBase):
+    """`head` then `filler` bytes without end: what a hostile sender can stream."""
+
+    def __init__(self, head: bytes, filler: bytes = b"0\n" * 256) -> None:
+        self.head, self.filler, self.given = head, filler, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.head[:len(buffer)]
+        self.head = self.head[len(data):]
+        missing = len(buffer) - len(data)
+        if missing:
+            data += (self.filler * (missing // len(self.filler) + 1))[:missing]
+        buffer[:len(data)] = data
+        self.given += len(data)
+        if self.given > 512 * 2**20:
+            raise AssertionError("the reader kept reading a claim it should have refused")
+        return len(data)
+
+
+def _prefix() -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        head = tarfile.TarInfo(fmt.HEADER)
+        head.size = len(HEADER)
+        tar.addfile(head, io.BytesIO(HEADER))
+        tar.addfile(ROOT[0])
+    return out.getvalue()[:-1024 * 9]  # without tar's end-of-archive blocks
+
+
+def _metadata_claim(kind: bytes) -> bytes:
+    info = tarfile.TarInfo("claim")
+    info.type, info.size = kind, 256 * 2**20
+    return info.tobuf(tarfile.GNU_FORMAT, fmt.ENCODING, fmt.ERRORS)
+
+
+def _sparse_claim() -> bytes:
+    info = tarfile.TarInfo("GNUSparseFile.0/s")
+    info.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0",
+                        "GNU.sparse.name": "workspace/s", "GNU.sparse.realsize": "1"}
+    info.size = 512
+    return info.tobuf(tarfile.PAX_FORMAT, fmt.ENCODING, fmt.ERRORS) + b"99999999999\n"
+
+
+@pytest.mark.parametrize("claim", ["pax header", "GNU long name", "GNU long link",
+                                   "sparse map"])
+def test_metadata_claims_are_refused_before_tarfile_holds_them(tmp_path: Path,
+                                                               claim: str) -> None:
+    import tracemalloc
+
+    head = _prefix() + {"pax header": lambda: _metadata_claim(tarfile.XHDTYPE),
+                        "GNU long name": lambda: _metadata_claim(tarfile.GNUTYPE_LONGNAME),
+                        "GNU long link": lambda: _metadata_claim(tarfile.GNUTYPE_LONGLINK),
+                        "sparse map": _sparse_claim}[claim]()
+    stream = _Endless(head)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ArchiveRefused):
+            archive_read.read(cast(BinaryIO, stream), tmp_path / "dest")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, peak

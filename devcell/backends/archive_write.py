@@ -5,8 +5,9 @@ no link followed, one descriptor at a time), every file opened relative to its d
 O_NOFOLLOW and O_NONBLOCK and read only if fstat says it is the regular file the listing saw,
 and read for exactly the size listed. A symbolic link is stored as a link (its target is
 never followed); FIFOs, sockets and device nodes are skipped and counted (import would refuse
-them). Memory stays bounded: contents pass through in 1 MiB pieces, and only files with
-several hard links are remembered (to write the later names as links to the first).
+them); a large sparse file is refused (its holes would be written out in full). Memory stays
+bounded: contents pass through in 1 MiB pieces, and only files with several hard links are
+remembered (to write the later names as links to the first).
 """
 
 from __future__ import annotations
@@ -83,6 +84,15 @@ def _info(entry: Entry, kind: bytes) -> tarfile.TarInfo:
     return info
 
 
+SPARSE_ABOVE = 16 * 2**20
+"""Files larger than this that hold less than half their size on disk are refused (a cell's
+64 GiB of nothing would otherwise be 64 GiB of archive); smaller ones are written in full."""
+
+
+def _sparse(st: os.stat_result) -> bool:
+    return st.st_size > SPARSE_ABOVE and st.st_blocks * 512 < st.st_size // 2
+
+
 def _entry(kind: str, name: str, st: os.stat_result, *, size: int = 0, link: str = "") -> Entry:
     return Entry(kind, name, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns,
                  st.st_atime_ns, size, link)
@@ -128,6 +138,12 @@ class _Writer:
             now = os.fstat(fd)
             if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
                 raise BackendError(f"{full} changed while it was exported")
+            if _sparse(now):
+                raise BackendError(
+                    f"{full!r} is a sparse file ({now.st_size} bytes, "
+                    f"{now.st_blocks * 512} on disk): an archive would carry every byte of its "
+                    "holes, so nothing was exported. Remove it or write it out in full inside "
+                    "the cell, snapshot again, then export")
             entry = _entry(Kind.FILE, full, st, size=st.st_size)
             reader = _Hashing(fd, st.st_size, self.digest, full)
             self.add(entry, tarfile.REGTYPE, cast(BinaryIO, reader))

@@ -16,7 +16,7 @@ import pytest
 from devcell.backends import archive_format as fmt
 from devcell.backends import archive_read, archive_write
 from devcell.backends.archive_format import Limits
-from devcell.errors import ArchiveRefused
+from devcell.errors import ArchiveRefused, BackendError
 from tests.backends.archive_support import (
     HEADER,
     ROOT,
@@ -278,8 +278,11 @@ def test_thousands_of_members_within_the_limits_are_imported(tmp_path: Path) -> 
     assert (tmp_path / "ok" / "f4321").read_bytes() == b"4321"
 
 
-def test_export_and_import_hold_little_memory_whatever_the_file_size(tmp_path: Path) -> None:
+def test_export_and_import_hold_little_memory_whatever_the_file_size(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import tracemalloc
+
+    monkeypatch.setattr(archive_write, "SPARSE_ABOVE", 1 << 40)  # streaming is measured here
 
     tree = tmp_path / "tree"
     tree.mkdir()
@@ -366,3 +369,15 @@ def test_metadata_claims_are_refused_before_tarfile_holds_them(tmp_path: Path,
     finally:
         tracemalloc.stop()
     assert peak < 16 * 2**20, peak
+
+
+def test_a_sparse_bomb_in_the_checkpoint_is_refused_not_exported(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "ok").write_bytes(b"x" * 4096)
+    with open(tree / "sparse", "wb") as f:
+        f.truncate(64 * 2**30)  # 64 GiB of nothing, as a hostile cell plants it
+    out = io.BytesIO()
+    with pytest.raises(BackendError, match="sparse file"):
+        archive_write.write(out, HEADER, tree)
+    assert len(out.getvalue()) < 2**20

@@ -16,11 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from loguru import logger
-
 from devcell.backends import temporaries, treecopy
 from devcell.backends.container_layout import Layout, is_safe_id, safe_id
 from devcell.errors import BackendError, BackendNotFound, BackendRefused
+from devcell.log import logger
 
 MARKER_VERSION = 1
 

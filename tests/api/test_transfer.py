@@ -189,3 +189,20 @@ def test_applying_the_imported_snapshots_manifest_keeps_it(tmp_path: Path, archi
     assert (snap.id, snap.phase, snap.extra["checkpoint_ref"]) == (
         done.id, "Ready", f"fake://{done.id}")
     db.close()
+
+
+def test_the_lineage_tree_shows_an_imported_snapshot_and_its_forks(
+        tmp_path: Path, archive: Path, write: Any) -> None:
+    from devcell.cli import lineage
+    from devcell.store import views
+
+    target = tmp_path / "target"
+    with archive.open("rb") as stream:
+        transfer.import_(target, stream)
+    assert apply_api.apply(target, [write("fork.yaml", fork_of("before"))]).ok
+    db = open_database(target)
+    text = lineage.render(*views.lineage(db.conn))
+    db.close()
+    assert text.splitlines() == [
+        "snapshot/before (metadata) imported, of cell api elsewhere  Ready",
+        "└── cell/moved  Running"], text

@@ -206,3 +206,16 @@ def test_the_lineage_tree_shows_an_imported_snapshot_and_its_forks(
     assert text.splitlines() == [
         "snapshot/before (metadata) imported, of cell api elsewhere  Ready",
         "└── cell/moved  Running"], text
+
+
+def test_a_fork_on_another_backend_than_the_imported_snapshots_is_refused(
+        tmp_path: Path, archive: Path, write: Any) -> None:
+    from devcell.errors import ManifestError
+
+    target = tmp_path / "target"
+    with archive.open("rb") as stream:
+        transfer.import_(target, stream)  # a fake (metadata) snapshot
+    container_fork = fork_of("before")
+    container_fork["spec"]["backend"] = "container"
+    with pytest.raises(ManifestError, match="taken by the fake backend"):
+        apply_api.apply(target, [write("fork.yaml", container_fork)])

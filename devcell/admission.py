@@ -17,6 +17,7 @@ from typing import Any
 
 from devcell import config, security
 from devcell.backends import limits
+from devcell.controllers import snapshot as snapshot_controller
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest, SourceFile, field_path
 from devcell.store import desired, objects
@@ -215,8 +216,11 @@ def _snapshot_backend(conn: sqlite3.Connection, in_apply: dict[tuple[str, str], 
     recorded = objects.get(conn, "Snapshot", snapshot)
     if recorded is None:
         return None
-    owner = objects.get(conn, "Cell", recorded.extra["cell_id"], include_deleted=True)
-    return str(owner.extra["backend"]) if owner is not None else None
+    owner = snapshot_controller.source_cell(conn, recorded)
+    if owner is not None:
+        return str(owner.extra["backend"])
+    imported = recorded.status.get("origin", {}).get("backend")  # no cell here: its import's
+    return str(imported) if imported else None
 
 
 def _fork_source(source: dict[str, str] | None) -> str:

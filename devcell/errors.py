@@ -197,6 +197,18 @@ class BackendRefused(BackendError):
     permanent = True
 
 
+class ArchiveRefused(BackendRefused):
+    """A snapshot archive that import will not bring in: damaged, truncated, altered since it
+    was written (its checksum does not match), of a format version this DevCell does not know,
+    or holding a member that could write outside its destination (see docs/security.md).
+
+    Permanent: only another archive helps. Nothing was written when it is raised.
+    """
+
+    reason = "ArchiveRefused"
+    permanent = True
+
+
 class MountRefused(BackendRefused):
     """A bind mount's host path is not allowed (any more) when the container starts, or
     overlaps a writable mount of another cell.

@@ -24,5 +24,6 @@ errors (devcell.errors). What the caller shows while a call runs goes through `H
 
 Modules: `reports` (what a call returns), `converging` (inline or through the daemon, for
 every verb), `apply` (apply, delete), `cells` (snapshot, fork, sleep, start), `ops`
-(resume and cancel a suspended operation). Nothing here is imported by `devcell get`.
+(resume and cancel a suspended operation), `transfer` (snapshot export and import).
+Nothing here is imported by `devcell get`.
 """

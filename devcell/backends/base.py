@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import threading
+    from pathlib import Path
 
 
 class Consistency(StrEnum):
@@ -101,6 +102,10 @@ class Owned:
 
 Outputs = dict[str, str | int | float | bool | None]
 """Scalar outputs of a step, recorded in its operation."""
+
+Fill = Callable[["Path | None"], tuple[int, int]]
+"""Writes a new checkpoint's tree into a directory that does not exist yet (None: the backend
+keeps no files, check only); returns (files, bytes) of what it wrote."""
 
 
 @runtime_checkable
@@ -191,6 +196,19 @@ class Backend(Protocol):
         ...
 
     def delete_checkpoint(self, checkpoint_id: str) -> Outputs: ...
+
+    def checkpoint_files(self, checkpoint_id: str) -> Path | None:
+        """The directory holding a complete checkpoint's workspace tree, to read (snapshot
+        export; never to write: checkpoints are immutable), or None when the backend keeps no
+        files. BackendNotFound when there is no such checkpoint."""
+        ...
+
+    def import_checkpoint(self, checkpoint_id: str, *, cell_id: str, cell_name: str,
+                          fill: Fill) -> CheckpointInfo:
+        """Make a complete checkpoint whose tree `fill` writes into the directory it is given
+        (None on a backend that keeps no files; snapshot import). The checkpoint exists under
+        its id only once `fill` returned, and not at all if it raised."""
+        ...
 
     def list_owned(self) -> list[Owned]:
         """Every cell runtime, volume and checkpoint this backend holds for this state

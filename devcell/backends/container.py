@@ -50,6 +50,7 @@ from devcell.backends.base import (
     CellRef,
     CheckpointInfo,
     Consistency,
+    Fill,
     Observed,
     Outputs,
     Owned,
@@ -739,6 +740,18 @@ class ContainerBackend:
     def delete_checkpoint(self, checkpoint_id: str) -> Outputs:
         self.store.delete_checkpoint(checkpoint_id)
         return {"checkpoint": checkpoint_id}
+
+    def checkpoint_files(self, checkpoint_id: str) -> Path | None:
+        return self.store.checkpoint_files(checkpoint_id)
+
+    def import_checkpoint(self, checkpoint_id: str, *, cell_id: str, cell_name: str,
+                          fill: Fill) -> CheckpointInfo:
+        meta = self.store.import_checkpoint(checkpoint_id=checkpoint_id, cell_id=cell_id,
+                                            fill=fill)
+        logger.bind(backend=self.name, cell=cell_name).info(
+            "checkpoint {} imported: {} files, {} bytes", checkpoint_id, meta["files"],
+            meta["size_bytes"])
+        return self._info(checkpoint_id, meta)
 
     def exclusive_bytes(self, kind: OwnedKind, resource_id: str) -> int:
         """Bytes removing a volume or checkpoint would free (Measuring; `devcell gc`)."""

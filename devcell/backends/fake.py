@@ -28,12 +28,13 @@ from devcell.backends.base import (
     CellRef,
     CheckpointInfo,
     Consistency,
+    Fill,
     Observed,
     Outputs,
     Owned,
     OwnedKind,
 )
-from devcell.errors import BackendError, BackendNotFound
+from devcell.errors import BackendError, BackendNotFound, BackendRefused
 from devcell.store import faults
 
 if TYPE_CHECKING:
@@ -363,3 +364,21 @@ class FakeBackend:
         self._mutate("delete_checkpoint", self._owner("checkpoints", checkpoint_id),
                      "DELETE FROM checkpoints WHERE id = ?", (checkpoint_id,))
         return {}
+
+    def checkpoint_files(self, checkpoint_id: str) -> Path | None:
+        """The fake keeps no files: None for a checkpoint it holds."""
+        if not self.checkpoint_exists(checkpoint_id):
+            raise BackendNotFound(f"checkpoint {checkpoint_id} does not exist")
+        return None
+
+    def import_checkpoint(self, checkpoint_id: str, *, cell_id: str, cell_name: str,
+                          fill: Fill) -> CheckpointInfo:
+        """The archive is checked in full (fill(None)) before the row is recorded."""
+        if self.checkpoint_exists(checkpoint_id):
+            raise BackendRefused(f"checkpoint {checkpoint_id} already exists")
+        fill(None)
+        self._mutate("import_checkpoint", cell_name,
+                     "INSERT INTO checkpoints (id, cell_id, cell_name) VALUES (?, ?, ?)",
+                     (checkpoint_id, cell_id, cell_name))
+        return CheckpointInfo(ref=f"fake://{checkpoint_id}", consistency=Consistency.METADATA)
+

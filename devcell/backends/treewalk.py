@@ -44,6 +44,10 @@ class Directory:
     pending: list[str] = field(default_factory=list)
     key: bytes = b""
     """Free for the caller (e.g. a digest of the path)."""
+    fd: int = -1
+    """The directory's open descriptor while the walk yields it (-1 after): the caller opens
+    its entries relative to it (dir_fd, O_NOFOLLOW) instead of by a path a link could bend.
+    The walk owns it: never closed by the caller."""
 
     def path(self) -> str:
         names: list[str] = []
@@ -91,7 +95,9 @@ def walk(root: Path) -> Iterator[Directory]:
         current: Directory | None = Directory(None, "", top, 0)
         while current is not None:
             current.entries, current.pending = _list(fd, top.st_dev)
+            current.fd = fd
             yield current
+            current.fd = -1
             current.entries = []
             stack.append(current)
             current = None

@@ -210,6 +210,41 @@ class WorkspaceStore:
             raise
         return meta
 
+    def checkpoint_files(self, checkpoint_id: str) -> Path:
+        """Where a complete checkpoint's tree lies, to read (export); BackendNotFound if none."""
+        if self.find_checkpoint(checkpoint_id) is None:
+            raise BackendNotFound(f"checkpoint {checkpoint_id} does not exist")
+        return self.layout.checkpoint(checkpoint_id) / "workspace"
+
+    @_host_errors("importing a checkpoint")
+    def import_checkpoint(self, *, checkpoint_id: str, cell_id: str,
+                          fill: Callable[[Path], tuple[int, int]]) -> dict[str, Any]:
+        """A new complete checkpoint whose tree `fill` writes (snapshot import): built in a
+        temporary sibling and renamed into place only once `fill` returned, as `checkpoint`
+        does, so a refused or interrupted import leaves nothing under the checkpoint's id."""
+        existing = self.find_checkpoint(checkpoint_id)
+        if existing is not None:
+            raise BackendRefused(f"checkpoint {checkpoint_id} already exists")
+        final = self.layout.checkpoint(checkpoint_id)
+        parent = self.layout.checkpoints
+        temporaries.remove_dead(parent, f"{temporaries.TMP}{checkpoint_id}-")
+        tmp = parent / temporaries.temp_name(checkpoint_id)
+        _mkdir_private(tmp)
+        started = time.perf_counter()
+        try:
+            files, size = fill(tmp / "workspace")
+            meta = {"id": checkpoint_id, "cell_id": cell_id, "volume": None, "files": files,
+                    "size_bytes": size, "created": time.time(), "imported": True,
+                    "copy_ms": round((time.perf_counter() - started) * 1000, 1)}
+            _write_json(tmp / "checkpoint.json", meta)
+            _clear_unmarked(final, "checkpoint.json")
+            os.rename(tmp, final)
+            _fsync_dir(parent)
+        except BaseException:
+            treecopy.remove_tree(tmp, temporaries.trash(parent))
+            raise
+        return meta
+
     def content(self, kind: str, resource_id: str) -> Path | None:
         """The workspace directory of a volume (`kind` "volume") or checkpoint, if it holds
         any file: what the orphan sweep must never remove on its own."""

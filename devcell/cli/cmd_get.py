@@ -96,6 +96,13 @@ def _waiting_for(op: dict[str, Any]) -> str:
     return "a controller start (resumes after a shutdown)"
 
 
+def _snapshot_cell(row: Any) -> str:
+    """The cell a snapshot was taken of; an imported one names its cell where it was taken."""
+    if row["cell"] is None and row["imported_from"] is not None:
+        return f"{row['imported_from']} (imported)"
+    return str(row["cell"] or row["cell_id"]) + (" (deleted)" if row["cell_deleted"] else "")
+
+
 DELETING = "Deleting"
 """The PHASE a table shows for an object whose deletion was asked for and is not done (waiting
 for an approval, for its forks, or for the reconciler), as kubectl shows Terminating."""
@@ -119,7 +126,7 @@ def _print_table(kind: str, rows: list[dict[str, Any]], wide: bool) -> None:
                       r["source"]]
     elif kind == "snapshots":
         headers = ["NAME", "CELL", "CONSISTENCY", "PHASE", "FORKS", "AGE"]
-        data = [[r["name"], (r["cell"] or r["cell_id"]) + (" (deleted)" if r["cell_deleted"] else ""),
+        data = [[r["name"], _snapshot_cell(r),
                  r["consistency"] or "-", _phase(r), r["forks"] or "-", age(r["created_at"])]
                 for r in rows]
         if wide:

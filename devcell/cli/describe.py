@@ -127,7 +127,14 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
     else:
         lineage = status.get("lineage", {})
         cell = lineage.get("cell") or lineage.get("cellId")
-        _field("Cell", f"{cell}{' (deleted)' if lineage.get('cellDeleted') else ''}")
+        origin = status.get("origin") or {}
+        if cell is None and origin.get("archive"):
+            _field("Cell", f"{origin.get('cell')} (of the state directory it was exported "
+                           f"from; cell id {origin.get('cellId') or 'unknown'})")
+            _field("Imported", f"from {origin['archive']} at {origin.get('importedAt')} "
+                               f"(sha256 {origin.get('sha256')})")
+        else:
+            _field("Cell", f"{cell}{' (deleted)' if lineage.get('cellDeleted') else ''}")
         consistency = status.get("consistency")
         _field("Consistency", f"{consistency}: {CONSISTENCY_MEANING.get(consistency, '')}"
                if consistency else "not taken yet")

@@ -24,6 +24,8 @@ def _label(kind: str, row: dict[str, Any], children: list[Node]) -> str:
     else:
         state = printable(row["phase"] or "Pending")
     extra = f" ({printable(row['consistency'])})" if row.get("consistency") else ""
+    if kind == "snapshot" and row.get("imported_from"):
+        extra += f" imported, of cell {printable(row['imported_from'])} elsewhere"
     return f"{kind}/{printable(row['name'])}{extra}  {state}"
 
 
@@ -32,9 +34,12 @@ def forest(cells: list[dict[str, Any]], snapshots: list[dict[str, Any]]
     """The roots (cells forked from nothing shown) and each node's children, by id."""
     shown = {s["id"] for s in snapshots}
     children: dict[str, list[Node]] = {}
-    for s in snapshots:
-        children.setdefault(s["cell_id"], []).append(("snapshot", s))
     roots: list[Node] = []
+    for s in snapshots:
+        if s["cell_id"] is None:  # imported: its cell lives in another state directory
+            roots.append(("snapshot", s))
+        else:
+            children.setdefault(s["cell_id"], []).append(("snapshot", s))
     for c in cells:
         if c["forked_from"] in shown:
             children.setdefault(c["forked_from"], []).append(("cell", c))

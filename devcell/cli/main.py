@@ -185,6 +185,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sp.add_argument("cell")
     sp.add_argument("--name", required=True)
     sp.add_argument("--timeout", type=_duration, default=300.0)
+    sp = ssub.add_parser("export", parents=[common],
+                         help="write a snapshot as a self-describing archive")
+    sp.add_argument("snapshot")
+    sp.add_argument("-o", "--output", required=True, metavar="FILE",
+                    help="the archive to write (- for standard output)")
+    sp = ssub.add_parser("import", parents=[common],
+                         help="bring in a snapshot archive as a Ready snapshot")
+    sp.add_argument("file", metavar="FILE", help="the archive (- for standard input)")
+    sp.add_argument("--name", default=None, help="the snapshot's name here (default: its "
+                                                 "name in the archive)")
     sp = ssub.add_parser("list", parents=[common], help="a cell's snapshots")
     sp.add_argument("cell")
     sp.add_argument("-o", "--output", choices=["table", "wide", "yaml", "json", "name"],
@@ -293,6 +303,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from devcell.cli import cmd_op
 
         return cmd_op.run_op_resume(args) if args.verb == "resume" else cmd_op.run_op_cancel(args)
+    if command == "snapshot" and args.verb in ("export", "import"):
+        from devcell.cli import cmd_transfer
+
+        return int(getattr(cmd_transfer, f"run_snapshot_{args.verb}")(args))
     if command in ("snapshot", "cell"):
         from devcell.cli import cmd_cells
 

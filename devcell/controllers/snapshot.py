@@ -38,9 +38,9 @@ class SnapshotController:
         snap = objects.get(conn, KIND, object_id)
         if snap is None:
             return Settled()
-        cell = objects.get(conn, "Cell", snap.extra["cell_id"], include_deleted=True)
+        cell = source_cell(conn, snap)
         taken = snap.extra.get("checkpoint_ref") is not None
-        backend_name = cell.extra["backend"] if cell else "fake"
+        backend_name = backend_of(snap, cell)
         if snap.deleting:
             forks = objects.forks_of(conn, snap.id)
             if forks:  # deleted in the same request: they go first, the checkpoint after
@@ -139,7 +139,7 @@ class SnapshotController:
         snap = objects.get(ctx.db.conn, KIND, data["objectId"])
         if snap is None:
             return None
-        cell = objects.get(ctx.db.conn, "Cell", snap.extra["cell_id"], include_deleted=True)
+        cell = source_cell(ctx.db.conn, snap)
         work = SnapshotWork()
         if cell is not None:
             volume = volumes.for_cell(ctx.db.conn, cell.id)
@@ -186,6 +186,25 @@ class SnapshotController:
         events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name, reason="Taken",
                       message=f"checkpoint of cell {_cell_name(plan)} taken "
                               f"(consistency {taken['consistency']})")
+
+
+IMPORTED = "imported"
+"""status.origin.kind of a snapshot brought in by `snapshot import` (it has no cell here)."""
+
+
+def source_cell(conn: sqlite3.Connection, snap: objects.ObjectRecord
+                ) -> objects.ObjectRecord | None:
+    """The cell the snapshot was taken of (even deleted); None for an imported snapshot."""
+    cell_id = snap.extra.get("cell_id")
+    return objects.get(conn, "Cell", cell_id, include_deleted=True) if cell_id else None
+
+
+def backend_of(snap: objects.ObjectRecord, cell: objects.ObjectRecord | None) -> str:
+    """The backend holding the snapshot's checkpoint: its cell's, or for an imported snapshot
+    the one its import recorded."""
+    if cell is not None:
+        return str(cell.extra["backend"])
+    return str(snap.status.get("origin", {}).get("backend") or "fake")
 
 
 @dataclass

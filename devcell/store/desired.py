@@ -136,6 +136,8 @@ def _write(conn: sqlite3.Connection, manifests: list[Manifest], result: ApplyRes
 def _lineage(conn: sqlite3.Connection, m: Manifest) -> dict[str, Any] | None:
     if m.kind == "Snapshot":
         cell = objects.get(conn, "Cell", m.spec["cell"])
+        if cell is None and objects.get(conn, "Snapshot", m.name) is not None:
+            return {}  # recorded already (an imported one has no cell here): lineage is kept
         return {"cell_id": cell.id} if cell else None
     source = m.spec.get("workspace", {}).get("from")
     extra: dict[str, Any] = {"backend": m.spec["backend"]}

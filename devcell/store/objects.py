@@ -318,8 +318,11 @@ def insert(
     conn: sqlite3.Connection, *, kind: str, name: str, spec: dict[str, Any],
     labels: dict[str, str], annotations: dict[str, str], spec_hash: str, manifest_hash: str,
     source: str | None, extra: dict[str, Any] | None = None, phase: str = Phase.PENDING,
+    object_id: str | None = None,
 ) -> str:
-    object_id = ids.new_id(kinds.get(kind).id_prefix)
+    """The new object's id (`object_id` when the caller chose it: an imported snapshot's
+    checkpoint is made under its id before the row is recorded)."""
+    object_id = object_id or ids.new_id(kinds.get(kind).id_prefix)
     stamp = now()
     columns = {
         "id": object_id, "name": name, "labels": json.dumps(labels),

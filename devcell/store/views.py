@@ -91,6 +91,7 @@ def snapshots_table(conn: sqlite3.Connection, selector: list[Any], name: str | N
         "SELECT s.id, s.name, s.phase, s.deleting_at, s.created_at, s.taken_at, s.labels, "
         "s.consistency, "
         "s.cell_id, c.name AS cell, c.deleted_at AS cell_deleted, "
+        "json_extract(s.status, '$.origin.cell') AS imported_from, "
         "(SELECT group_concat(f.name, ',') FROM cells f WHERE f.forked_from = s.id "
         " AND f.deleted_at IS NULL) AS forks "
         "FROM snapshots s LEFT JOIN cells c ON c.id = s.cell_id WHERE s.deleted_at IS NULL"
@@ -227,7 +228,8 @@ def lineage(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], list[dict[s
     still has live snapshots, and a deleted snapshot a live fork came from (what it depends
     on), each in creation order."""
     snapshots = [dict(r) for r in conn.execute(
-        "SELECT id, name, cell_id, phase, deleting_at, deleted_at, consistency FROM snapshots "
+        "SELECT id, name, cell_id, phase, deleting_at, deleted_at, consistency, "
+        "json_extract(status, '$.origin.cell') AS imported_from FROM snapshots "
         "WHERE deleted_at IS NULL OR id IN (SELECT forked_from FROM cells "
         "WHERE deleted_at IS NULL) ORDER BY rowid")]
     cells = [dict(r) for r in conn.execute(

@@ -276,3 +276,46 @@ def test_list_owned_names_every_resource_with_its_cell(backend: Backend) -> None
     backend.delete_checkpoint("snap_conformance07")
     backend.delete_volume("vol_conformance0007")
     assert backend.list_owned() == []
+
+
+def test_imported_checkpoints_appear_whole_or_not_at_all(backend: Backend, tmp_path: Path
+                                                         ) -> None:
+    """import_checkpoint: `fill` is given a directory exactly when the backend keeps files;
+    the checkpoint exists only once fill returned, is readable through checkpoint_files and
+    forks like any; a fill that raises leaves nothing (no checkpoint, no temporary)."""
+    keeps_files = backend.capabilities.workspace_files
+
+    def fill(directory: Path | None) -> tuple[int, int]:
+        assert (directory is not None) == keeps_files
+        assert not backend.checkpoint_exists("snap_imported01")
+        if directory is not None:
+            directory.mkdir()
+            (directory / "moved.txt").write_text("moved\n")
+        return 1, 6
+
+    info = backend.import_checkpoint("snap_imported01", cell_id="cell_elsewhere01",
+                                     cell_name="api", fill=fill)
+    assert info.consistency == backend.capabilities.snapshot_consistency
+    assert backend.checkpoint_exists("snap_imported01")
+    tree = backend.checkpoint_files("snap_imported01")
+    assert (tree is not None) == keeps_files
+    if tree is not None:
+        assert (tree / "moved.txt").read_text() == "moved\n"
+    backend.create_volume(cell(9), "vol_conformance0009", from_checkpoint="snap_imported01")
+    with pytest.raises(BackendError):
+        backend.import_checkpoint("snap_imported01", cell_id="cell_elsewhere01",
+                                  cell_name="api", fill=fill)
+
+    def broken(directory: Path | None) -> tuple[int, int]:
+        if directory is not None:
+            directory.mkdir()
+            (directory / "half").write_text("half")
+        raise BackendError("the archive was refused")
+
+    with pytest.raises(BackendError, match="refused"):
+        backend.import_checkpoint("snap_imported02", cell_id="cell_elsewhere01",
+                                  cell_name="api", fill=broken)
+    assert not backend.checkpoint_exists("snap_imported02")
+    assert not [p for p in tmp_path.rglob("*") if "snap_imported02" in p.name]
+    with pytest.raises(BackendError):
+        backend.checkpoint_files("snap_missing")

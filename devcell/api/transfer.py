@@ -1,0 +1,271 @@
+"""Moving a snapshot between state directories and machines: `snapshot export` and `import`.
+
+Export streams a Ready snapshot's checkpoint, read through its backend, into a self-describing
+archive (devcell.backends.archive_format). Import is the other way, and treats the archive as
+hostile input: it is checked in full (checksum, names, kinds, sizes) while its tree is written
+into a temporary directory beside the checkpoints, which is renamed into place only once
+everything passed; the Snapshot row, Ready and with its origin, is recorded after, in one
+transaction with its operation. A refused archive changes nothing: no checkpoint, no row, no
+operation. The imported snapshot has no cell here; a fork declares it as any other
+(`spec.workspace.from.snapshot`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from devcell import __version__, backends, failpoints, ids, names
+from devcell.backends import archive_format, archive_read, archive_write, container_layout
+from devcell.backends.base import Backend
+from devcell.controllers import snapshot as snapshot_controller
+from devcell.controllers.steps import StepName
+from devcell.errors import ArchiveRefused, Conflict, DevCellError, ManifestError, Problem
+from devcell.manifests import model, validate
+from devcell.store import db as dbmod
+from devcell.store import events, migrations, objects, operations
+from devcell.store.db import now
+from devcell.store.objects import Phase
+
+KIND = "Snapshot"
+SOURCE = "import"
+"""The `source` recorded for an imported snapshot (never under a path `apply --prune` owns)."""
+
+
+class NotReady(DevCellError):
+    """The snapshot has no checkpoint yet (or failed to take one): nothing to export."""
+
+
+@dataclass(frozen=True)
+class Exported:
+    name: str
+    sha256: str
+    entries: int
+    bytes: int
+    skipped: int
+    """FIFOs, sockets and device nodes the checkpoint held: archives carry no special files."""
+    op_id: str
+
+
+@dataclass(frozen=True)
+class Imported:
+    name: str
+    id: str
+    backend: str
+    sha256: str
+    files: int
+    bytes: int
+    op_id: str
+
+
+def export(state_dir: Path, snapshot: str, out: Path | BinaryIO) -> Exported:
+    """Write snapshot `snapshot` as an archive to the file `out` (made whole or not at all:
+    written beside it and renamed) or to an open binary stream."""
+    db = dbmod.open_database(state_dir)
+    try:
+        snap = objects.require(db.conn, KIND, snapshot)
+        if snap.phase != Phase.READY or not snap.extra.get("checkpoint_ref"):
+            raise NotReady(f'snapshot "{names.printable(snap.name)}" is {snap.phase}, not Ready: '
+                           "it has no checkpoint to export yet")
+        cell = snapshot_controller.source_cell(db.conn, snap)
+        backend_name = snapshot_controller.backend_of(snap, cell)
+        backend = backends.load(backend_name, state_dir)
+        started = time.perf_counter()
+        try:
+            tree = backend.checkpoint_files(snap.id)
+            header = _header(snap, cell, backend_name, tree is not None)
+            with _destination(out) as stream:
+                written = archive_write.write(stream, header, tree)
+        finally:
+            backend.close()
+        outputs = {"file": str(out) if isinstance(out, Path) else "-", "sha256": written.sha256,
+                   "entries": written.entries, "bytes": written.bytes,
+                   "skipped": written.skipped}
+        op_id = _record_operation(db, snap.id, snap.name, "export",
+                                  StepName.EXPORT_CHECKPOINT, outputs, started)
+        return Exported(snap.name, written.sha256, written.entries, written.bytes,
+                        written.skipped, op_id)
+    finally:
+        db.close()
+
+
+def _header(snap: objects.ObjectRecord, cell: objects.ObjectRecord | None, backend: str,
+            has_tree: bool) -> bytes:
+    origin = snap.status.get("origin", {})
+    return archive_format.header_bytes(
+        name=snap.name, snapshot_id=snap.id, labels=snap.labels, annotations=snap.annotations,
+        cell=str(snap.spec["cell"]),
+        cell_id=cell.id if cell is not None else origin.get("cellId"),
+        parent_snapshot_id=(cell.extra.get("forked_from") if cell is not None
+                            else origin.get("parentSnapshotId")),
+        consistency=str(snap.extra.get("consistency")), backend=backend,
+        taken_at=snap.extra.get("taken_at"), exported_at=now(),
+        devcell_version=__version__, schema_version=migrations.LATEST, has_tree=has_tree)
+
+
+@contextlib.contextmanager
+def _destination(out: Path | BinaryIO) -> Iterator[BinaryIO]:
+    if not isinstance(out, Path):
+        yield out
+        out.flush()
+        return
+    tmp = out.with_name(f".{out.name}.{secrets.token_hex(4)}.partial")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as stream:
+            yield stream
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.rename(tmp, out)
+    except OSError as exc:
+        raise DevCellError(f"cannot write {out}: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def import_(state_dir: Path, source: BinaryIO, *, name: str | None = None,
+            origin: str = "-", limits: archive_format.Limits = archive_read.DEFAULT_LIMITS
+            ) -> Imported:
+    """Bring the archive read from `source` in as a Ready snapshot (`name`, else the name it
+    was exported under). ArchiveRefused, and nothing changed, for a damaged or hostile one."""
+    archive = archive_read.Archive(source, limits)  # a bad header: refused before the store
+    header = archive.header
+    db = dbmod.open_database(state_dir)
+    try:
+        name = name or header.name
+        _check(db, header, name)
+        backend = _backend(state_dir, header)
+        snapshot_id = ids.new_id("snap")
+        started = time.perf_counter()
+        done: list[archive_read.Read] = []
+
+        def fill(directory: Path | None) -> tuple[int, int]:
+            done.append(archive.extract(directory))
+            return done[0].files, done[0].bytes
+
+        try:
+            info = backend.import_checkpoint(
+                snapshot_id, cell_id=_safe(header.source_cell_id) or "imported",
+                cell_name=header.cell, fill=fill)
+            read = done[0]
+            failpoints.hit("import.before-record")
+            try:
+                op_id = _record(db, snapshot_id, name, header, info.outputs(), read, origin,
+                                started)
+            except BaseException:
+                backend.delete_checkpoint(snapshot_id)  # the row was not recorded
+                raise
+        finally:
+            backend.close()
+        return Imported(name, snapshot_id, header.backend, read.sha256, read.files, read.bytes,
+                        op_id)
+    finally:
+        db.close()
+
+
+def _safe(value: str | None) -> str | None:
+    """An id from the archive, kept only if it is one (it is shown and stored)."""
+    ok = value is not None and ids.looks_like_id(value) and container_layout.is_safe_id(value)
+    return value if ok else None
+
+
+def _check(db: dbmod.Database, header: archive_format.Header, name: str) -> None:
+    """What can be refused before a byte of the tree is written: the name, the manifest
+    fields the archive brings (validated as an applied Snapshot's would be)."""
+    problem = names.name_problem(name)
+    if problem:
+        raise ManifestError([Problem("<command line>", problem, kind=KIND, name=name[:40],
+                                     field="--name")])
+    document = {"apiVersion": "devcell.dev/v1alpha1", "kind": KIND,
+                "metadata": {"name": name, "labels": header.labels,
+                             "annotations": header.annotations},
+                "spec": {"cell": header.cell}}
+    if not validate.is_valid_fast(KIND, document):
+        raise ArchiveRefused("archive refused, nothing imported: its snapshot's labels, "
+                             "annotations or cell name are not valid for a Snapshot")
+    if objects.get(db.conn, KIND, name) is not None:
+        raise Conflict(f'snapshot "{name}" already exists; import under another name with '
+                       "--name")
+
+
+def _backend(state_dir: Path, header: archive_format.Header) -> Backend:
+    if header.backend not in backends.REGISTRY:
+        raise ArchiveRefused(f"archive refused, nothing imported: it was exported from "
+                             f"backend {header.backend!r}, which this DevCell does not have")
+    caps = backends.capabilities(header.backend)
+    if header.consistency != caps.snapshot_consistency or \
+            header.has_tree != caps.workspace_files:
+        raise ArchiveRefused(
+            f"archive refused, nothing imported: it holds a {header.consistency!r} checkpoint "
+            f"{'with' if header.has_tree else 'without'} files, which backend "
+            f"{header.backend} does not take ({caps.snapshot_consistency})")
+    return backends.load(header.backend, state_dir)
+
+
+def _record(db: dbmod.Database, snapshot_id: str, name: str, header: archive_format.Header,
+            checkpoint: dict[str, Any], read: archive_read.Read, origin: str,
+            started: float) -> str:
+    spec = {"cell": header.cell}
+    key = db.hash_key
+    status = {
+        "conditions": objects.set_condition(
+            [], "Ready", "True", "Imported", f"checkpoint imported from {origin}"),
+        "checkpoint": checkpoint,
+        "origin": {"kind": snapshot_controller.IMPORTED, "backend": header.backend,
+                   "archive": origin, "sha256": read.sha256,
+                   "snapshotId": _safe(header.source_snapshot_id),
+                   "snapshot": header.name, "cell": header.cell,
+                   "cellId": _safe(header.source_cell_id),
+                   "parentSnapshotId": _safe(header.parent_snapshot_id),
+                   "takenAt": header.taken_at, "importedAt": now()},
+    }
+    outputs = {"archive": origin, "sha256": read.sha256, "files": read.files,
+               "bytes": read.bytes, "checkpoint": str(checkpoint.get("checkpoint"))}
+    with db.write() as conn:
+        if objects.get(conn, KIND, name) is not None:
+            raise Conflict(f'snapshot "{name}" already exists; import under another name '
+                           "with --name")
+        objects.insert(
+            conn, kind=KIND, name=name, spec=spec, labels=header.labels,
+            annotations=header.annotations, spec_hash=model.spec_hash(spec, key),
+            manifest_hash=model.manifest_hash(spec, header.labels, header.annotations, key),
+            source=SOURCE, phase=Phase.READY, object_id=snapshot_id,
+            extra={"cell_id": None, "consistency": str(checkpoint.get("consistency")),
+                   "checkpoint_ref": str(checkpoint.get("checkpoint")),
+                   "taken_at": header.taken_at or now()})
+        record = objects.get(conn, KIND, snapshot_id)
+        assert record is not None
+        objects.write_status(conn, record, phase=Phase.READY, status=status,
+                             observed_generation=record.generation)
+        events.record(conn, kind=KIND, object_id=snapshot_id, name=name, reason="Imported",
+                      message=f"imported from {origin} (snapshot {header.name} of cell "
+                              f"{header.cell}, sha256 {read.sha256[:16]}...)")
+        return _operation(conn, snapshot_id, name, "import", StepName.IMPORT_CHECKPOINT,
+                          outputs, started)
+
+
+def _operation(conn: Any, object_id: str, name: str, action: str, step: StepName,
+               outputs: dict[str, Any], started: float) -> str:
+    """A finished operation of one step, as the history of a verb that runs no plan."""
+    op_id = operations.new_operation_id()
+    operations.create(conn, op_id=op_id, object_kind=KIND, object_id=object_id,
+                      object_name=name, action=action, trigger="cli", generation=1,
+                      step_names=[step])
+    operations.start_step(conn, op_id, 0, step)
+    operations.finish_step(conn, op_id, 0, ok=True, outputs=outputs,
+                           duration_ms=(time.perf_counter() - started) * 1000)
+    operations.finish(conn, op_id, status=operations.OpStatus.SUCCEEDED)
+    return op_id
+
+
+def _record_operation(db: dbmod.Database, object_id: str, name: str, action: str,
+                      step: StepName, outputs: dict[str, Any], started: float) -> str:
+    with db.write() as conn:
+        return _operation(conn, object_id, name, action, step, outputs, started)

@@ -21,7 +21,6 @@ import signal
 import socket
 import stat
 import subprocess
-import textwrap
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +31,8 @@ from devcell.backends import treecopy
 from devcell.backends.container_layout import Layout
 from devcell.backends.workspaces import WorkspaceStore
 from devcell.errors import BackendError
-from tests.backends.engine import IMAGE, remove_containers, require_engine
+from tests.backends.container.support import box_manifest
+from tests.backends.engine import remove_containers, require_engine
 from tests.conftest import Cli
 
 HOST_SECRET = "host-only-5e1f"
@@ -191,19 +191,8 @@ def test_a_directory_swapped_for_a_link_mid_walk_is_never_followed(tmp_path: Pat
 @pytest.fixture
 def box(cli: Cli, tmp_path: Path, state_dir: Path) -> Iterator[str]:
     require_engine()
-    manifest = tmp_path / "box.yaml"
-    manifest.write_text(textwrap.dedent(f"""\
-        apiVersion: devcell.dev/v1alpha1
-        kind: Cell
-        metadata: {{name: box}}
-        spec:
-          backend: container
-          image: {IMAGE}
-          network: {{mode: none}}
-          services:
-            - name: talker
-              command: [sh, -c, "echo hello; sleep 600"]
-        """))
+    manifest = box_manifest(tmp_path, service="talker",
+                            command='[sh, -c, "echo hello; sleep 600"]')
     try:
         applied = cli("apply", "-f", str(manifest))
         assert applied.returncode == 0, applied.stderr

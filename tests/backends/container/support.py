@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import secrets
+import textwrap
 import time
+from pathlib import Path
 from typing import Any
 
 from devcell.backends.base import CellRef
@@ -43,3 +45,22 @@ def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> A
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         time.sleep(interval)
+
+
+def box_manifest(directory: Path, *, service: str = "idle",
+                 command: str = '[sleep, "600"]') -> Path:
+    """A manifest of one container cell `box` (no network, one service) in `directory`."""
+    path = directory / "box.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        apiVersion: devcell.dev/v1alpha1
+        kind: Cell
+        metadata: {{name: box}}
+        spec:
+          backend: container
+          image: {IMAGE}
+          network: {{mode: none}}
+          services:
+            - name: {service}
+              command: {command}
+        """))
+    return path

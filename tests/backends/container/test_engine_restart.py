@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.engine import IMAGE
+from tests.backends.container.support import box_manifest
 from tests.conftest import REPO, Cli
 
 
@@ -65,23 +64,6 @@ def engine_always_restarted() -> Iterator[None]:
         yield
     finally:
         start_engine()
-
-
-def _manifest(tmp_path: Path) -> str:
-    path = tmp_path / "box.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        apiVersion: devcell.dev/v1alpha1
-        kind: Cell
-        metadata: {{name: box}}
-        spec:
-          backend: container
-          image: {IMAGE}
-          network: {{mode: none}}
-          services:
-            - name: idle
-              command: [sleep, "600"]
-        """))
-    return str(path)
 
 
 def _paused_at(point: str, args: list[str], state_dir: Path, tmp_path: Path
@@ -127,7 +109,7 @@ def _converges(cli: Cli, manifest: str) -> None:
 
 def test_engine_restarted_mid_apply(engine: None, cli: Cli, state: Path, state_dir: Path,
                                     tmp_path: Path) -> None:
-    manifest = _manifest(tmp_path)
+    manifest = str(box_manifest(tmp_path))
     proc, hold = _paused_at("step.start.before-call", ["apply", "-f", manifest], state_dir,
                             tmp_path)
     with engine_always_restarted():
@@ -138,7 +120,7 @@ def test_engine_restarted_mid_apply(engine: None, cli: Cli, state: Path, state_d
 
 def test_engine_restarted_mid_checkpoint(engine: None, cli: Cli, state: Path, state_dir: Path,
                                          tmp_path: Path) -> None:
-    manifest = _manifest(tmp_path)
+    manifest = str(box_manifest(tmp_path))
     assert cli("apply", "-f", manifest).returncode == 0
     proc, hold = _paused_at("step.checkpoint.before-call",
                             ["snapshot", "create", "box", "--name", "snap"], state_dir, tmp_path)

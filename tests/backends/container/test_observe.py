@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +17,7 @@ import pytest
 
 from devcell.backends import container_observe
 from devcell.backends.container import ContainerBackend
-from tests.backends.container.support import cell, up, wait_for
-from tests.backends.engine import IMAGE
+from tests.backends.container.support import box_manifest, cell, up, wait_for
 from tests.conftest import REPO, Cli
 
 
@@ -41,23 +39,6 @@ def test_one_list_call_observes_what_observe_sees(backend: ContainerBackend, sta
         docker_client.containers.get(backend.container_name(refs[1])).unpause()
 
 
-def _manifest(tmp_path: Path) -> str:
-    path = tmp_path / "box.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        apiVersion: devcell.dev/v1alpha1
-        kind: Cell
-        metadata: {{name: box}}
-        spec:
-          backend: container
-          image: {IMAGE}
-          network: {{mode: none}}
-          services:
-            - name: idle
-              command: [sleep, "600"]
-        """))
-    return str(path)
-
-
 def _container(docker_client: Any, state: Path) -> Any:
     from devcell.backends.container_layout import state_hash
 
@@ -74,7 +55,7 @@ def _phase(cli: Cli) -> str:
 @pytest.fixture
 def box(engine: None, cli: Cli, tmp_path: Path, state: Path) -> str:
     """The cell `box` in the `cli` fixture's state directory (`state`: removed afterwards)."""
-    path = _manifest(tmp_path)
+    path = str(box_manifest(tmp_path))
     applied = cli("apply", "-f", path)
     assert applied.returncode == 0, applied.stderr
     return path

@@ -310,7 +310,7 @@ def remove_tree(path: Path, trash: Path) -> None:
     if not path.exists() and not path.is_symlink():
         return
     os.rename(path, trash)
-    _detach_mounts_under(trash)
+    detach_mounts_under(trash)
     done = children.run(["rm", "-rf", "--one-file-system", "--", str(trash)])
     if done.returncode != 0:
         logger.warning("could not remove all of {}: {}", trash, done.stderr.strip()[:300])
@@ -321,7 +321,7 @@ def _mountinfo_path(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
-def _detach_mounts_under(root: Path) -> None:
+def detach_mounts_under(root: Path) -> None:
     """Detach whatever is mounted below `root` (a fork's overlay left by a crash between
     mounting and recording it), deepest first, so removing `root` leaves no mount behind."""
     prefix = str(root.absolute()) + "/"

@@ -62,14 +62,14 @@ class _Scan:
     """Some path is longer than LONG_PATH: the lists above are empty, copy it whole."""
     longest: int = 0
     """Bytes of the longest relative path."""
-    reused: list[tuple[str, Path]] = field(default_factory=list)
+    reused: list[tuple[str, str]] = field(default_factory=list)
     """(relative path, earlier checkpoint's file) of files hard-linked instead of copied."""
     reused_bytes: int = 0
     sources: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)
     """(inode, size, mtime_ns, ctime_ns, mode) of each single-link regular file, as scanned."""
 
 
-Reuse = Callable[[str, os.stat_result], Path | None]
+Reuse = Callable[[str, os.stat_result], str | None]
 """Given a regular file's relative path and lstat, an identical immutable file to hard-link
 in its place (from an earlier checkpoint), or None to copy it."""
 
@@ -87,8 +87,9 @@ def _scan(root: Path, reuse: Reuse | None = None) -> _Scan:
         batch: list[str] = []
         batch_size = 0
         for name, st in directory.entries:
-            scan.longest = max(scan.longest, directory.path_bytes + len(os.fsencode(name)) + 1)
-            if directory.path_bytes + len(os.fsencode(name)) + 1 > LONG_PATH and not scan.deep:
+            length = directory.path_bytes + len(os.fsencode(name)) + 1
+            scan.longest = max(scan.longest, length)
+            if length > LONG_PATH and not scan.deep:
                 scan.deep = True  # paths are no use any more: count only
                 scan.dirs, scan.batches, scan.batch_bytes, scan.linked = [], [], [], []
                 scan.reused, scan.reused_bytes, scan.sources = [], 0, {}
@@ -237,12 +238,13 @@ def _serial_copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -
     advance(scan.size - reported)
 
 
-def _link_batch(pairs: list[tuple[str, Path]], dst: Path, src: Path) -> None:
+def _link_batch(pairs: list[tuple[str, str]], dst: Path, src: Path) -> None:
     """Hard-link each earlier file in place of its copy; one that vanished (an earlier
     checkpoint deleted meanwhile) is copied after all."""
+    into = str(dst)
     for rel, same in pairs:
         try:
-            os.link(same, dst / rel, follow_symlinks=False)
+            os.link(same, os.path.join(into, rel), follow_symlinks=False)
         except FileNotFoundError:
             _cp([*CP[:-1], "--parents", "-t", str(dst), "--", rel], src)
 

@@ -65,11 +65,11 @@ def _mkdir_private(path: Path) -> None:
     os.chmod(path, 0o700)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def _write_json(path: Path, data: dict[str, Any], *, sort_keys: bool = True) -> None:
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
-        json.dump(data, out, sort_keys=True)
+        out.write(json.dumps(data, sort_keys=sort_keys))  # dumps: the C encoder
         out.flush()
         os.fsync(out.fileno())
     os.rename(tmp, path)
@@ -163,9 +163,8 @@ def _filesystem_now(directory: Path) -> int:
 
 def _write_sources(path: Path, volume_id: str,
                    sources: dict[str, tuple[int, int, int, int, int]], stamp: int) -> None:
-    files = {rel: list(seen) for rel, seen in sources.items()
-             if seen[2] < stamp and seen[3] < stamp}
-    _write_json(path, {"version": 1, "volume": volume_id, "files": files})
+    files = {rel: seen for rel, seen in sources.items() if seen[2] < stamp and seen[3] < stamp}
+    _write_json(path, {"version": 1, "volume": volume_id, "files": files}, sort_keys=False)
 
 
 def _read_sources(path: Path, volume_id: str) -> dict[str, tuple[int, ...]]:
@@ -355,20 +354,20 @@ class WorkspaceStore:
         mode are those recorded when the volume's latest checkpoint copied it."""
         lower = self.lower_of(volume_id)
         if lower is not None:
-            below = self.layout.checkpoint(lower) / "workspace"
+            below = str(self.layout.checkpoint(lower) / "workspace")
             index = overlay.UpperIndex(self.layout.upper(volume_id))
-            return lower, lambda rel, st: below / rel if index.unchanged(rel) else None
+            return lower, lambda rel, st: f"{below}/{rel}" if index.unchanged(rel) else None
         previous = self.latest_checkpoint_of_volume(volume_id)
         if previous is None:
             return None, None
         recorded = _read_sources(self.layout.checkpoint(previous) / SOURCES, volume_id)
         if not recorded:
             return None, None
-        earlier = self.layout.checkpoint(previous) / "workspace"
+        earlier = str(self.layout.checkpoint(previous) / "workspace")
 
-        def same(rel: str, st: os.stat_result) -> Path | None:
+        def same(rel: str, st: os.stat_result) -> str | None:
             seen = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
-            return earlier / rel if recorded.get(rel) == seen else None
+            return f"{earlier}/{rel}" if recorded.get(rel) == seen else None
         return previous, same
 
     def latest_checkpoint_of_volume(self, volume_id: str) -> str | None:

@@ -28,6 +28,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from loguru import logger
 
+from devcell import failpoints
 from devcell.backends import overlay, temporaries, treecopy
 from devcell.backends.container_layout import Layout, is_safe_id, safe_id
 from devcell.errors import BackendError, BackendNotFound, BackendRefused
@@ -145,6 +146,7 @@ def _overlay_refusal(lower: Path, tmp: Path) -> str | None:
         for made in (upper, work, target):
             treecopy.remove_tree(made, temporaries.trash(tmp.parent))
         return f"the kernel refused an overlay mount ({exc.strerror})"
+    failpoints.hit("storage.volume.probe-mounted")
     overlay.unmount(target)
     return None
 
@@ -238,6 +240,7 @@ class WorkspaceStore:
         except BaseException:
             treecopy.remove_tree(tmp, temporaries.trash(self.layout.volumes))
             raise
+        failpoints.hit("storage.volume.before-mount")
         self.ensure_mounted(volume_id)
         logger.bind(volume=volume_id).debug("volume created ({}, {} files)", storage, stats.files)
         return VolumeMade(stats, storage, why_copy)
@@ -281,6 +284,7 @@ class WorkspaceStore:
     @_host_errors("removing a workspace volume")
     def delete_volume(self, volume_id: str) -> None:
         overlay.unmount(self.layout.workspace(volume_id))
+        failpoints.hit("storage.volume.unmounted")
         treecopy.remove_tree(self.layout.volume(volume_id),
                              temporaries.trash(self.layout.volumes))
 
@@ -332,6 +336,7 @@ class WorkspaceStore:
             made = treecopy.snapshot_tree(
                 source, tmp / "workspace", reuse=reuse,
                 description=f"{cell_name or cell_id}: checkpoint {checkpoint_id}")
+            failpoints.hit("storage.checkpoint.tree-built")
             _write_sources(tmp / SOURCES, volume_id, made.sources, stamp)
             meta = {"id": checkpoint_id, "cell_id": cell_id, "volume": volume_id,
                     "files": made.stats.files, "size_bytes": made.stats.size_bytes,
@@ -340,6 +345,7 @@ class WorkspaceStore:
                     "copy_ms": round((time.perf_counter() - started) * 1000, 1)}
             _write_json(tmp / "checkpoint.json", meta)
             _clear_unmarked(final, "checkpoint.json")  # no metadata: never complete
+            failpoints.hit("storage.checkpoint.before-rename")
             os.rename(tmp, final)
             _fsync_dir(parent)
         except BaseException:

@@ -106,11 +106,12 @@ class World:
         return float(sum(ms or 0 for name, ms in rows if name in names))
 
     def volume_of(self, cell: str) -> Path:
-        found = self.json("get", "cells", cell)["status"].get("volume") or {}
-        vid = found.get("id") if isinstance(found, dict) else found
-        paths = ([self.state / "volumes" / str(vid) / "workspace"] if vid else
-                 sorted(self.state.glob("volumes/vol_*/workspace")))
-        return paths[-1]
+        """The workspace of a cell's volume, found by the cell id its marker names."""
+        ref = self.json("get", "cells", cell)["status"]["runtime"]["ref"]
+        cell_id = ref.rpartition("/")[2]
+        (found,) = [m.parent / "workspace" for m in self.state.glob("volumes/*/volume.json")
+                    if json.loads(m.read_text()).get("cell_id") == cell_id]
+        return found
 
 
 def make_world(build: c.Build, work: Path, cell: str, files: int, mib: int) -> World:
@@ -194,6 +195,9 @@ def checkpoints(worlds: list[World], args: Any, work: Path,
 
     for what, change in (("second checkpoint, 1% changed", True),
                          ("checkpoint, nothing changed", False)):
+        if not change:  # the newest checkpoint is then the workspace as it is
+            for w in worlds:
+                w.dc("snapshot", "create", w.cell, "--name", "latest")
         subjects = [c.Subject(f"{what}{w.build.tag}", [w.build.devcell, "snapshot", "create",
                                                          w.cell, "--name", "again"],
                               later(w, what, change)) for w in worlds]
@@ -252,6 +256,18 @@ def sleeps(worlds: list[World], args: Any, samples: dict[str, list[float]]) -> N
     samples.update(c.time_interleaved(subjects, args.runs, args.warmup))
 
 
+def only_disk(worlds: list[World], args: Any) -> int:
+    for w in worlds:
+        w.dc("snapshot", "create", w.cell, "--name", "base")
+        ours, total = ten_forks(w, args)
+        print(f"10 forks of one {args.mib} MiB snapshot, 1% changed each{w.build.tag}: "
+              f"{ours / 2**30:.2f} GiB with the snapshot ({total / 2**30:.2f} GiB with the "
+              f"parent's workspace)")
+    for w in worlds:
+        drop_world(w)
+    return 0
+
+
 def ratio_line(samples: dict[str, list[float]], a: str, b: str, target: float) -> str:
     r = statistics.median(samples[a]) / statistics.median(samples[b])
     return f"{a} / {b} = {r:.3f} (target <= {target}: {c.verdict(r <= target)})"
@@ -263,6 +279,8 @@ def main() -> int:
     p.add_argument("--mib", type=int, default=1024, help="workspace size in MiB (default 1024)")
     p.add_argument("--fork-sizes", default="100,1024,4096",
                    help="workspace sizes (MiB) forks are timed at (default 100,1024,4096)")
+    p.add_argument("--only-disk", action="store_true",
+                   help="only the bytes on disk of 10 forks (no timings)")
     args = p.parse_args()
     c.check_args(args)
     builds = c.builds(args)
@@ -280,6 +298,8 @@ def main() -> int:
         print(f"workspace: {args.files} files, {args.mib} MiB per build")
         samples: dict[str, list[float]] = {}
         steps: dict[str, list[float]] = {}
+        if args.only_disk:
+            return only_disk(worlds, args)
         checkpoints(worlds, args, work, samples, steps)
         for size in room:
             if size == args.mib:

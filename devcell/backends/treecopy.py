@@ -326,7 +326,7 @@ def _mountinfo_path(field: str) -> str:
 def detach_mounts_under(root: Path) -> None:
     """Detach whatever is mounted below `root` (a fork's overlay left by a crash between
     mounting and recording it), deepest first, so removing `root` leaves no mount behind."""
-    prefix = str(root.absolute()) + "/"
+    prefix = os.path.realpath(root) + "/"  # mountinfo names the real path
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
             points = [_mountinfo_path(line.split(" ")[4]) for line in info]

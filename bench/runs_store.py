@@ -122,7 +122,7 @@ def main() -> None:
     args = parser.parse_args()
     if not MIN_RUNS <= args.runs <= 100 or not 10 <= args.ops <= 100_000:
         sys.exit(f"--runs must be {MIN_RUNS}..100 and --ops 10..100000")
-    logger.remove()  # the stores log each save at DEBUG
+    logger.remove()  # no sink at all: the library is silent anyway (devcell.log), keep it so
     base = Path(tempfile.mkdtemp(prefix="devcell-bench-runs-", dir=args.dir))
     size = len(envelope.encode(snapshot(RUN_IDS[0], 0), where="bench"))
     print(f"snapshot: {size} bytes encoded; {args.ops} saves then {args.ops} loads per run, "

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from devcell import config, security
+from devcell.backends import limits
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest, SourceFile, field_path
 from devcell.store import desired, objects
@@ -38,6 +39,7 @@ class Rules:
         mounting = any(m.kind == "Cell" and m.spec.get("mounts") for m in manifests)
         recorded = objects.cells_with_host_mounts(conn) if mounting else {}
         problems = reference_problems(conn, manifests, defined)
+        problems += backend_problems(conn, manifests)
         problems += security_problems(manifests, self.state_dir, recorded)
         return problems
 
@@ -173,6 +175,48 @@ def reference_problems(conn: sqlite3.Connection, manifests: list[Manifest],
                     problems.append(desired.problem_at(m, ("spec", "workspace", "from", "snapshot"),
                                              f'snapshot "{snap}" is being deleted'))
     return problems
+
+
+def backend_problems(conn: sqlite3.Connection, manifests: list[Manifest]) -> list[Problem]:
+    """What the cell's backend could never run: its limits (devcell.backends.limits), and a
+    fork of a snapshot another backend took (its checkpoint exists only in that backend)."""
+    in_apply = {(m.kind, m.name): m for m in manifests}
+    problems: list[Problem] = []
+    for m in manifests:
+        if m.kind != "Cell":
+            continue
+        backend = m.spec["backend"]
+        problems += [desired.problem_at(m, path, message)
+                     for path, message in limits.cell_problems(m.spec, backend)]
+        source = m.spec.get("workspace", {}).get("from")
+        if source is None:
+            continue
+        theirs = _snapshot_backend(conn, in_apply, source["snapshot"])
+        if theirs is not None and theirs != backend:
+            problems.append(desired.problem_at(
+                m, ("spec", "workspace", "from", "snapshot"),
+                f'snapshot "{source["snapshot"]}" was taken by the {theirs} backend and this '
+                f"cell runs on the {backend} backend; a cell can only be forked from a "
+                "snapshot of its own backend"))
+    return problems
+
+
+def _snapshot_backend(conn: sqlite3.Connection, in_apply: dict[tuple[str, str], Manifest],
+                      snapshot: str) -> str | None:
+    """The backend that takes (or took) `snapshot`: that of its cell; None if unknown."""
+    snap = in_apply.get(("Snapshot", snapshot))
+    if snap is not None:
+        cell_name = snap.spec["cell"]
+        cell = in_apply.get(("Cell", cell_name))
+        if cell is not None:
+            return str(cell.spec["backend"])
+        recorded_cell = objects.get(conn, "Cell", cell_name)
+        return str(recorded_cell.extra["backend"]) if recorded_cell is not None else None
+    recorded = objects.get(conn, "Snapshot", snapshot)
+    if recorded is None:
+        return None
+    owner = objects.get(conn, "Cell", recorded.extra["cell_id"], include_deleted=True)
+    return str(owner.extra["backend"]) if owner is not None else None
 
 
 def _fork_source(source: dict[str, str] | None) -> str:

@@ -16,12 +16,20 @@ from typing import NamedTuple
 
 
 class Wakes(NamedTuple):
-    """When an object of this kind becomes ready, reconcile the `kind` objects whose column
-    `via` names it (those still waiting: `waiting_while_null` is NULL, when given)."""
+    """When an object of this kind makes progress, reconcile the `kind` objects whose column
+    `via` names it (those still waiting: `waiting_while_null` is NULL, when given).
+
+    With `named_by`, the other way round: the `kind` object whose column `via` equals this
+    object's column `named_by` (a fork names its snapshot in `forked_from`), only while that
+    object is being deleted when `while_deleting` (a snapshot being deleted waits until its
+    forks are gone: the last fork's deletion wakes it).
+    """
 
     kind: str
     via: str
     waiting_while_null: str | None = None
+    named_by: str | None = None
+    while_deleting: bool = False
 
 
 class Kind(NamedTuple):
@@ -53,7 +61,8 @@ class Kind(NamedTuple):
 CELL = Kind(
     name="Cell", singular="cell", plural="cells", short_names=(), table="cells",
     id_prefix="cell", schema="cell", controller="devcell.controllers.cell:CellController",
-    wakes=(Wakes("Snapshot", via="cell_id", waiting_while_null="checkpoint_ref"),),
+    wakes=(Wakes("Snapshot", via="cell_id", waiting_while_null="checkpoint_ref"),
+           Wakes("Snapshot", via="id", named_by="forked_from", while_deleting=True)),
     listed=(("desired_state", "state"), ("image", "image")),
 )
 SNAPSHOT = Kind(

@@ -6,6 +6,9 @@ import re
 
 MAX_NAME_LENGTH = 63
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+SCHEMA_PATTERN = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(?!\\n)$"
+"""The same rule as the schemas write it: `(?!\\n)` because JSON Schema validators search
+with Python's `re`, whose `$` also matches before a final newline ("api\\n")."""
 
 
 def printable(text: str) -> str:

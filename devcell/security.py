@@ -155,17 +155,36 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
     if ports and mode != "bridge":
         yield (("network", "ports"),
                f"ports are published only with network.mode bridge (mode is {mode})")
-    seen: dict[tuple[str, int], int] = {}
+    bound: list[tuple[str, int, int]] = []
     for i, port in enumerate(ports):
         address = str(port.get("hostIP", "127.0.0.1"))
         problem = _address_problem(address, policy)
         if problem:
             yield ("network", "ports", i, "hostIP"), problem
-        key = (address, int(port.get("hostPort", port.get("containerPort", 0))))
-        if key in seen:
+        host_port = int(port.get("hostPort", port.get("containerPort", 0)))
+        # The engine binds each host address:port once; the unspecified address (0.0.0.0,
+        # ::) takes the port on every address, so it clashes with any other binding of it.
+        taken_by = next((j for other, other_port, j in bound
+                         if other_port == host_port and _same_binding(address, other)), None)
+        if taken_by is not None:
             yield (("network", "ports", i, "hostPort"),
-                   f"{key[0]}:{key[1]} is already published by spec.network.ports[{seen[key]}]")
-        seen.setdefault(key, i)
+                   f"{address}:{host_port} is already published by "
+                   f"spec.network.ports[{taken_by}]")
+        bound.append((address, host_port, i))
+
+
+def _same_binding(a: str, b: str) -> bool:
+    """Whether two host addresses cannot both bind one port."""
+    try:
+        ip_a, ip_b = ipaddress.ip_address(a), ipaddress.ip_address(b)
+    except ValueError:
+        return a == b
+    if ip_a == ip_b:
+        return True
+    # :: is dual-stack on Linux (it takes the IPv4 port too); 0.0.0.0 only IPv4's.
+    either = (ip_a, ip_b)
+    return (any(ip.is_unspecified and ip.version == 6 for ip in either)
+            or (ip_a.version == ip_b.version and any(ip.is_unspecified for ip in either)))
 
 
 HostMount = tuple[str, bool]

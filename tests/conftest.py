@@ -74,6 +74,31 @@ def fingerprint() -> Callable[[Path], str | None]:
 
 
 @pytest.fixture(autouse=True)
+def _no_process_left_behind() -> Iterator[None]:
+    """Every process a test starts is ended by the test, whatever happens (tests/processes.py):
+    one still running a few seconds after the test is killed, and the test fails."""
+    from tests import processes
+
+    before = set(processes.live_children())
+    yield
+    left = processes.leftovers(before)
+    if left:
+        pytest.fail("the test left processes running (killed now): "
+                    + "; ".join(f"{pid}: {cmd[:120]}" for pid, cmd in sorted(left.items())))
+
+
+@pytest.fixture(autouse=True)
+def _library_logs_silent() -> Iterator[None]:
+    """DevCell is silent as a library (devcell.log): a test that enables its logs, as the CLI
+    run in-process does, leaves them silent again for the next test."""
+    from devcell import log
+
+    log.disable()
+    yield
+    log.disable()
+
+
+@pytest.fixture(autouse=True)
 def _fresh_fake_fault_budget() -> None:
     """DEVCELL_FAKE_FAIL counts are per process; each test starts with a full budget."""
     from devcell.backends import fake

@@ -202,4 +202,11 @@ def _result(db: Database, names: Mapping[Key, str], key: Key, status: Status,
 
         record = objects.get(db.conn, kind, object_id, include_deleted=True)
         name = record.name if record else object_id
-    return ObjectResult(kind, name, object_id, status, message)
+    gate = None
+    if status is not Status.SETTLED:
+        from devcell.store import operations
+
+        op = operations.suspended_for(db.conn, object_id)
+        if op is not None and op["reason"] == "AwaitingApproval":
+            gate = str(op["id"])
+    return ObjectResult(kind, name, object_id, status, message, awaiting_approval=gate)

@@ -81,17 +81,13 @@ def cancel(state_dir: Path, op_ref: str, *, options: Options = DEFAULTS,
 
 def parse_inputs(pairs: Sequence[str], files: Sequence[str]) -> dict[str, Any]:
     """Resume input from KEY=VALUE pairs and YAML/JSON files holding a mapping."""
-    data: dict[str, Any] = {}
-    for path in files:
-        import yaml
+    from devcell.manifests import loader, validate
 
-        try:
-            loaded = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise ManifestError([Problem(path, f"cannot read input: {exc}")]) from None
-        if not isinstance(loaded, dict):
-            raise ManifestError([Problem(path, "input must be a mapping of keys to values")])
-        data.update(loaded)
+    data: dict[str, Any] = {}
+    # Read and parsed as manifests are: bounded, never hanging on a FIFO in a directory,
+    # strict JSON for .json, no YAML aliases (an alias bomb) and no duplicate keys.
+    for source in loader.read_sources(list(files)) if files else []:
+        data.update(validate.read_mapping(source))
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:

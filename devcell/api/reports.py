@@ -32,6 +32,9 @@ class ObjectResult:
     object_id: str
     status: Status
     message: str = ""
+    awaiting_approval: str | None = None
+    """The operation waiting for someone's approval (`devcell op resume`), when that is why
+    the object did not settle."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,6 +119,15 @@ class MachineState(Protocol):
 
 
 @runtime_checkable
+class Measuring(Protocol):
+    """What a backend that keeps files also does: say how many bytes removing one of its
+    volumes or checkpoints would free (an inode shared by hard links with another
+    checkpoint is freed only with its last link). `devcell gc` reports it."""
+
+    def exclusive_bytes(self, kind: OwnedKind, resource_id: str) -> int: ...
+
+
+@runtime_checkable
 class Watching(Protocol):
     """What a backend that can report its runtimes' changes as they happen also does (the
     Docker engine's event stream): the daemon queues a cell the moment its runtime dies,

@@ -34,7 +34,6 @@ import docker
 import docker.errors
 import requests.exceptions
 from docker.models.containers import _create_container_args
-from loguru import logger
 
 from devcell import config, security
 from devcell.backends import (
@@ -44,6 +43,7 @@ from devcell.backends import (
     proctree,
     supervisor,
     treecopy,
+    usage,
 )
 from devcell.backends.base import (
     Capabilities,
@@ -77,6 +77,7 @@ from devcell.errors import (
     ImageNotFound,
     MountRefused,
 )
+from devcell.log import logger
 
 if TYPE_CHECKING:
     from devcell.backends.interactive import Terminal
@@ -752,6 +753,14 @@ class ContainerBackend:
                                  f"volume(s) {', '.join(forks)}; delete those cells first")
         self.store.delete_checkpoint(checkpoint_id)
         return {"checkpoint": checkpoint_id}
+
+    def exclusive_bytes(self, kind: OwnedKind, resource_id: str) -> int:
+        """Bytes removing a volume or checkpoint would free (Measuring; `devcell gc`)."""
+        if kind is OwnedKind.VOLUME:
+            return usage.exclusive_bytes(self.layout.volume(resource_id))
+        if kind is OwnedKind.CHECKPOINT:
+            return usage.exclusive_bytes(self.layout.checkpoint(resource_id))
+        return 0
 
     # -- exec and logs (beyond the Backend protocol: `devcell exec` and `devcell logs`) -----
 

@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from devcell import security
-from devcell.backends import supervisor
+from devcell.backends import limits, supervisor
 from devcell.backends.container_layout import Layout, state_hash
 from devcell.config import SecurityPolicy
 from devcell.errors import BackendRefused
+from devcell.manifests import quantities
+from devcell.manifests.model import field_path
 
 LABEL = "dev.devcell"
 MANAGED, STATE, CELL_ID, CELL = (f"{LABEL}.managed", f"{LABEL}.state-dir", f"{LABEL}.cell-id",
@@ -46,19 +48,20 @@ SETFCAP, AUDIT_WRITE."""
 HOST_MOUNT_USER = (65534, 65534)
 """uid and gid (nobody:nogroup) of a cell with a writable host mount: what it writes there is
 owned by nobody, so a setuid bit it sets gives nothing."""
-_MEMORY = re.compile(r"([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?")
-_UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _IMAGE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._/:@-]{0,254}")
 
 
 def memory_bytes(text: str) -> int:
-    match = _MEMORY.fullmatch(text)
-    if not match:
-        raise BackendRefused(f"invalid memory limit {text!r} (e.g. 512Mi, 2Gi)")
-    value = int(match.group(1)) * _UNITS[match.group(2)]
-    if value < 6 * 2**20:
-        raise BackendRefused(f"memory limit {text} is below the engine's minimum of 6Mi")
+    """The engine's mem_limit; validation refused anything else already (a record written
+    before a rule existed still gets a clear refusal here, never a late engine error)."""
+    try:
+        value = quantities.memory_bytes(text)
+    except ValueError as exc:
+        raise BackendRefused(str(exc)) from None
+    minimum = limits.of("container").min_memory_bytes
+    if value < minimum:
+        raise BackendRefused(f"memory limit {text} is below the engine's minimum of "
+                             f"{quantities.show_bytes(minimum)}")
     return value
 
 
@@ -92,11 +95,13 @@ def _network(spec: dict[str, Any]) -> dict[str, Any]:
         return {"network_mode": mode}
     if mode != "bridge":
         raise BackendRefused(f"unknown network.mode {mode!r} (none, host or bridge)")
-    published: dict[str, tuple[str, int]] = {}
+    # One container port may be published on several host ports (`-p 8080:80 -p 8081:80`):
+    # docker-py takes a list of bindings per port; a dict of one binding each kept the last.
+    published: dict[str, list[tuple[str, int]]] = {}
     for port in ports:
         inside = int(port["containerPort"])
-        published[f"{inside}/tcp"] = (str(port.get("hostIP", "127.0.0.1")),
-                                      int(port.get("hostPort", inside)))
+        published.setdefault(f"{inside}/tcp", []).append(
+            (str(port.get("hostIP", "127.0.0.1")), int(port.get("hostPort", inside))))
     return {"network": BRIDGE_NETWORK, "ports": published}
 
 
@@ -134,6 +139,9 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
     policy = policy or SecurityPolicy()
     broken = [f"{security.spec_field(path)}: {message}"
               for path, message in security.cell_problems(spec, policy, layout.state_dir)]
+    # Admission refused these already; a record from before a limit existed meets it here.
+    broken += [f"{field_path(path)}: {message}"
+               for path, message in limits.cell_problems(spec, "container")]
     if broken:
         raise BackendRefused("refusing to create the container: " + "; ".join(broken))
     plain, _ = supervisor.split_env(spec)

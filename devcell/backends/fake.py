@@ -121,7 +121,7 @@ def observe_all(state_dir: Path) -> dict[str, Observed]:
     path = state_dir / "backends" / "fake.db"
     if not path.exists():
         return {}
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
+    conn = faults.connect(path, timeout=60, read_only=True)
     try:
         return {r[0]: _row_observed(r[1], r[2], r[3]) for r in conn.execute(
             "SELECT id, state, runtime_hash, frozen FROM cells")}

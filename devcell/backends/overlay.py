@@ -20,7 +20,7 @@ import os
 import stat
 from pathlib import Path
 
-from loguru import logger
+from devcell.log import logger
 
 OPTIONS = "redirect_dir=off,metacopy=off,index=off"
 _UNSAFE = set(",:\\\n\t ")

@@ -23,11 +23,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loguru import logger
-
 from devcell import progress
 from devcell.backends import children, treewalk
 from devcell.errors import BackendError
+from devcell.log import logger
 
 BATCH = 256
 """Files per `cp` call: one directory's files, split into batches of at most this many."""

@@ -26,12 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from loguru import logger
-
 from devcell import failpoints
 from devcell.backends import overlay, temporaries, treecopy
 from devcell.backends.container_layout import Layout, is_safe_id, safe_id
 from devcell.errors import BackendError, BackendNotFound, BackendRefused
+from devcell.log import logger
 
 MARKER_VERSION = 1
 SOURCES = "sources.json"

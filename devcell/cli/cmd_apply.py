@@ -15,12 +15,18 @@ from devcell.store import db as dbmod
 
 
 def run_apply(args: argparse.Namespace) -> int:
-    report = api.apply(
-        dbmod.resolve_state_dir(args.state_dir), args.filename, dry_run=args.dry_run,
-        prune=args.prune,
-        options=output.options(args, wait=args.wait, approve=args.approve, workers=args.workers),
-        hooks=output.hooks(args, output.changes(" (dry run)" if args.dry_run else "")))
-    return output.exit_code(report)
+    shown = output.changes(" (dry run)" if args.dry_run else "")
+    try:
+        report = api.apply(
+            dbmod.resolve_state_dir(args.state_dir), args.filename, dry_run=args.dry_run,
+            prune=args.prune,
+            options=output.options(args, wait=args.wait, approve=args.approve,
+                                   workers=args.workers),
+            hooks=output.hooks(args, shown))
+    except BaseException:  # interrupted while converging: say what was recorded
+        shown.unsettled()
+        raise
+    return output.exit_code(report, shown)
 
 
 def run_delete(args: argparse.Namespace) -> int:
@@ -28,14 +34,19 @@ def run_delete(args: argparse.Namespace) -> int:
         raise UsageError("give either -f PATH or KIND NAME, not both")
     state_dir = dbmod.resolve_state_dir(args.state_dir)
     how = output.options(args, approve=args.approve, workers=args.workers)
-    show = output.hooks(args, output.changes())
-    if args.filename:
-        report = api.delete_files(state_dir, args.filename, options=how, hooks=show)
-    elif args.kind and args.name:
-        report = api.delete(state_dir, args.kind, args.name, options=how, hooks=show)
-    else:
+    shown = output.changes()
+    show = output.hooks(args, shown)
+    if not args.filename and not (args.kind and args.name):
         raise UsageError("delete needs -f PATH or KIND NAME (e.g. devcell delete cell api)")
-    return output.exit_code(report)
+    try:
+        if args.filename:
+            report = api.delete_files(state_dir, args.filename, options=how, hooks=show)
+        else:
+            report = api.delete(state_dir, args.kind, args.name, options=how, hooks=show)
+    except BaseException:  # interrupted while converging: say what was recorded
+        shown.unsettled()
+        raise
+    return output.exit_code(report, shown)
 
 
 def _yaml_lines(doc: dict[str, Any]) -> list[str]:

@@ -12,9 +12,8 @@ from devcell.store import db as dbmod
 
 
 def run_daemon(args: argparse.Namespace) -> int:
-    from loguru import logger
-
     from devcell.cli import logs
+    from devcell.log import logger
     from devcell.reconciler.daemon import Daemon, DaemonConfig, json_sink
 
     manifests = Path(args.manifests)
@@ -34,28 +33,41 @@ def run_daemon(args: argparse.Namespace) -> int:
 
 
 def run_wait(args: argparse.Namespace) -> int:
+    """kubectl wait: --for=condition=TYPE[=STATUS] (the default, condition=Ready), --for=delete,
+    --for=create. An object not recorded yet is waited for within the same timeout (except for
+    --for=delete, where it is the answer)."""
+    import time
+
     from devcell.reconciler import waiting
     from devcell.store import objects
 
     spec = args.condition
-    if spec == "delete":
-        condition, want = "delete", ""
+    if spec in ("delete", "create"):
+        condition, want = spec, ""
     elif spec.startswith("condition="):
         _, _, rest = spec.partition("=")
         condition, _, want = rest.partition("=")
         want = want or "True"
     else:
-        raise UsageError(f"--for={spec}: use condition=TYPE[=STATUS] or delete")
+        raise UsageError(f"--for={spec}: use condition=TYPE[=STATUS], create or delete")
+    what = f"{args.kind.lower()}/{args.name}"
     state_dir = dbmod.resolve_state_dir(args.state_dir)
-    if not (state_dir / dbmod.DB_FILENAME).exists():
-        raise NotFound(f'{args.kind.lower()} "{args.name}" not found')
-    db = dbmod.Database(state_dir, create=False)
-    record = objects.get(db.conn, args.kind, args.name)
-    if record is None:
-        if condition == "delete":
-            sys.stdout.write(printable(f"{args.kind.lower()}/{args.name} deleted") + "\n")
+    if condition == "delete":
+        gone = (not (state_dir / dbmod.DB_FILENAME).exists()
+                or objects.get(dbmod.Database(state_dir, create=False).conn, args.kind,
+                               args.name) is None)
+        if gone:
+            sys.stdout.write(printable(f"{what} deleted") + "\n")
             return 0
-        raise NotFound(f'{args.kind.lower()} "{args.name}" not found')
+    started = time.monotonic()
+    found = waiting.wait_for_object(state_dir, args.kind, args.name, timeout=args.timeout)
+    if found is None:
+        raise NotFound(f'{args.kind.lower()} "{args.name}" not found (waited {args.timeout:g}s '
+                       "for it to be created)")
+    db, record = found
+    if condition == "create":
+        sys.stdout.write(printable(f"{args.kind.lower()}/{record.name} created") + "\n")
+        return 0
     if args.kind == "Cell" and condition != "delete":
         from devcell.reconciler import observe
 
@@ -64,7 +76,7 @@ def run_wait(args: argparse.Namespace) -> int:
         # repair (by the daemon) or times out saying why.
         observe.observe_and_record(db, [record.id])
     failures = waiting.wait_for(db, [(args.kind, record.id)], timeout=args.timeout,
-                                condition=condition, fail_fast=False)
+                                condition=condition, fail_fast=False, started=started)
     if failures:
         sys.stderr.write(printable(f"error: {args.kind.lower()}/{record.name}: "
                                    f"{next(iter(failures.values()))}") + "\n")

@@ -96,12 +96,21 @@ def _waiting_for(op: dict[str, Any]) -> str:
     return "a controller start (resumes after a shutdown)"
 
 
+DELETING = "Deleting"
+"""The PHASE a table shows for an object whose deletion was asked for and is not done (waiting
+for an approval, for its forks, or for the reconciler), as kubectl shows Terminating."""
+
+
+def _phase(row: dict[str, Any]) -> str:
+    return DELETING if row.get("deleting_at") else str(row["phase"])
+
+
 def _print_table(kind: str, rows: list[dict[str, Any]], wide: bool) -> None:
     age = render.age
     if kind == "cells":
         headers = ["NAME", "BACKEND", "DESIRED", "PHASE", "OBSERVED", "FORKED-FROM", "AGE"]
         secs = render.age_seconds
-        data = [[r["name"], r["backend"], r["state"], r["phase"], secs(r["observed_s"]),
+        data = [[r["name"], r["backend"], r["state"], _phase(r), secs(r["observed_s"]),
                  r["forked_from"], secs(r["age_s"])] for r in rows]
         if wide:
             headers += ["ID", "IMAGE", "GENERATION", "SOURCE"]
@@ -111,7 +120,7 @@ def _print_table(kind: str, rows: list[dict[str, Any]], wide: bool) -> None:
     elif kind == "snapshots":
         headers = ["NAME", "CELL", "CONSISTENCY", "PHASE", "FORKS", "AGE"]
         data = [[r["name"], (r["cell"] or r["cell_id"]) + (" (deleted)" if r["cell_deleted"] else ""),
-                 r["consistency"] or "-", r["phase"], r["forks"] or "-", age(r["created_at"])]
+                 r["consistency"] or "-", _phase(r), r["forks"] or "-", age(r["created_at"])]
                 for r in rows]
         if wide:
             headers += ["ID", "CELL-ID", "TAKEN"]
@@ -154,6 +163,8 @@ def run_get(args: argparse.Namespace) -> int:
         selector = views.parse_selector(args.selector)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if getattr(args, "tree", False):
+        return _tree(args)
     db = _open(args)
     rows = (_rows(db, args.kind, args.name, selector, wide=args.output == "wide")
             if db is not None else [])
@@ -179,6 +190,18 @@ def run_get(args: argparse.Namespace) -> int:
         _warn_invalid_manifests(db)
     if args.watch:
         return _watch(args, selector, rows)
+    return 0
+
+
+def _tree(args: argparse.Namespace) -> int:
+    """`get snapshots --tree [NAME]`: the lineage forest (cli/lineage.py)."""
+    if args.kind != "snapshots" or args.output != "table" or args.watch or args.selector:
+        raise UsageError("--tree shows snapshots only, as a tree: no -o, -w or -l with it")
+    from devcell.cli import lineage
+
+    db = _open(args)
+    cells, snapshots = views.lineage(db.conn) if db is not None else ([], [])
+    lineage.show(cells, snapshots, args.name)
     return 0
 
 

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from devcell.api.converging import Hooks, Options
 from devcell.api.reports import Recorded, Report, Status
 from devcell.names import printable
+from devcell.store.desired import Change
 
 
 def options(args: argparse.Namespace, *, wait: bool = True, approve: bool = False,
@@ -29,20 +30,65 @@ def hooks(args: argparse.Namespace, on_recorded: Callable[[Recorded], None]) -> 
     return Hooks(on_recorded=on_recorded, inline=lambda: terminal(args.verbose))
 
 
-def changes(suffix: str = "") -> Callable[[Recorded], None]:
-    """Print one line per object: `kind/name not found` (skipped), then `kind/name outcome`."""
-    def show(recorded: Recorded) -> None:
+DELETIONS = ("deleted", "pruned")
+"""Outcomes that claim an object is gone: printed once converging says whether it is."""
+
+
+class Changes:
+    """Print one line per object: `kind/name not found` (skipped), then `kind/name outcome`.
+
+    A deletion is printed only once converging says what happened (`settled`): `deleted` when
+    it is done (or left to the daemon), `deletion waiting for approval` when a gate stopped it,
+    `deletion requested` when it is recorded but not done; the error lines say why and what to
+    do. In a dry run (a suffix), every line is printed as recorded."""
+
+    def __init__(self, suffix: str = "") -> None:
+        self.suffix = suffix
+        self.deferred: list[Change] = []
+
+    def __call__(self, recorded: Recorded) -> None:
         out = sys.stdout
         out.write("".join(printable(f"{kind.lower()}/{name} not found") + "\n"
                           for kind, name in recorded.missing))
-        out.write("".join(printable(f"{c.kind.lower()}/{c.name} {c.outcome}{suffix}") + "\n"
-                          for c in recorded.changes))
+        for c in recorded.changes:
+            if c.outcome in DELETIONS and not self.suffix:
+                self.deferred.append(c)
+            else:
+                out.write(printable(f"{c.kind.lower()}/{c.name} {c.outcome}{self.suffix}") + "\n")
         out.flush()
-    return show
+
+    def unsettled(self) -> None:
+        """The verb stopped before converging said anything (interrupted, an error): the
+        deletions it recorded are requested, no more."""
+        for c in self.deferred:
+            sys.stdout.write(printable(f"{c.kind.lower()}/{c.name} deletion requested") + "\n")
+        self.deferred.clear()
+        sys.stdout.flush()
+
+    def settled(self, report: Report) -> None:
+        results = {(o.kind, o.name): o for o in report.converged.objects}
+        for c in self.deferred:
+            result = results.get((c.kind, c.name))
+            if result is None or result.status is Status.SETTLED:
+                what = c.outcome
+            elif result.awaiting_approval is not None:
+                what = "deletion waiting for approval"
+            else:
+                what = "deletion requested"
+            sys.stdout.write(printable(f"{c.kind.lower()}/{c.name} {what}") + "\n")
+        self.deferred.clear()
+        sys.stdout.flush()
 
 
-def exit_code(report: Report) -> int:
-    """Print an error line for whatever did not settle; 0 when everything did, else 1."""
+def changes(suffix: str = "") -> Changes:
+    return Changes(suffix)
+
+
+def exit_code(report: Report, shown: Changes | None = None) -> int:
+    """Print the deletions `shown` deferred, then an error line for whatever did not settle;
+    0 when everything did, else 1."""
+    if shown is not None:
+        shown.settled(report)
     converged = report.converged
     op = converged.operation
     if op is not None and op.status is not Status.SETTLED:

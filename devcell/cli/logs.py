@@ -1,4 +1,7 @@
-"""Log sinks: only the CLI configures loguru; libraries just log with bound context."""
+"""Log sinks: only the CLI configures loguru; libraries just log with bound context.
+
+The library is silent until an application enables it (devcell.log); `configure` is where
+the CLI and the daemon do, as they add their sinks."""
 
 from __future__ import annotations
 
@@ -38,9 +41,11 @@ def _format(record: dict[str, Any]) -> str:
 
 
 def configure(verbose: int) -> None:
-    from loguru import logger
+    from devcell import log
+    from devcell.log import logger
 
     logger.remove()
+    log.enable()
     level = "WARNING" if verbose == 0 else "INFO" if verbose == 1 else "DEBUG"
     from devcell import progress
 

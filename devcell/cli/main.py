@@ -53,23 +53,32 @@ def _workers(text: str) -> int:
 def _duration(text: str) -> float:
     """kubectl durations: 30s, 5m, 1h30m, 250ms, or plain seconds."""
     import re
+    import threading
 
     if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (e.g. 30s, 5m, 1h30m)")
-    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    return sum(float(n) * scale[u] for n, u in parts)
+        seconds = float(text)
+    else:
+        parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise argparse.ArgumentTypeError(
+                f"invalid duration {text!r} (e.g. 30s, 5m, 1h30m)")
+        scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+        seconds = sum(float(n) * scale[u] for n, u in parts)
+    # Every wait ends in a lock's timeout, which overflows beyond TIMEOUT_MAX (292 years):
+    # refused here, not as a traceback in a daemon thread that then dies silently.
+    if seconds > threading.TIMEOUT_MAX:
+        raise argparse.ArgumentTypeError(
+            f"duration {text!r} is too long (at most {int(threading.TIMEOUT_MAX)}s)")
+    return seconds
 
 
 COMMANDS = ("apply", "get", "describe", "delete", "diff", "snapshot", "cell", "wait",
-            "controller", "op", "schema", "image", "exec", "logs")
+            "controller", "op", "schema", "image", "exec", "logs", "gc")
 
 
 class _Skipped:
     """Stands in for the parser of a command this run does not use (every call is a no-op):
-    argparse is slow to build, and building all fourteen commands cost every start ~4 ms."""
+    argparse is slow to build, and building all fifteen commands cost every start ~4 ms."""
 
     required = True
 
@@ -92,18 +101,32 @@ class _Commands:
         return self.sub.add_parser(name, **kwargs)
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The CLI's parser; with `only`, just that command's (faster; same behaviour for it)."""
-    common = Parser(add_help=False)
-    common.add_argument("--state-dir", default=None,
+GLOBAL_DEFAULTS: dict[str, Any] = {"state_dir": None, "verbose": 0, "run_store": None}
+"""The options every command takes, before or after the command's words, and their defaults."""
+GLOBAL_WITH_VALUE = ("--state-dir", "--run-store")
+
+
+def _global_options(parser: argparse.ArgumentParser) -> None:
+    """Add the global options to `parser` without defaults of their own (SUPPRESS): a value
+    given at any level (`devcell --state-dir X get`, `devcell get --state-dir X`) survives the
+    levels below it; `parse` fills in GLOBAL_DEFAULTS for the options nobody gave."""
+    parser.add_argument("--state-dir", default=argparse.SUPPRESS,
                         help="state directory (default: $DEVCELL_HOME or ~/.local/share/devcell)")
-    common.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
-    common.add_argument("--run-store", choices=["sqlite", "file"], default=None,
+    parser.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="more log output")
+    parser.add_argument("--run-store", choices=["sqlite", "file"], default=argparse.SUPPRESS,
                         help="where suspended operations keep their run snapshots "
                              "(default: sqlite in the state directory; or $DEVCELL_RUN_STORE)")
 
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; with `only`, just that command's (faster; same behaviour for it)."""
+    common = Parser(add_help=False)
+    _global_options(common)
+
     parser = Parser(prog="devcell", description="Isolated development environments, declared in YAML.")
     parser.add_argument("--version", action="version", version=f"devcell {__version__}")
+    _global_options(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     subparsers.required = True
     sub = _Commands(subparsers, only)
@@ -133,6 +156,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("-l", "--selector", help="label selector, e.g. team=core,tier!=db")
     p.add_argument("-w", "--watch", action="store_true",
                    help="after listing, print rows again as they change (Ctrl-C to stop)")
+    p.add_argument("--tree", action="store_true",
+                   help="snapshots: lineage as a tree (cell -> snapshots -> forks -> ...)")
 
     p = sub.add_parser("describe", parents=[common], help="show an object in detail")
     p.add_argument("kind", type=_kind({**OBJECT_KINDS, "operation": "Operation",
@@ -183,7 +208,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("kind", type=_kind(OBJECT_KINDS), metavar="KIND")
     p.add_argument("name")
     p.add_argument("--for", dest="condition", default="condition=Ready",
-                   help="condition=TYPE[=STATUS] or delete (default condition=Ready)")
+                   help="condition=TYPE[=STATUS], create or delete (default condition=Ready; "
+                        "an object not recorded yet is waited for within the timeout)")
     p.add_argument("--timeout", type=_duration, default=30.0, help="e.g. 60s (default 30s)")
 
     p = sub.add_parser("controller", parents=[common], help="the reconciling daemon")
@@ -218,6 +244,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     ip = isub.add_parser("build-base", parents=[common],
                          help="build devcell/busybox:latest offline from busybox-static")
     ip.add_argument("--force", action="store_true", help="rebuild even if the image exists")
+
+    p = sub.add_parser("gc", parents=[common],
+                       help="remove volumes and checkpoints nothing references")
+    p.add_argument("--approve", action="store_true",
+                   help="also remove orphans that hold files (no object ever named them)")
+    p.add_argument("--dry-run", action="store_true", help="show what would be removed")
 
     p = sub.add_parser("exec", parents=[common], help="run a command in a running cell")
     p.add_argument("-i", "--stdin", action="store_true",
@@ -278,6 +310,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from devcell.cli import cmd_image
 
         return cmd_image.run_image(args)
+    if command == "gc":
+        from devcell.cli import cmd_gc
+
+        return cmd_gc.run_gc(args)
     if command in ("exec", "logs"):
         from devcell.cli import cmd_exec
 
@@ -297,11 +333,32 @@ def celld(argv: Sequence[str] | None = None) -> int:
     return _run(args)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    given = list(sys.argv[1:] if argv is None else argv)
-    first = next((a for a in given if not a.startswith("-")), None)
+def command_word(given: Sequence[str]) -> str | None:
+    """The first word that is neither an option nor a global option's value."""
+    words = iter(given)
+    for word in words:
+        if word == "--":
+            return next(words, None)
+        if word in GLOBAL_WITH_VALUE:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def parse(given: Sequence[str]) -> argparse.Namespace:
+    """The parsed command line, global options filled in with their defaults."""
+    first = command_word(given)
     only = first if first in COMMANDS else None  # anything else: the full parser explains
-    return _run(build_parser(only).parse_args(given))
+    args = build_parser(only).parse_args(list(given))
+    for name, default in GLOBAL_DEFAULTS.items():
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return _run(parse(sys.argv[1:] if argv is None else argv))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -200,18 +200,26 @@ class CellController:
             steps.append(Step(S.STOP))
         if observed.exists:
             steps.append(Step(S.DELETE))
+        # With no volume recorded, whatever the backend holds for the cell: a volume made by
+        # an operation that died before recording it is the cell's workspace too (as decide
+        # adopts it; with one recorded, the next create adopts instead of making another).
+        held = backend.volumes_of(cell.id) if backend is not None and volume is None else []
+        unrecorded = [v for v in held if volume is None or v != volume.id]
         if volume is not None:
             steps.append(Step(S.DELETE_VOLUME, {"volume_id": volume.id}))
+        for volume_id in unrecorded:
+            steps.append(Step(S.DELETE_VOLUME, {"volume_id": volume_id}))
         sleep = cell.status.get("sleep", {})
         for checkpoint in dict.fromkeys(filter(None, (sleep.get("checkpointId"),
                                                       sleep.get("supersedes")))):
             steps.append(Step(S.DELETE_CHECKPOINT, {"checkpoint_id": checkpoint}))
         ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
         gate = None
-        if volume is not None and backend is not None and conn is not None:
+        workspaces = ([volume.id] if volume is not None else []) + unrecorded
+        if workspaces and backend is not None and conn is not None:
             latest = objects.latest_taken_snapshot(conn, cell.id)
             since = latest[0] if latest else None
-            if backend.workspace_changed_since(volume.id, since):
+            if any(backend.workspace_changed_since(v, since) for v in workspaces):
                 what = f"snapshot {latest[1]}" if latest else "no snapshot was ever taken"
                 gate = Gate(0, f"the workspace changed since its last snapshot ({what}); "
                             "deleting it loses that work", {

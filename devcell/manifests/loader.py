@@ -11,11 +11,14 @@ import os
 import stat
 import sys
 from collections.abc import Iterable
+from typing import BinaryIO
 
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import SourceFile
 
-MAX_FILE_BYTES = 1024 * 1024
+MAX_DOCUMENT_BYTES = 1024 * 1024
+"""Per document, not per file (etcd limits an object to 1.5 MiB; kubectl a file to nothing)."""
+CHUNK_BYTES = 1024 * 1024
 EXTENSIONS = (".yaml", ".yml", ".json")
 
 
@@ -70,30 +73,82 @@ class _NotRegular(OSError):
     """A walked path that is not a regular file."""
 
 
+class _DocumentSizes:
+    """Checks, as bytes stream in, that no document is larger than `limit`.
+
+    A YAML document starts at a line beginning with `---` or `...` (libyaml ends every
+    scalar there, so this split is the parser's); a JSON file is one document. The limit is
+    per document, as etcd limits each object, never per file: a file of 10,000 small
+    documents is fine, a single 2 MiB document is refused at its first line, and reading
+    stops there (the rest of a huge file is never read)."""
+
+    def __init__(self, display: str, limit: int, *, whole: bool) -> None:
+        self.display, self.limit, self.whole = display, limit, whole
+        self.offset = 0  # bytes before `pending`
+        self.line = 1  # line number of `pending`
+        self.pending = b""
+        self.start, self.start_line = 0, 1
+
+    def feed(self, data: bytes) -> None:
+        lines = (self.pending + data).split(b"\n")
+        self.pending = lines.pop()
+        at = self.offset
+        for text in lines:
+            marker = not self.whole and text[:3] in (b"---", b"...") and text[3:4] in (
+                b"", b" ", b"\t", b"\r")
+            if marker and text[0] == 45:  # "---": a document starts on this line
+                self.start, self.start_line = at, self.line
+            at += len(text) + 1
+            self.line += 1
+            if marker and text[0] == 46:  # "...": the next one starts after it
+                self.start, self.start_line = at, self.line
+            self._check(at)
+        self.offset = at
+        self._check(at + len(self.pending))
+
+    def _check(self, end: int) -> None:
+        if end - self.start > self.limit:
+            what = "file (one JSON document)" if self.whole else "document"
+            raise ManifestError([Problem(
+                self.display, f"{what} is larger than the limit of {self.limit} bytes per "
+                "document; split it into smaller documents", line=self.start_line)])
+
+
+def _stream(fh: BinaryIO, sizes: _DocumentSizes, head: bytes) -> bytes:
+    chunks = []
+    data = head
+    while data:
+        sizes.feed(data)
+        chunks.append(data)
+        data = fh.read(CHUNK_BYTES)
+    return b"".join(chunks)
+
+
 def _read_limited(stream_or_path: str | None, display: str, limit: int,
                   regular_only: bool = False) -> bytes:
+    def sizes() -> _DocumentSizes:
+        return _DocumentSizes(display, limit, whole=display.endswith(".json"))
+
     if stream_or_path is None:
-        data = sys.stdin.buffer.read(limit + 1)
-    else:
-        opened: int | str = _open_regular(stream_or_path) if regular_only else stream_or_path
-        with open(opened, "rb") as fh:
-            # Ask for the file's size, not the limit: read(limit + 1) allocates 1 MiB and
-            # shrinks it, which leaves every small file on pages of its own (reading 10,000
-            # files of 1 KiB so costs 40 MB of RSS instead of 12). Read on if it grew since.
-            want = min(os.fstat(fh.fileno()).st_size, limit) + 1
-            data = fh.read(want)
-            if len(data) == want and want <= limit:
-                data += fh.read(limit + 1 - want)
-    if len(data) > limit:
-        raise ManifestError(
-            [Problem(display, f"file is larger than the limit of {limit} bytes", line=1)]
-        )
-    return data
+        return _stream(sys.stdin.buffer, sizes(), sys.stdin.buffer.read(CHUNK_BYTES))
+    opened: int | str = _open_regular(stream_or_path) if regular_only else stream_or_path
+    with open(opened, "rb") as fh:
+        # A file no larger than the limit cannot hold a larger document: read it at once,
+        # asking for its size, not the limit (read(limit + 1) allocates 1 MiB and shrinks
+        # it, which leaves every small file on pages of its own: reading 10,000 files of
+        # 1 KiB so costs 40 MB of RSS instead of 12). Stream the rest, or a file that grew.
+        size = os.fstat(fh.fileno()).st_size
+        head = fh.read(min(size, limit) + 1) if size <= limit else fh.read(CHUNK_BYTES)
+        if size <= limit and len(head) <= size:
+            return head
+        return _stream(fh, sizes(), head)
 
 
-def read_sources(paths: Iterable[str], *, limit: int = MAX_FILE_BYTES,
+def read_sources(paths: Iterable[str], *, limit: int = MAX_DOCUMENT_BYTES,
                  regular_only: bool = False) -> list[SourceFile]:
     """Every manifest file named by `paths`; all problems (missing, oversize) at once.
+
+    `limit` bounds each document (see _DocumentSizes); a file may be of any size.
 
     Files found by walking a directory must be regular files (a FIFO, socket or device
     there is a problem, never read); so must every path with `regular_only` (the daemon's

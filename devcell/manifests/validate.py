@@ -13,8 +13,8 @@ from functools import cache
 from typing import Any
 
 from devcell import API_VERSION, kinds, names
-from devcell.errors import Problem
-from devcell.manifests import secrets
+from devcell.errors import ManifestError, Problem
+from devcell.manifests import jsonsafe, quantities, secrets
 from devcell.manifests.model import Manifest, Path, SourceFile, field_path
 from devcell.manifests.yamlsafe import ParsedDocument, YamlSyntaxError, parse_documents
 
@@ -187,6 +187,10 @@ def _schema_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
             if key not in seen:
                 seen.add(key)
                 problems.append(problem)
+    if not problems:
+        # The two validators disagree (the fast one refused, the reference found nothing):
+        # refuse rather than let the reference's leniency through, and say where.
+        problems.append(_fast_problem(ctx, data))
     # A bad name fails pattern and maxLength at once; say it once, the clearest way.
     names_seen: set[str | None] = set()
     deduped = []
@@ -197,6 +201,23 @@ def _schema_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
             names_seen.add(p.field)
         deduped.append(p)
     return deduped
+
+
+def _fast_problem(ctx: _Context, data: dict[str, Any]) -> Problem:
+    import fastjsonschema
+
+    try:
+        _fast_validator(ctx.kind or "Cell")(data)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        path = tuple(exc.path[1:]) if exc.path and exc.path[0] == "data" else ()
+        if ctx.secret(path):
+            return ctx.problem(path, f"does not satisfy the schema's {exc.rule} rule")
+        # "data.spec.resources.cpus must be bigger than 0": the field is named apart.
+        message = exc.message.split(" ", 1)[1] if exc.message.startswith("data") else exc.message
+        return ctx.problem(path, names.printable(message))
+    except fastjsonschema.JsonSchemaException as exc:
+        return ctx.problem((), names.printable(str(exc)))
+    return ctx.problem((), "is not valid")
 
 
 def document_problems(source: SourceFile, doc: ParsedDocument, validator: Any) -> list[Problem]:
@@ -255,7 +276,7 @@ def _translate(ctx: _Context, error: Any) -> list[Problem]:
     if validator in ("pattern", "maxLength", "minLength") and _is_name_schema(schema):
         return [ctx.problem(path, names.name_problem(instance) or error.message)]
     if validator == "pattern":
-        shown = secrets.REDACTED if hidden else f'"{instance}"'
+        shown = secrets.REDACTED if hidden else f'"{names.printable(str(instance))}"'
         return [ctx.problem(path, f'{shown} does not match the pattern {schema["pattern"]}')]
     if validator == "propertyNames":
         return [ctx.problem(path, f"invalid key: {error.message}")]
@@ -275,7 +296,7 @@ def _translate(ctx: _Context, error: Any) -> list[Problem]:
 
 
 def _is_name_schema(schema: dict[str, Any]) -> bool:
-    return schema.get("pattern") == "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    return schema.get("pattern") == names.SCHEMA_PATTERN
 
 
 def _normalise_cell(spec: dict[str, Any]) -> dict[str, Any]:
@@ -308,9 +329,43 @@ def _nan_problems(ctx: _Context, value: Any, path: Path = ()) -> list[Problem]:
     return []
 
 
+NUL_FREE_EXCEPT = (("metadata", "annotations"),)
+"""Free-form notes that never reach a process or an engine: they may hold a NUL (shown
+escaped, like every printed string)."""
+
+
+def _nul_problems(ctx: _Context, value: Any, path: Path = ()) -> list[Problem]:
+    """A NUL (written `\\0` in YAML, `\\u0000` in JSON) cannot reach a process: argv, the
+    environment, paths and labels are C strings that end at the first NUL. Refused in every
+    string, keys included (annotations aside), so no field can carry one to a backend."""
+    if path in NUL_FREE_EXCEPT:
+        return []
+    if isinstance(value, str):
+        return [ctx.problem(path, "must not contain a NUL character")] if "\x00" in value else []
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            if "\x00" in k:
+                out.append(ctx.problem(path + (k,), "key must not contain a NUL character",
+                                       at_key=True))
+            else:
+                out += _nul_problems(ctx, v, path + (k,))
+        return out
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _nul_problems(ctx, v, path + (i,))]
+    return []
+
+
+def _quantity_problems(ctx: _Context, spec: dict[str, Any]) -> list[Problem]:
+    """Quantities that match their pattern but no backend could use (0, overflow)."""
+    memory = (spec.get("resources") or {}).get("memory")
+    problem = quantities.memory_problem(memory) if isinstance(memory, str) else None
+    return [ctx.problem(("spec", "resources", "memory"), problem)] if problem else []
+
+
 def _semantic_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
-    """Rules JSON Schema cannot say: uniqueness inside lists, and exact names."""
-    problems = []
+    """Rules JSON Schema cannot say: uniqueness inside lists, exact names, quantities."""
+    problems = _quantity_problems(ctx, data["spec"]) if ctx.kind == "Cell" else []
     # Python's `$` also matches before a trailing newline, so a schema pattern lets "api\n"
     # through; names end up in paths and labels, so check them exactly.
     name_problem = names.name_problem(data["metadata"]["name"])
@@ -338,6 +393,36 @@ def _semantic_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
     return problems
 
 
+def is_json(source: SourceFile) -> bool:
+    """A `.json` file is read as JSON, strictly; everything else (stdin too) as YAML."""
+    return source.display.endswith(".json")
+
+
+def read_mapping(source: SourceFile) -> dict[str, Any]:
+    """The one mapping a data file holds (a resume input): parsed as manifests are (strict
+    JSON for `.json`, YAML without aliases or duplicate keys), located problems otherwise."""
+    try:
+        text = source.data.decode("utf-8")
+        docs = (jsonsafe.parse_document(text) if is_json(source)
+                else parse_documents(text))
+    except UnicodeDecodeError:
+        raise ManifestError([Problem(source.display, "file is not valid UTF-8")]) from None
+    except YamlSyntaxError as exc:
+        raise ManifestError([Problem(source.display, exc.message, line=exc.line,
+                                     column=exc.column)]) from None
+    docs = [d for d in docs if d.data is not None]
+    problems = [Problem(source.display, p.message, line=p.line, column=p.column,
+                        field=field_path(p.path) or None) for d in docs for p in d.problems]
+    if len(docs) != 1 or not isinstance(docs[0].data, dict):
+        line = docs[1].line if len(docs) > 1 else (docs[0].line if docs else None)
+        problems.append(Problem(source.display, "input must be one mapping of keys to values",
+                                line=line))
+    if problems:
+        raise ManifestError(problems)
+    data: dict[str, Any] = docs[0].data
+    return data
+
+
 def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:
     """All manifests in one file, or the problems that stop them being accepted."""
     try:
@@ -354,7 +439,8 @@ def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:
         line = text[: text.index("\x00")].count("\n") + 1
         return [], [Problem(source.display, "file contains a NUL byte", line=line)]
     try:
-        docs = parse_documents(text)
+        docs = (jsonsafe.parse_document(text) if is_json(source)
+                else parse_documents(text))
     except YamlSyntaxError as exc:
         kind, name = _kind_and_name(exc.data)
         return [], [
@@ -366,6 +452,7 @@ def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:
         ]
     manifests: list[Manifest] = []
     problems: list[Problem] = []
+    escapes = "\\" in text
     for doc in docs:
         if doc.data is None:
             continue
@@ -400,7 +487,11 @@ def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:
                 )
             )
             continue
-        found = _schema_problems(ctx, data)
+        # A literal NUL byte was refused above; one can only come from an escape (\0 in
+        # YAML, \u0000 in JSON), so a file without a backslash needs no walk.
+        found = _nul_problems(ctx, data) if escapes else []
+        flagged = {p.field for p in found}
+        found += [p for p in _schema_problems(ctx, data) if p.field not in flagged]
         flagged = {p.field for p in found}
         found += [p for p in _nan_problems(ctx, data) if p.field not in flagged]
         if not found:

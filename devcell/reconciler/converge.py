@@ -22,10 +22,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from loguru import logger
-
 from devcell import backends
 from devcell.controllers.context import Context
+from devcell.log import logger
 from devcell.reconciler import reconcile, recovery
 from devcell.store import objects
 from devcell.store.db import Database
@@ -209,6 +208,8 @@ def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0,
                     progressed = progressed or bool(turn.operations) or settled
                     if _record(report, key, turn.outcome):
                         next_round.append(key)
+                    if turn.operations:
+                        next_round += _woken(ctx, key, pending, next_round)
                 if not progressed:
                     pending = [k for k in next_round if k in report.waiting]
                     break
@@ -222,6 +223,22 @@ def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0,
             if key not in report.waiting and key not in report.failed:
                 report.waiting[key] = "did not settle within the time allowed"
     return report
+
+
+def _woken(ctx: Context, key: Key, pending: list[Key], queued: list[Key]) -> list[Key]:
+    """Deletions waiting on `key`, which just made progress, that this converge was not
+    given: a snapshot being deleted waits until its forks are gone, and the fork's deletion
+    may be the one that finishes later (`op resume` of its approval gate, `delete cell`).
+    Only deletions: they were asked for already and would otherwise wait for the next
+    command (their checkpoint's bytes with them); other waits are in the same converge as
+    what they wait on."""
+    out = []
+    for dependent in objects.dependents(ctx.db.conn, *key):
+        version = objects.desired_version(ctx.db.conn, *dependent)
+        if (version is not None and version[1] and dependent not in pending
+                and dependent not in queued and dependent not in out):
+            out.append(dependent)
+    return out
 
 
 def _record(report: Report, key: Key, outcome: reconcile.Outcome | None) -> bool:

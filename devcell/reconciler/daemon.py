@@ -26,9 +26,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from loguru import logger
-
 from devcell import failpoints
+from devcell.log import logger
 from devcell.manifests import loader
 from devcell.reconciler import recovery
 from devcell.reconciler.gitops import DirectorySync, SyncResult

@@ -18,14 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loguru import logger
-
 from devcell import errors, failpoints
 from devcell.backends.base import Outputs
 from devcell.controllers import Controller
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Plan, When
 from devcell.errors import DevCellError
+from devcell.log import logger
 from devcell.manifests.model import digest
 from devcell.store import events, objects, operations
 

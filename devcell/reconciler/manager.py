@@ -10,12 +10,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from loguru import logger
-
 from devcell import backends
 from devcell.backends.base import Watching
 from devcell.controllers.context import Context
 from devcell.errors import BackendError, StateUnusable
+from devcell.log import logger
 from devcell.reconciler import reconcile
 from devcell.reconciler.queue import WorkQueue
 from devcell.store import objects, observations, operations

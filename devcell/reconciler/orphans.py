@@ -9,17 +9,17 @@ Except a volume or checkpoint that holds files. A database restored from an old 
 crash between the copy and the commit, can leave the user's work unaccounted for; removing a
 workspace is a destructive step that needs a recorded decision (as `delete` asks approval for
 a changed workspace), and the sweep has none. It keeps such a resource and records an
-`OrphanKept` warning naming its path, so the user can copy what matters and remove it by hand,
-or restore the database that recorded it.
+`OrphanKept` warning naming its path, so the user can copy what matters and then remove it
+with `devcell gc --approve` (the recorded decision: an operation), or restore the database
+that recorded it.
 """
 
 from __future__ import annotations
 
-from loguru import logger
-
 from devcell.backends.base import CellRef, Owned, OwnedKind
 from devcell.controllers.context import Context
 from devcell.errors import DevCellError
+from devcell.log import logger
 from devcell.store import events, objects
 
 
@@ -66,8 +66,8 @@ def _kept(ctx: Context, backend_name: str, item: Owned) -> None:
                       message=f"{backend_name} {item.kind} {item.id} (owner {item.cell_id}) is "
                               "not accounted for by the state database but holds files "
                               f"({item.content}); kept: a workspace is removed only on a "
-                              "recorded decision. Copy what matters and remove it by hand, or "
-                              "restore the database that recorded it")
+                              "recorded decision. Copy what matters, then remove it with "
+                              "`devcell gc --approve`, or restore the database that recorded it")
     logger.warning("kept orphan {} {} of {}: it holds files ({})", item.kind, item.id,
                    item.cell_id, item.content)
 

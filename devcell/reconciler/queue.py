@@ -27,7 +27,9 @@ class Backoff:
     jitter: float = 0.2
 
     def delay(self, failures: int) -> float:
-        raw = min(self.cap, self.base * (2 ** max(failures - 1, 0)))
+        # The exponent is bounded: past 2**64 the cap has long won, and 0.05 * 2**1024 would
+        # overflow a float (a key failing every minute for 17 hours killed its worker).
+        raw = min(self.cap, self.base * (2 ** min(max(failures - 1, 0), 64)))
         spread = raw * self.jitter
         return max(0.0, min(self.cap, raw + random.uniform(-spread, spread)))
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loguru import logger
-
-from devcell import failpoints
+from devcell import failpoints, kinds
+from devcell.log import logger
 from devcell.store import events, objects, operations
 from devcell.store.db import Database
 
@@ -43,6 +42,8 @@ def recover_interrupted(db: Database) -> list[tuple[str, str, str]]:
             logger.bind(kind=op["object_kind"], name=op["object_name"], op=op["id"]).warning(
                 "recovered interrupted operation: {}", message)
             key = (op["object_kind"], op["object_id"])
+            if key[0] not in kinds.KINDS:
+                continue  # a garbage collection: nothing to reconcile, the next one replans
             recovered.append((op["id"], *key))
             owner = objects.owners(conn, [key]).get(key)
             if owner is not None:  # e.g. a snapshot's cell: may have been left quiesced

@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from loguru import logger
-
 from devcell.controllers import Controller
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Wait
 from devcell.errors import StorageError
+from devcell.log import logger
 from devcell.reconciler import executor
 from devcell.store import events, operations
 

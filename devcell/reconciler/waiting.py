@@ -10,7 +10,10 @@ from __future__ import annotations
 import sqlite3
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
+from devcell.errors import DevCellError
+from devcell.store import db as dbmod
 from devcell.store import objects
 from devcell.store.db import Database
 
@@ -68,17 +71,21 @@ class Unmet:
 
 
 def wait_for(db: Database, keys: list[tuple[str, str]], *, timeout: float,
-             condition: str = "Ready", fail_fast: bool = True) -> dict[tuple[str, str], str]:
+             condition: str = "Ready", fail_fast: bool = True, started: float | None = None
+             ) -> dict[tuple[str, str], str]:
     """Block until every key is done; return key -> why it failed or is not done yet."""
-    unmet = wait_until(db, keys, timeout=timeout, condition=condition, fail_fast=fail_fast)
+    unmet = wait_until(db, keys, timeout=timeout, condition=condition, fail_fast=fail_fast,
+                       started=started)
     return {key: why.message for key, why in unmet.items()}
 
 
 def wait_until(db: Database, keys: list[tuple[str, str]], *, timeout: float,
-               condition: str = "Ready", fail_fast: bool = True
+               condition: str = "Ready", fail_fast: bool = True, started: float | None = None
                ) -> dict[tuple[str, str], Unmet]:
-    """wait_for, telling a failure from a timeout (a caller reports them differently)."""
-    deadline = time.monotonic() + timeout
+    """wait_for, telling a failure from a timeout (a caller reports them differently).
+    `started` (time.monotonic()) counts the timeout from an earlier moment: the caller already
+    waited part of it (for the object to be created)."""
+    deadline = (time.monotonic() if started is None else started) + timeout
     pending = list(dict.fromkeys(keys))
     failures: dict[tuple[str, str], Unmet] = {}
     last_version = None
@@ -125,3 +132,38 @@ def wait_for_operation(db: Database, op_id: str, *, timeout: float) -> sqlite3.R
             return op
         time.sleep(0.02)
     return None
+
+
+def wait_for_object(state_dir: Path, kind: str, name: str, *, timeout: float
+                    ) -> tuple[Database, objects.ObjectRecord] | None:
+    """Block until `kind` `name` exists (the state directory too): the open database and the
+    object, or None at the timeout.
+
+    What `devcell wait` does before its condition: a GitOps user saves a file and runs `wait`
+    at once, before the daemon has recorded the object (or even created the state directory).
+    """
+    deadline = time.monotonic() + timeout
+    db: Database | None = None
+    delay = 0.01
+    while True:
+        try:
+            if db is None and (state_dir / dbmod.DB_FILENAME).exists():
+                db = Database(state_dir, create=False)
+            if db is not None:
+                record = objects.get(db.conn, kind, name)
+                if record is not None:
+                    return db, record
+        except DevCellError:
+            # The database is being created by the first apply (not yet a DevCell database,
+            # or its schema half-made): look again, until the timeout, then say why.
+            if db is not None:
+                db.close()
+                db = None
+            if time.monotonic() >= deadline:
+                raise
+        if time.monotonic() >= deadline:
+            if db is not None:
+                db.close()
+            return None
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.1)

@@ -45,7 +45,8 @@ def create_file_snapshot_store(*, root: str | os.PathLike[str]) -> FileSnapshotS
 
 def create_sqlite_snapshot_store(*, path: str | os.PathLike[str]) -> SqliteSnapshotStore:
     """Snapshots in the `run_snapshots` table of the SQLite database at `path` (WAL,
-    synchronous=FULL; the file and the table are created on first use)."""
+    synchronous=FULL; the file and the table are created on first use). `:memory:` is a
+    private in-memory database, as with sqlite3 (no file is created)."""
     from devcell.runs import sqlite_store
 
     return sqlite_store.SqliteSnapshotStore(Path(path))

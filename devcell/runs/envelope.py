@@ -136,7 +136,7 @@ def _snapshot_problem(payload: dict[str, Any]) -> str | None:
         if step["stepId"] in seen:
             return f"completedSteps records step {step['stepId']!r} twice"
         seen.add(step["stepId"])
-    resume_schema = payload["resumeSchema"]
+    resume_schema = payload.get("resumeSchema")
     if resume_schema is not None:
         # Checking a schema against its meta-schema costs more than everything else a load
         # does; gates use a handful of distinct schemas, so remember the verdicts.

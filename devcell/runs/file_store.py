@@ -23,9 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from loguru import logger
-
 from devcell.errors import StorageError
+from devcell.log import logger
 from devcell.runs import envelope, model, oserrors, runid
 
 SNAPSHOT_NAME = "snapshot.json"

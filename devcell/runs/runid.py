@@ -13,7 +13,7 @@ import re
 from devcell.errors import StorageError
 
 MAX_LENGTH = 128
-PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(?!\n)$"
 _RUN_ID = re.compile(PATTERN)
 
 

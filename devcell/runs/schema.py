@@ -12,11 +12,14 @@ from typing import Any
 from devcell.runs import model, runid
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
-CHECKSUM_PATTERN = r"^sha256:[0-9a-f]{64}$"
+CHECKSUM_PATTERN = r"^sha256:[0-9a-f]{64}(?!\n)$"
 TIMESTAMP_PATTERN = (
     r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
-    r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|\+00:00)$"
+    r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|\+00:00)(?!\n)$"
 )
+
+MAX_EPOCH_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: the last moment an ISO 8601 timestamp of four-digit years holds."""
 
 ENVELOPE: dict[str, Any] = {
     "$schema": DIALECT,
@@ -40,7 +43,7 @@ SNAPSHOT: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "required": ["version", "runId", "planId", "plan", "completedSteps", "suspendedStepId",
-                 "resumeSchema", "suspendedAt", "status"],
+                 "suspendedAt", "status"],
     "properties": {
         "version": {"const": model.FORMAT_VERSION},
         "runId": {"type": "string", "pattern": runid.PATTERN},
@@ -63,7 +66,9 @@ SNAPSHOT: dict[str, Any] = {
         },
         "suspendedStepId": {"type": "string", "minLength": 1},
         "resumeSchema": {"type": ["object", "null"]},
-        "suspendedAt": {"type": "string", "pattern": TIMESTAMP_PATTERN},
+        # ISO 8601 text (what DevCell writes) or epoch milliseconds (the design's form)
+        "suspendedAt": {"type": ["string", "number"], "pattern": TIMESTAMP_PATTERN,
+                        "minimum": 0, "maximum": MAX_EPOCH_MS},
         "status": {"type": "string"},
     },
 }

@@ -23,9 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from loguru import logger
-
 from devcell.errors import StorageError
+from devcell.log import logger
 from devcell.runs import envelope, model, oserrors, runid
 
 TABLE = "run_snapshots"
@@ -50,9 +49,14 @@ _SQLITE_CODES = {
 }
 
 
+MEMORY = ":memory:"
+"""The path that asks SQLite for a private in-memory database (no file), as sqlite3 itself."""
+
+
 class SqliteSnapshotStore:
     """A SnapshotStore over one SQLite table; one connection per store object (and process),
-    opened on first use, shared by threads under a lock."""
+    opened on first use, shared by threads under a lock. With the path `:memory:` the
+    database lives in memory and ends with the store (as sqlite3.connect(":memory:"))."""
 
     def __init__(self, path: Path, *, synchronous: Synchronous = "FULL") -> None:
         if synchronous not in ("FULL", "NORMAL"):
@@ -138,6 +142,8 @@ class SqliteSnapshotStore:
             return self._conn
         # A connection inherited across fork() must be neither used nor closed in the child.
         self._conn = None
+        if str(self.path) == MEMORY:
+            return self._open_memory()
         parent = self.path.parent
         if not parent.is_dir():
             with oserrors.translated(parent, "cannot create the database directory"):
@@ -171,6 +177,16 @@ class SqliteSnapshotStore:
         except sqlite3.Error as exc:
             conn.close()
             raise self._error(exc, "cannot prepare the database") from exc
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    def _open_memory(self) -> sqlite3.Connection:
+        """A private in-memory database: no file, no WAL, nothing to make durable."""
+        try:
+            conn = sqlite3.connect(MEMORY, isolation_level=None, check_same_thread=False)
+            conn.execute(CREATE_TABLE)
+        except sqlite3.Error as exc:
+            raise self._error(exc, "cannot open the in-memory database") from exc
         self._conn, self._pid = conn, os.getpid()
         return conn
 

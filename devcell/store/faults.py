@@ -181,10 +181,12 @@ class Connection(sqlite3.Connection):
         return self.cursor().executescript(script)
 
 
-def connect(path: Path, *, timeout: float) -> Connection:
-    """Open `path` as a translating connection (autocommit: DevCell issues BEGIN itself)."""
+def connect(path: Path, *, timeout: float, read_only: bool = False) -> Connection:
+    """Open `path` as a translating connection (autocommit: DevCell issues BEGIN itself);
+    `read_only` opens it so that nothing can be written (and no file is created)."""
+    target, uri = (f"file:{path}?mode=ro", True) if read_only else (str(path), False)
     try:
-        conn = sqlite3.connect(str(path), isolation_level=None, timeout=timeout,
+        conn = sqlite3.connect(target, isolation_level=None, timeout=timeout, uri=uri,
                                check_same_thread=False, factory=Connection)
     except sqlite3.Error as exc:
         translated = translate(exc, path)

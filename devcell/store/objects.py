@@ -284,14 +284,20 @@ def forks_of(conn: sqlite3.Connection, snapshot_id: str, *, deleting: bool | Non
 
 def dependents(conn: sqlite3.Connection, kind: str, object_id: str) -> list[Key]:
     """Live objects waiting on this one (the registry's `wakes`): a cell's untaken
-    snapshots, a snapshot's forks."""
+    snapshots and, for a fork, the snapshot it came from while that waits to be deleted; a
+    snapshot's forks."""
     keys: list[Key] = []
     for wakes in kinds.get(kind).wakes:
         table = kinds.get(wakes.kind).table
-        waiting = f" AND {wakes.waiting_while_null} IS NULL" if wakes.waiting_while_null else ""
+        where = f" AND w.{wakes.waiting_while_null} IS NULL" if wakes.waiting_while_null else ""
+        where += " AND w.deleting_at IS NOT NULL" if wakes.while_deleting else ""
+        if wakes.named_by is not None:  # the object this one names (a fork's snapshot)
+            sql = (f"SELECT w.id FROM {table} w JOIN {kinds.get(kind).table} o "
+                   f"ON w.{wakes.via} = o.{wakes.named_by} WHERE o.id = ?")
+        else:
+            sql = f"SELECT w.id FROM {table} w WHERE w.{wakes.via} = ?"
         keys += [(wakes.kind, r[0]) for r in conn.execute(
-            f"SELECT id FROM {table} WHERE {wakes.via} = ? AND deleted_at IS NULL{waiting}",
-            (object_id,))]
+            f"{sql} AND w.deleted_at IS NULL{where}", (object_id,))]
     return keys
 
 

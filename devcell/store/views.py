@@ -56,12 +56,13 @@ def parse_selector(text: str | None) -> list[tuple[str, str, str | None]]:
 
 def cells_table(conn: sqlite3.Connection, selector: list[Any], name: str | None = None,
                 *, wide: bool = False) -> list[dict[str, Any]]:
-    """Rows for `get cells`. The plain table is answered from a covering index alone."""
+    """Rows for `get cells`. The plain table is answered from the list index, plus the row of
+    each cell for `deleting_at` (a pending deletion shows as Deleting)."""
     narrow = not wide and not selector
     extra = "" if narrow else ("c.labels, c.generation, c.observed_generation, c.source, "
                                "c.image, ")
     sql = (
-        f"SELECT c.id, c.name, c.backend, c.phase, c.created_at, {extra}"
+        f"SELECT c.id, c.name, c.backend, c.phase, c.deleting_at, c.created_at, {extra}"
         f"c.desired_state AS state, {AGE_SQL.format(column='c.created_at')} AS age_s, "
         # Only a Pending cell's status is read (SQLite seeks the row for those alone).
         "CASE WHEN c.phase = 'Pending' THEN json_extract(c.status, '$.restarts.retryAt') END "
@@ -87,7 +88,8 @@ def cells_table(conn: sqlite3.Connection, selector: list[Any], name: str | None 
 def snapshots_table(conn: sqlite3.Connection, selector: list[Any], name: str | None = None,
                     cell: str | None = None) -> list[dict[str, Any]]:
     sql = (
-        "SELECT s.id, s.name, s.phase, s.created_at, s.taken_at, s.labels, s.consistency, "
+        "SELECT s.id, s.name, s.phase, s.deleting_at, s.created_at, s.taken_at, s.labels, "
+        "s.consistency, "
         "s.cell_id, c.name AS cell, c.deleted_at AS cell_deleted, "
         "(SELECT group_concat(f.name, ',') FROM cells f WHERE f.forked_from = s.id "
         " AND f.deleted_at IS NULL) AS forks "
@@ -218,3 +220,18 @@ def step_documents(conn: sqlite3.Connection, op_id: str) -> list[dict[str, Any]]
     return [dict(s, outputs=json.loads(s["outputs"] or "{}")) for s in conn.execute(
         "SELECT idx, name, status, started_at, finished_at, duration_ms, outputs, error "
         "FROM operation_steps WHERE op_id = ? ORDER BY idx", (op_id,))]
+
+
+def lineage(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(cells, snapshots) for `get snapshots --tree`: every live one, a deleted cell that
+    still has live snapshots, and a deleted snapshot a live fork came from (what it depends
+    on), each in creation order."""
+    snapshots = [dict(r) for r in conn.execute(
+        "SELECT id, name, cell_id, phase, deleting_at, deleted_at, consistency FROM snapshots "
+        "WHERE deleted_at IS NULL OR id IN (SELECT forked_from FROM cells "
+        "WHERE deleted_at IS NULL) ORDER BY rowid")]
+    cells = [dict(r) for r in conn.execute(
+        "SELECT id, name, phase, forked_from, deleting_at, deleted_at FROM cells "
+        "WHERE deleted_at IS NULL OR id IN (SELECT cell_id FROM snapshots "
+        "WHERE deleted_at IS NULL) ORDER BY rowid")]
+    return cells, snapshots

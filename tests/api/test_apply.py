@@ -161,3 +161,99 @@ def test_a_comment_only_file_beside_objects_is_fine(state: Path, write: Any,
     path = write("api.yaml", cell_doc("api"))
     (Path(path).parent / "notes.yaml").write_text("# notes for humans\n")
     assert api.apply(state, [str(Path(path).parent)]).ok
+
+
+def _refusals_over_recorded_state() -> dict[str, tuple[list[dict[str, Any]], str]]:
+    """Changes only recorded state can refuse (the first-apply pre-validation, over an empty
+    state, cannot see them): documents to apply and the refusal expected."""
+    moved = cell_doc("api")
+    moved["spec"].update(backend="container", image="devcell/busybox:latest")
+    return {
+        "immutable backend": ([moved], "immutable"),
+        "fork source changed": ([cell_doc("api", fork_of="snap")], "immutable"),
+        "snapshot of another cell": ([snapshot_doc("snap", "other")], "immutable"),
+        "object being deleted": ([cell_doc("gone", labels={"v": "2"})], "being deleted"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_refusals_over_recorded_state()))
+def test_all_or_nothing_on_top_of_recorded_state(state: Path, write: Any, case: str,
+                                                 fingerprint: Any) -> None:
+    """A valid new object, a valid change to a recorded one and one change that recorded state
+    refuses, in one apply: nothing is recorded (and nothing reconciled)."""
+    assert api.apply(state, [write("base.yaml", cell_doc("api"), cell_doc("other"),
+                                   cell_doc("gone"), snapshot_doc("snap", "api"))]).ok
+    db = open_database(state)
+    try:
+        from devcell.store import desired
+
+        desired.delete(db, "Cell", "gone")  # requested, not reconciled: still being deleted
+    finally:
+        db.close()
+    before = fingerprint(state)
+    docs, refusal = _refusals_over_recorded_state()[case]
+    path = write("change.yaml", cell_doc("brand-new"), cell_doc("other", labels={"v": "2"}),
+                 *docs)
+    with pytest.raises(ManifestError, match=refusal):
+        api.apply(state, [path])
+    assert fingerprint(state) == before
+    db = open_database(state)
+    try:
+        assert objects.get(db.conn, "Cell", "brand-new") is None
+        assert objects.require(db.conn, "Cell", "other").labels == {}
+    finally:
+        db.close()
+
+
+def _change_by_other_means(state: Path, write: Any, how: str) -> str:
+    """Change the recorded `api` without touching its file; the outcome a re-apply of the
+    file's same bytes must then report."""
+    from devcell.api import cells
+
+    if how == "cell sleep":
+        assert cells.sleep(state, "api").ok
+        return "configured"
+    if how == "applied from another file":
+        assert api.apply(state, [write("elsewhere.yaml", cell_doc("api"))]).ok
+        return "configured"
+    if how == "labels from stdin-like apply":
+        assert api.apply(state, [write("labels.yaml", cell_doc("api", labels={"x": "y"}))]).ok
+        return "configured"
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["cell sleep", "applied from another file",
+                                 "labels from stdin-like apply"])
+def test_the_same_bytes_again_after_a_change_by_other_means_are_not_unchanged(
+        state: Path, write: Any, how: str) -> None:
+    """The no-op fast path answers `unchanged` from the file's digest only while every object
+    it recorded is still as that file left it."""
+    path = write("api.yaml", cell_doc("api"))
+    assert outcomes(api.apply(state, [path])) == [("Cell", "api", "created")]
+    assert outcomes(api.apply(state, [path])) == [("Cell", "api", "unchanged")]
+    expected = _change_by_other_means(state, write, how)
+    again = api.apply(state, [path])
+    assert outcomes(again) == [("Cell", "api", expected)]
+    assert again.ok
+    db = open_database(state)
+    try:
+        record = objects.require(db.conn, "Cell", "api")
+        assert (record.spec["state"], record.labels, record.source) == ("Running", {}, path)
+        assert record.phase == "Running"
+    finally:
+        db.close()
+
+
+def test_a_reapply_of_an_object_being_deleted_is_refused_not_unchanged(
+        state: Path, write: Any) -> None:
+    path = write("api.yaml", cell_doc("api"))
+    assert api.apply(state, [path]).ok
+    db = open_database(state)
+    try:
+        from devcell.store import desired
+
+        desired.delete(db, "Cell", "api")
+    finally:
+        db.close()
+    with pytest.raises(ManifestError, match="being deleted"):
+        api.apply(state, [path])

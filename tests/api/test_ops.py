@@ -66,5 +66,24 @@ def test_inputs_from_pairs_and_files(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="use key=value"):
         ops.parse_inputs(["confirm"], [])
     given.write_text("- a list\n")
-    with pytest.raises(ManifestError, match="must be a mapping"):
+    with pytest.raises(ManifestError, match="must be one mapping"):
         ops.parse_inputs([], [str(given)])
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("bomb.yaml", "a: &a [x, x]\nb: [*a, *a]\n", "anchors are not allowed"),
+    ("twice.yaml", "confirm: a\nconfirm: b\n", 'duplicate key "confirm"'),
+    ("comma.json", '{"confirm": "api",}', "trailing comma is not allowed"),
+    ("two.yaml", "confirm: a\n---\nconfirm: b\n", "must be one mapping"),
+])
+def test_input_files_are_read_as_manifests_are(tmp_path: Path, name: str, text: str,
+                                               message: str) -> None:
+    """Bounded, strict JSON for .json, no aliases, no duplicate keys, located problems."""
+    given = tmp_path / name
+    given.write_text(text)
+    with pytest.raises(ManifestError, match=message) as refused:
+        ops.parse_inputs([], [str(given)])
+    assert all(p.file == str(given) and p.line for p in refused.value.problems)
+    ok = tmp_path / "ok.json"
+    ok.write_text('{"confirm": "api", "n": 1e3}')
+    assert ops.parse_inputs([], [str(ok)]) == {"confirm": "api", "n": 1000.0}

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from loguru import logger
 
 from devcell import admission, errors
 from devcell.backends import fake
@@ -28,9 +27,7 @@ WEB = CellRef("cell_fakeweb000000001", "web", {"backend": "fake"}, "vol_fakeweb0
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("DEVCELL_FAKE_FAIL", raising=False)
-    logger.disable("devcell")
     yield
-    logger.enable("devcell")
 
 
 @pytest.fixture

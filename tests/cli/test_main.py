@@ -36,3 +36,73 @@ def test_get_imports_neither_the_library_verbs_nor_the_reconciler(tmp_path: Path
                           env=dict(os.environ, DEVCELL_HOME=str(tmp_path / "state")),
                           cwd=REPO, check=True)
     assert proc.stderr.strip().splitlines()[-1] == "[]"
+
+
+# One valid command line per command (and verb): the global options must work around each.
+EVERY_COMMAND = [
+    ["apply", "-f", "x.yaml"], ["get", "cells"], ["describe", "cell", "api"],
+    ["delete", "cell", "api"], ["diff", "-f", "x.yaml"], ["snapshot", "create", "api", "--name", "s"],
+    ["snapshot", "list", "api"], ["cell", "fork", "api", "--snapshot", "s", "--name", "b"],
+    ["cell", "sleep", "api"], ["cell", "start", "api"], ["wait", "cell", "api"],
+    ["controller", "run", "--manifests", "m"], ["op", "resume", "op_1"], ["op", "cancel", "op_1"],
+    ["schema", "cell"], ["image", "build-base"], ["exec", "api", "--", "ls"], ["logs", "api"], ["gc"],
+]
+
+
+def _placements(words: list[str], options: list[str]) -> list[list[str]]:
+    """The options before the command, after its first word, and at the end (not for exec,
+    whose options go before the cell name: everything after it is the command, docs/cli.md)."""
+    placed = [options + words, words[:1] + options + words[1:]]
+    return placed if "--" in words else [*placed, words + options]
+
+
+def test_every_command_covers_the_commands() -> None:
+    from devcell.cli import main as cli_main
+
+    assert {words[0] for words in EVERY_COMMAND} == set(cli_main.COMMANDS)
+
+
+def test_global_options_work_before_and_after_every_command() -> None:
+    from devcell.cli import main as cli_main
+
+    options = ["--state-dir", "/s", "-v", "--run-store=file"]
+    for words in EVERY_COMMAND:
+        for argv in _placements(words, options):
+            args = cli_main.parse(argv)
+            assert (args.command, args.state_dir, args.verbose, args.run_store) == (
+                words[0], "/s", 1, "file"), argv
+        args = cli_main.parse(words)
+        assert (args.state_dir, args.verbose, args.run_store) == (None, 0, None), words
+
+
+def test_a_global_option_before_the_command_reaches_it(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if k != "DEVCELL_HOME"}
+    env["HOME"] = str(tmp_path / "home")
+    applied = subprocess.run([sys.executable, "-m", "devcell", "--state-dir", str(state), "apply",
+                              "-f", str(REPO / "examples" / "api.yaml")],
+                             cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert applied.returncode == 0, applied.stderr
+    listed = subprocess.run([sys.executable, "-m", "devcell", "--state-dir", str(state), "get",
+                             "cells", "-o", "name"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert (listed.returncode, listed.stdout) == (0, "cell/api\n"), listed.stderr
+    assert not (tmp_path / "home").exists()  # nothing went to the default state directory
+
+
+def test_durations_every_wait_can_honour_and_no_other() -> None:
+    """A duration beyond a lock's TIMEOUT_MAX once killed the daemon's resync thread with
+    an OverflowError (the daemon ran on with no resync); it is a usage error now."""
+    import argparse
+    import threading
+
+    import pytest
+
+    from devcell.cli import main as cli_main
+
+    assert cli_main._duration("1h30m") == 5400.0
+    assert cli_main._duration("0") == 0.0
+    assert cli_main._duration(f"{int(threading.TIMEOUT_MAX)}") == int(threading.TIMEOUT_MAX)
+    for text in ("99999999999999999999h", f"{int(threading.TIMEOUT_MAX) + 1}s", "1" * 400):
+        with pytest.raises(argparse.ArgumentTypeError, match="too long"):
+            cli_main._duration(text)

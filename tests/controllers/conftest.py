@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from loguru import logger
 
 from devcell.controllers.context import Context
 from devcell.store.db import Database, open_database
@@ -15,9 +14,7 @@ from devcell.store.db import Database, open_database
 @pytest.fixture(autouse=True)
 def _quiet_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("DEVCELL_FAKE_FAIL", raising=False)
-    logger.disable("devcell")
     yield
-    logger.enable("devcell")
 
 
 @pytest.fixture

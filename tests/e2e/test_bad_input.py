@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from devcell.manifests.loader import MAX_FILE_BYTES
+from devcell.manifests.loader import MAX_DOCUMENT_BYTES
 from devcell.manifests.yamlsafe import MAX_DEPTH
 from tests.conftest import REPO, Cli
 
@@ -171,8 +171,11 @@ CASES = [
     Case("security-published-ports", ("security-ports.yaml",), (
         (f'{_p("security-ports.yaml")}:12:17: Cell "web": spec.network.ports[0].hostIP: ',
          "publishing on 0.0.0.0 would expose the port beyond this machine"),
+        # 0.0.0.0 takes the port on every IPv4 address, loopback included.
+        (f'{_p("security-ports.yaml")}:14:19: Cell "web": spec.network.ports[1].hostPort: ',
+         "127.0.0.1:8080 is already published by spec.network.ports[0]"),
         (f'{_p("security-ports.yaml")}:17:19: Cell "web": spec.network.ports[2].hostPort: ',
-         "127.0.0.1:8080 is already published by spec.network.ports[1]"),
+         "127.0.0.1:8080 is already published by spec.network.ports[0]"),
     )),
     Case("all-or-nothing-directory", ("all-or-nothing",), (
         (f'{_p("all-or-nothing/bad.yaml")}:7:10: Cell "bad": spec.state: ',
@@ -184,6 +187,59 @@ CASES = [
     Case("json-wrong-type", ("wrong-type.json",), (
         (f'{_p("wrong-type.json")}:7:27: Cell "worker": spec.resources.cpus: ',
          "expected a number, got a string"),
+    )),
+    Case("trailing-newline", ("trailing-newline.yaml",), (
+        (f'{_p("trailing-newline.yaml")}:7:11: Cell "api": metadata.labels.team: ',
+         '"core\\n" does not match the pattern'),
+        (f'{_p("trailing-newline.yaml")}:11:13: Cell "api": spec.env[0].name: ',
+         '"FOO\\n" does not match the pattern'),
+        (f'{_p("trailing-newline.yaml")}:14:13: Cell "api": spec.resources.memory: ',
+         '"512Mi\\n" does not match the pattern'),
+    )),
+    Case("image-reference", ("image-reference.yaml",), (
+        (f'{_p("image-reference.yaml")}:8:10: Cell "api": spec.image: ',
+         '"devcell/busybox:latest\\n" does not match the pattern'),
+        (f'{_p("image-reference.yaml")}:16:10: Cell "web": spec.image: ',
+         '"devcell/busybox latest" does not match the pattern'),
+    )),
+    Case("nul-in-strings", ("nul-strings.yaml",), (
+        (f'{_p("nul-strings.yaml")}:12:16: Cell "api": spec.workspace.mountPath: ',
+         "must not contain a NUL character"),
+        (f'{_p("nul-strings.yaml")}:15:14: Cell "api": spec.env[0].value: ',
+         "must not contain a NUL character"),
+        (f'{_p("nul-strings.yaml")}:18:23: Cell "api": spec.services[0].command[1]: ',
+         "must not contain a NUL character"),
+    )),
+    Case("memory-zero-and-overflow", ("memory-range.yaml",), (
+        (f'{_p("memory-range.yaml")}:8:13: Cell "zero": spec.resources.memory: ',
+         "memory limit must be greater than 0"),
+        (f'{_p("memory-range.yaml")}:17:13: Cell "huge": spec.resources.memory: ',
+         "memory limit 99999999999999Ti is larger than the maximum of 8Ei"),
+    )),
+    Case("backend-limits", ("backend-limits.yaml",), (
+        (f'{_p("backend-limits.yaml")}:10:16: Cell "small": spec.workspace.mountPath: ',
+         "/.dockerenv is reserved by the container backend"),
+        (f'{_p("backend-limits.yaml")}:12:11: Cell "small": spec.resources.cpus: ',
+         "must be at least 0.01 on the container backend"),
+        (f'{_p("backend-limits.yaml")}:13:13: Cell "small": spec.resources.memory: ',
+         "memory limit 4Mi is below the container backend's minimum of 6Mi"),
+    )),
+    Case("fork-of-another-backends-snapshot", ("fork-other-backend.yaml",), (
+        (f'{_p("fork-other-backend.yaml")}:11:17: Cell "boxed": spec.workspace.from.snapshot: ',
+         'snapshot "snap-a" was taken by the fake backend and this cell runs on the container '
+         "backend"),
+    ), prior=True),
+    Case("json-trailing-comma", ("trailing-comma.json",), (
+        (f'{_p("trailing-comma.json")}:6:22: Cell "worker": spec: ',
+         "JSON syntax error: trailing comma is not allowed"),
+    )),
+    Case("json-duplicate-key", ("duplicate-key.json",), (
+        (f'{_p("duplicate-key.json")}:6:3: Cell "worker": spec: ',
+         'duplicate key "spec" (first at line 5)'),
+    )),
+    Case("json-nan", ("nan.json",), (
+        (f'{_p("nan.json")}:2:52: Cell "worker": spec.resources.cpus: ',
+         "JSON syntax error: expected a value, found 'N'"),
     )),
     Case("stdin-bad-document", ("-",), (
         ('<stdin>:5:3: Cell "api": metadata.lables: ',
@@ -318,25 +374,67 @@ def _padded(size: int) -> bytes:
 def test_oversize_file_is_refused(cli: Cli, fingerprint: Fingerprint, state_dir: Path,
                                   tmp_path: Path) -> None:
     path = tmp_path / "big.yaml"
-    path.write_bytes(_padded(MAX_FILE_BYTES + 1))
+    path.write_bytes(_padded(MAX_DOCUMENT_BYTES + 1))
     result = cli("apply", "-f", str(path))
     assert_refused(result, (
-        (f"{path}:1: ", f"file is larger than the limit of {MAX_FILE_BYTES} bytes"),
+        (f"{path}:1: ", f"document is larger than the limit of {MAX_DOCUMENT_BYTES} bytes"),
     ))
     assert fingerprint(state_dir) is None  # refused before the database is opened
 
 
 def test_oversize_stdin_is_refused(cli: Cli, fingerprint: Fingerprint, state_dir: Path) -> None:
-    result = cli("apply", "-f", "-", input=_padded(MAX_FILE_BYTES + 1).decode())
+    result = cli("apply", "-f", "-", input=_padded(MAX_DOCUMENT_BYTES + 1).decode())
     assert_refused(result, (
-        ("<stdin>:1: ", f"file is larger than the limit of {MAX_FILE_BYTES} bytes"),
+        ("<stdin>:1: ", f"document is larger than the limit of {MAX_DOCUMENT_BYTES} bytes"),
     ))
     assert fingerprint(state_dir) is None
 
 
 def test_file_of_exactly_the_limit_is_accepted(cli: Cli, tmp_path: Path) -> None:
     path = tmp_path / "big.yaml"
-    path.write_bytes(_padded(MAX_FILE_BYTES))
+    path.write_bytes(_padded(MAX_DOCUMENT_BYTES))
     result = cli("apply", "-f", str(path))
     assert result.returncode == 0, result.stderr
     assert result.stdout == "cell/big created\n"
+
+
+def _cells(count: int) -> bytes:
+    return b"".join(b"---\napiVersion: devcell.dev/v1alpha1\nkind: Cell\n"
+                    b"metadata: {name: c%d}\nspec: {backend: fake}\n" % i for i in range(count))
+
+
+@pytest.mark.parametrize("stdin", [False, True], ids=["file", "stdin"])
+def test_the_limit_is_per_document_not_per_file(cli: Cli, tmp_path: Path, stdin: bool) -> None:
+    """kubectl has no per-file limit: 10,000 small documents (1.2 MB) are one valid file."""
+    path = tmp_path / "many.yaml"
+    data = _cells(10_000)
+    path.write_bytes(data + b"#" * (1_200_000 - len(data)) + b"\n")
+    assert path.stat().st_size > MAX_DOCUMENT_BYTES
+    given = ("-f", "-") if stdin else ("-f", str(path))
+    result = cli("apply", *given, "--dry-run", timeout=120,
+                 input=path.read_text() if stdin else None)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 10_000
+
+
+def test_a_document_over_the_limit_is_refused_at_its_line(
+        cli: Cli, fingerprint: Fingerprint, state_dir: Path, tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    head = _cells(3)  # 3 documents of 5 lines: the big one starts on line 16
+    path.write_bytes(head + b"---\n" + _padded(2 * MAX_DOCUMENT_BYTES) + _cells(1))
+    result = cli("apply", "-f", str(path))
+    assert_refused(result, (
+        (f"{path}:16: ", f"document is larger than the limit of {MAX_DOCUMENT_BYTES} bytes"),
+    ))
+    assert fingerprint(state_dir) is None
+
+
+def test_a_json_file_is_one_document_under_the_limit(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "huge.json"
+    body = (b'{"apiVersion": "devcell.dev/v1alpha1", "kind": "Cell", "metadata": {"name": "j", '
+            b'"annotations": {"pad": "%s"}}, "spec": {"backend": "fake"}}\n')
+    path.write_bytes(body % (b"x" * MAX_DOCUMENT_BYTES))
+    result = cli("apply", "-f", str(path))
+    assert_refused(result, (
+        (f"{path}:1: ", f"(one JSON document) is larger than the limit of {MAX_DOCUMENT_BYTES}"),
+    ))

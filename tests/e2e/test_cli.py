@@ -74,12 +74,19 @@ def test_secret_values_never_shown(cli: Cli, applied: Path, state_dir: Path) -> 
         assert "canary-7f3a9c" not in text
     assert "<redacted>" in outputs[0]
     changed = applied / "api.yaml"
-    changed.write_text(changed.read_text().replace("MODE, value: dev", "MODE, value: prod"))
+    changed.write_text(changed.read_text().replace("MODE, value: dev", "MODE, value: prod")
+                       .replace("canary-7f3a9c", "canary-51d2e8"))
+    # diff BEFORE the apply, while there is a difference to show (after it, diff prints
+    # nothing and could never fail): neither the recorded nor the new secret value appears
+    diff = cli("diff", "-f", str(applied))
+    assert diff.returncode == 1, diff.stderr  # MODE differs, at least
+    assert "prod" in diff.stdout
+    for value in ("canary-7f3a9c", "canary-51d2e8"):
+        assert value not in diff.stdout + diff.stderr
     verbose = cli("apply", "-f", str(applied), "-vv")
     assert verbose.returncode == 0
-    assert "canary-7f3a9c" not in verbose.stdout + verbose.stderr
-    diff = cli("diff", "-f", str(applied))
-    assert "canary-7f3a9c" not in diff.stdout
+    for value in ("canary-7f3a9c", "canary-51d2e8"):
+        assert value not in verbose.stdout + verbose.stderr
 
 
 def test_noop_reapply_writes_nothing(cli: Cli, applied: Path, state_dir: Path) -> None:

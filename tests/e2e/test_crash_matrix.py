@@ -25,6 +25,10 @@ exist); `DEVCELL_CRASH_MATRIX=full` collects the other runs too (nth = 2, 3, oth
 `test_matrix_inventory` checks that every step named in devcell/controllers and every
 failpoint of the issue is in the matrix, and prints the count (points x runs).
 
+`test_gc_crash` kills `devcell gc` at each of its points (planned, every removal step before
+and after its call, the final commit, the next run's recovery): nothing referenced is lost,
+and the next gc removes every leftover with each removal made exactly once.
+
 Other e2e tests (test_daemon_*.py) reuse the World/Daemon helpers defined here.
 """
 
@@ -48,6 +52,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests import processes
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -542,7 +548,7 @@ class Daemon:
             self.proc = subprocess.Popen(
                 [PY, "-m", "devcell", "controller", "run", "--manifests", str(watched), *args],
                 stdout=log, stderr=subprocess.STDOUT, env=devcell_env(world.state, failpoint),
-                cwd=REPO)
+                cwd=REPO, preexec_fn=processes.child_setup)
         procs.append(self.proc)
 
     @property
@@ -1037,3 +1043,116 @@ def test_every_storage_failpoint_is_crashed() -> None:
     for source in (REPO / "devcell" / "backends").glob("*.py"):
         named |= set(re.findall(r'failpoints\.hit\("(storage\.[a-z.-]+)"\)', source.read_text()))
     assert named == set(STORAGE_POINTS), f"storage failpoints with no crash case: {named}"
+
+
+# -- garbage collection ------------------------------------------------------------------------
+
+GC_POINTS = ([(p, 1) for p in ("gc.planned", "op.before-commit", "recover.before-commit")]
+             + [(p, 3) for p in _steps("delete-checkpoint")]
+             + [(p, 2) for p in _steps("delete-volume")] + [(p, 1) for p in _steps("delete")])
+"""Where `devcell gc` is killed, with how many times it passes there (one per leftover of
+that kind): the default run kills at the first pass, the full run at each."""
+
+
+def _gc_world(root: Path) -> tuple[World, dict[str, str], set[str]]:
+    """Cells a, b, c with snapshots s1-s3; c and s2 deleted; then what crashes left behind:
+    s2's checkpoint, c's runtime, volume and sleep checkpoint, and empty orphans no object
+    ever named. Returns the world, the live ids that must survive, and the leaked ids."""
+    manifests = write_manifests(root)
+    world = World(root, manifests)
+    world.apply(manifests / "cells")
+    world.apply(manifests / "snaps")
+    gone = root / "gone"
+    gone.mkdir()
+    (gone / "c.yaml").write_text(cell_doc("c"))
+    (gone / "s2.yaml").write_text(snap_doc("s2", "b"))
+    world.delete(gone)
+    with world.db() as conn:
+        ids = {r[0]: r[1] for r in conn.execute(
+            "SELECT name, id FROM cells UNION ALL SELECT name, id FROM snapshots")}
+        live = {r[0] for r in conn.execute(
+            "SELECT id FROM cells WHERE deleted_at IS NULL UNION SELECT id FROM snapshots "
+            "WHERE deleted_at IS NULL UNION SELECT id FROM volumes WHERE deleted_at IS NULL")}
+    leaks = {"checkpoints": [ids["s2"], f"sleep-{ids['c']}-g1", "snap_orphanempty00000001"],
+             "volumes": ["vol_ofdeletedcellc000001", "vol_orphanempty000000001"],
+             "cells": [ids["c"]]}
+    owners = {f"sleep-{ids['c']}-g1": ids["c"], ids["s2"]: ids["b"],
+              "vol_ofdeletedcellc000001": ids["c"]}
+    conn = sqlite3.connect(world.state / "backends" / "fake.db", isolation_level=None)
+    try:
+        for table, rows in leaks.items():
+            for rid in rows:
+                if table == "cells":
+                    conn.execute("INSERT INTO cells (id, name, state) VALUES (?, ?, 'running')",
+                                 (rid, rid))
+                else:
+                    conn.execute(f"INSERT INTO {table} (id, cell_id) VALUES (?, ?)",
+                                 (rid, owners.get(rid, "cell_neverrecorded000001")))
+    finally:
+        conn.close()
+    return world, live, {rid for rows in leaks.values() for rid in rows}
+
+
+def _held(world: World) -> set[str]:
+    with world.fake() as fake:
+        return {r[0] for r in fake.execute(
+            "SELECT id FROM cells UNION SELECT id FROM volumes UNION SELECT id FROM checkpoints")}
+
+
+def _gc_calls(world: World) -> Counter[str]:
+    with world.fake() as fake:
+        return Counter(r[0] for r in fake.execute(
+            "SELECT target FROM calls WHERE outcome = 'ok' AND method IN "
+            "('delete', 'delete_volume', 'delete_checkpoint')"))
+
+
+@pytest.fixture(scope="module")
+def gc_template(tmp_path_factory: pytest.TempPathFactory) -> tuple[World, set[str], set[str]]:
+    return _gc_world(tmp_path_factory.mktemp("gc"))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("point", [pytest.param(f"{p}:{n}", id=f"{p}:{n}")
+                                   for p, passes in GC_POINTS
+                                   for n in range(1, (passes if FULL else 1) + 1)])
+def test_gc_crash(point: str, gc_template: tuple[World, set[str], set[str]],
+                  tmp_path: Path) -> None:
+    """kill -9 inside `devcell gc` (or, for recover.before-commit, inside the recovery of the
+    gc after it): nothing still referenced is lost, the operation in flight is failed as
+    Interrupted, and the next gc reclaims every leftover with each removal made once."""
+    template, live, leaked = gc_template
+    world = template.clone(tmp_path)
+    before_calls = _gc_calls(world)
+    if point.startswith("recover."):
+        first = world.run("gc", failpoint="step.delete-volume.after-call:1")
+        assert first.returncode == KILLED, world.transcript()
+    before = world.running_ops()
+    proc = world.run("gc", failpoint=point)
+    assert proc.returncode == KILLED, f"expected SIGKILL at {point}\n{world.transcript()}"
+    crash = Crash(point, {op: step for op, step in world.running_ops().items()
+                          if op not in before})
+    if point.startswith("step."):
+        assert list(crash.running.values()) == [point.split(".")[1]], crash.running
+    elif point.startswith("op."):
+        assert len(crash.running) == 1, crash.running
+    world.crashes.append(crash)
+    held = _held(world)
+    assert live <= held | _db_only(world), f"{point}: a referenced resource was removed"
+    world.ok("gc")
+    assert _held(world).isdisjoint(leaked), f"leftovers after the next gc: {_held(world) & leaked}"
+    calls = _gc_calls(world)
+    calls.subtract(before_calls)
+    assert {rid: calls[rid] for rid in leaked} == dict.fromkeys(leaked, 1), (
+        f"each leftover removed exactly once: {dict(calls)}\n{world.transcript()}")
+    world.check_integrity()
+    world.check_interrupted()
+    world.check_accounting()
+    world.check_converged()
+    assert world.ok("gc").stdout.startswith("freed 0 B")  # nothing left to collect
+
+
+def _db_only(world: World) -> set[str]:
+    """Live ids with nothing in the fake backend (a snapshot's id is its checkpoint's)."""
+    with world.db() as conn:
+        return {r[0] for r in conn.execute("SELECT id FROM cells WHERE deleted_at IS NULL "
+                                           "AND desired_state = 'Sleeping'")}

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests import processes
 from tests.e2e.test_crash_matrix import (
     CMD_TIMEOUT,
     KILLED,
@@ -64,7 +65,7 @@ class Env:
             proc = subprocess.Popen(
                 [PY, "-m", "devcell", "controller", "run", "--manifests", str(self.watched),
                  *args], stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-                env=devcell_env(self.state, failpoint))
+                env=devcell_env(self.state, failpoint), preexec_fn=processes.child_setup)
         self.started.append(proc)
         return proc
 

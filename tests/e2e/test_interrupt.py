@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import processes
 from tests.conftest import REPO, Cli
 
 pytestmark = pytest.mark.e2e
@@ -40,9 +41,20 @@ def test_two_interrupts_still_wait_for_the_steps_in_flight(cli: Cli, state_dir: 
             f"metadata: {{name: c{i}}}\nspec: {{backend: fake}}\n")
     env = dict(os.environ, DEVCELL_HOME=str(state_dir), DEVCELL_FAKE_DELAY="start:2")
     env.pop("DEVCELL_FAKE_FAIL", None)
+    # child_setup: SIGINT at its default in the child, even when pytest runs with SIGINT
+    # ignored (a CI shell's background job), else Ctrl-C would never reach devcell
     proc = subprocess.Popen(
         [sys.executable, "-m", "devcell", "apply", "-f", str(manifests), "--workers", "2"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=processes.child_setup)
+    try:
+        _interrupt_twice(cli, proc, state_dir, manifests)
+    finally:
+        processes.end(proc)
+
+
+def _interrupt_twice(cli: Cli, proc: subprocess.Popen[str], state_dir: Path,
+                     manifests: Path) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # wait until two start steps are in flight
         ops = cli("get", "operations", "-o", "json")
@@ -52,7 +64,6 @@ def test_two_interrupts_still_wait_for_the_steps_in_flight(cli: Cli, state_dir: 
             break
         time.sleep(0.05)
     else:
-        proc.kill()
         pytest.fail("two operations never ran at once")
     proc.send_signal(signal.SIGINT)
     time.sleep(0.2)
@@ -72,3 +83,29 @@ def test_two_interrupts_still_wait_for_the_steps_in_flight(cli: Cli, state_dir: 
     assert again.returncode == 0, again.stderr
     cells = json.loads(cli("get", "cells", "-o", "json").stdout)["items"]
     assert len(cells) == 6 and {c["status"]["phase"] for c in cells} == {"Running"}
+
+
+def test_an_interrupted_delete_says_the_deletion_is_requested(cli: Cli, state_dir: Path) -> None:
+    """Never `deleted` for a cell that is not gone: interrupted mid-delete, the line says
+    what was recorded."""
+    from tests.conftest import EXAMPLES
+
+    assert cli("apply", "-f", str(EXAMPLES / "api.yaml")).returncode == 0
+    env = dict(os.environ, DEVCELL_HOME=str(state_dir), DEVCELL_FAKE_DELAY="stop:3")
+    env.pop("DEVCELL_FAKE_FAIL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "devcell", "delete", "cell", "api"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=processes.child_setup)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # wait until the stop step is in flight
+            ops = json.loads(cli("get", "operations", "-o", "json").stdout)["items"]
+            if any(o["action"] == "delete" and o["status"] == "Running" for o in ops):
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        processes.end(proc)
+    assert proc.returncode == 130, err
+    assert out == "cell/api deletion requested\n"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import processes
 from tests.conftest import EXAMPLES, REPO, Cli
 
 
@@ -47,7 +48,8 @@ class Daemon:
             [sys.executable, "-m", "devcell", "controller", "run", "--manifests", str(manifests),
              "--run-store", run_store],
             env=dict(os.environ, DEVCELL_HOME=str(state_dir), **env), cwd=REPO,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=processes.child_setup)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
         if self.proc.poll() is None:
@@ -127,6 +129,32 @@ def test_a_crash_is_not_a_suspension(cli: Cli, state_dir: Path, tmp_path: Path,
     assert restarted.stop() == 0
 
 
+def _phases(cli: Cli, kind: str) -> dict[str, str]:
+    """NAME -> PHASE as the `get` table shows them."""
+    lines = cli("get", kind).stdout.splitlines()
+    at = lines[0].index("PHASE")
+    return {line.split()[0]: line[at:].split()[0] for line in lines[1:]}
+
+
+def test_a_prune_waiting_for_approval_says_so(cli: Cli, state_dir: Path, tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "api.yaml").write_text((EXAMPLES / "api.yaml").read_text())
+    (manifests / "worker.json").write_text((EXAMPLES / "worker.json").read_text())
+    assert cli("apply", "-f", str(manifests)).returncode == 0
+    conn = sqlite3.connect(state_dir / "backends" / "fake.db")
+    conn.execute("UPDATE volumes SET writes = writes + 1 WHERE cell_name = 'api'")
+    conn.commit()
+    conn.close()
+    (manifests / "api.yaml").unlink()
+    pruned = cli("apply", "--prune", "-f", str(manifests))
+    assert pruned.returncode == 1
+    assert "cell/api deletion waiting for approval\n" in pruned.stdout
+    assert "cell/api pruned" not in pruned.stdout
+    assert "devcell op resume op_" in pruned.stderr
+    assert _phases(cli, "cells")["api"] == "Deleting"
+
+
 def _dirty_api(cli: Cli, state_dir: Path) -> None:
     assert cli("apply", "-f", str(EXAMPLES / "api.yaml")).returncode == 0
     conn = sqlite3.connect(state_dir / "backends" / "fake.db")
@@ -139,8 +167,11 @@ def test_approval_gated_delete(cli: Cli, state_dir: Path) -> None:
     _dirty_api(cli, state_dir)
     asked = cli("delete", "cell", "api")
     assert asked.returncode == 1
+    assert asked.stdout == "cell/api deletion waiting for approval\n"  # never "deleted"
     assert "awaiting approval: the workspace changed since its last snapshot" in asked.stderr
+    assert "approve it with `devcell op resume op_" in asked.stderr
     assert "Traceback" not in asked.stderr
+    assert _phases(cli, "cells") == {"api": "Deleting"}
     op = next(o for o in _ops(cli) if o["status"] == "Suspended")
     assert (op["action"], op["reason"]) == ("delete", "AwaitingApproval")
     table = cli("get", "operations").stdout
@@ -172,8 +203,11 @@ def test_approve_up_front_and_cancel(cli: Cli, state_dir: Path) -> None:
     cell = json.loads(cli("get", "cell", "api", "-o", "json").stdout)
     assert "deletionTimestamp" not in cell["metadata"] and cell["status"]["phase"] == "Running"
 
+    assert _phases(cli, "cells") == {"api": "Running"}  # no longer being deleted
+
     forced = cli("delete", "cell", "api", "--approve")
     assert forced.returncode == 0, forced.stderr
+    assert forced.stdout == "cell/api deleted\n"
     assert cli("get", "cell", "api").returncode == 1
     events = cli("get", "events").stdout
     assert "approved up front" in events

@@ -111,3 +111,24 @@ def test_a_pipe_given_by_name_is_still_read(tmp_path: Path) -> None:
     threading.Thread(target=write, daemon=True).start()
     files = _within(5, lambda: loader.read_sources([str(fifo)]))
     assert [f.data for f in files] == [b"a: 1\n"]  # type: ignore[union-attr]
+
+
+def test_the_limit_bounds_each_document_not_the_file(tmp_path: Path) -> None:
+    many = tmp_path / "many.yaml"
+    many.write_bytes(b"".join(b"---\nkind: Cell\nn: %03d\n" % i for i in range(100)))
+    [read] = loader.read_sources([str(many)], limit=64)
+    assert read.data == many.read_bytes() and len(read.data) > 64
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"---\nkind: Cell\n...\n" + b"a: " + b"x" * 100 + b"\n---\nb: 1\n")
+    with pytest.raises(ManifestError) as refused:
+        loader.read_sources([str(big)], limit=64)
+    [problem] = refused.value.problems
+    assert problem.line == 4  # the document after the `...` end marker
+    assert "larger than the limit of 64 bytes per document" in problem.message
+
+
+def test_a_json_file_is_one_document(tmp_path: Path) -> None:
+    path = tmp_path / "one.json"
+    path.write_bytes(b"[\n---,\n" + b"1," * 40 + b"1]\n")  # `---` means nothing in JSON
+    with pytest.raises(ManifestError, match="one JSON document"):
+        loader.read_sources([str(path)], limit=64)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from typing import Any
 
 import pytest
@@ -343,6 +344,65 @@ def test_operations_record_the_generation_they_worked_for(db: Database, ctx: Con
     ops = operations.for_object(db.conn, cell.id)
     assert [(o["action"], o["generation"]) for o in ops] == [("update", 2), ("create", 1)]
     assert decide(ctx, "Cell", "api") == Settled()
+
+
+# -- a graceful shutdown never leaves a cell frozen ------------------------------------------
+
+
+def _stop_after(ctx: Context, monkeypatch: pytest.MonkeyPatch, method: str) -> threading.Event:
+    """Set the context's stopping event right after the fake backend's `method` returns."""
+    stopping = threading.Event()
+    ctx.stopping = stopping
+    backend = fake(ctx)
+    real = getattr(backend, method)
+
+    def then_stop(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        stopping.set()
+        return out
+
+    monkeypatch.setattr(backend, method, then_stop)
+    return stopping
+
+
+@pytest.mark.parametrize("suspend_on_stop", [True, False])
+@pytest.mark.parametrize("method", ["quiesce", "checkpoint"])
+def test_a_shutdown_during_a_checkpoint_never_leaves_the_cell_frozen(
+        db: Database, ctx: Context, monkeypatch: pytest.MonkeyPatch, method: str,
+        suspend_on_stop: bool) -> None:
+    """quiesce and checkpoint hold the cell still: a shutdown asked during them waits for
+    the resume step, whether the daemon suspends its operations or fails them."""
+    from devcell.backends.base import CellRef
+
+    apply(db, cell_doc("api"))
+    converge_all(ctx)
+    apply(db, snapshot_doc("snap", "api"))
+    snap, cell = record(db, "Snapshot", "snap"), record(db, "Cell", "api")
+    ctx.suspend_on_stop = suspend_on_stop
+    _stop_after(ctx, monkeypatch, method)
+    converge_all(ctx, [("Snapshot", snap.id)])
+    assert not fake(ctx).observe(CellRef(cell.id, cell.name, cell.spec)).frozen
+    _, steps = last_operation(db, "snap", kind="Snapshot")
+    assert statuses(steps)[-1] == ("resume", "Succeeded")
+    assert [m for m, _, _ in fake(ctx).calls()][-3:] == ["quiesce", "checkpoint", "resume"]
+
+
+@pytest.mark.parametrize("suspend_on_stop", [True, False])
+def test_a_shutdown_during_a_sleep_never_leaves_the_cell_frozen(
+        db: Database, ctx: Context, monkeypatch: pytest.MonkeyPatch,
+        suspend_on_stop: bool) -> None:
+    """A sleep quiesces, checkpoints, then stops: a shutdown asked after its quiesce lets it
+    finish (or at least reach a step that does not hold the cell frozen)."""
+    from devcell.backends.base import CellRef
+
+    apply(db, cell_doc("api"))
+    converge_all(ctx)
+    apply(db, cell_doc("api", "Sleeping"))
+    cell = record(db, "Cell", "api")
+    ctx.suspend_on_stop = suspend_on_stop
+    _stop_after(ctx, monkeypatch, "quiesce")
+    converge_all(ctx, [("Cell", cell.id)])
+    assert not fake(ctx).observe(CellRef(cell.id, cell.name, cell.spec)).frozen
 
 
 @pytest.mark.parametrize("kind", ["Cell", "Snapshot"])

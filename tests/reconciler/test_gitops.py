@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from devcell.backends.fake import FakeBackend
+from devcell.controllers.context import Context
+from devcell.reconciler.converge import converge
 from devcell.reconciler.gitops import DirectorySync
 from devcell.store import objects
 from devcell.store.db import Database
@@ -36,3 +39,35 @@ def test_a_broken_configuration_applies_and_prunes_nothing(db: Database, tmp_pat
     assert not result.problems
     assert objects.get(db.conn, "Cell", "web") is not None
     assert [c.name for c in result.pruned] == ["api"]
+
+
+SNAP = "apiVersion: devcell.dev/v1alpha1\nkind: Snapshot\nmetadata: {name: %s}\nspec: {cell: %s}\n"
+FORK = ("apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: %s}\n"
+        "spec: {backend: fake, workspace: {from: {snapshot: %s}}}\n")
+
+
+def test_pruning_a_fork_and_its_snapshot_frees_the_checkpoint(db: Database, ctx: Context,
+                                                              tmp_path: Path) -> None:
+    """GitOps prune frees bytes as `delete` does: the fork goes, then the snapshot and its
+    checkpoint; a snapshot whose fork stays is kept (its prune retried) until the fork goes."""
+    watched = tmp_path / "manifests"
+    watched.mkdir()
+    (watched / "api.yaml").write_text(CELL % "api")
+    (watched / "s1.yaml").write_text(SNAP % ("s1", "api"))
+    (watched / "exp.yaml").write_text(FORK % ("exp", "s1"))
+    sync = DirectorySync(db, watched, prune_grace=0)
+    assert converge(ctx, sync.sync().to_reconcile).ok
+    backend = FakeBackend(state_dir=db.state_dir)
+    snap_id = objects.require(db.conn, "Snapshot", "s1").id
+    assert backend.checkpoint_exists(snap_id)
+    (watched / "s1.yaml").unlink()
+    result = sync.sync()
+    assert result.pruned == [] and result.refused  # the fork still names it: kept
+    assert backend.checkpoint_exists(snap_id)
+    (watched / "exp.yaml").unlink()
+    result = sync.sync()
+    assert sorted(c.name for c in result.pruned) == ["exp", "s1"]
+    assert converge(ctx, result.to_reconcile).ok
+    assert not backend.checkpoint_exists(snap_id)
+    assert objects.get(db.conn, "Snapshot", "s1") is None
+    backend.close()

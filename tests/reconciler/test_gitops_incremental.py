@@ -636,3 +636,118 @@ def test_a_file_left_with_no_objects_keeps_them_and_is_reported(
     api.unlink()  # deleting the file is how its objects are deleted
     result = sync.sync_paths([str(api)]) if incremental else sync.sync()
     assert [c.name for c in result.pruned] == ["api"]
+
+
+class _Clock:
+    """time.monotonic for devcell.reconciler.gitops, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_the_prune_grace_is_counted_from_when_the_object_went_missing(
+        db: Database, watched: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gone for less than the grace: pending, whatever syncs happen meanwhile (they neither
+    prune nor restart the clock); gone for the grace: pruned; back before it: kept."""
+    from devcell.reconciler import gitops
+
+    clock = _Clock()
+    monkeypatch.setattr(gitops, "time", clock)
+    (watched / "api.yaml").write_text(cell("api"))
+    (watched / "web.yaml").write_text(cell("web"))
+    sync = DirectorySync(db, watched, prune_grace=10)
+    sync.sync()
+    (watched / "api.yaml").unlink()
+    assert sync.sync_paths([str(watched / "api.yaml")]).prune_pending == 1
+    for i in range(3):  # other changes keep coming: the clock keeps running
+        clock.now += 3
+        (watched / "web.yaml").write_text(cell("web", "Stopped") if i % 2 == 0 else cell("web"))
+        result = sync.sync_paths([str(watched / "web.yaml")])
+        assert (result.prune_pending, result.pruned) == (1, []), clock.now
+        assert not objects.get(db.conn, "Cell", "api").deleting  # type: ignore[union-attr]
+    clock.now += 0.999  # 9.999 s gone
+    assert sync.sync_paths([]).prune_pending == 1
+    clock.now += 0.001  # 10 s gone
+    result = sync.sync_paths([])
+    assert [c.name for c in result.pruned] == ["api"] and result.prune_pending == 0
+    assert objects.get(db.conn, "Cell", "api").deleting  # type: ignore[union-attr]
+
+    (watched / "web.yaml").unlink()  # gone, then back within the grace: never pruned
+    assert sync.sync_paths([str(watched / "web.yaml")]).prune_pending == 1
+    clock.now += 9
+    (watched / "web.yaml").write_text(cell("web"))
+    assert sync.sync_paths([str(watched / "web.yaml")]).prune_pending == 0
+    clock.now += 60
+    assert not sync.sync_paths([]).pruned
+    assert not objects.get(db.conn, "Cell", "web").deleting  # type: ignore[union-attr]
+
+
+def test_a_bad_file_stops_the_prune_clock(db: Database, watched: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from devcell.reconciler import gitops
+
+    clock = _Clock()
+    monkeypatch.setattr(gitops, "time", clock)
+    (watched / "api.yaml").write_text(cell("api"))
+    sync = DirectorySync(db, watched, prune_grace=10)
+    sync.sync()
+    (watched / "api.yaml").unlink()
+    assert sync.sync_paths([str(watched / "api.yaml")]).prune_pending == 1  # the clock starts
+    clock.now += 5
+    (watched / "bad.yaml").write_text("kind: [")
+    clock.now += 60
+    result = sync.sync()
+    assert result.problems and not result.pruned
+    (watched / "bad.yaml").unlink()
+    result = sync.sync_paths([str(watched / "bad.yaml")])  # the grace starts now
+    assert result.prune_pending == 1 and not result.pruned
+    clock.now += 10
+    assert [c.name for c in sync.sync_paths([]).pruned] == ["api"]
+
+
+def test_the_daemon_prunes_after_the_grace_without_another_event(tmp_path: Path,
+                                                                 watched: Path) -> None:
+    """End to end, on the daemon's own timer: a deleted file's cell is kept for the grace
+    (1.5 s), then deleted, though nothing else happens in the directory."""
+    from devcell.reconciler.daemon import Daemon, DaemonConfig
+
+    (watched / "api.yaml").write_text(cell("api"))
+    daemon = Daemon(DaemonConfig(state_dir=tmp_path / "state", manifests=watched,
+                                 resync_seconds=0, debounce_ms=50, prune_grace=1.5))
+    seen: dict[str, float] = {}
+
+    def deleting() -> bool | None:
+        try:
+            conn = sqlite3.connect(tmp_path / "state" / "state.db", timeout=5)
+            try:
+                row = conn.execute("SELECT deleting_at IS NOT NULL OR deleted_at IS NOT NULL "
+                                   "FROM cells WHERE name = 'api'").fetchone()
+            finally:
+                conn.close()
+        except sqlite3.OperationalError:
+            return None
+        return None if row is None else bool(row[0])
+
+    def drive() -> None:
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and deleting() is None:
+                time.sleep(0.05)
+            time.sleep(0.5)  # the watcher is live
+            (watched / "api.yaml").unlink()
+            seen["unlinked"] = time.monotonic()
+            while time.monotonic() < deadline and not deleting():
+                if time.monotonic() - seen["unlinked"] < 1.0:
+                    seen["kept at 1 s"] = float(not deleting())
+                time.sleep(0.05)
+            seen["pruned"] = time.monotonic()
+        finally:
+            daemon.stop_event.set()
+
+    run_daemon(daemon, drive, join_s=30)
+    assert seen.get("kept at 1 s") == 1.0
+    assert deleting() is True
+    assert 1.4 <= seen["pruned"] - seen["unlinked"] < 10, seen

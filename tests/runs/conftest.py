@@ -4,17 +4,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from loguru import logger
 
 from devcell.runs import SnapshotStore
 from tests.runs.helpers import ADAPTERS, PERSISTENT, make_store
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    logger.disable("devcell")
-    yield
-    logger.enable("devcell")
 
 
 @pytest.fixture(params=ADAPTERS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from devcell.runs import CompletedStep, SnapshotStore, StorageError
-from tests.runs.helpers import make_snapshot
+from tests.runs.helpers import make_snapshot, write_raw
 
 
 def test_missing_run_gives_none(store: SnapshotStore) -> None:
@@ -94,3 +94,28 @@ def test_longest_run_id_is_accepted(store: SnapshotStore) -> None:
     snapshot = make_snapshot("r" * 128)
     store.save(snapshot)
     assert store.load("r" * 128) == snapshot
+
+
+
+def test_a_document_in_the_designs_form_loads(persistent_store: SnapshotStore) -> None:
+    """suspendedAt as epoch milliseconds and no resumeSchema key (the design's form) load;
+    the snapshot keeps the ISO text and None."""
+    from devcell.runs import envelope
+
+    payload = make_snapshot("op_0001", resume_schema=None).to_dict()
+    del payload["resumeSchema"]
+    payload["suspendedAt"] = 1738324800250
+    body = envelope.canonical(payload)
+    persistent_store.save(make_snapshot("op_0001"))  # the table or directory exists
+    write_raw(persistent_store, "op_0001",
+              b'{"checksum":"' + envelope.checksum_of(body).encode() + b'","snapshot":' + body + b"}")
+    loaded = persistent_store.load("op_0001")
+    assert loaded is not None
+    assert (loaded.suspended_at, loaded.resume_schema) == ("2025-01-31T12:00:00.250Z", None)
+
+
+def test_a_snapshot_built_from_mappings_saves_and_loads(store: SnapshotStore) -> None:
+    snapshot = make_snapshot(completed_steps=[{"stepId": "quiesce", "outputs": {"n": 2}}],
+                             suspended_at=1738324800250)
+    store.save(snapshot)
+    assert store.load(snapshot.run_id) == snapshot

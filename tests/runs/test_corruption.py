@@ -188,3 +188,18 @@ def test_sqlite_text_value_is_read_as_its_bytes(tmp_path: Any) -> None:
     assert info.value.code == StorageError.CORRUPT_SNAPSHOT
     assert "not valid UTF-8" in info.value.reason
     store.close()
+
+
+def test_a_cut_snapshot_is_called_truncated_and_a_garbled_one_is_not(
+        persistent_store: SnapshotStore) -> None:
+    persistent_store.save(make_snapshot(RUN_ID))
+    data = read_raw(persistent_store, RUN_ID)
+    reasons = {}
+    for name, damaged in (("cut", data.rstrip()[:-1]),
+                          ("garbled", data[:10] + b"#" + data[11:])):
+        write_raw(persistent_store, RUN_ID, damaged)
+        with pytest.raises(StorageError) as info:
+            persistent_store.load(RUN_ID)
+        reasons[name] = info.value.reason
+    assert "truncated?" in reasons["cut"]
+    assert "not valid JSON" in reasons["garbled"] and "truncated" not in reasons["garbled"]

@@ -29,6 +29,7 @@ from devcell.runs import (
     envelope,
     file_store,
 )
+from tests.processes import forked
 from tests.runs.helpers import make_snapshot
 
 RUN_ID = "op_crash"
@@ -41,37 +42,34 @@ BOTH = (SMALL, LARGE)
 
 
 def _writer(open_store: Callable[[], SnapshotStore], ready_fd: int, start: int) -> NoReturn:
-    code = 3
-    try:
-        logger.remove()  # the child is killed mid-write: keep it quiet and lock-free
-        store = open_store()
-        os.write(ready_fd, b"!")
-        i = start
-        while True:
-            store.save(BOTH[i % 2])
-            i += 1
-    finally:
-        os._exit(code)  # only reached if a save raised: the parent sees exit code 3
+    """The forked child: save the two snapshots in turn until killed. A save that raises
+    ends it (tests.processes.forked exits 70): the parent sees it was not killed."""
+    logger.remove()  # the child is killed mid-write: keep it quiet and lock-free
+    store = open_store()
+    os.write(ready_fd, b"!")
+    i = start
+    while True:
+        store.save(BOTH[i % 2])
+        i += 1
 
 
 def _kill_writer_at_random(open_store: Callable[[], SnapshotStore], rng: random.Random,
                            during: Callable[[], None]) -> None:
-    """Fork a writer, wait until it is saving, run `during` for a random time, SIGKILL it."""
+    """Fork a writer, wait until it is saving, run `during` for a random time, SIGKILL it.
+    The writer is killed and reaped whatever happens here (a failed check in `during`, a
+    writer that died before it started): it never outlives the test."""
     ready_r, ready_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(ready_r)
-        _writer(open_store, ready_w, rng.randrange(2))
-    os.close(ready_w)
-    try:
-        assert os.read(ready_r, 1) == b"!", "the writer died before it started"
-    finally:
-        os.close(ready_r)
-    deadline = time.monotonic() + rng.uniform(0, MAX_DELAY_S)
-    while time.monotonic() < deadline:
-        during()
-    os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
+    first = rng.randrange(2)
+    with forked(lambda: _writer(open_store, ready_w, first)) as writer:
+        os.close(ready_w)
+        try:
+            assert os.read(ready_r, 1) == b"!", "the writer died before it started"
+        finally:
+            os.close(ready_r)
+        deadline = time.monotonic() + rng.uniform(0, MAX_DELAY_S)
+        while time.monotonic() < deadline:
+            during()
+        status = writer.kill()
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
         f"the writer stopped by itself (status {status}): a save raised")
 

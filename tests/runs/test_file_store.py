@@ -397,3 +397,107 @@ def test_concurrent_saves_loads_and_deletes(store: FileSnapshotStore) -> None:
     assert final is None or final in variants
     if (store.runs_dir / RUN_ID).exists():
         assert temps(store.runs_dir / RUN_ID) == []
+
+
+# -- what a crash or a long-lived process would notice (mutation survivors) ---------------------
+
+
+def test_only_names_with_both_the_temp_prefix_and_suffix_are_temporaries() -> None:
+    assert file_store.is_temp_name(".snapshot.json.123.ab12cd34.tmp")
+    for name in ("snapshot.json", ".snapshot.json.notes", "keep.tmp", ".snapshot.json.tmp.bak"):
+        assert not file_store.is_temp_name(name), name
+
+
+def test_a_save_fsyncs_the_file_before_the_rename_and_the_directory_after(
+        store: FileSnapshotStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Durable means: the bytes reach the disk before the rename makes them the snapshot, and
+    the rename itself reaches it before save returns."""
+    synced: list[str] = []
+    real = file_store._fsync
+
+    def noting(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(file_store, "_fsync", noting)
+    store.save(make_snapshot(RUN_ID))
+    run_dir = str(store.runs_dir / RUN_ID)
+    temp = [p for p in synced if file_store.is_temp_name(os.path.basename(p))]
+    assert len(temp) == 1 and os.path.dirname(temp[0]) == run_dir
+    assert synced.index(temp[0]) < synced.index(run_dir)  # the file, then its directory
+    assert synced[-1] == run_dir
+
+
+def test_saves_loads_and_deletes_leak_no_descriptor(store: FileSnapshotStore) -> None:
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    store.save(make_snapshot(RUN_ID))
+    store.load(RUN_ID)
+    before = open_fds()
+    for _ in range(20):
+        store.save(make_snapshot(RUN_ID))
+        assert store.load(RUN_ID) is not None
+        assert store.load("op_missing") is None
+    store.delete(RUN_ID)
+    store.delete(RUN_ID)
+    assert open_fds() == before
+
+
+def test_a_delete_fsyncs_the_run_directory_and_the_runs_directory(
+        store: FileSnapshotStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delete that returned stays done after a power loss (else a spent approval could
+    come back and be resumed twice)."""
+    store.save(make_snapshot(RUN_ID))
+    synced: list[str] = []
+    real = file_store._fsync
+
+    def noting(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(file_store, "_fsync", noting)
+    store.delete(RUN_ID)
+    run_dir = str(store.runs_dir / RUN_ID)
+    # the run directory is fsynced after its files are removed, before it is itself removed
+    assert synced == [run_dir, str(store.runs_dir)]
+
+
+def test_a_huge_snapshot_file_is_refused_after_a_bounded_read(
+        store: FileSnapshotStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 64 MiB (sparse) snapshot.json is refused as too large, reading at most one chunk
+    past the limit, never the whole file."""
+    from devcell.runs import envelope
+
+    store.save(make_snapshot(RUN_ID))
+    with open(store.path_of(RUN_ID), "r+b") as f:
+        f.truncate(64 << 20)
+    read = 0
+    real = os.read
+
+    def counting(fd: int, n: int) -> bytes:
+        nonlocal read
+        data = real(fd, n)
+        read += len(data)
+        return data
+
+    monkeypatch.setattr(os, "read", counting)
+    with pytest.raises(StorageError) as info:
+        store.load(RUN_ID)
+    assert info.value.code == StorageError.CORRUPT_SNAPSHOT and "limit" in info.value.reason
+    assert read <= envelope.MAX_BYTES + (1 << 20)
+
+
+def test_a_failed_rename_leaves_no_temporary_file(store: FileSnapshotStore,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    store.save(make_snapshot(RUN_ID))
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(StorageError):
+        store.save(make_snapshot(RUN_ID, plan_id="plan_new"))
+    monkeypatch.undo()
+    assert temps(store.runs_dir / RUN_ID) == []
+    assert store.load(RUN_ID) == make_snapshot(RUN_ID)

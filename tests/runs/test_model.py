@@ -54,3 +54,55 @@ def test_utc_timestamp() -> None:
     assert utc_timestamp(moment) == "2025-01-31T12:00:00.123Z"
     assert utc_timestamp().endswith("Z")
     assert utc_timestamp(datetime(2025, 1, 1, tzinfo=UTC)) == "2025-01-01T00:00:00.000Z"
+
+
+# -- what a library caller naturally passes (issue 10, item 16) ----------------------------
+
+def test_completed_steps_given_as_mappings_become_completed_steps() -> None:
+    snapshot = make_snapshot(completed_steps=[  # type: ignore[arg-type]
+        {"stepId": "quiesce", "outputs": {"frozen": True}}, {"step_id": "copy"}])
+    assert snapshot.completed_steps == (CompletedStep(step_id="quiesce", outputs={"frozen": True}),
+                                        CompletedStep(step_id="copy", outputs={}))
+    assert RunSnapshot.from_dict(snapshot.to_dict()) == snapshot
+
+
+@pytest.mark.parametrize(("steps", "field"), [
+    ([{"outputs": {}}], r"completed_steps\[0\]\.stepId"),
+    ([CompletedStep(step_id="a", outputs={}), {"stepId": "b", "outputs": {"x": [1]}}],
+     r"completed_steps\[1\]\.outputs\.x"),
+    ([{"stepId": "a", "outputs": "x"}], r"completed_steps\[0\]\.outputs"),
+    ([{"stepId": "a", "output": {}}], r"completed_steps\[0\]: unknown key 'output'"),
+    (["quiesce"], r"completed_steps\[0\]: expected a CompletedStep"),
+    ({"stepId": "a"}, r"completed_steps: expected a sequence"),
+])
+def test_a_wrong_completed_step_is_refused_at_construction_naming_the_field(
+        steps: object, field: str) -> None:
+    with pytest.raises(TypeError, match=field):
+        make_snapshot(completed_steps=steps)  # type: ignore[arg-type]
+
+
+def test_suspended_at_as_epoch_milliseconds_is_kept_as_iso_text() -> None:
+    moment = datetime(2025, 1, 31, 12, 0, 0, 250000, tzinfo=UTC)
+    ms = int(moment.timestamp() * 1000)
+    snapshot = make_snapshot(suspended_at=ms)  # type: ignore[arg-type]
+    assert snapshot.suspended_at == "2025-01-31T12:00:00.250Z"
+    document = snapshot.to_dict()
+    document["suspendedAt"] = ms
+    assert RunSnapshot.from_dict(document) == snapshot
+
+
+@pytest.mark.parametrize("when", [10**20, True, None, b"2025"])
+def test_a_suspended_at_that_is_no_moment_is_refused(when: object) -> None:
+    with pytest.raises((TypeError, ValueError), match="suspended_at"):
+        make_snapshot(suspended_at=when)  # type: ignore[arg-type]
+
+
+def test_resume_schema_may_be_absent_from_a_document() -> None:
+    document = make_snapshot(resume_schema=None).to_dict()
+    del document["resumeSchema"]
+    assert RunSnapshot.from_dict(document).resume_schema is None
+
+
+def test_an_empty_step_id_in_a_mapping_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"completed_steps\[0\]\.stepId"):
+        make_snapshot(completed_steps=[{"stepId": "", "outputs": {}}])  # type: ignore[arg-type]

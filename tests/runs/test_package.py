@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import devcell.runs
 from tests.conftest import REPO
 
@@ -40,7 +42,8 @@ def test_runs_depends_only_on_errors() -> None:
     """runs/ sits beside the reconciler: it must not import the layers that will use it."""
     for path in PACKAGE.glob("*.py"):
         for module in _devcell_imports(path):
-            assert module == "devcell.errors" or module.startswith("devcell.runs"), (path, module)
+            assert module in ("devcell.errors", "devcell.log") or module.startswith("devcell.runs"), \
+                (path, module)
 
 
 def test_importing_the_package_imports_no_adapter() -> None:
@@ -50,3 +53,20 @@ def test_importing_the_package_imports_no_adapter() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=REPO, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_open_store_picks_the_store_by_name_flag_then_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from devcell.errors import UsageError
+    from devcell.runs import file_store, open_store, sqlite_store
+
+    monkeypatch.delenv("DEVCELL_RUN_STORE", raising=False)
+    default = open_store(tmp_path)
+    assert isinstance(default, sqlite_store.SqliteSnapshotStore)
+    assert default.path == tmp_path / "state.db"
+    assert isinstance(open_store(tmp_path, "file"), file_store.FileSnapshotStore)
+    monkeypatch.setenv("DEVCELL_RUN_STORE", "file")
+    assert isinstance(open_store(tmp_path), file_store.FileSnapshotStore)
+    assert isinstance(open_store(tmp_path, "sqlite"), sqlite_store.SqliteSnapshotStore)
+    with pytest.raises(UsageError, match="unknown run store 'tape'"):
+        open_store(tmp_path, "tape")

@@ -7,6 +7,7 @@ import errno
 import os
 import sqlite3
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -82,17 +83,24 @@ def test_two_stores_on_one_file_see_each_other(db: Path) -> None:
 
 
 def test_a_forked_child_opens_its_own_connection(store: SqliteSnapshotStore) -> None:
+    from tests.processes import forked
+
     store.save(make_snapshot(RUN_ID))
-    pid = os.fork()
-    if pid == 0:  # child: must not touch the parent's connection
-        code = 1
-        try:
-            store.save(make_snapshot("op_child"))
-            code = 0 if store.load(RUN_ID) == make_snapshot(RUN_ID) else 2
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+
+    def child() -> None:  # must not touch the parent's connection
+        store.save(make_snapshot("op_child"))
+        if store.load(RUN_ID) != make_snapshot(RUN_ID):
+            os._exit(2)
+
+    with forked(child) as proc:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(proc.pid, os.WNOHANG)
+            if pid:
+                proc.status = status
+                break
+            time.sleep(0.01)
+    assert proc.status is not None and os.waitstatus_to_exitcode(proc.status) == 0
     assert store.load("op_child") == make_snapshot("op_child")
 
 
@@ -178,3 +186,45 @@ def test_busy_past_the_timeout(db: Path, monkeypatch: Any) -> None:
 def test_synchronous_setting_is_checked(db: Path) -> None:
     with pytest.raises(ValueError):
         SqliteSnapshotStore(db, synchronous="OFF")  # type: ignore[arg-type]
+
+
+def test_memory_path_is_an_in_memory_database_not_a_file(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with create_sqlite_snapshot_store(path=":memory:") as memory:
+        memory.save(make_snapshot(RUN_ID))
+        assert memory.load(RUN_ID) == make_snapshot(RUN_ID)
+        other = create_sqlite_snapshot_store(path=":memory:")
+        assert other.load(RUN_ID) is None  # private to its store, as sqlite3's :memory:
+        other.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_durability_asked_for_is_the_one_set(db: Path) -> None:
+    with SqliteSnapshotStore(db, synchronous="NORMAL") as normal:
+        normal.save(make_snapshot(RUN_ID))
+        assert normal._connection().execute("PRAGMA synchronous").fetchone()[0] == 1
+
+
+def test_close_closes_the_connection(store: SqliteSnapshotStore) -> None:
+    store.save(make_snapshot(RUN_ID))
+    conn = store._connection()
+    store.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        conn.execute("SELECT 1")
+    assert store.load(RUN_ID) == make_snapshot(RUN_ID)  # reopened on use
+
+
+@pytest.mark.parametrize(("primary", "code"), [
+    (3, StorageError.PERMISSION_DENIED), (5, StorageError.BUSY), (6, StorageError.BUSY),
+    (8, StorageError.READ_ONLY), (11, StorageError.CORRUPT_DATABASE),
+    (13, StorageError.DISK_FULL), (23, StorageError.PERMISSION_DENIED),
+    (26, StorageError.CORRUPT_DATABASE), (1, StorageError.IO_ERROR),
+])
+def test_sqlite_result_codes_map_to_storage_error_codes(store: SqliteSnapshotStore,
+                                                        primary: int, code: str) -> None:
+    exc = sqlite3.OperationalError("boom")
+    exc.sqlite_errorcode = primary | 0x100  # an extended code: the low byte is the primary
+    exc.sqlite_errorname = "SQLITE_X"
+    error = store._error(exc, "cannot save")
+    assert (error.code, error.reason) == (code, "cannot save: boom (SQLITE_X)")

@@ -52,13 +52,19 @@ def _run(state: Path, prepare: bool) -> list[tuple[int, str]]:
     results = mp.Queue()
     procs = [mp.Process(target=_writer, args=(str(state), n, start, results))
              for n in range(PROCESSES)]
-    for p in procs:
-        p.start()
-    start.set()
-    outcomes = [results.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
+    try:
+        for p in procs:
+            p.start()
+        start.set()
+        outcomes = [results.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(30)
+            assert p.exitcode == 0
+    finally:  # whatever happened, no writer outlives the test
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(10)
     return outcomes
 
 
@@ -102,12 +108,18 @@ def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
     results = mp.Queue()
     procs = [mp.Process(target=_fresh_opener, args=(str(state), n, start, results))
              for n in range(PROCESSES)]
-    for p in procs:
-        p.start()
-    start.set()
-    outcomes = [results.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(30)
+    try:
+        for p in procs:
+            p.start()
+        start.set()
+        outcomes = [results.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(30)
+    finally:  # whatever happened, no opener outlives the test
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(10)
     assert [text for _, text in outcomes if text != "ok"] == []
     db = open_database(state)
     try:

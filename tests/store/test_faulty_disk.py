@@ -134,3 +134,19 @@ def test_another_programs_database_is_refused_and_left_alone(tmp_path: Path) -> 
     with pytest.raises(StateUnusable, match="is not a DevCell database"):
         open_database(state)
     assert (state / DB_FILENAME).read_bytes() == before  # no DevCell table written into it
+
+
+def test_every_state_connection_translates_faults() -> None:
+    """The class behind a full disk's traceback in `cell start` (the fake's observe_all opened
+    fake.db with sqlite3 directly): state and backend databases are opened only through
+    store.faults (the run stores in devcell/runs have their own error edge)."""
+    package = Path(__file__).resolve().parents[2] / "devcell"
+    allowed = {package / "store" / "faults.py"}
+    raw = []
+    for source in package.rglob("*.py"):
+        if source in allowed or package / "runs" in source.parents:
+            continue
+        for number, line in enumerate(source.read_text().splitlines(), 1):
+            if "sqlite3.connect(" in line and '":memory:"' not in line:
+                raw.append(f"{source.relative_to(package)}:{number}")
+    assert raw == []

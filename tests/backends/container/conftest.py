@@ -11,17 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loguru import logger
 
 from devcell.backends.container import ContainerBackend
 from tests.backends.engine import remove_containers, require_engine
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    logger.disable("devcell")
-    yield
-    logger.enable("devcell")
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import processes
 from tests.backends.engine import IMAGE
 from tests.conftest import REPO, Cli
 
@@ -97,14 +98,16 @@ def test_logs_never_follow_what_the_cell_plants_in_its_log_directory(
 def test_logs_follow_streams_until_interrupted(box: str, state_dir: Path) -> None:
     env = dict(os.environ, DEVCELL_HOME=str(state_dir))
     proc = subprocess.Popen([sys.executable, "-m", "devcell", "logs", box, "talker", "-f"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO,
+                            preexec_fn=processes.child_setup)  # SIGINT reaches it
     try:
         assert proc.stdout is not None
         lines = [proc.stdout.readline() for _ in range(4)]
         assert any(b"tick" in line for line in lines), lines
-    finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 0
+    finally:
+        processes.end(proc)
 
 
 def test_secret_is_not_shown_by_get_or_describe(cli: Cli, box: str) -> None:
@@ -195,24 +198,27 @@ def _run_in_terminal(argv: list[str], env: dict[str, str], timeout: float = 120)
 
     leader, follower = pty.openpty()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
-                            env=env, cwd=REPO, close_fds=True)
+                            env=env, cwd=REPO, close_fds=True, preexec_fn=processes.child_setup)
     os.close(follower)
     chunks = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([leader], [], [], 0.2)
-        if ready:
-            try:
-                data = os.read(leader, 65536)
-            except OSError:  # the follower side closed: the process is gone
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.2)
+            if ready:
+                try:
+                    data = os.read(leader, 65536)
+                except OSError:  # the follower side closed: the process is gone
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+            elif proc.poll() is not None:
                 break
-            if not data:
-                break
-            chunks.append(data)
-        elif proc.poll() is not None:
-            break
-    os.close(leader)
-    return proc.wait(timeout=10), b"".join(chunks).decode(errors="replace")
+        return proc.wait(timeout=10), b"".join(chunks).decode(errors="replace")
+    finally:
+        os.close(leader)
+        processes.end(proc)
 
 
 def test_a_long_checkpoint_shows_a_progress_bar_in_a_terminal(

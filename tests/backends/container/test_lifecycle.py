@@ -183,6 +183,26 @@ def test_the_bridge_network_goes_with_its_last_container(backend: ContainerBacke
     assert networks() == []
 
 
+def test_one_container_port_on_two_host_ports_is_published_on_both(
+        backend: ContainerBackend, docker_client: Any) -> None:
+    """`-p 8080:80 -p 8081:80`: the engine takes both bindings (once only the last was kept,
+    and the cell was Ready with one port missing). Created only, as above: no bridge traffic."""
+    ports = [{"containerPort": 80, "hostPort": 18080, "hostIP": "127.0.0.1"},
+             {"containerPort": 80, "hostPort": 18081, "hostIP": "127.0.0.1"}]
+    ref = cell("twoports", network={"mode": "bridge", "ports": ports})
+    backend.create_volume(ref, ref.volume_id or "", from_checkpoint=None)
+    backend.create(ref, "h1")
+    try:
+        container = backend._find(ref)
+        assert container is not None
+        bindings = docker_client.api.inspect_container(container["Id"])["HostConfig"][
+            "PortBindings"]
+        assert sorted((b["HostIp"], b["HostPort"]) for b in bindings["80/tcp"]) == [
+            ("127.0.0.1", "18080"), ("127.0.0.1", "18081")]
+    finally:
+        backend.delete(ref)
+
+
 def test_delete_removes_what_an_interrupted_run_dir_write_left(backend: ContainerBackend) -> None:
     """A kill during the run directory's write leaves `.secrets.env.tmp` (secret values in
     it): delete removes it with the rest, so the directory goes too."""

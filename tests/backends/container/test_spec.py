@@ -56,9 +56,16 @@ def test_bridge_publishes_on_loopback_unless_the_configuration_allows_more(
     args = kwargs(tmp_path, network=network,
                   policy=SecurityPolicy(allowed_publish_addresses=("0.0.0.0",)))
     assert args["network"] == container_spec.BRIDGE_NETWORK
-    assert args["ports"] == {"8080/tcp": ("127.0.0.1", 8080), "53/tcp": ("0.0.0.0", 5353)}
+    assert args["ports"] == {"8080/tcp": [("127.0.0.1", 8080)], "53/tcp": [("0.0.0.0", 5353)]}
     with pytest.raises(BackendError, match="published only with network.mode bridge"):
         kwargs(tmp_path, network={"mode": "none", "ports": [{"containerPort": 1}]})
+
+
+def test_one_container_port_is_published_on_every_host_port_asked(tmp_path: Path) -> None:
+    network = {"mode": "bridge", "ports": [
+        {"containerPort": 80, "hostPort": 8080}, {"containerPort": 80, "hostPort": 8081}]}
+    args = kwargs(tmp_path, network=network)
+    assert args["ports"] == {"80/tcp": [("127.0.0.1", 8080), ("127.0.0.1", 8081)]}
 
 
 def test_host_network_only_when_the_configuration_allows_it(tmp_path: Path) -> None:
@@ -171,3 +178,10 @@ def test_base_image_rootfs() -> None:
     assert members["bin/sh"].issym() and members["bin/sh"].linkname == "busybox"
     assert members["tmp"].mode == 0o1777 and "etc/passwd" in members
     assert all(not m.issym() or "/" not in m.linkname for m in members.values())
+
+
+def test_the_engine_limits_are_checked_again_before_the_engine_call(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match=r"spec.workspace.mountPath: /.dockerenv is reserved"):
+        kwargs(tmp_path, workspace={"mountPath": "/.dockerenv"})
+    with pytest.raises(BackendError, match="spec.resources.cpus: must be at least 0.01"):
+        kwargs(tmp_path, resources={"cpus": 0.001})

@@ -1,0 +1,73 @@
+"""`devcell gc`: reclaim what nothing references, in every backend the state directory uses.
+
+Runs in the calling process under the reconcile lock (so no inline reconcile runs beside it)
+whether or not a daemon holds the lease: what a collection removes is by then referenced by
+nothing, and ids are never reused, so a daemon's concurrent work cannot come to need it.
+Without a daemon, operations a dead process left Running are failed first (as every inline
+converge does) and the trees killed removals left are cleared.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from devcell.errors import BackendUnavailable
+from devcell.reconciler import gc as engine
+from devcell.reconciler import lease
+from devcell.store import db as dbmod
+from devcell.store import objects
+
+
+@dataclass(frozen=True)
+class GCReport:
+    collected: tuple[engine.Collected, ...] = ()
+    """One per backend."""
+    unavailable: dict[str, str] = field(default_factory=dict)
+    """Backend -> why it could not be collected (its engine unreachable)."""
+    recovered: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.unavailable and all(c.error is None for c in self.collected)
+
+
+def backends_to_collect(state_dir: Path, conn: sqlite3.Connection) -> list[str]:
+    """Every backend a recorded cell names, and any whose storage lies in the directory."""
+    from devcell.backends.container_layout import Layout
+
+    names = set(objects.backends_in_use(conn))
+    if (state_dir / "backends" / "fake.db").exists():
+        names.add("fake")
+    layout = Layout(state_dir)
+    if any(p.is_dir() and any(p.iterdir()) for p in (layout.volumes, layout.checkpoints)):
+        names.add("container")
+    return sorted(names)
+
+
+def collect(state_dir: Path, *, approve: bool = False, dry_run: bool = False) -> GCReport:
+    """Judge and (unless dry_run) remove each backend's unreferenced volumes and checkpoints;
+    approve: also orphans that hold files."""
+    from devcell.controllers.context import Context
+    from devcell.reconciler import converge, recovery
+
+    db = dbmod.open_database(state_dir)
+    ctx = Context(db, trigger="gc", approve=approve)
+    collected = []
+    unavailable: dict[str, str] = {}
+    recovered: list[str] = []
+    try:
+        with converge.reconcile_lock(ctx):
+            if not dry_run and lease.current_holder(state_dir) is None:
+                recovered = sorted({op for op, _, _ in recovery.recover_interrupted(db)})
+                recovery.remove_dead_temporaries(state_dir)
+            for name in backends_to_collect(state_dir, db.conn):
+                try:
+                    collected.append(engine.collect(ctx, name, approve=approve, dry_run=dry_run))
+                except BackendUnavailable as exc:
+                    unavailable[name] = str(exc)
+    finally:
+        ctx.close()
+        db.close()
+    return GCReport(tuple(collected), unavailable, tuple(recovered))

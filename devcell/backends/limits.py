@@ -1,0 +1,87 @@
+"""What each backend can run, as plain data admission reads before anything is recorded.
+
+A manifest the backend could never run (a memory limit below the engine's minimum, a mount
+on a path the engine itself writes, a fork of another backend's checkpoint) is refused where
+the user can fix it, with file, line and field, instead of failing late in a reconcile. The
+records live here, not on the backend classes, so checking them never imports an engine's SDK.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from devcell.manifests import quantities
+
+
+@dataclass(frozen=True)
+class Limits:
+    min_memory_bytes: int = 1
+    min_cpus: float = 0.0
+    """Inclusive lower bound (the schema already refuses 0 and below)."""
+    max_cpus: float | None = None
+    reserved_mount_paths: tuple[str, ...] = ()
+    """Paths the engine itself creates in every cell: no mount may sit at or below one."""
+
+
+def _host_cpus() -> int:
+    """Docker refuses `--cpus` above the CPUs its daemon sees (those of this machine)."""
+    return os.cpu_count() or 1
+
+
+LIMITS: dict[str, Limits] = {
+    "fake": Limits(),
+    "container": Limits(
+        min_memory_bytes=6 * 2**20,  # Docker: "Minimum memory limit allowed is 6MB"
+        min_cpus=0.01,  # Docker: "Range of CPUs is from 0.01 to <host CPUs>"
+        max_cpus=float(_host_cpus()),
+        reserved_mount_paths=("/.dockerenv", "/.dockerinit"),
+    ),
+}
+
+
+def of(backend: str) -> Limits:
+    """The limits of `backend` (none for a backend this version does not know)."""
+    return LIMITS.get(backend, Limits())
+
+
+FieldPath = tuple[str | int, ...]
+
+
+def cell_problems(spec: dict[str, Any], backend: str) -> Iterator[tuple[FieldPath, str]]:
+    """Every limit of `backend` a Cell spec breaks, as (field path, message)."""
+    limits = of(backend)
+    paths: list[tuple[FieldPath, Any]] = [
+        (("spec", "workspace", "mountPath"), (spec.get("workspace") or {}).get("mountPath"))]
+    paths += [(("spec", "mounts", i, "mountPath"), mount.get("mountPath"))
+              for i, mount in enumerate(spec.get("mounts") or [])]
+    for path, inside in paths:
+        if not isinstance(inside, str):
+            continue
+        hidden = next((r for r in limits.reserved_mount_paths
+                       if inside == r or inside.startswith(r + "/")), None)
+        if hidden is not None:
+            yield (path, f"{inside} is reserved by the {backend} backend (its engine writes "
+                         f"{hidden} in every cell); choose another path")
+    resources = spec.get("resources") or {}
+    cpus = resources.get("cpus")
+    if isinstance(cpus, int | float) and not isinstance(cpus, bool):
+        if cpus < limits.min_cpus:
+            yield (("spec", "resources", "cpus"),
+                   f"must be at least {limits.min_cpus:g} on the {backend} backend")
+        elif limits.max_cpus is not None and cpus > limits.max_cpus:
+            yield (("spec", "resources", "cpus"),
+                   f"must be at most {limits.max_cpus:g} on the {backend} backend (the CPUs "
+                   "of this machine)")
+    memory = resources.get("memory")
+    if isinstance(memory, str):
+        try:
+            value = quantities.memory_bytes(memory)
+        except ValueError:
+            value = None  # validation has said why
+        if value is not None and value < limits.min_memory_bytes:
+            yield (("spec", "resources", "memory"),
+                   f"memory limit {memory} is below the {backend} backend's minimum of "
+                   f"{quantities.show_bytes(limits.min_memory_bytes)}")

@@ -1,0 +1,54 @@
+"""`devcell gc`: arguments in, one devcell.api call, what it removed (and would not) printed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from devcell.api import gc
+from devcell.cli import converge_output as output
+from devcell.controllers.gc import Verdict
+from devcell.names import printable
+from devcell.store import db as dbmod
+
+
+def size(n: int) -> str:
+    """Bytes as `docker system df` shows them: 0 B, 512 B, 4.0 KiB, 1.2 GiB."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError(n)
+
+
+def run_gc(args: argparse.Namespace) -> int:
+    with output.terminal(args.verbose):
+        report = gc.collect(dbmod.resolve_state_dir(args.state_dir), approve=args.approve,
+                            dry_run=args.dry_run)
+    out, err = sys.stdout, sys.stderr
+    verb = "would remove" if args.dry_run else "removed"
+    total = 0
+    for done in report.collected:
+        for judged in done.planned:
+            item = judged.item
+            what = f"{item.kind}/{printable(item.id)}"
+            if item.id in done.kept:
+                out.write(f"{what} kept: {printable(done.kept[item.id])}\n")
+            elif item.id in done.freed or args.dry_run:
+                freed = done.freed.get(item.id, 0)
+                total += freed
+                out.write(f"{what} {verb} ({size(freed)}): {printable(judged.why)}\n")
+        for judged in done.judged:
+            if judged.verdict is Verdict.NEEDS_APPROVAL and not args.approve:
+                out.write(f"{judged.item.kind}/{printable(judged.item.id)} kept: "
+                          f"{printable(judged.why)}; `devcell gc --approve` removes it\n")
+        if done.error is not None:
+            err.write(f"error: {done.backend}: operation {done.op_id}: "
+                      f"{printable(done.error)}\n")
+    for name, why in report.unavailable.items():
+        err.write(f"error: backend {name} not collected: {printable(why)}\n")
+    ops = [c.op_id for c in report.collected if c.op_id]
+    recorded = f" (operation {', '.join(ops)})" if ops else ""
+    out.write(f"{'would free' if args.dry_run else 'freed'} {size(total)}{recorded}\n")
+    return 0 if report.ok else 1

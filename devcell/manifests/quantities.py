@@ -1,0 +1,51 @@
+"""Quantities a manifest writes as text (memory: `512Mi`), turned into numbers once, here.
+
+Validation and the backends read a quantity the same way, so a value validation accepts is
+one the backend can pass on: never zero, never beyond what the engine's 64-bit fields hold
+(`99999999999999Ti` is 1.1e26 bytes; Docker would fail late or wrap it).
+"""
+
+from __future__ import annotations
+
+import re
+
+MEMORY_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+                "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+MAX_MEMORY_BYTES = 2**63 - 1
+"""The largest limit an engine's signed 64-bit byte count holds (8 EiB)."""
+_MEMORY = re.compile(r"([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?")
+
+
+def memory_bytes(text: str) -> int:
+    """The memory limit `text` in bytes; ValueError with the reason when it cannot be one."""
+    match = _MEMORY.fullmatch(text)
+    if match is None:
+        raise ValueError(f"invalid memory limit {text!r} (e.g. 512Mi, 2Gi)")
+    digits, unit = match.group(1), match.group(2) or ""
+    if len(digits) > 30:  # int() of a huge digit string is slow; it is out of range anyway
+        raise ValueError(f"memory limit {text[:20]}... is larger than the maximum of 8Ei")
+    value = int(digits) * MEMORY_UNITS[unit]
+    if value == 0:
+        raise ValueError("memory limit must be greater than 0")
+    if value > MAX_MEMORY_BYTES:
+        raise ValueError(f"memory limit {text} is larger than the maximum of 8Ei "
+                         f"({MAX_MEMORY_BYTES} bytes)")
+    return value
+
+
+def memory_problem(text: str) -> str | None:
+    """Why `text` is not a usable memory limit, or None."""
+    try:
+        memory_bytes(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def show_bytes(value: int) -> str:
+    """6291456 -> 6Mi: a limit as a manifest would write it."""
+    for unit in ("Ti", "Gi", "Mi", "Ki"):
+        size = MEMORY_UNITS[unit]
+        if value >= size and value % size == 0:
+            return f"{value // size}{unit}"
+    return str(value)

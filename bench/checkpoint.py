@@ -1,14 +1,24 @@
 #!/usr/bin/env python3
-"""Checkpoint of a 1 GiB workspace of 10,000 files (`devcell snapshot create`) vs. `cp -a` of
-the same tree; also fork (`devcell cell fork`), sleep and start (`devcell cell sleep/start`).
+"""Checkpoints, forks and sleep of a 1 GiB workspace of 10,000 files, against `cp -a` of the
+same tree and (with --compare-devcell) another build of DevCell, in the same run.
 
-One container cell (network none) runs throughout; its workspace is filled once, on the host,
-with 10,000 files in 100 directories, 1 GiB in all. Every devcell figure is a whole process
-(start-up, the recorded operation, the engine calls, the copy, exit). Each snapshot and fork is
-verified (Ready / Running, consistency filesystem, 10,000 files) and deleted, untimed.
+Figures (whole `devcell` processes, medians; the steps' own durations from the operations
+table where a target names them):
+- first checkpoint (`snapshot create`, nothing to share) vs `cp -a` of the workspace;
+- second checkpoint after 1% of the files changed, vs the first;
+- checkpoint of an unchanged workspace (freeze + share + unfreeze: the steps quiesce,
+  checkpoint and resume);
+- fork of a snapshot (`cell fork`: restore + start) at 100 MiB, 1 GiB and 4 GiB (4 GiB only
+  with room on disk), and the create-volume step alone (the cost before the container starts);
+- 10 forks of one 1 GiB snapshot each changing 1% of the files: bytes on disk (`du -sx`, which
+  counts a block shared by hard links once and does not enter the forks' overlay mounts);
+- `cell sleep` after a 1% change, and `cell start` after sleep.
 
-Needs the engine and the base image (scripts/docker-setup); ~3 GiB free disk.
+Each build runs its own state directory and cell (container, network none), filled once on
+the host. Snapshots, forks and cells made for a run are verified and deleted, untimed.
+Needs the engine and the base image (scripts/docker-setup).
 Run by hand: .venv/bin/python bench/checkpoint.py [--runs 5]
+    [--compare-devcell /work/main/.venv/bin/devcell --compare-label main]
 """
 
 from __future__ import annotations
@@ -17,15 +27,23 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import _common as c
 
 IMAGE = "devcell/busybox:latest"
-TARGET = 1.1
+FIRST_TARGET = 1.1  # first checkpoint / cp -a
+SECOND_TARGET = 0.10  # second checkpoint (1% changed) / first
+UNCHANGED_MS = 100.0  # quiesce + checkpoint + resume steps, unchanged workspace
+FORK_MS = 150.0  # before the container starts
+FORKS_GIB = 1.2  # 10 forks, 1% changed each, with their snapshot
+SLEEP_TARGET = 0.20  # sleep after a 1% change / today's sleep
+Prepare = Callable[[], tuple[dict[str, str], Callable[[], None]]]
 
 
 def fill(workspace: Path, files: int, total: int) -> None:
@@ -38,23 +56,72 @@ def fill(workspace: Path, files: int, total: int) -> None:
         (directory / f"f{i:05d}.bin").write_bytes(block[offset:offset + size])
 
 
-def main() -> int:
-    p = c.base_parser(__doc__.split("\n\n")[0], runs=5)
-    p.add_argument("--files", type=int, default=10_000)
-    p.add_argument("--mib", type=int, default=1024, help="workspace size in MiB (default 1024)")
-    args = p.parse_args()
-    c.check_args(args)
-    if shutil.disk_usage(Path.cwd()).free < 4 * args.mib * 2**20:
-        sys.exit("not enough free disk for this benchmark")
+def change_one_percent(workspace: Path, files: int, salt: int) -> None:
+    """Rewrite every 100th file (1% of them) in place with new bytes of the same size."""
+    for i in range(0, files, 100):
+        directory = workspace / f"d{i // (files // 100 or 1):03d}"
+        path = directory / f"f{i:05d}.bin"
+        size = path.stat().st_size
+        with open(path, "r+b") as out:
+            out.write((salt.to_bytes(8, "big") + os.urandom(64)) * (size // 72 + 1))
+            out.truncate(size)
 
-    with c.workdir(args.keep) as work:
-        state = work / "state"
-        env = c.env_for(state)
-        manifest = work / "big.yaml"
-        manifest.write_text(f"""\
+
+def du_bytes(*paths: Path) -> int:
+    """Bytes on disk under `paths`, one `du` so a block shared by hard links counts once,
+    not entering other filesystems (a fork's overlay mount)."""
+    out = subprocess.run(["du", "-sxcB1", *map(str, paths)], capture_output=True, text=True,
+                         check=True).stdout.splitlines()[-1]
+    return int(out.split()[0])
+
+
+@dataclass
+class World:
+    """One build's state directory with one filled cell."""
+
+    build: c.Build
+    state: Path
+    env: dict[str, str]
+    cell: str
+    workspace: Path = field(default=Path())
+    problems: list[str] = field(default_factory=list)
+
+    def dc(self, *argv: str) -> c.Result:
+        return c.run_ok([self.build.devcell, *argv], self.env)
+
+    def json(self, *argv: str) -> dict[str, Any]:
+        out = c.run_ok([self.build.devcell, *argv, "-o", "json"], self.env, capture=True).stdout
+        return dict(json.loads(out))
+
+    def steps_ms(self, kind: str, names: tuple[str, ...]) -> float:
+        """Summed durations of these steps in the latest operation on a `kind`."""
+        db = c.connect_ro(self.state / "state.db")
+        try:
+            rows = db.execute(
+                "SELECT s.name, s.duration_ms FROM operation_steps s WHERE s.op_id = "
+                "(SELECT id FROM operations WHERE object_kind = ? ORDER BY created_at DESC, "
+                "rowid DESC LIMIT 1)", (kind,)).fetchall()
+        finally:
+            db.close()
+        return float(sum(ms or 0 for name, ms in rows if name in names))
+
+    def volume_of(self, cell: str) -> Path:
+        """The workspace of a cell's volume, found by the cell id its marker names."""
+        ref = self.json("get", "cells", cell)["status"]["runtime"]["ref"]
+        cell_id = ref.rpartition("/")[2]
+        (found,) = [m.parent / "workspace" for m in self.state.glob("volumes/*/volume.json")
+                    if json.loads(m.read_text()).get("cell_id") == cell_id]
+        return found
+
+
+def make_world(build: c.Build, work: Path, cell: str, files: int, mib: int) -> World:
+    state = work / f"state-{build.name or 'only'}-{cell}"
+    world = World(build, state, c.env_for(state), cell)
+    manifest = work / f"{cell}-{build.name or 'only'}.yaml"
+    manifest.write_text(f"""\
 apiVersion: devcell.dev/v1alpha1
 kind: Cell
-metadata: {{name: big}}
+metadata: {{name: {cell}}}
 spec:
   backend: container
   image: {IMAGE}
@@ -63,78 +130,236 @@ spec:
     - name: idle
       command: [sleep, "1000000"]
 """)
-        c.run_ok([args.devcell, "apply", "-f", str(manifest)], env)
-        (workspace,) = state.glob("volumes/vol_*/workspace")
-        fill(workspace, args.files, args.mib * 2**20)
-        print(f"workspace: {args.files} files, {args.mib} MiB in {workspace}")
-        problems: list[str] = []
+    world.dc("apply", "-f", str(manifest))
+    (world.workspace,) = state.glob("volumes/vol_*/workspace")
+    fill(world.workspace, files, mib * 2**20)
+    return world
 
-        def devcell_json(*argv: str) -> dict[str, Any]:
-            out = c.run_ok([args.devcell, *argv, "-o", "json"], env, capture=True).stdout
-            return dict(json.loads(out))
 
-        def snapshot_fresh() -> tuple[dict[str, str], Callable[[], None]]:
-            """The snapshot is always named `snap`; verified and deleted after each run."""
+def drop_world(world: World) -> None:
+    for cell in world.json("get", "cells").get("items", []):
+        c.run([world.build.devcell, "delete", "cell", cell["metadata"]["name"], "--approve"],
+              world.env)
+    for snap in world.json("get", "snapshots").get("items", []):
+        c.run([world.build.devcell, "delete", "snapshot", snap["metadata"]["name"]], world.env)
+    shutil.rmtree(world.state, ignore_errors=True)
+
+
+def check_snapshot(world: World, name: str, files: int) -> None:
+    status = world.json("get", "snapshots", name)["status"]
+    taken = status.get("checkpoint", {})
+    if (status.get("phase") != "Ready" or taken.get("files") != files
+            or taken.get("consistency") != "filesystem"):
+        world.problems.append(f"{world.build.name} snapshot {name}: {status}")
+
+
+def checkpoints(worlds: list[World], args: Any, work: Path,
+                samples: dict[str, list[float]], steps: dict[str, list[float]]) -> None:
+    copies = work / "copies"
+
+    def first(w: World) -> Prepare:
+        def done() -> None:
+            steps.setdefault(f"first{w.build.tag}", []).append(
+                w.steps_ms("Snapshot", ("checkpoint",)))
+            check_snapshot(w, "snap", args.files)
+            w.dc("delete", "snapshot", "snap")
+        return lambda: (w.env, done)
+
+    def cp_fresh() -> tuple[dict[str, str], Callable[[], None]]:
+        shutil.rmtree(copies, ignore_errors=True)
+        return worlds[0].env, lambda: shutil.rmtree(copies, ignore_errors=True)
+
+    subjects = [c.Subject(f"first checkpoint{w.build.tag}",
+                          [w.build.devcell, "snapshot", "create", w.cell, "--name", "snap"],
+                          first(w)) for w in worlds]
+    subjects.append(c.Subject("cp -a WORKSPACE COPY",
+                              ["cp", "-a", str(worlds[0].workspace), str(copies)], cp_fresh))
+    samples.update(c.time_interleaved(subjects, args.runs, args.warmup,
+                                      alternate=len(worlds) > 1))
+    for w in worlds:  # the checkpoint later ones share with
+        w.dc("snapshot", "create", w.cell, "--name", "base")
+    salt = iter(range(10**6))
+
+    def later(w: World, what: str, change: bool) -> Prepare:
+        def prepare() -> tuple[dict[str, str], Callable[[], None]]:
+            if change:
+                change_one_percent(w.workspace, args.files, next(salt))
+
             def done() -> None:
-                status = devcell_json("get", "snapshots", "snap")["status"]
-                taken = status.get("checkpoint", {})
-                if (status.get("phase") != "Ready" or taken.get("files") != args.files
-                        or taken.get("consistency") != "filesystem"):
-                    problems.append(f"snapshot: {status}")
-                c.run_ok([args.devcell, "delete", "snapshot", "snap"], env)
-            return env, done
+                steps.setdefault(f"{what}{w.build.tag}", []).append(
+                    w.steps_ms("Snapshot", ("quiesce", "checkpoint", "resume")))
+                check_snapshot(w, "again", args.files)
+                w.dc("delete", "snapshot", "again")
+            return w.env, done
+        return prepare
 
-        copies = work / "copies"
+    for what, change in (("second checkpoint, 1% changed", True),
+                         ("checkpoint, nothing changed", False)):
+        if not change:  # the newest checkpoint is then the workspace as it is
+            for w in worlds:
+                w.dc("snapshot", "create", w.cell, "--name", "latest")
+        subjects = [c.Subject(f"{what}{w.build.tag}", [w.build.devcell, "snapshot", "create",
+                                                         w.cell, "--name", "again"],
+                              later(w, what, change)) for w in worlds]
+        samples.update(c.time_interleaved(subjects, args.runs, args.warmup,
+                                          alternate=len(worlds) > 1))
 
-        def cp_fresh() -> tuple[dict[str, str], Callable[[], None]]:
-            shutil.rmtree(copies, ignore_errors=True)
-            return env, lambda: shutil.rmtree(copies, ignore_errors=True)
 
-        label_snap = "devcell snapshot create (quiesce, copy, resume)"
-        label_cp = "cp -a WORKSPACE COPY"
-        samples = c.time_interleaved([
-            c.Subject(label_snap, [args.devcell, "snapshot", "create", "big", "--name", "snap"],
-                      snapshot_fresh),
-            c.Subject(label_cp, ["cp", "-a", str(workspace), str(copies)], cp_fresh),
-        ], args.runs, args.warmup)
+def forks(worlds: list[World], args: Any, samples: dict[str, list[float]],
+          steps: dict[str, list[float]], size: str) -> None:
+    def fork(w: World) -> Prepare:
+        def done() -> None:
+            steps.setdefault(f"fork {size}{w.build.tag}", []).append(
+                w.steps_ms("Cell", ("create-volume",)))
+            cell = w.json("get", "cells", "f")
+            if cell["status"].get("phase") != "Running":
+                w.problems.append(f"fork: {cell['status']}")
+            w.dc("delete", "cell", "f", "--approve")
+        return lambda: (w.env, done)
 
-        # fork: from one kept snapshot; each fork cell deleted afterwards (untimed)
-        c.run_ok([args.devcell, "snapshot", "create", "big", "--name", "base"], env)
-        fork = [args.devcell, "cell", "fork", "big", "--snapshot", "base", "--name", "f"]
+    samples.update(c.time_interleaved(
+        [c.Subject(f"fork {size}{w.build.tag}", [w.build.devcell, "cell", "fork", w.cell,
+                                                  "--snapshot", "base", "--name", "f"], fork(w))
+         for w in worlds], args.runs, args.warmup, alternate=len(worlds) > 1))
 
-        def fork_fresh() -> tuple[dict[str, str], Callable[[], None]]:
-            def done() -> None:
-                cell = devcell_json("get", "cells", "f")
-                if cell["status"].get("phase") != "Running":
-                    problems.append(f"fork: {cell['status']}")
-                c.run_ok([args.devcell, "delete", "cell", "f", "--approve"], env)
-            return env, done
 
-        samples.update(c.time_interleaved([c.Subject("devcell cell fork (restore + start)",
-                                                     fork, fork_fresh)],
-                                          args.runs, args.warmup))
-        samples.update(c.time_interleaved([
-            c.Subject("devcell cell sleep (checkpoint, remove)",
-                      [args.devcell, "cell", "sleep", "big"], c.fixed(env)),
-            c.Subject("devcell cell start (cold boot)",
-                      [args.devcell, "cell", "start", "big"], c.fixed(env)),
-        ], args.runs, args.warmup))
-        c.print_timings(f"1 GiB / {args.files} files, {args.runs} runs each "
-                        f"({args.warmup} warm-up)", samples, baseline=label_cp)
-        ratio = statistics.median(samples[label_snap]) / statistics.median(samples[label_cp])
-        print(f"snapshot / cp -a = {ratio:.2f} (target <= {TARGET}: {c.verdict(ratio <= TARGET)})")
-        copy_ms = c.connect_ro(state / "state.db").execute(
-            "SELECT duration_ms FROM operation_steps s JOIN operations o ON o.id = s.op_id "
-            "WHERE s.name = 'checkpoint' AND o.object_kind = 'Snapshot'").fetchall()
-        if copy_ms:
-            print(f"of which the checkpoint step (freeze + copy): median "
-                  f"{statistics.median(r[0] for r in copy_ms):.0f} ms over {len(copy_ms)} runs")
+def ten_forks(w: World, args: Any) -> tuple[int, int]:
+    """Bytes on disk of the snapshot `base` and 10 forks of it, 1% changed in each (du), and
+    of everything (with the parent's workspace)."""
+    for i in range(10):
+        w.dc("cell", "fork", w.cell, "--snapshot", "base", "--name", f"ten{i}")
+        change_one_percent(w.volume_of(f"ten{i}"), args.files, 1000 + i)
+    parent = w.workspace.parent
+    forks_and_snapshot = [p for p in (w.state / "volumes").iterdir() if p != parent]
+    ours = du_bytes(w.state / "images", *forks_and_snapshot)
+    total = du_bytes(w.state)
+    for i in range(10):
+        w.dc("delete", "cell", f"ten{i}", "--approve")
+    return ours, total
+
+
+def sleeps(worlds: list[World], args: Any, samples: dict[str, list[float]]) -> None:
+    salt = iter(range(2 * 10**6, 3 * 10**6))
+
+    def changed(w: World) -> Prepare:
+        def prepare() -> tuple[dict[str, str], Callable[[], None]]:
+            change_one_percent(w.workspace, args.files, next(salt))
+            return w.env, lambda: None
+        return prepare
+
+    subjects: list[c.Subject] = []
+    for w in worlds:
+        subjects += [c.Subject(f"sleep, 1% changed{w.build.tag}",
+                               [w.build.devcell, "cell", "sleep", w.cell], changed(w)),
+                     c.Subject(f"start after sleep{w.build.tag}",
+                               [w.build.devcell, "cell", "start", w.cell], c.fixed(w.env))]
+    samples.update(c.time_interleaved(subjects, args.runs, args.warmup))
+
+
+def only_disk(worlds: list[World], args: Any) -> int:
+    for w in worlds:
+        w.dc("snapshot", "create", w.cell, "--name", "base")
+        ours, total = ten_forks(w, args)
+        print(f"10 forks of one {args.mib} MiB snapshot, 1% changed each{w.build.tag}: "
+              f"{ours / 2**30:.2f} GiB with the snapshot ({total / 2**30:.2f} GiB with the "
+              f"parent's workspace)")
+    for w in worlds:
+        drop_world(w)
+    return 0
+
+
+def ratio_line(samples: dict[str, list[float]], a: str, b: str, target: float) -> str:
+    r = statistics.median(samples[a]) / statistics.median(samples[b])
+    return f"{a} / {b} = {r:.3f} (target <= {target}: {c.verdict(r <= target)})"
+
+
+def main() -> int:
+    p = c.base_parser(__doc__.split("\n\n")[0], runs=5)
+    p.add_argument("--files", type=int, default=10_000)
+    p.add_argument("--mib", type=int, default=1024, help="workspace size in MiB (default 1024)")
+    p.add_argument("--fork-sizes", default="100,1024,4096",
+                   help="workspace sizes (MiB) forks are timed at (default 100,1024,4096)")
+    p.add_argument("--only-disk", action="store_true",
+                   help="only the bytes on disk of 10 forks (no timings)")
+    args = p.parse_args()
+    c.check_args(args)
+    builds = c.builds(args)
+    free = shutil.disk_usage(Path.cwd()).free
+    print(f"free disk: {free / 2**30:.1f} GiB")
+    if free < (12 * len(builds) + 2) * args.mib * 2**20:
+        sys.exit("not enough free disk for this benchmark (10 forks may be full copies)")
+    sizes = [int(s) for s in args.fork_sizes.split(",") if s]
+    room = [s for s in sizes if free > 4 * len(builds) * s * 2**20 + 16 * 2**30]
+    if room != sizes:
+        print(f"fork sizes {sorted(set(sizes) - set(room))} MiB left out: not enough free disk")
+
+    with c.workdir(args.keep) as work:
+        worlds = [make_world(b, work, "big", args.files, args.mib) for b in builds]
+        print(f"workspace: {args.files} files, {args.mib} MiB per build")
+        samples: dict[str, list[float]] = {}
+        steps: dict[str, list[float]] = {}
+        if args.only_disk:
+            return only_disk(worlds, args)
+        checkpoints(worlds, args, work, samples, steps)
+        for size in room:
+            if size == args.mib:
+                forks(worlds, args, samples, steps, f"{size} MiB")
+                continue
+            sized = [make_world(b, work, f"s{size}", args.files, size) for b in builds]
+            for w in sized:
+                w.dc("snapshot", "create", w.cell, "--name", "base")
+            forks(sized, args, samples, steps, f"{size} MiB")
+            for w in sized:
+                worlds[0].problems += w.problems
+                drop_world(w)
+        disk = {w.build.name: ten_forks(w, args) for w in worlds}
+        sleeps(worlds, args, samples)
+
+        tag = [w.build.tag for w in worlds]
+        c.print_timings(f"{args.mib} MiB / {args.files} files, {args.runs} runs each "
+                        f"({args.warmup} warm-up); ratio against cp -a", samples,
+                        baseline="cp -a WORKSPACE COPY")
+        print("\nsteps from the operations table (ms, median):")
+        for label, values in steps.items():
+            print(f"  {label:<48} {statistics.median(values):9.1f}")
+        print("\ntargets (this build" + (f" = {builds[0].name}" if len(builds) > 1 else "")
+              + "):")
+        t0 = tag[0]
+        print(ratio_line(samples, f"first checkpoint{t0}", "cp -a WORKSPACE COPY", FIRST_TARGET))
+        print(ratio_line(samples, f"second checkpoint, 1% changed{t0}", f"first checkpoint{t0}",
+                         SECOND_TARGET))
+        unchanged = statistics.median(steps[f"checkpoint, nothing changed{t0}"])
+        print(f"unchanged workspace: quiesce + checkpoint + resume steps {unchanged:.1f} ms "
+              f"(target <= {UNCHANGED_MS:.0f}: {c.verdict(unchanged <= UNCHANGED_MS)})")
+        for size in room:
+            ms = statistics.median(steps[f"fork {size} MiB{t0}"])
+            print(f"fork {size} MiB: create-volume step {ms:.1f} ms "
+                  f"(target <= {FORK_MS:.0f}: {c.verdict(ms <= FORK_MS)})")
+        for w in worlds:
+            ours, total = disk[w.build.name]
+            print(f"10 forks of one {args.mib} MiB snapshot, 1% changed each{w.build.tag}: "
+                  f"{ours / 2**30:.2f} GiB with the snapshot ({total / 2**30:.2f} GiB with the "
+                  f"parent's workspace)" + (f" (target <= {FORKS_GIB}: "
+                                           f"{c.verdict(ours / 2**30 <= FORKS_GIB)})"
+                                           if w is worlds[0] else ""))
+        if len(worlds) > 1:
+            t1 = tag[1]
+            print(ratio_line(samples, f"sleep, 1% changed{t0}", f"sleep, 1% changed{t1}",
+                             SLEEP_TARGET))
+            print(ratio_line(samples, f"start after sleep{t0}", f"start after sleep{t1}", 1.05))
+            print(f"\n{builds[0].name} / {builds[1].name} (medians):")
+            for label in samples:
+                if label.endswith(t0):
+                    other = label[:-len(t0)] + t1
+                    if other in samples:
+                        r = statistics.median(samples[label]) / statistics.median(samples[other])
+                        print(f"  {label[:-len(t0)]:<40} {r:7.3f}")
+        problems = [p for w in worlds for p in w.problems]
         print(f"\nverification: {'PASS' if not problems else 'MISS'}")
         for problem in problems:
             print(f"  problem: {problem}")
-        remove = c.run([args.devcell, "delete", "cell", "big", "--approve"], env)
-        if remove.returncode != 0:
-            print("could not delete the cell big; remove its container by hand")
+        for w in worlds:
+            drop_world(w)
         return 0 if not problems else 1
 
 

@@ -16,6 +16,21 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
 
+@pytest.fixture(autouse=True)
+def _no_mount_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A fork's workspace is an overlay mount: whatever a test leaves mounted under its
+    temporary directory is detached when it ends (after its containers are gone), so no
+    mount outlives the test and pytest can remove the directory later."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    tmp: Path = request.getfixturevalue("tmp_path")
+    yield
+    from devcell.backends import treecopy
+
+    treecopy.detach_mounts_under(tmp)
+
+
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
     return tmp_path / "state"

@@ -361,11 +361,15 @@ class ContainerBackend:
 
     def create_volume(self, cell: CellRef, volume_id: str, *, from_checkpoint: str | None
                       ) -> Outputs:
-        stats = self.store.create_volume(cell_id=cell.id, cell_name=cell.name,
-                                         volume_id=volume_id, from_checkpoint=from_checkpoint,
-                                         op_id=cell.op_id)
-        return {"volume": volume_id, "path": str(self.layout.workspace(volume_id)),
-                "restoredFrom": from_checkpoint, "files": stats.files, "bytes": stats.size_bytes}
+        made = self.store.create_volume(cell_id=cell.id, cell_name=cell.name,
+                                        volume_id=volume_id, from_checkpoint=from_checkpoint,
+                                        op_id=cell.op_id)
+        outputs: Outputs = {"volume": volume_id, "path": str(self.layout.workspace(volume_id)),
+                            "restoredFrom": from_checkpoint, "files": made.stats.files,
+                            "bytes": made.stats.size_bytes, "storage": made.storage}
+        if made.copy_reason:
+            outputs["copiedBecause"] = made.copy_reason
+        return outputs
 
     def delete_volume(self, volume_id: str) -> Outputs:
         safe_id("volume", volume_id)
@@ -471,6 +475,8 @@ class ContainerBackend:
         name = self.container_name(cell)
         if cell.volume_id is not None and not self.store.volume_exists(cell.volume_id):
             raise BackendNotFound(f"volume {cell.volume_id} of cell {cell.name} does not exist")
+        if cell.volume_id is not None:
+            self.store.ensure_mounted(cell.volume_id)
         policy = self._policy()
         kwargs = container_spec.create_kwargs(
             self.layout, name=name, cell_id=cell.id, cell_name=cell.name, spec=cell.spec,
@@ -515,6 +521,10 @@ class ContainerBackend:
         return {"container": name, "id": container_id[:12], "created": True}
 
     def start(self, cell: CellRef) -> Outputs:
+        if cell.volume_id is not None and self.store.volume_exists(cell.volume_id):
+            # A fork's overlay is gone after a reboot: mounted again before the container
+            # binds the directory (unmounted, it is an empty directory beside the files).
+            self.store.ensure_mounted(cell.volume_id)
         fresh = self._created.pop(cell.id, None)
         if fresh is not None:  # created by this backend moments ago: ours, and never started
             container_id, mounts = fresh
@@ -738,6 +748,10 @@ class ContainerBackend:
         return None if meta is None else self._info(checkpoint_id, meta)
 
     def delete_checkpoint(self, checkpoint_id: str) -> Outputs:
+        forks = self.store.checkpoints_in_use().get(checkpoint_id)
+        if forks:
+            raise BackendRefused(f"checkpoint {checkpoint_id} is the lower layer of fork "
+                                 f"volume(s) {', '.join(forks)}; delete those cells first")
         self.store.delete_checkpoint(checkpoint_id)
         return {"checkpoint": checkpoint_id}
 

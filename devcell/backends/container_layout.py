@@ -5,8 +5,11 @@ Every path is built from an id that first passed a strict regular expression (le
 
     <state>/volumes/<vol_id>/volume.json        marker: which cell the volume belongs to
     <state>/volumes/<vol_id>/workspace/         bind-mounted at spec.workspace.mountPath
+                                                (a fork's: an overlay mount on its checkpoint)
+    <state>/volumes/<vol_id>/upper/, work/      a fork's own writes, overlay's work directory
     <state>/volumes/<vol_id>/logs/<svc>.log     per-service logs (mounted at /var/log/devcell)
     <state>/images/checkpoints/<id>/            checkpoint.json + workspace/ (complete ones only)
+                                                + sources.json (what the next one may share)
     <state>/containers/<cell_id>/               supervisor.sh, secrets.env (mounted read-only)
 
 Where those are mounted inside a cell (`security.RUN_DIR`, `security.SERVICE_LOG_DIR`) is
@@ -63,6 +66,12 @@ class Layout:
 
     def workspace(self, volume_id: str) -> Path:
         return self.volume(volume_id) / "workspace"
+
+    def upper(self, volume_id: str) -> Path:
+        return self.volume(volume_id) / "upper"
+
+    def overlay_work(self, volume_id: str) -> Path:
+        return self.volume(volume_id) / "work"
 
     def logs(self, volume_id: str) -> Path:
         return self.volume(volume_id) / "logs"

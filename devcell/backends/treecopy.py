@@ -15,8 +15,10 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import stat
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,8 @@ from devcell.log import logger
 
 BATCH = 256
 """Files per `cp` call: one directory's files, split into batches of at most this many."""
+LINK_BATCH = 2048
+"""Files per hard-linking task (a thread each: link(2) releases the interpreter lock)."""
 SERIAL_BELOW = 64
 """Trees with fewer files are copied by one `cp -a` (starting processes would cost more)."""
 CP = ("cp", "-a", "--reflink=auto", "--no-target-directory")
@@ -57,6 +61,16 @@ class _Scan:
     """Some path is longer than LONG_PATH: the lists above are empty, copy it whole."""
     longest: int = 0
     """Bytes of the longest relative path."""
+    reused: list[tuple[str, str]] = field(default_factory=list)
+    """(relative path, earlier checkpoint's file) of files hard-linked instead of copied."""
+    reused_bytes: int = 0
+    sources: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)
+    """(inode, size, mtime_ns, ctime_ns, mode) of each single-link regular file, as scanned."""
+
+
+Reuse = Callable[[str, os.stat_result], str | None]
+"""Given a regular file's relative path and lstat, an identical immutable file to hard-link
+in its place (from an earlier checkpoint), or None to copy it."""
 
 
 PATH_MAX = 4096
@@ -65,17 +79,19 @@ LONG_PATH = 2048
 descriptors) instead of batches of paths handed to `cp` (which fail past PATH_MAX)."""
 
 
-def _scan(root: Path) -> _Scan:
+def _scan(root: Path, reuse: Reuse | None = None) -> _Scan:
     scan = _Scan()
     for directory in treewalk.walk(root):
         rel = "" if scan.deep else directory.path()
         batch: list[str] = []
         batch_size = 0
         for name, st in directory.entries:
-            scan.longest = max(scan.longest, directory.path_bytes + len(os.fsencode(name)) + 1)
-            if directory.path_bytes + len(os.fsencode(name)) + 1 > LONG_PATH and not scan.deep:
+            length = directory.path_bytes + len(os.fsencode(name)) + 1
+            scan.longest = max(scan.longest, length)
+            if length > LONG_PATH and not scan.deep:
                 scan.deep = True  # paths are no use any more: count only
                 scan.dirs, scan.batches, scan.batch_bytes, scan.linked = [], [], [], []
+                scan.reused, scan.reused_bytes, scan.sources = [], 0, {}
             path = "" if scan.deep else (f"{rel}/{name}" if rel else name)
             if stat.S_ISDIR(st.st_mode):
                 if not scan.deep:
@@ -90,6 +106,14 @@ def _scan(root: Path) -> _Scan:
                 scan.linked.append(path)
                 scan.linked_bytes += size
                 continue
+            if stat.S_ISREG(st.st_mode):
+                scan.sources[path] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                      st.st_mode)
+                same = reuse(path, st) if reuse is not None else None
+                if same is not None:
+                    scan.reused.append((path, same))
+                    scan.reused_bytes += size
+                    continue
             batch.append(path)
             batch_size += size
             if len(batch) >= BATCH:
@@ -128,16 +152,38 @@ def workers() -> int:
     return max(2, min(8, 2 * (os.cpu_count() or 1)))
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """What `snapshot_tree` made: the tree's totals, what it shared with an earlier one, and
+    the scanned identity of each copied file (the next snapshot's change detector)."""
+
+    stats: TreeStats
+    reused_files: int
+    reused_bytes: int
+    sources: dict[str, tuple[int, int, int, int, int]]
+
+
 def copy_tree(src: Path, dst: Path, *, description: str = "copying") -> TreeStats:
     """Copy directory `src` to `dst` (which must not exist) as `cp -a` would; what was copied.
 
     Progress (bytes) is reported through devcell.progress as each batch finishes.
     """
+    return snapshot_tree(src, dst, description=description).stats
+
+
+def snapshot_tree(src: Path, dst: Path, *, description: str = "copying",
+                  reuse: Reuse | None = None) -> Snapshot:
+    """`copy_tree`, except that each regular file `reuse` vouches for is a hard link to the
+    identical file it names (in an earlier, immutable checkpoint) instead of a copy.
+
+    Links are only ever made from that earlier file, never from `src`: a file of a live
+    workspace linked into a checkpoint would change with the next write in the workspace.
+    """
     if dst.exists() or dst.is_symlink():
         raise BackendError(f"refusing to copy over existing {dst}")
     src, dst = src.absolute(), dst.absolute()  # cp runs inside src
     try:
-        scan = _scan(src)
+        scan = _scan(src, reuse)
         room = PATH_MAX - len(os.fsencode(str(dst))) - 1
         if scan.longest > room:
             raise BackendError(
@@ -148,7 +194,8 @@ def copy_tree(src: Path, dst: Path, *, description: str = "copying") -> TreeStat
             _copy(src, dst, scan, advance)
     except OSError as exc:
         raise BackendError(f"copying {src} to {dst} failed: {exc}") from None
-    return TreeStats(scan.files, scan.size)
+    return Snapshot(TreeStats(scan.files, scan.size), len(scan.reused), scan.reused_bytes,
+                    scan.sources)
 
 
 WATCH_ABOVE = 16 * 2**20
@@ -190,8 +237,19 @@ def _serial_copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -
     advance(scan.size - reported)
 
 
+def _link_batch(pairs: list[tuple[str, str]], dst: Path, src: Path) -> None:
+    """Hard-link each earlier file in place of its copy; one that vanished (an earlier
+    checkpoint deleted meanwhile) is copied after all."""
+    into = str(dst)
+    for rel, same in pairs:
+        try:
+            os.link(same, os.path.join(into, rel), follow_symlinks=False)
+        except FileNotFoundError:
+            _cp([*CP[:-1], "--parents", "-t", str(dst), "--", rel], src)
+
+
 def _copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -> None:
-    if scan.files < SERIAL_BELOW or scan.deep:
+    if (scan.files < SERIAL_BELOW and not scan.reused) or scan.deep:
         _serial_copy(src, dst, scan, advance)
         return
     dst.mkdir(mode=0o700)
@@ -204,6 +262,11 @@ def _copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -> None:
         jobs.append(([*into, *scan.linked], scan.linked_bytes))
     with ThreadPoolExecutor(workers(), thread_name_prefix="treecopy") as pool:
         futures = {pool.submit(_cp, argv, src): size for argv, size in jobs}
+        for start in range(0, len(scan.reused), LINK_BATCH):
+            pairs = scan.reused[start:start + LINK_BATCH]
+            futures[pool.submit(_link_batch, pairs, dst, src)] = 0
+        if scan.reused_bytes:
+            advance(scan.reused_bytes)
         for future in as_completed(futures):
             future.result()
             advance(futures[future])
@@ -248,9 +311,30 @@ def remove_tree(path: Path, trash: Path) -> None:
     if not path.exists() and not path.is_symlink():
         return
     os.rename(path, trash)
+    detach_mounts_under(trash)
     done = children.run(["rm", "-rf", "--one-file-system", "--", str(trash)])
     if done.returncode != 0:
         logger.warning("could not remove all of {}: {}", trash, done.stderr.strip()[:300])
+
+
+def _mountinfo_path(field: str) -> str:
+    """A mount point as /proc/self/mountinfo writes it (octal escapes for space, tab, ...)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def detach_mounts_under(root: Path) -> None:
+    """Detach whatever is mounted below `root` (a fork's overlay left by a crash between
+    mounting and recording it), deepest first, so removing `root` leaves no mount behind."""
+    prefix = os.path.realpath(root) + "/"  # mountinfo names the real path
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
+            points = [_mountinfo_path(line.split(" ")[4]) for line in info]
+    except OSError:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        if libc.umount2(os.fsencode(point), 2) != 0:  # MNT_DETACH
+            logger.warning("could not detach the mount at {}", point)
 
 
 def sync_filesystem(path: Path) -> None:

@@ -73,6 +73,19 @@ def _events(conn: sqlite3.Connection, object_id: str) -> None:
                      for e in rows])
 
 
+def _workspace_storage(conn: sqlite3.Connection, object_id: str) -> str | None:
+    """How the cell's workspace volume was made, from its create-volume step: an overlay on
+    its snapshot's checkpoint, or a copy (and why a fork could not be an overlay)."""
+    for op in operations.for_object(conn, object_id, limit=50):
+        for step in operations.steps(conn, op["id"]):
+            if step.name == "create-volume" and step.outputs.get("storage"):
+                how = {"overlay": "overlay on its snapshot's checkpoint (its own writes only)",
+                       "copy": "a copy of its own"}.get(step.outputs["storage"], "")
+                why = step.outputs.get("copiedBecause")
+                return how + (f" (not an overlay: {why})" if why else "")
+    return None
+
+
 def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None = None
            ) -> None:
     record = objects.require(conn, kind, ref)
@@ -111,6 +124,9 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
         _field("Image", spec.get("image"))
         _field("Desired state", spec.get("state"))
         _field("Workspace", spec.get("workspace", {}).get("mountPath"))
+        storage = _workspace_storage(conn, record.id)
+        if storage:
+            _field("Workspace storage", storage)
         lineage = status.get("lineage", {})
         forked = lineage.get("forkedFrom")
         _field("Forked from", f'snapshot {forked["snapshot"]} of cell {forked["cell"]}'

@@ -25,7 +25,7 @@ from devcell.backends.base import (
     Owned,
     OwnedKind,
 )
-from devcell.errors import BackendError, BackendUnavailable
+from devcell.errors import BackendError, BackendRefused, BackendUnavailable
 from tests.backends.engine import remove_containers, require_engine
 
 BACKENDS = sorted(backends.REGISTRY)
@@ -207,6 +207,15 @@ def test_checkpoints(backend: Backend) -> None:
     backend.delete(ref)
     backend.delete_volume("vol_conformance0003")
     assert backend.checkpoint_exists("snap_conformance01")
+    # a checkpoint a fork's volume stands on is never lost under it: its deletion is refused
+    # while the fork lives (an overlay on it), or the fork holds a copy of its own
+    try:
+        backend.delete_checkpoint("snap_conformance01")
+    except BackendRefused as exc:
+        assert "vol_conformance0004" in str(exc)
+        assert backend.checkpoint_exists("snap_conformance01")
+    assert backend.volume_exists("vol_conformance0004")
+    backend.delete_volume("vol_conformance0004")
     for _ in range(2):
         assert_scalar_outputs(backend.delete_checkpoint("snap_conformance01"))
         assert not backend.checkpoint_exists("snap_conformance01")

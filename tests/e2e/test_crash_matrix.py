@@ -932,6 +932,119 @@ def test_matrix_inventory(capsys: pytest.CaptureFixture[str]) -> None:
               f"daemon {sum(c.mode == 'daemon' for c in CASES)}")
 
 
+# -- storage: kill -9 inside a checkpoint, a fork's mount, a fork's removal -------------------
+# The steps above run on the fake backend; these points lie inside the container backend's
+# workspace store (hard-linked checkpoints, overlay forks), so each is driven by a child
+# process calling the store directly, killed there, and followed by the same call again (what
+# the next reconcile does). Nothing is lost, the retry makes exactly the right tree, no
+# temporary, trash directory or mount is left behind.
+
+STORAGE_POINTS = {
+    "storage.checkpoint.tree-built": "checkpoint",
+    "storage.checkpoint.before-rename": "checkpoint",
+    "storage.volume.probe-mounted": "fork",
+    "storage.volume.before-mount": "fork",
+    "storage.volume.unmounted": "delete-fork",
+}
+_STORAGE_CALL = """
+import sys
+from pathlib import Path
+from devcell.backends.container_layout import Layout
+from devcell.backends.workspaces import WorkspaceStore
+store = WorkspaceStore(Layout(Path(sys.argv[1])))
+action = sys.argv[2]
+if action == "checkpoint":
+    store.checkpoint(checkpoint_id="snap_2", cell_id="cell_1", volume_id="vol_1")
+elif action == "fork":
+    store.create_volume(cell_id="cell_f", cell_name="f", volume_id="vol_f",
+                        from_checkpoint="snap_1")
+else:
+    store.delete_volume("vol_f")
+"""
+
+
+def _storage_call(state: Path, action: str, failpoint: str | None = None) -> int:
+    env = {k: v for k, v in os.environ.items() if k != "DEVCELL_FAILPOINT"}
+    if failpoint:
+        env["DEVCELL_FAILPOINT"] = failpoint
+    return subprocess.run([PY, "-c", _STORAGE_CALL, str(state), action], env=env, cwd=REPO,
+                          timeout=CMD_TIMEOUT, check=False).returncode
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int, bytes | str | None]]:
+    found: dict[str, tuple[int, int, bytes | str | None]] = {}
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(directory) / name
+            st = path.lstat()
+            body = (path.read_bytes() if path.is_file() and not path.is_symlink() else
+                    os.readlink(path) if path.is_symlink() else None)
+            found[str(path.relative_to(root))] = (st.st_mode, st.st_uid, body)
+    return found
+
+
+def _leftovers(state: Path) -> list[str]:
+    names = [p.name for parent in (state / "volumes", state / "images" / "checkpoints")
+             for p in parent.iterdir() if p.name.startswith(".")]
+    with open("/proc/self/mountinfo") as info:
+        mounts = [line.split()[4] for line in info if str(state) in line]
+    return names + [m for m in mounts if not m.endswith("vol_f/workspace")]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("point", sorted(STORAGE_POINTS))
+def test_storage_crash(point: str, tmp_path: Path) -> None:
+    from devcell.backends import overlay
+    from devcell.backends.container_layout import Layout
+    from devcell.backends.workspaces import WorkspaceStore
+
+    action = STORAGE_POINTS[point]
+    if action != "checkpoint" and overlay.supported() is not None:
+        pytest.skip(f"no overlay mounts here: {overlay.supported()}")
+    state = tmp_path / "state"
+    store = WorkspaceStore(Layout(state))
+    store.create_volume(cell_id="cell_1", cell_name="api", volume_id="vol_1",
+                        from_checkpoint=None)
+    workspace = store.layout.workspace("vol_1")
+    for i in range(200):
+        (workspace / f"d{i % 7}").mkdir(exist_ok=True)
+        (workspace / f"d{i % 7}" / f"f{i}").write_bytes(os.urandom(32))
+    time.sleep(0.05)  # older than the checkpoint's clock tick: shareable
+    store.checkpoint(checkpoint_id="snap_1", cell_id="cell_1", volume_id="vol_1")
+    snap_1 = store.layout.checkpoint("snap_1") / "workspace"
+    (workspace / "d0" / "f0").write_bytes(b"changed after snap_1")
+    if action == "delete-fork":
+        store.create_volume(cell_id="cell_f", cell_name="f", volume_id="vol_f",
+                            from_checkpoint="snap_1")
+        (store.layout.workspace("vol_f") / "fork-only").write_text("the fork's")
+    saved, live = _tree(snap_1), _tree(workspace)
+
+    assert _storage_call(state, action, f"{point}:1") == KILLED
+    assert _tree(snap_1) == saved and _tree(workspace) == live, "the crash lost nothing"
+    if action == "checkpoint":
+        assert store.find_checkpoint("snap_2") is None  # incomplete: never reported
+    assert _storage_call(state, action) == 0, "the same call again completes"
+    assert _tree(snap_1) == saved and _tree(workspace) == live
+    if action == "checkpoint":
+        snap_2 = store.layout.checkpoint("snap_2") / "workspace"
+        assert _tree(snap_2) == live
+        assert os.stat(snap_2 / "d1" / "f1").st_ino == os.stat(snap_1 / "d1" / "f1").st_ino
+    elif action == "fork":
+        fork = store.layout.workspace("vol_f")
+        assert overlay.is_mounted(fork) and _tree(fork) == saved
+        store.delete_volume("vol_f")
+    else:
+        assert not store.layout.volume("vol_f").exists()
+    assert _leftovers(state) == []
+
+
+def test_every_storage_failpoint_is_crashed() -> None:
+    named = set()
+    for source in (REPO / "devcell" / "backends").glob("*.py"):
+        named |= set(re.findall(r'failpoints\.hit\("(storage\.[a-z.-]+)"\)', source.read_text()))
+    assert named == set(STORAGE_POINTS), f"storage failpoints with no crash case: {named}"
+
+
 # -- garbage collection ------------------------------------------------------------------------
 
 GC_POINTS = ([(p, 1) for p in ("gc.planned", "op.before-commit", "recover.before-commit")]

@@ -128,12 +128,12 @@ def test_a_failed_copy_leaves_no_checkpoint(backend: ContainerBackend,
     up(backend, ref)
     (backend.layout.workspace(ref.volume_id or "") / "a.txt").write_text("a")
 
-    def broken_copy(src: Path, dst: Path, **_: object) -> treecopy.TreeStats:
+    def broken_copy(src: Path, dst: Path, **_: object) -> treecopy.Snapshot:
         dst.mkdir()
         (dst / "half").write_text("half")
         raise BackendError("disk full (simulated)")
 
-    monkeypatch.setattr(treecopy, "copy_tree", broken_copy)
+    monkeypatch.setattr(treecopy, "snapshot_tree", broken_copy)
     backend.quiesce(ref)
     with pytest.raises(BackendError, match="simulated"):
         backend.checkpoint(ref, "snap_broken")

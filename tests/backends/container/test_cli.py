@@ -234,3 +234,60 @@ def test_a_long_checkpoint_shows_a_progress_bar_in_a_terminal(
     assert "MB" in shown
     piped = cli("snapshot", "create", box, "--name", "big2")
     assert piped.returncode == 0 and "checkpoint snap_" not in piped.stderr  # no terminal: no bar
+
+
+WRITE_EVERY_WAY = """
+cd /workspace
+printf 'XXXX' | dd of=rewrite conv=notrunc 2>/dev/null
+: > truncate
+echo more >> append
+echo replaced > new && mv new renamed
+ln link-me alias && echo through-the-link >> alias
+chmod 600 chmod-me
+echo fork-only > created
+"""
+NAMES = ("rewrite", "truncate", "append", "renamed", "link-me", "chmod-me")
+
+
+def _listing(cli: Cli, cell: str) -> str:
+    shown = cli("exec", cell, "--", "sh", "-c",
+                "cd /workspace && for f in *; do ls -ln $f; cat $f; done")
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
+def test_a_fork_is_an_overlay_that_never_changes_its_snapshot_or_parent(
+        cli: Cli, box: str, state: Path) -> None:
+    """A fork costs nothing up front (an overlay on the snapshot's checkpoint): whatever the
+    fork's processes do to its files, its snapshot and its parent stay as they were; after a
+    reboot (the mount gone) its start mounts it again; it outlives its parent cell."""
+    made = cli("exec", box, "--", "sh", "-c", "cd /workspace && for f in " + " ".join(NAMES)
+               + "; do echo original-$f > $f; done")
+    assert made.returncode == 0, made.stderr
+    assert cli("snapshot", "create", box, "--name", "s1").returncode == 0
+    parent = _listing(cli, box)
+    (checkpoint,) = state.glob("images/checkpoints/*/workspace")
+    saved = {p.name: (p.read_bytes(), p.stat().st_mode) for p in checkpoint.iterdir()}
+    forked = cli("cell", "fork", box, "--snapshot", "s1", "--name", "f")
+    assert forked.returncode == 0, forked.stderr
+    assert "overlay on its snapshot's checkpoint" in cli("describe", "cell", "f").stdout
+    wrote = cli("exec", "f", "--", "sh", "-c", WRITE_EVERY_WAY)
+    assert wrote.returncode == 0, wrote.stderr
+    mine = _listing(cli, "f")
+    assert "through-the-link" in mine and "-rw-------" in mine and "fork-only" in mine
+    assert _listing(cli, box) == parent, "the parent did not change"
+    assert {p.name: (p.read_bytes(), p.stat().st_mode) for p in checkpoint.iterdir()} == saved
+
+    (volume,) = [v for v in state.glob("volumes/*/upper") if any(v.iterdir())]
+    # a reboot: the container stops and the mount is gone
+    subprocess.run(["umount", "-l", str(volume.parent / "workspace")], check=True)
+    names = subprocess.run(["docker", "ps", "-q", "--filter", "name=^devcell-f-"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert len(names) == 1
+    subprocess.run(["docker", "stop", "-t", "1", *names], capture_output=True, check=True)
+    assert cli("cell", "start", "f").returncode == 0
+    assert _listing(cli, "f") == mine, "mounted again before the container started"
+    assert cli("delete", "cell", box, "--approve").returncode == 0
+    assert _listing(cli, "f") == mine, "the fork outlives its parent cell"
+    assert cli("delete", "cell", "f", "--approve").returncode == 0
+    assert not any(state.glob("volumes/vol_*"))

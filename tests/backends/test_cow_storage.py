@@ -1,0 +1,268 @@
+"""Checkpoints that cost what changed, forks that cost nothing up front (no engine needed).
+
+A checkpoint shares each file unchanged since the volume's previous checkpoint (a hard link to
+it) and copies the rest; a fork is an overlay on its checkpoint where this machine allows it.
+Whatever a process does in a workspace or a fork, through every path it has (rewrite in
+place, truncate, append, rename over, hard link, chmod, chown, times put back), no checkpoint
+ever changes, and no checkpoint shares an inode with a live workspace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from devcell.backends import overlay, temporaries, treecopy, workspaces
+from devcell.backends.container_layout import Layout
+from devcell.backends.workspaces import WorkspaceStore
+
+FILES = 100
+can_mount = pytest.mark.skipif(overlay.supported() is not None,
+                               reason=f"no overlay here: {overlay.supported()}")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> WorkspaceStore:
+    return WorkspaceStore(Layout(tmp_path / "state"))
+
+
+def tree(root: Path) -> dict[str, tuple[object, ...]]:
+    """Everything a copy must keep of each entry: type, mode, owner, mtime, contents."""
+    found: dict[str, tuple[object, ...]] = {}
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(directory) / name
+            st = path.lstat()
+            rel = str(path.relative_to(root))
+            if stat.S_ISREG(st.st_mode):
+                body: object = hashlib.sha256(path.read_bytes()).hexdigest()
+            elif stat.S_ISLNK(st.st_mode):
+                body = os.readlink(path)
+            else:
+                body = None
+            mtime = None if stat.S_ISDIR(st.st_mode) else st.st_mtime_ns
+            found[rel] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid,
+                          st.st_gid, mtime, body)
+    return found
+
+
+def inodes(root: Path) -> set[tuple[int, int]]:
+    return {(st.st_dev, st.st_ino) for d, _, files in os.walk(root)
+            for st in (os.lstat(Path(d) / f) for f in files)}
+
+
+def fill(workspace: Path, files: int = FILES) -> None:
+    for i in range(files):
+        directory = workspace / f"d{i % 10}"
+        directory.mkdir(exist_ok=True)
+        (directory / f"f{i:03d}").write_bytes(os.urandom(64) + b"%d" % i)
+    os.symlink("d0/f000", workspace / "link")
+    os.mkfifo(workspace / "fifo")
+
+
+def change_every_way(workspace: Path) -> set[str]:
+    """Change files through every path a process has; the relative paths changed."""
+    w = workspace
+    with open(w / "d0/f010", "r+b") as f:  # rewrite in place, same size
+        f.write(b"X" * 8)
+    os.truncate(w / "d1/f011", 3)  # truncate
+    with open(w / "d2/f012", "ab") as f:  # append
+        f.write(b"more")
+    (w / "d3/new").write_bytes(b"replacement")  # rename over
+    os.rename(w / "d3/new", w / "d3/f013")
+    os.link(w / "d4/f014", w / "d4/alias")  # hard link, then write through the link
+    with open(w / "d4/alias", "ab") as f:
+        f.write(b"via the link")
+    os.chmod(w / "d5/f015", 0o600)  # chmod
+    os.chown(w / "d6/f016", 1234, 1234)  # chown
+    st = (w / "d7/f017").stat()  # rewritten with the same size, times put back
+    (w / "d7/f017").write_bytes(b"Y" * st.st_size)
+    os.utime(w / "d7/f017", ns=(st.st_atime_ns, st.st_mtime_ns))
+    return {"d0/f010", "d1/f011", "d2/f012", "d3/f013", "d4/f014", "d4/alias", "d5/f015",
+            "d6/f016", "d7/f017"}
+
+
+def take(store: WorkspaceStore, checkpoint_id: str, volume_id: str = "vol_1") -> Path:
+    store.checkpoint(checkpoint_id=checkpoint_id, cell_id="cell_1", volume_id=volume_id)
+    return store.layout.checkpoint(checkpoint_id) / "workspace"
+
+
+@pytest.fixture
+def volume(store: WorkspaceStore) -> Path:
+    store.create_volume(cell_id="cell_1", cell_name="api", volume_id="vol_1",
+                        from_checkpoint=None)
+    workspace = store.layout.workspace("vol_1")
+    fill(workspace)
+    # older than the checkpoint's clock tick: recorded as sources, not "racily clean"
+    for directory, _, files in os.walk(workspace):
+        for name in files:
+            os.utime(Path(directory) / name, ns=(10**18, 10**18), follow_symlinks=False)
+    time.sleep(0.05)  # and their ctimes older than the checkpoint's clock tick
+    return workspace
+
+
+def test_a_second_checkpoint_shares_what_did_not_change(store: WorkspaceStore,
+                                                        volume: Path) -> None:
+    first = take(store, "snap_1")
+    kept = tree(first)
+    changed = change_every_way(volume)
+    second = take(store, "snap_2")
+    assert tree(second) == tree(volume), "the checkpoint is exactly the workspace"
+    assert tree(first) == kept, "the earlier checkpoint did not change"
+    for rel in tree(second):
+        path = second / rel
+        if not stat.S_ISREG(path.lstat().st_mode):
+            continue
+        shared = (first / rel).exists() and path.stat().st_ino == (first / rel).stat().st_ino
+        assert shared == (rel not in changed), f"{rel}: shared={shared}"
+    assert os.stat(second / "d4/f014").st_ino == os.stat(second / "d4/alias").st_ino
+    meta = store.find_checkpoint("snap_2") or {}
+    assert meta["base"] == "snap_1" and meta["shared_files"] == FILES - 8
+
+
+def test_no_checkpoint_shares_an_inode_with_the_live_workspace(store: WorkspaceStore,
+                                                               volume: Path) -> None:
+    take(store, "snap_1")
+    change_every_way(volume)
+    take(store, "snap_2")
+    saved = {cp: tree(store.layout.checkpoint(cp) / "workspace") for cp in ("snap_1", "snap_2")}
+    live = inodes(volume)
+    for cp in saved:
+        assert not live & inodes(store.layout.checkpoint(cp) / "workspace")
+    for directory, _, files in os.walk(volume):  # every file rewritten and chmodded in place
+        for name in files:
+            path = Path(directory) / name
+            if path.is_file() and not path.is_symlink():
+                with open(path, "r+b") as f:
+                    f.write(b"overwritten")
+                os.chmod(path, 0o777)
+    assert {cp: tree(store.layout.checkpoint(cp) / "workspace") for cp in saved} == saved
+
+
+def test_a_checkpoint_outlives_the_one_it_shares_with(store: WorkspaceStore,
+                                                      volume: Path) -> None:
+    take(store, "snap_1")
+    second = take(store, "snap_2")
+    kept = tree(second)
+    store.delete_checkpoint("snap_1")
+    assert tree(second) == kept
+    third = take(store, "snap_3")  # shares with snap_2 now
+    assert (store.find_checkpoint("snap_3") or {})["base"] == "snap_2"
+    assert tree(third) == tree(volume)
+
+
+def test_a_file_changed_in_its_checkpoints_tick_is_never_trusted(store: WorkspaceStore,
+                                                                 volume: Path) -> None:
+    """A file whose times are not older than the checkpoint's clock could change again
+    within the same tick unseen: it is copied by the next checkpoint, never shared."""
+    os.utime(volume / "d0/f000", ns=(4 * 10**18, 4 * 10**18))  # "now or later"
+    take(store, "snap_1")
+    second = take(store, "snap_2")
+    assert os.stat(second / "d0/f000").st_ino != os.stat(
+        store.layout.checkpoint("snap_1") / "workspace/d0/f000").st_ino
+    assert os.stat(second / "d1/f001").st_ino == os.stat(
+        store.layout.checkpoint("snap_1") / "workspace/d1/f001").st_ino
+
+
+def _fork(store: WorkspaceStore, snapshot: str, volume_id: str) -> Path:
+    store.create_volume(cell_id=f"cell_{volume_id}", cell_name=volume_id, volume_id=volume_id,
+                        from_checkpoint=snapshot)
+    return store.layout.workspace(volume_id)
+
+
+@can_mount
+def test_a_fork_is_an_overlay_and_never_changes_its_snapshot_or_parent(
+        store: WorkspaceStore, volume: Path) -> None:
+    snap = take(store, "snap_1")
+    saved, parent = tree(snap), tree(volume)
+    fork = _fork(store, "snap_1", "vol_f")
+    try:
+        assert store.storage("vol_f") == workspaces.OVERLAY and overlay.is_mounted(fork)
+        assert not any(store.layout.upper("vol_f").iterdir()), "nothing copied up front"
+        assert tree(fork) == saved
+        changed = change_every_way(fork)
+        assert tree(snap) == saved, "the snapshot did not change"
+        assert tree(volume) == parent, "the parent did not change"
+        mine = take(store, "snap_f", "vol_f")
+        assert tree(mine) == tree(fork)
+        for rel in ("d0/f000", "d9/f099"):  # unchanged: the snapshot's own file
+            assert os.stat(mine / rel).st_ino == os.stat(snap / rel).st_ino
+        for rel in changed:
+            assert os.stat(mine / rel).st_ino != os.stat(fork / rel).st_ino
+            if (snap / rel).exists():
+                assert os.stat(mine / rel).st_ino != os.stat(snap / rel).st_ino
+        assert tree(snap) == saved
+    finally:
+        store.delete_volume("vol_f")
+    assert not overlay.is_mounted(fork) and not store.layout.volume("vol_f").exists()
+    assert tree(snap) == saved
+
+
+@can_mount
+def test_a_fork_of_a_fork_stands_on_one_checkpoint(store: WorkspaceStore,
+                                                   volume: Path) -> None:
+    """A fork's checkpoint is a complete tree of its own: a fork of it is one layer deep."""
+    take(store, "snap_1")
+    fork = _fork(store, "snap_1", "vol_f")
+    (fork / "d0/f000").write_bytes(b"first fork")
+    take(store, "snap_f", "vol_f")
+    store.delete_volume("vol_f")
+    store.delete_checkpoint("snap_1")  # what the first fork stood on is gone
+    again = _fork(store, "snap_f", "vol_g")
+    try:
+        assert store.lower_of("vol_g") == "snap_f"
+        assert (again / "d0/f000").read_bytes() == b"first fork"
+        assert (again / "d9/f099").read_bytes() == (volume / "d9/f099").read_bytes()
+    finally:
+        store.delete_volume("vol_g")
+
+
+@can_mount
+def test_a_fork_is_mounted_again_after_a_reboot(store: WorkspaceStore, volume: Path) -> None:
+    take(store, "snap_1")
+    fork = _fork(store, "snap_1", "vol_f")
+    (fork / "mine").write_text("kept in upper")
+    overlay.unmount(fork)  # what a reboot does
+    assert not (fork / "mine").exists()
+    assert store.volume_exists("vol_f") and store.content("volume", "vol_f") is not None
+    assert store.changed_since("vol_f", "snap_1")  # reading it mounts it again first
+    assert overlay.is_mounted(fork) and (fork / "mine").read_text() == "kept in upper"
+    store.delete_volume("vol_f")
+
+
+def test_where_overlay_cannot_be_mounted_a_fork_is_a_copy(store: WorkspaceStore, volume: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    snap = take(store, "snap_1")
+    saved = tree(snap)
+    monkeypatch.setattr(overlay, "supported", lambda: "no overlay on this machine")
+    made = store.create_volume(cell_id="cell_f", cell_name="f", volume_id="vol_f",
+                               from_checkpoint="snap_1")
+    fork = store.layout.workspace("vol_f")
+    assert made.storage == workspaces.COPY and made.copy_reason == "no overlay on this machine"
+    assert tree(fork) == saved and not inodes(fork) & inodes(snap)
+    change_every_way(fork)
+    assert tree(snap) == saved
+
+
+@can_mount
+def test_a_mount_left_in_a_dead_temporary_is_detached_when_it_is_removed(
+        store: WorkspaceStore, volume: Path) -> None:
+    """A crash between mounting a fork and recording it leaves a mount in a temporary:
+    removing the temporary detaches it, and the checkpoint below keeps every file."""
+    snap = take(store, "snap_1")
+    saved = tree(snap)
+    dead = store.layout.volumes / f"{temporaries.TMP}vol_x-1.1-ab"
+    for sub in ("upper", "work", "workspace"):
+        (dead / sub).mkdir(parents=True)
+    overlay.mount(lower=snap, upper=dead / "upper", work=dead / "work",
+                  target=dead / "workspace")
+    treecopy.remove_tree(dead, temporaries.trash(store.layout.volumes))
+    assert not dead.exists()
+    assert not [n for n in os.listdir(store.layout.volumes) if n.startswith(".")]
+    assert tree(snap) == saved

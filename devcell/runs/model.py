@@ -13,6 +13,7 @@ ISO 8601 text or as a number of epoch milliseconds (the design's form); it keeps
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,6 +26,13 @@ FORMAT_VERSION = 1
 
 Scalar: TypeAlias = str | int | float | bool | None
 JSONDocument: TypeAlias = list[Any] | dict[str, Any]
+
+
+TIMESTAMP_PATTERN = (
+    r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|\+00:00)(?!\n)$"
+)
+"""What `suspendedAt` holds as text: ISO 8601 in UTC (the run snapshot schema uses it too)."""
 
 
 class RunStatus(StrEnum):
@@ -118,6 +126,9 @@ class RunSnapshot:
         elif not isinstance(when, str):
             raise TypeError(f"suspended_at: expected an ISO 8601 timestamp or epoch "
                             f"milliseconds, got {type(when).__name__}")
+        elif not re.search(TIMESTAMP_PATTERN, when):
+            raise ValueError(f"suspended_at: {when[:40]!r} is not an ISO 8601 timestamp in "
+                             "UTC (2025-01-31T12:00:00.000Z) nor epoch milliseconds")
         if self.resume_schema is not None and not isinstance(self.resume_schema, Mapping):
             raise TypeError(f"resume_schema: expected a JSON Schema object or None, "
                             f"got {type(self.resume_schema).__name__}")

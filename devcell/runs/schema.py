@@ -13,10 +13,7 @@ from devcell.runs import model, runid
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 CHECKSUM_PATTERN = r"^sha256:[0-9a-f]{64}(?!\n)$"
-TIMESTAMP_PATTERN = (
-    r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
-    r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|\+00:00)(?!\n)$"
-)
+TIMESTAMP_PATTERN = model.TIMESTAMP_PATTERN
 
 MAX_EPOCH_MS = 253_402_300_799_999
 """9999-12-31T23:59:59.999Z: the last moment an ISO 8601 timestamp of four-digit years holds."""

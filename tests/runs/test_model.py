@@ -91,7 +91,9 @@ def test_suspended_at_as_epoch_milliseconds_is_kept_as_iso_text() -> None:
     assert RunSnapshot.from_dict(document) == snapshot
 
 
-@pytest.mark.parametrize("when", [10**20, True, None, b"2025"])
+@pytest.mark.parametrize("when", [10**20, True, None, b"2025", "yesterday", "2025-01-31T12:00:00.000Z\n",
+                                  "2025-13-01T00:00:00Z", "2025-01-31T12:00:00+02:00"])
+# A timestamp that is not UTC used to pass construction and fail only at save: refused here.
 def test_a_suspended_at_that_is_no_moment_is_refused(when: object) -> None:
     with pytest.raises((TypeError, ValueError), match="suspended_at"):
         make_snapshot(suspended_at=when)  # type: ignore[arg-type]

@@ -255,9 +255,10 @@ class _Paths:
 
     def _member(self, text: str, at: int) -> Step:
         if text[:1] in ("'", '"'):
-            key = _literal(self.template, text, self.offset + at)
-            # kubectl reads ['a.b'] as the path .a.b (and ['a\.b'] as the key "a.b")
-            return Step("path", _Paths(self.template, "." + key.replace("\\\\", "\\"),
+            if len(text) < 2 or text[-1] != text[0]:
+                raise _fail(self.template, self.offset + at, "unterminated quoted key")
+            # kubectl reads ['a.b'] as the path .a.b, and ['a\.b'] as the key "a.b"
+            return Step("path", _Paths(self.template, "." + text[1:-1],
                                        self.offset + at).path())
         if re.fullmatch(r"-?\d+", text):
             return Step("index", int(text))

@@ -10,14 +10,18 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from devcell import kinds
-from devcell.cli import jsonpath, printers, render
+from devcell.cli import render
 from devcell.errors import NotFound, UsageError
 from devcell.names import printable
 from devcell.store import faults, guard, views
 from devcell.store.db import Database, resolve_state_dir
 
 if TYPE_CHECKING:
+    from devcell.cli.printers import Output
     from devcell.manifests.selectors import Selector
+
+PLAIN_OUTPUTS = ("table", "wide", "yaml", "json", "name")
+"""Formats that need no template: for them the template printers are not even imported."""
 
 KIND_OF_TABLE = {kind.plural: kind.name for kind in kinds.KINDS.values()}
 
@@ -213,8 +217,15 @@ def _labels(row: dict[str, Any]) -> dict[str, str]:
 
 
 def run_get(args: argparse.Namespace) -> int:
-    output = printers.parse_output(args.output)  # a bad template: refused before any reading
-    args.output = output.format
+    output = None
+    if args.output not in PLAIN_OUTPUTS or args.sort_by:
+        from devcell.cli import jsonpath, printers
+
+        # a bad template is refused before anything is read
+        output = printers.parse_output(args.output)
+        args.output = output.format
+        if args.sort_by:
+            jsonpath.relaxed(args.sort_by, what="--sort-by")
     args.label_columns = [k for given in args.label_columns or () for k in given.split(",") if k]
     selector = _selector(args)
     fields = _field_selector(args)
@@ -229,6 +240,8 @@ def run_get(args: argparse.Namespace) -> int:
     pairs = _documents(db, args.kind, rows) if db is not None and _needs_documents(args) \
         else [(r, r) for r in rows]
     if args.sort_by:
+        from devcell.cli import printers
+
         pairs = [pairs[i] for i in printers.sort_order(args.sort_by, [d for _, d in pairs])]
     elif args.names:
         pairs = _in_given_order(args.kind, args.names, pairs)
@@ -249,12 +262,17 @@ def _needs_documents(args: argparse.Namespace) -> bool:
     return args.output in ("yaml", "json", "jsonpath", "custom-columns") or bool(args.sort_by)
 
 
-def _print(args: argparse.Namespace, output: printers.Output, rows: list[dict[str, Any]],
+def _print(args: argparse.Namespace, output: Output | None, rows: list[dict[str, Any]],
            docs: list[dict[str, Any]], missing: list[str]) -> None:
     one = len(args.names) == 1 and len(docs) == 1
+    if args.names and not docs:
+        return  # only names not found: kubectl prints the errors alone, not an empty List
     if args.output in ("yaml", "json", "jsonpath"):
         value: Any = docs[0] if one else render.as_list(docs)
         if args.output == "jsonpath":
+            from devcell.cli import jsonpath
+
+            assert output is not None
             sys.stdout.write(jsonpath.render(output.template, value, escape=printable))
         else:
             (render.as_json if args.output == "json" else render.as_yaml)(value)
@@ -263,6 +281,9 @@ def _print(args: argparse.Namespace, output: printers.Output, rows: list[dict[st
         key = "id" if args.kind in ("operations", "events") else "name"
         sys.stdout.write("".join(printable(f"{singular}/{r[key]}") + "\n" for r in rows))
     elif args.output == "custom-columns":
+        from devcell.cli import printers
+
+        assert output is not None
         if docs:
             render.table([c.header for c in output.columns],
                          printers.column_rows(output.columns, docs), no_headers=args.no_headers)

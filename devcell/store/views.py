@@ -61,7 +61,7 @@ def cells_table(conn: sqlite3.Connection, selector: Selector | None = None,
     out = []
     for r in rows:
         found = faults.loads(r["labels"])
-        if selector is None or selector.matches(found):
+        if not selector or selector.matches(found):
             out.append(dict(r, labels=found))
     return out
 
@@ -86,7 +86,7 @@ def snapshots_table(conn: sqlite3.Connection, selector: Selector | None = None,
     out = []
     for r in rows:
         labels = faults.loads(r["labels"]) if r["labels"] != "{}" else {}
-        if selector is not None and not selector.matches(labels):
+        if selector and not selector.matches(labels):
             continue
         out.append(dict(r, labels=labels))
     return out

@@ -41,6 +41,7 @@ def _kind(table: dict[str, str]) -> Callable[[str], str]:
             raise argparse.ArgumentTypeError(
                 f"unknown resource type {value!r} (one of: {', '.join(sorted(set(table)))})")
         return table[key]
+    convert.words = sorted(table)  # type: ignore[attr-defined]  # what completion offers
     return convert
 
 
@@ -73,7 +74,8 @@ def _duration(text: str) -> float:
 
 
 COMMANDS = ("apply", "get", "describe", "delete", "diff", "snapshot", "cell", "wait",
-            "controller", "op", "schema", "image", "exec", "logs", "gc")
+            "controller", "op", "schema", "image", "exec", "logs", "gc", "explain", "version",
+            "completion")
 
 
 class _Skipped:
@@ -274,7 +276,30 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("cell", help="cell name or id")
     p.add_argument("service", nargs="?", help="one service (default: all, each line prefixed)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing as logs grow")
+
+    p = sub.add_parser("explain", parents=[common],
+                       help="document a kind or one of its fields, from its JSON Schema")
+    p.add_argument("target", metavar="KIND[.FIELD.PATH]", type=_explained,
+                   help="e.g. cell, cell.spec.services, snapshot.spec.cell, config.security")
+    p.add_argument("--recursive", action="store_true",
+                   help="list every field below, nested, with its type")
+
+    p = sub.add_parser("version", parents=[common],
+                       help="client and schema versions, and the backends this machine can run")
+    p.add_argument("-o", "--output", choices=["json", "yaml"], default=None)
+
+    p = sub.add_parser("completion", parents=[common],
+                       help="print a shell completion script (bash, zsh or fish)")
+    p.add_argument("shell", choices=["bash", "zsh", "fish"], metavar="SHELL",
+                   help="bash (source <(devcell completion bash)), zsh or fish")
     return parser
+
+
+def _explained(text: str) -> str:
+    return text
+
+
+_explained.words = sorted({*kinds.words(), "config"})  # type: ignore[attr-defined]
 
 
 def _daemon_options(p: argparse.ArgumentParser) -> None:
@@ -328,6 +353,20 @@ def _dispatch(args: argparse.Namespace) -> int:
         from devcell.cli import cmd_gc
 
         return cmd_gc.run_gc(args)
+    if command == "explain":
+        from devcell.cli import explain
+
+        sys.stdout.write(explain.explain(args.target, recursive=args.recursive))
+        return 0
+    if command == "version":
+        from devcell.cli import cmd_version
+
+        return cmd_version.run_version(args)
+    if command == "completion":
+        from devcell.cli import completion
+
+        sys.stdout.write(completion.script(args.shell))
+        return 0
     if command in ("exec", "logs"):
         from devcell.cli import cmd_exec
 
@@ -372,7 +411,12 @@ def parse(given: Sequence[str]) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return _run(parse(sys.argv[1:] if argv is None else argv))
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["__complete"]:  # a TAB press in a shell (devcell completion)
+        from devcell.cli import completion
+
+        return completion.run_hidden(given[1:])
+    return _run(parse(given))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -50,6 +50,15 @@ def _rows(db: Database, kind: str, name: str | None, selector: list[Any], *, wid
     return views.events_table(conn, name)
 
 
+def _events_for(db: Database, target: str) -> list[dict[str, Any]]:
+    """`get events --for cell/NAME` (kubectl's flag): the events of that one object."""
+    word, _, name = target.partition("/")
+    kind = kinds.by_word(word)
+    if kind is None or not name:
+        raise UsageError(f"--for takes KIND/NAME, e.g. cell/api (got {printable(target)!r})")
+    return views.events_table(db.conn, name, kind=kind.name)
+
+
 CRASH_LOOP = "CrashLoopBackOff"
 
 
@@ -172,9 +181,15 @@ def run_get(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if getattr(args, "tree", False):
         return _tree(args)
+    for_object = getattr(args, "for_object", None)
+    if for_object is not None and (args.kind != "events" or args.name is not None):
+        raise UsageError("--for is for `get events --for KIND/NAME` (without a NAME)")
     db = _open(args)
-    rows = (_rows(db, args.kind, args.name, selector, wide=args.output == "wide")
-            if db is not None else [])
+    if for_object is not None:
+        rows = _events_for(db, for_object) if db is not None else []
+    else:
+        rows = (_rows(db, args.kind, args.name, selector, wide=args.output == "wide")
+                if db is not None else [])
     if args.name is not None and not rows:
         raise NotFound(f'{args.kind.rstrip("s")} "{args.name}" not found')
     if args.output in ("yaml", "json"):
@@ -240,7 +255,9 @@ def _watch(args: argparse.Namespace, selector: list[Any], rows: list[dict[str, A
                 current = db.data_version()
                 if current != version:
                     version = current
-                    fresh = _rows(db, args.kind, args.name, selector, wide=args.output == "wide")
+                    fresh = (_events_for(db, args.for_object) if args.for_object is not None
+                             else _rows(db, args.kind, args.name, selector,
+                                        wide=args.output == "wide"))
                     changed = [r for r in fresh if seen.get(r.get("id")) != _row_key(r)]
                     for r in fresh:
                         seen[r.get("id")] = _row_key(r)

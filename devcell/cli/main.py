@@ -160,6 +160,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="after listing, print rows again as they change (Ctrl-C to stop)")
     p.add_argument("--tree", action="store_true",
                    help="snapshots: lineage as a tree (cell -> snapshots -> forks -> ...)")
+    p.add_argument("--for", dest="for_object", metavar="KIND/NAME",
+                   help="events: only those of one object, e.g. --for cell/api")
 
     p = sub.add_parser("describe", parents=[common], help="show an object in detail")
     p.add_argument("kind", type=_kind({**OBJECT_KINDS, "operation": "Operation",

@@ -260,3 +260,28 @@ def test_zsh_and_fish_scripts_are_valid_for_their_shells(cli: Cli, tmp_path: Pat
         checked = subprocess.run([*check, str(script)], capture_output=True, text=True,
                                  timeout=30, check=False)
         assert checked.returncode == 0, (shell, checked.stderr)
+
+
+# -- get events --for -----------------------------------------------------------------------
+
+
+def test_get_events_for_one_object_as_kubectl(cli: Cli, tmp_path: Path) -> None:
+    _apply(cli, tmp_path, "api", "db")
+    snap = cli("snapshot", "create", "api", "--name", "api")  # same name, other kind
+    assert snap.returncode == 0, snap.stderr
+    result = cli("get", "events", "--for", "cell/api", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    items = json.loads(result.stdout)["items"]
+    assert items and {(e["object_kind"], e["object_name"]) for e in items} == {("Cell", "api")}
+    everything = json.loads(cli("get", "events", "-o", "json").stdout)["items"]
+    assert len(items) == len([e for e in everything if e["object_kind"] == "Cell"
+                              and e["object_name"] == "api"])
+    table = cli("get", "ev", "--for", "snap/api")
+    assert table.returncode == 0 and "snapshot/api" in table.stdout
+    assert "cell/api" not in table.stdout and "cell/db" not in table.stdout
+    by_id = items[0]["object_id"]
+    assert cli("get", "events", "--for", f"cell/{by_id}", "-o", "json").stdout == result.stdout
+    bad = cli("get", "events", "--for", "api")
+    assert bad.returncode == 2 and "--for takes KIND/NAME" in bad.stderr
+    wrong = cli("get", "cells", "--for", "cell/api")
+    assert wrong.returncode == 2 and "get events --for" in wrong.stderr

@@ -278,6 +278,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("cell", help="cell name or id")
     p.add_argument("service", nargs="?", help="one service (default: all, each line prefixed)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing as logs grow")
+    p.add_argument("--tail", type=_tail_lines, default=-1, metavar="N",
+                   help="only the last N lines of each service's log (default -1: all)")
+    p.add_argument("--since", metavar="DURATION|TIME", default=None,
+                   help="only lines written in the last DURATION (5s, 2m, 1h) or since an "
+                        "RFC 3339 TIME (2026-01-02T03:04:05Z)")
+    p.add_argument("--since-time", dest="since", metavar="TIME",
+                   help="kubectl's spelling of --since TIME")
+    p.add_argument("--timestamps", action="store_true",
+                   help="start each line with the time it was written (RFC 3339, UTC)")
 
     p = sub.add_parser("explain", parents=[common],
                        help="document a kind or one of its fields, from its JSON Schema")
@@ -302,6 +311,12 @@ def _explained(text: str) -> str:
 
 
 _explained.words = sorted({*kinds.words(), "config"})  # type: ignore[attr-defined]
+
+
+def _tail_lines(text: str) -> int:
+    if not (text.isdigit() or text == "-1"):
+        raise argparse.ArgumentTypeError(f"invalid line count {text!r} (a whole number, or -1: all)")
+    return int(text)
 
 
 def _daemon_options(p: argparse.ArgumentParser) -> None:

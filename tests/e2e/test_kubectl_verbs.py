@@ -285,3 +285,26 @@ def test_get_events_for_one_object_as_kubectl(cli: Cli, tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--for takes KIND/NAME" in bad.stderr
     wrong = cli("get", "cells", "--for", "cell/api")
     assert wrong.returncode == 2 and "get events --for" in wrong.stderr
+
+
+# -- global flags (issue 13, item 4) --------------------------------------------------------
+
+
+def test_global_flags_work_before_or_after_the_verb(cli: Cli, tmp_path: Path) -> None:
+    """`--state-dir`, `-v` and `-o` where the verb has it, as kubectl's `-n`: the same answer
+    wherever they are typed. DEVCELL_HOME points elsewhere, so only the flag can find the cell."""
+    state = tmp_path / "flagged"
+    env = {"DEVCELL_HOME": str(tmp_path / "unused")}
+    manifests = tmp_path / "m"
+    manifests.mkdir()
+    (manifests / "api.yaml").write_text(CELL.format(name="api"))
+    applied = cli("apply", "-f", str(manifests), "--state-dir", str(state), "-v", env=env)
+    assert applied.returncode == 0, applied.stderr
+    lines = [["--state-dir", str(state), "get", "cells", "-o", "name"],
+             ["get", "--state-dir", str(state), "cells", "-o", "name"],
+             ["get", "cells", "-o", "name", "--state-dir", str(state)],
+             ["-v", "get", "-o", "name", "cells", f"--state-dir={state}"]]
+    for words in lines:
+        result = cli(*words, env=env)
+        assert (result.returncode, result.stdout) == (0, "cell/api\n"), (words, result.stderr)
+    assert not (tmp_path / "unused").exists()

@@ -170,9 +170,12 @@ def candidates(words: Sequence[str], current: str) -> tuple[str, list[str]]:
         return ":words", sorted(c for c in sub.choices if c.startswith(current))
     positionals = [a for a in line.parser._actions
                    if not a.option_strings and not isinstance(a, argparse._SubParsersAction)]
-    if len(line.positionals) >= len(positionals):
+    index = len(line.positionals)
+    if positionals and positionals[-1].nargs in ("*", "+") and index >= len(positionals):
+        index = len(positionals) - 1  # several names (`get cells a b`): each completes alike
+    if index >= len(positionals):
         return ":words", []
-    return _values(positionals[len(line.positionals)], current, line)
+    return _values(positionals[index], current, line)
 
 
 def _values(action: argparse.Action, current: str, line: _Line) -> tuple[str, list[str]]:
@@ -185,7 +188,7 @@ def _values(action: argparse.Action, current: str, line: _Line) -> tuple[str, li
     if words is not None:
         return ":words", sorted(w for w in words if w.startswith(current))
     what = NAMES_OF_DEST.get(action.dest)
-    if action.dest == "name" and line.positionals:
+    if action.dest in ("name", "names") and line.positionals:  # get/delete KIND NAME...
         what = _plural(line.parser, line.positionals[0])
     if what is not None:
         return ":words", _names(line, what, current)

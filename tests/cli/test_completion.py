@@ -42,3 +42,26 @@ def test_a_line_the_parser_would_refuse_answers_nothing_and_no_error(
     assert _answer("bash", monkeypatch, "frobnicate", "x", "") == [":words"]
     assert _answer("bash", monkeypatch, "get", "--output") == [":words", "--output"]
     assert _answer("bash", monkeypatch, "exec", "box", "--", "l") == [":files"]
+
+
+def test_several_names_each_complete_when_the_parser_takes_several(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`get cells a b` (several names, kubectl-select): the parser is walked, not copied, so
+    a NAME... positional completes every name after the kind."""
+    import argparse
+
+    from devcell.cli import main
+
+    def several(only: str | None = None) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(prog="devcell")
+        sub = parser.add_subparsers(dest="command")
+        get = sub.add_parser("get")
+        get.add_argument("kind", type=main._kind(main.GET_KINDS))
+        get.add_argument("names", nargs="*")
+        return parser
+
+    monkeypatch.setenv("DEVCELL_HOME", str(tmp_path))
+    monkeypatch.setattr(main, "build_parser", several)
+    monkeypatch.setattr(store_completion, "names", lambda state_dir, what, prefix="": [what])
+    assert completion.candidates(["get", "cells", "a", "b"], "") == (":words", ["cells"])
+    assert completion.candidates(["get", "snap"], "") == (":words", ["snapshots"])

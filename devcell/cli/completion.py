@@ -185,6 +185,10 @@ def _values(action: argparse.Action, current: str, line: _Line) -> tuple[str, li
     words: list[str] | None = getattr(action.type, "words", None)
     if action.choices is not None:
         words = [str(c) for c in action.choices]
+    if action.dest == "target" and "." in current:  # explain KIND.field.pa<TAB>
+        from devcell.cli import explain
+
+        return ":words", explain.child_paths(current)
     if words is not None:
         return ":words", sorted(w for w in words if w.startswith(current))
     what = NAMES_OF_DEST.get(action.dest)

@@ -79,6 +79,21 @@ def _kind_and_path(target: str) -> tuple[str, str, list[str]]:
     return key, name, path
 
 
+def child_paths(partial: str) -> list[str]:
+    """Completions of a partly typed `KIND.field.pa`: every `KIND.field.path` it could become
+    by one more field (empty when the part before the last dot names no field)."""
+    head, _, tail = partial.rpartition(".")
+    try:
+        key, _, path = _kind_and_path(head)
+    except UsageError:
+        return []
+    root = schemas.schema(key)
+    node: dict[str, Any] = root
+    for part in path:
+        node = _children(node, root).get(part, {})
+    return [f"{head}.{name}" for name in sorted(_children(node, root)) if name.startswith(tail)]
+
+
 def explain(target: str, *, recursive: bool = False) -> str:
     """The text `devcell explain TARGET` prints."""
     key, kind_name, path = _kind_and_path(target)

@@ -226,6 +226,11 @@ def test_completion_answers_verbs_kinds_flags_and_names_from_the_state_dir_given
     assert complete("get", "cells", "--output=j") == [":words", "--output=json"]
     assert complete("logs", "c1") == [":words", "c1"]
     assert complete("apply", "-f", "") == [":files"]
+    assert complete("explain", "cell.spec.se") == [":words", "cell.spec.services"]
+    assert complete("explain", "cell.spec.services.") == [
+        ":words", "cell.spec.services.command", "cell.spec.services.name",
+        "cell.spec.services.restart"]
+    assert complete("explain", "cell.nope.x") == [":words"]
     # --state-dir on the line wins over DEVCELL_HOME; another directory has other names
     other = tmp_path / "other"
     assert complete("--state-dir", str(other), "get", "cells", "c") == [":words"]

@@ -313,3 +313,8 @@ class StorageError(DevCellError):
 def _rebuild_storage_error(cls: type[StorageError], code: str, path: str, reason: str
                            ) -> StorageError:
     return cls(code=code, path=path, reason=reason)
+
+
+class FieldNotFound(DevCellError):
+    """`devcell explain` was asked for a field its kind's schema does not have (kubectl:
+    `field "x" does not exist`); the message names the path and the fields there are."""

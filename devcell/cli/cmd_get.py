@@ -78,6 +78,15 @@ def _other_rows(db: Database, kind: str, name: str | None) -> list[dict[str, Any
     return views.events_table(conn, name)
 
 
+def _events_for(db: Database, target: str) -> list[dict[str, Any]]:
+    """`get events --for cell/NAME` (kubectl's flag): the events of that one object."""
+    word, _, name = target.partition("/")
+    kind = kinds.by_word(word)
+    if kind is None or not name:
+        raise UsageError(f"--for takes KIND/NAME, e.g. cell/api (got {printable(target)!r})")
+    return views.events_table(db.conn, name, kind=kind.name)
+
+
 CRASH_LOOP = "CrashLoopBackOff"
 
 
@@ -231,10 +240,16 @@ def run_get(args: argparse.Namespace) -> int:
     fields = _field_selector(args)
     if getattr(args, "tree", False):
         return _tree(args)
+    for_object = getattr(args, "for_object", None)
+    if for_object is not None and (args.kind != "events" or args.names):
+        raise UsageError("--for is for `get events --for KIND/NAME` (without a NAME)")
     db = _open(args)
     labels = bool(args.show_labels or args.label_columns)
-    rows = (_rows(db, args.kind, args.names, selector, wide=args.output == "wide", labels=labels)
-            if db is not None else [])
+    if for_object is not None:
+        rows = _events_for(db, for_object) if db is not None else []
+    else:
+        rows = (_rows(db, args.kind, args.names, selector, wide=args.output == "wide",
+                      labels=labels) if db is not None else [])
     rows = _filtered(args.kind, rows, fields)
     missing = _missing(args.kind, args.names, rows)
     pairs = _documents(db, args.kind, rows) if db is not None and _needs_documents(args) \
@@ -388,9 +403,10 @@ def _watch(args: argparse.Namespace, selector: Selector | None, rows: list[dict[
                 current = db.data_version()
                 if current != version:
                     version = current
-                    fresh = _rows(db, args.kind, args.names, selector,
-                                  wide=args.output == "wide",
-                                  labels=bool(args.show_labels or args.label_columns))
+                    fresh = (_events_for(db, args.for_object) if args.for_object is not None
+                             else _rows(db, args.kind, args.names, selector,
+                                        wide=args.output == "wide",
+                                        labels=bool(args.show_labels or args.label_columns)))
                     changed = [r for r in fresh if seen.get(r.get("id")) != _row_key(r)]
                     for r in fresh:
                         seen[r.get("id")] = _row_key(r)

@@ -41,6 +41,7 @@ def _kind(table: dict[str, str]) -> Callable[[str], str]:
             raise argparse.ArgumentTypeError(
                 f"unknown resource type {value!r} (one of: {', '.join(sorted(set(table)))})")
         return table[key]
+    convert.words = sorted(table)  # type: ignore[attr-defined]  # what completion offers
     return convert
 
 
@@ -73,7 +74,8 @@ def _duration(text: str) -> float:
 
 
 COMMANDS = ("apply", "get", "describe", "delete", "diff", "snapshot", "cell", "wait",
-            "controller", "op", "schema", "image", "exec", "logs", "gc")
+            "controller", "op", "schema", "image", "exec", "logs", "gc", "explain", "version",
+            "completion")
 
 
 class _Skipped:
@@ -171,6 +173,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="after listing, print rows again as they change (Ctrl-C to stop)")
     p.add_argument("--tree", action="store_true",
                    help="snapshots: lineage as a tree (cell -> snapshots -> forks -> ...)")
+    p.add_argument("--for", dest="for_object", metavar="KIND/NAME",
+                   help="events: only those of one object, e.g. --for cell/api")
 
     p = sub.add_parser("describe", parents=[common], help="show an object in detail")
     p.add_argument("kind", type=_kind({**OBJECT_KINDS, "operation": "Operation",
@@ -290,6 +294,31 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("cell", help="cell name or id")
     p.add_argument("service", nargs="?", help="one service (default: all, each line prefixed)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing as logs grow")
+    p.add_argument("--tail", type=_tail_lines, default=-1, metavar="N",
+                   help="only the last N lines of each service's log (default -1: all)")
+    p.add_argument("--since", metavar="DURATION|TIME", default=None,
+                   help="only lines written in the last DURATION (5s, 2m, 1h) or since an "
+                        "RFC 3339 TIME (2026-01-02T03:04:05Z)")
+    p.add_argument("--since-time", dest="since", metavar="TIME",
+                   help="kubectl's spelling of --since TIME")
+    p.add_argument("--timestamps", action="store_true",
+                   help="start each line with the time it was written (RFC 3339, UTC)")
+
+    p = sub.add_parser("explain", parents=[common],
+                       help="document a kind or one of its fields, from its JSON Schema")
+    p.add_argument("target", metavar="KIND[.FIELD.PATH]", type=_explained,
+                   help="e.g. cell, cell.spec.services, snapshot.spec.cell, config.security")
+    p.add_argument("--recursive", action="store_true",
+                   help="list every field below, nested, with its type")
+
+    p = sub.add_parser("version", parents=[common],
+                       help="client and schema versions, and the backends this machine can run")
+    p.add_argument("-o", "--output", choices=["json", "yaml"], default=None)
+
+    p = sub.add_parser("completion", parents=[common],
+                       help="print a shell completion script (bash, zsh or fish)")
+    p.add_argument("shell", choices=["bash", "zsh", "fish"], metavar="SHELL",
+                   help="bash (source <(devcell completion bash)), zsh or fish")
     return parser
 
 
@@ -297,6 +326,19 @@ def _selector_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("-l", "--selector", metavar="SELECTOR",
                    help="label selector as kubectl's: team=core, tier!=db, 'team in (a,b)', "
                         "'env notin (prod)', owner, '!owner', joined by commas")
+
+
+def _explained(text: str) -> str:
+    return text
+
+
+_explained.words = sorted({*kinds.words(), "config"})  # type: ignore[attr-defined]
+
+
+def _tail_lines(text: str) -> int:
+    if not (text.isdigit() or text == "-1"):
+        raise argparse.ArgumentTypeError(f"invalid line count {text!r} (a whole number, or -1: all)")
+    return int(text)
 
 
 def _daemon_options(p: argparse.ArgumentParser) -> None:
@@ -350,6 +392,20 @@ def _dispatch(args: argparse.Namespace) -> int:
         from devcell.cli import cmd_gc
 
         return cmd_gc.run_gc(args)
+    if command == "explain":
+        from devcell.cli import explain
+
+        sys.stdout.write(explain.explain(args.target, recursive=args.recursive))
+        return 0
+    if command == "version":
+        from devcell.cli import cmd_version
+
+        return cmd_version.run_version(args)
+    if command == "completion":
+        from devcell.cli import completion
+
+        sys.stdout.write(completion.script(args.shell))
+        return 0
     if command in ("exec", "logs"):
         from devcell.cli import cmd_exec
 
@@ -394,7 +450,12 @@ def parse(given: Sequence[str]) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return _run(parse(sys.argv[1:] if argv is None else argv))
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["__complete"]:  # a TAB press in a shell (devcell completion)
+        from devcell.cli import completion
+
+        return completion.run_hidden(given[1:])
+    return _run(parse(given))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -155,7 +155,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("kind", type=_kind(GET_KINDS), metavar="KIND",
                    help="cells, snapshots, volumes, operations or events")
     p.add_argument("names", nargs="*", metavar="NAME", help="names or ids (default: all)")
-    p.add_argument("-o", "--output", default="table", metavar="FORMAT",
+    p.add_argument("-o", "--output", default="table", metavar="FORMAT", type=_get_output,
                    help="table, wide, yaml, json, name, jsonpath=TEMPLATE, jsonpath-file=FILE, "
                         "custom-columns=HEADER:PATH,..., custom-columns-file=FILE")
     _selector_option(p)
@@ -326,6 +326,15 @@ def _selector_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("-l", "--selector", metavar="SELECTOR",
                    help="label selector as kubectl's: team=core, tier!=db, 'team in (a,b)', "
                         "'env notin (prod)', owner, '!owner', joined by commas")
+
+
+def _get_output(text: str) -> str:
+    """`get -o`: checked by cli/printers when used; the words are for shell completion."""
+    return text
+
+
+_get_output.words = ["table", "wide", "yaml", "json", "name", "jsonpath=",  # type: ignore[attr-defined]
+                     "jsonpath-file=", "custom-columns=", "custom-columns-file="]
 
 
 def _explained(text: str) -> str:

@@ -222,8 +222,9 @@ def test_completion_answers_verbs_kinds_flags_and_names_from_the_state_dir_given
     assert "explain" in complete("") and "completion" in complete("")
     assert complete("describe", "sn") == [":words", "snap", "snapshot", "snapshots"]
     assert complete("get", "cells", "--out") == [":words", "--output"]
-    assert complete("get", "cells", "-o", "j") == [":words", "json"]
-    assert complete("get", "cells", "--output=j") == [":words", "--output=json"]
+    assert complete("get", "cells", "-o", "j") == [":words", "json", "jsonpath-file=", "jsonpath="]
+    assert complete("get", "cells", "--output=j") == [
+        ":words", "--output=json", "--output=jsonpath-file=", "--output=jsonpath="]
     assert complete("logs", "c1") == [":words", "c1"]
     assert complete("apply", "-f", "") == [":files"]
     assert complete("explain", "cell.spec.se") == [":words", "cell.spec.services"]

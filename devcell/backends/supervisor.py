@@ -42,11 +42,27 @@ else
     stamp() {{ exec cat; }}
 fi
 run() {{
+    # The service writes into a FIFO that stamp drains into the log. The status is the
+    # service's own, known when it exits even if children it left behind still hold the
+    # FIFO open (stamp goes on logging them); stamp gets up to a second to write the last
+    # lines first, so the exit note normally follows them.
     log=$1
     shift
-    # The service's status on fd 3 (captured), its output through stamp into the log.
-    rc=$( {{ {{ "$@" </dev/null 2>&1 3>&-; echo $? >&3; }} | stamp 3>&- >>"$log"; }} 3>&1 )
-    return "${{rc:-1}}"
+    fifo=$(mktemp -u /tmp/devcell-log.XXXXXX) && mkfifo -m 600 "$fifo" || {{
+        "$@" </dev/null >>"$log" 2>&1
+        return
+    }}
+    stamp <"$fifo" >>"$log" &
+    reader=$!
+    "$@" </dev/null >"$fifo" 2>&1
+    rc=$?
+    rm -f "$fifo"
+    tries=10
+    while [ "$tries" -gt 0 ] && kill -0 "$reader" 2>/dev/null; do
+        sleep 0.1 2>/dev/null || sleep 1
+        tries=$((tries - 1))
+    done
+    return "$rc"
 }}
 supervise() {{
     name=$1 policy=$2 delay=1

@@ -102,6 +102,9 @@ class PulledImage:
     pulledAt: str  # noqa: N815 - the record's JSON field, as status fields are spelled
     cells: list[str] = field(default_factory=list)
     """Names of the cells whose pulls fetched it (most recent last)."""
+    replaced: list[str] = field(default_factory=list)
+    """Ids of images DevCell pulled earlier under this reference (a digest that moved):
+    untagged since, and removed by `devcell image prune` once nothing uses them."""
 
 
 class PullRecord:
@@ -157,11 +160,18 @@ class PullRecord:
             old = entries.get(entry.image)
             if old is not None:
                 entry.cells = [c for c in old.cells if c not in entry.cells] + entry.cells
+                earlier = [*old.replaced, old.id]
+                entry.replaced = list(dict.fromkeys(i for i in earlier if i != entry.id))
             entries[entry.image] = entry
             self._save(entries)
 
-    def forget(self, image: str) -> None:
+    def update(self, entry: PulledImage | None, image: str) -> None:
+        """Replace the entry of `image` (None: forget it), keeping every other entry."""
         with self._locked():
             entries = self.load()
-            if entries.pop(image, None) is not None:
-                self._save(entries)
+            if entry is None:
+                entries.pop(image, None)
+            else:
+                entries[image] = entry
+            self._save(entries)
+

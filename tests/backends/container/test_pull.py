@@ -181,3 +181,22 @@ def ref_of_new(name: str) -> Any:
     from tests.backends.container.support import cell
 
     return cell(name)
+
+
+def test_a_pull_reports_one_progress_task_per_downloaded_layer(
+        registry: Registry, backend: ContainerBackend) -> None:
+    from devcell import progress
+    from tests.test_progress import Recorder
+
+    image = registry.ref("team/tools")
+    registry.push(image, version="layers")  # a layer of its own: the engine downloads it
+    recorder = Recorder()
+    previous = progress.install(recorder)
+    try:
+        outputs = backend.pull_image(ref_of_new("api"), image)
+    finally:
+        progress.install(previous)
+    tasks = list(recorder.tasks.values())
+    assert tasks and all(image in t["description"] for t in tasks)
+    assert all(t["ended"] and t["done"] == t["total"] > 0 for t in tasks)
+    assert outputs["downloaded"] == sum(t["total"] for t in tasks)

@@ -125,13 +125,9 @@ def list_images(state_dir: Path) -> list[ImageRow]:
 def bytes_used(state_dir: Path) -> int:
     """Bytes of the images DevCell pulled for `state_dir` that the engine still holds (each
     image once, earlier digests included): what `devcell df` counts for images."""
-    seen: dict[str, int] = {}
-    for row in list_images(state_dir):
-        if row.present and not row.moved:
-            seen[row.id] = row.size
-        seen.update({old: 0 for old in row.replaced if old not in seen})
-        seen[f"replaced:{row.image}"] = row.replaced_size
-    return sum(seen.values())
+    rows = list_images(state_dir)
+    current = {row.id: row.size for row in rows if row.present and not row.moved}
+    return sum(current.values()) + sum(row.replaced_size for row in rows)
 
 
 def prune(state_dir: Path, *, dry_run: bool = False,

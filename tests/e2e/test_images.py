@@ -194,3 +194,15 @@ def test_the_daemon_backs_off_from_an_unreachable_registry(
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     assert gaps[-1] > 2 * gaps[0], gaps  # exponential backoff, not a hot loop
     assert "Traceback" not in log.read_text()
+
+
+def test_bytes_used_counts_what_devcell_pulled_for_df(
+        registry: Registry, cli: Cli, tmp_path: Path, state_dir: Path) -> None:
+    from devcell.api import images
+
+    assert images.bytes_used(state_dir) == 0
+    image = registry.ref("team/tools")
+    registry.push(image, version="1")
+    assert cli("apply", "-f", str(manifest(tmp_path, image))).returncode == 0
+    [row] = image_ls(cli)
+    assert images.bytes_used(state_dir) == row["size"] > 0

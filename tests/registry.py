@@ -11,6 +11,8 @@ containers made from them), never anything else on the engine.
 
 from __future__ import annotations
 
+import base64
+import secrets
 import shutil
 import socket
 import subprocess
@@ -62,42 +64,54 @@ class Registry:
         """Put an image at `ref` in the registry only; returns the digest it is served by.
 
         Without `version` it is the base image; with one, a variant whose config differs (an
-        ENV naming the version), so its digest differs too. A local image already tagged
-        `ref` (pulled earlier) keeps its tag, as when someone else pushes from elsewhere.
+        ENV naming the version), so its digest differs too. The engine's own tag `ref` is
+        never touched (as when someone pushes from another machine): the image is pushed
+        under a staging tag of the same repository, whose manifest the registry is then asked
+        to serve under `ref`'s tag too (the distribution API's manifest PUT).
         """
         import docker
 
         client = docker.from_env(timeout=120)
+        repository, _, tag = ref.rpartition(":")
+        staging = f"devcell-staging-{secrets.token_hex(6)}"
         try:
-            repository, _, tag = ref.rpartition(":")
-            try:
-                before = client.api.inspect_image(ref)["Id"]
-            except docker.errors.ImageNotFound:
-                before = None
             if version is None:
-                client.api.tag(IMAGE, repository, tag)
+                client.api.tag(IMAGE, repository, staging)
             else:
                 from devcell.backends import base_image
 
                 client.api.import_image_from_data(
-                    base_image.rootfs_tar(), repository=repository, tag=tag,
+                    base_image.rootfs_tar(), repository=repository, tag=staging,
                     changes=['CMD ["/bin/sh"]', "WORKDIR /workspace",
                              f"ENV DEVCELL_TEST_IMAGE_VERSION={version}"])
             auth = {"username": USER, "password": PASSWORD} if self.auth else None
             digest = None
-            for event in client.api.push(repository, tag=tag, stream=True, decode=True,
+            for event in client.api.push(repository, tag=staging, stream=True, decode=True,
                                          auth_config=auth):
                 if "error" in event:
                     raise AssertionError(f"push of {ref} failed: {event['error']}")
                 aux = event.get("aux") or {}
                 digest = aux.get("Digest", digest)
-            client.api.remove_image(ref)  # only the registry has it now
-            if before is not None:
-                client.api.tag(before, repository, tag)
-            assert digest, f"the registry gave no digest for {ref}"
-            return str(digest)
+            client.api.remove_image(f"{repository}:{staging}")  # only the registry has it
         finally:
             client.close()
+        assert digest, f"the registry gave no digest for {ref}"
+        self._retag(repository.removeprefix(self.address + "/"), staging, tag)
+        return str(digest)
+
+    def _retag(self, name: str, source: str, target: str) -> None:
+        media = "application/vnd.docker.distribution.manifest.v2+json"
+        headers = {"Accept": media}
+        if self.auth:
+            token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+            headers["Authorization"] = f"Basic {token}"
+        base = f"http://{self.address}/v2/{name}/manifests/"
+        with urllib.request.urlopen(urllib.request.Request(base + source, headers=headers),
+                                    timeout=30) as got:
+            body, kind = got.read(), got.headers.get("Content-Type", media)
+        put = urllib.request.Request(base + target, data=body, method="PUT",
+                                     headers={**headers, "Content-Type": kind})
+        urllib.request.urlopen(put, timeout=30).close()
 
     def login(self, docker_config: Path) -> None:
         """`docker login` into this registry with a private DOCKER_CONFIG (never ~/.docker)."""

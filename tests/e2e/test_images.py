@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,25 +150,34 @@ def test_credentials_come_from_docker_config(
     assert cell_json(cli)["status"]["phase"] == "Running"
 
 
+Daemon = Callable[..., tuple[Path, Path]]
+
+
 @pytest.fixture
-def daemon(tmp_path: Path, state_dir: Path) -> Iterator[tuple[Path, Path]]:
-    watched = tmp_path / "watched"
-    watched.mkdir()
-    log = tmp_path / "daemon.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "devcell", "controller", "run", "--manifests", str(watched)],
-            stdout=out, stderr=subprocess.STDOUT, cwd=REPO, preexec_fn=child_setup,
-            env=dict(os.environ, DEVCELL_HOME=str(state_dir)))
+def daemon(tmp_path: Path, state_dir: Path) -> Iterator[Daemon]:
+    """Starts `devcell controller run --manifests DIR [ARGS]`; returns (DIR, its log)."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str) -> tuple[Path, Path]:
+        watched = tmp_path / "watched"
+        watched.mkdir()
+        log = tmp_path / "daemon.log"
+        with log.open("wb") as out:
+            started.append(subprocess.Popen(
+                [sys.executable, "-m", "devcell", "controller", "run", "--manifests",
+                 str(watched), *args], stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                preexec_fn=child_setup, env=dict(os.environ, DEVCELL_HOME=str(state_dir))))
+        return watched, log
+
     try:
-        yield watched, log
+        yield start
     finally:
-        end(proc)
+        for proc in started:
+            end(proc)
 
 
-def test_the_daemon_backs_off_from_an_unreachable_registry(
-        daemon: tuple[Path, Path], cli: Cli) -> None:
-    watched, log = daemon
+def test_the_daemon_backs_off_from_an_unreachable_registry(daemon: Daemon, cli: Cli) -> None:
+    watched, log = daemon()  # the default resync (60 s): only the queue's backoff retries
     image = closed_port_ref()
     manifest(watched, image)
     deadline = time.monotonic() + 60
@@ -206,3 +215,67 @@ def test_bytes_used_counts_what_devcell_pulled_for_df(
     assert cli("apply", "-f", str(manifest(tmp_path, image))).returncode == 0
     [row] = image_ls(cli)
     assert images.bytes_used(state_dir) == row["size"] > 0
+
+
+def wait_for(what: str, predicate: Any, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_always_under_the_daemon_follows_a_pushed_digest(
+        registry: Registry, daemon: Daemon, cli: Cli) -> None:
+    watched, log = daemon("--resync", "1s")  # the resync asks the registry every second
+    image = registry.ref("team/tools", "latest")
+    registry.push(image, version="1")
+    manifest(watched, image, policy="Always")
+
+    def version() -> str:
+        ran = cli("exec", "box", "--", "sh", "-c", "echo $DEVCELL_TEST_IMAGE_VERSION")
+        return ran.stdout.strip() if ran.returncode == 0 else ""
+
+    wait_for("the cell Running from version 1", lambda: version() == "1")
+    cli("exec", "box", "--", "sh", "-c", "echo kept > /workspace/kept.txt")
+    registry.push(image, version="2")  # the resync (1 s) asks the registry, pulls, recreates
+    wait_for("the cell recreated from version 2", lambda: version() == "2")
+    assert cli("exec", "box", "--", "cat", "/workspace/kept.txt").stdout == "kept\n"
+    ops = json.loads(cli("get", "operations", "-o", "json").stdout)["items"]
+    updates = [o for o in ops if o["action"] == "update" and o["status"] == "Succeeded"]
+    assert len(updates) == 1, ops
+    assert [str(s) for s in updates[0]["plan"]] == [
+        "pull-image", "stop", "delete", "create", "start"]
+    assert "Traceback" not in log.read_text()
+
+
+def test_a_terminal_shows_a_progress_bar_per_layer(
+        registry: Registry, state_dir: Path, tmp_path: Path) -> None:
+    import pty
+
+    image = registry.ref("team/tools")
+    registry.push(image, version="tty")  # a layer the engine does not have: downloaded
+    path = manifest(tmp_path, image)
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "devcell", "apply", "-f", str(path)], stdin=follower,
+            stdout=follower, stderr=follower, cwd=REPO, preexec_fn=child_setup,
+            env=dict(os.environ, DEVCELL_HOME=str(state_dir), COLUMNS="160", TERM="xterm"))
+        os.close(follower)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert proc.wait(120) == 0, seen.decode(errors="replace")
+    finally:
+        os.close(leader)
+    text = seen.decode(errors="replace")
+    assert f"{image} " in text and "MB" in text, text  # the layer's bar: name, bytes

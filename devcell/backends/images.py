@@ -14,13 +14,14 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from devcell.errors import ImagePullFailed
+from devcell.errors import BackendError, ImagePullFailed
 
 RECORD_FILE = "pulled-images.json"
 RECORD_LIMIT = 4 * 2**20
@@ -129,18 +130,32 @@ class PullRecord:
             os.close(fd)
 
     def load(self) -> dict[str, PulledImage]:
+        """The entries, or BackendError naming the file and the fix when it cannot be used
+        (a link, not a regular file, too large, not the record's JSON)."""
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             return {}
+        except OSError as exc:
+            raise self._unusable(exc.strerror or str(exc)) from None
         with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise self._unusable("not a regular file")
             raw = f.read(RECORD_LIMIT + 1)
         if len(raw) > RECORD_LIMIT:
-            raise ValueError(f"{self.path} is larger than {RECORD_LIMIT} bytes")
-        data = json.loads(raw or b"{}")
-        known = {f for f in PulledImage.__dataclass_fields__}
-        return {e["image"]: PulledImage(**{k: v for k, v in e.items() if k in known})
-                for e in data.get("images", []) if isinstance(e, dict) and "image" in e}
+            raise self._unusable(f"larger than {RECORD_LIMIT} bytes")
+        try:
+            data = json.loads(raw or b"{}")
+            known = set(PulledImage.__dataclass_fields__)
+            return {e["image"]: PulledImage(**{k: v for k, v in e.items() if k in known})
+                    for e in data["images"]}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise self._unusable(f"not a pull record ({type(exc).__name__})") from None
+
+    def _unusable(self, why: str) -> BackendError:
+        return BackendError(f"{self.path}: the record of the images DevCell pulled cannot be "
+                            f"read: {why}; move it aside to start a new one (the images it "
+                            "named are then no longer listed or pruned by DevCell)")
 
     def _save(self, entries: dict[str, PulledImage]) -> None:
         body = json.dumps({"version": 1, "images": [asdict(e) for e in entries.values()]},

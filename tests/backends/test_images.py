@@ -13,7 +13,7 @@ import pytest
 from devcell import progress
 from devcell.backends import images
 from devcell.backends.pull_progress import LayerBars
-from devcell.errors import ImagePullFailed, retry_delay
+from devcell.errors import BackendError, ImagePullFailed, retry_delay
 from tests.test_progress import Recorder
 
 
@@ -76,7 +76,21 @@ def test_the_record_is_never_read_through_a_link(tmp_path: Path) -> None:
     target = tmp_path / "elsewhere.json"
     target.write_text('{"images": []}')
     os.symlink(target, tmp_path / images.RECORD_FILE)
-    with pytest.raises(OSError):
+    with pytest.raises(BackendError, match="cannot be read.*move it aside"):
+        images.PullRecord(tmp_path).load()
+
+
+@pytest.mark.parametrize("content", [b"{not json", b'{"images": [{"id": 1}]}', b"[]",
+                                     b"x" * (images.RECORD_LIMIT + 1)])
+def test_a_damaged_record_is_named_with_the_fix(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / images.RECORD_FILE).write_bytes(content)
+    with pytest.raises(BackendError, match=f"{images.RECORD_FILE}: the record"):
+        images.PullRecord(tmp_path).load()
+
+
+def test_a_fifo_in_place_of_the_record_does_not_hang(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / images.RECORD_FILE)
+    with pytest.raises(BackendError, match="not a regular file"):
         images.PullRecord(tmp_path).load()
 
 

@@ -279,3 +279,12 @@ def test_a_terminal_shows_a_progress_bar_per_layer(
         os.close(leader)
     text = seen.decode(errors="replace")
     assert f"{image} " in text and "MB" in text, text  # the layer's bar: name, bytes
+
+
+def test_a_damaged_pull_record_is_a_clear_error(cli: Cli, state_dir: Path) -> None:
+    state_dir.mkdir(parents=True)
+    (state_dir / "pulled-images.json").write_text("{damaged")
+    for verb in ("ls", "prune"):
+        shown = cli("image", verb)
+        assert shown.returncode == 1 and "Traceback" not in shown.stderr
+        assert "pulled-images.json" in shown.stderr and "move it aside" in shown.stderr

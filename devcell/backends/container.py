@@ -1054,6 +1054,7 @@ class ContainerBackend:
         log.info("pulling image {}", image)
         started = time.monotonic()
         digest = None
+        before = self.image_info(image)
         try:
             self.api.reload_config()
             with pull_progress.LayerBars(image) as bars:
@@ -1073,12 +1074,17 @@ class ContainerBackend:
                 raise _unreachable(exc) from None
             raise images.pull_failed(image, _explanation(exc), _status(exc)) from None
         image_id = str(info["Id"])
-        images.PullRecord(self.layout.state_dir).add(images.PulledImage(
-            image=image, id=image_id, digest=digest, pulledAt=_utc_now(), cells=[cell.name]))
+        record = images.PullRecord(self.layout.state_dir)
+        fetched = before is None or str(before["Id"]) != image_id
+        if fetched or image in record.load():
+            # An image already on the engine that this pull left as it was (`Always` of an
+            # image someone else pulled) is theirs: never recorded, so never pruned.
+            record.add(images.PulledImage(image=image, id=image_id, digest=digest,
+                                          pulledAt=_utc_now(), cells=[cell.name]))
         seconds = time.monotonic() - started
         log.info("pulled image {} ({}, {:.1f} s, {} bytes downloaded)", image, image_id[:19],
                  seconds, bars.downloaded)
-        return {"image": image, "id": image_id, "digest": digest,
+        return {"image": image, "id": image_id, "digest": digest, "changed": fetched,
                 "downloaded": bars.downloaded, "size": int(info.get("Size") or 0)}
 
     def image_info(self, image: str) -> dict[str, Any] | None:

@@ -200,3 +200,16 @@ def test_a_pull_reports_one_progress_task_per_downloaded_layer(
     assert tasks and all(image in t["description"] for t in tasks)
     assert all(t["ended"] and t["done"] == t["total"] > 0 for t in tasks)
     assert outputs["downloaded"] == sum(t["total"] for t in tasks)
+
+
+def test_always_does_not_claim_an_image_someone_else_pulled(
+        registry: Registry, ctx: Context, db: Database, state: Path, docker_client: Any) -> None:
+    image = registry.ref("team/theirs")
+    registry.push(image, version="1")
+    docker_client.api.pull(image.rpartition(":")[0], tag="1")  # the user's own pull
+    apply(db, pulled_cell("api", image, imagePullPolicy="Always"))
+    assert converge_all(ctx).ok
+    op, steps = last_operation(db, "api")
+    pulled = next(s for s in steps if s.name == "pull-image")
+    assert pulled.status == "Succeeded" and pulled.outputs["changed"] is False
+    assert image not in images.PullRecord(state).load()  # so `image prune` never removes it

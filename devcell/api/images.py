@@ -1,9 +1,11 @@
-"""`devcell image ls|prune`: the images DevCell pulled for a state directory, with their sizes,
-and removing those nothing needs any more.
+"""`devcell image ls|prune`: the images DevCell pulled or built for a state directory, with
+their sizes, and removing those nothing needs any more.
 
-DevCell never touches an image it did not pull: an image is listed only when this state
-directory's pull record (`<state>/pulled-images.json`) names it, and prune acts only on such
-an image while the engine's tag still points at what DevCell pulled. An image DevCell pulled
+DevCell never touches an image it did not pull or build: an image is listed only when this
+state directory's pull record (`<state>/pulled-images.json`) names it, or when it carries
+DevCell's labels for this state directory (what a build makes: a built image's labels are
+DevCell's to set), and prune acts on a pulled image only while the engine's tag still points
+at what DevCell pulled. An image DevCell pulled
 that someone else also uses is kept while any container on the engine (anyone's) runs or holds
 it, and prune removes only DevCell's tag, never by force: another tag on the same image keeps
 its data. A user who relies on an image that DevCell pulled, and wants prune to leave it,
@@ -14,13 +16,14 @@ tags it under a name of their own (`docker tag`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devcell.backends import images
-from devcell.errors import BackendConflict, BackendNotFound
+from devcell.errors import BackendConflict, BackendNotFound, BackendUnavailable
 from devcell.store import db as dbmod
 from devcell.store import objects
 
@@ -50,6 +53,10 @@ class ImageRow:
     replaced: tuple[str, ...] = ()
     """Earlier images DevCell pulled under this reference that the engine still holds."""
     replaced_size: int = 0
+    origin: str = "pulled"
+    """`pulled` (in the pull record) or `built` (carrying DevCell's labels)."""
+    tags: tuple[str, ...] = ()
+    """A built image's tags (a pulled image's is `image`)."""
 
     @property
     def in_use(self) -> bool:
@@ -108,16 +115,30 @@ def _row(backend: ContainerBackend, entry: images.PulledImage, cells: list[str])
         backend.containers_using(entry.id)), **common)
 
 
+def _built(backend: ContainerBackend, info: dict[str, Any], naming: dict[str, list[str]]
+           ) -> ImageRow:
+    image_id = str(info["Id"])
+    tags = tuple(t for t in info.get("RepoTags") or [] if t != "<none>:<none>")
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(info.get("Created") or 0)))
+    cells = tuple(dict.fromkeys(c for t in tags for c in naming.get(t, [])))
+    return ImageRow(image=tags[0] if tags else image_id, id=image_id,
+                    size=int(info.get("Size") or 0), pulled_at=created, origin="built",
+                    tags=tags, cells=cells, containers=tuple(backend.containers_using(image_id)))
+
+
 def list_images(state_dir: Path) -> list[ImageRow]:
-    """Every image this state directory's pulls fetched, as the engine holds it now."""
+    """Every image this state directory's pulls fetched or builds made, as the engine holds
+    it now (pulled first, by reference; then built)."""
     entries = images.PullRecord(state_dir).load()
-    if not entries:
-        return []
     naming = _cells_naming(state_dir)
     backend = _backend(state_dir)
     try:
-        return [_row(backend, e, naming.get(e.image, [])) for e in sorted(
+        rows = [_row(backend, e, naming.get(e.image, [])) for e in sorted(
             entries.values(), key=lambda e: e.image)]
+        pulled = {r.id for r in rows}
+        rows += sorted((_built(backend, i, naming) for i in backend.labelled_images()
+                        if str(i["Id"]) not in pulled), key=lambda r: r.image)
+        return rows
     finally:
         backend.close()
 
@@ -125,7 +146,12 @@ def list_images(state_dir: Path) -> list[ImageRow]:
 def bytes_used(state_dir: Path) -> int:
     """Bytes of the images DevCell pulled for `state_dir` that the engine still holds (each
     image once, earlier digests included): what `devcell df` counts for images."""
-    rows = list_images(state_dir)
+    try:
+        rows = list_images(state_dir)
+    except BackendUnavailable:
+        if images.PullRecord(state_dir).load():
+            raise
+        return 0  # no engine and nothing recorded: nothing of DevCell's to count
     current = {row.id: row.size for row in rows if row.present and not row.moved}
     return sum(current.values()) + sum(row.replaced_size for row in rows)
 
@@ -151,6 +177,9 @@ def prune(state_dir: Path, *, dry_run: bool = False,
 def _prune_one(backend: ContainerBackend, record: images.PullRecord, row: ImageRow,
                report: PruneReport, dry_run: bool,
                on_removed: Callable[[str, int], None] | None) -> None:
+    if row.origin == "built":
+        _prune_built(backend, row, report, dry_run, on_removed)
+        return
     left = list(row.replaced)
     for old in row.replaced:  # earlier digests: removed by id only while nothing names them
         info = backend.image_info(old)
@@ -189,6 +218,25 @@ def _prune_one(backend: ContainerBackend, record: images.PullRecord, row: ImageR
         return
     if not dry_run:
         record.update(current, row.image)
+
+
+def _prune_built(backend: ContainerBackend, row: ImageRow, report: PruneReport, dry_run: bool,
+                 on_removed: Callable[[str, int], None] | None) -> None:
+    """A built image is DevCell's whole: every tag goes (and the image with its last one)."""
+    if row.cells:
+        report.kept.append((row.image, "named by cell " + ", ".join(row.cells)))
+        return
+    if row.containers:
+        report.kept.append((row.image, "used by container " + ", ".join(row.containers)))
+        return
+    if not dry_run:
+        for name in row.tags or (row.id,):
+            if not _removed(backend, name, report, row.image):
+                return
+    report.removed.append(row.image)
+    report.freed_bytes += row.size
+    if on_removed:
+        on_removed(row.image, row.size)
 
 
 def _removed(backend: ContainerBackend, name: str, report: PruneReport, image: str) -> bool:

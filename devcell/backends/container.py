@@ -1096,6 +1096,13 @@ class ContainerBackend:
             return None
         return info
 
+    def labelled_images(self) -> list[dict[str, Any]]:
+        """Images carrying DevCell's labels for this state directory (what its builds make),
+        as the engine lists them (Id, RepoTags, Size, Created)."""
+        with _engine("listing DevCell's images"):
+            listed: list[dict[str, Any]] = self.api.images(filters=self._owned_filter())
+        return [i for i in listed if self._is_owned(i)]
+
     def containers_using(self, image_id: str) -> list[str]:
         """Names of every container on the engine (anyone's) made from image `image_id`."""
         with _engine(f"listing the containers of image {image_id[:19]}"):

@@ -48,13 +48,14 @@ def _ls(args: argparse.Namespace) -> int:
         items = [{"image": r.image, "id": r.id, "digest": r.digest, "size": r.size,
                   "present": r.present, "moved": r.moved, "pulledAt": r.pulled_at,
                   "cells": list(r.cells), "containers": list(r.containers),
-                  "replaced": list(r.replaced), "replacedSize": r.replaced_size}
+                  "replaced": list(r.replaced), "replacedSize": r.replaced_size,
+                  "origin": r.origin, "tags": list(r.tags)}
                  for r in rows]
         # ensure_ascii: every control, C1 and bidi character of a name comes out escaped.
         sys.stdout.write(json.dumps({"kind": "List", "items": items}, indent=2) + "\n")
         return 0
     if not rows:
-        sys.stderr.write("no images pulled by DevCell in this state directory\n")
+        sys.stderr.write("no images pulled or built by DevCell in this state directory\n")
         return 0
 
     def state(r: images.ImageRow) -> str:
@@ -64,8 +65,8 @@ def _ls(args: argparse.Namespace) -> int:
             return "tag moved (not DevCell's now)"
         return f"in use: {', '.join((*r.cells, *r.containers))}" if r.in_use else "unused"
 
-    render.table(["IMAGE", "ID", "SIZE", "PULLED", "STATE"],
-                 [[r.image, r.id.removeprefix("sha256:")[:12], size(r.size), r.pulled_at,
+    render.table(["IMAGE", "ID", "SIZE", "ORIGIN", "AT", "STATE"],
+                 [[r.image, r.id.removeprefix("sha256:")[:12], size(r.size), r.origin, r.pulled_at,
                    state(r) + (f" (+{len(r.replaced)} earlier, {size(r.replaced_size)})"
                                if r.replaced else "")] for r in rows])
     return 0

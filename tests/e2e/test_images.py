@@ -288,3 +288,38 @@ def test_a_damaged_pull_record_is_a_clear_error(cli: Cli, state_dir: Path) -> No
         shown = cli("image", verb)
         assert shown.returncode == 1 and "Traceback" not in shown.stderr
         assert "pulled-images.json" in shown.stderr and "move it aside" in shown.stderr
+
+
+def test_images_devcell_built_are_listed_and_pruned_by_their_labels(
+        cli: Cli, state_dir: Path, tmp_path: Path, docker_client: Any) -> None:
+    """What a build makes (issue 14, item 2) carries DevCell's labels for its state directory:
+    listed as `built` and pruned when unused; one labelled for another state directory is not
+    this one's, and is left alone."""
+    import secrets
+
+    from devcell.backends import base_image
+    from devcell.backends.container_layout import state_hash
+
+    state_dir.mkdir(parents=True)
+    other = tmp_path / "other-state"
+    names = {}
+    rootfs = base_image.rootfs_tar()
+    try:
+        for who, directory in (("ours", state_dir), ("theirs", other)):
+            names[who] = f"devcell-test-built/{who}-{secrets.token_hex(4)}"
+            docker_client.api.import_image_from_data(
+                rootfs, repository=names[who], tag="1", changes=[
+                    'CMD ["/bin/sh"]', "LABEL dev.devcell.managed=true",
+                    f"LABEL dev.devcell.state-dir={state_hash(directory)}"])
+        [row] = image_ls(cli)
+        assert row["image"] == f"{names['ours']}:1" and row["origin"] == "built"
+        assert row["size"] > 100_000
+        pruned = cli("image", "prune")
+        assert f"image/{names['ours']}:1 removed" in pruned.stdout, pruned.stdout
+        assert names["theirs"] not in pruned.stdout
+        assert not docker_client.api.images(name=names["ours"])
+        assert docker_client.api.images(name=names["theirs"])  # another state's: untouched
+    finally:
+        for name in names.values():
+            for info in docker_client.api.images(name=name):
+                docker_client.api.remove_image(info["Id"], force=True)

@@ -11,7 +11,9 @@ and their local tags removed, so each subject really downloads a layer of the sa
   the cell is Ready: volume, pull-image, create, start);
 - docker: `docker pull REF && docker run -d --network none REF sleep 600`;
 - also, to separate the pull from the rest of a cell's start, `devcell apply` of the same cell
-  naming devcell/busybox:latest, already on the engine (no pull).
+  naming devcell/busybox:latest, already on the engine (no pull);
+- and the pull alone: the container backend's `pull_image` (in this process: the SDK stream,
+  layer progress, the record) vs `docker pull -q` of an image of the same size.
 
 Each run is verified untimed (the cell Ready, the container running), then everything it made
 is removed (the cell, `devcell image prune`, the container and the image). The subjects take
@@ -136,6 +138,29 @@ def timed_docker(ref: str, n: int) -> float:
     return elapsed
 
 
+def pull_in_process(work: Path, ref: str) -> float:
+    from devcell.backends.base import CellRef
+    from devcell.backends.container import ContainerBackend
+
+    backend = ContainerBackend(state_dir=work / "state-pull-alone")
+    try:
+        started = time.perf_counter()
+        backend.pull_image(CellRef("cell_bench", "bench", {}), ref)
+        elapsed = time.perf_counter() - started
+    finally:
+        backend.close()
+    sh("docker", "rmi", ref)
+    return elapsed
+
+
+def pull_cli(ref: str) -> float:
+    started = time.perf_counter()
+    sh("docker", "pull", "-q", ref)
+    elapsed = time.perf_counter() - started
+    sh("docker", "rmi", ref)
+    return elapsed
+
+
 def main() -> int:
     p = c.base_parser(__doc__ or "", runs=7)
     p.add_argument("--layer-mib", type=int, default=8, help="MiB of the layer pulled (default 8)")
@@ -145,10 +170,12 @@ def main() -> int:
     registry, address = start_registry(work)
     samples: dict[str, list[float]] = {"devcell apply (pull + Ready)": [],
                                        "docker pull + docker run -d": [],
-                                       "devcell apply, image local": []}
+                                       "devcell apply, image local": [],
+                                       "pull alone: backend.pull_image": [],
+                                       "pull alone: docker pull -q": []}
     try:
         for n in range(args.warmup + args.runs):
-            refs = [f"{address}/bench/{who}:{n}" for who in ("devcell", "docker")]
+            refs = [f"{address}/bench/{who}:{n}" for who in ("devcell", "docker", "sdk", "cli")]
             for ref in refs:
                 push_fresh(work, ref, args.layer_mib)
             order = [0, 1, 2] if n % 2 == 0 else [2, 1, 0]  # take turns
@@ -156,6 +183,9 @@ def main() -> int:
                 t = (timed_devcell(args, work, refs[0], n) if i == 0
                      else timed_docker(refs[1], n) if i == 1
                      else timed_devcell(args, work, BASE, n, local=True))
+                if n >= args.warmup:
+                    samples[list(samples)[i]].append(t)
+            for i, t in ((3, pull_in_process(work, refs[2])), (4, pull_cli(refs[3]))):
                 if n >= args.warmup:
                     samples[list(samples)[i]].append(t)
     finally:
@@ -176,6 +206,9 @@ def main() -> int:
     extra = statistics.median(samples["devcell apply (pull + Ready)"]) - statistics.median(
         samples["devcell apply, image local"])
     print(f"  the pull's share of devcell's median: {extra * 1000:.0f} ms")
+    alone = statistics.median(samples["pull alone: backend.pull_image"]) / statistics.median(
+        samples["pull alone: docker pull -q"])
+    print(f"  pull alone, median ratio backend / docker pull: {alone:.2f}")
     return 0
 
 

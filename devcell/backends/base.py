@@ -34,6 +34,9 @@ class Capabilities:
     snapshot_consistency: Consistency = Consistency.METADATA
     parallel: int = 1
     """Reconciles worth running at once: >1 when calls wait on an engine rather than the CPU."""
+    pulls_images: bool = False
+    """The backend runs cells from registry images and pulls them (the Pulling protocol): the
+    cell controller plans a `pull-image` step by spec.imagePullPolicy."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,35 @@ class MachineState(Protocol):
 
     def restore_machine(self, cell: CellRef, checkpoint_id: str) -> Outputs:
         """Start the machine from what save_machine kept; its processes go on."""
+        ...
+
+
+@dataclass(frozen=True)
+class ImageState:
+    """What the engine holds of an image reference, and (when asked) what its registry serves.
+
+    `current` is None when the registry was not asked (or could not answer: `check_error`
+    says why), else whether the local image is the one the registry serves under that
+    reference now (its digest is among the local image's repository digests).
+    """
+
+    present: bool
+    image_id: str | None = None
+    remote_digest: str | None = None
+    current: bool | None = None
+    check_error: str | None = None
+
+
+@runtime_checkable
+class Pulling(Protocol):
+    """What a backend with Capabilities.pulls_images also does: say what it holds of an image
+    and pull one with the engine's credentials (the steps the cell controller plans)."""
+
+    def image_state(self, image: str, *, check_registry: bool) -> ImageState: ...
+
+    def pull_image(self, cell: CellRef, image: str) -> Outputs:
+        """Pull `image`, recording that DevCell pulled it (for `devcell image ls|prune`);
+        ImagePullFailed with its cause when the engine cannot."""
         ...
 
 

@@ -155,7 +155,7 @@ def observed(info: dict[str, Any], layout: Layout, cell_id: str) -> Observed:
         exists=True, running=state in RUNNING_STATES, frozen=state == "paused" or quiesced,
         runtime_hash=(info.get("Labels") or {}).get(RUNTIME_HASH),
         detail={"state": state, "container": (info.get("Names") or ["?"])[0].lstrip("/"),
-                "id": str(info.get("Id", ""))[:12]},
+                "id": str(info.get("Id", ""))[:12], "image_id": str(info.get("ImageID") or "")},
     )
 
 

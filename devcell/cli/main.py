@@ -274,6 +274,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     ip = isub.add_parser("build-base", parents=[common],
                          help="build devcell/busybox:latest offline from busybox-static")
     ip.add_argument("--force", action="store_true", help="rebuild even if the image exists")
+    ip = isub.add_parser("ls", parents=[common],
+                         help="the images DevCell pulled for this state directory, with sizes")
+    ip.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    ip = isub.add_parser("prune", parents=[common],
+                         help="remove the images DevCell pulled that no cell or container uses")
+    ip.add_argument("--dry-run", action="store_true", help="show what would be removed")
 
     p = sub.add_parser("gc", parents=[common],
                        help="remove volumes and checkpoints nothing references")

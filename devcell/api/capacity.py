@@ -112,9 +112,9 @@ def snapshots(db: Database, rows: list[dict[str, Any]], problems: Problems
               ) -> dict[str, CheckpointUsage]:
     """Snapshot id -> its checkpoint's size and unique bytes, where its backend measures."""
     taken = records.checkpoints_of(db.conn, [str(r["id"]) for r in rows])
-    by_backend: dict[str, dict[str, str]] = {}
-    for snap_id, (checkpoint, name) in taken.items():
-        by_backend.setdefault(name, {})[checkpoint] = snap_id
+    by_backend: dict[str, list[str]] = {}
+    for snap_id, name in taken.items():
+        by_backend.setdefault(name, []).append(snap_id)
     out: dict[str, CheckpointUsage] = {}
     for name, wanted in by_backend.items():
         if name not in backends.REGISTRY:
@@ -124,9 +124,8 @@ def snapshots(db: Database, rows: list[dict[str, Any]], problems: Problems
             continue
         try:
             if isinstance(backend, Accounting):
-                measured = backend.checkpoints_usage(list(wanted))
-                for item in measured.items:
-                    out[wanted[item.checkpoint_id]] = item
+                for item in backend.checkpoints_usage(wanted).items:
+                    out[item.checkpoint_id] = item
         finally:
             backend.close()
     return out
@@ -280,7 +279,7 @@ def checkpoints(inv: Inventory) -> tuple[Row, list[Item]]:
                 or item.checkpoint_id in inv.refs.depended_on
             total += 1
             active += needed
-            forks = ", ".join(inv.cell_names.get(f, f) for f in item.forks)
+            forks = ", ".join(_owner(inv, m.volume_owner.get(f, "")) for f in item.forks)
             detail = f"forks stand on it: {forks}" if forks else (
                 "kept by a live snapshot" if item.checkpoint_id in inv.refs.live_snapshots
                 else "a sleeping cell's" if item.checkpoint_id in inv.refs.sleep_checkpoints

@@ -18,20 +18,19 @@ def live_volumes(conn: sqlite3.Connection, cell_ids: list[str] | None = None
     return out
 
 
-def checkpoints_of(conn: sqlite3.Connection, snapshot_ids: list[str]
-                   ) -> dict[str, tuple[str, str]]:
-    """Snapshot id -> (its checkpoint, the backend holding it: its cell's, or for an imported
-    snapshot the one its import recorded), for those whose checkpoint was taken."""
-    out: dict[str, tuple[str, str]] = {}
+def checkpoints_of(conn: sqlite3.Connection, snapshot_ids: list[str]) -> dict[str, str]:
+    """Snapshot id -> the backend holding its checkpoint (which has the snapshot's id): its
+    cell's, or for an imported snapshot the one its import recorded; only those taken."""
+    out: dict[str, str] = {}
     for start in range(0, len(snapshot_ids), 500):
         chunk = snapshot_ids[start:start + 500]
         marks = ",".join("?" for _ in chunk)
-        for snap_id, ref, backend in conn.execute(
-                "SELECT s.id, s.checkpoint_ref, COALESCE(c.backend, "
+        for snap_id, backend in conn.execute(
+                "SELECT s.id, COALESCE(c.backend, "
                 "json_extract(s.status, '$.origin.backend'), 'fake') FROM snapshots s "
                 f"LEFT JOIN cells c ON c.id = s.cell_id WHERE s.id IN ({marks}) "
                 "AND s.checkpoint_ref IS NOT NULL", chunk):
-            out[str(snap_id)] = (str(ref), str(backend))
+            out[str(snap_id)] = str(backend)
     return out
 
 

@@ -163,11 +163,13 @@ class Item:
     """Bytes on disk it holds (a checkpoint: what deleting it alone would free)."""
     logical: int | None = None
     detail: str = ""
+    measured: dict[str, int | float | str | None] = field(default_factory=dict)
+    """Further figures for -o json|yaml (a workspace's changed bytes, a runtime's memory)."""
 
     def document(self) -> dict[str, Any]:
         return {"type": self.type, "name": self.name, "backend": self.backend,
                 "owner": self.owner, "active": self.active, "sizeBytes": self.size,
-                "logicalBytes": self.logical, "detail": self.detail}
+                "logicalBytes": self.logical, **self.measured, "detail": self.detail}
 
 
 @dataclass
@@ -233,7 +235,10 @@ def _volume_rows(inv: Inventory, *, forks: bool, what: str) -> tuple[Row, list[I
                 f"{inv.snapshot_names.get(vol.since, vol.since)}" if vol.since else
                 "never checkpointed")
             items.append(Item(what, vol.volume_id, m.backend, _owner(inv, cell_id), live,
-                              size, vol.workspace.logical, detail))
+                              size, vol.workspace.logical, detail, {
+                                  "changedFiles": vol.changed_files,
+                                  "changedBytes": vol.changed_bytes,
+                                  "since": inv.snapshot_names.get(vol.since or "", vol.since)}))
     size = sum(i.size for i in items)
     free = sum(i.size for i in items if not i.active)
     return Row(what, count, active, size, free), items
@@ -319,10 +324,13 @@ def runtimes(inv: Inventory) -> tuple[Row, list[Item]]:
             count += 1
             active += run.running
             memory = "" if run.memory_bytes is None else f"memory {run.memory_bytes} B"
+            cpu = "" if run.cpu_seconds is None else f"CPU {run.cpu_seconds:.2f}s"
             items.append(Item("Runtimes", cell_id, m.backend, _owner(inv, cell_id),
                               run.running, run.writable_bytes or 0, None,
-                              ("running" if run.running else "stopped")
-                              + (f", {memory}" if memory else "")))
+                              ", ".join(filter(None, ("running" if run.running else "stopped",
+                                                      memory, cpu))),
+                              {"memoryBytes": run.memory_bytes, "cpuSeconds": run.cpu_seconds,
+                               "cgroup": run.cgroup}))
     return (Row("Runtimes", count, active, sum(i.size for i in items),
                 sum(i.size for i in items if not i.active)), items)
 

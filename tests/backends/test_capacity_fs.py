@@ -133,3 +133,28 @@ def test_a_fork_counts_only_its_own_writes_and_its_checkpoint_frees_nothing(
     measured = container_capacity.checkpoints_usage(store, ["ck1"])
     assert measured.items[0].unique == 0 and measured.items[0].forks == ("vol_f",)
     assert measured.freed_together == 0
+
+
+def test_a_hostile_workspace_is_measured_without_following_or_opening_anything(
+        store: WorkspaceStore, tmp_path: Path) -> None:
+    secret = tmp_path / "host-file"
+    secret.write_bytes(os.urandom(1 << 20))
+    workspace = store.layout.workspace("vol_a")
+    os.symlink(secret, workspace / "escape")  # a link to a host file: counted as a link
+    os.symlink(tmp_path, workspace / "escape-dir")
+    os.mkfifo(workspace / "pipe")  # never opened (it would block)
+    fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(300):  # deeper than PATH_MAX: made one level at a time, as a cell can
+        os.mkdir("d" * 30, dir_fd=fd)
+        below = os.open("d" * 30, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    bottom = os.open("bottom", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+    os.write(bottom, b"b" * 4096)
+    os.close(bottom)
+    os.close(fd)
+    found = container_capacity.workspace_usage(store, "vol_a")
+    assert found is not None
+    assert found.workspace.logical == _du(workspace, apparent=True)  # du follows no link
+    assert found.workspace.disk == _du(workspace)
+    assert found.changed_files == 41 + 4  # nothing checkpointed: every entry counts

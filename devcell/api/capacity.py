@@ -11,6 +11,7 @@ it (`df -v`): a new kind of storage (images, say) is one more function in the li
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from devcell.backends.base import (
 )
 from devcell.errors import BackendError, BackendUnavailable, UnknownBackend
 from devcell.store import capacity as records
-from devcell.store import references
+from devcell.store import objects, references
 from devcell.store.db import Database
 
 NOT_MEASURED = "its backend keeps no files: nothing to measure"
@@ -61,6 +62,11 @@ def _open(name: str, state_dir: Path, problems: Problems) -> Backend | None:
         return None
 
 
+def _measurer(name: str, state_dir: Path) -> Accounting | None:
+    """Backend `name`'s Accounting, or None when it keeps nothing to measure."""
+    return backends.accounting(name, state_dir)
+
+
 def cells(db: Database, rows: list[dict[str, Any]], problems: Problems
           ) -> dict[str, CellUsage]:
     """Cell id -> its workspace and runtime, for cells whose backend measures (Accounting)."""
@@ -70,14 +76,10 @@ def cells(db: Database, rows: list[dict[str, Any]], problems: Problems
     volumes = records.live_volumes(db.conn, [str(r["id"]) for r in rows])
     out: dict[str, CellUsage] = {}
     for name, group in by_backend.items():
-        if name not in backends.REGISTRY:
-            continue
-        backend = _open(name, db.state_dir, problems)
+        backend = _measurer(name, db.state_dir)
         if backend is None:
             continue
         try:
-            if not isinstance(backend, Accounting):
-                continue
             runtimes = _runtimes(backend, name, problems, sizes=False)
             for row in group:
                 cell_id = str(row["id"])
@@ -117,15 +119,14 @@ def snapshots(db: Database, rows: list[dict[str, Any]], problems: Problems
         by_backend.setdefault(name, []).append(snap_id)
     out: dict[str, CheckpointUsage] = {}
     for name, wanted in by_backend.items():
-        if name not in backends.REGISTRY:
-            continue
-        backend = _open(name, db.state_dir, problems)
+        backend = _measurer(name, db.state_dir)
         if backend is None:
             continue
         try:
-            if isinstance(backend, Accounting):
-                for item in backend.checkpoints_usage(wanted).items:
-                    out[item.checkpoint_id] = item
+            for item in backend.checkpoints_usage(wanted).items:
+                out[item.checkpoint_id] = item
+        except BackendError as exc:
+            problems.add(f"backend {name}: checkpoints not measured: {exc}")
         finally:
             backend.close()
     return out
@@ -356,22 +357,36 @@ class Report:
         return doc
 
 
-def _measure(name: str, state_dir: Path, problems: Problems) -> Measured | None:
+def _unmeasured(name: str, state_dir: Path, problems: Problems) -> Measured | None:
+    """What a backend that keeps nothing to measure holds (the fake's rows): counted."""
     backend = _open(name, state_dir, problems)
     if backend is None:
         return None
     try:
-        if not isinstance(backend, Accounting):
-            running = frozenset(cell_id for cell_id, seen in
-                                backends.observe_all(name, state_dir).items() if seen.running)
-            return Measured(name, owned=backend.list_owned(), running=running)
+        running = frozenset(cell_id for cell_id, seen in
+                            backends.observe_all(name, state_dir).items() if seen.running)
+        return Measured(name, owned=backend.list_owned(), running=running)
+    except BackendError as exc:
+        problems.add(f"backend {name}: {exc}")
+        return None
+    finally:
+        backend.close()
+
+
+def _measure(name: str, state_dir: Path, problems: Problems) -> Measured | None:
+    if name not in backends.REGISTRY:
+        problems.add(f"backend {name}: unknown to this version of DevCell; not measured")
+        return None
+    backend = _measurer(name, state_dir)
+    if backend is None:
+        return _unmeasured(name, state_dir, problems)
+    try:
         found = Measured(name, measures=True)
-        for owned in backend.list_owned():
-            if owned.kind is OwnedKind.VOLUME:
-                found.volume_owner[owned.id] = owned.cell_id
-                vol = _workspace(backend, owned.id, problems)
-                if vol is not None:
-                    found.volumes.append(vol)
+        for volume_id, cell_id in backend.volumes():
+            found.volume_owner[volume_id] = cell_id
+            vol = _workspace(backend, volume_id, problems)
+            if vol is not None:
+                found.volumes.append(vol)
         found.checkpoints = backend.checkpoints_usage(None)
         found.runtimes = _runtimes(backend, name, problems, sizes=True)
         return found
@@ -382,10 +397,23 @@ def _measure(name: str, state_dir: Path, problems: Problems) -> Measured | None:
         backend.close()
 
 
+def _in_use(state_dir: Path, conn: sqlite3.Connection) -> list[str]:
+    """Every backend a recorded cell names, and any whose storage lies in the directory
+    (as `devcell gc` finds them, without importing the reconciler)."""
+    from devcell.backends.container_layout import Layout
+
+    names = set(objects.backends_in_use(conn))
+    if (state_dir / "backends" / "fake.db").exists():
+        names.add("fake")
+    layout = Layout(state_dir)
+    if any(p.is_dir() and any(p.iterdir()) for p in (layout.volumes, layout.checkpoints)):
+        names.add("container")
+    return sorted(names)
+
+
 def df(state_dir: Path) -> Report:
     """Measure every backend the state directory uses and run every source over it. A state
     directory with no database yet holds nothing: every row is empty, nothing is created."""
-    from devcell.api.gc import backends_to_collect
     from devcell.store import guard
 
     problems = Problems()
@@ -400,7 +428,7 @@ def df(state_dir: Path) -> Report:
         guard.refuse_leftovers(state_dir, state_dir / "state.db")
     try:
         if db is not None:
-            for name in backends_to_collect(state_dir, db.conn):
+            for name in _in_use(state_dir, db.conn):
                 found = _measure(name, state_dir, problems)
                 if found is not None:
                     measured.append(found)

@@ -198,9 +198,9 @@ class RuntimeUsage:
 
 @runtime_checkable
 class Accounting(Protocol):
-    """What a backend that keeps files or runtimes also does: measure them from the filesystem
-    and the engine, never from what the database recorded. `devcell get -o wide` and
-    `devcell df` ask; nothing is measured otherwise."""
+    """How a backend that keeps files or runtimes measures them, from the filesystem and the
+    engine, never from what the database recorded (`backends.accounting(name, state_dir)`).
+    `devcell get -o wide` and `devcell df` ask; nothing is measured otherwise."""
 
     def workspace_usage(self, volume_id: str) -> WorkspaceUsage | None:
         """None when the backend holds no such volume."""
@@ -213,6 +213,12 @@ class Accounting(Protocol):
     def runtimes_usage(self, *, sizes: bool = False) -> dict[str, RuntimeUsage]:
         """Every runtime of this state directory, by cell id (sizes: with writable_bytes)."""
         ...
+
+    def volumes(self) -> list[tuple[str, str]]:
+        """(volume id, owning cell id) of every volume it holds."""
+        ...
+
+    def close(self) -> None: ...
 
 
 @runtime_checkable

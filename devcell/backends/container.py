@@ -38,7 +38,6 @@ from docker.models.containers import _create_container_args
 from devcell import config, security
 from devcell.backends import (
     base_image,
-    container_capacity,
     container_observe,
     container_spec,
     proctree,
@@ -50,15 +49,12 @@ from devcell.backends.base import (
     Capabilities,
     CellRef,
     CheckpointInfo,
-    CheckpointsUsage,
     Consistency,
     Fill,
     Observed,
     Outputs,
     Owned,
     OwnedKind,
-    RuntimeUsage,
-    WorkspaceUsage,
 )
 from devcell.backends.container_layout import Layout, safe_id, state_hash
 from devcell.backends.container_spec import (
@@ -312,12 +308,12 @@ class ContainerBackend:
             return Observed(exists=False)
         return container_observe.observed(info, self.layout, cell.id)
 
-    def api_list(self) -> list[dict[str, Any]]:
+    def api_list(self, *, size: bool = False) -> list[dict[str, Any]]:
         """The engine's list of this state directory's containers (container_observe's one
         call, through the SDK for engine addresses only the SDK speaks)."""
         with _engine("listing DevCell's containers"):
-            listed: list[dict[str, Any]] = self.api.containers(all=True,
-                                                               filters=self._owned_filter())
+            listed: list[dict[str, Any]] = self.api.containers(
+                all=True, size=size, filters=self._owned_filter())
         return listed
 
     def owns(self, info: dict[str, Any]) -> bool:
@@ -778,37 +774,6 @@ class ContainerBackend:
         if kind is OwnedKind.CHECKPOINT:
             return usage.exclusive_bytes(self.layout.checkpoint(resource_id))
         return 0
-
-    # -- accounting (Accounting: `get -o wide`, `devcell df`) ------------------------------
-
-    def workspace_usage(self, volume_id: str) -> WorkspaceUsage | None:
-        return container_capacity.workspace_usage(self.store, volume_id)
-
-    def checkpoints_usage(self, checkpoint_ids: list[str] | None = None) -> CheckpointsUsage:
-        return container_capacity.checkpoints_usage(self.store, checkpoint_ids)
-
-    def runtimes_usage(self, *, sizes: bool = False) -> dict[str, RuntimeUsage]:
-        """Every container of this state directory, by cell id: memory and CPU from its
-        cgroup, and (sizes) its writable layer as the engine counts it."""
-        with _engine("listing DevCell's containers"):
-            listed = [c for c in self.api.containers(all=True, size=sizes,
-                                                     filters=self._owned_filter())
-                      if self._is_owned(c)]
-
-        def inspect(container_id: str) -> dict[str, Any]:
-            with _engine("inspecting a container"):
-                found: dict[str, Any] = self.api.inspect_container(container_id)
-            return found
-
-        out: dict[str, RuntimeUsage] = {}
-        for info in listed:
-            cell_id = info["Labels"].get(CELL_ID, "")
-            if cell_id:
-                try:
-                    out[cell_id] = container_capacity.runtime_usage(info, inspect)
-                except BackendNotFound:  # removed since listed
-                    continue
-        return out
 
     # -- exec and logs (beyond the Backend protocol: `devcell exec` and `devcell logs`) -----
 

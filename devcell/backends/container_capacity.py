@@ -5,6 +5,11 @@ followed: census.py, changes.py) or from the engine and the kernel (cgroups.py),
 the sizes DevCell recorded when it wrote something: a cell keeps writing, a checkpoint shares
 files with the next, and an operation killed mid-way recorded nothing. Called only when a
 user asks (`get -o wide`, `devcell df`); the fast paths never measure.
+
+It is the container backend's `Accounting` (registered in `backends.MEASURERS`), apart from
+`ContainerBackend` so that measuring needs neither the docker SDK (the engine is asked over
+its socket, as `container_observe` does) nor the engine for what lies on disk: with the
+engine down, workspaces and checkpoints are still measured.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devcell.backends import cgroups, changes, overlay, usage, workspaces
+from devcell.backends import cgroups, changes, container_observe, overlay, usage, workspaces
 from devcell.backends.base import (
     CheckpointsUsage,
     CheckpointUsage,
@@ -21,8 +26,10 @@ from devcell.backends.base import (
     WorkspaceUsage,
 )
 from devcell.backends.census import Census
-from devcell.backends.container_layout import is_safe_id
+from devcell.backends.container_layout import Layout, is_safe_id
+from devcell.backends.container_spec import CELL_ID
 from devcell.backends.workspaces import WorkspaceStore
+from devcell.errors import BackendNotFound
 
 
 def _baseline(store: WorkspaceStore, volume_id: str
@@ -107,3 +114,39 @@ def runtime_usage(info: dict[str, Any], inspect: Inspect, *, proc: Path = Path("
     return RuntimeUsage(running=True, memory_bytes=found.memory_bytes,
                         cpu_seconds=found.cpu_seconds, cgroup=found.version,
                         writable_bytes=writable)
+
+
+class ContainerAccounting:
+    """Accounting for the container backend of one state directory."""
+
+    def __init__(self, *, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.store = WorkspaceStore(Layout(state_dir))
+
+    def workspace_usage(self, volume_id: str) -> WorkspaceUsage | None:
+        return workspace_usage(self.store, volume_id)
+
+    def checkpoints_usage(self, checkpoint_ids: list[str] | None = None) -> CheckpointsUsage:
+        return checkpoints_usage(self.store, checkpoint_ids)
+
+    def runtimes_usage(self, *, sizes: bool = False) -> dict[str, RuntimeUsage]:
+        """Every container of this state directory, by cell id: memory and CPU from its
+        cgroup, and (sizes) its writable layer as the engine counts it."""
+        out: dict[str, RuntimeUsage] = {}
+        for info in container_observe.list_containers(self.state_dir, size=sizes):
+            cell_id = (info.get("Labels") or {}).get(CELL_ID)
+            if not cell_id or not is_safe_id(cell_id):
+                continue  # a label DevCell did not write is not ours
+            try:
+                out[cell_id] = runtime_usage(
+                    info, lambda cid: container_observe.inspect(self.state_dir, cid))
+            except BackendNotFound:  # removed since it was listed
+                continue
+        return out
+
+    def volumes(self) -> list[tuple[str, str]]:
+        """(volume id, owning cell id) of every volume, from the markers."""
+        return self.store.all_volumes()
+
+    def close(self) -> None:
+        pass

@@ -139,3 +139,19 @@ def test_memory_of_a_running_cell_matches_the_engines_stats(
     header, row = cli("get", "cells", "box", "-o", "wide").stdout.splitlines()
     memory = row[header.index("MEMORY"):header.index("CPU")].strip()
     assert memory.endswith("MiB") and float(memory.split()[0]) * 2**20 >= HELD * 0.9, row
+
+
+def test_with_the_engine_unreachable_df_still_measures_the_disk(
+        cli: Cli, state_dir: Path, box: Path, tmp_path: Path) -> None:
+    away = {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    done = cli("df", "-v", "-o", "json", env=away)
+    assert done.returncode == 0, done.stderr
+    assert "warning: backend container: runtimes not measured" in done.stderr
+    assert "no such socket" in done.stderr
+    doc = json.loads(done.stdout)
+    volume = next(Layout(state_dir).volumes.iterdir())
+    workspace = _items(doc, "Workspaces")["box"]
+    assert workspace["logicalBytes"] == _du(volume / "workspace", apparent=True)
+    assert _items(doc, "Runtimes") == {}
+    wide = cli("get", "cells", "-o", "wide", env=away)
+    assert wide.returncode == 0 and "never checkpointed" in wide.stdout, wide.stderr

@@ -52,6 +52,7 @@ class Census:
         self._trees: dict[str, _Tree] = {}
         self._shared: dict[tuple[int, int], _Inode] = {}
         self._total = _Tree()
+        self._sole: dict[str, int] | None = None
 
     def add(self, name: str, root: Path) -> None:
         """Walk `root` under `name`. A tree that is missing counts nothing; one that changed
@@ -59,38 +60,46 @@ class Census:
         tree = self._trees.setdefault(name, _Tree())
         if not root.is_dir() or root.is_symlink():
             return
+        self._sole = None
         try:
             for directory in treewalk.walk(root):
-                self._one(tree, name, directory.st, is_dir=True)
+                self._count(tree, directory.st, 0)  # a directory has no other name
                 for _, st in directory.entries:
-                    if not stat.S_ISDIR(st.st_mode):  # a directory: counted when visited
-                        self._one(tree, name, st, is_dir=False)
+                    if stat.S_ISDIR(st.st_mode):
+                        continue  # counted when visited
+                    if st.st_nlink <= 1:
+                        self._count(tree, st, 1)
+                    else:
+                        self._shared_link(tree, name, st)
         except (OSError, BackendError) as exc:
             tree.error = str(exc)
 
-    def _one(self, tree: _Tree, name: str, st: os.stat_result, *, is_dir: bool) -> None:
+    def _count(self, tree: _Tree, st: os.stat_result, files: int) -> None:
         disk, logical = st.st_blocks * BLOCK, st.st_size
-        files = 0 if is_dir else 1
-        if is_dir or st.st_nlink <= 1:
-            for into in (tree, self._total):
-                into.logical += logical
-                into.disk += disk
-                into.files += files
-            tree.single_disk += disk
-            return
+        tree.logical += logical
+        tree.disk += disk
+        tree.files += files
+        tree.single_disk += disk
+        total = self._total
+        total.logical += logical
+        total.disk += disk
+        total.files += files
+
+    def _shared_link(self, tree: _Tree, name: str, st: os.stat_result) -> None:
         key = (st.st_dev, st.st_ino)
         inode = self._shared.get(key)
+        disk, logical = st.st_blocks * BLOCK, st.st_size
         if inode is None:
             inode = self._shared[key] = _Inode(st.st_nlink, disk, logical)
             self._total.logical += logical
             self._total.disk += disk
-            self._total.files += files
+            self._total.files += 1
         seen = inode.links.get(name, 0)
         inode.links[name] = seen + 1
         if seen == 0:
             tree.logical += logical
             tree.disk += disk
-            tree.files += files
+            tree.files += 1
 
     def usage(self, name: str) -> Usage:
         """The tree's own usage, each inode once within it (as `du -s TREE`)."""
@@ -109,7 +118,21 @@ class Census:
         """Bytes on disk that removing all the trees `names` together would free."""
         chosen = set(names)
         total = sum(self._trees[n].single_disk for n in chosen if n in self._trees)
+        if len(chosen) == 1:
+            return total + self._sole_disk().get(next(iter(chosen)), 0)
         for inode in self._shared.values():
             if sum(count for tree, count in inode.links.items() if tree in chosen) >= inode.nlink:
                 total += inode.disk
         return total
+
+    def _sole_disk(self) -> dict[str, int]:
+        """Tree -> blocks of its shared inodes whose every link lies in it (one pass, kept
+        until another tree is added)."""
+        if self._sole is None:
+            self._sole = {}
+            for inode in self._shared.values():
+                if len(inode.links) == 1:
+                    ((tree, count),) = inode.links.items()
+                    if count >= inode.nlink:
+                        self._sole[tree] = self._sole.get(tree, 0) + inode.disk
+        return self._sole

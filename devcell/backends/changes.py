@@ -75,28 +75,47 @@ def either(first: Unchanged, second: Unchanged) -> Unchanged:
     return lambda rel, st: first(rel, st) or second(rel, st)
 
 
+@dataclass(frozen=True)
+class Measured:
+    usage: Usage
+    changes: Changes
+    exclusive_disk: int
+    """Blocks removing the tree would free (inodes with no link outside it)."""
+
+
 def measure(workspace: Path, unchanged: Unchanged | None, *, since: str | None,
-            recorded: set[str] | None = None) -> tuple[Usage, Changes]:
+            recorded: set[str] | None = None) -> Measured:
     """The workspace's usage and what changed in it (everything, with `unchanged` None).
     `recorded`: the paths the checkpoint holds, to count the files removed since."""
-    logical = disk = files = changed = changed_bytes = 0
-    seen_inodes: set[tuple[int, int]] = set()
+    logical = disk = files = changed = changed_bytes = exclusive = 0
+    seen_inodes: dict[tuple[int, int], int] = {}
     present = 0
     try:
         for directory in treewalk.walk(workspace):
             logical += directory.st.st_size
             disk += directory.st.st_blocks * BLOCK
+            exclusive += directory.st.st_blocks * BLOCK
             deep = directory.path_bytes > NAMEABLE
             rel_dir = "" if deep else directory.path()
             for name, st in directory.entries:
                 if stat.S_ISDIR(st.st_mode):
                     continue
-                if st.st_nlink <= 1 or (st.st_dev, st.st_ino) not in seen_inodes:
-                    if st.st_nlink > 1:
-                        seen_inodes.add((st.st_dev, st.st_ino))
+                blocks = st.st_blocks * BLOCK
+                if st.st_nlink <= 1:
                     logical += st.st_size
-                    disk += st.st_blocks * BLOCK
+                    disk += blocks
+                    exclusive += blocks
                     files += 1
+                else:
+                    key = (st.st_dev, st.st_ino)
+                    links = seen_inodes.get(key, 0) + 1
+                    seen_inodes[key] = links
+                    if links == 1:
+                        logical += st.st_size
+                        disk += blocks
+                        files += 1
+                    if links == st.st_nlink:  # its last link: no name outside the tree
+                        exclusive += blocks
                 rel = "" if deep else (f"{rel_dir}/{name}" if rel_dir else name)
                 if recorded is not None and rel in recorded:
                     present += 1
@@ -106,4 +125,5 @@ def measure(workspace: Path, unchanged: Unchanged | None, *, since: str | None,
     except (OSError, BackendError) as exc:
         raise BackendError(f"measuring {workspace}: {exc}") from None
     removed = None if recorded is None else len(recorded) - present
-    return Usage(logical, disk, files), Changes(since, changed, changed_bytes, removed)
+    return Measured(Usage(logical, disk, files), Changes(since, changed, changed_bytes, removed),
+                    exclusive)

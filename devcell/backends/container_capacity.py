@@ -14,6 +14,7 @@ engine down, workspaces and checkpoints are still measured.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -60,15 +61,29 @@ def workspace_usage(store: WorkspaceStore, volume_id: str) -> WorkspaceUsage | N
         return None
     store.ensure_mounted(volume_id)
     since, unchanged, recorded = _baseline(store, volume_id)
-    seen, changed = changes.measure(store.layout.workspace(volume_id), unchanged, since=since,
-                                    recorded=recorded)
+    found = changes.measure(store.layout.workspace(volume_id), unchanged, since=since,
+                            recorded=recorded)
     logs = Census()
     logs.add("logs", store.layout.logs(volume_id))
+    lower = store.lower_of(volume_id)
+    if lower is not None:  # the walk of its directory stops at the mount: the upper layer
+        own = usage.exclusive_bytes(store.layout.volume(volume_id))
+    else:  # its workspace was just walked: the rest of its directory beside it
+        own = found.exclusive_disk + _beside_workspace(store.layout.volume(volume_id))
     return WorkspaceUsage(
-        volume_id=volume_id, workspace=seen,
-        own_disk=usage.exclusive_bytes(store.layout.volume(volume_id)),
-        logs_disk=logs.usage("logs").disk, changed_files=changed.files,
-        changed_bytes=changed.bytes, since=since, fork_of=store.lower_of(volume_id))
+        volume_id=volume_id, workspace=found.usage, own_disk=own,
+        logs_disk=logs.usage("logs").disk, changed_files=found.changes.files,
+        changed_bytes=found.changes.bytes, since=since, fork_of=lower)
+
+
+def _beside_workspace(volume: Path) -> int:
+    """Blocks a volume's directory holds besides its workspace (itself, marker, logs)."""
+    total = volume.lstat().st_blocks * usage.BLOCK
+    with os.scandir(volume) as entries:
+        for entry in entries:
+            if entry.name != "workspace":
+                total += usage.exclusive_bytes(Path(entry.path))
+    return total
 
 
 def checkpoints_usage(store: WorkspaceStore, checkpoint_ids: list[str] | None

@@ -31,7 +31,10 @@ def run_snapshot_list(args: argparse.Namespace) -> int:
         if not rows:
             sys.stderr.write(f"No snapshots of cell {cell.name}.\n")
             return 0
-        cmd_get._print_table("snapshots", rows, wide=args.output == "wide")
+        wide = args.output == "wide"
+        if wide:
+            rows = cmd_get._measured(db, "snapshots", rows)
+        cmd_get._print_table("snapshots", rows, wide=wide)
         return 0
     args.kind, args.name, args.selector = "snapshots", None, None
     return cmd_get.run_get(args) if not rows else _print_docs(db, rows, args.output)

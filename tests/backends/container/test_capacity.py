@@ -104,8 +104,10 @@ def test_checkpoints_and_workspace_in_df_match_du(cli: Cli, state_dir: Path, box
     workspace = _items(doc, "Workspaces")["box"]
     assert workspace["logicalBytes"] == _du(volume / "workspace", apparent=True)
     assert workspace["sizeBytes"] + _items(doc, "Logs")["box"]["sizeBytes"] == _du(volume)
-    wide = cli("get", "snapshots", "-o", "wide")
-    assert wide.returncode == 0 and "UNIQUE" in wide.stdout, wide.stderr
+    for argv in (("get", "snapshots", "-o", "wide"), ("snapshot", "list", "box", "-o", "wide")):
+        header, *rows = cli(*argv).stdout.splitlines()
+        unique = [row[header.index("UNIQUE"):].strip() for row in rows]
+        assert len(unique) == 3 and all(u.endswith("iB") for u in unique), (argv, rows)
 
 
 def test_a_dirty_cell_shows_the_bytes_changed_since_its_last_snapshot(

@@ -77,6 +77,18 @@ class UsageError(DevCellError):
     exit_code = 2
 
 
+class SelectorError(UsageError):
+    """A label or field selector that cannot be parsed (or names an unsupported field)."""
+
+
+class TemplateError(UsageError):
+    """An output template (-o jsonpath, custom-columns, --sort-by) that cannot be parsed."""
+
+
+class TemplateEvaluationError(DevCellError):
+    """A well-formed output template that the objects cannot answer (an index out of range)."""
+
+
 class StoreError(DevCellError):
     """The state database refused or failed an operation."""
 
@@ -301,3 +313,8 @@ class StorageError(DevCellError):
 def _rebuild_storage_error(cls: type[StorageError], code: str, path: str, reason: str
                            ) -> StorageError:
     return cls(code=code, path=path, reason=reason)
+
+
+class FieldNotFound(DevCellError):
+    """`devcell explain` was asked for a field its kind's schema does not have (kubectl:
+    `field "x" does not exist`); the message names the path and the fields there are."""

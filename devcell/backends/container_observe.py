@@ -122,6 +122,38 @@ def _get(path: str, action: str) -> Any:
     return json.loads(body)
 
 
+def engine_version(timeout: float = 3.0) -> dict[str, Any]:
+    """The engine's `GET /version` (Version, ApiVersion, Os...), or BackendUnavailable saying
+    why it cannot be reached: what `devcell version` reports for the container backend."""
+    address = engine_address()
+    conn = _connection(address)
+    if conn is None:
+        raise BackendUnavailable(f"the engine at {address} is not one this check can ask "
+                                 "(ssh:// or TLS: only the docker SDK speaks it)")
+    conn.timeout = timeout
+    try:
+        conn.request("GET", "/version")
+        response = conn.getresponse()
+        body = response.read(1 << 20)
+    except (OSError, http.client.HTTPException) as exc:
+        raise BackendUnavailable(
+            f"cannot reach the Docker engine at {address} ({_reason(exc)}); {HOW_TO_START}"
+        ) from None
+    finally:
+        conn.close()
+    if response.status != 200:
+        raise BackendUnavailable(f"the engine at {address} answered {response.status} to "
+                                 f"GET /version")
+    try:
+        found = json.loads(body)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        raise BackendUnavailable(f"the engine at {address} answered GET /version with "
+                                 "something that is not a JSON object")
+    return found
+
+
 def _list_with_sdk(state_dir: Path, *, size: bool = False) -> list[dict[str, Any]]:
     from devcell.backends import container
 

@@ -2,8 +2,11 @@
 
 It starts every service of `spec.services` in its own restart loop (Always, OnFailure, Never;
 backoff 1 s doubling to 30 s, reset after a run of 30 s or more), appends each service's output
-to `/var/log/devcell/<service>.log`, and on SIGTERM stops every service and exits. The image
-needs only a POSIX shell with `sleep` and `date` (busybox has them).
+to `/var/log/devcell/<service>.log`, and on SIGTERM stops every service and exits. Each line
+is written as `TIMESTAMP SP TEXT` (RFC 3339, UTC, to the second: what `devcell logs
+--timestamps/--since` read, cli/log_lines.py), by awk's strftime; the supervisor's own notes
+too, as `TIMESTAMP [devcell] starting web`. The image needs only a POSIX shell with `sleep`
+and `date` (busybox has them); without an awk that has strftime, lines go unstamped.
 
 Secret environment values are never written into the script or the container's configuration
 (`docker inspect` shows neither): they go to a separate file, mode 0600, in the same read-only
@@ -32,14 +35,26 @@ _HEAD = """#!/bin/sh
 if [ "${{1:-}}" = "--exec" ]; then shift; exec "$@"; fi
 LOGS={logs}
 mkdir -p "$LOGS"
-note() {{ echo "[devcell $(date -u +%Y-%m-%dT%H:%M:%SZ)] $*"; }}
+note() {{ echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) [devcell] $*"; }}
+if TZ=UTC0 awk 'BEGIN {{ print strftime("%Y") }}' </dev/null >/dev/null 2>&1; then
+    stamp() {{ TZ=UTC0 exec awk '{{ print strftime("%Y-%m-%dT%H:%M:%SZ") " " $0; fflush() }}'; }}
+else
+    stamp() {{ exec cat; }}
+fi
+run() {{
+    log=$1
+    shift
+    # The service's status on fd 3 (captured), its output through stamp into the log.
+    rc=$( {{ {{ "$@" </dev/null 2>&1 3>&-; echo $? >&3; }} | stamp 3>&- >>"$log"; }} 3>&1 )
+    return "${{rc:-1}}"
+}}
 supervise() {{
     name=$1 policy=$2 delay=1
     shift 2
     while :; do
         began=$(date +%s)
         note "starting $name" >>"$LOGS/$name.log"
-        "$@" </dev/null >>"$LOGS/$name.log" 2>&1
+        run "$LOGS/$name.log" "$@"
         rc=$?
         note "$name exited with status $rc" >>"$LOGS/$name.log"
         case $policy in

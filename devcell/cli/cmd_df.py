@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from devcell.api import capacity
+from devcell.api import df
 from devcell.cli import render
 from devcell.names import printable
 from devcell.store import db as dbmod
@@ -17,7 +17,7 @@ def _share(part: int, whole: int) -> str:
 
 
 def run_df(args: argparse.Namespace) -> int:
-    report = capacity.df(dbmod.resolve_state_dir(args.state_dir))
+    report = df.df(dbmod.resolve_state_dir(args.state_dir))
     for problem in report.problems:
         sys.stderr.write(f"warning: {printable(problem)}\n")
     if args.output in ("json", "yaml"):

@@ -81,7 +81,7 @@ def cells(db: Database, rows: list[dict[str, Any]], problems: Problems
 
 
 def measure_runtimes(backend: Accounting, name: str, problems: Problems, *, sizes: bool
-              ) -> dict[str, RuntimeUsage]:
+                     ) -> dict[str, RuntimeUsage]:
     try:
         return backend.runtimes_usage(sizes=sizes)
     except BackendError as exc:
@@ -90,7 +90,7 @@ def measure_runtimes(backend: Accounting, name: str, problems: Problems, *, size
 
 
 def measure_workspace(backend: Accounting, volume_id: str, problems: Problems
-               ) -> WorkspaceUsage | None:
+                      ) -> WorkspaceUsage | None:
     try:
         return backend.workspace_usage(volume_id)
     except BackendError as exc:

@@ -30,7 +30,7 @@ from devcell.backends.census import Census
 from devcell.backends.container_layout import Layout, is_safe_id
 from devcell.backends.container_spec import CELL_ID
 from devcell.backends.workspaces import WorkspaceStore
-from devcell.errors import BackendNotFound
+from devcell.errors import BackendError, BackendNotFound
 
 
 def _baseline(store: WorkspaceStore, volume_id: str
@@ -139,10 +139,16 @@ class ContainerAccounting:
         self.store = WorkspaceStore(Layout(state_dir))
 
     def workspace_usage(self, volume_id: str) -> WorkspaceUsage | None:
-        return workspace_usage(self.store, volume_id)
+        try:
+            return workspace_usage(self.store, volume_id)
+        except OSError as exc:  # removed or changed while measured
+            raise BackendError(f"measuring volume {volume_id}: {exc.strerror or exc}") from None
 
     def checkpoints_usage(self, checkpoint_ids: list[str] | None = None) -> CheckpointsUsage:
-        return checkpoints_usage(self.store, checkpoint_ids)
+        try:
+            return checkpoints_usage(self.store, checkpoint_ids)
+        except OSError as exc:
+            raise BackendError(f"measuring checkpoints: {exc.strerror or exc}") from None
 
     def runtimes_usage(self, *, sizes: bool = False) -> dict[str, RuntimeUsage]:
         """Every container of this state directory, by cell id: memory and CPU from its

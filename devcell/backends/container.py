@@ -340,12 +340,12 @@ class ContainerBackend:
             return Observed(exists=False)
         return container_observe.observed(info, self.layout, cell.id)
 
-    def api_list(self) -> list[dict[str, Any]]:
+    def api_list(self, *, size: bool = False) -> list[dict[str, Any]]:
         """The engine's list of this state directory's containers (container_observe's one
         call, through the SDK for engine addresses only the SDK speaks)."""
         with _engine("listing DevCell's containers"):
-            listed: list[dict[str, Any]] = self.api.containers(all=True,
-                                                               filters=self._owned_filter())
+            listed: list[dict[str, Any]] = self.api.containers(
+                all=True, size=size, filters=self._owned_filter())
         return listed
 
     def owns(self, info: dict[str, Any]) -> bool:

@@ -75,7 +75,7 @@ def _duration(text: str) -> float:
 
 COMMANDS = ("apply", "get", "describe", "delete", "diff", "snapshot", "cell", "wait",
             "controller", "op", "schema", "image", "exec", "logs", "gc", "explain", "version",
-            "completion")
+            "completion", "df")
 
 
 class _Skipped:
@@ -287,6 +287,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="also remove orphans that hold files (no object ever named them)")
     p.add_argument("--dry-run", action="store_true", help="show what would be removed")
 
+    p = sub.add_parser("df", parents=[common],
+                       help="disk used by workspaces, checkpoints, fork layers, logs, runtimes "
+                            "(-v: each one)")
+    p.add_argument("-o", "--output", choices=["table", "yaml", "json"], default="table")
+
     p = sub.add_parser("exec", parents=[common], help="run a command in a running cell")
     p.add_argument("-i", "--stdin", action="store_true",
                    help="forward standard input to the command (its end closes the command's)")
@@ -407,6 +412,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from devcell.cli import cmd_gc
 
         return cmd_gc.run_gc(args)
+    if command == "df":
+        from devcell.cli import cmd_df
+
+        return cmd_df.run_df(args)
     if command == "explain":
         from devcell.cli import explain
 

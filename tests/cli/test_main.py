@@ -47,6 +47,7 @@ EVERY_COMMAND = [
     ["controller", "run", "--manifests", "m"], ["op", "resume", "op_1"], ["op", "cancel", "op_1"],
     ["schema", "cell"], ["image", "build-base"], ["exec", "api", "--", "ls"], ["logs", "api"], ["gc"],
     ["explain", "cell.spec"], ["version"], ["completion", "bash"],
+    ["df"], ["df", "-o", "json"],
 ]
 
 

@@ -24,7 +24,7 @@ from devcell.backends.base import (
     RuntimeUsage,
     WorkspaceUsage,
 )
-from devcell.errors import BackendError
+from devcell.errors import BackendError, DevCellError
 from devcell.store import capacity as records
 from devcell.store import objects, references
 from devcell.store.db import Database
@@ -233,7 +233,29 @@ def runtimes(inv: Inventory) -> tuple[Row, list[Item]]:
                 sum(i.size for i in items if not i.active)), items)
 
 
-SOURCES: list[Source] = [workspaces, fork_layers, checkpoints, logs, runtimes]
+def pulled_and_built_images(inv: Inventory) -> tuple[Row, list[Item]]:
+    """Images DevCell pulled or built for this state directory (`devcell image ls`), at the
+    engine's sizes; one no live cell names and no container uses is reclaimable (`devcell
+    image prune`). The engine is asked only when the state directory uses it."""
+    from devcell.api import images
+    from devcell.backends.images import RECORD_FILE
+
+    uses_engine = any(m.backend == "container" for m in inv.measured)
+    if not uses_engine and not (inv.state_dir / RECORD_FILE).exists():
+        return Row("Images", 0, 0, 0, 0), []
+    try:
+        rows = [r for r in images.list_images(inv.state_dir) if r.present and not r.moved]
+    except DevCellError as exc:
+        inv.problems.add(f"images: {exc}")
+        return Row("Images", 0, 0, 0, 0), []
+    items = [Item("Images", r.image, "container", ", ".join(r.cells) or "-", r.in_use, r.size,
+                  None, r.origin) for r in rows]
+    return (Row("Images", len(items), sum(i.active for i in items), sum(i.size for i in items),
+                sum(i.size for i in items if not i.active)), items)
+
+
+SOURCES: list[Source] = [workspaces, fork_layers, checkpoints, logs, runtimes,
+                         pulled_and_built_images]
 """The rows of `df`, in order: add a function to add a type of storage."""
 
 

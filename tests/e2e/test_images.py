@@ -215,6 +215,12 @@ def test_bytes_used_counts_what_devcell_pulled_for_df(
     assert cli("apply", "-f", str(manifest(tmp_path, image))).returncode == 0
     [row] = image_ls(cli)
     assert images.bytes_used(state_dir) == row["size"] > 0
+    report = json.loads(cli("df", "-v", "-o", "json").stdout)
+    [images_row] = [t for t in report["types"] if t["type"] == "Images"]
+    assert images_row == {"type": "Images", "total": 1, "active": 1,
+                          "sizeBytes": row["size"], "reclaimableBytes": 0}
+    [item] = [i for i in report["items"] if i["type"] == "Images"]
+    assert item["name"] == image and item["owner"] == "box"
 
 
 def wait_for(what: str, predicate: Any, timeout: float = 60) -> Any:

@@ -14,14 +14,16 @@ if TYPE_CHECKING:
 REGISTRY: dict[str, str] = {
     "fake": "devcell.backends.fake:FakeBackend",
     "container": "devcell.backends.container:ContainerBackend",
+    "vm": "devcell.backends.vm:VmBackend",
 }
 OBSERVERS: dict[str, str] = {
     "fake": "devcell.backends.fake:observe_all",
     "container": "devcell.backends.container_observe:observe_all",
+    "vm": "devcell.backends.vm_observe:observe_all",
 }
 """Each backend's `observe_all(state_dir)` (base.ObserveAll): its runtimes in one call,
 importable without the backend's SDK (commands observe before they act, on the fast path)."""
-PLANNED = {"vm": "microVMs"}
+PLANNED: dict[str, str] = {}
 
 
 _classes: dict[str, type] = {}

@@ -211,6 +211,29 @@ class DiskStore:
         self._build(self.layout.checkpoints, checkpoint_id, "checkpoint.json", make)
         return self.checkpoint_meta(checkpoint_id) or {}
 
+    def files_of(self, checkpoint_id: str) -> Path:
+        """`<checkpoint>/files`: the disk's tree, dumped by debugfs on first use."""
+        directory = self.layout.checkpoint(checkpoint_id)
+        final = directory / "files"
+        if final.is_dir():
+            return final
+        tmp = directory / temporaries.temp_name("files")
+        tmp.mkdir(mode=0o700)
+        try:
+            target = str(tmp).replace("\\", "\\\\").replace('"', '\\"')
+            done = children.run(["debugfs", "-R", f'rdump / "{target}"', str(directory / DISK)])
+            if done.returncode != 0 or "rdump:" in done.stderr:
+                raise BackendError(f"reading checkpoint {checkpoint_id}'s disk failed: "
+                                   f"{done.stderr.strip()[-300:]}")
+            lost = tmp / "lost+found"
+            if lost.is_dir() and not any(lost.iterdir()):
+                lost.rmdir()
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
+
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         self._remove(self.layout.checkpoint(checkpoint_id), self.layout.checkpoints)
 

@@ -96,7 +96,7 @@ class VmBackend:
             name=self.layout.machine_name(cell_id), directory=directory,
             kernel=Path(meta["kernel"]), initrd=Path(meta["initrd"]),
             cmdline="console=ttyS0 quiet panic=-1", memory_mib=int(meta["memory_mib"]),
-            cpus=int(meta["cpus"]), disks=tuple(disks))
+            cpus=int(meta["cpus"]), disks=tuple(disks), accel=str(meta.get("accel", "tcg")))
 
     def _pid(self, cell_id: str) -> int | None:
         return vm_proc.find(self.layout.cell(cell_id), self.layout.machine_name(cell_id))
@@ -121,9 +121,7 @@ class VmBackend:
         image_hex, rootfs = vm_image.rootfs(self.layout, image)
         kernel = vm_image.find_kernel()
         initrd = vm_image.initrd(self.layout, kernel)
-        accel = self.driver.accel()
-        if isinstance(self.driver, QemuDriver) and not (self.layout.root / "accel.json").exists():
-            accel = self.driver.probe(kernel.path, initrd)
+        accel = self.driver.probe(kernel.path, initrd)
         directory = self.layout.cell(cell.id)
         plain, secret = supervisor.split_env(cell.spec)
         # Plain variables are exported by the script itself (a container gets them from the
@@ -423,9 +421,7 @@ class VmBackend:
     def console(self, cell: CellRef) -> bytes:
         """The machine's latest serial console output (at most 64 KiB, as the guest wrote it)."""
         meta = self._require(cell)
-        driver = self.driver
-        return driver.console(self._config(cell.id, meta)) if isinstance(driver, QemuDriver) \
-            else b""
+        return self.driver.console(self._config(cell.id, meta))
 
 
 def _qemu_img(args: list[str]) -> None:

@@ -41,6 +41,8 @@ class MachineConfig:
     memory_mib: int
     cpus: int
     disks: tuple[Disk, ...]
+    accel: str
+    """"kvm" or "tcg", chosen when the cell was made: a saved machine resumes under the same."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,8 @@ class Saved:
 class MachineDriver(Protocol):
     name: str
 
-    def accel(self) -> str:
-        """How guests run here ("kvm" or "tcg"), probed once with a short timeout."""
+    def probe(self, kernel: Path, initrd: Path) -> str:
+        """How guests run here ("kvm" or "tcg"): tried once per host boot, briefly."""
         ...
 
     def boot(self, config: MachineConfig) -> int:
@@ -77,6 +79,10 @@ class MachineDriver(Protocol):
 
     def shutdown(self, config: MachineConfig, pid: int, *, timeout: float) -> None:
         """End the machine (its disks stay): a clean power-off, killed after `timeout`."""
+        ...
+
+    def console(self, config: MachineConfig) -> bytes:
+        """The guest's latest serial console output, bounded (the guest wrote it)."""
         ...
 
     def agent(self, config: MachineConfig, *, timeout: float) -> Agent:

@@ -35,7 +35,7 @@ from devcell.errors import BackendError, BackendUnavailable
 QEMU = "qemu-system-x86_64"
 CONSOLE_BYTES = 65536
 PROBE_MARK = "DEVCELL-PROBE-OK"
-PROBE_SECONDS = 8.0
+PROBE_SECONDS = 4.0
 SAVE_SECONDS = 600.0
 
 
@@ -57,35 +57,37 @@ class QemuDriver:
 
     def __init__(self, *, accel_cache: Path | None = None) -> None:
         self.accel_cache = accel_cache
-        self._accel: str | None = None
 
     # -- acceleration -----------------------------------------------------------------------
 
     def accel(self) -> str:
-        if self._accel is None:
-            self._accel = self._cached_accel()
-        return self._accel
-
-    def _cached_accel(self) -> str:
+        """What is known without booting: forced, no usable /dev/kvm, or this boot's probe."""
         forced = os.environ.get("DEVCELL_VM_ACCEL")
         if forced in ("kvm", "tcg"):
             return forced
         if not _kvm_device_usable():
             return "tcg"
-        boot_id = _boot_id()
-        if self.accel_cache is not None:
-            try:
-                cached = json.loads(self.accel_cache.read_text())
-                if cached.get("boot_id") == boot_id and cached.get("accel") in ("kvm", "tcg"):
-                    return str(cached["accel"])
-            except (OSError, ValueError, AttributeError):
-                pass
-        return "tcg"  # decided by probe() once a kernel is at hand; tcg until then
+        return self._cached() or "tcg"
+
+    def _cached(self) -> str | None:
+        if self.accel_cache is None:
+            return None
+        try:
+            cached = json.loads(self.accel_cache.read_text())
+            if cached.get("boot_id") == _boot_id() and cached.get("accel") in ("kvm", "tcg"):
+                return str(cached["accel"])
+        except (OSError, ValueError, AttributeError):
+            pass
+        return None
 
     def probe(self, kernel: Path, initrd: Path) -> str:
-        """Boot the kernel once under KVM; "kvm" when its initrd answers in time, else "tcg"."""
+        """Boot the kernel once under KVM; "kvm" when its initrd answers in time, else "tcg".
+        Once per host boot (cached): nested KVM that hangs costs PROBE_SECONDS once."""
         if os.environ.get("DEVCELL_VM_ACCEL") in ("kvm", "tcg") or not _kvm_device_usable():
             return self.accel()
+        cached = self._cached()
+        if cached is not None:
+            return cached
         argv = [qemu_binary(), "-M", "microvm,isa-serial=on,rtc=on,pit=on,pic=on",
                 "-accel", "kvm", "-cpu", "host", "-m", "128", "-nodefaults", "-no-user-config",
                 "-display", "none", "-serial", "stdio", "-no-reboot",
@@ -98,7 +100,6 @@ class QemuDriver:
         except subprocess.TimeoutExpired:
             accel = "tcg"  # nested KVM that hangs: the machine runs under TCG
         logger.bind(accel=accel).info("probed KVM")
-        self._accel = accel
         if self.accel_cache is not None:
             self.accel_cache.write_text(json.dumps({"boot_id": _boot_id(), "accel": accel}))
         return accel
@@ -106,7 +107,7 @@ class QemuDriver:
     # -- machines ---------------------------------------------------------------------------
 
     def argv(self, config: MachineConfig) -> list[str]:
-        accel = self.accel()
+        accel = config.accel
         argv = [qemu_binary(), "-name", config.name,
                 "-M", "microvm,isa-serial=on,rtc=on,pit=on,pic=on", "-accel", accel,
                 *(["-cpu", "host"] if accel == "kvm" else []),

@@ -18,6 +18,7 @@ import pytest
 
 from devcell.backends import vm_image, vm_proc
 from devcell.backends.vm_layout import VmLayout
+from devcell.backends.vm_qemu import QemuDriver
 from tests.backends.engine import IMAGE, engine_available, in_ci, require_engine
 
 
@@ -56,7 +57,11 @@ def seed_images(state_dir: Path, cache: Path) -> None:
         layout = VmLayout(cache)
         _, rootfs = vm_image.rootfs(layout, IMAGE)
         _SEED["root"] = rootfs.parent
-        _SEED["boot"] = vm_image.initrd(layout, vm_image.find_kernel()).parent
+        kernel = vm_image.find_kernel()
+        _SEED["boot"] = vm_image.initrd(layout, kernel).parent
+        QemuDriver(accel_cache=layout.root / "accel.json").probe(
+            kernel.path, _SEED["boot"] / "initrd.cpio")
+        _SEED["accel"] = layout.root / "accel.json"
     target = VmLayout(state_dir)
     for key, parent in (("root", target.images), ("boot", target.boot)):
         source = _SEED[key]
@@ -66,6 +71,8 @@ def seed_images(state_dir: Path, cache: Path) -> None:
         destination.mkdir(mode=0o700, parents=True)
         for item in source.iterdir():
             os.link(item, destination / item.name)
+    if _SEED["accel"].exists() and not (target.root / "accel.json").exists():
+        shutil.copyfile(_SEED["accel"], target.root / "accel.json")
 
 
 def kill_machines(state_dir: Path) -> int:

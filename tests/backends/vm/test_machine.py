@@ -1,0 +1,108 @@
+"""A vm cell's machine, as the backend drives it: boot, exec through the guest agent, a
+filesystem-consistent disk checkpoint, and sleep as a memory snapshot that a wake resumes."""
+
+from __future__ import annotations
+
+import time
+
+from devcell.backends import vm_proc
+from devcell.backends.base import CellRef, Consistency
+from devcell.backends.vm import VmBackend
+from tests.backends.vm.conftest import run
+
+
+def _counter(backend: VmBackend, ref: CellRef) -> int:
+    code, out, err = run(backend, ref, "cat /tmp/counter")
+    assert code == 0, err
+    return int(out)
+
+
+def test_boot_runs_the_image_with_its_disks_and_services(machine: tuple[VmBackend, CellRef]
+                                                         ) -> None:
+    backend, ref = machine
+    code, out, _ = run(backend, ref, "hostname; mount; cat /etc/hostname")
+    assert code == 0
+    assert out.splitlines()[0] == "box"
+    assert "/dev/vda on / type ext4" in out
+    assert "/dev/vdb on /devcell type ext4 (ro" in out
+    assert "/dev/vdc on /workspace type ext4" in out
+    first = _counter(backend, ref)
+    time.sleep(1)
+    assert _counter(backend, ref) > first  # the supervised service runs
+    observed = backend.observe(ref)
+    assert observed.running and observed.runtime_hash == "hash-1"
+    assert observed.detail["accel"] in ("kvm", "tcg")
+
+
+def test_exec_passes_output_exit_status_environment_and_input(
+        machine: tuple[VmBackend, CellRef]) -> None:
+    backend, ref = machine
+    assert run(backend, ref, "echo out; echo err >&2; exit 42") == (42, "out\n", "err\n")
+    assert run(backend, ref, 'echo "$GREETING"; test "$TOKEN" = canary-vm-5e1d') == \
+        (0, "hello vm\n", "")
+    assert run(backend, ref, "tr a-z A-Z", stdin=b"piped in\n") == (0, "PIPED IN\n", "")
+
+
+def test_disk_checkpoint_is_taken_frozen_and_forks_hold_its_files(
+        machine: tuple[VmBackend, CellRef]) -> None:
+    backend, ref = machine
+    assert run(backend, ref, "echo before > /workspace/note.txt")[0] == 0
+    info = backend.checkpoint(ref, "snap_vmtest01")
+    assert info.consistency is Consistency.FILESYSTEM
+    assert not backend.observe(ref).frozen  # thawed after the copy
+    assert run(backend, ref, "echo after > /workspace/note.txt")[0] == 0
+    tree = backend.checkpoint_files("snap_vmtest01")
+    assert tree is not None and (tree / "note.txt").read_text() == "before\n"
+    fork = CellRef("cell_vmtest0002", "fork", ref.spec, "vol_vmtest0002")
+    backend.create_volume(fork, "vol_vmtest0002", from_checkpoint="snap_vmtest01")
+    backend.create(fork, "hash-1")
+    backend.start(fork)
+    try:
+        assert run(backend, fork, "cat /workspace/note.txt") == (0, "before\n", "")
+    finally:
+        backend.delete(fork)
+    assert not backend.observe(fork).exists
+
+
+def test_a_process_survives_sleep_and_wake_and_continues_from_its_value(
+        machine: tuple[VmBackend, CellRef]) -> None:
+    backend, ref = machine
+    # (its output away from the agent's pipes, or exec would wait for it to end)
+    run(backend, ref, "sleep 300 </dev/null >/dev/null 2>&1 & echo $! > /tmp/sleeper.pid")
+    before = _counter(backend, ref)
+    saved = backend.save_machine(ref, "sleep-vmtest-g1")
+    assert saved.consistency is Consistency.MACHINE and saved.size_bytes > 0
+    observed = backend.observe(ref)
+    assert observed.exists and not observed.running  # asleep: kept, not running
+    assert backend.save_machine(ref, "sleep-vmtest-g1") == saved  # idempotent
+    time.sleep(2)
+    outputs = backend.restore_machine(ref, "sleep-vmtest-g1")
+    assert outputs["restored"] is True
+    after = _counter(backend, ref)
+    # It went on from its value: not restarted (1, 2, ...), not lost.
+    assert before <= after < before + 20, (before, after)
+    code, out, _ = run(backend, ref, "kill -0 $(cat /tmp/sleeper.pid) && echo alive")
+    assert (code, out) == (0, "alive\n")
+    assert backend.restore_machine(ref, "sleep-vmtest-g1") == {"restored": False}
+
+
+def test_a_foreign_process_is_never_acted_on(machine: tuple[VmBackend, CellRef]) -> None:
+    """A pidfile pointing at a process DevCell did not start (a recycled pid, a planted
+    file) is not believed: the machine is found by its label, and the other process lives."""
+    import subprocess
+
+    backend, ref = machine
+    foreign = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not vm_proc.is_owned(foreign.pid, backend.layout.machine_name(ref.id))
+        other = CellRef("cell_vmtest0003", "other", ref.spec)
+        directory = backend.layout.cell(other.id)
+        directory.mkdir(mode=0o700)
+        (directory / vm_proc.PIDFILE).write_text(f"{foreign.pid}\n")
+        assert backend.observe(other) == backend.observe(CellRef("cell_none", "x", {}))
+        backend.stop(other)
+        backend.delete(other)
+        assert foreign.poll() is None
+    finally:
+        foreign.kill()
+        foreign.wait()

@@ -106,3 +106,21 @@ def test_a_foreign_process_is_never_acted_on(machine: tuple[VmBackend, CellRef])
     finally:
         foreign.kill()
         foreign.wait()
+
+
+def test_a_machine_whose_directory_is_gone_is_still_found_and_ended(
+        machine: tuple[VmBackend, CellRef]) -> None:
+    """A crash mid-delete can leave a QEMU whose directory is gone: list_owned (the orphan
+    sweep) still names it, by its label, and delete ends it."""
+    import shutil
+
+    backend, ref = machine
+    lost = CellRef("cell_vmtest0004", "lost", ref.spec)
+    backend.create(lost, "hash-1")
+    backend.start(lost)
+    shutil.rmtree(backend.layout.cell(lost.id))
+    assert backend.observe(lost).exists
+    assert any(o.id == lost.id for o in backend.list_owned())
+    backend.delete(lost)
+    assert not backend.observe(lost).exists
+    assert lost.id not in vm_proc.scan(backend.layout.name_prefix)

@@ -44,6 +44,7 @@ from devcell.backends.vm_driver import Disk, MachineConfig, MachineDriver
 from devcell.backends.vm_layout import VmLayout
 from devcell.backends.vm_qemu import QemuDriver
 from devcell.errors import BackendError, BackendNotFound, BackendRefused, CapabilityMissing
+from devcell.security import SERVICE_LOG_DIR
 
 MARKER = "cell.json"
 FROZEN = "frozen"
@@ -51,6 +52,8 @@ DEFAULT_MEMORY_MIB = 256
 AGENT_BOOT_SECONDS = 120.0
 """How long a command waits for a machine that is still booting (TCG on a busy host)."""
 EXEC_OUTPUT = 16 << 20
+HOOK_TIMEOUT_S = 60
+HOOK_TAIL = 400
 _HOSTNAME = re.compile(r"[^a-z0-9-]+")
 
 
@@ -269,8 +272,27 @@ class VmBackend:
         return code
 
     def log_paths(self, cell: CellRef) -> dict[str, Path]:
-        """Service logs stay inside the guest in this slice: none on the host."""
-        return {}
+        """Service logs stay inside the guest in this slice (a later one reads them through
+        the agent): refused with where they are, rather than an empty answer."""
+        raise CapabilityMissing(
+            f"service logs of vm cells stay inside the machine for now; read one with "
+            f"`devcell exec {cell.name} -- cat {SERVICE_LOG_DIR}/SERVICE.log`")
+
+    def _run_hooks(self, cell: CellRef, agent: Any, which: str) -> int:
+        """The cell's `which` hooks (preCheckpoint, postCheckpoint) through the agent, as the
+        container backend runs them: a failing one fails the step, secrets redacted."""
+        hooks = [list(h) for h in ((cell.spec.get("hooks") or {}).get(which) or [])]
+        limit = float((cell.spec.get("hooks") or {}).get("timeoutSeconds", HOOK_TIMEOUT_S))
+        for argv in hooks:
+            code, out, err = self._run(agent, supervisor.exec_argv(argv), timeout=limit)
+            if code != 0:
+                tail = (out + err)[-HOOK_TAIL:].decode("utf-8", "replace")
+                for value in supervisor.split_env(cell.spec)[1].values():
+                    if len(value) >= 4:  # a hook that prints a secret must not record it
+                        tail = tail.replace(value, "<redacted>")
+                raise BackendError(f"{which} hook {argv!r} of cell {cell.name} exited with "
+                                   f"status {code}" + (f": {tail}" if tail else ""))
+        return len(hooks)
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -279,9 +301,10 @@ class VmBackend:
             return {"frozen": False}
         config = self._running_config(cell)
         with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+            hooks = self._run_hooks(cell, agent, "preCheckpoint")
+            (config.directory / FROZEN).touch(mode=0o600)
             frozen = agent.command("guest-fsfreeze-freeze", timeout=60.0)
-        (config.directory / FROZEN).touch(mode=0o600)
-        return {"frozen": True, "filesystems": int(frozen or 0)}
+        return {"frozen": True, "filesystems": int(frozen or 0), "hooks": hooks}
 
     def resume(self, cell: CellRef) -> Outputs:
         marker = self.layout.cell(cell.id) / FROZEN
@@ -291,6 +314,8 @@ class VmBackend:
             config = self._running_config(cell)
             with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
                 agent.command("guest-fsfreeze-thaw", timeout=60.0)
+                marker.unlink(missing_ok=True)
+                self._run_hooks(cell, agent, "postCheckpoint")
         marker.unlink(missing_ok=True)
         return {"resumed": True}
 

@@ -11,6 +11,8 @@ with the image's (an image based on another libc keeps its own).
 
 from __future__ import annotations
 
+import hashlib
+
 GUEST_DIR = ".devcell-guest"
 MODULES = ("kernel/drivers/virtio/virtio_ring.ko", "kernel/drivers/virtio/virtio.ko",
            "kernel/drivers/virtio/virtio_mmio.ko", "kernel/drivers/block/virtio_blk.ko",
@@ -60,6 +62,7 @@ port=
 for d in /sys/class/virtio-ports/*; do
     [ "$($B cat "$d/name" 2>/dev/null)" = org.qemu.guest_agent.0 ] && port=/dev/${d##*/}
 done
+cd "${mp:-/}"  # commands run through the agent start in the workspace, as in a container
 (
     while :; do
         $G/ga/ld-linux-x86-64.so.2 --library-path $G/ga $G/ga/qemu-ga -m virtio-serial \\
@@ -74,3 +77,7 @@ while :; do
     wait
 done
 """.replace("{guest}", GUEST_DIR)
+
+
+VERSION = hashlib.sha256((INITRD_INIT + ROOT_INIT).encode()).hexdigest()[:8]
+"""Part of the cached root disk's and initrd's names: a change to the guest files rebuilds them."""

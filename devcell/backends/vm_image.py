@@ -72,7 +72,7 @@ def _cpio_newc(entries: list[tuple[str, int, bytes]]) -> bytes:
 
 def initrd(layout: VmLayout, kernel: Kernel) -> Path:
     """`<state>/vm/boot/<release>/initrd.cpio`, built once."""
-    final = layout.boot / kernel.release / "initrd.cpio"
+    final = layout.boot / f"{kernel.release}-g{vm_guest.VERSION}" / "initrd.cpio"
     if final.is_file():
         return final
     _mkdir_private(final.parent)
@@ -144,7 +144,7 @@ def rootfs(layout: VmLayout, image: str) -> tuple[str, Path]:
     if wanted is None:
         raise BackendError(f"image {image} has an id DevCell does not understand")
     image_hex = wanted.group(1)
-    final = layout.images / image_hex
+    final = layout.images / f"{image_hex}-g{vm_guest.VERSION}"
     if (final / "rootfs.ext4").is_file():
         return image_hex, final / "rootfs.ext4"
     _mkdir_private(layout.images)

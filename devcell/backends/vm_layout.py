@@ -3,9 +3,9 @@
 Every path is built from an id that passed `container_layout.safe_id` (letters, digits, `_`
 and `-`), so no name can make a path escape the state directory. Everything is owner-only.
 
-    <state>/vm/images/<image-id>/rootfs.ext4     the image's root filesystem (+ guest agent
+    <state>/vm/images/<image-id>-g<v>/rootfs.ext4 the image's root filesystem (+ guest agent
                                                  and init), shared read-only by every cell
-    <state>/vm/boot/<kernel-release>/initrd.cpio loads virtio drivers, mounts the rootfs
+    <state>/vm/boot/<release>-g<v>/initrd.cpio  loads virtio drivers, mounts the rootfs
     <state>/vm/cells/<cell_id>/cell.json         marker: cell, runtime hash, image, volume
     <state>/vm/cells/<cell_id>/root.qcow2        the cell's writable rootfs (overlay on the base)
     <state>/vm/cells/<cell_id>/config.img        supervisor.sh + secrets.env, at /devcell

@@ -124,3 +124,31 @@ def test_a_machine_whose_directory_is_gone_is_still_found_and_ended(
     backend.delete(lost)
     assert not backend.observe(lost).exists
     assert lost.id not in vm_proc.scan(backend.layout.name_prefix)
+
+
+def test_checkpoint_hooks_run_in_the_guest_and_a_failing_one_fails_the_quiesce(
+        machine: tuple[VmBackend, CellRef]) -> None:
+    import pytest
+
+    from devcell.errors import BackendError
+
+    backend, ref = machine
+    hooked = CellRef(ref.id, ref.name, dict(ref.spec, hooks={
+        "preCheckpoint": [["sh", "-c", "echo hooked > /workspace/hook.txt"]],
+        "postCheckpoint": [["sh", "-c", "echo after > /workspace/post.txt"]]}), ref.volume_id)
+    assert backend.quiesce(hooked)["hooks"] == 1
+    assert backend.observe(hooked).frozen
+    backend.checkpoint(hooked, "snap_vmhook01")
+    backend.resume(hooked)
+    assert not backend.observe(hooked).frozen
+    tree = backend.checkpoint_files("snap_vmhook01")
+    assert tree is not None and (tree / "hook.txt").read_text() == "hooked\n"
+    assert not (tree / "post.txt").exists()
+    assert run(backend, ref, "cat /workspace/post.txt") == (0, "after\n", "")
+    failing = CellRef(ref.id, ref.name, dict(ref.spec, hooks={
+        "preCheckpoint": [["sh", "-c", "echo $TOKEN; exit 3"]]}), ref.volume_id)
+    with pytest.raises(BackendError, match="status 3") as caught:
+        backend.quiesce(failing)
+    assert "canary-vm-5e1d" not in str(caught.value)
+    assert not backend.observe(ref).frozen
+    assert run(backend, ref, "echo ok > /workspace/ok.txt")[0] == 0  # not frozen

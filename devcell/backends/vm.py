@@ -111,8 +111,10 @@ class VmBackend:
             # A machine whose directory is gone (a crash mid-delete) still exists until killed.
             return Observed(exists=True, running=True) if pid is not None else Observed(False)
         running = pid is not None
-        return Observed(exists=True, running=running,
-                        frozen=running and (self.layout.cell(cell.id) / FROZEN).exists(),
+        # Frozen: by quiesce (its marker), or paused by a save that died before QEMU quit.
+        frozen = running and ((self.layout.cell(cell.id) / FROZEN).exists()
+                              or self.driver.paused(self._config(cell.id, meta)))
+        return Observed(exists=True, running=running, frozen=frozen,
                         runtime_hash=meta.get("runtime_hash"),
                         detail={"state": "running" if running else "stopped",
                                 "accel": meta.get("accel")})
@@ -308,8 +310,11 @@ class VmBackend:
 
     def resume(self, cell: CellRef) -> Outputs:
         marker = self.layout.cell(cell.id) / FROZEN
+        unpaused = False
+        if self._pid(cell.id) is not None and self.driver.paused(self._running_config(cell)):
+            unpaused = self.driver.unpause(self._running_config(cell))
         if not marker.exists():
-            return {"resumed": False}
+            return {"resumed": unpaused}
         if self._pid(cell.id) is not None:
             config = self._running_config(cell)
             with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:

@@ -77,6 +77,15 @@ class MachineDriver(Protocol):
         """Whether the guest's CPUs run (False while paused, saving, or gone)."""
         ...
 
+    def paused(self, config: MachineConfig) -> bool:
+        """Whether the hypervisor says the machine is paused (False when it cannot tell)."""
+        ...
+
+    def unpause(self, config: MachineConfig) -> bool:
+        """Let a paused machine's CPUs run again (left paused by a save that died); whether
+        it was paused."""
+        ...
+
     def shutdown(self, config: MachineConfig, pid: int, *, timeout: float) -> None:
         """End the machine (its disks stay): a clean power-off, killed after `timeout`."""
         ...

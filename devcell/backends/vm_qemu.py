@@ -195,6 +195,21 @@ class QemuDriver:
         except (BackendError, OSError, TimeoutError):
             return False
 
+    def paused(self, config: MachineConfig) -> bool:
+        try:
+            with Qmp(config.directory, timeout=2.0) as qmp:
+                status = qmp.command("query-status")
+        except (BackendError, OSError, TimeoutError):
+            return False  # busy (one monitor client at a time) or gone: not known paused
+        return not status.get("running") and status.get("status") in ("paused", "postmigrate")
+
+    def unpause(self, config: MachineConfig) -> bool:
+        with Qmp(config.directory, timeout=5.0) as qmp:
+            if qmp.command("query-status").get("running"):
+                return False
+            qmp.command("cont")
+            return True
+
     def shutdown(self, config: MachineConfig, pid: int, *, timeout: float) -> None:
         try:
             with Qmp(config.directory, timeout=min(timeout, 5.0)) as qmp:

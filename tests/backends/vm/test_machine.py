@@ -152,3 +152,19 @@ def test_checkpoint_hooks_run_in_the_guest_and_a_failing_one_fails_the_quiesce(
     assert "canary-vm-5e1d" not in str(caught.value)
     assert not backend.observe(ref).frozen
     assert run(backend, ref, "echo ok > /workspace/ok.txt")[0] == 0  # not frozen
+
+
+def test_a_machine_left_paused_by_a_dead_save_is_seen_frozen_and_resumed(
+        machine: tuple[VmBackend, CellRef]) -> None:
+    """A save killed after QMP `stop` leaves QEMU alive and paused: observe says frozen (so
+    the controller plans a resume) and resume lets it run on."""
+    from devcell.backends.vm_qmp import Qmp
+
+    backend, ref = machine
+    with Qmp(backend.layout.cell(ref.id)) as qmp:
+        qmp.command("stop")
+    observed = backend.observe(ref)
+    assert observed.running and observed.frozen
+    assert backend.resume(ref) == {"resumed": True}
+    assert not backend.observe(ref).frozen
+    assert run(backend, ref, "true")[0] == 0

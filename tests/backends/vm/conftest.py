@@ -15,7 +15,9 @@ from devcell.backends.vm import VmBackend
 from tests.backends.engine import IMAGE
 from tests.backends.vm_machines import kill_machines, require_qemu, seed_images
 
-COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.2; done"
+COUNTER = ("i=0; while :; do i=$((i+1)); echo $i > /tmp/counter.new; "
+           "mv /tmp/counter.new /tmp/counter; sleep 0.2; done")
+"""A process whose state is its count; the rename makes every read see a whole number."""
 SPEC: dict[str, Any] = {
     "backend": "vm", "image": IMAGE, "state": "Running",
     "workspace": {"mountPath": "/workspace"},

@@ -55,6 +55,15 @@ def find_kernel() -> Kernel:
                              f"modules); install it: {INSTALL}")
 
 
+def qemu_ready() -> None:
+    """BackendUnavailable (with the apt-get line) unless QEMU, qemu-img and the agent are here."""
+    for tool in ("qemu-system-x86_64", "qemu-img", "mkfs.ext4"):
+        if shutil.which(tool) is None:
+            raise BackendUnavailable(f"{tool} is not installed; install it: {INSTALL}")
+    if not AGENT.is_file():
+        raise BackendUnavailable(f"qemu-guest-agent is not installed; install it: {INSTALL}")
+
+
 def _mkdir_private(path: Path) -> None:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
 

@@ -9,6 +9,7 @@ from devcell.backends import vm_proc
 from devcell.backends.vm_layout import VmLayout
 from tests.backends.engine import IMAGE
 from tests.backends.vm.conftest import COUNTER, make_state
+from tests.backends.vm_machines import require_qemu
 from tests.conftest import Cli
 
 
@@ -63,3 +64,16 @@ def test_sleep_keeps_the_machine_and_start_resumes_its_processes(
         from tests.backends.vm_machines import kill_machines
 
         kill_machines(state_dir)
+
+
+def test_build_base_also_prepares_the_vm_root_disk_and_kernel(cli: Cli, state_dir: Path
+                                                              ) -> None:
+    require_qemu()
+    for _ in range(2):  # idempotent
+        built = cli("image", "build-base", timeout=300)
+        assert built.returncode == 0, built.stderr
+        assert f"vm/{IMAGE} ready (" in built.stdout
+        assert "kernel " in built.stdout and ("TCG" in built.stdout or "KVM" in built.stdout)
+    layout = VmLayout(state_dir)
+    assert [p.name for p in layout.images.iterdir()] and [p.name for p in layout.boot.iterdir()]
+    assert (layout.root.stat().st_mode & 0o077) == 0

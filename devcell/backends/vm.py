@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any, BinaryIO
 
 from loguru import logger
 
-from devcell.backends import supervisor, temporaries, vm_disks, vm_image, vm_proc
+from devcell.backends import children, supervisor, temporaries, vm_disks, vm_image, vm_proc
 from devcell.backends.base import (
     Capabilities,
     CellRef,
@@ -455,8 +456,6 @@ class VmBackend:
 
 
 def _qemu_img(args: list[str]) -> None:
-    from devcell.backends import children
-
     if shutil.which("qemu-img") is None:
         raise BackendError(f"qemu-img is not installed; install it: {vm_image.INSTALL}")
     done = children.run(["qemu-img", *args])
@@ -469,7 +468,5 @@ def _hostname(name: str) -> str:
 
 
 def _quote(value: str) -> str:
-    import shlex
-
     return shlex.quote(value)
 

@@ -14,10 +14,12 @@ if TYPE_CHECKING:
 REGISTRY: dict[str, str] = {
     "fake": "devcell.backends.fake:FakeBackend",
     "container": "devcell.backends.container:ContainerBackend",
+    "vm": "devcell.backends.vm:VmBackend",
 }
 OBSERVERS: dict[str, str] = {
     "fake": "devcell.backends.fake:observe_all",
     "container": "devcell.backends.container_observe:observe_all",
+    "vm": "devcell.backends.vm_observe:observe_all",
 }
 """Each backend's `observe_all(state_dir)` (base.ObserveAll): its runtimes in one call,
 importable without the backend's SDK (commands observe before they act, on the fast path)."""
@@ -27,7 +29,7 @@ MEASURERS: dict[str, str] = {
 """Each backend's Accounting (base.py) that keeps files or runtimes to measure, importable
 without the backend's SDK and usable with its engine down (what lies on disk is measured
 from the disk). A backend missing here keeps nothing to measure (the fake)."""
-PLANNED = {"vm": "microVMs"}
+PLANNED: dict[str, str] = {}
 
 
 _classes: dict[str, type] = {}

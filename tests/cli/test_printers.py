@@ -48,3 +48,11 @@ def test_sort_by_natural_strings_and_numbers() -> None:
 def test_sort_by_objects_is_refused() -> None:
     with pytest.raises(TemplateEvaluationError):
         printers.sort_order(".metadata", DOCS)
+
+
+@pytest.mark.parametrize("path", ['{.a}{"x"}', "a}{b", '{"x"}', "{range .items[*]}{.a}{end}"])
+def test_a_column_or_sort_key_that_is_not_one_path_is_a_usage_error(path: str) -> None:
+    with pytest.raises(TemplateError):
+        printers.parse_output(f"custom-columns=A:{path}")
+    with pytest.raises(TemplateError):
+        printers.sort_order(path, DOCS)

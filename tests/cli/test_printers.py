@@ -56,3 +56,9 @@ def test_a_column_or_sort_key_that_is_not_one_path_is_a_usage_error(path: str) -
         printers.parse_output(f"custom-columns=A:{path}")
     with pytest.raises(TemplateError):
         printers.sort_order(path, DOCS)
+
+
+def test_sort_by_strings_with_unicode_digits_sorts_them_as_text() -> None:
+    docs = [{"v": v} for v in ("²", "a10", "a2", "٣", "1")]
+    assert [docs[i]["v"] for i in printers.sort_order(".v", docs)] == ["1", "a2", "a10", "²",
+                                                                          "٣"]

@@ -42,6 +42,10 @@ def run_delete(args: argparse.Namespace) -> int:
     if not args.filename and not (args.kind and (args.names or args.selector)):
         raise UsageError("delete needs -f PATH, KIND NAME... or KIND -l SELECTOR "
                          "(e.g. devcell delete cell api)")
+    if args.names and args.selector:
+        from devcell.cli.cmd_get import NAMES_AND_SELECTOR
+
+        raise UsageError(NAMES_AND_SELECTOR)
     selector = None
     if args.selector:
         from devcell.manifests import selectors

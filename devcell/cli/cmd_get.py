@@ -284,6 +284,8 @@ def run_get(args: argparse.Namespace) -> int:
         if args.sort_by:
             jsonpath.relaxed(args.sort_by, what="--sort-by")
     args.label_columns = [k for given in args.label_columns or () for k in given.split(",") if k]
+    if args.names and args.selector:
+        raise UsageError(NAMES_AND_SELECTOR)
     selector = _selector(args)
     fields = _field_selector(args)
     if getattr(args, "tree", False):
@@ -319,6 +321,10 @@ def run_get(args: argparse.Namespace) -> int:
     if args.watch and args.output in ("table", "wide"):
         return _watch(args, selector, rows)
     return 0
+
+
+NAMES_AND_SELECTOR = ("a NAME cannot be given with -l (as kubectl): give NAME... or "
+                      "-l SELECTOR")
 
 
 def _needs_documents(args: argparse.Namespace) -> bool:

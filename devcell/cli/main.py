@@ -467,6 +467,9 @@ def parse(given: Sequence[str]) -> argparse.Namespace:
     first = command_word(given)
     only = first if first in COMMANDS else None  # anything else: the full parser explains
     args = build_parser(only).parse_args(list(given))
+    if isinstance(getattr(args, "selector", None), str):
+        # kubectl trims -l: a blank one is no selector at all, never "every object"
+        args.selector = args.selector.strip()
     for name, default in GLOBAL_DEFAULTS.items():
         if not hasattr(args, name):
             setattr(args, name, default)

@@ -22,7 +22,8 @@ from devcell import backends, ids, names
 from devcell.api import converging
 from devcell.api.converging import DEFAULTS, NO_HOOKS, Hooks, Options
 from devcell.api.reports import Recorded, Report
-from devcell.backends.base import CellRef, Changes, Restoring
+from devcell.backends.base import CellRef, Changes
+from devcell.controllers import restore as restore_controller
 from devcell.controllers import snapshot as snapshot_controller
 from devcell.errors import CapabilityMissing, Conflict, DevCellError
 from devcell.store import db as dbmod
@@ -152,21 +153,18 @@ def _preview(db: dbmod.Database, state_dir: Path, snap: objects.ObjectRecord,
              options: Options) -> Preview:
     volume = volumes.for_cell(db.conn, target.id)
     assert volume is not None
-    latest = objects.latest_taken_snapshot(db.conn, target.id)
-    since = latest[0] if latest else None
+    bases = restore_controller.baselines(db.conn, target)
     backend = backends.load(backend_name, state_dir)
     try:
         ref = CellRef(target.id, target.name, target.spec, volume.id)
         running = backend.observe(ref).running
-        changed = (backend.workspace_changed_since(volume.id, since)
-                   and backend.workspace_changed_since(volume.id, snap.id))
-        changes = (backend.workspace_changes(volume.id, since)
-                   if isinstance(backend, Restoring) else None)
+        found = restore_controller.unsaved(backend, volume.id, bases, snap.id)
     finally:
         backend.close()
+    base, changes = found if found is not None else (bases[0][1] if bases else None, Changes())
     return Preview(target.name, snap.name, _safety_name(db, target.name) if safety else None,
-                   running, latest[1] if latest else None, changes,
-                   needs_approval=changed and not options.approve)
+                   running, base, changes,
+                   needs_approval=found is not None and not options.approve)
 
 
 def _outcome(db: dbmod.Database, preview: Preview, report: Report, cell_id: str,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from devcell.backends.base import Backend, CellRef, Observed, Outputs, Restoring
+from devcell.backends.base import Backend, CellRef, Changes, Observed, Outputs, Restoring
 from devcell.controllers.plan import Gate, Plan, Step, When
 from devcell.controllers.steps import StepName
 from devcell.errors import CapabilityMissing
@@ -69,16 +69,49 @@ def plan(cell: objects.ObjectRecord, request: restores.Request, *, backend_name:
                 gate=_gate(cell, request, backend, volume.id, conn))
 
 
+def baselines(conn: sqlite3.Connection, cell: objects.ObjectRecord) -> list[tuple[str, str]]:
+    """(id, name) of the live snapshots the workspace may still equal: the latest taken of
+    the cell, and the one it was last restored from (a restore makes the workspace that
+    snapshot's tree, newer than the safety snapshot taken just before)."""
+    found = []
+    latest = objects.latest_taken_snapshot(conn, cell.id)
+    if latest:
+        found.append(latest)
+    restored = (cell.status.get("restore") or {}).get("snapshotId")
+    if restored and not (cell.status.get("restore") or {}).get("failed"):
+        snap = objects.get(conn, "Snapshot", str(restored))
+        if snap is not None and snap.extra.get("checkpoint_ref") and \
+                (snap.id, snap.name) not in found:
+            found.append((snap.id, snap.name))
+    return found
+
+
+def unsaved(backend: Backend, volume_id: str, bases: list[tuple[str, str]], target: str
+            ) -> tuple[str | None, Changes] | None:
+    """None when the workspace equals one of `bases` or the `target` snapshot (restoring
+    loses nothing); else the nearest base and what the workspace holds that it does not."""
+    if not backend.workspace_changed_since(volume_id, target):
+        return None
+    if not bases:
+        if not backend.workspace_changed_since(volume_id, None):
+            return None
+        return None, restoring(backend).workspace_changes(volume_id, None)
+    if any(not backend.workspace_changed_since(volume_id, b) for b, _ in bases):
+        return None
+    diffs = [(name, restoring(backend).workspace_changes(volume_id, b)) for b, name in bases]
+    name, changes = min(diffs, key=lambda d: d[1].total)
+    return name, changes
+
+
 def _gate(cell: objects.ObjectRecord, request: restores.Request, backend: Backend,
           volume_id: str, conn: sqlite3.Connection) -> Gate | None:
     """An approval gate when restoring would replace work no snapshot holds."""
-    latest = objects.latest_taken_snapshot(conn, cell.id)
-    since = latest[0] if latest else None
-    if not backend.workspace_changed_since(volume_id, since) or \
-            not backend.workspace_changed_since(volume_id, request.snapshot_id):
+    found = unsaved(backend, volume_id, baselines(conn, cell), request.snapshot_id)
+    if found is None:
         return None
-    what = f"snapshot {latest[1]}" if latest else "no snapshot was ever taken of it"
-    lost = restoring(backend).workspace_changes(volume_id, since).summary()
+    base, changes = found
+    what = f"snapshot {base}" if base else "no snapshot was ever taken of it"
+    lost = changes.summary()
     keep = (f"the safety snapshot {request.safety} keeps them" if request.safety else
             "no safety snapshot is taken (--no-safety-snapshot): they are lost")
     return Gate(0, f"restoring snapshot {request.snapshot} replaces the workspace of cell "
@@ -129,19 +162,20 @@ def finished(conn: sqlite3.Connection, cell: objects.ObjectRecord, plan: Plan,
     fresh = objects.get(conn, "Cell", cell.id)
     if fresh is None:
         return
-    target = next((s.args.get("snapshot") for s in plan.steps
-                   if s.name == S.RESTORE_WORKSPACE), None)
+    step = next(s for s in plan.steps if s.name == S.RESTORE_WORKSPACE)
+    target, target_id = step.args.get("snapshot"), step.args.get("checkpoint_id")
     safety = next((s.args.get("safety") for s in plan.steps
                    if s.name == S.CHECKPOINT and s.args.get("safety")), None)
     if error is None:
-        record = {"snapshot": target, "safetySnapshot": safety, "at": now()}
+        record = {"snapshot": target, "snapshotId": target_id, "safetySnapshot": safety,
+                  "at": now()}
         message = (f"workspace restored from snapshot {target}" +
                    (f"; safety snapshot {safety} holds the workspace as it was" if safety
                     else "; no safety snapshot was taken"))
         events.record(conn, kind="Cell", object_id=cell.id, name=cell.name, reason="Restored",
                       message=message)
     else:
-        record = {"snapshot": target, "failed": error, "at": now()}
+        record = {"snapshot": target, "snapshotId": target_id, "failed": error, "at": now()}
         events.record(conn, kind="Cell", object_id=cell.id, name=cell.name,
                       reason="RestoreFailed", message=error, type="Warning")
     objects.write_status(conn, fresh, phase=fresh.phase, status=dict(fresh.status, restore=record),

@@ -15,6 +15,7 @@ refused: that is a fork (`devcell cell fork`), which keeps both cells' histories
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +63,10 @@ class Restored:
     operation: str | None = None
     """The restore's operation, once it ran (or is waiting at its gate)."""
     done: bool = False
+    awaiting: str | None = None
+    """Why the restore waits for approval (what it would replace), when it does."""
+    failed: str | None = None
+    """Why the restore failed, when it did."""
 
 
 def restore(state_dir: Path, snapshot: str, *, cell: str | None = None, safety: bool = True,
@@ -92,6 +97,8 @@ def restore(state_dir: Path, snapshot: str, *, cell: str | None = None, safety: 
         change = Change(KIND, target.name, "restore requested", target.id, needs_reconcile=True)
         report = converging.finish(db, Recorded((change,)), trigger="cli", options=options,
                                    hooks=hooks, keys=[(KIND, target.id)])
+        if report.converged.holder is not None and options.wait:
+            _wait_for_daemon(db, target.id, options)
         return _outcome(db, preview, report, target.id, started)
     finally:
         db.close()
@@ -167,12 +174,35 @@ def _preview(db: dbmod.Database, state_dir: Path, snap: objects.ObjectRecord,
                    needs_approval=found is not None and not options.approve)
 
 
+def _wait_for_daemon(db: dbmod.Database, cell_id: str, options: Options) -> None:
+    """A daemon holds the lease and carries the restore out: wait until the request is done
+    (cleared) or its operation waits at the gate (approved here if --approve was given)."""
+    deadline = time.monotonic() + options.timeout
+    while time.monotonic() < deadline:
+        record = objects.get(db.conn, KIND, cell_id)
+        if record is None or restores.of(record) is None:
+            return
+        op = operations.suspended_for(db.conn, cell_id)
+        if op is not None and op["reason"] == "AwaitingApproval":
+            if not options.approve:
+                return
+            if not op["resume_input"]:
+                with db.write() as conn:
+                    operations.approve(conn, op["id"], converging.APPROVED_BY)
+        time.sleep(0.1)
+
+
 def _outcome(db: dbmod.Database, preview: Preview, report: Report, cell_id: str,
              started: str) -> Restored:
     ops = [r for r in operations.for_object(db.conn, cell_id)
            if r["action"] == "restore" and r["created_at"] >= started]
-    op_id = str(ops[0]["id"]) if ops else None
+    op = ops[0] if ops else None
     record = objects.get(db.conn, KIND, cell_id)
-    done = (record is not None and restores.of(record) is None and op_id is not None
-            and (record.status.get("restore") or {}).get("failed") is None)
-    return Restored(preview, report, op_id, done)
+    pending = record is not None and restores.of(record) is not None
+    outcome = (record.status.get("restore") or {}) if record is not None else {}
+    failed = str(op["message"]) if op is not None and op["status"] == "Failed" else None
+    awaiting = (str(op["message"]) if op is not None and op["status"] == "Suspended"
+                and op["reason"] == "AwaitingApproval" else None)
+    done = op is not None and not pending and not failed and not outcome.get("failed")
+    return Restored(preview, report, str(op["id"]) if op is not None else None, done,
+                    awaiting=awaiting, failed=failed or outcome.get("failed"))

@@ -35,8 +35,19 @@ def run_snapshot_restore(args: argparse.Namespace) -> int:
         safety = f"; safety snapshot/{p.safety} holds what was there" if p.safety else ""
         _say(f"cell/{p.cell} restored from snapshot/{p.snapshot}{safety}"
              f" (operation {result.operation})")
-    elif any(o.awaiting_approval for o in result.report.converged.problems):
+    elif result.awaiting is not None:
         _say(f"cell/{p.cell} restore waiting for approval")
+        if result.report.converged.holder is not None:  # inline, the report says it below
+            sys.stderr.write(printable(
+                f"error: cell/{p.cell}: operation {result.operation} {result.awaiting}; "
+                f"approve it with `devcell op resume {result.operation} --input "
+                f"confirm={p.cell}` (or pass --approve)") + "\n")
+            return 1
+    elif result.failed is not None:
+        _say(f"cell/{p.cell} restore failed")
+        if result.report.ok:
+            sys.stderr.write(printable(f"error: cell/{p.cell}: {result.failed}") + "\n")
+            return 1
     else:
         _say(f"cell/{p.cell} restore requested")
     return output.exit_code(result.report)

@@ -28,7 +28,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from devcell import failpoints
+from devcell import failpoints, names
 from devcell.backends import children, overlay, temporaries, treecopy, treewalk
 from devcell.backends.base import Changes
 from devcell.backends.workspaces import WorkspaceStore
@@ -39,6 +39,7 @@ _RENAME_EXCHANGE = 2
 _SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276}
 EXAMPLES = 10
 """Paths named in a summary of changes (the rest are counted)."""
+EXAMPLE_CHARS = 120
 _RM_BATCH = 200
 
 
@@ -192,5 +193,13 @@ def changes(workspace: Path, saved: Path | None) -> Changes:
     added = sorted(p for p in now if p not in before)
     removed = sorted(p for p in before if p not in now)
     changed = sorted(p for p in now if p in before and now[p] != before[p])
-    examples = [f"+{p}" for p in added] + [f"~{p}" for p in changed] + [f"-{p}" for p in removed]
-    return Changes(len(added), len(changed), len(removed), tuple(examples[:EXAMPLES]))
+    examples = ([f"+{p}" for p in added[:EXAMPLES]] + [f"~{p}" for p in changed[:EXAMPLES]]
+                + [f"-{p}" for p in removed[:EXAMPLES]])[:EXAMPLES]
+    # The names are the cell's: escaped (no control character reaches a terminal or a log
+    # line) and cut short, whatever the cell called its files.
+    shown = tuple(_short(names.printable(e)) for e in examples)
+    return Changes(len(added), len(changed), len(removed), shown)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= EXAMPLE_CHARS else text[:EXAMPLE_CHARS - 3] + "..."

@@ -184,3 +184,13 @@ def test_a_fork_restored_to_its_own_later_snapshot_is_exactly_that_tree(
         assert entries(fork)["src/main.py"] == entries(_saved(store, "snap_f1"))["src/main.py"]
     finally:
         store.delete_volume("vol_f")
+
+
+def test_changes_name_hostile_paths_escaped_and_short(store: WorkspaceStore) -> None:
+    workspace = store.layout.workspace("vol_1")
+    (workspace / "evil\x1b[2J\nname").write_text("x")
+    (workspace / ("long" * 60)).write_text("x")
+    found = workspace_restore.changes(workspace, _saved(store, "snap_1"))
+    assert found.added == 2
+    assert all("\x1b" not in e and "\n" not in e and len(e) <= 120 for e in found.examples)
+    assert any("\\x1b" in e for e in found.examples)

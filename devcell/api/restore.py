@@ -15,6 +15,7 @@ refused: that is a fork (`devcell cell fork`), which keeps both cells' histories
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,16 @@ def restore(state_dir: Path, snapshot: str, *, cell: str | None = None, safety: 
         preview = _preview(db, state_dir, snap, target, backend_name, safety, options)
         if dry_run:
             return Restored(preview)
+        started = dbmod.now()
+        approved = _waiting(db, snap, target, options)
+        if approved is not None:  # the same restore waited: approved, it goes on
+            preview = dataclasses.replace(preview, safety=approved.safety)
+            change = Change(KIND, target.name, "restore approved", target.id, True)
+            report = converging.finish(db, Recorded((change,)), trigger="cli", options=options,
+                                       hooks=hooks, keys=[(KIND, target.id)])
+            if report.converged.holder is not None and options.wait:
+                _wait_for_daemon(db, target.id, options)
+            return _outcome(db, preview, report, target.id, "")
         request = restores.new_request(
             snapshot_id=snap.id, snapshot=snap.name,
             safety_id=ids.new_id("snap") if safety else None, safety=preview.safety)
@@ -93,7 +104,6 @@ def restore(state_dir: Path, snapshot: str, *, cell: str | None = None, safety: 
                     snapshot_id=snap.id, snapshot=snap.name, safety_id=pending.safety_id,
                     safety=pending.safety)
             restores.record(conn, fresh, request)
-        started = dbmod.now()
         change = Change(KIND, target.name, "restore requested", target.id, needs_reconcile=True)
         report = converging.finish(db, Recorded((change,)), trigger="cli", options=options,
                                    hooks=hooks, keys=[(KIND, target.id)])
@@ -139,12 +149,26 @@ def _check(db: dbmod.Database, snapshot: str,
     if not backends.restores(backend):
         raise CapabilityMissing(f"the {backend} backend keeps no workspace files it can "
                                 "restore; snapshot restore is not available for its cells")
-    waiting = operations.suspended_for(db.conn, target.id)
-    if waiting is not None:
-        raise Conflict(f'cell "{names.printable(target.name)}" has operation {waiting["id"]} '
-                       f'({waiting["action"]}) waiting: `devcell op resume {waiting["id"]}` '
-                       f'or `devcell op cancel {waiting["id"]}` first')
     return snap, target
+
+
+def _waiting(db: dbmod.Database, snap: objects.ObjectRecord, target: objects.ObjectRecord,
+             options: Options) -> restores.Request | None:
+    """Whether the same restore already waits at its gate and `--approve` approves it now;
+    Conflict when another operation of the cell waits (resume or cancel it first)."""
+    waiting = operations.suspended_for(db.conn, target.id)
+    if waiting is None:
+        return None
+    pending = restores.of(target)
+    same = waiting["action"] == "restore" and pending is not None and \
+        pending.snapshot_id == snap.id
+    if same and options.approve and waiting["reason"] == "AwaitingApproval":
+        with db.write() as conn:
+            operations.approve(conn, waiting["id"], converging.APPROVED_BY)
+        return pending
+    raise Conflict(f'cell "{names.printable(target.name)}" has operation {waiting["id"]} '
+                   f'({waiting["action"]}) waiting: `devcell op resume {waiting["id"]}` '
+                   f'or `devcell op cancel {waiting["id"]}` first')
 
 
 def _safety_name(db: dbmod.Database, cell: str) -> str:

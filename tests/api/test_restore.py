@@ -210,3 +210,21 @@ def test_asked_again_after_an_interruption_it_keeps_the_same_safety_snapshot(
     done = restoring.restore(world, "s1")
     assert done.done
     assert _record(world, "Snapshot", "api-keep").id == "snap_0000000000interrup"
+
+
+def test_asking_again_with_approve_approves_the_restore_that_waits(world: Path) -> None:
+    dirty_workspaces(world)
+    held = restoring.restore(world, "s1")
+    assert held.awaiting is not None and not held.done
+    done = restoring.restore(world, "s1", options=Options(approve=True))
+    assert done.done and done.operation == held.operation
+    assert done.preview.safety == "api-pre-restore-1"
+    assert _record(world, "Snapshot", "api-pre-restore-1").phase == "Ready"
+
+
+def test_another_restore_while_one_waits_is_refused(world: Path, write: Any) -> None:
+    assert api.apply(world, [write("s2.yaml", snapshot_doc("s2", "api"))]).ok
+    dirty_workspaces(world)
+    held = restoring.restore(world, "s1")
+    with pytest.raises(Exception, match=f"has operation {held.operation} \\(restore\\) waiting"):
+        restoring.restore(world, "s2", options=Options(approve=True))

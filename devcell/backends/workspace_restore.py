@@ -22,14 +22,16 @@ its `upper/` exchanged for the new one, and mounted again.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import platform
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from devcell import failpoints, names
-from devcell.backends import children, overlay, temporaries, treecopy, treewalk
+from devcell.backends import children, overlay, temporaries, treecopy, treewalk, workspaces
 from devcell.backends.base import Changes
 from devcell.backends.workspaces import WorkspaceStore
 from devcell.errors import BackendError, BackendNotFound
@@ -112,11 +114,47 @@ def _restore_copy(store: WorkspaceStore, volume_id: str, checkpoint_id: str, sou
                   tmp: Path) -> Restored:
     stats = treecopy.copy_tree(source, tmp / "workspace",
                                description=f"restoring {checkpoint_id}")
+    copied = _identities(tmp / "workspace", tmp)
     failpoints.hit("storage.restore.tree-built")
+    record = store.layout.volume(volume_id) / workspaces.RESTORED
+    record.unlink(missing_ok=True)  # it names the old tree's files
     exchange(tmp / "workspace", store.layout.workspace(volume_id))
     _fsync_dir(store.layout.volume(volume_id))
     failpoints.hit("storage.restore.exchanged")
+    _write_record(record, {"version": 1, "volume": volume_id, "checkpoint": checkpoint_id,
+                           "created": time.time(), "files": copied})
     return Restored(stats.files, stats.size_bytes, "copy", "copy")
+
+
+def _write_record(path: Path, data: dict[str, object]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(data))
+        out.flush()
+        os.fsync(out.fileno())
+    os.rename(tmp, path)
+
+
+def _identities(root: Path, scratch: Path) -> dict[str, tuple[int, int, int, int, int]]:
+    """(inode, size, mtime, ctime, mode) of each single-link regular file just copied, as a
+    checkpoint records its sources: only files whose times are older than the filesystem's
+    clock now (one that changes within the same tick could not be told apart; the cell is
+    stopped, so nothing writes meanwhile)."""
+    time.sleep(0.01)  # past the coarse clock tick the last copy was stamped in
+    probe = scratch / ".stamp"
+    probe.touch()
+    stamp = probe.stat().st_mtime_ns
+    probe.unlink()
+    found = {}
+    for directory in treewalk.walk(root):
+        base = directory.path()
+        for name, st in directory.entries:
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and \
+                    st.st_mtime_ns < stamp and st.st_ctime_ns < stamp:
+                found[f"{base}/{name}" if base else name] = (
+                    st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+    return found
 
 
 def _restore_upper(store: WorkspaceStore, volume_id: str, lower: str, checkpoint_id: str,

@@ -194,3 +194,28 @@ def test_changes_name_hostile_paths_escaped_and_short(store: WorkspaceStore) -> 
     assert found.added == 2
     assert all("\x1b" not in e and "\n" not in e and len(e) <= 120 for e in found.examples)
     assert any("\\x1b" in e for e in found.examples)
+
+
+def test_the_checkpoint_after_a_restore_costs_what_changed_since(store: WorkspaceStore) -> None:
+    """The restore records the copies it made: the next checkpoint links each file still
+    unchanged to the restored checkpoint's (never to the workspace's) and copies the rest,
+    including a rewrite that put size and mtime back (its ctime moved)."""
+    workspace = store.layout.workspace("vol_1")
+    saved = _saved(store, "snap_1")
+    _change(workspace)
+    time.sleep(0.02)
+    store.checkpoint(checkpoint_id="snap_2", cell_id="cell_1", volume_id="vol_1")
+    workspace_restore.restore(store, "vol_1", "snap_1")
+    sneaky = workspace / "secret.key"
+    st = os.stat(sneaky)
+    sneaky.write_bytes(os.urandom(64))  # same size...
+    os.utime(sneaky, ns=(st.st_atime_ns, st.st_mtime_ns))  # ...and mtime put back
+    (workspace / "README").write_text("changed after the restore\n")
+    time.sleep(0.02)
+    meta = store.checkpoint(checkpoint_id="snap_3", cell_id="cell_1", volume_id="vol_1")
+    after = _saved(store, "snap_3")
+    assert meta["base"] == "snap_1" and meta["shared_files"] == 2  # main.py, run.sh
+    assert os.stat(after / "src" / "main.py").st_ino == os.stat(saved / "src" / "main.py").st_ino
+    assert os.stat(after / "secret.key").st_ino != os.stat(saved / "secret.key").st_ino
+    assert digest(after) == digest(workspace)
+    assert not inodes(workspace) & inodes(after), "never a link into the live workspace"

@@ -26,7 +26,7 @@ def test_restore_is_carried_out_by_the_daemon(procs: list[subprocess.Popen[bytes
     world = World(tmp_path, watched)
     world.accept(watched)
     daemon = Daemon(world, procs, watched)
-    daemon.wait_for("a and s1 converged", lambda: settled(world))
+    daemon.wait_for("a and s1 converged", lambda: settled(world), timeout=60)
 
     done = world.run("snapshot", "restore", "s1")
     assert done.returncode == 0, world.transcript()

@@ -402,7 +402,7 @@ class WorkspaceStore:
             index = overlay.UpperIndex(self.layout.upper(volume_id))
             return lower, lambda rel, st: f"{below}/{rel}" if index.unchanged(rel) else None
         previous = self.latest_checkpoint_of_volume(volume_id)
-        restored = self._restored(volume_id, previous)
+        restored = self.restored_from(volume_id, previous)
         if restored is not None:
             previous = restored
             recorded = _read_sources(self.layout.volume(volume_id) / RESTORED, volume_id)
@@ -419,7 +419,7 @@ class WorkspaceStore:
             return f"{earlier}/{rel}" if recorded.get(rel) == seen else None
         return previous, same
 
-    def _restored(self, volume_id: str, latest: str | None) -> str | None:
+    def restored_from(self, volume_id: str, latest: str | None) -> str | None:
         """The checkpoint the volume was restored from, when that restore is newer than its
         latest checkpoint and the checkpoint is still there (else None)."""
         data = _read_json(self.layout.volume(volume_id) / RESTORED) or {}

@@ -219,3 +219,21 @@ def test_the_checkpoint_after_a_restore_costs_what_changed_since(store: Workspac
     assert os.stat(after / "secret.key").st_ino != os.stat(saved / "secret.key").st_ino
     assert digest(after) == digest(workspace)
     assert not inodes(workspace) & inodes(after), "never a link into the live workspace"
+
+
+def test_capacity_counts_a_restored_workspace_clean_until_it_changes(
+        store: WorkspaceStore) -> None:
+    """`get cells -o wide` (capacity accounting) compares a restored workspace with the
+    checkpoint it was restored from, as the next checkpoint does: clean, then one file."""
+    from devcell.backends import container_capacity
+
+    workspace = store.layout.workspace("vol_1")
+    _change(workspace)
+    time.sleep(0.02)
+    store.checkpoint(checkpoint_id="snap_2", cell_id="cell_1", volume_id="vol_1")
+    workspace_restore.restore(store, "vol_1", "snap_1")
+    clean = container_capacity.workspace_usage(store, "vol_1")
+    assert clean is not None and clean.since == "snap_1" and clean.changed_files == 0
+    (workspace / "README").write_text("changed after the restore\n")
+    dirty = container_capacity.workspace_usage(store, "vol_1")
+    assert dirty is not None and dirty.changed_files == 1

@@ -165,6 +165,46 @@ class Measuring(Protocol):
 
 
 @dataclass(frozen=True)
+class Changes:
+    """How a workspace differs from a checkpoint (what restoring over it would replace):
+    counts of paths added, changed (type, size, mtime or mode) and removed since, and the
+    first few of them by name, so a user can see what would be lost before approving."""
+
+    added: int = 0
+    changed: int = 0
+    removed: int = 0
+    examples: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return self.added + self.changed + self.removed
+
+    def summary(self) -> str:
+        text = f"{self.added} added, {self.changed} changed, {self.removed} removed"
+        if self.examples:
+            more = self.total - len(self.examples)
+            text += ": " + ", ".join(self.examples) + (f" and {more} more" if more > 0 else "")
+        return text
+
+
+@runtime_checkable
+class Restoring(Protocol):
+    """What a backend that can put a cell's workspace back to a checkpoint also does
+    (`devcell snapshot restore`). The cell controller plans a restore only on such a backend;
+    on any other the request is refused before anything is recorded."""
+
+    def restore_workspace(self, cell: CellRef, checkpoint_id: str) -> Outputs:
+        """Replace the cell's workspace (its runtime stopped) by the checkpoint's tree, all at
+        once: a crash leaves the old workspace or the restored one, never a mix. The
+        checkpoint never changes, and shares nothing the workspace can write."""
+        ...
+
+    def workspace_changes(self, volume_id: str, checkpoint_id: str | None) -> Changes:
+        """What the workspace holds that the checkpoint does not (None: no checkpoint)."""
+        ...
+
+
+@dataclass(frozen=True)
 class Usage:
     """Bytes of a tree, each inode once (as `du`): apparent size and blocks allocated."""
 

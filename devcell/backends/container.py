@@ -46,10 +46,12 @@ from devcell.backends import (
     supervisor,
     treecopy,
     usage,
+    workspace_restore,
 )
 from devcell.backends.base import (
     Capabilities,
     CellRef,
+    Changes,
     CheckpointInfo,
     Consistency,
     Fill,
@@ -798,6 +800,31 @@ class ContainerBackend:
             "checkpoint {} imported: {} files, {} bytes", checkpoint_id, meta["files"],
             meta["size_bytes"])
         return self._info(checkpoint_id, meta)
+
+    def restore_workspace(self, cell: CellRef, checkpoint_id: str) -> Outputs:
+        """Replace the cell's workspace by the checkpoint's tree (Restoring): refused while
+        its container runs, since its processes would see the tree change under them."""
+        if cell.volume_id is None:
+            raise BackendError(f"cell {cell.name} has no workspace volume to restore into")
+        info = self._find(cell)
+        if info is not None and info.get("State") in ("running", "paused", "restarting"):
+            raise BackendRefused(f"cell {cell.name} is running; its workspace is restored "
+                                 "only while it is stopped")
+        made = workspace_restore.restore(self.store, cell.volume_id, checkpoint_id)
+        logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-").info(
+            "workspace restored from {} ({}, {} files)", checkpoint_id, made.how, made.files)
+        return {"volume": cell.volume_id, "restoredFrom": checkpoint_id, "files": made.files,
+                "bytes": made.bytes, "storage": made.storage, "how": made.how}
+
+    def workspace_changes(self, volume_id: str, checkpoint_id: str | None) -> Changes:
+        """What the workspace holds that the checkpoint does not (paths, by name)."""
+        if not self.store.volume_exists(volume_id):
+            return Changes()
+        self.store.ensure_mounted(volume_id)
+        saved = (self.layout.checkpoint(checkpoint_id) / "workspace"
+                 if checkpoint_id is not None and self.store.find_checkpoint(checkpoint_id)
+                 else None)
+        return workspace_restore.changes(self.layout.workspace(volume_id), saved)
 
     def exclusive_bytes(self, kind: OwnedKind, resource_id: str) -> int:
         """Bytes removing a volume or checkpoint would free (Measuring; `devcell gc`)."""

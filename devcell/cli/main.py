@@ -214,6 +214,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sp.add_argument("file", metavar="FILE", help="the archive (- for standard input)")
     sp.add_argument("--name", default=None, help="the snapshot's name here (default: its "
                                                  "name in the archive)")
+    sp = ssub.add_parser("restore", parents=[common],
+                         help="roll a cell's workspace back to a snapshot, in place")
+    sp.add_argument("snapshot")
+    sp.add_argument("--cell", default=None,
+                    help="the cell to restore (default: the snapshot's own; a fork may go "
+                         "back to the snapshot it was forked from)")
+    sp.add_argument("--no-safety-snapshot", dest="safety", action="store_false",
+                    help="do not snapshot the workspace first (its changes are then lost)")
+    sp.add_argument("--approve", action="store_true",
+                    help="restore even over a workspace that changed since its last snapshot")
+    sp.add_argument("--dry-run", action="store_true",
+                    help="show what would be done and replaced; change nothing")
+    sp.add_argument("--timeout", type=_duration, default=300.0)
     sp = ssub.add_parser("list", parents=[common], help="a cell's snapshots")
     sp.add_argument("cell")
     sp.add_argument("-o", "--output", choices=["table", "wide", "yaml", "json", "name"],
@@ -387,6 +400,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from devcell.cli import cmd_op
 
         return cmd_op.run_op_resume(args) if args.verb == "resume" else cmd_op.run_op_cancel(args)
+    if command == "snapshot" and args.verb == "restore":
+        from devcell.cli import cmd_restore
+
+        return cmd_restore.run_snapshot_restore(args)
     if command == "snapshot" and args.verb in ("export", "import"):
         from devcell.cli import cmd_transfer
 

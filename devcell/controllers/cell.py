@@ -25,6 +25,7 @@ from devcell.backends.base import (
     Pulling,
 )
 from devcell.controllers import crashloop
+from devcell.controllers import restore as restoring
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Decision, Gate, Plan, Settled, Step, Wait, When
 from devcell.controllers.steps import StepName
@@ -32,7 +33,7 @@ from devcell.errors import BackendError, BackendUnavailable, CapabilityMissing, 
 from devcell.log import logger
 from devcell.manifests import secrets
 from devcell.manifests.model import digest
-from devcell.store import events, objects, volumes
+from devcell.store import events, objects, restores, volumes
 from devcell.store.db import now
 from devcell.store.objects import Phase
 
@@ -91,6 +92,16 @@ class CellController:
             self._write_blocked(ctx, cell, reason, f"observing the cell failed: {exc}")
             return Blocked(exc)
 
+        request = restores.of(cell)
+        if request is not None and volume is not None and not volume_missing and not adoptable:
+            try:
+                return restoring.plan(cell, request, backend_name=backend_name, backend=backend,
+                                      observed=observed, volume=volume, conn=conn,
+                                      key=ctx.db.hash_key)
+            except BackendError as exc:
+                reason = errors.condition_reason(exc, "RestoreFailed")
+                self._write_blocked(ctx, cell, reason, f"planning the restore failed: {exc}")
+                return Blocked(exc)
         steps: list[Step] = []
         caps = backend.capabilities
         source = cell.spec.get("workspace", {}).get("from")
@@ -404,6 +415,9 @@ class CellController:
                 objects.write_status(conn, fresh, phase=fresh.phase,
                                      status=dict(fresh.status, sleep=sleep),
                                      observed_generation=fresh.observed_generation)
+        if step.name == S.CHECKPOINT and step.args.get("safety"):
+            restoring.record_safety(conn, cell, step.args, outputs)
+            return
         self.note_outputs(plan, step, outputs)
         if step.name in (S.CHECKPOINT, S.SAVE_MACHINE):
             # Record the sleep checkpoint now, not at finish(): a crash later in the plan must
@@ -421,7 +435,7 @@ class CellController:
                                      observed_generation=fresh.observed_generation)
 
     def note_outputs(self, plan: Plan, step: Step, outputs: Outputs) -> None:
-        if step.name in (S.CHECKPOINT, S.SAVE_MACHINE):
+        if step.name in (S.CHECKPOINT, S.SAVE_MACHINE) and not step.args.get("safety"):
             sleep: dict[str, Any] = {"checkpoint": outputs.get("checkpoint"),
                                      "checkpointId": step.args["checkpoint_id"],
                                      "consistency": outputs.get("consistency"), "at": now()}
@@ -445,6 +459,11 @@ class CellController:
         fresh = objects.get(conn, KIND, plan.object.id, include_deleted=True)
         if fresh is None:
             return
+        if plan.action == restoring.ACTION:
+            restoring.finished(conn, fresh, plan, error)
+            fresh = objects.get(conn, KIND, plan.object.id)
+            if fresh is None:
+                return
         if plan.action == "delete" and error is None:
             objects.mark_deleted(conn, fresh)
             events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name, reason="Deleted",
@@ -484,6 +503,8 @@ class CellController:
                              observed_generation=plan.object.generation)
         reason = {"create": "Created", "fork": "Forked", "update": "Updated", "start": "Started",
                   "stop": "Stopped", "sleep": "Slept", "wake": "Woken"}.get(plan.action, "Synced")
+        if plan.action == restoring.ACTION:
+            return  # its event (Restored) is written by restoring.finished
         events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name, reason=reason,
                       message=f"{plan.action} done: {', '.join(plan.ran or plan.step_names)}")
 
@@ -542,6 +563,8 @@ _STEPS: dict[StepName, StepHandler] = {
     S.SAVE_MACHINE: lambda b, ref, step: _machine(b).save_machine(
         ref, step.args["checkpoint_id"]).outputs(),
     S.RESTORE_MACHINE: lambda b, ref, step: _machine(b).restore_machine(
+        ref, step.args["checkpoint_id"]),
+    S.RESTORE_WORKSPACE: lambda b, ref, step: restoring.restoring(b).restore_workspace(
         ref, step.args["checkpoint_id"]),
 }
 """Which backend call each step is: the table the executor's steps are dispatched through."""

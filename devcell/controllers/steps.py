@@ -36,3 +36,5 @@ class StepName(StrEnum):
     """Sleep on a backend with memory state: memory and disk saved, the machine stopped."""
     RESTORE_MACHINE = "restore-machine"
     """Wake from save-machine: processes go on where they were."""
+    RESTORE_WORKSPACE = "restore-workspace"
+    """Replace a cell's workspace, all at once, by a copy of a checkpoint (`snapshot restore`)."""

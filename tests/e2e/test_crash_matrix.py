@@ -67,6 +67,7 @@ STEP_METHOD = {
     "delete-checkpoint": "delete_checkpoint", "create": "create", "start": "start",
     "stop": "stop", "delete": "delete", "quiesce": "quiesce", "checkpoint": "checkpoint",
     "resume": "resume", "adopt-volume": None, "adopt-checkpoint": None,
+    "restore-workspace": "restore_workspace",
 }
 """Recorded step name -> the fake backend method it calls (adoption calls nothing)."""
 
@@ -721,6 +722,10 @@ def build_cases() -> list[Case]:
         _steps("quiesce", "checkpoint", "delete") + ["op.before-commit"])
     add("wake", "asleep", "apply cells", _steps("create", "start") + ["op.before-commit"])
     add("resleep", "woken", "apply sleep", _steps("delete-checkpoint"))
+    # `snapshot restore s1 --approve` of cell a: stop, safety checkpoint, restore, start
+    add("restore", "snaps", "restore s1",
+        _steps("stop", "checkpoint", "restore-workspace", "start") + ["op.before-commit"],
+        nths=(1,))
     add("delete-asleep", "asleep", "delete cells",
         _steps("delete-volume", "delete-checkpoint") + ["op.before-commit"])
     # `apply --prune` after b.yaml and c.yaml were removed: two cells pruned (nth 1 = b, 2 = c)
@@ -827,8 +832,25 @@ def templates(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], World
     return get
 
 
+def restore(world: World, snapshot: str, *, failpoint: str | None = None) -> Crash | None:
+    """`devcell snapshot restore SNAPSHOT --approve`; once it returned 0, the safety snapshots
+    it recorded are accepted objects (Ready, generation 1)."""
+    args = ("snapshot", "restore", snapshot, "--approve", "--timeout", f"{CONVERGE_BOUND:g}s")
+    if failpoint:
+        return world.crash(*args, failpoint=failpoint)
+    world.ok(*args)
+    with world.db() as conn:
+        for name, cell in conn.execute(
+                "SELECT name, json_extract(spec, '$.cell') FROM snapshots "
+                "WHERE source = 'restore' AND deleted_at IS NULL"):
+            world.accepted[("Snapshot", name)] = {"spec": {"cell": cell}, "generation": 1}
+    return None
+
+
 def run_command(world: World, key: str, *, failpoint: str | None = None) -> Crash | None:
     verb, sub = key.split()
+    if verb == "restore":
+        return restore(world, sub, failpoint=failpoint)
     path = world.manifests / sub
     extra: tuple[str, ...] = ()
     if verb == "prune":
@@ -1042,7 +1064,83 @@ def test_every_storage_failpoint_is_crashed() -> None:
     named = set()
     for source in (REPO / "devcell" / "backends").glob("*.py"):
         named |= set(re.findall(r'failpoints\.hit\("(storage\.[a-z.-]+)"\)', source.read_text()))
-    assert named == set(STORAGE_POINTS), f"storage failpoints with no crash case: {named}"
+    crashed = set(STORAGE_POINTS) | set(RESTORE_POINTS)
+    assert named == crashed, f"storage failpoints with no crash case: {named - crashed}"
+
+
+# -- restore in place: kill -9 while the restored tree is built and right after the swap -----
+
+RESTORE_POINTS = ("storage.restore.tree-built", "storage.restore.exchanged")
+_RESTORE_CALL = """
+import sys
+from pathlib import Path
+from devcell.backends import workspace_restore
+from devcell.backends.container_layout import Layout
+from devcell.backends.workspaces import WorkspaceStore
+store = WorkspaceStore(Layout(Path(sys.argv[1])))
+workspace_restore.restore(store, sys.argv[2], sys.argv[3])
+"""
+
+
+def _restore_call(state: Path, volume: str, checkpoint: str, failpoint: str | None = None
+                  ) -> int:
+    env = {k: v for k, v in os.environ.items() if k != "DEVCELL_FAILPOINT"}
+    if failpoint:
+        env["DEVCELL_FAILPOINT"] = failpoint
+    return subprocess.run([PY, "-c", _RESTORE_CALL, str(state), volume, checkpoint], env=env,
+                          cwd=REPO, timeout=CMD_TIMEOUT, check=False).returncode
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("storage", ["copy", "fork"])
+@pytest.mark.parametrize("point", RESTORE_POINTS)
+def test_restore_crash(point: str, storage: str, tmp_path: Path) -> None:
+    """Killed at either point, the workspace is the whole old tree or the whole restored one
+    (never a mix), no checkpoint changed; the same call again restores exactly, and nothing
+    (temporary, trash, mount) is left behind."""
+    from devcell.backends import overlay
+    from devcell.backends.container_layout import Layout
+    from devcell.backends.workspaces import WorkspaceStore
+
+    if storage == "fork" and overlay.supported() is not None:
+        pytest.skip(f"no overlay mounts here: {overlay.supported()}")
+    state = tmp_path / "state"
+    store = WorkspaceStore(Layout(state))
+    store.create_volume(cell_id="cell_1", cell_name="api", volume_id="vol_1",
+                        from_checkpoint=None)
+    workspace = store.layout.workspace("vol_1")
+    for i in range(200):
+        (workspace / f"d{i % 7}").mkdir(exist_ok=True)
+        (workspace / f"d{i % 7}" / f"f{i}").write_bytes(os.urandom(32))
+    time.sleep(0.05)
+    store.checkpoint(checkpoint_id="snap_1", cell_id="cell_1", volume_id="vol_1")
+    volume, target = "vol_1", "snap_1"
+    if storage == "fork":
+        store.create_volume(cell_id="cell_f", cell_name="f", volume_id="vol_f",
+                            from_checkpoint="snap_1")
+        volume, workspace = "vol_f", store.layout.workspace("vol_f")
+        (workspace / "d0" / "f0").write_bytes(b"the fork's own")
+        store.checkpoint(checkpoint_id="snap_f", cell_id="cell_f", volume_id="vol_f")
+        target = "snap_f"
+    (workspace / "d1" / "f1").write_bytes(b"changed after the snapshot")
+    shutil.rmtree(workspace / "d2")
+    (workspace / "new").write_text("added after the snapshot")
+    saved = {c: _tree(store.layout.checkpoint(c) / "workspace") for c in ("snap_1", target)}
+    live, wanted = _tree(workspace), saved[target]
+    assert live != wanted
+    try:
+        assert _restore_call(state, volume, target, f"{point}:1") == KILLED
+        store.ensure_mounted(volume)  # what the next reconcile does first
+        after = _tree(workspace)
+        assert after == (live if point.endswith("tree-built") else wanted), "old or new, whole"
+        assert {c: _tree(store.layout.checkpoint(c) / "workspace") for c in saved} == saved
+        assert _restore_call(state, volume, target) == 0, "the same call again completes"
+        assert _tree(workspace) == wanted
+        assert {c: _tree(store.layout.checkpoint(c) / "workspace") for c in saved} == saved
+        assert _leftovers(state) == []
+    finally:
+        if storage == "fork":
+            store.delete_volume("vol_f")
 
 
 # -- garbage collection ------------------------------------------------------------------------

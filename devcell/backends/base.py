@@ -34,6 +34,9 @@ class Capabilities:
     snapshot_consistency: Consistency = Consistency.METADATA
     parallel: int = 1
     """Reconciles worth running at once: >1 when calls wait on an engine rather than the CPU."""
+    builds_images: bool = False
+    """The backend builds a cell's image from spec.build (the Building protocol): the cell
+    controller tags it by the build's digest and plans a `build-image` step when missing."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,25 @@ class MachineState(Protocol):
 
     def restore_machine(self, cell: CellRef, checkpoint_id: str) -> Outputs:
         """Start the machine from what save_machine kept; its processes go on."""
+        ...
+
+
+@runtime_checkable
+class Building(Protocol):
+    """What a backend with Capabilities.builds_images also does: name the image a spec.build
+    makes (a digest of what the build would send, so an unchanged context names the same
+    image and costs no build) and build it."""
+
+    def build_tag(self, cell: CellRef, build: dict[str, Any]) -> str:
+        """The image reference the build of `build` is tagged with; ImageBuildFailed when
+        the context cannot be read."""
+        ...
+
+    def image_exists(self, image: str) -> bool: ...
+
+    def build_image(self, cell: CellRef, build: dict[str, Any], tag: str) -> Outputs:
+        """Build `build` as `tag`, labelled as DevCell's; ImageBuildFailed with the failing
+        step's output tail when the engine cannot."""
         ...
 
 

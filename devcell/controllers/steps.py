@@ -15,6 +15,8 @@ class StepName(StrEnum):
     ADOPT_VOLUME = "adopt-volume"
     """Record a volume an operation made before it died (found by its labels)."""
     DELETE_VOLUME = "delete-volume"
+    BUILD_IMAGE = "build-image"
+    """Build the cell's image from spec.build (only when no image has its digest's tag)."""
     CREATE = "create"
     START = "start"
     STOP = "stop"

@@ -162,7 +162,7 @@ class _Reader:
         return self.text.count("\n", 0, position) + 1
 
     def refuse(self, message: str, *keys: str, shown: str | None = None) -> None:
-        self.problems.append(Problem(self.display, message, line=self.line(*keys),
+        self.problems.append(Problem(self.display, message, line=self.line(*keys) or 1,
                                      field=shown or ".".join(keys)))
 
 

@@ -1013,7 +1013,9 @@ class ContainerBackend:
         """Build the cell's image (see container_build); recorded as the build-image step."""
         image_id = container_build.build(self.api, cell_name=cell.name, cell_id=cell.id,
                                          owner=self.owner, build_spec=build, tag=tag)
-        return {"image": tag, "id": image_id[:19]}
+        removed = container_build.drop_superseded(self.api, cell_id=cell.id, owner=self.owner,
+                                                  keep=tag)
+        return {"image": tag, "id": image_id[:19], "removed": len(removed)}
 
     def image_exists(self, image: str) -> bool:
         try:

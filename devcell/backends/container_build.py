@@ -160,6 +160,32 @@ def build(api: Any, *, cell_name: str, cell_id: str, owner: str, build_spec: dic
     return image_id
 
 
+def drop_superseded(api: Any, *, cell_id: str, owner: str, keep: str) -> list[str]:
+    """Remove this cell's earlier builds (found by DevCell's labels for this state directory
+    and cell, never by name) that no container uses any more; an image still in use (the
+    cell's current container until it is recreated) is left for the next build. Returns the
+    tags removed. Never forced: the engine refuses to remove what a container uses."""
+    removed: list[str] = []
+    try:
+        found = api.images(filters={"label": [f"{MANAGED}=true", f"{STATE}={owner}",
+                                              f"{CELL_ID}={cell_id}"]})
+    except (docker.errors.DockerException, requests.exceptions.RequestException):
+        return removed
+    for image in found:
+        labels = image.get("Labels") or {}
+        tags = [t for t in image.get("RepoTags") or [] if t.startswith(f"{REPOSITORY}/")]
+        if (labels.get(STATE) != owner or labels.get(CELL_ID) != cell_id or keep in tags
+                or not tags):
+            continue
+        try:
+            for tag in tags:
+                api.remove_image(tag)
+            removed += tags
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            continue  # in use (409) or gone: the next build tries again
+    return removed
+
+
 def _failure(cell_name: str, out: _Output) -> str:
     where = f" at {out.step}" if out.step else ""
     tail = names.printable_lines(out.tail())

@@ -119,6 +119,15 @@ def test_an_unchanged_context_is_not_built_again_and_a_change_rebuilds_and_recre
     after = _containers(docker_client, state)
     assert len(after) == 1 and after[0].id != before[0].id  # recreated from the new image
 
+    # A third build removes the first image (no container uses it any more), never the one
+    # the running container still uses: at most two builds of a cell are kept.
+    (manifest.parent / "app" / "greeting.txt").write_text("hello v3\n")
+    assert cli("apply", "-f", str(manifest)).returncode == 0
+    kept = built_images()
+    assert _builds(cli, "built") == 3 and len(kept) == 2
+    assert first[0]["Id"] not in {i["Id"] for i in kept}
+    assert cli("exec", "built", "--", "cat", "/copied").stdout == "hello v3\n"
+
 
 def test_dockerignore_is_honoured_a_change_to_an_ignored_file_does_not_rebuild(
         cli: Cli, tmp_path: Path, built_images: Any) -> None:

@@ -137,7 +137,7 @@ class _Reader:
         self.problems: list[Problem] = []
 
     def _syntax(self, message: str) -> Problem:
-        found = re.match(r"<string>:(\d+) (.*?)(?: at column (\d+))?$", message)
+        found = re.fullmatch(r"<string>:(\d+) (.*?)(?: at column (\d+))?", message)
         if found:
             column = int(found.group(3)) if found.group(3) else None
             return Problem(self.display, f"not valid JSONC: {found.group(2)}",

@@ -14,7 +14,8 @@ from tests.conftest import Cli
 SECRET = "canary-build-5e1f"
 
 
-def _write(project: Path, build: str, *, image: bool = False) -> Path:
+def _write(project: Path, build: str, *, image: bool = False, backend: str = "container"
+           ) -> Path:
     project.mkdir(parents=True, exist_ok=True)
     manifest = project / "cell.yaml"
     manifest.write_text(textwrap.dedent(f"""\
@@ -22,7 +23,7 @@ def _write(project: Path, build: str, *, image: bool = False) -> Path:
         kind: Cell
         metadata: {{name: built}}
         spec:
-          backend: container
+          backend: {backend}
           {"image: devcell/busybox:latest" if image else ""}
           env:
             - {{name: TOKEN, value: {SECRET}, secret: true}}
@@ -40,8 +41,11 @@ def _context(path: Path) -> Path:
 def test_a_context_inside_the_tree_is_stored_as_the_absolute_path_it_resolves_to(
         cli: Cli, tmp_path: Path) -> None:
     _context(tmp_path / "p" / "app")
-    manifest = _write(tmp_path / "p", "{context: sub/../app, args: {V: '1'}}")
-    assert cli("apply", "-f", str(manifest)).returncode == 0
+    # The fake backend records the cell (no engine touched) and says it cannot build.
+    manifest = _write(tmp_path / "p", "{context: sub/../app, args: {V: '1'}}", backend="fake")
+    applied = cli("apply", "-f", str(manifest))
+    assert applied.returncode == 1
+    assert "the fake backend cannot build images (spec.build)" in applied.stderr
     spec = json.loads(cli("get", "cell", "built", "-o", "json").stdout)["spec"]
     assert spec["build"] == {"context": str(tmp_path / "p" / "app"), "dockerfile": "Dockerfile",
                              "args": {"V": "1"}}

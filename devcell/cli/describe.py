@@ -86,6 +86,19 @@ def _workspace_storage(conn: sqlite3.Connection, object_id: str) -> str | None:
     return None
 
 
+def _machine(conn: sqlite3.Connection, object_id: str) -> str | None:
+    """A vm cell's hypervisor and how its guest runs (KVM, or TCG: emulated, slower), from its
+    latest create step."""
+    for op in operations.for_object(conn, object_id, limit=50):
+        for step in operations.steps(conn, op["id"]):
+            if step.name == "create" and step.outputs.get("accel"):
+                accel = str(step.outputs["accel"])
+                how = {"kvm": "KVM (hardware virtualization)",
+                       "tcg": "TCG (emulated: /dev/kvm absent or not working here)"}
+                return f"{step.outputs.get('driver')}, {how.get(accel, accel)}"
+    return None
+
+
 def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None = None
            ) -> None:
     record = objects.require(conn, kind, ref)
@@ -130,6 +143,9 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
         storage = _workspace_storage(conn, record.id)
         if storage:
             _field("Workspace storage", storage)
+        machine = _machine(conn, record.id)
+        if machine:
+            _field("Machine", machine)
         lineage = status.get("lineage", {})
         forked = lineage.get("forkedFrom")
         _field("Forked from", f'snapshot {forked["snapshot"]} of cell {forked["cell"]}'

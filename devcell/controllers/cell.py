@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devcell import backends, errors
+from devcell.backends import images
 from devcell.backends.base import (
     Backend,
     Building,
@@ -22,12 +23,14 @@ from devcell.backends.base import (
     MachineState,
     Observed,
     Outputs,
+    Pulling,
 )
 from devcell.controllers import crashloop
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Decision, Gate, Plan, Settled, Step, Wait, When
 from devcell.controllers.steps import StepName
-from devcell.errors import BackendError, BackendUnavailable, CapabilityMissing
+from devcell.errors import BackendError, BackendUnavailable, CapabilityMissing, ImageNotFound
+from devcell.log import logger
 from devcell.manifests import secrets
 from devcell.manifests.model import digest
 from devcell.store import events, objects, volumes
@@ -94,10 +97,10 @@ class CellController:
         spec = cell.spec
         build_tag = None
         if cell.spec.get("build") is not None and cell.spec.get("state") != "Sleeping":
-            judged = self._judge_build(ctx, cell, backend, ref)
-            if isinstance(judged, Blocked):
-                return judged
-            build_tag = judged
+            built = self._judge_build(ctx, cell, backend, ref)
+            if isinstance(built, Blocked):
+                return built
+            build_tag = built
             spec = with_image(cell.spec, build_tag)
             ref = dataclasses.replace(ref, spec=spec)
         source = cell.spec.get("workspace", {}).get("from")
@@ -139,6 +142,14 @@ class CellController:
         desired = cell.spec.get("state", "Running")
         want_hash = runtime_hash(spec, ctx.db.hash_key)
         stale = observed.exists and observed.runtime_hash != want_hash
+        pull = False
+        if desired != "Sleeping":
+            judged = self._judge_image(ctx, cell, backend, observed,
+                                       creating=not observed.exists or stale)
+            if isinstance(judged, Blocked):
+                return judged
+            pull, moved = judged
+            stale = stale or moved
         action = ("create" if not observed.exists else "update" if stale else
                   action if steps else "")
         saved = cell.status.get("sleep", {})
@@ -167,6 +178,8 @@ class CellController:
                     steps.append(Step(S.RESUME, when=When.FAILURE))
                 action = "sleep"
         else:
+            if pull:  # before the old runtime goes: a failed pull leaves it running
+                steps.append(Step(S.PULL_IMAGE, {"image": cell.spec["image"]}))
             creating = not observed.exists or stale
             if build_tag is not None and creating and not _building(backend).image_exists(
                     build_tag):
@@ -247,6 +260,48 @@ class CellController:
                                     "const": cell.name,
                                     "description": "the cell's name, to confirm"}}})
         return Plan(cell, "delete", steps, backend_name, CellWork(ref), gate=gate)
+
+    def _judge_image(self, ctx: Context, cell: objects.ObjectRecord, backend: Backend,
+                     observed: Observed, *, creating: bool) -> tuple[bool, bool] | Blocked:
+        """(pull the image first?, recreate the runtime because its image moved?) by
+        spec.imagePullPolicy, or Blocked when the image may not be pulled and is missing.
+
+        Only `Always` asks anything of a settled cell (its registry, for the digest it serves
+        now); the other policies look at the engine only when a runtime is about to be made.
+        """
+        image = cell.spec.get("image")
+        if (not backend.capabilities.pulls_images or not isinstance(backend, Pulling)
+                or not isinstance(image, str)):
+            return False, False
+        policy = images.policy_of(cell.spec)
+        if policy != images.PullPolicy.ALWAYS and not creating:
+            return False, False
+        try:
+            state = backend.image_state(image, check_registry=policy == images.PullPolicy.ALWAYS)
+        except BackendError as exc:
+            self._write_blocked(ctx, cell, errors.condition_reason(exc, "ObserveFailed"),
+                                f"looking up the cell's image failed: {exc}")
+            return Blocked(exc)
+        if policy == images.PullPolicy.NEVER:
+            if state.present:
+                return False, False
+            refused = ImageNotFound(
+                f"image {image} is not on the engine and spec.imagePullPolicy is Never; load "
+                f"it (`docker pull {image}`, `docker load`, or `devcell image build-base` for "
+                "the base image) or let DevCell pull it (imagePullPolicy: IfNotPresent)")
+            self._write_blocked(ctx, cell, refused.reason or "ImageNotFound", str(refused))
+            return Blocked(refused)
+        if policy == images.PullPolicy.IF_NOT_PRESENT:
+            return not state.present, False
+        if creating or state.current is False:
+            return True, not creating  # Always: a new runtime, or a digest that moved
+        if state.current is None:
+            logger.bind(kind=KIND, name=cell.name).warning(
+                "cannot ask the registry of {} for its digest; the cell keeps its image: {}",
+                image, state.check_error)
+            return False, False
+        seen = observed.detail.get("image_id")
+        return False, bool(seen and state.image_id and seen != state.image_id)
 
     def _judge_build(self, ctx: Context, cell: objects.ObjectRecord, backend: Backend,
                      ref: CellRef) -> str | Blocked:
@@ -513,6 +568,12 @@ def _machine(backend: Backend) -> MachineState:
     return backend
 
 
+def _pulling(backend: Backend) -> Pulling:
+    if not backend.capabilities.pulls_images or not isinstance(backend, Pulling):
+        raise CapabilityMissing(f"the {backend.name} backend cannot pull images")
+    return backend
+
+
 StepHandler = Callable[[Backend, CellRef, Step], Outputs]
 _STEPS: dict[StepName, StepHandler] = {
     S.CREATE_VOLUME: lambda b, ref, step: b.create_volume(
@@ -520,6 +581,7 @@ _STEPS: dict[StepName, StepHandler] = {
     S.ADOPT_VOLUME: lambda b, ref, step: {"volume": step.args["volume_id"], "adopted": True},
     S.DELETE_VOLUME: lambda b, ref, step: b.delete_volume(step.args["volume_id"]),
     S.DELETE_CHECKPOINT: lambda b, ref, step: b.delete_checkpoint(step.args["checkpoint_id"]),
+    S.PULL_IMAGE: lambda b, ref, step: _pulling(b).pull_image(ref, step.args["image"]),
     S.BUILD_IMAGE: lambda b, ref, step: _building(b).build_image(
         ref, ref.spec["build"], step.args["tag"]),
     S.CREATE: _create,

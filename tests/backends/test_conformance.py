@@ -27,6 +27,7 @@ from devcell.backends.base import (
 )
 from devcell.errors import BackendError, BackendRefused, BackendUnavailable
 from tests.backends.engine import remove_containers, require_engine
+from tests.backends.vm_machines import kill_machines, require_qemu, seed_images
 
 BACKENDS = sorted(backends.REGISTRY)
 PROTOCOL_METHODS = sorted(n for n, v in vars(Backend).items()
@@ -41,10 +42,22 @@ def _no_injected_faults(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def load(name: str, state_dir: Path) -> Backend:
-    """Backend `name` on `state_dir`; the container backend needs the real engine (see engine.py)."""
+    """Backend `name` on `state_dir`; the container backend needs the real engine (see
+    engine.py), the vm backend real QEMU (vm_machines.py, images seeded once per session)."""
     if name == "container":
         require_engine()
+    if name == "vm":
+        require_qemu()
+        seed_images(state_dir, _VM_CACHE[0])
     return backends.load(name, state_dir)
+
+
+_VM_CACHE: list[Path] = []
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _vm_image_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    _VM_CACHE[:] = [tmp_path_factory.mktemp("vm-images")]
 
 
 @pytest.fixture(autouse=True)
@@ -53,6 +66,8 @@ def _remove_test_containers(tmp_path: Path) -> Iterator[None]:
     for state in tmp_path.iterdir():
         if (state / "containers").is_dir():
             remove_containers(state)
+        if (state / "vm").is_dir():
+            kill_machines(state)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -75,7 +90,7 @@ def assert_scalar_outputs(outputs: Any) -> None:
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_registry_names_every_backend_class_by_its_name(tmp_path: Path, name: str) -> None:
-    assert {"fake", "container"} <= set(BACKENDS)
+    assert {"fake", "container", "vm"} <= set(BACKENDS)
     instance = load(name, tmp_path / name)
     try:
         assert instance.name == name
@@ -89,10 +104,11 @@ def test_registry_names_every_backend_class_by_its_name(tmp_path: Path, name: st
         instance.close()
 
 
-@pytest.mark.parametrize("name", ["vm"])
-def test_planned_backends_are_refused_clearly(tmp_path: Path, name: str) -> None:
-    with pytest.raises(BackendUnavailable, match=f"backend {name}"):
-        backends.load(name, tmp_path)
+def test_planned_backends_are_refused_clearly(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(backends.PLANNED, "firecracker", "microVMs on KVM")
+    with pytest.raises(BackendUnavailable, match="backend firecracker"):
+        backends.load("firecracker", tmp_path)
 
 
 def test_unknown_backend_is_refused(tmp_path: Path) -> None:

@@ -79,7 +79,9 @@ def test_an_image_based_devcontainer_is_imported_and_applied(
     assert got.stdout == "created-dev\n"
     with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
         conn.sendall(b"GET /created HTTP/1.0\r\n\r\n")
-        answer = conn.recv(4096)
+        answer = b""
+        while chunk := conn.recv(4096):  # HTTP/1.0: the server closes after the body
+            answer += chunk
     assert b"200" in answer.split(b"\r\n", 1)[0] and b"created-dev" in answer
 
 

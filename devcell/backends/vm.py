@@ -1,0 +1,472 @@
+"""The vm backend: each cell a microVM, whose sleep keeps memory as well as disk.
+
+A cell is one machine (vm_driver.py draws the hypervisor boundary; QEMU's microvm drives it
+here) booted from the host's Debian cloud kernel with three disks: its root, a qcow2 overlay
+on the image's shared read-only root disk (vm_image.py); its config (supervisor.sh and
+secrets.env, mounted read-only at /devcell, as the container backend mounts them); its
+workspace, a disk of its own (vm_disks.py). Commands run through qemu-guest-agent
+(`guest-exec`), and a checkpoint freezes the guest's filesystems through it
+(`guest-fsfreeze-freeze`), so disk checkpoints are `filesystem` consistent; sleep saves the
+whole machine (`save_machine`: memory and device state to a file, QEMU exits) and a wake
+restores it, so processes go on where they were (`machine`).
+
+The cell's directory (<state>/vm/cells/<id>) is owner-only and nothing in it is written by
+the guest except through QEMU's own sockets; what the guest says (agent replies, console) is
+read with bounds. A QEMU process is acted on only when its -name is this cell's label.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shlex
+import shutil
+import time
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from loguru import logger
+
+from devcell.backends import children, supervisor, temporaries, vm_disks, vm_image, vm_proc
+from devcell.backends.base import (
+    Capabilities,
+    CellRef,
+    CheckpointInfo,
+    Consistency,
+    Fill,
+    Observed,
+    Outputs,
+    Owned,
+    OwnedKind,
+)
+from devcell.backends.interactive import Terminal
+from devcell.backends.vm_driver import Disk, MachineConfig, MachineDriver
+from devcell.backends.vm_layout import VmLayout
+from devcell.backends.vm_qemu import QemuDriver
+from devcell.errors import BackendError, BackendNotFound, BackendRefused, CapabilityMissing
+from devcell.security import SERVICE_LOG_DIR
+
+MARKER = "cell.json"
+FROZEN = "frozen"
+DEFAULT_MEMORY_MIB = 256
+AGENT_BOOT_SECONDS = 120.0
+"""How long a command waits for a machine that is still booting (TCG on a busy host)."""
+EXEC_OUTPUT = 16 << 20
+HOOK_TIMEOUT_S = 60
+HOOK_TAIL = 400
+_HOSTNAME = re.compile(r"[^a-z0-9-]+")
+
+
+def memory_mib(spec: dict[str, Any]) -> int:
+    """Guest RAM: spec.resources.memory (bytes) in MiB, at least 128 (the kernel needs it);
+    256 by default."""
+    raw = (spec.get("resources") or {}).get("memory")
+    if isinstance(raw, int) and raw > 0:
+        return max(128, raw >> 20)
+    return DEFAULT_MEMORY_MIB
+
+
+def cpus(spec: dict[str, Any]) -> int:
+    raw = (spec.get("resources") or {}).get("cpus")
+    return max(1, int(raw)) if isinstance(raw, int | float) else 1
+
+
+class VmBackend:
+    name = "vm"
+    capabilities = Capabilities(workspace_files=True, memory_state=True, exec=True,
+                                snapshot_consistency=Consistency.FILESYSTEM, parallel=2)
+
+    def __init__(self, *, state_dir: Path, driver: MachineDriver | None = None) -> None:
+        self.layout = VmLayout(state_dir)
+        self.disks = vm_disks.DiskStore(self.layout)
+        self.driver: MachineDriver = driver or QemuDriver(
+            accel_cache=self.layout.root / "accel.json")
+
+    def close(self) -> None:
+        pass
+
+    # -- cells -----------------------------------------------------------------------------
+
+    def _meta(self, cell_id: str) -> dict[str, Any] | None:
+        return vm_disks.read_json(self.layout.cell(cell_id) / MARKER)
+
+    def _config(self, cell_id: str, meta: dict[str, Any]) -> MachineConfig:
+        directory = self.layout.cell(cell_id)
+        disks = [Disk(directory / "root.qcow2", "qcow2"), Disk(directory / "config.img", "raw")]
+        if meta.get("volume"):
+            disks.append(Disk(self.disks.volume_disk(meta["volume"]), "raw"))
+        return MachineConfig(
+            name=self.layout.machine_name(cell_id), directory=directory,
+            kernel=Path(meta["kernel"]), initrd=Path(meta["initrd"]),
+            cmdline="console=ttyS0 quiet panic=-1", memory_mib=int(meta["memory_mib"]),
+            cpus=int(meta["cpus"]), disks=tuple(disks), accel=str(meta.get("accel", "tcg")))
+
+    def _pid(self, cell_id: str) -> int | None:
+        return vm_proc.find(self.layout.cell(cell_id), self.layout.machine_name(cell_id))
+
+    def observe(self, cell: CellRef) -> Observed:
+        meta = self._meta(cell.id)
+        pid = self._pid(cell.id)
+        if meta is None:
+            # A machine whose directory is gone (a crash mid-delete) still exists until killed.
+            return Observed(exists=True, running=True) if pid is not None else Observed(False)
+        running = pid is not None
+        # Frozen: by quiesce (its marker), or paused by a save that died before QEMU quit.
+        frozen = running and ((self.layout.cell(cell.id) / FROZEN).exists()
+                              or self.driver.paused(self._config(cell.id, meta)))
+        return Observed(exists=True, running=running, frozen=frozen,
+                        runtime_hash=meta.get("runtime_hash"),
+                        detail={"state": "running" if running else "stopped",
+                                "accel": meta.get("accel")})
+
+    def create(self, cell: CellRef, runtime_hash: str) -> Outputs:
+        if self._meta(cell.id) is not None:
+            return {"created": False}
+        image = cell.spec.get("image") or ""
+        image_hex, rootfs = vm_image.rootfs(self.layout, image)
+        kernel = vm_image.find_kernel()
+        initrd = vm_image.initrd(self.layout, kernel)
+        accel = self.driver.probe(kernel.path, initrd)
+        directory = self.layout.cell(cell.id)
+        plain, secret = supervisor.split_env(cell.spec)
+        # Plain variables are exported by the script itself (a container gets them from the
+        # engine); secrets stay in secrets.env, as in a container.
+        exports = "".join(f"export {k}={_quote(v)}\n" for k, v in plain.items())
+        script = supervisor.render_script(cell.name, cell.spec).replace(
+            "#!/bin/sh\n", "#!/bin/sh\n" + exports, 1)
+        meta = {"cell_id": cell.id, "cell": cell.name, "runtime_hash": runtime_hash,
+                "image": image, "image_id": image_hex, "volume": cell.volume_id,
+                "kernel": str(kernel.path), "initrd": str(initrd), "accel": accel,
+                "memory_mib": memory_mib(cell.spec), "cpus": cpus(cell.spec),
+                "operation": cell.op_id, "created": time.time()}
+        temporaries.remove_dead(self.layout.cells, f"{temporaries.TMP}{cell.id}-")
+        tmp = self.layout.cells / temporaries.temp_name(cell.id)
+        tmp.mkdir(mode=0o700)
+        try:
+            _qemu_img(["create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(rootfs),
+                       str(tmp / "root.qcow2")])
+            config = tmp / "config"
+            config.mkdir(mode=0o700)
+            (config / supervisor.SCRIPT).write_text(script)
+            fd = os.open(config / supervisor.SECRETS, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                         0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(supervisor.render_secrets(secret))
+            (config / "hostname").write_text(_hostname(cell.name) + "\n")
+            (config / "mountpath").write_text(
+                str((cell.spec.get("workspace") or {}).get("mountPath") or "/workspace") + "\n")
+            vm_image.mkfs(config, tmp / "config.img", 8 << 20, "devcell-config")
+            shutil.rmtree(config)
+            (tmp / "config.img").chmod(0o600)
+            vm_disks.write_json(tmp / MARKER, meta)
+            if directory.exists():
+                shutil.rmtree(directory)  # no marker: a directory a crash left half made
+            os.rename(tmp, directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return {"created": True, "image_id": image_hex[:12], "accel": accel,
+                "driver": self.driver.name}
+
+    def _require(self, cell: CellRef) -> dict[str, Any]:
+        meta = self._meta(cell.id)
+        if meta is None:
+            raise BackendNotFound(f"cell {cell.name} has no machine")
+        return meta
+
+    def start(self, cell: CellRef) -> Outputs:
+        meta = self._require(cell)
+        if self._pid(cell.id) is not None:
+            return {"started": False}
+        (self.layout.cell(cell.id) / FROZEN).unlink(missing_ok=True)
+        if meta.get("volume"):
+            self.disks.mark_used(meta["volume"])
+        began = time.monotonic()
+        pid = self.driver.boot(self._config(cell.id, meta))
+        return {"started": True, "pid": pid, "accel": meta.get("accel"),
+                "driver": self.driver.name, "seconds": round(time.monotonic() - began, 3)}
+
+    def stop(self, cell: CellRef) -> Outputs:
+        meta = self._meta(cell.id)
+        pid = self._pid(cell.id)
+        if pid is None:
+            return {"stopped": False}
+        if meta is not None:
+            config = self._config(cell.id, meta)
+            self._sync(config)
+            self.driver.shutdown(config, pid, timeout=10.0)
+        else:
+            vm_proc.kill(pid, self.layout.machine_name(cell.id))
+        (self.layout.cell(cell.id) / FROZEN).unlink(missing_ok=True)
+        return {"stopped": True}
+
+    def _sync(self, config: MachineConfig) -> None:
+        """Ask the guest to write its caches to its disks before the machine ends."""
+        try:
+            with self.driver.agent(config, timeout=3.0) as agent:
+                agent.command("guest-fsfreeze-thaw")
+                self._run(agent, ["/.devcell-guest/busybox", "sync"], timeout=10.0)
+        except (BackendError, OSError, TimeoutError) as exc:
+            logger.bind(machine=config.name).debug("no sync before stop: {}", exc)
+
+    def delete(self, cell: CellRef) -> Outputs:
+        self.stop(cell)
+        directory = self.layout.cell(cell.id)
+        if not directory.exists():
+            return {"deleted": False}
+        trash = temporaries.trash(self.layout.cells)
+        os.rename(directory, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+        return {"deleted": True}
+
+    # -- the guest agent -------------------------------------------------------------------
+
+    def _running_config(self, cell: CellRef) -> MachineConfig:
+        meta = self._meta(cell.id)
+        if meta is None or self._pid(cell.id) is None:
+            raise BackendError(f"cell {cell.name} is not running; start it with "
+                               f"`devcell cell start {cell.name}`")
+        return self._config(cell.id, meta)
+
+    @staticmethod
+    def _run(agent: Any, argv: list[str], *, timeout: float, stdin: bytes = b""
+             ) -> tuple[int, bytes, bytes]:
+        args: dict[str, Any] = {"path": argv[0], "arg": argv[1:], "capture-output": True}
+        if stdin:
+            args["input-data"] = base64.b64encode(stdin).decode()
+        started = agent.command("guest-exec", **args)
+        deadline = time.monotonic() + timeout
+        delay = 0.01
+        while True:
+            status = agent.command("guest-exec-status", pid=started["pid"])
+            if status.get("exited"):
+                out = base64.b64decode(status.get("out-data", ""))[:EXEC_OUTPUT]
+                err = base64.b64decode(status.get("err-data", ""))[:EXEC_OUTPUT]
+                code = status.get("exitcode")
+                return (int(code) if isinstance(code, int) else 128 + int(
+                    status.get("signal", 1))), out, err
+            if time.monotonic() > deadline:
+                raise BackendError(f"{argv[0]} did not finish in {timeout:.0f} s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+    def exec(self, cell: CellRef, argv: list[str], *, stdout: BinaryIO, stderr: BinaryIO,
+             stdin: BinaryIO | None = None, terminal: Terminal | None = None) -> int:
+        """Run `argv` in the machine through its agent, with the cell's environment.
+
+        The agent returns the output when the command ends (no streaming, no terminal: a
+        later slice), at most 16 MiB of each stream; standard input is read whole first."""
+        if not argv:
+            raise BackendError("nothing to run: give a command after --")
+        if terminal is not None:
+            raise CapabilityMissing("vm cells do not offer a terminal (-t) yet; run without -t")
+        config = self._running_config(cell)
+        data = stdin.read(EXEC_OUTPUT + 1) if stdin is not None else b""
+        if len(data) > EXEC_OUTPUT:
+            raise BackendRefused("standard input for a vm cell is limited to 16 MiB")
+        with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+            code, out, err = self._run(agent, supervisor.exec_argv(argv), timeout=3600.0,
+                                       stdin=data)
+        stdout.write(out)
+        stdout.flush()
+        stderr.write(err)
+        stderr.flush()
+        return code
+
+    def log_paths(self, cell: CellRef) -> dict[str, Path]:
+        """Service logs stay inside the guest in this slice (a later one reads them through
+        the agent): refused with where they are, rather than an empty answer."""
+        raise CapabilityMissing(
+            f"service logs of vm cells stay inside the machine for now; read one with "
+            f"`devcell exec {cell.name} -- cat {SERVICE_LOG_DIR}/SERVICE.log`")
+
+    def _run_hooks(self, cell: CellRef, agent: Any, which: str) -> int:
+        """The cell's `which` hooks (preCheckpoint, postCheckpoint) through the agent, as the
+        container backend runs them: a failing one fails the step, secrets redacted."""
+        hooks = [list(h) for h in ((cell.spec.get("hooks") or {}).get(which) or [])]
+        limit = float((cell.spec.get("hooks") or {}).get("timeoutSeconds", HOOK_TIMEOUT_S))
+        for argv in hooks:
+            code, out, err = self._run(agent, supervisor.exec_argv(argv), timeout=limit)
+            if code != 0:
+                tail = (out + err)[-HOOK_TAIL:].decode("utf-8", "replace")
+                for value in supervisor.split_env(cell.spec)[1].values():
+                    if len(value) >= 4:  # a hook that prints a secret must not record it
+                        tail = tail.replace(value, "<redacted>")
+                raise BackendError(f"{which} hook {argv!r} of cell {cell.name} exited with "
+                                   f"status {code}" + (f": {tail}" if tail else ""))
+        return len(hooks)
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def quiesce(self, cell: CellRef) -> Outputs:
+        if self._pid(cell.id) is None:
+            return {"frozen": False}
+        config = self._running_config(cell)
+        with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+            hooks = self._run_hooks(cell, agent, "preCheckpoint")
+            (config.directory / FROZEN).touch(mode=0o600)
+            frozen = agent.command("guest-fsfreeze-freeze", timeout=60.0)
+        return {"frozen": True, "filesystems": int(frozen or 0), "hooks": hooks}
+
+    def resume(self, cell: CellRef) -> Outputs:
+        marker = self.layout.cell(cell.id) / FROZEN
+        unpaused = False
+        if self._pid(cell.id) is not None and self.driver.paused(self._running_config(cell)):
+            unpaused = self.driver.unpause(self._running_config(cell))
+        if not marker.exists():
+            return {"resumed": unpaused}
+        if self._pid(cell.id) is not None:
+            config = self._running_config(cell)
+            with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+                agent.command("guest-fsfreeze-thaw", timeout=60.0)
+                marker.unlink(missing_ok=True)
+                self._run_hooks(cell, agent, "postCheckpoint")
+        marker.unlink(missing_ok=True)
+        return {"resumed": True}
+
+    def checkpoint(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
+        found = self.find_checkpoint(checkpoint_id)
+        if found is not None:
+            return found
+        volume = cell.volume_id or (self._meta(cell.id) or {}).get("volume")
+        if not volume:
+            raise BackendRefused(f"cell {cell.name} has no workspace disk to checkpoint")
+        marker = self.layout.cell(cell.id) / FROZEN
+        freeze_here = self._pid(cell.id) is not None and not marker.exists()
+        if freeze_here:
+            self.quiesce(cell)
+        try:
+            meta = self.disks.checkpoint_disk(volume, checkpoint_id, cell_id=cell.id,
+                                              cell_name=cell.name)
+        finally:
+            if freeze_here:
+                self.resume(cell)
+        return self._info(checkpoint_id, meta)
+
+    @staticmethod
+    def _info(checkpoint_id: str, meta: dict[str, Any]) -> CheckpointInfo:
+        machine = meta.get("kind") == vm_disks.KIND_MACHINE
+        return CheckpointInfo(checkpoint_id,
+                              Consistency.MACHINE if machine else Consistency.FILESYSTEM,
+                              int(meta.get("size_bytes", 0)), int(meta.get("files", 0)))
+
+    def checkpoint_exists(self, checkpoint_id: str) -> bool:
+        return self.disks.checkpoint_meta(checkpoint_id) is not None
+
+    def find_checkpoint(self, checkpoint_id: str) -> CheckpointInfo | None:
+        meta = self.disks.checkpoint_meta(checkpoint_id)
+        return None if meta is None else self._info(checkpoint_id, meta)
+
+    def delete_checkpoint(self, checkpoint_id: str) -> Outputs:
+        existed = self.checkpoint_exists(checkpoint_id)
+        self.disks.delete_checkpoint(checkpoint_id)
+        return {"deleted": existed}
+
+    def checkpoint_files(self, checkpoint_id: str) -> Path | None:
+        """The checkpoint disk's files as a tree beside it, read out of the ext4 image once
+        with debugfs (no mount: the image was written by a guest)."""
+        meta = self.disks.checkpoint_meta(checkpoint_id)
+        if meta is None or meta.get("kind") != vm_disks.KIND_DISK:
+            raise BackendNotFound(f"checkpoint {checkpoint_id} does not exist")
+        return self.disks.files_of(checkpoint_id)
+
+    def import_checkpoint(self, checkpoint_id: str, *, cell_id: str, cell_name: str,
+                          fill: Fill) -> CheckpointInfo:
+        meta = self.disks.import_checkpoint(checkpoint_id, cell_id=cell_id,
+                                            cell_name=cell_name, fill=fill)
+        return self._info(checkpoint_id, meta)
+
+    # -- the machine: sleep and wake -------------------------------------------------------
+
+    def save_machine(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
+        found = self.disks.checkpoint_meta(checkpoint_id)
+        if found is not None and found.get("kind") == vm_disks.KIND_MACHINE \
+                and self._pid(cell.id) is None:
+            return self._info(checkpoint_id, found)
+        config = self._running_config(cell)
+        if (config.directory / FROZEN).exists():
+            self.resume(cell)
+        meta = self.disks.checkpoint_machine(
+            checkpoint_id, cell_id=cell.id, cell_name=cell.name,
+            save=lambda into: self.driver.save(config, into))
+        return self._info(checkpoint_id, meta)
+
+    def restore_machine(self, cell: CellRef, checkpoint_id: str) -> Outputs:
+        meta = self._require(cell)
+        if self._pid(cell.id) is not None:
+            return {"restored": False}
+        saved = self.disks.checkpoint_meta(checkpoint_id)
+        if saved is None or saved.get("kind") != vm_disks.KIND_MACHINE:
+            raise BackendNotFound(f"machine checkpoint {checkpoint_id} does not exist")
+        began = time.monotonic()
+        pid = self.driver.restore(self._config(cell.id, meta),
+                                  self.layout.checkpoint(checkpoint_id) / vm_disks.MEMORY)
+        seconds = round(time.monotonic() - began, 3)
+        # The machine ran on from that memory: restoring it twice would rewind a live disk.
+        self.disks.delete_checkpoint(checkpoint_id)
+        return {"restored": True, "pid": pid, "seconds": seconds, "accel": meta.get("accel")}
+
+    # -- volumes ---------------------------------------------------------------------------
+
+    def volume_exists(self, volume_id: str) -> bool:
+        return self.disks.volume_meta(volume_id) is not None
+
+    def create_volume(self, cell: CellRef, volume_id: str, *, from_checkpoint: str | None
+                      ) -> Outputs:
+        meta = self.disks.create_volume(cell_id=cell.id, cell_name=cell.name,
+                                        volume_id=volume_id, from_checkpoint=from_checkpoint,
+                                        op_id=cell.op_id)
+        return {"volume": volume_id, "storage": "disk",
+                "from_checkpoint": meta.get("from_checkpoint")}
+
+    def delete_volume(self, volume_id: str) -> Outputs:
+        existed = self.volume_exists(volume_id)
+        self.disks.delete_volume(volume_id)
+        return {"deleted": existed}
+
+    def volumes_of(self, cell_id: str) -> list[str]:
+        return [v for v, meta in self.disks.all_volumes() if meta.get("cell_id") == cell_id]
+
+    def workspace_changed_since(self, volume_id: str, checkpoint_id: str | None) -> bool:
+        return self.disks.changed_since(volume_id, checkpoint_id)
+
+    # -- what is ours ----------------------------------------------------------------------
+
+    def list_owned(self) -> list[Owned]:
+        out: list[Owned] = []
+        cells = {entry for entry in os.listdir(self.layout.cells)
+                 if not entry.startswith(".") and self._meta(entry) is not None}
+        prefix = self.layout.name_prefix
+        running = {name.removeprefix(prefix) for name in vm_proc.scan(prefix)}
+        for cell_id in sorted(cells | running):
+            out.append(Owned(OwnedKind.CELL, cell_id, cell_id))
+        for kind, entries, parent in (
+                (OwnedKind.VOLUME, self.disks.all_volumes(), self.layout.volumes),
+                (OwnedKind.CHECKPOINT, self.disks.all_checkpoints(), self.layout.checkpoints)):
+            for resource_id, meta in entries:
+                content = str(parent / resource_id) if meta.get("used") else None
+                out.append(Owned(kind, resource_id, str(meta.get("cell_id")), content))
+        return out
+
+    def console(self, cell: CellRef) -> bytes:
+        """The machine's latest serial console output (at most 64 KiB, as the guest wrote it)."""
+        meta = self._require(cell)
+        return self.driver.console(self._config(cell.id, meta))
+
+
+def _qemu_img(args: list[str]) -> None:
+    if shutil.which("qemu-img") is None:
+        raise BackendError(f"qemu-img is not installed; install it: {vm_image.INSTALL}")
+    done = children.run(["qemu-img", *args])
+    if done.returncode != 0:
+        raise BackendError(f"qemu-img {args[0]} failed: {done.stderr.strip()[-300:]}")
+
+
+def _hostname(name: str) -> str:
+    return (_HOSTNAME.sub("-", name.lower()).strip("-") or "devcell")[:63]
+
+
+def _quote(value: str) -> str:
+    return shlex.quote(value)
+

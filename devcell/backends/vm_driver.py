@@ -1,0 +1,99 @@
+"""The driver boundary of the vm backend: what a hypervisor must do for a cell, nothing more.
+
+The backend (vm.py) decides *what* a cell's machine is (its disks, kernel, memory, where it
+lives) and *when* it boots, sleeps or wakes; a driver knows only *how* one hypervisor does
+it. QEMU's microvm machine (vm_qemu.py) is the driver that runs here. A Firecracker driver fits
+the same calls: `boot` is PUT /machine-config, /boot-source, /drives/{id}, /vsock and
+/actions InstanceStart on its API socket; `save` is PATCH /vm {"state": "Paused"} then PUT
+/snapshot/create (Full); `restore` is PUT /snapshot/load with resume_vm; the guest agent would
+be reached over vsock instead of virtio-serial. Nothing here names QEMU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from devcell.backends.vm_qmp import Agent
+
+
+@dataclass(frozen=True)
+class Disk:
+    """A block device of the machine, in the order the guest sees them (vda, vdb, ...)."""
+
+    path: Path
+    format: str  # "qcow2" or "raw"
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class MachineConfig:
+    """Everything a driver needs to start one machine."""
+
+    name: str
+    """The ownership label (devcell-<state-hash>-<cell-id>): how DevCell knows the process."""
+    directory: Path
+    """Owner-only: sockets, pidfile; nothing the guest can write."""
+    kernel: Path
+    initrd: Path
+    cmdline: str
+    memory_mib: int
+    cpus: int
+    disks: tuple[Disk, ...]
+    accel: str
+    """"kvm" or "tcg", chosen when the cell was made: a saved machine resumes under the same."""
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What `save` wrote: the machine's memory and device state."""
+
+    path: Path
+    size_bytes: int
+    seconds: float
+
+
+class MachineDriver(Protocol):
+    name: str
+
+    def probe(self, kernel: Path, initrd: Path) -> str:
+        """How guests run here ("kvm" or "tcg"): tried once per host boot, briefly."""
+        ...
+
+    def boot(self, config: MachineConfig) -> int:
+        """Start the machine from its disks; the pid of its hypervisor process."""
+        ...
+
+    def restore(self, config: MachineConfig, saved: Path) -> int:
+        """Start the machine from a saved state and let it run on; the pid."""
+        ...
+
+    def save(self, config: MachineConfig, into: Path) -> Saved:
+        """Pause the machine, write its memory and device state to `into`, and end it."""
+        ...
+
+    def running(self, config: MachineConfig) -> bool:
+        """Whether the guest's CPUs run (False while paused, saving, or gone)."""
+        ...
+
+    def paused(self, config: MachineConfig) -> bool:
+        """Whether the hypervisor says the machine is paused (False when it cannot tell)."""
+        ...
+
+    def unpause(self, config: MachineConfig) -> bool:
+        """Let a paused machine's CPUs run again (left paused by a save that died); whether
+        it was paused."""
+        ...
+
+    def shutdown(self, config: MachineConfig, pid: int, *, timeout: float) -> None:
+        """End the machine (its disks stay): a clean power-off, killed after `timeout`."""
+        ...
+
+    def console(self, config: MachineConfig) -> bytes:
+        """The guest's latest serial console output, bounded (the guest wrote it)."""
+        ...
+
+    def agent(self, config: MachineConfig, *, timeout: float) -> Agent:
+        """A connection to the guest agent, waiting up to `timeout` for it to answer."""
+        ...

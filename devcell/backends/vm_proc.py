@@ -1,0 +1,106 @@
+"""Which hypervisor processes are DevCell's: found by pidfile, proven by their -name.
+
+A pid read from a pidfile may have been recycled by an unrelated process, and a process that
+merely looks like QEMU may be someone else's. DevCell acts on a process only when its command
+line is a QEMU whose `-name` is exactly the label DevCell gave it (devcell-<state-hash>-<cell>),
+the vm equivalent of the container backend's labels. The orphan sweep and crash recovery find
+machines whose directory is gone by scanning /proc for that label. Standard library only
+(observe_all imports this on the fast path).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from devcell import safeio
+
+PIDFILE = "qemu.pid"
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read(1 << 16)
+    except OSError:
+        return []
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+
+
+def machine_name(argv: list[str]) -> str | None:
+    """The -name QEMU was started with, when argv is a QEMU's; else None."""
+    if not argv or not os.path.basename(argv[0]).startswith("qemu-system-"):
+        return None
+    for flag, value in zip(argv, argv[1:], strict=False):
+        if flag == "-name":
+            return value.split(",")[0].removeprefix("guest=")
+    return None
+
+
+def is_owned(pid: int, name: str) -> bool:
+    """Whether `pid` is alive and is the QEMU labelled `name`."""
+    if pid <= 1:
+        return False
+    return machine_name(_argv(pid)) == name and _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read(512).rpartition(b")")[2].split()[:1]
+    except OSError:
+        return False
+    return state != [b"Z"]
+
+
+def read_pidfile(directory: Path) -> int | None:
+    try:
+        fd = safeio.open_regular(directory, PIDFILE)
+    except (FileNotFoundError, NotADirectoryError, safeio.UnsafeFile):
+        return None
+    try:
+        text = safeio.read_some(fd, 32).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+    return int(text) if text.isdigit() else None
+
+
+def find(directory: Path, name: str) -> int | None:
+    """The pid of the machine labelled `name`: its pidfile's when that is it, else a scan."""
+    pid = read_pidfile(directory)
+    if pid is not None and is_owned(pid, name):
+        return pid
+    return scan(name).get(name)
+
+
+def scan(prefix: str) -> dict[str, int]:
+    """Every live QEMU whose -name starts with `prefix`, by name."""
+    found: dict[str, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            name = machine_name(_argv(int(entry)))
+            if name is not None and name.startswith(prefix) and _alive(int(entry)):
+                found[name] = int(entry)
+    return found
+
+
+def kill(pid: int, name: str, *, timeout: float = 5.0) -> None:
+    """SIGKILL the machine `name` (checked again first) and wait for it to be gone."""
+    if not is_owned(pid, name):
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    wait_gone(pid, name, timeout)
+
+
+def wait_gone(pid: int, name: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while is_owned(pid, name):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True

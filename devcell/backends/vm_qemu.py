@@ -1,0 +1,263 @@
+"""The QEMU microvm driver: a cell's machine as one daemonized qemu-system-x86_64 process.
+
+microvm is QEMU's minimal machine (virtio-mmio devices, no PCI, no firmware: the kernel is
+loaded directly), the closest QEMU has to Firecracker. The process daemonizes (-daemonize), so
+a machine outlives the DevCell command that started it, and writes its pidfile; its -name is
+DevCell's ownership label (vm_proc.py). It is started with its working directory in the cell's
+owner-only directory and relative socket paths, so a deep state directory never exceeds a unix
+socket path's 108 bytes. The serial console is a 64 KiB ring buffer inside QEMU (bounded
+whatever the guest prints), read through QMP (`console`).
+
+Memory snapshots are QEMU's migration to a file: QMP `stop`, `migrate` to `exec:cat > FILE`,
+then `quit`; a restore starts a new QEMU with `-incoming "exec:cat FILE"`, which runs on once
+the state is loaded. KVM is used when /dev/kvm works: a short probe boots the kernel once under
+KVM and expects a line back within seconds (nested KVM can hang); otherwise TCG.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from loguru import logger
+
+from devcell.backends import vm_proc
+from devcell.backends.vm_driver import MachineConfig, Saved
+from devcell.backends.vm_qmp import Agent, Qmp
+from devcell.errors import BackendError, BackendUnavailable
+
+QEMU = "qemu-system-x86_64"
+CONSOLE_BYTES = 65536
+PROBE_MARK = "DEVCELL-PROBE-OK"
+PROBE_SECONDS = 4.0
+SAVE_SECONDS = 600.0
+
+
+def _opt(path: Path | str) -> str:
+    """A path inside a QEMU option (a comma is written twice there)."""
+    return str(path).replace(",", ",,")
+
+
+def qemu_binary() -> str:
+    found = shutil.which(QEMU)
+    if found is None:
+        raise BackendUnavailable(f"{QEMU} is not installed; install Debian's QEMU: apt-get "
+                                 "install -y qemu-system-x86 qemu-utils")
+    return found
+
+
+class QemuDriver:
+    name = "qemu-microvm"
+
+    def __init__(self, *, accel_cache: Path | None = None) -> None:
+        self.accel_cache = accel_cache
+
+    # -- acceleration -----------------------------------------------------------------------
+
+    def accel(self) -> str:
+        """What is known without booting: forced, no usable /dev/kvm, or this boot's probe."""
+        forced = os.environ.get("DEVCELL_VM_ACCEL")
+        if forced in ("kvm", "tcg"):
+            return forced
+        if not _kvm_device_usable():
+            return "tcg"
+        return self._cached() or "tcg"
+
+    def _cached(self) -> str | None:
+        if self.accel_cache is None:
+            return None
+        try:
+            cached = json.loads(self.accel_cache.read_text())
+            if cached.get("boot_id") == _boot_id() and cached.get("accel") in ("kvm", "tcg"):
+                return str(cached["accel"])
+        except (OSError, ValueError, AttributeError):
+            pass
+        return None
+
+    def probe(self, kernel: Path, initrd: Path) -> str:
+        """Boot the kernel once under KVM; "kvm" when its initrd answers in time, else "tcg".
+        Once per host boot (cached): nested KVM that hangs costs PROBE_SECONDS once."""
+        if os.environ.get("DEVCELL_VM_ACCEL") in ("kvm", "tcg") or not _kvm_device_usable():
+            return self.accel()
+        cached = self._cached()
+        if cached is not None:
+            return cached
+        argv = [qemu_binary(), "-M", "microvm,isa-serial=on,rtc=on,pit=on,pic=on",
+                "-accel", "kvm", "-cpu", "host", "-m", "128", "-nodefaults", "-no-user-config",
+                "-display", "none", "-serial", "stdio", "-no-reboot",
+                "-kernel", str(kernel), "-initrd", str(initrd),
+                "-append", "console=ttyS0 quiet panic=-1 devcell.probe=1"]
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=PROBE_SECONDS, check=False,
+                                  process_group=0)
+            accel = "kvm" if PROBE_MARK.encode() in done.stdout else "tcg"
+        except subprocess.TimeoutExpired:
+            accel = "tcg"  # nested KVM that hangs: the machine runs under TCG
+        logger.bind(accel=accel).info("probed KVM")
+        if self.accel_cache is not None:
+            self.accel_cache.write_text(json.dumps({"boot_id": _boot_id(), "accel": accel}))
+        return accel
+
+    # -- machines ---------------------------------------------------------------------------
+
+    def argv(self, config: MachineConfig) -> list[str]:
+        accel = config.accel
+        argv = [qemu_binary(), "-name", config.name,
+                "-M", "microvm,isa-serial=on,rtc=on,pit=on,pic=on", "-accel", accel,
+                *(["-cpu", "host"] if accel == "kvm" else []),
+                "-m", str(config.memory_mib), "-smp", str(config.cpus),
+                "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+                "-kernel", _opt(config.kernel), "-initrd", _opt(config.initrd),
+                "-append", config.cmdline + (_tcg_clock() if accel == "tcg" else ""),
+                "-chardev", f"ringbuf,id=con,size={CONSOLE_BYTES}", "-serial", "chardev:con",
+                "-chardev", "socket,id=mon,path=qmp.sock,server=on,wait=off",
+                "-mon", "chardev=mon,mode=control",
+                "-device", "virtio-serial-device",
+                "-chardev", "socket,id=ga,path=ga.sock,server=on,wait=off",
+                "-device", "virtserialport,chardev=ga,name=org.qemu.guest_agent.0",
+                "-pidfile", vm_proc.PIDFILE, "-daemonize"]
+        for n, disk in enumerate(config.disks):
+            readonly = ",readonly=on" if disk.read_only else ""
+            argv += ["-drive", f"id=d{n},file={_opt(disk.path)},format={disk.format},if=none,"
+                     f"cache=writeback,discard=unmap{readonly}",
+                     "-device", f"virtio-blk-device,drive=d{n}"]
+        return argv
+
+    def _launch(self, config: MachineConfig, extra: list[str]) -> int:
+        for stale in ("qmp.sock", "ga.sock", vm_proc.PIDFILE):
+            (config.directory / stale).unlink(missing_ok=True)
+        argv = self.argv(config) + extra
+        try:
+            done = subprocess.run(argv, cwd=config.directory, capture_output=True, text=True,
+                                  timeout=60, check=False, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise BackendError(f"{QEMU} did not start within 60 s") from None
+        if done.returncode != 0:
+            tail = " ".join(done.stderr.strip().splitlines()[-3:])
+            raise BackendError(f"{QEMU} failed to start machine {config.name}: {tail}")
+        pid = vm_proc.read_pidfile(config.directory)
+        if pid is None or not vm_proc.is_owned(pid, config.name):
+            raise BackendError(f"{QEMU} started but machine {config.name} is not running")
+        logger.bind(machine=config.name, pid=pid).debug("qemu started")
+        return pid
+
+    def boot(self, config: MachineConfig) -> int:
+        return self._launch(config, [])
+
+    def restore(self, config: MachineConfig, saved: Path) -> int:
+        pid = self._launch(config, ["-incoming", f"exec:cat {shlex.quote(str(saved))}"])
+        deadline = time.monotonic() + SAVE_SECONDS
+        with Qmp(config.directory) as qmp:
+            while True:
+                status = qmp.command("query-status")
+                if status.get("running"):
+                    return pid
+                if status.get("status") not in ("inmigrate", "prelaunch", "paused",
+                                                "postmigrate", "finish-migrate"):
+                    raise BackendError(f"machine {config.name} did not resume: QEMU says "
+                                       f"{status.get('status')!r}")
+                if status.get("status") == "paused":
+                    qmp.command("cont")
+                if time.monotonic() > deadline:
+                    raise BackendError(f"machine {config.name} did not resume in time")
+                time.sleep(0.02)
+
+    def save(self, config: MachineConfig, into: Path) -> Saved:
+        began = time.monotonic()
+        pid = vm_proc.find(config.directory, config.name)
+        with Qmp(config.directory) as qmp:
+            qmp.command("stop")
+            qmp.command("migrate", uri=f"exec:cat > {shlex.quote(str(into))}")
+            deadline = time.monotonic() + SAVE_SECONDS
+            while True:
+                state = qmp.command("query-migrate").get("status")
+                if state == "completed":
+                    break
+                if state in ("failed", "cancelled") or time.monotonic() > deadline:
+                    qmp.command("cont")
+                    raise BackendError(f"saving machine {config.name} failed ({state})")
+                time.sleep(0.02)
+            qmp.command("quit")
+        if pid is not None and not vm_proc.wait_gone(pid, config.name, 10.0):
+            vm_proc.kill(pid, config.name)
+        return Saved(into, into.stat().st_size, time.monotonic() - began)
+
+    def running(self, config: MachineConfig) -> bool:
+        try:
+            with Qmp(config.directory, timeout=5.0) as qmp:
+                return bool(qmp.command("query-status").get("running"))
+        except (BackendError, OSError, TimeoutError):
+            return False
+
+    def paused(self, config: MachineConfig) -> bool:
+        try:
+            with Qmp(config.directory, timeout=2.0) as qmp:
+                status = qmp.command("query-status")
+        except (BackendError, OSError, TimeoutError):
+            return False  # busy (one monitor client at a time) or gone: not known paused
+        return not status.get("running") and status.get("status") in ("paused", "postmigrate")
+
+    def unpause(self, config: MachineConfig) -> bool:
+        with Qmp(config.directory, timeout=5.0) as qmp:
+            if qmp.command("query-status").get("running"):
+                return False
+            qmp.command("cont")
+            return True
+
+    def shutdown(self, config: MachineConfig, pid: int, *, timeout: float) -> None:
+        try:
+            with Qmp(config.directory, timeout=min(timeout, 5.0)) as qmp:
+                qmp.command("quit")
+        except (BackendError, OSError, TimeoutError):
+            pass
+        if not vm_proc.wait_gone(pid, config.name, timeout):
+            vm_proc.kill(pid, config.name)
+
+    def agent(self, config: MachineConfig, *, timeout: float) -> Agent:
+        return Agent(config.directory, timeout=timeout)
+
+    def console(self, config: MachineConfig) -> bytes:
+        """What the guest printed on its serial console lately (at most 64 KiB)."""
+        try:
+            with Qmp(config.directory, timeout=5.0) as qmp:
+                data = qmp.command("ringbuf-read", device="con", size=CONSOLE_BYTES,
+                                   format="base64")
+        except (BackendError, OSError, TimeoutError):
+            return b""
+        return base64.b64decode(data or "")[:CONSOLE_BYTES]
+
+
+def _tcg_clock() -> str:
+    """The guest's TSC frequency, given rather than measured: under TCG on a busy host the
+    kernel's calibration against the PIT fails, and with no other clock the boot hangs."""
+    khz = 2_000_000
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                khz = int(float(line.split(":")[1]) * 1000)
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    return f" tsc_early_khz={khz}"
+
+
+def _kvm_device_usable() -> bool:
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""

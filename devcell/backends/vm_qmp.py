@@ -1,0 +1,196 @@
+"""JSON over a unix socket to QEMU (QMP) and to the guest agent (qemu-ga), with timeouts.
+
+Both sockets live in the cell's owner-only directory. Their paths can be longer than a
+sockaddr_un holds (108 bytes) under a deep state directory, so they are reached through
+`/proc/self/fd/<dir>/<name>`: the directory is opened once (without following links) and the
+short path resolves through it. Every read has a deadline, so a wedged QEMU or a guest that
+never answers is a BackendError, not a hang. Replies are read line by line with a bound on a
+line's length: the guest agent speaks for the guest, which is hostile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from devcell.errors import BackendError, BackendUnavailable
+
+MAX_LINE = 64 << 20
+"""A reply longer than this is refused (guest-exec output is at most 16 MiB, base64)."""
+
+
+def connect(directory: Path, name: str, *, timeout: float) -> socket.socket:
+    """A connected stream socket to `directory/name`, however long that path is."""
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(f"/proc/self/fd/{dir_fd}/{name}")
+        except OSError:
+            sock.close()
+            raise
+        return sock
+    finally:
+        os.close(dir_fd)
+
+
+class JsonChannel:
+    """One JSON document per line, each read with a deadline."""
+
+    def __init__(self, sock: socket.socket, what: str) -> None:
+        self.sock = sock
+        self.what = what
+        self.buffer = b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sock.sendall(json.dumps(message).encode() + b"\n")
+
+    def read_line(self, deadline: float) -> bytes:
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{self.what} did not answer in time")
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except TimeoutError:
+                raise TimeoutError(f"{self.what} did not answer in time") from None
+            if not chunk:
+                raise BackendUnavailable(f"{self.what} closed the connection")
+            self.buffer += chunk
+            if len(self.buffer) > MAX_LINE:
+                raise BackendError(f"{self.what} sent a reply longer than {MAX_LINE} bytes")
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line
+
+    def read_json(self, deadline: float) -> dict[str, Any]:
+        while True:
+            line = self.read_line(deadline).strip()
+            if not line:
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError:
+                raise BackendError(f"{self.what} sent something that is not JSON") from None
+            if not isinstance(value, dict):
+                raise BackendError(f"{self.what} sent a JSON value that is not an object")
+            return value
+
+
+class Qmp:
+    """QEMU's machine protocol: capabilities negotiated on connect, then commands."""
+
+    def __init__(self, directory: Path, *, timeout: float = 10.0) -> None:
+        try:
+            sock = connect(directory, "qmp.sock", timeout=timeout)
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot reach QEMU's monitor in {directory}: "
+                                     f"{exc.strerror or exc}") from None
+        self.channel = JsonChannel(sock, "QEMU's monitor")
+        self.timeout = timeout
+        self.channel.read_json(time.monotonic() + timeout)  # the greeting
+        self.command("qmp_capabilities")
+
+    def __enter__(self) -> Qmp:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.channel.close()
+
+    def command(self, name: str, timeout: float | None = None, **arguments: Any) -> Any:
+        message: dict[str, Any] = {"execute": name}
+        if arguments:
+            message["arguments"] = arguments
+        self.channel.send(message)
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while True:
+            reply = self.channel.read_json(deadline)
+            if "event" in reply:
+                logger.bind(event=reply.get("event")).debug("qmp event")
+                continue
+            if "error" in reply:
+                error = reply["error"]
+                raise BackendError(f"QEMU refused {name}: {error.get('desc', error)}")
+            return reply.get("return")
+
+
+class Agent:
+    """qemu-ga in the guest, over its virtio-serial port.
+
+    The port keeps whatever an earlier client left unread, so every connection starts with
+    guest-sync-delimited: the agent answers after a 0xFF byte, everything before it is stale.
+    """
+
+    def __init__(self, directory: Path, *, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                sock = connect(directory, "ga.sock", timeout=2.0)
+                break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise BackendUnavailable(f"cannot reach the guest agent in {directory}: "
+                                             f"{exc.strerror or exc}") from None
+                time.sleep(0.1)
+        self.channel = JsonChannel(sock, "the guest agent")
+        self._sync(deadline)
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.channel.close()
+
+    def _sync(self, deadline: float) -> None:
+        token = int.from_bytes(os.urandom(4), "big") & 0x7FFFFFFF
+        # 0xFF first: it resets the agent's parser, whatever half a request was left in it.
+        request = b"\xff" + json.dumps({"execute": "guest-sync-delimited",
+                                         "arguments": {"id": token}}).encode() + b"\n"
+        while True:
+            try:
+                # A guest whose agent is not up yet reads nothing: the send itself can stall.
+                self.channel.sock.settimeout(1.0)
+                self.channel.sock.sendall(request)
+                if self._synced(token, min(deadline, time.monotonic() + 1.0)):
+                    break
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise BackendUnavailable("the guest agent did not answer: the machine is "
+                                             "still booting, or its agent is not running"
+                                             ) from None
+        # Requests sent while the agent was starting may still be answered (or refused, for
+        # the 0xFF bytes): one more round without 0xFF puts every stale reply behind us.
+        token += 1
+        self.channel.send({"execute": "guest-sync-delimited", "arguments": {"id": token}})
+        self._synced(token, time.monotonic() + 10.0)
+
+    def _synced(self, token: int, deadline: float) -> bool:
+        while True:
+            line = self.channel.read_line(deadline).rpartition(b"\xff")[2].strip()
+            try:
+                reply = json.loads(line) if line else None
+            except ValueError:
+                continue  # the tail of a reply an earlier client left unread
+            if isinstance(reply, dict) and reply.get("return") == token:
+                return True
+
+    def command(self, name: str, timeout: float = 10.0, **arguments: Any) -> Any:
+        message: dict[str, Any] = {"execute": name}
+        if arguments:
+            message["arguments"] = arguments
+        self.channel.send(message)
+        reply = self.channel.read_json(time.monotonic() + timeout)
+        if "error" in reply:
+            error = reply["error"]
+            raise BackendError(f"the guest agent refused {name}: {error.get('desc', error)}")
+        return reply.get("return")

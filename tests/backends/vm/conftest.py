@@ -1,0 +1,62 @@
+"""Fixtures for the vm backend's tests: real QEMU under TCG (no mocks), one booted machine
+shared per module, every machine a test starts killed afterwards by its label only."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcell.backends.base import CellRef
+from devcell.backends.vm import VmBackend
+from tests.backends.engine import IMAGE
+from tests.backends.vm_machines import kill_machines, require_qemu, seed_images
+
+COUNTER = ("i=0; while :; do i=$((i+1)); echo $i > /tmp/counter.new; "
+           "mv /tmp/counter.new /tmp/counter; sleep 0.2; done")
+"""A process whose state is its count; the rename makes every read see a whole number."""
+SPEC: dict[str, Any] = {
+    "backend": "vm", "image": IMAGE, "state": "Running",
+    "workspace": {"mountPath": "/workspace"},
+    "env": [{"name": "GREETING", "value": "hello vm"},
+            {"name": "TOKEN", "value": "canary-vm-5e1d", "secret": True}],
+    "services": [{"name": "counter", "command": ["sh", "-c", COUNTER]}],
+}
+
+
+@pytest.fixture(scope="session")
+def vm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("vm-images")
+
+
+def make_state(path: Path, cache: Path) -> Path:
+    require_qemu()
+    seed_images(path, cache)
+    return path
+
+
+@pytest.fixture(scope="module")
+def machine(tmp_path_factory: pytest.TempPathFactory, vm_cache: Path
+            ) -> Iterator[tuple[VmBackend, CellRef]]:
+    """A booted vm cell with a workspace disk and the counter service, for the module."""
+    state = make_state(tmp_path_factory.mktemp("vm") / "state", vm_cache)
+    backend = VmBackend(state_dir=state)
+    ref = CellRef("cell_vmtest0001", "box", SPEC, "vol_vmtest0001")
+    try:
+        backend.create_volume(ref, "vol_vmtest0001", from_checkpoint=None)
+        backend.create(ref, "hash-1")
+        backend.start(ref)
+        yield backend, ref
+    finally:
+        kill_machines(state)
+
+
+def run(backend: VmBackend, ref: CellRef, script: str, stdin: bytes | None = None
+        ) -> tuple[int, str, str]:
+    out, err = io.BytesIO(), io.BytesIO()
+    code = backend.exec(ref, ["sh", "-c", script], stdout=out, stderr=err,
+                        stdin=io.BytesIO(stdin) if stdin is not None else None)
+    return code, out.getvalue().decode(), err.getvalue().decode()

@@ -11,6 +11,7 @@ records desired state gets them; `apply` and `apply_objects` here are how caller
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,6 +109,11 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
     for m in cells:
         for path, message in security.cell_problems(m.spec, policy, state_dir):
             problems.append(located(m, path, message))
+        if m.spec.get("build") is not None:
+            home = os.path.dirname(m.source) if m.source != "-" else os.getcwd()
+            for path, message in security.build_context_problems(m.spec["build"], home,
+                                                                 policy, Path(state_dir)):
+                problems.append(located(m, path, message))
     mounting = {m.name: security.host_mounts(m.spec) for m in cells if m.spec.get("mounts")}
     if mounting:
         others = {name: security.host_mounts(spec) for name, spec in (recorded or {}).items()

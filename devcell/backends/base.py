@@ -37,6 +37,9 @@ class Capabilities:
     pulls_images: bool = False
     """The backend runs cells from registry images and pulls them (the Pulling protocol): the
     cell controller plans a `pull-image` step by spec.imagePullPolicy."""
+    builds_images: bool = False
+    """The backend builds a cell's image from spec.build (the Building protocol): the cell
+    controller tags it by the build's digest and plans a `build-image` step when missing."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,25 @@ class Pulling(Protocol):
     def pull_image(self, cell: CellRef, image: str) -> Outputs:
         """Pull `image`, recording that DevCell pulled it (for `devcell image ls|prune`);
         ImagePullFailed with its cause when the engine cannot."""
+        ...
+
+
+@runtime_checkable
+class Building(Protocol):
+    """What a backend with Capabilities.builds_images also does: name the image a spec.build
+    makes (a digest of what the build would send, so an unchanged context names the same
+    image and costs no build) and build it."""
+
+    def build_tag(self, cell: CellRef, build: dict[str, Any]) -> str:
+        """The image reference the build of `build` is tagged with; ImageBuildFailed when
+        the context cannot be read."""
+        ...
+
+    def image_exists(self, image: str) -> bool: ...
+
+    def build_image(self, cell: CellRef, build: dict[str, Any], tag: str) -> Outputs:
+        """Build `build` as `tag`, labelled as DevCell's; ImageBuildFailed with the failing
+        step's output tail when the engine cannot."""
         ...
 
 

@@ -134,7 +134,10 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
     if kind == "Cell":
         spec = doc["spec"]
         _field("Backend", spec["backend"])
-        _field("Image", spec.get("image"))
+        build = spec.get("build") or {}
+        _field("Image", spec.get("image") or (
+            f"built from {build.get('dockerfile', 'Dockerfile')} in {build.get('context')}"
+            if build else None))
         _field("Desired state", spec.get("state"))
         _field("Workspace", spec.get("workspace", {}).get("mountPath"))
         storage = _workspace_storage(conn, record.id)

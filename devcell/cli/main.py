@@ -75,7 +75,7 @@ def _duration(text: str) -> float:
 
 COMMANDS = ("apply", "get", "describe", "delete", "diff", "snapshot", "cell", "wait",
             "controller", "op", "schema", "image", "exec", "logs", "gc", "explain", "version",
-            "completion", "df")
+            "completion", "df", "import")
 
 
 class _Skipped:
@@ -294,6 +294,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                          help="remove the images DevCell pulled that no cell or container uses")
     ip.add_argument("--dry-run", action="store_true", help="show what would be removed")
 
+    p = sub.add_parser("import", parents=[common],
+                       help="write a Cell manifest from another tool's description")
+    isub = p.add_subparsers(dest="verb", metavar="FORMAT", parser_class=Parser)
+    isub.required = True
+    ip = isub.add_parser("devcontainer", parents=[common],
+                         help="from a devcontainer.json (VS Code, Codespaces, DevPod, Coder)")
+    ip.add_argument("path", nargs="?", metavar="PATH",
+                    help="devcontainer.json, or a folder holding .devcontainer/devcontainer.json "
+                         "or .devcontainer.json (default: the current folder)")
+    ip.add_argument("-o", "--output", metavar="FILE",
+                    help="write the manifest to FILE (default: standard output)")
+    ip.add_argument("--name", help="the cell's name (default: devcontainer.json's name)")
+
     p = sub.add_parser("gc", parents=[common],
                        help="remove volumes and checkpoints nothing references")
     p.add_argument("--approve", action="store_true",
@@ -425,6 +438,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from devcell.cli import cmd_image
 
         return cmd_image.run_image(args)
+    if command == "import":
+        from devcell.cli import cmd_import
+
+        return cmd_import.run_import(args)
     if command == "gc":
         from devcell.cli import cmd_gc
 

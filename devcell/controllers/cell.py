@@ -17,6 +17,7 @@ from devcell import backends, errors
 from devcell.backends import images
 from devcell.backends.base import (
     Backend,
+    Building,
     Capabilities,
     CellRef,
     MachineState,
@@ -104,12 +105,21 @@ class CellController:
                 return Blocked(exc)
         steps: list[Step] = []
         caps = backend.capabilities
+        spec = cell.spec
+        build_tag = None
+        if cell.spec.get("build") is not None and cell.spec.get("state") != "Sleeping":
+            built = self._judge_build(ctx, cell, backend, ref)
+            if isinstance(built, Blocked):
+                return built
+            build_tag = built
+            spec = with_image(cell.spec, build_tag)
+            ref = dataclasses.replace(ref, spec=spec)
         source = cell.spec.get("workspace", {}).get("from")
         if adoptable:
             # Created by an operation that died before recording it: adopt, don't duplicate.
             steps.append(Step(S.ADOPT_VOLUME, {"volume_id": adoptable[0], "record": True,
                                                "from_checkpoint": cell.extra.get("forked_from")}))
-            ref = CellRef(cell.id, cell.name, cell.spec, adoptable[0])
+            ref = CellRef(cell.id, cell.name, spec, adoptable[0])
             volume_missing = False
         if volume_missing:
             from_checkpoint = None
@@ -126,7 +136,7 @@ class CellController:
             steps.append(Step(S.CREATE_VOLUME, {"volume_id": volume_id,
                                                 "from_checkpoint": from_checkpoint,
                                                 "record": volume is None}))
-            ref = CellRef(cell.id, cell.name, cell.spec, volume_id)
+            ref = CellRef(cell.id, cell.name, spec, volume_id)
 
         action = ""
         superseded = cell.status.get("sleep", {}).get("supersedes")
@@ -141,7 +151,7 @@ class CellController:
             observed = Observed(exists=True, running=observed.running,
                                 runtime_hash=observed.runtime_hash)
         desired = cell.spec.get("state", "Running")
-        want_hash = runtime_hash(cell.spec, ctx.db.hash_key)
+        want_hash = runtime_hash(spec, ctx.db.hash_key)
         stale = observed.exists and observed.runtime_hash != want_hash
         pull = False
         if desired != "Sleeping":
@@ -181,12 +191,20 @@ class CellController:
         else:
             if pull:  # before the old runtime goes: a failed pull leaves it running
                 steps.append(Step(S.PULL_IMAGE, {"image": cell.spec["image"]}))
+            creating = not observed.exists or stale
+            if build_tag is not None and creating and not _building(backend).image_exists(
+                    build_tag):
+                # Before the old runtime goes: a failed build leaves it running.
+                steps.append(Step(S.BUILD_IMAGE, {"tag": build_tag}))
             if stale:
                 if observed.running:
                     steps.append(Step(S.STOP))
                 steps.append(Step(S.DELETE))
-            if not observed.exists or stale:
-                steps.append(Step(S.CREATE, {"runtime_hash": want_hash}))
+            if creating:
+                create: dict[str, Any] = {"runtime_hash": want_hash}
+                if build_tag is not None:
+                    create["image"] = build_tag  # kept for a resumed plan (restore())
+                steps.append(Step(S.CREATE, create))
             running_after = observed.running and not stale
             if desired == "Running" and not running_after and saved.get("machine") \
                     and caps.memory_state and observed.exists and not stale:
@@ -295,6 +313,17 @@ class CellController:
             return False, False
         seen = observed.detail.get("image_id")
         return False, bool(seen and state.image_id and seen != state.image_id)
+
+    def _judge_build(self, ctx: Context, cell: objects.ObjectRecord, backend: Backend,
+                     ref: CellRef) -> str | Blocked:
+        """The image tag spec.build names now (a digest of its context), or Blocked when the
+        context cannot be read or the backend cannot build."""
+        try:
+            return _building(backend).build_tag(ref, cell.spec["build"])
+        except BackendError as exc:
+            self._write_blocked(ctx, cell, errors.condition_reason(exc, "ImageBuildFailed"),
+                                str(exc))
+            return Blocked(exc)
 
     def _wait(self, ctx: Context, cell: objects.ObjectRecord, reason: str, message: str,
               after: float = 1.0) -> Wait:
@@ -533,6 +562,27 @@ def _work(plan: Plan) -> CellWork:
     return plan.work
 
 
+def with_image(spec: dict[str, Any], image: str) -> dict[str, Any]:
+    """The spec a runtime is made from when spec.build names its image: the built tag as
+    spec.image, so the runtime hash (and so the cell) changes exactly when the build's
+    digest does."""
+    return {**spec, "image": image}
+
+
+def _building(backend: Backend) -> Building:
+    if not backend.capabilities.builds_images or not isinstance(backend, Building):
+        raise CapabilityMissing(f"the {backend.name} backend cannot build images (spec.build); "
+                                "use the container backend")
+    return backend
+
+
+def _create(b: Backend, ref: CellRef, step: Step) -> Outputs:
+    image = step.args.get("image")
+    if image is not None:
+        ref = dataclasses.replace(ref, spec=with_image(ref.spec, image))
+    return b.create(ref, step.args["runtime_hash"])
+
+
 def _machine(backend: Backend) -> MachineState:
     if not backend.capabilities.memory_state or not isinstance(backend, MachineState):
         raise CapabilityMissing(f"the {backend.name} backend cannot save a machine's memory")
@@ -553,7 +603,9 @@ _STEPS: dict[StepName, StepHandler] = {
     S.DELETE_VOLUME: lambda b, ref, step: b.delete_volume(step.args["volume_id"]),
     S.DELETE_CHECKPOINT: lambda b, ref, step: b.delete_checkpoint(step.args["checkpoint_id"]),
     S.PULL_IMAGE: lambda b, ref, step: _pulling(b).pull_image(ref, step.args["image"]),
-    S.CREATE: lambda b, ref, step: b.create(ref, step.args["runtime_hash"]),
+    S.BUILD_IMAGE: lambda b, ref, step: _building(b).build_image(
+        ref, ref.spec["build"], step.args["tag"]),
+    S.CREATE: _create,
     S.START: lambda b, ref, step: b.start(ref),
     S.STOP: lambda b, ref, step: b.stop(ref),
     S.DELETE: lambda b, ref, step: b.delete(ref),

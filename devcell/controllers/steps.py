@@ -17,6 +17,8 @@ class StepName(StrEnum):
     DELETE_VOLUME = "delete-volume"
     PULL_IMAGE = "pull-image"
     """Fetch the cell's image from its registry (spec.imagePullPolicy says when)."""
+    BUILD_IMAGE = "build-image"
+    """Build the cell's image from spec.build (only when no image has its digest's tag)."""
     CREATE = "create"
     START = "start"
     STOP = "stop"

@@ -48,6 +48,7 @@ EVERY_COMMAND = [
     ["schema", "cell"], ["image", "build-base"], ["exec", "api", "--", "ls"], ["logs", "api"], ["gc"],
     ["explain", "cell.spec"], ["version"], ["completion", "bash"],
     ["df"], ["df", "-o", "json"],
+    ["import", "devcontainer", "-o", "cell.yaml"],
 ]
 
 

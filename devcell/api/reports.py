@@ -62,6 +62,8 @@ class Converged:
     operation: OperationResult | None = None
     recovered: tuple[str, ...] = ()
     """Operations an inline converge found interrupted by a dead process (failed, not replayed)."""
+    expired: tuple[str, ...] = ()
+    """Snapshots an inline converge found expired and deleted (their ttl, their cell's retain)."""
 
     @property
     def problems(self) -> tuple[ObjectResult, ...]:

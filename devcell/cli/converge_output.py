@@ -77,6 +77,8 @@ class Changes:
                 what = "deletion requested"
             sys.stdout.write(printable(f"{c.kind.lower()}/{c.name} {what}") + "\n")
         self.deferred.clear()
+        for name in report.converged.expired:  # retention applied by this converge
+            sys.stdout.write(printable(f"snapshot/{name} expired") + "\n")
         sys.stdout.flush()
 
 

@@ -34,3 +34,8 @@ class StepName(StrEnum):
     """Sleep on a backend with memory state: memory and disk saved, the machine stopped."""
     RESTORE_MACHINE = "restore-machine"
     """Wake from save-machine: processes go on where they were."""
+    EXPIRE = "expire"
+    """Retention: ask for an expired snapshot's deletion (no backend call; judged again in
+    the step's write, so a snapshot a fork came to depend on meanwhile is kept)."""
+    SCHEDULE_SNAPSHOT = "schedule-snapshot"
+    """A cell's schedule: record the snapshot of the period that is due (no backend call)."""

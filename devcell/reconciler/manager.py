@@ -12,6 +12,7 @@ from pathlib import Path
 
 from devcell import backends
 from devcell.backends.base import Watching
+from devcell.controllers import retention
 from devcell.controllers.context import Context
 from devcell.errors import BackendError, StateUnusable
 from devcell.log import logger
@@ -276,6 +277,8 @@ class Manager:
                 self._terminal.pop(key, None)  # it moved on (the resync found it mended)
         if result is Result.DONE:
             self.queue.forget(key)
+            if outcome.after > 0:  # something falls due then (a ttl, a schedule): wake for it
+                self.enqueue(key, trigger="schedule", after=outcome.after)
             if key[0] == "Cell":  # settled: its phase was just observed
                 with self._lock:
                     self._confirmed.add(key[1])
@@ -285,6 +288,8 @@ class Manager:
                 self.enqueue(key, trigger=ctx.trigger)
                 for dependent in objects.dependents(ctx.db.conn, *key):
                     self.enqueue(dependent, trigger=ctx.trigger)
+                for dependent in retention.woken(ctx.db.conn, key):
+                    self.enqueue(dependent, trigger="schedule")
             else:
                 self.enqueue(key, trigger=ctx.trigger, after=outcome.after)
         elif result is Result.ERROR:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from devcell import failpoints, kinds
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest, SourceFile, field_path
-from devcell.store import events, objects, sources
+from devcell.store import events, objects, retention, sources
 from devcell.store.db import Database
 
 SETTLED_PHASES = objects.SETTLED_PHASES
@@ -30,7 +30,7 @@ SETTLED_PHASES = objects.SETTLED_PHASES
 class Change:
     kind: str
     name: str
-    outcome: str  # created | configured | unchanged | pruned | deleted
+    outcome: str  # created | configured | unchanged | pruned | deleted | expired
     object_id: str | None = None
     needs_reconcile: bool = False
 
@@ -153,6 +153,10 @@ def _record_one(conn: sqlite3.Connection, m: Manifest, extra: dict[str, Any], ke
                 ) -> Change:
     existing = objects.get(conn, m.kind, m.name)
     spec_hash, manifest_hash = m.spec_hash(key), m.manifest_hash(key)
+    if existing is None and m.kind == "Snapshot":
+        gone = retention.expired_named(conn, m.name)
+        if gone is not None:  # expired: a re-apply of its manifest must not take it again
+            return Change(m.kind, m.name, "expired", gone.id)
     if existing is None:
         object_id = objects.insert(
             conn, kind=m.kind, name=m.name, spec=m.spec, labels=m.labels,

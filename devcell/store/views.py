@@ -88,13 +88,18 @@ def cells_table(conn: sqlite3.Connection, selector: list[Any], name: str | None 
 def snapshots_table(conn: sqlite3.Connection, selector: list[Any], name: str | None = None,
                     cell: str | None = None) -> list[dict[str, Any]]:
     sql = (
-        "SELECT s.id, s.name, s.phase, s.deleting_at, s.created_at, s.taken_at, s.labels, "
-        "s.consistency, "
+        "SELECT s.id, s.name, s.phase, s.deleting_at, s.deleted_at, s.created_at, s.taken_at, "
+        "s.labels, s.consistency, "
         "s.cell_id, c.name AS cell, c.deleted_at AS cell_deleted, "
         "json_extract(s.status, '$.origin.cell') AS imported_from, "
         "(SELECT group_concat(f.name, ',') FROM cells f WHERE f.forked_from = s.id "
         " AND f.deleted_at IS NULL) AS forks "
-        "FROM snapshots s LEFT JOIN cells c ON c.id = s.cell_id WHERE s.deleted_at IS NULL"
+        "FROM snapshots s LEFT JOIN cells c ON c.id = s.cell_id WHERE (s.deleted_at IS NULL"
+        # An expired snapshot a manifest declared stays listed (phase Expired): an apply of
+        # that manifest does not take it again, and this says why.
+        " OR (s.phase = 'Expired' AND s.source IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "
+        "snapshots t WHERE t.name = s.name AND (t.deleted_at IS NULL OR "
+        "t.deleted_at > s.deleted_at))))"
     )
     params: list[str] = []
     if name is not None:

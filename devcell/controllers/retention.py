@@ -80,11 +80,12 @@ def over_retain(conn: sqlite3.Connection, cell: ObjectRecord) -> dict[str, Expir
     out: dict[str, Expiry] = {}
     taken = 0
     for snap in stored.scheduled(conn, cell.id):
+        if snap.deleting:
+            continue  # going already (expired, or deleted by hand)
         if taken >= retain:
-            if not snap.deleting:
-                out[snap.id] = Expiry(
-                    "RetainExceeded", f"cell {cell.name} retains the newest {retain} "
-                    f"scheduled snapshots and {retain} newer ones were taken")
+            out[snap.id] = Expiry(
+                "RetainExceeded", f"cell {cell.name} retains the newest {retain} "
+                f"scheduled snapshots and {retain} newer ones were taken")
         elif snap.extra.get("checkpoint_ref") is not None:
             taken += 1
     return out

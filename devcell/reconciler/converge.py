@@ -187,15 +187,15 @@ def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0,
         report.recovered = sorted({op_id for op_id, _, _ in found})
         pending.extend(k for k in dict.fromkeys((kind, oid) for _, kind, oid in found)
                        if k not in pending)
-        due_seen: set[Key] = set()
-        pending.extend(_due(ctx, pending, due_seen))
+        due_seen: dict[Key, int] = {}
+        pending.extend(_due(ctx, pending, due_seen, report))
         wanted = workers if workers is not None else parallelism(ctx.db, pending)
         try:
             for _ in range(MAX_ROUNDS):
                 if not pending:
                     # What this converge did may have made more due (a fork gone: its
                     # expired snapshot; a scheduled snapshot taken: its cell's retain).
-                    pending = _due(ctx, [], due_seen)
+                    pending = _due(ctx, [], due_seen, report)
                 if not pending or time.monotonic() > deadline:
                     break
                 if wanted > 1 and len(pending) > 1:
@@ -233,11 +233,14 @@ def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0,
     return report
 
 
-def _due(ctx: Context, pending: list[Key], seen: set[Key]) -> list[Key]:
-    """Retention work due now that this converge has not looked at yet (each key once)."""
+def _due(ctx: Context, pending: list[Key], seen: dict[Key, int], report: Report) -> list[Key]:
+    """Retention work due now, unless this converge looked at it already and nothing ran
+    since (an expired snapshot kept for its fork is looked at again once the fork is gone,
+    never twice for nothing), or it failed."""
+    ran = len(report.operations)
     out = [k for k in retention.due_keys(ctx.db.conn, ctx.clock())
-           if k not in pending and k not in seen]
-    seen.update(out)
+           if k not in pending and k not in report.failed and seen.get(k, -1) < ran]
+    seen.update((k, ran) for k in out)
     return out
 
 

@@ -148,7 +148,8 @@ def reference_problems(conn: sqlite3.Connection, manifests: list[Manifest],
                     m, ("spec", "cell"),
                     f'a Snapshot\'s cell is immutable (recorded cell "{existing.spec["cell"]}", '
                     f'got "{cell}"); delete the snapshot and create a new one'))
-            elif existing is None and retention.expired_named(conn, m.name) is not None:
+            elif existing is None and m.source != desired.IMPERATIVE and \
+                    retention.expired_named(conn, m.name) is not None:
                 pass  # expired: recorded as such, never taken again (its cell may be gone)
             elif existing is None and ("Cell", cell) not in defined \
                     and objects.get(conn, "Cell", cell) is None:

@@ -130,6 +130,20 @@ def note_deferred(conn: sqlite3.Connection, snap: ObjectRecord, expiry: Expiry,
                   reason="ExpiryDeferred", message=message)
 
 
+def clear_deferred(conn: sqlite3.Connection, snap: ObjectRecord) -> None:
+    """The snapshot is no longer expired (its ttl was extended, its cell retains more):
+    drop the condition that said it was kept for its forks."""
+    if snap.condition("Expired") is None:
+        return
+    fresh = objects.get(conn, "Snapshot", snap.id)
+    if fresh is None:
+        return
+    status = dict(fresh.status)
+    status["conditions"] = [c for c in status.get("conditions", []) if c.get("type") != "Expired"]
+    objects.write_status(conn, fresh, phase=fresh.phase, status=status,
+                         observed_generation=fresh.observed_generation)
+
+
 def expire(conn: sqlite3.Connection, snapshot_id: str, now: datetime,
            op_id: str | None = None) -> str:
     """The `expire` step's write: judged again under the write lock; asks for the

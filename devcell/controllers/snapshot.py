@@ -64,6 +64,10 @@ class SnapshotController:
             deferred = True  # a fork's progress wakes it (the registry's wakes)
             with ctx.db.write() as wconn:
                 retention.note_deferred(wconn, snap, expiry, depending)
+        elif snap.condition("Expired") is not None:
+            with ctx.db.write() as wconn:
+                retention.clear_deferred(wconn, snap)
+            snap = objects.get(conn, KIND, snap.id) or snap
         if taken:
             self._settle(ctx, snap)
             due = retention.expires_at(snap)
@@ -122,8 +126,9 @@ class SnapshotController:
         status = dict(snap.status)
         status["conditions"] = objects.set_condition(
             status.get("conditions", []), "Ready", ready, reason, message)
-        if phase == snap.phase and status == snap.status:
-            return
+        if phase == snap.phase and status == snap.status and (
+                ready == "False" or snap.observed_generation == snap.generation):
+            return  # (a new generation, a ttl changed, is observed even when nothing else is)
         with ctx.db.write() as conn:
             fresh = objects.get(conn, KIND, snap.id)
             if fresh is None:

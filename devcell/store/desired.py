@@ -24,6 +24,9 @@ from devcell.store import events, objects, retention, sources
 from devcell.store.db import Database
 
 SETTLED_PHASES = objects.SETTLED_PHASES
+IMPERATIVE = "cli"
+"""The source of objects an imperative verb recorded (`snapshot create`): asked for now, so
+taken even under the name of an expired snapshot (a manifest's is not taken again)."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,7 @@ def _record_one(conn: sqlite3.Connection, m: Manifest, extra: dict[str, Any], ke
                 ) -> Change:
     existing = objects.get(conn, m.kind, m.name)
     spec_hash, manifest_hash = m.spec_hash(key), m.manifest_hash(key)
-    if existing is None and m.kind == "Snapshot":
+    if existing is None and m.kind == "Snapshot" and m.source != IMPERATIVE:
         gone = retention.expired_named(conn, m.name)
         if gone is not None:  # expired: a re-apply of its manifest must not take it again
             return Change(m.kind, m.name, "expired", gone.id)

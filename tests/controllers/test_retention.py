@@ -306,3 +306,37 @@ def test_retain_keeps_a_scheduled_snapshot_a_fork_depends_on(
     converge_all(ctx, [("Cell", record(db, "Cell", "f").id)])
     assert oldest not in scheduled(db, "a") and len(scheduled(db, "a")) == 1
     assert stored.expired_named(db.conn, oldest) is not None
+
+
+def test_extending_the_ttl_of_a_kept_snapshot_clears_its_condition(
+        ctx: Context, db: Database, clock: Clock) -> None:
+    apply(db, cell_doc("a"), ttl_snapshot("s1", "a", "1h"), cell_doc("f", fork_of="s1"))
+    clock.at = born(db, "Snapshot", "s1") + timedelta(hours=2)
+    converge_all(ctx)
+    assert record(db, "Snapshot", "s1").condition("Expired") is not None
+    apply(db, ttl_snapshot("s1", "a", "7d"))
+    converge_all(ctx)
+    snap = record(db, "Snapshot", "s1")
+    assert snap.condition("Expired") is None and snap.phase == "Ready"
+    assert snap.observed_generation == snap.generation == 2
+
+
+def test_snapshot_create_with_a_ttl_and_again_under_an_expired_name(
+        ctx: Context, db: Database, clock: Clock) -> None:
+    from devcell.api import cells
+    from devcell.errors import UsageError
+
+    state = db.state_dir
+    apply(db, cell_doc("a"))
+    clock.at = born(db, "Cell", "a")
+    converge_all(ctx)
+    with pytest.raises(UsageError, match="--ttl"):
+        cells.snapshot(state, "a", name="bad", ttl="soon")
+    assert cells.snapshot(state, "a", name="s1", ttl="1h").ok
+    clock.at = born(db, "Snapshot", "s1") + timedelta(hours=1)
+    converge_all(ctx, [])
+    assert stored.expired_named(db.conn, "s1") is not None
+    # Asked for by hand now: taken again (a manifest's would not be).
+    again = cells.snapshot(state, "a", name="s1")
+    assert [c.outcome for c in again.recorded.changes] == ["created"] and again.ok
+    assert record(db, "Snapshot", "s1").phase == "Ready"

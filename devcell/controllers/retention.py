@@ -255,6 +255,9 @@ def woken(conn: sqlite3.Connection, key: Key) -> list[Key]:
     scheduled snapshot's cell (whose retain may now be exceeded)."""
     kind, object_id = key
     if kind == "Cell":
+        cell = objects.get(conn, "Cell", object_id)
+        if cell is None or not cell.spec.get("snapshots"):
+            return []
         return [("Snapshot", s.id) for s in stored.scheduled(conn, object_id)
                 if s.extra.get("checkpoint_ref") is None and not s.deleting
                 and s.phase != objects.Phase.FAILED]

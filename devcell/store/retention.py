@@ -37,22 +37,25 @@ class Candidate:
 
 def candidates(conn: sqlite3.Connection) -> list[Candidate]:
     """Live snapshots not already being deleted that carry a ttl or were scheduled."""
+    # instr() first: a plain substring test spares parsing the JSON of every other row
+    # (this runs on every inline converge); json_extract then decides.
     rows = conn.execute(
         "SELECT id, cell_id, created_at, json_extract(spec, '$.ttl'), "
         "json_extract(status, '$.schedule.by'), json_extract(status, '$.schedule.slot'), "
         "checkpoint_ref FROM snapshots WHERE deleted_at IS NULL AND deleting_at IS NULL AND "
-        "(json_extract(spec, '$.ttl') IS NOT NULL OR "
-        "json_extract(status, '$.schedule') IS NOT NULL) ORDER BY rowid").fetchall()
+        "((instr(spec, '\"ttl\"') AND json_extract(spec, '$.ttl') IS NOT NULL) OR "
+        "(instr(status, '\"schedule\"') AND json_extract(status, '$.schedule') IS NOT NULL)) "
+        "ORDER BY rowid").fetchall()
     return [Candidate(r[0], r[1], r[2], r[3], r[4], r[5], r[6] is not None) for r in rows]
 
 
 def scheduled(conn: sqlite3.Connection, cell_id: str) -> list[objects.ObjectRecord]:
     """The live snapshots the cell's schedule took (or is taking), newest slot first."""
     rows = conn.execute(
-        "SELECT * FROM snapshots WHERE deleted_at IS NULL AND "
-        "json_extract(status, '$.schedule.by') = ? "
+        "SELECT * FROM snapshots WHERE deleted_at IS NULL AND cell_id = ? AND "
+        "instr(status, '\"schedule\"') AND json_extract(status, '$.schedule.by') = ? "
         "ORDER BY json_extract(status, '$.schedule.slot') DESC, rowid DESC",
-        (cell_id,)).fetchall()
+        (cell_id, cell_id)).fetchall()
     return [objects.from_row("Snapshot", r) for r in rows]
 
 
@@ -60,7 +63,8 @@ def cells_with_retain(conn: sqlite3.Connection) -> list[str]:
     """Live cells whose spec sets snapshots.retain."""
     return [r[0] for r in conn.execute(
         "SELECT id FROM cells WHERE deleted_at IS NULL AND deleting_at IS NULL AND "
-        "json_extract(spec, '$.snapshots.retain') IS NOT NULL ORDER BY rowid")]
+        "instr(spec, '\"retain\"') AND json_extract(spec, '$.snapshots.retain') IS NOT NULL "
+        "ORDER BY rowid")]
 
 
 def name_used(conn: sqlite3.Connection, name: str) -> bool:

@@ -2,8 +2,12 @@
 """`devcell get cells` over 10,000 recorded cells vs. `python -c pass` (same interpreter).
 
 The 10,000 cells are applied in one `devcell apply -f DIR` first, which is timed too (bulk
-apply, whole process). Target: `get cells` median <= 100 ms.
+apply, whole process). Target: `get cells` median <= 100 ms. Also timed: `get cells -l
+team=team-3` (an equality selector, which every build understands) and `-l 'team in
+(team-1,team-2),!gpu'` (set-based; a build before issue 13 misread it, so it is only timed for
+the build under test). With --compare-devcell the other build is timed in the same round-robin.
 Run by hand: .venv/bin/python bench/get_cells.py [--runs 15] [--profile]
+    [--compare-devcell /work/main/.venv/bin/devcell --compare-label main]
 """
 
 from __future__ import annotations
@@ -59,19 +63,32 @@ def main() -> int:
             sys.exit(f"`get cells` printed {rows} rows, expected {args.cells}")
 
         empty_env = c.env_for(work / "empty-state")
-        label_get = f"devcell get cells ({args.cells} rows)"
-        label_empty = "devcell get cells (no state: CLI start-up)"
         label_pass = "python -c pass (floor)"
-        samples = c.time_interleaved([
-            c.Subject(label_get, get, c.fixed(env)),
-            c.Subject(label_empty, get, c.fixed(empty_env)),
-            c.Subject(label_pass, [args.python, "-c", "pass"], c.fixed(env)),
-        ], args.runs, args.warmup)
+        subjects = []
+        for build in c.builds(args):
+            label_get = f"devcell get cells ({args.cells} rows){build.tag}"
+            subjects += [
+                c.Subject(label_get, [build.devcell, "get", "cells"], c.fixed(env)),
+                c.Subject(f"get cells -l team=team-3{build.tag}",
+                          [build.devcell, "get", "cells", "-l", "team=team-3"], c.fixed(env)),
+                c.Subject(f"devcell get cells (no state: CLI start-up){build.tag}",
+                          [build.devcell, "get", "cells"], c.fixed(empty_env)),
+            ]
+        subjects.append(c.Subject("get cells -l 'team in (team-1,team-2),!gpu'",
+                                  [args.devcell, "get", "cells", "-l",
+                                   "team in (team-1,team-2),!gpu"], c.fixed(env)))
+        subjects.append(c.Subject(label_pass, [args.python, "-c", "pass"], c.fixed(env)))
+        samples = c.time_interleaved(subjects, args.runs, args.warmup,
+                                     alternate=bool(args.compare_devcell))
+        label_get = subjects[0].label
         med = statistics.median(samples[label_get])
         c.print_timings(f"get cells, {args.runs} runs each (interleaved, {args.warmup} warm-up; "
                         "stdout to /dev/null)", samples, baseline=label_pass,
                         target=f"target: get cells median <= {TARGET_S * 1000:.0f} ms -> "
                                f"{med * 1000:.1f} ms {c.verdict(med <= TARGET_S)}")
+        for what in (f"devcell get cells ({args.cells} rows)", "get cells -l team=team-3",
+                     "devcell get cells (no state: CLI start-up)"):
+            c.print_build_ratios(samples, c.builds(args), lambda b, w=what: f"{w}{b.tag}")
         if (work / "empty-state").exists():
             print("note: `get` on an empty state dir created it")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from devcell import config, security
 from devcell.backends import limits
@@ -21,6 +21,9 @@ from devcell.controllers import snapshot as snapshot_controller
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest, SourceFile, field_path
 from devcell.store import desired, objects, retention
+
+if TYPE_CHECKING:
+    from devcell.manifests.selectors import Selector
 from devcell.store.db import Database
 
 COMMAND_LINE = "<command line>"
@@ -46,11 +49,12 @@ class Rules:
 
 
 def apply(db: Database, files: list[SourceFile], *, dry_run: bool = False,
-          prune_roots: list[str] | None = None,
+          prune_roots: list[str] | None = None, prune_selector: Selector | None = None,
           parse_cache: dict[str, tuple[list[Manifest], list[Problem]]] | None = None,
           require_objects: bool = False) -> desired.ApplyResult:
     """Admit and record manifest files, all or nothing (see desired.apply)."""
     return desired.apply(db, files, dry_run=dry_run, prune_roots=prune_roots,
+                         prune_selector=prune_selector,
                          parse_cache=parse_cache, admit=Rules(db.state_dir),
                          require_objects=require_objects)
 

@@ -77,6 +77,18 @@ class UsageError(DevCellError):
     exit_code = 2
 
 
+class SelectorError(UsageError):
+    """A label or field selector that cannot be parsed (or names an unsupported field)."""
+
+
+class TemplateError(UsageError):
+    """An output template (-o jsonpath, custom-columns, --sort-by) that cannot be parsed."""
+
+
+class TemplateEvaluationError(DevCellError):
+    """A well-formed output template that the objects cannot answer (an index out of range)."""
+
+
 class StoreError(DevCellError):
     """The state database refused or failed an operation."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from devcell import admission
 from devcell.api import converging
@@ -21,13 +21,18 @@ from devcell.manifests import loader
 from devcell.store import db as dbmod
 from devcell.store import desired
 
+if TYPE_CHECKING:
+    from devcell.manifests.selectors import Selector
+
 
 def apply(state_dir: Path, paths: Sequence[str], *, dry_run: bool = False, prune: bool = False,
-          options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS) -> Report:
+          prune_selector: Selector | None = None, options: Options = DEFAULTS,
+          hooks: Hooks = NO_HOOKS) -> Report:
     """Record the objects in `paths` (files, directories, `-` for stdin), all or nothing, then
     converge those that need it.
 
-    prune: also delete objects applied from these paths whose documents are gone. A dry run
+    prune: also delete objects applied from these paths whose documents are gone (only those
+    whose labels match `prune_selector`, when one is given). A dry run
     reports what would change and converges nothing.
     """
     files = loader.read_sources(list(paths))
@@ -45,6 +50,7 @@ def apply(state_dir: Path, paths: Sequence[str], *, dry_run: bool = False, prune
     db = dbmod.open_database(state_dir)
     try:
         result = admission.apply(db, files, dry_run=dry_run, prune_roots=roots,
+                                 prune_selector=prune_selector,
                                  parse_cache=parsed, require_objects=True)
         if dry_run:
             return _dry(result, hooks)
@@ -65,6 +71,28 @@ def delete(state_dir: Path, kind: str, name: str, *, options: Options = DEFAULTS
            hooks: Hooks = NO_HOOKS) -> Report:
     """Ask for one object's deletion (NotFound if there is none) and converge it away."""
     return _delete(state_dir, [(kind, name)], skip_missing=False, options=options, hooks=hooks)
+
+
+def delete_many(state_dir: Path, kind: str, names: Sequence[str], *,
+                selector: Selector | None = None, options: Options = DEFAULTS,
+                hooks: Hooks = NO_HOOKS) -> Report:
+    """Ask for the deletion of the objects of `kind` named and of those whose labels match
+    `selector`, and converge them away. As kubectl does, a name not recorded does not stop
+    the others: it is reported in `Recorded.missing`."""
+    wanted = list(dict.fromkeys(names))
+    if selector is not None and (state_dir / dbmod.DB_FILENAME).exists():
+        from devcell.store import views
+
+        db = dbmod.open_database(state_dir)
+        try:
+            wanted += [n for n in views.names_matching(db.conn, kind, selector)
+                       if n not in wanted]
+        finally:
+            db.close()
+    if not wanted:
+        return Report(Recorded(()))
+    return _delete(state_dir, [(kind, n) for n in wanted], skip_missing=True, options=options,
+                   hooks=hooks)
 
 
 def delete_files(state_dir: Path, paths: Sequence[str], *, options: Options = DEFAULTS,

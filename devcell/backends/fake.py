@@ -124,6 +124,11 @@ def observe_all(state_dir: Path) -> dict[str, Observed]:
         return {}
     conn = faults.connect(path, timeout=60, read_only=True)
     try:
+        # A backend opening its database for the first time creates the file before the
+        # schema: until the table exists, the fake holds no runtimes.
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cells'"
+                        ).fetchone() is None:
+            return {}
         return {r[0]: _row_observed(r[1], r[2], r[3]) for r in conn.execute(
             "SELECT id, state, runtime_hash, frozen FROM cells")}
     finally:

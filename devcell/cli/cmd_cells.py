@@ -26,14 +26,18 @@ def run_snapshot_list(args: argparse.Namespace) -> int:
     cell = objects.require(db.conn, "Cell", args.cell)
     from devcell.store import views
 
-    rows = views.snapshots_table(db.conn, [], cell=cell.id)
+    rows = views.snapshots_table(db.conn, cell=cell.id)
     if args.output in ("table", "wide"):
         if not rows:
             sys.stderr.write(f"No snapshots of cell {cell.name}.\n")
             return 0
-        cmd_get._print_table("snapshots", rows, wide=args.output == "wide")
+        from devcell.cli import render
+
+        render.table(*cmd_get._table("snapshots", rows, wide=args.output == "wide"))
         return 0
-    args.kind, args.name, args.selector = "snapshots", None, None
+    args.kind, args.names, args.selector, args.field_selector = "snapshots", [], None, None
+    args.sort_by, args.no_headers, args.show_labels, args.label_columns = None, False, False, None
+    args.watch = False
     return cmd_get.run_get(args) if not rows else _print_docs(db, rows, args.output)
 
 

@@ -33,6 +33,38 @@ def run_daemon(args: argparse.Namespace) -> int:
 
 
 def run_wait(args: argparse.Namespace) -> int:
+    """kubectl wait for each object named and each matching -l (those recorded when the wait
+    starts), one after the other within one --timeout; the first that fails ends the wait."""
+    import time
+
+    if not args.names and not args.selector:
+        raise UsageError(f"wait needs a NAME or -l SELECTOR (e.g. devcell wait "
+                         f"{args.kind.lower()} api --for condition=Ready)")
+    names = list(dict.fromkeys(args.names))
+    if args.selector:
+        from devcell.manifests import selectors
+        from devcell.store import views
+
+        selector = selectors.parse(args.selector)
+        state_dir = dbmod.resolve_state_dir(args.state_dir)
+        if (state_dir / dbmod.DB_FILENAME).exists():
+            db = dbmod.Database(state_dir, create=False)
+            try:
+                names += [n for n in views.names_matching(db.conn, args.kind, selector)
+                          if n not in names]
+            finally:
+                db.close()
+        if not names:
+            raise NotFound("no matching resources found")
+    deadline = time.monotonic() + args.timeout
+    for name in names:
+        code = _wait_one(args, name, max(deadline - time.monotonic(), 0.0))
+        if code:
+            return code
+    return 0
+
+
+def _wait_one(args: argparse.Namespace, name: str, timeout: float) -> int:
     """kubectl wait: --for=condition=TYPE[=STATUS] (the default, condition=Ready), --for=delete,
     --for=create. An object not recorded yet is waited for within the same timeout (except for
     --for=delete, where it is the answer)."""
@@ -50,19 +82,19 @@ def run_wait(args: argparse.Namespace) -> int:
         want = want or "True"
     else:
         raise UsageError(f"--for={spec}: use condition=TYPE[=STATUS], create or delete")
-    what = f"{args.kind.lower()}/{args.name}"
+    what = f"{args.kind.lower()}/{name}"
     state_dir = dbmod.resolve_state_dir(args.state_dir)
     if condition == "delete":
         gone = (not (state_dir / dbmod.DB_FILENAME).exists()
                 or objects.get(dbmod.Database(state_dir, create=False).conn, args.kind,
-                               args.name) is None)
+                               name) is None)
         if gone:
             sys.stdout.write(printable(f"{what} deleted") + "\n")
             return 0
     started = time.monotonic()
-    found = waiting.wait_for_object(state_dir, args.kind, args.name, timeout=args.timeout)
+    found = waiting.wait_for_object(state_dir, args.kind, name, timeout=timeout)
     if found is None:
-        raise NotFound(f'{args.kind.lower()} "{args.name}" not found (waited {args.timeout:g}s '
+        raise NotFound(f'{args.kind.lower()} "{name}" not found (waited {args.timeout:g}s '
                        "for it to be created)")
     db, record = found
     if condition == "create":
@@ -75,7 +107,7 @@ def run_wait(args: argparse.Namespace) -> int:
         # stopped behind DevCell's back is recorded as such, and the wait goes on for a
         # repair (by the daemon) or times out saying why.
         observe.observe_and_record(db, [record.id])
-    failures = waiting.wait_for(db, [(args.kind, record.id)], timeout=args.timeout,
+    failures = waiting.wait_for(db, [(args.kind, record.id)], timeout=timeout,
                                 condition=condition, fail_fast=False, started=started)
     if failures:
         sys.stderr.write(printable(f"error: {args.kind.lower()}/{record.name}: "

@@ -6,14 +6,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from devcell import kinds
 from devcell.cli import render
 from devcell.errors import NotFound, UsageError
 from devcell.names import printable
-from devcell.store import guard, views
+from devcell.store import faults, guard, views
 from devcell.store.db import Database, resolve_state_dir
+
+if TYPE_CHECKING:
+    from devcell.cli.printers import Output
+    from devcell.manifests.selectors import Selector
+
+PLAIN_OUTPUTS = ("table", "wide", "yaml", "json", "name")
+"""Formats that need no template: for them the template printers are not even imported."""
 
 KIND_OF_TABLE = {kind.plural: kind.name for kind in kinds.KINDS.values()}
 
@@ -26,13 +34,33 @@ def _open(args: argparse.Namespace) -> Database | None:
     return Database(state_dir, create=False)
 
 
-def _rows(db: Database, kind: str, name: str | None, selector: list[Any], *, wide: bool = False
-          ) -> list[dict[str, Any]]:
+LABELED = ("cells", "snapshots")
+"""The kinds with labels: -l, --show-labels and -L apply to them only."""
+FIELDS = {
+    "cells": {"metadata.name": "name", "metadata.id": "id", "status.phase": "shown_phase",
+              "spec.backend": "backend", "spec.state": "state"},
+    "snapshots": {"metadata.name": "name", "metadata.id": "id", "status.phase": "shown_phase",
+                  "spec.cell": "cell"},
+}
+"""The fields --field-selector may name, per kind, and the table column each is read from
+(status.phase is the PHASE the table shows: Deleting, CrashLoopBackOff included)."""
+
+
+def _rows(db: Database, kind: str, names: Sequence[str], selector: Selector | None, *,
+          wide: bool = False, labels: bool = False) -> list[dict[str, Any]]:
     conn = db.conn
     if kind == "cells":
-        return _with_observed(db, views.cells_table(conn, selector, name, wide=wide))
+        return _with_observed(db, views.cells_table(conn, selector, names, wide=wide,
+                                                    labels=labels))
     if kind == "snapshots":
-        return views.snapshots_table(conn, selector, name)
+        return views.snapshots_table(conn, selector, names)
+    if names:  # each name once, in the order given
+        return [row for name in dict.fromkeys(names) for row in _other_rows(db, kind, name)]
+    return _other_rows(db, kind, None)
+
+
+def _other_rows(db: Database, kind: str, name: str | None) -> list[dict[str, Any]]:
+    conn = db.conn
     if kind == "volumes":
         return views.volumes_table(conn, name)
     if kind == "operations":
@@ -42,7 +70,7 @@ def _rows(db: Database, kind: str, name: str | None, selector: list[Any], *, wid
         from devcell.store import daemon_status
 
         row = daemon_status.read(conn)
-        if row is None:
+        if row is None or name not in (None, row["name"]):
             return []
         holder = lease.current_holder(db.state_dir)
         row["running"] = holder is not None and holder.pid == row["pid"]
@@ -70,19 +98,22 @@ def _with_observed(db: Database, rows: list[dict[str, Any]]) -> list[dict[str, A
     return rows
 
 
-def _documents(db: Database, kind: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _documents(db: Database, kind: str, rows: list[dict[str, Any]]
+               ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(row, document) for each row, the document as `-o json` prints it; a row whose object
+    went away since it was listed is left out."""
     if kind in KIND_OF_TABLE:
         obj_kind = KIND_OF_TABLE[kind]
-        docs = []
+        pairs = []
         for r in rows:
             full = views.object_row(db.conn, obj_kind, r["id"])
             if full is not None:
-                docs.append(views.object_document(db.conn, obj_kind, full))
-        return docs
+                pairs.append((r, views.object_document(db.conn, obj_kind, full)))
+        return pairs
     if kind == "operations":
         for r in rows:
             r["steps"] = views.step_documents(db.conn, r["id"])
-    return rows
+    return [(r, r) for r in rows]
 
 
 def _waiting_for(op: dict[str, Any]) -> str:
@@ -113,7 +144,8 @@ def _phase(row: dict[str, Any]) -> str:
     return DELETING if row.get("deleting_at") and not gone else str(row["phase"])
 
 
-def _print_table(kind: str, rows: list[dict[str, Any]], wide: bool) -> None:
+def _table(kind: str, rows: list[dict[str, Any]], wide: bool
+           ) -> tuple[list[str], list[list[Any]]]:
     age = render.age
     if kind == "cells":
         headers = ["NAME", "BACKEND", "DESIRED", "PHASE", "OBSERVED", "FORKED-FROM", "AGE"]
@@ -163,53 +195,168 @@ def _print_table(kind: str, rows: list[dict[str, Any]], wide: bool) -> None:
         headers = ["AGE", "TYPE", "REASON", "OBJECT", "MESSAGE"]
         data = [[age(r["created_at"]), r["type"], r["reason"],
                  f"{r['object_kind'].lower()}/{r['object_name']}", r["message"]] for r in rows]
-    render.table(headers, data)
+    return headers, data
+
+
+def _print_table(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    """The kind's table, with -L label columns and --show-labels' LABELS column appended."""
+    headers, data = _table(args.kind, rows, wide=args.output == "wide")
+    for key in args.label_columns:
+        headers.append(key.rpartition("/")[2].upper())
+        for d, r in zip(data, rows, strict=True):
+            d.append(_labels(r).get(key, ""))
+    if args.show_labels:
+        headers.append("LABELS")
+        for d, r in zip(data, rows, strict=True):
+            d.append(",".join(f"{k}={v}" for k, v in sorted(_labels(r).items())) or "<none>")
+    render.table(headers, data, no_headers=args.no_headers)
+
+
+def _labels(row: dict[str, Any]) -> dict[str, str]:
+    found = row.get("labels") or {}
+    return faults.loads(found) if isinstance(found, str) else dict(found)
 
 
 def run_get(args: argparse.Namespace) -> int:
-    try:
-        selector = views.parse_selector(args.selector)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    output = None
+    if args.output not in PLAIN_OUTPUTS or args.sort_by:
+        from devcell.cli import jsonpath, printers
+
+        # a bad template is refused before anything is read
+        output = printers.parse_output(args.output)
+        args.output = output.format
+        if args.sort_by:
+            jsonpath.relaxed(args.sort_by, what="--sort-by")
+    args.label_columns = [k for given in args.label_columns or () for k in given.split(",") if k]
+    selector = _selector(args)
+    fields = _field_selector(args)
     if getattr(args, "tree", False):
         return _tree(args)
     db = _open(args)
-    rows = (_rows(db, args.kind, args.name, selector, wide=args.output == "wide")
+    labels = bool(args.show_labels or args.label_columns)
+    rows = (_rows(db, args.kind, args.names, selector, wide=args.output == "wide", labels=labels)
             if db is not None else [])
-    if args.name is not None and not rows:
-        raise NotFound(f'{args.kind.rstrip("s")} "{args.name}" not found')
-    if args.output in ("yaml", "json"):
-        assert db is not None or not rows
-        docs = _documents(db, args.kind, rows) if db is not None else []
-        value: Any = docs[0] if args.name is not None and len(docs) == 1 else render.as_list(docs)
-        (render.as_json if args.output == "json" else render.as_yaml)(value)
-        return 0
-    if args.output == "name":
-        singular = args.kind.rstrip("s")
-        key = "id" if args.kind in ("operations", "events") else "name"
-        sys.stdout.write("".join(f"{singular}/{r[key]}\n" for r in rows))
-        return 0
-    if not rows and not args.watch:
-        sys.stderr.write("No resources found.\n")
-        return 0
-    if rows:
-        _print_table(args.kind, rows, wide=args.output == "wide")
-    if db is not None and args.kind in KIND_OF_TABLE:
+    rows = _filtered(args.kind, rows, fields)
+    missing = _missing(args.kind, args.names, rows)
+    pairs = _documents(db, args.kind, rows) if db is not None and _needs_documents(args) \
+        else [(r, r) for r in rows]
+    if args.sort_by:
+        from devcell.cli import printers
+
+        pairs = [pairs[i] for i in printers.sort_order(args.sort_by, [d for _, d in pairs])]
+    elif args.names:
+        pairs = _in_given_order(args.kind, args.names, pairs)
+    rows = [r for r, _ in pairs]
+    _print(args, output, rows, [d for _, d in pairs], missing)
+    if db is not None and args.kind in KIND_OF_TABLE and args.output in ("table", "wide"):
         _warn_invalid_manifests(db)
-    if args.watch:
+    if missing:
+        for name in missing:
+            sys.stderr.write(f'error: {args.kind.rstrip("s")} "{printable(name)}" not found\n')
+        return NotFound.exit_code
+    if args.watch and args.output in ("table", "wide"):
         return _watch(args, selector, rows)
     return 0
 
 
+def _needs_documents(args: argparse.Namespace) -> bool:
+    return args.output in ("yaml", "json", "jsonpath", "custom-columns") or bool(args.sort_by)
+
+
+def _print(args: argparse.Namespace, output: Output | None, rows: list[dict[str, Any]],
+           docs: list[dict[str, Any]], missing: list[str]) -> None:
+    one = len(args.names) == 1 and len(docs) == 1
+    if args.names and not docs:
+        return  # only names not found: kubectl prints the errors alone, not an empty List
+    if args.output in ("yaml", "json", "jsonpath"):
+        value: Any = docs[0] if one else render.as_list(docs)
+        if args.output == "jsonpath":
+            from devcell.cli import jsonpath
+
+            assert output is not None
+            sys.stdout.write(jsonpath.render(output.template, value, escape=printable))
+        else:
+            (render.as_json if args.output == "json" else render.as_yaml)(value)
+    elif args.output == "name":
+        singular = args.kind.rstrip("s")
+        key = "id" if args.kind in ("operations", "events") else "name"
+        sys.stdout.write("".join(printable(f"{singular}/{r[key]}") + "\n" for r in rows))
+    elif args.output == "custom-columns":
+        from devcell.cli import printers
+
+        assert output is not None
+        if docs:
+            render.table([c.header for c in output.columns],
+                         printers.column_rows(output.columns, docs), no_headers=args.no_headers)
+    elif rows:
+        _print_table(args, rows)
+    if not rows and not missing and not args.watch and args.output in ("table", "wide",
+                                                                          "custom-columns"):
+        sys.stderr.write("No resources found.\n")
+
+
+def _selector(args: argparse.Namespace) -> Selector | None:
+    if not (args.selector or args.show_labels or args.label_columns):
+        return None
+    if args.kind not in LABELED:
+        raise UsageError(f"{args.kind} have no labels: -l, --show-labels and -L apply to "
+                         f"{' and '.join(LABELED)}")
+    from devcell.manifests import selectors
+
+    for key in args.label_columns:
+        problem = selectors.qualified_name_problem(key)
+        if problem:
+            raise UsageError(f"-L {key!r}: not a label key: {problem}")
+    return selectors.parse(args.selector) if args.selector else None
+
+
+def _field_selector(args: argparse.Namespace) -> tuple[Any, ...]:
+    if not args.field_selector:
+        return ()
+    from devcell.manifests import fieldselectors
+
+    return fieldselectors.parse(args.field_selector, FIELDS.get(args.kind, {}))
+
+
+def _filtered(kind: str, rows: list[dict[str, Any]], fields: tuple[Any, ...]
+              ) -> list[dict[str, Any]]:
+    if not fields:
+        return rows
+    from devcell.manifests import fieldselectors
+
+    for r in rows:
+        r["shown_phase"] = _phase(r)
+    return [r for r in rows if fieldselectors.matches_row(fields, r, FIELDS[kind])]
+
+
+def _keys(kind: str, row: dict[str, Any]) -> set[Any]:
+    """What a name given on the command line may be for this row."""
+    if kind in ("operations", "events"):
+        return {row.get("id"), row.get("object_name"), row.get("object_id")}
+    return {row.get("name"), row.get("id")}
+
+
+def _missing(kind: str, names: Sequence[str], rows: list[dict[str, Any]]) -> list[str]:
+    return [n for n in dict.fromkeys(names) if not any(n in _keys(kind, r) for r in rows)]
+
+
+def _in_given_order(kind: str, names: Sequence[str], pairs: list[Any]) -> list[Any]:
+    """kubectl lists `get cells b a` as b, then a."""
+    order = {name: i for i, name in enumerate(dict.fromkeys(names))}
+    return sorted(pairs, key=lambda pair: min(
+        (order[k] for k in _keys(kind, pair[0]) if k in order), default=len(order)))
+
+
 def _tree(args: argparse.Namespace) -> int:
     """`get snapshots --tree [NAME]`: the lineage forest (cli/lineage.py)."""
-    if args.kind != "snapshots" or args.output != "table" or args.watch or args.selector:
+    if args.kind != "snapshots" or args.output != "table" or args.watch or args.selector \
+            or args.field_selector or args.sort_by or len(args.names) > 1:
         raise UsageError("--tree shows snapshots only, as a tree: no -o, -w or -l with it")
     from devcell.cli import lineage
 
     db = _open(args)
     cells, snapshots = views.lineage(db.conn) if db is not None else ([], [])
-    lineage.show(cells, snapshots, args.name)
+    lineage.show(cells, snapshots, args.names[0] if args.names else None)
     return 0
 
 
@@ -225,7 +372,8 @@ def _warn_invalid_manifests(db: Database) -> None:
         sys.stderr.write(f"warning: controller: {printable(cond['message'])}\n")
 
 
-def _watch(args: argparse.Namespace, selector: list[Any], rows: list[dict[str, Any]]) -> int:
+def _watch(args: argparse.Namespace, selector: Selector | None, rows: list[dict[str, Any]]
+           ) -> int:
     """Poll for commits (PRAGMA data_version) and print rows that changed, as kubectl -w does."""
     import time
 
@@ -241,12 +389,14 @@ def _watch(args: argparse.Namespace, selector: list[Any], rows: list[dict[str, A
                 current = db.data_version()
                 if current != version:
                     version = current
-                    fresh = _rows(db, args.kind, args.name, selector, wide=args.output == "wide")
+                    fresh = _rows(db, args.kind, args.names, selector,
+                                  wide=args.output == "wide",
+                                  labels=bool(args.show_labels or args.label_columns))
                     changed = [r for r in fresh if seen.get(r.get("id")) != _row_key(r)]
                     for r in fresh:
                         seen[r.get("id")] = _row_key(r)
                     if changed:
-                        _print_table(args.kind, changed, wide=args.output == "wide")
+                        _print_table(args, changed)
                         sys.stdout.flush()
             time.sleep(0.05)
     except KeyboardInterrupt:
@@ -259,13 +409,37 @@ def _row_key(row: dict[str, Any]) -> str:
 
 
 def run_describe(args: argparse.Namespace) -> int:
+    """kubectl describe: each object named (or matching -l), one after the other; a name not
+    found is reported and makes the exit status 1, the others are still described."""
     from devcell.cli import describe
 
+    if not args.names and not args.selector:
+        raise UsageError(f"describe needs a NAME or -l SELECTOR (e.g. devcell describe "
+                         f"{args.kind.lower()} api)")
+    if args.selector and args.kind == "Operation":
+        raise UsageError("operations have no labels: describe them by id")
+    from devcell.manifests import selectors
+
+    selector = selectors.parse(args.selector) if args.selector else None
     db = _open(args)
-    if db is None:
-        raise NotFound(f'{args.kind.lower()} "{args.name}" not found')
-    if args.kind == "Operation":
-        describe.operation(db.conn, args.name)
-    else:
-        describe.object(db.conn, args.kind, args.name, db.state_dir)
-    return 0
+    names = list(dict.fromkeys(args.names))
+    if db is not None and selector is not None:
+        names += [n for n in views.names_matching(db.conn, args.kind, selector) if n not in names]
+    missing = 0
+    for i, name in enumerate(names):
+        if i:
+            sys.stdout.write("\n\n")
+        try:
+            if db is None:
+                raise NotFound(f'{args.kind.lower()} "{printable(name)}" not found')
+            if args.kind == "Operation":
+                describe.operation(db.conn, name)
+            else:
+                describe.object(db.conn, args.kind, name, db.state_dir)
+        except NotFound as exc:
+            sys.stdout.flush()
+            sys.stderr.write(f"error: {exc}\n")
+            missing += 1
+    if not names:
+        sys.stderr.write("No resources found.\n")
+    return NotFound.exit_code if missing else 0

@@ -137,6 +137,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="validate and show what would change")
     p.add_argument("--prune", action="store_true",
                    help="delete objects applied from these paths whose manifests are gone")
+    p.add_argument("-l", "--selector", metavar="SELECTOR",
+                   help="with --prune: prune only objects whose labels match")
     p.add_argument("--timeout", type=_duration, default=300.0,
                    help="how long to wait for convergence (e.g. 90s, 5m; default 5m)")
     p.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
@@ -150,10 +152,21 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("get", parents=[common], help="list objects")
     p.add_argument("kind", type=_kind(GET_KINDS), metavar="KIND",
                    help="cells, snapshots, volumes, operations or events")
-    p.add_argument("name", nargs="?", help="name or id")
-    p.add_argument("-o", "--output", choices=["table", "wide", "yaml", "json", "name"],
-                   default="table")
-    p.add_argument("-l", "--selector", help="label selector, e.g. team=core,tier!=db")
+    p.add_argument("names", nargs="*", metavar="NAME", help="names or ids (default: all)")
+    p.add_argument("-o", "--output", default="table", metavar="FORMAT",
+                   help="table, wide, yaml, json, name, jsonpath=TEMPLATE, jsonpath-file=FILE, "
+                        "custom-columns=HEADER:PATH,..., custom-columns-file=FILE")
+    _selector_option(p)
+    p.add_argument("--field-selector", metavar="SELECTOR",
+                   help="e.g. status.phase=Running,spec.backend!=fake (cells: metadata.name, "
+                        "metadata.id, status.phase, spec.backend, spec.state; snapshots: "
+                        "metadata.name, metadata.id, status.phase, spec.cell)")
+    p.add_argument("--sort-by", metavar="JSONPATH",
+                   help="order items by a field, e.g. .metadata.creationTimestamp")
+    p.add_argument("--no-headers", action="store_true", help="tables without the header line")
+    p.add_argument("--show-labels", action="store_true", help="add a LABELS column")
+    p.add_argument("-L", "--label-columns", action="append", metavar="KEY[,KEY2]",
+                   help="add a column with each label's value; repeatable")
     p.add_argument("-w", "--watch", action="store_true",
                    help="after listing, print rows again as they change (Ctrl-C to stop)")
     p.add_argument("--tree", action="store_true",
@@ -163,12 +176,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("kind", type=_kind({**OBJECT_KINDS, "operation": "Operation",
                                        "op": "Operation", "operations": "Operation"}),
                    metavar="KIND", help="cell, snapshot or operation")
-    p.add_argument("name", help="name or id")
+    p.add_argument("names", nargs="*", metavar="NAME", help="names or ids")
+    _selector_option(p)
 
     p = sub.add_parser("delete", parents=[common], help="delete objects")
     p.add_argument("kind", nargs="?", type=_kind(OBJECT_KINDS), metavar="KIND")
-    p.add_argument("name", nargs="?")
+    p.add_argument("names", nargs="*", metavar="NAME")
     p.add_argument("-f", "--filename", action="append", help="delete the objects in these files")
+    _selector_option(p)
     p.add_argument("--timeout", type=_duration, default=300.0)
     p.add_argument("--approve", action="store_true",
                    help="delete even a workspace that changed since its last snapshot")
@@ -218,7 +233,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("wait", parents=[common], help="wait for a condition on an object")
     p.add_argument("kind", type=_kind(OBJECT_KINDS), metavar="KIND")
-    p.add_argument("name")
+    p.add_argument("names", nargs="*", metavar="NAME")
+    _selector_option(p)
     p.add_argument("--for", dest="condition", default="condition=Ready",
                    help="condition=TYPE[=STATUS], create or delete (default condition=Ready; "
                         "an object not recorded yet is waited for within the timeout)")
@@ -277,6 +293,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("service", nargs="?", help="one service (default: all, each line prefixed)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing as logs grow")
     return parser
+
+
+def _selector_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-l", "--selector", metavar="SELECTOR",
+                   help="label selector as kubectl's: team=core, tier!=db, 'team in (a,b)', "
+                        "'env notin (prod)', owner, '!owner', joined by commas")
 
 
 def _daemon_options(p: argparse.ArgumentParser) -> None:

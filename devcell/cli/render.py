@@ -44,8 +44,10 @@ def age_seconds(seconds: int | None) -> str:
     return f"{seconds // 86400}d"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO = sys.stdout) -> None:
-    """Every cell escaped (names.printable): one place for every table DevCell prints."""
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO = sys.stdout, *,
+          no_headers: bool = False) -> None:
+    """Every cell escaped (names.printable): one place for every table DevCell prints.
+    `no_headers` leaves out the header line (the columns keep the headers' widths)."""
     from devcell.names import printable
 
     text_rows = [[("<none>" if v is None or v == "" else printable(str(v))) for v in row]
@@ -56,9 +58,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO = s
         widths = [max(w, *map(len, col)) for w, col in zip(widths, columns, strict=True)]
     fmt_parts = [f"{{:<{w}}}" for w in widths[:-1]] + ["{}"]
     fmt = "   ".join(fmt_parts)
-    lines = [fmt.format(*headers).rstrip()]
+    lines = [] if no_headers else [fmt.format(*headers).rstrip()]
     lines.extend(fmt.format(*row).rstrip() for row in text_rows)
-    out.write("\n".join(lines) + "\n")
+    if lines:
+        out.write("\n".join(lines) + "\n")
 
 
 def _unsafe(text: str) -> bool:

@@ -15,13 +15,16 @@ from __future__ import annotations
 import os
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from devcell import failpoints, kinds
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest, SourceFile, field_path
-from devcell.store import events, objects, retention, sources
+from devcell.store import events, faults, objects, retention, sources
 from devcell.store.db import Database
+
+if TYPE_CHECKING:
+    from devcell.manifests.selectors import Selector
 
 SETTLED_PHASES = objects.SETTLED_PHASES
 IMPERATIVE = "cli"
@@ -192,7 +195,7 @@ def _under(source: str | None, roots: list[str]) -> bool:
 
 def apply(
     db: Database, files: list[SourceFile], *, dry_run: bool = False,
-    admit: Admit, prune_roots: list[str] | None = None,
+    admit: Admit, prune_roots: list[str] | None = None, prune_selector: Selector | None = None,
     parse_cache: dict[str, tuple[list[Manifest], list[Problem]]] | None = None,
     require_objects: bool = False,
 ) -> ApplyResult:
@@ -261,7 +264,8 @@ def apply(
             result.changes.append(Change(m.kind, m.name, outcome,
                                          existing.id if existing else None))
         if prune_roots:
-            result.changes.extend(prune_candidates(conn, prune_roots, _keep(fast, manifests)))
+            result.changes.extend(prune_candidates(conn, prune_roots, _keep(fast, manifests),
+                                                   prune_selector))
         return result
     if not manifests and not prune_roots:
         return result  # nothing to write: the no-op fast path ends here
@@ -279,7 +283,8 @@ def apply(
                 sources.remember(wconn, path, sources.seal(key, by_key[path].digest),
                                  [(m.kind, m.name, m.manifest_hash(key)) for m in found])
         if prune_roots:
-            for change in prune_candidates(wconn, prune_roots, _keep(fast, manifests)):
+            for change in prune_candidates(wconn, prune_roots, _keep(fast, manifests),
+                                           prune_selector):
                 record = objects.get(wconn, change.kind, change.object_id or "")
                 if record is None:
                     continue
@@ -303,17 +308,19 @@ def _keep(fast: dict[str, list[sources.Entry]], manifests: list[Manifest]) -> se
     return keep
 
 
-def prune_candidates(conn: sqlite3.Connection, roots: list[str], keep: set[tuple[str, str]]
-                     ) -> list[Change]:
-    """Live objects applied from under `roots` that are not in `keep`."""
+def prune_candidates(conn: sqlite3.Connection, roots: list[str], keep: set[tuple[str, str]],
+                     selector: Selector | None = None) -> list[Change]:
+    """Live objects applied from under `roots` that are not in `keep` (and, with a selector,
+    whose labels match it: `apply --prune -l`)."""
     out = []
     for kind in kinds.KINDS.values():
         # Objects already being deleted are included: a prune interrupted by a crash must be
         # finished by the next one, not forgotten.
         for row in conn.execute(
-            f"SELECT id, name, source FROM {kind.table} WHERE deleted_at IS NULL"
+            f"SELECT id, name, source, labels FROM {kind.table} WHERE deleted_at IS NULL"
         ):
-            if (kind.name, row[1]) not in keep and _under(row[2], roots):
+            if (kind.name, row[1]) not in keep and _under(row[2], roots) and (
+                    not selector or selector.matches(faults.loads(row[3] or "{}"))):
                 out.append(Change(kind.name, row[1], "pruned", row[0], needs_reconcile=True))
     return out
 

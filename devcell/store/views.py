@@ -7,10 +7,14 @@ cells is a hot path.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from devcell.manifests import secrets
 from devcell.store import faults
+
+if TYPE_CHECKING:
+    from devcell.manifests.selectors import Selector
 
 API_VERSION = "devcell.dev/v1alpha1"
 AGE_SQL = "CAST((julianday('now') - julianday({column})) * 86400 AS INTEGER)"
@@ -24,41 +28,21 @@ def redact_spec(spec: dict[str, Any]) -> dict[str, Any]:
     return secrets.redact(spec)
 
 
-def _selector_match(labels: dict[str, str], selector: list[tuple[str, str, str | None]]) -> bool:
-    for key, op, value in selector:
-        if op == "exists" and key not in labels:
-            return False
-        if op == "=" and labels.get(key) != value:
-            return False
-        if op == "!=" and labels.get(key) == value:
-            return False
-    return True
+def _names_sql(table: str, names: Sequence[str]) -> tuple[str, list[str]]:
+    """` AND (t.name IN (...) OR t.id IN (...))` for the names or ids asked for."""
+    if not names:
+        return "", []
+    marks = ", ".join("?" * len(names))
+    return f" AND ({table}.name IN ({marks}) OR {table}.id IN ({marks}))", [*names, *names]
 
 
-def parse_selector(text: str | None) -> list[tuple[str, str, str | None]]:
-    """`team=core,tier!=db,owner` -> [(key, op, value)]; raises ValueError on nonsense."""
-    out: list[tuple[str, str, str | None]] = []
-    if not text:
-        return out
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        if "!=" in part:
-            key, value = part.split("!=", 1)
-            out.append((key.strip(), "!=", value.strip()))
-        elif "==" in part or "=" in part:
-            key, value = part.replace("==", "=").split("=", 1)
-            out.append((key.strip(), "=", value.strip()))
-        else:
-            out.append((part, "exists", None))
-        if not out[-1][0]:
-            raise ValueError(f"invalid label selector {text!r}")
-    return out
-
-
-def cells_table(conn: sqlite3.Connection, selector: list[Any], name: str | None = None,
-                *, wide: bool = False) -> list[dict[str, Any]]:
+def cells_table(conn: sqlite3.Connection, selector: Selector | None = None,
+                names: Sequence[str] = (), *, wide: bool = False, labels: bool = False
+                ) -> list[dict[str, Any]]:
     """Rows for `get cells`. The plain table is answered from the list index, plus the row of
-    each cell for `deleting_at` (a pending deletion shows as Deleting)."""
-    narrow = not wide and not selector
+    each cell for `deleting_at` (a pending deletion shows as Deleting). With a selector (or
+    `labels`) each row carries its labels, parsed."""
+    narrow = not wide and not selector and not labels
     extra = "" if narrow else ("c.labels, c.generation, c.observed_generation, c.source, "
                                "c.image, ")
     sql = (
@@ -70,23 +54,20 @@ def cells_table(conn: sqlite3.Connection, selector: list[Any], name: str | None 
         f"s.name AS forked_from FROM cells c {'INDEXED BY idx_cells_list' if narrow else ''} "
         "LEFT JOIN snapshots s ON s.id = c.forked_from WHERE c.deleted_at IS NULL"
     )
-    params: tuple[str, ...] = ()
-    if name is not None:
-        sql += " AND (c.name = ? OR c.id = ?)"
-        params = (name, name)
-    rows = conn.execute(sql + " ORDER BY c.name", params).fetchall()
-    if not selector:
+    where, params = _names_sql("c", names)
+    rows = conn.execute(sql + where + " ORDER BY c.name", params).fetchall()
+    if narrow or wide and not selector and not labels:
         return [dict(r) for r in rows]
     out = []
     for r in rows:
-        labels = faults.loads(r["labels"])
-        if _selector_match(labels, selector):
-            out.append(dict(r, labels=labels))
+        found = faults.loads(r["labels"])
+        if not selector or selector.matches(found):
+            out.append(dict(r, labels=found))
     return out
 
 
-def snapshots_table(conn: sqlite3.Connection, selector: list[Any], name: str | None = None,
-                    cell: str | None = None) -> list[dict[str, Any]]:
+def snapshots_table(conn: sqlite3.Connection, selector: Selector | None = None,
+                    names: Sequence[str] = (), cell: str | None = None) -> list[dict[str, Any]]:
     sql = (
         "SELECT s.id, s.name, s.phase, s.deleting_at, s.deleted_at, s.created_at, s.taken_at, "
         "s.labels, s.consistency, "
@@ -101,10 +82,8 @@ def snapshots_table(conn: sqlite3.Connection, selector: list[Any], name: str | N
         "snapshots t WHERE t.name = s.name AND (t.deleted_at IS NULL OR "
         "t.deleted_at > s.deleted_at))))"
     )
-    params: list[str] = []
-    if name is not None:
-        sql += " AND (s.name = ? OR s.id = ?)"
-        params += [name, name]
+    where, params = _names_sql("s", names)
+    sql += where
     if cell is not None:
         sql += " AND s.cell_id = ?"
         params.append(cell)
@@ -112,10 +91,16 @@ def snapshots_table(conn: sqlite3.Connection, selector: list[Any], name: str | N
     out = []
     for r in rows:
         labels = faults.loads(r["labels"]) if r["labels"] != "{}" else {}
-        if selector and not _selector_match(labels, selector):
+        if selector and not selector.matches(labels):
             continue
         out.append(dict(r, labels=labels))
     return out
+
+
+def names_matching(conn: sqlite3.Connection, kind: str, selector: Selector) -> list[str]:
+    """The names of the live objects of `kind` (Cell or Snapshot) whose labels match."""
+    rows = (cells_table(conn, selector) if kind == "Cell" else snapshots_table(conn, selector))
+    return [r["name"] for r in rows if r.get("deleted_at") is None]  # not an expired record
 
 
 def volumes_table(conn: sqlite3.Connection, name: str | None = None) -> list[dict[str, Any]]:

@@ -328,3 +328,13 @@ def test_a_locked_database_is_recognised_by_its_result_code(tmp_path: Path) -> N
     memory.close()
     assert fake._busy(locked.value) and not fake._busy(missing.value)
     assert not fake._busy(sqlite3.OperationalError("database is locked"))  # not from SQLite
+
+
+def test_observe_all_reads_a_database_whose_schema_is_not_made_yet_as_empty(
+        tmp_path: Path) -> None:
+    """A reader racing the backend's first open sees the file before its tables."""
+    (tmp_path / "backends").mkdir()
+    sqlite3.connect(tmp_path / "backends" / "fake.db").execute("PRAGMA user_version = 0").close()
+    assert (tmp_path / "backends" / "fake.db").exists()
+
+    assert fake.observe_all(tmp_path) == {}

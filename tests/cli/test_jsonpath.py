@@ -1,0 +1,139 @@
+"""kubectl's JSONPath template dialect, tested against kubectl's own documented examples.
+
+DOC and EXAMPLES are the input document and the examples table of the kubernetes.io page
+"JSONPath Support" (reference/kubectl/jsonpath). Where that table shows Go's `map[cpu:4]`,
+kubectl itself prints objects as JSON (`{"cpu":"4"}`), and so do we.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from devcell.cli import jsonpath
+from devcell.errors import TemplateError, TemplateEvaluationError
+
+DOC: dict[str, Any] = {
+    "kind": "List",
+    "items": [
+        {
+            "kind": "None",
+            "metadata": {"name": "127.0.0.1", "labels": {"kubernetes.io/hostname": "127.0.0.1"}},
+            "status": {
+                "capacity": {"cpu": "4"},
+                "addresses": [{"type": "LegacyHostIP", "address": "127.0.0.1"}],
+            },
+        },
+        {
+            "kind": "None",
+            "metadata": {"name": "127.0.0.2"},
+            "status": {
+                "capacity": {"cpu": "8"},
+                "addresses": [
+                    {"type": "LegacyHostIP", "address": "127.0.0.2"},
+                    {"type": "another", "address": "127.0.0.3"},
+                ],
+            },
+        },
+    ],
+    "users": [
+        {"name": "myself", "user": {}},
+        {"name": "e2e", "user": {"username": "admin", "password": "secret"}},
+    ],
+}
+
+EXAMPLES = [  # (function, template, result) from the page's table
+    ("text", "kind is {.kind}", "kind is List"),
+    ("child .", "{.kind}", "List"),
+    ("child []", "{['kind']}", "List"),
+    ("child [] escaped", "{['name\\.type']}", ""),  # no such key in DOC: nothing, no error
+    ("recursive descent", "{..name}", "127.0.0.1 127.0.0.2 myself e2e"),
+    ("wildcard", "{.items[*].metadata.name}", "127.0.0.1 127.0.0.2"),
+    ("subscript", "{.users[0].name}", "myself"),
+    ("union", "{.items[*]['metadata.name', 'status.capacity']}",
+     '127.0.0.1 127.0.0.2 {"cpu":"4"} {"cpu":"8"}'),
+    ("filter", '{.users[?(@.name=="e2e")].user.password}', "secret"),
+    ("range", "{range .items[*]}[{.metadata.name}, {.status.capacity}] {end}",
+     '[127.0.0.1, {"cpu":"4"}] [127.0.0.2, {"cpu":"8"}] '),
+    ("quote", "{range .items[*]}{.metadata.name}{'\\t'}{end}", "127.0.0.1\t127.0.0.2\t"),
+    ("escape", "{.items[0].metadata.labels.kubernetes\\.io/hostname}", "127.0.0.1"),
+]
+
+MORE = [  # the rest of the dialect the issue names, same document
+    ("{.items[0].kind}", "None"),
+    ('{"\\n"}', "\n"),
+    ("{.items[-1].metadata.name}", "127.0.0.2"),
+    ("{.items[0:1].metadata.name}", "127.0.0.1"),
+    ("{.items[1:].metadata.name}", "127.0.0.2"),
+    ("{.items[::-1].metadata.name}", "127.0.0.2 127.0.0.1"),
+    ("{.users[*].user.username}", "admin"),
+    ("{.users[?(@.user.password)].name}", "e2e"),
+    ('{.items[?(@.status.capacity.cpu!="4")].metadata.name}', "127.0.0.2"),
+    ("{$.kind}", "List"),
+    ("{range .items[*]}{range .status.addresses[*]}{.address};{end}{end}",
+     "127.0.0.1;127.0.0.2;127.0.0.3;"),
+    ("{.nothing.here}", ""),
+    ("{.items[0].status.capacity}", '{"cpu":"4"}'),
+]
+
+
+@pytest.mark.parametrize(("function", "template", "result"), EXAMPLES,
+                         ids=[e[0] for e in EXAMPLES])
+def test_kubectl_documented_examples(function: str, template: str, result: str) -> None:
+    assert jsonpath.render(jsonpath.parse(template), DOC) == result
+
+
+def test_current_object_is_the_input() -> None:
+    import json
+
+    assert json.loads(jsonpath.render(jsonpath.parse("{@}"), DOC)) == DOC
+
+
+@pytest.mark.parametrize(("template", "result"), MORE)
+def test_more_of_the_dialect(template: str, result: str) -> None:
+    assert jsonpath.render(jsonpath.parse(template), DOC) == result
+
+
+def test_numbers_compare_as_numbers_in_filters() -> None:
+    doc = {"items": [{"n": 2, "name": "two"}, {"n": 10, "name": "ten"}]}
+    assert jsonpath.render(jsonpath.parse("{.items[?(@.n>3)].name}"), doc) == "ten"
+    assert jsonpath.render(jsonpath.parse("{.items[?(@.n<=2)].name}"), doc) == "two"
+
+
+def test_values_are_escaped_but_template_literals_are_not() -> None:
+    doc = {"name": "evil\x1b[2J"}
+    out = jsonpath.render(jsonpath.parse("{.name}{'\\t'}"), doc,
+                          escape=lambda s: s.replace("\x1b", "\\x1b"))
+    assert out == "evil\\x1b[2J\t"
+
+
+@pytest.mark.parametrize(("template", "position"), [
+    ("{.a", 1),
+    ("x {range .items[*]}", 3),
+    ("{end}", 2),
+    ("{.a[x]}", 5),
+    ("{.a b}", 4),
+    ("{'abc'x}", 7),
+    ("{.items[?(@.a==b)]}", 9),
+    ("{.items[::0]}", 9),
+    ("{.a[}", 4),
+    ("{}", 2),
+    ("{'\\q'}", 3),
+])
+def test_template_errors_are_usage_errors_naming_the_position(template: str,
+                                                              position: int) -> None:
+    with pytest.raises(TemplateError, match=f"at position {position}:") as caught:
+        jsonpath.parse(template)
+    assert caught.value.exit_code == 2
+
+
+def test_index_out_of_range_is_an_error_not_an_empty_answer() -> None:
+    with pytest.raises(TemplateEvaluationError, match="out of bounds"):
+        jsonpath.render(jsonpath.parse("{.items[5]}"), DOC)
+
+
+def test_relaxed_paths_of_custom_columns_and_sort_by() -> None:
+    for expression in (".metadata.name", "metadata.name", "{.metadata.name}"):
+        nodes = jsonpath.relaxed(expression, what="test")
+        assert jsonpath.render(nodes, DOC["items"][0]) == "127.0.0.1"

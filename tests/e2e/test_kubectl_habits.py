@@ -1,0 +1,203 @@
+"""kubectl habits through the CLI, as a user runs it: selectors, jsonpath, custom columns,
+sorting, label columns, several names, field selectors (issue 13). Each test backs a row of
+the "kubectl habits" table in docs/cli.md."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli
+
+CELL = """apiVersion: devcell.dev/v1alpha1
+kind: Cell
+metadata:
+  name: {name}
+  labels: {labels}
+spec:
+  backend: fake
+  state: {state}
+"""
+CELLS = {  # name: (labels, desired state)
+    "c1": ("{team: t1, app.kubernetes.io/name: web}", "Running"),
+    "c2": ("{team: t2}", "Running"),
+    "c10": ("{team: t3, tier: db}", "Stopped"),
+    "plain": ("{}", "Running"),
+}
+
+
+def _write(dir: Path, names: list[str]) -> None:
+    dir.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        labels, state = CELLS[name]
+        (dir / f"{name}.yaml").write_text(CELL.format(name=name, labels=labels, state=state))
+
+
+@pytest.fixture
+def cells(cli: Cli, tmp_path: Path) -> Path:
+    manifests = tmp_path / "m"
+    _write(manifests, list(CELLS))
+    result = cli("apply", "-f", str(manifests))
+    assert result.returncode == 0, result.stderr
+    return manifests
+
+
+def names(cli: Cli, *args: str) -> list[str]:
+    result = cli("get", *args, "-o", "name")
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+def test_set_based_and_not_exists_selectors(cli: Cli, cells: Path) -> None:
+    assert names(cli, "cells", "-l", "team in (t1,t2)") == ["cell/c1", "cell/c2"]
+    assert names(cli, "cells", "-l", "!team") == ["cell/plain"]
+    assert names(cli, "cells", "-l", "team notin (t1),tier") == ["cell/c10"]
+    assert names(cli, "cells", "-l", "team==t2") == ["cell/c2"]
+    assert names(cli, "cells", "-l", "app.kubernetes.io/name=web") == ["cell/c1"]
+    table = cli("get", "cells", "-l", "team in (t1,t2)")
+    assert [line.split()[0] for line in table.stdout.splitlines()[1:]] == ["c1", "c2"]
+
+
+@pytest.mark.parametrize("selector", ["team in (t1", "team=a||b", "!team=t1", "team in t1",
+                                      "Team/x=1", "x,,y"])
+def test_a_bad_selector_is_a_usage_error_never_an_empty_answer(cli: Cli, cells: Path,
+                                                               selector: str) -> None:
+    result = cli("get", "cells", "-l", selector)
+    assert result.returncode == 2
+    assert "invalid label selector" in result.stderr and "at position" in result.stderr
+    assert result.stdout == "" and "No resources found" not in result.stderr
+
+
+def test_jsonpath_and_jsonpath_file(cli: Cli, cells: Path, tmp_path: Path) -> None:
+    first = cli("get", "cells", "-o", "jsonpath={.items[0].metadata.name}")
+    assert first.returncode == 0 and first.stdout == "c1"
+    ranged = cli("get", "cells", "-l", "team", "-o",
+                 'jsonpath={range .items[*]}{.metadata.name}={.status.phase}{"\\n"}{end}')
+    assert ranged.stdout == "c1=Running\nc10=Stopped\nc2=Running\n"
+    running = cli("get", "cells", "-o",
+                  'jsonpath={.items[?(@.status.phase=="Stopped")].metadata.name}')
+    assert running.stdout == "c10"
+    one = cli("get", "cell", "c2", "-o", "jsonpath={.metadata.labels.team}")
+    assert one.stdout == "t2"  # one name: the object itself, as -o json prints it
+    escaped = cli("get", "cell", "c1", "-o",
+                  "jsonpath={.metadata.labels.app\\.kubernetes\\.io/name}")
+    assert escaped.stdout == "web"
+    template = tmp_path / "t.jsonpath"
+    template.write_text("{range .items[*]}{.metadata.name} {end}\n")
+    from_file = cli("get", "cells", "-o", f"jsonpath-file={template}")
+    assert from_file.stdout == "c1 c10 c2 plain "
+    bad = cli("get", "cells", "-o", "jsonpath={range .items[*]}{.metadata.name}")
+    assert bad.returncode == 2 and "{range} without {end}" in bad.stderr
+
+
+def test_custom_columns_spec_and_file(cli: Cli, cells: Path, tmp_path: Path) -> None:
+    out = cli("get", "cells", "-o", "custom-columns=NAME:.metadata.name,PHASE:.status.phase,"
+                                    "TEAM:.metadata.labels.team")
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines()]
+    assert rows == [["NAME", "PHASE", "TEAM"], ["c1", "Running", "t1"], ["c10", "Stopped", "t3"],
+                    ["c2", "Running", "t2"], ["plain", "Running", "<none>"]]
+    spec = tmp_path / "cols"
+    spec.write_text("NAME          TEAM\n.metadata.name .metadata.labels.team\n")
+    from_file = cli("get", "cells", "-l", "team=t2", "-o", f"custom-columns-file={spec}")
+    assert [line.split() for line in from_file.stdout.splitlines()] == [["NAME", "TEAM"],
+                                                                        ["c2", "t2"]]
+    bad = cli("get", "cells", "-o", "custom-columns=NAME")
+    assert bad.returncode == 2 and "expected <header>:<json-path-expr>" in bad.stderr
+
+
+def test_sort_by_and_no_headers(cli: Cli, cells: Path) -> None:
+    by_name = cli("get", "cells", "--sort-by=.metadata.name", "--no-headers")
+    assert [line.split()[0] for line in by_name.stdout.splitlines()] == ["c1", "c2", "c10",
+                                                                        "plain"]
+    by_team = names(cli, "cells", "--sort-by", "{.metadata.labels.team}")
+    assert by_team == ["cell/plain", "cell/c1", "cell/c2", "cell/c10"]  # no label: first
+    by_age = cli("get", "cells", "--sort-by=.metadata.creationTimestamp", "-o", "json")
+    stamps = [i["metadata"]["creationTimestamp"] for i in json.loads(by_age.stdout)["items"]]
+    assert stamps == sorted(stamps)
+
+
+def test_show_labels_and_label_columns(cli: Cli, cells: Path) -> None:
+    shown = cli("get", "cells", "--show-labels").stdout.splitlines()
+    assert shown[0].split()[-1] == "LABELS"
+    assert shown[1].split()[0] == "c1"
+    assert shown[1].split()[-1] == "app.kubernetes.io/name=web,team=t1"
+    assert shown[4].split()[-1] == "<none>"
+    columns = cli("get", "cells", "-L", "team", "-L", "tier,app.kubernetes.io/name")
+    header = columns.stdout.splitlines()[0].split()
+    assert header[-3:] == ["TEAM", "TIER", "NAME"]
+    c10 = next(line for line in columns.stdout.splitlines() if line.startswith("c10 "))
+    assert c10.split()[-3:] == ["t3", "db", "<none>"]  # as every empty cell of our tables
+    refused = cli("get", "volumes", "--show-labels")
+    assert refused.returncode == 2 and "have no labels" in refused.stderr
+
+
+def test_several_names_in_get_and_describe(cli: Cli, cells: Path) -> None:
+    assert names(cli, "cells", "c2", "c1") == ["cell/c2", "cell/c1"]  # the order given
+    partly = cli("get", "cells", "c1", "nope")
+    assert partly.returncode == 1
+    assert partly.stdout.splitlines()[1].split()[0] == "c1"
+    assert 'cell "nope" not found' in partly.stderr
+    listing = json.loads(cli("get", "cells", "c1", "c2", "-o", "json").stdout)
+    assert listing["kind"] == "List" and len(listing["items"]) == 2
+    described = cli("describe", "cell", "c1", "c2")
+    assert described.returncode == 0, described.stderr
+    assert "c1" in described.stdout and "c2" in described.stdout
+    by_label = cli("describe", "cells", "-l", "team=t3")
+    assert by_label.returncode == 0 and "c10" in by_label.stdout and "c2" not in by_label.stdout
+    missing = cli("describe", "cell", "c1", "nope")
+    assert missing.returncode == 1 and 'cell "nope" not found' in missing.stderr
+    assert "c1" in missing.stdout
+
+
+def test_delete_several_names_and_by_selector(cli: Cli, cells: Path) -> None:
+    both = cli("delete", "cell", "c1", "c2")
+    assert both.returncode == 0, both.stderr
+    assert both.stdout.split("\n")[:2] == ["cell/c1 deleted", "cell/c2 deleted"]
+    by_label = cli("delete", "cells", "-l", "tier=db")
+    assert by_label.returncode == 0, by_label.stderr
+    assert by_label.stdout.strip() == "cell/c10 deleted"
+    assert names(cli, "cells") == ["cell/plain"]
+    none = cli("delete", "cells", "-l", "team in (t9)")
+    assert none.returncode == 0 and "No resources found" in none.stderr
+    bad = cli("delete", "cells", "-l", "team in (")
+    assert bad.returncode == 2 and names(cli, "cells") == ["cell/plain"]
+    partly = cli("delete", "cell", "plain", "nope")
+    assert partly.returncode == 1 and "cell/nope not found" in partly.stdout
+    assert names(cli, "cells") == []
+
+
+def test_wait_by_selector(cli: Cli, cells: Path) -> None:
+    ready = cli("wait", "cells", "-l", "team in (t1,t2)", "--for", "condition=Ready",
+                "--timeout", "30s")
+    assert ready.returncode == 0, ready.stderr
+    assert ready.stdout.splitlines() == ["cell/c1 condition met (Ready=True)",
+                                         "cell/c2 condition met (Ready=True)"]
+    nothing = cli("wait", "cells", "-l", "team=t9", "--timeout", "1s")
+    assert nothing.returncode == 1 and "no matching resources found" in nothing.stderr
+
+
+def test_apply_prune_with_selector_prunes_only_matching(cli: Cli, cells: Path) -> None:
+    for name in ("c1", "c2"):
+        (cells / f"{name}.yaml").unlink()
+    result = cli("apply", "-f", str(cells), "--prune", "-l", "team=t1")
+    assert result.returncode == 0, result.stderr
+    assert "cell/c1 pruned" in result.stdout and "c2" not in result.stdout
+    assert names(cli, "cells") == ["cell/c10", "cell/c2", "cell/plain"]
+    without = cli("apply", "-f", str(cells), "-l", "team=t1")
+    assert without.returncode == 2 and "with --prune" in without.stderr
+
+
+def test_field_selector(cli: Cli, cells: Path) -> None:
+    assert names(cli, "cells", "--field-selector", "status.phase=Running") == [
+        "cell/c1", "cell/c2", "cell/plain"]
+    assert names(cli, "cells", "--field-selector",
+                 "status.phase!=Running,spec.backend=fake") == ["cell/c10"]
+    assert names(cli, "cells", "--field-selector", "metadata.name==c2",
+                 "-l", "team") == ["cell/c2"]
+    refused = cli("get", "cells", "--field-selector", "spec.image=busybox")
+    assert refused.returncode == 2
+    assert "supported: metadata.id, metadata.name, spec.backend, spec.state, status.phase" \
+        in refused.stderr

@@ -340,3 +340,32 @@ def test_snapshot_create_with_a_ttl_and_again_under_an_expired_name(
     again = cells.snapshot(state, "a", name="s1")
     assert [c.outcome for c in again.recorded.changes] == ["created"] and again.ok
     assert record(db, "Snapshot", "s1").phase == "Ready"
+
+
+def test_dry_run_and_diff_say_an_expired_snapshot_is_not_taken_again(
+        ctx: Context, db: Database, clock: Clock, tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    docs = tmp_path / "m.yaml"
+    docs.write_text("apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: a}\n"
+                    "spec: {backend: fake}\n---\napiVersion: devcell.dev/v1alpha1\n"
+                    "kind: Snapshot\nmetadata: {name: s1}\nspec: {cell: a, ttl: 1h}\n")
+
+    def devcell(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "devcell", *args], capture_output=True,
+                              text=True, cwd=REPO, env={"DEVCELL_HOME": str(db.state_dir),
+                                                        "PATH": "/usr/bin:/bin"})
+
+    assert devcell("apply", "-f", str(docs)).returncode == 0
+    clock.at = born(db, "Snapshot", "s1") + timedelta(hours=1)
+    converge_all(ctx, [])
+    assert stored.expired_named(db.conn, "s1") is not None
+    dry = devcell("apply", "-f", str(docs), "--dry-run")
+    assert dry.returncode == 0 and "snapshot/s1 expired (dry run)" in dry.stdout
+    diff = devcell("diff", "-f", str(docs))
+    assert (diff.returncode, diff.stdout) == (0, "")
+    listed = devcell("get", "snapshots")
+    assert listed.stdout.splitlines()[1].split()[:4] == ["s1", "a", "metadata", "Expired"]

@@ -188,11 +188,13 @@ def _inline(db: Database, keys: list[Key], names: Mapping[Key, str], *, trigger:
     # A settled cell's phase was just observed by its reconcile (or made so by its operation).
     observations.confirm(db.state_dir, [oid for kind, oid in report.settled if kind == "Cell"])
     results = [_result(db, names, key, Status.SETTLED) for key in report.settled]
+    pending: list[ObjectResult] = []
     for key, message in {**report.failed, **report.waiting}.items():
         status = Status.WAITING if key in report.waiting else Status.FAILED
-        results.append(_result(db, names, key, status, message))
+        unasked = key in report.due and key not in keys
+        (pending if unasked else results).append(_result(db, names, key, status, message))
     return Converged(tuple(results), waited=True, recovered=tuple(report.recovered),
-                     expired=_expired(db, report.settled))
+                     expired=_expired(db, report.settled), retention_pending=tuple(pending))
 
 
 def _expired(db: Database, keys: list[Key]) -> tuple[str, ...]:

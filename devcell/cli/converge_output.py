@@ -100,6 +100,10 @@ def exit_code(report: Report, shown: Changes | None = None) -> int:
           if converged.holder is not None else "")
     for o in converged.problems:
         sys.stderr.write(printable(f"error: {o.kind.lower()}/{o.name}: {o.message}{by}") + "\n")
+    for o in converged.retention_pending:
+        sys.stderr.write(printable(f"warning: {o.kind.lower()}/{o.name}: retention not applied "
+                                   f"yet ({o.message}); the next command or the daemon tries "
+                                   "again") + "\n")
     return 0 if report.ok else 1
 
 

@@ -236,9 +236,10 @@ def stamp(when: datetime) -> str:
 # -- what falls due ----------------------------------------------------------------------------
 
 def due_keys(conn: sqlite3.Connection, now: datetime) -> list[Key]:
-    """Objects with retention work due now: snapshots whose ttl ran out, cells holding more
-    scheduled snapshots than they retain. An inline converge reconciles them too."""
-    keys: list[Key] = []
+    """Objects with retention work due now: snapshots whose ttl ran out (or whose recorded
+    expiry is not finished), cells holding more scheduled snapshots than they retain. An
+    inline converge reconciles them too."""
+    keys: list[Key] = [("Snapshot", i) for i in stored.expiring(conn)]
     for c in stored.candidates(conn):
         if c.ttl and now >= parse_time(c.created_at) + timedelta(
                 seconds=quantities.duration_seconds(c.ttl)):

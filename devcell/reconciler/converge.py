@@ -43,6 +43,8 @@ class Report:
     operations: list[str] = field(default_factory=list)
     recovered: list[str] = field(default_factory=list)
     """Operations found interrupted by a dead process (marked Failed, not replayed)."""
+    due: set[Key] = field(default_factory=set)
+    """Keys this converge took up because retention had work due (not asked for)."""
 
     @property
     def ok(self) -> bool:
@@ -241,6 +243,7 @@ def _due(ctx: Context, pending: list[Key], seen: dict[Key, int], report: Report)
     out = [k for k in retention.due_keys(ctx.db.conn, ctx.clock())
            if k not in pending and k not in report.failed and seen.get(k, -1) < ran]
     seen.update((k, ran) for k in out)
+    report.due.update(out)
     return out
 
 

@@ -49,6 +49,15 @@ def candidates(conn: sqlite3.Connection) -> list[Candidate]:
     return [Candidate(r[0], r[1], r[2], r[3], r[4], r[5], r[6] is not None) for r in rows]
 
 
+def expiring(conn: sqlite3.Connection) -> list[str]:
+    """Ids of snapshots whose expiry was recorded but whose deletion is not done (its delete
+    failed or was interrupted): retention work still due."""
+    return [r[0] for r in conn.execute(
+        "SELECT id FROM snapshots WHERE deleted_at IS NULL AND deleting_at IS NOT NULL AND "
+        "instr(status, '\"expired\"') AND json_extract(status, '$.expired') IS NOT NULL "
+        "ORDER BY rowid")]
+
+
 def scheduled(conn: sqlite3.Connection, cell_id: str) -> list[objects.ObjectRecord]:
     """The live snapshots the cell's schedule took (or is taking), newest slot first."""
     rows = conn.execute(

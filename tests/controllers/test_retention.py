@@ -369,3 +369,33 @@ def test_dry_run_and_diff_say_an_expired_snapshot_is_not_taken_again(
     assert (diff.returncode, diff.stdout) == (0, "")
     listed = devcell("get", "snapshots")
     assert listed.stdout.splitlines()[1].split()[:4] == ["s1", "a", "metadata", "Expired"]
+
+
+def test_an_expiry_the_backend_cannot_finish_is_not_the_commands_failure(
+        db: Database, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`apply` of something else still succeeds; the expiry is said, and finished later."""
+    import time
+
+    from devcell.api import apply as api
+
+    state = db.state_dir
+    (tmp_path / "a.yaml").write_text(
+        "apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: a}\nspec: {backend: fake}\n"
+        "---\napiVersion: devcell.dev/v1alpha1\nkind: Snapshot\nmetadata: {name: s1}\n"
+        "spec: {cell: a, ttl: 1s}\n")
+    (tmp_path / "b.yaml").write_text(
+        "apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: b}\nspec: {backend: fake}\n")
+    assert api.apply(state, [str(tmp_path / "a.yaml")]).ok
+    snap = record(db, "Snapshot", "s1")
+    time.sleep(max(0.0, (born(db, "Snapshot", "s1") + timedelta(seconds=1.05)
+                         - datetime.now(retention.UTC)).total_seconds()))
+    monkeypatch.setenv("DEVCELL_FAKE_FAIL", "delete_checkpoint")
+    report = api.apply(state, [str(tmp_path / "b.yaml")])
+    assert report.ok, report.converged.problems
+    (pending,) = report.converged.retention_pending
+    assert (pending.kind, pending.name) == ("Snapshot", "s1") and pending.message
+    assert record(db, "Snapshot", snap.id).deleting_at is not None  # expiry recorded
+    monkeypatch.delenv("DEVCELL_FAKE_FAIL")
+    again = api.apply(state, [str(tmp_path / "b.yaml")])
+    assert again.ok and again.converged.expired == ("s1",)
+    assert record(db, "Snapshot", snap.id).phase == objects.Phase.EXPIRED

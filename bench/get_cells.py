@@ -3,9 +3,11 @@
 
 The 10,000 cells are applied in one `devcell apply -f DIR` first, which is timed too (bulk
 apply, whole process). Target: `get cells` median <= 100 ms. Also timed: `get cells -l
-team=team-3` (an equality selector, which every build understands) and `-l 'team in
+team=team-3` (an equality selector, which every build understands), `-l 'team in
 (team-1,team-2),!gpu'` (set-based; a build before issue 13 misread it, so it is only timed for
-the build under test). With --compare-devcell the other build is timed in the same round-robin.
+the build under test) and a TAB press of shell completion over the same state (`devcell
+__complete`, build under test only). With --compare-devcell the other build is timed in the
+same round-robin.
 Run by hand: .venv/bin/python bench/get_cells.py [--runs 15] [--profile]
     [--compare-devcell /work/main/.venv/bin/devcell --compare-label main]
 """
@@ -24,6 +26,8 @@ TARGET_S = 0.100
 def main() -> int:
     p = c.base_parser(__doc__.split("\n\n")[0], runs=15)
     p.add_argument("--cells", type=int, default=10000, help="cells to record (default 10000)")
+    p.add_argument("--no-completion", dest="completion", action="store_false",
+                   help="do not time `devcell __complete` (a build without shell completion)")
     p.add_argument("--bulk-runs", type=int, default=1,
                    help="times to run the bulk apply, each into a fresh state dir (default 1)")
     args = p.parse_args()
@@ -63,12 +67,14 @@ def main() -> int:
             sys.exit(f"`get cells` printed {rows} rows, expected {args.cells}")
 
         empty_env = c.env_for(work / "empty-state")
+        builds = c.builds(args)
         label_pass = "python -c pass (floor)"
+        label_tab = f"devcell __complete bash -- get cells cell-0000 (TAB){builds[0].tag}"
         subjects = []
-        for build in c.builds(args):
-            label_get = f"devcell get cells ({args.cells} rows){build.tag}"
+        for build in builds:
             subjects += [
-                c.Subject(label_get, [build.devcell, "get", "cells"], c.fixed(env)),
+                c.Subject(f"devcell get cells ({args.cells} rows){build.tag}",
+                          [build.devcell, "get", "cells"], c.fixed(env)),
                 c.Subject(f"get cells -l team=team-3{build.tag}",
                           [build.devcell, "get", "cells", "-l", "team=team-3"], c.fixed(env)),
                 c.Subject(f"devcell get cells (no state: CLI start-up){build.tag}",
@@ -77,6 +83,10 @@ def main() -> int:
         subjects.append(c.Subject("get cells -l 'team in (team-1,team-2),!gpu'",
                                   [args.devcell, "get", "cells", "-l",
                                    "team in (team-1,team-2),!gpu"], c.fixed(env)))
+        if args.completion:
+            # A TAB press, on the build under test only (a build before completion has none).
+            subjects.append(c.Subject(label_tab, [builds[0].devcell, "__complete", "bash", "--",
+                                                  "get", "cells", "cell-0000"], c.fixed(env)))
         subjects.append(c.Subject(label_pass, [args.python, "-c", "pass"], c.fixed(env)))
         samples = c.time_interleaved(subjects, args.runs, args.warmup,
                                      alternate=bool(args.compare_devcell))

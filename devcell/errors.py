@@ -175,16 +175,46 @@ class BackendNotFound(BackendError):
 
 
 class ImageNotFound(BackendNotFound):
-    """The cell's image is not on the engine, and DevCell never pulls.
+    """The cell's image is not on the engine and DevCell may not pull it
+    (`spec.imagePullPolicy: Never`), or it vanished between the pull and the create.
 
-    Permanent: no amount of waiting makes an image appear. The fix is a user's act, named in
-    the message (`devcell image build-base`, `docker load`, or a spec naming another image);
-    a re-apply or the daemon's resync then tries again. Retrying meanwhile would only hold an
-    inline apply until its timeout instead of failing at once with that fix.
+    Permanent: with pulls forbidden, no amount of waiting makes an image appear. The fix is a
+    user's act, named in the message (`devcell image build-base`, `docker load`, another
+    pull policy or image); a re-apply or the daemon's resync then tries again.
     """
 
     reason = "ImageNotFound"
     permanent = True
+
+
+class ImagePullFailed(BackendError):
+    """The engine could not pull the cell's image from its registry.
+
+    `cause` says why, in one of PULL_CAUSES: the image or tag does not exist (`not-found`),
+    the registry refused the credentials or asked for some (`unauthorized`), the registry
+    could not be reached (`unreachable`), or anything else the engine said (`failed`). The
+    message names the fix for each.
+
+    Temporary, as Kubernetes' ImagePullBackOff is: an image gets pushed, a login is done, a
+    registry comes back, all without any change to the cell; the daemon retries with backoff
+    and an inline apply reports the failure at once.
+    """
+
+    reason = "ImagePullFailed"
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_pull_failed, (str(self), self.cause))
+
+
+PULL_CAUSES = ("not-found", "unauthorized", "unreachable", "failed")
+
+
+def _rebuild_pull_failed(message: str, cause: str) -> ImagePullFailed:
+    return ImagePullFailed(message, cause=cause)
 
 
 class BackendConflict(BackendError):
@@ -313,3 +343,8 @@ class StorageError(DevCellError):
 def _rebuild_storage_error(cls: type[StorageError], code: str, path: str, reason: str
                            ) -> StorageError:
     return cls(code=code, path=path, reason=reason)
+
+
+class FieldNotFound(DevCellError):
+    """`devcell explain` was asked for a field its kind's schema does not have (kubectl:
+    `field "x" does not exist`); the message names the path and the fields there are."""

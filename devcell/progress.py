@@ -20,8 +20,9 @@ Advance = Callable[[int], None]
 
 
 class Reporter(Protocol):
-    def begin(self, description: str, total: int) -> Any:
-        """Start a task of `total` bytes; returns a handle for advance/end."""
+    def begin(self, description: str, total: int, *, small: bool = False) -> Any:
+        """Start a task of `total` bytes; returns a handle for advance/end. `small`: show it
+        whatever its size (one of several parts shown together, e.g. an image's layers)."""
 
     def advance(self, handle: Any, amount: int) -> None: ...
 
@@ -57,13 +58,14 @@ def _ignore(amount: int) -> None:
 
 
 @contextmanager
-def track(description: str, total: int) -> Iterator[Advance]:
-    """A task of `total` bytes; call the yielded function with each amount done."""
+def track(description: str, total: int, *, small: bool = False) -> Iterator[Advance]:
+    """A task of `total` bytes; call the yielded function with each amount done. `small`:
+    drawn whatever its size (see Reporter.begin)."""
     reporter = _reporter
     if reporter is None:
         yield _ignore
         return
-    handle = reporter.begin(description, total)
+    handle = reporter.begin(description, total, small=small)
     try:
         yield lambda amount: reporter.advance(handle, amount)
     finally:
@@ -80,8 +82,8 @@ class TerminalBars:
         self._progress: Any = None
         self._active = 0
 
-    def begin(self, description: str, total: int) -> Any:
-        if total < self.min_bytes:
+    def begin(self, description: str, total: int, *, small: bool = False) -> Any:
+        if total < self.min_bytes and not small:
             return None
         with self._lock:
             if self._progress is None:

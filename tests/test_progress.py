@@ -19,7 +19,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.tasks: dict[int, dict[str, Any]] = {}
 
-    def begin(self, description: str, total: int) -> int:
+    def begin(self, description: str, total: int, *, small: bool = False) -> int:
         with self.lock:
             handle = len(self.tasks)
             self.tasks[handle] = {"description": description, "total": total, "done": 0,

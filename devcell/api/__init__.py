@@ -24,6 +24,7 @@ errors (devcell.errors). What the caller shows while a call runs goes through `H
 
 Modules: `reports` (what a call returns), `converging` (inline or through the daemon, for
 every verb), `apply` (apply, delete), `cells` (snapshot, fork, sleep, start), `ops`
-(resume and cancel a suspended operation), `transfer` (snapshot export and import).
-Nothing here is imported by `devcell get`.
+(resume and cancel a suspended operation), `transfer` (snapshot export and import), `gc`,
+`capacity` (what `get -o wide` measures) and `df` (`devcell df`'s rows, a list of sources).
+Nothing here is imported by `devcell get`, except `capacity` for `-o wide`.
 """

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from devcell.errors import BackendUnavailable, UnknownBackend
 
 if TYPE_CHECKING:
-    from devcell.backends.base import Backend, Capabilities, Observed
+    from devcell.backends.base import Accounting, Backend, Capabilities, Observed
 
 REGISTRY: dict[str, str] = {
     "fake": "devcell.backends.fake:FakeBackend",
@@ -21,6 +21,12 @@ OBSERVERS: dict[str, str] = {
 }
 """Each backend's `observe_all(state_dir)` (base.ObserveAll): its runtimes in one call,
 importable without the backend's SDK (commands observe before they act, on the fast path)."""
+MEASURERS: dict[str, str] = {
+    "container": "devcell.backends.container_capacity:ContainerAccounting",
+}
+"""Each backend's Accounting (base.py) that keeps files or runtimes to measure, importable
+without the backend's SDK and usable with its engine down (what lies on disk is measured
+from the disk). A backend missing here keeps nothing to measure (the fake)."""
 PLANNED = {"vm": "microVMs"}
 
 
@@ -64,6 +70,17 @@ def load(name: str, state_dir: Path) -> Backend:
     """An instance of backend `name` bound to `state_dir`."""
     backend: Backend = _class(name)(state_dir=state_dir)
     return backend
+
+
+def accounting(name: str, state_dir: Path) -> Accounting | None:
+    """What measures backend `name`'s holdings in `state_dir`, or None when it keeps none."""
+    target = MEASURERS.get(name)
+    if target is None:
+        return None
+    module_name, _, class_name = target.partition(":")
+    made: Accounting = getattr(importlib.import_module(module_name), class_name)(
+        state_dir=state_dir)
+    return made
 
 
 def observe_all(name: str, state_dir: Path) -> dict[str, Observed]:

@@ -34,6 +34,9 @@ class Capabilities:
     snapshot_consistency: Consistency = Consistency.METADATA
     parallel: int = 1
     """Reconciles worth running at once: >1 when calls wait on an engine rather than the CPU."""
+    pulls_images: bool = False
+    """The backend runs cells from registry images and pulls them (the Pulling protocol): the
+    cell controller plans a `pull-image` step by spec.imagePullPolicy."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,35 @@ class MachineState(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class ImageState:
+    """What the engine holds of an image reference, and (when asked) what its registry serves.
+
+    `current` is None when the registry was not asked (or could not answer: `check_error`
+    says why), else whether the local image is the one the registry serves under that
+    reference now (its digest is among the local image's repository digests).
+    """
+
+    present: bool
+    image_id: str | None = None
+    remote_digest: str | None = None
+    current: bool | None = None
+    check_error: str | None = None
+
+
+@runtime_checkable
+class Pulling(Protocol):
+    """What a backend with Capabilities.pulls_images also does: say what it holds of an image
+    and pull one with the engine's credentials (the steps the cell controller plans)."""
+
+    def image_state(self, image: str, *, check_registry: bool) -> ImageState: ...
+
+    def pull_image(self, cell: CellRef, image: str) -> Outputs:
+        """Pull `image`, recording that DevCell pulled it (for `devcell image ls|prune`);
+        ImagePullFailed with its cause when the engine cannot."""
+        ...
+
+
 @runtime_checkable
 class Measuring(Protocol):
     """What a backend that keeps files also does: say how many bytes removing one of its
@@ -130,6 +162,95 @@ class Measuring(Protocol):
     checkpoint is freed only with its last link). `devcell gc` reports it."""
 
     def exclusive_bytes(self, kind: OwnedKind, resource_id: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Bytes of a tree, each inode once (as `du`): apparent size and blocks allocated."""
+
+    logical: int = 0
+    disk: int = 0
+    files: int = 0
+
+
+@dataclass(frozen=True)
+class WorkspaceUsage:
+    """A volume as the filesystem has it now (Accounting.workspace_usage)."""
+
+    volume_id: str
+    workspace: Usage
+    """The workspace as the cell sees it (a fork's includes its snapshot's files)."""
+    own_disk: int
+    """Bytes on disk the volume holds itself (a fork: its upper layer; logs included):
+    what deleting it frees."""
+    logs_disk: int
+    changed_files: int
+    changed_bytes: int
+    """New or changed since `since`: what the next checkpoint would copy, not link."""
+    since: str | None
+    """The checkpoint compared with (None: never checkpointed, everything counts)."""
+    fork_of: str | None = None
+    """The checkpoint an overlay fork stands on (its own writes are then `own_disk`)."""
+
+
+@dataclass(frozen=True)
+class CheckpointUsage:
+    checkpoint_id: str
+    cell_id: str
+    usage: Usage
+    unique: int
+    """What deleting it would free: inodes all of whose links lie in it; 0 while a live fork
+    stands on it (it cannot be deleted before the fork)."""
+    forks: tuple[str, ...] = ()
+    """Volumes whose overlay stands on it."""
+
+
+@dataclass(frozen=True)
+class CheckpointsUsage:
+    items: tuple[CheckpointUsage, ...]
+    total: Usage
+    """All of them, each inode once however many checkpoints link it."""
+    freed_together: int
+    """What deleting every one no fork stands on would free, shared inodes included."""
+
+
+@dataclass(frozen=True)
+class RuntimeUsage:
+    """A cell's runtime as its engine and cgroup report it now."""
+
+    running: bool
+    memory_bytes: int | None = None
+    cpu_seconds: float | None = None
+    """CPU time used since the runtime started."""
+    cgroup: str | None = None
+    """v1 or v2: the hierarchy read."""
+    writable_bytes: int | None = None
+    """The runtime's own writable layer (the engine's SizeRw), when asked for."""
+
+
+@runtime_checkable
+class Accounting(Protocol):
+    """How a backend that keeps files or runtimes measures them, from the filesystem and the
+    engine, never from what the database recorded (`backends.accounting(name, state_dir)`).
+    `devcell get -o wide` and `devcell df` ask; nothing is measured otherwise."""
+
+    def workspace_usage(self, volume_id: str) -> WorkspaceUsage | None:
+        """None when the backend holds no such volume."""
+        ...
+
+    def checkpoints_usage(self, checkpoint_ids: list[str] | None = None) -> CheckpointsUsage:
+        """The given checkpoints (all of them with None), measured together."""
+        ...
+
+    def runtimes_usage(self, *, sizes: bool = False) -> dict[str, RuntimeUsage]:
+        """Every runtime of this state directory, by cell id (sizes: with writable_bytes)."""
+        ...
+
+    def volumes(self) -> list[tuple[str, str]]:
+        """(volume id, owning cell id) of every volume it holds."""
+        ...
+
+    def close(self) -> None: ...
 
 
 @runtime_checkable

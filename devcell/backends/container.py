@@ -40,7 +40,9 @@ from devcell.backends import (
     base_image,
     container_observe,
     container_spec,
+    images,
     proctree,
+    pull_progress,
     supervisor,
     treecopy,
     usage,
@@ -51,6 +53,7 @@ from devcell.backends.base import (
     CheckpointInfo,
     Consistency,
     Fill,
+    ImageState,
     Observed,
     Outputs,
     Owned,
@@ -156,9 +159,10 @@ def translate(exc: SdkError, action: str) -> BackendError:
     not be reached, or did not answer in time.
     """
     if isinstance(exc, docker.errors.ImageNotFound):
-        return ImageNotFound(f"{action}: ImageNotFound: {exc.explanation or exc}; DevCell pulls "
-                             "nothing: build the base image with `devcell image build-base` or "
-                             "load yours with `docker load`")
+        return ImageNotFound(f"{action}: ImageNotFound: {exc.explanation or exc}; pull it "
+                             "(spec.imagePullPolicy IfNotPresent or Always), build the base "
+                             "image with `devcell image build-base`, or load yours with "
+                             "`docker load`")
     if isinstance(exc, docker.errors.APIError):
         fallback = BackendNotFound if isinstance(exc, docker.errors.NotFound) else BackendError
         return _BY_STATUS.get(exc.status_code, fallback)(f"{action}: {exc.explanation or exc}")
@@ -176,6 +180,33 @@ def _engine(action: str) -> Iterator[None]:
         yield
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise translate(exc, action) from None
+
+
+def _explanation(exc: BaseException) -> str:
+    """The engine's own words for a failed request (its JSON `message`), else the SDK's."""
+    explained = getattr(exc, "explanation", None)
+    return str(explained or exc)
+
+
+def _status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _split_reference(image: str) -> tuple[str, str | None]:
+    """`repo[:tag][@digest]` as the pull API wants it: the repository, and the tag or digest
+    (None: the engine's default, latest)."""
+    if "@" in image:
+        repository, _, digest = image.partition("@")
+        return repository, digest
+    head, colon, tag = image.rpartition(":")
+    if colon and "/" not in tag:
+        return head, tag
+    return image, None
+
+
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 _BRIDGE_LOCK = threading.RLock()
@@ -230,7 +261,8 @@ class _Tail:
 class ContainerBackend:
     name = "container"
     capabilities = Capabilities(workspace_files=True, exec=True,
-                                snapshot_consistency=Consistency.FILESYSTEM, parallel=8)
+                                snapshot_consistency=Consistency.FILESYSTEM, parallel=8,
+                                pulls_images=True)
 
     def __init__(self, *, state_dir: Path) -> None:
         self.client = connect()
@@ -308,12 +340,12 @@ class ContainerBackend:
             return Observed(exists=False)
         return container_observe.observed(info, self.layout, cell.id)
 
-    def api_list(self) -> list[dict[str, Any]]:
+    def api_list(self, *, size: bool = False) -> list[dict[str, Any]]:
         """The engine's list of this state directory's containers (container_observe's one
         call, through the SDK for engine addresses only the SDK speaks)."""
         with _engine("listing DevCell's containers"):
-            listed: list[dict[str, Any]] = self.api.containers(all=True,
-                                                               filters=self._owned_filter())
+            listed: list[dict[str, Any]] = self.api.containers(
+                all=True, size=size, filters=self._owned_filter())
         return listed
 
     def owns(self, info: dict[str, Any]) -> bool:
@@ -987,6 +1019,102 @@ class ContainerBackend:
         except BackendNotFound:
             return False
         return True
+
+    def image_state(self, image: str, *, check_registry: bool) -> ImageState:
+        """What the engine holds under `image`; with `check_registry`, also the digest its
+        registry serves now (one manifest request, no download). A registry that cannot
+        answer leaves `current` None and says why in `check_error`."""
+        try:
+            with _engine(f"looking up image {image}"):
+                local = self.api.inspect_image(image)
+        except BackendNotFound:
+            local = None
+        state = ImageState(present=local is not None,
+                           image_id=str(local["Id"]) if local is not None else None)
+        if not check_registry:
+            return state
+        try:
+            self.api.reload_config()  # a `docker login` since this client was made counts
+            descriptor = self.api.inspect_distribution(image)["Descriptor"]
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            problem = images.pull_failed(image, _explanation(exc), _status(exc))
+            return ImageState(state.present, state.image_id, check_error=str(problem))
+        remote = str(descriptor.get("digest") or "")
+        digests = (local or {}).get("RepoDigests") or []
+        current = local is not None and any(str(d).endswith("@" + remote) for d in digests)
+        return ImageState(state.present, state.image_id, remote_digest=remote or None,
+                          current=current)
+
+    def pull_image(self, cell: CellRef, image: str) -> Outputs:
+        """Pull `image` through the engine with the client's credentials (DOCKER_CONFIG or
+        ~/.docker/config.json, credential helpers: the SDK's own lookup), one progress bar per
+        layer, and record it as pulled by DevCell."""
+        log = logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-")
+        repository, tag = _split_reference(image)
+        log.info("pulling image {}", image)
+        started = time.monotonic()
+        digest = None
+        before = self.image_info(image)
+        try:
+            self.api.reload_config()
+            with pull_progress.LayerBars(image) as bars:
+                for event in self.api.pull(repository, tag=tag, stream=True, decode=True):
+                    if "error" in event or "errorDetail" in event:
+                        detail = event.get("errorDetail") or {}
+                        raise images.pull_failed(image, str(detail.get("message")
+                                                            or event.get("error")), None)
+                    status = str(event.get("status") or "")
+                    if status.startswith("Digest: "):
+                        digest = status[len("Digest: "):].strip()
+                    bars.feed(event)
+            with _engine(f"looking up image {image}"):
+                info = self.api.inspect_image(image)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            if isinstance(exc, requests.exceptions.ConnectionError):
+                raise _unreachable(exc) from None
+            raise images.pull_failed(image, _explanation(exc), _status(exc)) from None
+        image_id = str(info["Id"])
+        record = images.PullRecord(self.layout.state_dir)
+        fetched = before is None or str(before["Id"]) != image_id
+        if fetched or image in record.load():
+            # An image already on the engine that this pull left as it was (`Always` of an
+            # image someone else pulled) is theirs: never recorded, so never pruned.
+            record.add(images.PulledImage(image=image, id=image_id, digest=digest,
+                                          pulledAt=_utc_now(), cells=[cell.name]))
+        seconds = time.monotonic() - started
+        log.info("pulled image {} ({}, {:.1f} s, {} bytes downloaded)", image, image_id[:19],
+                 seconds, bars.downloaded)
+        return {"image": image, "id": image_id, "digest": digest, "changed": fetched,
+                "downloaded": bars.downloaded, "size": int(info.get("Size") or 0)}
+
+    def image_info(self, image: str) -> dict[str, Any] | None:
+        """The engine's inspection of `image` (id, size, tags), or None when it has none."""
+        try:
+            with _engine(f"looking up image {image}"):
+                info: dict[str, Any] = self.api.inspect_image(image)
+        except BackendNotFound:
+            return None
+        return info
+
+    def labelled_images(self) -> list[dict[str, Any]]:
+        """Images carrying DevCell's labels for this state directory (what its builds make),
+        as the engine lists them (Id, RepoTags, Size, Created)."""
+        with _engine("listing DevCell's images"):
+            listed: list[dict[str, Any]] = self.api.images(filters=self._owned_filter())
+        return [i for i in listed if self._is_owned(i)]
+
+    def containers_using(self, image_id: str) -> list[str]:
+        """Names of every container on the engine (anyone's) made from image `image_id`."""
+        with _engine(f"listing the containers of image {image_id[:19]}"):
+            listed = self.api.containers(all=True, filters={"ancestor": image_id})
+        return [(c.get("Names") or ["?"])[0].lstrip("/") for c in listed
+                if c.get("ImageID") == image_id]
+
+    def untag_image(self, image: str) -> None:
+        """Remove the engine's tag `image` (never by force: the engine refuses while any
+        container uses it); the image's data goes with its last tag."""
+        with _engine(f"removing image {image}"):
+            self.api.remove_image(image, force=False, noprune=False)
 
     def build_base_image(self, *, force: bool = False) -> str:
         """Import `devcell/busybox:latest` from the host's busybox-static; its image id."""

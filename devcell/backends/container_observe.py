@@ -14,6 +14,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import socket
 import urllib.parse
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 from devcell.backends.base import Observed
 from devcell.backends.container_layout import Layout, is_safe_id, state_hash
 from devcell.backends.container_spec import CELL_ID, MANAGED, RUNTIME_HASH, STATE
-from devcell.errors import BackendError, BackendUnavailable
+from devcell.errors import BackendError, BackendNotFound, BackendUnavailable
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 QUIESCED = "quiesced"
@@ -65,15 +66,46 @@ def _connection(address: str) -> http.client.HTTPConnection | None:
     return None
 
 
-def list_containers(state_dir: Path) -> list[dict[str, Any]]:
-    """The engine's list of this state directory's containers (running or not)."""
+def list_containers(state_dir: Path, *, size: bool = False) -> list[dict[str, Any]]:
+    """The engine's list of this state directory's containers (running or not); `size`:
+    with each one's writable layer (SizeRw; the engine computes it, slower)."""
     filters = json.dumps({"label": [f"{MANAGED}=true", f"{STATE}={state_hash(state_dir)}"]})
+    query = "all=1" + ("&size=1" if size else "") + "&filters=" + urllib.parse.quote(filters)
+    listed = _get(f"/containers/json?{query}", "listing DevCell's containers")
+    if listed is None:
+        return _list_with_sdk(state_dir, size=size)
+    assert isinstance(listed, list)
+    return listed
+
+
+def inspect(state_dir: Path, container_id: str) -> dict[str, Any]:
+    """The engine's inspection of one container (BackendNotFound when it is gone)."""
+    if not re.fullmatch(r"[0-9a-f]{12,64}", container_id):
+        raise BackendError(f"not a container id: {container_id!r}")
+    found = _get(f"/containers/{container_id}/json", "inspecting a container")
+    if found is None:
+        from devcell.backends import container
+
+        backend = container.ContainerBackend(state_dir=state_dir)
+        try:
+            with container._engine("inspecting a container"):
+                details: dict[str, Any] = backend.api.inspect_container(container_id)
+            return details
+        finally:
+            backend.close()
+    assert isinstance(found, dict)
+    return found
+
+
+def _get(path: str, action: str) -> Any:
+    """GET `path` from the engine and decode its JSON; None for an engine address only the
+    SDK speaks (the caller asks through the SDK)."""
     address = engine_address()
     conn = _connection(address)
     if conn is None:
-        return _list_with_sdk(state_dir)
+        return None
     try:
-        conn.request("GET", "/containers/json?all=1&filters=" + urllib.parse.quote(filters))
+        conn.request("GET", path)
         response = conn.getresponse()
         body = response.read()
     except (OSError, http.client.HTTPException) as exc:
@@ -82,19 +114,52 @@ def list_containers(state_dir: Path) -> list[dict[str, Any]]:
             f"({_reason(exc)}); {HOW_TO_START}") from None
     finally:
         conn.close()
+    if response.status == 404:
+        raise BackendNotFound(f"{action}: the engine has no such container")
     if response.status != 200:
-        raise BackendError(f"listing DevCell's containers: the engine answered "
+        raise BackendError(f"{action}: the engine answered "
                            f"{response.status} {body[:200].decode(errors='replace')}")
-    listed: list[dict[str, Any]] = json.loads(body)
-    return listed
+    return json.loads(body)
 
 
-def _list_with_sdk(state_dir: Path) -> list[dict[str, Any]]:
+def engine_version(timeout: float = 3.0) -> dict[str, Any]:
+    """The engine's `GET /version` (Version, ApiVersion, Os...), or BackendUnavailable saying
+    why it cannot be reached: what `devcell version` reports for the container backend."""
+    address = engine_address()
+    conn = _connection(address)
+    if conn is None:
+        raise BackendUnavailable(f"the engine at {address} is not one this check can ask "
+                                 "(ssh:// or TLS: only the docker SDK speaks it)")
+    conn.timeout = timeout
+    try:
+        conn.request("GET", "/version")
+        response = conn.getresponse()
+        body = response.read(1 << 20)
+    except (OSError, http.client.HTTPException) as exc:
+        raise BackendUnavailable(
+            f"cannot reach the Docker engine at {address} ({_reason(exc)}); {HOW_TO_START}"
+        ) from None
+    finally:
+        conn.close()
+    if response.status != 200:
+        raise BackendUnavailable(f"the engine at {address} answered {response.status} to "
+                                 f"GET /version")
+    try:
+        found = json.loads(body)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        raise BackendUnavailable(f"the engine at {address} answered GET /version with "
+                                 "something that is not a JSON object")
+    return found
+
+
+def _list_with_sdk(state_dir: Path, *, size: bool = False) -> list[dict[str, Any]]:
     from devcell.backends import container
 
     backend = container.ContainerBackend(state_dir=state_dir)
     try:
-        return [c for c in backend.api_list() if backend.owns(c)]
+        return [c for c in backend.api_list(size=size) if backend.owns(c)]
     finally:
         backend.close()
 
@@ -123,7 +188,7 @@ def observed(info: dict[str, Any], layout: Layout, cell_id: str) -> Observed:
         exists=True, running=state in RUNNING_STATES, frozen=state == "paused" or quiesced,
         runtime_hash=(info.get("Labels") or {}).get(RUNTIME_HASH),
         detail={"state": state, "container": (info.get("Names") or ["?"])[0].lstrip("/"),
-                "id": str(info.get("Id", ""))[:12]},
+                "id": str(info.get("Id", ""))[:12], "image_id": str(info.get("ImageID") or "")},
     )
 
 

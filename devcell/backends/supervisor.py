@@ -2,8 +2,11 @@
 
 It starts every service of `spec.services` in its own restart loop (Always, OnFailure, Never;
 backoff 1 s doubling to 30 s, reset after a run of 30 s or more), appends each service's output
-to `/var/log/devcell/<service>.log`, and on SIGTERM stops every service and exits. The image
-needs only a POSIX shell with `sleep` and `date` (busybox has them).
+to `/var/log/devcell/<service>.log`, and on SIGTERM stops every service and exits. Each line
+is written as `TIMESTAMP SP TEXT` (RFC 3339, UTC, to the second: what `devcell logs
+--timestamps/--since` read, cli/log_lines.py), by awk's strftime; the supervisor's own notes
+too, as `TIMESTAMP [devcell] starting web`. The image needs only a POSIX shell with `sleep`
+and `date` (busybox has them); without an awk that has strftime, lines go unstamped.
 
 Secret environment values are never written into the script or the container's configuration
 (`docker inspect` shows neither): they go to a separate file, mode 0600, in the same read-only
@@ -32,14 +35,42 @@ _HEAD = """#!/bin/sh
 if [ "${{1:-}}" = "--exec" ]; then shift; exec "$@"; fi
 LOGS={logs}
 mkdir -p "$LOGS"
-note() {{ echo "[devcell $(date -u +%Y-%m-%dT%H:%M:%SZ)] $*"; }}
+note() {{ echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) [devcell] $*"; }}
+if TZ=UTC0 awk 'BEGIN {{ print strftime("%Y") }}' </dev/null >/dev/null 2>&1; then
+    stamp() {{ TZ=UTC0 exec awk '{{ print strftime("%Y-%m-%dT%H:%M:%SZ") " " $0; fflush() }}'; }}
+else
+    stamp() {{ exec cat; }}
+fi
+run() {{
+    # The service writes into a FIFO that stamp drains into the log. The status is the
+    # service's own, known when it exits even if children it left behind still hold the
+    # FIFO open (stamp goes on logging them); stamp gets up to a second to write the last
+    # lines first, so the exit note normally follows them.
+    log=$1
+    shift
+    fifo=$(mktemp -u /tmp/devcell-log.XXXXXX) && mkfifo -m 600 "$fifo" || {{
+        "$@" </dev/null >>"$log" 2>&1
+        return
+    }}
+    stamp <"$fifo" >>"$log" &
+    reader=$!
+    "$@" </dev/null >"$fifo" 2>&1
+    rc=$?
+    rm -f "$fifo"
+    tries=10
+    while [ "$tries" -gt 0 ] && kill -0 "$reader" 2>/dev/null; do
+        sleep 0.1 2>/dev/null || sleep 1
+        tries=$((tries - 1))
+    done
+    return "$rc"
+}}
 supervise() {{
     name=$1 policy=$2 delay=1
     shift 2
     while :; do
         began=$(date +%s)
         note "starting $name" >>"$LOGS/$name.log"
-        "$@" </dev/null >>"$LOGS/$name.log" 2>&1
+        run "$LOGS/$name.log" "$@"
         rc=$?
         note "$name exited with status $rc" >>"$LOGS/$name.log"
         case $policy in

@@ -33,7 +33,10 @@ def run_snapshot_list(args: argparse.Namespace) -> int:
             return 0
         from devcell.cli import render
 
-        render.table(*cmd_get._table("snapshots", rows, wide=args.output == "wide"))
+        wide = args.output == "wide"
+        if wide:
+            rows = cmd_get._measured(db, "snapshots", rows)
+        render.table(*cmd_get._table("snapshots", rows, wide=wide))
         return 0
     args.kind, args.names, args.selector, args.field_selector = "snapshots", [], None, None
     args.sort_by, args.no_headers, args.show_labels, args.label_columns = None, False, False, None

@@ -1,4 +1,5 @@
-"""`devcell exec [-i] [-t] CELL -- CMD...` and `devcell logs CELL [SERVICE] [-f]`."""
+"""`devcell exec [-i] [-t] CELL -- CMD...` and `devcell logs CELL [SERVICE] [-f] [--tail N]
+[--since D] [--timestamps]`."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from types import FrameType
 from devcell import backends, names, safeio
 from devcell.backends.base import CellRef
 from devcell.backends.interactive import Interactive, Terminal, interactive
-from devcell.cli import logs
+from devcell.cli import log_lines, logs
 from devcell.errors import NotFound, UsageError
 from devcell.store import objects, volumes
 from devcell.store.db import open_database
@@ -126,8 +127,11 @@ class _Tail:
     PUMP_ROUNDS = 16
     LINE_MAX = 1 << 20
 
-    def __init__(self, path: Path, prefix: bytes) -> None:
+    def __init__(self, path: Path, prefix: bytes, *, lines: log_lines.LineFilter | None = None,
+                 tail: int | None = None) -> None:
         self.path, self.prefix = path, prefix
+        self.lines = lines or log_lines.LineFilter(timestamps=True)  # as written
+        self.tail = tail
         self.fd: int | None = None
         self.refused = False
         self.partial = b""
@@ -143,7 +147,14 @@ class _Tail:
             return False
         stack.callback(os.close, fd)
         size = os.fstat(fd).st_size
-        if size > self.INITIAL_MAX:
+        if self.tail is not None:
+            start = log_lines.tail_start(fd, size, self.tail, self.INITIAL_MAX)
+            os.lseek(fd, start, os.SEEK_SET)
+            if self.tail > 0 and start > 0 and size - start >= self.INITIAL_MAX:
+                sys.stderr.write(f"devcell: {names.printable(self.path.name)}: its last "
+                                 f"{self.tail} lines hold more than {self.INITIAL_MAX >> 20} "
+                                 "MiB; showing the lines of its last 8 MiB\n")
+        elif size > self.INITIAL_MAX:
             os.lseek(fd, size - self.INITIAL_MAX, os.SEEK_SET)
             sys.stderr.write(f"devcell: {names.printable(self.path.name)}: showing its last "
                              f"{self.INITIAL_MAX >> 20} MiB of {size} bytes\n")
@@ -170,8 +181,9 @@ class _Tail:
         if len(self.partial) > self.LINE_MAX:
             lines.append(self.partial)
             self.partial = b""
-        if lines:
-            sys.stdout.buffer.write(b"".join(self.prefix + _shown(line) for line in lines))
+        shown = [self.prefix + _shown(kept) for kept in map(self.lines, lines) if kept is not None]
+        if shown:
+            sys.stdout.buffer.write(b"".join(shown))
             sys.stdout.buffer.flush()
 
 
@@ -191,6 +203,11 @@ def _shown(line: bytes) -> bytes:
 
 
 def run_logs(args: argparse.Namespace) -> int:
+    try:
+        since = (None if args.since is None
+                 else log_lines.since_cutoff(args.since, time.time()))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     backend, ref = _open_cell(args, verb="showing its logs as last written")
     try:
         paths = backend.log_paths(ref)
@@ -203,7 +220,9 @@ def run_logs(args: argparse.Namespace) -> int:
         paths = {args.service: paths[args.service]}
     many = len(paths) > 1
     # Names found in the log directory are the cell's to choose: escaped before printing.
-    tails = [_Tail(path, f"[{names.printable(name)}] ".encode() if many else b"")
+    tails = [_Tail(path, f"[{names.printable(name)}] ".encode() if many else b"",
+                   lines=log_lines.LineFilter(timestamps=args.timestamps, since=since),
+                   tail=None if args.tail < 0 else args.tail)
              for name, path in paths.items()]
     try:  # Ctrl-C ends a follow normally, also while the backlog is still being printed
         with ExitStack() as stack:

@@ -7,19 +7,10 @@ import sys
 
 from devcell.api import gc
 from devcell.cli import converge_output as output
+from devcell.cli.render import size
 from devcell.controllers.gc import Verdict
 from devcell.names import printable
 from devcell.store import db as dbmod
-
-
-def size(n: int) -> str:
-    """Bytes as `docker system df` shows them: 0 B, 512 B, 4.0 KiB, 1.2 GiB."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError(n)
 
 
 def run_gc(args: argparse.Namespace) -> int:

@@ -50,10 +50,12 @@ def _rows(db: Database, kind: str, names: Sequence[str], selector: Selector | No
           wide: bool = False, labels: bool = False) -> list[dict[str, Any]]:
     conn = db.conn
     if kind == "cells":
-        return _with_observed(db, views.cells_table(conn, selector, names, wide=wide,
-                                                    labels=labels))
+        cells = _with_observed(db, views.cells_table(conn, selector, names, wide=wide,
+                                                     labels=labels))
+        return _measured(db, kind, cells) if wide else cells
     if kind == "snapshots":
-        return views.snapshots_table(conn, selector, names)
+        snaps = views.snapshots_table(conn, selector, names)
+        return _measured(db, kind, snaps) if wide else snaps
     if names:  # each name once, in the order given
         return [row for name in dict.fromkeys(names) for row in _other_rows(db, kind, name)]
     return _other_rows(db, kind, None)
@@ -76,6 +78,57 @@ def _other_rows(db: Database, kind: str, name: str | None) -> list[dict[str, Any
         row["running"] = holder is not None and holder.pid == row["pid"]
         return [row]
     return views.events_table(conn, name)
+
+
+def _measured(db: Database, kind: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with what their backends measure now (-o wide only: it walks workspaces and
+    checkpoints and reads cgroups); why a figure is missing goes to stderr."""
+    if not rows:
+        return rows
+    from devcell.api import capacity
+
+    problems = capacity.Problems()
+    if kind == "cells":
+        found: dict[str, Any] = capacity.cells(db, rows, problems)
+    else:
+        found = capacity.snapshots(db, rows, problems)
+    for r in rows:
+        r["usage"] = found.get(r["id"])
+    for problem in problems.messages:
+        sys.stderr.write(f"warning: {printable(problem)}\n")
+    return rows
+
+
+def _dirty(usage: Any) -> str | None:
+    """The DIRTY column: what changed since the workspace's last checkpoint."""
+    ws = usage.workspace if usage is not None else None
+    if ws is None:
+        return None
+    if ws.changed_files == 0:
+        return "no"
+    files = f"{ws.changed_files} file{'s' if ws.changed_files != 1 else ''}"
+    text = f"{render.size(ws.changed_bytes)} in {files}"
+    return text if ws.since is not None else f"{text} (never checkpointed)"
+
+
+def _cell_usage(usage: Any) -> list[str | None]:
+    """WORKSPACE, DISK, DIRTY, MEMORY, CPU of one cell (<none>: its backend keeps no files or
+    runtimes, or it has none now)."""
+    ws = usage.workspace if usage is not None else None
+    run = usage.runtime if usage is not None else None
+    return [None if ws is None else render.size(ws.workspace.logical),
+            None if ws is None else render.size(ws.own_disk), _dirty(usage),
+            None if run is None or run.memory_bytes is None else render.size(run.memory_bytes),
+            None if run is None or run.cpu_seconds is None else f"{run.cpu_seconds:.2f}s"]
+
+
+def _events_for(db: Database, target: str) -> list[dict[str, Any]]:
+    """`get events --for cell/NAME` (kubectl's flag): the events of that one object."""
+    word, _, name = target.partition("/")
+    kind = kinds.by_word(word)
+    if kind is None or not name:
+        raise UsageError(f"--for takes KIND/NAME, e.g. cell/api (got {printable(target)!r})")
+    return views.events_table(db.conn, name, kind=kind.name)
 
 
 CRASH_LOOP = "CrashLoopBackOff"
@@ -153,19 +206,23 @@ def _table(kind: str, rows: list[dict[str, Any]], wide: bool
         data = [[r["name"], r["backend"], r["state"], _phase(r), secs(r["observed_s"]),
                  r["forked_from"], secs(r["age_s"])] for r in rows]
         if wide:
-            headers += ["ID", "IMAGE", "GENERATION", "SOURCE"]
+            headers += ["ID", "IMAGE", "GENERATION", "SOURCE", "WORKSPACE", "DISK", "DIRTY",
+                        "MEMORY", "CPU"]
             for d, r in zip(data, rows, strict=True):
                 d += [r["id"], r["image"], f"{r['observed_generation']}/{r['generation']}",
-                      r["source"]]
+                      r["source"], *_cell_usage(r.get("usage"))]
     elif kind == "snapshots":
         headers = ["NAME", "CELL", "CONSISTENCY", "PHASE", "FORKS", "AGE"]
         data = [[r["name"], _snapshot_cell(r),
                  r["consistency"] or "-", _phase(r), r["forks"] or "-", age(r["created_at"])]
                 for r in rows]
         if wide:
-            headers += ["ID", "CELL-ID", "TAKEN"]
+            headers += ["ID", "CELL-ID", "TAKEN", "SIZE", "UNIQUE"]
             for d, r in zip(data, rows, strict=True):
-                d += [r["id"], r["cell_id"], r["taken_at"]]
+                use = r.get("usage")
+                d += [r["id"], r["cell_id"], r["taken_at"],
+                      None if use is None else render.size(use.usage.logical),
+                      None if use is None else render.size(use.unique)]
     elif kind == "volumes":
         headers = ["NAME", "CELL", "MOUNT", "FROM-SNAPSHOT", "PHASE", "AGE"]
         data = [[r["name"], r["cell"], r["mount_path"], r["from_snapshot"] or "-", r["phase"],
@@ -232,10 +289,16 @@ def run_get(args: argparse.Namespace) -> int:
     fields = _field_selector(args)
     if getattr(args, "tree", False):
         return _tree(args)
+    for_object = getattr(args, "for_object", None)
+    if for_object is not None and (args.kind != "events" or args.names):
+        raise UsageError("--for is for `get events --for KIND/NAME` (without a NAME)")
     db = _open(args)
     labels = bool(args.show_labels or args.label_columns)
-    rows = (_rows(db, args.kind, args.names, selector, wide=args.output == "wide", labels=labels)
-            if db is not None else [])
+    if for_object is not None:
+        rows = _events_for(db, for_object) if db is not None else []
+    else:
+        rows = (_rows(db, args.kind, args.names, selector, wide=args.output == "wide",
+                      labels=labels) if db is not None else [])
     rows = _filtered(args.kind, rows, fields)
     missing = _missing(args.kind, args.names, rows)
     pairs = _documents(db, args.kind, rows) if db is not None and _needs_documents(args) \
@@ -389,9 +452,10 @@ def _watch(args: argparse.Namespace, selector: Selector | None, rows: list[dict[
                 current = db.data_version()
                 if current != version:
                     version = current
-                    fresh = _rows(db, args.kind, args.names, selector,
-                                  wide=args.output == "wide",
-                                  labels=bool(args.show_labels or args.label_columns))
+                    fresh = (_events_for(db, args.for_object) if args.for_object is not None
+                             else _rows(db, args.kind, args.names, selector,
+                                        wide=args.output == "wide",
+                                        labels=bool(args.show_labels or args.label_columns)))
                     changed = [r for r in fresh if seen.get(r.get("id")) != _row_key(r)]
                     for r in fresh:
                         seen[r.get("id")] = _row_key(r)
@@ -404,8 +468,8 @@ def _watch(args: argparse.Namespace, selector: Selector | None, rows: list[dict[
 
 
 def _row_key(row: dict[str, Any]) -> str:
-    return json.dumps({k: v for k, v in row.items() if k not in ("created_at",)}, default=str,
-                      sort_keys=True)
+    return json.dumps({k: v for k, v in row.items() if k not in ("created_at", "usage")},
+                      default=str, sort_keys=True)
 
 
 def run_describe(args: argparse.Namespace) -> int:

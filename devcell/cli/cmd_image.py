@@ -1,16 +1,25 @@
-"""`devcell image build-base`: the offline base image for the container backend."""
+"""`devcell image build-base|ls|prune`: the offline base image, and the images DevCell pulled."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from devcell.errors import UsageError
 
 
 def run_image(args: argparse.Namespace) -> int:
-    if args.verb != "build-base":
-        raise UsageError(f"unknown image verb {args.verb!r}")
+    if args.verb == "build-base":
+        return _build_base(args)
+    if args.verb == "ls":
+        return _ls(args)
+    if args.verb == "prune":
+        return _prune(args)
+    raise UsageError(f"unknown image verb {args.verb!r}")
+
+
+def _build_base(args: argparse.Namespace) -> int:
     from devcell.backends import base_image, container
     from devcell.cli import logs
     from devcell.store.db import resolve_state_dir
@@ -24,4 +33,62 @@ def run_image(args: argparse.Namespace) -> int:
         backend.close()
     outcome = "unchanged" if existed and not args.force else "built"
     sys.stdout.write(f"image/{base_image.BASE_IMAGE} {outcome} ({image_id[:19]})\n")
+    return 0
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from devcell.api import images
+    from devcell.cli import logs, render
+    from devcell.cli.cmd_gc import size
+    from devcell.store.db import resolve_state_dir
+
+    logs.configure(args.verbose)
+    rows = images.list_images(resolve_state_dir(args.state_dir))
+    if args.output == "json":
+        items = [{"image": r.image, "id": r.id, "digest": r.digest, "size": r.size,
+                  "present": r.present, "moved": r.moved, "pulledAt": r.pulled_at,
+                  "cells": list(r.cells), "containers": list(r.containers),
+                  "replaced": list(r.replaced), "replacedSize": r.replaced_size,
+                  "origin": r.origin, "tags": list(r.tags)}
+                 for r in rows]
+        # ensure_ascii: every control, C1 and bidi character of a name comes out escaped.
+        sys.stdout.write(json.dumps({"kind": "List", "items": items}, indent=2) + "\n")
+        return 0
+    if not rows:
+        sys.stderr.write("no images pulled or built by DevCell in this state directory\n")
+        return 0
+
+    def state(r: images.ImageRow) -> str:
+        if not r.present:
+            return "gone"
+        if r.moved:
+            return "tag moved (not DevCell's now)"
+        return f"in use: {', '.join((*r.cells, *r.containers))}" if r.in_use else "unused"
+
+    render.table(["IMAGE", "ID", "SIZE", "ORIGIN", "AT", "STATE"],
+                 [[r.image, r.id.removeprefix("sha256:")[:12], size(r.size), r.origin, r.pulled_at,
+                   state(r) + (f" (+{len(r.replaced)} earlier, {size(r.replaced_size)})"
+                               if r.replaced else "")] for r in rows])
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from devcell.api import images
+    from devcell.cli import logs
+    from devcell.cli.cmd_gc import size
+    from devcell.names import printable
+    from devcell.store.db import resolve_state_dir
+
+    logs.configure(args.verbose)
+    report = images.prune(resolve_state_dir(args.state_dir), dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    out = sys.stdout
+    for name in report.removed:
+        out.write(f"image/{printable(name)} {verb}\n")
+    for name, why in report.kept:
+        out.write(f"image/{printable(name)} kept: {printable(why)}\n")
+    for name in report.forgotten:
+        out.write(f"image/{printable(name)} forgotten: the engine no longer holds what "
+                  "DevCell pulled under this name\n")
+    out.write(f"{'would free' if args.dry_run else 'freed'} up to {size(report.freed_bytes)}\n")
     return 0

@@ -41,6 +41,7 @@ def _kind(table: dict[str, str]) -> Callable[[str], str]:
             raise argparse.ArgumentTypeError(
                 f"unknown resource type {value!r} (one of: {', '.join(sorted(set(table)))})")
         return table[key]
+    convert.words = sorted(table)  # type: ignore[attr-defined]  # what completion offers
     return convert
 
 
@@ -73,7 +74,8 @@ def _duration(text: str) -> float:
 
 
 COMMANDS = ("apply", "get", "describe", "delete", "diff", "snapshot", "cell", "wait",
-            "controller", "op", "schema", "image", "exec", "logs", "gc")
+            "controller", "op", "schema", "image", "exec", "logs", "gc", "explain", "version",
+            "completion", "df")
 
 
 class _Skipped:
@@ -153,7 +155,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("kind", type=_kind(GET_KINDS), metavar="KIND",
                    help="cells, snapshots, volumes, operations or events")
     p.add_argument("names", nargs="*", metavar="NAME", help="names or ids (default: all)")
-    p.add_argument("-o", "--output", default="table", metavar="FORMAT",
+    p.add_argument("-o", "--output", default="table", metavar="FORMAT", type=_get_output,
                    help="table, wide, yaml, json, name, jsonpath=TEMPLATE, jsonpath-file=FILE, "
                         "custom-columns=HEADER:PATH,..., custom-columns-file=FILE")
     _selector_option(p)
@@ -171,6 +173,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="after listing, print rows again as they change (Ctrl-C to stop)")
     p.add_argument("--tree", action="store_true",
                    help="snapshots: lineage as a tree (cell -> snapshots -> forks -> ...)")
+    p.add_argument("--for", dest="for_object", metavar="KIND/NAME",
+                   help="events: only those of one object, e.g. --for cell/api")
 
     p = sub.add_parser("describe", parents=[common], help="show an object in detail")
     p.add_argument("kind", type=_kind({**OBJECT_KINDS, "operation": "Operation",
@@ -272,12 +276,23 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     ip = isub.add_parser("build-base", parents=[common],
                          help="build devcell/busybox:latest offline from busybox-static")
     ip.add_argument("--force", action="store_true", help="rebuild even if the image exists")
+    ip = isub.add_parser("ls", parents=[common],
+                         help="the images DevCell pulled for this state directory, with sizes")
+    ip.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    ip = isub.add_parser("prune", parents=[common],
+                         help="remove the images DevCell pulled that no cell or container uses")
+    ip.add_argument("--dry-run", action="store_true", help="show what would be removed")
 
     p = sub.add_parser("gc", parents=[common],
                        help="remove volumes and checkpoints nothing references")
     p.add_argument("--approve", action="store_true",
                    help="also remove orphans that hold files (no object ever named them)")
     p.add_argument("--dry-run", action="store_true", help="show what would be removed")
+
+    p = sub.add_parser("df", parents=[common],
+                       help="disk used by workspaces, checkpoints, fork layers, logs, runtimes "
+                            "(-v: each one)")
+    p.add_argument("-o", "--output", choices=["table", "yaml", "json"], default="table")
 
     p = sub.add_parser("exec", parents=[common], help="run a command in a running cell")
     p.add_argument("-i", "--stdin", action="store_true",
@@ -292,6 +307,31 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("cell", help="cell name or id")
     p.add_argument("service", nargs="?", help="one service (default: all, each line prefixed)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing as logs grow")
+    p.add_argument("--tail", type=_tail_lines, default=-1, metavar="N",
+                   help="only the last N lines of each service's log (default -1: all)")
+    p.add_argument("--since", metavar="DURATION|TIME", default=None,
+                   help="only lines written in the last DURATION (5s, 2m, 1h) or since an "
+                        "RFC 3339 TIME (2026-01-02T03:04:05Z)")
+    p.add_argument("--since-time", dest="since", metavar="TIME",
+                   help="kubectl's spelling of --since TIME")
+    p.add_argument("--timestamps", action="store_true",
+                   help="start each line with the time it was written (RFC 3339, UTC)")
+
+    p = sub.add_parser("explain", parents=[common],
+                       help="document a kind or one of its fields, from its JSON Schema")
+    p.add_argument("target", metavar="KIND[.FIELD.PATH]", type=_explained,
+                   help="e.g. cell, cell.spec.services, snapshot.spec.cell, config.security")
+    p.add_argument("--recursive", action="store_true",
+                   help="list every field below, nested, with its type")
+
+    p = sub.add_parser("version", parents=[common],
+                       help="client and schema versions, and the backends this machine can run")
+    p.add_argument("-o", "--output", choices=["json", "yaml"], default=None)
+
+    p = sub.add_parser("completion", parents=[common],
+                       help="print a shell completion script (bash, zsh or fish)")
+    p.add_argument("shell", choices=["bash", "zsh", "fish"], metavar="SHELL",
+                   help="bash (source <(devcell completion bash)), zsh or fish")
     return parser
 
 
@@ -299,6 +339,28 @@ def _selector_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("-l", "--selector", metavar="SELECTOR",
                    help="label selector as kubectl's: team=core, tier!=db, 'team in (a,b)', "
                         "'env notin (prod)', owner, '!owner', joined by commas")
+
+
+def _get_output(text: str) -> str:
+    """`get -o`: checked by cli/printers when used; the words are for shell completion."""
+    return text
+
+
+_get_output.words = ["table", "wide", "yaml", "json", "name", "jsonpath=",  # type: ignore[attr-defined]
+                     "jsonpath-file=", "custom-columns=", "custom-columns-file="]
+
+
+def _explained(text: str) -> str:
+    return text
+
+
+_explained.words = sorted({*kinds.words(), "config"})  # type: ignore[attr-defined]
+
+
+def _tail_lines(text: str) -> int:
+    if not (text.isdigit() or text == "-1"):
+        raise argparse.ArgumentTypeError(f"invalid line count {text!r} (a whole number, or -1: all)")
+    return int(text)
 
 
 def _daemon_options(p: argparse.ArgumentParser) -> None:
@@ -352,6 +414,24 @@ def _dispatch(args: argparse.Namespace) -> int:
         from devcell.cli import cmd_gc
 
         return cmd_gc.run_gc(args)
+    if command == "df":
+        from devcell.cli import cmd_df
+
+        return cmd_df.run_df(args)
+    if command == "explain":
+        from devcell.cli import explain
+
+        sys.stdout.write(explain.explain(args.target, recursive=args.recursive))
+        return 0
+    if command == "version":
+        from devcell.cli import cmd_version
+
+        return cmd_version.run_version(args)
+    if command == "completion":
+        from devcell.cli import completion
+
+        sys.stdout.write(completion.script(args.shell))
+        return 0
     if command in ("exec", "logs"):
         from devcell.cli import cmd_exec
 
@@ -396,7 +476,12 @@ def parse(given: Sequence[str]) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return _run(parse(sys.argv[1:] if argv is None else argv))
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["__complete"]:  # a TAB press in a shell (devcell completion)
+        from devcell.cli import completion
+
+        return completion.run_hidden(given[1:])
+    return _run(parse(given))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -44,6 +44,16 @@ def age_seconds(seconds: int | None) -> str:
     return f"{seconds // 86400}d"
 
 
+def size(n: int) -> str:
+    """Bytes as `docker system df` shows them: 0 B, 512 B, 4.0 KiB, 1.2 GiB."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError(n)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO = sys.stdout, *,
           no_headers: bool = False) -> None:
     """Every cell escaped (names.printable): one place for every table DevCell prints.

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devcell import backends, errors
+from devcell.backends import images
 from devcell.backends.base import (
     Backend,
     Capabilities,
@@ -21,12 +22,14 @@ from devcell.backends.base import (
     MachineState,
     Observed,
     Outputs,
+    Pulling,
 )
 from devcell.controllers import crashloop, retention
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Decision, Gate, Plan, Settled, Step, Wait, When
 from devcell.controllers.steps import StepName
-from devcell.errors import BackendError, BackendUnavailable, CapabilityMissing
+from devcell.errors import BackendError, BackendUnavailable, CapabilityMissing, ImageNotFound
+from devcell.log import logger
 from devcell.manifests import secrets
 from devcell.manifests.model import digest
 from devcell.store import events, objects, volumes
@@ -129,6 +132,14 @@ class CellController:
         desired = cell.spec.get("state", "Running")
         want_hash = runtime_hash(cell.spec, ctx.db.hash_key)
         stale = observed.exists and observed.runtime_hash != want_hash
+        pull = False
+        if desired != "Sleeping":
+            judged = self._judge_image(ctx, cell, backend, observed,
+                                       creating=not observed.exists or stale)
+            if isinstance(judged, Blocked):
+                return judged
+            pull, moved = judged
+            stale = stale or moved
         action = ("create" if not observed.exists else "update" if stale else
                   action if steps else "")
         saved = cell.status.get("sleep", {})
@@ -157,6 +168,8 @@ class CellController:
                     steps.append(Step(S.RESUME, when=When.FAILURE))
                 action = "sleep"
         else:
+            if pull:  # before the old runtime goes: a failed pull leaves it running
+                steps.append(Step(S.PULL_IMAGE, {"image": cell.spec["image"]}))
             if stale:
                 if observed.running:
                     steps.append(Step(S.STOP))
@@ -260,6 +273,48 @@ class CellController:
                                     "const": cell.name,
                                     "description": "the cell's name, to confirm"}}})
         return Plan(cell, "delete", steps, backend_name, CellWork(ref), gate=gate)
+
+    def _judge_image(self, ctx: Context, cell: objects.ObjectRecord, backend: Backend,
+                     observed: Observed, *, creating: bool) -> tuple[bool, bool] | Blocked:
+        """(pull the image first?, recreate the runtime because its image moved?) by
+        spec.imagePullPolicy, or Blocked when the image may not be pulled and is missing.
+
+        Only `Always` asks anything of a settled cell (its registry, for the digest it serves
+        now); the other policies look at the engine only when a runtime is about to be made.
+        """
+        image = cell.spec.get("image")
+        if (not backend.capabilities.pulls_images or not isinstance(backend, Pulling)
+                or not isinstance(image, str)):
+            return False, False
+        policy = images.policy_of(cell.spec)
+        if policy != images.PullPolicy.ALWAYS and not creating:
+            return False, False
+        try:
+            state = backend.image_state(image, check_registry=policy == images.PullPolicy.ALWAYS)
+        except BackendError as exc:
+            self._write_blocked(ctx, cell, errors.condition_reason(exc, "ObserveFailed"),
+                                f"looking up the cell's image failed: {exc}")
+            return Blocked(exc)
+        if policy == images.PullPolicy.NEVER:
+            if state.present:
+                return False, False
+            refused = ImageNotFound(
+                f"image {image} is not on the engine and spec.imagePullPolicy is Never; load "
+                f"it (`docker pull {image}`, `docker load`, or `devcell image build-base` for "
+                "the base image) or let DevCell pull it (imagePullPolicy: IfNotPresent)")
+            self._write_blocked(ctx, cell, refused.reason or "ImageNotFound", str(refused))
+            return Blocked(refused)
+        if policy == images.PullPolicy.IF_NOT_PRESENT:
+            return not state.present, False
+        if creating or state.current is False:
+            return True, not creating  # Always: a new runtime, or a digest that moved
+        if state.current is None:
+            logger.bind(kind=KIND, name=cell.name).warning(
+                "cannot ask the registry of {} for its digest; the cell keeps its image: {}",
+                image, state.check_error)
+            return False, False
+        seen = observed.detail.get("image_id")
+        return False, bool(seen and state.image_id and seen != state.image_id)
 
     def _wait(self, ctx: Context, cell: objects.ObjectRecord, reason: str, message: str,
               after: float = 1.0) -> Wait:
@@ -503,6 +558,12 @@ def _machine(backend: Backend) -> MachineState:
     return backend
 
 
+def _pulling(backend: Backend) -> Pulling:
+    if not backend.capabilities.pulls_images or not isinstance(backend, Pulling):
+        raise CapabilityMissing(f"the {backend.name} backend cannot pull images")
+    return backend
+
+
 StepHandler = Callable[[Backend, CellRef, Step], Outputs]
 _STEPS: dict[StepName, StepHandler] = {
     S.CREATE_VOLUME: lambda b, ref, step: b.create_volume(
@@ -510,6 +571,7 @@ _STEPS: dict[StepName, StepHandler] = {
     S.ADOPT_VOLUME: lambda b, ref, step: {"volume": step.args["volume_id"], "adopted": True},
     S.DELETE_VOLUME: lambda b, ref, step: b.delete_volume(step.args["volume_id"]),
     S.DELETE_CHECKPOINT: lambda b, ref, step: b.delete_checkpoint(step.args["checkpoint_id"]),
+    S.PULL_IMAGE: lambda b, ref, step: _pulling(b).pull_image(ref, step.args["image"]),
     S.CREATE: lambda b, ref, step: b.create(ref, step.args["runtime_hash"]),
     S.START: lambda b, ref, step: b.start(ref),
     S.STOP: lambda b, ref, step: b.stop(ref),

@@ -15,6 +15,8 @@ class StepName(StrEnum):
     ADOPT_VOLUME = "adopt-volume"
     """Record a volume an operation made before it died (found by its labels)."""
     DELETE_VOLUME = "delete-volume"
+    PULL_IMAGE = "pull-image"
+    """Fetch the cell's image from its registry (spec.imagePullPolicy says when)."""
     CREATE = "create"
     START = "start"
     STOP = "stop"

@@ -130,9 +130,15 @@ def operations_table(conn: sqlite3.Connection, name: str | None = None, limit: i
     return [dict(r, plan=faults.loads(r["plan"] or "[]")) for r in reversed(rows)]
 
 
-def events_table(conn: sqlite3.Connection, name: str | None = None, limit: int = 500
-                 ) -> list[dict[str, Any]]:
-    if name is not None:
+def events_table(conn: sqlite3.Connection, name: str | None = None, limit: int = 500, *,
+                 kind: str | None = None) -> list[dict[str, Any]]:
+    """The latest events, oldest first; with `kind`, only those of that kind's object `name`
+    (by name or id: `get events --for cell/api`), else of any object so named."""
+    if kind is not None:
+        rows = conn.execute(
+            "SELECT * FROM events WHERE object_kind = ? AND (object_name = ? OR object_id = ?) "
+            "ORDER BY id DESC LIMIT ?", (kind, name, name, limit)).fetchall()
+    elif name is not None:
         rows = conn.execute(
             "SELECT * FROM events WHERE object_name = ? OR object_id = ? ORDER BY id DESC LIMIT ?",
             (name, name, limit)).fetchall()

@@ -46,6 +46,8 @@ EVERY_COMMAND = [
     ["cell", "sleep", "api"], ["cell", "start", "api"], ["wait", "cell", "api"],
     ["controller", "run", "--manifests", "m"], ["op", "resume", "op_1"], ["op", "cancel", "op_1"],
     ["schema", "cell"], ["image", "build-base"], ["exec", "api", "--", "ls"], ["logs", "api"], ["gc"],
+    ["explain", "cell.spec"], ["version"], ["completion", "bash"],
+    ["df"], ["df", "-o", "json"],
 ]
 
 

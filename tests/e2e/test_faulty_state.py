@@ -180,7 +180,8 @@ def test_a_damaged_json_value_is_named_not_a_traceback(tmp_path: Path, table: st
     conn.close()
     for argv in (["get", "cells", "-o", "yaml"], ["describe", "cell", "api"],
                  ["get", "operations"], ["get", "operations", "-o", "yaml"],
-                 ["apply", "-f", str(manifests)], ["gc", "--dry-run"]):
+                 ["apply", "-f", str(manifests)], ["gc", "--dry-run"], ["df"],
+                 ["get", "snapshots", "-o", "wide"]):
         result = run(state, *argv)
         assert "Traceback" not in result.stderr, f"{argv}: {result.stderr}"
         if result.returncode == 0:

@@ -149,14 +149,18 @@ def test_unreachable_engine_from_the_cli(cli: Cli, tmp_path: Path) -> None:
 def test_a_missing_image_is_the_condition_reason_with_the_fix(
         engine: None, cli: Cli, tmp_path: Path, state: Path) -> None:
     path = _manifest(tmp_path)
-    path.write_text(path.read_text().replace(IMAGE, "devcell/not-built:1"))
+    # Never: no pull (the default would ask docker.io, and tests talk to loopback only).
+    path.write_text(path.read_text().replace(
+        f"image: {IMAGE}", "image: devcell/not-built:1\n  imagePullPolicy: Never"))
     applied = cli("apply", "-f", str(path))
     assert applied.returncode == 1 and "Traceback" not in applied.stderr
-    assert "ImageNotFound" in applied.stderr and "devcell image build-base" in applied.stderr
+    assert "imagePullPolicy is Never" in applied.stderr
+    assert "devcell image build-base" in applied.stderr
     shown = cli("get", "cell", "box", "-o", "json").stdout
     assert '"reason": "ImageNotFound"' in shown
-    ops = cli("get", "operations", "-o", "json").stdout
-    assert '"reason": "ImageNotFound"' in ops
+    # Refused while planning: nothing made, no operation; the event says why.
+    assert "ImageNotFound" in cli("describe", "cell", "box").stdout
+    assert '"items": []' in cli("get", "operations", "-o", "json").stdout
 
 
 def test_a_host_mount_the_configuration_allows_reaches_the_cell(

@@ -213,3 +213,17 @@ def test_delete_removes_what_an_interrupted_run_dir_write_left(backend: Containe
         (run / name).write_text("TOKEN=canary\n")
     backend.delete(ref)
     assert not run.exists()
+
+
+def test_a_service_that_leaves_a_child_holding_its_output_is_seen_to_exit(
+        backend: ContainerBackend) -> None:
+    """The restart policy follows the service's own exit, not the last holder of its output."""
+    ref = cell(services=[
+        {"name": "forker", "restart": "Never",
+         "command": ["sh", "-c", "sleep 600 & echo parent-done; exit 4"]},
+    ])
+    up(backend, ref)
+    log_path = backend.log_paths(ref)["forker"]
+    wait_for(lambda: "forker exited with status 4" in log_path.read_text(), timeout=15)
+    log = log_path.read_text()
+    assert log.index("parent-done") < log.index("forker exited with status 4")

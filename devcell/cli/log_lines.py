@@ -1,0 +1,92 @@
+"""The lines of a service log as `devcell logs` shows them: `--timestamps`, `--since`, `--tail`.
+
+The cell's supervisor writes each line of a service's output as `TIMESTAMP SP TEXT`, the
+timestamp RFC 3339 in UTC to the second (`2026-01-02T03:04:05Z`), its own notes as
+`TIMESTAMP [devcell] starting web` (backends/supervisor.py). The file lies in a directory the
+cell can write, so a line is only a claim: whatever does not start with a timestamp is shown
+as it is, and belongs to the time of the last line that did (a line a log written by an older
+DevCell, or by an image without awk, carries no time at all: `--since` leaves it out).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import UTC, datetime
+
+STAMP = re.compile(rb"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z) ")
+"""The timestamp the supervisor puts before every line, and the space after it."""
+TAIL_BLOCK = 64 << 10
+
+
+class LineFilter:
+    """Turns a file's lines into what is printed: the stamp dropped or kept, lines older than
+    `since` (an RFC 3339 UTC string to the second) left out. Keeps the last stamp seen, for
+    the lines that carry none (the continuation of a line longer than the reader's cap)."""
+
+    def __init__(self, *, timestamps: bool = False, since: str | None = None) -> None:
+        self.timestamps, self.since = timestamps, since
+        self.last: bytes | None = None
+
+    def __call__(self, line: bytes) -> bytes | None:
+        found = STAMP.match(line)
+        if found is not None:
+            self.last = found.group(1)
+            if not self.timestamps:
+                line = line[found.end():]
+        if self.since is not None and (self.last is None
+                                       or self.last[:19].decode() < self.since):
+            return None
+        return line
+
+
+def since_cutoff(value: str, now: float) -> str:
+    """`--since 5m` (kubectl's duration) or `--since 2026-01-02T03:04:05Z` (RFC 3339, any
+    offset) -> the earliest second to show, as the supervisor writes it. ValueError otherwise."""
+    from argparse import ArgumentTypeError
+
+    from devcell.cli import main
+
+    try:
+        seconds: float | None = main._duration(value)
+    except ArgumentTypeError:
+        seconds = None
+    if seconds is not None:
+        moment = datetime.fromtimestamp(now - seconds, UTC)
+    else:
+        try:
+            moment = datetime.fromisoformat(value.replace("z", "Z"))
+        except ValueError:
+            raise ValueError(f"invalid --since {value!r}: a duration (30s, 5m, 1h30m) or an "
+                             "RFC 3339 time (2026-01-02T03:04:05Z)") from None
+        if moment.tzinfo is None:
+            raise ValueError(f"invalid --since {value!r}: an RFC 3339 time needs its offset "
+                             "(Z for UTC, or +02:00)")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def tail_start(fd: int, size: int, lines: int, limit: int) -> int:
+    """Where the last `lines` lines of the open file begin, reading backwards in blocks and
+    never more than `limit` bytes (a hostile file may hold no newline at all)."""
+    if lines <= 0:
+        return size
+    end = size
+    if end > 0:  # a last line without its newline counts as a line
+        os.lseek(fd, end - 1, os.SEEK_SET)
+        if os.read(fd, 1) == b"\n":
+            end -= 1
+    pos, wanted = end, lines
+    while pos > 0 and size - pos < limit:
+        step = min(TAIL_BLOCK, pos, limit - (size - pos))
+        os.lseek(fd, pos - step, os.SEEK_SET)
+        block = os.read(fd, step)
+        index = len(block)
+        while True:
+            index = block.rfind(b"\n", 0, index)
+            if index < 0:
+                break
+            wanted -= 1
+            if wanted == 0:
+                return pos - step + index + 1
+        pos -= step
+    return max(pos, size - limit)

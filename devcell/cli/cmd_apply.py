@@ -84,7 +84,7 @@ def run_diff(args: argparse.Namespace) -> int:
     from devcell.errors import ManifestError
     from devcell.manifests import secrets, validate
     from devcell.names import printable
-    from devcell.store import objects
+    from devcell.store import desired, objects
 
     manifests = []
     problems = []
@@ -98,6 +98,8 @@ def run_diff(args: argparse.Namespace) -> int:
     differs = False
     for m in manifests:
         existing = objects.get(db.conn, m.kind, m.name)
+        if existing is None and desired.expired_again(db.conn, m):
+            continue  # an apply would not take it again: nothing would change
         old_lines: list[str] = []
         if existing is not None:
             # Secrets never printed: a changed one shows as `<secret changed>`.

@@ -193,7 +193,8 @@ for an approval, for its forks, or for the reconciler), as kubectl shows Termina
 
 
 def _phase(row: dict[str, Any]) -> str:
-    return DELETING if row.get("deleting_at") else str(row["phase"])
+    gone = row.get("deleted_at") is not None  # an expired snapshot, kept as a record
+    return DELETING if row.get("deleting_at") and not gone else str(row["phase"])
 
 
 def _table(kind: str, rows: list[dict[str, Any]], wide: bool

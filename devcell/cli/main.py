@@ -203,6 +203,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sp = ssub.add_parser("create", parents=[common], help="checkpoint a cell")
     sp.add_argument("cell")
     sp.add_argument("--name", required=True)
+    sp.add_argument("--ttl", default=None,
+                    help="expire the snapshot this long after it is created (30m, 12h, 7d)")
     sp.add_argument("--timeout", type=_duration, default=300.0)
     sp = ssub.add_parser("export", parents=[common],
                          help="write a snapshot as a self-describing archive")

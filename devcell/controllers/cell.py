@@ -25,7 +25,7 @@ from devcell.backends.base import (
     Outputs,
     Pulling,
 )
-from devcell.controllers import crashloop
+from devcell.controllers import crashloop, retention
 from devcell.controllers import restore as restoring
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Decision, Gate, Plan, Settled, Step, Wait, When
@@ -223,7 +223,7 @@ class CellController:
                 action = action or "stop"
         if not steps:
             self._write_settled(ctx, cell, observed)
-            return Settled()
+            return self._retention(ctx, cell, observed, backend_name, ref)
         if not action:
             action = "repair" if observed.exists else "create"
         if action == "create" and cell.phase == Phase.SLEEPING and desired == "Running":
@@ -233,6 +233,37 @@ class CellController:
         return Plan(cell, action, steps, backend_name, CellWork(ref))
 
     # -- planning helpers --------------------------------------------------------------------
+
+    def _retention(self, ctx: Context, cell: objects.ObjectRecord, observed: Observed,
+                   backend_name: str, ref: CellRef) -> Decision:
+        """A settled cell's snapshot policy: expire what its retain no longer keeps, take
+        the scheduled snapshot that is due, or sleep until the next one is."""
+        conn = ctx.db.conn
+        now = ctx.clock()
+        steps = []
+        for snapshot_id, expiry in retention.over_retain(conn, cell).items():
+            snap = objects.get(conn, "Snapshot", snapshot_id)
+            depending = retention.forks(conn, snap) if snap is not None else []
+            if snap is None or not depending:
+                steps.append(Step(S.EXPIRE, {"snapshot_id": snapshot_id}))
+            else:
+                with ctx.db.write() as wconn:
+                    retention.note_deferred(wconn, snap, expiry, depending)
+        if steps:
+            return Plan(cell, "retain", steps, backend_name, CellWork(ref))
+        running = (cell.spec.get("state", "Running") == "Running" and observed.running
+                   and not cell.deleting)
+        if not running:
+            return Settled()
+        due = retention.due_snapshot(conn, cell, now)
+        if due is not None:
+            name, slot = due
+            return Plan(cell, "schedule", [Step(S.SCHEDULE_SNAPSHOT, {
+                "name": name, "slot": retention.stamp(slot)})], backend_name, CellWork(ref))
+        upcoming = retention.next_slot(cell, now)
+        if upcoming is None:
+            return Settled()
+        return Settled(requeue_after=max((upcoming - now).total_seconds(), 0.001))
 
     def _plan_delete(self, cell: objects.ObjectRecord, backend_name: str, observed: Observed,
                      volume: volumes.VolumeRecord | None, backend: Any = None,
@@ -415,6 +446,8 @@ class CellController:
     # -- execution ---------------------------------------------------------------------------
 
     def run_step(self, ctx: Context, plan: Plan, step: Step) -> Outputs:
+        if step.name in (S.EXPIRE, S.SCHEDULE_SNAPSHOT):  # records only, no backend call
+            return {**step.args, "at": retention.stamp(ctx.clock())}
         handler = _STEPS.get(step.name)
         if handler is None:
             raise BackendError(f"cell controller has no step {step.name!r}")
@@ -424,6 +457,11 @@ class CellController:
     def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs
                    ) -> None:
         cell = plan.object
+        if step.name == S.EXPIRE:
+            retention.expire(conn, str(outputs["snapshot_id"]),
+                             retention.parse_time(str(outputs["at"])))
+        elif step.name == S.SCHEDULE_SNAPSHOT:
+            retention.schedule(conn, cell.id, str(outputs["name"]), str(outputs["slot"]))
         if step.name in (S.CREATE_VOLUME, S.ADOPT_VOLUME) and step.args.get("record"):
             volumes.record_created(
                 conn, volume_id=step.args["volume_id"], cell_id=cell.id, name=f"{cell.name}-workspace",
@@ -531,7 +569,9 @@ class CellController:
         objects.write_status(conn, fresh, phase=phase, status=status,
                              observed_generation=plan.object.generation)
         reason = {"create": "Created", "fork": "Forked", "update": "Updated", "start": "Started",
-                  "stop": "Stopped", "sleep": "Slept", "wake": "Woken"}.get(plan.action, "Synced")
+                  "stop": "Stopped", "sleep": "Slept", "wake": "Woken",
+                  "retain": "SnapshotsExpired", "schedule": "SnapshotScheduled",
+                  }.get(plan.action, "Synced")
         if plan.action == restoring.ACTION:
             return  # its event (Restored) is written by restoring.finished
         events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name, reason=reason,

@@ -40,3 +40,8 @@ class StepName(StrEnum):
     """Wake from save-machine: processes go on where they were."""
     RESTORE_WORKSPACE = "restore-workspace"
     """Replace a cell's workspace, all at once, by a copy of a checkpoint (`snapshot restore`)."""
+    EXPIRE = "expire"
+    """Retention: ask for an expired snapshot's deletion (no backend call; judged again in
+    the step's write, so a snapshot a fork came to depend on meanwhile is kept)."""
+    SCHEDULE_SNAPSHOT = "schedule-snapshot"
+    """A cell's schedule: record the snapshot of the period that is due (no backend call)."""

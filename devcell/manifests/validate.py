@@ -292,6 +292,9 @@ def _translate(ctx: _Context, error: Any) -> list[Problem]:
         return [ctx.problem(path, names.name_problem(instance) or error.message)]
     if validator == "pattern":
         shown = secrets.REDACTED if hidden else f'"{names.printable(str(instance))}"'
+        if schema["pattern"] == quantities.DURATION_PATTERN:
+            return [ctx.problem(path, f"{shown} is not a duration: write a whole number of "
+                                      "seconds, minutes, hours or days, e.g. 90s, 30m, 12h, 7d")]
         return [ctx.problem(path, f'{shown} does not match the pattern {schema["pattern"]}')]
     if validator == "propertyNames":
         return [ctx.problem(path, f"invalid key: {error.message}")]

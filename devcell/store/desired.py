@@ -20,20 +20,23 @@ from typing import TYPE_CHECKING, Any, Protocol
 from devcell import failpoints, kinds
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest, SourceFile, field_path
-from devcell.store import events, faults, objects, sources
+from devcell.store import events, faults, objects, retention, sources
 from devcell.store.db import Database
 
 if TYPE_CHECKING:
     from devcell.manifests.selectors import Selector
 
 SETTLED_PHASES = objects.SETTLED_PHASES
+IMPERATIVE = "cli"
+"""The source of objects an imperative verb recorded (`snapshot create`): asked for now, so
+taken even under the name of an expired snapshot (a manifest's is not taken again)."""
 
 
 @dataclass(frozen=True)
 class Change:
     kind: str
     name: str
-    outcome: str  # created | configured | unchanged | pruned | deleted
+    outcome: str  # created | configured | unchanged | pruned | deleted | expired
     object_id: str | None = None
     needs_reconcile: bool = False
 
@@ -161,6 +164,10 @@ def _record_one(conn: sqlite3.Connection, m: Manifest, extra: dict[str, Any], ke
                 ) -> Change:
     existing = objects.get(conn, m.kind, m.name)
     spec_hash, manifest_hash = m.spec_hash(key), m.manifest_hash(key)
+    if existing is None and expired_again(conn, m):
+        gone = retention.expired_named(conn, m.name)
+        assert gone is not None
+        return Change(m.kind, m.name, "expired", gone.id)
     if existing is None:
         object_id = objects.insert(
             conn, kind=m.kind, name=m.name, spec=m.spec, labels=m.labels,
@@ -185,6 +192,13 @@ def _record_one(conn: sqlite3.Connection, m: Manifest, extra: dict[str, Any], ke
                       message=f"spec changed (generation {existing.generation + 1}) from {m.file}")
         return Change(m.kind, m.name, "configured", existing.id, needs_reconcile=True)
     return Change(m.kind, m.name, "configured", existing.id, needs_reconcile=not converged)
+
+
+def expired_again(conn: sqlite3.Connection, m: Manifest) -> bool:
+    """Whether `m` declares a snapshot that expired: a re-apply of its manifest must not take
+    it again (apply, its dry run and diff all say so; an imperative create may)."""
+    return (m.kind == "Snapshot" and m.source != IMPERATIVE
+            and retention.expired_named(conn, m.name) is not None)
 
 
 def _under(source: str | None, roots: list[str]) -> bool:
@@ -258,7 +272,8 @@ def apply(
     if dry_run:
         for m in manifests:
             existing = objects.get(conn, m.kind, m.name)
-            outcome = ("created" if existing is None else
+            outcome = ("expired" if existing is None and expired_again(conn, m) else
+                       "created" if existing is None else
                        "unchanged" if existing.manifest_hash == m.manifest_hash(key)
                        else "configured")
             result.changes.append(Change(m.kind, m.name, outcome,

@@ -25,6 +25,12 @@ exist); `DEVCELL_CRASH_MATRIX=full` collects the other runs too (nth = 2, 3, oth
 `test_matrix_inventory` checks that every step named in devcell/controllers and every
 failpoint of the issue is in the matrix, and prints the count (points x runs).
 
+Retention is in the matrix too: `expire` (snapshots whose ttl ran out, expired by the next
+inline converge: the expire step, the delete-checkpoint that frees them, the final commits)
+and `schedule` (cells given `snapshots: {every: 1s, retain: 1}`: the schedule-snapshot step
+inline; in a daemon, a schedule step and a retain's expire step); after every restart no
+period is taken twice and no expired snapshot keeps its checkpoint (`check_retention`).
+
 `test_gc_crash` kills `devcell gc` at each of its points (planned, every removal step before
 and after its call, the final commit, the next run's recovery): nothing referenced is lost,
 and the next gc removes every leftover with each removal made exactly once.
@@ -68,6 +74,7 @@ STEP_METHOD = {
     "stop": "stop", "delete": "delete", "quiesce": "quiesce", "checkpoint": "checkpoint",
     "resume": "resume", "adopt-volume": None, "adopt-checkpoint": None,
     "restore-workspace": "restore_workspace",
+    "expire": None, "schedule-snapshot": None,
 }
 """Recorded step name -> the fake backend method it calls (adoption calls nothing)."""
 
@@ -86,9 +93,16 @@ def cell_doc(name: str, state: str = "Running", *, fork: str | None = None,
                            "metadata": meta, "spec": spec}, sort_keys=False)
 
 
-def snap_doc(name: str, cell: str) -> str:
+def snap_doc(name: str, cell: str, ttl: str | None = None) -> str:
+    spec = {"cell": cell, **({"ttl": ttl} if ttl else {})}
     return yaml.safe_dump({"apiVersion": "devcell.dev/v1alpha1", "kind": "Snapshot",
-                           "metadata": {"name": name}, "spec": {"cell": cell}}, sort_keys=False)
+                           "metadata": {"name": name}, "spec": spec}, sort_keys=False)
+
+
+SCHEDULED_LABEL = "devcell.dev/scheduled-by"
+"""Snapshots a cell's schedule took: not accepted objects of any apply, judged apart."""
+TTL = 2.0
+"""Seconds: the ttl of the `ttl` manifests (long enough to survive the template's apply)."""
 
 
 def docs_in(path: Path) -> list[dict[str, Any]]:
@@ -186,6 +200,8 @@ class World:
     """(method, target) of steps killed before their backend call."""
     exact_calls: bool = True
     """False once a daemon crashed: other workers may have died mid-call."""
+    expect_expired: set[str] = field(default_factory=set)
+    """Snapshots whose ttl ran out before the command: Expired (not live) after the restart."""
     log: list[str] = field(default_factory=list)
 
     @property
@@ -382,8 +398,29 @@ class World:
         self.check_interrupted()
         self.check_calls()
         self.check_accounting()
+        self.check_retention()
         if converged:
             self.check_converged()
+
+    def check_retention(self) -> None:
+        """No scheduled period taken twice; an expired snapshot holds no checkpoint; the
+        snapshots whose ttl ran out are Expired, not live."""
+        with self.db() as conn, self.fake() as fake:
+            twice = conn.execute(
+                "SELECT name, count(*) FROM snapshots WHERE json_extract(labels, "
+                f"'$.\"{SCHEDULED_LABEL}\"') IS NOT NULL GROUP BY name HAVING count(*) > 1"
+            ).fetchall()
+            assert not twice, f"scheduled periods taken twice: {[tuple(r) for r in twice]}"
+            held = {r[0] for r in fake.execute("SELECT id FROM checkpoints")}
+            expired = {r[0]: r[1] for r in conn.execute(
+                "SELECT id, name FROM snapshots WHERE phase = 'Expired'")}
+            kept = sorted(name for sid, name in expired.items() if sid in held)
+            assert not kept, f"expired snapshots still hold their checkpoints: {kept}"
+            for name in sorted(self.expect_expired):
+                live = conn.execute("SELECT phase FROM snapshots WHERE name = ? AND "
+                                    "deleted_at IS NULL", (name,)).fetchone()
+                assert live is None, f"snapshot {name}: its ttl ran out, still live ({live[0]})"
+                assert name in expired.values(), f"snapshot {name} is not recorded Expired"
 
     def check_integrity(self) -> None:
         for path in (self.state / "state.db", self.state / "backends" / "fake.db"):
@@ -493,6 +530,9 @@ class World:
         for kind, plural in (("Cell", "cells"), ("Snapshot", "snapshots")):
             proc = self.ok("get", plural, "-o", "json")
             for item in json.loads(proc.stdout)["items"]:
+                if SCHEDULED_LABEL in item["metadata"].get("labels", {}) or \
+                        item["status"].get("phase") == "Expired":
+                    continue  # taken by a schedule, or an expired record: checked apart
                 got[(kind, item["metadata"]["name"])] = item
         assert set(got) == set(self.accepted), (
             f"live objects {sorted(got)} != accepted {sorted(self.accepted)}")
@@ -616,7 +656,9 @@ def settled(world: World) -> bool:
             live = {}
             for kind, table in (("Cell", "cells"), ("Snapshot", "snapshots")):
                 for r in conn.execute(f"SELECT name, phase, generation, observed_generation, "
-                                      f"spec, deleting_at FROM {table} WHERE deleted_at IS NULL"):
+                                      f"spec, deleting_at FROM {table} WHERE deleted_at IS NULL "
+                                      f"AND json_extract(labels, '$.\"{SCHEDULED_LABEL}\"') "
+                                      "IS NULL"):
                     live[(kind, r[0])] = r
     except sqlite3.OperationalError:
         return False
@@ -658,6 +700,14 @@ def write_manifests(root: Path) -> Path:
     (m / "forks").mkdir()
     for i in range(1, 4):
         (m / "forks" / f"f{i}.yaml").write_text(cell_doc(f"f{i}", fork=f"s{i}"))
+    (m / "ttl").mkdir()
+    for i, n in enumerate(NAMES, 1):
+        (m / "ttl" / f"t{i}.yaml").write_text(snap_doc(f"t{i}", n, ttl=f"{TTL:g}s"))
+    (m / "sched").mkdir()
+    for n in NAMES:
+        doc = yaml.safe_load(cell_doc(n))
+        doc["spec"]["snapshots"] = {"every": "1s", "retain": 1}
+        (m / "sched" / f"{n}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return m
 
 
@@ -668,6 +718,7 @@ TEMPLATES: dict[str, list[str]] = {
     "snaps": ["cells", "snaps"],
     "asleep": ["cells", "sleep"],
     "woken": ["cells", "sleep", "cells"],
+    "ttl": ["cells", "ttl"],
 }
 
 
@@ -728,6 +779,11 @@ def build_cases() -> list[Case]:
         nths=(1,))
     add("delete-asleep", "asleep", "delete cells",
         _steps("delete-volume", "delete-checkpoint") + ["op.before-commit"])
+    # retention: the next inline converge expires the ttl snapshots (nth 1..3 = t1..t3); a
+    # spec that adds a schedule takes each cell's due snapshot (nth 1..3 = a, b, c)
+    add("expire", "ttl", "expire ttl",
+        _steps("expire", "delete-checkpoint") + ["op.before-commit"])
+    add("schedule", "cells", "apply sched", _steps("schedule-snapshot") + ["op.before-commit"])
     # `apply --prune` after b.yaml and c.yaml were removed: two cells pruned (nth 1 = b, 2 = c)
     add("prune", "private", "prune cells", applies, nths=(1,))
     add("prune", "private", "prune cells",
@@ -769,6 +825,8 @@ def build_cases() -> list[Case]:
         ("prune", "prune", "step.delete-volume.before-call", (1,)),
         ("apply", "cells", "apply.before-commit", (1,)),
         ("startup", "cells", "daemon.started", (1,)),
+        ("schedule", "sched", "step.schedule-snapshot.after-call", (2,)),
+        ("retain", "sched", "step.expire.after-call", (1,)),
         ("recovery", "recover", "recover.before-commit", (1,)),
     ]
     for scenario, files, point, nths in daemon:
@@ -853,6 +911,13 @@ def run_command(world: World, key: str, *, failpoint: str | None = None) -> Cras
         return restore(world, sub, failpoint=failpoint)
     path = world.manifests / sub
     extra: tuple[str, ...] = ()
+    if verb == "expire":  # let the ttl run out, then any inline converge expires them
+        time.sleep(TTL + 0.2)
+        world.expect_expired = {d["metadata"]["name"] for d in docs_in(path)}
+        world.forget(path)
+        verb, path = "apply", world.manifests / "cells"
+    if sub == "sched":  # the cells' first period (1s after their creation) has begun
+        time.sleep(1.1)
     if verb == "prune":
         verb, extra = "apply", ("--prune",)
         for name in ("b", "c"):
@@ -886,7 +951,7 @@ def test_inline_crash(case: Case, templates: Callable[[str], World], tmp_path: P
 def _daemon_files(world: World, files: str, watched: Path) -> None:
     m = world.manifests
     subs = {"cells": ["cells"], "snaps": ["cells", "snaps"], "forks": ["cells", "snaps", "forks"],
-            "prune": ["cells"], "recover": ["cells"]}[files]
+            "prune": ["cells"], "recover": ["cells"], "sched": ["sched"]}[files]
     for sub in subs:
         for f in sorted((m / sub).glob("*.yaml")):
             shutil.copy(f, watched / f.name)

@@ -29,7 +29,7 @@ CORPUS = Path(__file__).resolve().parent / "bad_inputs"
 REL = CORPUS.relative_to(REPO).as_posix()  # paths are given relative to the repo (cli's cwd)
 PRIOR = f"{REL}/prior/base.yaml"  # api, other, snap-a and snap-b of api, fork from snap-a
 
-KNOWN_CELL_FIELDS = ("backend, image, imagePullPolicy, state, workspace, services, env, mounts, "
+KNOWN_CELL_FIELDS = ("backend, image, imagePullPolicy, build, state, workspace, services, env, mounts, "
                      "resources, network, snapshots, hooks")
 NAME_RULE = 'use lower-case letters, digits and "-", starting and ending with a letter or digit'
 

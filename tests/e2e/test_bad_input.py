@@ -148,7 +148,7 @@ CASES = [
     Case("multi-problem-all-listed", ("multi-problem.yaml",), (
         (f'{_p("multi-problem.yaml")}:7:10: Cell "api": spec.state: ',
          'must be one of: Running, Stopped, Sleeping (got "Paused")'),
-        (f'{_p("multi-problem.yaml")}:8:3: Cell "api": spec.imagePullPolicy: ',
+        (f'{_p("multi-problem.yaml")}:8:3: Cell "api": spec.imagePulPolicy: ',
          "unknown field"),
         (f'{_p("multi-problem.yaml")}:11:16: Cell "api": spec.services[0].command: ',
          "expected an array of strings, got a string"),

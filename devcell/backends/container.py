@@ -42,7 +42,6 @@ from devcell.backends import (
     container_spec,
     proctree,
     supervisor,
-    treecopy,
     usage,
 )
 from devcell.backends.base import (
@@ -670,14 +669,10 @@ class ContainerBackend:
         return len(self._hooks(cell, which))
 
     def quiesce(self, cell: CellRef) -> Outputs:
+        # No syncfs here: the checkpoint reads the page cache, and makes itself durable with
+        # one syncfs before it is renamed into place (workspaces.WorkspaceStore._build).
         info = self._find(cell)
-        if cell.volume_id is not None and self.store.volume_exists(cell.volume_id):
-            workspace = self.layout.workspace(cell.volume_id)
-        else:
-            workspace = None
         if info is None or info.get("State") not in ("running", "paused"):
-            if workspace is not None:
-                treecopy.sync_filesystem(workspace)
             return {"frozen": False}
         if info.get("State") == "paused":
             return {"frozen": True, "hooks": 0}
@@ -685,8 +680,6 @@ class ContainerBackend:
         marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         marker.touch()
         hooks = self._run_hooks(cell, info["Id"], "preCheckpoint")
-        if workspace is not None:
-            treecopy.sync_filesystem(workspace)
         with _engine(f"freezing cell {cell.name}"):
             self.api.pause(info["Id"])
         return {"frozen": True, "hooks": hooks}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import marshal
 import os
 import re
 import stat
@@ -104,34 +105,68 @@ def _identity(rel: str, st: os.stat_result) -> Entry:
 def scan(root: Path) -> Scan:
     """Walk `root` once (treewalk: no recursion, no link followed, one filesystem)."""
     found = Scan()
+    record, entries, dirs = found.record, found.entries, found.dirs
+    isdir, isreg = stat.S_ISDIR, stat.S_ISREG
     for directory in treewalk.walk(root):
         if directory.parent is None:
-            found.record.append(_identity("", directory.st))
-        rel = "" if found.deep else directory.path()
+            record.append(_identity("", directory.st))
+        listed = directory.entries
+        if not listed:
+            continue
+        # a character is at most 4 bytes: only a directory holding a name this long needs
+        # its names encoded to know whether a path passed LONG_PATH
+        widest = directory.path_bytes + 4 * max(len(name) for name, _ in listed) + 1
+        if found.deep or widest > LONG_PATH:
+            _scan_long(found, directory)
+            continue
+        found.longest = max(found.longest, widest)  # an upper bound, below LONG_PATH
+        rel = directory.path()
         prefix = f"{rel}/" if rel else ""
-        for name, st in directory.entries:
-            length = directory.path_bytes + len(name) + 1
-            if directory.path_bytes + 4 * len(name) + 1 > LONG_PATH:
-                # a character is at most 4 bytes: only a name this long needs encoding
-                length = directory.path_bytes + len(os.fsencode(name)) + 1
-            found.longest = max(found.longest, length)
-            if length > LONG_PATH and not found.deep:
-                found.deep = True  # paths are no use any more: count only
-                found.dirs, found.entries, found.record = [], [], []
-            is_dir = stat.S_ISDIR(st.st_mode)
-            if not is_dir:
-                found.files += 1
-                if stat.S_ISREG(st.st_mode):
-                    found.size += st.st_size
-            if found.deep:
-                continue
+        for name, st in listed:
             path = prefix + name
-            found.record.append(_identity(path, st))
-            if is_dir:
-                found.dirs.append((path, st))
-            else:
-                found.entries.append((path, st))
+            mode = st.st_mode
+            record.append([path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode,
+                           st.st_nlink])
+            if isdir(mode):
+                dirs.append((path, st))
+                continue
+            entries.append((path, st))
+            found.files += 1
+            if isreg(mode):
+                found.size += st.st_size
     return found
+
+
+def _scan_long(found: Scan, directory: treewalk.Directory) -> None:
+    """`scan` of one directory holding a long name: byte lengths counted exactly, and past
+    LONG_PATH the walk only counts (`deep`)."""
+    rel = "" if found.deep else directory.path()
+    prefix = f"{rel}/" if rel else ""
+    for name, st in directory.entries:
+        length = directory.path_bytes + len(os.fsencode(name)) + 1
+        found.longest = max(found.longest, length)
+        if length > LONG_PATH and not found.deep:
+            found.deep = True  # paths are no use any more: count only
+            found.dirs.clear()
+            found.entries.clear()
+            found.record.clear()
+        is_dir = stat.S_ISDIR(st.st_mode)
+        if not is_dir:
+            found.files += 1
+            if stat.S_ISREG(st.st_mode):
+                found.size += st.st_size
+        if found.deep:
+            continue
+        path = prefix + name
+        found.record.append(_identity(path, st))
+        (found.dirs if is_dir else found.entries).append((path, st))
+
+
+def digest(record: list[Entry]) -> str:
+    """A digest of a walk's record, to tell "exactly the same tree" without reading the
+    recorded one back: marshal (format 2: no back-references, so equal records give equal
+    bytes) of the lists, hashed. Only ever compared with a digest this code made."""
+    return hashlib.sha256(marshal.dumps(record, 2)).hexdigest()
 
 
 def _plan(found: Scan, reuse: Reuse | None) -> _Plan:

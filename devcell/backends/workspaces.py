@@ -44,6 +44,10 @@ SAME_AS = "same_as"
 RETIRED = "retired.json"
 """A deleted checkpoint whose tree others still name: checkpoint.json renamed to this, so it
 is no checkpoint any more, and its tree stays until the last one naming it is deleted."""
+TREE_DIGEST = "tree_digest"
+"""In checkpoint.json: treecopy.digest of the walk its tree was saved from, when that walk
+can vouch for every entry (none racily clean); a later walk with the same digest found
+exactly that tree: nothing changed."""
 LOCK = ".checkpoints.lock"
 """In images/: serialises naming a tree (a new alias) against removing it (a delete)."""
 OVERLAY = "overlay"
@@ -186,15 +190,6 @@ class Sources:
     stamp: int
     """The filesystem's clock when the walk began: an entry whose mtime or ctime is not older
     may have changed again within that tick unseen (git's "racily clean" entries)."""
-    clean: bool
-    """No entry is racily clean: the record can vouch for the whole tree."""
-
-    def unchanged(self, record: list[treecopy.Entry]) -> bool:
-        """Whether a new walk found exactly the recorded tree: same entries, in the same
-        order, each with the same inode, size, mtime, ctime, mode and link count. A process
-        cannot set ctime, so any write, truncate, chmod, chown, link, rename, create or
-        delete since then shows; one C-level comparison of two lists."""
-        return self.clean and bool(record) and record == self.entries
 
     def files(self) -> dict[str, tuple[int, int, int, int, int]]:
         """Relative path -> (inode, size, mtime, ctime, mode) of each single-link regular
@@ -204,15 +199,19 @@ class Sources:
             return {str(e[0]): (int(e[1]), int(e[2]), int(e[3]), int(e[4]), int(e[5]))
                     for e in self.entries if e[6] == 1 and stat.S_ISREG(int(e[5]))
                     and int(e[3]) < stamp and int(e[4]) < stamp}
-        except (TypeError, ValueError):  # a damaged record vouches for nothing
+        except (TypeError, ValueError, IndexError):  # a damaged record vouches for nothing
             return {}
 
 
 def _write_sources(path: Path, volume_id: str, record: list[treecopy.Entry],
-                   stamp: int) -> None:
-    clean = all(int(e[3]) < stamp and int(e[4]) < stamp for e in record)
+                   stamp: int) -> str | None:
+    """Write the record; the digest of the whole tree when the record can vouch for all of
+    it (no entry racily clean: see Sources.stamp), which the next checkpoint compares its
+    own walk with to find that nothing changed, else None."""
     _write_json(path, {"version": SOURCES_VERSION, "volume": volume_id, "stamp": stamp,
-                       "clean": clean, "entries": record}, sort_keys=False, durable=False)
+                       "entries": record}, sort_keys=False, durable=False)
+    clean = bool(record) and all(int(e[3]) < stamp and int(e[4]) < stamp for e in record)
+    return treecopy.digest(record) if clean else None
 
 
 def _read_sources(path: Path, volume_id: str) -> Sources | None:
@@ -221,10 +220,9 @@ def _read_sources(path: Path, volume_id: str) -> Sources | None:
     data = _read_json(path) or {}
     entries, stamp = data.get("entries"), data.get("stamp")
     if (data.get("version") != SOURCES_VERSION or data.get("volume") != volume_id
-            or not isinstance(entries, list) or not isinstance(stamp, int)
-            or not all(isinstance(e, list) and len(e) == 7 for e in entries)):
+            or not isinstance(entries, list) or not isinstance(stamp, int)):
         return None
-    return Sources(entries, stamp, data.get("clean") is True)
+    return Sources(entries, stamp)
 
 
 class WorkspaceStore:
@@ -385,9 +383,10 @@ class WorkspaceStore:
         try:
             stamp = _filesystem_now(tmp)  # before the walk: see Sources.stamp
             found = treecopy.scan(source)
-            base, tree, sources = self._previous(volume_id)
+            base, tree, recorded = self._previous(volume_id)
             meta = None
-            if sources is not None and base is not None and sources.unchanged(found.record):
+            if (base is not None and recorded is not None
+                    and treecopy.digest(found.record) == recorded):
                 meta = self._alias(tmp, final, checkpoint_id=checkpoint_id, cell_id=cell_id,
                                    volume_id=volume_id, base=base, tree=tree, found=found,
                                    started=started)
@@ -435,11 +434,11 @@ class WorkspaceStore:
             source, tmp / "workspace", reuse=reuse, scanned=found,
             description=f"{cell_name or cell_id}: checkpoint {checkpoint_id}")
         failpoints.hit("storage.checkpoint.tree-built")
-        _write_sources(tmp / SOURCES, volume_id, found.record, stamp)
+        whole = _write_sources(tmp / SOURCES, volume_id, found.record, stamp)
         meta = {"id": checkpoint_id, "cell_id": cell_id, "volume": volume_id,
                 "files": made.stats.files, "size_bytes": made.stats.size_bytes,
                 "created": time.time(), "base": base, "shared_files": made.reused_files,
-                "shared_bytes": made.reused_bytes,
+                "shared_bytes": made.reused_bytes, TREE_DIGEST: whole,
                 "copy_ms": round((time.perf_counter() - started) * 1000, 1)}
         _write_json(tmp / "checkpoint.json", meta, durable=False)
         treecopy.sync_filesystem(tmp)
@@ -519,9 +518,9 @@ class WorkspaceStore:
             raise
         return meta
 
-    def _previous(self, volume_id: str) -> tuple[str | None, str | None, Sources | None]:
+    def _previous(self, volume_id: str) -> tuple[str | None, str | None, str | None]:
         """For a volume of its own (not a fork on an overlay): its latest checkpoint, the
-        checkpoint holding that one's tree, and what that tree was recorded from."""
+        checkpoint holding that one's tree, and that tree's TREE_DIGEST (or None)."""
         if self.lower_of(volume_id) is not None:
             return None, None, None
         previous = self.latest_checkpoint_of_volume(volume_id)
@@ -529,8 +528,11 @@ class WorkspaceStore:
             return None, None, None
         named = (self.find_checkpoint(previous) or {}).get(SAME_AS)
         tree = str(named) if isinstance(named, str) and is_safe_id(named) else previous
-        return previous, tree, _read_sources(self.layout.checkpoint(tree) / SOURCES,
-                                             volume_id)
+        holder = self.find_checkpoint(tree) or _read_json(
+            self.layout.checkpoint(tree) / RETIRED) or {}
+        whole = holder.get(TREE_DIGEST)
+        same_volume = holder.get("volume") == volume_id
+        return previous, tree, whole if isinstance(whole, str) and same_volume else None
 
     def _reuse(self, volume_id: str) -> tuple[str | None, treecopy.Reuse | None]:
         """The earlier checkpoint a new checkpoint of this volume may share files with, and
@@ -542,7 +544,9 @@ class WorkspaceStore:
             below = str(self.tree_of(lower))
             index = overlay.UpperIndex(self.layout.upper(volume_id))
             return lower, lambda rel, st: f"{below}/{rel}" if index.unchanged(rel) else None
-        previous, tree, sources = self._previous(volume_id)
+        previous, tree, _ = self._previous(volume_id)
+        sources = None if tree is None else _read_sources(
+            self.layout.checkpoint(tree) / SOURCES, volume_id)
         recorded = sources.files() if sources is not None else {}
         if previous is None or tree is None or not recorded:
             return None, None

@@ -59,8 +59,8 @@ class Scan:
 
     dirs: list[tuple[str, os.stat_result]] = field(default_factory=list)
     """Every directory below the root (relative path, its stat), parents before children."""
-    entries: list[tuple[str, os.stat_result]] = field(default_factory=list)
-    """Every entry that is not a directory (relative path, lstat), in walk order."""
+    entries: list[tuple[str, os.stat_result, Entry]] = field(default_factory=list)
+    """Every entry that is not a directory (relative path, lstat, identity), in walk order."""
     record: list[Entry] = field(default_factory=list)
     """The identity of the root, every directory and every entry, in walk order."""
     files: int = 0
@@ -84,9 +84,20 @@ class _Plan:
     reused_bytes: int = 0
 
 
-Reuse = Callable[[str, os.stat_result], str | None]
+@dataclass(frozen=True)
+class Earlier:
+    """An earlier, immutable tree and what it was saved from: a regular file whose identity
+    now is the one recorded (inode, size, mtime, ctime, mode, one link) is that tree's file
+    at the same path. One dict lookup and one C-level list comparison per file."""
+
+    root: str
+    known: dict[str, Entry]
+    """Relative path -> recorded identity, of the files the record vouches for only."""
+
+
+Reuse = Callable[[str, os.stat_result], str | None] | Earlier
 """Given a regular file's relative path and lstat, an identical immutable file to hard-link
-in its place (from an earlier checkpoint), or None to copy it."""
+in its place (from an earlier checkpoint), or None to copy it; or an Earlier tree."""
 
 
 PATH_MAX = 4096
@@ -125,12 +136,13 @@ def scan(root: Path) -> Scan:
         for name, st in listed:
             path = prefix + name
             mode = st.st_mode
-            record.append([path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode,
-                           st.st_nlink])
+            entry: Entry = [path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode,
+                            st.st_nlink]
+            record.append(entry)
             if isdir(mode):
                 dirs.append((path, st))
                 continue
-            entries.append((path, st))
+            entries.append((path, st, entry))
             found.files += 1
             if isreg(mode):
                 found.size += st.st_size
@@ -158,8 +170,12 @@ def _scan_long(found: Scan, directory: treewalk.Directory) -> None:
         if found.deep:
             continue
         path = prefix + name
-        found.record.append(_identity(path, st))
-        (found.dirs if is_dir else found.entries).append((path, st))
+        entry = _identity(path, st)
+        found.record.append(entry)
+        if is_dir:
+            found.dirs.append((path, st))
+        else:
+            found.entries.append((path, st, entry))
 
 
 def digest(record: list[Entry]) -> str:
@@ -179,13 +195,19 @@ def _plan(found: Scan, reuse: Reuse | None) -> _Plan:
     batch: list[str] = []
     batch_size = 0
     last_dir = ""
-    for path, st in found.entries:
+    known, root = (reuse.known, reuse.root) if isinstance(reuse, Earlier) else ({}, "")
+    for path, st, entry in found.entries:
         size = st.st_size if stat.S_ISREG(st.st_mode) else 0
         if st.st_nlink > 1:
             plan.linked.append(path)
             plan.linked_bytes += size
             continue
-        if reuse is not None and stat.S_ISREG(st.st_mode):
+        if known:
+            if known.get(path) == entry:  # only regular files are known
+                plan.reused.append((path, f"{root}/{path}"))
+                plan.reused_bytes += size
+                continue
+        elif reuse is not None and not isinstance(reuse, Earlier) and stat.S_ISREG(st.st_mode):
             same = reuse(path, st)
             if same is not None:
                 plan.reused.append((path, same))

@@ -191,13 +191,13 @@ class Sources:
     """The filesystem's clock when the walk began: an entry whose mtime or ctime is not older
     may have changed again within that tick unseen (git's "racily clean" entries)."""
 
-    def files(self) -> dict[str, tuple[int, int, int, int, int]]:
-        """Relative path -> (inode, size, mtime, ctime, mode) of each single-link regular
-        file the record vouches for (not racily clean)."""
+    def files(self) -> dict[str, treecopy.Entry]:
+        """Relative path -> identity, of each single-link regular file the record vouches
+        for (not racily clean)."""
         stamp = self.stamp
         try:
-            return {str(e[0]): (int(e[1]), int(e[2]), int(e[3]), int(e[4]), int(e[5]))
-                    for e in self.entries if e[6] == 1 and stat.S_ISREG(int(e[5]))
+            return {str(e[0]): e for e in self.entries
+                    if e[6] == 1 and stat.S_ISREG(int(e[5]))
                     and int(e[3]) < stamp and int(e[4]) < stamp}
         except (TypeError, ValueError, IndexError):  # a damaged record vouches for nothing
             return {}
@@ -550,12 +550,8 @@ class WorkspaceStore:
         recorded = sources.files() if sources is not None else {}
         if previous is None or tree is None or not recorded:
             return None, None
-        earlier = str(self.layout.checkpoint(tree) / "workspace")
-
-        def same(rel: str, st: os.stat_result) -> str | None:
-            seen = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
-            return f"{earlier}/{rel}" if recorded.get(rel) == seen else None
-        return previous, same
+        return previous, treecopy.Earlier(str(self.layout.checkpoint(tree) / "workspace"),
+                                          recorded)
 
     def latest_checkpoint_of_volume(self, volume_id: str) -> str | None:
         """The newest complete checkpoint taken of this volume (a new one shares with it)."""

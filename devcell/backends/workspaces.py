@@ -608,6 +608,8 @@ class WorkspaceStore:
             if meta is not None and SAME_AS not in meta and self._naming(checkpoint_id):
                 os.rename(home / "checkpoint.json", home / RETIRED)
                 _fsync_dir(home)
+            elif (home / RETIRED).is_file():
+                pass  # deleted before (a retry): its tree goes with the last one naming it
             elif home.exists() or home.is_symlink():
                 doomed.append(temporaries.trash(parent))
                 os.rename(home, doomed[-1])

@@ -764,8 +764,9 @@ class ContainerBackend:
         """Bytes removing a volume or checkpoint would free (Measuring; `devcell gc`)."""
         if kind is OwnedKind.VOLUME:
             return usage.exclusive_bytes(self.layout.volume(resource_id))
-        if kind is OwnedKind.CHECKPOINT:
-            return usage.exclusive_bytes(self.layout.checkpoint(resource_id))
+        if kind is OwnedKind.CHECKPOINT:  # a tree other checkpoints name is not freed
+            return sum(usage.exclusive_bytes(path)
+                       for path in self.store.freed_by_deleting(resource_id))
         return 0
 
     # -- exec and logs (beyond the Backend protocol: `devcell exec` and `devcell logs`) -----

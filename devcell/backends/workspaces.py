@@ -477,6 +477,23 @@ class WorkspaceStore:
         holder = str(named) if isinstance(named, str) and is_safe_id(named) else checkpoint_id
         return self.layout.checkpoint(holder) / "workspace"
 
+    def freed_by_deleting(self, checkpoint_id: str) -> list[Path]:
+        """The directories deleting this checkpoint would remove (what `devcell gc` and the
+        capacity figures measure): none while others name its tree (it is only retired);
+        with the last name of a retired tree, that tree too."""
+        meta = self.find_checkpoint(checkpoint_id)
+        home = self.layout.checkpoint(checkpoint_id)
+        if meta is None:
+            return []
+        named = meta.get(SAME_AS)
+        if not isinstance(named, str):
+            return [] if self._naming(checkpoint_id) else [home]
+        holder = self.layout.checkpoint(named) if is_safe_id(named) else None
+        if (holder is not None and (holder / RETIRED).is_file()
+                and self._naming(named) == [checkpoint_id]):
+            return [home, holder]
+        return [home]
+
     def _naming(self, tree: str) -> list[str]:
         """The complete checkpoints that name `tree` as theirs."""
         return [entry.name for entry in self.layout.checkpoints.iterdir()

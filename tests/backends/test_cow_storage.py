@@ -339,11 +339,15 @@ def test_a_named_tree_outlives_the_checkpoint_that_made_it(store: WorkspaceStore
     take(store, "snap_2")
     take(store, "snap_3")
     saved = tree(volume)
+    home = store.layout.checkpoint
+    assert store.freed_by_deleting("snap_1") == []  # others name its tree
+    assert store.freed_by_deleting("snap_2") == [home("snap_2")]
     store.delete_checkpoint("snap_1")  # snap_2 and snap_3 name its tree: it is retired
     assert store.find_checkpoint("snap_1") is None
     assert [cp for cp, _ in store.all_checkpoints()] == ["snap_2", "snap_3"]
     assert tree(store.tree_of("snap_2")) == saved == tree(store.checkpoint_files("snap_3"))
     store.delete_checkpoint("snap_2")
+    assert store.freed_by_deleting("snap_3") == [home("snap_3"), home("snap_1")]
     assert tree(store.tree_of("snap_3")) == saved
     made = store.create_volume(cell_id="cell_f", cell_name="f", volume_id="vol_f",
                                from_checkpoint="snap_3")

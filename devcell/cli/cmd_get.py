@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from devcell import kinds
 from devcell.cli import render
 from devcell.errors import NotFound, UsageError
-from devcell.names import printable
+from devcell.names import printable, terminal_text
 from devcell.store import faults, guard, views
 from devcell.store.db import Database, resolve_state_dir
 
@@ -342,7 +342,10 @@ def _print(args: argparse.Namespace, output: Output | None, rows: list[dict[str,
             from devcell.cli import jsonpath
 
             assert output is not None
-            sys.stdout.write(jsonpath.render(output.template, value, escape=printable))
+            # raw into a pipe (`X=$(devcell get ... -o jsonpath=...)` gets the data as is, as
+            # kubectl's); on a terminal, escaped so that no value can drive it
+            escape = terminal_text if sys.stdout.isatty() else str
+            sys.stdout.write(jsonpath.render(output.template, value, escape=escape))
         else:
             (render.as_json if args.output == "json" else render.as_yaml)(value)
     elif args.output == "name":

@@ -92,6 +92,68 @@ def test_jsonpath_and_jsonpath_file(cli: Cli, cells: Path, tmp_path: Path) -> No
     assert bad.returncode == 2 and "{range} without {end}" in bad.stderr
 
 
+EVIL = """apiVersion: devcell.dev/v1alpha1
+kind: Cell
+metadata:
+  name: evil
+spec:
+  backend: fake
+  state: Stopped
+  env:
+    - {name: NL, value: "a\\nb"}
+    - {name: SLASH_N, value: 'a\\nb'}
+    - {name: ESC, value: "\\e[31mred\\u202e"}
+    - {name: TOKEN, value: s3cret-value, secret: true}
+"""
+
+
+def _on_a_terminal(state_dir: Path, *args: str) -> str:
+    """stdout of `devcell ARGS` when stdout is a terminal (a pseudo-terminal, raw mode)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+    import tty
+
+    leader, follower = pty.openpty()
+    tty.setraw(follower)  # no \n -> \r\n: the bytes as the program wrote them
+    try:
+        proc = subprocess.run([sys.executable, "-m", "devcell", *args], stdout=follower,
+                              stderr=subprocess.PIPE, timeout=120,
+                              env=dict(os.environ, DEVCELL_HOME=str(state_dir)))
+        assert proc.returncode == 0, proc.stderr
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal's other side is closed, all is read
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(leader)
+    return b"".join(chunks).decode()
+
+
+def test_jsonpath_prints_raw_into_a_pipe_and_escaped_on_a_terminal(
+        cli: Cli, tmp_path: Path, state_dir: Path) -> None:
+    (tmp_path / "evil.yaml").write_text(EVIL)
+    assert cli("apply", "-f", str(tmp_path / "evil.yaml")).returncode == 0
+    values = "jsonpath={range .spec.env[*]}{.value}{'|'}{end}"
+    piped = cli("get", "cell", "evil", "-o", values)
+    assert piped.returncode == 0, piped.stderr
+    # as kubectl: the data as is, so `X=$(devcell get ... -o jsonpath=...)` is not altered
+    assert piped.stdout == "a\nb|a\\nb|\x1b[31mred\u202e|<redacted>|"
+    shown = _on_a_terminal(state_dir, "get", "cell", "evil", "-o", values)
+    # on a terminal: controls escaped and the backslash too, so the two first values differ
+    assert shown == "a\nb|a\\\\nb|\\x1b[31mred\\u202e|<redacted>|"
+    secret = cli("get", "cell", "evil", "-o", "jsonpath={.spec.env[3]}")
+    assert "s3cret" not in secret.stdout and "<redacted>" in secret.stdout
+    assert "s3cret" not in _on_a_terminal(state_dir, "get", "cells", "-o", "jsonpath={..value}")
+
+
 def test_custom_columns_spec_and_file(cli: Cli, cells: Path, tmp_path: Path) -> None:
     out = cli("get", "cells", "-o", "custom-columns=NAME:.metadata.name,PHASE:.status.phase,"
                                     "TEAM:.metadata.labels.team")

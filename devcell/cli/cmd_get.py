@@ -481,13 +481,16 @@ def _row_key(row: dict[str, Any]) -> str:
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    """kubectl describe: each object named (or matching -l), one after the other; a name not
-    found is reported and makes the exit status 1, the others are still described."""
+    """kubectl describe: each object named (or each matching -l, never both), one after the
+    other; a name not found is reported and makes the exit status 1, the others are still
+    described."""
     from devcell.cli import describe
 
     if not args.names and not args.selector:
         raise UsageError(f"describe needs a NAME or -l SELECTOR (e.g. devcell describe "
                          f"{args.kind.lower()} api)")
+    if args.names and args.selector:
+        raise UsageError(NAMES_AND_SELECTOR)
     if args.selector and args.kind == "Operation":
         raise UsageError("operations have no labels: describe them by id")
     from devcell.manifests import selectors
@@ -496,7 +499,7 @@ def run_describe(args: argparse.Namespace) -> int:
     db = _open(args)
     names = list(dict.fromkeys(args.names))
     if db is not None and selector is not None:
-        names += [n for n in views.names_matching(db.conn, args.kind, selector) if n not in names]
+        names = views.names_matching(db.conn, args.kind, selector)
     missing = 0
     for i, name in enumerate(names):
         if i:

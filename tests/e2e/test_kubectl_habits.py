@@ -241,6 +241,17 @@ def test_wait_by_selector(cli: Cli, cells: Path) -> None:
     assert nothing.returncode == 1 and "no matching resources found" in nothing.stderr
 
 
+@pytest.mark.parametrize("verb", ["get", "describe", "delete", "wait"])
+def test_a_name_with_a_selector_is_refused_as_kubectl(cli: Cli, cells: Path, verb: str) -> None:
+    # kubectl: "name cannot be provided when a selector is specified"; never the union
+    result = cli(verb, "cells", "c1", "-l", "team=t2", "--timeout", "1s") if verb == "wait" \
+        else cli(verb, "cells", "c1", "-l", "team=t2")
+    assert result.returncode == 2
+    assert "a NAME cannot be given with -l" in result.stderr
+    assert result.stdout == ""
+    assert names(cli, "cells") == ["cell/c1", "cell/c10", "cell/c2", "cell/plain"]
+
+
 def test_apply_prune_with_selector_prunes_only_matching(cli: Cli, cells: Path) -> None:
     for name in ("c1", "c2"):
         (cells / f"{name}.yaml").unlink()

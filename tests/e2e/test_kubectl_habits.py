@@ -192,6 +192,11 @@ def test_show_labels_and_label_columns(cli: Cli, cells: Path) -> None:
     assert header[-3:] == ["TEAM", "TIER", "NAME"]
     c10 = next(line for line in columns.stdout.splitlines() if line.startswith("c10 "))
     assert c10.split()[-3:] == ["t3", "db", "<none>"]  # as every empty cell of our tables
+    # kubectl accepts any key for -L: it only names a column, empty when no object has it
+    odd = cli("get", "cells", "-L", "Bad Key", "-L", "\x1bx")
+    assert odd.returncode == 0, odd.stderr
+    assert odd.stdout.splitlines()[0].split()[-3:] == ["BAD", "KEY", "\\x1bX"]  # escaped
+    assert all(line.split()[-2:] == ["<none>", "<none>"] for line in odd.stdout.splitlines()[1:])
     refused = cli("get", "volumes", "--show-labels")
     assert refused.returncode == 2 and "have no labels" in refused.stderr
 

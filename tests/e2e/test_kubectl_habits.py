@@ -92,6 +92,23 @@ def test_jsonpath_and_jsonpath_file(cli: Cli, cells: Path, tmp_path: Path) -> No
     assert bad.returncode == 2 and "{range} without {end}" in bad.stderr
 
 
+def test_jsonpath_slices_filters_and_size_as_kubectl(cli: Cli, cells: Path,
+                                                     tmp_path: Path) -> None:
+    last = cli("get", "cells", "-o", "jsonpath={.items[-1:].metadata.name}")
+    assert last.returncode == 0 and last.stdout == "plain"
+    for template, message in (("{.items[::-1]}", "step must be > 0"),
+                              ("{.items[0:100]}", "index out of bounds: index 99, length 4")):
+        refused = cli("get", "cells", "-o", f"jsonpath={template}")
+        assert refused.returncode == 1 and message in refused.stderr and refused.stdout == ""
+    mixed = cli("get", "cells", "-o", "jsonpath={.items[?(@.metadata.labels.team<2)]}")
+    assert mixed.returncode == 2 and "jsonpath filter '[?(@.metadata.labels.team<2)]'" in \
+        mixed.stderr and "cannot compare string" in mixed.stderr
+    huge = tmp_path / "huge.jsonpath"
+    huge.write_text("{.a" + "[?(@.a" * 60 + ".b" * 500_000 + ")]" * 60 + "}")
+    too_big = cli("get", "cells", "-o", f"jsonpath-file={huge}", timeout=30)
+    assert too_big.returncode == 2 and "larger than 65536 bytes" in too_big.stderr
+
+
 EVIL = """apiVersion: devcell.dev/v1alpha1
 kind: Cell
 metadata:

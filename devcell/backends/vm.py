@@ -26,8 +26,6 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from loguru import logger
-
 from devcell.backends import children, supervisor, temporaries, vm_disks, vm_image, vm_proc
 from devcell.backends.base import (
     Capabilities,
@@ -45,6 +43,7 @@ from devcell.backends.vm_driver import Disk, MachineConfig, MachineDriver
 from devcell.backends.vm_layout import VmLayout
 from devcell.backends.vm_qemu import QemuDriver
 from devcell.errors import BackendError, BackendNotFound, BackendRefused, CapabilityMissing
+from devcell.log import logger
 from devcell.security import SERVICE_LOG_DIR
 
 MARKER = "cell.json"

@@ -65,11 +65,12 @@ class Dispatch:
     def boot(self, config: MachineConfig) -> int:
         return self.of(config).boot(config)
 
-    def restore(self, config: MachineConfig, saved: Path) -> int:
-        return self.of(config).restore(config, saved)
+    # Options (memory_in_file, keep, ...) pass through as given: the boundary's to define.
+    def restore(self, config: MachineConfig, saved: Path, **options: Any) -> int:
+        return self.of(config).restore(config, saved, **options)
 
-    def save(self, config: MachineConfig, into: Path) -> Saved:
-        return self.of(config).save(config, into)
+    def save(self, config: MachineConfig, into: Path, **options: Any) -> Saved:
+        return self.of(config).save(config, into, **options)
 
     def running(self, config: MachineConfig) -> bool:
         return self.of(config).running(config)

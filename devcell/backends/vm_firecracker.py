@@ -237,6 +237,15 @@ class FirecrackerDriver:
         if not vm_proc.wait_gone(pid, config.name, timeout):
             vm_proc.kill(pid, config.name)
 
+    def snapshot_disk(self, config: MachineConfig, disk: int, overlay: Path) -> None:
+        raise CapabilityMissing("Firecracker has no block-layer snapshots (its disks are raw "
+                                "files); a disk snapshot of its machine is a Diff snapshot "
+                                "plus a copy of the paused machine's disk file")
+
+    def flatten_disk(self, config: MachineConfig, disk: int) -> None:
+        raise CapabilityMissing("Firecracker's disks are raw files: there is no chain to "
+                                "flatten")
+
     def console(self, config: MachineConfig) -> bytes:
         """The last 64 KiB the guest wrote to its serial console (its file, read bounded)."""
         return _tail(config.directory, api.CONSOLE_FILE, CONSOLE_BYTES)

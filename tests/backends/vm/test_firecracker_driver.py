@@ -12,6 +12,7 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,20 @@ def test_a_closed_vsock_port_is_unavailable_after_the_timeout(tmp_path: Path) ->
     _vsock_mux(tmp_path / api.VSOCK_SOCKET, accept_port=9)
     with pytest.raises(BackendUnavailable, match="vsock port 1024"):
         vm_firecracker.VsockAgent(tmp_path, port=1024, timeout=0.5)
+
+
+def test_each_call_goes_to_the_driver_the_cell_was_made_with(
+        stand_in: Path, cell_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    monkeypatch.setenv(vm_firecracker.BINARY_ENV, str(stand_in))
+    drivers = vm_drivers.Dispatch(accel_cache=tmp_path / "accel.json")
+    machine = config(cell_dir)
+    assert isinstance(drivers.of(machine), vm_firecracker.FirecrackerDriver)
+    assert drivers.of(replace(machine, driver="qemu-microvm")).name == "qemu-microvm"
+    with pytest.raises(CapabilityMissing, match="'hyperv'"):
+        drivers.of(replace(machine, driver="hyperv"))
+    pid = drivers.boot(machine)
+    assert vm_proc.is_owned(pid, LABEL) and drivers.running(machine)
+    assert not drivers.running(replace(machine, driver="qemu-microvm"))  # QEMU: no monitor
+    drivers.shutdown(machine, pid, timeout=0.2)
+    assert not vm_proc.is_owned(pid, LABEL)

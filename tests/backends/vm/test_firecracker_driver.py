@@ -9,8 +9,10 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -204,3 +206,30 @@ def test_each_call_goes_to_the_driver_the_cell_was_made_with(
     assert not drivers.running(replace(machine, driver="qemu-microvm"))  # QEMU: no monitor
     drivers.shutdown(machine, pid, timeout=0.2)
     assert not vm_proc.is_owned(pid, LABEL)
+
+
+def test_a_firecracker_devcell_did_not_label_is_never_touched(
+        stand_in: Path, cell_dir: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    foreign = subprocess.Popen([str(stand_in), "--api-sock", str(other / api.API_SOCKET),
+                                "--id", "devcell-0123456789abcdef-cell-someoneelse"])
+    try:
+        with api.FirecrackerApi(other, timeout=1.0) as client:  # up, under its own name
+            for _ in range(100):
+                try:
+                    client.state()
+                    break
+                except BackendUnavailable:
+                    time.sleep(0.05)
+        assert vm_proc.scan("devcell-0123456789abcdef-") == {
+            "devcell-0123456789abcdef-cell_someoneelse": foreign.pid}
+        (cell_dir / vm_proc.PIDFILE).write_text(f"{foreign.pid}\n")  # planted
+        assert vm_proc.find(cell_dir, LABEL) is None
+        driver = vm_firecracker.FirecrackerDriver(binary=str(stand_in))
+        driver.shutdown(config(cell_dir), foreign.pid, timeout=0.2)
+        vm_proc.kill(foreign.pid, LABEL)
+        assert foreign.poll() is None  # still running: not DevCell's to end
+    finally:
+        foreign.kill()
+        foreign.wait()

@@ -9,6 +9,7 @@ budgets (boot <= 125 ms, snapshot restore < 10 ms on KVM): the stand-in's own ti
   boot     FirecrackerApi.configure() + start(): 11 requests (logger, metrics, machine-config,
            boot-source, 3 drives, vsock, serial, InstanceStart)
   restore  FirecrackerApi.load(): logger, metrics, snapshot/load
+  1 request  one PUT /logger on an open connection (10 x --runs of them), the steady cost
 Peer, same run, same stand-in, in turns: the same requests as pre-built bytes written to a
 raw unix socket, each reply read by its Content-Length (the transport's floor). The
 difference driver - raw is DevCell's own cost. A fresh stand-in process per run (pre-boot
@@ -117,6 +118,36 @@ def timed(directory: Path, work: Callable[[], None]) -> float:
         process.wait()
 
 
+def warm_requests(directory: Path, count: int) -> dict[str, list[float]]:
+    """One request at a time on an open connection, driver and raw socket in turns."""
+    process = stand_in(directory)
+    [message] = raw_bytes([("PUT", "/logger", api.logger_config())])
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(directory / api.API_SOCKET))
+    reader = sock.makefile("rb")
+    out: dict[str, list[float]] = {"1 request: driver": [], "1 request: raw socket": []}
+    try:
+        with api.FirecrackerApi(directory) as client:
+            for _ in range(count):
+                began = time.perf_counter()
+                client.call("PUT", "/logger", api.logger_config())
+                out["1 request: driver"].append(time.perf_counter() - began)
+                began = time.perf_counter()
+                sock.sendall(message)
+                reader.readline()
+                length = 0
+                while (line := reader.readline()) not in (b"\r\n", b""):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                reader.read(length)
+                out["1 request: raw socket"].append(time.perf_counter() - began)
+    finally:
+        sock.close()
+        process.kill()
+        process.wait()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
@@ -147,11 +178,14 @@ def main() -> None:
         for _ in range(args.runs):
             for name, work in subjects.items():  # in turns: drift hits all alike
                 samples[name].append(timed(directory, work))
+        samples.update(warm_requests(directory, args.runs * 10))
     medians = {name: statistics.median(values) for name, values in samples.items()}
     print(f"{'subject':<22}{'median':>10}{'p90':>10}   runs={args.runs}")
     for name, values in samples.items():
         p90 = sorted(values)[int(len(values) * 0.9) - 1]
         print(f"{name:<22}{medians[name] * 1000:>8.2f}ms{p90 * 1000:>8.2f}ms")
+    one = medians["1 request: driver"] - medians["1 request: raw socket"]
+    print(f"1 request: DevCell's own cost {one * 1000:.3f} ms (http.client over raw bytes)")
     for what, budget in (("boot", 0.125), ("restore", 0.010)):
         driver, raw = medians[f"{what}: driver"], medians[f"{what}: raw socket"]
         print(f"{what}: driver / raw socket = {driver / raw:.2f}; DevCell's own cost "

@@ -191,9 +191,19 @@ def _raw_server(path: Path, answer: bytes | None) -> threading.Thread:
 
     def run() -> None:
         conn, _ = listener.accept()
-        conn.recv(65536)
+        request = b""
+        while b"\r\n\r\n" not in request:  # the whole request: headers, then its body
+            request += conn.recv(65536)
+        head, _, body = request.partition(b"\r\n\r\n")
+        length = [int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:")]
+        while length and len(body) < length[0]:
+            body += conn.recv(65536)
         if answer is not None:
-            conn.sendall(answer)
+            try:
+                conn.sendall(answer)
+            except BrokenPipeError:
+                pass  # the client stopped reading at its bound
         else:
             threading.Event().wait(3)
         conn.close()
@@ -217,6 +227,13 @@ def test_an_oversized_reply_is_refused(tmp_path: Path) -> None:
     _raw_server(tmp_path / api.API_SOCKET, b"HTTP/1.1 200 OK\r\nContent-Length: 999999999"
                 b"\r\n\r\n{")
     with pytest.raises(BackendError, match="more than"), api.FirecrackerApi(tmp_path) as c:
+        c.state()
+
+
+def test_a_reply_without_a_length_is_read_up_to_the_bound(tmp_path: Path) -> None:
+    _raw_server(tmp_path / api.API_SOCKET, b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"
+                + b"x" * (2 << 20))
+    with pytest.raises(BackendError, match="longer than"), api.FirecrackerApi(tmp_path) as c:
         c.state()
 
 

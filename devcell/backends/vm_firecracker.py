@@ -117,8 +117,11 @@ class FirecrackerDriver:
             _fresh_file(directory / name)  # Firecracker opens these, it does not create them
         output = _fresh_file(directory / OUTPUT_FILE)
         try:
+            # argv[0] is "firecracker" whatever the file is called (releases ship
+            # firecracker-v1.x.y-x86_64): vm_proc knows a Firecracker by it.
             process = subprocess.Popen(
-                [binary, "--api-sock", api.API_SOCKET, "--id", machine_id], cwd=directory,
+                [BINARY, "--api-sock", api.API_SOCKET, "--id", machine_id], executable=binary,
+                cwd=directory,
                 stdin=subprocess.DEVNULL, stdout=output, stderr=output,
                 start_new_session=True)  # outlives the command that started it
         finally:

@@ -5,8 +5,7 @@ merely looks like QEMU may be someone else's. DevCell acts on a process only whe
 line is a QEMU whose `-name` (or a Firecracker whose `--id`) is exactly the label DevCell gave
 it (devcell-<state-hash>-<cell>), the vm equivalent of the container backend's labels. The
 orphan sweep and crash recovery find machines whose directory is gone by scanning /proc for
-that label. Standard library only
-(observe_all imports this on the fast path).
+that label. Standard library only (observe_all imports this on the fast path).
 """
 
 from __future__ import annotations

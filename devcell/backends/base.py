@@ -125,6 +125,11 @@ class MachineState(Protocol):
         """Start the machine from what save_machine kept; its processes go on."""
         ...
 
+    def snapshot_machine(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
+        """A checkpoint that keeps memory too (consistency machine), the cell running on; a
+        cell forked from it resumes its processes as a new machine."""
+        ...
+
 
 @dataclass(frozen=True)
 class ImageState:

@@ -36,10 +36,17 @@ from devcell.errors import BackendError, BackendNotFound
 def _baseline(store: WorkspaceStore, volume_id: str
               ) -> tuple[str | None, changes.Unchanged | None, set[str] | None]:
     """What the workspace is compared with: (checkpoint, rule, the paths it recorded). The
-    volume's newest checkpoint (a snapshot's or a sleep's); for a fork never checkpointed,
+    volume's newest checkpoint (a snapshot's or a sleep's), or the one it was restored from
+    since (snapshot restore: what the next checkpoint shares); for a fork never checkpointed,
     the snapshot it was made from; with neither, nothing (everything counts as changed)."""
     layout = store.layout
     latest = store.latest_checkpoint_of_volume(volume_id)
+    restored = store.restored_from(volume_id, latest)
+    if restored is not None:  # restored since its newest checkpoint: compared with that one
+        recorded = workspaces._read_sources(layout.volume(volume_id) / workspaces.RESTORED,
+                                            volume_id)
+        saved = changes.same_as(layout.checkpoint(restored) / "workspace")
+        return restored, changes.by_record(recorded, saved), set(recorded) or None
     if latest is not None:
         recorded = workspaces._read_sources(layout.checkpoint(latest) / workspaces.SOURCES,
                                             volume_id)

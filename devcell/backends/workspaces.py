@@ -35,6 +35,10 @@ from devcell.log import logger
 MARKER_VERSION = 1
 SOURCES = "sources.json"
 """In a checkpoint: the identity of each copied file's source, read by the next checkpoint."""
+RESTORED = "restored.json"
+"""In a volume restored from a checkpoint (snapshot restore): that checkpoint's id and the
+identity of each file the restore copied from it, so the next checkpoint links the files
+still unchanged to it instead of copying them (workspace_restore.py writes it)."""
 OVERLAY = "overlay"
 COPY = "copy"
 """How a volume holds its files (`storage` in volume.json): an overlay on a checkpoint (a
@@ -398,9 +402,14 @@ class WorkspaceStore:
             index = overlay.UpperIndex(self.layout.upper(volume_id))
             return lower, lambda rel, st: f"{below}/{rel}" if index.unchanged(rel) else None
         previous = self.latest_checkpoint_of_volume(volume_id)
-        if previous is None:
+        restored = self.restored_from(volume_id, previous)
+        if restored is not None:
+            previous = restored
+            recorded = _read_sources(self.layout.volume(volume_id) / RESTORED, volume_id)
+        elif previous is None:
             return None, None
-        recorded = _read_sources(self.layout.checkpoint(previous) / SOURCES, volume_id)
+        else:
+            recorded = _read_sources(self.layout.checkpoint(previous) / SOURCES, volume_id)
         if not recorded:
             return None, None
         earlier = str(self.layout.checkpoint(previous) / "workspace")
@@ -409,6 +418,18 @@ class WorkspaceStore:
             seen = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
             return f"{earlier}/{rel}" if recorded.get(rel) == seen else None
         return previous, same
+
+    def restored_from(self, volume_id: str, latest: str | None) -> str | None:
+        """The checkpoint the volume was restored from, when that restore is newer than its
+        latest checkpoint and the checkpoint is still there (else None)."""
+        data = _read_json(self.layout.volume(volume_id) / RESTORED) or {}
+        source = data.get("checkpoint")
+        if not isinstance(source, str) or not is_safe_id(source):
+            return None
+        meta = self.find_checkpoint(source)
+        newer = latest is None or float(data.get("created", 0)) > float(
+            (self.find_checkpoint(latest) or {}).get("created", 0))
+        return source if meta is not None and newer else None
 
     def latest_checkpoint_of_volume(self, volume_id: str) -> str | None:
         """The newest complete checkpoint taken of this volume (a new one shares with it)."""

@@ -193,7 +193,8 @@ for an approval, for its forks, or for the reconciler), as kubectl shows Termina
 
 
 def _phase(row: dict[str, Any]) -> str:
-    return DELETING if row.get("deleting_at") else str(row["phase"])
+    gone = row.get("deleted_at") is not None  # an expired snapshot, kept as a record
+    return DELETING if row.get("deleting_at") and not gone else str(row["phase"])
 
 
 def _table(kind: str, rows: list[dict[str, Any]], wide: bool
@@ -284,6 +285,8 @@ def run_get(args: argparse.Namespace) -> int:
         if args.sort_by:
             jsonpath.relaxed(args.sort_by, what="--sort-by")
     args.label_columns = [k for given in args.label_columns or () for k in given.split(",") if k]
+    if args.names and args.selector:
+        raise UsageError(NAMES_AND_SELECTOR)
     selector = _selector(args)
     fields = _field_selector(args)
     if getattr(args, "tree", False):
@@ -319,6 +322,10 @@ def run_get(args: argparse.Namespace) -> int:
     if args.watch and args.output in ("table", "wide"):
         return _watch(args, selector, rows)
     return 0
+
+
+NAMES_AND_SELECTOR = ("a NAME cannot be given with -l (as kubectl): give NAME... or "
+                      "-l SELECTOR")
 
 
 def _needs_documents(args: argparse.Namespace) -> bool:

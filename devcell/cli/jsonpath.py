@@ -25,6 +25,9 @@ from devcell.errors import TemplateError, TemplateEvaluationError
 
 _FIELD_CHARS = re.compile(r"[A-Za-z0-9_\-/:@$]")
 _COMPARATORS = ("==", "!=", "<=", ">=", "<", ">")
+MAX_NESTING = 64
+"""How deep ranges, filters and quoted sub-paths may nest: deeper is a usage error, never a
+RecursionError (evaluation recurses as deep as the template nests)."""
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "0": "\0",
             "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
@@ -120,6 +123,8 @@ def parse(template: str) -> tuple[Node, ...]:
         elif stripped.startswith("range ") or stripped.startswith("range\t"):
             expr = stripped[len("range"):]
             at = lead + len("range") + len(expr) - len(expr.lstrip())
+            if len(stack) > MAX_NESTING:
+                raise _fail(template, pos, f"{{range}} nested more than {MAX_NESTING} deep")
             stack.append((pos, _Paths(template, expr.strip(), at).path(), []))
         elif stripped[:1] in ("'", '"'):
             body.append(Text(_literal(template, stripped, lead)))
@@ -161,8 +166,12 @@ def _literal(template: str, text: str, pos: int) -> str:
 class _Paths:
     """A recursive-descent parser of one path expression (`.a[0]..b[?(@.c=="d")]`)."""
 
-    def __init__(self, template: str, text: str, offset: int) -> None:
+    def __init__(self, template: str, text: str, offset: int, depth: int = 0) -> None:
+        if depth > MAX_NESTING:
+            raise _fail(template, offset, f"filters or quoted keys nested more than "
+                                          f"{MAX_NESTING} deep")
         self.template, self.text, self.offset, self.i = template, text, offset, 0
+        self.depth = depth
 
     def fail(self, why: str) -> TemplateError:
         return _fail(self.template, self.offset + self.i, why)
@@ -259,13 +268,13 @@ class _Paths:
                 raise _fail(self.template, self.offset + at, "unterminated quoted key")
             # kubectl reads ['a.b'] as the path .a.b, and ['a\.b'] as the key "a.b"
             return Step("path", _Paths(self.template, "." + text[1:-1],
-                                       self.offset + at).path())
+                                       self.offset + at, self.depth + 1).path())
         if re.fullmatch(r"-?\d+", text):
             return Step("index", int(text))
-        match = re.fullmatch(r"(-?\d*)\s*:\s*(-?\d*)(?:\s*:\s*(-?\d*))?", text)
+        match = re.fullmatch(r"(-?\d+)?\s*:\s*(-?\d+)?(?:\s*:\s*(-?\d+)?)?", text)
         if match is None:
             raise _fail(self.template, self.offset + at, f"invalid array index {text!r}")
-        start, stop, step = (int(g) if g else None for g in match.groups())
+        start, stop, step = (int(g) if g is not None else None for g in match.groups())
         if step == 0:
             raise _fail(self.template, self.offset + at, "slice step cannot be 0")
         return Step("slice", (start, stop, step))
@@ -285,7 +294,7 @@ class _Paths:
         if not text.startswith(("@", "$")):
             raise _fail(self.template, self.offset + at,
                         f"a filter compares a path starting with @ or $, not {text!r}")
-        return _Paths(self.template, text, self.offset + at).path()
+        return _Paths(self.template, text, self.offset + at, self.depth + 1).path()
 
     def _operand(self, text: str, at: int) -> Any:
         if text[:1] in ("'", '"'):
@@ -452,4 +461,7 @@ def relaxed(expression: str, *, what: str) -> tuple[Node, ...]:
     if not text.startswith((".", "[", "@", "$")):
         text = "." + text
     nodes = parse("{" + text + "}")
+    if len(nodes) != 1 or not isinstance(nodes[0], Action):
+        raise TemplateError(f"{what}: {expression!r} is not one JSONPath expression "
+                            "(e.g. .metadata.name)")
     return nodes

@@ -126,7 +126,8 @@ def _sort_key(value: Any, expression: str) -> tuple[int, float, tuple[Any, ...]]
     if isinstance(value, int | float):
         return (1, float(value), ())
     if isinstance(value, str):
-        return (2, 0, tuple((0, int(p), "") if p.isdigit() else (1, 0, p)
-                            for p in re.findall(r"\d+|\D+", value)))
+        # ASCII digits only: `²` and other Unicode digits are text (int() refuses some of them)
+        return (2, 0, tuple((0, int(p), "") if p[0] in "0123456789" else (1, 0, p)
+                            for p in re.findall(r"[0-9]+|[^0-9]+", value)))
     raise TemplateEvaluationError(f"--sort-by {expression}: cannot sort by an object or a "
                                   "list; name a field that holds a string or a number")

@@ -17,6 +17,8 @@ class StepName(StrEnum):
     DELETE_VOLUME = "delete-volume"
     PULL_IMAGE = "pull-image"
     """Fetch the cell's image from its registry (spec.imagePullPolicy says when)."""
+    BUILD_IMAGE = "build-image"
+    """Build the cell's image from spec.build (only when no image has its digest's tag)."""
     CREATE = "create"
     START = "start"
     STOP = "stop"
@@ -39,3 +41,10 @@ class StepName(StrEnum):
     SNAPSHOT_MACHINE = "snapshot-machine"
     """A snapshot that keeps memory: disk and machine saved at one paused moment, the cell
     runs on (Snapshot spec.consistency: machine)."""
+    RESTORE_WORKSPACE = "restore-workspace"
+    """Replace a cell's workspace, all at once, by a copy of a checkpoint (`snapshot restore`)."""
+    EXPIRE = "expire"
+    """Retention: ask for an expired snapshot's deletion (no backend call; judged again in
+    the step's write, so a snapshot a fork came to depend on meanwhile is kept)."""
+    SCHEDULE_SNAPSHOT = "schedule-snapshot"
+    """A cell's schedule: record the snapshot of the period that is due (no backend call)."""

@@ -137,3 +137,25 @@ def test_relaxed_paths_of_custom_columns_and_sort_by() -> None:
     for expression in (".metadata.name", "metadata.name", "{.metadata.name}"):
         nodes = jsonpath.relaxed(expression, what="test")
         assert jsonpath.render(nodes, DOC["items"][0]) == "127.0.0.1"
+
+
+@pytest.mark.parametrize("template", ["{.items[-:]}", "{.items[:-]}", "{.items[::-]}",
+                                      "{.items[- :1]}"])
+def test_a_sign_without_a_number_in_a_slice_is_a_usage_error(template: str) -> None:
+    with pytest.raises(TemplateError, match="invalid array index"):
+        jsonpath.parse(template)
+
+
+@pytest.mark.parametrize("template", [
+    "{.items" + "[?(@.a" * 500 + ")]" * 500 + "}",
+    "{range .items[*]}" + "{range @}" * 2000 + "{@}" + "{end}" * 2001,
+])
+def test_deep_nesting_is_a_usage_error_not_a_recursion_error(template: str) -> None:
+    with pytest.raises(TemplateError, match="nested more than"):
+        jsonpath.render(jsonpath.parse(template), DOC)
+
+
+def test_nesting_up_to_the_limit_still_works() -> None:
+    depth = jsonpath.MAX_NESTING - 1
+    template = "{range .items[*]}" + "{range @}" * depth + "{.kind}" + "{end}" * (depth + 1)
+    assert jsonpath.render(jsonpath.parse(template), {"items": [{"kind": "k"}]}) == "k"

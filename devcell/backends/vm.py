@@ -36,6 +36,7 @@ from typing import Any, BinaryIO
 
 from loguru import logger
 
+from devcell import failpoints
 from devcell.backends import (
     children,
     supervisor,
@@ -267,6 +268,7 @@ class VmBackend:
         pid = self.driver.restore(self._config(cell.id, meta), part / vm_memory.STATE,
                                   memory_in_file=in_file)
         meta = self._update(cell.id, resume_from=None)
+        failpoints.hit("vm.fork.after-resume")
         resumed = round(time.monotonic() - began, 3)
         identity = self._new_identity(cell)
         return {"started": True, "pid": pid, "accel": meta.get("accel"),
@@ -567,8 +569,8 @@ class VmBackend:
             raise BackendRefused(f"cell {cell.name} has no workspace disk to snapshot")
         config = self._running_config(cell)
         meta = self._meta(cell.id) or {}
-        if (config.directory / FROZEN).exists():
-            self.resume(cell)
+        if (config.directory / FROZEN).exists() or self.driver.paused(config):
+            self.resume(cell)  # left frozen, or paused by a save that died: run on first
         began = time.monotonic()
 
         def fill(tmp: Path) -> dict[str, Any]:
@@ -585,6 +587,7 @@ class VmBackend:
 
         try:
             self.machines.take(checkpoint_id, fill)
+            failpoints.hit("vm.snapshot.after-memory")
             # Still paused: the disk is as the saved memory knows it.
             self.disks.checkpoint_disk(volume, checkpoint_id, cell_id=cell.id,
                                        cell_name=cell.name)

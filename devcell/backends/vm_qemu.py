@@ -34,6 +34,7 @@ from pathlib import Path
 
 from loguru import logger
 
+from devcell import failpoints
 from devcell.backends import vm_proc
 from devcell.backends.vm_driver import MachineConfig, Saved
 from devcell.backends.vm_qmp import Agent, Qmp
@@ -209,6 +210,7 @@ class QemuDriver:
                     qmp.command("cont")
                     raise BackendError(f"saving machine {config.name} failed ({state})")
                 time.sleep(0.01)
+            failpoints.hit("vm.save.after-migrate")
             if not keep:
                 qmp.command("quit")
         if not keep and pid is not None and not vm_proc.wait_gone(pid, config.name, 10.0):

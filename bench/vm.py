@@ -14,7 +14,8 @@ Same run, same cell, medians; the ratio resume / cold boot and the sizes against
 Then `--forks` cells are forked from one machine snapshot of a 256 MiB cell and resumed (each
 given its own identity); once all run and have idled `--idle` seconds, each QEMU's PSS and
 RSS are read from /proc/PID/smaps_rollup: their total PSS against 10x one guest (the parent's
-RSS: its RAM file mapped, its TCG code cache, QEMU itself).
+PSS: its RAM file mapped, its TCG code cache, QEMU itself), and by part from /proc/PID/smaps
+(guest RAM, TCG's translation cache, the rest of QEMU).
 Real QEMU (TCG here: /dev/kvm does not work nested on this host), never a mock.
 Needs scripts/docker-setup and scripts/vm-setup. Run by hand, never by pytest:
 
@@ -110,6 +111,26 @@ def _memory(pid: int) -> tuple[int, int]:
     return values["Pss"], values["Rss"]
 
 
+def _parts(pid: int) -> dict[str, int]:
+    """PSS in bytes of one QEMU by what it is, from /proc/PID/smaps: `ram` (the mapping of
+    a ram.bin: guest memory, shared pages divided among the forks mapping them, copied
+    pages whole), `tcg` (TCG's translation cache: the big anonymous rwx mapping, which KVM
+    does not have) and `rest` (QEMU itself)."""
+    out = {"ram": 0, "tcg": 0, "rest": 0}
+    kind = "rest"
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and "-" in fields[0] and not fields[0].endswith(":"):
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            path = fields[5] if len(fields) > 5 else ""
+            kind = ("ram" if path.endswith("/ram.bin") else
+                    "tcg" if not path and fields[1] == "rwxp" and end - start >= 256 << 20
+                    else "rest")
+        elif fields and fields[0] == "Pss:":
+            out[kind] += int(fields[1]) << 10
+    return out
+
+
 def forks(state: Path, count: int, idle: float) -> dict[str, float]:
     """`count` forks of one machine snapshot of a 256 MiB cell, resumed and idle: memory."""
     backend = VmBackend(state_dir=state)
@@ -139,14 +160,19 @@ def forks(state: Path, count: int, idle: float) -> dict[str, float]:
             refs.append(ref)
         time.sleep(idle)
         pids = [find(backend.layout.cell(r.id), backend.layout.machine_name(r.id)) for r in refs]
-        pss, rss = zip(*(_memory(pid) for pid in pids if pid is not None), strict=True)
+        live = [pid for pid in pids if pid is not None]
+        pss, rss = zip(*(_memory(pid) for pid in live), strict=True)
+        parts = [_parts(pid) for pid in live]
         parent_pid = find(backend.layout.cell(parent.id), backend.layout.machine_name(parent.id))
         assert parent_pid is not None
         one_pss, one_rss = _memory(parent_pid)
+        one = _parts(parent_pid)
         return {"forks": float(len(pss)), "pss_total": float(sum(pss)),
                 "rss_total": float(sum(rss)), "one_rss": float(one_rss),
                 "one_pss": float(one_pss), "fork_rss_median": statistics.median(rss),
-                "resume_median": statistics.median(resumes)}
+                "resume_median": statistics.median(resumes),
+                **{f"forks_{k}": float(sum(p[k] for p in parts)) for k in one},
+                **{f"one_{k}": float(v) for k, v in one.items()}}
     finally:
         for ref in [*refs, parent]:
             backend.delete(ref)
@@ -188,10 +214,19 @@ def main() -> int:
               f"total PSS {forked['pss_total'] / 2**20:.0f} MiB, total RSS "
               f"{forked['rss_total'] / 2**20:.0f} MiB, one fork's RSS "
               f"{forked['fork_rss_median'] / 2**20:.0f} MiB (median); one guest (the parent) "
-              f"RSS {forked['one_rss'] / 2**20:.0f} MiB; {n}x one guest "
-              f"{n * forked['one_rss'] / 2**20:.0f} MiB; total PSS / one guest = "
-              f"{forked['pss_total'] / forked['one_rss']:.2f}x (target <= 2x); fork resume "
+              f"PSS {forked['one_pss'] / 2**20:.0f} MiB (RSS {forked['one_rss'] / 2**20:.0f}); "
+              f"{n}x one guest {n * forked['one_pss'] / 2**20:.0f} MiB; total PSS / one guest = "
+              f"{forked['pss_total'] / forked['one_pss']:.2f}x (target <= 2x); fork resume "
               f"{forked['resume_median']:.2f} s (median)")
+        mib = {k: v / 2**20 for k, v in forked.items()}
+        print(f"  by part (PSS): guest RAM {mib['forks_ram']:.0f} MiB for the {n} forks vs "
+              f"{mib['one_ram']:.0f} MiB of one guest ({forked['forks_ram'] / forked['one_ram']:.2f}x); "
+              f"TCG translation caches {mib['forks_tcg']:.0f} MiB (one guest: "
+              f"{mib['one_tcg']:.0f}); QEMU itself {mib['forks_rest']:.0f} MiB (one guest: "
+              f"{mib['one_rest']:.0f}); without TCG's caches (as under KVM): "
+              f"{(forked['pss_total'] - forked['forks_tcg']) / 2**20:.0f} MiB = "
+              f"{(forked['pss_total'] - forked['forks_tcg']) / (forked['one_pss'] - forked['one_tcg']):.2f}x "
+              f"one guest's {(forked['one_pss'] - forked['one_tcg']) / 2**20:.0f} MiB")
     return 0
 
 

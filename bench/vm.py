@@ -7,7 +7,8 @@ booted cold and put to sleep and woken, in turns, `--runs` times:
   save       backend.save_machine(): QMP stop, device state to a file (x-ignore-shared), the
              RAM file flushed, QEMU exits
   resume     backend.restore_machine() (a new QEMU maps the RAM file, loads the device state)
-             until the agent runs `true` again
+             until the agent runs `true` again; "of which QEMU": until QEMU says the guest
+             runs (restore_machine's `seconds`)
   snapshot   backend.snapshot_machine() of the running cell: its size (device state + RAM
              file + root/config disks + workspace disk checkpoint), RAM part and device state
 Same run, same cell, medians; the ratio resume / cold boot and the sizes against guest RAM.
@@ -66,7 +67,8 @@ def measure(state: Path, mib: int, runs: int) -> dict[str, list[float]]:
     backend.create_volume(ref, ref.volume_id or "", from_checkpoint=None)
     backend.create(ref, "bench")
     out: dict[str, list[float]] = {"cold": [], "save": [], "resume": [], "bytes": [],
-                                   "state": [], "snapshot": [], "snapshot_ram": []}
+                                   "state": [], "snapshot": [], "snapshot_ram": [],
+                                   "qemu": []}
     try:
         for n in range(runs + 1):  # the first round warms the page cache: not counted
             began = time.perf_counter()
@@ -81,17 +83,18 @@ def measure(state: Path, mib: int, runs: int) -> dict[str, list[float]]:
             save = time.perf_counter() - began
             state = (backend.layout.checkpoint(f"sleep-bench-{n}") / "memory.bin").stat().st_size
             began = time.perf_counter()
-            backend.restore_machine(ref, f"sleep-bench-{n}")
+            restored = backend.restore_machine(ref, f"sleep-bench-{n}")
             resume = until_usable(backend, ref, began)
+            qemu = float(restored.get("seconds") or 0.0)
             backend.stop(ref)
             if n:
                 for key, value in (("cold", cold), ("save", save), ("resume", resume),
                                    ("bytes", float(info.size_bytes)), ("state", float(state)),
                                    ("snapshot", float(snap.size_bytes)),
-                                   ("snapshot_ram", float(snap_ram))):
+                                   ("snapshot_ram", float(snap_ram)), ("qemu", qemu)):
                     out[key].append(value)
             print(f"  {mib} MiB run {n}{' (warm-up)' if not n else ''}: cold {cold:.2f} s, "
-                  f"save {save:.2f} s, resume {resume:.2f} s, "
+                  f"save {save:.2f} s, resume {resume:.2f} s (QEMU running after {qemu:.2f} s), "
                   f"saved {info.size_bytes / 2**20:.0f} MiB (device state {state >> 10} KiB), "
                   f"machine snapshot {snap.size_bytes / 2**20:.0f} MiB", flush=True)
     finally:
@@ -198,14 +201,15 @@ def main() -> int:
             results[mib] = measure(Path(work) / f"state-{mib}", mib, args.runs)
         forked = forks(Path(work) / "state-forks", args.forks, args.idle) if args.forks else {}
     print(f"\nmedians of {args.runs} runs (TCG unless KVM works here)")
-    print("| guest RAM | cold boot | save (sleep) | resume (wake) | resume / cold | device state "
-          "| saved memory (RAM file) | / RAM | machine snapshot | its RAM part |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| guest RAM | cold boot | save (sleep) | resume (wake) | of which QEMU | resume / cold "
+          "| device state | saved memory (RAM file) | / RAM | machine snapshot | its RAM part |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for mib, r in results.items():
         cold, save, resume = (statistics.median(r[k]) for k in ("cold", "save", "resume"))
         size, state, snap, snap_ram = (statistics.median(r[k]) for k in (
             "bytes", "state", "snapshot", "snapshot_ram"))
-        print(f"| {mib} MiB | {cold:.2f} s | {save:.2f} s | {resume:.2f} s | "
+        qemu = statistics.median(r["qemu"])
+        print(f"| {mib} MiB | {cold:.2f} s | {save:.2f} s | {resume:.2f} s | {qemu:.2f} s | "
               f"{resume / cold:.0%} | {state / 2**10:.0f} KiB | {size / 2**20:.0f} MiB | "
               f"{size / (mib << 20):.0%} | {snap / 2**20:.0f} MiB | {snap_ram / 2**20:.0f} MiB |")
     if forked:

@@ -52,12 +52,14 @@ def test_sleep_writes_device_state_only_and_wake_maps_the_ram_file(
     assert state.stat().st_size < 4 << 20  # device state, not the guest's pages
     assert b"ram-marker-5c1e" in ram.read_bytes()
     assert saved.size_bytes >= os.stat(ram).st_blocks * 512
-    time.sleep(1)
+    time.sleep(5)
     outputs = backend.restore_machine(ref, "sleep-vmmem-g1")
     assert outputs["restored"] is True
     after = _counter(backend, ref)
     assert before <= after < before + 20, (before, after)
     assert run(backend, ref, "cat /dev/shm/m") == (0, "ram-marker-5c1e\n", "")
+    # The guest's clock was set on wake (it stood still for the 5 s asleep).
+    assert abs(int(run(backend, ref, "date +%s")[1]) - time.time()) < 3
 
 
 def _fork(backend: VmBackend, snapshot: str, n: int) -> CellRef:

@@ -132,6 +132,9 @@ class _Reader:
             self.data = json5.loads(self.text, allow_duplicate_keys=False)
         except ValueError as exc:
             raise ManifestError([self._syntax(str(exc))]) from None
+        except RecursionError:  # json5's parser recurses once per level of nesting
+            raise ManifestError([Problem(self.display, "not valid JSONC: nested too deeply")]) \
+                from None
         if not isinstance(self.data, dict):
             raise ManifestError([Problem(self.display, "expected a JSON object")])
         self.problems: list[Problem] = []

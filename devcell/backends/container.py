@@ -45,7 +45,6 @@ from devcell.backends import (
     proctree,
     pull_progress,
     supervisor,
-    treecopy,
     usage,
     workspace_restore,
 )
@@ -727,14 +726,10 @@ class ContainerBackend:
         return len(self._hooks(cell, which))
 
     def quiesce(self, cell: CellRef) -> Outputs:
+        # No syncfs here: the checkpoint reads the page cache, and makes itself durable with
+        # one syncfs before it is renamed into place (workspaces.WorkspaceStore._build).
         info = self._find(cell)
-        if cell.volume_id is not None and self.store.volume_exists(cell.volume_id):
-            workspace = self.layout.workspace(cell.volume_id)
-        else:
-            workspace = None
         if info is None or info.get("State") not in ("running", "paused"):
-            if workspace is not None:
-                treecopy.sync_filesystem(workspace)
             return {"frozen": False}
         if info.get("State") == "paused":
             return {"frozen": True, "hooks": 0}
@@ -742,8 +737,6 @@ class ContainerBackend:
         marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         marker.touch()
         hooks = self._run_hooks(cell, info["Id"], "preCheckpoint")
-        if workspace is not None:
-            treecopy.sync_filesystem(workspace)
         with _engine(f"freezing cell {cell.name}"):
             self.api.pause(info["Id"])
         return {"frozen": True, "hooks": hooks}
@@ -844,7 +837,7 @@ class ContainerBackend:
         if not self.store.volume_exists(volume_id):
             return Changes()
         self.store.ensure_mounted(volume_id)
-        saved = (self.layout.checkpoint(checkpoint_id) / "workspace"
+        saved = (self.store.tree_of(checkpoint_id)
                  if checkpoint_id is not None and self.store.find_checkpoint(checkpoint_id)
                  else None)
         return workspace_restore.changes(self.layout.workspace(volume_id), saved)
@@ -853,8 +846,9 @@ class ContainerBackend:
         """Bytes removing a volume or checkpoint would free (Measuring; `devcell gc`)."""
         if kind is OwnedKind.VOLUME:
             return usage.exclusive_bytes(self.layout.volume(resource_id))
-        if kind is OwnedKind.CHECKPOINT:
-            return usage.exclusive_bytes(self.layout.checkpoint(resource_id))
+        if kind is OwnedKind.CHECKPOINT:  # a tree other checkpoints name is not freed
+            return sum(usage.exclusive_bytes(path)
+                       for path in self.store.freed_by_deleting(resource_id))
         return 0
 
     # -- exec and logs (beyond the Backend protocol: `devcell exec` and `devcell logs`) -----

@@ -35,6 +35,8 @@ BUILD_DIGEST = "devcell.build-digest"
 """Label on a built image: the digest its tag names."""
 OUTPUT_TAIL = 2000
 """Characters of a failed build's output kept for the Ready condition's message."""
+STEP_LIMIT = 200
+"""Characters of the failing step's line (a Dockerfile line, up to 64 KiB) kept with it."""
 _CHUNK = 1 << 20
 
 
@@ -113,7 +115,9 @@ class _Output:
             if line.strip():
                 self.lines.append(line.rstrip())
                 if line.startswith("Step "):
-                    self.step = line.strip()
+                    step = line.strip()
+                    self.step = (step if len(step) <= STEP_LIMIT
+                                 else step[:STEP_LIMIT] + "…")
 
     def tail(self) -> str:
         text = "\n".join(self.lines)
@@ -187,6 +191,6 @@ def drop_superseded(api: Any, *, cell_id: str, owner: str, keep: str) -> list[st
 
 
 def _failure(cell_name: str, out: _Output) -> str:
-    where = f" at {out.step}" if out.step else ""
+    where = f" at {names.printable(out.step)}" if out.step else ""
     tail = names.printable_lines(out.tail())
     return f"building the image of cell {cell_name} failed{where}:\n{tail}"

@@ -34,8 +34,6 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from loguru import logger
-
 from devcell import failpoints
 from devcell.backends import (
     children,
@@ -63,6 +61,7 @@ from devcell.backends.vm_driver import Disk, MachineConfig, MachineDriver
 from devcell.backends.vm_layout import VmLayout
 from devcell.backends.vm_qemu import QemuDriver
 from devcell.errors import BackendError, BackendNotFound, BackendRefused, CapabilityMissing
+from devcell.log import logger
 from devcell.security import SERVICE_LOG_DIR
 
 MARKER = "cell.json"

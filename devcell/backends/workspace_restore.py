@@ -121,8 +121,10 @@ def _restore_copy(store: WorkspaceStore, volume_id: str, checkpoint_id: str, sou
     exchange(tmp / "workspace", store.layout.workspace(volume_id))
     _fsync_dir(store.layout.volume(volume_id))
     failpoints.hit("storage.restore.exchanged")
-    _write_record(record, {"version": 1, "volume": volume_id, "checkpoint": checkpoint_id,
-                           "created": time.time(), "files": copied})
+    stamp, entries = copied
+    _write_record(record, {"version": workspaces.SOURCES_VERSION, "volume": volume_id,
+                           "checkpoint": checkpoint_id, "created": time.time(),
+                           "stamp": stamp, "entries": entries})
     return Restored(stats.files, stats.size_bytes, "copy", "copy")
 
 
@@ -136,31 +138,31 @@ def _write_record(path: Path, data: dict[str, object]) -> None:
     os.rename(tmp, path)
 
 
-def _identities(root: Path, scratch: Path) -> dict[str, tuple[int, int, int, int, int]]:
-    """(inode, size, mtime, ctime, mode) of each single-link regular file just copied, as a
-    checkpoint records its sources: only files whose times are older than the filesystem's
-    clock now (one that changes within the same tick could not be told apart; the cell is
-    stopped, so nothing writes meanwhile)."""
+def _identities(root: Path, scratch: Path) -> tuple[int, list[list[object]]]:
+    """The filesystem's clock now, and the identity of each single-link regular file just
+    copied, in the SOURCES format a checkpoint records (workspaces.Sources): only files whose
+    times are older than that clock (one that changes within the same tick could not be told
+    apart; the cell is stopped, so nothing writes meanwhile)."""
     time.sleep(0.01)  # past the coarse clock tick the last copy was stamped in
     probe = scratch / ".stamp"
     probe.touch()
     stamp = probe.stat().st_mtime_ns
     probe.unlink()
-    found = {}
+    found: list[list[object]] = []
     for directory in treewalk.walk(root):
         base = directory.path()
         for name, st in directory.entries:
             if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and \
                     st.st_mtime_ns < stamp and st.st_ctime_ns < stamp:
-                found[f"{base}/{name}" if base else name] = (
-                    st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
-    return found
+                found.append([f"{base}/{name}" if base else name, st.st_ino, st.st_size,
+                              st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_nlink])
+    return stamp, found
 
 
 def _restore_upper(store: WorkspaceStore, volume_id: str, lower: str, checkpoint_id: str,
                    source: Path, tmp: Path) -> Restored:
     layout = store.layout
-    below = layout.checkpoint(lower) / "workspace"
+    below = store.tree_of(lower)
     upper, work = tmp / "upper", tmp / "work"
     upper.mkdir(mode=0o755)
     work.mkdir(mode=0o700)

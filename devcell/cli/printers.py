@@ -18,7 +18,9 @@ from devcell.cli import jsonpath
 from devcell.errors import TemplateError, TemplateEvaluationError, UsageError
 
 PLAIN = ("table", "wide", "yaml", "json", "name")
-MAX_TEMPLATE_FILE = 1 << 20
+MAX_TEMPLATE_FILE = jsonpath.MAX_TEMPLATE_BYTES
+"""jsonpath-file and custom-columns-file: read at most this (64 KiB) and one byte more, so a
+huge file is refused at once instead of parsed."""
 
 
 class Column(NamedTuple):
@@ -57,7 +59,8 @@ def _read(path: str) -> str:
     except OSError as exc:
         raise UsageError(f"cannot read template file {path!r}: {exc.strerror}") from None
     if len(data) > MAX_TEMPLATE_FILE:
-        raise UsageError(f"template file {path!r} is larger than {MAX_TEMPLATE_FILE} bytes")
+        raise UsageError(f"template file {path!r} is larger than {MAX_TEMPLATE_FILE} bytes "
+                         "(64 KiB)")
     try:
         return data.decode()
     except UnicodeDecodeError:

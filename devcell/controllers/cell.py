@@ -7,13 +7,15 @@ and plans only the difference, so deciding twice in a row plans nothing the seco
 from __future__ import annotations
 
 import dataclasses
+import os
 import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from devcell import backends, errors
+from devcell import backends, config, errors, security
 from devcell.backends import images
 from devcell.backends.base import (
     Backend,
@@ -31,7 +33,13 @@ from devcell.controllers import restore as restoring
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Decision, Gate, Plan, Settled, Step, Wait, When
 from devcell.controllers.steps import StepName
-from devcell.errors import BackendError, BackendUnavailable, CapabilityMissing, ImageNotFound
+from devcell.errors import (
+    BackendError,
+    BackendUnavailable,
+    CapabilityMissing,
+    ImageBuildFailed,
+    ImageNotFound,
+)
 from devcell.log import logger
 from devcell.manifests import secrets
 from devcell.manifests.model import digest
@@ -352,7 +360,19 @@ class CellController:
     def _judge_build(self, ctx: Context, cell: objects.ObjectRecord, backend: Backend,
                      ref: CellRef) -> str | Blocked:
         """The image tag spec.build names now (a digest of its context), or Blocked when the
-        context cannot be read or the backend cannot build."""
+        context cannot be read or the backend cannot build.
+
+        Where the context leads is checked again here, not only at admission: the manifest
+        can stay unchanged while its context directory (or a parent of it) becomes a symbolic
+        link out of the manifest's tree, and a rebuild would then send that directory."""
+        if cell.source and cell.source != "-":
+            policy = config.load(ctx.db.state_dir).security
+            for _, message in security.build_context_problems(
+                    cell.spec["build"], os.path.dirname(cell.source), policy,
+                    Path(ctx.db.state_dir)):
+                exc = ImageBuildFailed(f"spec.build of cell {cell.name}: {message}")
+                self._write_blocked(ctx, cell, "ImageBuildFailed", str(exc))
+                return Blocked(exc)
         try:
             return _building(backend).build_tag(ref, cell.spec["build"])
         except BackendError as exc:

@@ -205,6 +205,8 @@ def test_what_breaks_the_security_defaults_is_refused_with_file_line_and_field(
     ('{"name": "x"}', ":1: image:", "expected image (a string) or build"),
     ('{\n"image": "a",\n"postCreateCommand": 42}', ":3: postCreateCommand:",
      "expected a string, an array of strings, or an object"),
+    ('{"image": "a", "x": ' + "[" * 50_000 + "]" * 50_000 + "}", ": ",
+     "nested too deeply"),  # json5 recurses per level: a RecursionError, never a traceback
 ])
 def test_bad_input_names_file_and_line(tmp_path: Path, text: str, where: str,
                                        message: str) -> None:

@@ -237,3 +237,21 @@ def test_capacity_counts_a_restored_workspace_clean_until_it_changes(
     (workspace / "README").write_text("changed after the restore\n")
     dirty = container_capacity.workspace_usage(store, "vol_1")
     assert dirty is not None and dirty.changed_files == 1
+
+
+def test_a_snapshot_of_an_unchanged_workspace_restores_from_the_tree_it_names(
+        store: WorkspaceStore) -> None:
+    """snap_2 names snap_1's tree (nothing changed between them): restoring it brings that
+    tree back, and the next checkpoint links the unchanged files into that tree."""
+    workspace = store.layout.workspace("vol_1")
+    time.sleep(0.02)
+    store.checkpoint(checkpoint_id="snap_2", cell_id="cell_1", volume_id="vol_1")
+    assert store.tree_of("snap_2") == store.tree_of("snap_1")
+    before = digest(store.tree_of("snap_2"))
+    _change(workspace)
+    workspace_restore.restore(store, "vol_1", "snap_2")
+    assert digest(workspace) == before
+    time.sleep(0.02)
+    meta = store.checkpoint(checkpoint_id="snap_3", cell_id="cell_1", volume_id="vol_1")
+    assert meta["base"] == "snap_2" and meta["shared_files"] > 0
+    assert digest(store.tree_of("snap_3")) == before == digest(store.tree_of("snap_2"))

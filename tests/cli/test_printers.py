@@ -62,3 +62,10 @@ def test_sort_by_strings_with_unicode_digits_sorts_them_as_text() -> None:
     docs = [{"v": v} for v in ("²", "a10", "a2", "٣", "1")]
     assert [docs[i]["v"] for i in printers.sort_order(".v", docs)] == ["1", "a2", "a10", "²",
                                                                           "٣"]
+
+
+def test_a_jsonpath_file_of_a_megabyte_is_refused_before_parsing(tmp_path: Path) -> None:
+    file = tmp_path / "huge.jsonpath"
+    file.write_text("{.a" + "[?(@.a" * 60 + ".b" * 500_000 + ")]" * 60 + "}")
+    with pytest.raises(UsageError, match="larger than 65536 bytes"):
+        printers.parse_output(f"jsonpath-file={file}")

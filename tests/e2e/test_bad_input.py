@@ -29,7 +29,7 @@ CORPUS = Path(__file__).resolve().parent / "bad_inputs"
 REL = CORPUS.relative_to(REPO).as_posix()  # paths are given relative to the repo (cli's cwd)
 PRIOR = f"{REL}/prior/base.yaml"  # api, other, snap-a and snap-b of api, fork from snap-a
 
-KNOWN_CELL_FIELDS = ("backend, image, imagePullPolicy, state, workspace, services, env, mounts, "
+KNOWN_CELL_FIELDS = ("backend, image, imagePullPolicy, build, state, workspace, services, env, mounts, "
                      "resources, network, snapshots, hooks")
 NAME_RULE = 'use lower-case letters, digits and "-", starting and ending with a letter or digit'
 
@@ -148,7 +148,7 @@ CASES = [
     Case("multi-problem-all-listed", ("multi-problem.yaml",), (
         (f'{_p("multi-problem.yaml")}:7:10: Cell "api": spec.state: ',
          'must be one of: Running, Stopped, Sleeping (got "Paused")'),
-        (f'{_p("multi-problem.yaml")}:8:3: Cell "api": spec.imagePullPolicy: ',
+        (f'{_p("multi-problem.yaml")}:8:3: Cell "api": spec.imagePulPolicy: ',
          "unknown field"),
         (f'{_p("multi-problem.yaml")}:11:16: Cell "api": spec.services[0].command: ',
          "expected an array of strings, got a string"),

@@ -1032,6 +1032,7 @@ STORAGE_POINTS = {
     "storage.volume.probe-mounted": "fork",
     "storage.volume.before-mount": "fork",
     "storage.volume.unmounted": "delete-fork",
+    "storage.checkpoint.retire": "delete",
 }
 _STORAGE_CALL = """
 import sys
@@ -1045,17 +1046,20 @@ if action == "checkpoint":
 elif action == "fork":
     store.create_volume(cell_id="cell_f", cell_name="f", volume_id="vol_f",
                         from_checkpoint="snap_1")
+elif action == "delete":
+    store.delete_checkpoint(sys.argv[3])
 else:
     store.delete_volume("vol_f")
 """
 
 
-def _storage_call(state: Path, action: str, failpoint: str | None = None) -> int:
+def _storage_call(state: Path, action: str, failpoint: str | None = None,
+                  *args: str) -> int:
     env = {k: v for k, v in os.environ.items() if k != "DEVCELL_FAILPOINT"}
     if failpoint:
         env["DEVCELL_FAILPOINT"] = failpoint
-    return subprocess.run([PY, "-c", _STORAGE_CALL, str(state), action], env=env, cwd=REPO,
-                          timeout=CMD_TIMEOUT, check=False).returncode
+    return subprocess.run([PY, "-c", _STORAGE_CALL, str(state), action, *args], env=env,
+                          cwd=REPO, timeout=CMD_TIMEOUT, check=False).returncode
 
 
 def _tree(root: Path) -> dict[str, tuple[int, int, bytes | str | None]]:
@@ -1079,7 +1083,8 @@ def _leftovers(state: Path) -> list[str]:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("point", sorted(STORAGE_POINTS))
+@pytest.mark.parametrize("point", sorted(  # delete's points: test_storage_crash_over_a_shared_tree
+    p for p, action in STORAGE_POINTS.items() if action != "delete"))
 def test_storage_crash(point: str, tmp_path: Path) -> None:
     from devcell.backends import overlay
     from devcell.backends.container_layout import Layout
@@ -1123,6 +1128,60 @@ def test_storage_crash(point: str, tmp_path: Path) -> None:
     else:
         assert not store.layout.volume("vol_f").exists()
     assert _leftovers(state) == []
+
+
+SHARED_TREE_CASES = [
+    ("storage.checkpoint.before-rename", "checkpoint"),  # naming snap_1's tree
+    ("storage.checkpoint.retire", "delete snap_1"),  # retired: snap_2 names its tree
+    ("storage.checkpoint.retire", "delete snap_2"),  # the last name: the tree must go too
+]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("point", "action"), SHARED_TREE_CASES)
+def test_storage_crash_over_a_shared_tree(point: str, action: str, tmp_path: Path) -> None:
+    """A checkpoint of an unchanged workspace names the previous tree: a kill while naming
+    it, while retiring the tree's own checkpoint, or while removing the last name loses
+    nothing still named, and the retry (or any later delete) leaves nothing behind."""
+    from devcell.backends.container_layout import Layout
+    from devcell.backends.workspaces import SAME_AS, WorkspaceStore
+    from devcell.reconciler import recovery
+
+    state = tmp_path / "state"
+    store = WorkspaceStore(Layout(state))
+    store.create_volume(cell_id="cell_1", cell_name="api", volume_id="vol_1",
+                        from_checkpoint=None)
+    workspace = store.layout.workspace("vol_1")
+    for i in range(200):
+        (workspace / f"d{i % 7}").mkdir(exist_ok=True)
+        (workspace / f"d{i % 7}" / f"f{i}").write_bytes(os.urandom(32))
+    time.sleep(0.05)  # older than the checkpoint's clock tick: the record vouches for all
+    store.checkpoint(checkpoint_id="snap_1", cell_id="cell_1", volume_id="vol_1")
+    live = _tree(workspace)
+    verb, _, target = action.partition(" ")
+    if verb == "delete":
+        store.checkpoint(checkpoint_id="snap_2", cell_id="cell_1", volume_id="vol_1")
+        assert (store.find_checkpoint("snap_2") or {})[SAME_AS] == "snap_1"
+        if target == "snap_2":
+            store.delete_checkpoint("snap_1")  # retired: snap_2 names its tree
+
+    assert _storage_call(state, verb, f"{point}:1", target) == KILLED
+    assert _tree(workspace) == live
+    for name in ("snap_1", "snap_2"):
+        if store.find_checkpoint(name) is not None:
+            assert _tree(store.tree_of(name)) == live, f"{name} lost nothing"
+    assert _storage_call(state, verb, None, target) == 0, "the same call again completes"
+    if verb == "checkpoint":
+        assert (store.find_checkpoint("snap_2") or {})[SAME_AS] == "snap_1"
+        assert _tree(store.tree_of("snap_2")) == live
+    elif target == "snap_1":
+        assert store.find_checkpoint("snap_1") is None
+        assert _tree(store.tree_of("snap_2")) == live
+    recovery.remove_dead_temporaries(state)  # what every converge does first
+    assert _leftovers(state) == []
+    for name in ("snap_1", "snap_2"):
+        store.delete_checkpoint(name)
+    assert os.listdir(store.layout.checkpoints) == [], "nothing left once both are deleted"
 
 
 def test_every_storage_failpoint_is_crashed() -> None:

@@ -110,3 +110,22 @@ def test_image_and_build_together_or_neither_are_refused_without_quoting_the_spe
     assert result.returncode == 1
     assert 'spec.image: missing required field "image" or "build"' in result.stderr
     assert SECRET not in both.stderr + result.stderr
+
+
+def test_a_context_that_becomes_a_link_out_of_the_tree_after_apply_is_not_built(
+        cli: Cli, tmp_path: Path) -> None:
+    # Admitted while inside the tree; then, the manifest unchanged, the context directory is
+    # swapped for a link to a directory outside it. The controller (the daemon's resync, or a
+    # re-apply of the same file) must not build from there: it checks again, not only apply.
+    _context(tmp_path / "p" / "app")
+    manifest = _write(tmp_path / "p", "{context: app}", backend="fake")
+    assert "cannot build images" in cli("apply", "-f", str(manifest)).stderr
+    outside = _context(tmp_path / "outside")
+    os.rename(tmp_path / "p" / "app", tmp_path / "p" / "app.old")
+    os.symlink(outside, tmp_path / "p" / "app")
+    cli("apply", "-f", str(manifest))
+    cell = json.loads(cli("get", "cell", "built", "-o", "json").stdout)
+    [ready] = [c for c in cell["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready["reason"] == "ImageBuildFailed"
+    assert f"resolves to {outside}" in ready["message"]
+    assert "lies outside the manifest's directory" in ready["message"]

@@ -16,7 +16,7 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devcell import config, security
+from devcell import backends, config, security
 from devcell.backends import limits
 from devcell.controllers import snapshot as snapshot_controller
 from devcell.errors import ManifestError, Problem
@@ -158,6 +158,22 @@ def reference_problems(conn: sqlite3.Connection, manifests: list[Manifest],
                     m, ("spec", "cell"),
                     f'a Snapshot\'s cell is immutable (recorded cell "{existing.spec["cell"]}", '
                     f'got "{cell}"); delete the snapshot and create a new one'))
+            elif existing is not None and existing.spec.get("consistency") != \
+                    m.spec.get("consistency"):
+                problems.append(desired.problem_at(
+                    m, ("spec", "consistency"),
+                    f"a Snapshot's consistency is immutable (recorded "
+                    f"{existing.spec.get('consistency') or 'the default'}, got "
+                    f"{m.spec.get('consistency') or 'the default'}); delete the snapshot and "
+                    "create a new one"))
+            elif existing is None and m.spec.get("consistency") == "machine" and \
+                    (backend := _cell_backend(conn, manifests, cell)) is not None and \
+                    not backends.capabilities(backend).memory_state:
+                problems.append(desired.problem_at(
+                    m, ("spec", "consistency"),
+                    f'cell "{cell}" runs on backend "{backend}", which keeps no memory: '
+                    "consistency machine needs a vm cell; leave it out for the workspace "
+                    "files"))
             elif existing is None and m.source != desired.IMPERATIVE and \
                     retention.expired_named(conn, m.name) is not None:
                 pass  # expired: recorded as such, never taken again (its cell may be gone)
@@ -247,3 +263,12 @@ def _fork_source(source: dict[str, str] | None) -> str:
     return f'snapshot "{source["snapshot"]}"' if source else "none"
 
 
+
+
+def _cell_backend(conn: sqlite3.Connection, manifests: list[Manifest], cell: str) -> str | None:
+    """The backend of cell `cell`: as applied in the same request, else as recorded."""
+    for m in manifests:
+        if m.kind == "Cell" and m.name == cell:
+            return str(m.spec.get("backend") or "")
+    found = objects.get(conn, "Cell", cell)
+    return str(found.spec.get("backend")) if found is not None else None

@@ -25,8 +25,10 @@ TRIGGER = "cli"
 
 
 def snapshot(state_dir: Path, cell: str, *, name: str, ttl: str | None = None,
-             options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS) -> Report:
-    """Checkpoint `cell` as a new Snapshot object `name` (that expires after `ttl`)."""
+             consistency: str | None = None, options: Options = DEFAULTS,
+             hooks: Hooks = NO_HOOKS) -> Report:
+    """Checkpoint `cell` as a new Snapshot object `name` (that expires after `ttl`; with
+    `consistency` "machine", keeping memory too)."""
     _check_name("Snapshot", name)
     if ttl is not None:
         from devcell.errors import UsageError
@@ -39,7 +41,8 @@ def snapshot(state_dir: Path, cell: str, *, name: str, ttl: str | None = None,
     db = dbmod.open_database(state_dir)
     try:
         record = objects.require(db.conn, "Cell", cell)
-        spec = {"cell": record.name, **({"ttl": ttl} if ttl is not None else {})}
+        spec = {"cell": record.name, **({"ttl": ttl} if ttl is not None else {}),
+                **({"consistency": consistency} if consistency is not None else {})}
         result = admission.apply_objects(db, [_manifest("Snapshot", name, spec)])
         return _finish(db, result, options, hooks)
     finally:

@@ -129,6 +129,17 @@ class MachineState(Protocol):
         ...
 
 
+@runtime_checkable
+class MachineSnapshots(Protocol):
+    """What a backend with memory state may also do: a Snapshot with `consistency: machine`
+    (the snapshot controller plans one only on such a backend)."""
+
+    def snapshot_machine(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
+        """A checkpoint that keeps memory too (consistency machine), the cell running on; a
+        cell forked from it resumes its processes as a new machine."""
+        ...
+
+
 @dataclass(frozen=True)
 class ImageState:
     """What the engine holds of an image reference, and (when asked) what its registry serves.

@@ -7,8 +7,15 @@ secrets.env, mounted read-only at /devcell, as the container backend mounts them
 workspace, a disk of its own (vm_disks.py). Commands run through qemu-guest-agent
 (`guest-exec`), and a checkpoint freezes the guest's filesystems through it
 (`guest-fsfreeze-freeze`), so disk checkpoints are `filesystem` consistent; sleep saves the
-whole machine (`save_machine`: memory and device state to a file, QEMU exits) and a wake
-restores it, so processes go on where they were (`machine`).
+whole machine and a wake restores it, so processes go on where they were (`machine`).
+
+Guest RAM is a file in the cell's directory (`ram.bin`, QEMU's memory-backend-file, shared):
+sleep writes only the device state and flushes that file; a wake maps it again, so resume does
+not read all of RAM first. A Snapshot asking for `consistency: machine` keeps a copy of it
+with the device state, root and config disks (vm_memory.py) beside the workspace disk
+checkpoint; a cell forked from one resumes from it (RAM mapped copy-on-write) as a new
+machine: new hostname, machine-id and a reseeded random generator (vm_reseed.py). Cells have
+no network device, so there is no MAC to change.
 
 The cell's directory (<state>/vm/cells/<id>) is owner-only and nothing in it is written by
 the guest except through QEMU's own sockets; what the guest says (agent replies, console) is
@@ -20,12 +27,14 @@ from __future__ import annotations
 import base64
 import os
 import re
+import secrets
 import shlex
 import shutil
 import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from devcell import failpoints
 from devcell.backends import (
     children,
     supervisor,
@@ -33,7 +42,9 @@ from devcell.backends import (
     vm_disks,
     vm_drivers,
     vm_image,
+    vm_memory,
     vm_proc,
+    vm_reseed,
 )
 from devcell.backends.base import (
     Capabilities,
@@ -62,6 +73,12 @@ EXEC_OUTPUT = 16 << 20
 HOOK_TIMEOUT_S = 60
 HOOK_TAIL = 400
 _HOSTNAME = re.compile(r"[^a-z0-9-]+")
+RAM_FILE = "ram.bin"
+"""The cell's guest RAM (memory-backend-file, shared): what a sleep keeps and a wake maps."""
+SAVED_MEMORY = "memory.json"
+"""Beside a sleep's memory.bin: whether the RAM stayed in the cell's RAM_FILE."""
+BUSYBOX = "/.devcell-guest/busybox"
+RESEED = "/.devcell-guest/reseed"
 
 
 def memory_mib(spec: dict[str, Any]) -> int:
@@ -88,6 +105,7 @@ class VmBackend:
         self.disks = vm_disks.DiskStore(self.layout)
         self.drivers = vm_drivers.Dispatch(accel_cache=self.layout.root / "accel.json")
         self.driver: MachineDriver = driver or self.drivers
+        self.machines = vm_memory.MachineParts(self.layout)
 
     def close(self) -> None:
         pass
@@ -102,12 +120,24 @@ class VmBackend:
         disks = [Disk(directory / "root.qcow2", "qcow2"), Disk(directory / "config.img", "raw")]
         if meta.get("volume"):
             disks.append(Disk(self.disks.volume_disk(meta["volume"]), "raw"))
+        # A fork runs on its snapshot's RAM (copy-on-write) until it next sleeps or stops.
+        ram_from = meta.get("ram_from")
         return MachineConfig(
             name=self.layout.machine_name(cell_id), directory=directory,
             kernel=Path(meta["kernel"]), initrd=Path(meta["initrd"]),
             cmdline="console=ttyS0 quiet panic=-1", memory_mib=int(meta["memory_mib"]),
             cpus=int(meta["cpus"]), disks=tuple(disks), accel=str(meta.get("accel", "tcg")),
-            driver=str(meta.get("driver") or vm_drivers.DEFAULT))
+            driver=str(meta.get("driver") or vm_drivers.DEFAULT),
+            memory_file=Path(ram_from) if ram_from else directory / RAM_FILE,
+            memory_shared=not ram_from)
+
+    def _update(self, cell_id: str, **changes: Any) -> dict[str, Any]:
+        meta = self._meta(cell_id)
+        if meta is None:
+            raise BackendNotFound(f"cell {cell_id} has no machine")
+        meta.update(changes)
+        vm_disks.write_json(self.layout.cell(cell_id) / MARKER, meta)
+        return meta
 
     def _pid(self, cell_id: str) -> int | None:
         return vm_proc.find(self.layout.cell(cell_id), self.layout.machine_name(cell_id))
@@ -120,7 +150,9 @@ class VmBackend:
             return Observed(exists=True, running=True) if pid is not None else Observed(False)
         running = pid is not None
         # Frozen: by quiesce (its marker), or paused by a save that died before QEMU quit.
+        # ... or a fork resumed whose new identity was not given yet (a crash in between).
         frozen = running and ((self.layout.cell(cell.id) / FROZEN).exists()
+                              or bool(meta.get("identity_pending"))
                               or self.driver.paused(self._config(cell.id, meta)))
         return Observed(exists=True, running=running, frozen=frozen,
                         runtime_hash=meta.get("runtime_hash"),
@@ -149,25 +181,24 @@ class VmBackend:
                 "driver": driver.name,
                 "memory_mib": memory_mib(cell.spec), "cpus": cpus(cell.spec),
                 "operation": cell.op_id, "created": time.time()}
+        source = self._machine_source(cell)
+        if source is not None:
+            # The fork is its snapshot's machine: same RAM size, CPUs and accel, or the saved
+            # device state would not load; its first start resumes from it.
+            part = self.machines.meta(source) or {}
+            meta.update({k: part[k] for k in ("memory_mib", "cpus", "accel", "kernel",
+                                               "initrd")}, resume_from=source)
         temporaries.remove_dead(self.layout.cells, f"{temporaries.TMP}{cell.id}-")
         tmp = self.layout.cells / temporaries.temp_name(cell.id)
         tmp.mkdir(mode=0o700)
         try:
-            _qemu_img(["create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(rootfs),
-                       str(tmp / "root.qcow2")])
-            config = tmp / "config"
-            config.mkdir(mode=0o700)
-            (config / supervisor.SCRIPT).write_text(script)
-            fd = os.open(config / supervisor.SECRETS, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
-                         0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(supervisor.render_secrets(secret))
-            (config / "hostname").write_text(_hostname(cell.name) + "\n")
-            (config / "mountpath").write_text(
-                str((cell.spec.get("workspace") or {}).get("mountPath") or "/workspace") + "\n")
-            vm_image.mkfs(config, tmp / "config.img", 8 << 20, "devcell-config")
-            shutil.rmtree(config)
-            (tmp / "config.img").chmod(0o600)
+            if source is not None:
+                # The root and config disks as the snapshot's memory last saw them.
+                for name in (vm_memory.ROOT, vm_memory.CONFIG):
+                    vm_disks.copy_disk(self.machines.path(source) / name, tmp / name)
+                    (tmp / name).chmod(0o600)
+            else:
+                self._new_disks(cell, tmp, rootfs, script, secret)
             vm_disks.write_json(tmp / MARKER, meta)
             if directory.exists():
                 shutil.rmtree(directory)  # no marker: a directory a crash left half made
@@ -175,8 +206,36 @@ class VmBackend:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        return {"created": True, "image_id": image_hex[:12], "accel": accel,
-                "driver": driver.name}
+        return {"created": True, "image_id": image_hex[:12], "accel": meta["accel"],
+                "driver": driver.name, "machine_from": source}
+
+    @staticmethod
+    def _new_disks(cell: CellRef, tmp: Path, rootfs: Path, script: str,
+                   secret: dict[str, str]) -> None:
+        """A new cell's root overlay on the image and its config disk."""
+        _qemu_img(["create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(rootfs),
+                   str(tmp / "root.qcow2")])
+        config = tmp / "config"
+        config.mkdir(mode=0o700)
+        (config / supervisor.SCRIPT).write_text(script)
+        fd = os.open(config / supervisor.SECRETS, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                     0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(supervisor.render_secrets(secret))
+        (config / "hostname").write_text(_hostname(cell.name) + "\n")
+        (config / "mountpath").write_text(
+            str((cell.spec.get("workspace") or {}).get("mountPath") or "/workspace") + "\n")
+        vm_image.mkfs(config, tmp / "config.img", 8 << 20, "devcell-config")
+        shutil.rmtree(config)
+        (tmp / "config.img").chmod(0o600)
+
+    def _machine_source(self, cell: CellRef) -> str | None:
+        """The machine snapshot this cell is forked from, when its workspace came from one."""
+        volume = self.disks.volume_meta(cell.volume_id) if cell.volume_id else None
+        source = (volume or {}).get("from_checkpoint")
+        if not source or self.machines.meta(source) is None:
+            return None
+        return str(source)
 
     def _require(self, cell: CellRef) -> dict[str, Any]:
         meta = self._meta(cell.id)
@@ -192,9 +251,66 @@ class VmBackend:
         if meta.get("volume"):
             self.disks.mark_used(meta["volume"])
         began = time.monotonic()
+        source = meta.get("resume_from")
+        if source and self.machines.meta(source) is not None:
+            return self._resume_fork(cell, meta, str(source), began)
+        if source or meta.get("ram_from"):
+            # Its snapshot was deleted before the fork first ran: the disks are as the
+            # snapshot's moment left them, so the machine boots from them (as after power loss).
+            meta = self._update(cell.id, resume_from=None, ram_from=None)
         pid = self.driver.boot(self._config(cell.id, meta))
         return {"started": True, "pid": pid, "accel": meta.get("accel"),
                 "driver": meta.get("driver"), "seconds": round(time.monotonic() - began, 3)}
+
+    def _resume_fork(self, cell: CellRef, meta: dict[str, Any], source: str, began: float
+                     ) -> Outputs:
+        """A fork's first start: its snapshot's machine, resumed, then made a new machine."""
+        part = self.machines.path(source)
+        in_file = bool((self.machines.meta(source) or {}).get("memory_in_file"))
+        meta = self._update(cell.id, ram_from=str(part / vm_memory.RAM) if in_file else None,
+                            identity_pending=True)
+        pid = self.driver.restore(self._config(cell.id, meta), part / vm_memory.STATE,
+                                  memory_in_file=in_file)
+        meta = self._update(cell.id, resume_from=None)
+        failpoints.hit("vm.fork.after-resume")
+        resumed = round(time.monotonic() - began, 3)
+        identity = self._new_identity(cell)
+        return {"started": True, "pid": pid, "accel": meta.get("accel"),
+                "driver": self.driver.name, "resumed_from": source, "seconds": resumed,
+                **identity}
+
+    def _new_identity(self, cell: CellRef) -> Outputs:
+        """Make a resumed fork a machine of its own: hostname, machine-id, and its random
+        generator reseeded from the host (else two forks of one snapshot draw the same
+        bytes). Cells have no network device: there is no MAC to change."""
+        config = self._running_config(cell)
+        name = _hostname(cell.name)
+        machine_id = secrets.token_hex(16)
+        script = (f"{RESEED} && {BUSYBOX} rm -f {RESEED} && {BUSYBOX} hostname {name} && "
+                  f"echo {name} > /etc/hostname && echo {machine_id} > /etc/machine-id")
+        self._set_clock(config)
+        with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+            for argv, data in (([BUSYBOX, "sh", "-c", f"cat > {RESEED} && chmod 700 {RESEED}"],
+                                vm_reseed.program()),
+                               ([BUSYBOX, "sh", "-c", script], vm_reseed.entropy())):
+                code, out, err = self._run(agent, argv, timeout=30.0, stdin=data)
+                if code != 0:
+                    raise BackendError(f"giving fork {cell.name} its own identity failed "
+                                       f"(status {code}): {err.decode('utf-8', 'replace')[-200:]}")
+        self._update(cell.id, identity_pending=False, machine_id=machine_id)
+        return {"hostname": name, "machine_id": machine_id, "reseeded": True}
+
+    def _set_clock(self, config: MachineConfig) -> None:
+        """A resumed guest's clock stopped when it was saved: set it to the host's. Through
+        `date -s`, not the agent's guest-set-time (which refuses without /sbin/hwclock, as in
+        a busybox image); sent, not waited for (the agent's spawn of it takes a guest
+        fork and exec, most of a resume under TCG)."""
+        now = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+        try:  # its own connection: the reply it leaves is skipped by the next one's sync
+            with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+                agent.notify("guest-exec", path=BUSYBOX, arg=["date", "-u", "-s", now])
+        except (BackendError, OSError) as exc:
+            logger.debug("setting the guest's clock: {}", exc)
 
     def stop(self, cell: CellRef) -> Outputs:
         meta = self._meta(cell.id)
@@ -205,6 +321,10 @@ class VmBackend:
             config = self._config(cell.id, meta)
             self._sync(config)
             self.driver.shutdown(config, pid, timeout=10.0)
+            # The RAM file of a machine that is off holds nothing anyone resumes.
+            (self.layout.cell(cell.id) / RAM_FILE).unlink(missing_ok=True)
+            if meta.get("ram_from"):
+                self._update(cell.id, ram_from=None)
         else:
             vm_proc.kill(pid, self.layout.machine_name(cell.id))
         (self.layout.cell(cell.id) / FROZEN).unlink(missing_ok=True)
@@ -323,6 +443,11 @@ class VmBackend:
         unpaused = False
         if self._pid(cell.id) is not None and self.driver.paused(self._running_config(cell)):
             unpaused = self.driver.unpause(self._running_config(cell))
+        meta = self._meta(cell.id) or {}
+        if meta.get("identity_pending") and self._pid(cell.id) is not None:
+            # A fork resumed by a start that died before it had its own identity.
+            identity = self._new_identity(cell)
+            return {"resumed": True, **identity}
         if not marker.exists():
             return {"resumed": unpaused}
         if self._pid(cell.id) is not None:
@@ -353,12 +478,17 @@ class VmBackend:
                 self.resume(cell)
         return self._info(checkpoint_id, meta)
 
-    @staticmethod
-    def _info(checkpoint_id: str, meta: dict[str, Any]) -> CheckpointInfo:
+    def _info(self, checkpoint_id: str, meta: dict[str, Any]) -> CheckpointInfo:
+        """A sleep's saved machine, or a disk checkpoint: `machine` when a machine part was
+        taken with it (a snapshot that keeps memory), else `filesystem`."""
+        size = int(meta.get("size_bytes", 0))
         machine = meta.get("kind") == vm_disks.KIND_MACHINE
+        if not machine and self.machines.meta(checkpoint_id) is not None:
+            machine = True
+            size += self.machines.size(checkpoint_id)
         return CheckpointInfo(checkpoint_id,
                               Consistency.MACHINE if machine else Consistency.FILESYSTEM,
-                              int(meta.get("size_bytes", 0)), int(meta.get("files", 0)))
+                              size, int(meta.get("files", 0)))
 
     def checkpoint_exists(self, checkpoint_id: str) -> bool:
         return self.disks.checkpoint_meta(checkpoint_id) is not None
@@ -370,6 +500,8 @@ class VmBackend:
     def delete_checkpoint(self, checkpoint_id: str) -> Outputs:
         existed = self.checkpoint_exists(checkpoint_id)
         self.disks.delete_checkpoint(checkpoint_id)
+        # Forks running on its RAM keep their mapping (an unlinked file lives while mapped).
+        self.machines.delete(checkpoint_id)
         return {"deleted": existed}
 
     def checkpoint_files(self, checkpoint_id: str) -> Path | None:
@@ -396,9 +528,18 @@ class VmBackend:
         config = self._running_config(cell)
         if (config.directory / FROZEN).exists():
             self.resume(cell)
-        meta = self.disks.checkpoint_machine(
-            checkpoint_id, cell_id=cell.id, cell_name=cell.name,
-            save=lambda into: self.driver.save(config, into))
+
+        def save(into: Path) -> Any:
+            saved = self.driver.save(config, into)
+            vm_disks.write_json(into.with_name(SAVED_MEMORY),
+                                {"memory_in_file": saved.memory_in_file})
+            return saved
+
+        meta = self.disks.checkpoint_machine(checkpoint_id, cell_id=cell.id,
+                                             cell_name=cell.name, save=save)
+        # A fork's RAM was private, so it was saved whole: its wake loads it into its own file.
+        if (self._meta(cell.id) or {}).get("ram_from"):
+            self._update(cell.id, ram_from=None)
         return self._info(checkpoint_id, meta)
 
     def restore_machine(self, cell: CellRef, checkpoint_id: str) -> Outputs:
@@ -408,13 +549,60 @@ class VmBackend:
         saved = self.disks.checkpoint_meta(checkpoint_id)
         if saved is None or saved.get("kind") != vm_disks.KIND_MACHINE:
             raise BackendNotFound(f"machine checkpoint {checkpoint_id} does not exist")
+        directory = self.layout.checkpoint(checkpoint_id)
+        in_file = bool((vm_disks.read_json(directory / SAVED_MEMORY) or {}).get(
+            "memory_in_file"))
         began = time.monotonic()
-        pid = self.driver.restore(self._config(cell.id, meta),
-                                  self.layout.checkpoint(checkpoint_id) / vm_disks.MEMORY)
+        pid = self.driver.restore(self._config(cell.id, meta), directory / vm_disks.MEMORY,
+                                  memory_in_file=in_file)
         seconds = round(time.monotonic() - began, 3)
+        self._set_clock(self._config(cell.id, meta))
         # The machine ran on from that memory: restoring it twice would rewind a live disk.
         self.disks.delete_checkpoint(checkpoint_id)
         return {"restored": True, "pid": pid, "seconds": seconds, "accel": meta.get("accel")}
+
+    def snapshot_machine(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
+        """A snapshot that keeps memory: at one paused moment, the machine part (RAM, device
+        state, root and config disks: vm_memory.py) then the workspace disk checkpoint; the
+        machine runs on afterwards (also when this fails)."""
+        found = self.find_checkpoint(checkpoint_id)
+        if found is not None and found.consistency is Consistency.MACHINE:
+            return found
+        if found is not None:
+            raise BackendRefused(f"checkpoint {checkpoint_id} exists without memory")
+        volume = cell.volume_id or (self._meta(cell.id) or {}).get("volume")
+        if not volume:
+            raise BackendRefused(f"cell {cell.name} has no workspace disk to snapshot")
+        config = self._running_config(cell)
+        meta = self._meta(cell.id) or {}
+        if (config.directory / FROZEN).exists() or self.driver.paused(config):
+            self.resume(cell)  # left frozen, or paused by a save that died: run on first
+        began = time.monotonic()
+
+        def fill(tmp: Path) -> dict[str, Any]:
+            saved = self.driver.save(config, tmp / vm_memory.STATE, keep=True)
+            paused = time.monotonic()
+            if saved.memory_in_file and config.memory_file is not None:
+                vm_disks.copy_disk(config.memory_file, tmp / vm_memory.RAM)
+            for name in (vm_memory.ROOT, vm_memory.CONFIG):
+                vm_disks.copy_disk(config.directory / name, tmp / name)
+            return {"checkpoint": checkpoint_id, "cell_id": cell.id, "cell": cell.name,
+                    "taken": time.time(), "memory_in_file": saved.memory_in_file,
+                    **{k: meta[k] for k in ("memory_mib", "cpus", "accel", "kernel", "initrd")},
+                    "save_seconds": round(paused - began, 3)}
+
+        try:
+            self.machines.take(checkpoint_id, fill)
+            failpoints.hit("vm.snapshot.after-memory")
+            # Still paused: the disk is as the saved memory knows it.
+            self.disks.checkpoint_disk(volume, checkpoint_id, cell_id=cell.id,
+                                       cell_name=cell.name)
+        finally:
+            self.driver.unpause(config)
+        info = self.find_checkpoint(checkpoint_id)
+        if info is None:
+            raise BackendError(f"machine snapshot {checkpoint_id} was not kept")
+        return info
 
     # -- volumes ---------------------------------------------------------------------------
 
@@ -456,6 +644,11 @@ class VmBackend:
             for resource_id, meta in entries:
                 content = str(parent / resource_id) if meta.get("used") else None
                 out.append(Owned(kind, resource_id, str(meta.get("cell_id")), content))
+        # A machine part whose disk checkpoint was never taken (a crash in between).
+        disks = {resource_id for resource_id, _ in self.disks.all_checkpoints()}
+        for resource_id, meta in self.machines.all():
+            if resource_id not in disks:
+                out.append(Owned(OwnedKind.CHECKPOINT, resource_id, str(meta.get("cell_id"))))
         return out
 
     def console(self, cell: CellRef) -> bytes:

@@ -45,6 +45,11 @@ class MachineConfig:
     """"kvm" or "tcg", chosen when the cell was made: a saved machine resumes under the same."""
     driver: str = "qemu-microvm"
     """The driver the cell was made with (vm_drivers.Dispatch routes each call by it)."""
+    memory_file: Path | None = None
+    """Guest RAM backed by this file (None: anonymous memory). Shared, the RAM *is* the file,
+    so a save writes only device state and a restore maps the pages instead of reading them."""
+    memory_shared: bool = True
+    """False for a fork: the file is a snapshot's, mapped copy-on-write, never written."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,9 @@ class Saved:
     path: Path
     size_bytes: int
     seconds: float
+    memory_in_file: bool = False
+    """The RAM stayed in config.memory_file (x-ignore-shared): `path` holds device state only,
+    and a restore must map that file's pages (and ask for the same migration capability)."""
 
 
 class MachineDriver(Protocol):
@@ -67,12 +75,15 @@ class MachineDriver(Protocol):
         """Start the machine from its disks; the pid of its hypervisor process."""
         ...
 
-    def restore(self, config: MachineConfig, saved: Path) -> int:
-        """Start the machine from a saved state and let it run on; the pid."""
+    def restore(self, config: MachineConfig, saved: Path, *, memory_in_file: bool) -> int:
+        """Start the machine from a saved state and let it run on; the pid. With
+        `memory_in_file` the RAM is config.memory_file's pages (demand-paged), not in `saved`."""
         ...
 
-    def save(self, config: MachineConfig, into: Path) -> Saved:
-        """Pause the machine, write its memory and device state to `into`, and end it."""
+    def save(self, config: MachineConfig, into: Path, *, keep: bool = False) -> Saved:
+        """Pause the machine and write its device state (and its memory, unless the RAM is a
+        shared file, which is flushed instead) to `into`; then end it, or with `keep` leave it
+        paused for the caller to copy its files and `unpause`."""
         ...
 
     def running(self, config: MachineConfig) -> bool:

@@ -8,9 +8,16 @@ owner-only directory and relative socket paths, so a deep state directory never 
 socket path's 108 bytes. The serial console is a 64 KiB ring buffer inside QEMU (bounded
 whatever the guest prints), read through QMP (`console`).
 
-Memory snapshots are QEMU's migration to a file: QMP `stop`, `migrate` to `exec:cat > FILE`,
-then `quit`; a restore starts a new QEMU with `-incoming "exec:cat FILE"`, which runs on once
-the state is loaded. KVM is used when /dev/kvm works: a short probe boots the kernel once under
+Guest RAM is a file (`memory-backend-file`, `share=on`): the RAM *is* the file, so a memory
+snapshot is QMP `stop`, `migrate` of the device state only (capability `x-ignore-shared`) to
+`exec:cat > FILE`, a flush of the RAM file, `quit`; a restore starts a new QEMU mapping the
+same file with `-incoming defer`, sets the same capability and `migrate-incoming` from the
+small device-state file, so the guest's pages are read when it touches them (demand-paged),
+not all before it runs. A fork maps a snapshot's RAM file with `share=off`: its pages are
+copy-on-write, shared in the host's page cache by every fork of that snapshot. A machine
+whose RAM is private (a fork) is saved whole into the file, as before.
+
+KVM is used when /dev/kvm works: a short probe boots the kernel once under
 KVM and expects a line back within seconds (nested KVM can hang); otherwise TCG.
 """
 
@@ -25,6 +32,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from devcell import failpoints
 from devcell.backends import vm_proc
 from devcell.backends.vm_driver import MachineConfig, Saved
 from devcell.backends.vm_qmp import Agent, Qmp
@@ -36,6 +44,7 @@ CONSOLE_BYTES = 65536
 PROBE_MARK = "DEVCELL-PROBE-OK"
 PROBE_SECONDS = 4.0
 SAVE_SECONDS = 600.0
+IGNORE_SHARED = "x-ignore-shared"
 
 
 def _opt(path: Path | str) -> str:
@@ -107,8 +116,14 @@ class QemuDriver:
 
     def argv(self, config: MachineConfig) -> list[str]:
         accel = config.accel
-        argv = [qemu_binary(), "-name", config.name,
-                "-M", "microvm,isa-serial=on,rtc=on,pit=on,pic=on", "-accel", accel,
+        machine = "microvm,isa-serial=on,rtc=on,pit=on,pic=on"
+        memory: list[str] = []
+        if config.memory_file is not None:
+            machine += ",memory-backend=mem"
+            share = "on" if config.memory_shared else "off"
+            memory = ["-object", f"memory-backend-file,id=mem,size={config.memory_mib}M,"
+                      f"mem-path={_opt(config.memory_file)},share={share}"]
+        argv = [qemu_binary(), "-name", config.name, "-M", machine, *memory, "-accel", accel,
                 *(["-cpu", "host"] if accel == "kvm" else []),
                 "-m", str(config.memory_mib), "-smp", str(config.cpus),
                 "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
@@ -147,12 +162,20 @@ class QemuDriver:
         return pid
 
     def boot(self, config: MachineConfig) -> int:
+        _fresh_memory(config)
         return self._launch(config, [])
 
-    def restore(self, config: MachineConfig, saved: Path) -> int:
-        pid = self._launch(config, ["-incoming", f"exec:cat {shlex.quote(str(saved))}"])
+    def restore(self, config: MachineConfig, saved: Path, *, memory_in_file: bool) -> int:
+        if not memory_in_file:
+            _fresh_memory(config)  # the pages come in the saved stream
+        elif config.memory_file is None or not config.memory_file.is_file():
+            raise BackendError(f"machine {config.name} cannot resume: its memory file is gone")
+        pid = self._launch(config, ["-incoming", "defer"])
         deadline = time.monotonic() + SAVE_SECONDS
         with Qmp(config.directory) as qmp:
+            if memory_in_file:
+                _set_ignore_shared(qmp, True, config.name)
+            qmp.command("migrate-incoming", uri=f"exec:cat {shlex.quote(str(saved))}")
             while True:
                 status = qmp.command("query-status")
                 if status.get("running"):
@@ -165,13 +188,17 @@ class QemuDriver:
                     qmp.command("cont")
                 if time.monotonic() > deadline:
                     raise BackendError(f"machine {config.name} did not resume in time")
-                time.sleep(0.02)
+                time.sleep(0.01)
 
-    def save(self, config: MachineConfig, into: Path) -> Saved:
+    def save(self, config: MachineConfig, into: Path, *, keep: bool = False) -> Saved:
         began = time.monotonic()
         pid = vm_proc.find(config.directory, config.name)
+        shared = config.memory_file is not None and config.memory_shared
         with Qmp(config.directory) as qmp:
             qmp.command("stop")
+            in_file = shared and _set_ignore_shared(qmp, True, None)
+            if not shared:
+                _set_ignore_shared(qmp, False, None)
             qmp.command("migrate", uri=f"exec:cat > {shlex.quote(str(into))}")
             deadline = time.monotonic() + SAVE_SECONDS
             while True:
@@ -181,11 +208,17 @@ class QemuDriver:
                 if state in ("failed", "cancelled") or time.monotonic() > deadline:
                     qmp.command("cont")
                     raise BackendError(f"saving machine {config.name} failed ({state})")
-                time.sleep(0.02)
-            qmp.command("quit")
-        if pid is not None and not vm_proc.wait_gone(pid, config.name, 10.0):
+                time.sleep(0.01)
+            failpoints.hit("vm.save.after-migrate")
+            if not keep:
+                qmp.command("quit")
+        if not keep and pid is not None and not vm_proc.wait_gone(pid, config.name, 10.0):
             vm_proc.kill(pid, config.name)
-        return Saved(into, into.stat().st_size, time.monotonic() - began)
+        size = into.stat().st_size
+        if in_file and config.memory_file is not None:
+            _flush(config.memory_file)  # the RAM file is the saved memory: on disk before done
+            size += allocated(config.memory_file)
+        return Saved(into, size, time.monotonic() - began, memory_in_file=in_file)
 
     def running(self, config: MachineConfig) -> bool:
         try:
@@ -230,6 +263,48 @@ class QemuDriver:
         except (BackendError, OSError, TimeoutError):
             return b""
         return base64.b64decode(data or "")[:CONSOLE_BYTES]
+
+
+def allocated(path: Path) -> int:
+    """Bytes a (sparse) file holds on disk."""
+    try:
+        return os.stat(path, follow_symlinks=False).st_blocks * 512
+    except OSError:
+        return 0
+
+
+def _fresh_memory(config: MachineConfig) -> None:
+    """An empty, owner-only RAM file for a machine whose RAM is its own (QEMU would create it
+    world-readable, and a stale one would keep the last run's pages allocated)."""
+    if config.memory_file is None or not config.memory_shared:
+        return
+    config.memory_file.unlink(missing_ok=True)
+    fd = os.open(config.memory_file, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                 | os.O_CLOEXEC, 0o600)
+    os.close(fd)
+
+
+def _flush(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _set_ignore_shared(qmp: Qmp, on: bool, required_by: str | None) -> bool:
+    """Set `x-ignore-shared` (migrate shared RAM by reference, not by copy) when this QEMU has
+    it (7.2 does); whether it is now on. `required_by` names a machine that cannot resume
+    without it."""
+    known = {c.get("capability") for c in qmp.command("query-migrate-capabilities") or []}
+    if IGNORE_SHARED not in known:
+        if on and required_by is not None:
+            raise BackendUnavailable(f"this QEMU cannot map saved memory (no {IGNORE_SHARED} "
+                                     f"migration capability): machine {required_by}")
+        return False
+    qmp.command("migrate-set-capabilities",
+                capabilities=[{"capability": IGNORE_SHARED, "state": on}])
+    return on
 
 
 def _tcg_clock() -> str:

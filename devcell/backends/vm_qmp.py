@@ -155,14 +155,18 @@ class Agent:
         # 0xFF first: it resets the agent's parser, whatever half a request was left in it.
         request = b"\xff" + json.dumps({"execute": "guest-sync-delimited",
                                          "arguments": {"id": token}}).encode() + b"\n"
+        wait = 0.05
         while True:
             try:
                 # A guest whose agent is not up yet reads nothing: the send itself can stall.
                 self.channel.sock.settimeout(1.0)
                 self.channel.sock.sendall(request)
-                if self._synced(token, min(deadline, time.monotonic() + 1.0)):
+                # Short first: a request sent while a just-resumed guest reopens its port is
+                # lost, and waiting a whole second for it was most of a resume.
+                if self._synced(token, min(deadline, time.monotonic() + wait)):
                     break
             except TimeoutError:
+                wait = min(wait * 2, 1.0)
                 if time.monotonic() > deadline:
                     raise BackendUnavailable("the guest agent did not answer: the machine is "
                                              "still booting, or its agent is not running"
@@ -182,6 +186,11 @@ class Agent:
                 continue  # the tail of a reply an earlier client left unread
             if isinstance(reply, dict) and reply.get("return") == token:
                 return True
+
+    def notify(self, name: str, **arguments: Any) -> None:
+        """Send a command without waiting for its reply: the agent still answers it, and the
+        next connection's sync skips that answer as stale."""
+        self.channel.send({"execute": name, **({"arguments": arguments} if arguments else {})})
 
     def command(self, name: str, timeout: float = 10.0, **arguments: Any) -> Any:
         message: dict[str, Any] = {"execute": name}

@@ -95,8 +95,21 @@ def _machine(conn: sqlite3.Connection, object_id: str) -> str | None:
                 accel = str(step.outputs["accel"])
                 how = {"kvm": "KVM (hardware virtualization)",
                        "tcg": "TCG (emulated: /dev/kvm absent or not working here)"}
-                return f"{step.outputs.get('driver')}, {how.get(accel, accel)}"
+                machine = f"{step.outputs.get('driver')}, {how.get(accel, accel)}"
+                return machine + _resumed_from(conn, object_id)
     return None
+
+
+def _resumed_from(conn: sqlite3.Connection, object_id: str) -> str:
+    """For a fork of a machine snapshot: that its first start resumed the snapshot's
+    processes as a new machine (recorded by the start step), not a boot."""
+    for op in operations.for_object(conn, object_id, limit=50):
+        for step in operations.steps(conn, op["id"]):
+            if step.name == "start" and step.outputs.get("resumed_from"):
+                return ("; resumed from a machine snapshot as a new machine (hostname "
+                        f"{step.outputs.get('hostname')}, new machine-id, "
+                        "random generator reseeded)")
+    return ""
 
 
 def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None = None

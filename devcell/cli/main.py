@@ -205,6 +205,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sp.add_argument("--name", required=True)
     sp.add_argument("--ttl", default=None,
                     help="expire the snapshot this long after it is created (30m, 12h, 7d)")
+    sp.add_argument("--consistency", choices=("filesystem", "machine"), default=None,
+                    help="machine: keep memory and processes too (vm cells); forks resume them")
     sp.add_argument("--timeout", type=_duration, default=300.0)
     sp = ssub.add_parser("export", parents=[common],
                          help="write a snapshot as a self-describing archive")

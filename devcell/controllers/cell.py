@@ -22,6 +22,7 @@ from devcell.backends.base import (
     Building,
     Capabilities,
     CellRef,
+    Consistency,
     MachineState,
     Observed,
     Outputs,
@@ -178,7 +179,10 @@ class CellController:
             machine_asleep = (saved.get("machine") and saved.get("checkpointId") == sleep_id
                               and not observed.running)
             if observed.exists and not machine_asleep:
-                machine = caps.memory_state and observed.running
+                # A sleep killed after its save: the memory is kept, only not recorded (a
+                # checkpoint and delete would throw it away). save-machine returns it again.
+                machine = caps.memory_state and (observed.running or _saved_machine(
+                    backend, sleep_id))
                 if machine:
                     # The backend keeps memory: the whole machine is saved and stopped, and a
                     # wake resumes its processes where they were.
@@ -596,6 +600,12 @@ class CellController:
             return  # its event (Restored) is written by restoring.finished
         events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name, reason=reason,
                       message=f"{plan.action} done: {', '.join(plan.ran or plan.step_names)}")
+
+
+def _saved_machine(backend: Backend, checkpoint_id: str) -> bool:
+    """Whether the backend holds this sleep's saved machine (memory and disk)."""
+    found = backend.find_checkpoint(checkpoint_id)
+    return found is not None and found.consistency == Consistency.MACHINE
 
 
 def _asleep(caps: Capabilities, sleep: dict[str, Any]) -> str:

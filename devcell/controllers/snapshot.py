@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from devcell.backends.base import Backend, CellRef, Outputs
+from devcell.backends.base import Backend, CellRef, Consistency, MachineSnapshots, Outputs
 from devcell.controllers import retention
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Decision, Plan, Settled, Step, Wait, When
 from devcell.controllers.steps import StepName
-from devcell.errors import BackendError, BackendUnavailable, PermanentError
+from devcell.errors import BackendError, BackendUnavailable, CapabilityMissing, PermanentError
 from devcell.store import events, objects, volumes
 from devcell.store.db import now
 from devcell.store.objects import Phase
@@ -88,10 +88,15 @@ class SnapshotController:
             self._write(ctx, snap, Phase.FAILED, "False", "CellGone", message)
             return Blocked(CellGone(message))
         try:
-            ctx.backend(backend_name)
+            backend = ctx.backend(backend_name)
         except BackendUnavailable as exc:
             self._write(ctx, snap, Phase.PENDING, "False", "BackendUnavailable", str(exc))
             return Blocked(exc)
+        wanted = snap.spec.get("consistency")
+        missing = _cannot_keep(backend, backend_name, wanted)
+        if missing is not None:
+            self._write(ctx, snap, Phase.FAILED, "False", "CapabilityMissing", missing)
+            return Blocked(CapabilityMissing(missing))
         cell_ready = (
             cell.phase == Phase.RUNNING
             and not cell.deleting
@@ -103,8 +108,12 @@ class SnapshotController:
             return Wait("WaitingForCell", message)
         volume = volumes.for_cell(conn, cell.id)
         ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
-        steps = [Step(S.QUIESCE, hold=True), Step(S.CHECKPOINT, hold=True),
-                 Step(S.RESUME, when=When.ALWAYS)]
+        if wanted == Consistency.MACHINE:
+            # Disk and memory at one paused moment; the backend lets the cell run on after.
+            steps = [Step(S.SNAPSHOT_MACHINE, hold=True)]
+        else:
+            steps = [Step(S.QUIESCE, hold=True), Step(S.CHECKPOINT, hold=True),
+                     Step(S.RESUME, when=When.ALWAYS)]
         return Plan(snap, "checkpoint", steps, backend_name, SnapshotWork(ref=ref, cell=cell))
 
     @staticmethod
@@ -157,7 +166,7 @@ class SnapshotController:
         self.note_outputs(plan, step, outputs)
 
     def note_outputs(self, plan: Plan, step: Step, outputs: Outputs) -> None:
-        if step.name in (S.CHECKPOINT, S.ADOPT_CHECKPOINT):
+        if step.name in (S.CHECKPOINT, S.ADOPT_CHECKPOINT, S.SNAPSHOT_MACHINE):
             _work(plan).taken = outputs
 
     def restore(self, ctx: Context, data: dict[str, Any]) -> Plan | None:
@@ -265,6 +274,31 @@ def _cell(ref: CellRef | None) -> CellRef:
     return ref
 
 
+_LEVELS = (Consistency.METADATA, Consistency.FILESYSTEM, Consistency.MACHINE)
+
+
+def _cannot_keep(backend: Backend, backend_name: str, wanted: str | None) -> str | None:
+    """Why the backend cannot keep what spec.consistency asks for (None: it can)."""
+    if wanted is None:
+        return None
+    caps = backend.capabilities
+    can = (caps.memory_state and isinstance(backend, MachineSnapshots)
+           if wanted == Consistency.MACHINE
+           else _LEVELS.index(caps.snapshot_consistency) >= _LEVELS.index(Consistency(wanted)))
+    if can:
+        return None
+    return (f'backend "{backend_name}" cannot keep a snapshot with consistency {wanted} '
+            f"(it keeps {caps.snapshot_consistency}"
+            f"{'' if caps.memory_state else ', no memory'}); ask for less, or use a cell "
+            f"on a backend that can (vm keeps memory)")
+
+
+def _machine(backend: Backend) -> MachineSnapshots:
+    if not isinstance(backend, MachineSnapshots):
+        raise CapabilityMissing("this backend keeps no memory")
+    return backend
+
+
 def _adopt(backend: Backend, snapshot_id: str) -> Outputs:
     info = backend.find_checkpoint(snapshot_id)
     if info is None:
@@ -278,5 +312,7 @@ _STEPS: dict[StepName, Callable[[Backend, str, CellRef | None], Outputs]] = {
     S.QUIESCE: lambda b, snapshot_id, ref: b.quiesce(_cell(ref)),
     S.CHECKPOINT: lambda b, snapshot_id, ref: b.checkpoint(_cell(ref), snapshot_id).outputs(),
     S.RESUME: lambda b, snapshot_id, ref: b.resume(_cell(ref)),
+    S.SNAPSHOT_MACHINE: lambda b, snapshot_id, ref: _machine(b).snapshot_machine(
+        _cell(ref), snapshot_id).outputs(),
 }
 """Which backend call each step is (a snapshot's checkpoint id is the snapshot's id)."""

@@ -38,6 +38,9 @@ class StepName(StrEnum):
     """Sleep on a backend with memory state: memory and disk saved, the machine stopped."""
     RESTORE_MACHINE = "restore-machine"
     """Wake from save-machine: processes go on where they were."""
+    SNAPSHOT_MACHINE = "snapshot-machine"
+    """A snapshot that keeps memory: disk and machine saved at one paused moment, the cell
+    runs on (Snapshot spec.consistency: machine)."""
     RESTORE_WORKSPACE = "restore-workspace"
     """Replace a cell's workspace, all at once, by a copy of a checkpoint (`snapshot restore`)."""
     EXPIRE = "expire"

@@ -4,12 +4,26 @@ cold-boots, and the conditions say what each truly keeps."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
+from devcell import backends
 from devcell.backends.base import Capabilities, CellRef, CheckpointInfo, Consistency, Outputs
 from devcell.backends.fake import FakeBackend
 from devcell.controllers.context import Context
-from devcell.store import desired
+from devcell.errors import ManifestError
+from devcell.store import desired, objects
 from devcell.store.db import Database
-from tests.controllers.support import apply, cell_doc, converge_all, last_operation, record
+from tests.controllers.support import (
+    apply,
+    cell_doc,
+    converge_all,
+    fake,
+    last_operation,
+    record,
+    snapshot_doc,
+)
 
 
 class MachineFake(FakeBackend):
@@ -81,3 +95,67 @@ def test_sleep_without_memory_state_checkpoints_and_says_only_records_are_kept(
     assert converge_all(ctx).ok
     assert _steps(db, "api") == ["create", "start"]
     assert "were not restored" in record(db, "Cell", "api").status["lastStart"]["note"]
+
+
+class SnapshottingMachineFake(MachineFake):
+    """...that also takes snapshots keeping memory, with the cell running on."""
+
+    def snapshot_machine(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
+        self.checkpoint(cell, checkpoint_id)
+        return CheckpointInfo(ref=f"fake://{checkpoint_id}", consistency=Consistency.MACHINE)
+
+
+def _machine_snapshot(name: str, cell: str) -> dict[str, Any]:
+    doc = snapshot_doc(name, cell)
+    doc["spec"]["consistency"] = "machine"
+    return doc
+
+
+def test_a_machine_snapshot_is_one_step_the_backend_takes_with_the_cell_running_on(
+        db: Database, ctx: Context, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = SnapshottingMachineFake(state_dir=ctx.db.state_dir)
+    ctx._backends["fake"] = backend
+    monkeypatch.setattr(backends, "capabilities", lambda name: backend.capabilities)
+    apply(db, cell_doc("api"))
+    assert converge_all(ctx).ok
+    apply(db, _machine_snapshot("mem", "api"))
+    assert converge_all(ctx).ok
+    _, steps = last_operation(db, "mem", kind="Snapshot")
+    assert [s.name for s in steps] == ["snapshot-machine"]
+    snap = record(db, "Snapshot", "mem")
+    assert snap.phase == "Ready" and snap.extra["consistency"] == "machine"
+    assert record(db, "Cell", "api").phase == "Running"
+    assert "stop" not in [c[0] for c in backend.calls()]
+
+
+def test_a_machine_snapshot_on_a_backend_without_memory_fails_and_says_why(
+        db: Database, ctx: Context) -> None:
+    """Refused when applied (the cell's backend is known), and failed by the controller if it
+    got past admission (a cell recorded on a backend that lost the capability)."""
+    apply(db, cell_doc("api"))
+    assert converge_all(ctx).ok
+    with pytest.raises(ManifestError) as caught:
+        apply(db, _machine_snapshot("mem", "api"))
+    problem = caught.value.problems[0]
+    assert problem.field == "spec.consistency" and "keeps no memory" in problem.message
+    assert objects.get(db.conn, "Snapshot", "mem") is None  # nothing changed
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(backends, "capabilities", lambda name: MachineFake.capabilities)
+        apply(db, _machine_snapshot("mem", "api"))
+    converge_all(ctx)
+    snap = record(db, "Snapshot", "mem")
+    ready = snap.condition("Ready")
+    assert snap.phase == "Failed" and ready is not None
+    assert ready["reason"] == "CapabilityMissing" and "no memory" in ready["message"]
+    assert not fake(ctx).checkpoint_exists(snap.id)
+
+
+def test_a_snapshots_consistency_is_immutable(db: Database, ctx: Context) -> None:
+    apply(db, cell_doc("api"), snapshot_doc("files", "api"))
+    assert converge_all(ctx).ok
+    doc = snapshot_doc("files", "api")
+    doc["spec"]["consistency"] = "filesystem"
+    with pytest.raises(ManifestError) as caught:
+        apply(db, doc)
+    assert "consistency is immutable" in caught.value.problems[0].message

@@ -56,7 +56,21 @@ def test_sleep_keeps_the_machine_and_start_resumes_its_processes(
         after = _counter(cli)
         assert before <= after < before + 30, (before, after)
         assert "resumed from the saved machine" in cli("describe", "cell", "vmbox").stdout
-        deleted = cli("delete", "cell", "vmbox", "--approve")
+        # A snapshot that keeps memory, and a fork of it: the same processes, a new machine.
+        taken = cli("snapshot", "create", "vmbox", "--name", "warm", "--consistency", "machine",
+                    timeout=300)
+        assert taken.returncode == 0, taken.stderr
+        assert "machine" in cli("get", "snapshots").stdout
+        forked = cli("cell", "fork", "vmbox", "--snapshot", "warm", "--name", "vmbox-2",
+                     timeout=300)
+        assert forked.returncode == 0, forked.stderr
+        done = cli("exec", "vmbox-2", "--", "sh", "-c", "hostname; cat /tmp/counter",
+                   timeout=300)
+        assert done.returncode == 0 and done.stdout.splitlines()[0] == "vmbox-2"
+        assert int(done.stdout.splitlines()[1]) >= after
+        assert "resumed from a machine snapshot as a new machine (hostname vmbox-2" in \
+            cli("describe", "cell", "vmbox-2").stdout
+        deleted = cli("delete", "cell", "vmbox", "vmbox-2", "--approve")
         assert deleted.returncode == 0, deleted.stderr
         assert not vm_proc.scan(VmLayout(state_dir).name_prefix)
         assert not list((state_dir / "vm" / "cells").iterdir())

@@ -1,0 +1,160 @@
+"""The memory side of a vm cell's machine: RAM as a file (sleep writes device state only,
+wake maps the file), machine snapshots, and forks of one that resume its processes as new
+machines (hostname, machine-id, random generator). Real QEMU (TCG here), no mocks."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devcell.backends import vm_memory, vm_proc
+from devcell.backends.base import CellRef, Consistency
+from devcell.backends.vm import RAM_FILE, VmBackend
+from tests.backends.vm.conftest import SPEC, make_state, run
+from tests.backends.vm_machines import kill_machines
+
+
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory: pytest.TempPathFactory, vm_cache: Path
+           ) -> Iterator[tuple[VmBackend, CellRef]]:
+    state = make_state(tmp_path_factory.mktemp("vmmem") / "state", vm_cache)
+    backend = VmBackend(state_dir=state)
+    ref = CellRef("cell_vmmem00001", "parent", SPEC, "vol_vmmem00001")
+    try:
+        backend.create_volume(ref, "vol_vmmem00001", from_checkpoint=None)
+        backend.create(ref, "hash-1")
+        backend.start(ref)
+        yield backend, ref
+    finally:
+        kill_machines(state)
+
+
+def _counter(backend: VmBackend, ref: CellRef) -> int:
+    code, out, err = run(backend, ref, "cat /tmp/counter")
+    assert code == 0, err
+    return int(out)
+
+
+def test_sleep_writes_device_state_only_and_wake_maps_the_ram_file(
+        parent: tuple[VmBackend, CellRef]) -> None:
+    backend, ref = parent
+    ram = backend.layout.cell(ref.id) / RAM_FILE
+    assert ram.is_file() and os.stat(ram).st_mode & 0o777 == 0o600
+    # A page the guest wrote is in the file: the RAM *is* the file.
+    assert run(backend, ref, "echo ram-marker-5c1e > /dev/shm/m; sync")[0] == 0
+    before = _counter(backend, ref)
+    saved = backend.save_machine(ref, "sleep-vmmem-g1")
+    state = backend.layout.checkpoint("sleep-vmmem-g1") / "memory.bin"
+    assert state.stat().st_size < 4 << 20  # device state, not the guest's pages
+    assert b"ram-marker-5c1e" in ram.read_bytes()
+    assert saved.size_bytes >= os.stat(ram).st_blocks * 512
+    time.sleep(5)
+    outputs = backend.restore_machine(ref, "sleep-vmmem-g1")
+    assert outputs["restored"] is True
+    after = _counter(backend, ref)
+    assert before <= after < before + 20, (before, after)
+    assert run(backend, ref, "cat /dev/shm/m") == (0, "ram-marker-5c1e\n", "")
+    # The guest's clock was set on wake (it stood still for the 5 s asleep).
+    assert abs(int(run(backend, ref, "date +%s")[1]) - time.time()) < 3
+
+
+def _fork(backend: VmBackend, snapshot: str, n: int) -> CellRef:
+    fork = CellRef(f"cell_vmmemfork{n}", f"fork-{n}", SPEC, f"vol_vmmemfork{n}")
+    backend.create_volume(fork, fork.volume_id or "", from_checkpoint=snapshot)
+    assert backend.create(fork, "hash-1")["machine_from"] == snapshot
+    return fork
+
+
+def test_a_fork_of_a_machine_snapshot_resumes_its_processes_as_a_new_machine(
+        parent: tuple[VmBackend, CellRef]) -> None:
+    backend, ref = parent
+    run(backend, ref, "sleep 600 </dev/null >/dev/null 2>&1 & echo $! > /tmp/sleeper.pid; "
+                      "echo in-memory > /dev/shm/note; echo on-disk > /workspace/note")
+    info = backend.snapshot_machine(ref, "snap_vmmem01")
+    assert info.consistency is Consistency.MACHINE and info.size_bytes > 0
+    assert backend.find_checkpoint("snap_vmmem01") == info
+    assert backend.snapshot_machine(ref, "snap_vmmem01") == info  # taken once
+    part = backend.machines.path("snap_vmmem01")
+    assert (part / vm_memory.STATE).stat().st_size < 4 << 20
+    # The parent runs on, and what it does now is not in the snapshot.
+    assert not backend.observe(ref).frozen
+    at_snapshot = _counter(backend, ref)
+    assert run(backend, ref, "echo later > /workspace/note; echo later > /dev/shm/note")[0] == 0
+
+    forks = [_fork(backend, "snap_vmmem01", n) for n in (1, 2)]
+    try:
+        randoms = []
+        for fork in forks:
+            outputs = backend.start(fork)
+            assert outputs["resumed_from"] == "snap_vmmem01" and outputs["reseeded"] is True
+            # Right after the resume, before anything else draws from it.
+            code, out, _ = run(backend, fork, "head -c16 /dev/urandom | od -An -tx1")
+            assert code == 0
+            randoms.append(out)
+        parent_id = run(backend, ref, "cat /etc/machine-id 2>/dev/null; hostname")[1]
+        seen = {parent_id}
+        for fork in forks:
+            # The parent's processes and memory, as at the snapshot.
+            code, out, _ = run(backend, fork, "kill -0 $(cat /tmp/sleeper.pid) && echo alive; "
+                                              "cat /dev/shm/note /workspace/note")
+            assert (code, out) == (0, "alive\nin-memory\non-disk\n")
+            counted = _counter(backend, fork)
+            assert at_snapshot - 5 <= counted < at_snapshot + 60, (at_snapshot, counted)
+            # ... as a machine of its own.
+            code, out, _ = run(backend, fork, "cat /etc/machine-id; hostname")
+            assert code == 0 and out.splitlines()[1] == fork.name
+            seen.add(out)
+            observed = backend.observe(fork)
+            assert observed.running and not observed.frozen
+        assert len(seen) == 3  # parent and both forks: distinct machine-id and hostname
+        assert randoms[0] != randoms[1], randoms
+        assert run(backend, ref, "cat /dev/shm/note")[1] == "later\n"
+        # The snapshot's RAM is never written by its forks (copy-on-write).
+        assert os.stat(part / vm_memory.RAM).st_mode & 0o222 == 0
+        # A fork sleeps and wakes like any cell (its private RAM is saved whole).
+        before = _counter(backend, forks[0])
+        backend.save_machine(forks[0], "sleep-vmmemfork-g1")
+        backend.restore_machine(forks[0], "sleep-vmmemfork-g1")
+        assert _counter(backend, forks[0]) >= before
+        assert run(backend, forks[0], "hostname")[1] == "fork-1\n"
+    finally:
+        for fork in forks:
+            backend.delete(fork)
+    assert not any(f.id in name for f in forks for name in
+                   vm_proc.scan(backend.layout.name_prefix))
+    assert backend.delete_checkpoint("snap_vmmem01") == {"deleted": True}
+    assert not part.exists()
+
+
+def test_a_fork_left_without_its_identity_by_a_crash_is_seen_frozen_and_resume_gives_it(
+        parent: tuple[VmBackend, CellRef]) -> None:
+    backend, ref = parent
+    backend.snapshot_machine(ref, "snap_vmmem02")
+    fork = _fork(backend, "snap_vmmem02", 3)
+    try:
+        backend.start(fork)
+        # As if the start died between the resume and the identity.
+        backend._update(fork.id, identity_pending=True)
+        assert backend.observe(fork).frozen
+        outputs = backend.resume(fork)
+        assert outputs["resumed"] is True and outputs["reseeded"] is True
+        assert not backend.observe(fork).frozen
+    finally:
+        backend.delete(fork)
+        backend.delete_checkpoint("snap_vmmem02")
+
+
+def test_a_machine_part_without_its_disk_checkpoint_is_owned_and_swept(
+        parent: tuple[VmBackend, CellRef]) -> None:
+    """A crash between the machine part and the disk checkpoint: not a snapshot (find says
+    none, so it is retaken), listed for the orphan sweep, and removed by delete."""
+    backend, _ = parent
+    backend.machines.take("snap_vmmem03", lambda tmp: {"cell_id": "cell_vmmem00001"})
+    assert backend.find_checkpoint("snap_vmmem03") is None
+    assert any(o.id == "snap_vmmem03" for o in backend.list_owned())
+    backend.delete_checkpoint("snap_vmmem03")
+    assert backend.machines.meta("snap_vmmem03") is None

@@ -55,6 +55,8 @@ AGENT_BOOT_SECONDS = 120.0
 EXEC_OUTPUT = 16 << 20
 HOOK_TIMEOUT_S = 60
 HOOK_TAIL = 400
+WORKSPACE_DISK = 2
+"""The workspace's index among a machine's disks (root, config, workspace)."""
 _HOSTNAME = re.compile(r"[^a-z0-9-]+")
 
 
@@ -77,9 +79,11 @@ class VmBackend:
     capabilities = Capabilities(workspace_files=True, memory_state=True, exec=True,
                                 snapshot_consistency=Consistency.FILESYSTEM, parallel=2)
 
-    def __init__(self, *, state_dir: Path, driver: MachineDriver | None = None) -> None:
+    def __init__(self, *, state_dir: Path, driver: MachineDriver | None = None,
+                 max_chain: int | None = None) -> None:
         self.layout = VmLayout(state_dir)
-        self.disks = vm_disks.DiskStore(self.layout)
+        self.disks = vm_disks.DiskStore(self.layout, max_depth=max_chain,
+                                        busy=self._running_volumes)
         self.driver: MachineDriver = driver or QemuDriver(
             accel_cache=self.layout.root / "accel.json")
 
@@ -95,7 +99,8 @@ class VmBackend:
         directory = self.layout.cell(cell_id)
         disks = [Disk(directory / "root.qcow2", "qcow2"), Disk(directory / "config.img", "raw")]
         if meta.get("volume"):
-            disks.append(Disk(self.disks.volume_disk(meta["volume"]), "raw"))
+            path, disk_format = self.disks.volume_drive(meta["volume"])
+            disks.append(Disk(path, disk_format))
         return MachineConfig(
             name=self.layout.machine_name(cell_id), directory=directory,
             kernel=Path(meta["kernel"]), initrd=Path(meta["initrd"]),
@@ -104,6 +109,15 @@ class VmBackend:
 
     def _pid(self, cell_id: str) -> int | None:
         return vm_proc.find(self.layout.cell(cell_id), self.layout.machine_name(cell_id))
+
+    def _running_volumes(self) -> set[str]:
+        """Volumes a running machine has open (their layers are never written by qemu-img)."""
+        out = set()
+        for entry in os.listdir(self.layout.cells):
+            meta = None if entry.startswith(".") else self._meta(entry)
+            if meta and meta.get("volume") and self._pid(entry) is not None:
+                out.add(str(meta["volume"]))
+        return out
 
     def observe(self, cell: CellRef) -> Observed:
         meta = self._meta(cell.id)
@@ -182,6 +196,7 @@ class VmBackend:
         (self.layout.cell(cell.id) / FROZEN).unlink(missing_ok=True)
         if meta.get("volume"):
             self.disks.mark_used(meta["volume"])
+            self.disks.adopt(meta["volume"])  # a raw disk from the first slice -> a layer
         began = time.monotonic()
         pid = self.driver.boot(self._config(cell.id, meta))
         return {"started": True, "pid": pid, "accel": meta.get("accel"),
@@ -333,12 +348,24 @@ class VmBackend:
         if not volume:
             raise BackendRefused(f"cell {cell.name} has no workspace disk to checkpoint")
         marker = self.layout.cell(cell.id) / FROZEN
-        freeze_here = self._pid(cell.id) is not None and not marker.exists()
+        running = self._pid(cell.id) is not None
+        freeze_here = running and not marker.exists()
         if freeze_here:
             self.quiesce(cell)
+        switch = flatten = None
+        if running:
+            config = self._running_config(cell)
+            disk = WORKSPACE_DISK
+
+            def switch(overlay: Path) -> None:
+                self.driver.snapshot_disk(config, disk, overlay)
+
+            def flatten() -> None:
+                self.driver.flatten_disk(config, disk)
         try:
             meta = self.disks.checkpoint_disk(volume, checkpoint_id, cell_id=cell.id,
-                                              cell_name=cell.name)
+                                              cell_name=cell.name, switch=switch,
+                                              flatten=flatten)
         finally:
             if freeze_here:
                 self.resume(cell)
@@ -364,8 +391,8 @@ class VmBackend:
         return {"deleted": existed}
 
     def checkpoint_files(self, checkpoint_id: str) -> Path | None:
-        """The checkpoint disk's files as a tree beside it, read out of the ext4 image once
-        with debugfs (no mount: the image was written by a guest)."""
+        """The checkpoint disk's files as a tree beside it, read out of the guest-written
+        ext4 once by vm_extract (never mounted, nothing followed, bounded)."""
         meta = self.disks.checkpoint_meta(checkpoint_id)
         if meta is None or meta.get("kind") != vm_disks.KIND_DISK:
             raise BackendNotFound(f"checkpoint {checkpoint_id} does not exist")

@@ -28,7 +28,15 @@ from typing import Any, BinaryIO
 
 from loguru import logger
 
-from devcell.backends import children, supervisor, temporaries, vm_disks, vm_image, vm_proc
+from devcell.backends import (
+    children,
+    supervisor,
+    temporaries,
+    vm_capacity,
+    vm_disks,
+    vm_image,
+    vm_proc,
+)
 from devcell.backends.base import (
     Capabilities,
     CellRef,
@@ -475,6 +483,11 @@ class VmBackend:
                 content = str(parent / resource_id) if meta.get("used") else None
                 out.append(Owned(kind, resource_id, str(meta.get("cell_id")), content))
         return out
+
+    def exclusive_bytes(self, kind: OwnedKind, resource_id: str) -> int:
+        """What removing a volume or checkpoint would free: its layers no other chain needs."""
+        return vm_capacity.VmAccounting(state_dir=self.layout.state_dir).exclusive_bytes(
+            kind, resource_id)
 
     def console(self, cell: CellRef) -> bytes:
         """The machine's latest serial console output (at most 64 KiB, as the guest wrote it)."""

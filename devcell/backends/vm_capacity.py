@@ -84,7 +84,7 @@ class VmAccounting:
         since = next((c for c, m in chains.checkpoints.items()
                       if m.get("layer") == below and m.get("volume") == volume_id), None)
         fork_of = meta.get("from_checkpoint")
-        top_bytes = chains.size({top}) if top else 0
+        top_bytes = (chains.layers.written(top) or 0) if top else 0
         return WorkspaceUsage(
             volume_id=volume_id,
             workspace=Usage(logical=chains.virtual(top), disk=chains.size(set(chain))),

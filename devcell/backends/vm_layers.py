@@ -256,17 +256,23 @@ class LayerStore:
     def sizes(self, layer_ids: Iterable[str]) -> int:
         return sum(allocated(self.path(layer_id)) for layer_id in set(layer_ids))
 
-    def has_data(self, layer_id: str) -> bool:
-        """Whether the layer holds any block of its own (-U: it may be open by a machine)."""
+    def written(self, layer_id: str) -> int | None:
+        """Bytes of guest blocks the layer holds itself (not qcow2's own tables): what was
+        written since the layer below was frozen. -U: it may be open by a running machine;
+        None when qemu-img cannot tell."""
         try:
-            out = qemu_img(["map", "-U", "--output=json", "-f", "qcow2",
-                            str(self.path(layer_id))])
-            extents = json.loads(out)
+            extents = json.loads(qemu_img(["map", "-U", "--output=json", "-f", "qcow2",
+                                           str(self.path(layer_id))]))
         except (BackendError, ValueError):
-            return True
-        return any(e.get("depth") == 0 and (e.get("data") or e.get("zero"))
-                   and e.get("present", True) for e in extents
-                   if isinstance(e, dict)) if isinstance(extents, list) else True
+            return None
+        if not isinstance(extents, list):
+            return None
+        return sum(int(e.get("length", 0)) for e in extents if isinstance(e, dict)
+                   and e.get("depth") == 0 and (e.get("data") or e.get("zero")))
+
+    def has_data(self, layer_id: str) -> bool:
+        written = self.written(layer_id)
+        return written is None or written > 0
 
 
 def each_needed(*groups: Iterable[str | None]) -> list[str]:

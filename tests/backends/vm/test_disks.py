@@ -124,6 +124,7 @@ def test_accounting_matches_du_and_qemu_img_each_layer_once(world: dict[str, Any
     assert usage.workspace.logical == 1 << 30
     assert usage.own_disk == du[f"{chain[0]}.qcow2"]  # the rest is under snapshots
     assert usage.since == "snap_d2"
+    assert 0 < usage.changed_bytes < 1 << 20  # blocks written since snap_d2, not tables
     snaps = accounting.checkpoints_usage(None)
     by_id = {item.checkpoint_id: item for item in snaps.items}
     assert by_id["snap_d1"].forks == ("vol_vmdisk0002",) and by_id["snap_d1"].unique == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import textwrap
@@ -120,8 +121,19 @@ def test_snapshot_fork_wide_views_delete_and_gc_of_a_vm_cell_through_the_cli(
         cells = cli("get", "cells", "-o", "wide")
         assert cells.returncode == 0 and "vmfork" in cells.stdout, cells.stderr
         assert "<none>" not in cells.stdout.splitlines()[1]  # measured, not missing
-        df = cli("df")
-        assert df.returncode == 0 and "vm" in df.stdout, df.stderr
+        df = cli("df", "-v", "-o", "json")
+        assert df.returncode == 0, df.stderr
+        doc = json.loads(df.stdout)
+        sizes = {t["type"]: t["sizeBytes"] for t in doc["types"]}
+        layers = [str(p) for p in (vm / "layers").glob("*.qcow2")]
+        du = subprocess.run(["du", "-c", "-B1", *layers], capture_output=True, text=True,
+                            check=True).stdout.splitlines()[-1].split()[0]
+        # Every layer once: the source's top, the fork's top, the snapshot's frozen layer.
+        assert len(layers) == 3
+        assert sizes["Workspaces"] + sizes["Fork layers"] + sizes["Checkpoints"] == int(du)
+        items = {(i["type"], i["backend"]) for i in doc["items"]}
+        assert {("Workspaces", "vm"), ("Fork layers", "vm"), ("Checkpoints", "vm"),
+                ("Runtimes", "vm")} <= items
         exported = cli("snapshot", "export", "s1", "-o", str(tmp_path / "s1.tar"), timeout=300)
         assert exported.returncode == 0, exported.stderr
         listed = subprocess.run(["tar", "tf", str(tmp_path / "s1.tar")], capture_output=True,

@@ -102,16 +102,14 @@ class DiskStore:
 
     def top(self, volume_id: str) -> str | None:
         """The volume's writable layer. A snapshot that died after QEMU made the new top and
-        before the marker named it left `pending`: the new file exists, so it is the top."""
+        before the marker named it left `pending`: when that file exists, it is the top (the
+        machine writes there, or will from its next boot: it is empty over the old top)."""
         meta = self.volume_meta(volume_id)
         if meta is None:
             return None
         pending = meta.get("pending")
-        if isinstance(pending, str):
-            if self.layers.path(pending).is_file():
-                meta = dict(meta, top=pending)
-            meta.pop("pending")
-            self._write_volume(volume_id, meta)
+        if isinstance(pending, str) and self.layers.path(pending).is_file():
+            return pending
         top = meta.get("top")
         return top if isinstance(top, str) else None
 
@@ -142,10 +140,7 @@ class DiskStore:
             return existing
         base = None
         if from_checkpoint is not None:
-            meta = self.checkpoint_meta(from_checkpoint)
-            if meta is None or meta.get("kind") != KIND_DISK or not meta.get("layer"):
-                raise BackendNotFound(f"checkpoint {from_checkpoint} does not exist")
-            base = str(meta["layer"])
+            base = self.checkpoint_layer(from_checkpoint)
 
         def make(tmp: Path) -> dict[str, Any]:
             if base is None:
@@ -181,7 +176,7 @@ class DiskStore:
         tops = [self.top(v) for v, _ in self.all_volumes()]
         pending = [m.get("pending") for _, m in self.all_volumes()]
         snapshots = [m.get("layer") for _, m in self.all_checkpoints()]
-        busy = {self.top(v) for v in self.busy()}
+        busy = {self.top(v) for v in self.busy()}  # and every layer below: QEMU has them open
         return self.layers.collect(
             vm_layers.each_needed(tops, [p for p in pending if isinstance(p, str)],
                                   [s for s in snapshots if isinstance(s, str)]),
@@ -222,9 +217,10 @@ class DiskStore:
                                      "block diffs: stop its cell once, then checkpoint")
             self.adopt(volume_id)
         frozen = self.top(volume_id)
-        volume = self.volume_meta(volume_id) or {}
         if frozen is None:
             raise BackendNotFound(f"volume {volume_id} has no disk")
+        volume = dict(self.volume_meta(volume_id) or {}, top=frozen)
+        volume.pop("pending", None)
         new_top = self.layers.prepare_overlay(frozen, volume=volume_id)
         self._write_volume(volume_id, dict(volume, pending=new_top))
         try:
@@ -253,6 +249,24 @@ class DiskStore:
             else:
                 self.layers.flatten_stopped(new_top)
         return self.checkpoint_meta(checkpoint_id) or {}
+
+    def checkpoint_layer(self, checkpoint_id: str) -> str:
+        """The disk checkpoint's frozen layer; a copied disk from before layers (the first
+        slice) becomes one first."""
+        meta = self.checkpoint_meta(checkpoint_id)
+        if meta is None or meta.get("kind") != KIND_DISK:
+            raise BackendNotFound(f"checkpoint {checkpoint_id} does not exist")
+        layer = meta.get("layer")
+        if isinstance(layer, str):
+            return layer
+        raw = self.layout.checkpoint(checkpoint_id) / DISK
+        if not raw.is_file():
+            raise BackendNotFound(f"checkpoint {checkpoint_id} has no disk")
+        layer = self.layers.from_raw(raw, volume=None)
+        write_json(self.layout.checkpoint(checkpoint_id) / "checkpoint.json",
+                   dict(meta, layer=layer, depth=1))
+        raw.unlink()
+        return layer
 
     def checkpoint_machine(self, checkpoint_id: str, *, cell_id: str, cell_name: str,
                            save: Any) -> dict[str, Any]:

@@ -187,9 +187,10 @@ class LayerStore:
 
     def collect(self, needed: Iterable[str], *, busy: Iterable[str] = ()) -> dict[str, int]:
         """Remove what nothing needs, merge what no snapshot stands on; counts of each.
-        A layer in `busy` (the top of a running machine) is never written here."""
+        Nothing under a top in `busy` (a running machine's disk: QEMU has the whole chain
+        open) is written here."""
         roots = {layer_id for layer_id in needed if is_safe_id(layer_id)}
-        running = set(busy)
+        running = {layer for top in busy for layer in self.chain(top)}
         layers = self.all()
         live: set[str] = set()
         for root in roots:
@@ -206,7 +207,7 @@ class LayerStore:
                 children_of.setdefault(layer.parent, []).append(layer_id)
         for layer_id in sorted(live - roots):
             kids = children_of.get(layer_id, [])
-            if len(kids) == 1 and kids[0] not in running \
+            if len(kids) == 1 and kids[0] not in running and layer_id not in running \
                     and self._merge(layer_id, kids[0], children_of):
                 merged += 1
         return {"removed": removed, "merged": merged}
@@ -225,7 +226,7 @@ class LayerStore:
         """Fold `layer_id` (no snapshot on it, one child) into `child`; False when the child
         is open by a running machine (its image lock refuses qemu-img)."""
         layer = self.get(layer_id)
-        if layer is None:
+        if layer is None or not self._backed_by(child, layer_id):
             return False
         parent = layer.parent
         try:
@@ -250,6 +251,15 @@ class LayerStore:
             siblings[:] = [c for c in siblings if c != layer_id] + [child]
         children_of.pop(layer_id, None)
         return True
+
+    def _backed_by(self, child: str, layer_id: str) -> bool:
+        """Whether the child's own header names the layer as its backing file (the record
+        and the image agree: never merge on the record alone)."""
+        try:
+            found = info(self.path(child)).get("backing-filename")
+        except (BackendError, ValueError):
+            return False
+        return found == str(self.path(layer_id))
 
     # -- measuring -------------------------------------------------------------------------
 

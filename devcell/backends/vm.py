@@ -206,7 +206,8 @@ class VmBackend:
             self.disks.mark_used(meta["volume"])
             self.disks.adopt(meta["volume"])  # a raw disk from the first slice -> a layer
         began = time.monotonic()
-        pid = self.driver.boot(self._config(cell.id, meta))
+        with self.disks.layers.making():  # no merge under a disk QEMU is opening
+            pid = self.driver.boot(self._config(cell.id, meta))
         return {"started": True, "pid": pid, "accel": meta.get("accel"),
                 "driver": self.driver.name, "seconds": round(time.monotonic() - began, 3)}
 

@@ -129,8 +129,9 @@ class DiskStore:
         raw = self.layout.volume(volume_id) / DISK
         if meta is None or meta.get("top") or not raw.is_file():
             return
-        layer = self.layers.from_raw(raw, volume=volume_id)
-        self._write_volume(volume_id, dict(meta, top=layer))
+        with self.layers.making():
+            layer = self.layers.from_raw(raw, volume=volume_id)
+            self._write_volume(volume_id, dict(meta, top=layer))
         raw.unlink()
 
     def create_volume(self, *, cell_id: str, cell_name: str, volume_id: str,
@@ -138,9 +139,15 @@ class DiskStore:
         existing = self.volume_meta(volume_id)
         if existing is not None:
             return existing
-        base = None
-        if from_checkpoint is not None:
-            base = self.checkpoint_layer(from_checkpoint)
+        with self.layers.making():  # the snapshot's layer stays while the fork is made
+            base = self.checkpoint_layer(from_checkpoint) if from_checkpoint else None
+            return self._make_volume(cell_id=cell_id, cell_name=cell_name,
+                                     volume_id=volume_id, from_checkpoint=from_checkpoint,
+                                     op_id=op_id, base=base)
+
+    def _make_volume(self, *, cell_id: str, cell_name: str, volume_id: str,
+                     from_checkpoint: str | None, op_id: str | None, base: str | None
+                     ) -> dict[str, Any]:
 
         def make(tmp: Path) -> dict[str, Any]:
             if base is None:
@@ -172,15 +179,18 @@ class DiskStore:
 
     def collect(self) -> dict[str, int]:
         """Remove the layers no volume or checkpoint needs; merge those no snapshot stands
-        on (never one a running machine has open)."""
-        tops = [self.top(v) for v, _ in self.all_volumes()]
-        pending = [m.get("pending") for _, m in self.all_volumes()]
-        snapshots = [m.get("layer") for _, m in self.all_checkpoints()]
-        busy = {self.top(v) for v in self.busy()}  # and every layer below: QEMU has them open
-        return self.layers.collect(
-            vm_layers.each_needed(tops, [p for p in pending if isinstance(p, str)],
-                                  [s for s in snapshots if isinstance(s, str)]),
-            busy={b for b in busy if b})
+        on (never under a running machine's disk)."""
+        return self.layers.collect(self._needed, self._busy_tops)
+
+    def _needed(self) -> list[str]:
+        volumes = self.all_volumes()
+        return vm_layers.each_needed(
+            [self.top(v) for v, _ in volumes],
+            [m["pending"] for _, m in volumes if isinstance(m.get("pending"), str)],
+            [m["layer"] for _, m in self.all_checkpoints() if isinstance(m.get("layer"), str)])
+
+    def _busy_tops(self) -> list[str]:
+        return [top for top in (self.top(v) for v in self.busy()) if top]
 
     def all_volumes(self) -> list[tuple[str, dict[str, Any]]]:
         return self._all(self.layout.volumes, "volume.json")
@@ -208,6 +218,13 @@ class DiskStore:
         `switch(path)` makes the new top with the running machine (QEMU), None when nothing
         runs on the disk; `flatten()` streams the running top when the chain grows past the
         bound."""
+        with self.layers.making():
+            return self._snapshot_volume(volume_id, checkpoint_id, cell_id=cell_id,
+                                         cell_name=cell_name, switch=switch, flatten=flatten)
+
+    def _snapshot_volume(self, volume_id: str, checkpoint_id: str, *, cell_id: str,
+                         cell_name: str, switch: vm_layers.Switch | None,
+                         flatten: Callable[[], None] | None) -> dict[str, Any]:
         volume = self.volume_meta(volume_id)
         if volume is None:
             raise BackendNotFound(f"volume {volume_id} does not exist")
@@ -262,9 +279,10 @@ class DiskStore:
         raw = self.layout.checkpoint(checkpoint_id) / DISK
         if not raw.is_file():
             raise BackendNotFound(f"checkpoint {checkpoint_id} has no disk")
-        layer = self.layers.from_raw(raw, volume=None)
-        write_json(self.layout.checkpoint(checkpoint_id) / "checkpoint.json",
-                   dict(meta, layer=layer, depth=1))
+        with self.layers.making():
+            layer = self.layers.from_raw(raw, volume=None)
+            write_json(self.layout.checkpoint(checkpoint_id) / "checkpoint.json",
+                       dict(meta, layer=layer, depth=1))
         raw.unlink()
         return layer
 
@@ -298,7 +316,8 @@ class DiskStore:
                     "depth": 1, "size_bytes": vm_layers.allocated(self.layers.path(layer)),
                     "files": files, "used": True}
 
-        self._build(self.layout.checkpoints, checkpoint_id, "checkpoint.json", make)
+        with self.layers.making():
+            self._build(self.layout.checkpoints, checkpoint_id, "checkpoint.json", make)
         return self.checkpoint_meta(checkpoint_id) or {}
 
     def files_of(self, checkpoint_id: str) -> Path:

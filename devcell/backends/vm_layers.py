@@ -24,12 +24,14 @@ snapshots.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,9 @@ from devcell.errors import BackendError
 
 SUFFIX = ".qcow2"
 DEFAULT_MAX_DEPTH = 8
+LOCK = "layers.lock"
+"""Beside the layers directory (which holds only layers), owner-only, never removed."""
+STALE_TEMP_SECONDS = 600
 INSTALL = "apt-get install -y qemu-utils"
 
 
@@ -83,6 +88,20 @@ class LayerStore:
         self.directory = directory
         self.max_depth = max_depth if max_depth is not None else max_depth_from_env()
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    @contextlib.contextmanager
+    def _locked(self, mode: int) -> Iterator[None]:
+        fd = os.open(self.directory.parent / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, mode)
+            yield
+        finally:
+            os.close(fd)
+
+    def making(self) -> contextlib.AbstractContextManager[None]:
+        """Held (shared) from a layer's record until a marker names it: a collect in another
+        process, which holds it exclusively, would otherwise remove a layer being made."""
+        return self._locked(fcntl.LOCK_SH)
 
     def path(self, layer_id: str) -> Path:
         if not is_safe_id(layer_id):
@@ -185,12 +204,17 @@ class LayerStore:
         layer = self.get(layer_id)
         self._record(layer_id, parent, layer.volume if layer else None)
 
-    def collect(self, needed: Iterable[str], *, busy: Iterable[str] = ()) -> dict[str, int]:
+    def collect(self, needed: Callable[[], Iterable[str]],
+                busy: Callable[[], Iterable[str]] = tuple) -> dict[str, int]:
         """Remove what nothing needs, merge what no snapshot stands on; counts of each.
-        Nothing under a top in `busy` (a running machine's disk: QEMU has the whole chain
-        open) is written here."""
-        roots = {layer_id for layer_id in needed if is_safe_id(layer_id)}
-        running = {layer for top in busy for layer in self.chain(top)}
+        `needed()` (the layers markers name) and `busy()` (tops of running machines: QEMU has
+        their whole chains open, nothing under them is written here) are read under the
+        lock, after any layer being made is named by its marker."""
+        with self._locked(fcntl.LOCK_EX):
+            roots = {layer_id for layer_id in needed() if is_safe_id(layer_id)}
+            return self._collect(roots, {layer for top in busy() for layer in self.chain(top)})
+
+    def _collect(self, roots: set[str], running: set[str]) -> dict[str, int]:
         layers = self.all()
         live: set[str] = set()
         for root in roots:
@@ -213,14 +237,14 @@ class LayerStore:
         return {"removed": removed, "merged": merged}
 
     def _remove_strays(self, known: set[str]) -> None:
-        """qcow2 files with no marker (a crash between QEMU making one and its record) and
-        temporaries of a dead owner; only names DevCell makes."""
+        """qcow2 files with no record and temporaries a crash left (no one makes a layer
+        while collect holds the lock, so none is in the making); only names DevCell makes."""
         for entry in os.listdir(self.directory):
-            if entry.endswith(SUFFIX) and entry.removesuffix(SUFFIX) not in known \
-                    and is_safe_id(entry.removesuffix(SUFFIX)) and entry.startswith("lay"):
-                path = self.directory / entry
-                if time.time() - os.lstat(path).st_mtime > 60:
-                    path.unlink(missing_ok=True)
+            name = entry.removeprefix(".").removesuffix(SUFFIX).removesuffix(".tmp")
+            if not (entry.endswith(SUFFIX) and name.startswith("lay") and is_safe_id(name)):
+                continue
+            if entry.startswith(".") or name not in known:
+                (self.directory / entry).unlink(missing_ok=True)
 
     def _merge(self, layer_id: str, child: str, children_of: dict[str, list[str]]) -> bool:
         """Fold `layer_id` (no snapshot on it, one child) into `child`; False when the child

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -63,14 +64,14 @@ def test_a_layer_no_snapshot_needs_is_merged_into_its_only_child_both_ways(
     write(store, top, 1024, 2048, 0x33)  # a top bigger than the middle, smaller than the bottom
     before = flat(store, top, tmp_path / "before.raw")
     top_inode = os.stat(store.path(top)).st_ino
-    assert store.collect([top, bottom]) == {"removed": 0, "merged": 1}
+    assert store.collect(lambda: [top, bottom]) == {"removed": 0, "merged": 1}
     assert os.stat(store.path(top)).st_ino == top_inode  # rebased in place
     assert store.chain(top) == [top, bottom] and not store.path(middle).exists()
     assert same(before, flat(store, top, tmp_path / "after.raw"))
     # Now the bottom is no snapshot's: the top, smaller, is committed into it, and the merged
     # file takes the top's name.
     bottom_inode = os.stat(store.path(bottom)).st_ino
-    assert store.collect([top]) == {"removed": 0, "merged": 1}
+    assert store.collect(lambda: [top]) == {"removed": 0, "merged": 1}
     assert store.chain(top) == [top] and not store.path(bottom).exists()
     assert os.stat(store.path(top)).st_ino == bottom_inode  # committed, renamed over
     assert same(before, flat(store, top, tmp_path / "after2.raw"))
@@ -86,7 +87,7 @@ def test_a_layer_two_forks_stand_on_is_kept_and_nothing_needed_is_removed(
     write(store, one, 0, 64, 0x44)
     gone = over(store, two)
     views = {layer: flat(store, layer, tmp_path / f"{layer}.raw") for layer in (one, two)}
-    assert store.collect([one, two]) == {"removed": 1, "merged": 0}
+    assert store.collect(lambda: [one, two]) == {"removed": 1, "merged": 0}
     assert not store.path(gone).exists() and store.path(shared).exists()
     for layer, view in views.items():
         assert same(view, flat(store, layer, tmp_path / f"{layer}-after.raw"))
@@ -97,7 +98,7 @@ def test_nothing_under_a_running_top_is_written(tmp_path: Path) -> None:
     bottom = base(tmp_path, store)
     middle = over(store, bottom)
     top = over(store, middle)
-    assert store.collect([top], busy=[top]) == {"removed": 0, "merged": 0}
+    assert store.collect(lambda: [top], lambda: [top]) == {"removed": 0, "merged": 0}
     assert store.chain(top) == [top, middle, bottom]
 
 
@@ -108,7 +109,7 @@ def test_a_record_that_disagrees_with_the_image_header_is_never_merged(
     middle = over(store, bottom)
     top = over(store, bottom)  # the image stands on the bottom ...
     store.set_parent(top, middle)  # ... the record says the middle
-    assert store.collect([top, bottom]) == {"removed": 0, "merged": 0}
+    assert store.collect(lambda: [top, bottom]) == {"removed": 0, "merged": 0}
     assert store.path(middle).exists()
 
 
@@ -122,3 +123,22 @@ def test_flattening_past_the_bound_keeps_the_view_and_stands_alone(tmp_path: Pat
     store.flatten_stopped(top)
     assert store.chain(top) == [top] and not store.needs_flattening(top)
     assert same(before, flat(store, top, tmp_path / "after.raw"))
+
+
+def test_a_collect_waits_for_a_layer_being_made_and_removes_what_a_crash_left(
+        tmp_path: Path) -> None:
+    store = LayerStore(tmp_path / "layers", max_depth=8)
+    bottom = base(tmp_path, store)
+    stray = tmp_path / "layers" / ".lay0123456789abcdef.tmp.qcow2"  # a killed convert's
+    stray.write_bytes(b"partial")
+    named: list[str] = [bottom]  # what the markers name, read when the collect runs
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (store.collect(lambda: list(named)), done.set()))
+    with store.making():
+        fresh = over(store, bottom)  # recorded, not yet named by a marker
+        worker.start()
+        assert not done.wait(1.0)  # the collect waits for the maker ...
+        named.append(fresh)  # ... which names its layer before it lets go
+    worker.join(30)
+    assert done.is_set() and store.exists(fresh) and store.exists(bottom)
+    assert not stray.exists()

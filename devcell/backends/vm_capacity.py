@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from devcell.backends import vm_disks, vm_layers, vm_proc
+from devcell.backends import vm_disks, vm_proc
 from devcell.backends.base import (
     CheckpointsUsage,
     CheckpointUsage,
@@ -24,7 +24,6 @@ from devcell.backends.base import (
     WorkspaceUsage,
 )
 from devcell.backends.vm_layout import VmLayout
-from devcell.errors import BackendError
 
 
 class Chains:
@@ -53,14 +52,6 @@ class Chains:
                   for layer in chain}
         return mine - others
 
-    def virtual(self, layer_id: str | None) -> int:
-        if layer_id is None:
-            return 0
-        try:
-            return int(vm_layers.info(self.layers.path(layer_id)).get("virtual-size", 0))
-        except (BackendError, ValueError):
-            return 0
-
 
 class VmAccounting:
     """Accounting for the vm backend of one state directory."""
@@ -87,7 +78,8 @@ class VmAccounting:
         top_bytes = (chains.layers.written(top) or 0) if top else 0
         return WorkspaceUsage(
             volume_id=volume_id,
-            workspace=Usage(logical=chains.virtual(top), disk=chains.size(set(chain))),
+            workspace=Usage(logical=chains.layers.view_bytes(top) if top else 0,
+                            disk=chains.size(set(chain))),
             own_disk=chains.size(chains.exclusive({("volume", volume_id)})),
             logs_disk=0, changed_files=0, changed_bytes=top_bytes, since=since,
             fork_of=fork_of if isinstance(fork_of, str) else None)
@@ -107,7 +99,8 @@ class VmAccounting:
                                  and v != meta.get("volume")))
             items.append(CheckpointUsage(
                 checkpoint_id, str(meta.get("cell_id", "")),
-                Usage(logical=chains.virtual(str(meta["layer"])), disk=chains.size(set(chain))),
+                Usage(logical=chains.layers.view_bytes(str(meta["layer"])),
+                      disk=chains.size(set(chain))),
                 unique=chains.size(chains.exclusive({("checkpoint", checkpoint_id)})),
                 forks=forks))
         every = {layer for c in wanted for layer in chains.chain[("checkpoint", c)]}

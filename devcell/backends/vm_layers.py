@@ -290,10 +290,18 @@ class LayerStore:
     def sizes(self, layer_ids: Iterable[str]) -> int:
         return sum(allocated(self.path(layer_id)) for layer_id in set(layer_ids))
 
+    def view_bytes(self, layer_id: str) -> int:
+        """Bytes of the disk that hold data as the guest sees it through the whole chain
+        (`qemu-img map`): a disk's apparent size; 0 when qemu-img cannot tell."""
+        return self._mapped(layer_id, own=False) or 0
+
     def written(self, layer_id: str) -> int | None:
         """Bytes of guest blocks the layer holds itself (not qcow2's own tables): what was
-        written since the layer below was frozen. -U: it may be open by a running machine;
-        None when qemu-img cannot tell."""
+        written since the layer below was frozen. None when qemu-img cannot tell."""
+        return self._mapped(layer_id, own=True)
+
+    def _mapped(self, layer_id: str, *, own: bool) -> int | None:
+        """-U: the layer may be open by a running machine."""
         try:
             extents = json.loads(qemu_img(["map", "-U", "--output=json", "-f", "qcow2",
                                            str(self.path(layer_id))]))
@@ -302,7 +310,8 @@ class LayerStore:
         if not isinstance(extents, list):
             return None
         return sum(int(e.get("length", 0)) for e in extents if isinstance(e, dict)
-                   and e.get("depth") == 0 and (e.get("data") or e.get("zero")))
+                   and (e.get("depth") == 0 or not own)
+                   and (e.get("data") or (own and e.get("zero") and e.get("present", True))))
 
     def has_data(self, layer_id: str) -> bool:
         written = self.written(layer_id)

@@ -5,11 +5,13 @@ device nodes, a file whose size claims terabytes, a directory that contains itse
 with `/` or a newline, metadata that makes a reader loop. The image is never mounted (that
 would hand the kernel a crafted filesystem) and `debugfs rdump` is not used (it follows a
 symbolic link it made itself when a later entry has the same name, writes holes in full and
-recurses without bound). Instead DevCell walks the tree itself, one debugfs request at a time
-(`ls -p <inode>`, `cat <inode>`, `stat <inode>`, in catastrophic mode: read-only, no
-bitmaps), each under a deadline and an output bound, and makes every host file itself:
-relative to a directory descriptor it opened, with O_EXCL and O_NOFOLLOW, so nothing is ever
-followed or overwritten. Names must be one line without `/`; `.` and `..` are skipped; a
+recurses without bound). Instead DevCell walks the tree itself with debugfs in catastrophic
+mode (read-only, no bitmaps): `ls -p <inode>` per directory, `stat <inode>` per symbolic link,
+and one batch of `dump <inode> <inode>` per directory's files into a private staging
+directory under names DevCell chose (digits), each request under a deadline and its output
+bounded; every host file is then made by DevCell relative to a directory descriptor it
+opened, with O_EXCL and O_NOFOLLOW (a dumped file is hard-linked into place, never renamed
+over a name), so nothing is ever followed or overwritten. Names must be one line without `/`; `.` and `..` are skipped; a
 directory met twice (a loop) is skipped; regular files together may not exceed the disk's
 size (a sparse or lying file fails the read, named); FIFOs, sockets and device nodes are left
 out (counted); set-id bits are dropped. Hard links stay links.
@@ -22,8 +24,8 @@ import re
 import select
 import shutil
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +56,7 @@ class Walk:
     image: Path
     budget: int
     root: int = -1
+    stage: Path = Path()
     written: int = 0
     entries: int = 0
     skipped: int = 0
@@ -62,10 +65,8 @@ class Walk:
     """Inode -> path (from the root) of its first link, for its later names."""
 
 
-def debugfs(image: Path, request: str, *, limit: int,
-            sink: Callable[[bytes], None] | None = None) -> bytes:
-    """One debugfs request's standard output (given to `sink` piece by piece when set), at
-    most `limit` bytes, within the deadline."""
+def debugfs(image: Path, request: str, *, limit: int) -> bytes:
+    """One debugfs request's standard output, at most `limit` bytes, within the deadline."""
     argv = ["debugfs", "-c", "-R", request, str(image)]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                           stdin=subprocess.DEVNULL, process_group=0) as proc:
@@ -87,10 +88,7 @@ def debugfs(image: Path, request: str, *, limit: int,
                 if size > limit:
                     raise BackendRefused(f"the checkpoint disk answered more than {limit} bytes "
                                          f"to {request}: it says more than it holds")
-                if sink is None:
-                    chunks.append(chunk)
-                else:
-                    sink(chunk)
+                chunks.append(chunk)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -119,22 +117,27 @@ def listing(walk: Walk, inode: int) -> list[Entry]:
 
 
 def extract(image: Path, into: Path, *, budget: int) -> tuple[int, int]:
-    """Write the image's tree into the empty directory `into`: (files, entries left out)."""
+    """Write the image's tree into the empty directory `into`: (files, entries left out).
+    File contents are dumped by debugfs, a directory's files in one request, into a
+    staging directory beside `into` under names DevCell chose, then linked into place."""
     if shutil.which("debugfs") is None:
         raise BackendError("debugfs is not installed; install it: apt-get install -y e2fsprogs")
     walk = Walk(image, budget)
+    walk.stage = Path(tempfile.mkdtemp(prefix=".stage-", dir=into.parent))
     walk.root = os.open(into, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         walk.dirs_seen.add(ROOT_INODE)
         _directory(walk, ROOT_INODE, walk.root, b"", 0)
     finally:
         os.close(walk.root)
+        shutil.rmtree(walk.stage, ignore_errors=True)
     return len(walk.files_seen), walk.skipped
 
 
 def _directory(walk: Walk, inode: int, fd: int, path: bytes, depth: int) -> None:
     if depth > MAX_DEPTH:
         raise BackendRefused(f"the checkpoint disk's tree is deeper than {MAX_DEPTH}")
+    files: list[Entry] = []
     for entry in listing(walk, inode):
         walk.entries += 1
         if walk.entries > MAX_ENTRIES:
@@ -155,42 +158,75 @@ def _directory(walk: Walk, inode: int, fd: int, path: bytes, depth: int) -> None
                 finally:
                     os.close(sub)
             elif kind == _S_IFREG:
-                _regular(walk, entry, fd, path + entry.name)
+                files.append(entry)
             elif kind == _S_IFLNK:
                 _symlink(walk, entry, fd)
             else:
                 walk.skipped += 1  # FIFOs, sockets and device nodes are not carried
         except FileExistsError:
             walk.skipped += 1  # a name twice in one directory: the first one stays
+    _files(walk, files, fd, path)
 
 
-def _regular(walk: Walk, entry: Entry, fd: int, path: bytes) -> None:
-    first = walk.files_seen.get(entry.inode)
-    if first is not None:
-        os.link(first, entry.name, src_dir_fd=walk.root, dst_dir_fd=fd,
-                follow_symlinks=False)
-        return
-    walk.written += entry.size
-    if walk.written > walk.budget:
-        raise BackendRefused(
-            f"file {entry.name.decode('utf-8', 'backslashreplace')!r} on the checkpoint disk "
-            f"takes the files past {walk.budget} bytes, more than the disk holds: a sparse "
-            "or corrupted file")
-    out = os.open(entry.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
-                  dir_fd=fd)
+def _files(walk: Walk, files: list[Entry], fd: int, path: bytes) -> None:
+    """One directory's regular files: new inodes dumped together, later names linked."""
+    fresh: dict[int, Entry] = {}
+    for entry in files:
+        if entry.inode in walk.files_seen or entry.inode in fresh:
+            continue
+        walk.written += entry.size
+        if walk.written > walk.budget:
+            raise BackendRefused(
+                f"file {entry.name.decode('utf-8', 'backslashreplace')!r} on the checkpoint "
+                f"disk takes the files past {walk.budget} bytes, more than the disk holds: a "
+                "sparse or corrupted file")
+        fresh[entry.inode] = entry
+    if fresh:
+        _dump(walk, list(fresh.values()))
+    for entry in files:
+        try:
+            if entry.inode in fresh and entry.inode not in walk.files_seen:
+                staged = os.fsencode(walk.stage / str(entry.inode))
+                os.link(staged, entry.name, dst_dir_fd=fd, follow_symlinks=False)
+                os.unlink(staged)
+                walk.files_seen[entry.inode] = path + entry.name
+            else:
+                os.link(walk.files_seen[entry.inode], entry.name, src_dir_fd=walk.root,
+                        dst_dir_fd=fd, follow_symlinks=False)
+        except FileExistsError:
+            walk.skipped += 1  # a name twice in one directory: the first one stays
+
+
+def _dump(walk: Walk, entries: list[Entry]) -> None:
+    """`dump <inode> <inode>` for each, in one debugfs run inside the staging directory
+    (names DevCell chose: digits; nothing there the guest named), each checked after."""
+    commands = walk.stage / "requests"
+    commands.write_text("".join(f"dump <{e.inode}> {e.inode}\n" for e in entries))
+    size = sum(e.size for e in entries)
+    limit = REQUEST_SECONDS + size / (20 << 20)  # a deadline that grows with the bytes
     try:
-        debugfs(walk.image, f"cat <{entry.inode}>", limit=entry.size,
-                sink=lambda chunk: _write_all(out, chunk))
-        _own(out, entry)
-    finally:
-        os.close(out)
-    walk.files_seen[entry.inode] = path
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+        subprocess.run(["debugfs", "-c", "-f", str(commands), str(walk.image)],
+                       cwd=walk.stage, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=limit, check=False, process_group=0)
+    except subprocess.TimeoutExpired:
+        raise BackendRefused(f"reading files of the checkpoint disk took over {limit:.0f} s: "
+                             "its metadata may be corrupted") from None
+    for entry in entries:
+        staged = walk.stage / str(entry.inode)
+        try:
+            out = os.open(staged, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            raise BackendRefused(
+                f"file {entry.name.decode('utf-8', 'backslashreplace')!r} on the checkpoint "
+                "disk could not be read (corrupted?)") from None
+        try:
+            if os.fstat(out).st_size != entry.size:
+                raise BackendRefused(
+                    f"file {entry.name.decode('utf-8', 'backslashreplace')!r} on the "
+                    "checkpoint disk is not the size its inode says (corrupted?)")
+            _own(out, entry)
+        finally:
+            os.close(out)
 
 
 def _symlink(walk: Walk, entry: Entry, fd: int) -> None:

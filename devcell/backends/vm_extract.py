@@ -11,10 +11,11 @@ and one batch of `dump <inode> <inode>` per directory's files into a private sta
 directory under names DevCell chose (digits), each request under a deadline and its output
 bounded; every host file is then made by DevCell relative to a directory descriptor it
 opened, with O_EXCL and O_NOFOLLOW (a dumped file is hard-linked into place, never renamed
-over a name), so nothing is ever followed or overwritten. Names must be one line without `/`; `.` and `..` are skipped; a
-directory met twice (a loop) is skipped; regular files together may not exceed the disk's
-size (a sparse or lying file fails the read, named); FIFOs, sockets and device nodes are left
-out (counted); set-id bits are dropped. Hard links stay links.
+over a name), so nothing is ever followed or overwritten. Names must be one line without
+`/`; `.` and `..` are skipped; a directory met twice (a loop) is skipped; regular files
+together may not exceed the disk's size (a sparse or lying file fails the read, named);
+FIFOs, sockets and device nodes are left out (counted); set-id bits are dropped. Hard links
+stay links.
 """
 
 from __future__ import annotations

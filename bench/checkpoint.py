@@ -174,6 +174,11 @@ def checkpoints(worlds: list[World], args: Any, work: Path,
                           first(w)) for w in worlds]
     subjects.append(c.Subject("cp -a WORKSPACE COPY",
                               ["cp", "-a", str(worlds[0].workspace), str(copies)], cp_fresh))
+    # a checkpoint is durable when it is reported (one syncfs before its rename): the same
+    # copy made durable the same way, to show what the flush itself costs
+    subjects.append(c.Subject("cp -a WORKSPACE COPY && sync -f COPY",
+                              ["sh", "-c", 'cp -a "$0" "$1" && sync -f "$1"',
+                               str(worlds[0].workspace), str(copies)], cp_fresh))
     samples.update(c.time_interleaved(subjects, args.runs, args.warmup,
                                       alternate=len(worlds) > 1))
     for w in worlds:  # the checkpoint later ones share with
@@ -326,8 +331,14 @@ def main() -> int:
               + "):")
         t0 = tag[0]
         print(ratio_line(samples, f"first checkpoint{t0}", "cp -a WORKSPACE COPY", FIRST_TARGET))
+        print(ratio_line(samples, f"first checkpoint{t0}", "cp -a WORKSPACE COPY && sync -f COPY",
+                         FIRST_TARGET))
         print(ratio_line(samples, f"second checkpoint, 1% changed{t0}", f"first checkpoint{t0}",
                          SECOND_TARGET))
+        second = statistics.median(steps[f"second checkpoint, 1% changed{t0}"])
+        first = statistics.median(steps[f"first{t0}"])
+        print(f"second checkpoint, 1% changed: quiesce + checkpoint + resume steps {second:.1f} "
+              f"ms = {second / first:.3f} of the first's checkpoint step ({first:.1f} ms)")
         unchanged = statistics.median(steps[f"checkpoint, nothing changed{t0}"])
         print(f"unchanged workspace: quiesce + checkpoint + resume steps {unchanged:.1f} ms "
               f"(target <= {UNCHANGED_MS:.0f}: {c.verdict(unchanged <= UNCHANGED_MS)})")

@@ -68,15 +68,23 @@ def main() -> int:
 
         empty_env = c.env_for(work / "empty-state")
         builds = c.builds(args)
+        # Each build reads a state its own bulk apply made: a newer build migrates an older
+        # state's schema on first use, which an older build then refuses to read.
+        envs = {builds[0].devcell: env}
+        for other in builds[1:]:
+            own = c.env_for(work / f"state-{other.name}")
+            c.run_ok([other.devcell, "apply", "-f", str(manifests)], own, timeout=1800)
+            envs[other.devcell] = own
         label_pass = "python -c pass (floor)"
         label_tab = f"devcell __complete bash -- get cells cell-0000 (TAB){builds[0].tag}"
         subjects = []
         for build in builds:
+            own = envs[build.devcell]
             subjects += [
                 c.Subject(f"devcell get cells ({args.cells} rows){build.tag}",
-                          [build.devcell, "get", "cells"], c.fixed(env)),
+                          [build.devcell, "get", "cells"], c.fixed(own)),
                 c.Subject(f"get cells -l team=team-3{build.tag}",
-                          [build.devcell, "get", "cells", "-l", "team=team-3"], c.fixed(env)),
+                          [build.devcell, "get", "cells", "-l", "team=team-3"], c.fixed(own)),
                 c.Subject(f"devcell get cells (no state: CLI start-up){build.tag}",
                           [build.devcell, "get", "cells"], c.fixed(empty_env)),
             ]

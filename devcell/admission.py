@@ -11,6 +11,7 @@ records desired state gets them; `apply` and `apply_objects` here are how caller
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from devcell.backends import limits
 from devcell.controllers import snapshot as snapshot_controller
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest, SourceFile, field_path
-from devcell.store import desired, objects
+from devcell.store import desired, objects, retention
 
 if TYPE_CHECKING:
     from devcell.manifests.selectors import Selector
@@ -108,6 +109,11 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
     for m in cells:
         for path, message in security.cell_problems(m.spec, policy, state_dir):
             problems.append(located(m, path, message))
+        if m.spec.get("build") is not None:
+            home = os.path.dirname(m.source) if m.source != "-" else os.getcwd()
+            for path, message in security.build_context_problems(m.spec["build"], home,
+                                                                 policy, Path(state_dir)):
+                problems.append(located(m, path, message))
     mounting = {m.name: security.host_mounts(m.spec) for m in cells if m.spec.get("mounts")}
     if mounting:
         others = {name: security.host_mounts(spec) for name, spec in (recorded or {}).items()
@@ -147,11 +153,14 @@ def reference_problems(conn: sqlite3.Connection, manifests: list[Manifest],
             continue
         if m.kind == "Snapshot":
             cell = m.spec["cell"]
-            if existing is not None and existing.spec != m.spec:
+            if existing is not None and existing.spec["cell"] != m.spec["cell"]:
                 problems.append(desired.problem_at(
                     m, ("spec", "cell"),
-                    f'a Snapshot\'s spec is immutable (recorded cell "{existing.spec["cell"]}", '
+                    f'a Snapshot\'s cell is immutable (recorded cell "{existing.spec["cell"]}", '
                     f'got "{cell}"); delete the snapshot and create a new one'))
+            elif existing is None and m.source != desired.IMPERATIVE and \
+                    retention.expired_named(conn, m.name) is not None:
+                pass  # expired: recorded as such, never taken again (its cell may be gone)
             elif existing is None and ("Cell", cell) not in defined \
                     and objects.get(conn, "Cell", cell) is None:
                 problems.append(desired.problem_at(m, ("spec", "cell"), f'cell "{cell}" not found'))
@@ -173,7 +182,14 @@ def reference_problems(conn: sqlite3.Connection, manifests: list[Manifest],
             snap = source["snapshot"]
             if ("Snapshot", snap) not in defined:
                 found = objects.get(conn, "Snapshot", snap)
-                if found is None:
+                expired = retention.expired_named(conn, snap) if found is None else None
+                if expired is not None:
+                    problems.append(desired.problem_at(
+                        m, ("spec", "workspace", "from", "snapshot"),
+                        f'snapshot "{snap}" expired '
+                        f'({expired.status.get("expired", {}).get("message", "")}); '
+                        "fork another snapshot"))
+                elif found is None:
                     problems.append(desired.problem_at(m, ("spec", "workspace", "from", "snapshot"),
                                              f'snapshot "{snap}" not found'))
                 elif found.deleting:

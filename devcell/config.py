@@ -32,6 +32,8 @@ class SecurityPolicy:
     allowed_host_paths: tuple[str, ...] = ()
     allow_host_network: bool = False
     allowed_publish_addresses: tuple[str, ...] = ()
+    allowed_build_roots: tuple[str, ...] = ()
+    """Directories a build context may lie under beyond its manifest's directory tree."""
     source: str = "<defaults>"
     """Where the policy came from, for messages that tell the user what to edit."""
 
@@ -154,6 +156,7 @@ def parse(path: Path, data: bytes, state_dir: Path | None = None) -> Config:
         allowed_host_paths=tuple(security.get("allowedHostPaths", ())),
         allow_host_network=bool(security.get("allowHostNetwork", False)),
         allowed_publish_addresses=tuple(security.get("allowedPublishAddresses", ())),
+        allowed_build_roots=tuple(security.get("allowedBuildRoots", ())),
         source=str(path)))
 
 

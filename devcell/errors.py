@@ -262,6 +262,20 @@ class MountRefused(BackendRefused):
     permanent = True
 
 
+class ImageBuildFailed(BackendError):
+    """The engine could not build the cell's image from its Dockerfile (spec.build), or its
+    context could not be read.
+
+    The message names the failing step and ends with the tail of its output (escaped where
+    it is shown). Permanent: the same context builds the same way, so only a change to it
+    (which a re-apply finds by its digest) or to the spec is worth another build; the
+    daemon's periodic resync also tries again.
+    """
+
+    reason = "ImageBuildFailed"
+    permanent = True
+
+
 class CapabilityMissing(BackendError):
     """The backend cannot honestly do this.
 

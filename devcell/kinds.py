@@ -62,7 +62,11 @@ CELL = Kind(
     name="Cell", singular="cell", plural="cells", short_names=(), table="cells",
     id_prefix="cell", schema="cell", controller="devcell.controllers.cell:CellController",
     wakes=(Wakes("Snapshot", via="cell_id", waiting_while_null="checkpoint_ref"),
-           Wakes("Snapshot", via="id", named_by="forked_from", while_deleting=True)),
+           # Its snapshots being deleted: the cell's retain expires them in its own turn.
+           Wakes("Snapshot", via="cell_id", while_deleting=True),
+           # A fork's snapshot: one being deleted waits until its forks are gone, and one
+           # whose ttl ran out is kept while they exist; the fork's progress wakes both.
+           Wakes("Snapshot", via="id", named_by="forked_from")),
     listed=(("desired_state", "state"), ("image", "image")),
 )
 SNAPSHOT = Kind(

@@ -24,6 +24,18 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def terminal_text(text: str) -> str:
+    r"""Text for a terminal, escaped so that the escaping is unambiguous: a backslash shows as
+    `\\`, a control character (C0 but newline and tab, ESC, DEL, C1) or a bidi override as
+    its escape (`\x1b`, `\u202e`), so a real newline and the two characters `\n` print apart.
+    For raw data printed on a terminal (`-o jsonpath`); into a pipe it goes raw, as kubectl's.
+    """
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(c if c in "\n\t" or (c.isprintable() and c != "\\")
+                   else "\\\\" if c == "\\" else repr(c)[1:-1] for c in text)
+
+
 def printable_lines(text: str) -> str:
     """Like printable, keeping the line breaks of a text made of several lines."""
     return "\n".join(printable(line) for line in text.split("\n"))

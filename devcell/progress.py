@@ -72,6 +72,29 @@ def track(description: str, total: int, *, small: bool = False) -> Iterator[Adva
         reporter.end(handle)
 
 
+Step = Callable[[int, int, str], None]
+"""Report that step `n` of `total` began, with its text (an image build's `RUN ...`)."""
+
+
+def _no_step(number: int, total: int, text: str) -> None:
+    return None
+
+
+@contextmanager
+def track_steps(description: str) -> Iterator[Step]:
+    """A task counted in steps whose number is learnt as it runs (an image build); drawn
+    only by a reporter that draws steps (TerminalBars), else each report costs one call."""
+    reporter: Any = _reporter
+    if reporter is None or not hasattr(reporter, "begin_steps"):
+        yield _no_step
+        return
+    handle = reporter.begin_steps(description)
+    try:
+        yield lambda number, total, text: reporter.step(handle, number, total, text)
+    finally:
+        reporter.end_steps(handle)
+
+
 class TerminalBars:
     """rich progress bars on stderr for tasks of at least `min_bytes` (small copies finish
     before a bar would be readable; rich loads only when the first big task starts)."""
@@ -104,6 +127,27 @@ class TerminalBars:
                 self._progress.start()
             self._active += 1
             return self._progress.add_task(description, total=total)
+
+    def begin_steps(self, description: str) -> Any:
+        """A bar of steps (an image build), drawn at once: each step is worth seeing."""
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                       TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+        bar.start()
+        return bar, bar.add_task(description, total=None), description
+
+    def step(self, handle: Any, number: int, total: int, text: str) -> None:
+        from devcell.names import printable
+
+        bar, task, description = handle
+        shown = printable(text if len(text) <= 50 else text[:47] + "...")
+        bar.update(task, total=total, completed=number - 1,
+                   description=f"{description}: {shown}")
+
+    def end_steps(self, handle: Any) -> None:
+        handle[0].stop()
 
     def write(self, text: str) -> bool:
         """Print `text` above the bars while they are drawn; False when none are."""

@@ -88,6 +88,43 @@ def host_path_problem(host_path: str, policy: SecurityPolicy, state_dir: Path) -
     return None
 
 
+def build_context_problems(build: dict[str, Any], manifest_dir: str, policy: SecurityPolicy,
+                           state_dir: Path) -> Iterator[tuple[FieldPath, str]]:
+    """Where a build context may lead: inside the manifest's directory tree (after resolving
+    symbolic links, so a link cannot step out) or under security.allowedBuildRoots.
+
+    A build sends every file of its context to the engine, which writes them into an image
+    any cell of it can read: a manifest from a GitOps directory must not reach a host
+    directory (a home, ~/.ssh) by `context: ../..` or a link. The Dockerfile must lie in the
+    context, as the engine reads it from there. The state directory is never a context.
+    """
+    context = str(build.get("context", ""))
+    resolved = os.path.realpath(context)
+    home = os.path.realpath(manifest_dir)
+    roots = [home, *(os.path.realpath(r) for r in policy.allowed_build_roots)]
+    shown = f" (resolves to {resolved})" if resolved != context else ""
+    if not any(_inside(resolved, root) for root in roots):
+        yield ("build", "context"), (
+            f"{context}{shown} lies outside the manifest's directory {manifest_dir}; a build "
+            "context may not reach outside its manifest's tree unless security."
+            f"allowedBuildRoots in {policy.source} lists a directory above it")
+        return
+    if _overlap(resolved, os.path.realpath(state_dir)):
+        yield ("build", "context"), (f"{context}{shown} would send DevCell's state directory "
+                                     "(every cell's workspace and secrets) to the engine")
+        return
+    if not os.path.isdir(resolved):
+        yield ("build", "context"), f"{context} is not a directory on this host"
+        return
+    dockerfile = os.path.join(resolved, str(build.get("dockerfile", "Dockerfile")))
+    real = os.path.realpath(dockerfile)
+    if not _inside(real, resolved) or real == resolved:
+        yield ("build", "dockerfile"), (f"{build.get('dockerfile')} lies outside the build "
+                                        f"context {context}; put it inside the context")
+    elif not os.path.isfile(real):
+        yield ("build", "dockerfile"), f"{dockerfile} is not a file on this host"
+
+
 def _address_problem(address: str, policy: SecurityPolicy) -> str | None:
     try:
         ip = ipaddress.ip_address(address)

@@ -141,3 +141,45 @@ def test_log_lines_go_above_the_bars_while_they_are_drawn(monkeypatch: Any) -> N
     finally:
         progress.install(previous)
     assert "WARNING Cell/api - slow disk" in out.getvalue()
+
+
+def test_build_steps_are_reported_only_to_a_reporter_that_draws_steps() -> None:
+    """An image build's `Step N/M` reports: nothing happens without a reporter (or with one
+    that draws only byte counts); TerminalBars gets each step with its total."""
+    previous = progress.install(None)
+    try:
+        with progress.track_steps("building") as step:
+            step(1, 3, "FROM base")  # no reporter: a no-op
+        progress.install(Recorder())
+        with progress.track_steps("building") as step:
+            step(1, 3, "FROM base")  # a byte reporter has no begin_steps: a no-op
+
+        class Steps:
+            def __init__(self) -> None:
+                self.seen: list[tuple[int, int, str]] = []
+                self.ended = False
+
+            def begin_steps(self, description: str) -> str:
+                return description
+
+            def step(self, handle: str, number: int, total: int, text: str) -> None:
+                self.seen.append((number, total, text))
+
+            def end_steps(self, handle: str) -> None:
+                self.ended = True
+
+        steps = Steps()
+        progress.install(steps)  # type: ignore[arg-type]
+        with progress.track_steps("building") as step:
+            step(1, 2, "FROM base")
+            step(2, 2, "RUN make")
+        assert steps.seen == [(1, 2, "FROM base"), (2, 2, "RUN make")] and steps.ended
+        bars = progress.TerminalBars()
+        handle = bars.begin_steps("building image for cell api")
+        bars.step(handle, 2, 5, "RUN \x1b[31mmake")
+        task = handle[0].tasks[0]
+        assert (task.total, task.completed) == (5, 1)
+        assert "\x1b" not in task.description and "RUN \\x1b[31mmake" in task.description
+        bars.end_steps(handle)
+    finally:
+        progress.install(previous)

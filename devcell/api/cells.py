@@ -24,14 +24,23 @@ CLI = admission.COMMAND_LINE
 TRIGGER = "cli"
 
 
-def snapshot(state_dir: Path, cell: str, *, name: str, options: Options = DEFAULTS,
-             hooks: Hooks = NO_HOOKS) -> Report:
-    """Checkpoint `cell` as a new Snapshot object `name`."""
+def snapshot(state_dir: Path, cell: str, *, name: str, ttl: str | None = None,
+             options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS) -> Report:
+    """Checkpoint `cell` as a new Snapshot object `name` (that expires after `ttl`)."""
     _check_name("Snapshot", name)
+    if ttl is not None:
+        from devcell.errors import UsageError
+        from devcell.manifests import quantities
+
+        try:
+            quantities.duration_seconds(ttl)
+        except ValueError as exc:
+            raise UsageError(f"--ttl: {exc}") from None
     db = dbmod.open_database(state_dir)
     try:
         record = objects.require(db.conn, "Cell", cell)
-        result = admission.apply_objects(db, [_manifest("Snapshot", name, {"cell": record.name})])
+        spec = {"cell": record.name, **({"ttl": ttl} if ttl is not None else {})}
+        result = admission.apply_objects(db, [_manifest("Snapshot", name, spec)])
         return _finish(db, result, options, hooks)
     finally:
         db.close()

@@ -90,9 +90,19 @@ def converge(db: Database, keys: list[Key], *, trigger: str, options: Options,
                                condition=condition, until_op=until_op)
     from devcell.store import operations
 
-    if not keys and not operations.has_running(db.conn):
+    if not keys and not operations.has_running(db.conn) and not _retention_due(db):
         return Converged()
     return _inline(db, keys, names or {}, trigger=trigger, options=options, hooks=hooks)
+
+
+def _retention_due(db: Database) -> bool:
+    """Whether an expired snapshot or a cell over its retain waits: an inline converge with
+    nothing else to do still applies them."""
+    from datetime import UTC, datetime
+
+    from devcell.controllers import retention
+
+    return bool(retention.due_keys(db.conn, datetime.now(UTC)))
 
 
 def observe_first(db: Database, recorded: Recorded) -> tuple[Recorded, list[Key]]:
@@ -178,10 +188,26 @@ def _inline(db: Database, keys: list[Key], names: Mapping[Key, str], *, trigger:
     # A settled cell's phase was just observed by its reconcile (or made so by its operation).
     observations.confirm(db.state_dir, [oid for kind, oid in report.settled if kind == "Cell"])
     results = [_result(db, names, key, Status.SETTLED) for key in report.settled]
+    pending: list[ObjectResult] = []
     for key, message in {**report.failed, **report.waiting}.items():
         status = Status.WAITING if key in report.waiting else Status.FAILED
-        results.append(_result(db, names, key, status, message))
-    return Converged(tuple(results), waited=True, recovered=tuple(report.recovered))
+        unasked = key in report.due and key not in keys
+        (pending if unasked else results).append(_result(db, names, key, status, message))
+    return Converged(tuple(results), waited=True, recovered=tuple(report.recovered),
+                     expired=_expired(db, report.settled), retention_pending=tuple(pending))
+
+
+def _expired(db: Database, keys: list[Key]) -> tuple[str, ...]:
+    """Names of the snapshots among `keys` that are now expired (and gone)."""
+    from devcell.store import objects
+
+    out = []
+    for kind, object_id in keys:
+        if kind == "Snapshot":
+            record = objects.get(db.conn, kind, object_id, include_deleted=True)
+            if record is not None and record.phase == objects.Phase.EXPIRED:
+                out.append(record.name)
+    return tuple(out)
 
 
 def _through_daemon(db: Database, keys: list[Key], holder: lease.Holder,

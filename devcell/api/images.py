@@ -3,13 +3,14 @@ their sizes, and removing those nothing needs any more.
 
 DevCell never touches an image it did not pull or build: an image is listed only when this
 state directory's pull record (`<state>/pulled-images.json`) names it, or when it carries
-DevCell's labels for this state directory (what a build makes: a built image's labels are
-DevCell's to set), and prune acts on a pulled image only while the engine's tag still points
-at what DevCell pulled. An image DevCell pulled
-that someone else also uses is kept while any container on the engine (anyone's) runs or holds
-it, and prune removes only DevCell's tag, never by force: another tag on the same image keeps
-its data. A user who relies on an image that DevCell pulled, and wants prune to leave it,
-tags it under a name of their own (`docker tag`).
+DevCell's labels for this state directory and a tag a build of it gave (labels alone are
+not enough: an image built FROM a DevCell image inherits them), and prune acts on a pulled
+image only while the engine's tag still points at what DevCell pulled (on a built one, only
+on the tags its builds gave). An image DevCell pulled that someone else also uses is kept
+while any container on the engine (anyone's) runs or holds it, and prune removes only
+DevCell's tag, never by force: another tag on the same image keeps its data. A user who
+relies on an image that DevCell pulled, and wants prune to leave it, tags it under a name of
+their own (`docker tag`).
 
 `bytes_used()` is the figure a storage report (`devcell df`) counts for images.
 """
@@ -116,9 +117,18 @@ def _row(backend: ContainerBackend, entry: images.PulledImage, cells: list[str])
 
 
 def _built(backend: ContainerBackend, info: dict[str, Any], naming: dict[str, list[str]]
-           ) -> ImageRow:
+           ) -> ImageRow | None:
+    """The row of an image this state directory's builds made, or None when it only carries
+    DevCell's labels: labels are inherited, so an image a user builds FROM a DevCell image
+    has them too. Only the tags a build gives (container_build.tag_for) are DevCell's, and
+    only those are listed and removed: a tag a user added (`docker tag`) stays."""
+    from devcell.backends.container_build import REPOSITORY
+
     image_id = str(info["Id"])
-    tags = tuple(t for t in info.get("RepoTags") or [] if t != "<none>:<none>")
+    prefix = f"{REPOSITORY}/{backend.owner[:12]}/"
+    tags = tuple(t for t in info.get("RepoTags") or [] if t.startswith(prefix))
+    if not tags:
+        return None
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(info.get("Created") or 0)))
     cells = tuple(dict.fromkeys(c for t in tags for c in naming.get(t, [])))
     return ImageRow(image=tags[0] if tags else image_id, id=image_id,
@@ -136,8 +146,9 @@ def list_images(state_dir: Path) -> list[ImageRow]:
         rows = [_row(backend, e, naming.get(e.image, [])) for e in sorted(
             entries.values(), key=lambda e: e.image)]
         pulled = {r.id for r in rows}
-        rows += sorted((_built(backend, i, naming) for i in backend.labelled_images()
-                        if str(i["Id"]) not in pulled), key=lambda r: r.image)
+        built = (_built(backend, i, naming) for i in backend.labelled_images()
+                 if str(i["Id"]) not in pulled)
+        rows += sorted((r for r in built if r is not None), key=lambda r: r.image)
         return rows
     finally:
         backend.close()
@@ -222,7 +233,8 @@ def _prune_one(backend: ContainerBackend, record: images.PullRecord, row: ImageR
 
 def _prune_built(backend: ContainerBackend, row: ImageRow, report: PruneReport, dry_run: bool,
                  on_removed: Callable[[str, int], None] | None) -> None:
-    """A built image is DevCell's whole: every tag goes (and the image with its last one)."""
+    """DevCell's tags on a built image go (and the image with the last tag; a user's own tag
+    on it keeps it)."""
     if row.cells:
         report.kept.append((row.image, "named by cell " + ", ".join(row.cells)))
         return
@@ -230,7 +242,7 @@ def _prune_built(backend: ContainerBackend, row: ImageRow, report: PruneReport, 
         report.kept.append((row.image, "used by container " + ", ".join(row.containers)))
         return
     if not dry_run:
-        for name in row.tags or (row.id,):
+        for name in row.tags:
             if not _removed(backend, name, report, row.image):
                 return
     report.removed.append(row.image)

@@ -19,7 +19,7 @@ from devcell.api.converging import DEFAULTS, NO_HOOKS, Hooks, Options
 from devcell.api.reports import Recorded, Report
 from devcell.errors import ManifestError, NotFound, Problem, UsageError
 from devcell.store import db as dbmod
-from devcell.store import events, objects, operations
+from devcell.store import events, objects, operations, restores
 
 
 def resume(state_dir: Path, op_ref: str, *, inputs: Sequence[str] = (),
@@ -62,10 +62,13 @@ def cancel(state_dir: Path, op_ref: str, *, options: Options = DEFAULTS,
             record = objects.get(conn, op["object_kind"], op["object_id"])
             if op["action"] == "delete" and record is not None and record.deleting:
                 objects.cancel_delete(conn, record)
+            if op["action"] == "restore":
+                restores.clear(conn, op["object_id"])  # the workspace stays as it is
             events.record(conn, kind=op["object_kind"], object_id=op["object_id"],
                           name=op["object_name"], reason="OperationCancelled",
                           message=f"{op['action']} {op['id']} cancelled" +
-                          ("; the object is kept" if op["action"] == "delete" else ""),
+                          ("; the object is kept" if op["action"] == "delete" else
+                           "; the workspace is kept" if op["action"] == "restore" else ""),
                           op_id=op["id"])
         from devcell import runs
 

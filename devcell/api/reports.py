@@ -62,6 +62,12 @@ class Converged:
     operation: OperationResult | None = None
     recovered: tuple[str, ...] = ()
     """Operations an inline converge found interrupted by a dead process (failed, not replayed)."""
+    expired: tuple[str, ...] = ()
+    """Snapshots an inline converge found expired and deleted (their ttl, their cell's retain)."""
+    retention_pending: tuple[ObjectResult, ...] = ()
+    """Retention work an inline converge took up unasked and could not finish (the engine of
+    an expired snapshot's backend unreachable): said, but not this command's failure; the
+    next converge or the daemon tries again."""
 
     @property
     def problems(self) -> tuple[ObjectResult, ...]:

@@ -69,6 +69,14 @@ def capabilities(name: str) -> Capabilities:
     return caps
 
 
+def restores(name: str) -> bool:
+    """Whether backend `name` can restore a workspace in place (base.Restoring)."""
+    from devcell.backends.base import Restoring
+
+    cls = _class(name)
+    return callable(getattr(cls, "restore_workspace", None)) and issubclass(cls, Restoring)
+
+
 def load(name: str, state_dir: Path) -> Backend:
     """An instance of backend `name` bound to `state_dir`."""
     backend: Backend = _class(name)(state_dir=state_dir)

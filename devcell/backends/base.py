@@ -37,6 +37,9 @@ class Capabilities:
     pulls_images: bool = False
     """The backend runs cells from registry images and pulls them (the Pulling protocol): the
     cell controller plans a `pull-image` step by spec.imagePullPolicy."""
+    builds_images: bool = False
+    """The backend builds a cell's image from spec.build (the Building protocol): the cell
+    controller tags it by the build's digest and plans a `build-image` step when missing."""
 
 
 @dataclass(frozen=True)
@@ -156,12 +159,71 @@ class Pulling(Protocol):
 
 
 @runtime_checkable
+class Building(Protocol):
+    """What a backend with Capabilities.builds_images also does: name the image a spec.build
+    makes (a digest of what the build would send, so an unchanged context names the same
+    image and costs no build) and build it."""
+
+    def build_tag(self, cell: CellRef, build: dict[str, Any]) -> str:
+        """The image reference the build of `build` is tagged with; ImageBuildFailed when
+        the context cannot be read."""
+        ...
+
+    def image_exists(self, image: str) -> bool: ...
+
+    def build_image(self, cell: CellRef, build: dict[str, Any], tag: str) -> Outputs:
+        """Build `build` as `tag`, labelled as DevCell's; ImageBuildFailed with the failing
+        step's output tail when the engine cannot."""
+        ...
+
+
+@runtime_checkable
 class Measuring(Protocol):
     """What a backend that keeps files also does: say how many bytes removing one of its
     volumes or checkpoints would free (an inode shared by hard links with another
     checkpoint is freed only with its last link). `devcell gc` reports it."""
 
     def exclusive_bytes(self, kind: OwnedKind, resource_id: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class Changes:
+    """How a workspace differs from a checkpoint (what restoring over it would replace):
+    counts of paths added, changed (type, size, mtime or mode) and removed since, and the
+    first few of them by name, so a user can see what would be lost before approving."""
+
+    added: int = 0
+    changed: int = 0
+    removed: int = 0
+    examples: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return self.added + self.changed + self.removed
+
+    def summary(self) -> str:
+        text = f"{self.added} added, {self.changed} changed, {self.removed} removed"
+        if self.examples:
+            more = self.total - len(self.examples)
+            text += ": " + ", ".join(self.examples) + (f" and {more} more" if more > 0 else "")
+        return text
+
+
+@runtime_checkable
+class Restoring(Protocol):
+    """What a backend that can put a cell's workspace back to a checkpoint also does
+    (`devcell snapshot restore`). The cell controller plans a restore only on such a backend;
+    on any other the request is refused before anything is recorded."""
+
+    def restore_workspace(self, cell: CellRef, checkpoint_id: str) -> Outputs:
+        """Replace the cell's workspace (its runtime stopped) by the checkpoint's tree, all at
+        once: a crash leaves the old workspace or the restored one, never a mix. The
+        checkpoint never changes, and shares nothing the workspace can write."""
+        ...
+
+    def workspace_changes(self, volume_id: str, checkpoint_id: str | None) -> Changes:
+        """What the workspace holds that the checkpoint does not (None: no checkpoint)."""
+        ...
 
 
 @dataclass(frozen=True)

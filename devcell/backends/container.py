@@ -38,18 +38,20 @@ from docker.models.containers import _create_container_args
 from devcell import config, security
 from devcell.backends import (
     base_image,
+    container_build,
     container_observe,
     container_spec,
     images,
     proctree,
     pull_progress,
     supervisor,
-    treecopy,
     usage,
+    workspace_restore,
 )
 from devcell.backends.base import (
     Capabilities,
     CellRef,
+    Changes,
     CheckpointInfo,
     Consistency,
     Fill,
@@ -262,7 +264,7 @@ class ContainerBackend:
     name = "container"
     capabilities = Capabilities(workspace_files=True, exec=True,
                                 snapshot_consistency=Consistency.FILESYSTEM, parallel=8,
-                                pulls_images=True)
+                                pulls_images=True, builds_images=True)
 
     def __init__(self, *, state_dir: Path) -> None:
         self.client = connect()
@@ -564,7 +566,8 @@ class ContainerBackend:
             try:
                 with _engine(f"starting cell {cell.name}"):
                     self.api.start(container_id)
-                return {"container": self.container_name(cell)}
+                hooks = self._after_start(cell, container_id, first=True)
+                return {"container": self.container_name(cell), "hooks": hooks}
             except BackendNotFound:
                 pass  # removed meanwhile: look it up by its labels
         info = self._find(cell)
@@ -578,7 +581,28 @@ class ContainerBackend:
                 self.api.unpause(info["Id"])
             elif state != "running":
                 self.api.start(info["Id"])
-        return {"container": self.container_name(cell)}
+        hooks = 0
+        if state not in ("paused", "running"):
+            hooks = self._after_start(cell, info["Id"], first=state == "created")
+        return {"container": self.container_name(cell), "hooks": hooks}
+
+    def _after_start(self, cell: CellRef, container_id: str, *, first: bool) -> int:
+        """postCreate hooks after a container's first start, then postStart hooks after every
+        start. A failing hook fails the start and does not leave a half-made cell running: a
+        failed postCreate removes the container (the retry creates it again and runs them
+        all), a failed postStart stops it (the retry starts it again)."""
+        try:
+            done = self._run_hooks(cell, container_id, "postCreate") if first else 0
+        except BackendError:
+            with _engine(f"removing cell {cell.name} after its postCreate hook failed"):
+                self.api.remove_container(container_id, force=True)
+            raise
+        try:
+            return done + self._run_hooks(cell, container_id, "postStart")
+        except BackendError:
+            with _engine(f"stopping cell {cell.name} after its postStart hook failed"):
+                self.api.stop(container_id, timeout=5)
+            raise
 
     def _own_source(self, source: str) -> bool:
         """Whether a bind source is one of DevCell's directories, judged by the path as written
@@ -702,14 +726,10 @@ class ContainerBackend:
         return len(self._hooks(cell, which))
 
     def quiesce(self, cell: CellRef) -> Outputs:
+        # No syncfs here: the checkpoint reads the page cache, and makes itself durable with
+        # one syncfs before it is renamed into place (workspaces.WorkspaceStore._build).
         info = self._find(cell)
-        if cell.volume_id is not None and self.store.volume_exists(cell.volume_id):
-            workspace = self.layout.workspace(cell.volume_id)
-        else:
-            workspace = None
         if info is None or info.get("State") not in ("running", "paused"):
-            if workspace is not None:
-                treecopy.sync_filesystem(workspace)
             return {"frozen": False}
         if info.get("State") == "paused":
             return {"frozen": True, "hooks": 0}
@@ -717,8 +737,6 @@ class ContainerBackend:
         marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         marker.touch()
         hooks = self._run_hooks(cell, info["Id"], "preCheckpoint")
-        if workspace is not None:
-            treecopy.sync_filesystem(workspace)
         with _engine(f"freezing cell {cell.name}"):
             self.api.pause(info["Id"])
         return {"frozen": True, "hooks": hooks}
@@ -799,12 +817,38 @@ class ContainerBackend:
             meta["size_bytes"])
         return self._info(checkpoint_id, meta)
 
+    def restore_workspace(self, cell: CellRef, checkpoint_id: str) -> Outputs:
+        """Replace the cell's workspace by the checkpoint's tree (Restoring): refused while
+        its container runs, since its processes would see the tree change under them."""
+        if cell.volume_id is None:
+            raise BackendError(f"cell {cell.name} has no workspace volume to restore into")
+        info = self._find(cell)
+        if info is not None and info.get("State") in ("running", "paused", "restarting"):
+            raise BackendRefused(f"cell {cell.name} is running; its workspace is restored "
+                                 "only while it is stopped")
+        made = workspace_restore.restore(self.store, cell.volume_id, checkpoint_id)
+        logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-").info(
+            "workspace restored from {} ({}, {} files)", checkpoint_id, made.how, made.files)
+        return {"volume": cell.volume_id, "restoredFrom": checkpoint_id, "files": made.files,
+                "bytes": made.bytes, "storage": made.storage, "how": made.how}
+
+    def workspace_changes(self, volume_id: str, checkpoint_id: str | None) -> Changes:
+        """What the workspace holds that the checkpoint does not (paths, by name)."""
+        if not self.store.volume_exists(volume_id):
+            return Changes()
+        self.store.ensure_mounted(volume_id)
+        saved = (self.store.tree_of(checkpoint_id)
+                 if checkpoint_id is not None and self.store.find_checkpoint(checkpoint_id)
+                 else None)
+        return workspace_restore.changes(self.layout.workspace(volume_id), saved)
+
     def exclusive_bytes(self, kind: OwnedKind, resource_id: str) -> int:
         """Bytes removing a volume or checkpoint would free (Measuring; `devcell gc`)."""
         if kind is OwnedKind.VOLUME:
             return usage.exclusive_bytes(self.layout.volume(resource_id))
-        if kind is OwnedKind.CHECKPOINT:
-            return usage.exclusive_bytes(self.layout.checkpoint(resource_id))
+        if kind is OwnedKind.CHECKPOINT:  # a tree other checkpoints name is not freed
+            return sum(usage.exclusive_bytes(path)
+                       for path in self.store.freed_by_deleting(resource_id))
         return 0
 
     # -- exec and logs (beyond the Backend protocol: `devcell exec` and `devcell logs`) -----
@@ -1011,6 +1055,19 @@ class ContainerBackend:
         return {name: logs / f"{name}.log" for name in sorted(set(names) | known)}
 
     # -- images ----------------------------------------------------------------------------
+
+    def build_tag(self, cell: CellRef, build: dict[str, Any]) -> str:
+        if not _CELL_NAME.fullmatch(cell.name):
+            raise BackendRefused(f"refusing cell name {cell.name!r}: not a DNS-1123 label")
+        return container_build.tag_for(self.owner, cell.name, container_build.digest(build))
+
+    def build_image(self, cell: CellRef, build: dict[str, Any], tag: str) -> Outputs:
+        """Build the cell's image (see container_build); recorded as the build-image step."""
+        image_id = container_build.build(self.api, cell_name=cell.name, cell_id=cell.id,
+                                         owner=self.owner, build_spec=build, tag=tag)
+        removed = container_build.drop_superseded(self.api, cell_id=cell.id, owner=self.owner,
+                                                  keep=tag)
+        return {"image": tag, "id": image_id[:19], "removed": len(removed)}
 
     def image_exists(self, image: str) -> bool:
         try:

@@ -33,22 +33,37 @@ from devcell.backends.workspaces import WorkspaceStore
 from devcell.errors import BackendError, BackendNotFound
 
 
+def _identities(path: Path, volume_id: str) -> dict[str, tuple[int, ...]]:
+    """Relative path -> (inode, size, mtime, ctime, mode) of each file a sources record
+    vouches for (none when it is absent, damaged or another volume's)."""
+    sources = workspaces._read_sources(path, volume_id)
+    if sources is None:
+        return {}
+    return {rel: tuple(int(v) for v in entry[1:6]) for rel, entry in sources.files().items()}
+
+
 def _baseline(store: WorkspaceStore, volume_id: str
               ) -> tuple[str | None, changes.Unchanged | None, set[str] | None]:
     """What the workspace is compared with: (checkpoint, rule, the paths it recorded). The
-    volume's newest checkpoint (a snapshot's or a sleep's); for a fork never checkpointed,
+    volume's newest checkpoint (a snapshot's or a sleep's), or the one it was restored from
+    since (snapshot restore: what the next checkpoint shares); for a fork never checkpointed,
     the snapshot it was made from; with neither, nothing (everything counts as changed)."""
     layout = store.layout
     latest = store.latest_checkpoint_of_volume(volume_id)
+    restored = store.restored_from(volume_id, latest)
+    if restored is not None:  # restored since its newest checkpoint: compared with that one
+        recorded = _identities(layout.volume(volume_id) / workspaces.RESTORED, volume_id)
+        saved = changes.same_as(store.tree_of(restored))
+        return restored, changes.by_record(recorded, saved), set(recorded) or None
     if latest is not None:
-        recorded = workspaces._read_sources(layout.checkpoint(latest) / workspaces.SOURCES,
-                                            volume_id)
-        saved = changes.same_as(layout.checkpoint(latest) / "workspace")
+        tree = store.tree_of(latest)
+        recorded = _identities(tree.parent / workspaces.SOURCES, volume_id)
+        saved = changes.same_as(tree)
         return latest, changes.by_record(recorded, saved), set(recorded) or None
     origin = (store.marker(volume_id) or {}).get("from_checkpoint")
     if not isinstance(origin, str) or store.find_checkpoint(origin) is None:
         return None, None, None
-    saved = changes.same_as(layout.checkpoint(origin) / "workspace")
+    saved = changes.same_as(store.tree_of(origin))
     if store.lower_of(volume_id) is None:
         return origin, saved, None
     index = overlay.UpperIndex(layout.upper(volume_id))
@@ -95,15 +110,35 @@ def checkpoints_usage(store: WorkspaceStore, checkpoint_ids: list[str] | None
         c for c in dict.fromkeys(checkpoint_ids) if c in owners]
     in_use = store.checkpoints_in_use()
     census = Census()
+    # A checkpoint of an unchanged workspace names an earlier checkpoint's tree (SAME_AS):
+    # each tree is counted once, under the directory that holds it, and a checkpoint that
+    # names it shows that tree's size; what deleting one frees is nothing while another
+    # checkpoint still names the tree (it is only retired), its record apart.
+    holder_of = {c: store.tree_of(c).parent.name for c in owners}
+    namers: dict[str, list[str]] = {}
+    for checkpoint_id, holder in holder_of.items():
+        namers.setdefault(holder, []).append(checkpoint_id)
+    for holder in dict.fromkeys(holder_of[c] for c in wanted):
+        census.add(holder, store.layout.checkpoint(holder))
     for checkpoint_id in wanted:
-        census.add(checkpoint_id, store.layout.checkpoint(checkpoint_id))
+        if holder_of[checkpoint_id] != checkpoint_id:
+            census.add(checkpoint_id, store.layout.checkpoint(checkpoint_id))
+
+    def freed(ids: list[str]) -> int:
+        going = set(ids)
+        keys = [c for c in ids if holder_of[c] != c]  # their records
+        keys += [h for h in dict.fromkeys(holder_of[c] for c in ids)
+                 if set(namers[h]) <= going]  # trees nothing left names
+        return census.freed(keys)
+
     items = tuple(
-        CheckpointUsage(checkpoint_id, owners[checkpoint_id], census.usage(checkpoint_id),
-                        0 if in_use.get(checkpoint_id) else census.freed([checkpoint_id]),
+        CheckpointUsage(checkpoint_id, owners[checkpoint_id],
+                        census.usage(holder_of[checkpoint_id]),
+                        0 if in_use.get(checkpoint_id) else freed([checkpoint_id]),
                         tuple(in_use.get(checkpoint_id, ())))
         for checkpoint_id in wanted)
     free = [c for c in wanted if not in_use.get(c)]
-    return CheckpointsUsage(items, census.total(), census.freed(free))
+    return CheckpointsUsage(items, census.total(), freed(free))
 
 
 Inspect = Callable[[str], dict[str, Any]]

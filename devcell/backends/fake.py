@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from devcell.backends.base import (
     Capabilities,
     CellRef,
+    Changes,
     CheckpointInfo,
     Consistency,
     Fill,
@@ -151,11 +152,12 @@ class FakeBackend:
         self._ensure_wal()
         self.conn.execute("PRAGMA synchronous = NORMAL")
         self.conn.executescript(_SCHEMA)
-        for table, column in (("volumes", "writes"), ("checkpoints", "volume_writes")):
+        for table, column, kind in (("volumes", "writes", "INTEGER NOT NULL DEFAULT 0"),
+                                    ("checkpoints", "volume_writes", "INTEGER NOT NULL DEFAULT 0"),
+                                    ("volumes", "restored_from", "TEXT")):
             have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
             if column not in have:  # a fake.db made by an older DevCell
-                self.conn.execute(
-                    f"ALTER TABLE {table} ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+                self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         self.failures = failures if failures is not None else _env_failures()
 
     def _ensure_wal(self) -> None:
@@ -346,6 +348,31 @@ class FakeBackend:
         seen = self.conn.execute("SELECT volume_writes FROM checkpoints WHERE id = ?",
                                  (checkpoint_id,)).fetchone()
         return seen is None or row[0] > seen[0]
+
+    def restore_workspace(self, cell: CellRef, checkpoint_id: str) -> Outputs:
+        """Metadata only (the fake keeps no files): the volume records the checkpoint it was
+        restored from, and its write counter moves past every checkpoint's, so it reads as
+        changed since the snapshot taken before the restore (which it no longer matches)."""
+        if not self.checkpoint_exists(checkpoint_id):
+            raise BackendNotFound(f"checkpoint {checkpoint_id} does not exist")
+        if cell.volume_id is None or not self.volume_exists(cell.volume_id):
+            raise BackendNotFound(f"cell {cell.name} has no volume to restore into")
+        if self.observe(cell).running:
+            raise BackendRefused(f"cell {cell.name} is running; its workspace is restored "
+                                 "only while it is stopped")
+        self._mutate("restore_workspace", cell.name,
+                     "UPDATE volumes SET restored_from = ?, writes = max(writes, (SELECT "
+                     "volume_writes FROM checkpoints WHERE id = ?)) + 1 WHERE id = ?",
+                     (checkpoint_id, checkpoint_id, cell.volume_id))
+        return {"volume": cell.volume_id, "restoredFrom": checkpoint_id}
+
+    def workspace_changes(self, volume_id: str, checkpoint_id: str | None) -> Changes:
+        """No paths to name: the writes counted since the checkpoint, as changes."""
+        row = self.conn.execute("SELECT writes FROM volumes WHERE id = ?", (volume_id,)).fetchone()
+        seen = self.conn.execute("SELECT volume_writes FROM checkpoints WHERE id = ?",
+                                 (checkpoint_id,)).fetchone() if checkpoint_id else None
+        writes = (row[0] if row else 0) - (seen[0] if seen else 0)
+        return Changes(changed=max(writes, 0))
 
     def touch_workspace(self, volume_id: str) -> None:
         """Test hook: pretend someone wrote to this workspace."""

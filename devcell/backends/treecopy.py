@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import marshal
 import os
 import re
 import stat
@@ -45,91 +46,192 @@ class TreeStats:
     """Total size of the regular files."""
 
 
+Entry = list[str | int]
+"""The identity of one entry of a tree, as the next checkpoint compares it: [relative path
+("" for the root), inode, size, mtime_ns, ctime_ns, mode, link count]. A list, not a tuple, so
+a whole scan compares equal to the same record read back from JSON in one C-level `==`."""
+
+
 @dataclass
-class _Scan:
+class Scan:
+    """One walk of a tree (lstat of every entry, no link followed): what copying, sharing and
+    the "nothing changed" check need, so the tree is walked once per checkpoint."""
+
     dirs: list[tuple[str, os.stat_result]] = field(default_factory=list)
     """Every directory below the root (relative path, its stat), parents before children."""
-    batches: list[list[str]] = field(default_factory=list)
-    batch_bytes: list[int] = field(default_factory=list)
-    """Bytes of regular files in each batch (for progress)."""
-    linked: list[str] = field(default_factory=list)
-    """Files with more than one hard link: copied together so their links survive."""
-    linked_bytes: int = 0
+    entries: list[tuple[str, os.stat_result, Entry]] = field(default_factory=list)
+    """Every entry that is not a directory (relative path, lstat, identity), in walk order."""
+    record: list[Entry] = field(default_factory=list)
+    """The identity of the root, every directory and every entry, in walk order."""
     files: int = 0
     size: int = 0
     deep: bool = False
     """Some path is longer than LONG_PATH: the lists above are empty, copy it whole."""
     longest: int = 0
     """Bytes of the longest relative path."""
+
+
+@dataclass
+class _Plan:
+    batches: list[list[str]] = field(default_factory=list)
+    batch_bytes: list[int] = field(default_factory=list)
+    """Bytes of regular files in each batch (for progress)."""
+    linked: list[str] = field(default_factory=list)
+    """Files with more than one hard link: copied together so their links survive."""
+    linked_bytes: int = 0
     reused: list[tuple[str, str]] = field(default_factory=list)
     """(relative path, earlier checkpoint's file) of files hard-linked instead of copied."""
     reused_bytes: int = 0
-    sources: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)
-    """(inode, size, mtime_ns, ctime_ns, mode) of each single-link regular file, as scanned."""
 
 
-Reuse = Callable[[str, os.stat_result], str | None]
+@dataclass(frozen=True)
+class Earlier:
+    """An earlier, immutable tree and what it was saved from: a regular file whose identity
+    now is the one recorded (inode, size, mtime, ctime, mode, one link) is that tree's file
+    at the same path. One dict lookup and one C-level list comparison per file."""
+
+    root: str
+    known: dict[str, Entry]
+    """Relative path -> recorded identity, of the files the record vouches for only."""
+
+
+Reuse = Callable[[str, os.stat_result], str | None] | Earlier
 """Given a regular file's relative path and lstat, an identical immutable file to hard-link
-in its place (from an earlier checkpoint), or None to copy it."""
+in its place (from an earlier checkpoint), or None to copy it; or an Earlier tree."""
 
 
 PATH_MAX = 4096
 LONG_PATH = 2048
 """Bytes of a relative path past which a tree is copied by one `cp -a` (which walks by
 descriptors) instead of batches of paths handed to `cp` (which fail past PATH_MAX)."""
+BATCH_BYTES = 64 * 2**20
+"""A batch is closed past this many bytes too, so a few big files still copy in parallel."""
 
 
-def _scan(root: Path, reuse: Reuse | None = None) -> _Scan:
-    scan = _Scan()
+def _identity(rel: str, st: os.stat_result) -> Entry:
+    return [rel, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode,
+            st.st_nlink]
+
+
+def scan(root: Path) -> Scan:
+    """Walk `root` once (treewalk: no recursion, no link followed, one filesystem)."""
+    found = Scan()
+    record, entries, dirs = found.record, found.entries, found.dirs
+    isdir, isreg = stat.S_ISDIR, stat.S_ISREG
     for directory in treewalk.walk(root):
-        rel = "" if scan.deep else directory.path()
-        batch: list[str] = []
-        batch_size = 0
-        for name, st in directory.entries:
-            length = directory.path_bytes + len(os.fsencode(name)) + 1
-            scan.longest = max(scan.longest, length)
-            if length > LONG_PATH and not scan.deep:
-                scan.deep = True  # paths are no use any more: count only
-                scan.dirs, scan.batches, scan.batch_bytes, scan.linked = [], [], [], []
-                scan.reused, scan.reused_bytes, scan.sources = [], 0, {}
-            path = "" if scan.deep else (f"{rel}/{name}" if rel else name)
-            if stat.S_ISDIR(st.st_mode):
-                if not scan.deep:
-                    scan.dirs.append((path, st))
+        if directory.parent is None:
+            record.append(_identity("", directory.st))
+        listed = directory.entries
+        if not listed:
+            continue
+        # a character is at most 4 bytes: only a directory holding a name this long needs
+        # its names encoded to know whether a path passed LONG_PATH
+        widest = directory.path_bytes + 4 * max(len(name) for name, _ in listed) + 1
+        if found.deep or widest > LONG_PATH:
+            _scan_long(found, directory)
+            continue
+        found.longest = max(found.longest, widest)  # an upper bound, below LONG_PATH
+        rel = directory.path()
+        prefix = f"{rel}/" if rel else ""
+        for name, st in listed:
+            path = prefix + name
+            mode = st.st_mode
+            entry: Entry = [path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode,
+                            st.st_nlink]
+            record.append(entry)
+            if isdir(mode):
+                dirs.append((path, st))
                 continue
-            scan.files += 1
-            size = st.st_size if stat.S_ISREG(st.st_mode) else 0
-            scan.size += size
-            if scan.deep:
-                continue
-            if st.st_nlink > 1:
-                scan.linked.append(path)
-                scan.linked_bytes += size
-                continue
+            entries.append((path, st, entry))
+            found.files += 1
+            if isreg(mode):
+                found.size += st.st_size
+    return found
+
+
+def _scan_long(found: Scan, directory: treewalk.Directory) -> None:
+    """`scan` of one directory holding a long name: byte lengths counted exactly, and past
+    LONG_PATH the walk only counts (`deep`)."""
+    rel = "" if found.deep else directory.path()
+    prefix = f"{rel}/" if rel else ""
+    for name, st in directory.entries:
+        length = directory.path_bytes + len(os.fsencode(name)) + 1
+        found.longest = max(found.longest, length)
+        if length > LONG_PATH and not found.deep:
+            found.deep = True  # paths are no use any more: count only
+            found.dirs.clear()
+            found.entries.clear()
+            found.record.clear()
+        is_dir = stat.S_ISDIR(st.st_mode)
+        if not is_dir:
+            found.files += 1
             if stat.S_ISREG(st.st_mode):
-                scan.sources[path] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                      st.st_mode)
-                same = reuse(path, st) if reuse is not None else None
-                if same is not None:
-                    scan.reused.append((path, same))
-                    scan.reused_bytes += size
-                    continue
-            batch.append(path)
-            batch_size += size
-            if len(batch) >= BATCH:
-                scan.batches.append(batch)
-                scan.batch_bytes.append(batch_size)
-                batch, batch_size = [], 0
-        if batch and not scan.deep:
-            scan.batches.append(batch)
-            scan.batch_bytes.append(batch_size)
-    return scan
+                found.size += st.st_size
+        if found.deep:
+            continue
+        path = prefix + name
+        entry = _identity(path, st)
+        found.record.append(entry)
+        if is_dir:
+            found.dirs.append((path, st))
+        else:
+            found.entries.append((path, st, entry))
+
+
+def digest(record: list[Entry]) -> str:
+    """A digest of a walk's record, to tell "exactly the same tree" without reading the
+    recorded one back: marshal (format 2: no back-references, so equal records give equal
+    bytes) of the lists, hashed. Only ever compared with a digest this code made."""
+    return hashlib.sha256(marshal.dumps(record, 2)).hexdigest()
+
+
+def _plan(found: Scan, reuse: Reuse | None) -> _Plan:
+    """Which files are linked to an earlier checkpoint's, which copied, in which batches.
+
+    A batch may span directories: after a small change the few changed files of many
+    directories go to one `cp`, not one process per directory; a directory's files still
+    start a batch of their own when the previous one is already worth a process."""
+    plan = _Plan()
+    batch: list[str] = []
+    batch_size = 0
+    last_dir = ""
+    known, root = (reuse.known, reuse.root) if isinstance(reuse, Earlier) else ({}, "")
+    for path, st, entry in found.entries:
+        size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+        if st.st_nlink > 1:
+            plan.linked.append(path)
+            plan.linked_bytes += size
+            continue
+        if known:
+            if known.get(path) == entry:  # only regular files are known
+                plan.reused.append((path, f"{root}/{path}"))
+                plan.reused_bytes += size
+                continue
+        elif reuse is not None and not isinstance(reuse, Earlier) and stat.S_ISREG(st.st_mode):
+            same = reuse(path, st)
+            if same is not None:
+                plan.reused.append((path, same))
+                plan.reused_bytes += size
+                continue
+        here = path.rpartition("/")[0]
+        if batch and (len(batch) >= BATCH or batch_size >= BATCH_BYTES
+                      or (here != last_dir and len(batch) >= BATCH // 8)):
+            plan.batches.append(batch)
+            plan.batch_bytes.append(batch_size)
+            batch, batch_size = [], 0
+        last_dir = here
+        batch.append(path)
+        batch_size += size
+    if batch:
+        plan.batches.append(batch)
+        plan.batch_bytes.append(batch_size)
+    return plan
 
 
 def measure(root: Path) -> TreeStats:
     """Count the non-directory entries under `root` and sum the sizes of its regular files."""
-    scan = _scan(root)
-    return TreeStats(scan.files, scan.size)
+    found = scan(root)
+    return TreeStats(found.files, found.size)
 
 
 def _cp(argv: list[str], cwd: Path) -> None:
@@ -154,13 +256,11 @@ def workers() -> int:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What `snapshot_tree` made: the tree's totals, what it shared with an earlier one, and
-    the scanned identity of each copied file (the next snapshot's change detector)."""
+    """What `snapshot_tree` made: the tree's totals and what it shared with an earlier one."""
 
     stats: TreeStats
     reused_files: int
     reused_bytes: int
-    sources: dict[str, tuple[int, int, int, int, int]]
 
 
 def copy_tree(src: Path, dst: Path, *, description: str = "copying") -> TreeStats:
@@ -172,9 +272,10 @@ def copy_tree(src: Path, dst: Path, *, description: str = "copying") -> TreeStat
 
 
 def snapshot_tree(src: Path, dst: Path, *, description: str = "copying",
-                  reuse: Reuse | None = None) -> Snapshot:
+                  reuse: Reuse | None = None, scanned: Scan | None = None) -> Snapshot:
     """`copy_tree`, except that each regular file `reuse` vouches for is a hard link to the
     identical file it names (in an earlier, immutable checkpoint) instead of a copy.
+    `scanned` is the caller's walk of `src` (taken while its writers are frozen), if any.
 
     Links are only ever made from that earlier file, never from `src`: a file of a live
     workspace linked into a checkpoint would change with the next write in the workspace.
@@ -183,19 +284,19 @@ def snapshot_tree(src: Path, dst: Path, *, description: str = "copying",
         raise BackendError(f"refusing to copy over existing {dst}")
     src, dst = src.absolute(), dst.absolute()  # cp runs inside src
     try:
-        scan = _scan(src, reuse)
+        found = scanned if scanned is not None else scan(src)
         room = PATH_MAX - len(os.fsencode(str(dst))) - 1
-        if scan.longest > room:
+        if found.longest > room:
             raise BackendError(
-                f"{src} holds a path of {scan.longest} bytes, longer than the {room} a copy "
+                f"{src} holds a path of {found.longest} bytes, longer than the {room} a copy "
                 f"to {dst} can name (PATH_MAX); nothing was copied. Shorten or remove it "
                 "from inside the cell (devcell exec), then try again")
-        with progress.track(description, scan.size) as advance:
-            _copy(src, dst, scan, advance)
+        plan = _plan(found, reuse)
+        with progress.track(description, found.size) as advance:
+            _copy(src, dst, found, plan, advance)
     except OSError as exc:
         raise BackendError(f"copying {src} to {dst} failed: {exc}") from None
-    return Snapshot(TreeStats(scan.files, scan.size), len(scan.reused), scan.reused_bytes,
-                    scan.sources)
+    return Snapshot(TreeStats(found.files, found.size), len(plan.reused), plan.reused_bytes)
 
 
 WATCH_ABOVE = 16 * 2**20
@@ -211,10 +312,10 @@ def _bytes_under(root: Path) -> int:
         return 0
 
 
-def _serial_copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -> None:
-    if not (progress.active() and scan.size >= WATCH_ABOVE):
+def _serial_copy(src: Path, dst: Path, found: Scan, advance: progress.Advance) -> None:
+    if not (progress.active() and found.size >= WATCH_ABOVE):
         _cp([*CP, "--", str(src), str(dst)], src)
-        advance(scan.size)
+        advance(found.size)
         return
     done = threading.Event()
     reported = 0
@@ -222,7 +323,7 @@ def _serial_copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -
     def watch() -> None:
         nonlocal reported
         while not done.wait(0.2):
-            now = min(_bytes_under(dst), scan.size)
+            now = min(_bytes_under(dst), found.size)
             if now > reported:
                 advance(now - reported)
                 reported = now
@@ -234,43 +335,45 @@ def _serial_copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -
     finally:
         done.set()
         watcher.join()
-    advance(scan.size - reported)
+    advance(found.size - reported)
 
 
 def _link_batch(pairs: list[tuple[str, str]], dst: Path, src: Path) -> None:
     """Hard-link each earlier file in place of its copy; one that vanished (an earlier
-    checkpoint deleted meanwhile) is copied after all."""
+    checkpoint deleted meanwhile) is copied after all. link(2) never follows a link: the
+    earlier file is whatever entry that checkpoint holds, and DevCell wrote that tree."""
     into = str(dst)
+    link = os.link
     for rel, same in pairs:
         try:
-            os.link(same, os.path.join(into, rel), follow_symlinks=False)
+            link(same, f"{into}/{rel}", follow_symlinks=False)
         except FileNotFoundError:
             _cp([*CP[:-1], "--parents", "-t", str(dst), "--", rel], src)
 
 
-def _copy(src: Path, dst: Path, scan: _Scan, advance: progress.Advance) -> None:
-    if (scan.files < SERIAL_BELOW and not scan.reused) or scan.deep:
-        _serial_copy(src, dst, scan, advance)
+def _copy(src: Path, dst: Path, found: Scan, plan: _Plan, advance: progress.Advance) -> None:
+    if (found.files < SERIAL_BELOW and not plan.reused) or found.deep:
+        _serial_copy(src, dst, found, advance)
         return
     dst.mkdir(mode=0o700)
-    for rel, _ in scan.dirs:
-        (dst / rel).mkdir(mode=0o700)
+    for rel, _ in found.dirs:
+        os.mkdir(f"{dst}/{rel}", 0o700)
     into = [*CP[:-1], "--parents", "-t", str(dst), "--"]
-    jobs = [([*into, *batch], size) for batch, size in zip(scan.batches, scan.batch_bytes,
+    jobs = [([*into, *batch], size) for batch, size in zip(plan.batches, plan.batch_bytes,
                                                           strict=True)]
-    if scan.linked:
-        jobs.append(([*into, *scan.linked], scan.linked_bytes))
+    if plan.linked:
+        jobs.append(([*into, *plan.linked], plan.linked_bytes))
     with ThreadPoolExecutor(workers(), thread_name_prefix="treecopy") as pool:
         futures = {pool.submit(_cp, argv, src): size for argv, size in jobs}
-        for start in range(0, len(scan.reused), LINK_BATCH):
-            pairs = scan.reused[start:start + LINK_BATCH]
+        for start in range(0, len(plan.reused), LINK_BATCH):
+            pairs = plan.reused[start:start + LINK_BATCH]
             futures[pool.submit(_link_batch, pairs, dst, src)] = 0
-        if scan.reused_bytes:
-            advance(scan.reused_bytes)
+        if plan.reused_bytes:
+            advance(plan.reused_bytes)
         for future in as_completed(futures):
             future.result()
             advance(futures[future])
-    for rel, st in reversed(scan.dirs):
+    for rel, st in reversed(found.dirs):
         _copy_dir_attributes(src / rel, dst / rel, st)
     _copy_dir_attributes(src, dst, src.stat())
 

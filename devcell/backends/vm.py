@@ -26,14 +26,13 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from loguru import logger
-
 from devcell.backends import (
     children,
     supervisor,
     temporaries,
     vm_capacity,
     vm_disks,
+    vm_drivers,
     vm_image,
     vm_proc,
 )
@@ -51,8 +50,8 @@ from devcell.backends.base import (
 from devcell.backends.interactive import Terminal
 from devcell.backends.vm_driver import Disk, MachineConfig, MachineDriver
 from devcell.backends.vm_layout import VmLayout
-from devcell.backends.vm_qemu import QemuDriver
 from devcell.errors import BackendError, BackendNotFound, BackendRefused, CapabilityMissing
+from devcell.log import logger
 from devcell.security import SERVICE_LOG_DIR
 
 MARKER = "cell.json"
@@ -92,8 +91,8 @@ class VmBackend:
         self.layout = VmLayout(state_dir)
         self.disks = vm_disks.DiskStore(self.layout, max_depth=max_chain,
                                         busy=self._running_volumes)
-        self.driver: MachineDriver = driver or QemuDriver(
-            accel_cache=self.layout.root / "accel.json")
+        self.drivers = vm_drivers.Dispatch(accel_cache=self.layout.root / "accel.json")
+        self.driver: MachineDriver = driver or self.drivers
 
     def close(self) -> None:
         pass
@@ -113,7 +112,8 @@ class VmBackend:
             name=self.layout.machine_name(cell_id), directory=directory,
             kernel=Path(meta["kernel"]), initrd=Path(meta["initrd"]),
             cmdline="console=ttyS0 quiet panic=-1", memory_mib=int(meta["memory_mib"]),
-            cpus=int(meta["cpus"]), disks=tuple(disks), accel=str(meta.get("accel", "tcg")))
+            cpus=int(meta["cpus"]), disks=tuple(disks), accel=str(meta.get("accel", "tcg")),
+            driver=str(meta.get("driver") or vm_drivers.DEFAULT))
 
     def _pid(self, cell_id: str) -> int | None:
         return vm_proc.find(self.layout.cell(cell_id), self.layout.machine_name(cell_id))
@@ -145,11 +145,12 @@ class VmBackend:
     def create(self, cell: CellRef, runtime_hash: str) -> Outputs:
         if self._meta(cell.id) is not None:
             return {"created": False}
+        driver = self.drivers.for_spec(cell.spec) if self.driver is self.drivers else self.driver
         image = cell.spec.get("image") or ""
         image_hex, rootfs = vm_image.rootfs(self.layout, image)
         kernel = vm_image.find_kernel()
         initrd = vm_image.initrd(self.layout, kernel)
-        accel = self.driver.probe(kernel.path, initrd)
+        accel = driver.probe(kernel.path, initrd)
         directory = self.layout.cell(cell.id)
         plain, secret = supervisor.split_env(cell.spec)
         # Plain variables are exported by the script itself (a container gets them from the
@@ -160,6 +161,7 @@ class VmBackend:
         meta = {"cell_id": cell.id, "cell": cell.name, "runtime_hash": runtime_hash,
                 "image": image, "image_id": image_hex, "volume": cell.volume_id,
                 "kernel": str(kernel.path), "initrd": str(initrd), "accel": accel,
+                "driver": driver.name,
                 "memory_mib": memory_mib(cell.spec), "cpus": cpus(cell.spec),
                 "operation": cell.op_id, "created": time.time()}
         temporaries.remove_dead(self.layout.cells, f"{temporaries.TMP}{cell.id}-")
@@ -189,7 +191,7 @@ class VmBackend:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return {"created": True, "image_id": image_hex[:12], "accel": accel,
-                "driver": self.driver.name}
+                "driver": driver.name}
 
     def _require(self, cell: CellRef) -> dict[str, Any]:
         meta = self._meta(cell.id)
@@ -209,7 +211,7 @@ class VmBackend:
         with self.disks.layers.making():  # no merge under a disk QEMU is opening
             pid = self.driver.boot(self._config(cell.id, meta))
         return {"started": True, "pid": pid, "accel": meta.get("accel"),
-                "driver": self.driver.name, "seconds": round(time.monotonic() - began, 3)}
+                "driver": meta.get("driver"), "seconds": round(time.monotonic() - began, 3)}
 
     def stop(self, cell: CellRef) -> Outputs:
         meta = self._meta(cell.id)

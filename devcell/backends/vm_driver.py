@@ -6,7 +6,7 @@ it. QEMU's microvm machine (vm_qemu.py) is the driver that runs here. A Firecrac
 the same calls: `boot` is PUT /machine-config, /boot-source, /drives/{id}, /vsock and
 /actions InstanceStart on its API socket; `save` is PATCH /vm {"state": "Paused"} then PUT
 /snapshot/create (Full); `restore` is PUT /snapshot/load with resume_vm; the guest agent would
-be reached over vsock instead of virtio-serial. Nothing here names QEMU.
+be reached over vsock instead of virtio-serial (vm_firecracker.py). Nothing here names QEMU.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ class MachineConfig:
     disks: tuple[Disk, ...]
     accel: str
     """"kvm" or "tcg", chosen when the cell was made: a saved machine resumes under the same."""
+    driver: str = "qemu-microvm"
+    """The driver the cell was made with (vm_drivers.Dispatch routes each call by it)."""
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from loguru import logger
-
 from devcell.backends import base_image, children, temporaries, vm_guest
 from devcell.backends.vm_layout import VmLayout
 from devcell.errors import BackendError, BackendUnavailable
+from devcell.log import logger
 
 KERNEL_GLOB = "vmlinuz-*-cloud-amd64"
 AGENT = Path("/usr/sbin/qemu-ga")

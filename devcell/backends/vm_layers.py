@@ -36,11 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loguru import logger
-
 from devcell.backends import children
 from devcell.backends.container_layout import is_safe_id
 from devcell.errors import BackendError
+from devcell.log import logger
 
 SUFFIX = ".qcow2"
 DEFAULT_MAX_DEPTH = 8

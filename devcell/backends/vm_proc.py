@@ -1,11 +1,11 @@
-"""Which hypervisor processes are DevCell's: found by pidfile, proven by their -name.
+"""Which hypervisor processes are DevCell's: found by pidfile, proven by their label.
 
 A pid read from a pidfile may have been recycled by an unrelated process, and a process that
 merely looks like QEMU may be someone else's. DevCell acts on a process only when its command
-line is a QEMU whose `-name` is exactly the label DevCell gave it (devcell-<state-hash>-<cell>),
-the vm equivalent of the container backend's labels. The orphan sweep and crash recovery find
-machines whose directory is gone by scanning /proc for that label. Standard library only
-(observe_all imports this on the fast path).
+line is a QEMU whose `-name` (or a Firecracker whose `--id`) is exactly the label DevCell gave
+it (devcell-<state-hash>-<cell>), the vm equivalent of the container backend's labels. The
+orphan sweep and crash recovery find machines whose directory is gone by scanning /proc for
+that label. Standard library only (observe_all imports this on the fast path).
 """
 
 from __future__ import annotations
@@ -30,13 +30,35 @@ def _argv(pid: int) -> list[str]:
 
 
 def machine_name(argv: list[str]) -> str | None:
-    """The -name QEMU was started with, when argv is a QEMU's; else None."""
-    if not argv or not os.path.basename(argv[0]).startswith("qemu-system-"):
-        return None
-    for flag, value in zip(argv, argv[1:], strict=False):
-        if flag == "-name":
-            return value.split(",")[0].removeprefix("guest=")
+    """The label a hypervisor was started with: QEMU's -name, or Firecracker's --id turned
+    back into the label (firecracker_id); None when argv is neither."""
+    program = os.path.basename(argv[0]) if argv else ""
+    if program.startswith("qemu-system-"):
+        for flag, value in zip(argv, argv[1:], strict=False):
+            if flag == "-name":
+                return value.split(",")[0].removeprefix("guest=")
+    elif program == "firecracker":
+        for flag, value in zip(argv, argv[1:], strict=False):
+            if flag == "--id":
+                return label_of_firecracker_id(value)
     return None
+
+
+_CELL_PREFIX = ("cell_", "cell-")
+
+
+def firecracker_id(label: str) -> str:
+    """The label as a Firecracker --id (letters, digits and '-' only): the '_' of the cell
+    id's prefix becomes '-'. The driver refuses a label that does not come back unchanged."""
+    return label.replace("_", "-")
+
+
+def label_of_firecracker_id(value: str) -> str:
+    head, sep, rest = value.partition("-")
+    digest, sep2, cell = rest.partition("-")
+    if not (sep and sep2) or not cell.startswith(_CELL_PREFIX[1]):
+        return value
+    return f"{head}-{digest}-{_CELL_PREFIX[0]}{cell.removeprefix(_CELL_PREFIX[1])}"
 
 
 def is_owned(pid: int, name: str) -> bool:

@@ -25,12 +25,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from loguru import logger
-
 from devcell.backends import vm_proc
 from devcell.backends.vm_driver import MachineConfig, Saved
 from devcell.backends.vm_qmp import Agent, Qmp
 from devcell.errors import BackendError, BackendUnavailable
+from devcell.log import logger
 
 QEMU = "qemu-system-x86_64"
 CONSOLE_BYTES = 65536

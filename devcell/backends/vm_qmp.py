@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loguru import logger
-
 from devcell.errors import BackendError, BackendUnavailable
+from devcell.log import logger
 
 MAX_LINE = 64 << 20
 """A reply longer than this is refused (guest-exec output is at most 16 MiB, base64)."""

@@ -15,13 +15,15 @@ operation costs are described in docs/backends.md.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import json
 import os
 import secrets
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -34,7 +36,25 @@ from devcell.log import logger
 
 MARKER_VERSION = 1
 SOURCES = "sources.json"
-"""In a checkpoint: the identity of each copied file's source, read by the next checkpoint."""
+"""In a checkpoint: the identity of every entry of the workspace it saved, in walk order,
+read by the next checkpoint (what to share, and whether anything changed at all)."""
+SOURCES_VERSION = 2
+SAME_AS = "same_as"
+"""In checkpoint.json: the checkpoint whose tree this one is (nothing changed in between)."""
+RETIRED = "retired.json"
+"""A deleted checkpoint whose tree others still name: checkpoint.json renamed to this, so it
+is no checkpoint any more, and its tree stays until the last one naming it is deleted."""
+TREE_DIGEST = "tree_digest"
+"""In checkpoint.json: treecopy.digest of the walk its tree was saved from, when that walk
+can vouch for every entry (none racily clean); a later walk with the same digest found
+exactly that tree: nothing changed."""
+LOCK = ".checkpoints.lock"
+"""In images/: serialises naming a tree (a new alias) against removing it (a delete)."""
+RESTORED = "restored.json"
+"""In a volume restored from a checkpoint (snapshot restore): that checkpoint's id and, in the
+SOURCES format, the identity of each file the restore copied from its tree, so the next
+checkpoint links the files still unchanged to that tree instead of copying them
+(workspace_restore.py writes it)."""
 OVERLAY = "overlay"
 COPY = "copy"
 """How a volume holds its files (`storage` in volume.json): an overlay on a checkpoint (a
@@ -65,13 +85,17 @@ def _mkdir_private(path: Path) -> None:
     os.chmod(path, 0o700)
 
 
-def _write_json(path: Path, data: dict[str, Any], *, sort_keys: bool = True) -> None:
+def _write_json(path: Path, data: dict[str, Any], *, sort_keys: bool = True,
+                durable: bool = True) -> None:
+    """Write `path` whole or not at all; `durable=False` when the caller syncs the whole
+    filesystem before anything names the file (one syncfs instead of one fsync per file)."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(json.dumps(data, sort_keys=sort_keys))  # dumps: the C encoder
         out.flush()
-        os.fsync(out.fileno())
+        if durable:
+            os.fsync(out.fileno())
     os.rename(tmp, path)
 
 
@@ -162,18 +186,48 @@ def _filesystem_now(directory: Path) -> int:
         probe.unlink()
 
 
-def _write_sources(path: Path, volume_id: str,
-                   sources: dict[str, tuple[int, int, int, int, int]], stamp: int) -> None:
-    files = {rel: seen for rel, seen in sources.items() if seen[2] < stamp and seen[3] < stamp}
-    _write_json(path, {"version": 1, "volume": volume_id, "files": files}, sort_keys=False)
+@dataclass(frozen=True)
+class Sources:
+    """What a checkpoint recorded of the workspace it saved (its `sources.json`)."""
+
+    entries: list[treecopy.Entry]
+    """The identity of every entry, in walk order (treecopy.Scan.record)."""
+    stamp: int
+    """The filesystem's clock when the walk began: an entry whose mtime or ctime is not older
+    may have changed again within that tick unseen (git's "racily clean" entries)."""
+
+    def files(self) -> dict[str, treecopy.Entry]:
+        """Relative path -> identity, of each single-link regular file the record vouches
+        for (not racily clean)."""
+        stamp = self.stamp
+        try:
+            return {str(e[0]): e for e in self.entries
+                    if e[6] == 1 and stat.S_ISREG(int(e[5]))
+                    and int(e[3]) < stamp and int(e[4]) < stamp}
+        except (TypeError, ValueError, IndexError):  # a damaged record vouches for nothing
+            return {}
 
 
-def _read_sources(path: Path, volume_id: str) -> dict[str, tuple[int, ...]]:
+def _write_sources(path: Path, volume_id: str, record: list[treecopy.Entry],
+                   stamp: int) -> str | None:
+    """Write the record; the digest of the whole tree when the record can vouch for all of
+    it (no entry racily clean: see Sources.stamp), which the next checkpoint compares its
+    own walk with to find that nothing changed, else None."""
+    _write_json(path, {"version": SOURCES_VERSION, "volume": volume_id, "stamp": stamp,
+                       "entries": record}, sort_keys=False, durable=False)
+    clean = bool(record) and all(int(e[3]) < stamp and int(e[4]) < stamp for e in record)
+    return treecopy.digest(record) if clean else None
+
+
+def _read_sources(path: Path, volume_id: str) -> Sources | None:
+    """The record, or None when there is none usable (absent, damaged, an older format, or
+    another volume's): the next checkpoint is then a full copy, never a wrong one."""
     data = _read_json(path) or {}
-    files = data.get("files")
-    if data.get("volume") != volume_id or not isinstance(files, dict):
-        return {}
-    return {rel: tuple(seen) for rel, seen in files.items() if isinstance(seen, list)}
+    entries, stamp = data.get("entries"), data.get("stamp")
+    if (data.get("version") != SOURCES_VERSION or data.get("volume") != volume_id
+            or not isinstance(entries, list) or not isinstance(stamp, int)):
+        return None
+    return Sources(entries, stamp)
 
 
 class WorkspaceStore:
@@ -206,7 +260,7 @@ class WorkspaceStore:
             meta = self.find_checkpoint(from_checkpoint) or {}
             if not meta:
                 raise BackendNotFound(f"checkpoint {from_checkpoint} does not exist")
-            source = self.layout.checkpoint(from_checkpoint) / "workspace"
+            source = self.tree_of(from_checkpoint)
         temporaries.remove_dead(self.layout.volumes, f"{temporaries.TMP}{volume_id}-")
         tmp = self.layout.volumes / temporaries.temp_name(volume_id)
         _mkdir_private(tmp)
@@ -275,7 +329,7 @@ class WorkspaceStore:
         if self.find_checkpoint(lower) is None:
             raise BackendNotFound(f"checkpoint {lower}, the lower layer of fork volume "
                                   f"{volume_id}, is gone; the fork cannot be mounted")
-        overlay.mount(lower=self.layout.checkpoint(lower) / "workspace",
+        overlay.mount(lower=self.tree_of(lower),
                       upper=self.layout.upper(volume_id),
                       work=self.layout.overlay_work(volume_id), target=target)
         return True
@@ -315,7 +369,9 @@ class WorkspaceStore:
     def checkpoint(self, *, checkpoint_id: str, cell_id: str, volume_id: str,
                    cell_name: str | None = None) -> dict[str, Any]:
         """Save the volume's workspace as a new checkpoint (the caller froze the writers):
-        files unchanged since an earlier checkpoint are hard links to it, the rest copies."""
+        files unchanged since an earlier checkpoint are hard links to it, the rest copies;
+        when nothing at all changed since the volume's latest checkpoint, the new one names
+        that checkpoint's tree (SAME_AS) instead of linking every file again."""
         existing = self.find_checkpoint(checkpoint_id)
         if existing is not None:
             return existing
@@ -330,33 +386,130 @@ class WorkspaceStore:
         _mkdir_private(tmp)
         started = time.perf_counter()
         try:
-            stamp = _filesystem_now(tmp)
-            base, reuse = self._reuse(volume_id)
-            made = treecopy.snapshot_tree(
-                source, tmp / "workspace", reuse=reuse,
-                description=f"{cell_name or cell_id}: checkpoint {checkpoint_id}")
-            failpoints.hit("storage.checkpoint.tree-built")
-            _write_sources(tmp / SOURCES, volume_id, made.sources, stamp)
+            stamp = _filesystem_now(tmp)  # before the walk: see Sources.stamp
+            found = treecopy.scan(source)
+            base, tree, recorded = self._previous(volume_id)
+            meta = None
+            if (base is not None and recorded is not None
+                    and treecopy.digest(found.record) == recorded):
+                meta = self._alias(tmp, final, checkpoint_id=checkpoint_id, cell_id=cell_id,
+                                   volume_id=volume_id, base=base, tree=tree, found=found,
+                                   started=started)
+            if meta is None:
+                meta = self._build(tmp, final, source, checkpoint_id=checkpoint_id,
+                                   cell_id=cell_id, volume_id=volume_id, found=found,
+                                   stamp=stamp, started=started, cell_name=cell_name)
+        except BaseException:
+            treecopy.remove_tree(tmp, temporaries.trash(parent))
+            raise
+        return meta
+
+    def _alias(self, tmp: Path, final: Path, *, checkpoint_id: str, cell_id: str,
+               volume_id: str, base: str, tree: str | None, found: treecopy.Scan,
+               started: float) -> dict[str, Any] | None:
+        """A checkpoint that names the tree of `tree` (nothing changed since `base`, the
+        volume's latest checkpoint, which is `tree` or names it): its checkpoint.json only.
+        None when that tree is gone meanwhile (a concurrent delete): then a copy is made."""
+        parent = self.layout.checkpoints
+        with self._locked():
+            if tree is None or not self._holds_tree(tree):
+                return None
             meta = {"id": checkpoint_id, "cell_id": cell_id, "volume": volume_id,
-                    "files": made.stats.files, "size_bytes": made.stats.size_bytes,
-                    "created": time.time(), "base": base, "shared_files": made.reused_files,
-                    "shared_bytes": made.reused_bytes,
+                    "files": found.files, "size_bytes": found.size, "created": time.time(),
+                    "base": base, SAME_AS: tree, "shared_files": found.files,
+                    "shared_bytes": found.size,
                     "copy_ms": round((time.perf_counter() - started) * 1000, 1)}
             _write_json(tmp / "checkpoint.json", meta)
             _clear_unmarked(final, "checkpoint.json")  # no metadata: never complete
             failpoints.hit("storage.checkpoint.before-rename")
             os.rename(tmp, final)
             _fsync_dir(parent)
-        except BaseException:
-            treecopy.remove_tree(tmp, temporaries.trash(parent))
-            raise
         return meta
+
+    def _build(self, tmp: Path, final: Path, source: Path, *, checkpoint_id: str,
+               cell_id: str, volume_id: str, found: treecopy.Scan, stamp: int,
+               started: float, cell_name: str | None) -> dict[str, Any]:
+        """A checkpoint with a tree of its own: links to the earlier checkpoint's files where
+        they did not change, copies of the rest. Crash-safe by one syncfs: the copies, the
+        links and the records reach the disk before the rename makes the checkpoint
+        complete (no fsync per file), and the rename itself is made durable after."""
+        parent = self.layout.checkpoints
+        base, reuse = self._reuse(volume_id)
+        made = treecopy.snapshot_tree(
+            source, tmp / "workspace", reuse=reuse, scanned=found,
+            description=f"{cell_name or cell_id}: checkpoint {checkpoint_id}")
+        failpoints.hit("storage.checkpoint.tree-built")
+        whole = _write_sources(tmp / SOURCES, volume_id, found.record, stamp)
+        meta = {"id": checkpoint_id, "cell_id": cell_id, "volume": volume_id,
+                "files": made.stats.files, "size_bytes": made.stats.size_bytes,
+                "created": time.time(), "base": base, "shared_files": made.reused_files,
+                "shared_bytes": made.reused_bytes, TREE_DIGEST: whole,
+                "copy_ms": round((time.perf_counter() - started) * 1000, 1)}
+        _write_json(tmp / "checkpoint.json", meta, durable=False)
+        treecopy.sync_filesystem(tmp)
+        _clear_unmarked(final, "checkpoint.json")  # no metadata: never complete
+        failpoints.hit("storage.checkpoint.before-rename")
+        os.rename(tmp, final)
+        _fsync_dir(parent)
+        return meta
+
+    # -- trees named by several checkpoints --------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Held while a tree is named by a new checkpoint or a checkpoint is removed, so a
+        tree is never removed between a new checkpoint's check that it is there and the
+        rename that names it (an flock: released by the kernel if the process dies)."""
+        fd = os.open(self.layout.checkpoints.parent / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                     0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _holds_tree(self, checkpoint_id: str) -> bool:
+        """Whether this directory holds a tree: a checkpoint's own, or a retired one's."""
+        home = self.layout.checkpoint(checkpoint_id)
+        return (home / "workspace").is_dir() and (
+            self.find_checkpoint(checkpoint_id) is not None or (home / RETIRED).is_file())
+
+    def tree_of(self, checkpoint_id: str) -> Path:
+        """Where a checkpoint's files are: its own workspace/, or that of the checkpoint whose
+        tree it names (nothing changed between them). Every reader goes through here."""
+        meta = self.find_checkpoint(checkpoint_id) or {}
+        named = meta.get(SAME_AS)
+        holder = str(named) if isinstance(named, str) and is_safe_id(named) else checkpoint_id
+        return self.layout.checkpoint(holder) / "workspace"
+
+    def freed_by_deleting(self, checkpoint_id: str) -> list[Path]:
+        """The directories deleting this checkpoint would remove (what `devcell gc` and the
+        capacity figures measure): none while others name its tree (it is only retired);
+        with the last name of a retired tree, that tree too."""
+        meta = self.find_checkpoint(checkpoint_id)
+        home = self.layout.checkpoint(checkpoint_id)
+        if meta is None:
+            return []
+        named = meta.get(SAME_AS)
+        if not isinstance(named, str):
+            return [] if self._naming(checkpoint_id) else [home]
+        holder = self.layout.checkpoint(named) if is_safe_id(named) else None
+        if (holder is not None and (holder / RETIRED).is_file()
+                and self._naming(named) == [checkpoint_id]):
+            return [home, holder]
+        return [home]
+
+    def _naming(self, tree: str) -> list[str]:
+        """The complete checkpoints that name `tree` as theirs."""
+        return [entry.name for entry in self.layout.checkpoints.iterdir()
+                if not entry.name.startswith(".") and is_safe_id(entry.name)
+                and (self.find_checkpoint(entry.name) or {}).get(SAME_AS) == tree]
 
     def checkpoint_files(self, checkpoint_id: str) -> Path:
         """Where a complete checkpoint's tree lies, to read (export); BackendNotFound if none."""
         if self.find_checkpoint(checkpoint_id) is None:
             raise BackendNotFound(f"checkpoint {checkpoint_id} does not exist")
-        return self.layout.checkpoint(checkpoint_id) / "workspace"
+        return self.tree_of(checkpoint_id)
 
     @_host_errors("importing a checkpoint")
     def import_checkpoint(self, *, checkpoint_id: str, cell_id: str,
@@ -387,28 +540,60 @@ class WorkspaceStore:
             raise
         return meta
 
+    def _previous(self, volume_id: str) -> tuple[str | None, str | None, str | None]:
+        """For a volume of its own (not a fork on an overlay): its latest checkpoint, the
+        checkpoint holding that one's tree, and that tree's TREE_DIGEST (or None)."""
+        if self.lower_of(volume_id) is not None:
+            return None, None, None
+        previous = self.latest_checkpoint_of_volume(volume_id)
+        if previous is None:
+            return None, None, None
+        named = (self.find_checkpoint(previous) or {}).get(SAME_AS)
+        tree = str(named) if isinstance(named, str) and is_safe_id(named) else previous
+        holder = self.find_checkpoint(tree) or _read_json(
+            self.layout.checkpoint(tree) / RETIRED) or {}
+        whole = holder.get(TREE_DIGEST)
+        same_volume = holder.get("volume") == volume_id
+        return previous, tree, whole if isinstance(whole, str) and same_volume else None
+
     def _reuse(self, volume_id: str) -> tuple[str | None, treecopy.Reuse | None]:
         """The earlier checkpoint a new checkpoint of this volume may share files with, and
         the rule that says which: for a fork on an overlay, every file its upper layer does
         not hold is its lower checkpoint's; otherwise, a file whose inode, size, times and
-        mode are those recorded when the volume's latest checkpoint copied it."""
+        mode are those recorded when the volume's latest checkpoint saved it."""
         lower = self.lower_of(volume_id)
         if lower is not None:
-            below = str(self.layout.checkpoint(lower) / "workspace")
+            below = str(self.tree_of(lower))
             index = overlay.UpperIndex(self.layout.upper(volume_id))
             return lower, lambda rel, st: f"{below}/{rel}" if index.unchanged(rel) else None
-        previous = self.latest_checkpoint_of_volume(volume_id)
-        if previous is None:
+        latest = self.latest_checkpoint_of_volume(volume_id)
+        restored = self.restored_from(volume_id, latest)
+        if restored is not None:  # restored since its latest checkpoint: share with that tree
+            tree_dir = self.tree_of(restored)
+            sources = _read_sources(self.layout.volume(volume_id) / RESTORED, volume_id)
+            recorded = sources.files() if sources is not None else {}
+            return (restored, treecopy.Earlier(str(tree_dir), recorded)) if recorded \
+                else (None, None)
+        previous, tree, _ = self._previous(volume_id)
+        sources = None if tree is None else _read_sources(
+            self.layout.checkpoint(tree) / SOURCES, volume_id)
+        recorded = sources.files() if sources is not None else {}
+        if previous is None or tree is None or not recorded:
             return None, None
-        recorded = _read_sources(self.layout.checkpoint(previous) / SOURCES, volume_id)
-        if not recorded:
-            return None, None
-        earlier = str(self.layout.checkpoint(previous) / "workspace")
+        return previous, treecopy.Earlier(str(self.layout.checkpoint(tree) / "workspace"),
+                                          recorded)
 
-        def same(rel: str, st: os.stat_result) -> str | None:
-            seen = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
-            return f"{earlier}/{rel}" if recorded.get(rel) == seen else None
-        return previous, same
+    def restored_from(self, volume_id: str, latest: str | None) -> str | None:
+        """The checkpoint the volume was restored from, when that restore is newer than its
+        latest checkpoint and the checkpoint is still there (else None)."""
+        data = _read_json(self.layout.volume(volume_id) / RESTORED) or {}
+        source = data.get("checkpoint")
+        if not isinstance(source, str) or not is_safe_id(source):
+            return None
+        meta = self.find_checkpoint(source)
+        newer = latest is None or float(data.get("created", 0)) > float(
+            (self.find_checkpoint(latest) or {}).get("created", 0))
+        return source if meta is not None and newer else None
 
     def latest_checkpoint_of_volume(self, volume_id: str) -> str | None:
         """The newest complete checkpoint taken of this volume (a new one shares with it)."""
@@ -432,7 +617,7 @@ class WorkspaceStore:
             if self.lower_of(resource_id) is not None:
                 return workspace  # a fork: its snapshot's files, and its own in upper/
         else:
-            workspace = self.layout.checkpoint(resource_id) / "workspace"
+            workspace = self.tree_of(resource_id)
         try:
             return None if treecopy.is_empty(workspace) else workspace
         except FileNotFoundError:
@@ -453,8 +638,33 @@ class WorkspaceStore:
 
     @_host_errors("removing a checkpoint")
     def delete_checkpoint(self, checkpoint_id: str) -> None:
-        treecopy.remove_tree(self.layout.checkpoint(checkpoint_id),
-                             temporaries.trash(self.layout.checkpoints))
+        """Remove a checkpoint. One whose tree other checkpoints name is retired instead
+        (checkpoint.json renamed to RETIRED, one atomic step): it is no checkpoint any more,
+        and its tree goes with the last checkpoint naming it. A retired tree that nothing
+        names (left by a kill between the two) is removed here too, by any later delete."""
+        parent = self.layout.checkpoints
+        doomed: list[Path] = []
+        with self._locked():
+            home = self.layout.checkpoint(checkpoint_id)
+            meta = self.find_checkpoint(checkpoint_id)
+            if meta is not None and SAME_AS not in meta and self._naming(checkpoint_id):
+                os.rename(home / "checkpoint.json", home / RETIRED)
+                _fsync_dir(home)
+            elif (home / RETIRED).is_file():
+                pass  # deleted before (a retry): its tree goes with the last one naming it
+            elif home.exists() or home.is_symlink():
+                doomed.append(temporaries.trash(parent))
+                os.rename(home, doomed[-1])
+            failpoints.hit("storage.checkpoint.retire")
+            for entry in parent.iterdir():
+                if ((entry / RETIRED).is_file() and is_safe_id(entry.name)
+                        and not self._naming(entry.name)):
+                    doomed.append(temporaries.trash(parent))
+                    os.rename(entry, doomed[-1])
+            if doomed:
+                _fsync_dir(parent)
+        for trash in doomed:  # outside the lock: removing a big tree takes a while
+            treecopy.remove_tree(trash, temporaries.trash(parent))
 
     def changed_since(self, volume_id: str, checkpoint_id: str | None) -> bool:
         """Whether the workspace holds changes the checkpoint does not (size/mtime/mode check).
@@ -470,5 +680,5 @@ class WorkspaceStore:
             checkpoint_id = (self.marker(volume_id) or {}).get("from_checkpoint")
         if checkpoint_id is None or self.find_checkpoint(checkpoint_id) is None:
             return not treecopy.is_empty(workspace)
-        saved = self.layout.checkpoint(checkpoint_id) / "workspace"
+        saved = self.tree_of(checkpoint_id)
         return treecopy.signature(workspace) != treecopy.signature(saved)

@@ -42,6 +42,10 @@ def run_delete(args: argparse.Namespace) -> int:
     if not args.filename and not (args.kind and (args.names or args.selector)):
         raise UsageError("delete needs -f PATH, KIND NAME... or KIND -l SELECTOR "
                          "(e.g. devcell delete cell api)")
+    if args.names and args.selector:
+        from devcell.cli.cmd_get import NAMES_AND_SELECTOR
+
+        raise UsageError(NAMES_AND_SELECTOR)
     selector = None
     if args.selector:
         from devcell.manifests import selectors
@@ -80,7 +84,7 @@ def run_diff(args: argparse.Namespace) -> int:
     from devcell.errors import ManifestError
     from devcell.manifests import secrets, validate
     from devcell.names import printable
-    from devcell.store import objects
+    from devcell.store import desired, objects
 
     manifests = []
     problems = []
@@ -94,6 +98,8 @@ def run_diff(args: argparse.Namespace) -> int:
     differs = False
     for m in manifests:
         existing = objects.get(db.conn, m.kind, m.name)
+        if existing is None and desired.expired_again(db.conn, m):
+            continue  # an apply would not take it again: nothing would change
         old_lines: list[str] = []
         if existing is not None:
             # Secrets never printed: a changed one shows as `<secret changed>`.

@@ -15,7 +15,7 @@ from devcell.store import objects
 
 def run_snapshot_create(args: argparse.Namespace) -> int:
     return output.exit_code(cells.snapshot(
-        dbmod.resolve_state_dir(args.state_dir), args.cell, name=args.name,
+        dbmod.resolve_state_dir(args.state_dir), args.cell, name=args.name, ttl=args.ttl,
         options=output.options(args), hooks=output.hooks(args, output.changes())))
 
 

@@ -33,13 +33,18 @@ def run_daemon(args: argparse.Namespace) -> int:
 
 
 def run_wait(args: argparse.Namespace) -> int:
-    """kubectl wait for each object named and each matching -l (those recorded when the wait
-    starts), one after the other within one --timeout; the first that fails ends the wait."""
+    """kubectl wait for each object named, or each matching -l (those recorded when the wait
+    starts; never both), one after the other within one --timeout; the first that fails ends
+    the wait."""
     import time
 
     if not args.names and not args.selector:
         raise UsageError(f"wait needs a NAME or -l SELECTOR (e.g. devcell wait "
                          f"{args.kind.lower()} api --for condition=Ready)")
+    if args.names and args.selector:
+        from devcell.cli.cmd_get import NAMES_AND_SELECTOR
+
+        raise UsageError(NAMES_AND_SELECTOR)
     names = list(dict.fromkeys(args.names))
     if args.selector:
         from devcell.manifests import selectors
@@ -50,8 +55,7 @@ def run_wait(args: argparse.Namespace) -> int:
         if (state_dir / dbmod.DB_FILENAME).exists():
             db = dbmod.Database(state_dir, create=False)
             try:
-                names += [n for n in views.names_matching(db.conn, args.kind, selector)
-                          if n not in names]
+                names = list(views.names_matching(db.conn, args.kind, selector))
             finally:
                 db.close()
         if not names:

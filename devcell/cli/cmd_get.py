@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from devcell import kinds
 from devcell.cli import render
 from devcell.errors import NotFound, UsageError
-from devcell.names import printable
+from devcell.names import printable, terminal_text
 from devcell.store import faults, guard, views
 from devcell.store.db import Database, resolve_state_dir
 
@@ -129,7 +129,7 @@ def _events_for(db: Database, target: str) -> list[dict[str, Any]]:
     word, _, name = target.partition("/")
     kind = kinds.by_word(word)
     if kind is None or not name:
-        raise UsageError(f"--for takes KIND/NAME, e.g. cell/api (got {printable(target)!r})")
+        raise UsageError(f"--for takes KIND/NAME, e.g. cell/api (got '{printable(target)}')")
     return views.events_table(db.conn, name, kind=kind.name)
 
 
@@ -195,7 +195,8 @@ for an approval, for its forks, or for the reconciler), as kubectl shows Termina
 
 
 def _phase(row: dict[str, Any]) -> str:
-    return DELETING if row.get("deleting_at") else str(row["phase"])
+    gone = row.get("deleted_at") is not None  # an expired snapshot, kept as a record
+    return DELETING if row.get("deleting_at") and not gone else str(row["phase"])
 
 
 def _table(kind: str, rows: list[dict[str, Any]], wide: bool
@@ -286,6 +287,8 @@ def run_get(args: argparse.Namespace) -> int:
         if args.sort_by:
             jsonpath.relaxed(args.sort_by, what="--sort-by")
     args.label_columns = [k for given in args.label_columns or () for k in given.split(",") if k]
+    if args.names and args.selector:
+        raise UsageError(NAMES_AND_SELECTOR)
     selector = _selector(args)
     fields = _field_selector(args)
     if getattr(args, "tree", False):
@@ -323,6 +326,10 @@ def run_get(args: argparse.Namespace) -> int:
     return 0
 
 
+NAMES_AND_SELECTOR = ("a NAME cannot be given with -l (as kubectl): give NAME... or "
+                      "-l SELECTOR")
+
+
 def _needs_documents(args: argparse.Namespace) -> bool:
     return args.output in ("yaml", "json", "jsonpath", "custom-columns") or bool(args.sort_by)
 
@@ -338,7 +345,10 @@ def _print(args: argparse.Namespace, output: Output | None, rows: list[dict[str,
             from devcell.cli import jsonpath
 
             assert output is not None
-            sys.stdout.write(jsonpath.render(output.template, value, escape=printable))
+            # raw into a pipe (`X=$(devcell get ... -o jsonpath=...)` gets the data as is, as
+            # kubectl's); on a terminal, escaped so that no value can drive it
+            escape = terminal_text if sys.stdout.isatty() else str
+            sys.stdout.write(jsonpath.render(output.template, value, escape=escape))
         else:
             (render.as_json if args.output == "json" else render.as_yaml)(value)
     elif args.output == "name":
@@ -367,10 +377,8 @@ def _selector(args: argparse.Namespace) -> Selector | None:
                          f"{' and '.join(LABELED)}")
     from devcell.manifests import selectors
 
-    for key in args.label_columns:
-        problem = selectors.qualified_name_problem(key)
-        if problem:
-            raise UsageError(f"-L {key!r}: not a label key: {problem}")
+    # -L keys are not checked, as kubectl: a key only names a column (empty for a key that no
+    # object can have), and the table escapes what it prints
     return selectors.parse(args.selector) if args.selector else None
 
 
@@ -474,13 +482,16 @@ def _row_key(row: dict[str, Any]) -> str:
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    """kubectl describe: each object named (or matching -l), one after the other; a name not
-    found is reported and makes the exit status 1, the others are still described."""
+    """kubectl describe: each object named (or each matching -l, never both), one after the
+    other; a name not found is reported and makes the exit status 1, the others are still
+    described."""
     from devcell.cli import describe
 
     if not args.names and not args.selector:
         raise UsageError(f"describe needs a NAME or -l SELECTOR (e.g. devcell describe "
                          f"{args.kind.lower()} api)")
+    if args.names and args.selector:
+        raise UsageError(NAMES_AND_SELECTOR)
     if args.selector and args.kind == "Operation":
         raise UsageError("operations have no labels: describe them by id")
     from devcell.manifests import selectors
@@ -489,7 +500,7 @@ def run_describe(args: argparse.Namespace) -> int:
     db = _open(args)
     names = list(dict.fromkeys(args.names))
     if db is not None and selector is not None:
-        names += [n for n in views.names_matching(db.conn, args.kind, selector) if n not in names]
+        names = views.names_matching(db.conn, args.kind, selector)
     missing = 0
     for i, name in enumerate(names):
         if i:

@@ -191,6 +191,8 @@ def _values(action: argparse.Action, current: str, line: _Line) -> tuple[str, li
         return ":words", explain.child_paths(current)
     if words is not None:
         return ":words", sorted(w for w in words if w.startswith(current))
+    if action.dest == "for_object":  # get events --for cell/NA<TAB>
+        return ":words", _kind_slash_names(line, current)
     what = NAMES_OF_DEST.get(action.dest)
     if action.dest in ("name", "names") and line.positionals:  # get/delete KIND NAME...
         what = _plural(line.parser, line.positionals[0])
@@ -199,6 +201,22 @@ def _values(action: argparse.Action, current: str, line: _Line) -> tuple[str, li
     if action.dest in FILE_DESTS:
         return ":files", []
     return ":words", []
+
+
+def _kind_slash_names(line: _Line, current: str) -> list[str]:
+    """`KIND/NAME` for every recorded object of a kind with events (cells, snapshots)."""
+    from devcell import kinds
+
+    word, slash, prefix = current.partition("/")
+    out: list[str] = []
+    for kind in kinds.KINDS.values():
+        if slash and kinds.by_word(word) is not kind:
+            continue
+        if not slash and not kind.singular.startswith(current):
+            continue
+        shown = word if slash else kind.singular  # keep the kind word as typed (cells/, c/)
+        out += [f"{shown}/{name}" for name in _names(line, kind.plural, prefix)]
+    return out
 
 
 def _plural(parser: argparse.ArgumentParser, kind_word: str) -> str | None:

@@ -77,6 +77,8 @@ class Changes:
                 what = "deletion requested"
             sys.stdout.write(printable(f"{c.kind.lower()}/{c.name} {what}") + "\n")
         self.deferred.clear()
+        for name in report.converged.expired:  # retention applied by this converge
+            sys.stdout.write(printable(f"snapshot/{name} expired") + "\n")
         sys.stdout.flush()
 
 
@@ -98,6 +100,10 @@ def exit_code(report: Report, shown: Changes | None = None) -> int:
           if converged.holder is not None else "")
     for o in converged.problems:
         sys.stderr.write(printable(f"error: {o.kind.lower()}/{o.name}: {o.message}{by}") + "\n")
+    for o in converged.retention_pending:
+        sys.stderr.write(printable(f"warning: {o.kind.lower()}/{o.name}: retention not applied "
+                                   f"yet ({o.message}); the next command or the daemon tries "
+                                   "again") + "\n")
     return 0 if report.ok else 1
 
 

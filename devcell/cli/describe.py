@@ -101,7 +101,13 @@ def _machine(conn: sqlite3.Connection, object_id: str) -> str | None:
 
 def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None = None
            ) -> None:
-    record = objects.require(conn, kind, ref)
+    record = objects.get(conn, kind, ref)
+    if record is None and kind == "Snapshot":  # an expired one is still recorded as such
+        from devcell.store import retention
+
+        record = retention.expired_named(conn, ref)
+    if record is None:
+        record = objects.require(conn, kind, ref)  # raises NotFound
     row = objects.row(conn, kind, record.id)
     assert row is not None  # require() just found it
     doc = views.object_document(conn, kind, row)
@@ -112,9 +118,23 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
     _field("Labels", ", ".join(f"{k}={v}" for k, v in record.labels.items()))
     _field("Source", record.source)
     _field("Created", record.created_at)
-    if record.deleting_at:
+    if record.deleting_at and record.deleted_at is None:
         _field("Deleting since", record.deleting_at)
     _field("Phase", record.phase)
+    expired = record.status.get("expired")
+    if expired:
+        _field("Expired", f"{expired.get('at')}: {expired.get('message')}"
+               + ("; an apply of its manifest does not take it again (rename it to take a "
+                  "new one)" if record.source else ""))
+    if kind == "Snapshot" and record.spec.get("ttl") and not expired:
+        from devcell.controllers import retention as rules
+
+        due = rules.expires_at(record)
+        _field("Expires", f"{rules.stamp(due)} (ttl {record.spec['ttl']})" if due else None)
+    schedule = record.status.get("schedule")
+    if schedule:
+        _field("Scheduled", f"by cell {record.labels.get('devcell.dev/scheduled-by')} for the "
+                            f"period from {schedule.get('slot')}")
     if kind == "Cell":
         from devcell.store import observations
 
@@ -134,7 +154,10 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
     if kind == "Cell":
         spec = doc["spec"]
         _field("Backend", spec["backend"])
-        _field("Image", spec.get("image"))
+        build = spec.get("build") or {}
+        _field("Image", spec.get("image") or (
+            f"built from {build.get('dockerfile', 'Dockerfile')} in {build.get('context')}"
+            if build else None))
         _field("Desired state", spec.get("state"))
         _field("Workspace", spec.get("workspace", {}).get("mountPath"))
         storage = _workspace_storage(conn, record.id)

@@ -72,10 +72,10 @@ def _kind_and_path(target: str) -> tuple[str, str, list[str]]:
         key, name = word.lower(), schemas.OTHERS[word.lower()]
     else:
         known = sorted({*kinds.words(), *schemas.OTHERS})
-        raise UsageError(f"unknown resource type {printable(word)!r} (one of: {', '.join(known)})")
+        raise UsageError(f"unknown resource type '{printable(word)}' (one of: {', '.join(known)})")
     path = rest.split(".") if rest else []
     if any(part == "" for part in path):
-        raise UsageError(f"invalid field path {printable(target)!r}: empty field name")
+        raise UsageError(f"invalid field path '{printable(target)}': empty field name")
     return key, name, path
 
 
@@ -106,7 +106,7 @@ def explain(target: str, *, recursive: bool = False) -> str:
             known = ", ".join(sorted(fields)) or "none: it has no fields"
             raise FieldNotFound(
                 f'field "{printable(".".join(path))}" does not exist in {kind_name}: '
-                f"{printable(walked)} has no field {printable(part)!r} (its fields: {known})")
+                f"{printable(walked)} has no field '{printable(part)}' (its fields: {known})")
         required = part in _required(node, root)
         node = fields[part]
     node = _resolve(node, root)

@@ -11,7 +11,10 @@ booleans print as text, objects and lists as compact JSON.
 
 Parsed here rather than by a generic JSONPath library: range/end, literals, escapes, unions of
 sub-paths and kubectl's printing rules are the dialect itself, and a syntax error must name its
-position in the template.
+position in the template. The parser reads the template once, left to right (no sub-string is
+scanned again), so its time is linear in the template's length, which is bounded anyway.
+Indices, slices and filter comparisons follow client-go's evalArray and text/template's
+comparisons, errors included.
 """
 
 from __future__ import annotations
@@ -23,15 +26,26 @@ from typing import Any, NamedTuple
 
 from devcell.errors import TemplateError, TemplateEvaluationError
 
-_FIELD_CHARS = re.compile(r"[A-Za-z0-9_\-/:@$]")
 _COMPARATORS = ("==", "!=", "<=", ">=", "<", ">")
+MAX_NESTING = 64
+"""How deep ranges, filters and quoted sub-paths may nest: deeper is a usage error, never a
+RecursionError (evaluation recurses as deep as the template nests)."""
+MAX_TEMPLATE_BYTES = 64 * 1024
+"""A larger template (or jsonpath-file) is a usage error before any parsing."""
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "0": "\0",
             "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
+_SPACE = " \t\r\n"
+_FIELD_PUNCTUATION = "_-/:@$"
+_INDEX = re.compile(r"-?\d+")
+_SLICE = re.compile(r"(-?\d+)?\s*:\s*(-?\d+)?(?:\s*:\s*(-?\d+)?)?")
+_NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
+_END = re.compile(r"end[ \t\r\n]*\}")
+_RANGE = re.compile(r"range[ \t\r\n]")
 
 
 class Step(NamedTuple):
     """One step of a path: `field`, `wildcard`, `recursive`, `index`, `slice`, `filter`,
-    `union`, `root` or `current`."""
+    `union`, `path` or `current`."""
 
     kind: str
     arg: Any = None
@@ -46,6 +60,7 @@ class Filter(NamedTuple):
     left: Path
     op: str | None  # None: "exists"
     right: Any  # a literal or a Path
+    source: str = ""  # `[?(...)]` as written, to name it in an error
 
 
 class Text(NamedTuple):
@@ -64,276 +79,302 @@ class Range(NamedTuple):
 Node = Text | Action | Range
 
 
-def _fail(template: str, pos: int, why: str) -> TemplateError:
-    return TemplateError(f"jsonpath template {template!r}: at position {pos + 1}: {why}")
-
-
-def _actions(template: str) -> Iterator[tuple[int, str]]:
-    """(position, text) for literal text (position -1) and each `{...}` action's content."""
-    i, text_start = 0, 0
-    while i < len(template):
-        if template[i] != "{":
-            i += 1
-            continue
-        if i > text_start:
-            yield -1, template[text_start:i]
-        end = _closing_brace(template, i)
-        yield i + 1, template[i + 1:end]
-        i = text_start = end + 1
-    if text_start < len(template):
-        yield -1, template[text_start:]
-
-
-def _closing_brace(template: str, start: int) -> int:
-    quote, i = "", start + 1
-    while i < len(template):
-        ch = template[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "}":
-            return i
-        i += 1
-    raise _fail(template, start, "unclosed action: '{' without '}'")
+def _shown(template: str) -> str:
+    return repr(template if len(template) <= 80 else template[:77] + "...")
 
 
 def parse(template: str) -> tuple[Node, ...]:
     """The template's nodes; TemplateError (a usage error) naming the position otherwise."""
-    stack: list[tuple[int, Path | None, list[Node]]] = [(-1, None, [])]
-    for pos, content in _actions(template):
-        body = stack[-1][2]
-        if pos < 0:
-            body.append(Text(content))
-            continue
-        stripped = content.strip()
-        lead = pos + len(content) - len(content.lstrip())
-        if stripped == "end":
+    if len(template) > MAX_TEMPLATE_BYTES or \
+            len(template.encode("utf-8", "surrogatepass")) > MAX_TEMPLATE_BYTES:
+        raise TemplateError(f"jsonpath template of {len(template.encode('utf-8', 'replace'))} "
+                            f"bytes: at most {MAX_TEMPLATE_BYTES} (64 KiB) are accepted")
+    return _Parser(template).template()
+
+
+def _is_field_char(ch: str) -> bool:
+    return ch.isalnum() or ch in _FIELD_PUNCTUATION
+
+
+class _Parser:
+    """One left-to-right pass over a template: each character is looked at a bounded number of
+    times, nesting is bounded by MAX_NESTING, and every error names its position."""
+
+    def __init__(self, template: str) -> None:
+        self.t, self.i, self.n = template, 0, len(template)
+
+    def fail(self, pos: int, why: str) -> TemplateError:
+        return TemplateError(f"jsonpath template {_shown(self.t)}: at position {pos + 1}: {why}")
+
+    def at(self) -> str:
+        return self.t[self.i] if self.i < self.n else ""
+
+    def space(self) -> None:
+        while self.i < self.n and self.t[self.i] in _SPACE:
+            self.i += 1
+
+    # -- text and actions ------------------------------------------------------------------
+
+    def template(self) -> tuple[Node, ...]:
+        stack: list[tuple[int, Path | None, list[Node]]] = [(-1, None, [])]
+        while self.i < self.n:
+            brace = self.t.find("{", self.i)
+            if brace < 0:
+                break
+            if brace > self.i:
+                stack[-1][2].append(Text(self.t[self.i:brace]))
+            self.i = brace + 1
+            self.action(brace, stack)
+        if self.i < self.n:
+            stack[-1][2].append(Text(self.t[self.i:]))
+        if len(stack) > 1:
+            raise self.fail(stack[-1][0], "{range} without {end}")
+        return tuple(stack[0][2])
+
+    def action(self, brace: int, stack: list[tuple[int, Path | None, list[Node]]]) -> None:
+        self.space()
+        ch = self.at()
+        if not ch:
+            raise self.fail(brace, "unclosed action: '{' without '}'")
+        end = _END.match(self.t, self.i)
+        if end is not None:
             if len(stack) == 1:
-                raise _fail(template, pos, "{end} without {range}")
+                raise self.fail(brace + 1, "{end} without {range}")
+            self.i = end.end()
             _, path, inner = stack.pop()
             assert path is not None
             stack[-1][2].append(Range(path, tuple(inner)))
-        elif stripped.startswith("range ") or stripped.startswith("range\t"):
-            expr = stripped[len("range"):]
-            at = lead + len("range") + len(expr) - len(expr.lstrip())
-            stack.append((pos, _Paths(template, expr.strip(), at).path(), []))
-        elif stripped[:1] in ("'", '"'):
-            body.append(Text(_literal(template, stripped, lead)))
-        elif not stripped:
-            raise _fail(template, pos, "empty action '{}'")
+        elif _RANGE.match(self.t, self.i):
+            if len(stack) > MAX_NESTING:
+                raise self.fail(brace + 1, f"{{range}} nested more than {MAX_NESTING} deep")
+            self.i += len("range")
+            self.space()
+            path = self.path("}", 0)
+            self.close(brace)
+            stack.append((brace, path, []))
+        elif ch in "'\"":
+            text = self.literal()
+            self.space()
+            if self.at() != "}":
+                raise self.fail(self.i, "text after a quoted literal") if self.at() else \
+                    self.fail(brace, "unclosed action: '{' without '}'")
+            self.i += 1
+            stack[-1][2].append(Text(text))
+        elif ch == "}":
+            raise self.fail(self.i, "empty action '{}'")
         else:
-            body.append(Action(_Paths(template, stripped, lead).path()))
-    if len(stack) > 1:
-        raise _fail(template, stack[-1][0] - 1, "{range} without {end}")
-    return tuple(stack[0][2])
+            path = self.path("}", 0)
+            self.close(brace)
+            stack[-1][2].append(Action(path))
 
+    def close(self, brace: int) -> None:
+        if not self.at():
+            raise self.fail(brace, "unclosed action: '{' without '}'")
+        if self.at() != "}":
+            raise self.fail(self.i, f"unexpected character {self.at()!r}")
+        self.i += 1
 
-def _literal(template: str, text: str, pos: int) -> str:
-    quote = text[0]
-    out: list[str] = []
-    i = 1
-    while i < len(text):
-        ch = text[i]
-        if ch == quote:
-            if text[i + 1:].strip():
-                raise _fail(template, pos + i + 1, "text after a quoted literal")
-            return "".join(out)
-        if ch == "\\":
-            nxt = text[i + 1:i + 2]
-            if nxt == "u" and re.fullmatch(r"[0-9A-Fa-f]{4}", text[i + 2:i + 6]):
-                out.append(chr(int(text[i + 2:i + 6], 16)))
-                i += 6
+    def literal(self) -> str:
+        """A quoted string at the cursor, its escapes read; the cursor moves past it."""
+        start, quote = self.i, self.t[self.i]
+        out: list[str] = []
+        i = start + 1
+        while i < self.n:
+            ch = self.t[i]
+            if ch == quote:
+                self.i = i + 1
+                return "".join(out)
+            if ch != "\\":
+                out.append(ch)
+                i += 1
                 continue
-            if nxt not in _ESCAPES:
-                raise _fail(template, pos + i, f"unknown escape sequence '\\{nxt}'")
-            out.append(_ESCAPES[nxt])
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    raise _fail(template, pos, "unterminated quoted string")
+            nxt = self.t[i + 1:i + 2]
+            digits = self.t[i + 2:i + 6]
+            if nxt == "u" and re.fullmatch(r"[0-9A-Fa-f]{4}", digits):
+                out.append(chr(int(digits, 16)))
+                i += 6
+            elif nxt in _ESCAPES and nxt:
+                out.append(_ESCAPES[nxt])
+                i += 2
+            else:
+                raise self.fail(i, f"unknown escape sequence '\\{nxt}'")
+        raise self.fail(start, "unterminated quoted string")
 
+    # -- paths -----------------------------------------------------------------------------
 
-class _Paths:
-    """A recursive-descent parser of one path expression (`.a[0]..b[?(@.c=="d")]`)."""
-
-    def __init__(self, template: str, text: str, offset: int) -> None:
-        self.template, self.text, self.offset, self.i = template, text, offset, 0
-
-    def fail(self, why: str) -> TemplateError:
-        return _fail(self.template, self.offset + self.i, why)
-
-    def path(self, *, stop: str = "") -> Path:
-        steps: list[Step] = []
+    def path(self, stop: str, depth: int) -> Path:
+        """A path up to (not past) a character of `stop`; blanks may only precede that."""
         relative = True
-        if self.text.startswith("$", self.i):
+        first = self.i
+        if self.at() == "$":
             relative = False
             self.i += 1
-        elif self.text.startswith("@", self.i):
+        elif self.at() == "@":
             self.i += 1
-        while self.i < len(self.text) and self.text[self.i] not in stop:
-            steps.append(self.step())
-        return Path(tuple(steps), relative)
+        return Path(self.steps([], stop, depth, relaxed_at=first), relative)
 
-    def step(self) -> Step:
-        text = self.text
-        if text.startswith("..", self.i):
+    def steps(self, steps: list[Step], stop: str, depth: int, *,
+              relaxed_at: int = -1) -> tuple[Step, ...]:
+        while self.i < self.n:
+            ch = self.t[self.i]
+            if ch in stop:
+                break
+            if ch in _SPACE:
+                blank = self.i
+                self.space()
+                if self.i < self.n and self.t[self.i] not in stop:
+                    raise self.fail(blank, f"unexpected character {ch!r}")
+                break
+            steps.append(self.step(depth, relaxed=self.i == relaxed_at))
+        return tuple(steps)
+
+    def step(self, depth: int, *, relaxed: bool) -> Step:
+        t, i = self.t, self.i
+        if t.startswith("..", i):
             self.i += 2
-            if self.i < len(text) and text[self.i] == "[":
-                return Step("recursive", self.bracket())
+            if self.at() == "[":
+                return Step("recursive", self.bracket(depth))
             return Step("recursive", self.field())
-        if text[self.i] == ".":
+        if t[i] == ".":
             self.i += 1
             return self.field()
-        if text[self.i] == "[":
-            return self.bracket()
-        if _FIELD_CHARS.match(text[self.i]) and self.i == 0:
+        if t[i] == "[":
+            return self.bracket(depth)
+        if relaxed and _is_field_char(t[i]):
             return self.field()  # kubectl's relaxed form: `metadata.name`
-        raise self.fail(f"unexpected character {text[self.i]!r}")
+        raise self.fail(i, f"unexpected character {t[i]!r}")
 
     def field(self) -> Step:
-        if self.text.startswith("*", self.i):
+        if self.at() == "*":
             self.i += 1
             return Step("wildcard")
         name: list[str] = []
-        while self.i < len(self.text):
-            ch = self.text[self.i]
-            if ch == "\\" and self.i + 1 < len(self.text):
-                name.append(self.text[self.i + 1])
+        t = self.t
+        while self.i < self.n:
+            ch = t[self.i]
+            if ch == "\\" and self.i + 1 < self.n:
+                name.append(t[self.i + 1])
                 self.i += 2
-            elif _FIELD_CHARS.match(ch) or ch.isalnum():
+            elif _is_field_char(ch):
                 name.append(ch)
                 self.i += 1
-            elif ch in ".[":
-                break
             else:
-                raise self.fail(f"unexpected character {ch!r} in a field name")
+                break
         if not name:
-            if self.i >= len(self.text) or self.text[self.i] in ".[":
-                return Step("current")  # `{.}`: the current object
+            return Step("current")  # `{.}`: the current object
         return Step("field", "".join(name))
 
-    def bracket(self) -> Step:
+    # -- brackets: indices, slices, quoted keys, unions, filters --------------------------
+
+    def bracket(self, depth: int) -> Step:
         start = self.i
-        end = self._closing(start)
-        inner = self.text[start + 1:end].strip()
-        self.i = end + 1
-        if not inner:
-            raise _fail(self.template, self.offset + start, "empty brackets '[]'")
-        if inner == "*":
-            return Step("wildcard")
-        if inner.startswith("?"):
-            return Step("filter", self._filter(inner[1:].strip(), start + 1))
-        parts = _split_top(inner, ",")
-        if len(parts) > 1:
-            return Step("union", tuple(self._member(p.strip(), start + 1) for p in parts))
-        return self._member(inner, start + 1)
+        depth += 1
+        if depth > MAX_NESTING:
+            raise self.fail(start, f"filters or quoted keys nested more than {MAX_NESTING} deep")
+        self.i += 1
+        self.space()
+        ch = self.at()
+        if ch in ("", "}"):
+            raise self.fail(start, "'[' without ']'")
+        if ch == "]":
+            raise self.fail(start, "empty brackets '[]'")
+        if ch == "?":
+            self.i += 1
+            flt = self.filter(start, depth)
+            self.close_bracket(start)
+            return Step("filter", flt._replace(source=self.t[start:self.i]))
+        if ch == "*":
+            self.i += 1
+            self.space()
+            if self.at() == "]":
+                self.i += 1
+                return Step("wildcard")
+            raise self.fail(start + 1, "invalid array index '*' (use [*] alone)")
+        members = [self.member(depth)]
+        self.space()
+        while self.at() == ",":
+            self.i += 1
+            self.space()
+            members.append(self.member(depth))
+            self.space()
+        self.close_bracket(start)
+        return members[0] if len(members) == 1 else Step("union", tuple(members))
 
-    def _closing(self, start: int) -> int:
-        depth, quote, i = 0, "", start
-        while i < len(self.text):
-            ch = self.text[i]
-            if ch == "\\":
-                i += 2
-                continue
-            if quote:
-                quote = "" if ch == quote else quote
-            elif ch in "'\"":
-                quote = ch
-            elif ch == "[":
-                depth += 1
-            elif ch == "]":
-                depth -= 1
-                if depth == 0:
-                    return i
-            i += 1
-        raise _fail(self.template, self.offset + start, "'[' without ']'")
+    def close_bracket(self, start: int) -> None:
+        self.space()
+        if self.at() in ("", "}"):
+            raise self.fail(start, "'[' without ']'")
+        if self.at() != "]":
+            raise self.fail(self.i, f"unexpected character {self.at()!r} in brackets")
+        self.i += 1
 
-    def _member(self, text: str, at: int) -> Step:
-        if text[:1] in ("'", '"'):
-            if len(text) < 2 or text[-1] != text[0]:
-                raise _fail(self.template, self.offset + at, "unterminated quoted key")
+    def member(self, depth: int) -> Step:
+        start, ch = self.i, self.at()
+        if ch in ("'", '"'):
             # kubectl reads ['a.b'] as the path .a.b, and ['a\.b'] as the key "a.b"
-            return Step("path", _Paths(self.template, "." + text[1:-1],
-                                       self.offset + at).path())
-        if re.fullmatch(r"-?\d+", text):
+            self.i += 1
+            steps = self.steps([self.field()], ch + "}", depth)
+            if self.at() != ch:
+                raise self.fail(start, "unterminated quoted key")
+            self.i += 1
+            return Step("path", Path(steps, True))
+        end = self.i
+        while end < self.n and self.t[end] not in ",]}[":
+            end += 1
+        text = self.t[self.i:end].rstrip(_SPACE)
+        self.i = start + len(text)
+        if _INDEX.fullmatch(text):
             return Step("index", int(text))
-        match = re.fullmatch(r"(-?\d*)\s*:\s*(-?\d*)(?:\s*:\s*(-?\d*))?", text)
+        match = _SLICE.fullmatch(text)
         if match is None:
-            raise _fail(self.template, self.offset + at, f"invalid array index {text!r}")
-        start, stop, step = (int(g) if g else None for g in match.groups())
-        if step == 0:
-            raise _fail(self.template, self.offset + at, "slice step cannot be 0")
-        return Step("slice", (start, stop, step))
+            raise self.fail(start, f"invalid array index {text!r}")
+        return Step("slice", tuple(int(g) if g is not None else None for g in match.groups()))
 
-    def _filter(self, text: str, at: int) -> Filter:
-        if not (text.startswith("(") and text.endswith(")")):
-            raise _fail(self.template, self.offset + at, "a filter is written [?(@.key==value)]")
-        body = text[1:-1].strip()
-        for op in _COMPARATORS:
-            parts = _split_top(body, op)
-            if len(parts) == 2:
-                left, right = (p.strip() for p in parts)
-                return Filter(self._operand_path(left, at), op, self._operand(right, at))
-        return Filter(self._operand_path(body, at), None, None)
+    def filter(self, start: int, depth: int) -> Filter:
+        self.space()
+        if self.at() != "(":
+            raise self.fail(start + 1, "a filter is written [?(@.key==value)]")
+        self.i += 1
+        self.space()
+        left = self.operand_path("=!<>)", depth)
+        self.space()
+        op = next((c for c in _COMPARATORS if self.t.startswith(c, self.i)), None)
+        right: Any = None
+        if op is not None:
+            self.i += len(op)
+            self.space()
+            right = self.operand(depth)
+            self.space()
+        if self.at() != ")":
+            if not self.at():
+                raise self.fail(start, "unterminated filter: '[?(' without ')]'")
+            raise self.fail(self.i, f"unexpected character {self.at()!r} in a filter "
+                                    "(a filter is written [?(@.key==value)])")
+        self.i += 1
+        return Filter(left, op, right)
 
-    def _operand_path(self, text: str, at: int) -> Path:
-        if not text.startswith(("@", "$")):
-            raise _fail(self.template, self.offset + at,
-                        f"a filter compares a path starting with @ or $, not {text!r}")
-        return _Paths(self.template, text, self.offset + at).path()
+    def operand_path(self, stop: str, depth: int) -> Path:
+        if self.at() not in ("@", "$") or not self.at():
+            raise self.fail(self.i, "a filter compares a path starting with @ or $")
+        return self.path(stop, depth)
 
-    def _operand(self, text: str, at: int) -> Any:
-        if text[:1] in ("'", '"'):
-            return _literal(self.template, text, self.offset + at)
-        if text.startswith(("@", "$")):
-            return self._operand_path(text, at)
-        if text in ("true", "false"):
-            return text == "true"
-        if text == "null":
+    def operand(self, depth: int) -> Any:
+        ch = self.at()
+        if ch in ("'", '"') and ch:
+            return self.literal()
+        if ch in ("@", "$") and ch:
+            return self.path(")", depth)
+        start = self.i
+        while self.i < self.n and self.t[self.i] not in ")]}" + _SPACE:
+            self.i += 1
+        word = self.t[start:self.i]
+        if word in ("true", "false"):
+            return word == "true"
+        if word == "null":
             return None
-        try:
-            return json.loads(text) if re.fullmatch(r"-?\d+(\.\d+)?([eE][-+]?\d+)?", text) \
-                else _bad(text)
-        except ValueError:
-            raise _fail(self.template, self.offset + at,
-                        f"unrecognized filter value {text!r} (quote strings)") from None
-
-
-def _bad(text: str) -> Any:
-    raise ValueError(text)
-
-
-def _split_top(text: str, sep: str) -> list[str]:
-    """`text` split at `sep` outside quotes, brackets and parentheses."""
-    parts, depth, quote, i, last = [], 0, "", 0, 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "[(":
-            depth += 1
-        elif ch in "])":
-            depth -= 1
-        elif depth == 0 and text.startswith(sep, i):
-            # `<` must not be read inside `<=`, nor `=` of `==` / `!=`
-            if not (sep in ("<", ">") and text.startswith(sep + "=", i)):
-                parts.append(text[last:i])
-                i += len(sep)
-                last = i
-                continue
-        i += 1
-    parts.append(text[last:])
-    return parts
+        if _NUMBER.fullmatch(word):
+            return json.loads(word)
+        raise self.fail(start, f"unrecognized filter value {word!r} (quote strings)")
 
 
 # -- evaluation ------------------------------------------------------------------------------
@@ -347,11 +388,11 @@ def evaluate(path: Path, root: Any, current: Any) -> list[Any]:
 
 def _apply(step: Step, values: list[Any], root: Any) -> list[Any]:
     kind, arg = step
-    out: list[Any] = []
     if kind == "union":  # each member over every value, as kubectl: all names, then all phases
-        for member in arg:
-            out.extend(_apply(member, values, root))
-        return out
+        return [found for member in arg for found in _apply(member, values, root)]
+    if kind in ("index", "slice"):
+        return _array(step, values)
+    out: list[Any] = []
     for value in values:
         if kind == "field":
             if isinstance(value, dict) and arg in value:
@@ -362,17 +403,48 @@ def _apply(step: Step, values: list[Any], root: Any) -> list[Any]:
             out.extend(_children(value))
         elif kind == "recursive":
             out.extend(_apply(arg, list(_descend(value)), root))
-        elif kind == "index" and isinstance(value, list):
-            if not -len(value) <= arg < len(value):
-                raise TemplateEvaluationError(
-                    f"jsonpath: array index out of bounds: index {arg}, length {len(value)}")
-            out.append(value[arg])
-        elif kind == "slice" and isinstance(value, list):
-            out.extend(value[slice(*arg)])
         elif kind == "filter":
             out.extend(v for v in _children(value) if _keep(arg, v, root))
         elif kind == "path":
             out.extend(evaluate(arg, root, value))
+    return out
+
+
+def _array(step: Step, values: list[Any]) -> list[Any]:
+    """`[i]` and `[start:end:step]` exactly as client-go's evalArray: negative bounds count
+    from the end once, anything still outside the list is an error (never clamped), the step
+    must be positive, and a selection of no elements ends the step with what it has so far."""
+    if step.kind == "index":
+        begin, end, stride, derived = step.arg, step.arg + 1, None, True
+    else:
+        begin, end, stride = step.arg
+        derived = False
+    out: list[Any] = []
+    for value in values:
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            raise TemplateEvaluationError(f"jsonpath: {_kind(value)} is not an array or slice")
+        length = len(value)
+        first = 0 if begin is None else begin
+        first += length if first < 0 else 0
+        last = length if end is None else end
+        if last < 0 or (last == 0 and derived):
+            last += length
+        if first == last:
+            return out  # client-go: "if you're requesting zero elements, allow it through"
+        if not 0 <= first < length:
+            raise TemplateEvaluationError(
+                f"jsonpath: array index out of bounds: index {first}, length {length}")
+        if not 0 <= last <= length:
+            raise TemplateEvaluationError(
+                f"jsonpath: array index out of bounds: index {last - 1}, length {length}")
+        if first > last:
+            raise TemplateEvaluationError(
+                f"jsonpath: starting index {first} is greater than ending index {last}")
+        if stride is not None and stride <= 0:
+            raise TemplateEvaluationError("jsonpath: slice step must be > 0")
+        out.extend(value[first:last:stride])
     return out
 
 
@@ -395,21 +467,38 @@ def _keep(flt: Filter, item: Any, root: Any) -> bool:
     if flt.op is None:
         return bool(left)
     right = evaluate(flt.right, root, item) if isinstance(flt.right, Path) else [flt.right]
-    return any(_compare(a, flt.op, b) for a in left for b in right)
+    return any(_compare(a, flt.op, b, flt) for a in left for b in right)
 
 
-def _compare(a: Any, op: str, b: Any) -> bool:
-    numbers = (int, float)
-    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) \
-            and not isinstance(b, bool):
-        pair: tuple[Any, Any] = (a, b)
-    elif isinstance(a, str) and isinstance(b, str):
-        pair = (a, b)
-    else:
-        return {"==": a == b, "!=": a != b}.get(op, False)
-    x, y = pair
-    return {"==": x == y, "!=": x != y, "<": x < y, ">": x > y, "<=": x <= y,
-            ">=": x >= y}[op]
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if value is None:
+        return "null"
+    return "object" if isinstance(value, dict) else "array"
+
+
+def _compare(a: Any, op: str, b: Any, flt: Filter) -> bool:
+    """As kubectl (Go's text/template comparisons): strings with strings, numbers with
+    numbers, booleans and nulls only for equality; any other pair is an error, never a silent
+    "no match" (a label's value is a string: compare it with "2", not 2)."""
+    kinds = (_kind(a), _kind(b))
+    if kinds[0] != kinds[1] or kinds[0] in ("object", "array") or \
+            (op not in ("==", "!=") and kinds[0] in ("boolean", "null")):
+        raise TemplateError(f"jsonpath filter {_shown(flt.source)}: cannot compare {kinds[0]} "
+                            f"{_value(a)} {op} {kinds[1]} {_value(b)}: incompatible types, as "
+                            "kubectl says (quote the value to compare strings)")
+    return {"==": a == b, "!=": a != b, "<": a < b, ">": a > b, "<=": a <= b,
+            ">=": a >= b}[op]
+
+
+def _value(value: Any) -> str:
+    shown = text_of(value) if not isinstance(value, str) else repr(value)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
 
 
 def text_of(value: Any) -> str:
@@ -452,4 +541,7 @@ def relaxed(expression: str, *, what: str) -> tuple[Node, ...]:
     if not text.startswith((".", "[", "@", "$")):
         text = "." + text
     nodes = parse("{" + text + "}")
+    if len(nodes) != 1 or not isinstance(nodes[0], Action):
+        raise TemplateError(f"{what}: {expression!r} is not one JSONPath expression "
+                            "(e.g. .metadata.name)")
     return nodes

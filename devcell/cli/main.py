@@ -75,7 +75,7 @@ def _duration(text: str) -> float:
 
 COMMANDS = ("apply", "get", "describe", "delete", "diff", "snapshot", "cell", "wait",
             "controller", "op", "schema", "image", "exec", "logs", "gc", "explain", "version",
-            "completion", "df")
+            "completion", "df", "import")
 
 
 class _Skipped:
@@ -203,6 +203,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sp = ssub.add_parser("create", parents=[common], help="checkpoint a cell")
     sp.add_argument("cell")
     sp.add_argument("--name", required=True)
+    sp.add_argument("--ttl", default=None,
+                    help="expire the snapshot this long after it is created (30m, 12h, 7d)")
     sp.add_argument("--timeout", type=_duration, default=300.0)
     sp = ssub.add_parser("export", parents=[common],
                          help="write a snapshot as a self-describing archive")
@@ -214,6 +216,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sp.add_argument("file", metavar="FILE", help="the archive (- for standard input)")
     sp.add_argument("--name", default=None, help="the snapshot's name here (default: its "
                                                  "name in the archive)")
+    sp = ssub.add_parser("restore", parents=[common],
+                         help="roll a cell's workspace back to a snapshot, in place")
+    sp.add_argument("snapshot")
+    sp.add_argument("--cell", default=None,
+                    help="the cell to restore (default: the snapshot's own; a fork may go "
+                         "back to the snapshot it was forked from)")
+    sp.add_argument("--no-safety-snapshot", dest="safety", action="store_false",
+                    help="do not snapshot the workspace first (its changes are then lost)")
+    sp.add_argument("--approve", action="store_true",
+                    help="restore even over a workspace that changed since its last snapshot")
+    sp.add_argument("--dry-run", action="store_true",
+                    help="show what would be done and replaced; change nothing")
+    sp.add_argument("--timeout", type=_duration, default=300.0)
     sp = ssub.add_parser("list", parents=[common], help="a cell's snapshots")
     sp.add_argument("cell")
     sp.add_argument("-o", "--output", choices=["table", "wide", "yaml", "json", "name"],
@@ -280,6 +295,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     ip = isub.add_parser("prune", parents=[common],
                          help="remove the images DevCell pulled that no cell or container uses")
     ip.add_argument("--dry-run", action="store_true", help="show what would be removed")
+
+    p = sub.add_parser("import", parents=[common],
+                       help="write a Cell manifest from another tool's description")
+    isub = p.add_subparsers(dest="verb", metavar="FORMAT", parser_class=Parser)
+    isub.required = True
+    ip = isub.add_parser("devcontainer", parents=[common],
+                         help="from a devcontainer.json (VS Code, Codespaces, DevPod, Coder)")
+    ip.add_argument("path", nargs="?", metavar="PATH",
+                    help="devcontainer.json, or a folder holding .devcontainer/devcontainer.json "
+                         "or .devcontainer.json (default: the current folder)")
+    ip.add_argument("-o", "--output", metavar="FILE",
+                    help="write the manifest to FILE (default: standard output)")
+    ip.add_argument("--name", help="the cell's name (default: devcontainer.json's name)")
 
     p = sub.add_parser("gc", parents=[common],
                        help="remove volumes and checkpoints nothing references")
@@ -387,6 +415,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from devcell.cli import cmd_op
 
         return cmd_op.run_op_resume(args) if args.verb == "resume" else cmd_op.run_op_cancel(args)
+    if command == "snapshot" and args.verb == "restore":
+        from devcell.cli import cmd_restore
+
+        return cmd_restore.run_snapshot_restore(args)
     if command == "snapshot" and args.verb in ("export", "import"):
         from devcell.cli import cmd_transfer
 
@@ -408,6 +440,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from devcell.cli import cmd_image
 
         return cmd_image.run_image(args)
+    if command == "import":
+        from devcell.cli import cmd_import
+
+        return cmd_import.run_import(args)
     if command == "gc":
         from devcell.cli import cmd_gc
 
@@ -467,6 +503,9 @@ def parse(given: Sequence[str]) -> argparse.Namespace:
     first = command_word(given)
     only = first if first in COMMANDS else None  # anything else: the full parser explains
     args = build_parser(only).parse_args(list(given))
+    if isinstance(getattr(args, "selector", None), str):
+        # kubectl trims -l: a blank one is no selector at all, never "every object"
+        args.selector = args.selector.strip()
     for name, default in GLOBAL_DEFAULTS.items():
         if not hasattr(args, name):
             setattr(args, name, default)

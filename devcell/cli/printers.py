@@ -18,7 +18,9 @@ from devcell.cli import jsonpath
 from devcell.errors import TemplateError, TemplateEvaluationError, UsageError
 
 PLAIN = ("table", "wide", "yaml", "json", "name")
-MAX_TEMPLATE_FILE = 1 << 20
+MAX_TEMPLATE_FILE = jsonpath.MAX_TEMPLATE_BYTES
+"""jsonpath-file and custom-columns-file: read at most this (64 KiB) and one byte more, so a
+huge file is refused at once instead of parsed."""
 
 
 class Column(NamedTuple):
@@ -57,7 +59,8 @@ def _read(path: str) -> str:
     except OSError as exc:
         raise UsageError(f"cannot read template file {path!r}: {exc.strerror}") from None
     if len(data) > MAX_TEMPLATE_FILE:
-        raise UsageError(f"template file {path!r} is larger than {MAX_TEMPLATE_FILE} bytes")
+        raise UsageError(f"template file {path!r} is larger than {MAX_TEMPLATE_FILE} bytes "
+                         "(64 KiB)")
     try:
         return data.decode()
     except UnicodeDecodeError:
@@ -126,7 +129,8 @@ def _sort_key(value: Any, expression: str) -> tuple[int, float, tuple[Any, ...]]
     if isinstance(value, int | float):
         return (1, float(value), ())
     if isinstance(value, str):
-        return (2, 0, tuple((0, int(p), "") if p.isdigit() else (1, 0, p)
-                            for p in re.findall(r"\d+|\D+", value)))
+        # ASCII digits only: `²` and other Unicode digits are text (int() refuses some of them)
+        return (2, 0, tuple((0, int(p), "") if p[0] in "0123456789" else (1, 0, p)
+                            for p in re.findall(r"[0-9]+|[^0-9]+", value)))
     raise TemplateEvaluationError(f"--sort-by {expression}: cannot sort by an object or a "
                                   "list; name a field that holds a string or a number")

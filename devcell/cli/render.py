@@ -56,10 +56,12 @@ def size(n: int) -> str:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO = sys.stdout, *,
           no_headers: bool = False) -> None:
-    """Every cell escaped (names.printable): one place for every table DevCell prints.
-    `no_headers` leaves out the header line (the columns keep the headers' widths)."""
+    """Every cell and header escaped (names.printable; headers come from -L and custom
+    columns): one place for every table DevCell prints. `no_headers` leaves out the header
+    line (the columns keep the headers' widths)."""
     from devcell.names import printable
 
+    headers = [printable(h) for h in headers]
     text_rows = [[("<none>" if v is None or v == "" else printable(str(v))) for v in row]
                  for row in rows]
     widths = [len(h) for h in headers]

@@ -7,16 +7,19 @@ and plans only the difference, so deciding twice in a row plans nothing the seco
 from __future__ import annotations
 
 import dataclasses
+import os
 import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from devcell import backends, errors
+from devcell import backends, config, errors, security
 from devcell.backends import images
 from devcell.backends.base import (
     Backend,
+    Building,
     Capabilities,
     CellRef,
     MachineState,
@@ -24,15 +27,22 @@ from devcell.backends.base import (
     Outputs,
     Pulling,
 )
-from devcell.controllers import crashloop
+from devcell.controllers import crashloop, retention
+from devcell.controllers import restore as restoring
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Decision, Gate, Plan, Settled, Step, Wait, When
 from devcell.controllers.steps import StepName
-from devcell.errors import BackendError, BackendUnavailable, CapabilityMissing, ImageNotFound
+from devcell.errors import (
+    BackendError,
+    BackendUnavailable,
+    CapabilityMissing,
+    ImageBuildFailed,
+    ImageNotFound,
+)
 from devcell.log import logger
 from devcell.manifests import secrets
 from devcell.manifests.model import digest
-from devcell.store import events, objects, volumes
+from devcell.store import events, objects, restores, volumes
 from devcell.store.db import now
 from devcell.store.objects import Phase
 
@@ -91,14 +101,33 @@ class CellController:
             self._write_blocked(ctx, cell, reason, f"observing the cell failed: {exc}")
             return Blocked(exc)
 
+        request = restores.of(cell)
+        if request is not None and volume is not None and not volume_missing and not adoptable:
+            try:
+                return restoring.plan(cell, request, backend_name=backend_name, backend=backend,
+                                      observed=observed, volume=volume, conn=conn,
+                                      key=ctx.db.hash_key)
+            except BackendError as exc:
+                reason = errors.condition_reason(exc, "RestoreFailed")
+                self._write_blocked(ctx, cell, reason, f"planning the restore failed: {exc}")
+                return Blocked(exc)
         steps: list[Step] = []
         caps = backend.capabilities
+        spec = cell.spec
+        build_tag = None
+        if cell.spec.get("build") is not None and cell.spec.get("state") != "Sleeping":
+            built = self._judge_build(ctx, cell, backend, ref)
+            if isinstance(built, Blocked):
+                return built
+            build_tag = built
+            spec = with_image(cell.spec, build_tag)
+            ref = dataclasses.replace(ref, spec=spec)
         source = cell.spec.get("workspace", {}).get("from")
         if adoptable:
             # Created by an operation that died before recording it: adopt, don't duplicate.
             steps.append(Step(S.ADOPT_VOLUME, {"volume_id": adoptable[0], "record": True,
                                                "from_checkpoint": cell.extra.get("forked_from")}))
-            ref = CellRef(cell.id, cell.name, cell.spec, adoptable[0])
+            ref = CellRef(cell.id, cell.name, spec, adoptable[0])
             volume_missing = False
         if volume_missing:
             from_checkpoint = None
@@ -115,7 +144,7 @@ class CellController:
             steps.append(Step(S.CREATE_VOLUME, {"volume_id": volume_id,
                                                 "from_checkpoint": from_checkpoint,
                                                 "record": volume is None}))
-            ref = CellRef(cell.id, cell.name, cell.spec, volume_id)
+            ref = CellRef(cell.id, cell.name, spec, volume_id)
 
         action = ""
         superseded = cell.status.get("sleep", {}).get("supersedes")
@@ -130,7 +159,7 @@ class CellController:
             observed = Observed(exists=True, running=observed.running,
                                 runtime_hash=observed.runtime_hash)
         desired = cell.spec.get("state", "Running")
-        want_hash = runtime_hash(cell.spec, ctx.db.hash_key)
+        want_hash = runtime_hash(spec, ctx.db.hash_key)
         stale = observed.exists and observed.runtime_hash != want_hash
         pull = False
         if desired != "Sleeping":
@@ -170,12 +199,20 @@ class CellController:
         else:
             if pull:  # before the old runtime goes: a failed pull leaves it running
                 steps.append(Step(S.PULL_IMAGE, {"image": cell.spec["image"]}))
+            creating = not observed.exists or stale
+            if build_tag is not None and creating and not _building(backend).image_exists(
+                    build_tag):
+                # Before the old runtime goes: a failed build leaves it running.
+                steps.append(Step(S.BUILD_IMAGE, {"tag": build_tag}))
             if stale:
                 if observed.running:
                     steps.append(Step(S.STOP))
                 steps.append(Step(S.DELETE))
-            if not observed.exists or stale:
-                steps.append(Step(S.CREATE, {"runtime_hash": want_hash}))
+            if creating:
+                create: dict[str, Any] = {"runtime_hash": want_hash}
+                if build_tag is not None:
+                    create["image"] = build_tag  # kept for a resumed plan (restore())
+                steps.append(Step(S.CREATE, create))
             running_after = observed.running and not stale
             if desired == "Running" and not running_after and saved.get("machine") \
                     and caps.memory_state and observed.exists and not stale:
@@ -194,7 +231,7 @@ class CellController:
                 action = action or "stop"
         if not steps:
             self._write_settled(ctx, cell, observed)
-            return Settled()
+            return self._retention(ctx, cell, observed, backend_name, ref)
         if not action:
             action = "repair" if observed.exists else "create"
         if action == "create" and cell.phase == Phase.SLEEPING and desired == "Running":
@@ -204,6 +241,37 @@ class CellController:
         return Plan(cell, action, steps, backend_name, CellWork(ref))
 
     # -- planning helpers --------------------------------------------------------------------
+
+    def _retention(self, ctx: Context, cell: objects.ObjectRecord, observed: Observed,
+                   backend_name: str, ref: CellRef) -> Decision:
+        """A settled cell's snapshot policy: expire what its retain no longer keeps, take
+        the scheduled snapshot that is due, or sleep until the next one is."""
+        conn = ctx.db.conn
+        now = ctx.clock()
+        steps = []
+        for snapshot_id, expiry in retention.over_retain(conn, cell).items():
+            snap = objects.get(conn, "Snapshot", snapshot_id)
+            depending = retention.forks(conn, snap) if snap is not None else []
+            if snap is None or not depending:
+                steps.append(Step(S.EXPIRE, {"snapshot_id": snapshot_id}))
+            else:
+                with ctx.db.write() as wconn:
+                    retention.note_deferred(wconn, snap, expiry, depending)
+        if steps:
+            return Plan(cell, "retain", steps, backend_name, CellWork(ref))
+        running = (cell.spec.get("state", "Running") == "Running" and observed.running
+                   and not cell.deleting)
+        if not running:
+            return Settled()
+        due = retention.due_snapshot(conn, cell, now)
+        if due is not None:
+            name, slot = due
+            return Plan(cell, "schedule", [Step(S.SCHEDULE_SNAPSHOT, {
+                "name": name, "slot": retention.stamp(slot)})], backend_name, CellWork(ref))
+        upcoming = retention.next_slot(cell, now)
+        if upcoming is None:
+            return Settled()
+        return Settled(requeue_after=max((upcoming - now).total_seconds(), 0.001))
 
     def _plan_delete(self, cell: objects.ObjectRecord, backend_name: str, observed: Observed,
                      volume: volumes.VolumeRecord | None, backend: Any = None,
@@ -284,6 +352,29 @@ class CellController:
             return False, False
         seen = observed.detail.get("image_id")
         return False, bool(seen and state.image_id and seen != state.image_id)
+
+    def _judge_build(self, ctx: Context, cell: objects.ObjectRecord, backend: Backend,
+                     ref: CellRef) -> str | Blocked:
+        """The image tag spec.build names now (a digest of its context), or Blocked when the
+        context cannot be read or the backend cannot build.
+
+        Where the context leads is checked again here, not only at admission: the manifest
+        can stay unchanged while its context directory (or a parent of it) becomes a symbolic
+        link out of the manifest's tree, and a rebuild would then send that directory."""
+        if cell.source and cell.source != "-":
+            policy = config.load(ctx.db.state_dir).security
+            for _, message in security.build_context_problems(
+                    cell.spec["build"], os.path.dirname(cell.source), policy,
+                    Path(ctx.db.state_dir)):
+                exc = ImageBuildFailed(f"spec.build of cell {cell.name}: {message}")
+                self._write_blocked(ctx, cell, "ImageBuildFailed", str(exc))
+                return Blocked(exc)
+        try:
+            return _building(backend).build_tag(ref, cell.spec["build"])
+        except BackendError as exc:
+            self._write_blocked(ctx, cell, errors.condition_reason(exc, "ImageBuildFailed"),
+                                str(exc))
+            return Blocked(exc)
 
     def _wait(self, ctx: Context, cell: objects.ObjectRecord, reason: str, message: str,
               after: float = 1.0) -> Wait:
@@ -375,6 +466,8 @@ class CellController:
     # -- execution ---------------------------------------------------------------------------
 
     def run_step(self, ctx: Context, plan: Plan, step: Step) -> Outputs:
+        if step.name in (S.EXPIRE, S.SCHEDULE_SNAPSHOT):  # records only, no backend call
+            return {**step.args, "at": retention.stamp(ctx.clock())}
         handler = _STEPS.get(step.name)
         if handler is None:
             raise BackendError(f"cell controller has no step {step.name!r}")
@@ -384,6 +477,11 @@ class CellController:
     def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs
                    ) -> None:
         cell = plan.object
+        if step.name == S.EXPIRE:
+            retention.expire(conn, str(outputs["snapshot_id"]),
+                             retention.parse_time(str(outputs["at"])))
+        elif step.name == S.SCHEDULE_SNAPSHOT:
+            retention.schedule(conn, cell.id, str(outputs["name"]), str(outputs["slot"]))
         if step.name in (S.CREATE_VOLUME, S.ADOPT_VOLUME) and step.args.get("record"):
             volumes.record_created(
                 conn, volume_id=step.args["volume_id"], cell_id=cell.id, name=f"{cell.name}-workspace",
@@ -404,6 +502,9 @@ class CellController:
                 objects.write_status(conn, fresh, phase=fresh.phase,
                                      status=dict(fresh.status, sleep=sleep),
                                      observed_generation=fresh.observed_generation)
+        if step.name == S.CHECKPOINT and step.args.get("safety"):
+            restoring.record_safety(conn, cell, step.args, outputs)
+            return
         self.note_outputs(plan, step, outputs)
         if step.name in (S.CHECKPOINT, S.SAVE_MACHINE):
             # Record the sleep checkpoint now, not at finish(): a crash later in the plan must
@@ -421,7 +522,7 @@ class CellController:
                                      observed_generation=fresh.observed_generation)
 
     def note_outputs(self, plan: Plan, step: Step, outputs: Outputs) -> None:
-        if step.name in (S.CHECKPOINT, S.SAVE_MACHINE):
+        if step.name in (S.CHECKPOINT, S.SAVE_MACHINE) and not step.args.get("safety"):
             sleep: dict[str, Any] = {"checkpoint": outputs.get("checkpoint"),
                                      "checkpointId": step.args["checkpoint_id"],
                                      "consistency": outputs.get("consistency"), "at": now()}
@@ -445,6 +546,11 @@ class CellController:
         fresh = objects.get(conn, KIND, plan.object.id, include_deleted=True)
         if fresh is None:
             return
+        if plan.action == restoring.ACTION:
+            restoring.finished(conn, fresh, plan, error)
+            fresh = objects.get(conn, KIND, plan.object.id)
+            if fresh is None:
+                return
         if plan.action == "delete" and error is None:
             objects.mark_deleted(conn, fresh)
             events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name, reason="Deleted",
@@ -483,7 +589,11 @@ class CellController:
         objects.write_status(conn, fresh, phase=phase, status=status,
                              observed_generation=plan.object.generation)
         reason = {"create": "Created", "fork": "Forked", "update": "Updated", "start": "Started",
-                  "stop": "Stopped", "sleep": "Slept", "wake": "Woken"}.get(plan.action, "Synced")
+                  "stop": "Stopped", "sleep": "Slept", "wake": "Woken",
+                  "retain": "SnapshotsExpired", "schedule": "SnapshotScheduled",
+                  }.get(plan.action, "Synced")
+        if plan.action == restoring.ACTION:
+            return  # its event (Restored) is written by restoring.finished
         events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name, reason=reason,
                       message=f"{plan.action} done: {', '.join(plan.ran or plan.step_names)}")
 
@@ -512,6 +622,27 @@ def _work(plan: Plan) -> CellWork:
     return plan.work
 
 
+def with_image(spec: dict[str, Any], image: str) -> dict[str, Any]:
+    """The spec a runtime is made from when spec.build names its image: the built tag as
+    spec.image, so the runtime hash (and so the cell) changes exactly when the build's
+    digest does."""
+    return {**spec, "image": image}
+
+
+def _building(backend: Backend) -> Building:
+    if not backend.capabilities.builds_images or not isinstance(backend, Building):
+        raise CapabilityMissing(f"the {backend.name} backend cannot build images (spec.build); "
+                                "use the container backend")
+    return backend
+
+
+def _create(b: Backend, ref: CellRef, step: Step) -> Outputs:
+    image = step.args.get("image")
+    if image is not None:
+        ref = dataclasses.replace(ref, spec=with_image(ref.spec, image))
+    return b.create(ref, step.args["runtime_hash"])
+
+
 def _machine(backend: Backend) -> MachineState:
     if not backend.capabilities.memory_state or not isinstance(backend, MachineState):
         raise CapabilityMissing(f"the {backend.name} backend cannot save a machine's memory")
@@ -532,7 +663,9 @@ _STEPS: dict[StepName, StepHandler] = {
     S.DELETE_VOLUME: lambda b, ref, step: b.delete_volume(step.args["volume_id"]),
     S.DELETE_CHECKPOINT: lambda b, ref, step: b.delete_checkpoint(step.args["checkpoint_id"]),
     S.PULL_IMAGE: lambda b, ref, step: _pulling(b).pull_image(ref, step.args["image"]),
-    S.CREATE: lambda b, ref, step: b.create(ref, step.args["runtime_hash"]),
+    S.BUILD_IMAGE: lambda b, ref, step: _building(b).build_image(
+        ref, ref.spec["build"], step.args["tag"]),
+    S.CREATE: _create,
     S.START: lambda b, ref, step: b.start(ref),
     S.STOP: lambda b, ref, step: b.stop(ref),
     S.DELETE: lambda b, ref, step: b.delete(ref),
@@ -542,6 +675,8 @@ _STEPS: dict[StepName, StepHandler] = {
     S.SAVE_MACHINE: lambda b, ref, step: _machine(b).save_machine(
         ref, step.args["checkpoint_id"]).outputs(),
     S.RESTORE_MACHINE: lambda b, ref, step: _machine(b).restore_machine(
+        ref, step.args["checkpoint_id"]),
+    S.RESTORE_WORKSPACE: lambda b, ref, step: restoring.restoring(b).restore_workspace(
         ref, step.args["checkpoint_id"]),
 }
 """Which backend call each step is: the table the executor's steps are dispatched through."""

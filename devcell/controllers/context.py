@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from devcell import backends
@@ -29,6 +31,8 @@ class Context:
     """The operation whose step is running (backends label what they create with it)."""
     stopping: threading.Event | None = None
     """Set on graceful shutdown: finish the step in flight (and compensations), start no more."""
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    """The time retention judges by (ttl expiry, schedules): tests pass a fake one."""
     _backends: dict[str, Backend] = field(default_factory=dict)
 
     def backend(self, name: str) -> Backend:

@@ -81,7 +81,10 @@ class Wait:
 
 @dataclass(frozen=True)
 class Settled:
-    """Desired and observed agree: nothing to do."""
+    """Desired and observed agree: nothing to do (until `requeue_after` seconds from now, when
+    something is due: a snapshot's ttl runs out, a cell's next scheduled snapshot)."""
+
+    requeue_after: float | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devcell.backends.base import Backend, CellRef, Outputs
+from devcell.controllers import retention
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Decision, Plan, Settled, Step, Wait, When
 from devcell.controllers.steps import StepName
@@ -52,9 +53,27 @@ class SnapshotController:
             held = taken or self._held(ctx, backend_name, snap.id)
             steps = [Step(S.DELETE_CHECKPOINT)] if held else []
             return Plan(snap, "delete", steps, backend_name, SnapshotWork())
+        now = ctx.clock()
+        expiry = retention.judge(conn, snap, now)
+        deferred = False
+        if expiry is not None:
+            depending = retention.forks(conn, snap)
+            if not depending:
+                return Plan(snap, "expire", [Step(S.EXPIRE, {"snapshot_id": snap.id})],
+                            backend_name, SnapshotWork())
+            deferred = True  # a fork's progress wakes it (the registry's wakes)
+            with ctx.db.write() as wconn:
+                retention.note_deferred(wconn, snap, expiry, depending)
+        elif snap.condition("Expired") is not None:
+            with ctx.db.write() as wconn:
+                retention.clear_deferred(wconn, snap)
+            snap = objects.get(conn, KIND, snap.id) or snap
         if taken:
             self._settle(ctx, snap)
-            return Settled()
+            due = retention.expires_at(snap)
+            if due is None or deferred:
+                return Settled()
+            return Settled(requeue_after=max((due - now).total_seconds(), 0.001))
         if cell is not None:
             try:
                 found = ctx.backend(backend_name).find_checkpoint(snap.id)
@@ -107,8 +126,9 @@ class SnapshotController:
         status = dict(snap.status)
         status["conditions"] = objects.set_condition(
             status.get("conditions", []), "Ready", ready, reason, message)
-        if phase == snap.phase and status == snap.status:
-            return
+        if phase == snap.phase and status == snap.status and (
+                ready == "False" or snap.observed_generation == snap.generation):
+            return  # (a new generation, a ttl changed, is observed even when nothing else is)
         with ctx.db.write() as conn:
             fresh = objects.get(conn, KIND, snap.id)
             if fresh is None:
@@ -120,6 +140,8 @@ class SnapshotController:
                               message=message, type="Warning" if phase == Phase.FAILED else "Normal")
 
     def run_step(self, ctx: Context, plan: Plan, step: Step) -> Outputs:
+        if step.name == S.EXPIRE:  # a record only: the clock it was judged by goes with it
+            return {**step.args, "at": retention.stamp(ctx.clock())}
         handler = _STEPS.get(step.name)
         if handler is None:
             raise BackendError(f"snapshot controller has no step {step.name!r}")
@@ -129,6 +151,9 @@ class SnapshotController:
 
     def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs
                    ) -> None:
+        if step.name == S.EXPIRE:
+            retention.expire(conn, str(outputs["snapshot_id"]),
+                             retention.parse_time(str(outputs["at"])))
         self.note_outputs(plan, step, outputs)
 
     def note_outputs(self, plan: Plan, step: Step, outputs: Outputs) -> None:
@@ -154,8 +179,15 @@ class SnapshotController:
         fresh = objects.get(conn, KIND, plan.object.id, include_deleted=True)
         if fresh is None:
             return
+        if plan.action == "expire":
+            return  # the expire step asked for its deletion (or kept it, and said why)
         if plan.action == "delete":
-            if error is None:
+            if error is None and fresh.status.get("expired"):
+                objects.mark_deleted(conn, fresh, Phase.EXPIRED)
+                events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name,
+                              reason="ExpiredDeleted", message="expired: snapshot and its "
+                              "checkpoint deleted")
+            elif error is None:
                 objects.mark_deleted(conn, fresh)
                 events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name,
                               reason="Deleted", message="snapshot and its checkpoint deleted")

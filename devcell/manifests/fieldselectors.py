@@ -56,6 +56,9 @@ def _unescape(text: str, whole: str) -> str:
                                          f"invalid escape sequence {text[i:i + 2]!r}")
             out.append(nxt)
             i += 2
+        elif text[i] == "=":  # as Kubernetes: `name=a=b` is a mistake, not a value "a=b"
+            raise SelectorError(f"invalid field selector {whole!r}: unescaped '=' in a value "
+                                "(write \\=)")
         else:
             out.append(text[i])
             i += 1

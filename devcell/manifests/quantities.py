@@ -49,3 +49,18 @@ def show_bytes(value: int) -> str:
         if value >= size and value % size == 0:
             return f"{value // size}{unit}"
     return str(value)
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DURATION_PATTERN = "^[1-9][0-9]{0,5}[smhd](?!\\n)$"
+"""What the schemas accept for a duration (`ttl: 7d`, `every: 1h`): a whole number of seconds,
+minutes, hours or days, never zero (at most 999999 of the unit)."""
+_DURATION = re.compile(r"([1-9][0-9]{0,5})([smhd])")
+
+
+def duration_seconds(text: str) -> int:
+    """The duration `text` (30m, 12h, 7d) in seconds; ValueError when it is not one."""
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        raise ValueError(f"invalid duration {text!r} (e.g. 30m, 12h, 7d)")
+    return int(match.group(1)) * DURATION_UNITS[match.group(2)]

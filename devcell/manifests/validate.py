@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import os
 from functools import cache
 from typing import Any
 
@@ -253,6 +254,20 @@ def _translate(ctx: _Context, error: Any) -> list[Problem]:
             ctx.problem(path, f'missing required field "{k}"', field=field_path(path + (k,)))
             for k in missing
         ]
+    alternatives: list[list[str]] = [
+        sub["required"] for sub in error.validator_value or []
+        if isinstance(sub, dict) and isinstance(sub.get("required"), list)
+    ] if validator == "anyOf" else []
+    if alternatives and all(len(a) == 1 for a in alternatives):
+        # Never jsonschema's own message: it quotes the whole mapping, secrets included.
+        either = " or ".join(f'"{a[0]}"' for a in alternatives)
+        return [ctx.problem(path, f"missing required field {either}",
+                            field=field_path(path + (alternatives[0][0],)))]
+    if validator == "not" and isinstance(error.validator_value, dict) \
+            and list(error.validator_value) == ["required"]:
+        both = error.validator_value["required"]
+        return [ctx.problem(path + (both[-1],), "give " + " or ".join(f'"{k}"' for k in both)
+                            + ", not both (build makes the image)", at_key=True)]
     if validator == "type":
         msg = f"expected {_describe_type(schema)}, got {_describe_value(instance, secret=hidden)}"
         return [ctx.problem(path, msg + _yaml11_hint(ctx, path, instance))]
@@ -277,6 +292,9 @@ def _translate(ctx: _Context, error: Any) -> list[Problem]:
         return [ctx.problem(path, names.name_problem(instance) or error.message)]
     if validator == "pattern":
         shown = secrets.REDACTED if hidden else f'"{names.printable(str(instance))}"'
+        if schema["pattern"] == quantities.DURATION_PATTERN:
+            return [ctx.problem(path, f"{shown} is not a duration: write a whole number of "
+                                      "seconds, minutes, hours or days, e.g. 90s, 30m, 12h, 7d")]
         return [ctx.problem(path, f'{shown} does not match the pattern {schema["pattern"]}')]
     if validator == "propertyNames":
         return [ctx.problem(path, f"invalid key: {error.message}")]
@@ -299,8 +317,20 @@ def _is_name_schema(schema: dict[str, Any]) -> bool:
     return schema.get("pattern") == names.SCHEMA_PATTERN
 
 
-def _normalise_cell(spec: dict[str, Any]) -> dict[str, Any]:
+def _manifest_dir(source: SourceFile) -> str:
+    """What a relative path in the manifest is relative to: its file's directory (the
+    working directory for standard input)."""
+    return os.path.dirname(source.key) if source.key != "-" else os.getcwd()
+
+
+def _normalise_cell(spec: dict[str, Any], base: str) -> dict[str, Any]:
     spec = copy.deepcopy(spec)
+    build = spec.get("build")
+    if build is not None:
+        # Stored absolute, so the daemon and every later reconcile build the same directory
+        # whoever runs them and from wherever; admission checks where it leads.
+        build["context"] = os.path.normpath(os.path.join(base, build.get("context", ".")))
+        build.setdefault("dockerfile", "Dockerfile")
     spec.setdefault("state", "Running")
     workspace = spec.setdefault("workspace", {})
     workspace.setdefault("mountPath", "/workspace")
@@ -500,7 +530,8 @@ def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:
             problems.extend(sorted(found, key=lambda p: (p.line or 0, p.column or 0)))
             continue
         assert ctx.kind is not None and ctx.name is not None
-        spec = _normalise_cell(data["spec"]) if ctx.kind == "Cell" else dict(data["spec"])
+        spec = (_normalise_cell(data["spec"], _manifest_dir(source)) if ctx.kind == "Cell"
+                else dict(data["spec"]))
         meta = data["metadata"]
         manifests.append(
             Manifest(

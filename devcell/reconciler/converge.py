@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from devcell import backends
+from devcell.controllers import retention
 from devcell.controllers.context import Context
 from devcell.log import logger
 from devcell.reconciler import reconcile, recovery
@@ -42,6 +43,8 @@ class Report:
     operations: list[str] = field(default_factory=list)
     recovered: list[str] = field(default_factory=list)
     """Operations found interrupted by a dead process (marked Failed, not replayed)."""
+    due: set[Key] = field(default_factory=set)
+    """Keys this converge took up because retention had work due (not asked for)."""
 
     @property
     def ok(self) -> bool:
@@ -171,7 +174,8 @@ class _Pool:
 
 def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0,
              workers: int | None = None) -> Report:
-    """Reconcile `keys` (and whatever a crash left interrupted) until nothing progresses.
+    """Reconcile `keys` (and whatever a crash left interrupted, and whatever retention has
+    due: an expired snapshot, a cell over its retain) until nothing progresses.
 
     workers: objects reconciled at once within a round; None asks the backends involved.
     """
@@ -185,9 +189,15 @@ def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0,
         report.recovered = sorted({op_id for op_id, _, _ in found})
         pending.extend(k for k in dict.fromkeys((kind, oid) for _, kind, oid in found)
                        if k not in pending)
+        due_seen: dict[Key, int] = {}
+        pending.extend(_due(ctx, pending, due_seen, report))
         wanted = workers if workers is not None else parallelism(ctx.db, pending)
         try:
             for _ in range(MAX_ROUNDS):
+                if not pending:
+                    # What this converge did may have made more due (a fork gone: its
+                    # expired snapshot; a scheduled snapshot taken: its cell's retain).
+                    pending = _due(ctx, [], due_seen, report)
                 if not pending or time.monotonic() > deadline:
                     break
                 if wanted > 1 and len(pending) > 1:
@@ -225,6 +235,18 @@ def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0,
     return report
 
 
+def _due(ctx: Context, pending: list[Key], seen: dict[Key, int], report: Report) -> list[Key]:
+    """Retention work due now, unless this converge looked at it already and nothing ran
+    since (an expired snapshot kept for its fork is looked at again once the fork is gone,
+    never twice for nothing), or it failed."""
+    ran = len(report.operations)
+    out = [k for k in retention.due_keys(ctx.db.conn, ctx.clock())
+           if k not in pending and k not in report.failed and seen.get(k, -1) < ran]
+    seen.update((k, ran) for k in out)
+    report.due.update(out)
+    return out
+
+
 def _woken(ctx: Context, key: Key, pending: list[Key], queued: list[Key]) -> list[Key]:
     """Deletions waiting on `key`, which just made progress, that this converge was not
     given: a snapshot being deleted waits until its forks are gone, and the fork's deletion
@@ -237,6 +259,11 @@ def _woken(ctx: Context, key: Key, pending: list[Key], queued: list[Key]) -> lis
         version = objects.desired_version(ctx.db.conn, *dependent)
         if (version is not None and version[1] and dependent not in pending
                 and dependent not in queued and dependent not in out):
+            out.append(dependent)
+    # A schedule's progress: the snapshot a cell's schedule just recorded is taken in this
+    # converge, and a scheduled snapshot just taken has its cell apply its retain.
+    for dependent in retention.woken(ctx.db.conn, key):
+        if dependent not in pending and dependent not in queued and dependent not in out:
             out.append(dependent)
     return out
 

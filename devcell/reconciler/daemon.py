@@ -200,7 +200,9 @@ class Daemon:
         result = sync()
         for key in result.to_reconcile:
             manager.enqueue(key, trigger="watch")
-        changed = [c for c in result.changes if c.outcome != "unchanged"] + result.pruned
+        # An expired snapshot's file is read again at every full sync: said once, by its expiry.
+        changed = [c for c in result.changes if c.outcome not in ("unchanged", "expired")] \
+            + result.pruned
         for c in changed:
             logger.bind(kind=c.kind, name=c.name).info("{} {}", c.kind.lower() + "/" + c.name,
                                                        c.outcome)

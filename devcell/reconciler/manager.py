@@ -12,12 +12,13 @@ from pathlib import Path
 
 from devcell import backends
 from devcell.backends.base import Watching
+from devcell.controllers import retention
 from devcell.controllers.context import Context
 from devcell.errors import BackendError, StateUnusable
 from devcell.log import logger
 from devcell.reconciler import reconcile
 from devcell.reconciler.queue import WorkQueue
-from devcell.store import objects, observations, operations
+from devcell.store import objects, observations, operations, restores
 from devcell.store.db import Database
 
 Key = reconcile.Key
@@ -28,6 +29,8 @@ REOPEN_MIN_S, REOPEN_MAX_S = 0.5, 30.0
 RECHECK_AFTER_S = (0.25, 1.0)
 """A cell an event named is looked at again after these delays: Docker sends `die` before its
 container list says exited, so the first look can still see it running."""
+SCHEDULE = "schedule"
+"""The trigger of a reconcile the daemon queued for when something fell due (retention)."""
 CONFIRM_EVERY_S = 1.0
 """How often the cells confirmed by reconciles are written to store.observations."""
 
@@ -41,6 +44,8 @@ class Manager:
     queue: WorkQueue[Key] = field(default_factory=WorkQueue)
     stopping: threading.Event = field(default_factory=threading.Event)
     _triggers: dict[Key, str] = field(default_factory=dict)
+    _scheduled: set[Key] = field(default_factory=set)
+    """Keys queued for a time something falls due (trigger `schedule` unless another came)."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[threading.Thread] = field(default_factory=list)
     _busy_groups: set[Key] = field(default_factory=set)
@@ -56,8 +61,13 @@ class Manager:
 
     def enqueue(self, key: Key, *, trigger: str, after: float = 0.0) -> None:
         with self._lock:
-            # The first reason wins until the key is picked up ("apply" beats "drift").
-            self._triggers.setdefault(key, trigger)
+            if trigger == SCHEDULE:
+                # A wake-up for later (a ttl, a period): any other reason that comes first
+                # names the reconcile, so a user's `cell start` still counts as the user's.
+                self._scheduled.add(key)
+            else:
+                # The first reason wins until the key is picked up ("apply" beats "drift").
+                self._triggers.setdefault(key, trigger)
         self.queue.add(key, after=after)
 
     def enqueue_all(self, db: Database, *, trigger: str) -> int:
@@ -188,7 +198,7 @@ class Manager:
                 version = current
                 self.watch_runtimes(db)  # a backend used for the first time
                 pending = (objects.unconverged_keys(db.conn) + objects.drifted_keys(db.conn)
-                           + operations.approved_keys(db.conn))
+                           + operations.approved_keys(db.conn) + restores.pending_keys(db.conn))
                 for key in pending:
                     # Failing keys keep their backoff; terminal ones wait for a new generation.
                     if self.queue.failures(key) == 0 and key not in self._terminal:
@@ -220,7 +230,9 @@ class Manager:
                     else:
                         busy = False
                         self._busy_groups.add(group)
-                        trigger = self._triggers.pop(key, "resync")
+                        fallback = SCHEDULE if key in self._scheduled else "resync"
+                        self._scheduled.discard(key)
+                        trigger = self._triggers.pop(key, fallback)
                 if busy:
                     self.queue.done(key)
                     self.queue.add(key, after=GROUP_RETRY_S)
@@ -276,6 +288,8 @@ class Manager:
                 self._terminal.pop(key, None)  # it moved on (the resync found it mended)
         if result is Result.DONE:
             self.queue.forget(key)
+            if outcome.after > 0:  # something falls due then (a ttl, a schedule): wake for it
+                self.enqueue(key, trigger=SCHEDULE, after=outcome.after)
             if key[0] == "Cell":  # settled: its phase was just observed
                 with self._lock:
                     self._confirmed.add(key[1])
@@ -285,6 +299,8 @@ class Manager:
                 self.enqueue(key, trigger=ctx.trigger)
                 for dependent in objects.dependents(ctx.db.conn, *key):
                     self.enqueue(dependent, trigger=ctx.trigger)
+                for dependent in retention.woken(ctx.db.conn, key):
+                    self.enqueue(dependent, trigger=SCHEDULE)
             else:
                 self.enqueue(key, trigger=ctx.trigger, after=outcome.after)
         elif result is Result.ERROR:

@@ -50,7 +50,8 @@ class Result(StrEnum):
 class Outcome:
     result: Result
     after: float = 0.0
-    """REQUEUE: seconds until the next look; ERROR: the error's own delay (0: backoff)."""
+    """REQUEUE: seconds until the next look; ERROR: the error's own delay (0: backoff); DONE:
+    seconds until something falls due (a ttl, a schedule), 0 for nothing."""
     message: str = ""
     """Why it waits or failed, in words for the user."""
     reason: str = ""
@@ -92,7 +93,7 @@ def reconcile(ctx: Context, key: Key) -> Outcome:
     if isinstance(decision, Blocked):
         return _failed(decision.error, decision.message, None)
     assert isinstance(decision, Settled)
-    return Outcome(Result.DONE)
+    return Outcome(Result.DONE, after=decision.requeue_after or 0.0)
 
 
 def _executed(ctx: Context, run: executor.Result) -> Outcome:

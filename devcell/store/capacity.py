@@ -20,7 +20,8 @@ def live_volumes(conn: sqlite3.Connection, cell_ids: list[str] | None = None
 
 def checkpoints_of(conn: sqlite3.Connection, snapshot_ids: list[str]) -> dict[str, str]:
     """Snapshot id -> the backend holding its checkpoint (which has the snapshot's id): its
-    cell's, or for an imported snapshot the one its import recorded; only those taken."""
+    cell's, or for an imported snapshot the one its import recorded; only those taken and not
+    gone (an expired snapshot's record has no checkpoint left to measure)."""
     out: dict[str, str] = {}
     for start in range(0, len(snapshot_ids), 500):
         chunk = snapshot_ids[start:start + 500]
@@ -29,7 +30,7 @@ def checkpoints_of(conn: sqlite3.Connection, snapshot_ids: list[str]) -> dict[st
                 "SELECT s.id, COALESCE(c.backend, "
                 "json_extract(s.status, '$.origin.backend'), 'fake') FROM snapshots s "
                 f"LEFT JOIN cells c ON c.id = s.cell_id WHERE s.id IN ({marks}) "
-                "AND s.checkpoint_ref IS NOT NULL", chunk):
+                "AND s.checkpoint_ref IS NOT NULL AND s.deleted_at IS NULL", chunk):
             out[str(snap_id)] = str(backend)
     return out
 

@@ -20,20 +20,23 @@ from typing import TYPE_CHECKING, Any, Protocol
 from devcell import failpoints, kinds
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest, SourceFile, field_path
-from devcell.store import events, faults, objects, sources
+from devcell.store import events, faults, objects, retention, sources
 from devcell.store.db import Database
 
 if TYPE_CHECKING:
     from devcell.manifests.selectors import Selector
 
 SETTLED_PHASES = objects.SETTLED_PHASES
+IMPERATIVE = "cli"
+"""The source of objects an imperative verb recorded (`snapshot create`): asked for now, so
+taken even under the name of an expired snapshot (a manifest's is not taken again)."""
 
 
 @dataclass(frozen=True)
 class Change:
     kind: str
     name: str
-    outcome: str  # created | configured | unchanged | pruned | deleted
+    outcome: str  # created | configured | unchanged | pruned | deleted | expired
     object_id: str | None = None
     needs_reconcile: bool = False
 
@@ -66,12 +69,17 @@ def _live_index(conn: sqlite3.Connection, keys: set[tuple[str, str]]
         names = sorted(n for k, n in keys if k == kind.name)
         for start in range(0, len(names), 500):
             chunk = names[start:start + 500]
+            # A cell built from a Dockerfile is never taken as converged by the no-op path:
+            # its context may have changed with its manifest unchanged, and only its
+            # controller's digest check (a walk and a hash, no build) can say.
+            built = ("json_extract(spec, '$.build') IS NOT NULL" if kind.name == "Cell"
+                     else "0")
             for row in conn.execute(
                 f"SELECT id, name, manifest_hash, source, generation, observed_generation, "
-                f"phase, deleting_at FROM {kind.table} WHERE deleted_at IS NULL AND name IN "
-                f"({','.join('?' for _ in chunk)})", chunk
+                f"phase, deleting_at, {built} FROM {kind.table} WHERE deleted_at IS NULL "
+                f"AND name IN ({','.join('?' for _ in chunk)})", chunk
             ):
-                converged = row[4] == row[5] and row[6] in SETTLED_PHASES
+                converged = row[4] == row[5] and row[6] in SETTLED_PHASES and not row[8]
                 index[(kind.name, row[1])] = _Live(row[0], row[2], row[3], converged,
                                               row[7] is not None)
     return index
@@ -156,6 +164,10 @@ def _record_one(conn: sqlite3.Connection, m: Manifest, extra: dict[str, Any], ke
                 ) -> Change:
     existing = objects.get(conn, m.kind, m.name)
     spec_hash, manifest_hash = m.spec_hash(key), m.manifest_hash(key)
+    if existing is None and expired_again(conn, m):
+        gone = retention.expired_named(conn, m.name)
+        assert gone is not None
+        return Change(m.kind, m.name, "expired", gone.id)
     if existing is None:
         object_id = objects.insert(
             conn, kind=m.kind, name=m.name, spec=m.spec, labels=m.labels,
@@ -168,7 +180,9 @@ def _record_one(conn: sqlite3.Connection, m: Manifest, extra: dict[str, Any], ke
     converged = (existing.observed_generation == existing.generation
                  and existing.phase in SETTLED_PHASES)
     if existing.manifest_hash == manifest_hash and existing.source == m.source:
-        return Change(m.kind, m.name, "unchanged", existing.id, needs_reconcile=not converged)
+        built = m.kind == "Cell" and m.spec.get("build") is not None  # see _live_index
+        return Change(m.kind, m.name, "unchanged", existing.id,
+                      needs_reconcile=not converged or built)
     objects.update_desired(
         conn, existing, spec=m.spec, labels=m.labels, annotations=m.annotations,
         spec_hash=spec_hash, manifest_hash=manifest_hash, source=m.source,
@@ -178,6 +192,13 @@ def _record_one(conn: sqlite3.Connection, m: Manifest, extra: dict[str, Any], ke
                       message=f"spec changed (generation {existing.generation + 1}) from {m.file}")
         return Change(m.kind, m.name, "configured", existing.id, needs_reconcile=True)
     return Change(m.kind, m.name, "configured", existing.id, needs_reconcile=not converged)
+
+
+def expired_again(conn: sqlite3.Connection, m: Manifest) -> bool:
+    """Whether `m` declares a snapshot that expired: a re-apply of its manifest must not take
+    it again (apply, its dry run and diff all say so; an imperative create may)."""
+    return (m.kind == "Snapshot" and m.source != IMPERATIVE
+            and retention.expired_named(conn, m.name) is not None)
 
 
 def _under(source: str | None, roots: list[str]) -> bool:
@@ -251,7 +272,8 @@ def apply(
     if dry_run:
         for m in manifests:
             existing = objects.get(conn, m.kind, m.name)
-            outcome = ("created" if existing is None else
+            outcome = ("expired" if existing is None and expired_again(conn, m) else
+                       "created" if existing is None else
                        "unchanged" if existing.manifest_hash == m.manifest_hash(key)
                        else "configured")
             result.changes.append(Change(m.kind, m.name, outcome,

@@ -204,7 +204,10 @@ class Connection(sqlite3.Connection):
 def connect(path: Path, *, timeout: float, read_only: bool = False) -> Connection:
     """Open `path` as a translating connection (autocommit: DevCell issues BEGIN itself);
     `read_only` opens it so that nothing can be written (and no file is created)."""
-    target, uri = (f"file:{path}?mode=ro", True) if read_only else (str(path), False)
+    # In a URI `%`, `?` and `#` are not part of the path: quoted, so that a directory named
+    # `a#b` or `x?mode=rwc&` is the file opened (read-only), not another one (or a new one).
+    quoted = str(path).replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+    target, uri = (f"file:{quoted}?mode=ro", True) if read_only else (str(path), False)
     try:
         conn = sqlite3.connect(target, isolation_level=None, timeout=timeout, uri=uri,
                                check_same_thread=False, factory=Connection)

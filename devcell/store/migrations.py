@@ -120,11 +120,18 @@ def _v4_resume_input(db: Any) -> None:
     db["operations"].add_column("resume_input", str)
 
 
+def _v5_restore_request(db: Any) -> None:
+    """A cell's pending `snapshot restore` (JSON: the snapshot, the safety snapshot's id and
+    name), desired state the cell controller plans from and clears when it is done."""
+    db["cells"].add_column("restore", str)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
     (1, "initial schema", _v1_initial),
     (2, "controller status", _v2_controller_status),
     (3, "cell list columns", _v3_cell_list_columns),
     (4, "operation resume input", _v4_resume_input),
+    (5, "cell restore request", _v5_restore_request),
 ]
 LATEST = MIGRATIONS[-1][0]
 

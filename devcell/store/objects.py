@@ -32,6 +32,9 @@ class Phase(StrEnum):
     """A snapshot whose checkpoint was taken."""
     FAILED = "Failed"
     DELETED = "Deleted"
+    EXPIRED = "Expired"
+    """A snapshot its ttl or its cell's retain removed (the row stays: an apply of the same
+    manifest does not take it again)."""
 
 
 SETTLED_PHASES = frozenset({Phase.RUNNING, Phase.STOPPED, Phase.SLEEPING, Phase.READY})
@@ -392,12 +395,13 @@ def cancel_delete(conn: sqlite3.Connection, record: ObjectRecord) -> None:
         (now(), record.id))
 
 
-def mark_deleted(conn: sqlite3.Connection, record: ObjectRecord) -> None:
+def mark_deleted(conn: sqlite3.Connection, record: ObjectRecord,
+                 phase: str = Phase.DELETED) -> None:
     stamp = now()
     conn.execute(
         f"UPDATE {kinds.get(record.kind).table} SET deleted_at = ?, phase = ?, "
         "resource_version = resource_version + 1, updated_at = ? WHERE id = ?",
-        (stamp, Phase.DELETED, stamp, record.id),
+        (stamp, phase, stamp, record.id),
     )
 
 

@@ -69,13 +69,18 @@ def cells_table(conn: sqlite3.Connection, selector: Selector | None = None,
 def snapshots_table(conn: sqlite3.Connection, selector: Selector | None = None,
                     names: Sequence[str] = (), cell: str | None = None) -> list[dict[str, Any]]:
     sql = (
-        "SELECT s.id, s.name, s.phase, s.deleting_at, s.created_at, s.taken_at, s.labels, "
-        "s.consistency, "
+        "SELECT s.id, s.name, s.phase, s.deleting_at, s.deleted_at, s.created_at, s.taken_at, "
+        "s.labels, s.consistency, "
         "s.cell_id, c.name AS cell, c.deleted_at AS cell_deleted, "
         "json_extract(s.status, '$.origin.cell') AS imported_from, "
         "(SELECT group_concat(f.name, ',') FROM cells f WHERE f.forked_from = s.id "
         " AND f.deleted_at IS NULL) AS forks "
-        "FROM snapshots s LEFT JOIN cells c ON c.id = s.cell_id WHERE s.deleted_at IS NULL"
+        "FROM snapshots s LEFT JOIN cells c ON c.id = s.cell_id WHERE (s.deleted_at IS NULL"
+        # An expired snapshot a manifest declared stays listed (phase Expired): an apply of
+        # that manifest does not take it again, and this says why.
+        " OR (s.phase = 'Expired' AND s.source IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "
+        "snapshots t WHERE t.name = s.name AND (t.deleted_at IS NULL OR "
+        "t.deleted_at > s.deleted_at))))"
     )
     where, params = _names_sql("s", names)
     sql += where
@@ -95,7 +100,7 @@ def snapshots_table(conn: sqlite3.Connection, selector: Selector | None = None,
 def names_matching(conn: sqlite3.Connection, kind: str, selector: Selector) -> list[str]:
     """The names of the live objects of `kind` (Cell or Snapshot) whose labels match."""
     rows = (cells_table(conn, selector) if kind == "Cell" else snapshots_table(conn, selector))
-    return [r["name"] for r in rows]
+    return [r["name"] for r in rows if r.get("deleted_at") is None]  # not an expired record
 
 
 def volumes_table(conn: sqlite3.Connection, name: str | None = None) -> list[dict[str, Any]]:

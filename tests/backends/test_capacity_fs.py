@@ -158,3 +158,32 @@ def test_a_hostile_workspace_is_measured_without_following_or_opening_anything(
     assert found.workspace.logical == _du(workspace, apparent=True)  # du follows no link
     assert found.workspace.disk == _du(workspace)
     assert found.changed_files == 41 + 4  # nothing checkpointed: every entry counts
+
+
+def test_a_checkpoint_of_an_unchanged_workspace_shows_the_tree_it_names_counted_once(
+        store: WorkspaceStore) -> None:
+    """A checkpoint naming an earlier one's tree (nothing changed) is that tree's size; each
+    frees only its record while the other names the tree; together they free all of it."""
+    _take(store, "ck1")
+    _take(store, "ck2")
+    assert store.tree_of("ck2") == store.tree_of("ck1")  # the second names the first's tree
+    found = container_capacity.checkpoints_usage(store, None)
+    by_id = {c.checkpoint_id: c for c in found.items}
+    tree = store.tree_of("ck1")
+    assert by_id["ck2"].usage.logical == by_id["ck1"].usage.logical >= _du(tree, apparent=True)
+    home = store.layout.checkpoint("ck1")
+    assert by_id["ck1"].unique == 0  # retired, not removed, while ck2 names its tree
+    assert by_id["ck2"].unique == _du(store.layout.checkpoint("ck2"))  # its record only
+    both = [home, store.layout.checkpoint("ck2")]
+    assert found.total.disk == _du(*both)
+    assert found.freed_together == _du(*both)
+
+
+def test_dirty_bytes_after_an_unchanged_checkpoint_compare_with_the_named_tree(
+        store: WorkspaceStore) -> None:
+    _take(store, "ck1")
+    _take(store, "ck2")
+    (store.layout.workspace("vol_a") / "src" / "f7").write_bytes(b"z" * 123)
+    found = container_capacity.workspace_usage(store, "vol_a")
+    assert found is not None and (found.since, found.changed_files) == ("ck2", 1)
+    assert found.changed_bytes == 123

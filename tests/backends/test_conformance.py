@@ -344,3 +344,37 @@ def test_imported_checkpoints_appear_whole_or_not_at_all(backend: Backend, tmp_p
     assert not [p for p in tmp_path.rglob("*") if "snap_imported02" in p.name]
     with pytest.raises(BackendError):
         backend.checkpoint_files("snap_missing")
+
+
+def test_restore_workspace_refuses_a_running_cell_and_is_idempotent(backend: Backend) -> None:
+    """Restoring: a backend that offers it (Restoring) refuses while the cell runs, refuses a
+    checkpoint that does not exist, and restoring twice is no error."""
+    from devcell.backends.base import Changes, Restoring
+    from devcell.errors import BackendNotFound
+
+    if not isinstance(backend, Restoring):
+        assert not backends.restores(backend.name)
+        return
+    assert backends.restores(backend.name)
+    ref = cell(5, volume_id="vol_conformance0005")
+    backend.create_volume(ref, "vol_conformance0005", from_checkpoint=None)
+    backend.create(ref, "h")
+    backend.start(ref)
+    backend.checkpoint(ref, "snap_conformance05")
+    with pytest.raises(BackendRefused):
+        backend.restore_workspace(ref, "snap_conformance05")
+    backend.stop(ref)
+    with pytest.raises(BackendNotFound):
+        backend.restore_workspace(ref, "snap_conformance_gone")
+    for _ in range(2):
+        outputs = backend.restore_workspace(ref, "snap_conformance05")
+        assert_scalar_outputs(outputs)
+        assert outputs["restoredFrom"] == "snap_conformance05"
+    assert isinstance(backend.workspace_changes("vol_conformance0005", "snap_conformance05"),
+                      Changes)
+    assert backend.checkpoint_exists("snap_conformance05")
+    backend.start(ref)
+    assert backend.observe(ref).running
+    backend.delete(ref)
+    backend.delete_volume("vol_conformance0005")
+    backend.delete_checkpoint("snap_conformance05")

@@ -89,7 +89,7 @@ def change_every_way(workspace: Path) -> set[str]:
 
 def take(store: WorkspaceStore, checkpoint_id: str, volume_id: str = "vol_1") -> Path:
     store.checkpoint(checkpoint_id=checkpoint_id, cell_id="cell_1", volume_id=volume_id)
-    return store.layout.checkpoint(checkpoint_id) / "workspace"
+    return store.tree_of(checkpoint_id)
 
 
 @pytest.fixture
@@ -130,10 +130,10 @@ def test_no_checkpoint_shares_an_inode_with_the_live_workspace(store: WorkspaceS
     take(store, "snap_1")
     change_every_way(volume)
     take(store, "snap_2")
-    saved = {cp: tree(store.layout.checkpoint(cp) / "workspace") for cp in ("snap_1", "snap_2")}
+    saved = {cp: tree(store.tree_of(cp)) for cp in ("snap_1", "snap_2")}
     live = inodes(volume)
     for cp in saved:
-        assert not live & inodes(store.layout.checkpoint(cp) / "workspace")
+        assert not live & inodes(store.tree_of(cp))
     for directory, _, files in os.walk(volume):  # every file rewritten and chmodded in place
         for name in files:
             path = Path(directory) / name
@@ -141,7 +141,7 @@ def test_no_checkpoint_shares_an_inode_with_the_live_workspace(store: WorkspaceS
                 with open(path, "r+b") as f:
                     f.write(b"overwritten")
                 os.chmod(path, 0o777)
-    assert {cp: tree(store.layout.checkpoint(cp) / "workspace") for cp in saved} == saved
+    assert {cp: tree(store.tree_of(cp)) for cp in saved} == saved
 
 
 def test_a_checkpoint_outlives_the_one_it_shares_with(store: WorkspaceStore,
@@ -266,3 +266,122 @@ def test_a_mount_left_in_a_dead_temporary_is_detached_when_it_is_removed(
     assert not dead.exists()
     assert not [n for n in os.listdir(store.layout.volumes) if n.startswith(".")]
     assert tree(snap) == saved
+
+
+# -- an unchanged workspace: a checkpoint that names the previous tree ----------------------
+
+
+def test_an_unchanged_workspace_is_checkpointed_by_naming_the_previous_tree(
+        store: WorkspaceStore, volume: Path) -> None:
+    first = take(store, "snap_1")
+    second = take(store, "snap_2")
+    meta = store.find_checkpoint("snap_2") or {}
+    assert meta[workspaces.SAME_AS] == "snap_1" and meta["base"] == "snap_1"
+    assert meta["files"] == FILES + 2 and meta["shared_files"] == FILES + 2
+    assert second == first and not (store.layout.checkpoint("snap_2") / "workspace").exists()
+    assert store.checkpoint_files("snap_2") == first and tree(second) == tree(volume)
+    third = take(store, "snap_3")  # names snap_1 too, never a chain of names
+    assert (store.find_checkpoint("snap_3") or {})[workspaces.SAME_AS] == "snap_1"
+    (volume / "d0/f000").write_bytes(b"changed")
+    fourth = take(store, "snap_4")  # a tree of its own, sharing the rest with snap_1's
+    assert workspaces.SAME_AS not in (store.find_checkpoint("snap_4") or {})
+    assert tree(fourth) == tree(volume) and tree(third) != tree(fourth)
+    assert os.stat(fourth / "d1/f001").st_ino == os.stat(first / "d1/f001").st_ino
+    assert os.stat(fourth / "d0/f000").st_ino != os.stat(first / "d0/f000").st_ino
+
+
+def _put_back_times(path: Path, st: os.stat_result) -> None:
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+
+
+CHANGES = {
+    "rewritten in place, times put back": lambda w: (
+        (st := (w / "d0/f000").stat(), (w / "d0/f000").write_bytes(b"Z" * st.st_size),
+         _put_back_times(w / "d0/f000", st))),
+    "chmod of a file": lambda w: os.chmod(w / "d1/f001", 0o600),
+    "chmod of a directory": lambda w: os.chmod(w / "d2", 0o700),
+    "chown of a file": lambda w: os.chown(w / "d3/f003", 4321, 4321),
+    "a new empty file, directory times put back": lambda w: (
+        (st := (w / "d4").stat(), (w / "d4/new").touch(), _put_back_times(w / "d4", st))),
+    "a file removed": lambda w: (w / "d5/f005").unlink(),
+    "a hard link made": lambda w: os.link(w / "d6/f006", w / "d6/again"),
+    "a file renamed over another": lambda w: os.rename(w / "d7/f007", w / "d7/f017"),
+    "a symbolic link replaced": lambda w: ((w / "link").unlink(),
+                                           os.symlink("d1/f001", w / "link")),
+    "an extended attribute set": lambda w: os.setxattr(w / "d8/f008", "user.devcell", b"x"),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_any_change_makes_a_tree_of_its_own(store: WorkspaceStore, volume: Path,
+                                            change: str) -> None:
+    first = take(store, "snap_1")
+    saved = tree(first)
+    CHANGES[change](volume)
+    second = take(store, "snap_2")
+    assert workspaces.SAME_AS not in (store.find_checkpoint("snap_2") or {})
+    assert tree(second) == tree(volume) and tree(first) == saved
+
+
+def test_a_change_in_the_previous_checkpoints_tick_is_never_trusted(
+        store: WorkspaceStore, volume: Path) -> None:
+    """An entry whose times are not older than the checkpoint's clock could change again
+    within that tick unseen: the next checkpoint never merely names that tree."""
+    os.utime(volume / "d0/f000", ns=(4 * 10**18, 4 * 10**18))
+    take(store, "snap_1")
+    take(store, "snap_2")
+    assert workspaces.SAME_AS not in (store.find_checkpoint("snap_2") or {})
+
+
+def test_a_named_tree_outlives_the_checkpoint_that_made_it(store: WorkspaceStore,
+                                                           volume: Path) -> None:
+    take(store, "snap_1")
+    take(store, "snap_2")
+    take(store, "snap_3")
+    saved = tree(volume)
+    home = store.layout.checkpoint
+    assert store.freed_by_deleting("snap_1") == []  # others name its tree
+    assert store.freed_by_deleting("snap_2") == [home("snap_2")]
+    store.delete_checkpoint("snap_1")  # snap_2 and snap_3 name its tree: it is retired
+    assert store.find_checkpoint("snap_1") is None
+    assert [cp for cp, _ in store.all_checkpoints()] == ["snap_2", "snap_3"]
+    assert tree(store.tree_of("snap_2")) == saved == tree(store.checkpoint_files("snap_3"))
+    store.delete_checkpoint("snap_2")
+    assert store.freed_by_deleting("snap_3") == [home("snap_3"), home("snap_1")]
+    assert tree(store.tree_of("snap_3")) == saved
+    made = store.create_volume(cell_id="cell_f", cell_name="f", volume_id="vol_f",
+                               from_checkpoint="snap_3")
+    assert tree(store.layout.workspace("vol_f")) == saved
+    if made.storage == workspaces.OVERLAY:  # after a reboot it is mounted on the same tree
+        overlay.unmount(store.layout.workspace("vol_f"))
+        assert store.ensure_mounted("vol_f")
+        assert tree(store.layout.workspace("vol_f")) == saved
+    store.delete_volume("vol_f")
+    store.delete_checkpoint("snap_3")  # the last one naming the tree: it goes too
+    assert os.listdir(store.layout.checkpoints) == []
+
+
+def test_a_retired_tree_nothing_names_is_removed_by_the_next_delete(
+        store: WorkspaceStore, volume: Path) -> None:
+    """A kill between removing the last checkpoint naming a tree and removing the retired
+    tree leaks it; any later delete reclaims it."""
+    take(store, "snap_1")
+    take(store, "snap_2")
+    store.delete_checkpoint("snap_1")
+    assert (store.layout.checkpoint("snap_1") / workspaces.RETIRED).is_file()
+    treecopy.remove_tree(store.layout.checkpoint("snap_2"),  # what the kill left
+                         temporaries.trash(store.layout.checkpoints))
+    (volume / "d0/f000").write_bytes(b"changed")
+    take(store, "snap_3")
+    store.delete_checkpoint("snap_3")
+    assert os.listdir(store.layout.checkpoints) == []
+
+
+def test_a_checkpoint_never_names_a_tree_that_is_gone(store: WorkspaceStore,
+                                                      volume: Path) -> None:
+    take(store, "snap_1")
+    treecopy.remove_tree(store.layout.checkpoint("snap_1") / "workspace",
+                         temporaries.trash(store.layout.checkpoints))  # damaged by hand
+    second = take(store, "snap_2")
+    assert workspaces.SAME_AS not in (store.find_checkpoint("snap_2") or {})
+    assert tree(second) == tree(volume)

@@ -66,7 +66,8 @@ MORE = [  # the rest of the dialect the issue names, same document
     ("{.items[-1].metadata.name}", "127.0.0.2"),
     ("{.items[0:1].metadata.name}", "127.0.0.1"),
     ("{.items[1:].metadata.name}", "127.0.0.2"),
-    ("{.items[::-1].metadata.name}", "127.0.0.2 127.0.0.1"),
+    ("{.items[0:2:2].metadata.name}", "127.0.0.1"),
+    ("{.items[-2:].metadata.name}", "127.0.0.1 127.0.0.2"),
     ("{.users[*].user.username}", "admin"),
     ("{.users[?(@.user.password)].name}", "e2e"),
     ('{.items[?(@.status.capacity.cpu!="4")].metadata.name}', "127.0.0.2"),
@@ -115,8 +116,9 @@ def test_values_are_escaped_but_template_literals_are_not() -> None:
     ("{.a[x]}", 5),
     ("{.a b}", 4),
     ("{'abc'x}", 7),
-    ("{.items[?(@.a==b)]}", 9),
-    ("{.items[::0]}", 9),
+    ("{.items[?(@.a==b)]}", 16),
+    ("{.items[?(@.a=='b']}", 19),
+    ("{.items[?(a==1)]}", 11),
     ("{.a[}", 4),
     ("{}", 2),
     ("{'\\q'}", 3),
@@ -137,3 +139,137 @@ def test_relaxed_paths_of_custom_columns_and_sort_by() -> None:
     for expression in (".metadata.name", "metadata.name", "{.metadata.name}"):
         nodes = jsonpath.relaxed(expression, what="test")
         assert jsonpath.render(nodes, DOC["items"][0]) == "127.0.0.1"
+
+
+@pytest.mark.parametrize("template", ["{.items[-:]}", "{.items[:-]}", "{.items[::-]}",
+                                      "{.items[- :1]}"])
+def test_a_sign_without_a_number_in_a_slice_is_a_usage_error(template: str) -> None:
+    with pytest.raises(TemplateError, match="invalid array index"):
+        jsonpath.parse(template)
+
+
+@pytest.mark.parametrize("template", [
+    "{.items" + "[?(@.a" * 500 + ")]" * 500 + "}",
+    "{range .items[*]}" + "{range @}" * 2000 + "{@}" + "{end}" * 2001,
+])
+def test_deep_nesting_is_a_usage_error_not_a_recursion_error(template: str) -> None:
+    with pytest.raises(TemplateError, match="nested more than"):
+        jsonpath.render(jsonpath.parse(template), DOC)
+
+
+def test_nesting_up_to_the_limit_still_works() -> None:
+    depth = jsonpath.MAX_NESTING - 1
+    template = "{range .items[*]}" + "{range @}" * depth + "{.kind}" + "{end}" * (depth + 1)
+    assert jsonpath.render(jsonpath.parse(template), {"items": [{"kind": "k"}]}) == "k"
+
+
+# kubectl's evalArray (k8s.io/client-go/util/jsonpath/jsonpath.go): a negative bound counts
+# from the end once; what is still outside the list is an error, never clamped; the step must
+# be positive (no reversing); asking for no elements is allowed.
+ITEMS = {"items": ["a", "b", "c"]}
+
+
+@pytest.mark.parametrize(("template", "message"), [
+    ("{.items[::-1]}", "step must be > 0"),
+    ("{.items[::0]}", "step must be > 0"),
+    ("{.items[0:100]}", "index out of bounds: index 99, length 3"),
+    ("{.items[-100:]}", "index out of bounds: index -97, length 3"),
+    ("{.items[3]}", "index out of bounds: index 3, length 3"),
+    ("{.items[-4]}", "index out of bounds: index -1, length 3"),
+    ("{.items[2:1]}", "starting index 2 is greater than ending index 1"),
+    ("{.items[4:]}", "index out of bounds: index 4, length 3"),
+    ("{.items[0][0]}", "string is not an array"),
+])
+def test_out_of_bounds_slices_and_non_positive_steps_are_errors_as_kubectl(
+        template: str, message: str) -> None:
+    nodes = jsonpath.parse(template)  # well-formed: the data cannot answer it
+    with pytest.raises(TemplateEvaluationError, match=message):
+        jsonpath.render(nodes, ITEMS)
+
+
+@pytest.mark.parametrize(("template", "result"), [
+    ("{.items[-1]}", "c"),
+    ("{.items[-3]}", "a"),
+    ("{.items[1:]}", "b c"),
+    ("{.items[:-1]}", "a b"),
+    ("{.items[-2:]}", "b c"),
+    ("{.items[0:3:2]}", "a c"),
+    ("{.items[1:1]}", ""),  # no elements asked for: allowed
+    ("{.items[3:3]}", ""),
+    ("{.items[3:]}", ""),
+    ("{.missing[5]}", ""),  # a missing key is nothing, before any index
+])
+def test_slices_within_bounds_as_kubectl(template: str, result: str) -> None:
+    assert jsonpath.render(jsonpath.parse(template), ITEMS) == result
+
+
+def test_an_empty_selection_ends_the_step_as_kubectl() -> None:
+    # client-go returns what it has when a list yields no elements (`return result, nil`),
+    # so the later lists are not read: the same answer as kubectl, not a "fixed" one
+    doc = {"l": [{"v": ["x", "y"]}, {"v": ["z"]}, {"v": ["p", "q"]}]}
+    assert jsonpath.render(jsonpath.parse("{.l[*].v[1:]}"), doc) == "y"
+
+
+@pytest.mark.parametrize("template", [
+    "{.items[?(@.s<2)].name}", '{.items[?(@.n=="1")].name}', "{.items[?(@.s>1)].name}",
+    "{.items[?(@.b<true)].name}",
+])
+def test_a_filter_comparing_incompatible_types_is_a_usage_error_naming_it(
+        template: str) -> None:
+    doc = {"items": [{"n": 1, "s": "1", "b": False, "name": "x"}]}
+    with pytest.raises(TemplateError, match=r"filter '\[\?\(.*\)\]': cannot compare") as caught:
+        jsonpath.render(jsonpath.parse(template), doc)
+    assert caught.value.exit_code == 2
+
+
+def test_filters_compare_like_kinds() -> None:
+    doc = {"items": [{"n": 1, "s": "1", "b": False, "name": "x"}]}
+    for template in ('{.items[?(@.s<"2")].name}', "{.items[?(@.n<2.5)].name}",
+                     "{.items[?(@.b==false)].name}", "{.items[?(@.s==@.s)].name}"):
+        assert jsonpath.render(jsonpath.parse(template), doc) == "x", template
+
+
+def _lines_run(template: str) -> int:
+    """How many lines of jsonpath.py parsing `template` executes: a count, not a time."""
+    import sys
+    from types import FrameType
+
+    count = 0
+
+    def tracer(frame: FrameType, event: str, arg: object) -> object:
+        nonlocal count
+        if frame.f_code.co_filename != jsonpath.__file__:
+            return None
+        count += event == "line"
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        jsonpath.parse(template)
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def test_parsing_is_linear_in_the_template_length() -> None:
+    # a long path inside nested filters: a parser that scans each filter's text again (for
+    # its brackets, then for each comparator) reads that path once per level
+    def template(depth: int) -> str:
+        return "{.a" + "[?(@.a" * depth + ".b" * 2_000 + ")]" * depth + "}"
+
+    shallow, deep = template(1), template(jsonpath.MAX_NESTING - 1)
+    per_char_shallow = _lines_run(shallow) / len(shallow)
+    per_char_deep = _lines_run(deep) / len(deep)
+    assert per_char_deep < 2 * per_char_shallow  # 63x the nesting, about the same work
+
+
+def test_a_template_larger_than_64_kib_is_refused_before_parsing() -> None:
+    with pytest.raises(TemplateError, match="at most 65536"):
+        jsonpath.parse("{.a}" + "x" * jsonpath.MAX_TEMPLATE_BYTES)
+    jsonpath.parse("{.a}" + "x" * (jsonpath.MAX_TEMPLATE_BYTES - 4))
+
+
+def test_a_long_template_error_names_a_shortened_template() -> None:
+    with pytest.raises(TemplateError) as caught:
+        jsonpath.parse("{.a b}" + "x" * 10_000)
+    assert len(str(caught.value)) < 200

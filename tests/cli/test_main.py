@@ -48,6 +48,7 @@ EVERY_COMMAND = [
     ["schema", "cell"], ["image", "build-base"], ["exec", "api", "--", "ls"], ["logs", "api"], ["gc"],
     ["explain", "cell.spec"], ["version"], ["completion", "bash"],
     ["df"], ["df", "-o", "json"],
+    ["import", "devcontainer", "-o", "cell.yaml"],
 ]
 
 
@@ -108,3 +109,41 @@ def test_durations_every_wait_can_honour_and_no_other() -> None:
     for text in ("99999999999999999999h", f"{int(threading.TIMEOUT_MAX) + 1}s", "1" * 400):
         with pytest.raises(argparse.ArgumentTypeError, match="too long"):
             cli_main._duration(text)
+
+
+def _two_cells(tmp_path: Path) -> Path:
+    from devcell.api import apply as api
+
+    manifests = tmp_path / "m"
+    manifests.mkdir()
+    for name, team in (("c1", "t1"), ("c2", "t2")):
+        (manifests / f"{name}.yaml").write_text(
+            "apiVersion: devcell.dev/v1alpha1\nkind: Cell\n"
+            f"metadata: {{name: {name}, labels: {{team: {team}}}}}\nspec: {{backend: fake}}\n")
+    state = tmp_path / "state"
+    api.apply(state, [str(manifests)])
+    return state
+
+
+def test_a_blank_selector_is_no_selector_and_never_deletes_everything(tmp_path: Path) -> None:
+    """kubectl trims -l: `delete cells -l ' '` is `delete cells` (refused), not "delete all"."""
+    from devcell.cli import main as cli_main
+    from devcell.store import completion
+
+    state = _two_cells(tmp_path)
+    for argv in (["delete", "cells", "-l", " "], ["wait", "cells", "-l", "\t"]):
+        assert cli_main.main(["--state-dir", str(state), *argv]) == 2
+    assert completion.names(state, "cells") == ["c1", "c2"]
+
+
+def test_names_with_a_selector_are_refused_as_kubectl_does(tmp_path: Path) -> None:
+    """`delete cells c1 -l team=t2` must not delete c1 and c2; `get` must not say c1 is not
+    found: kubectl refuses a name with a selector."""
+    from devcell.cli import main as cli_main
+    from devcell.store import completion
+
+    state = _two_cells(tmp_path)
+    for verb in ("get", "delete"):
+        assert cli_main.main(["--state-dir", str(state), verb, "cells", "c1",
+                              "-l", "team=t2"]) == 2
+    assert completion.names(state, "cells") == ["c1", "c2"]

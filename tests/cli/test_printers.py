@@ -48,3 +48,24 @@ def test_sort_by_natural_strings_and_numbers() -> None:
 def test_sort_by_objects_is_refused() -> None:
     with pytest.raises(TemplateEvaluationError):
         printers.sort_order(".metadata", DOCS)
+
+
+@pytest.mark.parametrize("path", ['{.a}{"x"}', "a}{b", '{"x"}', "{range .items[*]}{.a}{end}"])
+def test_a_column_or_sort_key_that_is_not_one_path_is_a_usage_error(path: str) -> None:
+    with pytest.raises(TemplateError):
+        printers.parse_output(f"custom-columns=A:{path}")
+    with pytest.raises(TemplateError):
+        printers.sort_order(path, DOCS)
+
+
+def test_sort_by_strings_with_unicode_digits_sorts_them_as_text() -> None:
+    docs = [{"v": v} for v in ("²", "a10", "a2", "٣", "1")]
+    assert [docs[i]["v"] for i in printers.sort_order(".v", docs)] == ["1", "a2", "a10", "²",
+                                                                          "٣"]
+
+
+def test_a_jsonpath_file_of_a_megabyte_is_refused_before_parsing(tmp_path: Path) -> None:
+    file = tmp_path / "huge.jsonpath"
+    file.write_text("{.a" + "[?(@.a" * 60 + ".b" * 500_000 + ")]" * 60 + "}")
+    with pytest.raises(UsageError, match="larger than 65536 bytes"):
+        printers.parse_output(f"jsonpath-file={file}")

@@ -29,8 +29,8 @@ CORPUS = Path(__file__).resolve().parent / "bad_inputs"
 REL = CORPUS.relative_to(REPO).as_posix()  # paths are given relative to the repo (cli's cwd)
 PRIOR = f"{REL}/prior/base.yaml"  # api, other, snap-a and snap-b of api, fork from snap-a
 
-KNOWN_CELL_FIELDS = ("backend, image, state, workspace, services, env, mounts, resources, network, "
-                     "hooks")
+KNOWN_CELL_FIELDS = ("backend, image, imagePullPolicy, build, state, workspace, services, env, mounts, "
+                     "resources, network, snapshots, hooks")
 NAME_RULE = 'use lower-case letters, digits and "-", starting and ending with a letter or digit'
 
 
@@ -131,7 +131,7 @@ CASES = [
     ), prior=True),
     Case("immutable-snapshot-cell", ("immutable-snapshot-cell.yaml",), (
         (f'{_p("immutable-snapshot-cell.yaml")}:6:9: Snapshot "snap-a": spec.cell: ',
-         "a Snapshot's spec is immutable (recorded cell \"api\", got \"other\")"),
+         "a Snapshot's cell is immutable (recorded cell \"api\", got \"other\")"),
     ), prior=True),
     Case("immutable-fork-source", ("immutable-fork-source.yaml",), (
         (f'{_p("immutable-fork-source.yaml")}:9:7: Cell "fork": spec.workspace.from: ',
@@ -148,7 +148,7 @@ CASES = [
     Case("multi-problem-all-listed", ("multi-problem.yaml",), (
         (f'{_p("multi-problem.yaml")}:7:10: Cell "api": spec.state: ',
          'must be one of: Running, Stopped, Sleeping (got "Paused")'),
-        (f'{_p("multi-problem.yaml")}:8:3: Cell "api": spec.imagePullPolicy: ',
+        (f'{_p("multi-problem.yaml")}:8:3: Cell "api": spec.imagePulPolicy: ',
          "unknown field"),
         (f'{_p("multi-problem.yaml")}:11:16: Cell "api": spec.services[0].command: ',
          "expected an array of strings, got a string"),
@@ -209,6 +209,14 @@ CASES = [
          "must not contain a NUL character"),
         (f'{_p("nul-strings.yaml")}:18:23: Cell "api": spec.services[0].command[1]: ',
          "must not contain a NUL character"),
+    )),
+    Case("bad-durations", ("bad-durations.yaml",), (
+        (f'{_p("bad-durations.yaml")}:7:22: Cell "api": spec.snapshots.every: ',
+         '"0h" is not a duration: write a whole number of seconds, minutes, hours or days'),
+        (f'{_p("bad-durations.yaml")}:7:34: Cell "api": spec.snapshots.retain: ',
+         "must be at least 1"),
+        (f'{_p("bad-durations.yaml")}:12:24: Snapshot "snap-a": spec.ttl: ',
+         '"1.5h" is not a duration'),
     )),
     Case("memory-zero-and-overflow", ("memory-range.yaml",), (
         (f'{_p("memory-range.yaml")}:8:13: Cell "zero": spec.resources.memory: ',

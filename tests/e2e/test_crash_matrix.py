@@ -25,6 +25,12 @@ exist); `DEVCELL_CRASH_MATRIX=full` collects the other runs too (nth = 2, 3, oth
 `test_matrix_inventory` checks that every step named in devcell/controllers and every
 failpoint of the issue is in the matrix, and prints the count (points x runs).
 
+Retention is in the matrix too: `expire` (snapshots whose ttl ran out, expired by the next
+inline converge: the expire step, the delete-checkpoint that frees them, the final commits)
+and `schedule` (cells given `snapshots: {every: 1s, retain: 1}`: the schedule-snapshot step
+inline; in a daemon, a schedule step and a retain's expire step); after every restart no
+period is taken twice and no expired snapshot keeps its checkpoint (`check_retention`).
+
 `test_gc_crash` kills `devcell gc` at each of its points (planned, every removal step before
 and after its call, the final commit, the next run's recovery): nothing referenced is lost,
 and the next gc removes every leftover with each removal made exactly once.
@@ -67,6 +73,8 @@ STEP_METHOD = {
     "delete-checkpoint": "delete_checkpoint", "create": "create", "start": "start",
     "stop": "stop", "delete": "delete", "quiesce": "quiesce", "checkpoint": "checkpoint",
     "resume": "resume", "adopt-volume": None, "adopt-checkpoint": None,
+    "restore-workspace": "restore_workspace",
+    "expire": None, "schedule-snapshot": None,
 }
 """Recorded step name -> the fake backend method it calls (adoption calls nothing)."""
 
@@ -85,9 +93,16 @@ def cell_doc(name: str, state: str = "Running", *, fork: str | None = None,
                            "metadata": meta, "spec": spec}, sort_keys=False)
 
 
-def snap_doc(name: str, cell: str) -> str:
+def snap_doc(name: str, cell: str, ttl: str | None = None) -> str:
+    spec = {"cell": cell, **({"ttl": ttl} if ttl else {})}
     return yaml.safe_dump({"apiVersion": "devcell.dev/v1alpha1", "kind": "Snapshot",
-                           "metadata": {"name": name}, "spec": {"cell": cell}}, sort_keys=False)
+                           "metadata": {"name": name}, "spec": spec}, sort_keys=False)
+
+
+SCHEDULED_LABEL = "devcell.dev/scheduled-by"
+"""Snapshots a cell's schedule took: not accepted objects of any apply, judged apart."""
+TTL = 2.0
+"""Seconds: the ttl of the `ttl` manifests (long enough to survive the template's apply)."""
 
 
 def docs_in(path: Path) -> list[dict[str, Any]]:
@@ -185,6 +200,8 @@ class World:
     """(method, target) of steps killed before their backend call."""
     exact_calls: bool = True
     """False once a daemon crashed: other workers may have died mid-call."""
+    expect_expired: set[str] = field(default_factory=set)
+    """Snapshots whose ttl ran out before the command: Expired (not live) after the restart."""
     log: list[str] = field(default_factory=list)
 
     @property
@@ -381,8 +398,29 @@ class World:
         self.check_interrupted()
         self.check_calls()
         self.check_accounting()
+        self.check_retention()
         if converged:
             self.check_converged()
+
+    def check_retention(self) -> None:
+        """No scheduled period taken twice; an expired snapshot holds no checkpoint; the
+        snapshots whose ttl ran out are Expired, not live."""
+        with self.db() as conn, self.fake() as fake:
+            twice = conn.execute(
+                "SELECT name, count(*) FROM snapshots WHERE json_extract(labels, "
+                f"'$.\"{SCHEDULED_LABEL}\"') IS NOT NULL GROUP BY name HAVING count(*) > 1"
+            ).fetchall()
+            assert not twice, f"scheduled periods taken twice: {[tuple(r) for r in twice]}"
+            held = {r[0] for r in fake.execute("SELECT id FROM checkpoints")}
+            expired = {r[0]: r[1] for r in conn.execute(
+                "SELECT id, name FROM snapshots WHERE phase = 'Expired'")}
+            kept = sorted(name for sid, name in expired.items() if sid in held)
+            assert not kept, f"expired snapshots still hold their checkpoints: {kept}"
+            for name in sorted(self.expect_expired):
+                live = conn.execute("SELECT phase FROM snapshots WHERE name = ? AND "
+                                    "deleted_at IS NULL", (name,)).fetchone()
+                assert live is None, f"snapshot {name}: its ttl ran out, still live ({live[0]})"
+                assert name in expired.values(), f"snapshot {name} is not recorded Expired"
 
     def check_integrity(self) -> None:
         for path in (self.state / "state.db", self.state / "backends" / "fake.db"):
@@ -492,6 +530,9 @@ class World:
         for kind, plural in (("Cell", "cells"), ("Snapshot", "snapshots")):
             proc = self.ok("get", plural, "-o", "json")
             for item in json.loads(proc.stdout)["items"]:
+                if SCHEDULED_LABEL in item["metadata"].get("labels", {}) or \
+                        item["status"].get("phase") == "Expired":
+                    continue  # taken by a schedule, or an expired record: checked apart
                 got[(kind, item["metadata"]["name"])] = item
         assert set(got) == set(self.accepted), (
             f"live objects {sorted(got)} != accepted {sorted(self.accepted)}")
@@ -615,7 +656,9 @@ def settled(world: World) -> bool:
             live = {}
             for kind, table in (("Cell", "cells"), ("Snapshot", "snapshots")):
                 for r in conn.execute(f"SELECT name, phase, generation, observed_generation, "
-                                      f"spec, deleting_at FROM {table} WHERE deleted_at IS NULL"):
+                                      f"spec, deleting_at FROM {table} WHERE deleted_at IS NULL "
+                                      f"AND json_extract(labels, '$.\"{SCHEDULED_LABEL}\"') "
+                                      "IS NULL"):
                     live[(kind, r[0])] = r
     except sqlite3.OperationalError:
         return False
@@ -657,6 +700,14 @@ def write_manifests(root: Path) -> Path:
     (m / "forks").mkdir()
     for i in range(1, 4):
         (m / "forks" / f"f{i}.yaml").write_text(cell_doc(f"f{i}", fork=f"s{i}"))
+    (m / "ttl").mkdir()
+    for i, n in enumerate(NAMES, 1):
+        (m / "ttl" / f"t{i}.yaml").write_text(snap_doc(f"t{i}", n, ttl=f"{TTL:g}s"))
+    (m / "sched").mkdir()
+    for n in NAMES:
+        doc = yaml.safe_load(cell_doc(n))
+        doc["spec"]["snapshots"] = {"every": "1s", "retain": 1}
+        (m / "sched" / f"{n}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return m
 
 
@@ -667,6 +718,7 @@ TEMPLATES: dict[str, list[str]] = {
     "snaps": ["cells", "snaps"],
     "asleep": ["cells", "sleep"],
     "woken": ["cells", "sleep", "cells"],
+    "ttl": ["cells", "ttl"],
 }
 
 
@@ -721,8 +773,17 @@ def build_cases() -> list[Case]:
         _steps("quiesce", "checkpoint", "delete") + ["op.before-commit"])
     add("wake", "asleep", "apply cells", _steps("create", "start") + ["op.before-commit"])
     add("resleep", "woken", "apply sleep", _steps("delete-checkpoint"))
+    # `snapshot restore s1 --approve` of cell a: stop, safety checkpoint, restore, start
+    add("restore", "snaps", "restore s1",
+        _steps("stop", "checkpoint", "restore-workspace", "start") + ["op.before-commit"],
+        nths=(1,))
     add("delete-asleep", "asleep", "delete cells",
         _steps("delete-volume", "delete-checkpoint") + ["op.before-commit"])
+    # retention: the next inline converge expires the ttl snapshots (nth 1..3 = t1..t3); a
+    # spec that adds a schedule takes each cell's due snapshot (nth 1..3 = a, b, c)
+    add("expire", "ttl", "expire ttl",
+        _steps("expire", "delete-checkpoint") + ["op.before-commit"])
+    add("schedule", "cells", "apply sched", _steps("schedule-snapshot") + ["op.before-commit"])
     # `apply --prune` after b.yaml and c.yaml were removed: two cells pruned (nth 1 = b, 2 = c)
     add("prune", "private", "prune cells", applies, nths=(1,))
     add("prune", "private", "prune cells",
@@ -764,6 +825,8 @@ def build_cases() -> list[Case]:
         ("prune", "prune", "step.delete-volume.before-call", (1,)),
         ("apply", "cells", "apply.before-commit", (1,)),
         ("startup", "cells", "daemon.started", (1,)),
+        ("schedule", "sched", "step.schedule-snapshot.after-call", (2,)),
+        ("retain", "sched", "step.expire.after-call", (1,)),
         ("recovery", "recover", "recover.before-commit", (1,)),
     ]
     for scenario, files, point, nths in daemon:
@@ -827,10 +890,34 @@ def templates(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], World
     return get
 
 
+def restore(world: World, snapshot: str, *, failpoint: str | None = None) -> Crash | None:
+    """`devcell snapshot restore SNAPSHOT --approve`; once it returned 0, the safety snapshots
+    it recorded are accepted objects (Ready, generation 1)."""
+    args = ("snapshot", "restore", snapshot, "--approve", "--timeout", f"{CONVERGE_BOUND:g}s")
+    if failpoint:
+        return world.crash(*args, failpoint=failpoint)
+    world.ok(*args)
+    with world.db() as conn:
+        for name, cell in conn.execute(
+                "SELECT name, json_extract(spec, '$.cell') FROM snapshots "
+                "WHERE source = 'restore' AND deleted_at IS NULL"):
+            world.accepted[("Snapshot", name)] = {"spec": {"cell": cell}, "generation": 1}
+    return None
+
+
 def run_command(world: World, key: str, *, failpoint: str | None = None) -> Crash | None:
     verb, sub = key.split()
+    if verb == "restore":
+        return restore(world, sub, failpoint=failpoint)
     path = world.manifests / sub
     extra: tuple[str, ...] = ()
+    if verb == "expire":  # let the ttl run out, then any inline converge expires them
+        time.sleep(TTL + 0.2)
+        world.expect_expired = {d["metadata"]["name"] for d in docs_in(path)}
+        world.forget(path)
+        verb, path = "apply", world.manifests / "cells"
+    if sub == "sched":  # the cells' first period (1s after their creation) has begun
+        time.sleep(1.1)
     if verb == "prune":
         verb, extra = "apply", ("--prune",)
         for name in ("b", "c"):
@@ -864,7 +951,7 @@ def test_inline_crash(case: Case, templates: Callable[[str], World], tmp_path: P
 def _daemon_files(world: World, files: str, watched: Path) -> None:
     m = world.manifests
     subs = {"cells": ["cells"], "snaps": ["cells", "snaps"], "forks": ["cells", "snaps", "forks"],
-            "prune": ["cells"], "recover": ["cells"]}[files]
+            "prune": ["cells"], "recover": ["cells"], "sched": ["sched"]}[files]
     for sub in subs:
         for f in sorted((m / sub).glob("*.yaml")):
             shutil.copy(f, watched / f.name)
@@ -945,6 +1032,7 @@ STORAGE_POINTS = {
     "storage.volume.probe-mounted": "fork",
     "storage.volume.before-mount": "fork",
     "storage.volume.unmounted": "delete-fork",
+    "storage.checkpoint.retire": "delete",
 }
 _STORAGE_CALL = """
 import sys
@@ -958,17 +1046,20 @@ if action == "checkpoint":
 elif action == "fork":
     store.create_volume(cell_id="cell_f", cell_name="f", volume_id="vol_f",
                         from_checkpoint="snap_1")
+elif action == "delete":
+    store.delete_checkpoint(sys.argv[3])
 else:
     store.delete_volume("vol_f")
 """
 
 
-def _storage_call(state: Path, action: str, failpoint: str | None = None) -> int:
+def _storage_call(state: Path, action: str, failpoint: str | None = None,
+                  *args: str) -> int:
     env = {k: v for k, v in os.environ.items() if k != "DEVCELL_FAILPOINT"}
     if failpoint:
         env["DEVCELL_FAILPOINT"] = failpoint
-    return subprocess.run([PY, "-c", _STORAGE_CALL, str(state), action], env=env, cwd=REPO,
-                          timeout=CMD_TIMEOUT, check=False).returncode
+    return subprocess.run([PY, "-c", _STORAGE_CALL, str(state), action, *args], env=env,
+                          cwd=REPO, timeout=CMD_TIMEOUT, check=False).returncode
 
 
 def _tree(root: Path) -> dict[str, tuple[int, int, bytes | str | None]]:
@@ -992,7 +1083,8 @@ def _leftovers(state: Path) -> list[str]:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("point", sorted(STORAGE_POINTS))
+@pytest.mark.parametrize("point", sorted(  # delete's points: test_storage_crash_over_a_shared_tree
+    p for p, action in STORAGE_POINTS.items() if action != "delete"))
 def test_storage_crash(point: str, tmp_path: Path) -> None:
     from devcell.backends import overlay
     from devcell.backends.container_layout import Layout
@@ -1038,11 +1130,141 @@ def test_storage_crash(point: str, tmp_path: Path) -> None:
     assert _leftovers(state) == []
 
 
+SHARED_TREE_CASES = [
+    ("storage.checkpoint.before-rename", "checkpoint"),  # naming snap_1's tree
+    ("storage.checkpoint.retire", "delete snap_1"),  # retired: snap_2 names its tree
+    ("storage.checkpoint.retire", "delete snap_2"),  # the last name: the tree must go too
+]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("point", "action"), SHARED_TREE_CASES)
+def test_storage_crash_over_a_shared_tree(point: str, action: str, tmp_path: Path) -> None:
+    """A checkpoint of an unchanged workspace names the previous tree: a kill while naming
+    it, while retiring the tree's own checkpoint, or while removing the last name loses
+    nothing still named, and the retry (or any later delete) leaves nothing behind."""
+    from devcell.backends.container_layout import Layout
+    from devcell.backends.workspaces import SAME_AS, WorkspaceStore
+    from devcell.reconciler import recovery
+
+    state = tmp_path / "state"
+    store = WorkspaceStore(Layout(state))
+    store.create_volume(cell_id="cell_1", cell_name="api", volume_id="vol_1",
+                        from_checkpoint=None)
+    workspace = store.layout.workspace("vol_1")
+    for i in range(200):
+        (workspace / f"d{i % 7}").mkdir(exist_ok=True)
+        (workspace / f"d{i % 7}" / f"f{i}").write_bytes(os.urandom(32))
+    time.sleep(0.05)  # older than the checkpoint's clock tick: the record vouches for all
+    store.checkpoint(checkpoint_id="snap_1", cell_id="cell_1", volume_id="vol_1")
+    live = _tree(workspace)
+    verb, _, target = action.partition(" ")
+    if verb == "delete":
+        store.checkpoint(checkpoint_id="snap_2", cell_id="cell_1", volume_id="vol_1")
+        assert (store.find_checkpoint("snap_2") or {})[SAME_AS] == "snap_1"
+        if target == "snap_2":
+            store.delete_checkpoint("snap_1")  # retired: snap_2 names its tree
+
+    assert _storage_call(state, verb, f"{point}:1", target) == KILLED
+    assert _tree(workspace) == live
+    for name in ("snap_1", "snap_2"):
+        if store.find_checkpoint(name) is not None:
+            assert _tree(store.tree_of(name)) == live, f"{name} lost nothing"
+    assert _storage_call(state, verb, None, target) == 0, "the same call again completes"
+    if verb == "checkpoint":
+        assert (store.find_checkpoint("snap_2") or {})[SAME_AS] == "snap_1"
+        assert _tree(store.tree_of("snap_2")) == live
+    elif target == "snap_1":
+        assert store.find_checkpoint("snap_1") is None
+        assert _tree(store.tree_of("snap_2")) == live
+    recovery.remove_dead_temporaries(state)  # what every converge does first
+    assert _leftovers(state) == []
+    for name in ("snap_1", "snap_2"):
+        store.delete_checkpoint(name)
+    assert os.listdir(store.layout.checkpoints) == [], "nothing left once both are deleted"
+
+
 def test_every_storage_failpoint_is_crashed() -> None:
     named = set()
     for source in (REPO / "devcell" / "backends").glob("*.py"):
         named |= set(re.findall(r'failpoints\.hit\("(storage\.[a-z.-]+)"\)', source.read_text()))
-    assert named == set(STORAGE_POINTS), f"storage failpoints with no crash case: {named}"
+    crashed = set(STORAGE_POINTS) | set(RESTORE_POINTS)
+    assert named == crashed, f"storage failpoints with no crash case: {named - crashed}"
+
+
+# -- restore in place: kill -9 while the restored tree is built and right after the swap -----
+
+RESTORE_POINTS = ("storage.restore.tree-built", "storage.restore.exchanged")
+_RESTORE_CALL = """
+import sys
+from pathlib import Path
+from devcell.backends import workspace_restore
+from devcell.backends.container_layout import Layout
+from devcell.backends.workspaces import WorkspaceStore
+store = WorkspaceStore(Layout(Path(sys.argv[1])))
+workspace_restore.restore(store, sys.argv[2], sys.argv[3])
+"""
+
+
+def _restore_call(state: Path, volume: str, checkpoint: str, failpoint: str | None = None
+                  ) -> int:
+    env = {k: v for k, v in os.environ.items() if k != "DEVCELL_FAILPOINT"}
+    if failpoint:
+        env["DEVCELL_FAILPOINT"] = failpoint
+    return subprocess.run([PY, "-c", _RESTORE_CALL, str(state), volume, checkpoint], env=env,
+                          cwd=REPO, timeout=CMD_TIMEOUT, check=False).returncode
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("storage", ["copy", "fork"])
+@pytest.mark.parametrize("point", RESTORE_POINTS)
+def test_restore_crash(point: str, storage: str, tmp_path: Path) -> None:
+    """Killed at either point, the workspace is the whole old tree or the whole restored one
+    (never a mix), no checkpoint changed; the same call again restores exactly, and nothing
+    (temporary, trash, mount) is left behind."""
+    from devcell.backends import overlay
+    from devcell.backends.container_layout import Layout
+    from devcell.backends.workspaces import WorkspaceStore
+
+    if storage == "fork" and overlay.supported() is not None:
+        pytest.skip(f"no overlay mounts here: {overlay.supported()}")
+    state = tmp_path / "state"
+    store = WorkspaceStore(Layout(state))
+    store.create_volume(cell_id="cell_1", cell_name="api", volume_id="vol_1",
+                        from_checkpoint=None)
+    workspace = store.layout.workspace("vol_1")
+    for i in range(200):
+        (workspace / f"d{i % 7}").mkdir(exist_ok=True)
+        (workspace / f"d{i % 7}" / f"f{i}").write_bytes(os.urandom(32))
+    time.sleep(0.05)
+    store.checkpoint(checkpoint_id="snap_1", cell_id="cell_1", volume_id="vol_1")
+    volume, target = "vol_1", "snap_1"
+    if storage == "fork":
+        store.create_volume(cell_id="cell_f", cell_name="f", volume_id="vol_f",
+                            from_checkpoint="snap_1")
+        volume, workspace = "vol_f", store.layout.workspace("vol_f")
+        (workspace / "d0" / "f0").write_bytes(b"the fork's own")
+        store.checkpoint(checkpoint_id="snap_f", cell_id="cell_f", volume_id="vol_f")
+        target = "snap_f"
+    (workspace / "d1" / "f1").write_bytes(b"changed after the snapshot")
+    shutil.rmtree(workspace / "d2")
+    (workspace / "new").write_text("added after the snapshot")
+    saved = {c: _tree(store.layout.checkpoint(c) / "workspace") for c in ("snap_1", target)}
+    live, wanted = _tree(workspace), saved[target]
+    assert live != wanted
+    try:
+        assert _restore_call(state, volume, target, f"{point}:1") == KILLED
+        store.ensure_mounted(volume)  # what the next reconcile does first
+        after = _tree(workspace)
+        assert after == (live if point.endswith("tree-built") else wanted), "old or new, whole"
+        assert {c: _tree(store.layout.checkpoint(c) / "workspace") for c in saved} == saved
+        assert _restore_call(state, volume, target) == 0, "the same call again completes"
+        assert _tree(workspace) == wanted
+        assert {c: _tree(store.layout.checkpoint(c) / "workspace") for c in saved} == saved
+        assert _leftovers(state) == []
+    finally:
+        if storage == "fork":
+            store.delete_volume("vol_f")
 
 
 # -- garbage collection ------------------------------------------------------------------------

@@ -312,19 +312,32 @@ def test_images_devcell_built_are_listed_and_pruned_by_their_labels(
     rootfs = base_image.rootfs_tar()
     try:
         for who, directory in (("ours", state_dir), ("theirs", other)):
-            names[who] = f"devcell-test-built/{who}-{secrets.token_hex(4)}"
+            # Tagged as a build tags (container_build.tag_for), with a build's labels.
+            names[who] = (f"devcell-build/{state_hash(directory)[:12]}/"
+                          f"{who}-{secrets.token_hex(4)}")
             docker_client.api.import_image_from_data(
                 rootfs, repository=names[who], tag="1", changes=[
                     'CMD ["/bin/sh"]', "LABEL dev.devcell.managed=true",
                     f"LABEL dev.devcell.state-dir={state_hash(directory)}"])
+        # A user's image made FROM ours inherits its labels, and a user's own tag on ours:
+        # neither is DevCell's to remove.
+        names["child"] = f"devcell-test-user/child-{secrets.token_hex(4)}"
+        names["retag"] = f"devcell-test-user/retag-{secrets.token_hex(4)}"
+        docker_client.api.import_image_from_data(
+            rootfs, repository=names["child"], tag="1", changes=[
+                'CMD ["/bin/sh"]', "LABEL dev.devcell.managed=true", "LABEL user=1",
+                f"LABEL dev.devcell.state-dir={state_hash(state_dir)}"])
+        docker_client.api.tag(f"{names['ours']}:1", names["retag"], "1")
         [row] = image_ls(cli)
         assert row["image"] == f"{names['ours']}:1" and row["origin"] == "built"
         assert row["size"] > 100_000
         pruned = cli("image", "prune")
         assert f"image/{names['ours']}:1 removed" in pruned.stdout, pruned.stdout
-        assert names["theirs"] not in pruned.stdout
+        assert names["theirs"] not in pruned.stdout and "devcell-test-user" not in pruned.stdout
         assert not docker_client.api.images(name=names["ours"])
         assert docker_client.api.images(name=names["theirs"])  # another state's: untouched
+        assert docker_client.api.images(name=names["child"])  # inherited labels: untouched
+        assert docker_client.api.images(name=names["retag"])  # a user's tag: kept, with data
     finally:
         for name in names.values():
             for info in docker_client.api.images(name=name):

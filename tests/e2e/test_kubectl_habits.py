@@ -92,6 +92,85 @@ def test_jsonpath_and_jsonpath_file(cli: Cli, cells: Path, tmp_path: Path) -> No
     assert bad.returncode == 2 and "{range} without {end}" in bad.stderr
 
 
+def test_jsonpath_slices_filters_and_size_as_kubectl(cli: Cli, cells: Path,
+                                                     tmp_path: Path) -> None:
+    last = cli("get", "cells", "-o", "jsonpath={.items[-1:].metadata.name}")
+    assert last.returncode == 0 and last.stdout == "plain"
+    for template, message in (("{.items[::-1]}", "step must be > 0"),
+                              ("{.items[0:100]}", "index out of bounds: index 99, length 4")):
+        refused = cli("get", "cells", "-o", f"jsonpath={template}")
+        assert refused.returncode == 1 and message in refused.stderr and refused.stdout == ""
+    mixed = cli("get", "cells", "-o", "jsonpath={.items[?(@.metadata.labels.team<2)]}")
+    assert mixed.returncode == 2 and "jsonpath filter '[?(@.metadata.labels.team<2)]'" in \
+        mixed.stderr and "cannot compare string" in mixed.stderr
+    huge = tmp_path / "huge.jsonpath"
+    huge.write_text("{.a" + "[?(@.a" * 60 + ".b" * 500_000 + ")]" * 60 + "}")
+    too_big = cli("get", "cells", "-o", f"jsonpath-file={huge}", timeout=30)
+    assert too_big.returncode == 2 and "larger than 65536 bytes" in too_big.stderr
+
+
+EVIL = """apiVersion: devcell.dev/v1alpha1
+kind: Cell
+metadata:
+  name: evil
+spec:
+  backend: fake
+  state: Stopped
+  env:
+    - {name: NL, value: "a\\nb"}
+    - {name: SLASH_N, value: 'a\\nb'}
+    - {name: ESC, value: "\\e[31mred\\u202e"}
+    - {name: TOKEN, value: s3cret-value, secret: true}
+"""
+
+
+def _on_a_terminal(state_dir: Path, *args: str) -> str:
+    """stdout of `devcell ARGS` when stdout is a terminal (a pseudo-terminal, raw mode)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+    import tty
+
+    leader, follower = pty.openpty()
+    tty.setraw(follower)  # no \n -> \r\n: the bytes as the program wrote them
+    try:
+        proc = subprocess.run([sys.executable, "-m", "devcell", *args], stdout=follower,
+                              stderr=subprocess.PIPE, timeout=120,
+                              env=dict(os.environ, DEVCELL_HOME=str(state_dir)))
+        assert proc.returncode == 0, proc.stderr
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal's other side is closed, all is read
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(leader)
+    return b"".join(chunks).decode()
+
+
+def test_jsonpath_prints_raw_into_a_pipe_and_escaped_on_a_terminal(
+        cli: Cli, tmp_path: Path, state_dir: Path) -> None:
+    (tmp_path / "evil.yaml").write_text(EVIL)
+    assert cli("apply", "-f", str(tmp_path / "evil.yaml")).returncode == 0
+    values = "jsonpath={range .spec.env[*]}{.value}{'|'}{end}"
+    piped = cli("get", "cell", "evil", "-o", values)
+    assert piped.returncode == 0, piped.stderr
+    # as kubectl: the data as is, so `X=$(devcell get ... -o jsonpath=...)` is not altered
+    assert piped.stdout == "a\nb|a\\nb|\x1b[31mred\u202e|<redacted>|"
+    shown = _on_a_terminal(state_dir, "get", "cell", "evil", "-o", values)
+    # on a terminal: controls escaped and the backslash too, so the two first values differ
+    assert shown == "a\nb|a\\\\nb|\\x1b[31mred\\u202e|<redacted>|"
+    secret = cli("get", "cell", "evil", "-o", "jsonpath={.spec.env[3]}")
+    assert "s3cret" not in secret.stdout and "<redacted>" in secret.stdout
+    assert "s3cret" not in _on_a_terminal(state_dir, "get", "cells", "-o", "jsonpath={..value}")
+
+
 def test_custom_columns_spec_and_file(cli: Cli, cells: Path, tmp_path: Path) -> None:
     out = cli("get", "cells", "-o", "custom-columns=NAME:.metadata.name,PHASE:.status.phase,"
                                     "TEAM:.metadata.labels.team")
@@ -130,6 +209,11 @@ def test_show_labels_and_label_columns(cli: Cli, cells: Path) -> None:
     assert header[-3:] == ["TEAM", "TIER", "NAME"]
     c10 = next(line for line in columns.stdout.splitlines() if line.startswith("c10 "))
     assert c10.split()[-3:] == ["t3", "db", "<none>"]  # as every empty cell of our tables
+    # kubectl accepts any key for -L: it only names a column, empty when no object has it
+    odd = cli("get", "cells", "-L", "Bad Key", "-L", "\x1bx")
+    assert odd.returncode == 0, odd.stderr
+    assert odd.stdout.splitlines()[0].split()[-3:] == ["BAD", "KEY", "\\x1bX"]  # escaped
+    assert all(line.split()[-2:] == ["<none>", "<none>"] for line in odd.stdout.splitlines()[1:])
     refused = cli("get", "volumes", "--show-labels")
     assert refused.returncode == 2 and "have no labels" in refused.stderr
 
@@ -177,6 +261,17 @@ def test_wait_by_selector(cli: Cli, cells: Path) -> None:
                                          "cell/c2 condition met (Ready=True)"]
     nothing = cli("wait", "cells", "-l", "team=t9", "--timeout", "1s")
     assert nothing.returncode == 1 and "no matching resources found" in nothing.stderr
+
+
+@pytest.mark.parametrize("verb", ["get", "describe", "delete", "wait"])
+def test_a_name_with_a_selector_is_refused_as_kubectl(cli: Cli, cells: Path, verb: str) -> None:
+    # kubectl: "name cannot be provided when a selector is specified"; never the union
+    result = cli(verb, "cells", "c1", "-l", "team=t2", "--timeout", "1s") if verb == "wait" \
+        else cli(verb, "cells", "c1", "-l", "team=t2")
+    assert result.returncode == 2
+    assert "a NAME cannot be given with -l" in result.stderr
+    assert result.stdout == ""
+    assert names(cli, "cells") == ["cell/c1", "cell/c10", "cell/c2", "cell/plain"]
 
 
 def test_apply_prune_with_selector_prunes_only_matching(cli: Cli, cells: Path) -> None:

@@ -87,6 +87,15 @@ def test_explain_an_unknown_field_is_a_clear_error_naming_the_path(cli: Cli) -> 
     assert unknown.returncode == 2 and "unknown resource type 'widget'" in unknown.stderr
 
 
+def test_explain_shows_a_control_character_escaped_once(cli: Cli) -> None:
+    field = cli("explain", "cell.spec.\x1b[31mX")
+    assert field.returncode == 1
+    assert "spec has no field '\\x1b[31mX'" in field.stderr  # `\x1b`, not `\\x1b`
+    assert "\x1b" not in field.stderr
+    kind = cli("explain", "ce\x1bll")
+    assert kind.returncode == 2 and "unknown resource type 'ce\\x1bll'" in kind.stderr
+
+
 # -- version --------------------------------------------------------------------------------
 
 
@@ -238,6 +247,24 @@ def test_completion_answers_verbs_kinds_flags_and_names_from_the_state_dir_given
     assert complete("get", "cells", "--state-dir", str(state_dir), "c1",
                     env={"DEVCELL_HOME": str(other)}) == [":words", "c1"]
     assert not other.exists()  # completion never creates a state directory
+
+
+def test_completion_of_get_events_for_offers_kind_slash_name(
+        cli: Cli, tmp_path: Path) -> None:
+    _apply(cli, tmp_path, "c0-alpha", "c0-beta", "c1")
+
+    def complete(*words: str) -> list[str]:
+        result = cli("__complete", "bash", "--", *words)
+        assert result.returncode == 0 and result.stderr == "", result.stderr
+        return result.stdout.splitlines()
+
+    assert complete("get", "events", "--for", "") == [
+        ":words", "cell/c0-alpha", "cell/c0-beta", "cell/c1"]
+    assert complete("get", "events", "--for", "cell/c0") == [
+        ":words", "cell/c0-alpha", "cell/c0-beta"]
+    assert complete("get", "events", "--for", "snapshot/") == [":words"]  # none recorded
+    assert complete("get", "events", "--for=cell/c1") == [":words", "--for=cell/c1"]
+    assert complete("get", "events", "--for", "widget/") == [":words"]
 
 
 def test_completion_reads_the_state_read_only_and_leaves_it_owner_only(

@@ -45,3 +45,14 @@ def test_matching() -> None:
     assert fieldselectors.matches_row(reqs, row, columns)
     assert not fieldselectors.matches_row(reqs, dict(row, backend="fake"), columns)
     assert not fieldselectors.matches_row(reqs, dict(row, phase="Stopped"), columns)
+
+
+@pytest.mark.parametrize("text", ["metadata.name=a=b", "metadata.name===a", "status.phase!=a=b"])
+def test_an_unescaped_equals_in_a_value_is_refused_as_kubernetes_does(text: str) -> None:
+    with pytest.raises(SelectorError, match="unescaped '='"):
+        fieldselectors.parse(text, FIELDS)
+
+
+def test_an_escaped_equals_is_part_of_the_value() -> None:
+    (req,) = fieldselectors.parse("metadata.name==\\=a\\=b", FIELDS)
+    assert req.value == "=a=b"

@@ -128,3 +128,28 @@ def test_a_state_database_that_cannot_record_is_logged_by_name_and_retried(
     assert len(calls) >= 2  # retried
     named = [r for r in records if "the disk is full" in r.record["message"]]
     assert named and all(r.record["exception"] is None for r in named)
+
+
+def test_a_settled_key_with_something_due_is_queued_for_that_moment(db: Database) -> None:
+    """Retention's wake-up: `done` with a delay queues the key then, as trigger `schedule`,
+    unless another reason asks first (a user's `cell start` stays the user's)."""
+    from devcell.controllers.context import Context
+    from devcell.reconciler import reconcile
+
+    manager = Manager(db.state_dir, workers=1, resync_seconds=0)
+    ctx = Context(db, trigger="test")
+    key = ("Cell", "cell_x")
+    manager._handle(ctx, key, reconcile.Outcome(reconcile.Result.DONE, after=0.3), None)
+    assert manager.queue.get(timeout=0.1) is None  # not before it is due
+    started = time.monotonic()
+    assert manager.queue.get(timeout=2) == key
+    assert time.monotonic() - started >= 0.15
+    assert key in manager._scheduled and key not in manager._triggers
+    manager.queue.done(key)
+    manager.enqueue(key, trigger="apply")  # another reason meanwhile names it
+    assert manager._triggers[key] == "apply"
+    manager._handle(ctx, key, reconcile.Outcome(reconcile.Result.DONE), None)
+    assert manager.queue.get(timeout=0.3) == key  # (the apply's add); nothing more queued
+    manager.queue.done(key)
+    assert manager.queue.get(timeout=0.3) is None
+    ctx.close()

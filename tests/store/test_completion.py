@@ -45,3 +45,13 @@ def test_no_state_or_an_unreadable_one_gives_no_names_and_creates_nothing(tmp_pa
     (broken / "state.db").write_bytes(b"this is not a database" * 100)
     assert completion.names(broken, "cells") == []
     assert sorted(p.name for p in broken.iterdir()) == ["state.db"]
+
+
+def test_a_state_dir_with_uri_characters_is_the_one_read_and_nothing_is_created(
+        tmp_path: Path) -> None:
+    for odd in ("a#b", "p%41", "x?mode=rwc&y="):
+        state = tmp_path / odd
+        _apply(state, tmp_path, "c0")
+        assert completion.names(state, "cells", "c") == ["c0"]
+    assert not (tmp_path / "x").exists()  # `?mode=rwc` must not open (create) tmp_path/x
+    assert not (tmp_path / "a").exists()

@@ -8,6 +8,7 @@ its checkpoint) as soon as the fork is approved.
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -89,8 +90,14 @@ def test_a_snapshot_deleted_with_a_gated_fork_is_freed_once_the_fork_is_approved
     resumed = cli("op", "resume", op, "--input", "confirm=fork")
     assert resumed.returncode == 0, resumed.stderr
     assert cli("get", "snapshots", "s1").returncode == 1
-    checkpoints = [e for e in _entries(state) if e.startswith("images")]
-    assert len(checkpoints) == 1 and cli("get", "snapshots", "s2").returncode == 0
+    assert cli("get", "snapshots", "s2").returncode == 0
+    complete = [e for e in _entries(state)
+                if e.startswith("images") and (state / e / "checkpoint.json").is_file()]
+    assert len(complete) == 1  # s2's: s1's checkpoint is gone
+    # s2 was taken with nothing changed since s1, so it names s1's tree: that tree stays
+    # (retired, no checkpoint any more) until s2 goes, then nothing is left
+    assert cli("delete", "snapshot", "s2").returncode == 0
+    assert [e for e in _entries(state) if e.startswith("images")] == []
 
 
 def test_a_fork_keeps_working_after_its_parent_and_other_snapshots_are_deleted(
@@ -106,3 +113,29 @@ def test_a_fork_keeps_working_after_its_parent_and_other_snapshots_are_deleted(
     read = cli("exec", "fork", "--", "sh", "-c", "cat /workspace/base.txt; wc -c < /workspace/blob")
     assert read.stdout.split() == ["base", "300000"], read.stderr
     assert cli("snapshot", "create", "fork", "--name", "s3").returncode == 0
+
+
+def test_a_fork_of_an_unchanged_snapshot_outlives_the_snapshot_whose_tree_it_names(
+        cli: Cli, state: Path, world: Path) -> None:
+    """s2 was taken with nothing changed since s1, so it names s1's tree: a fork of s2 keeps
+    working when s1, the fork of s1 and the parent cell are deleted, through a sleep and a
+    start, and deleting the rest then leaves nothing behind."""
+    metas = [json.loads(p.read_text()) for p in state.glob("images/checkpoints/*/checkpoint.json")]
+    assert len(metas) == 2 and len([m for m in metas if m.get("same_as")]) == 1, (
+        "s2 names s1's tree")
+    (world / "c.yaml").write_text(_cell("fork2", fork_of="s2"))
+    applied = cli("apply", "-f", str(world / "c.yaml"))
+    assert applied.returncode == 0, applied.stderr
+    for gone in (("cell", "fork"), ("cell", "base"), ("snapshot", "s1")):
+        deleted = cli("delete", *gone, "--approve")
+        assert deleted.returncode == 0, deleted.stderr
+    read = cli("exec", "fork2", "--", "sh", "-c", "cat /workspace/base.txt; wc -c < /workspace/blob")
+    assert read.stdout.split() == ["base", "300000"], read.stderr
+    assert cli("cell", "sleep", "fork2").returncode == 0
+    assert cli("cell", "start", "fork2").returncode == 0
+    read = cli("exec", "fork2", "--", "cat", "/workspace/base.txt")
+    assert read.stdout == "base\n", read.stderr
+    deleted = cli("delete", "-f", str(world / "c.yaml"), "--approve")
+    assert deleted.returncode == 0, deleted.stderr
+    assert cli("delete", "snapshot", "s2").returncode == 0
+    assert _entries(state) == []

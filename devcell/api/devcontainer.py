@@ -1,0 +1,600 @@
+"""`devcell import devcontainer`: a Cell manifest from a devcontainer.json.
+
+A large share of teams describe their environment in `.devcontainer/devcontainer.json` (VS
+Code, Codespaces, DevPod and Coder read it). This converts what has an equivalent (the image
+or its Dockerfile build, the environment, forwarded ports published on loopback, the
+create/start commands as hooks, bind mounts, the workspace path), refuses what would break
+DevCell's security defaults (privileged, added capabilities, the host's network or
+namespaces, devices, mounts passed around the mount rules) or needs the network when the cell
+is made (features), and names every other field it leaves out, so nothing is dropped
+silently. devcontainer.json is JSONC (comments, trailing commas): it is read with json5, a
+maintained reader of JSON5, which JSONC is a subset of.
+
+The manifest is checked as `apply` would check it before it is handed back, so what this
+writes applies (or the import fails, naming the devcontainer.json field to change).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from devcell import API_VERSION, config, names, security
+from devcell.errors import ManifestError, Problem
+
+DEFAULT_PATHS = (".devcontainer/devcontainer.json", ".devcontainer.json")
+MAX_BYTES = 1 << 20
+NO_EQUIVALENT = {
+    "customizations": "editor settings and extensions; DevCell runs no editor",
+    "remoteUser": "the user the editor connects as; DevCell's hooks and exec run as the cell's "
+                  "user",
+    "containerUser": "the cell runs as root, or as nobody with a writable host mount",
+    "updateRemoteUserUID": "no user is remapped",
+    "userEnvProbe": "no login shell is probed; spec.env is the environment",
+    "overrideCommand": "the cell's main process is always DevCell's supervisor",
+    "shutdownAction": "a cell stops when its spec.state says so",
+    "init": "DevCell's supervisor is the cell's init",
+    "hostRequirements": "use spec.resources for limits",
+    "portsAttributes": "ports are published on 127.0.0.1 without labels or actions",
+    "otherPortsAttributes": "ports are published on 127.0.0.1 without labels or actions",
+    "postAttachCommand": "DevCell has no attach step; run it with `devcell exec`",
+    "initializeCommand": "it runs on the host before the cell is made; DevCell runs nothing on "
+                         "the host",
+    "waitFor": "hooks always finish before the cell is Ready",
+    "$schema": "",
+    "runServices": "Docker Compose is not supported",
+    "service": "Docker Compose is not supported",
+    "secrets": "declare secret values as spec.env entries with secret: true",
+}
+_DENIED_RUN_ARGS = {
+    "--privileged": "a privileged container can take the host",
+    "--cap-add": "added capabilities break the cell's isolation",
+    "--security-opt": "it loosens the cell's seccomp/AppArmor confinement",
+    "--device": "host devices are not given to cells",
+    "--pid": "the host's process namespace is not shared",
+    "--ipc": "the host's IPC namespace is not shared",
+    "--uts": "the host's UTS namespace is not shared",
+    "--userns": "the host's user namespace is not shared",
+    "--cgroupns": "the host's cgroup namespace is not shared",
+    "-v": "bind mounts go through spec.mounts and its rules (use devcontainer.json's mounts)",
+    "--volume": "bind mounts go through spec.mounts and its rules (use devcontainer.json's "
+                "mounts)",
+    "--mount": "bind mounts go through spec.mounts and its rules (use devcontainer.json's "
+               "mounts)",
+    "--volumes-from": "another container's volumes are not shared",
+    "--add-host": "cells resolve no extra host names",
+}
+_VALUED_RUN_ARGS = {"--cap-add", "--security-opt", "--device", "--pid", "--ipc", "--uts",
+                    "--userns", "--cgroupns", "-v", "--volume", "--mount", "--volumes-from",
+                    "--add-host", "--network", "--net", "-e", "--env", "-m", "--memory",
+                    "--cpus", "-u", "--user", "--name", "-w", "--workdir", "--hostname", "-h",
+                    "--label", "-l", "--env-file", "-p", "--publish", "--shm-size",
+                    "--ulimit", "--cap-drop", "--entrypoint", "--platform"}
+_WORKSPACE_VARS = ("localWorkspaceFolder", "localWorkspaceFolderBasename",
+                   "containerWorkspaceFolder", "containerWorkspaceFolderBasename")
+
+
+@dataclass
+class Conversion:
+    """The manifest made, and every field left out (reported on stderr by the CLI)."""
+
+    manifest: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+
+def find(path: str | None, cwd: Path) -> Path:
+    """The devcontainer.json to read: `path` (a file, or a directory holding one of the
+    default names), else .devcontainer/devcontainer.json or .devcontainer.json here."""
+    base = Path(path) if path else cwd
+    if path and not base.is_dir():
+        return base
+    for candidate in DEFAULT_PATHS:
+        if (base / candidate).is_file():
+            return base / candidate
+    raise ManifestError([Problem(str(base), "no devcontainer.json found (looked for "
+                                 + " and ".join(DEFAULT_PATHS) + ")")])
+
+
+def project_root(source: Path) -> Path:
+    """${localWorkspaceFolder}: the folder that holds .devcontainer (or .devcontainer.json)."""
+    source = source.resolve()
+    for parent in source.parents:
+        if parent.name == ".devcontainer":
+            return parent.parent
+    return source.parent
+
+
+class _Reader:
+    """The devcontainer.json's text, its data, and where a field is in it."""
+
+    def __init__(self, path: Path) -> None:
+        import json5
+
+        self.path = path
+        self.display = str(path)
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_BYTES + 1)
+        except OSError as exc:
+            raise ManifestError([Problem(self.display, f"cannot read it: {exc.strerror}")]) \
+                from None
+        if len(data) > MAX_BYTES:
+            raise ManifestError([Problem(self.display, "larger than 1 MiB")])
+        try:
+            self.text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ManifestError([Problem(self.display, "not valid UTF-8")]) from None
+        try:
+            self.data = json5.loads(self.text, allow_duplicate_keys=False)
+        except ValueError as exc:
+            raise ManifestError([self._syntax(str(exc))]) from None
+        except RecursionError:  # json5's parser recurses once per level of nesting
+            raise ManifestError([Problem(self.display, "not valid JSONC: nested too deeply")]) \
+                from None
+        if not isinstance(self.data, dict):
+            raise ManifestError([Problem(self.display, "expected a JSON object")])
+        self.problems: list[Problem] = []
+
+    def _syntax(self, message: str) -> Problem:
+        found = re.fullmatch(r"<string>:(\d+) (.*?)(?: at column (\d+))?", message)
+        if found:
+            column = int(found.group(3)) if found.group(3) else None
+            return Problem(self.display, f"not valid JSONC: {found.group(2)}",
+                           line=int(found.group(1)), column=column)
+        dup = re.match(r'Duplicate key "(.*)" found', message)
+        if dup:
+            return Problem(self.display, f'duplicate key "{dup.group(1)}"',
+                           line=self.line(dup.group(1), nth=2), field=dup.group(1))
+        return Problem(self.display, f"not valid JSONC: {message}")
+
+    def line(self, *keys: str, nth: int = 1) -> int | None:
+        """The line of the field reached by `keys` (each found after the one before it)."""
+        position = 0
+        for depth, key in enumerate(keys):
+            pattern = re.compile(r"""["']""" + re.escape(key) + r"""["']\s*:?""")
+            count = nth if depth == len(keys) - 1 else 1
+            for _ in range(count):
+                found = pattern.search(self.text, position)
+                if found is None:
+                    return None
+                position = found.end()
+        return self.text.count("\n", 0, position) + 1
+
+    def refuse(self, message: str, *keys: str, shown: str | None = None) -> None:
+        self.problems.append(Problem(self.display, message, line=self.line(*keys) or 1,
+                                     field=shown or ".".join(keys)))
+
+
+def _name(given: str | None, data: dict[str, Any], root: Path) -> str:
+    if given is not None:
+        problem = names.name_problem(given)
+        if problem:
+            raise ManifestError([Problem("--name", problem)])
+        return given
+    raw = data.get("name") if isinstance(data.get("name"), str) else root.name
+    name = re.sub(r"[^a-z0-9]+", "-", str(raw).lower()).strip("-")[:63].strip("-")
+    return name or "devcontainer"
+
+
+def _expand(value: str, variables: dict[str, str]) -> str | None:
+    """`value` with the workspace variables filled in; None when it holds another variable
+    (${localEnv:...}, ${containerEnv:...}): DevCell's values are literal."""
+    for var, replacement in variables.items():
+        value = value.replace("${" + var + "}", replacement)
+    return None if "${" in value else value
+
+
+def _fill(value: str, variables: dict[str, str]) -> str:
+    """`value` with the workspace variables filled in and anything else left as written (a
+    shell's own ${VAR} included)."""
+    for var, replacement in variables.items():
+        value = value.replace("${" + var + "}", replacement)
+    return value
+
+
+def _command(value: Any) -> list[list[str]] | None:
+    """A lifecycle command in its three forms: a string (run by /bin/sh -c), an array (run
+    as is), an object of either (each run, one after another)."""
+    if isinstance(value, str):
+        return [["/bin/sh", "-c", value]] if value.strip() else []
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return [list(value)]
+    if isinstance(value, dict):
+        out: list[list[str]] = []
+        for item in value.values():
+            converted = _command(item)
+            if converted is None:
+                return None
+            out += converted
+        return out
+    return None
+
+
+def _mount_fields(value: Any) -> dict[str, str] | None:
+    """A mount as devcontainer.json writes it: `source=...,target=...,type=bind` or the
+    same as an object; keys normalised (src/dst/destination, readonly/ro)."""
+    pairs: dict[str, str] = {}
+    if isinstance(value, dict):
+        pairs = {str(k): str(v).lower() if isinstance(v, bool) else str(v)
+                 for k, v in value.items()}
+    elif isinstance(value, str):
+        for part in value.split(","):
+            key, sep, val = part.partition("=")
+            pairs[key.strip()] = val.strip() if sep else "true"
+    else:
+        return None
+    aliases = {"src": "source", "dst": "target", "destination": "target", "ro": "readonly"}
+    return {aliases.get(k, k): v for k, v in pairs.items()}
+
+
+class _Converter:
+    def __init__(self, reader: _Reader, *, name: str | None, out_dir: Path,
+                 policy: config.SecurityPolicy, state_dir: Path) -> None:
+        self.r = reader
+        self.data = reader.data
+        self.root = project_root(reader.path)
+        self.out_dir = out_dir
+        self.policy = policy
+        self.state_dir = state_dir
+        self.notes: list[str] = []
+        self.spec: dict[str, Any] = {"backend": "container"}
+        self.name = _name(name, self.data, self.root)
+        self.env: dict[str, str] = {}
+        self.ports: list[dict[str, Any]] = []
+        self.mount_path = f"/workspaces/{self.root.name}"
+        self.variables: dict[str, str] = {}
+
+    def note(self, key: str, why: str) -> None:
+        self.notes.append(f"{key}: not converted ({why})" if why else f"{key}: not converted")
+
+    def convert(self) -> Conversion:
+        handled = {"name", "image", "build", "dockerFile", "context", "containerEnv",
+                   "remoteEnv", "forwardPorts", "appPort", "onCreateCommand",
+                   "updateContentCommand", "postCreateCommand", "postStartCommand", "mounts",
+                   "workspaceFolder", "workspaceMount", "runArgs", "features",
+                   "overrideFeatureInstallOrder", "privileged", "capAdd", "securityOpt",
+                   "dockerComposeFile"}
+        self._workspace()
+        self._image()
+        self._refused_top_level()
+        self._env()
+        self._ports()
+        self._hooks()
+        self._mounts()
+        self._run_args()
+        for key in self.data:
+            if key not in handled:
+                self.note(key, NO_EQUIVALENT.get(key, "no equivalent in DevCell"))
+        if self.r.problems:
+            raise ManifestError(self.r.problems)
+        spec = self.spec
+        spec["workspace"] = {"mountPath": self.mount_path}
+        if self.env:
+            spec["env"] = [{"name": k, "value": v} for k, v in self.env.items()]
+        if self.ports:
+            spec["network"] = {"mode": "bridge", "ports": self.ports}
+        manifest = {"apiVersion": API_VERSION, "kind": "Cell",
+                    "metadata": {"name": self.name}, "spec": spec}
+        return Conversion(manifest, self.notes)
+
+    # -- one devcontainer.json field (or group) each ------------------------------------------
+
+    def _workspace(self) -> None:
+        folder = self.data.get("workspaceFolder")
+        mount = self.data.get("workspaceMount")
+        if mount is not None:
+            fields = _mount_fields(mount)
+            target = (fields or {}).get("target")
+            if not target:
+                self.r.refuse("expected a mount with a target (target=/workspace)",
+                              "workspaceMount")
+            else:
+                self.mount_path = target
+                self.notes.append(f"workspaceMount: the workspace is mounted at {target}; it "
+                                  "is the cell's own volume, not a bind of "
+                                  f"{(fields or {}).get('source', 'the local folder')}")
+            if isinstance(folder, str) and target and folder != target:
+                self.note("workspaceFolder", f"the workspace is at {target} (workspaceMount)")
+        elif isinstance(folder, str):
+            self.mount_path = folder
+        elif folder is not None:
+            self.r.refuse("expected a string", "workspaceFolder")
+        self.variables = {
+            "localWorkspaceFolder": str(self.root),
+            "localWorkspaceFolderBasename": self.root.name,
+            "containerWorkspaceFolder": self.mount_path,
+            "containerWorkspaceFolderBasename": os.path.basename(self.mount_path),
+        }
+        expanded = _expand(self.mount_path, self.variables)
+        problem = (security.mount_path_problem(expanded) if expanded is not None
+                   else "holds a variable DevCell cannot fill in")
+        if problem:
+            key = "workspaceMount" if mount is not None else "workspaceFolder"
+            self.r.refuse(f"the workspace path {problem}", key)
+        else:
+            self.mount_path = str(expanded)
+
+    def _image(self) -> None:
+        image = self.data.get("image")
+        build = self.data.get("build")
+        legacy = self.data.get("dockerFile")
+        if self.data.get("dockerComposeFile") is not None:
+            self.r.refuse("Docker Compose based dev containers are not supported: a cell is "
+                          "one container; point image or build at the service's image",
+                          "dockerComposeFile")
+            return
+        if build is None and legacy is not None:
+            build = {"dockerfile": legacy, "context": self.data.get("context", ".")}
+        if isinstance(image, str) and build is None:
+            self.spec["image"] = image
+            return
+        if image is not None and build is not None:
+            self.notes.append("image: not converted (build is used; DevCell tags the built "
+                              "image itself)")
+        if not isinstance(build, dict):
+            self.r.refuse("expected image (a string) or build (an object with dockerfile)",
+                          "build" if build is not None else "image")
+            return
+        self._build(build, "build" if "build" in self.data else "dockerFile")
+
+    def _build(self, build: dict[str, Any], key: str) -> None:
+        here = self.r.path.resolve().parent
+        dockerfile = build.get("dockerfile")
+        if not isinstance(dockerfile, str):
+            self.r.refuse("expected the Dockerfile's path, relative to devcontainer.json",
+                          key, "dockerfile" if key == "build" else key)
+            return
+        context = (here / str(build.get("context", "."))).resolve()
+        file = (here / dockerfile).resolve()
+        inside = os.path.relpath(file, context)
+        if inside.startswith(".."):
+            self.r.refuse(f"the Dockerfile {file} lies outside the build context {context}; "
+                          "DevCell builds only from inside the context", key)
+            return
+        relative = os.path.relpath(context, self.out_dir.resolve())
+        if relative.startswith(".."):
+            self.r.refuse(f"the build context {context} lies outside the directory of the "
+                          f"manifest ({self.out_dir.resolve()}); write the manifest there or above it "
+                          f"(-o {context}/cell.yaml)", key)
+            return
+        spec: dict[str, Any] = {"context": relative}
+        if inside != "Dockerfile":
+            spec["dockerfile"] = inside
+        args = build.get("args") or {}
+        if isinstance(args, dict) and args:
+            spec["args"] = {str(k): str(v) for k, v in args.items()}
+        if isinstance(build.get("target"), str):
+            spec["target"] = build["target"]
+        for extra in sorted(set(build) - {"dockerfile", "context", "args", "target"}):
+            self.note(f"build.{extra}", "no equivalent in DevCell's builds")
+        self.spec["build"] = spec
+
+    def _refused_top_level(self) -> None:
+        if self.data.get("features"):
+            listed = ", ".join(str(k) for k in self.data["features"])
+            self.r.refuse(f"features are not supported ({listed}): a feature is downloaded "
+                          "from a registry and installed when the container is made, which "
+                          "needs the network; install the tool in a Dockerfile RUN step "
+                          "(build) instead", "features")
+        if self.data.get("privileged") is True:
+            self.r.refuse("privileged containers break DevCell's isolation and are never "
+                          "run", "privileged")
+        if self.data.get("capAdd"):
+            self.r.refuse("added capabilities break the cell's isolation", "capAdd")
+        if self.data.get("securityOpt"):
+            self.r.refuse("security options loosen the cell's confinement", "securityOpt")
+        if "overrideFeatureInstallOrder" in self.data:
+            self.note("overrideFeatureInstallOrder", "features are not supported")
+
+    def _env(self) -> None:
+        for key in ("containerEnv", "remoteEnv"):
+            values = self.data.get(key)
+            if values is None:
+                continue
+            if not isinstance(values, dict):
+                self.r.refuse("expected an object of NAME: value", key)
+                continue
+            for var, value in values.items():
+                if value is None:
+                    self.note(f"{key}.{var}", "null unsets a variable; DevCell starts from the "
+                              "image's environment")
+                    continue
+                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(var)):
+                    self.r.refuse(f"invalid variable name {names.printable(str(var))!r}",
+                                  key, str(var), shown=f"{key}.{var}")
+                    continue
+                expanded = _expand(str(value), self.variables)
+                if expanded is None:
+                    self.note(f"{key}.{var}", "it uses a variable (${localEnv:...} or "
+                              "${containerEnv:...}) that DevCell cannot fill in; set the value "
+                              "in spec.env")
+                    continue
+                self.env[str(var)] = expanded
+
+    def _ports(self) -> None:
+        for key in ("forwardPorts", "appPort"):
+            values = self.data.get(key)
+            if values is None:
+                continue
+            for value in values if isinstance(values, list) else [values]:
+                port = self._port(value)
+                if port is None:
+                    self.note(f"{key} {value!r}", "only ports of this container (3000, "
+                              "\"localhost:3000\", \"8080:80\") can be published")
+                elif all((p["hostIP"], p["hostPort"]) != (port["hostIP"], port["hostPort"])
+                         for p in self.ports):
+                    self.ports.append(port)
+
+    @staticmethod
+    def _port(value: Any) -> dict[str, Any] | None:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536:
+            return {"containerPort": value, "hostPort": value, "hostIP": "127.0.0.1"}
+        if not isinstance(value, str):
+            return None
+        host, _, port = value.rpartition(":")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            return None
+        if host in ("", "localhost", "127.0.0.1"):
+            return {"containerPort": int(port), "hostPort": int(port), "hostIP": "127.0.0.1"}
+        if host.isdigit() and 0 < int(host) < 65536:  # appPort "8080:80"
+            return {"containerPort": int(port), "hostPort": int(host), "hostIP": "127.0.0.1"}
+        return None
+
+    def _hooks(self) -> None:
+        hooks: dict[str, list[list[str]]] = {}
+        for key, hook in (("onCreateCommand", "postCreate"), ("updateContentCommand",
+                                                              "postCreate"),
+                          ("postCreateCommand", "postCreate"), ("postStartCommand", "postStart")):
+            if key not in self.data:
+                continue
+            commands = _command(self.data[key])
+            if commands is not None:  # ${containerWorkspaceFolder} and its kin, as the spec says
+                commands = [[_fill(arg, self.variables) for arg in argv] for argv in commands]
+            if commands is None:
+                self.r.refuse("expected a string, an array of strings, or an object of "
+                              "either", key)
+                continue
+            if isinstance(self.data[key], dict) and len(commands) > 1:
+                self.notes.append(f"{key}: its {len(commands)} commands run one after "
+                                  "another, not in parallel")
+            hooks.setdefault(hook, []).extend(commands)
+        if hooks:
+            self.spec["hooks"] = hooks
+
+    def _mounts(self) -> None:
+        values = self.data.get("mounts")
+        if values is None:
+            return
+        if not isinstance(values, list):
+            self.r.refuse("expected an array of mounts", "mounts")
+            return
+        mounts = []
+        for i, value in enumerate(values):
+            fields = _mount_fields(value)
+            where = f"mounts[{i}]"
+            if fields is None or not fields.get("target"):
+                self.r.refuse("expected source=...,target=...,type=bind", "mounts",
+                              shown=where)
+                continue
+            kind = fields.get("type", "volume")
+            if kind != "bind":
+                self.note(where, f"a {kind} mount has no equivalent: a cell's files live in "
+                          "its workspace volume")
+                continue
+            source = _expand(fields.get("source", ""), self.variables)
+            target = _expand(fields["target"], self.variables)
+            if not source or not target or not os.path.isabs(source):
+                self.r.refuse("a bind mount needs an absolute source and target",
+                              "mounts", shown=where)
+                continue
+            problem = security.mount_path_problem(target)
+            if problem:
+                self.r.refuse(f"target {problem}", "mounts", shown=where)
+                continue
+            source = os.path.normpath(source)
+            refused = security.host_path_problem(source, self.policy, self.state_dir)
+            if refused:
+                self.notes.append(f"{where}: left out, DevCell's security rules refuse it: "
+                                  f"{refused}")
+                continue
+            mount: dict[str, Any] = {"hostPath": source, "mountPath": target}
+            if fields.get("readonly", "false") in ("true", "1", ""):
+                mount["readOnly"] = True
+            mounts.append(mount)
+        if mounts:
+            self.spec["mounts"] = mounts
+
+    def _run_args(self) -> None:
+        values = self.data.get("runArgs")
+        if values is None:
+            return
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            self.r.refuse("expected an array of strings", "runArgs")
+            return
+        tokens = iter(values)
+        for token in tokens:
+            flag, eq, value = token.partition("=")
+            if not eq and flag in _VALUED_RUN_ARGS:
+                value = next(tokens, "")
+            self._run_arg(flag, value, token)
+
+    def _run_arg(self, flag: str, value: str, token: str) -> None:
+        shown = shlex.join([flag, value] if value else [flag])
+        if flag in _DENIED_RUN_ARGS:
+            self.r.refuse(f"{shown} is refused: {_DENIED_RUN_ARGS[flag]}", "runArgs", token,
+                          shown="runArgs")
+        elif flag in ("--network", "--net"):
+            if value == "none":
+                return
+            if value == "host":
+                self.r.refuse(f"{shown} is refused: the host's network is not shared unless "
+                              "an administrator allows it (security.allowHostNetwork); then "
+                              "write spec.network.mode: host", "runArgs", token,
+                              shown="runArgs")
+            else:
+                self.note(f"runArgs {shown}", "cells use no network, or their own bridge when "
+                          "ports are forwarded")
+        elif flag in ("-m", "--memory"):
+            memory = re.fullmatch(r"(\d+)([bkmg]?)", value.lower())
+            unit = {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}
+            if memory:
+                self.spec.setdefault("resources", {})["memory"] = (
+                    memory.group(1) + unit[memory.group(2)])
+            else:
+                self.note(f"runArgs {shown}", "not a memory size DevCell reads")
+        elif flag == "--cpus":
+            try:
+                self.spec.setdefault("resources", {})["cpus"] = float(value)
+            except ValueError:
+                self.note(f"runArgs {shown}", "not a number of CPUs")
+        elif flag in ("-e", "--env"):
+            var, _, val = value.partition("=")
+            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+                self.env[var] = val
+            else:
+                self.note(f"runArgs {shown}", "not NAME=value")
+        elif flag in ("--init", "--rm", "-it", "-i", "-t", "--interactive", "--tty"):
+            self.note(f"runArgs {shown}", "DevCell's supervisor runs the cell")
+        else:
+            self.note(f"runArgs {shown}", "no equivalent in DevCell")
+
+
+def convert(path: Path, *, name: str | None, out_dir: Path, state_dir: Path) -> Conversion:
+    """The Cell manifest for the devcontainer.json at `path` (relative paths in it relative to
+    `out_dir`, where it will be written), or ManifestError naming file, line and field."""
+    reader = _Reader(path)
+    policy = config.load(state_dir).security
+    return _Converter(reader, name=name, out_dir=out_dir, policy=policy,
+                      state_dir=state_dir).convert()
+
+
+def render(conversion: Conversion, source: Path) -> str:
+    """The manifest as YAML, with a comment naming where it came from."""
+    import yaml
+
+    header = (f"# Converted from {source} by `devcell import devcontainer`.\n"
+              "# Apply with: devcell apply -f <this file>\n")
+    return header + yaml.safe_dump(conversion.manifest, sort_keys=False, width=100)
+
+
+def check(text: str, target: Path, state_dir: Path) -> None:
+    """Validate the manifest as `apply` would (schema and security rules), so an import never
+    writes what apply refuses."""
+    import hashlib
+
+    from devcell import admission
+    from devcell.manifests import validate
+    from devcell.manifests.model import SourceFile
+
+    data = text.encode()
+    source = SourceFile(str(target), str(target.resolve()), data,
+                        hashlib.sha256(data).hexdigest())
+    manifests, problems = validate.parse_source(source)
+    if not problems:
+        problems = admission.security_problems(manifests, state_dir)
+    if problems:
+        raise ManifestError(problems)

@@ -1,0 +1,196 @@
+"""The container backend's image builds (spec.build): the digest that names a build, and the
+build itself through the engine.
+
+An image built from a Dockerfile is tagged by a digest of exactly what the build would send:
+the files docker-py puts in the context archive (its own `.dockerignore` matcher,
+`docker.utils.build.exclude_paths`, so the digest and the archive can never disagree), each
+file's type, permission bits and content (a link's target, never what it points to), plus the
+Dockerfile's path, the build arguments and the target. An unchanged context names an image
+the engine already has, so a re-apply costs a walk and a hash, never a build; a changed one
+names a new image, which changes the cell's runtime hash and so recreates the cell.
+
+Part of the container backend: with `container.py`, the only modules that import docker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections import deque
+from typing import Any
+
+import docker.errors
+import docker.utils.build
+import requests.exceptions
+
+from devcell import names, progress
+from devcell.backends.container_spec import CELL, CELL_ID, MANAGED, STATE
+from devcell.errors import BackendError, ImageBuildFailed
+from devcell.log import logger
+
+REPOSITORY = "devcell-build"
+"""Images DevCell builds are tagged devcell-build/<state>/<cell>:<digest> (tag_for)."""
+BUILD_DIGEST = "devcell.build-digest"
+"""Label on a built image: the digest its tag names."""
+OUTPUT_TAIL = 2000
+"""Characters of a failed build's output kept for the Ready condition's message."""
+STEP_LIMIT = 200
+"""Characters of the failing step's line (a Dockerfile line, up to 64 KiB) kept with it."""
+_CHUNK = 1 << 20
+
+
+def _ignore_patterns(context: str) -> list[str]:
+    """The context's .dockerignore as docker-py reads it (blank lines and comments dropped),
+    opened without following a link."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(os.path.join(context, ".dockerignore"), flags)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise ImageBuildFailed(f"cannot read {context}/.dockerignore ({exc.strerror}); it must "
+                               "be a regular file") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ImageBuildFailed(f"{context}/.dockerignore is not a regular file")
+        text = f.read(1 << 20).decode("utf-8", errors="replace")
+    return [line.strip() for line in text.splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+
+
+def _hash_entry(h: Any, root: str, rel: str) -> None:
+    path = os.path.join(root, rel)
+    st = os.lstat(path)
+    h.update(f"{rel}\0{stat.S_IFMT(st.st_mode)}\0{stat.S_IMODE(st.st_mode)}\0".encode(
+        "utf-8", "surrogateescape"))
+    if stat.S_ISLNK(st.st_mode):
+        h.update(os.readlink(path).encode("utf-8", "surrogateescape"))
+    elif stat.S_ISREG(st.st_mode):
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise ImageBuildFailed(f"{path} changed while its digest was taken")
+            h.update(str(st.st_size).encode() + b"\0")
+            while chunk := f.read(_CHUNK):
+                h.update(chunk)
+    h.update(b"\n")
+
+
+def digest(build: dict[str, Any]) -> str:
+    """The digest naming the image `build` makes (see the module's docstring)."""
+    context = str(build["context"])
+    dockerfile = str(build.get("dockerfile", "Dockerfile"))
+    if not os.path.isdir(context):
+        raise ImageBuildFailed(f"the build context {context} is not a directory")
+    h = hashlib.sha256()
+    h.update(repr((dockerfile, sorted((build.get("args") or {}).items()),
+                   build.get("target"))).encode())
+    try:
+        included = docker.utils.build.exclude_paths(
+            context, _ignore_patterns(context), dockerfile=dockerfile)
+        for rel in sorted(included):
+            _hash_entry(h, context, rel)
+    except OSError as exc:
+        raise ImageBuildFailed(f"cannot read the build context {context}: "
+                               f"{exc.strerror or exc}") from None
+    return h.hexdigest()
+
+
+def tag_for(owner: str, cell_name: str, build_digest: str) -> str:
+    """devcell-build/<state directory's hash>/<cell>:<digest>: per state directory, so one
+    never runs (or prunes) an image another state directory's cell built."""
+    return f"{REPOSITORY}/{owner[:12]}/{cell_name}:{build_digest[:32]}"
+
+
+class _Output:
+    """The tail of a build's output and the step it was in, for a failure's message."""
+
+    def __init__(self) -> None:
+        self.lines: deque[str] = deque(maxlen=40)
+        self.step = ""
+
+    def add(self, text: str) -> None:
+        for line in text.splitlines():
+            if line.strip():
+                self.lines.append(line.rstrip())
+                if line.startswith("Step "):
+                    step = line.strip()
+                    self.step = (step if len(step) <= STEP_LIMIT
+                                 else step[:STEP_LIMIT] + "…")
+
+    def tail(self) -> str:
+        text = "\n".join(self.lines)
+        return text[-OUTPUT_TAIL:]
+
+
+def build(api: Any, *, cell_name: str, cell_id: str, owner: str, build_spec: dict[str, Any],
+          tag: str) -> str:
+    """Build `build_spec` as `tag` through the engine (docker-py's low-level client `api`),
+    labelled as DevCell's; the image id, or ImageBuildFailed with the failing step's output."""
+    context = str(build_spec["context"])
+    labels = {MANAGED: "true", STATE: owner, CELL: cell_name, CELL_ID: cell_id,
+              BUILD_DIGEST: tag.rpartition(":")[2]}
+    out = _Output()
+    log = logger.bind(backend="container", cell=cell_name)
+    image_id = ""
+    try:
+        stream = api.build(path=context, tag=tag, dockerfile=build_spec.get("dockerfile"),
+                           buildargs=dict(build_spec.get("args") or {}),
+                           target=build_spec.get("target"), labels=labels, rm=True,
+                           forcerm=True, decode=True)
+        with progress.track_steps(f"building image for cell {cell_name}") as step:
+            for chunk in stream:
+                if "error" in chunk:
+                    out.add(str(chunk.get("error", "")))
+                    raise ImageBuildFailed(_failure(cell_name, out))
+                text = chunk.get("stream")
+                if isinstance(text, str):
+                    out.add(text)
+                    if text.startswith("Step "):
+                        number, _, total = text[5:].partition(" ")[0].partition("/")
+                        if number.isdigit() and total.isdigit():
+                            step(int(number), int(total), text.partition(" : ")[2].strip())
+                aux = chunk.get("aux")
+                if isinstance(aux, dict) and isinstance(aux.get("ID"), str):
+                    image_id = aux["ID"]
+    except (docker.errors.BuildError, docker.errors.APIError) as exc:
+        out.add(str(getattr(exc, "explanation", None) or exc))
+        raise ImageBuildFailed(_failure(cell_name, out)) from None
+    except (docker.errors.DockerException, requests.exceptions.RequestException,
+            OSError) as exc:
+        raise BackendError(f"building the image of cell {cell_name}: {exc}") from None
+    log.info("built image {} ({})", tag, image_id[:19] or "?")
+    return image_id
+
+
+def drop_superseded(api: Any, *, cell_id: str, owner: str, keep: str) -> list[str]:
+    """Remove this cell's earlier builds (found by DevCell's labels for this state directory
+    and cell, never by name) that no container uses any more; an image still in use (the
+    cell's current container until it is recreated) is left for the next build. Returns the
+    tags removed. Never forced: the engine refuses to remove what a container uses."""
+    removed: list[str] = []
+    try:
+        found = api.images(filters={"label": [f"{MANAGED}=true", f"{STATE}={owner}",
+                                              f"{CELL_ID}={cell_id}"]})
+    except (docker.errors.DockerException, requests.exceptions.RequestException):
+        return removed
+    for image in found:
+        labels = image.get("Labels") or {}
+        tags = [t for t in image.get("RepoTags") or [] if t.startswith(f"{REPOSITORY}/")]
+        if (labels.get(STATE) != owner or labels.get(CELL_ID) != cell_id or keep in tags
+                or not tags):
+            continue
+        try:
+            for tag in tags:
+                api.remove_image(tag)
+            removed += tags
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            continue  # in use (409) or gone: the next build tries again
+    return removed
+
+
+def _failure(cell_name: str, out: _Output) -> str:
+    where = f" at {names.printable(out.step)}" if out.step else ""
+    tail = names.printable_lines(out.tail())
+    return f"building the image of cell {cell_name} failed{where}:\n{tail}"

@@ -1,0 +1,38 @@
+"""`devcell import devcontainer`: print or write the Cell manifest a devcontainer.json makes,
+and name on stderr every field it could not carry over."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from devcell.errors import UsageError
+from devcell.names import printable
+
+
+def run_import(args: argparse.Namespace) -> int:
+    if args.verb != "devcontainer":
+        raise UsageError(f"unknown import format {args.verb!r}")
+    from devcell.api import devcontainer
+    from devcell.store.db import resolve_state_dir
+
+    state_dir = resolve_state_dir(args.state_dir)
+    source = devcontainer.find(args.path, Path.cwd())
+    target = Path(args.output) if args.output else Path.cwd() / "<stdout>"
+    conversion = devcontainer.convert(source, name=args.name, out_dir=target.parent,
+                                      state_dir=state_dir)
+    text = devcontainer.render(conversion, source)
+    devcontainer.check(text, target, state_dir)
+    for note in conversion.notes:
+        sys.stderr.write(printable(f"warning: {source}: {note}") + "\n")
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    temporary = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    temporary.write_text(text)
+    os.replace(temporary, target)
+    name = conversion.manifest["metadata"]["name"]
+    sys.stdout.write(printable(f"cell/{name} written to {target}") + "\n")
+    return 0

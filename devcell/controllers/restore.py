@@ -1,0 +1,182 @@
+"""Restoring a cell's workspace to a snapshot, as the cell controller plans it.
+
+The plan (action `restore`) is: `resume` if a crash left the cell frozen, `stop` if it runs,
+`checkpoint` of the safety snapshot (unless declined), `restore-workspace`, and `start` again
+(always run, so a failed restore leaves the cell running its old workspace) if it was
+running. The safety snapshot is recorded as a Ready Snapshot in the very transaction that
+records its checkpoint step as done, so it exists, complete, before the step that replaces
+the workspace starts. When the workspace changed since the cell's last snapshot (and is not
+already the snapshot's tree), the plan waits at an approval gate before its first step, as
+a delete does, and the gate's reason says what would be replaced.
+
+Crash safety comes from three facts: the request (with the safety snapshot's id) stays
+recorded until the restore finishes, so an interrupted one is planned again from what is
+observed; a checkpoint taken under an id that exists complete is not taken again; and the
+backend swaps the workspace in one atomic exchange.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from devcell.backends.base import Backend, CellRef, Changes, Observed, Outputs, Restoring
+from devcell.controllers.plan import Gate, Plan, Step, When
+from devcell.controllers.steps import StepName
+from devcell.errors import CapabilityMissing
+from devcell.manifests.model import manifest_hash, spec_hash
+from devcell.store import events, objects, restores, volumes
+from devcell.store.db import now
+from devcell.store.objects import Phase
+
+S = StepName
+ACTION = "restore"
+SOURCE = "restore"
+"""The `source` of a safety snapshot (no manifest path: `apply --prune` never touches it)."""
+ANNOTATION = "devcell.dev/safety-snapshot"
+
+
+def restoring(backend: Backend) -> Restoring:
+    if not isinstance(backend, Restoring):
+        raise CapabilityMissing(f"the {backend.name} backend cannot restore a workspace")
+    return backend
+
+
+def plan(cell: objects.ObjectRecord, request: restores.Request, *, backend_name: str,
+         backend: Backend, observed: Observed, volume: volumes.VolumeRecord,
+         conn: sqlite3.Connection, key: bytes) -> Plan:
+    steps: list[Step] = []
+    if observed.frozen:
+        steps.append(Step(S.RESUME))
+    if observed.running:
+        steps.append(Step(S.STOP))
+    if request.safety_id is not None:
+        spec = {"cell": cell.name}
+        annotations = {ANNOTATION: f"taken before restoring snapshot {request.snapshot}"}
+        steps.append(Step(S.CHECKPOINT, {
+            "checkpoint_id": request.safety_id, "safety": request.safety,
+            "spec_hash": spec_hash(spec, key),
+            "manifest_hash": manifest_hash(spec, {}, annotations, key),
+            "restoring": request.snapshot}))
+    steps.append(Step(S.RESTORE_WORKSPACE, {"checkpoint_id": request.snapshot_id,
+                                            "snapshot": request.snapshot}))
+    if observed.exists and cell.spec.get("state", "Running") == "Running":
+        steps.append(Step(S.START, when=When.ALWAYS))
+    ref = CellRef(cell.id, cell.name, cell.spec, volume.id)
+    from devcell.controllers.cell import CellWork
+
+    return Plan(cell, ACTION, steps, backend_name, CellWork(ref),
+                gate=_gate(cell, request, backend, volume.id, conn))
+
+
+def baselines(conn: sqlite3.Connection, cell: objects.ObjectRecord) -> list[tuple[str, str]]:
+    """(id, name) of the live snapshots the workspace may still equal: the latest taken of
+    the cell, and the one it was last restored from (a restore makes the workspace that
+    snapshot's tree, newer than the safety snapshot taken just before)."""
+    found = []
+    latest = objects.latest_taken_snapshot(conn, cell.id)
+    if latest:
+        found.append(latest)
+    restored = (cell.status.get("restore") or {}).get("snapshotId")
+    if restored and not (cell.status.get("restore") or {}).get("failed"):
+        snap = objects.get(conn, "Snapshot", str(restored))
+        if snap is not None and snap.extra.get("checkpoint_ref") and \
+                (snap.id, snap.name) not in found:
+            found.append((snap.id, snap.name))
+    return found
+
+
+def unsaved(backend: Backend, volume_id: str, bases: list[tuple[str, str]], target: str
+            ) -> tuple[str | None, Changes] | None:
+    """None when the workspace equals one of `bases` or the `target` snapshot (restoring
+    loses nothing); else the nearest base and what the workspace holds that it does not."""
+    if not backend.workspace_changed_since(volume_id, target):
+        return None
+    if not bases:
+        if not backend.workspace_changed_since(volume_id, None):
+            return None
+        return None, restoring(backend).workspace_changes(volume_id, None)
+    if any(not backend.workspace_changed_since(volume_id, b) for b, _ in bases):
+        return None
+    diffs = [(name, restoring(backend).workspace_changes(volume_id, b)) for b, name in bases]
+    name, changes = min(diffs, key=lambda d: d[1].total)
+    return name, changes
+
+
+def _gate(cell: objects.ObjectRecord, request: restores.Request, backend: Backend,
+          volume_id: str, conn: sqlite3.Connection) -> Gate | None:
+    """An approval gate when restoring would replace work no snapshot holds."""
+    found = unsaved(backend, volume_id, baselines(conn, cell), request.snapshot_id)
+    if found is None:
+        return None
+    base, changes = found
+    what = f"snapshot {base}" if base else "no snapshot was ever taken of it"
+    lost = changes.summary()
+    keep = (f"the safety snapshot {request.safety} keeps them" if request.safety else
+            "no safety snapshot is taken (--no-safety-snapshot): they are lost")
+    return Gate(0, f"restoring snapshot {request.snapshot} replaces the workspace of cell "
+                   f"{cell.name}, which changed since its last snapshot ({what}): {lost}; "
+                   f"{keep}", {
+                       "type": "object", "additionalProperties": False,
+                       "required": ["confirm"],
+                       "properties": {"confirm": {
+                           "const": cell.name, "description": "the cell's name, to confirm"}}})
+
+
+def record_safety(conn: sqlite3.Connection, cell: objects.ObjectRecord, args: dict[str, Any],
+                  outputs: Outputs) -> None:
+    """The safety snapshot, Ready, recorded with its checkpoint step (same transaction)."""
+    snapshot_id = str(args["checkpoint_id"])
+    if objects.get(conn, "Snapshot", snapshot_id, include_deleted=True) is not None:
+        return  # recorded by an earlier attempt of this restore
+    name = str(args["safety"])
+    if objects.get(conn, "Snapshot", name) is not None:  # taken meanwhile by someone else
+        name = f"{name[:46]}-{snapshot_id[-16:]}".replace("_", "-")
+    spec = {"cell": cell.name}
+    annotations = {ANNOTATION: f"taken before restoring snapshot {args['restoring']}"}
+    objects.insert(conn, kind="Snapshot", name=name, spec=spec, labels={},
+                   annotations=annotations, spec_hash=str(args["spec_hash"]),
+                   manifest_hash=str(args["manifest_hash"]), source=SOURCE, phase=Phase.READY,
+                   object_id=snapshot_id,
+                   extra={"cell_id": cell.id, "consistency": outputs.get("consistency"),
+                          "checkpoint_ref": outputs.get("checkpoint"), "taken_at": now()})
+    record = objects.get(conn, "Snapshot", snapshot_id)
+    assert record is not None
+    status = {"conditions": objects.set_condition(
+        [], "Ready", "True", "Taken", f"safety checkpoint taken before restoring snapshot "
+                                      f"{args['restoring']}"),
+              "checkpoint": dict(outputs), "origin": {"kind": "safety",
+                                                      "restoring": args["restoring"]}}
+    objects.write_status(conn, record, phase=Phase.READY, status=status,
+                         observed_generation=record.generation)
+    events.record(conn, kind="Snapshot", object_id=snapshot_id, name=name, reason="Taken",
+                  message=f"safety snapshot of cell {cell.name}, taken before restoring "
+                          f"snapshot {args['restoring']}")
+
+
+def finished(conn: sqlite3.Connection, cell: objects.ObjectRecord, plan: Plan,
+             error: str | None) -> None:
+    """Clear the request (done or failed: a failed restore is reported, not retried on its
+    own) and say what happened in status.restore and an event."""
+    restores.clear(conn, cell.id)
+    fresh = objects.get(conn, "Cell", cell.id)
+    if fresh is None:
+        return
+    step = next(s for s in plan.steps if s.name == S.RESTORE_WORKSPACE)
+    target, target_id = step.args.get("snapshot"), step.args.get("checkpoint_id")
+    safety = next((s.args.get("safety") for s in plan.steps
+                   if s.name == S.CHECKPOINT and s.args.get("safety")), None)
+    if error is None:
+        record = {"snapshot": target, "snapshotId": target_id, "safetySnapshot": safety,
+                  "at": now()}
+        message = (f"workspace restored from snapshot {target}" +
+                   (f"; safety snapshot {safety} holds the workspace as it was" if safety
+                    else "; no safety snapshot was taken"))
+        events.record(conn, kind="Cell", object_id=cell.id, name=cell.name, reason="Restored",
+                      message=message)
+    else:
+        record = {"snapshot": target, "snapshotId": target_id, "failed": error, "at": now()}
+        events.record(conn, kind="Cell", object_id=cell.id, name=cell.name,
+                      reason="RestoreFailed", message=error, type="Warning")
+    objects.write_status(conn, fresh, phase=fresh.phase, status=dict(fresh.status, restore=record),
+                         observed_generation=fresh.observed_generation)

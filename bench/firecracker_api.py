@@ -2,9 +2,10 @@
 
 Firecracker has not run on this host (no binary, no working KVM), so this does not time a
 Firecracker. It times the driver's requests against the stand-in that tests use
-(tests/backends/vm/firecracker_fake.py, a separate Python process serving the published API
-description), so the figure is an upper bound of DevCell's share of Firecracker's published
-budgets (boot <= 125 ms, snapshot restore < 10 ms on KVM): the stand-in's own time is in it.
+(tests/backends/vm/firecracker_fake.py, a separate Python process serving the API as
+DevCell's contract, tests/backends/vm/firecracker_contract.py, describes it), so the figure
+is an upper bound of DevCell's share of Firecracker's published budgets (boot <= 125 ms,
+snapshot restore < 10 ms on KVM): the stand-in's own time is in it.
 
   boot     FirecrackerApi.configure() + start(): 11 requests (logger, metrics, machine-config,
            boot-source, 3 drives, vsock, serial, InstanceStart)
@@ -14,7 +15,8 @@ Peer, same run, same stand-in, in turns: the same requests as pre-built bytes wr
 raw unix socket, each reply read by its Content-Length (the transport's floor). The
 difference driver - raw is DevCell's own cost. A fresh stand-in process per run (pre-boot
 requests are accepted once), started outside the timing, without its schema check (the tests
-do that; here it would only add the stand-in's time).
+do that, and this script checks the requests it times against the contract once, before
+timing; in the stand-in it would only add its own time).
 Run by hand, never by pytest:
 
     .venv/bin/python bench/firecracker_api.py --runs 30
@@ -39,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from devcell.backends import vm_firecracker_api as api  # noqa: E402
 from devcell.backends.vm_driver import Disk, MachineConfig  # noqa: E402
+from tests.backends.vm import firecracker_contract as contract  # noqa: E402
 
 STAND_IN = REPO / "tests" / "backends" / "vm" / "firecracker_fake.py"
 
@@ -64,6 +67,17 @@ def boot_requests(config: MachineConfig) -> list[tuple[str, str, dict[str, objec
 def load_requests(state: Path, memory: Path) -> list[tuple[str, str, dict[str, object]]]:
     return [("PUT", "/logger", api.logger_config()), ("PUT", "/metrics", api.metrics()),
             ("PUT", "/snapshot/load", api.snapshot_load(state, memory, resume=True))]
+
+
+def conforming(requests: list[tuple[str, str, dict[str, object]]]
+               ) -> list[tuple[str, str, dict[str, object]]]:
+    """The requests, once checked against DevCell's Firecracker contract (outside the timing):
+    the bench times only requests the tests would accept."""
+    errors = [e for method, path, body in requests
+              for e in contract.schema_errors(method, path, body)]
+    if errors:
+        raise SystemExit("not benchmarking requests the contract refuses: " + "; ".join(errors))
+    return requests
 
 
 def raw_bytes(requests: list[tuple[str, str, dict[str, object]]]) -> list[bytes]:
@@ -158,8 +172,8 @@ def main() -> None:
         state, memory = directory / "m.vmstate", directory / "m"
         state.write_text(json.dumps({"mem_size_mib": 128}))
         memory.write_bytes(b"")
-        boot_raw = raw_bytes(boot_requests(config))
-        load_raw = raw_bytes(load_requests(state, memory))
+        boot_raw = raw_bytes(conforming(boot_requests(config)))
+        load_raw = raw_bytes(conforming(load_requests(state, memory)))
 
         def devcell_boot() -> None:
             with api.FirecrackerApi(directory) as client:

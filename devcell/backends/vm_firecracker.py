@@ -1,8 +1,9 @@
 """The Firecracker driver: a cell's machine as one `firecracker` process, driven over its API.
 
 Written against Firecracker's published API description (tests check every request against
-it), but it has NOT run against a real Firecracker here: no Firecracker binary is in the
-registries this machine reaches, and Firecracker needs KVM, which does not run guests nested
+DevCell's transcription of it, tests/backends/vm/firecracker_contract.py), but it has NOT
+run against a real Firecracker here: no Firecracker binary is in the registries this machine
+reaches, and Firecracker needs KVM, which does not run guests nested
 on this host. Choosing it here fails at create with a clear error (`probe`).
 
 The process is started in the cell's owner-only directory (relative socket paths, as QEMU's

@@ -1,11 +1,11 @@
 """Firecracker's HTTP API, as DevCell uses it: the request bodies and one client.
 
-The bodies are pure functions of a MachineConfig, so tests check each against Firecracker's
-published API description (its swagger file, kept under tests/backends/vm/fixtures/) without
-a hypervisor. The client maps Firecracker's answers onto DevCell's errors at this one place,
-by status: 204/200 are success, 400 is Firecracker refusing the request as asked
-(BackendRefused, with its `fault_message`), anything else a failure worth retrying
-(BackendError). Callers never search the text.
+The bodies are pure functions of a MachineConfig, so tests check each against DevCell's
+transcription of Firecracker's published API description
+(tests/backends/vm/firecracker_contract.py) without a hypervisor. The client maps
+Firecracker's answers onto DevCell's errors at this one place, by status: 204/200 are success,
+400 is Firecracker refusing the request as asked (BackendRefused, with its `fault_message`),
+anything else a failure worth retrying (BackendError). Callers never search the text.
 
 What a cell's machine gets: vCPUs and memory with dirty-page tracking (so Diff snapshots are
 possible), the kernel, initrd and command line, one drive per disk in the guest's order

@@ -1,16 +1,12 @@
-"""A stand-in for Firecracker's API server, checked against Firecracker's published API
-description (fixtures/firecracker-swagger.yaml), for testing the requests DevCell sends.
+"""A stand-in for Firecracker's API server, checked against DevCell's description of
+Firecracker's API (firecracker_contract.py), for testing the requests DevCell sends.
 
-This tests requests, not Firecracker: the stand-in knows only what the description says
-(paths, methods, bodies) plus the few rules its texts state (pre-boot only, post-boot only,
-snapshot/load only on a fresh process, snapshot/create only while Paused, Diff only with
-dirty-page tracking). Every request is recorded with the schema errors found in it; a request
-that breaks the schema is answered 400 with a `fault_message`, as Firecracker answers.
-
-Swagger 2.0 definitions are JSON Schema draft 4 plus a few keywords jsonschema ignores
-(readOnly, example). One change makes them stricter: objects accept no properties the
-description does not list (Firecracker's types refuse unknown fields; the description alone
-would let a misspelt field through).
+This tests requests, not Firecracker: the stand-in knows only what the contract says
+(paths, methods, bodies, success statuses) plus the few rules Firecracker's documentation
+states (pre-boot only, post-boot only, snapshot/load only on a fresh process, snapshot/create
+only while Paused, Diff only with dirty-page tracking). Every request is recorded with the
+schema errors found in it; a request that breaks the schema is answered 400 with a
+`fault_message`, as Firecracker answers.
 
 Run as a program (`firecracker_fake.py --api-sock PATH --id ID`, started as `firecracker` by
 tests/backends/vm/test_firecracker_driver.py) it serves until killed and appends each request
@@ -20,80 +16,25 @@ for the bench only).
 
 from __future__ import annotations
 
-import copy
 import json
 import os
-import re
 import socketserver
 import sys
 import threading
 from dataclasses import dataclass, field
-from functools import cache
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import yaml
+try:
+    from tests.backends.vm import firecracker_contract as contract
+except ImportError:  # run as a program: this file's directory is on sys.path, not the repo
+    import firecracker_contract as contract  # type: ignore[no-redef]
 
-SPEC_FILE = Path(__file__).parent / "fixtures" / "firecracker-swagger.yaml"
 PRE_BOOT = {"/boot-source", "/machine-config", "/vsock", "/drives/{drive_id}", "/serial",
-            "/logger", "/metrics", "/network-interfaces/{iface_id}"}
+            "/logger", "/metrics"}
 BEFORE_LOAD = {"/logger", "/metrics"}
-
-
-@cache
-def spec() -> dict[str, Any]:
-    loaded = yaml.safe_load(SPEC_FILE.read_text())
-    assert loaded["swagger"] == "2.0"
-    return dict(loaded)
-
-
-def _strict(schema: Any) -> Any:
-    if isinstance(schema, dict):
-        out = {k: _strict(v) for k, v in schema.items()}
-        if out.get("type") == "object" and "properties" in out:
-            out.setdefault("additionalProperties", False)
-        return out
-    if isinstance(schema, list):
-        return [_strict(v) for v in schema]
-    return schema
-
-
-@cache
-def _definitions() -> dict[str, Any]:
-    return dict(_strict(copy.deepcopy(spec()["definitions"])))
-
-
-@cache
-def validator(ref: str) -> jsonschema.Draft4Validator:
-    """A validator for `#/definitions/X` (or an inline schema's $ref)."""
-    return jsonschema.Draft4Validator({"$ref": ref, "definitions": _definitions()})
-
-
-def operation(method: str, path: str) -> tuple[str, dict[str, Any]] | None:
-    """The description's path template and operation for a request, or None."""
-    for template, ops in spec()["paths"].items():
-        pattern = "^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)) + "$"
-        if re.match(pattern, path) and method.lower() in ops:
-            return template, ops[method.lower()]
-    return None
-
-
-def schema_errors(method: str, path: str, body: Any) -> list[str]:
-    """Everything the description says is wrong with this request (empty: it conforms)."""
-    found = operation(method, path)
-    if found is None:
-        return [f"{method} {path}: no such operation in the API description"]
-    _, op = found
-    params = [p for p in op.get("parameters", []) if p.get("in") == "body"]
-    if not params:
-        return [] if body is None else [f"{method} {path} takes no body"]
-    param = params[0]
-    if body is None:
-        return [f"{method} {path}: body required"] if param.get("required") else []
-    return [f"{method} {path}: {e.message} at {list(e.absolute_path)}"
-            for e in validator(param["schema"]["$ref"]).iter_errors(body)]
+schema_errors = contract.schema_errors
 
 
 @dataclass
@@ -130,14 +71,14 @@ class FakeState:
         return status, reply
 
     def _apply(self, method: str, path: str, body: Any) -> tuple[int, dict[str, Any] | None]:
-        found = operation(method, path)
+        found = contract.endpoint(method, path)
         assert found is not None
-        template = found[0]
+        template = found.path
         if method == "GET" and template == "/":
             info = {"app_name": "Firecracker", "id": "fake", "state": self.state,
-                    "vmm_version": "1.17.0-dev"}
-            assert not list(validator("#/definitions/InstanceInfo").iter_errors(info))
-            return 200, info
+                    "vmm_version": contract.API_VERSION}
+            assert contract.answer_errors(info) == []
+            return found.success, info
         if template in PRE_BOOT and self.state != "Not started":
             return _fault(f"{template} is pre-boot only")
         if template == "/machine-config":
@@ -155,7 +96,7 @@ class FakeState:
         if template == "/snapshot/load":
             return self._load(body)
         self.configured.add(template)
-        return 204, None
+        return found.success, None
 
     def _create(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
         if self.state != "Paused":
@@ -234,8 +175,9 @@ def main(argv: list[str]) -> None:
     record = os.environ.get("FAKE_FIRECRACKER_RECORD")
     fake = FakeState(record_file=Path(record) if record else None,
                      unchecked=os.environ.get("FAKE_FIRECRACKER_UNCHECKED") == "1")
-    for name in spec()["definitions"]:  # parsed before serving: the first answer is prompt
-        validator(f"#/definitions/{name}")
+    for each in contract.ENDPOINTS:  # built before serving: the first answer is prompt
+        if each.body is not None:
+            contract.validator_for(each)
     server = _Server(args["--api-sock"], _Handler)
     server.fake = fake
     server.serve_forever()

@@ -9,11 +9,13 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from devcell.backends import vm_firecracker_api as api
 from devcell.backends.vm_driver import Disk, MachineConfig
 from devcell.errors import BackendError, BackendRefused, BackendUnavailable
+from tests.backends.vm import firecracker_contract as contract
 from tests.backends.vm import firecracker_fake as fake
 
 
@@ -47,19 +49,24 @@ def assert_conforming(state: fake.FakeState) -> None:
     assert state.requests, "no request was made"
     for request in state.requests:
         assert request.errors == [], request
-        assert request.status in (200, 204), request
+        described = contract.endpoint(request.method, request.path)
+        assert described is not None and request.status == described.success, request
 
 
-def test_the_fixture_is_firecrackers_description_at_a_named_commit() -> None:
-    header = fake.SPEC_FILE.read_text().splitlines()[:5]
-    assert "# Path: src/firecracker/swagger/firecracker.yaml" in header
-    assert any(line.startswith("# Commit: 81b38b9dad6056d7a48073e95ac5a9aed51cb2ab")
-               for line in header)
-    spec = fake.spec()
-    for path in ("/machine-config", "/boot-source", "/drives/{drive_id}", "/vsock",
-                 "/actions", "/vm", "/snapshot/create", "/snapshot/load", "/logger",
-                 "/metrics", "/serial"):
-        assert path in spec["paths"]
+def test_the_contract_names_its_source_and_covers_every_request_the_driver_makes() -> None:
+    doc = contract.__doc__ or ""
+    assert contract.UPSTREAM_PATH in doc.replace("\n", "").replace(" ", "")
+    assert contract.UPSTREAM_COMMIT in doc
+    described = {(e.method, e.path) for e in contract.ENDPOINTS}
+    assert described == {
+        ("GET", "/"), ("PUT", "/logger"), ("PUT", "/metrics"), ("PUT", "/machine-config"),
+        ("PUT", "/boot-source"), ("PUT", "/drives/{drive_id}"), ("PUT", "/vsock"),
+        ("PUT", "/serial"), ("PUT", "/actions"), ("PATCH", "/vm"), ("PUT", "/snapshot/create"),
+        ("PUT", "/snapshot/load")}
+    for each in contract.ENDPOINTS:
+        if each.body is not None:
+            jsonschema.Draft4Validator.check_schema(each.body)
+            assert each.body["additionalProperties"] is False
 
 
 @pytest.mark.parametrize(("path", "body"), [
@@ -79,8 +86,7 @@ def test_the_fixture_is_firecrackers_description_at_a_named_commit() -> None:
 ])
 def test_each_request_body_conforms_to_the_description(path: str, body: dict[str, object]
                                                        ) -> None:
-    method = "PUT"
-    assert fake.schema_errors(method, path, body) == []
+    assert contract.schema_errors("PUT", path, body) == []
 
 
 @pytest.mark.parametrize(("path", "body", "wrong"), [
@@ -91,12 +97,25 @@ def test_each_request_body_conforms_to_the_description(path: str, body: dict[str
                           "snapshot_type": "Incremental"}, "Incremental"),
     ("/vsock", {"guest_cid": 2, "uds_path": "v.sock"}, "minimum"),
     ("/actions", {"action_type": "Reboot"}, "Reboot"),
+    ("/boot-source", {"initrd_path": "/i"}, "kernel_image_path"),
+    ("/serial", {"serial_out_path": "c", "rate_limiter": {"size": 1}}, "refill_time"),
+    ("/snapshot/load", {"snapshot_path": "/s", "mem_backend": {"backend_type": "Disk",
+                                                               "backend_path": "/m"}}, "Disk"),
+    ("/logger", {"log_path": "l", "level": "Verbose"}, "Verbose"),
 ])
 def test_the_check_refuses_what_the_description_forbids(path: str, body: dict[str, object],
                                                         wrong: str) -> None:
-    errors = fake.schema_errors("PUT", path, body)
+    errors = contract.schema_errors("PUT", path, body)
     assert errors and wrong in " ".join(errors)
-    assert fake.schema_errors("DELETE", "/vm", None)  # no such operation
+
+
+def test_the_check_refuses_unknown_operations_and_missing_or_stray_bodies() -> None:
+    assert "no such operation" in contract.schema_errors("DELETE", "/vm", None)[0]
+    assert "no such operation" in contract.schema_errors("PUT", "/network-interfaces/eth0", {})[0]
+    assert "no such operation" in contract.schema_errors("PUT", "/drives/a/b", {})[0]
+    assert "body required" in contract.schema_errors("PUT", "/vsock", None)[0]
+    assert "takes no body" in contract.schema_errors("GET", "/", {"x": 1})[0]
+    assert contract.schema_errors("GET", "/", None) == []
 
 
 def test_a_boot_configures_then_starts_with_conforming_requests(tmp_path: Path,

@@ -25,6 +25,7 @@ from devcell.backends.base import CellRef
 from devcell.backends.vm import VmBackend
 from devcell.backends.vm_driver import Disk, MachineConfig
 from devcell.errors import BackendUnavailable, CapabilityMissing
+from tests.backends.vm import firecracker_contract as contract
 from tests.backends.vm import firecracker_fake as fake
 
 LABEL = "devcell-0123456789abcdef-cell_fctest0001"
@@ -65,6 +66,11 @@ def recorded(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def documented_success(request: dict[str, object]) -> int | None:
+    described = contract.endpoint(str(request["method"]), str(request["path"]))
+    return None if described is None else described.success
+
+
 def test_boot_save_restore_and_shutdown_of_an_owned_process(
         stand_in: Path, cell_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         ) -> None:
@@ -95,7 +101,8 @@ def test_boot_save_restore_and_shutdown_of_an_owned_process(
     assert not vm_proc.is_owned(pid, LABEL)
 
     requests = recorded(record)
-    assert all(r["errors"] == [] and r["status"] in (200, 204) for r in requests), requests
+    assert all(r["errors"] == [] and r["status"] == documented_success(r) for r in requests), \
+        requests
     paths = [(r["method"], r["path"]) for r in requests if r["path"] != "/"]
     boot, rest = paths[:paths.index(("PUT", "/actions")) + 1], paths[len(paths) - 9:]
     assert boot[2:5] == [("PUT", "/machine-config"), ("PUT", "/boot-source"),

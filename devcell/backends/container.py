@@ -40,6 +40,7 @@ from devcell.backends import (
     base_image,
     container_build,
     container_observe,
+    container_pull,
     container_spec,
     images,
     proctree,
@@ -1115,7 +1116,10 @@ class ContainerBackend:
         try:
             self.api.reload_config()
             with pull_progress.LayerBars(image) as bars:
-                for event in self.api.pull(repository, tag=tag, stream=True, decode=True):
+                for event in container_pull.events(
+                        self.api, repository, tag, image=image,
+                        registry=images.registry_of(image),
+                        idle_timeout=config.load(self.layout.state_dir).images.pull_idle_timeout):
                     if "error" in event or "errorDetail" in event:
                         detail = event.get("errorDetail") or {}
                         raise images.pull_failed(image, str(detail.get("message")

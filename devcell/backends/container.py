@@ -1064,8 +1064,10 @@ class ContainerBackend:
 
     def build_image(self, cell: CellRef, build: dict[str, Any], tag: str) -> Outputs:
         """Build the cell's image (see container_build); recorded as the build-image step."""
+        idle = config.load(self.layout.state_dir).images.build_idle_timeout
         image_id = container_build.build(self.api, cell_name=cell.name, cell_id=cell.id,
-                                         owner=self.owner, build_spec=build, tag=tag)
+                                         owner=self.owner, build_spec=build, tag=tag,
+                                         idle_timeout=idle)
         removed = container_build.drop_superseded(self.api, cell_id=cell.id, owner=self.owner,
                                                   keep=tag)
         return {"image": tag, "id": image_id[:19], "removed": len(removed)}

@@ -38,6 +38,7 @@ from docker.models.containers import _create_container_args
 from devcell import config, security
 from devcell.backends import (
     base_image,
+    build_digest_cache,
     container_build,
     container_observe,
     container_pull,
@@ -1060,7 +1061,9 @@ class ContainerBackend:
     def build_tag(self, cell: CellRef, build: dict[str, Any]) -> str:
         if not _CELL_NAME.fullmatch(cell.name):
             raise BackendRefused(f"refusing cell name {cell.name!r}: not a DNS-1123 label")
-        return container_build.tag_for(self.owner, cell.name, container_build.digest(build))
+        cache = build_digest_cache.DigestCache(self.layout.state_dir)
+        return container_build.tag_for(self.owner, cell.name,
+                                       cache.digest(cell.name, build, container_build.digest))
 
     def build_image(self, cell: CellRef, build: dict[str, Any], tag: str) -> Outputs:
         """Build the cell's image (see container_build); recorded as the build-image step."""

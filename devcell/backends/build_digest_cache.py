@@ -46,17 +46,25 @@ def tree_key(build: dict[str, Any]) -> tuple[str, bool]:
     stack = [""]
     root = os.lstat(context)
     h.update(_signature(".", root))
+    # Directory order as the filesystem lists it, unsorted: for an unchanged directory it
+    # is the same every time, and an order that moved only costs a full digest (a miss).
     while stack:
         rel_dir = stack.pop()
-        with os.scandir(os.path.join(context, rel_dir) if rel_dir else context) as it:
-            entries = sorted(it, key=lambda e: e.name)
-        for entry in entries:
-            st = entry.stat(follow_symlinks=False)
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            h.update(_signature(rel, st))
-            newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
-            if stat.S_ISDIR(st.st_mode):
-                stack.append(rel)
+        prefix = rel_dir + "/" if rel_dir else ""
+        lines = []
+        with os.scandir(context + "/" + rel_dir if rel_dir else context) as it:
+            for entry in it:
+                st = entry.stat(follow_symlinks=False)
+                mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
+                lines.append(f"{prefix}{entry.name}\0{st.st_mode}\0{st.st_size}\0{mtime}\0"
+                             f"{ctime}\0{st.st_ino}\0{st.st_dev}\n")
+                if mtime > newest:
+                    newest = mtime
+                if ctime > newest:
+                    newest = ctime
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(prefix + entry.name)
+        h.update("".join(lines).encode("utf-8", "surrogateescape"))
     racy = newest >= time.time_ns() - int(RACY_SECONDS * 1e9)
     return h.hexdigest(), not racy
 

@@ -11,6 +11,12 @@ context, every step a cache hit). Prints medians and the ratio; removes what it 
 
 Needs the engine and the base image (scripts/docker-setup). Run by hand:
 .venv/bin/python bench/build_reapply.py [--runs 11]
+
+`--digest-only [--files 1000,100000]` measures just what every reconcile of a built cell
+pays, in one process, no engine: the context's digest computed in full
+(container_build.digest: docker-py's .dockerignore matcher and a hash of every file, what
+every resync paid before the cache) vs answered by the cache (build_digest_cache: a walk
+with lstat), taking turns, medians and the ratio per context size.
 """
 
 from __future__ import annotations
@@ -53,11 +59,43 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
     return elapsed
 
 
+def digest_only(sizes: list[int], runs: int) -> None:
+    from devcell.backends import build_digest_cache, container_build
+
+    for files in sizes:
+        tmp = Path(tempfile.mkdtemp(prefix="devcell-bench-digest-"))
+        try:
+            make_context(tmp / "app", files)
+            build = {"context": str(tmp / "app")}
+            time.sleep(build_digest_cache.RACY_SECONDS + 0.5)  # older than the racy window
+            cache = build_digest_cache.DigestCache(tmp / "state")
+            cache.digest("bench", build, container_build.digest)  # warms the cache
+            full, cached = [], []
+            for _ in range(runs):
+                start = time.perf_counter()
+                expected = container_build.digest(build)
+                full.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                got = cache.digest("bench", build, container_build.digest)
+                cached.append(time.perf_counter() - start)
+                assert got == expected
+            a, b = statistics.median(full), statistics.median(cached)
+            print(f"{files} files, {runs} runs each: full digest median {a:.3f} s, "
+                  f"cached (lstat walk) median {b:.3f} s, ratio full/cached {a / b:.1f}")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=11)
-    p.add_argument("--files", type=int, default=1000)
-    args = p.parse_args()
+    p.add_argument("--files", default="1000")
+    p.add_argument("--digest-only", action="store_true")
+    raw = p.parse_args()
+    if raw.digest_only:
+        digest_only([int(n) for n in raw.files.split(",")], raw.runs)
+        return
+    args = argparse.Namespace(runs=raw.runs, files=int(raw.files))
     tmp = Path(tempfile.mkdtemp(prefix="devcell-bench-build-"))
     # Compiled modules cached as in a normal install (an editable install under
     # PYTHONDONTWRITEBYTECODE=1 would recompile devcell/ in every process), as bench/_common.

@@ -39,10 +39,21 @@ class SecurityPolicy:
 
 
 @dataclass(frozen=True)
+class ImageSettings:
+    """How long pulls and builds may go without a sign of life (`images` in the file): an
+    engine waiting on a registry or a build step that never answers must not hold a worker
+    for good."""
+
+    pull_idle_timeout: float = 120.0
+    build_idle_timeout: float = 600.0
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     exists: bool
     security: SecurityPolicy = field(default_factory=SecurityPolicy)
+    images: ImageSettings = field(default_factory=ImageSettings)
 
 
 def config_path(state_dir: Path) -> Path:
@@ -152,7 +163,11 @@ def parse(path: Path, data: bytes, state_dir: Path | None = None) -> Config:
                 path, f"DevCell's configuration lies under allowedHostPaths entry {root}: a "
                       "cell mounting it could rewrite its own permissions; keep it outside",
                 field_name="security.allowedHostPaths")])
-    return Config(path, exists=True, security=SecurityPolicy(
+    settings = doc.data.get("images") or {}
+    images = ImageSettings(
+        pull_idle_timeout=float(settings.get("pullIdleTimeoutSeconds", 120)),
+        build_idle_timeout=float(settings.get("buildIdleTimeoutSeconds", 600)))
+    return Config(path, exists=True, images=images, security=SecurityPolicy(
         allowed_host_paths=tuple(security.get("allowedHostPaths", ())),
         allow_host_network=bool(security.get("allowHostNetwork", False)),
         allowed_publish_addresses=tuple(security.get("allowedPublishAddresses", ())),

@@ -265,3 +265,16 @@ def test_the_shared_path_check_runs_under_the_write_lock(
     assert locked == [True]  # checked inside the write transaction, so nothing can slip in
     assert [r[0] for r in db.conn.execute("SELECT name FROM cells")] == ["writer"]
     db.close()
+
+
+def test_image_timeouts_default_and_can_be_set(tmp_path: Path) -> None:
+    assert config.load(tmp_path).images == config.ImageSettings(120.0, 600.0)
+    write(tmp_path / "config.yaml", "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                    "images:\n  pullIdleTimeoutSeconds: 5\n"
+                                    "  buildIdleTimeoutSeconds: 7\n")
+    assert config.load(tmp_path).images == config.ImageSettings(5.0, 7.0)
+    write(tmp_path / "config.yaml", "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                    "images:\n  pullIdleTimeoutSeconds: 0\n")
+    with pytest.raises(ConfigError) as caught:
+        config.load(tmp_path)
+    assert "line 4" in str(caught.value) or ":4" in str(caught.value)

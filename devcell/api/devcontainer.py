@@ -16,15 +16,18 @@ writes applies (or the import fails, naming the devcontainer.json field to chang
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from devcell import API_VERSION, config, names, security
 from devcell.errors import ManifestError, Problem
+from devcell.manifests import jsonc_positions
 
 DEFAULT_PATHS = (".devcontainer/devcontainer.json", ".devcontainer.json")
 MAX_BYTES = 1 << 20
@@ -67,13 +70,35 @@ _DENIED_RUN_ARGS = {
                "mounts)",
     "--volumes-from": "another container's volumes are not shared",
     "--add-host": "cells resolve no extra host names",
+    "--device-cgroup-rule": "host devices are not given to cells",
+    "--gpus": "host devices are not given to cells",
 }
-_VALUED_RUN_ARGS = {"--cap-add", "--security-opt", "--device", "--pid", "--ipc", "--uts",
-                    "--userns", "--cgroupns", "-v", "--volume", "--mount", "--volumes-from",
-                    "--add-host", "--network", "--net", "-e", "--env", "-m", "--memory",
-                    "--cpus", "-u", "--user", "--name", "-w", "--workdir", "--hostname", "-h",
-                    "--label", "-l", "--env-file", "-p", "--publish", "--shm-size",
-                    "--ulimit", "--cap-drop", "--entrypoint", "--platform"}
+_VALUED_RUN_ARGS = frozenset("""
+    --add-host --annotation -a --attach --blkio-weight --blkio-weight-device --cap-add
+    --cap-drop --cgroup-parent --cgroupns --cidfile --cpu-count --cpu-percent --cpu-period
+    --cpu-quota --cpu-rt-period --cpu-rt-runtime -c --cpu-shares --cpus --cpuset-cpus
+    --cpuset-mems --detach-keys --device --device-cgroup-rule --device-read-bps
+    --device-read-iops --device-write-bps --device-write-iops --dns --dns-opt --dns-option
+    --dns-search --domainname --entrypoint -e --env --env-file --expose --gpus --group-add
+    --health-cmd --health-interval --health-retries --health-start-interval
+    --health-start-period --health-timeout -h --hostname --io-maxbandwidth --io-maxiops --ip
+    --ip6 --ipc --isolation --kernel-memory -l --label --label-file --link --link-local-ip
+    --log-driver --log-opt --mac-address -m --memory --memory-reservation --memory-swap
+    --memory-swappiness --mount --name --net --network --net-alias --network-alias
+    --oom-score-adj --pid --pids-limit --platform -p --publish --pull --restart --runtime
+    --security-opt --shm-size --stop-signal --stop-timeout --storage-opt --sysctl --tmpfs
+    --ulimit -u --user --userns --uts -v --volume --volume-driver --volumes-from -w --workdir
+    """.split())
+"""Every option of `docker run` (docker 27's reference) that takes a value: its next
+argument is that value, never a flag of its own."""
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL",
+                 "APIKEY", "PRIVATE", "COOKIE")
+_SECRET_PARTS = {"KEY", "PASS", "PWD", "AUTH", "CREDS", "PAT", "SIGNATURE", "SALT", "CERT"}
+_NOT_SECRET_SUFFIXES = {"PATH", "DIR", "FILE", "HOME", "URL", "URI", "HOST", "PORT", "NAME",
+                        "ID", "TYPE", "REGION", "USER", "USERNAME", "ENDPOINT", "LOCATION"}
+_ENGINE_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock",
+                   "/var/run/containerd/containerd.sock", "/run/podman/podman.sock",
+                   "/run/crio/crio.sock", "/var/lib/docker", "/var/lib/containerd")
 _WORKSPACE_VARS = ("localWorkspaceFolder", "localWorkspaceFolderBasename",
                    "containerWorkspaceFolder", "containerWorkspaceFolderBasename")
 
@@ -151,22 +176,25 @@ class _Reader:
                            line=self.line(dup.group(1), nth=2), field=dup.group(1))
         return Problem(self.display, f"not valid JSONC: {message}")
 
-    def line(self, *keys: str, nth: int = 1) -> int | None:
-        """The line of the field reached by `keys` (each found after the one before it)."""
-        position = 0
-        for depth, key in enumerate(keys):
-            pattern = re.compile(r"""["']""" + re.escape(key) + r"""["']\s*:?""")
-            count = nth if depth == len(keys) - 1 else 1
-            for _ in range(count):
-                found = pattern.search(self.text, position)
-                if found is None:
-                    return None
-                position = found.end()
-        return self.text.count("\n", 0, position) + 1
+    def line(self, *keys: str | int, nth: int = 1) -> int | None:
+        """The line of the field at the path `keys` (keys and array indexes), found by
+        reading the JSONC tokens (never in a comment or a string), else its parent's."""
+        if self._positions is None:
+            self._positions = jsonc_positions.positions(self.text)
+        return jsonc_positions.line_of(self._positions, tuple(keys), nth)
 
-    def refuse(self, message: str, *keys: str, shown: str | None = None) -> None:
+    _positions: dict[jsonc_positions.Path, list[int]] | None = None
+
+    def refuse(self, message: str, *keys: str | int, shown: str | None = None) -> None:
         self.problems.append(Problem(self.display, message, line=self.line(*keys) or 1,
-                                     field=shown or ".".join(keys)))
+                                     field=shown or _field(keys)))
+
+
+def _field(keys: tuple[str | int, ...]) -> str:
+    out = ""
+    for key in keys:
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else key)
+    return out
 
 
 def _name(given: str | None, data: dict[str, Any], root: Path) -> str:
@@ -214,6 +242,36 @@ def _command(value: Any) -> list[list[str]] | None:
     return None
 
 
+def looks_secret(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential (GITHUB_TOKEN,
+    DB_PASSWORD, AWS_SECRET_ACCESS_KEY, API_KEY), unless it names where one is kept
+    (SSH_KEY_PATH, TOKEN_FILE, KEY_ID): such a value is imported as `secret: true`."""
+    upper = name.upper()
+    words = [w for w in re.split(r"[^A-Z0-9]+", upper) if w]
+    if not words or words[-1] in _NOT_SECRET_SUFFIXES or upper == "PWD":
+        return False
+    return any(w in upper for w in _SECRET_WORDS) or any(w in _SECRET_PARTS for w in words)
+
+
+def host_takeover(source: str) -> str | None:
+    """Why a bind mount of `source` would hand the host to the cell (None: it would not):
+    the root directory, or a container engine's socket or state (with it, the cell starts
+    containers as root on the host). Checked on the path as written and on where its links
+    lead."""
+    for path in dict.fromkeys((os.path.normpath(source), os.path.realpath(source))):
+        if path == "/":
+            return "it is the host's whole filesystem"
+        for sock in _ENGINE_SOCKETS:
+            if path == sock or sock.startswith(path.rstrip("/") + "/"):
+                return f"it is or holds {sock}, the container engine's control"
+        if path.endswith(".sock"):
+            return "it is a control socket (a service's socket lets the cell command it)"
+        with contextlib.suppress(OSError):
+            if stat.S_ISSOCK(os.stat(path).st_mode):
+                return "it is a socket (a service's socket lets the cell command it)"
+    return None
+
+
 def _mount_fields(value: Any) -> dict[str, str] | None:
     """A mount as devcontainer.json writes it: `source=...,target=...,type=bind` or the
     same as an object; keys normalised (src/dst/destination, readonly/ro)."""
@@ -244,6 +302,10 @@ class _Converter:
         self.spec: dict[str, Any] = {"backend": "container"}
         self.name = _name(name, self.data, self.root)
         self.env: dict[str, str] = {}
+        self.origins: dict[str, tuple[str | int, ...]] = {}
+        """Manifest field -> the devcontainer.json path it came from, so a problem found in
+        what was made names the line of devcontainer.json, not of the unwritten cell.yaml."""
+        self.env_origin: dict[str, tuple[str | int, ...]] = {}
         self.ports: list[dict[str, Any]] = []
         self.mount_path = f"/workspaces/{self.root.name}"
         self.variables: dict[str, str] = {}
@@ -274,7 +336,17 @@ class _Converter:
         spec = self.spec
         spec["workspace"] = {"mountPath": self.mount_path}
         if self.env:
-            spec["env"] = [{"name": k, "value": v} for k, v in self.env.items()]
+            spec["env"] = []
+            for i, (var, value) in enumerate(self.env.items()):
+                entry: dict[str, Any] = {"name": var, "value": value}
+                if looks_secret(var):
+                    entry["secret"] = True
+                    self.notes.append(f"{_field(self.env_origin[var])}: imported as a secret "
+                                      "(secret: true: never shown or logged) because its name "
+                                      "looks like a credential; consider keeping its value out "
+                                      "of the manifest's file")
+                spec["env"].append(entry)
+                self.origins[f"spec.env[{i}]"] = self.env_origin[var]
         if self.ports:
             spec["network"] = {"mode": "bridge", "ports": self.ports}
         manifest = {"apiVersion": API_VERSION, "kind": "Cell",
@@ -303,6 +375,8 @@ class _Converter:
             self.mount_path = folder
         elif folder is not None:
             self.r.refuse("expected a string", "workspaceFolder")
+        self.origins["spec.workspace"] = (
+            ("workspaceMount",) if mount is not None else ("workspaceFolder",))
         self.variables = {
             "localWorkspaceFolder": str(self.root),
             "localWorkspaceFolderBasename": self.root.name,
@@ -331,6 +405,7 @@ class _Converter:
             build = {"dockerfile": legacy, "context": self.data.get("context", ".")}
         if isinstance(image, str) and build is None:
             self.spec["image"] = image
+            self.origins["spec.image"] = ("image",)
             return
         if image is not None and build is not None:
             self.notes.append("image: not converted (build is used; DevCell tags the built "
@@ -372,6 +447,7 @@ class _Converter:
         for extra in sorted(set(build) - {"dockerfile", "context", "args", "target"}):
             self.note(f"build.{extra}", "no equivalent in DevCell's builds")
         self.spec["build"] = spec
+        self.origins["spec.build"] = (key,)
 
     def _refused_top_level(self) -> None:
         if self.data.get("features"):
@@ -414,6 +490,7 @@ class _Converter:
                               "in spec.env")
                     continue
                 self.env[str(var)] = expanded
+                self.env_origin[str(var)] = (key, str(var))
 
     def _ports(self) -> None:
         for key in ("forwardPorts", "appPort"):
@@ -464,6 +541,10 @@ class _Converter:
             hooks.setdefault(hook, []).extend(commands)
         if hooks:
             self.spec["hooks"] = hooks
+            for hook, key in (("postCreate", "postCreateCommand"),
+                              ("postStart", "postStartCommand")):
+                if key in self.data:
+                    self.origins[f"spec.hooks.{hook}"] = (key,)
 
     def _mounts(self) -> None:
         values = self.data.get("mounts")
@@ -472,12 +553,12 @@ class _Converter:
         if not isinstance(values, list):
             self.r.refuse("expected an array of mounts", "mounts")
             return
-        mounts = []
+        mounts: list[dict[str, Any]] = []
         for i, value in enumerate(values):
             fields = _mount_fields(value)
             where = f"mounts[{i}]"
             if fields is None or not fields.get("target"):
-                self.r.refuse("expected source=...,target=...,type=bind", "mounts",
+                self.r.refuse("expected source=...,target=...,type=bind", "mounts", i,
                               shown=where)
                 continue
             kind = fields.get("type", "volume")
@@ -489,11 +570,16 @@ class _Converter:
             target = _expand(fields["target"], self.variables)
             if not source or not target or not os.path.isabs(source):
                 self.r.refuse("a bind mount needs an absolute source and target",
-                              "mounts", shown=where)
+                              "mounts", i, shown=where)
                 continue
             problem = security.mount_path_problem(target)
             if problem:
-                self.r.refuse(f"target {problem}", "mounts", shown=where)
+                self.r.refuse(f"target {problem}", "mounts", i, shown=where)
+                continue
+            takeover = host_takeover(source)
+            if takeover:
+                self.r.refuse(f"a bind mount of {source} is refused: {takeover}", "mounts", i,
+                              shown=where)
                 continue
             source = os.path.normpath(source)
             refused = security.host_path_problem(source, self.policy, self.state_dir)
@@ -504,6 +590,7 @@ class _Converter:
             mount: dict[str, Any] = {"hostPath": source, "mountPath": target}
             if fields.get("readonly", "false") in ("true", "1", ""):
                 mount["readOnly"] = True
+            self.origins[f"spec.mounts[{len(mounts)}]"] = ("mounts", i)
             mounts.append(mount)
         if mounts:
             self.spec["mounts"] = mounts
@@ -515,17 +602,23 @@ class _Converter:
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             self.r.refuse("expected an array of strings", "runArgs")
             return
-        tokens = iter(values)
-        for token in tokens:
+        i = 0
+        while i < len(values):
+            index, token = i, values[i]
             flag, eq, value = token.partition("=")
-            if not eq and flag in _VALUED_RUN_ARGS:
-                value = next(tokens, "")
-            self._run_arg(flag, value, token)
+            if token[:1] == "-" and token[1:2] != "-" and len(token) > 2 \
+                    and token[:2] in _VALUED_RUN_ARGS:
+                flag, value = token[:2], token[2:].removeprefix("=")  # -eNAME=value, -m1g
+            elif not eq and flag in _VALUED_RUN_ARGS:
+                i += 1
+                value = values[i] if i < len(values) else ""
+            i += 1
+            self._run_arg(flag, value, index)
 
-    def _run_arg(self, flag: str, value: str, token: str) -> None:
+    def _run_arg(self, flag: str, value: str, index: int) -> None:
         shown = shlex.join([flag, value] if value else [flag])
         if flag in _DENIED_RUN_ARGS:
-            self.r.refuse(f"{shown} is refused: {_DENIED_RUN_ARGS[flag]}", "runArgs", token,
+            self.r.refuse(f"{shown} is refused: {_DENIED_RUN_ARGS[flag]}", "runArgs", index,
                           shown="runArgs")
         elif flag in ("--network", "--net"):
             if value == "none":
@@ -533,7 +626,7 @@ class _Converter:
             if value == "host":
                 self.r.refuse(f"{shown} is refused: the host's network is not shared unless "
                               "an administrator allows it (security.allowHostNetwork); then "
-                              "write spec.network.mode: host", "runArgs", token,
+                              "write spec.network.mode: host", "runArgs", index,
                               shown="runArgs")
             else:
                 self.note(f"runArgs {shown}", "cells use no network, or their own bridge when "
@@ -555,6 +648,7 @@ class _Converter:
             var, _, val = value.partition("=")
             if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
                 self.env[var] = val
+                self.env_origin[var] = ("runArgs", index)
             else:
                 self.note(f"runArgs {shown}", "not NAME=value")
         elif flag in ("--init", "--rm", "-it", "-i", "-t", "--interactive", "--tty"):
@@ -568,8 +662,32 @@ def convert(path: Path, *, name: str | None, out_dir: Path, state_dir: Path) -> 
     `out_dir`, where it will be written), or ManifestError naming file, line and field."""
     reader = _Reader(path)
     policy = config.load(state_dir).security
-    return _Converter(reader, name=name, out_dir=out_dir, policy=policy,
-                      state_dir=state_dir).convert()
+    converter = _Converter(reader, name=name, out_dir=out_dir, policy=policy,
+                           state_dir=state_dir)
+    conversion = converter.convert()
+    _blame_source(conversion, reader, converter.origins, out_dir / "cell.yaml", state_dir)
+    return conversion
+
+
+def _blame_source(conversion: Conversion, reader: _Reader,
+                  origins: dict[str, tuple[str | int, ...]], target: Path,
+                  state_dir: Path) -> None:
+    """Check the manifest as apply would and raise ManifestError for every problem in a field
+    that came from devcontainer.json (a NUL in image, a bad env value), naming devcontainer.json,
+    its line and field: the cell.yaml it would be blamed on is not written yet. Problems of
+    DevCell's own making are left to `check`."""
+    problems = _problems(render(conversion, reader.path), target, state_dir)
+    blamed: list[Problem] = []
+    for problem in problems:
+        where = problem.field or ""
+        for field_path, keys in sorted(origins.items(), key=lambda o: -len(o[0])):
+            if where == field_path or where.startswith((field_path + ".", field_path + "[")):
+                blamed.append(Problem(reader.display, f"{problem.message} (in the manifest's "
+                                      f"{where})", line=reader.line(*keys) or 1,
+                                      field=_field(keys)))
+                break
+    if blamed:
+        raise ManifestError(blamed)
 
 
 def render(conversion: Conversion, source: Path) -> str:
@@ -584,6 +702,12 @@ def render(conversion: Conversion, source: Path) -> str:
 def check(text: str, target: Path, state_dir: Path) -> None:
     """Validate the manifest as `apply` would (schema and security rules), so an import never
     writes what apply refuses."""
+    problems = _problems(text, target, state_dir)
+    if problems:
+        raise ManifestError(problems)
+
+
+def _problems(text: str, target: Path, state_dir: Path) -> list[Problem]:
     import hashlib
 
     from devcell import admission
@@ -596,5 +720,4 @@ def check(text: str, target: Path, state_dir: Path) -> None:
     manifests, problems = validate.parse_source(source)
     if not problems:
         problems = admission.security_problems(manifests, state_dir)
-    if problems:
-        raise ManifestError(problems)
+    return list(problems)

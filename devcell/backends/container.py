@@ -38,8 +38,10 @@ from docker.models.containers import _create_container_args
 from devcell import config, security
 from devcell.backends import (
     base_image,
+    build_digest_cache,
     container_build,
     container_observe,
+    container_pull,
     container_spec,
     images,
     proctree,
@@ -1059,12 +1061,16 @@ class ContainerBackend:
     def build_tag(self, cell: CellRef, build: dict[str, Any]) -> str:
         if not _CELL_NAME.fullmatch(cell.name):
             raise BackendRefused(f"refusing cell name {cell.name!r}: not a DNS-1123 label")
-        return container_build.tag_for(self.owner, cell.name, container_build.digest(build))
+        cache = build_digest_cache.DigestCache(self.layout.state_dir)
+        return container_build.tag_for(self.owner, cell.name,
+                                       cache.digest(cell.name, build, container_build.digest))
 
     def build_image(self, cell: CellRef, build: dict[str, Any], tag: str) -> Outputs:
         """Build the cell's image (see container_build); recorded as the build-image step."""
+        idle = config.load(self.layout.state_dir).images.build_idle_timeout
         image_id = container_build.build(self.api, cell_name=cell.name, cell_id=cell.id,
-                                         owner=self.owner, build_spec=build, tag=tag)
+                                         owner=self.owner, build_spec=build, tag=tag,
+                                         idle_timeout=idle)
         removed = container_build.drop_superseded(self.api, cell_id=cell.id, owner=self.owner,
                                                   keep=tag)
         return {"image": tag, "id": image_id[:19], "removed": len(removed)}
@@ -1115,7 +1121,10 @@ class ContainerBackend:
         try:
             self.api.reload_config()
             with pull_progress.LayerBars(image) as bars:
-                for event in self.api.pull(repository, tag=tag, stream=True, decode=True):
+                for event in container_pull.events(
+                        self.api, repository, tag, image=image,
+                        registry=images.registry_of(image),
+                        idle_timeout=config.load(self.layout.state_dir).images.pull_idle_timeout):
                     if "error" in event or "errorDetail" in event:
                         detail = event.get("errorDetail") or {}
                         raise images.pull_failed(image, str(detail.get("message")

@@ -14,15 +14,21 @@ Part of the container backend: with `container.py`, the only modules that import
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import re
 import stat
+import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import docker.errors
 import docker.utils.build
 import requests.exceptions
+import urllib3.exceptions
 
 from devcell import names, progress
 from devcell.backends.container_spec import CELL, CELL_ID, MANAGED, STATE
@@ -38,6 +44,8 @@ OUTPUT_TAIL = 2000
 STEP_LIMIT = 200
 """Characters of the failing step's line (a Dockerfile line, up to 64 KiB) kept with it."""
 _CHUNK = 1 << 20
+TIMEOUT = 1800.0
+"""Seconds a build may take when spec.build.timeoutSeconds does not say."""
 
 
 def _ignore_patterns(context: str) -> list[str]:
@@ -124,44 +132,133 @@ class _Output:
         return text[-OUTPUT_TAIL:]
 
 
+class _Watch:
+    """A build's limits: the total time (`spec.build.timeoutSeconds`) and the silence allowed
+    (`images.buildIdleTimeoutSeconds`). The stream is read with a socket timeout of the
+    silence allowed; a timer stops the build at its deadline. Stopping removes the container
+    of the step running now, the one this build's output named (` ---> Running in <id>`):
+    the engine then ends the build with an error, and nothing else is touched."""
+
+    def __init__(self, api: Any, *, total: float, idle: float) -> None:
+        self.api = api
+        self.total = total
+        self.idle = idle
+        self.started = time.monotonic()
+        self.step_container = ""
+        self.why = ""
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(total, self.stop, args=(
+            f"it ran longer than spec.build.timeoutSeconds ({total:g} s)",))
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Watch:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def saw(self, text: str) -> None:
+        match = _RUNNING_IN.search(text)
+        if match:
+            with self._lock:
+                self.step_container = match.group(1)
+
+    def stop(self, why: str) -> None:
+        """Record why the build is stopped and remove the container of its running step."""
+        with self._lock:
+            self.why = self.why or why
+            container, self.step_container = self.step_container, ""
+        if container:
+            with contextlib.suppress(docker.errors.DockerException,
+                                     requests.exceptions.RequestException):
+                self.api.remove_container(container, force=True)
+
+    def idle_stop(self) -> None:
+        """The stream went silent for its read timeout: stop the build, saying which limit."""
+        if time.monotonic() - self.started >= self.total:
+            self.stop(f"it ran longer than spec.build.timeoutSeconds ({self.total:g} s)")
+        self.stop(f"it printed nothing for {self.idle:g} s "
+                  "(images.buildIdleTimeoutSeconds of DevCell's configuration)")
+
+
+_RUNNING_IN = re.compile(r"---> Running in ([0-9a-f]{12,64})\b")
+
+
 def build(api: Any, *, cell_name: str, cell_id: str, owner: str, build_spec: dict[str, Any],
-          tag: str) -> str:
+          tag: str, idle_timeout: float = 600.0) -> str:
     """Build `build_spec` as `tag` through the engine (docker-py's low-level client `api`),
-    labelled as DevCell's; the image id, or ImageBuildFailed with the failing step's output."""
+    labelled as DevCell's; the image id, or ImageBuildFailed with the failing step's output,
+    or with the limit it broke (see _Watch)."""
     context = str(build_spec["context"])
     labels = {MANAGED: "true", STATE: owner, CELL: cell_name, CELL_ID: cell_id,
               BUILD_DIGEST: tag.rpartition(":")[2]}
     out = _Output()
     log = logger.bind(backend="container", cell=cell_name)
-    image_id = ""
+    found: list[str] = []
+    total = float(build_spec.get("timeoutSeconds") or TIMEOUT)
+    watch = _Watch(api, total=total, idle=idle_timeout)
     try:
-        stream = api.build(path=context, tag=tag, dockerfile=build_spec.get("dockerfile"),
-                           buildargs=dict(build_spec.get("args") or {}),
-                           target=build_spec.get("target"), labels=labels, rm=True,
-                           forcerm=True, decode=True)
+        with watch:
+            _run(api, watch, out, cell_name=cell_name, context=context, tag=tag,
+                 build_spec=build_spec, labels=labels, found=found.append)
+    except (docker.errors.BuildError, docker.errors.APIError) as exc:
+        out.add(str(getattr(exc, "explanation", None) or exc))
+        raise ImageBuildFailed(_failure(cell_name, out, watch.why)) from None
+    except (requests.exceptions.ConnectionError, urllib3.exceptions.ReadTimeoutError,
+            TimeoutError) as exc:
+        if watch.why or _timed_out(exc):
+            watch.idle_stop()
+            raise ImageBuildFailed(_failure(cell_name, out, watch.why)) from None
+        raise BackendError(f"building the image of cell {cell_name}: {exc}") from None
+    except (docker.errors.DockerException, requests.exceptions.RequestException,
+            urllib3.exceptions.HTTPError, OSError) as exc:
+        raise BackendError(f"building the image of cell {cell_name}: {exc}") from None
+    image_id = found[-1] if found else ""
+    log.info("built image {} ({})", tag, image_id[:19] or "?")
+    return image_id
+
+
+def _run(api: Any, watch: _Watch, out: _Output, *, cell_name: str, context: str, tag: str,
+         build_spec: dict[str, Any], labels: dict[str, str],
+         found: Callable[[str], None]) -> None:
+    stream = api.build(path=context, tag=tag, dockerfile=build_spec.get("dockerfile"),
+                       buildargs=dict(build_spec.get("args") or {}),
+                       target=build_spec.get("target"), labels=labels, rm=True,
+                       forcerm=True, decode=True,
+                       timeout=min(watch.idle, watch.total))
+    try:
         with progress.track_steps(f"building image for cell {cell_name}") as step:
             for chunk in stream:
                 if "error" in chunk:
                     out.add(str(chunk.get("error", "")))
-                    raise ImageBuildFailed(_failure(cell_name, out))
+                    raise ImageBuildFailed(_failure(cell_name, out, watch.why))
                 text = chunk.get("stream")
                 if isinstance(text, str):
                     out.add(text)
+                    watch.saw(text)
                     if text.startswith("Step "):
                         number, _, total = text[5:].partition(" ")[0].partition("/")
                         if number.isdigit() and total.isdigit():
                             step(int(number), int(total), text.partition(" : ")[2].strip())
                 aux = chunk.get("aux")
                 if isinstance(aux, dict) and isinstance(aux.get("ID"), str):
-                    image_id = aux["ID"]
-    except (docker.errors.BuildError, docker.errors.APIError) as exc:
-        out.add(str(getattr(exc, "explanation", None) or exc))
-        raise ImageBuildFailed(_failure(cell_name, out)) from None
-    except (docker.errors.DockerException, requests.exceptions.RequestException,
-            OSError) as exc:
-        raise BackendError(f"building the image of cell {cell_name}: {exc}") from None
-    log.info("built image {} ({})", tag, image_id[:19] or "?")
-    return image_id
+                    found(aux["ID"])
+    finally:
+        stream.close()
+    if watch.why:
+        raise ImageBuildFailed(_failure(cell_name, out, watch.why))
+
+
+def _timed_out(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (TimeoutError, urllib3.exceptions.ReadTimeoutError,
+                             requests.exceptions.ReadTimeout)):
+            return True
+        seen = seen.__cause__ or seen.__context__ or (
+            seen.args[0] if seen.args and isinstance(seen.args[0], BaseException) else None)
+    return False
 
 
 def drop_superseded(api: Any, *, cell_id: str, owner: str, keep: str) -> list[str]:
@@ -190,7 +287,8 @@ def drop_superseded(api: Any, *, cell_id: str, owner: str, keep: str) -> list[st
     return removed
 
 
-def _failure(cell_name: str, out: _Output) -> str:
+def _failure(cell_name: str, out: _Output, why: str = "") -> str:
     where = f" at {names.printable(out.step)}" if out.step else ""
+    stopped = f" (stopped: {why})" if why else ""
     tail = names.printable_lines(out.tail())
-    return f"building the image of cell {cell_name} failed{where}:\n{tail}"
+    return f"building the image of cell {cell_name} failed{where}{stopped}:\n{tail}"

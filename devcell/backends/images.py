@@ -57,7 +57,7 @@ _UNAUTHORIZED = ("no basic auth credentials", "unauthorized", "authentication re
 _UNREACHABLE = ("connection refused", "dial tcp", "no such host", "i/o timeout",
                 "network is unreachable", "tls handshake timeout", "connection reset",
                 "server gave http response to https client", "context deadline exceeded",
-                "unexpected eof")
+                "unexpected eof", "read timed out")
 _NOT_FOUND = ("manifest unknown", "not found", "name unknown", "does not exist")
 
 

@@ -38,8 +38,10 @@ def test_registry_of_a_reference(image: str, registry: str) -> None:
      "unauthorized"),
     ('Get "http://127.0.0.1:9/v2/": dial tcp 127.0.0.1:9: connect: connection refused', 500,
      "unreachable"),
+    ("UnixHTTPConnectionPool(host='localhost', port=None): Read timed out. (read timeout=120)",
+     None, "unreachable"),
     ("something else entirely", 500, "failed")])
-def test_a_failed_pull_names_its_cause_and_fix(message: str, status: int, cause: str) -> None:
+def test_a_failed_pull_names_its_cause_and_fix(message: str, status: int | None, cause: str) -> None:
     error = images.pull_failed("127.0.0.1:9/x:1", message, status)
     assert isinstance(error, ImagePullFailed) and error.cause == cause
     assert error.reason == "ImagePullFailed" and retry_delay(error) == 0.0  # temporary

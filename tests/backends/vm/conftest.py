@@ -4,6 +4,7 @@ shared per module, every machine a test starts killed afterwards by its label on
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,12 @@ from devcell.backends.base import CellRef
 from devcell.backends.vm import VmBackend
 from tests.backends.engine import IMAGE
 from tests.backends.vm_machines import kill_machines, require_qemu, seed_images
+
+# The cross-check of DevCell's Firecracker contract against upstream's own description is a
+# maintainer's run (it reads a copy of upstream's file named by this variable): not collected
+# without it, rather than reported as thirteen skipped tests on every run.
+collect_ignore = [] if os.environ.get("DEVCELL_FIRECRACKER_SWAGGER") else [
+    "test_firecracker_contract.py"]
 
 COUNTER = ("i=0; while :; do i=$((i+1)); echo $i > /tmp/counter.new; "
            "mv /tmp/counter.new /tmp/counter; sleep 0.2; done")

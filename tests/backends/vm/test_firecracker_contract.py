@@ -3,7 +3,8 @@
 CI checks the driver's requests against firecracker_contract.py only. A maintainer re-checks
 that contract against upstream by pointing DEVCELL_FIRECRACKER_SWAGGER at a copy of
 src/firecracker/swagger/firecracker.yaml (at the commit the contract names, or a newer one to
-see what changed); without it these tests are skipped. The copy is read, never kept here.
+see what changed); without it this module is not collected (tests/backends/vm/conftest.py).
+The copy is read, never kept here.
 
 Compared per endpoint: the operation exists with that method, its documented success status,
 whether a body is required, and in each body (nested objects too) the field names, required

@@ -385,3 +385,37 @@ def test_a_checkpoint_never_names_a_tree_that_is_gone(store: WorkspaceStore,
     second = take(store, "snap_2")
     assert workspaces.SAME_AS not in (store.find_checkpoint("snap_2") or {})
     assert tree(second) == tree(volume)
+
+
+# -- writes a stat does not see -------------------------------------------------------------
+
+
+def test_a_file_written_through_a_shared_mapping_after_a_checkpoint_is_copied(
+        store: WorkspaceStore, volume: Path) -> None:
+    """A write through a writable shared mapping moves mtime and ctime only at the page
+    fault that makes the page writable; later writes to a page already dirty change nothing
+    a stat sees. A checkpoint therefore writes dirty pages back (which write-protects them)
+    while the writers are frozen and before its walk, so the next write faults and moves the
+    times: the next checkpoint neither names the previous tree (SAME_AS) nor shares the
+    file."""
+    import mmap
+
+    path = volume / "d0/f000"
+    size = path.stat().st_size
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), size) as mapped:
+        mapped[:4] = b"ONE!"  # the fault: the times move, the page is now writable
+        time.sleep(0.05)  # older than the checkpoint's clock tick: recorded as a source
+        first = take(store, "snap_1")
+        mapped[:4] = b"TWO!"  # no fault unless the checkpoint wrote the page back
+    second = take(store, "snap_2")
+    assert workspaces.SAME_AS not in (store.find_checkpoint("snap_2") or {})
+    assert (second / "d0/f000").read_bytes()[:4] == b"TWO!"
+    assert (first / "d0/f000").read_bytes()[:4] == b"ONE!"
+    assert tree(second) == tree(volume)
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), size) as mapped:
+        mapped[4:8] = b"3RD!"  # the previous checkpoint was a tree of its own: same again
+        time.sleep(0.05)
+        take(store, "snap_3")
+        mapped[4:8] = b"4TH!"
+    fourth = take(store, "snap_4")
+    assert (fourth / "d0/f000").read_bytes()[:8] == b"TWO!4TH!"

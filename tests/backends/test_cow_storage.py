@@ -419,3 +419,48 @@ def test_a_file_written_through_a_shared_mapping_after_a_checkpoint_is_copied(
         mapped[4:8] = b"4TH!"
     fourth = take(store, "snap_4")
     assert (fourth / "d0/f000").read_bytes()[:8] == b"TWO!4TH!"
+
+
+# -- the approval gates: what the next checkpoint would call changed ------------------------
+
+
+def _rewrite_keeping_size_and_mtime(path: Path) -> None:
+    st = path.stat()
+    path.write_bytes(b"Z" * st.st_size)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("target", ["d3/f003", "d0/twin"])
+def test_a_file_rewritten_with_its_size_and_mtime_put_back_counts_as_changed(
+        store: WorkspaceStore, volume: Path, target: str) -> None:
+    """What the delete and restore approval gates ask: a file rewritten with the same size
+    and its mtime put back (cp -p, tar, rsync -t do it) is changed work, which its ctime
+    tells (a file with two names too); the next checkpoint copies it, so the gate must not
+    call it unchanged, also when that checkpoint only names an earlier tree (SAME_AS)."""
+    os.link(volume / "d0/f000", volume / "d0/twin")
+    time.sleep(0.05)
+    take(store, "snap_0")
+    take(store, "snap_1")  # names snap_0's tree: the record read is snap_0's
+    assert (store.find_checkpoint("snap_1") or {}).get(workspaces.SAME_AS) == "snap_0"
+    assert not store.changed_since("vol_1", "snap_1")
+    _rewrite_keeping_size_and_mtime(volume / target)
+    assert store.changed_since("vol_1", "snap_1")
+    assert target in store.rewritten_since("vol_1", "snap_1")
+    take(store, "snap_2")
+    assert not store.changed_since("vol_1", "snap_2")
+
+
+@can_mount
+def test_a_fork_rewritten_with_size_and_mtime_put_back_counts_as_changed(
+        store: WorkspaceStore, volume: Path) -> None:
+    """A fork never checkpointed is compared with the checkpoint below it: a file rewritten
+    with its size and mtime put back sits in the upper layer, so deleting the fork asks."""
+    take(store, "snap_1")
+    fork = _fork(store, "snap_1", "vol_f")
+    try:
+        assert not store.changed_since("vol_f", None)
+        _rewrite_keeping_size_and_mtime(fork / "d3/f003")
+        assert store.changed_since("vol_f", None)
+        assert store.rewritten_since("vol_f", "snap_1") == {"d3/f003"}
+    finally:
+        store.delete_volume("vol_f")

@@ -197,12 +197,13 @@ class Sources:
     may have changed again within that tick unseen (git's "racily clean" entries)."""
 
     def files(self) -> dict[str, treecopy.Entry]:
-        """Relative path -> identity, of each single-link regular file the record vouches
-        for (not racily clean)."""
+        """Relative path -> identity, of each regular file the record vouches for (not
+        racily clean). A file with several names is shared only when all of them are
+        (treecopy._plan_linked), so links within the workspace stay links."""
         stamp = self.stamp
         try:
             return {str(e[0]): e for e in self.entries
-                    if e[6] == 1 and stat.S_ISREG(int(e[5]))
+                    if stat.S_ISREG(int(e[5]))
                     and int(e[3]) < stamp and int(e[4]) < stamp}
         except (TypeError, ValueError, IndexError):  # a damaged record vouches for nothing
             return {}

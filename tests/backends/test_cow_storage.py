@@ -464,3 +464,55 @@ def test_a_fork_rewritten_with_size_and_mtime_put_back_counts_as_changed(
         assert store.rewritten_since("vol_f", "snap_1") == {"d3/f003"}
     finally:
         store.delete_volume("vol_f")
+
+
+# -- files with several links ---------------------------------------------------------------
+
+
+@can_mount
+def test_a_forks_checkpoint_shares_the_files_its_lower_checkpoint_shares_with_others(
+        store: WorkspaceStore, volume: Path) -> None:
+    """A second checkpoint's unchanged files are links to the first, so in a fork of it they
+    have several links; the fork's checkpoint still shares them (what it changed, only, is
+    copied), and two names of one file stay one file."""
+    os.link(volume / "d0/f000", volume / "d0/twin")
+    time.sleep(0.05)
+    take(store, "snap_1")
+    (volume / "d1/f001").write_bytes(b"a change, so snap_2 is a tree of its own")
+    take(store, "snap_2")  # shares every other file with snap_1: two links each
+    snap = store.tree_of("snap_2")
+    assert os.stat(snap / "d9/f099").st_nlink == 2
+    fork = _fork(store, "snap_2", "vol_f")
+    try:
+        (fork / "d5/f005").write_bytes(b"changed in the fork")
+        mine = take(store, "snap_f", "vol_f")
+        assert tree(mine) == tree(fork)
+        meta = store.find_checkpoint("snap_f") or {}
+        assert meta["shared_files"] == FILES  # every file but d5/f005, and both twins
+        assert os.stat(mine / "d9/f099").st_ino == os.stat(snap / "d9/f099").st_ino
+        assert os.stat(mine / "d5/f005").st_ino != os.stat(snap / "d5/f005").st_ino
+        assert os.stat(mine / "d0/twin").st_ino == os.stat(mine / "d0/f000").st_ino
+    finally:
+        store.delete_volume("vol_f")
+
+
+def test_names_of_one_file_are_shared_only_together(store: WorkspaceStore,
+                                                    volume: Path) -> None:
+    """Two names of one workspace file, both unchanged, are shared with the previous tree
+    (still one file); when a third name is made, or the file changes, all its names are
+    copied together, still one file, and the previous tree is untouched."""
+    os.link(volume / "d0/f000", volume / "d0/twin")
+    time.sleep(0.05)
+    first = take(store, "snap_1")
+    (volume / "d1/f001").write_bytes(b"a change, so snap_2 is a tree of its own")
+    second = take(store, "snap_2")
+    assert os.stat(second / "d0/twin").st_ino == os.stat(first / "d0/twin").st_ino
+    assert os.stat(second / "d0/f000").st_ino == os.stat(first / "d0/f000").st_ino
+    assert (store.find_checkpoint("snap_2") or {})["shared_files"] == FILES  # all but d1/f001
+    saved = tree(first)
+    os.link(volume / "d0/f000", volume / "d0/third")
+    third = take(store, "snap_3")
+    assert os.stat(third / "d0/twin").st_ino != os.stat(first / "d0/twin").st_ino
+    assert os.stat(third / "d0/twin").st_ino == os.stat(third / "d0/third").st_ino \
+        == os.stat(third / "d0/f000").st_ino
+    assert tree(third) == tree(volume) and tree(first) == saved

@@ -396,6 +396,13 @@ class WorkspaceStore:
         _mkdir_private(tmp)
         started = time.perf_counter()
         try:
+            # Dirty pages written back first, while the writers are frozen: writeback
+            # write-protects the pages of a shared mapping, so the next write through one
+            # faults and moves the file's mtime and ctime. A page left writable takes writes
+            # no stat sees, and a later walk would call the file unchanged (share it, or name
+            # this tree with SAME_AS): mmap writes lost. Before the walk, so the walk that
+            # decides "nothing changed" sees every fault (bench/checkpoint_phases.py: 2-30 ms).
+            treecopy.sync_filesystem(source)
             stamp = _filesystem_now(tmp)  # before the walk: see Sources.stamp
             found = treecopy.scan(source)
             base, tree, recorded = self._previous(volume_id)
@@ -456,14 +463,6 @@ class WorkspaceStore:
                 "shared_bytes": made.reused_bytes, TREE_DIGEST: whole,
                 "copy_ms": round((time.perf_counter() - started) * 1000, 1)}
         _write_json(tmp / "checkpoint.json", meta, durable=False)
-        # Also what keeps the next checkpoint right, so it runs while the writers are still
-        # frozen: writeback write-protects the pages of a shared mapping, so the next write
-        # through one faults and moves the file's mtime and ctime (a page left writable
-        # takes writes no stat sees; the next walk would call the file unchanged and share,
-        # or name with SAME_AS, this stale copy). A checkpoint that names the previous tree
-        # needs no flush: no time moved since that tree's flush, so no page was written.
-        if os.stat(source).st_dev != os.stat(tmp).st_dev:
-            treecopy.sync_filesystem(source)  # a workspace on a filesystem of its own
         treecopy.sync_filesystem(tmp)
         _clear_unmarked(final, "checkpoint.json")  # no metadata: never complete
         failpoints.hit("storage.checkpoint.before-rename")

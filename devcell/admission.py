@@ -149,7 +149,9 @@ def reference_problems(conn: sqlite3.Connection, manifests: list[Manifest],
         if existing is not None and existing.deleting:
             problems.append(desired.problem_at(m, ("metadata", "name"),
                                      f'{m.kind.lower()} "{m.name}" is being deleted; '
-                                     "apply again once it is gone"))
+                                     "apply again once it is gone (a deletion a killed "
+                                     "command left undone is finished by the daemon, "
+                                     "`devcell gc` or the same `devcell delete` again)"))
             continue
         if m.kind == "Snapshot":
             cell = m.spec["cell"]

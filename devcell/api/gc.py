@@ -13,6 +13,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devcell.controllers.context import Context
 from devcell.errors import BackendUnavailable
 from devcell.reconciler import gc as engine
 from devcell.reconciler import lease
@@ -27,6 +28,11 @@ class GCReport:
     unavailable: dict[str, str] = field(default_factory=dict)
     """Backend -> why it could not be collected (its engine unreachable)."""
     recovered: tuple[str, ...] = ()
+    finished: tuple[str, ...] = ()
+    """Deletions asked for before and left undone (a killed `devcell delete`), finished now
+    ("snapshot/NAME"); in a dry run, those that would be."""
+    unfinished: dict[str, str] = field(default_factory=dict)
+    """Such deletions still not done -> why (waiting for approval, for a fork, ...)."""
 
     @property
     def ok(self) -> bool:
@@ -57,7 +63,11 @@ def collect(state_dir: Path, *, approve: bool = False, dry_run: bool = False) ->
     collected = []
     unavailable: dict[str, str] = {}
     recovered: list[str] = []
+    finished: list[str] = []
+    unfinished: dict[str, str] = {}
     try:
+        if lease.current_holder(state_dir) is None:  # else the daemon finishes them
+            finished, unfinished = _finish_deletions(ctx, dry_run=dry_run)
         with converge.reconcile_lock(ctx):
             if not dry_run and lease.current_holder(state_dir) is None:
                 recovered = sorted({op for op, _, _ in recovery.recover_interrupted(db)})
@@ -70,4 +80,25 @@ def collect(state_dir: Path, *, approve: bool = False, dry_run: bool = False) ->
     finally:
         ctx.close()
         db.close()
-    return GCReport(tuple(collected), unavailable, tuple(recovered))
+    return GCReport(tuple(collected), unavailable, tuple(recovered), tuple(finished),
+                    unfinished)
+
+
+def _finish_deletions(ctx: Context, *, dry_run: bool) -> tuple[list[str], dict[str, str]]:
+    """Carry out the deletions a dead process asked for and never finished (the object
+    stays Deleting, its bytes on disk, with no operation), as `devcell delete` again would:
+    what a collection must reclaim first, since only then is nothing referencing it."""
+    from devcell.reconciler import converge
+
+    pending = objects.deleting(ctx.db.conn)
+    shown = {key: f"{key[0].lower()}/{name}" for key, name in pending}
+    if dry_run or not pending:
+        return list(shown.values()), {}
+    report = converge.converge(ctx, [key for key, _ in pending])
+    finished, unfinished = [], {}
+    for key, what in shown.items():
+        if objects.get(ctx.db.conn, key[0], key[1]) is None:
+            finished.append(what)
+        else:
+            unfinished[what] = report.failed.get(key) or report.waiting.get(key) or "not done"
+    return finished, unfinished

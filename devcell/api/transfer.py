@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -115,6 +116,27 @@ def _destination(out: Path | BinaryIO) -> Iterator[BinaryIO]:
         yield out
         out.flush()
         return
+    try:
+        existing = out.stat()  # through a link: what the user's path names
+    except FileNotFoundError:
+        existing = None
+    except OSError as exc:
+        raise DevCellError(f"cannot write {out}: {exc.strerror or exc}") from None
+    if existing is not None and not stat.S_ISREG(existing.st_mode) \
+            and not stat.S_ISDIR(existing.st_mode):
+        # A device, a FIFO (`-o /dev/null`, `-o /dev/stdout`, a named pipe): written to, as
+        # tar -f does; never replaced by a rename, which would put a regular file in place
+        # of the machine's /dev/null.
+        try:
+            fd = os.open(out, os.O_WRONLY | os.O_CLOEXEC)
+            with os.fdopen(fd, "wb") as stream:
+                yield stream
+                stream.flush()
+        except OSError as exc:
+            raise DevCellError(f"cannot write {out}: {exc.strerror or exc}") from None
+        return
+    if out.is_symlink():  # a link to a regular file: the file it names is replaced
+        out = Path(os.path.realpath(out))
     tmp = out.with_name(f".{out.name}.{secrets.token_hex(4)}.partial")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)

@@ -200,8 +200,9 @@ class Measuring(Protocol):
 @dataclass(frozen=True)
 class Changes:
     """How a workspace differs from a checkpoint (what restoring over it would replace):
-    counts of paths added, changed (type, size, mtime or mode) and removed since, and the
-    first few of them by name, so a user can see what would be lost before approving."""
+    counts of paths added, changed (type, size, mtime or mode, or another file in its place)
+    and removed since, and the first few of them by name, so a user can see what would be
+    lost before approving."""
 
     added: int = 0
     changed: int = 0

@@ -842,7 +842,9 @@ class ContainerBackend:
         saved = (self.store.tree_of(checkpoint_id)
                  if checkpoint_id is not None and self.store.find_checkpoint(checkpoint_id)
                  else None)
-        return workspace_restore.changes(self.layout.workspace(volume_id), saved)
+        rewritten = (frozenset(self.store.rewritten_since(volume_id, checkpoint_id))
+                     if saved is not None and checkpoint_id is not None else frozenset())
+        return workspace_restore.changes(self.layout.workspace(volume_id), saved, rewritten)
 
     def exclusive_bytes(self, kind: OwnedKind, resource_id: str) -> int:
         """Bytes removing a volume or checkpoint would free (Measuring; `devcell gc`)."""

@@ -196,23 +196,29 @@ def _plan(found: Scan, reuse: Reuse | None) -> _Plan:
     batch_size = 0
     last_dir = ""
     known, root = (reuse.known, reuse.root) if isinstance(reuse, Earlier) else ({}, "")
+    ask = reuse if reuse is not None and not isinstance(reuse, Earlier) else None
+    names: dict[int, list[tuple[str, int, bool]]] = {}
+    """Inode -> (path, size, recorded unchanged) of each name of a file with several links."""
     for path, st, entry in found.entries:
         size = st.st_size if stat.S_ISREG(st.st_mode) else 0
-        if st.st_nlink > 1:
-            plan.linked.append(path)
-            plan.linked_bytes += size
-            continue
-        if known:
-            if known.get(path) == entry:  # only regular files are known
-                plan.reused.append((path, f"{root}/{path}"))
-                plan.reused_bytes += size
-                continue
-        elif reuse is not None and not isinstance(reuse, Earlier) and stat.S_ISREG(st.st_mode):
-            same = reuse(path, st)
+        if ask is not None and stat.S_ISREG(st.st_mode):
+            # Asked before the link count: a fork's file served from its lower checkpoint has
+            # that checkpoint's links (to the checkpoints it shares with, to its own other
+            # names); linking each name to the lower file at that path keeps them as they
+            # are there.
+            same = ask(path, st)
             if same is not None:
                 plan.reused.append((path, same))
                 plan.reused_bytes += size
                 continue
+        if st.st_nlink > 1:
+            names.setdefault(st.st_ino, []).append(
+                (path, size, bool(known) and known.get(path) == entry))
+            continue
+        if known.get(path) == entry:  # only regular files are known
+            plan.reused.append((path, f"{root}/{path}"))
+            plan.reused_bytes += size
+            continue
         here = path.rpartition("/")[0]
         if batch and (len(batch) >= BATCH or batch_size >= BATCH_BYTES
                       or (here != last_dir and len(batch) >= BATCH // 8)):
@@ -225,7 +231,26 @@ def _plan(found: Scan, reuse: Reuse | None) -> _Plan:
     if batch:
         plan.batches.append(batch)
         plan.batch_bytes.append(batch_size)
+    _plan_linked(plan, names, found, root)
     return plan
+
+
+def _plan_linked(plan: _Plan, names: dict[int, list[tuple[str, int, bool]]], found: Scan,
+                 root: str) -> None:
+    """A file with several names in the workspace is shared with the earlier tree when every
+    one of its links is a name here and each is recorded unchanged (the earlier tree holds
+    those names as one file, so linking each to it keeps them one); otherwise all its names
+    are copied by one `cp`, which keeps them linked."""
+    links = {st.st_ino: st.st_nlink for _, st, _ in found.entries if st.st_nlink > 1}
+    for inode, group in names.items():
+        whole = len(group) == links[inode] and all(unchanged for _, _, unchanged in group)
+        for path, size, _ in group:
+            if whole:
+                plan.reused.append((path, f"{root}/{path}"))
+                plan.reused_bytes += size
+            else:
+                plan.linked.append(path)
+                plan.linked_bytes += size
 
 
 def measure(root: Path) -> TreeStats:

@@ -226,13 +226,16 @@ def _entries(root: Path) -> dict[str, Entry]:
     return found
 
 
-def changes(workspace: Path, saved: Path | None) -> Changes:
-    """How `workspace` differs from `saved` (None: from nothing), first paths by name."""
+def changes(workspace: Path, saved: Path | None,
+            rewritten: frozenset[str] = frozenset()) -> Changes:
+    """How `workspace` differs from `saved` (None: from nothing), first paths by name.
+    `rewritten`: paths that look as saved but are other files (WorkspaceStore.rewritten_since):
+    changed too."""
     now = _entries(workspace)
     before = _entries(saved) if saved is not None else {}
     added = sorted(p for p in now if p not in before)
     removed = sorted(p for p in before if p not in now)
-    changed = sorted(p for p in now if p in before and now[p] != before[p])
+    changed = sorted(p for p in now if p in before and (now[p] != before[p] or p in rewritten))
     examples = ([f"+{p}" for p in added[:EXAMPLES]] + [f"~{p}" for p in changed[:EXAMPLES]]
                 + [f"-{p}" for p in removed[:EXAMPLES]])[:EXAMPLES]
     # The names are the cell's: escaped (no control character reaches a terminal or a log

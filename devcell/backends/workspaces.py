@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from devcell import failpoints
-from devcell.backends import overlay, temporaries, treecopy
+from devcell.backends import overlay, temporaries, treecopy, treewalk
 from devcell.backends.container_layout import Layout, is_safe_id, safe_id
 from devcell.errors import BackendError, BackendNotFound, BackendRefused
 from devcell.log import logger
@@ -197,14 +197,24 @@ class Sources:
     may have changed again within that tick unseen (git's "racily clean" entries)."""
 
     def files(self) -> dict[str, treecopy.Entry]:
-        """Relative path -> identity, of each single-link regular file the record vouches
-        for (not racily clean)."""
+        """Relative path -> identity, of each regular file the record vouches for (not
+        racily clean). A file with several names is shared only when all of them are
+        (treecopy._plan_linked), so links within the workspace stay links."""
         stamp = self.stamp
         try:
             return {str(e[0]): e for e in self.entries
-                    if e[6] == 1 and stat.S_ISREG(int(e[5]))
+                    if stat.S_ISREG(int(e[5]))
                     and int(e[3]) < stamp and int(e[4]) < stamp}
         except (TypeError, ValueError, IndexError):  # a damaged record vouches for nothing
+            return {}
+
+    def regular(self) -> dict[str, tuple[object, ...]]:
+        """Relative path -> (inode, size, mtime, ctime, mode) of every regular file recorded,
+        whatever its link count: what the approval gates compare the workspace with."""
+        try:
+            return {str(e[0]): tuple(e[1:6]) for e in self.entries
+                    if stat.S_ISREG(int(e[5]))}
+        except (TypeError, ValueError, IndexError):
             return {}
 
 
@@ -386,6 +396,13 @@ class WorkspaceStore:
         _mkdir_private(tmp)
         started = time.perf_counter()
         try:
+            # Dirty pages written back first, while the writers are frozen: writeback
+            # write-protects the pages of a shared mapping, so the next write through one
+            # faults and moves the file's mtime and ctime. A page left writable takes writes
+            # no stat sees, and a later walk would call the file unchanged (share it, or name
+            # this tree with SAME_AS): mmap writes lost. Before the walk, so the walk that
+            # decides "nothing changed" sees every fault (bench/checkpoint_phases.py: 2-30 ms).
+            treecopy.sync_filesystem(source)
             stamp = _filesystem_now(tmp)  # before the walk: see Sources.stamp
             found = treecopy.scan(source)
             base, tree, recorded = self._previous(volume_id)
@@ -681,4 +698,50 @@ class WorkspaceStore:
         if checkpoint_id is None or self.find_checkpoint(checkpoint_id) is None:
             return not treecopy.is_empty(workspace)
         saved = self.tree_of(checkpoint_id)
-        return treecopy.signature(workspace) != treecopy.signature(saved)
+        if treecopy.signature(workspace) != treecopy.signature(saved):
+            return True
+        return bool(self.rewritten_since(volume_id, checkpoint_id, first=True))
+
+    def _recorded(self, volume_id: str, checkpoint_id: str) -> dict[str, tuple[object, ...]]:
+        """The identity of each workspace file as it was when it matched `checkpoint_id`:
+        the restore record when the volume was restored from it (the files are the
+        restore's copies), else the sources that checkpoint's tree was saved from, when they
+        are this volume's; else nothing (only size, mtime and mode can then be compared)."""
+        volume = self.layout.volume(volume_id)
+        if (_read_json(volume / RESTORED) or {}).get("checkpoint") == checkpoint_id:
+            sources = _read_sources(volume / RESTORED, volume_id)
+        else:
+            sources = _read_sources(self.tree_of(checkpoint_id).parent / SOURCES, volume_id)
+        return sources.regular() if sources is not None else {}
+
+    def rewritten_since(self, volume_id: str, checkpoint_id: str, *,
+                        first: bool = False) -> set[str]:
+        """The workspace's regular files that look as `checkpoint_id` saved them (size, mtime,
+        mode) but are not the files recorded then: rewritten with their size and mtime put
+        back (cp -p, tar, rsync -t), which only the inode or ctime tells, as the next
+        checkpoint tells it. For a fork against the checkpoint below it, every regular file
+        of its upper layer (copied up: written, truncated, its metadata changed, or made
+        again). `first`: stop at the first one."""
+        found: set[str] = set()
+        if self.lower_of(volume_id) == checkpoint_id:
+            walked, recorded = self.layout.upper(volume_id), None
+        else:
+            walked, recorded = self.layout.workspace(volume_id), self._recorded(
+                volume_id, checkpoint_id)
+            if not recorded:
+                return found
+        for directory in treewalk.walk(walked):
+            base = directory.path()
+            for name, st in directory.entries:
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                rel = f"{base}/{name}" if base else name
+                if recorded is not None:
+                    seen = recorded.get(rel)
+                    if seen is None or seen == (st.st_ino, st.st_size, st.st_mtime_ns,
+                                                st.st_ctime_ns, st.st_mode):
+                        continue
+                found.add(rel)
+                if first:
+                    return found
+        return found

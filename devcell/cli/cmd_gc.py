@@ -20,6 +20,11 @@ def run_gc(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
     verb = "would remove" if args.dry_run else "removed"
     total = 0
+    for what in report.finished:
+        out.write(f"{printable(what)}: {'would finish' if args.dry_run else 'finished'} "
+                  "its interrupted deletion\n")
+    for what, why in report.unfinished.items():
+        out.write(f"{printable(what)}: its deletion is still not done: {printable(why)}\n")
     for done in report.collected:
         for judged in done.planned:
             item = judged.item

@@ -13,13 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from devcell import names
 from devcell.backends.base import Backend, CellRef, Consistency, MachineSnapshots, Outputs
 from devcell.controllers import retention
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Decision, Plan, Settled, Step, Wait, When
 from devcell.controllers.steps import StepName
 from devcell.errors import BackendError, BackendUnavailable, CapabilityMissing, PermanentError
-from devcell.store import events, objects, volumes
+from devcell.store import events, objects, restores, volumes
 from devcell.store.db import now
 from devcell.store.objects import Phase
 
@@ -43,6 +44,12 @@ class SnapshotController:
         taken = snap.extra.get("checkpoint_ref") is not None
         backend_name = backend_of(snap, cell)
         if snap.deleting:
+            restoring = restores.restoring_to(conn, snap.id)
+            if restoring:  # the restore reads the checkpoint: it finishes (or is cancelled) first
+                message = ("waits until the restore of "
+                           f"{', '.join(names.printable(n) for n in restoring)} to it is done")
+                self._write(ctx, snap, snap.phase, "False", "WaitingForRestore", message)
+                return Wait("WaitingForRestore", message)
             forks = objects.forks_of(conn, snap.id)
             if forks:  # deleted in the same request: they go first, the checkpoint after
                 message = (f"waits until the cells forked from it are gone: {', '.join(forks)}")

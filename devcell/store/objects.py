@@ -161,6 +161,17 @@ def unconverged_keys(conn: sqlite3.Connection) -> list[Key]:
     return keys
 
 
+def deleting(conn: sqlite3.Connection) -> list[tuple[Key, str]]:
+    """(key, name) of every live object whose deletion was asked for and is not done (a
+    process killed before or during it leaves it so): `devcell gc` finishes them."""
+    found: list[tuple[Key, str]] = []
+    for kind in kinds.KINDS.values():
+        found += [((kind.name, r[0]), str(r[1])) for r in conn.execute(
+            f"SELECT id, name FROM {kind.table} WHERE deleted_at IS NULL AND "
+            "deleting_at IS NOT NULL ORDER BY rowid")]
+    return found
+
+
 @dataclass(frozen=True)
 class RuntimeRow:
     """What observing a cell's runtime is compared with: its recorded phase and desired state."""

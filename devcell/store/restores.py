@@ -67,3 +67,18 @@ def pending_keys(conn: sqlite3.Connection) -> list[Key]:
     return [("Cell", r[0]) for r in conn.execute(
         "SELECT id FROM cells WHERE restore IS NOT NULL AND deleted_at IS NULL "
         "AND deleting_at IS NULL")]
+
+
+def restoring_to(conn: sqlite3.Connection, snapshot_id: str) -> list[str]:
+    """Names of the live cells with a pending restore to this snapshot (its deletion waits
+    for them: the restore reads its checkpoint)."""
+    found = []
+    for name, raw in conn.execute("SELECT name, restore FROM cells WHERE restore IS NOT NULL "
+                                  "AND deleted_at IS NULL ORDER BY name"):
+        try:
+            target = json.loads(raw).get("snapshot_id")
+        except (ValueError, AttributeError):
+            continue
+        if target == snapshot_id:
+            found.append(str(name))
+    return found

@@ -13,7 +13,8 @@ from devcell.api import apply as api
 from devcell.api import gc
 from devcell.backends.base import Owned, OwnedKind
 from devcell.controllers.gc import Verdict, judge
-from devcell.store import operations
+from devcell.errors import ManifestError
+from devcell.store import desired, operations
 from devcell.store.db import open_database
 from devcell.store.references import References
 from tests.controllers.support import cell_doc, snapshot_doc
@@ -149,3 +150,30 @@ REFS = References(
 def test_what_gc_keeps_reclaims_or_asks_approval_for(
         kind: OwnedKind, rid: str, owner: str, content: str | None, verdict: Verdict) -> None:
     assert judge(Owned(kind, rid, owner, content), REFS).verdict is verdict
+
+
+def test_gc_finishes_a_deletion_a_killed_command_left_undone(state: Path, write: Any) -> None:
+    """`devcell delete snapshot` killed after recording the deletion (kill -9 before its
+    operation ran) leaves the snapshot Deleting with its checkpoint on disk and no
+    operation; apply refuses the name meanwhile. `devcell gc` finishes that deletion (the
+    checkpoint goes) before it collects; a dry run only names it."""
+    path = write("all.yaml", cell_doc("api"), snapshot_doc("s1", "api"), snapshot_doc("s2", "api"))
+    assert api.apply(state, [path]).ok
+    (snap_id,) = [r[0] for r in state_sql(state, "SELECT id FROM snapshots WHERE name = 's2'")]
+    assert snap_id in ids(state, "checkpoints")
+    db = open_database(state)
+    try:
+        desired.delete(db, "Snapshot", "s2")  # recorded; the process dies before reconciling
+    finally:
+        db.close()
+    with pytest.raises(ManifestError, match="devcell gc"):
+        api.apply(state, [path])
+    dry = gc.collect(state, dry_run=True)
+    assert dry.finished == ("snapshot/s2",) and snap_id in ids(state, "checkpoints")
+    report = gc.collect(state)
+    assert report.ok and report.finished == ("snapshot/s2",) and not report.unfinished
+    assert snap_id not in ids(state, "checkpoints")
+    assert state_sql(state, "SELECT deleted_at IS NOT NULL FROM snapshots WHERE id = ?",
+                     snap_id) == [(1,)]
+    assert gc.collect(state).finished == ()
+    assert api.apply(state, [path]).ok  # the name is free again

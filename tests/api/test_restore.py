@@ -228,3 +228,26 @@ def test_another_restore_while_one_waits_is_refused(world: Path, write: Any) -> 
     held = restoring.restore(world, "s1")
     with pytest.raises(Exception, match=f"has operation {held.operation} \\(restore\\) waiting"):
         restoring.restore(world, "s2", options=Options(approve=True))
+
+
+def test_deleting_the_snapshot_a_restore_waits_on_waits_for_that_restore(world: Path) -> None:
+    """The restore reads the snapshot's checkpoint: a `delete snapshot` asked while the
+    restore waits at its gate (or runs) waits for it, so the restore still succeeds and the
+    snapshot goes after it, instead of the restore failing and leaving the cell Failed."""
+    dirty_workspaces(world)
+    restoring.restore(world, "o1")
+    op = suspended(world)
+    api.delete(world, "Snapshot", "o1", options=Options(wait=False))
+    snap = _record(world, "Snapshot", "o1")
+    assert snap.deleting and snap.extra["checkpoint_ref"]
+    assert "restore of other" in str(snap.status)
+    assert ("delete_checkpoint", snap.id) not in _calls(world)
+    assert ops.resume(world, op["id"], inputs=["confirm=other"]).ok
+    cell = _record(world, "Cell", "other")
+    assert cell.phase == "Running" and cell.status["restore"]["snapshot"] == "o1"
+    # the restore done, the deletion goes on (the same reconcile pass finishes it)
+    db = open_database(world)
+    try:
+        assert objects.get(db.conn, "Snapshot", snap.id) is None
+    finally:
+        db.close()

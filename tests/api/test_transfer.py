@@ -219,3 +219,38 @@ def test_a_fork_on_another_backend_than_the_imported_snapshots_is_refused(
     container_fork["spec"]["backend"] = "container"
     with pytest.raises(ManifestError, match="taken by the fake backend"):
         apply_api.apply(target, [write("fork.yaml", container_fork)])
+
+
+def test_export_to_a_fifo_or_device_writes_to_it_and_never_replaces_it(
+        tmp_path: Path, write: Any) -> None:
+    """`-o /dev/null` or `-o /dev/stdout` (as root) must not rename a regular file over the
+    machine's device: a path that names a FIFO or a device is written to, as tar -f does."""
+    import os
+    import stat
+    import threading
+
+    source = tmp_path / "source"
+    apply_api.apply(source, [write("cell.yaml", CELL)])
+    cells.snapshot(source, "api", name="before")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+
+    def read() -> None:
+        with open(fifo, "rb") as pipe:
+            got.append(pipe.read())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        done = transfer.export(source, "before", fifo)
+    finally:
+        if not got and reader.is_alive() and stat.S_ISFIFO(os.lstat(fifo).st_mode):
+            with open(fifo, "wb"):  # let the reader go if the export never opened it
+                pass
+    reader.join(10)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO was replaced by a regular file"
+    with tarfile.open(fileobj=io.BytesIO(got[0])) as tar:
+        assert fmt.TRAILER in tar.getnames()
+    assert len(done.sha256) == 64
+    assert not list(tmp_path.glob(".*.partial"))

@@ -385,3 +385,134 @@ def test_a_checkpoint_never_names_a_tree_that_is_gone(store: WorkspaceStore,
     second = take(store, "snap_2")
     assert workspaces.SAME_AS not in (store.find_checkpoint("snap_2") or {})
     assert tree(second) == tree(volume)
+
+
+# -- writes a stat does not see -------------------------------------------------------------
+
+
+def test_a_file_written_through_a_shared_mapping_after_a_checkpoint_is_copied(
+        store: WorkspaceStore, volume: Path) -> None:
+    """A write through a writable shared mapping moves mtime and ctime only at the page
+    fault that makes the page writable; later writes to a page already dirty change nothing
+    a stat sees. A checkpoint therefore writes dirty pages back (which write-protects them)
+    while the writers are frozen and before its walk, so the next write faults and moves the
+    times: the next checkpoint neither names the previous tree (SAME_AS) nor shares the
+    file."""
+    import mmap
+
+    path = volume / "d0/f000"
+    size = path.stat().st_size
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), size) as mapped:
+        mapped[:4] = b"ONE!"  # the fault: the times move, the page is now writable
+        time.sleep(0.05)  # older than the checkpoint's clock tick: recorded as a source
+        first = take(store, "snap_1")
+        mapped[:4] = b"TWO!"  # no fault unless the checkpoint wrote the page back
+    second = take(store, "snap_2")
+    assert workspaces.SAME_AS not in (store.find_checkpoint("snap_2") or {})
+    assert (second / "d0/f000").read_bytes()[:4] == b"TWO!"
+    assert (first / "d0/f000").read_bytes()[:4] == b"ONE!"
+    assert tree(second) == tree(volume)
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), size) as mapped:
+        mapped[4:8] = b"3RD!"  # the previous checkpoint was a tree of its own: same again
+        time.sleep(0.05)
+        take(store, "snap_3")
+        mapped[4:8] = b"4TH!"
+    fourth = take(store, "snap_4")
+    assert (fourth / "d0/f000").read_bytes()[:8] == b"TWO!4TH!"
+
+
+# -- the approval gates: what the next checkpoint would call changed ------------------------
+
+
+def _rewrite_keeping_size_and_mtime(path: Path) -> None:
+    st = path.stat()
+    path.write_bytes(b"Z" * st.st_size)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("target", ["d3/f003", "d0/twin"])
+def test_a_file_rewritten_with_its_size_and_mtime_put_back_counts_as_changed(
+        store: WorkspaceStore, volume: Path, target: str) -> None:
+    """What the delete and restore approval gates ask: a file rewritten with the same size
+    and its mtime put back (cp -p, tar, rsync -t do it) is changed work, which its ctime
+    tells (a file with two names too); the next checkpoint copies it, so the gate must not
+    call it unchanged, also when that checkpoint only names an earlier tree (SAME_AS)."""
+    os.link(volume / "d0/f000", volume / "d0/twin")
+    time.sleep(0.05)
+    take(store, "snap_0")
+    take(store, "snap_1")  # names snap_0's tree: the record read is snap_0's
+    assert (store.find_checkpoint("snap_1") or {}).get(workspaces.SAME_AS) == "snap_0"
+    assert not store.changed_since("vol_1", "snap_1")
+    _rewrite_keeping_size_and_mtime(volume / target)
+    assert store.changed_since("vol_1", "snap_1")
+    assert target in store.rewritten_since("vol_1", "snap_1")
+    take(store, "snap_2")
+    assert not store.changed_since("vol_1", "snap_2")
+
+
+@can_mount
+def test_a_fork_rewritten_with_size_and_mtime_put_back_counts_as_changed(
+        store: WorkspaceStore, volume: Path) -> None:
+    """A fork never checkpointed is compared with the checkpoint below it: a file rewritten
+    with its size and mtime put back sits in the upper layer, so deleting the fork asks."""
+    take(store, "snap_1")
+    fork = _fork(store, "snap_1", "vol_f")
+    try:
+        assert not store.changed_since("vol_f", None)
+        _rewrite_keeping_size_and_mtime(fork / "d3/f003")
+        assert store.changed_since("vol_f", None)
+        assert store.rewritten_since("vol_f", "snap_1") == {"d3/f003"}
+    finally:
+        store.delete_volume("vol_f")
+
+
+# -- files with several links ---------------------------------------------------------------
+
+
+@can_mount
+def test_a_forks_checkpoint_shares_the_files_its_lower_checkpoint_shares_with_others(
+        store: WorkspaceStore, volume: Path) -> None:
+    """A second checkpoint's unchanged files are links to the first, so in a fork of it they
+    have several links; the fork's checkpoint still shares them (what it changed, only, is
+    copied), and two names of one file stay one file."""
+    os.link(volume / "d0/f000", volume / "d0/twin")
+    time.sleep(0.05)
+    take(store, "snap_1")
+    (volume / "d1/f001").write_bytes(b"a change, so snap_2 is a tree of its own")
+    take(store, "snap_2")  # shares every other file with snap_1: two links each
+    snap = store.tree_of("snap_2")
+    assert os.stat(snap / "d9/f099").st_nlink == 2
+    fork = _fork(store, "snap_2", "vol_f")
+    try:
+        (fork / "d5/f005").write_bytes(b"changed in the fork")
+        mine = take(store, "snap_f", "vol_f")
+        assert tree(mine) == tree(fork)
+        meta = store.find_checkpoint("snap_f") or {}
+        assert meta["shared_files"] == FILES  # every file but d5/f005, and both twins
+        assert os.stat(mine / "d9/f099").st_ino == os.stat(snap / "d9/f099").st_ino
+        assert os.stat(mine / "d5/f005").st_ino != os.stat(snap / "d5/f005").st_ino
+        assert os.stat(mine / "d0/twin").st_ino == os.stat(mine / "d0/f000").st_ino
+    finally:
+        store.delete_volume("vol_f")
+
+
+def test_names_of_one_file_are_shared_only_together(store: WorkspaceStore,
+                                                    volume: Path) -> None:
+    """Two names of one workspace file, both unchanged, are shared with the previous tree
+    (still one file); when a third name is made, or the file changes, all its names are
+    copied together, still one file, and the previous tree is untouched."""
+    os.link(volume / "d0/f000", volume / "d0/twin")
+    time.sleep(0.05)
+    first = take(store, "snap_1")
+    (volume / "d1/f001").write_bytes(b"a change, so snap_2 is a tree of its own")
+    second = take(store, "snap_2")
+    assert os.stat(second / "d0/twin").st_ino == os.stat(first / "d0/twin").st_ino
+    assert os.stat(second / "d0/f000").st_ino == os.stat(first / "d0/f000").st_ino
+    assert (store.find_checkpoint("snap_2") or {})["shared_files"] == FILES  # all but d1/f001
+    saved = tree(first)
+    os.link(volume / "d0/f000", volume / "d0/third")
+    third = take(store, "snap_3")
+    assert os.stat(third / "d0/twin").st_ino != os.stat(first / "d0/twin").st_ino
+    assert os.stat(third / "d0/twin").st_ino == os.stat(third / "d0/third").st_ino \
+        == os.stat(third / "d0/f000").st_ino
+    assert tree(third) == tree(volume) and tree(first) == saved

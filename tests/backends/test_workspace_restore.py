@@ -255,3 +255,25 @@ def test_a_snapshot_of_an_unchanged_workspace_restores_from_the_tree_it_names(
     meta = store.checkpoint(checkpoint_id="snap_3", cell_id="cell_1", volume_id="vol_1")
     assert meta["base"] == "snap_2" and meta["shared_files"] > 0
     assert digest(store.tree_of("snap_3")) == before == digest(store.tree_of("snap_2"))
+
+
+def test_the_gate_sees_a_rewrite_that_put_size_and_mtime_back(store: WorkspaceStore) -> None:
+    """`changed_since` (what the restore and delete approval gates ask) reads a restored
+    workspace as the snapshot it was restored from until a file changes, even a rewrite with
+    its size and mtime put back: otherwise `snapshot restore --no-safety-snapshot` replaced
+    that work without asking."""
+    workspace = store.layout.workspace("vol_1")
+    sneaky = workspace / "secret.key"
+    st = os.stat(sneaky)
+    sneaky.write_bytes(os.urandom(64))
+    os.utime(sneaky, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert store.changed_since("vol_1", "snap_1")
+    workspace_restore.restore(store, "vol_1", "snap_1")
+    assert not store.changed_since("vol_1", "snap_1")
+    st = os.stat(sneaky)
+    sneaky.write_bytes(os.urandom(64))
+    os.utime(sneaky, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert store.changed_since("vol_1", "snap_1")
+    shown = workspace_restore.changes(workspace, store.tree_of("snap_1"),
+                                      frozenset(store.rewritten_since("vol_1", "snap_1")))
+    assert shown.examples == ("~secret.key",)  # what the dry run names

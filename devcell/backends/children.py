@@ -53,7 +53,32 @@ def _die_with(parent: int) -> Callable[[], None] | None:
     return in_child
 
 
+TimeoutExpired = subprocess.TimeoutExpired
+Machine = subprocess.Popen[bytes]
+"""A machine monitor process spawn_machine started."""
+DEVNULL = subprocess.DEVNULL
+
+
 def run(argv: Sequence[str], *, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run `argv` to completion (text output captured), as a child that dies with us."""
     return subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, check=False,
                           preexec_fn=_die_with(os.getpid()), process_group=0)
+
+
+def run_bytes(argv: Sequence[str], *, cwd: Path | None = None, timeout: float | None = None,
+              stdin: int | None = None) -> subprocess.CompletedProcess[bytes]:
+    """As `run`, output as bytes, with a time limit (TimeoutExpired, the child killed) and
+    the child's standard input from a descriptor (DEVNULL by default)."""
+    return subprocess.run(list(argv), cwd=cwd, capture_output=True, check=False,
+                          timeout=timeout, stdin=DEVNULL if stdin is None else stdin,
+                          preexec_fn=_die_with(os.getpid()), process_group=0)
+
+
+def spawn_machine(argv: Sequence[str], *, executable: str, cwd: Path,
+                  output: int) -> Machine:
+    """Start a virtual machine's monitor process that must OUTLIVE the command starting it
+    (a cell keeps running after `devcell apply` exits): its own session, no parent-death
+    signal, standard input closed, output to the descriptor given. Ownership is proven by
+    its label and pidfile (vm_proc), never by being our child."""
+    return subprocess.Popen(list(argv), executable=executable, cwd=cwd, stdin=DEVNULL,
+                            stdout=output, stderr=output, start_new_session=True)

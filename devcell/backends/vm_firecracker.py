@@ -22,15 +22,14 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from devcell import safeio
+from devcell.backends import children, vm_proc, vm_qmp
 from devcell.backends import vm_firecracker_api as api
-from devcell.backends import vm_proc, vm_qmp
 from devcell.backends.vm_driver import MachineConfig, Saved
 from devcell.backends.vm_qmp import Agent, JsonChannel
 from devcell.errors import BackendError, BackendRefused, BackendUnavailable, CapabilityMissing
@@ -119,11 +118,9 @@ class FirecrackerDriver:
         try:
             # argv[0] is "firecracker" whatever the file is called (releases ship
             # firecracker-v1.x.y-x86_64): vm_proc knows a Firecracker by it.
-            process = subprocess.Popen(
+            process = children.spawn_machine(
                 [BINARY, "--api-sock", api.API_SOCKET, "--id", machine_id], executable=binary,
-                cwd=directory,
-                stdin=subprocess.DEVNULL, stdout=output, stderr=output,
-                start_new_session=True)  # outlives the command that started it
+                cwd=directory, output=output)  # outlives the command that started it
         finally:
             os.close(output)
         threading.Thread(target=process.wait, daemon=True).start()  # no zombie left behind
@@ -134,7 +131,7 @@ class FirecrackerDriver:
         logger.bind(machine=config.name, pid=process.pid).debug("firecracker started")
         return process.pid
 
-    def _wait_for_api(self, config: MachineConfig, process: subprocess.Popen[bytes]) -> None:
+    def _wait_for_api(self, config: MachineConfig, process: children.Machine) -> None:
         deadline = time.monotonic() + API_WAIT_SECONDS
         while True:
             if process.poll() is not None:

@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -185,6 +184,6 @@ def rootfs(layout: VmLayout, image: str) -> tuple[str, Path]:
 
 def _untar(fd: int, into: Path) -> str:
     """Unpack the tar on descriptor `fd` into `into` with GNU tar; an error text or ''."""
-    done = subprocess.run(["tar", "-x", "-p", "--numeric-owner", "-C", str(into), "-f", "-"],
-                          stdin=fd, capture_output=True, text=True, check=False)
-    return "" if done.returncode == 0 else done.stderr.strip()[-400:]
+    done = children.run_bytes(["tar", "-x", "-p", "--numeric-owner", "-C", str(into), "-f", "-"],
+                              stdin=fd)
+    return "" if done.returncode == 0 else done.stderr.decode(errors="replace").strip()[-400:]

@@ -28,12 +28,11 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 from devcell import failpoints
-from devcell.backends import vm_proc
+from devcell.backends import children, vm_proc
 from devcell.backends.vm_driver import MachineConfig, Saved
 from devcell.backends.vm_qmp import Agent, Qmp
 from devcell.errors import BackendError, BackendUnavailable
@@ -102,10 +101,9 @@ class QemuDriver:
                 "-kernel", str(kernel), "-initrd", str(initrd),
                 "-append", "console=ttyS0 quiet panic=-1 devcell.probe=1"]
         try:
-            done = subprocess.run(argv, capture_output=True, timeout=PROBE_SECONDS, check=False,
-                                  process_group=0)
+            done = children.run_bytes(argv, timeout=PROBE_SECONDS)
             accel = "kvm" if PROBE_MARK.encode() in done.stdout else "tcg"
-        except subprocess.TimeoutExpired:
+        except children.TimeoutExpired:
             accel = "tcg"  # nested KVM that hangs: the machine runs under TCG
         logger.bind(accel=accel).info("probed KVM")
         if self.accel_cache is not None:
@@ -148,12 +146,11 @@ class QemuDriver:
             (config.directory / stale).unlink(missing_ok=True)
         argv = self.argv(config) + extra
         try:
-            done = subprocess.run(argv, cwd=config.directory, capture_output=True, text=True,
-                                  timeout=60, check=False, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
+            done = children.run_bytes(argv, cwd=config.directory, timeout=60)
+        except children.TimeoutExpired:
             raise BackendError(f"{QEMU} did not start within 60 s") from None
         if done.returncode != 0:
-            tail = " ".join(done.stderr.strip().splitlines()[-3:])
+            tail = " ".join(done.stderr.decode(errors="replace").strip().splitlines()[-3:])
             raise BackendError(f"{QEMU} failed to start machine {config.name}: {tail}")
         pid = vm_proc.read_pidfile(config.directory)
         if pid is None or not vm_proc.is_owned(pid, config.name):

@@ -157,7 +157,13 @@ class FakeBackend:
                                     ("volumes", "restored_from", "TEXT")):
             have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
             if column not in have:  # a fake.db made by an older DevCell
-                self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                try:
+                    self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                except sqlite3.OperationalError as exc:
+                    # Another worker opening the same fake.db added it between our look and
+                    # our ALTER (parallel turns of one converge).
+                    if "duplicate column name" not in str(exc):
+                        raise
         self.failures = failures if failures is not None else _env_failures()
 
     def _ensure_wal(self) -> None:

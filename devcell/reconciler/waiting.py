@@ -108,7 +108,7 @@ def wait_until(db: Database, keys: list[tuple[str, str]], *, timeout: float,
         if time.monotonic() >= deadline:
             for key in pending:
                 outcome = check(db, *key, condition=condition, fail_fast=False)
-                failures[key] = Unmet(f"timed out after {timeout:g}s: {outcome.detail}",
+                failures[key] = Unmet(f"timed out after {timeout:.3g}s: {outcome.detail}",
                                       timed_out=True)
             break
         time.sleep(delay)

@@ -110,3 +110,14 @@ class MachineDriver(Protocol):
     def agent(self, config: MachineConfig, *, timeout: float) -> Agent:
         """A connection to the guest agent, waiting up to `timeout` for it to answer."""
         ...
+
+    def snapshot_disk(self, config: MachineConfig, disk: int, overlay: Path) -> None:
+        """Put a new empty qcow2 at `overlay` over the running machine's disk `disk` (index
+        in config.disks): from now on the machine writes there, and the file below is frozen
+        (a Firecracker driver: a Diff snapshot)."""
+        ...
+
+    def flatten_disk(self, config: MachineConfig, disk: int) -> None:
+        """Copy everything below the running machine's disk `disk` into it, so it stands
+        alone; returns when done."""
+        ...

@@ -90,6 +90,12 @@ class Dispatch:
     def agent(self, config: MachineConfig, *, timeout: float) -> Agent:
         return self.of(config).agent(config, timeout=timeout)
 
+    def snapshot_disk(self, config: MachineConfig, disk: int, overlay: Path) -> None:
+        self.of(config).snapshot_disk(config, disk, overlay)
+
+    def flatten_disk(self, config: MachineConfig, disk: int) -> None:
+        self.of(config).flatten_disk(config, disk)
+
 
 def _kvm_probe(qemu: QemuDriver) -> Callable[[Path, Path], str]:
     """Whether guests run under KVM here, by QEMU's probe (a boot under KVM, once per host

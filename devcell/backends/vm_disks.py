@@ -22,11 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devcell.backends import temporaries, vm_extract, vm_image, vm_layers
+from devcell.backends import children, temporaries, vm_extract, vm_image, vm_layers
 from devcell.backends.base import Fill
 from devcell.backends.container_layout import safe_id
 from devcell.backends.vm_layout import VmLayout
-from devcell.errors import BackendNotFound, BackendRefused
+from devcell.errors import BackendError, BackendNotFound, BackendRefused
 
 WORKSPACE_BYTES = 1 << 30
 DISK = "workspace.img"
@@ -43,6 +43,13 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def copy_disk(source: Path, target: Path) -> None:
+    """A disk image copied whole, holes kept (a machine snapshot's root and config disks)."""
+    done = children.run(["cp", "--sparse=always", "--reflink=auto", str(source), str(target)])
+    if done.returncode != 0:
+        raise BackendError(f"copying disk {source.name} failed: {done.stderr.strip()[-300:]}")
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

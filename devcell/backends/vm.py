@@ -602,14 +602,21 @@ class VmBackend:
         return {"restored": True, "pid": pid, "seconds": seconds, "accel": meta.get("accel")}
 
     def snapshot_machine(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
-        """A snapshot that keeps memory: at one paused moment, the machine part (RAM, device
-        state, root and config disks: vm_memory.py) then the workspace disk checkpoint; the
-        machine runs on afterwards (also when this fails)."""
+        """A snapshot that keeps memory, all at one paused moment: the guest's CPUs stop, the
+        workspace disk is switched to a new top (QMP blockdev-snapshot-sync: the frozen layer
+        is the snapshot's disk, so forks open it read-only under their own overlays), then the
+        device state and RAM are saved (vm_memory.py) and the machine runs on (also when this
+        fails). The switch comes before the migration: after it QEMU's disks are inactive."""
         found = self.find_checkpoint(checkpoint_id)
         if found is not None and found.consistency is Consistency.MACHINE:
             return found
         if found is not None:
-            raise BackendRefused(f"checkpoint {checkpoint_id} exists without memory")
+            disk = self.disks.checkpoint_meta(checkpoint_id) or {}
+            if not (disk.get("for_machine") and disk.get("cell_id") == cell.id):
+                raise BackendRefused(f"checkpoint {checkpoint_id} exists without memory")
+            # Its disk half was taken by a snapshot that died before the memory: take both
+            # again (the machine has run on since, so the old disk half is not its moment).
+            self.disks.delete_checkpoint(checkpoint_id)
         volume = cell.volume_id or (self._meta(cell.id) or {}).get("volume")
         if not volume:
             raise BackendRefused(f"cell {cell.name} has no workspace disk to snapshot")
@@ -621,7 +628,7 @@ class VmBackend:
 
         def fill(tmp: Path) -> dict[str, Any]:
             saved = self.driver.save(config, tmp / vm_memory.STATE, keep=True)
-            paused = time.monotonic()
+            saved_at = time.monotonic()
             if saved.memory_in_file and config.memory_file is not None:
                 vm_disks.copy_disk(config.memory_file, tmp / vm_memory.RAM)
             for name in (vm_memory.ROOT, vm_memory.CONFIG):
@@ -629,14 +636,27 @@ class VmBackend:
             return {"checkpoint": checkpoint_id, "cell_id": cell.id, "cell": cell.name,
                     "taken": time.time(), "memory_in_file": saved.memory_in_file,
                     **{k: meta[k] for k in ("memory_mib", "cpus", "accel", "kernel", "initrd")},
-                    "save_seconds": round(paused - began, 3)}
+                    "save_seconds": round(saved_at - began, 3)}
+
+        def switch(overlay: Path) -> None:
+            self.driver.snapshot_disk(config, WORKSPACE_DISK, overlay)
+
+        def flatten() -> None:
+            self.driver.flatten_disk(config, WORKSPACE_DISK)
 
         try:
-            self.machines.take(checkpoint_id, fill)
-            failpoints.hit("vm.snapshot.after-memory")
-            # Still paused: the disk is as the saved memory knows it.
+            self.driver.pause(config)
             self.disks.checkpoint_disk(volume, checkpoint_id, cell_id=cell.id,
-                                       cell_name=cell.name)
+                                       cell_name=cell.name, switch=switch, flatten=flatten,
+                                       for_machine=True)
+            failpoints.hit("vm.snapshot.after-disk")
+            try:
+                self.machines.take(checkpoint_id, fill)
+            except BaseException:
+                # No memory to go with it: the disk half alone would claim a machine moment.
+                self.disks.delete_checkpoint(checkpoint_id)
+                raise
+            failpoints.hit("vm.snapshot.after-memory")
         finally:
             self.driver.unpause(config)
         info = self.find_checkpoint(checkpoint_id)

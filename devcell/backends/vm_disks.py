@@ -219,19 +219,23 @@ class DiskStore:
 
     def checkpoint_disk(self, volume_id: str, checkpoint_id: str, *, cell_id: str,
                         cell_name: str, switch: vm_layers.Switch | None = None,
-                        flatten: Callable[[], None] | None = None) -> dict[str, Any]:
+                        flatten: Callable[[], None] | None = None,
+                        for_machine: bool = False) -> dict[str, Any]:
         """Freeze the volume's top as the checkpoint's layer and put a new top over it.
 
         `switch(path)` makes the new top with the running machine (QEMU), None when nothing
         runs on the disk; `flatten()` streams the running top when the chain grows past the
-        bound."""
+        bound. `for_machine`: the disk half of a machine snapshot whose memory comes next
+        (recorded, so a retry after a crash between the two knows it is its own)."""
         with self.layers.making():
             return self._snapshot_volume(volume_id, checkpoint_id, cell_id=cell_id,
-                                         cell_name=cell_name, switch=switch, flatten=flatten)
+                                         cell_name=cell_name, switch=switch, flatten=flatten,
+                                         for_machine=for_machine)
 
     def _snapshot_volume(self, volume_id: str, checkpoint_id: str, *, cell_id: str,
                          cell_name: str, switch: vm_layers.Switch | None,
-                         flatten: Callable[[], None] | None) -> dict[str, Any]:
+                         flatten: Callable[[], None] | None,
+                         for_machine: bool = False) -> dict[str, Any]:
         volume = self.volume_meta(volume_id)
         if volume is None:
             raise BackendNotFound(f"volume {volume_id} does not exist")
@@ -262,7 +266,7 @@ class DiskStore:
                     "cell": cell_name, "volume": volume_id, "taken": time.time(),
                     "layer": frozen, "depth": self.layers.depth(frozen),
                     "size_bytes": vm_layers.allocated(self.layers.path(frozen)),
-                    "used": bool(volume.get("used"))}
+                    "used": bool(volume.get("used")), "for_machine": for_machine}
 
         self._build(self.layout.checkpoints, checkpoint_id, "checkpoint.json", make)
         self._write_volume(volume_id, dict(volume, top=new_top))

@@ -94,6 +94,12 @@ class MachineDriver(Protocol):
         """Whether the hypervisor says the machine is paused (False when it cannot tell)."""
         ...
 
+    def pause(self, config: MachineConfig) -> bool:
+        """Stop the guest's CPUs (its devices stay active, so its disks can still be switched
+        to new tops); whether it was running. A machine snapshot pauses first so that memory
+        and disks are taken at one moment."""
+        ...
+
     def unpause(self, config: MachineConfig) -> bool:
         """Let a paused machine's CPUs run again (left paused by a save that died); whether
         it was paused."""

@@ -78,6 +78,9 @@ class Dispatch:
     def paused(self, config: MachineConfig) -> bool:
         return self.of(config).paused(config)
 
+    def pause(self, config: MachineConfig) -> bool:
+        return self.of(config).pause(config)
+
     def unpause(self, config: MachineConfig) -> bool:
         return self.of(config).unpause(config)
 

@@ -235,6 +235,14 @@ class QemuDriver:
             return False  # busy (one monitor client at a time) or gone: not known paused
         return not status.get("running") and status.get("status") in ("paused", "postmigrate")
 
+    def pause(self, config: MachineConfig) -> bool:
+        """QMP `stop`: the vCPUs stop, block devices stay active (unlike after `migrate`)."""
+        with Qmp(config.directory, timeout=5.0) as qmp:
+            if not qmp.command("query-status").get("running"):
+                return False
+            qmp.command("stop")
+            return True
+
     def unpause(self, config: MachineConfig) -> bool:
         with Qmp(config.directory, timeout=5.0) as qmp:
             if qmp.command("query-status").get("running"):

@@ -533,8 +533,13 @@ class VmBackend:
         return self.disks.checkpoint_meta(checkpoint_id) is not None
 
     def find_checkpoint(self, checkpoint_id: str) -> CheckpointInfo | None:
+        """The checkpoint as taken; a machine snapshot's disk half without its memory (a
+        crash between them) is none yet: the controller retakes rather than adopts it."""
         meta = self.disks.checkpoint_meta(checkpoint_id)
-        return None if meta is None else self._info(checkpoint_id, meta)
+        if meta is None or (meta.get("for_machine")
+                            and self.machines.meta(checkpoint_id) is None):
+            return None
+        return self._info(checkpoint_id, meta)
 
     def delete_checkpoint(self, checkpoint_id: str) -> Outputs:
         existed = self.checkpoint_exists(checkpoint_id)
@@ -611,11 +616,10 @@ class VmBackend:
         if found is not None and found.consistency is Consistency.MACHINE:
             return found
         if found is not None:
-            disk = self.disks.checkpoint_meta(checkpoint_id) or {}
-            if not (disk.get("for_machine") and disk.get("cell_id") == cell.id):
-                raise BackendRefused(f"checkpoint {checkpoint_id} exists without memory")
-            # Its disk half was taken by a snapshot that died before the memory: take both
-            # again (the machine has run on since, so the old disk half is not its moment).
+            raise BackendRefused(f"checkpoint {checkpoint_id} exists without memory")
+        if self.disks.checkpoint_meta(checkpoint_id) is not None:
+            # A disk half whose snapshot died before the memory: take both again (the
+            # machine has run on since, so that disk is not its moment any more).
             self.disks.delete_checkpoint(checkpoint_id)
         volume = cell.volume_id or (self._meta(cell.id) or {}).get("volume")
         if not volume:

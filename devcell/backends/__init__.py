@@ -25,6 +25,7 @@ OBSERVERS: dict[str, str] = {
 importable without the backend's SDK (commands observe before they act, on the fast path)."""
 MEASURERS: dict[str, str] = {
     "container": "devcell.backends.container_capacity:ContainerAccounting",
+    "vm": "devcell.backends.vm_capacity:VmAccounting",
 }
 """Each backend's Accounting (base.py) that keeps files or runtimes to measure, importable
 without the backend's SDK and usable with its engine down (what lies on disk is measured

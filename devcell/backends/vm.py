@@ -39,6 +39,7 @@ from devcell.backends import (
     children,
     supervisor,
     temporaries,
+    vm_capacity,
     vm_disks,
     vm_drivers,
     vm_image,
@@ -72,6 +73,8 @@ AGENT_BOOT_SECONDS = 120.0
 EXEC_OUTPUT = 16 << 20
 HOOK_TIMEOUT_S = 60
 HOOK_TAIL = 400
+WORKSPACE_DISK = 2
+"""The workspace's index among a machine's disks (root, config, workspace)."""
 _HOSTNAME = re.compile(r"[^a-z0-9-]+")
 RAM_FILE = "ram.bin"
 """The cell's guest RAM (memory-backend-file, shared): what a sleep keeps and a wake maps."""
@@ -100,9 +103,11 @@ class VmBackend:
     capabilities = Capabilities(workspace_files=True, memory_state=True, exec=True,
                                 snapshot_consistency=Consistency.FILESYSTEM, parallel=2)
 
-    def __init__(self, *, state_dir: Path, driver: MachineDriver | None = None) -> None:
+    def __init__(self, *, state_dir: Path, driver: MachineDriver | None = None,
+                 max_chain: int | None = None) -> None:
         self.layout = VmLayout(state_dir)
-        self.disks = vm_disks.DiskStore(self.layout)
+        self.disks = vm_disks.DiskStore(self.layout, max_depth=max_chain,
+                                        busy=self._running_volumes)
         self.drivers = vm_drivers.Dispatch(accel_cache=self.layout.root / "accel.json")
         self.driver: MachineDriver = driver or self.drivers
         self.machines = vm_memory.MachineParts(self.layout)
@@ -119,7 +124,8 @@ class VmBackend:
         directory = self.layout.cell(cell_id)
         disks = [Disk(directory / "root.qcow2", "qcow2"), Disk(directory / "config.img", "raw")]
         if meta.get("volume"):
-            disks.append(Disk(self.disks.volume_disk(meta["volume"]), "raw"))
+            path, disk_format = self.disks.volume_drive(meta["volume"])
+            disks.append(Disk(path, disk_format))
         # A fork runs on its snapshot's RAM (copy-on-write) until it next sleeps or stops.
         ram_from = meta.get("ram_from")
         return MachineConfig(
@@ -141,6 +147,15 @@ class VmBackend:
 
     def _pid(self, cell_id: str) -> int | None:
         return vm_proc.find(self.layout.cell(cell_id), self.layout.machine_name(cell_id))
+
+    def _running_volumes(self) -> set[str]:
+        """Volumes a running machine has open (their layers are never written by qemu-img)."""
+        out = set()
+        for entry in os.listdir(self.layout.cells):
+            meta = None if entry.startswith(".") else self._meta(entry)
+            if meta and meta.get("volume") and self._pid(entry) is not None:
+                out.add(str(meta["volume"]))
+        return out
 
     def observe(self, cell: CellRef) -> Observed:
         meta = self._meta(cell.id)
@@ -250,6 +265,7 @@ class VmBackend:
         (self.layout.cell(cell.id) / FROZEN).unlink(missing_ok=True)
         if meta.get("volume"):
             self.disks.mark_used(meta["volume"])
+            self.disks.adopt(meta["volume"])  # a raw disk from the first slice -> a layer
         began = time.monotonic()
         source = meta.get("resume_from")
         if source and self.machines.meta(source) is not None:
@@ -258,7 +274,8 @@ class VmBackend:
             # Its snapshot was deleted before the fork first ran: the disks are as the
             # snapshot's moment left them, so the machine boots from them (as after power loss).
             meta = self._update(cell.id, resume_from=None, ram_from=None)
-        pid = self.driver.boot(self._config(cell.id, meta))
+        with self.disks.layers.making():  # no merge under a disk QEMU is opening
+            pid = self.driver.boot(self._config(cell.id, meta))
         return {"started": True, "pid": pid, "accel": meta.get("accel"),
                 "driver": meta.get("driver"), "seconds": round(time.monotonic() - began, 3)}
 
@@ -269,8 +286,9 @@ class VmBackend:
         in_file = bool((self.machines.meta(source) or {}).get("memory_in_file"))
         meta = self._update(cell.id, ram_from=str(part / vm_memory.RAM) if in_file else None,
                             identity_pending=True)
-        pid = self.driver.restore(self._config(cell.id, meta), part / vm_memory.STATE,
-                                  memory_in_file=in_file)
+        with self.disks.layers.making():  # no merge under a disk QEMU is opening
+            pid = self.driver.restore(self._config(cell.id, meta), part / vm_memory.STATE,
+                                      memory_in_file=in_file)
         meta = self._update(cell.id, resume_from=None)
         failpoints.hit("vm.fork.after-resume")
         resumed = round(time.monotonic() - began, 3)
@@ -328,7 +346,16 @@ class VmBackend:
         else:
             vm_proc.kill(pid, self.layout.machine_name(cell.id))
         (self.layout.cell(cell.id) / FROZEN).unlink(missing_ok=True)
+        self._collect()
         return {"stopped": True}
+
+    def _collect(self) -> None:
+        """Merge the layers that waited for this machine to stop (deleted snapshots under its
+        disk); a failure leaves them for the next collect."""
+        try:
+            self.disks.collect()
+        except (BackendError, OSError) as exc:
+            logger.bind(state=str(self.layout.state_dir)).info("layers not collected: {}", exc)
 
     def _sync(self, config: MachineConfig) -> None:
         """Ask the guest to write its caches to its disks before the machine ends."""
@@ -467,12 +494,24 @@ class VmBackend:
         if not volume:
             raise BackendRefused(f"cell {cell.name} has no workspace disk to checkpoint")
         marker = self.layout.cell(cell.id) / FROZEN
-        freeze_here = self._pid(cell.id) is not None and not marker.exists()
+        running = self._pid(cell.id) is not None
+        freeze_here = running and not marker.exists()
         if freeze_here:
             self.quiesce(cell)
+        switch = flatten = None
+        if running:
+            config = self._running_config(cell)
+            disk = WORKSPACE_DISK
+
+            def switch(overlay: Path) -> None:
+                self.driver.snapshot_disk(config, disk, overlay)
+
+            def flatten() -> None:
+                self.driver.flatten_disk(config, disk)
         try:
             meta = self.disks.checkpoint_disk(volume, checkpoint_id, cell_id=cell.id,
-                                              cell_name=cell.name)
+                                              cell_name=cell.name, switch=switch,
+                                              flatten=flatten)
         finally:
             if freeze_here:
                 self.resume(cell)
@@ -494,8 +533,13 @@ class VmBackend:
         return self.disks.checkpoint_meta(checkpoint_id) is not None
 
     def find_checkpoint(self, checkpoint_id: str) -> CheckpointInfo | None:
+        """The checkpoint as taken; a machine snapshot's disk half without its memory (a
+        crash between them) is none yet: the controller retakes rather than adopts it."""
         meta = self.disks.checkpoint_meta(checkpoint_id)
-        return None if meta is None else self._info(checkpoint_id, meta)
+        if meta is None or (meta.get("for_machine")
+                            and self.machines.meta(checkpoint_id) is None):
+            return None
+        return self._info(checkpoint_id, meta)
 
     def delete_checkpoint(self, checkpoint_id: str) -> Outputs:
         existed = self.checkpoint_exists(checkpoint_id)
@@ -505,8 +549,8 @@ class VmBackend:
         return {"deleted": existed}
 
     def checkpoint_files(self, checkpoint_id: str) -> Path | None:
-        """The checkpoint disk's files as a tree beside it, read out of the ext4 image once
-        with debugfs (no mount: the image was written by a guest)."""
+        """The checkpoint disk's files as a tree beside it, read out of the guest-written
+        ext4 once by vm_extract (never mounted, nothing followed, bounded)."""
         meta = self.disks.checkpoint_meta(checkpoint_id)
         if meta is None or meta.get("kind") != vm_disks.KIND_DISK:
             raise BackendNotFound(f"checkpoint {checkpoint_id} does not exist")
@@ -553,8 +597,9 @@ class VmBackend:
         in_file = bool((vm_disks.read_json(directory / SAVED_MEMORY) or {}).get(
             "memory_in_file"))
         began = time.monotonic()
-        pid = self.driver.restore(self._config(cell.id, meta), directory / vm_disks.MEMORY,
-                                  memory_in_file=in_file)
+        with self.disks.layers.making():  # no merge under a disk QEMU is opening
+            pid = self.driver.restore(self._config(cell.id, meta), directory / vm_disks.MEMORY,
+                                      memory_in_file=in_file)
         seconds = round(time.monotonic() - began, 3)
         self._set_clock(self._config(cell.id, meta))
         # The machine ran on from that memory: restoring it twice would rewind a live disk.
@@ -562,14 +607,20 @@ class VmBackend:
         return {"restored": True, "pid": pid, "seconds": seconds, "accel": meta.get("accel")}
 
     def snapshot_machine(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
-        """A snapshot that keeps memory: at one paused moment, the machine part (RAM, device
-        state, root and config disks: vm_memory.py) then the workspace disk checkpoint; the
-        machine runs on afterwards (also when this fails)."""
+        """A snapshot that keeps memory, all at one paused moment: the guest's CPUs stop, the
+        workspace disk is switched to a new top (QMP blockdev-snapshot-sync: the frozen layer
+        is the snapshot's disk, so forks open it read-only under their own overlays), then the
+        device state and RAM are saved (vm_memory.py) and the machine runs on (also when this
+        fails). The switch comes before the migration: after it QEMU's disks are inactive."""
         found = self.find_checkpoint(checkpoint_id)
         if found is not None and found.consistency is Consistency.MACHINE:
             return found
         if found is not None:
             raise BackendRefused(f"checkpoint {checkpoint_id} exists without memory")
+        if self.disks.checkpoint_meta(checkpoint_id) is not None:
+            # A disk half whose snapshot died before the memory: take both again (the
+            # machine has run on since, so that disk is not its moment any more).
+            self.disks.delete_checkpoint(checkpoint_id)
         volume = cell.volume_id or (self._meta(cell.id) or {}).get("volume")
         if not volume:
             raise BackendRefused(f"cell {cell.name} has no workspace disk to snapshot")
@@ -581,7 +632,7 @@ class VmBackend:
 
         def fill(tmp: Path) -> dict[str, Any]:
             saved = self.driver.save(config, tmp / vm_memory.STATE, keep=True)
-            paused = time.monotonic()
+            saved_at = time.monotonic()
             if saved.memory_in_file and config.memory_file is not None:
                 vm_disks.copy_disk(config.memory_file, tmp / vm_memory.RAM)
             for name in (vm_memory.ROOT, vm_memory.CONFIG):
@@ -589,14 +640,27 @@ class VmBackend:
             return {"checkpoint": checkpoint_id, "cell_id": cell.id, "cell": cell.name,
                     "taken": time.time(), "memory_in_file": saved.memory_in_file,
                     **{k: meta[k] for k in ("memory_mib", "cpus", "accel", "kernel", "initrd")},
-                    "save_seconds": round(paused - began, 3)}
+                    "save_seconds": round(saved_at - began, 3)}
+
+        def switch(overlay: Path) -> None:
+            self.driver.snapshot_disk(config, WORKSPACE_DISK, overlay)
+
+        def flatten() -> None:
+            self.driver.flatten_disk(config, WORKSPACE_DISK)
 
         try:
-            self.machines.take(checkpoint_id, fill)
-            failpoints.hit("vm.snapshot.after-memory")
-            # Still paused: the disk is as the saved memory knows it.
+            self.driver.pause(config)
             self.disks.checkpoint_disk(volume, checkpoint_id, cell_id=cell.id,
-                                       cell_name=cell.name)
+                                       cell_name=cell.name, switch=switch, flatten=flatten,
+                                       for_machine=True)
+            failpoints.hit("vm.snapshot.after-disk")
+            try:
+                self.machines.take(checkpoint_id, fill)
+            except BaseException:
+                # No memory to go with it: the disk half alone would claim a machine moment.
+                self.disks.delete_checkpoint(checkpoint_id)
+                raise
+            failpoints.hit("vm.snapshot.after-memory")
         finally:
             self.driver.unpause(config)
         info = self.find_checkpoint(checkpoint_id)
@@ -650,6 +714,11 @@ class VmBackend:
             if resource_id not in disks:
                 out.append(Owned(OwnedKind.CHECKPOINT, resource_id, str(meta.get("cell_id"))))
         return out
+
+    def exclusive_bytes(self, kind: OwnedKind, resource_id: str) -> int:
+        """What removing a volume or checkpoint would free: its layers no other chain needs."""
+        return vm_capacity.VmAccounting(state_dir=self.layout.state_dir).exclusive_bytes(
+            kind, resource_id)
 
     def console(self, cell: CellRef) -> bytes:
         """The machine's latest serial console output (at most 64 KiB, as the guest wrote it)."""

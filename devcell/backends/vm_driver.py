@@ -94,6 +94,12 @@ class MachineDriver(Protocol):
         """Whether the hypervisor says the machine is paused (False when it cannot tell)."""
         ...
 
+    def pause(self, config: MachineConfig) -> bool:
+        """Stop the guest's CPUs (its devices stay active, so its disks can still be switched
+        to new tops); whether it was running. A machine snapshot pauses first so that memory
+        and disks are taken at one moment."""
+        ...
+
     def unpause(self, config: MachineConfig) -> bool:
         """Let a paused machine's CPUs run again (left paused by a save that died); whether
         it was paused."""
@@ -109,4 +115,15 @@ class MachineDriver(Protocol):
 
     def agent(self, config: MachineConfig, *, timeout: float) -> Agent:
         """A connection to the guest agent, waiting up to `timeout` for it to answer."""
+        ...
+
+    def snapshot_disk(self, config: MachineConfig, disk: int, overlay: Path) -> None:
+        """Put a new empty qcow2 at `overlay` over the running machine's disk `disk` (index
+        in config.disks): from now on the machine writes there, and the file below is frozen
+        (a Firecracker driver: a Diff snapshot)."""
+        ...
+
+    def flatten_disk(self, config: MachineConfig, disk: int) -> None:
+        """Copy everything below the running machine's disk `disk` into it, so it stands
+        alone; returns when done."""
         ...

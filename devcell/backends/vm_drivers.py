@@ -78,6 +78,9 @@ class Dispatch:
     def paused(self, config: MachineConfig) -> bool:
         return self.of(config).paused(config)
 
+    def pause(self, config: MachineConfig) -> bool:
+        return self.of(config).pause(config)
+
     def unpause(self, config: MachineConfig) -> bool:
         return self.of(config).unpause(config)
 
@@ -89,6 +92,12 @@ class Dispatch:
 
     def agent(self, config: MachineConfig, *, timeout: float) -> Agent:
         return self.of(config).agent(config, timeout=timeout)
+
+    def snapshot_disk(self, config: MachineConfig, disk: int, overlay: Path) -> None:
+        self.of(config).snapshot_disk(config, disk, overlay)
+
+    def flatten_disk(self, config: MachineConfig, disk: int) -> None:
+        self.of(config).flatten_disk(config, disk)
 
 
 def _kvm_probe(qemu: QemuDriver) -> Callable[[Path, Path], str]:

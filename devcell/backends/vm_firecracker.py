@@ -226,6 +226,12 @@ class FirecrackerDriver:
             client.set_state(api.VmState.RESUMED)
             return True
 
+    def pause(self, config: MachineConfig) -> bool:
+        raise CapabilityMissing("a machine snapshot with a Firecracker driver is not "
+                                "supported: it pauses the machine to switch its workspace "
+                                "disk to a new layer, and Firecracker's raw disks have no "
+                                "layers (use a QEMU machine, or a snapshot without memory)")
+
     def shutdown(self, config: MachineConfig, pid: int, *, timeout: float) -> None:
         """Ctrl-Alt-Del (the guest reboots, and Firecracker exits on a guest reboot), then
         SIGKILL after `timeout`."""

@@ -11,8 +11,9 @@ and `-`), so no name can make a path escape the state directory. Everything is o
     <state>/vm/cells/<cell_id>/config.img        supervisor.sh + secrets.env, at /devcell
     <state>/vm/cells/<cell_id>/qmp.sock, ga.sock QMP and the guest agent (unix sockets)
     <state>/vm/cells/<cell_id>/qemu.pid          the QEMU process (checked against its -name)
-    <state>/vm/volumes/<vol_id>/volume.json      marker + workspace.img (the workspace disk)
-    <state>/vm/checkpoints/<id>/checkpoint.json  marker + workspace.img (a disk checkpoint) or
+    <state>/vm/volumes/<vol_id>/volume.json      marker: the workspace disk's top layer
+    <state>/vm/layers/<layer-id>.qcow2, .json    the workspace disks' qcow2 layers (vm_layers.py)
+    <state>/vm/checkpoints/<id>/checkpoint.json  marker: a disk checkpoint's frozen layer, or
                                                  memory.bin (a machine saved by sleep)
 """
 
@@ -47,6 +48,10 @@ class VmLayout:
     @property
     def volumes(self) -> Path:
         return self.root / "volumes"
+
+    @property
+    def layers(self) -> Path:
+        return self.root / "layers"
 
     @property
     def checkpoints(self) -> Path:

@@ -232,6 +232,14 @@ class QemuDriver:
             return False  # busy (one monitor client at a time) or gone: not known paused
         return not status.get("running") and status.get("status") in ("paused", "postmigrate")
 
+    def pause(self, config: MachineConfig) -> bool:
+        """QMP `stop`: the vCPUs stop, block devices stay active (unlike after `migrate`)."""
+        with Qmp(config.directory, timeout=5.0) as qmp:
+            if not qmp.command("query-status").get("running"):
+                return False
+            qmp.command("stop")
+            return True
+
     def unpause(self, config: MachineConfig) -> bool:
         with Qmp(config.directory, timeout=5.0) as qmp:
             if qmp.command("query-status").get("running"):
@@ -260,6 +268,36 @@ class QemuDriver:
         except (BackendError, OSError, TimeoutError):
             return b""
         return base64.b64decode(data or "")[:CONSOLE_BYTES]
+
+    # -- disks -----------------------------------------------------------------------------
+
+    def snapshot_disk(self, config: MachineConfig, disk: int, overlay: Path) -> None:
+        """QMP `blockdev-snapshot-sync`: QEMU drains and flushes the disk, makes `overlay`
+        (backed by the old file, its format recorded) and switches the machine to it."""
+        with Qmp(config.directory, timeout=60.0) as qmp:
+            arguments = {"device": f"d{disk}", "snapshot-file": str(overlay),
+                         "format": "qcow2", "mode": "absolute-paths"}
+            qmp.command("blockdev-snapshot-sync", None, **arguments)
+        os.chmod(overlay, 0o600)
+
+    def flatten_disk(self, config: MachineConfig, disk: int) -> None:
+        """QMP `block-stream` of the whole chain into the disk's top, waited for; checked
+        afterwards (the job's error comes only as an event) by the top having no backing."""
+        device = f"d{disk}"
+        with Qmp(config.directory, timeout=60.0) as qmp:
+            qmp.command("block-stream", None, **{"device": device,
+                                                 "job-id": f"flatten-{device}"})
+            deadline = time.monotonic() + SAVE_SECONDS
+            while any(job.get("device") == f"flatten-{device}" or job.get("device") == device
+                      for job in qmp.command("query-block-jobs") or []):
+                if time.monotonic() > deadline:
+                    raise BackendError(f"flattening disk {device} of {config.name} did not "
+                                       "finish in time")
+                time.sleep(0.05)
+            for block in qmp.command("query-block") or []:
+                if block.get("device") == device and \
+                        (block.get("inserted") or {}).get("backing_file"):
+                    raise BackendError(f"flattening disk {device} of {config.name} failed")
 
 
 def allocated(path: Path) -> int:

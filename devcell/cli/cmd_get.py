@@ -104,9 +104,11 @@ def _dirty(usage: Any) -> str | None:
     ws = usage.workspace if usage is not None else None
     if ws is None:
         return None
-    if ws.changed_files == 0:
+    if ws.changed_files == 0 and ws.changed_bytes == 0:
         return "no"
-    files = f"{ws.changed_files} file{'s' if ws.changed_files != 1 else ''}"
+    # A disk (vm) counts written blocks, not files.
+    files = (f"{ws.changed_files} file{'s' if ws.changed_files != 1 else ''}"
+             if ws.changed_files else "blocks")
     text = f"{render.size(ws.changed_bytes)} in {files}"
     return text if ws.since is not None else f"{text} (never checkpointed)"
 

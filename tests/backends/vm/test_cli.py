@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -91,3 +94,72 @@ def test_build_base_also_prepares_the_vm_root_disk_and_kernel(cli: Cli, state_di
     layout = VmLayout(state_dir)
     assert [p.name for p in layout.images.iterdir()] and [p.name for p in layout.boot.iterdir()]
     assert (layout.root.stat().st_mode & 0o077) == 0
+
+
+def _cell(tmp_path: Path, name: str, extra: str = "") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        apiVersion: devcell.dev/v1alpha1
+        kind: Cell
+        metadata: {{name: {name}}}
+        spec:
+          backend: vm
+          image: {IMAGE}
+          network: {{mode: none}}
+          resources: {{memory: 128Mi}}
+          workspace: {{mountPath: /workspace{extra}}}
+        """))
+    return path
+
+
+def test_snapshot_fork_wide_views_delete_and_gc_of_a_vm_cell_through_the_cli(
+        cli: Cli, tmp_path: Path, state_dir: Path, vm_cache: Path) -> None:
+    make_state(state_dir, vm_cache)
+    vm = state_dir / "vm"
+    try:
+        assert cli("apply", "-f", str(_cell(tmp_path, "vmsrc")), timeout=300).returncode == 0
+        wrote = cli("exec", "vmsrc", "--", "sh", "-c", "echo before > /workspace/b.txt",
+                    timeout=300)
+        assert wrote.returncode == 0, wrote.stderr
+        taken = cli("snapshot", "create", "vmsrc", "--name", "s1", timeout=300)
+        assert taken.returncode == 0, taken.stderr
+        assert cli("exec", "vmsrc", "--", "sh", "-c", "echo after > /workspace/a.txt",
+                   timeout=300).returncode == 0
+        fork = _cell(tmp_path, "vmfork", ", from: {snapshot: s1}")
+        assert cli("apply", "-f", str(fork), timeout=300).returncode == 0
+        seen = cli("exec", "vmfork", "--", "sh", "-c",
+                   "cat /workspace/b.txt; test -e /workspace/a.txt || echo absent", timeout=300)
+        assert seen.stdout == "before\nabsent\n", seen.stderr
+        wide = cli("get", "snapshots", "-o", "wide")
+        assert wide.returncode == 0 and "s1" in wide.stdout, wide.stderr
+        cells = cli("get", "cells", "-o", "wide")
+        assert cells.returncode == 0 and "vmfork" in cells.stdout, cells.stderr
+        assert "<none>" not in cells.stdout.splitlines()[1]  # measured, not missing
+        df = cli("df", "-v", "-o", "json")
+        assert df.returncode == 0, df.stderr
+        doc = json.loads(df.stdout)
+        sizes = {t["type"]: t["sizeBytes"] for t in doc["types"]}
+        layers = [str(p) for p in (vm / "layers").glob("*.qcow2")]
+        du = subprocess.run(["du", "-c", "-B1", *layers], capture_output=True, text=True,
+                            check=True).stdout.splitlines()[-1].split()[0]
+        # Every layer once: the source's top, the fork's top, the snapshot's frozen layer.
+        assert len(layers) == 3
+        assert sizes["Workspaces"] + sizes["Fork layers"] + sizes["Checkpoints"] == int(du)
+        items = {(i["type"], i["backend"]) for i in doc["items"]}
+        assert {("Workspaces", "vm"), ("Fork layers", "vm"), ("Checkpoints", "vm"),
+                ("Runtimes", "vm")} <= items
+        exported = cli("snapshot", "export", "s1", "-o", str(tmp_path / "s1.tar"), timeout=300)
+        assert exported.returncode == 0, exported.stderr
+        listed = subprocess.run(["tar", "tf", str(tmp_path / "s1.tar")], capture_output=True,
+                                text=True, check=True).stdout
+        assert "workspace/b.txt" in listed and "workspace/a.txt" not in listed
+        for kind, name in (("cell", "vmsrc"), ("cell", "vmfork"), ("snapshot", "s1")):
+            gone = cli("delete", kind, name, "--approve", timeout=300)
+            assert gone.returncode == 0, gone.stderr
+        assert cli("gc", "--approve", timeout=300).returncode == 0
+        for part in ("cells", "volumes", "checkpoints", "layers"):
+            assert os.listdir(vm / part) == [], (part, os.listdir(vm / part))
+    finally:
+        from tests.backends.vm_machines import kill_machines
+
+        kill_machines(state_dir)

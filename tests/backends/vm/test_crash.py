@@ -140,7 +140,11 @@ def test_kill_9_over_sleep_start_machine_snapshot_and_fork(
         assert _exec(cli, "crashbox", "kill -0 $(cat /tmp/sleeper) && cat /workspace/kept") \
             == "kept\n"
 
-        # -- machine snapshot: killed paused between memory and disk, then after the step ----
+        # -- machine snapshot: killed paused after the disk switch (before the memory), after
+        # the memory, then after the step ---------------------------------------------------
+        _crash_then_again(cli, "vm.snapshot.after-disk", "apply", "-f",
+                          str(_snapshot(tmp_path / "s0.yaml", "mem0")))
+        _check(state_dir)
         _crash_then_again(cli, "vm.snapshot.after-memory", "apply", "-f",
                           str(_snapshot(tmp_path / "s1.yaml", "mem1")))
         _check(state_dir)
@@ -151,10 +155,10 @@ def test_kill_9_over_sleep_start_machine_snapshot_and_fork(
         listed = json.loads(cli("get", "snapshots", "-o", "json").stdout)
         items = listed["items"] if isinstance(listed, dict) else listed
         assert {s["metadata"]["name"]: s["status"]["consistency"] for s in items} == \
-            {"mem1": "machine", "mem2": "machine"}
+            {"mem0": "machine", "mem1": "machine", "mem2": "machine"}
         parts = sorted(p for p in (layout.root / "machines").iterdir()
                        if not p.name.startswith("."))
-        assert len(parts) == 2 and all((p / vm_memory.MARKER).is_file() for p in parts)
+        assert len(parts) == 3 and all((p / vm_memory.MARKER).is_file() for p in parts)
 
         # -- fork: killed after the resume before its identity, then after its start --------
         _crash_then_again(cli, "vm.fork.after-resume", "apply", "-f",

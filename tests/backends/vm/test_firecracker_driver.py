@@ -215,6 +215,23 @@ def test_each_call_goes_to_the_driver_the_cell_was_made_with(
     assert not vm_proc.is_owned(pid, LABEL)
 
 
+def test_a_machine_snapshot_pause_through_dispatch_is_refused_by_firecracker(
+        stand_in: Path, cell_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """A machine snapshot pauses, then switches the workspace disk to a new layer:
+    Firecracker's raw disks have no layers, so its pause says so instead of half-working."""
+    monkeypatch.setenv(vm_firecracker.BINARY_ENV, str(stand_in))
+    drivers = vm_drivers.Dispatch(accel_cache=tmp_path / "accel.json")
+    machine = config(cell_dir)
+    pid = drivers.boot(machine)
+    try:
+        with pytest.raises(CapabilityMissing, match="no layers"):
+            drivers.pause(machine)
+        assert drivers.running(machine)  # left as it was
+    finally:
+        drivers.shutdown(machine, pid, timeout=0.2)
+
+
 def test_a_firecracker_devcell_did_not_label_is_never_touched(
         stand_in: Path, cell_dir: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"

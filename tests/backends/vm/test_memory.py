@@ -13,7 +13,9 @@ import pytest
 
 from devcell.backends import vm_memory, vm_proc
 from devcell.backends.base import CellRef, Consistency
-from devcell.backends.vm import RAM_FILE, VmBackend
+from devcell.backends.vm import RAM_FILE, WORKSPACE_DISK, VmBackend
+from devcell.backends.vm_qmp import Qmp
+from devcell.errors import BackendRefused
 from tests.backends.vm.conftest import SPEC, make_state, run
 from tests.backends.vm_machines import kill_machines
 
@@ -80,6 +82,16 @@ def test_a_fork_of_a_machine_snapshot_resumes_its_processes_as_a_new_machine(
     assert backend.snapshot_machine(ref, "snap_vmmem01") == info  # taken once
     part = backend.machines.path("snap_vmmem01")
     assert (part / vm_memory.STATE).stat().st_size < 4 << 20
+    # The snapshot's disk is a layer the parent no longer writes: it was switched to a new
+    # top over it while paused, before the memory was saved.
+    frozen = backend.disks.checkpoint_layer("snap_vmmem01")
+    assert backend.disks.top(ref.volume_id or "") != frozen
+    top = backend.disks.top(ref.volume_id or "") or ""
+    assert top != frozen and backend.disks.layers.chain(top)[1] == frozen
+    with Qmp(backend._running_config(ref).directory) as qmp:  # what QEMU really writes
+        (block,) = [b for b in qmp.command("query-block") or []
+                    if b.get("device") == f"d{WORKSPACE_DISK}"]
+    assert block["inserted"]["file"] == str(backend.disks.layers.path(top))
     # The parent runs on, and what it does now is not in the snapshot.
     assert not backend.observe(ref).frozen
     at_snapshot = _counter(backend, ref)
@@ -158,3 +170,30 @@ def test_a_machine_part_without_its_disk_checkpoint_is_owned_and_swept(
     assert any(o.id == "snap_vmmem03" for o in backend.list_owned())
     backend.delete_checkpoint("snap_vmmem03")
     assert backend.machines.meta("snap_vmmem03") is None
+
+
+def test_a_disk_half_left_by_a_crash_before_the_memory_is_retaken_whole(
+        parent: tuple[VmBackend, CellRef]) -> None:
+    """A crash after the disk switch but before the memory: the retry takes both again (the
+    machine ran on since); a disk checkpoint taken as one stays refused as a machine one."""
+    backend, ref = parent
+    config = backend._running_config(ref)
+
+    def switch(overlay: Path) -> None:
+        backend.driver.snapshot_disk(config, WORKSPACE_DISK, overlay)
+
+    backend.disks.checkpoint_disk(ref.volume_id or "", "snap_vmmem04", cell_id=ref.id,
+                                  cell_name=ref.name, switch=switch, for_machine=True)
+    half = backend.disks.checkpoint_layer("snap_vmmem04")
+    # Not a snapshot yet (the controller retakes it, it does not adopt it), still held.
+    assert backend.find_checkpoint("snap_vmmem04") is None
+    assert backend.checkpoint_exists("snap_vmmem04")
+    info = backend.snapshot_machine(ref, "snap_vmmem04")
+    assert info.consistency is Consistency.MACHINE
+    assert backend.disks.checkpoint_layer("snap_vmmem04") != half
+    assert backend.driver.running(config)
+    backend.checkpoint(ref, "snap_vmmem05")
+    with pytest.raises(BackendRefused, match="exists without memory"):
+        backend.snapshot_machine(ref, "snap_vmmem05")
+    for name in ("snap_vmmem04", "snap_vmmem05"):
+        backend.delete_checkpoint(name)

@@ -1,0 +1,109 @@
+"""Reading a guest-written ext4 image as hostile input (vm_extract.py): real images made with
+mkfs.ext4 and bent with `debugfs -w` the way a guest could bend its own disk."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from devcell.backends import vm_extract
+from devcell.errors import BackendRefused
+
+pytestmark = pytest.mark.skipif(shutil.which("debugfs") is None or shutil.which("mkfs.ext4")
+                                is None, reason="e2fsprogs is not installed")
+
+
+def image_of(tmp_path: Path, tree: Path, *, size: str = "16M",
+             bend: tuple[str, ...] = ()) -> Path:
+    image = tmp_path / "disk.ext4"
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-d", str(tree), str(image), size], check=True)
+    for request in bend:
+        subprocess.run(["debugfs", "-w", "-R", request, str(image)], check=True,
+                       capture_output=True)
+    return image
+
+
+def test_files_links_and_modes_come_out_and_special_files_stay_in(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "a.txt").write_text("alpha\n")
+    (tree / "sub" / "b.bin").write_bytes(os.urandom(300_000))
+    os.link(tree / "a.txt", tree / "sub" / "hard.txt")
+    os.symlink("/etc/passwd", tree / "abs-link")
+    os.symlink("x" * 200, tree / "slow-link")
+    os.mkfifo(tree / "fifo")
+    tool = tree / "tool"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o4755)
+    image = image_of(tmp_path, tree)
+    out = tmp_path / "out"
+    out.mkdir()
+    files, skipped = vm_extract.extract(image, out, budget=1 << 30)
+    assert (out / "a.txt").read_text() == "alpha\n"
+    assert (out / "sub" / "b.bin").read_bytes() == (tree / "sub" / "b.bin").read_bytes()
+    assert os.stat(out / "a.txt").st_ino == os.stat(out / "sub" / "hard.txt").st_ino
+    assert os.readlink(out / "abs-link") == "/etc/passwd"  # kept as a link, never followed
+    assert os.readlink(out / "slow-link") == "x" * 200
+    assert not (out / "fifo").exists() and skipped >= 1
+    assert os.stat(out / "tool").st_mode & 0o7777 == 0o755  # set-id bits dropped
+    assert files == 3  # inodes: a hard link is one file
+
+
+def test_a_link_then_a_file_of_the_same_name_never_writes_through_the_link(
+        tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("host file\n")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    os.symlink(str(victim), tree / "aaa")
+    (tree / "payload").write_text("guest data\n")
+    # A second entry named `aaa` for the payload's inode, after the link: rdump would open
+    # `aaa` (following the link it made) and overwrite the host file.
+    image = image_of(tmp_path, tree, bend=("ln payload aaa",))
+    out = tmp_path / "out"
+    out.mkdir()
+    vm_extract.extract(image, out, budget=1 << 30)
+    assert victim.read_text() == "host file\n"
+    assert os.path.islink(out / "aaa")
+
+
+def test_a_directory_that_contains_itself_is_walked_once(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "d").mkdir(parents=True)
+    (tree / "d" / "f").write_text("x")
+    image = image_of(tmp_path, tree, bend=("ln d d/loop", "ln <2> d/root"))
+    out = tmp_path / "out"
+    out.mkdir()
+    _, skipped = vm_extract.extract(image, out, budget=1 << 30)
+    assert (out / "d" / "f").read_text() == "x"
+    assert not (out / "d" / "loop").exists() and not (out / "d" / "root").exists()
+    assert skipped == 2
+
+
+def test_a_huge_sparse_file_is_refused_by_name_before_it_is_written(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    with open(tree / "huge.img", "wb") as f:
+        f.truncate(64 << 30)  # 64 GiB of holes on a 16 MiB disk
+    image = image_of(tmp_path, tree)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(BackendRefused, match="huge.img"):
+        vm_extract.extract(image, out, budget=16 << 20)
+    assert sum(os.stat(p).st_blocks for p in out.rglob("*")) * 512 < 1 << 20
+
+
+def test_a_name_with_a_newline_is_refused_not_misread(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "ok").write_text("1")
+    (tree / "two\nlines").write_text("3")
+    image = image_of(tmp_path, tree)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(BackendRefused, match="cannot read safely"):
+        vm_extract.extract(image, out, budget=1 << 30)

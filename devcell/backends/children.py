@@ -74,6 +74,14 @@ def run_bytes(argv: Sequence[str], *, cwd: Path | None = None, timeout: float | 
                           preexec_fn=_die_with(os.getpid()), process_group=0)
 
 
+def reader(argv: Sequence[str], *, cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start `argv` with its standard output a pipe the caller reads in bounded amounts and
+    within its own deadline (stderr discarded, stdin closed), a child that dies with us. Use it
+    as a context manager; kill it if it is still running when done."""
+    return subprocess.Popen(list(argv), cwd=cwd, stdout=subprocess.PIPE, stderr=DEVNULL,
+                            stdin=DEVNULL, preexec_fn=_die_with(os.getpid()), process_group=0)
+
+
 def spawn_machine(argv: Sequence[str], *, executable: str, cwd: Path,
                   output: int) -> Machine:
     """Start a virtual machine's monitor process that must OUTLIVE the command starting it

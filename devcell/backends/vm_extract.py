@@ -24,12 +24,12 @@ import os
 import re
 import select
 import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devcell.backends import children
 from devcell.errors import BackendError, BackendRefused
 
 REQUEST_SECONDS = 60.0
@@ -69,8 +69,7 @@ class Walk:
 def debugfs(image: Path, request: str, *, limit: int) -> bytes:
     """One debugfs request's standard output, at most `limit` bytes, within the deadline."""
     argv = ["debugfs", "-c", "-R", request, str(image)]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                          stdin=subprocess.DEVNULL, process_group=0) as proc:
+    with children.reader(argv) as proc:
         assert proc.stdout is not None
         deadline = time.monotonic() + REQUEST_SECONDS
         chunks: list[bytes] = []
@@ -206,10 +205,9 @@ def _dump(walk: Walk, entries: list[Entry]) -> None:
     size = sum(e.size for e in entries)
     limit = REQUEST_SECONDS + size / (20 << 20)  # a deadline that grows with the bytes
     try:
-        subprocess.run(["debugfs", "-c", "-f", str(commands), str(walk.image)],
-                       cwd=walk.stage, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=limit, check=False, process_group=0)
-    except subprocess.TimeoutExpired:
+        children.run_bytes(["debugfs", "-c", "-f", str(commands), str(walk.image)],
+                           cwd=walk.stage, timeout=limit)
+    except children.TimeoutExpired:
         raise BackendRefused(f"reading files of the checkpoint disk took over {limit:.0f} s: "
                              "its metadata may be corrupted") from None
     for entry in entries:

@@ -212,10 +212,11 @@ def _plan(found: Scan, reuse: Reuse | None) -> _Plan:
     batch_size = 0
     last_dir = ""
     known, root = (reuse.known, reuse.root) if isinstance(reuse, Earlier) else ({}, "")
-    for entry in found.entries:
-        path, mode, links = str(entry[0]), int(entry[_MODE]), int(entry[6])
-        size = int(entry[_SIZE]) if mode & _IFMT == _IFREG else 0
-        if links > 1:
+    for entry in found.entries:  # [path, ino, size, mtime, ctime, mode, links]: no conversions
+        path: str = entry[0]  # type: ignore[assignment]
+        mode: int = entry[_MODE]  # type: ignore[assignment]
+        size: int = entry[_SIZE] if mode & _IFMT == _IFREG else 0  # type: ignore[assignment]
+        if entry[6] > 1:  # type: ignore[operator]
             plan.linked.append(path)
             plan.linked_bytes += size
             continue

@@ -17,7 +17,7 @@ table where a target names them):
 Each build runs its own state directory and cell (container, network none), filled once on
 the host. Snapshots, forks and cells made for a run are verified and deleted, untimed.
 Needs the engine and the base image (scripts/docker-setup).
-Run by hand: .venv/bin/python bench/checkpoint.py [--runs 5]
+Run by hand: .venv/bin/python bench/checkpoint.py [--runs 5] [--only-checkpoints]
     [--compare-devcell /work/main/.venv/bin/devcell --compare-label main]
 """
 
@@ -286,12 +286,16 @@ def main() -> int:
                    help="workspace sizes (MiB) forks are timed at (default 100,1024,4096)")
     p.add_argument("--only-disk", action="store_true",
                    help="only the bytes on disk of 10 forks (no timings)")
+    p.add_argument("--only-checkpoints", action="store_true",
+                   help="only the checkpoint figures (first, second after a 1%% change, "
+                        "unchanged): no forks, no disk figure, no sleep")
     args = p.parse_args()
     c.check_args(args)
     builds = c.builds(args)
     free = shutil.disk_usage(Path.cwd()).free
     print(f"free disk: {free / 2**30:.1f} GiB")
-    if free < (12 * len(builds) + 2) * args.mib * 2**20:
+    copies = 3 if args.only_checkpoints else 12  # workspace, copy, checkpoints; + 10 forks
+    if free < (copies * len(builds) + 2) * args.mib * 2**20:
         sys.exit("not enough free disk for this benchmark (10 forks may be full copies)")
     sizes = [int(s) for s in args.fork_sizes.split(",") if s]
     room = [s for s in sizes if free > 4 * len(builds) * s * 2**20 + 16 * 2**30]
@@ -306,6 +310,8 @@ def main() -> int:
         if args.only_disk:
             return only_disk(worlds, args)
         checkpoints(worlds, args, work, samples, steps)
+        if args.only_checkpoints:
+            room = []
         for size in room:
             if size == args.mib:
                 forks(worlds, args, samples, steps, f"{size} MiB")
@@ -317,8 +323,10 @@ def main() -> int:
             for w in sized:
                 worlds[0].problems += w.problems
                 drop_world(w)
-        disk = {w.build.name: ten_forks(w, args) for w in worlds}
-        sleeps(worlds, args, samples)
+        disk = {} if args.only_checkpoints else {w.build.name: ten_forks(w, args)
+                                                 for w in worlds}
+        if not args.only_checkpoints:
+            sleeps(worlds, args, samples)
 
         tag = [w.build.tag for w in worlds]
         c.print_timings(f"{args.mib} MiB / {args.files} files, {args.runs} runs each "
@@ -342,11 +350,15 @@ def main() -> int:
         unchanged = statistics.median(steps[f"checkpoint, nothing changed{t0}"])
         print(f"unchanged workspace: quiesce + checkpoint + resume steps {unchanged:.1f} ms "
               f"(target <= {UNCHANGED_MS:.0f}: {c.verdict(unchanged <= UNCHANGED_MS)})")
+        for label in [f"{what}{t}" for what in ("second checkpoint, 1% changed",
+                                                  "checkpoint, nothing changed")
+                      for t in tag[1:]]:
+            print(f"  {label}: steps {statistics.median(steps[label]):.1f} ms")
         for size in room:
             ms = statistics.median(steps[f"fork {size} MiB{t0}"])
             print(f"fork {size} MiB: create-volume step {ms:.1f} ms "
                   f"(target <= {FORK_MS:.0f}: {c.verdict(ms <= FORK_MS)})")
-        for w in worlds:
+        for w in worlds if disk else []:
             ours, total = disk[w.build.name]
             print(f"10 forks of one {args.mib} MiB snapshot, 1% changed each{w.build.tag}: "
                   f"{ours / 2**30:.2f} GiB with the snapshot ({total / 2**30:.2f} GiB with the "
@@ -355,9 +367,11 @@ def main() -> int:
                                            if w is worlds[0] else ""))
         if len(worlds) > 1:
             t1 = tag[1]
-            print(ratio_line(samples, f"sleep, 1% changed{t0}", f"sleep, 1% changed{t1}",
-                             SLEEP_TARGET))
-            print(ratio_line(samples, f"start after sleep{t0}", f"start after sleep{t1}", 1.05))
+            if not args.only_checkpoints:
+                print(ratio_line(samples, f"sleep, 1% changed{t0}", f"sleep, 1% changed{t1}",
+                                 SLEEP_TARGET))
+                print(ratio_line(samples, f"start after sleep{t0}", f"start after sleep{t1}",
+                                 1.05))
             print(f"\n{builds[0].name} / {builds[1].name} (medians):")
             for label in samples:
                 if label.endswith(t0):

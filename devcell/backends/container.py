@@ -1,6 +1,9 @@
 """The container backend: cells as containers on the Docker engine, through the `docker` SDK.
 
-This is the only module that imports docker, and Docker's errors are translated here, at one
+This is the only module that imports docker, and only when a call needs the SDK (the client
+is made on first use): a checkpoint's list, freeze and thaw go over the engine's socket with
+the standard library (`container_observe`), so `devcell snapshot create` never pays for
+importing docker-py. Docker's errors are translated here, at one
 function (`translate`), into DevCell's: by HTTP status as docker-py classifies them (404
 BackendNotFound, 409 BackendConflict, 400 BackendRefused), ImageNotFound, BackendUnavailable.
 Callers catch those classes and never read a message. The engine is the local daemon, or
@@ -18,30 +21,25 @@ whatever DOCKER_HOST names.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import os
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeAlias
-
-import docker
-import docker.errors
-import requests.exceptions
-from docker.models.containers import _create_container_args
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from devcell import config, security
 from devcell.backends import (
     base_image,
     build_digest_cache,
-    container_build,
     container_observe,
-    container_pull,
     container_spec,
     images,
     proctree,
@@ -88,6 +86,9 @@ from devcell.errors import (
 from devcell.log import logger
 
 if TYPE_CHECKING:
+    import docker
+    import docker.api
+
     from devcell.backends.interactive import Terminal
 
 DEFAULT_SOCKET = container_observe.DEFAULT_SOCKET
@@ -147,13 +148,21 @@ _BY_STATUS: dict[int, type[BackendError]] = {
     404: BackendNotFound,
     409: BackendConflict,  # a name taken, a container already paused or being removed
 }
-_REFUSED_BY_SDK = (docker.errors.InvalidArgument, docker.errors.InvalidRepository,
-                   docker.errors.NullResource)
-"""Raised by the SDK before any request: arguments that no engine would accept."""
-SdkError: TypeAlias = docker.errors.DockerException | requests.exceptions.RequestException
+def sdk_errors() -> tuple[type[BaseException], ...]:
+    """The SDK's exception classes (docker's and requests'), for `except` clauses: evaluated
+    only when an exception arrives, so the SDK is imported only then."""
+    import docker.errors
+    import requests.exceptions
+
+    return docker.errors.DockerException, requests.exceptions.RequestException
 
 
-def translate(exc: SdkError, action: str) -> BackendError:
+def _is_sdk_error(exc: BaseException) -> bool:
+    """Whether the SDK raised `exc`: never, while the SDK was not even imported."""
+    return "docker.errors" in sys.modules and isinstance(exc, sdk_errors())
+
+
+def translate(exc: BaseException, action: str) -> BackendError:
     """DevCell's error for what the SDK raised during `action`: the one place Docker's errors
     are classified.
 
@@ -162,6 +171,11 @@ def translate(exc: SdkError, action: str) -> BackendError:
     message so that we do not have to). Anything else from the SDK means the engine could
     not be reached, or did not answer in time.
     """
+    import docker.errors
+    import requests.exceptions
+
+    refused_by_sdk = (docker.errors.InvalidArgument, docker.errors.InvalidRepository,
+                      docker.errors.NullResource)  # before any request: no engine takes them
     if isinstance(exc, docker.errors.ImageNotFound):
         return ImageNotFound(f"{action}: ImageNotFound: {exc.explanation or exc}; pull it "
                              "(spec.imagePullPolicy IfNotPresent or Always), build the base "
@@ -170,7 +184,7 @@ def translate(exc: SdkError, action: str) -> BackendError:
     if isinstance(exc, docker.errors.APIError):
         fallback = BackendNotFound if isinstance(exc, docker.errors.NotFound) else BackendError
         return _BY_STATUS.get(exc.status_code, fallback)(f"{action}: {exc.explanation or exc}")
-    if isinstance(exc, _REFUSED_BY_SDK):
+    if isinstance(exc, refused_by_sdk):
         return BackendRefused(f"{action}: {exc}")
     if isinstance(exc, requests.exceptions.ConnectionError | docker.errors.DockerException):
         return _unreachable(exc)
@@ -182,7 +196,9 @@ def _engine(action: str) -> Iterator[None]:
     """Translate whatever the SDK raises during `action` into DevCell's error tree."""
     try:
         yield
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+    except Exception as exc:
+        if not _is_sdk_error(exc):
+            raise
         raise translate(exc, action) from None
 
 
@@ -232,10 +248,12 @@ def connect() -> docker.DockerClient:
     engine is up); later ones (parallel convergence opens one per worker) reuse it, and an
     engine gone meanwhile surfaces on their first call instead.
     """
+    import docker
+
     address = engine_address()
     try:
         client = docker.from_env(timeout=120, version=_api_versions.get(address, "auto"))
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+    except sdk_errors() as exc:
         raise _unreachable(exc) from None
     _api_versions.setdefault(address, client.api.api_version)
     return client
@@ -269,8 +287,10 @@ class ContainerBackend:
                                 pulls_images=True, builds_images=True)
 
     def __init__(self, *, state_dir: Path) -> None:
-        self.client = connect()
-        self.api = self.client.api
+        # An engine that is down is BackendUnavailable here, as planners expect, asked over
+        # the socket; the SDK's client is made only when a call needs it.
+        if not container_observe.reachable():
+            _ = self.client  # an address only the SDK speaks: connect through it now
         self.layout = Layout(state_dir)
         self.store = WorkspaceStore(self.layout)
         self.owner = state_hash(state_dir)
@@ -278,8 +298,19 @@ class ContainerBackend:
         """cell id -> (id, bind mounts) of the container this instance created and has not
         yet started."""
 
+    @functools.cached_property
+    def client(self) -> docker.DockerClient:
+        """The SDK's client, connected on first use (what needs only a list, a pause or an
+        unpause goes over the socket without it: `container_observe`)."""
+        return connect()
+
+    @property
+    def api(self) -> docker.api.APIClient:
+        return self.client.api
+
     def close(self) -> None:
-        self.client.close()
+        if "client" in self.__dict__:
+            self.client.close()
 
     # -- finding what is ours --------------------------------------------------------------
 
@@ -301,10 +332,13 @@ class ContainerBackend:
     def _find(self, cell: CellRef) -> dict[str, Any] | None:
         """This cell's container (as the engine lists it), found by its labels only."""
         safe_id("cell", cell.id)
-        with _engine(f"listing the containers of cell {cell.name}"):
-            found = [c for c in self.api.containers(
-                all=True, filters=self._owned_filter(**{CELL_ID: cell.id}))
-                if self._is_owned(c, cell.id)]
+        listed = container_observe.list_labelled(self.layout.state_dir,
+                                                labels={CELL_ID: cell.id})
+        if listed is None:  # an address only the SDK speaks
+            with _engine(f"listing the containers of cell {cell.name}"):
+                listed = self.api.containers(
+                    all=True, filters=self._owned_filter(**{CELL_ID: cell.id}))
+        found = [c for c in listed if self._is_owned(c, cell.id)]
         if len(found) > 1:
             names = ", ".join(n.lstrip("/") for c in found for n in c.get("Names", []))
             raise BackendRefused(f"several containers carry the labels of cell {cell.name} "
@@ -548,6 +582,8 @@ class ContainerBackend:
 
     def _create(self, cell: CellRef, name: str, kwargs: dict[str, Any]) -> Outputs:
         with _engine(f"creating container {name} from image {kwargs['image']}"):
+            from docker.models.containers import _create_container_args
+
             created = self.api.create_container(**_create_container_args(
                 dict(kwargs, version=self.api._version)))
         container_id: str = created["Id"]
@@ -708,6 +744,17 @@ class ContainerBackend:
 
     # -- checkpoints -----------------------------------------------------------------------
 
+    def _pause(self, container_id: str, action: str) -> None:
+        """Freeze a container: over the socket (no SDK on the snapshot path), else the SDK."""
+        if not container_observe.pause(container_id, action):
+            with _engine(action):
+                self.api.pause(container_id)
+
+    def _unpause(self, container_id: str, action: str) -> None:
+        if not container_observe.unpause(container_id, action):
+            with _engine(action):
+                self.api.unpause(container_id)
+
     def _hooks(self, cell: CellRef, which: str) -> list[list[str]]:
         hooks = (cell.spec.get("hooks") or {}).get(which) or []
         return [list(h) for h in hooks]
@@ -739,8 +786,7 @@ class ContainerBackend:
         marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         marker.touch()
         hooks = self._run_hooks(cell, info["Id"], "preCheckpoint")
-        with _engine(f"freezing cell {cell.name}"):
-            self.api.pause(info["Id"])
+        self._pause(info["Id"], f"freezing cell {cell.name}")
         return {"frozen": True, "hooks": hooks}
 
     def _info(self, checkpoint_id: str, meta: dict[str, Any]) -> CheckpointInfo:
@@ -761,16 +807,14 @@ class ContainerBackend:
         thaw = info is not None and info.get("State") == "running"
         if thaw:
             assert info is not None
-            with _engine(f"freezing cell {cell.name}"):
-                self.api.pause(info["Id"])
+            self._pause(info["Id"], f"freezing cell {cell.name}")
         try:
             meta = self.store.checkpoint(checkpoint_id=checkpoint_id, cell_id=cell.id,
                                          volume_id=cell.volume_id, cell_name=cell.name)
         finally:
             if thaw:
                 assert info is not None
-                with _engine(f"unfreezing cell {cell.name}"):
-                    self.api.unpause(info["Id"])
+                self._unpause(info["Id"], f"unfreezing cell {cell.name}")
         logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-").info(
             "checkpoint {}: {} files, {} bytes in {} ms", checkpoint_id, meta["files"],
             meta["size_bytes"], meta.get("copy_ms"))
@@ -783,8 +827,7 @@ class ContainerBackend:
             marker.unlink(missing_ok=True)
             return {}
         if info.get("State") == "paused":
-            with _engine(f"unfreezing cell {cell.name}"):
-                self.api.unpause(info["Id"])
+            self._unpause(info["Id"], f"unfreezing cell {cell.name}")
         hooks = 0
         if marker.exists():
             marker.unlink()
@@ -918,7 +961,9 @@ class ContainerBackend:
         expired.set()
         try:
             pid = int(self.api.exec_inspect(exec_id).get("Pid") or 0)
-        except (docker.errors.DockerException, requests.exceptions.RequestException, ValueError):
+        except ValueError:
+            pid = 0
+        except sdk_errors():
             pid = 0
         if pid > 0:
             proctree.kill_tree(pid)
@@ -995,7 +1040,7 @@ class ContainerBackend:
                     if size is not None:
                         self.api.exec_resize(exec_id, height=size[0], width=size[1])
                     pending = False
-                except (docker.errors.DockerException, requests.exceptions.RequestException):
+                except sdk_errors():
                     tries += 1
                     pending = tries < self._RESIZE_TRIES
             terminal.resized.wait(self._RESIZE_TICK_S if pending else None)
@@ -1063,12 +1108,16 @@ class ContainerBackend:
     def build_tag(self, cell: CellRef, build: dict[str, Any]) -> str:
         if not _CELL_NAME.fullmatch(cell.name):
             raise BackendRefused(f"refusing cell name {cell.name!r}: not a DNS-1123 label")
+        from devcell.backends import container_build  # imports the SDK
+
         cache = build_digest_cache.DigestCache(self.layout.state_dir)
         return container_build.tag_for(self.owner, cell.name,
                                        cache.digest(cell.name, build, container_build.digest))
 
     def build_image(self, cell: CellRef, build: dict[str, Any], tag: str) -> Outputs:
         """Build the cell's image (see container_build); recorded as the build-image step."""
+        from devcell.backends import container_build
+
         idle = config.load(self.layout.state_dir).images.build_idle_timeout
         image_id = container_build.build(self.api, cell_name=cell.name, cell_id=cell.id,
                                          owner=self.owner, build_spec=build, tag=tag,
@@ -1101,7 +1150,7 @@ class ContainerBackend:
         try:
             self.api.reload_config()  # a `docker login` since this client was made counts
             descriptor = self.api.inspect_distribution(image)["Descriptor"]
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        except sdk_errors() as exc:
             problem = images.pull_failed(image, _explanation(exc), _status(exc))
             return ImageState(state.present, state.image_id, check_error=str(problem))
         remote = str(descriptor.get("digest") or "")
@@ -1120,6 +1169,8 @@ class ContainerBackend:
         started = time.monotonic()
         digest = None
         before = self.image_info(image)
+        from devcell.backends import container_pull  # imports the SDK
+
         try:
             self.api.reload_config()
             with pull_progress.LayerBars(image) as bars:
@@ -1137,7 +1188,9 @@ class ContainerBackend:
                     bars.feed(event)
             with _engine(f"looking up image {image}"):
                 info = self.api.inspect_image(image)
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        except sdk_errors() as exc:
+            import requests.exceptions
+
             if isinstance(exc, requests.exceptions.ConnectionError):
                 raise _unreachable(exc) from None
             raise images.pull_failed(image, _explanation(exc), _status(exc)) from None

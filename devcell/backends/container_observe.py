@@ -5,8 +5,10 @@ or removed behind DevCell's back, or lost with an engine restart, must not be an
 "unchanged"). One `GET /containers/json` filtered by DevCell's ownership label answers for all
 of a state directory's cells; it is made here over the engine's socket with the standard
 library, because importing the docker SDK (requests, urllib3...) costs more than the call, and
-the no-op re-apply must stay cheap. Everything that changes a container goes through
-`container.py` and the SDK.
+the no-op re-apply must stay cheap. The same holds for a checkpoint's freeze and thaw
+(`POST /containers/{id}/pause|unpause`, `pause`/`unpause` here): the snapshot path needs no
+more of the engine, so it never imports the SDK. Everything else that changes a container
+goes through `container.py` and the SDK.
 """
 
 from __future__ import annotations
@@ -23,7 +25,13 @@ from typing import Any
 from devcell.backends.base import Observed
 from devcell.backends.container_layout import Layout, is_safe_id, state_hash
 from devcell.backends.container_spec import CELL_ID, MANAGED, RUNTIME_HASH, STATE
-from devcell.errors import BackendError, BackendNotFound, BackendUnavailable
+from devcell.errors import (
+    BackendConflict,
+    BackendError,
+    BackendNotFound,
+    BackendRefused,
+    BackendUnavailable,
+)
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 QUIESCED = "quiesced"
@@ -69,19 +77,90 @@ def _connection(address: str) -> http.client.HTTPConnection | None:
 def list_containers(state_dir: Path, *, size: bool = False) -> list[dict[str, Any]]:
     """The engine's list of this state directory's containers (running or not); `size`:
     with each one's writable layer (SizeRw; the engine computes it, slower)."""
-    filters = json.dumps({"label": [f"{MANAGED}=true", f"{STATE}={state_hash(state_dir)}"]})
+    listed = list_labelled(state_dir, size=size)
+    if listed is None:
+        return _list_with_sdk(state_dir, size=size)
+    return listed
+
+
+def list_labelled(state_dir: Path, *, size: bool = False,
+                  labels: dict[str, str] | None = None) -> list[dict[str, Any]] | None:
+    """The engine's list of this state directory's containers that also carry `labels`
+    (the engine filters), or None for an engine address only the SDK speaks."""
+    wanted = {MANAGED: "true", STATE: state_hash(state_dir), **(labels or {})}
+    filters = json.dumps({"label": [f"{k}={v}" for k, v in wanted.items()]})
     query = "all=1" + ("&size=1" if size else "") + "&filters=" + urllib.parse.quote(filters)
     listed = _get(f"/containers/json?{query}", "listing DevCell's containers")
     if listed is None:
-        return _list_with_sdk(state_dir, size=size)
-    assert isinstance(listed, list)
+        return None
+    if not isinstance(listed, list):
+        raise BackendError("listing DevCell's containers: the engine answered with "
+                           "something that is not a JSON list")
     return listed
+
+
+_BY_STATUS: dict[int, type[BackendError]] = {
+    400: BackendRefused,  # the engine rejects the arguments: the same call fails again
+    404: BackendNotFound,
+    409: BackendConflict,  # already paused, not running, being removed
+}
+
+
+def post(path: str, action: str) -> bool:
+    """POST `path` (no body) to the engine: True when done, False for an engine address only
+    the SDK speaks (the caller asks through the SDK). An error status is classified as
+    container.translate classifies the SDK's (404 BackendNotFound, 409 BackendConflict, 400
+    BackendRefused), so callers catch the same classes whichever way the call went."""
+    address = engine_address()
+    conn = _connection(address)
+    if conn is None:
+        return False
+    try:
+        conn.request("POST", path)
+        response = conn.getresponse()
+        body = response.read(1 << 16)
+    except (OSError, http.client.HTTPException) as exc:
+        raise BackendUnavailable(
+            f"the container backend cannot reach the Docker engine at {address} "
+            f"({_reason(exc)}); {HOW_TO_START}") from None
+    finally:
+        conn.close()
+    if response.status in (200, 204):
+        return True
+    raise _BY_STATUS.get(response.status, BackendError)(
+        f"{action}: {_message(body) or response.status}")
+
+
+def _message(body: bytes) -> str:
+    """The engine's own words for a failed request (its JSON `message`), else its bytes."""
+    try:
+        found = json.loads(body)
+    except ValueError:
+        found = None
+    if isinstance(found, dict) and isinstance(found.get("message"), str):
+        return str(found["message"])[:500]
+    return body[:200].decode(errors="replace").strip()
+
+
+def pause(container_id: str, action: str) -> bool:
+    """Freeze a container (the cgroup freezer), over the socket; False: ask the SDK."""
+    return post(f"/containers/{_checked_id(container_id)}/pause", action)
+
+
+def unpause(container_id: str, action: str) -> bool:
+    """Thaw a container frozen by `pause`, over the socket; False: ask the SDK."""
+    return post(f"/containers/{_checked_id(container_id)}/unpause", action)
+
+
+def _checked_id(container_id: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{12,64}", container_id):
+        raise BackendError(f"not a container id: {container_id!r}")
+    return container_id
 
 
 def inspect(state_dir: Path, container_id: str) -> dict[str, Any]:
     """The engine's inspection of one container (BackendNotFound when it is gone)."""
-    if not re.fullmatch(r"[0-9a-f]{12,64}", container_id):
-        raise BackendError(f"not a container id: {container_id!r}")
+    _checked_id(container_id)
     found = _get(f"/containers/{container_id}/json", "inspecting a container")
     if found is None:
         from devcell.backends import container
@@ -95,6 +174,12 @@ def inspect(state_dir: Path, container_id: str) -> dict[str, Any]:
             backend.close()
     assert isinstance(found, dict)
     return found
+
+
+def reachable() -> bool:
+    """Whether the engine answers (BackendUnavailable, saying why, if it does not); False for
+    an engine address only the SDK speaks (the caller connects through the SDK to know)."""
+    return _get("/version", "asking the engine its version") is not None
 
 
 def _get(path: str, action: str) -> Any:

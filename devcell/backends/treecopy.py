@@ -59,8 +59,9 @@ class Scan:
 
     dirs: list[tuple[str, os.stat_result]] = field(default_factory=list)
     """Every directory below the root (relative path, its stat), parents before children."""
-    entries: list[tuple[str, os.stat_result, Entry]] = field(default_factory=list)
-    """Every entry that is not a directory (relative path, lstat, identity), in walk order."""
+    entries: list[Entry] = field(default_factory=list)
+    """The identity of every entry that is not a directory, in walk order (the same lists as
+    in `record`: no second object per file)."""
     record: list[Entry] = field(default_factory=list)
     """The identity of the root, every directory and every entry, in walk order."""
     files: int = 0
@@ -95,8 +96,8 @@ class Earlier:
     """Relative path -> recorded identity, of the files the record vouches for only."""
 
 
-Reuse = Callable[[str, os.stat_result], str | None] | Earlier
-"""Given a regular file's relative path and lstat, an identical immutable file to hard-link
+Reuse = Callable[[str, Entry], str | None] | Earlier
+"""Given a regular file's relative path and identity, an identical immutable file to hard-link
 in its place (from an earlier checkpoint), or None to copy it; or an Earlier tree."""
 
 
@@ -113,11 +114,21 @@ def _identity(rel: str, st: os.stat_result) -> Entry:
             st.st_nlink]
 
 
+_IFMT, _IFDIR, _IFREG = 0o170000, stat.S_IFDIR, stat.S_IFREG
+_INO, _SIZE, _MODE, _LINKS = 1, 2, 5, 6
+"""Where an Entry holds the inode, the size, the mode and the link count."""
+
+
 def scan(root: Path) -> Scan:
-    """Walk `root` once (treewalk: no recursion, no link followed, one filesystem)."""
+    """Walk `root` once (treewalk: no recursion, no link followed, one filesystem).
+
+    The loop over the entries is the whole cost of an unchanged checkpoint after the lstat
+    calls themselves, so it builds one list per entry (its identity, shared by `record` and
+    `entries`) and leaves the totals to one pass at the end."""
     found = Scan()
-    record, entries, dirs = found.record, found.entries, found.dirs
-    isdir, isreg = stat.S_ISDIR, stat.S_ISREG
+    record, dirs = found.record, found.dirs
+    files = found.entries
+    add, add_file = record.append, files.append
     for directory in treewalk.walk(root):
         if directory.parent is None:
             record.append(_identity("", directory.st))
@@ -134,19 +145,24 @@ def scan(root: Path) -> Scan:
         rel = directory.path()
         prefix = f"{rel}/" if rel else ""
         for name, st in listed:
-            path = prefix + name
             mode = st.st_mode
-            entry: Entry = [path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode,
-                            st.st_nlink]
-            record.append(entry)
-            if isdir(mode):
-                dirs.append((path, st))
-                continue
-            entries.append((path, st, entry))
-            found.files += 1
-            if isreg(mode):
-                found.size += st.st_size
+            entry: Entry = [prefix + name, st.st_ino, st.st_size, st.st_mtime_ns,
+                            st.st_ctime_ns, mode, st.st_nlink]
+            add(entry)
+            if mode & _IFMT == _IFDIR:
+                dirs.append((prefix + name, st))
+            else:
+                add_file(entry)
+    if not found.deep:
+        found.files, found.size = _totals(files)
     return found
+
+
+def _totals(files: list[Entry]) -> tuple[int, int]:
+    """The number of entries and the bytes of the regular files among them."""
+    size: int = sum([e[_SIZE] for e in files  # type: ignore[misc]
+                     if e[_MODE] & _IFMT == _IFREG])  # type: ignore[operator]
+    return len(files), size
 
 
 def _scan_long(found: Scan, directory: treewalk.Directory) -> None:
@@ -159,15 +175,15 @@ def _scan_long(found: Scan, directory: treewalk.Directory) -> None:
         found.longest = max(found.longest, length)
         if length > LONG_PATH and not found.deep:
             found.deep = True  # paths are no use any more: count only
+            found.files, found.size = _totals(found.entries)  # what was walked so far
             found.dirs.clear()
             found.entries.clear()
             found.record.clear()
         is_dir = stat.S_ISDIR(st.st_mode)
-        if not is_dir:
-            found.files += 1
-            if stat.S_ISREG(st.st_mode):
-                found.size += st.st_size
         if found.deep:
+            if not is_dir:
+                found.files += 1
+                found.size += st.st_size if stat.S_ISREG(st.st_mode) else 0
             continue
         path = prefix + name
         entry = _identity(path, st)
@@ -175,7 +191,7 @@ def _scan_long(found: Scan, directory: treewalk.Directory) -> None:
         if is_dir:
             found.dirs.append((path, st))
         else:
-            found.entries.append((path, st, entry))
+            found.entries.append(entry)
 
 
 def digest(record: list[Entry]) -> str:
@@ -199,23 +215,25 @@ def _plan(found: Scan, reuse: Reuse | None) -> _Plan:
     ask = reuse if reuse is not None and not isinstance(reuse, Earlier) else None
     names: dict[int, list[tuple[str, int, bool]]] = {}
     """Inode -> (path, size, recorded unchanged) of each name of a file with several links."""
-    for path, st, entry in found.entries:
-        size = st.st_size if stat.S_ISREG(st.st_mode) else 0
-        if ask is not None and stat.S_ISREG(st.st_mode):
+    for entry in found.entries:  # [path, ino, size, mtime, ctime, mode, links]: no conversions
+        path: str = entry[0]  # type: ignore[assignment]
+        mode: int = entry[_MODE]  # type: ignore[assignment]
+        size: int = entry[_SIZE] if mode & _IFMT == _IFREG else 0  # type: ignore[assignment]
+        if ask is not None and mode & _IFMT == _IFREG:
             # Asked before the link count: a fork's file served from its lower checkpoint has
             # that checkpoint's links (to the checkpoints it shares with, to its own other
             # names); linking each name to the lower file at that path keeps them as they
             # are there.
-            same = ask(path, st)
+            same = ask(path, entry)
             if same is not None:
                 plan.reused.append((path, same))
                 plan.reused_bytes += size
                 continue
-        if st.st_nlink > 1:
-            names.setdefault(st.st_ino, []).append(
+        if entry[_LINKS] > 1:  # type: ignore[operator]
+            names.setdefault(entry[_INO], []).append(  # type: ignore[arg-type]
                 (path, size, bool(known) and known.get(path) == entry))
             continue
-        if known.get(path) == entry:  # only regular files are known
+        if known and known.get(path) == entry:  # only regular files are known
             plan.reused.append((path, f"{root}/{path}"))
             plan.reused_bytes += size
             continue
@@ -241,7 +259,7 @@ def _plan_linked(plan: _Plan, names: dict[int, list[tuple[str, int, bool]]], fou
     one of its links is a name here and each is recorded unchanged (the earlier tree holds
     those names as one file, so linking each to it keeps them one); otherwise all its names
     are copied by one `cp`, which keeps them linked."""
-    links = {st.st_ino: st.st_nlink for _, st, _ in found.entries if st.st_nlink > 1}
+    links = {e[_INO]: e[_LINKS] for e in found.entries if e[_LINKS] > 1}  # type: ignore[operator]
     for inode, group in names.items():
         whole = len(group) == links[inode] and all(unchanged for _, _, unchanged in group)
         for path, size, _ in group:

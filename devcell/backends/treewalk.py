@@ -19,6 +19,7 @@ from pathlib import Path
 
 from devcell.errors import BackendError
 
+_IFMT, _IFDIR = 0o170000, stat.S_IFDIR
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
@@ -65,14 +66,15 @@ def _same(a: os.stat_result, b: os.stat_result) -> bool:
 def _list(fd: int, device: int) -> tuple[list[tuple[str, os.stat_result]], list[str]]:
     entries: list[tuple[str, os.stat_result]] = []
     subdirs: list[str] = []
+    add = entries.append
     with os.scandir(fd) as found:
-        for entry in found:
+        for entry in found:  # one lstat each (fstatat): the kind comes from it, not d_type
             try:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:  # removed while we listed
                 continue
-            entries.append((entry.name, st))
-            if stat.S_ISDIR(st.st_mode) and st.st_dev == device:
+            add((entry.name, st))
+            if st.st_mode & _IFMT == _IFDIR and st.st_dev == device:
                 subdirs.append(entry.name)
     subdirs.reverse()  # popped from the end: visited in listing order
     return entries, subdirs

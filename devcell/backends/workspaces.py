@@ -219,14 +219,16 @@ class Sources:
 
 
 def _write_sources(path: Path, volume_id: str, record: list[treecopy.Entry],
-                   stamp: int) -> str | None:
-    """Write the record; the digest of the whole tree when the record can vouch for all of
-    it (no entry racily clean: see Sources.stamp), which the next checkpoint compares its
-    own walk with to find that nothing changed, else None."""
+                   stamp: int, whole: str | None = None) -> str | None:
+    """Write the record; the digest of the whole tree (`whole` if the caller computed it)
+    when the record can vouch for all of it (no entry racily clean: see Sources.stamp),
+    which the next checkpoint compares its own walk with to find that nothing changed,
+    else None."""
     _write_json(path, {"version": SOURCES_VERSION, "volume": volume_id, "stamp": stamp,
                        "entries": record}, sort_keys=False, durable=False)
-    clean = bool(record) and all(int(e[3]) < stamp and int(e[4]) < stamp for e in record)
-    return treecopy.digest(record) if clean else None
+    newest = max([e[3] for e in record] + [e[4] for e in record], default=stamp)
+    clean = int(newest) < stamp
+    return (whole or treecopy.digest(record)) if clean else None
 
 
 def _read_sources(path: Path, volume_id: str) -> Sources | None:
@@ -406,16 +408,18 @@ class WorkspaceStore:
             stamp = _filesystem_now(tmp)  # before the walk: see Sources.stamp
             found = treecopy.scan(source)
             base, tree, recorded = self._previous(volume_id)
-            meta = None
-            if (base is not None and recorded is not None
-                    and treecopy.digest(found.record) == recorded):
+            meta, whole = None, None
+            if base is not None and recorded is not None:
+                whole = treecopy.digest(found.record)  # computed once: the new one's too
+            if base is not None and whole is not None and whole == recorded:
                 meta = self._alias(tmp, final, checkpoint_id=checkpoint_id, cell_id=cell_id,
                                    volume_id=volume_id, base=base, tree=tree, found=found,
                                    started=started)
             if meta is None:
                 meta = self._build(tmp, final, source, checkpoint_id=checkpoint_id,
                                    cell_id=cell_id, volume_id=volume_id, found=found,
-                                   stamp=stamp, started=started, cell_name=cell_name)
+                                   stamp=stamp, started=started, cell_name=cell_name,
+                                   whole=whole)
         except BaseException:
             treecopy.remove_tree(tmp, temporaries.trash(parent))
             raise
@@ -445,7 +449,8 @@ class WorkspaceStore:
 
     def _build(self, tmp: Path, final: Path, source: Path, *, checkpoint_id: str,
                cell_id: str, volume_id: str, found: treecopy.Scan, stamp: int,
-               started: float, cell_name: str | None) -> dict[str, Any]:
+               started: float, cell_name: str | None,
+               whole: str | None = None) -> dict[str, Any]:
         """A checkpoint with a tree of its own: links to the earlier checkpoint's files where
         they did not change, copies of the rest. Crash-safe by one syncfs: the copies, the
         links and the records reach the disk before the rename makes the checkpoint
@@ -456,7 +461,7 @@ class WorkspaceStore:
             source, tmp / "workspace", reuse=reuse, scanned=found,
             description=f"{cell_name or cell_id}: checkpoint {checkpoint_id}")
         failpoints.hit("storage.checkpoint.tree-built")
-        whole = _write_sources(tmp / SOURCES, volume_id, found.record, stamp)
+        whole = _write_sources(tmp / SOURCES, volume_id, found.record, stamp, whole)
         meta = {"id": checkpoint_id, "cell_id": cell_id, "volume": volume_id,
                 "files": made.stats.files, "size_bytes": made.stats.size_bytes,
                 "created": time.time(), "base": base, "shared_files": made.reused_files,
@@ -582,7 +587,7 @@ class WorkspaceStore:
         if lower is not None:
             below = str(self.tree_of(lower))
             index = overlay.UpperIndex(self.layout.upper(volume_id))
-            return lower, lambda rel, st: f"{below}/{rel}" if index.unchanged(rel) else None
+            return lower, lambda rel, _: f"{below}/{rel}" if index.unchanged(rel) else None
         latest = self.latest_checkpoint_of_volume(volume_id)
         restored = self.restored_from(volume_id, latest)
         if restored is not None:  # restored since its latest checkpoint: share with that tree

@@ -1,0 +1,97 @@
+"""The snapshot path's engine calls over the socket (container_observe), on the real engine:
+pause and unpause classified as the SDK's errors are, and `devcell snapshot create` of a
+container cell importing no part of the docker SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcell.backends import container_observe
+from devcell.backends.container import ContainerBackend
+from devcell.backends.container_spec import CELL_ID
+from devcell.errors import BackendConflict, BackendError, BackendNotFound
+from tests.backends.container.support import box_manifest, cell, up
+from tests.conftest import REPO, Cli
+
+SDK = ("docker", "requests", "urllib3")
+
+
+def _state(docker_client: Any, container_id: str) -> dict[str, Any]:
+    found: dict[str, Any] = docker_client.api.inspect_container(container_id)["State"]
+    return found
+
+
+def test_pause_and_unpause_over_the_socket(backend: ContainerBackend, state: Path,
+                                           docker_client: Any) -> None:
+    ref = cell(services=[{"name": "idle", "command": ["sleep", "600"]}])
+    up(backend, ref)
+    listed = container_observe.list_labelled(state, labels={CELL_ID: ref.id})
+    assert listed is not None and len(listed) == 1
+    container_id = listed[0]["Id"]
+    assert container_observe.pause(container_id, "freezing") is True
+    assert _state(docker_client, container_id)["Paused"] is True
+    assert backend.observe(ref).frozen
+    with pytest.raises(BackendConflict, match="freezing again: .*already paused"):
+        container_observe.pause(container_id, "freezing again")
+    assert container_observe.unpause(container_id, "thawing") is True
+    found = _state(docker_client, container_id)
+    assert found["Paused"] is False and found["Running"] is True
+    with pytest.raises(BackendError, match="thawing again: .*not paused"):  # the engine: 500
+        container_observe.unpause(container_id, "thawing again")
+
+
+def test_a_container_that_is_gone_or_a_bad_id(engine: None) -> None:
+    with pytest.raises(BackendNotFound, match="freezing: "):
+        container_observe.pause("0" * 64, "freezing")
+    with pytest.raises(BackendError, match="not a container id"):
+        container_observe.unpause("../../version", "thawing")
+
+
+def test_the_labels_filter_lists_one_cell_only(backend: ContainerBackend, state: Path) -> None:
+    one, two = cell("one"), cell("two")
+    for ref in (one, two):
+        backend.create_volume(ref, ref.volume_id or "", from_checkpoint=None)
+        backend.create(ref, "h1")
+    listed = container_observe.list_labelled(state, labels={CELL_ID: two.id})
+    assert listed is not None
+    assert [c["Labels"][CELL_ID] for c in listed] == [two.id]
+    assert len(container_observe.list_containers(state)) == 2
+
+
+def test_snapshot_create_imports_no_part_of_the_sdk(engine: None, cli: Cli, tmp_path: Path,
+                                                    state: Path) -> None:
+    applied = cli("apply", "-f", str(box_manifest(tmp_path)))
+    assert applied.returncode == 0, applied.stderr
+    for name in ("s1", "s2"):  # the second names the first's tree: nothing changed
+        made = subprocess.run(
+            [sys.executable, "-c", _LISTING, "snapshot", "create", "box", "--name", name],
+            capture_output=True, text=True, env=dict(os.environ, DEVCELL_HOME=str(state)),
+            cwd=REPO, timeout=120)
+        assert made.returncode == 0, made.stderr[-2000:]
+        imported = made.stdout.rpartition("MODULES ")[2].split()
+        assert "devcell.backends.container" in imported  # the listing is there to read
+        assert not [m for m in imported if m.split(".")[0] in SDK]
+    snaps = json.loads(cli("get", "snapshots", "-o", "json").stdout)["items"]
+    assert {s["metadata"]["name"]: s["status"]["phase"] for s in snaps} == {
+        "s1": "Ready", "s2": "Ready"}
+    cells = json.loads(cli("get", "cells", "box", "-o", "json").stdout)
+    assert cells["status"]["phase"] == "Running"
+    states = [c["State"] for c in container_observe.list_containers(state)]
+    assert states == ["running"]  # thawed after each checkpoint
+
+
+_LISTING = """
+import atexit, sys
+atexit.register(lambda: sys.__stdout__.write("\\nMODULES " + " ".join(sorted(sys.modules))))
+sys.argv[0] = "devcell"
+from devcell.cli.main import main
+main()
+"""
+"""`devcell ARGS` as the console script runs it, listing every module it imported at exit."""

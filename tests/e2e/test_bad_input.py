@@ -9,6 +9,7 @@ into tmp_path by the test.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 from collections.abc import Callable
@@ -29,8 +30,10 @@ CORPUS = Path(__file__).resolve().parent / "bad_inputs"
 REL = CORPUS.relative_to(REPO).as_posix()  # paths are given relative to the repo (cli's cwd)
 PRIOR = f"{REL}/prior/base.yaml"  # api, other, snap-a and snap-b of api, fork from snap-a
 
-KNOWN_CELL_FIELDS = ("backend, image, imagePullPolicy, build, state, workspace, services, env, mounts, "
-                     "resources, network, snapshots, hooks")
+# The error lists the Cell spec's fields in the schema's order: read from the schema, so a new
+# field does not break every case that quotes the list.
+KNOWN_CELL_FIELDS = ", ".join(json.loads(
+    (REPO / "devcell" / "schemas" / "cell.schema.json").read_text())["properties"]["spec"]["properties"])
 NAME_RULE = 'use lower-case letters, digits and "-", starting and ending with a letter or digit'
 
 

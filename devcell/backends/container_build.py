@@ -31,6 +31,7 @@ import requests.exceptions
 import urllib3.exceptions
 
 from devcell import names, progress
+from devcell.backends.container_pull import timed_out
 from devcell.backends.container_spec import CELL, CELL_ID, MANAGED, STATE
 from devcell.errors import BackendError, ImageBuildFailed
 from devcell.log import logger
@@ -207,7 +208,7 @@ def build(api: Any, *, cell_name: str, cell_id: str, owner: str, build_spec: dic
         raise ImageBuildFailed(_failure(cell_name, out, watch.why)) from None
     except (requests.exceptions.ConnectionError, urllib3.exceptions.ReadTimeoutError,
             TimeoutError) as exc:
-        if watch.why or _timed_out(exc):
+        if watch.why or timed_out(exc):
             watch.idle_stop()
             raise ImageBuildFailed(_failure(cell_name, out, watch.why)) from None
         raise BackendError(f"building the image of cell {cell_name}: {exc}") from None
@@ -249,16 +250,6 @@ def _run(api: Any, watch: _Watch, out: _Output, *, cell_name: str, context: str,
     if watch.why:
         raise ImageBuildFailed(_failure(cell_name, out, watch.why))
 
-
-def _timed_out(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, (TimeoutError, urllib3.exceptions.ReadTimeoutError,
-                             requests.exceptions.ReadTimeout)):
-            return True
-        seen = seen.__cause__ or seen.__context__ or (
-            seen.args[0] if seen.args and isinstance(seen.args[0], BaseException) else None)
-    return False
 
 
 def drop_superseded(api: Any, *, cell_id: str, owner: str, keep: str) -> list[str]:

@@ -63,12 +63,14 @@ def events(api: Any, repository: str, tag: str | None, *, image: str, registry: 
             yield from docker.utils.json_stream.json_stream(chunks)
         except (requests.exceptions.ConnectionError, requests.exceptions.ReadTimeout,
                 urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
-            if _timed_out(exc):
+            if timed_out(exc):
                 raise idle_failure(image, registry, idle_timeout) from None
             raise
 
 
-def _timed_out(exc: BaseException) -> bool:
+def timed_out(exc: BaseException) -> bool:
+    """Whether a read from the engine ended by a socket timeout, however requests, urllib3
+    and docker-py wrapped it (causes, contexts, or an exception carried as the first arg)."""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, (TimeoutError, urllib3.exceptions.ReadTimeoutError,

@@ -13,7 +13,6 @@ goes through `container.py` and the SDK.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
@@ -22,6 +21,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from devcell.backends import engine_http
 from devcell.backends.base import Observed
 from devcell.backends.container_layout import Layout, is_safe_id, state_hash
 from devcell.backends.container_spec import CELL_ID, MANAGED, RUNTIME_HASH, STATE
@@ -47,31 +47,30 @@ def engine_address() -> str:
     return os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
-
-
-def _connection(address: str) -> http.client.HTTPConnection | None:
-    """A connection to the engine, or None for an address only the SDK speaks (ssh://, TLS)."""
+def _connect(address: str, timeout: float = TIMEOUT_S) -> socket.socket | None:
+    """A socket connected to the engine, or None for an address only the SDK speaks (ssh://,
+    TLS). Connecting may raise OSError: the caller says the engine cannot be reached."""
+    if not _speaks(address):
+        return None
     if address.startswith("unix://"):
-        return _UnixConnection(address[len("unix://"):], TIMEOUT_S)
-    if address.startswith("tcp://") and not os.environ.get("DOCKER_TLS_VERIFY"):
-        parsed = urllib.parse.urlsplit(address)
-        return http.client.HTTPConnection(parsed.hostname or "localhost", parsed.port or 2375,
-                                          timeout=TIMEOUT_S)
-    return None
+        return engine_http.unix(address[len("unix://"):], timeout)
+    parsed = urllib.parse.urlsplit(address)
+    return engine_http.tcp(parsed.hostname or "localhost", parsed.port or 2375, timeout)
+
+
+def _speaks(address: str) -> bool:
+    return address.startswith("unix://") or (
+        address.startswith("tcp://") and not os.environ.get("DOCKER_TLS_VERIFY"))
+
+
+def _ask(address: str, method: str, path: str, *, timeout: float = TIMEOUT_S,
+         limit: int = 64 << 20) -> engine_http.Response | None:
+    """One request to the engine; None for an address only the SDK speaks. OSError or
+    engine_http.BadResponse when the engine cannot be reached or answers nonsense."""
+    sock = _connect(address, timeout)
+    if sock is None:
+        return None
+    return engine_http.request(sock, method, path, limit=limit)
 
 
 def list_containers(state_dir: Path, *, size: bool = False) -> list[dict[str, Any]]:
@@ -112,19 +111,15 @@ def post(path: str, action: str) -> bool:
     container.translate classifies the SDK's (404 BackendNotFound, 409 BackendConflict, 400
     BackendRefused), so callers catch the same classes whichever way the call went."""
     address = engine_address()
-    conn = _connection(address)
-    if conn is None:
-        return False
     try:
-        conn.request("POST", path)
-        response = conn.getresponse()
-        body = response.read(1 << 16)
-    except (OSError, http.client.HTTPException) as exc:
+        response = _ask(address, "POST", path)
+    except (OSError, engine_http.BadResponse) as exc:
         raise BackendUnavailable(
             f"the container backend cannot reach the Docker engine at {address} "
             f"({_reason(exc)}); {HOW_TO_START}") from None
-    finally:
-        conn.close()
+    if response is None:
+        return False
+    body = response.body[:1 << 16]
     if response.status in (200, 204):
         return True
     raise _BY_STATUS.get(response.status, BackendError)(
@@ -186,19 +181,15 @@ def _get(path: str, action: str) -> Any:
     """GET `path` from the engine and decode its JSON; None for an engine address only the
     SDK speaks (the caller asks through the SDK)."""
     address = engine_address()
-    conn = _connection(address)
-    if conn is None:
-        return None
     try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        body = response.read()
-    except (OSError, http.client.HTTPException) as exc:
+        response = _ask(address, "GET", path)
+    except (OSError, engine_http.BadResponse) as exc:
         raise BackendUnavailable(
             f"the container backend cannot reach the Docker engine at {address} "
             f"({_reason(exc)}); {HOW_TO_START}") from None
-    finally:
-        conn.close()
+    if response is None:
+        return None
+    body = response.body
     if response.status == 404:
         raise BackendNotFound(f"{action}: the engine has no such container")
     if response.status != 200:
@@ -211,21 +202,17 @@ def engine_version(timeout: float = 3.0) -> dict[str, Any]:
     """The engine's `GET /version` (Version, ApiVersion, Os...), or BackendUnavailable saying
     why it cannot be reached: what `devcell version` reports for the container backend."""
     address = engine_address()
-    conn = _connection(address)
-    if conn is None:
+    if not _speaks(address):
         raise BackendUnavailable(f"the engine at {address} is not one this check can ask "
                                  "(ssh:// or TLS: only the docker SDK speaks it)")
-    conn.timeout = timeout
     try:
-        conn.request("GET", "/version")
-        response = conn.getresponse()
-        body = response.read(1 << 20)
-    except (OSError, http.client.HTTPException) as exc:
+        response = _ask(address, "GET", "/version", timeout=timeout, limit=1 << 20)
+    except (OSError, engine_http.BadResponse) as exc:
         raise BackendUnavailable(
             f"cannot reach the Docker engine at {address} ({_reason(exc)}); {HOW_TO_START}"
         ) from None
-    finally:
-        conn.close()
+    assert response is not None
+    body = response.body
     if response.status != 200:
         raise BackendUnavailable(f"the engine at {address} answered {response.status} to "
                                  f"GET /version")

@@ -706,9 +706,12 @@ class ContainerBackend:
         return {}
 
     def _remove(self, container_id: str, cell: CellRef) -> None:
+        """Over the socket first (`cell sleep` needs no SDK), else through the SDK."""
+        action = f"removing the container of cell {cell.name}"
         try:
-            with _engine(f"removing the container of cell {cell.name}"):
-                self.api.remove_container(container_id, force=True)
+            if not container_observe.remove(container_id, action):
+                with _engine(action):
+                    self.api.remove_container(container_id, force=True)
         except BackendNotFound:
             pass
 

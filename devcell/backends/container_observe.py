@@ -106,13 +106,24 @@ _BY_STATUS: dict[int, type[BackendError]] = {
 
 
 def post(path: str, action: str) -> bool:
-    """POST `path` (no body) to the engine: True when done, False for an engine address only
+    """POST `path` (no body) to the engine: see `_send`."""
+    return _send("POST", path, action)
+
+
+def remove(container_id: str, action: str) -> bool:
+    """Remove a container, killing what it runs (`DELETE ?force=1`, its volumes kept: the
+    SDK's remove_container(force=True)), over the socket; False: ask the SDK."""
+    return _send("DELETE", f"/containers/{_checked_id(container_id)}?force=1", action)
+
+
+def _send(method: str, path: str, action: str) -> bool:
+    """`method path` (no body) to the engine: True when done, False for an engine address only
     the SDK speaks (the caller asks through the SDK). An error status is classified as
     container.translate classifies the SDK's (404 BackendNotFound, 409 BackendConflict, 400
     BackendRefused), so callers catch the same classes whichever way the call went."""
     address = engine_address()
     try:
-        response = _ask(address, "POST", path)
+        response = _ask(address, method, path)
     except (OSError, engine_http.BadResponse) as exc:
         raise BackendUnavailable(
             f"the container backend cannot reach the Docker engine at {address} "

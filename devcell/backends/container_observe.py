@@ -17,6 +17,7 @@ import json
 import os
 import re
 import socket
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,13 @@ def _speaks(address: str) -> bool:
         address.startswith("tcp://") and not os.environ.get("DOCKER_TLS_VERIFY"))
 
 
+ANSWERED_FRESH_S = 1.0
+"""An engine that answered this process less than this long ago counts as reachable without
+asking again: a snapshot's observe-first listing just asked, and its backend need not."""
+_answered: dict[str, float] = {}
+"""Engine address -> when it last answered this process (time.monotonic())."""
+
+
 def _ask(address: str, method: str, path: str, *, timeout: float = TIMEOUT_S,
          limit: int = 64 << 20) -> engine_http.Response | None:
     """One request to the engine; None for an address only the SDK speaks. OSError or
@@ -70,7 +78,9 @@ def _ask(address: str, method: str, path: str, *, timeout: float = TIMEOUT_S,
     sock = _connect(address, timeout)
     if sock is None:
         return None
-    return engine_http.request(sock, method, path, limit=limit)
+    response = engine_http.request(sock, method, path, limit=limit)
+    _answered[address] = time.monotonic()
+    return response
 
 
 def list_containers(state_dir: Path, *, size: bool = False) -> list[dict[str, Any]]:
@@ -184,7 +194,11 @@ def inspect(state_dir: Path, container_id: str) -> dict[str, Any]:
 
 def reachable() -> bool:
     """Whether the engine answers (BackendUnavailable, saying why, if it does not); False for
-    an engine address only the SDK speaks (the caller connects through the SDK to know)."""
+    an engine address only the SDK speaks (the caller connects through the SDK to know).
+    Not asked again when it answered less than ANSWERED_FRESH_S ago."""
+    answered = _answered.get(engine_address())
+    if answered is not None and time.monotonic() - answered < ANSWERED_FRESH_S:
+        return True
     return _get("/version", "asking the engine its version") is not None
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +125,18 @@ from devcell.cli.main import main
 main()
 """
 """`devcell ARGS` as the console script runs it, listing every module it imported at exit."""
+
+
+def test_an_engine_that_just_answered_is_not_asked_again(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """reachable() trusts an answer from the same address less than a second old (the
+    snapshot's observe-first listing), and asks again once it is older."""
+    from devcell.errors import BackendUnavailable
+
+    address = f"unix://{tmp_path}/gone.sock"  # nothing listens: asking would fail
+    monkeypatch.setenv("DOCKER_HOST", address)
+    monkeypatch.setattr(container_observe, "_answered", {address: time.monotonic()})
+    assert container_observe.reachable() is True
+    container_observe._answered[address] -= container_observe.ANSWERED_FRESH_S
+    with pytest.raises(BackendUnavailable, match="no such socket"):
+        container_observe.reachable()

@@ -63,6 +63,31 @@ def test_building_one_verb_parses_exactly_like_the_full_parser() -> None:
         assert vars(cli_main.parse(words)).items() >= full_args.items(), words
 
 
+def test_snapshot_create_imports_neither_loguru_nor_a_pool(tmp_path: Path) -> None:
+    """A verb that logs nothing at the default level imports no loguru (devcell.log), no
+    thread pool (a converge of one object) and no logging package; with -v it logs as before.
+    The container backend's own check (no SDK, no http.client) is in
+    tests/backends/container/test_engine_socket.py."""
+    env = dict(os.environ, DEVCELL_HOME=str(tmp_path / "state"))
+    applied = subprocess.run([sys.executable, "-m", "devcell", "apply", "-f",
+                              str(REPO / "examples" / "api.yaml")],
+                             capture_output=True, text=True, env=env, cwd=REPO, check=False)
+    assert applied.returncode == 0, applied.stderr
+    code = ("import sys; from devcell.cli import main; code = main.main(sys.argv[1:]); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'loguru', 'asyncio', "
+            "'concurrent', 'logging', 'multiprocessing'}), file=sys.stderr); sys.exit(code)")
+    made = subprocess.run([sys.executable, "-c", code, "snapshot", "create", "api", "--name",
+                           "s1"], capture_output=True, text=True, env=env, cwd=REPO, check=False)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout == "snapshot/s1 created\n"
+    assert made.stderr.strip().splitlines()[-1] == "[]"
+    loud = subprocess.run([sys.executable, "-c", code, "snapshot", "create", "api", "--name",
+                           "s2", "-v"], capture_output=True, text=True, env=env, cwd=REPO,
+                          check=False)
+    assert loud.returncode == 0, loud.stderr
+    assert " INFO    Snapshot/s2 op_" in loud.stderr and "'loguru'" in loud.stderr
+
+
 # One valid command line per command (and verb): the global options must work around each.
 EVERY_COMMAND = [
     ["apply", "-f", "x.yaml"], ["get", "cells"], ["describe", "cell", "api"],

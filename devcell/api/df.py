@@ -198,7 +198,7 @@ def checkpoints(inv: Inventory) -> tuple[Row, list[Item]]:
                                                               item.cell_id),
                               m.backend, _owner(inv, item.cell_id), needed, item.unique,
                               item.usage.logical, detail,
-                              {"diskBytes": item.usage.disk, "memoryBytes": item.memory_disk,
+                              {"diskBytes": item.usage.disk, "memoryDiskBytes": item.memory_disk,
                                "mappedBy": ", ".join(_owner(inv, c) for c in item.mapped_by)
                                or None}))
     return Row("Checkpoints", total, active, size, free), items

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from devcell.backends import vm, vm_capacity
+from devcell.backends.base import OwnedKind
 from devcell.backends.vm_capacity import VmAccounting
 from devcell.backends.vm_layout import VmLayout
 
@@ -123,7 +124,7 @@ def test_a_machine_snapshot_counts_its_memory_part_and_deleting_it_frees_it(
     assert found.freed_together == du(layout.checkpoint("snap_b"), part, orphan)
     before = du(layout.root)
     assert VmAccounting(state_dir=state).exclusive_bytes(
-        vm_capacity.OwnedKind.CHECKPOINT, "snap_b") == snap.unique
+        OwnedKind.CHECKPOINT, "snap_b") == snap.unique
     for gone in (layout.checkpoint("snap_b"), part):
         subprocess.run(["rm", "-rf", str(gone)], check=True)
     assert before - du(layout.root) == snap.unique

@@ -179,7 +179,8 @@ def checkpoints(inv: Inventory) -> tuple[Row, list[Item]]:
         size += m.checkpoints.total.disk
         free += m.checkpoints.freed_together
         for item in m.checkpoints.items:
-            needed = bool(item.forks) or item.checkpoint_id in inv.refs.sleep_checkpoints \
+            needed = bool(item.forks) or bool(item.mapped_by) \
+                or item.checkpoint_id in inv.refs.sleep_checkpoints \
                 or item.checkpoint_id in inv.refs.depended_on
             total += 1
             active += needed
@@ -188,10 +189,18 @@ def checkpoints(inv: Inventory) -> tuple[Row, list[Item]]:
                 "kept by a live snapshot" if item.checkpoint_id in inv.refs.live_snapshots
                 else "a sleeping cell's" if item.checkpoint_id in inv.refs.sleep_checkpoints
                 else "referenced by nothing (devcell gc)")
+            if item.memory_disk:
+                detail += f"; memory {item.memory_disk} B"
+            if item.mapped_by:
+                detail += ("; its RAM file is mapped by running "
+                           f"{', '.join(_owner(inv, c) for c in item.mapped_by)}: not freed")
             items.append(Item("Checkpoints", _checkpoint_name(inv, item.checkpoint_id,
                                                               item.cell_id),
                               m.backend, _owner(inv, item.cell_id), needed, item.unique,
-                              item.usage.logical, detail))
+                              item.usage.logical, detail,
+                              {"diskBytes": item.usage.disk, "memoryDiskBytes": item.memory_disk,
+                               "mappedBy": ", ".join(_owner(inv, c) for c in item.mapped_by)
+                               or None}))
     return Row("Checkpoints", total, active, size, free), items
 
 
@@ -208,8 +217,9 @@ def logs(inv: Inventory) -> tuple[Row, list[Item]]:
 
 
 def runtimes(inv: Inventory) -> tuple[Row, list[Item]]:
-    """Cell runtimes (containers): their writable layers as the engine counts them; a
-    stopped one's is reclaimable, as `docker system df` counts containers."""
+    """Cell runtimes: containers' writable layers as the engine counts them, vm machines'
+    directories (root overlay, config disk, RAM file); a stopped one's is reclaimable, as
+    `docker system df` counts containers, a sleeping machine's is not (it wakes from it)."""
     items = []
     count = active = 0
     for m in inv.measured:
@@ -221,15 +231,18 @@ def runtimes(inv: Inventory) -> tuple[Row, list[Item]]:
                               running, 0, None, NOT_MEASURED))
         for cell_id, run in m.runtimes.items():
             count += 1
-            active += run.running
+            in_use = run.running or run.held
+            active += in_use
             memory = "" if run.memory_bytes is None else f"memory {run.memory_bytes} B"
             cpu = "" if run.cpu_seconds is None else f"CPU {run.cpu_seconds:.2f}s"
+            ram = "" if not run.ram_file_bytes else f"RAM file {run.ram_file_bytes} B"
+            state = "running" if run.running else "asleep" if run.held else "stopped"
+            size = run.writable_bytes if run.writable_bytes is not None else run.files_bytes
             items.append(Item("Runtimes", cell_id, m.backend, _owner(inv, cell_id),
-                              run.running, run.writable_bytes or 0, None,
-                              ", ".join(filter(None, ("running" if run.running else "stopped",
-                                                      memory, cpu))),
+                              in_use, size or 0, None,
+                              ", ".join(filter(None, (state, memory, cpu, ram))),
                               {"memoryBytes": run.memory_bytes, "cpuSeconds": run.cpu_seconds,
-                               "cgroup": run.cgroup}))
+                               "cgroup": run.cgroup, "ramFileBytes": run.ram_file_bytes}))
     return (Row("Runtimes", count, active, sum(i.size for i in items),
                 sum(i.size for i in items if not i.active)), items)
 

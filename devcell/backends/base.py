@@ -277,6 +277,12 @@ class CheckpointUsage:
     stands on it (it cannot be deleted before the fork)."""
     forks: tuple[str, ...] = ()
     """Volumes whose overlay stands on it."""
+    memory_disk: int = 0
+    """Of usage.disk, the machine memory kept with it (a vm machine snapshot's RAM, device
+    state, root and config disks; a sleep's saved device state)."""
+    mapped_by: tuple[str, ...] = ()
+    """Cells whose running machine maps its RAM file (a vm fork): that file outlives its
+    deletion while they run, so it is not in `unique`."""
 
 
 @dataclass(frozen=True)
@@ -300,6 +306,13 @@ class RuntimeUsage:
     """v1 or v2: the hierarchy read."""
     writable_bytes: int | None = None
     """The runtime's own writable layer (the engine's SizeRw), when asked for."""
+    files_bytes: int | None = None
+    """Blocks allocated to the runtime's own files, each inode once, as `du` (a vm machine's
+    directory: root overlay, config disk, RAM file); None: it keeps none."""
+    ram_file_bytes: int | None = None
+    """Of files_bytes, the guest RAM file's (sparse: the pages the guest touched)."""
+    held: bool = False
+    """Not running, but kept to resume (a sleeping vm machine): its files are in use."""
 
 
 @runtime_checkable

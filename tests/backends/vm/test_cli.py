@@ -140,9 +140,12 @@ def test_snapshot_fork_wide_views_delete_and_gc_of_a_vm_cell_through_the_cli(
         doc = json.loads(df.stdout)
         sizes = {t["type"]: t["sizeBytes"] for t in doc["types"]}
         layers = [str(p) for p in (vm / "layers").glob("*.qcow2")]
-        du = subprocess.run(["du", "-c", "-B1", *layers], capture_output=True, text=True,
+        # Every layer once (its qcow2 and its record): the source's top, the fork's top, the
+        # snapshot's frozen layer; with the volumes' and the checkpoint's markers.
+        held = [*layers, *(str(p) for p in (vm / "layers").glob("*.json")),
+                *(str(p) for part in ("volumes", "checkpoints") for p in (vm / part).iterdir())]
+        du = subprocess.run(["du", "-scx", "-B1", *held], capture_output=True, text=True,
                             check=True).stdout.splitlines()[-1].split()[0]
-        # Every layer once: the source's top, the fork's top, the snapshot's frozen layer.
         assert len(layers) == 3
         assert sizes["Workspaces"] + sizes["Fork layers"] + sizes["Checkpoints"] == int(du)
         items = {(i["type"], i["backend"]) for i in doc["items"]}

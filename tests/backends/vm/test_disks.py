@@ -108,6 +108,13 @@ def test_a_block_diff_snapshot_holds_only_the_blocks_written_since_the_previous(
     assert backend.workspace_changed_since("vol_vmdisk0001", "snap_d2")
 
 
+def du_all(*paths: Path) -> int:
+    """`du -scxB1`: blocks allocated, each inode once over all the paths."""
+    out = subprocess.run(["du", "-scxB1", *map(str, paths)], check=True, capture_output=True,
+                         text=True).stdout
+    return int(out.splitlines()[-1].split()[0])
+
+
 def test_accounting_matches_du_and_qemu_img_each_layer_once(world: dict[str, Any]) -> None:
     backend, state = world["backend"], world["state"]
     accounting = VmAccounting(state_dir=state)
@@ -117,25 +124,33 @@ def test_accounting_matches_du_and_qemu_img_each_layer_once(world: dict[str, Any
                                      text=True).stdout.split()[0]) for p in files}
     for path in files:
         assert qemu_img_info(path)["actual-size"] == du[path.name]
+
+    def layer_files(*ids: str) -> list[Path]:  # a layer is its qcow2 and its record
+        return [layers / f"{i}.{ext}" for i in ids for ext in ("qcow2", "json")]
+
+    volume, fork_volume = (backend.layout.volume(v) for v in ("vol_vmdisk0001",
+                                                              "vol_vmdisk0002"))
     chain = backend.disks.layers.chain(backend.disks.top("vol_vmdisk0001") or "")
     usage = accounting.workspace_usage("vol_vmdisk0001")
     assert usage is not None
-    assert usage.workspace.disk == sum(du[f"{layer}.qcow2"] for layer in chain)
+    assert usage.workspace.disk == du_all(volume, *layer_files(*chain))
     # The blocks holding data as the guest sees them: the blob and the filesystem's own.
     assert 2 << 20 < usage.workspace.logical < 128 << 20
-    assert usage.own_disk == du[f"{chain[0]}.qcow2"]  # the rest is under snapshots
+    assert usage.own_disk == du_all(volume, *layer_files(chain[0]))  # the rest: snapshots'
     assert usage.since == "snap_d2"
     assert 0 < usage.changed_bytes < 1 << 20  # blocks written since snap_d2, not tables
     snaps = accounting.checkpoints_usage(None)
     by_id = {item.checkpoint_id: item for item in snaps.items}
     assert by_id["snap_d1"].forks == ("vol_vmdisk0002",) and by_id["snap_d1"].unique == 0
-    assert snaps.total.disk == sum(du[p.name] for p in files
-                                   if p.stem in {layer_of(backend, s).stem
-                                                 for s in ("snap_d1", "snap_d2")})
+    checkpoints = [backend.layout.checkpoint(s) for s in ("snap_d1", "snap_d2")]
+    # A checkpoint's directory counts too (its marker, snap_d1's extracted files).
+    assert snaps.total.disk == du_all(*checkpoints, *layer_files(
+        *{layer_of(backend, s).stem for s in ("snap_d1", "snap_d2")}))
     # Every layer once: the parent, the fork and the snapshots together are the directory.
     fork = accounting.workspace_usage("vol_vmdisk0002")
     assert fork is not None and fork.fork_of == "snap_d1"
-    assert snaps.total.disk + usage.own_disk + fork.own_disk == sum(du.values())
+    assert snaps.total.disk + usage.own_disk + fork.own_disk == du_all(
+        *layer_files(*(p.stem for p in files)), volume, fork_volume, *checkpoints)
     assert dict(accounting.volumes()) == {"vol_vmdisk0001": "cell_vmdisk0001",
                                           "vol_vmdisk0002": "cell_vmdisk0002"}
     runtimes = accounting.runtimes_usage()

@@ -1111,8 +1111,15 @@ class ContainerBackend:
         from devcell.backends import container_build  # imports the SDK
 
         cache = build_digest_cache.DigestCache(self.layout.state_dir)
-        return container_build.tag_for(self.owner, cell.name,
-                                       cache.digest(cell.name, build, container_build.digest))
+        digest = cache.digest(cell.name, build, container_build.digest, cell_id=cell.id)
+        return container_build.tag_for(self.owner, cell.name, digest)
+
+    def forget_cell_caches(self, cell: CellRef) -> None:
+        if _CELL_NAME.fullmatch(cell.name):  # any other name was never cached
+            build_digest_cache.DigestCache(self.layout.state_dir).forget(cell.name)
+
+    def prune_cell_caches(self, live_cell_ids: frozenset[str]) -> list[str]:
+        return build_digest_cache.DigestCache(self.layout.state_dir).prune(live_cell_ids)
 
     def build_image(self, cell: CellRef, build: dict[str, Any], tag: str) -> Outputs:
         """Build the cell's image (see container_build); recorded as the build-image step."""

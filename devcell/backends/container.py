@@ -81,6 +81,7 @@ from devcell.errors import (
     BackendUnavailable,
     ConfigError,
     ImageNotFound,
+    ImagePullFailed,
     MountRefused,
 )
 from devcell.log import logger
@@ -1154,9 +1155,16 @@ class ContainerBackend:
                            image_id=str(local["Id"]) if local is not None else None)
         if not check_registry:
             return state
+        from devcell.backends import container_pull  # imports the SDK
+
         try:
             self.api.reload_config()  # a `docker login` since this client was made counts
-            descriptor = self.api.inspect_distribution(image)["Descriptor"]
+            descriptor = container_pull.distribution(
+                self.api, image, registry=images.registry_of(image),
+                idle_timeout=config.load(self.layout.state_dir).images.pull_idle_timeout,
+            )["Descriptor"]
+        except ImagePullFailed as exc:  # the registry went silent
+            return ImageState(state.present, state.image_id, check_error=str(exc))
         except sdk_errors() as exc:
             problem = images.pull_failed(image, _explanation(exc), _status(exc))
             return ImageState(state.present, state.image_id, check_error=str(problem))

@@ -8,15 +8,12 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from devcell.backends.build_digest_cache import DIRECTORY
 from devcell.controllers.context import Context
-from devcell.store.db import Database, open_database
+from devcell.store.db import Database
 from tests.backends.container.test_build import _project, built_images  # noqa: F401
 from tests.conftest import Cli
 from tests.controllers.support import apply, cell_doc, record
@@ -88,13 +85,6 @@ def test_gc_drops_the_entries_of_cells_that_no_longer_exist(
     assert not any(p.is_symlink() or p.exists() for p in planted.values())
     assert outside.read_text() == "not DevCell's"  # the link removed, never followed
     assert (_entry(state, "built") or {}).get("cell_id") == _cell_id(state, "built")
-
-
-@pytest.fixture
-def db(engine: None, state: Path) -> Iterator[Database]:
-    database = open_database(state)
-    yield database
-    database.close()
 
 
 def test_the_orphan_sweep_drops_the_entries_of_cells_that_no_longer_exist(

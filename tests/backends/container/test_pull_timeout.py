@@ -15,10 +15,8 @@ from devcell.backends.base import ImageState
 from devcell.backends.container_pull import REGISTRY_CHECK_TIMEOUT
 from devcell.errors import ImagePullFailed, retry_delay
 from tests.backends.container.test_controller import backend_of
-from tests.backends.container.test_pull import ctx, db, pulled_cell, ref_of_new, state
+from tests.backends.container.test_pull import pulled_cell, ref_of_new
 from tests.controllers.support import apply, converge_all, record
-
-__all__ = ["ctx", "db", "state"]  # fixtures
 
 
 class _Stalling(http.server.BaseHTTPRequestHandler):

@@ -9,7 +9,6 @@ Inventory every source reads.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -330,20 +329,6 @@ def _measure(name: str, state_dir: Path, problems: capacity.Problems) -> Measure
         backend.close()
 
 
-def _in_use(state_dir: Path, conn: sqlite3.Connection) -> list[str]:
-    """Every backend a recorded cell names, and any whose storage lies in the directory
-    (as `devcell gc` finds them, without importing the reconciler)."""
-    from devcell.backends.container_layout import Layout
-
-    names = set(objects.backends_in_use(conn))
-    if (state_dir / "backends" / "fake.db").exists():
-        names.add("fake")
-    layout = Layout(state_dir)
-    if any(p.is_dir() and any(p.iterdir()) for p in (layout.volumes, layout.checkpoints)):
-        names.add("container")
-    return sorted(names)
-
-
 def df(state_dir: Path) -> Report:
     """Measure every backend the state directory uses and run every source over it. A state
     directory with no database yet holds nothing: every row is empty, nothing is created."""
@@ -361,7 +346,7 @@ def df(state_dir: Path) -> Report:
         guard.refuse_leftovers(state_dir, state_dir / "state.db")
     try:
         if db is not None:
-            for name in _in_use(state_dir, db.conn):
+            for name in backends.holding(state_dir, objects.backends_in_use(db.conn)):
                 found = _measure(name, state_dir, problems)
                 if found is not None:
                     measured.append(found)

@@ -189,6 +189,21 @@ class Building(Protocol):
 
 
 @runtime_checkable
+class KeepsCellCaches(Protocol):
+    """What a backend that keeps caches per cell in the state directory also does (the
+    container backend: its build digests), so that no cache outlives its cell: forget a
+    cell's when the cell is deleted, and prune those of every cell the database no longer
+    has (the orphan sweep and `devcell gc` do, for deletions that found no runtime to
+    delete and for crashes)."""
+
+    def forget_cell_caches(self, cell: CellRef) -> None: ...
+
+    def prune_cell_caches(self, live_cell_ids: frozenset[str]) -> list[str]:
+        """Drop the caches of cells not in `live_cell_ids`; returns the cell names dropped."""
+        ...
+
+
+@runtime_checkable
 class Measuring(Protocol):
     """What a backend that keeps files also does: say how many bytes removing one of its
     volumes or checkpoints would free (an inode shared by hard links with another

@@ -111,24 +111,33 @@ def post(path: str, action: str) -> bool:
     the SDK speaks (the caller asks through the SDK). An error status is classified as
     container.translate classifies the SDK's (404 BackendNotFound, 409 BackendConflict, 400
     BackendRefused), so callers catch the same classes whichever way the call went."""
+    answer = _exchange("POST", path, limit=1 << 16)
+    if answer is None:
+        return False
+    status, body = answer
+    if status in (200, 204):
+        return True
+    raise _BY_STATUS.get(status, BackendError)(f"{action}: {_message(body) or status}")
+
+
+def _exchange(method: str, path: str, *, limit: int | None = None) -> tuple[int, bytes] | None:
+    """Send `method path` (no body) to the engine: its status and body (at most `limit`
+    bytes), None for an engine address only the SDK speaks, BackendUnavailable when the
+    engine cannot be reached."""
     address = engine_address()
     conn = _connection(address)
     if conn is None:
-        return False
+        return None
     try:
-        conn.request("POST", path)
+        conn.request(method, path)
         response = conn.getresponse()
-        body = response.read(1 << 16)
+        return response.status, response.read(limit)
     except (OSError, http.client.HTTPException) as exc:
         raise BackendUnavailable(
             f"the container backend cannot reach the Docker engine at {address} "
             f"({_reason(exc)}); {HOW_TO_START}") from None
     finally:
         conn.close()
-    if response.status in (200, 204):
-        return True
-    raise _BY_STATUS.get(response.status, BackendError)(
-        f"{action}: {_message(body) or response.status}")
 
 
 def _message(body: bytes) -> str:
@@ -185,25 +194,15 @@ def reachable() -> bool:
 def _get(path: str, action: str) -> Any:
     """GET `path` from the engine and decode its JSON; None for an engine address only the
     SDK speaks (the caller asks through the SDK)."""
-    address = engine_address()
-    conn = _connection(address)
-    if conn is None:
+    answer = _exchange("GET", path)
+    if answer is None:
         return None
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        body = response.read()
-    except (OSError, http.client.HTTPException) as exc:
-        raise BackendUnavailable(
-            f"the container backend cannot reach the Docker engine at {address} "
-            f"({_reason(exc)}); {HOW_TO_START}") from None
-    finally:
-        conn.close()
-    if response.status == 404:
+    status, body = answer
+    if status == 404:
         raise BackendNotFound(f"{action}: the engine has no such container")
-    if response.status != 200:
+    if status != 200:
         raise BackendError(f"{action}: the engine answered "
-                           f"{response.status} {body[:200].decode(errors='replace')}")
+                           f"{status} {body[:200].decode(errors='replace')}")
     return json.loads(body)
 
 

@@ -20,8 +20,7 @@ import pytest
 from devcell.backends.base import CellRef, Consistency
 from devcell.backends.vm import VmBackend
 from devcell.backends.vm_capacity import VmAccounting
-from tests.backends.vm.conftest import SPEC, make_state, run
-from tests.backends.vm_machines import kill_machines
+from tests.backends.vm.conftest import SPEC, booted_cell, run
 
 BOUND = 3
 FORK = CellRef("cell_vmdisk0002", "fork", SPEC, "vol_vmdisk0002")
@@ -30,16 +29,10 @@ FORK = CellRef("cell_vmdisk0002", "fork", SPEC, "vol_vmdisk0002")
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, vm_cache: Path
           ) -> Iterator[dict[str, Any]]:
-    state = make_state(tmp_path_factory.mktemp("vmdisk") / "state", vm_cache)
-    backend = VmBackend(state_dir=state, max_chain=BOUND)
+    state = tmp_path_factory.mktemp("vmdisk") / "state"
     ref = CellRef("cell_vmdisk0001", "disky", SPEC, "vol_vmdisk0001")
-    try:
-        backend.create_volume(ref, ref.volume_id or "", from_checkpoint=None)
-        backend.create(ref, "hash-1")
-        backend.start(ref)
+    with booted_cell(state, vm_cache, ref, max_chain=BOUND) as backend:
         yield {"backend": backend, "ref": ref, "state": state}
-    finally:
-        kill_machines(state)
 
 
 def ok(backend: VmBackend, ref: CellRef, script: str) -> str:

@@ -16,23 +16,15 @@ from devcell.backends.base import CellRef, Consistency
 from devcell.backends.vm import RAM_FILE, WORKSPACE_DISK, VmBackend
 from devcell.backends.vm_qmp import Qmp
 from devcell.errors import BackendRefused
-from tests.backends.vm.conftest import SPEC, make_state, run
-from tests.backends.vm_machines import kill_machines
+from tests.backends.vm.conftest import SPEC, booted_cell, run
 
 
 @pytest.fixture(scope="module")
 def parent(tmp_path_factory: pytest.TempPathFactory, vm_cache: Path
            ) -> Iterator[tuple[VmBackend, CellRef]]:
-    state = make_state(tmp_path_factory.mktemp("vmmem") / "state", vm_cache)
-    backend = VmBackend(state_dir=state)
     ref = CellRef("cell_vmmem00001", "parent", SPEC, "vol_vmmem00001")
-    try:
-        backend.create_volume(ref, "vol_vmmem00001", from_checkpoint=None)
-        backend.create(ref, "hash-1")
-        backend.start(ref)
+    with booted_cell(tmp_path_factory.mktemp("vmmem") / "state", vm_cache, ref) as backend:
         yield backend, ref
-    finally:
-        kill_machines(state)
 
 
 def _counter(backend: VmBackend, ref: CellRef) -> int:

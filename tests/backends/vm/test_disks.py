@@ -96,6 +96,7 @@ def test_a_file_written_before_a_snapshot_is_in_the_fork_and_one_after_is_not(
 def test_a_block_diff_snapshot_holds_only_the_blocks_written_since_the_previous(
         world: dict[str, Any]) -> None:
     backend, ref = world["backend"], world["ref"]
+    assert backend.capabilities.block_diff  # declared, as it is done
     ok(backend, ref, "dd if=/dev/urandom of=/workspace/blob bs=1M count=2 2>/dev/null; sync")
     info = backend.checkpoint(ref, "snap_d2")
     # 2 MiB of data plus the filesystem's metadata and journal blocks, not the disk.

@@ -128,7 +128,8 @@ def _volume_rows(inv: Inventory, *, forks: bool, what: str) -> tuple[Row, list[I
             size = vol.own_disk - vol.logs_disk
             base = inv.snapshot_names.get(vol.fork_of or "", vol.fork_of or "")
             detail = (f"on {base}; " if forks else "") + (
-                (f"{vol.changed_files} files" if vol.changed_files or not vol.changed_bytes
+                (f"{vol.changed_files} file{'' if vol.changed_files == 1 else 's'}"
+                 if vol.changed_files or not vol.changed_bytes
                  else f"{vol.changed_bytes // 1024} KiB of blocks") + " changed since "
                 f"{inv.snapshot_names.get(vol.since, vol.since)}" if vol.since else
                 "never checkpointed")

@@ -30,6 +30,8 @@ class Capabilities:
     workspace_files: bool = False
     memory_state: bool = False
     block_diff: bool = False
+    """Snapshots keep only the blocks written since the previous one (vm: qcow2 layers);
+    informational: no controller plans differently by it."""
     exec: bool = False
     snapshot_consistency: Consistency = Consistency.METADATA
     parallel: int = 1

@@ -100,8 +100,9 @@ def cpus(spec: dict[str, Any]) -> int:
 
 class VmBackend:
     name = "vm"
-    capabilities = Capabilities(workspace_files=True, memory_state=True, exec=True,
-                                snapshot_consistency=Consistency.FILESYSTEM, parallel=2)
+    capabilities = Capabilities(workspace_files=True, memory_state=True, block_diff=True,
+                                exec=True, snapshot_consistency=Consistency.FILESYSTEM,
+                                parallel=2)
 
     def __init__(self, *, state_dir: Path, driver: MachineDriver | None = None,
                  max_chain: int | None = None) -> None:

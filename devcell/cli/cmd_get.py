@@ -190,7 +190,9 @@ def _waiting_for(op: dict[str, Any]) -> str:
     if op["status"] != "Suspended":
         return "-"
     if op["reason"] == "AwaitingApproval":
-        return f"approval: devcell op resume {op['id']} --input ..."
+        from devcell.controllers import plan  # only here: `get` loads little
+
+        return f"approval: {plan.resume_command(op['id'], op['object_name'])}"
     if op["reason"] == "Approved":
         return "the reconciler (approved)"
     return "a controller start (resumes after a shutdown)"

@@ -32,7 +32,17 @@ from devcell.backends.base import (
 from devcell.controllers import crashloop, retention
 from devcell.controllers import restore as restoring
 from devcell.controllers.context import Context
-from devcell.controllers.plan import Blocked, Decision, Gate, Plan, Settled, Step, Wait, When
+from devcell.controllers.plan import (
+    Blocked,
+    Decision,
+    Gate,
+    Plan,
+    Settled,
+    Step,
+    Wait,
+    When,
+    confirm_schema,
+)
 from devcell.controllers.steps import StepName
 from devcell.errors import (
     BackendError,
@@ -309,12 +319,8 @@ class CellController:
             if any(backend.workspace_changed_since(v, since) for v in workspaces):
                 what = f"snapshot {latest[1]}" if latest else "no snapshot was ever taken"
                 gate = Gate(0, f"the workspace changed since its last snapshot ({what}); "
-                            "deleting it loses that work", {
-                                "type": "object", "additionalProperties": False,
-                                "required": ["confirm"],
-                                "properties": {"confirm": {
-                                    "const": cell.name,
-                                    "description": "the cell's name, to confirm"}}})
+                            "deleting it loses that work",
+                            confirm_schema(cell.name, "the cell's name"))
         return Plan(cell, "delete", steps, backend_name, CellWork(ref), gate=gate)
 
     def _judge_image(self, ctx: Context, cell: objects.ObjectRecord, backend: Backend,

@@ -35,6 +35,13 @@ def _manifest(tmp_path: Path) -> Path:
     return path
 
 
+def _left(vm: Path) -> dict[str, list[str]]:
+    """What is left in each folder that holds a cell's, volume's or snapshot's bytes."""
+    parts = ("cells", "volumes", "checkpoints", "layers", "machines")
+    return {part: names for part in parts
+            if (names := sorted(os.listdir(vm / part)) if (vm / part).exists() else [])}
+
+
 def _counter(cli: Cli) -> int:
     result = cli("exec", "vmbox", "--", "cat", "/tmp/counter", timeout=300)
     assert result.returncode == 0, result.stderr
@@ -55,11 +62,14 @@ def test_sleep_keeps_the_machine_and_start_resumes_its_processes(
         assert not vm_proc.scan(VmLayout(state_dir).name_prefix)  # no QEMU while asleep
         described = cli("describe", "cell", "vmbox").stdout
         assert "consistency machine" in described and "qemu-microvm" in described
+        assert ("TCG (emulated" in described) != ("KVM (hardware" in described), described
         assert cli("cell", "start", "vmbox").returncode == 0
         after = _counter(cli)
         assert before <= after < before + 30, (before, after)
         assert "resumed from the saved machine" in cli("describe", "cell", "vmbox").stdout
         # A snapshot that keeps memory, and a fork of it: the same processes, a new machine.
+        assert cli("exec", "vmbox", "--", "sh", "-c", "echo warm > /workspace/w.txt",
+                   timeout=300).returncode == 0
         taken = cli("snapshot", "create", "vmbox", "--name", "warm", "--consistency", "machine",
                     timeout=300)
         assert taken.returncode == 0, taken.stderr
@@ -73,10 +83,22 @@ def test_sleep_keeps_the_machine_and_start_resumes_its_processes(
         assert int(done.stdout.splitlines()[1]) >= after
         assert "resumed from a machine snapshot as a new machine (hostname vmbox-2" in \
             cli("describe", "cell", "vmbox-2").stdout
+        # Not exported: no archive carries memory, and its disk alone lacks the write above
+        # (switched while paused, not frozen, so w.txt is still only in the guest's memory).
+        archive = tmp_path / "warm.tar"
+        refused = cli("snapshot", "export", "warm", "-o", str(archive), timeout=300)
+        assert refused.returncode == 1 and "keeps a machine's memory" in refused.stderr
+        assert "Traceback" not in refused.stderr and not archive.exists()
+        assert list(tmp_path.glob(".warm.tar*")) == []
         deleted = cli("delete", "cell", "vmbox", "vmbox-2", "--approve")
         assert deleted.returncode == 0, deleted.stderr
         assert not vm_proc.scan(VmLayout(state_dir).name_prefix)
         assert not list((state_dir / "vm" / "cells").iterdir())
+        # The machine snapshot (its RAM, device state and frozen disk layer) and the sleep's
+        # saved machine go too: after every snapshot and cell, nothing is left.
+        gone = cli("delete", "snapshot", "warm", timeout=300)
+        assert gone.returncode == 0, gone.stderr
+        assert _left(state_dir / "vm") == {}
     finally:
         from tests.backends.vm_machines import kill_machines
 
@@ -156,13 +178,28 @@ def test_snapshot_fork_wide_views_delete_and_gc_of_a_vm_cell_through_the_cli(
         listed = subprocess.run(["tar", "tf", str(tmp_path / "s1.tar")], capture_output=True,
                                 text=True, check=True).stdout
         assert "workspace/b.txt" in listed and "workspace/a.txt" not in listed
+        # A cell moves between machines: import into another state directory, fork there.
+        other = make_state(tmp_path / "other", vm_cache)
+        there = {"DEVCELL_HOME": str(other)}
+        imported = cli("snapshot", "import", str(tmp_path / "s1.tar"), env=there, timeout=300)
+        assert imported.returncode == 0, imported.stderr
+        assert "imported (1 file, 7 bytes, backend vm" in imported.stdout, imported.stdout
+        moved = _cell(tmp_path, "moved", ", from: {snapshot: s1}")
+        assert cli("apply", "-f", str(moved), env=there, timeout=300).returncode == 0
+        read = cli("exec", "moved", "--", "sh", "-c",
+                   "cat /workspace/b.txt; test -e /workspace/a.txt || echo absent",
+                   env=there, timeout=300)
+        assert read.stdout == "before\nabsent\n", read.stderr
+        for gone_there in (("cell", "moved", "--approve"), ("snapshot", "s1")):
+            assert cli("delete", *gone_there, env=there, timeout=300).returncode == 0
+        assert _left(other / "vm") == {}
         for kind, name in (("cell", "vmsrc"), ("cell", "vmfork"), ("snapshot", "s1")):
             gone = cli("delete", kind, name, "--approve", timeout=300)
             assert gone.returncode == 0, gone.stderr
         assert cli("gc", "--approve", timeout=300).returncode == 0
-        for part in ("cells", "volumes", "checkpoints", "layers"):
-            assert os.listdir(vm / part) == [], (part, os.listdir(vm / part))
+        assert _left(vm) == {}
     finally:
         from tests.backends.vm_machines import kill_machines
 
         kill_machines(state_dir)
+        kill_machines(tmp_path / "other")

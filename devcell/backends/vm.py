@@ -25,12 +25,14 @@ read with bounds. A QEMU process is acted on only when its -name is this cell's 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 import secrets
 import shlex
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -42,6 +44,7 @@ from devcell.backends import (
     vm_capacity,
     vm_disks,
     vm_drivers,
+    vm_exec,
     vm_image,
     vm_memory,
     vm_proc,
@@ -307,7 +310,7 @@ class VmBackend:
         script = (f"{RESEED} && {BUSYBOX} rm -f {RESEED} && {BUSYBOX} hostname {name} && "
                   f"echo {name} > /etc/hostname && echo {machine_id} > /etc/machine-id")
         self._set_clock(config)
-        with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+        with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
             for argv, data in (([BUSYBOX, "sh", "-c", f"cat > {RESEED} && chmod 700 {RESEED}"],
                                 vm_reseed.program()),
                                ([BUSYBOX, "sh", "-c", script], vm_reseed.entropy())):
@@ -385,23 +388,31 @@ class VmBackend:
                                f"`devcell cell start {cell.name}`")
         return self._config(cell.id, meta)
 
+    @contextlib.contextmanager
+    def _agent(self, cell: CellRef, config: MachineConfig, *, timeout: float) -> Iterator[Any]:
+        """The cell's guest agent; what fails in talking to it names the cell (the error
+        keeps its class: unavailable is retried, a refusal is not)."""
+        try:
+            with self.driver.agent(config, timeout=timeout) as agent:
+                yield agent
+        except BackendError as exc:
+            if f"cell {cell.name}" not in str(exc):
+                exc.args = (f"cell {cell.name}: {exc}", *exc.args[1:])
+            raise
+
     @staticmethod
     def _run(agent: Any, argv: list[str], *, timeout: float, stdin: bytes = b""
              ) -> tuple[int, bytes, bytes]:
         args: dict[str, Any] = {"path": argv[0], "arg": argv[1:], "capture-output": True}
         if stdin:
             args["input-data"] = base64.b64encode(stdin).decode()
-        started = agent.command("guest-exec", **args)
+        pid = vm_exec.started_pid(agent.command("guest-exec", **args))
         deadline = time.monotonic() + timeout
         delay = 0.01
         while True:
-            status = agent.command("guest-exec-status", pid=started["pid"])
-            if status.get("exited"):
-                out = base64.b64decode(status.get("out-data", ""))[:EXEC_OUTPUT]
-                err = base64.b64decode(status.get("err-data", ""))[:EXEC_OUTPUT]
-                code = status.get("exitcode")
-                return (int(code) if isinstance(code, int) else 128 + int(
-                    status.get("signal", 1))), out, err
+            done = vm_exec.finished(agent.command("guest-exec-status", pid=pid))
+            if done is not None:
+                return done.code, done.out, done.err
             if time.monotonic() > deadline:
                 raise BackendError(f"{argv[0]} did not finish in {timeout:.0f} s")
             time.sleep(delay)
@@ -421,7 +432,7 @@ class VmBackend:
         data = stdin.read(EXEC_OUTPUT + 1) if stdin is not None else b""
         if len(data) > EXEC_OUTPUT:
             raise BackendRefused("standard input for a vm cell is limited to 16 MiB")
-        with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+        with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
             code, out, err = self._run(agent, supervisor.exec_argv(argv), timeout=3600.0,
                                        stdin=data)
         stdout.write(out)
@@ -459,11 +470,12 @@ class VmBackend:
         if self._pid(cell.id) is None:
             return {"frozen": False}
         config = self._running_config(cell)
-        with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+        with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
             hooks = self._run_hooks(cell, agent, "preCheckpoint")
             (config.directory / FROZEN).touch(mode=0o600)
             frozen = agent.command("guest-fsfreeze-freeze", timeout=60.0)
-        return {"frozen": True, "filesystems": int(frozen or 0), "hooks": hooks}
+        return {"frozen": True, "filesystems": frozen if type(frozen) is int else 0,
+                "hooks": hooks}
 
     def resume(self, cell: CellRef) -> Outputs:
         marker = self.layout.cell(cell.id) / FROZEN
@@ -479,7 +491,7 @@ class VmBackend:
             return {"resumed": unpaused}
         if self._pid(cell.id) is not None:
             config = self._running_config(cell)
-            with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+            with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
                 agent.command("guest-fsfreeze-thaw", timeout=60.0)
                 marker.unlink(missing_ok=True)
                 self._run_hooks(cell, agent, "postCheckpoint")

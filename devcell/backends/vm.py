@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from devcell import failpoints
+from devcell import failpoints, names
 from devcell.backends import (
     children,
     supervisor,
@@ -124,6 +124,17 @@ class VmBackend:
         return vm_disks.read_json(self.layout.cell(cell_id) / MARKER)
 
     def _config(self, cell_id: str, meta: dict[str, Any]) -> MachineConfig:
+        """The machine its record describes; a damaged record (a field missing or of the
+        wrong type) is a BackendError that names it, not a KeyError."""
+        try:
+            return self._machine(cell_id, meta)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BackendError(
+                f"the machine record of cell {cell_id} ({self.layout.cell(cell_id) / MARKER}) "
+                f"is damaged: {type(exc).__name__} {names.printable(str(exc))[:200]}; delete the "
+                f"cell and apply it again") from None
+
+    def _machine(self, cell_id: str, meta: dict[str, Any]) -> MachineConfig:
         directory = self.layout.cell(cell_id)
         disks = [Disk(directory / "root.qcow2", "qcow2"), Disk(directory / "config.img", "raw")]
         if meta.get("volume"):

@@ -87,7 +87,7 @@ def test_a_guest_that_replaces_its_agent_gets_clear_errors_and_the_cell_still_en
     try:
         applied = cli("apply", "-f", str(_manifest(tmp_path)), timeout=300)
         assert applied.returncode == 0, applied.stderr
-        planted = cli("exec", "vmevil", "--", "sh", "-c",
+        planted = cli("exec", "-i", "vmevil", "--", "sh", "-c",
                       "cat > /tmp/evil.sh; setsid sh /tmp/evil.sh </dev/null >/dev/null 2>&1 &",
                       input=HOSTILE_AGENT, timeout=300)
         assert planted.returncode == 0, planted.stderr

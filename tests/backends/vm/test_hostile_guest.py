@@ -110,3 +110,35 @@ def test_a_guest_that_replaces_its_agent_gets_clear_errors_and_the_cell_still_en
         assert not vm_proc.scan(prefix)
     finally:
         kill_machines(state_dir)
+
+
+def test_a_deep_state_directory_and_owner_only_machine_files(
+        cli: Cli, tmp_path: Path, vm_cache: Path) -> None:
+    """QMP's and the agent's socket paths past a sockaddr_un's 108 bytes still work (reached
+    through /proc/self/fd), and nothing of a running machine is open to other users: its
+    directory is 0700, its RAM file 0600, no file in it group- or world-writable."""
+    state = tmp_path / ("d" * 60) / ("e" * 60) / "state"
+    state.mkdir(parents=True)
+    make_state(state, vm_cache)
+    env = {"DEVCELL_HOME": str(state)}
+    layout = VmLayout(state)
+    try:
+        applied = cli("apply", "-f", str(_manifest(tmp_path)), env=env, timeout=300)
+        assert applied.returncode == 0, applied.stderr
+        (cell_dir,) = [p for p in layout.cells.iterdir() if not p.name.startswith(".")]
+        assert len(str(cell_dir / "qmp.sock")) > 108
+        ran = cli("exec", "vmevil", "--", "echo", "deep", env=env, timeout=300)
+        assert (ran.returncode, ran.stdout) == (0, "deep\n"), ran.stderr
+        slept = cli("cell", "sleep", "vmevil", env=env, timeout=300)  # QMP: save to file
+        assert slept.returncode == 0, slept.stderr
+        started = cli("cell", "start", "vmevil", env=env, timeout=300)
+        assert started.returncode == 0, started.stderr
+        assert cell_dir.stat().st_mode & 0o077 == 0
+        assert (cell_dir / "ram.bin").stat().st_mode & 0o777 == 0o600
+        for entry in cell_dir.iterdir():
+            assert entry.lstat().st_mode & 0o022 == 0, entry
+        deleted = cli("delete", "cell", "vmevil", "--approve", env=env, timeout=300)
+        assert deleted.returncode == 0, deleted.stderr
+        assert not vm_proc.scan(layout.name_prefix)
+    finally:
+        kill_machines(state)

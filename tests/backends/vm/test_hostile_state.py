@@ -110,3 +110,16 @@ def test_a_planted_pidfile_is_not_believed(backend: VmBackend, content: bytes) -
     (backend.layout.cell(ref.id) / vm_proc.PIDFILE).write_bytes(content)
     assert backend.stop(ref) == {"stopped": False}
     assert not backend.observe(ref).running
+
+
+@pytest.mark.parametrize("bad", ["../escape", "a/b", "..", "", "cell_x\n", "/etc"])
+def test_an_id_that_could_escape_a_directory_is_refused(backend: VmBackend, bad: str) -> None:
+    """Cell, volume, checkpoint (disk and machine snapshot) and layer ids become paths only
+    after the same check: nothing outside the state directory is ever named."""
+    for make in (backend.layout.cell, backend.layout.volume, backend.layout.checkpoint,
+                 backend.machines.path, backend.disks.layers.path,
+                 backend.layout.machine_name):
+        with pytest.raises(BackendError):
+            make(bad)
+    with pytest.raises(BackendError):
+        backend.start(CellRef(bad, "box", SPEC, None))

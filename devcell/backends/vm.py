@@ -75,6 +75,8 @@ AGENT_BOOT_SECONDS = 120.0
 """How long a command waits for a machine that is still booting (TCG on a busy host)."""
 EXEC_OUTPUT = 16 << 20
 HOOK_TIMEOUT_S = 60
+STATUS_SECONDS = 60.0
+"""How long guest-exec-status's reply (with the output) may take to arrive."""
 HOOK_TAIL = 400
 WORKSPACE_DISK = 2
 """The workspace's index among a machine's disks (root, config, workspace)."""
@@ -421,7 +423,10 @@ class VmBackend:
         deadline = time.monotonic() + timeout
         delay = 0.01
         while True:
-            done = vm_exec.finished(agent.command("guest-exec-status", pid=pid))
+            # Its reply can be ~45 MiB (16 MiB a stream, base64): seconds through a virtio-serial
+            # port under TCG on a busy host, so more than the default 10 s to arrive.
+            done = vm_exec.finished(agent.command("guest-exec-status", timeout=STATUS_SECONDS,
+                                                  pid=pid))
             if done is not None:
                 return done.code, done.out, done.err
             if time.monotonic() > deadline:

@@ -12,7 +12,10 @@ tests/adversarial/test_hostile_guest_agent.py, against a fake agent.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -115,8 +118,9 @@ def test_a_guest_that_replaces_its_agent_gets_clear_errors_and_the_cell_still_en
 def test_a_deep_state_directory_and_owner_only_machine_files(
         cli: Cli, tmp_path: Path, vm_cache: Path) -> None:
     """QMP's and the agent's socket paths past a sockaddr_un's 108 bytes still work (reached
-    through /proc/self/fd), and nothing of a running machine is open to other users: its
-    directory is 0700, its RAM file 0600, no file in it group- or world-writable."""
+    through /proc/self/fd), the largest output an honest agent sends is read in time, and
+    nothing of a running machine is open to other users: its directory is 0700, its RAM
+    file 0600, no file in it group- or world-writable."""
     state = tmp_path / ("d" * 60) / ("e" * 60) / "state"
     state.mkdir(parents=True)
     make_state(state, vm_cache)
@@ -129,6 +133,14 @@ def test_a_deep_state_directory_and_owner_only_machine_files(
         assert len(str(cell_dir / "qmp.sock")) > 108
         ran = cli("exec", "vmevil", "--", "echo", "deep", env=env, timeout=300)
         assert (ran.returncode, ran.stdout) == (0, "deep\n"), ran.stderr
+        # The most an honest agent sends: 16 MiB on both streams, one ~45 MiB reply line
+        # (read quadratically before, it took longer than the 10 s command timeout).
+        full = subprocess.run(
+            [sys.executable, "-m", "devcell", "exec", "vmevil", "--", "sh", "-c",
+             f"head -c {16 << 20} /dev/zero; head -c {16 << 20} /dev/zero >&2"],
+            capture_output=True, env=dict(os.environ, **env), timeout=300)
+        assert full.returncode == 0, full.stderr[-2000:]
+        assert (full.stdout, full.stderr) == (bytes(16 << 20), bytes(16 << 20))
         slept = cli("cell", "sleep", "vmevil", env=env, timeout=300)  # QMP: save to file
         assert slept.returncode == 0, slept.stderr
         started = cli("cell", "start", "vmevil", env=env, timeout=300)

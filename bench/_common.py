@@ -55,6 +55,35 @@ def base_parser(description: str, *, runs: int) -> argparse.ArgumentParser:
     return p
 
 
+def parse_cells_args(description: str, *, runs: int) -> argparse.Namespace:
+    """The common options plus --cells (manifest files to apply), parsed and checked: the
+    set-up of the benches that apply a directory of generated cells to the fake backend."""
+    p = base_parser(description, runs=runs)
+    p.add_argument("--cells", type=int, default=1000, help="cells (files) to apply (default 1000)")
+    args = p.parse_args()
+    check_args(args)
+    if not 1 <= args.cells <= 20000:
+        sys.exit("--cells must be between 1 and 20000")
+    return args
+
+
+def add_workspace_options(p: argparse.ArgumentParser, *, mib: int, what: str = "workspace"
+                          ) -> None:
+    """--files and --mib: the size of the filled workspace of the checkpoint benches."""
+    p.add_argument("--files", type=int, default=10_000,
+                   help="files in the filled workspace (default 10000)")
+    p.add_argument("--mib", type=int, default=mib, help=f"{what} size in MiB (default {mib})")
+
+
+def require_free_disk(mib: int, copies: int, why: str = "") -> int:
+    """Exit unless `copies` times `mib` MiB fit on this disk (the benches' temp dirs are on
+    it); returns the free bytes, for benches that scale down to what fits."""
+    free = shutil.disk_usage(Path.cwd()).free
+    if free < copies * mib * 2**20:
+        sys.exit(f"not enough free disk for this benchmark{f' ({why})' if why else ''}")
+    return free
+
+
 def add_compare_options(p: argparse.ArgumentParser) -> None:
     """--compare-devcell/--compare-label: a second build timed in the same run. Two builds
     are compared this way rather than from two separate runs because on a shared two-CPU
@@ -316,6 +345,24 @@ spec:
   resources:
     cpus: 0.5
     memory: 256Mi
+"""
+
+
+def idle_container_cell_yaml(name: str, *, image: str = "devcell/busybox:latest",
+                             sleep: str = "1000000") -> str:
+    """A container cell with no network whose one service only sleeps: a cell to fill,
+    checkpoint, kill or move, whose own work never disturbs the figure."""
+    return f"""\
+apiVersion: devcell.dev/v1alpha1
+kind: Cell
+metadata: {{name: {name}}}
+spec:
+  backend: container
+  image: {image}
+  network: {{mode: none}}
+  services:
+    - name: idle
+      command: [sleep, "{sleep}"]
 """
 
 

@@ -28,7 +28,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,18 +117,7 @@ def make_world(build: c.Build, work: Path, cell: str, files: int, mib: int) -> W
     state = work / f"state-{build.name or 'only'}-{cell}"
     world = World(build, state, c.env_for(state), cell)
     manifest = work / f"{cell}-{build.name or 'only'}.yaml"
-    manifest.write_text(f"""\
-apiVersion: devcell.dev/v1alpha1
-kind: Cell
-metadata: {{name: {cell}}}
-spec:
-  backend: container
-  image: {IMAGE}
-  network: {{mode: none}}
-  services:
-    - name: idle
-      command: [sleep, "1000000"]
-""")
+    manifest.write_text(c.idle_container_cell_yaml(cell, image=IMAGE))
     world.dc("apply", "-f", str(manifest))
     (world.workspace,) = state.glob("volumes/vol_*/workspace")
     fill(world.workspace, files, mib * 2**20)
@@ -280,8 +268,7 @@ def ratio_line(samples: dict[str, list[float]], a: str, b: str, target: float) -
 
 def main() -> int:
     p = c.base_parser(__doc__.split("\n\n")[0], runs=5)
-    p.add_argument("--files", type=int, default=10_000)
-    p.add_argument("--mib", type=int, default=1024, help="workspace size in MiB (default 1024)")
+    c.add_workspace_options(p, mib=1024)
     p.add_argument("--fork-sizes", default="100,1024,4096",
                    help="workspace sizes (MiB) forks are timed at (default 100,1024,4096)")
     p.add_argument("--only-disk", action="store_true",
@@ -292,11 +279,10 @@ def main() -> int:
     args = p.parse_args()
     c.check_args(args)
     builds = c.builds(args)
-    free = shutil.disk_usage(Path.cwd()).free
-    print(f"free disk: {free / 2**30:.1f} GiB")
     copies = 3 if args.only_checkpoints else 12  # workspace, copy, checkpoints; + 10 forks
-    if free < (copies * len(builds) + 2) * args.mib * 2**20:
-        sys.exit("not enough free disk for this benchmark (10 forks may be full copies)")
+    free = c.require_free_disk(args.mib, copies * len(builds) + 2,
+                               "10 forks may be full copies")
+    print(f"free disk: {free / 2**30:.1f} GiB")
     sizes = [int(s) for s in args.fork_sizes.split(",") if s]
     room = [s for s in sizes if free > 4 * len(builds) * s * 2**20 + 16 * 2**30]
     if room != sizes:

@@ -26,8 +26,7 @@ STEPS = ("quiesce", "checkpoint", "resume")
 
 def main() -> int:
     p = c.base_parser(__doc__.split("\n\n")[0], runs=9)
-    p.add_argument("--files", type=int, default=10_000)
-    p.add_argument("--mib", type=int, default=100, help="workspace size in MiB (default 100)")
+    c.add_workspace_options(p, mib=100)
     args = p.parse_args()
     c.check_args(args)
     builds = c.builds(args)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,12 +63,7 @@ def summary(state: Path) -> str:
 
 
 def main() -> int:
-    p = c.base_parser(__doc__.split("\n\n")[0], runs=5)
-    p.add_argument("--cells", type=int, default=1000, help="cells (files) to apply (default 1000)")
-    args = p.parse_args()
-    c.check_args(args)
-    if not 1 <= args.cells <= 20000:
-        sys.exit("--cells must be between 1 and 20000")
+    args = c.parse_cells_args(__doc__.split("\n\n")[0], runs=5)
 
     with c.workdir(args.keep) as work:
         manifests = work / "manifests"

@@ -15,10 +15,8 @@ Run by hand: .venv/bin/python bench/df.py [--runs 9] [--files 10000] [--mib 1024
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import sys
-from pathlib import Path
 
 import _common as c
 import checkpoint as ck
@@ -26,12 +24,10 @@ import checkpoint as ck
 
 def main() -> int:
     p = c.base_parser(__doc__.split("\n\n")[0], runs=9)
-    p.add_argument("--files", type=int, default=10_000)
-    p.add_argument("--mib", type=int, default=1024, help="workspace size in MiB (default 1024)")
+    c.add_workspace_options(p, mib=1024)
     args = p.parse_args()
     c.check_args(args)
-    if shutil.disk_usage(Path.cwd()).free < 3 * args.mib * 2**20:
-        sys.exit("not enough free disk for this benchmark")
+    c.require_free_disk(args.mib, 3)
     build = c.builds(args)[0]
     with c.workdir(args.keep) as work:
         world = ck.make_world(build, work, "big", args.files, args.mib)

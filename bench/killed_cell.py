@@ -21,7 +21,6 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -34,18 +33,8 @@ TIMEOUT_S = 120.0
 def write_cells(directory: Path, count: int) -> None:
     directory.mkdir(parents=True)
     for i in range(count):
-        (directory / f"k{i}.yaml").write_text(textwrap.dedent(f"""\
-            apiVersion: devcell.dev/v1alpha1
-            kind: Cell
-            metadata: {{name: k{i}}}
-            spec:
-              backend: container
-              image: {IMAGE}
-              network: {{mode: none}}
-              services:
-                - name: idle
-                  command: [sleep, "3600"]
-            """))
+        (directory / f"k{i}.yaml").write_text(
+            c.idle_container_cell_yaml(f"k{i}", image=IMAGE, sleep="3600"))
 
 
 def container_of(state: Path, name: str) -> str:

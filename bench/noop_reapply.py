@@ -97,12 +97,7 @@ def after_checks(p: Prepared) -> list[tuple[str, bool, str]]:
 
 
 def main() -> int:
-    p = c.base_parser(__doc__.split("\n\n")[0], runs=10)
-    p.add_argument("--cells", type=int, default=1000, help="cells (files) to apply (default 1000)")
-    args = p.parse_args()
-    c.check_args(args)
-    if not 1 <= args.cells <= 20000:
-        sys.exit("--cells must be between 1 and 20000")
+    args = c.parse_cells_args(__doc__.split("\n\n")[0], runs=10)
 
     with c.workdir(args.keep) as work:
         manifests = work / "manifests"

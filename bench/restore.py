@@ -48,13 +48,10 @@ def _verify(w: ck.World, workspace: Path, checkpoint: Path, what: str) -> Callab
 
 def main() -> int:
     p = c.base_parser(__doc__.split("\n\n")[0], runs=5)
-    p.add_argument("--files", type=int, default=10_000)
-    p.add_argument("--mib", type=int, default=1024, help="snapshot size in MiB (default 1024)")
+    c.add_workspace_options(p, mib=1024, what="snapshot")
     args = p.parse_args()
     c.check_args(args)
-    free = shutil.disk_usage(Path.cwd()).free
-    if free < 6 * args.mib * 2**20:
-        sys.exit("not enough free disk for this benchmark (about 6 x the snapshot size)")
+    c.require_free_disk(args.mib, 6, "about 6 x the snapshot size")
     build = c.builds(args)[0]
     with c.workdir(args.keep) as work:
         w = ck.make_world(build, work, "big", args.files, args.mib)

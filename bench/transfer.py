@@ -18,45 +18,26 @@ import json
 import shlex
 import shutil
 import statistics
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import _common as c
-from checkpoint import IMAGE, fill
+from checkpoint import make_world
 
 from devcell.backends import treecopy
 
 
 def main() -> int:
     p = c.base_parser(__doc__.split("\n\n")[0], runs=5)
-    p.add_argument("--files", type=int, default=10_000)
-    p.add_argument("--mib", type=int, default=1024, help="workspace size in MiB (default 1024)")
+    c.add_workspace_options(p, mib=1024)
     args = p.parse_args()
     c.check_args(args)
-    if shutil.disk_usage(Path.cwd()).free < 5 * args.mib * 2**20:
-        sys.exit("not enough free disk for this benchmark")
+    c.require_free_disk(args.mib, 5)
 
     with c.workdir(args.keep) as work:
-        source, target = work / "source", work / "target"
-        env, target_env = c.env_for(source), c.env_for(target)
-        manifest = work / "big.yaml"
-        manifest.write_text(f"""\
-apiVersion: devcell.dev/v1alpha1
-kind: Cell
-metadata: {{name: big}}
-spec:
-  backend: container
-  image: {IMAGE}
-  network: {{mode: none}}
-  services:
-    - name: idle
-      command: [sleep, "1000000"]
-""")
-        c.run_ok([args.devcell, "apply", "-f", str(manifest)], env)
-        (workspace,) = source.glob("volumes/vol_*/workspace")
-        fill(workspace, args.files, args.mib * 2**20)
-        c.run_ok([args.devcell, "snapshot", "create", "big", "--name", "base"], env)
+        world = make_world(c.builds(args)[0], work, "big", args.files, args.mib)
+        source, target = world.state, work / "target"
+        env, target_env = world.env, c.env_for(target)
+        world.dc("snapshot", "create", "big", "--name", "base")
         (checkpoint,) = source.glob("images/checkpoints/snap_*")
         signature = treecopy.signature(checkpoint / "workspace")
         print(f"checkpoint: {args.files} files, {args.mib} MiB in {checkpoint}")

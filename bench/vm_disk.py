@@ -40,6 +40,8 @@ from devcell.backends.vm_proc import kill, scan  # noqa: E402
 from devcell.backends.vm_qmp import Qmp  # noqa: E402
 
 IMAGE = "devcell/busybox:latest"
+SPEC = {"backend": "vm", "image": IMAGE, "workspace": {"mountPath": "/workspace"},
+        "resources": {"memory": 256 << 20}}
 
 
 def sh(backend: VmBackend, ref: CellRef, script: str) -> str:
@@ -50,21 +52,26 @@ def sh(backend: VmBackend, ref: CellRef, script: str) -> str:
     return out.getvalue().decode()
 
 
+def start_filled_cell(backend: VmBackend, ref: CellRef, data_mib: int) -> int:
+    """Create and start `ref` on its own workspace volume and write `data_mib` MiB of random
+    data in the guest, in files of about 10 MiB; returns how many files."""
+    backend.create_volume(ref, ref.volume_id or "", from_checkpoint=None)
+    backend.create(ref, "bench")
+    backend.start(ref)
+    files = max(1, data_mib // 10)
+    sh(backend, ref, f"for i in $(seq 1 {files}); do dd if=/dev/urandom of=/workspace/f$i "
+                     f"bs=1M count={data_mib // files} 2>/dev/null; done; sync")
+    return files
+
+
 def blocks(path: Path) -> int:
     return os.stat(path).st_blocks * 512
 
 
 def measure(state: Path, data_mib: int, runs: int) -> dict[str, list[float]]:
     backend = VmBackend(state_dir=state, max_chain=runs + 8)
-    spec = {"backend": "vm", "image": IMAGE, "workspace": {"mountPath": "/workspace"},
-            "resources": {"memory": 256 << 20}}
-    ref = CellRef("cell_benchdisk1", "benchdisk", spec, "vol_benchdisk1")
-    backend.create_volume(ref, "vol_benchdisk1", from_checkpoint=None)
-    backend.create(ref, "bench")
-    backend.start(ref)
-    files = max(1, data_mib // 10)
-    sh(backend, ref, f"for i in $(seq 1 {files}); do dd if=/dev/urandom of=/workspace/f$i "
-                     f"bs=1M count={data_mib // files} 2>/dev/null; done; sync")
+    ref = CellRef("cell_benchdisk1", "benchdisk", SPEC, "vol_benchdisk1")
+    files = start_filled_cell(backend, ref, data_mib)
     backend.checkpoint(ref, "snap_bench0")
     change_kib = max(4, data_mib * 1024 // 100)  # 1% of the data
     out: dict[str, list[float]] = {k: [] for k in (
@@ -108,15 +115,8 @@ def measure(state: Path, data_mib: int, runs: int) -> dict[str, list[float]]:
 
 def measure_bitmaps(state: Path, data_mib: int, runs: int) -> dict[str, list[float]]:
     backend = VmBackend(state_dir=state)
-    spec = {"backend": "vm", "image": IMAGE, "workspace": {"mountPath": "/workspace"},
-            "resources": {"memory": 256 << 20}}
-    ref = CellRef("cell_benchdisk2", "benchbitmap", spec, "vol_benchdisk2")
-    backend.create_volume(ref, "vol_benchdisk2", from_checkpoint=None)
-    backend.create(ref, "bench")
-    backend.start(ref)
-    files = max(1, data_mib // 10)
-    sh(backend, ref, f"for i in $(seq 1 {files}); do dd if=/dev/urandom of=/workspace/f$i "
-                     f"bs=1M count={data_mib // files} 2>/dev/null; done; sync")
+    ref = CellRef("cell_benchdisk2", "benchbitmap", SPEC, "vol_benchdisk2")
+    files = start_filled_cell(backend, ref, data_mib)
     config = backend._running_config(ref)
     with Qmp(config.directory, timeout=60.0) as qmp:
         # Qmp.command's own `name` parameter hides the command's: send it as QMP has it.

@@ -16,6 +16,18 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Containers a test's cells left (a test whose fixtures do not delete its cells) are
+    removed when the session ends, found by the state-path label under this session's base
+    temporary directory: nothing else is touched."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None or not factory._basetemp:
+        return
+    from tests.backends.engine import remove_containers_under
+
+    remove_containers_under(Path(factory.getbasetemp()))
+
+
 @pytest.fixture(autouse=True)
 def _no_mount_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
     """A fork's workspace is an overlay mount: whatever a test leaves mounted under its

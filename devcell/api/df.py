@@ -9,7 +9,6 @@ Inventory every source reads.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,7 +128,8 @@ def _volume_rows(inv: Inventory, *, forks: bool, what: str) -> tuple[Row, list[I
             size = vol.own_disk - vol.logs_disk
             base = inv.snapshot_names.get(vol.fork_of or "", vol.fork_of or "")
             detail = (f"on {base}; " if forks else "") + (
-                (f"{vol.changed_files} files" if vol.changed_files or not vol.changed_bytes
+                (f"{vol.changed_files} file{'' if vol.changed_files == 1 else 's'}"
+                 if vol.changed_files or not vol.changed_bytes
                  else f"{vol.changed_bytes // 1024} KiB of blocks") + " changed since "
                 f"{inv.snapshot_names.get(vol.since, vol.since)}" if vol.since else
                 "never checkpointed")
@@ -179,7 +179,8 @@ def checkpoints(inv: Inventory) -> tuple[Row, list[Item]]:
         size += m.checkpoints.total.disk
         free += m.checkpoints.freed_together
         for item in m.checkpoints.items:
-            needed = bool(item.forks) or item.checkpoint_id in inv.refs.sleep_checkpoints \
+            needed = bool(item.forks) or bool(item.mapped_by) \
+                or item.checkpoint_id in inv.refs.sleep_checkpoints \
                 or item.checkpoint_id in inv.refs.depended_on
             total += 1
             active += needed
@@ -188,10 +189,18 @@ def checkpoints(inv: Inventory) -> tuple[Row, list[Item]]:
                 "kept by a live snapshot" if item.checkpoint_id in inv.refs.live_snapshots
                 else "a sleeping cell's" if item.checkpoint_id in inv.refs.sleep_checkpoints
                 else "referenced by nothing (devcell gc)")
+            if item.memory_disk:
+                detail += f"; memory {item.memory_disk} B"
+            if item.mapped_by:
+                detail += ("; its RAM file is mapped by running "
+                           f"{', '.join(_owner(inv, c) for c in item.mapped_by)}: not freed")
             items.append(Item("Checkpoints", _checkpoint_name(inv, item.checkpoint_id,
                                                               item.cell_id),
                               m.backend, _owner(inv, item.cell_id), needed, item.unique,
-                              item.usage.logical, detail))
+                              item.usage.logical, detail,
+                              {"diskBytes": item.usage.disk, "memoryDiskBytes": item.memory_disk,
+                               "mappedBy": ", ".join(_owner(inv, c) for c in item.mapped_by)
+                               or None}))
     return Row("Checkpoints", total, active, size, free), items
 
 
@@ -208,8 +217,9 @@ def logs(inv: Inventory) -> tuple[Row, list[Item]]:
 
 
 def runtimes(inv: Inventory) -> tuple[Row, list[Item]]:
-    """Cell runtimes (containers): their writable layers as the engine counts them; a
-    stopped one's is reclaimable, as `docker system df` counts containers."""
+    """Cell runtimes: containers' writable layers as the engine counts them, vm machines'
+    directories (root overlay, config disk, RAM file); a stopped one's is reclaimable, as
+    `docker system df` counts containers, a sleeping machine's is not (it wakes from it)."""
     items = []
     count = active = 0
     for m in inv.measured:
@@ -221,15 +231,18 @@ def runtimes(inv: Inventory) -> tuple[Row, list[Item]]:
                               running, 0, None, NOT_MEASURED))
         for cell_id, run in m.runtimes.items():
             count += 1
-            active += run.running
+            in_use = run.running or run.held
+            active += in_use
             memory = "" if run.memory_bytes is None else f"memory {run.memory_bytes} B"
             cpu = "" if run.cpu_seconds is None else f"CPU {run.cpu_seconds:.2f}s"
+            ram = "" if not run.ram_file_bytes else f"RAM file {run.ram_file_bytes} B"
+            state = "running" if run.running else "asleep" if run.held else "stopped"
+            size = run.writable_bytes if run.writable_bytes is not None else run.files_bytes
             items.append(Item("Runtimes", cell_id, m.backend, _owner(inv, cell_id),
-                              run.running, run.writable_bytes or 0, None,
-                              ", ".join(filter(None, ("running" if run.running else "stopped",
-                                                      memory, cpu))),
+                              in_use, size or 0, None,
+                              ", ".join(filter(None, (state, memory, cpu, ram))),
                               {"memoryBytes": run.memory_bytes, "cpuSeconds": run.cpu_seconds,
-                               "cgroup": run.cgroup}))
+                               "cgroup": run.cgroup, "ramFileBytes": run.ram_file_bytes}))
     return (Row("Runtimes", count, active, sum(i.size for i in items),
                 sum(i.size for i in items if not i.active)), items)
 
@@ -317,20 +330,6 @@ def _measure(name: str, state_dir: Path, problems: capacity.Problems) -> Measure
         backend.close()
 
 
-def _in_use(state_dir: Path, conn: sqlite3.Connection) -> list[str]:
-    """Every backend a recorded cell names, and any whose storage lies in the directory
-    (as `devcell gc` finds them, without importing the reconciler)."""
-    from devcell.backends.container_layout import Layout
-
-    names = set(objects.backends_in_use(conn))
-    if (state_dir / "backends" / "fake.db").exists():
-        names.add("fake")
-    layout = Layout(state_dir)
-    if any(p.is_dir() and any(p.iterdir()) for p in (layout.volumes, layout.checkpoints)):
-        names.add("container")
-    return sorted(names)
-
-
 def df(state_dir: Path) -> Report:
     """Measure every backend the state directory uses and run every source over it. A state
     directory with no database yet holds nothing: every row is empty, nothing is created."""
@@ -348,7 +347,7 @@ def df(state_dir: Path) -> Report:
         guard.refuse_leftovers(state_dir, state_dir / "state.db")
     try:
         if db is not None:
-            for name in _in_use(state_dir, db.conn):
+            for name in backends.holding(state_dir, objects.backends_in_use(db.conn)):
                 found = _measure(name, state_dir, problems)
                 if found is not None:
                     measured.append(found)

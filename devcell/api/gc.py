@@ -9,10 +9,10 @@ converge does) and the trees killed removals left are cleared.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devcell import backends
 from devcell.controllers.context import Context
 from devcell.errors import BackendUnavailable
 from devcell.reconciler import gc as engine
@@ -39,19 +39,6 @@ class GCReport:
         return not self.unavailable and all(c.error is None for c in self.collected)
 
 
-def backends_to_collect(state_dir: Path, conn: sqlite3.Connection) -> list[str]:
-    """Every backend a recorded cell names, and any whose storage lies in the directory."""
-    from devcell.backends.container_layout import Layout
-
-    names = set(objects.backends_in_use(conn))
-    if (state_dir / "backends" / "fake.db").exists():
-        names.add("fake")
-    layout = Layout(state_dir)
-    if any(p.is_dir() and any(p.iterdir()) for p in (layout.volumes, layout.checkpoints)):
-        names.add("container")
-    return sorted(names)
-
-
 def collect(state_dir: Path, *, approve: bool = False, dry_run: bool = False) -> GCReport:
     """Judge and (unless dry_run) remove each backend's unreferenced volumes and checkpoints;
     approve: also orphans that hold files."""
@@ -72,7 +59,7 @@ def collect(state_dir: Path, *, approve: bool = False, dry_run: bool = False) ->
             if not dry_run and lease.current_holder(state_dir) is None:
                 recovered = sorted({op for op, _, _ in recovery.recover_interrupted(db)})
                 recovery.remove_dead_temporaries(state_dir)
-            for name in backends_to_collect(state_dir, db.conn):
+            for name in backends.holding(state_dir, objects.backends_in_use(db.conn)):
                 try:
                     collected.append(engine.collect(ctx, name, approve=approve, dry_run=dry_run))
                 except BackendUnavailable as exc:

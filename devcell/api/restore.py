@@ -147,8 +147,11 @@ def _check(db: dbmod.Database, snapshot: str,
                              "nothing to restore into")
     backend = str(target.extra["backend"])
     if not backends.restores(backend):
-        raise CapabilityMissing(f"the {backend} backend keeps no workspace files it can "
-                                "restore; snapshot restore is not available for its cells")
+        raise CapabilityMissing(f"the {backend} backend cannot restore a workspace in place; "
+                                "snapshot restore is not available for its cells (fork the "
+                                f"snapshot into a new cell instead: devcell cell fork "
+                                f"{names.printable(target.name)} --snapshot "
+                                f"{names.printable(snap.name)} --name NEW)")
     return snap, target
 
 

@@ -7,7 +7,9 @@ into a temporary directory beside the checkpoints, which is renamed into place o
 everything passed; the Snapshot row, Ready and with its origin, is recorded after, in one
 transaction with its operation. A refused archive changes nothing: no checkpoint, no row, no
 operation. The imported snapshot has no cell here; a fork declares it as any other
-(`spec.workspace.from.snapshot`).
+(`spec.workspace.from.snapshot`). An archive carries files, never a machine's memory, so a
+`machine` snapshot is not exported: its disk alone lacks what the guest had not yet written
+back (that is in its memory), which no archive could honestly call filesystem-consistent.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, BinaryIO
 
 from devcell import __version__, backends, failpoints, ids, names
 from devcell.backends import archive_format, archive_read, archive_write, container_layout
-from devcell.backends.base import Backend
+from devcell.backends.base import Backend, Consistency
 from devcell.controllers import snapshot as snapshot_controller
 from devcell.controllers.steps import StepName
 from devcell.errors import ArchiveRefused, Conflict, DevCellError, ManifestError, Problem
@@ -41,6 +43,10 @@ SOURCE = "import"
 
 class NotReady(DevCellError):
     """The snapshot has no checkpoint yet (or failed to take one): nothing to export."""
+
+
+class NotExportable(DevCellError):
+    """The snapshot keeps a machine's memory, which an archive cannot carry."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,12 @@ def export(state_dir: Path, snapshot: str, out: Path | BinaryIO) -> Exported:
         if snap.phase != Phase.READY or not snap.extra.get("checkpoint_ref"):
             raise NotReady(f'snapshot "{names.printable(snap.name)}" is {snap.phase}, not Ready: '
                            "it has no checkpoint to export yet")
+        if snap.extra.get("consistency") == Consistency.MACHINE:
+            raise NotExportable(
+                f'snapshot "{names.printable(snap.name)}" keeps a machine\'s memory, which an '
+                "archive cannot carry, and its disk alone lacks what the guest had not written "
+                "back yet; export a filesystem snapshot of the cell instead (devcell snapshot "
+                "create CELL --name NAME, taken with the guest's filesystem frozen)")
         cell = snapshot_controller.source_cell(db.conn, snap)
         backend_name = snapshot_controller.backend_of(snap, cell)
         backend = backends.load(backend_name, state_dir)

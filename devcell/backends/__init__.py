@@ -83,6 +83,23 @@ def load(name: str, state_dir: Path) -> Backend:
     return backend
 
 
+def holding(state_dir: Path, recorded: set[str]) -> list[str]:
+    """The backends `recorded` (those the state database's cells name) and any other whose
+    storage in `state_dir` holds something (a crash before the record, an older DevCell):
+    what `devcell df` measures and `devcell gc` collects."""
+    from devcell.backends.build_digest_cache import DIRECTORY as BUILD_DIGESTS
+    from devcell.backends.container_layout import Layout
+
+    names = set(recorded)
+    if (state_dir / "backends" / "fake.db").exists():
+        names.add("fake")
+    layout = Layout(state_dir)
+    kept = (layout.volumes, layout.checkpoints, state_dir / BUILD_DIGESTS)
+    if any(p.is_dir() and not p.is_symlink() and any(p.iterdir()) for p in kept):
+        names.add("container")
+    return sorted(names)
+
+
 def accounting(name: str, state_dir: Path) -> Accounting | None:
     """What measures backend `name`'s holdings in `state_dir`, or None when it keeps none."""
     target = MEASURERS.get(name)

@@ -30,6 +30,8 @@ class Capabilities:
     workspace_files: bool = False
     memory_state: bool = False
     block_diff: bool = False
+    """Snapshots keep only the blocks written since the previous one (vm: qcow2 layers);
+    informational: no controller plans differently by it."""
     exec: bool = False
     snapshot_consistency: Consistency = Consistency.METADATA
     parallel: int = 1
@@ -189,6 +191,21 @@ class Building(Protocol):
 
 
 @runtime_checkable
+class KeepsCellCaches(Protocol):
+    """What a backend that keeps caches per cell in the state directory also does (the
+    container backend: its build digests), so that no cache outlives its cell: forget a
+    cell's when the cell is deleted, and prune those of every cell the database no longer
+    has (the orphan sweep and `devcell gc` do, for deletions that found no runtime to
+    delete and for crashes)."""
+
+    def forget_cell_caches(self, cell: CellRef) -> None: ...
+
+    def prune_cell_caches(self, live_cell_ids: frozenset[str]) -> list[str]:
+        """Drop the caches of cells not in `live_cell_ids`; returns the cell names dropped."""
+        ...
+
+
+@runtime_checkable
 class Measuring(Protocol):
     """What a backend that keeps files also does: say how many bytes removing one of its
     volumes or checkpoints would free (an inode shared by hard links with another
@@ -277,6 +294,12 @@ class CheckpointUsage:
     stands on it (it cannot be deleted before the fork)."""
     forks: tuple[str, ...] = ()
     """Volumes whose overlay stands on it."""
+    memory_disk: int = 0
+    """Of usage.disk, the machine memory kept with it (a vm machine snapshot's RAM, device
+    state, root and config disks; a sleep's saved device state)."""
+    mapped_by: tuple[str, ...] = ()
+    """Cells whose running machine maps its RAM file (a vm fork): that file outlives its
+    deletion while they run, so it is not in `unique`."""
 
 
 @dataclass(frozen=True)
@@ -300,6 +323,13 @@ class RuntimeUsage:
     """v1 or v2: the hierarchy read."""
     writable_bytes: int | None = None
     """The runtime's own writable layer (the engine's SizeRw), when asked for."""
+    files_bytes: int | None = None
+    """Blocks allocated to the runtime's own files, each inode once, as `du` (a vm machine's
+    directory: root overlay, config disk, RAM file); None: it keeps none."""
+    ram_file_bytes: int | None = None
+    """Of files_bytes, the guest RAM file's (sparse: the pages the guest touched)."""
+    held: bool = False
+    """Not running, but kept to resume (a sleeping vm machine): its files are in use."""
 
 
 @runtime_checkable

@@ -15,7 +15,10 @@ the same timestamps on a coarse filesystem) make the result uncacheable, as git 
 trust an index entry as new as the index.
 
 The cache lives in the state directory (`build-digests/<cell>.json`, 0600, read without
-following links and bounded): nothing a cell can write.
+following links and bounded): nothing a cell can write. Each entry names the cell id it was
+computed for, so it never outlives its cell: the cell's deletion forgets it, and the orphan
+sweep and `devcell gc` prune the entries of cells the database no longer has (a deletion that
+found no runtime to delete, a crash, an entry from before ids were recorded).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ VERSION = 1
 DIRECTORY = "build-digests"
 RACY_SECONDS = 2.0
 _LIMIT = 64 * 1024
+_TMP_STALE_SECONDS = 3600.0
 
 
 def tree_key(build: dict[str, Any]) -> tuple[str, bool]:
@@ -85,10 +89,9 @@ class DigestCache:
             raise ValueError(f"not a cell name: {cell_name!r}")
         return self.directory / f"{cell_name}.json"
 
-    def get(self, cell_name: str, key: str) -> str | None:
+    def _read(self, path: Path) -> dict[str, Any] | None:
         try:
-            fd = os.open(self._path(cell_name),
-                         os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError:
             return None
         with os.fdopen(fd, "rb") as f:
@@ -99,24 +102,62 @@ class DigestCache:
             data = json.loads(raw)
         except ValueError:
             return None
-        if isinstance(data, dict) and data.get("key") == key and isinstance(
-                data.get("digest"), str):
+        return data if isinstance(data, dict) else None
+
+    def get(self, cell_name: str, key: str) -> str | None:
+        data = self._read(self._path(cell_name))
+        if data is not None and data.get("key") == key and isinstance(data.get("digest"), str):
             return str(data["digest"])
         return None
 
-    def put(self, cell_name: str, key: str, digest: str) -> None:
+    def forget(self, cell_name: str) -> None:
+        """Drop the cell's entry (its cell is deleted), and any write of it a kill left."""
+        path = self._path(cell_name)
+        path.unlink(missing_ok=True)
+        for tmp in self._entries(f".{path.name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
+
+    def prune(self, live_cell_ids: frozenset[str]) -> list[str]:
+        """Drop every entry whose cell is not among `live_cell_ids` (an entry that names no
+        cell id, an unreadable one) and writes a kill left an hour ago or more; returns the
+        names of the entries dropped."""
+        dropped = []
+        for path in self._entries("*.json"):
+            data = self._read(path)
+            if data is None or data.get("cell_id") not in live_cell_ids:
+                path.unlink(missing_ok=True)
+                dropped.append(path.stem)
+        stale = time.time() - _TMP_STALE_SECONDS  # a younger one may be a put under way
+        for tmp in self._entries(".*.tmp"):
+            try:
+                if tmp.lstat().st_mtime < stale:
+                    tmp.unlink()
+            except FileNotFoundError:
+                pass
+        return dropped
+
+    def _entries(self, pattern: str) -> list[Path]:
+        """Files of the cache directory matching `pattern` (a link among them is itself
+        removed, never followed); none when the directory is missing or a link."""
+        if self.directory.is_symlink() or not self.directory.is_dir():
+            return []
+        return list(self.directory.glob(pattern))
+
+    def put(self, cell_name: str, key: str, digest: str, *, cell_id: str) -> None:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = self._path(cell_name)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600)
         with os.fdopen(fd, "wb") as f:
-            f.write(json.dumps({"version": VERSION, "key": key, "digest": digest}).encode())
+            f.write(json.dumps({"version": VERSION, "cell_id": cell_id, "key": key,
+                                "digest": digest}).encode())
         os.replace(tmp, path)
 
     def digest(self, cell_name: str, build: dict[str, Any],
-               compute: Callable[[dict[str, Any]], str]) -> str:
-        """`compute(build)`, or the digest it gave for this very tree last time."""
+               compute: Callable[[dict[str, Any]], str], *, cell_id: str) -> str:
+        """`compute(build)`, or the digest it gave for this very tree last time; the entry
+        written names `cell_id`, the cell it belongs to (prune() keeps only live cells')."""
         try:
             key, cacheable = tree_key(build)
         except OSError:
@@ -131,5 +172,5 @@ class DigestCache:
             except OSError:
                 return value
             if again == key and still:
-                self.put(cell_name, key, value)
+                self.put(cell_name, key, value, cell_id=cell_id)
         return value

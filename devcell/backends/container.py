@@ -70,6 +70,7 @@ from devcell.errors import (
     BackendUnavailable,
     ConfigError,
     ImageNotFound,
+    ImagePullFailed,
     MountRefused,
 )
 from devcell.log import logger
@@ -1113,8 +1114,19 @@ class ContainerBackend:
         from devcell.backends import container_build  # imports the SDK
 
         cache = build_digest_cache.DigestCache(self.layout.state_dir)
-        return container_build.tag_for(self.owner, cell.name,
-                                       cache.digest(cell.name, build, container_build.digest))
+        digest = cache.digest(cell.name, build, container_build.digest, cell_id=cell.id)
+        return container_build.tag_for(self.owner, cell.name, digest)
+
+    def forget_cell_caches(self, cell: CellRef) -> None:
+        from devcell.backends import build_digest_cache
+
+        if _CELL_NAME.fullmatch(cell.name):  # any other name was never cached
+            build_digest_cache.DigestCache(self.layout.state_dir).forget(cell.name)
+
+    def prune_cell_caches(self, live_cell_ids: frozenset[str]) -> list[str]:
+        from devcell.backends import build_digest_cache
+
+        return build_digest_cache.DigestCache(self.layout.state_dir).prune(live_cell_ids)
 
     def build_image(self, cell: CellRef, build: dict[str, Any], tag: str) -> Outputs:
         """Build the cell's image (see container_build); recorded as the build-image step."""
@@ -1151,9 +1163,16 @@ class ContainerBackend:
                            image_id=str(local["Id"]) if local is not None else None)
         if not check_registry:
             return state
+        from devcell.backends import container_pull  # imports the SDK
+
         try:
             self.api.reload_config()  # a `docker login` since this client was made counts
-            descriptor = self.api.inspect_distribution(image)["Descriptor"]
+            descriptor = container_pull.distribution(
+                self.api, image, registry=images.registry_of(image),
+                idle_timeout=config.load(self.layout.state_dir).images.pull_idle_timeout,
+            )["Descriptor"]
+        except ImagePullFailed as exc:  # the registry went silent
+            return ImageState(state.present, state.image_id, check_error=str(exc))
         except sdk_errors() as exc:
             problem = images.pull_failed(image, _explanation(exc), _status(exc))
             return ImageState(state.present, state.image_id, check_error=str(problem))

@@ -131,6 +131,19 @@ def _send(method: str, path: str, action: str) -> bool:
     the SDK speaks (the caller asks through the SDK). An error status is classified as
     container.translate classifies the SDK's (404 BackendNotFound, 409 BackendConflict, 400
     BackendRefused), so callers catch the same classes whichever way the call went."""
+    answer = _exchange(method, path, limit=1 << 16)
+    if answer is None:
+        return False
+    status, body = answer
+    if status in (200, 204):
+        return True
+    raise _BY_STATUS.get(status, BackendError)(f"{action}: {_message(body) or status}")
+
+
+def _exchange(method: str, path: str, *, limit: int | None = None) -> tuple[int, bytes] | None:
+    """Send `method path` (no body) to the engine: its status and body (at most `limit`
+    bytes), None for an engine address only the SDK speaks, BackendUnavailable when the
+    engine cannot be reached."""
     address = engine_address()
     try:
         response = _ask(address, method, path)
@@ -139,12 +152,8 @@ def _send(method: str, path: str, action: str) -> bool:
             f"the container backend cannot reach the Docker engine at {address} "
             f"({_reason(exc)}); {HOW_TO_START}") from None
     if response is None:
-        return False
-    body = response.body[:1 << 16]
-    if response.status in (200, 204):
-        return True
-    raise _BY_STATUS.get(response.status, BackendError)(
-        f"{action}: {_message(body) or response.status}")
+        return None
+    return response.status, response.body if limit is None else response.body[:limit]
 
 
 def _message(body: bytes) -> str:
@@ -205,21 +214,15 @@ def reachable() -> bool:
 def _get(path: str, action: str) -> Any:
     """GET `path` from the engine and decode its JSON; None for an engine address only the
     SDK speaks (the caller asks through the SDK)."""
-    address = engine_address()
-    try:
-        response = _ask(address, "GET", path)
-    except (OSError, engine_http.BadResponse) as exc:
-        raise BackendUnavailable(
-            f"the container backend cannot reach the Docker engine at {address} "
-            f"({_reason(exc)}); {HOW_TO_START}") from None
-    if response is None:
+    answer = _exchange("GET", path)
+    if answer is None:
         return None
-    body = response.body
-    if response.status == 404:
+    status, body = answer
+    if status == 404:
         raise BackendNotFound(f"{action}: the engine has no such container")
-    if response.status != 200:
+    if status != 200:
         raise BackendError(f"{action}: the engine answered "
-                           f"{response.status} {body[:200].decode(errors='replace')}")
+                           f"{status} {body[:200].decode(errors='replace')}")
     return json.loads(body)
 
 

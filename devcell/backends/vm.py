@@ -25,16 +25,18 @@ read with bounds. A QEMU process is acted on only when its -name is this cell's 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 import secrets
 import shlex
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from devcell import failpoints
+from devcell import failpoints, names
 from devcell.backends import (
     children,
     supervisor,
@@ -42,6 +44,7 @@ from devcell.backends import (
     vm_capacity,
     vm_disks,
     vm_drivers,
+    vm_exec,
     vm_image,
     vm_memory,
     vm_proc,
@@ -72,6 +75,8 @@ AGENT_BOOT_SECONDS = 120.0
 """How long a command waits for a machine that is still booting (TCG on a busy host)."""
 EXEC_OUTPUT = 16 << 20
 HOOK_TIMEOUT_S = 60
+STATUS_SECONDS = 60.0
+"""How long guest-exec-status's reply (with the output) may take to arrive."""
 HOOK_TAIL = 400
 WORKSPACE_DISK = 2
 """The workspace's index among a machine's disks (root, config, workspace)."""
@@ -100,8 +105,9 @@ def cpus(spec: dict[str, Any]) -> int:
 
 class VmBackend:
     name = "vm"
-    capabilities = Capabilities(workspace_files=True, memory_state=True, exec=True,
-                                snapshot_consistency=Consistency.FILESYSTEM, parallel=2)
+    capabilities = Capabilities(workspace_files=True, memory_state=True, block_diff=True,
+                                exec=True, snapshot_consistency=Consistency.FILESYSTEM,
+                                parallel=2)
 
     def __init__(self, *, state_dir: Path, driver: MachineDriver | None = None,
                  max_chain: int | None = None) -> None:
@@ -121,6 +127,17 @@ class VmBackend:
         return vm_disks.read_json(self.layout.cell(cell_id) / MARKER)
 
     def _config(self, cell_id: str, meta: dict[str, Any]) -> MachineConfig:
+        """The machine its record describes; a damaged record (a field missing or of the
+        wrong type) is a BackendError that names it, not a KeyError."""
+        try:
+            return self._machine(cell_id, meta)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BackendError(
+                f"the machine record of cell {cell_id} ({self.layout.cell(cell_id) / MARKER}) "
+                f"is damaged: {type(exc).__name__} {names.printable(str(exc))[:200]}; delete the "
+                f"cell and apply it again") from None
+
+    def _machine(self, cell_id: str, meta: dict[str, Any]) -> MachineConfig:
         directory = self.layout.cell(cell_id)
         disks = [Disk(directory / "root.qcow2", "qcow2"), Disk(directory / "config.img", "raw")]
         if meta.get("volume"):
@@ -307,7 +324,7 @@ class VmBackend:
         script = (f"{RESEED} && {BUSYBOX} rm -f {RESEED} && {BUSYBOX} hostname {name} && "
                   f"echo {name} > /etc/hostname && echo {machine_id} > /etc/machine-id")
         self._set_clock(config)
-        with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+        with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
             for argv, data in (([BUSYBOX, "sh", "-c", f"cat > {RESEED} && chmod 700 {RESEED}"],
                                 vm_reseed.program()),
                                ([BUSYBOX, "sh", "-c", script], vm_reseed.entropy())):
@@ -385,23 +402,34 @@ class VmBackend:
                                f"`devcell cell start {cell.name}`")
         return self._config(cell.id, meta)
 
+    @contextlib.contextmanager
+    def _agent(self, cell: CellRef, config: MachineConfig, *, timeout: float) -> Iterator[Any]:
+        """The cell's guest agent; what fails in talking to it names the cell (the error
+        keeps its class: unavailable is retried, a refusal is not)."""
+        try:
+            with self.driver.agent(config, timeout=timeout) as agent:
+                yield agent
+        except BackendError as exc:
+            if f"cell {cell.name}" not in str(exc):
+                exc.args = (f"cell {cell.name}: {exc}", *exc.args[1:])
+            raise
+
     @staticmethod
     def _run(agent: Any, argv: list[str], *, timeout: float, stdin: bytes = b""
              ) -> tuple[int, bytes, bytes]:
         args: dict[str, Any] = {"path": argv[0], "arg": argv[1:], "capture-output": True}
         if stdin:
             args["input-data"] = base64.b64encode(stdin).decode()
-        started = agent.command("guest-exec", **args)
+        pid = vm_exec.started_pid(agent.command("guest-exec", **args))
         deadline = time.monotonic() + timeout
         delay = 0.01
         while True:
-            status = agent.command("guest-exec-status", pid=started["pid"])
-            if status.get("exited"):
-                out = base64.b64decode(status.get("out-data", ""))[:EXEC_OUTPUT]
-                err = base64.b64decode(status.get("err-data", ""))[:EXEC_OUTPUT]
-                code = status.get("exitcode")
-                return (int(code) if isinstance(code, int) else 128 + int(
-                    status.get("signal", 1))), out, err
+            # Its reply can be ~45 MiB (16 MiB a stream, base64): seconds through a virtio-serial
+            # port under TCG on a busy host, so more than the default 10 s to arrive.
+            done = vm_exec.finished(agent.command("guest-exec-status", timeout=STATUS_SECONDS,
+                                                  pid=pid))
+            if done is not None:
+                return done.code, done.out, done.err
             if time.monotonic() > deadline:
                 raise BackendError(f"{argv[0]} did not finish in {timeout:.0f} s")
             time.sleep(delay)
@@ -421,7 +449,7 @@ class VmBackend:
         data = stdin.read(EXEC_OUTPUT + 1) if stdin is not None else b""
         if len(data) > EXEC_OUTPUT:
             raise BackendRefused("standard input for a vm cell is limited to 16 MiB")
-        with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+        with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
             code, out, err = self._run(agent, supervisor.exec_argv(argv), timeout=3600.0,
                                        stdin=data)
         stdout.write(out)
@@ -459,11 +487,12 @@ class VmBackend:
         if self._pid(cell.id) is None:
             return {"frozen": False}
         config = self._running_config(cell)
-        with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+        with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
             hooks = self._run_hooks(cell, agent, "preCheckpoint")
             (config.directory / FROZEN).touch(mode=0o600)
             frozen = agent.command("guest-fsfreeze-freeze", timeout=60.0)
-        return {"frozen": True, "filesystems": int(frozen or 0), "hooks": hooks}
+        return {"frozen": True, "filesystems": frozen if type(frozen) is int else 0,
+                "hooks": hooks}
 
     def resume(self, cell: CellRef) -> Outputs:
         marker = self.layout.cell(cell.id) / FROZEN
@@ -479,7 +508,7 @@ class VmBackend:
             return {"resumed": unpaused}
         if self._pid(cell.id) is not None:
             config = self._running_config(cell)
-            with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+            with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
                 agent.command("guest-fsfreeze-thaw", timeout=60.0)
                 marker.unlink(missing_ok=True)
                 self._run_hooks(cell, agent, "postCheckpoint")

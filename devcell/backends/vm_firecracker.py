@@ -276,7 +276,7 @@ class VsockAgent(Agent):
                                              f"{port}: {exc}") from None
                 time.sleep(0.1)
         self.channel = JsonChannel(sock, "the guest agent")
-        self.channel.buffer = early
+        self.channel.buffer = bytearray(early)
         self._sync(deadline)
 
 
@@ -289,7 +289,7 @@ def _vsock_connect(directory: Path, port: int, timeout: float) -> tuple[socket.s
         answer = channel.read_line(time.monotonic() + timeout)
         if not answer.startswith(b"OK "):
             raise BackendError(f"vsock port {port} refused the connection")
-        return sock, channel.buffer
+        return sock, bytes(channel.buffer)
     except BaseException:
         sock.close()
         raise

@@ -15,6 +15,7 @@ and `-`), so no name can make a path escape the state directory. Everything is o
     <state>/vm/layers/<layer-id>.qcow2, .json    the workspace disks' qcow2 layers (vm_layers.py)
     <state>/vm/checkpoints/<id>/checkpoint.json  marker: a disk checkpoint's frozen layer, or
                                                  memory.bin (a machine saved by sleep)
+    <state>/vm/machines/<id>/machine.json        a machine snapshot's memory part (vm_memory.py)
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ class VmLayout:
     @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
+
+    @property
+    def machines(self) -> Path:
+        return self.root / "machines"
 
     def cell(self, cell_id: str) -> Path:
         return self.cells / safe_id("cell", cell_id)

@@ -109,13 +109,23 @@ def scan(prefix: str) -> dict[str, int]:
 
 
 def kill(pid: int, name: str, *, timeout: float = 5.0) -> None:
-    """SIGKILL the machine `name` (checked again first) and wait for it to be gone."""
-    if not is_owned(pid, name):
-        return
+    """SIGKILL the machine `name` (checked again first) and wait for it to be gone.
+
+    The signal goes through a pidfd opened before the check: if the machine ends and its
+    pid is recycled between the check and the kill, the signal fails (ESRCH) instead of
+    reaching the process that took the pid."""
     try:
-        os.kill(pid, signal.SIGKILL)
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return  # gone already
+    try:
+        if not is_owned(pid, name):
+            return
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     except ProcessLookupError:
         return
+    finally:
+        os.close(pidfd)
     wait_gone(pid, name, timeout)
 
 

@@ -5,7 +5,10 @@ sockaddr_un holds (108 bytes) under a deep state directory, so they are reached 
 `/proc/self/fd/<dir>/<name>`: the directory is opened once (without following links) and the
 short path resolves through it. Every read has a deadline, so a wedged QEMU or a guest that
 never answers is a BackendError, not a hang. Replies are read line by line with a bound on a
-line's length: the guest agent speaks for the guest, which is hostile.
+line's length: the guest agent speaks for the guest, which is hostile. So nothing it sends
+leaves here as anything but a BackendError (a TimeoutError too, for callers that wait): JSON
+nested too deep, an error that is not an object, a reply to another request (each request
+carries an id qemu-ga echoes), and its words are escaped and cut before they join a message.
 """
 
 from __future__ import annotations
@@ -17,11 +20,31 @@ import time
 from pathlib import Path
 from typing import Any
 
+from devcell import names
 from devcell.errors import BackendError, BackendUnavailable
 from devcell.log import logger
 
 MAX_LINE = 64 << 20
 """A reply longer than this is refused (guest-exec output is at most 16 MiB, base64)."""
+MAX_WORDS = 300
+"""How much of an error's description (the guest's words) joins a message."""
+
+
+class ChannelTimeout(BackendUnavailable, TimeoutError):
+    """The other end did not answer in time: a BackendError for the CLI and the engine (a
+    traceback otherwise), a TimeoutError for the callers that wait and retry."""
+
+
+def said(value: object) -> str:
+    """What the other end said, for a message: escaped, at most MAX_WORDS characters."""
+    text = value if isinstance(value, str) else repr(value)
+    text = names.printable(text[:MAX_WORDS])
+    return text + ("..." if len(text) > MAX_WORDS else "")
+
+
+def refusal(error: object) -> str:
+    """The description of a QMP/agent error reply, whatever shape the guest gave it."""
+    return said(error.get("desc", error) if isinstance(error, dict) else error)
 
 
 def connect(directory: Path, name: str, *, timeout: float) -> socket.socket:
@@ -46,30 +69,50 @@ class JsonChannel:
     def __init__(self, sock: socket.socket, what: str) -> None:
         self.sock = sock
         self.what = what
-        self.buffer = b""
+        self.buffer = bytearray()
 
     def close(self) -> None:
         self.sock.close()
 
-    def send(self, message: dict[str, Any]) -> None:
-        self.sock.sendall(json.dumps(message).encode() + b"\n")
+    def send(self, message: dict[str, Any], *, timeout: float = 10.0) -> None:
+        self.send_bytes(json.dumps(message).encode() + b"\n", timeout=timeout)
+
+    def send_bytes(self, data: bytes, *, timeout: float) -> None:
+        """All of `data`, within `timeout` (a peer that reads nothing fills the socket)."""
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.sendall(data)
+        except TimeoutError:
+            raise ChannelTimeout(f"{self.what} did not read a request in time") from None
+        except OSError as exc:
+            raise BackendUnavailable(f"{self.what} closed the connection "
+                                     f"({exc.strerror or exc})") from None
 
     def read_line(self, deadline: float) -> bytes:
-        while b"\n" not in self.buffer:
+        # Only the bytes not searched yet are searched: a 64 MiB line costs one pass, not
+        # one per chunk.
+        searched = 0
+        while (end := self.buffer.find(b"\n", searched)) < 0:
+            searched = len(self.buffer)
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"{self.what} did not answer in time")
+                raise ChannelTimeout(f"{self.what} did not answer in time")
             self.sock.settimeout(left)
             try:
                 chunk = self.sock.recv(1 << 16)
             except TimeoutError:
-                raise TimeoutError(f"{self.what} did not answer in time") from None
+                raise ChannelTimeout(f"{self.what} did not answer in time") from None
+            except OSError as exc:
+                raise BackendUnavailable(f"{self.what} closed the connection "
+                                         f"({exc.strerror or exc})") from None
             if not chunk:
                 raise BackendUnavailable(f"{self.what} closed the connection")
             self.buffer += chunk
             if len(self.buffer) > MAX_LINE:
+                self.buffer = bytearray()
                 raise BackendError(f"{self.what} sent a reply longer than {MAX_LINE} bytes")
-        line, _, self.buffer = self.buffer.partition(b"\n")
+        line = bytes(self.buffer[:end])
+        del self.buffer[:end + 1]
         return line
 
     def read_json(self, deadline: float) -> dict[str, Any]:
@@ -79,7 +122,7 @@ class JsonChannel:
                 continue
             try:
                 value = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested deep
                 raise BackendError(f"{self.what} sent something that is not JSON") from None
             if not isinstance(value, dict):
                 raise BackendError(f"{self.what} sent a JSON value that is not an object")
@@ -118,8 +161,7 @@ class Qmp:
                 logger.bind(event=reply.get("event")).debug("qmp event")
                 continue
             if "error" in reply:
-                error = reply["error"]
-                raise BackendError(f"QEMU refused {name}: {error.get('desc', error)}")
+                raise BackendError(f"QEMU refused {name}: {refusal(reply['error'])}")
             return reply.get("return")
 
 
@@ -129,6 +171,9 @@ class Agent:
     The port keeps whatever an earlier client left unread, so every connection starts with
     guest-sync-delimited: the agent answers after a 0xFF byte, everything before it is stale.
     """
+
+    requests = 0
+    """Requests sent on this connection: each one's id."""
 
     def __init__(self, directory: Path, *, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -159,8 +204,7 @@ class Agent:
         while True:
             try:
                 # A guest whose agent is not up yet reads nothing: the send itself can stall.
-                self.channel.sock.settimeout(1.0)
-                self.channel.sock.sendall(request)
+                self.channel.send_bytes(request, timeout=1.0)
                 # Short first: a request sent while a just-resumed guest reopens its port is
                 # lost, and waiting a whole second for it was most of a resume.
                 if self._synced(token, min(deadline, time.monotonic() + wait)):
@@ -182,7 +226,7 @@ class Agent:
             line = self.channel.read_line(deadline).rpartition(b"\xff")[2].strip()
             try:
                 reply = json.loads(line) if line else None
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue  # the tail of a reply an earlier client left unread
             if isinstance(reply, dict) and reply.get("return") == token:
                 return True
@@ -193,12 +237,19 @@ class Agent:
         self.channel.send({"execute": name, **({"arguments": arguments} if arguments else {})})
 
     def command(self, name: str, timeout: float = 10.0, **arguments: Any) -> Any:
-        message: dict[str, Any] = {"execute": name}
+        """The agent's answer to `name`; replies to other requests (qemu-ga echoes each
+        request's id) are skipped until the deadline."""
+        self.requests += 1
+        request_id = f"devcell-{self.requests}"
+        message: dict[str, Any] = {"execute": name, "id": request_id}
         if arguments:
             message["arguments"] = arguments
-        self.channel.send(message)
-        reply = self.channel.read_json(time.monotonic() + timeout)
+        deadline = time.monotonic() + timeout
+        self.channel.send(message, timeout=timeout)
+        while True:
+            reply = self.channel.read_json(deadline)
+            if reply.get("id") == request_id:
+                break
         if "error" in reply:
-            error = reply["error"]
-            raise BackendError(f"the guest agent refused {name}: {error.get('desc', error)}")
+            raise BackendError(f"the guest agent refused {name}: {refusal(reply['error'])}")
         return reply.get("return")

@@ -73,14 +73,6 @@ def exchange(a: Path, b: Path) -> None:
         raise OSError(code, f"exchanging {a} and {b}: {os.strerror(code)}")
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def restore(store: WorkspaceStore, volume_id: str, checkpoint_id: str) -> Restored:
     """Make the volume's workspace exactly the checkpoint's tree (the cell not running)."""
     layout = store.layout
@@ -119,7 +111,7 @@ def _restore_copy(store: WorkspaceStore, volume_id: str, checkpoint_id: str, sou
     record = store.layout.volume(volume_id) / workspaces.RESTORED
     record.unlink(missing_ok=True)  # it names the old tree's files
     exchange(tmp / "workspace", store.layout.workspace(volume_id))
-    _fsync_dir(store.layout.volume(volume_id))
+    workspaces.fsync_dir(store.layout.volume(volume_id))
     failpoints.hit("storage.restore.exchanged")
     stamp, entries = copied
     _write_record(record, {"version": workspaces.SOURCES_VERSION, "volume": volume_id,
@@ -181,7 +173,7 @@ def _restore_upper(store: WorkspaceStore, volume_id: str, lower: str, checkpoint
     workspace = layout.workspace(volume_id)
     overlay.unmount(workspace)
     exchange(upper, layout.upper(volume_id))
-    _fsync_dir(layout.volume(volume_id))
+    workspaces.fsync_dir(layout.volume(volume_id))
     failpoints.hit("storage.restore.exchanged")
     store.ensure_mounted(volume_id)
     return Restored(0, 0, "overlay", how)

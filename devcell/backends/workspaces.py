@@ -106,7 +106,8 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make the entries of directory `path` (a rename, a new name) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -300,7 +301,7 @@ class WorkspaceStore:
             })
             _clear_unmarked(final, "volume.json")  # a directory without a marker
             os.rename(tmp, final)
-            _fsync_dir(self.layout.volumes)
+            fsync_dir(self.layout.volumes)
         except BaseException:
             treecopy.remove_tree(tmp, temporaries.trash(self.layout.volumes))
             raise
@@ -369,6 +370,16 @@ class WorkspaceStore:
 
     # -- checkpoints ----------------------------------------------------------------------
 
+    def _checkpoint_temp(self, checkpoint_id: str) -> tuple[Path, Path, Path]:
+        """(final path, its parent, a new private temporary beside it) for a checkpoint about
+        to be made, once the temporaries dead makings of the same id left are removed."""
+        final = self.layout.checkpoint(checkpoint_id)
+        parent = self.layout.checkpoints
+        temporaries.remove_dead(parent, f"{temporaries.TMP}{checkpoint_id}-")
+        tmp = parent / temporaries.temp_name(checkpoint_id)
+        _mkdir_private(tmp)
+        return final, parent, tmp
+
     def find_checkpoint(self, checkpoint_id: str) -> dict[str, Any] | None:
         """The metadata of a complete checkpoint, or None."""
         meta = _read_json(self.layout.checkpoint(checkpoint_id) / "checkpoint.json")
@@ -390,11 +401,7 @@ class WorkspaceStore:
         if not source.is_dir():
             raise BackendNotFound(f"volume {volume_id} does not exist; nothing to checkpoint")
         self.ensure_mounted(volume_id)
-        final = self.layout.checkpoint(checkpoint_id)
-        parent = self.layout.checkpoints
-        temporaries.remove_dead(parent, f"{temporaries.TMP}{checkpoint_id}-")
-        tmp = parent / temporaries.temp_name(checkpoint_id)
-        _mkdir_private(tmp)
+        final, parent, tmp = self._checkpoint_temp(checkpoint_id)
         started = time.perf_counter()
         try:
             # Dirty pages written back first, while the writers are frozen: writeback
@@ -443,7 +450,7 @@ class WorkspaceStore:
             _clear_unmarked(final, "checkpoint.json")  # no metadata: never complete
             failpoints.hit("storage.checkpoint.before-rename")
             os.rename(tmp, final)
-            _fsync_dir(parent)
+            fsync_dir(parent)
         return meta
 
     def _build(self, tmp: Path, final: Path, source: Path, *, checkpoint_id: str,
@@ -471,7 +478,7 @@ class WorkspaceStore:
         _clear_unmarked(final, "checkpoint.json")  # no metadata: never complete
         failpoints.hit("storage.checkpoint.before-rename")
         os.rename(tmp, final)
-        _fsync_dir(parent)
+        fsync_dir(parent)
         return meta
 
     # -- trees named by several checkpoints --------------------------------------------------
@@ -541,11 +548,7 @@ class WorkspaceStore:
         existing = self.find_checkpoint(checkpoint_id)
         if existing is not None:
             raise BackendRefused(f"checkpoint {checkpoint_id} already exists")
-        final = self.layout.checkpoint(checkpoint_id)
-        parent = self.layout.checkpoints
-        temporaries.remove_dead(parent, f"{temporaries.TMP}{checkpoint_id}-")
-        tmp = parent / temporaries.temp_name(checkpoint_id)
-        _mkdir_private(tmp)
+        final, parent, tmp = self._checkpoint_temp(checkpoint_id)
         started = time.perf_counter()
         try:
             files, size = fill(tmp / "workspace")
@@ -555,7 +558,7 @@ class WorkspaceStore:
             _write_json(tmp / "checkpoint.json", meta)
             _clear_unmarked(final, "checkpoint.json")
             os.rename(tmp, final)
-            _fsync_dir(parent)
+            fsync_dir(parent)
         except BaseException:
             treecopy.remove_tree(tmp, temporaries.trash(parent))
             raise
@@ -670,7 +673,7 @@ class WorkspaceStore:
             meta = self.find_checkpoint(checkpoint_id)
             if meta is not None and SAME_AS not in meta and self._naming(checkpoint_id):
                 os.rename(home / "checkpoint.json", home / RETIRED)
-                _fsync_dir(home)
+                fsync_dir(home)
             elif (home / RETIRED).is_file():
                 pass  # deleted before (a retry): its tree goes with the last one naming it
             elif home.exists() or home.is_symlink():
@@ -683,7 +686,7 @@ class WorkspaceStore:
                     doomed.append(temporaries.trash(parent))
                     os.rename(entry, doomed[-1])
             if doomed:
-                _fsync_dir(parent)
+                fsync_dir(parent)
         for trash in doomed:  # outside the lock: removing a big tree takes a while
             treecopy.remove_tree(trash, temporaries.trash(parent))
 

@@ -118,10 +118,24 @@ def _cell_usage(usage: Any) -> list[str | None]:
     runtimes, or it has none now)."""
     ws = usage.workspace if usage is not None else None
     run = usage.runtime if usage is not None else None
+    # A vm machine's own files (root overlay, config disk, RAM file) are the cell's too.
+    files = run.files_bytes if run is not None else None
+    disk = None if ws is None and files is None else (
+        (ws.own_disk if ws is not None else 0) + (files or 0))
     return [None if ws is None else render.size(ws.workspace.logical),
-            None if ws is None else render.size(ws.own_disk), _dirty(usage),
-            None if run is None or run.memory_bytes is None else render.size(run.memory_bytes),
+            None if disk is None else render.size(disk), _dirty(usage), _memory(run),
             None if run is None or run.cpu_seconds is None else f"{run.cpu_seconds:.2f}s"]
+
+
+def _memory(run: Any) -> str | None:
+    """The MEMORY column: the runtime's, or a sleeping machine's RAM kept on disk."""
+    if run is None:
+        return None
+    if run.memory_bytes is not None:
+        return render.size(run.memory_bytes)
+    if run.held and run.ram_file_bytes:
+        return f"{render.size(run.ram_file_bytes)} (asleep, on disk)"
+    return None
 
 
 def _events_for(db: Database, target: str) -> list[dict[str, Any]]:
@@ -176,7 +190,9 @@ def _waiting_for(op: dict[str, Any]) -> str:
     if op["status"] != "Suspended":
         return "-"
     if op["reason"] == "AwaitingApproval":
-        return f"approval: devcell op resume {op['id']} --input ..."
+        from devcell.controllers import plan  # only here: `get` loads little
+
+        return f"approval: {plan.resume_command(op['id'], op['object_name'])}"
     if op["reason"] == "Approved":
         return "the reconciler (approved)"
     return "a controller start (resumes after a shutdown)"

@@ -47,6 +47,7 @@ def run_snapshot_import(args: argparse.Namespace) -> int:
         with source:
             done = transfer.import_(state_dir, source, name=args.name,
                                     origin=str(Path(args.file).absolute()))
-    sys.stdout.write(f"snapshot/{printable(done.name)} imported ({done.files} files, "
+    files = f"{done.files} file{'' if done.files == 1 else 's'}"
+    sys.stdout.write(f"snapshot/{printable(done.name)} imported ({files}, "
                      f"{done.bytes} bytes, backend {done.backend}, sha256 {done.sha256})\n")
     return 0

@@ -23,6 +23,7 @@ from devcell.backends.base import (
     Capabilities,
     CellRef,
     Consistency,
+    KeepsCellCaches,
     MachineState,
     Observed,
     Outputs,
@@ -31,7 +32,17 @@ from devcell.backends.base import (
 from devcell.controllers import crashloop, retention
 from devcell.controllers import restore as restoring
 from devcell.controllers.context import Context
-from devcell.controllers.plan import Blocked, Decision, Gate, Plan, Settled, Step, Wait, When
+from devcell.controllers.plan import (
+    Blocked,
+    Decision,
+    Gate,
+    Plan,
+    Settled,
+    Step,
+    Wait,
+    When,
+    confirm_schema,
+)
 from devcell.controllers.steps import StepName
 from devcell.errors import (
     BackendError,
@@ -284,7 +295,8 @@ class CellController:
         if observed.exists and observed.running:
             steps.append(Step(S.STOP))
         if observed.exists:
-            steps.append(Step(S.DELETE))
+            # The cell goes for good: its caches too (a recreate or a sleep keeps them).
+            steps.append(Step(S.DELETE, {"forget_caches": True}))
         # With no volume recorded, whatever the backend holds for the cell: a volume made by
         # an operation that died before recording it is the cell's workspace too (as decide
         # adopts it; with one recorded, the next create adopts instead of making another).
@@ -307,12 +319,8 @@ class CellController:
             if any(backend.workspace_changed_since(v, since) for v in workspaces):
                 what = f"snapshot {latest[1]}" if latest else "no snapshot was ever taken"
                 gate = Gate(0, f"the workspace changed since its last snapshot ({what}); "
-                            "deleting it loses that work", {
-                                "type": "object", "additionalProperties": False,
-                                "required": ["confirm"],
-                                "properties": {"confirm": {
-                                    "const": cell.name,
-                                    "description": "the cell's name, to confirm"}}})
+                            "deleting it loses that work",
+                            confirm_schema(cell.name, "the cell's name"))
         return Plan(cell, "delete", steps, backend_name, CellWork(ref), gate=gate)
 
     def _judge_image(self, ctx: Context, cell: objects.ObjectRecord, backend: Backend,
@@ -653,6 +661,13 @@ def _create(b: Backend, ref: CellRef, step: Step) -> Outputs:
     return b.create(ref, step.args["runtime_hash"])
 
 
+def _delete(b: Backend, ref: CellRef, step: Step) -> Outputs:
+    outputs = b.delete(ref)
+    if step.args.get("forget_caches") and isinstance(b, KeepsCellCaches):
+        b.forget_cell_caches(ref)
+    return outputs
+
+
 def _machine(backend: Backend) -> MachineState:
     if not backend.capabilities.memory_state or not isinstance(backend, MachineState):
         raise CapabilityMissing(f"the {backend.name} backend cannot save a machine's memory")
@@ -678,7 +693,7 @@ _STEPS: dict[StepName, StepHandler] = {
     S.CREATE: _create,
     S.START: lambda b, ref, step: b.start(ref),
     S.STOP: lambda b, ref, step: b.stop(ref),
-    S.DELETE: lambda b, ref, step: b.delete(ref),
+    S.DELETE: lambda b, ref, step: _delete(b, ref, step),
     S.QUIESCE: lambda b, ref, step: b.quiesce(ref),
     S.RESUME: lambda b, ref, step: b.resume(ref),
     S.CHECKPOINT: lambda b, ref, step: b.checkpoint(ref, step.args["checkpoint_id"]).outputs(),

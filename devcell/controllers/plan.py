@@ -45,6 +45,17 @@ class Gate:
     schema: dict[str, Any]
 
 
+def confirm_schema(name: str, what: str) -> dict[str, Any]:
+    """The input every approval gate asks for: the object's name, typed back to confirm."""
+    return {"type": "object", "additionalProperties": False, "required": ["confirm"],
+            "properties": {"confirm": {"const": name, "description": f"{what}, to confirm"}}}
+
+
+def resume_command(op_id: str, name: str) -> str:
+    """The command that approves a gated operation on the object `name` (confirm_schema)."""
+    return f"devcell op resume {op_id} --input confirm={name}"
+
+
 @dataclass
 class Plan:
     """An ordered list of steps that moves one object towards its desired state."""

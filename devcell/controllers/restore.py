@@ -21,7 +21,7 @@ import sqlite3
 from typing import Any
 
 from devcell.backends.base import Backend, CellRef, Changes, Observed, Outputs, Restoring
-from devcell.controllers.plan import Gate, Plan, Step, When
+from devcell.controllers.plan import Gate, Plan, Step, When, confirm_schema
 from devcell.controllers.steps import StepName
 from devcell.errors import CapabilityMissing
 from devcell.manifests.model import manifest_hash, spec_hash
@@ -116,11 +116,7 @@ def _gate(cell: objects.ObjectRecord, request: restores.Request, backend: Backen
             "no safety snapshot is taken (--no-safety-snapshot): they are lost")
     return Gate(0, f"restoring snapshot {request.snapshot} replaces the workspace of cell "
                    f"{cell.name}, which changed since its last snapshot ({what}): {lost}; "
-                   f"{keep}", {
-                       "type": "object", "additionalProperties": False,
-                       "required": ["confirm"],
-                       "properties": {"confirm": {
-                           "const": cell.name, "description": "the cell's name, to confirm"}}})
+                   f"{keep}", confirm_schema(cell.name, "the cell's name"))
 
 
 def record_safety(conn: sqlite3.Connection, cell: objects.ObjectRecord, args: dict[str, Any],

@@ -15,7 +15,7 @@ from devcell.backends.base import Measuring
 from devcell.controllers import gc
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Plan
-from devcell.reconciler import executor
+from devcell.reconciler import executor, orphans
 from devcell.store import references
 
 
@@ -43,6 +43,8 @@ def collect(ctx: Context, backend_name: str, *, approve: bool = False,
     out.judged = [gc.judge(item, refs) for item in backend.list_owned()]
     wanted = {gc.Verdict.RECLAIM} | ({gc.Verdict.NEEDS_APPROVAL} if approve else set())
     out.planned = [j for j in out.judged if j.verdict in wanted]
+    if not dry_run:
+        orphans.prune_cell_caches(backend, refs.live_cells)
     if dry_run:
         if isinstance(backend, Measuring):
             out.freed = {j.item.id: backend.exclusive_bytes(j.item.kind, j.item.id)

@@ -12,11 +12,14 @@ a changed workspace), and the sweep has none. It keeps such a resource and recor
 `OrphanKept` warning naming its path, so the user can copy what matters and then remove it
 with `devcell gc --approve` (the recorded decision: an operation), or restore the database
 that recorded it.
+
+The sweep also drops the caches a backend keeps per cell (the container backend's build
+digests) of cells that no longer exist: derived data, so neither an event nor a decision.
 """
 
 from __future__ import annotations
 
-from devcell.backends.base import CellRef, Owned, OwnedKind
+from devcell.backends.base import Backend, CellRef, KeepsCellCaches, Owned, OwnedKind
 from devcell.controllers.context import Context
 from devcell.errors import DevCellError
 from devcell.log import logger
@@ -56,7 +59,24 @@ def sweep(ctx: Context, backend_name: str) -> list[Owned]:
                           message=f"{backend_name} {item.kind} {item.id} (owner {item.cell_id}) "
                                   "was not accounted for by the state database; removed")
         logger.warning("removed orphan {} {} of {}", item.kind, item.id, item.cell_id)
+    prune_cell_caches(backend, frozenset(cells))
     return removed
+
+
+def prune_cell_caches(backend: Backend, live_cell_ids: frozenset[str]) -> list[str]:
+    """Drop the backend's per-cell caches of cells the database no longer has (a cache holds
+    nothing of the user's: no event, no approval); returns the cell names dropped."""
+    if not isinstance(backend, KeepsCellCaches):
+        return []
+    try:
+        dropped = backend.prune_cell_caches(live_cell_ids)
+    except OSError as exc:
+        logger.warning("could not prune the caches of deleted cells: {}", exc)
+        return []
+    if dropped:
+        logger.info("dropped the caches of {} deleted cells: {}", len(dropped),
+                    ", ".join(dropped))
+    return dropped
 
 
 def _kept(ctx: Context, backend_name: str, item: Owned) -> None:

@@ -19,7 +19,7 @@ from enum import StrEnum
 from devcell import errors, kinds
 from devcell.controllers import Controller
 from devcell.controllers.context import Context
-from devcell.controllers.plan import Blocked, Plan, Settled, Wait
+from devcell.controllers.plan import Blocked, Plan, Settled, Wait, resume_command
 from devcell.reconciler import executor, suspended
 from devcell.store import objects, operations
 
@@ -102,8 +102,9 @@ def _executed(ctx: Context, run: executor.Result) -> Outcome:
     if run.suspended:
         row = operations.get(ctx.db.conn, run.op_id)
         why = row["message"] if row else run.suspended
-        message = (f"operation {run.op_id} {why}; approve it with `devcell op resume "
-                   f"{run.op_id} --input ...` (or pass --approve)")
+        name = row["object_name"] if row else "NAME"
+        message = (f"operation {run.op_id} {why}; approve it with "
+                   f"`{resume_command(run.op_id, name)}` (or pass --approve)")
         return Outcome(Result.AWAITING_APPROVAL, after=suspended.APPROVAL_POLL_S,
                        message=message, reason=run.suspended, operation=run.op_id)
     if run.error is not None:

@@ -12,7 +12,7 @@ import sqlite3
 
 from devcell.controllers import Controller
 from devcell.controllers.context import Context
-from devcell.controllers.plan import Wait
+from devcell.controllers.plan import Wait, resume_command
 from devcell.errors import StorageError
 from devcell.log import logger
 from devcell.reconciler import executor
@@ -42,7 +42,7 @@ def handle(ctx: Context, controller: Controller, object_id: str
         if not ctx.approve:
             return Wait("AwaitingApproval",
                         f"operation {op['id']} {op['message']}; approve it with "
-                        f"`devcell op resume {op['id']} --input ...` or cancel it with "
+                        f"`{resume_command(op['id'], op['object_name'])}` or cancel it with "
                         f"`devcell op cancel {op['id']}`", requeue_after=APPROVAL_POLL_S)
         approval = {"approvedBy": "--approve"}
     try:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from devcell.controllers.plan import resume_command
 from devcell.errors import DevCellError
 from devcell.store import db as dbmod
 from devcell.store import objects
@@ -36,7 +37,7 @@ def check(db: Database, kind: str, object_id: str, *, condition: str = "Ready",
             op = operations.suspended_for(db.conn, object_id)
             if op is not None and op["reason"] == "AwaitingApproval":
                 return Outcome(False, failed=f"operation {op['id']} {op['message']}; approve it "
-                                             f"with `devcell op resume {op['id']} --input ...`")
+                                             f"with `{resume_command(op['id'], op['object_name'])}`")
         return Outcome(gone, detail="deleted" if gone else f"phase {record.phase if record else '?'}")
     if record is None or record.deleted_at is not None:
         return Outcome(False, failed="it was deleted")
@@ -46,7 +47,7 @@ def check(db: Database, kind: str, object_id: str, *, condition: str = "Ready",
         op = operations.suspended_for(db.conn, object_id)
         if op is not None and op["reason"] == "AwaitingApproval":
             return Outcome(False, failed=f"operation {op['id']} {op['message']}; approve it with "
-                                         f"`devcell op resume {op['id']} --input ...`")
+                                         f"`{resume_command(op['id'], op['object_name'])}`")
     cond = record.condition(condition) or {}
     current = record.observed_generation == record.generation
     if current and cond.get("status") == want:

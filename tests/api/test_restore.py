@@ -186,7 +186,8 @@ def test_a_backend_without_workspace_restore_is_refused_by_name(
 
     monkeypatch.setitem(backends._classes, "fake", Plain)
     fingerprint = db_fingerprint(world)
-    with pytest.raises(CapabilityMissing, match="the fake backend keeps no workspace files"):
+    with pytest.raises(CapabilityMissing, match="the fake backend cannot restore a workspace "
+                                                "in place.*devcell cell fork api --snapshot s1"):
         restoring.restore(world, "s1")
     assert db_fingerprint(world) == fingerprint
 

@@ -82,3 +82,22 @@ def remove_containers(state_dir: Path) -> int:
         return len(found)
     finally:
         client.close()
+
+
+def remove_containers_under(root: Path) -> int:
+    """Remove every container DevCell made for a state directory under `root` (a test
+    session's base temporary directory), found by its labels: what a test left behind."""
+    if not engine_available():
+        return 0
+    import docker
+
+    client = docker.from_env(timeout=60)
+    try:
+        found = [info for info in client.api.containers(
+                     all=True, filters={"label": ["dev.devcell.managed=true"]})
+                 if Path(info["Labels"].get("dev.devcell.state-path", "/")).is_relative_to(root)]
+        for info in found:
+            client.api.remove_container(info["Id"], force=True)
+        return len(found)
+    finally:
+        client.close()

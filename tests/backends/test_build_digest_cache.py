@@ -35,7 +35,8 @@ class Counting:
 
 
 def _digest(state: Path, build: dict[str, Any], compute: Counting) -> str:
-    return build_digest_cache.DigestCache(state).digest("web", build, compute)
+    return build_digest_cache.DigestCache(state).digest("web", build, compute,
+                                                        cell_id="cell_web")
 
 
 def test_an_unchanged_context_is_not_hashed_again(context: Path, tmp_path: Path) -> None:

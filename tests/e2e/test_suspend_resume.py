@@ -170,12 +170,14 @@ def test_approval_gated_delete(cli: Cli, state_dir: Path) -> None:
     assert asked.stdout == "cell/api deletion waiting for approval\n"  # never "deleted"
     assert "awaiting approval: the workspace changed since its last snapshot" in asked.stderr
     assert "approve it with `devcell op resume op_" in asked.stderr
+    assert "--input confirm=api` (or pass --approve)" in asked.stderr  # the input, spelled out
     assert "Traceback" not in asked.stderr
     assert _phases(cli, "cells") == {"api": "Deleting"}
     op = next(o for o in _ops(cli) if o["status"] == "Suspended")
     assert (op["action"], op["reason"]) == ("delete", "AwaitingApproval")
     table = cli("get", "operations").stdout
     assert "Suspended" in table
+    assert f"approval: devcell op resume {op['id']} --input confirm=api" in table
     assert ("delete_volume", "api") not in _calls(state_dir)
 
     wrong = cli("op", "resume", op["id"], "--input", "confirm=apj")

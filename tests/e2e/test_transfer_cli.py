@@ -33,7 +33,7 @@ def test_export_to_stdout_piped_into_import(cli: Cli, tmp_path: Path, state_dir:
     done = subprocess.run(["sh", "-c", pipe], capture_output=True, text=True, cwd=REPO,
                           env=dict(os.environ), timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("snapshot/moved imported (")
+    assert done.stdout.startswith("snapshot/moved imported (0 files, 0 bytes, backend fake")
     assert "snapshot/before exported to standard output" in done.stderr
     listed = subprocess.run(f"{_devcell(target)} get snapshots", shell=True, cwd=REPO,
                             capture_output=True, text=True, timeout=60)

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from devcell.backends.container import ContainerBackend
+from devcell.controllers.context import Context
+from devcell.store.db import Database, open_database
 from tests.backends.engine import remove_containers, require_engine
 
 
@@ -42,3 +44,18 @@ def docker_client(engine: None) -> Iterator[Any]:
     client = docker.from_env()
     yield client
     client.close()
+
+
+@pytest.fixture
+def db(engine: None, state: Path) -> Iterator[Database]:
+    """The test's state database, for tests that drive the controllers in-process."""
+    database = open_database(state)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def ctx(db: Database) -> Iterator[Context]:
+    context = Context(db, trigger="test")
+    yield context
+    context.close()

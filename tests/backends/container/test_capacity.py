@@ -123,6 +123,10 @@ def test_a_dirty_cell_shows_the_bytes_changed_since_its_last_snapshot(
     assert (dirty["changedFiles"], dirty["changedBytes"]) == (3, 123456 + f7 + f8)
     wide = cli("get", "cells", "box", "-o", "wide")
     assert wide.returncode == 0 and "in 3 files" in wide.stdout, wide.stdout + wide.stderr
+    assert "3 files changed since s1" in cli("df", "-v").stdout
+    assert cli("snapshot", "create", "box", "--name", "s2").returncode == 0
+    _change(cli, "echo one >> /workspace/new")
+    assert "1 file changed since s2" in cli("df", "-v").stdout
 
 
 def test_memory_of_a_running_cell_matches_the_engines_stats(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,20 +28,6 @@ SERVICE = {"name": "writer",
 def container_cell(name: str, state: str = "Running", **spec: Any) -> dict[str, Any]:
     return cell_doc(name, state, backend="container", image=IMAGE, network={"mode": "none"},
                     services=[SERVICE], **spec)
-
-
-@pytest.fixture
-def db(engine: None, state: Path) -> Iterator[Database]:
-    database = open_database(state)
-    yield database
-    database.close()
-
-
-@pytest.fixture
-def ctx(db: Database) -> Iterator[Context]:
-    context = Context(db, trigger="test")
-    yield context
-    context.close()
 
 
 def backend_of(ctx: Context) -> ContainerBackend:

@@ -3,7 +3,6 @@ the real Docker engine: each spec.imagePullPolicy, credentials, and every failur
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,8 @@ from devcell.backends.container import ContainerBackend
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Plan, Settled
 from devcell.errors import ImagePullFailed, retry_delay
-from devcell.store.db import Database, open_database
+from devcell.store.db import Database
 from tests.backends.container.test_controller import backend_of, ref_of, run_in
-from tests.backends.engine import remove_containers
 from tests.controllers.support import apply, cell_doc, converge_all, decide, last_operation, record
 from tests.registry import Registry, auth_registry, closed_port_ref, registry
 
@@ -26,27 +24,6 @@ __all__ = ["auth_registry", "registry"]  # fixtures
 def pulled_cell(name: str, image: str, **spec: Any) -> dict[str, Any]:
     return cell_doc(name, backend="container", image=image, network={"mode": "none"},
                     services=[{"name": "idle", "command": ["sleep", "600"]}], **spec)
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "state"
-    yield path
-    remove_containers(path)
-
-
-@pytest.fixture
-def db(engine: None, state: Path) -> Iterator[Database]:
-    database = open_database(state)
-    yield database
-    database.close()
-
-
-@pytest.fixture
-def ctx(db: Database) -> Iterator[Context]:
-    context = Context(db, trigger="test")
-    yield context
-    context.close()
 
 
 def test_an_image_only_in_the_registry_is_pulled_and_the_cell_becomes_ready(

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import http.server
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from devcell.backends.base import ImageState
+from devcell.backends.container_pull import REGISTRY_CHECK_TIMEOUT
 from devcell.errors import ImagePullFailed, retry_delay
 from tests.backends.container.test_controller import backend_of
-from tests.backends.container.test_pull import ctx, db, pulled_cell, ref_of_new, state
+from tests.backends.container.test_pull import pulled_cell, ref_of_new
 from tests.controllers.support import apply, converge_all, record
-
-__all__ = ["ctx", "db", "state"]  # fixtures
 
 
 class _Stalling(http.server.BaseHTTPRequestHandler):
@@ -66,20 +66,28 @@ def short_idle(state: Path) -> None:
     path.chmod(0o600)
 
 
-def _pull_in_thread(backend: object, image: str) -> list[BaseException]:
+def _within_a_minute(call: Callable[[], object]) -> tuple[object, list[BaseException]]:
+    """What `call()` returned and raised, run in a thread the test waits 60 s for: a call
+    still hanging then (the client's own 120 s, or none) fails the test instead of holding it."""
+    returned: list[object] = []
     caught: list[BaseException] = []
 
     def run() -> None:
         try:
-            backend.pull_image(ref_of_new("api"), image)  # type: ignore[attr-defined]
+            returned.append(call())
         except BaseException as exc:  # noqa: BLE001 - handed to the test
             caught.append(exc)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(60)
-    assert not thread.is_alive(), "the pull from a silent registry is still hanging after 60 s"
-    return caught
+    assert not thread.is_alive(), "the call to a silent registry is still hanging after 60 s"
+    return (returned or [None])[0], caught
+
+
+def _pull_in_thread(backend: object, image: str) -> list[BaseException]:
+    return _within_a_minute(
+        lambda: backend.pull_image(ref_of_new("api"), image))[1]  # type: ignore[attr-defined]
 
 
 def test_a_pull_from_a_registry_that_never_answers_ends_after_the_idle_timeout(
@@ -100,3 +108,25 @@ def test_a_silent_registry_leaves_the_cell_not_ready_with_the_reason_not_running
     cell = record(db, "Cell", "api")  # type: ignore[arg-type]
     ready = cell.condition("Ready")
     assert ready["reason"] == "ImagePullFailed" and "registry not answering" in ready["message"]
+
+
+@pytest.mark.parametrize("idle", [3, None], ids=["pullIdleTimeoutSeconds-3", "default-120"])
+def test_the_always_policys_registry_check_of_a_silent_registry_ends_within_its_bound(
+        idle: int | None, silent_registry: str, ctx: object, state: Path) -> None:
+    """`imagePullPolicy: Always` asks the registry at every converge of a settled cell: a
+    silent registry costs pullIdleTimeoutSeconds, at most REGISTRY_CHECK_TIMEOUT (20 s), never
+    the client's 120 s; the cell keeps its image and the reason is said."""
+    if idle is not None:
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (state / "config.yaml").write_text(
+            "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+            f"images:\n  pullIdleTimeoutSeconds: {idle}\n")
+        (state / "config.yaml").chmod(0o600)
+    image = f"{silent_registry}/devcell-test/silent:1"
+    backend = backend_of(ctx)  # type: ignore[arg-type]
+    found, caught = _within_a_minute(lambda: backend.image_state(image, check_registry=True))
+    assert caught == [] and isinstance(found, ImageState)
+    assert found.current is None and not found.present
+    limit = idle if idle is not None else REGISTRY_CHECK_TIMEOUT
+    assert f"registry not answering: no answer in {limit:g} s" in (found.check_error or "")
+    assert silent_registry in (found.check_error or "")

@@ -3,6 +3,7 @@ shared per module, every machine a test starts killed afterwards by its label on
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 from collections.abc import Iterator
@@ -45,20 +46,28 @@ def make_state(path: Path, cache: Path) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def booted_cell(state: Path, cache: Path, ref: CellRef, *, max_chain: int | None = None
+                ) -> Iterator[VmBackend]:
+    """A vm backend over a fresh state directory with `ref` created on its own workspace
+    volume and started; every machine started under `state` is killed on the way out."""
+    backend = VmBackend(state_dir=make_state(state, cache), max_chain=max_chain)
+    try:
+        backend.create_volume(ref, ref.volume_id or "", from_checkpoint=None)
+        backend.create(ref, "hash-1")
+        backend.start(ref)
+        yield backend
+    finally:
+        kill_machines(state)
+
+
 @pytest.fixture(scope="module")
 def machine(tmp_path_factory: pytest.TempPathFactory, vm_cache: Path
             ) -> Iterator[tuple[VmBackend, CellRef]]:
     """A booted vm cell with a workspace disk and the counter service, for the module."""
-    state = make_state(tmp_path_factory.mktemp("vm") / "state", vm_cache)
-    backend = VmBackend(state_dir=state)
     ref = CellRef("cell_vmtest0001", "box", SPEC, "vol_vmtest0001")
-    try:
-        backend.create_volume(ref, "vol_vmtest0001", from_checkpoint=None)
-        backend.create(ref, "hash-1")
-        backend.start(ref)
+    with booted_cell(tmp_path_factory.mktemp("vm") / "state", vm_cache, ref) as backend:
         yield backend, ref
-    finally:
-        kill_machines(state)
 
 
 def run(backend: VmBackend, ref: CellRef, script: str, stdin: bytes | None = None

@@ -35,6 +35,13 @@ def _manifest(tmp_path: Path) -> Path:
     return path
 
 
+def _left(vm: Path) -> dict[str, list[str]]:
+    """What is left in each folder that holds a cell's, volume's or snapshot's bytes."""
+    parts = ("cells", "volumes", "checkpoints", "layers", "machines")
+    return {part: names for part in parts
+            if (names := sorted(os.listdir(vm / part)) if (vm / part).exists() else [])}
+
+
 def _counter(cli: Cli) -> int:
     result = cli("exec", "vmbox", "--", "cat", "/tmp/counter", timeout=300)
     assert result.returncode == 0, result.stderr
@@ -55,11 +62,14 @@ def test_sleep_keeps_the_machine_and_start_resumes_its_processes(
         assert not vm_proc.scan(VmLayout(state_dir).name_prefix)  # no QEMU while asleep
         described = cli("describe", "cell", "vmbox").stdout
         assert "consistency machine" in described and "qemu-microvm" in described
+        assert ("TCG (emulated" in described) != ("KVM (hardware" in described), described
         assert cli("cell", "start", "vmbox").returncode == 0
         after = _counter(cli)
         assert before <= after < before + 30, (before, after)
         assert "resumed from the saved machine" in cli("describe", "cell", "vmbox").stdout
         # A snapshot that keeps memory, and a fork of it: the same processes, a new machine.
+        assert cli("exec", "vmbox", "--", "sh", "-c", "echo warm > /workspace/w.txt",
+                   timeout=300).returncode == 0
         taken = cli("snapshot", "create", "vmbox", "--name", "warm", "--consistency", "machine",
                     timeout=300)
         assert taken.returncode == 0, taken.stderr
@@ -73,10 +83,22 @@ def test_sleep_keeps_the_machine_and_start_resumes_its_processes(
         assert int(done.stdout.splitlines()[1]) >= after
         assert "resumed from a machine snapshot as a new machine (hostname vmbox-2" in \
             cli("describe", "cell", "vmbox-2").stdout
+        # Not exported: no archive carries memory, and its disk alone lacks the write above
+        # (switched while paused, not frozen, so w.txt is still only in the guest's memory).
+        archive = tmp_path / "warm.tar"
+        refused = cli("snapshot", "export", "warm", "-o", str(archive), timeout=300)
+        assert refused.returncode == 1 and "keeps a machine's memory" in refused.stderr
+        assert "Traceback" not in refused.stderr and not archive.exists()
+        assert list(tmp_path.glob(".warm.tar*")) == []
         deleted = cli("delete", "cell", "vmbox", "vmbox-2", "--approve")
         assert deleted.returncode == 0, deleted.stderr
         assert not vm_proc.scan(VmLayout(state_dir).name_prefix)
         assert not list((state_dir / "vm" / "cells").iterdir())
+        # The machine snapshot (its RAM, device state and frozen disk layer) and the sleep's
+        # saved machine go too: after every snapshot and cell, nothing is left.
+        gone = cli("delete", "snapshot", "warm", timeout=300)
+        assert gone.returncode == 0, gone.stderr
+        assert _left(state_dir / "vm") == {}
     finally:
         from tests.backends.vm_machines import kill_machines
 
@@ -135,16 +157,27 @@ def test_snapshot_fork_wide_views_delete_and_gc_of_a_vm_cell_through_the_cli(
         cells = cli("get", "cells", "-o", "wide")
         assert cells.returncode == 0 and "vmfork" in cells.stdout, cells.stderr
         assert "<none>" not in cells.stdout.splitlines()[1]  # measured, not missing
+        layers = [str(p) for p in (vm / "layers").glob("*.qcow2")]
+        # Every layer once (its qcow2 and its record): the source's top, the fork's top, the
+        # snapshot's frozen layer; with the volumes' and the checkpoint's markers.
+        held = [*layers, *(str(p) for p in (vm / "layers").glob("*.json")),
+                *(str(p) for part in ("volumes", "checkpoints") for p in (vm / part).iterdir())]
+
+        def du() -> int:
+            return int(subprocess.run(["du", "-scx", "-B1", *held], capture_output=True,
+                                      text=True, check=True).stdout.splitlines()[-1].split()[0])
+
+        # The two guests run on (their journals write every few seconds) and a layer's
+        # blocks only ever grow, so df's figure lies between `du` just before and just after.
+        before = du()
         df = cli("df", "-v", "-o", "json")
+        after = du()
         assert df.returncode == 0, df.stderr
         doc = json.loads(df.stdout)
         sizes = {t["type"]: t["sizeBytes"] for t in doc["types"]}
-        layers = [str(p) for p in (vm / "layers").glob("*.qcow2")]
-        du = subprocess.run(["du", "-c", "-B1", *layers], capture_output=True, text=True,
-                            check=True).stdout.splitlines()[-1].split()[0]
-        # Every layer once: the source's top, the fork's top, the snapshot's frozen layer.
         assert len(layers) == 3
-        assert sizes["Workspaces"] + sizes["Fork layers"] + sizes["Checkpoints"] == int(du)
+        assert before <= sizes["Workspaces"] + sizes["Fork layers"] + sizes["Checkpoints"] \
+            <= after, (before, sizes, after)
         items = {(i["type"], i["backend"]) for i in doc["items"]}
         assert {("Workspaces", "vm"), ("Fork layers", "vm"), ("Checkpoints", "vm"),
                 ("Runtimes", "vm")} <= items
@@ -153,13 +186,28 @@ def test_snapshot_fork_wide_views_delete_and_gc_of_a_vm_cell_through_the_cli(
         listed = subprocess.run(["tar", "tf", str(tmp_path / "s1.tar")], capture_output=True,
                                 text=True, check=True).stdout
         assert "workspace/b.txt" in listed and "workspace/a.txt" not in listed
+        # A cell moves between machines: import into another state directory, fork there.
+        other = make_state(tmp_path / "other", vm_cache)
+        there = {"DEVCELL_HOME": str(other)}
+        imported = cli("snapshot", "import", str(tmp_path / "s1.tar"), env=there, timeout=300)
+        assert imported.returncode == 0, imported.stderr
+        assert "imported (1 file, 7 bytes, backend vm" in imported.stdout, imported.stdout
+        moved = _cell(tmp_path, "moved", ", from: {snapshot: s1}")
+        assert cli("apply", "-f", str(moved), env=there, timeout=300).returncode == 0
+        read = cli("exec", "moved", "--", "sh", "-c",
+                   "cat /workspace/b.txt; test -e /workspace/a.txt || echo absent",
+                   env=there, timeout=300)
+        assert read.stdout == "before\nabsent\n", read.stderr
+        for gone_there in (("cell", "moved", "--approve"), ("snapshot", "s1")):
+            assert cli("delete", *gone_there, env=there, timeout=300).returncode == 0
+        assert _left(other / "vm") == {}
         for kind, name in (("cell", "vmsrc"), ("cell", "vmfork"), ("snapshot", "s1")):
             gone = cli("delete", kind, name, "--approve", timeout=300)
             assert gone.returncode == 0, gone.stderr
         assert cli("gc", "--approve", timeout=300).returncode == 0
-        for part in ("cells", "volumes", "checkpoints", "layers"):
-            assert os.listdir(vm / part) == [], (part, os.listdir(vm / part))
+        assert _left(vm) == {}
     finally:
         from tests.backends.vm_machines import kill_machines
 
         kill_machines(state_dir)
+        kill_machines(tmp_path / "other")

@@ -7,6 +7,7 @@ each builds on what the previous one left (the chain grows snapshot by snapshot)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -20,8 +21,7 @@ import pytest
 from devcell.backends.base import CellRef, Consistency
 from devcell.backends.vm import VmBackend
 from devcell.backends.vm_capacity import VmAccounting
-from tests.backends.vm.conftest import SPEC, make_state, run
-from tests.backends.vm_machines import kill_machines
+from tests.backends.vm.conftest import SPEC, booted_cell, run
 
 BOUND = 3
 FORK = CellRef("cell_vmdisk0002", "fork", SPEC, "vol_vmdisk0002")
@@ -30,16 +30,10 @@ FORK = CellRef("cell_vmdisk0002", "fork", SPEC, "vol_vmdisk0002")
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, vm_cache: Path
           ) -> Iterator[dict[str, Any]]:
-    state = make_state(tmp_path_factory.mktemp("vmdisk") / "state", vm_cache)
-    backend = VmBackend(state_dir=state, max_chain=BOUND)
+    state = tmp_path_factory.mktemp("vmdisk") / "state"
     ref = CellRef("cell_vmdisk0001", "disky", SPEC, "vol_vmdisk0001")
-    try:
-        backend.create_volume(ref, ref.volume_id or "", from_checkpoint=None)
-        backend.create(ref, "hash-1")
-        backend.start(ref)
+    with booted_cell(state, vm_cache, ref, max_chain=BOUND) as backend:
         yield {"backend": backend, "ref": ref, "state": state}
-    finally:
-        kill_machines(state)
 
 
 def ok(backend: VmBackend, ref: CellRef, script: str) -> str:
@@ -96,6 +90,7 @@ def test_a_file_written_before_a_snapshot_is_in_the_fork_and_one_after_is_not(
 def test_a_block_diff_snapshot_holds_only_the_blocks_written_since_the_previous(
         world: dict[str, Any]) -> None:
     backend, ref = world["backend"], world["ref"]
+    assert backend.capabilities.block_diff  # declared, as it is done
     ok(backend, ref, "dd if=/dev/urandom of=/workspace/blob bs=1M count=2 2>/dev/null; sync")
     info = backend.checkpoint(ref, "snap_d2")
     # 2 MiB of data plus the filesystem's metadata and journal blocks, not the disk.
@@ -108,7 +103,32 @@ def test_a_block_diff_snapshot_holds_only_the_blocks_written_since_the_previous(
     assert backend.workspace_changed_since("vol_vmdisk0001", "snap_d2")
 
 
+def du_all(*paths: Path) -> int:
+    """`du -scxB1`: blocks allocated, each inode once over all the paths."""
+    out = subprocess.run(["du", "-scxB1", *map(str, paths)], check=True, capture_output=True,
+                         text=True).stdout
+    return int(out.splitlines()[-1].split()[0])
+
+
+@contextlib.contextmanager
+def frozen(backend: VmBackend, *refs: CellRef) -> Iterator[None]:
+    """The guests' filesystems frozen (fsfreeze through the agent), so no layer grows while
+    `du` and the accounting measure it: a running guest writes its journal every few seconds."""
+    try:
+        for ref in refs:
+            backend.quiesce(ref)
+        yield
+    finally:
+        for ref in refs:
+            backend.resume(ref)
+
+
 def test_accounting_matches_du_and_qemu_img_each_layer_once(world: dict[str, Any]) -> None:
+    with frozen(world["backend"], world["ref"], FORK):
+        _accounting_matches_du_and_qemu_img(world)
+
+
+def _accounting_matches_du_and_qemu_img(world: dict[str, Any]) -> None:
     backend, state = world["backend"], world["state"]
     accounting = VmAccounting(state_dir=state)
     layers = state / "vm" / "layers"
@@ -117,25 +137,33 @@ def test_accounting_matches_du_and_qemu_img_each_layer_once(world: dict[str, Any
                                      text=True).stdout.split()[0]) for p in files}
     for path in files:
         assert qemu_img_info(path)["actual-size"] == du[path.name]
+
+    def layer_files(*ids: str) -> list[Path]:  # a layer is its qcow2 and its record
+        return [layers / f"{i}.{ext}" for i in ids for ext in ("qcow2", "json")]
+
+    volume, fork_volume = (backend.layout.volume(v) for v in ("vol_vmdisk0001",
+                                                              "vol_vmdisk0002"))
     chain = backend.disks.layers.chain(backend.disks.top("vol_vmdisk0001") or "")
     usage = accounting.workspace_usage("vol_vmdisk0001")
     assert usage is not None
-    assert usage.workspace.disk == sum(du[f"{layer}.qcow2"] for layer in chain)
+    assert usage.workspace.disk == du_all(volume, *layer_files(*chain))
     # The blocks holding data as the guest sees them: the blob and the filesystem's own.
     assert 2 << 20 < usage.workspace.logical < 128 << 20
-    assert usage.own_disk == du[f"{chain[0]}.qcow2"]  # the rest is under snapshots
+    assert usage.own_disk == du_all(volume, *layer_files(chain[0]))  # the rest: snapshots'
     assert usage.since == "snap_d2"
     assert 0 < usage.changed_bytes < 1 << 20  # blocks written since snap_d2, not tables
     snaps = accounting.checkpoints_usage(None)
     by_id = {item.checkpoint_id: item for item in snaps.items}
     assert by_id["snap_d1"].forks == ("vol_vmdisk0002",) and by_id["snap_d1"].unique == 0
-    assert snaps.total.disk == sum(du[p.name] for p in files
-                                   if p.stem in {layer_of(backend, s).stem
-                                                 for s in ("snap_d1", "snap_d2")})
+    checkpoints = [backend.layout.checkpoint(s) for s in ("snap_d1", "snap_d2")]
+    # A checkpoint's directory counts too (its marker, snap_d1's extracted files).
+    assert snaps.total.disk == du_all(*checkpoints, *layer_files(
+        *{layer_of(backend, s).stem for s in ("snap_d1", "snap_d2")}))
     # Every layer once: the parent, the fork and the snapshots together are the directory.
     fork = accounting.workspace_usage("vol_vmdisk0002")
     assert fork is not None and fork.fork_of == "snap_d1"
-    assert snaps.total.disk + usage.own_disk + fork.own_disk == sum(du.values())
+    assert snaps.total.disk + usage.own_disk + fork.own_disk == du_all(
+        *layer_files(*(p.stem for p in files)), volume, fork_volume, *checkpoints)
     assert dict(accounting.volumes()) == {"vol_vmdisk0001": "cell_vmdisk0001",
                                           "vol_vmdisk0002": "cell_vmdisk0002"}
     runtimes = accounting.runtimes_usage()

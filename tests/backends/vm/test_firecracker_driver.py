@@ -180,7 +180,8 @@ def _vsock_mux(path: Path, *, accept_port: int) -> None:
                     conn.sendall(b"\xff" + json.dumps(
                         {"return": request["arguments"]["id"]}).encode() + b"\n")
                 else:
-                    conn.sendall(b'{"return": {}}\n')
+                    conn.sendall(json.dumps({"return": {}, "id": request.get("id")}).encode()
+                                 + b"\n")  # qemu-ga echoes a request's id
             return
     threading.Thread(target=run, daemon=True).start()
 

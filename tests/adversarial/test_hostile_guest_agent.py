@@ -1,0 +1,247 @@
+"""A hostile guest agent: root in a vm cell can put its own program on the agent's port.
+
+Everything the host reads from that port is the guest's word: a reply that never comes,
+never ends, is nested ten thousand levels deep, answers another request, carries escape
+sequences, or claims an exit status of 10**30 and base64 that is not. The host's client
+(devcell.backends.vm_qmp.Agent and the exec reply checks in vm_exec) must stay bounded in
+time and memory and fail with a BackendError, never a traceback or a forged output line.
+
+This tests DevCell's parser, not QEMU: the agent here is a program on a unix socket speaking
+qemu-ga's protocol (sync after a 0xFF byte, replies echoing the request's id, as the real
+qemu-ga does), with its replies bent one way at a time. The attack through a real guest is
+in tests/backends/vm/test_hostile_guest.py.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcell.backends import vm_exec, vm_qmp
+from devcell.backends.vm import VmBackend
+from devcell.errors import BackendError, BackendUnavailable
+
+Answer = Callable[[dict[str, Any], socket.socket], None]
+"""What the fake agent does with a request that is not a sync (send something, or not)."""
+
+
+def reply(conn: socket.socket, request: dict[str, Any], value: Any) -> None:
+    conn.sendall(json.dumps({"return": value, "id": request.get("id")}).encode() + b"\n")
+
+
+@pytest.fixture
+def agent_dir(tmp_path: Path) -> Iterator[Callable[[Answer], Path]]:
+    """A directory whose ga.sock is a fake agent: honest syncs, then `answer` per request."""
+    listeners: list[socket.socket] = []
+
+    def serve(answer: Answer) -> Path:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(tmp_path / "ga.sock"))
+        listener.listen(4)
+        listeners.append(listener)
+
+        def talk(conn: socket.socket) -> None:
+            with conn, conn.makefile("rb") as lines:
+                for raw in lines:
+                    request = json.loads(raw.lstrip(b"\xff"))
+                    if request["execute"] == "guest-sync-delimited":
+                        conn.sendall(b"\xff" + json.dumps(
+                            {"return": request["arguments"]["id"]}).encode() + b"\n")
+                    else:
+                        answer(request, conn)
+
+        def accept() -> None:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                threading.Thread(target=_quietly, args=(talk, conn), daemon=True).start()
+        threading.Thread(target=accept, daemon=True).start()
+        return tmp_path
+    yield serve
+    for listener in listeners:
+        listener.close()
+
+
+def _quietly(talk: Callable[[socket.socket], None], conn: socket.socket) -> None:
+    try:
+        talk(conn)
+    except (OSError, ValueError):
+        pass  # the client gave up on this agent mid-request, as it should
+
+
+def test_a_reply_that_never_comes_is_a_timeout_error_not_a_hang(
+        agent_dir: Callable[[Answer], Path]) -> None:
+    directory = agent_dir(lambda request, conn: None)
+    began = time.monotonic()
+    with vm_qmp.Agent(directory, timeout=5.0) as agent, \
+            pytest.raises(BackendUnavailable, match="did not answer in time"):
+        agent.command("guest-ping", timeout=1.0)
+    assert time.monotonic() - began < 30  # bounded by the timeouts given, not forever
+
+
+def test_a_never_ending_line_is_refused_with_bounded_memory(
+        agent_dir: Callable[[Answer], Path]) -> None:
+    chunk = b"A" * (1 << 16)
+
+    def flood(request: dict[str, Any], conn: socket.socket) -> None:
+        while True:
+            conn.sendall(chunk)
+    directory = agent_dir(flood)
+    tracemalloc.start()
+    try:
+        with vm_qmp.Agent(directory, timeout=5.0) as agent, \
+                pytest.raises(BackendError, match="longer than"):
+            agent.command("guest-ping", timeout=120.0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * vm_qmp.MAX_LINE, peak
+
+
+def test_a_reply_nested_too_deep_is_not_json_not_a_recursion_error(
+        agent_dir: Callable[[Answer], Path]) -> None:
+    directory = agent_dir(lambda request, conn: conn.sendall(b"[" * 200_000 + b"\n"))
+    with vm_qmp.Agent(directory, timeout=5.0) as agent, \
+            pytest.raises(BackendError, match="not JSON"):
+        agent.command("guest-ping")
+
+
+def test_replies_to_other_requests_are_skipped(agent_dir: Callable[[Answer], Path]) -> None:
+    def confuse(request: dict[str, Any], conn: socket.socket) -> None:
+        for stale in ({"return": "stale"}, {"return": "wrong", "id": "devcell-999"},
+                      {"return": "wrong", "id": 1}):
+            conn.sendall(json.dumps(stale).encode() + b"\n")
+        reply(conn, request, "mine")
+    directory = agent_dir(confuse)
+    with vm_qmp.Agent(directory, timeout=5.0) as agent:
+        assert agent.command("guest-ping") == "mine"
+        assert agent.command("guest-ping") == "mine"
+
+
+def test_only_replies_to_other_requests_end_in_a_timeout(
+        agent_dir: Callable[[Answer], Path]) -> None:
+    directory = agent_dir(lambda request, conn: conn.sendall(b'{"return": 1, "id": "x"}\n'))
+    with vm_qmp.Agent(directory, timeout=5.0) as agent, \
+            pytest.raises(BackendUnavailable, match="did not answer in time"):
+        agent.command("guest-ping", timeout=1.0)
+
+
+@pytest.mark.parametrize("error", ["a string", 5, None, ["a", "list"],
+                                   {"desc": "\x1b[31mred\ncell/api created"},
+                                   {"desc": "x" * 100_000}])
+def test_an_error_of_any_shape_is_a_backend_error_escaped_and_cut(
+        agent_dir: Callable[[Answer], Path], error: Any) -> None:
+    def refuse(request: dict[str, Any], conn: socket.socket) -> None:
+        conn.sendall(json.dumps({"error": error, "id": request["id"]}).encode() + b"\n")
+    directory = agent_dir(refuse)
+    with vm_qmp.Agent(directory, timeout=5.0) as agent, \
+            pytest.raises(BackendError, match="refused guest-ping") as caught:
+        agent.command("guest-ping")
+    message = str(caught.value)
+    assert message.isprintable(), message
+    assert len(message) < 2 * vm_qmp.MAX_WORDS
+
+
+def test_an_agent_that_hangs_up_mid_reply_is_unavailable(
+        agent_dir: Callable[[Answer], Path]) -> None:
+    def hang_up(request: dict[str, Any], conn: socket.socket) -> None:
+        conn.sendall(b'{"return": {"pi')
+        conn.shutdown(socket.SHUT_RDWR)
+    directory = agent_dir(hang_up)
+    with vm_qmp.Agent(directory, timeout=5.0) as agent, \
+            pytest.raises(BackendUnavailable, match="closed the connection"):
+        agent.command("guest-ping")
+
+
+def test_an_agent_that_reads_nothing_fails_the_send_in_time(tmp_path: Path) -> None:
+    """It accepts, then never reads: the sync cannot even be sent in full."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "ga.sock"))
+    listener.listen(1)
+    try:
+        began = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="did not answer"):
+            vm_qmp.Agent(tmp_path, timeout=2.0)
+        assert time.monotonic() - began < 30
+    finally:
+        listener.close()
+
+
+def test_a_request_the_agent_never_reads_is_a_timeout(
+        agent_dir: Callable[[Answer], Path]) -> None:
+    """guest-exec with 16 MiB of input to an agent that stopped reading after the sync."""
+    stuck = threading.Event()
+
+    def stop_reading(request: dict[str, Any], conn: socket.socket) -> None:
+        stuck.wait()
+    directory = agent_dir(stop_reading)
+    try:
+        with vm_qmp.Agent(directory, timeout=5.0) as agent:
+            agent.command  # noqa: B018 - connected and synced
+            with pytest.raises(BackendUnavailable, match="did not answer in time"):
+                agent.command("guest-ping", timeout=1.0)
+            with pytest.raises(BackendUnavailable, match="did not read a request in time"):
+                agent.command("guest-exec", timeout=1.0, path="/bin/true",
+                              **{"input-data": "A" * (16 << 20)})
+    finally:
+        stuck.set()
+
+
+# -- guest-exec's replies, through the backend's own exec loop --------------------------------
+
+def _exec_agent(started: Any, status: Any) -> Answer:
+    def answer(request: dict[str, Any], conn: socket.socket) -> None:
+        reply(conn, request, started if request["execute"] == "guest-exec" else status)
+    return answer
+
+
+def _run(directory: Path) -> tuple[int, bytes, bytes]:
+    with vm_qmp.Agent(directory, timeout=5.0) as agent:
+        return VmBackend._run(agent, ["/bin/true"], timeout=5.0)
+
+
+@pytest.mark.parametrize(("started", "status", "match"), [
+    ([], {}, "no process id"),
+    ({"pid": "1; rm -rf /"}, {}, "no process id"),
+    ({"pid": True}, {}, "no process id"),
+    ({"pid": 7}, "exited", "not an object"),
+    ({"pid": 7}, {"exited": True, "exitcode": 10**30}, "impossible end"),
+    ({"pid": 7}, {"exited": True, "exitcode": -1}, "impossible end"),
+    ({"pid": 7}, {"exited": True, "exitcode": "0"}, "impossible end"),
+    ({"pid": 7}, {"exited": True, "signal": "KILL"}, "impossible end"),
+    ({"pid": 7}, {"exited": True}, "impossible end"),
+    ({"pid": 7}, {"exited": True, "exitcode": 0, "out-data": "not base64!"}, "not base64"),
+    ({"pid": 7}, {"exited": True, "exitcode": 0, "err-data": ["x"]}, "not text"),
+])
+def test_an_impossible_exec_reply_is_a_backend_error(
+        agent_dir: Callable[[Answer], Path], started: Any, status: Any, match: str) -> None:
+    with pytest.raises(BackendError, match=match):
+        _run(agent_dir(_exec_agent(started, status)))
+
+
+def test_an_honest_exec_reply_is_believed(agent_dir: Callable[[Answer], Path]) -> None:
+    status = {"exited": True, "signal": 9, "out-data": "aGk=", "err-data": ""}
+    assert _run(agent_dir(_exec_agent({"pid": 7}, status))) == (137, b"hi", b"")
+
+
+def test_output_past_the_limit_is_cut_before_it_is_decoded() -> None:
+    """Base64 the size of a whole reply line decodes to at most 16 MiB."""
+    huge = "QUFB" * (vm_qmp.MAX_LINE // 8)  # 32 MiB of base64: 24 MiB claimed output
+    tracemalloc.start()
+    try:
+        done = vm_exec.finished({"exited": True, "exitcode": 0, "out-data": huge})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert done is not None and len(done.out) == vm_exec.OUTPUT_LIMIT
+    assert peak < 3 * vm_exec.OUTPUT_LIMIT, peak

@@ -62,3 +62,68 @@ def test_every_module_logs_through_devcell_log() -> None:
                     isinstance(node, ast.Import) and any(a.name == "loguru" for a in node.names):
                 direct.append(str(path.relative_to(REPO)))
     assert direct == []
+
+
+LAZY = """
+import sys
+from devcell import log
+from devcell.log import logger
+
+lines = []
+log.configure(lambda real: real.add(lambda m: lines.append(m.record), level="WARNING",
+                                    format="{message}"), level="WARNING")
+logger.bind(cell="c1").info("not shown {}", 1)
+logger.debug("not shown either")
+assert "loguru" not in sys.modules, "a record no sink takes imported loguru"
+
+
+def caller():
+    logger.bind(cell="c1").warning("shown {}", 2)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logger.exception("failed")
+
+
+caller()
+assert "loguru" in sys.modules and log.loaded()
+from loguru import logger as real
+assert len(real._core.handlers) == 1, "the default sink was built although replaced"
+print([(r["message"], r["level"].name, r["name"], r["function"], r["extra"],
+        r["exception"] is not None) for r in lines])
+print(len(lines))
+"""
+
+
+def test_loguru_is_imported_only_when_a_record_reaches_a_sink() -> None:
+    """A command that logs nothing (at the CLI's default level, warnings) never imports loguru;
+    the first record a sink takes imports it, with the caller's module and function, its bound
+    context, and its exception, as loguru's own logger would record them."""
+    done = _run(LAZY)
+    assert done.returncode == 0, done.stderr
+    records, count = done.stdout.splitlines()
+    assert records == str([("shown 2", "WARNING", "__main__", "caller", {"cell": "c1"}, False),
+                           ("failed", "ERROR", "__main__", "caller", {}, True)])
+    assert count == "2"
+
+
+def test_the_library_stays_silent_without_configure() -> None:
+    """Without an application's sinks nothing imports loguru, whatever is logged; once loguru
+    is imported by someone else, DevCell's records go to it, disabled until enabled."""
+    done = _run("""
+from devcell.log import logger
+from devcell import log
+logger.error("nobody listens")
+assert "loguru" not in sys.modules
+from loguru import logger as real
+real.remove()
+seen = []
+real.add(lambda m: seen.append(m.record["message"]))
+in_devcell = {"__name__": "devcell.somewhere", "logger": logger}  # what disable() silences
+exec('logger.warning("disabled")', in_devcell)
+log.enable()
+exec('logger.warning("enabled {}", "now")', in_devcell)
+print(seen)
+""")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['enabled now']"

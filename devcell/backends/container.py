@@ -36,18 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from devcell import config, security
-from devcell.backends import (
-    base_image,
-    build_digest_cache,
-    container_observe,
-    container_spec,
-    images,
-    proctree,
-    pull_progress,
-    supervisor,
-    usage,
-    workspace_restore,
-)
+from devcell.backends import container_observe, container_spec, supervisor
 from devcell.backends.base import (
     Capabilities,
     CellRef,
@@ -718,9 +707,12 @@ class ContainerBackend:
         return {}
 
     def _remove(self, container_id: str, cell: CellRef) -> None:
+        """Over the socket first (`cell sleep` needs no SDK), else through the SDK."""
+        action = f"removing the container of cell {cell.name}"
         try:
-            with _engine(f"removing the container of cell {cell.name}"):
-                self.api.remove_container(container_id, force=True)
+            if not container_observe.remove(container_id, action):
+                with _engine(action):
+                    self.api.remove_container(container_id, force=True)
         except BackendNotFound:
             pass
 
@@ -866,6 +858,8 @@ class ContainerBackend:
     def restore_workspace(self, cell: CellRef, checkpoint_id: str) -> Outputs:
         """Replace the cell's workspace by the checkpoint's tree (Restoring): refused while
         its container runs, since its processes would see the tree change under them."""
+        from devcell.backends import workspace_restore
+
         if cell.volume_id is None:
             raise BackendError(f"cell {cell.name} has no workspace volume to restore into")
         info = self._find(cell)
@@ -880,6 +874,8 @@ class ContainerBackend:
 
     def workspace_changes(self, volume_id: str, checkpoint_id: str | None) -> Changes:
         """What the workspace holds that the checkpoint does not (paths, by name)."""
+        from devcell.backends import workspace_restore
+
         if not self.store.volume_exists(volume_id):
             return Changes()
         self.store.ensure_mounted(volume_id)
@@ -892,6 +888,8 @@ class ContainerBackend:
 
     def exclusive_bytes(self, kind: OwnedKind, resource_id: str) -> int:
         """Bytes removing a volume or checkpoint would free (Measuring; `devcell gc`)."""
+        from devcell.backends import usage
+
         if kind is OwnedKind.VOLUME:
             return usage.exclusive_bytes(self.layout.volume(resource_id))
         if kind is OwnedKind.CHECKPOINT:  # a tree other checkpoints name is not freed
@@ -959,6 +957,8 @@ class ContainerBackend:
 
     def _expire(self, exec_id: str, conn: Any, raw: Any, expired: threading.Event) -> None:
         """Kill a command past its time limit, with what it started, and end its stream."""
+        from devcell.backends import proctree
+
         expired.set()
         try:
             pid = int(self.api.exec_inspect(exec_id).get("Pid") or 0)
@@ -1107,6 +1107,8 @@ class ContainerBackend:
     # -- images ----------------------------------------------------------------------------
 
     def build_tag(self, cell: CellRef, build: dict[str, Any]) -> str:
+        from devcell.backends import build_digest_cache
+
         if not _CELL_NAME.fullmatch(cell.name):
             raise BackendRefused(f"refusing cell name {cell.name!r}: not a DNS-1123 label")
         from devcell.backends import container_build  # imports the SDK
@@ -1116,10 +1118,14 @@ class ContainerBackend:
         return container_build.tag_for(self.owner, cell.name, digest)
 
     def forget_cell_caches(self, cell: CellRef) -> None:
+        from devcell.backends import build_digest_cache
+
         if _CELL_NAME.fullmatch(cell.name):  # any other name was never cached
             build_digest_cache.DigestCache(self.layout.state_dir).forget(cell.name)
 
     def prune_cell_caches(self, live_cell_ids: frozenset[str]) -> list[str]:
+        from devcell.backends import build_digest_cache
+
         return build_digest_cache.DigestCache(self.layout.state_dir).prune(live_cell_ids)
 
     def build_image(self, cell: CellRef, build: dict[str, Any], tag: str) -> Outputs:
@@ -1146,6 +1152,8 @@ class ContainerBackend:
         """What the engine holds under `image`; with `check_registry`, also the digest its
         registry serves now (one manifest request, no download). A registry that cannot
         answer leaves `current` None and says why in `check_error`."""
+        from devcell.backends import images
+
         try:
             with _engine(f"looking up image {image}"):
                 local = self.api.inspect_image(image)
@@ -1178,6 +1186,8 @@ class ContainerBackend:
         """Pull `image` through the engine with the client's credentials (DOCKER_CONFIG or
         ~/.docker/config.json, credential helpers: the SDK's own lookup), one progress bar per
         layer, and record it as pulled by DevCell."""
+        from devcell.backends import images, pull_progress
+
         log = logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-")
         repository, tag = _split_reference(image)
         log.info("pulling image {}", image)
@@ -1254,6 +1264,8 @@ class ContainerBackend:
 
     def build_base_image(self, *, force: bool = False) -> str:
         """Import `devcell/busybox:latest` from the host's busybox-static; its image id."""
+        from devcell.backends import base_image
+
         image = base_image.BASE_IMAGE
         if not force and self.image_exists(image):
             with _engine(f"looking up image {image}"):

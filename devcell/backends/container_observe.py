@@ -13,15 +13,16 @@ goes through `container.py` and the SDK.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
 import socket
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from devcell.backends import engine_http
 from devcell.backends.base import Observed
 from devcell.backends.container_layout import Layout, is_safe_id, state_hash
 from devcell.backends.container_spec import CELL_ID, MANAGED, RUNTIME_HASH, STATE
@@ -47,31 +48,39 @@ def engine_address() -> str:
     return os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
-
-
-def _connection(address: str) -> http.client.HTTPConnection | None:
-    """A connection to the engine, or None for an address only the SDK speaks (ssh://, TLS)."""
+def _connect(address: str, timeout: float = TIMEOUT_S) -> socket.socket | None:
+    """A socket connected to the engine, or None for an address only the SDK speaks (ssh://,
+    TLS). Connecting may raise OSError: the caller says the engine cannot be reached."""
+    if not _speaks(address):
+        return None
     if address.startswith("unix://"):
-        return _UnixConnection(address[len("unix://"):], TIMEOUT_S)
-    if address.startswith("tcp://") and not os.environ.get("DOCKER_TLS_VERIFY"):
-        parsed = urllib.parse.urlsplit(address)
-        return http.client.HTTPConnection(parsed.hostname or "localhost", parsed.port or 2375,
-                                          timeout=TIMEOUT_S)
-    return None
+        return engine_http.unix(address[len("unix://"):], timeout)
+    parsed = urllib.parse.urlsplit(address)
+    return engine_http.tcp(parsed.hostname or "localhost", parsed.port or 2375, timeout)
+
+
+def _speaks(address: str) -> bool:
+    return address.startswith("unix://") or (
+        address.startswith("tcp://") and not os.environ.get("DOCKER_TLS_VERIFY"))
+
+
+ANSWERED_FRESH_S = 1.0
+"""An engine that answered this process less than this long ago counts as reachable without
+asking again: a snapshot's observe-first listing just asked, and its backend need not."""
+_answered: dict[str, float] = {}
+"""Engine address -> when it last answered this process (time.monotonic())."""
+
+
+def _ask(address: str, method: str, path: str, *, timeout: float = TIMEOUT_S,
+         limit: int = 64 << 20) -> engine_http.Response | None:
+    """One request to the engine; None for an address only the SDK speaks. OSError or
+    engine_http.BadResponse when the engine cannot be reached or answers nonsense."""
+    sock = _connect(address, timeout)
+    if sock is None:
+        return None
+    response = engine_http.request(sock, method, path, limit=limit)
+    _answered[address] = time.monotonic()
+    return response
 
 
 def list_containers(state_dir: Path, *, size: bool = False) -> list[dict[str, Any]]:
@@ -107,11 +116,22 @@ _BY_STATUS: dict[int, type[BackendError]] = {
 
 
 def post(path: str, action: str) -> bool:
-    """POST `path` (no body) to the engine: True when done, False for an engine address only
+    """POST `path` (no body) to the engine: see `_send`."""
+    return _send("POST", path, action)
+
+
+def remove(container_id: str, action: str) -> bool:
+    """Remove a container, killing what it runs (`DELETE ?force=1`, its volumes kept: the
+    SDK's remove_container(force=True)), over the socket; False: ask the SDK."""
+    return _send("DELETE", f"/containers/{_checked_id(container_id)}?force=1", action)
+
+
+def _send(method: str, path: str, action: str) -> bool:
+    """`method path` (no body) to the engine: True when done, False for an engine address only
     the SDK speaks (the caller asks through the SDK). An error status is classified as
     container.translate classifies the SDK's (404 BackendNotFound, 409 BackendConflict, 400
     BackendRefused), so callers catch the same classes whichever way the call went."""
-    answer = _exchange("POST", path, limit=1 << 16)
+    answer = _exchange(method, path, limit=1 << 16)
     if answer is None:
         return False
     status, body = answer
@@ -125,19 +145,15 @@ def _exchange(method: str, path: str, *, limit: int | None = None) -> tuple[int,
     bytes), None for an engine address only the SDK speaks, BackendUnavailable when the
     engine cannot be reached."""
     address = engine_address()
-    conn = _connection(address)
-    if conn is None:
-        return None
     try:
-        conn.request(method, path)
-        response = conn.getresponse()
-        return response.status, response.read(limit)
-    except (OSError, http.client.HTTPException) as exc:
+        response = _ask(address, method, path)
+    except (OSError, engine_http.BadResponse) as exc:
         raise BackendUnavailable(
             f"the container backend cannot reach the Docker engine at {address} "
             f"({_reason(exc)}); {HOW_TO_START}") from None
-    finally:
-        conn.close()
+    if response is None:
+        return None
+    return response.status, response.body if limit is None else response.body[:limit]
 
 
 def _message(body: bytes) -> str:
@@ -187,7 +203,11 @@ def inspect(state_dir: Path, container_id: str) -> dict[str, Any]:
 
 def reachable() -> bool:
     """Whether the engine answers (BackendUnavailable, saying why, if it does not); False for
-    an engine address only the SDK speaks (the caller connects through the SDK to know)."""
+    an engine address only the SDK speaks (the caller connects through the SDK to know).
+    Not asked again when it answered less than ANSWERED_FRESH_S ago."""
+    answered = _answered.get(engine_address())
+    if answered is not None and time.monotonic() - answered < ANSWERED_FRESH_S:
+        return True
     return _get("/version", "asking the engine its version") is not None
 
 
@@ -210,21 +230,17 @@ def engine_version(timeout: float = 3.0) -> dict[str, Any]:
     """The engine's `GET /version` (Version, ApiVersion, Os...), or BackendUnavailable saying
     why it cannot be reached: what `devcell version` reports for the container backend."""
     address = engine_address()
-    conn = _connection(address)
-    if conn is None:
+    if not _speaks(address):
         raise BackendUnavailable(f"the engine at {address} is not one this check can ask "
                                  "(ssh:// or TLS: only the docker SDK speaks it)")
-    conn.timeout = timeout
     try:
-        conn.request("GET", "/version")
-        response = conn.getresponse()
-        body = response.read(1 << 20)
-    except (OSError, http.client.HTTPException) as exc:
+        response = _ask(address, "GET", "/version", timeout=timeout, limit=1 << 20)
+    except (OSError, engine_http.BadResponse) as exc:
         raise BackendUnavailable(
             f"cannot reach the Docker engine at {address} ({_reason(exc)}); {HOW_TO_START}"
         ) from None
-    finally:
-        conn.close()
+    assert response is not None
+    body = response.body
     if response.status != 200:
         raise BackendUnavailable(f"the engine at {address} answered {response.status} to "
                                  f"GET /version")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import shutil
 from pathlib import Path
 
@@ -45,11 +44,11 @@ def owner() -> str:
 
 
 def temp_name(resource_id: str) -> str:
-    return f"{TMP}{resource_id}-{owner()}-{secrets.token_hex(4)}"
+    return f"{TMP}{resource_id}-{owner()}-{os.urandom(4).hex()}"
 
 
 def trash(parent: Path) -> Path:
-    return parent / f"{TRASH}{owner()}-{secrets.token_hex(6)}"
+    return parent / f"{TRASH}{owner()}-{os.urandom(6).hex()}"
 
 
 def owner_alive(name: str) -> bool:

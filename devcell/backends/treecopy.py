@@ -20,7 +20,6 @@ import re
 import stat
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -406,6 +405,10 @@ def _copy(src: Path, dst: Path, found: Scan, plan: _Plan, advance: progress.Adva
                                                           strict=True)]
     if plan.linked:
         jobs.append(([*into, *plan.linked], plan.linked_bytes))
+    # imported here: an unchanged workspace copies nothing, and concurrent.futures brings
+    # the logging package along (~20 ms of a snapshot process's CPU)
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
     with ThreadPoolExecutor(workers(), thread_name_prefix="treecopy") as pool:
         futures = {pool.submit(_cp, argv, src): size for argv, size in jobs}
         for start in range(0, len(plan.reused), LINK_BATCH):

@@ -20,7 +20,6 @@ import fcntl
 import functools
 import json
 import os
-import secrets
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -89,7 +88,7 @@ def _write_json(path: Path, data: dict[str, Any], *, sort_keys: bool = True,
                 durable: bool = True) -> None:
     """Write `path` whole or not at all; `durable=False` when the caller syncs the whole
     filesystem before anything names the file (one syncfs instead of one fsync per file)."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(json.dumps(data, sort_keys=sort_keys))  # dumps: the C encoder

@@ -1,7 +1,7 @@
 """Log sinks: only the CLI configures loguru; libraries just log with bound context.
 
 The library is silent until an application enables it (devcell.log); `configure` is where
-the CLI and the daemon do, as they add their sinks."""
+the CLI and the daemon do, as they ask for their sinks."""
 
 from __future__ import annotations
 
@@ -41,16 +41,18 @@ def _format(record: dict[str, Any]) -> str:
 
 
 def configure(verbose: int) -> None:
+    """Sinks at the -v level (warnings and up by default), added when the first record that
+    level shows is logged: a command that logs nothing never imports loguru (devcell.log)."""
     from devcell import log
-    from devcell.log import logger
 
-    logger.remove()
-    log.enable()
     level = "WARNING" if verbose == 0 else "INFO" if verbose == 1 else "DEBUG"
+    log.configure(lambda real: _add_sink(real, level), level=level)
+
+
+def _add_sink(real: Any, level: str) -> None:
     from devcell import progress
 
     # Through devcell.progress: while a progress bar is drawn, lines go above it, not into it.
-    logger.add(progress.write, level=level, colorize=sys.stderr.isatty(),
-               format=_format,  # type: ignore[arg-type]
-               filter=_with_context,  # type: ignore[arg-type]
-               diagnose=False)  # never dump local variables (secrets) with a traceback
+    real.add(progress.write, level=level, colorize=sys.stderr.isatty(), format=_format,
+             filter=_with_context,
+             diagnose=False)  # never dump local variables (secrets) with a traceback

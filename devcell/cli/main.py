@@ -73,6 +73,11 @@ def _duration(text: str) -> float:
     return seconds
 
 
+VERBS = {"snapshot": ("create", "export", "import", "restore", "list"),
+         "cell": ("fork", "sleep", "start"), "controller": ("run",), "op": ("resume", "cancel"),
+         "image": ("build-base", "ls", "prune"), "import": ("devcontainer",)}
+"""The verbs of the commands that take one (tests/cli/test_main.py checks them against the
+parser), so a command line's verb is known before its parser is built."""
 COMMANDS = ("apply", "get", "describe", "delete", "diff", "snapshot", "cell", "wait",
             "controller", "op", "schema", "image", "exec", "logs", "gc", "explain", "version",
             "completion", "df", "import")
@@ -92,7 +97,7 @@ class _Skipped:
 
 
 class _Commands:
-    """add_subparsers(), adding only the command `only` (all of them when None)."""
+    """add_subparsers(), adding only the command (or verb) `only` (all of them when None)."""
 
     def __init__(self, sub: Any, only: str | None) -> None:
         self.sub, self.only = sub, only
@@ -121,8 +126,9 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
                              "(default: sqlite in the state directory; or $DEVCELL_RUN_STORE)")
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The CLI's parser; with `only`, just that command's (faster; same behaviour for it)."""
+def build_parser(only: str | None = None, verb: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; with `only`, just that command's, and with `verb`, just that verb's
+    of it (faster: argparse is slow to build; the same behaviour for the words given)."""
     common = Parser(add_help=False)
     _global_options(common)
 
@@ -200,6 +206,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("snapshot", parents=[common], help="snapshot verbs")
     ssub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     ssub.required = True
+    ssub = _Commands(ssub, verb)
     sp = ssub.add_parser("create", parents=[common], help="checkpoint a cell")
     sp.add_argument("cell")
     sp.add_argument("--name", required=True)
@@ -239,14 +246,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("cell", parents=[common], help="cell verbs")
     csub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     csub.required = True
+    csub = _Commands(csub, verb)
     cp = csub.add_parser("fork", parents=[common], help="new cell from a snapshot of a cell")
     cp.add_argument("cell")
     cp.add_argument("--snapshot", required=True)
     cp.add_argument("--name", required=True)
     cp.add_argument("--timeout", type=_duration, default=300.0)
-    for verb, text in (("sleep", "checkpoint the workspace, then stop"),
+    for word, text in (("sleep", "checkpoint the workspace, then stop"),
                        ("start", "start a stopped or sleeping cell")):
-        cp = csub.add_parser(verb, parents=[common], help=text)
+        cp = csub.add_parser(word, parents=[common], help=text)
         cp.add_argument("cell")
         cp.add_argument("--timeout", type=_duration, default=300.0)
 
@@ -262,6 +270,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("controller", parents=[common], help="the reconciling daemon")
     dsub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     dsub.required = True
+    dsub = _Commands(dsub, verb)
     dp = dsub.add_parser("run", parents=[common],
                          help="keep a directory of manifests converged (also installed as celld)")
     _daemon_options(dp)
@@ -269,6 +278,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("op", parents=[common], help="act on suspended operations")
     osub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     osub.required = True
+    osub = _Commands(osub, verb)
     op = osub.add_parser("resume", parents=[common],
                          help="approve and continue a suspended operation")
     op.add_argument("operation", help="operation id (op_...)")
@@ -288,6 +298,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("image", parents=[common], help="images for the container backend")
     isub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     isub.required = True
+    isub = _Commands(isub, verb)
     ip = isub.add_parser("build-base", parents=[common],
                          help="build devcell/busybox:latest offline from busybox-static")
     ip.add_argument("--force", action="store_true", help="rebuild even if the image exists")
@@ -302,6 +313,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="write a Cell manifest from another tool's description")
     isub = p.add_subparsers(dest="verb", metavar="FORMAT", parser_class=Parser)
     isub.required = True
+    isub = _Commands(isub, verb)
     ip = isub.add_parser("devcontainer", parents=[common],
                          help="from a devcontainer.json (VS Code, Codespaces, DevPod, Coder)")
     ip.add_argument("path", nargs="?", metavar="PATH",
@@ -489,22 +501,32 @@ def celld(argv: Sequence[str] | None = None) -> int:
 
 def command_word(given: Sequence[str]) -> str | None:
     """The first word that is neither an option nor a global option's value."""
+    return next(iter(command_words(given)), None)
+
+
+def command_words(given: Sequence[str], count: int = 1) -> list[str]:
+    """The first `count` words that are neither options nor a global option's value."""
+    found: list[str] = []
     words = iter(given)
     for word in words:
+        if len(found) == count:
+            break
         if word == "--":
-            return next(words, None)
+            found.extend(list(words)[:count - len(found)])
+            break
         if word in GLOBAL_WITH_VALUE:
             next(words, None)
         elif not word.startswith("-"):
-            return word
-    return None
+            found.append(word)
+    return found
 
 
 def parse(given: Sequence[str]) -> argparse.Namespace:
     """The parsed command line, global options filled in with their defaults."""
-    first = command_word(given)
+    first, second = [*command_words(given, 2), None, None][:2]
     only = first if first in COMMANDS else None  # anything else: the full parser explains
-    args = build_parser(only).parse_args(list(given))
+    verb = second if only is not None and second in VERBS.get(only, ()) else None
+    args = build_parser(only, verb).parse_args(list(given))
     if isinstance(getattr(args, "selector", None), str):
         # kubectl trims -l: a blank one is no selector at all, never "every object"
         args.selector = args.selector.strip()

@@ -18,9 +18,9 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from devcell import backends
 from devcell.controllers import retention
@@ -29,6 +29,9 @@ from devcell.log import logger
 from devcell.reconciler import reconcile, recovery
 from devcell.store import objects
 from devcell.store.db import Database
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 Key = reconcile.Key
 
@@ -114,6 +117,10 @@ class _Pool:
         self.free: queue.SimpleQueue[Context] = queue.SimpleQueue()
         self.made: list[Context] = []
         self.futures: list[Future[list[tuple[Key, Turn]]]] = []
+        # imported here: a converge of one object (a snapshot, a sleep) needs no pool, and
+        # concurrent.futures brings the logging package along (~20 ms of CPU at start-up)
+        from concurrent.futures import ThreadPoolExecutor
+
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="converge")
 
     def _take(self) -> Context:
@@ -159,6 +166,8 @@ class _Pool:
         inside join() can mark a still-running thread as finished, and the next join() returns
         at once (the contexts would then be closed under a running worker).
         """
+        from concurrent.futures import wait
+
         pending = [f for f in self.futures if not f.done()]
         while pending:
             try:

@@ -10,8 +10,7 @@ one recreate of each cell that has secrets (their runtime hash changes), never a
 
 from __future__ import annotations
 
-import os
-import secrets
+import os  # os.urandom: the CSPRNG `secrets` draws from, without importing random and base64
 from pathlib import Path
 
 from devcell.errors import StoreError
@@ -50,10 +49,10 @@ def _read(path: Path) -> bytes | None:
 
 
 def _create(path: Path) -> None:
-    tmp = path.with_name(f".{FILENAME}.{secrets.token_hex(6)}")
+    tmp = path.with_name(f".{FILENAME}.{os.urandom(6).hex()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, secrets.token_bytes(SIZE))
+        os.write(fd, os.urandom(SIZE))
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -38,6 +38,56 @@ def test_get_imports_neither_the_library_verbs_nor_the_reconciler(tmp_path: Path
     assert proc.stderr.strip().splitlines()[-1] == "[]"
 
 
+def test_building_one_verb_parses_exactly_like_the_full_parser() -> None:
+    """main() builds only the verb it runs (`snapshot create` builds no other snapshot verb):
+    VERBS names every verb the full parser has, and each verb alone helps and parses alike."""
+    import argparse
+
+    from devcell.cli import main as cli_main
+
+    def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        found = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return dict(found[0].choices) if found else {}
+
+    full = subparsers(cli_main.build_parser())
+    with_verbs = {name for name, p in full.items() if subparsers(p)}
+    assert with_verbs == set(cli_main.VERBS)
+    for command, verbs in cli_main.VERBS.items():
+        assert tuple(subparsers(full[command])) == verbs
+        for verb in verbs:
+            alone = subparsers(subparsers(cli_main.build_parser(command, verb))[command])
+            assert list(alone) == [verb]
+            assert alone[verb].format_help() == subparsers(full[command])[verb].format_help()
+    for words in EVERY_COMMAND:  # parse() adds the global options' defaults only
+        full_args = vars(cli_main.build_parser().parse_args(words))
+        assert vars(cli_main.parse(words)).items() >= full_args.items(), words
+
+
+def test_snapshot_create_imports_neither_loguru_nor_a_pool(tmp_path: Path) -> None:
+    """A verb that logs nothing at the default level imports no loguru (devcell.log), no
+    thread pool (a converge of one object) and no logging package; with -v it logs as before.
+    The container backend's own check (no SDK, no http.client) is in
+    tests/backends/container/test_engine_socket.py."""
+    env = dict(os.environ, DEVCELL_HOME=str(tmp_path / "state"))
+    applied = subprocess.run([sys.executable, "-m", "devcell", "apply", "-f",
+                              str(REPO / "examples" / "api.yaml")],
+                             capture_output=True, text=True, env=env, cwd=REPO, check=False)
+    assert applied.returncode == 0, applied.stderr
+    code = ("import sys; from devcell.cli import main; code = main.main(sys.argv[1:]); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'loguru', 'asyncio', "
+            "'concurrent', 'logging', 'multiprocessing'}), file=sys.stderr); sys.exit(code)")
+    made = subprocess.run([sys.executable, "-c", code, "snapshot", "create", "api", "--name",
+                           "s1"], capture_output=True, text=True, env=env, cwd=REPO, check=False)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout == "snapshot/s1 created\n"
+    assert made.stderr.strip().splitlines()[-1] == "[]"
+    loud = subprocess.run([sys.executable, "-c", code, "snapshot", "create", "api", "--name",
+                           "s2", "-v"], capture_output=True, text=True, env=env, cwd=REPO,
+                          check=False)
+    assert loud.returncode == 0, loud.stderr
+    assert " INFO    Snapshot/s2 op_" in loud.stderr and "'loguru'" in loud.stderr
+
+
 # One valid command line per command (and verb): the global options must work around each.
 EVERY_COMMAND = [
     ["apply", "-f", "x.yaml"], ["get", "cells"], ["describe", "cell", "api"],

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,15 @@ from tests.backends.container.support import box_manifest, cell, up
 from tests.conftest import REPO, Cli
 
 SDK = ("docker", "requests", "urllib3")
+UNUSED_ON_THE_SNAPSHOT_PATH = (
+    *SDK,
+    "loguru", "asyncio", "multiprocessing",  # devcell.log: loguru only when a record is shown
+    "http", "email", "ssl",  # engine_http speaks to the engine without http.client
+    "concurrent", "logging",  # a pool only where one is made
+    "tarfile", "secrets",  # images and archives are not this path's work
+)
+"""Top-level modules a `devcell snapshot create` or `cell sleep` of a container cell without
+hooks, logging nothing, never imports (each is start-up time paid for nothing)."""
 
 
 def _state(docker_client: Any, container_id: str) -> dict[str, Any]:
@@ -77,7 +87,7 @@ def test_snapshot_create_imports_no_part_of_the_sdk(engine: None, cli: Cli, tmp_
         assert made.returncode == 0, made.stderr[-2000:]
         imported = made.stdout.rpartition("MODULES ")[2].split()
         assert "devcell.backends.container" in imported  # the listing is there to read
-        assert not [m for m in imported if m.split(".")[0] in SDK]
+        assert not [m for m in imported if m.split(".")[0] in UNUSED_ON_THE_SNAPSHOT_PATH]
     snaps = json.loads(cli("get", "snapshots", "-o", "json").stdout)["items"]
     assert {s["metadata"]["name"]: s["status"]["phase"] for s in snaps} == {
         "s1": "Ready", "s2": "Ready"}
@@ -85,6 +95,26 @@ def test_snapshot_create_imports_no_part_of_the_sdk(engine: None, cli: Cli, tmp_
     assert cells["status"]["phase"] == "Running"
     states = [c["State"] for c in container_observe.list_containers(state)]
     assert states == ["running"]  # thawed after each checkpoint
+
+
+def test_cell_sleep_imports_neither_the_sdk_nor_loguru(engine: None, cli: Cli, tmp_path: Path,
+                                                       state: Path) -> None:
+    """Sleep is a checkpoint and the container's removal (DELETE ?force=1 over the socket)."""
+    applied = cli("apply", "-f", str(box_manifest(tmp_path)))
+    assert applied.returncode == 0, applied.stderr
+    slept = subprocess.run([sys.executable, "-c", _LISTING, "cell", "sleep", "box"],
+                           capture_output=True, text=True,
+                           env=dict(os.environ, DEVCELL_HOME=str(state)), cwd=REPO, timeout=120)
+    assert slept.returncode == 0, slept.stderr[-2000:]
+    imported = slept.stdout.rpartition("MODULES ")[2].split()
+    assert "devcell.backends.container" in imported
+    assert not [m for m in imported if m.split(".")[0] in UNUSED_ON_THE_SNAPSHOT_PATH]
+    assert container_observe.list_containers(state) == []  # removed, not only stopped
+    cells = json.loads(cli("get", "cells", "box", "-o", "json").stdout)
+    assert cells["status"]["phase"] == "Sleeping"
+    started = cli("cell", "start", "box")
+    assert started.returncode == 0, started.stderr
+    assert [c["State"] for c in container_observe.list_containers(state)] == ["running"]
 
 
 _LISTING = """
@@ -95,3 +125,18 @@ from devcell.cli.main import main
 main()
 """
 """`devcell ARGS` as the console script runs it, listing every module it imported at exit."""
+
+
+def test_an_engine_that_just_answered_is_not_asked_again(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """reachable() trusts an answer from the same address less than a second old (the
+    snapshot's observe-first listing), and asks again once it is older."""
+    from devcell.errors import BackendUnavailable
+
+    address = f"unix://{tmp_path}/gone.sock"  # nothing listens: asking would fail
+    monkeypatch.setenv("DOCKER_HOST", address)
+    monkeypatch.setattr(container_observe, "_answered", {address: time.monotonic()})
+    assert container_observe.reachable() is True
+    container_observe._answered[address] -= container_observe.ANSWERED_FRESH_S
+    with pytest.raises(BackendUnavailable, match="no such socket"):
+        container_observe.reachable()

@@ -304,10 +304,11 @@ class VmBackend:
         config = self._running_config(cell)
         name = _hostname(cell.name)
         machine_id = secrets.token_hex(16)
-        script = (f"{RESEED} && {BUSYBOX} rm -f {RESEED} && {BUSYBOX} hostname {name} && "
-                  f"echo {name} > /etc/hostname && echo {machine_id} > /etc/machine-id")
-        self._set_clock(config)
         with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+            # The clock set in the same script (one connection fewer), dated once connected.
+            script = (f"{_clock_argv()} >/dev/null; {RESEED} && {BUSYBOX} rm -f {RESEED} && "
+                      f"{BUSYBOX} hostname {name} && echo {name} > /etc/hostname && "
+                      f"echo {machine_id} > /etc/machine-id")
             for argv, data in (([BUSYBOX, "sh", "-c", f"cat > {RESEED} && chmod 700 {RESEED}"],
                                 vm_reseed.program()),
                                ([BUSYBOX, "sh", "-c", script], vm_reseed.entropy())):
@@ -323,10 +324,10 @@ class VmBackend:
         `date -s`, not the agent's guest-set-time (which refuses without /sbin/hwclock, as in
         a busybox image); sent, not waited for (the agent's spawn of it takes a guest
         fork and exec, most of a resume under TCG)."""
-        now = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
         try:  # its own connection: the reply it leaves is skipped by the next one's sync
             with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
-                agent.notify("guest-exec", path=BUSYBOX, arg=["date", "-u", "-s", now])
+                # Dated once the agent answers (the sync took part of a second).
+                agent.notify("guest-exec", path=BUSYBOX, arg=_clock_argv().split()[1:])
         except (BackendError, OSError) as exc:
             logger.debug("setting the guest's clock: {}", exc)
 
@@ -392,8 +393,8 @@ class VmBackend:
         if stdin:
             args["input-data"] = base64.b64encode(stdin).decode()
         started = agent.command("guest-exec", **args)
-        deadline = time.monotonic() + timeout
-        delay = 0.01
+        began = time.monotonic()
+        deadline = began + timeout
         while True:
             status = agent.command("guest-exec-status", pid=started["pid"])
             if status.get("exited"):
@@ -404,8 +405,10 @@ class VmBackend:
                     status.get("signal", 1))), out, err
             if time.monotonic() > deadline:
                 raise BackendError(f"{argv[0]} did not finish in {timeout:.0f} s")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
+            # Often for the first second (a short command: each poll is a round trip, but a
+            # doubling wait overshot the end by up to half of it), then less.
+            elapsed = time.monotonic() - began
+            time.sleep(0.02 if elapsed < 1.0 else min(elapsed / 5, 0.2))
 
     def exec(self, cell: CellRef, argv: list[str], *, stdout: BinaryIO, stderr: BinaryIO,
              stdin: BinaryIO | None = None, terminal: Terminal | None = None) -> int:
@@ -732,6 +735,13 @@ def _qemu_img(args: list[str]) -> None:
     done = children.run(["qemu-img", *args])
     if done.returncode != 0:
         raise BackendError(f"qemu-img {args[0]} failed: {done.stderr.strip()[-300:]}")
+
+
+def _clock_argv() -> str:
+    """busybox date setting the guest's clock to the host's (UTC, whole seconds), as words
+    without quoting needs (the date and time are one word: YYYY-MM-DDThh:mm:ss is refused,
+    so @SECONDS)."""
+    return f"{BUSYBOX} date -u -s @{int(time.time())}"
 
 
 def _hostname(name: str) -> str:

@@ -14,9 +14,12 @@ booted cold and put to sleep and woken, in turns, `--runs` times:
 Same run, same cell, medians; the ratio resume / cold boot and the sizes against guest RAM.
 Then `--forks` cells are forked from one machine snapshot of a 256 MiB cell and resumed (each
 given its own identity); once all run and have idled `--idle` seconds, each QEMU's PSS and
-RSS are read from /proc/PID/smaps_rollup: their total PSS against 10x one guest (the parent's
-PSS: its RAM file mapped, its TCG code cache, QEMU itself), and by part from /proc/PID/smaps
-(guest RAM, TCG's translation cache, the rest of QEMU).
+RSS are read from /proc/PID/smaps_rollup: their total PSS against one guest (the parent,
+read alone after idling as long, before the snapshot: its RAM file mapped, its TCG buffer,
+QEMU itself with its copy of the kernel, which a resumed machine has not), and by part from
+/proc/PID/smaps (guest RAM, TCG's translation buffer: the anonymous rwx mapping, the rest of
+QEMU); and against one guest made of the parent's RAM and one fork's QEMU (the same kind of
+process as a fork).
 Real QEMU (TCG here: /dev/kvm does not work nested on this host), never a mock.
 Needs scripts/docker-setup and scripts/vm-setup. Run by hand, never by pytest:
 
@@ -179,6 +182,7 @@ def forks(state: Path, count: int, idle: float) -> dict[str, float]:
                 "one_pss": float(one_pss), "fork_rss_median": statistics.median(rss),
                 "resume_median": statistics.median(resumes), "one_beside_pss": float(beside_pss),
                 **{f"forks_{k}": float(sum(p[k] for p in parts)) for k in one},
+                "fork_qemu_median": statistics.median(p["tcg"] + p["rest"] for p in parts),
                 **{f"one_{k}": float(v) for k, v in one.items()}}
     finally:
         for ref in [*refs, parent]:
@@ -229,14 +233,19 @@ def main() -> int:
               f"({forked['pss_total'] / forked['one_beside_pss']:.2f}x); fork resume "
               f"{forked['resume_median']:.2f} s (median)")
         mib = {k: v / 2**20 for k, v in forked.items()}
+        same = forked["one_ram"] + forked["fork_qemu_median"]
         print(f"  by part (PSS): guest RAM {mib['forks_ram']:.0f} MiB for the {n} forks vs "
               f"{mib['one_ram']:.0f} MiB of one guest ({forked['forks_ram'] / forked['one_ram']:.2f}x); "
-              f"TCG translation caches {mib['forks_tcg']:.0f} MiB (one guest: "
+              f"TCG translation buffers {mib['forks_tcg']:.0f} MiB (one guest: "
               f"{mib['one_tcg']:.0f}); QEMU itself {mib['forks_rest']:.0f} MiB (one guest: "
-              f"{mib['one_rest']:.0f}); without TCG's caches (as under KVM): "
+              f"{mib['one_rest']:.0f}); without TCG's buffers (as under KVM): "
               f"{(forked['pss_total'] - forked['forks_tcg']) / 2**20:.0f} MiB = "
               f"{(forked['pss_total'] - forked['forks_tcg']) / (forked['one_pss'] - forked['one_tcg']):.2f}x "
               f"one guest's {(forked['one_pss'] - forked['one_tcg']) / 2**20:.0f} MiB")
+        print(f"  one guest as a fork's kind of process (its RAM {mib['one_ram']:.0f} MiB + one "
+              f"fork's QEMU, TCG buffer and the rest, {mib['fork_qemu_median']:.0f} MiB: no "
+              f"kernel copy, the resumed machine's TCG buffer): {same / 2**20:.0f} MiB; total PSS "
+              f"/ that = {forked['pss_total'] / same:.2f}x")
     return 0
 
 

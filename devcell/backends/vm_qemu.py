@@ -19,11 +19,13 @@ whose RAM is private (a fork) is saved whole into the file, as before.
 
 What a machine costs the host beyond its guest's RAM is kept small, because forks of one
 machine snapshot share their RAM and what is left is each QEMU process's own (measured with
-bench/vm.py, docs/backends.md "10 forks of one machine snapshot"): under TCG, its translation
-buffer is TB_MIB, not QEMU's 1 GiB, which an idle guest fills by tens of MiB; a resumed machine
-is started without -kernel/-initrd (QEMU keeps a copy of the kernel in its memory for the
-machine's life, 14 MiB, read only by a boot, which a resumed machine never does: -no-reboot
-ends it at a guest reboot); glibc keeps one malloc arena (QEMU_ENV) instead of one per thread.
+bench/vm.py, docs/backends.md "10 forks of one machine snapshot"). Under TCG a resumed
+machine's translation buffer is TB_MIB, not QEMU's 1 GiB, which an idle guest fills by tens
+of MiB (a booting one keeps QEMU's: a kernel's boot translated into a small buffer flushes it
+over and over, 20 s became 25 to 53 s). A resumed machine is started without -kernel and
+-initrd: QEMU keeps a copy of the kernel in its memory for the machine's life (14 MiB), read
+only by a boot, which a resumed machine never does (-no-reboot ends it at a guest reboot).
+glibc keeps one malloc arena in QEMU (QEMU_ENV) instead of one per thread.
 
 KVM is used when /dev/kvm works: a short probe boots the kernel once under
 KVM and expects a line back within seconds (nested KVM can hang); otherwise TCG.
@@ -53,8 +55,8 @@ PROBE_SECONDS = 4.0
 SAVE_SECONDS = 600.0
 IGNORE_SHARED = "x-ignore-shared"
 TB_MIB = 16
-"""TCG's translation buffer in MiB (tb-size; DEVCELL_VM_TCG_TB_MIB overrides it, 0: QEMU's
-1 GiB). Touched as code is translated and never given back, so it is host memory every
+"""A resumed machine's TCG translation buffer in MiB (tb-size; DEVCELL_VM_TCG_TB_MIB overrides
+it, 0: QEMU's 1 GiB). Touched as code is translated and never given back, so it is host memory every
 machine keeps; when full, QEMU drops all translations and starts again."""
 QEMU_ENV = {"MALLOC_ARENA_MAX": "1"}
 """glibc's malloc in QEMU: one arena, not one per thread (each a heap of its own, partly
@@ -141,7 +143,7 @@ class QemuDriver:
         kernel = ["-kernel", _opt(config.kernel), "-initrd", _opt(config.initrd),
                   "-append", config.cmdline + (_tcg_clock() if accel == "tcg" else "")]
         argv = [qemu_binary(), "-name", config.name, "-M", machine, *memory,
-                "-accel", accel + (_tcg_options() if accel == "tcg" else ""),
+                "-accel", accel + (_tcg_options() if accel == "tcg" and not boots else ""),
                 *(["-cpu", "host"] if accel == "kvm" else []),
                 "-m", str(config.memory_mib), "-smp", str(config.cpus),
                 "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",

@@ -305,13 +305,16 @@ class VmBackend:
         name = _hostname(cell.name)
         machine_id = secrets.token_hex(16)
         with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
-            # The clock set in the same script (one connection fewer), dated once connected.
-            script = (f"{_clock_argv()} >/dev/null; {RESEED} && {BUSYBOX} rm -f {RESEED} && "
-                      f"{BUSYBOX} hostname {name} && echo {name} > /etc/hostname && "
-                      f"echo {machine_id} > /etc/machine-id")
-            for argv, data in (([BUSYBOX, "sh", "-c", f"cat > {RESEED} && chmod 700 {RESEED}"],
-                                vm_reseed.program()),
-                               ([BUSYBOX, "sh", "-c", script], vm_reseed.entropy())):
+            for step in range(2):
+                if step == 0:
+                    argv = [BUSYBOX, "sh", "-c", f"cat > {RESEED} && chmod 700 {RESEED}"]
+                    data = vm_reseed.program()
+                else:  # the clock set here (one connection fewer), dated as it is sent
+                    argv = [BUSYBOX, "sh", "-c", (
+                        f"{_clock_argv()} >/dev/null; {RESEED} && {BUSYBOX} rm -f {RESEED} && "
+                        f"{BUSYBOX} hostname {name} && echo {name} > /etc/hostname && "
+                        f"echo {machine_id} > /etc/machine-id")]
+                    data = vm_reseed.entropy()
                 code, out, err = self._run(agent, argv, timeout=30.0, stdin=data)
                 if code != 0:
                     raise BackendError(f"giving fork {cell.name} its own identity failed "
@@ -322,12 +325,12 @@ class VmBackend:
     def _set_clock(self, config: MachineConfig) -> None:
         """A resumed guest's clock stopped when it was saved: set it to the host's. Through
         `date -s`, not the agent's guest-set-time (which refuses without /sbin/hwclock, as in
-        a busybox image); sent, not waited for (the agent's spawn of it takes a guest
-        fork and exec, most of a resume under TCG)."""
-        try:  # its own connection: the reply it leaves is skipped by the next one's sync
+        a busybox image), dated once the agent answers (its sync takes part of a second).
+        Its start is waited for, not its end: a request sent just before the connection
+        closes can be dropped by QEMU unread (seen: a guest 5 s behind after a wake)."""
+        try:
             with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
-                # Dated once the agent answers (the sync took part of a second).
-                agent.notify("guest-exec", path=BUSYBOX, arg=_clock_argv().split()[1:])
+                agent.command("guest-exec", path=BUSYBOX, arg=_clock_argv().split()[1:])
         except (BackendError, OSError) as exc:
             logger.debug("setting the guest's clock: {}", exc)
 
@@ -738,10 +741,10 @@ def _qemu_img(args: list[str]) -> None:
 
 
 def _clock_argv() -> str:
-    """busybox date setting the guest's clock to the host's (UTC, whole seconds), as words
+    """busybox date setting the guest's clock to the host's (UTC, the nearest second), as words
     without quoting needs (the date and time are one word: YYYY-MM-DDThh:mm:ss is refused,
     so @SECONDS)."""
-    return f"{BUSYBOX} date -u -s @{int(time.time())}"
+    return f"{BUSYBOX} date -u -s @{round(time.time())}"
 
 
 def _hostname(name: str) -> str:

@@ -55,9 +55,10 @@ PROBE_SECONDS = 4.0
 SAVE_SECONDS = 600.0
 IGNORE_SHARED = "x-ignore-shared"
 TB_MIB = 16
-"""A resumed machine's TCG translation buffer in MiB (tb-size; DEVCELL_VM_TCG_TB_MIB overrides
-it, 0: QEMU's 1 GiB). Touched as code is translated and never given back, so it is host memory every
-machine keeps; when full, QEMU drops all translations and starts again."""
+"""A resumed machine's TCG translation buffer in MiB (tb-size; DEVCELL_VM_TCG_TB_MIB, when
+set, is every machine's, 0 meaning QEMU's 1 GiB). Touched as code is translated and never
+given back, so it is host memory every machine keeps; when full, QEMU drops all translations
+and starts again (bench/vm_tb.py)."""
 QEMU_ENV = {"MALLOC_ARENA_MAX": "1"}
 """glibc's malloc in QEMU: one arena, not one per thread (each a heap of its own, partly
 touched): a few MiB per machine (bench/vm.py)."""
@@ -143,7 +144,7 @@ class QemuDriver:
         kernel = ["-kernel", _opt(config.kernel), "-initrd", _opt(config.initrd),
                   "-append", config.cmdline + (_tcg_clock() if accel == "tcg" else "")]
         argv = [qemu_binary(), "-name", config.name, "-M", machine, *memory,
-                "-accel", accel + (_tcg_options() if accel == "tcg" and not boots else ""),
+                "-accel", accel + (_tcg_options(boots) if accel == "tcg" else ""),
                 *(["-cpu", "host"] if accel == "kvm" else []),
                 "-m", str(config.memory_mib), "-smp", str(config.cpus),
                 "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
@@ -365,12 +366,13 @@ def _set_ignore_shared(qmp: Qmp, on: bool, required_by: str | None) -> bool:
     return on
 
 
-def _tcg_options() -> str:
-    """`-accel tcg`'s options: the translation buffer's size (TB_MIB)."""
+def _tcg_options(boots: bool) -> str:
+    """`-accel tcg`'s options: the translation buffer's size, TB_MIB for a resumed machine and
+    QEMU's own for a boot, or DEVCELL_VM_TCG_TB_MIB's for both when set (0: QEMU's own)."""
     try:
-        mib = int(os.environ.get("DEVCELL_VM_TCG_TB_MIB", TB_MIB))
-    except ValueError:
-        mib = TB_MIB
+        mib = int(os.environ["DEVCELL_VM_TCG_TB_MIB"])
+    except (KeyError, ValueError):
+        mib = 0 if boots else TB_MIB
     return f",tb-size={mib}" if mib > 0 else ""
 
 

@@ -298,29 +298,29 @@ class VmBackend:
                 **identity}
 
     def _new_identity(self, cell: CellRef) -> Outputs:
-        """Make a resumed fork a machine of its own: hostname, machine-id, and its random
-        generator reseeded from the host (else two forks of one snapshot draw the same
-        bytes). Cells have no network device: there is no MAC to change."""
+        """Make a resumed fork a machine of its own: the host's clock (the snapshot's stood
+        still), hostname, machine-id, and its random generator reseeded from the host (else
+        two forks of one snapshot draw the same bytes). Cells have no network device: there
+        is no MAC to change."""
         config = self._running_config(cell)
         name = _hostname(cell.name)
         machine_id = secrets.token_hex(16)
         with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
-            for step in range(2):
-                if step == 0:
-                    argv = [BUSYBOX, "sh", "-c", f"cat > {RESEED} && chmod 700 {RESEED}"]
-                    data = vm_reseed.program()
-                else:  # the clock set here (one connection fewer), dated as it is sent
-                    argv = [BUSYBOX, "sh", "-c", (
-                        f"{_clock_argv()} >/dev/null; {RESEED} && {BUSYBOX} rm -f {RESEED} && "
-                        f"{BUSYBOX} hostname {name} && echo {name} > /etc/hostname && "
-                        f"echo {machine_id} > /etc/machine-id")]
-                    data = vm_reseed.entropy()
-                code, out, err = self._run(agent, argv, timeout=30.0, stdin=data)
-                if code != 0:
-                    raise BackendError(f"giving fork {cell.name} its own identity failed "
-                                       f"(status {code}): {err.decode('utf-8', 'replace')[-200:]}")
+            self._identity_step(agent, cell, f"cat > {RESEED} && chmod 700 {RESEED}",
+                                vm_reseed.program())
+            # Its clock is set here, on this connection (one fewer), dated as it is sent.
+            self._identity_step(agent, cell, (
+                f"{_clock_argv()} >/dev/null; {RESEED} && {BUSYBOX} rm -f {RESEED} && "
+                f"{BUSYBOX} hostname {name} && echo {name} > /etc/hostname && "
+                f"echo {machine_id} > /etc/machine-id"), vm_reseed.entropy())
         self._update(cell.id, identity_pending=False, machine_id=machine_id)
         return {"hostname": name, "machine_id": machine_id, "reseeded": True}
+
+    def _identity_step(self, agent: Any, cell: CellRef, script: str, data: bytes) -> None:
+        code, _, err = self._run(agent, [BUSYBOX, "sh", "-c", script], timeout=30.0, stdin=data)
+        if code != 0:
+            raise BackendError(f"giving fork {cell.name} its own identity failed "
+                               f"(status {code}): {err.decode('utf-8', 'replace')[-200:]}")
 
     def _set_clock(self, config: MachineConfig) -> None:
         """A resumed guest's clock stopped when it was saved: set it to the host's. Through

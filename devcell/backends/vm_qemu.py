@@ -19,10 +19,10 @@ whose RAM is private (a fork) is saved whole into the file, as before.
 
 What a machine costs the host beyond its guest's RAM is kept small, because forks of one
 machine snapshot share their RAM and what is left is each QEMU process's own (measured with
-bench/vm.py, docs/backends.md "10 forks of one machine snapshot"). Under TCG a resumed
-machine's translation buffer is TB_MIB, not QEMU's 1 GiB, which an idle guest fills by tens
-of MiB (a booting one keeps QEMU's: a kernel's boot translated into a small buffer flushes it
-over and over, 20 s became 25 to 53 s). A resumed machine is started without -kernel and
+bench/vm.py, docs/backends.md "10 forks of one machine snapshot"). Under TCG a fork on its
+snapshot's RAM has a translation buffer of TB_MIB, not QEMU's 1 GiB, which an idle guest
+fills by tens of MiB (others keep QEMU's: a small buffer is flushed over and over, which
+slows a boot by half and a resume by a fifth). A resumed machine is started without -kernel and
 -initrd: QEMU keeps a copy of the kernel in its memory for the machine's life (14 MiB), read
 only by a boot, which a resumed machine never does (-no-reboot ends it at a guest reboot).
 glibc keeps one malloc arena in QEMU (QEMU_ENV) instead of one per thread.
@@ -55,10 +55,12 @@ PROBE_SECONDS = 4.0
 SAVE_SECONDS = 600.0
 IGNORE_SHARED = "x-ignore-shared"
 TB_MIB = 16
-"""A resumed machine's TCG translation buffer in MiB (tb-size; DEVCELL_VM_TCG_TB_MIB, when
-set, is every machine's, 0 meaning QEMU's 1 GiB). Touched as code is translated and never
-given back, so it is host memory every machine keeps; when full, QEMU drops all translations
-and starts again (bench/vm_tb.py)."""
+"""The TCG translation buffer in MiB (tb-size) of a fork resumed on its snapshot's RAM, the
+case of many copies of one machine; DEVCELL_VM_TCG_TB_MIB, when set, is every machine's, 0
+meaning QEMU's 1 GiB. Touched as code is translated and never given back, so it is host
+memory every machine keeps; when full, QEMU drops all translations and starts again. Its cost
+(bench/vm_tb.py): a resume 0.72 s instead of 0.60, a boot 8.8 s instead of 5.8 s, so other
+machines keep QEMU's."""
 QEMU_ENV = {"MALLOC_ARENA_MAX": "1"}
 """glibc's malloc in QEMU: one arena, not one per thread (each a heap of its own, partly
 touched): a few MiB per machine (bench/vm.py)."""
@@ -144,7 +146,8 @@ class QemuDriver:
         kernel = ["-kernel", _opt(config.kernel), "-initrd", _opt(config.initrd),
                   "-append", config.cmdline + (_tcg_clock() if accel == "tcg" else "")]
         argv = [qemu_binary(), "-name", config.name, "-M", machine, *memory,
-                "-accel", accel + (_tcg_options(boots) if accel == "tcg" else ""),
+                "-accel", accel + (_tcg_options(fork=not boots and not config.memory_shared)
+                                   if accel == "tcg" else ""),
                 *(["-cpu", "host"] if accel == "kvm" else []),
                 "-m", str(config.memory_mib), "-smp", str(config.cpus),
                 "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
@@ -366,13 +369,14 @@ def _set_ignore_shared(qmp: Qmp, on: bool, required_by: str | None) -> bool:
     return on
 
 
-def _tcg_options(boots: bool) -> str:
-    """`-accel tcg`'s options: the translation buffer's size, TB_MIB for a resumed machine and
-    QEMU's own for a boot, or DEVCELL_VM_TCG_TB_MIB's for both when set (0: QEMU's own)."""
+def _tcg_options(*, fork: bool) -> str:
+    """`-accel tcg`'s options: the translation buffer's size, TB_MIB for a fork resumed on its
+    snapshot's RAM and QEMU's own otherwise, or DEVCELL_VM_TCG_TB_MIB's for every machine when
+    set (0: QEMU's own)."""
     try:
         mib = int(os.environ["DEVCELL_VM_TCG_TB_MIB"])
     except (KeyError, ValueError):
-        mib = 0 if boots else TB_MIB
+        mib = TB_MIB if fork else 0
     return f",tb-size={mib}" if mib > 0 else ""
 
 

@@ -14,9 +14,12 @@ booted cold and put to sleep and woken, in turns, `--runs` times:
 Same run, same cell, medians; the ratio resume / cold boot and the sizes against guest RAM.
 Then `--forks` cells are forked from one machine snapshot of a 256 MiB cell and resumed (each
 given its own identity); once all run and have idled `--idle` seconds, each QEMU's PSS and
-RSS are read from /proc/PID/smaps_rollup: their total PSS against 10x one guest (the parent's
-PSS: its RAM file mapped, its TCG code cache, QEMU itself), and by part from /proc/PID/smaps
-(guest RAM, TCG's translation cache, the rest of QEMU).
+RSS are read from /proc/PID/smaps_rollup: their total PSS against one guest (the parent,
+read alone after idling as long, before the snapshot: its RAM file mapped, its TCG buffer,
+QEMU itself with its copy of the kernel, which a resumed machine has not), and by part from
+/proc/PID/smaps (guest RAM, TCG's translation buffer: the anonymous rwx mapping, the rest of
+QEMU); and against one guest made of the parent's RAM and one fork's QEMU (the same kind of
+process as a fork).
 Real QEMU (TCG here: /dev/kvm does not work nested on this host), never a mock.
 Needs scripts/docker-setup and scripts/vm-setup. Run by hand, never by pytest:
 
@@ -127,7 +130,7 @@ def _parts(pid: int) -> dict[str, int]:
             start, end = (int(x, 16) for x in fields[0].split("-"))
             path = fields[5] if len(fields) > 5 else ""
             kind = ("ram" if path.endswith("/ram.bin") else
-                    "tcg" if not path and fields[1] == "rwxp" and end - start >= 256 << 20
+                    "tcg" if not path and fields[1] == "rwxp"
                     else "rest")
         elif fields and fields[0] == "Pss:":
             out[kind] += int(fields[1]) << 10
@@ -151,6 +154,13 @@ def forks(state: Path, count: int, idle: float) -> dict[str, float]:
         # The guest reads its files once (page cache), as a used machine has.
         backend.exec(parent, ["sh", "-c", "cat /bin/* >/dev/null 2>&1; true"],
                      stdout=io.BytesIO(), stderr=io.BytesIO())
+        # One guest, alone (no fork shares its libraries' pages yet), idle as long as the
+        # forks will be: the same QEMU options as a fork, booted rather than resumed.
+        time.sleep(idle)
+        parent_pid = find(backend.layout.cell(parent.id), backend.layout.machine_name(parent.id))
+        assert parent_pid is not None
+        one_pss, one_rss = _memory(parent_pid)
+        one = _parts(parent_pid)
         backend.snapshot_machine(parent, "snap-bench-forks")
         resumes = []
         for n in range(count):
@@ -166,15 +176,13 @@ def forks(state: Path, count: int, idle: float) -> dict[str, float]:
         live = [pid for pid in pids if pid is not None]
         pss, rss = zip(*(_memory(pid) for pid in live), strict=True)
         parts = [_parts(pid) for pid in live]
-        parent_pid = find(backend.layout.cell(parent.id), backend.layout.machine_name(parent.id))
-        assert parent_pid is not None
-        one_pss, one_rss = _memory(parent_pid)
-        one = _parts(parent_pid)
+        beside_pss, _ = _memory(parent_pid)  # the same guest, its libraries now shared
         return {"forks": float(len(pss)), "pss_total": float(sum(pss)),
                 "rss_total": float(sum(rss)), "one_rss": float(one_rss),
                 "one_pss": float(one_pss), "fork_rss_median": statistics.median(rss),
-                "resume_median": statistics.median(resumes),
+                "resume_median": statistics.median(resumes), "one_beside_pss": float(beside_pss),
                 **{f"forks_{k}": float(sum(p[k] for p in parts)) for k in one},
+                "fork_qemu_median": statistics.median(p["tcg"] + p["rest"] for p in parts),
                 **{f"one_{k}": float(v) for k, v in one.items()}}
     finally:
         for ref in [*refs, parent]:
@@ -220,17 +228,24 @@ def main() -> int:
               f"{forked['fork_rss_median'] / 2**20:.0f} MiB (median); one guest (the parent) "
               f"PSS {forked['one_pss'] / 2**20:.0f} MiB (RSS {forked['one_rss'] / 2**20:.0f}); "
               f"{n}x one guest {n * forked['one_pss'] / 2**20:.0f} MiB; total PSS / one guest = "
-              f"{forked['pss_total'] / forked['one_pss']:.2f}x (target <= 2x); fork resume "
+              f"{forked['pss_total'] / forked['one_pss']:.2f}x (target <= 2x); the same guest "
+              f"read beside the forks: PSS {forked['one_beside_pss'] / 2**20:.0f} MiB "
+              f"({forked['pss_total'] / forked['one_beside_pss']:.2f}x); fork resume "
               f"{forked['resume_median']:.2f} s (median)")
         mib = {k: v / 2**20 for k, v in forked.items()}
+        same = forked["one_ram"] + forked["fork_qemu_median"]
         print(f"  by part (PSS): guest RAM {mib['forks_ram']:.0f} MiB for the {n} forks vs "
               f"{mib['one_ram']:.0f} MiB of one guest ({forked['forks_ram'] / forked['one_ram']:.2f}x); "
-              f"TCG translation caches {mib['forks_tcg']:.0f} MiB (one guest: "
+              f"TCG translation buffers {mib['forks_tcg']:.0f} MiB (one guest: "
               f"{mib['one_tcg']:.0f}); QEMU itself {mib['forks_rest']:.0f} MiB (one guest: "
-              f"{mib['one_rest']:.0f}); without TCG's caches (as under KVM): "
+              f"{mib['one_rest']:.0f}); without TCG's buffers (as under KVM): "
               f"{(forked['pss_total'] - forked['forks_tcg']) / 2**20:.0f} MiB = "
               f"{(forked['pss_total'] - forked['forks_tcg']) / (forked['one_pss'] - forked['one_tcg']):.2f}x "
               f"one guest's {(forked['one_pss'] - forked['one_tcg']) / 2**20:.0f} MiB")
+        print(f"  one guest as a fork's kind of process (its RAM {mib['one_ram']:.0f} MiB + one "
+              f"fork's QEMU, TCG buffer and the rest, {mib['fork_qemu_median']:.0f} MiB: no "
+              f"kernel copy, the resumed machine's TCG buffer): {same / 2**20:.0f} MiB; total PSS "
+              f"/ that = {forked['pss_total'] / same:.2f}x")
     return 0
 
 

@@ -17,7 +17,7 @@ import ctypes
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
@@ -66,11 +66,14 @@ def run(argv: Sequence[str], *, cwd: Path | None = None) -> subprocess.Completed
 
 
 def run_bytes(argv: Sequence[str], *, cwd: Path | None = None, timeout: float | None = None,
-              stdin: int | None = None) -> subprocess.CompletedProcess[bytes]:
+              stdin: int | None = None, env: Mapping[str, str] | None = None
+              ) -> subprocess.CompletedProcess[bytes]:
     """As `run`, output as bytes, with a time limit (TimeoutExpired, the child killed) and
-    the child's standard input from a descriptor (DEVNULL by default)."""
+    the child's standard input from a descriptor (DEVNULL by default); `env` is added to
+    DevCell's environment for the child."""
     return subprocess.run(list(argv), cwd=cwd, capture_output=True, check=False,
                           timeout=timeout, stdin=DEVNULL if stdin is None else stdin,
+                          env={**os.environ, **env} if env else None,
                           preexec_fn=_die_with(os.getpid()), process_group=0)
 
 

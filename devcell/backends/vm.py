@@ -315,35 +315,39 @@ class VmBackend:
                 **identity}
 
     def _new_identity(self, cell: CellRef) -> Outputs:
-        """Make a resumed fork a machine of its own: hostname, machine-id, and its random
-        generator reseeded from the host (else two forks of one snapshot draw the same
-        bytes). Cells have no network device: there is no MAC to change."""
+        """Make a resumed fork a machine of its own: the host's clock (the snapshot's stood
+        still), hostname, machine-id, and its random generator reseeded from the host (else
+        two forks of one snapshot draw the same bytes). Cells have no network device: there
+        is no MAC to change."""
         config = self._running_config(cell)
         name = _hostname(cell.name)
         machine_id = secrets.token_hex(16)
-        script = (f"{RESEED} && {BUSYBOX} rm -f {RESEED} && {BUSYBOX} hostname {name} && "
-                  f"echo {name} > /etc/hostname && echo {machine_id} > /etc/machine-id")
-        self._set_clock(config)
         with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
-            for argv, data in (([BUSYBOX, "sh", "-c", f"cat > {RESEED} && chmod 700 {RESEED}"],
-                                vm_reseed.program()),
-                               ([BUSYBOX, "sh", "-c", script], vm_reseed.entropy())):
-                code, out, err = self._run(agent, argv, timeout=30.0, stdin=data)
-                if code != 0:
-                    raise BackendError(f"giving fork {cell.name} its own identity failed "
-                                       f"(status {code}): {err.decode('utf-8', 'replace')[-200:]}")
+            self._identity_step(agent, cell, f"cat > {RESEED} && chmod 700 {RESEED}",
+                                vm_reseed.program())
+            # Its clock is set here, on this connection (one fewer), dated as it is sent.
+            self._identity_step(agent, cell, (
+                f"{_clock_argv()} >/dev/null; {RESEED} && {BUSYBOX} rm -f {RESEED} && "
+                f"{BUSYBOX} hostname {name} && echo {name} > /etc/hostname && "
+                f"echo {machine_id} > /etc/machine-id"), vm_reseed.entropy())
         self._update(cell.id, identity_pending=False, machine_id=machine_id)
         return {"hostname": name, "machine_id": machine_id, "reseeded": True}
+
+    def _identity_step(self, agent: Any, cell: CellRef, script: str, data: bytes) -> None:
+        code, _, err = self._run(agent, [BUSYBOX, "sh", "-c", script], timeout=30.0, stdin=data)
+        if code != 0:
+            raise BackendError(f"giving fork {cell.name} its own identity failed "
+                               f"(status {code}): {err.decode('utf-8', 'replace')[-200:]}")
 
     def _set_clock(self, config: MachineConfig) -> None:
         """A resumed guest's clock stopped when it was saved: set it to the host's. Through
         `date -s`, not the agent's guest-set-time (which refuses without /sbin/hwclock, as in
-        a busybox image); sent, not waited for (the agent's spawn of it takes a guest
-        fork and exec, most of a resume under TCG)."""
-        now = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
-        try:  # its own connection: the reply it leaves is skipped by the next one's sync
+        a busybox image), dated once the agent answers (its sync takes part of a second).
+        Its start is waited for, not its end: a request sent just before the connection
+        closes can be dropped by QEMU unread (seen: a guest 5 s behind after a wake)."""
+        try:
             with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
-                agent.notify("guest-exec", path=BUSYBOX, arg=["date", "-u", "-s", now])
+                agent.command("guest-exec", path=BUSYBOX, arg=_clock_argv().split()[1:])
         except (BackendError, OSError) as exc:
             logger.debug("setting the guest's clock: {}", exc)
 
@@ -421,8 +425,8 @@ class VmBackend:
         if stdin:
             args["input-data"] = base64.b64encode(stdin).decode()
         pid = vm_exec.started_pid(agent.command("guest-exec", **args))
-        deadline = time.monotonic() + timeout
-        delay = 0.01
+        began = time.monotonic()
+        deadline = began + timeout
         while True:
             # Its reply can be ~45 MiB (16 MiB a stream, base64): seconds through a virtio-serial
             # port under TCG on a busy host, so more than the default 10 s to arrive.
@@ -432,8 +436,10 @@ class VmBackend:
                 return done.code, done.out, done.err
             if time.monotonic() > deadline:
                 raise BackendError(f"{argv[0]} did not finish in {timeout:.0f} s")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
+            # Often for the first second (a short command: each poll is a round trip, but a
+            # doubling wait overshot the end by up to half of it), then less.
+            elapsed = time.monotonic() - began
+            time.sleep(0.02 if elapsed < 1.0 else min(elapsed / 5, 0.2))
 
     def exec(self, cell: CellRef, argv: list[str], *, stdout: BinaryIO, stderr: BinaryIO,
              stdin: BinaryIO | None = None, terminal: Terminal | None = None) -> int:
@@ -761,6 +767,13 @@ def _qemu_img(args: list[str]) -> None:
     done = children.run(["qemu-img", *args])
     if done.returncode != 0:
         raise BackendError(f"qemu-img {args[0]} failed: {done.stderr.strip()[-300:]}")
+
+
+def _clock_argv() -> str:
+    """busybox date setting the guest's clock to the host's (UTC, the nearest second), as words
+    without quoting needs (the date and time are one word: YYYY-MM-DDThh:mm:ss is refused,
+    so @SECONDS)."""
+    return f"{BUSYBOX} date -u -s @{round(time.time())}"
 
 
 def _hostname(name: str) -> str:

@@ -17,6 +17,16 @@ not all before it runs. A fork maps a snapshot's RAM file with `share=off`: its 
 copy-on-write, shared in the host's page cache by every fork of that snapshot. A machine
 whose RAM is private (a fork) is saved whole into the file, as before.
 
+What a machine costs the host beyond its guest's RAM is kept small, because forks of one
+machine snapshot share their RAM and what is left is each QEMU process's own (measured with
+bench/vm.py, docs/backends.md "10 forks of one machine snapshot"). Under TCG a fork on its
+snapshot's RAM has a translation buffer of TB_MIB, not QEMU's 1 GiB, which an idle guest
+fills by tens of MiB (others keep QEMU's: a small buffer is flushed over and over, which
+slows a boot by half and a resume by a fifth). A resumed machine is started without -kernel and
+-initrd: QEMU keeps a copy of the kernel in its memory for the machine's life (14 MiB), read
+only by a boot, which a resumed machine never does (-no-reboot ends it at a guest reboot).
+glibc keeps one malloc arena in QEMU (QEMU_ENV) instead of one per thread.
+
 KVM is used when /dev/kvm works: a short probe boots the kernel once under
 KVM and expects a line back within seconds (nested KVM can hang); otherwise TCG.
 """
@@ -44,6 +54,16 @@ PROBE_MARK = "DEVCELL-PROBE-OK"
 PROBE_SECONDS = 4.0
 SAVE_SECONDS = 600.0
 IGNORE_SHARED = "x-ignore-shared"
+TB_MIB = 16
+"""The TCG translation buffer in MiB (tb-size) of a fork resumed on its snapshot's RAM, the
+case of many copies of one machine; DEVCELL_VM_TCG_TB_MIB, when set, is every machine's, 0
+meaning QEMU's 1 GiB. Touched as code is translated and never given back, so it is host
+memory every machine keeps; when full, QEMU drops all translations and starts again. Its cost
+(bench/vm_tb.py): a resume 0.72 s instead of 0.60, a boot 8.8 s instead of 5.8 s, so other
+machines keep QEMU's."""
+QEMU_ENV = {"MALLOC_ARENA_MAX": "1"}
+"""glibc's malloc in QEMU: one arena, not one per thread (each a heap of its own, partly
+touched): a few MiB per machine (bench/vm.py)."""
 
 
 def _opt(path: Path | str) -> str:
@@ -112,7 +132,9 @@ class QemuDriver:
 
     # -- machines ---------------------------------------------------------------------------
 
-    def argv(self, config: MachineConfig) -> list[str]:
+    def argv(self, config: MachineConfig, *, boots: bool = True) -> list[str]:
+        """QEMU's command line; `boots` False for a machine resumed from saved state, which
+        needs no kernel (see the module's doc)."""
         accel = config.accel
         machine = "microvm,isa-serial=on,rtc=on,pit=on,pic=on"
         memory: list[str] = []
@@ -121,12 +143,15 @@ class QemuDriver:
             share = "on" if config.memory_shared else "off"
             memory = ["-object", f"memory-backend-file,id=mem,size={config.memory_mib}M,"
                       f"mem-path={_opt(config.memory_file)},share={share}"]
-        argv = [qemu_binary(), "-name", config.name, "-M", machine, *memory, "-accel", accel,
+        kernel = ["-kernel", _opt(config.kernel), "-initrd", _opt(config.initrd),
+                  "-append", config.cmdline + (_tcg_clock() if accel == "tcg" else "")]
+        argv = [qemu_binary(), "-name", config.name, "-M", machine, *memory,
+                "-accel", accel + (_tcg_options(fork=not boots and not config.memory_shared)
+                                   if accel == "tcg" else ""),
                 *(["-cpu", "host"] if accel == "kvm" else []),
                 "-m", str(config.memory_mib), "-smp", str(config.cpus),
                 "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-                "-kernel", _opt(config.kernel), "-initrd", _opt(config.initrd),
-                "-append", config.cmdline + (_tcg_clock() if accel == "tcg" else ""),
+                *(kernel if boots else []),
                 "-chardev", f"ringbuf,id=con,size={CONSOLE_BYTES}", "-serial", "chardev:con",
                 "-chardev", "socket,id=mon,path=qmp.sock,server=on,wait=off",
                 "-mon", "chardev=mon,mode=control",
@@ -141,12 +166,14 @@ class QemuDriver:
                      "-device", f"virtio-blk-device,drive=d{n}"]
         return argv
 
-    def _launch(self, config: MachineConfig, extra: list[str]) -> int:
+    def _launch(self, config: MachineConfig, *, incoming: bool) -> int:
         for stale in ("qmp.sock", "ga.sock", vm_proc.PIDFILE):
             (config.directory / stale).unlink(missing_ok=True)
-        argv = self.argv(config) + extra
+        argv = self.argv(config, boots=not incoming)
+        if incoming:
+            argv += ["-incoming", "defer"]
         try:
-            done = children.run_bytes(argv, cwd=config.directory, timeout=60)
+            done = children.run_bytes(argv, cwd=config.directory, timeout=60, env=QEMU_ENV)
         except children.TimeoutExpired:
             raise BackendError(f"{QEMU} did not start within 60 s") from None
         if done.returncode != 0:
@@ -160,14 +187,14 @@ class QemuDriver:
 
     def boot(self, config: MachineConfig) -> int:
         _fresh_memory(config)
-        return self._launch(config, [])
+        return self._launch(config, incoming=False)
 
     def restore(self, config: MachineConfig, saved: Path, *, memory_in_file: bool) -> int:
         if not memory_in_file:
             _fresh_memory(config)  # the pages come in the saved stream
         elif config.memory_file is None or not config.memory_file.is_file():
             raise BackendError(f"machine {config.name} cannot resume: its memory file is gone")
-        pid = self._launch(config, ["-incoming", "defer"])
+        pid = self._launch(config, incoming=True)
         deadline = time.monotonic() + SAVE_SECONDS
         with Qmp(config.directory) as qmp:
             if memory_in_file:
@@ -340,6 +367,17 @@ def _set_ignore_shared(qmp: Qmp, on: bool, required_by: str | None) -> bool:
     qmp.command("migrate-set-capabilities",
                 capabilities=[{"capability": IGNORE_SHARED, "state": on}])
     return on
+
+
+def _tcg_options(*, fork: bool) -> str:
+    """`-accel tcg`'s options: the translation buffer's size, TB_MIB for a fork resumed on its
+    snapshot's RAM and QEMU's own otherwise, or DEVCELL_VM_TCG_TB_MIB's for every machine when
+    set (0: QEMU's own)."""
+    try:
+        mib = int(os.environ["DEVCELL_VM_TCG_TB_MIB"])
+    except (KeyError, ValueError):
+        mib = TB_MIB if fork else 0
+    return f",tb-size={mib}" if mib > 0 else ""
 
 
 def _tcg_clock() -> str:

@@ -24,6 +24,8 @@ from devcell import names
 from devcell.errors import BackendError, BackendUnavailable
 from devcell.log import logger
 
+SYNC_RETRY = 0.05
+SYNC_FAST = 2.0
 MAX_LINE = 64 << 20
 """A reply longer than this is refused (guest-exec output is at most 16 MiB, base64)."""
 MAX_WORDS = 300
@@ -200,17 +202,19 @@ class Agent:
         # 0xFF first: it resets the agent's parser, whatever half a request was left in it.
         request = b"\xff" + json.dumps({"execute": "guest-sync-delimited",
                                          "arguments": {"id": token}}).encode() + b"\n"
-        wait = 0.05
+        began = time.monotonic()
         while True:
             try:
                 # A guest whose agent is not up yet reads nothing: the send itself can stall.
                 self.channel.send_bytes(request, timeout=1.0)
-                # Short first: a request sent while a just-resumed guest reopens its port is
-                # lost, and waiting a whole second for it was most of a resume.
+                # Short: a request sent while a just-resumed guest reopens its port is lost,
+                # and the agent answers one sent after it has. Every SYNC_RETRY for the first
+                # SYNC_FAST seconds (a resume), then once a second (a machine still booting).
+                fast = time.monotonic() - began < SYNC_FAST
+                wait = SYNC_RETRY if fast else 1.0
                 if self._synced(token, min(deadline, time.monotonic() + wait)):
                     break
             except TimeoutError:
-                wait = min(wait * 2, 1.0)
                 if time.monotonic() > deadline:
                     raise BackendUnavailable("the guest agent did not answer: the machine is "
                                              "still booting, or its agent is not running"

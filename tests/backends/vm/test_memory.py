@@ -39,6 +39,8 @@ def test_sleep_writes_device_state_only_and_wake_maps_the_ram_file(
     backend, ref = parent
     ram = backend.layout.cell(ref.id) / RAM_FILE
     assert ram.is_file() and os.stat(ram).st_mode & 0o777 == 0o600
+    assert b"-kernel" in _qemu_argv(backend, ref)  # booted: QEMU's default TCG buffer
+    assert all(not a.startswith(b"tcg,tb-size") for a in _qemu_argv(backend, ref))
     # A page the guest wrote is in the file: the RAM *is* the file.
     assert run(backend, ref, "echo ram-marker-5c1e > /dev/shm/m; sync")[0] == 0
     before = _counter(backend, ref)
@@ -60,6 +62,12 @@ def test_sleep_writes_device_state_only_and_wake_maps_the_ram_file(
     guest = int(run(backend, ref, "date +%s")[1])
     answered = time.time()
     assert asked - 2 <= guest <= answered + 1, (asked, guest, answered)
+
+
+def _qemu_argv(backend: VmBackend, ref: CellRef) -> list[bytes]:
+    pid = vm_proc.find(backend.layout.cell(ref.id), backend.layout.machine_name(ref.id))
+    assert pid is not None
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
 
 
 def _fork(backend: VmBackend, snapshot: str, n: int) -> CellRef:
@@ -96,6 +104,7 @@ def test_a_fork_of_a_machine_snapshot_resumes_its_processes_as_a_new_machine(
     assert run(backend, ref, "echo later > /workspace/note; echo later > /dev/shm/note")[0] == 0
 
     forks = [_fork(backend, "snap_vmmem01", n) for n in (1, 2)]
+    time.sleep(5)  # the snapshot's clock falls behind the host's
     try:
         randoms = []
         for fork in forks:
@@ -105,6 +114,14 @@ def test_a_fork_of_a_machine_snapshot_resumes_its_processes_as_a_new_machine(
             code, out, _ = run(backend, fork, "head -c16 /dev/urandom | od -An -tx1")
             assert code == 0
             randoms.append(out)
+            # Its clock was set with its identity: the host's, not the snapshot's.
+            before = time.time()
+            guest = int(run(backend, fork, "date +%s")[1])
+            assert before - 2 <= guest <= time.time() + 1, (before, guest)
+            # A resumed machine's QEMU keeps no kernel and, under TCG, a small code buffer.
+            argv = _qemu_argv(backend, fork)
+            assert b"-kernel" not in argv and b"-initrd" not in argv
+            assert argv[argv.index(b"-accel") + 1] in (b"kvm", b"tcg,tb-size=16")
         parent_id = run(backend, ref, "cat /etc/machine-id 2>/dev/null; hostname")[1]
         seen = {parent_id}
         for fork in forks:

@@ -42,6 +42,7 @@ from devcell.backends import (
     container_observe,
     container_spec,
     images,
+    log_source,
     proctree,
     pull_progress,
     supervisor,
@@ -1103,6 +1104,10 @@ class ContainerBackend:
         names = supervisor.service_names(cell.spec)
         known = {p.stem for p in logs.glob("*.log")} if logs.is_dir() else set()
         return {name: logs / f"{name}.log" for name in sorted(set(names) | known)}
+
+    def log_sources(self, cell: CellRef) -> log_source.HostLogs:
+        """The log files of `log_paths`, each opened without following links when first read."""
+        return log_source.HostLogs(self.log_paths(cell))
 
     # -- images ----------------------------------------------------------------------------
 

@@ -474,7 +474,8 @@ class VmBackend:
         return vm_logs.GuestLogs(
             cell.name, supervisor.service_names(cell.spec),
             agent=lambda: self._agent(cell, config, timeout=AGENT_BOOT_SECONDS),
-            run=lambda agent, argv: self._run(agent, argv, timeout=LOG_STAT_SECONDS))
+            run=lambda agent, argv: self._run(agent, argv, timeout=LOG_STAT_SECONDS),
+            running=lambda: self._pid(cell.id) is not None)
 
     def _run_hooks(self, cell: CellRef, agent: Any, which: str) -> int:
         """The cell's `which` hooks (preCheckpoint, postCheckpoint) through the agent, as the

@@ -93,8 +93,10 @@ class GuestLogs:
 
     def __init__(self, cell_name: str, services: list[str], *,
                  agent: Callable[[], contextlib.AbstractContextManager[Any]], run: Run,
+                 running: Callable[[], bool] = lambda: True,
                  directory: str = SERVICE_LOG_DIR) -> None:
         self.cell_name = cell_name
+        self.running = running
         self.directory = directory
         self._connect, self._run = agent, run
         self._agent: Any = None
@@ -107,13 +109,22 @@ class GuestLogs:
 
     @contextlib.contextmanager
     def round(self) -> Iterator[None]:
-        with self._connect() as agent:
-            self._agent = agent
-            try:
-                self._found = self._survey()
-                yield
-            finally:
-                self._agent = None
+        """One agent connection; a machine that stopped meanwhile (slept, stopped, deleted:
+        what a follow meets) is said as such rather than as a lost connection."""
+        try:
+            with self._connect() as agent:
+                self._agent = agent
+                try:
+                    self._found = self._survey()
+                    yield
+                finally:
+                    self._agent = None
+        except BackendError:
+            if self.running():
+                raise
+            raise BackendError(f"cell {self.cell_name} is no longer running (asleep, stopped "
+                               "or deleted): its logs cannot be read until it runs again"
+                               ) from None
 
     def close(self) -> None:
         pass

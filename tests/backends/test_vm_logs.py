@@ -234,3 +234,17 @@ def test_only_the_services_named_are_read(guest: FakeGuest) -> None:
     assert list(logs.sources) == ["web"]
     with logs.round():
         assert logs.sources["web"].size() is None
+
+
+def test_a_machine_that_stopped_during_a_follow_is_said_as_such(guest: FakeGuest) -> None:
+    @contextlib.contextmanager
+    def gone() -> Iterator[FakeGuest]:
+        raise BackendError("cell box: the guest agent closed the connection")
+        yield guest
+    stopped = vm_logs.GuestLogs("box", ["web"], agent=gone, run=guest.run,
+                                running=lambda: False)
+    with pytest.raises(BackendError, match="cell box is no longer running"), stopped.round():
+        pass
+    alive = vm_logs.GuestLogs("box", ["web"], agent=gone, run=guest.run, running=lambda: True)
+    with pytest.raises(BackendError, match="closed the connection"), alive.round():
+        pass

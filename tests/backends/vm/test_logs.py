@@ -174,8 +174,18 @@ def test_a_hostile_log_is_refused_or_read_bounded_and_escaped(box: Box) -> None:
 
 
 def test_a_cell_that_is_not_running_says_so(box: Box) -> None:
-    slept = box("cell", "sleep", "logbox")
-    assert slept.returncode == 0, slept.stderr
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "devcell", "logs", "logbox", "-f"], stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, env=box.env(), cwd=REPO, preexec_fn=processes.child_setup)
+    try:
+        time.sleep(3)
+        slept = box("cell", "sleep", "logbox")
+        assert slept.returncode == 0, slept.stderr
+        _, err = follower.communicate(timeout=120)  # the follow ends when the machine does
+    finally:
+        processes.end(follower)
+    assert follower.returncode == 1 and b"Traceback" not in err
+    assert b"cell logbox is no longer running (asleep, stopped or deleted)" in err, err
     shown = box("logs", "logbox")
     assert shown.returncode == 1 and "Traceback" not in shown.stderr
     assert "cell logbox is not running: its service logs are on the machine's disk" in \

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from devcell import config, security
-from devcell.backends import container_observe, container_spec, supervisor
+from devcell.backends import container_observe, container_spec, log_source, supervisor
 from devcell.backends.base import (
     Capabilities,
     CellRef,
@@ -1103,6 +1103,10 @@ class ContainerBackend:
         names = supervisor.service_names(cell.spec)
         known = {p.stem for p in logs.glob("*.log")} if logs.is_dir() else set()
         return {name: logs / f"{name}.log" for name in sorted(set(names) | known)}
+
+    def log_sources(self, cell: CellRef) -> log_source.HostLogs:
+        """The log files of `log_paths`, each opened without following links when first read."""
+        return log_source.HostLogs(self.log_paths(cell))
 
     # -- images ----------------------------------------------------------------------------
 

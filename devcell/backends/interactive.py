@@ -9,10 +9,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 
 from devcell.backends.base import Backend, CellRef
+from devcell.backends.log_source import ServiceLogs
 from devcell.errors import CapabilityMissing
 
 
@@ -41,8 +41,9 @@ class Interactive(Protocol):
         """
         ...
 
-    def log_paths(self, cell: CellRef) -> dict[str, Path]:
-        """Each service's log file on the host, by service name."""
+    def log_sources(self, cell: CellRef) -> ServiceLogs:
+        """Each service's log, read in bounded pieces (log_source.py): host files for a
+        container cell, files in the machine for a vm cell."""
         ...
 
 

@@ -46,6 +46,7 @@ from devcell.backends import (
     vm_drivers,
     vm_exec,
     vm_image,
+    vm_logs,
     vm_memory,
     vm_proc,
     vm_reseed,
@@ -78,6 +79,8 @@ HOOK_TIMEOUT_S = 60
 STATUS_SECONDS = 60.0
 """How long guest-exec-status's reply (with the output) may take to arrive."""
 HOOK_TAIL = 400
+LOG_STAT_SECONDS = 30.0
+"""How long the stat of a cell's logs may take in the guest (one per round of `logs`)."""
 WORKSPACE_DISK = 2
 """The workspace's index among a machine's disks (root, config, workspace)."""
 _HOSTNAME = re.compile(r"[^a-z0-9-]+")
@@ -464,12 +467,21 @@ class VmBackend:
         stderr.flush()
         return code
 
-    def log_paths(self, cell: CellRef) -> dict[str, Path]:
-        """Service logs stay inside the guest in this slice (a later one reads them through
-        the agent): refused with where they are, rather than an empty answer."""
-        raise CapabilityMissing(
-            f"service logs of vm cells stay inside the machine for now; read one with "
-            f"`devcell exec {cell.name} -- cat {SERVICE_LOG_DIR}/SERVICE.log`")
+    def log_sources(self, cell: CellRef) -> vm_logs.GuestLogs:
+        """The services' logs on the machine's disk, read through its agent (vm_logs.py);
+        only while it runs (asleep or stopped, its disk is not read from the host)."""
+        meta = self._meta(cell.id)
+        if meta is None or self._pid(cell.id) is None:
+            raise BackendError(
+                f"cell {cell.name} is not running: its service logs are on the machine's "
+                f"disk ({SERVICE_LOG_DIR}), read through its guest agent; start it with "
+                f"`devcell cell start {cell.name}` to read them")
+        config = self._config(cell.id, meta)
+        return vm_logs.GuestLogs(
+            cell.name, supervisor.service_names(cell.spec),
+            agent=lambda: self._agent(cell, config, timeout=AGENT_BOOT_SECONDS),
+            run=lambda agent, argv: self._run(agent, argv, timeout=LOG_STAT_SECONDS),
+            running=lambda: self._pid(cell.id) is not None)
 
     def _run_hooks(self, cell: CellRef, agent: Any, which: str) -> int:
         """The cell's `which` hooks (preCheckpoint, postCheckpoint) through the agent, as the

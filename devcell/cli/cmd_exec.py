@@ -17,8 +17,10 @@ from pathlib import Path
 from types import FrameType
 
 from devcell import backends, names, safeio
+from devcell.backends import log_source
 from devcell.backends.base import CellRef
 from devcell.backends.interactive import Interactive, Terminal, interactive
+from devcell.backends.log_source import LogSource, ServiceLogs
 from devcell.cli import log_lines, logs
 from devcell.errors import NotFound, UsageError
 from devcell.store import objects, volumes
@@ -113,13 +115,15 @@ def _terminal(*, raw: bool) -> Iterator[Terminal]:
 
 
 class _Tail:
-    """One service's log file, printed as it grows, whole lines only (prefixed if asked).
+    """One service's log, printed as it grows, whole lines only (prefixed if asked).
 
-    The log directory is writable from inside the cell, so the file is opened through
-    devcell.safeio (no links, no FIFOs, no directories) and read in bounded amounts: at first
-    only its last INITIAL_MAX bytes, then PUMP_MAX at a time (printed before the next is
-    read, at most PUMP_ROUNDS a turn), and a line longer than LINE_MAX is printed in pieces
-    rather than held.
+    The log is the cell's to write, so it is read through a backend's LogSource (a host file
+    opened without following links, or a file in a vm's guest read through its agent; either
+    refused when not a regular file) in bounded amounts: at first only its last INITIAL_MAX
+    bytes, then at most PUMP_MAX at a time up to the size it had when the turn began (printed
+    before the next is read, at most PUMP_ROUNDS a turn), and a line longer than LINE_MAX is
+    printed in pieces rather than held. A log that shrank (truncated, rotated) is read again
+    from its start.
     """
 
     INITIAL_MAX = 8 << 20
@@ -127,49 +131,61 @@ class _Tail:
     PUMP_ROUNDS = 16
     LINE_MAX = 1 << 20
 
-    def __init__(self, path: Path, prefix: bytes, *, lines: log_lines.LineFilter | None = None,
-                 tail: int | None = None) -> None:
-        self.path, self.prefix = path, prefix
+    def __init__(self, source: LogSource | Path, prefix: bytes, *,
+                 lines: log_lines.LineFilter | None = None, tail: int | None = None) -> None:
+        self.owned = isinstance(source, Path)
+        self.source: LogSource = log_source.HostLog(source) if isinstance(source, Path) \
+            else source
+        self.prefix = prefix
         self.lines = lines or log_lines.LineFilter(timestamps=True)  # as written
         self.tail = tail
-        self.fd: int | None = None
+        self.pos: int | None = None
         self.refused = False
         self.partial = b""
 
-    def _open(self, stack: ExitStack) -> bool:
+    def _size(self, stack: ExitStack | None) -> int | None:
         try:
-            fd = safeio.open_regular(self.path.parent, self.path.name)
-        except FileNotFoundError:
-            return False
+            size = self.source.size()
         except safeio.UnsafeFile as exc:
             self.refused = True
             sys.stderr.write(f"devcell: skipping {names.printable(str(exc))}\n")
-            return False
-        stack.callback(os.close, fd)
-        size = os.fstat(fd).st_size
-        if self.tail is not None:
-            start = log_lines.tail_start(fd, size, self.tail, self.INITIAL_MAX)
-            os.lseek(fd, start, os.SEEK_SET)
-            if self.tail > 0 and start > 0 and size - start >= self.INITIAL_MAX:
-                sys.stderr.write(f"devcell: {names.printable(self.path.name)}: its last "
-                                 f"{self.tail} lines hold more than {self.INITIAL_MAX >> 20} "
-                                 "MiB; showing the lines of its last 8 MiB\n")
-        elif size > self.INITIAL_MAX:
-            os.lseek(fd, size - self.INITIAL_MAX, os.SEEK_SET)
-            sys.stderr.write(f"devcell: {names.printable(self.path.name)}: showing its last "
-                             f"{self.INITIAL_MAX >> 20} MiB of {size} bytes\n")
-        self.fd = fd
-        return True
+            return None
+        if size is not None and self.pos is None:
+            if self.owned and stack is not None and isinstance(self.source, log_source.HostLog):
+                stack.callback(self.source.close)
+            self.pos = self._start(size)
+        return size
 
-    def pump(self, stack: ExitStack, *, final: bool = False) -> None:
-        if self.fd is None and (self.refused or not self._open(stack)):
+    def _start(self, size: int) -> int:
+        label = names.printable(self.source.label)
+        if self.tail is not None:
+            start = log_lines.tail_offset(self.source.read, size, self.tail, self.INITIAL_MAX,
+                                          block=self.source.block)
+            if self.tail > 0 and start > 0 and size - start >= self.INITIAL_MAX:
+                sys.stderr.write(f"devcell: {label}: its last {self.tail} lines hold more "
+                                 f"than {self.INITIAL_MAX >> 20} MiB; showing the lines of "
+                                 "its last 8 MiB\n")
+            return start
+        if size > self.INITIAL_MAX:
+            sys.stderr.write(f"devcell: {label}: showing its last {self.INITIAL_MAX >> 20} MiB "
+                             f"of {size} bytes\n")
+            return size - self.INITIAL_MAX
+        return 0
+
+    def pump(self, stack: ExitStack | None = None, *, final: bool = False) -> None:
+        if self.refused:
             return
-        assert self.fd is not None
-        if os.lseek(self.fd, 0, os.SEEK_CUR) > os.fstat(self.fd).st_size:
-            os.lseek(self.fd, 0, os.SEEK_SET)  # truncated (rotated): from the start again
+        size = self._size(stack)
+        if size is None:
+            return
+        assert self.pos is not None
+        if self.pos > size:
+            self.pos = 0  # truncated (rotated): from the start again
         for _ in range(self.PUMP_ROUNDS):  # a cell writing without pause cannot keep us here
-            chunk = safeio.read_some(self.fd, self.PUMP_MAX)
-            last = len(chunk) < self.PUMP_MAX
+            want = min(self.PUMP_MAX, size - self.pos)
+            chunk = self.source.read(self.pos, want)[:want] if want > 0 else b""
+            self.pos += len(chunk)
+            last = self.pos >= size or len(chunk) < want
             self._print(self.partial + chunk, final=final and last)
             if last:
                 return
@@ -210,31 +226,37 @@ def run_logs(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     backend, ref = _open_cell(args, verb="showing its logs as last written")
     try:
-        paths = backend.log_paths(ref)
-    finally:
-        getattr(backend, "close", lambda: None)()
-    if args.service is not None:
-        if args.service not in paths:
-            known = ", ".join(names.printable(n) for n in paths) or "none"
-            raise NotFound(f"cell {ref.name} has no service {args.service!r} (services: {known})")
-        paths = {args.service: paths[args.service]}
-    many = len(paths) > 1
-    # Names found in the log directory are the cell's to choose: escaped before printing.
-    tails = [_Tail(path, f"[{names.printable(name)}] ".encode() if many else b"",
-                   lines=log_lines.LineFilter(timestamps=args.timestamps, since=since),
-                   tail=None if args.tail < 0 else args.tail)
-             for name, path in paths.items()]
-    try:  # Ctrl-C ends a follow normally, also while the backlog is still being printed
-        with ExitStack() as stack:
-            for tail in tails:
-                tail.pump(stack, final=not args.follow)
-            if not args.follow:
-                return 0
-            while True:
-                time.sleep(FOLLOW_POLL_S)
-                for tail in tails:
-                    tail.pump(stack)
-    except KeyboardInterrupt:
+        _print_logs(args, ref, backend.log_sources(ref), since)
+    except KeyboardInterrupt:  # Ctrl-C ends a follow normally, also while the backlog prints
         if not args.follow:
             raise
-        return 0
+    finally:
+        getattr(backend, "close", lambda: None)()
+    return 0
+
+
+def _print_logs(args: argparse.Namespace, ref: CellRef, service_logs: ServiceLogs,
+                since: str | None) -> None:
+    sources = service_logs.sources
+    if args.service is not None:
+        if args.service not in sources:
+            known = ", ".join(names.printable(n) for n in sources) or "none"
+            raise NotFound(f"cell {ref.name} has no service {args.service!r} (services: {known})")
+        sources = {args.service: sources[args.service]}
+    many = len(sources) > 1
+    # Names found in the log directory are the cell's to choose: escaped before printing.
+    tails = [_Tail(source, f"[{names.printable(name)}] ".encode() if many else b"",
+                   lines=log_lines.LineFilter(timestamps=args.timestamps, since=since),
+                   tail=None if args.tail < 0 else args.tail)
+             for name, source in sources.items()]
+    try:
+        with service_logs.round():
+            for tail in tails:
+                tail.pump(final=not args.follow)
+        while args.follow:
+            time.sleep(FOLLOW_POLL_S)
+            with service_logs.round():
+                for tail in tails:
+                    tail.pump()
+    finally:
+        service_logs.close()

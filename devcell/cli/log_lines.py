@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 STAMP = re.compile(rb"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z) ")
@@ -66,23 +67,30 @@ def since_cutoff(value: str, now: float) -> str:
 
 
 def tail_start(fd: int, size: int, lines: int, limit: int) -> int:
-    """Where the last `lines` lines of the open file begin, reading backwards in blocks and
-    never more than `limit` bytes (a hostile file may hold no newline at all)."""
+    """Where the last `lines` lines of the open file begin (see `tail_offset`)."""
+    def read(offset: int, count: int) -> bytes:
+        os.lseek(fd, offset, os.SEEK_SET)
+        return os.read(fd, count)
+    return tail_offset(read, size, lines, limit)
+
+
+def tail_offset(read: Callable[[int, int], bytes], size: int, lines: int, limit: int, *,
+                block: int = TAIL_BLOCK) -> int:
+    """Where the last `lines` lines of a log of `size` bytes begin, reading backwards in
+    blocks with `read(offset, count)` and never more than `limit` bytes (a hostile file may
+    hold no newline at all)."""
     if lines <= 0:
         return size
     end = size
-    if end > 0:  # a last line without its newline counts as a line
-        os.lseek(fd, end - 1, os.SEEK_SET)
-        if os.read(fd, 1) == b"\n":
-            end -= 1
+    if end > 0 and read(end - 1, 1) == b"\n":  # a last line without its newline is a line
+        end -= 1
     pos, wanted = end, lines
     while pos > 0 and size - pos < limit:
-        step = min(TAIL_BLOCK, pos, limit - (size - pos))
-        os.lseek(fd, pos - step, os.SEEK_SET)
-        block = os.read(fd, step)
-        index = len(block)
+        step = min(block, pos, limit - (size - pos))
+        data = read(pos - step, step)[:step]
+        index = len(data)
         while True:
-            index = block.rfind(b"\n", 0, index)
+            index = data.rfind(b"\n", 0, index)
             if index < 0:
                 break
             wanted -= 1

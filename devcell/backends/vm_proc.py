@@ -20,13 +20,24 @@ from devcell import safeio
 PIDFILE = "qemu.pid"
 
 
+EXEC_RETRIES = 25
+"""Reads of an empty command line (~50 ms at most) before it counts as none."""
+
+
 def _argv(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read(1 << 16)
-    except OSError:
-        return []
-    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+    """The command line of `pid`. A process in the middle of its exec (a machine started a
+    moment ago) reads as an empty command line for a few milliseconds: asked again, briefly,
+    so a just-started machine is not taken for someone else's process."""
+    for _ in range(EXEC_RETRIES):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                raw = f.read(1 << 16)
+        except OSError:
+            return []
+        if raw:
+            return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+        time.sleep(0.002)
+    return []  # a kernel thread, or a zombie: no command line
 
 
 def machine_name(argv: list[str]) -> str | None:

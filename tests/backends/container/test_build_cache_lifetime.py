@@ -24,6 +24,15 @@ def _entry(state: Path, name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _aged(manifest: Path) -> Path:
+    """The project's files dated a minute back: a file changed within the last 2 s is racy
+    and its digest not cached (as git's index does), which would leave no entry to test."""
+    old = os.stat(manifest).st_mtime - 60
+    for path in [manifest.parent, *manifest.parent.rglob("*")]:
+        os.utime(path, (old, old), follow_symlinks=False)
+    return manifest
+
+
 def _cell_id(state: Path, name: str) -> str:
     conn = sqlite3.connect(f"file:{state / 'state.db'}?mode=ro", uri=True)
     try:
@@ -51,13 +60,14 @@ def _plant(state: Path, outside: Path) -> dict[str, Path]:
 
 def test_a_recreate_keeps_the_entry_and_deleting_the_cell_removes_it(
         cli: Cli, tmp_path: Path, state: Path, built_images: Any) -> None:  # noqa: F811
-    manifest = _project(tmp_path)
+    manifest = _aged(_project(tmp_path))
     applied = cli("apply", "-f", str(manifest))
     assert applied.returncode == 0, applied.stderr
     first = _entry(state, "built")
     assert first is not None and first["cell_id"] == _cell_id(state, "built")
 
     (manifest.parent / "app" / "greeting.txt").write_text("hello v2\n")
+    _aged(manifest)
     again = cli("apply", "-f", str(manifest))  # rebuilt, the container recreated
     assert again.returncode == 0, again.stderr
     second = _entry(state, "built")
@@ -72,8 +82,9 @@ def test_a_recreate_keeps_the_entry_and_deleting_the_cell_removes_it(
 
 def test_gc_drops_the_entries_of_cells_that_no_longer_exist(
         cli: Cli, tmp_path: Path, state: Path, built_images: Any) -> None:  # noqa: F811
-    manifest = _project(tmp_path)
+    manifest = _aged(_project(tmp_path))
     assert cli("apply", "-f", str(manifest)).returncode == 0
+    assert (_entry(state, "built") or {}).get("cell_id") == _cell_id(state, "built")
     outside = tmp_path / "outside.json"
     planted = _plant(state, outside)
 

@@ -224,6 +224,8 @@ def test_a_service_that_leaves_a_child_holding_its_output_is_seen_to_exit(
     ])
     up(backend, ref)
     log_path = backend.log_paths(ref)["forker"]
-    wait_for(lambda: "forker exited with status 4" in log_path.read_text(), timeout=15)
+    # The supervisor creates the log when the service starts: absent until then.
+    wait_for(lambda: log_path.exists() and "forker exited with status 4" in log_path.read_text(),
+             timeout=15)
     log = log_path.read_text()
     assert log.index("parent-done") < log.index("forker exited with status 4")

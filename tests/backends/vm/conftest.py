@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,26 @@ SPEC: dict[str, Any] = {
             {"name": "TOKEN", "value": "canary-vm-5e1d", "secret": True}],
     "services": [{"name": "counter", "command": ["sh", "-c", COUNTER]}],
 }
+
+
+def cell_manifest(tmp_path: Path, name: str, *, counter: bool = True) -> Path:
+    """A 128 MiB vm Cell named `name` without network, as a user writes it (with the
+    counter service unless told not to), in `tmp_path/cell.yaml`."""
+    services = ("  services:\n    - name: counter\n"
+                f"      command: [sh, -c, \"{COUNTER}\"]\n") if counter else ""
+    path = tmp_path / "cell.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        apiVersion: devcell.dev/v1alpha1
+        kind: Cell
+        metadata: {{name: {name}}}
+        spec:
+          backend: vm
+          image: {IMAGE}
+          network: {{mode: none}}
+          workspace: {{mountPath: /workspace}}
+          resources: {{memory: 128Mi}}
+        """) + services)
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import textwrap
 from pathlib import Path
 from typing import Any
 
 from devcell.backends import vm_proc
 from devcell.backends.vm_layout import VmLayout
 from devcell.cli import render
-from tests.backends.engine import IMAGE
-from tests.backends.vm.conftest import COUNTER, make_state
+from tests.backends.vm.conftest import cell_manifest, make_state
 from tests.backends.vm_machines import kill_machines
 from tests.conftest import Cli
 
@@ -30,22 +28,7 @@ def du(*paths: Path) -> int:
 
 
 def _manifest(tmp_path: Path) -> Path:
-    path = tmp_path / "cell.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        apiVersion: devcell.dev/v1alpha1
-        kind: Cell
-        metadata: {{name: vmcap}}
-        spec:
-          backend: vm
-          image: {IMAGE}
-          network: {{mode: none}}
-          workspace: {{mountPath: /workspace}}
-          resources: {{memory: 128Mi}}
-          services:
-            - name: counter
-              command: [sh, -c, "{COUNTER}"]
-        """))
-    return path
+    return cell_manifest(tmp_path, "vmcap")
 
 
 def _df(cli: Cli) -> dict[str, Any]:

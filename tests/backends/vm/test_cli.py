@@ -11,28 +11,13 @@ from pathlib import Path
 from devcell.backends import vm_proc
 from devcell.backends.vm_layout import VmLayout
 from tests.backends.engine import IMAGE
-from tests.backends.vm.conftest import COUNTER, make_state
+from tests.backends.vm.conftest import cell_manifest, make_state
 from tests.backends.vm_machines import require_qemu
 from tests.conftest import Cli
 
 
 def _manifest(tmp_path: Path) -> Path:
-    path = tmp_path / "cell.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        apiVersion: devcell.dev/v1alpha1
-        kind: Cell
-        metadata: {{name: vmbox}}
-        spec:
-          backend: vm
-          image: {IMAGE}
-          network: {{mode: none}}
-          workspace: {{mountPath: /workspace}}
-          resources: {{memory: 128Mi}}
-          services:
-            - name: counter
-              command: [sh, -c, "{COUNTER}"]
-        """))
-    return path
+    return cell_manifest(tmp_path, "vmbox")
 
 
 def _left(vm: Path) -> dict[str, list[str]]:

@@ -16,14 +16,12 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 from devcell.backends import vm_proc
 from devcell.backends.vm_layout import VmLayout
-from tests.backends.engine import IMAGE
-from tests.backends.vm.conftest import make_state
+from tests.backends.vm.conftest import cell_manifest, make_state
 from tests.backends.vm_machines import kill_machines
 from tests.conftest import Cli
 
@@ -68,19 +66,7 @@ done
 
 
 def _manifest(tmp_path: Path) -> Path:
-    path = tmp_path / "cell.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        apiVersion: devcell.dev/v1alpha1
-        kind: Cell
-        metadata: {{name: vmevil}}
-        spec:
-          backend: vm
-          image: {IMAGE}
-          network: {{mode: none}}
-          workspace: {{mountPath: /workspace}}
-          resources: {{memory: 128Mi}}
-        """))
-    return path
+    return cell_manifest(tmp_path, "vmevil", counter=False)
 
 
 def test_a_guest_that_replaces_its_agent_gets_clear_errors_and_the_cell_still_ends(

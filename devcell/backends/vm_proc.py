@@ -24,11 +24,12 @@ EXEC_RETRIES = 25
 """Reads of an empty command line (~50 ms at most) before it counts as none."""
 
 
-def _argv(pid: int) -> list[str]:
+def _argv(pid: int, *, settle: bool = False) -> list[str]:
     """The command line of `pid`. A process in the middle of its exec (a machine started a
-    moment ago) reads as an empty command line for a few milliseconds: asked again, briefly,
-    so a just-started machine is not taken for someone else's process."""
-    for _ in range(EXEC_RETRIES):
+    moment ago) reads as an empty command line for a few milliseconds: with `settle`, asked
+    again briefly, so a just-started machine is not taken for someone else's process. A scan
+    of every process does not settle (each kernel thread would cost the whole wait)."""
+    for _ in range(EXEC_RETRIES if settle else 1):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 raw = f.read(1 << 16)
@@ -76,7 +77,7 @@ def is_owned(pid: int, name: str) -> bool:
     """Whether `pid` is alive and is the QEMU labelled `name`."""
     if pid <= 1:
         return False
-    return machine_name(_argv(pid)) == name and _alive(pid)
+    return machine_name(_argv(pid, settle=True)) == name and _alive(pid)
 
 
 def _alive(pid: int) -> bool:

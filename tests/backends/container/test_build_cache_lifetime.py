@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
-from devcell.backends.build_digest_cache import DIRECTORY
+from devcell.backends.build_digest_cache import DIRECTORY, RACY_SECONDS
 from devcell.controllers.context import Context
 from devcell.store.db import Database
 from tests.backends.container.test_build import _project, built_images  # noqa: F401
@@ -25,11 +26,10 @@ def _entry(state: Path, name: str) -> dict[str, Any] | None:
 
 
 def _aged(manifest: Path) -> Path:
-    """The project's files dated a minute back: a file changed within the last 2 s is racy
-    and its digest not cached (as git's index does), which would leave no entry to test."""
-    old = os.stat(manifest).st_mtime - 60
-    for path in [manifest.parent, *manifest.parent.rglob("*")]:
-        os.utime(path, (old, old), follow_symlinks=False)
+    """The project once its files are no longer racy: a file changed (mtime or ctime, which
+    no one can set back) within RACY_SECONDS is not cached, as git's index does, which would
+    leave no entry to test."""
+    time.sleep(RACY_SECONDS + 0.2)
     return manifest
 
 

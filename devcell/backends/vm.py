@@ -412,9 +412,11 @@ class VmBackend:
     @contextlib.contextmanager
     def _agent(self, cell: CellRef, config: MachineConfig, *, timeout: float) -> Iterator[Any]:
         """The cell's guest agent; what fails in talking to it names the cell (the error
-        keeps its class: unavailable is retried, a refusal is not)."""
+        keeps its class: unavailable is retried, a refusal is not). It is not waited for
+        once the machine has stopped (slept, stopped or deleted meanwhile)."""
         try:
-            with self.driver.agent(config, timeout=timeout) as agent:
+            with self.driver.agent(config, timeout=timeout,
+                                   alive=lambda: self._pid(cell.id) is not None) as agent:
                 yield agent
         except BackendError as exc:
             if f"cell {cell.name}" not in str(exc):

@@ -11,6 +11,7 @@ be reached over vsock instead of virtio-serial (vm_firecracker.py). Nothing here
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -113,8 +114,10 @@ class MachineDriver(Protocol):
         """The guest's latest serial console output, bounded (the guest wrote it)."""
         ...
 
-    def agent(self, config: MachineConfig, *, timeout: float) -> Agent:
-        """A connection to the guest agent, waiting up to `timeout` for it to answer."""
+    def agent(self, config: MachineConfig, *, timeout: float,
+              alive: Callable[[], bool] | None = None) -> Agent:
+        """A connection to the guest agent, waiting up to `timeout` for it to answer, and
+        no longer once `alive` says the machine stopped."""
         ...
 
     def snapshot_disk(self, config: MachineConfig, disk: int, overlay: Path) -> None:

@@ -90,8 +90,9 @@ class Dispatch:
     def console(self, config: MachineConfig) -> bytes:
         return self.of(config).console(config)
 
-    def agent(self, config: MachineConfig, *, timeout: float) -> Agent:
-        return self.of(config).agent(config, timeout=timeout)
+    def agent(self, config: MachineConfig, *, timeout: float,
+              alive: Callable[[], bool] | None = None) -> Agent:
+        return self.of(config).agent(config, timeout=timeout, alive=alive)
 
     def snapshot_disk(self, config: MachineConfig, disk: int, overlay: Path) -> None:
         self.of(config).snapshot_disk(config, disk, overlay)

@@ -256,15 +256,17 @@ class FirecrackerDriver:
         """The last 64 KiB the guest wrote to its serial console (its file, read bounded)."""
         return _tail(config.directory, api.CONSOLE_FILE, CONSOLE_BYTES)
 
-    def agent(self, config: MachineConfig, *, timeout: float) -> Agent:
-        return VsockAgent(config.directory, port=AGENT_PORT, timeout=timeout)
+    def agent(self, config: MachineConfig, *, timeout: float,
+              alive: Callable[[], bool] | None = None) -> Agent:
+        return VsockAgent(config.directory, port=AGENT_PORT, timeout=timeout, alive=alive)
 
 
 class VsockAgent(Agent):
     """qemu-ga over Firecracker's vsock: the same protocol as over virtio-serial once the
     connection is forwarded to the guest's port."""
 
-    def __init__(self, directory: Path, *, port: int, timeout: float) -> None:
+    def __init__(self, directory: Path, *, port: int, timeout: float,
+                 alive: Callable[[], bool] | None = None) -> None:
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -274,6 +276,7 @@ class VsockAgent(Agent):
                 if time.monotonic() > deadline:
                     raise BackendUnavailable(f"cannot reach the guest agent on vsock port "
                                              f"{port}: {exc}") from None
+                vm_qmp.gone_unless(alive)
                 time.sleep(0.1)
         self.channel = JsonChannel(sock, "the guest agent")
         self.channel.buffer = bytearray(early)

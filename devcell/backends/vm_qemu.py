@@ -39,6 +39,7 @@ import os
 import shlex
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from devcell import failpoints
@@ -283,8 +284,9 @@ class QemuDriver:
         if not vm_proc.wait_gone(pid, config.name, timeout):
             vm_proc.kill(pid, config.name)
 
-    def agent(self, config: MachineConfig, *, timeout: float) -> Agent:
-        return Agent(config.directory, timeout=timeout)
+    def agent(self, config: MachineConfig, *, timeout: float,
+              alive: Callable[[], bool] | None = None) -> Agent:
+        return Agent(config.directory, timeout=timeout, alive=alive)
 
     def console(self, config: MachineConfig) -> bytes:
         """What the guest printed on its serial console lately (at most 64 KiB)."""

@@ -17,6 +17,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,15 @@ class Qmp:
             return reply.get("return")
 
 
+def gone_unless(alive: Callable[[], bool] | None) -> None:
+    """Between attempts to reach an agent: a machine that is no longer running (slept,
+    stopped, deleted meanwhile) will never answer, so waiting out the boot timeout for it
+    would only keep the caller (a `logs -f`, an exec) hanging."""
+    if alive is not None and not alive():
+        raise BackendUnavailable("the machine is not running, so its guest agent cannot "
+                                 "answer")
+
+
 class Agent:
     """qemu-ga in the guest, over its virtio-serial port.
 
@@ -177,7 +187,8 @@ class Agent:
     requests = 0
     """Requests sent on this connection: each one's id."""
 
-    def __init__(self, directory: Path, *, timeout: float) -> None:
+    def __init__(self, directory: Path, *, timeout: float,
+                 alive: Callable[[], bool] | None = None) -> None:
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -187,6 +198,7 @@ class Agent:
                 if time.monotonic() > deadline:
                     raise BackendUnavailable(f"cannot reach the guest agent in {directory}: "
                                              f"{exc.strerror or exc}") from None
+                gone_unless(alive)
                 time.sleep(0.1)
         self.channel = JsonChannel(sock, "the guest agent")
         self._sync(deadline)

@@ -177,6 +177,26 @@ def test_an_agent_that_reads_nothing_fails_the_send_in_time(tmp_path: Path) -> N
         listener.close()
 
 
+def test_a_machine_that_stopped_is_not_waited_for(tmp_path: Path) -> None:
+    """No socket (QEMU gone: slept, stopped, deleted) and the machine is seen not running: the
+    connect gives up at once, not after the boot timeout (a `logs -f` of a cell that went to
+    sleep hung for minutes in CI); while it still runs, the timeout is waited out."""
+    checks: list[float] = []
+
+    def stopped() -> bool:
+        checks.append(time.monotonic())
+        return False
+
+    began = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="machine is not running"):
+        vm_qmp.Agent(tmp_path, timeout=120.0, alive=stopped)
+    assert time.monotonic() - began < 5 and len(checks) == 1
+    began = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="cannot reach the guest agent"):
+        vm_qmp.Agent(tmp_path, timeout=0.5, alive=lambda: True)
+    assert time.monotonic() - began >= 0.5
+
+
 def test_a_request_the_agent_never_reads_is_a_timeout(
         agent_dir: Callable[[Answer], Path]) -> None:
     """guest-exec with 16 MiB of input to an agent that stopped reading after the sync."""

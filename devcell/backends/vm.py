@@ -14,8 +14,8 @@ sleep writes only the device state and flushes that file; a wake maps it again, 
 not read all of RAM first. A Snapshot asking for `consistency: machine` keeps a copy of it
 with the device state, root and config disks (vm_memory.py) beside the workspace disk
 checkpoint; a cell forked from one resumes from it (RAM mapped copy-on-write) as a new
-machine: new hostname, machine-id and a reseeded random generator (vm_reseed.py). Cells have
-no network device, so there is no MAC to change.
+machine: new hostname, machine-id, MAC (of its NIC, which is connected to nothing: cells
+have no network) and a reseeded random generator (vm_reseed.py).
 
 The cell's directory (<state>/vm/cells/<id>) is owner-only and nothing in it is written by
 the guest except through QEMU's own sockets; what the guest says (agent replies, console) is
@@ -84,6 +84,8 @@ LOG_STAT_SECONDS = 30.0
 WORKSPACE_DISK = 2
 """The workspace's index among a machine's disks (root, config, workspace)."""
 _HOSTNAME = re.compile(r"[^a-z0-9-]+")
+_MAC = re.compile(r"52:54:00(:[0-9a-f]{2}){3}")
+"""The MACs DevCell gives (new_mac); a record naming anything else is damaged."""
 RAM_FILE = "ram.bin"
 """The cell's guest RAM (memory-backend-file, shared): what a sleep keeps and a wake maps."""
 SAVED_MEMORY = "memory.json"
@@ -148,6 +150,9 @@ class VmBackend:
             disks.append(Disk(path, disk_format))
         # A fork runs on its snapshot's RAM (copy-on-write) until it next sleeps or stops.
         ram_from = meta.get("ram_from")
+        mac = meta.get("mac")
+        if mac is not None and not (isinstance(mac, str) and _MAC.fullmatch(mac)):
+            raise ValueError(f"mac {mac!r} is not a MAC address")
         return MachineConfig(
             name=self.layout.machine_name(cell_id), directory=directory,
             kernel=Path(meta["kernel"]), initrd=Path(meta["initrd"]),
@@ -155,7 +160,7 @@ class VmBackend:
             cpus=int(meta["cpus"]), disks=tuple(disks), accel=str(meta.get("accel", "tcg")),
             driver=str(meta.get("driver") or vm_drivers.DEFAULT),
             memory_file=Path(ram_from) if ram_from else directory / RAM_FILE,
-            memory_shared=not ram_from)
+            memory_shared=not ram_from, mac=mac)
 
     def _update(self, cell_id: str, **changes: Any) -> dict[str, Any]:
         meta = self._meta(cell_id)
@@ -215,14 +220,15 @@ class VmBackend:
                 "kernel": str(kernel.path), "initrd": str(initrd), "accel": accel,
                 "driver": driver.name,
                 "memory_mib": memory_mib(cell.spec), "cpus": cpus(cell.spec),
-                "operation": cell.op_id, "created": time.time()}
+                "mac": new_mac() if driver.nic else None, "operation": cell.op_id, "created": time.time()}
         source = self._machine_source(cell)
         if source is not None:
             # The fork is its snapshot's machine: same RAM size, CPUs and accel, or the saved
             # device state would not load; its first start resumes from it.
             part = self.machines.meta(source) or {}
             meta.update({k: part[k] for k in ("memory_mib", "cpus", "accel", "kernel",
-                                               "initrd")}, resume_from=source)
+                                               "initrd")}, resume_from=source,
+                        mac=new_mac() if part.get("nic") else None)
         temporaries.remove_dead(self.layout.cells, f"{temporaries.TMP}{cell.id}-")
         tmp = self.layout.cells / temporaries.temp_name(cell.id)
         tmp.mkdir(mode=0o700)
@@ -320,11 +326,14 @@ class VmBackend:
     def _new_identity(self, cell: CellRef) -> Outputs:
         """Make a resumed fork a machine of its own: the host's clock (the snapshot's stood
         still), hostname, machine-id, and its random generator reseeded from the host (else
-        two forks of one snapshot draw the same bytes). Cells have no network device: there
-        is no MAC to change."""
+        two forks of one snapshot draw the same bytes), and its NIC the MAC QEMU was given
+        (the saved device state brought the parent's back)."""
         config = self._running_config(cell)
         name = _hostname(cell.name)
         machine_id = secrets.token_hex(16)
+        mac = "" if config.mac is None else (
+            f" && for n in /sys/class/net/*; do [ \"${{n##*/}}\" = lo ] || "
+            f"{BUSYBOX} ip link set dev \"${{n##*/}}\" address {config.mac} || exit 1; done")
         with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
             self._identity_step(agent, cell, f"cat > {RESEED} && chmod 700 {RESEED}",
                                 vm_reseed.program())
@@ -332,9 +341,10 @@ class VmBackend:
             self._identity_step(agent, cell, (
                 f"{_clock_argv()} >/dev/null; {RESEED} && {BUSYBOX} rm -f {RESEED} && "
                 f"{BUSYBOX} hostname {name} && echo {name} > /etc/hostname && "
-                f"echo {machine_id} > /etc/machine-id"), vm_reseed.entropy())
+                f"echo {machine_id} > /etc/machine-id{mac}"), vm_reseed.entropy())
         self._update(cell.id, identity_pending=False, machine_id=machine_id)
-        return {"hostname": name, "machine_id": machine_id, "reseeded": True}
+        return {"hostname": name, "machine_id": machine_id, "reseeded": True,
+                **({"mac": config.mac} if config.mac is not None else {})}
 
     def _identity_step(self, agent: Any, cell: CellRef, script: str, data: bytes) -> None:
         code, _, err = self._run(agent, [BUSYBOX, "sh", "-c", script], timeout=30.0, stdin=data)
@@ -689,7 +699,7 @@ class VmBackend:
             return {"checkpoint": checkpoint_id, "cell_id": cell.id, "cell": cell.name,
                     "taken": time.time(), "memory_in_file": saved.memory_in_file,
                     **{k: meta[k] for k in ("memory_mib", "cpus", "accel", "kernel", "initrd")},
-                    "save_seconds": round(saved_at - began, 3)}
+                    "nic": config.mac is not None, "save_seconds": round(saved_at - began, 3)}
 
         def switch(overlay: Path) -> None:
             self.driver.snapshot_disk(config, WORKSPACE_DISK, overlay)
@@ -788,6 +798,12 @@ def _clock_argv() -> str:
     without quoting needs (the date and time are one word: YYYY-MM-DDThh:mm:ss is refused,
     so @SECONDS)."""
     return f"{BUSYBOX} date -u -s @{round(time.time())}"
+
+
+def new_mac() -> str:
+    """A MAC for a new machine: QEMU's locally administered prefix 52:54:00 and three random
+    bytes (os.urandom: a fork must not repeat its parent's or a sibling's)."""
+    return "52:54:00:" + ":".join(f"{b:02x}" for b in os.urandom(3))
 
 
 def _hostname(name: str) -> str:

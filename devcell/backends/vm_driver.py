@@ -51,6 +51,9 @@ class MachineConfig:
     so a save writes only device state and a restore maps the pages instead of reading them."""
     memory_shared: bool = True
     """False for a fork: the file is a snapshot's, mapped copy-on-write, never written."""
+    mac: str | None = None
+    """The MAC of the machine's one NIC, which has no peer (no network: it carries nothing);
+    None for a machine made without one (before DevCell gave them, or a fork of such)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class Saved:
 
 class MachineDriver(Protocol):
     name: str
+    nic: bool
+    """Whether its machines get a NIC without a peer, to carry their MAC (config.mac)."""
 
     def probe(self, kernel: Path, initrd: Path) -> str:
         """How guests run here ("kvm" or "tcg"): tried once per host boot, briefly."""

@@ -38,6 +38,8 @@ class Dispatch:
     """Every call goes to the driver named by the config (probe: by `for_spec` first)."""
 
     name = "dispatch"
+    nic = False
+    """Never asked: a machine is made by the driver `for_spec` chose."""
 
     def __init__(self, *, accel_cache: Path) -> None:
         qemu = QemuDriver(accel_cache=accel_cache)

@@ -75,6 +75,8 @@ def kvm_usable() -> bool:
 
 class FirecrackerDriver:
     name = "firecracker"
+    nic = False
+    """A Firecracker NIC needs a host tap device: a network, which cells do not get."""
 
     def __init__(self, *, binary: str | None = None,
                  kvm_probe: Callable[[Path, Path], str] | None = None) -> None:

@@ -16,8 +16,11 @@ import hashlib
 GUEST_DIR = ".devcell-guest"
 MODULES = ("kernel/drivers/virtio/virtio_ring.ko", "kernel/drivers/virtio/virtio.ko",
            "kernel/drivers/virtio/virtio_mmio.ko", "kernel/drivers/block/virtio_blk.ko",
-           "kernel/drivers/char/virtio_console.ko")
-"""In load order (modules.dep: the last three need the first two)."""
+           "kernel/drivers/char/virtio_console.ko", "kernel/net/core/failover.ko",
+           "kernel/drivers/net/net_failover.ko", "kernel/drivers/net/virtio_net.ko")
+"""In load order (modules.dep: the virtio devices need the first two, virtio_net the two
+failover modules before it). virtio_net drives the machine's NIC, which has no peer: it only
+carries the machine's MAC (a fork gets its own), never a packet."""
 
 INITRD_INIT = """#!/bin/busybox sh
 # DevCell's initrd: load the virtio drivers, mount the root disk, switch to it.
@@ -28,7 +31,8 @@ if $B grep -q devcell.probe /proc/cmdline; then
     $B echo DEVCELL-PROBE-OK
     $B reboot -f
 fi
-for m in virtio_ring virtio virtio_mmio virtio_blk virtio_console; do
+for m in virtio_ring virtio virtio_mmio virtio_blk virtio_console failover net_failover \\
+         virtio_net; do
     $B insmod /lib/modules/$m.ko
 done
 i=0
@@ -79,5 +83,6 @@ done
 """.replace("{guest}", GUEST_DIR)
 
 
-VERSION = hashlib.sha256((INITRD_INIT + ROOT_INIT).encode()).hexdigest()[:8]
+VERSION = hashlib.sha256((INITRD_INIT + ROOT_INIT + " ".join(MODULES)).encode()
+                         ).hexdigest()[:8]
 """Part of the cached root disk's and initrd's names: a change to the guest files rebuilds them."""

@@ -82,6 +82,7 @@ def qemu_binary() -> str:
 
 class QemuDriver:
     name = "qemu-microvm"
+    nic = True
 
     def __init__(self, *, accel_cache: Path | None = None) -> None:
         self.accel_cache = accel_cache
@@ -165,6 +166,10 @@ class QemuDriver:
             argv += ["-drive", f"id=d{n},file={_opt(disk.path)},format={disk.format},if=none,"
                      f"cache=writeback,discard=unmap{readonly}",
                      "-device", f"virtio-blk-device,drive=d{n}"]
+        if config.mac is not None:
+            # Last, so the devices before it keep their places (a saved machine's state names
+            # them in order). No netdev: the NIC is connected to nothing.
+            argv += ["-device", f"virtio-net-device,mac={config.mac}"]
         return argv
 
     def _launch(self, config: MachineConfig, *, incoming: bool) -> int:

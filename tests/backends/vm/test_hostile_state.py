@@ -43,6 +43,10 @@ def _record(backend: VmBackend, cell_id: str, record: Any) -> CellRef:
     {"kernel": "/boot/k", "initrd": "/boot/i", "memory_mib": "lots", "cpus": 1},
     {"kernel": None, "initrd": "/boot/i", "memory_mib": 256, "cpus": 1},
     {"kernel": "/boot/k", "initrd": "/boot/i", "memory_mib": 256, "cpus": [1]},
+    # a MAC is given to QEMU inside an option: anything but one DevCell made is refused
+    {"kernel": "/boot/k", "initrd": "/boot/i", "memory_mib": 256, "cpus": 1,
+     "mac": "52:54:00:00:00:01,netdev=x"},
+    {"kernel": "/boot/k", "initrd": "/boot/i", "memory_mib": 256, "cpus": 1, "mac": 5},
 ])
 def test_a_damaged_machine_record_is_a_clear_error(backend: VmBackend, record: Any) -> None:
     ref = _record(backend, "cell_damaged01", record)

@@ -1,7 +1,6 @@
 """The memory side of a vm cell's machine: RAM as a file (sleep writes device state only,
 wake maps the file), machine snapshots, and forks of one that resume its processes as new
-machines (hostname, machine-id, random generator; no NIC, so no MAC to differ). Real QEMU (TCG
-here), no mocks."""
+machines (hostname, machine-id, MAC, random generator). Real QEMU (TCG here), no mocks."""
 
 from __future__ import annotations
 
@@ -32,6 +31,13 @@ def _counter(backend: VmBackend, ref: CellRef) -> int:
     code, out, err = run(backend, ref, "cat /tmp/counter")
     assert code == 0, err
     return int(out)
+
+
+def _mac(backend: VmBackend, ref: CellRef) -> str:
+    """The MAC of the machine's one NIC, as its guest sees it."""
+    code, out, err = run(backend, ref, "ls /sys/class/net; cat /sys/class/net/eth0/address")
+    assert code == 0 and out.split()[:2] == ["eth0", "lo"], (out, err)
+    return out.split()[2]
 
 
 def test_sleep_writes_device_state_only_and_wake_maps_the_ram_file(
@@ -124,6 +130,7 @@ def test_a_fork_of_a_machine_snapshot_resumes_its_processes_as_a_new_machine(
             assert argv[argv.index(b"-accel") + 1] in (b"kvm", b"tcg,tb-size=16")
         parent_id = run(backend, ref, "cat /etc/machine-id 2>/dev/null; hostname")[1]
         seen = {parent_id}
+        macs = {_mac(backend, ref)}
         for fork in forks:
             # The parent's processes and memory, as at the snapshot.
             code, out, _ = run(backend, fork, "kill -0 $(cat /tmp/sleeper.pid) && echo alive; "
@@ -135,11 +142,17 @@ def test_a_fork_of_a_machine_snapshot_resumes_its_processes_as_a_new_machine(
             code, out, _ = run(backend, fork, "cat /etc/machine-id; hostname")
             assert code == 0 and out.splitlines()[1] == fork.name
             seen.add(out)
-            # No network device, so no MAC that could repeat the parent's (docs/backends.md).
-            assert run(backend, fork, "ls /sys/class/net")[:2] == (0, "lo\n")
+            # Its NIC (connected to nothing) has the fork's own MAC, in the guest and in QEMU.
+            mac = _mac(backend, fork)
+            assert mac == backend._config(fork.id, backend._require(fork)).mac, mac
+            with Qmp(backend.layout.cell(fork.id), timeout=10.0) as qmp:
+                assert mac in qmp.command("human-monitor-command", **{
+                    "command-line": "info network"})
+            macs.add(mac)
             observed = backend.observe(fork)
             assert observed.running and not observed.frozen
         assert len(seen) == 3  # parent and both forks: distinct machine-id and hostname
+        assert len(macs) == 3, macs  # ... and MAC
         assert randoms[0] != randoms[1], randoms
         assert run(backend, ref, "cat /dev/shm/note")[1] == "later\n"
         # The snapshot's RAM is never written by its forks (copy-on-write).

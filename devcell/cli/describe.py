@@ -106,9 +106,10 @@ def _resumed_from(conn: sqlite3.Connection, object_id: str) -> str:
     for op in operations.for_object(conn, object_id, limit=50):
         for step in operations.steps(conn, op["id"]):
             if step.name == "start" and step.outputs.get("resumed_from"):
+                mac = step.outputs.get("mac")
                 return ("; resumed from a machine snapshot as a new machine (hostname "
                         f"{step.outputs.get('hostname')}, new machine-id, "
-                        "random generator reseeded)")
+                        + (f"MAC {mac}, " if mac else "") + "random generator reseeded)")
     return ""
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import textwrap
 from pathlib import Path
@@ -66,8 +67,12 @@ def test_sleep_keeps_the_machine_and_start_resumes_its_processes(
                    timeout=300)
         assert done.returncode == 0 and done.stdout.splitlines()[0] == "vmbox-2"
         assert int(done.stdout.splitlines()[1]) >= after
-        assert "resumed from a machine snapshot as a new machine (hostname vmbox-2" in \
-            cli("describe", "cell", "vmbox-2").stdout
+        described = cli("describe", "cell", "vmbox-2").stdout
+        assert "resumed from a machine snapshot as a new machine (hostname vmbox-2" in described
+        mac = cli("exec", "vmbox-2", "--", "cat", "/sys/class/net/eth0/address").stdout.strip()
+        assert re.fullmatch(r"52:54:00(:[0-9a-f]{2}){3}", mac) and f"MAC {mac}, " in described
+        assert cli("exec", "vmbox", "--", "cat", "/sys/class/net/eth0/address"
+                   ).stdout.strip() != mac
         # Not exported: no archive carries memory, and its disk alone lacks the write above
         # (switched while paused, not frozen, so w.txt is still only in the guest's memory).
         archive = tmp_path / "warm.tar"

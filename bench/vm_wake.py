@@ -59,6 +59,8 @@ def _synced_label(agent: Any, token: int, deadline: float) -> str:
 
 
 def install() -> None:
+    wrap(VmBackend, "_config", lambda *a, **k: "machine config made")
+    wrap(vm_qemu.children, "run_bytes", lambda *a, **k: "QEMU's command returned")
     wrap(vm_qemu.QemuDriver, "_launch", lambda *a, **k: "QEMU started (daemonized)")
     wrap(vm_qmp.Qmp, "command", lambda self, name, *a, **k: f"QMP {name}")
     inner_connect = vm_qmp.connect

@@ -13,7 +13,10 @@ snapshot is QMP `stop`, `migrate` of the device state only (capability `x-ignore
 `exec:cat > FILE`, a flush of the RAM file, `quit`; a restore starts a new QEMU mapping the
 same file with `-incoming defer`, sets the same capability and `migrate-incoming` from the
 small device-state file, so the guest's pages are read when it touches them (demand-paged),
-not all before it runs. A fork maps a snapshot's RAM file with `share=off`: its pages are
+not all before it runs. A save holds a guest agent connection open through the migration and
+a restore connects to the agent before loading, so the resumed guest's agent port never lost
+its client and qemu-ga answers at once (it polls a port with no client every 100 ms).
+A fork maps a snapshot's RAM file with `share=off`: its pages are
 copy-on-write, shared in the host's page cache by every fork of that snapshot. A machine
 whose RAM is private (a fork) is saved whole into the file, as before.
 

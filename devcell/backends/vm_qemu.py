@@ -272,15 +272,15 @@ class QemuDriver:
     def save(self, config: MachineConfig, into: Path, *, keep: bool = False) -> Saved:
         began = time.monotonic()
         pid = vm_proc.find(config.directory, config.name)
-        held = None if keep else self._hold_agent(config)
+        held = None if keep else self._hold_agent(config)  # open until QEMU has quit
         try:
-            return self._save(config, into, keep=keep, began=began, pid=pid, held=held)
+            return self._save(config, into, keep=keep, began=began, pid=pid)
         finally:
             if held is not None:
                 held.channel.close()
 
     def _save(self, config: MachineConfig, into: Path, *, keep: bool, began: float,
-              pid: int | None, held: Agent | None) -> Saved:
+              pid: int | None) -> Saved:
         shared = config.memory_file is not None and config.memory_shared
         with Qmp(config.directory) as qmp:
             qmp.command("stop")

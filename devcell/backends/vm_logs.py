@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,10 @@ READ_MAX = 1 << 20
 BUSYBOX = "/.devcell-guest/busybox"
 STAT_FORMAT = "%F|%s|%n"
 _SIZE_MAX = 1 << 62
+GONE_SECONDS = 2.0
+"""How long a machine whose agent connection failed is watched for its end before the failure
+is the connection's: a QEMU that quits (a sleep ends it) resets its sockets a moment before
+its process is gone."""
 
 Run = Callable[[Any, list[str]], tuple[int, bytes, bytes]]
 """Runs a command in the guest through the given agent: (exit status, stdout, stderr)."""
@@ -120,11 +125,22 @@ class GuestLogs:
                 finally:
                     self._agent = None
         except BackendError:
-            if self.running():
+            if self._still_running():
                 raise
             raise BackendError(f"cell {self.cell_name} is no longer running (asleep, stopped "
                                "or deleted): its logs cannot be read until it runs again"
                                ) from None
+
+    def _still_running(self) -> bool:
+        """Whether the machine runs on after its agent failed, asked until GONE_SECONDS have
+        passed: a follow that met a sleep's end of QEMU says the cell is asleep, not that
+        the connection was reset."""
+        deadline = time.monotonic() + GONE_SECONDS
+        while self.running():
+            if time.monotonic() >= deadline:
+                return True
+            time.sleep(0.05)
+        return False
 
     def close(self) -> None:
         pass

@@ -28,8 +28,11 @@ def _argv(pid: int, *, settle: bool = False) -> list[str]:
     """The command line of `pid`. A process in the middle of its exec (a machine started a
     moment ago) reads as an empty command line for a few milliseconds: with `settle`, asked
     again briefly, so a just-started machine is not taken for someone else's process. A scan
-    of every process does not settle (each kernel thread would cost the whole wait)."""
-    for _ in range(EXEC_RETRIES if settle else 1):
+    of every process does not settle, nor wait at all (each kernel thread or zombie would
+    cost a wait: a 2 ms sleep after each one's single read made a scan 0.14 s, which every
+    wake paid, its pidfile gone with the QEMU that slept; bench/vm_wake.py)."""
+    tries = EXEC_RETRIES if settle else 1
+    for attempt in range(tries):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 raw = f.read(1 << 16)
@@ -37,7 +40,8 @@ def _argv(pid: int, *, settle: bool = False) -> list[str]:
             return []
         if raw:
             return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
-        time.sleep(0.002)
+        if attempt + 1 < tries:
+            time.sleep(0.002)
     return []  # a kernel thread, or a zombie: no command line
 
 

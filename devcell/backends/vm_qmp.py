@@ -188,20 +188,31 @@ class Agent:
     """Requests sent on this connection: each one's id."""
 
     def __init__(self, directory: Path, *, timeout: float,
-                 alive: Callable[[], bool] | None = None) -> None:
+                 alive: Callable[[], bool] | None = None,
+                 connected: socket.socket | None = None) -> None:
+        """`connected`: a socket to the agent's port opened earlier (a resume connects before
+        the guest runs, vm_qemu.py), used instead of connecting now."""
         deadline = time.monotonic() + timeout
+        self.channel = JsonChannel(connected or self._connect(directory, deadline, alive),
+                                   "the guest agent")
+        try:
+            self._sync(deadline)
+        except BaseException:
+            self.channel.close()
+            raise
+
+    @staticmethod
+    def _connect(directory: Path, deadline: float, alive: Callable[[], bool] | None
+                 ) -> socket.socket:
         while True:
             try:
-                sock = connect(directory, "ga.sock", timeout=2.0)
-                break
+                return connect(directory, "ga.sock", timeout=2.0)
             except OSError as exc:
                 if time.monotonic() > deadline:
                     raise BackendUnavailable(f"cannot reach the guest agent in {directory}: "
                                              f"{exc.strerror or exc}") from None
                 gone_unless(alive)
                 time.sleep(0.1)
-        self.channel = JsonChannel(sock, "the guest agent")
-        self._sync(deadline)
 
     def __enter__(self) -> Agent:
         return self

@@ -248,3 +248,9 @@ def test_a_machine_that_stopped_during_a_follow_is_said_as_such(guest: FakeGuest
     alive = vm_logs.GuestLogs("box", ["web"], agent=gone, run=guest.run, running=lambda: True)
     with pytest.raises(BackendError, match="closed the connection"), alive.round():
         pass
+    # A QEMU quitting (a sleep) resets its sockets a moment before its process is gone.
+    answers = iter([True, True, False])
+    quitting = vm_logs.GuestLogs("box", ["web"], agent=gone, run=guest.run,
+                                 running=lambda: next(answers))
+    with pytest.raises(BackendError, match="cell box is no longer running"), quitting.round():
+        pass

@@ -107,6 +107,26 @@ def test_a_recycled_pid_is_not_signalled(backend: VmBackend, stand_in: Any) -> N
         foreign.wait()
 
 
+def test_a_scan_does_not_wait_on_a_process_with_no_command_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zombie (as a kernel thread) reads as an empty command line: a scan of /proc reads it
+    once and goes on; only the check of one pid asks again (a machine mid-exec)."""
+    zombie = subprocess.Popen(["true"])
+    try:
+        while vm_proc._alive(zombie.pid):  # exited, not reaped: a zombie
+            pass
+        slept: list[float] = []
+        monkeypatch.setattr(vm_proc.time, "sleep", slept.append)
+        assert vm_proc._argv(zombie.pid) == []
+        assert slept == []
+        assert vm_proc.scan("devcell-no-such-label-") == {}
+        assert slept == []
+        assert vm_proc._argv(zombie.pid, settle=True) == []
+        assert len(slept) == vm_proc.EXEC_RETRIES - 1
+    finally:
+        zombie.wait()
+
+
 @pytest.mark.parametrize("content", [b"abc", b"99999999999999999999999", b"-1", b"\xff\xfe",
                                      b"1" * 10_000, str(os.getpid()).encode()])
 def test_a_planted_pidfile_is_not_believed(backend: VmBackend, content: bytes) -> None:

@@ -42,6 +42,7 @@ from devcell.backends import (
     supervisor,
     temporaries,
     vm_capacity,
+    vm_clock,
     vm_disks,
     vm_drivers,
     vm_exec,
@@ -49,6 +50,7 @@ from devcell.backends import (
     vm_logs,
     vm_memory,
     vm_proc,
+    vm_qmp,
     vm_reseed,
 )
 from devcell.backends.base import (
@@ -65,7 +67,13 @@ from devcell.backends.base import (
 from devcell.backends.interactive import Terminal
 from devcell.backends.vm_driver import Disk, MachineConfig, MachineDriver
 from devcell.backends.vm_layout import VmLayout
-from devcell.errors import BackendError, BackendNotFound, BackendRefused, CapabilityMissing
+from devcell.errors import (
+    BackendError,
+    BackendNotFound,
+    BackendRefused,
+    BackendUnavailable,
+    CapabilityMissing,
+)
 from devcell.log import logger
 from devcell.security import SERVICE_LOG_DIR
 
@@ -352,17 +360,26 @@ class VmBackend:
             raise BackendError(f"giving fork {cell.name} its own identity failed "
                                f"(status {code}): {err.decode('utf-8', 'replace')[-200:]}")
 
-    def _set_clock(self, config: MachineConfig) -> None:
-        """A resumed guest's clock stopped when it was saved: set it to the host's. Through
-        `date -s`, not the agent's guest-set-time (which refuses without /sbin/hwclock, as in
-        a busybox image), dated once the agent answers (its sync takes part of a second).
-        Its start is waited for, not its end: a request sent just before the connection
-        closes can be dropped by QEMU unread (seen: a guest 5 s behind after a wake)."""
+    def _set_clock(self, config: MachineConfig) -> str | None:
+        """A resumed guest's clock stopped when it was saved: set it to the host's, dated
+        once the agent answers (its sync takes part of a second). Written to the guest's
+        clock program (vm_clock.py: no process started in the guest, the agent's file calls
+        only); where that is not there (a machine made before it), `date -s` through
+        guest-exec, not the agent's guest-set-time (which refuses without /sbin/hwclock, as
+        in a busybox image), whose start is waited for, not its end: a request sent just
+        before the connection closes can be dropped by QEMU unread (seen: a guest 5 s behind
+        after a wake). How it was set, or None when it could not be."""
         try:
             with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
-                agent.command("guest-exec", path=BUSYBOX, arg=_clock_argv().split()[1:])
+                try:
+                    _write_guest_file(agent, vm_clock.FIFO, vm_clock.now())
+                    return "clock-program"
+                except BackendRefused:  # no such FIFO in this guest
+                    agent.command("guest-exec", path=BUSYBOX, arg=_clock_argv().split()[1:])
+                    return "date"
         except (BackendError, OSError) as exc:
             logger.debug("setting the guest's clock: {}", exc)
+        return None
 
     def stop(self, cell: CellRef) -> Outputs:
         meta = self._meta(cell.id)
@@ -660,10 +677,11 @@ class VmBackend:
             pid = self.driver.restore(self._config(cell.id, meta), directory / vm_disks.MEMORY,
                                       memory_in_file=in_file)
         seconds = round(time.monotonic() - began, 3)
-        self._set_clock(self._config(cell.id, meta))
+        clock = self._set_clock(self._config(cell.id, meta))
         # The machine ran on from that memory: restoring it twice would rewind a live disk.
         self.disks.delete_checkpoint(checkpoint_id)
-        return {"restored": True, "pid": pid, "seconds": seconds, "accel": meta.get("accel")}
+        return {"restored": True, "pid": pid, "seconds": seconds, "accel": meta.get("accel"),
+                "clock": clock}
 
     def snapshot_machine(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
         """A snapshot that keeps memory, all at one paused moment: the guest's CPUs stop, the
@@ -791,6 +809,23 @@ def _qemu_img(args: list[str]) -> None:
     done = children.run(["qemu-img", *args])
     if done.returncode != 0:
         raise BackendError(f"qemu-img {args[0]} failed: {done.stderr.strip()[-300:]}")
+
+
+def _write_guest_file(agent: Any, path: str, data: bytes) -> None:
+    """`data` written to an existing file in the guest, opened read-write (a FIFO's open
+    then never waits for a reader); BackendRefused when the guest does not open it (no
+    such file)."""
+    try:
+        handle = vm_qmp.file_handle(agent.command("guest-file-open", path=path, mode="r+"))
+    except BackendUnavailable:
+        raise
+    except BackendError as exc:
+        raise BackendRefused(str(exc)) from None
+    try:
+        agent.command("guest-file-write", handle=handle,
+                      **{"buf-b64": base64.b64encode(data).decode()})
+    finally:
+        agent.command("guest-file-close", handle=handle)
 
 
 def _clock_argv() -> str:

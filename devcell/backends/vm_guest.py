@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 
+from devcell.backends import vm_clock
+
 GUEST_DIR = ".devcell-guest"
 MODULES = ("kernel/drivers/virtio/virtio_ring.ko", "kernel/drivers/virtio/virtio.ko",
            "kernel/drivers/virtio/virtio_mmio.ko", "kernel/drivers/block/virtio_blk.ko",
@@ -55,6 +57,8 @@ $B mount -t sysfs sys /sys
 $B mkdir -p /dev/pts /dev/shm /run /devcell
 $B mount -t devpts devpts /dev/pts
 $B mount -t tmpfs -o mode=0755 tmpfs /run
+$B mkfifo -m 600 {clock_fifo}
+( while :; do $G/clock; $B sleep 1; done ) &  # sets the clock a wake sends (vm_clock.py)
 $B mount -t ext4 -o ro /dev/vdb /devcell
 $B hostname "$($B cat /devcell/hostname)"
 if [ -b /dev/vdc ]; then
@@ -80,9 +84,9 @@ while :; do
     $B sleep 2147483647 &
     wait
 done
-""".replace("{guest}", GUEST_DIR)
+""".replace("{guest}", GUEST_DIR).replace("{clock_fifo}", vm_clock.FIFO)
 
 
 VERSION = hashlib.sha256((INITRD_INIT + ROOT_INIT + " ".join(MODULES)).encode()
-                         ).hexdigest()[:8]
+                         + vm_clock.program()).hexdigest()[:8]
 """Part of the cached root disk's and initrd's names: a change to the guest files rebuilds them."""

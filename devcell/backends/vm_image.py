@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from devcell.backends import base_image, children, temporaries, vm_guest
+from devcell.backends import base_image, children, temporaries, vm_clock, vm_guest
 from devcell.backends.vm_layout import VmLayout
 from devcell.errors import BackendError, BackendUnavailable
 from devcell.log import logger
@@ -121,6 +121,8 @@ def _add_guest_files(root: Path) -> None:
         (guest / "ga" / path.name).chmod(0o755)
     (guest / "init").write_text(vm_guest.ROOT_INIT)
     (guest / "init").chmod(0o755)
+    (guest / "clock").write_bytes(vm_clock.program())
+    (guest / "clock").chmod(0o700)
     for mount_point in ("dev", "proc", "sys", "run", "tmp", "devcell"):
         (root / mount_point).mkdir(exist_ok=True)
 

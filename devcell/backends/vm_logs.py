@@ -28,7 +28,7 @@ from typing import Any
 
 from devcell import names, safeio
 from devcell.backends.log_source import LogSource
-from devcell.backends.vm_qmp import said
+from devcell.backends.vm_qmp import file_handle, said
 from devcell.errors import BackendError
 from devcell.security import SERVICE_LOG_DIR
 
@@ -84,13 +84,6 @@ def decoded(reply: Any, count: int) -> tuple[bytes, bool]:
     except (binascii.Error, ValueError):
         raise BackendError("the guest agent sent a file's bytes that are not base64") from None
     return data, reply.get("eof") is True
-
-
-def _handle(reply: Any) -> int:
-    if type(reply) is not int or reply < 0:
-        raise BackendError(f"the guest agent answered guest-file-open with {said(reply)}, "
-                           "not a handle")
-    return reply
 
 
 class GuestLogs:
@@ -175,7 +168,7 @@ class GuestLogs:
         agent = self._agent
         if agent is None:
             raise BackendError("a vm cell's log is read inside a round")
-        handle = _handle(agent.command("guest-file-open", path=self.path(service), mode="r"))
+        handle = file_handle(agent.command("guest-file-open", path=self.path(service), mode="r"))
         try:
             agent.command("guest-file-seek", handle=handle, offset=offset, whence="set")
             chunks: list[bytes] = []

@@ -177,6 +177,14 @@ def gone_unless(alive: Callable[[], bool] | None) -> None:
                                  "answer")
 
 
+def file_handle(reply: Any) -> int:
+    """guest-file-open's answer, checked: the guest's word that it is a handle."""
+    if type(reply) is not int or reply < 0:
+        raise BackendError(f"the guest agent answered guest-file-open with {said(reply)}, "
+                           "not a handle")
+    return reply
+
+
 class Agent:
     """qemu-ga in the guest, over its virtio-serial port.
 

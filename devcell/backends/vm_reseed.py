@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 import struct
 
-BASE = 0x400000
-HEADERS = 64 + 56
+from devcell.backends import vm_elf
+
 RNDADDENTROPY = 0x40085203
 RNDRESEEDCRNG = 0x5207
 
@@ -61,13 +61,7 @@ def _code() -> bytes:
 
 def program() -> bytes:
     """The whole ELF file."""
-    code = _code()
-    size = HEADERS + len(code)
-    elf = (b"\x7fELF\x02\x01\x01" + b"\0" * 9
-           + struct.pack("<HHIQQQIHHHHHH", 2, 0x3E, 1, BASE + HEADERS, 64, 0, 0, 64, 56, 1,
-                         0, 0, 0))
-    phdr = struct.pack("<IIQQQQQQ", 1, 5, 0, BASE, BASE, size, size, 0x1000)
-    return elf + phdr + code
+    return vm_elf.executable(_code())
 
 
 def entropy() -> bytes:

@@ -254,7 +254,10 @@ class Agent:
         # the 0xFF bytes): one more round without 0xFF puts every stale reply behind us.
         token += 1
         self.channel.send({"execute": "guest-sync-delimited", "arguments": {"id": token}})
-        self._synced(token, time.monotonic() + 10.0)
+        # Within the caller's time (a sleep gives its held connection 1 s, not 11), but never
+        # less than half a second: the agent has just answered the first round.
+        now = time.monotonic()
+        self._synced(token, min(now + 10.0, max(deadline, now + 0.5)))
 
     def _synced(self, token: int, deadline: float) -> bool:
         while True:

@@ -177,6 +177,35 @@ def test_an_agent_that_reads_nothing_fails_the_send_in_time(tmp_path: Path) -> N
         listener.close()
 
 
+def test_an_agent_that_answers_only_the_first_sync_costs_the_callers_time(
+        tmp_path: Path) -> None:
+    """The second sync round (the one that puts stale replies behind) keeps to the caller's
+    deadline: a sleep holding a connection for 1 s is not held up for 11 by a guest that
+    answers once and then falls silent."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "ga.sock"))
+    listener.listen(1)
+
+    def once() -> None:
+        conn, _ = listener.accept()
+        with conn, conn.makefile("rb") as lines:
+            request = json.loads(next(lines).lstrip(b"\xff"))
+            conn.sendall(b"\xff" + json.dumps({"return": request["arguments"]["id"]}).encode()
+                         + b"\n")
+            for _ in lines:  # everything after: never answered
+                pass
+
+    server = threading.Thread(target=_quietly, args=(lambda _: once(), None), daemon=True)
+    server.start()
+    try:
+        began = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="did not answer"):
+            vm_qmp.Agent(tmp_path, timeout=1.0)
+        assert time.monotonic() - began < 3
+    finally:
+        listener.close()
+
+
 def test_a_machine_that_stopped_is_not_waited_for(tmp_path: Path) -> None:
     """No socket (QEMU gone: slept, stopped, deleted) and the machine is seen not running: the
     connect gives up at once, not after the boot timeout (a `logs -f` of a cell that went to

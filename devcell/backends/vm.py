@@ -32,7 +32,7 @@ import secrets
 import shlex
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -719,6 +719,18 @@ class VmBackend:
                     **{k: meta[k] for k in ("memory_mib", "cpus", "accel", "kernel", "initrd")},
                     "nic": config.mac is not None, "save_seconds": round(saved_at - began, 3)}
 
+        # The agent's port held through the pause: forks resume with qemu-ga waiting in a read.
+        with self.driver.agent_held(config):
+            self._snapshot_paused(config, cell, volume, checkpoint_id, fill)
+        info = self.find_checkpoint(checkpoint_id)
+        if info is None:
+            raise BackendError(f"machine snapshot {checkpoint_id} was not kept")
+        return info
+
+    def _snapshot_paused(self, config: MachineConfig, cell: CellRef, volume: str,
+                         checkpoint_id: str, fill: Callable[[Path], dict[str, Any]]) -> None:
+        """The disk switched and the memory saved, all while the guest's CPUs are stopped."""
+
         def switch(overlay: Path) -> None:
             self.driver.snapshot_disk(config, WORKSPACE_DISK, overlay)
 
@@ -740,10 +752,6 @@ class VmBackend:
             failpoints.hit("vm.snapshot.after-memory")
         finally:
             self.driver.unpause(config)
-        info = self.find_checkpoint(checkpoint_id)
-        if info is None:
-            raise BackendError(f"machine snapshot {checkpoint_id} was not kept")
-        return info
 
     # -- volumes ---------------------------------------------------------------------------
 

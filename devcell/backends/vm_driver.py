@@ -12,6 +12,7 @@ be reached over vsock instead of virtio-serial (vm_firecracker.py). Nothing here
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -90,6 +91,11 @@ class MachineDriver(Protocol):
         """Pause the machine and write its device state (and its memory, unless the RAM is a
         shared file, which is flushed instead) to `into`; then end it, or with `keep` leave it
         paused for the caller to copy its files and `unpause`."""
+        ...
+
+    def agent_held(self, config: MachineConfig) -> AbstractContextManager[None]:
+        """While the block runs, a client on the guest agent's port (best effort), so a state
+        saved in it resumes with qemu-ga waiting in a read, not polling for a client."""
         ...
 
     def running(self, config: MachineConfig) -> bool:

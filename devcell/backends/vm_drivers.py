@@ -11,6 +11,7 @@ once instead of after exporting an image.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,9 @@ class Dispatch:
 
     def save(self, config: MachineConfig, into: Path, **options: Any) -> Saved:
         return self.of(config).save(config, into, **options)
+
+    def agent_held(self, config: MachineConfig) -> AbstractContextManager[None]:
+        return self.of(config).agent_held(config)
 
     def running(self, config: MachineConfig) -> bool:
         return self.of(config).running(config)

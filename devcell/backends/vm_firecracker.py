@@ -19,12 +19,14 @@ host-initiated vsock protocol (`CONNECT <port>` on the vsock socket, answered `O
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from devcell import safeio
@@ -199,6 +201,10 @@ class FirecrackerDriver:
                 client.set_state(api.VmState.RESUMED)
         size = memory.stat().st_size + state_file(memory).stat().st_size
         return Saved(memory, size, time.monotonic() - began)
+
+    def agent_held(self, config: MachineConfig) -> AbstractContextManager[None]:
+        """Nothing held: a Firecracker snapshot keeps no virtio-serial port state."""
+        return contextlib.nullcontext()
 
     def save(self, config: MachineConfig, into: Path, *, keep: bool = False) -> Saved:
         """A Full snapshot, then the process ends (`keep`: left paused, for `unpause`)."""

@@ -37,13 +37,14 @@ KVM and expects a line back within seconds (nested KVM can hang); otherwise TCG.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shlex
 import shutil
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from devcell import failpoints
@@ -279,15 +280,22 @@ class QemuDriver:
             logger.bind(machine=config.name).debug("saved without an agent client: {}", exc)
             return None
 
-    def save(self, config: MachineConfig, into: Path, *, keep: bool = False) -> Saved:
-        began = time.monotonic()
-        pid = vm_proc.find(config.directory, config.name)
-        held = None if keep else self._hold_agent(config)  # open until QEMU has quit
+    @contextlib.contextmanager
+    def agent_held(self, config: MachineConfig) -> Iterator[None]:
+        held = self._hold_agent(config)
         try:
-            return self._save(config, into, keep=keep, began=began, pid=pid)
+            yield
         finally:
             if held is not None:
                 held.channel.close()
+
+    def save(self, config: MachineConfig, into: Path, *, keep: bool = False) -> Saved:
+        """A sleep (not `keep`) holds the agent's port until QEMU has quit; a machine snapshot
+        (`keep`) is saved inside its caller's `agent_held`."""
+        began = time.monotonic()
+        pid = vm_proc.find(config.directory, config.name)
+        with contextlib.nullcontext() if keep else self.agent_held(config):
+            return self._save(config, into, keep=keep, began=began, pid=pid)
 
     def _save(self, config: MachineConfig, into: Path, *, keep: bool, began: float,
               pid: int | None) -> Saved:

@@ -230,8 +230,11 @@ class CellController:
                 steps.append(Step(S.CREATE, create))
             running_after = observed.running and not stale
             if desired == "Running" and not running_after and saved.get("machine") \
-                    and caps.memory_state and observed.exists and not stale:
-                # Asleep with its memory saved: bring the machine back, not a cold boot.
+                    and caps.memory_state and observed.exists and not stale \
+                    and _saved_machine(backend, str(saved.get("checkpointId"))):
+                # Asleep with its memory saved: bring the machine back, not a cold boot. A
+                # saved machine already woken (a wake consumes it) and since gone, powered
+                # off or killed, say, is booted cold instead: never a restore of nothing.
                 steps.append(Step(S.RESTORE_MACHINE, {"checkpoint_id": saved["checkpointId"]}))
                 action = action or "wake"
             elif desired == "Running" and not running_after:

@@ -28,19 +28,33 @@ from tests.controllers.support import (
 
 class MachineFake(FakeBackend):
     """The fake backend, declaring memory state, as a microVM backend would: save_machine
-    stops the cell and keeps a checkpoint of consistency `machine`."""
+    stops the cell and keeps a checkpoint of consistency `machine`, which restore_machine
+    consumes (the machine runs on from it: the vm backend deletes it)."""
 
     capabilities = Capabilities(memory_state=True, snapshot_consistency=Consistency.MACHINE)
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.machines: set[str] = set()
+
     def save_machine(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
         self.checkpoint(cell, checkpoint_id)
+        self.machines.add(checkpoint_id)
         self.stop(cell)
         return CheckpointInfo(ref=f"fake://{checkpoint_id}", consistency=Consistency.MACHINE)
 
+    def find_checkpoint(self, checkpoint_id: str) -> CheckpointInfo | None:
+        found = super().find_checkpoint(checkpoint_id)
+        if found is None or checkpoint_id not in self.machines:
+            return found
+        return CheckpointInfo(ref=found.ref, consistency=Consistency.MACHINE)
+
     def restore_machine(self, cell: CellRef, checkpoint_id: str) -> Outputs:
-        if not self.checkpoint_exists(checkpoint_id):
+        if checkpoint_id not in self.machines:
             raise AssertionError(f"no saved machine {checkpoint_id}")
         self.start(cell)
+        self.machines.discard(checkpoint_id)
+        self.delete_checkpoint(checkpoint_id)
         return {"restoredFrom": checkpoint_id}
 
 
@@ -78,6 +92,26 @@ def test_sleep_on_a_backend_with_memory_saves_the_machine_and_wake_restores_it(
     assert "processes and memory came back" in cell.status["lastStart"]["note"]
     calls = [c[0] for c in backend.calls()]
     assert "create" not in calls[calls.index("stop"):]  # woken, not rebuilt
+
+
+def test_a_woken_machine_that_died_boots_cold_rather_than_restore_what_the_wake_used(
+        db: Database, ctx: Context) -> None:
+    """The wake consumed the saved machine; the machine then died (powered off from inside,
+    killed, a host reboot): the next converge boots it, never plans a restore of nothing
+    (which failed every time, leaving the cell Failed for good)."""
+    backend = _with_machine_backend(ctx)
+    apply(db, cell_doc("api"))
+    assert converge_all(ctx).ok
+    desired.set_cell_state(db, "api", "Sleeping")
+    assert converge_all(ctx).ok
+    desired.set_cell_state(db, "api", "Running")
+    assert converge_all(ctx).ok
+    assert _steps(db, "api") == ["restore-machine"]
+    cell = record(db, "Cell", "api")
+    backend.behind_back(cell.id, state="stopped")
+    assert converge_all(ctx).ok
+    assert _steps(db, "api") == ["start"]
+    assert record(db, "Cell", "api").phase == "Running"
 
 
 def test_sleep_without_memory_state_checkpoints_and_says_only_records_are_kept(

@@ -179,8 +179,12 @@ class QemuDriver:
                      "-device", f"virtio-blk-device,drive=d{n}"]
         if config.mac is not None:
             # Last, so the devices before it keep their places (a saved machine's state names
-            # them in order). No netdev: the NIC is connected to nothing.
-            argv += ["-device", f"virtio-net-device,mac={config.mac}"]
+            # them in order). No netdev: the NIC is connected to nothing. No guest announce:
+            # after a resume QEMU would have the guest announce itself (for switches to learn
+            # where a migrated NIC went; this one has no peer), interrupting it while it is
+            # slowest under TCG. (Not `announce-rounds` 0 on the migration: with it a guest
+            # resetting its NIC after a resume crashed QEMU, a NULL announce timer.)
+            argv += ["-device", f"virtio-net-device,mac={config.mac},guest_announce=off"]
         return argv
 
     def _launch(self, config: MachineConfig, *, incoming: bool) -> int:
@@ -228,11 +232,6 @@ class QemuDriver:
         with Qmp(config.directory) as qmp:
             if memory_in_file:
                 _set_ignore_shared(qmp, True, config.name)
-            # No self-announce after the resume: it is for switches to learn where a migrated
-            # NIC went, and this machine's NIC has no peer; each round also interrupts the
-            # guest, which under TCG slowed its first answers (bench/vm_wake.py: 0.45 s ->
-            # 0.39 s to the next `exec true`).
-            qmp.command("migrate-set-parameters", **{"announce-rounds": 0})
             qmp.command("migrate-incoming", uri=f"exec:cat {shlex.quote(str(saved))}")
             while True:
                 status = qmp.command("query-status")

@@ -82,6 +82,10 @@ FROZEN = "frozen"
 DEFAULT_MEMORY_MIB = 256
 AGENT_BOOT_SECONDS = 120.0
 """How long a command waits for a machine that is still booting (TCG on a busy host)."""
+CLOCK_AGENT_SECONDS = 10.0
+"""How long a wake waits for a resumed guest's agent to set its clock (it was running)."""
+CLOCK_SLACK_NS = 2_000_000_000
+"""A resumed guest's clock this close to the host's was set (a sleep leaves it behind)."""
 EXEC_OUTPUT = 16 << 20
 HOOK_TIMEOUT_S = 60
 STATUS_SECONDS = 60.0
@@ -341,24 +345,34 @@ class VmBackend:
         machine_id = secrets.token_hex(16)
         mac = "" if config.mac is None else (
             f" && for n in /sys/class/net/*; do [ \"${{n##*/}}\" = lo ] || "
-            f"{BUSYBOX} ip link set dev \"${{n##*/}}\" address {config.mac} || exit 1; done")
+            f"{BUSYBOX} ip link set dev \"${{n##*/}}\" address {config.mac} || exit 1; done"
+            f"; {BUSYBOX} cat /sys/class/net/*/address")
         with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
             self._identity_step(agent, cell, f"cat > {RESEED} && chmod 700 {RESEED}",
                                 vm_reseed.program())
             # Its clock is set here, on this connection (one fewer), dated as it is sent.
-            self._identity_step(agent, cell, (
+            shown = self._identity_step(agent, cell, (
                 f"{_clock_argv()} >/dev/null; {RESEED} && {BUSYBOX} rm -f {RESEED} && "
                 f"{BUSYBOX} hostname {name} && echo {name} > /etc/hostname && "
                 f"echo {machine_id} > /etc/machine-id{mac}"), vm_reseed.entropy())
         self._update(cell.id, identity_pending=False, machine_id=machine_id)
+        # Claimed only when the guest's NIC shows it (its root may have unbound the driver
+        # before the snapshot: then there is no interface to give it to).
+        has_mac = config.mac is not None and config.mac.encode() in shown.split()
+        if config.mac is not None and not has_mac:
+            logger.bind(cell=cell.name).warning(
+                "fork {} has no network interface to take its MAC {}", cell.name, config.mac)
         return {"hostname": name, "machine_id": machine_id, "reseeded": True,
-                **({"mac": config.mac} if config.mac is not None else {})}
+                **({"mac": config.mac} if has_mac else {})}
 
-    def _identity_step(self, agent: Any, cell: CellRef, script: str, data: bytes) -> None:
-        code, _, err = self._run(agent, [BUSYBOX, "sh", "-c", script], timeout=30.0, stdin=data)
+    def _identity_step(self, agent: Any, cell: CellRef, script: str, data: bytes) -> bytes:
+        """Run one identity script in the guest; what it printed (bounded by the agent)."""
+        code, out, err = self._run(agent, [BUSYBOX, "sh", "-c", script], timeout=30.0,
+                                   stdin=data)
         if code != 0:
             raise BackendError(f"giving fork {cell.name} its own identity failed "
                                f"(status {code}): {err.decode('utf-8', 'replace')[-200:]}")
+        return out
 
     def _set_clock(self, config: MachineConfig) -> str | None:
         """A resumed guest's clock stopped when it was saved: set it to the host's, dated
@@ -368,15 +382,21 @@ class VmBackend:
         guest-exec, not the agent's guest-set-time (which refuses without /sbin/hwclock, as
         in a busybox image), whose start is waited for, not its end: a request sent just
         before the connection closes can be dropped by QEMU unread (seen: a guest 5 s behind
-        after a wake). How it was set, or None when it could not be."""
+        after a wake). The program's work is checked (guest-get-time, which starts nothing):
+        a FIFO the guest replaced, or a program it killed, takes the bytes and sets nothing,
+        and then `date -s` is used after all. How it was set, or None when it could not be
+        (a guest whose agent does not answer within CLOCK_AGENT_SECONDS: it was running when
+        saved, so it is not booting, and a wake is not held up for the boot timeout)."""
         try:
-            with self.driver.agent(config, timeout=AGENT_BOOT_SECONDS) as agent:
+            with self.driver.agent(config, timeout=CLOCK_AGENT_SECONDS) as agent:
                 try:
                     _write_guest_file(agent, vm_clock.FIFO, vm_clock.now())
-                    return "clock-program"
+                    if _clock_right(agent):
+                        return "clock-program"
                 except BackendRefused:  # no such FIFO in this guest
-                    agent.command("guest-exec", path=BUSYBOX, arg=_clock_argv().split()[1:])
-                    return "date"
+                    pass
+                agent.command("guest-exec", path=BUSYBOX, arg=_clock_argv().split()[1:])
+                return "date"
         except (BackendError, OSError) as exc:
             logger.debug("setting the guest's clock: {}", exc)
         return None
@@ -817,6 +837,18 @@ def _qemu_img(args: list[str]) -> None:
     done = children.run(["qemu-img", *args])
     if done.returncode != 0:
         raise BackendError(f"qemu-img {args[0]} failed: {done.stderr.strip()[-300:]}")
+
+
+def _clock_right(agent: Any, *, tries: int = 10) -> bool:
+    """Whether the guest's clock is within CLOCK_SLACK_NS of the host's, asked a few times
+    (the clock program runs once the agent has written to it, not before the reply)."""
+    for attempt in range(tries):
+        guest = agent.command("guest-get-time")
+        if type(guest) is int and abs(guest - time.time_ns()) < CLOCK_SLACK_NS:
+            return True
+        if attempt < tries - 1:
+            time.sleep(0.02)
+    return False
 
 
 def _write_guest_file(agent: Any, path: str, data: bytes) -> None:

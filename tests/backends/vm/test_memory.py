@@ -235,3 +235,31 @@ def test_a_disk_half_left_by_a_crash_before_the_memory_is_retaken_whole(
         backend.snapshot_machine(ref, "snap_vmmem05")
     for name in ("snap_vmmem04", "snap_vmmem05"):
         backend.delete_checkpoint(name)
+
+
+def test_a_guest_that_breaks_its_clock_program_or_nic_is_not_reported_as_set(
+        parent: tuple[VmBackend, CellRef]) -> None:
+    """Root in the guest kills its clock program (and the loop restarting it) and unbinds its
+    NIC's driver (hostile review): a wake checks the clock and sets it with `date -s` after
+    all, and a fork of a snapshot taken then claims no MAC it could not give. Last in the
+    module: the parent is left without both."""
+    backend, ref = parent
+    code, _, err = run(backend, ref, (
+        "c=$(pidof clock); kill $(sed -n 's/^PPid:\t*//p' /proc/$c/status) $c; "
+        "d=$(basename $(readlink /sys/class/net/eth0/device)); "
+        "echo $d > /sys/bus/virtio/drivers/virtio_net/unbind; date -s '2001-01-01 00:00:00'"))
+    assert code == 0, err
+    backend.save_machine(ref, "sleep-vmmem-g9")
+    outputs = backend.restore_machine(ref, "sleep-vmmem-g9")
+    assert outputs["clock"] == "date", outputs
+    guest = int(run(backend, ref, "date +%s")[1])
+    assert abs(guest - time.time()) < 30, guest
+    backend.snapshot_machine(ref, "snap_vmmem09")
+    fork = _fork(backend, "snap_vmmem09", 9)
+    try:
+        started = backend.start(fork)
+        assert started["resumed_from"] == "snap_vmmem09" and "mac" not in started, started
+        assert run(backend, fork, "ls /sys/class/net")[1].split() == ["lo"]
+    finally:
+        backend.delete(fork)
+    backend.delete_checkpoint("snap_vmmem09")

@@ -14,6 +14,7 @@ in tests/backends/vm/test_hostile_guest.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -163,18 +164,25 @@ def test_an_agent_that_hangs_up_mid_reply_is_unavailable(
         agent.command("guest-ping")
 
 
+def _listening(directory: Path) -> socket.socket:
+    """A bare ga.sock in `directory`: what answers (if anything) is the test's to decide."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(directory / "ga.sock"))
+    listener.listen(1)
+    return listener
+
+
+def _agent_gives_up_within(directory: Path, *, timeout: float, within: float) -> None:
+    began = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="did not answer"):
+        vm_qmp.Agent(directory, timeout=timeout)
+    assert time.monotonic() - began < within
+
+
 def test_an_agent_that_reads_nothing_fails_the_send_in_time(tmp_path: Path) -> None:
     """It accepts, then never reads: the sync cannot even be sent in full."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(tmp_path / "ga.sock"))
-    listener.listen(1)
-    try:
-        began = time.monotonic()
-        with pytest.raises(BackendUnavailable, match="did not answer"):
-            vm_qmp.Agent(tmp_path, timeout=2.0)
-        assert time.monotonic() - began < 30
-    finally:
-        listener.close()
+    with contextlib.closing(_listening(tmp_path)):
+        _agent_gives_up_within(tmp_path, timeout=2.0, within=30)
 
 
 def test_an_agent_that_answers_only_the_first_sync_costs_the_callers_time(
@@ -182,9 +190,7 @@ def test_an_agent_that_answers_only_the_first_sync_costs_the_callers_time(
     """The second sync round (the one that puts stale replies behind) keeps to the caller's
     deadline: a sleep holding a connection for 1 s is not held up for 11 by a guest that
     answers once and then falls silent."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(tmp_path / "ga.sock"))
-    listener.listen(1)
+    listener = _listening(tmp_path)
 
     def once() -> None:
         conn, _ = listener.accept()
@@ -195,15 +201,9 @@ def test_an_agent_that_answers_only_the_first_sync_costs_the_callers_time(
             for _ in lines:  # everything after: never answered
                 pass
 
-    server = threading.Thread(target=_quietly, args=(lambda _: once(), None), daemon=True)
-    server.start()
-    try:
-        began = time.monotonic()
-        with pytest.raises(BackendUnavailable, match="did not answer"):
-            vm_qmp.Agent(tmp_path, timeout=1.0)
-        assert time.monotonic() - began < 3
-    finally:
-        listener.close()
+    threading.Thread(target=_quietly, args=(lambda _: once(), None), daemon=True).start()
+    with contextlib.closing(listener):
+        _agent_gives_up_within(tmp_path, timeout=1.0, within=3)
 
 
 def test_a_machine_that_stopped_is_not_waited_for(tmp_path: Path) -> None:

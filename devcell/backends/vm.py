@@ -232,7 +232,8 @@ class VmBackend:
                 "kernel": str(kernel.path), "initrd": str(initrd), "accel": accel,
                 "driver": driver.name,
                 "memory_mib": memory_mib(cell.spec), "cpus": cpus(cell.spec),
-                "mac": new_mac() if driver.nic else None, "operation": cell.op_id, "created": time.time()}
+                "mac": new_mac() if driver.nic else None, "operation": cell.op_id,
+                "created": time.time()}
         source = self._machine_source(cell)
         if source is not None:
             # The fork is its snapshot's machine: same RAM size, CPUs and accel, or the saved
@@ -324,13 +325,16 @@ class VmBackend:
         in_file = bool((self.machines.meta(source) or {}).get("memory_in_file"))
         meta = self._update(cell.id, ram_from=str(part / vm_memory.RAM) if in_file else None,
                             identity_pending=True)
+        config = self._config(cell.id, meta)
         with self.disks.layers.making():  # no merge under a disk QEMU is opening
-            pid = self.driver.restore(self._config(cell.id, meta), part / vm_memory.STATE,
-                                      memory_in_file=in_file)
-        meta = self._update(cell.id, resume_from=None)
-        failpoints.hit("vm.fork.after-resume")
-        resumed = round(time.monotonic() - began, 3)
-        identity = self._new_identity(cell)
+            pid = self.driver.restore(config, part / vm_memory.STATE, memory_in_file=in_file)
+        try:
+            meta = self._update(cell.id, resume_from=None)
+            failpoints.hit("vm.fork.after-resume")
+            resumed = round(time.monotonic() - began, 3)
+            identity = self._new_identity(cell)
+        finally:
+            self.driver.forget_agent(config)  # the early connection, if identity never ran
         return {"started": True, "pid": pid, "accel": meta.get("accel"),
                 "driver": self.driver.name, "resumed_from": source, "seconds": resumed,
                 **identity}
@@ -389,12 +393,8 @@ class VmBackend:
         saved, so it is not booting, and a wake is not held up for the boot timeout)."""
         try:
             with self.driver.agent(config, timeout=CLOCK_AGENT_SECONDS) as agent:
-                try:
-                    _write_guest_file(agent, vm_clock.FIFO, vm_clock.now())
-                    if _clock_right(agent):
-                        return "clock-program"
-                except BackendRefused:  # no such FIFO in this guest
-                    pass
+                if _clock_program_set(agent):
+                    return "clock-program"
                 agent.command("guest-exec", path=BUSYBOX, arg=_clock_argv().split()[1:])
                 return "date"
         except (BackendError, OSError) as exc:
@@ -693,11 +693,15 @@ class VmBackend:
         in_file = bool((vm_disks.read_json(directory / SAVED_MEMORY) or {}).get(
             "memory_in_file"))
         began = time.monotonic()
+        config = self._config(cell.id, meta)
         with self.disks.layers.making():  # no merge under a disk QEMU is opening
-            pid = self.driver.restore(self._config(cell.id, meta), directory / vm_disks.MEMORY,
+            pid = self.driver.restore(config, directory / vm_disks.MEMORY,
                                       memory_in_file=in_file)
         seconds = round(time.monotonic() - began, 3)
-        clock = self._set_clock(self._config(cell.id, meta))
+        try:
+            clock = self._set_clock(config)
+        finally:
+            self.driver.forget_agent(config)  # the early connection, if the clock never ran
         # The machine ran on from that memory: restoring it twice would rewind a live disk.
         self.disks.delete_checkpoint(checkpoint_id)
         return {"restored": True, "pid": pid, "seconds": seconds, "accel": meta.get("accel"),
@@ -837,6 +841,17 @@ def _qemu_img(args: list[str]) -> None:
     done = children.run(["qemu-img", *args])
     if done.returncode != 0:
         raise BackendError(f"qemu-img {args[0]} failed: {done.stderr.strip()[-300:]}")
+
+
+def _clock_program_set(agent: Any) -> bool:
+    """The host's time written to the guest's clock program, and the guest's clock then
+    right; False when the guest has no FIFO (a machine made before the program) or the
+    clock did not move (the program killed, the FIFO replaced)."""
+    try:
+        _write_guest_file(agent, vm_clock.FIFO, vm_clock.now())
+    except BackendRefused:
+        return False
+    return _clock_right(agent)
 
 
 def _clock_right(agent: Any, *, tries: int = 10) -> bool:

@@ -188,7 +188,7 @@ class QemuDriver:
         return argv
 
     def _launch(self, config: MachineConfig, *, incoming: bool) -> int:
-        self._drop_early(config)  # a connection to an earlier QEMU of this machine
+        self.forget_agent(config)  # a connection to an earlier QEMU of this machine
         for stale in ("qmp.sock", "ga.sock", vm_proc.PIDFILE):
             (config.directory / stale).unlink(missing_ok=True)
         argv = self.argv(config, boots=not incoming)
@@ -221,7 +221,7 @@ class QemuDriver:
         try:
             self._load(config, saved, memory_in_file=memory_in_file)
         except BaseException:
-            self._drop_early(config)
+            self.forget_agent(config)
             raise
         return pid
 
@@ -261,7 +261,7 @@ class QemuDriver:
         except OSError as exc:
             logger.bind(machine=config.name).debug("no early agent connection: {}", exc)
 
-    def _drop_early(self, config: MachineConfig) -> None:
+    def forget_agent(self, config: MachineConfig) -> None:
         sock = self.early_agents.pop(config.directory, None)
         if sock is not None:
             sock.close()

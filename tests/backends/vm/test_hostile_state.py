@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,7 @@ def test_a_scan_does_not_wait_on_a_process_with_no_command_line(
     zombie = subprocess.Popen(["true"])
     try:
         while vm_proc._alive(zombie.pid):  # exited, not reaped: a zombie
-            pass
+            time.sleep(0.01)
         slept: list[float] = []
         monkeypatch.setattr(vm_proc.time, "sleep", slept.append)
         assert vm_proc._argv(zombie.pid) == []

@@ -168,7 +168,8 @@ class VmBackend:
         return MachineConfig(
             name=self.layout.machine_name(cell_id), directory=directory,
             kernel=Path(meta["kernel"]), initrd=Path(meta["initrd"]),
-            cmdline="console=ttyS0 quiet panic=-1", memory_mib=int(meta["memory_mib"]),
+            cmdline="console=ttyS0 quiet panic=-1" + _hostname_option(meta),
+            memory_mib=int(meta["memory_mib"]),
             cpus=int(meta["cpus"]), disks=tuple(disks), accel=str(meta.get("accel", "tcg")),
             driver=str(meta.get("driver") or vm_drivers.DEFAULT),
             memory_file=Path(ram_from) if ram_from else directory / RAM_FILE,
@@ -365,7 +366,9 @@ class VmBackend:
         has_mac = config.mac is not None and config.mac.encode() in shown.split()
         if config.mac is not None and not has_mac:
             logger.bind(cell=cell.name).warning(
-                "fork {} has no network interface to take its MAC {}", cell.name, config.mac)
+                "fork {} has no network interface to take its MAC {} (its parent unbound the "
+                "NIC's driver): bound again, the NIC shows the parent's MAC", cell.name,
+                config.mac)
         return {"hostname": name, "machine_id": machine_id, "reseeded": True,
                 **({"mac": config.mac} if has_mac else {})}
 
@@ -384,9 +387,9 @@ class VmBackend:
         clock program (vm_clock.py: no process started in the guest, the agent's file calls
         only); where that is not there (a machine made before it), `date -s` through
         guest-exec, not the agent's guest-set-time (which refuses without /sbin/hwclock, as
-        in a busybox image), whose start is waited for, not its end: a request sent just
-        before the connection closes can be dropped by QEMU unread (seen: a guest 5 s behind
-        after a wake). The program's work is checked (guest-get-time, which starts nothing):
+        in a busybox image), waited for (a request sent just before the connection closes
+        can be dropped by QEMU unread: seen, a guest 5 s behind after a wake). Either way
+        the result is checked (guest-get-time, which starts nothing):
         a FIFO the guest replaced, or a program it killed, takes the bytes and sets nothing,
         and then `date -s` is used after all. How it was set, or None when it could not be
         (a guest whose agent does not answer within CLOCK_AGENT_SECONDS: it was running when
@@ -395,8 +398,12 @@ class VmBackend:
             with self.driver.agent(config, timeout=CLOCK_AGENT_SECONDS) as agent:
                 if _clock_program_set(agent):
                     return "clock-program"
-                agent.command("guest-exec", path=BUSYBOX, arg=_clock_argv().split()[1:])
-                return "date"
+                # Waited for and checked too: a guest can keep resetting its own clock.
+                self._run(agent, _clock_argv().split(), timeout=CLOCK_AGENT_SECONDS)
+                if _clock_right(agent):
+                    return "date"
+                logger.warning("machine {}: its clock is not the host's after a wake (set "
+                               "again from inside the guest?)", config.name)
         except (BackendError, OSError) as exc:
             logger.debug("setting the guest's clock: {}", exc)
         return None
@@ -894,6 +901,14 @@ def new_mac() -> str:
     """A MAC for a new machine: QEMU's locally administered prefix 52:54:00 and three random
     bytes (os.urandom: a fork must not repeat its parent's or a sibling's)."""
     return "52:54:00:" + ":".join(f"{b:02x}" for b in os.urandom(3))
+
+
+def _hostname_option(meta: dict[str, Any]) -> str:
+    """The cell's hostname on the kernel's command line, which the guest's init prefers to
+    its config disk's: a fork's config disk is its snapshot's copy, so a fork booted cold
+    (its machine died after its resume) would otherwise take its parent's name."""
+    name = meta.get("cell")
+    return f" devcell.hostname={_hostname(name)}" if isinstance(name, str) else ""
 
 
 def _hostname(name: str) -> str:

@@ -60,7 +60,8 @@ $B mount -t tmpfs -o mode=0755 tmpfs /run
 $B mkfifo -m 600 {clock_fifo}
 ( while :; do $G/clock; $B sleep 1; done ) &  # sets the clock a wake sends (vm_clock.py)
 $B mount -t ext4 -o ro /dev/vdb /devcell
-$B hostname "$($B cat /devcell/hostname)"
+h=$($B sed -n 's/.*devcell\\.hostname=\\([a-z0-9-]*\\).*/\\1/p' /proc/cmdline)
+$B hostname "${h:-$($B cat /devcell/hostname)}"  # a fork's config disk is its parent's
 if [ -b /dev/vdc ]; then
     mp=$($B cat /devcell/mountpath)
     $B mkdir -p "$mp"

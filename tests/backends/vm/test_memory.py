@@ -249,6 +249,13 @@ def test_a_guest_that_breaks_its_clock_program_or_nic_is_not_reported_as_set(
         "d=$(basename $(readlink /sys/class/net/eth0/device)); "
         "echo $d > /sys/bus/virtio/drivers/virtio_net/unbind; date -s '2001-01-01 00:00:00'"))
     assert code == 0, err
+    # A regular file where the FIFO was, holding a timespec: the program ends at once rather
+    # than read it back and set that time again and again (it spun, the clock stood still).
+    code, out, err = run(backend, ref, (
+        "rm /run/devcell-clock && printf '\\200\\310\\117\\072\\0\\0\\0\\0\\0\\0\\0\\0"
+        "\\0\\0\\0\\0' > /run/devcell-clock && /.devcell-guest/busybox timeout 5 "
+        "/.devcell-guest/clock; echo $?"))
+    assert out.split()[-1:] == ["1"], (code, out, err)
     backend.save_machine(ref, "sleep-vmmem-g9")
     outputs = backend.restore_machine(ref, "sleep-vmmem-g9")
     assert outputs["clock"] == "date", outputs
@@ -260,6 +267,11 @@ def test_a_guest_that_breaks_its_clock_program_or_nic_is_not_reported_as_set(
         started = backend.start(fork)
         assert started["resumed_from"] == "snap_vmmem09" and "mac" not in started, started
         assert run(backend, fork, "ls /sys/class/net")[1].split() == ["lo"]
+        # Its machine dies and it boots cold: its own hostname, not its parent's (its config
+        # disk is the parent's copy; the name comes on the kernel's command line).
+        backend.stop(fork)
+        assert backend.start(fork)["started"] is True
+        assert run(backend, fork, "hostname")[1] == "fork-9\n"
     finally:
         backend.delete(fork)
     backend.delete_checkpoint("snap_vmmem09")

@@ -13,6 +13,7 @@ several hard links are copied by one `cp` call, which keeps them linked.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import marshal
 import os
@@ -401,27 +402,93 @@ def _copy(src: Path, dst: Path, found: Scan, plan: _Plan, advance: progress.Adva
     for rel, _ in found.dirs:
         os.mkdir(f"{dst}/{rel}", 0o700)
     into = [*CP[:-1], "--parents", "-t", str(dst), "--"]
-    jobs = [([*into, *batch], size) for batch, size in zip(plan.batches, plan.batch_bytes,
-                                                          strict=True)]
+    copies: list[Job] = [(functools.partial(_cp, [*into, *batch], src), size)
+                         for batch, size in zip(plan.batches, plan.batch_bytes, strict=True)]
     if plan.linked:
-        jobs.append(([*into, *plan.linked], plan.linked_bytes))
-    # imported here: an unchanged workspace copies nothing, and concurrent.futures brings
-    # the logging package along (~20 ms of a snapshot process's CPU)
-    from concurrent.futures import ThreadPoolExecutor, as_completed
-
-    with ThreadPoolExecutor(workers(), thread_name_prefix="treecopy") as pool:
-        futures = {pool.submit(_cp, argv, src): size for argv, size in jobs}
-        for start in range(0, len(plan.reused), LINK_BATCH):
-            pairs = plan.reused[start:start + LINK_BATCH]
-            futures[pool.submit(_link_batch, pairs, dst, src)] = 0
-        if plan.reused_bytes:
-            advance(plan.reused_bytes)
-        for future in as_completed(futures):
-            future.result()
-            advance(futures[future])
+        copies.append((functools.partial(_cp, [*into, *plan.linked], src), plan.linked_bytes))
+    links: list[Job] = [(functools.partial(_link_batch, pairs, dst, src), 0)
+                        for pairs in _link_chunks(plan.reused)]
+    if plan.reused_bytes:
+        advance(plan.reused_bytes)
+    # interleaved: a `cp` job's thread only waits for its process, so links made meanwhile
+    # use the time; links first would leave the copies (the long pole after a small
+    # change) for last, copies first would keep every thread waiting on processes
+    _run_jobs(_interleave(copies, links), workers(), advance)
     for rel, st in reversed(found.dirs):
         _copy_dir_attributes(src / rel, dst / rel, st)
     _copy_dir_attributes(src, dst, src.stat())
+
+
+Job = tuple[Callable[[], None], int]
+"""One unit of a parallel copy: what to run, and the bytes it reports as done."""
+
+
+def _link_chunks(reused: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """The files to link in chunks of about LINK_BATCH, cut where a directory ends when one
+    ends near there: link(2) locks the directory it adds a name to, so two threads linking
+    into one directory wait for each other, while different directories do not."""
+    chunks: list[list[tuple[str, str]]] = []
+    start = 0
+    while start < len(reused):
+        end = min(start + LINK_BATCH, len(reused))
+        if end < len(reused):
+            here = reused[end][0].rpartition("/")[0]
+            cut = end
+            while cut > start + LINK_BATCH // 2 and reused[cut - 1][0].rpartition("/")[0] == here:
+                cut -= 1
+            end = cut if reused[cut - 1][0].rpartition("/")[0] != here else end
+        chunks.append(reused[start:end])
+        start = end
+    return chunks
+
+
+def _interleave(first: list[Job], second: list[Job]) -> list[Job]:
+    merged: list[Job] = []
+    for i in range(max(len(first), len(second))):
+        merged += first[i:i + 1] + second[i:i + 1]
+    return merged
+
+
+def _run_jobs(jobs: list[Job], threads: int, advance: progress.Advance) -> None:
+    """Run `jobs` on up to `threads` threads, in order as threads come free; the first
+    failure is raised once every started job has ended, and no job starts after it.
+    Plain threads rather than concurrent.futures, which brings the logging package along
+    (~20 ms of a snapshot process's CPU)."""
+    pending = iter(jobs)
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        while True:
+            with lock:
+                if failures:
+                    return
+                job = next(pending, None)
+            if job is None:
+                return
+            run, size = job
+            try:
+                run()
+            except BaseException as exc:  # raised on the caller's thread below
+                with lock:
+                    failures.append(exc)
+                return
+            with lock:
+                advance(size)
+
+    if len(jobs) <= 1 or threads <= 1:
+        for run, size in jobs:
+            run()
+            advance(size)
+        return
+    started = [threading.Thread(target=work, name="treecopy", daemon=True)
+               for _ in range(min(threads, len(jobs)))]
+    for thread in started:
+        thread.start()
+    for thread in started:
+        thread.join()
+    if failures:
+        raise failures[0]
 
 
 def signature(root: Path) -> bytes:

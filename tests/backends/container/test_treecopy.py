@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,37 @@ def test_signature_and_removal_of_a_tree_deeper_than_path_max(tmp_path: Path) ->
     assert treecopy.signature(root) != found  # a changed link target is a change
     treecopy.remove_tree(root, tmp_path / ".trash")
     assert not root.exists() and not (tmp_path / ".trash").exists()
+
+
+def test_link_chunks_cover_every_file_once_and_end_with_a_directory() -> None:
+    """Chunks are cut where a directory ends when one ends in the chunk's second half, so two
+    threads rarely link into one directory (link(2) locks it)."""
+    reused = [(f"d{d:03d}/f{f:04d}", f"/earlier/d{d:03d}/f{f:04d}")
+              for d in range(40) for f in range(150)]
+    chunks = treecopy._link_chunks(reused)
+    assert [pair for chunk in chunks for pair in chunk] == reused
+    for chunk, following in zip(chunks, chunks[1:], strict=False):
+        assert treecopy.LINK_BATCH // 2 <= len(chunk) <= treecopy.LINK_BATCH
+        assert chunk[-1][0].split("/")[0] != following[0][0].split("/")[0]
+    one_directory = [(f"d/f{f:05d}", f"/e/d/f{f:05d}") for f in range(3 * treecopy.LINK_BATCH)]
+    assert [len(c) for c in treecopy._link_chunks(one_directory)] == [treecopy.LINK_BATCH] * 3
+
+
+def test_parallel_jobs_raise_the_first_failure_and_start_nothing_after_it() -> None:
+    ran: list[int] = []
+    advanced: list[int] = []
+
+    def job(n: int) -> None:
+        ran.append(n)
+        if n == 2:
+            raise OSError(28, "No space left on device")
+        time.sleep(0.01)  # the others take a while: the failure is seen before they all ran
+
+    jobs = [(lambda n=n: job(n), 10 * n) for n in range(50)]
+    with pytest.raises(OSError, match="No space left"):
+        treecopy._run_jobs(jobs, 1 + 3, advanced.append)
+    assert 2 in ran and len(ran) < 50  # the ones already started end; no new one begins
+    assert 20 not in advanced  # a failed job's bytes are not reported done
+    done: list[int] = []
+    treecopy._run_jobs([(lambda n=n: done.append(n), n) for n in range(20)], 4, advanced.append)
+    assert sorted(done) == list(range(20))

@@ -4,7 +4,8 @@ One vm cell (the base image, a workspace disk, one service) is booted, then put 
 woken `--runs` times; each wake is traced from `restore_machine()` to the end of the
 following `exec(["true"])`, as bench/vm.py times a resume. The trace wraps DevCell's own
 functions in this process (nothing in devcell/ is changed): QEMU's launch (started and
-daemonized), each QMP command, each guest agent connection (socket connected, each sync
+daemonized), each QMP command, each guest agent connection (FIFOs opened or socket
+connected, each sync
 round answered, closed) and each agent command (guest-exec, guest-exec-status, ...). Printed
 per wake as offsets from its start, then the median of each phase's offset.
 Real QEMU (TCG here). Run by hand, never by pytest:
@@ -72,6 +73,7 @@ def install() -> None:
     vm_qmp.connect = connect  # type: ignore[assignment]
     if hasattr(vm_qemu, "connect"):  # the resume's early connection to the agent
         vm_qemu.connect = connect  # type: ignore[attr-defined]
+    wrap(vm_qmp.PipeStream, "__init__", lambda *a, **k: "agent FIFOs opened")
     wrap(vm_qmp.Agent, "_synced", _synced_label)
     wrap(vm_qmp.Agent, "command", lambda self, name, *a, **k: f"agent {name}")
     wrap(vm_qmp.Agent, "__exit__", lambda *a: "agent closed")

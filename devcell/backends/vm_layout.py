@@ -9,7 +9,8 @@ and `-`), so no name can make a path escape the state directory. Everything is o
     <state>/vm/cells/<cell_id>/cell.json         marker: cell, runtime hash, image, volume
     <state>/vm/cells/<cell_id>/root.qcow2        the cell's writable rootfs (overlay on the base)
     <state>/vm/cells/<cell_id>/config.img        supervisor.sh + secrets.env, at /devcell
-    <state>/vm/cells/<cell_id>/qmp.sock, ga.sock QMP and the guest agent (unix sockets)
+    <state>/vm/cells/<cell_id>/qmp.sock, ga.in, ga.out, ga.lock  QMP (a unix socket) and the
+        guest agent (FIFOs QEMU holds open; clients take turns by an flock on ga.lock)
     <state>/vm/cells/<cell_id>/qemu.pid          the QEMU process (checked against its -name)
     <state>/vm/volumes/<vol_id>/volume.json      marker: the workspace disk's top layer
     <state>/vm/layers/<layer-id>.qcow2, .json    the workspace disks' qcow2 layers (vm_layers.py)

@@ -13,9 +13,10 @@ snapshot is QMP `stop`, `migrate` of the device state only (capability `x-ignore
 `exec:cat > FILE`, a flush of the RAM file, `quit`; a restore starts a new QEMU mapping the
 same file with `-incoming defer`, sets the same capability and `migrate-incoming` from the
 small device-state file, so the guest's pages are read when it touches them (demand-paged),
-not all before it runs. A save holds a guest agent connection open through the migration and
-a restore connects to the agent before loading, so the resumed guest's agent port never lost
-its client and qemu-ga answers at once (it polls a port with no client every 100 ms).
+not all before it runs. The guest agent's port is a pair of FIFOs QEMU holds open (vm_qmp.py),
+so a resumed guest's qemu-ga never lost its host and answers the first client at once.
+(Machines started before that have a socket there: a save holds a client on it through the
+migration and a restore connects before loading, for the same reason.)
 A fork maps a snapshot's RAM file with `share=off`: its pages are
 copy-on-write, shared in the host's page cache by every fork of that snapshot. A machine
 whose RAM is private (a fork) is saved whole into the file, as before.
@@ -42,7 +43,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -50,7 +50,15 @@ from pathlib import Path
 from devcell import failpoints
 from devcell.backends import children, vm_proc
 from devcell.backends.vm_driver import MachineConfig, Saved
-from devcell.backends.vm_qmp import Agent, Qmp, connect
+from devcell.backends.vm_qmp import (
+    AGENT_PIPE,
+    Agent,
+    Qmp,
+    Stream,
+    connect,
+    has_agent_pipes,
+    make_agent_pipes,
+)
 from devcell.errors import BackendError, BackendUnavailable
 from devcell.log import logger
 
@@ -94,7 +102,7 @@ class QemuDriver:
 
     def __init__(self, *, accel_cache: Path | None = None) -> None:
         self.accel_cache = accel_cache
-        self.early_agents: dict[Path, socket.socket] = {}
+        self.early_agents: dict[Path, Stream] = {}
         """Agent connections a restore opened before its guest ran, by machine directory:
         the next `agent` call for that machine uses it (see `_connect_early`)."""
 
@@ -169,7 +177,7 @@ class QemuDriver:
                 "-chardev", "socket,id=mon,path=qmp.sock,server=on,wait=off",
                 "-mon", "chardev=mon,mode=control",
                 "-device", "virtio-serial-device",
-                "-chardev", "socket,id=ga,path=ga.sock,server=on,wait=off",
+                "-chardev", f"pipe,id=ga,path={AGENT_PIPE}",
                 "-device", "virtserialport,chardev=ga,name=org.qemu.guest_agent.0",
                 "-pidfile", vm_proc.PIDFILE, "-daemonize"]
         for n, disk in enumerate(config.disks):
@@ -191,6 +199,7 @@ class QemuDriver:
         self.forget_agent(config)  # a connection to an earlier QEMU of this machine
         for stale in ("qmp.sock", "ga.sock", vm_proc.PIDFILE):
             (config.directory / stale).unlink(missing_ok=True)
+        make_agent_pipes(config.directory)
         argv = self.argv(config, boots=not incoming)
         if incoming:
             argv += ["-incoming", "defer"]
@@ -254,7 +263,10 @@ class QemuDriver:
         Connected later, the guest is first told the host left, and qemu-ga, finding no
         client, sleeps 100 ms between looks at its port (measured: its first answer 0.10 to
         0.14 s after the resume, 0.03 s this way; bench/vm_wake.py). Best effort: without
-        it the agent is reached as usual."""
+        it the agent is reached as usual. Only for a machine with its agent on a socket: on
+        FIFOs (the machines started since) the port never loses its host."""
+        if has_agent_pipes(config.directory):
+            return
         try:
             self.early_agents[config.directory] = connect(config.directory, "ga.sock",
                                                           timeout=2.0)
@@ -272,7 +284,10 @@ class QemuDriver:
         the saved guest has a client on its port and the resume finds qemu-ga waiting in a
         read (`_connect_early`). Best effort: a guest whose agent does not answer within
         HOLD_SECONDS (hung, or another client on the port) is saved without it, and its
-        wake reaches the agent the slower way."""
+        wake reaches the agent the slower way. None at once for a machine whose agent is on
+        FIFOs: nothing to hold, QEMU holds them."""
+        if has_agent_pipes(config.directory):
+            return None
         try:
             return Agent(config.directory, timeout=HOLD_SECONDS)
         except (BackendError, OSError) as exc:

@@ -1,6 +1,14 @@
-"""JSON over a unix socket to QEMU (QMP) and to the guest agent (qemu-ga), with timeouts.
+"""JSON to QEMU (QMP, a unix socket) and to the guest agent (qemu-ga), with timeouts.
 
-Both sockets live in the cell's owner-only directory. Their paths can be longer than a
+The agent's port is a pair of FIFOs QEMU holds open for its whole life (`-chardev pipe`:
+`ga.in` to the guest, `ga.out` from it), so the guest's end of the port never sees its host
+leave: qemu-ga waits in a read and answers a new client at once. Behind a unix socket it
+was told of every client that left and then looked for the next one only every 100 ms
+(measured: the first answer to a new client 0.07-0.10 s late, bench/vm_wake.py). Clients take
+turns by an flock on `ga.lock` (QEMU serves one at a time either way); machines started
+before this kept their `ga.sock`, which still works.
+
+Every path lives in the cell's owner-only directory. Their paths can be longer than a
 sockaddr_un holds (108 bytes) under a deep state directory, so they are reached through
 `/proc/self/fd/<dir>/<name>`: the directory is opened once (without following links) and the
 short path resolves through it. Every read has a deadline, so a wedged QEMU or a guest that
@@ -13,13 +21,17 @@ carries an id qemu-ga echoes), and its words are escaped and cut before they joi
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
+import select
 import socket
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from devcell import names
 from devcell.errors import BackendError, BackendUnavailable
@@ -31,6 +43,10 @@ MAX_LINE = 64 << 20
 """A reply longer than this is refused (guest-exec output is at most 16 MiB, base64)."""
 MAX_WORDS = 300
 """How much of an error's description (the guest's words) joins a message."""
+AGENT_PIPE = "ga"
+"""QEMU's `-chardev pipe,path=ga`: it opens the FIFOs ga.in (host to guest) and ga.out."""
+AGENT_LOCK = "ga.lock"
+LOCK_POLL = 0.01
 
 
 class ChannelTimeout(BackendUnavailable, TimeoutError):
@@ -66,10 +82,119 @@ def connect(directory: Path, name: str, *, timeout: float) -> socket.socket:
         os.close(dir_fd)
 
 
+class Stream(Protocol):
+    """What JsonChannel reads and writes: a socket, or the agent's FIFOs (PipeStream)."""
+
+    def settimeout(self, value: float | None, /) -> None: ...
+    def sendall(self, data: bytes, /) -> None: ...
+    def recv(self, size: int, /) -> bytes: ...
+    def close(self) -> None: ...
+
+
+def make_agent_pipes(directory: Path) -> None:
+    """Fresh, empty FIFOs for a QEMU about to start in `directory` (bytes a previous machine
+    or client left in the old ones go with them); made without following a link."""
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for name in (f"{AGENT_PIPE}.in", f"{AGENT_PIPE}.out"):
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+            except FileNotFoundError:
+                pass
+            os.mkfifo(name, 0o600, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def has_agent_pipes(directory: Path) -> bool:
+    """Whether the machine in `directory` was started with its agent on FIFOs."""
+    try:
+        return stat.S_ISFIFO(os.lstat(directory / f"{AGENT_PIPE}.in").st_mode)
+    except OSError:
+        return False
+
+
+class PipeStream:
+    """The host's end of the agent's FIFOs, with the socket calls JsonChannel makes.
+
+    Opened without blocking: the write end fails with ENXIO while no QEMU holds the FIFOs
+    (not started, or gone), as a socket's connect is refused. QEMU holds both FIFOs open
+    read-write, so this end never sees an end of file while it runs; once it has quit, a
+    read finds one and a write fails (EPIPE): the connection closed. Each open FIFO end is
+    checked to be a FIFO (fstat), so nothing else is ever read or written through here.
+    """
+
+    def __init__(self, directory: Path, *, deadline: float) -> None:
+        self.timeout: float | None = None
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fds: list[int] = []
+        try:
+            fds.append(os.open(AGENT_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                               0o600, dir_fd=dir_fd))
+            self._take_turn(fds[0], deadline)
+            fds.append(os.open(f"{AGENT_PIPE}.out", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW
+                               | os.O_CLOEXEC, dir_fd=dir_fd))
+            fds.append(os.open(f"{AGENT_PIPE}.in", os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW
+                               | os.O_CLOEXEC, dir_fd=dir_fd))
+            if not all(stat.S_ISFIFO(os.fstat(fd).st_mode) for fd in fds[1:]):
+                raise OSError(errno.EINVAL, "the guest agent's port is not a FIFO")
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        finally:
+            os.close(dir_fd)
+        self.lock, self.from_guest, self.to_guest = fds
+
+    @staticmethod
+    def _take_turn(lock: int, deadline: float) -> None:
+        """The agent to ourselves: another DevCell process using it is waited for until
+        `deadline` (a request of its own: an exec, a log read)."""
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ChannelTimeout("another DevCell command is using this machine's "
+                                         "guest agent; try again when it has finished"
+                                         ) from None
+                time.sleep(LOCK_POLL)
+
+    def settimeout(self, value: float | None, /) -> None:
+        self.timeout = value
+
+    def _wait(self, fd: int, event: int) -> None:
+        poller = select.poll()
+        poller.register(fd, event)
+        timeout_ms = None if self.timeout is None else max(0, int(self.timeout * 1000))
+        if not poller.poll(timeout_ms):
+            raise TimeoutError("timed out")
+
+    def recv(self, size: int, /) -> bytes:
+        while True:
+            try:
+                return os.read(self.from_guest, size)
+            except BlockingIOError:
+                self._wait(self.from_guest, select.POLLIN)
+
+    def sendall(self, data: bytes, /) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.to_guest, view):]
+            except BlockingIOError:
+                self._wait(self.to_guest, select.POLLOUT)
+
+    def close(self) -> None:
+        for fd in (self.to_guest, self.from_guest, self.lock):
+            os.close(fd)
+
+
 class JsonChannel:
     """One JSON document per line, each read with a deadline."""
 
-    def __init__(self, sock: socket.socket, what: str) -> None:
+    def __init__(self, sock: Stream, what: str) -> None:
         self.sock = sock
         self.what = what
         self.buffer = bytearray()
@@ -197,7 +322,7 @@ class Agent:
 
     def __init__(self, directory: Path, *, timeout: float,
                  alive: Callable[[], bool] | None = None,
-                 connected: socket.socket | None = None) -> None:
+                 connected: Stream | None = None) -> None:
         """`connected`: a socket to the agent's port opened earlier (a resume connects before
         the guest runs, vm_qemu.py), used instead of connecting now."""
         deadline = time.monotonic() + timeout
@@ -211,9 +336,11 @@ class Agent:
 
     @staticmethod
     def _connect(directory: Path, deadline: float, alive: Callable[[], bool] | None
-                 ) -> socket.socket:
+                 ) -> Stream:
         while True:
             try:
+                if has_agent_pipes(directory):
+                    return PipeStream(directory, deadline=deadline)
                 return connect(directory, "ga.sock", timeout=2.0)
             except OSError as exc:
                 if time.monotonic() > deadline:

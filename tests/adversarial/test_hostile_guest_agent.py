@@ -6,23 +6,25 @@ sequences, or claims an exit status of 10**30 and base64 that is not. The host's
 (devcell.backends.vm_qmp.Agent and the exec reply checks in vm_exec) must stay bounded in
 time and memory and fail with a BackendError, never a traceback or a forged output line.
 
-This tests DevCell's parser, not QEMU: the agent here is a program on a unix socket speaking
-qemu-ga's protocol (sync after a 0xFF byte, replies echoing the request's id, as the real
-qemu-ga does), with its replies bent one way at a time. The attack through a real guest is
-in tests/backends/vm/test_hostile_guest.py.
+This tests DevCell's parser, not QEMU: the agent here is a program speaking qemu-ga's protocol
+(sync after a 0xFF byte, replies echoing the request's id, as the real qemu-ga does), with its
+replies bent one way at a time, on either transport a machine's agent port can have: a pair
+of FIFOs held open as QEMU's `-chardev pipe` holds them, or a unix socket (machines started
+before the FIFOs). The attack through a real guest is in tests/backends/vm/test_hostile_guest.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -30,34 +32,77 @@ from devcell.backends import vm_exec, vm_qmp
 from devcell.backends.vm import VmBackend
 from devcell.errors import BackendError, BackendUnavailable
 
-Answer = Callable[[dict[str, Any], socket.socket], None]
+
+class Conn(Protocol):
+    """The fake agent's end of the port: a socket, or the FIFOs' holder (PipeEnd)."""
+
+    def sendall(self, data: bytes, /) -> None: ...
+    def shutdown(self, how: int, /) -> None: ...
+
+
+Answer = Callable[[dict[str, Any], Conn], None]
 """What the fake agent does with a request that is not a sync (send something, or not)."""
 
 
-def reply(conn: socket.socket, request: dict[str, Any], value: Any) -> None:
+def reply(conn: Conn, request: dict[str, Any], value: Any) -> None:
     conn.sendall(json.dumps({"return": value, "id": request.get("id")}).encode() + b"\n")
 
 
-@pytest.fixture
-def agent_dir(tmp_path: Path) -> Iterator[Callable[[Answer], Path]]:
-    """A directory whose ga.sock is a fake agent: honest syncs, then `answer` per request."""
-    listeners: list[socket.socket] = []
+class PipeEnd:
+    """What QEMU does with `-chardev pipe,path=ga`: both FIFOs open read-write for its life
+    (so its clients never see an end of file while it runs); requests read from ga.in,
+    replies written to ga.out. `shutdown` is QEMU quitting: both closed."""
 
-    def serve(answer: Answer) -> Path:
+    def __init__(self, directory: Path) -> None:
+        vm_qmp.make_agent_pipes(directory)
+        self.requests = os.open(directory / "ga.in", os.O_RDWR)
+        self.replies = os.open(directory / "ga.out", os.O_RDWR)
+
+    def sendall(self, data: bytes, /) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.replies, view):]
+
+    def shutdown(self, how: int = socket.SHUT_RDWR, /) -> None:
+        for fd in (self.requests, self.replies):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _talk(lines: Iterator[bytes], conn: Conn, answer: Answer) -> None:
+    for raw in lines:
+        request = json.loads(raw.lstrip(b"\xff"))
+        if request["execute"] == "guest-sync-delimited":
+            conn.sendall(b"\xff" + json.dumps(
+                {"return": request["arguments"]["id"]}).encode() + b"\n")
+        else:
+            answer(request, conn)
+
+
+@pytest.fixture(params=["pipes", "socket"])
+def agent_dir(tmp_path: Path, request: pytest.FixtureRequest
+              ) -> Iterator[Callable[[Answer], Path]]:
+    """A directory whose agent port is a fake agent: honest syncs, then `answer` per
+    request; on FIFOs, or on a socket."""
+    closers: list[Callable[[], None]] = []
+
+    def serve_pipes(answer: Answer) -> Path:
+        end = PipeEnd(tmp_path)
+        closers.append(lambda: end.shutdown(socket.SHUT_RDWR))
+        lines = os.fdopen(os.dup(end.requests), "rb")
+        threading.Thread(target=_quietly, args=(lambda _: _talk(iter(lines), end, answer),
+                                                 None), daemon=True).start()
+        return tmp_path
+
+    def serve_socket(answer: Answer) -> Path:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(tmp_path / "ga.sock"))
         listener.listen(4)
-        listeners.append(listener)
+        closers.append(listener.close)
 
-        def talk(conn: socket.socket) -> None:
+        def talk(conn: Conn) -> None:
             with conn, conn.makefile("rb") as lines:
-                for raw in lines:
-                    request = json.loads(raw.lstrip(b"\xff"))
-                    if request["execute"] == "guest-sync-delimited":
-                        conn.sendall(b"\xff" + json.dumps(
-                            {"return": request["arguments"]["id"]}).encode() + b"\n")
-                    else:
-                        answer(request, conn)
+                _talk(iter(lines), conn, answer)
 
         def accept() -> None:
             while True:
@@ -68,12 +113,12 @@ def agent_dir(tmp_path: Path) -> Iterator[Callable[[Answer], Path]]:
                 threading.Thread(target=_quietly, args=(talk, conn), daemon=True).start()
         threading.Thread(target=accept, daemon=True).start()
         return tmp_path
-    yield serve
-    for listener in listeners:
-        listener.close()
+    yield serve_pipes if request.param == "pipes" else serve_socket
+    for close in closers:
+        close()
 
 
-def _quietly(talk: Callable[[socket.socket], None], conn: socket.socket) -> None:
+def _quietly(talk: Callable[[Any], None], conn: Any) -> None:
     try:
         talk(conn)
     except (OSError, ValueError):
@@ -94,7 +139,7 @@ def test_a_never_ending_line_is_refused_with_bounded_memory(
         agent_dir: Callable[[Answer], Path]) -> None:
     chunk = b"A" * (1 << 16)
 
-    def flood(request: dict[str, Any], conn: socket.socket) -> None:
+    def flood(request: dict[str, Any], conn: Conn) -> None:
         while True:
             conn.sendall(chunk)
     directory = agent_dir(flood)
@@ -118,7 +163,7 @@ def test_a_reply_nested_too_deep_is_not_json_not_a_recursion_error(
 
 
 def test_replies_to_other_requests_are_skipped(agent_dir: Callable[[Answer], Path]) -> None:
-    def confuse(request: dict[str, Any], conn: socket.socket) -> None:
+    def confuse(request: dict[str, Any], conn: Conn) -> None:
         for stale in ({"return": "stale"}, {"return": "wrong", "id": "devcell-999"},
                       {"return": "wrong", "id": 1}):
             conn.sendall(json.dumps(stale).encode() + b"\n")
@@ -142,7 +187,7 @@ def test_only_replies_to_other_requests_end_in_a_timeout(
                                    {"desc": "x" * 100_000}])
 def test_an_error_of_any_shape_is_a_backend_error_escaped_and_cut(
         agent_dir: Callable[[Answer], Path], error: Any) -> None:
-    def refuse(request: dict[str, Any], conn: socket.socket) -> None:
+    def refuse(request: dict[str, Any], conn: Conn) -> None:
         conn.sendall(json.dumps({"error": error, "id": request["id"]}).encode() + b"\n")
     directory = agent_dir(refuse)
     with vm_qmp.Agent(directory, timeout=5.0) as agent, \
@@ -155,7 +200,7 @@ def test_an_error_of_any_shape_is_a_backend_error_escaped_and_cut(
 
 def test_an_agent_that_hangs_up_mid_reply_is_unavailable(
         agent_dir: Callable[[Answer], Path]) -> None:
-    def hang_up(request: dict[str, Any], conn: socket.socket) -> None:
+    def hang_up(request: dict[str, Any], conn: Conn) -> None:
         conn.sendall(b'{"return": {"pi')
         conn.shutdown(socket.SHUT_RDWR)
     directory = agent_dir(hang_up)
@@ -226,12 +271,88 @@ def test_a_machine_that_stopped_is_not_waited_for(tmp_path: Path) -> None:
     assert time.monotonic() - began >= 0.5
 
 
+def test_fifos_nobody_holds_are_a_machine_not_running(tmp_path: Path) -> None:
+    """The FIFOs are there but no QEMU holds them (it quit, or was killed): opening the
+    request FIFO fails at once (ENXIO), never blocks, and is retried like a refused socket."""
+    vm_qmp.make_agent_pipes(tmp_path)
+    began = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="machine is not running"):
+        vm_qmp.Agent(tmp_path, timeout=120.0, alive=lambda: False)
+    assert time.monotonic() - began < 5
+    with pytest.raises(BackendUnavailable, match="cannot reach the guest agent"):
+        vm_qmp.Agent(tmp_path, timeout=0.5, alive=lambda: True)
+
+
+def _pipe_agent(directory: Path, answer: Answer) -> PipeEnd:
+    end = PipeEnd(directory)
+    lines = os.fdopen(os.dup(end.requests), "rb")
+    threading.Thread(target=_quietly, args=(lambda _: _talk(iter(lines), end, answer), None),
+                     daemon=True).start()
+    return end
+
+
+def test_clients_of_the_fifos_take_turns(tmp_path: Path) -> None:
+    """Two clients writing into one FIFO would interleave their requests: the second waits
+    for the first (ga.lock), within its own timeout, and is told why it gave up."""
+    end = _pipe_agent(tmp_path, lambda request, conn: reply(conn, request, "pong"))
+    try:
+        with vm_qmp.Agent(tmp_path, timeout=5.0) as first:
+            began = time.monotonic()
+            with pytest.raises(BackendUnavailable, match="another DevCell command is using"):
+                vm_qmp.Agent(tmp_path, timeout=0.3)
+            assert time.monotonic() - began < 3
+            assert first.command("guest-ping") == "pong"
+        with vm_qmp.Agent(tmp_path, timeout=5.0) as second:
+            assert second.command("guest-ping") == "pong"
+    finally:
+        end.shutdown(socket.SHUT_RDWR)
+
+
+def test_what_an_earlier_client_left_in_the_fifo_is_skipped(tmp_path: Path) -> None:
+    """A client killed mid-request leaves its replies in ga.out (QEMU holds it open, so they
+    stay): the next client's sync reads past them, whatever they claim to answer."""
+    end = _pipe_agent(tmp_path, lambda request, conn: reply(conn, request, "mine"))
+    try:
+        end.sendall(b'{"return": "stale", "id": "devcell-1"}\n\xff{"return": 12345}\n'
+                    b'{"return": {"pi')
+        with vm_qmp.Agent(tmp_path, timeout=5.0) as agent:
+            assert agent.command("guest-ping") == "mine"
+    finally:
+        end.shutdown(socket.SHUT_RDWR)
+
+
+def test_an_agent_port_that_is_not_a_fifo_is_never_opened(tmp_path: Path) -> None:
+    """A link where a FIFO belongs is not followed (O_NOFOLLOW), and a regular file there
+    makes no FIFO machine: nothing is read or written through either."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.mkfifo(outside / "fifo")
+    machine = tmp_path / "machine"
+    machine.mkdir()
+    vm_qmp.make_agent_pipes(machine)
+    (machine / "ga.out").unlink()
+    (machine / "ga.out").symlink_to(outside / "fifo")
+    held = os.open(machine / "ga.in", os.O_RDWR)  # a reader: only the link stands in the way
+    try:
+        with pytest.raises(BackendUnavailable, match="cannot reach the guest agent"):
+            vm_qmp.Agent(machine, timeout=0.5)
+    finally:
+        os.close(held)
+    for name in ("ga.in", "ga.out"):
+        (machine / name).unlink()
+    (machine / "ga.in").write_bytes(b"")
+    assert not vm_qmp.has_agent_pipes(machine)
+    with pytest.raises(BackendUnavailable, match="cannot reach the guest agent"):
+        vm_qmp.Agent(machine, timeout=0.3)
+    assert (machine / "ga.in").read_bytes() == b""
+
+
 def test_a_request_the_agent_never_reads_is_a_timeout(
         agent_dir: Callable[[Answer], Path]) -> None:
     """guest-exec with 16 MiB of input to an agent that stopped reading after the sync."""
     stuck = threading.Event()
 
-    def stop_reading(request: dict[str, Any], conn: socket.socket) -> None:
+    def stop_reading(request: dict[str, Any], conn: Conn) -> None:
         stuck.wait()
     directory = agent_dir(stop_reading)
     try:
@@ -249,7 +370,7 @@ def test_a_request_the_agent_never_reads_is_a_timeout(
 # -- guest-exec's replies, through the backend's own exec loop --------------------------------
 
 def _exec_agent(started: Any, status: Any) -> Answer:
-    def answer(request: dict[str, Any], conn: socket.socket) -> None:
+    def answer(request: dict[str, Any], conn: Conn) -> None:
         reply(conn, request, started if request["execute"] == "guest-exec" else status)
     return answer
 

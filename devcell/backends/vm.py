@@ -82,6 +82,13 @@ FROZEN = "frozen"
 DEFAULT_MEMORY_MIB = 256
 AGENT_BOOT_SECONDS = 120.0
 """How long a command waits for a machine that is still booting (TCG on a busy host)."""
+AGENT_ANSWER_SECONDS = 30.0
+"""How long a command waits for the agent of a machine that has booted (AGENT_SEEN): one
+whose agent was stopped or hangs inside the guest is reported in this time, not after the
+boot timeout."""
+AGENT_SEEN = "agent-seen.json"
+"""In the cell's directory: the pid of the QEMU whose guest agent has answered (or that was
+resumed: its guest was running when saved), so its machine is past booting."""
 CLOCK_AGENT_SECONDS = 10.0
 """How long a wake waits for a resumed guest's agent to set its clock (it was running)."""
 CLOCK_SLACK_NS = 2_000_000_000
@@ -303,6 +310,7 @@ class VmBackend:
         if self._pid(cell.id) is not None:
             return {"started": False}
         (self.layout.cell(cell.id) / FROZEN).unlink(missing_ok=True)
+        (self.layout.cell(cell.id) / AGENT_SEEN).unlink(missing_ok=True)  # a new QEMU boots
         if meta.get("volume"):
             self.disks.mark_used(meta["volume"])
             self.disks.adopt(meta["volume"])  # a raw disk from the first slice -> a layer
@@ -329,6 +337,7 @@ class VmBackend:
         config = self._config(cell.id, meta)
         with self.disks.layers.making():  # no merge under a disk QEMU is opening
             pid = self.driver.restore(config, part / vm_memory.STATE, memory_in_file=in_file)
+        self._saw_agent(cell.id, pid)  # its snapshot's guest was running: not booting
         try:
             meta = self._update(cell.id, resume_from=None)
             failpoints.hit("vm.fork.after-resume")
@@ -353,11 +362,17 @@ class VmBackend:
             f"{BUSYBOX} ip link set dev \"${{n##*/}}\" address {config.mac} || exit 1; done"
             f"; {BUSYBOX} cat /sys/class/net/*/address")
         with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
-            self._identity_step(agent, cell, f"cat > {RESEED} && chmod 700 {RESEED}",
-                                vm_reseed.program())
+            # The program through the agent's file calls, not a process of its own: each
+            # first fork and exec after a resume costs a tenth of a second under TCG.
+            try:
+                _write_guest_file(agent, RESEED, vm_reseed.program(), mode="w")
+            except BackendRefused as exc:
+                raise BackendError(f"giving fork {cell.name} its own identity failed: "
+                                   f"{exc}") from None
             # Its clock is set here, on this connection (one fewer), dated as it is sent.
             shown = self._identity_step(agent, cell, (
-                f"{_clock_argv()} >/dev/null; {RESEED} && {BUSYBOX} rm -f {RESEED} && "
+                f"{_clock_argv()} >/dev/null; {BUSYBOX} chmod 700 {RESEED} && {RESEED} && "
+                f"{BUSYBOX} rm -f {RESEED} && "
                 f"{BUSYBOX} hostname {name} && echo {name} > /etc/hostname && "
                 f"echo {machine_id} > /etc/machine-id{mac}"), vm_reseed.entropy())
         self._update(cell.id, identity_pending=False, machine_id=machine_id)
@@ -467,15 +482,42 @@ class VmBackend:
     def _agent(self, cell: CellRef, config: MachineConfig, *, timeout: float) -> Iterator[Any]:
         """The cell's guest agent; what fails in talking to it names the cell (the error
         keeps its class: unavailable is retried, a refusal is not). It is not waited for
-        once the machine has stopped (slept, stopped or deleted meanwhile)."""
+        once the machine has stopped (slept, stopped or deleted meanwhile), nor longer than
+        AGENT_ANSWER_SECONDS once the machine has booted."""
+        pid = self._pid(cell.id)
+        booted = pid is not None and self._agent_seen(cell.id) == pid
+        wait = min(timeout, AGENT_ANSWER_SECONDS) if booted else timeout
         try:
-            with self.driver.agent(config, timeout=timeout,
-                                   alive=lambda: self._pid(cell.id) is not None) as agent:
+            try:
+                connected = self.driver.agent(config, timeout=wait,
+                                              alive=lambda: self._pid(cell.id) is not None)
+            except BackendUnavailable as exc:
+                if booted and self._pid(cell.id) == pid:
+                    raise BackendUnavailable(
+                        f"{exc}; the machine has booted, so its agent was stopped or hangs "
+                        "inside the guest: stop the cell (spec.state: Stopped, then `devcell "
+                        "apply`) and start it again (Running) to boot it afresh") from None
+                raise
+            with connected as agent:
+                if not booted and pid is not None:
+                    self._saw_agent(cell.id, pid)
                 yield agent
         except BackendError as exc:
             if f"cell {cell.name}" not in str(exc):
                 exc.args = (f"cell {cell.name}: {exc}", *exc.args[1:])
             raise
+
+    def _agent_seen(self, cell_id: str) -> int | None:
+        seen = (vm_disks.read_json(self.layout.cell(cell_id) / AGENT_SEEN) or {}).get("pid")
+        return seen if type(seen) is int else None
+
+    def _saw_agent(self, cell_id: str, pid: int) -> None:
+        """Record that this QEMU's machine is past booting (best effort: without it a
+        command only waits the boot timeout for a silent agent, as before)."""
+        try:
+            vm_disks.write_json(self.layout.cell(cell_id) / AGENT_SEEN, {"pid": pid})
+        except OSError as exc:
+            logger.bind(cell=cell_id).debug("agent-seen marker not written: {}", exc)
 
     @staticmethod
     def _run(agent: Any, argv: list[str], *, timeout: float, stdin: bytes = b""
@@ -705,6 +747,7 @@ class VmBackend:
             pid = self.driver.restore(config, directory / vm_disks.MEMORY,
                                       memory_in_file=in_file)
         seconds = round(time.monotonic() - began, 3)
+        self._saw_agent(cell.id, pid)  # its guest was running when saved: not booting
         try:
             clock = self._set_clock(config)
         finally:
@@ -873,12 +916,12 @@ def _clock_right(agent: Any, *, tries: int = 10) -> bool:
     return False
 
 
-def _write_guest_file(agent: Any, path: str, data: bytes) -> None:
-    """`data` written to an existing file in the guest, opened read-write (a FIFO's open
-    then never waits for a reader); BackendRefused when the guest does not open it (no
-    such file)."""
+def _write_guest_file(agent: Any, path: str, data: bytes, *, mode: str = "r+") -> None:
+    """`data` written to a file in the guest: by default an existing one, opened read-write
+    (a FIFO's open then never waits for a reader), "w" to create or truncate it;
+    BackendRefused when the guest does not open it (no such file)."""
     try:
-        handle = vm_qmp.file_handle(agent.command("guest-file-open", path=path, mode="r+"))
+        handle = vm_qmp.file_handle(agent.command("guest-file-open", path=path, mode=mode))
     except BackendUnavailable:
         raise
     except BackendError as exc:

@@ -289,6 +289,7 @@ class VsockAgent(Agent):
                                              f"{port}: {exc}") from None
                 vm_qmp.gone_unless(alive)
                 time.sleep(0.1)
+        self.session = os.urandom(4).hex()
         self.channel = JsonChannel(sock, "the guest agent")
         self.channel.buffer = bytearray(early)
         self._sync(deadline)

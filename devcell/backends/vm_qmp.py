@@ -5,8 +5,10 @@ The agent's port is a pair of FIFOs QEMU holds open for its whole life (`-charde
 leave: qemu-ga waits in a read and answers a new client at once. Behind a unix socket it
 was told of every client that left and then looked for the next one only every 100 ms
 (measured: the first answer to a new client 0.07-0.10 s late, bench/vm_wake.py). Clients take
-turns by an flock on `ga.lock` (QEMU serves one at a time either way); machines started
-before this kept their `ga.sock`, which still works.
+turns by an flock on `ga.lock`, one request and its reply at a time (each request's id is
+unique to its connection, so a reply is only ever taken by its asker): a long `exec`
+polling its command no longer keeps every other command of that machine waiting, as one
+socket client did. Machines started before this kept their `ga.sock`, which still works.
 
 Every path lives in the cell's owner-only directory. Their paths can be longer than a
 sockaddr_un holds (108 bytes) under a deep state directory, so they are reached through
@@ -21,6 +23,7 @@ carries an id qemu-ga echoes), and its words are escaped and cut before they joi
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -29,7 +32,7 @@ import select
 import socket
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -124,14 +127,13 @@ class PipeStream:
     checked to be a FIFO (fstat), so nothing else is ever read or written through here.
     """
 
-    def __init__(self, directory: Path, *, deadline: float) -> None:
+    def __init__(self, directory: Path) -> None:
         self.timeout: float | None = None
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         fds: list[int] = []
         try:
             fds.append(os.open(AGENT_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                                0o600, dir_fd=dir_fd))
-            self._take_turn(fds[0], deadline)
             fds.append(os.open(f"{AGENT_PIPE}.out", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW
                                | os.O_CLOEXEC, dir_fd=dir_fd))
             fds.append(os.open(f"{AGENT_PIPE}.in", os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW
@@ -146,20 +148,31 @@ class PipeStream:
             os.close(dir_fd)
         self.lock, self.from_guest, self.to_guest = fds
 
-    @staticmethod
-    def _take_turn(lock: int, deadline: float) -> None:
-        """The agent to ourselves: another DevCell process using it is waited for until
-        `deadline` (a request of its own: an exec, a log read)."""
+    @contextlib.contextmanager
+    def turn(self, deadline: float) -> Iterator[bool]:
+        """The port to ourselves for one exchange (a sync, or a request and its reply):
+        another client's is waited for until `deadline`. Yields whether the exchange before
+        ended whole: one that did not (its client died or gave up mid-request or mid-reply:
+        the kernel ends a dead client's turn) may have left half a request in the FIFO,
+        or a reply no one will read, and the next one starts by syncing again. Marked in
+        ga.lock itself: "1" while an exchange runs, "0" once it ended whole."""
         while True:
             try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
+                fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise ChannelTimeout("another DevCell command is using this machine's "
-                                         "guest agent; try again when it has finished"
-                                         ) from None
+                    raise ChannelTimeout("another client of this machine's guest agent did "
+                                         "not let it go in time (a DevCell command stuck "
+                                         "in a request?)") from None
                 time.sleep(LOCK_POLL)
+        try:
+            whole = os.pread(self.lock, 1, 0) != b"1"
+            os.pwrite(self.lock, b"1", 0)
+            yield whole
+            os.pwrite(self.lock, b"0", 0)  # not reached when the exchange raised
+        finally:
+            fcntl.flock(self.lock, fcntl.LOCK_UN)
 
     def settimeout(self, value: float | None, /) -> None:
         self.timeout = value
@@ -315,6 +328,8 @@ class Agent:
 
     The port keeps whatever an earlier client left unread, so every connection starts with
     guest-sync-delimited: the agent answers after a 0xFF byte, everything before it is stale.
+    On the FIFOs (PipeStream) clients take turns one exchange at a time, and an exchange
+    after one that did not end whole (any client's) syncs again first.
     """
 
     requests = 0
@@ -326,10 +341,13 @@ class Agent:
         """`connected`: a socket to the agent's port opened earlier (a resume connects before
         the guest runs, vm_qemu.py), used instead of connecting now."""
         deadline = time.monotonic() + timeout
+        self.session = os.urandom(4).hex()
+        """In every request's id: a reply is taken only by the connection that asked."""
         self.channel = JsonChannel(connected or self._connect(directory, deadline, alive),
                                    "the guest agent")
         try:
-            self._sync(deadline)
+            with self._turn(deadline):
+                self._sync(deadline)
         except BaseException:
             self.channel.close()
             raise
@@ -340,7 +358,7 @@ class Agent:
         while True:
             try:
                 if has_agent_pipes(directory):
-                    return PipeStream(directory, deadline=deadline)
+                    return PipeStream(directory)
                 return connect(directory, "ga.sock", timeout=2.0)
             except OSError as exc:
                 if time.monotonic() > deadline:
@@ -355,7 +373,31 @@ class Agent:
     def __exit__(self, *exc: object) -> None:
         self.channel.close()
 
-    def _sync(self, deadline: float) -> None:
+    @contextlib.contextmanager
+    def _turn(self, deadline: float) -> Iterator[bool]:
+        """One exchange's turn on the FIFOs, yielding whether the one before ended whole; on
+        a socket (one client at a time) always whole."""
+        stream = self.channel.sock
+        if not isinstance(stream, PipeStream):
+            yield True
+            return
+        with stream.turn(deadline) as whole:
+            yield whole
+
+    @contextlib.contextmanager
+    def _exchange(self, deadline: float) -> Iterator[None]:
+        """A turn for one request and its reply, synced again first when the exchange before
+        (any client's, this one's too) did not end whole."""
+        with self._turn(deadline) as whole:
+            if not whole:
+                self.channel.buffer.clear()
+                self._sync(deadline, silent="the guest agent did not answer (nor the request "
+                                            "before, which was given up)")
+            yield
+
+    def _sync(self, deadline: float, *,
+              silent: str = "the guest agent did not answer: the machine is still booting, "
+                            "or its agent is not running") -> None:
         token = int.from_bytes(os.urandom(4), "big") & 0x7FFFFFFF
         # 0xFF first: it resets the agent's parser, whatever half a request was left in it.
         request = b"\xff" + json.dumps({"execute": "guest-sync-delimited",
@@ -374,9 +416,7 @@ class Agent:
                     break
             except TimeoutError:
                 if time.monotonic() > deadline:
-                    raise BackendUnavailable("the guest agent did not answer: the machine is "
-                                             "still booting, or its agent is not running"
-                                             ) from None
+                    raise BackendUnavailable(silent) from None
         # Requests sent while the agent was starting may still be answered (or refused, for
         # the 0xFF bytes): one more round without 0xFF puts every stale reply behind us.
         token += 1
@@ -396,25 +436,21 @@ class Agent:
             if isinstance(reply, dict) and reply.get("return") == token:
                 return True
 
-    def notify(self, name: str, **arguments: Any) -> None:
-        """Send a command without waiting for its reply: the agent still answers it, and the
-        next connection's sync skips that answer as stale."""
-        self.channel.send({"execute": name, **({"arguments": arguments} if arguments else {})})
-
     def command(self, name: str, timeout: float = 10.0, **arguments: Any) -> Any:
         """The agent's answer to `name`; replies to other requests (qemu-ga echoes each
         request's id) are skipped until the deadline."""
         self.requests += 1
-        request_id = f"devcell-{self.requests}"
+        request_id = f"devcell-{self.session}-{self.requests}"
         message: dict[str, Any] = {"execute": name, "id": request_id}
         if arguments:
             message["arguments"] = arguments
         deadline = time.monotonic() + timeout
-        self.channel.send(message, timeout=timeout)
-        while True:
-            reply = self.channel.read_json(deadline)
-            if reply.get("id") == request_id:
-                break
+        with self._exchange(deadline):
+            self.channel.send(message, timeout=max(0.05, deadline - time.monotonic()))
+            while True:
+                reply = self.channel.read_json(deadline)
+                if reply.get("id") == request_id:
+                    break
         if "error" in reply:
             raise BackendError(f"the guest agent refused {name}: {refusal(reply['error'])}")
         return reply.get("return")

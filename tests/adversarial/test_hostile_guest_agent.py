@@ -16,6 +16,7 @@ before the FIFOs). The attack through a real guest is in tests/backends/vm/test_
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -71,7 +72,11 @@ class PipeEnd:
 
 def _talk(lines: Iterator[bytes], conn: Conn, answer: Answer) -> None:
     for raw in lines:
-        request = json.loads(raw.lstrip(b"\xff"))
+        # qemu-ga's parser starts again at a 0xFF byte, refusing what came before it
+        cut, reset, text = raw.rpartition(b"\xff")
+        if reset and cut.strip():
+            conn.sendall(b'{"error": {"class": "GenericError", "desc": "JSON parse error"}}\n')
+        request = json.loads(text)
         if request["execute"] == "guest-sync-delimited":
             conn.sendall(b"\xff" + json.dumps(
                 {"return": request["arguments"]["id"]}).encode() + b"\n")
@@ -291,19 +296,63 @@ def _pipe_agent(directory: Path, answer: Answer) -> PipeEnd:
     return end
 
 
-def test_clients_of_the_fifos_take_turns(tmp_path: Path) -> None:
-    """Two clients writing into one FIFO would interleave their requests: the second waits
-    for the first (ga.lock), within its own timeout, and is told why it gave up."""
-    end = _pipe_agent(tmp_path, lambda request, conn: reply(conn, request, "pong"))
+def test_clients_of_the_fifos_take_turns_one_exchange_at_a_time(tmp_path: Path) -> None:
+    """Two clients writing into one FIFO would interleave their requests: they take turns
+    (an flock on ga.lock) one request and reply at a time, so a long exec polling its
+    command keeps no other command waiting; each reply reaches the client that asked."""
+    end = _pipe_agent(tmp_path, lambda request, conn: reply(conn, request, request["id"]))
     try:
-        with vm_qmp.Agent(tmp_path, timeout=5.0) as first:
-            began = time.monotonic()
-            with pytest.raises(BackendUnavailable, match="another DevCell command is using"):
-                vm_qmp.Agent(tmp_path, timeout=0.3)
-            assert time.monotonic() - began < 3
-            assert first.command("guest-ping") == "pong"
-        with vm_qmp.Agent(tmp_path, timeout=5.0) as second:
-            assert second.command("guest-ping") == "pong"
+        with vm_qmp.Agent(tmp_path, timeout=5.0) as first, \
+                vm_qmp.Agent(tmp_path, timeout=5.0) as second:
+            for _ in range(3):
+                mine, theirs = first.command("guest-ping"), second.command("guest-ping")
+                assert mine.startswith(f"devcell-{first.session}-")
+                assert theirs.startswith(f"devcell-{second.session}-")
+    finally:
+        end.shutdown(socket.SHUT_RDWR)
+
+
+def test_a_turn_never_let_go_is_waited_for_only_until_the_deadline(tmp_path: Path) -> None:
+    end = _pipe_agent(tmp_path, lambda request, conn: reply(conn, request, "pong"))
+    holder = os.open(tmp_path / "ga.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # another process, stuck in its turn
+        began = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="did not let it go in time"):
+            vm_qmp.Agent(tmp_path, timeout=0.5)
+        assert time.monotonic() - began < 5
+        os.close(holder)  # the kernel ends the turn of a process that dies
+        holder = -1
+        with vm_qmp.Agent(tmp_path, timeout=5.0) as agent:
+            assert agent.command("guest-ping") == "pong"
+    finally:
+        if holder >= 0:
+            os.close(holder)
+        end.shutdown(socket.SHUT_RDWR)
+
+
+def test_an_exchange_given_up_makes_the_next_one_sync_first(tmp_path: Path) -> None:
+    """A client that gave up on a reply (or died mid-request) leaves its turn marked as not
+    ended whole; the next exchange, any client's, syncs past what it left before asking."""
+    slow = threading.Event()
+
+    def answer(request: dict[str, Any], conn: Conn) -> None:
+        if request["execute"] == "guest-slow":
+            slow.wait(5)  # answered late, after its client gave up
+        reply(conn, request, request["execute"])
+    end = _pipe_agent(tmp_path, answer)
+    try:
+        with vm_qmp.Agent(tmp_path, timeout=5.0) as first, \
+                vm_qmp.Agent(tmp_path, timeout=5.0) as second:
+            with pytest.raises(BackendUnavailable, match="did not answer in time"):
+                first.command("guest-slow", timeout=0.3)
+            assert (tmp_path / "ga.lock").read_bytes() == b"1"
+            slow.set()
+            os.write(os.open(tmp_path / "ga.in", os.O_WRONLY | os.O_NONBLOCK),
+                     b'{"execute": "guest-half')  # and a request cut in the middle
+            assert second.command("guest-ping") == "guest-ping"
+            assert first.command("guest-ping") == "guest-ping"
+            assert (tmp_path / "ga.lock").read_bytes() == b"0"
     finally:
         end.shutdown(socket.SHUT_RDWR)
 
@@ -360,7 +409,10 @@ def test_a_request_the_agent_never_reads_is_a_timeout(
             agent.command  # noqa: B018 - connected and synced
             with pytest.raises(BackendUnavailable, match="did not answer in time"):
                 agent.command("guest-ping", timeout=1.0)
-            with pytest.raises(BackendUnavailable, match="did not read a request in time"):
+            # on a socket the send stalls; on the FIFOs the next exchange syncs first, and
+            # that sync is never answered: either way a BackendError within the time given
+            with pytest.raises(BackendUnavailable,
+                               match="did not read a request in time|did not answer"):
                 agent.command("guest-exec", timeout=1.0, path="/bin/true",
                               **{"input-data": "A" * (16 << 20)})
     finally:

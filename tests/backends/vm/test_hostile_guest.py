@@ -25,18 +25,22 @@ from tests.backends.vm.conftest import cell_manifest, make_state
 from tests.backends.vm_machines import kill_machines
 from tests.conftest import Cli
 
-HOSTILE_AGENT = r"""
+STOP_AGENT = r"""
 sleep 2  # the host has collected this command's status by now
-port=
-for d in /sys/class/virtio-ports/*; do
-    [ "$(cat "$d/name")" = org.qemu.guest_agent.0 ] && port=/dev/${d##*/}
-done
 init=$(tr '\0' ' ' < /proc/1/cmdline)
 for p in /proc/[0-9]*; do
     n=${p#/proc/}
     [ "$n" = 1 ] && continue
     c=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)
     case "$c" in "$init"|*qemu-ga*) kill -9 "$n" ;; esac
+done
+"""
+"""Kills the init's agent loop and qemu-ga: the agent's port is then the guest's own."""
+
+HOSTILE_AGENT = STOP_AGENT + r"""
+port=
+for d in /sys/class/virtio-ports/*; do
+    [ "$(cat "$d/name")" = org.qemu.guest_agent.0 ] && port=/dev/${d##*/}
 done
 bomb=$(head -c 100000 /dev/zero | tr '\0' '[')
 chunk=$(head -c 65536 /dev/zero | tr '\0' 'A')
@@ -69,18 +73,24 @@ def _manifest(tmp_path: Path) -> Path:
     return cell_manifest(tmp_path, "vmevil", counter=False)
 
 
+def _applied_and_planted(cli: Cli, tmp_path: Path, script: str) -> None:
+    """The cell `vmevil` running, and `script` started in it as root, on its own (it
+    outlives the exec that planted it); five seconds later it has done its work."""
+    applied = cli("apply", "-f", str(_manifest(tmp_path)), timeout=300)
+    assert applied.returncode == 0, applied.stderr
+    planted = cli("exec", "-i", "vmevil", "--", "sh", "-c",
+                  "cat > /tmp/plant.sh; setsid sh /tmp/plant.sh </dev/null >/dev/null 2>&1 &",
+                  input=script, timeout=300)
+    assert planted.returncode == 0, planted.stderr
+    time.sleep(5)
+
+
 def test_a_guest_that_replaces_its_agent_gets_clear_errors_and_the_cell_still_ends(
         cli: Cli, tmp_path: Path, state_dir: Path, vm_cache: Path) -> None:
     make_state(state_dir, vm_cache)
     prefix = VmLayout(state_dir).name_prefix
     try:
-        applied = cli("apply", "-f", str(_manifest(tmp_path)), timeout=300)
-        assert applied.returncode == 0, applied.stderr
-        planted = cli("exec", "-i", "vmevil", "--", "sh", "-c",
-                      "cat > /tmp/evil.sh; setsid sh /tmp/evil.sh </dev/null >/dev/null 2>&1 &",
-                      input=HOSTILE_AGENT, timeout=300)
-        assert planted.returncode == 0, planted.stderr
-        time.sleep(5)  # the guest kills its agent and starts its own
+        _applied_and_planted(cli, tmp_path, HOSTILE_AGENT)  # it kills its agent, is its own
         expected = ["refused", "not JSON", "did not answer in time",
                     "(did not answer in time|longer than)"]
         for n, what in enumerate(expected, 1):
@@ -140,3 +150,32 @@ def test_a_deep_state_directory_and_owner_only_machine_files(
         assert not vm_proc.scan(layout.name_prefix)
     finally:
         kill_machines(state)
+
+
+def test_a_booted_guest_that_stops_its_agent_is_reported_soon_not_after_the_boot_timeout(
+        cli: Cli, tmp_path: Path, state_dir: Path, vm_cache: Path) -> None:
+    """Once a machine's agent has answered, its machine is past booting: a command then waits
+    AGENT_ANSWER_SECONDS for a silent agent, not the 120 s a boot may take, and says what to
+    do. A stop and start boots it afresh, agent and all."""
+    make_state(state_dir, vm_cache)
+    try:
+        _applied_and_planted(cli, tmp_path, STOP_AGENT)
+        began = time.monotonic()
+        silent = cli("exec", "vmevil", "--", "true", timeout=300)
+        took = time.monotonic() - began
+        assert silent.returncode != 0 and "Traceback" not in silent.stderr, silent.stderr
+        assert "cell vmevil" in silent.stderr and "has booted" in silent.stderr, silent.stderr
+        assert "spec.state: Stopped" in silent.stderr, silent.stderr
+        assert took < 90, took  # 30 s and the process, not the boot timeout's 120 s
+        manifest = _manifest(tmp_path)
+        for state in ("Stopped", "Running"):
+            manifest.write_text(manifest.read_text() + f"  state: {state}\n"
+                                if state == "Stopped" else
+                                manifest.read_text().replace("state: Stopped", "state: Running"))
+            done = cli("apply", "-f", str(manifest), timeout=300)
+            assert done.returncode == 0, done.stderr
+        again = cli("exec", "vmevil", "--", "echo", "back", timeout=300)
+        assert again.returncode == 0 and again.stdout.strip() == "back", again.stderr
+        assert cli("delete", "cell", "vmevil", "--approve", timeout=300).returncode == 0
+    finally:
+        kill_machines(state_dir)

@@ -420,7 +420,9 @@ class VmBackend:
                 logger.warning("machine {}: its clock is not the host's after a wake (set "
                                "again from inside the guest?)", config.name)
         except (BackendError, OSError) as exc:
-            logger.debug("setting the guest's clock: {}", exc)
+            logger.warning("machine {}: its clock was not set after the wake (its guest agent "
+                           "did not answer: {}); it is behind by the time it slept",
+                           config.name, exc)
         return None
 
     def stop(self, cell: CellRef) -> Outputs:
@@ -491,12 +493,14 @@ class VmBackend:
             try:
                 connected = self.driver.agent(config, timeout=wait,
                                               alive=lambda: self._pid(cell.id) is not None)
-            except BackendUnavailable as exc:
+            except vm_qmp.AgentSilent:
                 if booted and self._pid(cell.id) == pid:
                     raise BackendUnavailable(
-                        f"{exc}; the machine has booted, so its agent was stopped or hangs "
-                        "inside the guest: stop the cell (spec.state: Stopped, then `devcell "
-                        "apply`) and start it again (Running) to boot it afresh") from None
+                        f"the guest agent did not answer within {wait:.0f} s, though the "
+                        "machine has booted, so its agent was stopped, hangs, or its port is "
+                        "flooded from inside the guest: stop the cell (spec.state: Stopped, "
+                        "then `devcell apply`) and start it again (Running) to boot it "
+                        "afresh") from None
                 raise
             with connected as agent:
                 if not booted and pid is not None:
@@ -506,6 +510,16 @@ class VmBackend:
             if f"cell {cell.name}" not in str(exc):
                 exc.args = (f"cell {cell.name}: {exc}", *exc.args[1:])
             raise
+
+    def _runs_on(self, cell_id: str) -> bool:
+        """Whether the machine still runs after its agent failed, watched for GONE_SECONDS:
+        a QEMU a sleep or a delete is ending takes a moment to go."""
+        deadline = time.monotonic() + vm_logs.GONE_SECONDS
+        while self._pid(cell_id) is not None:
+            if time.monotonic() >= deadline:
+                return True
+            time.sleep(0.05)
+        return False
 
     def _agent_seen(self, cell_id: str) -> int | None:
         seen = (vm_disks.read_json(self.layout.cell(cell_id) / AGENT_SEEN) or {}).get("pid")
@@ -556,9 +570,15 @@ class VmBackend:
         data = stdin.read(EXEC_OUTPUT + 1) if stdin is not None else b""
         if len(data) > EXEC_OUTPUT:
             raise BackendRefused("standard input for a vm cell is limited to 16 MiB")
-        with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
-            code, out, err = self._run(agent, supervisor.exec_argv(argv), timeout=3600.0,
-                                       stdin=data)
+        try:
+            with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
+                code, out, err = self._run(agent, supervisor.exec_argv(argv), timeout=3600.0,
+                                           stdin=data)
+        except BackendUnavailable:
+            if not self._runs_on(cell.id):  # slept, stopped or deleted under the command
+                raise BackendError(f"cell {cell.name} is no longer running (asleep, stopped "
+                                   "or deleted); the command's end is unknown") from None
+            raise
         stdout.write(out)
         stdout.flush()
         stderr.write(err)

@@ -52,6 +52,11 @@ AGENT_LOCK = "ga.lock"
 LOCK_POLL = 0.01
 
 
+class AgentSilent(BackendUnavailable):
+    """The agent never answered a sync within the time given: still booting, stopped, hung,
+    or its port flooded by the guest."""
+
+
 class ChannelTimeout(BackendUnavailable, TimeoutError):
     """The other end did not answer in time: a BackendError for the CLI and the engine (a
     traceback otherwise), a TimeoutError for the callers that wait and retry."""
@@ -110,11 +115,19 @@ def make_agent_pipes(directory: Path) -> None:
 
 
 def has_agent_pipes(directory: Path) -> bool:
-    """Whether the machine in `directory` was started with its agent on FIFOs."""
+    """Whether the machine in `directory` was started with its agent on FIFOs: anything at
+    ga.in says so (what is not a FIFO there is refused when opened, never taken for a socket
+    machine's missing socket)."""
     try:
-        return stat.S_ISFIFO(os.lstat(directory / f"{AGENT_PIPE}.in").st_mode)
+        os.lstat(directory / f"{AGENT_PIPE}.in")
+        return True
     except OSError:
         return False
+
+
+BROKEN = (errno.ELOOP, errno.EINVAL)
+"""Opening the agent's FIFOs failed for good: a link where a FIFO belongs (O_NOFOLLOW), or
+something that is not a FIFO. Never retried: no wait makes it one."""
 
 
 class PipeStream:
@@ -149,22 +162,25 @@ class PipeStream:
         self.lock, self.from_guest, self.to_guest = fds
 
     @contextlib.contextmanager
-    def turn(self, deadline: float) -> Iterator[bool]:
+    def turn(self, deadline: float, *, waiting: Callable[[], None] = lambda: None
+             ) -> Iterator[bool]:
         """The port to ourselves for one exchange (a sync, or a request and its reply):
         another client's is waited for until `deadline`. Yields whether the exchange before
         ended whole: one that did not (its client died or gave up mid-request or mid-reply:
         the kernel ends a dead client's turn) may have left half a request in the FIFO,
         or a reply no one will read, and the next one starts by syncing again. Marked in
-        ga.lock itself: "1" while an exchange runs, "0" once it ended whole."""
+        ga.lock itself: "1" while an exchange runs, "0" once it ended whole. `waiting` is
+        called between looks at the lock (it raises to give up: the machine stopped)."""
         while True:
             try:
                 fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise ChannelTimeout("another client of this machine's guest agent did "
-                                         "not let it go in time (a DevCell command stuck "
-                                         "in a request?)") from None
+                    raise ChannelTimeout("another process holds this machine's guest agent "
+                                         f"({AGENT_LOCK}) and did not let it go in time"
+                                         ) from None
+                waiting()
                 time.sleep(LOCK_POLL)
         try:
             whole = os.pread(self.lock, 1, 0) != b"1"
@@ -334,6 +350,8 @@ class Agent:
 
     requests = 0
     """Requests sent on this connection: each one's id."""
+    alive: Callable[[], bool] | None = None
+    """Whether the machine still runs: a wait for the agent ends once it does not."""
 
     def __init__(self, directory: Path, *, timeout: float,
                  alive: Callable[[], bool] | None = None,
@@ -341,6 +359,7 @@ class Agent:
         """`connected`: a socket to the agent's port opened earlier (a resume connects before
         the guest runs, vm_qemu.py), used instead of connecting now."""
         deadline = time.monotonic() + timeout
+        self.alive = alive
         self.session = os.urandom(4).hex()
         """In every request's id: a reply is taken only by the connection that asked."""
         self.channel = JsonChannel(connected or self._connect(directory, deadline, alive),
@@ -361,7 +380,7 @@ class Agent:
                     return PipeStream(directory)
                 return connect(directory, "ga.sock", timeout=2.0)
             except OSError as exc:
-                if time.monotonic() > deadline:
+                if exc.errno in BROKEN or time.monotonic() > deadline:
                     raise BackendUnavailable(f"cannot reach the guest agent in {directory}: "
                                              f"{exc.strerror or exc}") from None
                 gone_unless(alive)
@@ -381,7 +400,7 @@ class Agent:
         if not isinstance(stream, PipeStream):
             yield True
             return
-        with stream.turn(deadline) as whole:
+        with stream.turn(deadline, waiting=lambda: gone_unless(self.alive)) as whole:
             yield whole
 
     @contextlib.contextmanager
@@ -416,7 +435,7 @@ class Agent:
                     break
             except TimeoutError:
                 if time.monotonic() > deadline:
-                    raise BackendUnavailable(silent) from None
+                    raise AgentSilent(silent) from None
         # Requests sent while the agent was starting may still be answered (or refused, for
         # the 0xFF bytes): one more round without 0xFF puts every stale reply behind us.
         token += 1

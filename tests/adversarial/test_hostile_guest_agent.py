@@ -318,7 +318,8 @@ def test_a_turn_never_let_go_is_waited_for_only_until_the_deadline(tmp_path: Pat
     try:
         fcntl.flock(holder, fcntl.LOCK_EX)  # another process, stuck in its turn
         began = time.monotonic()
-        with pytest.raises(BackendUnavailable, match="did not let it go in time"):
+        with pytest.raises(BackendUnavailable, match="another process holds this machine's "
+                           "guest agent"):
             vm_qmp.Agent(tmp_path, timeout=0.5)
         assert time.monotonic() - began < 5
         os.close(holder)  # the kernel ends the turn of a process that dies
@@ -370,9 +371,10 @@ def test_what_an_earlier_client_left_in_the_fifo_is_skipped(tmp_path: Path) -> N
         end.shutdown(socket.SHUT_RDWR)
 
 
-def test_an_agent_port_that_is_not_a_fifo_is_never_opened(tmp_path: Path) -> None:
-    """A link where a FIFO belongs is not followed (O_NOFOLLOW), and a regular file there
-    makes no FIFO machine: nothing is read or written through either."""
+def test_an_agent_port_that_is_not_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    """A link where a FIFO belongs is not followed (O_NOFOLLOW), a regular file there is not
+    taken for one (fstat), and neither is waited for (no wait makes it a FIFO): nothing is
+    read or written through either, and the command fails at once, not after its timeout."""
     outside = tmp_path / "outside"
     outside.mkdir()
     os.mkfifo(outside / "fifo")
@@ -383,17 +385,37 @@ def test_an_agent_port_that_is_not_a_fifo_is_never_opened(tmp_path: Path) -> Non
     (machine / "ga.out").symlink_to(outside / "fifo")
     held = os.open(machine / "ga.in", os.O_RDWR)  # a reader: only the link stands in the way
     try:
+        began = time.monotonic()
         with pytest.raises(BackendUnavailable, match="cannot reach the guest agent"):
-            vm_qmp.Agent(machine, timeout=0.5)
+            vm_qmp.Agent(machine, timeout=60.0)
+        assert time.monotonic() - began < 5
     finally:
         os.close(held)
     for name in ("ga.in", "ga.out"):
         (machine / name).unlink()
-    (machine / "ga.in").write_bytes(b"")
-    assert not vm_qmp.has_agent_pipes(machine)
-    with pytest.raises(BackendUnavailable, match="cannot reach the guest agent"):
-        vm_qmp.Agent(machine, timeout=0.3)
-    assert (machine / "ga.in").read_bytes() == b""
+        (machine / name).write_bytes(b'\xff{"return": 1}\n')
+    began = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="not a FIFO"):
+        vm_qmp.Agent(machine, timeout=60.0)
+    assert time.monotonic() - began < 5
+    assert (machine / "ga.in").read_bytes() == (machine / "ga.out").read_bytes() \
+        == b'\xff{"return": 1}\n'
+
+
+def test_a_wait_for_a_turn_ends_when_the_machine_stops(tmp_path: Path) -> None:
+    end = _pipe_agent(tmp_path, lambda request, conn: reply(conn, request, "pong"))
+    holder = os.open(tmp_path / "ga.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    running = [True]
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        threading.Timer(0.5, lambda: running.__setitem__(0, False)).start()
+        began = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="machine is not running"):
+            vm_qmp.Agent(tmp_path, timeout=60.0, alive=lambda: running[0])
+        assert time.monotonic() - began < 5
+    finally:
+        os.close(holder)
+        end.shutdown(socket.SHUT_RDWR)
 
 
 def test_a_request_the_agent_never_reads_is_a_timeout(

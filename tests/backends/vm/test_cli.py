@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 from devcell.backends import vm_proc
@@ -52,6 +54,22 @@ def test_sleep_keeps_the_machine_and_start_resumes_its_processes(
         assert cli("cell", "start", "vmbox").returncode == 0
         after = _counter(cli)
         assert before <= after < before + 30, (before, after)
+        # A long exec keeps no other command of the machine waiting (the agent is taken in
+        # turns, one exchange at a time), and one that a sleep cuts off says so.
+        long: list[subprocess.CompletedProcess[str]] = []
+        runner = threading.Thread(target=lambda: long.append(
+            cli("exec", "vmbox", "--", "sh", "-c", "sleep 60; echo late", timeout=300)))
+        runner.start()
+        time.sleep(3)  # it runs in the guest
+        began = time.monotonic()
+        assert _counter(cli) >= after
+        assert time.monotonic() - began < 20
+        assert cli("cell", "sleep", "vmbox", timeout=300).returncode == 0
+        runner.join(timeout=120)
+        assert long and long[0].returncode != 0, long
+        assert "no longer running" in long[0].stderr, long[0].stderr
+        assert "Traceback" not in long[0].stderr
+        assert cli("cell", "start", "vmbox", timeout=300).returncode == 0
         assert "resumed from the saved machine" in cli("describe", "cell", "vmbox").stdout
         # A snapshot that keeps memory, and a fork of it: the same processes, a new machine.
         assert cli("exec", "vmbox", "--", "sh", "-c", "echo warm > /workspace/w.txt",

@@ -364,15 +364,18 @@ class VmBackend:
         with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
             # The program through the agent's file calls, not a process of its own: each
             # first fork and exec after a resume costs a tenth of a second under TCG.
+            # A name of its own each time: the parent's root cannot have planted anything
+            # there (a FIFO, a link) before the snapshot.
+            reseed = f"{RESEED}-{secrets.token_hex(8)}"
             try:
-                _write_guest_file(agent, RESEED, vm_reseed.program(), mode="w")
+                _write_guest_file(agent, reseed, vm_reseed.program(), mode="w")
             except BackendRefused as exc:
                 raise BackendError(f"giving fork {cell.name} its own identity failed: "
                                    f"{exc}") from None
             # Its clock is set here, on this connection (one fewer), dated as it is sent.
             shown = self._identity_step(agent, cell, (
-                f"{_clock_argv()} >/dev/null; {BUSYBOX} chmod 700 {RESEED} && {RESEED} && "
-                f"{BUSYBOX} rm -f {RESEED} && "
+                f"{_clock_argv()} >/dev/null; {BUSYBOX} chmod 700 {reseed} && {reseed} && "
+                f"{BUSYBOX} rm -f {reseed} && "
                 f"{BUSYBOX} hostname {name} && echo {name} > /etc/hostname && "
                 f"echo {machine_id} > /etc/machine-id{mac}"), vm_reseed.entropy())
         self._update(cell.id, identity_pending=False, machine_id=machine_id)
@@ -480,6 +483,18 @@ class VmBackend:
                                f"`devcell cell start {cell.name}`")
         return self._config(cell.id, meta)
 
+    def _usable_config(self, cell: CellRef) -> MachineConfig:
+        """`_running_config` of a machine a user's command may use: not a fork still without
+        its own identity (its start failed between the resume and the identity): that machine
+        is its parent's copy, hostname, machine-id and random state alike."""
+        config = self._running_config(cell)
+        if (self._meta(cell.id) or {}).get("identity_pending"):
+            raise BackendError(f"cell {cell.name} is a fork not yet given its own identity "
+                               "(hostname, machine-id, random state: its start failed after "
+                               "the resume); `devcell describe cell` says why, and the next "
+                               "reconcile tries again")
+        return config
+
     @contextlib.contextmanager
     def _agent(self, cell: CellRef, config: MachineConfig, *, timeout: float) -> Iterator[Any]:
         """The cell's guest agent; what fails in talking to it names the cell (the error
@@ -497,8 +512,9 @@ class VmBackend:
                 if booted and self._pid(cell.id) == pid:
                     raise BackendUnavailable(
                         f"the guest agent did not answer within {wait:.0f} s, though the "
-                        "machine has booted, so its agent was stopped, hangs, or its port is "
-                        "flooded from inside the guest: stop the cell (spec.state: Stopped, "
+                        "machine has booted, so its agent was stopped, hangs, is starved by "
+                        "an overloaded guest, or its port is flooded from inside: if it stays "
+                        "so, stop the cell (spec.state: Stopped, "
                         "then `devcell apply`) and start it again (Running) to boot it "
                         "afresh") from None
                 raise
@@ -539,7 +555,13 @@ class VmBackend:
         args: dict[str, Any] = {"path": argv[0], "arg": argv[1:], "capture-output": True}
         if stdin:
             args["input-data"] = base64.b64encode(stdin).decode()
-        pid = vm_exec.started_pid(agent.command("guest-exec", **args))
+        try:
+            # Its request carries up to 22 MiB of base64 input: seconds to write under TCG.
+            pid = vm_exec.started_pid(agent.command(
+                "guest-exec", timeout=STATUS_SECONDS if stdin else 10.0, **args))
+        except vm_qmp.ChannelTimeout as exc:
+            raise vm_qmp.ChannelTimeout(f"{exc}; the command may have started in the guest "
+                                        "(its end is unknown)") from None
         began = time.monotonic()
         deadline = began + timeout
         while True:
@@ -566,7 +588,7 @@ class VmBackend:
             raise BackendError("nothing to run: give a command after --")
         if terminal is not None:
             raise CapabilityMissing("vm cells do not offer a terminal (-t) yet; run without -t")
-        config = self._running_config(cell)
+        config = self._usable_config(cell)
         data = stdin.read(EXEC_OUTPUT + 1) if stdin is not None else b""
         if len(data) > EXEC_OUTPUT:
             raise BackendRefused("standard input for a vm cell is limited to 16 MiB")
@@ -594,7 +616,7 @@ class VmBackend:
                 f"cell {cell.name} is not running: its service logs are on the machine's "
                 f"disk ({SERVICE_LOG_DIR}), read through its guest agent; start it with "
                 f"`devcell cell start {cell.name}` to read them")
-        config = self._config(cell.id, meta)
+        config = self._usable_config(cell)
         return vm_logs.GuestLogs(
             cell.name, supervisor.service_names(cell.spec),
             agent=lambda: self._agent(cell, config, timeout=AGENT_BOOT_SECONDS),

@@ -50,6 +50,10 @@ AGENT_PIPE = "ga"
 """QEMU's `-chardev pipe,path=ga`: it opens the FIFOs ga.in (host to guest) and ga.out."""
 AGENT_LOCK = "ga.lock"
 LOCK_POLL = 0.01
+TURN_SECONDS = 120.0
+"""How long an exchange waits for other clients' turns (a 16 MiB input or output takes
+seconds): apart from its own timeout, which starts with its turn."""
+FROZEN_POLL = 0.05
 
 
 class AgentSilent(BackendUnavailable):
@@ -125,9 +129,9 @@ def has_agent_pipes(directory: Path) -> bool:
         return False
 
 
-BROKEN = (errno.ELOOP, errno.EINVAL)
-"""Opening the agent's FIFOs failed for good: a link where a FIFO belongs (O_NOFOLLOW), or
-something that is not a FIFO. Never retried: no wait makes it one."""
+BROKEN = (errno.ELOOP, errno.EINVAL, errno.EISDIR)
+"""Opening the agent's FIFOs or lock failed for good: a link where one belongs (O_NOFOLLOW),
+or something of the wrong type. Never retried: no wait makes it right."""
 
 
 class PipeStream:
@@ -147,12 +151,15 @@ class PipeStream:
         try:
             fds.append(os.open(AGENT_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                                0o600, dir_fd=dir_fd))
+            if not stat.S_ISREG(os.fstat(fds[0]).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", AGENT_LOCK)
             fds.append(os.open(f"{AGENT_PIPE}.out", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW
                                | os.O_CLOEXEC, dir_fd=dir_fd))
             fds.append(os.open(f"{AGENT_PIPE}.in", os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW
                                | os.O_CLOEXEC, dir_fd=dir_fd))
-            if not all(stat.S_ISFIFO(os.fstat(fd).st_mode) for fd in fds[1:]):
-                raise OSError(errno.EINVAL, "the guest agent's port is not a FIFO")
+            for fd, name in zip(fds[1:], (f"{AGENT_PIPE}.out", f"{AGENT_PIPE}.in"), strict=True):
+                if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    raise OSError(errno.EINVAL, "the guest agent's port is not a FIFO", name)
         except BaseException:
             for fd in fds:
                 os.close(fd)
@@ -365,8 +372,9 @@ class Agent:
         self.channel = JsonChannel(connected or self._connect(directory, deadline, alive),
                                    "the guest agent")
         try:
-            with self._turn(deadline):
-                self._sync(deadline)
+            asked = time.monotonic()
+            with self._turn(asked + TURN_SECONDS):
+                self._sync(deadline + (time.monotonic() - asked))  # others' turns not counted
         except BaseException:
             self.channel.close()
             raise
@@ -380,9 +388,13 @@ class Agent:
                     return PipeStream(directory)
                 return connect(directory, "ga.sock", timeout=2.0)
             except OSError as exc:
-                if exc.errno in BROKEN or time.monotonic() > deadline:
+                what = f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
+                if exc.errno in BROKEN:
+                    raise BackendError(f"cannot reach the guest agent in {directory}: {what}"
+                                       ) from None
+                if time.monotonic() > deadline:
                     raise BackendUnavailable(f"cannot reach the guest agent in {directory}: "
-                                             f"{exc.strerror or exc}") from None
+                                             f"{what}") from None
                 gone_unless(alive)
                 time.sleep(0.1)
 
@@ -404,15 +416,17 @@ class Agent:
             yield whole
 
     @contextlib.contextmanager
-    def _exchange(self, deadline: float) -> Iterator[None]:
-        """A turn for one request and its reply, synced again first when the exchange before
-        (any client's, this one's too) did not end whole."""
-        with self._turn(deadline) as whole:
+    def _exchange(self, timeout: float) -> Iterator[float]:
+        """A turn for one request and its reply (waited for up to TURN_SECONDS), synced again
+        first when the exchange before (any client's, this one's too) did not end whole;
+        yields the exchange's deadline, `timeout` from the start of its turn."""
+        with self._turn(time.monotonic() + TURN_SECONDS) as whole:
+            deadline = time.monotonic() + timeout
             if not whole:
                 self.channel.buffer.clear()
                 self._sync(deadline, silent="the guest agent did not answer (nor the request "
                                             "before, which was given up)")
-            yield
+            yield deadline
 
     def _sync(self, deadline: float, *,
               silent: str = "the guest agent did not answer: the machine is still booting, "
@@ -457,19 +471,36 @@ class Agent:
 
     def command(self, name: str, timeout: float = 10.0, **arguments: Any) -> Any:
         """The agent's answer to `name`; replies to other requests (qemu-ga echoes each
-        request's id) are skipped until the deadline."""
+        request's id) are skipped until the deadline. The time waited for other clients'
+        turns (TURN_SECONDS at most) is not taken from `timeout`. Refused because the guest's
+        filesystems are frozen (a checkpoint between two of an exec's polls: its agent then
+        answers only a few calls), it is asked again until the deadline."""
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self._ask(name, timeout, arguments)
+            refused = "error" in reply
+            if not refused or not _frozen(reply["error"]) or time.monotonic() > deadline:
+                break
+            time.sleep(FROZEN_POLL)
+        if refused:
+            raise BackendError(f"the guest agent refused {name}: {refusal(reply['error'])}")
+        return reply.get("return")
+
+    def _ask(self, name: str, timeout: float, arguments: dict[str, Any]) -> dict[str, Any]:
         self.requests += 1
         request_id = f"devcell-{self.session}-{self.requests}"
         message: dict[str, Any] = {"execute": name, "id": request_id}
         if arguments:
             message["arguments"] = arguments
-        deadline = time.monotonic() + timeout
-        with self._exchange(deadline):
+        with self._exchange(timeout) as deadline:
             self.channel.send(message, timeout=max(0.05, deadline - time.monotonic()))
             while True:
                 reply = self.channel.read_json(deadline)
                 if reply.get("id") == request_id:
-                    break
-        if "error" in reply:
-            raise BackendError(f"the guest agent refused {name}: {refusal(reply['error'])}")
-        return reply.get("return")
+                    return reply
+
+
+def _frozen(error: object) -> bool:
+    """Whether an agent's refusal is qemu-ga's for a call it does not take while the guest's
+    filesystems are frozen ("... has been disabled: the agent is in frozen state")."""
+    return isinstance(error, dict) and "frozen state" in str(error.get("desc", ""))

@@ -312,7 +312,52 @@ def test_clients_of_the_fifos_take_turns_one_exchange_at_a_time(tmp_path: Path) 
         end.shutdown(socket.SHUT_RDWR)
 
 
-def test_a_turn_never_let_go_is_waited_for_only_until_the_deadline(tmp_path: Path) -> None:
+def test_others_turns_are_not_taken_from_a_requests_own_time(tmp_path: Path) -> None:
+    """A 16 MiB request of another client can hold the port for seconds: waiting for it
+    (up to TURN_SECONDS) is not this request's timeout, which starts with its turn."""
+    end = _pipe_agent(tmp_path, lambda request, conn: reply(conn, request, "pong"))
+    holder = os.open(tmp_path / "ga.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with vm_qmp.Agent(tmp_path, timeout=5.0) as agent:
+            fcntl.flock(holder, fcntl.LOCK_EX)
+            threading.Timer(1.0, lambda: fcntl.flock(holder, fcntl.LOCK_UN)).start()
+            began = time.monotonic()
+            assert agent.command("guest-ping", timeout=0.5) == "pong"
+            assert time.monotonic() - began >= 0.9
+    finally:
+        os.close(holder)
+        end.shutdown(socket.SHUT_RDWR)
+
+
+def test_a_request_refused_while_the_guest_is_frozen_is_asked_again(tmp_path: Path) -> None:
+    """A checkpoint freezes the guest between two of an exec's polls; qemu-ga refuses most
+    calls until the thaw. The call is asked again until its deadline, then refused."""
+    frozen = {"left": 3}
+
+    def answer(request: dict[str, Any], conn: Conn) -> None:
+        if request["execute"] == "guest-exec-status" and frozen["left"]:
+            frozen["left"] -= 1
+            conn.sendall(json.dumps({"id": request["id"], "error": {
+                "class": "GenericError", "desc": "Command guest-exec-status has been "
+                "disabled: the agent is in frozen state"}}).encode() + b"\n")
+            return
+        reply(conn, request, {"exited": False})
+    end = _pipe_agent(tmp_path, answer)
+    try:
+        with vm_qmp.Agent(tmp_path, timeout=5.0) as agent:
+            assert agent.command("guest-exec-status", pid=1) == {"exited": False}
+            frozen["left"] = 10**6
+            began = time.monotonic()
+            with pytest.raises(BackendError, match="frozen state"):
+                agent.command("guest-exec-status", timeout=0.5, pid=1)
+            assert time.monotonic() - began < 5
+    finally:
+        end.shutdown(socket.SHUT_RDWR)
+
+
+def test_a_turn_never_let_go_is_waited_for_only_until_the_deadline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vm_qmp, "TURN_SECONDS", 0.5)
     end = _pipe_agent(tmp_path, lambda request, conn: reply(conn, request, "pong"))
     holder = os.open(tmp_path / "ga.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -386,8 +431,9 @@ def test_an_agent_port_that_is_not_a_fifo_is_refused_at_once(tmp_path: Path) -> 
     held = os.open(machine / "ga.in", os.O_RDWR)  # a reader: only the link stands in the way
     try:
         began = time.monotonic()
-        with pytest.raises(BackendUnavailable, match="cannot reach the guest agent"):
+        with pytest.raises(BackendError, match="cannot reach the guest agent") as caught:
             vm_qmp.Agent(machine, timeout=60.0)
+        assert not isinstance(caught.value, BackendUnavailable)  # for good: never retried
         assert time.monotonic() - began < 5
     finally:
         os.close(held)
@@ -395,11 +441,21 @@ def test_an_agent_port_that_is_not_a_fifo_is_refused_at_once(tmp_path: Path) -> 
         (machine / name).unlink()
         (machine / name).write_bytes(b'\xff{"return": 1}\n')
     began = time.monotonic()
-    with pytest.raises(BackendUnavailable, match="not a FIFO"):
+    with pytest.raises(BackendError, match="not a FIFO"):
         vm_qmp.Agent(machine, timeout=60.0)
     assert time.monotonic() - began < 5
     assert (machine / "ga.in").read_bytes() == (machine / "ga.out").read_bytes() \
         == b'\xff{"return": 1}\n'
+    vm_qmp.make_agent_pipes(machine)  # and a lock that is no regular file: named, at once
+    (machine / "ga.lock").unlink()  # the earlier attempts made it
+    os.mkfifo(machine / "ga.lock")
+    with pytest.raises(BackendError, match=r"not a regular file \(ga.lock\)"):
+        vm_qmp.Agent(machine, timeout=60.0)
+    (machine / "ga.lock").unlink()
+    (machine / "ga.lock").mkdir()
+    with pytest.raises(BackendError, match=r"\(ga.lock\)"):
+        vm_qmp.Agent(machine, timeout=60.0)
+    assert time.monotonic() - began < 10
 
 
 def test_a_wait_for_a_turn_ends_when_the_machine_stops(tmp_path: Path) -> None:

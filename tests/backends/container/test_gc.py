@@ -8,6 +8,7 @@ import json
 import re
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,19 @@ BLOB = 400_000
 @pytest.fixture
 def world(engine: None, cli: Cli, tmp_path: Path, state: Path) -> dict[str, str]:
     path = tmp_path / "a.yaml"
-    path.write_text(_cell("base", write=f"head -c {BLOB} /dev/urandom > /workspace/blob")
-                    + "---\n" + _snap("s1", "base") + "---\n" + _snap("s2", "base"))
+    path.write_text(_cell("base", write=f"head -c {BLOB} /dev/urandom > /workspace/.blob && "
+                                        "mv /workspace/.blob /workspace/blob"))
+    applied = cli("apply", "-f", str(path))
+    assert applied.returncode == 0, applied.stderr
+    # The blob complete, and older than the checkpoints' clock tick, before s1 is taken: a
+    # file still being written (or written within s1's tick) is copied again by s2, not shared.
+    deadline = time.monotonic() + 60
+    while cli("exec", "base", "--", "test", "-e", "/workspace/blob").returncode != 0:
+        assert time.monotonic() < deadline, "the cell never wrote its blob"
+        time.sleep(0.2)
+    time.sleep(0.05)
+    path.write_text(path.read_text() + "---\n" + _snap("s1", "base") + "---\n"
+                    + _snap("s2", "base"))
     applied = cli("apply", "-f", str(path))
     assert applied.returncode == 0, applied.stderr
     conn = sqlite3.connect(state / "state.db")

@@ -54,6 +54,18 @@ def test_sleep_keeps_the_machine_and_start_resumes_its_processes(
         assert cli("cell", "start", "vmbox").returncode == 0
         after = _counter(cli)
         assert before <= after < before + 30, (before, after)
+        # An exec outlives a snapshot's freeze between two of its polls (the frozen agent's
+        # refusals are asked again).
+        short: list[subprocess.CompletedProcess[str]] = []
+        runner = threading.Thread(target=lambda: short.append(
+            cli("exec", "vmbox", "--", "sh", "-c", "sleep 4; echo done", timeout=300)))
+        runner.start()
+        time.sleep(1.5)
+        frozen = cli("snapshot", "create", "vmbox", "--name", "during", timeout=300)
+        assert frozen.returncode == 0, frozen.stderr
+        runner.join(timeout=120)
+        assert short and (short[0].returncode, short[0].stdout) == (0, "done\n"), short
+        assert cli("delete", "snapshot", "during", timeout=300).returncode == 0
         # A long exec keeps no other command of the machine waiting (the agent is taken in
         # turns, one exchange at a time), and one that a sleep cuts off says so.
         long: list[subprocess.CompletedProcess[str]] = []

@@ -9,6 +9,7 @@ which is all vm_proc reads to decide ownership.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -148,3 +149,17 @@ def test_an_id_that_could_escape_a_directory_is_refused(backend: VmBackend, bad:
             make(bad)
     with pytest.raises(BackendError):
         backend.start(CellRef(bad, "box", SPEC, None))
+
+
+def test_a_fork_without_its_own_identity_is_not_used(backend: VmBackend,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fork whose start failed between its resume and its identity runs as its parent's
+    copy (hostname, machine-id, random state): exec and logs refuse it, saying why."""
+    ref = _record(backend, "cell_forked001", {
+        "kernel": "/boot/k", "initrd": "/boot/i", "memory_mib": 256, "cpus": 1,
+        "identity_pending": True})
+    monkeypatch.setattr(VmBackend, "_pid", lambda self, cell_id: 4242)  # "running"
+    with pytest.raises(BackendError, match="not yet given its own identity"):
+        backend.exec(ref, ["hostname"], stdout=io.BytesIO(), stderr=io.BytesIO())
+    with pytest.raises(BackendError, match="not yet given its own identity"):
+        backend.log_sources(ref)

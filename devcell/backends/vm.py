@@ -338,13 +338,10 @@ class VmBackend:
         with self.disks.layers.making():  # no merge under a disk QEMU is opening
             pid = self.driver.restore(config, part / vm_memory.STATE, memory_in_file=in_file)
         self._saw_agent(cell.id, pid)  # its snapshot's guest was running: not booting
-        try:
-            meta = self._update(cell.id, resume_from=None)
-            failpoints.hit("vm.fork.after-resume")
-            resumed = round(time.monotonic() - began, 3)
-            identity = self._new_identity(cell)
-        finally:
-            self.driver.forget_agent(config)  # the early connection, if identity never ran
+        meta = self._update(cell.id, resume_from=None)
+        failpoints.hit("vm.fork.after-resume")
+        resumed = round(time.monotonic() - began, 3)
+        identity = self._new_identity(cell)
         return {"started": True, "pid": pid, "accel": meta.get("accel"),
                 "driver": self.driver.name, "resumed_from": source, "seconds": resumed,
                 **identity}
@@ -790,10 +787,7 @@ class VmBackend:
                                       memory_in_file=in_file)
         seconds = round(time.monotonic() - began, 3)
         self._saw_agent(cell.id, pid)  # its guest was running when saved: not booting
-        try:
-            clock = self._set_clock(config)
-        finally:
-            self.driver.forget_agent(config)  # the early connection, if the clock never ran
+        clock = self._set_clock(config)
         # The machine ran on from that memory: restoring it twice would rewind a live disk.
         self.disks.delete_checkpoint(checkpoint_id)
         return {"restored": True, "pid": pid, "seconds": seconds, "accel": meta.get("accel"),

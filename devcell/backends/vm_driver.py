@@ -93,11 +93,6 @@ class MachineDriver(Protocol):
         paused for the caller to copy its files and `unpause`."""
         ...
 
-    def forget_agent(self, config: MachineConfig) -> None:
-        """Close an agent connection a restore opened early and nothing used: QEMU serves one
-        client at a time, so one left open (in a daemon) would keep every other out."""
-        ...
-
     def agent_held(self, config: MachineConfig) -> AbstractContextManager[None]:
         """While the block runs, a client on the guest agent's port (best effort), so a state
         saved in it resumes with qemu-ga waiting in a read, not polling for a client."""

@@ -78,9 +78,6 @@ class Dispatch:
     def agent_held(self, config: MachineConfig) -> AbstractContextManager[None]:
         return self.of(config).agent_held(config)
 
-    def forget_agent(self, config: MachineConfig) -> None:
-        self.of(config).forget_agent(config)
-
     def running(self, config: MachineConfig) -> bool:
         return self.of(config).running(config)
 

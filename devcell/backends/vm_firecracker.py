@@ -202,9 +202,6 @@ class FirecrackerDriver:
         size = memory.stat().st_size + state_file(memory).stat().st_size
         return Saved(memory, size, time.monotonic() - began)
 
-    def forget_agent(self, config: MachineConfig) -> None:
-        """Nothing kept: each vsock agent connection is made when asked for."""
-
     def agent_held(self, config: MachineConfig) -> AbstractContextManager[None]:
         """Nothing held: a Firecracker snapshot keeps no virtio-serial port state."""
         return contextlib.nullcontext()

@@ -15,8 +15,8 @@ same file with `-incoming defer`, sets the same capability and `migrate-incoming
 small device-state file, so the guest's pages are read when it touches them (demand-paged),
 not all before it runs. The guest agent's port is a pair of FIFOs QEMU holds open (vm_qmp.py),
 so a resumed guest's qemu-ga never lost its host and answers the first client at once.
-(Machines started before that have a socket there: a save holds a client on it through the
-migration and a restore connects before loading, for the same reason.)
+(Machines started before that have a socket there until they next start: a save holds a
+client on it through the migration, for the same reason.)
 A fork maps a snapshot's RAM file with `share=off`: its pages are
 copy-on-write, shared in the host's page cache by every fork of that snapshot. A machine
 whose RAM is private (a fork) is saved whole into the file, as before.
@@ -54,8 +54,6 @@ from devcell.backends.vm_qmp import (
     AGENT_PIPE,
     Agent,
     Qmp,
-    Stream,
-    connect,
     has_agent_pipes,
     make_agent_pipes,
 )
@@ -102,9 +100,6 @@ class QemuDriver:
 
     def __init__(self, *, accel_cache: Path | None = None) -> None:
         self.accel_cache = accel_cache
-        self.early_agents: dict[Path, Stream] = {}
-        """Agent connections a restore opened before its guest ran, by machine directory:
-        the next `agent` call for that machine uses it (see `_connect_early`)."""
 
     # -- acceleration -----------------------------------------------------------------------
 
@@ -196,7 +191,6 @@ class QemuDriver:
         return argv
 
     def _launch(self, config: MachineConfig, *, incoming: bool) -> int:
-        self.forget_agent(config)  # a connection to an earlier QEMU of this machine
         for stale in ("qmp.sock", "ga.sock", vm_proc.PIDFILE):
             (config.directory / stale).unlink(missing_ok=True)
         make_agent_pipes(config.directory)
@@ -226,12 +220,7 @@ class QemuDriver:
         elif config.memory_file is None or not config.memory_file.is_file():
             raise BackendError(f"machine {config.name} cannot resume: its memory file is gone")
         pid = self._launch(config, incoming=True)
-        self._connect_early(config)
-        try:
-            self._load(config, saved, memory_in_file=memory_in_file)
-        except BaseException:
-            self.forget_agent(config)
-            raise
+        self._load(config, saved, memory_in_file=memory_in_file)
         return pid
 
     @staticmethod
@@ -256,36 +245,14 @@ class QemuDriver:
                     raise BackendError(f"machine {config.name} did not resume in time")
                 time.sleep(0.01)
 
-    def _connect_early(self, config: MachineConfig) -> None:
-        """Connect to the agent's port before the device state is loaded. A machine saved
-        with a client on that port (`save` holds one) then resumes with its port still
-        connected for the guest: qemu-ga, which was waiting in a read, answers at once.
-        Connected later, the guest is first told the host left, and qemu-ga, finding no
-        client, sleeps 100 ms between looks at its port (measured: its first answer 0.10 to
-        0.14 s after the resume, 0.03 s this way; bench/vm_wake.py). Best effort: without
-        it the agent is reached as usual. Only for a machine with its agent on a socket: on
-        FIFOs (the machines started since) the port never loses its host."""
-        if has_agent_pipes(config.directory):
-            return
-        try:
-            self.early_agents[config.directory] = connect(config.directory, "ga.sock",
-                                                          timeout=2.0)
-        except OSError as exc:
-            logger.bind(machine=config.name).debug("no early agent connection: {}", exc)
-
-    def forget_agent(self, config: MachineConfig) -> None:
-        sock = self.early_agents.pop(config.directory, None)
-        if sock is not None:
-            sock.close()
-
     @staticmethod
     def _hold_agent(config: MachineConfig) -> Agent | None:
         """A synced connection to the guest agent, kept open while the machine is saved, so
-        the saved guest has a client on its port and the resume finds qemu-ga waiting in a
-        read (`_connect_early`). Best effort: a guest whose agent does not answer within
-        HOLD_SECONDS (hung, or another client on the port) is saved without it, and its
-        wake reaches the agent the slower way. None at once for a machine whose agent is on
-        FIFOs: nothing to hold, QEMU holds them."""
+        the saved guest has a client on its port and qemu-ga is not left polling an empty
+        one (a machine started before the agent's FIFOs: its wake gets them). Best effort: a
+        guest whose agent does not answer within HOLD_SECONDS (hung, or another client on the
+        port) is saved without it, and its wake reaches the agent the slower way. None at
+        once for a machine whose agent is on FIFOs: nothing to hold, QEMU holds them."""
         if has_agent_pipes(config.directory):
             return None
         try:
@@ -381,19 +348,7 @@ class QemuDriver:
 
     def agent(self, config: MachineConfig, *, timeout: float,
               alive: Callable[[], bool] | None = None) -> Agent:
-        """The guest agent; the first after a resume on the connection it opened early. That
-        connection closed under it (its QEMU ended, say) is followed by a fresh one in what
-        is left of `timeout`."""
-        early = self.early_agents.pop(config.directory, None)
-        if early is None:
-            return Agent(config.directory, timeout=timeout, alive=alive)
-        deadline = time.monotonic() + timeout
-        try:
-            return Agent(config.directory, timeout=timeout, alive=alive, connected=early)
-        except BackendUnavailable as exc:
-            logger.bind(machine=config.name).debug("early agent connection: {}", exc)
-        return Agent(config.directory, timeout=max(0.0, deadline - time.monotonic()),
-                     alive=alive)
+        return Agent(config.directory, timeout=timeout, alive=alive)
 
     def console(self, config: MachineConfig) -> bytes:
         """What the guest printed on its serial console lately (at most 64 KiB)."""

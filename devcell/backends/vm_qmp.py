@@ -109,10 +109,8 @@ def make_agent_pipes(directory: Path) -> None:
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         for name in (f"{AGENT_PIPE}.in", f"{AGENT_PIPE}.out"):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=dir_fd)
-            except FileNotFoundError:
-                pass
             os.mkfifo(name, 0o600, dir_fd=dir_fd)
     finally:
         os.close(dir_fd)
@@ -361,15 +359,12 @@ class Agent:
     """Whether the machine still runs: a wait for the agent ends once it does not."""
 
     def __init__(self, directory: Path, *, timeout: float,
-                 alive: Callable[[], bool] | None = None,
-                 connected: Stream | None = None) -> None:
-        """`connected`: a socket to the agent's port opened earlier (a resume connects before
-        the guest runs, vm_qemu.py), used instead of connecting now."""
+                 alive: Callable[[], bool] | None = None) -> None:
         deadline = time.monotonic() + timeout
         self.alive = alive
         self.session = os.urandom(4).hex()
         """In every request's id: a reply is taken only by the connection that asked."""
-        self.channel = JsonChannel(connected or self._connect(directory, deadline, alive),
+        self.channel = JsonChannel(self._connect(directory, deadline, alive),
                                    "the guest agent")
         try:
             asked = time.monotonic()

@@ -24,6 +24,7 @@ from devcell.backends.base import (
     CheckpointsUsage,
     CheckpointUsage,
     RuntimeUsage,
+    Usage,
     WorkspaceUsage,
 )
 from devcell.backends.census import Census
@@ -114,11 +115,16 @@ def checkpoints_usage(store: WorkspaceStore, checkpoint_ids: list[str] | None
     # each tree is counted once, under the directory that holds it, and a checkpoint that
     # names it shows that tree's size; what deleting one frees is nothing while another
     # checkpoint still names the tree (it is only retired), its record apart.
-    holder_of = {c: store.tree_of(c).parent.name for c in owners}
+    # A layer (a checkpoint holding only what changed since a full tree, OVER) keeps that
+    # full tree as a checkpoint naming it does: its size is its own tree and the one below
+    # (what reading it takes), and the tree below is freed only with the last layer over it.
+    holder_of = {c: store.holder_of(c) for c in owners}
+    below = {h: store.over_of(h) for h in dict.fromkeys(holder_of.values())}
     namers: dict[str, list[str]] = {}
     for checkpoint_id, holder in holder_of.items():
         namers.setdefault(holder, []).append(checkpoint_id)
-    for holder in dict.fromkeys(holder_of[c] for c in wanted):
+    trees = list(dict.fromkeys(holder_of[c] for c in wanted))
+    for holder in dict.fromkeys(trees + [b for h in trees if (b := below[h]) is not None]):
         census.add(holder, store.layout.checkpoint(holder))
     for checkpoint_id in wanted:
         if holder_of[checkpoint_id] != checkpoint_id:
@@ -127,13 +133,30 @@ def checkpoints_usage(store: WorkspaceStore, checkpoint_ids: list[str] | None
     def freed(ids: list[str]) -> int:
         going = set(ids)
         keys = [c for c in ids if holder_of[c] != c]  # their records
-        keys += [h for h in dict.fromkeys(holder_of[c] for c in ids)
-                 if set(namers[h]) <= going]  # trees nothing left names
-        return census.freed(keys)
+        gone = {h for c in ids if set(namers[h := holder_of[c]]) <= going}  # nothing names
+        kept = True
+        while kept:  # a tree a layer stands on stays as long as that layer
+            kept = False
+            for tree in [t for t in gone if any(b == t and h not in gone
+                                                for h, b in below.items())]:
+                gone.discard(tree)
+                kept = True
+        for tree in {b for h in gone if (b := below[h]) is not None} - gone:
+            if (set(namers.get(tree, ())) <= going  # a full tree only layers kept
+                    and all(h in gone for h, b in below.items() if b == tree)):
+                gone.add(tree)
+        return census.freed(keys + sorted(gone))
+
+    def size(checkpoint_id: str) -> Usage:
+        own = census.usage(holder_of[checkpoint_id])
+        tree = below[holder_of[checkpoint_id]]
+        if tree is None:
+            return own
+        under = census.usage(tree)
+        return Usage(own.logical + under.logical, own.disk + under.disk, own.files + under.files)
 
     items = tuple(
-        CheckpointUsage(checkpoint_id, owners[checkpoint_id],
-                        census.usage(holder_of[checkpoint_id]),
+        CheckpointUsage(checkpoint_id, owners[checkpoint_id], size(checkpoint_id),
                         0 if in_use.get(checkpoint_id) else freed([checkpoint_id]),
                         tuple(in_use.get(checkpoint_id, ())))
         for checkpoint_id in wanted)

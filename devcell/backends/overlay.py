@@ -50,14 +50,34 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def mount(*, lower: Path, upper: Path, work: Path, target: Path) -> None:
+Lower = Path | list[Path]
+"""One lower directory, or several, uppermost first (a checkpoint layer over its full tree)."""
+_MS_RDONLY = 1
+
+
+def _lowerdir(lower: Lower) -> str:
+    return ":".join(str(p) for p in (lower if isinstance(lower, list) else [lower]))
+
+
+def mount(*, lower: Lower, upper: Path, work: Path, target: Path) -> None:
     """Mount the overlay at `target`; OSError when the kernel refuses."""
-    options = f"lowerdir={lower},upperdir={upper},workdir={work},{OPTIONS}"
-    result = _libc().mount(b"overlay", os.fsencode(target), b"overlay", 0, options.encode())
+    _mount(f"lowerdir={_lowerdir(lower)},upperdir={upper},workdir={work},{OPTIONS}", target, 0)
+    logger.bind(target=str(target)).debug("overlay mounted on {}", _lowerdir(lower))
+
+
+def mount_view(*, lowers: list[Path], target: Path) -> None:
+    """Mount the read-only merged view of `lowers` (uppermost first) at `target`: no upper
+    directory, so nothing can be written through it."""
+    _mount(f"lowerdir={_lowerdir(lowers)},{OPTIONS}", target, _MS_RDONLY)
+    logger.bind(target=str(target)).debug("overlay view of {}", _lowerdir(lowers))
+
+
+def _mount(options: str, target: Path, flags: int) -> None:
+    result = _libc().mount(b"overlay", os.fsencode(target), b"overlay", flags,
+                           options.encode())
     if result != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"mounting overlay at {target}: {os.strerror(code)}")
-    logger.bind(target=str(target)).debug("overlay mounted on {}", lower)
 
 
 def is_mounted(target: Path) -> bool:

@@ -79,6 +79,9 @@ def remove_dead(parent: Path, prefix: str | None = None) -> list[str]:
         if owner_alive(name):
             continue
         if name.startswith(TRASH):
+            # a mount left inside (a checkpoint's view, a fork's overlay) is detached first:
+            # never removed through, nor left behind
+            treecopy.detach_mounts_under(parent / name)
             shutil.rmtree(parent / name, ignore_errors=True)
         else:
             treecopy.remove_tree(parent / name, trash(parent))

@@ -13,6 +13,7 @@ several hard links are copied by one `cp` call, which keeps them linked.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import marshal
@@ -83,6 +84,12 @@ class _Plan:
     reused: list[tuple[str, str]] = field(default_factory=list)
     """(relative path, earlier checkpoint's file) of files hard-linked instead of copied."""
     reused_bytes: int = 0
+    layer: bool = False
+    """A layer over the earlier tree's full tree: files unchanged there are left out."""
+    held: list[str] = field(default_factory=list)
+    """In a layer: every path it holds (directories, then files), for its layer.json."""
+    dirs: list[str] = field(default_factory=list)
+    """In a layer: the directories it makes (parents first)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,22 @@ class Earlier:
     root: str
     known: dict[str, Entry]
     """Relative path -> recorded identity, of the files the record vouches for only."""
+    below: str | None = None
+    """When `root` is a layer (a checkpoint holding only what changed since the full tree
+    below it): that full tree, where every path `held` does not name lies."""
+    held: frozenset[str] = frozenset()
+    """The paths the layer `root` holds itself (directories and files)."""
+    record: list[Entry] | None = None
+    """Every entry the tree was saved from, in walk order: what a new layer over the same
+    full tree checks for deletions and changes of type. None: no layer can be made."""
+    stamp: int = 0
+    """The filesystem's clock when that walk began (see workspaces.Sources.stamp)."""
+
+    def file(self, rel: str) -> str:
+        """The real file (not a merged view: links cannot cross filesystems) at `rel`."""
+        if self.below is None or rel in self.held:
+            return f"{self.root}/{rel}"
+        return f"{self.below}/{rel}"
 
 
 Reuse = Callable[[str, Entry], str | None] | Earlier
@@ -114,7 +137,7 @@ def _identity(rel: str, st: os.stat_result) -> Entry:
             st.st_nlink]
 
 
-_IFMT, _IFDIR, _IFREG = 0o170000, stat.S_IFDIR, stat.S_IFREG
+_IFMT, _IFDIR, _IFREG, _IFLNK = 0o170000, stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK
 _INO, _SIZE, _MODE, _LINKS = 1, 2, 5, 6
 """Where an Entry holds the inode, the size, the mode and the link count."""
 
@@ -201,18 +224,22 @@ def digest(record: list[Entry]) -> str:
     return hashlib.sha256(marshal.dumps(record, 2)).hexdigest()
 
 
-def _plan(found: Scan, reuse: Reuse | None) -> _Plan:
+def _plan(found: Scan, reuse: Reuse | None, *, layer: bool = False) -> _Plan:
     """Which files are linked to an earlier checkpoint's, which copied, in which batches.
 
     A batch may span directories: after a small change the few changed files of many
     directories go to one `cp`, not one process per directory; a directory's files still
-    start a batch of their own when the previous one is already worth a process."""
-    plan = _Plan()
+    start a batch of their own when the previous one is already worth a process.
+    `layer` (reuse an Earlier): plan a layer over its full tree instead, which leaves out
+    each file unchanged there (see plan_layer)."""
+    plan = _Plan(layer=layer)
     batch: list[str] = []
     batch_size = 0
     last_dir = ""
-    known, root = (reuse.known, reuse.root) if isinstance(reuse, Earlier) else ({}, "")
-    ask = reuse if reuse is not None and not isinstance(reuse, Earlier) else None
+    earlier = reuse if isinstance(reuse, Earlier) else None
+    known = earlier.known if earlier is not None else {}
+    held = earlier.held if earlier is not None and earlier.below is not None else frozenset()
+    ask = None if reuse is None or isinstance(reuse, Earlier) else reuse
     names: dict[int, list[tuple[str, int, bool]]] = {}
     """Inode -> (path, size, recorded unchanged) of each name of a file with several links."""
     for entry in found.entries:  # [path, ino, size, mtime, ctime, mode, links]: no conversions
@@ -234,7 +261,9 @@ def _plan(found: Scan, reuse: Reuse | None) -> _Plan:
                 (path, size, bool(known) and known.get(path) == entry))
             continue
         if known and known.get(path) == entry:  # only regular files are known
-            plan.reused.append((path, f"{root}/{path}"))
+            if layer and path not in held:
+                continue  # the full tree below holds it
+            plan.reused.append((path, earlier.file(path)))  # type: ignore[union-attr]
             plan.reused_bytes += size
             continue
         here = path.rpartition("/")[0]
@@ -249,26 +278,89 @@ def _plan(found: Scan, reuse: Reuse | None) -> _Plan:
     if batch:
         plan.batches.append(batch)
         plan.batch_bytes.append(batch_size)
-    _plan_linked(plan, names, found, root)
+    _plan_linked(plan, names, found, earlier, held)
     return plan
 
 
 def _plan_linked(plan: _Plan, names: dict[int, list[tuple[str, int, bool]]], found: Scan,
-                 root: str) -> None:
+                 earlier: Earlier | None, held: frozenset[str]) -> None:
     """A file with several names in the workspace is shared with the earlier tree when every
     one of its links is a name here and each is recorded unchanged (the earlier tree holds
-    those names as one file, so linking each to it keeps them one); otherwise all its names
-    are copied by one `cp`, which keeps them linked."""
+    those names as one file, so linking each to it keeps them one; a layer leaves them out
+    when its full tree holds them all, and shares them only when its earlier layer holds
+    them all); otherwise all its names are copied by one `cp`, which keeps them linked."""
     links = {e[_INO]: e[_LINKS] for e in found.entries if e[_LINKS] > 1}  # type: ignore[operator]
     for inode, group in names.items():
         whole = len(group) == links[inode] and all(unchanged for _, _, unchanged in group)
+        inside = sum(path in held for path, _, _ in group)
+        if whole and inside not in (0, len(group)):
+            whole = False  # split between two trees: no longer one file if linked
         for path, size, _ in group:
-            if whole:
-                plan.reused.append((path, f"{root}/{path}"))
+            if whole and plan.layer and not inside:
+                continue
+            if whole and earlier is not None:
+                plan.reused.append((path, earlier.file(path)))
                 plan.reused_bytes += size
             else:
                 plan.linked.append(path)
                 plan.linked_bytes += size
+
+
+LAYER_SHARE = 4
+"""A layer is made only while it holds at most 1/LAYER_SHARE of the tree's files and bytes:
+past that a full tree (links to the unchanged files) costs little more and lets the full
+tree below be freed once nothing else stands on it."""
+
+
+def plan_layer(found: Scan, earlier: Earlier) -> _Plan | None:
+    """The plan of a layer over `earlier`'s full tree (earlier.below, or earlier.root when
+    that is full): the files changed since that tree (copied, or linked from the earlier
+    layer that already holds them) and the directories they lie in or whose own attributes
+    changed. None when the tree cannot be a layer: an entry of the earlier record is gone
+    or changed type (a layer only adds and replaces: deleting would need whiteouts), an
+    entry is neither a file, a link nor a directory (a character device 0/0 is what overlay
+    reads as a deletion), or the layer would pass 1/LAYER_SHARE of the tree."""
+    if earlier.record is None or found.deep:
+        return None
+    now = {e[0]: e for e in found.record}
+    ifmt = _IFMT
+    for old in earlier.record:
+        new = now.get(old[0])
+        if new is None or (new[_MODE] ^ old[_MODE]) & ifmt:  # type: ignore[operator]
+            return None
+    for entry in found.entries:
+        if entry[_MODE] & ifmt not in (_IFREG, _IFLNK):  # type: ignore[operator]
+            return None
+    # a symbolic link the record vouches for (not racily clean) is left to the tree below
+    # too: one is never changed in place, only replaced (a new inode and ctime)
+    stamp = earlier.stamp
+    links = {str(e[0]): e for e in earlier.record if e[_MODE] & ifmt == _IFLNK  # type: ignore[operator]
+             and int(e[3]) < stamp and int(e[4]) < stamp}
+    plan = _plan(found, dataclasses.replace(earlier, known={**earlier.known, **links})
+                 if links else earlier, layer=True)
+    files = sum(len(b) for b in plan.batches) + len(plan.linked) + len(plan.reused)
+    size = sum(plan.batch_bytes) + plan.linked_bytes + plan.reused_bytes
+    if files * LAYER_SHARE > max(found.files, 1) or size * LAYER_SHARE > max(found.size, 1):
+        return None
+    recorded = {e[0]: e for e in earlier.record}
+    held = earlier.held if earlier.below is not None else frozenset()
+    wanted: set[str] = set()
+    for path in [p for b in plan.batches for p in b] + plan.linked + [r for r, _ in plan.reused]:
+        parent = path.rpartition("/")[0]
+        while parent and parent not in wanted:
+            wanted.add(parent)
+            parent = parent.rpartition("/")[0]
+    for rel, _ in found.dirs:
+        # a directory the layer leaves out shows the full tree's attributes: it must be
+        # unchanged since the record (and not racily so), and not held by the earlier layer
+        current = now[rel]
+        if (rel in held or recorded.get(rel) != current or int(current[3]) >= stamp
+                or int(current[4]) >= stamp):
+            wanted.add(rel)
+    plan.dirs = [rel for rel, _ in found.dirs if rel in wanted]
+    plan.held = plan.dirs + [p for b in plan.batches for p in b] + plan.linked + [
+        r for r, _ in plan.reused]
+    return plan
 
 
 def measure(root: Path) -> TreeStats:
@@ -304,6 +396,8 @@ class Snapshot:
     stats: TreeStats
     reused_files: int
     reused_bytes: int
+    held: list[str] | None = None
+    """A layer (snapshot_layer): the paths it holds; None for a full tree."""
 
 
 def copy_tree(src: Path, dst: Path, *, description: str = "copying") -> TreeStats:
@@ -340,6 +434,32 @@ def snapshot_tree(src: Path, dst: Path, *, description: str = "copying",
     except OSError as exc:
         raise BackendError(f"copying {src} to {dst} failed: {exc}") from None
     return Snapshot(TreeStats(found.files, found.size), len(plan.reused), plan.reused_bytes)
+
+
+def snapshot_layer(src: Path, dst: Path, earlier: Earlier, scanned: Scan, *,
+                   description: str = "copying") -> Snapshot | None:
+    """`snapshot_tree` as a layer over `earlier`'s full tree: only what changed since that
+    tree (see plan_layer), so a checkpoint after a small change costs that change, not a
+    link per file. None, having written nothing, when the tree cannot be a layer."""
+    if dst.exists() or dst.is_symlink():
+        raise BackendError(f"refusing to copy over existing {dst}")
+    src, dst = src.absolute(), dst.absolute()
+    if scanned.longest > PATH_MAX - len(os.fsencode(str(dst))) - 1:
+        return None  # snapshot_tree says why
+    try:
+        plan = plan_layer(scanned, earlier)
+        if plan is None:
+            return None
+        with progress.track(description, scanned.size) as advance:
+            advance(scanned.size - sum(plan.batch_bytes) - plan.linked_bytes
+                    - plan.reused_bytes)  # the full tree below holds the rest
+            _copy(src, dst, scanned, plan, advance)
+    except OSError as exc:
+        raise BackendError(f"copying {src} to {dst} failed: {exc}") from None
+    shared = scanned.size - sum(plan.batch_bytes) - plan.linked_bytes
+    return Snapshot(TreeStats(scanned.files, scanned.size),
+                    scanned.files - sum(len(b) for b in plan.batches) - len(plan.linked),
+                    shared, plan.held)
 
 
 WATCH_ABOVE = 16 * 2**20
@@ -395,11 +515,15 @@ def _link_batch(pairs: list[tuple[str, str]], dst: Path, src: Path) -> None:
 
 
 def _copy(src: Path, dst: Path, found: Scan, plan: _Plan, advance: progress.Advance) -> None:
-    if (found.files < SERIAL_BELOW and not plan.reused) or found.deep:
+    if not plan.layer and ((found.files < SERIAL_BELOW and not plan.reused) or found.deep):
         _serial_copy(src, dst, found, advance)
         return
     dst.mkdir(mode=0o700)
-    for rel, _ in found.dirs:
+    made = found.dirs
+    if plan.layer:  # only the directories the layer holds
+        wanted = set(plan.dirs)
+        made = [(rel, st) for rel, st in found.dirs if rel in wanted]
+    for rel, _ in made:
         os.mkdir(f"{dst}/{rel}", 0o700)
     into = [*CP[:-1], "--parents", "-t", str(dst), "--"]
     copies: list[Job] = [(functools.partial(_cp, [*into, *batch], src), size)
@@ -414,7 +538,7 @@ def _copy(src: Path, dst: Path, found: Scan, plan: _Plan, advance: progress.Adva
     # use the time; links first would leave the copies (the long pole after a small
     # change) for last, copies first would keep every thread waiting on processes
     _run_jobs(_interleave(copies, links), workers(), advance)
-    for rel, st in reversed(found.dirs):
+    for rel, st in reversed(made):
         _copy_dir_attributes(src / rel, dst / rel, st)
     _copy_dir_attributes(src, dst, src.stat())
 

@@ -154,11 +154,11 @@ def _identities(root: Path, scratch: Path) -> tuple[int, list[list[object]]]:
 def _restore_upper(store: WorkspaceStore, volume_id: str, lower: str, checkpoint_id: str,
                    source: Path, tmp: Path) -> Restored:
     layout = store.layout
-    below = store.tree_of(lower)
+    below = store.layers_of(lower)  # its tree, and for a layer the full tree under it
     upper, work = tmp / "upper", tmp / "work"
     upper.mkdir(mode=0o755)
     work.mkdir(mode=0o700)
-    _copy_root_attributes(below, upper)
+    _copy_root_attributes(below[0], upper)
     how = "upper-reset"
     if checkpoint_id != lower:
         how = "upper-rebuilt"

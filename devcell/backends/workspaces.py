@@ -47,6 +47,16 @@ TREE_DIGEST = "tree_digest"
 """In checkpoint.json: treecopy.digest of the walk its tree was saved from, when that walk
 can vouch for every entry (none racily clean); a later walk with the same digest found
 exactly that tree: nothing changed."""
+OVER = "over"
+"""In checkpoint.json: the checkpoint whose full tree this one's tree is a layer over (its
+tree holds only what changed since that one; the merged view is mounted at VIEW)."""
+LAYER = "layer.json"
+"""Beside a layer's tree: the paths it holds itself, which the next checkpoint links from
+it (every other path lies in the full tree below)."""
+LAYER_VERSION = 1
+VIEW = "view"
+"""In a layer's checkpoint directory: the read-only overlay of its tree over the full tree,
+mounted when something reads the checkpoint whole (fork copy, restore, export)."""
 LOCK = ".checkpoints.lock"
 """In images/: serialises naming a tree (a new alias) against removing it (a delete)."""
 RESTORED = "restored.json"
@@ -146,25 +156,25 @@ class VolumeMade:
     """Why a fork was copied rather than mounted on its checkpoint (None when it was not)."""
 
 
-def _overlay_refusal(lower: Path, tmp: Path) -> str | None:
+def _overlay_refusal(lowers: list[Path], tmp: Path) -> str | None:
     """None when a fork can be an overlay on `lower` here, else why it must be a copy. Tried
     for real in the temporary directory (a kernel may refuse, e.g. an upper directory on
     another overlay), so a volume is never renamed into place with a mount that cannot work."""
     why = overlay.supported()
     if why is not None:
         return why
-    if not overlay.nameable(lower, tmp):
+    if not overlay.nameable(*lowers, tmp):
         return "the state directory's path holds characters overlay options cannot carry"
     upper, work, target = tmp / "upper", tmp / "work", tmp / "workspace"
     _mkdir_private(work)
     target.mkdir(mode=0o755)
     upper.mkdir(mode=0o755)
-    st = lower.stat()
+    st = lowers[0].stat()
     os.chown(upper, st.st_uid, st.st_gid)
     os.chmod(upper, stat.S_IMODE(st.st_mode))
     os.utime(upper, ns=(st.st_atime_ns, st.st_mtime_ns))
     try:
-        overlay.mount(lower=lower, upper=upper, work=work, target=target)
+        overlay.mount(lower=lowers, upper=upper, work=work, target=target)
     except OSError as exc:
         for made in (upper, work, target):
             treecopy.remove_tree(made, temporaries.trash(tmp.parent))
@@ -272,7 +282,7 @@ class WorkspaceStore:
             meta = self.find_checkpoint(from_checkpoint) or {}
             if not meta:
                 raise BackendNotFound(f"checkpoint {from_checkpoint} does not exist")
-            source = self.tree_of(from_checkpoint)
+            source = self.layers_of(from_checkpoint)
         temporaries.remove_dead(self.layout.volumes, f"{temporaries.TMP}{volume_id}-")
         tmp = self.layout.volumes / temporaries.temp_name(volume_id)
         _mkdir_private(tmp)
@@ -286,7 +296,7 @@ class WorkspaceStore:
                                                int(meta.get("size_bytes", 0)))
                 else:
                     stats = treecopy.copy_tree(
-                        source, tmp / "workspace",
+                        self.tree_of(str(from_checkpoint)), tmp / "workspace",
                         description=f"{cell_name}: restoring {from_checkpoint}")
             else:
                 (tmp / "workspace").mkdir(mode=0o755)
@@ -341,7 +351,7 @@ class WorkspaceStore:
         if self.find_checkpoint(lower) is None:
             raise BackendNotFound(f"checkpoint {lower}, the lower layer of fork volume "
                                   f"{volume_id}, is gone; the fork cannot be mounted")
-        overlay.mount(lower=self.tree_of(lower),
+        overlay.mount(lower=self.layers_of(lower),
                       upper=self.layout.upper(volume_id),
                       work=self.layout.overlay_work(volume_id), target=target)
         return True
@@ -463,23 +473,53 @@ class WorkspaceStore:
         complete (no fsync per file), and the rename itself is made durable after."""
         parent = self.layout.checkpoints
         base, reuse = self._reuse(volume_id)
-        made = treecopy.snapshot_tree(
-            source, tmp / "workspace", reuse=reuse, scanned=found,
-            description=f"{cell_name or cell_id}: checkpoint {checkpoint_id}")
+        description = f"{cell_name or cell_id}: checkpoint {checkpoint_id}"
+        over, made = None, None
+        if isinstance(reuse, treecopy.Earlier) and reuse.record is not None:
+            over = self._full_tree_below(reuse)
+            if over is not None:
+                made = treecopy.snapshot_layer(source, tmp / "workspace", reuse, found,
+                                               description=description)
+        if made is None or made.held is None:
+            over = None
+            made = treecopy.snapshot_tree(source, tmp / "workspace", reuse=reuse,
+                                          scanned=found, description=description)
+        else:
+            _write_json(tmp / LAYER, {"version": LAYER_VERSION, OVER: over,
+                                      "held": made.held}, sort_keys=False, durable=False)
         failpoints.hit("storage.checkpoint.tree-built")
         whole = _write_sources(tmp / SOURCES, volume_id, found.record, stamp, whole)
         meta = {"id": checkpoint_id, "cell_id": cell_id, "volume": volume_id,
                 "files": made.stats.files, "size_bytes": made.stats.size_bytes,
                 "created": time.time(), "base": base, "shared_files": made.reused_files,
                 "shared_bytes": made.reused_bytes, TREE_DIGEST: whole,
+                **({OVER: over} if over is not None else {}),
                 "copy_ms": round((time.perf_counter() - started) * 1000, 1)}
         _write_json(tmp / "checkpoint.json", meta, durable=False)
         treecopy.sync_filesystem(tmp)
-        _clear_unmarked(final, "checkpoint.json")  # no metadata: never complete
-        failpoints.hit("storage.checkpoint.before-rename")
-        os.rename(tmp, final)
-        fsync_dir(parent)
+        with self._locked() if over is not None else contextlib.nullcontext():
+            if over is not None and not self._holds_tree(over):
+                raise BackendError(f"checkpoint {over}, the full tree checkpoint "
+                                   f"{checkpoint_id} was a layer over, was deleted meanwhile; "
+                                   "take the snapshot again")
+            _clear_unmarked(final, "checkpoint.json")  # no metadata: never complete
+            failpoints.hit("storage.checkpoint.before-rename")
+            os.rename(tmp, final)
+            fsync_dir(parent)
         return meta
+
+    def _full_tree_below(self, earlier: treecopy.Earlier) -> str | None:
+        """The checkpoint holding the full tree a new layer would lie over (that of `earlier`,
+        or the one below it when it is a layer itself), or None when no layer can be made
+        here (no overlay to read it back through)."""
+        if overlay.supported() is not None:
+            return None
+        below = Path(earlier.below if earlier.below is not None else earlier.root)
+        home = below.parent
+        if (below.name != "workspace" or home.parent != self.layout.checkpoints
+                or not is_safe_id(home.name) or not overlay.nameable(below)):
+            return None
+        return home.name
 
     # -- trees named by several checkpoints --------------------------------------------------
 
@@ -502,13 +542,76 @@ class WorkspaceStore:
         return (home / "workspace").is_dir() and (
             self.find_checkpoint(checkpoint_id) is not None or (home / RETIRED).is_file())
 
-    def tree_of(self, checkpoint_id: str) -> Path:
-        """Where a checkpoint's files are: its own workspace/, or that of the checkpoint whose
-        tree it names (nothing changed between them). Every reader goes through here."""
+    def holder_of(self, checkpoint_id: str) -> str:
+        """The checkpoint whose directory holds this one's tree: itself, or the one it names
+        (SAME_AS: nothing changed between them)."""
         meta = self.find_checkpoint(checkpoint_id) or {}
         named = meta.get(SAME_AS)
-        holder = str(named) if isinstance(named, str) and is_safe_id(named) else checkpoint_id
-        return self.layout.checkpoint(holder) / "workspace"
+        return str(named) if isinstance(named, str) and is_safe_id(named) else checkpoint_id
+
+    def over_of(self, tree: str) -> str | None:
+        """The full tree a tree holder's own tree is a layer over, or None (a full tree)."""
+        home = self.layout.checkpoint(tree)
+        meta = self.find_checkpoint(tree) or _read_json(home / RETIRED) or {}
+        over = meta.get(OVER)
+        return str(over) if isinstance(over, str) and is_safe_id(over) else None
+
+    def layers_of(self, checkpoint_id: str) -> list[Path]:
+        """The directories a checkpoint's files lie in, uppermost first: its tree, and for a
+        layer the full tree below it (an overlay's lower directories)."""
+        holder = self.holder_of(checkpoint_id)
+        over = self.over_of(holder)
+        top = self.layout.checkpoint(holder) / "workspace"
+        return [top] if over is None else [top, self.layout.checkpoint(over) / "workspace"]
+
+    def tree_of(self, checkpoint_id: str) -> Path:
+        """Where a checkpoint's files are, whole: its own workspace/, or that of the
+        checkpoint whose tree it names (nothing changed between them); for a layer, the
+        read-only merged view of it over its full tree (mounted here if it is not). Every
+        reader goes through here; only links (which cannot cross into the view) go by
+        layers_of and earlier()."""
+        holder = self.holder_of(checkpoint_id)
+        layers = self.layers_of(holder)
+        if len(layers) == 1:
+            return layers[0]
+        view = self.layout.checkpoint(holder) / VIEW
+        if overlay.is_mounted(view):
+            return view
+        with self._locked():
+            if not overlay.is_mounted(view):
+                if not layers[1].is_dir():
+                    raise BackendNotFound(f"checkpoint {holder} is a layer over {layers[1]}, "
+                                          "which is gone; its files cannot be read")
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(view, 0o700)
+                try:
+                    overlay.mount_view(lowers=layers, target=view)
+                except OSError as exc:
+                    raise BackendError(
+                        f"checkpoint {holder} holds only what changed since checkpoint "
+                        f"{layers[1].parent.name}, read through an overlay mount, which this "
+                        f"machine refused ({exc.strerror}); DevCell must run as root on a "
+                        "kernel with overlay to read it") from None
+        return view
+
+    def earlier(self, checkpoint_id: str, known: dict[str, treecopy.Entry],
+                sources: Sources | None = None) -> treecopy.Earlier:
+        """The tree of a checkpoint as a new one shares with it: files linked from the layer
+        that really holds each (its own tree, or for a layer the full tree below)."""
+        holder = self.holder_of(checkpoint_id)
+        root = str(self.layout.checkpoint(holder) / "workspace")
+        over = self.over_of(holder)
+        record, stamp = (sources.entries, sources.stamp) if sources is not None else (None, 0)
+        if over is None:
+            return treecopy.Earlier(root, known, record=record, stamp=stamp)
+        layer = _read_json(self.layout.checkpoint(holder) / LAYER) or {}
+        held = layer.get("held")
+        if layer.get("version") != LAYER_VERSION or layer.get(OVER) != over or not isinstance(
+                held, list) or not all(isinstance(path, str) for path in held):
+            # which paths the layer holds is unknown: nothing can be linked from it
+            return treecopy.Earlier(root, {}, record=None)
+        return treecopy.Earlier(root, known, below=str(self.layout.checkpoint(over) / "workspace"),
+                                held=frozenset(held), record=record, stamp=stamp)
 
     def freed_by_deleting(self, checkpoint_id: str) -> list[Path]:
         """The directories deleting this checkpoint would remove (what `devcell gc` and the
@@ -518,20 +621,36 @@ class WorkspaceStore:
         home = self.layout.checkpoint(checkpoint_id)
         if meta is None:
             return []
-        named = meta.get(SAME_AS)
-        if not isinstance(named, str):
-            return [] if self._naming(checkpoint_id) else [home]
-        holder = self.layout.checkpoint(named) if is_safe_id(named) else None
-        if (holder is not None and (holder / RETIRED).is_file()
-                and self._naming(named) == [checkpoint_id]):
-            return [home, holder]
-        return [home]
+        if not isinstance(meta.get(SAME_AS), str) and self._naming(checkpoint_id):
+            return []
+        freed, going = [home], checkpoint_id
+        # then each retired tree kept only by what goes: the tree it names, the full tree
+        # below a layer
+        for key in (SAME_AS, OVER):
+            up = meta.get(key)
+            while isinstance(up, str) and is_safe_id(up):
+                holder = self.layout.checkpoint(up)
+                if not (holder / RETIRED).is_file() or self._naming(up) != [going]:
+                    break
+                freed.append(holder)
+                going, up = up, self.over_of(up)
+        return freed
 
     def _naming(self, tree: str) -> list[str]:
-        """The complete checkpoints that name `tree` as theirs."""
-        return [entry.name for entry in self.layout.checkpoints.iterdir()
-                if not entry.name.startswith(".") and is_safe_id(entry.name)
-                and (self.find_checkpoint(entry.name) or {}).get(SAME_AS) == tree]
+        """What keeps `tree` (a checkpoint's directory) alive: the complete checkpoints that
+        name it as theirs, and the trees (checkpoints' or retired) that are layers over it."""
+        named = []
+        for entry in self.layout.checkpoints.iterdir():
+            if entry.name.startswith(".") or not is_safe_id(entry.name) or entry.name == tree:
+                continue
+            meta = self.find_checkpoint(entry.name)
+            if meta is None:
+                meta = _read_json(entry / RETIRED) if (entry / RETIRED).is_file() else None
+                if meta is not None and meta.get(OVER) == tree:
+                    named.append(entry.name)
+            elif meta.get(SAME_AS) == tree or meta.get(OVER) == tree:
+                named.append(entry.name)
+        return named
 
     def checkpoint_files(self, checkpoint_id: str) -> Path:
         """Where a complete checkpoint's tree lies, to read (export); BackendNotFound if none."""
@@ -587,25 +706,22 @@ class WorkspaceStore:
         mode are those recorded when the volume's latest checkpoint saved it."""
         lower = self.lower_of(volume_id)
         if lower is not None:
-            below = str(self.tree_of(lower))
+            file = self.earlier(lower, {}).file
             index = overlay.UpperIndex(self.layout.upper(volume_id))
-            return lower, lambda rel, _: f"{below}/{rel}" if index.unchanged(rel) else None
+            return lower, lambda rel, _: file(rel) if index.unchanged(rel) else None
         latest = self.latest_checkpoint_of_volume(volume_id)
         restored = self.restored_from(volume_id, latest)
         if restored is not None:  # restored since its latest checkpoint: share with that tree
-            tree_dir = self.tree_of(restored)
             sources = _read_sources(self.layout.volume(volume_id) / RESTORED, volume_id)
             recorded = sources.files() if sources is not None else {}
-            return (restored, treecopy.Earlier(str(tree_dir), recorded)) if recorded \
-                else (None, None)
+            return (restored, self.earlier(restored, recorded)) if recorded else (None, None)
         previous, tree, _ = self._previous(volume_id)
         sources = None if tree is None else _read_sources(
             self.layout.checkpoint(tree) / SOURCES, volume_id)
         recorded = sources.files() if sources is not None else {}
         if previous is None or tree is None or not recorded:
             return None, None
-        return previous, treecopy.Earlier(str(self.layout.checkpoint(tree) / "workspace"),
-                                          recorded)
+        return previous, self.earlier(tree, recorded, sources)
 
     def restored_from(self, volume_id: str, latest: str | None) -> str | None:
         """The checkpoint the volume was restored from, when that restore is newer than its
@@ -635,19 +751,24 @@ class WorkspaceStore:
 
     def content(self, kind: str, resource_id: str) -> Path | None:
         """The workspace directory of a volume (`kind` "volume") or checkpoint, if it holds
-        any file: what the orphan sweep must never remove on its own."""
+        any file: what the orphan sweep must never remove on its own. For a layer, its own
+        tree or the full one below it (never a view to mount)."""
         if kind == "volume":
-            workspace = self.layout.workspace(resource_id)
             if self.lower_of(resource_id) is not None:
-                return workspace  # a fork: its snapshot's files, and its own in upper/
+                # a fork: its snapshot's files, and its own in upper/
+                return self.layout.workspace(resource_id)
+            places = [self.layout.workspace(resource_id)]
         else:
-            workspace = self.tree_of(resource_id)
-        try:
-            return None if treecopy.is_empty(workspace) else workspace
-        except FileNotFoundError:
-            return None
-        except OSError:  # unreadable, or not a directory: it is not ours to judge empty
-            return workspace
+            places = self.layers_of(resource_id)
+        for workspace in places:
+            try:
+                if not treecopy.is_empty(workspace):
+                    return workspace
+            except FileNotFoundError:
+                continue
+            except OSError:  # unreadable, or not a directory: it is not ours to judge empty
+                return workspace
+        return None
 
     def all_checkpoints(self) -> list[tuple[str, str]]:
         """(checkpoint id, cell id it was taken of) of every complete checkpoint."""
@@ -680,11 +801,15 @@ class WorkspaceStore:
                 doomed.append(temporaries.trash(parent))
                 os.rename(home, doomed[-1])
             failpoints.hit("storage.checkpoint.retire")
-            for entry in parent.iterdir():
-                if ((entry / RETIRED).is_file() and is_safe_id(entry.name)
-                        and not self._naming(entry.name)):
-                    doomed.append(temporaries.trash(parent))
-                    os.rename(entry, doomed[-1])
+            removed = True
+            while removed:  # a retired layer gone may leave the full tree below it unnamed
+                removed = False
+                for entry in parent.iterdir():
+                    if ((entry / RETIRED).is_file() and is_safe_id(entry.name)
+                            and not self._naming(entry.name)):
+                        doomed.append(temporaries.trash(parent))
+                        os.rename(entry, doomed[-1])
+                        removed = True
             if doomed:
                 fsync_dir(parent)
         for trash in doomed:  # outside the lock: removing a big tree takes a while

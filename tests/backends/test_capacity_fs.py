@@ -8,6 +8,7 @@ and for a fork standing on its snapshot's checkpoint as an overlay.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -101,10 +102,16 @@ def test_checkpoints_sharing_links_match_du_and_unique_bytes_are_what_deleting_f
     by_id = {item.checkpoint_id: item for item in measured.items}
     assert measured.total.disk == _du(*paths)  # each shared inode once
     assert measured.total.logical == _du(*paths, apparent=True)
+    # ck2 and ck3 are layers over ck1 (each holds what changed since it: f7; f7 and f8),
+    # so ck1 is kept while they are, and a layer's size is its own tree and ck1's
+    over = {p.name: json.loads((p / "checkpoint.json").read_text()).get("over") for p in paths}
+    assert over == {"ck1": None, "ck2": "ck1", "ck3": "ck1"}
     for path in paths:
-        assert by_id[path.name].usage.disk == _du(path)
+        below = [store.layout.checkpoint(over[path.name])] if over[path.name] else []
+        assert by_id[path.name].usage.disk == sum(_du(p) for p in [path, *below])
     assert measured.freed_together == measured.total.disk
-    for checkpoint, path in zip(("ck1", "ck2", "ck3"), paths, strict=True):
+    assert by_id["ck1"].unique == 0
+    for checkpoint, path in zip(("ck2", "ck3"), paths[1:], strict=True):
         others = [p for p in paths if p != path]
         before = _du(*paths)
         moved = path.with_name(f".moved-{checkpoint}")

@@ -96,10 +96,18 @@ def test_checkpoints_and_workspace_in_df_match_du(cli: Cli, state_dir: Path, box
     ids = {p.name: p for p in paths}
     names = json.loads(cli("get", "snapshots", "-o", "json").stdout)["items"]
     by_name = {n["metadata"]["name"]: ids[n["metadata"]["id"]] for n in names}
+    # s2 changed one file: a layer over s1 (which it keeps); s3 deleted one: a full tree
+    over = {n: json.loads((p / "checkpoint.json").read_text()).get("over")
+            for n, p in by_name.items()}
+    assert over == {"s1": None, "s2": by_name["s1"].name, "s3": None}
     for name, path in by_name.items():
         others = [p for p in paths if p != path]
-        assert checkpoints[name]["logicalBytes"] == _du(path, apparent=True)
-        assert checkpoints[name]["sizeBytes"] == _du(*paths) - _du(*others), name
+        below = [ids[over[name]]] if over[name] else []
+        assert checkpoints[name]["logicalBytes"] == sum(_du(p, apparent=True)
+                                                        for p in [path, *below])
+        kept = any(o == path.name for o in over.values())  # a layer stands on it
+        assert checkpoints[name]["sizeBytes"] == (
+            0 if kept else _du(*paths) - _du(*others)), name
     volume = next(layout.volumes.iterdir())
     workspace = _items(doc, "Workspaces")["box"]
     assert workspace["logicalBytes"] == _du(volume / "workspace", apparent=True)
@@ -107,7 +115,8 @@ def test_checkpoints_and_workspace_in_df_match_du(cli: Cli, state_dir: Path, box
     for argv in (("get", "snapshots", "-o", "wide"), ("snapshot", "list", "box", "-o", "wide")):
         header, *rows = cli(*argv).stdout.splitlines()
         unique = [row[header.index("UNIQUE"):].strip() for row in rows]
-        assert len(unique) == 3 and all(u.endswith("iB") for u in unique), (argv, rows)
+        assert len(unique) == 3 and all(u.endswith("B") for u in unique), (argv, rows)
+        assert unique[0] == "0 B", rows  # s1: the layer s2 stands on it
 
 
 def test_a_dirty_cell_shows_the_bytes_changed_since_its_last_snapshot(

@@ -96,7 +96,7 @@ def parse_membership(text: str) -> dict[str, str]:
     return groups
 
 
-def _under(mount: Mount, group: str) -> Path | None:
+def under(mount: Mount, group: str) -> Path | None:
     """The directory of `group` (a path in the hierarchy) where `mount` shows it."""
     root = mount.root.rstrip("/")
     if group != root and not group.startswith(root + "/"):
@@ -121,12 +121,12 @@ def locate(mounts: list[Mount], groups: dict[str, str]) -> tuple[str, Path, Path
     memory, cpuacct = _v1_mount(mounts, "memory"), _v1_mount(mounts, "cpuacct")
     if memory is not None and cpuacct is not None and "memory" in groups \
             and "cpuacct" in groups:
-        mem_dir, cpu_dir = _under(memory, groups["memory"]), _under(cpuacct, groups["cpuacct"])
+        mem_dir, cpu_dir = under(memory, groups["memory"]), under(cpuacct, groups["cpuacct"])
         if mem_dir is not None and cpu_dir is not None:
             return V1, mem_dir, cpu_dir
     unified = _v2_mount(mounts)
     if unified is not None and "" in groups:
-        directory = _under(unified, groups[""])
+        directory = under(unified, groups[""])
         if directory is not None:
             return V2, directory, directory
     return None

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from devcell import config, security
-from devcell.backends import container_observe, container_spec, log_source, supervisor
+from devcell.backends import container_observe, container_spec, freezer, log_source, supervisor
 from devcell.backends.base import (
     Capabilities,
     CellRef,
@@ -605,9 +605,9 @@ class ContainerBackend:
         if state not in ("paused", "running"):
             self._check_mounts(cell, info.get("Mounts") or [])
         with _engine(f"starting cell {cell.name}"):
-            if state == "paused":
-                self.api.unpause(info["Id"])
-            elif state != "running":
+            if state in ("paused", "running"):
+                self._thaw(info, cell)
+            else:
                 self.api.start(info["Id"])
         hooks = 0
         if state not in ("paused", "running"):
@@ -698,8 +698,7 @@ class ContainerBackend:
             return {}
         try:
             with _engine(f"stopping cell {cell.name}"):
-                if info.get("State") == "paused":
-                    self.api.unpause(info["Id"])
+                self._thaw(info, cell)  # a frozen process cannot handle SIGTERM
                 self.api.stop(info["Id"], timeout=container_spec.STOP_TIMEOUT)
         except BackendNotFound:
             pass  # removed meanwhile: stopped all the same
@@ -709,6 +708,9 @@ class ContainerBackend:
     def _remove(self, container_id: str, cell: CellRef) -> None:
         """Over the socket first (`cell sleep` needs no SDK), else through the SDK."""
         action = f"removing the container of cell {cell.name}"
+        found = freezer.of_container(container_id)  # under v1 a frozen process cannot die
+        if found is not None and found.state() is not freezer.State.THAWED:
+            found.thaw()
         try:
             if not container_observe.remove(container_id, action):
                 with _engine(action):
@@ -736,6 +738,31 @@ class ContainerBackend:
         return {}
 
     # -- checkpoints -----------------------------------------------------------------------
+
+    def _freeze(self, container_id: str, cell: CellRef) -> str:
+        """Freeze a container's processes: through its cgroup freezer (what the engine's
+        pause writes, without the engine's round trip: freezer.py), else the engine's pause;
+        which of the two ("cgroup", "engine")."""
+        found = freezer.of_container(container_id)
+        if found is not None and found.freeze():
+            return "cgroup"
+        self._pause(container_id, f"freezing cell {cell.name}")
+        return "engine"
+
+    def _thaw(self, info: dict[str, Any], cell: CellRef) -> None:
+        """Thaw a container whichever way it was frozen: the engine's pause, or the cgroup
+        freezer behind the engine's back (which still lists it running)."""
+        if info.get("State") == "paused":
+            self._unpause(info["Id"], f"unfreezing cell {cell.name}")
+        elif info.get("State") in ("running", "restarting"):
+            found = freezer.of_container(str(info.get("Id", "")))
+            if found is not None and found.state() is not freezer.State.THAWED:
+                found.thaw()
+
+    @staticmethod
+    def _frozen_behind_the_engine(info: dict[str, Any]) -> bool:
+        found = freezer.of_container(str(info.get("Id", "")))
+        return found is not None and found.state() is freezer.State.FROZEN
 
     def _pause(self, container_id: str, action: str) -> None:
         """Freeze a container: over the socket (no SDK on the snapshot path), else the SDK."""
@@ -777,9 +804,9 @@ class ContainerBackend:
             return {"frozen": True, "hooks": 0}
         marker = self.layout.run_dir(cell.id) / QUIESCED
         marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        marker.touch()
+        marker.touch()  # before the freeze: a kill from here on leaves the cell to resume
         hooks = self._run_hooks(cell, info["Id"], "preCheckpoint")
-        self._pause(info["Id"], f"freezing cell {cell.name}")
+        self._freeze(info["Id"], cell)
         return {"frozen": True, "hooks": hooks}
 
     def _info(self, checkpoint_id: str, meta: dict[str, Any]) -> CheckpointInfo:
@@ -797,17 +824,15 @@ class ContainerBackend:
         info = self._find(cell)
         # Never copy a workspace that running services may be writing: freeze it for the copy
         # if quiesce did not (the controller always quiesces first; this keeps the promise).
-        thaw = info is not None and info.get("State") == "running"
-        if thaw:
-            assert info is not None
-            self._pause(info["Id"], f"freezing cell {cell.name}")
+        thaw = (info is not None and info.get("State") == "running"
+                and not self._frozen_behind_the_engine(info))
+        how = self._freeze(info["Id"], cell) if thaw and info is not None else None
         try:
             meta = self.store.checkpoint(checkpoint_id=checkpoint_id, cell_id=cell.id,
                                          volume_id=cell.volume_id, cell_name=cell.name)
         finally:
-            if thaw:
-                assert info is not None
-                self._unpause(info["Id"], f"unfreezing cell {cell.name}")
+            if how is not None and info is not None:
+                self._thaw(dict(info, State="paused" if how == "engine" else "running"), cell)
         logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-").info(
             "checkpoint {}: {} files, {} bytes in {} ms", checkpoint_id, meta["files"],
             meta["size_bytes"], meta.get("copy_ms"))
@@ -819,8 +844,7 @@ class ContainerBackend:
         if info is None:
             marker.unlink(missing_ok=True)
             return {}
-        if info.get("State") == "paused":
-            self._unpause(info["Id"], f"unfreezing cell {cell.name}")
+        self._thaw(info, cell)
         hooks = 0
         if marker.exists():
             marker.unlink()

@@ -31,7 +31,8 @@ from devcell.backends.workspaces import WorkspaceStore
 sys.path.insert(0, str(Path(__file__).parent))
 from checkpoint import change_one_percent, fill  # noqa: E402
 
-PHASES = (("scan", treecopy), ("digest", treecopy), ("_plan", treecopy), ("_copy", treecopy),
+PHASES = (("scan", treecopy), ("record_bytes", treecopy), ("digest_of", treecopy),
+          ("plan_layer", treecopy), ("_plan", treecopy), ("_copy", treecopy),
           ("sync_filesystem", treecopy), ("_write_sources", workspaces),
           ("_read_sources", workspaces))
 

@@ -9,7 +9,9 @@ Every path is built from an id that first passed a strict regular expression (le
     <state>/volumes/<vol_id>/upper/, work/      a fork's own writes, overlay's work directory
     <state>/volumes/<vol_id>/logs/<svc>.log     per-service logs (mounted at /var/log/devcell)
     <state>/images/checkpoints/<id>/            checkpoint.json + workspace/ (complete ones only)
-                                                + sources.json (what the next one may share)
+                                                + sources.rec (what the next one may share)
+                                                + layer.json, view/ (a layer: its paths, and
+                                                its overlay over the full tree, when read)
     <state>/containers/<cell_id>/               supervisor.sh, secrets.env (mounted read-only)
 
 Where those are mounted inside a cell (`security.RUN_DIR`, `security.SERVICE_LOG_DIR`) is

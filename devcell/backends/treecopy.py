@@ -221,7 +221,16 @@ def digest(record: list[Entry]) -> str:
     """A digest of a walk's record, to tell "exactly the same tree" without reading the
     recorded one back: marshal (format 2: no back-references, so equal records give equal
     bytes) of the lists, hashed. Only ever compared with a digest this code made."""
-    return hashlib.sha256(marshal.dumps(record, 2)).hexdigest()
+    return digest_of(record_bytes(record))
+
+
+def record_bytes(record: list[Entry]) -> bytes:
+    """A walk's record as bytes (marshal format 2): what a checkpoint stores and digests."""
+    return marshal.dumps(record, 2)
+
+
+def digest_of(payload: bytes) -> str:
+    return hashlib.sha256(payload).hexdigest()
 
 
 def _plan(found: Scan, reuse: Reuse | None, *, layer: bool = False) -> _Plan:

@@ -132,8 +132,8 @@ def _write_record(path: Path, data: dict[str, object]) -> None:
 
 def _identities(root: Path, scratch: Path) -> tuple[int, list[list[object]]]:
     """The filesystem's clock now, and the identity of each single-link regular file just
-    copied, in the SOURCES format a checkpoint records (workspaces.Sources): only files whose
-    times are older than that clock (one that changes within the same tick could not be told
+    copied, as a checkpoint's record holds them (in JSON: workspaces.LEGACY_SOURCES): only
+    files whose times are older than that clock (one that changes within the same tick could not be told
     apart; the cell is stopped, so nothing writes meanwhile)."""
     time.sleep(0.01)  # past the coarse clock tick the last copy was stamped in
     probe = scratch / ".stamp"

@@ -6,7 +6,7 @@ name first. So a crash never leaves a half-written checkpoint that `find` would 
 
 A checkpoint is a complete, immutable tree; a file unchanged since an earlier checkpoint of
 the same volume is a hard link to that checkpoint's file (found by the inode, size, times and
-mode recorded in the earlier checkpoint's `sources.json`, as git's index finds unchanged
+mode recorded in the earlier checkpoint's `sources.rec`, as git's index finds unchanged
 files), so a checkpoint costs what changed. Links only ever join checkpoints, never a live
 workspace. A fork's volume is, where the machine allows, an overlay whose lower layer is its
 snapshot's checkpoint (see overlay.py); elsewhere a copy. The layout and the space each
@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import functools
 import json
+import marshal
 import os
 import stat
 import time
@@ -34,9 +35,15 @@ from devcell.errors import BackendError, BackendNotFound, BackendRefused
 from devcell.log import logger
 
 MARKER_VERSION = 1
-SOURCES = "sources.json"
+SOURCES = "sources.rec"
 """In a checkpoint: the identity of every entry of the workspace it saved, in walk order,
-read by the next checkpoint (what to share, and whether anything changed at all)."""
+read by the next checkpoint (what to share, and whether anything changed at all). A line
+naming the format, a JSON line (volume, stamp, the SHA-256 and length of the rest), then the
+record in marshal's format 2: written and read in a few milliseconds where JSON took ~35 for
+10,000 entries, and the SHA-256 of those bytes is the tree's TREE_DIGEST too."""
+SOURCES_MAGIC = b"devcell-sources 3\n"
+LEGACY_SOURCES = "sources.json"
+"""The record in JSON (SOURCES_VERSION), as earlier builds wrote it; restore's record too."""
 SOURCES_VERSION = 2
 SAME_AS = "same_as"
 """In checkpoint.json: the checkpoint whose tree this one is (nothing changed in between)."""
@@ -198,7 +205,7 @@ def _filesystem_now(directory: Path) -> int:
 
 @dataclass(frozen=True)
 class Sources:
-    """What a checkpoint recorded of the workspace it saved (its `sources.json`)."""
+    """What a checkpoint recorded of the workspace it saved (its `sources.rec`)."""
 
     entries: list[treecopy.Entry]
     """The identity of every entry, in walk order (treecopy.Scan.record)."""
@@ -229,21 +236,56 @@ class Sources:
 
 
 def _write_sources(path: Path, volume_id: str, record: list[treecopy.Entry],
-                   stamp: int, whole: str | None = None) -> str | None:
-    """Write the record; the digest of the whole tree (`whole` if the caller computed it)
-    when the record can vouch for all of it (no entry racily clean: see Sources.stamp),
-    which the next checkpoint compares its own walk with to find that nothing changed,
-    else None."""
-    _write_json(path, {"version": SOURCES_VERSION, "volume": volume_id, "stamp": stamp,
-                       "entries": record}, sort_keys=False, durable=False)
+                   stamp: int, payload: bytes | None = None) -> str | None:
+    """Write the record (`payload`: treecopy.record_bytes of it, if the caller made them);
+    the digest of the whole tree when the record can vouch for all of it (no entry racily
+    clean: see Sources.stamp), which the next checkpoint compares its own walk with to find
+    that nothing changed, else None."""
+    body = treecopy.record_bytes(record) if payload is None else payload
+    whole = treecopy.digest_of(body)
+    header = json.dumps({"volume": volume_id, "stamp": stamp, "sha256": whole,
+                         "bytes": len(body)}).encode()
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:  # made durable by the caller's syncfs
+        out.write(SOURCES_MAGIC + header + b"\n" + body)
+    os.rename(tmp, path)
     newest = max([e[3] for e in record] + [e[4] for e in record], default=stamp)
     clean = int(newest) < stamp
-    return (whole or treecopy.digest(record)) if clean else None
+    return whole if clean else None
 
 
 def _read_sources(path: Path, volume_id: str) -> Sources | None:
     """The record, or None when there is none usable (absent, damaged, an older format, or
-    another volume's): the next checkpoint is then a full copy, never a wrong one."""
+    another volume's): the next checkpoint is then a full copy, never a wrong one. The
+    bytes are checked against their SHA-256 before marshal reads them."""
+    try:
+        with open(path, "rb") as source:
+            data = source.read()
+    except FileNotFoundError:
+        if path.name != SOURCES:
+            return None
+        return _read_legacy_sources(path.with_name(LEGACY_SOURCES), volume_id)
+    except OSError:
+        return None
+    if not data.startswith(SOURCES_MAGIC):
+        return _read_legacy_sources(path, volume_id)  # restore's record, in JSON
+    line, _, body = data[len(SOURCES_MAGIC):].partition(b"\n")
+    try:
+        header = json.loads(line)
+        if (not isinstance(header, dict) or header.get("volume") != volume_id
+                or header.get("bytes") != len(body)
+                or header.get("sha256") != treecopy.digest_of(body)):
+            return None
+        entries, stamp = marshal.loads(body), header.get("stamp")
+    except (ValueError, EOFError, TypeError):
+        return None
+    if not isinstance(entries, list) or not isinstance(stamp, int):
+        return None
+    return Sources(entries, stamp)
+
+
+def _read_legacy_sources(path: Path, volume_id: str) -> Sources | None:
     data = _read_json(path) or {}
     entries, stamp = data.get("entries"), data.get("stamp")
     if (data.get("version") != SOURCES_VERSION or data.get("volume") != volume_id
@@ -424,9 +466,10 @@ class WorkspaceStore:
             stamp = _filesystem_now(tmp)  # before the walk: see Sources.stamp
             found = treecopy.scan(source)
             base, tree, recorded = self._previous(volume_id)
-            meta, whole = None, None
+            meta, whole, payload = None, None, None
             if base is not None and recorded is not None:
-                whole = treecopy.digest(found.record)  # computed once: the new one's too
+                payload = treecopy.record_bytes(found.record)  # once: the new record's too
+                whole = treecopy.digest_of(payload)
             if base is not None and whole is not None and whole == recorded:
                 meta = self._alias(tmp, final, checkpoint_id=checkpoint_id, cell_id=cell_id,
                                    volume_id=volume_id, base=base, tree=tree, found=found,
@@ -435,7 +478,7 @@ class WorkspaceStore:
                 meta = self._build(tmp, final, source, checkpoint_id=checkpoint_id,
                                    cell_id=cell_id, volume_id=volume_id, found=found,
                                    stamp=stamp, started=started, cell_name=cell_name,
-                                   whole=whole)
+                                   payload=payload)
         except BaseException:
             treecopy.remove_tree(tmp, temporaries.trash(parent))
             raise
@@ -466,7 +509,7 @@ class WorkspaceStore:
     def _build(self, tmp: Path, final: Path, source: Path, *, checkpoint_id: str,
                cell_id: str, volume_id: str, found: treecopy.Scan, stamp: int,
                started: float, cell_name: str | None,
-               whole: str | None = None) -> dict[str, Any]:
+               payload: bytes | None = None) -> dict[str, Any]:
         """A checkpoint with a tree of its own: links to the earlier checkpoint's files where
         they did not change, copies of the rest. Crash-safe by one syncfs: the copies, the
         links and the records reach the disk before the rename makes the checkpoint
@@ -488,7 +531,7 @@ class WorkspaceStore:
             _write_json(tmp / LAYER, {"version": LAYER_VERSION, OVER: over,
                                       "held": made.held}, sort_keys=False, durable=False)
         failpoints.hit("storage.checkpoint.tree-built")
-        whole = _write_sources(tmp / SOURCES, volume_id, found.record, stamp, whole)
+        whole = _write_sources(tmp / SOURCES, volume_id, found.record, stamp, payload)
         meta = {"id": checkpoint_id, "cell_id": cell_id, "volume": volume_id,
                 "files": made.stats.files, "size_bytes": made.stats.size_bytes,
                 "created": time.time(), "base": base, "shared_files": made.reused_files,

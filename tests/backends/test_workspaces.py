@@ -74,3 +74,54 @@ def test_a_full_disk_is_a_step_error_and_leaves_nothing_half_made(tmp_path: Path
             assert [n for n in os.listdir(parent) if n.startswith(
                 (temporaries.TMP, temporaries.TRASH))] == []
         assert (work / "data.bin").stat().st_size == 3 << 20
+
+
+def _recorded_volume(store: WorkspaceStore) -> Path:
+    import time
+
+    store.create_volume(cell_id="cell_1", cell_name="api", volume_id="vol_1",
+                        from_checkpoint=None)
+    work = store.layout.workspace("vol_1")
+    for i in range(8):
+        (work / f"f{i}").write_bytes(b"%d" % i * 100)
+    time.sleep(0.05)  # older than the checkpoint's clock tick: vouched for
+    store.checkpoint(checkpoint_id="snap_1", cell_id="cell_1", volume_id="vol_1")
+    return work
+
+
+def test_a_sources_record_altered_by_one_byte_vouches_for_nothing(store: WorkspaceStore) -> None:
+    from devcell.backends import workspaces
+
+    work = _recorded_volume(store)
+    record = store.layout.checkpoint("snap_1") / workspaces.SOURCES
+    assert workspaces._read_sources(record, "vol_1") is not None
+    assert workspaces._read_sources(record, "vol_2") is None  # another volume's
+    data = bytearray(record.read_bytes())
+    data[-3] ^= 0x01
+    record.write_bytes(bytes(data))
+    assert workspaces._read_sources(record, "vol_1") is None
+    record.write_bytes(bytes(data[:len(data) // 2]))  # cut short
+    assert workspaces._read_sources(record, "vol_1") is None
+    (work / "f0").write_bytes(b"changed")
+    store.checkpoint(checkpoint_id="snap_2", cell_id="cell_1", volume_id="vol_1")
+    meta = store.find_checkpoint("snap_2") or {}
+    assert meta["shared_files"] == 0 and "over" not in meta  # a full copy, never a wrong one
+    assert (store.tree_of("snap_2") / "f1").read_bytes() == b"1" * 100
+
+
+def test_a_record_in_an_earlier_builds_json_is_still_shared_from(store: WorkspaceStore) -> None:
+    import json
+
+    from devcell.backends import workspaces
+
+    work = _recorded_volume(store)
+    home = store.layout.checkpoint("snap_1")
+    sources = workspaces._read_sources(home / workspaces.SOURCES, "vol_1")
+    assert sources is not None
+    (home / workspaces.SOURCES).unlink()
+    (home / workspaces.LEGACY_SOURCES).write_text(json.dumps({
+        "version": workspaces.SOURCES_VERSION, "volume": "vol_1", "stamp": sources.stamp,
+        "entries": sources.entries}))
+    (work / "f0").write_bytes(b"changed")
+    store.checkpoint(checkpoint_id="snap_2", cell_id="cell_1", volume_id="vol_1")
+    assert (store.find_checkpoint("snap_2") or {})["shared_files"] == 7

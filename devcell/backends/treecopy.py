@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devcell import progress
-from devcell.backends import children, treewalk
+from devcell.backends import children, filecopy, treewalk
 from devcell.errors import BackendError
 from devcell.log import logger
 
@@ -332,40 +332,44 @@ def plan_layer(found: Scan, earlier: Earlier) -> _Plan | None:
     if earlier.record is None or found.deep:
         return None
     now = {e[0]: e for e in found.record}
-    ifmt = _IFMT
+    ifmt, stamp = _IFMT, earlier.stamp
+    held = earlier.held if earlier.below is not None else frozenset()
+    wanted: set[str] = set()
+    links: dict[str, Entry] = {}
+    before: set[str] = set()
+    """The directories recorded: one now that was not is new, and in the layer."""
     for old in earlier.record:
-        new = now.get(old[0])
+        path: str = old[0]  # type: ignore[assignment]
+        new = now.get(path)
         if new is None or (new[_MODE] ^ old[_MODE]) & ifmt:  # type: ignore[operator]
             return None
+        kind = old[_MODE] & ifmt  # type: ignore[operator]
+        if kind == _IFDIR:
+            # a directory the layer leaves out shows the full tree's attributes: it must be
+            # unchanged since the record (and not racily so), and not held by the last layer
+            before.add(path)
+            if path and (old != new or path in held or new[3] >= stamp  # type: ignore[operator]
+                         or new[4] >= stamp):  # type: ignore[operator]
+                wanted.add(path)
+        elif kind == _IFLNK and old[3] < stamp and old[4] < stamp:  # type: ignore[operator]
+            # a symbolic link the record vouches for is left to the tree below too: one is
+            # never changed in place, only replaced (a new inode and ctime)
+            links[path] = old
     for entry in found.entries:
         if entry[_MODE] & ifmt not in (_IFREG, _IFLNK):  # type: ignore[operator]
             return None
-    # a symbolic link the record vouches for (not racily clean) is left to the tree below
-    # too: one is never changed in place, only replaced (a new inode and ctime)
-    stamp = earlier.stamp
-    links = {str(e[0]): e for e in earlier.record if e[_MODE] & ifmt == _IFLNK  # type: ignore[operator]
-             and int(e[3]) < stamp and int(e[4]) < stamp}
     plan = _plan(found, dataclasses.replace(earlier, known={**earlier.known, **links})
                  if links else earlier, layer=True)
     files = sum(len(b) for b in plan.batches) + len(plan.linked) + len(plan.reused)
     size = sum(plan.batch_bytes) + plan.linked_bytes + plan.reused_bytes
     if files * LAYER_SHARE > max(found.files, 1) or size * LAYER_SHARE > max(found.size, 1):
         return None
-    recorded = {e[0]: e for e in earlier.record}
-    held = earlier.held if earlier.below is not None else frozenset()
-    wanted: set[str] = set()
+    wanted.update(rel for rel, _ in found.dirs if rel not in before)
     for path in [p for b in plan.batches for p in b] + plan.linked + [r for r, _ in plan.reused]:
         parent = path.rpartition("/")[0]
         while parent and parent not in wanted:
             wanted.add(parent)
             parent = parent.rpartition("/")[0]
-    for rel, _ in found.dirs:
-        # a directory the layer leaves out shows the full tree's attributes: it must be
-        # unchanged since the record (and not racily so), and not held by the earlier layer
-        current = now[rel]
-        if (rel in held or recorded.get(rel) != current or int(current[3]) >= stamp
-                or int(current[4]) >= stamp):
-            wanted.add(rel)
     plan.dirs = [rel for rel, _ in found.dirs if rel in wanted]
     plan.held = plan.dirs + [p for b in plan.batches for p in b] + plan.linked + [
         r for r, _ in plan.reused]
@@ -523,6 +527,20 @@ def _link_batch(pairs: list[tuple[str, str]], dst: Path, src: Path) -> None:
             _cp([*CP[:-1], "--parents", "-t", str(dst), "--", rel], src)
 
 
+IN_PROCESS_BYTES = 32 * 2**20
+IN_PROCESS_FILES = 2048
+"""A copy this small (after a small change) copies its plain files in process (filecopy.py):
+starting `cp` processes costs more there than the copying."""
+
+
+def _copy_here(batch: list[str], src: Path, dst: Path, into: list[str]) -> None:
+    """One batch in process: each plain file with one name by filecopy, the rest (links,
+    special files) by one `cp`, which copies them as what they are."""
+    rest = [rel for rel in batch if not filecopy.copy_regular(f"{src}/{rel}", f"{dst}/{rel}")]
+    if rest:
+        _cp([*into, *rest], src)
+
+
 def _copy(src: Path, dst: Path, found: Scan, plan: _Plan, advance: progress.Advance) -> None:
     if not plan.layer and ((found.files < SERIAL_BELOW and not plan.reused) or found.deep):
         _serial_copy(src, dst, found, advance)
@@ -535,8 +553,12 @@ def _copy(src: Path, dst: Path, found: Scan, plan: _Plan, advance: progress.Adva
     for rel, _ in made:
         os.mkdir(f"{dst}/{rel}", 0o700)
     into = [*CP[:-1], "--parents", "-t", str(dst), "--"]
-    copies: list[Job] = [(functools.partial(_cp, [*into, *batch], src), size)
-                         for batch, size in zip(plan.batches, plan.batch_bytes, strict=True)]
+    here = (sum(plan.batch_bytes) <= IN_PROCESS_BYTES
+            and sum(len(batch) for batch in plan.batches) <= IN_PROCESS_FILES)
+    copies: list[Job] = [
+        (functools.partial(_copy_here, batch, src, dst, into) if here
+         else functools.partial(_cp, [*into, *batch], src), size)
+        for batch, size in zip(plan.batches, plan.batch_bytes, strict=True)]
     if plan.linked:
         copies.append((functools.partial(_cp, [*into, *plan.linked], src), plan.linked_bytes))
     links: list[Job] = [(functools.partial(_link_batch, pairs, dst, src), 0)

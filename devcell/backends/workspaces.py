@@ -217,13 +217,14 @@ class Sources:
         """Relative path -> identity, of each regular file the record vouches for (not
         racily clean). A file with several names is shared only when all of them are
         (treecopy._plan_linked), so links within the workspace stay links."""
-        stamp = self.stamp
-        try:
-            return {str(e[0]): e for e in self.entries
-                    if stat.S_ISREG(int(e[5]))
-                    and int(e[3]) < stamp and int(e[4]) < stamp}
+        stamp, ifmt, ifreg = self.stamp, stat.S_IFMT(0o777777), stat.S_IFREG
+        try:  # no conversions: one pass over 10,000 entries is a few milliseconds
+            found: dict[Any, treecopy.Entry] = {
+                e[0]: e for e in self.entries
+                if e[5] & ifmt == ifreg and e[3] < stamp and e[4] < stamp}  # type: ignore[operator]
         except (TypeError, ValueError, IndexError):  # a damaged record vouches for nothing
             return {}
+        return found if all(isinstance(path, str) for path in found) else {}
 
     def regular(self) -> dict[str, tuple[object, ...]]:
         """Relative path -> (inode, size, mtime, ctime, mode) of every regular file recorded,

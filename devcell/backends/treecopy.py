@@ -365,14 +365,17 @@ def plan_layer(found: Scan, earlier: Earlier) -> _Plan | None:
     if files * LAYER_SHARE > max(found.files, 1) or size * LAYER_SHARE > max(found.size, 1):
         return None
     wanted.update(rel for rel, _ in found.dirs if rel not in before)
-    for path in [p for b in plan.batches for p in b] + plan.linked + [r for r, _ in plan.reused]:
-        parent = path.rpartition("/")[0]
-        while parent and parent not in wanted:
-            wanted.add(parent)
-            parent = parent.rpartition("/")[0]
-    plan.dirs = [rel for rel, _ in found.dirs if rel in wanted]
-    plan.held = plan.dirs + [p for b in plan.batches for p in b] + plan.linked + [
+    held_files = [p for b in plan.batches for p in b] + plan.linked + [
         r for r, _ in plan.reused]
+    wanted.update(path.rpartition("/")[0] for path in held_files)
+    closed: set[str] = set()
+    for directory in wanted:  # and every directory above one the layer holds
+        while directory and directory not in closed:
+            closed.add(directory)
+            directory = directory.rpartition("/")[0]
+    wanted = closed
+    plan.dirs = [rel for rel, _ in found.dirs if rel in wanted]
+    plan.held = plan.dirs + held_files
     return plan
 
 

@@ -61,6 +61,9 @@ LAYER = "layer.json"
 """Beside a layer's tree: the paths it holds itself, which the next checkpoint links from
 it (every other path lies in the full tree below)."""
 LAYER_VERSION = 1
+WHITEOUTS = "whiteouts"
+"""In checkpoint.json: how many character devices 0/0 the tree holds (a fork of it is then a
+copy: an overlay would hide them)."""
 VIEW = "view"
 """In a layer's checkpoint directory: the read-only overlay of its tree over the full tree,
 mounted when something reads the checkpoint whole (fork copy, restore, export)."""
@@ -295,6 +298,21 @@ def _read_legacy_sources(path: Path, volume_id: str) -> Sources | None:
     return Sources(entries, stamp)
 
 
+def _count_whiteouts(source: Path, found: treecopy.Scan) -> int:
+    """How many of the tree's entries are character devices 0/0 (what overlay reads as a
+    deleted file; the scan has no device numbers, so each character device is asked)."""
+    if found.deep:
+        return 1  # not walked by entry: unknown, so counted
+    count = 0
+    for entry in found.entries:
+        if stat.S_ISCHR(int(entry[5])):
+            try:
+                count += os.lstat(f"{source}/{entry[0]}").st_rdev == 0
+            except OSError:
+                count += 1  # cannot tell: counted, so a fork of it is a copy
+    return count
+
+
 class WorkspaceStore:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
@@ -332,7 +350,8 @@ class WorkspaceStore:
         storage, why_copy = COPY, None
         try:
             if source is not None:
-                why_copy = _overlay_refusal(source, tmp)
+                why_copy = self._whiteouts_refusal(str(from_checkpoint)) or _overlay_refusal(
+                    source, tmp)
                 if why_copy is None:
                     storage = OVERLAY
                     stats = treecopy.TreeStats(int(meta.get("files", 0)),
@@ -362,6 +381,18 @@ class WorkspaceStore:
         self.ensure_mounted(volume_id)
         logger.bind(volume=volume_id).debug("volume created ({}, {} files)", storage, stats.files)
         return VolumeMade(stats, storage, why_copy)
+
+    def _whiteouts_refusal(self, checkpoint_id: str) -> str | None:
+        """Why a fork of this checkpoint must be a copy because of its own files: one holds a
+        character device 0/0 (a cell can make one), which overlay reads as a deleted file,
+        so an overlay on it would not show it."""
+        holder = self.layout.checkpoint(self.holder_of(checkpoint_id))
+        meta = self.find_checkpoint(holder.name) or _read_json(holder / RETIRED) or {}
+        count = meta.get(WHITEOUTS)
+        if isinstance(count, int) and count > 0:
+            return (f"the snapshot holds {count} character device(s) 0/0, which an overlay "
+                    "would show as deleted files")
+        return None
 
     def storage(self, volume_id: str) -> str:
         """How the volume holds its files: OVERLAY (a fork on its checkpoint) or COPY."""
@@ -533,11 +564,13 @@ class WorkspaceStore:
                                       "held": made.held}, sort_keys=False, durable=False)
         failpoints.hit("storage.checkpoint.tree-built")
         whole = _write_sources(tmp / SOURCES, volume_id, found.record, stamp, payload)
+        whiteouts = _count_whiteouts(source, found)
         meta = {"id": checkpoint_id, "cell_id": cell_id, "volume": volume_id,
                 "files": made.stats.files, "size_bytes": made.stats.size_bytes,
                 "created": time.time(), "base": base, "shared_files": made.reused_files,
                 "shared_bytes": made.reused_bytes, TREE_DIGEST: whole,
                 **({OVER: over} if over is not None else {}),
+                **({WHITEOUTS: whiteouts} if whiteouts else {}),
                 "copy_ms": round((time.perf_counter() - started) * 1000, 1)}
         _write_json(tmp / "checkpoint.json", meta, durable=False)
         treecopy.sync_filesystem(tmp)

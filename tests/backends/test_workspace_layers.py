@@ -222,3 +222,45 @@ def test_a_layer_plan_refuses_a_deleted_path(tmp_path: Path) -> None:
     (root / "a/x").unlink()
     earlier = treecopy.Earlier(str(tmp_path / "nowhere"), {}, record=record, stamp=0)
     assert treecopy.plan_layer(treecopy.scan(root), earlier) is None
+
+
+@pytest.mark.parametrize("change", ["chmod", "empty-dir", "new-file"])
+def test_a_change_deep_in_the_tree_brings_every_directory_above_it(
+        store: WorkspaceStore, volume: Path, change: str) -> None:
+    deep = volume / "a/b/c"
+    deep.mkdir(parents=True)
+    for i in range(5):
+        (deep / f"f{i}").write_bytes(b"%d" % i)
+    _age(volume)
+    take(store, "snap_1")
+    if change == "chmod":  # the directory's own attributes, nothing under it
+        os.chmod(deep, 0o700)
+    elif change == "empty-dir":  # its mtime, and a directory with no file
+        (deep / "empty").mkdir()
+    else:
+        os.chmod(deep, 0o750)
+        (deep / "new").write_bytes(b"new")
+    expected = tree(volume)
+    second = take(store, "snap_2")
+    assert meta(store, "snap_2").get("over") == "snap_1"
+    assert tree(second) == expected
+    _age(volume)
+    (deep / "f0").write_bytes(b"again")
+    expected = tree(volume)
+    assert tree(take(store, "snap_3")) == expected, "and the next layer over the same tree"
+
+
+def test_a_fork_of_a_tree_holding_a_whiteout_device_is_a_copy_that_shows_it(
+        store: WorkspaceStore, volume: Path) -> None:
+    import stat as st
+
+    os.mknod(volume / "d1/wh", 0o600 | st.S_IFCHR, os.makedev(0, 0))  # what a cell can make
+    take(store, "snap_1")
+    assert meta(store, "snap_1").get("whiteouts") == 1
+    made = store.create_volume(cell_id="cell_2", cell_name="fork", volume_id="vol_2",
+                               from_checkpoint="snap_1")
+    assert made.storage == "copy" and "0/0" in (made.copy_reason or "")
+    fork = store.layout.workspace("vol_2")
+    assert st.S_ISCHR(os.lstat(fork / "d1/wh").st_mode)
+    assert tree(fork) == tree(volume)
+    store.delete_volume("vol_2")

@@ -44,14 +44,16 @@ class Changes:
     """Files the checkpoint recorded that the workspace no longer has (None: not known)."""
 
 
-def same_as(saved: Path) -> Unchanged:
-    """Compare with the entry at the same path under `saved` (a checkpoint's tree), by type,
+def same_as(saved: Path | Callable[[str], str]) -> Unchanged:
+    """Compare with the entry at the same path under `saved` (a checkpoint's tree, or what
+    gives the real path of each of its files: a layer's, without mounting its view), by type,
     size, mtime and mode: what `cp -a` keeps, so an untouched copy compares equal."""
-    base = str(saved)
+    base = str(saved) if isinstance(saved, Path) else ""
+    where = saved if not isinstance(saved, Path) else (lambda rel: f"{base}/{rel}")
 
     def unchanged(rel: str, st: os.stat_result) -> bool:
         try:
-            there = os.lstat(f"{base}/{rel}")
+            there = os.lstat(where(rel))
         except OSError:
             return False
         return (stat.S_IFMT(there.st_mode) == stat.S_IFMT(st.st_mode)

@@ -54,17 +54,17 @@ def _baseline(store: WorkspaceStore, volume_id: str
     restored = store.restored_from(volume_id, latest)
     if restored is not None:  # restored since its newest checkpoint: compared with that one
         recorded = _identities(layout.volume(volume_id) / workspaces.RESTORED, volume_id)
-        saved = changes.same_as(store.tree_of(restored))
+        saved = changes.same_as(store.earlier(restored, {}).file)  # no view mounted
         return restored, changes.by_record(recorded, saved), set(recorded) or None
     if latest is not None:
-        tree = store.tree_of(latest)
-        recorded = _identities(tree.parent / workspaces.SOURCES, volume_id)
-        saved = changes.same_as(tree)
+        home = layout.checkpoint(store.holder_of(latest))
+        recorded = _identities(home / workspaces.SOURCES, volume_id)
+        saved = changes.same_as(store.earlier(latest, {}).file)
         return latest, changes.by_record(recorded, saved), set(recorded) or None
     origin = (store.marker(volume_id) or {}).get("from_checkpoint")
     if not isinstance(origin, str) or store.find_checkpoint(origin) is None:
         return None, None, None
-    saved = changes.same_as(store.tree_of(origin))
+    saved = changes.same_as(store.earlier(origin, {}).file)
     if store.lower_of(volume_id) is None:
         return origin, saved, None
     index = overlay.UpperIndex(layout.upper(volume_id))

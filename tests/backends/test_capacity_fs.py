@@ -194,3 +194,21 @@ def test_dirty_bytes_after_an_unchanged_checkpoint_compare_with_the_named_tree(
     found = container_capacity.workspace_usage(store, "vol_a")
     assert found is not None and (found.since, found.changed_files) == ("ck2", 1)
     assert found.changed_bytes == 123
+
+
+def test_a_workspace_is_measured_against_a_layer_without_mounting_its_view(
+        store: WorkspaceStore) -> None:
+    src = store.layout.workspace("vol_a") / "src"
+    _take(store, "ck1")
+    (src / "f7").write_bytes(os.urandom(9000))
+    time.sleep(0.01)
+    _take(store, "ck2")
+    assert (store.find_checkpoint("ck2") or {}).get("over") == "ck1"
+    found = container_capacity.workspace_usage(store, "vol_a")
+    assert found is not None and (found.since, found.changed_files) == ("ck2", 0)
+    (src / "f8").write_bytes(b"changed")
+    found = container_capacity.workspace_usage(store, "vol_a")
+    assert found is not None and (found.changed_files, found.changed_bytes) == (1, 7)
+    assert not overlay.is_mounted(store.layout.checkpoint("ck2") / "view")
+    measured = container_capacity.checkpoints_usage(store, None)
+    assert measured.total.disk == _du(*sorted(store.layout.checkpoints.iterdir()))

@@ -1058,7 +1058,8 @@ from devcell.backends.workspaces import WorkspaceStore
 store = WorkspaceStore(Layout(Path(sys.argv[1])))
 action = sys.argv[2]
 if action == "checkpoint":
-    store.checkpoint(checkpoint_id="snap_2", cell_id="cell_1", volume_id="vol_1")
+    store.checkpoint(checkpoint_id=(sys.argv[3:4] or [""])[0] or "snap_2",
+                     cell_id="cell_1", volume_id="vol_1")
 elif action == "fork":
     store.create_volume(cell_id="cell_f", cell_name="f", volume_id="vol_f",
                         from_checkpoint="snap_1")
@@ -1207,6 +1208,61 @@ def test_storage_crash_over_a_shared_tree(point: str, action: str, tmp_path: Pat
     for name in ("snap_1", "snap_2"):
         store.delete_checkpoint(name)
     assert os.listdir(store.layout.checkpoints) == [], "nothing left once both are deleted"
+
+
+LAYER_CASES = [
+    ("storage.checkpoint.tree-built", "checkpoint snap_3"),  # a second layer over snap_1
+    ("storage.checkpoint.before-rename", "checkpoint snap_3"),
+    ("storage.checkpoint.retire", "delete snap_1"),  # retired: the layer snap_2 stands on it
+    ("storage.checkpoint.retire", "delete snap_2"),  # the last layer: snap_1's tree goes too
+]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("point", "action"), LAYER_CASES)
+def test_storage_crash_under_a_layer(point: str, action: str, tmp_path: Path) -> None:
+    """snap_2 holds only what changed since snap_1 (a layer over its tree): a kill while a
+    layer is made, while snap_1 is retired under it, or while the last layer over a retired
+    snap_1 is removed loses nothing still named, and the retry leaves nothing behind."""
+    from devcell.backends import overlay
+    from devcell.reconciler import recovery
+
+    if overlay.supported() is not None:
+        pytest.skip(f"no overlay mounts here: {overlay.supported()}")
+    state = tmp_path / "state"
+    store, workspace = _checkpointed_tree(state)
+    (workspace / "d0" / "f0").write_bytes(b"changed after snap_1")
+    time.sleep(0.05)
+    store.checkpoint(checkpoint_id="snap_2", cell_id="cell_1", volume_id="vol_1")
+    assert (store.find_checkpoint("snap_2") or {}).get("over") == "snap_1"
+    saved = {"snap_1": _tree(store.tree_of("snap_1")), "snap_2": _tree(store.tree_of("snap_2"))}
+    verb, _, target = action.partition(" ")
+    if verb == "checkpoint":
+        (workspace / "d1" / "f1").write_bytes(b"changed after snap_2")
+        time.sleep(0.05)
+    elif target == "snap_2":
+        store.delete_checkpoint("snap_1")  # retired: the layer stands on it
+    live = _tree(workspace)
+
+    assert _storage_call(state, verb, f"{point}:1", target) == KILLED
+    assert _tree(workspace) == live
+    for name in ("snap_1", "snap_2"):
+        if store.find_checkpoint(name) is not None:
+            assert _tree(store.tree_of(name)) == saved[name], f"{name} lost nothing"
+    assert _storage_call(state, verb, None, target) == 0, "the same call again completes"
+    if verb == "checkpoint":
+        assert (store.find_checkpoint("snap_3") or {}).get("over") == "snap_1"
+        assert _tree(store.tree_of("snap_3")) == live
+    elif target == "snap_1":
+        assert store.find_checkpoint("snap_1") is None
+        assert _tree(store.tree_of("snap_2")) == saved["snap_2"]
+    recovery.remove_dead_temporaries(state)  # what every converge does first
+    assert _leftovers(state) == []
+    for name in ("snap_1", "snap_2", "snap_3"):
+        store.delete_checkpoint(name)
+    assert os.listdir(store.layout.checkpoints) == [], "nothing left once all are deleted"
+    with open("/proc/self/mountinfo") as info:
+        assert not [line for line in info if str(state) in line], "no view left mounted"
 
 
 def test_every_storage_failpoint_is_crashed() -> None:

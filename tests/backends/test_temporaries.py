@@ -28,7 +28,7 @@ COPIER = textwrap.dedent("""
     store = WorkspaceStore(Layout(Path(sys.argv[1])))
     store.create_volume(cell_id="cell_a", cell_name="a", volume_id="vol_a", from_checkpoint=None)
     workspace = store.layout.workspace("vol_a")
-    for i in range(300):
+    for i in range(3000):  # past treecopy.IN_PROCESS_FILES: copied by cp processes
         (workspace / f"d{i % 10}").mkdir(exist_ok=True)
         (workspace / f"d{i % 10}" / f"f{i}").write_text("x")
     store.checkpoint(checkpoint_id="snap_a", cell_id="cell_a", volume_id="vol_a")

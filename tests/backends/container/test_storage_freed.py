@@ -57,9 +57,17 @@ def _entries(state: Path) -> list[str]:
 def world(engine: None, cli: Cli, tmp_path: Path) -> Path:
     docs = tmp_path / "m"
     docs.mkdir()
-    (docs / "a.yaml").write_text(
-        _cell("base", write="echo base > /workspace/base.txt; head -c 300000 /dev/urandom "
-                            "> /workspace/blob") + "---\n" + _snap("s1", "base"))
+    base = _cell("base", write="echo base > /workspace/base.txt; head -c 300000 /dev/urandom "
+                               "> /workspace/.blob; mv /workspace/.blob /workspace/blob")
+    (tmp_path / "base.yaml").write_text(base)
+    applied = cli("apply", "-f", str(tmp_path / "base.yaml"))
+    assert applied.returncode == 0, applied.stderr
+    # s1 only once the cell wrote its files (whole, by rename) and a clock tick passed: a
+    # snapshot is the workspace at its freeze, and one taken mid-write would hold half
+    waited = cli("exec", "base", "--", "sh", "-c",
+                 "while [ ! -e /workspace/blob ]; do sleep 0.05; done; sleep 0.05")
+    assert waited.returncode == 0, waited.stderr
+    (docs / "a.yaml").write_text(base + "---\n" + _snap("s1", "base"))
     applied = cli("apply", "-f", str(docs / "a.yaml"))
     assert applied.returncode == 0, applied.stderr
     (docs / "b.yaml").write_text(_snap("s2", "base") + "---\n" + _cell("fork", fork_of="s1"))

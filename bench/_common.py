@@ -455,15 +455,20 @@ def fixed(env: dict[str, str]) -> Callable[[], tuple[dict[str, str], Callable[[]
 
 
 def time_interleaved(subjects: list[Subject], runs: int, warmup: int, *,
-                     alternate: bool = False) -> dict[str, list[float]]:
+                     alternate: bool = False, settle: bool = False) -> dict[str, list[float]]:
     """Run the subjects round-robin (A B A B ...) so drift affects each the same. With
     `alternate`, every other round runs in reverse order (A B C, C B A, ...): two builds of
     DevCell timed side by side then each follow the other as often, so neither always runs
-    right after the same process (warm page cache, a CPU just freed)."""
+    right after the same process (warm page cache, a CPU just freed). With `settle`, each
+    timed run starts after a sync (untimed): a subject that flushes its filesystem (syncfs)
+    would otherwise also write back what the previous subject left dirty (another build's
+    1 GiB copy), and be timed for it."""
     samples: dict[str, list[float]] = {s.label: [] for s in subjects}
     for round_no in range(warmup + runs):
         for s in subjects if not (alternate and round_no % 2) else subjects[::-1]:
             env, cleanup = s.prepare()
+            if settle:
+                os.sync()
             try:
                 r = run_ok(s.argv, env)
             finally:

@@ -15,7 +15,9 @@ table where a target names them):
 - `cell sleep` after a 1% change, and `cell start` after sleep.
 
 Each build runs its own state directory and cell (container, network none), filled once on
-the host. Snapshots, forks and cells made for a run are verified and deleted, untimed.
+the host. Every timed run starts after a sync (untimed), so no run's syncfs writes back what
+the run before it (the other build's copy) left dirty. Snapshots, forks and cells made for a
+run are verified and deleted, untimed.
 Needs the engine and the base image (scripts/docker-setup).
 Run by hand: .venv/bin/python bench/checkpoint.py [--runs 5] [--only-checkpoints]
     [--compare-devcell /work/main/.venv/bin/devcell --compare-label main]
@@ -168,7 +170,7 @@ def checkpoints(worlds: list[World], args: Any, work: Path,
                               ["sh", "-c", 'cp -a "$0" "$1" && sync -f "$1"',
                                str(worlds[0].workspace), str(copies)], cp_fresh))
     samples.update(c.time_interleaved(subjects, args.runs, args.warmup,
-                                      alternate=len(worlds) > 1))
+                                      alternate=len(worlds) > 1, settle=True))
     for w in worlds:  # the checkpoint later ones share with
         w.dc("snapshot", "create", w.cell, "--name", "base")
     salt = iter(range(10**6))
@@ -195,7 +197,7 @@ def checkpoints(worlds: list[World], args: Any, work: Path,
                                                          w.cell, "--name", "again"],
                               later(w, what, change)) for w in worlds]
         samples.update(c.time_interleaved(subjects, args.runs, args.warmup,
-                                          alternate=len(worlds) > 1))
+                                          alternate=len(worlds) > 1, settle=True))
 
 
 def forks(worlds: list[World], args: Any, samples: dict[str, list[float]],
@@ -213,7 +215,7 @@ def forks(worlds: list[World], args: Any, samples: dict[str, list[float]],
     samples.update(c.time_interleaved(
         [c.Subject(f"fork {size}{w.build.tag}", [w.build.devcell, "cell", "fork", w.cell,
                                                   "--snapshot", "base", "--name", "f"], fork(w))
-         for w in worlds], args.runs, args.warmup, alternate=len(worlds) > 1))
+         for w in worlds], args.runs, args.warmup, alternate=len(worlds) > 1, settle=True))
 
 
 def ten_forks(w: World, args: Any) -> tuple[int, int]:
@@ -246,7 +248,7 @@ def sleeps(worlds: list[World], args: Any, samples: dict[str, list[float]]) -> N
                                [w.build.devcell, "cell", "sleep", w.cell], changed(w)),
                      c.Subject(f"start after sleep{w.build.tag}",
                                [w.build.devcell, "cell", "start", w.cell], c.fixed(w.env))]
-    samples.update(c.time_interleaved(subjects, args.runs, args.warmup))
+    samples.update(c.time_interleaved(subjects, args.runs, args.warmup, settle=True))
 
 
 def only_disk(worlds: list[World], args: Any) -> int:

@@ -4,11 +4,13 @@ Everything appears under its final name only when complete: a volume or checkpoi
 in a temporary sibling directory and renamed into place, and removed by a rename to a trash
 name first. So a crash never leaves a half-written checkpoint that `find` would report.
 
-A checkpoint is a complete, immutable tree; a file unchanged since an earlier checkpoint of
-the same volume is a hard link to that checkpoint's file (found by the inode, size, times and
-mode recorded in the earlier checkpoint's `sources.rec`, as git's index finds unchanged
-files), so a checkpoint costs what changed. Links only ever join checkpoints, never a live
-workspace. A fork's volume is, where the machine allows, an overlay whose lower layer is its
+A checkpoint is an immutable tree: either complete, each file unchanged since an earlier
+checkpoint of the same volume a hard link to that checkpoint's file (found by the inode, size,
+times and mode recorded in the earlier checkpoint's `sources.rec`, as git's index finds
+unchanged files), or, after a small change, a layer holding only what changed since the
+volume's last complete tree, read whole through a read-only overlay of the two (OVER, VIEW);
+either way a checkpoint costs what changed. Links only ever join checkpoints, never a live
+workspace. A fork's volume is, where the machine allows, an overlay whose lower layers are its
 snapshot's checkpoint (see overlay.py); elsewhere a copy. The layout and the space each
 operation costs are described in docs/backends.md.
 """

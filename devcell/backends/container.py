@@ -708,7 +708,7 @@ class ContainerBackend:
     def _remove(self, container_id: str, cell: CellRef) -> None:
         """Over the socket first (`cell sleep` needs no SDK), else through the SDK."""
         action = f"removing the container of cell {cell.name}"
-        found = freezer.of_container(container_id)  # under v1 a frozen process cannot die
+        found = freezer.of_container(container_id)  # a frozen process may not even die
         if found is not None and found.state() is not freezer.State.THAWED:
             found.thaw()
         try:
@@ -826,6 +826,12 @@ class ContainerBackend:
         # if quiesce did not (the controller always quiesces first; this keeps the promise).
         thaw = (info is not None and info.get("State") == "running"
                 and not self._frozen_behind_the_engine(info))
+        marker = self.layout.run_dir(cell.id) / QUIESCED
+        made_marker = False
+        if thaw and not marker.exists():  # a kill while frozen: observed frozen, resumed
+            marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            marker.touch()
+            made_marker = True
         how = self._freeze(info["Id"], cell) if thaw and info is not None else None
         try:
             meta = self.store.checkpoint(checkpoint_id=checkpoint_id, cell_id=cell.id,
@@ -833,6 +839,8 @@ class ContainerBackend:
         finally:
             if how is not None and info is not None:
                 self._thaw(dict(info, State="paused" if how == "engine" else "running"), cell)
+            if made_marker:
+                marker.unlink(missing_ok=True)
         logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-").info(
             "checkpoint {}: {} files, {} bytes in {} ms", checkpoint_id, meta["files"],
             meta["size_bytes"], meta.get("copy_ms"))

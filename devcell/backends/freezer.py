@@ -12,7 +12,8 @@ cell is only ever frozen here between `quiesce` and `resume`, with the backend's
 marker written before the freeze; a process killed in between leaves the marker, the cell
 is observed frozen, and the next reconcile resumes it (which thaws the group), as it does
 for the engine's pause. Whatever stops, removes or starts the container thaws it first: a
-frozen process cannot handle SIGTERM, and under cgroup v1 not even die of SIGKILL.
+frozen process cannot handle SIGTERM, and under cgroup v1 on older kernels cannot even die
+of SIGKILL.
 
 - v1: `freezer.state` in the freezer hierarchy: write FROZEN, read until FROZEN (FREEZING
   while tasks are still being stopped); THAWED to thaw.

@@ -80,3 +80,23 @@ def test_a_checkpoint_without_quiesce_freezes_and_thaws_itself(
     found = freezer.of_container(_container(docker_client, backend, ref)["Id"])
     assert found is not None and found.state() is freezer.State.THAWED
     assert not backend.observe(ref).frozen
+
+
+def test_a_checkpoint_that_freezes_a_cell_itself_marks_it_frozen_meanwhile(
+        backend: ContainerBackend, docker_client: Any, monkeypatch: Any) -> None:
+    """Killed while frozen, such a checkpoint must leave the cell observed frozen (and so
+    resumed), as quiesce does."""
+    ref = cell(services=[COUNTER])
+    up(backend, ref)
+    seen: list[bool] = []
+    real = backend.store.checkpoint
+
+    def watched(**kwargs: Any) -> Any:
+        seen.append(backend.observe(ref).frozen)
+        return real(**kwargs)
+
+    monkeypatch.setattr(backend.store, "checkpoint", watched)
+    backend.checkpoint(ref, "snap_marked")
+    assert seen == [True]
+    assert not backend.observe(ref).frozen
+    assert not (backend.layout.run_dir(ref.id) / QUIESCED).exists()

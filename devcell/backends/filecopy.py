@@ -15,6 +15,7 @@ that was looked at; otherwise the caller copies it with `cp`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -97,10 +98,8 @@ def _copy_metadata(fd_in: int, fd_out: int, st: os.stat_result) -> None:
     """Owner first (changing it clears set-id bits and file capabilities), then the mode,
     then the extended attributes (an ACL sets the group bits the mode has anyway)."""
     if os.geteuid() == 0 or st.st_uid == os.geteuid():
-        try:
+        with contextlib.suppress(PermissionError):  # not root: the caller's, as with cp -a
             os.fchown(fd_out, st.st_uid, st.st_gid)
-        except PermissionError:
-            pass  # not root: the copy is the caller's, as with cp -a
     os.fchmod(fd_out, stat.S_IMODE(st.st_mode))
     for name in os.listxattr(fd_in):
         try:

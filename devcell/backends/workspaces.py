@@ -388,9 +388,7 @@ class WorkspaceStore:
         """Why a fork of this checkpoint must be a copy because of its own files: one holds a
         character device 0/0 (a cell can make one), which overlay reads as a deleted file,
         so an overlay on it would not show it."""
-        holder = self.layout.checkpoint(self.holder_of(checkpoint_id))
-        meta = self.find_checkpoint(holder.name) or _read_json(holder / RETIRED) or {}
-        count = meta.get(WHITEOUTS)
+        count = self._tree_meta(self.holder_of(checkpoint_id)).get(WHITEOUTS)
         if isinstance(count, int) and count > 0:
             return (f"the snapshot holds {count} character device(s) 0/0, which an overlay "
                     "would show as deleted files")
@@ -628,11 +626,14 @@ class WorkspaceStore:
         named = meta.get(SAME_AS)
         return str(named) if isinstance(named, str) and is_safe_id(named) else checkpoint_id
 
+    def _tree_meta(self, tree: str) -> dict[str, Any]:
+        """The metadata of the checkpoint holding a tree, retired or not."""
+        return (self.find_checkpoint(tree)
+                or _read_json(self.layout.checkpoint(tree) / RETIRED) or {})
+
     def over_of(self, tree: str) -> str | None:
         """The full tree a tree holder's own tree is a layer over, or None (a full tree)."""
-        home = self.layout.checkpoint(tree)
-        meta = self.find_checkpoint(tree) or _read_json(home / RETIRED) or {}
-        over = meta.get(OVER)
+        over = self._tree_meta(tree).get(OVER)
         return str(over) if isinstance(over, str) and is_safe_id(over) else None
 
     def layers_of(self, checkpoint_id: str) -> list[Path]:

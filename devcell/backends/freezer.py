@@ -63,7 +63,7 @@ class Freezer:
         asked = (cgroups.read_text(self.directory / "cgroup.freeze") or "").strip()
         if events is None or asked not in ("0", "1"):
             return None
-        frozen = re.search(r"^frozen 1$", events, re.MULTILINE) is not None
+        frozen = "frozen 1" in events.splitlines()
         if asked == "0":
             return State.THAWED if not frozen else State.FREEZING
         return State.FROZEN if frozen else State.FREEZING

@@ -26,6 +26,7 @@ files only (the hierarchies are the host's; a cell cannot write them).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import re
@@ -79,18 +80,15 @@ class Freezer:
     def freeze(self, timeout: float = FREEZE_SECONDS) -> bool:
         """Freeze every process of the group; False (and thawed again) when it did not
         freeze within `timeout` or cannot be written."""
-        try:
+        with contextlib.suppress(OSError):  # not writable: thawed below, the engine asked
             self._write("FROZEN" if self.version == cgroups.V1 else "1")
             deadline = time.monotonic() + timeout
-            while True:
-                now = self.state()
-                if now is State.FROZEN:
-                    return True
+            while (now := self.state()) is not State.FROZEN:
                 if now is None or time.monotonic() > deadline:
                     break
                 time.sleep(0.0005)
-        except OSError:
-            pass
+            else:
+                return True
         self.thaw()
         return False
 

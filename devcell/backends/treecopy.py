@@ -217,15 +217,11 @@ def _scan_long(found: Scan, directory: treewalk.Directory) -> None:
             found.entries.append(entry)
 
 
-def digest(record: list[Entry]) -> str:
-    """A digest of a walk's record, to tell "exactly the same tree" without reading the
-    recorded one back: marshal (format 2: no back-references, so equal records give equal
-    bytes) of the lists, hashed. Only ever compared with a digest this code made."""
-    return digest_of(record_bytes(record))
-
-
 def record_bytes(record: list[Entry]) -> bytes:
-    """A walk's record as bytes (marshal format 2): what a checkpoint stores and digests."""
+    """A walk's record as bytes, to store and to tell "exactly the same tree" by their digest
+    (digest_of) without reading the recorded one back: marshal format 2 has no
+    back-references, so equal records give equal bytes. Only ever compared with a digest
+    this code made."""
     return marshal.dumps(record, 2)
 
 

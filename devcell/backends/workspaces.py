@@ -53,7 +53,7 @@ RETIRED = "retired.json"
 """A deleted checkpoint whose tree others still name: checkpoint.json renamed to this, so it
 is no checkpoint any more, and its tree stays until the last one naming it is deleted."""
 TREE_DIGEST = "tree_digest"
-"""In checkpoint.json: treecopy.digest of the walk its tree was saved from, when that walk
+"""In checkpoint.json: treecopy.digest_of(record_bytes) of the walk its tree was saved from, when that walk
 can vouch for every entry (none racily clean); a later walk with the same digest found
 exactly that tree: nothing changed."""
 OVER = "over"

@@ -33,7 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from devcell.backends.container_layout import state_hash  # noqa: E402
+from devcell.backends.host.ids import state_hash  # noqa: E402
 
 DEVCELL = REPO / ".venv" / "bin" / "devcell"
 IMAGE = "devcell/busybox:latest"
@@ -60,7 +60,8 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
 
 
 def digest_only(sizes: list[int], runs: int) -> None:
-    from devcell.backends import build_digest_cache, container_build
+    from devcell.backends.container import build as container_build
+    from devcell.backends.container import build_digest_cache
 
     for files in sizes:
         tmp = Path(tempfile.mkdtemp(prefix="devcell-bench-digest-"))

@@ -24,9 +24,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devcell.backends import treecopy, workspaces
-from devcell.backends.container_layout import Layout
-from devcell.backends.workspaces import WorkspaceStore
+from devcell.backends.container import workspaces
+from devcell.backends.container.layout import Layout
+from devcell.backends.container.workspaces import WorkspaceStore
+from devcell.backends.host import treecopy
 
 sys.path.insert(0, str(Path(__file__).parent))
 from checkpoint import change_one_percent, fill  # noqa: E402

@@ -39,8 +39,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from devcell.backends import vm_firecracker_api as api  # noqa: E402
-from devcell.backends.vm_driver import Disk, MachineConfig  # noqa: E402
+from devcell.backends.vm.drivers import firecracker_api as api  # noqa: E402
+from devcell.backends.vm.drivers.driver import Disk, MachineConfig  # noqa: E402
 from tests.backends.vm import firecracker_contract as contract  # noqa: E402
 
 STAND_IN = REPO / "tests" / "backends" / "vm" / "firecracker_fake.py"

@@ -38,7 +38,7 @@ def write_cells(directory: Path, count: int) -> None:
 
 
 def container_of(state: Path, name: str) -> str:
-    from devcell.backends.container_layout import state_hash
+    from devcell.backends.host.ids import state_hash
 
     out = subprocess.run(["docker", "ps", "-aq", "--filter", "label=dev.devcell.managed=true",
                           "--filter", f"label=dev.devcell.state-dir={state_hash(state)}",

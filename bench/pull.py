@@ -140,7 +140,7 @@ def timed_docker(ref: str, n: int) -> float:
 
 def pull_in_process(work: Path, ref: str) -> float:
     from devcell.backends.base import CellRef
-    from devcell.backends.container import ContainerBackend
+    from devcell.backends.container.backend import ContainerBackend
 
     backend = ContainerBackend(state_dir=work / "state-pull-alone")
     try:

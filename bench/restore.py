@@ -29,7 +29,7 @@ from pathlib import Path
 import _common as c
 import checkpoint as ck
 
-from devcell.backends import treecopy
+from devcell.backends.host import treecopy
 
 CHECKED: list[str] = []
 

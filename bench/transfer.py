@@ -23,7 +23,7 @@ from collections.abc import Callable
 import _common as c
 from checkpoint import make_world
 
-from devcell.backends import treecopy
+from devcell.backends.host import treecopy
 
 
 def main() -> int:

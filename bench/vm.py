@@ -41,8 +41,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from devcell.backends.base import CellRef  # noqa: E402
-from devcell.backends.vm import VmBackend  # noqa: E402
-from devcell.backends.vm_proc import find, kill, scan  # noqa: E402
+from devcell.backends.vm.backend import VmBackend  # noqa: E402
+from devcell.backends.vm.proc import find, kill, scan  # noqa: E402
 from devcell.errors import BackendError  # noqa: E402
 
 IMAGE = "devcell/busybox:latest"

@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from devcell.backends.vm_qmp import JsonChannel  # noqa: E402
+from devcell.backends.vm.drivers.qmp import JsonChannel  # noqa: E402
 
 
 def before(sock: socket.socket) -> bytes:

@@ -27,7 +27,7 @@ import _common as c
 
 MiB = 1 << 20
 MEASURE = ("import sys; from pathlib import Path; "
-           "from devcell.backends.vm_capacity import VmAccounting; "
+           "from devcell.backends.vm.capacity import VmAccounting; "
            "a = VmAccounting(state_dir=Path(sys.argv[1])); "
            "r = a.runtimes_usage(); k = a.checkpoints_usage(); "
            "print(sum(getattr(u, 'files_bytes', None) or 0 for u in r.values()), k.total.disk)")

@@ -34,10 +34,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from devcell.backends.base import CellRef  # noqa: E402
-from devcell.backends.vm import VmBackend  # noqa: E402
-from devcell.backends.vm_layout import VmLayout  # noqa: E402
-from devcell.backends.vm_proc import kill, scan  # noqa: E402
-from devcell.backends.vm_qmp import Qmp  # noqa: E402
+from devcell.backends.vm.backend import VmBackend  # noqa: E402
+from devcell.backends.vm.drivers.qmp import Qmp  # noqa: E402
+from devcell.backends.vm.layout import VmLayout  # noqa: E402
+from devcell.backends.vm.proc import kill, scan  # noqa: E402
 
 IMAGE = "devcell/busybox:latest"
 SPEC = {"backend": "vm", "image": IMAGE, "workspace": {"mountPath": "/workspace"},

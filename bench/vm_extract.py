@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from devcell.backends import vm_extract  # noqa: E402
+from devcell.backends.vm import extract as vm_extract  # noqa: E402
 
 
 def main() -> None:

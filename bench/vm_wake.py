@@ -31,10 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vm import COUNTER, IMAGE, until_usable  # noqa: E402
 
-from devcell.backends import vm_qemu, vm_qmp  # noqa: E402
 from devcell.backends.base import CellRef  # noqa: E402
-from devcell.backends.vm import VmBackend  # noqa: E402
-from devcell.backends.vm_proc import kill, scan  # noqa: E402
+from devcell.backends.vm.backend import VmBackend  # noqa: E402
+from devcell.backends.vm.drivers import qemu as vm_qemu  # noqa: E402
+from devcell.backends.vm.drivers import qmp as vm_qmp  # noqa: E402
+from devcell.backends.vm.proc import kill, scan  # noqa: E402
 
 EVENTS: list[tuple[float, str]] = []
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from devcell.backends import treecopy
+from devcell.backends.host import treecopy
 
 
 def fwalk_signature(root: Path) -> set[tuple[str, str, int, int, int]]:

@@ -3,7 +3,7 @@ a record can reach a sink.
 
 A library stays quiet unless the program using it asks (loguru's own advice for libraries):
 DevCell's records are disabled until an entry point that owns the terminal or the log file
-(the `devcell` CLI and `celld`, through devcell.cli.logs) enables them as it adds its sinks.
+(the `devcell` CLI and `celld`, through devcell.cli.log_sink) enables them as it adds its sinks.
 Every DevCell module logs through `from devcell.log import logger` rather than loguru directly,
 so whichever module a program imports first, the library is already silent: `devcell.runs`
 used on its own writes nothing to stderr.

@@ -38,7 +38,7 @@ def _no_mount_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None
         return
     tmp: Path = request.getfixturevalue("tmp_path")
     yield
-    from devcell.backends import treecopy
+    from devcell.backends.host import treecopy
 
     treecopy.detach_mounts_under(tmp)
 

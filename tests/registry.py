@@ -78,7 +78,7 @@ class Registry:
             if version is None:
                 client.api.tag(IMAGE, repository, staging)
             else:
-                from devcell.backends import base_image
+                from devcell.backends.container import base_image
 
                 client.api.import_image_from_data(
                     base_image.rootfs_tar(), repository=repository, tag=staging,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from devcell import progress
-from devcell.backends import treecopy
+from devcell.backends.host import treecopy
 from devcell.errors import BackendError
 
 

@@ -252,7 +252,7 @@ def pulled_and_built_images(inv: Inventory) -> tuple[Row, list[Item]]:
     engine's sizes; one no live cell names and no container uses is reclaimable (`devcell
     image prune`). The engine is asked only when the state directory uses it."""
     from devcell.api import images
-    from devcell.backends.images import RECORD_FILE
+    from devcell.backends.container.images import RECORD_FILE
 
     uses_engine = any(m.backend == "container" for m in inv.measured)
     if not uses_engine and not (inv.state_dir / RECORD_FILE).exists():
@@ -341,10 +341,8 @@ def df(state_dir: Path) -> Report:
     names: tuple[dict[str, str], dict[str, str]] = ({}, {})
     measured: list[Measured] = []
     db: Database | None = None
-    if (state_dir / "state.db").exists():
+    if guard.database_exists(state_dir):
         db = Database(state_dir, create=False)
-    else:
-        guard.refuse_leftovers(state_dir, state_dir / "state.db")
     try:
         if db is not None:
             for name in backends.holding(state_dir, objects.backends_in_use(db.conn)):

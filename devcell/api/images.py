@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devcell.backends import images
+from devcell.backends.container import images
 from devcell.errors import BackendConflict, BackendNotFound, BackendUnavailable
 from devcell.store import db as dbmod
 from devcell.store import objects
 
 if TYPE_CHECKING:
-    from devcell.backends.container import ContainerBackend
+    from devcell.backends.container.backend import ContainerBackend
 
 
 @dataclass(frozen=True)
@@ -78,14 +78,16 @@ class PruneReport:
 
 
 def _backend(state_dir: Path) -> ContainerBackend:
-    from devcell.backends.container import ContainerBackend
+    from devcell.backends.container.backend import ContainerBackend
 
     return ContainerBackend(state_dir=state_dir)
 
 
 def _cells_naming(state_dir: Path) -> dict[str, list[str]]:
     """Image reference -> live cells of this state directory whose spec names it."""
-    if not (state_dir / "state.db").exists():
+    from devcell.store import guard
+
+    if not guard.database_exists(state_dir):
         return {}
     db = dbmod.open_database(state_dir)
     try:
@@ -122,7 +124,7 @@ def _built(backend: ContainerBackend, info: dict[str, Any], naming: dict[str, li
     DevCell's labels: labels are inherited, so an image a user builds FROM a DevCell image
     has them too. Only the tags a build gives (container_build.tag_for) are DevCell's, and
     only those are listed and removed: a tag a user added (`docker tag`) stays."""
-    from devcell.backends.container_build import REPOSITORY
+    from devcell.backends.container.build import REPOSITORY
 
     image_id = str(info["Id"])
     prefix = f"{REPOSITORY}/{backend.owner[:12]}/"

@@ -28,8 +28,8 @@ from devcell.backends.base import CellRef, Changes
 from devcell.controllers import restore as restore_controller
 from devcell.controllers import snapshot as snapshot_controller
 from devcell.errors import CapabilityMissing, Conflict, DevCellError
+from devcell.store import clock, objects, operations, restores, volumes
 from devcell.store import db as dbmod
-from devcell.store import objects, operations, restores, volumes
 from devcell.store.desired import Change
 from devcell.store.objects import Phase
 
@@ -81,7 +81,7 @@ def restore(state_dir: Path, snapshot: str, *, cell: str | None = None, safety: 
         preview = _preview(db, state_dir, snap, target, backend_name, safety, options)
         if dry_run:
             return Restored(preview)
-        started = dbmod.now()
+        started = clock.now()
         approved = _waiting(db, snap, target, options)
         if approved is not None:  # the same restore waited: approved, it goes on
             preview = dataclasses.replace(preview, safety=approved.safety)

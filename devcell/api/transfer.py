@@ -1,7 +1,7 @@
 """Moving a snapshot between state directories and machines: `snapshot export` and `import`.
 
 Export streams a Ready snapshot's checkpoint, read through its backend, into a self-describing
-archive (devcell.backends.archive_format). Import is the other way, and treats the archive as
+archive (devcell.backends.archives.format). Import is the other way, and treats the archive as
 hostile input: it is checked in full (checksum, names, kinds, sizes) while its tree is written
 into a temporary directory beside the checkpoints, which is renamed into place only once
 everything passed; the Snapshot row, Ready and with its origin, is recorded after, in one
@@ -25,15 +25,18 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from devcell import __version__, backends, failpoints, ids, names
-from devcell.backends import archive_format, archive_read, archive_write, container_layout
+from devcell.backends.archives import format as archive_format
+from devcell.backends.archives import read as archive_read
+from devcell.backends.archives import write as archive_write
 from devcell.backends.base import Backend, Consistency
+from devcell.backends.host import ids as host_ids
 from devcell.controllers import snapshot as snapshot_controller
 from devcell.controllers.steps import StepName
 from devcell.errors import ArchiveRefused, Conflict, DevCellError, ManifestError, Problem
 from devcell.manifests import model, validate
 from devcell.store import db as dbmod
 from devcell.store import events, migrations, objects, operations
-from devcell.store.db import now
+from devcell.store.clock import now
 from devcell.store.objects import Phase
 
 KIND = "Snapshot"
@@ -206,7 +209,7 @@ def import_(state_dir: Path, source: BinaryIO, *, name: str | None = None,
 
 def _safe(value: str | None) -> str | None:
     """An id from the archive, kept only if it is one (it is shown and stored)."""
-    ok = value is not None and ids.looks_like_id(value) and container_layout.is_safe_id(value)
+    ok = value is not None and ids.looks_like_id(value) and host_ids.is_safe_id(value)
     return value if ok else None
 
 

@@ -1,4 +1,5 @@
-"""Backends, registered by name and imported only when used (so `devcell get` stays fast)."""
+"""Backends, loaded by name from the backend registry (devcell/backend_registry.py) and
+imported only when used (so `devcell get` stays fast)."""
 
 from __future__ import annotations
 
@@ -6,31 +7,15 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from devcell import backend_registry as registry
 from devcell.errors import BackendUnavailable, UnknownBackend
 
 if TYPE_CHECKING:
     from devcell.backends.base import Accounting, Backend, Capabilities, Observed
 
-REGISTRY: dict[str, str] = {
-    "fake": "devcell.backends.fake:FakeBackend",
-    "container": "devcell.backends.container:ContainerBackend",
-    "vm": "devcell.backends.vm:VmBackend",
-}
-OBSERVERS: dict[str, str] = {
-    "fake": "devcell.backends.fake:observe_all",
-    "container": "devcell.backends.container_observe:observe_all",
-    "vm": "devcell.backends.vm_observe:observe_all",
-}
-"""Each backend's `observe_all(state_dir)` (base.ObserveAll): its runtimes in one call,
-importable without the backend's SDK (commands observe before they act, on the fast path)."""
-MEASURERS: dict[str, str] = {
-    "container": "devcell.backends.container_capacity:ContainerAccounting",
-    "vm": "devcell.backends.vm_capacity:VmAccounting",
-}
-"""Each backend's Accounting (base.py) that keeps files or runtimes to measure, importable
-without the backend's SDK and usable with its engine down (what lies on disk is measured
-from the disk). A backend missing here keeps nothing to measure (the fake)."""
-PLANNED: dict[str, str] = {}
+REGISTRY: dict[str, str] = {entry.name: entry.implementation for entry in registry.BACKENDS}
+"""Each backend's class (devcell/backend_registry.py holds everything else about it)."""
+PLANNED = registry.PLANNED
 
 
 _classes: dict[str, type] = {}
@@ -85,24 +70,20 @@ def load(name: str, state_dir: Path) -> Backend:
 
 def holding(state_dir: Path, recorded: set[str]) -> list[str]:
     """The backends `recorded` (those the state database's cells name) and any other whose
-    storage in `state_dir` holds something (a crash before the record, an older DevCell):
-    what `devcell df` measures and `devcell gc` collects."""
-    from devcell.backends.build_digest_cache import DIRECTORY as BUILD_DIGESTS
-    from devcell.backends.container_layout import Layout
-
+    storage roots in `state_dir` hold something (a crash before the record, an older DevCell,
+    a database restored from an old backup): what `devcell df` measures, `devcell gc`
+    collects and the daemon's orphan sweep sweeps."""
     names = set(recorded)
-    if (state_dir / "backends" / "fake.db").exists():
-        names.add("fake")
-    layout = Layout(state_dir)
-    kept = (layout.volumes, layout.checkpoints, state_dir / BUILD_DIGESTS)
-    if any(p.is_dir() and not p.is_symlink() and any(p.iterdir()) for p in kept):
-        names.add("container")
+    for entry in registry.BACKENDS:
+        if entry.name not in names and registry.held(state_dir, entry.roots):
+            names.add(entry.name)
     return sorted(names)
 
 
 def accounting(name: str, state_dir: Path) -> Accounting | None:
     """What measures backend `name`'s holdings in `state_dir`, or None when it keeps none."""
-    target = MEASURERS.get(name)
+    entry = registry.get(name)
+    target = None if entry is None else entry.accounting
     if target is None:
         return None
     module_name, _, class_name = target.partition(":")
@@ -113,7 +94,8 @@ def accounting(name: str, state_dir: Path) -> Accounting | None:
 
 def observe_all(name: str, state_dir: Path) -> dict[str, Observed]:
     """What backend `name` runs for `state_dir` right now, by cell id (one engine call)."""
-    target = OBSERVERS.get(name)
+    entry = registry.get(name)
+    target = None if entry is None else entry.observer
     if target is None:
         _class(name)  # an unknown backend: its own error
         raise UnknownBackend(f"backend {name!r} cannot list its runtimes")

@@ -11,7 +11,7 @@ import os
 import shutil
 from typing import NamedTuple
 
-from devcell import backends
+from devcell import backend_registry
 from devcell.errors import BackendUnavailable
 
 
@@ -28,12 +28,12 @@ class Availability(NamedTuple):
 QEMU_BINARIES = ("qemu-system-x86_64", "qemu-system-aarch64", "qemu-kvm")
 
 
-def _fake() -> Availability:
+def fake() -> Availability:
     return Availability("fake", True, "built in: records state only, runs nothing (tests, demos)")
 
 
-def _container() -> Availability:
-    from devcell.backends import container_observe
+def container() -> Availability:
+    from devcell.backends.container import observe as container_observe
 
     try:
         found = container_observe.engine_version()
@@ -46,27 +46,26 @@ def _container() -> Availability:
                                            f"{address}", version)
 
 
-def _vm() -> Availability:
+def vm() -> Availability:
     qemu = next((path for path in map(shutil.which, QEMU_BINARIES) if path), None)
     kvm = os.access("/dev/kvm", os.R_OK | os.W_OK)
     machine = (f"QEMU found at {qemu}" if qemu else "QEMU not found (no "
                + ", ".join(QEMU_BINARIES) + " on PATH)")
     machine += "; /dev/kvm usable" if kvm else "; /dev/kvm missing or not accessible"
-    if "vm" not in backends.REGISTRY:
-        planned = backends.PLANNED.get("vm", "virtual machines")
-        return Availability("vm", False, f"not in this version of DevCell (planned: {planned}); "
-                                         f"{machine}")
     return Availability("vm", bool(qemu), machine)
 
 
-CHECKS = {"fake": _fake, "container": _container, "vm": _vm}
-
-
 def check_all() -> list[Availability]:
-    """Every backend DevCell knows (registered or planned), in registry order."""
-    names = [*backends.REGISTRY, *(n for n in backends.PLANNED if n not in backends.REGISTRY)]
+    """Every backend DevCell knows (registered or planned), in registry order: each runs the
+    check its registry entry names."""
+    import importlib
+
     out = []
-    for name in names:
-        check = CHECKS.get(name)
-        out.append(check() if check else Availability(name, False, "no availability check"))
+    for entry in backend_registry.BACKENDS:
+        module, _, function = entry.availability.partition(":")
+        out.append(getattr(importlib.import_module(module), function)())
+    for name, what in backend_registry.PLANNED.items():
+        if backend_registry.get(name) is None:
+            out.append(Availability(name, False, f"not in this version of DevCell (planned: "
+                                                 f"{what})"))
     return out

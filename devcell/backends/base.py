@@ -104,8 +104,9 @@ class Owned:
     id: str
     cell_id: str
     content: str | None = None
-    """Where the user's files of a volume or checkpoint lie, when it holds any: the sweep
-    never removes such a resource on its own (the fake's hold none)."""
+    """Where the user's files of a volume or checkpoint lie, when it holds any (a vm cell's
+    machine: its directory, and that it runs): the sweep never removes such a resource on its
+    own, and `devcell gc` only with approval (the fake's hold none)."""
 
 
 Outputs = dict[str, str | int | float | bool | None]

@@ -3,48 +3,26 @@
 A manifest the backend could never run (a memory limit below the engine's minimum, a mount
 on a path the engine itself writes, a fork of another backend's checkpoint) is refused where
 the user can fix it, with file, line and field, instead of failing late in a reconcile. The
-records live here, not on the backend classes, so checking them never imports an engine's SDK.
+records live in each backend's registry entry (devcell/backend_registry.py), not on the
+backend classes, so checking them never imports an engine's SDK.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from devcell import backend_registry
+from devcell.backend_registry import Limits
 from devcell.manifests import quantities
 
-
-@dataclass(frozen=True)
-class Limits:
-    min_memory_bytes: int = 1
-    min_cpus: float = 0.0
-    """Inclusive lower bound (the schema already refuses 0 and below)."""
-    max_cpus: float | None = None
-    reserved_mount_paths: tuple[str, ...] = ()
-    """Paths the engine itself creates in every cell: no mount may sit at or below one."""
-
-
-def _host_cpus() -> int:
-    """Docker refuses `--cpus` above the CPUs its daemon sees (those of this machine)."""
-    return os.cpu_count() or 1
-
-
-LIMITS: dict[str, Limits] = {
-    "fake": Limits(),
-    "container": Limits(
-        min_memory_bytes=6 * 2**20,  # Docker: "Minimum memory limit allowed is 6MB"
-        min_cpus=0.01,  # Docker: "Range of CPUs is from 0.01 to <host CPUs>"
-        max_cpus=float(_host_cpus()),
-        reserved_mount_paths=("/.dockerenv", "/.dockerinit"),
-    ),
-}
+__all__ = ["Limits", "cell_problems", "of"]
 
 
 def of(backend: str) -> Limits:
     """The limits of `backend` (none for a backend this version does not know)."""
-    return LIMITS.get(backend, Limits())
+    entry = backend_registry.get(backend)
+    return Limits() if entry is None else entry.limits
 
 
 FieldPath = tuple[str | int, ...]

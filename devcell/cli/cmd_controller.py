@@ -9,17 +9,18 @@ from pathlib import Path
 from devcell.errors import NotFound, UsageError
 from devcell.names import printable
 from devcell.store import db as dbmod
+from devcell.store import guard
 
 
 def run_daemon(args: argparse.Namespace) -> int:
-    from devcell.cli import logs
+    from devcell.cli import log_sink
     from devcell.log import logger
     from devcell.reconciler.daemon import Daemon, DaemonConfig, json_sink
 
     manifests = Path(args.manifests)
     if not manifests.is_dir():
         raise UsageError(f"--manifests {args.manifests}: not a directory")
-    logs.configure(max(args.verbose, 1))
+    log_sink.configure(max(args.verbose, 1))
     if args.log_json:
         logger.remove()
         logger.add(json_sink, level="DEBUG" if args.verbose > 1 else "INFO",
@@ -52,7 +53,7 @@ def run_wait(args: argparse.Namespace) -> int:
 
         selector = selectors.parse(args.selector)
         state_dir = dbmod.resolve_state_dir(args.state_dir)
-        if (state_dir / dbmod.DB_FILENAME).exists():
+        if guard.database_exists(state_dir):
             db = dbmod.Database(state_dir, create=False)
             try:
                 names = list(views.names_matching(db.conn, args.kind, selector))
@@ -89,7 +90,7 @@ def _wait_one(args: argparse.Namespace, name: str, timeout: float) -> int:
     what = f"{args.kind.lower()}/{name}"
     state_dir = dbmod.resolve_state_dir(args.state_dir)
     if condition == "delete":
-        gone = (not (state_dir / dbmod.DB_FILENAME).exists()
+        gone = (not guard.database_exists(state_dir)
                 or objects.get(dbmod.Database(state_dir, create=False).conn, args.kind,
                                name) is None)
         if gone:

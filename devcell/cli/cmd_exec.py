@@ -1,56 +1,41 @@
-"""`devcell exec [-i] [-t] CELL -- CMD...` and `devcell logs CELL [SERVICE] [-f] [--tail N]
-[--since D] [--timestamps]`."""
+"""`devcell exec [-i] [-t] CELL -- CMD...`: a command in a running cell, its output and exit
+code relayed, optionally on a pseudo-terminal."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import sys
 import termios
-import time
 import tty
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, nullcontext
-from pathlib import Path
+from contextlib import contextmanager, nullcontext
 from types import FrameType
+from typing import TYPE_CHECKING
 
-from devcell import backends, names, safeio
-from devcell.backends import log_source
-from devcell.backends.base import CellRef
-from devcell.backends.interactive import Interactive, Terminal, interactive
-from devcell.backends.log_source import LogSource, ServiceLogs
-from devcell.cli import log_lines, logs
-from devcell.errors import NotFound, UsageError
-from devcell.store import objects, volumes
-from devcell.store.db import open_database
+from devcell import names
+from devcell.backends.interactive import Terminal
+from devcell.cli import log_sink
+from devcell.errors import UsageError
 
-FOLLOW_POLL_S = 0.2
+if TYPE_CHECKING:
+    from devcell.api.attach import Attached
 
 
-def _open_cell(args: argparse.Namespace, *, verb: str) -> tuple[Interactive, CellRef]:
-    """The cell's backend and reference, after observing its runtime: a runtime stopped,
-    paused or gone behind DevCell's back is recorded as such (so `get` and `cell start` know)
-    and said on stderr, before the command acts on it."""
-    from devcell.reconciler import observe
+def open_cell(args: argparse.Namespace, *, verb: str) -> Attached:
+    """The cell's backend and reference, after observing its runtime (api/attach.py); a
+    runtime that drifted is said on stderr, with what the command does anyway (`verb`)."""
+    from devcell.api.attach import attach
 
-    logs.configure(args.verbose)
-    db = open_database(args.state_dir)
-    try:
-        cell = objects.require(db.conn, "Cell", args.cell)
-        volume = volumes.for_cell(db.conn, cell.id)
-        drift = observe.observe_and_record(db, [cell.id]).drifted.get(cell.id)
-    finally:
-        db.close()
-    if drift is not None:
-        sys.stderr.write(f"warning: cell {names.printable(cell.name)}: its runtime {drift.seen} "
-                         f"(recorded {cell.phase}); `devcell cell start "
-                         f"{names.printable(cell.name)}` repairs it; {verb}\n")
-    backend_name = cell.extra["backend"]
-    backend = backends.load(backend_name, Path(db.state_dir))
-    ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
-    return interactive(backend, backend_name), ref
+    log_sink.configure(args.verbose)
+    attached = attach(args.state_dir, args.cell)
+    if attached.drift is not None:
+        name = names.printable(attached.ref.name)
+        sys.stderr.write(f"warning: cell {name}: its runtime {attached.drift.seen} (recorded "
+                         f"{attached.drift.recorded}); `devcell cell start {name}` repairs it; "
+                         f"{verb}\n")
+    return attached
 
 
 def run_exec(args: argparse.Namespace) -> int:
@@ -68,14 +53,15 @@ def run_exec(args: argparse.Namespace) -> int:
     if args.tty and not sys.stdin.isatty():
         raise UsageError("the input device is not a terminal: -t needs one (to pipe input "
                          "into the command, use -i without -t)")
-    backend, ref = _open_cell(args, verb="running the command anyway")
+    attached = open_cell(args, verb="running the command anyway")
     try:
         with _terminal(raw=args.stdin) if args.tty else nullcontext() as terminal:
-            return backend.exec(ref, argv, stdout=sys.stdout.buffer, stderr=sys.stderr.buffer,
-                                stdin=sys.stdin.buffer if args.stdin else None,
-                                terminal=terminal)
+            return attached.interactive().exec(attached.ref, argv, stdout=sys.stdout.buffer,
+                                         stderr=sys.stderr.buffer,
+                                         stdin=sys.stdin.buffer if args.stdin else None,
+                                         terminal=terminal)
     finally:
-        getattr(backend, "close", lambda: None)()
+        attached.close()
 
 
 @contextmanager
@@ -112,151 +98,3 @@ def _terminal(*, raw: bool) -> Iterator[Terminal]:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-class _Tail:
-    """One service's log, printed as it grows, whole lines only (prefixed if asked).
-
-    The log is the cell's to write, so it is read through a backend's LogSource (a host file
-    opened without following links, or a file in a vm's guest read through its agent; either
-    refused when not a regular file) in bounded amounts: at first only its last INITIAL_MAX
-    bytes, then at most PUMP_MAX at a time up to the size it had when the turn began (printed
-    before the next is read, at most PUMP_ROUNDS a turn), and a line longer than LINE_MAX is
-    printed in pieces rather than held. A log that shrank (truncated, rotated) is read again
-    from its start.
-    """
-
-    INITIAL_MAX = 8 << 20
-    PUMP_MAX = 4 << 20
-    PUMP_ROUNDS = 16
-    LINE_MAX = 1 << 20
-
-    def __init__(self, source: LogSource | Path, prefix: bytes, *,
-                 lines: log_lines.LineFilter | None = None, tail: int | None = None) -> None:
-        self.owned = isinstance(source, Path)
-        self.source: LogSource = log_source.HostLog(source) if isinstance(source, Path) \
-            else source
-        self.prefix = prefix
-        self.lines = lines or log_lines.LineFilter(timestamps=True)  # as written
-        self.tail = tail
-        self.pos: int | None = None
-        self.refused = False
-        self.partial = b""
-
-    def _size(self, stack: ExitStack | None) -> int | None:
-        try:
-            size = self.source.size()
-        except safeio.UnsafeFile as exc:
-            self.refused = True
-            sys.stderr.write(f"devcell: skipping {names.printable(str(exc))}\n")
-            return None
-        if size is not None and self.pos is None:
-            if self.owned and stack is not None and isinstance(self.source, log_source.HostLog):
-                stack.callback(self.source.close)
-            self.pos = self._start(size)
-        return size
-
-    def _start(self, size: int) -> int:
-        label = names.printable(self.source.label)
-        if self.tail is not None:
-            start = log_lines.tail_offset(self.source.read, size, self.tail, self.INITIAL_MAX,
-                                          block=self.source.block)
-            if self.tail > 0 and start > 0 and size - start >= self.INITIAL_MAX:
-                sys.stderr.write(f"devcell: {label}: its last {self.tail} lines hold more "
-                                 f"than {self.INITIAL_MAX >> 20} MiB; showing the lines of "
-                                 "its last 8 MiB\n")
-            return start
-        if size > self.INITIAL_MAX:
-            sys.stderr.write(f"devcell: {label}: showing its last {self.INITIAL_MAX >> 20} MiB "
-                             f"of {size} bytes\n")
-            return size - self.INITIAL_MAX
-        return 0
-
-    def pump(self, stack: ExitStack | None = None, *, final: bool = False) -> None:
-        if self.refused:
-            return
-        size = self._size(stack)
-        if size is None:
-            return
-        assert self.pos is not None
-        if self.pos > size:
-            self.pos = 0  # truncated (rotated): from the start again
-        for _ in range(self.PUMP_ROUNDS):  # a cell writing without pause cannot keep us here
-            want = min(self.PUMP_MAX, size - self.pos)
-            chunk = self.source.read(self.pos, want)[:want] if want > 0 else b""
-            self.pos += len(chunk)
-            last = self.pos >= size or len(chunk) < want
-            self._print(self.partial + chunk, final=final and last)
-            if last:
-                return
-
-    def _print(self, data: bytes, *, final: bool) -> None:
-        lines = data.splitlines(keepends=True)
-        keep = lines and not lines[-1].endswith(b"\n") and not final
-        self.partial = lines.pop() if keep else b""
-        if len(self.partial) > self.LINE_MAX:
-            lines.append(self.partial)
-            self.partial = b""
-        shown = [self.prefix + _shown(kept) for kept in map(self.lines, lines) if kept is not None]
-        if shown:
-            sys.stdout.buffer.write(b"".join(shown))
-            sys.stdout.buffer.flush()
-
-
-_NUL_RUN = re.compile("\x00{8,}")
-
-
-def _shown(line: bytes) -> bytes:
-    """A log line as printed: the cell wrote it, so control characters (an ESC sequence, a
-    carriage return forging a line) are escaped like every other string from a cell; tabs and
-    the line's end (\n or \r\n) are kept."""
-    end = b"\r\n" if line.endswith(b"\r\n") else b"\n" if line.endswith(b"\n") else b""
-    text = line[:len(line) - len(end)].decode("utf-8", "backslashreplace")
-    if not text.replace("\t", "").isprintable():
-        text = _NUL_RUN.sub(lambda run: f"<{len(run.group())} NUL bytes>", text)  # sparse holes
-        text = "\t".join(names.printable(part) for part in text.split("\t"))
-    return text.encode() + end
-
-
-def run_logs(args: argparse.Namespace) -> int:
-    try:
-        since = (None if args.since is None
-                 else log_lines.since_cutoff(args.since, time.time()))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    backend, ref = _open_cell(args, verb="showing its logs as last written")
-    try:
-        _print_logs(args, ref, backend.log_sources(ref), since)
-    except KeyboardInterrupt:  # Ctrl-C ends a follow normally, also while the backlog prints
-        if not args.follow:
-            raise
-    finally:
-        getattr(backend, "close", lambda: None)()
-    return 0
-
-
-def _print_logs(args: argparse.Namespace, ref: CellRef, service_logs: ServiceLogs,
-                since: str | None) -> None:
-    sources = service_logs.sources
-    if args.service is not None:
-        if args.service not in sources:
-            known = ", ".join(names.printable(n) for n in sources) or "none"
-            raise NotFound(f"cell {ref.name} has no service {args.service!r} (services: {known})")
-        sources = {args.service: sources[args.service]}
-    many = len(sources) > 1
-    # Names found in the log directory are the cell's to choose: escaped before printing.
-    tails = [_Tail(source, f"[{names.printable(name)}] ".encode() if many else b"",
-                   lines=log_lines.LineFilter(timestamps=args.timestamps, since=since),
-                   tail=None if args.tail < 0 else args.tail)
-             for name, source in sources.items()]
-    try:
-        with service_logs.round():
-            for tail in tails:
-                tail.pump(final=not args.follow)
-        while args.follow:
-            time.sleep(FOLLOW_POLL_S)
-            with service_logs.round():
-                for tail in tails:
-                    tail.pump()
-    finally:
-        service_logs.close()

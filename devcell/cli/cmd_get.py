@@ -28,8 +28,7 @@ KIND_OF_TABLE = {kind.plural: kind.name for kind in kinds.KINDS.values()}
 
 def _open(args: argparse.Namespace) -> Database | None:
     state_dir = resolve_state_dir(args.state_dir)
-    if not (state_dir / "state.db").exists():
-        guard.refuse_leftovers(state_dir, state_dir / "state.db")  # a lost database: say so
+    if not guard.database_exists(state_dir):  # a lost database is refused, named
         return None
     return Database(state_dir, create=False)
 
@@ -471,7 +470,7 @@ def _watch(args: argparse.Namespace, selector: Selector | None, rows: list[dict[
     version = None
     try:
         while True:
-            if db is None and (state_dir / "state.db").exists():
+            if db is None and guard.database_exists(state_dir):
                 db = Database(state_dir, create=False)
             if db is not None:
                 current = db.data_version()

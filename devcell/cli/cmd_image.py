@@ -7,46 +7,33 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
-
-from devcell.errors import UsageError
 
 
-def run_image(args: argparse.Namespace) -> int:
-    if args.verb == "build-base":
-        return _build_base(args)
-    if args.verb == "ls":
-        return _ls(args)
-    if args.verb == "prune":
-        return _prune(args)
-    raise UsageError(f"unknown image verb {args.verb!r}")
-
-
-def _build_base(args: argparse.Namespace) -> int:
-    from devcell.backends import base_image, container
-    from devcell.cli import logs
+def run_build_base(args: argparse.Namespace) -> int:
+    from devcell.api import base_image
+    from devcell.cli import log_sink
     from devcell.store.db import resolve_state_dir
 
-    logs.configure(args.verbose)
-    backend = container.ContainerBackend(state_dir=resolve_state_dir(args.state_dir))
-    try:
-        existed = backend.image_exists(base_image.BASE_IMAGE)
-        image_id = backend.build_base_image(force=args.force)
-    finally:
-        backend.close()
-    outcome = "unchanged" if existed and not args.force else "built"
-    sys.stdout.write(f"image/{base_image.BASE_IMAGE} {outcome} ({image_id[:19]})\n")
-    _prepare_vm(resolve_state_dir(args.state_dir), base_image.BASE_IMAGE)
+    log_sink.configure(args.verbose)
+    made = base_image.build(resolve_state_dir(args.state_dir), force=args.force)
+    sys.stdout.write(f"image/{made.image} {'built' if made.built else 'unchanged'} "
+                     f"({made.image_id[:19]})\n")
+    if made.vm is not None:
+        vm = made.vm
+        sys.stdout.write(f"vm/{vm.image} ready ({vm.root_disk_mib} MiB root disk, kernel "
+                         f"{vm.kernel_release}, {vm.accel.upper()})\n")
+    elif made.vm_problem is not None:
+        sys.stderr.write(f"vm backend not prepared: {made.vm_problem}\n")
     return 0
 
 
-def _ls(args: argparse.Namespace) -> int:
+def run_ls(args: argparse.Namespace) -> int:
     from devcell.api import images
-    from devcell.cli import logs, render
+    from devcell.cli import log_sink, render
     from devcell.cli.cmd_gc import size
     from devcell.store.db import resolve_state_dir
 
-    logs.configure(args.verbose)
+    log_sink.configure(args.verbose)
     rows = images.list_images(resolve_state_dir(args.state_dir))
     if args.output == "json":
         items = [{"image": r.image, "id": r.id, "digest": r.digest, "size": r.size,
@@ -76,14 +63,14 @@ def _ls(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prune(args: argparse.Namespace) -> int:
+def run_prune(args: argparse.Namespace) -> int:
     from devcell.api import images
-    from devcell.cli import logs
+    from devcell.cli import log_sink
     from devcell.cli.cmd_gc import size
     from devcell.names import printable
     from devcell.store.db import resolve_state_dir
 
-    logs.configure(args.verbose)
+    log_sink.configure(args.verbose)
     report = images.prune(resolve_state_dir(args.state_dir), dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     out = sys.stdout
@@ -96,24 +83,3 @@ def _prune(args: argparse.Namespace) -> int:
                   "DevCell pulled under this name\n")
     out.write(f"{'would free' if args.dry_run else 'freed'} up to {size(report.freed_bytes)}\n")
     return 0
-
-def _prepare_vm(state_dir: Path, image: str) -> None:
-    """The image's vm root disk, the initrd and the KVM probe, when QEMU is installed."""
-    from devcell.backends import vm_disks, vm_image
-    from devcell.backends.vm_layout import VmLayout
-    from devcell.backends.vm_qemu import QemuDriver
-    from devcell.errors import BackendUnavailable
-
-    try:
-        kernel = vm_image.find_kernel()
-        vm_image.qemu_ready()
-    except BackendUnavailable as exc:
-        sys.stderr.write(f"vm backend not prepared: {exc}\n")
-        return
-    layout = VmLayout(state_dir)
-    vm_disks.DiskStore(layout)  # its directories, owner-only
-    _, rootfs = vm_image.rootfs(layout, image)
-    initrd = vm_image.initrd(layout, kernel)
-    accel = QemuDriver(accel_cache=layout.root / "accel.json").probe(kernel.path, initrd)
-    sys.stdout.write(f"vm/{image} ready ({rootfs.stat().st_blocks >> 11} MiB root disk, kernel "
-                     f"{kernel.release}, {accel.upper()})\n")

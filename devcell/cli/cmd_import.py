@@ -8,13 +8,10 @@ import os
 import sys
 from pathlib import Path
 
-from devcell.errors import UsageError
 from devcell.names import printable
 
 
 def run_import(args: argparse.Namespace) -> int:
-    if args.verb != "devcontainer":
-        raise UsageError(f"unknown import format {args.verb!r}")
     from devcell.api import devcontainer
     from devcell.store.db import resolve_state_dir
 

@@ -17,7 +17,7 @@ from devcell.names import printable
 
 
 def report() -> dict[str, Any]:
-    from devcell.backends import archive_format
+    from devcell.backends.archives import format as archive_format
     from devcell.store import migrations
 
     return {

@@ -146,11 +146,11 @@ class _Line:
 
 def candidates(words: Sequence[str], current: str) -> tuple[str, list[str]]:
     """(directive, words): what may replace `current` after `words` (each without `devcell`)."""
-    from devcell.cli import main
+    from devcell.cli import parser
 
     words = _join_equals([*words, current])
     words, current = words[:-1], words[-1]
-    line = _Line(main.build_parser(), words)
+    line = _Line(parser.build_parser(), words)
     if line.done:
         return ":files", []
     if line.expecting is None and current.startswith("-") and "=" in current:

@@ -111,9 +111,9 @@ def exit_code(report: Report, shown: Changes | None = None) -> int:
 def terminal(verbose: int) -> Iterator[None]:
     """Log sinks at the -v level and, on a terminal, progress bars, while a verb converges."""
     from devcell import progress
-    from devcell.cli import logs
+    from devcell.cli import log_sink
 
-    logs.configure(verbose)
+    log_sink.configure(verbose)
     previous = progress.install(progress.TerminalBars() if sys.stderr.isatty() else None)
     try:
         yield

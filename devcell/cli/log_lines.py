@@ -46,10 +46,10 @@ def since_cutoff(value: str, now: float) -> str:
     offset) -> the earliest second to show, as the supervisor writes it. ValueError otherwise."""
     from argparse import ArgumentTypeError
 
-    from devcell.cli import main
+    from devcell.cli import arguments
 
     try:
-        seconds: float | None = main._duration(value)
+        seconds: float | None = arguments.duration(value)
     except ArgumentTypeError:
         seconds = None
     if seconds is not None:

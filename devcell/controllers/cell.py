@@ -11,12 +11,10 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from devcell import backends, config, errors, security
-from devcell.backends import images
 from devcell.backends.base import (
     Backend,
     Building,
@@ -29,6 +27,7 @@ from devcell.backends.base import (
     Outputs,
     Pulling,
 )
+from devcell.backends.container import images
 from devcell.controllers import crashloop, retention
 from devcell.controllers import restore as restoring
 from devcell.controllers.context import Context
@@ -44,6 +43,7 @@ from devcell.controllers.plan import (
     confirm_schema,
 )
 from devcell.controllers.steps import StepName
+from devcell.controllers.work import CellWork
 from devcell.errors import (
     BackendError,
     BackendUnavailable,
@@ -55,7 +55,7 @@ from devcell.log import logger
 from devcell.manifests import secrets
 from devcell.manifests.model import digest
 from devcell.store import events, objects, restores, volumes
-from devcell.store.db import now
+from devcell.store.clock import now
 from devcell.store.objects import Phase
 
 KIND = "Cell"
@@ -627,15 +627,6 @@ def _asleep(caps: Capabilities, sleep: dict[str, Any]) -> str:
         return "cell is asleep: workspace checkpointed, processes and memory released"
     return ("cell is asleep: this backend keeps control-plane records only (no files, "
             "processes or memory)")
-
-
-@dataclass
-class CellWork:
-    """What a cell's plan carries between its steps and finish()."""
-
-    ref: CellRef
-    sleep: dict[str, Any] | None = None
-    """The sleep checkpoint taken by this plan (written to status.sleep)."""
 
 
 def _work(plan: Plan) -> CellWork:

@@ -32,7 +32,7 @@ from devcell.controllers.plan import Plan, Step, When
 from devcell.controllers.steps import StepName
 from devcell.errors import BackendError
 from devcell.store import events, objects, references
-from devcell.store.db import now
+from devcell.store.clock import now
 from devcell.store.references import References
 
 KIND = "GC"

@@ -23,10 +23,11 @@ from typing import Any
 from devcell.backends.base import Backend, CellRef, Changes, Observed, Outputs, Restoring
 from devcell.controllers.plan import Gate, Plan, Step, When, confirm_schema
 from devcell.controllers.steps import StepName
+from devcell.controllers.work import CellWork
 from devcell.errors import CapabilityMissing
 from devcell.manifests.model import manifest_hash, spec_hash
 from devcell.store import events, objects, restores, volumes
-from devcell.store.db import now
+from devcell.store.clock import now
 from devcell.store.objects import Phase
 
 S = StepName
@@ -63,8 +64,6 @@ def plan(cell: objects.ObjectRecord, request: restores.Request, *, backend_name:
     if observed.exists and cell.spec.get("state", "Running") == "Running":
         steps.append(Step(S.START, when=When.ALWAYS))
     ref = CellRef(cell.id, cell.name, cell.spec, volume.id)
-    from devcell.controllers.cell import CellWork
-
     return Plan(cell, ACTION, steps, backend_name, CellWork(ref),
                 gate=_gate(cell, request, backend, volume.id, conn))
 

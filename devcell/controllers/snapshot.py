@@ -21,7 +21,7 @@ from devcell.controllers.plan import Blocked, Decision, Plan, Settled, Step, Wai
 from devcell.controllers.steps import StepName
 from devcell.errors import BackendError, BackendUnavailable, CapabilityMissing, PermanentError
 from devcell.store import events, objects, restores, volumes
-from devcell.store.db import now
+from devcell.store.clock import now
 from devcell.store.objects import Phase
 
 KIND = "Snapshot"

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from devcell.manifests.canonical import canonical_json
 
 Path = tuple[str | int, ...]
 """A field path inside a document: keys and list indexes."""
@@ -20,10 +21,6 @@ def field_path(path: Path) -> str:
         else:
             out += f".{part}" if out else str(part)
     return out
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def digest(value: Any) -> str:

@@ -70,7 +70,7 @@ def keyed(spec: dict[str, Any], key: bytes) -> dict[str, Any]:
     import hashlib
     import hmac
 
-    from devcell.manifests.model import canonical_json
+    from devcell.manifests.canonical import canonical_json
 
     def seal(i: int, k: str, v: Any) -> str:
         mac = hmac.new(key, canonical_json(v).encode(), hashlib.sha256).hexdigest()

@@ -101,12 +101,14 @@ class Daemon:
 
     def _sweep_orphans(self, db: Database) -> None:
         """Backend resources the database does not account for (a crash between the engine
-        call and the commit): removed, with an event each."""
+        call and the commit): removed, or kept when they may hold the user's work, with an
+        event each; in every backend the database names or whose storage holds something."""
+        from devcell import backends
         from devcell.controllers.context import Context
         from devcell.errors import BackendUnavailable
         from devcell.reconciler import orphans
 
-        used = objects.backends_in_use(db.conn) or {"fake"}
+        used = backends.holding(Path(db.state_dir), objects.backends_in_use(db.conn)) or ["fake"]
         ctx = Context(db, trigger="recovery")
         try:
             for name in sorted(used):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devcell.errors import DevCellError
-from devcell.store.db import now
+from devcell.store.clock import now
 
 LEASE_FILE = "controller.lease"
 

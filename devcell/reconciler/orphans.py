@@ -5,13 +5,14 @@ sleep id). After a crash, a restart sweeps: a resource whose owner is a live obj
 the controllers (which adopt an unrecorded volume or checkpoint instead of making another);
 a resource whose owner is gone, or was never recorded, is removed. Each removal is an event.
 
-Except a volume or checkpoint that holds files. A database restored from an old backup, or a
-crash between the copy and the commit, can leave the user's work unaccounted for; removing a
-workspace is a destructive step that needs a recorded decision (as `delete` asks approval for
-a changed workspace), and the sweep has none. It keeps such a resource and records an
-`OrphanKept` warning naming its path, so the user can copy what matters and then remove it
-with `devcell gc --approve` (the recorded decision: an operation), or restore the database
-that recorded it.
+Except a volume or checkpoint that holds files, or a vm cell's machine (its root disk and
+memory may hold the user's work; a running one is never ended here). A database restored
+from an old backup, or a crash between the copy and the commit, can leave the user's work
+unaccounted for; removing a workspace is a destructive step that needs a recorded decision
+(as `delete` asks approval for a changed workspace), and the sweep has none. It keeps such a
+resource and records an `OrphanKept` warning naming its path, so the user can copy what
+matters and then remove it with `devcell gc --approve` (the recorded decision: an
+operation), or restore the database that recorded it.
 
 The sweep also drops the caches a backend keeps per cell (the container backend's build
 digests) of cells that no longer exist: derived data, so neither an event nor a decision.

@@ -55,14 +55,15 @@ def recover_interrupted(db: Database) -> list[tuple[str, str, str]]:
 
 def remove_dead_temporaries(state_dir: Path) -> list[str]:
     """Remove the half-built volumes and checkpoints, and half-removed trash, that a killed
-    process left in the state directory (each names its owner; a live owner's are kept).
-    Cheap when there are none: one directory listing each for volumes and checkpoints."""
-    from devcell.backends import temporaries
-    from devcell.backends.container_layout import Layout
+    process left in the state directory (each names its owner; a live owner's are kept):
+    in every storage root a backend's registry entry marks as holding temporaries. Cheap
+    when there are none: one directory listing each."""
+    from devcell import backend_registry
+    from devcell.backends.host import temporaries
 
-    layout = Layout(state_dir)
     removed = []
-    for parent in (layout.volumes, layout.checkpoints):
+    for parent in (state_dir / root.path for backend in backend_registry.BACKENDS
+                   for root in backend.roots if root.temporaries):
         for name in temporaries.remove_dead(parent):
             removed.append(str(parent / name))
             logger.warning("removed {}: left by a process that died mid-copy or mid-removal",

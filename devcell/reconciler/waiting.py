@@ -14,8 +14,7 @@ from pathlib import Path
 
 from devcell.controllers.plan import resume_command
 from devcell.errors import DevCellError
-from devcell.store import db as dbmod
-from devcell.store import objects
+from devcell.store import guard, objects
 from devcell.store.db import Database
 
 
@@ -147,8 +146,10 @@ def wait_for_object(state_dir: Path, kind: str, name: str, *, timeout: float
     db: Database | None = None
     delay = 0.01
     while True:
+        # A lost database beside its records is refused at once (not waited out).
+        exists = db is not None or guard.database_exists(state_dir)
         try:
-            if db is None and (state_dir / dbmod.DB_FILENAME).exists():
+            if db is None and exists:
                 db = Database(state_dir, create=False)
             if db is not None:
                 record = objects.get(db.conn, kind, name)

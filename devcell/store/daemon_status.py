@@ -11,7 +11,8 @@ from typing import Any, Protocol
 
 from devcell.names import printable
 from devcell.store import faults, objects
-from devcell.store.db import Database, now
+from devcell.store.clock import now
+from devcell.store.db import Database
 
 NAME = "controller"
 

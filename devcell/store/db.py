@@ -14,7 +14,6 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 
 from devcell.errors import StateUnusable, StoreError
@@ -29,11 +28,6 @@ def _empty(path: Path) -> bool:
         return path.stat().st_size == 0
     except OSError:
         return False
-
-
-def now() -> str:
-    """UTC timestamp with milliseconds, sortable as text."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def resolve_state_dir(explicit: str | None = None) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 from devcell.names import printable
-from devcell.store.db import now
+from devcell.store.clock import now
 
 
 def record(

@@ -2,7 +2,8 @@
 
 A state directory whose `state.db` is missing, empty or truncated to nothing, while the
 directory still holds what an earlier database recorded (workspace volumes, checkpoints,
-container run directories, the fake backend's records), is refused: starting afresh there
+container run directories, vm machines and disks, the fake backend's records: every
+backend's guarded roots in devcell/backend_registry.py), is refused: starting afresh there
 would make every one of those look unaccounted for, and the daemon's orphan sweep would then
 remove them. The fix is the user's (restore the database, or move the leftovers out first),
 named in the message. A database that holds tables but not DevCell's schema is refused too,
@@ -14,37 +15,33 @@ empty, or not at DevCell's latest schema version.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from pathlib import Path
 
 from devcell.errors import StateUnusable, StorageError
 
-LEFTOVERS = ("volumes", "images/checkpoints", "containers")
-"""Directories (relative to the state directory) whose entries only a recorded object made."""
-RECORDS = ("backends/fake.db",)
-"""Files a backend writes only for objects the state database recorded."""
 OWN_TABLES = frozenset({"migrations", "cells", "operations"})
 
 
 def leftovers(state_dir: Path) -> list[str]:
-    """What in `state_dir` an earlier database recorded, as `volumes/ (2 entries)` and so on."""
-    found = []
-    for rel in LEFTOVERS:
-        try:
-            with os.scandir(state_dir / rel) as entries:
-                count = sum(1 for e in entries if not e.name.startswith("."))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        if count:
-            found.append(f"{rel}/ ({count} entr{'y' if count == 1 else 'ies'})")
-    for rel in RECORDS:
-        try:
-            if (state_dir / rel).stat().st_size > 0:
-                found.append(rel)
-        except OSError:
-            continue
-    return found
+    """What in `state_dir` an earlier database recorded, as `volumes/ (2 entries)` and so on:
+    the guarded storage roots of every backend in the registry (devcell/backend_registry.py)."""
+    from devcell import backend_registry
+
+    return backend_registry.held(state_dir, (root for backend in backend_registry.BACKENDS
+                                             for root in backend.roots if root.guarded))
+
+
+def database_exists(state_dir: Path) -> bool:
+    """Whether `state_dir` has a state database; False only for a fresh state directory. A
+    missing database beside what an earlier one recorded is refused (StateUnusable), so
+    that no caller reads a lost database as "nothing recorded" (`wait --for delete` saying
+    deleted, `image prune` taking every image for unused)."""
+    path = state_dir / "state.db"
+    if path.exists():
+        return True
+    refuse_leftovers(state_dir, path)
+    return False
 
 
 def refuse_leftovers(state_dir: Path, db_path: Path) -> None:

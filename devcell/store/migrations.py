@@ -7,12 +7,23 @@ that only read (`devcell get`) never import sqlite-utils.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from devcell.errors import StoreError
 
 if TYPE_CHECKING:
-    from devcell.store.db import Database
+    import sqlite3
+    from contextlib import AbstractContextManager
+    from pathlib import Path
+
+
+class Migratable(Protocol):
+    """What the migrations need of a database (store.db.Database is one)."""
+
+    conn: sqlite3.Connection
+    path: Path
+
+    def write(self) -> AbstractContextManager[sqlite3.Connection]: ...
 
 _DESIRED_COLUMNS: dict[str, Any] = {
     "id": str,
@@ -136,7 +147,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
 LATEST = MIGRATIONS[-1][0]
 
 
-def ensure_current(database: Database) -> None:
+def ensure_current(database: Migratable) -> None:
     version = database.conn.execute("PRAGMA user_version").fetchone()[0]
     if version == LATEST:
         return
@@ -147,7 +158,7 @@ def ensure_current(database: Database) -> None:
         )
     import sqlite_utils
 
-    from devcell.store.db import now
+    from devcell.store.clock import now
 
     db = sqlite_utils.Database(database.conn)
     with database.write() as conn:

@@ -18,7 +18,8 @@ from typing import Any
 from devcell import ids, kinds
 from devcell.errors import Conflict, NotFound
 from devcell.store import faults
-from devcell.store.db import Database, now
+from devcell.store.clock import now
+from devcell.store.db import Database
 
 
 class Phase(StrEnum):

@@ -14,7 +14,7 @@ from typing import Any
 
 from devcell import ids
 from devcell.store import faults
-from devcell.store.db import now
+from devcell.store.clock import now
 
 
 class OpStatus(StrEnum):

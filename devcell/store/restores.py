@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from devcell.errors import Conflict
-from devcell.store.db import now
+from devcell.store.clock import now
 from devcell.store.objects import Key, ObjectRecord
 
 

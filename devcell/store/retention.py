@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devcell.store import objects
-from devcell.store.db import now
+from devcell.store.clock import now
 
 SCHEDULED_LABEL = "devcell.dev/scheduled-by"
 """Label a scheduled snapshot carries (the cell's name), for `get snapshots -l`. Retention

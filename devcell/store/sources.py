@@ -9,7 +9,7 @@ import json
 import sqlite3
 
 from devcell.store import faults
-from devcell.store.db import now
+from devcell.store.clock import now
 
 Entry = tuple[str, str, str]
 """(kind, name, manifest_hash) of one object in a file."""

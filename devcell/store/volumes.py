@@ -6,7 +6,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from devcell import ids
-from devcell.store.db import now
+from devcell.store.clock import now
 
 
 @dataclass(frozen=True)

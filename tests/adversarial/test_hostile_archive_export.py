@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import archive_read, archive_write
-from devcell.backends.container_layout import Layout
-from devcell.backends.workspaces import WorkspaceStore
+from devcell.backends.archives import read as archive_read
+from devcell.backends.archives import write as archive_write
+from devcell.backends.container.layout import Layout
+from devcell.backends.container.workspaces import WorkspaceStore
 from devcell.errors import BackendError
 from tests.adversarial.test_hostile_cell import HOST_SECRET, _host_secret, _plant
 from tests.backends.archive_support import HEADER

@@ -9,7 +9,7 @@ removal, `logs`, `exec`) must never follow a link, never hang, never read a file
 never end in a traceback: they succeed, or fail with a clear message and leave the cell as
 it was.
 
-The host-side code is backend-independent (devcell.backends.workspaces and treecopy, no
+The host-side code is backend-independent (devcell.backends.container.workspaces and treecopy, no
 engine), so the first part plants with the host's own system calls, as root in a cell
 would; the second part plants from inside a real container cell and drives the CLI.
 """
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import treecopy
-from devcell.backends.container_layout import Layout
-from devcell.backends.workspaces import WorkspaceStore
+from devcell.backends.container.layout import Layout
+from devcell.backends.container.workspaces import WorkspaceStore
+from devcell.backends.host import treecopy
 from devcell.errors import BackendError
 from tests.backends.container.support import box_manifest
 from tests.backends.engine import remove_containers, require_engine
@@ -174,7 +174,7 @@ def test_a_directory_swapped_for_a_link_mid_walk_is_never_followed(tmp_path: Pat
     (root / "a" / "b").mkdir(parents=True)
     (root / "a" / "b" / "f").write_text("x")
     walked = []
-    from devcell.backends import treewalk
+    from devcell.backends.host import treewalk
 
     with pytest.raises(treewalk.TreeChanged):  # refused, never followed into /etc
         for directory in treewalk.walk(root):

@@ -3,7 +3,7 @@
 Everything the host reads from that port is the guest's word: a reply that never comes,
 never ends, is nested ten thousand levels deep, answers another request, carries escape
 sequences, or claims an exit status of 10**30 and base64 that is not. The host's client
-(devcell.backends.vm_qmp.Agent and the exec reply checks in vm_exec) must stay bounded in
+(devcell.backends.vm.drivers.qmp.Agent and the exec reply checks in vm_exec) must stay bounded in
 time and memory and fail with a BackendError, never a traceback or a forged output line.
 
 This tests DevCell's parser, not QEMU: the agent here is a program speaking qemu-ga's protocol
@@ -29,8 +29,9 @@ from typing import Any, Protocol
 
 import pytest
 
-from devcell.backends import vm_exec, vm_qmp
-from devcell.backends.vm import VmBackend
+from devcell.backends.vm import guest_exec as vm_exec
+from devcell.backends.vm.backend import VmBackend
+from devcell.backends.vm.drivers import qmp as vm_qmp
 from devcell.errors import BackendError, BackendUnavailable
 
 

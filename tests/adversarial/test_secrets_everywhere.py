@@ -262,12 +262,12 @@ def test_a_traceback_in_the_text_log_shows_no_local_variable(
         capsys: pytest.CaptureFixture[str]) -> None:
     from loguru import logger
 
-    from devcell.cli import logs
+    from devcell.cli import log_sink
 
     def failing(token: str) -> None:
         raise RuntimeError("boom")
 
-    logs.configure(2)
+    log_sink.configure(2)
     try:
         try:
             failing("k9local" + "-secret")  # its source line shows no secret, a local would
@@ -337,8 +337,8 @@ def test_container_label_holds_no_unkeyed_hash_and_a_secret_change_recreates(
     require_engine()
     import docker
 
-    from devcell.backends.container_layout import state_hash
-    from devcell.backends.container_spec import RUNTIME_HASH, STATE
+    from devcell.backends.container.spec import RUNTIME_HASH, STATE
+    from devcell.backends.host.ids import state_hash
 
     def doc(secret: str) -> str:
         return (f"apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {{name: box}}\n"

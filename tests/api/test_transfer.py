@@ -15,7 +15,7 @@ import pytest
 
 from devcell.api import apply as apply_api
 from devcell.api import cells, transfer
-from devcell.backends import archive_format as fmt
+from devcell.backends.archives import format as fmt
 from devcell.errors import ArchiveRefused, Conflict
 from devcell.store import objects
 from devcell.store.db import open_database

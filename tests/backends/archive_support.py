@@ -12,8 +12,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from devcell.backends import archive_format as fmt
-from devcell.backends.archive_format import Digest, Entry, Kind
+from devcell.backends.archives import format as fmt
+from devcell.backends.archives.format import Digest, Entry, Kind
 
 HEADER = fmt.header_bytes(
     name="moved", snapshot_id="snap_source01", labels={"team": "core"}, annotations={},

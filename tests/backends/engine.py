@@ -37,7 +37,7 @@ def _problem() -> str | None:
         try:
             client.images.get(IMAGE)
         except docker.errors.ImageNotFound:
-            from devcell.backends import base_image
+            from devcell.backends.container import base_image
 
             repository, _, tag = IMAGE.rpartition(":")
             client.api.import_image_from_data(base_image.rootfs_tar(), repository=repository,
@@ -71,7 +71,7 @@ def remove_containers(state_dir: Path) -> int:
         return 0
     import docker
 
-    from devcell.backends.container_layout import state_hash
+    from devcell.backends.host.ids import state_hash
 
     client = docker.from_env(timeout=60)
     try:

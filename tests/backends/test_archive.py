@@ -13,9 +13,10 @@ from typing import Any, BinaryIO, cast
 
 import pytest
 
-from devcell.backends import archive_format as fmt
-from devcell.backends import archive_read, archive_write
-from devcell.backends.archive_format import Limits
+from devcell.backends.archives import format as fmt
+from devcell.backends.archives import read as archive_read
+from devcell.backends.archives import write as archive_write
+from devcell.backends.archives.format import Limits
 from devcell.errors import ArchiveRefused, BackendError
 from tests.backends.archive_support import (
     HEADER,

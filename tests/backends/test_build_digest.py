@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import container_build
+from devcell.backends.container import build as container_build
 from devcell.errors import ImageBuildFailed
 
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from devcell.backends import build_digest_cache, container_build
+from devcell.backends.container import build as container_build
+from devcell.backends.container import build_digest_cache
 
 
 @pytest.fixture

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import container_capacity, overlay
-from devcell.backends.container_layout import Layout
-from devcell.backends.workspaces import WorkspaceStore
+from devcell.backends.container import capacity as container_capacity
+from devcell.backends.container import overlay
+from devcell.backends.container.layout import Layout
+from devcell.backends.container.workspaces import WorkspaceStore
 
 can_mount = pytest.mark.skipif(overlay.supported() is not None,
                                reason=f"no overlay here: {overlay.supported()}")

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from devcell.backends.census import Census
+from devcell.backends.host.census import Census
 
 
 def _du(*paths: Path, apparent: bool = False) -> int:

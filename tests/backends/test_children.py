@@ -1,4 +1,4 @@
-"""Every process DevCell starts goes through devcell/backends/children.py, which makes it die
+"""Every process DevCell starts goes through devcell/backends/host/children.py, which makes it die
 with DevCell (PR_SET_PDEATHSIG) in its own process group: a spawn site that bypasses it is the
 leak item 9 of issue 10 was about (cp children copying on after a kill -9)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-HELPER = REPO / "devcell" / "backends" / "children.py"
+HELPER = REPO / "devcell" / "backends" / "host" / "children.py"
 SPAWNING = {"subprocess", "multiprocessing", "pty", "concurrent.futures.process"}
 OS_SPAWNING = {"system", "popen", "fork", "forkpty", "execv", "execve", "execvp", "execvpe",
                "spawnv", "spawnve", "spawnvp", "spawnvpe", "spawnl", "spawnlp", "posix_spawn",
@@ -33,7 +33,7 @@ def _spawn_sites(path: Path, root: Path = REPO) -> list[str]:
 def test_only_the_children_module_starts_processes() -> None:
     sites = [site for path in sorted((REPO / "devcell").rglob("*.py")) if path != HELPER
              for site in _spawn_sites(path)]
-    assert sites == [], ("start processes with devcell.backends.children.run (they must die "
+    assert sites == [], ("start processes with devcell.backends.host.children.run (they must die "
                          f"with DevCell): {sites}")
 
 

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import overlay, temporaries, treecopy, workspaces
-from devcell.backends.container_layout import Layout
-from devcell.backends.workspaces import WorkspaceStore
+from devcell.backends.container import overlay, workspaces
+from devcell.backends.container.layout import Layout
+from devcell.backends.container.workspaces import WorkspaceStore
+from devcell.backends.host import temporaries, treecopy
 
 FILES = 100
 can_mount = pytest.mark.skipif(overlay.supported() is not None,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import engine_http
+from devcell.backends.container import engine_http
 
 
 @pytest.fixture

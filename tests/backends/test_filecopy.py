@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import filecopy
+from devcell.backends.host import filecopy
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown, mknod)")
 

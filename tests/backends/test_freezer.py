@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from devcell.backends import freezer
+from devcell.backends.container import freezer
 
 CID = "ab" * 32
 

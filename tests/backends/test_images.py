@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from devcell import progress
-from devcell.backends import images
-from devcell.backends.pull_progress import LayerBars
+from devcell.backends.container import images
+from devcell.backends.container.pull_progress import LayerBars
 from devcell.errors import BackendError, ImagePullFailed, retry_delay
 from tests.test_progress import Recorder
 

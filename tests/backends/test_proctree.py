@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from devcell.backends import proctree
+from devcell.backends.host import proctree
 
 
 def _alive(pid: int) -> bool:

@@ -13,7 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from devcell.backends import temporaries
+from devcell.backends.host import temporaries
 from devcell.controllers.context import Context
 from devcell.reconciler.converge import converge
 from devcell.store.db import open_database
@@ -22,8 +22,8 @@ from tests.conftest import REPO
 COPIER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from devcell.backends.container_layout import Layout
-    from devcell.backends.workspaces import WorkspaceStore
+    from devcell.backends.container.layout import Layout
+    from devcell.backends.container.workspaces import WorkspaceStore
 
     store = WorkspaceStore(Layout(Path(sys.argv[1])))
     store.create_volume(cell_id="cell_a", cell_name="a", volume_id="vol_a", from_checkpoint=None)
@@ -137,7 +137,7 @@ def test_a_child_dies_with_the_thread_that_started_it(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(REPO)!r})
-        from devcell.backends import children
+        from devcell.backends.host import children
         children.run(["sh", "-c", "echo $$ > {tmp_path / 'pid'}; exec sleep 60"])
     """)
     parent = subprocess.Popen([sys.executable, "-c", script])

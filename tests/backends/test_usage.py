@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from devcell.backends import usage
+from devcell.backends.host import usage
 
 
 def _tree(root: Path) -> None:

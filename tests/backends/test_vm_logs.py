@@ -1,4 +1,4 @@
-"""A vm cell's logs read through a guest agent that may lie (devcell.backends.vm_logs), and
+"""A vm cell's logs read through a guest agent that may lie (devcell.backends.vm.logs), and
 printed by `devcell logs`'s tail: bounded requests, one connection per round, a refused link or
 FIFO, a lying reply a BackendError. The agent here is a fake in the test (its guest-file-* and
 the stat a real guest's busybox answers); the real guest is in tests/backends/vm/test_logs.py.
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from devcell.backends import vm_logs
+from devcell.backends.vm import logs as vm_logs
 from devcell.cli import log_lines
-from devcell.cli.cmd_exec import _Tail
+from devcell.cli.cmd_logs import _Tail
 from devcell.errors import BackendError
 
 DIR = "/var/log/devcell"

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import overlay, treecopy
-from devcell.backends.container_layout import Layout
-from devcell.backends.workspaces import WorkspaceStore
+from devcell.backends.container import overlay
+from devcell.backends.container.layout import Layout
+from devcell.backends.container.workspaces import WorkspaceStore
+from devcell.backends.host import treecopy
 from tests.backends.test_cow_storage import change_every_way, inodes, tree
 
 pytestmark = pytest.mark.skipif(overlay.supported() is not None,

@@ -1,4 +1,4 @@
-"""Restoring a workspace in place (devcell.backends.workspace_restore), on the host's real
+"""Restoring a workspace in place (devcell.backends.container.workspace_restore), on the host's real
 filesystem: the restored tree is exactly the checkpoint's (contents, modes, links, times), the
 checkpoint never changes and shares no inode with the workspace, and a fork's restore keeps
 its overlay on its own lower layer."""
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import overlay, workspace_restore
-from devcell.backends.container_layout import Layout
-from devcell.backends.workspaces import WorkspaceStore
+from devcell.backends.container import overlay, workspace_restore
+from devcell.backends.container.layout import Layout
+from devcell.backends.container.workspaces import WorkspaceStore
 from devcell.errors import BackendNotFound
 from tests.backends.tree_digest import digest, entries, inodes
 
@@ -225,7 +225,7 @@ def test_capacity_counts_a_restored_workspace_clean_until_it_changes(
         store: WorkspaceStore) -> None:
     """`get cells -o wide` (capacity accounting) compares a restored workspace with the
     checkpoint it was restored from, as the next checkpoint does: clean, then one file."""
-    from devcell.backends import container_capacity
+    from devcell.backends.container import capacity as container_capacity
 
     workspace = store.layout.workspace("vol_1")
     _change(workspace)

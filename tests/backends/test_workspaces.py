@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends.container_layout import Layout
-from devcell.backends.workspaces import WorkspaceStore
+from devcell.backends.container.layout import Layout
+from devcell.backends.container.workspaces import WorkspaceStore
 from devcell.errors import BackendError, BackendRefused
 
 
@@ -55,7 +55,7 @@ def test_an_empty_unmarked_leftover_makes_way(store: WorkspaceStore) -> None:
 def test_a_full_disk_is_a_step_error_and_leaves_nothing_half_made(tmp_path: Path) -> None:
     """No space for a checkpoint or a volume: a BackendError naming the cause (the step's
     recorded error), no temporary left behind, the workspace intact."""
-    from devcell.backends import temporaries
+    from devcell.backends.host import temporaries
     from tests.store import faulty
 
     with faulty.small_disk(tmp_path / "disk", "8m") as disk:
@@ -90,7 +90,7 @@ def _recorded_volume(store: WorkspaceStore) -> Path:
 
 
 def test_a_sources_record_altered_by_one_byte_vouches_for_nothing(store: WorkspaceStore) -> None:
-    from devcell.backends import workspaces
+    from devcell.backends.container import workspaces
 
     work = _recorded_volume(store)
     record = store.layout.checkpoint("snap_1") / workspaces.SOURCES
@@ -112,7 +112,7 @@ def test_a_sources_record_altered_by_one_byte_vouches_for_nothing(store: Workspa
 def test_a_record_in_an_earlier_builds_json_is_still_shared_from(store: WorkspaceStore) -> None:
     import json
 
-    from devcell.backends import workspaces
+    from devcell.backends.container import workspaces
 
     work = _recorded_volume(store)
     home = store.layout.checkpoint("snap_1")

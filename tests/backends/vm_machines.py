@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import vm_image, vm_proc
-from devcell.backends.vm_layout import VmLayout
-from devcell.backends.vm_qemu import QemuDriver
+from devcell.backends.vm import image as vm_image
+from devcell.backends.vm import proc as vm_proc
+from devcell.backends.vm.drivers.qemu import QemuDriver
+from devcell.backends.vm.layout import VmLayout
 from tests.backends.engine import IMAGE, engine_available, in_ci, require_engine
 
 

@@ -50,18 +50,18 @@ def test_several_names_each_complete_when_the_parser_takes_several(
     a NAME... positional completes every name after the kind."""
     import argparse
 
-    from devcell.cli import main
+    from devcell.cli import arguments, parser
 
     def several(only: str | None = None) -> argparse.ArgumentParser:
         parser = argparse.ArgumentParser(prog="devcell")
         sub = parser.add_subparsers(dest="command")
         get = sub.add_parser("get")
-        get.add_argument("kind", type=main._kind(main.GET_KINDS))
+        get.add_argument("kind", type=arguments.kind(arguments.GET_KINDS))
         get.add_argument("names", nargs="*")
         return parser
 
     monkeypatch.setenv("DEVCELL_HOME", str(tmp_path))
-    monkeypatch.setattr(main, "build_parser", several)
+    monkeypatch.setattr(parser, "build_parser", several)
     monkeypatch.setattr(store_completion, "names", lambda state_dir, what, prefix="": [what])
     assert completion.candidates(["get", "cells", "a", "b"], "") == (":words", ["cells"])
     assert completion.candidates(["get", "snap"], "") == (":words", ["snapshots"])

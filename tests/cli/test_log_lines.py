@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from devcell.cli import log_lines
-from devcell.cli.cmd_exec import _Tail
+from devcell.cli.cmd_logs import _Tail
 
 LOG = (b"2026-01-02T03:04:05Z [devcell] starting web\n"
        b"2026-01-02T03:04:05Z one\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from devcell import safeio
-from devcell.cli.cmd_exec import _Tail
+from devcell.cli.cmd_logs import _Tail
 
 SECRET = b"root:host-secret-hash:19000:0:99999:7:::\n"
 

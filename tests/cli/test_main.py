@@ -14,13 +14,13 @@ def test_building_one_command_parses_exactly_like_the_full_parser() -> None:
     """main() builds only the command it runs; the full parser must know no other command."""
     import argparse
 
-    from devcell.cli import main as cli_main
+    from devcell.cli import parser as cli_parser
 
-    full = cli_main.build_parser()
+    full = cli_parser.build_parser()
     subactions = [a for a in full._actions if isinstance(a, argparse._SubParsersAction)]
-    assert set(subactions[0].choices) == set(cli_main.COMMANDS)
-    for command in cli_main.COMMANDS:
-        one = cli_main.build_parser(command)
+    assert set(subactions[0].choices) == set(cli_parser.COMMANDS)
+    for command in cli_parser.COMMANDS:
+        one = cli_parser.build_parser(command)
         one_sub = [a for a in one._actions if isinstance(a, argparse._SubParsersAction)][0]
         assert list(one_sub.choices) == [command]
         assert (one_sub.choices[command].format_help()
@@ -43,24 +43,24 @@ def test_building_one_verb_parses_exactly_like_the_full_parser() -> None:
     VERBS names every verb the full parser has, and each verb alone helps and parses alike."""
     import argparse
 
-    from devcell.cli import main as cli_main
+    from devcell.cli import parser as cli_parser
 
     def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
         found = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
         return dict(found[0].choices) if found else {}
 
-    full = subparsers(cli_main.build_parser())
+    full = subparsers(cli_parser.build_parser())
     with_verbs = {name for name, p in full.items() if subparsers(p)}
-    assert with_verbs == set(cli_main.VERBS)
-    for command, verbs in cli_main.VERBS.items():
+    assert with_verbs == set(cli_parser.VERBS)
+    for command, verbs in cli_parser.VERBS.items():
         assert tuple(subparsers(full[command])) == verbs
         for verb in verbs:
-            alone = subparsers(subparsers(cli_main.build_parser(command, verb))[command])
+            alone = subparsers(subparsers(cli_parser.build_parser(command, verb))[command])
             assert list(alone) == [verb]
             assert alone[verb].format_help() == subparsers(full[command])[verb].format_help()
     for words in EVERY_COMMAND:  # parse() adds the global options' defaults only
-        full_args = vars(cli_main.build_parser().parse_args(words))
-        assert vars(cli_main.parse(words)).items() >= full_args.items(), words
+        full_args = vars(cli_parser.build_parser().parse_args(words))
+        assert vars(cli_parser.parse(words)).items() >= full_args.items(), words
 
 
 def test_snapshot_create_imports_neither_loguru_nor_a_pool(tmp_path: Path) -> None:
@@ -110,21 +110,21 @@ def _placements(words: list[str], options: list[str]) -> list[list[str]]:
 
 
 def test_every_command_covers_the_commands() -> None:
-    from devcell.cli import main as cli_main
+    from devcell.cli import parser as cli_parser
 
-    assert {words[0] for words in EVERY_COMMAND} == set(cli_main.COMMANDS)
+    assert {words[0] for words in EVERY_COMMAND} == set(cli_parser.COMMANDS)
 
 
 def test_global_options_work_before_and_after_every_command() -> None:
-    from devcell.cli import main as cli_main
+    from devcell.cli import parser as cli_parser
 
     options = ["--state-dir", "/s", "-v", "--run-store=file"]
     for words in EVERY_COMMAND:
         for argv in _placements(words, options):
-            args = cli_main.parse(argv)
+            args = cli_parser.parse(argv)
             assert (args.command, args.state_dir, args.verbose, args.run_store) == (
                 words[0], "/s", 1, "file"), argv
-        args = cli_main.parse(words)
+        args = cli_parser.parse(words)
         assert (args.state_dir, args.verbose, args.run_store) == (None, 0, None), words
 
 
@@ -151,14 +151,14 @@ def test_durations_every_wait_can_honour_and_no_other() -> None:
 
     import pytest
 
-    from devcell.cli import main as cli_main
+    from devcell.cli import arguments
 
-    assert cli_main._duration("1h30m") == 5400.0
-    assert cli_main._duration("0") == 0.0
-    assert cli_main._duration(f"{int(threading.TIMEOUT_MAX)}") == int(threading.TIMEOUT_MAX)
+    assert arguments.duration("1h30m") == 5400.0
+    assert arguments.duration("0") == 0.0
+    assert arguments.duration(f"{int(threading.TIMEOUT_MAX)}") == int(threading.TIMEOUT_MAX)
     for text in ("99999999999999999999h", f"{int(threading.TIMEOUT_MAX) + 1}s", "1" * 400):
         with pytest.raises(argparse.ArgumentTypeError, match="too long"):
-            cli_main._duration(text)
+            arguments.duration(text)
 
 
 def _two_cells(tmp_path: Path) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from devcell.cli.main import build_parser
+from devcell.cli.parser import build_parser
 from tests.conftest import REPO
 
 

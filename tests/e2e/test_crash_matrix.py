@@ -62,7 +62,7 @@ import yaml
 from tests import processes
 
 if TYPE_CHECKING:
-    from devcell.backends.workspaces import WorkspaceStore
+    from devcell.backends.container.workspaces import WorkspaceStore
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -1053,8 +1053,8 @@ STORAGE_POINTS = {
 _STORAGE_CALL = """
 import sys
 from pathlib import Path
-from devcell.backends.container_layout import Layout
-from devcell.backends.workspaces import WorkspaceStore
+from devcell.backends.container.layout import Layout
+from devcell.backends.container.workspaces import WorkspaceStore
 store = WorkspaceStore(Layout(Path(sys.argv[1])))
 action = sys.argv[2]
 if action == "checkpoint":
@@ -1088,8 +1088,8 @@ def _checkpointed_tree(state: Path) -> tuple[WorkspaceStore, Path]:
     """A store whose volume vol_1 (cell_1) holds 200 small files in 7 folders, checkpointed
     as snap_1 once the files are older than the checkpoint's clock tick (so snap_1 may
     share them); returns the store and vol_1's workspace."""
-    from devcell.backends.container_layout import Layout
-    from devcell.backends.workspaces import WorkspaceStore
+    from devcell.backends.container.layout import Layout
+    from devcell.backends.container.workspaces import WorkspaceStore
 
     store = WorkspaceStore(Layout(state))
     store.create_volume(cell_id="cell_1", cell_name="api", volume_id="vol_1",
@@ -1128,7 +1128,7 @@ def _leftovers(state: Path) -> list[str]:
 @pytest.mark.parametrize("point", sorted(  # delete's points: test_storage_crash_over_a_shared_tree
     p for p, action in STORAGE_POINTS.items() if action != "delete"))
 def test_storage_crash(point: str, tmp_path: Path) -> None:
-    from devcell.backends import overlay
+    from devcell.backends.container import overlay
 
     action = STORAGE_POINTS[point]
     if action != "checkpoint" and overlay.supported() is not None:
@@ -1178,7 +1178,7 @@ def test_storage_crash_over_a_shared_tree(point: str, action: str, tmp_path: Pat
     """A checkpoint of an unchanged workspace names the previous tree: a kill while naming
     it, while retiring the tree's own checkpoint, or while removing the last name loses
     nothing still named, and the retry (or any later delete) leaves nothing behind."""
-    from devcell.backends.workspaces import SAME_AS
+    from devcell.backends.container.workspaces import SAME_AS
     from devcell.reconciler import recovery
 
     state = tmp_path / "state"
@@ -1224,7 +1224,7 @@ def test_storage_crash_under_a_layer(point: str, action: str, tmp_path: Path) ->
     """snap_2 holds only what changed since snap_1 (a layer over its tree): a kill while a
     layer is made, while snap_1 is retired under it, or while the last layer over a retired
     snap_1 is removed loses nothing still named, and the retry leaves nothing behind."""
-    from devcell.backends import overlay
+    from devcell.backends.container import overlay
     from devcell.reconciler import recovery
 
     if overlay.supported() is not None:
@@ -1279,9 +1279,9 @@ RESTORE_POINTS = ("storage.restore.tree-built", "storage.restore.exchanged")
 _RESTORE_CALL = """
 import sys
 from pathlib import Path
-from devcell.backends import workspace_restore
-from devcell.backends.container_layout import Layout
-from devcell.backends.workspaces import WorkspaceStore
+from devcell.backends.container import workspace_restore
+from devcell.backends.container.layout import Layout
+from devcell.backends.container.workspaces import WorkspaceStore
 store = WorkspaceStore(Layout(Path(sys.argv[1])))
 workspace_restore.restore(store, sys.argv[2], sys.argv[3])
 """
@@ -1299,7 +1299,7 @@ def test_restore_crash(point: str, storage: str, tmp_path: Path) -> None:
     """Killed at either point, the workspace is the whole old tree or the whole restored one
     (never a mix), no checkpoint changed; the same call again restores exactly, and nothing
     (temporary, trash, mount) is left behind."""
-    from devcell.backends import overlay
+    from devcell.backends.container import overlay
 
     if storage == "fork" and overlay.supported() is not None:
         pytest.skip(f"no overlay mounts here: {overlay.supported()}")

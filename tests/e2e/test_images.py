@@ -303,8 +303,8 @@ def test_images_devcell_built_are_listed_and_pruned_by_their_labels(
     this one's, and is left alone."""
     import secrets
 
-    from devcell.backends import base_image
-    from devcell.backends.container_layout import state_hash
+    from devcell.backends.container import base_image
+    from devcell.backends.host.ids import state_hash
 
     state_dir.mkdir(parents=True)
     other = tmp_path / "other-state"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from devcell.backends.container_layout import state_hash
+from devcell.backends.host.ids import state_hash
 from tests.backends.engine import IMAGE, remove_containers, require_engine
 from tests.conftest import Cli
 

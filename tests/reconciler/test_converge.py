@@ -149,7 +149,7 @@ def test_parallelism_follows_the_backends_capabilities(db: Database, ctx: Contex
     result = apply(db, cell_doc("api"), snapshot_doc("snap", "api"))
     assert parallelism(db, result.to_reconcile) == 1  # the fake backend: CPU bound
     assert parallelism(db, []) == 1
-    from devcell.backends.container import ContainerBackend
+    from devcell.backends.container.backend import ContainerBackend
     assert ContainerBackend.capabilities.parallel > 1
 
 

@@ -40,8 +40,8 @@ def test_sweep_never_removes_a_workspace_or_checkpoint_that_holds_files(
     """A database that does not know a volume (restored from an old backup, or lost and
     recreated by hand) must not make the sweep delete the user's work: a volume or checkpoint
     with files is kept and reported; an empty one, and an orphan container, are removed."""
-    from devcell.backends.container import ContainerBackend
-    from devcell.backends.workspaces import WorkspaceStore
+    from devcell.backends.container.backend import ContainerBackend
+    from devcell.backends.container.workspaces import WorkspaceStore
     from tests.backends.engine import require_engine
 
     require_engine()

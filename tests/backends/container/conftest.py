@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from devcell.backends.container import ContainerBackend
+from devcell.backends.container.backend import ContainerBackend
 from devcell.controllers.context import Context
 from devcell.store.db import Database, open_database
 from tests.backends.engine import remove_containers, require_engine

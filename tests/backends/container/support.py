@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from devcell.backends.base import CellRef
-from devcell.backends.container import ContainerBackend
+from devcell.backends.container.backend import ContainerBackend
 from tests.backends.engine import IMAGE
 
 

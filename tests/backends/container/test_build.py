@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from devcell.backends.container_layout import state_hash
+from devcell.backends.host.ids import state_hash
 from tests.backends.engine import IMAGE
 from tests.conftest import Cli
 

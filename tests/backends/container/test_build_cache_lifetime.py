@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devcell.backends.build_digest_cache import DIRECTORY, RACY_SECONDS
+from devcell.backends.container.build_digest_cache import DIRECTORY, RACY_SECONDS
 from devcell.controllers.context import Context
 from devcell.store.db import Database
 from tests.backends.container.test_build import _project, built_images  # noqa: F401

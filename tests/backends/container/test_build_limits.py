@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from devcell.backends import container_build
+from devcell.backends.container import build as container_build
 from devcell.errors import ImageBuildFailed
 from tests.backends.engine import IMAGE
 

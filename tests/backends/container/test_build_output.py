@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from devcell.backends import container_build
+from devcell.backends.container import build as container_build
 
 
 def test_the_failing_steps_line_is_bounded_and_escaped() -> None:

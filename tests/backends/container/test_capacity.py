@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from devcell.backends import container_spec
-from devcell.backends.container_layout import Layout
+from devcell.backends.container import spec as container_spec
+from devcell.backends.container.layout import Layout
 from tests.backends.engine import IMAGE
 from tests.conftest import Cli
 

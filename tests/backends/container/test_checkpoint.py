@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import treecopy, workspaces
 from devcell.backends.base import Consistency
-from devcell.backends.container import ContainerBackend
+from devcell.backends.container import workspaces
+from devcell.backends.container.backend import ContainerBackend
+from devcell.backends.host import treecopy
 from devcell.errors import BackendError
 from tests.backends.container.support import cell, up, wait_for
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from devcell.backends.base import CellRef
-from devcell.backends.container import ContainerBackend
+from devcell.backends.container.backend import ContainerBackend
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Plan
 from devcell.store import volumes

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from devcell.backends import container_observe
-from devcell.backends.container import ContainerBackend
-from devcell.backends.container_spec import CELL_ID
+from devcell.backends.container import observe as container_observe
+from devcell.backends.container.backend import ContainerBackend
+from devcell.backends.container.spec import CELL_ID
 from devcell.errors import BackendConflict, BackendError, BackendNotFound
 from tests.backends.container.support import box_manifest, cell, up
 from tests.conftest import REPO, Cli
@@ -86,7 +86,7 @@ def test_snapshot_create_imports_no_part_of_the_sdk(engine: None, cli: Cli, tmp_
             cwd=REPO, timeout=120)
         assert made.returncode == 0, made.stderr[-2000:]
         imported = made.stdout.rpartition("MODULES ")[2].split()
-        assert "devcell.backends.container" in imported  # the listing is there to read
+        assert "devcell.backends.container.backend" in imported  # the listing is there to read
         assert not [m for m in imported if m.split(".")[0] in UNUSED_ON_THE_SNAPSHOT_PATH]
     snaps = json.loads(cli("get", "snapshots", "-o", "json").stdout)["items"]
     assert {s["metadata"]["name"]: s["status"]["phase"] for s in snaps} == {
@@ -107,7 +107,7 @@ def test_cell_sleep_imports_neither_the_sdk_nor_loguru(engine: None, cli: Cli, t
                            env=dict(os.environ, DEVCELL_HOME=str(state)), cwd=REPO, timeout=120)
     assert slept.returncode == 0, slept.stderr[-2000:]
     imported = slept.stdout.rpartition("MODULES ")[2].split()
-    assert "devcell.backends.container" in imported
+    assert "devcell.backends.container.backend" in imported
     assert not [m for m in imported if m.split(".")[0] in UNUSED_ON_THE_SNAPSHOT_PATH]
     assert container_observe.list_containers(state) == []  # removed, not only stopped
     cells = json.loads(cli("get", "cells", "box", "-o", "json").stdout)

@@ -11,7 +11,7 @@ import pytest
 import requests.exceptions
 
 from devcell import errors
-from devcell.backends import container
+from devcell.backends.container import sdk
 from devcell.errors import (
     BackendConflict,
     BackendError,
@@ -45,27 +45,27 @@ def api_error(status: int, explanation: str, *, cls: type = docker.errors.APIErr
 ])
 def test_status_code_decides_the_class(status: int, expected: type[BackendError]) -> None:
     # The explanations deliberately name other causes: only the status may decide.
-    error = container.translate(api_error(status, "Conflict: no such container"), "creating x")
+    error = sdk.translate(api_error(status, "Conflict: no such container"), "creating x")
     assert type(error) is expected
     assert str(error) == "creating x: Conflict: no such container"
 
 
 def test_a_name_conflict_is_a_conflict_whatever_the_wording() -> None:
-    assert isinstance(container.translate(api_error(409, "name taken"), "creating x"),
+    assert isinstance(sdk.translate(api_error(409, "name taken"), "creating x"),
                       BackendConflict)
-    assert not isinstance(container.translate(
+    assert not isinstance(sdk.translate(
         api_error(500, 'Conflict. The container name "/x" is already in use'), "creating x"),
         BackendConflict)
 
 
 def test_docker_py_classes_without_a_status_keep_their_meaning() -> None:
     not_found = docker.errors.NotFound("gone")  # no response: no status code
-    assert type(container.translate(not_found, "removing x")) is BackendNotFound
-    assert type(container.translate(docker.errors.APIError("odd"), "removing x")) is BackendError
+    assert type(sdk.translate(not_found, "removing x")) is BackendNotFound
+    assert type(sdk.translate(docker.errors.APIError("odd"), "removing x")) is BackendError
 
 
 def test_a_missing_image_keeps_its_reason_and_fix() -> None:
-    error = container.translate(
+    error = sdk.translate(
         api_error(404, "No such image: devcell/nope:1", cls=docker.errors.ImageNotFound),
         "creating x")
     assert isinstance(error, ImageNotFound) and isinstance(error, BackendNotFound)
@@ -74,23 +74,23 @@ def test_a_missing_image_keeps_its_reason_and_fix() -> None:
 
 
 def test_arguments_the_sdk_refuses_are_refused_not_unreachable() -> None:
-    error = container.translate(docker.errors.InvalidArgument("bad port"), "creating x")
+    error = sdk.translate(docker.errors.InvalidArgument("bad port"), "creating x")
     assert type(error) is BackendRefused and error.permanent
 
 
 def test_an_engine_that_cannot_be_reached_or_does_not_answer() -> None:
     for exc in (requests.exceptions.ConnectionError("refused"),
                 docker.errors.DockerException("Error while fetching server API version")):
-        error = container.translate(exc, "listing")
+        error = sdk.translate(exc, "listing")
         assert isinstance(error, BackendUnavailable) and not error.permanent
         assert error.reason == "BackendUnavailable"
-    slow = container.translate(requests.exceptions.ReadTimeout("read timed out"), "listing")
+    slow = sdk.translate(requests.exceptions.ReadTimeout("read timed out"), "listing")
     assert type(slow) is BackendError and "did not answer in time" in str(slow)
 
 
 def test_the_boundary_context_raises_the_translation() -> None:
     with pytest.raises(BackendConflict, match="^starting x: already paused$"):
-        with container._engine("starting x"):
+        with sdk.engine_calls("starting x"):
             raise api_error(409, "already paused")
 
 
@@ -105,7 +105,7 @@ def test_an_unreachable_engine_is_named_by_the_socket_error_class(
     client = docker.from_env(timeout=5, version="1.41")  # a fixed version: no call yet
     try:
         with pytest.raises(BackendUnavailable) as raised:
-            with container._engine("listing"):
+            with sdk.engine_calls("listing"):
                 client.api.containers()
     finally:
         client.close()

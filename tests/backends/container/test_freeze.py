@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devcell.backends import freezer
-from devcell.backends.container import QUIESCED, ContainerBackend
+from devcell.backends.container import freezer
+from devcell.backends.container.backend import QUIESCED, ContainerBackend
 from tests.backends.container.support import cell, up, wait_for
 
 COUNTER = {"name": "count", "command": [

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import usage
-from devcell.backends.container_layout import Layout
+from devcell.backends.container.layout import Layout
+from devcell.backends.host import usage
 from tests.backends.container.test_storage_freed import _cell, _snap
 from tests.conftest import Cli
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from devcell.backends.container import ContainerBackend
+from devcell.backends.container.backend import ContainerBackend
 from devcell.errors import BackendError
 from tests.backends.container.support import cell, up
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from devcell.backends.container import ContainerBackend
-from devcell.backends.container_spec import ALLOWED_CAPS
+from devcell.backends.container.backend import ContainerBackend
+from devcell.backends.container.spec import ALLOWED_CAPS
 from devcell.errors import BackendError, BackendNotFound
 from tests.backends.container.support import cell, up, wait_for
 

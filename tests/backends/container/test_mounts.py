@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from devcell.backends.container import ContainerBackend
+from devcell.backends.container.backend import ContainerBackend
 from devcell.errors import BackendError
 from tests.backends.container.support import cell, up
 
@@ -162,8 +162,8 @@ def test_a_setuid_program_planted_through_a_writable_host_mount_is_not_root_s(
     assert inspected["Config"]["User"] == "65534:65534"
     assert "no-new-privileges" in inspected["HostConfig"]["SecurityOpt"]
     # Without the user a writable host mount is refused at the last check before the engine.
-    from devcell.backends import container_spec
-    from devcell.backends.container_layout import Layout
+    from devcell.backends.container import spec as container_spec
+    from devcell.backends.container.layout import Layout
     from devcell.config import SecurityPolicy
     policy = SecurityPolicy(allowed_host_paths=(str(allowed),))
     kwargs = container_spec.create_kwargs(

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from devcell.backends import container_observe
-from devcell.backends.container import ContainerBackend
+from devcell.backends.container import observe as container_observe
+from devcell.backends.container.backend import ContainerBackend
 from tests.backends.container.support import box_manifest, cell, up, wait_for
 from tests.conftest import REPO, Cli
 
@@ -40,7 +40,7 @@ def test_one_list_call_observes_what_observe_sees(backend: ContainerBackend, sta
 
 
 def _container(docker_client: Any, state: Path) -> Any:
-    from devcell.backends.container_layout import state_hash
+    from devcell.backends.host.ids import state_hash
 
     found = docker_client.containers.list(
         all=True, filters={"label": f"dev.devcell.state-dir={state_hash(state)}"})

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from devcell.backends.container import ContainerBackend
+from devcell.backends.container.backend import ContainerBackend
 from devcell.errors import BackendError
 from tests.backends.container.support import cell, up
 from tests.backends.engine import IMAGE

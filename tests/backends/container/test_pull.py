@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from devcell.backends import images
-from devcell.backends.container import ContainerBackend
+from devcell.backends.container import images
+from devcell.backends.container.backend import ContainerBackend
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Plan, Settled
 from devcell.errors import ImagePullFailed, retry_delay

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from devcell.backends.base import ImageState
-from devcell.backends.container_pull import REGISTRY_CHECK_TIMEOUT
+from devcell.backends.container.pull import REGISTRY_CHECK_TIMEOUT
 from devcell.errors import ImagePullFailed, retry_delay
 from tests.backends.container.test_controller import backend_of
 from tests.backends.container.test_pull import pulled_cell, ref_of_new

@@ -9,7 +9,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from devcell.backends.container_layout import Layout
+from devcell.backends.container.layout import Layout
 from tests.backends.container.test_storage_freed import _cell
 from tests.conftest import Cli
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from loguru import logger
 
-from devcell.backends.container import ContainerBackend
+from devcell.backends.container.backend import ContainerBackend
 from tests.backends.container.support import cell, up, wait_for
 
 

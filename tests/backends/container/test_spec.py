@@ -10,8 +10,11 @@ from typing import Any
 
 import pytest
 
-from devcell.backends import base_image, container_spec, supervisor
-from devcell.backends.container_layout import Layout, safe_id
+from devcell.backends import supervisor
+from devcell.backends.container import base_image
+from devcell.backends.container import spec as container_spec
+from devcell.backends.container.layout import Layout
+from devcell.backends.host.ids import safe_id
 from devcell.config import SecurityPolicy
 from devcell.errors import BackendError
 from tests.backends.container.support import spec

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends.container_layout import Layout
+from devcell.backends.container.layout import Layout
 from tests.backends.engine import IMAGE
 from tests.conftest import Cli
 

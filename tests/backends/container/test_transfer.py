@@ -19,7 +19,7 @@ import yaml
 from devcell import backends
 from devcell.api import apply as apply_api
 from devcell.api import cells, transfer
-from devcell.backends.container_layout import Layout
+from devcell.backends.container.layout import Layout
 from devcell.errors import ArchiveRefused
 from devcell.store import objects, volumes
 from devcell.store.db import open_database

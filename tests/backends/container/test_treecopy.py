@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import treecopy
+from devcell.backends.host import treecopy
 from devcell.errors import BackendError
 
 

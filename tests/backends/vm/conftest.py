@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from devcell.backends.base import CellRef
-from devcell.backends.vm import VmBackend
+from devcell.backends.vm.backend import VmBackend
 from tests.backends.engine import IMAGE
 from tests.backends.vm_machines import kill_machines, require_qemu, seed_images
 

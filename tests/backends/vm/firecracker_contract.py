@@ -1,6 +1,6 @@
 """DevCell's own account of the part of Firecracker's HTTP API its driver uses.
 
-Why this exists: the driver (devcell/backends/vm_firecracker_api.py) has not run against a real
+Why this exists: the driver (devcell/backends/vm/drivers/firecracker_api.py) has not run against a real
 Firecracker here, so its tests check every request it sends against a description of the API.
 That description is this module, written for DevCell: one `Endpoint` per operation the driver
 calls, each with its method, path pattern, the JSON Schema of its body and the status

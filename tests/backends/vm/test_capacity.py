@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import vm, vm_capacity
 from devcell.backends.base import OwnedKind
-from devcell.backends.vm_capacity import VmAccounting
-from devcell.backends.vm_layout import VmLayout
+from devcell.backends.vm import backend as vm
+from devcell.backends.vm import capacity as vm_capacity
+from devcell.backends.vm.capacity import VmAccounting
+from devcell.backends.vm.layout import VmLayout
 
 MiB = 1 << 20
 

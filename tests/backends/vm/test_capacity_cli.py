@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from devcell.backends import vm_proc
-from devcell.backends.vm_layout import VmLayout
+from devcell.backends.vm import proc as vm_proc
+from devcell.backends.vm.layout import VmLayout
 from devcell.cli import render
 from tests.backends.vm.conftest import cell_manifest, make_state
 from tests.backends.vm_machines import kill_machines

@@ -11,8 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-from devcell.backends import vm_proc
-from devcell.backends.vm_layout import VmLayout
+from devcell.backends.vm import proc as vm_proc
+from devcell.backends.vm.layout import VmLayout
 from tests.backends.engine import IMAGE
 from tests.backends.vm.conftest import cell_manifest, make_state
 from tests.backends.vm_machines import require_qemu

@@ -20,8 +20,9 @@ from typing import Any
 
 import yaml
 
-from devcell.backends import vm_memory, vm_proc
-from devcell.backends.vm_layout import VmLayout
+from devcell.backends.vm import memory as vm_memory
+from devcell.backends.vm import proc as vm_proc
+from devcell.backends.vm.layout import VmLayout
 from tests.backends.engine import IMAGE
 from tests.backends.vm.conftest import COUNTER, make_state
 from tests.backends.vm_machines import kill_machines

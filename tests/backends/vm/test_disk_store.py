@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import vm_disks
-from devcell.backends.vm_layout import VmLayout
+from devcell.backends.vm import disks as vm_disks
+from devcell.backends.vm.layout import VmLayout
 from tests.backends.engine import in_ci
 
 _MISSING = shutil.which("qemu-img") is None or shutil.which("mkfs.ext4") is None
@@ -57,8 +57,8 @@ def test_a_stopped_disk_snapshots_forks_and_is_collected_to_nothing(tmp_path: Pa
 CRASH = textwrap.dedent("""\
     import os, sys
     from pathlib import Path
-    from devcell.backends import vm_disks
-    from devcell.backends.vm_layout import VmLayout
+    from devcell.backends.vm import disks as vm_disks
+    from devcell.backends.vm.layout import VmLayout
     disks = vm_disks.DiskStore(VmLayout(Path(sys.argv[1])))
     made = sys.argv[2] == "after-switch"
 

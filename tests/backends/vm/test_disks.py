@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from devcell.backends.base import CellRef, Consistency
-from devcell.backends.vm import VmBackend
-from devcell.backends.vm_capacity import VmAccounting
+from devcell.backends.vm.backend import VmBackend
+from devcell.backends.vm.capacity import VmAccounting
 from tests.backends.vm.conftest import SPEC, booted_cell, run
 
 BOUND = 3

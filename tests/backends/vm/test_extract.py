@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import vm_extract
+from devcell.backends.vm import extract as vm_extract
 from devcell.errors import BackendRefused
 
 pytestmark = pytest.mark.skipif(shutil.which("debugfs") is None or shutil.which("mkfs.ext4")

@@ -12,8 +12,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from devcell.backends import vm_firecracker_api as api
-from devcell.backends.vm_driver import Disk, MachineConfig
+from devcell.backends.vm.drivers import firecracker_api as api
+from devcell.backends.vm.drivers.driver import Disk, MachineConfig
 from devcell.errors import BackendError, BackendRefused, BackendUnavailable
 from tests.backends.vm import firecracker_contract as contract
 from tests.backends.vm import firecracker_fake as fake

@@ -19,11 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import vm_drivers, vm_firecracker, vm_proc
-from devcell.backends import vm_firecracker_api as api
 from devcell.backends.base import CellRef
-from devcell.backends.vm import VmBackend
-from devcell.backends.vm_driver import Disk, MachineConfig
+from devcell.backends.vm import proc as vm_proc
+from devcell.backends.vm.backend import VmBackend
+from devcell.backends.vm.drivers import choose as vm_drivers
+from devcell.backends.vm.drivers import firecracker as vm_firecracker
+from devcell.backends.vm.drivers import firecracker_api as api
+from devcell.backends.vm.drivers.driver import Disk, MachineConfig
 from devcell.errors import BackendUnavailable, CapabilityMissing
 from tests.backends.vm import firecracker_contract as contract
 from tests.backends.vm import firecracker_fake as fake

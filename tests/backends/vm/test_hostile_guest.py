@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from devcell.backends import vm_proc
-from devcell.backends.vm_layout import VmLayout
+from devcell.backends.vm import proc as vm_proc
+from devcell.backends.vm.layout import VmLayout
 from tests.backends.vm.conftest import cell_manifest, make_state
 from tests.backends.vm_machines import kill_machines
 from tests.conftest import Cli

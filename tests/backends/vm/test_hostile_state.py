@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from devcell.backends import vm_proc
 from devcell.backends.base import CellRef
-from devcell.backends.vm import MARKER, VmBackend
+from devcell.backends.vm import proc as vm_proc
+from devcell.backends.vm.backend import MARKER, VmBackend
 from devcell.errors import BackendError
 from tests.backends.vm.conftest import SPEC
 

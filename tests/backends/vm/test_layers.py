@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends.vm_layers import LayerStore
+from devcell.backends.vm.layers import LayerStore
 from tests.backends.engine import in_ci
 
 _MISSING = shutil.which("qemu-img") is None or shutil.which("qemu-io") is None

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from devcell.backends import vm_proc
 from devcell.backends.base import CellRef, Consistency
-from devcell.backends.vm import VmBackend
+from devcell.backends.vm import proc as vm_proc
+from devcell.backends.vm.backend import VmBackend
 from tests.backends.vm.conftest import run
 
 
@@ -158,7 +158,7 @@ def test_a_machine_left_paused_by_a_dead_save_is_seen_frozen_and_resumed(
         machine: tuple[VmBackend, CellRef]) -> None:
     """A save killed after QMP `stop` leaves QEMU alive and paused: observe says frozen (so
     the controller plans a resume) and resume lets it run on."""
-    from devcell.backends.vm_qmp import Qmp
+    from devcell.backends.vm.drivers.qmp import Qmp
 
     backend, ref = machine
     with Qmp(backend.layout.cell(ref.id)) as qmp:

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import vm_memory, vm_proc
 from devcell.backends.base import CellRef, Consistency
-from devcell.backends.vm import RAM_FILE, WORKSPACE_DISK, VmBackend
-from devcell.backends.vm_qmp import Qmp
+from devcell.backends.vm import memory as vm_memory
+from devcell.backends.vm import proc as vm_proc
+from devcell.backends.vm.backend import RAM_FILE, WORKSPACE_DISK, VmBackend
+from devcell.backends.vm.drivers.qmp import Qmp
 from devcell.errors import BackendRefused
 from tests.backends.vm.conftest import SPEC, booted_cell, run
 

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from devcell.backends import vm_image, vm_qemu
-from devcell.backends.vm_layout import VmLayout
-from devcell.backends.vm_qemu import QemuDriver
+from devcell.backends.vm import image as vm_image
+from devcell.backends.vm.drivers import qemu as vm_qemu
+from devcell.backends.vm.drivers.qemu import QemuDriver
+from devcell.backends.vm.layout import VmLayout
 from tests.backends.vm.conftest import make_state
 
 KVM_USABLE = vm_qemu._kvm_device_usable()

@@ -1,0 +1,65 @@
+"""The offline base image (`devcell image build-base`): built on the engine, and, on a machine
+with QEMU, its vm root disk, the initrd and the accelerator probe made ahead, so that a vm
+cell's first create does not pay for them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class VmReady:
+    image: str
+    root_disk_mib: int
+    kernel_release: str
+    accel: str
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    image: str
+    image_id: str
+    built: bool
+    """False when the image existed and no rebuild was asked for."""
+    vm: VmReady | None
+    vm_problem: str | None
+    """Why the vm backend was not prepared (QEMU or a kernel missing), when it was not."""
+
+
+def build(state_dir: Path, *, force: bool = False) -> BaseImage:
+    from devcell.backends.container import backend as container
+    from devcell.backends.container import base_image
+    from devcell.errors import BackendUnavailable
+
+    backend = container.ContainerBackend(state_dir=state_dir)
+    try:
+        existed = backend.image_exists(base_image.BASE_IMAGE)
+        image_id = backend.build_base_image(force=force)
+    finally:
+        backend.close()
+    vm: VmReady | None = None
+    problem: str | None = None
+    try:
+        vm = prepare_vm(state_dir, base_image.BASE_IMAGE)
+    except BackendUnavailable as exc:
+        problem = str(exc)
+    return BaseImage(base_image.BASE_IMAGE, image_id, built=force or not existed, vm=vm,
+                     vm_problem=problem)
+
+
+def prepare_vm(state_dir: Path, image: str) -> VmReady:
+    """The image's vm root disk, the initrd and the KVM probe; BackendUnavailable without QEMU."""
+    from devcell.backends.vm import disks as vm_disks
+    from devcell.backends.vm import image as vm_image
+    from devcell.backends.vm.drivers.qemu import QemuDriver
+    from devcell.backends.vm.layout import VmLayout
+
+    kernel = vm_image.find_kernel()
+    vm_image.qemu_ready()
+    layout = VmLayout(state_dir)
+    vm_disks.DiskStore(layout)  # its directories, owner-only
+    _, rootfs = vm_image.rootfs(layout, image)
+    initrd = vm_image.initrd(layout, kernel)
+    accel = QemuDriver(accel_cache=layout.root / "accel.json").probe(kernel.path, initrd)
+    return VmReady(image, rootfs.stat().st_blocks >> 11, kernel.release, accel)

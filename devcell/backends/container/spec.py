@@ -1,0 +1,223 @@
+"""A Cell spec turned into the Docker engine's create arguments, under DevCell's security rules.
+
+Plain data only (no docker import): `create_kwargs()` builds the keyword arguments for
+`containers.create`, and `check_security()` re-checks the finished arguments just before they
+reach the engine, so no code path can slip a privileged container past it:
+
+- never privileged; every capability dropped, then only a small subset of Docker's defaults
+  given back (no capability Docker would not grant anyway); `no-new-privileges`;
+- no host PID, IPC or user namespace; network `none`, `host` or DevCell's bridge network
+  (published ports on 127.0.0.1 unless the manifest names another address);
+- bind mounts only of directories inside the state directory (symbolic links resolved), and
+  of host paths DevCell's configuration allows (`devcell.security`, `devcell.config`);
+- a cell with a writable host mount runs as HOST_MOUNT_USER, never as root: without a user
+  namespace the cell's root is the host's root, and a `chmod 4755` of its own copy of a shell
+  would leave a setuid-root program in the host directory (the engine's bind mounts cannot be
+  made nosuid, and nosuid would only protect the cell's view of them, not the host's).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from devcell import security
+from devcell.backends import limits, supervisor
+from devcell.backends.container.layout import Layout
+from devcell.backends.host.ids import state_hash
+from devcell.config import SecurityPolicy
+from devcell.errors import BackendRefused
+from devcell.manifests import quantities
+from devcell.manifests.model import field_path
+
+LABEL = "dev.devcell"
+MANAGED, STATE, CELL_ID, CELL = (f"{LABEL}.managed", f"{LABEL}.state-dir", f"{LABEL}.cell-id",
+                                 f"{LABEL}.cell")
+VOLUME, RUNTIME_HASH = f"{LABEL}.volume", f"{LABEL}.runtime-hash"
+OPERATION = f"{LABEL}.operation"
+STATE_PATH = f"{LABEL}.state-path"
+"""For people (and test clean-up); ownership is decided by STATE, the digest of that path."""
+BRIDGE_NETWORK = "devcell-bridge"
+STOP_TIMEOUT = 5
+ALLOWED_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
+                "NET_BIND_SERVICE")
+"""Given back after dropping ALL: a subset of Docker's defaults (root can own and chmod its
+files, switch users, signal its processes, bind low ports). No NET_RAW, MKNOD, SYS_CHROOT,
+SETFCAP, AUDIT_WRITE."""
+HOST_MOUNT_USER = (65534, 65534)
+"""uid and gid (nobody:nogroup) of a cell with a writable host mount: what it writes there is
+owned by nobody, so a setuid bit it sets gives nothing."""
+_IMAGE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._/:@-]{0,254}")
+
+
+def memory_bytes(text: str) -> int:
+    """The engine's mem_limit; validation refused anything else already (a record written
+    before a rule existed still gets a clear refusal here, never a late engine error)."""
+    try:
+        value = quantities.memory_bytes(text)
+    except ValueError as exc:
+        raise BackendRefused(str(exc)) from None
+    minimum = limits.of("container").min_memory_bytes
+    if value < minimum:
+        raise BackendRefused(f"memory limit {text} is below the engine's minimum of "
+                             f"{quantities.show_bytes(minimum)}")
+    return value
+
+
+def mount_path(spec: dict[str, Any]) -> str:
+    path = (spec.get("workspace") or {}).get("mountPath", "/workspace")
+    problem = security.mount_path_problem(path) if isinstance(path, str) else "must be a string"
+    if problem:
+        raise BackendRefused(f"workspace.mountPath: {problem}")
+    return str(path)
+
+
+def image_of(spec: dict[str, Any]) -> str:
+    image = spec.get("image")
+    if not isinstance(image, str) or not _IMAGE.fullmatch(image):
+        raise BackendRefused(f"invalid or missing image {image!r} (the container backend "
+                             "needs spec.image, e.g. devcell/busybox:latest)")
+    return image
+
+
+def _bind(source: Path, target: str, *, read_only: bool) -> dict[str, Any]:
+    return {"Type": "bind", "Source": str(source), "Target": target, "ReadOnly": read_only}
+
+
+def _network(spec: dict[str, Any]) -> dict[str, Any]:
+    network = spec.get("network") or {}
+    mode = network.get("mode", "none")
+    ports = network.get("ports") or []
+    if mode in ("none", "host"):
+        if ports:
+            raise BackendRefused(f"network.ports need network.mode bridge (mode is {mode})")
+        return {"network_mode": mode}
+    if mode != "bridge":
+        raise BackendRefused(f"unknown network.mode {mode!r} (none, host or bridge)")
+    # One container port may be published on several host ports (`-p 8080:80 -p 8081:80`):
+    # docker-py takes a list of bindings per port; a dict of one binding each kept the last.
+    published: dict[str, list[tuple[str, int]]] = {}
+    for port in ports:
+        inside = int(port["containerPort"])
+        published.setdefault(f"{inside}/tcp", []).append(
+            (str(port.get("hostIP", "127.0.0.1")), int(port.get("hostPort", inside))))
+    return {"network": BRIDGE_NETWORK, "ports": published}
+
+
+def writes_host(spec: dict[str, Any]) -> bool:
+    """Whether the cell has a writable host mount (so it must not run as root)."""
+    return any(not m.get("readOnly", False) for m in spec.get("mounts") or [])
+
+
+def user_ids(kwargs: dict[str, Any]) -> tuple[int, int] | None:
+    """(uid, gid) the container runs as when create arguments name numeric ids, else None
+    (the image's user: root for every image DevCell knows)."""
+    user = str(kwargs.get("user") or "")
+    uid, _, gid = user.partition(":")
+    if not uid.isdigit() or not (gid or uid).isdigit():
+        return None
+    return int(uid), int(gid or uid)
+
+
+def labels(layout: Layout, *, cell_id: str, cell_name: str, volume_id: str | None,
+           runtime_hash: str, op_id: str | None = None) -> dict[str, str]:
+    out = {MANAGED: "true", STATE: state_hash(layout.state_dir),
+           STATE_PATH: str(layout.state_dir.resolve()), CELL_ID: cell_id, CELL: cell_name,
+           RUNTIME_HASH: runtime_hash}
+    if volume_id:
+        out[VOLUME] = volume_id
+    if op_id:
+        out[OPERATION] = op_id  # which operation made it: a restart can match it to its record
+    return out
+
+
+def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
+                  spec: dict[str, Any], volume_id: str | None, runtime_hash: str,
+                  op_id: str | None = None, policy: SecurityPolicy | None = None
+                  ) -> dict[str, Any]:
+    policy = policy or SecurityPolicy()
+    broken = [f"{security.spec_field(path)}: {message}"
+              for path, message in security.cell_problems(spec, policy, layout.state_dir)]
+    # Admission refused these already; a record from before a limit existed meets it here.
+    broken += [f"{field_path(path)}: {message}"
+               for path, message in limits.cell_problems(spec, "container")]
+    if broken:
+        raise BackendRefused("refusing to create the container: " + "; ".join(broken))
+    plain, _ = supervisor.split_env(spec)
+    mounts = [_bind(layout.run_dir(cell_id), security.RUN_DIR, read_only=True)]
+    if volume_id is not None:
+        mounts += [_bind(layout.workspace(volume_id), mount_path(spec), read_only=False),
+                   _bind(layout.logs(volume_id), security.SERVICE_LOG_DIR, read_only=False)]
+    for mount in spec.get("mounts") or []:  # resolved now: a later symlink swap changes nothing
+        mounts.append(_bind(Path(os.path.realpath(mount["hostPath"])), mount["mountPath"],
+                            read_only=bool(mount.get("readOnly", False))))
+    kwargs: dict[str, Any] = {
+        "image": image_of(spec),
+        "command": ["/bin/sh", f"{security.RUN_DIR}/{supervisor.SCRIPT}"],
+        "name": name,
+        "hostname": cell_name,
+        "labels": labels(layout, cell_id=cell_id, cell_name=cell_name, volume_id=volume_id,
+                         runtime_hash=runtime_hash, op_id=op_id),
+        "environment": plain,
+        "mounts": mounts,
+        "init": True,
+        "privileged": False,
+        "cap_drop": ["ALL"],
+        "cap_add": list(ALLOWED_CAPS),
+        "security_opt": ["no-new-privileges"],
+        "stop_signal": "SIGTERM",
+        "pids_limit": 4096,
+        "detach": True,
+        "log_config": {"Type": "json-file", "Config": {"max-size": "1m", "max-file": "2"}},
+        **_network(spec),
+    }
+    if volume_id is not None:
+        kwargs["working_dir"] = mount_path(spec)
+    if writes_host(spec):
+        kwargs["user"] = "{}:{}".format(*HOST_MOUNT_USER)
+    resources = spec.get("resources") or {}
+    if "cpus" in resources:
+        kwargs["nano_cpus"] = int(float(resources["cpus"]) * 1e9)
+    if "memory" in resources:
+        kwargs["mem_limit"] = memory_bytes(str(resources["memory"]))
+    return kwargs
+
+
+def check_security(layout: Layout, kwargs: dict[str, Any],
+                   policy: SecurityPolicy | None = None) -> None:
+    """Refuse arguments that break DevCell's rules; the last check before the engine."""
+    problems = []
+    if kwargs.get("privileged"):
+        problems.append("privileged containers are not allowed")
+    if kwargs.get("cap_drop") != ["ALL"]:
+        problems.append("every capability must be dropped first (cap_drop ALL)")
+    extra = set(kwargs.get("cap_add") or []) - set(ALLOWED_CAPS)
+    if extra:
+        problems.append(f"capabilities {sorted(extra)} may not be added")
+    for key in ("pid_mode", "ipc_mode", "userns_mode", "uts_mode", "devices", "volumes",
+                "volumes_from", "device_requests", "sysctls", "cgroupns"):
+        if kwargs.get(key):
+            problems.append(f"{key} is not allowed")
+    policy = policy or SecurityPolicy()
+    allowed_modes = (None, "none", "host") if policy.allow_host_network else (None, "none")
+    if kwargs.get("network_mode") not in allowed_modes:
+        problems.append(f"network mode {kwargs.get('network_mode')} is not allowed")
+    for option in kwargs.get("security_opt") or []:
+        if option != "no-new-privileges":
+            problems.append(f"security option {option} is not allowed")
+    ids = user_ids(kwargs)
+    for mount in kwargs.get("mounts") or []:
+        source = Path(mount.get("Source", ""))
+        if mount.get("Type") != "bind" or not source.is_absolute():
+            problems.append(f"mount of {source} is not a bind mount of an absolute path")
+        elif not layout.contains(source):
+            if not mount.get("ReadOnly") and (ids is None or 0 in ids):
+                problems.append(f"writable mount of {source}: the cell must not run as root "
+                                "(it could leave setuid-root programs on the host)")
+            refused = security.host_path_problem(str(source), policy, layout.state_dir)
+            if refused:
+                problems.append(f"mount of {source}: {refused}")
+    if problems:
+        raise BackendRefused("refusing to create the container: " + "; ".join(problems))

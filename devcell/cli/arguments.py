@@ -1,0 +1,86 @@
+"""The values a command line's words convert to: durations, counts, kinds, output formats.
+
+A leaf: the parser (cli/parser.py), the command table (cli/commands.py) and the commands that
+read the same spellings elsewhere (`logs --since`) import it, and it imports nothing of the CLI.
+A converter's `words` attribute is what shell completion offers for its value.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from devcell import kinds
+
+OBJECT_KINDS = kinds.words()
+"""What a user may type for a kind of desired object (cell, cells, snap...) -> its name."""
+GET_KINDS = {
+    **{word: kinds.get(name).plural for word, name in OBJECT_KINDS.items()},
+    "volume": "volumes", "volumes": "volumes", "vol": "volumes",
+    "operation": "operations", "operations": "operations", "op": "operations", "ops": "operations",
+    "event": "events", "events": "events", "ev": "events",
+    "controller": "controllers", "controllers": "controllers",
+}
+
+
+def kind(table: dict[str, str]) -> Callable[[str], str]:
+    """A converter from what a user types for a kind to its name in `table`."""
+    def convert(value: str) -> str:
+        key = value.lower()
+        if key not in table:
+            raise argparse.ArgumentTypeError(
+                f"unknown resource type {value!r} (one of: {', '.join(sorted(set(table)))})")
+        return table[key]
+    convert.words = sorted(table)  # type: ignore[attr-defined]  # what completion offers
+    return convert
+
+
+def workers(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise argparse.ArgumentTypeError(f"invalid worker count {text!r} (a whole number 1-64)")
+    return int(text)
+
+
+def duration(text: str) -> float:
+    """kubectl durations: 30s, 5m, 1h30m, 250ms, or plain seconds."""
+    import re
+    import threading
+
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        seconds = float(text)
+    else:
+        parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise argparse.ArgumentTypeError(
+                f"invalid duration {text!r} (e.g. 30s, 5m, 1h30m)")
+        scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+        seconds = sum(float(n) * scale[u] for n, u in parts)
+    # Every wait ends in a lock's timeout, which overflows beyond TIMEOUT_MAX (292 years):
+    # refused here, not as a traceback in a daemon thread that then dies silently.
+    if seconds > threading.TIMEOUT_MAX:
+        raise argparse.ArgumentTypeError(
+            f"duration {text!r} is too long (at most {int(threading.TIMEOUT_MAX)}s)")
+    return seconds
+
+
+def tail_lines(text: str) -> int:
+    if not (text.isdigit() or text == "-1"):
+        raise argparse.ArgumentTypeError(f"invalid line count {text!r} (a whole number, or -1: all)")
+    return int(text)
+
+
+def get_output(text: str) -> str:
+    """`get -o`: checked by cli/printers when used; the words are for shell completion."""
+    return text
+
+
+get_output.words = ["table", "wide", "yaml", "json", "name", "jsonpath=",  # type: ignore[attr-defined]
+                    "jsonpath-file=", "custom-columns=", "custom-columns-file="]
+
+
+def explained(text: str) -> str:
+    """`explain KIND.FIELD`: checked by cli/explain; the kinds are for shell completion."""
+    return text
+
+
+explained.words = sorted({*kinds.words(), "config"})  # type: ignore[attr-defined]

@@ -1,6 +1,6 @@
 """What `get -o wide` and `devcell df` need to know from the database to label what they
 measure: whose volume, which snapshot's checkpoint, on which backend. Sizes are never read
-from here: they come from the filesystem and the engine (backends/census.py)."""
+from here: they come from the filesystem and the engine (backends/host/census.py)."""
 
 from __future__ import annotations
 

@@ -263,7 +263,7 @@ class _Bounded(tarfile.TarInfo):
     tarfile reads a PAX header's or a GNU long name's data, and a GNU sparse map, whole,
     while it parses the member that follows: a header claiming 10 GB would be 10 GB of memory
     before `next()` returns. These hooks (tarfile's own per-type dispatch) refuse such
-    members before tarfile reads them; tests/backends/test_archive.py proves the bound, so a
+    members before tarfile reads them; tests/backends/archives/test_archive.py proves the bound, so a
     change in tarfile's internals fails a test rather than the promise.
     """
 

@@ -8,7 +8,7 @@ costs only itself.
 
     backend.py             the Backend: create, start, stop, delete, exec, checkpoint, restore
     observe.py             what runs now, over the engine's socket (engine_http.py), no SDK
-    availability.py        whether this machine's engine answers (`devcell version`)
+    engine.py, sdk.py      the engine's client: connect, translate the SDK's errors to ours
     spec.py                a cell's container configuration, pure (tested without an engine)
     layout.py              where the backend keeps things under the state directory
     workspaces.py          workspace volumes and checkpoints (full trees and layers)
@@ -19,6 +19,6 @@ costs only itself.
     images.py, pull.py, pull_progress.py  registry images: policy, pull, the record of pulls
     build.py, build_digest_cache.py, base_image.py  image builds and the offline base image
 
-Only `backend.py`, `build.py` and `pull.py` import the docker SDK (a contract in
-pyproject.toml allows those three and no other module of DevCell).
+Only `backend.py`, `sdk.py`, `build.py` and `pull.py` import the docker SDK (a contract in
+pyproject.toml allows those four and no other module of DevCell).
 """

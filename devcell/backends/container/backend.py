@@ -10,7 +10,7 @@ Callers catch those classes and never read a message. The engine is the local da
 whatever DOCKER_HOST names.
 
 - A cell is one container whose main process is DevCell's supervisor (`supervisor.py`); the
-  workspace volume is a host directory (`workspaces.py`) bind-mounted at its mountPath.
+  workspace volume is a host directory (`container/workspaces.py`) bind-mounted at its mountPath.
 - Every container carries DevCell's labels for this state directory; DevCell finds its
   containers by those labels only, so it never acts on one it does not own, and finds what a
   crash left behind.
@@ -617,7 +617,7 @@ class ContainerBackend:
 
     def _freeze(self, container_id: str, cell: CellRef) -> str:
         """Freeze a container's processes: through its cgroup freezer (what the engine's
-        pause writes, without the engine's round trip: freezer.py), else the engine's pause;
+        pause writes, without the engine's round trip: container/freezer.py), else the engine's pause;
         which of the two ("cgroup", "engine")."""
         found = freezer.of_container(container_id)
         if found is not None and found.freeze():

@@ -9,7 +9,7 @@ Dockerfile's path, the build arguments and the target. An unchanged context name
 the engine already has, so a re-apply costs a walk and a hash, never a build; a changed one
 names a new image, which changes the cell's runtime hash and so recreates the cell.
 
-Part of the container backend: with `container.py`, the only modules that import docker.
+Part of the container backend: with `container/backend.py`, the only modules that import docker.
 """
 
 from __future__ import annotations

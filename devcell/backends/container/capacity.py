@@ -1,12 +1,12 @@
 """Measuring what the container backend holds: workspaces, checkpoints, runtimes.
 
 Every figure comes from the filesystem (lstat of each entry, each inode once, links never
-followed: census.py, changes.py) or from the engine and the kernel (cgroups.py), never from
+followed: host/census.py, changes.py) or from the engine and the kernel (cgroups.py), never from
 the sizes DevCell recorded when it wrote something: a cell keeps writing, a checkpoint shares
 files with the next, and an operation killed mid-way recorded nothing. Called only when a
 user asks (`get -o wide`, `devcell df`); the fast paths never measure.
 
-It is the container backend's `Accounting` (registered in `backends.MEASURERS`), apart from
+It is the container backend's `Accounting` (named in its `devcell/backend_registry.py` entry), apart from
 `ContainerBackend` so that measuring needs neither the docker SDK (the engine is asked over
 its socket, as `container_observe` does) nor the engine for what lies on disk: with the
 engine down, workspaces and checkpoints are still measured.

@@ -8,7 +8,7 @@ library, because importing the docker SDK (requests, urllib3...) costs more than
 the no-op re-apply must stay cheap. The same holds for a checkpoint's freeze and thaw
 (`POST /containers/{id}/pause|unpause`, `pause`/`unpause` here): the snapshot path needs no
 more of the engine, so it never imports the SDK. Everything else that changes a container
-goes through `container.py` and the SDK.
+goes through `container/backend.py` and the SDK.
 """
 
 from __future__ import annotations

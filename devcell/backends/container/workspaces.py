@@ -11,7 +11,7 @@ unchanged files), or, after a small change, a layer holding only what changed si
 volume's last complete tree, read whole through a read-only overlay of the two (OVER, VIEW);
 either way a checkpoint costs what changed. Links only ever join checkpoints, never a live
 workspace. A fork's volume is, where the machine allows, an overlay whose lower layers are its
-snapshot's checkpoint (see overlay.py); elsewhere a copy. The layout and the space each
+snapshot's checkpoint (see container/overlay.py); elsewhere a copy. The layout and the space each
 operation costs are described in docs/backends.md.
 """
 
@@ -77,7 +77,7 @@ RESTORED = "restored.json"
 """In a volume restored from a checkpoint (snapshot restore): that checkpoint's id and, in the
 SOURCES format, the identity of each file the restore copied from its tree, so the next
 checkpoint links the files still unchanged to that tree instead of copying them
-(workspace_restore.py writes it)."""
+(container/workspace_restore.py writes it)."""
 OVERLAY = "overlay"
 COPY = "copy"
 """How a volume holds its files (`storage` in volume.json): an overlay on a checkpoint (a

@@ -528,7 +528,7 @@ def _link_batch(pairs: list[tuple[str, str]], dst: Path, src: Path) -> None:
 
 IN_PROCESS_BYTES = 32 * 2**20
 IN_PROCESS_FILES = 2048
-"""A copy this small (after a small change) copies its plain files in process (filecopy.py):
+"""A copy this small (after a small change) copies its plain files in process (host/filecopy.py):
 starting `cp` processes costs more there than the copying."""
 
 

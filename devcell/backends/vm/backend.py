@@ -1,10 +1,10 @@
 """The vm backend: each cell a microVM, whose sleep keeps memory as well as disk.
 
-A cell is one machine (vm_driver.py draws the hypervisor boundary; QEMU's microvm drives it
+A cell is one machine (vm/drivers/driver.py draws the hypervisor boundary; QEMU's microvm drives it
 here) booted from the host's Debian cloud kernel with three disks: its root, a qcow2 overlay
-on the image's shared read-only root disk (vm_image.py); its config (supervisor.sh and
+on the image's shared read-only root disk (vm/image.py); its config (supervisor.sh and
 secrets.env, mounted read-only at /devcell, as the container backend mounts them); its
-workspace, a disk of its own (vm_disks.py). Commands run through qemu-guest-agent
+workspace, a disk of its own (vm/disks.py). Commands run through qemu-guest-agent
 (`guest-exec`), and a checkpoint freezes the guest's filesystems through it
 (`guest-fsfreeze-freeze`), so disk checkpoints are `filesystem` consistent; sleep saves the
 whole machine and a wake restores it, so processes go on where they were (`machine`).
@@ -12,10 +12,10 @@ whole machine and a wake restores it, so processes go on where they were (`machi
 Guest RAM is a file in the cell's directory (`ram.bin`, QEMU's memory-backend-file, shared):
 sleep writes only the device state and flushes that file; a wake maps it again, so resume does
 not read all of RAM first. A Snapshot asking for `consistency: machine` keeps a copy of it
-with the device state, root and config disks (vm_memory.py) beside the workspace disk
+with the device state, root and config disks (vm/memory.py) beside the workspace disk
 checkpoint; a cell forked from one resumes from it (RAM mapped copy-on-write) as a new
 machine: new hostname, machine-id, MAC (of its NIC, which is connected to nothing: cells
-have no network) and a reseeded random generator (vm_reseed.py).
+have no network) and a reseeded random generator (vm/reseed.py).
 
 The cell's directory (<state>/vm/cells/<id>) is owner-only and nothing in it is written by
 the guest except through QEMU's own sockets; what the guest says (agent replies, console) is
@@ -396,7 +396,7 @@ class VmBackend:
     def _set_clock(self, config: MachineConfig) -> str | None:
         """A resumed guest's clock stopped when it was saved: set it to the host's, dated
         once the agent answers (its sync takes part of a second). Written to the guest's
-        clock program (vm_clock.py: no process started in the guest, the agent's file calls
+        clock program (vm/clock.py: no process started in the guest, the agent's file calls
         only); where that is not there (a machine made before it), `date -s` through
         guest-exec, not the agent's guest-set-time (which refuses without /sbin/hwclock, as
         in a busybox image), waited for (a request sent just before the connection closes
@@ -602,7 +602,7 @@ class VmBackend:
         return code
 
     def log_sources(self, cell: CellRef) -> vm_logs.GuestLogs:
-        """The services' logs on the machine's disk, read through its agent (vm_logs.py);
+        """The services' logs on the machine's disk, read through its agent (vm/logs.py);
         only while it runs (asleep or stopped, its disk is not read from the host)."""
         meta = self._meta(cell.id)
         if meta is None or self._pid(cell.id) is None:
@@ -794,7 +794,7 @@ class VmBackend:
         """A snapshot that keeps memory, all at one paused moment: the guest's CPUs stop, the
         workspace disk is switched to a new top (QMP blockdev-snapshot-sync: the frozen layer
         is the snapshot's disk, so forks open it read-only under their own overlays), then the
-        device state and RAM are saved (vm_memory.py) and the machine runs on (also when this
+        device state and RAM are saved (vm/memory.py) and the machine runs on (also when this
         fails). The switch comes before the migration: after it QEMU's disks are inactive."""
         found = self.find_checkpoint(checkpoint_id)
         if found is not None and found.consistency is Consistency.MACHINE:

@@ -1,12 +1,12 @@
 """Capacity accounting of the vm backend, from the real files: `get -o wide` and `devcell df`.
 
-A vm workspace is a chain of qcow2 layers (vm_layers.py) and each layer is one file, so what
+A vm workspace is a chain of qcow2 layers (vm/layers.py) and each layer is one file, so what
 a volume or a checkpoint takes is the blocks allocated to the files of its chain (st_blocks,
 as `du` and qemu-img's actual-size count them), each layer once however many chains share
 it. What deleting one frees is its layers that no other volume's or checkpoint's chain
 needs: a checkpoint a fork or its own volume still stands on frees nothing.
 
-A machine holds more than its disk, and it is counted too (census.py: lstat only, no link
+A machine holds more than its disk, and it is counted too (host/census.py: lstat only, no link
 followed, each inode once, no file content read): its directory (root overlay, config disk,
 and `ram.bin`, the guest RAM itself while it runs or sleeps: sparse, so its blocks, not its
 size) is its runtime's; a sleep's saved device state and a machine snapshot's memory part

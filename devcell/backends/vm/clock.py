@@ -14,7 +14,7 @@ loop retries it once a second instead of spinning. The guest's root can remove o
 then the write goes wherever it points, inside the guest, and the host falls back to
 `date -s` when the FIFO is not there (machines made before this program).
 
-Built as bytes (vm_elf.py: headers, 117 bytes of code and the FIFO's path), no toolchain.
+Built as bytes (vm/elf.py: headers, 117 bytes of code and the FIFO's path), no toolchain.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Workspace disks and checkpoints of the vm backend: each made whole or not at all.
 
 A vm cell's workspace is its own disk (attached as /dev/vdc): a chain of qcow2 layers
-(vm_layers.py) whose top the volume's marker names. A disk checkpoint freezes that top and
+(vm/layers.py) whose top the volume's marker names. A disk checkpoint freezes that top and
 puts a new empty one over it (`snapshot_volume`): the checkpoint holds only the blocks written
 since the previous one, and its marker names its frozen layer. A fork's volume is a new empty
 top on that layer, so it costs nothing up front. Deleting a volume or a checkpoint drops its
 reference; `collect` then removes or merges the layers nothing else needs. A machine
 checkpoint (sleep) holds `memory.bin`, QEMU's saved memory and device state. Markers are
-built in `.tmp-<id>-<owner>-...` and renamed into place (temporaries.py removes what a killed
+built in `.tmp-<id>-<owner>-...` and renamed into place (host/temporaries.py removes what a killed
 owner left), removed by renaming to `.trash-...` first. A disk no machine ever ran on holds
 no user files: the orphan sweep may remove it; any other is kept for a decision (`content`).
 """

@@ -1,6 +1,6 @@
 """The smallest static x86-64 Linux executable around a piece of machine code.
 
-DevCell's own programs in a guest (vm_reseed.py, vm_clock.py) are a few dozen bytes of code:
+DevCell's own programs in a guest (vm/reseed.py, vm/clock.py) are a few dozen bytes of code:
 an ELF header and one loadable, executable segment at BASE, the code right after the headers,
 built here as bytes, so no toolchain is needed anywhere (the guest image has none either).
 """

@@ -58,7 +58,7 @@ $B mkdir -p /dev/pts /dev/shm /run /devcell
 $B mount -t devpts devpts /dev/pts
 $B mount -t tmpfs -o mode=0755 tmpfs /run
 $B mkfifo -m 600 {clock_fifo}
-( while :; do $G/clock; $B sleep 1; done ) &  # sets the clock a wake sends (vm_clock.py)
+( while :; do $G/clock; $B sleep 1; done ) &  # sets the clock a wake sends (vm/clock.py)
 $B mount -t ext4 -o ro /dev/vdb /devcell
 h=$($B sed -n 's/.*devcell\\.hostname=\\([a-z0-9-]*\\).*/\\1/p' /proc/cmdline)
 $B hostname "${h:-$($B cat /devcell/hostname)}"  # a fork's config disk is its parent's

@@ -3,7 +3,7 @@
 A cell's `image` is the same local image the container backend runs. Its root filesystem is
 exported from the engine (the container backend's `export_image`: only that module speaks to
 Docker), unpacked, given DevCell's guest files (a static busybox, qemu-guest-agent with the
-libraries it links, the init: vm_guest.py), and written into an ext4 file by `mkfs.ext4 -d`,
+libraries it links, the init: vm/guest.py), and written into an ext4 file by `mkfs.ext4 -d`,
 once per image id: `<state>/vm/images/<id>/rootfs.ext4`, read-only, shared by every cell as
 the backing file of its qcow2 overlay. The kernel is Debian's cloud kernel from /boot
 (linux-image-cloud-amd64); the initrd is built here from busybox and the kernel's virtio

@@ -13,10 +13,10 @@ and `-`), so no name can make a path escape the state directory. Everything is o
         guest agent (FIFOs QEMU holds open; clients take turns by an flock on ga.lock)
     <state>/vm/cells/<cell_id>/qemu.pid          the QEMU process (checked against its -name)
     <state>/vm/volumes/<vol_id>/volume.json      marker: the workspace disk's top layer
-    <state>/vm/layers/<layer-id>.qcow2, .json    the workspace disks' qcow2 layers (vm_layers.py)
+    <state>/vm/layers/<layer-id>.qcow2, .json    the workspace disks' qcow2 layers (vm/layers.py)
     <state>/vm/checkpoints/<id>/checkpoint.json  marker: a disk checkpoint's frozen layer, or
                                                  memory.bin (a machine saved by sleep)
-    <state>/vm/machines/<id>/machine.json        a machine snapshot's memory part (vm_memory.py)
+    <state>/vm/machines/<id>/machine.json        a machine snapshot's memory part (vm/memory.py)
 """
 
 from __future__ import annotations

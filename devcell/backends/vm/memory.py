@@ -1,7 +1,7 @@
 """The memory half of a vm cell's machine snapshot: its RAM, device state, root and config.
 
 A Snapshot with `consistency: machine` of a running vm cell is two parts taken at one paused
-moment: the workspace disk checkpoint (vm_disks.py, the same as a filesystem snapshot's) and
+moment: the workspace disk checkpoint (vm/disks.py, the same as a filesystem snapshot's) and
 this machine part, `<state>/vm/machines/<id>/`:
 
     machine.json   marker: cell, RAM size, CPUs, accel, whether the RAM is in ram.bin

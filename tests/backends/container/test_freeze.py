@@ -37,7 +37,7 @@ def test_quiesce_freezes_the_processes_behind_the_engine_and_resume_thaws(
     workspace = backend.layout.workspace(ref.volume_id or "")
     wait_for(lambda: (workspace / "n").exists())
     found = freezer.of_container(_container(docker_client, backend, ref)["Id"])
-    assert found is not None, "this machine's engine puts groups where freezer.py looks"
+    assert found is not None, "this machine's engine puts groups where container/freezer.py looks"
     backend.quiesce(ref)
     assert found.state() is freezer.State.FROZEN
     assert _container(docker_client, backend, ref)["State"]["Status"] == "running"

@@ -1,4 +1,4 @@
-"""Reading a guest-written ext4 image as hostile input (vm_extract.py): real images made with
+"""Reading a guest-written ext4 image as hostile input (vm/extract.py): real images made with
 mkfs.ext4 and bent with `debugfs -w` the way a guest could bend its own disk."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""qcow2 layer chains (vm_layers.py) with real qemu-img and qemu-io, no machine: what is
+"""qcow2 layer chains (vm/layers.py) with real qemu-img and qemu-io, no machine: what is
 removed, what is merged and which way, what is never touched, and that every merge keeps
 each remaining image's contents byte for byte (`qemu-img compare`)."""
 

@@ -58,7 +58,7 @@ def test_sleep_writes_device_state_only_and_wake_maps_the_ram_file(
     assert saved.size_bytes >= os.stat(ram).st_blocks * 512
     time.sleep(5)
     outputs = backend.restore_machine(ref, "sleep-vmmem-g1")
-    # ... by the guest's own clock program (no process started for it: vm_clock.py)
+    # ... by the guest's own clock program (no process started for it: vm/clock.py)
     assert outputs["restored"] is True and outputs["clock"] == "clock-program", outputs
     after = _counter(backend, ref)
     assert before <= after < before + 20, (before, after)

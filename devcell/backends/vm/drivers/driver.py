@@ -1,12 +1,12 @@
 """The driver boundary of the vm backend: what a hypervisor must do for a cell, nothing more.
 
-The backend (vm.py) decides *what* a cell's machine is (its disks, kernel, memory, where it
+The backend (vm/backend.py) decides *what* a cell's machine is (its disks, kernel, memory, where it
 lives) and *when* it boots, sleeps or wakes; a driver knows only *how* one hypervisor does
-it. QEMU's microvm machine (vm_qemu.py) is the driver that runs here. A Firecracker driver fits
+it. QEMU's microvm machine (vm/drivers/qemu.py) is the driver that runs here. A Firecracker driver fits
 the same calls: `boot` is PUT /machine-config, /boot-source, /drives/{id}, /vsock and
 /actions InstanceStart on its API socket; `save` is PATCH /vm {"state": "Paused"} then PUT
 /snapshot/create (Full); `restore` is PUT /snapshot/load with resume_vm; the guest agent would
-be reached over vsock instead of virtio-serial (vm_firecracker.py). Nothing here names QEMU.
+be reached over vsock instead of virtio-serial (vm/drivers/firecracker.py). Nothing here names QEMU.
 """
 
 from __future__ import annotations

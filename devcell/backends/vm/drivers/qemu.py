@@ -3,7 +3,7 @@
 microvm is QEMU's minimal machine (virtio-mmio devices, no PCI, no firmware: the kernel is
 loaded directly), the closest QEMU has to Firecracker. The process daemonizes (-daemonize), so
 a machine outlives the DevCell command that started it, and writes its pidfile; its -name is
-DevCell's ownership label (vm_proc.py). It is started with its working directory in the cell's
+DevCell's ownership label (vm/proc.py). It is started with its working directory in the cell's
 owner-only directory and relative socket paths, so a deep state directory never exceeds a unix
 socket path's 108 bytes. The serial console is a 64 KiB ring buffer inside QEMU (bounded
 whatever the guest prints), read through QMP (`console`).
@@ -13,7 +13,7 @@ snapshot is QMP `stop`, `migrate` of the device state only (capability `x-ignore
 `exec:cat > FILE`, a flush of the RAM file, `quit`; a restore starts a new QEMU mapping the
 same file with `-incoming defer`, sets the same capability and `migrate-incoming` from the
 small device-state file, so the guest's pages are read when it touches them (demand-paged),
-not all before it runs. The guest agent's port is a pair of FIFOs QEMU holds open (vm_qmp.py),
+not all before it runs. The guest agent's port is a pair of FIFOs QEMU holds open (vm/drivers/qmp.py),
 so a resumed guest's qemu-ga never lost its host and answers the first client at once.
 (Machines started before that have a socket there until they next start: a save holds a
 client on it through the migration, for the same reason.)

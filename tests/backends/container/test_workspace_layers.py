@@ -20,7 +20,7 @@ from devcell.backends.container import overlay
 from devcell.backends.container.layout import Layout
 from devcell.backends.container.workspaces import WorkspaceStore
 from devcell.backends.host import treecopy
-from tests.backends.test_cow_storage import change_every_way, inodes, tree
+from tests.backends.container.test_cow_storage import change_every_way, inodes, tree
 
 pytestmark = pytest.mark.skipif(overlay.supported() is not None,
                                 reason=f"no overlay here: {overlay.supported()}")

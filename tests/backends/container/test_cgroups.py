@@ -12,7 +12,7 @@ import pytest
 
 from devcell.backends.container import cgroups
 
-FIXTURES = Path(__file__).parent / "fixtures" / "cgroups"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "cgroups"
 CONTAINER = "4f1c0a9e2b7d4c3e8a6f5b1d2c3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e"
 PID = 4242
 

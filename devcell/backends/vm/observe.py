@@ -8,8 +8,6 @@ gives the runtime hash.
 
 from __future__ import annotations
 
-import docker  # noqa: F401  (deliberate: the contract must refuse this)
-
 import os
 from pathlib import Path
 

@@ -15,8 +15,6 @@ that was looked at; otherwise the caller copies it with `cp`.
 
 from __future__ import annotations
 
-from devcell.backends.host import treecopy  # noqa: F401  (deliberate cycle: the contract must refuse it)
-
 import contextlib
 import errno
 import os

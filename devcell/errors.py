@@ -89,19 +89,19 @@ class TemplateEvaluationError(DevCellError):
     """A well-formed output template that the objects cannot answer (an index out of range)."""
 
 
-class StoreError(DevCellError):
+class StateError(DevCellError):
     """The state database refused or failed an operation."""
 
 
-class NotFound(StoreError):
+class NotFound(StateError):
     """No object with that name or id."""
 
 
-class Conflict(StoreError):
+class Conflict(StateError):
     """A write based on a stale resourceVersion, or a name already taken."""
 
 
-class StateUnusable(StoreError):
+class StateUnusable(StateError):
     """The state directory or its database cannot be used as it is: the disk is full, it is
     read-only, the database is damaged or not DevCell's, or it is missing while workspaces
     remain. `cause` is one of StorageError's codes; the message names the path and the fix.

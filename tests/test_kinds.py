@@ -31,7 +31,7 @@ def test_each_kind_has_its_schema_table_and_controller(kind: kinds.Kind, tmp_pat
     assert {column for column, _ in kind.listed} <= columns
     module, _, attr = kind.controller.partition(":")
     controller = getattr(importlib.import_module(module), attr)()
-    for method in ("decide", "run_step", "after_step", "note_outputs", "restore", "finish"):
+    for method in ("decide", "run_step", "after_step", "note_outputs", "rebuild_plan", "finish"):
         assert callable(getattr(controller, method, None)), method
     assert controller.kind == kind.name
     assert f"{kind.id_prefix}_" in ids.ID_PREFIXES

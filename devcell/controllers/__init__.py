@@ -29,7 +29,7 @@ class Controller(Protocol):
         """Keep what later steps or finish() need from a step's outputs (in memory only);
         on resume it is called again with the outputs recorded before the suspension."""
 
-    def restore(self, ctx: Context, data: dict[str, Any]) -> Plan | None:
+    def rebuild_plan(self, ctx: Context, data: dict[str, Any]) -> Plan | None:
         """Rebuild a suspended plan (`Plan.to_dict()`) against fresh state; None if its object
         is gone."""
 

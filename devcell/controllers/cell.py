@@ -226,7 +226,7 @@ class CellController:
             if creating:
                 create: dict[str, Any] = {"runtime_hash": want_hash}
                 if build_tag is not None:
-                    create["image"] = build_tag  # kept for a resumed plan (restore())
+                    create["image"] = build_tag  # kept for a resumed plan (rebuild_plan())
                 steps.append(Step(S.CREATE, create))
             running_after = observed.running and not stale
             if desired == "Running" and not running_after and saved.get("machine") \
@@ -545,7 +545,7 @@ class CellController:
                 sleep["machine"] = True
             _work(plan).sleep = sleep
 
-    def restore(self, ctx: Context, data: dict[str, Any]) -> Plan | None:
+    def rebuild_plan(self, ctx: Context, data: dict[str, Any]) -> Plan | None:
         cell = objects.get(ctx.db.conn, KIND, data["objectId"])
         if cell is None:
             return None

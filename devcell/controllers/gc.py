@@ -149,7 +149,7 @@ class GCController:
         elif "freedBytes" in outputs:
             work.freed[str(outputs["id"])] = int(outputs["freedBytes"] or 0)
 
-    def restore(self, ctx: Context, data: dict[str, Any]) -> Plan | None:
+    def rebuild_plan(self, ctx: Context, data: dict[str, Any]) -> Plan | None:
         return None  # a collection is never suspended: the next one plans afresh
 
     def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None,

@@ -176,7 +176,7 @@ class SnapshotController:
         if step.name in (S.CHECKPOINT, S.ADOPT_CHECKPOINT, S.SNAPSHOT_MACHINE):
             _work(plan).taken = outputs
 
-    def restore(self, ctx: Context, data: dict[str, Any]) -> Plan | None:
+    def rebuild_plan(self, ctx: Context, data: dict[str, Any]) -> Plan | None:
         snap = objects.get(ctx.db.conn, KIND, data["objectId"])
         if snap is None:
             return None

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devcell import admission, config
-from devcell.errors import ConfigError, ManifestError, NotFound, Problem, StoreError
+from devcell.errors import ConfigError, ManifestError, NotFound, Problem, StateError
 from devcell.manifests import loader
 from devcell.manifests.model import Manifest, SourceFile
 from devcell.store import desired, objects, sources
@@ -313,7 +313,7 @@ class DirectorySync:
                 result.pruned.append(desired.delete(self.db, kind, name, reason="Pruned"))
             except NotFound:  # deleted meanwhile by someone else: nothing left to prune
                 pass
-            except StoreError as exc:
+            except StateError as exc:
                 # Refused (a snapshot that a live fork still names): the daemon keeps
                 # running, the object stays pending and every later sync tries again.
                 if gone.refused != str(exc):

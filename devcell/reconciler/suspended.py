@@ -53,7 +53,7 @@ def handle(ctx: Context, controller: Controller, object_id: str
     if run_snapshot is None:
         _fail(ctx, op, "SnapshotMissing", "cannot resume: its run snapshot is gone")
         return None
-    plan = controller.restore(ctx, dict(run_snapshot.plan))
+    plan = controller.rebuild_plan(ctx, dict(run_snapshot.plan))
     if plan is None:
         _fail(ctx, op, "ObjectGone", "cannot resume: its object no longer exists")
         ctx.run_store().delete(op["id"])

@@ -8,21 +8,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from devcell import storage_causes
 from devcell.errors import StorageError
-
-_CODES = {
-    errno.EACCES: StorageError.PERMISSION_DENIED,
-    errno.EPERM: StorageError.PERMISSION_DENIED,
-    errno.ENOSPC: StorageError.DISK_FULL,
-    errno.EDQUOT: StorageError.DISK_FULL,
-    errno.EFBIG: StorageError.DISK_FULL,
-    errno.EROFS: StorageError.READ_ONLY,
-    errno.ELOOP: StorageError.UNSAFE_PATH,
-}
 
 
 def to_storage_error(exc: OSError, *, path: str | Path, doing: str) -> StorageError:
-    code = _CODES.get(exc.errno or 0, StorageError.IO_ERROR)
+    code = storage_causes.os_cause(exc) or StorageError.IO_ERROR
     if exc.errno == errno.ENOTDIR and os.path.islink(path):
         code = StorageError.UNSAFE_PATH  # O_DIRECTORY|O_NOFOLLOW on a link says ENOTDIR
     detail = exc.strerror or str(exc) or type(exc).__name__

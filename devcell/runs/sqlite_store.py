@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+from devcell import storage_causes
 from devcell.errors import StorageError
 from devcell.log import logger
 from devcell.runs import envelope, model, oserrors, runid
@@ -35,19 +36,6 @@ CREATE_TABLE = f"""CREATE TABLE IF NOT EXISTS {TABLE} (
 )"""
 BUSY_TIMEOUT_S = 60.0
 Synchronous = Literal["FULL", "NORMAL"]
-
-# SQLite primary result codes (the low byte of the extended code)
-_SQLITE_CODES = {
-    3: StorageError.PERMISSION_DENIED,  # SQLITE_PERM
-    5: StorageError.BUSY,  # SQLITE_BUSY
-    6: StorageError.BUSY,  # SQLITE_LOCKED
-    8: StorageError.READ_ONLY,  # SQLITE_READONLY
-    11: StorageError.CORRUPT_DATABASE,  # SQLITE_CORRUPT
-    13: StorageError.DISK_FULL,  # SQLITE_FULL
-    23: StorageError.PERMISSION_DENIED,  # SQLITE_AUTH
-    26: StorageError.CORRUPT_DATABASE,  # SQLITE_NOTADB
-}
-
 
 MEMORY = ":memory:"
 """The path that asks SQLite for a private in-memory database (no file), as sqlite3 itself."""
@@ -191,8 +179,9 @@ class SqliteSnapshotStore:
         return conn
 
     def _error(self, exc: sqlite3.Error, doing: str) -> StorageError:
-        primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-        code = _SQLITE_CODES.get(primary, StorageError.IO_ERROR)
+        code = storage_causes.machine_cause(exc) or (
+            StorageError.BUSY if storage_causes.primary_code(exc) in storage_causes.BUSY_CODES
+            else StorageError.IO_ERROR)
         name = getattr(exc, "sqlite_errorname", None)
         reason = f"{doing}: {exc}" + (f" ({name})" if name else "")
         return StorageError(code=code, path=str(self.path), reason=reason)

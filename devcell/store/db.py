@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from devcell.errors import StateUnusable, StoreError
+from devcell.errors import StateError, StateUnusable
 from devcell.store import faults, guard
 
 DB_FILENAME = "state.db"
@@ -70,7 +70,7 @@ class Database:
         if create:
             ensure_private_dir(state_dir)
         elif not self.path.exists():
-            raise StoreError(f"no DevCell state in {state_dir} (nothing has been applied yet)")
+            raise StateError(f"no DevCell state in {state_dir} (nothing has been applied yet)")
         old_umask = os.umask(0o077)
         try:
             self.conn = faults.connect(self.path, timeout=BUSY_TIMEOUT_S)
@@ -89,8 +89,8 @@ class Database:
             self._ensure_wal()
         except sqlite3.DatabaseError as exc:
             self.conn.close()
-            raise StoreError(f"{self.path} is not a usable DevCell database: {exc}") from None
-        except StoreError:
+            raise StateError(f"{self.path} is not a usable DevCell database: {exc}") from None
+        except StateError:
             self.conn.close()
             raise
         self._tighten_files()
@@ -192,7 +192,7 @@ class Database:
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise
                 if time.monotonic() > deadline:
-                    raise StoreError(
+                    raise StateError(
                         f"{self.path} stayed locked by another writer for {BUSY_TIMEOUT_S:.0f} s"
                     ) from None
                 time.sleep(delay)

@@ -13,26 +13,14 @@ busy has its own waits, and a bug keeps its traceback.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+from devcell import storage_causes
 from devcell.errors import StateUnusable, StorageError
-
-_CAUSES = {
-    3: StorageError.PERMISSION_DENIED,  # SQLITE_PERM
-    8: StorageError.READ_ONLY,  # SQLITE_READONLY
-    10: StorageError.IO_ERROR,  # SQLITE_IOERR
-    11: StorageError.CORRUPT_DATABASE,  # SQLITE_CORRUPT
-    13: StorageError.DISK_FULL,  # SQLITE_FULL
-    14: StorageError.IO_ERROR,  # SQLITE_CANTOPEN
-    23: StorageError.PERMISSION_DENIED,  # SQLITE_AUTH
-    26: StorageError.CORRUPT_DATABASE,  # SQLITE_NOTADB
-}
-"""SQLite primary result codes that speak of the machine, not of DevCell's SQL."""
 
 LOW_SPACE = 1 << 20
 """Below this much free space, an I/O failure is taken for a full disk."""
@@ -112,8 +100,7 @@ def loads(text: str | bytes, path: Path | None = None) -> Any:
 
 def translate(exc: sqlite3.Error, path: Path) -> StateUnusable | None:
     """`exc` as StateUnusable when it speaks of the machine; None for anything else."""
-    primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-    cause = _CAUSES.get(primary)
+    cause = storage_causes.machine_cause(exc)
     if cause is None and "malformed JSON" in str(exc):  # SQL's json functions met damage
         cause = StorageError.CORRUPT_DATABASE
     if cause is None:
@@ -224,13 +211,8 @@ def connect(path: Path, *, timeout: float, read_only: bool = False) -> Connectio
     return conn
 
 
-_OS_CAUSES = {
-    errno.ENOSPC: StorageError.DISK_FULL,
-    errno.EDQUOT: StorageError.DISK_FULL,
-    errno.EFBIG: StorageError.DISK_FULL,
-    errno.EROFS: StorageError.READ_ONLY,
-}
-"""Operating system errors that speak of the machine, whichever file met them."""
+_OS_MACHINE_CAUSES = (StorageError.DISK_FULL, StorageError.READ_ONLY)
+"""Of the operating system's causes, those that speak of the machine whichever file met them."""
 
 
 def from_os_error(exc: OSError, state_dir: Path) -> StateUnusable | None:
@@ -238,8 +220,8 @@ def from_os_error(exc: OSError, state_dir: Path) -> StateUnusable | None:
 
     For the CLI's edge: a lease, lock, log or workspace file in the state directory met a
     full or read-only disk (the database's own errors are translated where they occur)."""
-    cause = _OS_CAUSES.get(exc.errno or 0)
-    if cause is None:
+    cause = storage_causes.os_cause(exc)
+    if cause not in _OS_MACHINE_CAUSES:
         return None
     path = Path(exc.filename) if isinstance(exc.filename, str) else state_dir / "state.db"
     return StateUnusable(message(cause, path, exc.strerror or str(exc)), cause=cause,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os  # os.urandom: the CSPRNG `secrets` draws from, without importing random and base64
 from pathlib import Path
 
-from devcell.errors import StoreError
+from devcell.errors import StateError
 
 FILENAME = "hash.key"
 SIZE = 32
@@ -27,7 +27,7 @@ def load(state_dir: Path) -> bytes:
         if key is not None:
             return key
         _create(path)
-    raise StoreError(f"{path}: cannot read or create the hash key")
+    raise StateError(f"{path}: cannot read or create the hash key")
 
 
 def _read(path: Path) -> bytes | None:
@@ -36,13 +36,13 @@ def _read(path: Path) -> bytes | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise StoreError(f"{path}: cannot read the hash key ({exc.strerror})") from None
+        raise StateError(f"{path}: cannot read the hash key ({exc.strerror})") from None
     try:
         data = os.read(fd, SIZE + 1)
     finally:
         os.close(fd)
     if len(data) != SIZE:
-        raise StoreError(f"{path}: not a DevCell hash key ({len(data)} bytes, expected {SIZE}); "
+        raise StateError(f"{path}: not a DevCell hash key ({len(data)} bytes, expected {SIZE}); "
                          "remove it and DevCell makes a new one (cells with secrets are "
                          "recreated once)")
     return data

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from devcell.errors import StoreError
+from devcell.errors import StateError
 
 if TYPE_CHECKING:
     import sqlite3
@@ -152,7 +152,7 @@ def ensure_current(database: Migratable) -> None:
     if version == LATEST:
         return
     if version > LATEST:
-        raise StoreError(
+        raise StateError(
             f"{database.path} was written by a newer DevCell (schema {version}, "
             f"this one knows {LATEST}); upgrade DevCell"
         )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from devcell.errors import StoreError
+from devcell.errors import StateError
 from devcell.store import migrations
 from devcell.store.db import DB_FILENAME, Database, open_database, resolve_state_dir
 
@@ -71,7 +71,7 @@ def test_older_database_is_upgraded_with_only_the_missing_migrations(
 def test_database_from_a_newer_devcell_is_refused(db: Database, state: Path) -> None:
     db.execute(f"PRAGMA user_version = {migrations.LATEST + 1}")
     db.close()
-    with pytest.raises(StoreError, match="newer DevCell"):
+    with pytest.raises(StateError, match="newer DevCell"):
         open_database(state)
 
 
@@ -143,7 +143,7 @@ def test_loose_permissions_are_tightened_on_open(state: Path) -> None:
 
 
 def test_open_without_create_needs_existing_state(tmp_path: Path) -> None:
-    with pytest.raises(StoreError, match="nothing has been applied yet"):
+    with pytest.raises(StateError, match="nothing has been applied yet"):
         open_database(tmp_path / "empty", create=False)
     assert not (tmp_path / "empty").exists()
 
@@ -151,7 +151,7 @@ def test_open_without_create_needs_existing_state(tmp_path: Path) -> None:
 def test_a_file_that_is_not_a_database_is_refused(state: Path) -> None:
     state.mkdir(mode=0o700)
     (state / DB_FILENAME).write_bytes(b"this is not sqlite, " * 100)
-    with pytest.raises(StoreError, match="is damaged or is not a DevCell database"):
+    with pytest.raises(StateError, match="is damaged or is not a DevCell database"):
         open_database(state)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from devcell.errors import StoreError
+from devcell.errors import StateError
 from devcell.store import hashkey
 from devcell.store.db import open_database
 
@@ -34,11 +34,11 @@ def test_racing_first_commands_agree_on_one_key(tmp_path: Path) -> None:
 def test_a_damaged_or_linked_key_is_refused_not_replaced(tmp_path: Path) -> None:
     path = tmp_path / hashkey.FILENAME
     path.write_bytes(b"short")
-    with pytest.raises(StoreError, match="not a DevCell hash key"):
+    with pytest.raises(StateError, match="not a DevCell hash key"):
         hashkey.load(tmp_path)
     path.unlink()
     os.symlink(tmp_path / "elsewhere", path)
-    with pytest.raises(StoreError, match="cannot read the hash key"):
+    with pytest.raises(StateError, match="cannot read the hash key"):
         hashkey.load(tmp_path)
 
 

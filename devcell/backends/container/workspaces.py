@@ -555,11 +555,11 @@ class WorkspaceStore:
         if isinstance(reuse, treecopy.Earlier) and reuse.record is not None:
             over = self._full_tree_below(reuse)
             if over is not None:
-                made = treecopy.snapshot_layer(source, tmp / "workspace", reuse, found,
+                made = treecopy.checkpoint_layer(source, tmp / "workspace", reuse, found,
                                                description=description)
         if made is None or made.held is None:
             over = None
-            made = treecopy.snapshot_tree(source, tmp / "workspace", reuse=reuse,
+            made = treecopy.checkpoint_tree(source, tmp / "workspace", reuse=reuse,
                                           scanned=found, description=description)
         else:
             _write_json(tmp / LAYER, {"version": LAYER_VERSION, OVER: over,

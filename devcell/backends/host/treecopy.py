@@ -402,14 +402,14 @@ def workers() -> int:
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    """What `snapshot_tree` made: the tree's totals and what it shared with an earlier one."""
+class Checkpointed:
+    """What `checkpoint_tree` made: the tree's totals and what it shared with an earlier one."""
 
     stats: TreeStats
     reused_files: int
     reused_bytes: int
     held: list[str] | None = None
-    """A layer (snapshot_layer): the paths it holds; None for a full tree."""
+    """A layer (checkpoint_layer): the paths it holds; None for a full tree."""
 
 
 def copy_tree(src: Path, dst: Path, *, description: str = "copying") -> TreeStats:
@@ -417,11 +417,11 @@ def copy_tree(src: Path, dst: Path, *, description: str = "copying") -> TreeStat
 
     Progress (bytes) is reported through devcell.progress as each batch finishes.
     """
-    return snapshot_tree(src, dst, description=description).stats
+    return checkpoint_tree(src, dst, description=description).stats
 
 
-def snapshot_tree(src: Path, dst: Path, *, description: str = "copying",
-                  reuse: Reuse | None = None, scanned: Scan | None = None) -> Snapshot:
+def checkpoint_tree(src: Path, dst: Path, *, description: str = "copying",
+                  reuse: Reuse | None = None, scanned: Scan | None = None) -> Checkpointed:
     """`copy_tree`, except that each regular file `reuse` vouches for is a hard link to the
     identical file it names (in an earlier, immutable checkpoint) instead of a copy.
     `scanned` is the caller's walk of `src` (taken while its writers are frozen), if any.
@@ -445,19 +445,19 @@ def snapshot_tree(src: Path, dst: Path, *, description: str = "copying",
             _copy(src, dst, found, plan, advance)
     except OSError as exc:
         raise BackendError(f"copying {src} to {dst} failed: {exc}") from None
-    return Snapshot(TreeStats(found.files, found.size), len(plan.reused), plan.reused_bytes)
+    return Checkpointed(TreeStats(found.files, found.size), len(plan.reused), plan.reused_bytes)
 
 
-def snapshot_layer(src: Path, dst: Path, earlier: Earlier, scanned: Scan, *,
-                   description: str = "copying") -> Snapshot | None:
-    """`snapshot_tree` as a layer over `earlier`'s full tree: only what changed since that
+def checkpoint_layer(src: Path, dst: Path, earlier: Earlier, scanned: Scan, *,
+                   description: str = "copying") -> Checkpointed | None:
+    """`checkpoint_tree` as a layer over `earlier`'s full tree: only what changed since that
     tree (see plan_layer), so a checkpoint after a small change costs that change, not a
     link per file. None, having written nothing, when the tree cannot be a layer."""
     if dst.exists() or dst.is_symlink():
         raise BackendError(f"refusing to copy over existing {dst}")
     src, dst = src.absolute(), dst.absolute()
     if scanned.longest > PATH_MAX - len(os.fsencode(str(dst))) - 1:
-        return None  # snapshot_tree says why
+        return None  # checkpoint_tree says why
     try:
         plan = plan_layer(scanned, earlier)
         if plan is None:
@@ -469,7 +469,7 @@ def snapshot_layer(src: Path, dst: Path, earlier: Earlier, scanned: Scan, *,
     except OSError as exc:
         raise BackendError(f"copying {src} to {dst} failed: {exc}") from None
     shared = scanned.size - sum(plan.batch_bytes) - plan.linked_bytes
-    return Snapshot(TreeStats(scanned.files, scanned.size),
+    return Checkpointed(TreeStats(scanned.files, scanned.size),
                     scanned.files - sum(len(b) for b in plan.batches) - len(plan.linked),
                     shared, plan.held)
 

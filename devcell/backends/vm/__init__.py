@@ -6,7 +6,8 @@ The package's face is `backend.VmBackend` (named by the backend registry,
 
     backend.py      the Backend: machines booted, slept, woken, forked; exec through the agent
     drivers/        the hypervisor boundary: the driver protocol, QEMU (and QMP and the guest
-                    agent's channel), Firecracker (and its HTTP API), which one a machine uses
+                    agent's channel), Firecracker (and its HTTP API), which one a machine uses,
+                    whether /dev/kvm opens (kvm.py)
     layout.py       where the backend keeps things under the state directory (vm/...)
     image.py        an OCI image made a root disk (init, qemu-guest-agent, the clock program)
     extract.py      an image's layers unpacked for that root disk

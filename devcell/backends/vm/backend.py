@@ -49,7 +49,7 @@ from devcell.backends.base import (
     Owned,
     OwnedKind,
 )
-from devcell.backends.host import children, temporaries
+from devcell.backends.host import temporaries
 from devcell.backends.interactive import Terminal
 from devcell.backends.vm import capacity as vm_capacity
 from devcell.backends.vm import clock as vm_clock
@@ -63,6 +63,7 @@ from devcell.backends.vm import reseed as vm_reseed
 from devcell.backends.vm.drivers import choose as vm_drivers
 from devcell.backends.vm.drivers import qmp as vm_qmp
 from devcell.backends.vm.drivers.driver import Disk, MachineConfig, MachineDriver
+from devcell.backends.vm.layers import qemu_img
 from devcell.backends.vm.layout import VmLayout
 from devcell.errors import (
     BackendError,
@@ -272,7 +273,7 @@ class VmBackend:
     def _new_disks(cell: CellRef, tmp: Path, rootfs: Path, script: str,
                    secret: dict[str, str]) -> None:
         """A new cell's root overlay on the image and its config disk."""
-        _qemu_img(["create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(rootfs),
+        qemu_img(["create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(rootfs),
                    str(tmp / "root.qcow2")])
         config = tmp / "config"
         config.mkdir(mode=0o700)
@@ -923,14 +924,6 @@ class VmBackend:
         """The machine's latest serial console output (at most 64 KiB, as the guest wrote it)."""
         meta = self._require(cell)
         return self.driver.console(self._config(cell.id, meta))
-
-
-def _qemu_img(args: list[str]) -> None:
-    if shutil.which("qemu-img") is None:
-        raise BackendError(f"qemu-img is not installed; install it: {vm_image.INSTALL}")
-    done = children.run(["qemu-img", *args])
-    if done.returncode != 0:
-        raise BackendError(f"qemu-img {args[0]} failed: {done.stderr.strip()[-300:]}")
 
 
 def _clock_program_set(agent: Any) -> bool:

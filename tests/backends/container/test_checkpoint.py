@@ -134,7 +134,7 @@ def test_a_failed_copy_leaves_no_checkpoint(backend: ContainerBackend,
         (dst / "half").write_text("half")
         raise BackendError("disk full (simulated)")
 
-    monkeypatch.setattr(treecopy, "snapshot_tree", broken_copy)
+    monkeypatch.setattr(treecopy, "checkpoint_tree", broken_copy)
     backend.quiesce(ref)
     with pytest.raises(BackendError, match="simulated"):
         backend.checkpoint(ref, "snap_broken")

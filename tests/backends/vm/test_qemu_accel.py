@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from devcell.backends.vm import image as vm_image
+from devcell.backends.vm.drivers import kvm
 from devcell.backends.vm.drivers import qemu as vm_qemu
 from devcell.backends.vm.drivers.qemu import QemuDriver
 from devcell.backends.vm.layout import VmLayout
 from tests.backends.vm.conftest import make_state
 
-KVM_USABLE = vm_qemu._kvm_device_usable()
+KVM_USABLE = kvm.device_usable()
 
 
 def _qemus_with(marker: str) -> list[int]:

@@ -33,6 +33,7 @@ from devcell import safeio
 from devcell.backends.host import children
 from devcell.backends.vm import proc as vm_proc
 from devcell.backends.vm.drivers import firecracker_api as api
+from devcell.backends.vm.drivers import kvm
 from devcell.backends.vm.drivers import qmp as vm_qmp
 from devcell.backends.vm.drivers.driver import MachineConfig, Saved
 from devcell.backends.vm.drivers.qmp import Agent, JsonChannel
@@ -68,15 +69,6 @@ def state_file(memory: Path) -> Path:
     return memory.with_name(memory.name + STATE_SUFFIX)
 
 
-def kvm_usable() -> bool:
-    try:
-        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False
-    os.close(fd)
-    return True
-
-
 class FirecrackerDriver:
     name = "firecracker"
     nic = False
@@ -93,7 +85,7 @@ class FirecrackerDriver:
     def preflight(self) -> None:
         """What can be known without booting: the binary is there and /dev/kvm opens."""
         self.binary()
-        if not kvm_usable():
+        if not kvm.device_usable():
             raise CapabilityMissing("Firecracker needs KVM: /dev/kvm cannot be opened here; "
                                     "use the QEMU driver (spec.vm.driver: qemu)")
 

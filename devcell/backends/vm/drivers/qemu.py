@@ -50,6 +50,7 @@ from pathlib import Path
 from devcell import failpoints
 from devcell.backends.host import children
 from devcell.backends.vm import proc as vm_proc
+from devcell.backends.vm.drivers import kvm
 from devcell.backends.vm.drivers.driver import MachineConfig, Saved
 from devcell.backends.vm.drivers.qmp import (
     AGENT_PIPE,
@@ -109,7 +110,7 @@ class QemuDriver:
         forced = os.environ.get("DEVCELL_VM_ACCEL")
         if forced in ("kvm", "tcg"):
             return forced
-        if not _kvm_device_usable():
+        if not kvm.device_usable():
             return "tcg"
         return self._cached() or "tcg"
 
@@ -127,7 +128,7 @@ class QemuDriver:
     def probe(self, kernel: Path, initrd: Path) -> str:
         """Boot the kernel once under KVM; "kvm" when its initrd answers in time, else "tcg".
         Once per host boot (cached): nested KVM that hangs costs PROBE_SECONDS once."""
-        if os.environ.get("DEVCELL_VM_ACCEL") in ("kvm", "tcg") or not _kvm_device_usable():
+        if os.environ.get("DEVCELL_VM_ACCEL") in ("kvm", "tcg") or not kvm.device_usable():
             return self.accel()
         cached = self._cached()
         if cached is not None:
@@ -457,15 +458,6 @@ def _tcg_clock() -> str:
     except (OSError, ValueError, IndexError):
         pass
     return f" tsc_early_khz={khz}"
-
-
-def _kvm_device_usable() -> bool:
-    try:
-        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False
-    os.close(fd)
-    return True
 
 
 def _boot_id() -> str:

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path
 
-from devcell.backends.host import treecopy
+from devcell.backends.host import removal, treecopy
 
 TMP = ".tmp-"
 TRASH = ".trash-"
@@ -82,7 +81,7 @@ def remove_dead(parent: Path, prefix: str | None = None) -> list[str]:
             # a mount left inside (a checkpoint's view, a fork's overlay) is detached first:
             # never removed through, nor left behind
             treecopy.detach_mounts_under(parent / name)
-            shutil.rmtree(parent / name, ignore_errors=True)
+            removal.remove_quietly(parent / name)
         else:
             treecopy.remove_tree(parent / name, trash(parent))
         removed.append(name)

@@ -45,6 +45,8 @@ class Directory:
     pending: list[str] = field(default_factory=list)
     key: bytes = b""
     """Free for the caller (e.g. a digest of the path)."""
+    depth: int = 0
+    """Levels below the root (0 for the root)."""
     fd: int = -1
     """The directory's open descriptor while the walk yields it (-1 after): the caller opens
     its entries relative to it (dir_fd, O_NOFOLLOW) instead of by a path a link could bend.
@@ -117,7 +119,8 @@ def walk(root: Path) -> Iterator[Directory]:
                     os.close(fd)
                     fd = child
                     current = Directory(frame, name, os.fstat(fd),
-                                        frame.path_bytes + len(os.fsencode(name)) + 1)
+                                        frame.path_bytes + len(os.fsencode(name)) + 1,
+                                        depth=frame.depth + 1)
                     continue
                 stack.pop()
                 if stack:

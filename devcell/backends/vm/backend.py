@@ -30,7 +30,6 @@ import os
 import re
 import secrets
 import shlex
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -49,7 +48,7 @@ from devcell.backends.base import (
     Owned,
     OwnedKind,
 )
-from devcell.backends.host import temporaries
+from devcell.backends.host import removal, temporaries
 from devcell.backends.interactive import Terminal
 from devcell.backends.vm import capacity as vm_capacity
 from devcell.backends.vm import clock as vm_clock
@@ -261,10 +260,10 @@ class VmBackend:
                 self._new_disks(cell, tmp, rootfs, script, secret)
             vm_disks.write_json(tmp / MARKER, meta)
             if directory.exists():
-                shutil.rmtree(directory)  # no marker: a directory a crash left half made
+                removal.remove(directory)  # no marker: a directory a crash left half made
             os.rename(tmp, directory)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            removal.remove_quietly(tmp)
             raise
         return {"created": True, "image_id": image_hex[:12], "accel": meta["accel"],
                 "driver": driver.name, "machine_from": source}
@@ -286,7 +285,7 @@ class VmBackend:
         (config / "mountpath").write_text(
             str((cell.spec.get("workspace") or {}).get("mountPath") or "/workspace") + "\n")
         vm_image.mkfs(config, tmp / "config.img", 8 << 20, "devcell-config")
-        shutil.rmtree(config)
+        removal.remove(config)
         (tmp / "config.img").chmod(0o600)
 
     def _machine_source(self, cell: CellRef) -> str | None:
@@ -466,7 +465,7 @@ class VmBackend:
             return {"deleted": False}
         trash = temporaries.trash(self.layout.cells)
         os.rename(directory, trash)
-        shutil.rmtree(trash, ignore_errors=True)
+        removal.remove_quietly(trash)
         return {"deleted": True}
 
     # -- the guest agent -------------------------------------------------------------------

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from devcell.backends.base import Fill
-from devcell.backends.host import children, temporaries
+from devcell.backends.host import children, removal, temporaries
 from devcell.backends.host.ids import safe_id
 from devcell.backends.vm import extract as vm_extract
 from devcell.backends.vm import image as vm_image
@@ -90,7 +89,7 @@ class DiskStore:
                 self._remove(final, parent)  # a directory whose marker was never written
             os.rename(tmp, final)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            removal.remove_quietly(tmp)
             raise
         return final
 
@@ -100,7 +99,7 @@ class DiskStore:
             return
         trash = temporaries.trash(parent)
         os.rename(path, trash)
-        shutil.rmtree(trash, ignore_errors=True)
+        removal.remove_quietly(trash)
 
     # -- volumes ---------------------------------------------------------------------------
 
@@ -320,9 +319,10 @@ class DiskStore:
 
         def make(tmp: Path) -> dict[str, Any]:
             files, size = fill(tmp / "tree")
+            vm_image.tree_bytes(tmp / "tree", "the snapshot archive")  # bounds, before mkfs
             vm_image.mkfs(tmp / "tree", tmp / DISK, max(WORKSPACE_BYTES, size * 2),
                           "devcell-work")
-            shutil.rmtree(tmp / "tree")
+            removal.remove(tmp / "tree")
             layer = self.layers.from_raw(tmp / DISK, volume=None)
             (tmp / DISK).unlink()
             return {"kind": KIND_DISK, "checkpoint": checkpoint_id, "cell_id": cell_id,
@@ -358,7 +358,7 @@ class DiskStore:
             vm_extract.extract(raw, tree, budget=max(os.stat(raw).st_size, WORKSPACE_BYTES))
             os.rename(tree, final)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            removal.remove_quietly(tmp)
         return final
 
     def delete_checkpoint(self, checkpoint_id: str) -> None:

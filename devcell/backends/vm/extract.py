@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devcell.backends.host import children
+from devcell.backends.host import children, removal
 from devcell.errors import BackendError, BackendRefused
 
 REQUEST_SECONDS = 60.0
@@ -130,7 +130,7 @@ def extract(image: Path, into: Path, *, budget: int) -> tuple[int, int]:
         _directory(walk, ROOT_INODE, walk.root, b"", 0)
     finally:
         os.close(walk.root)
-        shutil.rmtree(walk.stage, ignore_errors=True)
+        removal.remove_quietly(walk.stage)
     return len(walk.files_seen), walk.skipped
 
 

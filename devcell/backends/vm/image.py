@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devcell.backends.container import base_image
-from devcell.backends.host import children, temporaries
+from devcell.backends.host import children, removal, temporaries, treewalk
 from devcell.backends.vm import clock as vm_clock
 from devcell.backends.vm import guest as vm_guest
+from devcell.backends.vm import guest_files
 from devcell.backends.vm.layout import VmLayout
-from devcell.errors import BackendError, BackendUnavailable
+from devcell.errors import BackendError, BackendRefused, BackendUnavailable
 from devcell.log import logger
 
 KERNEL_GLOB = "vmlinuz-*-cloud-amd64"
@@ -113,33 +114,40 @@ def _agent_files() -> list[Path]:
 
 
 def _add_guest_files(root: Path) -> None:
-    guest = root / vm_guest.GUEST_DIR
-    (guest / "ga").mkdir(parents=True)
-    (guest / "bin").mkdir()
-    shutil.copy2(base_image.find_busybox(), guest / "busybox")
-    for applet in ("sh", "mount", "sleep", "cat", "date", "mkdir", "sync", "hostname"):
-        (guest / "bin" / applet).symlink_to("../busybox")
-    for path in _agent_files():
-        shutil.copyfile(path, guest / "ga" / path.name)
-        (guest / "ga" / path.name).chmod(0o755)
-    (guest / "init").write_text(vm_guest.ROOT_INIT)
-    (guest / "init").chmod(0o755)
-    (guest / "clock").write_bytes(vm_clock.program())
-    (guest / "clock").chmod(0o700)
-    for mount_point in ("dev", "proc", "sys", "run", "tmp", "devcell"):
-        (root / mount_point).mkdir(exist_ok=True)
+    guest_files.add(root, vm_guest.GUEST_DIR, busybox=base_image.find_busybox(),
+                    agent_files=_agent_files(), init=vm_guest.ROOT_INIT, clock=vm_clock.program())
 
 
-def _tree_bytes(root: Path) -> int:
-    total = 0
-    for directory, _, files in os.walk(root):
-        for name in files:
-            total += os.lstat(os.path.join(directory, name)).st_blocks * 512
+MAX_TREE_DEPTH = 256
+"""Directory levels a tree may have before it reaches `mkfs.ext4 -d`, which aborts with heap
+corruption on a chain about 1,100 deep (Linux distributions stay under 40)."""
+MAX_TREE_ENTRIES = 2_000_000
+"""Entries (files, links, directories) a tree may hold before it reaches `mkfs.ext4 -d`."""
+
+
+def tree_bytes(root: Path, what: str) -> int:
+    """Bytes the files under `root` hold on disk, walked without recursion or following a
+    link; BackendRefused, naming `what` and the bound, past MAX_TREE_DEPTH or MAX_TREE_ENTRIES,
+    before any root tool sees the tree."""
+    total = entries = 0
+    for directory in treewalk.walk(root):
+        if directory.depth > MAX_TREE_DEPTH:
+            raise BackendRefused(f"{what} holds a directory more than {MAX_TREE_DEPTH} levels "
+                                 "deep; DevCell makes no disk of it")
+        entries += len(directory.entries)
+        if entries > MAX_TREE_ENTRIES:
+            raise BackendRefused(f"{what} holds more than {MAX_TREE_ENTRIES:,} entries; "
+                                 "DevCell makes no disk of it")
+        total += sum(st.st_blocks * 512 for _, st in directory.entries
+                     if not stat.S_ISDIR(st.st_mode))
     return total
 
 
 def mkfs(tree: Path | None, image: Path, size_bytes: int, label: str) -> None:
-    """A sparse ext4 file of `size_bytes` holding `tree` (or empty)."""
+    """A sparse ext4 file of `size_bytes` holding `tree` (or empty); the tree's bounds are
+    checked first (tree_bytes)."""
+    if tree is not None:
+        tree_bytes(tree, f"the tree for {label}")
     argv = ["mkfs.ext4", "-q", "-F", "-L", label, "-E", "root_owner=0:0",
             *(["-d", str(tree)] if tree is not None else []), str(image),
             f"{max(size_bytes, 8 << 20) // 1024}k"]
@@ -174,13 +182,13 @@ def rootfs(layout: VmLayout, image: str) -> tuple[str, Path]:
             if done:
                 raise BackendError(f"unpacking image {image} failed: {done}")
         _add_guest_files(tmp / "tree")
-        size = int(_tree_bytes(tmp / "tree") * 1.5) + (256 << 20)
+        size = int(tree_bytes(tmp / "tree", f"image {image}") * 1.5) + (256 << 20)
         mkfs(tmp / "tree", tmp / "rootfs.ext4", size, "devcell-root")
-        shutil.rmtree(tmp / "tree")
+        removal.remove(tmp / "tree")
         (tmp / "rootfs.ext4").chmod(0o400)
         os.rename(tmp, final)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        removal.remove_quietly(tmp)
         raise
     logger.bind(image=image, seconds=round(time.monotonic() - began, 2)).info(
         "vm root disk built")

@@ -19,12 +19,11 @@ sweep removes.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devcell.backends.host import temporaries
+from devcell.backends.host import removal, temporaries
 from devcell.backends.host.ids import safe_id
 from devcell.backends.vm.disks import read_json, write_json
 from devcell.backends.vm.layout import VmLayout
@@ -63,7 +62,7 @@ class MachineParts:
             self.delete(checkpoint_id)  # one no snapshot named (a crash before its disk)
             os.rename(tmp, final)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            removal.remove_quietly(tmp)
             raise
         return meta
 
@@ -73,7 +72,7 @@ class MachineParts:
             return False
         trash = temporaries.trash(self.root)
         os.rename(path, trash)
-        shutil.rmtree(trash, ignore_errors=True)
+        removal.remove_quietly(trash)
         return True
 
     def all(self) -> list[tuple[str, dict[str, Any]]]:

@@ -151,6 +151,25 @@ def test_the_limit_bounds_each_document_not_the_file(tmp_path: Path) -> None:
     assert "larger than the limit of 64 bytes per document" in problem.message
 
 
+@pytest.mark.parametrize("count", [500_000, 262_000])  # 2 MB streamed; under 1 MiB read at once
+def test_a_file_is_bounded_in_documents_as_well_as_bytes(tmp_path: Path, count: int) -> None:
+    """500,000 empty documents in 2 MB took apply 9 s and 540 MB before this bound."""
+    path = tmp_path / "empty.yaml"
+    path.write_bytes(b"---\n" * count)
+    with pytest.raises(ManifestError) as refused:
+        loader.read_sources([str(path)])
+    [problem] = refused.value.problems
+    assert problem.line == loader.MAX_DOCUMENTS + 1
+    assert f"more than {loader.MAX_DOCUMENTS} documents in one file" in problem.message
+
+
+def test_a_file_of_the_most_documents_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "many.yaml"
+    path.write_bytes(b"---\nkind: Cell\n" * loader.MAX_DOCUMENTS)
+    [read] = loader.read_sources([str(path)])
+    assert read.data == path.read_bytes()
+
+
 def test_a_json_file_is_one_document(tmp_path: Path) -> None:
     path = tmp_path / "one.json"
     path.write_bytes(b"[\n---,\n" + b"1," * 40 + b"1]\n")  # `---` means nothing in JSON

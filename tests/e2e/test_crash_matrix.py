@@ -1267,7 +1267,7 @@ def test_storage_crash_under_a_layer(point: str, action: str, tmp_path: Path) ->
 
 def test_every_storage_failpoint_is_crashed() -> None:
     named = set()
-    for source in (REPO / "devcell" / "backends").glob("*.py"):
+    for source in (REPO / "devcell" / "backends").rglob("*.py"):
         named |= set(re.findall(r'failpoints\.hit\("(storage\.[a-z.-]+)"\)', source.read_text()))
     crashed = set(STORAGE_POINTS) | set(RESTORE_POINTS)
     assert named == crashed, f"storage failpoints with no crash case: {named - crashed}"

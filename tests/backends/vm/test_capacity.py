@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 from devcell.backends.base import OwnedKind
 from devcell.backends.vm import backend as vm
 from devcell.backends.vm import capacity as vm_capacity
-from devcell.backends.vm.capacity import VmAccounting
+from devcell.backends.vm.capacity import VmAccounting, running_machines
 from devcell.backends.vm.layout import VmLayout
 
 MiB = 1 << 20
@@ -161,6 +162,9 @@ def fork_running(state: Path) -> Iterator[str]:
     stand_in = subprocess.Popen(
         ["qemu-system-x86_64", "-c", "sleep 60; :", "-name", layout.machine_name("cell_f")],
         executable="/bin/sh")
+    deadline = time.monotonic() + 30  # until the child has exec'd, its cmdline is ours
+    while "cell_f" not in running_machines(layout) and time.monotonic() < deadline:
+        time.sleep(0.02)
     try:
         yield "cell_f"
     finally:

@@ -379,21 +379,49 @@ class _Parser:
 
 # -- evaluation ------------------------------------------------------------------------------
 
-def evaluate(path: Path, root: Any, current: Any) -> list[Any]:
+MAX_VALUES = 2_000_000
+"""Values one template may select in all (every step, every union member, every range item):
+a union repeats its input once per member, so `[@,@][@,@]...` under 1 KiB would double the
+list at each step until memory ran out; past this the template is refused, never run on."""
+
+
+class Budget:
+    """What is left of MAX_VALUES for one render or evaluation."""
+
+    def __init__(self, limit: int = MAX_VALUES) -> None:
+        self.limit = self.left = limit
+
+    def take(self, count: int) -> None:
+        self.left -= count
+        if self.left < 0:
+            raise TemplateEvaluationError(
+                f"jsonpath: the template selects more than {self.limit:,} values (a union or "
+                "range repeated over its own results?); narrow it")
+
+
+def evaluate(path: Path, root: Any, current: Any, budget: Budget | None = None) -> list[Any]:
+    budget = budget or Budget()
     values = [current if path.relative else root]
     for step in path.steps:
-        values = _apply(step, values, root)
+        values = _apply(step, values, root, budget)
     return values
 
 
-def _apply(step: Step, values: list[Any], root: Any) -> list[Any]:
+def _apply(step: Step, values: list[Any], root: Any, budget: Budget) -> list[Any]:
     kind, arg = step
     if kind == "union":  # each member over every value, as kubectl: all names, then all phases
-        return [found for member in arg for found in _apply(member, values, root)]
+        found: list[Any] = []
+        for member in arg:
+            budget.take(len(values))  # the member's input: a union's growth is paid as it goes
+            found.extend(_apply(member, values, root, budget))
+        return found
     if kind in ("index", "slice"):
-        return _array(step, values)
-    out: list[Any] = []
+        out = _array(step, values)
+        budget.take(len(out))
+        return out
+    out = []
     for value in values:
+        before = len(out)
         if kind == "field":
             if isinstance(value, dict) and arg in value:
                 out.append(value[arg])
@@ -402,11 +430,12 @@ def _apply(step: Step, values: list[Any], root: Any) -> list[Any]:
         elif kind == "wildcard":
             out.extend(_children(value))
         elif kind == "recursive":
-            out.extend(_apply(arg, list(_descend(value)), root))
+            out.extend(_apply(arg, list(_descend(value, budget)), root, budget))
         elif kind == "filter":
-            out.extend(v for v in _children(value) if _keep(arg, v, root))
+            out.extend(v for v in _children(value) if _keep(arg, v, root, budget))
         elif kind == "path":
-            out.extend(evaluate(arg, root, value))
+            out.extend(evaluate(arg, root, value, budget))
+        budget.take(len(out) - before)
     return out
 
 
@@ -454,19 +483,24 @@ def _children(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else []
 
 
-def _descend(value: Any) -> Iterator[Any]:
-    """Every object and list at or under `value`, parents first (as client-go's `..`)."""
-    if isinstance(value, dict | list):
-        yield value
-        for child in _children(value):
-            yield from _descend(child)
+def _descend(value: Any, budget: Budget) -> Iterator[Any]:
+    """Every object and list at or under `value`, parents first (as client-go's `..`);
+    iterative, each one paid for."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict | list):
+            budget.take(1)
+            yield item
+            stack.extend(reversed(_children(item)))
 
 
-def _keep(flt: Filter, item: Any, root: Any) -> bool:
-    left = evaluate(flt.left, root, item)
+def _keep(flt: Filter, item: Any, root: Any, budget: Budget) -> bool:
+    left = evaluate(flt.left, root, item, budget)
     if flt.op is None:
         return bool(left)
-    right = evaluate(flt.right, root, item) if isinstance(flt.right, Path) else [flt.right]
+    right = evaluate(flt.right, root, item, budget) if isinstance(flt.right, Path) \
+        else [flt.right]
     return any(_compare(a, flt.op, b, flt) for a in left for b in right)
 
 
@@ -515,19 +549,23 @@ def text_of(value: Any) -> str:
 
 
 def render(nodes: tuple[Node, ...], root: Any, current: Any | None = None, *,
-           escape: Callable[[str], str] = str) -> str:
+           escape: Callable[[str], str] = str, budget: Budget | None = None) -> str:
     """The template's text; `escape` is applied to every value from the data (never to the
-    template's own literals, so `{'\\t'}` stays a tab)."""
+    template's own literals, so `{'\\t'}` stays a tab). Nested ranges multiply: every item
+    and every value counts against one Budget for the whole render."""
+    budget = budget or Budget()
     here = root if current is None else current
     out: list[str] = []
     for node in nodes:
+        budget.take(1)
         if isinstance(node, Text):
             out.append(node.text)
         elif isinstance(node, Action):
-            out.append(" ".join(escape(text_of(v)) for v in evaluate(node.path, root, here)))
+            out.append(" ".join(escape(text_of(v)) for v in evaluate(node.path, root, here,
+                                                                       budget)))
         else:
-            for item in evaluate(node.path, root, here):
-                out.append(render(node.body, root, item, escape=escape))
+            for item in evaluate(node.path, root, here, budget):
+                out.append(render(node.body, root, item, escape=escape, budget=budget))
     return "".join(out)
 
 

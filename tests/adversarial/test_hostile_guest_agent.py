@@ -160,11 +160,11 @@ def test_a_never_ending_line_is_refused_with_bounded_memory(
     assert peak < 3 * vm_qmp.MAX_LINE, peak
 
 
-def test_a_reply_nested_too_deep_is_not_json_not_a_recursion_error(
+def test_a_reply_nested_too_deep_is_refused_not_a_recursion_error(
         agent_dir: Callable[[Answer], Path]) -> None:
     directory = agent_dir(lambda request, conn: conn.sendall(b"[" * 200_000 + b"\n"))
     with vm_qmp.Agent(directory, timeout=5.0) as agent, \
-            pytest.raises(BackendError, match="not JSON"):
+            pytest.raises(BackendError, match="more than 4096 JSON objects"):
         agent.command("guest-ping")
 
 
@@ -546,3 +546,21 @@ def test_output_past_the_limit_is_cut_before_it_is_decoded() -> None:
         tracemalloc.stop()
     assert done is not None and len(done.out) == vm_exec.OUTPUT_LIMIT
     assert peak < 3 * vm_exec.OUTPUT_LIMIT, peak
+
+
+def test_a_reply_of_millions_of_objects_is_refused_unparsed_in_bounded_memory(
+        agent_dir: Callable[[Answer], Path]) -> None:
+    """30 MB of `[{},{},...]`, under the line limit: parsed whole it was ten million objects
+    and an exec of a 128 MiB cell grew the host's process to 1.5 GB."""
+    flood = b'{"return": [' + b"{}," * 10_000_000 + b'{}], "id": null}\n'
+
+    directory = agent_dir(lambda request, conn: conn.sendall(flood))  # refused before its id
+    tracemalloc.start()
+    try:
+        with pytest.raises(BackendError, match="more than 4096 JSON objects"):
+            _run(directory)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    print(f"peak {peak / 2**20:.1f} MiB for a {len(flood) / 2**20:.1f} MiB reply")
+    assert peak < 3 * len(flood), peak  # the line and its buffer, never the objects

@@ -44,6 +44,10 @@ SYNC_RETRY = 0.05
 SYNC_FAST = 2.0
 MAX_LINE = 64 << 20
 """A reply longer than this is refused (guest-exec output is at most 16 MiB, base64)."""
+MAX_CONTAINERS = 4096
+"""JSON objects and arrays a reply may hold: the answers DevCell asks for hold a few (output
+is base64 in one string). A line of `[{},{},...]` under MAX_LINE would otherwise be parsed
+whole: 30 MB of it is ten million objects, 1.5 GB of host memory for one cell's exec."""
 MAX_WORDS = 300
 """How much of an error's description (the guest's words) joins a message."""
 AGENT_PIPE = "ga"
@@ -273,7 +277,10 @@ class JsonChannel:
             if len(self.buffer) > MAX_LINE:
                 self.buffer = bytearray()
                 raise BackendError(f"{self.what} sent a reply longer than {MAX_LINE} bytes")
-        line = bytes(self.buffer[:end])
+        # Copied once through a view (a slice of the bytearray would be a second copy first):
+        # a line in memory costs the buffer and itself, not three times its size.
+        with memoryview(self.buffer) as view, view[:end] as part:
+            line = bytes(part)
         del self.buffer[:end + 1]
         return line
 
@@ -282,6 +289,9 @@ class JsonChannel:
             line = self.read_line(deadline).strip()
             if not line:
                 continue
+            if too_many_containers(line):
+                raise BackendError(f"{self.what} sent a reply holding more than "
+                                   f"{MAX_CONTAINERS} JSON objects and arrays; not read")
             try:
                 value = json.loads(line)
             except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested deep
@@ -325,6 +335,11 @@ class Qmp:
             if "error" in reply:
                 raise BackendError(f"QEMU refused {name}: {refusal(reply['error'])}")
             return reply.get("return")
+
+
+def too_many_containers(line: bytes) -> bool:
+    """More `{` and `[` than MAX_CONTAINERS (counted in C, strings included: an upper bound)."""
+    return line.count(b"{") + line.count(b"[") > MAX_CONTAINERS
 
 
 def gone_unless(alive: Callable[[], bool] | None) -> None:
@@ -457,6 +472,8 @@ class Agent:
     def _synced(self, token: int, deadline: float) -> bool:
         while True:
             line = self.channel.read_line(deadline).rpartition(b"\xff")[2].strip()
+            if too_many_containers(line):
+                continue  # not a sync's answer, and not worth parsing
             try:
                 reply = json.loads(line) if line else None
             except (ValueError, RecursionError):

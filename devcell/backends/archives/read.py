@@ -302,8 +302,13 @@ def _budget(dest: Path | None, limits: Limits) -> int:
 
 
 def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """Each member in turn, none kept: tarfile appends every member it reads to
+    `tar.members`, with its PAX headers (up to METADATA_MAX each), so 600 members of 1 MB
+    headers held 623 MB. Nothing here asks tarfile for an earlier member (hard links are
+    checked against the tree's own record), so the list is emptied as the stream goes."""
     while True:
         member = tar.next()
+        tar.members.clear()
         if member is None:
             return
         yield member

@@ -4,6 +4,7 @@ archive is refused and writes nothing outside its destination."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import tarfile
@@ -382,3 +383,55 @@ def test_a_sparse_bomb_in_the_checkpoint_is_refused_not_exported(tmp_path: Path)
     with pytest.raises(BackendError, match="sparse file"):
         archive_write.write(out, HEADER, tree)
     assert len(out.getvalue()) < 2**20
+
+
+class _Members(io.RawIOBase):
+    """`head`, then the members `make(i)` builds one at a time, then tar's end blocks: a
+    large stream made lazily (the test holds one member at a time, as the reader should)."""
+
+    def __init__(self, head: bytes, make: Any, times: int) -> None:
+        self.parts = itertools.chain([head], (make(i) for i in range(times)), [b"\0" * 10240])
+        self.current = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self.current:
+            self.current = next(self.parts, b"")
+            if not self.current:
+                return 0
+        data = self.current[:len(buffer)]
+        self.current = self.current[len(data):]
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def test_members_with_large_pax_headers_are_not_held_together(tmp_path: Path) -> None:
+    """100 members each carrying a PAX record just under the per-record bound: tarfile kept
+    every member it had read (600 of them held 623 MB); memory is now that of one member."""
+    import tracemalloc
+
+    def make(i: int) -> bytes:
+        info, _ = member(f"workspace/f{i:04d}")
+        info.pax_headers["comment"] = "x" * (archive_read.METADATA_MAX - 4096)
+        return info.tobuf(tarfile.PAX_FORMAT, fmt.ENCODING, fmt.ERRORS)
+
+    out = io.BytesIO()
+    tar = tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT)
+    head = tarfile.TarInfo(fmt.HEADER)
+    head.size = len(HEADER)
+    tar.addfile(head, io.BytesIO(HEADER))
+    tar.addfile(ROOT[0])
+    prefix = out.getvalue()[:tar.offset]  # the members so far, no end blocks
+    stream = _Members(prefix, make, 100)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ArchiveRefused) as refused:
+            archive_read.read(cast(BinaryIO, stream), tmp_path / "dest")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "f0599" in str(refused.value) or "checksum" in str(refused.value) or \
+        "trailer" in str(refused.value) or "ends" in str(refused.value), refused.value
+    assert peak < 16 * 2**20, peak

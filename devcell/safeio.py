@@ -10,6 +10,7 @@ decides: a regular file or nothing.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -30,6 +31,12 @@ def describe_mode(mode: int) -> str:
     return _KIND.get(stat.S_IFMT(mode), "not a regular file")
 
 
+MACHINE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EIO, errno.EINTR})
+"""Failures of this process or machine, not of the file: raised as they are, never reported
+as a file that is unsafe to read (1,100 logs open at once once made a service's real log
+"not a regular file")."""
+
+
 def open_regular(directory: Path, name: str) -> int:
     """A read-only descriptor of the regular file `name` directly inside `directory`.
 
@@ -42,7 +49,7 @@ def open_regular(directory: Path, name: str) -> int:
     try:
         dir_fd = os.open(directory, flags | os.O_DIRECTORY)
     except OSError as exc:
-        if isinstance(exc, FileNotFoundError):
+        if isinstance(exc, FileNotFoundError) or exc.errno in MACHINE_ERRNOS:
             raise
         raise UnsafeFile(f"{directory} is not a directory DevCell can read safely "
                          f"({exc.strerror})") from None
@@ -50,7 +57,7 @@ def open_regular(directory: Path, name: str) -> int:
         try:
             fd = os.open(name, flags | os.O_NONBLOCK, dir_fd=dir_fd)
         except OSError as exc:
-            if isinstance(exc, FileNotFoundError):
+            if isinstance(exc, FileNotFoundError) or exc.errno in MACHINE_ERRNOS:
                 raise
             # ELOOP: a symbolic link (O_NOFOLLOW); ENXIO: a FIFO or socket nobody writes.
             try:

@@ -40,6 +40,12 @@ class LogSource(Protocol):
         """At most `limit` bytes from `offset` (fewer at its end)."""
         ...
 
+    def release(self) -> None:
+        """Done with it for this turn: what reading held (a host file's descriptor) is let
+        go, so a cell with a thousand logs never has them open at once; the next size()
+        opens it again."""
+        ...
+
 
 class ServiceLogs(Protocol):
     """Every service's log of one cell, by service name."""
@@ -84,6 +90,9 @@ class HostLog:
             offset += len(chunk)
             limit -= len(chunk)
         return b"".join(chunks)
+
+    def release(self) -> None:
+        self.close()
 
     def close(self) -> None:
         if self.fd is not None:

@@ -82,6 +82,12 @@ class _Tail:
     def pump(self, stack: ExitStack | None = None, *, final: bool = False) -> None:
         if self.refused:
             return
+        try:
+            self._pump(stack, final=final)
+        finally:
+            self.source.release()  # one log open at a time, however many the cell made
+
+    def _pump(self, stack: ExitStack | None, *, final: bool) -> None:
         size = self._size(stack)
         if size is None:
             return

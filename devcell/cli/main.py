@@ -8,6 +8,7 @@ not use. Exit codes: 0 success, 1 failure, 2 usage.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -45,6 +46,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _run(parse(given))
 
 
+_LIMITS = {
+    errno.EMFILE: "this process ran out of open files: raise its limit (`ulimit -n`) and retry",
+    errno.ENFILE: "the machine ran out of open files: close some programs and retry",
+    errno.ENOMEM: "the machine ran out of memory: free some and retry",
+}
+"""A faulty machine or process limit, said as such (never a traceback, never a file's fault)."""
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         return _dispatch(args)
@@ -68,7 +77,11 @@ def _run(args: argparse.Namespace) -> int:
         from devcell.store import db, faults
 
         machine = faults.from_os_error(exc, db.resolve_state_dir(getattr(args, "state_dir", None)))
-        if machine is None:
-            raise
-        sys.stderr.write(f"error: {machine}\n")
-        return machine.exit_code
+        if machine is not None:
+            sys.stderr.write(f"error: {machine}\n")
+            return machine.exit_code
+        if exc.errno in _LIMITS:
+            sys.stderr.write(f"error: {_LIMITS[exc.errno]} ({exc.strerror}); nothing the "
+                             "command had recorded is lost\n")
+            return 1
+        raise

@@ -132,3 +132,54 @@ def test_control_characters_a_cell_logs_are_escaped(logs: Path, monkeypatch: pyt
                        b"\\x9b2J \\xff\\x00\ncaf\xc3\xa9\n")
     shown = printed.replace(b"\r\n", b"\n").replace(b"\t", b"").replace(b"\n", b"")
     assert all(32 <= b < 127 or b >= 0xa0 for b in shown.replace(b"\xc3\xa9", b""))
+
+
+def test_a_thousand_logs_are_read_one_open_at_a_time(logs: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """1,100 extra `*.log` files: every log stayed open, the descriptors ran out, and the
+    service's real log was called "not a regular file; not read" (exit 0)."""
+    import argparse
+    import resource
+
+    from devcell.backends import log_source
+    from devcell.backends.base import CellRef
+    from devcell.cli.cmd_logs import _print_logs
+
+    paths = {"web": logs / "web.log"}
+    paths["web"].write_bytes(b"the service's own line\n")
+    for i in range(1100):
+        paths[f"extra{i:04d}"] = logs / f"extra{i:04d}.log"
+        paths[f"extra{i:04d}"].write_bytes(b"x\n")
+    captured = Captured(monkeypatch)
+    args = argparse.Namespace(service=None, timestamps=False, tail=-1, follow=False)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + 64, hard))  # far fewer than 1,101
+    try:
+        _print_logs(args, CellRef("cell_x", "x", {}, "vol_x"), log_source.HostLogs(paths), None)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert b"[web] the service's own line\n" in captured.printed()
+    assert captured.printed().count(b"] x\n") == 1100
+    assert "not read" not in captured.err.getvalue() and "skipping" not in captured.err.getvalue()
+
+
+def test_running_out_of_descriptors_is_not_called_the_files_fault(logs: Path) -> None:
+    import errno
+    import resource
+
+    (logs / "web.log").write_bytes(b"line\n")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+    try:
+        with pytest.raises(OSError) as raised:
+            while True:
+                held.append(os.open(logs, os.O_RDONLY))
+                os.close(safeio.open_regular(logs, "web.log"))
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert not isinstance(raised.value, safeio.UnsafeFile)
+    assert raised.value.errno == errno.EMFILE

@@ -308,7 +308,7 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
     checked against the tree's own record), so the list is emptied as the stream goes."""
     while True:
         member = tar.next()
-        tar.members.clear()
+        tar.members.clear()  # type: ignore[attr-defined]  # tarfile's own list, untyped
         if member is None:
             return
         yield member

@@ -200,3 +200,6 @@ class GuestLog:
 
     def read(self, offset: int, limit: int) -> bytes:
         return self.logs.read(self.service, offset, limit)
+
+    def release(self) -> None:
+        """Nothing held: each read opens and closes its guest file."""

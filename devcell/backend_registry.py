@@ -104,8 +104,10 @@ BACKENDS: tuple[Backend, ...] = (
         observer="devcell.backends.vm.observe:observe_all",
         availability=f"{_AVAILABILITY}:vm",
         accounting="devcell.backends.vm.capacity:VmAccounting",
-        # vm/images and vm/boot hold what is derived from an image and a kernel: not guarded.
-        roots=(Root("vm/cells", temporaries=True),
+        # vm/images and vm/boot hold what is derived from an image and a kernel: not guarded
+        # (vm/images' half-built root disks are temporaries all the same).
+        roots=(Root("vm/images", guarded=False, temporaries=True),
+               Root("vm/cells", temporaries=True),
                Root("vm/volumes", temporaries=True),
                Root("vm/layers"),  # its own `.<id>.tmp.qcow2`, redone by the next write
                Root("vm/checkpoints", temporaries=True),
@@ -132,23 +134,24 @@ def names() -> tuple[str, ...]:
 def held(state_dir: Path, roots: Iterable[Root]) -> list[str]:
     """What `roots` hold in `state_dir`, as `vm/cells/ (2 entries)` or `backends/fake.db`:
     entries not starting with "." (a temporary or trash a dead process left is not the
-    record of an object), or a record file that is not empty. Links are not followed."""
+    record of an object), or a record file that is not empty. Only read, never written, so
+    a root that is a link (or under one) is looked through, as the backends would use it; a
+    root that cannot be read (a loop of links, no permission) counts as held: the caller
+    refuses rather than take it for empty."""
     found = []
     for root in roots:
         path = state_dir / root.path
-        if root.file:
-            try:
-                if path.lstat().st_size > 0 and not path.is_symlink():
-                    found.append(root.path)
-            except OSError:
-                continue
-            continue
-        if path.is_symlink():
-            continue
         try:
+            if root.file:
+                if path.stat().st_size > 0:
+                    found.append(root.path)
+                continue
             with os.scandir(path) as entries:
                 count = sum(1 for e in entries if not e.name.startswith("."))
         except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            found.append(f"{root.path} (unreadable: {exc.strerror or exc})")
             continue
         if count:
             found.append(f"{root.path}/ ({count} entr{'y' if count == 1 else 'ies'})")

@@ -272,3 +272,23 @@ def test_an_unrecorded_vm_machine_is_found_by_the_sweep_and_kept(
         backend.close()
         kill_machines(state_dir)
 
+
+
+def test_a_root_behind_a_link_or_unreadable_is_held_not_taken_for_empty(tmp_path: Path) -> None:
+    """A root moved elsewhere and linked back (a user's disk layout, or a hostile one) was
+    skipped by the guard: `get cells` said "No resources found" and the sweep then removed
+    through the link what the records it had lost named. A loop of links was a traceback."""
+    state = tmp_path / "state"
+    state.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "cells" / "cell_x").mkdir(parents=True)
+    (state / "vm").mkdir()
+    (state / "vm" / "cells").symlink_to(elsewhere / "cells")
+    (state / "backends").mkdir()
+    (tmp_path / "fake.db").write_bytes(b"SQLite format 3\0" + b"\0" * 100)
+    (state / "backends" / "fake.db").symlink_to(tmp_path / "fake.db")
+    (state / "volumes").symlink_to("volumes")  # a loop: ELOOP
+    code, err = _run(state, ["get", "cells"])
+    assert code == 1 and "vm/cells/ (1 entry)" in err and "backends/fake.db" in err, err
+    assert "volumes (unreadable: Too many levels of symbolic links)" in err, err
+    assert "Traceback" not in err and not (state / "state.db").exists()

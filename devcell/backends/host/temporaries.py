@@ -5,15 +5,17 @@ removal renames to `.trash-<owner>-<random>` first. `<owner>` is the process id 
 time (from /proc, so a recycled pid is not taken for the owner). A process killed mid-copy
 leaves its directory behind: recovery removes every one whose owner is provably dead (that
 process no longer exists, so its operation was interrupted) and keeps those of a live one,
-which may still be copying. A name without an owner was made by an older DevCell, before
-this scheme; recovery runs under the reconcile lock or the daemon's lease, where no such
-process can still be working, so it is removed too.
+which may still be copying. A name without an owner is kept: DevCell has made none
+since this scheme, and a directory someone named `.tmp-notes` is not DevCell's to delete.
+An entry that is not a real directory (a link, a file) is unlinked, never entered: nothing
+it points to is unmounted or removed.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 
 from devcell.backends.host import removal, treecopy
@@ -54,7 +56,7 @@ def owner_alive(name: str) -> bool:
     """Whether the process named in `name` may still be working on it."""
     found = _OWNER.search(name)
     if found is None:
-        return False  # no owner recorded (an older DevCell's): see the module docstring
+        return True  # no owner recorded: not known to be DevCell's, kept (module docstring)
     pid, started = int(found.group(1)), int(found.group(2))
     now = _start_time(pid)
     if now is None:
@@ -77,7 +79,13 @@ def remove_dead(parent: Path, prefix: str | None = None) -> list[str]:
     for name in names:
         if owner_alive(name):
             continue
-        if name.startswith(TRASH):
+        try:
+            entry = os.lstat(parent / name)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(entry.st_mode):
+            os.unlink(parent / name)  # a link is removed itself: its target never touched
+        elif name.startswith(TRASH):
             # a mount left inside (a checkpoint's view, a fork's overlay) is detached first:
             # never removed through, nor left behind
             treecopy.detach_mounts_under(parent / name)

@@ -681,6 +681,9 @@ def remove_tree(path: Path, trash: Path) -> None:
     if not path.exists() and not path.is_symlink():
         return
     os.rename(path, trash)
+    if os.path.islink(trash):
+        os.unlink(trash)  # the link itself; what it names is not this tree
+        return
     detach_mounts_under(trash)
     done = children.run(["rm", "-rf", "--one-file-system", "--", str(trash)])
     if done.returncode != 0:
@@ -694,7 +697,10 @@ def _mountinfo_path(field: str) -> str:
 
 def detach_mounts_under(root: Path) -> None:
     """Detach whatever is mounted below `root` (a fork's overlay left by a crash between
-    mounting and recording it), deepest first, so removing `root` leaves no mount behind."""
+    mounting and recording it), deepest first, so removing `root` leaves no mount behind.
+    A `root` that is a link is nobody's tree to detach: it is never resolved."""
+    if os.path.islink(root):
+        return
     prefix = os.path.realpath(root) + "/"  # mountinfo names the real path
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:

@@ -126,10 +126,26 @@ def test_only_temporaries_of_dead_owners_are_removed(tmp_path: Path) -> None:
 
     removed = temporaries.remove_dead(tmp_path)
 
-    assert sorted(removed) == sorted(names[k] for k in (
-        "dead", "recycled", "older devcell", "dead trash"))
+    assert sorted(removed) == sorted(names[k] for k in ("dead", "recycled", "dead trash"))
+    # a name with no owner is not known to be DevCell's (a user's `.tmp-notes`): kept
     assert sorted(os.listdir(tmp_path)) == sorted(
-        names[k] for k in ("mine", "live trash", "a checkpoint"))
+        names[k] for k in ("mine", "live trash", "a checkpoint", "older devcell"))
+
+
+def test_a_temporary_that_is_a_link_is_unlinked_never_followed(tmp_path: Path) -> None:
+    """`.trash-x -> /elsewhere` planted beside DevCell's temporaries: recovery resolved it,
+    detached the mounts under its target and removed what they held."""
+    dead = _finished_pid()
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "kept").mkdir(parents=True)
+    (elsewhere / "kept" / "f").write_text("not DevCell's\n")
+    parent = tmp_path / "volumes"
+    parent.mkdir()
+    for name in (f".trash-{dead}.1-abcdef123456", f".tmp-vol_x-{dead}.1-abcd1234"):
+        (parent / name).symlink_to(elsewhere)
+    removed = temporaries.remove_dead(parent)
+    assert len(removed) == 2 and os.listdir(parent) == []
+    assert (elsewhere / "kept" / "f").read_text() == "not DevCell's\n"
 
 
 def test_a_child_dies_with_the_thread_that_started_it(tmp_path: Path) -> None:

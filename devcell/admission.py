@@ -129,6 +129,10 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
     return problems
 
 
+DEFINED_TWICE = "is defined twice in this apply"
+"""The words of the problem an object defined in two files gets (the daemon looks for it)."""
+
+
 def reference_problems(conn: sqlite3.Connection, manifests: list[Manifest],
                        defined: dict[tuple[str, str], str]) -> list[Problem]:
     """The same name twice, objects being deleted, immutable fields, references to cells and
@@ -140,7 +144,7 @@ def reference_problems(conn: sqlite3.Connection, manifests: list[Manifest],
         key = (m.kind, m.name)
         if key in defined:
             problems.append(desired.problem_at(m, ("metadata", "name"),
-                                     f'{m.kind} "{m.name}" is defined twice in this apply '
+                                     f'{m.kind} "{m.name}" {DEFINED_TWICE} '
                                      f"(also in {defined[key]})"))
             continue
         defined[key] = f"{m.file}:{m.line}"

@@ -286,12 +286,42 @@ class DirectorySync:
             try:
                 return admission.apply(self.db, good, parse_cache=cache).changes
             except ManifestError as exc:
-                problems.extend(exc.problems)
-                bad = {p.file for p in exc.problems}
+                found = self._recorded_source_wins(exc.problems, good, cache)
+                problems.extend(found)
+                bad = {p.file for p in found}
                 if not bad & {f.display for f in good}:
                     return []  # a problem no file can be blamed for: change nothing
                 good = [f for f in good if f.display not in bad]
         return []
+
+    def _recorded_source_wins(self, found: list[Problem], good: list[SourceFile],
+                              cache: ParseCache) -> list[Problem]:
+        """`found`, with each object defined twice blamed on the files it was not recorded
+        from. The apply blames the later file in walk order, so a newcomer named `0.yaml`
+        beside a running cell's `b.yaml` had its spec applied to the cell and `b.yaml`
+        blamed. The file the object was applied from keeps it (and its edits still apply);
+        every other definition is set aside and names that file. An object not recorded yet
+        keeps the apply's rule (the first file in walk order), as one apply of the
+        directory and a full sync in parts agree on it."""
+        out: list[Problem] = []
+        for problem in found:
+            recorded = None
+            if admission.DEFINED_TWICE in problem.message and problem.kind and problem.name:
+                recorded = objects.get(self.db.conn, problem.kind, problem.name)
+            defining = [f.display for f in good for m in cache.get(f.digest + f.key, ([], []))[0]
+                        if (m.kind, m.name) == (problem.kind, problem.name)]
+            source = recorded.source if recorded is not None and not recorded.deleting else None
+            if source is None or source not in defining or problem.file != source:
+                out.append(problem)
+                continue
+            for f in good:  # the recorded source was blamed: blame the others instead
+                for m in cache.get(f.digest + f.key, ([], []))[0]:
+                    if (m.kind, m.name) == (problem.kind, problem.name) and f.display != source:
+                        out.append(desired.problem_at(
+                            m, ("metadata", "name"),
+                            f'{m.kind} "{m.name}" is already defined in {source}, where it '
+                            "was applied from; this definition is not applied (remove one)"))
+        return out
 
     def _prune(self, candidates: dict[Key, str], result: SyncResult) -> None:
         """`candidates` (object -> its source) are every object this sync knows to have lost

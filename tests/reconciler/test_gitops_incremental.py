@@ -157,6 +157,35 @@ def test_the_same_object_in_an_unchanged_file_is_defined_twice(db: Database,
     assert source(db, "api") == str(watched / "b.yaml")
 
 
+@pytest.mark.parametrize("newcomer", ["0.yaml", "z.yaml", "sub/0.yaml"])
+def test_a_second_file_declaring_a_recorded_cell_never_takes_it_over(
+        db: Database, watched: Path, newcomer: str) -> None:
+    """Before: a newcomer that sorts before the original (`0.yaml`) had its spec applied to
+    the running cell, and the original file was the one blamed. Now, whichever sorts first,
+    the file the cell was applied from keeps it (spec, id, generation), the newcomer is
+    refused naming that file, nothing is pruned, and an edit of the original still applies."""
+    (watched / "b.yaml").write_text(cell("api"))
+    sync = DirectorySync(db, watched, prune_grace=0)
+    sync.sync()
+    before = objects.get(db.conn, "Cell", "api")
+    (watched / newcomer).parent.mkdir(exist_ok=True)
+    (watched / newcomer).write_text(cell("api", "Stopped"))
+    for result in (sync.sync_paths([str(watched / newcomer)]), sync.sync()):
+        assert [p.file for p in result.problems] == [str(watched / newcomer)]
+        assert str(watched / "b.yaml") in str(result.problems[0])
+        assert not result.pruned and {c.outcome for c in result.changes} <= {"unchanged"}
+        after = objects.get(db.conn, "Cell", "api")
+        assert after is not None and before is not None
+        assert (after.id, after.generation, after.source, after.spec["state"]) == (
+            before.id, before.generation, str(watched / "b.yaml"), "Running")
+    (watched / "b.yaml").write_text(cell("api", "Stopped"))
+    result = sync.sync_paths([str(watched / "b.yaml")])
+    assert [(c.name, c.outcome) for c in result.changes] == [("api", "configured")]
+    assert [p.file for p in result.problems] == [str(watched / newcomer)]
+    after = objects.get(db.conn, "Cell", "api")
+    assert after is not None and after.source == str(watched / "b.yaml")
+
+
 def test_a_bad_edit_keeps_the_last_good_state_until_fixed(db: Database, watched: Path) -> None:
     api, web = watched / "api.yaml", watched / "web.yaml"
     api.write_text(cell("api"))

@@ -28,7 +28,7 @@ def run_daemon(args: argparse.Namespace) -> int:
     state_dir = dbmod.resolve_state_dir(args.state_dir)
     config = DaemonConfig(state_dir=state_dir, manifests=manifests, workers=args.workers,
                           resync_seconds=args.resync, run_store=args.run_store,
-                          runtime_events=args.runtime_events)
+                          runtime_events=args.runtime_events, allow_empty=args.allow_empty)
     logger.info("controller for {} watching {}", state_dir, manifests.absolute())
     return Daemon(config).run()
 

@@ -191,6 +191,10 @@ def daemon_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-runtime-events", dest="runtime_events", action="store_false",
                    help="do not follow the backend's runtime events (the engine's event "
                         "stream); only the resync then finds a runtime that died")
+    p.add_argument("--allow-empty", action="store_true",
+                   help="let a manifests directory that holds no manifest file prune what it "
+                        "defined (by default an emptied directory is taken for a checkout in "
+                        "progress and nothing is pruned)")
     p.add_argument("--log-json", action="store_true", help="machine-readable logs on stderr")
 
 

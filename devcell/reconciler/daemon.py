@@ -46,6 +46,8 @@ class DaemonConfig:
     step_ms: int = 15
     debounce_ms: int = 400
     prune_grace: float = 0.5
+    allow_empty: bool = False
+    """An emptied manifests directory may prune what it defined (off: it is held, said)."""
     run_store: str | None = None
     runtime_events: bool = True
     """Follow each backend's runtime events (Watching): a cell whose runtime dies is queued
@@ -82,7 +84,8 @@ class Daemon:
                 logger.warning("operation {} was interrupted by a crash; recorded as failed", op_id)
             recovery.remove_dead_temporaries(cfg.state_dir)
             self._sweep_orphans(db)
-            syncer = DirectorySync(db, cfg.manifests, prune_grace=cfg.prune_grace)
+            syncer = DirectorySync(db, cfg.manifests, prune_grace=cfg.prune_grace,
+                                   allow_empty=cfg.allow_empty)
             self._sync(db, syncer.sync, manager)
             manager.enqueue_all(db, trigger="startup")
             manager.start()
@@ -209,6 +212,11 @@ class Daemon:
             logger.bind(kind=c.kind, name=c.name).info("{} {}", c.kind.lower() + "/" + c.name,
                                                        c.outcome)
         daemon_status.report_manifests(db, [str(p) for p in result.problems])
+        if result.held:
+            with db.write() as conn:
+                events.record(conn, kind="Controller", object_id=None, name="controller",
+                              reason="PruneHeld", type="Warning", message=result.held)
+            logger.warning("{}", result.held)
         if result.refused:
             with db.write() as conn:
                 for message in result.refused:

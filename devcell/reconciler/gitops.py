@@ -34,6 +34,9 @@ from devcell.manifests.model import Manifest, SourceFile
 from devcell.store import desired, objects, sources
 from devcell.store.db import Database
 
+SETTLE = 2.0
+"""Seconds without an event a replaced or emptied directory must stay before anything is
+pruned from it (at least the prune grace)."""
 MAX_EXCLUSION_PASSES = 20
 MAX_OWNER_ROUNDS = 8
 MIN_FULL_BATCH = 64
@@ -62,6 +65,9 @@ class SyncResult:
     unseen: dict[str, str] = field(default_factory=dict)
     """Full syncs: manifest files added, changed or deleted since the previous sync saw them,
     that no incremental sync was told about (path -> "added" | "changed" | "deleted")."""
+    held: str = ""
+    """Set when prunes start being held because the directory holds no manifest file at all
+    (said once per hold): what was kept and how to let an empty directory prune."""
 
     @property
     def to_reconcile(self) -> list[tuple[str, str]]:
@@ -99,7 +105,18 @@ class DirectorySync:
     root: Path
     prune_grace: float = 0.5
     full_part: int = FULL_PART
+    allow_empty: bool = False
+    """Whether a directory holding no manifest file may prune what it defined (Argo CD's
+    `allowEmpty`): off, an emptied directory is taken for a checkout or a copy in progress
+    (`rm -rf m; mkdir m; cp ... m/` deleted every cell and its workspace)."""
     _missing: dict[Key, _Gone] = field(default_factory=dict)
+    _holding: bool = False
+    _root_id: tuple[int, int] | None = None  # the directory's (device, inode) at the last sync
+    _settling: bool = False
+    """The directory was replaced or emptied: until it has been quiet for the grace (no
+    event; at least SETTLE seconds), a checkout or a copy is taken to be still writing it,
+    and nothing is pruned."""
+    _last_change: float = 0.0
     _bad: set[str] = field(default_factory=set)
     _seen: dict[str, str] = field(default_factory=dict)
     _dirs: set[str] = field(default_factory=set)  # directories that held a file of _seen
@@ -132,6 +149,7 @@ class DirectorySync:
         result.changes = list(changes.values())
         if self._exact:
             result.unseen = _differences(before, self._seen)
+        self._note_replaced(changed=bool(_differences(before, self._seen)))
         self._exact = not stray and all(p.file in self._bad for p in result.problems)
         live = objects.live_under(self.db.conn, root)
         self._prune({k: src for k, src in live.items()
@@ -148,6 +166,7 @@ class DirectorySync:
         result = SyncResult()
         if not self._config_ok(result):
             return result
+        self._note_replaced(changed=bool(paths))
         applied = self._apply_batch(batch)
         if applied is None:
             return self._fallback()
@@ -294,6 +313,39 @@ class DirectorySync:
                 good = [f for f in good if f.display not in bad]
         return []
 
+    def _note_replaced(self, *, changed: bool) -> None:
+        try:
+            st = os.stat(self._root)
+            root_id: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            root_id = None
+        if self._root_id is not None and root_id != self._root_id:
+            self._settling = True  # `rm -rf m; mkdir m; cp ... m/`, a checkout's swap
+        self._root_id = root_id
+        if changed:
+            self._last_change = time.monotonic()
+
+    def _unsettled(self, now: float) -> bool:
+        if self._settling and now - self._last_change < max(self.prune_grace, SETTLE):
+            return True
+        self._settling = False
+        return False
+
+    def _hold_empty(self, result: SyncResult) -> bool:
+        """Whether prunes are held because the directory holds no manifest file at all (and
+        an empty directory is not allowed to prune): said once per hold, in `result.held`."""
+        empty = bool(self._missing) and not self.allow_empty and not self._seen
+        if empty and not self._holding:
+            result.held = (
+                f"the manifests directory {self._root} holds no manifest file: the "
+                f"{len(self._missing)} object(s) it defined are kept, not pruned (an emptied "
+                "directory is taken for a checkout or a copy in progress; run the daemon "
+                "with --allow-empty to let an empty directory delete them)")
+        if self._holding and not empty:
+            self._settling = True  # files again: let the copy that brings them finish
+        self._holding = empty
+        return empty
+
     def _recorded_source_wins(self, found: list[Problem], good: list[SourceFile],
                               cache: ParseCache) -> list[Problem]:
         """`found`, with each object defined twice blamed on the files it was not recorded
@@ -329,14 +381,14 @@ class DirectorySync:
         before = self._missing
         self._missing = {k: before[k] if k in before and before[k].source == src else _Gone(src)
                          for k, src in candidates.items()}
-        if result.problems:
+        if result.problems or self._hold_empty(result):
             for gone in self._missing.values():
                 gone.since = None  # the grace starts again once every file is good
             return
         now = time.monotonic()
         for (kind, name), gone in sorted(self._missing.items()):
             gone.since = now if gone.since is None else gone.since
-            if now - gone.since < self.prune_grace:
+            if now - gone.since < self.prune_grace or self._unsettled(now):
                 result.prune_pending += 1
                 continue
             try:

@@ -18,7 +18,7 @@ def test_a_broken_configuration_applies_and_prunes_nothing(db: Database, tmp_pat
     watched = tmp_path / "manifests"
     watched.mkdir()
     (watched / "api.yaml").write_text(CELL % "api")
-    sync = DirectorySync(db, watched, prune_grace=0)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
     assert not sync.sync().problems
     assert objects.get(db.conn, "Cell", "api") is not None
 
@@ -55,7 +55,7 @@ def test_pruning_a_fork_and_its_snapshot_frees_the_checkpoint(db: Database, ctx:
     (watched / "api.yaml").write_text(CELL % "api")
     (watched / "s1.yaml").write_text(SNAP % ("s1", "api"))
     (watched / "exp.yaml").write_text(FORK % ("exp", "s1"))
-    sync = DirectorySync(db, watched, prune_grace=0)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
     assert converge(ctx, sync.sync().to_reconcile).ok
     backend = FakeBackend(state_dir=db.state_dir)
     snap_id = objects.require(db.conn, "Snapshot", "s1").id

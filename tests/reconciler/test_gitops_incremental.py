@@ -58,7 +58,7 @@ def source(db: Database, name: str) -> str | None:
 def test_add_edit_delete_read_only_the_named_files(db: Database, watched: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     (watched / "other.yaml").write_text(cell("other"))
-    sync = DirectorySync(db, watched, prune_grace=0)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
     assert sync.sync().full
     read: list[str] = []
     from devcell.manifests import loader
@@ -92,7 +92,7 @@ def test_a_document_removed_from_a_file_is_pruned_after_the_grace(db: Database,
                                                                   watched: Path) -> None:
     both = watched / "both.yaml"
     both.write_text(cell("api") + "---\n" + cell("web"))
-    sync = DirectorySync(db, watched, prune_grace=60)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=60)
     sync.sync()
     both.write_text(cell("api"))
     result = sync.sync_paths([str(both)])
@@ -106,7 +106,7 @@ def test_a_document_removed_from_a_file_is_pruned_after_the_grace(db: Database,
 def test_a_rename_in_one_batch_moves_the_object_and_prunes_nothing(db: Database,
                                                                    watched: Path) -> None:
     (watched / "a.yaml").write_text(cell("api"))
-    sync = DirectorySync(db, watched, prune_grace=0)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
     sync.sync()
     before = objects.get(db.conn, "Cell", "api")
     os.rename(watched / "a.yaml", watched / "b.yaml")
@@ -120,7 +120,7 @@ def test_a_rename_in_one_batch_moves_the_object_and_prunes_nothing(db: Database,
 
 def test_a_rename_split_over_two_batches_prunes_nothing(db: Database, watched: Path) -> None:
     (watched / "a.yaml").write_text(cell("api"))
-    sync = DirectorySync(db, watched, prune_grace=60)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=60)
     sync.sync()
     os.rename(watched / "a.yaml", watched / "b.yaml")
     # the deletion first: the object is missing, but only for the grace period
@@ -142,7 +142,7 @@ def test_a_rename_split_over_two_batches_prunes_nothing(db: Database, watched: P
 def test_the_same_object_in_an_unchanged_file_is_defined_twice(db: Database,
                                                                watched: Path) -> None:
     (watched / "a.yaml").write_text(cell("api"))
-    sync = DirectorySync(db, watched, prune_grace=0)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
     sync.sync()
     (watched / "b.yaml").write_text(cell("api", "Stopped"))
     result = sync.sync_paths([str(watched / "b.yaml")])
@@ -165,7 +165,7 @@ def test_a_second_file_declaring_a_recorded_cell_never_takes_it_over(
     the file the cell was applied from keeps it (spec, id, generation), the newcomer is
     refused naming that file, nothing is pruned, and an edit of the original still applies."""
     (watched / "b.yaml").write_text(cell("api"))
-    sync = DirectorySync(db, watched, prune_grace=0)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
     sync.sync()
     before = objects.get(db.conn, "Cell", "api")
     (watched / newcomer).parent.mkdir(exist_ok=True)
@@ -190,7 +190,7 @@ def test_a_bad_edit_keeps_the_last_good_state_until_fixed(db: Database, watched:
     api, web = watched / "api.yaml", watched / "web.yaml"
     api.write_text(cell("api"))
     web.write_text(cell("web"))
-    sync = DirectorySync(db, watched, prune_grace=0)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
     sync.sync()
     api.write_text(cell("api", "Stopped").replace("backend: fake", "backend: fake, bogus: 1"))
     result = sync.sync_paths([str(api)])
@@ -214,7 +214,7 @@ def test_a_file_deleted_while_another_is_bad_is_pruned_once_all_are_good(
         db: Database, watched: Path) -> None:
     for name in ("api", "web", "db"):
         (watched / f"{name}.yaml").write_text(cell(name))
-    sync = DirectorySync(db, watched, prune_grace=0)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
     sync.sync()
     (watched / "db.yaml").write_text("kind: [\n")
     assert sync.sync_paths([str(watched / "db.yaml")]).problems
@@ -232,7 +232,7 @@ def test_a_file_deleted_while_another_is_bad_is_pruned_once_all_are_good(
 
 def test_directories_hidden_entries_and_other_extensions_follow_the_walk(
         db: Database, watched: Path) -> None:
-    sync = DirectorySync(db, watched, prune_grace=0)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
     sync.sync()
     sub = watched / "team" / "deep"
     sub.mkdir(parents=True)
@@ -257,7 +257,7 @@ def test_directories_hidden_entries_and_other_extensions_follow_the_walk(
 
 def test_a_path_the_incremental_sync_cannot_follow_reads_everything(
         db: Database, watched: Path) -> None:
-    sync = DirectorySync(db, watched, prune_grace=0)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
     sync.sync()
     (watched / "api.yaml").write_text(cell("api"))
     assert sync.sync_paths([str(watched)]).full  # the directory itself
@@ -270,7 +270,7 @@ def test_a_lost_event_is_repaired_by_the_full_resync_which_says_so(
         db: Database, watched: Path) -> None:
     (watched / "api.yaml").write_text(cell("api"))
     (watched / "db.yaml").write_text(cell("db"))
-    sync = DirectorySync(db, watched, prune_grace=0)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
     first = sync.sync()
     assert first.unseen == {}  # nothing to compare with at the start
     (watched / "lost.yaml").write_text(cell("lost"))  # its event is dropped
@@ -527,7 +527,7 @@ def test_a_prune_the_store_refuses_stays_pending_and_never_raises(
         "apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: fork}\n"
         "spec: {backend: fake, workspace: {from: {snapshot: snap}}}\n")
     (watched / "other.yaml").write_text(cell("other"))
-    sync = DirectorySync(db, watched, prune_grace=0)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
     converge(ctx, sync.sync().to_reconcile)
     assert objects.get(db.conn, "Cell", "fork").phase == "Running"  # type: ignore[union-attr]
 
@@ -569,7 +569,7 @@ def test_a_fifo_in_the_directory_is_a_bad_file_and_blocks_no_sync(
 
     from devcell.manifests import loader
 
-    sync = DirectorySync(db, watched, prune_grace=0)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
     sync.sync()
     os.mkfifo(watched / "pipe.yaml")
     (watched / "api.yaml").write_text(cell("api"))
@@ -653,7 +653,7 @@ def test_a_file_left_with_no_objects_keeps_them_and_is_reported(
     file, its objects keep their last good state, the file is reported, nothing is pruned."""
     api = watched / "api.yaml"
     api.write_text(cell("api"))
-    sync = DirectorySync(db, watched, prune_grace=0)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
     sync.sync()
     api.write_text(text)
     result = sync.sync_paths([str(api)]) if incremental else sync.sync()
@@ -687,7 +687,7 @@ def test_the_prune_grace_is_counted_from_when_the_object_went_missing(
     monkeypatch.setattr(gitops, "time", clock)
     (watched / "api.yaml").write_text(cell("api"))
     (watched / "web.yaml").write_text(cell("web"))
-    sync = DirectorySync(db, watched, prune_grace=10)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=10)
     sync.sync()
     (watched / "api.yaml").unlink()
     assert sync.sync_paths([str(watched / "api.yaml")]).prune_pending == 1
@@ -721,7 +721,7 @@ def test_a_bad_file_stops_the_prune_clock(db: Database, watched: Path,
     clock = _Clock()
     monkeypatch.setattr(gitops, "time", clock)
     (watched / "api.yaml").write_text(cell("api"))
-    sync = DirectorySync(db, watched, prune_grace=10)
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=10)
     sync.sync()
     (watched / "api.yaml").unlink()
     assert sync.sync_paths([str(watched / "api.yaml")]).prune_pending == 1  # the clock starts
@@ -745,7 +745,8 @@ def test_the_daemon_prunes_after_the_grace_without_another_event(tmp_path: Path,
 
     (watched / "api.yaml").write_text(cell("api"))
     daemon = Daemon(DaemonConfig(state_dir=tmp_path / "state", manifests=watched,
-                                 resync_seconds=0, debounce_ms=50, prune_grace=1.5))
+                                 resync_seconds=0, debounce_ms=50, prune_grace=1.5,
+                                 allow_empty=True))
     seen: dict[str, float] = {}
 
     def deleting() -> bool | None:
@@ -780,3 +781,61 @@ def test_the_daemon_prunes_after_the_grace_without_another_event(tmp_path: Path,
     assert seen.get("kept at 1 s") == 1.0
     assert deleting() is True
     assert 1.4 <= seen["pruned"] - seen["unlinked"] < 10, seen
+
+
+def test_a_manifests_directory_replaced_under_the_daemon_prunes_nothing(
+        tmp_path: Path, watched: Path) -> None:
+    """`rm -rf m; mkdir m; cp ... m/` (what a checkout or a manifest generator does), with the
+    copy slower than the prune grace: every cell was pruned, workspace included, and made
+    again empty with a new id. Now the emptied directory holds its prunes (said once, as a
+    PruneHeld event) and the refilled one settles first: same cells, same ids."""
+    from devcell.reconciler.daemon import Daemon, DaemonConfig
+
+    names = ["api", "db", "web"]
+    for name in names:
+        (watched / f"{name}.yaml").write_text(cell(name))
+    daemon = Daemon(DaemonConfig(state_dir=tmp_path / "state", manifests=watched,
+                                 resync_seconds=0, debounce_ms=50))
+    state_db = tmp_path / "state" / "state.db"
+    seen: dict[str, Any] = {}
+
+    def cells() -> dict[str, tuple[str, bool]]:
+        try:
+            conn = sqlite3.connect(state_db, timeout=5)
+            try:
+                return {n: (i, bool(d)) for n, i, d in conn.execute(
+                    "SELECT name, id, deleting_at IS NOT NULL OR deleted_at IS NOT NULL "
+                    "FROM cells")}
+            finally:
+                conn.close()
+        except sqlite3.OperationalError:
+            return {}
+
+    def drive() -> None:
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and len(cells()) < 3:
+                time.sleep(0.05)
+            time.sleep(0.5)  # the watcher is live
+            seen["before"] = cells()
+            shutil.rmtree(watched)
+            watched.mkdir()
+            time.sleep(1.5)  # three prune graces with nothing there
+            for name in names:
+                (watched / f"{name}.yaml").write_text(cell(name))
+                time.sleep(0.7)  # a slow copy: longer than the grace between files
+            time.sleep(3.0)  # settled
+            seen["after"] = cells()
+            conn = sqlite3.connect(state_db, timeout=5)
+            try:
+                seen["held"] = conn.execute(
+                    "SELECT message FROM events WHERE reason = 'PruneHeld'").fetchall()
+            finally:
+                conn.close()
+        finally:
+            daemon.stop_event.set()
+
+    run_daemon(daemon, drive, join_s=40)
+    assert seen["before"] == {n: (seen["before"][n][0], False) for n in names}
+    assert seen["after"] == seen["before"]
+    assert len(seen["held"]) == 1 and "holds no manifest file" in seen["held"][0][0]

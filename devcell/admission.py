@@ -46,7 +46,26 @@ class Rules:
         problems = reference_problems(conn, manifests, defined)
         problems += backend_problems(conn, manifests)
         problems += security_problems(manifests, self.state_dir, recorded)
+        problems += port_problems(conn, manifests)
         return problems
+
+
+def port_problems(conn: sqlite3.Connection, manifests: list[Manifest]) -> list[Problem]:
+    """A host port another cell publishes (recorded, or earlier in this apply), named with
+    that cell: checked when a manifest or a fork is admitted, so no admitted state holds two
+    cells on one host address and port. Read only when a cell of the apply publishes one."""
+    cells = [m for m in manifests if m.kind == "Cell" and security.published(m.spec)]
+    if not cells:
+        return []
+    names = {m.name for m in manifests if m.kind == "Cell"}
+    others = {name: spec for name, spec in objects.cells_publishing_ports(conn).items()
+              if name not in names}  # a cell of this apply is checked as it will be
+    problems = []
+    for m in cells:
+        problems += [desired.problem_at(m, ("spec", *path), message)
+                     for path, message in security.port_clashes(m.spec, others)]
+        others[m.name] = m.spec
+    return problems
 
 
 def apply(db: Database, files: list[SourceFile], *, dry_run: bool = False,

@@ -210,6 +210,28 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
         bound.append((address, host_port, i))
 
 
+def published(spec: dict[str, Any]) -> list[tuple[str, int]]:
+    """The host (address, port) pairs a cell's spec publishes, in its order."""
+    return [(str(port.get("hostIP", "127.0.0.1")),
+             int(port.get("hostPort", port.get("containerPort", 0))))
+            for port in (spec.get("network") or {}).get("ports") or []]
+
+
+def port_clashes(spec: dict[str, Any], others: dict[str, dict[str, Any]]
+                 ) -> Iterator[tuple[FieldPath, str]]:
+    """Each host port of `spec` another cell (`others`: name -> spec) already publishes on
+    an address that cannot bind it twice: the engine would refuse the second cell's start
+    ("port is already allocated") and leave it failing for ever."""
+    for i, (address, port) in enumerate(published(spec)):
+        for name, other in sorted(others.items()):
+            if any(port == other_port and _same_binding(address, other_address)
+                   for other_address, other_port in published(other)):
+                yield (("network", "ports", i, "hostPort"),
+                       f'{address}:{port} is already published by cell "{name}"; give this '
+                       "cell another hostPort (a fork: --port CONTAINER:HOST or --no-ports)")
+                break
+
+
 def _same_binding(a: str, b: str) -> bool:
     """Whether two host addresses cannot both bind one port."""
     try:

@@ -49,10 +49,13 @@ def snapshot(state_dir: Path, cell: str, *, name: str, ttl: str | None = None,
         db.close()
 
 
-def fork(state_dir: Path, cell: str, *, snapshot: str, name: str, options: Options = DEFAULTS,
-         hooks: Hooks = NO_HOOKS) -> Report:
+def fork(state_dir: Path, cell: str, *, snapshot: str, name: str,
+         host_ports: dict[int, int] | None = None, publish: bool = True,
+         options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS) -> Report:
     """A new cell `name` with `cell`'s spec, its workspace restored from `snapshot` (which
-    must be a snapshot of `cell`)."""
+    must be a snapshot of `cell`). `host_ports`: container port -> the fork's host port for
+    it (the others stay the parent's, which admission refuses while the parent holds them);
+    `publish=False`: the fork publishes no port."""
     _check_name("Cell", name)
     db = dbmod.open_database(state_dir)
     try:
@@ -66,12 +69,31 @@ def fork(state_dir: Path, cell: str, *, snapshot: str, name: str, options: Optio
                      f'not of "{source.name}"', kind="Cell", name=name, field="--snapshot")])
         spec = copy.deepcopy(source.spec)
         spec["state"] = "Running"
+        _fork_ports(spec, host_ports or {} if publish else None, name)
         spec.setdefault("workspace", {})["from"] = {"snapshot": snap.name}
         manifest = _manifest("Cell", name, spec, labels=dict(source.labels))
         result = admission.apply_objects(db, [manifest])
         return _finish(db, result, options, hooks)
     finally:
         db.close()
+
+
+def _fork_ports(spec: dict[str, Any], ports: dict[int, int] | None, name: str) -> None:
+    network = spec.get("network") or {}
+    if ports is None:
+        if network.get("ports"):
+            network["ports"] = []
+        return
+    published = {int(p["containerPort"]) for p in network.get("ports") or []}
+    unknown = sorted(set(ports) - published)
+    if unknown:
+        raise ManifestError([Problem(
+            CLI, f"--port {unknown[0]}:{ports[unknown[0]]}: the cell publishes no container port "
+                 f"{unknown[0]} (it publishes: {', '.join(map(str, sorted(published))) or 'none'})",
+            kind="Cell", name=name, field="--port")])
+    for port in network.get("ports") or []:
+        if int(port["containerPort"]) in ports:
+            port["hostPort"] = ports[int(port["containerPort"])]
 
 
 def sleep(state_dir: Path, cell: str, *, options: Options = DEFAULTS,

@@ -59,7 +59,8 @@ def _print_docs(db: dbmod.Database, rows: list[dict[str, Any]], fmt: str) -> int
 def run_cell_fork(args: argparse.Namespace) -> int:
     return output.exit_code(cells.fork(
         dbmod.resolve_state_dir(args.state_dir), args.cell, snapshot=args.snapshot,
-        name=args.name, options=output.options(args), hooks=output.hooks(args, output.changes())))
+        name=args.name, host_ports=dict(args.port), publish=not args.no_ports,
+        options=output.options(args), hooks=output.hooks(args, output.changes())))
 
 
 def run_cell_sleep(args: argparse.Namespace) -> int:

@@ -164,6 +164,13 @@ def _cell_fork(p: argparse.ArgumentParser) -> None:
     p.add_argument("cell")
     p.add_argument("--snapshot", required=True)
     p.add_argument("--name", required=True)
+    ports = p.add_mutually_exclusive_group()
+    ports.add_argument("--port", action="append", type=arguments.port_mapping, default=[],
+                       metavar="CONTAINER:HOST",
+                       help="publish the parent's CONTAINER port on host port HOST instead "
+                            "(repeatable; the parent's own host ports are taken by the parent)")
+    ports.add_argument("--no-ports", action="store_true",
+                       help="publish none of the parent's ports")
     _timeout(p)
 
 

@@ -324,6 +324,13 @@ def cells_with_host_mounts(conn: sqlite3.Connection) -> dict[str, dict[str, Any]
     return {name: faults.loads(spec) for name, spec in rows}
 
 
+def cells_publishing_ports(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+    """Live recorded cells that publish host ports, name -> spec (for the host-port rule)."""
+    rows = conn.execute("SELECT name, spec FROM cells WHERE deleted_at IS NULL "
+                        "AND json_array_length(spec, '$.network.ports') > 0").fetchall()
+    return {name: faults.loads(spec) for name, spec in rows}
+
+
 def _listed(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Spec fields copied into their own columns for fast listing."""
     return {column: spec.get(field) for column, field in kinds.get(kind).listed}

@@ -99,6 +99,10 @@ def _is_sdk_error(exc: BaseException) -> bool:
     return "docker.errors" in sys.modules and isinstance(exc, sdk_errors())
 
 
+PORT_TAKEN = ("port is already allocated", "address already in use")
+"""How the engine says a published host port is taken (by a cell or any other program)."""
+
+
 def translate(exc: BaseException, action: str) -> BackendError:
     """DevCell's error for what the SDK raised during `action`: the one place Docker's errors
     are classified.
@@ -119,8 +123,14 @@ def translate(exc: BaseException, action: str) -> BackendError:
                              "image with `devcell image build-base`, or load yours with "
                              "`docker load`")
     if isinstance(exc, docker.errors.APIError):
+        explanation = str(exc.explanation or exc)
+        if any(words in explanation for words in PORT_TAKEN):
+            # The engine's 500 for a host port something else holds: retrying cannot help
+            # while it does, so the cell fails with the reason instead of retrying for ever.
+            return BackendRefused(f"{action}: {explanation}; the host port is held by another "
+                                  "program or cell: publish this cell on another hostPort")
         fallback = BackendNotFound if isinstance(exc, docker.errors.NotFound) else BackendError
-        return _BY_STATUS.get(exc.status_code, fallback)(f"{action}: {exc.explanation or exc}")
+        return _BY_STATUS.get(exc.status_code, fallback)(f"{action}: {explanation}")
     if isinstance(exc, refused_by_sdk):
         return BackendRefused(f"{action}: {exc}")
     if isinstance(exc, requests.exceptions.ConnectionError | docker.errors.DockerException):

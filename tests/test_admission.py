@@ -1,0 +1,148 @@
+"""Admission's host-port rule (devcell.admission.port_problems) and `cell fork`'s ports.
+
+A fork copied its parent's hostPort, the engine refused "port is already allocated", and the
+fork was left Failed and retried by the daemon for ever; validation compared ports only inside
+one cell. The property: whatever sequence of applies, edits and deletes is admitted, no
+admitted state holds two live cells that publish one host address and port.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from devcell import admission, security
+from devcell.api import cells
+from devcell.api.converging import Options
+from devcell.errors import ManifestError
+from devcell.manifests.loader import read_sources
+from devcell.store import desired, objects
+from devcell.store.db import open_database
+
+ADDRESSES = ["127.0.0.1", "127.0.0.2", "0.0.0.0", "::1", "::"]
+NAMES = ["a", "b", "c", "d"]
+
+
+def _cell(name: str, ports: list[tuple[str, int]]) -> dict[str, Any]:
+    return {"apiVersion": "devcell.dev/v1alpha1", "kind": "Cell", "metadata": {"name": name},
+            "spec": {"backend": "fake", "network": {"mode": "bridge", "ports": [
+                {"containerPort": 80 + i, "hostPort": port, "hostIP": address}
+                for i, (address, port) in enumerate(ports)]}}}
+
+
+def _clash(a: tuple[str, int], b: tuple[str, int]) -> bool:
+    """Independent of the code under test: one port, and addresses that share a binding."""
+    if a[1] != b[1]:
+        return False
+    x, y = ipaddress.ip_address(a[0]), ipaddress.ip_address(b[0])
+    if x == y:
+        return True
+    if any(ip.is_unspecified and ip.version == 6 for ip in (x, y)):
+        return True  # :: is dual-stack on Linux
+    return x.version == y.version and (x.is_unspecified or y.is_unspecified)
+
+
+PORTS = st.lists(st.tuples(st.sampled_from(ADDRESSES), st.sampled_from([8080, 8081])),
+                 max_size=2, unique=True)
+STEP = st.one_of(
+    st.tuples(st.just("apply"), st.dictionaries(st.sampled_from(NAMES), PORTS, min_size=1,
+                                                max_size=3)),
+    st.tuples(st.just("delete"), st.sampled_from(NAMES)))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(STEP, min_size=1, max_size=6))
+def test_no_admitted_state_holds_two_cells_on_one_host_port(steps: list[Any]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = open_database(Path(tmp) / "state")
+        (Path(tmp) / "state" / "config.yaml").write_text(
+            "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+            "security: {allowedPublishAddresses: ['0.0.0.0', '::', '127.0.0.2']}\n")
+        (Path(tmp) / "state" / "config.yaml").chmod(0o600)
+        try:
+            for i, (what, arg) in enumerate(steps):
+                if what == "delete":
+                    if objects.get(db.conn, "Cell", arg) is not None:
+                        desired.delete(db, "Cell", arg)
+                        db.conn.execute("UPDATE cells SET deleted_at = 'now' WHERE name = ?",
+                                        (arg,))  # the fake's delete, done
+                    continue
+                path = Path(tmp) / f"m{i}.yaml"
+                docs = [_cell(name, ports) for name, ports in arg.items()]
+                if any(len({p for p in ports}) != len(ports) or any(
+                        _clash(x, y) for j, x in enumerate(ports) for y in ports[j + 1:])
+                       for ports in arg.values()):
+                    continue  # inside one cell: the security rule's (tested there)
+                path.write_text("---\n".join(yaml.safe_dump(d) for d in docs))
+                try:
+                    admission.apply(db, read_sources([str(path)]))
+                except ManifestError as exc:
+                    assert any("is already published by cell" in str(p) for p in exc.problems)
+            live = {name: security.published(spec)
+                    for name, spec in objects.cells_publishing_ports(db.conn).items()}
+            for a in live:
+                for b in live:
+                    if a < b:
+                        assert not any(_clash(x, y) for x in live[a] for y in live[b]), (a, b)
+        finally:
+            db.close()
+
+
+def _forked(state: Path, tmp_path: Path) -> None:
+    """Cell `api` publishing 8080 with a Ready snapshot `s1`, converged on the fake backend."""
+    path = tmp_path / "api.yaml"
+    path.write_text(yaml.safe_dump(_cell("api", [("127.0.0.1", 8080)])) + "---\n" + yaml.safe_dump(
+        {"apiVersion": "devcell.dev/v1alpha1", "kind": "Snapshot", "metadata": {"name": "s1"},
+         "spec": {"cell": "api"}}))
+    from devcell.api import apply as api_apply
+
+    api_apply.apply(state, [str(path)])
+
+
+def test_a_fork_of_a_cell_publishing_a_port_is_refused_naming_it_then_forked_elsewhere(
+        tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _forked(state, tmp_path)
+    with pytest.raises(ManifestError) as refused:
+        cells.fork(state, "api", snapshot="s1", name="exp")
+    assert 'already published by cell "api"' in str(refused.value.problems[0])
+    with pytest.raises(ManifestError, match="publishes no container port 9"):
+        cells.fork(state, "api", snapshot="s1", name="exp", host_ports={9: 19000})
+    cells.fork(state, "api", snapshot="s1", name="exp", host_ports={80: 18080},
+               options=Options(timeout=60))
+    cells.fork(state, "api", snapshot="s1", name="quiet", publish=False,
+               options=Options(timeout=60))
+    db = open_database(state)
+    try:
+        published = {n: security.published(s)
+                     for n, s in objects.cells_publishing_ports(db.conn).items()}
+        assert published == {"api": [("127.0.0.1", 8080)], "exp": [("127.0.0.1", 18080)]}
+        assert objects.require(db.conn, "Cell", "quiet").phase == "Running"
+    finally:
+        db.close()
+
+
+def test_the_engines_port_refusal_is_permanent_with_its_reason() -> None:
+    import docker.errors
+
+    from devcell.backends.container import sdk
+    from devcell.errors import BackendRefused
+
+    class Response:
+        status_code = 500
+        reason = "Internal Server Error"
+
+    exc = docker.errors.APIError(
+        "500 Server Error", response=Response(),  # type: ignore[arg-type]
+        explanation="driver failed programming external connectivity on endpoint x: Bind for "
+                    "127.0.0.1:8080 failed: port is already allocated")
+    translated = sdk.translate(exc, "starting cell exp")
+    assert isinstance(translated, BackendRefused) and translated.permanent
+    assert "port is already allocated" in str(translated) and "another hostPort" in str(translated)

@@ -95,9 +95,12 @@ def export(state_dir: Path, snapshot: str, out: Path | BinaryIO) -> Exported:
         started = time.perf_counter()
         try:
             tree = backend.checkpoint_files(snap.id)
-            header = _header(snap, cell, backend_name, tree is not None)
-            with _destination(out) as stream:
-                written = archive_write.write(stream, header, tree)
+            try:
+                header = _header(snap, cell, backend_name, tree is not None)
+                with _destination(out) as stream:
+                    written = archive_write.write(stream, header, tree)
+            finally:
+                backend.release_checkpoint_files(snap.id)
         finally:
             backend.close()
         outputs = {"file": str(out) if isinstance(out, Path) else "-", "sha256": written.sha256,

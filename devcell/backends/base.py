@@ -429,6 +429,11 @@ class Backend(Protocol):
         files. BackendNotFound when there is no such checkpoint."""
         ...
 
+    def release_checkpoint_files(self, checkpoint_id: str) -> None:
+        """The read of `checkpoint_files` is over: what the backend set up for it (a
+        container layer's merged view, mounted) is let go once no other reader holds it."""
+        ...
+
     def import_checkpoint(self, checkpoint_id: str, *, cell_id: str, cell_name: str,
                           fill: Fill) -> CheckpointInfo:
         """Make a complete checkpoint whose tree `fill` writes into the directory it is given

@@ -409,6 +409,9 @@ class FakeBackend:
             raise BackendNotFound(f"checkpoint {checkpoint_id} does not exist")
         return None
 
+    def release_checkpoint_files(self, checkpoint_id: str) -> None:
+        """Nothing was set up for a read."""
+
     def import_checkpoint(self, checkpoint_id: str, *, cell_id: str, cell_name: str,
                           fill: Fill) -> CheckpointInfo:
         """The archive is checked in full (fill(None)) before the row is recorded."""

@@ -754,6 +754,9 @@ class ContainerBackend:
     def checkpoint_files(self, checkpoint_id: str) -> Path | None:
         return self.store.checkpoint_files(checkpoint_id)
 
+    def release_checkpoint_files(self, checkpoint_id: str) -> None:
+        self.store.release_view(checkpoint_id)
+
     def import_checkpoint(self, checkpoint_id: str, *, cell_id: str, cell_name: str,
                           fill: Fill) -> CheckpointInfo:
         meta = self.store.import_checkpoint(checkpoint_id=checkpoint_id, cell_id=cell_id,

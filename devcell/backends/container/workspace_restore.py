@@ -97,6 +97,7 @@ def restore(store: WorkspaceStore, volume_id: str, checkpoint_id: str) -> Restor
                            "was") from None
     finally:
         treecopy.remove_tree(tmp, temporaries.trash(layout.volumes))
+        store.release_view(checkpoint_id)  # the source read through a view: let it go
     if made.how != "copy":
         return Restored(int(meta.get("files", 0)), int(meta.get("size_bytes", 0)),
                         made.storage, made.how)

@@ -69,6 +69,8 @@ WHITEOUTS = "whiteouts"
 """In checkpoint.json: how many character devices 0/0 the tree holds (a fork of it is then a
 copy: an overlay would hide them)."""
 VIEW = "view"
+VIEW_LOCK = ".view.lock"
+"""Beside VIEW: readers of the view hold it shared; the last one unmounts the view."""
 """In a layer's checkpoint directory: the read-only overlay of its tree over the full tree,
 mounted when something reads the checkpoint whole (fork copy, restore, export)."""
 LOCK = ".checkpoints.lock"
@@ -320,6 +322,9 @@ def _count_whiteouts(source: Path, found: treecopy.Scan) -> int:
 class WorkspaceStore:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
+        self._readers: dict[str, int] = {}
+        """Layer holder -> a descriptor of its VIEW_LOCK, held shared while this store reads
+        through its view (release_view lets it go)."""
         for path in (layout.state_dir, layout.volumes, layout.checkpoints.parent,
                      layout.checkpoints, layout.containers):
             _mkdir_private(path)
@@ -657,6 +662,7 @@ class WorkspaceStore:
         if len(layers) == 1:
             return layers[0]
         view = self.layout.checkpoint(holder) / VIEW
+        self._read_lock(holder)
         if overlay.is_mounted(view):
             return view
         with self._locked():
@@ -675,6 +681,35 @@ class WorkspaceStore:
                         f"machine refused ({exc.strerror}); DevCell must run as root on a "
                         "kernel with overlay to read it") from None
         return view
+
+    def _read_lock(self, holder: str) -> None:
+        """A shared lock on the holder's VIEW_LOCK, so release_view in another process leaves
+        the view mounted while this one reads through it."""
+        if holder in self._readers:
+            return
+        fd = os.open(self.layout.checkpoint(holder) / VIEW_LOCK,
+                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        self._readers[holder] = fd
+
+    def release_view(self, checkpoint_id: str) -> None:
+        """The read of a checkpoint through its view (tree_of) is over: the view is unmounted
+        unless another reader still holds it (whose release unmounts it then). Left mounted,
+        a retired checkpoint's view outlived every export until the last snapshot over it
+        was deleted, and `rm -rf` of a state directory failed on it."""
+        holder = self.holder_of(checkpoint_id)
+        fd = self._readers.pop(holder, None)
+        if fd is None:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no other reader anywhere
+        except BlockingIOError:
+            os.close(fd)
+            return
+        try:
+            overlay.unmount(self.layout.checkpoint(holder) / VIEW)
+        finally:
+            os.close(fd)
 
     def earlier(self, checkpoint_id: str, known: dict[str, treecopy.Entry],
                 sources: Sources | None = None) -> treecopy.Earlier:

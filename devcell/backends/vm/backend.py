@@ -737,6 +737,9 @@ class VmBackend:
             raise BackendNotFound(f"checkpoint {checkpoint_id} does not exist")
         return self.disks.files_of(checkpoint_id)
 
+    def release_checkpoint_files(self, checkpoint_id: str) -> None:
+        """Nothing mounted: the extracted tree stays beside the disk for the next read."""
+
     def import_checkpoint(self, checkpoint_id: str, *, cell_id: str, cell_name: str,
                           fill: Fill) -> CheckpointInfo:
         meta = self.disks.import_checkpoint(checkpoint_id, cell_id=cell_id,

@@ -265,3 +265,32 @@ def test_a_fork_of_a_tree_holding_a_whiteout_device_is_a_copy_that_shows_it(
     assert st.S_ISCHR(os.lstat(fork / "d1/wh").st_mode)
     assert tree(fork) == tree(volume)
     store.delete_volume("vol_2")
+
+
+def test_a_layers_view_is_unmounted_when_its_last_reader_is_done(
+        store: WorkspaceStore, volume: Path) -> None:
+    """An export or a restore reads a layer through its merged view: left mounted, the view
+    of a retired checkpoint outlived every export until the last snapshot over it was
+    deleted, and `rm -rf` of the state directory failed on it."""
+    take(store, "snap_1")
+    (volume / "d0" / "f000").write_bytes(b"changed")
+    _age(volume)
+    store.checkpoint(checkpoint_id="snap_2", cell_id="cell_1", volume_id="vol_1")
+    assert meta(store, "snap_2").get("over") == "snap_1"
+    store.delete_checkpoint("snap_1")  # retired: snap_2 stands on its tree
+    view = store.layout.checkpoint("snap_2") / "view"
+    other = WorkspaceStore(store.layout)  # a second reader (another process's store)
+    assert (store.checkpoint_files("snap_2") / "d0" / "f000").read_bytes() == b"changed"
+    assert (other.checkpoint_files("snap_2") / "d0" / "f000").read_bytes() == b"changed"
+    assert overlay.is_mounted(view)
+    store.release_view("snap_2")
+    assert overlay.is_mounted(view), "the other reader still reads through it"
+    other.release_view("snap_2")
+    assert not overlay.is_mounted(view)
+    store.release_view("snap_2")  # again, or for a checkpoint with no view: nothing to do
+    store.release_view("snap_2")
+    assert (store.checkpoint_files("snap_2") / "d0" / "f010").exists()  # mounted again
+    store.release_view("snap_2")
+    assert not overlay.is_mounted(view)
+    treecopy.remove_tree(store.layout.state_dir, store.layout.state_dir.parent / "trash")
+    assert not store.layout.state_dir.exists()

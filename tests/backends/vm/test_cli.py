@@ -212,6 +212,12 @@ def test_snapshot_fork_wide_views_delete_and_gc_of_a_vm_cell_through_the_cli(
         imported = cli("snapshot", "import", str(tmp_path / "s1.tar"), env=there, timeout=300)
         assert imported.returncode == 0, imported.stderr
         assert "imported (1 file, 7 bytes, backend vm" in imported.stdout, imported.stdout
+        # With only an imported vm snapshot there (no vm cell recorded), df still sees its
+        # checkpoint: the registry's roots say which backends hold something, not the cells.
+        alone = cli("df", "-v", "-o", "json", env=there)
+        assert alone.returncode == 0, alone.stderr
+        assert any(i["type"] == "Checkpoints" and i["backend"] == "vm" and i["sizeBytes"] > 0
+                   for i in json.loads(alone.stdout)["items"]), alone.stdout
         moved = _cell(tmp_path, "moved", ", from: {snapshot: s1}")
         assert cli("apply", "-f", str(moved), env=there, timeout=300).returncode == 0
         read = cli("exec", "moved", "--", "sh", "-c",

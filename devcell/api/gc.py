@@ -18,7 +18,7 @@ from devcell.errors import BackendUnavailable
 from devcell.reconciler import gc as engine
 from devcell.reconciler import lease
 from devcell.store import db as dbmod
-from devcell.store import objects
+from devcell.store import objects, storage_lock
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def collect(state_dir: Path, *, approve: bool = False, dry_run: bool = False) ->
     try:
         if lease.current_holder(state_dir) is None:  # else the daemon finishes them
             finished, unfinished = _finish_deletions(ctx, dry_run=dry_run)
-        with converge.reconcile_lock(ctx):
+        with converge.reconcile_lock(ctx), storage_lock.collecting(state_dir):
             if not dry_run and lease.current_holder(state_dir) is None:
                 recovered = sorted({op for op, _, _ in recovery.recover_interrupted(db)})
                 recovery.remove_dead_temporaries(state_dir)

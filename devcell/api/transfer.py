@@ -35,7 +35,7 @@ from devcell.controllers.steps import StepName
 from devcell.errors import ArchiveRefused, Conflict, DevCellError, ManifestError, Problem
 from devcell.manifests import model, validate
 from devcell.store import db as dbmod
-from devcell.store import events, migrations, objects, operations
+from devcell.store import events, migrations, objects, operations, storage_lock
 from devcell.store.clock import now
 from devcell.store.objects import Phase
 
@@ -191,23 +191,32 @@ def import_(state_dir: Path, source: BinaryIO, *, name: str | None = None,
             return done[0].files, done[0].bytes
 
         try:
-            info = backend.import_checkpoint(
-                snapshot_id, cell_id=_safe(header.source_cell_id) or "imported",
-                cell_name=header.cell, fill=fill)
-            read = done[0]
-            failpoints.hit("import.before-record")
-            try:
-                op_id = _record(db, snapshot_id, name, header, info.outputs(), read, origin,
-                                started)
-            except BaseException:
-                backend.delete_checkpoint(snapshot_id)  # the row was not recorded
-                raise
+            with storage_lock.creating(state_dir):  # placed and recorded before gc judges it
+                info, read, op_id = _place(db, backend, snapshot_id, name, header, fill, origin,
+                                           started, done)
         finally:
             backend.close()
         return Imported(name, snapshot_id, header.backend, read.sha256, read.files, read.bytes,
                         op_id)
     finally:
         db.close()
+
+
+def _place(db: dbmod.Database, backend: Backend, snapshot_id: str, name: str,
+           header: archive_format.Header, fill: Any, origin: str, started: float,
+           done: list[archive_read.Read]) -> tuple[Any, archive_read.Read, str]:
+    """The checkpoint placed and its snapshot recorded (the caller holds the storage lock):
+    (the backend's checkpoint info, what was read, the operation id)."""
+    info = backend.import_checkpoint(snapshot_id, cell_id=_safe(header.source_cell_id)
+                                     or "imported", cell_name=header.cell, fill=fill)
+    read = done[0]
+    failpoints.hit("import.before-record")
+    try:
+        op_id = _record(db, snapshot_id, name, header, info.outputs(), read, origin, started)
+    except BaseException:
+        backend.delete_checkpoint(snapshot_id)  # the row was not recorded
+        raise
+    return info, read, op_id
 
 
 def _safe(value: str | None) -> str | None:

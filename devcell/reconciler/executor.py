@@ -26,7 +26,7 @@ from devcell.controllers.plan import Plan, When
 from devcell.errors import DevCellError
 from devcell.log import logger
 from devcell.manifests.model import digest
-from devcell.store import events, objects, operations
+from devcell.store import events, objects, operations, storage_lock
 
 Pending = list[Callable[[sqlite3.Connection], None]]
 
@@ -63,7 +63,15 @@ def step_id(idx: int, name: str) -> str:
 
 def execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume | None = None
             ) -> Result:
-    """Run `plan` (or the rest of a suspended one) and record it."""
+    """Run `plan` (or the rest of a suspended one) and record it, holding the storage lock
+    shared (store/storage_lock.py): what its steps place is recorded before a collection can
+    judge it."""
+    with storage_lock.creating(ctx.db.state_dir):
+        return _execute(ctx, controller, plan, resume=resume)
+
+
+def _execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume | None
+             ) -> Result:
     record = plan.object
     done: list[tuple[int, str, Outputs]] = []
     start = 0

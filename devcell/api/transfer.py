@@ -210,10 +210,10 @@ def _place(db: dbmod.Database, backend: Backend, snapshot_id: str, name: str,
     info = backend.import_checkpoint(snapshot_id, cell_id=_safe(header.source_cell_id)
                                      or "imported", cell_name=header.cell, fill=fill)
     read = done[0]
-    failpoints.hit("import.before-record")
     try:
+        failpoints.hit("import.before-record")
         op_id = _record(db, snapshot_id, name, header, info.outputs(), read, origin, started)
-    except BaseException:
+    except BaseException:  # Ctrl-C and SIGTERM too: nothing is left that no row names
         backend.delete_checkpoint(snapshot_id)  # the row was not recorded
         raise
     return info, read, op_id

@@ -11,6 +11,7 @@ import argparse
 import errno
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -43,7 +44,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         from devcell.cli import completion
 
         return completion.run_hidden(given[1:])
+    signal.signal(signal.SIGTERM, _terminate)  # the daemon sets its own when it starts
     return _run(parse(given))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, as Ctrl-C's KeyboardInterrupt is: an operation
+    in flight records itself and runs its compensations (a frozen cell resumed, a stopped one
+    started) before the command exits 143. Python's default ended the process on the spot."""
+
+    signal_name = "SIGTERM"
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
 
 
 _LIMITS = {
@@ -66,7 +80,10 @@ def _run(args: argparse.Namespace) -> int:
     except DevCellError as exc:
         sys.stderr.write(f"error: {printable_lines(str(exc))}\n")
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Terminated):
+            sys.stderr.write("terminated\n")
+            return 143
         sys.stderr.write("interrupted\n")
         return 130
     except BrokenPipeError:

@@ -572,6 +572,18 @@ class CellController:
                           message="cell torn down; its snapshots remain")
             return
         status = dict(fresh.status)
+        if error is not None and reason == "Interrupted":
+            # Ctrl-C or SIGTERM: the plan's compensations put the runtime back as it was (a
+            # stopped cell started, a frozen one resumed), so the phase stays what it was and
+            # the generation is not marked failed: the next reconcile plans afresh.
+            status["conditions"] = objects.set_condition(
+                status.get("conditions", []), "Ready", "False", reason, error)
+            status["message"] = error
+            objects.write_status(conn, fresh, phase=fresh.phase, status=status,
+                                 observed_generation=fresh.observed_generation)
+            events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name,
+                          reason="Interrupted", message=error, type="Warning")
+            return
         if error is not None:
             status["conditions"] = objects.set_condition(
                 status.get("conditions", []), "Ready", "False", reason, error)

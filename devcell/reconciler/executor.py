@@ -12,9 +12,12 @@ steps and hands their recorded outputs back to the controller.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sqlite3
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,6 +110,7 @@ def _execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume
     cause: BaseException | None = None
     failed_step: str | None = None
     failure_reason = "StepFailed"
+    interrupted: KeyboardInterrupt | None = None
     stopped = False
     last_hold = False
     for idx, step in enumerate(plan.steps):
@@ -147,7 +151,6 @@ def _execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume
             ran.pop()
             _compensate(ctx, controller, plan, idx, log)
             raise
-        failpoints.hit(f"step.{step.name}.before-call")
         pending = []
         started = time.perf_counter()
         outputs: Outputs = {}
@@ -155,7 +158,22 @@ def _execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume
         raised: BaseException | None = None
         ctx.current_op = op_id
         try:
-            outputs = controller.run_step(ctx, plan, step)
+            with _signals_deferred() if interrupted is not None else contextlib.nullcontext():
+                failpoints.hit(f"step.{step.name}.before-call")
+                outputs = controller.run_step(ctx, plan, step)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (the CLI raises it there)
+            # The step is recorded as interrupted and the plan's compensations (a resume
+            # after a quiesce, a start after a stop) still run, with further signals held
+            # until they end: an interrupt never leaves a cell frozen or stopped. A
+            # compensation the interrupt landed on runs all the same.
+            interrupted = interrupted or exc
+            if error is None:
+                error = f"interrupted ({_signal_name(exc)}) at step {step.name}"
+                failure_reason, failed_step = "Interrupted", step.name
+            if step.when is When.SUCCESS:
+                step_error = f"interrupted ({_signal_name(exc)})"
+            else:
+                outputs, step_error, raised = _compensate_now(ctx, controller, plan, step, log)
         except DevCellError as exc:
             step_error, raised = str(exc), exc
             if error is None:
@@ -190,7 +208,43 @@ def _execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume
     if error:
         log.warning("{} {} failed: {}", plan.action, record.name, error)
     result.error, result.cause = error, cause
+    if interrupted is not None:
+        raise interrupted  # recorded and compensated: the caller stops as asked
     return result
+
+
+def _compensate_now(ctx: Context, controller: Controller, plan: Plan, step: Any, log: Any
+                    ) -> tuple[Outputs, str | None, BaseException | None]:
+    """A compensating step an interrupt landed on, run with further signals held."""
+    try:
+        with _signals_deferred():
+            return controller.run_step(ctx, plan, step), None, None
+    except DevCellError as exc:
+        return {}, str(exc), exc
+    except Exception as exc:  # a backend bug must not lose the record of the step
+        log.exception("step {} raised", step.name)
+        return {}, f"unexpected {type(exc).__name__}: {exc}", exc
+
+
+def _signal_name(exc: KeyboardInterrupt) -> str:
+    return str(getattr(exc, "signal_name", "") or "Ctrl-C")
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM held (noted, not raised) while compensating steps run after an
+    interrupt; in a worker thread (the daemon's, converge's pool) no signal arrives anyway."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seen: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: seen.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _finish(ctx: Context, controller: Controller, plan: Plan, op_id: str, pending: Pending, *,

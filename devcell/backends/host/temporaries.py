@@ -5,8 +5,9 @@ removal renames to `.trash-<owner>-<random>` first. `<owner>` is the process id 
 time (from /proc, so a recycled pid is not taken for the owner). A process killed mid-copy
 leaves its directory behind: recovery removes every one whose owner is provably dead (that
 process no longer exists, so its operation was interrupted) and keeps those of a live one,
-which may still be copying. A name without an owner is kept: DevCell has made none
-since this scheme, and a directory someone named `.tmp-notes` is not DevCell's to delete.
+which may still be copying. A name without an owner is an earlier DevCell's when it has
+the shape of one (`.tmp-<id>-<hex>`) and is removed like a dead owner's; any other (a
+directory someone named `.tmp-notes`) is not known to be DevCell's and is kept.
 An entry that is not a real directory (a link, a file) is unlinked, never entered: nothing
 it points to is unmounted or removed.
 """
@@ -23,6 +24,9 @@ from devcell.backends.host import removal, treecopy
 TMP = ".tmp-"
 TRASH = ".trash-"
 _OWNER = re.compile(r"-(\d+)\.(\d+)-[0-9a-f]+\Z")
+_LEGACY = re.compile(r"\.tmp-[a-z]+_[0-9a-z]+(?:-[a-z]+)*-[0-9a-f]{4,}|\.trash-[0-9a-f]{6,}")
+"""Temporary and trash names of DevCell before owners were recorded: `.tmp-<id>-<hex>`
+(an id is `<kind>_<base32>`), `.trash-<hex>`."""
 
 
 def _start_time(pid: int) -> int | None:
@@ -56,7 +60,9 @@ def owner_alive(name: str) -> bool:
     """Whether the process named in `name` may still be working on it."""
     found = _OWNER.search(name)
     if found is None:
-        return True  # no owner recorded: not known to be DevCell's, kept (module docstring)
+        # no owner recorded: an earlier DevCell's temporary (its id's shape) is removed; any
+        # other name (a user's `.tmp-notes`) is not known to be DevCell's and is kept
+        return _LEGACY.fullmatch(name) is None
     pid, started = int(found.group(1)), int(found.group(2))
     now = _start_time(pid)
     if now is None:

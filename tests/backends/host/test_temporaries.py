@@ -116,6 +116,7 @@ def test_only_temporaries_of_dead_owners_are_removed(tmp_path: Path) -> None:
         "dead": f".tmp-snap_dead-{dead}.1-abcd1234",
         "recycled": f".tmp-snap_recycled-{os.getpid()}.1-abcd1234",  # same pid, other start
         "older devcell": ".tmp-snap_old-abcd1234",
+        "not devcell's": ".tmp-my-notes",
         "dead trash": f".trash-{dead}.1-abcdef123456",
         "live trash": temporaries.trash(tmp_path).name,
         "a checkpoint": "snap_done",
@@ -126,10 +127,11 @@ def test_only_temporaries_of_dead_owners_are_removed(tmp_path: Path) -> None:
 
     removed = temporaries.remove_dead(tmp_path)
 
-    assert sorted(removed) == sorted(names[k] for k in ("dead", "recycled", "dead trash"))
-    # a name with no owner is not known to be DevCell's (a user's `.tmp-notes`): kept
+    assert sorted(removed) == sorted(names[k] for k in (
+        "dead", "recycled", "older devcell", "dead trash"))
+    # a name with no owner and not of DevCell's shape (a user's `.tmp-my-notes`): kept
     assert sorted(os.listdir(tmp_path)) == sorted(
-        names[k] for k in ("mine", "live trash", "a checkpoint", "older devcell"))
+        names[k] for k in ("mine", "live trash", "a checkpoint", "not devcell's"))
 
 
 def test_a_temporary_that_is_a_link_is_unlinked_never_followed(tmp_path: Path) -> None:

@@ -68,7 +68,8 @@ class Scan:
     files: int = 0
     size: int = 0
     deep: bool = False
-    """Some path is longer than LONG_PATH: the lists above are empty, copy it whole."""
+    """Some path is longer than LONG_PATH, or the tree holds more than MAX_RECORD entries:
+    the lists above are empty, copy it whole."""
     longest: int = 0
     """Bytes of the longest relative path."""
 
@@ -128,6 +129,10 @@ PATH_MAX = 4096
 LONG_PATH = 2048
 """Bytes of a relative path past which a tree is copied by one `cp -a` (which walks by
 descriptors) instead of batches of paths handed to `cp` (which fail past PATH_MAX)."""
+MAX_RECORD = 250_000
+"""Entries a scan keeps identities of (about 1 KB each with the record it is compared to):
+past this a tree is counted only and copied whole, so a cell that fills its workspace with a
+million empty files costs the host a full copy, not a gigabyte of memory per checkpoint."""
 BATCH_BYTES = 64 * 2**20
 """A batch is closed past this many bytes too, so a few big files still copy in parallel."""
 
@@ -176,6 +181,8 @@ def scan(root: Path) -> Scan:
                 dirs.append((prefix + name, st))
             else:
                 add_file(entry)
+        if len(record) > MAX_RECORD:
+            _count_only(found)
     if not found.deep:
         found.files, found.size = _totals(files)
     return found
@@ -188,6 +195,15 @@ def _totals(files: list[Entry]) -> tuple[int, int]:
     return len(files), size
 
 
+def _count_only(found: Scan) -> None:
+    """From here on the scan counts: what was walked so far is totalled and let go."""
+    found.deep = True
+    found.files, found.size = _totals(found.entries)
+    found.dirs.clear()
+    found.entries.clear()
+    found.record.clear()
+
+
 def _scan_long(found: Scan, directory: treewalk.Directory) -> None:
     """`scan` of one directory holding a long name: byte lengths counted exactly, and past
     LONG_PATH the walk only counts (`deep`)."""
@@ -197,11 +213,7 @@ def _scan_long(found: Scan, directory: treewalk.Directory) -> None:
         length = directory.path_bytes + len(os.fsencode(name)) + 1
         found.longest = max(found.longest, length)
         if length > LONG_PATH and not found.deep:
-            found.deep = True  # paths are no use any more: count only
-            found.files, found.size = _totals(found.entries)  # what was walked so far
-            found.dirs.clear()
-            found.entries.clear()
-            found.record.clear()
+            _count_only(found)  # paths are no use any more
         is_dir = stat.S_ISDIR(st.st_mode)
         if found.deep:
             if not is_dir:

@@ -16,6 +16,7 @@ before the FIFOs). The attack through a real guest is in tests/backends/vm/test_
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -59,16 +60,25 @@ class PipeEnd:
         vm_qmp.make_agent_pipes(directory)
         self.requests = os.open(directory / "ga.in", os.O_RDWR)
         self.replies = os.open(directory / "ga.out", os.O_RDWR)
+        self.closed = False
 
     def sendall(self, data: bytes, /) -> None:
         view = memoryview(data)
         while view:
-            view = view[os.write(self.replies, view):]
+            if self.closed:  # a flooding thread outlives its test: it must stop writing
+                raise OSError(errno.EBADF, "the agent's FIFOs are closed")
+            view = view[os.write(self.replies, view[:1 << 16]):]
 
     def shutdown(self, how: int = socket.SHUT_RDWR, /) -> None:
+        """Both FIFO ends closed, their descriptor numbers kept on /dev/null: a thread still
+        writing would otherwise write into whatever file a later test opens under the same
+        number (a flood of "A" once landed in another test's `du` output)."""
+        self.closed = True
+        null = os.open(os.devnull, os.O_RDWR)
         for fd in (self.requests, self.replies):
             with contextlib.suppress(OSError):
-                os.close(fd)
+                os.dup2(null, fd)
+        os.close(null)
 
 
 def _talk(lines: Iterator[bytes], conn: Conn, answer: Answer) -> None:

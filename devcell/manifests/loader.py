@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import stat
 import sys
 from collections.abc import Iterable
@@ -24,6 +25,8 @@ MAX_DOCUMENTS = 10_000
 (500,000 `---` lines in 2 MB took 9 s and 540 MB), so a file is bounded in count as well as
 each document in size."""
 CHUNK_BYTES = 1024 * 1024
+_OTHER_BREAK_MARKER = re.compile(rb"(?:\r|\xc2\x85|\xe2\x80\xa8|\xe2\x80\xa9)---")
+"""`---` after a line break that is not `\n` (CR, NEL, LINE and PARAGRAPH SEPARATOR)."""
 EXTENSIONS = (".yaml", ".yml", ".json")
 
 
@@ -119,6 +122,10 @@ class _DocumentSizes:
             if marker and text[0] == 45:  # "---": a document starts on this line
                 self.start, self.start_line = at, self.line
                 self._count()
+            if not self.whole and b"---" in text[1:]:
+                # libyaml also ends lines at CR, NEL, LS and PS: `---` after one of those
+                # starts a document too (a CR-only file is one line here)
+                self._count(len(_OTHER_BREAK_MARKER.findall(text)))
             at += len(text) + 1
             self.line += 1
             if marker and text[0] == 46:  # "...": the next one starts after it
@@ -127,8 +134,8 @@ class _DocumentSizes:
         self.offset = at
         self._check(at + len(self.pending))
 
-    def _count(self) -> None:
-        self.documents += 1
+    def _count(self, documents: int = 1) -> None:
+        self.documents += documents
         if self.documents > MAX_DOCUMENTS:
             raise ManifestError([Problem(
                 self.display, f"more than {MAX_DOCUMENTS} documents in one file; split it "

@@ -363,7 +363,9 @@ class DirectorySync:
             defining = [f.display for f in good for m in cache.get(f.digest + f.key, ([], []))[0]
                         if (m.kind, m.name) == (problem.kind, problem.name)]
             source = recorded.source if recorded is not None and not recorded.deleting else None
-            if source is None or source not in defining or problem.file != source:
+            if (source is None or problem.file != source or defining.count(source) != 1
+                    or len(defining) < 2):
+                # twice in one file (its own source included) blames that file, as applied
                 out.append(problem)
                 continue
             for f in good:  # the recorded source was blamed: blame the others instead

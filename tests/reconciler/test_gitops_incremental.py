@@ -186,6 +186,24 @@ def test_a_second_file_declaring_a_recorded_cell_never_takes_it_over(
     assert after is not None and after.source == str(watched / "b.yaml")
 
 
+def test_an_object_twice_in_its_own_file_is_reported_and_nothing_is_pruned(
+        db: Database, watched: Path) -> None:
+    """The recorded source defining its cell twice: the rule that keeps a cell with its own
+    file dropped this problem, and with no problem left every cell was pruned."""
+    (watched / "a.yaml").write_text(cell("api"))
+    (watched / "b.yaml").write_text(cell("web"))
+    sync = DirectorySync(db, watched, prune_grace=0)
+    sync.sync()
+    (watched / "a.yaml").write_text(cell("api") + "---\n" + cell("api", "Stopped"))
+    for result in (sync.sync_paths([str(watched / "a.yaml")]), sync.sync()):
+        assert [p.file for p in result.problems] == [str(watched / "a.yaml")], result.problems
+        assert "defined twice" in str(result.problems[0])
+        assert not result.pruned
+        for name in ("api", "web"):
+            found = objects.get(db.conn, "Cell", name)
+            assert found is not None and not found.deleting
+
+
 def test_a_bad_edit_keeps_the_last_good_state_until_fixed(db: Database, watched: Path) -> None:
     api, web = watched / "api.yaml", watched / "web.yaml"
     api.write_text(cell("api"))

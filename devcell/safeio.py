@@ -61,9 +61,12 @@ def open_regular(directory: Path, name: str) -> int:
                 raise
             # ELOOP: a symbolic link (O_NOFOLLOW); ENXIO: a FIFO or socket nobody writes.
             try:
-                what = describe_mode(os.lstat(name, dir_fd=dir_fd).st_mode)
+                mode = os.lstat(name, dir_fd=dir_fd).st_mode
+                what = describe_mode(mode)
             except OSError:
-                what = f"unreadable ({exc.strerror})"
+                mode, what = 0, f"unreadable ({exc.strerror})"
+            if stat.S_ISREG(mode):  # a regular file this process may not open (EACCES)
+                what = f"a regular file that cannot be opened ({exc.strerror})"
             raise UnsafeFile(f"{directory / name} is {what}; not read") from None
     finally:
         os.close(dir_fd)

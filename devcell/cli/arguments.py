@@ -89,10 +89,7 @@ explained.words = sorted({*kinds.words(), "config"})  # type: ignore[attr-define
 def port_mapping(text: str) -> tuple[int, int]:
     """`CONTAINER:HOST`, both ports 1-65535 (`cell fork --port 8080:18080`)."""
     inside, sep, host = text.partition(":")
-    try:
-        pair = (int(inside), int(host)) if sep else None
-    except ValueError:
-        pair = None
+    pair = (int(inside), int(host)) if sep and inside.isdigit() and host.isdigit() else None
     if pair is None or not all(1 <= n <= 65535 for n in pair):
         raise argparse.ArgumentTypeError(f"{text!r} is not CONTAINER:HOST (two ports, 1-65535)")
     return pair

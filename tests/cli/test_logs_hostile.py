@@ -9,6 +9,7 @@ import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -183,3 +184,20 @@ def test_running_out_of_descriptors_is_not_called_the_files_fault(logs: Path) ->
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert not isinstance(raised.value, safeio.UnsafeFile)
     assert raised.value.errno == errno.EMFILE
+
+
+def test_a_regular_file_that_cannot_be_opened_is_not_called_something_else(
+        logs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    (logs / "web.log").write_bytes(b"line\n")
+    real_open = os.open
+
+    def refusing(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if path == "web.log":
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing)
+    with pytest.raises(safeio.UnsafeFile, match="a regular file that cannot be opened"):
+        safeio.open_regular(logs, "web.log")

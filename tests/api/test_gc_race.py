@@ -44,6 +44,20 @@ def _start(state: Path, args: list[str], **extra: str) -> subprocess.Popen[str]:
                             cwd=REPO)
 
 
+def _gc_held_back(state: Path, pause: Path, held: subprocess.Popen[str],
+                  what: str) -> subprocess.Popen[str]:
+    """Once `held` reaches its pause point, `gc --approve` started: still waiting 1 s later."""
+    deadline = time.monotonic() + 60
+    while not Path(str(pause) + ".reached").exists():
+        assert held.poll() is None, held.communicate()
+        assert time.monotonic() < deadline, f"{what}: the pause point was never reached"
+        time.sleep(0.02)
+    gc = _start(state, ["gc", "--approve"])
+    time.sleep(1.0)
+    assert gc.poll() is None, (f"gc did not wait for {what}", gc.communicate())
+    return gc
+
+
 @pytest.mark.parametrize(("verb", "point", "made"), [
     (["snapshot", "import", "{archive}", "--name", "s2"], "import.before-record",
      ["snapshot", "export", "s2", "-o", "{out}"]),
@@ -69,15 +83,7 @@ def test_gc_waits_for_a_verb_placing_storage_and_removes_none_of_it(
     held = _start(state, [a.format(**fill) for a in verb], DEVCELL_PAUSEPOINT=point,
                   DEVCELL_PAUSEPOINT_FILE=str(pause))
     try:
-        deadline = time.monotonic() + 60
-        while not Path(str(pause) + ".reached").exists():
-            assert held.poll() is None, held.communicate()
-            assert time.monotonic() < deadline, "the verb never reached its pause point"
-            time.sleep(0.02)
-        gc = _start(state, ["gc", "--approve"])
-        time.sleep(1.0)
-        assert gc.poll() is None, ("gc did not wait for the verb placing storage",
-                                   gc.communicate())
+        gc = _gc_held_back(state, pause, held, "the verb placing storage")
     finally:
         pause.unlink()
     out, err = held.communicate(timeout=120)
@@ -106,15 +112,7 @@ def test_gc_waits_for_the_daemon_placing_a_checkpoint(tmp_path: Path) -> None:
     gc: subprocess.Popen[str] | None = None
     try:
         (watched / "s1.yaml").write_text(yaml.safe_dump(SNAP))
-        deadline = time.monotonic() + 60
-        while not Path(str(pause) + ".reached").exists():
-            assert daemon.poll() is None, daemon.communicate()
-            assert time.monotonic() < deadline, "the daemon never reached the checkpoint"
-            time.sleep(0.02)
-        gc = _start(state, ["gc", "--approve"])
-        time.sleep(1.0)
-        assert gc.poll() is None, ("gc did not wait for the daemon's checkpoint",
-                                   gc.communicate())
+        gc = _gc_held_back(state, pause, daemon, "the daemon's checkpoint")
         pause.unlink()
         gc_out, gc_err = gc.communicate(timeout=120)
         assert gc.returncode == 0, (gc_out, gc_err)

@@ -12,6 +12,7 @@ remembered (to write the later names as links to the first).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import stat
@@ -101,7 +102,9 @@ def _entry(kind: str, name: str, st: os.stat_result, *, size: int = 0, link: str
 class _Writer:
     def __init__(self, tar: tarfile.TarFile, tree: Path) -> None:
         self.tar, self.tree, self.digest = tar, tree, Digest()
-        self.linked: dict[tuple[int, int], str] = {}
+        self.linked: dict[tuple[int, int], Entry] = {}
+        """(device, inode) -> the first name's entry: later names carry its times (reading
+        the first name's contents moved the inode's access time)."""
         self.skipped = 0
 
     def add(self, entry: Entry, kind: bytes, content: BinaryIO | None = None) -> None:
@@ -122,16 +125,17 @@ class _Writer:
         elif stat.S_ISREG(st.st_mode):
             first = self.linked.get((st.st_dev, st.st_ino)) if st.st_nlink > 1 else None
             if first is not None:
-                self.add(_entry(Kind.LINK, full, st, link=first), tarfile.LNKTYPE)
+                self.add(dataclasses.replace(first, kind=Kind.LINK, name=full, size=0,
+                                             link=first.name), tarfile.LNKTYPE)
                 return
-            self.file(directory, full, name, st)
+            entry = self.file(directory, full, name, st)
             if st.st_nlink > 1:
-                self.linked[(st.st_dev, st.st_ino)] = full
+                self.linked[(st.st_dev, st.st_ino)] = entry
         else:
             self.skipped += 1
 
     def file(self, directory: treewalk.Directory, full: str, name: str,
-             st: os.stat_result) -> None:
+             st: os.stat_result) -> Entry:
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         fd = os.open(name, flags, dir_fd=directory.fd)
         try:
@@ -147,6 +151,7 @@ class _Writer:
             entry = _entry(Kind.FILE, full, st, size=st.st_size)
             reader = _Hashing(fd, st.st_size, self.digest, full)
             self.add(entry, tarfile.REGTYPE, cast(BinaryIO, reader))
+            return entry
         finally:
             os.close(fd)
 

@@ -132,3 +132,18 @@ def walk(root: Path) -> Iterator[Directory]:
                                           "walked it")
     finally:
         os.close(fd)
+
+
+def open_beneath(root: int, path: bytes) -> int:
+    """A descriptor of the directory `path` (`/`-separated, from the directory `root`),
+    opened a name at a time with O_NOFOLLOW: no link on the way is ever followed."""
+    fd = os.dup(root)
+    for name in path.split(b"/"):
+        if not name:
+            continue
+        try:
+            sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = sub
+    return fd

@@ -138,9 +138,12 @@ class VmBackend:
         self.drivers = vm_drivers.Dispatch(accel_cache=self.layout.root / "accel.json")
         self.driver: MachineDriver = driver or self.drivers
         self.machines = vm_memory.MachineParts(self.layout)
+        self._reads: dict[str, list[Path]] = {}
+        """Checkpoint id -> trees `checkpoint_files` extracted and not yet released."""
 
     def close(self) -> None:
-        pass
+        for checkpoint_id in list(self._reads):
+            self.release_checkpoint_files(checkpoint_id)
 
     # -- cells -----------------------------------------------------------------------------
 
@@ -730,15 +733,20 @@ class VmBackend:
         return {"deleted": existed}
 
     def checkpoint_files(self, checkpoint_id: str) -> Path | None:
-        """The checkpoint disk's files as a tree beside it, read out of the guest-written
-        ext4 once by vm_extract (never mounted, nothing followed, bounded)."""
+        """The checkpoint disk's files as a tree, read out of the guest-written ext4 for
+        this read by vm_extract (never mounted, nothing followed, bounded) and removed by
+        `release_checkpoint_files`."""
         meta = self.disks.checkpoint_meta(checkpoint_id)
         if meta is None or meta.get("kind") != vm_disks.KIND_DISK:
             raise BackendNotFound(f"checkpoint {checkpoint_id} does not exist")
-        return self.disks.files_of(checkpoint_id)
+        tree = self.disks.files_of(checkpoint_id)
+        self._reads.setdefault(checkpoint_id, []).append(tree)
+        return tree
 
     def release_checkpoint_files(self, checkpoint_id: str) -> None:
-        """Nothing mounted: the extracted tree stays beside the disk for the next read."""
+        """The read is over: its extracted tree goes (no copy of the disk's files stays)."""
+        for tree in self._reads.pop(checkpoint_id, []):
+            self.disks.release_files(tree)
 
     def import_checkpoint(self, checkpoint_id: str, *, cell_id: str, cell_name: str,
                           fill: Fill) -> CheckpointInfo:

@@ -24,6 +24,7 @@ from typing import Any
 from devcell.backends.base import Fill
 from devcell.backends.host import children, removal, temporaries
 from devcell.backends.host.ids import safe_id
+from devcell.backends.vm import exact_disk as vm_exact
 from devcell.backends.vm import extract as vm_extract
 from devcell.backends.vm import image as vm_image
 from devcell.backends.vm import layers as vm_layers
@@ -160,7 +161,7 @@ class DiskStore:
 
         def make(tmp: Path) -> dict[str, Any]:
             if base is None:
-                vm_image.mkfs(None, tmp / DISK, WORKSPACE_BYTES, "devcell-work")
+                vm_image.mkfs(None, tmp / DISK, WORKSPACE_BYTES, "devcell-work", exact=True)
                 top = self.layers.from_raw(tmp / DISK, volume=volume_id)
                 (tmp / DISK).unlink()
             else:
@@ -319,9 +320,10 @@ class DiskStore:
 
         def make(tmp: Path) -> dict[str, Any]:
             files, size = fill(tmp / "tree")
+            times = vm_exact.times_of(tmp / "tree")  # before any read moves the atimes
             vm_image.tree_bytes(tmp / "tree", "the snapshot archive")  # bounds, before mkfs
             vm_image.mkfs(tmp / "tree", tmp / DISK, max(WORKSPACE_BYTES, size * 2),
-                          "devcell-work")
+                          "devcell-work", exact=True, times=times)
             removal.remove(tmp / "tree")
             layer = self.layers.from_raw(tmp / DISK, volume=None)
             (tmp / DISK).unlink()
@@ -335,15 +337,15 @@ class DiskStore:
         return self.checkpoint_meta(checkpoint_id) or {}
 
     def files_of(self, checkpoint_id: str) -> Path:
-        """`<checkpoint>/files`: the disk's tree, read out of the guest-written ext4 on first
-        use by vm_extract (never mounted, never followed, bounded)."""
+        """The disk's tree, read out of the guest-written ext4 by vm_extract (never mounted,
+        never followed, bounded) into a temporary of this process beside the checkpoint:
+        the caller removes it with `release_files` when its read is over (a crashed reader's
+        is swept as any dead temporary), so no second copy of the tree outlives the read."""
         directory = self.layout.checkpoint(checkpoint_id)
-        final = directory / "files"
-        if final.is_dir():
-            return final
         meta = self.checkpoint_meta(checkpoint_id) or {}
         layer = meta.get("layer")
         temporaries.remove_dead(directory)
+        removal.remove_quietly(directory / "files")  # a lasting copy earlier versions kept
         tmp = directory / temporaries.temp_name("files")
         tmp.mkdir(mode=0o700)
         try:
@@ -356,10 +358,17 @@ class DiskStore:
             tree = tmp / "tree"
             tree.mkdir(mode=0o700)
             vm_extract.extract(raw, tree, budget=max(os.stat(raw).st_size, WORKSPACE_BYTES))
-            os.rename(tree, final)
-        finally:
+            if raw.parent == tmp:
+                raw.unlink()
+        except BaseException:
             removal.remove_quietly(tmp)
-        return final
+            raise
+        return tree
+
+    @staticmethod
+    def release_files(tree: Path) -> None:
+        """Remove a tree `files_of` made (its temporary directory with it)."""
+        removal.remove_quietly(tree.parent)
 
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         self._remove(self.layout.checkpoint(checkpoint_id), self.layout.checkpoints)

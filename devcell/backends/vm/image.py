@@ -24,8 +24,8 @@ from pathlib import Path
 from devcell.backends.container import base_image
 from devcell.backends.host import children, removal, temporaries, treewalk
 from devcell.backends.vm import clock as vm_clock
+from devcell.backends.vm import exact_disk, guest_files
 from devcell.backends.vm import guest as vm_guest
-from devcell.backends.vm import guest_files
 from devcell.backends.vm.layout import VmLayout
 from devcell.errors import BackendError, BackendRefused, BackendUnavailable
 from devcell.log import logger
@@ -143,10 +143,15 @@ def tree_bytes(root: Path, what: str) -> int:
     return total
 
 
-def mkfs(tree: Path | None, image: Path, size_bytes: int, label: str) -> None:
+def mkfs(tree: Path | None, image: Path, size_bytes: int, label: str, *,
+         exact: bool = False, times: exact_disk.Times | None = None) -> None:
     """A sparse ext4 file of `size_bytes` holding `tree` (or empty); the tree's bounds are
-    checked first (tree_bytes)."""
+    checked first (tree_bytes). `exact` (a workspace): the disk then holds the tree exactly,
+    times to the nanosecond and no `lost+found` (vm/exact_disk), with the times in `times`
+    when the caller took them before anything read the tree."""
     if tree is not None:
+        if exact and times is None:
+            times = exact_disk.times_of(tree)  # first: reading a directory moves its atime
         tree_bytes(tree, f"the tree for {label}")
     argv = ["mkfs.ext4", "-q", "-F", "-L", label, "-E", "root_owner=0:0",
             *(["-d", str(tree)] if tree is not None else []), str(image),
@@ -154,6 +159,10 @@ def mkfs(tree: Path | None, image: Path, size_bytes: int, label: str) -> None:
     done = children.run(argv)
     if done.returncode != 0:
         raise BackendError(f"mkfs.ext4 failed for {image.name}: {done.stderr.strip()[-400:]}")
+    if exact and tree is not None:
+        exact_disk.match_tree(image, tree, times or {})
+    elif exact:
+        exact_disk.drop_lost_found(image)
 
 
 def rootfs(layout: VmLayout, image: str) -> tuple[str, Path]:

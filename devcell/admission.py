@@ -21,7 +21,7 @@ from devcell.backends import limits
 from devcell.controllers import snapshot as snapshot_controller
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest, SourceFile, field_path
-from devcell.store import desired, objects, retention
+from devcell.store import desired, objects, prunes, retention
 
 if TYPE_CHECKING:
     from devcell.manifests.selectors import Selector
@@ -71,10 +71,11 @@ def port_problems(conn: sqlite3.Connection, manifests: list[Manifest]) -> list[P
 def apply(db: Database, files: list[SourceFile], *, dry_run: bool = False,
           prune_roots: list[str] | None = None, prune_selector: Selector | None = None,
           parse_cache: dict[str, tuple[list[Manifest], list[Problem]]] | None = None,
-          require_objects: bool = False) -> desired.ApplyResult:
+          require_objects: bool = False, keep_pruned: int = prunes.DEFAULT_KEEP_SECONDS
+          ) -> desired.ApplyResult:
     """Admit and record manifest files, all or nothing (see desired.apply)."""
     return desired.apply(db, files, dry_run=dry_run, prune_roots=prune_roots,
-                         prune_selector=prune_selector,
+                         prune_selector=prune_selector, keep_pruned=keep_pruned,
                          parse_cache=parse_cache, admit=Rules(db.state_dir),
                          require_objects=require_objects)
 

@@ -19,7 +19,7 @@ from devcell.api.reports import Recorded, Report
 from devcell.errors import ManifestError
 from devcell.manifests import loader
 from devcell.store import db as dbmod
-from devcell.store import desired
+from devcell.store import desired, prunes
 
 if TYPE_CHECKING:
     from devcell.manifests.selectors import Selector
@@ -27,12 +27,13 @@ if TYPE_CHECKING:
 
 def apply(state_dir: Path, paths: Sequence[str], *, dry_run: bool = False, prune: bool = False,
           prune_selector: Selector | None = None, options: Options = DEFAULTS,
-          hooks: Hooks = NO_HOOKS) -> Report:
+          hooks: Hooks = NO_HOOKS, keep_pruned: int = prunes.DEFAULT_KEEP_SECONDS) -> Report:
     """Record the objects in `paths` (files, directories, `-` for stdin), all or nothing, then
     converge those that need it.
 
     prune: also delete objects applied from these paths whose documents are gone (only those
-    whose labels match `prune_selector`, when one is given). A dry run
+    whose labels match `prune_selector`, when one is given); a pruned cell's workspace is
+    kept as a safety snapshot for `keep_pruned` seconds (0: not kept). A dry run
     reports what would change and converges nothing.
     """
     files = loader.read_sources(list(paths))
@@ -50,7 +51,7 @@ def apply(state_dir: Path, paths: Sequence[str], *, dry_run: bool = False, prune
     db = dbmod.open_database(state_dir)
     try:
         result = admission.apply(db, files, dry_run=dry_run, prune_roots=roots,
-                                 prune_selector=prune_selector,
+                                 prune_selector=prune_selector, keep_pruned=keep_pruned,
                                  parse_cache=parsed, require_objects=True)
         if dry_run:
             return _dry(result, hooks)

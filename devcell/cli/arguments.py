@@ -41,6 +41,13 @@ def workers(text: str) -> int:
     return int(text)
 
 
+def keep_seconds(value: float | None) -> int:
+    """`--keep-pruned`'s seconds (None: the default, 24 hours)."""
+    from devcell.store import prunes
+
+    return prunes.DEFAULT_KEEP_SECONDS if value is None else int(value)
+
+
 def duration(text: str) -> float:
     """kubectl durations: 30s, 5m, 1h30m, 250ms, or plain seconds."""
     import re

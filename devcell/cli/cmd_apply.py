@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from devcell.api import apply as api
+from devcell.cli import arguments
 from devcell.cli import converge_output as output
 from devcell.errors import UsageError
 from devcell.manifests import loader
@@ -27,6 +28,7 @@ def run_apply(args: argparse.Namespace) -> int:
         report = api.apply(
             dbmod.resolve_state_dir(args.state_dir), args.filename, dry_run=args.dry_run,
             prune=args.prune, prune_selector=prune_selector,
+            keep_pruned=arguments.keep_seconds(args.keep_pruned),
             options=output.options(args, wait=args.wait, approve=args.approve,
                                    workers=args.workers),
             hooks=output.hooks(args, shown))

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from devcell.cli import arguments
 from devcell.errors import NotFound, UsageError
 from devcell.names import printable
 from devcell.store import db as dbmod
@@ -28,7 +29,8 @@ def run_daemon(args: argparse.Namespace) -> int:
     state_dir = dbmod.resolve_state_dir(args.state_dir)
     config = DaemonConfig(state_dir=state_dir, manifests=manifests, workers=args.workers,
                           resync_seconds=args.resync, run_store=args.run_store,
-                          runtime_events=args.runtime_events, allow_empty=args.allow_empty)
+                          runtime_events=args.runtime_events, allow_empty=args.allow_empty,
+                          keep_pruned=arguments.keep_seconds(args.keep_pruned))
     logger.info("controller for {} watching {}", state_dir, manifests.absolute())
     return Daemon(config).run()
 

@@ -57,6 +57,9 @@ def _apply(p: argparse.ArgumentParser) -> None:
                    help="delete objects applied from these paths whose manifests are gone")
     p.add_argument("-l", "--selector", metavar="SELECTOR",
                    help="with --prune: prune only objects whose labels match")
+    p.add_argument("--keep-pruned", type=duration, default=None, metavar="DURATION",
+                   help="keep a pruned cell's workspace as a safety snapshot this long "
+                        "(e.g. 12h, 7d as 168h; default 24h; 0: do not keep it)")
     p.add_argument("--timeout", type=duration, default=300.0,
                    help="how long to wait for convergence (e.g. 90s, 5m; default 5m)")
     p.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
@@ -202,6 +205,9 @@ def daemon_arguments(p: argparse.ArgumentParser) -> None:
                    help="let a manifests directory that holds no manifest file prune what it "
                         "defined (by default an emptied directory is taken for a checkout in "
                         "progress and nothing is pruned)")
+    p.add_argument("--keep-pruned", type=duration, default=None, metavar="DURATION",
+                   help="keep a pruned cell's workspace as a safety snapshot this long "
+                        "(e.g. 12h, 7d as 168h; default 24h; 0: do not keep it)")
     p.add_argument("--log-json", action="store_true", help="machine-readable logs on stderr")
 
 

@@ -28,7 +28,7 @@ from devcell.backends.base import (
     Pulling,
 )
 from devcell.backends.container import images
-from devcell.controllers import crashloop, retention
+from devcell.controllers import crashloop, prune_keep, retention
 from devcell.controllers import restore as restoring
 from devcell.controllers.context import Context
 from devcell.controllers.plan import (
@@ -54,7 +54,7 @@ from devcell.errors import (
 from devcell.log import logger
 from devcell.manifests import secrets
 from devcell.manifests.model import digest
-from devcell.store import events, objects, restores, volumes
+from devcell.store import events, objects, prunes, restores, volumes
 from devcell.store.clock import now
 from devcell.store.objects import Phase
 
@@ -105,7 +105,8 @@ class CellController:
         try:  # observing can fail too (the engine stopped mid-run): a condition, not a crash
             observed = backend.observe(ref)
             if cell.deleting:
-                return self._plan_delete(cell, backend_name, observed, volume, backend, conn)
+                return self._plan_delete(cell, backend_name, observed, volume, backend, conn,
+                                         key=ctx.db.hash_key)
             volume_missing = volume is None or not backend.volume_exists(volume.id)
             adoptable = backend.volumes_of(cell.id) if volume is None else []
         except BackendError as exc:
@@ -293,10 +294,13 @@ class CellController:
 
     def _plan_delete(self, cell: objects.ObjectRecord, backend_name: str, observed: Observed,
                      volume: volumes.VolumeRecord | None, backend: Any = None,
-                     conn: sqlite3.Connection | None = None) -> Plan:
+                     conn: sqlite3.Connection | None = None, key: bytes = b"") -> Plan:
         steps = []
         if observed.exists and observed.running:
             steps.append(Step(S.STOP))
+        kept = self._kept_workspace(cell, volume, conn, backend, key)
+        if kept is not None:
+            steps.append(kept)  # before the cell and its workspace go
         if observed.exists:
             # The cell goes for good: its caches too (a recreate or a sleep keeps them).
             steps.append(Step(S.DELETE, {"forget_caches": True}))
@@ -316,7 +320,7 @@ class CellController:
         ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
         gate = None
         workspaces = ([volume.id] if volume is not None else []) + unrecorded
-        if workspaces and backend is not None and conn is not None:
+        if workspaces and backend is not None and conn is not None and kept is None:
             latest = objects.latest_taken_snapshot(conn, cell.id)
             since = latest[0] if latest else None
             if any(backend.workspace_changed_since(v, since) for v in workspaces):
@@ -325,6 +329,21 @@ class CellController:
                             "deleting it loses that work",
                             confirm_schema(cell.name, "the cell's name"))
         return Plan(cell, "delete", steps, backend_name, CellWork(ref), gate=gate)
+
+    @staticmethod
+    def _kept_workspace(cell: objects.ObjectRecord, volume: volumes.VolumeRecord | None,
+                        conn: sqlite3.Connection | None, backend: Any, key: bytes
+                        ) -> Step | None:
+        """A pruned cell's safety snapshot step (store/prunes.py): its workspace is kept for
+        the prune's keep time. None when the deletion is not a prune that keeps, there is no
+        workspace, or the safety snapshot was already recorded (an attempt that crashed)."""
+        kept = prunes.of(cell)
+        if kept is None or volume is None or conn is None or backend is None \
+                or not backend.volume_exists(volume.id):
+            return None
+        if objects.get(conn, "Snapshot", kept.safety_id, include_deleted=True) is not None:
+            return None
+        return prune_keep.step(cell, kept, key)
 
     def _judge_image(self, ctx: Context, cell: objects.ObjectRecord, backend: Backend,
                      observed: Observed, *, creating: bool) -> tuple[bool, bool] | Blocked:
@@ -517,6 +536,9 @@ class CellController:
                 objects.write_status(conn, fresh, phase=fresh.phase,
                                      status=dict(fresh.status, sleep=sleep),
                                      observed_generation=fresh.observed_generation)
+        if step.name == S.CHECKPOINT and step.args.get("pruned"):
+            prune_keep.record(conn, cell, step.args, outputs)
+            return
         if step.name == S.CHECKPOINT and step.args.get("safety"):
             restoring.record_safety(conn, cell, step.args, outputs)
             return

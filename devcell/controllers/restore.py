@@ -21,6 +21,7 @@ import sqlite3
 from typing import Any
 
 from devcell.backends.base import Backend, CellRef, Changes, Observed, Outputs, Restoring
+from devcell.controllers import safety_snapshots
 from devcell.controllers.plan import Gate, Plan, Step, When, confirm_schema
 from devcell.controllers.steps import StepName
 from devcell.controllers.work import CellWork
@@ -28,13 +29,12 @@ from devcell.errors import CapabilityMissing
 from devcell.manifests.model import manifest_hash, spec_hash
 from devcell.store import events, objects, restores, volumes
 from devcell.store.clock import now
-from devcell.store.objects import Phase
 
 S = StepName
 ACTION = "restore"
 SOURCE = "restore"
 """The `source` of a safety snapshot (no manifest path: `apply --prune` never touches it)."""
-ANNOTATION = "devcell.dev/safety-snapshot"
+ANNOTATION = safety_snapshots.ANNOTATION
 
 
 def restoring(backend: Backend) -> Restoring:
@@ -121,32 +121,9 @@ def _gate(cell: objects.ObjectRecord, request: restores.Request, backend: Backen
 def record_safety(conn: sqlite3.Connection, cell: objects.ObjectRecord, args: dict[str, Any],
                   outputs: Outputs) -> None:
     """The safety snapshot, Ready, recorded with its checkpoint step (same transaction)."""
-    snapshot_id = str(args["checkpoint_id"])
-    if objects.get(conn, "Snapshot", snapshot_id, include_deleted=True) is not None:
-        return  # recorded by an earlier attempt of this restore
-    name = str(args["safety"])
-    if objects.get(conn, "Snapshot", name) is not None:  # taken meanwhile by someone else
-        name = f"{name[:46]}-{snapshot_id[-16:]}".replace("_", "-")
-    spec = {"cell": cell.name}
-    annotations = {ANNOTATION: f"taken before restoring snapshot {args['restoring']}"}
-    objects.insert(conn, kind="Snapshot", name=name, spec=spec, labels={},
-                   annotations=annotations, spec_hash=str(args["spec_hash"]),
-                   manifest_hash=str(args["manifest_hash"]), source=SOURCE, phase=Phase.READY,
-                   object_id=snapshot_id,
-                   extra={"cell_id": cell.id, "consistency": outputs.get("consistency"),
-                          "checkpoint_ref": outputs.get("checkpoint"), "taken_at": now()})
-    record = objects.get(conn, "Snapshot", snapshot_id)
-    assert record is not None
-    status = {"conditions": objects.set_condition(
-        [], "Ready", "True", "Taken", f"safety checkpoint taken before restoring snapshot "
-                                      f"{args['restoring']}"),
-              "checkpoint": dict(outputs), "origin": {"kind": "safety",
-                                                      "restoring": args["restoring"]}}
-    objects.write_status(conn, record, phase=Phase.READY, status=status,
-                         observed_generation=record.generation)
-    events.record(conn, kind="Snapshot", object_id=snapshot_id, name=name, reason="Taken",
-                  message=f"safety snapshot of cell {cell.name}, taken before restoring "
-                          f"snapshot {args['restoring']}")
+    safety_snapshots.record(conn, cell, args, outputs, spec={"cell": cell.name},
+                            why=f"restoring snapshot {args['restoring']}", source=SOURCE,
+                            origin={"kind": "safety", "restoring": args["restoring"]})
 
 
 def finished(conn: sqlite3.Connection, cell: objects.ObjectRecord, plan: Plan,

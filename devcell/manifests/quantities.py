@@ -64,3 +64,12 @@ def duration_seconds(text: str) -> int:
     if match is None:
         raise ValueError(f"invalid duration {text!r} (e.g. 30m, 12h, 7d)")
     return int(match.group(1)) * DURATION_UNITS[match.group(2)]
+
+
+def format_duration(seconds: int) -> str:
+    """`seconds` (> 0) as a duration the schemas accept, in the largest whole unit (86400:
+    1d, 5400: 90m): the inverse of duration_seconds."""
+    for unit, size in sorted(DURATION_UNITS.items(), key=lambda u: -u[1]):
+        if seconds % size == 0 and seconds // size <= 999_999:
+            return f"{seconds // size}{unit}"
+    return f"{min(seconds, 999_999)}s"

@@ -33,7 +33,7 @@ from devcell.reconciler import recovery
 from devcell.reconciler.gitops import DirectorySync, SyncResult
 from devcell.reconciler.lease import Lease
 from devcell.reconciler.manager import Manager
-from devcell.store import daemon_status, events, objects
+from devcell.store import daemon_status, events, objects, prunes
 from devcell.store.db import Database
 
 
@@ -47,6 +47,7 @@ class DaemonConfig:
     debounce_ms: int = 400
     prune_grace: float = 0.5
     allow_empty: bool = False
+    keep_pruned: int = prunes.DEFAULT_KEEP_SECONDS
     """An emptied manifests directory may prune what it defined (off: it is held, said)."""
     run_store: str | None = None
     runtime_events: bool = True
@@ -85,7 +86,8 @@ class Daemon:
             recovery.remove_dead_temporaries(cfg.state_dir)
             self._sweep_orphans(db)
             syncer = DirectorySync(db, cfg.manifests, prune_grace=cfg.prune_grace,
-                                   allow_empty=cfg.allow_empty)
+                                   allow_empty=cfg.allow_empty,
+                                   keep_pruned=cfg.keep_pruned)
             self._sync(db, syncer.sync, manager)
             manager.enqueue_all(db, trigger="startup")
             manager.start()

@@ -31,7 +31,7 @@ from devcell import admission, config
 from devcell.errors import ConfigError, ManifestError, NotFound, Problem, StateError
 from devcell.manifests import loader
 from devcell.manifests.model import Manifest, SourceFile
-from devcell.store import desired, objects, sources
+from devcell.store import desired, objects, prunes, sources
 from devcell.store.db import Database
 
 SETTLE = 2.0
@@ -109,6 +109,8 @@ class DirectorySync:
     """Whether a directory holding no manifest file may prune what it defined (Argo CD's
     `allowEmpty`): off, an emptied directory is taken for a checkout or a copy in progress
     (`rm -rf m; mkdir m; cp ... m/` deleted every cell and its workspace)."""
+    keep_pruned: int = prunes.DEFAULT_KEEP_SECONDS
+    """Seconds a pruned cell's workspace is kept as a safety snapshot (0: not kept)."""
     _missing: dict[Key, _Gone] = field(default_factory=dict)
     _holding: bool = False
     _root_id: tuple[int, int] | None = None  # the directory's (device, inode) at the last sync
@@ -394,7 +396,8 @@ class DirectorySync:
                 result.prune_pending += 1
                 continue
             try:
-                result.pruned.append(desired.delete(self.db, kind, name, reason="Pruned"))
+                result.pruned.append(desired.delete(self.db, kind, name, reason="Pruned",
+                                                    keep_pruned=self.keep_pruned))
             except NotFound:  # deleted meanwhile by someone else: nothing left to prune
                 pass
             except StateError as exc:

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from devcell import failpoints, kinds
 from devcell.errors import ManifestError, Problem
+from devcell.manifests import quantities
 from devcell.manifests.model import Manifest, SourceFile, field_path
-from devcell.store import events, faults, objects, retention, sources
+from devcell.store import events, faults, objects, prunes, retention, sources
 from devcell.store.db import Database
 
 if TYPE_CHECKING:
@@ -211,12 +212,14 @@ def apply(
     db: Database, files: list[SourceFile], *, dry_run: bool = False,
     admit: Admit, prune_roots: list[str] | None = None, prune_selector: Selector | None = None,
     parse_cache: dict[str, tuple[list[Manifest], list[Problem]]] | None = None,
-    require_objects: bool = False,
+    require_objects: bool = False, keep_pruned: int = prunes.DEFAULT_KEEP_SECONDS,
 ) -> ApplyResult:
     """Validate every file, check against recorded state, then record all of it or nothing.
 
     require_objects: files that hold no object at all are an error (`devcell apply -f` of
     comment-only files: as kubectl says, no objects passed to apply).
+
+    keep_pruned: seconds a pruned cell's workspace is kept as a safety snapshot (0: none).
 
     `parse_cache` (digest -> parse result) lets a caller that validates twice (a first apply
     checks against an empty in-memory state before creating anything) parse each file once.
@@ -307,8 +310,10 @@ def apply(
                     result.changes.append(change)  # requested before a crash: finish it
                     continue
                 objects.request_delete(wconn, record)
+                keeping = prunes.record(wconn, record, keep_pruned)
                 events.record(wconn, kind=record.kind, object_id=record.id, name=record.name,
-                              reason="Pruned", message="its manifest is gone from the applied set")
+                              reason="Pruned", message="its manifest is gone from the applied set"
+                              + _keeping(keeping))
                 result.changes.append(change)
             _forget_vanished(wconn, prune_roots, files)
         failpoints.hit("apply.before-commit")
@@ -385,13 +390,21 @@ def set_cell_state(db: Database, ref: str, state: str) -> Change:
     return Change("Cell", cell.name, "configured", cell.id, needs_reconcile=True)
 
 
-def delete(db: Database, kind: str, ref: str, *, reason: str = "Deleting") -> Change:
+def delete(db: Database, kind: str, ref: str, *, reason: str = "Deleting",
+           keep_pruned: int = 0) -> Change:
     """Ask for an object's deletion; refused for a snapshot that a live fork still names."""
-    return delete_all(db, [(kind, ref)], reason=reason)[0]
+    return delete_all(db, [(kind, ref)], reason=reason, keep_pruned=keep_pruned)[0]
 
 
-def delete_all(db: Database, targets: list[tuple[str, str]], *, reason: str = "Deleting"
-               ) -> list[Change]:
+def _keeping(kept: prunes.Kept | None) -> str:
+    if kept is None:
+        return ""
+    return (f"; its workspace is kept as snapshot {kept.safety} for "
+            f"{quantities.format_duration(kept.keep_seconds)}")
+
+
+def delete_all(db: Database, targets: list[tuple[str, str]], *, reason: str = "Deleting",
+               keep_pruned: int = 0) -> list[Change]:
     """Ask for the deletion of every target in one transaction: all of them or none.
 
     A snapshot stays while a fork still names it: its deletion is refused unless every live
@@ -404,9 +417,12 @@ def delete_all(db: Database, targets: list[tuple[str, str]], *, reason: str = "D
         for record in records:
             if not record.deleting:
                 objects.request_delete(conn, record)
+                keeping = prunes.record(conn, record, keep_pruned) if reason == "Pruned" \
+                    else None
                 events.record(conn, kind=record.kind, object_id=record.id, name=record.name,
                               reason=reason, message="deletion requested" if reason ==
-                              "Deleting" else "its manifest is gone from the watched directory")
+                              "Deleting" else "its manifest is gone from the watched directory"
+                              + _keeping(keeping))
             changes.append(Change(record.kind, record.name,
                                   "pruned" if reason == "Pruned" else "deleted", record.id,
                                   needs_reconcile=True))

@@ -137,12 +137,19 @@ def _v5_restore_request(db: Any) -> None:
     db["cells"].add_column("restore", str)
 
 
+def _v6_pruned_keep(db: Any) -> None:
+    """What a pruned cell's deletion keeps (JSON: how long, the safety snapshot's id and
+    name), fixed when the prune is recorded (store/prunes.py)."""
+    db["cells"].add_column("pruned", str)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
     (1, "initial schema", _v1_initial),
     (2, "controller status", _v2_controller_status),
     (3, "cell list columns", _v3_cell_list_columns),
     (4, "operation resume input", _v4_resume_input),
     (5, "cell restore request", _v5_restore_request),
+    (6, "pruned cell keeps its workspace", _v6_pruned_keep),
 ]
 LATEST = MIGRATIONS[-1][0]
 

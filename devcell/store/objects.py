@@ -408,8 +408,9 @@ def request_delete(conn: sqlite3.Connection, record: ObjectRecord) -> None:
 
 def cancel_delete(conn: sqlite3.Connection, record: ObjectRecord) -> None:
     """Withdraw a deletion request (its gated delete was cancelled): the object stays."""
+    kept = ", pruned = NULL" if record.kind == "Cell" else ""  # nothing to keep now
     conn.execute(
-        f"UPDATE {kinds.get(record.kind).table} SET deleting_at = NULL, "
+        f"UPDATE {kinds.get(record.kind).table} SET deleting_at = NULL{kept}, "
         "resource_version = resource_version + 1, updated_at = ? WHERE id = ?",
         (now(), record.id))
 

@@ -433,3 +433,54 @@ def test_mounts_are_part_of_the_runtime_hash_only_when_present() -> None:
     rw = {**base, "mounts": [{"hostPath": "/s", "mountPath": "/s", "readOnly": False}]}
     ro = {**base, "mounts": [{"hostPath": "/s", "mountPath": "/s", "readOnly": True}]}
     assert len({runtime_hash(base, key), runtime_hash(rw, key), runtime_hash(ro, key)}) == 3
+
+
+def test_a_pruned_cell_keeps_its_workspace_as_a_safety_snapshot_taken_once(
+        db: Database, ctx: Context) -> None:
+    from devcell.store import prunes
+
+    apply(db, cell_doc("api"))
+    converge_all(ctx)
+    cell = record(db, "Cell", "api")
+    vol = volumes.for_cell(db.conn, cell.id)
+    assert vol is not None
+    _edit_workspace(ctx, vol.id)  # changed since any snapshot: a plain delete would ask
+    desired.delete(db, "Cell", "api", reason="Pruned", keep_pruned=3600)
+    kept = prunes.of(record(db, "Cell", "api"))
+    assert kept is not None and kept.safety == "api-pruned-1" and kept.keep_seconds == 3600
+    plan = plan_of(ctx, "Cell", "api")
+    assert names(plan) == ["stop", "checkpoint", "delete", "delete-volume"]
+    assert plan.gate is None  # nothing is lost, so nothing to approve
+    assert plan.steps[1].args["checkpoint_id"] == kept.safety_id
+    # a crash after the checkpoint call, before its step was recorded: the same id again
+    ref = CellRef(cell.id, cell.name, cell.spec, vol.id)
+    fake(ctx).checkpoint(ref, kept.safety_id)
+    assert converge_all(ctx, [("Cell", cell.id)]).ok
+    assert record(db, "Cell", cell.id).deleted_at is not None
+    safety = record(db, "Snapshot", "api-pruned-1")
+    assert safety.id == kept.safety_id and safety.phase == "Ready"
+    assert safety.spec == {"cell": "api", "ttl": "1h"}
+    assert fake(ctx).checkpoint_exists(kept.safety_id)
+    assert db.conn.execute("SELECT count(*) FROM snapshots").fetchone()[0] == 1
+    # the workspace seeds a new cell of that name
+    apply(db, cell_doc("api", fork_of="api-pruned-1"))
+    assert converge_all(ctx).ok
+
+
+def test_a_prune_that_keeps_nothing_asks_as_a_delete_does(db: Database, ctx: Context) -> None:
+    apply(db, cell_doc("api"))
+    converge_all(ctx)
+    vol = volumes.for_cell(db.conn, record(db, "Cell", "api").id)
+    assert vol is not None
+    _edit_workspace(ctx, vol.id)
+    desired.delete(db, "Cell", "api", reason="Pruned", keep_pruned=0)
+    plan = plan_of(ctx, "Cell", "api")
+    assert names(plan) == ["stop", "delete", "delete-volume"]
+    assert plan.gate is not None and "loses that work" in plan.gate.reason
+
+
+def _edit_workspace(ctx: Context, volume_id: str) -> None:
+    """Someone edits the workspace (the fake backend counts writes)."""
+    backend = fake(ctx)
+    backend.conn.execute("UPDATE volumes SET writes = writes + 1 WHERE id = ?", (volume_id,))
+    backend.conn.commit()

@@ -147,12 +147,37 @@ def test_a_prune_waiting_for_approval_says_so(cli: Cli, state_dir: Path, tmp_pat
     conn.commit()
     conn.close()
     (manifests / "api.yaml").unlink()
-    pruned = cli("apply", "--prune", "-f", str(manifests))
+    pruned = cli("apply", "--prune", "--keep-pruned", "0", "-f", str(manifests))
     assert pruned.returncode == 1
     assert "cell/api deletion waiting for approval\n" in pruned.stdout
     assert "cell/api pruned" not in pruned.stdout
     assert "devcell op resume op_" in pruned.stderr
     assert _phases(cli, "cells")["api"] == "Deleting"
+
+
+def test_a_prune_keeps_a_changed_workspace_as_a_safety_snapshot_instead_of_asking(
+        cli: Cli, state_dir: Path, tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "api.yaml").write_text((EXAMPLES / "api.yaml").read_text())
+    (manifests / "worker.json").write_text((EXAMPLES / "worker.json").read_text())
+    assert cli("apply", "-f", str(manifests)).returncode == 0
+    conn = sqlite3.connect(state_dir / "backends" / "fake.db")
+    conn.execute("UPDATE volumes SET writes = writes + 1 WHERE cell_name = 'api'")
+    conn.commit()
+    conn.close()
+    (manifests / "api.yaml").unlink()
+    pruned = cli("apply", "--prune", "--keep-pruned", "12h", "-f", str(manifests))
+    assert pruned.returncode == 0, pruned.stderr
+    assert "cell/api pruned" in pruned.stdout  # no approval: nothing is lost
+    assert "api" not in _phases(cli, "cells")
+    assert _phases(cli, "snapshots") == {"api-pruned-1": "Ready"}
+    shown = json.loads(cli("get", "snapshots", "api-pruned-1", "-o", "json").stdout)
+    assert shown["spec"] == {"cell": "api", "ttl": "12h"}  # expires like any snapshot
+    assert "pruning cell api" in shown["metadata"]["annotations"]["devcell.dev/safety-snapshot"]
+    events = cli("get", "events").stdout
+    assert "its workspace is kept as snapshot api-pruned-1 for 12h" in events
+    assert "Checkpoints   1" in cli("df").stdout
 
 
 def _dirty_api(cli: Cli, state_dir: Path) -> None:

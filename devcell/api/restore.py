@@ -25,6 +25,7 @@ from devcell.api import converging
 from devcell.api.converging import DEFAULTS, NO_HOOKS, Hooks, Options
 from devcell.api.reports import Recorded, Report
 from devcell.backends.base import CellRef, Changes
+from devcell.controllers import prune_keep
 from devcell.controllers import restore as restore_controller
 from devcell.controllers import snapshot as snapshot_controller
 from devcell.errors import CapabilityMissing, Conflict, DevCellError
@@ -122,6 +123,9 @@ def _check(db: dbmod.Database, snapshot: str,
         raise RestoreRefused(f'snapshot "{shown}" is {snap.phase}, not Ready: it has no '
                              "checkpoint to restore")
     source = snapshot_controller.source_cell(db.conn, snap)
+    successor = _successor(db, snap, source)
+    if cell is None and successor is not None:
+        cell = successor.id  # a pruned cell's files, back into the cell its manifest made again
     if cell is None:
         if source is None or source.deleted_at is not None:
             why = "was imported" if source is None else f'was taken of cell "{source.name}", ' \
@@ -132,7 +136,8 @@ def _check(db: dbmod.Database, snapshot: str,
         target = source
     else:
         target = objects.require(db.conn, KIND, cell)
-    own = source is not None and source.id == target.id
+    own = source is not None and (source.id == target.id or (
+        successor is not None and successor.id == target.id))
     if not own and target.extra.get("forked_from") != snap.id:
         whose = f'cell "{source.name}"' if source is not None else "another state directory"
         raise RestoreRefused(
@@ -153,6 +158,18 @@ def _check(db: dbmod.Database, snapshot: str,
                                 f"{names.printable(target.name)} --snapshot "
                                 f"{names.printable(snap.name)} --name NEW)")
     return snap, target
+
+
+def _successor(db: dbmod.Database, snap: objects.ObjectRecord,
+               source: objects.ObjectRecord | None) -> objects.ObjectRecord | None:
+    """For a pruned cell's safety snapshot: the live cell of the same name and backend made
+    since (its manifest came back), which may take the files the prune kept."""
+    if snap.source != prune_keep.SOURCE or source is None or source.deleted_at is None:
+        return None
+    live = objects.get(db.conn, KIND, source.name)
+    if live is None or live.extra.get("backend") != source.extra.get("backend"):
+        return None
+    return live
 
 
 def _waiting(db: dbmod.Database, snap: objects.ObjectRecord, target: objects.ObjectRecord,

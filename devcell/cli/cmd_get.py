@@ -209,9 +209,15 @@ DELETING = "Deleting"
 for an approval, for its forks, or for the reconciler), as kubectl shows Terminating."""
 
 
+FROZEN = "Frozen"
+"""The PHASE a table shows for a cell an operation froze and has not resumed (store/frozen)."""
+
+
 def _phase(row: dict[str, Any]) -> str:
     gone = row.get("deleted_at") is not None  # an expired snapshot, kept as a record
-    return DELETING if row.get("deleting_at") and not gone else str(row["phase"])
+    if row.get("deleting_at") and not gone:
+        return DELETING
+    return FROZEN if row.get("frozen_at") else str(row["phase"])
 
 
 def _table(kind: str, rows: list[dict[str, Any]], wide: bool

@@ -54,7 +54,7 @@ from devcell.errors import (
 from devcell.log import logger
 from devcell.manifests import secrets
 from devcell.manifests.model import digest
-from devcell.store import events, objects, prunes, restores, volumes
+from devcell.store import events, frozen, objects, prunes, restores, volumes
 from devcell.store.clock import now
 from devcell.store.objects import Phase
 
@@ -104,6 +104,9 @@ class CellController:
         ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
         try:  # observing can fail too (the engine stopped mid-run): a condition, not a crash
             observed = backend.observe(ref)
+            if cell.extra.get("frozen_at") and not observed.frozen:
+                with ctx.db.write() as wconn:  # resumed since (by hand, or a compensation)
+                    frozen.clear(wconn, cell.id)
             if cell.deleting:
                 return self._plan_delete(cell, backend_name, observed, volume, backend, conn,
                                          key=ctx.db.hash_key)
@@ -511,6 +514,10 @@ class CellController:
     def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs
                    ) -> None:
         cell = plan.object
+        if step.name == S.QUIESCE:
+            frozen.mark(conn, cell.id)
+        elif step.name == S.RESUME:
+            frozen.clear(conn, cell.id)
         if step.name == S.EXPIRE:
             retention.expire(conn, str(outputs["snapshot_id"]),
                              retention.parse_time(str(outputs["at"])))

@@ -20,7 +20,7 @@ from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Decision, Plan, Settled, Step, Wait, When
 from devcell.controllers.steps import StepName
 from devcell.errors import BackendError, BackendUnavailable, CapabilityMissing, PermanentError
-from devcell.store import events, objects, restores, volumes
+from devcell.store import events, frozen, objects, restores, volumes
 from devcell.store.clock import now
 from devcell.store.objects import Phase
 
@@ -170,6 +170,11 @@ class SnapshotController:
         if step.name == S.EXPIRE:
             retention.expire(conn, str(outputs["snapshot_id"]),
                              retention.parse_time(str(outputs["at"])))
+        work = _work(plan)
+        if step.name == S.QUIESCE and work.ref is not None:
+            frozen.mark(conn, work.ref.id)
+        elif step.name == S.RESUME and work.ref is not None:
+            frozen.clear(conn, work.ref.id)
         self.note_outputs(plan, step, outputs)
 
     def note_outputs(self, plan: Plan, step: Step, outputs: Outputs) -> None:

@@ -143,6 +143,11 @@ def _v6_pruned_keep(db: Any) -> None:
     db["cells"].add_column("pruned", str)
 
 
+def _v7_frozen_mark(db: Any) -> None:
+    """When an operation froze the cell and has not resumed it yet (store/frozen.py)."""
+    db["cells"].add_column("frozen_at", str)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
     (1, "initial schema", _v1_initial),
     (2, "controller status", _v2_controller_status),
@@ -150,6 +155,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
     (4, "operation resume input", _v4_resume_input),
     (5, "cell restore request", _v5_restore_request),
     (6, "pruned cell keeps its workspace", _v6_pruned_keep),
+    (7, "frozen cell mark", _v7_frozen_mark),
 ]
 LATEST = MIGRATIONS[-1][0]
 

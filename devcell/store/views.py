@@ -46,7 +46,8 @@ def cells_table(conn: sqlite3.Connection, selector: Selector | None = None,
     extra = "" if narrow else ("c.labels, c.generation, c.observed_generation, c.source, "
                                "c.image, ")
     sql = (
-        f"SELECT c.id, c.name, c.backend, c.phase, c.deleting_at, c.created_at, {extra}"
+        f"SELECT c.id, c.name, c.backend, c.phase, c.deleting_at, c.frozen_at, c.created_at, "
+        f"{extra}"
         f"c.desired_state AS state, {AGE_SQL.format(column='c.created_at')} AS age_s, "
         # Only a Pending cell's status is read (SQLite seeks the row for those alone).
         "CASE WHEN c.phase = 'Pending' THEN json_extract(c.status, '$.restarts.retryAt') END "

@@ -245,6 +245,12 @@ class World:
         self.accept(path)
         return proc
 
+    def keep_pruned(self, cell: str) -> None:
+        """A pruned cell leaves one safety snapshot of its workspace (ttl: the 24 h default),
+        taken once whatever the crashes."""
+        self.accepted[("Snapshot", f"{cell}-pruned-1")] = {
+            "spec": {"cell": cell, "ttl": "1d"}, "generation": 1}
+
     def accept(self, path: Path) -> None:
         """Record the objects of `path` as accepted (an apply of them returned 0)."""
         for d in docs_in(path):
@@ -932,7 +938,8 @@ def run_command(world: World, key: str, *, failpoint: str | None = None) -> Cras
         world.apply(path, *extra)
         if extra:
             for name in ("b", "c"):
-                world.accepted.pop(("Cell", name), None)
+                if world.accepted.pop(("Cell", name), None) is not None:
+                    world.keep_pruned(name)
     else:
         world.delete(path)
     return None
@@ -982,6 +989,7 @@ def test_daemon_crash(case: Case, procs: list[subprocess.Popen[bytes]],
         daemon.wait_watching()
         (watched / "c.yaml").unlink()
         world.accepted.pop(("Cell", "c"))
+        world.keep_pruned("c")
     rc = daemon.wait_exit(CONVERGE_BOUND)
     assert rc == KILLED, f"daemon exited {rc}, not killed at {failpoint}\n{daemon.text()}"
     world.after_crash(failpoint, before, exact=False)

@@ -138,6 +138,7 @@ def test_an_interrupt_at_any_step_leaves_the_cell_as_it_was(
         listed = json.loads(_devcell(state, "get", "cells", "-o", "json").stdout)
         phases = {c["metadata"]["name"]: c["status"]["phase"] for c in listed["items"]}
         assert phases.get("api") == "Running", (case, phases)
+        assert "Frozen" not in _devcell(state, "get", "cells").stdout, case  # resumed, unmarked
         again = _devcell(state, "apply", "-f", str(manifest))
         assert again.returncode == 0, (case, again.stderr)
 
@@ -173,3 +174,22 @@ def test_an_interrupted_import_leaves_nothing_behind(tmp_path: Path, sig: int) -
     assert "s2" not in _devcell(state, "get", "snapshots").stdout
     again = _devcell(state, "snapshot", "import", str(archive), "--name", "s2")
     assert again.returncode == 0, again.stderr
+
+
+def test_a_cell_left_frozen_by_a_killed_snapshot_shows_as_frozen_until_resumed(
+        tmp_path: Path) -> None:
+    """SIGKILL (nothing can run after it) between quiesce and resume: the cell is frozen, and
+    `get cells` says so instead of Running; the next apply resumes it and says Running."""
+    state, manifest = _setup(tmp_path)
+    env = dict(_env(state), DEVCELL_FAILPOINT="step.checkpoint.before-call")
+    killed = subprocess.run([sys.executable, "-m", "devcell", *VERBS["snapshot"]],
+                            capture_output=True, text=True, cwd=REPO, timeout=120, env=env)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert [f for _, f in _runtime(state).values()] == [1]  # really frozen
+    table = _devcell(state, "get", "cells").stdout.splitlines()
+    assert table[1].split()[:4] == ["api", "fake", "Running", "Frozen"], table
+    again = _devcell(state, "apply", "-f", str(manifest))
+    assert again.returncode == 0, again.stderr
+    assert [f for _, f in _runtime(state).values()] == [0]
+    table = _devcell(state, "get", "cells").stdout.splitlines()
+    assert table[1].split()[:4] == ["api", "fake", "Running", "Running"], table

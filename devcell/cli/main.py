@@ -60,10 +60,17 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+def _ignore_further_signals() -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 _LIMITS = {
     errno.EMFILE: "this process ran out of open files: raise its limit (`ulimit -n`) and retry",
     errno.ENFILE: "the machine ran out of open files: close some programs and retry",
     errno.ENOMEM: "the machine ran out of memory: free some and retry",
+    errno.EIO: "a disk or filesystem failed to read or write (an I/O error): check the "
+               "machine's disk (`dmesg`) before retrying",
 }
 """A faulty machine or process limit, said as such (never a traceback, never a file's fault)."""
 
@@ -81,6 +88,7 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"error: {printable_lines(str(exc))}\n")
         return exc.exit_code
     except KeyboardInterrupt as exc:
+        _ignore_further_signals()  # a second Ctrl-C while exiting ends nothing half-way
         if isinstance(exc, Terminated):
             sys.stderr.write("terminated\n")
             return 143

@@ -69,12 +69,62 @@ def execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume 
     """Run `plan` (or the rest of a suspended one) and record it, holding the storage lock
     shared (store/storage_lock.py): what its steps place is recorded before a collection can
     judge it."""
-    with storage_lock.creating(ctx.db.state_dir):
-        return _execute(ctx, controller, plan, resume=resume)
+    with storage_lock.creating(ctx.db.state_dir), _Interrupts() as interrupts:
+        result = _execute(ctx, controller, plan, resume=resume, interrupts=interrupts)
+        if interrupts.held is not None:  # arrived while the operation was being recorded
+            raise interrupts.held
+        return result
 
 
-def _execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume | None
-             ) -> Result:
+class _Interrupts:
+    """SIGINT and SIGTERM while an operation runs (the main thread only: no signal reaches a
+    worker). Inside a step's backend call the signal is raised there, as before (a long
+    checkpoint stops); anywhere else in the loop (between steps, while a step or the operation
+    is recorded, while a compensation runs) it is held and taken at the next step's call, or
+    raised once the operation is recorded. So no signal skips the plan's compensations or
+    leaves a step done and not written down."""
+
+    def __init__(self) -> None:
+        self.held: KeyboardInterrupt | None = None
+        self.armed = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                previous = signal.getsignal(signum)
+                if callable(previous):  # a handler that raises (Ctrl-C, the CLI's SIGTERM)
+                    self._previous[signum] = previous
+                    signal.signal(signum, self._arrived)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+
+    def _arrived(self, signum: int, frame: Any) -> None:
+        try:
+            self._previous[signum](signum, frame)
+        except KeyboardInterrupt as exc:
+            if self.armed:
+                raise
+            self.held = self.held or exc
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        """A step's backend call, where a signal interrupts; one held since is taken here."""
+        if self.held is not None:
+            held, self.held = self.held, None
+            raise held
+        self.armed = True
+        try:
+            yield
+        finally:
+            self.armed = False
+
+
+def _execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume | None,
+             interrupts: _Interrupts) -> Result:
     record = plan.object
     done: list[tuple[int, str, Outputs]] = []
     start = 0
@@ -158,7 +208,7 @@ def _execute(ctx: Context, controller: Controller, plan: Plan, *, resume: Resume
         raised: BaseException | None = None
         ctx.current_op = op_id
         try:
-            with _signals_deferred() if interrupted is not None else contextlib.nullcontext():
+            with _signals_deferred() if interrupted is not None else interrupts.call():
                 failpoints.hit(f"step.{step.name}.before-call")
                 outputs = controller.run_step(ctx, plan, step)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (the CLI raises it there)

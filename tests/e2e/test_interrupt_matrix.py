@@ -96,17 +96,22 @@ def _steps_of(tmp_path: Path, verb: str) -> list[str]:
     return [s["name"] for s in _last_operation(state)["steps"] if s["status"] == "Succeeded"]
 
 
-def _cases() -> list[tuple[str, int]]:
-    return [(verb, sig) for verb in VERBS for sig in (signal.SIGINT, signal.SIGTERM)]
+def _cases() -> list[tuple[str, int, str]]:
+    return [(verb, sig, point) for verb in VERBS for sig in (signal.SIGINT, signal.SIGTERM)
+            for point in ("before-call", "after-call")]
 
 
-@pytest.mark.parametrize(("verb", "sig"), _cases(),
-                         ids=[f"{v}-{signal.Signals(s).name}" for v, s in _cases()])
+@pytest.mark.parametrize(("verb", "sig", "point"), _cases(),
+                         ids=[f"{v}-{signal.Signals(s).name}-{p}" for v, s, p in _cases()])
 def test_an_interrupt_at_any_step_leaves_the_cell_as_it_was(
-        tmp_path: Path, verb: str, sig: int) -> None:
+        tmp_path: Path, verb: str, sig: int, point: str) -> None:
+    """`before-call`: the signal lands in the step's backend call. `after-call`: between
+    steps, while the step's result is being recorded (it was taken at the next step, or
+    once the operation was recorded, instead of skipping the compensations)."""
     steps = _steps_of(tmp_path, verb)
     assert steps, verb
-    for step in steps:
+    for n, step in enumerate(steps):
+        last = point == "after-call" and n == len(steps) - 1
         where = tmp_path / f"{step}"
         where.mkdir()
         state, manifest = _setup(where)
@@ -116,7 +121,7 @@ def test_an_interrupt_at_any_step_leaves_the_cell_as_it_was(
         held = subprocess.Popen(
             [sys.executable, "-m", "devcell", *VERBS[verb]], stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, cwd=REPO,
-            env=_env(state, DEVCELL_PAUSEPOINT=f"step.{step}.before-call",
+            env=_env(state, DEVCELL_PAUSEPOINT=f"step.{step}.{point}",
                      DEVCELL_PAUSEPOINT_FILE=str(pause)))
         deadline = time.monotonic() + 60
         while not Path(str(pause) + ".reached").exists():
@@ -124,12 +129,17 @@ def test_an_interrupt_at_any_step_leaves_the_cell_as_it_was(
             assert time.monotonic() < deadline, f"{verb} never reached step {step}"
             time.sleep(0.02)
         held.send_signal(sig)
-        out, err = held.communicate(timeout=120)
+        time.sleep(0.2)  # taken (or, between steps, held) before the pause ends
         pause.unlink()
-        case = f"{verb}, {signal.Signals(sig).name} at step {step}: {err}"
+        out, err = held.communicate(timeout=120)
+        case = f"{verb}, {signal.Signals(sig).name} at step {step} {point}: {err}"
         assert held.returncode == EXIT[sig], case
         assert "Traceback" not in err, case
         op = _last_operation(state)
+        if last:  # every step had run: the operation is recorded done, then the exit
+            assert op["status"] == "Succeeded", (case, op)
+            assert all(f == 0 for _, f in _runtime(state).values()), case
+            continue
         assert op["status"] == "Failed" and "interrupted" in (op["message"] or ""), (case, op)
         after = _runtime(state)
         for cell_id, (runtime, frozen) in before.items():

@@ -356,15 +356,24 @@ class DirectorySync:
         blamed. The file the object was applied from keeps it (and its edits still apply);
         every other definition is set aside and names that file. An object not recorded yet
         keeps the apply's rule (the first file in walk order), as one apply of the
-        directory and a full sync in parts agree on it."""
+        directory and a full sync in parts agree on it. When the recorded file is gone (the
+        original was moved or renamed beside a duplicate), the one definition identical to
+        what was applied keeps the object, so a move never hands a running cell to the
+        newcomer's spec."""
         out: list[Problem] = []
         for problem in found:
             recorded = None
             if admission.DEFINED_TWICE in problem.message and problem.kind and problem.name:
                 recorded = objects.get(self.db.conn, problem.kind, problem.name)
-            defining = [f.display for f in good for m in cache.get(f.digest + f.key, ([], []))[0]
-                        if (m.kind, m.name) == (problem.kind, problem.name)]
+            definitions = [(f.display, m) for f in good
+                           for m in cache.get(f.digest + f.key, ([], []))[0]
+                           if (m.kind, m.name) == (problem.kind, problem.name)]
+            defining = [display for display, _ in definitions]
             source = recorded.source if recorded is not None and not recorded.deleting else None
+            if recorded is not None and source is not None and source not in defining:
+                same = {display for display, m in definitions
+                        if m.manifest_hash(self.db.hash_key) == recorded.manifest_hash}
+                source = same.pop() if len(same) == 1 else None
             if (source is None or problem.file != source or defining.count(source) != 1
                     or len(defining) < 2):
                 # twice in one file (its own source included) blames that file, as applied

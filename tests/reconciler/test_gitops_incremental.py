@@ -186,6 +186,28 @@ def test_a_second_file_declaring_a_recorded_cell_never_takes_it_over(
     assert after is not None and after.source == str(watched / "b.yaml")
 
 
+def test_moving_the_original_beside_a_duplicate_keeps_the_cell_with_the_original(
+        db: Database, watched: Path) -> None:
+    """The recorded file renamed while a newcomer declares the cell too: the recorded source
+    is gone, and walk order handed the cell to the newcomer (`0.yaml`, Stopped). The moved
+    original, identical to what was applied, keeps it."""
+    (watched / "b.yaml").write_text(cell("api"))
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
+    sync.sync()
+    before = objects.get(db.conn, "Cell", "api")
+    assert before is not None
+    (watched / "0.yaml").write_text(cell("api", "Stopped"))
+    sync.sync()
+    (watched / "b.yaml").rename(watched / "z.yaml")
+    result = sync.sync()
+    assert [p.file for p in result.problems] == [str(watched / "0.yaml")], result.problems
+    assert not result.pruned
+    after = objects.get(db.conn, "Cell", "api")
+    assert after is not None
+    assert (after.id, after.generation, after.spec["state"]) == (before.id, before.generation,
+                                                                 "Running")
+
+
 def test_an_object_twice_in_its_own_file_is_reported_and_nothing_is_pruned(
         db: Database, watched: Path) -> None:
     """The recorded source defining its cell twice: the rule that keeps a cell with its own

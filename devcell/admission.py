@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +35,14 @@ COMMAND_LINE = "<command line>"
 class Rules:
     """Every admission rule for one state directory (the `Admit` hook of desired)."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *, leaving_under: Sequence[str] = (),
+                 pruning: bool = False) -> None:
+        """`leaving_under`: roots whose cells go when their manifests are gone (an
+        `apply --prune`'s paths, `pruning`; the daemon's directory): such a cell's host ports
+        are not held against the cells of this apply."""
         self.state_dir = state_dir
+        self.leaving_under = [os.path.abspath(p) for p in leaving_under]
+        self.pruning = pruning
 
     def __call__(self, conn: sqlite3.Connection, manifests: list[Manifest],
                  defined: dict[tuple[str, str], str]) -> list[Problem]:
@@ -46,20 +53,40 @@ class Rules:
         problems = reference_problems(conn, manifests, defined)
         problems += backend_problems(conn, manifests)
         problems += security_problems(manifests, self.state_dir, recorded)
-        problems += port_problems(conn, manifests)
+        problems += port_problems(conn, manifests, lambda name, source: self._leaving(
+            name, source, manifests, defined))
         return problems
 
+    def _leaving(self, name: str, source: str | None, manifests: list[Manifest],
+                 defined: dict[tuple[str, str], str]) -> bool:
+        """Whether recorded cell `name` goes with this apply or the daemon's next prune: its
+        manifest file is gone from a root that prunes, or (an `apply --prune`) nothing this
+        apply reads defines it any more."""
+        if not source or source == "-" or not any(
+                source.startswith(root + os.sep) for root in self.leaving_under):
+            return False
+        if not os.path.exists(source):
+            return True
+        return self.pruning and ("Cell", name) not in defined and not any(
+            m.kind == "Cell" and m.name == name for m in manifests)
 
-def port_problems(conn: sqlite3.Connection, manifests: list[Manifest]) -> list[Problem]:
+
+def port_problems(conn: sqlite3.Connection, manifests: list[Manifest],
+                  leaving: Callable[[str, str | None], bool] = lambda name, source: False
+                  ) -> list[Problem]:
     """A host port another cell publishes (recorded, or earlier in this apply), named with
     that cell: checked when a manifest or a fork is admitted, so no admitted state holds two
-    cells on one host address and port. Read only when a cell of the apply publishes one."""
+    cells on one host address and port. Read only when a cell of the apply publishes one. A
+    cell being deleted, or going with this apply's prune (`leaving`), holds no port against
+    the newcomer: moving a port from one file's cell to another's is one apply (the newcomer
+    waits for the old cell's deletion before it starts: the cell controller's PortHeld)."""
     cells = [m for m in manifests if m.kind == "Cell" and security.published(m.spec)]
     if not cells:
         return []
     names = {m.name for m in manifests if m.kind == "Cell"}
-    others = {name: spec for name, spec in objects.cells_publishing_ports(conn).items()
-              if name not in names}  # a cell of this apply is checked as it will be
+    others = {name: held.spec for name, held in objects.cells_publishing_ports(conn).items()
+              if name not in names  # a cell of this apply is checked as it will be
+              and not held.deleting and not leaving(name, held.source)}
     problems = []
     for m in cells:
         problems += [desired.problem_at(m, ("spec", *path), message)
@@ -71,12 +98,15 @@ def port_problems(conn: sqlite3.Connection, manifests: list[Manifest]) -> list[P
 def apply(db: Database, files: list[SourceFile], *, dry_run: bool = False,
           prune_roots: list[str] | None = None, prune_selector: Selector | None = None,
           parse_cache: dict[str, tuple[list[Manifest], list[Problem]]] | None = None,
-          require_objects: bool = False, keep_pruned: int = prunes.DEFAULT_KEEP_SECONDS
-          ) -> desired.ApplyResult:
-    """Admit and record manifest files, all or nothing (see desired.apply)."""
+          require_objects: bool = False, keep_pruned: int = prunes.DEFAULT_KEEP_SECONDS,
+          leaving_under: Sequence[str] = ()) -> desired.ApplyResult:
+    """Admit and record manifest files, all or nothing (see desired.apply). `leaving_under`:
+    a directory the daemon prunes (a cell whose file is gone from it holds no port)."""
+    rules = Rules(db.state_dir, leaving_under=prune_roots or leaving_under,
+                  pruning=bool(prune_roots) and prune_selector is None)
     return desired.apply(db, files, dry_run=dry_run, prune_roots=prune_roots,
                          prune_selector=prune_selector, keep_pruned=keep_pruned,
-                         parse_cache=parse_cache, admit=Rules(db.state_dir),
+                         parse_cache=parse_cache, admit=rules,
                          require_objects=require_objects)
 
 

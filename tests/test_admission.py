@@ -85,8 +85,9 @@ def test_no_admitted_state_holds_two_cells_on_one_host_port(steps: list[Any]) ->
                     admission.apply(db, read_sources([str(path)]))
                 except ManifestError as exc:
                     assert any("is already published by cell" in str(p) for p in exc.problems)
-            live = {name: security.published(spec)
-                    for name, spec in objects.cells_publishing_ports(db.conn).items()}
+            live = {name: security.published(held.spec)
+                    for name, held in objects.cells_publishing_ports(db.conn).items()
+                    if not held.deleting}
             for a in live:
                 for b in live:
                     if a < b:
@@ -121,8 +122,8 @@ def test_a_fork_of_a_cell_publishing_a_port_is_refused_naming_it_then_forked_els
                options=Options(timeout=60))
     db = open_database(state)
     try:
-        published = {n: security.published(s)
-                     for n, s in objects.cells_publishing_ports(db.conn).items()}
+        published = {n: security.published(held.spec)
+                     for n, held in objects.cells_publishing_ports(db.conn).items()}
         assert published == {"api": [("127.0.0.1", 8080)], "exp": [("127.0.0.1", 18080)]}
         assert objects.require(db.conn, "Cell", "quiet").phase == "Running"
     finally:
@@ -146,3 +147,58 @@ def test_the_engines_port_refusal_is_permanent_with_its_reason() -> None:
     translated = sdk.translate(exc, "starting cell exp")
     assert isinstance(translated, BackendRefused) and translated.permanent
     assert "port is already allocated" in str(translated) and "another hostPort" in str(translated)
+
+
+def test_a_port_moved_from_one_file_to_another_is_one_prune_not_a_refusal(
+        tmp_path: Path) -> None:
+    """`a.yaml` (cell a on 8080) removed and `b.yaml` (cell b on 8080) added: an `apply
+    --prune` of the directory held a's port against b and refused the whole directory (the
+    daemon, which prunes only once every file reads, was wedged). Now a goes with the prune
+    and b waits for a's deletion before it is made; without --prune a keeps its port."""
+    from devcell.api import apply as api_apply
+
+    state, manifests = tmp_path / "state", tmp_path / "m"
+    manifests.mkdir()
+    (manifests / "a.yaml").write_text(yaml.safe_dump(_cell("a", [("127.0.0.1", 8080)])))
+    api_apply.apply(state, [str(manifests)], options=Options(timeout=60))
+    (manifests / "a.yaml").unlink()
+    (manifests / "b.yaml").write_text(yaml.safe_dump(_cell("b", [("127.0.0.1", 8080)])))
+    with pytest.raises(ManifestError, match='already published by cell "a"'):
+        api_apply.apply(state, [str(manifests)])  # no prune: a stays, and keeps its port
+    report = api_apply.apply(state, [str(manifests)], prune=True, options=Options(timeout=60))
+    assert report.ok
+    assert {(c.name, c.outcome) for c in report.recorded.changes} >= {("a", "pruned"),
+                                                                     ("b", "created")}
+    db = open_database(state)
+    try:
+        assert objects.get(db.conn, "Cell", "a") is None
+        assert objects.require(db.conn, "Cell", "b").phase == "Running"
+    finally:
+        db.close()
+
+
+def test_a_cell_waits_while_a_deleting_cell_still_publishes_its_port(tmp_path: Path) -> None:
+    from devcell.controllers.cell import CellController
+    from devcell.controllers.plan import Wait
+    from tests.controllers.support import context_for
+
+    state = tmp_path / "state"
+    db = open_database(state)
+    try:
+        admission.apply_objects(db, [*_manifests(_cell("a", [("127.0.0.1", 8080)]))])
+        conn_a = objects.require(db.conn, "Cell", "a")
+        with db.write() as conn:
+            objects.request_delete(conn, conn_a)
+        admission.apply_objects(db, [*_manifests(_cell("b", [("127.0.0.1", 8080)]))])
+        with context_for(db) as ctx:
+            decision = CellController().decide(ctx, objects.require(db.conn, "Cell", "b").id)
+        assert isinstance(decision, Wait) and decision.reason == "PortHeld", decision
+        assert "cell a, which is being deleted" in decision.message
+    finally:
+        db.close()
+
+
+def _manifests(doc: dict[str, Any]) -> list[Any]:
+    from tests.controllers.support import parse
+
+    return parse(doc)

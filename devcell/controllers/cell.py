@@ -127,6 +127,9 @@ class CellController:
                 reason = errors.condition_reason(exc, "RestoreFailed")
                 self._write_blocked(ctx, cell, reason, f"planning the restore failed: {exc}")
                 return Blocked(exc)
+        port_held = self._port_held(conn, cell, observed)
+        if port_held:
+            return self._wait(ctx, cell, "PortHeld", port_held, after=0.5)
         steps: list[Step] = []
         caps = backend.capabilities
         spec = cell.spec
@@ -412,6 +415,22 @@ class CellController:
             self._write_blocked(ctx, cell, errors.condition_reason(exc, "ImageBuildFailed"),
                                 str(exc))
             return Blocked(exc)
+
+    @staticmethod
+    def _port_held(conn: sqlite3.Connection, cell: objects.ObjectRecord,
+                   observed: Observed) -> str:
+        """Why a cell whose runtime is still to be made must wait: a cell being deleted (a
+        prune moved the port to this one) still publishes one of its host ports. Admission
+        lets the newcomer in; starting it before the old cell is gone would be refused."""
+        if observed.exists or not security.published(cell.spec):
+            return ""
+        holders = [name for name, other in objects.cells_publishing_ports(conn).items()
+                   if other.deleting and name != cell.name
+                   and any(security.port_clashes(cell.spec, {name: other.spec}))]
+        if not holders:
+            return ""
+        return (f"a host port of this cell is still published by cell {holders[0]}, which "
+                "is being deleted; the cell is made once that deletion frees the port")
 
     def _wait(self, ctx: Context, cell: objects.ObjectRecord, reason: str, message: str,
               after: float = 1.0) -> Wait:

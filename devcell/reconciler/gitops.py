@@ -305,7 +305,8 @@ class DirectorySync:
                 good.append(f)
         for _ in range(MAX_EXCLUSION_PASSES):
             try:
-                return admission.apply(self.db, good, parse_cache=cache).changes
+                return admission.apply(self.db, good, parse_cache=cache,
+                                       leaving_under=[str(self._root)]).changes
             except ManifestError as exc:
                 found = self._recorded_source_wins(exc.problems, good, cache)
                 problems.extend(found)

@@ -324,11 +324,21 @@ def cells_with_host_mounts(conn: sqlite3.Connection) -> dict[str, dict[str, Any]
     return {name: faults.loads(spec) for name, spec in rows}
 
 
-def cells_publishing_ports(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
-    """Live recorded cells that publish host ports, name -> spec (for the host-port rule)."""
-    rows = conn.execute("SELECT name, spec FROM cells WHERE deleted_at IS NULL "
-                        "AND json_array_length(spec, '$.network.ports') > 0").fetchall()
-    return {name: faults.loads(spec) for name, spec in rows}
+@dataclass(frozen=True)
+class Publisher:
+    """A live recorded cell that publishes host ports (for the host-port rule)."""
+
+    spec: dict[str, Any]
+    source: str | None
+    deleting: bool
+
+
+def cells_publishing_ports(conn: sqlite3.Connection) -> dict[str, Publisher]:
+    """Live recorded cells that publish host ports, by name."""
+    rows = conn.execute("SELECT name, spec, source, deleting_at FROM cells WHERE deleted_at IS "
+                        "NULL AND json_array_length(spec, '$.network.ports') > 0").fetchall()
+    return {name: Publisher(faults.loads(spec), source, deleting is not None)
+            for name, spec, source, deleting in rows}
 
 
 def _listed(kind: str, spec: dict[str, Any]) -> dict[str, Any]:

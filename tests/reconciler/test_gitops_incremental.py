@@ -208,6 +208,29 @@ def test_moving_the_original_beside_a_duplicate_keeps_the_cell_with_the_original
                                                                  "Running")
 
 
+def test_a_port_moved_from_one_file_to_another_prunes_instead_of_wedging(
+        db: Database, watched: Path) -> None:
+    """`a.yaml`'s cell publishes 8080; the user deletes it and adds `b.yaml` with 8080. The
+    newcomer was refused (a's port), a bad file holds every prune, so a was never pruned and b
+    never admitted. Now a goes with the prune and b is recorded, in either order of events."""
+    def ported(name: str) -> str:
+        return cell(name).replace("state: Running}", "state: Running, network: {mode: bridge, "
+                                  "ports: [{containerPort: 80, hostPort: 8080, "
+                                  "hostIP: 127.0.0.1}]}}")
+
+    (watched / "a.yaml").write_text(ported("a"))
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
+    sync.sync()
+    (watched / "a.yaml").unlink()
+    (watched / "b.yaml").write_text(ported("b"))
+    for result in (sync.sync_paths([str(watched / "a.yaml"), str(watched / "b.yaml")]),
+                   sync.sync()):
+        assert not result.problems, result.problems
+    state = live(db)
+    assert state[("Cell", "a")][2] is True  # being deleted
+    assert ("Cell", "b") in state
+
+
 def test_an_object_twice_in_its_own_file_is_reported_and_nothing_is_pruned(
         db: Database, watched: Path) -> None:
     """The recorded source defining its cell twice: the rule that keeps a cell with its own

@@ -331,7 +331,9 @@ def run_get(args: argparse.Namespace) -> int:
     if args.sort_by:
         from devcell.cli import printers
 
-        pairs = [pairs[i] for i in printers.sort_order(args.sort_by, [d for _, d in pairs])]
+        budget = _budget(args)
+        pairs = [pairs[i] for i in printers.sort_order(args.sort_by, [d for _, d in pairs],
+                                                       budget)]
     elif args.names:
         pairs = _in_given_order(args.kind, args.names, pairs)
     rows = [r for r, _ in pairs]
@@ -345,6 +347,16 @@ def run_get(args: argparse.Namespace) -> int:
     if args.watch and args.output in ("table", "wide"):
         return _watch(args, selector, rows)
     return 0
+
+
+def _budget(args: argparse.Namespace) -> Any:
+    """The command's one jsonpath budget (--sort-by, custom columns and -o jsonpath share
+    it): made on first use, kept on the parsed arguments."""
+    from devcell.cli import jsonpath
+
+    if getattr(args, "jsonpath_budget", None) is None:
+        args.jsonpath_budget = jsonpath.Budget()
+    return args.jsonpath_budget
 
 
 NAMES_AND_SELECTOR = ("a NAME cannot be given with -l (as kubectl): give NAME... or "
@@ -369,7 +381,8 @@ def _print(args: argparse.Namespace, output: Output | None, rows: list[dict[str,
             # raw into a pipe (`X=$(devcell get ... -o jsonpath=...)` gets the data as is, as
             # kubectl's); on a terminal, escaped so that no value can drive it
             escape = terminal_text if sys.stdout.isatty() else str
-            sys.stdout.write(jsonpath.render(output.template, value, escape=escape))
+            sys.stdout.write(jsonpath.render(output.template, value, escape=escape,
+                                             budget=_budget(args)))
         else:
             (render.as_json if args.output == "json" else render.as_yaml)(value)
     elif args.output == "name":
@@ -382,7 +395,8 @@ def _print(args: argparse.Namespace, output: Output | None, rows: list[dict[str,
         assert output is not None
         if docs:
             render.table([c.header for c in output.columns],
-                         printers.column_rows(output.columns, docs), no_headers=args.no_headers)
+                         printers.column_rows(output.columns, docs, _budget(args)),
+                         no_headers=args.no_headers)
     elif rows:
         _print_table(args, rows)
     if not rows and not missing and not args.watch and args.output in ("table", "wide",

@@ -385,11 +385,25 @@ a union repeats its input once per member, so `[@,@][@,@]...` under 1 KiB would 
 list at each step until memory ran out; past this the template is refused, never run on."""
 
 
-class Budget:
-    """What is left of MAX_VALUES for one render or evaluation."""
+MAX_TEXT = 64 << 20
+"""Characters one command's templates may print in all: `{range ..}{@}{end}` prints every
+value nested in every other, so a few thousand selected values can be gigabytes of text."""
 
-    def __init__(self, limit: int = MAX_VALUES) -> None:
+
+class Budget:
+    """What is left of MAX_VALUES (values selected and compared) and MAX_TEXT (characters
+    printed) for one command: its -o jsonpath render, custom columns and --sort-by share it."""
+
+    def __init__(self, limit: int = MAX_VALUES, text: int = MAX_TEXT) -> None:
         self.limit = self.left = limit
+        self.text_limit = self.text_left = text
+
+    def wrote(self, chars: int) -> None:
+        self.text_left -= chars
+        if self.text_left < 0:
+            raise TemplateEvaluationError(
+                f"jsonpath: the output passes {self.text_limit:,} characters (a range over "
+                "values nested in each other?); narrow the template")
 
     def take(self, count: int) -> None:
         self.left -= count
@@ -501,6 +515,7 @@ def _keep(flt: Filter, item: Any, root: Any, budget: Budget) -> bool:
         return bool(left)
     right = evaluate(flt.right, root, item, budget) if isinstance(flt.right, Path) \
         else [flt.right]
+    budget.take(len(left) * len(right))  # comparisons cost as values do
     return any(_compare(a, flt.op, b, flt) for a in left for b in right)
 
 
@@ -560,9 +575,11 @@ def render(nodes: tuple[Node, ...], root: Any, current: Any | None = None, *,
         budget.take(1)
         if isinstance(node, Text):
             out.append(node.text)
+            budget.wrote(len(node.text))
         elif isinstance(node, Action):
             out.append(" ".join(escape(text_of(v)) for v in evaluate(node.path, root, here,
                                                                        budget)))
+            budget.wrote(len(out[-1]))
         else:
             for item in evaluate(node.path, root, here, budget):
                 out.append(render(node.body, root, item, escape=escape, budget=budget))

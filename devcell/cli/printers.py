@@ -93,28 +93,35 @@ def _columns_file(text: str, path: str) -> tuple[Column, ...]:
                  for h, p in zip(headers, paths, strict=True))
 
 
-def column_rows(columns: Sequence[Column], docs: Sequence[Any]) -> list[list[str]]:
-    """One row per document: each column's results joined by commas, `<none>` for none."""
+def column_rows(columns: Sequence[Column], docs: Sequence[Any],
+                budget: jsonpath.Budget | None = None) -> list[list[str]]:
+    """One row per document: each column's results joined by commas, `<none>` for none;
+    every column of every document counts against one budget."""
+    budget = budget or jsonpath.Budget()
     out = []
     for doc in docs:
         row = []
         for column in columns:
             (action,) = column.nodes
             assert isinstance(action, jsonpath.Action)
-            found = jsonpath.evaluate(action.path, doc, doc)
+            found = jsonpath.evaluate(action.path, doc, doc, budget)
             row.append(",".join(jsonpath.text_of(v) for v in found) if found else "<none>")
+            budget.wrote(len(row[-1]))
         out.append(row)
     return out
 
 
-def sort_order(expression: str, docs: Sequence[Any]) -> list[int]:
-    """The indices of `docs` in --sort-by order (stable; items without the field first)."""
+def sort_order(expression: str, docs: Sequence[Any],
+               budget: jsonpath.Budget | None = None) -> list[int]:
+    """The indices of `docs` in --sort-by order (stable; items without the field first);
+    every document's key counts against one budget."""
+    budget = budget or jsonpath.Budget()
     nodes = jsonpath.relaxed(expression, what="--sort-by")
     (action,) = nodes
     assert isinstance(action, jsonpath.Action)
     keys = []
     for doc in docs:
-        found = jsonpath.evaluate(action.path, doc, doc)
+        found = jsonpath.evaluate(action.path, doc, doc, budget)
         keys.append(_sort_key(found[0], expression) if found else (0, 0, ()))
     kinds = {k[0] for k in keys if k[0]}
     if len(kinds) > 1:

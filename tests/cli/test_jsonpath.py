@@ -297,3 +297,33 @@ def test_the_budget_leaves_ordinary_templates_alone() -> None:
     big = {"items": [{"metadata": {"name": f"c{i}"}} for i in range(100_000)]}
     text = jsonpath.render(jsonpath.parse("{range .items[*]}{.metadata.name} {end}"), big)
     assert text.split() == [f"c{i}" for i in range(100_000)]
+
+
+def test_a_filters_comparisons_count_against_the_budget() -> None:
+    """100 items each comparing 2,000 values with 2,000 others: 400,000 values selected (under
+    the budget) but 400 million comparisons, minutes of work. Comparisons are paid as values."""
+    data = {"ys": list(range(2000)), "items": [{"xs": list(range(5000, 7000))}] * 100}
+    nodes = jsonpath.parse("{.items[?(@.xs[*] == $.ys[*])]}")
+    with pytest.raises(TemplateEvaluationError, match="selects more than 2,000,000 values"):
+        jsonpath.render(nodes, data)
+
+
+def test_printed_text_is_bounded_per_command() -> None:
+    """`{range .items[*]}{$}{end}` prints the whole document once per item: 1,000 items of a
+    100 KB document were 100 MB of output from two thousand values."""
+    data = {"items": [{"pad": "x" * 100}] * 1000}
+    nodes = jsonpath.parse("{range .items[*]}{$}{end}")
+    with pytest.raises(TemplateEvaluationError, match="output passes 67,108,864 characters"):
+        jsonpath.render(nodes, data)
+
+
+def test_custom_columns_and_sort_by_share_one_budget_across_documents() -> None:
+    from devcell.cli import printers
+
+    docs = [{"xs": list(range(1000))}] * 1500  # 1.5 million values in all, 1,000 per document
+    columns = printers.parse_output("custom-columns=X:.xs[*]").columns
+    assert len(printers.column_rows(columns, docs[:10])) == 10
+    budget = jsonpath.Budget()
+    printers.sort_order(".xs[0]", docs, budget)
+    with pytest.raises(TemplateEvaluationError, match="selects more than"):
+        printers.column_rows(columns, docs + docs, budget)  # 3 million: past the one budget

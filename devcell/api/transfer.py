@@ -194,6 +194,9 @@ def import_(state_dir: Path, source: BinaryIO, *, name: str | None = None,
             with storage_lock.creating(state_dir):  # placed and recorded before gc judges it
                 info, read, op_id = _place(db, backend, snapshot_id, name, header, fill, origin,
                                            started, done)
+        except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM: nothing placed, and said so
+            _record_interrupted(db, snapshot_id, name, origin, exc, started)
+            raise
         finally:
             backend.close()
         return Imported(name, snapshot_id, header.backend, read.sha256, read.files, read.bytes,
@@ -301,17 +304,36 @@ def _record(db: dbmod.Database, snapshot_id: str, name: str, header: archive_for
 
 
 def _operation(conn: Any, object_id: str, name: str, action: str, step: StepName,
-               outputs: dict[str, Any], started: float) -> str:
-    """A finished operation of one step, as the history of a verb that runs no plan."""
+               outputs: dict[str, Any], started: float, *, error: str | None = None) -> str:
+    """A finished operation of one step, as the history of a verb that runs no plan (Failed,
+    reason Interrupted, with `error`)."""
     op_id = operations.new_operation_id()
     operations.create(conn, op_id=op_id, object_kind=KIND, object_id=object_id,
                       object_name=name, action=action, trigger="cli", generation=1,
                       step_names=[step])
     operations.start_step(conn, op_id, 0, step)
-    operations.finish_step(conn, op_id, 0, ok=True, outputs=outputs,
+    operations.finish_step(conn, op_id, 0, ok=error is None, outputs=outputs, error=error,
                            duration_ms=(time.perf_counter() - started) * 1000)
-    operations.finish(conn, op_id, status=operations.OpStatus.SUCCEEDED)
+    if error is None:
+        operations.finish(conn, op_id, status=operations.OpStatus.SUCCEEDED)
+    else:
+        operations.finish(conn, op_id, status=operations.OpStatus.FAILED, reason="Interrupted",
+                          message=error, failed_step=step)
     return op_id
+
+
+def _record_interrupted(db: dbmod.Database, snapshot_id: str, name: str, origin: str,
+                        exc: KeyboardInterrupt, started: float) -> None:
+    """An import stopped by a signal: its operation, Failed, says that nothing was imported
+    (best effort: a state database that cannot record leaves the message to the CLI)."""
+    signal_name = str(getattr(exc, "signal_name", "") or "Ctrl-C")
+    try:
+        with db.write() as conn:
+            _operation(conn, snapshot_id, name, "import", StepName.IMPORT_CHECKPOINT,
+                       {"archive": origin}, started,
+                       error=f"interrupted ({signal_name}); nothing was imported")
+    except DevCellError:
+        pass
 
 
 def _record_operation(db: dbmod.Database, object_id: str, name: str, action: str,

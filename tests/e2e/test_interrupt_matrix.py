@@ -182,6 +182,9 @@ def test_an_interrupted_import_leaves_nothing_behind(tmp_path: Path, sig: int) -
     assert conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0] == checkpoints
     conn.close()
     assert "s2" not in _devcell(state, "get", "snapshots").stdout
+    op = _last_operation(state)  # said, not silent: the import's operation, Failed
+    assert (op["action"], op["status"], op["reason"]) == ("import", "Failed", "Interrupted"), op
+    assert "nothing was imported" in op["message"]
     again = _devcell(state, "snapshot", "import", str(archive), "--name", "s2")
     assert again.returncode == 0, again.stderr
 

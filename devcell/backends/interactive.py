@@ -6,6 +6,7 @@ CapabilityMissing instead of a surprise.
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +46,21 @@ class Interactive(Protocol):
         """Each service's log, read in bounded pieces (log_source.py): host files for a
         container cell, files in the machine for a vm cell."""
         ...
+
+
+@runtime_checkable
+class Forwarding(Protocol):
+    def open_port(self, cell: CellRef, port: int) -> socket.socket:
+        """A TCP connection to `port` on the running cell's own loopback (inside its network,
+        published or not): what `devcell port-forward` relays a local connection to."""
+        ...
+
+
+def forwarding(backend: Backend, backend_name: str) -> Forwarding:
+    if not isinstance(backend, Forwarding):
+        raise CapabilityMissing(f"backend {backend_name} cannot forward ports into a cell; "
+                                "use a cell on the container backend")
+    return backend
 
 
 def interactive(backend: Backend, backend_name: str) -> Interactive:

@@ -271,6 +271,14 @@ def _exec(p: argparse.ArgumentParser) -> None:
                    help="the command and its arguments, after --")
 
 
+def _port_forward(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", default="127.0.0.1",
+                   help="loopback address to listen on (127.0.0.1, ::1 or localhost)")
+    p.add_argument("cell", help="cell name or id")
+    p.add_argument("ports", nargs="+", metavar="[LOCAL:]REMOTE",
+                   help="REMOTE (the same port here), LOCAL:REMOTE, or :REMOTE (any free port)")
+
+
 def _logs(p: argparse.ArgumentParser) -> None:
     p.add_argument("cell", help="cell name or id")
     p.add_argument("service", nargs="?", help="one service (default: all, each line prefixed)")
@@ -360,6 +368,9 @@ TABLE = (
             _df),
     Command(("exec",), "cmd_exec:run_exec", "run a command in a running cell", _exec),
     Command(("logs",), "cmd_logs:run_logs", "print the logs of a cell's services", _logs),
+    Command(("port-forward",), "cmd_port_forward:run_port_forward",
+            "relay local ports to ports a running cell listens on (until Ctrl-C)",
+            _port_forward),
     Command(("explain",), "cmd_text:run_explain",
             "document a kind or one of its fields, from its JSON Schema", _explain),
     Command(("version",), "cmd_version:run_version",

@@ -1006,6 +1006,38 @@ class ContainerBackend:
         return self._exec(info["Id"], argv, write(stdout), write(stderr),
                           action=f"exec in cell {cell.name}", stdin=stdin, terminal=terminal)
 
+    def open_port(self, cell: CellRef, port: int) -> socket.socket:
+        """A connection to `port` on the container's loopback, made inside its network
+        namespace (host/netns.py): the container's init process names the namespace, and the
+        container is asked again after the namespace is opened, so a restart in between (a new
+        process under a reused pid) is refused, not entered."""
+        from devcell.backends.host import netns
+
+        info = self._find(cell)
+        if info is None or info.get("State") != "running":
+            raise BackendError(f"cell {cell.name} is not running; start it with "
+                               f"`devcell cell start {cell.name}`")
+        pid = self._init_pid(info["Id"])
+        try:
+            namespace = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise BackendError(f"cannot open the network of cell {cell.name}: "
+                               f"{exc.strerror}") from None
+        try:
+            if self._init_pid(info["Id"]) != pid:
+                raise BackendError(f"cell {cell.name} restarted while its port was opened; "
+                                   "try again")
+            return netns.connect(namespace, port)
+        finally:
+            os.close(namespace)
+
+    def _init_pid(self, container_id: str) -> int:
+        details = container_observe.inspect(self.layout.state_dir, container_id)
+        pid = (details.get("State") or {}).get("Pid")
+        if not isinstance(pid, int) or pid <= 0:
+            raise BackendError("the cell's container has no running process")
+        return pid
+
     def log_paths(self, cell: CellRef) -> dict[str, Path]:
         """Each service's log file (they live with the workspace volume, on the host)."""
         if cell.volume_id is None:

@@ -1,0 +1,36 @@
+"""`devcell port-forward CELL [LOCAL:]REMOTE... [--address 127.0.0.1]`: relay local ports to a
+running cell's ports until Ctrl-C (api/port_forward.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+
+from devcell import names
+from devcell.cli.cmd_exec import open_cell
+
+
+def run_port_forward(args: argparse.Namespace) -> int:
+    from devcell.api import port_forward
+
+    mappings = port_forward.parse(args.ports)
+    address = port_forward.loopback(args.address)
+    attached = open_cell(args, verb="forwarding anyway")
+    try:
+        forwarder = port_forward.Forwarder(
+            attached, mappings, address,
+            on_error=lambda message: sys.stderr.write(f"error: {names.printable(message)}\n"))
+        shown = f"[{address}]" if ":" in address else address
+        for item in forwarder.listening:
+            sys.stdout.write(f"Forwarding from {shown}:{item.local} -> {item.remote}\n")
+        sys.stdout.flush()
+        try:
+            forwarder.serve(threading.Event())
+        except KeyboardInterrupt:  # Ctrl-C is how a forward ends, as kubectl's
+            return 0
+        finally:
+            forwarder.close()
+    finally:
+        attached.close()
+    return 0

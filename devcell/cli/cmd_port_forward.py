@@ -4,11 +4,14 @@ running cell's ports until Ctrl-C (api/port_forward.py)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 
 from devcell import names
 from devcell.cli.cmd_exec import open_cell
+from devcell.store import db as dbmod
+from devcell.store import forwards
 
 
 def run_port_forward(args: argparse.Namespace) -> int:
@@ -25,11 +28,15 @@ def run_port_forward(args: argparse.Namespace) -> int:
         for item in forwarder.listening:
             sys.stdout.write(f"Forwarding from {shown}:{item.local} -> {item.remote}\n")
         sys.stdout.flush()
+        noted = forwards.record(dbmod.resolve_state_dir(args.state_dir), forwards.Forward(
+            os.getpid(), attached.ref.id, address,
+            tuple((item.local, item.remote) for item in forwarder.listening)))
         try:
             forwarder.serve(threading.Event())
         except KeyboardInterrupt:  # Ctrl-C is how a forward ends, as kubectl's
             return 0
         finally:
+            noted.unlink(missing_ok=True)
             forwarder.close()
     finally:
         attached.close()

@@ -113,6 +113,21 @@ def _resumed_from(conn: sqlite3.Connection, object_id: str) -> str:
     return ""
 
 
+def _ports(spec: dict[str, Any], cell_id: str, state_dir: Path | None) -> str | None:
+    """Published ports (host -> cell) and the live `port-forward`s to the cell."""
+    from devcell import security
+    from devcell.store import forwards
+
+    container = [int(p.get("containerPort", 0))
+                 for p in (spec.get("network") or {}).get("ports") or []]
+    shown = [f"{address}:{port} -> {inner} (published)"
+             for (address, port), inner in zip(security.published(spec), container, strict=True)]
+    if state_dir is not None:
+        shown += [f"{f.address}:{local} -> {remote} (port-forward, pid {f.pid})"
+                  for f in forwards.of_cell(state_dir, cell_id) for local, remote in f.ports]
+    return ", ".join(shown) or None
+
+
 def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None = None
            ) -> None:
     record = objects.get(conn, kind, ref)
@@ -185,6 +200,7 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
         _field("Forked from", f'snapshot {forked["snapshot"]} of cell {forked["cell"]}'
                if forked else None)
         _field("Snapshots", ", ".join(lineage.get("snapshots", [])))
+        _field("Ports", _ports(spec, record.id, state_dir))
         services = spec.get("services", [])
         _field("Services", ", ".join(f"{s['name']} ({' '.join(s['command'])})" for s in services))
         if status.get("sleep"):

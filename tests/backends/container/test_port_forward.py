@@ -75,9 +75,11 @@ def test_a_cell_without_a_network_is_reached_through_a_local_port(web: str, stat
 
 
 def test_a_port_nothing_listens_on_is_said_and_the_forward_goes_on(
-        web: str, state: Path) -> None:
+        web: str, state: Path, cli: Cli) -> None:
     proc, (dead, alive) = _forward(state, ":9999", ":8000")
     try:
+        shown = cli("describe", "cell", "web").stdout
+        assert f"127.0.0.1:{alive} -> 8000 (port-forward, pid {proc.pid})" in shown, shown
         with socket.create_connection(("127.0.0.1", dead), timeout=10) as conn:
             conn.settimeout(10)
             assert conn.recv(1) == b""  # closed: the cell refused it
@@ -86,3 +88,4 @@ def test_a_port_nothing_listens_on_is_said_and_the_forward_goes_on(
     finally:
         err = _stop(proc)
     assert "connecting to port 9999 in cell web: Connection refused" in err
+    assert "port-forward" not in cli("describe", "cell", "web").stdout  # ended with it

@@ -8,6 +8,7 @@ A converter's `words` attribute is what shell completion offers for its value.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 from devcell import kinds
@@ -41,11 +42,24 @@ def workers(text: str) -> int:
     return int(text)
 
 
+KEEP_MAX_SECONDS = 999_999 * 86_400
+"""The longest ttl a snapshot takes (999999d)."""
+
+
 def keep_seconds(value: float | None) -> int:
-    """`--keep-pruned`'s seconds (None: the default, 24 hours)."""
+    """`--keep-pruned`'s whole seconds (None: the default, 24 hours); 0 keeps nothing, so a
+    value under a second, which would round to it, is refused rather than keep nothing."""
+    from devcell.errors import UsageError
     from devcell.store import prunes
 
-    return prunes.DEFAULT_KEEP_SECONDS if value is None else int(value)
+    if value is None:
+        return prunes.DEFAULT_KEEP_SECONDS
+    if 0 < value < 1:
+        raise UsageError(f"--keep-pruned {value:g}s: keep a pruned cell's workspace at least "
+                         "1s, or give 0 to keep nothing")
+    if value > KEEP_MAX_SECONDS:
+        raise UsageError("--keep-pruned: at most 999999 days (a snapshot's longest ttl)")
+    return math.ceil(value)
 
 
 def duration(text: str) -> float:

@@ -67,9 +67,16 @@ def duration_seconds(text: str) -> int:
 
 
 def format_duration(seconds: int) -> str:
-    """`seconds` (> 0) as a duration the schemas accept, in the largest whole unit (86400:
-    1d, 5400: 90m): the inverse of duration_seconds."""
-    for unit, size in sorted(DURATION_UNITS.items(), key=lambda u: -u[1]):
-        if seconds % size == 0 and seconds // size <= 999_999:
+    """`seconds` (> 0) as a duration the schemas accept: exactly, in the largest whole unit
+    (86400: 1d, 5400: 90m), the inverse of duration_seconds; a count too large for any unit
+    (1000001 s) is rounded up in the smallest unit that holds it (16667m), never cut short.
+    ValueError past 999999 days."""
+    units = sorted(DURATION_UNITS.items(), key=lambda u: u[1])
+    for unit, size in reversed(units):
+        if seconds % size == 0 and 0 < seconds // size <= 999_999:
             return f"{seconds // size}{unit}"
-    return f"{min(seconds, 999_999)}s"
+    for unit, size in units:
+        count = -(-seconds // size)
+        if 0 < count <= 999_999:
+            return f"{count}{unit}"
+    raise ValueError(f"{seconds} s is longer than 999999 days")

@@ -15,6 +15,7 @@ import os
 import re
 import secrets
 import select
+import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,8 +34,10 @@ S_IFMT, S_IFDIR, S_IFREG, S_IFLNK = 0o170000, 0o040000, 0o100000, 0o120000
 
 _ENTRY = re.compile(rb"/(\d+)/([0-7]{6})/(\d+)/(\d+)/([^/]*)/(\d*)/\n")
 _LINKS = re.compile(rb"^Links: (\d+)", re.MULTILINE)
-_MODE = re.compile(rb"^Inode: \d+ +Type: [a-z ]+? +Mode: +([0-7]{1,6}) ", re.MULTILINE)
-_OWNER = re.compile(rb"^User: +(\d+) +Group: +(\d+) ", re.MULTILINE)
+_MODE = re.compile(rb"^Inode: \d+ +Type: ([a-zA-Z ]+?) +Mode: +([0-7]{1,6}) ", re.MULTILINE)
+_OWNER = re.compile(rb"^User: +(-?\d+) +Group: +(-?\d+) .*?Size: +(\d+)$", re.MULTILINE)
+_TYPES = {b"regular": S_IFREG, b"directory": S_IFDIR, b"symlink": S_IFLNK}
+"""What stat calls the kinds DevCell carries (FIFOs, sockets, devices: 0, left out)."""
 _TIME = re.compile(rb"^ ?(atime|mtime): 0x([0-9a-f]{1,8})(?::([0-9a-f]{1,8}))? --",
                    re.MULTILINE)
 _FAST_LINK = b'Fast link dest: "'
@@ -54,8 +57,8 @@ class Entry:
 
 @dataclass(frozen=True)
 class Inode:
-    """What `stat` adds: link count, times to the nanosecond, a fast link's target (and the
-    permission bits and owner, which a listing gives for every entry but the root)."""
+    """What `stat` says of an inode: its kind and permission bits, owner, size, link count,
+    times to the nanosecond, and a fast symbolic link's target."""
 
     links: int
     atime_ns: int
@@ -64,6 +67,9 @@ class Inode:
     permissions: int
     uid: int
     gid: int
+    kind: int = 0
+    """S_IFREG, S_IFDIR or S_IFLNK; 0 for a kind DevCell does not carry."""
+    size: int = 0
 
 
 def run(image: Path, requests: Sequence[str], *, cwd: Path, write: bool = False,
@@ -135,8 +141,10 @@ def _read(argv: list[str], *, cwd: Path, timeout: float, what: str) -> bytes:
 
 
 def entries(answer: bytes, inode: int) -> list[Entry]:
-    """A directory's entries from its `ls -p` answer, `.` and `..` left out. Names are taken
-    byte for byte (a newline is part of a name); a name holding `/` or NUL is refused."""
+    """A directory's entries from its `ls -p` answer, `.` and `..` left out, for DevCell's own
+    disks only (made from a host tree, whose names hold no `/` or NUL): a listing prints
+    names raw, so on a guest's disk a name holding `/` and newlines could pass for entries
+    (guest disks are read with directory_entries)."""
     out: list[Entry] = []
     pos = 0
     while pos < len(answer) and answer[pos:pos + 1] == b"/":
@@ -159,22 +167,51 @@ def entries(answer: bytes, inode: int) -> list[Entry]:
     return out
 
 
-def inode(answer: bytes, entry: Entry) -> Inode:
-    """`stat`'s answer for `entry`: its links, times and (a fast symbolic link) target."""
+def inode(answer: bytes, number: int) -> Inode:
+    """`stat`'s answer for inode `number`. Owners print signed (2^31 and up as negatives):
+    taken back as the unsigned ids they are."""
     links, mode, owner = _LINKS.search(answer), _MODE.search(answer), _OWNER.search(answer)
     times: dict[bytes, int] = {}
     for name, seconds, extra in _TIME.findall(answer):
         times.setdefault(name, _time_ns(int(seconds, 16), int(extra, 16) if extra else 0))
     if links is None or mode is None or owner is None or len(times) != 2:
-        raise BackendRefused(f"the disk's inode {entry.inode} cannot be read (corrupted?)")
+        raise BackendRefused(f"the disk's inode {number} cannot be read (corrupted?)")
+    kind = _TYPES.get(mode.group(1), 0)
+    size = int(owner.group(3))
     fast = None
     at = answer.find(_FAST_LINK)
-    if at >= 0 and entry.mode & S_IFMT == S_IFLNK:
+    if at >= 0 and kind == S_IFLNK:
         start = at + len(_FAST_LINK)
-        if answer[start + entry.size:start + entry.size + 2] == b'"\n':
-            fast = answer[start:start + entry.size]
+        if answer[start + size:start + size + 2] == b'"\n':
+            fast = answer[start:start + size]
     return Inode(int(links.group(1)), times[b"atime"], times[b"mtime"], fast,
-                 int(mode.group(1), 8), int(owner.group(1)), int(owner.group(2)))
+                 int(mode.group(2), 8) & 0o7777, int(owner.group(1)) & 0xFFFFFFFF,
+                 int(owner.group(2)) & 0xFFFFFFFF, kind, size)
+
+
+def directory_entries(data: bytes, inode: int) -> list[tuple[int, bytes]]:
+    """(inode, name) of each entry in a directory's own blocks (`dump` of its inode), read
+    as ext4 lays them out: inode (4 bytes), record length (2), name length (1), file type
+    (1), then the name, exactly its length, so no name can pass for another entry (a listing
+    prints names raw, and one holding `/` and newlines could). `.`, `..`, unused slots and
+    the checksum tail are left out; a name with `/` or NUL, or a record that leaves its
+    block, is refused. An htree's index blocks read as unused slots."""
+    out: list[tuple[int, bytes]] = []
+    at = 0
+    while at + 8 <= len(data):
+        number, length, name_length, _ = struct.unpack_from("<IHBB", data, at)
+        if length < 8 + name_length or length % 4 or at + length > len(data):
+            raise BackendRefused(f"directory inode {inode} on the disk is damaged (an entry "
+                                 f"at byte {at} leaves its block)")
+        name = data[at + 8:at + 8 + name_length]
+        at += length
+        if number == 0 or name in (b".", b".."):
+            continue
+        if not name or b"/" in name or b"\0" in name:
+            raise BackendRefused(f"directory inode {inode} on the disk holds a name with `/` "
+                                 "or NUL, which no file system path can carry")
+        out.append((number, name))
+    return out
 
 
 def _time_ns(seconds: int, extra: int) -> int:

@@ -6,8 +6,11 @@ with `/` or a newline, metadata that makes a reader loop. The image is never mou
 would hand the kernel a crafted filesystem) and `debugfs rdump` is not used (it follows a
 symbolic link it made itself when a later entry has the same name, writes holes in full and
 recurses without bound). DevCell walks the tree itself, a level at a time, with batches of
-debugfs requests (vm/debugfs.py): per level one `ls -p` batch, one `stat` batch and one
-`dump` batch, so a disk costs a few processes per level of depth, whatever it holds. Files
+debugfs requests (vm/debugfs.py): per level one `dump` batch of the directories' own blocks
+(parsed as ext4 lays them out: each name exactly its recorded length, so none can pass for
+another entry, as a raw `ls -p` listing would let a name holding `/` and newlines do), one
+`stat` batch and one `dump` batch of files, so a disk costs a few processes per level of
+depth, whatever it holds. Files
 are dumped into a private staging directory under names DevCell chose (digits), and every
 host entry is made by DevCell relative to a directory descriptor, with O_EXCL and O_NOFOLLOW
 (a dumped file is hard-linked into place, never renamed over a name): nothing is followed
@@ -37,8 +40,9 @@ from devcell.errors import BackendError, BackendRefused
 
 MAX_ENTRIES = 1_000_000
 MAX_DEPTH = 256
+MAX_DIRECTORY_BYTES = 256 << 20
+"""A directory's own blocks read at most (a million long names fit)."""
 LINK_MAX = 4095
-_ROOT = Entry(ROOT_INODE, S_IFDIR | 0o755, 0, 0, b"", 0)
 
 
 @dataclass
@@ -69,7 +73,7 @@ def extract(image: Path, into: Path, *, budget: int) -> tuple[int, int]:
     try:
         walk.dirs_seen.add(ROOT_INODE)
         (answer,) = debugfs.run(image, [f"stat <{ROOT_INODE}>"], cwd=walk.stage)
-        node = debugfs.inode(answer, _ROOT)
+        node = debugfs.inode(answer, ROOT_INODE)
         root = Entry(ROOT_INODE, S_IFDIR | node.permissions, node.uid, node.gid, b"", 0)
         walk.placed.append((b"", root, node))
         level = [(ROOT_INODE, b"")]
@@ -88,21 +92,21 @@ def extract(image: Path, into: Path, *, budget: int) -> tuple[int, int]:
 
 
 def _level(walk: Walk, level: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
-    """List every directory of one level (a batch), place what they hold (batches of
-    entries across directories), and return the next level's directories."""
+    """Read every directory of one level (their blocks, one dump batch), place what they hold
+    (batches of entries across directories), and return the next level's directories."""
     below: list[tuple[int, bytes]] = []
     for start in range(0, len(level), debugfs.BATCH):
         part = level[start:start + debugfs.BATCH]
-        answers = debugfs.run(walk.image, [f"ls -p <{ino}>" for ino, _ in part], cwd=walk.stage)
-        group: list[tuple[bytes, Entry]] = []
-        for (ino, path), answer in zip(part, answers, strict=True):
-            found = debugfs.entries(answer, ino)
+        debugfs.run(walk.image, [f"dump <{ino}> d{ino}" for ino, _ in part], cwd=walk.stage)
+        group: list[tuple[bytes, int, bytes]] = []
+        for ino, path in part:
+            found = debugfs.directory_entries(_staged(walk, f"d{ino}", MAX_DIRECTORY_BYTES), ino)
             walk.entries += len(found)
             if walk.entries > MAX_ENTRIES:
                 raise BackendRefused(f"the checkpoint disk holds more than {MAX_ENTRIES} "
                                      "entries")
-            for entry in found:
-                group.append((path, entry))
+            for number, name in found:
+                group.append((path, number, name))
                 if len(group) == debugfs.BATCH:
                     below.extend(_entries(walk, group))
                     group = []
@@ -111,14 +115,37 @@ def _level(walk: Walk, level: list[tuple[int, bytes]]) -> list[tuple[int, bytes]
     return below
 
 
-def _entries(walk: Walk, group: list[tuple[bytes, Entry]]) -> list[tuple[int, bytes]]:
-    """A batch of entries (of one or more directories, in listing order): stat them (one
+def _staged(walk: Walk, name: str, limit: int) -> bytes:
+    """A dumped inode's bytes from the staging directory (removed after), at most `limit`."""
+    path = walk.stage / name
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise BackendRefused(f"the checkpoint disk's inode {name[1:]} could not be read "
+                             "(corrupted?)") from None
+    try:
+        if os.fstat(fd).st_size > limit:
+            raise BackendRefused(f"directory inode {name[1:]} on the checkpoint disk is larger "
+                                 f"than {limit} bytes")
+        return os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def _entries(walk: Walk, group: list[tuple[bytes, int, bytes]]) -> list[tuple[int, bytes]]:
+    """A batch of entries (of one or more directories, in their order): stat them (one
     debugfs run), dump new files and slow links (one run), then make each on the host."""
-    kept = [(path, e) for path, e in group if e.mode & S_IFMT in (S_IFDIR, S_IFREG, S_IFLNK)]
-    walk.skipped += len(group) - len(kept)  # FIFOs, sockets and device nodes are not carried
-    nodes = debugfs.run(walk.image, [f"stat <{e.inode}>" for _, e in kept], cwd=walk.stage)
-    described = [(path, e, debugfs.inode(answer, e))
-                 for (path, e), answer in zip(kept, nodes, strict=True)]
+    nodes = debugfs.run(walk.image, [f"stat <{number}>" for _, number, _ in group],
+                        cwd=walk.stage)
+    described: list[tuple[bytes, Entry, debugfs.Inode]] = []
+    for (path, number, name), answer in zip(group, nodes, strict=True):
+        node = debugfs.inode(answer, number)
+        if not node.kind:
+            walk.skipped += 1  # FIFOs, sockets and device nodes are not carried
+            continue
+        described.append((path, Entry(number, node.kind | node.permissions, node.uid, node.gid,
+                                      name, node.size), node))
     dumps: dict[int, Entry] = {}
     for path, entry, node in described:
         kind = entry.mode & S_IFMT

@@ -108,3 +108,49 @@ def test_a_name_with_a_newline_comes_out_byte_for_byte_not_misread(tmp_path: Pat
     vm_extract.extract(image, out, budget=1 << 30)
     assert sorted(os.listdir(out)) == ["lost+found", "ok", "two\nlines"]  # mkfs made it
     assert (out / "two\nlines").read_text() == "3"
+
+
+def _patched(tmp_path: Path, names: dict[bytes, bytes]) -> Path:
+    """An image whose directory holds the names given, each written over a placeholder of
+    the same length in the image's bytes (no checksums: what a guest's own kernel writes is
+    not what it can write by hand)."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for placeholder in names:
+        (tree / os.fsdecode(placeholder)).write_text("x")
+    (tree / "secret").write_text("S")
+    image = tmp_path / "disk.ext4"
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "^metadata_csum", "-d", str(tree),
+                    str(image), "16M"], check=True)
+    data = image.read_bytes()
+    for placeholder, name in names.items():
+        assert data.count(placeholder) == 1 and len(name) == len(placeholder)
+        data = data.replace(placeholder, name)
+    image.write_bytes(data)
+    return image
+
+
+@pytest.mark.parametrize("name", [
+    b"a/0/\n/13/100644/0/0/evil/1/\n/12/100644/0/0/b",  # would pass for entries in a listing
+    b"nul\0xx", b"../../../../etc/x"])
+def test_a_name_holding_a_slash_or_nul_refuses_the_disk_never_reads_as_other_entries(
+        tmp_path: Path, name: bytes) -> None:
+    placeholder = b"P" * len(name)
+    image = _patched(tmp_path, {placeholder: name})
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(BackendRefused, match="a name with `/` or NUL"):
+        vm_extract.extract(image, out, budget=1 << 30)
+    assert not (out / "evil").exists()
+
+
+def test_an_owner_past_two_to_the_31_comes_out_as_itself(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "f").write_text("1")
+    image = image_of(tmp_path, tree, bend=("sif f uid 0x80000000", "sif f gid 0xfffffffe"))
+    out = tmp_path / "out"
+    out.mkdir()
+    vm_extract.extract(image, out, budget=1 << 30)
+    st = os.lstat(out / "f")
+    assert (st.st_uid, st.st_gid) == (0x80000000, 0xFFFFFFFE)

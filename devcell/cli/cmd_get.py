@@ -51,13 +51,31 @@ def _rows(db: Database, kind: str, names: Sequence[str], selector: Selector | No
     if kind == "cells":
         cells = _with_observed(db, views.cells_table(conn, selector, names, wide=wide,
                                                      labels=labels))
-        return _measured(db, kind, cells) if wide else cells
+        return _with_ports(db, _measured(db, kind, cells)) if wide else cells
     if kind == "snapshots":
         snaps = views.snapshots_table(conn, selector, names)
         return _measured(db, kind, snaps) if wide else snaps
     if names:  # each name once, in the order given
         return [row for name in dict.fromkeys(names) for row in _other_rows(db, kind, name)]
     return _other_rows(db, kind, None)
+
+
+def _with_ports(db: Database, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """PORTS of `get cells -o wide`: published `HOST->CELL` and forwarded `LOCAL=>CELL` (a
+    running port-forward)."""
+    from devcell.store import forwards
+
+    forwarded = forwards.live(db.state_dir)
+    for row in rows:
+        shown = []
+        for port in faults.loads(row.get("ports") or "[]"):
+            if isinstance(port, dict):
+                shown.append(f"{port.get('hostPort', port.get('containerPort'))}->"
+                             f"{port.get('containerPort')}")
+        shown += [f"{local}=>{remote}" for f in forwarded.get(row["id"], [])
+                  for local, remote in f.ports]
+        row["ports_shown"] = ",".join(shown) or None
+    return rows
 
 
 def _other_rows(db: Database, kind: str, name: str | None) -> list[dict[str, Any]]:
@@ -229,11 +247,11 @@ def _table(kind: str, rows: list[dict[str, Any]], wide: bool
         data = [[r["name"], r["backend"], r["state"], _phase(r), secs(r["observed_s"]),
                  r["forked_from"], secs(r["age_s"])] for r in rows]
         if wide:
-            headers += ["ID", "IMAGE", "GENERATION", "SOURCE", "WORKSPACE", "DISK", "DIRTY",
-                        "MEMORY", "CPU"]
+            headers += ["ID", "IMAGE", "GENERATION", "SOURCE", "PORTS", "WORKSPACE", "DISK",
+                        "DIRTY", "MEMORY", "CPU"]
             for d, r in zip(data, rows, strict=True):
                 d += [r["id"], r["image"], f"{r['observed_generation']}/{r['generation']}",
-                      r["source"], *_cell_usage(r.get("usage"))]
+                      r["source"], r.get("ports_shown"), *_cell_usage(r.get("usage"))]
     elif kind == "snapshots":
         headers = ["NAME", "CELL", "CONSISTENCY", "PHASE", "FORKS", "AGE"]
         data = [[r["name"], _snapshot_cell(r),

@@ -40,12 +40,17 @@ def record(state_dir: Path, forward: Forward) -> Path:
 
 def of_cell(state_dir: Path, cell_id: str) -> list[Forward]:
     """The live forwards to cell `cell_id` (stale files are removed)."""
+    return live(state_dir).get(cell_id, [])
+
+
+def live(state_dir: Path) -> dict[str, list[Forward]]:
+    """Cell id -> its live forwards (stale files are removed)."""
     directory = Path(state_dir) / DIRECTORY
     try:
         names = sorted(os.listdir(directory))[:MAX_FILES]
     except OSError:
-        return []
-    found = []
+        return {}
+    found: dict[str, list[Forward]] = {}
     for name in names:
         forward = _read(directory, name)
         if forward is None:
@@ -53,8 +58,7 @@ def of_cell(state_dir: Path, cell_id: str) -> list[Forward]:
         if not _alive(forward.pid):
             (directory / name).unlink(missing_ok=True)
             continue
-        if forward.cell_id == cell_id:
-            found.append(forward)
+        found.setdefault(forward.cell_id, []).append(forward)
     return found
 
 

@@ -42,3 +42,32 @@ def test_a_fake_cell_cannot_be_forwarded_to_and_says_so(cli: Cli, tmp_path: Path
     refused = cli("port-forward", "--address", "0.0.0.0", "c", "8080")
     assert refused.returncode == 2 and "loopback only" in refused.stderr
     assert cli("port-forward", "nosuch", "80").returncode == 1
+
+
+def test_get_wide_and_describe_show_published_and_forwarded_ports(cli: Cli,
+                                                                 tmp_path: Path) -> None:
+    import os
+
+    from devcell.store import forwards, objects
+    from devcell.store.db import open_database
+
+    manifest = tmp_path / "c.yaml"
+    manifest.write_text("apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: c}\n"
+                        "spec: {backend: fake, network: {mode: bridge, ports: "
+                        "[{containerPort: 80, hostPort: 8080}]}}\n")
+    assert cli("apply", "-f", str(manifest)).returncode == 0
+    state = tmp_path / "state"
+    db = open_database(state)
+    try:
+        cell_id = objects.require(db.conn, "Cell", "c").id
+    finally:
+        db.close()
+    forwards.record(state, forwards.Forward(os.getpid(), cell_id, "127.0.0.1", ((40001, 3000),)))
+    forwards.record(state, forwards.Forward(2**22 + 7, cell_id, "127.0.0.1", ((1, 2),)))  # dead
+    wide = cli("get", "cells", "-o", "wide").stdout
+    assert "PORTS" in wide and "8080->80,40001=>3000" in wide, wide
+    shown = cli("describe", "cell", "c").stdout
+    assert "127.0.0.1:8080 -> 80 (published)" in shown
+    assert f"127.0.0.1:40001 -> 3000 (port-forward, pid {os.getpid()})" in shown
+    assert "1 -> 2" not in shown
+    assert not (state / "forwards" / f"{2**22 + 7}.json").exists()  # a dead pid's, removed

@@ -145,6 +145,43 @@ def _address_problem(address: str, policy: SecurityPolicy) -> str | None:
             f"lists the address")
 
 
+GIT_SCHEMES = ("file", "ssh", "https", "http", "git")
+
+
+def _workspace_source_problems(workspace: dict[str, Any], policy: SecurityPolicy,
+                               state_dir: Path) -> Iterator[tuple[FieldPath, str]]:
+    """A git source: a remote URL without a password in it (a credential never lands in a
+    manifest, the database or a log: git's credential helpers or ssh keys carry it), or a
+    repository on this host that the host-path rules allow (a clone reads it as DevCell)."""
+    git = (workspace.get("source") or {}).get("git")
+    if git is None:
+        return
+    where: FieldPath = ("workspace", "source", "git", "url")
+    if workspace.get("from") is not None:
+        yield (("workspace", "source"), "a fork keeps its snapshot's workspace: give "
+               "workspace.from or workspace.source, not both")
+    url = str(git.get("url", ""))
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        path = url
+    elif scheme not in GIT_SCHEMES:
+        yield where, (f"{scheme}:// is not a git transport DevCell clones from (use "
+                      f"{', '.join(s + '://' for s in GIT_SCHEMES)} or an absolute path)")
+        return
+    elif scheme == "file":
+        path = rest
+    else:
+        authority = rest.split("/", 1)[0]
+        if "@" in authority and ":" in authority.rsplit("@", 1)[0]:
+            yield where, ("the URL holds a password; remove it and let git's credential "
+                          "helper or an ssh key provide it (a credential never belongs in a "
+                          "manifest)")
+        return
+    problem = host_path_problem(path.rstrip("/") or "/", policy, state_dir)
+    if problem:
+        yield where, problem
+
+
 def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
                   ) -> Iterator[tuple[FieldPath, str]]:
     """Every rule a Cell spec breaks, as (field path under spec, message)."""
@@ -152,6 +189,7 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
     problem = mount_path_problem(workspace)
     if problem:
         yield ("workspace", "mountPath"), problem
+    yield from _workspace_source_problems(spec.get("workspace") or {}, policy, state_dir)
     taken: list[tuple[str, FieldPath]] = [(workspace, ("workspace", "mountPath"))]
     hosts: list[tuple[int, str]] = []
     for i, mount in enumerate(spec.get("mounts") or []):

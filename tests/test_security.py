@@ -125,3 +125,38 @@ def test_shared_host_directories_must_be_read_only_on_every_side() -> None:
         shared_mount_problem(("/src/a", True), ("/src", False), "other") or "")
     assert shared_mount_problem(("/src", False), ("/src/a", True), "other")
     assert shared_mount_problem(("/srv", False), ("/src", False), "other") is None
+
+
+def _git(url: str, **more: Any) -> dict[str, Any]:
+    return {"workspace": {"source": {"git": {"url": url}}, **more}}
+
+
+@pytest.mark.parametrize("url", ["https://example.com/a.git", "ssh://git@example.com/a.git",
+                                 "https://token@example.com/a.git", "git://127.0.0.1/a.git"])
+def test_a_remote_git_source_needs_no_allowance(tmp_path: Path, url: str) -> None:
+    assert problems(_git(url), tmp_path) == {}
+
+
+@pytest.mark.parametrize("url", ["https://me:secret@example.com/a.git",
+                                 "ssh://git:pw@example.com/a.git"])
+def test_a_password_in_a_git_url_is_refused(tmp_path: Path, url: str) -> None:
+    found = problems(_git(url), tmp_path)
+    assert "the URL holds a password" in found["workspace.source.git.url"]
+    assert "secret" not in found["workspace.source.git.url"]
+
+
+def test_a_repository_on_this_host_follows_the_host_path_rules(tmp_path: Path) -> None:
+    repo = tmp_path / "repos" / "p.git"
+    repo.mkdir(parents=True)
+    for url in (str(repo), f"file://{repo}"):
+        assert "off by default" in problems(_git(url), tmp_path / "s")[
+            "workspace.source.git.url"]
+        allowed = SecurityPolicy(source="cfg", allowed_host_paths=(str(tmp_path / "repos"),))
+        assert problems(_git(url), tmp_path / "s", allowed) == {}
+    assert "not a git transport" in problems(_git("ftp://x/a.git"), tmp_path)[
+        "workspace.source.git.url"]
+
+
+def test_a_fork_cannot_have_a_source_too(tmp_path: Path) -> None:
+    found = problems(_git("https://example.com/a.git", **{"from": {"snapshot": "s"}}), tmp_path)
+    assert "not both" in found["workspace.source"]

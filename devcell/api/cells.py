@@ -71,6 +71,7 @@ def fork(state_dir: Path, cell: str, *, snapshot: str, name: str,
         spec["state"] = "Running"
         _fork_ports(spec, host_ports or {} if publish else None, name)
         spec.setdefault("workspace", {})["from"] = {"snapshot": snap.name}
+        spec["workspace"].pop("source", None)  # a fork keeps its snapshot's files
         manifest = _manifest("Cell", name, spec, labels=dict(source.labels))
         result = admission.apply_objects(db, [manifest])
         return _finish(db, result, options, hooks)

@@ -78,6 +78,9 @@ def runtime_hash(spec: dict[str, Any], key: bytes) -> str:
     that hashed them plainly, is recreated once (its old label was the leak).
     """
     fields = {k: spec.get(k) for k in RUNTIME_FIELDS}
+    if isinstance(fields["workspace"], dict) and "source" in fields["workspace"]:
+        # what a new workspace starts with, used once: never a reason to recreate the runtime
+        fields["workspace"] = {k: v for k, v in fields["workspace"].items() if k != "source"}
     fields.update({k: spec[k] for k in OPTIONAL_RUNTIME_FIELDS if spec.get(k)})
     return digest(secrets.keyed(fields, key))
 

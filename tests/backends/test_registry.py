@@ -62,6 +62,7 @@ def _command_lines(work: Path) -> dict[tuple[str, ...], list[str]]:
         ("image", "ls"): ["image", "ls"], ("image", "prune"): ["image", "prune"],
         ("gc",): ["gc"], ("df",): ["df"],
         ("exec",): ["exec", "walk", "--", "true"], ("logs",): ["logs", "walk"],
+        ("port-forward",): ["port-forward", "walk", "8080"],
     }
 
 

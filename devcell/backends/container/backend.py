@@ -297,9 +297,13 @@ class ContainerBackend:
 
     def create_volume(self, cell: CellRef, volume_id: str, *, from_checkpoint: str | None
                       ) -> Outputs:
+        from devcell.backends.host import git_source
+
         made = self.store.create_volume(cell_id=cell.id, cell_name=cell.name,
                                         volume_id=volume_id, from_checkpoint=from_checkpoint,
-                                        op_id=cell.op_id)
+                                        op_id=cell.op_id,
+                                        seed=None if from_checkpoint else
+                                        git_source.of_spec(cell.spec))
         outputs: Outputs = {"volume": volume_id, "path": str(self.layout.workspace(volume_id)),
                             "restoredFrom": from_checkpoint, "files": made.stats.files,
                             "bytes": made.stats.size_bytes, "storage": made.storage}

@@ -878,9 +878,13 @@ class VmBackend:
 
     def create_volume(self, cell: CellRef, volume_id: str, *, from_checkpoint: str | None
                       ) -> Outputs:
+        from devcell.backends.host import git_source
+
         meta = self.disks.create_volume(cell_id=cell.id, cell_name=cell.name,
                                         volume_id=volume_id, from_checkpoint=from_checkpoint,
-                                        op_id=cell.op_id)
+                                        op_id=cell.op_id,
+                                        seed=None if from_checkpoint else
+                                        git_source.of_spec(cell.spec))
         return {"volume": volume_id, "storage": "disk",
                 "from_checkpoint": meta.get("from_checkpoint")}
 

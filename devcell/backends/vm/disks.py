@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from devcell.backends.base import Fill
-from devcell.backends.host import children, removal, temporaries
+from devcell.backends.host import children, git_source, removal, temporaries
 from devcell.backends.host.ids import safe_id
 from devcell.backends.vm import exact_disk as vm_exact
 from devcell.backends.vm import extract as vm_extract
@@ -145,7 +145,10 @@ class DiskStore:
         raw.unlink()
 
     def create_volume(self, *, cell_id: str, cell_name: str, volume_id: str,
-                      from_checkpoint: str | None, op_id: str | None) -> dict[str, Any]:
+                      from_checkpoint: str | None, op_id: str | None,
+                      seed: git_source.GitSource | None = None) -> dict[str, Any]:
+        """A new workspace disk: empty, on a checkpoint's layer (a fork), or holding `seed`
+        cloned (made in a temporary: a failed clone leaves no disk)."""
         existing = self.volume_meta(volume_id)
         if existing is not None:
             return existing
@@ -153,14 +156,22 @@ class DiskStore:
             base = self.checkpoint_layer(from_checkpoint) if from_checkpoint else None
             return self._make_volume(cell_id=cell_id, cell_name=cell_name,
                                      volume_id=volume_id, from_checkpoint=from_checkpoint,
-                                     op_id=op_id, base=base)
+                                     op_id=op_id, base=base, seed=seed)
 
     def _make_volume(self, *, cell_id: str, cell_name: str, volume_id: str,
-                     from_checkpoint: str | None, op_id: str | None, base: str | None
-                     ) -> dict[str, Any]:
+                     from_checkpoint: str | None, op_id: str | None, base: str | None,
+                     seed: git_source.GitSource | None = None) -> dict[str, Any]:
 
         def make(tmp: Path) -> dict[str, Any]:
-            if base is None:
+            if base is None and seed is not None:
+                git_source.clone(seed, tmp / "tree")
+                size = vm_image.tree_bytes(tmp / "tree", "the cloned repository")
+                vm_image.mkfs(tmp / "tree", tmp / DISK, max(WORKSPACE_BYTES, size * 2),
+                              "devcell-work", exact=True)
+                removal.remove(tmp / "tree")
+                top = self.layers.from_raw(tmp / DISK, volume=volume_id)
+                (tmp / DISK).unlink()
+            elif base is None:
                 vm_image.mkfs(None, tmp / DISK, WORKSPACE_BYTES, "devcell-work", exact=True)
                 top = self.layers.from_raw(tmp / DISK, volume=volume_id)
                 (tmp / DISK).unlink()

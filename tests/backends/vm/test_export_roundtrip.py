@@ -194,3 +194,29 @@ def test_two_thousand_links_cost_a_few_processes_not_two_thousand(
     assert os.readlink(out / "d" / "l1") == "target-1" + "x" * 70
     # the root's stat, then per level: ls, stat and dump (3 levels here)
     assert len(runs) <= 1 + 3 * 3, len(runs)
+
+
+def test_a_git_source_seeds_a_new_vm_workspace_disk(tmp_path: Path) -> None:
+    """The clone lands on the disk mkfs makes (no boot): its files come out of the disk."""
+    import subprocess
+
+    from devcell.backends.host.git_source import GitSource
+    from devcell.backends.vm import layers as vm_layers
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "README").write_text("from git\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "one"]):
+        subprocess.run(["git", *args], cwd=work, check=True, env=env, capture_output=True)
+    store = DiskStore(VmLayout(tmp_path / "state"))
+    store.create_volume(cell_id="cell_1", cell_name="c", volume_id="vol_1",
+                        from_checkpoint=None, op_id=None, seed=GitSource(str(work), None, 1))
+    raw = tmp_path / "disk.raw"
+    vm_layers.qemu_img(["convert", "-q", "-f", "qcow2", "-O", "raw",
+                        str(store.volume_disk("vol_1")), str(raw)])
+    out = tmp_path / "out"
+    out.mkdir()
+    extract.extract(raw, out, budget=1 << 30)
+    assert (out / "README").read_text() == "from git\n" and (out / ".git").is_dir()

@@ -1,0 +1,121 @@
+"""Cloning a workspace's git source (backends/host/git_source.py) with the real git: from a
+local bare repository and from a git daemon on 127.0.0.1, at a branch, a tag or a commit,
+shallow or not; a bad URL or ref refused with why and nothing left; never a hard link into
+the host's repository."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devcell.backends.host import git_source
+from devcell.backends.host.git_source import GitSource
+from devcell.errors import BackendError, BackendRefused
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+
+def _git(*args: str, cwd: Path | None = None) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
+                          env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
+                                   GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")).stdout
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bare repository: main (two commits: v1 then v2), tag t1 at v1, branch other."""
+    work = tmp_path_factory.mktemp("work")
+    _git("init", "-q", "-b", "main", cwd=work)
+    (work / "app.py").write_text("v1\n")
+    _git("add", ".", cwd=work)
+    _git("commit", "-q", "-m", "one", cwd=work)
+    _git("tag", "t1", cwd=work)
+    (work / "app.py").write_text("v2\n")
+    (work / "dir").mkdir()
+    (work / "dir" / "x").write_text("x\n")
+    _git("add", ".", cwd=work)
+    _git("commit", "-q", "-m", "two", cwd=work)
+    _git("branch", "other", "t1", cwd=work)
+    bare = tmp_path_factory.mktemp("repo") / "project.git"
+    _git("clone", "-q", "--bare", str(work), str(bare))
+    return bare
+
+
+def test_a_local_repository_is_cloned_at_its_head_and_shares_no_inode(
+        bare: Path, tmp_path: Path) -> None:
+    into = tmp_path / "ws"
+    git_source.clone(GitSource(str(bare), None, None), into)
+    assert (into / "app.py").read_text() == "v2\n" and (into / "dir" / "x").exists()
+    host_inodes = {os.stat(p).st_ino for p in bare.rglob("*") if p.is_file()}
+    assert not host_inodes & {os.stat(p).st_ino for p in (into / ".git").rglob("*")
+                              if p.is_file()}  # a cell never writes the host's objects
+
+
+@pytest.mark.parametrize(("ref", "content"), [("t1", "v1\n"), ("other", "v1\n"),
+                                              ("main", "v2\n")])
+def test_a_branch_or_tag_is_checked_out(bare: Path, tmp_path: Path, ref: str,
+                                        content: str) -> None:
+    git_source.clone(GitSource(f"file://{bare}", ref, 1), tmp_path / "ws")
+    assert (tmp_path / "ws" / "app.py").read_text() == content
+
+
+def test_a_commit_is_checked_out(bare: Path, tmp_path: Path) -> None:
+    first = _git("rev-list", "--max-parents=0", "main", cwd=bare).strip()
+    git_source.clone(GitSource(str(bare), first[:12], None), tmp_path / "ws")
+    assert (tmp_path / "ws" / "app.py").read_text() == "v1\n"
+
+
+def test_a_missing_repository_or_ref_is_refused_with_why(bare: Path, tmp_path: Path) -> None:
+    with pytest.raises(BackendRefused, match="the repository was not found"):
+        git_source.clone(GitSource(str(tmp_path / "nope.git"), None, None), tmp_path / "a")
+    with pytest.raises(BackendRefused, match="the ref nosuch is not in the repository"):
+        git_source.clone(GitSource(str(bare), "nosuch", None), tmp_path / "b")
+    with pytest.raises(BackendRefused, match="the ref deadbeef1234 is not in the repository"):
+        git_source.clone(GitSource(str(bare), "deadbeef1234", None), tmp_path / "c")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_an_unreachable_remote_is_a_retryable_error(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(BackendError, match="could not be reached") as raised:
+        git_source.clone(GitSource(f"http://127.0.0.1:{port}/x.git", None, None), tmp_path / "a")
+    assert not isinstance(raised.value, BackendRefused)
+
+
+@pytest.fixture
+def daemon(bare: Path) -> Iterator[str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["git", "daemon", "--reuseaddr", "--listen=127.0.0.1",
+                             f"--port={port}", "--export-all", f"--base-path={bare.parent}",
+                             str(bare.parent)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"git://127.0.0.1:{port}/{bare.name}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_a_git_server_on_loopback_is_cloned_with_and_without_a_ref(
+        daemon: str, tmp_path: Path) -> None:
+    git_source.clone(GitSource(daemon, None, None), tmp_path / "head")
+    assert (tmp_path / "head" / "app.py").read_text() == "v2\n"
+    git_source.clone(GitSource(daemon, "t1", 1), tmp_path / "tag")
+    assert (tmp_path / "tag" / "app.py").read_text() == "v1\n"

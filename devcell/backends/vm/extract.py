@@ -76,7 +76,7 @@ def extract(image: Path, into: Path, *, budget: int) -> tuple[int, int]:
         node = debugfs.inode(answer, ROOT_INODE)
         root = Entry(ROOT_INODE, S_IFDIR | node.permissions, node.uid, node.gid, b"", 0)
         walk.placed.append((b"", root, node))
-        level = [(ROOT_INODE, b"")]
+        level = [(ROOT_INODE, b"", node.size)]
         depth = 0
         while level:
             depth += 1
@@ -91,15 +91,27 @@ def extract(image: Path, into: Path, *, budget: int) -> tuple[int, int]:
     return walk.files, walk.skipped
 
 
-def _level(walk: Walk, level: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+Level = list[tuple[int, bytes, int]]
+"""Directories of one level: (inode, path from the root, size its inode claims)."""
+
+
+def _level(walk: Walk, level: Level) -> Level:
     """Read every directory of one level (their blocks, one dump batch), place what they hold
-    (batches of entries across directories), and return the next level's directories."""
-    below: list[tuple[int, bytes]] = []
+    (batches of entries across directories), and return the next level's directories. A
+    directory's size is checked before it is dumped, and counts against the disk's size:
+    `dump` writes what an inode claims, holes in full."""
+    below: Level = []
     for start in range(0, len(level), debugfs.BATCH):
         part = level[start:start + debugfs.BATCH]
-        debugfs.run(walk.image, [f"dump <{ino}> d{ino}" for ino, _ in part], cwd=walk.stage)
+        for _, path, size in part:
+            walk.written += size
+            if size > MAX_DIRECTORY_BYTES or walk.written > walk.budget:
+                raise BackendRefused(f"directory {_shown(path) or '/'!r} on the checkpoint disk "
+                                     f"claims {size} bytes, more than a directory holds "
+                                     "(corrupted?)")
+        debugfs.run(walk.image, [f"dump <{ino}> d{ino}" for ino, _, _ in part], cwd=walk.stage)
         group: list[tuple[bytes, int, bytes]] = []
-        for ino, path in part:
+        for ino, path, _ in part:
             found = debugfs.directory_entries(_staged(walk, f"d{ino}", MAX_DIRECTORY_BYTES), ino)
             walk.entries += len(found)
             if walk.entries > MAX_ENTRIES:
@@ -133,7 +145,7 @@ def _staged(walk: Walk, name: str, limit: int) -> bytes:
         os.unlink(path)
 
 
-def _entries(walk: Walk, group: list[tuple[bytes, int, bytes]]) -> list[tuple[int, bytes]]:
+def _entries(walk: Walk, group: list[tuple[bytes, int, bytes]]) -> Level:
     """A batch of entries (of one or more directories, in their order): stat them (one
     debugfs run), dump new files and slow links (one run), then make each on the host."""
     nodes = debugfs.run(walk.image, [f"stat <{number}>" for _, number, _ in group],
@@ -161,7 +173,7 @@ def _entries(walk: Walk, group: list[tuple[bytes, int, bytes]]) -> list[tuple[in
             dumps[entry.inode] = entry
     if dumps:
         _dump(walk, list(dumps.values()))
-    below: list[tuple[int, bytes]] = []
+    below: Level = []
     fd, opened = -1, b""
     try:
         for path, entry, node in described:
@@ -172,7 +184,7 @@ def _entries(walk: Walk, group: list[tuple[bytes, int, bytes]]) -> list[tuple[in
                 fd, opened = treewalk.open_beneath(walk.root, path), path
             try:
                 if _place(walk, fd, path, entry, node, dumps):
-                    below.append((entry.inode, path + entry.name + b"/"))
+                    below.append((entry.inode, path + entry.name + b"/", entry.size))
             except FileExistsError:
                 walk.skipped += 1  # a name twice in one directory: the first one stays
             except FileNotFoundError:

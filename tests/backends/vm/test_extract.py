@@ -154,3 +154,17 @@ def test_an_owner_past_two_to_the_31_comes_out_as_itself(tmp_path: Path) -> None
     vm_extract.extract(image, out, budget=1 << 30)
     st = os.lstat(out / "f")
     assert (st.st_uid, st.st_gid) == (0x80000000, 0xFFFFFFFE)
+
+
+def test_a_directory_claiming_a_terabyte_is_refused_before_it_is_dumped(tmp_path: Path) -> None:
+    """`dump` writes what an inode claims, holes in full: a directory whose size says 1 TiB
+    would fill the host's disk before its entries were read."""
+    tree = tmp_path / "tree"
+    (tree / "d").mkdir(parents=True)
+    (tree / "d" / "f").write_text("x")
+    image = image_of(tmp_path, tree, bend=("sif d size 0x10000000000",))
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(BackendRefused, match="claims 1099511627776 bytes"):
+        vm_extract.extract(image, out, budget=1 << 30)
+    assert sum(p.stat().st_blocks for p in tmp_path.rglob("*") if p.is_file()) * 512 < 64 << 20

@@ -160,3 +160,24 @@ def test_a_repository_on_this_host_follows_the_host_path_rules(tmp_path: Path) -
 def test_a_fork_cannot_have_a_source_too(tmp_path: Path) -> None:
     found = problems(_git("https://example.com/a.git", **{"from": {"snapshot": "s"}}), tmp_path)
     assert "not both" in found["workspace.source"]
+
+
+@pytest.mark.parametrize("url", ["ext::sh -c touch% /tmp/pwned", "host:repo.git",
+                                 "-uhelp", "relative/repo"])
+def test_a_git_url_that_is_not_a_transport_or_an_absolute_path_is_refused(
+        tmp_path: Path, url: str) -> None:
+    """`ext::` runs a command; `-u...` would be an option; neither reaches git."""
+    assert problems(_git(url), tmp_path)["workspace.source.git.url"]
+
+
+def test_a_ref_starting_with_a_dash_is_refused_by_the_schema() -> None:
+    import jsonschema
+
+    from devcell.schemas import schema as load_schema
+
+    schema = load_schema("cell")
+    ref = schema["properties"]["spec"]["properties"]["workspace"]["properties"]["source"][
+        "properties"]["git"]["properties"]["ref"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate("--upload-pack=x", ref)
+    jsonschema.validate("release/1.2", ref)

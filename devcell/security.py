@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import posixpath
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,8 @@ def _address_problem(address: str, policy: SecurityPolicy) -> str | None:
 
 
 GIT_SCHEMES = ("file", "ssh", "https", "http", "git")
+_GIT_USER = re.compile(r"[A-Za-z0-9._-]{1,64}")
+"""The user of an ssh or git URL (`ssh://git@host/...`): a name, never a secret's shape."""
 
 
 def _workspace_source_problems(workspace: dict[str, Any], policy: SecurityPolicy,
@@ -171,11 +174,14 @@ def _workspace_source_problems(workspace: dict[str, Any], policy: SecurityPolicy
     elif scheme == "file":
         path = rest
     else:
-        authority = rest.split("/", 1)[0]
-        if "@" in authority and ":" in authority.rsplit("@", 1)[0]:
-            yield where, ("the URL holds a password; remove it and let git's credential "
-                          "helper or an ssh key provide it (a credential never belongs in a "
-                          "manifest)")
+        user, at, _ = rest.rpartition("@")
+        if at and (scheme in ("http", "https") or not _GIT_USER.fullmatch(user)):
+            yield where, ("the URL holds credentials (a user and password or a token); remove "
+                          "them and let git's credential helper or an ssh key provide them "
+                          "(a credential never belongs in a manifest)")
+        return
+    if "//" in path:
+        yield where, f"{path!r} must be a normalised absolute path (no '//')"
         return
     problem = host_path_problem(path.rstrip("/") or "/", policy, state_dir)
     if problem:

@@ -132,16 +132,19 @@ def _git(url: str, **more: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("url", ["https://example.com/a.git", "ssh://git@example.com/a.git",
-                                 "https://token@example.com/a.git", "git://127.0.0.1/a.git"])
+                                 "git://127.0.0.1/a.git", "ssh://deploy.bot@example.com/a"])
 def test_a_remote_git_source_needs_no_allowance(tmp_path: Path, url: str) -> None:
     assert problems(_git(url), tmp_path) == {}
 
 
 @pytest.mark.parametrize("url", ["https://me:secret@example.com/a.git",
-                                 "ssh://git:pw@example.com/a.git"])
-def test_a_password_in_a_git_url_is_refused(tmp_path: Path, url: str) -> None:
+                                 "ssh://git:secret@example.com/a.git",
+                                 "https://ghp_secret@github.com/o/r",  # a token as the user
+                                 "https://u%3Asecret@h/x", "https://u:se/cret@h/x",
+                                 "ssh://u%3Asecret@h/x"])
+def test_credentials_in_a_git_url_are_refused(tmp_path: Path, url: str) -> None:
     found = problems(_git(url), tmp_path)
-    assert "the URL holds a password" in found["workspace.source.git.url"]
+    assert "the URL holds credentials" in found["workspace.source.git.url"]
     assert "secret" not in found["workspace.source.git.url"]
 
 
@@ -163,7 +166,7 @@ def test_a_fork_cannot_have_a_source_too(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("url", ["ext::sh -c touch% /tmp/pwned", "host:repo.git",
-                                 "-uhelp", "relative/repo"])
+                                 "-uhelp", "relative/repo", "fd::0", "file:////tmp/x"])
 def test_a_git_url_that_is_not_a_transport_or_an_absolute_path_is_refused(
         tmp_path: Path, url: str) -> None:
     """`ext::` runs a command; `-u...` would be an option; neither reaches git."""

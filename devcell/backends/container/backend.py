@@ -62,6 +62,7 @@ from devcell.backends.container.spec import (
     VOLUME,
 )
 from devcell.backends.container.workspaces import WorkspaceStore
+from devcell.backends.host import git_source
 from devcell.backends.host.ids import safe_id, state_hash
 from devcell.config import SecurityPolicy
 from devcell.errors import (
@@ -297,19 +298,22 @@ class ContainerBackend:
 
     def create_volume(self, cell: CellRef, volume_id: str, *, from_checkpoint: str | None
                       ) -> Outputs:
-        from devcell.backends.host import git_source
-
         made = self.store.create_volume(cell_id=cell.id, cell_name=cell.name,
                                         volume_id=volume_id, from_checkpoint=from_checkpoint,
                                         op_id=cell.op_id,
                                         seed=None if from_checkpoint else
-                                        git_source.of_spec(cell.spec))
+                                        self._seed(cell))
         outputs: Outputs = {"volume": volume_id, "path": str(self.layout.workspace(volume_id)),
                             "restoredFrom": from_checkpoint, "files": made.stats.files,
                             "bytes": made.stats.size_bytes, "storage": made.storage}
         if made.copy_reason:
             outputs["copiedBecause"] = made.copy_reason
         return outputs
+
+    def _seed(self, cell: CellRef) -> git_source.GitSource | None:
+        """What a new workspace is cloned from, judged again now (git_source.checked)."""
+        seed = git_source.of_spec(cell.spec)
+        return None if seed is None else git_source.checked(seed, self.layout.state_dir)
 
     def delete_volume(self, volume_id: str) -> Outputs:
         safe_id("volume", volume_id)

@@ -13,6 +13,7 @@ last line, escaped; the caller removes what was being made, so no half-made work
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass
@@ -24,7 +25,11 @@ from devcell.backends.host import children
 from devcell.errors import BackendError, BackendRefused
 
 CLONE_SECONDS = 600.0
-_SHA = re.compile(r"[0-9a-f]{7,40}")
+ALLOWED_PROTOCOLS = "file:git:ssh:http:https"
+"""GIT_ALLOW_PROTOCOL: what git may speak, whatever URL reaches it (no `ext::`, `fd::` or
+other remote helper)."""
+_SHA = re.compile(r"[0-9a-fA-F]{7,40}")
+_USERINFO = re.compile(r"^([a-z]+://)[^/@]*@")
 _CAUSES = (
     (re.compile(r"not found|does not appear to be a git repository|does not exist|"
                 r"no such file", re.I), "the repository was not found"),
@@ -45,8 +50,10 @@ class GitSource:
 
     @property
     def shown(self) -> str:
-        return names.printable(self.url) + (f" at {names.printable(self.ref)}" if self.ref
-                                            else "")
+        """The URL as printed: any user part left out (admission refuses credentials in a
+        URL; this keeps one that reached here out of every message anyway)."""
+        url = _USERINFO.sub(r"\1…@", self.url)
+        return names.printable(url) + (f" at {names.printable(self.ref)}" if self.ref else "")
 
 
 def of_spec(spec: dict[str, Any]) -> GitSource | None:
@@ -59,24 +66,58 @@ def of_spec(spec: dict[str, Any]) -> GitSource | None:
     return GitSource(str(git["url"]), git.get("ref"), int(depth) if depth else None)
 
 
+def local_path(url: str) -> str | None:
+    """The path of a repository on this host (a path or a file:// URL); None for a remote."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    return rest if scheme == "file" else None
+
+
+def checked(source: GitSource, state_dir: Path) -> GitSource:
+    """`source` as it may be cloned now: a repository on this host is judged again by the
+    host-path rules (a directory swapped for a link since admission is refused) and cloned
+    from the path it resolves to, so no link can move between the check and the clone."""
+    path = local_path(source.url)
+    if path is None:
+        return source
+    from devcell import config, security
+
+    problem = security.host_path_problem(path.rstrip("/") or "/",
+                                         config.load(state_dir).security, state_dir)
+    if problem:
+        raise BackendRefused(f"cloning {source.shown}: {problem}")
+    return dataclasses.replace(source, url=os.path.realpath(path))
+
+
 def clone(source: GitSource, into: Path) -> None:
-    """Clone `source` into `into` (which must not exist), checked out at its ref."""
-    sha = source.ref is not None and _SHA.fullmatch(source.ref) is not None
-    argv = ["git", "clone", "--quiet", "--no-hardlinks", "--no-tags",
-            "-c", "core.hooksPath=/dev/null"]
-    if source.depth and not sha:
-        argv += ["--depth", str(source.depth)]
-    if source.ref and not sha:
-        argv += ["--branch", source.ref, "--single-branch"]
+    """Clone `source` into `into` (which must not exist), checked out at its ref: a branch
+    or tag of that name first; a ref that looks like a commit and is none, as a commit (a
+    full clone, then that commit checked out detached)."""
+    # -c before the verb: for this run only, never written into the workspace's config
+    argv = ["git", "-c", "core.hooksPath=/dev/null", "clone", "--quiet", "--no-hardlinks"]
+    named = [*(["--branch", source.ref, "--single-branch"] if source.ref else []),
+             *(["--depth", str(source.depth)] if source.depth else [])]
+    try:
+        _git([*argv, *named, "--", source.url, str(into)], source)
+        return
+    except NoSuchRef:
+        if source.ref is None or _SHA.fullmatch(source.ref) is None:
+            raise
     _git([*argv, "--", source.url, str(into)], source)
-    if sha:
-        _git(["git", "-C", str(into), "-c", "advice.detachedHead=false", "checkout", "--quiet",
-              "--detach", str(source.ref), "--"], source)
+    found = _git(["git", "-C", str(into), "rev-parse", "--verify", "--quiet",
+                  f"{source.ref}^{{commit}}"], source, capture=True).strip()
+    _git(["git", "-C", str(into), "-c", "advice.detachedHead=false", "checkout", "--quiet",
+          "--detach", found, "--"], source)
 
 
-def _git(argv: list[str], source: GitSource) -> None:
+class NoSuchRef(BackendRefused):
+    """The ref names no branch, tag or commit of the repository."""
+
+
+def _git(argv: list[str], source: GitSource, *, capture: bool = False) -> str:
     env = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "/bin/false",
-           "SSH_ASKPASS": "/bin/false", "LC_ALL": "C",
+           "SSH_ASKPASS": "/bin/false", "LC_ALL": "C", "GIT_ALLOW_PROTOCOL": ALLOWED_PROTOCOLS,
            "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")}
     try:
         done = children.run_bytes(argv, env=env, timeout=CLONE_SECONDS)
@@ -87,15 +128,20 @@ def _git(argv: list[str], source: GitSource) -> None:
         raise BackendError(f"cloning {source.shown} took over {CLONE_SECONDS:.0f} s; it was "
                            "stopped") from None
     if done.returncode == 0:
-        return
+        return done.stdout.decode("utf-8", "replace") if capture else ""
     stderr = done.stderr.decode("utf-8", "replace")
     said = [line for line in stderr.strip().splitlines() if line.strip()]
-    last = names.printable(said[-1][-300:]) if said else f"git exited {done.returncode}"
+    first = next((line for line in said if line.startswith(("fatal:", "error:"))),
+                 said[-1] if said else f"git exited {done.returncode}")
+    last = names.printable(_USERINFO.sub(r"\1…@", first)[-300:])
+    if capture and not said:  # rev-parse --quiet: the ref names no commit
+        raise NoSuchRef(f"cloning {source.shown}: the ref {names.printable(str(source.ref))} "
+                        "is not in the repository")
     if source.ref and re.search(r"remote branch .* not found|did not match any|"
                                 r"reference is not a tree|not our ref|unknown revision|"
                                 r"invalid reference",
-                                stderr, re.I):
-        raise BackendRefused(f"cloning {source.shown}: the ref {names.printable(source.ref)} "
+                                stderr, re.I | re.S):
+        raise NoSuchRef(f"cloning {source.shown}: the ref {names.printable(source.ref)} "
                              f"is not in the repository (git: {last})")
     for pattern, why in _CAUSES:
         if pattern.search(stderr):

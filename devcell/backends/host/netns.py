@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import ipaddress
 import os
 import socket
 import threading
@@ -24,7 +25,11 @@ CONNECT_SECONDS = 10.0
 def connect(namespace_fd: int, port: int, *, host: str = "127.0.0.1",
             timeout: float = CONNECT_SECONDS) -> socket.socket:
     """A connected socket to `host:port` as seen inside the namespace `namespace_fd` (an open
-    /proc/PID/ns/net); OSError as connect(2) gives it (ECONNREFUSED: nothing listens)."""
+    /proc/PID/ns/net); OSError as connect(2) gives it (ECONNREFUSED: nothing listens). `host`
+    is an address, never a name (a lookup would run in the cell's network, past the deadline)."""
+    if not 1 <= port <= 65535:
+        raise ValueError(f"port {port} is not 1-65535")
+    ipaddress.ip_address(host)  # ValueError for a name
     result: list[socket.socket | BaseException] = []
 
     def inside() -> None:

@@ -48,7 +48,7 @@ from devcell.backends.base import (
     Owned,
     OwnedKind,
 )
-from devcell.backends.host import removal, temporaries
+from devcell.backends.host import git_source, removal, temporaries
 from devcell.backends.interactive import Terminal
 from devcell.backends.vm import capacity as vm_capacity
 from devcell.backends.vm import clock as vm_clock
@@ -878,15 +878,18 @@ class VmBackend:
 
     def create_volume(self, cell: CellRef, volume_id: str, *, from_checkpoint: str | None
                       ) -> Outputs:
-        from devcell.backends.host import git_source
-
         meta = self.disks.create_volume(cell_id=cell.id, cell_name=cell.name,
                                         volume_id=volume_id, from_checkpoint=from_checkpoint,
                                         op_id=cell.op_id,
                                         seed=None if from_checkpoint else
-                                        git_source.of_spec(cell.spec))
+                                        self._seed(cell))
         return {"volume": volume_id, "storage": "disk",
                 "from_checkpoint": meta.get("from_checkpoint")}
+
+    def _seed(self, cell: CellRef) -> git_source.GitSource | None:
+        """What a new workspace is cloned from, judged again now (git_source.checked)."""
+        seed = git_source.of_spec(cell.spec)
+        return None if seed is None else git_source.checked(seed, self.layout.state_dir)
 
     def delete_volume(self, volume_id: str) -> Outputs:
         existed = self.volume_exists(volume_id)

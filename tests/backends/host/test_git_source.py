@@ -119,3 +119,52 @@ def test_a_git_server_on_loopback_is_cloned_with_and_without_a_ref(
     assert (tmp_path / "head" / "app.py").read_text() == "v2\n"
     git_source.clone(GitSource(daemon, "t1", 1), tmp_path / "tag")
     assert (tmp_path / "tag" / "app.py").read_text() == "v1\n"
+
+
+def test_a_branch_that_looks_like_a_commit_is_a_branch(bare: Path, tmp_path: Path) -> None:
+    _git("branch", "deadbeef", "t1", cwd=bare)
+    git_source.clone(GitSource(str(bare), "deadbeef", 1), tmp_path / "ws")
+    assert (tmp_path / "ws" / "app.py").read_text() == "v1\n"
+    first = _git("rev-list", "--max-parents=0", "main", cwd=bare).strip()
+    git_source.clone(GitSource(str(bare), first[:10].upper(), None), tmp_path / "upper")
+    assert (tmp_path / "upper" / "app.py").read_text() == "v1\n"
+
+
+def test_no_remote_helper_runs_and_no_setting_stays_in_the_workspace(
+        bare: Path, tmp_path: Path) -> None:
+    began = time.monotonic()
+    with pytest.raises(BackendError):
+        git_source.clone(GitSource("fd::0", None, None), tmp_path / "fd")  # blocked on a pipe
+    assert time.monotonic() - began < 30
+    git_source.clone(GitSource(str(bare), None, None), tmp_path / "ws")
+    config = (tmp_path / "ws" / ".git" / "config").read_text()
+    assert "hooksPath" not in config and "tagopt" not in config  # the developer's git, as is
+
+
+def test_a_user_part_of_a_url_is_never_printed(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(BackendError) as raised:
+        git_source.clone(GitSource(f"http://u:s3cret@127.0.0.1:{port}/x.git", None, None),
+                         tmp_path / "a")
+    assert "s3cret" not in str(raised.value) and "could not be reached" in str(raised.value)
+
+
+def test_a_local_repository_is_judged_again_when_it_is_cloned(bare: Path,
+                                                              tmp_path: Path) -> None:
+    """Allowed at admission, then the allowed directory swapped for a link elsewhere."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    (state / "config.yaml").write_text("apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                       f"security:\n  allowedHostPaths: ['{allowed}']\n")
+    os.chmod(state / "config.yaml", 0o600)
+    shutil.copytree(bare, allowed / "p.git")
+    source = git_source.checked(GitSource(str(allowed / "p.git"), None, None), state)
+    assert source.url == os.path.realpath(allowed / "p.git")
+    shutil.rmtree(allowed / "p.git")
+    os.symlink(bare, allowed / "p.git")  # now pointing outside the allowed root
+    with pytest.raises(BackendRefused, match="outside the host paths"):
+        git_source.checked(GitSource(str(allowed / "p.git"), None, None), state)

@@ -136,7 +136,9 @@ def _phases(cli: Cli, kind: str) -> dict[str, str]:
     return {line.split()[0]: line[at:].split()[0] for line in lines[1:]}
 
 
-def test_a_prune_waiting_for_approval_says_so(cli: Cli, state_dir: Path, tmp_path: Path) -> None:
+def _api_edited_then_gone(cli: Cli, state_dir: Path, tmp_path: Path) -> Path:
+    """A manifests directory applied (api, worker), api's workspace edited, then api's file
+    removed: the directory an `apply --prune` then prunes api from."""
     manifests = tmp_path / "manifests"
     manifests.mkdir()
     (manifests / "api.yaml").write_text((EXAMPLES / "api.yaml").read_text())
@@ -147,6 +149,11 @@ def test_a_prune_waiting_for_approval_says_so(cli: Cli, state_dir: Path, tmp_pat
     conn.commit()
     conn.close()
     (manifests / "api.yaml").unlink()
+    return manifests
+
+
+def test_a_prune_waiting_for_approval_says_so(cli: Cli, state_dir: Path, tmp_path: Path) -> None:
+    manifests = _api_edited_then_gone(cli, state_dir, tmp_path)
     pruned = cli("apply", "--prune", "--keep-pruned", "0", "-f", str(manifests))
     assert pruned.returncode == 1
     assert "cell/api deletion waiting for approval\n" in pruned.stdout
@@ -157,16 +164,7 @@ def test_a_prune_waiting_for_approval_says_so(cli: Cli, state_dir: Path, tmp_pat
 
 def test_a_prune_keeps_a_changed_workspace_as_a_safety_snapshot_instead_of_asking(
         cli: Cli, state_dir: Path, tmp_path: Path) -> None:
-    manifests = tmp_path / "manifests"
-    manifests.mkdir()
-    (manifests / "api.yaml").write_text((EXAMPLES / "api.yaml").read_text())
-    (manifests / "worker.json").write_text((EXAMPLES / "worker.json").read_text())
-    assert cli("apply", "-f", str(manifests)).returncode == 0
-    conn = sqlite3.connect(state_dir / "backends" / "fake.db")
-    conn.execute("UPDATE volumes SET writes = writes + 1 WHERE cell_name = 'api'")
-    conn.commit()
-    conn.close()
-    (manifests / "api.yaml").unlink()
+    manifests = _api_edited_then_gone(cli, state_dir, tmp_path)
     pruned = cli("apply", "--prune", "--keep-pruned", "12h", "-f", str(manifests))
     assert pruned.returncode == 0, pruned.stderr
     assert "cell/api pruned" in pruned.stdout  # no approval: nothing is lost

@@ -30,10 +30,26 @@ class Terminal:
     resized: threading.Event = field(default_factory=threading.Event)
 
 
+@dataclass(frozen=True)
+class ExecOptions:
+    """How a command runs beyond its argv: `exec -e/-w/-u`, and an SSH session's.
+
+    `env` is added over the cell's environment; `workdir` is a directory in the cell; `user`
+    a name or uid[:gid] the cell knows. `hang_up`, once set, ends the command and what it
+    started (the SSH client went away): a command must not outlive everyone who could see it.
+    """
+
+    env: tuple[tuple[str, str], ...] = ()
+    workdir: str | None = None
+    user: str | None = None
+    hang_up: threading.Event | None = None
+
+
 @runtime_checkable
 class Interactive(Protocol):
     def exec(self, cell: CellRef, argv: list[str], *, stdout: BinaryIO, stderr: BinaryIO,
-             stdin: BinaryIO | None = None, terminal: Terminal | None = None) -> int:
+             stdin: BinaryIO | None = None, terminal: Terminal | None = None,
+             options: ExecOptions | None = None) -> int:
         """Run `argv` inside the running cell with its environment; its exit status.
 
         With `stdin`, its bytes are the command's input and its end closes that input. With
@@ -54,6 +70,37 @@ class Forwarding(Protocol):
         """A TCP connection to `port` on the running cell's own loopback (inside its network,
         published or not): what `devcell port-forward` relays a local connection to."""
         ...
+
+    def listen_port(self, cell: CellRef, address: str, port: int) -> socket.socket:
+        """A socket listening on `address:port` inside the running cell's network (port 0:
+        any free one): what `ssh -R` asks for, so the cell reaches the developer's machine."""
+        ...
+
+
+@dataclass(frozen=True)
+class CellRoot:
+    """A running cell's `/` as its processes see it (an O_PATH directory descriptor, owned by
+    the caller), and who a file made there for the developer should belong to."""
+
+    fd: int
+    owner: tuple[int, int] | None
+    """(uid, gid) the cell runs as, for files created on its behalf; None: root."""
+    home: str
+    """Where a session starts: the workspace's mount path."""
+
+
+@runtime_checkable
+class FileAccess(Protocol):
+    def open_root(self, cell: CellRef) -> CellRoot:
+        """The running cell's root, for sftp (host/rooted.py resolves every path inside it)."""
+        ...
+
+
+def file_access(backend: Backend, backend_name: str) -> FileAccess:
+    if not isinstance(backend, FileAccess):
+        raise CapabilityMissing(f"backend {backend_name} does not serve a cell's files "
+                                "(sftp, scp); use a cell on the container backend")
+    return backend
 
 
 def forwarding(backend: Backend, backend_name: str) -> Forwarding:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import termios
@@ -15,7 +16,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from devcell import names
-from devcell.backends.interactive import Terminal
+from devcell.backends.interactive import ExecOptions, Terminal
 from devcell.cli import log_sink
 from devcell.errors import UsageError
 
@@ -53,15 +54,43 @@ def run_exec(args: argparse.Namespace) -> int:
     if args.tty and not sys.stdin.isatty():
         raise UsageError("the input device is not a terminal: -t needs one (to pipe input "
                          "into the command, use -i without -t)")
+    settings = exec_options(args)
     attached = open_cell(args, verb="running the command anyway")
     try:
         with _terminal(raw=args.stdin) if args.tty else nullcontext() as terminal:
             return attached.interactive().exec(attached.ref, argv, stdout=sys.stdout.buffer,
                                          stderr=sys.stderr.buffer,
                                          stdin=sys.stdin.buffer if args.stdin else None,
-                                         terminal=terminal)
+                                         terminal=terminal, options=settings)
     finally:
         attached.close()
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?")
+
+
+def exec_options(args: argparse.Namespace) -> ExecOptions | None:
+    """`-e NAME=VALUE`, `-w DIR` and `-u USER[:GROUP]` checked before the cell is opened."""
+    env = []
+    for item in getattr(args, "env", None) or []:
+        name, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.fullmatch(name):
+            raise UsageError(f"-e {names.printable(item)!s}: write NAME=VALUE (a name of "
+                             "letters, digits and _, not starting with a digit)")
+        if "\0" in value:
+            raise UsageError(f"-e {name}: a value cannot hold a NUL byte")
+        env.append((name, value))
+    workdir = getattr(args, "workdir", None)
+    if workdir is not None and (not workdir.startswith("/") or "\0" in workdir):
+        raise UsageError(f"-w {names.printable(workdir)}: give an absolute path in the cell")
+    user = getattr(args, "user", None)
+    if user is not None and not _USER.fullmatch(user):
+        raise UsageError(f"-u {names.printable(user)}: give a user name or uid, optionally "
+                         ":GROUP")
+    if not env and workdir is None and user is None:
+        return None
+    return ExecOptions(env=tuple(env), workdir=workdir, user=user)
 
 
 @contextmanager

@@ -266,6 +266,12 @@ def _exec(p: argparse.ArgumentParser) -> None:
                    help="forward standard input to the command (its end closes the command's)")
     p.add_argument("-t", "--tty", action="store_true",
                    help="run the command on a pseudo-terminal (standard input must be a terminal)")
+    p.add_argument("-e", "--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="set an environment variable for the command (repeatable)")
+    p.add_argument("-w", "--workdir", metavar="DIR",
+                   help="working directory in the cell (an absolute path)")
+    p.add_argument("-u", "--user", metavar="USER[:GROUP]",
+                   help="run as this user of the cell (a name or uid; container cells)")
     p.add_argument("cell", help="cell name or id")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD...",
                    help="the command and its arguments, after --")
@@ -277,6 +283,25 @@ def _port_forward(p: argparse.ArgumentParser) -> None:
     p.add_argument("cell", help="cell name or id")
     p.add_argument("ports", nargs="+", metavar="[LOCAL:]REMOTE",
                    help="REMOTE (the same port here), LOCAL:REMOTE, or :REMOTE (any free port)")
+
+
+def _ssh(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-t", "--tty", action="store_true",
+                   help="a pseudo-terminal for CMD too (a shell always gets one)")
+    p.add_argument("cell", help="cell name")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD...",
+                   help="a command instead of a shell: one word is a shell command line, "
+                        "several are kept as separate arguments")
+
+
+def _ssh_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("cells", nargs="*", metavar="CELL",
+                   help="cells to write a Host block for (default: every cell that runs "
+                        "commands)")
+
+
+def _ssh_proxy(p: argparse.ArgumentParser) -> None:
+    p.add_argument("cell", help="cell name or id")
 
 
 def _logs(p: argparse.ArgumentParser) -> None:
@@ -371,6 +396,14 @@ TABLE = (
     Command(("port-forward",), "cmd_port_forward:run_port_forward",
             "relay local ports to ports a running cell listens on (until Ctrl-C)",
             _port_forward),
+    Command(("ssh",), "cmd_ssh:run_ssh",
+            "open a shell (or run CMD) in a running cell with OpenSSH's ssh", _ssh),
+    Command(("ssh-config",), "cmd_ssh:run_ssh_config",
+            "print ~/.ssh/config blocks (Host CELL.devcell) for ssh, scp, sftp and IDEs",
+            _ssh_config),
+    Command(("ssh-proxy",), "cmd_ssh:run_ssh_proxy",
+            "serve SSH for one cell on stdin/stdout (the ProxyCommand of ssh-config)",
+            _ssh_proxy),
     Command(("explain",), "cmd_text:run_explain",
             "document a kind or one of its fields, from its JSON Schema", _explain),
     Command(("version",), "cmd_version:run_version",

@@ -63,6 +63,8 @@ def _command_lines(work: Path) -> dict[tuple[str, ...], list[str]]:
         ("gc",): ["gc"], ("df",): ["df"],
         ("exec",): ["exec", "walk", "--", "true"], ("logs",): ["logs", "walk"],
         ("port-forward",): ["port-forward", "walk", "8080"],
+        ("ssh",): ["ssh", "walk", "--", "true"], ("ssh-config",): ["ssh-config"],
+        ("ssh-proxy",): ["ssh-proxy", "walk"],
     }
 
 

@@ -97,6 +97,7 @@ EVERY_COMMAND = [
     ["controller", "run", "--manifests", "m"], ["op", "resume", "op_1"], ["op", "cancel", "op_1"],
     ["schema", "cell"], ["image", "build-base"], ["exec", "api", "--", "ls"], ["logs", "api"],
     ["port-forward", "api", "8080"], ["gc"],
+    ["ssh", "api", "--", "ls"], ["ssh-config"], ["ssh-config", "api"], ["ssh-proxy", "api"],
     ["explain", "cell.spec"], ["version"], ["completion", "bash"],
     ["df"], ["df", "-o", "json"],
     ["import", "devcontainer", "-o", "cell.yaml"],

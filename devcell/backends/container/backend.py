@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     import docker
     import docker.api
 
-    from devcell.backends.interactive import Terminal
+    from devcell.backends.interactive import CellRoot, ExecOptions, Terminal
 
 QUIESCED = container_observe.QUIESCED
 _CELL_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -825,20 +825,31 @@ class ContainerBackend:
 
     def _exec(self, container_id: str, argv: list[str], out: Callable[[bytes], object],
               err: Callable[[bytes], object], *, action: str, stdin: BinaryIO | None = None,
-              terminal: Terminal | None = None, time_limit: float | None = None) -> int:
+              terminal: Terminal | None = None, time_limit: float | None = None,
+              options: ExecOptions | None = None) -> int:
         """Run `argv` through the supervisor's --exec (the cell's environment, secrets
         included) on the engine's hijacked connection; its exit status.
 
         The output is read on this thread; `stdin` is copied on a daemon thread (it may block
         on a terminal long after the command ended) and `terminal`'s size on another. Past
         `time_limit` seconds the command and everything it started are killed and the call
-        raises: a hook the cell wrote must not hold a host command forever.
+        raises: a hook the cell wrote must not hold a host command forever. `options` adds
+        environment, a working directory and a user (the engine's own exec fields), and a
+        hang-up that kills the command as the time limit does.
         """
         tty = terminal is not None
+        extra: dict[str, Any] = {}
+        if options is not None:
+            if options.env:
+                extra["environment"] = [f"{name}={value}" for name, value in options.env]
+            if options.workdir:
+                extra["workdir"] = options.workdir
+            if options.user:
+                extra["user"] = options.user
         with sdk.engine_calls(action):
             exec_id = self.api.exec_create(container_id, supervisor.exec_argv(argv),
                                            stdin=stdin is not None, stdout=True, stderr=True,
-                                           tty=tty)["Id"]
+                                           tty=tty, **extra)["Id"]
             conn = self.api.exec_start(exec_id, socket=True, tty=tty)
         reader, raw = self._hijacked(conn)
         done = threading.Event()
@@ -849,6 +860,10 @@ class ContainerBackend:
             timer = threading.Timer(time_limit, self._expire, args=(exec_id, conn, raw, expired))
             timer.daemon = True
             timer.start()
+        if options is not None and options.hang_up is not None:
+            threading.Thread(target=self._end_on_hang_up, daemon=True,
+                             args=(options.hang_up, done, exec_id, conn, raw),
+                             name="devcell-exec-hang-up").start()
         try:
             if stdin is not None:
                 threading.Thread(target=self._feed, args=(stdin, raw), daemon=True,
@@ -874,11 +889,22 @@ class ContainerBackend:
                                "(spec.hooks.timeoutSeconds); it was killed")
         return self._exit_code(exec_id, action)
 
+    def _end_on_hang_up(self, hang_up: threading.Event, done: threading.Event, exec_id: str,
+                        conn: Any, raw: Any) -> None:
+        while not done.is_set():
+            if hang_up.wait(0.2):
+                if not done.is_set():
+                    self._kill(exec_id, conn, raw)
+                return
+
     def _expire(self, exec_id: str, conn: Any, raw: Any, expired: threading.Event) -> None:
         """Kill a command past its time limit, with what it started, and end its stream."""
+        expired.set()
+        self._kill(exec_id, conn, raw)
+
+    def _kill(self, exec_id: str, conn: Any, raw: Any) -> None:
         from devcell.backends.host import proctree
 
-        expired.set()
         try:
             pid = int(self.api.exec_inspect(exec_id).get("Pid") or 0)
         except ValueError:
@@ -991,7 +1017,8 @@ class ContainerBackend:
         return int(code) if code is not None else 1
 
     def exec(self, cell: CellRef, argv: list[str], *, stdout: BinaryIO, stderr: BinaryIO,
-             stdin: BinaryIO | None = None, terminal: Terminal | None = None) -> int:
+             stdin: BinaryIO | None = None, terminal: Terminal | None = None,
+             options: ExecOptions | None = None) -> int:
         """Run `argv` in the running cell with its environment; its exit status.
 
         `stdin` feeds the command (its end closes the command's input); `terminal` runs it on
@@ -1012,32 +1039,62 @@ class ContainerBackend:
             return emit
 
         return self._exec(info["Id"], argv, write(stdout), write(stderr),
-                          action=f"exec in cell {cell.name}", stdin=stdin, terminal=terminal)
+                          action=f"exec in cell {cell.name}", stdin=stdin, terminal=terminal,
+                          options=options)
 
     def open_port(self, cell: CellRef, port: int) -> socket.socket:
         """A connection to `port` on the container's loopback, made inside its network
-        namespace (host/netns.py): the container's init process names the namespace, and the
-        container is asked again after the namespace is opened, so a restart in between (a new
-        process under a reused pid) is refused, not entered."""
+        namespace (host/netns.py)."""
         from devcell.backends.host import netns
 
+        return self._in_namespace(cell, "net", lambda fd: netns.connect(fd, port))
+
+    def listen_port(self, cell: CellRef, address: str, port: int) -> socket.socket:
+        """A socket listening on `address:port` inside the container's network namespace."""
+        from devcell.backends.host import netns
+
+        return self._in_namespace(cell, "net", lambda fd: netns.listen(fd, address, port))
+
+    def open_root(self, cell: CellRef) -> CellRoot:
+        """The container's `/` in its own mount namespace (/proc/PID/root of its init), so a
+        path is resolved as the cell resolves it, the workspace volume included."""
+        from devcell.backends.interactive import CellRoot
+
         info = self._find(cell)
+        fd = self._in_namespace(cell, "root", os.dup, info=info)
+        user = str(((container_observe.inspect(self.layout.state_dir, info["Id"]) or {})
+                    .get("Config") or {}).get("User") or "") if info else ""
+        owner = None
+        uid, _, gid = user.partition(":")
+        if uid.isdigit() and (gid.isdigit() or not gid) and int(uid) != 0:
+            owner = (int(uid), int(gid or uid))
+        return CellRoot(fd, owner, container_spec.mount_path(cell.spec))
+
+    def _in_namespace(self, cell: CellRef, entry: str, use: Callable[[int], Any], *,
+                      info: dict[str, Any] | None = None) -> Any:
+        """`use(fd)` on `/proc/PID/<entry>` of the running container's init, opened and then
+        checked against a second look at the container: a restart in between (a new process
+        under a reused pid) is refused, never entered."""
+        info = info if info is not None else self._find(cell)
         if info is None or info.get("State") != "running":
             raise BackendError(f"cell {cell.name} is not running; start it with "
                                f"`devcell cell start {cell.name}`")
         pid = self._init_pid(info["Id"])
+        path = f"/proc/{pid}/ns/net" if entry == "net" else f"/proc/{pid}/root"
+        flags = os.O_RDONLY if entry == "net" else os.O_PATH | os.O_DIRECTORY
         try:
-            namespace = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, flags | os.O_CLOEXEC)
         except OSError as exc:
-            raise BackendError(f"cannot open the network of cell {cell.name}: "
+            what = "network" if entry == "net" else "files"
+            raise BackendError(f"cannot open the {what} of cell {cell.name}: "
                                f"{exc.strerror}") from None
         try:
             if self._init_pid(info["Id"]) != pid:
-                raise BackendError(f"cell {cell.name} restarted while its port was opened; "
+                raise BackendError(f"cell {cell.name} restarted while it was being opened; "
                                    "try again")
-            return netns.connect(namespace, port)
+            return use(fd)
         finally:
-            os.close(namespace)
+            os.close(fd)
 
     def _init_pid(self, container_id: str) -> int:
         details = container_observe.inspect(self.layout.state_dir, container_id)

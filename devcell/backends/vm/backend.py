@@ -49,7 +49,7 @@ from devcell.backends.base import (
     OwnedKind,
 )
 from devcell.backends.host import git_source, removal, temporaries
-from devcell.backends.interactive import Terminal
+from devcell.backends.interactive import ExecOptions, Terminal
 from devcell.backends.vm import capacity as vm_capacity
 from devcell.backends.vm import clock as vm_clock
 from devcell.backends.vm import disks as vm_disks
@@ -576,15 +576,23 @@ class VmBackend:
             time.sleep(0.02 if elapsed < 1.0 else min(elapsed / 5, 0.2))
 
     def exec(self, cell: CellRef, argv: list[str], *, stdout: BinaryIO, stderr: BinaryIO,
-             stdin: BinaryIO | None = None, terminal: Terminal | None = None) -> int:
+             stdin: BinaryIO | None = None, terminal: Terminal | None = None,
+             options: ExecOptions | None = None) -> int:
         """Run `argv` in the machine through its agent, with the cell's environment.
 
         The agent returns the output when the command ends (no streaming, no terminal: a
-        later slice), at most 16 MiB of each stream; standard input is read whole first."""
+        later slice), at most 16 MiB of each stream; standard input is read whole first.
+        `options`' environment and working directory are set by a shell in the machine;
+        commands run as root (a user of the machine's own is a later slice)."""
         if not argv:
             raise BackendError("nothing to run: give a command after --")
         if terminal is not None:
             raise CapabilityMissing("vm cells do not offer a terminal (-t) yet; run without -t")
+        if options is not None:
+            if options.user and options.user not in ("0", "root", "0:0"):
+                raise CapabilityMissing("vm cells run commands as root only; -u is for "
+                                        "container cells")
+            argv = _with_options(argv, options)
         config = self._usable_config(cell)
         data = stdin.read(EXEC_OUTPUT + 1) if stdin is not None else b""
         if len(data) > EXEC_OUTPUT:
@@ -1011,3 +1019,14 @@ def _hostname(name: str) -> str:
 def _quote(value: str) -> str:
     return shlex.quote(value)
 
+
+def _with_options(argv: list[str], options: ExecOptions) -> list[str]:
+    """`argv` behind a POSIX shell that enters `workdir` and exports `env` first (values go
+    as arguments, never into the script)."""
+    if not options.env and not options.workdir:
+        return argv
+    script = ('cd -- "$1" || exit 1; n=$2; shift 2; '
+              'while [ "$n" -gt 0 ]; do export "$1"; shift; n=$((n-1)); done; exec "$@"')
+    pairs = [f"{name}={value}" for name, value in options.env]
+    return ["/bin/sh", "-c", script, "devcell-exec", options.workdir or ".", str(len(pairs)),
+            *pairs, *argv]

@@ -1,0 +1,69 @@
+"""What OpenSSH needs to reach a cell: its options, as an ssh_config block or as `-o` flags.
+
+`Host CELL.devcell` runs `devcell --state-dir STATE ssh-proxy CELL` as its ProxyCommand and
+trusts exactly the state directory's host key (keys.py), so `ssh`, `scp`, `sftp`, `rsync -e
+ssh`, VS Code Remote-SSH and JetBrains Gateway connect with no prompt and no open port.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from devcell.api.ssh import keys
+from devcell.errors import UsageError
+
+DOMAIN = "devcell"
+
+
+def host_alias(cell_name: str) -> str:
+    return f"{cell_name}.{DOMAIN}"
+
+
+def options(program: Sequence[str], state_dir: Path, cell_name: str) -> list[tuple[str, str]]:
+    """(keyword, value) pairs for one cell, in ssh_config's spelling."""
+    for text in (*program, str(state_dir)):
+        if any(ch in text for ch in "\n\r\0"):
+            raise UsageError(f"cannot write an ssh configuration for {text!r}: it holds a "
+                             "line break")
+    command = " ".join(shlex.quote(part) for part in
+                       (*program, "--state-dir", str(state_dir), "ssh-proxy", cell_name))
+    known = str(keys.known_hosts_path(state_dir))
+    return [
+        ("HostName", host_alias(cell_name)),
+        ("ProxyCommand", command.replace("%", "%%")),  # ssh_config expands % tokens
+        ("UserKnownHostsFile", _quoted(known)),
+        ("GlobalKnownHostsFile", "/dev/null"),
+        ("StrictHostKeyChecking", "yes"),
+        ("HostKeyAlgorithms", "ssh-ed25519"),
+        ("LogLevel", "ERROR"),
+    ]
+
+
+def config_block(program: Sequence[str], state_dir: Path, cell_name: str) -> str:
+    lines = [f"Host {host_alias(cell_name)}"]
+    lines += [f"    {keyword} {value}" for keyword, value in options(program, state_dir,
+                                                                     cell_name)]
+    return "\n".join(lines) + "\n"
+
+
+def ssh_argv(program: Sequence[str], state_dir: Path, cell_name: str, *, tty: bool,
+             command: Sequence[str]) -> list[str]:
+    """OpenSSH's command line for `devcell ssh`: the user's own configuration is left out
+    (-F /dev/null), so nothing in it can send the connection elsewhere."""
+    argv = ["ssh", "-F", "/dev/null"]
+    for keyword, value in options(program, state_dir, cell_name):
+        argv += ["-o", f"{keyword}={value}"]
+    if tty:
+        argv.append("-t")
+    argv.append(host_alias(cell_name))
+    if len(command) == 1:
+        argv += ["--", command[0]]  # one word: a shell command line, as ssh takes it
+    elif command:
+        argv += ["--", " ".join(shlex.quote(word) for word in command)]  # each word kept
+    return argv
+
+
+def _quoted(path: str) -> str:
+    return f'"{path}"' if any(ch.isspace() for ch in path) else path

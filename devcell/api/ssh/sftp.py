@@ -1,0 +1,288 @@
+"""sftp (and so OpenSSH's scp) on a cell's own files, every path resolved inside the cell.
+
+The server works from the running cell's root descriptor (the backend's `open_root`) through
+host/rooted.py: each path is resolved by the kernel as if that root were `/`, so a link the
+cell planted names at worst another of its own files, never the host's. Files are opened only
+if they are regular (a FIFO or a device the cell made is refused without blocking), new files
+and directories belong to the user the cell runs as, set-user-ID and set-group-ID bits are
+never set, and ownership changes are refused when the cell does not run as root. Relative
+paths start at the workspace's mount path, where a session starts too.
+
+`map_path` refuses everything: a method of asyncssh's base class not overridden here would
+touch the host's files, so it fails instead of doing so.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat as stat_mod
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncssh
+
+from devcell.backends.host import rooted
+from devcell.backends.interactive import CellRoot
+
+MODE_BITS = 0o1777
+"""Permission bits a client may set: never set-user-ID or set-group-ID."""
+MAX_READ = 256 * 1024
+
+
+class _Open:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+
+def _denied(why: str) -> asyncssh.SFTPError:
+    return asyncssh.SFTPError(asyncssh.FX_PERMISSION_DENIED, why)
+
+
+class CellSFTPServer(asyncssh.SFTPServer):
+    """One sftp session on the cell's files."""
+
+    def __init__(self, chan: Any, root: CellRoot) -> None:
+        super().__init__(chan)
+        self.root = root
+
+    # -- paths -----------------------------------------------------------------------------
+
+    def map_path(self, path: bytes) -> bytes:
+        raise _denied("not served")
+
+    def reverse_map_path(self, path: bytes) -> bytes:
+        raise _denied("not served")
+
+    def _path(self, path: bytes) -> str:
+        text = os.fsdecode(path)
+        if "\0" in text:
+            raise asyncssh.SFTPError(asyncssh.FX_BAD_MESSAGE, "invalid path")
+        if not text.startswith("/"):
+            text = f"{self.root.home.rstrip('/')}/{text}"
+        return rooted.normal(text)
+
+    def format_user(self, uid: int | None) -> str:
+        return "" if uid is None else str(uid)  # the cell's names are not the host's
+
+    def format_group(self, gid: int | None) -> str:
+        return "" if gid is None else str(gid)
+
+    def realpath(self, path: bytes) -> bytes:
+        return os.fsencode(rooted.resolve(self.root.fd, self._path(path)))
+
+    # -- attributes ------------------------------------------------------------------------
+
+    def stat(self, path: bytes) -> asyncssh.SFTPAttrs:
+        return asyncssh.SFTPAttrs.from_local(rooted.stat(self.root.fd, self._path(path)))
+
+    def lstat(self, path: bytes) -> asyncssh.SFTPAttrs:
+        return asyncssh.SFTPAttrs.from_local(rooted.lstat(self.root.fd, self._path(path)))
+
+    def fstat(self, file_obj: object) -> asyncssh.SFTPAttrs:
+        return asyncssh.SFTPAttrs.from_local(os.fstat(self._fd(file_obj)))
+
+    def setstat(self, path: bytes, attrs: asyncssh.SFTPAttrs) -> None:
+        fd = rooted.open_at(self.root.fd, self._path(path), os.O_PATH)
+        try:
+            self._apply(f"/proc/self/fd/{fd}", attrs, follow=True)
+        finally:
+            os.close(fd)
+
+    def lsetstat(self, path: bytes, attrs: asyncssh.SFTPAttrs) -> None:
+        with rooted.parent_of(self.root.fd, self._path(path)) as (parent, name):
+            if attrs.size is not None or attrs.permissions is not None:
+                info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+                if stat_mod.S_ISLNK(info.st_mode):
+                    raise asyncssh.SFTPError(asyncssh.FX_OP_UNSUPPORTED,
+                                             "a link has no size or permissions of its own")
+                fd = rooted.open_at(parent, name, os.O_PATH | os.O_NOFOLLOW)
+                try:
+                    self._apply(f"/proc/self/fd/{fd}", attrs, follow=True)
+                finally:
+                    os.close(fd)
+                return
+            self._apply(name, attrs, follow=False, dir_fd=parent)
+
+    def fsetstat(self, file_obj: object, attrs: asyncssh.SFTPAttrs) -> None:
+        self._apply(f"/proc/self/fd/{self._fd(file_obj)}", attrs, follow=True)
+
+    def _apply(self, target: str, attrs: asyncssh.SFTPAttrs, *, follow: bool,
+               dir_fd: int | None = None) -> None:
+        """Set what `attrs` carries on `target` (a /proc/self/fd path of a descriptor
+        resolved in the cell, or a name in `dir_fd` with links not followed)."""
+        if attrs.uid is not None or attrs.gid is not None:
+            if self.root.owner is not None:
+                raise _denied("the cell does not run as root: ownership cannot be changed")
+            os.chown(target, -1 if attrs.uid is None else attrs.uid,
+                     -1 if attrs.gid is None else attrs.gid, dir_fd=dir_fd,
+                     follow_symlinks=follow)
+        if attrs.permissions is not None:
+            os.chmod(target, attrs.permissions & MODE_BITS, dir_fd=dir_fd)
+        if attrs.size is not None:
+            os.truncate(target, attrs.size)
+        if attrs.atime is not None or attrs.mtime is not None:
+            current = os.stat(target, dir_fd=dir_fd, follow_symlinks=follow)
+            atime = current.st_atime_ns if attrs.atime is None else \
+                attrs.atime * 1_000_000_000 + (attrs.atime_ns or 0)
+            mtime = current.st_mtime_ns if attrs.mtime is None else \
+                attrs.mtime * 1_000_000_000 + (attrs.mtime_ns or 0)
+            os.utime(target, ns=(atime, mtime), dir_fd=dir_fd, follow_symlinks=follow)
+
+    # -- files -----------------------------------------------------------------------------
+
+    def open(self, path: bytes, pflags: int, attrs: asyncssh.SFTPAttrs) -> object:
+        if pflags & asyncssh.FXF_READ and pflags & asyncssh.FXF_WRITE:
+            flags = os.O_RDWR
+        elif pflags & asyncssh.FXF_WRITE:
+            flags = os.O_WRONLY
+        else:
+            flags = os.O_RDONLY
+        for bit, flag in ((asyncssh.FXF_APPEND, os.O_APPEND), (asyncssh.FXF_CREAT, os.O_CREAT),
+                          (asyncssh.FXF_TRUNC, os.O_TRUNC), (asyncssh.FXF_EXCL, os.O_EXCL)):
+            if pflags & bit:
+                flags |= flag
+        perms = (0o644 if attrs.permissions is None else attrs.permissions) & 0o777
+        target = self._path(path)
+        existed = True
+        if flags & os.O_CREAT:
+            try:
+                rooted.lstat(self.root.fd, target)
+            except FileNotFoundError:
+                existed = False
+        # O_NONBLOCK: a FIFO the cell made must not hold the session; O_TRUNC waits until the
+        # file is known to be regular (truncating a device is not for sftp).
+        fd = rooted.open_at(self.root.fd, target,
+                            (flags & ~os.O_TRUNC) | os.O_NONBLOCK | os.O_NOCTTY, perms)
+        try:
+            info = os.fstat(fd)
+            if not stat_mod.S_ISREG(info.st_mode):
+                raise asyncssh.SFTPError(asyncssh.FX_FAILURE, "not a regular file")
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+            if flags & os.O_TRUNC:
+                os.ftruncate(fd, 0)
+            if not existed and self.root.owner is not None:
+                os.fchown(fd, *self.root.owner)
+        except BaseException:
+            os.close(fd)
+            raise
+        return _Open(fd)
+
+    def open56(self, path: bytes, desired_access: int, flags: int,
+               attrs: asyncssh.SFTPAttrs) -> object:
+        raise asyncssh.SFTPError(asyncssh.FX_OP_UNSUPPORTED, "use SFTP version 3")
+
+    def read(self, file_obj: object, offset: int, size: int) -> bytes:
+        return os.pread(self._fd(file_obj), min(size, MAX_READ), offset)
+
+    def write(self, file_obj: object, offset: int, data: bytes) -> int:
+        fd = self._fd(file_obj)
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(fd, view[written:], offset + written)
+        return written
+
+    def close(self, file_obj: object) -> None:
+        fd = self._fd(file_obj)
+        if isinstance(file_obj, _Open):
+            file_obj.fd = -1
+        os.close(fd)
+
+    def fsync(self, file_obj: object) -> None:
+        os.fsync(self._fd(file_obj))
+
+    @staticmethod
+    def _fd(file_obj: object) -> int:
+        if not isinstance(file_obj, _Open) or file_obj.fd < 0:
+            raise asyncssh.SFTPError(asyncssh.FX_FAILURE, "invalid handle")
+        return file_obj.fd
+
+    # -- directories -----------------------------------------------------------------------
+
+    async def scandir(self, path: bytes) -> AsyncIterator[asyncssh.SFTPName]:
+        fd = rooted.open_at(self.root.fd, self._path(path), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            yield asyncssh.SFTPName(b".", attrs=asyncssh.SFTPAttrs.from_local(os.fstat(fd)))
+            yield asyncssh.SFTPName(b"..", attrs=asyncssh.SFTPAttrs())
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    try:
+                        attrs = asyncssh.SFTPAttrs.from_local(entry.stat(follow_symlinks=False))
+                    except OSError:
+                        continue
+                    yield asyncssh.SFTPName(os.fsencode(entry.name), attrs=attrs)
+        finally:
+            os.close(fd)
+
+    def mkdir(self, path: bytes, attrs: asyncssh.SFTPAttrs) -> None:
+        mode = (0o755 if attrs.permissions is None else attrs.permissions) & MODE_BITS
+        with rooted.parent_of(self.root.fd, self._path(path)) as (parent, name):
+            os.mkdir(name, mode, dir_fd=parent)
+            if self.root.owner is not None:
+                os.chown(name, *self.root.owner, dir_fd=parent, follow_symlinks=False)
+
+    def rmdir(self, path: bytes) -> None:
+        with rooted.parent_of(self.root.fd, self._path(path)) as (parent, name):
+            os.rmdir(name, dir_fd=parent)
+
+    def remove(self, path: bytes) -> None:
+        with rooted.parent_of(self.root.fd, self._path(path)) as (parent, name):
+            os.unlink(name, dir_fd=parent)
+
+    def rename(self, oldpath: bytes, newpath: bytes) -> None:
+        """SFTP's rename: refused when the new name exists (posix_rename replaces)."""
+        with rooted.parent_of(self.root.fd, self._path(newpath)) as (parent, name):
+            try:
+                os.stat(name, dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+            else:
+                raise asyncssh.SFTPError(asyncssh.FX_FAILURE, "the new name exists")
+        self.posix_rename(oldpath, newpath)
+
+    def posix_rename(self, oldpath: bytes, newpath: bytes) -> None:
+        with rooted.parent_of(self.root.fd, self._path(oldpath)) as (old_parent, old_name), \
+                rooted.parent_of(self.root.fd, self._path(newpath)) as (new_parent, new_name):
+            os.replace(old_name, new_name, src_dir_fd=old_parent, dst_dir_fd=new_parent)
+
+    # -- links -----------------------------------------------------------------------------
+
+    def readlink(self, path: bytes) -> bytes:
+        return os.fsencode(rooted.readlink(self.root.fd, self._path(path)))
+
+    def symlink(self, oldpath: bytes, newpath: bytes) -> None:
+        """A link named `newpath` whose text is `oldpath`; it is resolved in the cell."""
+        if b"\0" in oldpath:
+            raise asyncssh.SFTPError(asyncssh.FX_BAD_MESSAGE, "invalid link text")
+        with rooted.parent_of(self.root.fd, self._path(newpath)) as (parent, name):
+            os.symlink(oldpath, name, dir_fd=parent)
+            if self.root.owner is not None:
+                os.chown(name, *self.root.owner, dir_fd=parent, follow_symlinks=False)
+
+    def link(self, oldpath: bytes, newpath: bytes) -> None:
+        with rooted.parent_of(self.root.fd, self._path(oldpath)) as (old_parent, old_name), \
+                rooted.parent_of(self.root.fd, self._path(newpath)) as (new_parent, new_name):
+            os.link(old_name, new_name, src_dir_fd=old_parent, dst_dir_fd=new_parent,
+                    follow_symlinks=False)
+
+    # -- file systems ----------------------------------------------------------------------
+
+    def statvfs(self, path: bytes) -> asyncssh.SFTPVFSAttrs:
+        fd = rooted.open_at(self.root.fd, self._path(path), os.O_PATH)
+        try:
+            return asyncssh.SFTPVFSAttrs.from_local(os.statvfs(fd))
+        finally:
+            os.close(fd)
+
+    def fstatvfs(self, file_obj: object) -> asyncssh.SFTPVFSAttrs:
+        return asyncssh.SFTPVFSAttrs.from_local(os.statvfs(self._fd(file_obj)))
+
+    def exit(self) -> None:
+        """The client ended the session: say it succeeded, as sshd's sftp-server does (scp
+        and sftp -b treat a channel closed without an exit status as a failure)."""
+        try:
+            self.channel.exit(0)
+        except (OSError, asyncssh.Error):
+            pass
+

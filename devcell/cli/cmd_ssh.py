@@ -1,0 +1,102 @@
+"""`devcell ssh CELL [-- CMD...]`, `devcell ssh-config [CELL...]` and `devcell ssh-proxy CELL`
+(the ProxyCommand both of them name): OpenSSH's client reaching a cell (api/ssh/)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from devcell import backends, names
+from devcell.cli.cmd_exec import open_cell
+from devcell.errors import UsageError
+from devcell.store import db as dbmod
+from devcell.store import objects
+
+
+def program() -> list[str]:
+    """How the ProxyCommand runs this DevCell: its own executable when it was run as one,
+    else this Python with `-m devcell` (a checkout, a test)."""
+    launched = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if launched is not None and launched.name in ("devcell", "celld"):
+        found = launched if launched.is_absolute() else shutil.which(str(launched))
+        if found is not None and os.access(found, os.X_OK):
+            return [str(Path(found).absolute().with_name("devcell"))]
+    return [sys.executable, "-m", "devcell"]
+
+
+def _reachable(state_dir: Path, wanted: list[str]) -> list[str]:
+    """The names of the cells asked for (all cells whose backend runs commands, when none
+    is named); NotFound for a name not recorded, CapabilityMissing for a fake cell."""
+    from devcell.backends.interactive import interactive
+
+    db = dbmod.open_database(state_dir)
+    try:
+        if wanted:
+            cells = [objects.require(db.conn, "Cell", name) for name in wanted]
+        else:
+            cells = objects.list_live(db.conn, "Cell")
+    finally:
+        db.close()
+    out = []
+    for cell in cells:
+        backend_name = cell.extra["backend"]
+        if not backends.capabilities(backend_name).exec:
+            if wanted:
+                interactive(backends.load(backend_name, state_dir), backend_name)
+            continue
+        out.append(cell.name)
+    return out
+
+
+def run_ssh_config(args: argparse.Namespace) -> int:
+    from devcell.api.ssh import client_config, keys
+
+    state_dir = dbmod.resolve_state_dir(args.state_dir)
+    cells = _reachable(state_dir, list(args.cells))
+    keys.host_key(state_dir)  # the pin the blocks name exists before anyone connects
+    blocks = [client_config.config_block(program(), state_dir, name) for name in cells]
+    sys.stdout.write(f"# DevCell cells of {names.printable(str(state_dir))}: add to "
+                     "~/.ssh/config (devcell ssh-config >> ~/.ssh/config)\n")
+    sys.stdout.write("\n".join(blocks))
+    if not cells:
+        sys.stderr.write("no cell here runs commands (container or vm backend); nothing to "
+                         "reach over SSH yet\n")
+    return 0
+
+
+def run_ssh(args: argparse.Namespace) -> int:
+    from devcell.api.ssh import client_config, keys
+
+    command = list(args.argv)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    ssh = shutil.which("ssh")
+    if ssh is None:
+        raise UsageError("devcell ssh runs OpenSSH's client, which is not installed: "
+                         "apt-get install openssh-client (or use devcell exec -it CELL -- sh)")
+    state_dir = dbmod.resolve_state_dir(args.state_dir)
+    _reachable(state_dir, [args.cell])
+    keys.host_key(state_dir)
+    argv = client_config.ssh_argv(program(), state_dir, args.cell, tty=args.tty,
+                                  command=command)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(ssh, argv)
+    return 0  # not reached
+
+
+def run_ssh_proxy(args: argparse.Namespace) -> int:
+    from devcell.api.ssh import server
+
+    if sys.stdin is None or sys.stdout is None:
+        raise UsageError("ssh-proxy speaks SSH on its standard input and output; OpenSSH "
+                         "runs it as a ProxyCommand (see devcell ssh-config)")
+    attached = open_cell(args, verb="connecting anyway")
+    try:
+        return server.serve(attached, dbmod.resolve_state_dir(args.state_dir),
+                            sys.stdin.fileno(), sys.stdout.fileno())
+    finally:
+        attached.close()

@@ -1,0 +1,71 @@
+"""What `ssh-config` writes and `devcell ssh` runs: the ProxyCommand quoted for the shell and
+for ssh_config's % tokens, the state directory's key pinned, each argument of CMD kept."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+from pathlib import Path
+
+import pytest
+
+from devcell.api.ssh import client_config, keys, sessions, tunnels
+from devcell.errors import StateError, UsageError
+
+
+def test_the_block_names_the_proxy_and_pins_the_key(tmp_path: Path) -> None:
+    state = tmp_path / "my state %d"
+    block = client_config.config_block(["/opt/dc/bin/devcell"], state, "web")
+    lines = dict(line.strip().split(" ", 1) for line in block.splitlines()[1:])
+    assert block.startswith("Host web.devcell\n")
+    proxy = lines["ProxyCommand"]
+    assert "%%d" in proxy  # ssh_config would expand a bare %d
+    assert shlex.split(proxy.replace("%%", "%")) == [
+        "/opt/dc/bin/devcell", "--state-dir", str(state), "ssh-proxy", "web"]
+    assert lines["StrictHostKeyChecking"] == "yes"
+    assert lines["UserKnownHostsFile"] == f'"{state}/ssh/known_hosts"'
+    with pytest.raises(UsageError):
+        client_config.config_block(["/bin/devcell"], tmp_path / "a\nProxyCommand x", "web")
+
+
+def test_ssh_argv_keeps_words_or_takes_one_command_line(tmp_path: Path) -> None:
+    many = client_config.ssh_argv(["dc"], tmp_path, "web", tty=False,
+                                  command=["printf", "%s", "two words"])
+    assert many[:3] == ["ssh", "-F", "/dev/null"]
+    assert many[-3:] == ["web.devcell", "--", "printf %s 'two words'"]
+    one = client_config.ssh_argv(["dc"], tmp_path, "web", tty=True, command=["ls | wc -l"])
+    assert one[-4:] == ["-t", "web.devcell", "--", "ls | wc -l"]
+
+
+def test_the_host_key_is_made_once_private_and_refused_when_tampered(tmp_path: Path) -> None:
+    first = keys.host_key(tmp_path)
+    path = tmp_path / "ssh" / keys.KEY_FILE
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "ssh").stat().st_mode) == 0o700
+    assert keys.host_key(tmp_path).export_public_key() == first.export_public_key()
+    known = keys.known_hosts_path(tmp_path).read_text()
+    assert known.startswith("*.devcell ssh-ed25519 ")
+    os.chmod(path, 0o644)
+    with pytest.raises(StateError, match="0600"):
+        keys.host_key(tmp_path)
+    path.unlink()
+    path.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(StateError, match="symbolic link"):
+        keys.host_key(tmp_path)
+
+
+def test_sessions_run_the_shell_as_sshd_does_and_filter_the_environment() -> None:
+    assert sessions.argv_for("ls -la")[-1] == "ls -la"
+    assert sessions.argv_for(None)[:2] == ["/bin/sh", "-c"]
+    env = dict(sessions.environment({"LANG": "C.UTF-8", "bad name": "x", "NUL": "a\0b"},
+                                    "xterm-256color"))
+    assert env == {"LANG": "C.UTF-8", "TERM": "xterm-256color"}
+
+
+def test_forwards_go_to_the_cells_loopback_only() -> None:
+    assert tunnels.loopback("localhost") == "127.0.0.1"
+    assert tunnels.loopback("127.0.0.5") == "127.0.0.5"
+    assert tunnels.loopback("::1") == "::1"
+    for other in ("example.com", "10.0.0.1", "192.168.1.1", "0.0.0.0", "169.254.1.1"):
+        assert tunnels.loopback(other) is None

@@ -30,6 +30,8 @@ class Limits(NamedTuple):
     max_cpus: float | None = None
     reserved_mount_paths: tuple[str, ...] = ()
     """Paths the engine itself creates in every cell: no mount may sit at or below one."""
+    cell_user: bool = True
+    """Whether the backend runs a cell's commands as `spec.user` (else as root only)."""
 
 
 class Root(NamedTuple):
@@ -113,7 +115,7 @@ BACKENDS: tuple[Backend, ...] = (
                Root("vm/checkpoints", temporaries=True),
                Root("vm/machines", temporaries=True)),
         # The backend gives a guest at least 128 MiB (vm/backend.py memory_mib): nothing to refuse.
-        limits=Limits(),
+        limits=Limits(cell_user=False),
     ),
 )
 

@@ -43,6 +43,9 @@ def cell_problems(spec: dict[str, Any], backend: str) -> Iterator[tuple[FieldPat
         if hidden is not None:
             yield (path, f"{inside} is reserved by the {backend} backend (its engine writes "
                          f"{hidden} in every cell); choose another path")
+    if spec.get("user") and not limits.cell_user:
+        yield (("spec", "user"), f"the {backend} backend runs a cell's commands as root; "
+                                 "spec.user is for container cells")
     resources = spec.get("resources") or {}
     cpus = resources.get("cpus")
     if isinstance(cpus, int | float) and not isinstance(cpus, bool):

@@ -82,10 +82,9 @@ def run_ssh(args: argparse.Namespace) -> int:
     keys.host_key(state_dir)
     argv = client_config.ssh_argv(program(), state_dir, args.cell, tty=args.tty,
                                   command=command)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(ssh, argv)
-    return 0  # not reached
+    from devcell.backends.host import children
+
+    children.replace_process(ssh, argv)
 
 
 def run_ssh_proxy(args: argparse.Namespace) -> int:

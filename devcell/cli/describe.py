@@ -86,6 +86,24 @@ def _workspace_storage(conn: sqlite3.Connection, object_id: str) -> str | None:
     return None
 
 
+def _workspace_host_path(conn: sqlite3.Connection, object_id: str, spec: dict[str, Any],
+                         state_dir: Path | None) -> str | None:
+    """Where the host sees a container cell's workspace (an editor opens it there); a vm
+    cell's lives on its own disk, seen through the machine only."""
+    from devcell.store import volumes
+
+    volume = volumes.for_cell(conn, object_id)
+    if volume is None or state_dir is None:
+        return None
+    if spec.get("backend") == "container":
+        from devcell.backends.container.layout import Layout
+
+        return printable(str(Layout(state_dir).workspace(volume.id)))
+    if spec.get("backend") == "vm":
+        return "on the machine's workspace disk (reach it with devcell exec or ssh)"
+    return None
+
+
 def _machine(conn: sqlite3.Connection, object_id: str) -> str | None:
     """A vm cell's hypervisor and how its guest runs (KVM, or TCG: emulated, slower), from its
     latest create step."""
@@ -192,6 +210,8 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
         storage = _workspace_storage(conn, record.id)
         if storage:
             _field("Workspace storage", storage)
+        _field("Workspace on host", _workspace_host_path(conn, record.id, spec, state_dir))
+        _field("User", spec.get("user"))
         machine = _machine(conn, record.id)
         if machine:
             _field("Machine", machine)

@@ -63,7 +63,7 @@ S = StepName
 RUNTIME_FIELDS = ("image", "services", "env", "resources", "network", "hooks", "workspace")
 
 
-OPTIONAL_RUNTIME_FIELDS = ("mounts",)
+OPTIONAL_RUNTIME_FIELDS = ("mounts", "user")
 """Runtime fields added later: in the digest only when present, so cells without them keep
 their digest (and their containers) across the upgrade."""
 

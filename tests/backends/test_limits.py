@@ -78,3 +78,14 @@ def test_a_fork_of_a_snapshot_defined_in_the_same_apply_by_another_backend(
     same = (CELL.format(name="base", backend="fake", extra="") + SNAPSHOT
             + CELL.format(name="boxed", backend="fake", extra=fork))
     admission.apply(db, source(same), dry_run=True)
+
+
+def test_spec_user_on_a_vm_cell_is_refused_with_its_line(db: Database) -> None:
+    text = CELL.format(name="machine", backend="vm", extra="  user: \"1000:1000\"")
+    with pytest.raises(ManifestError) as refused:
+        admission.apply(db, source(text))
+    [problem] = refused.value.problems
+    assert (problem.field, problem.line) == ("spec.user", 7)
+    assert "spec.user is for container cells" in problem.message
+    admission.apply(db, source(CELL.format(name="boxed", backend="container",
+                                           extra="  user: vscode")), dry_run=True)

@@ -17,11 +17,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from loguru import logger
-
+from devcell import names
 from devcell.api.attach import Attached
 from devcell.api.ssh import keys, sessions, sftp, tunnels
 from devcell.backends.interactive import CellRoot, FileAccess, Forwarding, interactive
+from devcell.errors import DevCellError
+from devcell.log import logger
 
 MAX_THREADS = 256
 """Sessions, forwards and stdin writers each hold a worker while they block (an IDE opens
@@ -33,6 +34,7 @@ def serve(attached: Attached, state_dir: Any, read_fd: int = 0, write_fd: int = 
     import asyncssh
 
     logging.getLogger("asyncssh").setLevel(logging.CRITICAL)  # its own notes are not ours
+    sftp.drop_extensions()
     host_key = keys.host_key(state_dir)
     backend = interactive(attached.backend, attached.backend_name)
     ours, theirs = socket.socketpair()
@@ -48,8 +50,13 @@ def serve(attached: Attached, state_dir: Any, read_fd: int = 0, write_fd: int = 
     def sftp_factory(chan: Any) -> asyncssh.SFTPServer:
         assert files is not None
         if not root:  # opened once, when first asked for, and kept for the connection
-            root.append(files.open_root(attached.ref))
-        return sftp.CellSFTPServer(chan, root[0])
+            try:
+                root.append(files.open_root(attached.ref))
+            except DevCellError as exc:  # said on the channel, not left to a client timeout
+                chan.write_stderr(f"devcell: {names.printable(str(exc))}\n".encode())
+                chan.exit(1)
+                return sftp.Refusing(chan)
+        return sftp.ServedSFTP(chan, root[0])
 
     home = _home(attached)
 

@@ -18,11 +18,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from loguru import logger
-
 from devcell import names
 from devcell.backends.interactive import ExecOptions, Interactive, Terminal
 from devcell.errors import DevCellError
+from devcell.log import logger
 
 if TYPE_CHECKING:
     import asyncssh

@@ -14,10 +14,13 @@ touch the host's files, so it fails instead of doing so.
 
 from __future__ import annotations
 
-import fcntl
+import asyncio
+import errno
+import functools
 import os
 import stat as stat_mod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import asyncssh
@@ -33,6 +36,10 @@ MAX_READ = 256 * 1024
 class _Open:
     def __init__(self, fd: int) -> None:
         self.fd = fd
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        """For asyncssh's ranges extension (SEEK_DATA/SEEK_HOLE on the file)."""
+        return os.lseek(self.fd, offset, whence)
 
 
 def _denied(why: str) -> asyncssh.SFTPError:
@@ -120,7 +127,7 @@ class CellSFTPServer(asyncssh.SFTPServer):
         if attrs.permissions is not None:
             os.chmod(target, attrs.permissions & MODE_BITS, dir_fd=dir_fd)
         if attrs.size is not None:
-            os.truncate(target, attrs.size)
+            self._truncate(target, attrs.size, dir_fd=dir_fd)
         if attrs.atime is not None or attrs.mtime is not None:
             current = os.stat(target, dir_fd=dir_fd, follow_symlinks=follow)
             atime = current.st_atime_ns if attrs.atime is None else \
@@ -128,6 +135,21 @@ class CellSFTPServer(asyncssh.SFTPServer):
             mtime = current.st_mtime_ns if attrs.mtime is None else \
                 attrs.mtime * 1_000_000_000 + (attrs.mtime_ns or 0)
             os.utime(target, ns=(atime, mtime), dir_fd=dir_fd, follow_symlinks=follow)
+
+    @staticmethod
+    def _truncate(target: str, size: int, *, dir_fd: int | None) -> None:
+        """Only a regular file is truncated, opened without blocking (a lease the cell holds
+        fails the request instead of holding every channel)."""
+        if dir_fd is not None:
+            raise asyncssh.SFTPError(asyncssh.FX_OP_UNSUPPORTED, "a link has no size")
+        fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC) \
+            if stat_mod.S_ISREG(os.stat(target).st_mode) else -1
+        if fd < 0:
+            raise asyncssh.SFTPError(asyncssh.FX_FAILURE, "not a regular file")
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
 
     # -- files -----------------------------------------------------------------------------
 
@@ -143,26 +165,16 @@ class CellSFTPServer(asyncssh.SFTPServer):
             if pflags & bit:
                 flags |= flag
         perms = (0o644 if attrs.permissions is None else attrs.permissions) & 0o777
-        target = self._path(path)
-        existed = True
-        if flags & os.O_CREAT:
-            try:
-                rooted.lstat(self.root.fd, target)
-            except FileNotFoundError:
-                existed = False
-        # O_NONBLOCK: a FIFO the cell made must not hold the session; O_TRUNC waits until the
-        # file is known to be regular (truncating a device is not for sftp).
-        fd = rooted.open_at(self.root.fd, target,
-                            (flags & ~os.O_TRUNC) | os.O_NONBLOCK | os.O_NOCTTY, perms)
         try:
-            info = os.fstat(fd)
-            if not stat_mod.S_ISREG(info.st_mode):
-                raise asyncssh.SFTPError(asyncssh.FX_FAILURE, "not a regular file")
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-            if flags & os.O_TRUNC:
-                os.ftruncate(fd, 0)
-            if not existed and self.root.owner is not None:
-                os.fchown(fd, *self.root.owner)
+            fd, created = rooted.open_regular(self.root.fd, self._path(path), flags, perms)
+        except OSError as exc:
+            if exc.errno == errno.EPERM:
+                raise asyncssh.SFTPError(asyncssh.FX_PERMISSION_DENIED,
+                                         exc.strerror or "refused") from None
+            raise
+        try:
+            if created and self.root.owner is not None:
+                os.fchown(fd, *self.root.owner)  # the file just made, never a name
         except BaseException:
             os.close(fd)
             raise
@@ -220,7 +232,12 @@ class CellSFTPServer(asyncssh.SFTPServer):
         with rooted.parent_of(self.root.fd, self._path(path)) as (parent, name):
             os.mkdir(name, mode, dir_fd=parent)
             if self.root.owner is not None:
-                os.chown(name, *self.root.owner, dir_fd=parent, follow_symlinks=False)
+                made = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC,
+                               dir_fd=parent)
+                try:  # the directory just made (a swap for a link fails O_DIRECTORY)
+                    os.chown(f"/proc/self/fd/{made}", *self.root.owner)
+                finally:
+                    os.close(made)
 
     def rmdir(self, path: bytes) -> None:
         with rooted.parent_of(self.root.fd, self._path(path)) as (parent, name):
@@ -281,8 +298,64 @@ class CellSFTPServer(asyncssh.SFTPServer):
     def exit(self) -> None:
         """The client ended the session: say it succeeded, as sshd's sftp-server does (scp
         and sftp -b treat a channel closed without an exit status as a failure)."""
+        if self.channel is None:
+            return
         try:
             self.channel.exit(0)
         except (OSError, asyncssh.Error):
             pass
 
+
+OFF_LOOP = ("realpath", "stat", "lstat", "fstat", "setstat", "lsetstat", "fsetstat", "open",
+            "read", "write", "close", "fsync", "mkdir", "rmdir", "remove", "rename",
+            "posix_rename", "readlink", "symlink", "link", "statvfs", "fstatvfs")
+"""Every call that touches the cell's files runs on one worker thread of the session: a slow
+or hostile file system never holds the event loop (other channels, the other sessions of
+the connection), and one thread keeps the client's order (a close never overtakes a read)."""
+
+UNADVERTISED = (b"copy-data", b"ranges@asyncssh.com")
+"""asyncssh's extensions left out: copy-data runs a whole copy inside one request (a file the
+cell keeps appending to makes it endless), and OpenSSH's clients use neither."""
+
+
+class Refusing(asyncssh.SFTPServer):
+    """What a session gets when the cell's files cannot be opened (its channel is closed
+    with the reason already): every path refused."""
+
+    def map_path(self, path: bytes) -> bytes:
+        raise _denied("the cell's files are not reachable")
+
+
+class ServedSFTP(CellSFTPServer):
+    """CellSFTPServer as the connection serves it: its calls on the session's worker."""
+
+    def __init__(self, chan: Any, root: CellRoot) -> None:
+        super().__init__(chan, root)
+        self._worker = ThreadPoolExecutor(1, "devcell-sftp")
+
+    def exit(self) -> None:
+        super().exit()
+        self._worker.shutdown(wait=False)
+
+
+def _off_loop(name: str) -> Callable[..., Awaitable[Any]]:
+    method = getattr(CellSFTPServer, name)
+
+    @functools.wraps(method)
+    async def run(self: ServedSFTP, *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._worker, functools.partial(method, self, *args))
+    return run
+
+
+for _name in OFF_LOOP:
+    setattr(ServedSFTP, _name, _off_loop(_name))
+
+
+def drop_extensions() -> None:
+    """Leave UNADVERTISED out of what the server offers (this process serves one client)."""
+    handler = getattr(asyncssh.sftp, "SFTPServerHandler", None)
+    offered = getattr(handler, "_extensions", None)
+    if isinstance(offered, list):
+        handler._extensions = [item for item in offered  # type: ignore[union-attr]
+                               if item[0] not in UNADVERTISED]

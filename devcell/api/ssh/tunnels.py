@@ -17,10 +17,10 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 import asyncssh
-from loguru import logger
 
 from devcell.backends.interactive import Forwarding
 from devcell.errors import BackendError
+from devcell.log import logger
 
 if TYPE_CHECKING:
     from devcell.backends.base import CellRef

@@ -361,6 +361,47 @@ class ContainerBackend:
         for path in paths:
             os.chown(path, *ids, follow_symlinks=False)
 
+    def _hand_over_named(self, cell: CellRef, container_id: str, user: str) -> None:
+        """`spec.user` given by name: its ids from the image's own /etc/passwd and /etc/group
+        (read from the created container, bounded), then `_hand_over`. A name the image does
+        not know removes the container and is refused with the fix."""
+        from devcell.backends.host import passwd
+
+        found = passwd.ids(user, self._image_text(container_id, "/etc/passwd"),
+                           self._image_text(container_id, "/etc/group") if ":" in user else None)
+        if found is None:
+            with sdk.engine_calls(f"removing container {container_id[:12]}"):
+                self.api.remove_container(container_id, force=True)
+            raise BackendRefused(f"spec.user {user}: the image's /etc/passwd (or /etc/group) "
+                                 "has no such name; give a user the image has, or uid[:gid]")
+        self._hand_over(cell, found)
+
+    def _image_text(self, container_id: str, path: str) -> str | None:
+        """A small regular file of the container's image (None if absent, not regular or over
+        passwd.MAX_BYTES), through the engine's archive of it."""
+        import tarfile
+
+        from devcell.backends.host import passwd
+
+        try:
+            with sdk.engine_calls(f"reading {path} of the image"):
+                stream, info = self.api.get_archive(container_id, path)
+                if int(info.get("size") or 0) > passwd.MAX_BYTES:
+                    return None
+                data = bytearray()
+                for chunk in stream:
+                    data += chunk
+                    if len(data) > passwd.MAX_BYTES + 65536:
+                        return None
+        except BackendNotFound:
+            return None
+        with tarfile.open(fileobj=io.BytesIO(bytes(data))) as archive:
+            member = archive.next()
+            if member is None or not member.isreg() or member.size > passwd.MAX_BYTES:
+                return None
+            handle = archive.extractfile(member)
+            return handle.read(passwd.MAX_BYTES).decode(errors="replace") if handle else None
+
     def _policy(self) -> SecurityPolicy:
         """DevCell's configuration as it is now (an administrator may have tightened it)."""
         try:
@@ -461,6 +502,9 @@ class ContainerBackend:
             created = self.api.create_container(**_create_container_args(
                 dict(kwargs, version=self.api._version)))
         container_id: str = created["Id"]
+        user = str(cell.spec.get("user") or "")
+        if user and container_spec.user_ids(kwargs) is None:
+            self._hand_over_named(cell, container_id, user)
         self._created[cell.id] = (container_id, list(kwargs["mounts"]))
         logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-").info(
             "created container {} ({})", name, container_id[:12])
@@ -1065,9 +1109,18 @@ class ContainerBackend:
         user = str(((container_observe.inspect(self.layout.state_dir, info["Id"]) or {})
                     .get("Config") or {}).get("User") or "") if info else ""
         owner = None
-        uid, _, gid = user.partition(":")
-        if uid.isdigit() and (gid.isdigit() or not gid) and int(uid) != 0:
-            owner = (int(uid), int(gid or uid))
+        if user:
+            from devcell.backends.host import passwd, rooted
+
+            def text(path: str) -> str | None:
+                data = rooted.read_regular(fd, path, passwd.MAX_BYTES)
+                return None if data is None else data.decode(errors="replace")
+
+            owner = passwd.ids(user, text("/etc/passwd"), text("/etc/group"))
+            if owner is None:  # a name the cell no longer knows: make nothing as root
+                owner = container_spec.HOST_MOUNT_USER
+            elif owner[0] == 0:
+                owner = None
         return CellRoot(fd, owner, container_spec.mount_path(cell.spec))
 
     def _in_namespace(self, cell: CellRef, entry: str, use: Callable[[int], Any], *,

@@ -175,7 +175,9 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
     }
     if volume_id is not None:
         kwargs["working_dir"] = mount_path(spec)
-    if writes_host(spec):
+    if spec.get("user"):
+        kwargs["user"] = str(spec["user"])  # with a writable host mount: checked non-root below
+    elif writes_host(spec):
         kwargs["user"] = "{}:{}".format(*HOST_MOUNT_USER)
     resources = spec.get("resources") or {}
     if "cpus" in resources:

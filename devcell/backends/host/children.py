@@ -19,6 +19,7 @@ import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 PR_SET_PDEATHSIG = 1
 
@@ -93,3 +94,13 @@ def spawn_machine(argv: Sequence[str], *, executable: str, cwd: Path,
     its label and pidfile (vm_proc), never by being our child."""
     return subprocess.Popen(list(argv), executable=executable, cwd=cwd, stdin=DEVNULL,
                             stdout=output, stderr=output, start_new_session=True)
+
+
+def replace_process(program: str, argv: list[str]) -> NoReturn:
+    """Become `program` (execv): `devcell ssh` hands the terminal to OpenSSH's client. No
+    child is made, so none can outlive DevCell; standard streams are flushed first."""
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(program, argv)

@@ -20,12 +20,14 @@ import os
 import posixpath
 from collections.abc import Iterator
 from contextlib import contextmanager
-from stat import S_ISLNK
+from stat import S_ISLNK, S_ISREG
 
 _SYS_OPENAT2 = 437  # the same number on x86_64 and aarch64 (the generic table)
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_IN_ROOT = 0x10
 MAX_PATH = 4096
+MAX_RESOLVE_STEPS = 1024
+"""Components `resolve` looks at, links' included: each is a walk from the root."""
 
 
 class _OpenHow(ctypes.Structure):
@@ -113,8 +115,11 @@ def resolve(root: int, path: str | bytes) -> str:
     component that does not exist yet is kept, as sftp's realpath expects)."""
     pending = [part for part in normal(path).split("/") if part]
     done: list[str] = []
-    links = 0
+    links = steps = 0
     while pending:
+        steps += 1
+        if steps > MAX_RESOLVE_STEPS:
+            raise OSError(errno.ELOOP, "too many path components to resolve", normal(path))
         part = pending.pop(0)
         if part == "..":
             if done:
@@ -139,3 +144,85 @@ def resolve(root: int, path: str | bytes) -> str:
             done = []
         pending = [piece for piece in target.split("/") if piece and piece != "."] + pending
     return "/" + "/".join(done)
+
+
+PSEUDO_FILESYSTEMS = frozenset({
+    0x9FA0,        # proc
+    0x62656572,    # sysfs
+    0x64626720,    # debugfs
+    0x74726163,    # tracefs
+    0x73636673,    # securityfs
+    0x27E0EB,      # cgroup
+    0x63677270,    # cgroup2
+    0xCAFE4A11,    # bpf
+    0xF97CFF8C,    # selinuxfs
+    0xDE5E81E4,    # efivarfs
+    0x6165676C,    # pstore
+    0x62656570,    # configfs
+    0x65735543,    # fusectl
+    0x42494E4D,    # binfmt_misc
+})
+"""Kernel interfaces that look like regular files (/proc/kmsg, /proc/kallsyms, sysfs
+attributes): the cell sees them through its own mounts, but the host's process reading them
+would read, or act, with the host's privileges."""
+
+
+class _StatFs(ctypes.Structure):
+    _fields_ = [("f_type", ctypes.c_long), ("rest", ctypes.c_byte * 112)]
+
+
+def filesystem_type(fd: int) -> int:
+    found = _StatFs()
+    if _libc().fstatfs(fd, ctypes.byref(found)) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return int(found.f_type) & 0xFFFFFFFF
+
+
+def open_regular(root: int, path: str | bytes, flags: int, mode: int = 0o644
+                 ) -> tuple[int, bool]:
+    """(descriptor, created) of the regular file `path`, opened with `flags` (O_CREAT,
+    O_EXCL and O_TRUNC honoured) only once it is known to be a regular file on a real file
+    system: located first with O_PATH (no driver's open runs, no FIFO blocks), checked, then
+    reopened through its own descriptor, so nothing can be swapped in between. Always
+    non-blocking (a lease the cell holds fails the open instead of holding the caller)."""
+    access = flags & (os.O_RDONLY | os.O_WRONLY | os.O_RDWR | os.O_APPEND)
+    if flags & os.O_CREAT:
+        try:
+            fd = open_at(root, path, access | os.O_CREAT | os.O_EXCL | os.O_NONBLOCK
+                         | os.O_NOCTTY, mode)
+            return fd, True
+        except FileExistsError:
+            if flags & os.O_EXCL:
+                raise
+    located = open_at(root, path, os.O_PATH)
+    try:
+        info = os.fstat(located)
+        if not S_ISREG(info.st_mode):
+            raise OSError(errno.EPERM, "not a regular file", os.fsdecode(path))
+        if filesystem_type(located) in PSEUDO_FILESYSTEMS:
+            raise OSError(errno.EPERM, "a kernel interface, not a file", os.fsdecode(path))
+        fd = os.open(f"/proc/self/fd/{located}", access | os.O_NONBLOCK | os.O_NOCTTY
+                     | os.O_CLOEXEC)
+    finally:
+        os.close(located)
+    try:
+        if flags & os.O_TRUNC:
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, False
+
+
+def read_regular(root: int, path: str, limit: int) -> bytes | None:
+    """At most `limit` bytes of `path` in the root if it is a regular file, else None (a
+    FIFO or device is never read: opened without blocking and checked first)."""
+    try:
+        fd, _ = open_regular(root, path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)

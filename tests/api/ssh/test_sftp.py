@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,3 +137,91 @@ def test_rename_keeps_sftps_rule_and_listing_shows_the_cells_names(
     names = asyncio.run(listing())
     assert set(names) == {b".", b"..", b"b"}
     assert server.format_user(0) == "0"
+
+
+def test_kernel_interfaces_that_look_like_files_are_refused() -> None:
+    """With the host's own `/` as the root, /proc and /sys files (regular to stat) are never
+    opened: the host's process would read them with the host's privileges."""
+    yield_root = _server(Path("/"))
+    server = next(yield_root)
+    try:
+        for path in (b"/proc/kallsyms", b"/proc/self/status", b"/sys/kernel/uevent_seqnum"):
+            if not os.path.exists(path):
+                continue
+            with pytest.raises(asyncssh.SFTPError) as refused:
+                server.open(path, asyncssh.FXF_READ, _attrs())
+            assert refused.value.code == asyncssh.FX_PERMISSION_DENIED
+    finally:
+        yield_root.close()
+
+
+def test_a_planted_link_never_gets_a_file_handed_to_the_cells_user(
+        unprivileged: CellSFTPServer, tree: Path) -> None:
+    (tree / "workspace" / "dangling").symlink_to("/etc/made-by-sftp")
+    (tree / "workspace" / "pw").symlink_to("/etc/passwd")
+    flags = asyncssh.FXF_WRITE | asyncssh.FXF_CREAT
+    with pytest.raises(FileNotFoundError):  # exists as a link: never created through it
+        unprivileged.open(b"dangling", flags, _attrs())
+    assert not (tree / "etc" / "made-by-sftp").exists()
+    handle = unprivileged.open(b"pw", flags, _attrs())  # an existing file: opened, not given
+    unprivileged.close(handle)
+    assert os.stat(tree / "etc" / "passwd").st_uid == 0
+
+
+def test_truncating_a_fifo_is_refused_without_blocking(server: CellSFTPServer, tree: Path
+                                                       ) -> None:
+    os.mkfifo(tree / "workspace" / "pipe")
+    began = time.monotonic()
+    with pytest.raises(asyncssh.SFTPError):
+        server.setstat(b"pipe", _attrs(size=0))
+    assert time.monotonic() - began < 5
+
+
+def test_resolving_is_bounded_and_copy_data_is_not_offered(server: CellSFTPServer,
+                                                            tree: Path) -> None:
+    from devcell.api.ssh import sftp
+
+    (tree / "workspace" / "b").mkdir()
+    (tree / "workspace" / "l").symlink_to("/workspace/" + "b/../" * 300)  # 600 steps each
+    began = time.monotonic()
+    with pytest.raises(OSError):
+        server.realpath(b"/workspace/l/l/l/l")
+    assert time.monotonic() - began < 5
+    sftp.drop_extensions()
+    offered = [name for name, _ in asyncssh.sftp.SFTPServerHandler._extensions]
+    assert b"copy-data" not in offered and b"posix-rename@openssh.com" in offered
+
+
+def test_the_served_server_runs_its_calls_off_the_event_loop(tree: Path) -> None:
+    from devcell.api.ssh.sftp import ServedSFTP
+
+    fd = os.open(tree, os.O_PATH | os.O_DIRECTORY)
+    served = ServedSFTP(None, CellRoot(fd, None, "/workspace"))  # type: ignore[arg-type]
+
+    async def roundtrip() -> bytes:
+        loop_thread = threading.get_ident()
+        seen: list[int] = []
+        original = os.pread
+
+        def spy(*args: object) -> bytes:
+            seen.append(threading.get_ident())
+            return original(*args)  # type: ignore[arg-type]
+
+        handle = await served.open(b"x", asyncssh.FXF_WRITE | asyncssh.FXF_CREAT, _attrs())
+        await served.write(handle, 0, b"data")
+        await served.close(handle)
+        handle = await served.open(b"x", asyncssh.FXF_READ, _attrs())
+        os.pread = spy  # type: ignore[assignment]
+        try:
+            data = await served.read(handle, 0, 10)
+        finally:
+            os.pread = original
+        await served.close(handle)
+        assert seen and loop_thread not in seen
+        return bytes(data)
+
+    try:
+        assert asyncio.run(roundtrip()) == b"data"
+    finally:
+        served.exit()
+        os.close(fd)

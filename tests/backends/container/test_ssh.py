@@ -141,9 +141,9 @@ def test_an_interactive_shell_on_a_terminal_under_tmux(cell: Cell) -> None:
             subprocess.run(["tmux", "send-keys", "-t", session, *words], check=True)
 
         wait_for("/workspace #")
-        keys("stty size; tty; echo $TERM", "Enter")
-        shown = wait_for("40 120")
-        assert "/dev/pts/" in shown and "tmux" in shown
+        keys("stty size; tty; echo TERM=$TERM; echo END-$((1+1))", "Enter")
+        shown = wait_for("END-2")  # printed last: what comes before it is on the screen
+        assert "40 120" in shown and "/dev/pts/" in shown and "TERM=tmux" in shown, shown
         subprocess.run(["tmux", "resize-window", "-t", session, "-x", "100", "-y", "30"],
                        check=True)
         time.sleep(0.5)

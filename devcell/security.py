@@ -156,13 +156,27 @@ def _workspace_source_problems(workspace: dict[str, Any], policy: SecurityPolicy
     """A git source: a remote URL without a password in it (a credential never lands in a
     manifest, the database or a log: git's credential helpers or ssh keys carry it), or a
     repository on this host that the host-path rules allow (a clone reads it as DevCell)."""
-    git = (workspace.get("source") or {}).get("git")
+    source = workspace.get("source") or {}
+    if source and workspace.get("from") is not None:
+        yield (("workspace", "source"), "a fork keeps its snapshot's workspace: give "
+               "workspace.from or workspace.source, not both")
+    directory = source.get("directory")
+    if directory is not None:
+        path = str(directory.get("path", ""))
+        where_dir: FieldPath = ("workspace", "source", "directory", "path")
+        if "//" in path or os.path.normpath(path) != path.rstrip("/") and path != "/":
+            yield where_dir, f"{path!r} must be a normalised absolute path"
+            return
+        problem = host_path_problem(path.rstrip("/") or "/", policy, state_dir)
+        if problem:
+            yield where_dir, problem
+        elif not os.path.isdir(path):
+            yield where_dir, f"{path} is not a directory on this host"
+        return
+    git = source.get("git")
     if git is None:
         return
     where: FieldPath = ("workspace", "source", "git", "url")
-    if workspace.get("from") is not None:
-        yield (("workspace", "source"), "a fork keeps its snapshot's workspace: give "
-               "workspace.from or workspace.source, not both")
     url = str(git.get("url", ""))
     scheme, sep, rest = url.partition("://")
     if not sep:

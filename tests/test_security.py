@@ -184,3 +184,25 @@ def test_a_ref_starting_with_a_dash_is_refused_by_the_schema() -> None:
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate("--upload-pack=x", ref)
     jsonschema.validate("release/1.2", ref)
+
+
+def _directory(path: str, **more: Any) -> dict[str, Any]:
+    return {"workspace": {"source": {"directory": {"path": path}}, **more}}
+
+
+def test_a_directory_source_follows_the_host_path_rules(tmp_path: Path) -> None:
+    project = tmp_path / "projects" / "app"
+    project.mkdir(parents=True)
+    where = "workspace.source.directory.path"
+    assert "off by default" in problems(_directory(str(project)), tmp_path / "s")[where]
+    allowed = SecurityPolicy(source="cfg", allowed_host_paths=(str(tmp_path / "projects"),))
+    assert problems(_directory(str(project)), tmp_path / "s", allowed) == {}
+    assert "does not exist" in problems(_directory(str(project / "missing")), tmp_path / "s",
+                                         allowed)[where]
+    for odd in (f"{project}/../app", f"{tmp_path}//projects/app"):
+        assert "normalised" in problems(_directory(odd), tmp_path / "s", allowed)[where]
+    (tmp_path / "projects" / "link").symlink_to("/etc")
+    assert problems(_directory(str(tmp_path / "projects" / "link")), tmp_path / "s",
+                    allowed)[where]  # a link out of the allowed tree is judged where it leads
+    fork = _directory(str(project), **{"from": {"snapshot": "s"}})
+    assert "not both" in problems(fork, tmp_path / "s", allowed)["workspace.source"]

@@ -62,7 +62,7 @@ from devcell.backends.container.spec import (
     VOLUME,
 )
 from devcell.backends.container.workspaces import WorkspaceStore
-from devcell.backends.host import git_source
+from devcell.backends.host import workspace_seed
 from devcell.backends.host.ids import safe_id, state_hash
 from devcell.config import SecurityPolicy
 from devcell.errors import (
@@ -310,10 +310,10 @@ class ContainerBackend:
             outputs["copiedBecause"] = made.copy_reason
         return outputs
 
-    def _seed(self, cell: CellRef) -> git_source.GitSource | None:
-        """What a new workspace is cloned from, judged again now (git_source.checked)."""
-        seed = git_source.of_spec(cell.spec)
-        return None if seed is None else git_source.checked(seed, self.layout.state_dir)
+    def _seed(self, cell: CellRef) -> workspace_seed.Seed | None:
+        """What a new workspace starts with, judged again now (workspace_seed.checked)."""
+        seed = workspace_seed.of_spec(cell.spec)
+        return None if seed is None else workspace_seed.checked(seed, self.layout.state_dir)
 
     def delete_volume(self, volume_id: str) -> Outputs:
         safe_id("volume", volume_id)

@@ -33,7 +33,7 @@ from typing import Any, ParamSpec, TypeVar
 from devcell import failpoints
 from devcell.backends.container import overlay
 from devcell.backends.container.layout import Layout
-from devcell.backends.host import git_source, temporaries, treecopy, treewalk
+from devcell.backends.host import temporaries, treecopy, treewalk, workspace_seed
 from devcell.backends.host.ids import is_safe_id, safe_id
 from devcell.errors import BackendError, BackendNotFound, BackendRefused
 from devcell.log import logger
@@ -340,8 +340,8 @@ class WorkspaceStore:
     @_host_errors("creating a workspace volume")
     def create_volume(self, *, cell_id: str, cell_name: str, volume_id: str,
                       from_checkpoint: str | None, op_id: str | None = None,
-                      seed: git_source.GitSource | None = None) -> VolumeMade:
-        """A new workspace volume: empty, a checkpoint's tree (a fork), or `seed` cloned into
+                      seed: workspace_seed.Seed | None = None) -> VolumeMade:
+        """A new workspace volume: empty, a checkpoint's tree (a fork), or `seed` filled into
         it; made in a temporary and renamed into place, so a failure leaves none."""
         safe_id("cell", cell_id)
         final = self.layout.volume(volume_id)
@@ -372,7 +372,7 @@ class WorkspaceStore:
                         self.tree_of(str(from_checkpoint)), tmp / "workspace",
                         description=f"{cell_name}: restoring {from_checkpoint}")
             elif seed is not None:
-                git_source.clone(seed, tmp / "workspace")
+                workspace_seed.fill(seed, tmp / "workspace", cell_name=cell_name)
                 found = treecopy.scan(tmp / "workspace")
                 stats = treecopy.TreeStats(found.files, found.size)
             else:

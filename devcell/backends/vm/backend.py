@@ -48,7 +48,7 @@ from devcell.backends.base import (
     Owned,
     OwnedKind,
 )
-from devcell.backends.host import git_source, removal, temporaries
+from devcell.backends.host import removal, temporaries, workspace_seed
 from devcell.backends.interactive import ExecOptions, Terminal
 from devcell.backends.vm import capacity as vm_capacity
 from devcell.backends.vm import clock as vm_clock
@@ -894,10 +894,10 @@ class VmBackend:
         return {"volume": volume_id, "storage": "disk",
                 "from_checkpoint": meta.get("from_checkpoint")}
 
-    def _seed(self, cell: CellRef) -> git_source.GitSource | None:
-        """What a new workspace is cloned from, judged again now (git_source.checked)."""
-        seed = git_source.of_spec(cell.spec)
-        return None if seed is None else git_source.checked(seed, self.layout.state_dir)
+    def _seed(self, cell: CellRef) -> workspace_seed.Seed | None:
+        """What a new workspace starts with, judged again now (workspace_seed.checked)."""
+        seed = workspace_seed.of_spec(cell.spec)
+        return None if seed is None else workspace_seed.checked(seed, self.layout.state_dir)
 
     def delete_volume(self, volume_id: str) -> Outputs:
         existed = self.volume_exists(volume_id)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from devcell.backends.base import Fill
-from devcell.backends.host import children, git_source, removal, temporaries
+from devcell.backends.host import children, removal, temporaries, workspace_seed
 from devcell.backends.host.ids import safe_id
 from devcell.backends.vm import exact_disk as vm_exact
 from devcell.backends.vm import extract as vm_extract
@@ -146,7 +146,7 @@ class DiskStore:
 
     def create_volume(self, *, cell_id: str, cell_name: str, volume_id: str,
                       from_checkpoint: str | None, op_id: str | None,
-                      seed: git_source.GitSource | None = None) -> dict[str, Any]:
+                      seed: workspace_seed.Seed | None = None) -> dict[str, Any]:
         """A new workspace disk: empty, on a checkpoint's layer (a fork), or holding `seed`
         cloned (made in a temporary: a failed clone leaves no disk)."""
         existing = self.volume_meta(volume_id)
@@ -160,12 +160,12 @@ class DiskStore:
 
     def _make_volume(self, *, cell_id: str, cell_name: str, volume_id: str,
                      from_checkpoint: str | None, op_id: str | None, base: str | None,
-                     seed: git_source.GitSource | None = None) -> dict[str, Any]:
+                     seed: workspace_seed.Seed | None = None) -> dict[str, Any]:
 
         def make(tmp: Path) -> dict[str, Any]:
             if base is None and seed is not None:
-                git_source.clone(seed, tmp / "tree")
-                size = vm_image.tree_bytes(tmp / "tree", "the cloned repository")
+                workspace_seed.fill(seed, tmp / "tree", cell_name=cell_name)
+                size = vm_image.tree_bytes(tmp / "tree", "the workspace's source")
                 vm_image.mkfs(tmp / "tree", tmp / DISK, max(WORKSPACE_BYTES, size * 2),
                               "devcell-work", exact=True)
                 removal.remove(tmp / "tree")

@@ -36,6 +36,28 @@ def _counter(cli: Cli) -> int:
     return int(result.stdout)
 
 
+def _ssh_to_the_machine(cli: Cli, tmp_path: Path) -> None:
+    """OpenSSH's client runs commands in a vm cell through the same ProxyCommand; what the
+    machine cannot offer yet (a terminal, sftp) is said, not hung on."""
+    import shutil
+
+    if shutil.which("ssh") is None:
+        return
+    config = tmp_path / "ssh_config"
+    config.write_text(cli("ssh-config", "vmbox").stdout)
+    ran = subprocess.run(["ssh", "-F", str(config), "vmbox.devcell",
+                          "echo hi-$((1+2)); pwd; uname -n; exit 3"], capture_output=True,
+                         text=True, timeout=300, input="")
+    assert ran.returncode == 3, ran.stderr
+    assert ran.stdout == "hi-3\n/workspace\nvmbox\n"
+    shell = subprocess.run(["ssh", "-tt", "-F", str(config), "vmbox.devcell"],
+                           capture_output=True, text=True, timeout=120, input="")
+    assert shell.returncode != 0 and "do not offer a terminal" in shell.stdout + shell.stderr
+    files = subprocess.run(["sftp", "-F", str(config), "-b", "/dev/null", "vmbox.devcell"],
+                           capture_output=True, text=True, timeout=120)
+    assert files.returncode != 0 and "subsystem request failed" in files.stderr, files.stderr
+
+
 def test_sleep_keeps_the_machine_and_start_resumes_its_processes(
         cli: Cli, tmp_path: Path, state_dir: Path, vm_cache: Path) -> None:
     make_state(state_dir, vm_cache)
@@ -45,6 +67,7 @@ def test_sleep_keeps_the_machine_and_start_resumes_its_processes(
         failed = cli("exec", "vmbox", "--", "sh", "-c", "echo out; echo err >&2; exit 42",
                      timeout=300)
         assert (failed.returncode, failed.stdout, failed.stderr) == (42, "out\n", "err\n")
+        _ssh_to_the_machine(cli, tmp_path)
         before = _counter(cli)
         assert cli("cell", "sleep", "vmbox").returncode == 0
         assert not vm_proc.scan(VmLayout(state_dir).name_prefix)  # no QEMU while asleep

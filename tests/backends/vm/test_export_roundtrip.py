@@ -220,3 +220,28 @@ def test_a_git_source_seeds_a_new_vm_workspace_disk(tmp_path: Path) -> None:
     out.mkdir()
     extract.extract(raw, out, budget=1 << 30)
     assert (out / "README").read_text() == "from git\n" and (out / ".git").is_dir()
+
+
+def test_a_directory_source_seeds_a_new_vm_workspace_disk(tmp_path: Path) -> None:
+    """A host directory copied onto the disk mkfs makes (no boot), a link kept as a link;
+    the directory itself is left as it was."""
+    from devcell.backends.host.workspace_seed import DirectorySource
+    from devcell.backends.vm import layers as vm_layers
+
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "main.py").write_text("print('hi')\n")
+    (project / "to-etc").symlink_to("/etc/passwd")
+    before = sorted(str(p.relative_to(project)) for p in project.rglob("*"))
+    store = DiskStore(VmLayout(tmp_path / "state"))
+    store.create_volume(cell_id="cell_1", cell_name="c", volume_id="vol_1",
+                        from_checkpoint=None, op_id=None, seed=DirectorySource(str(project)))
+    raw = tmp_path / "disk.raw"
+    vm_layers.qemu_img(["convert", "-q", "-f", "qcow2", "-O", "raw",
+                        str(store.volume_disk("vol_1")), str(raw)])
+    out = tmp_path / "out"
+    out.mkdir()
+    extract.extract(raw, out, budget=1 << 30)
+    assert (out / "src" / "main.py").read_text() == "print('hi')\n"
+    assert os.readlink(out / "to-etc") == "/etc/passwd"
+    assert sorted(str(p.relative_to(project)) for p in project.rglob("*")) == before

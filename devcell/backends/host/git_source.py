@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from devcell import names
-from devcell.backends.host import children
+from devcell.backends.host import children, removal
 from devcell.errors import BackendError, BackendRefused
 
 CLONE_SECONDS = 600.0
@@ -31,6 +31,8 @@ other remote helper)."""
 _SHA = re.compile(r"[0-9a-fA-F]{7,40}")
 _USERINFO = re.compile(r"^([a-z]+://)[^/@]*@")
 _CAUSES = (
+    (re.compile(r"repository not exported", re.I),  # git daemon does not say which
+     "the repository was not found (or the server does not export it)"),
     (re.compile(r"not found|does not appear to be a git repository|does not exist|"
                 r"no such file", re.I), "the repository was not found"),
     (re.compile(r"authentication failed|permission denied|could not read username|"
@@ -93,7 +95,17 @@ def checked(source: GitSource, state_dir: Path) -> GitSource:
 def clone(source: GitSource, into: Path) -> None:
     """Clone `source` into `into` (which must not exist), checked out at its ref: a branch
     or tag of that name first; a ref that looks like a commit and is none, as a commit (a
-    full clone, then that commit checked out detached)."""
+    full clone, then that commit checked out detached). A failed clone leaves no `into`."""
+    if os.path.lexists(into):
+        raise BackendError(f"cloning {source.shown}: {names.printable(str(into))} exists")
+    try:
+        _clone(source, into)
+    except BaseException:
+        removal.remove_quietly(into)
+        raise
+
+
+def _clone(source: GitSource, into: Path) -> None:
     # -c before the verb: for this run only, never written into the workspace's config
     argv = ["git", "-c", "core.hooksPath=/dev/null", "clone", "--quiet", "--no-hardlinks"]
     named = [*(["--branch", source.ref, "--single-branch"] if source.ref else []),

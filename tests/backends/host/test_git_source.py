@@ -1,7 +1,7 @@
 """Cloning a workspace's git source (backends/host/git_source.py) with the real git: from a
-local bare repository and from a git daemon on 127.0.0.1, at a branch, a tag or a commit,
-shallow or not; a bad URL or ref refused with why and nothing left; never a hard link into
-the host's repository."""
+local bare repository and from git servers on 127.0.0.1 (git daemon, git-http-backend), at
+a branch, a tag or a commit, shallow or not; a bad URL or ref refused with why and nothing
+left; never a hard link into the host's repository."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 from devcell.backends.host import git_source
 from devcell.backends.host.git_source import GitSource
 from devcell.errors import BackendError, BackendRefused
+from tests import git_servers
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -79,7 +80,7 @@ def test_a_missing_repository_or_ref_is_refused_with_why(bare: Path, tmp_path: P
         git_source.clone(GitSource(str(bare), "nosuch", None), tmp_path / "b")
     with pytest.raises(BackendRefused, match="the ref deadbeef1234 is not in the repository"):
         git_source.clone(GitSource(str(bare), "deadbeef1234", None), tmp_path / "c")
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert list(tmp_path.iterdir()) == []  # a commit's full clone is removed too
 
 
 def test_an_unreachable_remote_is_a_retryable_error(tmp_path: Path) -> None:
@@ -91,34 +92,56 @@ def test_an_unreachable_remote_is_a_retryable_error(tmp_path: Path) -> None:
     assert not isinstance(raised.value, BackendRefused)
 
 
-@pytest.fixture
-def daemon(bare: Path) -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(["git", "daemon", "--reuseaddr", "--listen=127.0.0.1",
-                             f"--port={port}", "--export-all", f"--base-path={bare.parent}",
-                             str(bare.parent)], stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        yield f"git://127.0.0.1:{port}/{bare.name}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+@pytest.fixture(params=["git-daemon", "git-http-backend"])
+def server(request: pytest.FixtureRequest, bare: Path) -> Iterator[str]:
+    """The bare repository's URL on a git server on 127.0.0.1: `git daemon` (git://) or
+    git-http-backend behind an HTTP server (smart http://)."""
+    serve = git_servers.git_daemon if request.param == "git-daemon" else git_servers.git_http
+    with serve(bare.parent) as base:
+        yield f"{base}/{bare.name}"
 
 
 def test_a_git_server_on_loopback_is_cloned_with_and_without_a_ref(
-        daemon: str, tmp_path: Path) -> None:
-    git_source.clone(GitSource(daemon, None, None), tmp_path / "head")
+        server: str, tmp_path: Path) -> None:
+    git_source.clone(GitSource(server, None, None), tmp_path / "head")
     assert (tmp_path / "head" / "app.py").read_text() == "v2\n"
-    git_source.clone(GitSource(daemon, "t1", 1), tmp_path / "tag")
+    assert (tmp_path / "head" / "dir" / "x").read_text() == "x\n"
+    git_source.clone(GitSource(server, "t1", 1), tmp_path / "tag")
     assert (tmp_path / "tag" / "app.py").read_text() == "v1\n"
+    git_source.clone(GitSource(server, "other", None), tmp_path / "branch")
+    assert (tmp_path / "branch" / "app.py").read_text() == "v1\n"
+
+
+def test_a_bad_ref_or_repository_on_a_server_is_refused_and_leaves_nothing(
+        server: str, bare: Path, tmp_path: Path) -> None:
+    with pytest.raises(BackendRefused, match="the ref nosuch is not in the repository"):
+        git_source.clone(GitSource(server, "nosuch", 1), tmp_path / "ref")
+    first = _git("rev-list", "--max-parents=0", "main", cwd=bare).strip()
+    missing = "0" * 12 if not first.startswith("0" * 12) else "f" * 12
+    with pytest.raises(BackendRefused, match=f"the ref {missing} is not in the repository"):
+        git_source.clone(GitSource(server, missing, None), tmp_path / "commit")
+    with pytest.raises(BackendRefused, match="the repository was not found"):
+        git_source.clone(GitSource(server.rsplit("/", 1)[0] + "/nope.git", None, None),
+                         tmp_path / "repo")
+    assert list(tmp_path.iterdir()) == []  # nothing half-made stays behind
+
+
+@pytest.mark.parametrize("scheme", ["git", "http"])
+def test_an_unreachable_server_is_retryable_and_leaves_nothing(scheme: str,
+                                                                tmp_path: Path) -> None:
+    url = f"{scheme}://127.0.0.1:{git_servers.free_port()}/project.git"
+    with pytest.raises(BackendError, match="the remote could not be reached") as raised:
+        git_source.clone(GitSource(url, "main", 1), tmp_path / "ws")
+    assert not isinstance(raised.value, BackendRefused)  # the next reconcile tries again
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_clone_never_lands_on_what_exists(bare: Path, tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "mine").write_text("kept\n")
+    with pytest.raises(BackendError, match="exists"):
+        git_source.clone(GitSource(str(bare), None, None), tmp_path / "ws")
+    assert (tmp_path / "ws" / "mine").read_text() == "kept\n"
 
 
 def test_a_branch_that_looks_like_a_commit_is_a_branch(bare: Path, tmp_path: Path) -> None:

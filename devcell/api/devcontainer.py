@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from devcell import API_VERSION, config, names, security
+from devcell.api import devcontainer_source
 from devcell.errors import ManifestError, Problem
 from devcell.manifests import jsonc_positions
 
@@ -109,6 +110,8 @@ class Conversion:
 
     manifest: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    said: list[str] = field(default_factory=list)
+    """What the import chose on its own (the workspace's source), said on stderr."""
 
 
 def find(path: str | None, cwd: Path) -> Path:
@@ -335,6 +338,10 @@ class _Converter:
             raise ManifestError(self.r.problems)
         spec = self.spec
         spec["workspace"] = {"mountPath": self.mount_path}
+        chosen = devcontainer_source.choose(self.root, self.policy, self.state_dir)
+        if chosen.git is not None:
+            spec["workspace"]["source"] = {"git": chosen.git}
+        self.notes.extend(chosen.warnings)
         if self.env:
             spec["env"] = []
             for i, (var, value) in enumerate(self.env.items()):
@@ -351,7 +358,7 @@ class _Converter:
             spec["network"] = {"mode": "bridge", "ports": self.ports}
         manifest = {"apiVersion": API_VERSION, "kind": "Cell",
                     "metadata": {"name": self.name}, "spec": spec}
-        return Conversion(manifest, self.notes)
+        return Conversion(manifest, self.notes, [chosen.said])
 
     # -- one devcontainer.json field (or group) each ------------------------------------------
 
@@ -695,7 +702,8 @@ def render(conversion: Conversion, source: Path) -> str:
     import yaml
 
     header = (f"# Converted from {source} by `devcell import devcontainer`.\n"
-              "# Apply with: devcell apply -f <this file>\n")
+              + "".join(f"# {names.printable(said)}\n" for said in conversion.said)
+              + "# Apply with: devcell apply -f <this file>\n")
     return header + yaml.safe_dump(conversion.manifest, sort_keys=False, width=100)
 
 

@@ -22,6 +22,8 @@ def run_import(args: argparse.Namespace) -> int:
                                       state_dir=state_dir)
     text = devcontainer.render(conversion, source)
     devcontainer.check(text, target, state_dir)
+    for said in conversion.said:
+        sys.stderr.write(printable(f"{source}: {said}") + "\n")
     for note in conversion.notes:
         sys.stderr.write(printable(f"warning: {source}: {note}") + "\n")
     if args.output is None:

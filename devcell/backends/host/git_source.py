@@ -160,3 +160,36 @@ def _git(argv: list[str], source: GitSource, *, capture: bool = False) -> str:
             cause = BackendRefused if "reached" not in why else BackendError
             raise cause(f"cloning {source.shown}: {why} (git: {last})")
     raise BackendError(f"cloning {source.shown} failed (git: {last})")
+
+
+_SCP_LIKE = re.compile(r"^(?:([A-Za-z0-9._-]{1,64})@)?([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(.*)$")
+
+
+def as_clone_url(remote: str) -> tuple[str, bool]:
+    """A remote as a git source's url may name it, and whether credentials were taken out:
+    scp-like `git@host:org/repo.git` becomes `ssh://git@host/org/repo.git` (the form the
+    forges document; a server whose path is relative to a home needs `/~/` written in);
+    any user part of an http(s) URL,
+    and a password (or token) of any URL, is removed, since git's credential helpers and ssh
+    keys carry credentials and a manifest never does (security.py refuses them)."""
+    scheme, sep, rest = remote.partition("://")
+    if not sep:
+        scp = _SCP_LIKE.fullmatch(remote) if not remote.startswith(("/", ".")) else None
+        if scp is None or "/" in scp.group(2):
+            return remote, False  # a path on this host
+        user, host, path = scp.groups()
+        path = path if path.startswith("/") else "/" + path
+        return f"ssh://{user + '@' if user else ''}{host}{path}", False
+    authority, slash, tail = rest.partition("/")
+    userinfo, at, hostport = authority.rpartition("@")
+    if not at:
+        return remote, False
+    keep = scheme.lower() in ("ssh", "git") and _PLAIN_USER.fullmatch(userinfo) is not None
+    if keep:
+        return remote, False
+    return f"{scheme}://{hostport}{slash}{tail}", True
+
+
+_PLAIN_USER = re.compile(r"[A-Za-z0-9._-]{1,64}")
+"""The user of an ssh URL (`ssh://git@host/...`): a name, never a secret's shape (as
+security.py judges a git source's URL)."""

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from devcell import backends, config, security
 from devcell.backends import limits
+from devcell.backends.archives import unpack as archive_unpack
+from devcell.backends.host import live_folder, workspace_seed
 from devcell.controllers import snapshot as snapshot_controller
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest, SourceFile, field_path
@@ -48,7 +50,7 @@ class Rules:
                  defined: dict[tuple[str, str], str]) -> list[Problem]:
         # The recorded cells matter only to a cell with host mounts (the shared-path rule);
         # reading them for every apply would make one edit cost the size of the store.
-        mounting = any(m.kind == "Cell" and m.spec.get("mounts") for m in manifests)
+        mounting = any(m.kind == "Cell" and security.host_mounts(m.spec) for m in manifests)
         recorded = objects.cells_with_host_mounts(conn) if mounting else {}
         problems = reference_problems(conn, manifests, defined)
         problems += backend_problems(conn, manifests)
@@ -157,17 +159,23 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
                        field=field_path(full))
 
     for m in cells:
-        for path, message in security.cell_problems(m.spec, policy, state_dir):
+        found = list(security.cell_problems(m.spec, policy, state_dir))
+        for path, message in found:
             problems.append(located(m, path, message))
+        archive = workspace_seed.of_spec(m.spec)
+        if isinstance(archive, workspace_seed.ArchiveSource) and not found:
+            problem = archive_unpack.header_problem(os.path.realpath(archive.path))
+            if problem:
+                problems.append(located(m, ("workspace", "source", "archive", "path"), problem))
         if m.spec.get("build") is not None:
             home = os.path.dirname(m.source) if m.source != "-" else os.getcwd()
             for path, message in security.build_context_problems(m.spec["build"], home,
                                                                  policy, Path(state_dir)):
                 problems.append(located(m, path, message))
-    mounting = {m.name: security.host_mounts(m.spec) for m in cells if m.spec.get("mounts")}
+    mounting = {m.name: binds for m in cells if (binds := security.host_mounts(m.spec))}
     if mounting:
-        others = {name: security.host_mounts(spec) for name, spec in (recorded or {}).items()
-                  if name not in mounting and spec.get("mounts")}
+        others = {name: binds for name, spec in (recorded or {}).items()
+                  if name not in mounting and (binds := security.host_mounts(spec))}
         for m in cells:
             for i, mine in enumerate(mounting.get(m.name, [])):
                 clash = next(((owner, theirs) for owner, mounts in {**others, **mounting}.items()
@@ -175,7 +183,7 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
                               if security.shared_mount_problem(mine, theirs, owner)), None)
                 if clash is not None:
                     shared = security.shared_mount_problem(mine, clash[1], clash[0]) or ""
-                    problems.append(located(m, ("mounts", i, "hostPath"), shared))
+                    problems.append(located(m, security.host_mount_field(m.spec, i), shared))
     return problems
 
 
@@ -244,6 +252,13 @@ def reference_problems(conn: sqlite3.Connection, manifests: list[Manifest],
                     m, ("spec", "backend"),
                     f'field is immutable (recorded "{existing.spec["backend"]}", got '
                     f'"{m.spec["backend"]}"); delete the cell and create it again'))
+            old_folder = live_folder.of_spec(existing.spec)
+            if old_folder != live_folder.of_spec(m.spec) and source is None:
+                problems.append(desired.problem_at(
+                    m, ("spec", "workspace", "source"),
+                    f"a workspace bound live to a host folder is immutable (recorded "
+                    f"{old_folder.shown if old_folder else 'none'}); delete the cell and "
+                    "create it again (the folder stays)"))
             old_source = existing.spec.get("workspace", {}).get("from")
             if old_source != source:
                 problems.append(desired.problem_at(

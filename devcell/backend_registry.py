@@ -32,6 +32,8 @@ class Limits(NamedTuple):
     """Paths the engine itself creates in every cell: no mount may sit at or below one."""
     cell_user: bool = True
     """Whether the backend runs a cell's commands as `spec.user` (else as root only)."""
+    live_workspace: bool = True
+    """Whether a cell's workspace may be a host folder bound live (workspace.source.hostPath)."""
 
 
 class Root(NamedTuple):
@@ -115,7 +117,7 @@ BACKENDS: tuple[Backend, ...] = (
                Root("vm/checkpoints", temporaries=True),
                Root("vm/machines", temporaries=True)),
         # The backend gives a guest at least 128 MiB (vm/backend.py memory_mib): nothing to refuse.
-        limits=Limits(cell_user=False),
+        limits=Limits(cell_user=False, live_workspace=False),
     ),
 )
 

@@ -15,7 +15,7 @@ import ipaddress
 import os
 import posixpath
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -151,28 +151,39 @@ _GIT_USER = re.compile(r"[A-Za-z0-9._-]{1,64}")
 """The user of an ssh or git URL (`ssh://git@host/...`): a name, never a secret's shape."""
 
 
+def _source_path_problems(key: str, path: str, is_kind: Callable[[str], bool], kind: str,
+                          policy: SecurityPolicy, state_dir: Path
+                          ) -> Iterator[tuple[FieldPath, str]]:
+    """A source read from (or, for hostPath, bound from) this host: a normalised absolute
+    path the host-path rules allow, judged where it leads, and of the kind it must be."""
+    where: FieldPath = ("workspace", "source", key, "path")
+    if "//" in path or os.path.normpath(path) != path.rstrip("/") and path != "/":
+        yield where, f"{path!r} must be a normalised absolute path"
+        return
+    problem = host_path_problem(path.rstrip("/") or "/", policy, state_dir)
+    if problem:
+        yield where, problem
+    elif not is_kind(os.path.realpath(path)):
+        yield where, f"{path} is not {kind} on this host"
+
+
 def _workspace_source_problems(workspace: dict[str, Any], policy: SecurityPolicy,
                                state_dir: Path) -> Iterator[tuple[FieldPath, str]]:
-    """A git source: a remote URL without a password in it (a credential never lands in a
+    """A directory, live folder or archive source: a path the host-path rules allow. A
+    git source: a remote URL without a password in it (a credential never lands in a
     manifest, the database or a log: git's credential helpers or ssh keys carry it), or a
     repository on this host that the host-path rules allow (a clone reads it as DevCell)."""
     source = workspace.get("source") or {}
     if source and workspace.get("from") is not None:
         yield (("workspace", "source"), "a fork keeps its snapshot's workspace: give "
                "workspace.from or workspace.source, not both")
-    directory = source.get("directory")
-    if directory is not None:
-        path = str(directory.get("path", ""))
-        where_dir: FieldPath = ("workspace", "source", "directory", "path")
-        if "//" in path or os.path.normpath(path) != path.rstrip("/") and path != "/":
-            yield where_dir, f"{path!r} must be a normalised absolute path"
+    for key, is_kind, kind in (("directory", os.path.isdir, "a directory"),
+                               ("hostPath", os.path.isdir, "a directory"),
+                               ("archive", os.path.isfile, "a file")):
+        if source.get(key) is not None:
+            yield from _source_path_problems(key, str(source[key].get("path", "")), is_kind,
+                                             kind, policy, state_dir)
             return
-        problem = host_path_problem(path.rstrip("/") or "/", policy, state_dir)
-        if problem:
-            yield where_dir, problem
-        elif not os.path.isdir(path):
-            yield where_dir, f"{path} is not a directory on this host"
-        return
     git = source.get("git")
     if git is None:
         return
@@ -212,6 +223,8 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
     yield from _workspace_source_problems(spec.get("workspace") or {}, policy, state_dir)
     taken: list[tuple[str, FieldPath]] = [(workspace, ("workspace", "mountPath"))]
     hosts: list[tuple[int, str]] = []
+    live = ((spec.get("workspace") or {}).get("source") or {}).get("hostPath")
+    folder = os.path.realpath(str(live.get("path", ""))) if live else None
     for i, mount in enumerate(spec.get("mounts") or []):
         inside = mount.get("mountPath", "")
         problem = mount_path_problem(inside)
@@ -233,6 +246,10 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
             # Nested host paths let a writable mount swap a directory of the other one for a
             # symbolic link, which the engine would follow on the next start.
             resolved = os.path.realpath(host)
+            if folder is not None and _overlap(resolved, folder):
+                yield (("mounts", i, "hostPath"),
+                       f"{host} overlaps spec.workspace.source.hostPath.path, the workspace "
+                       "folder; host paths of one cell may not nest or repeat")
             clash_at = next((j for j, other in hosts if _overlap(resolved, other)), None)
             if clash_at is not None:
                 yield (("mounts", i, "hostPath"),
@@ -309,8 +326,21 @@ HostMount = tuple[str, bool]
 
 
 def host_mounts(spec: dict[str, Any]) -> list[HostMount]:
-    return [(os.path.realpath(m.get("hostPath", "")), bool(m.get("readOnly", False)))
-            for m in spec.get("mounts") or []]
+    """Each host path the cell binds: its mounts, then a workspace folder bound live
+    (writable; see host_mount_field)."""
+    found = [(os.path.realpath(m.get("hostPath", "")), bool(m.get("readOnly", False)))
+             for m in spec.get("mounts") or []]
+    live = ((spec.get("workspace") or {}).get("source") or {}).get("hostPath")
+    if live and (spec.get("workspace") or {}).get("from") is None:
+        found.append((os.path.realpath(str(live.get("path", ""))), False))
+    return found
+
+
+def host_mount_field(spec: dict[str, Any], i: int) -> FieldPath:
+    """The field under spec that gave host_mounts(spec)[i]."""
+    if i < len(spec.get("mounts") or []):
+        return ("mounts", i, "hostPath")
+    return ("workspace", "source", "hostPath", "path")
 
 
 def shared_mount_problem(mine: HostMount, theirs: HostMount, owner: str) -> str | None:

@@ -206,3 +206,61 @@ def test_a_directory_source_follows_the_host_path_rules(tmp_path: Path) -> None:
                     allowed)[where]  # a link out of the allowed tree is judged where it leads
     fork = _directory(str(project), **{"from": {"snapshot": "s"}})
     assert "not both" in problems(fork, tmp_path / "s", allowed)["workspace.source"]
+
+
+def _source(key: str, path: str, **more: Any) -> dict[str, Any]:
+    return {"workspace": {"source": {key: {"path": path}}, **more}}
+
+
+@pytest.mark.parametrize("key", ["hostPath", "archive"])
+def test_a_live_folder_and_an_archive_follow_the_host_path_rules(tmp_path: Path,
+                                                                 key: str) -> None:
+    root = tmp_path / "projects"
+    (root / "app").mkdir(parents=True)
+    (root / "app.tar").write_bytes(b"x")
+    target = str(root / ("app" if key == "hostPath" else "app.tar"))
+    wrong = str(root / ("app.tar" if key == "hostPath" else "app"))
+    where = f"workspace.source.{key}.path"
+    assert "off by default" in problems(_source(key, target), tmp_path / "s")[where]
+    allowed = SecurityPolicy(source="cfg", allowed_host_paths=(str(root),))
+    assert problems(_source(key, target), tmp_path / "s", allowed) == {}
+    kind = "a directory" if key == "hostPath" else "a file"
+    assert f"is not {kind}" in problems(_source(key, wrong), tmp_path / "s", allowed)[where]
+    assert "normalised" in problems(_source(key, f"{root}/../projects/app"), tmp_path / "s",
+                                    allowed)[where]
+    (root / "out").symlink_to("/etc")
+    assert "outside" in problems(_source(key, str(root / "out")), tmp_path / "s",
+                                 allowed)[where]  # judged where the link leads
+    inside_state = SecurityPolicy(source="cfg", allowed_host_paths=(str(tmp_path),))
+    assert "state directory" in problems(_source(key, str(tmp_path / "s")), tmp_path / "s",
+                                         inside_state)[where]
+
+
+def test_a_live_folder_may_not_nest_with_a_host_mount_of_the_same_cell(tmp_path: Path) -> None:
+    root = tmp_path / "projects"
+    (root / "app" / "data").mkdir(parents=True)
+    allowed = SecurityPolicy(source="cfg", allowed_host_paths=(str(root),))
+    spec = {**_source("hostPath", str(root / "app")),
+            "mounts": [{"hostPath": str(root / "app" / "data"), "mountPath": "/data"}]}
+    assert "the workspace folder" in problems(spec, tmp_path / "s", allowed)["mounts.0.hostPath"]
+
+
+def test_the_host_mounts_of_a_cell_include_its_live_folder_as_writable(tmp_path: Path) -> None:
+    from devcell import security
+
+    spec = {**_source("hostPath", str(tmp_path)),
+            "mounts": [{"hostPath": "/srv", "mountPath": "/srv", "readOnly": True}]}
+    assert security.host_mounts(spec) == [("/srv", True), (str(tmp_path), False)]
+    assert security.host_mount_field(spec, 1) == ("workspace", "source", "hostPath", "path")
+    fork = _source("hostPath", str(tmp_path), **{"from": {"snapshot": "s"}})
+    assert security.host_mounts(fork) == []  # a fork binds no folder (and is refused anyway)
+
+
+def test_a_vm_cell_refuses_a_live_folder_with_the_fix() -> None:
+    from devcell.backends import limits
+
+    spec = _source("hostPath", "/home/dev/app")
+    found = dict(limits.cell_problems(spec, "vm"))
+    message = found[("spec", "workspace", "source", "hostPath")]
+    assert "needs the container backend; use directory: to copy it" in message
+    assert dict(limits.cell_problems(spec, "container")) == {}

@@ -25,6 +25,7 @@ from devcell.api import converging
 from devcell.api.converging import DEFAULTS, NO_HOOKS, Hooks, Options
 from devcell.api.reports import Recorded, Report
 from devcell.backends.base import CellRef, Changes
+from devcell.backends.host import live_folder
 from devcell.controllers import prune_keep
 from devcell.controllers import restore as restore_controller
 from devcell.controllers import snapshot as snapshot_controller
@@ -150,6 +151,10 @@ def _check(db: dbmod.Database, snapshot: str,
     if volumes.for_cell(db.conn, target.id) is None:
         raise RestoreRefused(f'cell "{names.printable(target.name)}" has no workspace yet; '
                              "nothing to restore into")
+    folder = live_folder.of_spec(target.spec)
+    if folder is not None:
+        raise RestoreRefused(f'cell "{names.printable(target.name)}": ' +
+                             live_folder.RESTORE_REFUSED.format(folder=folder.shown))
     backend = str(target.extra["backend"])
     if not backends.restores(backend):
         raise CapabilityMissing(f"the {backend} backend cannot restore a workspace in place; "

@@ -14,6 +14,7 @@ from typing import Any
 
 from devcell import backend_registry
 from devcell.backend_registry import Limits
+from devcell.backends.host import live_folder
 from devcell.manifests import quantities
 
 __all__ = ["Limits", "cell_problems", "of"]
@@ -46,6 +47,10 @@ def cell_problems(spec: dict[str, Any], backend: str) -> Iterator[tuple[FieldPat
     if spec.get("user") and not limits.cell_user:
         yield (("spec", "user"), f"the {backend} backend runs a cell's commands as root; "
                                  "spec.user is for container cells")
+    if not limits.live_workspace and live_folder.of_spec(spec) is not None:
+        yield (("spec", "workspace", "source", "hostPath"),
+               f"the {backend} backend keeps a workspace on its own disk: "
+               f"{live_folder.NEEDS_CONTAINER}")
     resources = spec.get("resources") or {}
     cpus = resources.get("cpus")
     if isinstance(cpus, int | float) and not isinstance(cpus, bool):

@@ -97,8 +97,13 @@ def _workspace_host_path(conn: sqlite3.Connection, object_id: str, spec: dict[st
         return None
     if spec.get("backend") == "container":
         from devcell.backends.container.layout import Layout
+        from devcell.backends.host import live_folder
 
-        return printable(str(Layout(state_dir).workspace(volume.id)))
+        layout = Layout(state_dir)
+        live = live_folder.recorded(live_folder.read_marker(layout.marker(volume.id)))
+        if live is not None:
+            return f"{printable(str(live))} (your folder, bound live: DevCell never removes it)"
+        return printable(str(layout.workspace(volume.id)))
     if spec.get("backend") == "vm":
         return "on the machine's workspace disk (reach it with devcell exec or ssh)"
     return None

@@ -318,9 +318,12 @@ def dependents(conn: sqlite3.Connection, kind: str, object_id: str) -> list[Key]
 
 
 def cells_with_host_mounts(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
-    """Live recorded cells with host mounts, name -> spec (for the shared-mount rule)."""
+    """Live recorded cells with host mounts or a workspace folder bound live, name -> spec
+    (for the shared-mount rule)."""
     rows = conn.execute("SELECT name, spec FROM cells WHERE deleted_at IS NULL "
-                        "AND json_extract(spec, '$.mounts') IS NOT NULL").fetchall()
+                        "AND (json_extract(spec, '$.mounts') IS NOT NULL "
+                        "OR json_extract(spec, '$.workspace.source.hostPath') IS NOT NULL)"
+                        ).fetchall()
     return {name: faults.loads(spec) for name, spec in rows}
 
 

@@ -62,7 +62,7 @@ from devcell.backends.container.spec import (
     VOLUME,
 )
 from devcell.backends.container.workspaces import WorkspaceStore
-from devcell.backends.host import workspace_seed
+from devcell.backends.host import live_folder, workspace_seed
 from devcell.backends.host.ids import safe_id, state_hash
 from devcell.config import SecurityPolicy
 from devcell.errors import (
@@ -298,12 +298,15 @@ class ContainerBackend:
 
     def create_volume(self, cell: CellRef, volume_id: str, *, from_checkpoint: str | None
                       ) -> Outputs:
+        live = None if from_checkpoint else live_folder.of_spec(cell.spec)
         made = self.store.create_volume(cell_id=cell.id, cell_name=cell.name,
                                         volume_id=volume_id, from_checkpoint=from_checkpoint,
                                         op_id=cell.op_id,
-                                        seed=None if from_checkpoint else
-                                        self._seed(cell))
-        outputs: Outputs = {"volume": volume_id, "path": str(self.layout.workspace(volume_id)),
+                                        seed=None if from_checkpoint or live else
+                                        self._seed(cell),
+                                        live=None if live is None else
+                                        live_folder.checked(live, self.layout.state_dir))
+        outputs: Outputs = {"volume": volume_id, "path": str(self.store.workspace_dir(volume_id)),
                             "restoredFrom": from_checkpoint, "files": made.stats.files,
                             "bytes": made.stats.size_bytes, "storage": made.storage}
         if made.copy_reason:
@@ -314,6 +317,19 @@ class ContainerBackend:
         """What a new workspace starts with, judged again now (workspace_seed.checked)."""
         seed = workspace_seed.of_spec(cell.spec)
         return None if seed is None else workspace_seed.checked(seed, self.layout.state_dir)
+
+    def _live_workspace(self, volume_id: str | None) -> Path | None:
+        """The host folder a LIVE volume's workspace is, judged again now: it must still be
+        allowed and still resolve to the path recorded when the volume was made."""
+        recorded = None if volume_id is None else self.store.live_path(volume_id)
+        if recorded is None:
+            return None
+        now = live_folder.checked(live_folder.LiveFolder(str(recorded)), self.layout.state_dir)
+        if now.path != str(recorded):
+            raise MountRefused(f"the workspace folder {live_folder.LiveFolder(str(recorded)).shown}"
+                               f" now resolves to {now.shown} (a path component was replaced "
+                               "by a symbolic link); put the folder back")
+        return recorded
 
     def delete_volume(self, volume_id: str) -> Outputs:
         safe_id("volume", volume_id)
@@ -356,8 +372,10 @@ class ContainerBackend:
         if ids is None or ids == (0, 0):
             return
         paths = [self.layout.run_dir(cell.id) / supervisor.SECRETS]
-        if cell.volume_id is not None:
-            paths += [self.layout.workspace(cell.volume_id), self.layout.logs(cell.volume_id)]
+        if cell.volume_id is not None:  # a host folder bound live is never handed over
+            if self.store.live_path(cell.volume_id) is None:
+                paths.append(self.layout.workspace(cell.volume_id))
+            paths.append(self.layout.logs(cell.volume_id))
         for path in paths:
             os.chown(path, *ids, follow_symlinks=False)
 
@@ -463,9 +481,11 @@ class ContainerBackend:
         if cell.volume_id is not None:
             self.store.ensure_mounted(cell.volume_id)
         policy = self._policy()
+        live = self._live_workspace(cell.volume_id)
         kwargs = container_spec.create_kwargs(
             self.layout, name=name, cell_id=cell.id, cell_name=cell.name, spec=cell.spec,
-            volume_id=cell.volume_id, runtime_hash=runtime_hash, op_id=cell.op_id, policy=policy)
+            volume_id=cell.volume_id, runtime_hash=runtime_hash, op_id=cell.op_id, policy=policy,
+            live=live, live_owner=None if live is None else live_folder.owner(live))
         container_spec.check_security(self.layout, kwargs, policy)
         self._write_run_dir(cell)
         self._hand_over(cell, container_spec.user_ids(kwargs))
@@ -847,7 +867,7 @@ class ContainerBackend:
                  else None)
         rewritten = (frozenset(self.store.rewritten_since(volume_id, checkpoint_id))
                      if saved is not None and checkpoint_id is not None else frozenset())
-        return workspace_restore.changes(self.layout.workspace(volume_id), saved, rewritten)
+        return workspace_restore.changes(self.store.workspace_dir(volume_id), saved, rewritten)
 
     def exclusive_bytes(self, kind: OwnedKind, resource_id: str) -> int:
         """Bytes removing a volume or checkpoint would free (Measuring; `devcell gc`)."""

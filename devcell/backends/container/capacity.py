@@ -80,12 +80,13 @@ def workspace_usage(store: WorkspaceStore, volume_id: str) -> WorkspaceUsage | N
         return None
     store.ensure_mounted(volume_id)
     since, unchanged, recorded = _baseline(store, volume_id)
-    found = changes.measure(store.layout.workspace(volume_id), unchanged, since=since,
+    live = store.live_path(volume_id)
+    found = changes.measure(live or store.layout.workspace(volume_id), unchanged, since=since,
                             recorded=recorded)
     logs = Census()
     logs.add("logs", store.layout.logs(volume_id))
     lower = store.lower_of(volume_id)
-    if lower is not None:  # the walk of its directory stops at the mount: the upper layer
+    if lower is not None or live is not None:  # the upper layer; a live folder is not ours
         own = usage.exclusive_bytes(store.layout.volume(volume_id))
     else:  # its workspace was just walked: the rest of its directory beside it
         own = found.exclusive_disk + _beside_workspace(store.layout.volume(volume_id))

@@ -13,7 +13,9 @@ reach the engine, so no code path can slip a privileged container past it:
 - a cell with a writable host mount runs as HOST_MOUNT_USER, never as root: without a user
   namespace the cell's root is the host's root, and a `chmod 4755` of its own copy of a shell
   would leave a setuid-root program in the host directory (the engine's bind mounts cannot be
-  made nosuid, and nosuid would only protect the cell's view of them, not the host's).
+  made nosuid, and nosuid would only protect the cell's view of them, not the host's); a
+  workspace that is a host folder bound live is such a mount, and its cell runs as the
+  folder's owner when that is not root (what it writes is the developer's, as on the host).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 from devcell import security
 from devcell.backends import limits, supervisor
 from devcell.backends.container.layout import Layout
+from devcell.backends.host import live_folder
 from devcell.backends.host.ids import state_hash
 from devcell.config import SecurityPolicy
 from devcell.errors import BackendRefused
@@ -107,8 +110,10 @@ def _network(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def writes_host(spec: dict[str, Any]) -> bool:
-    """Whether the cell has a writable host mount (so it must not run as root)."""
-    return any(not m.get("readOnly", False) for m in spec.get("mounts") or [])
+    """Whether the cell has a writable host mount or its workspace is a host folder bound
+    live (so it must not run as root)."""
+    return (any(not m.get("readOnly", False) for m in spec.get("mounts") or [])
+            or live_folder.of_spec(spec) is not None)
 
 
 def user_ids(kwargs: dict[str, Any]) -> tuple[int, int] | None:
@@ -135,11 +140,18 @@ def labels(layout: Layout, *, cell_id: str, cell_name: str, volume_id: str | Non
 
 def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
                   spec: dict[str, Any], volume_id: str | None, runtime_hash: str,
-                  op_id: str | None = None, policy: SecurityPolicy | None = None
+                  op_id: str | None = None, policy: SecurityPolicy | None = None,
+                  live: Path | None = None, live_owner: tuple[int, int] | None = None
                   ) -> dict[str, Any]:
+    """`live`: the host folder that is the workspace (a LIVE volume's, resolved and judged
+    again by the caller), bound instead of the volume's own directory; `live_owner`: its
+    owner, whom the cell runs as when spec.user does not say (never root)."""
     policy = policy or SecurityPolicy()
+    # A workspace source was used when the volume was made (a live folder is judged again
+    # by the caller, and below as a bind mount): one moved away since is no reason to refuse.
     broken = [f"{security.spec_field(path)}: {message}"
-              for path, message in security.cell_problems(spec, policy, layout.state_dir)]
+              for path, message in security.cell_problems(spec, policy, layout.state_dir)
+              if path[:2] != ("workspace", "source")]
     # Admission refused these already; a record from before a limit existed meets it here.
     broken += [f"{field_path(path)}: {message}"
                for path, message in limits.cell_problems(spec, "container")]
@@ -148,7 +160,8 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
     plain, _ = supervisor.split_env(spec)
     mounts = [_bind(layout.run_dir(cell_id), security.RUN_DIR, read_only=True)]
     if volume_id is not None:
-        mounts += [_bind(layout.workspace(volume_id), mount_path(spec), read_only=False),
+        workspace = live if live is not None else layout.workspace(volume_id)
+        mounts += [_bind(workspace, mount_path(spec), read_only=False),
                    _bind(layout.logs(volume_id), security.SERVICE_LOG_DIR, read_only=False)]
     for mount in spec.get("mounts") or []:  # resolved now: a later symlink swap changes nothing
         mounts.append(_bind(Path(os.path.realpath(mount["hostPath"])), mount["mountPath"],
@@ -177,6 +190,8 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
         kwargs["working_dir"] = mount_path(spec)
     if spec.get("user"):
         kwargs["user"] = str(spec["user"])  # with a writable host mount: checked non-root below
+    elif live_owner is not None and 0 not in live_owner:
+        kwargs["user"] = "{}:{}".format(*live_owner)  # what it writes is the developer's
     elif writes_host(spec):
         kwargs["user"] = "{}:{}".format(*HOST_MOUNT_USER)
     resources = spec.get("resources") or {}

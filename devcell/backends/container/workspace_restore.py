@@ -34,8 +34,8 @@ from devcell import failpoints, names
 from devcell.backends.base import Changes
 from devcell.backends.container import overlay, workspaces
 from devcell.backends.container.workspaces import WorkspaceStore
-from devcell.backends.host import children, temporaries, treecopy, treewalk
-from devcell.errors import BackendError, BackendNotFound
+from devcell.backends.host import children, live_folder, temporaries, treecopy, treewalk
+from devcell.errors import BackendError, BackendNotFound, BackendRefused
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -79,6 +79,9 @@ def restore(store: WorkspaceStore, volume_id: str, checkpoint_id: str) -> Restor
     layout = store.layout
     if not store.volume_exists(volume_id):
         raise BackendNotFound(f"volume {volume_id} does not exist; nothing to restore into")
+    live = store.live_path(volume_id)
+    if live is not None:  # api/restore.py refuses first; this holds for any other caller
+        raise BackendRefused(live_folder.RESTORE_REFUSED.format(folder=live))
     source = store.checkpoint_files(checkpoint_id)  # BackendNotFound when incomplete or gone
     meta = store.find_checkpoint(checkpoint_id) or {}
     temporaries.remove_dead(layout.volumes, f"{temporaries.TMP}{volume_id}-restore-")

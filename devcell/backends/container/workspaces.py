@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from devcell import failpoints
+from devcell.backends.archives import unpack as archive_unpack
 from devcell.backends.container import overlay
 from devcell.backends.container.layout import Layout
-from devcell.backends.host import temporaries, treecopy, treewalk, workspace_seed
+from devcell.backends.host import live_folder, temporaries, treecopy, treewalk, workspace_seed
 from devcell.backends.host.ids import is_safe_id, safe_id
 from devcell.errors import BackendError, BackendNotFound, BackendRefused
 from devcell.log import logger
@@ -82,8 +83,11 @@ checkpoint links the files still unchanged to that tree instead of copying them
 (container/workspace_restore.py writes it)."""
 OVERLAY = "overlay"
 COPY = "copy"
+LIVE = live_folder.STORAGE
 """How a volume holds its files (`storage` in volume.json): an overlay on a checkpoint (a
-fork), or a plain directory of its own."""
+fork), a plain directory of its own, or none at all: its workspace is a host folder bound
+live (host/live_folder.py), recorded as LIVE_PATH, which DevCell reads but never writes."""
+LIVE_PATH = live_folder.MARKER_KEY
 
 
 P = ParamSpec("P")
@@ -167,7 +171,7 @@ def _clear_unmarked(final: Path, marker: str) -> None:
 class VolumeMade:
     stats: treecopy.TreeStats
     storage: str
-    """OVERLAY or COPY."""
+    """OVERLAY, COPY or LIVE."""
     copy_reason: str | None
     """Why a fork was copied rather than mounted on its checkpoint (None when it was not)."""
 
@@ -340,9 +344,11 @@ class WorkspaceStore:
     @_host_errors("creating a workspace volume")
     def create_volume(self, *, cell_id: str, cell_name: str, volume_id: str,
                       from_checkpoint: str | None, op_id: str | None = None,
-                      seed: workspace_seed.Seed | None = None) -> VolumeMade:
-        """A new workspace volume: empty, a checkpoint's tree (a fork), or `seed` filled into
-        it; made in a temporary and renamed into place, so a failure leaves none."""
+                      seed: workspace_seed.Seed | None = None,
+                      live: live_folder.LiveFolder | None = None) -> VolumeMade:
+        """A new workspace volume: empty, a checkpoint's tree (a fork), `seed` filled into
+        it, or a host folder bound `live` (only recorded: the volume holds no tree); made in
+        a temporary and renamed into place, so a failure leaves none."""
         safe_id("cell", cell_id)
         final = self.layout.volume(volume_id)
         if self.volume_exists(volume_id):
@@ -371,8 +377,15 @@ class WorkspaceStore:
                     stats = treecopy.copy_tree(
                         self.tree_of(str(from_checkpoint)), tmp / "workspace",
                         description=f"{cell_name}: restoring {from_checkpoint}")
+            elif live is not None:
+                storage = LIVE
+                found = treecopy.scan(Path(live.path))
+                stats = treecopy.TreeStats(found.files, found.size)
             elif seed is not None:
-                workspace_seed.fill(seed, tmp / "workspace", cell_name=cell_name)
+                if isinstance(seed, workspace_seed.ArchiveSource):
+                    archive_unpack.unpack(seed, tmp / "workspace")
+                else:
+                    workspace_seed.fill(seed, tmp / "workspace", cell_name=cell_name)
                 found = treecopy.scan(tmp / "workspace")
                 stats = treecopy.TreeStats(found.files, found.size)
             else:
@@ -385,6 +398,7 @@ class WorkspaceStore:
                 "operation": op_id, "storage": storage,
                 "lower": from_checkpoint if storage == OVERLAY else None,
                 "copy_reason": why_copy,
+                LIVE_PATH: live.path if live is not None else None,
             })
             _clear_unmarked(final, "volume.json")  # a directory without a marker
             os.rename(tmp, final)
@@ -408,8 +422,19 @@ class WorkspaceStore:
         return None
 
     def storage(self, volume_id: str) -> str:
-        """How the volume holds its files: OVERLAY (a fork on its checkpoint) or COPY."""
-        return OVERLAY if (self.marker(volume_id) or {}).get("storage") == OVERLAY else COPY
+        """How the volume holds its files: OVERLAY (a fork on its checkpoint), LIVE (a host
+        folder) or COPY."""
+        storage = (self.marker(volume_id) or {}).get("storage")
+        return storage if storage in (OVERLAY, LIVE) else COPY
+
+    def live_path(self, volume_id: str) -> Path | None:
+        """The host folder a LIVE volume's workspace is (None for any other volume)."""
+        return live_folder.recorded(self.marker(volume_id))
+
+    def workspace_dir(self, volume_id: str) -> Path:
+        """Where the volume's workspace is read on the host: its own directory, or the
+        host folder of a LIVE volume."""
+        return self.live_path(volume_id) or self.layout.workspace(volume_id)
 
     def lower_of(self, volume_id: str) -> str | None:
         """The checkpoint an overlay volume stands on (it must outlive the volume), or None."""
@@ -494,9 +519,10 @@ class WorkspaceStore:
         existing = self.find_checkpoint(checkpoint_id)
         if existing is not None:
             return existing
-        source = self.layout.workspace(volume_id)
+        source = self.workspace_dir(volume_id)
         if not source.is_dir():
-            raise BackendNotFound(f"volume {volume_id} does not exist; nothing to checkpoint")
+            raise BackendNotFound(f"volume {volume_id} (its workspace {source}) does not "
+                                  "exist; nothing to checkpoint")
         self.ensure_mounted(volume_id)
         final, parent, tmp = self._checkpoint_temp(checkpoint_id)
         started = time.perf_counter()
@@ -942,8 +968,11 @@ class WorkspaceStore:
         """Whether the workspace holds changes the checkpoint does not (size/mtime/mode check).
 
         With no checkpoint, a fork is compared with the checkpoint it was restored from; any
-        other non-empty workspace counts as changed.
+        other non-empty workspace counts as changed. A host folder bound live never does:
+        its changes stay in the folder whatever happens to the cell, so none is lost.
         """
+        if self.live_path(volume_id) is not None:
+            return False
         workspace = self.layout.workspace(volume_id)
         if not workspace.is_dir():
             return False
@@ -981,7 +1010,7 @@ class WorkspaceStore:
         if self.lower_of(volume_id) == checkpoint_id:
             walked, recorded = self.layout.upper(volume_id), None
         else:
-            walked, recorded = self.layout.workspace(volume_id), self._recorded(
+            walked, recorded = self.workspace_dir(volume_id), self._recorded(
                 volume_id, checkpoint_id)
             if not recorded:
                 return found

@@ -1,5 +1,7 @@
 """What a new workspace starts with (`spec.workspace.source`): a git repository cloned
-(git_source.py) or a directory of this host copied in once.
+(git_source.py), a directory of this host copied in once, or the files of a snapshot archive
+(`devcell snapshot export`) read as an import reads them. (A host folder bound live is no
+seed: host/live_folder.py.)
 
 A directory is the developer's, under the host-path rules of DevCell's configuration (the
 same `security.allowedHostPaths` a host mount needs): judged at admission and again here,
@@ -7,6 +9,9 @@ when the workspace is made, and copied from the path it resolves to then, so a l
 in since admission is refused rather than followed. The copy is the checkpoint copy's
 (`treecopy.copy_tree`, `cp -a` semantics: links stay links, never followed); the source is
 only read, never changed or removed.
+
+An archive is the same file `snapshot import` takes; it is judged here like a directory and
+unpacked by archives/unpack.py (the archives package lies above these host tools).
 """
 
 from __future__ import annotations
@@ -30,7 +35,16 @@ class DirectorySource:
         return names.printable(self.path)
 
 
-Seed = git_source.GitSource | DirectorySource
+@dataclass(frozen=True)
+class ArchiveSource:
+    path: str
+
+    @property
+    def shown(self) -> str:
+        return names.printable(self.path)
+
+
+Seed = git_source.GitSource | DirectorySource | ArchiveSource
 
 
 def of_spec(spec: dict[str, Any]) -> Seed | None:
@@ -38,9 +52,11 @@ def of_spec(spec: dict[str, Any]) -> Seed | None:
     workspace = spec.get("workspace") or {}
     if workspace.get("from") is not None:
         return None
-    directory = (workspace.get("source") or {}).get("directory")
-    if directory is not None:
-        return DirectorySource(str(directory["path"]))
+    source = workspace.get("source") or {}
+    if source.get("directory") is not None:
+        return DirectorySource(str(source["directory"]["path"]))
+    if source.get("archive") is not None:
+        return ArchiveSource(str(source["archive"]["path"]))
     return git_source.of_spec(spec)
 
 
@@ -50,20 +66,27 @@ def checked(seed: Seed, state_dir: Path) -> Seed:
         return git_source.checked(seed, state_dir)
     from devcell import config, security
 
+    doing = "copying" if isinstance(seed, DirectorySource) else "reading archive"
     problem = security.host_path_problem(seed.path.rstrip("/") or "/",
                                          config.load(state_dir).security, state_dir)
     if problem:
-        raise BackendRefused(f"copying {seed.shown}: {problem}")
+        raise BackendRefused(f"{doing} {seed.shown}: {problem}")
     resolved = os.path.realpath(seed.path)
+    if isinstance(seed, ArchiveSource):
+        if not os.path.isfile(resolved):
+            raise BackendRefused(f"{doing} {seed.shown}: it is not a file (any more)")
+        return ArchiveSource(resolved)
     if not os.path.isdir(resolved):
-        raise BackendRefused(f"copying {seed.shown}: it is not a directory (any more)")
+        raise BackendRefused(f"{doing} {seed.shown}: it is not a directory (any more)")
     return DirectorySource(resolved)
 
 
-def fill(seed: Seed, into: Path, *, cell_name: str) -> None:
-    """Make `into` (which must not exist) hold what `seed` gives."""
+def fill(seed: git_source.GitSource | DirectorySource, into: Path, *, cell_name: str) -> None:
+    """Make `into` (which must not exist) hold what `seed` gives (an ArchiveSource is
+    unpacked by archives/unpack.py, which reads it as an import does)."""
     if isinstance(seed, git_source.GitSource):
         git_source.clone(seed, into)
         return
     treecopy.copy_tree(Path(seed.path), into,
                        description=f"{names.printable(cell_name)}: copying {seed.shown}")
+

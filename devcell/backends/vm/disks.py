@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from devcell.backends.archives import unpack as archive_unpack
 from devcell.backends.base import Fill
 from devcell.backends.host import children, removal, temporaries, workspace_seed
 from devcell.backends.host.ids import safe_id
@@ -164,7 +165,10 @@ class DiskStore:
 
         def make(tmp: Path) -> dict[str, Any]:
             if base is None and seed is not None:
-                workspace_seed.fill(seed, tmp / "tree", cell_name=cell_name)
+                if isinstance(seed, workspace_seed.ArchiveSource):
+                    archive_unpack.unpack(seed, tmp / "tree")
+                else:
+                    workspace_seed.fill(seed, tmp / "tree", cell_name=cell_name)
                 size = vm_image.tree_bytes(tmp / "tree", "the workspace's source")
                 vm_image.mkfs(tmp / "tree", tmp / DISK, max(WORKSPACE_BYTES, size * 2),
                               "devcell-work", exact=True)

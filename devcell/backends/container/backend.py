@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from devcell import config, security
+from devcell import config, names, security
 from devcell.backends import log_source, supervisor
 from devcell.backends.base import (
     Capabilities,
@@ -1090,6 +1090,14 @@ class ContainerBackend:
         """
         if not argv:
             raise BackendError("nothing to run: give a command after --")
+        user = options.user if options is not None else None
+        if user and container_spec.writes_host(cell.spec):
+            ids = container_spec.user_ids({"user": user})
+            if ids is None or 0 in ids:  # a name could map to root
+                raise BackendRefused(
+                    f"cell {cell.name} writes a host folder (a writable mount, or its "
+                    f"workspace bound live): --user {names.printable(user)} must be a numeric "
+                    "uid[:gid] other than root (root could leave setuid-root programs there)")
         info = self._find(cell)
         if info is None or info.get("State") != "running":
             state = "absent" if info is None else info.get("State")

@@ -80,6 +80,9 @@ def test_a_live_folder_is_the_workspace_both_ways_and_is_never_deleted(
     _sh(cli, "live", "echo from-the-cell > /workspace/out.txt")
     assert (project / "out.txt").read_text() == "from-the-cell\n"
     assert (project / "out.txt").stat().st_uid == 1000  # the developer's, not root's
+    as_root = cli("exec", "-u", "0", "live", "--", "touch", "/workspace/rooted")
+    assert as_root.returncode != 0 and "other than root" in as_root.stderr, as_root.stderr
+    assert not (project / "rooted").exists()
     shown = cli("describe", "cell", "live").stdout
     assert f"{project} (your folder, bound live" in shown, shown
 

@@ -77,6 +77,16 @@ class Forwarding(Protocol):
         ...
 
 
+@runtime_checkable
+class Subsystems(Protocol):
+    def subsystem(self, cell: CellRef, name: str, home: str) -> list[str] | None:
+        """The argv of a program inside the cell that serves SSH subsystem `name` on its
+        standard input and output (a vm cell's sftp: OpenSSH's sftp-server in its guest,
+        starting in `home`), run as `exec`; None when the backend serves it otherwise or not
+        at all."""
+        ...
+
+
 @dataclass(frozen=True)
 class CellRoot:
     """A running cell's `/` as its processes see it (an O_PATH directory descriptor, owned by

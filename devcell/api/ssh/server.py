@@ -20,7 +20,13 @@ from typing import Any
 from devcell import names
 from devcell.api.attach import Attached
 from devcell.api.ssh import keys, sessions, sftp, tunnels
-from devcell.backends.interactive import CellRoot, FileAccess, Forwarding, interactive
+from devcell.backends.interactive import (
+    CellRoot,
+    FileAccess,
+    Forwarding,
+    Subsystems,
+    interactive,
+)
 from devcell.errors import DevCellError
 from devcell.log import logger
 
@@ -59,6 +65,10 @@ def serve(attached: Attached, state_dir: Any, read_fd: int = 0, write_fd: int = 
         return sftp.ServedSFTP(chan, root[0])
 
     home = _home(attached)
+    handler = sessions.factory(backend, attached.ref, home)
+    # A backend whose sftp is a program in the cell (vm) gets its sessions from
+    # session_requested, where they can accept the subsystem (program_sessions.py).
+    programs = files is None and isinstance(attached.backend, Subsystems)
 
     class Server(asyncssh.SSHServer):
         def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
@@ -66,6 +76,11 @@ def serve(attached: Attached, state_dir: Any, read_fd: int = 0, write_fd: int = 
 
         def begin_auth(self, username: str) -> bool:
             return False  # no authentication: see the module's docstring
+
+        def session_requested(self) -> Any:
+            from devcell.api.ssh import program_sessions
+
+            return program_sessions.ProgramSubsystems(handler)
 
         def connection_requested(self, dest_host: str, dest_port: int, orig_host: str,
                                  orig_port: int) -> Any:
@@ -81,7 +96,7 @@ def serve(attached: Attached, state_dir: Any, read_fd: int = 0, write_fd: int = 
         ours.setblocking(False)
         conn = await asyncssh.run_server(
             ours, server_factory=Server, server_host_keys=[host_key],
-            process_factory=sessions.factory(backend, attached.ref, home),
+            process_factory=None if programs else handler,
             sftp_factory=sftp_factory if files else None, allow_scp=False, line_editor=False, encoding=None,
             agent_forwarding=False, x11_forwarding=False, keepalive_interval=0,
             login_timeout=60)

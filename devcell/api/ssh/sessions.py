@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from devcell import names
-from devcell.backends.interactive import ExecOptions, Interactive, Terminal
-from devcell.errors import DevCellError
+from devcell.backends.interactive import ExecOptions, Interactive, Subsystems, Terminal
+from devcell.errors import CapabilityMissing, DevCellError
 from devcell.log import logger
 
 if TYPE_CHECKING:
@@ -104,11 +104,18 @@ async def run(process: asyncssh.SSHServerProcess[bytes], backend: Interactive, c
         columns, rows, _, _ = process.term_size
         size[0] = (rows, columns) if rows and columns else None
         terminal = Terminal(lambda: size[0])
+    argv = argv_for(process.command)
     if process.subsystem:
-        process.stderr.write(f"subsystem {names.printable(process.subsystem)} is not offered "
-                             "here\n".encode())
-        process.exit(1)
-        return
+        try:
+            served = backend.subsystem(cell, process.subsystem, home) \
+                if isinstance(backend, Subsystems) else None
+            if served is None:
+                raise CapabilityMissing(f"subsystem {process.subsystem} is not offered here")
+        except DevCellError as exc:
+            process.stderr.write(f"devcell: {names.printable(str(exc))}\n".encode())
+            process.exit(1)
+            return
+        argv, terminal = served, None  # a program in the cell speaks it (a vm's sftp-server)
     gone = threading.Event()
     options = ExecOptions(env=environment(process.env, term_type), workdir=home,
                           hang_up=gone)
@@ -116,7 +123,6 @@ async def run(process: asyncssh.SSHServerProcess[bytes], backend: Interactive, c
     stdin: BinaryIO = open(read_end, "rb")  # buffered: read(n) returns n bytes or the end
     stdout = _Output(loop, process.stdout, gone)
     stderr = stdout if terminal is not None else _Output(loop, process.stderr, gone)
-    argv = argv_for(process.command)
 
     def command() -> int:
         try:

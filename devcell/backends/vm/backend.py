@@ -30,6 +30,7 @@ import os
 import re
 import secrets
 import shlex
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -59,6 +60,9 @@ from devcell.backends.vm import logs as vm_logs
 from devcell.backends.vm import memory as vm_memory
 from devcell.backends.vm import proc as vm_proc
 from devcell.backends.vm import reseed as vm_reseed
+from devcell.backends.vm import streams as vm_streams
+from devcell.backends.vm import streams_codec as vm_codec
+from devcell.backends.vm import streams_relay
 from devcell.backends.vm.drivers import choose as vm_drivers
 from devcell.backends.vm.drivers import qmp as vm_qmp
 from devcell.backends.vm.drivers.driver import Disk, MachineConfig, MachineDriver
@@ -107,6 +111,8 @@ RAM_FILE = "ram.bin"
 SAVED_MEMORY = "memory.json"
 """Beside a sleep's memory.bin: whether the RAM stayed in the cell's RAM_FILE."""
 BUSYBOX = "/.devcell-guest/busybox"
+SFTP_DIR = "/.devcell-guest/sftp"
+GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/.devcell-guest/bin"
 RESEED = "/.devcell-guest/reseed"
 
 
@@ -180,7 +186,8 @@ class VmBackend:
             cpus=int(meta["cpus"]), disks=tuple(disks), accel=str(meta.get("accel", "tcg")),
             driver=str(meta.get("driver") or vm_drivers.DEFAULT),
             memory_file=Path(ram_from) if ram_from else directory / RAM_FILE,
-            memory_shared=not ram_from, mac=mac)
+            memory_shared=not ram_from, mac=mac,
+            streams=vm_streams.PORTS if meta.get("streams") is True else 0)
 
     def _update(self, cell_id: str, **changes: Any) -> dict[str, Any]:
         meta = self._meta(cell_id)
@@ -241,6 +248,7 @@ class VmBackend:
                 "driver": driver.name,
                 "memory_mib": memory_mib(cell.spec), "cpus": cpus(cell.spec),
                 "mac": new_mac() if driver.nic else None, "operation": cell.op_id,
+                "streams": driver.name == vm_drivers.DEFAULT,
                 "created": time.time()}
         source = self._machine_source(cell)
         if source is not None:
@@ -249,7 +257,8 @@ class VmBackend:
             part = self.machines.meta(source) or {}
             meta.update({k: part[k] for k in ("memory_mib", "cpus", "accel", "kernel",
                                                "initrd")}, resume_from=source,
-                        mac=new_mac() if part.get("nic") else None)
+                        mac=new_mac() if part.get("nic") else None,
+                        streams=part.get("streams") is True)
         temporaries.remove_dead(self.layout.cells, f"{temporaries.TMP}{cell.id}-")
         tmp = self.layout.cells / temporaries.temp_name(cell.id)
         tmp.mkdir(mode=0o700)
@@ -586,6 +595,10 @@ class VmBackend:
         commands run as root (a user of the machine's own is a later slice)."""
         if not argv:
             raise BackendError("nothing to run: give a command after --")
+        config = self._usable_config(cell)
+        if config.streams:
+            return self._stream_exec(cell, config, argv, stdout=stdout, stderr=stderr,
+                                     stdin=stdin, terminal=terminal, options=options)
         if terminal is not None:
             raise CapabilityMissing("vm cells do not offer a terminal (-t) yet; run without -t")
         if options is not None:
@@ -593,7 +606,6 @@ class VmBackend:
                 raise CapabilityMissing("vm cells run commands as root only; -u is for "
                                         "container cells")
             argv = _with_options(argv, options)
-        config = self._usable_config(cell)
         data = stdin.read(EXEC_OUTPUT + 1) if stdin is not None else b""
         if len(data) > EXEC_OUTPUT:
             raise BackendRefused("standard input for a vm cell is limited to 16 MiB")
@@ -611,6 +623,58 @@ class VmBackend:
         stderr.write(err)
         stderr.flush()
         return code
+
+    def _streams(self, cell: CellRef, config: MachineConfig) -> vm_streams.Connection:
+        """This process's stream connection to the cell's machine (vm/streams.py): a booting
+        guest's helper is waited for as its agent would be."""
+        pid = self._pid(cell.id)
+        booted = pid is not None and self._agent_seen(cell.id) == pid
+        return vm_streams.connection(config.directory, cell.name,
+                                     hello_seconds=vm_streams.HELLO_SECONDS if booted
+                                     else AGENT_BOOT_SECONDS)
+
+    def _stream_exec(self, cell: CellRef, config: MachineConfig, argv: list[str], *,
+                     stdout: BinaryIO, stderr: BinaryIO, stdin: BinaryIO | None,
+                     terminal: Terminal | None, options: ExecOptions | None) -> int:
+        """`exec` through the stream helper: streamed both ways, a terminal on request, as
+        the user asked (a name from the guest's /etc/passwd or uid[:gid])."""
+        options = options or ExecOptions()
+        wrapped = supervisor.exec_argv(_with_options(argv, options))
+        env = (f"PATH={GUEST_PATH}", "HOME=/root",
+               *((f"TERM={dict(options.env).get('TERM', 'xterm')}",) if terminal else ()))
+        size = terminal.size() if terminal is not None else None
+        request = vm_codec.ExecRequest(
+            argv=tuple(wrapped), env=env, user=options.user or "",
+            terminal=(size or (0, 0)) if terminal is not None else None)
+        return streams_relay.run(self._streams(cell, config), request,
+                                 names.printable(argv[0])[:100], stdout=stdout,
+                                 stderr=stderr, stdin=stdin, terminal=terminal,
+                                 hang_up=options.hang_up)
+
+    def open_port(self, cell: CellRef, port: int) -> socket.socket:
+        """A connection to `port` on the guest's own 127.0.0.1, made by its stream helper
+        (the machine has no network: nothing else reaches it)."""
+        config = self._usable_config(cell)
+        if not config.streams:
+            raise CapabilityMissing(f"cell {cell.name} was made before vm cells had stream "
+                                    "ports; delete it and apply it again to forward ports")
+        return streams_relay.open_port(self._streams(cell, config), port)
+
+    def listen_port(self, cell: CellRef, address: str, port: int) -> socket.socket:
+        raise CapabilityMissing("a port listening inside a vm cell (ssh -R) is not offered: "
+                                "its machine has no network for the helper to listen on "
+                                "beyond its own loopback; use -L")
+
+    def subsystem(self, cell: CellRef, name: str, home: str) -> list[str] | None:
+        """SSH's sftp subsystem as OpenSSH's sftp-server inside the guest (copied there with
+        its libraries): every path resolves in the guest, the host opens none of its files."""
+        if name != "sftp":
+            return None
+        config = self._usable_config(cell)
+        if not config.streams:
+            return None
+        return [SFTP_DIR + "/ld-linux-x86-64.so.2", "--library-path", SFTP_DIR,
+                SFTP_DIR + "/sftp-server", "-d", home]
 
     def log_sources(self, cell: CellRef) -> vm_logs.GuestLogs:
         """The services' logs on the machine's disk, read through its agent (vm/logs.py);
@@ -843,7 +907,8 @@ class VmBackend:
             return {"checkpoint": checkpoint_id, "cell_id": cell.id, "cell": cell.name,
                     "taken": time.time(), "memory_in_file": saved.memory_in_file,
                     **{k: meta[k] for k in ("memory_mib", "cpus", "accel", "kernel", "initrd")},
-                    "nic": config.mac is not None, "save_seconds": round(saved_at - began, 3)}
+                    "nic": config.mac is not None, "streams": config.streams > 0,
+                    "save_seconds": round(saved_at - began, 3)}
 
         # The agent's port held through the pause: forks resume with qemu-ga waiting in a read.
         with self.driver.agent_held(config):

@@ -4,9 +4,11 @@ The initrd (busybox and the five virtio modules the Debian cloud kernel builds a
 mounts the cell's root disk and hands over to `/.devcell-guest/init` on it. That init mounts
 the cell's config disk read-only at /devcell (supervisor.sh, secrets.env: the container
 backend's supervisor, unchanged) and its workspace disk at the spec's mountPath, starts
-qemu-guest-agent on its virtio-serial port (restarted if it dies), then the supervisor, which
-runs the services. The guest's own files live under /.devcell-guest so they never collide
-with the image's (an image based on another libc keeps its own).
+qemu-guest-agent on its virtio-serial port and DevCell's stream helper on its own ports
+(vm/streams.py; each restarted if it dies), then the supervisor, which runs the services.
+The loopback interface is brought up (the NIC stays down: it has no peer), so a forward
+reaches a server on the guest's 127.0.0.1. The guest's own files live under /.devcell-guest
+so they never collide with the image's (an image based on another libc keeps its own).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 
 from devcell.backends.vm import clock as vm_clock
+from devcell.backends.vm import streams_build
 
 GUEST_DIR = ".devcell-guest"
 MODULES = ("kernel/drivers/virtio/virtio_ring.ko", "kernel/drivers/virtio/virtio.ko",
@@ -71,7 +74,9 @@ port=
 for d in /sys/class/virtio-ports/*; do
     [ "$($B cat "$d/name" 2>/dev/null)" = org.qemu.guest_agent.0 ] && port=/dev/${d##*/}
 done
+$B ip link set lo up 2>/dev/null || $B ifconfig lo 127.0.0.1 up  # forwards reach 127.0.0.1
 cd "${mp:-/}"  # commands run through the agent start in the workspace, as in a container
+( while :; do $G/streams >/dev/null 2>&1; $B sleep 1; done ) &  # vm/streams.py's guest end
 (
     while :; do
         $G/ga/ld-linux-x86-64.so.2 --library-path $G/ga $G/ga/qemu-ga -m virtio-serial \\
@@ -88,6 +93,7 @@ done
 """.replace("{guest}", GUEST_DIR).replace("{clock_fifo}", vm_clock.FIFO)
 
 
-VERSION = hashlib.sha256((INITRD_INIT + ROOT_INIT + " ".join(MODULES)).encode()
+VERSION = hashlib.sha256((INITRD_INIT + ROOT_INIT + " ".join(MODULES)
+                          + streams_build.source_hash()).encode()
                          + vm_clock.program()).hexdigest()[:8]
 """Part of the cached root disk's and initrd's names: a change to the guest files rebuilds them."""

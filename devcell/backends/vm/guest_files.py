@@ -22,15 +22,17 @@ from devcell.errors import BackendError
 
 MOUNT_POINTS = ("dev", "proc", "sys", "run", "tmp", "devcell")
 """Where the guest's init mounts its filesystems and DevCell's config disk."""
-APPLETS = ("sh", "mount", "sleep", "cat", "date", "mkdir", "sync", "hostname")
+APPLETS = ("sh", "mount", "sleep", "cat", "date", "mkdir", "sync", "hostname", "ip", "ifconfig")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def add(root: Path, guest_dir: str, *, busybox: Path, agent_files: Iterable[Path],
-        init: str, clock: bytes) -> None:
+        init: str, clock: bytes, streams: bytes | None = None,
+        sftp_files: Iterable[Path] = ()) -> None:
     """`guest_dir` (one name) under `root` holding busybox and its applets, the agent and its
-    libraries (`ga/`), the init and the clock program; the mount points made real directories.
+    libraries (`ga/`), the init, the clock program, the stream helper (`streams`) and
+    OpenSSH's sftp-server with its libraries (`sftp/`); the mount points made real directories.
     `root` is DevCell's own directory; only what is inside it came from the image."""
     if "/" in guest_dir or guest_dir in ("", ".", ".."):
         raise ValueError(f"not one name: {guest_dir!r}")
@@ -41,6 +43,9 @@ def add(root: Path, guest_dir: str, *, busybox: Path, agent_files: Iterable[Path
         guest = os.open(guest_dir, _DIR_FLAGS, dir_fd=root_fd)
         try:
             _fill(guest, busybox=busybox, agent_files=agent_files, init=init, clock=clock)
+            if streams is not None:
+                _write_new(guest, "streams", streams, 0o700)
+            _copy_dir(guest, "sftp", sftp_files)
         finally:
             os.close(guest)
         for name in MOUNT_POINTS:
@@ -59,15 +64,23 @@ def _fill(guest: int, *, busybox: Path, agent_files: Iterable[Path], init: str,
             os.symlink("../busybox", applet, dir_fd=bin_fd)
     finally:
         os.close(bin_fd)
-    _mkdir(guest, "ga")
-    ga = os.open("ga", _DIR_FLAGS, dir_fd=guest)
-    try:
-        for path in agent_files:
-            _copy_in(path, ga, path.name, 0o755)
-    finally:
-        os.close(ga)
+    _copy_dir(guest, "ga", agent_files)
     _write_new(guest, "init", init.encode(), 0o755)
     _write_new(guest, "clock", clock, 0o700)
+
+
+def _copy_dir(guest: int, name: str, files: Iterable[Path]) -> None:
+    """A new directory `name` holding copies of `files` (host programs and their libraries)."""
+    files = list(files)
+    if not files:
+        return
+    _mkdir(guest, name)
+    fd = os.open(name, _DIR_FLAGS, dir_fd=guest)
+    try:
+        for path in files:
+            _copy_in(path, fd, path.name, 0o755)
+    finally:
+        os.close(fd)
 
 
 def _mkdir(directory: int, name: str) -> None:

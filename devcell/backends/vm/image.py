@@ -24,7 +24,7 @@ from pathlib import Path
 from devcell.backends.container import base_image
 from devcell.backends.host import children, removal, temporaries, treewalk
 from devcell.backends.vm import clock as vm_clock
-from devcell.backends.vm import exact_disk, guest_files
+from devcell.backends.vm import exact_disk, guest_files, streams_build
 from devcell.backends.vm import guest as vm_guest
 from devcell.backends.vm.layout import VmLayout
 from devcell.errors import BackendError, BackendRefused, BackendUnavailable
@@ -32,8 +32,10 @@ from devcell.log import logger
 
 KERNEL_GLOB = "vmlinuz-*-cloud-amd64"
 AGENT = Path("/usr/sbin/qemu-ga")
+SFTP_SERVER = Path("/usr/lib/openssh/sftp-server")
+"""OpenSSH's sftp-server, copied into each guest: sftp to a vm cell runs it there."""
 INSTALL = ("apt-get install -y qemu-system-x86 qemu-utils linux-image-cloud-amd64 "
-           "busybox-static qemu-guest-agent")
+           "busybox-static qemu-guest-agent openssh-sftp-server gcc libc6-dev")
 _IMAGE_ID = re.compile(r"(?:sha256:)?([0-9a-f]{64})")
 
 
@@ -104,18 +106,25 @@ def initrd(layout: VmLayout, kernel: Kernel) -> Path:
 
 def _agent_files() -> list[Path]:
     """qemu-ga and every library it links (read from ldd), for /.devcell-guest/ga."""
-    if not AGENT.is_file():
-        raise BackendUnavailable(f"qemu-guest-agent is not installed; install it: {INSTALL}")
-    listed = children.run(["ldd", str(AGENT)])
+    return _with_libraries(AGENT, "qemu-guest-agent")
+
+
+def _with_libraries(program: Path, package: str) -> list[Path]:
+    """`program` and every library it links (read from ldd)."""
+    if not program.is_file():
+        raise BackendUnavailable(f"{package} is not installed; install it: {INSTALL}")
+    listed = children.run(["ldd", str(program)])
     if listed.returncode != 0:
-        raise BackendError(f"cannot list the libraries of {AGENT}: {listed.stderr.strip()}")
+        raise BackendError(f"cannot list the libraries of {program}: {listed.stderr.strip()}")
     libs = [Path(p) for p in re.findall(r"(/\S+)", listed.stdout)]
-    return [AGENT, *libs]
+    return [program, *libs]
 
 
-def _add_guest_files(root: Path) -> None:
+def _add_guest_files(root: Path, layout: VmLayout) -> None:
     guest_files.add(root, vm_guest.GUEST_DIR, busybox=base_image.find_busybox(),
-                    agent_files=_agent_files(), init=vm_guest.ROOT_INIT, clock=vm_clock.program())
+                    agent_files=_agent_files(), init=vm_guest.ROOT_INIT, clock=vm_clock.program(),
+                    streams=streams_build.helper(layout.root / "helpers"),
+                    sftp_files=_with_libraries(SFTP_SERVER, "openssh-sftp-server"))
 
 
 MAX_TREE_DEPTH = 256
@@ -190,7 +199,7 @@ def rootfs(layout: VmLayout, image: str) -> tuple[str, Path]:
             done = _untar(tar.fileno(), tmp / "tree")
             if done:
                 raise BackendError(f"unpacking image {image} failed: {done}")
-        _add_guest_files(tmp / "tree")
+        _add_guest_files(tmp / "tree", layout)
         size = int(tree_bytes(tmp / "tree", f"image {image}") * 1.5) + (256 << 20)
         mkfs(tmp / "tree", tmp / "rootfs.ext4", size, "devcell-root")
         removal.remove(tmp / "tree")

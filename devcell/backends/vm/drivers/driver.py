@@ -55,6 +55,10 @@ class MachineConfig:
     mac: str | None = None
     """The MAC of the machine's one NIC, which has no peer (no network: it carries nothing);
     None for a machine made without one (before DevCell gave them, or a fork of such)."""
+    streams: int = 0
+    """Virtio-serial ports for DevCell's stream helper (vm/streams.py), each a unix socket
+    `streamsN.sock` in `directory`; 0 for a machine made before them (its saved state has
+    none, so its resume must not add them)."""
 
 
 @dataclass(frozen=True)

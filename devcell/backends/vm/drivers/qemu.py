@@ -176,6 +176,7 @@ class QemuDriver:
                 "-device", "virtio-serial-device",
                 "-chardev", f"pipe,id=ga,path={AGENT_PIPE}",
                 "-device", "virtserialport,chardev=ga,name=org.qemu.guest_agent.0",
+                *_stream_ports(config.streams),
                 "-pidfile", vm_proc.PIDFILE, "-daemonize"]
         for n, disk in enumerate(config.disks):
             readonly = ",readonly=on" if disk.read_only else ""
@@ -193,7 +194,8 @@ class QemuDriver:
         return argv
 
     def _launch(self, config: MachineConfig, *, incoming: bool) -> int:
-        for stale in ("qmp.sock", "ga.sock", vm_proc.PIDFILE):
+        for stale in ("qmp.sock", "ga.sock", vm_proc.PIDFILE,
+                      *(f"streams{n}.sock" for n in range(config.streams))):
             (config.directory / stale).unlink(missing_ok=True)
         make_agent_pipes(config.directory)
         argv = self.argv(config, boots=not incoming)
@@ -391,6 +393,17 @@ class QemuDriver:
                 if block.get("device") == device and \
                         (block.get("inserted") or {}).get("backing_file"):
                     raise BackendError(f"flattening disk {device} of {config.name} failed")
+
+
+def _stream_ports(count: int) -> list[str]:
+    """The stream helper's ports (vm/streams.py): each a unix socket QEMU listens on in the
+    cell's directory, one client at a time, carrying nothing until the guest's helper opens
+    its end. After the agent's port, so a machine's other devices keep their places."""
+    argv: list[str] = []
+    for n in range(count):
+        argv += ["-chardev", f"socket,id=st{n},path=streams{n}.sock,server=on,wait=off",
+                 "-device", f"virtserialport,chardev=st{n},name=dev.devcell.streams.{n}"]
+    return argv
 
 
 def allocated(path: Path) -> int:

@@ -1,0 +1,266 @@
+"""SSH to a vm cell with Debian's real OpenSSH client (ssh, a terminal under tmux, scp, sftp,
+rsync -e ssh, -L) and `devcell exec`/`port-forward`, all through the machine's stream ports
+(vm/streams.py): no sshd and no network in the guest.
+
+One booted machine for the module (its image adds rsync, copied with its libraries from the
+host, to DevCell's busybox base): one image build, one root disk (~10 s) and one TCG boot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.backends.engine import require_engine
+from tests.backends.vm.conftest import make_state
+from tests.backends.vm_machines import kill_machines
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs openssh-client")
+IMAGE = "devcell-test/vm-ssh:1"
+
+
+def _libraries(binary: str) -> list[str]:
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    found = [part for line in out.splitlines() for part in line.split() if part.startswith("/")]
+    return sorted(set(found))
+
+
+class Cell:
+    def __init__(self, state: Path, config: Path, work: Path) -> None:
+        self.state = state
+        self.config = config
+        self.work = work
+
+    def devcell(self, *args: str, input: str | None = None,
+                timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "devcell", *args], cwd=REPO, input=input,
+                              capture_output=True, text=True, timeout=timeout,
+                              env=dict(os.environ, DEVCELL_HOME=str(self.state)))
+
+    def ssh(self, *args: str, input: bytes | None = None, timeout: float = 120,
+            program: str = "ssh") -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([program, "-F", str(self.config), *args], input=input,
+                              capture_output=True, timeout=timeout, cwd=self.work)
+
+
+def _build_image(base: Path) -> None:
+    import docker
+
+    context = base / "image"
+    root = context / "root"
+    for path in ["/usr/bin/rsync", *_libraries("/usr/bin/rsync")]:
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(os.path.realpath(path), target)
+    (context / "Dockerfile").write_text("FROM devcell/busybox:latest\nCOPY root/ /\n")
+    docker.from_env().images.build(path=str(context), tag=IMAGE, rm=True)
+
+
+@pytest.fixture(scope="module")
+def cell(tmp_path_factory: pytest.TempPathFactory, vm_cache: Path) -> Iterator[Cell]:
+    require_engine()
+    if shutil.which("rsync") is None:
+        pytest.fail("rsync is missing: scripts/test installs it")
+    base = tmp_path_factory.mktemp("vmssh")
+    state = make_state(base / "state", vm_cache)
+    _build_image(base)
+    manifest = base / "cell.yaml"
+    manifest.write_text(
+        "apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: vmssh}\nspec:\n"
+        f"  backend: vm\n  image: {IMAGE}\n  network: {{mode: none}}\n"
+        "  workspace: {mountPath: /workspace}\n  resources: {memory: 256Mi}\n"
+        "  env: [{name: GREETING, value: from-spec}]\n"
+        "  services:\n    - name: http\n"
+        '      command: [httpd, -f, -p, "127.0.0.1:8000", -h, /workspace]\n')
+    made = Cell(state, base / "ssh_config", base / "local")
+    made.work.mkdir()
+    try:
+        done = made.devcell("apply", "-f", str(manifest), timeout=600)
+        assert done.returncode == 0, done.stderr
+        config = made.devcell("ssh-config", "vmssh")
+        assert config.returncode == 0, config.stderr
+        made.config.write_text(config.stdout)
+        yield made
+    finally:
+        kill_machines(state)
+
+
+def test_ssh_runs_a_command_streaming_both_ways_with_its_exit_status(cell: Cell) -> None:
+    done = cell.ssh("vmssh.devcell", "uname -a; echo $GREETING; pwd; exit 7")
+    lines = done.stdout.decode().splitlines()
+    assert done.returncode == 7, done.stderr
+    assert lines[0].startswith("Linux vmssh ")
+    assert lines[1:] == ["from-spec", "/workspace"]
+    assert b"Warning" not in done.stderr
+    piped = cell.ssh("vmssh.devcell", "cat; echo done >&2", input=b"piped\n" * 100000)
+    assert piped.returncode == 0 and piped.stdout == b"piped\n" * 100000
+    assert piped.stderr == b"done\n"
+
+
+def test_an_interactive_shell_on_a_terminal_under_tmux(cell: Cell) -> None:
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is missing: scripts/test installs it")
+    session = f"devcell-vmssh-{os.getpid()}"
+    marker = cell.work / "exited"
+    command = f"ssh -F {cell.config} vmssh.devcell; echo $? > {marker}"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40",
+                    command], check=True)
+    try:
+        def screen() -> str:
+            return subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
+                                  capture_output=True, text=True).stdout
+
+        def wait_for(text: str) -> str:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                shown = screen()
+                if text in shown:
+                    return shown
+                time.sleep(0.2)
+            raise AssertionError(f"{text!r} never shown:\n{screen()}")
+
+        def keys(*words: str) -> None:
+            subprocess.run(["tmux", "send-keys", "-t", session, *words], check=True)
+
+        wait_for("/workspace #")
+        keys("stty size; tty; echo TERM=$TERM; echo END-$((1+1))", "Enter")
+        shown = wait_for("END-2")
+        assert "40 120" in shown and "/dev/pts/" in shown and "TERM=tmux" in shown, shown
+        subprocess.run(["tmux", "resize-window", "-t", session, "-x", "100", "-y", "30"],
+                       check=True)
+        time.sleep(1)
+        keys("stty size", "Enter")
+        wait_for("30 100")
+        keys("sleep 300", "Enter")
+        time.sleep(1)
+        keys("C-c")
+        keys("echo after-$((20+1))", "Enter")
+        wait_for("after-21")  # the interrupt ended sleep, not the session
+        keys("exit 5", "Enter")
+        deadline = time.monotonic() + 30
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.read_text().strip() == "5"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_scp_both_ways_sftp_and_rsync(cell: Cell) -> None:
+    payload = os.urandom(3 * 1024 * 1024 + 17)
+    (cell.work / "up.bin").write_bytes(payload)
+    up = cell.ssh("up.bin", "vmssh.devcell:", program="scp", timeout=300)
+    assert up.returncode == 0, up.stderr
+    remote = cell.ssh("vmssh.devcell", "sha256sum /workspace/up.bin")
+    assert remote.stdout.split()[0].decode() == hashlib.sha256(payload).hexdigest()
+    down = cell.ssh("vmssh.devcell:/workspace/up.bin", "down.bin", program="scp", timeout=300)
+    assert down.returncode == 0, down.stderr
+    assert (cell.work / "down.bin").read_bytes() == payload
+
+    batch = cell.work / "batch"
+    batch.write_text("mkdir made\ncd made\nput up.bin\nrename up.bin renamed.bin\nls -l\n"
+                     "pwd\nsymlink renamed.bin alias\nrm alias\n")
+    sftp = cell.ssh("-b", str(batch), "vmssh.devcell", program="sftp", timeout=300)
+    assert sftp.returncode == 0, sftp.stderr
+    assert b"renamed.bin" in sftp.stdout and b"/workspace/made" in sftp.stdout
+    listed = cell.ssh("vmssh.devcell", "ls /workspace/made")
+    assert listed.stdout == b"renamed.bin\n"
+
+    tree = cell.work / "src"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "mod.py").write_text("print('hi')\n")
+    (tree / "README").write_text("readme\n")
+    rsync = subprocess.run(["rsync", "-a", "-e", f"ssh -F {cell.config}", f"{tree}/",
+                            "vmssh.devcell:/workspace/src/"], capture_output=True, timeout=300)
+    assert rsync.returncode == 0, rsync.stderr
+    shown = cell.ssh("vmssh.devcell", "cat /workspace/src/README /workspace/src/pkg/mod.py")
+    assert shown.stdout == b"readme\nprint('hi')\n"
+
+
+def test_a_link_the_cell_planted_is_resolved_inside_the_guest(cell: Cell, tmp_path: Path
+                                                              ) -> None:
+    secret = tmp_path / "host-secret"
+    secret.write_text("host only\n")
+    planted = cell.ssh("vmssh.devcell",
+                       f"ln -sf {secret} /workspace/to-host && ln -sf /etc/passwd /workspace/pw"
+                       " && ln -sf ../../../../../../.. /workspace/up")
+    assert planted.returncode == 0, planted.stderr
+    got = cell.ssh("vmssh.devcell:/workspace/to-host", "x", program="scp")
+    assert got.returncode != 0 and not (cell.work / "x").exists()  # no such file in the guest
+    got = cell.ssh("vmssh.devcell:/workspace/pw", "pw", program="scp")
+    assert got.returncode == 0, got.stderr
+    assert (cell.work / "pw").read_text().startswith("root:x:0:0:root:/root:/bin/sh")  # guest's
+    assert (cell.work / "pw").read_text() != Path("/etc/passwd").read_text()
+    climbed = cell.ssh(f"vmssh.devcell:/workspace/up/{secret}", "y", program="scp")
+    assert climbed.returncode != 0 and not (cell.work / "y").exists()
+    wrote = cell.ssh("pw", "vmssh.devcell:/workspace/to-host", program="scp")
+    assert secret.read_text() == "host only\n", wrote.stderr  # the host's file untouched
+
+
+def test_l_and_port_forward_reach_a_server_on_the_guests_loopback(cell: Cell) -> None:
+    index = cell.ssh("vmssh.devcell", "echo served-in-vm > /workspace/index.html")
+    assert index.returncode == 0
+    local = _free_port()
+    forward = subprocess.Popen(["ssh", "-F", str(cell.config), "-N", "-L",
+                                f"{local}:localhost:8000", "vmssh.devcell"],
+                               stderr=subprocess.PIPE)
+    try:
+        assert _get(f"http://127.0.0.1:{local}/index.html") == b"served-in-vm\n"
+        assert _get(f"http://127.0.0.1:{local}/index.html") == b"served-in-vm\n"  # again
+    finally:
+        forward.terminate()
+        forward.wait(10)
+    local = _free_port()
+    kubectl_like = subprocess.Popen(
+        [sys.executable, "-m", "devcell", "port-forward", "vmssh", f"{local}:8000"], cwd=REPO,
+        env=dict(os.environ, DEVCELL_HOME=str(cell.state)), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE)
+    try:
+        assert _get(f"http://127.0.0.1:{local}/index.html") == b"served-in-vm\n"
+    finally:
+        kubectl_like.terminate()
+        kubectl_like.wait(10)
+    closed = cell.ssh("-o", "ExitOnForwardFailure=yes", "-W", "localhost:8999", "vmssh.devcell",
+                      timeout=60)
+    assert closed.returncode != 0  # nothing listens there: the channel is refused
+
+
+def test_exec_streams_and_takes_environment_a_working_directory_and_a_user(cell: Cell) -> None:
+    done = cell.devcell("exec", "-e", "FOO=bar baz", "-e", "GREETING=overridden", "-w", "/tmp",
+                        "-u", "nobody", "vmssh", "--", "sh", "-c",
+                        'echo "$FOO|$GREETING"; pwd; id -u')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["bar baz|overridden", "/tmp", "65534"]
+    piped = cell.devcell("exec", "-i", "vmssh", "--", "sh", "-c", "wc -c; exit 4",
+                         input="y" * 200000)
+    assert piped.returncode == 4 and piped.stdout.strip() == "200000", piped.stderr
+    missing = cell.devcell("exec", "-u", "nosuch", "vmssh", "--", "true")
+    assert missing.returncode != 0 and "no user nosuch" in missing.stderr, missing.stderr
+    assert "Traceback" not in missing.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _get(url: str) -> bytes:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return bytes(urllib.request.urlopen(url, timeout=30).read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)

@@ -162,6 +162,10 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
         found = list(security.cell_problems(m.spec, policy, state_dir))
         for path, message in found:
             problems.append(located(m, path, message))
+        if m.spec.get("dotfiles") and not backends.capabilities(m.spec["backend"]).exec:
+            problems.append(located(m, ("dotfiles",), f'backend "{m.spec["backend"]}" runs '
+                                    "no command in a cell, so it cannot install dotfiles "
+                                    "(use the container or vm backend)"))
         archive = workspace_seed.of_spec(m.spec)
         if isinstance(archive, workspace_seed.ArchiveSource) and not found:
             problem = archive_unpack.header_problem(os.path.realpath(archive.path))

@@ -187,8 +187,14 @@ def _workspace_source_problems(workspace: dict[str, Any], policy: SecurityPolicy
     git = source.get("git")
     if git is None:
         return
-    where: FieldPath = ("workspace", "source", "git", "url")
-    url = str(git.get("url", ""))
+    yield from git_url_problems(str(git.get("url", "")), ("workspace", "source", "git", "url"),
+                                policy, state_dir)
+
+
+def git_url_problems(url: str, where: FieldPath, policy: SecurityPolicy, state_dir: Path
+                     ) -> Iterator[tuple[FieldPath, str]]:
+    """A URL git clones from (a workspace's source, a cell's dotfiles): a remote without a
+    password in it, or a repository on this host that the host-path rules allow."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         path = url
@@ -221,6 +227,10 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
     if problem:
         yield ("workspace", "mountPath"), problem
     yield from _workspace_source_problems(spec.get("workspace") or {}, policy, state_dir)
+    dotfiles = (spec.get("dotfiles") or {}).get("git")
+    if dotfiles is not None:
+        yield from git_url_problems(str(dotfiles.get("url", "")), ("dotfiles", "git", "url"),
+                                    policy, state_dir)
     taken: list[tuple[str, FieldPath]] = [(workspace, ("workspace", "mountPath"))]
     hosts: list[tuple[int, str]] = []
     live = ((spec.get("workspace") or {}).get("source") or {}).get("hostPath")

@@ -187,7 +187,7 @@ def _inline(db: Database, keys: list[Key], names: Mapping[Key, str], *, trigger:
 
     # A settled cell's phase was just observed by its reconcile (or made so by its operation).
     observations.confirm(db.state_dir, [oid for kind, oid in report.settled if kind == "Cell"])
-    results = [_result(db, names, key, Status.SETTLED) for key in report.settled]
+    results = [_settled(db, names, key) for key in report.settled]
     pending: list[ObjectResult] = []
     for key, message in {**report.failed, **report.waiting}.items():
         status = Status.WAITING if key in report.waiting else Status.FAILED
@@ -195,6 +195,21 @@ def _inline(db: Database, keys: list[Key], names: Mapping[Key, str], *, trigger:
         (pending if unasked else results).append(_result(db, names, key, status, message))
     return Converged(tuple(results), waited=True, recovered=tuple(report.recovered),
                      expired=_expired(db, report.settled), retention_pending=tuple(pending))
+
+
+def _settled(db: Database, names: Mapping[Key, str], key: Key) -> ObjectResult:
+    """A settled object's result; a cell that runs but is held not Ready by a failed step of
+    its own (its dotfiles' install script) is reported failed, with why: running, yet not
+    what was asked."""
+    if key[0] == "Cell":
+        from devcell.controllers import dotfiles
+        from devcell.store import objects
+
+        record = objects.get(db.conn, "Cell", key[1])
+        ready = record.condition("Ready") if record is not None else None
+        if ready and ready.get("status") == "False" and ready.get("reason") == dotfiles.FAILED:
+            return _result(db, names, key, Status.FAILED, str(ready.get("message") or ""))
+    return _result(db, names, key, Status.SETTLED)
 
 
 def _expired(db: Database, keys: list[Key]) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from devcell import backends, config, errors, security
+from devcell.backends import dotfiles as backends_dotfiles
 from devcell.backends.base import (
     Backend,
     Building,
@@ -28,7 +29,7 @@ from devcell.backends.base import (
     Pulling,
 )
 from devcell.backends.container import images
-from devcell.controllers import crashloop, prune_keep, retention
+from devcell.controllers import crashloop, dotfiles, prune_keep, retention
 from devcell.controllers import restore as restoring
 from devcell.controllers.context import Context
 from devcell.controllers.plan import (
@@ -257,6 +258,10 @@ class CellController:
             if desired == "Stopped" and running_after:
                 steps.append(Step(S.STOP))
                 action = action or "stop"
+            install = dotfiles.plan(cell, steps) if desired == "Running" else None
+            if install is not None:
+                steps.append(install)
+                action = action or "dotfiles"
         if not steps:
             self._write_settled(ctx, cell, observed)
             return self._retention(ctx, cell, observed, backend_name, ref)
@@ -520,6 +525,11 @@ class CellController:
             status.get("conditions", []), "Ready", "True", state, message)
         for key in ("message", "nextRetryAt", "retries", "failedGeneration", "drifted"):
             status.pop(key, None)
+        failed = dotfiles.not_ready(cell.spec, status) if state == "Running" else None
+        if failed is not None:  # running and reachable, not Ready: the developer fixes it
+            status["conditions"] = objects.set_condition(
+                status["conditions"], "Ready", "False", dotfiles.FAILED, failed)
+            status["message"] = failed
         return status
 
     # -- execution ---------------------------------------------------------------------------
@@ -527,10 +537,13 @@ class CellController:
     def run_step(self, ctx: Context, plan: Plan, step: Step) -> Outputs:
         if step.name in (S.EXPIRE, S.SCHEDULE_SNAPSHOT):  # records only, no backend call
             return {**step.args, "at": retention.stamp(ctx.clock())}
+        ref = dataclasses.replace(_work(plan).ref, op_id=ctx.current_op)
+        if step.name == S.INSTALL_DOTFILES:
+            return backends_dotfiles.install(ctx.backend(plan.backend), ref,
+                                             state_dir=Path(ctx.db.state_dir))
         handler = _STEPS.get(step.name)
         if handler is None:
             raise BackendError(f"cell controller has no step {step.name!r}")
-        ref = dataclasses.replace(_work(plan).ref, op_id=ctx.current_op)
         return handler(ctx.backend(plan.backend), ref, step)
 
     def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs
@@ -545,6 +558,10 @@ class CellController:
                              retention.parse_time(str(outputs["at"])))
         elif step.name == S.SCHEDULE_SNAPSHOT:
             retention.schedule(conn, cell.id, str(outputs["name"]), str(outputs["slot"]))
+        elif step.name == S.CREATE:
+            dotfiles.forget(conn, cell.id)
+        elif step.name == S.INSTALL_DOTFILES:
+            dotfiles.record(conn, cell.id, step, outputs)
         if step.name in (S.CREATE_VOLUME, S.ADOPT_VOLUME) and step.args.get("record"):
             volumes.record_created(
                 conn, volume_id=step.args["volume_id"], cell_id=cell.id, name=f"{cell.name}-workspace",
@@ -670,8 +687,8 @@ class CellController:
                   "stop": "Stopped", "sleep": "Slept", "wake": "Woken",
                   "retain": "SnapshotsExpired", "schedule": "SnapshotScheduled",
                   }.get(plan.action, "Synced")
-        if plan.action == restoring.ACTION:
-            return  # its event (Restored) is written by restoring.finished
+        if plan.action in (restoring.ACTION, "dotfiles"):
+            return  # its event (Restored; Dotfiles*) is written by its own step
         events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name, reason=reason,
                       message=f"{plan.action} done: {', '.join(plan.ran or plan.step_names)}")
 

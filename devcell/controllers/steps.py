@@ -43,6 +43,9 @@ class StepName(StrEnum):
     runs on (Snapshot spec.consistency: machine)."""
     RESTORE_WORKSPACE = "restore-workspace"
     """Replace a cell's workspace, all at once, by a copy of a checkpoint (`snapshot restore`)."""
+    INSTALL_DOTFILES = "install-dotfiles"
+    """Clone spec.dotfiles on the host and install them in the running cell (once a runtime;
+    a failing install script is recorded in the status, the cell left running)."""
     EXPIRE = "expire"
     """Retention: ask for an expired snapshot's deletion (no backend call; judged again in
     the step's write, so a snapshot a fork came to depend on meanwhile is kept)."""

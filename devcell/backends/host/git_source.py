@@ -123,6 +123,12 @@ def _clone(source: GitSource, into: Path) -> None:
           "--detach", found, "--"], source)
 
 
+def head(into: Path, source: GitSource) -> str:
+    """The commit a clone made by `clone` has checked out."""
+    return _git(["git", "-C", str(into), "rev-parse", "--verify", "HEAD^{commit}"], source,
+                capture=True).strip()
+
+
 class NoSuchRef(BackendRefused):
     """The ref names no branch, tag or commit of the repository."""
 

@@ -94,3 +94,19 @@ def test_a_failing_install_leaves_the_cell_running_not_ready_with_its_output(
     got = cli("get", "cell", "box", "-o", "jsonpath={.status.phase}")
     assert got.stdout.strip() == "Running", got
     assert cli("exec", "box", "--", "true").returncode == 0  # reachable: fix it in place
+
+
+def test_the_install_runs_as_the_cells_user_and_the_files_are_theirs(
+        engine: None, cli: Cli, tmp_path: Path, served: str) -> None:
+    manifest = tmp_path / "box.yaml"
+    manifest.write_text(
+        "apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: box}\nspec:\n"
+        f"  backend: container\n  image: {IMAGE}\n  network: {{mode: none}}\n"
+        '  user: "4321:4321"\n  env: [{name: HOME, value: /workspace}]\n'
+        f"  dotfiles: {{git: {{url: '{served}'}}}}\n"
+        "  services:\n    - name: idle\n      command: [sleep, '600']\n")
+    done = cli("apply", "-f", str(manifest))
+    assert done.returncode == 0, done.stderr
+    shown = cli("exec", "box", "--", "sh", "-c",
+                "cat /workspace/.installed; stat -c %u /workspace/dotfiles/install.sh")
+    assert shown.stdout == "4321\n/workspace/dotfiles\n4321\n", shown

@@ -78,6 +78,15 @@ def run_bytes(argv: Sequence[str], *, cwd: Path | None = None, timeout: float | 
                           preexec_fn=_die_with(os.getpid()), process_group=0)
 
 
+def stderr_reader(argv: Sequence[str], *, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """Start `argv` with its standard error a pipe the caller reads in bounded amounts and
+    within its own deadline (stdout discarded, stdin closed; `env` added to DevCell's), a
+    child that dies with us: a program whose progress is shown as it runs."""
+    return subprocess.Popen(list(argv), stdout=DEVNULL, stderr=subprocess.PIPE, stdin=DEVNULL,
+                            env={**os.environ, **env}, preexec_fn=_die_with(os.getpid()),
+                            process_group=0)
+
+
 def reader(argv: Sequence[str], *, cwd: Path | None = None) -> subprocess.Popen[bytes]:
     """Start `argv` with its standard output a pipe the caller reads in bounded amounts and
     within its own deadline (stderr discarded, stdin closed), a child that dies with us. Use it

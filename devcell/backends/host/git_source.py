@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devcell import names
-from devcell.backends.host import children, removal
+from devcell import names, progress
+from devcell.backends.host import children, git_progress, removal
 from devcell.errors import BackendError, BackendRefused
 
 CLONE_SECONDS = 600.0
@@ -106,17 +106,20 @@ def clone(source: GitSource, into: Path) -> None:
 
 
 def _clone(source: GitSource, into: Path) -> None:
-    # -c before the verb: for this run only, never written into the workspace's config
-    argv = ["git", "-c", "core.hooksPath=/dev/null", "clone", "--quiet", "--no-hardlinks"]
+    # -c before the verb: for this run only, never written into the workspace's config.
+    # On a terminal (a progress reporter installed) git's progress is shown as it clones.
+    shown = f"cloning {source.shown}" if progress.active() else None
+    argv = ["git", "-c", "core.hooksPath=/dev/null", "clone",
+            "--progress" if shown else "--quiet", "--no-hardlinks"]
     named = [*(["--branch", source.ref, "--single-branch"] if source.ref else []),
              *(["--depth", str(source.depth)] if source.depth else [])]
     try:
-        _git([*argv, *named, "--", source.url, str(into)], source)
+        _git([*argv, *named, "--", source.url, str(into)], source, shown=shown)
         return
     except NoSuchRef:
         if source.ref is None or _SHA.fullmatch(source.ref) is None:
             raise
-    _git([*argv, "--", source.url, str(into)], source)
+    _git([*argv, "--", source.url, str(into)], source, shown=shown)
     found = _git(["git", "-C", str(into), "rev-parse", "--verify", "--quiet",
                   f"{source.ref}^{{commit}}"], source, capture=True).strip()
     _git(["git", "-C", str(into), "-c", "advice.detachedHead=false", "checkout", "--quiet",
@@ -133,12 +136,16 @@ class NoSuchRef(BackendRefused):
     """The ref names no branch, tag or commit of the repository."""
 
 
-def _git(argv: list[str], source: GitSource, *, capture: bool = False) -> str:
+def _git(argv: list[str], source: GitSource, *, capture: bool = False,
+         shown: str | None = None) -> str:
     env = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "/bin/false",
            "SSH_ASKPASS": "/bin/false", "LC_ALL": "C", "GIT_ALLOW_PROTOCOL": ALLOWED_PROTOCOLS,
            "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")}
     try:
-        done = children.run_bytes(argv, env=env, timeout=CLONE_SECONDS)
+        if shown is None:
+            done = children.run_bytes(argv, env=env, timeout=CLONE_SECONDS)
+        else:
+            done = git_progress.run(argv, env=env, timeout=CLONE_SECONDS, description=shown)
     except FileNotFoundError:
         raise BackendError("git is not installed on this host; install it "
                            "(apt-get install -y git)") from None

@@ -1,13 +1,16 @@
 """A container cell's code from git: `spec.workspace.source.git` vs the way it went in before.
 
 From `apply` of a cell whose workspace is a git repository of `--files` files to the first
-successful command in it, two ways, alternated in one run:
+successful command in it, three ways, alternated in one run:
   source   `workspace.source.git` (DevCell clones while it makes the workspace), then
-           `devcell exec CELL -- true`
+           `devcell exec CELL -- test -f ...`
+  ssh      the same cell, then the first `ssh -F <(devcell ssh-config) CELL.devcell test -f
+           ...` (`devcell ssh-config` run then, timed: OpenSSH's client, DevCell's
+           ProxyCommand, asyncssh, key exchange, one session): a developer's first connection
   pipe     an empty workspace, then `git archive HEAD | devcell exec -i CELL -- tar -x`
-           (what a user did before), then `devcell exec CELL -- true`
-Each run deletes its cell. Same run, medians, ratio. Needs the Docker engine and git. Run by
-hand:
+           (what a user did before), then `devcell exec CELL -- test -f ...`
+Each run deletes its cell. Same run, medians, ratio. Needs the Docker engine, git and
+OpenSSH's client. Run by hand:
 
     .venv/bin/python bench/git_workspace.py --files 1000 --runs 5
 """
@@ -73,13 +76,14 @@ def main() -> None:
             f"security:\n  allowedHostPaths: ['{bare.parent}']\n")
         os.chmod(state / "config.yaml", 0o600)
         env = dict(os.environ, DEVCELL_HOME=str(state))
-        times: dict[str, list[float]] = {"source": [], "pipe": []}
+        config = root / "ssh_config"
+        times: dict[str, list[float]] = {"source": [], "ssh": [], "pipe": []}
         for n in range(args.runs):
-            for way in ("source", "pipe"):
+            for way in ("source", "ssh", "pipe"):
                 name = f"{way}{n}"
                 manifest = root / f"{name}.yaml"
                 _manifest(manifest, name, f"  workspace: {{source: {{git: {{url: '{bare}'}}}}}}\n"
-                          if way == "source" else "")
+                          if way != "pipe" else "")
                 began = time.perf_counter()
                 _run([DEVCELL, "apply", "-f", str(manifest)], env)
                 if way == "pipe":
@@ -87,15 +91,24 @@ def main() -> None:
                                              check=True, capture_output=True).stdout
                     _run([DEVCELL, "exec", "-i", name, "--", "tar", "-x", "-C", "/workspace"],
                          env, input=archive)
-                _run([DEVCELL, "exec", name, "--", "test", "-f", "/workspace/pkg0/mod0.py"],
-                     env)
+                if way == "ssh":  # as `ssh -F <(devcell ssh-config) CELL.devcell ...`
+                    config.write_bytes(subprocess.run([DEVCELL, "ssh-config"], env=env,
+                                                      check=True, capture_output=True).stdout)
+                    _run(["ssh", "-F", str(config), f"{name}.devcell",
+                          "test -f /workspace/pkg0/mod0.py"], env)
+                else:
+                    _run([DEVCELL, "exec", name, "--", "test", "-f",
+                          "/workspace/pkg0/mod0.py"], env)
                 times[way].append(time.perf_counter() - began)
                 _run([DEVCELL, "delete", "-f", str(manifest), "--approve"], env)
     s, p = statistics.median(times["source"]), statistics.median(times["pipe"])
+    h = statistics.median(times["ssh"])
     print(f"{args.files} files, {args.runs} runs each, alternated, medians (apply to the first "
           "command that sees the code)")
-    print(f"| workspace.source.git | {s:.2f} s | git archive piped into exec | {p:.2f} s | "
-          f"ratio | {s / p:.2f} |")
+    print(f"| workspace.source.git, first exec | {s:.2f} s | git archive piped into exec | "
+          f"{p:.2f} s | ratio | {s / p:.2f} |")
+    print(f"| workspace.source.git, first ssh | {h:.2f} s | (ssh over exec | "
+          f"+{h - s:.2f} s) |")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """A container cell whose workspace comes from a git repository, on the real Docker engine
 and with the real git: the files are there at the first start (the clone is part of making
-the workspace), a bad ref fails the cell with why and leaves no workspace volume behind, and
+the workspace), from a local bare repository and from git servers on 127.0.0.1 (git daemon,
+git-http-backend), a bad ref fails the cell with why and leaves no workspace volume behind, and
 a fork keeps its snapshot's files (no second clone)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import git_servers
 from tests.backends.container.support import IMAGE
 from tests.conftest import Cli
 
@@ -78,3 +80,14 @@ def test_a_bad_ref_fails_the_cell_with_why_and_leaves_no_workspace(
     volumes = state / "volumes"
     assert not volumes.exists() or not [p for p in volumes.iterdir()
                                         if not p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("server", ["git-daemon", "git-http-backend"])
+def test_a_cell_clones_its_workspace_from_a_git_server_on_loopback(
+        engine: None, cli: Cli, tmp_path: Path, state: Path, server: str) -> None:
+    bare = _repo(tmp_path)
+    serve = git_servers.git_daemon if server == "git-daemon" else git_servers.git_http
+    with serve(bare.parent) as base:
+        done = cli("apply", "-f", str(_manifest(tmp_path, f"{base}/{bare.name}")))
+    assert done.returncode == 0, done.stderr
+    assert cli("exec", "box", "--", "cat", "README").stdout == "from git\n"

@@ -55,6 +55,7 @@ def _die_with(parent: int) -> Callable[[], None] | None:
 
 
 TimeoutExpired = subprocess.TimeoutExpired
+CompletedProcess = subprocess.CompletedProcess
 Machine = subprocess.Popen[bytes]
 """A machine monitor process spawn_machine started."""
 DEVNULL = subprocess.DEVNULL

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import select
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 
@@ -27,7 +26,7 @@ _PHASE = re.compile(rb"^(?:remote: )?([A-Za-z][A-Za-z ]{0,40}):\s+(\d{1,3})%")
 
 
 def run(argv: Sequence[str], *, env: Mapping[str, str], timeout: float,
-        description: str) -> subprocess.CompletedProcess[bytes]:
+        description: str) -> children.CompletedProcess[bytes]:
     """Run git (`argv` holding --progress) with its progress shown under `description`;
     as children.run_bytes returns (stdout empty, stderr its last TAIL bytes). Past
     `timeout` seconds git is killed and TimeoutExpired raised."""
@@ -60,7 +59,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str], timeout: float,
             proc.kill()
             proc.wait()
             raise
-    return subprocess.CompletedProcess(list(argv), code, b"", bytes(tail))
+    return children.CompletedProcess(list(argv), code, b"", bytes(tail))
 
 
 def _report(line: bytes, step: progress.Step) -> None:

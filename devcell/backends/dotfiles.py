@@ -24,6 +24,7 @@ import os
 import stat
 import tarfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -190,10 +191,14 @@ def _unpack(backend: interactive.Interactive, cell: CellRef, clone: Path) -> str
     target = wanted.target if wanted else DEFAULT_TARGET
     out, err = _Tail(TAIL_BYTES), _Tail(TAIL_BYTES)
     with os.fdopen(read_fd, "rb") as stdin:
-        code = backend.exec(cell, ["/bin/sh", "-c", _UNPACK, "sh", target, MARKER],
-                            stdout=cast(BinaryIO, out), stderr=cast(BinaryIO, err),
-                            stdin=stdin)
+        code, expired = _deadline(lambda options: backend.exec(
+            cell, ["/bin/sh", "-c", _UNPACK, "sh", target, MARKER],
+            stdout=cast(BinaryIO, out), stderr=cast(BinaryIO, err), stdin=stdin,
+            options=options))
     writer.join(timeout=INSTALL_SECONDS)
+    if expired:
+        raise BackendError(f"putting the dotfiles in cell {cell.name} took over "
+                           f"{INSTALL_SECONDS:g} s; it was stopped")
     if failed:
         raise BackendError(f"sending the dotfiles into cell {cell.name}: {failed[0]}")
     if code != 0:
@@ -218,20 +223,28 @@ def _run(backend: interactive.Interactive, cell: CellRef, args: list[str]) -> tu
     """The install, as the cell's user, stopped after INSTALL_SECONDS: (exit status, the
     tail of its output, both streams in the order they came)."""
     tail = _Tail(TAIL_BYTES)
+    code, expired = _deadline(lambda options: backend.exec(
+        cell, ["/bin/sh", "-c", _INSTALL, "sh", *args], stdout=cast(BinaryIO, tail),
+        stderr=cast(BinaryIO, tail), options=options))
+    if expired:
+        tail.write(f"\n(stopped: the install ran over {INSTALL_SECONDS:g} s)".encode())
+        code = code or 124
+    return code, tail.text()
+
+
+def _deadline(call: Callable[[interactive.ExecOptions], int]) -> tuple[int, bool]:
+    """`call` with exec options whose hang-up ends the command (and what it started) after
+    INSTALL_SECONDS: what the cell runs never holds the operation for ever. (its exit
+    status, whether it was stopped)."""
     hang_up = threading.Event()
     timer = threading.Timer(INSTALL_SECONDS, hang_up.set)
     timer.daemon = True
     timer.start()
     try:
-        code = backend.exec(cell, ["/bin/sh", "-c", _INSTALL, "sh", *args],
-                            stdout=cast(BinaryIO, tail), stderr=cast(BinaryIO, tail),
-                            options=interactive.ExecOptions(hang_up=hang_up))
+        code = call(interactive.ExecOptions(hang_up=hang_up))
     finally:
         timer.cancel()
-    if hang_up.is_set():
-        tail.write(f"\n(stopped: the install ran over {INSTALL_SECONDS:.0f} s)".encode())
-        code = code or 124
-    return code, tail.text()
+    return code, hang_up.is_set()
 
 
 def _redacted(text: str, spec: dict[str, Any]) -> str:

@@ -48,6 +48,7 @@ class ExecFake(FakeBackend):
         self.installs: list[list[str]] = []
         self.code = 0
         self.output = b"installed\n"
+        self.hang = False
 
     def exec(self, cell: CellRef, argv: list[str], *, stdout: BinaryIO, stderr: BinaryIO,
              stdin: BinaryIO | None = None, terminal: Any = None, options: Any = None) -> int:
@@ -63,6 +64,9 @@ class ExecFake(FakeBackend):
             return 0
         self.installs.append(argv[4:])
         stdout.write(self.output)
+        if self.hang and options is not None:  # a script that never ends, until hung up
+            assert options.hang_up.wait(30)
+            return 137
         return self.code
 
     def log_sources(self, cell: CellRef) -> Any:
@@ -226,3 +230,16 @@ def test_credentials_and_a_backend_without_exec_are_refused_at_apply(
     with pytest.raises(ManifestError):
         apply(db, cell_doc("api", dotfiles={"git": {"url": str(repo)}}))
     assert objects.get(db.conn, "Cell", "api") is None  # nothing recorded
+
+
+def test_a_script_that_never_ends_is_stopped_at_the_deadline_and_said(
+        ctx: Context, db: Database, backend: ExecFake, repo: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backend_dotfiles, "INSTALL_SECONDS", 0.3)
+    backend.hang = True
+    apply(db, _cell(repo))
+    converge_all(ctx)
+    ready = _ready(db)
+    assert ready["reason"] == "DotfilesFailed" and "status 137" in ready["message"]
+    assert "(stopped: the install ran over 0.3 s)" in ready["message"]
+    assert record(db, "Cell", "api").phase == "Running"

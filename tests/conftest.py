@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -14,6 +15,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGINT back to Python's own handler when the run inherited it ignored (a suite started
+    in the background by a shell without job control): an ignored SIGINT is passed on to every
+    CLI the tests start, and the interrupt tests would then see commands that cannot be
+    interrupted. A handler, unlike SIG_IGN, is not inherited across exec."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

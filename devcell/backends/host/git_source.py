@@ -36,7 +36,7 @@ _CAUSES = (
     (re.compile(r"not found|does not appear to be a git repository|does not exist|"
                 r"no such file", re.I), "the repository was not found"),
     (re.compile(r"authentication failed|permission denied|could not read username|"
-                r"access denied|403", re.I), "access was denied (check the host's git "
+                r"access denied|error: 403", re.I), "access was denied (check the host's git "
                                              "credentials or ssh key)"),
     (re.compile(r"could not resolve|connection refused|timed out|unreachable|"
                 r"connection reset|network|failed to connect|couldn't connect", re.I),

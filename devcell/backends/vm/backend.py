@@ -626,12 +626,17 @@ class VmBackend:
 
     def _streams(self, cell: CellRef, config: MachineConfig) -> vm_streams.Connection:
         """This process's stream connection to the cell's machine (vm/streams.py): a booting
-        guest's helper is waited for as its agent would be."""
+        guest's helper is waited for as its agent would be, and once it answers the machine
+        is known past booting (the init starts the agent before the helper), so a silent
+        agent is then reported in AGENT_ANSWER_SECONDS."""
         pid = self._pid(cell.id)
         booted = pid is not None and self._agent_seen(cell.id) == pid
-        return vm_streams.connection(config.directory, cell.name,
-                                     hello_seconds=vm_streams.HELLO_SECONDS if booted
-                                     else AGENT_BOOT_SECONDS)
+        connection = vm_streams.connection(config.directory, cell.name,
+                                           hello_seconds=vm_streams.HELLO_SECONDS if booted
+                                           else AGENT_BOOT_SECONDS)
+        if not booted and pid is not None:
+            self._saw_agent(cell.id, pid)
+        return connection
 
     def _stream_exec(self, cell: CellRef, config: MachineConfig, argv: list[str], *,
                      stdout: BinaryIO, stderr: BinaryIO, stdin: BinaryIO | None,

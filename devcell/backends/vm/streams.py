@@ -209,7 +209,8 @@ class Connection:
             seen += data
 
     def _read(self, first: bytes) -> None:
-        self._sock.settimeout(None)
+        """Frames to their channels until the port closes. The socket's timeout is the
+        senders' (SEND_SECONDS): a quiet guest is no fault here, so a timeout reads on."""
         try:
             data = first
             while True:
@@ -217,7 +218,13 @@ class Connection:
                     channel = self._channels.get(frame.channel)
                     if channel is not None:
                         channel.deliver(frame)
-                data = self._sock.recv(65536)
+                try:
+                    data = self._sock.recv(65536)
+                except TimeoutError:
+                    if self.broken:
+                        return
+                    data = b""
+                    continue
                 if not data:
                     raise BackendError(f"cell {self.cell} is no longer running (asleep, "
                                        "stopped or deleted): its stream connection closed, "
@@ -228,6 +235,9 @@ class Connection:
             self._break(f"cell {self.cell}: the stream connection broke ({exc})")
 
     def _break(self, why: str) -> None:
+        """The first reason the connection ended is the one every channel reports."""
+        if self.broken:
+            return
         if not why.startswith(f"cell {self.cell}"):
             why = f"cell {self.cell}: {why}"
         self.broken = why

@@ -3,8 +3,9 @@
 The guest kills the init's agent loop and qemu-ga, then answers the host itself: syncs
 honestly (so the host believes it), then each guest-exec a different way: an error whose
 text carries an escape sequence and a forged output line (after a reply to another id),
-JSON nested 100 000 levels deep, silence, and a line that never ends. Each `devcell exec`
-must end with a clear error naming the cell, within its timeouts, with no traceback and
+JSON nested 100 000 levels deep, silence, and a line that never ends. Each `devcell logs`
+(commands go through the stream helper, vm/streams.py; logs, quiesce and the clock still go
+through the agent) must end with a clear error naming the cell, within its timeouts, with no traceback and
 nothing unescaped; and the cell is still deleted (stopped first) with no QEMU left behind.
 The parser's own bounds (memory, every reply shape) are in
 tests/adversarial/test_hostile_guest_agent.py, against a fake agent.
@@ -70,7 +71,7 @@ done
 
 
 def _manifest(tmp_path: Path) -> Path:
-    return cell_manifest(tmp_path, "vmevil", counter=False)
+    return cell_manifest(tmp_path, "vmevil")  # its service's log is read through the agent
 
 
 def _applied_and_planted(cli: Cli, tmp_path: Path, script: str) -> None:
@@ -95,7 +96,7 @@ def test_a_guest_that_replaces_its_agent_gets_clear_errors_and_the_cell_still_en
                     "(did not answer in time|longer than)"]
         for n, what in enumerate(expected, 1):
             began = time.monotonic()
-            attacked = cli("exec", "vmevil", "--", "true", timeout=300)
+            attacked = cli("logs", "vmevil", timeout=300)
             took = time.monotonic() - began
             err = attacked.stderr
             assert attacked.returncode != 0, (n, err)
@@ -154,14 +155,14 @@ def test_a_deep_state_directory_and_owner_only_machine_files(
 
 def test_a_booted_guest_that_stops_its_agent_is_reported_soon_not_after_the_boot_timeout(
         cli: Cli, tmp_path: Path, state_dir: Path, vm_cache: Path) -> None:
-    """Once a machine's agent has answered, its machine is past booting: a command then waits
+    """Once a machine's agent has answered, its machine is past booting: `logs` then waits
     AGENT_ANSWER_SECONDS for a silent agent, not the 120 s a boot may take, and says what to
     do. A stop and start boots it afresh, agent and all."""
     make_state(state_dir, vm_cache)
     try:
         _applied_and_planted(cli, tmp_path, STOP_AGENT)
         began = time.monotonic()
-        silent = cli("exec", "vmevil", "--", "true", timeout=300)
+        silent = cli("logs", "vmevil", timeout=300)
         took = time.monotonic() - began
         assert silent.returncode != 0 and "Traceback" not in silent.stderr, silent.stderr
         assert "cell vmevil" in silent.stderr and "has booted" in silent.stderr, silent.stderr

@@ -156,6 +156,35 @@ def test_an_interactive_shell_on_a_terminal_under_tmux(cell: Cell) -> None:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 
 
+def test_exec_it_gets_a_terminal_the_size_of_the_window_and_its_exit_status(cell: Cell
+                                                                           ) -> None:
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is missing: scripts/test installs it")
+    session = f"devcell-vmexec-{os.getpid()}"
+    marker = cell.work / "exec-exited"
+    command = (f"cd {REPO} && DEVCELL_HOME={cell.state} {sys.executable} -m devcell exec -it "
+               f"vmssh -- sh; echo $? > {marker}")
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "90", "-y", "33",
+                    command], check=True)
+    try:
+        deadline = time.monotonic() + 60
+        shown = ""
+        while time.monotonic() < deadline and "END-7" not in shown:
+            subprocess.run(["tmux", "send-keys", "-t", session,
+                            "stty size; tty; echo END-$((3+4))", "Enter"], check=True)
+            time.sleep(2)
+            shown = subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
+                                   capture_output=True, text=True).stdout
+        assert "33 90" in shown and "/dev/pts/" in shown, shown
+        subprocess.run(["tmux", "send-keys", "-t", session, "exit 3", "Enter"], check=True)
+        deadline = time.monotonic() + 30
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.read_text().strip() == "3"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
 def test_scp_both_ways_sftp_and_rsync(cell: Cell) -> None:
     payload = os.urandom(3 * 1024 * 1024 + 17)
     (cell.work / "up.bin").write_bytes(payload)

@@ -136,12 +136,16 @@ def _exec(connection: streams.Connection) -> tuple[int, bytes]:
     return code, out.getvalue()
 
 
-def test_a_well_behaved_helper_streams_output_and_an_exit_status(helper: Callable[..., Path]
-                                                                 ) -> None:
+def test_a_well_behaved_helper_streams_output_and_an_exit_status(
+        helper: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(streams, "SEND_SECONDS", 0.3)  # a quiet command is no wedged helper
+
     def behave(conn: socket.socket, nonce: bytes) -> None:
         conn.sendall(b"old session's bytes" * 100 + codec.SYNC + nonce)
         conn.recv(65536)  # EXEC
-        conn.sendall(guest_frame(codec.Guest.OPENED, 1) + guest_frame(codec.Guest.OUT, 1, b"hi")
+        conn.sendall(guest_frame(codec.Guest.OPENED, 1))
+        time.sleep(1.2)
+        conn.sendall(guest_frame(codec.Guest.OUT, 1, b"hi")
                      + guest_frame(codec.Guest.EXIT, 1, b"\x00\x05"))
         time.sleep(1)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +54,8 @@ class Rules:
         recorded = objects.cells_with_host_mounts(conn) if mounting else {}
         problems = reference_problems(conn, manifests, defined)
         problems += backend_problems(conn, manifests)
-        problems += security_problems(manifests, self.state_dir, recorded)
+        problems += security_problems(manifests, self.state_dir, recorded,
+                                      made=_sources_already_used(conn, manifests))
         problems += port_problems(conn, manifests, lambda name, source: self._leaving(
             name, source, manifests, defined))
         return problems
@@ -137,11 +138,27 @@ def state_problems(cell: objects.ObjectRecord) -> list[Problem]:
     return []
 
 
+def _sources_already_used(conn: sqlite3.Connection, manifests: list[Manifest]) -> set[str]:
+    """Cells whose one-time workspace source (git, directory, archive: used when the workspace
+    is made, never again) is the one already recorded: the repository, directory or file may
+    be long gone, and an unchanged manifest must still apply as `unchanged`. A live folder
+    (hostPath) is bound at every start, so it is always judged."""
+    once = {m.name: source for m in manifests if m.kind == "Cell"
+            and (source := (m.spec.get("workspace") or {}).get("source"))
+            and "hostPath" not in source}
+    if not once:
+        return set()
+    recorded = objects.workspace_sources(conn, once)
+    return {name for name, source in once.items() if recorded.get(name) == source}
+
+
 def security_problems(manifests: list[Manifest], state_dir: Any,
-                      recorded: dict[str, dict[str, Any]] | None = None) -> list[Problem]:
+                      recorded: dict[str, dict[str, Any]] | None = None, *,
+                      made: Collection[str] = ()) -> list[Problem]:
     """DevCell's security rules (devcell.security) for these Cells, located like any problem.
 
     recorded: name -> spec of the live cells already recorded (their host mounts count).
+    made: cells whose one-time workspace source is already used (not judged again).
 
     DevCell's configuration is read only when a Cell is checked; a broken configuration
     raises ConfigError (nothing is applied until it is fixed).
@@ -159,7 +176,9 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
                        field=field_path(full))
 
     for m in cells:
-        found = list(security.cell_problems(m.spec, policy, state_dir))
+        found = [(path, message) for path, message
+                 in security.cell_problems(m.spec, policy, state_dir)
+                 if m.name not in made or path[:2] != ("workspace", "source")]
         for path, message in found:
             problems.append(located(m, path, message))
         if m.spec.get("dotfiles") and not backends.capabilities(m.spec["backend"]).exec:
@@ -167,7 +186,8 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
                                     "no command in a cell, so it cannot install dotfiles "
                                     "(use the container or vm backend)"))
         archive = workspace_seed.of_spec(m.spec)
-        if isinstance(archive, workspace_seed.ArchiveSource) and not found:
+        if isinstance(archive, workspace_seed.ArchiveSource) and not found and \
+                m.name not in made:
             problem = archive_unpack.header_problem(os.path.realpath(archive.path))
             if problem:
                 problems.append(located(m, ("workspace", "source", "archive", "path"), problem))

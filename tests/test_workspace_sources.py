@@ -72,3 +72,25 @@ def test_a_live_folder_is_immutable_and_never_restored_into(cli: Cli, tmp_path: 
     assert "Traceback" not in restore.stderr
     assert "restore" not in cli("get", "operations").stdout.lower()  # nothing recorded
     assert (tmp_path / "app" / "mine.txt").read_text() == "the developer's\n"
+
+
+def test_a_source_used_once_may_be_gone_when_its_cell_is_applied_again(
+        cli: Cli, tmp_path: Path, state_dir: Path) -> None:
+    """A directory copied in once is not needed again: after it is removed, the cell's
+    manifest still applies (here with a label edited, so it is read again), where a new cell
+    naming it is refused."""
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    (seed / "a.txt").write_text("a\n")
+    _allow(state_dir, tmp_path)
+    manifest = _cell(tmp_path, "box", "fake", f"{{directory: {{path: '{seed}'}}}}")
+    assert cli("apply", "-f", str(manifest)).returncode == 0
+    (seed / "a.txt").unlink()
+    seed.rmdir()
+    manifest.write_text(manifest.read_text().replace("name: box}", "name: box, labels: {a: b}}"))
+    again = cli("apply", "-f", str(manifest))
+    assert again.returncode == 0 and "cell/box configured" in again.stdout, again.stderr
+    other = _cell(tmp_path, "other", "fake", f"{{directory: {{path: '{seed}'}}}}")
+    refused = cli("apply", "-f", str(other))
+    assert refused.returncode != 0 and "other.yaml:8" in refused.stderr, refused.stderr
+    assert "does not exist" in refused.stderr

@@ -327,6 +327,20 @@ def cells_with_host_mounts(conn: sqlite3.Connection) -> dict[str, dict[str, Any]
     return {name: faults.loads(spec) for name, spec in rows}
 
 
+def workspace_sources(conn: sqlite3.Connection, names: Iterable[str]) -> dict[str, Any]:
+    """Live recorded cells' `spec.workspace.source`, name -> source (None: none), for the
+    rule that a source used once is not judged again when its cell already exists."""
+    wanted = sorted(set(names))
+    found: dict[str, Any] = {}
+    for start in range(0, len(wanted), 500):  # SQLite's bound on host parameters
+        chunk = wanted[start:start + 500]
+        rows = conn.execute(
+            "SELECT name, json_extract(spec, '$.workspace.source') FROM cells "
+            f"WHERE deleted_at IS NULL AND name IN ({','.join('?' * len(chunk))})", chunk)
+        found.update((name, faults.loads(source) if source else None) for name, source in rows)
+    return found
+
+
 @dataclass(frozen=True)
 class Publisher:
     """A live recorded cell that publishes host ports (for the host-port rule)."""

@@ -7,6 +7,7 @@ import contextlib
 import io
 import os
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,15 +72,27 @@ def make_state(path: Path, cache: Path) -> Path:
 def booted_cell(state: Path, cache: Path, ref: CellRef, *, max_chain: int | None = None
                 ) -> Iterator[VmBackend]:
     """A vm backend over a fresh state directory with `ref` created on its own workspace
-    volume and started; every machine started under `state` is killed on the way out."""
+    volume and started, its counter service (when it has one) counting; every machine
+    started under `state` is killed on the way out."""
     backend = VmBackend(state_dir=make_state(state, cache), max_chain=max_chain)
     try:
         backend.create_volume(ref, ref.volume_id or "", from_checkpoint=None)
         backend.create(ref, "hash-1")
         backend.start(ref)
+        if any(s.get("name") == "counter" for s in ref.spec.get("services") or []):
+            _counting(backend, ref)
         yield backend
     finally:
         kill_machines(state)
+
+
+def _counting(backend: VmBackend, ref: CellRef) -> None:
+    """Wait for the counter's first count: a command through the stream helper answers as
+    soon as the guest is up, which can be before the supervisor has started the services."""
+    deadline = time.monotonic() + 120
+    while run(backend, ref, "test -s /tmp/counter")[0] != 0:
+        assert time.monotonic() < deadline, "the counter service never counted"
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")

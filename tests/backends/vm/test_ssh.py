@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -234,6 +235,33 @@ def test_a_link_the_cell_planted_is_resolved_inside_the_guest(cell: Cell, tmp_pa
     assert climbed.returncode != 0 and not (cell.work / "y").exists()
     wrote = cell.ssh("pw", "vmssh.devcell:/workspace/to-host", program="scp")
     assert secret.read_text() == "host only\n", wrote.stderr  # the host's file untouched
+
+    assert cell.ssh("vmssh.devcell", "mkfifo /workspace/fifo").returncode == 0
+    began = time.monotonic()
+    fifo = cell.ssh("vmssh.devcell:/workspace/fifo", "z", program="scp", timeout=30)
+    assert fifo.returncode != 0 and time.monotonic() - began < 20  # refused, never blocked
+
+
+def test_a_client_that_goes_away_takes_its_commands_in_the_guest_with_it(cell: Cell) -> None:
+    """The client killed, its proxy ends with it, and the guest's helper, seeing its port
+    hung up, kills what that connection ran (a command outlives no one who could see it)."""
+    client = subprocess.Popen(["ssh", "-F", str(cell.config), "vmssh.devcell",
+                               "sleep 4321"], cwd=cell.work, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def sleepers() -> bytes:
+        return cell.ssh("vmssh.devcell", "ps | grep -c '[s]leep 4321'").stdout.strip()
+
+    deadline = time.monotonic() + 30
+    while sleepers() != b"1":
+        assert time.monotonic() < deadline, "the command never ran"
+        time.sleep(0.5)
+    os.killpg(client.pid, signal.SIGKILL)
+    client.wait(10)
+    deadline = time.monotonic() + 30
+    while sleepers() != b"0":
+        assert time.monotonic() < deadline, "the command outlived its client"
+        time.sleep(0.5)
 
 
 def test_l_and_port_forward_reach_a_server_on_the_guests_loopback(cell: Cell) -> None:

@@ -36,6 +36,34 @@ def kind(table: dict[str, str]) -> Callable[[str], str]:
     return convert
 
 
+CONDITION_STATUSES = ("True", "False", "Unknown")
+"""A condition's statuses, as Kubernetes spells them."""
+
+
+def wait_condition(text: str) -> tuple[str, str]:
+    """`wait --for`: `create`, `delete` or `condition=TYPE[=STATUS]` -> (what, status); the
+    status (default True, any case, as kubectl compares it) is one of CONDITION_STATUSES, so
+    a wait for a status no condition can have is refused, never waited out."""
+    if text in ("create", "delete"):
+        return text, ""
+    prefix, _, rest = text.partition("=")
+    ctype, has_status, status = rest.partition("=")
+    if prefix != "condition" or not ctype:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: use condition=TYPE[=STATUS], create or delete")
+    if not has_status:
+        return ctype, "True"
+    spelled = {word.lower(): word for word in CONDITION_STATUSES}.get(status.lower())
+    if spelled is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a condition's status is True, False or Unknown (got {status!r})")
+    return ctype, spelled
+
+
+wait_condition.words = ["condition=Ready", "condition=Ready=False", "create",  # type: ignore[attr-defined]
+                        "delete"]
+
+
 def workers(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= 64:
         raise argparse.ArgumentTypeError(f"invalid worker count {text!r} (a whole number 1-64)")

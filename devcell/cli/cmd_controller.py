@@ -80,15 +80,7 @@ def _wait_one(args: argparse.Namespace, name: str, timeout: float) -> int:
     from devcell.reconciler import waiting
     from devcell.store import objects
 
-    spec = args.condition
-    if spec in ("delete", "create"):
-        condition, want = spec, ""
-    elif spec.startswith("condition="):
-        _, _, rest = spec.partition("=")
-        condition, _, want = rest.partition("=")
-        want = want or "True"
-    else:
-        raise UsageError(f"--for={spec}: use condition=TYPE[=STATUS], create or delete")
+    condition, want = args.condition  # checked when parsing (arguments.wait_condition)
     what = f"{args.kind.lower()}/{name}"
     state_dir = dbmod.resolve_state_dir(args.state_dir)
     if condition == "delete":
@@ -115,7 +107,8 @@ def _wait_one(args: argparse.Namespace, name: str, timeout: float) -> int:
         # repair (by the daemon) or times out saying why.
         observe.observe_and_record(db, [record.id])
     failures = waiting.wait_for(db, [(args.kind, record.id)], timeout=timeout,
-                                condition=condition, fail_fast=False, started=started)
+                                condition=condition, want=want, fail_fast=False,
+                                started=started)
     if failures:
         sys.stderr.write(printable(f"error: {args.kind.lower()}/{record.name}: "
                                    f"{next(iter(failures.values()))}") + "\n")

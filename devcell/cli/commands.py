@@ -186,9 +186,11 @@ def _wait(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", type=arguments.kind(arguments.OBJECT_KINDS), metavar="KIND")
     p.add_argument("names", nargs="*", metavar="NAME")
     _selector(p)
-    p.add_argument("--for", dest="condition", default="condition=Ready",
-                   help="condition=TYPE[=STATUS], create or delete (default condition=Ready; "
-                        "an object not recorded yet is waited for within the timeout)")
+    p.add_argument("--for", dest="condition", default=("Ready", "True"),
+                   type=arguments.wait_condition, metavar="CONDITION",
+                   help="condition=TYPE[=STATUS] (STATUS True, False or Unknown), create or "
+                        "delete (default condition=Ready; an object not recorded yet is waited "
+                        "for within the timeout)")
     p.add_argument("--timeout", type=duration, default=30.0, help="e.g. 60s (default 30s)")
 
 

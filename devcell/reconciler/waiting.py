@@ -48,7 +48,10 @@ def check(db: Database, kind: str, object_id: str, *, condition: str = "Ready",
             return Outcome(False, failed=f"operation {op['id']} {op['message']}; approve it with "
                                          f"`{resume_command(op['id'], op['object_name'])}`")
     cond = record.condition(condition) or {}
-    current = record.observed_generation == record.generation
+    # The condition speaks for this generation once it was observed, or once its reconcile
+    # failed (a failed create leaves Ready=False without observing the generation).
+    current = record.generation in (record.observed_generation,
+                                    record.status.get("failedGeneration"))
     if current and cond.get("status") == want:
         return Outcome(True)
     detail = (f"{condition}={cond.get('status', 'Unknown')} ({cond.get('reason', 'no reason yet')}: "
@@ -71,17 +74,18 @@ class Unmet:
 
 
 def wait_for(db: Database, keys: list[tuple[str, str]], *, timeout: float,
-             condition: str = "Ready", fail_fast: bool = True, started: float | None = None
-             ) -> dict[tuple[str, str], str]:
-    """Block until every key is done; return key -> why it failed or is not done yet."""
-    unmet = wait_until(db, keys, timeout=timeout, condition=condition, fail_fast=fail_fast,
-                       started=started)
+             condition: str = "Ready", want: str = "True", fail_fast: bool = True,
+             started: float | None = None) -> dict[tuple[str, str], str]:
+    """Block until every key is done (its `condition` has the status `want`); return key ->
+    why it failed or is not done yet."""
+    unmet = wait_until(db, keys, timeout=timeout, condition=condition, want=want,
+                       fail_fast=fail_fast, started=started)
     return {key: why.message for key, why in unmet.items()}
 
 
 def wait_until(db: Database, keys: list[tuple[str, str]], *, timeout: float,
-               condition: str = "Ready", fail_fast: bool = True, started: float | None = None
-               ) -> dict[tuple[str, str], Unmet]:
+               condition: str = "Ready", want: str = "True", fail_fast: bool = True,
+               started: float | None = None) -> dict[tuple[str, str], Unmet]:
     """wait_for, telling a failure from a timeout (a caller reports them differently).
     `started` (time.monotonic()) counts the timeout from an earlier moment: the caller already
     waited part of it (for the object to be created)."""
@@ -96,7 +100,7 @@ def wait_until(db: Database, keys: list[tuple[str, str]], *, timeout: float,
             last_version = version
             still = []
             for key in pending:
-                outcome = check(db, *key, condition=condition, fail_fast=fail_fast)
+                outcome = check(db, *key, condition=condition, want=want, fail_fast=fail_fast)
                 if outcome.failed:
                     failures[key] = Unmet(outcome.failed)
                 elif not outcome.done:
@@ -107,7 +111,7 @@ def wait_until(db: Database, keys: list[tuple[str, str]], *, timeout: float,
             break
         if time.monotonic() >= deadline:
             for key in pending:
-                outcome = check(db, *key, condition=condition, fail_fast=False)
+                outcome = check(db, *key, condition=condition, want=want, fail_fast=False)
                 failures[key] = Unmet(f"timed out after {timeout:.3g}s: {outcome.detail}",
                                       timed_out=True)
             break

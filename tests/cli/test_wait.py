@@ -51,3 +51,35 @@ def test_for_create_of_an_existing_object_and_for_delete_of_a_missing_one(cli: C
     assert cli("wait", "cell", "nope", "--for=delete").stdout == "cell/nope deleted\n"
     bad = cli("wait", "cell", "api", "--for=exists")
     assert bad.returncode == 2 and "condition=TYPE[=STATUS], create or delete" in bad.stderr
+
+
+@pytest.mark.parametrize(("status", "met"), [
+    ("True", True), ("true", True), ("False", False), ("Unknown", False)])
+def test_a_ready_cell_meets_only_the_status_asked_for(cli: Cli, status: str, met: bool) -> None:
+    """kubectl compares the STATUS of --for=condition=TYPE=STATUS (case aside): a Ready cell
+    meets Ready=True at once and never Ready=False or Ready=Unknown (the wait times out)."""
+    assert cli("apply", "-f", str(EXAMPLES / "api.yaml")).returncode == 0
+    done = cli("wait", "cell", "api", f"--for=condition=Ready={status}", "--timeout", "1s")
+    if met:
+        assert (done.returncode, done.stdout) == (0, "cell/api condition met (Ready=True)\n")
+    else:
+        assert done.returncode == 1 and done.stdout == "", done
+        assert done.stderr.startswith("error: cell/api: timed out after 1s: Ready=True"), done
+
+
+def test_a_failed_cell_meets_ready_false(cli: Cli, state_dir: Path) -> None:
+    failed = cli("apply", "-f", str(EXAMPLES / "api.yaml"), env={"DEVCELL_FAKE_FAIL": "create@api:perm"})
+    assert failed.returncode == 1, failed
+    done = cli("wait", "cell", "api", "--for=condition=Ready=False", "--timeout", "5s")
+    assert (done.returncode, done.stdout) == (0, "cell/api condition met (Ready=False)\n"), done
+    true = cli("wait", "cell", "api", "--for=condition=Ready=True", "--timeout", "1s")
+    assert true.returncode == 1 and "Ready=False" in true.stderr, true
+
+
+@pytest.mark.parametrize("status", ["Maybe", "", "1"])
+def test_an_invalid_status_is_refused_when_parsing(cli: Cli, status: str) -> None:
+    bad = cli("wait", "cell", "api", f"--for=condition=Ready={status}", "--timeout", "1s")
+    assert bad.returncode == 2 and bad.stdout == "", bad
+    assert bad.stderr.splitlines()[-1] == (f"error: argument --for: 'condition=Ready={status}': a "
+                                           "condition's status is True, False or Unknown "
+                                           f"(got {status!r})"), bad

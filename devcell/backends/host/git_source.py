@@ -14,14 +14,17 @@ last line, escaped; the caller removes what was being made, so no half-made work
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import re
+import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from devcell import names, progress
-from devcell.backends.host import children, git_progress, removal
+from devcell.backends.host import children, git_progress, removal, temporaries
 from devcell.errors import BackendError, BackendRefused
 
 CLONE_SECONDS = 600.0
@@ -98,32 +101,157 @@ def clone(source: GitSource, into: Path) -> None:
     full clone, then that commit checked out detached). A failed clone leaves no `into`."""
     if os.path.lexists(into):
         raise BackendError(f"cloning {source.shown}: {names.printable(str(into))} exists")
+    local = local_path(source.url)
+    copy = None if local is None else into.parent / temporaries.temp_name("git-source")
     try:
-        _clone(source, into)
+        if copy is None:
+            _clone(source, into)
+        else:
+            # A repository on this host is cloned from a host-only copy of its git directory
+            # (see _copy_repository), never from the path a cell may be rewriting.
+            _copy_repository(Path(str(local)), copy, source)
+            _clone(source, into, url=str(copy))
+            _git(["git", "-C", str(into), "config", "remote.origin.url", source.url], source)
     except BaseException:
         removal.remove_quietly(into)
         raise
+    finally:
+        if copy is not None:
+            removal.remove_quietly(copy)
 
 
-def _clone(source: GitSource, into: Path) -> None:
+def _clone(source: GitSource, into: Path, *, url: str | None = None) -> None:
     # -c before the verb: for this run only, never written into the workspace's config.
     # On a terminal (a progress reporter installed) git's progress is shown as it clones.
+    # From DevCell's own copy (`url`) hard links are fine: the copy is removed afterwards.
     shown = f"cloning {source.shown}" if progress.active() else None
     argv = ["git", "-c", "core.hooksPath=/dev/null", "clone",
-            "--progress" if shown else "--quiet", "--no-hardlinks"]
+            "--progress" if shown else "--quiet", *([] if url else ["--no-hardlinks"])]
     named = [*(["--branch", source.ref, "--single-branch"] if source.ref else []),
              *(["--depth", str(source.depth)] if source.depth else [])]
     try:
-        _git([*argv, *named, "--", source.url, str(into)], source, shown=shown)
+        _git([*argv, *named, "--", url or source.url, str(into)], source, shown=shown)
         return
     except NoSuchRef:
         if source.ref is None or _SHA.fullmatch(source.ref) is None:
             raise
-    _git([*argv, "--", source.url, str(into)], source, shown=shown)
+    _git([*argv, "--", url or source.url, str(into)], source, shown=shown)
     found = _git(["git", "-C", str(into), "rev-parse", "--verify", "--quiet",
                   f"{source.ref}^{{commit}}"], source, capture=True).strip()
     _git(["git", "-C", str(into), "-c", "advice.detachedHead=false", "checkout", "--quiet",
           "--detach", found, "--"], source)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+MAX_REPOSITORY_DEPTH = 64
+_SWAPPED = "it changed since it was checked (a part of its path is now a link); nothing cloned"
+_ELSEWHERE = ("objects/info/alternates", "objects/info/http-alternates", "commondir")
+"""Files by which a git directory borrows objects or refs from another path (git would read
+that path, whatever the host-path rules say)."""
+
+
+def _copy_repository(path: Path, dest: Path, source: GitSource) -> None:
+    """The git directory of the repository at `path` (its `.git`, or itself when bare)
+    copied into `dest` (host-only) through descriptors: no link followed (links, FIFOs and
+    devices are left out), the directory opened being the one at the path checked against
+    the host-path rules (a component swapped for a link since is refused), and a git
+    directory that names another path (`.git` a link or a gitfile, alternates, a common
+    directory) refused. git then reads only DevCell's copy, so a cell writing the repository
+    (its live folder, a writable mount) cannot point the clone at a host file it may not
+    read, at check time or while git runs."""
+    def refused(why: str) -> BackendRefused:
+        return BackendRefused(f"cloning {source.shown}: {why}")
+
+    try:
+        top = os.open(path, _DIR_FLAGS)
+    except FileNotFoundError:
+        raise refused("the repository was not found") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):  # O_DIRECTORY: ENOTDIR
+            raise refused(_SWAPPED) from None
+        raise refused(f"the repository cannot be opened ({exc.strerror})") from None
+    try:
+        if os.readlink(f"/proc/self/fd/{top}") != os.path.normpath(os.path.abspath(path)):
+            raise refused(_SWAPPED)
+        try:
+            dotgit = os.stat(".git", dir_fd=top, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            dotgit = None
+        if dotgit is not None and not stat.S_ISDIR(dotgit):
+            raise refused("its .git is a link or a file naming a repository elsewhere (a "
+                          "worktree or a submodule); clone the repository itself")
+        gitdir = os.open(".git", _DIR_FLAGS, dir_fd=top) if dotgit else os.dup(top)
+    finally:
+        os.close(top)
+    try:
+        for name, kind in (("HEAD", stat.S_ISREG), ("objects", stat.S_ISDIR)):
+            try:
+                mode = os.stat(name, dir_fd=gitdir, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                raise refused("the repository was not found (no .git here, and no HEAD "
+                              "and objects of a bare repository)") from None
+            if not kind(mode):
+                raise refused(f"its git directory's {name} is a link or not what git "
+                              "makes; clone a repository whose git directory is its own")
+        os.mkdir(dest, 0o700)
+        _copy_dir(gitdir, dest, 0, refused)
+    finally:
+        os.close(gitdir)
+    for borrowed in _ELSEWHERE:
+        if os.path.lexists(dest / borrowed):
+            raise refused(f"its git directory has {borrowed}, which makes git read another "
+                          "path; clone a repository that holds its own objects (git repack "
+                          "-a -d, then remove the file)")
+
+
+def _copy_dir(src: int, dest: Path, depth: int,
+              refused: Callable[[str], BackendRefused]) -> None:
+    if depth > MAX_REPOSITORY_DEPTH:
+        raise refused(f"its git directory is over {MAX_REPOSITORY_DEPTH} levels deep")
+    with os.scandir(src) as listing:
+        entries = [(e.name, e.stat(follow_symlinks=False)) for e in listing]
+    for name, seen in entries:
+        if depth == 0 and name == "hooks":
+            continue  # never run, never needed by a clone
+        if stat.S_ISDIR(seen.st_mode):
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=src)
+            except OSError:
+                raise refused(f"{names.printable(name)} changed while it was copied") from None
+            try:
+                os.mkdir(dest / name, 0o700)
+                _copy_dir(child, dest / name, depth + 1, refused)
+            finally:
+                os.close(child)
+        elif stat.S_ISREG(seen.st_mode):
+            _copy_file(src, name, dest / name, refused)
+
+
+def _copy_file(src: int, name: str, dest: Path,
+               refused: Callable[[str], BackendRefused]) -> None:
+    try:
+        fd_in = os.open(name, _FILE_FLAGS, dir_fd=src)
+    except OSError:
+        raise refused(f"{names.printable(name)} changed while it was copied") from None
+    try:
+        st = os.fstat(fd_in)
+        size = st.st_size
+        if not stat.S_ISREG(st.st_mode):
+            raise refused(f"{names.printable(name)} changed while it was copied")
+        fd_out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+        try:
+            offset = 0
+            while offset < size:
+                sent = os.sendfile(fd_out, fd_in, offset, min(size - offset, 2**30))
+                if sent == 0:
+                    break  # shrank meanwhile: git finds what is missing
+                offset += sent
+        finally:
+            os.close(fd_out)
+    finally:
+        os.close(fd_in)
 
 
 def head(into: Path, source: GitSource) -> str:

@@ -191,3 +191,72 @@ def test_a_local_repository_is_judged_again_when_it_is_cloned(bare: Path,
     os.symlink(bare, allowed / "p.git")  # now pointing outside the allowed root
     with pytest.raises(BackendRefused, match="outside the host paths"):
         git_source.checked(GitSource(str(allowed / "p.git"), None, None), state)
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    """A repository outside the allowed tree, which no clone may read."""
+    repo = tmp_path / "secret"
+    repo.mkdir()
+    _git("init", "-q", "-b", "main", cwd=repo)
+    (repo / "key.txt").write_text("TOPSECRET\n")
+    _git("add", ".", cwd=repo)
+    _git("commit", "-q", "-m", "s", cwd=repo)
+    return repo
+
+
+def _planted(tmp_path: Path, secret: Path) -> dict[str, Path]:
+    """Repositories under an allowed folder that a cell writing it could plant: each leads
+    git to `secret`, outside it."""
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    (allowed / "linked").mkdir()
+    (allowed / "linked" / ".git").symlink_to(secret / ".git")
+    (allowed / "gitfile").mkdir()
+    (allowed / "gitfile" / ".git").write_text(f"gitdir: {secret / '.git'}\n")
+    borrowing = allowed / "borrowing.git"
+    _git("init", "-q", "--bare", str(borrowing))
+    (borrowing / "objects" / "info" / "alternates").write_text(f"{secret}/.git/objects\n")
+    _git("update-ref", "refs/heads/main", _git("rev-parse", "HEAD", cwd=secret).strip(),
+         cwd=borrowing)
+    _git("symbolic-ref", "HEAD", "refs/heads/main", cwd=borrowing)
+    linked_objects = allowed / "linked-objects.git"
+    _git("init", "-q", "--bare", str(linked_objects))
+    shutil.rmtree(linked_objects / "objects")
+    (linked_objects / "objects").symlink_to(secret / ".git" / "objects")
+    return {"a .git link": allowed / "linked", "a gitfile": allowed / "gitfile",
+            "alternates": borrowing, "an objects link": linked_objects}
+
+
+@pytest.mark.parametrize("how", ["a .git link", "a gitfile", "alternates", "an objects link"])
+@pytest.mark.parametrize("scheme", ["", "file://"])
+def test_a_local_repository_pointing_elsewhere_is_refused_and_nothing_of_it_read(
+        secret: Path, tmp_path: Path, how: str, scheme: str) -> None:
+    repo = _planted(tmp_path, secret)[how]
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(BackendRefused, match=f"cloning {scheme}{repo}: "):
+        git_source.clone(GitSource(f"{scheme}{repo}", None, None), out / "ws")
+    assert list(out.iterdir()) == []  # no workspace, no copy left
+
+
+def test_a_path_swapped_for_a_link_after_the_check_is_refused(
+        bare: Path, secret: Path, tmp_path: Path) -> None:
+    # What checked() resolved and judged is, by the time of the clone, a link elsewhere:
+    # the repository's own directory, or a directory on its path.
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    (allowed / "repo").symlink_to(secret)
+    (allowed / "sub").symlink_to(secret.parent)
+    for checked in (allowed / "repo", allowed / "sub" / secret.name):
+        with pytest.raises(BackendRefused, match="changed since it was checked"):
+            git_source.clone(GitSource(str(checked), None, None), tmp_path / "ws")
+        assert not (tmp_path / "ws").exists()
+
+
+def test_a_local_clone_records_the_repository_not_devcells_copy(
+        bare: Path, tmp_path: Path) -> None:
+    git_source.clone(GitSource(str(bare), "main", None), tmp_path / "ws")
+    assert _git("config", "remote.origin.url", cwd=tmp_path / "ws").strip() == str(bare)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"]
+    assert not (tmp_path / "ws" / ".git" / "objects" / "info" / "alternates").exists()

@@ -90,6 +90,43 @@ def keep_seconds(value: float | None) -> int:
     return math.ceil(value)
 
 
+def keep_pruned(text: str) -> float:
+    """`--keep-pruned`: a duration keep_seconds takes (0, or at least 1s; `duration` refuses
+    one too long to wait for, which is shorter than the longest ttl keep_seconds allows)."""
+    seconds = duration(text)
+    if 0 < seconds < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} keeps nothing (it rounds to 0s): keep a pruned cell's workspace at "
+            "least 1s, or give 0 to keep nothing")
+    return seconds
+
+
+RESYNC_MIN_SECONDS = 1.0
+"""The shortest resync period: each resync reads the whole manifests directory and observes
+every cell, so a shorter one would keep the daemon doing only that."""
+
+
+def resync(text: str) -> float:
+    """`controller run --resync`: 0 (never), or at least RESYNC_MIN_SECONDS."""
+    seconds = duration(text)
+    if 0 < seconds < RESYNC_MIN_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is too short (at least {RESYNC_MIN_SECONDS:g}s, or 0: never)")
+    return seconds
+
+
+def ttl(text: str) -> str:
+    """`snapshot create --ttl`: what a Snapshot's spec.ttl takes (30m, 12h, 7d; 1 to 999999
+    of the unit), checked here so a refused value changes nothing; kept as written."""
+    from devcell.manifests import quantities
+
+    try:
+        quantities.duration_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def duration(text: str) -> float:
     """kubectl durations: 30s, 5m, 1h30m, 250ms, or plain seconds."""
     import re

@@ -57,7 +57,7 @@ def _apply(p: argparse.ArgumentParser) -> None:
                    help="delete objects applied from these paths whose manifests are gone")
     p.add_argument("-l", "--selector", metavar="SELECTOR",
                    help="with --prune: prune only objects whose labels match")
-    p.add_argument("--keep-pruned", type=duration, default=None, metavar="DURATION",
+    p.add_argument("--keep-pruned", type=arguments.keep_pruned, default=None, metavar="DURATION",
                    help="keep a pruned cell's workspace as a safety snapshot this long "
                         "(e.g. 12h, 7d as 168h; default 24h; 0: do not keep it)")
     p.add_argument("--timeout", type=duration, default=300.0,
@@ -124,7 +124,7 @@ def _diff(p: argparse.ArgumentParser) -> None:
 def _snapshot_create(p: argparse.ArgumentParser) -> None:
     p.add_argument("cell")
     p.add_argument("--name", required=True)
-    p.add_argument("--ttl", default=None,
+    p.add_argument("--ttl", default=None, type=arguments.ttl,
                    help="expire the snapshot this long after it is created (30m, 12h, 7d)")
     p.add_argument("--consistency", choices=("filesystem", "machine"), default=None,
                    help="machine: keep memory and processes too (vm cells); forks resume them")
@@ -197,9 +197,11 @@ def _wait(p: argparse.ArgumentParser) -> None:
 def daemon_arguments(p: argparse.ArgumentParser) -> None:
     """`controller run`'s, and `celld`'s (cli/main.py)."""
     p.add_argument("--manifests", required=True, help="directory of manifests to keep converged")
-    p.add_argument("--workers", type=int, default=4, help="parallel reconciles (default 4)")
-    p.add_argument("--resync", type=duration, default=60.0,
-                   help="period of the full resync that repairs drift (default 60s; 0: never)")
+    p.add_argument("--workers", type=arguments.workers, default=4, metavar="N",
+                   help="parallel reconciles, 1-64 (default 4)")
+    p.add_argument("--resync", type=arguments.resync, default=60.0,
+                   help="period of the full resync that repairs drift (default 60s, at least "
+                        "1s; 0: never)")
     p.add_argument("--no-runtime-events", dest="runtime_events", action="store_false",
                    help="do not follow the backend's runtime events (the engine's event "
                         "stream); only the resync then finds a runtime that died")
@@ -207,7 +209,7 @@ def daemon_arguments(p: argparse.ArgumentParser) -> None:
                    help="let a manifests directory that holds no manifest file prune what it "
                         "defined (by default an emptied directory is taken for a checkout in "
                         "progress and nothing is pruned)")
-    p.add_argument("--keep-pruned", type=duration, default=None, metavar="DURATION",
+    p.add_argument("--keep-pruned", type=arguments.keep_pruned, default=None, metavar="DURATION",
                    help="keep a pruned cell's workspace as a safety snapshot this long "
                         "(e.g. 12h, 7d as 168h; default 24h; 0: do not keep it)")
     p.add_argument("--log-json", action="store_true", help="machine-readable logs on stderr")

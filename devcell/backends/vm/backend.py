@@ -587,12 +587,13 @@ class VmBackend:
     def exec(self, cell: CellRef, argv: list[str], *, stdout: BinaryIO, stderr: BinaryIO,
              stdin: BinaryIO | None = None, terminal: Terminal | None = None,
              options: ExecOptions | None = None) -> int:
-        """Run `argv` in the machine through its agent, with the cell's environment.
+        """Run `argv` in the machine with the cell's environment: through its stream helper
+        (`_stream_exec`), or, on a machine made before the stream ports, through its agent.
 
-        The agent returns the output when the command ends (no streaming, no terminal: a
-        later slice), at most 16 MiB of each stream; standard input is read whole first.
-        `options`' environment and working directory are set by a shell in the machine;
-        commands run as root (a user of the machine's own is a later slice)."""
+        The agent returns the output when the command ends (no streaming, no terminal), at
+        most 16 MiB of each stream; standard input is read whole first. `options`'
+        environment and working directory are set by a shell in the machine; commands run
+        as root."""
         if not argv:
             raise BackendError("nothing to run: give a command after --")
         config = self._usable_config(cell)
@@ -600,11 +601,14 @@ class VmBackend:
             return self._stream_exec(cell, config, argv, stdout=stdout, stderr=stderr,
                                      stdin=stdin, terminal=terminal, options=options)
         if terminal is not None:
-            raise CapabilityMissing("vm cells do not offer a terminal (-t) yet; run without -t")
+            raise CapabilityMissing(f"cell {cell.name} was made before vm cells had stream "
+                                    "ports, so it offers no terminal (-t); run without -t, or "
+                                    "delete the cell and apply it again")
         if options is not None:
             if options.user and options.user not in ("0", "root", "0:0"):
-                raise CapabilityMissing("vm cells run commands as root only; -u is for "
-                                        "container cells")
+                raise CapabilityMissing(f"cell {cell.name} was made before vm cells had "
+                                        "stream ports, so it runs commands as root only; "
+                                        "delete the cell and apply it again for -u")
             argv = _with_options(argv, options)
         data = stdin.read(EXEC_OUTPUT + 1) if stdin is not None else b""
         if len(data) > EXEC_OUTPUT:

@@ -388,9 +388,10 @@ static void finish(struct port *p, struct channel *c) {
         return;
     }
     if (!c->exited) return;
-    if (c->pty && !c->out_done) {  /* the shell ended: what the terminal still holds, then done */
+    if (c->pty && !c->out_done) {  /* the shell ended: what the terminal still holds, then done
+                                    * (a background process keeping it open is not waited for) */
         struct pollfd q = { .fd = c->out_fd, .events = POLLIN };
-        if (poll(&q, 1, 0) <= 0 || !(q.revents & POLLIN) || (q.revents & (POLLHUP | POLLERR))) c->out_done = 1;
+        if (poll(&q, 1, 0) <= 0 || !(q.revents & POLLIN)) c->out_done = 1;
     }
     if (c->out_done && c->err_done && room(p, 2)) {
         unsigned char b[2] = { (unsigned char)c->status_kind, (unsigned char)c->status_value };

@@ -11,6 +11,7 @@ port-forward` use. Nothing here reads the guest's files.
 from __future__ import annotations
 
 import os
+import select
 import socket
 import threading
 from typing import BinaryIO
@@ -69,15 +70,27 @@ def run(connection: streams.Connection, request: codec.ExecRequest, what: str, *
 
 
 def _feed(source: BinaryIO, channel: streams.Channel) -> None:
-    """The caller's input to the command, then its end (the command's stdin closed)."""
+    """The caller's input to the command, then its end (the command's stdin closed). A
+    descriptor is waited on with select and read only while the channel is open, so a
+    command that ended leaves no read pending on a descriptor its caller then closes."""
     try:
         fd: int | None = source.fileno()
     except (AttributeError, OSError, ValueError):
         fd = None
     try:
-        while chunk := (os.read(fd, codec.CHUNK) if fd is not None else source.read(codec.CHUNK)):
+        while not channel.closed:
+            if fd is not None:
+                if not select.select([fd], [], [], TICK)[0]:
+                    continue
+                if channel.closed:
+                    return
+                chunk = os.read(fd, codec.CHUNK)
+            else:
+                chunk = source.read(codec.CHUNK)
+            if not chunk:
+                channel.control(codec.Host.EOF)
+                return
             channel.send(chunk)
-        channel.control(codec.Host.EOF)
     except (OSError, ValueError, BackendError):
         pass  # the command ended, or the connection broke, first
 

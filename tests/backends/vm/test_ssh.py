@@ -107,6 +107,9 @@ def test_ssh_runs_a_command_streaming_both_ways_with_its_exit_status(cell: Cell)
     piped = cell.ssh("vmssh.devcell", "cat; echo done >&2", input=b"piped\n" * 100000)
     assert piped.returncode == 0 and piped.stdout == b"piped\n" * 100000
     assert piped.stderr == b"done\n"
+    for _ in range(3):  # a command on a terminal: its last output is not lost with it
+        tty = cell.ssh("-tt", "vmssh.devcell", "echo on-a-tty; exit 3")
+        assert tty.returncode == 3 and b"on-a-tty" in tty.stdout, (tty.stdout, tty.stderr)
 
 
 def test_an_interactive_shell_on_a_terminal_under_tmux(cell: Cell) -> None:

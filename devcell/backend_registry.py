@@ -62,7 +62,8 @@ class Backend(NamedTuple):
     observer: str
     """`module:function`, base.ObserveAll: its runtimes in one call, without its SDK."""
     availability: str
-    """`module:function` returning availability.Availability: can this machine run it."""
+    """`module:function(state_dir)` returning availability.Availability: can this machine run
+    it (for that state directory, where a backend keeps what it found, e.g. the vm probe)."""
     roots: tuple[Root, ...]
     accounting: str | None = None
     """`module:Class`, base.Accounting: measures its holdings with its engine down; None

@@ -7,8 +7,8 @@ created, pulled or started.
 
 from __future__ import annotations
 
-import os
 import shutil
+from pathlib import Path
 from typing import NamedTuple
 
 from devcell import backend_registry
@@ -28,11 +28,11 @@ class Availability(NamedTuple):
 QEMU_BINARIES = ("qemu-system-x86_64", "qemu-system-aarch64", "qemu-kvm")
 
 
-def fake() -> Availability:
+def fake(state_dir: Path) -> Availability:
     return Availability("fake", True, "built in: records state only, runs nothing (tests, demos)")
 
 
-def container() -> Availability:
+def container(state_dir: Path) -> Availability:
     from devcell.backends.container import observe as container_observe
 
     try:
@@ -46,24 +46,28 @@ def container() -> Availability:
                                            f"{address}", version)
 
 
-def vm() -> Availability:
+def vm(state_dir: Path) -> Availability:
+    """QEMU on PATH, and how guests run here, KVM or TCG, as the boot probe found it (cached
+    in the state directory for this boot; never probed here)."""
+    from devcell.backends.vm.drivers import accel
+    from devcell.backends.vm.layout import VmLayout
+
     qemu = next((path for path in map(shutil.which, QEMU_BINARIES) if path), None)
-    kvm = os.access("/dev/kvm", os.R_OK | os.W_OK)
     machine = (f"QEMU found at {qemu}" if qemu else "QEMU not found (no "
                + ", ".join(QEMU_BINARIES) + " on PATH)")
-    machine += "; /dev/kvm usable" if kvm else "; /dev/kvm missing or not accessible"
+    machine += "; " + accel.finding(VmLayout(state_dir).root / "accel.json").said()
     return Availability("vm", bool(qemu), machine)
 
 
-def check_all() -> list[Availability]:
+def check_all(state_dir: Path) -> list[Availability]:
     """Every backend DevCell knows (registered or planned), in registry order: each runs the
-    check its registry entry names."""
+    check its registry entry names, for `state_dir` (where a backend keeps what it found)."""
     import importlib
 
     out = []
     for entry in backend_registry.BACKENDS:
         module, _, function = entry.availability.partition(":")
-        out.append(getattr(importlib.import_module(module), function)())
+        out.append(getattr(importlib.import_module(module), function)(state_dir))
     for name, what in backend_registry.PLANNED.items():
         if backend_registry.get(name) is None:
             out.append(Availability(name, False, f"not in this version of DevCell (planned: "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from devcell import __version__, schemas
@@ -16,7 +17,7 @@ from devcell.backends import availability
 from devcell.names import printable
 
 
-def report() -> dict[str, Any]:
+def report(state_dir: Path) -> dict[str, Any]:
     from devcell.backends.archives import format as archive_format
     from devcell.store import migrations
 
@@ -30,12 +31,14 @@ def report() -> dict[str, Any]:
         },
         "backends": [{"name": a.name, "available": a.available, "reason": a.reason,
                       **({"version": a.version} if a.version else {})}
-                     for a in availability.check_all()],
+                     for a in availability.check_all(state_dir)],
     }
 
 
 def run_version(args: argparse.Namespace) -> int:
-    found = report()
+    from devcell.store import db
+
+    found = report(db.resolve_state_dir(args.state_dir))
     if args.output in ("json", "yaml"):
         from devcell.cli import render
 

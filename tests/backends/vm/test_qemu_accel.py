@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from devcell.backends.vm import image as vm_image
+from devcell.backends.vm.drivers import accel as accel_finding
 from devcell.backends.vm.drivers import kvm
 from devcell.backends.vm.drivers import qemu as vm_qemu
 from devcell.backends.vm.drivers.qemu import QemuDriver
@@ -65,7 +66,9 @@ def test_the_probe_decides_once_per_boot_and_leaves_no_qemu(
     if not KVM_USABLE:
         assert accel == "tcg" and not cache.exists()  # nothing to try: no boot, no cache
         return
-    assert json.loads(cache.read_text()) == {"boot_id": vm_qemu._boot_id(), "accel": accel}
+    recorded = json.loads(cache.read_text())
+    assert (recorded["boot_id"], recorded["accel"]) == (accel_finding.boot_id(), accel)
+    assert recorded["reason"]  # what `devcell version` says of it (tests/cli/test_version_accel.py)
     # Decided: later drivers answer from the cache without booting anything.
     monkeypatch.setattr(vm_qemu, "qemu_binary", _never_boot)
     assert QemuDriver(accel_cache=cache).probe(kernel, initrd) == accel

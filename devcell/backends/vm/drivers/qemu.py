@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import os
 import shlex
 import shutil
@@ -50,6 +49,7 @@ from pathlib import Path
 from devcell import failpoints
 from devcell.backends.host import children
 from devcell.backends.vm import proc as vm_proc
+from devcell.backends.vm.drivers import accel as accel_finding
 from devcell.backends.vm.drivers import kvm
 from devcell.backends.vm.drivers.driver import MachineConfig, Saved
 from devcell.backends.vm.drivers.qmp import (
@@ -115,15 +115,8 @@ class QemuDriver:
         return self._cached() or "tcg"
 
     def _cached(self) -> str | None:
-        if self.accel_cache is None:
-            return None
-        try:
-            cached = json.loads(self.accel_cache.read_text())
-            if cached.get("boot_id") == _boot_id() and cached.get("accel") in ("kvm", "tcg"):
-                return str(cached["accel"])
-        except (OSError, ValueError, AttributeError):
-            pass
-        return None
+        found = accel_finding.read(self.accel_cache)
+        return None if found is None else found.accel
 
     def probe(self, kernel: Path, initrd: Path) -> str:
         """Boot the kernel once under KVM; "kvm" when its initrd answers in time, else "tcg".
@@ -138,15 +131,12 @@ class QemuDriver:
                 "-display", "none", "-serial", "stdio", "-no-reboot",
                 "-kernel", str(kernel), "-initrd", str(initrd),
                 "-append", "console=ttyS0 quiet panic=-1 devcell.probe=1"]
-        try:
-            done = children.run_bytes(argv, timeout=PROBE_SECONDS)
-            accel = "kvm" if PROBE_MARK.encode() in done.stdout else "tcg"
-        except children.TimeoutExpired:
-            accel = "tcg"  # nested KVM that hangs: the machine runs under TCG
-        logger.bind(accel=accel).info("probed KVM")
+        found = _probed(argv)
+        logger.bind(accel=found.accel, reason=found.reason).info("probed KVM")
         if self.accel_cache is not None:
-            self.accel_cache.write_text(json.dumps({"boot_id": _boot_id(), "accel": accel}))
-        return accel
+            accel_finding.write(self.accel_cache, found)
+        assert found.accel is not None
+        return found.accel
 
     # -- machines ---------------------------------------------------------------------------
 
@@ -473,8 +463,22 @@ def _tcg_clock() -> str:
     return f" tsc_early_khz={khz}"
 
 
-def _boot_id() -> str:
+def _probed(argv: list[str]) -> accel_finding.Finding:
+    """The probe's boot under KVM (`argv`): kvm when its initrd answers in time, else tcg;
+    with the reason, which `devcell version` shows."""
+    began = time.monotonic()
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
+        done = children.run_bytes(argv, timeout=PROBE_SECONDS)
+    except children.TimeoutExpired:  # nested KVM that hangs: the machine runs under TCG
+        hint = accel_finding.cpu_hint()
+        return accel_finding.Finding("tcg", f"a guest under KVM gave no answer in "
+                                            f"{PROBE_SECONDS:g}s (nested KVM that hangs"
+                                            + (f"; {hint})" if hint else ")"))
+    if PROBE_MARK.encode() in done.stdout:
+        return accel_finding.Finding("kvm", f"a guest booted under KVM answered in "
+                                            f"{time.monotonic() - began:.1f}s")
+    said = [line for line in done.stderr.decode(errors="replace").splitlines()
+            if line.strip() and "warning:" not in line]
+    last = f": {said[-1].strip()[:200]}" if said else ""
+    return accel_finding.Finding("tcg", f"a guest under KVM stopped without answering (QEMU "
+                                        f"exit status {done.returncode}{last})")

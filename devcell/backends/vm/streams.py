@@ -34,6 +34,9 @@ HELLO_SECONDS = 20.0
 """How long the helper may take to answer a new connection (a busy TCG guest is slow)."""
 OPEN_SECONDS = 30.0
 """How long the helper may take to start a command or connect."""
+CONTROL_FRAMES = 16
+"""Frames other than output a channel may hold unread (an honest helper sends two or three
+in a channel's life: OPENED, EOF, EXIT or CLOSED); more is a flood, refused."""
 SEND_SECONDS = 30.0
 """How long a frame may wait for the guest to read its port: the helper always reads, and
 payload is sent only within credit, so a longer wait is a wedged helper."""
@@ -58,6 +61,7 @@ class Channel:
         self._ready = threading.Condition()
         self._owed = codec.WINDOW  # what the guest may still send us
         self._may_send = codec.WINDOW
+        self._controls = 0  # frames other than output queued
         self.closed = False
 
     # -- from the reader thread ------------------------------------------------------------
@@ -73,6 +77,13 @@ class Channel:
                     if self._owed < 0:
                         raise codec.ProtocolError("the cell's stream helper sent more than "
                                                   "the window it was given")
+                else:
+                    if self._controls >= CONTROL_FRAMES:
+                        raise codec.ProtocolError(f"the cell's stream helper sent more than "
+                                                  f"{CONTROL_FRAMES} frames unread")
+                    self._controls += 1
+                    frame = codec.Frame(frame.type, frame.channel,
+                                        frame.payload[:codec.MAX_MESSAGE * 4])
                 self._frames.append(frame)
             self._ready.notify_all()
 
@@ -90,6 +101,8 @@ class Channel:
                 self._ready.wait(timeout)
             if self._frames:
                 frame = self._frames.popleft()
+                if frame.type not in (codec.Guest.OUT, codec.Guest.ERR):
+                    self._controls -= 1
             else:
                 self.connection.check()
                 return None

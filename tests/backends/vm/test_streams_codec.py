@@ -196,6 +196,31 @@ def test_a_helper_that_sends_past_its_window_breaks_the_connection(helper: Calla
                           hang_up=None)
 
 
+class _Quiet:
+    """A connection that is never broken and sends nowhere (a channel's only needs)."""
+
+    broken = None
+    cell = "fake"
+
+    def check(self) -> None:
+        pass
+
+    def send(self, data: bytes) -> None:
+        pass
+
+
+def test_a_channel_holds_a_bounded_number_of_control_frames_each_cut_short() -> None:
+    channel = streams.Channel(_Quiet(), 1)  # type: ignore[arg-type]
+    channel.deliver(codec.Frame(codec.Guest.FAILED, 1, b"x" * 60000))
+    for _ in range(streams.CONTROL_FRAMES - 1):  # not payload, so no credit bounds them
+        channel.deliver(codec.Frame(codec.Guest.EOF, 1, b""))
+    with pytest.raises(codec.ProtocolError, match="more than 16 frames unread"):
+        channel.deliver(codec.Frame(codec.Guest.EOF, 1, b""))
+    first = channel.next(0)
+    assert first is not None and len(first.payload) == codec.MAX_MESSAGE * 4
+    channel.deliver(codec.Frame(codec.Guest.CLOSED, 1, b""))  # one read: room for one more
+
+
 def test_a_helper_silent_after_a_request_times_out_and_lies_are_refused(
         helper: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(streams, "OPEN_SECONDS", 1.0)

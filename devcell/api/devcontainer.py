@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devcell import API_VERSION, config, names, security
+from devcell import API_VERSION, config, names, safeio, security
 from devcell.api import devcontainer_source
 from devcell.errors import ManifestError, Problem
 from devcell.manifests import jsonc_positions
@@ -144,12 +144,7 @@ class _Reader:
 
         self.path = path
         self.display = str(path)
-        try:
-            with open(path, "rb") as f:
-                data = f.read(MAX_BYTES + 1)
-        except OSError as exc:
-            raise ManifestError([Problem(self.display, f"cannot read it: {exc.strerror}")]) \
-                from None
+        data = _read_regular(path, self.display)
         if len(data) > MAX_BYTES:
             raise ManifestError([Problem(self.display, "larger than 1 MiB")])
         try:
@@ -166,6 +161,11 @@ class _Reader:
         if not isinstance(self.data, dict):
             raise ManifestError([Problem(self.display, "expected a JSON object")])
         self.problems: list[Problem] = []
+        for keys in _huge_numbers(self.data):
+            self.refuse("a number too large (more than 64 bits); no devcontainer.json field "
+                        "takes one", *keys)
+        if self.problems:
+            raise ManifestError(self.problems)
 
     def _syntax(self, message: str) -> Problem:
         found = re.fullmatch(r"<string>:(\d+) (.*?)(?: at column (\d+))?", message)
@@ -191,6 +191,44 @@ class _Reader:
     def refuse(self, message: str, *keys: str | int, shown: str | None = None) -> None:
         self.problems.append(Problem(self.display, message, line=self.line(*keys) or 1,
                                      field=shown or _field(keys)))
+
+
+def _read_regular(path: Path, display: str) -> bytes:
+    """At most MAX_BYTES + 1 bytes of `path`, opened without blocking and read only when it
+    is a regular file (a FIFO or a device given as the path would block or never end)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ManifestError([Problem(display, f"cannot read it: {exc.strerror}")]) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ManifestError([Problem(display, "not a regular file (it is "
+                                         f"{safeio.describe_mode(mode)}); give the path of a "
+                                         "devcontainer.json file or of its project folder")])
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise ManifestError([Problem(display, f"cannot read it: {exc.strerror}")]) from None
+    finally:
+        os.close(fd)
+
+
+def _huge_numbers(data: Any) -> list[tuple[str | int, ...]]:
+    """The paths of the integers that need more than 64 bits (JSON5 allows hex of any
+    length; such a number cannot even be printed in decimal), walked without recursion."""
+    found: list[tuple[str | int, ...]] = []
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), data)]
+    while stack:
+        keys, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(((*keys, str(k)), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend(((*keys, i), v) for i, v in enumerate(value))
+        elif isinstance(value, int) and not isinstance(value, bool) \
+                and value.bit_length() > 64:
+            found.append(keys)
+    return sorted(found, key=str)
 
 
 def _field(keys: tuple[str | int, ...]) -> str:
@@ -545,13 +583,11 @@ class _Converter:
             if isinstance(self.data[key], dict) and len(commands) > 1:
                 self.notes.append(f"{key}: its {len(commands)} commands run one after "
                                   "another, not in parallel")
-            hooks.setdefault(hook, []).extend(commands)
+            for command in commands:  # each command blamed on the field it came from
+                self.origins[f"spec.hooks.{hook}[{len(hooks.get(hook, []))}]"] = (key,)
+                hooks.setdefault(hook, []).append(command)
         if hooks:
             self.spec["hooks"] = hooks
-            for hook, key in (("postCreate", "postCreateCommand"),
-                              ("postStart", "postStartCommand")):
-                if key in self.data:
-                    self.origins[f"spec.hooks.{hook}"] = (key,)
 
     def _mounts(self) -> None:
         values = self.data.get("mounts")
@@ -644,11 +680,13 @@ class _Converter:
             if memory:
                 self.spec.setdefault("resources", {})["memory"] = (
                     memory.group(1) + unit[memory.group(2)])
+                self.origins["spec.resources.memory"] = ("runArgs", index)
             else:
                 self.note(f"runArgs {shown}", "not a memory size DevCell reads")
         elif flag == "--cpus":
             try:
                 self.spec.setdefault("resources", {})["cpus"] = float(value)
+                self.origins["spec.resources.cpus"] = ("runArgs", index)
             except ValueError:
                 self.note(f"runArgs {shown}", "not a number of CPUs")
         elif flag in ("-e", "--env"):

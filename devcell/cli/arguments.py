@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 
 from devcell import kinds
@@ -150,7 +151,7 @@ def duration(text: str) -> float:
 
 
 def tail_lines(text: str) -> int:
-    if not (text.isdigit() or text == "-1"):
+    if not re.fullmatch(r"-1|[0-9]{1,18}", text):  # ASCII only: '²'.isdigit() is True
         raise argparse.ArgumentTypeError(f"invalid line count {text!r} (a whole number, or -1: all)")
     return int(text)
 

@@ -63,7 +63,12 @@ def since_cutoff(value: str, now: float) -> str:
         if moment.tzinfo is None:
             raise ValueError(f"invalid --since {value!r}: an RFC 3339 time needs its offset "
                              "(Z for UTC, or +02:00)")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    try:
+        moment = moment.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        raise ValueError(f"invalid --since {value!r}: in UTC it falls outside year 1 to 9999; "
+                         "give a time in that range") from None
+    return moment.isoformat(timespec="seconds")[:19]  # strftime's %Y drops year 1's zeros
 
 
 def tail_start(fd: int, size: int, lines: int, limit: int) -> int:

@@ -179,8 +179,9 @@ def import_(state_dir: Path, source: BinaryIO, *, name: str | None = None,
     header = archive.header
     db = dbmod.open_database(state_dir)
     try:
-        name = name or header.name
-        _check(db, header, name)
+        _check(db, header, header.name if name is None else name, given=name is not None,
+               origin=origin)
+        name = header.name if name is None else name
         backend = _backend(state_dir, header)
         snapshot_id = ids.new_id("snap")
         started = time.perf_counter()
@@ -228,13 +229,21 @@ def _safe(value: str | None) -> str | None:
     return value if ok else None
 
 
-def _check(db: dbmod.Database, header: archive_format.Header, name: str) -> None:
-    """What can be refused before a byte of the tree is written: the name, the manifest
+def _check(db: dbmod.Database, header: archive_format.Header, name: str, *, given: bool,
+           origin: str) -> None:
+    """What can be refused before a byte of the tree is written: the name (the one given
+    with --name, else the archive's, each blamed on where it came from), the manifest
     fields the archive brings (validated as an applied Snapshot's would be)."""
     problem = names.name_problem(name)
-    if problem:
+    if problem and given:
         raise ManifestError([Problem("<command line>", problem, kind=KIND, name=name[:40],
                                      field="--name")])
+    if problem:
+        shown = names.printable(name[:63])
+        raise ManifestError([Problem(
+            "standard input" if origin == "-" else origin,
+            f"the archive's snapshot name {shown!r} is not valid here ({problem}); import it "
+            "under another name with --name NAME")])
     document = {"apiVersion": "devcell.dev/v1alpha1", "kind": KIND,
                 "metadata": {"name": name, "labels": header.labels,
                              "annotations": header.annotations},

@@ -254,3 +254,25 @@ def test_export_to_a_fifo_or_device_writes_to_it_and_never_replaces_it(
         assert fmt.TRAILER in tar.getnames()
     assert len(done.sha256) == 64
     assert not list(tmp_path.glob(".*.partial"))
+
+
+def test_an_invalid_name_in_the_archive_is_blamed_on_the_archive_and_names_the_fix(
+        tmp_path: Path, write: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31, item 10: without --name, the name comes from the archive's header; a bad one
+    is the archive's, and --name is the way round it (it was blamed on a --name never given)."""
+    from devcell.errors import ManifestError
+
+    source = tmp_path / "source"
+    apply_api.apply(source, [write("cell.yaml", CELL)])
+    cells.snapshot(source, "api", name="before")
+    header_bytes = fmt.header_bytes
+    monkeypatch.setattr(fmt, "header_bytes",
+                        lambda **kw: header_bytes(**{**kw, "name": "Bad_Name"}))
+    transfer.export(source, "before", tmp_path / "bad.tar")
+    with pytest.raises(ManifestError) as refused, (tmp_path / "bad.tar").open("rb") as stream:
+        transfer.import_(tmp_path / "target", stream)
+    said = str(refused.value.problems[0])
+    assert "<command line>" not in said and "the archive's snapshot name 'Bad_Name'" in said, said
+    assert "import it under another name with --name NAME" in said, said
+    with (tmp_path / "bad.tar").open("rb") as stream:
+        assert transfer.import_(tmp_path / "target", stream, name="good").name == "good"

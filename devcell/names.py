@@ -56,3 +56,12 @@ def name_problem(name: object) -> str | None:
             "starting and ending with a letter or digit"
         )
     return None
+
+
+def did_you_mean(ref: str, candidates: list[str]) -> str:
+    """'; did you mean "api"?' when one of `candidates` is close to `ref` (difflib's ratio,
+    as git's and kubectl's suggestions), else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(ref, candidates, n=1, cutoff=0.75)
+    return f'; did you mean "{close[0]}"?' if close else ""

@@ -15,7 +15,7 @@ from devcell import admission, names
 from devcell.api import converging
 from devcell.api.converging import DEFAULTS, NO_HOOKS, Hooks, Options
 from devcell.api.reports import Recorded, Report
-from devcell.errors import ManifestError, NotFound, Problem
+from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest
 from devcell.store import db as dbmod
 from devcell.store import desired, objects
@@ -62,7 +62,7 @@ def fork(state_dir: Path, cell: str, *, snapshot: str, name: str,
         source = objects.require(db.conn, "Cell", cell)
         snap = objects.get(db.conn, "Snapshot", snapshot)
         if snap is None:
-            raise NotFound(f'snapshot "{snapshot}" not found')
+            raise objects.not_found(db.conn, "Snapshot", snapshot)
         if snap.extra.get("cell_id") != source.id:
             raise ManifestError([Problem(
                 CLI, f'snapshot "{snap.name}" was taken of cell "{snap.spec["cell"]}", '

@@ -13,7 +13,7 @@ from devcell import kinds
 from devcell.cli import render
 from devcell.errors import NotFound, UsageError
 from devcell.names import printable, terminal_text
-from devcell.store import faults, guard, views
+from devcell.store import faults, guard, objects, views
 from devcell.store.db import Database, resolve_state_dir
 
 if TYPE_CHECKING:
@@ -360,7 +360,10 @@ def run_get(args: argparse.Namespace) -> int:
         _warn_invalid_manifests(db)
     if missing:
         for name in missing:
-            sys.stderr.write(f'error: {args.kind.rstrip("s")} "{printable(name)}" not found\n')
+            close = (objects.suggestion(db.conn, KIND_OF_TABLE[args.kind], name)
+                     if db is not None and args.kind in KIND_OF_TABLE else "")
+            sys.stderr.write(f'error: {args.kind.rstrip("s")} "{printable(name)}" not found'
+                             f'{printable(close)}\n')
         return NotFound.exit_code
     if args.watch and args.output in ("table", "wide"):
         return _watch(args, selector, rows)

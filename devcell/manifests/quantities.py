@@ -14,13 +14,18 @@ MEMORY_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
 MAX_MEMORY_BYTES = 2**63 - 1
 """The largest limit an engine's signed 64-bit byte count holds (8 EiB)."""
 _MEMORY = re.compile(r"([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?")
+MEMORY_PATTERN = "^[0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?(?!\\n)$"
+"""What the cell schema accepts for spec.resources.memory (the pattern of _MEMORY)."""
+MEMORY_WORDS = ("write 512Mi or 2Gi: a whole number of bytes, or with one of the suffixes Ki, "
+                "Mi, Gi, Ti (powers of 1024) or k, M, G, T (powers of 1000), as Kubernetes "
+                "writes quantities")
 
 
 def memory_bytes(text: str) -> int:
     """The memory limit `text` in bytes; ValueError with the reason when it cannot be one."""
     match = _MEMORY.fullmatch(text)
     if match is None:
-        raise ValueError(f"invalid memory limit {text!r} (e.g. 512Mi, 2Gi)")
+        raise ValueError(f"invalid memory limit {text!r}: {MEMORY_WORDS}")
     digits, unit = match.group(1), match.group(2) or ""
     if len(digits) > 30:  # int() of a huge digit string is slow; it is out of range anyway
         raise ValueError(f"memory limit {text[:20]}... is larger than the maximum of 8Ei")

@@ -295,6 +295,9 @@ def _translate(ctx: _Context, error: Any) -> list[Problem]:
         if schema["pattern"] == quantities.DURATION_PATTERN:
             return [ctx.problem(path, f"{shown} is not a duration: write a whole number of "
                                       "seconds, minutes, hours or days, e.g. 90s, 30m, 12h, 7d")]
+        if schema["pattern"] == quantities.MEMORY_PATTERN:
+            return [ctx.problem(path, f"{shown} is not a memory quantity: "
+                                      f"{quantities.MEMORY_WORDS}")]
         return [ctx.problem(path, f'{shown} does not match the pattern {schema["pattern"]}')]
     if validator == "propertyNames":
         return [ctx.problem(path, f"invalid key: {error.message}")]

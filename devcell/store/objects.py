@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from devcell import ids, kinds
+from devcell import ids, kinds, names
 from devcell.errors import Conflict, NotFound
 from devcell.store import faults
 from devcell.store.clock import now
@@ -127,8 +127,21 @@ def get(conn: sqlite3.Connection, kind: str, ref: str, *, include_deleted: bool 
 def require(conn: sqlite3.Connection, kind: str, ref: str) -> ObjectRecord:
     found = get(conn, kind, ref)
     if found is None:
-        raise NotFound(f'{kind.lower()} "{ref}" not found')
+        raise not_found(conn, kind, ref)
     return found
+
+
+def not_found(conn: sqlite3.Connection, kind: str, ref: str) -> NotFound:
+    """NotFound for `ref`, suggesting a recorded name of `kind` close to it."""
+    return NotFound(f'{kind.lower()} "{ref}" not found{suggestion(conn, kind, ref)}')
+
+
+def suggestion(conn: sqlite3.Connection, kind: str, ref: str) -> str:
+    """'; did you mean "NAME"?' for the closest live name of `kind` (among the first 10,000),
+    or ''."""
+    rows = conn.execute(f"SELECT name FROM {kinds.get(kind).table} WHERE deleted_at IS NULL "
+                        "LIMIT 10000").fetchall()
+    return names.did_you_mean(ref, [row[0] for row in rows])
 
 
 def list_live(conn: sqlite3.Connection, kind: str) -> list[ObjectRecord]:

@@ -197,7 +197,7 @@ CASES = [
         (f'{_p("trailing-newline.yaml")}:11:13: Cell "api": spec.env[0].name: ',
          '"FOO\\n" does not match the pattern'),
         (f'{_p("trailing-newline.yaml")}:14:13: Cell "api": spec.resources.memory: ',
-         '"512Mi\\n" does not match the pattern'),
+         '"512Mi\\n" is not a memory quantity: write 512Mi or 2Gi'),
     )),
     Case("image-reference", ("image-reference.yaml",), (
         (f'{_p("image-reference.yaml")}:8:10: Cell "api": spec.image: ',

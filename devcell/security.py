@@ -211,8 +211,11 @@ def git_url_problems(url: str, where: FieldPath, policy: SecurityPolicy, state_d
                           "them and let git's credential helper or an ssh key provide them "
                           "(a credential never belongs in a manifest)")
         return
-    if "//" in path:
-        yield where, f"{path!r} must be a normalised absolute path (no '//')"
+    if not path.startswith("/") or ":" in path or "//" in path:
+        # Not echoed: `user:token@host:repo` is a credential pasted in the wrong shape.
+        yield where, ("neither a URL DevCell clones from (" + ", ".join(
+            s + "://" for s in GIT_SCHEMES) + ") nor a normalised absolute path on this "
+            "host; write an scp-like address host:path as ssh://host/path")
         return
     problem = host_path_problem(path.rstrip("/") or "/", policy, state_dir)
     if problem:

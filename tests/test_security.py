@@ -148,6 +148,14 @@ def test_credentials_in_a_git_url_are_refused(tmp_path: Path, url: str) -> None:
     assert "secret" not in found["workspace.source.git.url"]
 
 
+@pytest.mark.parametrize("url", ["oauth2:secret@gitlab.example:org/r.git", "me:secret@host",
+                                 "secret@host:org/r.git", "file://me:secret@host/r",
+                                 "//me:secret@host/r", "/srv/me:secret@host/r"])
+def test_a_credential_in_a_url_of_no_transport_is_never_echoed(tmp_path: Path, url: str) -> None:
+    found = problems(_git(url), tmp_path)["workspace.source.git.url"]
+    assert "secret" not in found and "ssh://host/path" in found
+
+
 def test_a_repository_on_this_host_follows_the_host_path_rules(tmp_path: Path) -> None:
     repo = tmp_path / "repos" / "p.git"
     repo.mkdir(parents=True)

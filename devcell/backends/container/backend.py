@@ -921,12 +921,12 @@ class ContainerBackend:
         expired = threading.Event()
         timer = None
         if time_limit is not None:
-            timer = threading.Timer(time_limit, self._expire, args=(exec_id, conn, raw, expired))
+            timer = threading.Timer(time_limit, self._expire, args=(exec_id, raw, expired))
             timer.daemon = True
             timer.start()
         if options is not None and options.hang_up is not None:
             threading.Thread(target=self._end_on_hang_up, daemon=True,
-                             args=(options.hang_up, done, exec_id, conn, raw),
+                             args=(options.hang_up, done, exec_id, raw),
                              name="devcell-exec-hang-up").start()
         try:
             if stdin is not None:
@@ -954,19 +954,20 @@ class ContainerBackend:
         return self._exit_code(exec_id, action)
 
     def _end_on_hang_up(self, hang_up: threading.Event, done: threading.Event, exec_id: str,
-                        conn: Any, raw: Any) -> None:
+                        raw: Any) -> None:
         while not done.is_set():
             if hang_up.wait(0.2):
                 if not done.is_set():
-                    self._kill(exec_id, conn, raw)
+                    self._kill(exec_id, raw)
                 return
 
-    def _expire(self, exec_id: str, conn: Any, raw: Any, expired: threading.Event) -> None:
+    def _expire(self, exec_id: str, raw: Any, expired: threading.Event) -> None:
         """Kill a command past its time limit, with what it started, and end its stream."""
         expired.set()
-        self._kill(exec_id, conn, raw)
+        self._kill(exec_id, raw)
 
-    def _kill(self, exec_id: str, conn: Any, raw: Any) -> None:
+    def _kill(self, exec_id: str, raw: Any) -> None:
+        """Kill the command and what it started, and wake the thread reading its output."""
         from devcell.backends.host import proctree
 
         try:
@@ -977,7 +978,18 @@ class ContainerBackend:
             pid = 0
         if pid > 0:
             proctree.kill_tree(pid)
-        self._hang_up(conn, raw)
+        self._wake(raw)
+
+    @staticmethod
+    def _wake(raw: Any) -> None:
+        """End the output the reading thread waits for, from another thread (the time limit's
+        timer, a hang-up): the socket is shut down, never closed. The reader then sees the end
+        of the stream and closes the connection itself; closing it under the reader made its
+        next read fail with `ValueError: I/O operation on closed file`."""
+        try:
+            raw.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     @staticmethod
     def _hijacked(conn: Any) -> tuple[Any, Any]:

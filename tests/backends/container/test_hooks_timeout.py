@@ -43,3 +43,18 @@ def test_a_hook_within_its_limit_runs_to_the_end(backend: ContainerBackend) -> N
     assert backend.resume(ref)["hooks"] == 1
     workspace = backend.layout.workspace(ref.volume_id or "")
     assert (workspace / "h").read_text() == "done\n"
+
+
+def test_a_flooding_pre_hook_past_its_limit_is_said_as_its_time_limit(
+        backend: ContainerBackend) -> None:
+    """Issue 31, item 12, on the real engine: a hook that floods its output and outlives its
+    limit is killed and said so each time (the timer once closed the reader under it)."""
+    flood = "while :; do echo " + "y" * 200 + "; done"
+    ref = cell(hooks={"preCheckpoint": [["sh", "-c", flood]], "timeoutSeconds": 1})
+    up(backend, ref)
+    for _ in range(3):
+        with pytest.raises(BackendError, match=r"did not finish within 1 s"):
+            backend.quiesce(ref)
+        backend.resume(ref)
+    observed = backend.observe(ref)
+    assert observed.running and not observed.frozen

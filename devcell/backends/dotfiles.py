@@ -39,6 +39,8 @@ INSTALL_SECONDS = 600.0
 """How long an install script may run before it is stopped (a failure, said as such)."""
 TAIL_BYTES = 4000
 """Bytes of an install's output kept (the last ones): for describe and the event."""
+MIN_FRAGMENT = 3
+"""Characters of a secret's end at the start of a tail that are redacted as part of it."""
 DEFAULT_TARGET = "~/dotfiles"
 SCRIPTS = ("install.sh", "install", "bootstrap.sh", "bootstrap", "script/bootstrap",
            "setup.sh", "setup", "script/setup")
@@ -253,6 +255,17 @@ def _redacted(text: str, spec: dict[str, Any]) -> str:
     for value in supervisor.split_env(spec)[1].values():
         if len(value) >= 4:
             text = text.replace(value, "<redacted>")
+            text = _cut_secret_redacted(text, value)
+    return text
+
+
+def _cut_secret_redacted(text: str, value: str) -> str:
+    """`text` is a tail: it may begin inside a secret the output held whole (the cut fell
+    in it), which `replace` does not see. That last part of the secret is redacted too."""
+    start = text.lstrip("\ufffd")  # a character cut in two by the tail
+    for length in range(len(value) - 1, MIN_FRAGMENT - 1, -1):
+        if start.startswith(value[-length:]):
+            return "<redacted>" + start[length:]
     return text
 
 

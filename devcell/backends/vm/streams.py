@@ -34,6 +34,7 @@ HELLO_SECONDS = 20.0
 """How long the helper may take to answer a new connection (a busy TCG guest is slow)."""
 OPEN_SECONDS = 30.0
 """How long the helper may take to start a command or connect."""
+_DATA = (codec.Guest.OUT, codec.Guest.ERR)
 CONTROL_FRAMES = 16
 """Frames other than output a channel may hold unread (an honest helper sends two or three
 in a channel's life: OPENED, EOF, EXIT or CLOSED); more is a flood, refused."""
@@ -50,14 +51,27 @@ def port_name(index: int) -> str:
     return f"dev.devcell.streams.{index}"
 
 
+class _Output:
+    """Output of one stream queued on a channel: the payload of every frame of that type
+    that came since the last other frame, merged, so a flood of one-byte frames costs the
+    host its payload, not a Python object a frame."""
+
+    __slots__ = ("type", "data")
+
+    def __init__(self, kind: codec.Guest, payload: bytes) -> None:
+        self.type = kind
+        self.data = bytearray(payload)
+
+
 class Channel:
     """One command or TCP connection: frames from the guest queued (within the credit this
-    side granted), payload to the guest sent within the credit the guest granted."""
+    side granted, output of a stream merged until another frame comes), payload to the
+    guest sent within the credit the guest granted."""
 
     def __init__(self, connection: Connection, number: int) -> None:
         self.connection = connection
         self.number = number
-        self._frames: collections.deque[codec.Frame] = collections.deque()
+        self._frames: collections.deque[codec.Frame | _Output] = collections.deque()
         self._ready = threading.Condition()
         self._owed = codec.WINDOW  # what the guest may still send us
         self._may_send = codec.WINDOW
@@ -72,20 +86,31 @@ class Channel:
                 self._may_send = min(self._may_send + codec.credit_of(frame.payload),
                                      codec.WINDOW)
             else:
-                if frame.type in (codec.Guest.OUT, codec.Guest.ERR):
+                if frame.type in _DATA:
                     self._owed -= len(frame.payload)
                     if self._owed < 0:
                         raise codec.ProtocolError("the cell's stream helper sent more than "
                                                   "the window it was given")
+                    self._queue_output(frame)
                 else:
                     if self._controls >= CONTROL_FRAMES:
                         raise codec.ProtocolError(f"the cell's stream helper sent more than "
                                                   f"{CONTROL_FRAMES} frames unread")
                     self._controls += 1
-                    frame = codec.Frame(frame.type, frame.channel,
-                                        frame.payload[:codec.MAX_MESSAGE * 4])
-                self._frames.append(frame)
+                    self._frames.append(codec.Frame(frame.type, frame.channel,
+                                                    frame.payload[:codec.MAX_MESSAGE * 4]))
             self._ready.notify_all()
+
+    def _queue_output(self, frame: codec.Frame) -> None:
+        """Into the queued output of its stream since the last other frame (stdout and
+        stderr are separate streams, ordered only against the command's end)."""
+        for item in reversed(self._frames):
+            if not isinstance(item, _Output):
+                break
+            if item.type is frame.type:
+                item.data += frame.payload
+                return
+        self._frames.append(_Output(frame.type, frame.payload))
 
     def wake(self) -> None:
         with self._ready:
@@ -100,13 +125,16 @@ class Channel:
             if not self._frames and not self.connection.broken:
                 self._ready.wait(timeout)
             if self._frames:
-                frame = self._frames.popleft()
-                if frame.type not in (codec.Guest.OUT, codec.Guest.ERR):
+                item = self._frames.popleft()
+                if isinstance(item, _Output):
+                    frame = codec.Frame(item.type, self.number, bytes(item.data))
+                else:
+                    frame = item
                     self._controls -= 1
             else:
                 self.connection.check()
                 return None
-        if frame.type in (codec.Guest.OUT, codec.Guest.ERR):
+        if frame.type in _DATA:
             with self._ready:
                 self._owed += len(frame.payload)
             self.connection.send(codec.credit(self.number, len(frame.payload)))

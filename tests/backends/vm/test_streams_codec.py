@@ -178,7 +178,9 @@ def test_a_helper_that_sends_past_its_window_breaks_the_connection(helper: Calla
         conn.sendall(codec.SYNC + nonce)
         conn.recv(65536)
         conn.sendall(guest_frame(codec.Guest.OPENED, 1))
-        for _ in range(codec.WINDOW // 60000 + 2):  # never credited: the host reads nothing
+        # twice the window: the host's first read takes what was queued (merged) and its
+        # credit comes back only after a slow write, so a window's worth is over it
+        for _ in range(2 * codec.WINDOW // 60000 + 2):
             conn.sendall(guest_frame(codec.Guest.ERR, 1, b"x" * 60000))
         time.sleep(5)
 
@@ -258,3 +260,26 @@ def test_a_port_is_taken_by_one_process_at_a_time(tmp_path: Path) -> None:
         streams.os.close(other)
     finally:
         streams.os.close(fd)
+
+
+def test_a_flood_of_one_byte_frames_costs_the_host_its_payload_not_a_frame_each() -> None:
+    import tracemalloc
+
+    channel = streams.Channel(_Quiet(), 1)  # type: ignore[arg-type]
+    tracemalloc.start()
+    try:
+        for i in range(codec.WINDOW):  # the whole window, a byte a frame, stdout and stderr
+            channel.deliver(codec.Frame(codec.Guest.ERR if i % 2 else codec.Guest.OUT, 1,
+                                        b"o" if i % 2 == 0 else b"e"))
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held < 2 * codec.WINDOW  # was 26 MiB: a Frame and a bytes object for every byte
+    first = channel.next(0)  # stdout's half, merged; its credit given back
+    assert first is not None and first.payload == b"o" * (codec.WINDOW // 2)
+    channel.deliver(codec.Frame(codec.Guest.EXIT, 1, b"\x00\x00"))
+    channel.deliver(codec.Frame(codec.Guest.OUT, 1, b"late"))  # never merged past the end
+    got = [channel.next(0) for _ in range(3)]
+    assert [(f.type, f.payload) for f in got if f is not None] == [
+        (codec.Guest.ERR, b"e" * (codec.WINDOW // 2)), (codec.Guest.EXIT, b"\x00\x00"),
+        (codec.Guest.OUT, b"late")]

@@ -234,6 +234,9 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
     if dotfiles is not None:
         yield from git_url_problems(str(dotfiles.get("url", "")), ("dotfiles", "git", "url"),
                                     policy, state_dir)
+    target = str((spec.get("dotfiles") or {}).get("targetPath") or "")
+    if target:
+        yield from _dotfiles_target_problems(target, spec)
     taken: list[tuple[str, FieldPath]] = [(workspace, ("workspace", "mountPath"))]
     hosts: list[tuple[int, str]] = []
     live = ((spec.get("workspace") or {}).get("source") or {}).get("hostPath")
@@ -296,6 +299,32 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
                    f"{address}:{host_port} is already published by "
                    f"spec.network.ports[{taken_by}]")
         bound.append((address, host_port, i))
+
+
+def host_written(spec: dict[str, Any]) -> list[str]:
+    """Where the cell sees host folders it writes: a live workspace folder's mountPath and
+    every writable mount's (the developer's files, which DevCell's dotfiles never touch)."""
+    workspace = spec.get("workspace") or {}
+    live = (workspace.get("source") or {}).get("hostPath") and workspace.get("from") is None
+    return ([str(workspace.get("mountPath") or "/workspace")] if live else []) + [
+        str(m["mountPath"]) for m in spec.get("mounts") or []
+        if not m.get("readOnly") and m.get("mountPath")]
+
+
+def _dotfiles_target_problems(target: str, spec: dict[str, Any]
+                              ) -> Iterator[tuple[FieldPath, str]]:
+    where: FieldPath = ("dotfiles", "targetPath")
+    inside = target.removeprefix("~")
+    if posixpath.normpath(inside) != inside:
+        yield where, f"{target} must be a normalised path (no '.' or '..')"
+        return
+    if target.startswith("~"):
+        return  # the home is known only in the cell, where the install judges it again
+    clash = next((p for p in host_written(spec) if _inside(target, p)), None)
+    if clash is not None:
+        yield where, (f"{target} lies in {clash}, a host folder the cell writes (the "
+                      "developer's files, which DevCell never fills or removes); put the "
+                      "dotfiles elsewhere, e.g. ~/dotfiles")
 
 
 def published(spec: dict[str, Any]) -> list[tuple[str, int]]:

@@ -272,3 +272,21 @@ def test_a_vm_cell_refuses_a_live_folder_with_the_fix() -> None:
     message = found[("spec", "workspace", "source", "hostPath")]
     assert "needs the container backend; use directory: to copy it" in message
     assert dict(limits.cell_problems(spec, "container")) == {}
+
+
+def test_a_dotfiles_target_in_a_host_folder_the_cell_writes_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "src" / "app").mkdir(parents=True)
+    policy = SecurityPolicy(allowed_host_paths=(str(tmp_path / "src"),))
+    live = {"workspace": {"mountPath": "/code",
+                          "source": {"hostPath": {"path": str(tmp_path / "src" / "app")}}},
+            "mounts": [{"hostPath": str(tmp_path / "src"), "mountPath": "/ro", "readOnly": True}]}
+    for target, refused in (("/code/dots", True), ("/code", True), ("/ro/dots", False),
+                            ("/codex", False), ("~/dotfiles", False), ("/x/../code/d", True),
+                            ("~/../code", True)):
+        found = problems({**live, "dotfiles": {"git": {"url": "https://h/d.git"},
+                                               "targetPath": target}}, tmp_path / "s", policy)
+        assert ("dotfiles.targetPath" in found) is refused, (target, found)
+    mounted = {"mounts": [{"hostPath": str(tmp_path / "src"), "mountPath": "/m"}],
+               "dotfiles": {"git": {"url": "https://h/d.git"}, "targetPath": "/m/d"}}
+    assert "a host folder the cell writes" in problems(mounted, tmp_path / "s", SecurityPolicy(
+        allowed_host_paths=(str(tmp_path / "src"),)))["dotfiles.targetPath"]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
-from devcell import names
+from devcell import names, security
 from devcell.backends import interactive, supervisor
 from devcell.backends.base import Backend, CellRef, Outputs
 from devcell.backends.host import git_source, removal, temporaries
@@ -55,17 +55,27 @@ case "$1" in
          t="$HOME/${1#"~/"}" ;;
   *) t="$1" ;;
 esac
+m="$2"
+shift 2
+case "$t/" in */../*|*/./*) echo "$t is not a normalised path" >&2; exit 5 ;; esac
+for p in "$@"; do
+  case "$t/" in "$p/"*)
+    echo "$t lies in $p, a host folder the cell writes (the developer's files):" \
+         "give spec.dotfiles.targetPath outside it" >&2; exit 5 ;;
+  esac
+done
 if [ -e "$t" ] || [ -L "$t" ]; then
-  if [ -d "$t" ] && [ ! -L "$t" ] && [ -f "$t/$2" ]; then rm -rf -- "$t"
+  if [ -d "$t" ] && [ ! -L "$t" ] && [ -f "$t/$m" ]; then rm -rf -- "$t"
   else echo "$t exists and was not made by DevCell's dotfiles; move it away" >&2; exit 4; fi
 fi
 mkdir -p -- "$t"
 tar -x -o -f - -C "$t"
-: > "$t/$2"
+: > "$t/$m"
 printf '%s\n' "$t"
 """
-"""Run in the cell: resolve the target ($1) against the user's home, replace an earlier
-install's (marked by $2), unpack the tar on standard input there; print where it went."""
+"""Run in the cell: resolve the target ($1) against the user's home, refuse one in a host
+folder the cell writes (the rest of the arguments), replace an earlier install's (marked by
+$2), unpack the tar on standard input there; print where it went."""
 
 _INSTALL = r"""
 cd -- "$1" || exit 3
@@ -194,7 +204,8 @@ def _unpack(backend: interactive.Interactive, cell: CellRef, clone: Path) -> str
     out, err = _Tail(TAIL_BYTES), _Tail(TAIL_BYTES)
     with os.fdopen(read_fd, "rb") as stdin:
         code, expired = _deadline(lambda options: backend.exec(
-            cell, ["/bin/sh", "-c", _UNPACK, "sh", target, MARKER],
+            cell, ["/bin/sh", "-c", _UNPACK, "sh", target, MARKER,
+                   *security.host_written(cell.spec)],
             stdout=cast(BinaryIO, out), stderr=cast(BinaryIO, err), stdin=stdin,
             options=options))
     writer.join(timeout=INSTALL_SECONDS)

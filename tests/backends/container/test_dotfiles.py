@@ -110,3 +110,38 @@ def test_the_install_runs_as_the_cells_user_and_the_files_are_theirs(
     shown = cli("exec", "box", "--", "sh", "-c",
                 "cat /workspace/.installed; stat -c %u /workspace/dotfiles/install.sh")
     assert shown.stdout == "4321\n/workspace/dotfiles\n4321\n", shown
+
+
+def test_dotfiles_never_go_into_the_developers_live_folder(
+        engine: None, cli: Cli, tmp_path: Path, served: str, state: Path) -> None:
+    """A live workspace folder is the developer's: the dotfiles are neither unpacked there
+    (nor, at a later install, removed from there), whether targetPath names it or the
+    home lies in it."""
+    root = tmp_path / "projects"
+    (root / "app").mkdir(parents=True)
+    (root / "app" / "main.py").write_text("print('mine')\n")
+    os.chown(root / "app", 1000, 1000)
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (state / "config.yaml").write_text("apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                       f"security:\n  allowedHostPaths: ['{root}']\n")
+    os.chmod(state / "config.yaml", 0o600)
+
+    def manifest(dotfiles: str) -> Path:
+        path = tmp_path / "live.yaml"
+        path.write_text(
+            "apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: live}\nspec:\n"
+            f"  backend: container\n  image: {IMAGE}\n  network: {{mode: none}}\n"
+            f"  workspace: {{source: {{hostPath: {{path: '{root / 'app'}'}}}}}}\n"
+            f"  env: [{{name: HOME, value: /workspace}}]\n"
+            f"  dotfiles: {{git: {{url: '{served}'}}{dotfiles}}}\n"
+            "  services:\n    - name: idle\n      command: [sleep, '600']\n")
+        return path
+
+    refused = cli("apply", "-f", str(manifest(", targetPath: /workspace/dots")))
+    assert refused.returncode != 0 and "spec.dotfiles.targetPath" in refused.stderr, refused
+    assert "live.yaml:" in refused.stderr and "Traceback" not in refused.stderr
+    done = cli("apply", "-f", str(manifest("")))  # ~/dotfiles, and the home is /workspace
+    assert done.returncode != 0 and "a host folder the cell writes" in done.stderr, done
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in (root / "app").iterdir()) == ["main.py"]
+    assert cli("exec", "live", "--", "true").returncode == 0  # the cell itself runs

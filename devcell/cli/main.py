@@ -73,6 +73,10 @@ _LIMITS = {
                "machine's disk (`dmesg`) before retrying",
 }
 """A faulty machine or process limit, said as such (never a traceback, never a file's fault)."""
+_PATH_ERRORS = {errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENOENT,
+                errno.EACCES, errno.EPERM, errno.EROFS, errno.ENXIO, errno.ETXTBSY}
+"""A path given on the command line that cannot be used as asked: one line naming it, the
+last net under the commands' own checks (the CLI fuzz test found a name past NAME_MAX)."""
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -108,5 +112,10 @@ def _run(args: argparse.Namespace) -> int:
         if exc.errno in _LIMITS:
             sys.stderr.write(f"error: {_LIMITS[exc.errno]} ({exc.strerror}); nothing the "
                              "command had recorded is lost\n")
+            return 1
+        if exc.errno in _PATH_ERRORS and isinstance(exc.filename, str):
+            shown = printable_lines(exc.filename[:120] + ("..." if len(exc.filename) > 120
+                                                          else ""))
+            sys.stderr.write(f"error: {shown}: {exc.strerror}\n")
             return 1
         raise

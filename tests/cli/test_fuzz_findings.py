@@ -1,0 +1,36 @@
+"""What the CLI fuzz test (tests/cli/test_fuzz.py) found beyond issue 31's list, one
+regression test each, run in this process as the fuzz test runs the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli.inprocess import run as _run
+
+CELL = """apiVersion: devcell.dev/v1alpha1
+kind: Cell
+metadata: {name: api, labels: {team: core}}
+spec: {backend: fake}
+"""
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    (tmp_path / "cell.yaml").write_text(CELL)
+    state = tmp_path / "state"
+    for argv in (["apply", "-f", str(tmp_path / "cell.yaml")],
+                 ["snapshot", "create", "api", "--name", "snap1"]):
+        assert _run(["--state-dir", str(state), *argv], tmp_path)[0] == 0
+    return state
+
+
+def test_a_path_too_long_is_one_line_naming_it(state: Path, tmp_path: Path) -> None:
+    """`snapshot export snap1 -o 999...` (a name past NAME_MAX) ended in an OSError
+    traceback (ENAMETOOLONG)."""
+    code, out, err = _run(["--state-dir", str(state), "snapshot", "export", "snap1", "-o",
+                           "9" * 400], tmp_path)
+    assert code == 1 and "Traceback" not in err, err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert "File name too long" in err and "9999" in err

@@ -54,6 +54,19 @@ def copy_regular(src: str, dst: str) -> bool:
     return True
 
 
+def copy_opened(fd_in: int, st: os.stat_result, dst: str) -> None:
+    """The regular file open at `fd_in` (`st` its fstat) copied to the new path `dst`, with
+    its mode, owner, extended attributes and times, holes kept."""
+    fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+    try:
+        _copy_data(fd_in, fd_out, st.st_size)
+        _copy_metadata(fd_in, fd_out, st)
+    finally:
+        os.close(fd_out)
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+
+
 def _copy_data(fd_in: int, fd_out: int, size: int) -> None:
     """The data extents only (SEEK_DATA/SEEK_HOLE), so a sparse file stays sparse; then the
     length, which a trailing hole does not write."""

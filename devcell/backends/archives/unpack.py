@@ -46,8 +46,15 @@ def _regular(path: str) -> Iterator[BinaryIO]:
 
 def unpack(seed: ArchiveSource, into: Path) -> None:
     """The archive's tree written to `into` (which must not exist), checked in full on the
-    way (its checksum last: on a failure the caller removes what was written)."""
+    way (its checksum last: on a failure the caller removes what was written). `seed.path`
+    is the path judged against the host-path rules: the file opened must be the one found
+    there (a directory on the way swapped for a link since is refused, never followed)."""
     with _regular(seed.path) as source:
+        if os.readlink(f"/proc/self/fd/{source.fileno()}") != os.path.normpath(
+                os.path.abspath(seed.path)):
+            raise BackendRefused(f"reading archive {seed.shown}: it changed since it was "
+                                 "checked (a part of its path is now a link); no workspace "
+                                 "made")
         try:
             archive = archive_read.Archive(source)
             if not archive.header.has_tree:

@@ -33,6 +33,8 @@ class Command(NamedTuple):
     returns the exit code."""
     help: str
     arguments: Arguments
+    state: bool = True
+    """Whether it uses the state directory (checked once before it runs: cli/main.py)."""
 
 
 def _none(p: argparse.ArgumentParser) -> None:
@@ -381,7 +383,7 @@ TABLE = (
     Command(("op", "cancel"), "cmd_op:run_op_cancel", "cancel a suspended operation",
             _op_cancel),
     Command(("schema",), "cmd_text:run_schema",
-            "print a kind's JSON Schema (cell, snapshot, or config)", _schema),
+            "print a kind's JSON Schema (cell, snapshot, or config)", _schema, state=False),
     Command(("image", "build-base"), "cmd_image:run_build_base",
             "build devcell/busybox:latest offline from busybox-static", _image_build_base),
     Command(("image", "ls"), "cmd_image:run_ls",
@@ -390,7 +392,7 @@ TABLE = (
             "remove the images DevCell pulled that no cell or container uses", _dry_run),
     Command(("import", "devcontainer"), "cmd_import:run_import",
             "from a devcontainer.json (VS Code, Codespaces, DevPod, Coder)",
-            _import_devcontainer),
+            _import_devcontainer, state=False),
     Command(("gc",), "cmd_gc:run_gc", "remove volumes and checkpoints nothing references", _gc),
     Command(("df",), "cmd_df:run_df",
             "disk used by workspaces, checkpoints, fork layers, logs, runtimes (-v: each one)",
@@ -409,11 +411,12 @@ TABLE = (
             "serve SSH for one cell on stdin/stdout (the ProxyCommand of ssh-config)",
             _ssh_proxy),
     Command(("explain",), "cmd_text:run_explain",
-            "document a kind or one of its fields, from its JSON Schema", _explain),
+            "document a kind or one of its fields, from its JSON Schema", _explain, state=False),
     Command(("version",), "cmd_version:run_version",
-            "client and schema versions, and the backends this machine can run", _version),
+            "client and schema versions, and the backends this machine can run", _version,
+            state=False),
     Command(("completion",), "cmd_text:run_completion",
-            "print a shell completion script (bash, zsh or fish)", _completion),
+            "print a shell completion script (bash, zsh or fish)", _completion, state=False),
 )
 """Every command line `devcell` runs, in the order `devcell --help` lists them."""
 
@@ -423,6 +426,12 @@ VERBS = {group: tuple(entry.words[1] for entry in TABLE if entry.words[0] == gro
                       len(entry.words) == 2) for group in GROUPS}
 """The verbs of the commands that take one, so a command line's verb is known before its
 parser is built."""
+
+
+def uses_state(command: str, verb: str | None) -> bool:
+    """Whether `command` (and `verb`) uses the state directory."""
+    words = (command,) if verb is None else (command, verb)
+    return next(entry.state for entry in TABLE if entry.words == words)
 
 
 def handler_of(command: str, verb: str | None) -> str:

@@ -22,8 +22,12 @@ from devcell.names import printable_lines
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    module, _, function = commands.handler_of(args.command, getattr(args, "verb", None)) \
-        .partition(":")
+    verb = getattr(args, "verb", None)
+    if commands.uses_state(args.command, verb):
+        from devcell.store import db, state_dir
+
+        state_dir.check(db.resolve_state_dir(args.state_dir))  # one line if it cannot be used
+    module, _, function = commands.handler_of(args.command, verb).partition(":")
     handler: Callable[[argparse.Namespace], int] = getattr(
         importlib.import_module(f"devcell.cli.{module}"), function)
     return int(handler(args))

@@ -1,0 +1,115 @@
+"""One check of the state directory before any command uses it: a directory of this user's
+(or a place where one can be made), on a writable file system.
+
+Each command met a bad state directory its own way: `apply` with a FileExistsError traceback
+when it was a regular file or a FIFO, `get cells` with "No resources found." and exit 0, a
+permission traceback for another user's directory, and the root of a read-only mount blamed
+on its writable parent. Checked once, at the CLI's edge, every command says the same line:
+the path, what is wrong with it and the fix. Only stat calls: nothing is made or opened.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from devcell.errors import StateUnusable, StorageError
+
+_FIX = "point --state-dir (or $DEVCELL_HOME) at"
+
+_TYPES = {stat.S_IFREG: "a regular file", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+
+
+def _what(mode: int) -> str:
+    return _TYPES.get(stat.S_IFMT(mode), "not a directory")
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def check(state_dir: Path) -> None:
+    """Refuse (StateUnusable) a state directory no command can use as it is."""
+    try:
+        found = state_dir.stat()  # a link to a directory is that directory
+    except (FileNotFoundError, NotADirectoryError):  # not made yet, or a file on the way
+        _check_missing(state_dir)
+        return
+    except OSError as exc:  # EACCES: a directory above it not searchable
+        _refuse_unreachable(state_dir, exc)
+        return
+    if not stat.S_ISDIR(found.st_mode):
+        raise StateUnusable(
+            f"the state directory {state_dir} is {_what(found.st_mode)}, not a directory: move "
+            f"it away, or {_FIX} a directory", cause=StorageError.UNSAFE_PATH,
+            path=str(state_dir))
+    if found.st_uid != os.geteuid():
+        raise StateUnusable(
+            f"the state directory {state_dir} belongs to {_user(found.st_uid)}, not to "
+            f"{_user(os.geteuid())} who runs devcell: DevCell keeps a state directory "
+            f"owner-only; run devcell as its owner, or {_FIX} a directory of your own",
+            cause=StorageError.PERMISSION_DENIED, path=str(state_dir))
+    _refuse_read_only(state_dir, state_dir)  # before access(), which fails on it too
+    if not os.access(state_dir, os.R_OK | os.W_OK | os.X_OK):
+        raise StateUnusable(
+            f"the state directory {state_dir} is not open to its owner (permission denied): "
+            f"`chmod 700 {state_dir}`, or {_FIX} another directory",
+            cause=StorageError.PERMISSION_DENIED, path=str(state_dir))
+
+
+def _check_missing(state_dir: Path) -> None:
+    """A state directory not made yet: the nearest thing that exists above it must be a
+    directory that one can be made in (a fresh install reads as "nothing recorded")."""
+    above = state_dir.parent
+    while True:
+        try:
+            found = above.stat()
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            if above.parent == above:
+                return
+            above = above.parent
+        except OSError as exc:
+            _refuse_unreachable(state_dir, exc)
+            return
+    if not stat.S_ISDIR(found.st_mode):
+        raise StateUnusable(
+            f"the state directory {state_dir} cannot be made: {above} is {_what(found.st_mode)}, "
+            f"not a directory: move it away, or {_FIX} a directory",
+            cause=StorageError.UNSAFE_PATH, path=str(state_dir))
+    _refuse_read_only(state_dir, above)
+
+
+def _refuse_unreachable(state_dir: Path, exc: OSError) -> None:
+    raise StateUnusable(
+        f"the state directory {state_dir} cannot be reached ({exc.strerror}): give this user "
+        f"access to the directories above it, or {_FIX} a directory of your own",
+        cause=StorageError.PERMISSION_DENIED, path=str(state_dir))
+
+
+def _refuse_read_only(state_dir: Path, existing: Path) -> None:
+    """`existing` (the state directory, or where it would be made) on a read-only mount is
+    refused naming that mount: its root is not its parent's fault."""
+    if not os.statvfs(existing).f_flag & os.ST_RDONLY:
+        return
+    mount = _mount_point(existing)
+    raise StateUnusable(
+        f"the state directory {state_dir} is on a read-only file system (mounted read-only at "
+        f"{mount}): remount it read-write, or {_FIX} a writable directory",
+        cause=StorageError.READ_ONLY, path=str(state_dir))
+
+
+def _mount_point(path: Path) -> Path:
+    """The mount `path` is on: the highest directory above it on the same device."""
+    path = path.resolve()
+    device = path.stat().st_dev
+    while path.parent != path and path.parent.stat().st_dev == device:
+        path = path.parent
+    return path

@@ -34,3 +34,13 @@ def test_a_path_too_long_is_one_line_naming_it(state: Path, tmp_path: Path) -> N
     assert code == 1 and "Traceback" not in err, err
     assert err.startswith("error: ") and len(err.splitlines()) == 1, err
     assert "File name too long" in err and "9999" in err
+
+
+def test_ssh_proxy_to_a_cell_that_cannot_run_commands_makes_no_host_key(
+        state: Path, tmp_path: Path) -> None:
+    """`ssh-proxy api` on a fake cell is refused (no exec capability) but first wrote the
+    state directory's SSH host key and known_hosts: a refused command changed the state."""
+    code, _, err = _run(["--state-dir", str(state), "ssh-proxy", "api"], tmp_path)
+    assert code == 1 and "capability exec" in err, err
+    assert not (state / "ssh").exists()
+

@@ -41,8 +41,8 @@ def serve(attached: Attached, state_dir: Any, read_fd: int = 0, write_fd: int = 
 
     logging.getLogger("asyncssh").setLevel(logging.CRITICAL)  # its own notes are not ours
     sftp.drop_extensions()
+    backend = interactive(attached.backend, attached.backend_name)  # refused: no key made
     host_key = keys.host_key(state_dir)
-    backend = interactive(attached.backend, attached.backend_name)
     ours, theirs = socket.socketpair()
     pumps = [threading.Thread(target=_copy_in, args=(read_fd, theirs), daemon=True),
              threading.Thread(target=_copy_out, args=(theirs, write_fd), daemon=True)]

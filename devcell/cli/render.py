@@ -54,7 +54,7 @@ def size(n: int) -> str:
     raise AssertionError(n)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO = sys.stdout, *,
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO | None = None, *,
           no_headers: bool = False) -> None:
     """Every cell and header escaped (names.printable; headers come from -L and custom
     columns): one place for every table DevCell prints. `no_headers` leaves out the header
@@ -73,7 +73,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO = s
     lines = [] if no_headers else [fmt.format(*headers).rstrip()]
     lines.extend(fmt.format(*row).rstrip() for row in text_rows)
     if lines:
-        out.write("\n".join(lines) + "\n")
+        (out or sys.stdout).write("\n".join(lines) + "\n")
 
 
 def _unsafe(text: str) -> bool:
@@ -81,23 +81,24 @@ def _unsafe(text: str) -> bool:
     return not text.replace("\n", "").isprintable()
 
 
-def as_json(value: Any, out: TextIO = sys.stdout) -> None:
+def as_json(value: Any, out: TextIO | None = None) -> None:
+    """`value` as JSON on `out` (default: sys.stdout as it is when called, not when imported)."""
     text = json.dumps(value, indent=2, ensure_ascii=False)
     if _unsafe(text):
         # JSON escapes C0 controls itself, not C1 (\x9b) or bidi controls: escape them too,
         # as \\uXXXX inside strings (outside strings there is only JSON's own whitespace).
         text = "".join(c if c == "\n" or c.isprintable() else json.dumps(c)[1:-1]
                        for c in text)
-    out.write(text + "\n")
+    (out or sys.stdout).write(text + "\n")
 
 
-def as_yaml(value: Any, out: TextIO = sys.stdout) -> None:
+def as_yaml(value: Any, out: TextIO | None = None) -> None:
     import yaml
 
     text = yaml.safe_dump(value, sort_keys=False, allow_unicode=True, default_flow_style=False)
     if _unsafe(text):  # then every character that is not ASCII is written as its escape
         text = yaml.safe_dump(value, sort_keys=False, default_flow_style=False)
-    out.write(text)
+    (out or sys.stdout).write(text)
 
 
 def as_list(items: list[Any]) -> dict[str, Any]:

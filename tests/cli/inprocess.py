@@ -7,20 +7,15 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import signal
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 TIME_LIMIT = 5
 """Seconds a run may take before it counts as a hang."""
-
-
-class _Kept(io.BytesIO):
-    """A buffer that outlives the text stream wrapped around it (whose end would close it)."""
-
-    def close(self) -> None:
-        pass
 
 
 class Hang(BaseException):
@@ -49,13 +44,11 @@ def run(argv: list[str], cwd: Path) -> tuple[int | str, str, str]:
     """(exit code, or "hang" or the exception's name; stdout; stderr) of one command line."""
     from devcell.cli import main
 
-    out, err = _Kept(), _Kept()
-    with _process_state(), contextlib.chdir(cwd):
-        sys.stdin = io.TextIOWrapper(io.BytesIO(b""), encoding="utf-8")
-        sys.stdout = io.TextIOWrapper(out, encoding="utf-8", errors="backslashreplace",
-                                      write_through=True)
-        sys.stderr = io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace",
-                                      write_through=True)
+    files = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]  # real files: a fileno
+    out, err = (io.TextIOWrapper(f, encoding="utf-8", errors="backslashreplace",
+                                 write_through=True) for f in files)
+    with _process_state(), contextlib.chdir(cwd), open(os.devnull, encoding="utf-8") as null:
+        sys.stdin, sys.stdout, sys.stderr = null, out, err
         signal.signal(signal.SIGALRM, _alarm)
         signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT)
         code: int | str
@@ -69,6 +62,12 @@ def run(argv: list[str], cwd: Path) -> tuple[int | str, str, str]:
             code = f"{type(exc).__name__}: {exc}"[:300]
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        sys.stdout.flush()
-        sys.stderr.flush()
-    return code, out.getvalue().decode(errors="replace"), err.getvalue().decode(errors="replace")
+    from devcell import log
+
+    log.disable()  # -v gave a sink on this run's stderr
+    texts = []
+    for wrapper in (out, err):
+        with wrapper.detach() as raw:  # flushed, and the file left open to be read
+            raw.seek(0)
+            texts.append(raw.read().decode(errors="replace"))
+    return code, texts[0], texts[1]

@@ -44,3 +44,13 @@ def test_ssh_proxy_to_a_cell_that_cannot_run_commands_makes_no_host_key(
     assert code == 1 and "capability exec" in err, err
     assert not (state / "ssh").exists()
 
+
+def test_output_goes_to_the_standard_output_of_the_moment(state: Path, tmp_path: Path) -> None:
+    """render's printers bound sys.stdout when imported (a default argument), so output went
+    to whatever stdout was then, not to the one the command runs with (a library caller's
+    redirect_stdout, a second in-process run: ValueError, the buffer detached)."""
+    for _ in range(2):
+        code, out, err = _run(["--state-dir", str(state), "get", "cells"], tmp_path)
+        assert code == 0 and "api" in out, err
+        code, out, err = _run(["--state-dir", str(state), "df", "-o", "json"], tmp_path)
+        assert code == 0 and out.startswith("{"), err

@@ -21,6 +21,7 @@ whatever DOCKER_HOST names.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import io
@@ -1110,6 +1111,8 @@ class ContainerBackend:
                     f"cell {cell.name} writes a host folder (a writable mount, or its "
                     f"workspace bound live): --user {names.printable(user)} must be a numeric "
                     "uid[:gid] other than root (root could leave setuid-root programs there)")
+            assert options is not None
+            options = dataclasses.replace(options, user=container_spec.host_safe_user(user))
         info = self._find(cell)
         if info is None or info.get("State") != "running":
             state = "absent" if info is None else info.get("State")

@@ -126,6 +126,15 @@ def user_ids(kwargs: dict[str, Any]) -> tuple[int, int] | None:
     return int(uid), int(gid or uid)
 
 
+def host_safe_user(user: str) -> str:
+    """A numeric `user` as the engine is given it in a cell that writes a host folder: a uid
+    alone makes the engine run with gid 0 (root's group) when the image has no such user, and
+    a setgid program the cell leaves there would then be setgid-root on the host; so the gid
+    DevCell means (user_ids: the uid's own) is always written out."""
+    ids = user_ids({"user": user})
+    return user if ids is None else "{}:{}".format(*ids)
+
+
 def labels(layout: Layout, *, cell_id: str, cell_name: str, volume_id: str | None,
            runtime_hash: str, op_id: str | None = None) -> dict[str, str]:
     out = {MANAGED: "true", STATE: state_hash(layout.state_dir),
@@ -189,7 +198,9 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
     if volume_id is not None:
         kwargs["working_dir"] = mount_path(spec)
     if spec.get("user"):
-        kwargs["user"] = str(spec["user"])  # with a writable host mount: checked non-root below
+        # with a writable host mount: checked non-root below, its gid written out
+        user = str(spec["user"])
+        kwargs["user"] = host_safe_user(user) if writes_host(spec) else user
     elif live_owner is not None and 0 not in live_owner:
         kwargs["user"] = "{}:{}".format(*live_owner)  # what it writes is the developer's
     elif writes_host(spec):

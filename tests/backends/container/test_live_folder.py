@@ -148,3 +148,24 @@ def test_a_live_folder_of_root_is_only_bound_for_a_cell_that_is_not_root(
     changed = cli("apply", "-f", str(moved))
     assert changed.returncode != 0 and "immutable" in changed.stderr, changed.stderr
     assert "rooted.yaml:8" in changed.stderr
+
+
+def test_a_uid_alone_never_runs_in_roots_group_so_no_setgid_root_file_is_left(
+        engine: None, cli: Cli, tmp_path: Path, state: Path) -> None:
+    """Given a uid alone (`exec -u 1000`, `spec.user: '1000'`) the engine runs it with gid 0
+    when the image has no such user (and with every group /etc/group gives the name when it
+    has): a `chmod 2755` then left a setgid-root program in the developer's folder. The gid
+    is the uid's own, written out."""
+    root = tmp_path / "projects"
+    project = _project(root, owner=1000)
+    _allow(state, root)
+    for user, name in (("", "live"), ("  user: '1001'\n", "given")):
+        done = cli("apply", "-f", str(_manifest(tmp_path, name, project if not user else
+                                                 _project(root / "g", owner=1001), user=user)))
+        assert done.returncode == 0, done.stderr
+    assert _sh(cli, "given", "id -g; id -G") == "1001\n1001\n"
+    shown = cli("exec", "-u", "1000", "live", "--", "sh", "-c",
+                "id -g; id -G; cp /bin/sh /workspace/sg && chmod 2755 /workspace/sg")
+    assert shown.returncode == 0 and shown.stdout == "1000\n1000\n", shown
+    st = os.lstat(project / "sg")
+    assert st.st_gid == 1000 and st.st_uid == 1000

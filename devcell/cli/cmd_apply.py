@@ -78,7 +78,8 @@ def run_delete(args: argparse.Namespace) -> int:
 def _yaml_lines(doc: dict[str, Any]) -> list[str]:
     import yaml
 
-    return yaml.safe_dump(doc, sort_keys=False).splitlines(keepends=True)
+    # Keys sorted: the order a spec was written in (or get printed it in) is no change.
+    return yaml.safe_dump(doc, sort_keys=True).splitlines(keepends=True)
 
 
 def run_diff(args: argparse.Namespace) -> int:
@@ -86,7 +87,7 @@ def run_diff(args: argparse.Namespace) -> int:
     from devcell.errors import ManifestError
     from devcell.manifests import secrets, validate
     from devcell.names import printable
-    from devcell.store import desired, objects
+    from devcell.store import desired, objects, preconditions
 
     manifests = []
     problems = []
@@ -97,6 +98,9 @@ def run_diff(args: argparse.Namespace) -> int:
     if problems:
         raise ManifestError(problems)
     db = dbmod.open_database(args.state_dir)
+    manifests, hidden = preconditions.unredacted(db.conn, manifests)  # as apply takes them
+    if hidden:
+        raise ManifestError(hidden)
     differs = False
     for m in manifests:
         existing = objects.get(db.conn, m.kind, m.name)

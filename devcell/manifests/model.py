@@ -68,6 +68,8 @@ class Manifest:
     source: str
     line: int
     positions: dict[Path, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
+    resource_version: int | None = None
+    """metadata.resourceVersion when given (get's output): the recorded one it must match."""
 
     def spec_hash(self, key: bytes) -> str:
         """Changes when the spec changes; secrets seen only through an HMAC under `key`."""

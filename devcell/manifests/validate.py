@@ -15,7 +15,7 @@ from typing import Any
 
 from devcell import API_VERSION, kinds, names
 from devcell.errors import ManifestError, Problem
-from devcell.manifests import jsonsafe, quantities, secrets
+from devcell.manifests import jsonsafe, quantities, readonly, secrets
 from devcell.manifests.model import Manifest, Path, SourceFile, field_path
 from devcell.manifests.yamlsafe import ParsedDocument, YamlSyntaxError, parse_documents
 
@@ -520,9 +520,13 @@ def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:
                 )
             )
             continue
+        data, given_version = readonly.strip(data)  # get's own output applies
+        version = readonly.resource_version(given_version)
         # A literal NUL byte was refused above; one can only come from an escape (\0 in
         # YAML, \u0000 in JSON), so a file without a backslash needs no walk.
         found = _nul_problems(ctx, data) if escapes else []
+        if isinstance(version, str):
+            found.append(ctx.problem(("metadata", "resourceVersion"), version))
         flagged = {p.field for p in found}
         found += [p for p in _schema_problems(ctx, data) if p.field not in flagged]
         flagged = {p.field for p in found}
@@ -547,6 +551,7 @@ def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:
                 source=source.key,
                 line=doc.positions.get((), (doc.line, 1))[0],
                 positions=doc.positions,
+                resource_version=version if isinstance(version, int) else None,
             )
         )
     return manifests, problems

@@ -21,7 +21,7 @@ from devcell import failpoints, kinds
 from devcell.errors import ManifestError, Problem
 from devcell.manifests import quantities
 from devcell.manifests.model import Manifest, SourceFile, field_path
-from devcell.store import events, faults, objects, prunes, retention, sources
+from devcell.store import events, faults, objects, preconditions, prunes, retention, sources
 from devcell.store.db import Database
 
 if TYPE_CHECKING:
@@ -257,6 +257,8 @@ def apply(
     by_key = {f.key: f for f in files}
     defined = {(kind, name): by_key[path].display
                for path, entries in fast.items() for kind, name, _ in entries}
+    manifests, hidden = preconditions.unredacted(conn, manifests)  # get's output applied
+    problems.extend(hidden)
     if manifests and (dry_run or problems):  # else checked once, under the write lock
         problems.extend(admit(conn, manifests, defined))
     if require_objects and not problems and not manifests and not fast:
@@ -266,6 +268,8 @@ def apply(
     if problems:
         raise ManifestError(problems)
 
+    if dry_run:
+        preconditions.check_versions(conn, manifests)
     result = ApplyResult()
     for entries in fast.values():
         for kind, name, _ in entries:
@@ -295,6 +299,7 @@ def apply(
         late = admit(wconn, manifests, defined) if manifests else []
         if late:
             raise ManifestError(late)
+        preconditions.check_versions(wconn, manifests)
         _write(wconn, manifests, result, key)
         for path, found in parsed.items():
             if path != "-":

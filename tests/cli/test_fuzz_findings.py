@@ -3,6 +3,7 @@ regression test each, run in this process as the fuzz test runs the CLI."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,33 @@ def test_output_goes_to_the_standard_output_of_the_moment(state: Path, tmp_path:
         assert code == 0 and "api" in out, err
         code, out, err = _run(["--state-dir", str(state), "df", "-o", "json"], tmp_path)
         assert code == 0 and out.startswith("{"), err
+
+
+@pytest.mark.parametrize("verb", [["apply"], ["apply", "--dry-run"], ["diff"]])
+def test_a_fifo_named_with_f_and_no_writer_never_blocks(state: Path, tmp_path: Path,
+                                                         verb: list[str]) -> None:
+    """`apply -f FIFO` (and diff) waited for a writer for ever: a path given on its own is
+    opened without blocking, so a FIFO nobody writes is an empty file (`-f <(cmd)`, a pipe
+    with its writer, still reads)."""
+    from tests.conftest import db_fingerprint
+
+    fifo = tmp_path / "cell.yaml.fifo"
+    os.mkfifo(fifo)
+    before = db_fingerprint(state)
+    code, _, err = _run(["--state-dir", str(state), *verb, "-f", str(fifo)], tmp_path)
+    assert code in (0, 1) and "Traceback" not in err, (code, err)
+    if verb[0] == "apply":  # a file without objects; diff shows it has nothing to change
+        assert code == 1 and err.startswith("error: ") and str(fifo) in err, err
+    assert db_fingerprint(state) == before
+
+
+def test_a_pipe_with_its_writer_is_still_read(state: Path, tmp_path: Path) -> None:
+    read, write = os.pipe()
+    os.write(write, CELL.replace("name: api", "name: piped").encode())
+    os.close(write)
+    try:
+        code, out, err = _run(["--state-dir", str(state), "apply", "-f", f"/dev/fd/{read}"],
+                              tmp_path)
+    finally:
+        os.close(read)
+    assert code == 0 and "cell/piped created" in out, err

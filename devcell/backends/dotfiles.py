@@ -22,18 +22,20 @@ from __future__ import annotations
 
 import os
 import stat
-import tarfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from devcell import names, security
 from devcell.backends import interactive, supervisor
 from devcell.backends.base import Backend, CellRef, Outputs
 from devcell.backends.host import git_source, removal, temporaries
 from devcell.errors import BackendError, BackendRefused
+
+if TYPE_CHECKING:
+    import tarfile
 
 INSTALL_SECONDS = 600.0
 """How long an install script may run before it is stopped (a failure, said as such)."""
@@ -184,6 +186,8 @@ def _regular_file(root: Path, relative: str) -> bool:
 
 def _unpack(backend: interactive.Interactive, cell: CellRef, clone: Path) -> str:
     """The clone sent into the cell as a tar stream; where it went (the resolved target)."""
+    import tarfile  # only here: the controllers import this module on every reconcile
+
     read_fd, write_fd = os.pipe()
     failed: list[BaseException] = []
 

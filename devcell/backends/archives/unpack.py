@@ -7,7 +7,8 @@ and read only if it is a regular file; its checksum, names, kinds and sizes are 
 its tree is written, so a damaged, altered or wrong archive is ArchiveRefused with the reason,
 and the caller removes what was being made: no half-made workspace stays. Admission reads
 only the header (`header_problem`), so a file that is no archive is refused at apply with its
-line, at the cost of one small read.
+line, at the cost of one small read. The reader (and tarfile with it) is imported when an
+archive is read, not when a backend or admission imports this module: most commands read none.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 from devcell import names
-from devcell.backends.archives import read as archive_read
 from devcell.backends.host.workspace_seed import ArchiveSource
 from devcell.errors import ArchiveRefused, BackendRefused
 
@@ -56,6 +56,8 @@ def unpack(seed: ArchiveSource, into: Path) -> None:
                                  "checked (a part of its path is now a link); no workspace "
                                  "made")
         try:
+            from devcell.backends.archives import read as archive_read
+
             archive = archive_read.Archive(source)
             if not archive.header.has_tree:
                 raise ArchiveRefused(f"it holds no files (a {archive.header.backend} "
@@ -71,6 +73,8 @@ def header_problem(path: str) -> str | None:
     alone (cheap, at admission; the whole is checked when the workspace is made)."""
     try:
         with _regular(path) as source:
+            from devcell.backends.archives import read as archive_read
+
             header = archive_read.Archive(source).header
     except ArchiveRefused as exc:
         return str(exc).removeprefix(PREFIX)

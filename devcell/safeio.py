@@ -88,3 +88,12 @@ def read_some(fd: int, limit: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
+
+
+def open_given(path: str | os.PathLike[str]) -> int:
+    """Open a path a user gave on the command line for reading without waiting for a writer
+    (opening a FIFO nobody writes blocks for ever); reads then block as usual, and such a
+    FIFO reads as empty. A pipe with its writer (`-f <(cmd)`) reads as it comes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    os.set_blocking(fd, True)
+    return fd

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from devcell import safeio
 from devcell.api import transfer
 from devcell.errors import DevCellError, UsageError
 from devcell.names import printable
@@ -41,7 +42,7 @@ def run_snapshot_import(args: argparse.Namespace) -> int:
         done = transfer.import_(state_dir, sys.stdin.buffer, name=args.name, origin="-")
     else:
         try:
-            source = open(args.file, "rb")  # noqa: SIM115 (closed below)
+            source = open(safeio.open_given(args.file), "rb")  # noqa: SIM115 (closed below)
         except OSError as exc:
             raise DevCellError(f"cannot read {printable(args.file)}: {exc.strerror}") from None
         with source:

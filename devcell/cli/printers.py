@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
+from devcell import safeio
 from devcell.cli import jsonpath
 from devcell.errors import TemplateError, TemplateEvaluationError, UsageError
 
@@ -54,7 +54,7 @@ def parse_output(text: str) -> Output:
 
 def _read(path: str) -> str:
     try:
-        with Path(path).open("rb") as f:
+        with open(safeio.open_given(path), "rb") as f:  # a FIFO nobody writes: no wait
             data = f.read(MAX_TEMPLATE_FILE + 1)
     except OSError as exc:
         raise UsageError(f"cannot read template file {path!r}: {exc.strerror}") from None

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterable
 from typing import BinaryIO
 
+from devcell import safeio
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import SourceFile
 
@@ -87,15 +88,6 @@ def _open_regular(path: str) -> int:
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise _NotRegular(0, NOT_REGULAR)
-    os.set_blocking(fd, True)
-    return fd
-
-
-def _open_given(path: str) -> int:
-    """Open a path given on its own (`-f <(cmd)`, a pipe, a file) without waiting for a
-    writer: opening a FIFO nobody writes blocked for ever. Reads then block as usual, and a
-    FIFO without a writer reads as empty (a file that holds no object)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     os.set_blocking(fd, True)
     return fd
 
@@ -175,7 +167,8 @@ def _read_limited(stream_or_path: str | None, display: str, limit: int,
 
     if stream_or_path is None:
         return _stream(sys.stdin.buffer, sizes(), sys.stdin.buffer.read(CHUNK_BYTES))
-    opened = _open_regular(stream_or_path) if regular_only else _open_given(stream_or_path)
+    opened = (_open_regular(stream_or_path) if regular_only
+              else safeio.open_given(stream_or_path))
     with open(opened, "rb") as fh:
         # A file no larger than the limit cannot hold a larger document: read it at once,
         # asking for its size, not the limit (read(limit + 1) allocates 1 MiB and shrinks

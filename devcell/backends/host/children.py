@@ -13,10 +13,13 @@ calls prctl and getppid: no lock, import or allocation that another thread could
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import select
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -77,6 +80,46 @@ def run_bytes(argv: Sequence[str], *, cwd: Path | None = None, timeout: float | 
                           timeout=timeout, stdin=DEVNULL if stdin is None else stdin,
                           env={**os.environ, **env} if env else None,
                           preexec_fn=_die_with(os.getpid()), process_group=0)
+
+
+def run_bounded(argv: Sequence[str], *, env: Mapping[str, str], timeout: float,
+                keep: int = 64 * 1024) -> subprocess.CompletedProcess[bytes]:
+    """As `run_bytes`, for a child whose output another party chooses (git relays a
+    server's messages): it costs a constant whatever is written, the first `keep` bytes of
+    standard output and the last `keep` of standard error kept, the rest read and dropped.
+    Past `timeout` seconds the child's process group is killed and TimeoutExpired raised."""
+    deadline = time.monotonic() + timeout
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=DEVNULL, env={**os.environ, **env},
+                            preexec_fn=_die_with(os.getpid()), process_group=0)
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = bytearray(), bytearray()
+    open_fds = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    try:
+        while open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(list(argv), timeout)
+            for fd in select.select(list(open_fds), [], [], min(left, 1.0))[0]:
+                chunk = os.read(fd, 65536)
+                kept = open_fds[fd]
+                if not chunk:
+                    del open_fds[fd]
+                elif kept is out:
+                    out += chunk[:max(keep - len(out), 0)]
+                else:
+                    err += chunk
+                    del err[:-keep]
+        code = proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    finally:
+        proc.stdout.close()
+        proc.stderr.close()
+    return subprocess.CompletedProcess(list(argv), code, bytes(out), bytes(err))
 
 
 def stderr_reader(argv: Sequence[str], *, env: Mapping[str, str]) -> subprocess.Popen[bytes]:

@@ -271,7 +271,7 @@ def _git(argv: list[str], source: GitSource, *, capture: bool = False,
            "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")}
     try:
         if shown is None:
-            done = children.run_bytes(argv, env=env, timeout=CLONE_SECONDS)
+            done = children.run_bounded(argv, env=env, timeout=CLONE_SECONDS)
         else:
             done = git_progress.run(argv, env=env, timeout=CLONE_SECONDS, description=shown)
     except FileNotFoundError:

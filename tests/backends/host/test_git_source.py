@@ -5,6 +5,7 @@ left; never a hard link into the host's repository."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -260,3 +261,54 @@ def test_a_local_clone_records_the_repository_not_devcells_copy(
     assert _git("config", "remote.origin.url", cwd=tmp_path / "ws").strip() == str(bare)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"]
     assert not (tmp_path / "ws" / ".git" / "objects" / "info" / "alternates").exists()
+
+
+def _flooding_git_daemon(server: socket.socket, total: int) -> None:
+    """A git daemon on 127.0.0.1 that advertises a branch, then sends `total` bytes of
+    'remote:' messages (side band 2) instead of a pack: what git relays to its stderr."""
+    conn, _ = server.accept()
+    with conn:
+        def pkt(data: bytes) -> bytes:
+            return b"%04x" % (len(data) + 4) + data
+
+        conn.recv(65536)  # git-upload-pack /x.git
+        sha = b"1" * 40
+        conn.sendall(pkt(sha + b" HEAD\0side-band-64k multi_ack_detailed\n")
+                     + pkt(sha + b" refs/heads/main\n") + b"0000")
+        asked = b""
+        while b"done" not in asked:
+            got = conn.recv(65536)
+            if not got:
+                return
+            asked += got
+        conn.sendall(pkt(b"NAK\n"))
+        chunk = pkt(b"\x02" + b"A" * 65000 + b"\n") * 16
+        with contextlib.suppress(OSError):
+            for _ in range(total // len(chunk)):
+                conn.sendall(chunk)
+
+
+def test_a_server_flooding_gits_messages_costs_the_host_a_constant(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import tracemalloc
+
+    monkeypatch.setattr(git_source, "CLONE_SECONDS", 20.0)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        flood = threading.Thread(target=_flooding_git_daemon, args=(server, 256 * 2**20),
+                                 daemon=True)
+        flood.start()
+        tracemalloc.start()
+        try:
+            with pytest.raises(BackendError) as raised:
+                git_source.clone(GitSource(f"git://127.0.0.1:{port}/x.git", None, None),
+                                 tmp_path / "ws")
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        flood.join(timeout=30)
+    assert peak < 16 * 2**20, f"{peak / 2**20:.0f} MiB held for git's messages"
+    assert len(str(raised.value)) < 1000 and not (tmp_path / "ws").exists()

@@ -32,11 +32,14 @@ class GCReport:
     """Deletions asked for before and left undone (a killed `devcell delete`), finished now
     ("snapshot/NAME"); in a dry run, those that would be."""
     unfinished: dict[str, str] = field(default_factory=dict)
-    """Such deletions still not done -> why (waiting for approval, for a fork, ...)."""
+    """Such deletions still not done -> why (failed, waiting for a fork, ...)."""
+    awaiting: dict[str, str] = field(default_factory=dict)
+    """Deletions that wait for approval (not interrupted: the user is asked) -> how to give it."""
 
     @property
     def ok(self) -> bool:
-        return not self.unavailable and all(c.error is None for c in self.collected)
+        return not self.unavailable and all(
+            c.error is None and not c.failed for c in self.collected)
 
 
 def collect(state_dir: Path, *, approve: bool = False, dry_run: bool = False) -> GCReport:
@@ -52,9 +55,10 @@ def collect(state_dir: Path, *, approve: bool = False, dry_run: bool = False) ->
     recovered: list[str] = []
     finished: list[str] = []
     unfinished: dict[str, str] = {}
+    awaiting: dict[str, str] = {}
     try:
         if lease.current_holder(state_dir) is None:  # else the daemon finishes them
-            finished, unfinished = _finish_deletions(ctx, dry_run=dry_run)
+            finished, unfinished, awaiting = _finish_deletions(ctx, dry_run=dry_run)
         with converge.reconcile_lock(ctx), storage_lock.collecting(state_dir):
             if not dry_run and lease.current_holder(state_dir) is None:
                 recovered = sorted({op for op, _, _ in recovery.recover_interrupted(db)})
@@ -68,24 +72,43 @@ def collect(state_dir: Path, *, approve: bool = False, dry_run: bool = False) ->
         ctx.close()
         db.close()
     return GCReport(tuple(collected), unavailable, tuple(recovered), tuple(finished),
-                    unfinished)
+                    unfinished, awaiting)
 
 
-def _finish_deletions(ctx: Context, *, dry_run: bool) -> tuple[list[str], dict[str, str]]:
+def _finish_deletions(ctx: Context, *, dry_run: bool
+                      ) -> tuple[list[str], dict[str, str], dict[str, str]]:
     """Carry out the deletions a dead process asked for and never finished (the object
     stays Deleting, its bytes on disk, with no operation), as `devcell delete` again would:
-    what a collection must reclaim first, since only then is nothing referencing it."""
+    what a collection must reclaim first, since only then is nothing referencing it. One
+    that waits for approval is named as such, never taken for interrupted.
+    (finished, still not done -> why, awaiting approval -> how to approve)"""
     from devcell.reconciler import converge
 
     pending = objects.deleting(ctx.db.conn)
     shown = {key: f"{key[0].lower()}/{name}" for key, name in pending}
-    if dry_run or not pending:
-        return list(shown.values()), {}
-    report = converge.converge(ctx, [key for key, _ in pending])
+    awaiting = {shown[key]: why for key, _ in pending
+                if (why := _awaiting_approval(ctx, key[1])) is not None}
+    left = {key: what for key, what in shown.items() if what not in awaiting}
+    if dry_run or not left:  # one waiting for approval is the user's to approve, not gc's
+        return list(left.values()), {}, awaiting
+    report = converge.converge(ctx, list(left))
     finished, unfinished = [], {}
-    for key, what in shown.items():
+    for key, what in left.items():
         if objects.get(ctx.db.conn, key[0], key[1]) is None:
             finished.append(what)
         else:
             unfinished[what] = report.failed.get(key) or report.waiting.get(key) or "not done"
-    return finished, unfinished
+    return finished, unfinished, awaiting
+
+
+def _awaiting_approval(ctx: Context, object_id: str) -> str | None:
+    """Why the deletion of `object_id` waits (for approval: a suspended operation), or None
+    when it was left undone by a process that died."""
+    from devcell.controllers.plan import resume_command
+    from devcell.store import operations
+
+    op = operations.suspended_for(ctx.db.conn, object_id)
+    if op is None or op["reason"] != "AwaitingApproval":
+        return None
+    return (f"its deletion waits for approval (operation {op['id']}: {op['message']}); "
+            f"approve it with `{resume_command(op['id'], op['object_name'])}`")

@@ -25,6 +25,8 @@ def run_gc(args: argparse.Namespace) -> int:
                   "its interrupted deletion\n")
     for what, why in report.unfinished.items():
         out.write(f"{printable(what)}: its deletion is still not done: {printable(why)}\n")
+    for what, why in report.awaiting.items():
+        out.write(f"{printable(what)}: {printable(why)}\n")
     for done in report.collected:
         for judged in done.planned:
             item = judged.item
@@ -39,6 +41,9 @@ def run_gc(args: argparse.Namespace) -> int:
             if judged.verdict is Verdict.NEEDS_APPROVAL and not args.approve:
                 out.write(f"{judged.item.kind}/{printable(judged.item.id)} kept: "
                           f"{printable(judged.why)}; `devcell gc --approve` removes it\n")
+        for item_id, why in done.failed.items():
+            kind = next((j.item.kind for j in done.planned if j.item.id == item_id), "resource")
+            err.write(f"error: {kind}/{printable(item_id)}: not removed: {printable(why)}\n")
         if done.error is not None:
             err.write(f"error: {done.backend}: operation {done.op_id}: "
                       f"{printable(done.error)}\n")

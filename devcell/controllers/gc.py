@@ -110,6 +110,9 @@ class GCWork:
     """Resource id -> bytes freed by its removal."""
     skipped: dict[str, str] = field(default_factory=dict)
     """Resource id -> why it was kept after all (referenced when its step came)."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Resource id -> why its removal failed (never counted as freed); the next removals
+    still run."""
 
 
 def _work(plan: Plan) -> GCWork:
@@ -135,7 +138,10 @@ class GCController:
             return {"id": item.id, "kept": again.why}
         backend = ctx.backend(plan.backend)
         freed = backend.exclusive_bytes(kind, item.id) if isinstance(backend, Measuring) else 0
-        _remove(backend, item)
+        try:
+            _remove(backend, item)
+        except BackendError as exc:  # said, not counted; the other removals go on
+            return {"id": item.id, "notRemoved": str(exc)}
         return {"id": item.id, "freedBytes": freed}
 
     def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs
@@ -146,6 +152,8 @@ class GCController:
         work = _work(plan)
         if outputs.get("kept"):
             work.skipped[str(outputs["id"])] = str(outputs["kept"])
+        elif outputs.get("notRemoved"):
+            work.failed[str(outputs["id"])] = str(outputs["notRemoved"])
         elif "freedBytes" in outputs:
             work.freed[str(outputs["id"])] = int(outputs["freedBytes"] or 0)
 
@@ -156,12 +164,13 @@ class GCController:
                reason: str = "StepFailed") -> None:
         work = _work(plan)
         message = (f"removed {len(work.freed)} of {len(plan.steps)} planned, "
-                   f"{sum(work.freed.values())} bytes freed")
+                   f"{sum(work.freed.values())} bytes freed"
+                   + (f"; {len(work.failed)} could not be removed" if work.failed else ""))
         if error is not None:
             message += f"; {error}"
         events.record(conn, kind=KIND, object_id=plan.object.id, name=plan.object.name,
                       reason="Collected" if error is None else "CollectFailed", message=message,
-                      type="Normal" if error is None else "Warning")
+                      type="Normal" if error is None and not work.failed else "Warning")
 
 
 def _remove(backend: Backend, item: Owned) -> Outputs:

@@ -31,6 +31,8 @@ class Collected:
     """Resource id -> bytes freed (for a dry run: what removing it would free)."""
     kept: dict[str, str] = field(default_factory=dict)
     """Resource id -> why a planned removal was kept after all (referenced by then)."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Resource id -> why its removal failed: not removed, not counted as freed."""
     error: str | None = None
 
 
@@ -58,5 +60,5 @@ def collect(ctx: Context, backend_name: str, *, approve: bool = False,
                 [gc.step_for(j) for j in out.planned], backend_name, work)
     result = executor.execute(ctx, gc.GCController(), plan)
     out.op_id, out.error = result.op_id, result.error
-    out.freed, out.kept = dict(work.freed), dict(work.skipped)
+    out.freed, out.kept, out.failed = dict(work.freed), dict(work.skipped), dict(work.failed)
     return out

@@ -472,8 +472,8 @@ class WorkspaceStore:
     def delete_volume(self, volume_id: str) -> None:
         overlay.unmount(self.layout.workspace(volume_id))
         failpoints.hit("storage.volume.unmounted")
-        treecopy.remove_tree(self.layout.volume(volume_id),
-                             temporaries.trash(self.layout.volumes))
+        treecopy.remove_tree_fully(self.layout.volume(volume_id),
+                                   temporaries.trash(self.layout.volumes))
 
     def all_volumes(self) -> list[tuple[str, str]]:
         """(volume id, owning cell id) of every complete volume, from the marker files."""
@@ -962,7 +962,7 @@ class WorkspaceStore:
             if doomed:
                 fsync_dir(parent)
         for trash in doomed:  # outside the lock: removing a big tree takes a while
-            treecopy.remove_tree(trash, temporaries.trash(parent))
+            treecopy.remove_tree_fully(trash, temporaries.trash(parent))
 
     def changed_since(self, volume_id: str, checkpoint_id: str | None) -> bool:
         """Whether the workspace holds changes the checkpoint does not (size/mtime/mode check).

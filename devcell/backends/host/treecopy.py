@@ -689,17 +689,39 @@ def remove_tree(path: Path, trash: Path) -> None:
 
     Deleted by `rm -rf --one-file-system`, which walks by descriptors: a tree a cell made
     deeper than PATH_MAX or Python's recursion limit goes too, and no link is followed.
+    What could not be removed is logged: for clean-up beside another error. A deletion the
+    user asked for (a volume, a checkpoint) uses remove_tree_fully, which says so.
     """
+    left = _remove_renamed(path, trash)
+    if left:
+        logger.warning("could not remove all of {}: {}", trash, left)
+
+
+def remove_tree_fully(path: Path, trash: Path) -> None:
+    """`remove_tree`, raising BackendError when something stayed (files the user running
+    DevCell may not remove, such as root's in a workspace), naming what and why: a delete
+    or a collection then never reports as removed, nor counts as freed, what is still there."""
+    left = _remove_renamed(path, trash)
+    if left:
+        raise BackendError(f"could not remove all of {path}: {left} (what is left is in "
+                           f"{trash}: remove it as the files' owner)")
+
+
+def _remove_renamed(path: Path, trash: Path) -> str:
+    """What `rm` said of what it could not remove (empty when all went)."""
     if not path.exists() and not path.is_symlink():
-        return
+        return ""
     os.rename(path, trash)
     if os.path.islink(trash):
         os.unlink(trash)  # the link itself; what it names is not this tree
-        return
+        return ""
     detach_mounts_under(trash)
     done = children.run(["rm", "-rf", "--one-file-system", "--", str(trash)])
-    if done.returncode != 0:
-        logger.warning("could not remove all of {}: {}", trash, done.stderr.strip()[:300])
+    if done.returncode == 0 and not os.path.lexists(trash):
+        return ""
+    lines = done.stderr.strip().splitlines()
+    shown = "; ".join(lines[:3]) + (f"; and {len(lines) - 3} more" if len(lines) > 3 else "")
+    return shown[:600] or "rm failed"
 
 
 def _mountinfo_path(field: str) -> str:

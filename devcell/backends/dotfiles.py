@@ -60,8 +60,9 @@ esac
 m="$2"
 shift 2
 case "$t/" in */../*|*/./*) echo "$t is not a normalised path" >&2; exit 5 ;; esac
+r=$(cd -P -- "$(dirname -- "$t")" 2>/dev/null && pwd -P) && r="$r/$(basename -- "$t")" || r="$t"
 for p in "$@"; do
-  case "$t/" in "$p/"*)
+  case "$t/ $r/" in "$p/"*|*" $p/"*)
     echo "$t lies in $p, a host folder the cell writes (the developer's files):" \
          "give spec.dotfiles.targetPath outside it" >&2; exit 5 ;;
   esac

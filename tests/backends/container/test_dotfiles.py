@@ -143,5 +143,14 @@ def test_dotfiles_never_go_into_the_developers_live_folder(
     done = cli("apply", "-f", str(manifest("")))  # ~/dotfiles, and the home is /workspace
     assert done.returncode != 0 and "a host folder the cell writes" in done.stderr, done
     assert "Traceback" not in done.stderr
+    # a home that leads there through a link (the exec's cwd is the workspace)
+    linked = cli("apply", "-f", str(_home(manifest(""), "/proc/self/cwd")))
+    assert linked.returncode != 0 and "a host folder the cell writes" in linked.stderr, linked
     assert sorted(p.name for p in (root / "app").iterdir()) == ["main.py"]
     assert cli("exec", "live", "--", "true").returncode == 0  # the cell itself runs
+
+
+def _home(manifest: Path, home: str) -> Path:
+    """`manifest` with the cell's HOME set to `home`."""
+    manifest.write_text(manifest.read_text().replace("value: /workspace", f"value: {home}"))
+    return manifest

@@ -6,9 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from devcell import ids
 from devcell.cli import arguments
 from devcell.errors import NotFound, UsageError
-from devcell.names import printable
+from devcell.names import name_problem, printable
 from devcell.store import db as dbmod
 from devcell.store import guard
 
@@ -49,6 +50,11 @@ def run_wait(args: argparse.Namespace) -> int:
 
         raise UsageError(NAMES_AND_SELECTOR)
     names = list(dict.fromkeys(args.names))
+    for name in names:  # waiting for it would only run out the --timeout
+        problem = None if ids.looks_like_id(name) else name_problem(name)
+        if problem:
+            raise UsageError(f"{args.kind.lower()} name {printable(name)!r} can never be "
+                             f"recorded: {problem}")
     if args.selector:
         from devcell.manifests import selectors
         from devcell.store import views

@@ -105,3 +105,14 @@ def test_other_files_given_never_wait_for_a_fifos_writer(state: Path, tmp_path: 
     assert code in (0, 1, 2) and "Traceback" not in err, (code, err)  # it was a hang
     assert code == 0 or err.splitlines()[-1].startswith("error: "), (code, err)
     assert db_fingerprint(state) == before
+
+
+@pytest.mark.parametrize("name", ["Not_A_Name", "/tmp/x", "--for", "", "a\0b"])
+def test_wait_refuses_at_once_a_name_that_can_never_be_recorded(state: Path, tmp_path: Path,
+                                                                 name: str) -> None:
+    """`wait cells Not_A_Name` (or `wait -- cells x --for ...`, whose words after -- are
+    names) waited its whole --timeout for an object no manifest can ever create."""
+    code, _, err = _run(["--state-dir", str(state), "wait", "--timeout", "60s", "--", "cells",
+                         name], tmp_path)
+    assert code == 2 and err.splitlines()[-1].startswith("error: "), (code, err)
+    assert "never" in err and "Traceback" not in err

@@ -82,12 +82,18 @@ def run_bytes(argv: Sequence[str], *, cwd: Path | None = None, timeout: float | 
                           preexec_fn=_die_with(os.getpid()), process_group=0)
 
 
+class Stopped(Exception):
+    """A child stopped because its watch said so (the reason is the message)."""
+
+
 def run_bounded(argv: Sequence[str], *, env: Mapping[str, str], timeout: float,
-                keep: int = 64 * 1024) -> subprocess.CompletedProcess[bytes]:
+                keep: int = 64 * 1024, watch: Callable[[], str | None] | None = None
+                ) -> subprocess.CompletedProcess[bytes]:
     """As `run_bytes`, for a child whose output another party chooses (git relays a
     server's messages): it costs a constant whatever is written, the first `keep` bytes of
     standard output and the last `keep` of standard error kept, the rest read and dropped.
-    Past `timeout` seconds the child's process group is killed and TimeoutExpired raised."""
+    Past `timeout` seconds the child's process group is killed and TimeoutExpired raised;
+    `watch`, asked about every second, stops it the same way (Stopped) with its reason."""
     deadline = time.monotonic() + timeout
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=DEVNULL, env={**os.environ, **env},
@@ -100,6 +106,9 @@ def run_bounded(argv: Sequence[str], *, env: Mapping[str, str], timeout: float,
             left = deadline - time.monotonic()
             if left <= 0:
                 raise subprocess.TimeoutExpired(list(argv), timeout)
+            why = watch() if watch is not None else None
+            if why is not None:
+                raise Stopped(why)
             for fd in select.select(list(open_fds), [], [], min(left, 1.0))[0]:
                 chunk = os.read(fd, 65536)
                 kept = open_fds[fd]

@@ -15,7 +15,7 @@ import os
 import re
 import select
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from devcell import progress
 from devcell.backends.host import children
@@ -26,10 +26,12 @@ _PHASE = re.compile(rb"^(?:remote: )?([A-Za-z][A-Za-z ]{0,40}):\s+(\d{1,3})%")
 
 
 def run(argv: Sequence[str], *, env: Mapping[str, str], timeout: float,
-        description: str) -> children.CompletedProcess[bytes]:
+        description: str, watch: Callable[[], str | None] | None = None
+        ) -> children.CompletedProcess[bytes]:
     """Run git (`argv` holding --progress) with its progress shown under `description`;
     as children.run_bytes returns (stdout empty, stderr its last TAIL bytes). Past
-    `timeout` seconds git is killed and TimeoutExpired raised."""
+    `timeout` seconds git is killed and TimeoutExpired raised; `watch` (asked about every
+    second) stops it the same way, children.Stopped with its reason."""
     deadline = time.monotonic() + timeout
     tail = bytearray()
     line = bytearray()
@@ -42,6 +44,9 @@ def run(argv: Sequence[str], *, env: Mapping[str, str], timeout: float,
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise children.TimeoutExpired(list(argv), timeout)
+                why = watch() if watch is not None else None
+                if why is not None:
+                    raise children.Stopped(why)
                 if not select.select([fd], [], [], min(left, 1.0))[0]:
                     continue
                 chunk = os.read(fd, 65536)

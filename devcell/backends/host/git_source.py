@@ -130,16 +130,17 @@ def _clone(source: GitSource, into: Path, *, url: str | None = None) -> None:
     named = [*(["--branch", source.ref, "--single-branch"] if source.ref else []),
              *(["--depth", str(source.depth)] if source.depth else [])]
     try:
-        _git([*argv, *named, "--", url or source.url, str(into)], source, shown=shown)
+        _git([*argv, *named, "--", url or source.url, str(into)], source, shown=shown,
+             room=into.parent)
         return
     except NoSuchRef:
         if source.ref is None or _SHA.fullmatch(source.ref) is None:
             raise
-    _git([*argv, "--", url or source.url, str(into)], source, shown=shown)
+    _git([*argv, "--", url or source.url, str(into)], source, shown=shown, room=into.parent)
     found = _git(["git", "-C", str(into), "rev-parse", "--verify", "--quiet",
                   f"{source.ref}^{{commit}}"], source, capture=True).strip()
     _git(["git", "-C", str(into), "-c", "advice.detachedHead=false", "checkout", "--quiet",
-          "--detach", found, "--"], source)
+          "--detach", found, "--"], source, room=into)
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -264,19 +265,44 @@ class NoSuchRef(BackendRefused):
     """The ref names no branch, tag or commit of the repository."""
 
 
+DISK_RESERVE = 256 * 2**20
+"""Free bytes a clone leaves on the file system it writes (as an import does): a server
+sending an endless pack stops there, not at a full disk."""
+
+
+def _disk_watch(where: Path) -> Callable[[], str | None]:
+    """Why git writing on `where`'s file system must stop (None: it may go on)."""
+
+    def watch() -> str | None:
+        try:
+            found = os.statvfs(where)
+        except OSError:
+            return None
+        if found.f_bavail * found.f_frsize >= DISK_RESERVE:
+            return None
+        return (f"it was stopped with less than {DISK_RESERVE // 2**20} MiB left free on the "
+                "state directory's disk (the repository is bigger than the room left, or the "
+                "server sends no end)")
+    return watch
+
+
 def _git(argv: list[str], source: GitSource, *, capture: bool = False,
-         shown: str | None = None) -> str:
+         shown: str | None = None, room: Path | None = None) -> str:
     env = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "/bin/false",
            "SSH_ASKPASS": "/bin/false", "LC_ALL": "C", "GIT_ALLOW_PROTOCOL": ALLOWED_PROTOCOLS,
            "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")}
     try:
+        watch = _disk_watch(room) if room is not None else None
         if shown is None:
-            done = children.run_bounded(argv, env=env, timeout=CLONE_SECONDS)
+            done = children.run_bounded(argv, env=env, timeout=CLONE_SECONDS, watch=watch)
         else:
-            done = git_progress.run(argv, env=env, timeout=CLONE_SECONDS, description=shown)
+            done = git_progress.run(argv, env=env, timeout=CLONE_SECONDS, description=shown,
+                                    watch=watch)
     except FileNotFoundError:
         raise BackendError("git is not installed on this host; install it "
                            "(apt-get install -y git)") from None
+    except children.Stopped as exc:
+        raise BackendError(f"cloning {source.shown}: {exc}") from None
     except children.TimeoutExpired:
         raise BackendError(f"cloning {source.shown} took over {CLONE_SECONDS:.0f} s; it was "
                            "stopped") from None

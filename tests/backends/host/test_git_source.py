@@ -312,3 +312,14 @@ def test_a_server_flooding_gits_messages_costs_the_host_a_constant(
         flood.join(timeout=30)
     assert peak < 16 * 2**20, f"{peak / 2**20:.0f} MiB held for git's messages"
     assert len(str(raised.value)) < 1000 and not (tmp_path / "ws").exists()
+
+
+def test_a_clone_stops_before_it_fills_the_disk(
+        server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repository bigger than the room left (or a server sending a pack with no end) is
+    stopped with the disk's reserve still free, and nothing of it is left."""
+    found = os.statvfs(tmp_path)
+    monkeypatch.setattr(git_source, "DISK_RESERVE", found.f_bavail * found.f_frsize + 2**30)
+    with pytest.raises(BackendError, match="less than .* MiB left free"):
+        git_source.clone(GitSource(server, None, None), tmp_path / "ws")
+    assert list(tmp_path.iterdir()) == []

@@ -240,6 +240,11 @@ def _copy_file(src: int, name: str, dest: Path,
         size = st.st_size
         if not stat.S_ISREG(st.st_mode):
             raise refused(f"{names.printable(name)} changed while it was copied")
+        room = os.statvfs(dest.parent)
+        if size > room.f_bavail * room.f_frsize - DISK_RESERVE:  # a sparse file's claim too
+            raise refused(f"{names.printable(name)} of its git directory ({size} bytes) "
+                          f"would leave less than {DISK_RESERVE // 2**20} MiB free on the "
+                          "state directory's disk")
         fd_out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                          | os.O_CLOEXEC, 0o600)
         try:

@@ -323,3 +323,19 @@ def test_a_clone_stops_before_it_fills_the_disk(
     with pytest.raises(BackendError, match="less than .* MiB left free"):
         git_source.clone(GitSource(server, None, None), tmp_path / "ws")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sparse_file_planted_in_a_local_repository_is_refused_not_copied(
+        bare: Path, tmp_path: Path) -> None:
+    """A cell writing the folder plants a file claiming more than the disk holds: copying
+    it (sendfile writes the holes) would fill the state directory's disk."""
+    repo = tmp_path / "repo.git"
+    shutil.copytree(bare, repo)
+    found = os.statvfs(tmp_path)
+    with open(repo / "objects" / "huge", "wb") as planted:
+        planted.truncate(found.f_blocks * found.f_frsize + 2**30)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(BackendRefused, match="huge of its git directory"):
+        git_source.clone(GitSource(str(repo), None, None), out / "ws")
+    assert list(out.iterdir()) == []

@@ -77,6 +77,19 @@ def run_wait(args: argparse.Namespace) -> int:
     return 0
 
 
+def _close_name(state_dir: Path, kind: str, name: str) -> str:
+    """'; did you mean "NAME"?' for a recorded name close to `name`, or ''."""
+    from devcell.store import objects
+
+    if not guard.database_exists(state_dir):
+        return ""
+    db = dbmod.Database(state_dir, create=False)
+    try:
+        return objects.suggestion(db.conn, kind, name)
+    finally:
+        db.close()
+
+
 def _wait_one(args: argparse.Namespace, name: str, timeout: float) -> int:
     """kubectl wait: --for=condition=TYPE[=STATUS] (the default, condition=Ready), --for=delete,
     --for=create. An object not recorded yet is waited for within the same timeout (except for
@@ -100,7 +113,7 @@ def _wait_one(args: argparse.Namespace, name: str, timeout: float) -> int:
     found = waiting.wait_for_object(state_dir, args.kind, name, timeout=timeout)
     if found is None:
         raise NotFound(f'{args.kind.lower()} "{name}" not found (waited {args.timeout:g}s '
-                       "for it to be created)")
+                       f"for it to be created){_close_name(state_dir, args.kind, name)}")
     db, record = found
     if condition == "create":
         sys.stdout.write(printable(f"{args.kind.lower()}/{record.name} created") + "\n")

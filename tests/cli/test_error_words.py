@@ -13,7 +13,7 @@ from devcell.errors import ManifestError, NotFound
 from devcell.manifests import quantities
 from devcell.store import objects
 from devcell.store.db import open_database
-from tests.conftest import Cli
+from tests.cli import inprocess
 
 CELL = "apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: %s}\nspec: %s\n"
 
@@ -51,12 +51,14 @@ def test_a_close_name_is_suggested(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("argv", [["get", "cells", "apiservr"], ["describe", "cell", "apiservr"],
                                   ["cell", "start", "apiservr"], ["logs", "apiservr"],
-                                  ["snapshot", "create", "apiservr", "--name", "s"]])
-def test_every_command_suggests_the_close_name(cli: Cli, tmp_path: Path,
-                                                argv: list[str]) -> None:
+                                  ["snapshot", "create", "apiservr", "--name", "s"],
+                                  ["wait", "cell", "apiservr", "--timeout", "1s"],
+                                  ["delete", "cell", "apiservr"]])
+def test_every_command_suggests_the_close_name(tmp_path: Path, argv: list[str]) -> None:
     manifest = tmp_path / "cell.yaml"
     manifest.write_text(CELL % ("apiserver", "{backend: fake}"))
-    assert cli("apply", "-f", str(manifest)).returncode == 0
-    done = cli(*argv)
-    assert done.returncode == 1, done.stderr
-    assert done.stderr.strip().splitlines()[-1].endswith('did you mean "apiserver"?'), done.stderr
+    state = ["--state-dir", str(tmp_path / "state")]
+    assert inprocess.run([*state, "apply", "-f", str(manifest)], tmp_path)[0] == 0
+    code, _, err = inprocess.run([*state, *argv], tmp_path)
+    assert code == 1, err
+    assert err.strip().splitlines()[-1].endswith('did you mean "apiserver"?'), err

@@ -40,6 +40,12 @@ def check(state_dir: Path) -> None:
     try:
         found = state_dir.stat()  # a link to a directory is that directory
     except (FileNotFoundError, NotADirectoryError):  # not made yet, or a file on the way
+        if os.path.islink(state_dir):  # a dangling link: making it would fail (EEXIST)
+            raise StateUnusable(
+                f"the state directory {state_dir} is a symbolic link to "
+                f"{os.readlink(state_dir)}, which does not exist: make that directory, "
+                f"remove the link, or {_FIX} a directory", cause=StorageError.UNSAFE_PATH,
+                path=str(state_dir)) from None
         _check_missing(state_dir)
         return
     except OSError as exc:  # EACCES: a directory above it not searchable

@@ -57,7 +57,7 @@ def test_every_command_of_the_table_is_tried() -> None:
     assert stateful == set(EVERY_COMMAND)
 
 
-@pytest.fixture(params=["regular file", "FIFO", "under a file", "another user's"])
+@pytest.fixture(params=["regular file", "FIFO", "under a file", "dangling link", "another user's"])
 def bad_state(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """(state directory, what the error says of it)."""
     path = tmp_path / "state"
@@ -67,6 +67,10 @@ def bad_state(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[
     elif request.param == "FIFO":
         os.mkfifo(path)
         yield path, f"the state directory {path} is a FIFO, not a directory"
+    elif request.param == "dangling link":
+        path.symlink_to(tmp_path / "gone")
+        yield path, (f"the state directory {path} is a symbolic link to {tmp_path / 'gone'}, "
+                     "which does not exist")
     elif request.param == "under a file":
         path.write_text("")
         yield path / "sub", (f"the state directory {path / 'sub'} cannot be made: {path} is a "

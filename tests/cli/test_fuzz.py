@@ -232,10 +232,10 @@ def _tree(state: Path) -> object:
     files = []
     for root, dirs, names in os.walk(state):
         for name in sorted(dirs + names):
-            path = Path(root, name)
-            info = path.lstat()
             if name.endswith(("-wal", "-shm", "-journal")) or name == "lease":
                 continue  # SQLite's own journal files come and go with every reader
+            path = Path(root, name)
+            info = path.lstat()
             files.append((str(path.relative_to(state)), stat.S_IFMT(info.st_mode),
                           info.st_size if stat.S_ISREG(info.st_mode) and
                           name != "state.db" else 0))

@@ -39,7 +39,7 @@ def target(output: str, cwd: Path) -> Path:
                             "first")
     if not stat.S_ISDIR(parent):
         raise OutputRefused(f"-o {shown}: {str(path.parent)!r} is not a directory")
-    return path
+    return Path(output)  # as given: relative to the working directory, and said so
 
 
 def _mode(path: Path) -> int | None:

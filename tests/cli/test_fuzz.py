@@ -299,12 +299,11 @@ def test_any_command_line_on_a_good_state_directory(tmp_path: Path, base: Path,
 
 ITEM_3 = pytest.mark.xfail(strict=False, reason=(
     "issue 31 item 3, the state-directory check for every command (another engineer's part): "
-    "a refused command on a missing or empty state directory creates state.db there, and a "
-    "state directory that is a dangling link ends in a FileExistsError traceback"))
+    "a refused command on a missing or empty state directory creates state.db there"))
 
 
 @pytest.mark.parametrize("state_kind", [
-    pytest.param(kind, marks=ITEM_3) if kind in ("missing", "empty", "dangling") else kind
+    pytest.param(kind, marks=ITEM_3) if kind in ("missing", "empty") else kind
     for kind in STATE_KINDS[1:]])
 @settings(max_examples=120, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from devcell import backends
 from devcell.backends.base import Backend, CellRef
-from devcell.backends.interactive import Interactive, interactive
+from devcell.backends.interactive import Interactive, interactive, no_exec
 from devcell.store import objects, volumes
 from devcell.store.db import open_database
 
@@ -47,6 +47,8 @@ def attach(state_dir: str | Path | None, cell_name: str) -> Attached:
     db = open_database(state_dir)
     try:
         cell = objects.require(db.conn, "Cell", cell_name)
+        if not backends.capabilities(cell.extra["backend"]).exec:
+            raise no_exec(cell.extra["backend"])  # before observing: a refusal records nothing
         volume = volumes.for_cell(db.conn, cell.id)
         drifted = observe.observe_and_record(db, [cell.id]).drifted.get(cell.id)
     finally:

@@ -116,12 +116,18 @@ def file_access(backend: Backend, backend_name: str) -> FileAccess:
 def forwarding(backend: Backend, backend_name: str) -> Forwarding:
     if not isinstance(backend, Forwarding):
         raise CapabilityMissing(f"backend {backend_name} cannot forward ports into a cell; "
-                                "use a cell on the container backend")
+                                "use a cell on the container or vm backend")
     return backend
 
 
 def interactive(backend: Backend, backend_name: str) -> Interactive:
     if not backend.capabilities.exec or not isinstance(backend, Interactive):
-        raise CapabilityMissing(f"backend {backend_name} cannot run commands or keep service "
-                                "logs (capability exec); use a cell on the container backend")
+        raise no_exec(backend_name)
     return backend
+
+
+def no_exec(backend_name: str) -> CapabilityMissing:
+    """The refusal of a command that needs a cell's runtime, on a backend without one."""
+    return CapabilityMissing(f"backend {backend_name} cannot run commands or keep service "
+                             "logs (capability exec); use a cell on the container or vm "
+                             "backend")

@@ -116,3 +116,15 @@ def test_wait_refuses_at_once_a_name_that_can_never_be_recorded(state: Path, tmp
                          name], tmp_path)
     assert code == 2 and err.splitlines()[-1].startswith("error: "), (code, err)
     assert "never" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("verb", [["logs", "api"], ["exec", "api", "--", "true"],
+                                  ["port-forward", "api", "8000"]])
+def test_a_verb_that_needs_a_runtime_refuses_a_fake_cell_before_observing_it(
+        state: Path, tmp_path: Path, verb: list[str]) -> None:
+    """`logs api` on a fake cell was refused only after the cell was observed and the
+    observation recorded (observed.json rewritten): a refused command changed the state."""
+    before = {p.name: p.read_bytes() for p in state.iterdir() if p.is_file()}
+    code, _, err = _run(["--state-dir", str(state), *verb], tmp_path)
+    assert code == 1 and "capability exec" in err and len(err.splitlines()) == 1, err
+    assert {p.name: p.read_bytes() for p in state.iterdir() if p.is_file()} == before

@@ -18,7 +18,7 @@ from devcell.errors import BackendUnavailable
 from devcell.reconciler import gc as engine
 from devcell.reconciler import lease
 from devcell.store import db as dbmod
-from devcell.store import objects, storage_lock
+from devcell.store import guard, objects, storage_lock
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ def collect(state_dir: Path, *, approve: bool = False, dry_run: bool = False) ->
     from devcell.controllers.context import Context
     from devcell.reconciler import converge, recovery
 
+    if not guard.database_exists(state_dir):  # nothing was ever recorded: nothing to judge
+        return GCReport()
     db = dbmod.open_database(state_dir)
     ctx = Context(db, trigger="gc", approve=approve)
     collected = []

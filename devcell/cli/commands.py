@@ -35,6 +35,9 @@ class Command(NamedTuple):
     arguments: Arguments
     state: bool = True
     """Whether it uses the state directory (checked once before it runs: cli/main.py)."""
+    recorded: bool = False
+    """Whether it acts only on objects already recorded: with no state database it is refused
+    before anything is made (a refused command leaves a new state directory as it was)."""
 
 
 def _none(p: argparse.ArgumentParser) -> None:
@@ -356,32 +359,32 @@ TABLE = (
             "record manifests as desired state and converge", _apply),
     Command(("get",), "cmd_get:run_get", "list objects", _get),
     Command(("describe",), "cmd_get:run_describe", "show an object in detail", _describe),
-    Command(("delete",), "cmd_apply:run_delete", "delete objects", _delete),
+    Command(("delete",), "cmd_apply:run_delete", "delete objects", _delete, recorded=True),
     Command(("diff",), "cmd_apply:run_diff", "show what apply would change", _diff),
     Command(("snapshot", "create"), "cmd_cells:run_snapshot_create", "checkpoint a cell",
-            _snapshot_create),
+            _snapshot_create, recorded=True),
     Command(("snapshot", "export"), "cmd_transfer:run_snapshot_export",
-            "write a snapshot as a self-describing archive", _snapshot_export),
+            "write a snapshot as a self-describing archive", _snapshot_export, recorded=True),
     Command(("snapshot", "import"), "cmd_transfer:run_snapshot_import",
             "bring in a snapshot archive as a Ready snapshot", _snapshot_import),
     Command(("snapshot", "restore"), "cmd_restore:run_snapshot_restore",
-            "roll a cell's workspace back to a snapshot, in place", _snapshot_restore),
+            "roll a cell's workspace back to a snapshot, in place", _snapshot_restore, recorded=True),
     Command(("snapshot", "list"), "cmd_cells:run_snapshot_list", "a cell's snapshots",
-            _snapshot_list),
+            _snapshot_list, recorded=True),
     Command(("cell", "fork"), "cmd_cells:run_cell_fork", "new cell from a snapshot of a cell",
-            _cell_fork),
+            _cell_fork, recorded=True),
     Command(("cell", "sleep"), "cmd_cells:run_cell_sleep",
-            "checkpoint the workspace, then stop", _one_cell),
+            "checkpoint the workspace, then stop", _one_cell, recorded=True),
     Command(("cell", "start"), "cmd_cells:run_cell_start", "start a stopped or sleeping cell",
-            _one_cell),
+            _one_cell, recorded=True),
     Command(("wait",), "cmd_controller:run_wait", "wait for a condition on an object", _wait),
     Command(("controller", "run"), "cmd_controller:run_daemon",
             "keep a directory of manifests converged (also installed as celld)",
             daemon_arguments),
     Command(("op", "resume"), "cmd_op:run_op_resume",
-            "approve and continue a suspended operation", _op_resume),
+            "approve and continue a suspended operation", _op_resume, recorded=True),
     Command(("op", "cancel"), "cmd_op:run_op_cancel", "cancel a suspended operation",
-            _op_cancel),
+            _op_cancel, recorded=True),
     Command(("schema",), "cmd_text:run_schema",
             "print a kind's JSON Schema (cell, snapshot, or config)", _schema, state=False),
     Command(("image", "build-base"), "cmd_image:run_build_base",
@@ -397,19 +400,19 @@ TABLE = (
     Command(("df",), "cmd_df:run_df",
             "disk used by workspaces, checkpoints, fork layers, logs, runtimes (-v: each one)",
             _df),
-    Command(("exec",), "cmd_exec:run_exec", "run a command in a running cell", _exec),
-    Command(("logs",), "cmd_logs:run_logs", "print the logs of a cell's services", _logs),
+    Command(("exec",), "cmd_exec:run_exec", "run a command in a running cell", _exec, recorded=True),
+    Command(("logs",), "cmd_logs:run_logs", "print the logs of a cell's services", _logs, recorded=True),
     Command(("port-forward",), "cmd_port_forward:run_port_forward",
             "relay local ports to ports a running cell listens on (until Ctrl-C)",
-            _port_forward),
+            _port_forward, recorded=True),
     Command(("ssh",), "cmd_ssh:run_ssh",
-            "open a shell (or run CMD) in a running cell with OpenSSH's ssh", _ssh),
+            "open a shell (or run CMD) in a running cell with OpenSSH's ssh", _ssh, recorded=True),
     Command(("ssh-config",), "cmd_ssh:run_ssh_config",
             "print ~/.ssh/config blocks (Host CELL.devcell) for ssh, scp, sftp and IDEs",
-            _ssh_config),
+            _ssh_config, recorded=True),
     Command(("ssh-proxy",), "cmd_ssh:run_ssh_proxy",
             "serve SSH for one cell on stdin/stdout (the ProxyCommand of ssh-config)",
-            _ssh_proxy),
+            _ssh_proxy, recorded=True),
     Command(("explain",), "cmd_text:run_explain",
             "document a kind or one of its fields, from its JSON Schema", _explain, state=False),
     Command(("version",), "cmd_version:run_version",
@@ -432,6 +435,12 @@ def uses_state(command: str, verb: str | None) -> bool:
     """Whether `command` (and `verb`) uses the state directory."""
     words = (command,) if verb is None else (command, verb)
     return next(entry.state for entry in TABLE if entry.words == words)
+
+
+def needs_records(command: str, verb: str | None) -> bool:
+    """Whether `command` (and `verb`) acts only on objects already recorded."""
+    words = (command,) if verb is None else (command, verb)
+    return next(entry.recorded for entry in TABLE if entry.words == words)
 
 
 def handler_of(command: str, verb: str | None) -> str:

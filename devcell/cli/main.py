@@ -26,7 +26,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     if commands.uses_state(args.command, verb):
         from devcell.store import db, state_dir
 
-        state_dir.check(db.resolve_state_dir(args.state_dir))  # one line if it cannot be used
+        path = db.resolve_state_dir(args.state_dir)
+        state_dir.check(path)  # one line if it cannot be used
+        if commands.needs_records(args.command, verb):
+            state_dir.require_records(path)
     module, _, function = commands.handler_of(args.command, verb).partition(":")
     handler: Callable[[argparse.Namespace], int] = getattr(
         importlib.import_module(f"devcell.cli.{module}"), function)

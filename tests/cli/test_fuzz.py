@@ -297,14 +297,7 @@ def test_any_command_line_on_a_good_state_directory(tmp_path: Path, base: Path,
     _check(argv, "normal", base, tmp_path / f"run{next(_COUNTER)}")
 
 
-ITEM_3 = pytest.mark.xfail(strict=False, reason=(
-    "issue 31 item 3, the state-directory check for every command (another engineer's part): "
-    "a refused command on a missing or empty state directory creates state.db there"))
-
-
-@pytest.mark.parametrize("state_kind", [
-    pytest.param(kind, marks=ITEM_3) if kind in ("missing", "empty") else kind
-    for kind in STATE_KINDS[1:]])
+@pytest.mark.parametrize("state_kind", STATE_KINDS[1:])
 @settings(max_examples=120, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
 @given(argv=command_lines())

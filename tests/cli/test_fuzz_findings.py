@@ -128,3 +128,29 @@ def test_a_verb_that_needs_a_runtime_refuses_a_fake_cell_before_observing_it(
     code, _, err = _run(["--state-dir", str(state), *verb], tmp_path)
     assert code == 1 and "capability exec" in err and len(err.splitlines()) == 1, err
     assert {p.name: p.read_bytes() for p in state.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.parametrize("argv", [["exec", "api", "--", "true"], ["snapshot", "list", "api"],
+                                  ["cell", "start", "api"], ["ssh-config"],
+                                  ["op", "cancel", "op_x"], ["delete", "cell", "api"]])
+@pytest.mark.parametrize("kind", ["missing", "empty"])
+def test_a_command_on_recorded_objects_makes_no_state_where_nothing_was_applied(
+        tmp_path: Path, argv: list[str], kind: str) -> None:
+    """Each of these opened (and so created) a state database before finding that nothing
+    it names exists: a refused command left a new state directory changed."""
+    state = tmp_path / "state"
+    if kind == "empty":
+        state.mkdir(mode=0o700)
+    code, _, err = _run(["--state-dir", str(state), *argv], tmp_path)
+    assert code == 1 and "nothing has been applied there yet" in err, err
+    assert len(err.splitlines()) == 1, err
+    assert (sorted(os.listdir(state)) if kind == "empty" else state.exists()) in ([], False)
+
+
+def test_gc_where_nothing_was_applied_collects_nothing_and_makes_nothing(tmp_path: Path
+                                                                        ) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    code, _, err = _run(["--state-dir", str(state), "gc", "--dry-run"], tmp_path)
+    assert code == 0, err
+    assert os.listdir(state) == []

@@ -41,6 +41,10 @@ in a channel's life: OPENED, EOF, EXIT or CLOSED); more is a flood, refused."""
 SEND_SECONDS = 30.0
 """How long a frame may wait for the guest to read its port: the helper always reads, and
 payload is sent only within credit, so a longer wait is a wedged helper."""
+IDLE_SECONDS = 60.0
+"""How long a connection with no channel open keeps its port: a long-lived process (the
+daemon installing dotfiles, running hooks) gives the port back for the developer's sessions,
+while a burst of commands in one process still shares one greeting."""
 
 
 def socket_name(index: int) -> str:
@@ -201,6 +205,9 @@ class Connection:
         self.broken: str | None = None
         self._channels: dict[int, Channel] = {}
         self._next = 1
+        self._idle = 0
+        self._closed = False
+        """Bumped when the last channel goes and when a caller takes the connection."""
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._lock_fd, index = _take_port(directory, cell)
@@ -320,8 +327,31 @@ class Connection:
     def forget(self, number: int) -> None:
         with self._lock:
             self._channels.pop(number, None)
+            if self._channels:
+                return
+            self._idle += 1
+            token = self._idle
+        timer = threading.Timer(IDLE_SECONDS, _release_if_idle, (self, token))
+        timer.daemon = True
+        timer.start()
+
+    def idle_since(self, token: int) -> bool:
+        """Whether no channel was opened or left open since `token` was handed out (the
+        caller holds the connections' lock, so none can be opened meanwhile)."""
+        with self._lock:
+            return not self._channels and self._idle == token
+
+    def touch(self) -> None:
+        """Handed to a caller about to open a channel: an idle release pending is void."""
+        with self._lock:
+            self._idle += 1
 
     def close(self) -> None:
+        """Give the port back; once (an idle release and the owner may both ask)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         self._break("closed")
         self._sock.close()
         os.close(self._lock_fd)
@@ -356,9 +386,21 @@ def connection(directory: Path, cell: str, *, hello_seconds: float = HELLO_SECON
     with _CONNECTIONS_LOCK:
         known = _CONNECTIONS.get(directory)
         if known is not None and not known.broken:
+            known.touch()
             return known
         if known is not None:
             known.close()
         made = Connection(directory, cell, hello_seconds=hello_seconds)
         _CONNECTIONS[directory] = made
         return made
+
+
+def _release_if_idle(connection: Connection, token: int) -> None:
+    """Close `connection` and give its port back if it stayed idle since `token`."""
+    with _CONNECTIONS_LOCK:
+        if not connection.idle_since(token):
+            return
+        for directory, known in list(_CONNECTIONS.items()):
+            if known is connection:
+                del _CONNECTIONS[directory]
+    connection.close()

@@ -283,3 +283,33 @@ def test_a_flood_of_one_byte_frames_costs_the_host_its_payload_not_a_frame_each(
     assert [(f.type, f.payload) for f in got if f is not None] == [
         (codec.Guest.ERR, b"e" * (codec.WINDOW // 2)), (codec.Guest.EXIT, b"\x00\x00"),
         (codec.Guest.OUT, b"late")]
+
+
+def test_an_idle_connection_gives_its_port_back_and_a_busy_one_keeps_it(
+        helper: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-lived process (the daemon after a dotfiles install) held one of the cell's
+    eight ports for its whole life; now only while a channel is open, and a moment after."""
+    monkeypatch.setattr(streams, "IDLE_SECONDS", 0.3)
+
+    def behave(conn: socket.socket, nonce: bytes) -> None:
+        conn.sendall(codec.SYNC + nonce)
+        for number in (1, 2):
+            conn.recv(65536)  # EXEC
+            conn.sendall(guest_frame(codec.Guest.OPENED, number)
+                         + guest_frame(codec.Guest.EXIT, number, b"\x00\x00"))
+            conn.recv(65536)  # CLOSE
+        time.sleep(5)
+
+    directory = helper(behave)
+    first = streams.connection(directory, "fake", hello_seconds=5)
+    assert _exec(first) == (0, b"")
+    time.sleep(0.1)  # within the idle time: the same connection serves the next command
+    assert streams.connection(directory, "fake") is first and _exec(first) == (0, b"")
+    deadline = time.monotonic() + 5
+    while directory in streams._CONNECTIONS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert directory not in streams._CONNECTIONS and first.broken
+    fd, index = streams._take_port(directory, "fake")  # the port is free again
+    streams.os.close(fd)
+    assert index == 0
+    first.close()  # a second close is harmless

@@ -9,7 +9,9 @@ network.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -52,11 +54,14 @@ def git_daemon(base: Path) -> Iterator[str]:
         ["git", "daemon", "--reuseaddr", "--listen=127.0.0.1", f"--port={port}",
          "--export-all", f"--base-path={base}", str(base)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        preexec_fn=processes.child_setup)
+        preexec_fn=processes.child_setup, start_new_session=True)
     try:
         _wait_listening(port, proc)
         yield f"git://127.0.0.1:{port}"
     finally:
+        # `git daemon` runs git-daemon as its child: killing git alone left that serving.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         processes.end(proc)
 
 

@@ -12,7 +12,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -23,49 +22,17 @@ from pathlib import Path
 import pytest
 
 from tests.backends.engine import remove_containers, require_engine
-from tests.conftest import REPO
+from tests.backends.ssh_support import Cell, interactive_shell, rsync_context
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs openssh-client")
-
-
-def _libraries(binary: str) -> list[str]:
-    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
-    found = [part for line in out.splitlines() for part in line.split() if part.startswith("/")]
-    return sorted(set(found))
-
-
-class Cell:
-    def __init__(self, state: Path, config: Path, work: Path) -> None:
-        self.state = state
-        self.config = config
-        self.work = work
-
-    def devcell(self, *args: str, input: str | None = None,
-                timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "devcell", *args], cwd=REPO, input=input,
-                              capture_output=True, text=True, timeout=timeout,
-                              env=dict(os.environ, DEVCELL_HOME=str(self.state)))
-
-    def ssh(self, *args: str, input: bytes | None = None, timeout: float = 60,
-            program: str = "ssh") -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run([program, "-F", str(self.config), *args], input=input,
-                              capture_output=True, timeout=timeout, cwd=self.work)
 
 
 @pytest.fixture(scope="module")
 def cell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cell]:
     require_engine()
-    if shutil.which("rsync") is None:
-        pytest.fail("rsync is missing: scripts/test installs it")
     base = tmp_path_factory.mktemp("ssh")
     state = base / "state"
-    context = base / "app"
-    root = context / "root"
-    for path in ["/usr/bin/rsync", *_libraries("/usr/bin/rsync")]:
-        target = root / path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(os.path.realpath(path), target)
-    (context / "Dockerfile").write_text("FROM devcell/busybox:latest\nCOPY root/ /\n")
+    rsync_context(base / "app")
     manifest = base / "cell.yaml"
     manifest.write_text(
         "apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: sshweb}\nspec:\n"
@@ -73,7 +40,7 @@ def cell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cell]:
         "  env: [{name: GREETING, value: from-spec}]\n"
         "  services:\n    - name: http\n"
         '      command: [httpd, -f, -p, "127.0.0.1:8000", -h, /workspace]\n')
-    made = Cell(state, base / "ssh_config", base / "local")
+    made = Cell(state, base / "ssh_config", base / "local", timeout=120)
     made.work.mkdir()
     try:
         done = made.devcell("apply", "-f", str(manifest), timeout=300)
@@ -116,51 +83,7 @@ def test_devcell_ssh_keeps_each_argument_and_refuses_a_fake_cell(cell: Cell, tmp
 
 
 def test_an_interactive_shell_on_a_terminal_under_tmux(cell: Cell) -> None:
-    if shutil.which("tmux") is None:
-        pytest.fail("tmux is missing: scripts/test installs it")
-    session = f"devcell-ssh-{os.getpid()}"
-    marker = cell.work / "exited"
-    command = f"ssh -F {cell.config} sshweb.devcell; echo $? > {marker}"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40",
-                    command], check=True)
-    try:
-        def screen() -> str:
-            return subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
-                                  capture_output=True, text=True).stdout
-
-        def wait_for(text: str) -> str:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                shown = screen()
-                if text in shown:
-                    return shown
-                time.sleep(0.2)
-            raise AssertionError(f"{text!r} never shown:\n{screen()}")
-
-        def keys(*words: str) -> None:
-            subprocess.run(["tmux", "send-keys", "-t", session, *words], check=True)
-
-        wait_for("/workspace #")
-        keys("stty size; tty; echo TERM=$TERM; echo END-$((1+1))", "Enter")
-        shown = wait_for("END-2")  # printed last: what comes before it is on the screen
-        assert "40 120" in shown and "/dev/pts/" in shown and "TERM=tmux" in shown, shown
-        subprocess.run(["tmux", "resize-window", "-t", session, "-x", "100", "-y", "30"],
-                       check=True)
-        time.sleep(0.5)
-        keys("stty size", "Enter")
-        wait_for("30 100")
-        keys("sleep 300", "Enter")
-        time.sleep(0.5)
-        keys("C-c")
-        keys("echo after-$((20+1))", "Enter")
-        wait_for("after-21")  # the interrupt ended sleep, not the session
-        keys("exit 5", "Enter")
-        deadline = time.monotonic() + 20
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert marker.read_text().strip() == "5"
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    interactive_shell(cell, "sshweb.devcell", seconds=30)
 
 
 def test_scp_both_ways_sftp_and_rsync(cell: Cell) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.backends.engine import require_engine
+from tests.backends.ssh_support import Cell, interactive_shell, rsync_context
 from tests.backends.vm.conftest import make_state
 from tests.backends.vm_machines import kill_machines
 from tests.conftest import REPO
@@ -31,48 +32,16 @@ pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs opens
 IMAGE = "devcell-test/vm-ssh:1"
 
 
-def _libraries(binary: str) -> list[str]:
-    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
-    found = [part for line in out.splitlines() for part in line.split() if part.startswith("/")]
-    return sorted(set(found))
-
-
-class Cell:
-    def __init__(self, state: Path, config: Path, work: Path) -> None:
-        self.state = state
-        self.config = config
-        self.work = work
-
-    def devcell(self, *args: str, input: str | None = None,
-                timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "devcell", *args], cwd=REPO, input=input,
-                              capture_output=True, text=True, timeout=timeout,
-                              env=dict(os.environ, DEVCELL_HOME=str(self.state)))
-
-    def ssh(self, *args: str, input: bytes | None = None, timeout: float = 120,
-            program: str = "ssh") -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run([program, "-F", str(self.config), *args], input=input,
-                              capture_output=True, timeout=timeout, cwd=self.work)
-
-
 def _build_image(base: Path) -> None:
     import docker
 
-    context = base / "image"
-    root = context / "root"
-    for path in ["/usr/bin/rsync", *_libraries("/usr/bin/rsync")]:
-        target = root / path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(os.path.realpath(path), target)
-    (context / "Dockerfile").write_text("FROM devcell/busybox:latest\nCOPY root/ /\n")
+    context = rsync_context(base / "image")
     docker.from_env().images.build(path=str(context), tag=IMAGE, rm=True)
 
 
 @pytest.fixture(scope="module")
 def cell(tmp_path_factory: pytest.TempPathFactory, vm_cache: Path) -> Iterator[Cell]:
     require_engine()
-    if shutil.which("rsync") is None:
-        pytest.fail("rsync is missing: scripts/test installs it")
     base = tmp_path_factory.mktemp("vmssh")
     state = make_state(base / "state", vm_cache)
     _build_image(base)
@@ -84,7 +53,7 @@ def cell(tmp_path_factory: pytest.TempPathFactory, vm_cache: Path) -> Iterator[C
         "  env: [{name: GREETING, value: from-spec}]\n"
         "  services:\n    - name: http\n"
         '      command: [httpd, -f, -p, "127.0.0.1:8000", -h, /workspace]\n')
-    made = Cell(state, base / "ssh_config", base / "local")
+    made = Cell(state, base / "ssh_config", base / "local", timeout=300)
     made.work.mkdir()
     try:
         done = made.devcell("apply", "-f", str(manifest), timeout=600)
@@ -113,51 +82,7 @@ def test_ssh_runs_a_command_streaming_both_ways_with_its_exit_status(cell: Cell)
 
 
 def test_an_interactive_shell_on_a_terminal_under_tmux(cell: Cell) -> None:
-    if shutil.which("tmux") is None:
-        pytest.fail("tmux is missing: scripts/test installs it")
-    session = f"devcell-vmssh-{os.getpid()}"
-    marker = cell.work / "exited"
-    command = f"ssh -F {cell.config} vmssh.devcell; echo $? > {marker}"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40",
-                    command], check=True)
-    try:
-        def screen() -> str:
-            return subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
-                                  capture_output=True, text=True).stdout
-
-        def wait_for(text: str) -> str:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                shown = screen()
-                if text in shown:
-                    return shown
-                time.sleep(0.2)
-            raise AssertionError(f"{text!r} never shown:\n{screen()}")
-
-        def keys(*words: str) -> None:
-            subprocess.run(["tmux", "send-keys", "-t", session, *words], check=True)
-
-        wait_for("/workspace #")
-        keys("stty size; tty; echo TERM=$TERM; echo END-$((1+1))", "Enter")
-        shown = wait_for("END-2")
-        assert "40 120" in shown and "/dev/pts/" in shown and "TERM=tmux" in shown, shown
-        subprocess.run(["tmux", "resize-window", "-t", session, "-x", "100", "-y", "30"],
-                       check=True)
-        time.sleep(1)
-        keys("stty size", "Enter")
-        wait_for("30 100")
-        keys("sleep 300", "Enter")
-        time.sleep(1)
-        keys("C-c")
-        keys("echo after-$((20+1))", "Enter")
-        wait_for("after-21")  # the interrupt ended sleep, not the session
-        keys("exit 5", "Enter")
-        deadline = time.monotonic() + 30
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert marker.read_text().strip() == "5"
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    interactive_shell(cell, "vmssh.devcell", seconds=60)
 
 
 def test_exec_it_gets_a_terminal_the_size_of_the_window_and_its_exit_status(cell: Cell

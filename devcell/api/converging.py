@@ -65,7 +65,9 @@ def finish(db: Database, recorded: Recorded, *, trigger: str, options: Options, 
     """
     extra: list[Key] = []
     if condition != "delete":
+        recorded, rebuilt = judge_builds(db, recorded)
         recorded, extra = observe_first(db, recorded)
+        extra = [*rebuilt, *extra]
     if hooks.on_recorded is not None:
         hooks.on_recorded(recorded)
     if keys is None:
@@ -103,6 +105,29 @@ def _retention_due(db: Database) -> bool:
     from devcell.controllers import retention
 
     return bool(retention.due_keys(db.conn, datetime.now(UTC)))
+
+
+def judge_builds(db: Database, recorded: Recorded) -> tuple[Recorded, list[Key]]:
+    """The cells recorded unchanged that are built from a Dockerfile whose inputs changed
+    (reconciler.build_inputs) are reported `rebuilt` and converged; one that cannot be judged
+    is converged too (its error is then reported, or it settles). Returns the changes as
+    reported and the extra keys to converge."""
+    asked = [c.object_id for c in recorded.changes if c.kind == "Cell" and c.object_id
+             and not c.needs_reconcile and c.outcome not in ("deleted", "pruned")]
+    if not asked:
+        return recorded, []
+    from devcell.reconciler import build_inputs
+
+    found = build_inputs.judge(db, asked)
+    doubt = {*found.moved, *found.unknown}
+    if not doubt:
+        return recorded, []
+    changes = tuple(
+        dataclasses.replace(c, needs_reconcile=True,
+                            outcome="rebuilt" if c.object_id in found.moved else c.outcome)
+        if c.kind == "Cell" and c.object_id in doubt and not c.needs_reconcile else c
+        for c in recorded.changes)
+    return dataclasses.replace(recorded, changes=changes), [("Cell", c) for c in doubt]
 
 
 def observe_first(db: Database, recorded: Recorded) -> tuple[Recorded, list[Key]]:

@@ -86,7 +86,9 @@ class Recorded:
     """What a verb wrote before converging (or, in a dry run, would write)."""
 
     changes: tuple[Change, ...] = ()
-    """One per object, in the order recorded: created, configured, unchanged, pruned, deleted."""
+    """One per object, in the order recorded: created, configured, unchanged, pruned, deleted;
+    an unchanged cell a verb found drifted or with changed build inputs says repaired or
+    rebuilt (api.converging)."""
     missing: tuple[tuple[str, str], ...] = ()
     """(kind, name) named by `delete -f` files but not recorded: skipped."""
     operation: str | None = None

@@ -82,6 +82,25 @@ def _yaml_lines(doc: dict[str, Any]) -> list[str]:
     return yaml.safe_dump(doc, sort_keys=True).splitlines(keepends=True)
 
 
+def _build_images(db: dbmod.Database, existing: Any, m: Any, label: str
+                  ) -> tuple[str, str] | None:
+    """(the image the cell's runtime was made from, the one its build names now), the same
+    twice when they agree or nothing was recorded; None (with a warning) when the build's
+    inputs cannot be judged."""
+    from devcell.errors import BackendError
+    from devcell.names import printable
+    from devcell.reconciler import build_inputs
+
+    try:
+        moved = build_inputs.compare(db, existing.id, m.name, existing.extra["backend"],
+                                     m.spec, m.source, existing.status)
+    except BackendError as exc:
+        sys.stderr.write(printable(f"warning: {label}: cannot say whether its build's inputs "
+                                   f"changed: {exc}") + "\n")
+        return None
+    return moved or ("", "")
+
+
 def run_diff(args: argparse.Namespace) -> int:
     """Unified diff of recorded vs. given desired state; exit 1 when they differ (as kubectl)."""
     from devcell.errors import ManifestError
@@ -118,6 +137,14 @@ def run_diff(args: argparse.Namespace) -> int:
         new = {"metadata": {"name": m.name, "labels": m.labels, "annotations": m.annotations},
                "spec": new_spec}
         label = f"{m.kind.lower()}/{m.name}"
+        if existing is not None and m.kind == "Cell" and m.spec.get("build") is not None:
+            images = _build_images(db, existing, m, label)
+            if images is None:
+                differs = True  # cannot say: never "no difference"
+            elif images[0] != images[1]:  # the build's inputs changed, the manifest need not
+                old["status"] = {"build": {"image": images[0]}}
+                new["status"] = {"build": {"image": images[1]}}
+                old_lines = _yaml_lines(old)
         diff = list(difflib.unified_diff(old_lines, _yaml_lines(new), fromfile=f"recorded/{label}",
                                          tofile=f"{printable(m.file)}/{label}"))
         if diff:

@@ -7,14 +7,13 @@ and plans only the difference, so deciding twice in a row plans nothing the seco
 from __future__ import annotations
 
 import dataclasses
-import os
 import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devcell import backends, config, errors, security
+from devcell import backends, errors, security
 from devcell.backends import dotfiles as backends_dotfiles
 from devcell.backends.base import (
     Backend,
@@ -29,7 +28,7 @@ from devcell.backends.base import (
     Pulling,
 )
 from devcell.backends.container import images
-from devcell.controllers import crashloop, dotfiles, prune_keep, retention
+from devcell.controllers import builds, crashloop, dotfiles, prune_keep, retention
 from devcell.controllers import restore as restoring
 from devcell.controllers.context import Context
 from devcell.controllers.plan import (
@@ -49,7 +48,6 @@ from devcell.errors import (
     BackendError,
     BackendUnavailable,
     CapabilityMissing,
-    ImageBuildFailed,
     ImageNotFound,
 )
 from devcell.log import logger
@@ -263,7 +261,7 @@ class CellController:
                 steps.append(install)
                 action = action or "dotfiles"
         if not steps:
-            self._write_settled(ctx, cell, observed)
+            self._write_settled(ctx, cell, observed, built=build_tag)
             return self._retention(ctx, cell, observed, backend_name, ref)
         if not action:
             action = "repair" if observed.exists else "create"
@@ -403,22 +401,11 @@ class CellController:
 
     def _judge_build(self, ctx: Context, cell: objects.ObjectRecord, backend: Backend,
                      ref: CellRef) -> str | Blocked:
-        """The image tag spec.build names now (a digest of its context), or Blocked when the
-        context cannot be read or the backend cannot build.
-
-        Where the context leads is checked again here, not only at admission: the manifest
-        can stay unchanged while its context directory (or a parent of it) becomes a symbolic
-        link out of the manifest's tree, and a rebuild would then send that directory."""
-        if cell.source and cell.source != "-":
-            policy = config.load(ctx.db.state_dir).security
-            for _, message in security.build_context_problems(
-                    cell.spec["build"], os.path.dirname(cell.source), policy,
-                    Path(ctx.db.state_dir)):
-                exc = ImageBuildFailed(f"spec.build of cell {cell.name}: {message}")
-                self._write_blocked(ctx, cell, "ImageBuildFailed", str(exc))
-                return Blocked(exc)
+        """The image tag spec.build names now (builds.wanted_tag), or Blocked when the
+        context cannot be read or leads where it may not, or the backend cannot build."""
         try:
-            return _building(backend).build_tag(ref, cell.spec["build"])
+            return builds.wanted_tag(backend, ref, source=cell.source,
+                                     state_dir=Path(ctx.db.state_dir))
         except BackendError as exc:
             self._write_blocked(ctx, cell, errors.condition_reason(exc, "ImageBuildFailed"),
                                 str(exc))
@@ -500,9 +487,13 @@ class CellController:
                 events.record(conn, kind=KIND, object_id=cell.id, name=cell.name,
                               reason=reason, message=message, type="Warning")
 
-    def _write_settled(self, ctx: Context, cell: objects.ObjectRecord, observed: Observed) -> None:
+    def _write_settled(self, ctx: Context, cell: objects.ObjectRecord, observed: Observed,
+                       *, built: str | None = None) -> None:
+        """Ready, as observed; `built`: the tag the runtime runs, kept for `apply`/`diff`."""
         caps = ctx.backend(cell.extra["backend"]).capabilities
         status = self._ready_status(cell, dict(cell.status), caps)
+        if built is not None:
+            status = builds.with_recorded(status, built)
         phase = _phase_for(cell.spec.get("state", "Running"))
         if (phase, status, cell.generation) == (cell.phase, cell.status, cell.observed_generation):
             return  # nothing to write: the common case on a re-apply
@@ -676,6 +667,10 @@ class CellController:
                         "memory were not restored",
             }
         status["runtime"] = {"backend": plan.backend, "ref": f"{plan.backend}://{fresh.id}"}
+        made_from = next((str(step.args["image"]) for step in plan.steps
+                          if step.name == S.CREATE and step.args.get("image")), None)
+        if made_from is not None and S.CREATE in plan.ran:
+            status = builds.with_recorded(status, made_from)  # apply and diff compare it
         phase = _phase_for(fresh.spec.get("state", "Running"))
         if phase != Phase.RUNNING:
             status.pop("restarts", None)  # stopped by DevCell: no death to count
@@ -722,10 +717,7 @@ def with_image(spec: dict[str, Any], image: str) -> dict[str, Any]:
 
 
 def _building(backend: Backend) -> Building:
-    if not backend.capabilities.builds_images or not isinstance(backend, Building):
-        raise CapabilityMissing(f"the {backend.name} backend cannot build images (spec.build); "
-                                "use the container backend")
-    return backend
+    return builds.building(backend)
 
 
 def _create(b: Backend, ref: CellRef, step: Step) -> Outputs:

@@ -38,6 +38,7 @@ class Change:
     kind: str
     name: str
     outcome: str  # created | configured | unchanged | pruned | deleted | expired
+    # (the verbs then say rebuilt or repaired for an unchanged cell: api.converging)
     object_id: str | None = None
     needs_reconcile: bool = False
 
@@ -70,17 +71,15 @@ def _live_index(conn: sqlite3.Connection, keys: set[tuple[str, str]]
         names = sorted(n for k, n in keys if k == kind.name)
         for start in range(0, len(names), 500):
             chunk = names[start:start + 500]
-            # A cell built from a Dockerfile is never taken as converged by the no-op path:
-            # its context may have changed with its manifest unchanged, and only its
-            # controller's digest check (a walk and a hash, no build) can say.
-            built = ("json_extract(spec, '$.build') IS NOT NULL" if kind.name == "Cell"
-                     else "0")
+            # A cell built from a Dockerfile takes this path too: whether its build's inputs
+            # changed is judged after recording (api.converging.judge_builds, a walk with
+            # lstat), never by parsing its unchanged manifest again.
             for row in conn.execute(
                 f"SELECT id, name, manifest_hash, source, generation, observed_generation, "
-                f"phase, deleting_at, {built} FROM {kind.table} WHERE deleted_at IS NULL "
+                f"phase, deleting_at FROM {kind.table} WHERE deleted_at IS NULL "
                 f"AND name IN ({','.join('?' for _ in chunk)})", chunk
             ):
-                converged = row[4] == row[5] and row[6] in SETTLED_PHASES and not row[8]
+                converged = row[4] == row[5] and row[6] in SETTLED_PHASES
                 index[(kind.name, row[1])] = _Live(row[0], row[2], row[3], converged,
                                               row[7] is not None)
     return index
@@ -181,9 +180,7 @@ def _record_one(conn: sqlite3.Connection, m: Manifest, extra: dict[str, Any], ke
     converged = (existing.observed_generation == existing.generation
                  and existing.phase in SETTLED_PHASES)
     if existing.manifest_hash == manifest_hash and existing.source == m.source:
-        built = m.kind == "Cell" and m.spec.get("build") is not None  # see _live_index
-        return Change(m.kind, m.name, "unchanged", existing.id,
-                      needs_reconcile=not converged or built)
+        return Change(m.kind, m.name, "unchanged", existing.id, needs_reconcile=not converged)
     objects.update_desired(
         conn, existing, spec=m.spec, labels=m.labels, annotations=m.annotations,
         spec_hash=spec_hash, manifest_hash=manifest_hash, source=m.source,

@@ -1,0 +1,90 @@
+"""Whether a built cell's inputs changed: what `apply` reports (`rebuilt`) and `diff` shows.
+
+A cell built from a Dockerfile can need a new image while its manifest is unchanged (the
+Dockerfile or a file of its context edited). The build's digest is then part of what the
+user asked for, so `diff` shows it (the image the runtime was made from against the one the
+build names now) and exits 1, and `apply` reports the cell `rebuilt` and converges it. An
+unchanged context costs a walk with lstat (the backend's digest cache), no hash and no build,
+and converges nothing: the no-op re-apply stays a no-op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from devcell import backends
+from devcell.backends.base import Backend, CellRef
+from devcell.controllers import builds
+from devcell.errors import BackendError
+from devcell.store import built_cells
+from devcell.store.db import Database
+
+
+@dataclass
+class Judged:
+    moved: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """cell id -> (the image its runtime was made from, the image its build names now)."""
+    unknown: dict[str, str] = field(default_factory=dict)
+    """cell id -> why it could not be judged (a context that cannot be read, an engine that
+    is down, no image recorded yet): reconciled, so the controller says or settles it."""
+
+
+def judge(db: Database, cell_ids: Iterable[str]) -> Judged:
+    """Judge the settled cells among `cell_ids` that are built from a Dockerfile."""
+    found = Judged()
+    by_backend: dict[str, list[built_cells.BuiltCell]] = {}
+    for cell in built_cells.among(db.conn, cell_ids):
+        if cell.settled and cell.spec.get("state", "Running") != "Sleeping":
+            by_backend.setdefault(cell.backend, []).append(cell)
+    for name, cells in sorted(by_backend.items()):
+        try:
+            backend = backends.load(name, Path(db.state_dir))
+        except BackendError as exc:
+            found.unknown.update(dict.fromkeys((c.id for c in cells), str(exc)))
+            continue
+        try:
+            for cell in cells:
+                _judge_one(db, backend, cell, found)
+        finally:
+            backend.close()
+    return found
+
+
+def _judge_one(db: Database, backend: Backend, cell: built_cells.BuiltCell,
+               found: Judged) -> None:
+    recorded = builds.recorded_image(cell.status)
+    try:
+        now = wanted(db, backend, cell.id, cell.name, cell.spec, cell.source)
+    except BackendError as exc:
+        found.unknown[cell.id] = str(exc)
+        return
+    if recorded is None:
+        found.unknown[cell.id] = "the image its runtime was made from is not recorded"
+    elif recorded != now:
+        found.moved[cell.id] = (recorded, now)
+
+
+def wanted(db: Database, backend: Backend, cell_id: str, name: str, spec: dict[str, Any],
+           source: str | None) -> str:
+    """The image tag `spec.build` names now (BackendError when that cannot be said)."""
+    return builds.wanted_tag(backend, CellRef(cell_id, name, spec, None), source=source,
+                             state_dir=Path(db.state_dir))
+
+
+def compare(db: Database, cell_id: str, name: str, backend_name: str, spec: dict[str, Any],
+            source: str | None, status: dict[str, Any]) -> tuple[str, str] | None:
+    """`diff`'s question for one recorded cell and the spec a manifest gives it: (the image
+    its runtime was made from, the image `spec.build` names now) when they differ; None when
+    they agree or nothing was recorded. BackendError when the build cannot be judged."""
+    recorded = builds.recorded_image(status)
+    if recorded is None or spec.get("build") is None:
+        return None
+    backend = backends.load(backend_name, Path(db.state_dir))
+    try:
+        now = wanted(db, backend, cell_id, name, spec, source)
+    finally:
+        backend.close()
+    return (recorded, now) if now != recorded else None

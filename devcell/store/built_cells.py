@@ -1,0 +1,43 @@
+"""The cells among some ids that are built from a Dockerfile (spec.build), read in one query:
+what `apply` and `diff` judge for a change of the build's inputs (devcell.api.build_inputs),
+without reading every cell an apply names."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from devcell.store import faults
+
+
+@dataclass(frozen=True)
+class BuiltCell:
+    id: str
+    name: str
+    backend: str
+    spec: dict[str, Any]
+    status: dict[str, Any]
+    source: str | None
+    settled: bool
+    """Its last reconcile saw this generation and did not fail: the recorded image is what
+    its runtime runs."""
+
+
+def among(conn: sqlite3.Connection, cell_ids: Iterable[str]) -> list[BuiltCell]:
+    """The live, not-deleting cells among `cell_ids` with a spec.build (in chunks)."""
+    ids = sorted(set(cell_ids))
+    out: list[BuiltCell] = []
+    for start in range(0, len(ids), 500):
+        chunk = ids[start:start + 500]
+        for r in conn.execute(
+            "SELECT id, name, backend, spec, status, source, generation, observed_generation, "
+            "phase FROM cells WHERE deleted_at IS NULL AND deleting_at IS NULL "
+            "AND json_extract(spec, '$.build') IS NOT NULL "
+            f"AND id IN ({','.join('?' for _ in chunk)})", chunk,
+        ):
+            out.append(BuiltCell(r[0], r[1], r[2] or "", faults.loads(r[3] or "{}"),
+                                 faults.loads(r[4] or "{}"), r[5],
+                                 r[6] == r[7] and r[8] != "Failed"))
+    return out

@@ -190,6 +190,11 @@ class Building(Protocol):
         step's output tail when the engine cannot."""
         ...
 
+    def delete_built_images(self, cell: CellRef) -> Outputs:
+        """Remove every image this state directory built for `cell` (found by DevCell's
+        labels, never by name) that no container uses: the cell is deleted. Never forced."""
+        ...
+
 
 @runtime_checkable
 class KeepsCellCaches(Protocol):

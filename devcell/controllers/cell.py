@@ -316,6 +316,10 @@ class CellController:
         if observed.exists:
             # The cell goes for good: its caches too (a recreate or a sleep keeps them).
             steps.append(Step(S.DELETE, {"forget_caches": True}))
+        if cell.spec.get("build") is not None and backend is not None \
+                and isinstance(backend, Building):
+            # After its runtime: the engine refuses to remove an image a container uses.
+            steps.append(Step(S.DELETE_IMAGES))
         # With no volume recorded, whatever the backend holds for the cell: a volume made by
         # an operation that died before recording it is the cell's workspace too (as decide
         # adopts it; with one recorded, the next create adopts instead of making another).
@@ -754,6 +758,7 @@ _STEPS: dict[StepName, StepHandler] = {
     S.DELETE_VOLUME: lambda b, ref, step: b.delete_volume(step.args["volume_id"]),
     S.DELETE_CHECKPOINT: lambda b, ref, step: b.delete_checkpoint(step.args["checkpoint_id"]),
     S.PULL_IMAGE: lambda b, ref, step: _pulling(b).pull_image(ref, step.args["image"]),
+    S.DELETE_IMAGES: lambda b, ref, step: _building(b).delete_built_images(ref),
     S.BUILD_IMAGE: lambda b, ref, step: _building(b).build_image(
         ref, ref.spec["build"], step.args["tag"]),
     S.CREATE: _create,

@@ -19,6 +19,9 @@ class StepName(StrEnum):
     """Fetch the cell's image from its registry (spec.imagePullPolicy says when)."""
     BUILD_IMAGE = "build-image"
     """Build the cell's image from spec.build (only when no image has its digest's tag)."""
+    DELETE_IMAGES = "delete-images"
+    """Remove the images DevCell built for a deleted cell (its labels: this state directory,
+    this cell), those no container uses."""
     CREATE = "create"
     START = "start"
     STOP = "stop"

@@ -1248,6 +1248,13 @@ class ContainerBackend:
                                                   keep=tag)
         return {"image": tag, "id": image_id[:19], "removed": len(removed)}
 
+    def delete_built_images(self, cell: CellRef) -> Outputs:
+        from devcell.backends.container import build as container_build
+
+        removed = container_build.drop_superseded(self.api, cell_id=cell.id, owner=self.owner,
+                                                  keep=None)
+        return {"removed": len(removed)}
+
     def image_exists(self, image: str) -> bool:
         try:
             with sdk.engine_calls(f"looking up image {image}"):

@@ -252,11 +252,12 @@ def _run(api: Any, watch: _Watch, out: _Output, *, cell_name: str, context: str,
 
 
 
-def drop_superseded(api: Any, *, cell_id: str, owner: str, keep: str) -> list[str]:
-    """Remove this cell's earlier builds (found by DevCell's labels for this state directory
+def drop_superseded(api: Any, *, cell_id: str, owner: str, keep: str | None) -> list[str]:
+    """Remove this cell's builds but `keep` (found by DevCell's labels for this state directory
     and cell, never by name) that no container uses any more; an image still in use (the
-    cell's current container until it is recreated) is left for the next build. Returns the
-    tags removed. Never forced: the engine refuses to remove what a container uses."""
+    cell's current container until it is recreated, or anyone's container) is left for the
+    next build. `keep=None`: every one of them (the cell is deleted). Returns the tags
+    removed. Never forced: the engine refuses to remove what a container uses."""
     removed: list[str] = []
     try:
         found = api.images(filters={"label": [f"{MANAGED}=true", f"{STATE}={owner}",
@@ -266,8 +267,8 @@ def drop_superseded(api: Any, *, cell_id: str, owner: str, keep: str) -> list[st
     for image in found:
         labels = image.get("Labels") or {}
         tags = [t for t in image.get("RepoTags") or [] if t.startswith(f"{REPOSITORY}/")]
-        if (labels.get(STATE) != owner or labels.get(CELL_ID) != cell_id or keep in tags
-                or not tags):
+        if (labels.get(MANAGED) != "true" or labels.get(STATE) != owner
+                or labels.get(CELL_ID) != cell_id or keep in tags or not tags):
             continue
         try:
             for tag in tags:

@@ -119,6 +119,7 @@ def judge_builds(db: Database, recorded: Recorded) -> tuple[Recorded, list[Key]]
     from devcell.reconciler import build_inputs
 
     found = build_inputs.judge(db, asked)
+    build_inputs.record(db, found.moved)
     doubt = {*found.moved, *found.unknown}
     if not doubt:
         return recorded, []
@@ -165,8 +166,9 @@ def observe_first(db: Database, recorded: Recorded) -> tuple[Recorded, list[Key]
 
 def _drift_found_earlier(db: Database, recorded: Recorded) -> Recorded:
     """An unchanged cell whose drift an earlier command recorded (exec, logs and wait observe
-    and record, but do not repair) is reconciled already, as Pending: report it `repaired`,
-    not `unchanged`, since that is what the reconcile then does."""
+    and record, but do not repair; a verb not waiting for the daemon found its build's inputs
+    changed) is reconciled already, as Pending: report it `repaired` (or `rebuilt`), not
+    `unchanged`, since that is what the reconcile then does."""
     from devcell.store import objects
 
     pending = {c.object_id for c in recorded.changes if c.kind == "Cell" and c.needs_reconcile
@@ -176,9 +178,12 @@ def _drift_found_earlier(db: Database, recorded: Recorded) -> Recorded:
     drifted = {object_id for _, object_id in objects.drifted_keys(db.conn)} & pending
     if not drifted:
         return recorded
+    rebuilding = {object_id for object_id in drifted
+                  if (record := objects.get(db.conn, "Cell", object_id)) is not None
+                  and record.status.get("rebuild")}  # recorded by build_inputs.record
     return dataclasses.replace(recorded, changes=tuple(
-        dataclasses.replace(c, outcome="repaired") if c.kind == "Cell" and c.object_id in drifted
-        else c for c in recorded.changes))
+        dataclasses.replace(c, outcome="rebuilt" if c.object_id in rebuilding else "repaired")
+        if c.kind == "Cell" and c.object_id in drifted else c for c in recorded.changes))
 
 
 def approve_gates(db: Database, keys: Iterable[Key]) -> list[str]:

@@ -518,7 +518,8 @@ class CellController:
         }[state]
         status["conditions"] = objects.set_condition(
             status.get("conditions", []), "Ready", "True", state, message)
-        for key in ("message", "nextRetryAt", "retries", "failedGeneration", "drifted"):
+        for key in ("message", "nextRetryAt", "retries", "failedGeneration", "drifted",
+                    "rebuild"):
             status.pop(key, None)
         failed = dotfiles.not_ready(cell.spec, status) if state == "Running" else None
         if failed is not None:  # running and reachable, not Ready: the developer fixes it

@@ -19,8 +19,10 @@ from devcell import backends
 from devcell.backends.base import Backend, CellRef
 from devcell.controllers import builds
 from devcell.errors import BackendError
-from devcell.store import built_cells
+from devcell.store import built_cells, events, objects
 from devcell.store.db import Database
+
+REASON = "BuildInputsChanged"
 
 
 @dataclass
@@ -88,3 +90,30 @@ def compare(db: Database, cell_id: str, name: str, backend_name: str, spec: dict
     finally:
         backend.close()
     return (recorded, now) if now != recorded else None
+
+
+def record(db: Database, moved: dict[str, tuple[str, str]]) -> None:
+    """Record the cells whose build's inputs changed as waiting for their rebuild."""
+    if not moved:
+        return
+    with db.write() as conn:
+        for cell_id, (was, now) in moved.items():
+            cell = objects.get(conn, "Cell", cell_id)
+            if cell is None or cell.deleting or builds.recorded_image(cell.status) != was:
+                continue  # changed since it was judged: someone else's to say
+            message = (f"its build's inputs changed: image {now} replaces {was}; the next "
+                       "reconcile (apply, or the daemon) builds it and recreates the cell")
+            status = dict(cell.status)
+            status["conditions"] = objects.set_condition(
+                status.get("conditions", []), "Ready", "False", REASON, message)
+            status["message"] = message
+            status["drifted"] = True  # the daemon queues drifted cells (objects.drifted_keys)
+            status[REBUILD] = {"from": was, "to": now}
+            objects.write_status(conn, cell, phase=objects.Phase.PENDING, status=status,
+                                 observed_generation=cell.observed_generation)
+            events.record(conn, kind="Cell", object_id=cell.id, name=cell.name, reason=REASON,
+                          message=message)
+
+
+REBUILD = "rebuild"
+"""status.rebuild: {"from": image, "to": image} while a rebuild found by a verb waits."""

@@ -5,11 +5,17 @@ stays `unchanged`. (issue 31 item 6)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from devcell.reconciler import lease
 from tests.backends.container.test_build import _containers, _project, built_images
-from tests.conftest import Cli
+from tests.conftest import REPO, Cli
+from tests.processes import child_setup, end
 
 __all__ = ["built_images"]  # the fixture, used by name
 
@@ -51,3 +57,33 @@ def test_a_built_cell_stopped_behind_devcells_back_is_repaired(
     assert applied.stdout == "cell/built repaired\n"
     container.reload()
     assert container.status == "running"
+
+
+def test_with_a_daemon_apply_says_rebuilt_and_waits_for_the_rebuild(
+        cli: Cli, tmp_path: Path, built_images: Any, docker_client: Any, state: Path) -> None:
+    """The daemon reconciles: apply records the change of the build's inputs where the daemon
+    sees it (the cell waits for its rebuild) and returns once the new image runs."""
+    manifest = _project(tmp_path)
+    assert cli("apply", "-f", str(manifest)).returncode == 0
+    empty = tmp_path / "gitops"
+    empty.mkdir()
+    env = dict(os.environ, DEVCELL_HOME=str(state))
+    with (tmp_path / "daemon.log").open("wb") as log:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "devcell", "controller", "run", "--manifests", str(empty),
+             "--resync", "0"], env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
+            preexec_fn=child_setup)
+    try:
+        deadline = time.monotonic() + 30
+        while lease.current_holder(state) is None:
+            assert time.monotonic() < deadline, "the daemon did not start"
+            time.sleep(0.2)
+        dockerfile = manifest.parent / "app" / "Dockerfile"
+        dockerfile.write_text(dockerfile.read_text() + "RUN echo three > /three\n")
+        applied = cli("apply", "-f", str(manifest))
+        assert applied.returncode == 0, applied.stderr
+        assert applied.stdout == "cell/built rebuilt\n"
+        assert cli("exec", "built", "--", "cat", "/three").stdout == "three\n"
+        assert len(_containers(docker_client, state)) == 1
+    finally:
+        end(daemon)

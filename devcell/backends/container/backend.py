@@ -1219,11 +1219,16 @@ class ContainerBackend:
 
         if not _CELL_NAME.fullmatch(cell.name):
             raise BackendRefused(f"refusing cell name {cell.name!r}: not a DNS-1123 label")
-        from devcell.backends.container import build as container_build  # imports the SDK
+        from devcell.backends.container import build_tags
+
+        def compute(build: dict[str, Any]) -> str:  # only on a miss: the SDK is imported then
+            from devcell.backends.container import build as container_build
+
+            return container_build.digest(build)
 
         cache = build_digest_cache.DigestCache(self.layout.state_dir)
-        digest = cache.digest(cell.name, build, container_build.digest, cell_id=cell.id)
-        return container_build.tag_for(self.owner, cell.name, digest)
+        digest = cache.digest(cell.name, build, compute, cell_id=cell.id)
+        return build_tags.tag_for(self.owner, cell.name, digest)
 
     def forget_cell_caches(self, cell: CellRef) -> None:
         from devcell.backends.container import build_digest_cache

@@ -31,13 +31,15 @@ import requests.exceptions
 import urllib3.exceptions
 
 from devcell import names, progress
+from devcell.backends.container import build_tags
 from devcell.backends.container.pull import timed_out
 from devcell.backends.container.spec import CELL, CELL_ID, MANAGED, STATE
 from devcell.errors import BackendError, ImageBuildFailed
 from devcell.log import logger
 
-REPOSITORY = "devcell-build"
-"""Images DevCell builds are tagged devcell-build/<state>/<cell>:<digest> (tag_for)."""
+REPOSITORY = build_tags.REPOSITORY
+tag_for = build_tags.tag_for
+"""Images DevCell builds are tagged devcell-build/<state>/<cell>:<digest> (build_tags)."""
 BUILD_DIGEST = "devcell.build-digest"
 """Label on a built image: the digest its tag names."""
 OUTPUT_TAIL = 2000
@@ -104,12 +106,6 @@ def digest(build: dict[str, Any]) -> str:
         raise ImageBuildFailed(f"cannot read the build context {context}: "
                                f"{exc.strerror or exc}") from None
     return h.hexdigest()
-
-
-def tag_for(owner: str, cell_name: str, build_digest: str) -> str:
-    """devcell-build/<state directory's hash>/<cell>:<digest>: per state directory, so one
-    never runs (or prunes) an image another state directory's cell built."""
-    return f"{REPOSITORY}/{owner[:12]}/{cell_name}:{build_digest[:32]}"
 
 
 class _Output:

@@ -87,3 +87,19 @@ def test_with_a_daemon_apply_says_rebuilt_and_waits_for_the_rebuild(
         assert len(_containers(docker_client, state)) == 1
     finally:
         end(daemon)
+
+
+def test_a_no_op_reapply_of_a_built_cell_never_imports_the_docker_sdk(
+        cli: Cli, tmp_path: Path, built_images: Any, state: Path) -> None:
+    """Its build's digest is answered by the cache (a walk with lstat): no SDK, no build."""
+    manifest = _project(tmp_path)
+    assert cli("apply", "-f", str(manifest)).returncode == 0
+    time.sleep(2.5)  # older than the digest cache's racy window
+    assert cli("apply", "-f", str(manifest)).stdout == "cell/built unchanged\n"  # cached now
+    env = dict(os.environ, DEVCELL_HOME=str(state))
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "devcell", "apply", "-f",
+                          str(manifest)], capture_output=True, text=True, env=env, cwd=REPO,
+                         timeout=60)
+    assert out.returncode == 0 and out.stdout == "cell/built unchanged\n", out.stderr
+    imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines()}
+    assert not {m for m in imported if m.split(".")[0] in ("docker", "requests", "urllib3")}

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from devcell.api.reports import Converged, ObjectResult, OperationResult, Recorded, Report, Status
 from devcell.reconciler import lease
-from devcell.store import desired
+from devcell.store import built_cells, desired
 from devcell.store.db import Database
 
 Key = tuple[str, str]
@@ -114,11 +114,12 @@ def judge_builds(db: Database, recorded: Recorded) -> tuple[Recorded, list[Key]]
     reported and the extra keys to converge."""
     asked = [c.object_id for c in recorded.changes if c.kind == "Cell" and c.object_id
              and not c.needs_reconcile and c.outcome not in ("deleted", "pruned")]
-    if not asked:
+    built = built_cells.among(db.conn, asked) if asked else []
+    if not built:  # one query; the judge and what it imports only for a built cell
         return recorded, []
     from devcell.reconciler import build_inputs
 
-    found = build_inputs.judge(db, asked)
+    found = build_inputs.judge(db, built)
     build_inputs.record(db, found.moved)
     doubt = {*found.moved, *found.unknown}
     if not doubt:

@@ -34,11 +34,11 @@ class Judged:
     is down, no image recorded yet): reconciled, so the controller says or settles it."""
 
 
-def judge(db: Database, cell_ids: Iterable[str]) -> Judged:
-    """Judge the settled cells among `cell_ids` that are built from a Dockerfile."""
+def judge(db: Database, cells: Iterable[built_cells.BuiltCell]) -> Judged:
+    """Judge the settled ones among `cells` (store.built_cells.among)."""
     found = Judged()
     by_backend: dict[str, list[built_cells.BuiltCell]] = {}
-    for cell in built_cells.among(db.conn, cell_ids):
+    for cell in cells:
         if cell.settled and cell.spec.get("state", "Running") != "Sleeping":
             by_backend.setdefault(cell.backend, []).append(cell)
     for name, cells in sorted(by_backend.items()):

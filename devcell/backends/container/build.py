@@ -262,7 +262,10 @@ def drop_superseded(api: Any, *, cell_id: str, owner: str, keep: str | None) -> 
         return removed
     for image in found:
         labels = image.get("Labels") or {}
-        tags = [t for t in image.get("RepoTags") or [] if t.startswith(f"{REPOSITORY}/")]
+        # Only the tags a build gives (tag_for): labels are inherited by an image a user builds
+        # FROM this one, and a tag a user added (`docker tag`) is theirs.
+        tags = [t for t in image.get("RepoTags") or []
+                if t.startswith(f"{REPOSITORY}/{owner[:12]}/")]
         if (labels.get(MANAGED) != "true" or labels.get(STATE) != owner
                 or labels.get(CELL_ID) != cell_id or keep in tags or not tags):
             continue

@@ -26,17 +26,21 @@ def test_deleting_a_built_cell_removes_the_image_devcell_built_for_it(
         fileobj=io.BytesIO(
             f"FROM {image['RepoTags'][0]}\nLABEL dev.devcell.state-dir=other\n".encode()),
         tag="devcell-test/not-ours:1", rm=True)[0]
+    # A tag a user added to DevCell's image is theirs: it stays, and with it the image.
+    docker_client.images.get(image["Id"]).tag("devcell-test/mine", "1")
     try:
         deleted = cli("delete", "cell", "built", "--approve")
         assert deleted.returncode == 0, deleted.stderr
-        assert built_images() == []
+        assert [t for i in built_images() for t in i["RepoTags"]] == ["devcell-test/mine:1"]
         tags = [t for i in docker_client.images.list() for t in i.tags]
-        assert "devcell-test/not-ours:1" in tags
+        assert "devcell-test/not-ours:1" in tags and "devcell-test/mine:1" in tags
+        assert docker_client.images.get(image["Id"]).tags == ["devcell-test/mine:1"]
         dry = cli("gc", "--dry-run")
         assert dry.returncode == 0, dry.stderr
         assert "devcell-build/" not in dry.stdout
     finally:
         docker_client.images.remove(foreign.id, force=True)
+        docker_client.images.remove("devcell-test/mine:1", force=True)
 
 
 def test_a_built_image_another_cell_runs_is_kept(

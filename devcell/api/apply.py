@@ -54,7 +54,9 @@ def apply(state_dir: Path, paths: Sequence[str], *, dry_run: bool = False, prune
                                  prune_selector=prune_selector, keep_pruned=keep_pruned,
                                  parse_cache=parsed, require_objects=True)
         if dry_run:
-            return _dry(result, hooks)
+            recorded, _ = converging.judge_builds(db, Recorded(tuple(result.changes)),
+                                                  record=False)
+            return _dry(desired.ApplyResult(list(recorded.changes)), hooks)
         return converging.finish(db, Recorded(tuple(result.changes)), trigger="apply",
                                  options=options, hooks=hooks)
     finally:

@@ -107,11 +107,12 @@ def _retention_due(db: Database) -> bool:
     return bool(retention.due_keys(db.conn, datetime.now(UTC)))
 
 
-def judge_builds(db: Database, recorded: Recorded) -> tuple[Recorded, list[Key]]:
+def judge_builds(db: Database, recorded: Recorded, *, record: bool = True
+                 ) -> tuple[Recorded, list[Key]]:
     """The cells recorded unchanged that are built from a Dockerfile whose inputs changed
     (reconciler.build_inputs) are reported `rebuilt` and converged; one that cannot be judged
     is converged too (its error is then reported, or it settles). Returns the changes as
-    reported and the extra keys to converge."""
+    reported and the extra keys to converge. record=False (a dry run): only say so."""
     asked = [c.object_id for c in recorded.changes if c.kind == "Cell" and c.object_id
              and not c.needs_reconcile and c.outcome not in ("deleted", "pruned")]
     built = built_cells.among(db.conn, asked) if asked else []
@@ -120,7 +121,8 @@ def judge_builds(db: Database, recorded: Recorded) -> tuple[Recorded, list[Key]]
     from devcell.reconciler import build_inputs
 
     found = build_inputs.judge(db, built)
-    build_inputs.record(db, found.moved)
+    if record:
+        build_inputs.record(db, found.moved)
     doubt = {*found.moved, *found.unknown}
     if not doubt:
         return recorded, []

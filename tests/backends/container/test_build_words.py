@@ -32,6 +32,8 @@ def test_a_changed_dockerfile_alone_is_a_difference_and_apply_says_rebuilt(
 
     dockerfile = manifest.parent / "app" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() + "RUN echo two > /two\n")
+    dry = cli("apply", "-f", str(manifest), "--dry-run")
+    assert dry.stdout == "cell/built rebuilt (dry run)\n", dry.stderr
     shown = cli("diff", "-f", str(manifest))
     assert shown.returncode == 1, shown.stderr
     assert "devcell-build/" in shown.stdout and "\n-" in shown.stdout and "\n+" in shown.stdout

@@ -117,7 +117,7 @@ def test_tail_timestamps_and_since(box: Box) -> None:
     shown = box.logs_until("tail-me", "web", "--tail", "1", "--timestamps")
     assert len(shown.stdout.splitlines()) == 1, shown.stdout
     stamp = STAMPED.match(shown.stdout)
-    assert stamp is not None and shown.stdout[stamp.end():] == "tail-me\n"
+    assert stamp is not None and shown.stdout[stamp.end():] == "tail-me\n", repr(shown.stdout)
     assert box("logs", "logbox", "web", "--tail", "0").stdout == ""
     future = box("logs", "logbox", "web", "--since", "2999-01-01T00:00:00Z")
     assert future.returncode == 0 and future.stdout == ""

@@ -175,6 +175,8 @@ class CellSFTPServer(asyncssh.SFTPServer):
         try:
             if created and self.root.owner is not None:
                 os.fchown(fd, *self.root.owner)  # the file just made, never a name
+            if created:  # the mode asked for, whatever the process's umask is meanwhile
+                os.fchmod(fd, perms)  # (SQLite's opens set it to 077 for a moment)
         except BaseException:
             os.close(fd)
             raise

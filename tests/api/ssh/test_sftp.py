@@ -225,3 +225,15 @@ def test_the_served_server_runs_its_calls_off_the_event_loop(tree: Path) -> None
     finally:
         served.exit()
         os.close(fd)
+
+
+def test_a_file_made_has_the_mode_asked_for_whatever_the_umask_is_meanwhile(
+        server: CellSFTPServer, tree: Path) -> None:
+    """The process's umask is shared by its threads, and opening the state database sets it
+    to 077 for a moment: a file scp made in that moment came out 0700."""
+    old = os.umask(0o077)
+    try:
+        _write(server, b"script", b"#!/bin/sh\n", permissions=0o755)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tree / "workspace" / "script").stat().st_mode) == 0o755

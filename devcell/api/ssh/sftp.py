@@ -233,13 +233,14 @@ class CellSFTPServer(asyncssh.SFTPServer):
         mode = (0o755 if attrs.permissions is None else attrs.permissions) & MODE_BITS
         with rooted.parent_of(self.root.fd, self._path(path)) as (parent, name):
             os.mkdir(name, mode, dir_fd=parent)
-            if self.root.owner is not None:
-                made = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC,
-                               dir_fd=parent)
-                try:  # the directory just made (a swap for a link fails O_DIRECTORY)
+            made = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC,
+                           dir_fd=parent)
+            try:  # the directory just made (a swap for a link fails O_DIRECTORY)
+                if self.root.owner is not None:
                     os.chown(f"/proc/self/fd/{made}", *self.root.owner)
-                finally:
-                    os.close(made)
+                os.chmod(f"/proc/self/fd/{made}", mode)  # as asked, whatever the umask is
+            finally:
+                os.close(made)
 
     def rmdir(self, path: bytes) -> None:
         with rooted.parent_of(self.root.fd, self._path(path)) as (parent, name):

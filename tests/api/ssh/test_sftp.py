@@ -234,6 +234,8 @@ def test_a_file_made_has_the_mode_asked_for_whatever_the_umask_is_meanwhile(
     old = os.umask(0o077)
     try:
         _write(server, b"script", b"#!/bin/sh\n", permissions=0o755)
+        server.mkdir(b"shared", _attrs(permissions=0o775))
     finally:
         os.umask(old)
     assert stat.S_IMODE((tree / "workspace" / "script").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tree / "workspace" / "shared").stat().st_mode) == 0o775

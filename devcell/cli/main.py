@@ -23,17 +23,19 @@ from devcell.names import printable_lines
 
 def _dispatch(args: argparse.Namespace) -> int:
     verb = getattr(args, "verb", None)
-    if commands.uses_state(args.command, verb):
-        from devcell.store import db, state_dir
-
-        path = db.resolve_state_dir(args.state_dir)
-        state_dir.check(path)  # one line if it cannot be used
-        if commands.needs_records(args.command, verb):
-            state_dir.require_records(path)
     module, _, function = commands.handler_of(args.command, verb).partition(":")
     handler: Callable[[argparse.Namespace], int] = getattr(
         importlib.import_module(f"devcell.cli.{module}"), function)
-    return int(handler(args))
+    if not commands.uses_state(args.command, verb):
+        return int(handler(args))
+    from devcell.store import db, state_dir
+
+    path = db.resolve_state_dir(args.state_dir)
+    state_dir.check(path)  # one line if it cannot be used
+    if not commands.needs_records(args.command, verb):
+        return int(handler(args))
+    with db.recorded_only(path):  # usage errors first; then no database is made here
+        return int(handler(args))
 
 
 def celld(argv: Sequence[str] | None = None) -> int:

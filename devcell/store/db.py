@@ -21,6 +21,21 @@ from devcell.store import faults, guard
 
 DB_FILENAME = "state.db"
 BUSY_TIMEOUT_S = 60.0
+_RECORDED_ONLY: list[Path] = []
+"""State directories whose database is opened only if it exists (see `recorded_only`)."""
+
+
+@contextmanager
+def recorded_only(state_dir: Path) -> Iterator[None]:
+    """Within: a database of `state_dir` is opened only where one exists, else StateError
+    saying nothing was applied there. A command that acts on recorded objects (exec, a
+    snapshot verb) then checks its own usage first and, refused, leaves a new state directory
+    as it was (it used to create the database, then find no such object)."""
+    _RECORDED_ONLY.append(state_dir)
+    try:
+        yield
+    finally:
+        _RECORDED_ONLY.remove(state_dir)
 
 
 def _empty(path: Path) -> bool:
@@ -67,6 +82,10 @@ class Database:
         fresh = not self.path.exists() or _empty(self.path)
         if fresh:
             guard.refuse_leftovers(state_dir, self.path)
+        if create and not self.path.exists() and state_dir in _RECORDED_ONLY:
+            raise StateError(f"no DevCell state in {state_dir}: nothing has been applied "
+                             "there yet (apply a manifest first, or give the right "
+                             "--state-dir)")
         if create:
             ensure_private_dir(state_dir)
         elif not self.path.exists():

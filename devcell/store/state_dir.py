@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-from devcell.errors import StateError, StateUnusable, StorageError
+from devcell.errors import StateUnusable, StorageError
 
 _FIX = "point --state-dir (or $DEVCELL_HOME) at"
 
@@ -120,14 +120,3 @@ def _mount_point(path: Path) -> Path:
         path = path.parent
     return path
 
-
-def require_records(state_dir: Path) -> None:
-    """Refuse (StateError), before anything is made, a command that acts on recorded objects
-    in a state directory where nothing was ever recorded: it could only fail later, after
-    opening (and so creating) a database there. A lost database beside what an earlier one
-    left is refused by the guard, named."""
-    from devcell.store import guard
-
-    if not guard.database_exists(state_dir):
-        raise StateError(f"no DevCell state in {state_dir}: nothing has been applied there "
-                         "yet (apply a manifest first, or give the right --state-dir)")

@@ -154,3 +154,10 @@ def test_gc_where_nothing_was_applied_collects_nothing_and_makes_nothing(tmp_pat
     code, _, err = _run(["--state-dir", str(state), "gc", "--dry-run"], tmp_path)
     assert code == 0, err
     assert os.listdir(state) == []
+
+
+def test_a_usage_error_is_said_before_the_state_where_nothing_was_applied(tmp_path: Path
+                                                                         ) -> None:
+    code, _, err = _run(["--state-dir", str(tmp_path / "state"), "exec", "api"], tmp_path)
+    assert code == 2 and "after --" in err, err
+    assert not (tmp_path / "state").exists()

@@ -26,6 +26,15 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def allow_host_paths(state: Path, root: Path) -> None:
+    """DevCell's configuration in `state` allowing host paths under `root` (owner-only, as
+    DevCell requires of its configuration)."""
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (state / "config.yaml").write_text("apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                       f"security:\n  allowedHostPaths: ['{root}']\n")
+    os.chmod(state / "config.yaml", 0o600)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Containers a test's cells left (a test whose fixtures do not delete its cells) are
     removed when the session ends, found by the state-path label under this session's base

@@ -5,10 +5,9 @@ recorded (DevCell never overwrites the developer's own files)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from tests.conftest import Cli
+from tests.conftest import Cli, allow_host_paths
 
 
 def _cell(directory: Path, name: str, backend: str, source: str) -> Path:
@@ -20,18 +19,12 @@ def _cell(directory: Path, name: str, backend: str, source: str) -> Path:
     return manifest
 
 
-def _allow(state: Path, root: Path) -> None:
-    state.mkdir(mode=0o700, parents=True, exist_ok=True)
-    (state / "config.yaml").write_text(
-        "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
-        f"security:\n  allowedHostPaths: ['{root}']\n")
-    os.chmod(state / "config.yaml", 0o600)
 
 
 def test_a_vm_cell_with_a_live_folder_is_refused_at_apply(cli: Cli, tmp_path: Path,
                                                           state_dir: Path) -> None:
     (tmp_path / "app").mkdir()
-    _allow(state_dir, tmp_path)
+    allow_host_paths(state_dir, tmp_path)
     manifest = _cell(tmp_path, "box", "vm", f"{{hostPath: {{path: '{tmp_path / 'app'}'}}}}")
     done = cli("apply", "-f", str(manifest))
     assert done.returncode != 0 and "box.yaml:8" in done.stderr, done.stderr
@@ -45,7 +38,7 @@ def test_a_file_that_is_no_archive_is_refused_at_apply(cli: Cli, tmp_path: Path,
                                                        state_dir: Path) -> None:
     bogus = tmp_path / "not-an-archive.tar"
     bogus.write_bytes(b"hello" * 100)
-    _allow(state_dir, tmp_path)
+    allow_host_paths(state_dir, tmp_path)
     manifest = _cell(tmp_path, "box", "fake", f"{{archive: {{path: '{bogus}'}}}}")
     done = cli("apply", "-f", str(manifest))
     assert done.returncode != 0 and "box.yaml:8" in done.stderr, done.stderr
@@ -58,7 +51,7 @@ def test_a_live_folder_is_immutable_and_never_restored_into(cli: Cli, tmp_path: 
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "mine.txt").write_text("the developer's\n")
     (tmp_path / "other").mkdir()
-    _allow(state_dir, tmp_path)
+    allow_host_paths(state_dir, tmp_path)
     manifest = _cell(tmp_path, "box", "fake", f"{{hostPath: {{path: '{tmp_path / 'app'}'}}}}")
     assert cli("apply", "-f", str(manifest)).returncode == 0
     _cell(tmp_path, "box", "fake", f"{{hostPath: {{path: '{tmp_path / 'other'}'}}}}")
@@ -82,7 +75,7 @@ def test_a_source_used_once_may_be_gone_when_its_cell_is_applied_again(
     seed = tmp_path / "seed"
     seed.mkdir()
     (seed / "a.txt").write_text("a\n")
-    _allow(state_dir, tmp_path)
+    allow_host_paths(state_dir, tmp_path)
     manifest = _cell(tmp_path, "box", "fake", f"{{directory: {{path: '{seed}'}}}}")
     assert cli("apply", "-f", str(manifest)).returncode == 0
     (seed / "a.txt").unlink()

@@ -123,15 +123,7 @@ def judge_builds(db: Database, recorded: Recorded, *, record: bool = True
     found = build_inputs.judge(db, built)
     if record:
         build_inputs.record(db, found.moved)
-    doubt = {*found.moved, *found.unknown}
-    if not doubt:
-        return recorded, []
-    changes = tuple(
-        dataclasses.replace(c, needs_reconcile=True,
-                            outcome="rebuilt" if c.object_id in found.moved else c.outcome)
-        if c.kind == "Cell" and c.object_id in doubt and not c.needs_reconcile else c
-        for c in recorded.changes)
-    return dataclasses.replace(recorded, changes=changes), [("Cell", c) for c in doubt]
+    return _to_reconcile(recorded, {*found.moved, *found.unknown}, set(found.moved), "rebuilt")
 
 
 def observe_first(db: Database, recorded: Recorded) -> tuple[Recorded, list[Key]]:
@@ -156,12 +148,18 @@ def observe_first(db: Database, recorded: Recorded) -> tuple[Recorded, list[Key]
     if not cells:
         return recorded, []
     found = observe.observe_and_record(db, cells)
-    doubt = set(found.in_doubt)
+    return _to_reconcile(recorded, set(found.in_doubt), set(found.drifted), "repaired")
+
+
+def _to_reconcile(recorded: Recorded, doubt: set[str], changed: set[str], word: str
+                  ) -> tuple[Recorded, list[Key]]:
+    """The cells in `doubt` not yet to be reconciled marked so, those `changed` reported with
+    `word` (what the reconcile will do); and their keys, to converge."""
     if not doubt:
         return recorded, []
     changes = tuple(
         dataclasses.replace(c, needs_reconcile=True,
-                            outcome="repaired" if c.object_id in found.drifted else c.outcome)
+                            outcome=word if c.object_id in changed else c.outcome)
         if c.kind == "Cell" and c.object_id in doubt and not c.needs_reconcile else c
         for c in recorded.changes)
     return dataclasses.replace(recorded, changes=changes), [("Cell", c) for c in doubt]

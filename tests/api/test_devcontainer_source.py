@@ -14,7 +14,7 @@ import pytest
 
 from devcell.api import devcontainer
 from devcell.backends.host import git_source
-from tests.conftest import Cli
+from tests.conftest import Cli, allow_host_paths
 
 SAMPLE = '{"name": "web", "image": "devcell/busybox:latest"}\n'
 
@@ -37,11 +37,6 @@ def _project(root: Path, remote: str | None = None) -> Path:
     return root / ".devcontainer" / "devcontainer.json"
 
 
-def _allow(state: Path, path: Path) -> None:
-    state.mkdir(mode=0o700, parents=True, exist_ok=True)
-    (state / "config.yaml").write_text("apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
-                                       f"security:\n  allowedHostPaths: ['{path}']\n")
-    os.chmod(state / "config.yaml", 0o600)
 
 
 def _convert(path: Path, state: Path) -> devcontainer.Conversion:
@@ -83,7 +78,7 @@ def test_a_branch_seen_on_the_remote_draws_no_warning(tmp_path: Path) -> None:
     subprocess.run(["git", "clone", "-q", "--bare", str(tmp_path / "web"), str(bare)],
                    check=True)
     _git(tmp_path / "web", "fetch", "-q", "origin")
-    _allow(tmp_path / "state", tmp_path / "repos")
+    allow_host_paths(tmp_path / "state", tmp_path / "repos")
     result = _convert(path, tmp_path / "state")
     assert result.manifest["spec"]["workspace"]["source"] == {
         "git": {"url": str(bare), "ref": "main"}}
@@ -92,7 +87,7 @@ def test_a_branch_seen_on_the_remote_draws_no_warning(tmp_path: Path) -> None:
 
 def test_no_remote_clones_the_repository_from_its_path_when_allowed(tmp_path: Path) -> None:
     path = _project(tmp_path / "web")
-    _allow(tmp_path / "state", tmp_path / "web")
+    allow_host_paths(tmp_path / "state", tmp_path / "web")
     result = _convert(path, tmp_path / "state")
     assert result.manifest["spec"]["workspace"]["source"] == {
         "git": {"url": str(tmp_path / "web"), "ref": "main"}}

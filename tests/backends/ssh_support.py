@@ -38,6 +38,17 @@ class Cell:
                               cwd=self.work)
 
 
+def serve_cell(made: Cell, manifest: Path, name: str, *, timeout: float) -> Cell:
+    """`made` with its cell applied from `manifest` and `devcell ssh-config NAME` written."""
+    made.work.mkdir()
+    done = made.devcell("apply", "-f", str(manifest), timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    config = made.devcell("ssh-config", name)
+    assert config.returncode == 0, config.stderr
+    made.config.write_text(config.stdout)
+    return made
+
+
 def rsync_context(context: Path) -> Path:
     """A build context whose image is DevCell's busybox base plus the host's rsync."""
     if shutil.which("rsync") is None:

@@ -41,14 +41,7 @@ def copy_regular(src: str, dst: str) -> bool:
         if (not stat.S_ISREG(st.st_mode) or st.st_nlink != 1
                 or (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino)):
             return False
-        fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o600)
-        try:
-            _copy_data(fd_in, fd_out, st.st_size)
-            _copy_metadata(fd_in, fd_out, st)
-        finally:
-            os.close(fd_out)
-        os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+        copy_opened(fd_in, st, dst)
     finally:
         os.close(fd_in)
     return True

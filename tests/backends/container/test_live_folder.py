@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from tests.backends.container.support import IMAGE
-from tests.conftest import Cli
+from tests.conftest import Cli, allow_host_paths
 
 
 def _manifest(directory: Path, name: str, folder: Path, *, user: str = "") -> Path:
@@ -24,12 +24,6 @@ def _manifest(directory: Path, name: str, folder: Path, *, user: str = "") -> Pa
     return manifest
 
 
-def _allow(state: Path, root: Path) -> None:
-    state.mkdir(mode=0o700, parents=True, exist_ok=True)
-    (state / "config.yaml").write_text(
-        "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
-        f"security:\n  allowedHostPaths: ['{root}']\n")
-    os.chmod(state / "config.yaml", 0o600)
 
 
 def _project(root: Path, owner: int) -> Path:
@@ -71,7 +65,7 @@ def test_a_live_folder_is_the_workspace_both_ways_and_is_never_deleted(
     assert "workspace.source.hostPath.path" in refused.stderr
     assert cli("get", "cells", "-o", "name").stdout == ""  # nothing recorded
 
-    _allow(state, root)
+    allow_host_paths(state, root)
     done = cli("apply", "-f", str(manifests), "--prune")
     assert done.returncode == 0, done.stderr
     assert _sh(cli, "live", "cat /workspace/src/main.py; id -u") == "print('hi')\n1000\n"
@@ -138,7 +132,7 @@ def test_a_live_folder_of_root_is_only_bound_for_a_cell_that_is_not_root(
     there): spec.user 0 is refused before the container is made, and the path is immutable."""
     root = tmp_path / "projects"
     project = _project(root, owner=0)
-    _allow(state, root)
+    allow_host_paths(state, root)
     manifest = _manifest(tmp_path, "rooted", project, user="  user: '0'\n")
     done = cli("apply", "-f", str(manifest))
     assert done.returncode != 0 and "must not run as root" in done.stdout + done.stderr
@@ -158,7 +152,7 @@ def test_a_uid_alone_never_runs_in_roots_group_so_no_setgid_root_file_is_left(
     is the uid's own, written out."""
     root = tmp_path / "projects"
     project = _project(root, owner=1000)
-    _allow(state, root)
+    allow_host_paths(state, root)
     for user, name in (("", "live"), ("  user: '1001'\n", "given")):
         done = cli("apply", "-f", str(_manifest(tmp_path, name, project if not user else
                                                  _project(root / "g", owner=1001), user=user)))

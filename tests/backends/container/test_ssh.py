@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.backends.engine import remove_containers, require_engine
-from tests.backends.ssh_support import Cell, interactive_shell, rsync_context
+from tests.backends.ssh_support import Cell, interactive_shell, rsync_context, serve_cell
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs openssh-client")
 
@@ -41,14 +41,8 @@ def cell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cell]:
         "  services:\n    - name: http\n"
         '      command: [httpd, -f, -p, "127.0.0.1:8000", -h, /workspace]\n')
     made = Cell(state, base / "ssh_config", base / "local", timeout=120)
-    made.work.mkdir()
     try:
-        done = made.devcell("apply", "-f", str(manifest), timeout=300)
-        assert done.returncode == 0, done.stderr
-        config = made.devcell("ssh-config", "sshweb")
-        assert config.returncode == 0, config.stderr
-        made.config.write_text(config.stdout)
-        yield made
+        yield serve_cell(made, manifest, "sshweb", timeout=300)
     finally:
         remove_containers(state)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.backends.engine import require_engine
-from tests.backends.ssh_support import Cell, interactive_shell, rsync_context
+from tests.backends.ssh_support import Cell, interactive_shell, rsync_context, serve_cell
 from tests.backends.vm.conftest import make_state
 from tests.backends.vm_machines import kill_machines
 from tests.conftest import REPO
@@ -54,14 +54,8 @@ def cell(tmp_path_factory: pytest.TempPathFactory, vm_cache: Path) -> Iterator[C
         "  services:\n    - name: http\n"
         '      command: [httpd, -f, -p, "127.0.0.1:8000", -h, /workspace]\n')
     made = Cell(state, base / "ssh_config", base / "local", timeout=300)
-    made.work.mkdir()
     try:
-        done = made.devcell("apply", "-f", str(manifest), timeout=600)
-        assert done.returncode == 0, done.stderr
-        config = made.devcell("ssh-config", "vmssh")
-        assert config.returncode == 0, config.stderr
-        made.config.write_text(config.stdout)
-        yield made
+        yield serve_cell(made, manifest, "vmssh", timeout=600)
     finally:
         kill_machines(state)
 

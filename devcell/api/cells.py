@@ -51,12 +51,16 @@ def snapshot(state_dir: Path, cell: str, *, name: str, ttl: str | None = None,
 
 def fork(state_dir: Path, cell: str, *, snapshot: str, name: str,
          host_ports: dict[int, int] | None = None, publish: bool = True,
-         options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS) -> Report:
+         count: int | None = None, options: Options = DEFAULTS,
+         hooks: Hooks = NO_HOOKS) -> Report:
     """A new cell `name` with `cell`'s spec, its workspace restored from `snapshot` (which
     must be a snapshot of `cell`). `host_ports`: container port -> the fork's host port for
     it (the others stay the parent's, which admission refuses while the parent holds them);
-    `publish=False`: the fork publishes no port."""
-    _check_name("Cell", name)
+    `publish=False`: the fork publishes no port. `count` N makes N forks, `name`-1 to
+    `name`-N (fork K publishes `host_ports`' ports plus K-1), recorded together: every name
+    and port is checked before any is recorded, then each converges on its own (one that
+    fails is named in the report and leaves the others as they are)."""
+    names_made = fork_names(name, count)
     db = dbmod.open_database(state_dir)
     try:
         source = objects.require(db.conn, "Cell", cell)
@@ -67,16 +71,49 @@ def fork(state_dir: Path, cell: str, *, snapshot: str, name: str,
             raise ManifestError([Problem(
                 CLI, f'snapshot "{snap.name}" was taken of cell "{snap.spec["cell"]}", '
                      f'not of "{source.name}"', kind="Cell", name=name, field="--snapshot")])
-        spec = copy.deepcopy(source.spec)
-        spec["state"] = "Running"
-        _fork_ports(spec, host_ports or {} if publish else None, name)
-        spec.setdefault("workspace", {})["from"] = {"snapshot": snap.name}
-        spec["workspace"].pop("source", None)  # a fork keeps its snapshot's files
-        manifest = _manifest("Cell", name, spec, labels=dict(source.labels))
-        result = admission.apply_objects(db, [manifest])
+        if count is not None:
+            _check_new(db, names_made)
+        manifests = []
+        for k, fork_name in enumerate(names_made):
+            spec = copy.deepcopy(source.spec)
+            spec["state"] = "Running"
+            ports = {inside: host + k for inside, host in (host_ports or {}).items()}
+            _fork_ports(spec, ports if publish else None, fork_name)
+            spec.setdefault("workspace", {})["from"] = {"snapshot": snap.name}
+            spec["workspace"].pop("source", None)  # a fork keeps its snapshot's files
+            manifests.append(_manifest("Cell", fork_name, spec, labels=dict(source.labels)))
+        result = admission.apply_objects(db, manifests)
         return _finish(db, result, options, hooks)
     finally:
         db.close()
+
+
+def fork_names(name: str, count: int | None) -> list[str]:
+    """The cells a fork makes: `name`, or `name`-1 to `name`-N with a count; each name is
+    checked (a UsageError for a count below 1)."""
+    if count is None:
+        _check_name("Cell", name)
+        return [name]
+    if count < 1:
+        from devcell.errors import UsageError
+
+        raise UsageError(f"--count {count}: give at least 1")
+    made = [f"{name}-{k}" for k in range(1, count + 1)]
+    for fork_name in (made[0], made[-1]):  # the shortest and the longest
+        _check_name("Cell", fork_name)
+    return made
+
+
+def _check_new(db: dbmod.Database, made: list[str]) -> None:
+    """Every name of a counted fork is free: none is a recorded cell (being deleted too), so
+    no fork re-applies over an existing cell."""
+    taken = [n for n in made if objects.get(db.conn, "Cell", n) is not None]
+    if taken:
+        raise ManifestError([Problem(
+            CLI, f"cell {', '.join(taken[:5])}{' ...' if len(taken) > 5 else ''} already "
+                 f"exist{'s' if len(taken) == 1 else ''}; choose another --name or delete "
+                 f"{'it' if len(taken) == 1 else 'them'} first", kind="Cell", name=taken[0],
+            field="--name")])
 
 
 def _fork_ports(spec: dict[str, Any], ports: dict[int, int] | None, name: str) -> None:
@@ -95,6 +132,12 @@ def _fork_ports(spec: dict[str, Any], ports: dict[int, int] | None, name: str) -
     for port in network.get("ports") or []:
         if int(port["containerPort"]) in ports:
             port["hostPort"] = ports[int(port["containerPort"])]
+            if port["hostPort"] > 65535:  # a counted fork's: HOST + K - 1
+                raise ManifestError([Problem(
+                    CLI, f"fork {name} would publish container port {port['containerPort']} "
+                         f"on host port {port['hostPort']}, above 65535 (with --count, fork "
+                         "K publishes HOST+K-1); give a lower HOST", kind="Cell", name=name,
+                    field="--port")])
 
 
 def sleep(state_dir: Path, cell: str, *, options: Options = DEFAULTS,

@@ -71,6 +71,18 @@ def workers(text: str) -> int:
     return int(text)
 
 
+MAX_FORKS = 100
+"""The most forks one `cell fork --count` makes."""
+
+
+def fork_count(text: str) -> int:
+    """`cell fork --count N`: 1 to MAX_FORKS."""
+    if not text.isdigit() or not 1 <= int(text) <= MAX_FORKS:
+        raise argparse.ArgumentTypeError(f"invalid fork count {text!r} (a whole number "
+                                         f"1-{MAX_FORKS})")
+    return int(text)
+
+
 KEEP_MAX_SECONDS = 999_999 * 86_400
 """The longest ttl a snapshot takes (999999d)."""
 

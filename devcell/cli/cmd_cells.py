@@ -60,7 +60,7 @@ def run_cell_fork(args: argparse.Namespace) -> int:
     return output.exit_code(cells.fork(
         dbmod.resolve_state_dir(args.state_dir), args.cell, snapshot=args.snapshot,
         name=args.name, host_ports=dict(args.port), publish=not args.no_ports,
-        options=output.options(args), hooks=output.hooks(args, output.changes())))
+        count=args.count, options=output.options(args), hooks=output.hooks(args, output.changes())))
 
 
 def run_cell_sleep(args: argparse.Namespace) -> int:

@@ -172,6 +172,8 @@ def _cell_fork(p: argparse.ArgumentParser) -> None:
     p.add_argument("cell")
     p.add_argument("--snapshot", required=True)
     p.add_argument("--name", required=True)
+    p.add_argument("--count", type=arguments.fork_count, metavar="N",
+                   help="make N forks, NAME-1 to NAME-N (each --port HOST plus K-1)")
     ports = p.add_mutually_exclusive_group()
     ports.add_argument("--port", action="append", type=arguments.port_mapping, default=[],
                        metavar="CONTAINER:HOST",

@@ -78,3 +78,80 @@ def test_a_cell_being_deleted_keeps_its_state(state: Path) -> None:
     db.close()
     with pytest.raises(ManifestError, match="is being deleted"):
         cells.sleep(state, "api")
+
+
+def _operations(state: Path) -> list[tuple[str, str, str]]:
+    db = open_database(state)
+    try:
+        return [tuple(r) for r in db.conn.execute(
+            "SELECT object_name, action, status FROM operations WHERE object_kind = 'Cell' "
+            "ORDER BY object_name, rowid")]
+    finally:
+        db.close()
+
+
+@pytest.mark.usefixtures("api_cell")
+def test_fork_count_makes_n_cells_each_its_own_operation(state: Path) -> None:
+    assert cells.snapshot(state, "api", name="snap").ok
+    report = cells.fork(state, "api", snapshot="snap", name="exp", count=3)
+    assert report.ok
+    assert [(c.name, c.outcome) for c in report.recorded.changes] == [
+        ("exp-1", "created"), ("exp-2", "created"), ("exp-3", "created")]
+    assert sorted(o.name for o in report.converged.objects) == ["exp-1", "exp-2", "exp-3"]
+    for name in ("exp-1", "exp-2", "exp-3"):
+        assert phase(state, "Cell", name) == "Running"
+    forks = [(name, action) for name, action, _ in _operations(state) if name != "api"]
+    assert forks == [("exp-1", "fork"), ("exp-2", "fork"), ("exp-3", "fork")]
+
+
+@pytest.mark.usefixtures("api_cell")
+def test_fork_count_a_failed_fork_leaves_the_others_and_is_named(
+        state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cells.snapshot(state, "api", name="snap").ok
+    monkeypatch.setenv("DEVCELL_FAKE_FAIL", "start@exp-2:perm")
+    report = cells.fork(state, "api", snapshot="snap", name="exp", count=3)
+    assert not report.ok
+    [problem] = report.converged.problems
+    assert (problem.name, problem.status) == ("exp-2", Status.FAILED)
+    assert "injected failure in step start" in problem.message
+    assert phase(state, "Cell", "exp-1") == "Running"
+    assert phase(state, "Cell", "exp-3") == "Running"
+    assert phase(state, "Cell", "exp-2") == "Failed"
+
+
+@pytest.mark.usefixtures("api_cell")
+def test_fork_count_checks_every_name_before_making_any(state: Path) -> None:
+    assert cells.snapshot(state, "api", name="snap").ok
+    assert cells.fork(state, "api", snapshot="snap", name="exp-2").ok  # takes exp-2
+    with pytest.raises(ManifestError, match="cell exp-2 already exists") as raised:
+        cells.fork(state, "api", snapshot="snap", name="exp", count=3)
+    assert raised.value.problems[0].field == "--name"
+    long = "x" * 61
+    with pytest.raises(ManifestError, match="at most 63 characters"):
+        cells.fork(state, "api", snapshot="snap", name=long, count=10)  # x...-10: 64 characters
+    db = open_database(state)
+    try:
+        made = sorted(r.name for r in objects.list_live(db.conn, "Cell"))
+    finally:
+        db.close()
+    assert made == ["api", "exp-2"]
+
+
+def test_fork_count_publishes_host_port_plus_k(state: Path, write: Any) -> None:
+    network = {"mode": "bridge", "ports": [{"containerPort": 8080, "hostPort": 18080}]}
+    assert api.apply(state, [write("api.yaml", cell_doc("api", network=network))]).ok
+    assert cells.snapshot(state, "api", name="snap").ok
+    with pytest.raises(ManifestError, match='already published by cell "api"'):
+        cells.fork(state, "api", snapshot="snap", name="exp", count=2)
+    with pytest.raises(ManifestError, match="above 65535"):
+        cells.fork(state, "api", snapshot="snap", name="exp", count=3,
+                   host_ports={8080: 65534})
+    assert cells.fork(state, "api", snapshot="snap", name="exp", count=2,
+                      host_ports={8080: 19000}).ok
+    db = open_database(state)
+    try:
+        ports = {n: objects.require(db.conn, "Cell", n).spec["network"]["ports"][0]["hostPort"]
+                 for n in ("exp-1", "exp-2")}
+    finally:
+        db.close()
+    assert ports == {"exp-1": 19000, "exp-2": 19001}

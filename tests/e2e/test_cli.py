@@ -195,6 +195,26 @@ def test_snapshot_fork_sleep_start(cli: Cli, applied: Path) -> None:
     assert refused.returncode == 1 and "api-fork" in refused.stderr
 
 
+def test_fork_count_names_the_fork_that_failed(cli: Cli, applied: Path) -> None:
+    assert cli("snapshot", "create", "api", "--name", "s1").returncode == 0
+    made = cli("cell", "fork", "api", "--snapshot", "s1", "--name", "exp", "--count", "3",
+               env={"DEVCELL_FAKE_FAIL": "start@exp-2:perm"})
+    assert made.returncode == 1
+    assert made.stdout.split("\n")[:3] == ["cell/exp-1 created", "cell/exp-2 created",
+                                           "cell/exp-3 created"]
+    [error] = [line for line in made.stderr.splitlines() if line.startswith("error:")]
+    assert error.startswith("error: cell/exp-2: ") and "injected failure" in error
+    phases = {d["metadata"]["name"]: d["status"]["phase"] for d in json.loads(
+        cli("get", "cells", "-o", "json").stdout)["items"]}
+    assert phases == {"api": "Running", "db": "Running", "exp-1": "Running",
+                      "exp-2": "Failed", "exp-3": "Running"}
+    again = cli("cell", "fork", "api", "--snapshot", "s1", "--name", "exp", "--count", "4")
+    assert again.returncode == 1 and "cell exp-1, exp-2, exp-3 already exist" in again.stderr
+    assert "exp-4" not in cli("get", "cells", "-o", "name").stdout
+    bad = cli("cell", "fork", "api", "--snapshot", "s1", "--name", "exp", "--count", "0")
+    assert bad.returncode == 2 and "invalid fork count" in bad.stderr
+
+
 def test_describe_operation_shows_steps(cli: Cli, applied: Path) -> None:
     op_id = cli("get", "operations", "-o", "name").stdout.split()[0].split("/")[1]
     out = cli("describe", "operation", op_id).stdout

@@ -1,5 +1,5 @@
 """`python -m devcell` runs the CLI."""
 
-from devcell.cli.main import main
+from devcell.cli.main import process_main
 
-raise SystemExit(main())
+raise SystemExit(process_main())

@@ -17,10 +17,8 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devcell import backends, config, security
-from devcell.backends import limits
-from devcell.backends.archives import unpack as archive_unpack
-from devcell.backends.host import live_folder, workspace_seed
+from devcell import backends, security
+from devcell.backends.host import live_folder
 from devcell.controllers import snapshot as snapshot_controller
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest, SourceFile, field_path
@@ -166,6 +164,10 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
     cells = [m for m in manifests if m.kind == "Cell"]
     if not cells:
         return []
+    from devcell import config  # a Cell's rules only: `snapshot create` needs none of these
+    from devcell.backends.archives import unpack as archive_unpack
+    from devcell.backends.host import workspace_seed
+
     policy = config.load(state_dir).security
     problems = []
 
@@ -317,6 +319,8 @@ def backend_problems(conn: sqlite3.Connection, manifests: list[Manifest]) -> lis
     for m in manifests:
         if m.kind != "Cell":
             continue
+        from devcell.backends import limits
+
         backend = m.spec["backend"]
         problems += [desired.problem_at(m, path, message)
                      for path, message in limits.cell_problems(m.spec, backend)]

@@ -17,10 +17,12 @@ import posixpath
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from devcell.config import SecurityPolicy
 from devcell.manifests.model import field_path
+
+if TYPE_CHECKING:
+    from devcell.config import SecurityPolicy  # annotations only
 
 FieldPath = tuple[str | int, ...]
 RUN_DIR = "/devcell"

@@ -88,6 +88,35 @@ def test_snapshot_create_imports_neither_loguru_nor_a_pool(tmp_path: Path) -> No
     assert " INFO    Snapshot/s2 op_" in loud.stderr and "'loguru'" in loud.stderr
 
 
+def test_the_program_ends_with_its_commands_output_and_exit_code(tmp_path: Path) -> None:
+    """`devcell` and `python -m devcell` run process_main, which freezes the collector before
+    the interpreter exits (so the exit does not walk every object for cycles): a command's
+    output still reaches a pipe whole and its exit code is the command's. main() itself,
+    run in process by tests and tools, leaves the collector alone."""
+    import gc
+    import json
+
+    from devcell.cli import main as cli_main
+
+    env = dict(os.environ, DEVCELL_HOME=str(tmp_path / "state"))
+    script = Path(sys.executable).parent / "devcell"
+    for program in ([str(script)], [sys.executable, "-m", "devcell"]):
+        applied = subprocess.run([*program, "apply", "-f", str(REPO / "examples" / "api.yaml")],
+                                 capture_output=True, text=True, env=env, check=False)
+        assert applied.returncode == 0, applied.stderr
+        listed = subprocess.run([*program, "get", "cells", "-o", "json"], capture_output=True,
+                                text=True, env=env, check=False)
+        assert listed.returncode == 0, listed.stderr
+        assert [c["metadata"]["name"] for c in json.loads(listed.stdout)["items"]] == ["api"]
+        missing = subprocess.run([*program, "describe", "cell", "nope"], capture_output=True,
+                                 text=True, env=env, check=False)
+        assert missing.returncode == 1
+        assert missing.stderr.startswith("error: ") and "nope" in missing.stderr
+    frozen = gc.get_freeze_count()
+    assert cli_main.main(["--state-dir", str(tmp_path / "state"), "get", "cells"]) == 0
+    assert gc.get_freeze_count() == frozen
+
+
 # One valid command line per command (and verb): the global options must work around each.
 EVERY_COMMAND = [
     ["apply", "-f", "x.yaml"], ["get", "cells"], ["describe", "cell", "api"],

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from devcell import config, names, security
+from devcell import names, security
 from devcell.backends import log_source, supervisor
 from devcell.backends.base import (
     Capabilities,
@@ -63,9 +63,8 @@ from devcell.backends.container.spec import (
     VOLUME,
 )
 from devcell.backends.container.workspaces import WorkspaceStore
-from devcell.backends.host import live_folder, workspace_seed
+from devcell.backends.host import live_folder
 from devcell.backends.host.ids import safe_id, state_hash
-from devcell.config import SecurityPolicy
 from devcell.errors import (
     BackendConflict,
     BackendError,
@@ -82,6 +81,8 @@ if TYPE_CHECKING:
     import docker
     import docker.api
 
+    from devcell import config
+    from devcell.backends.host import workspace_seed
     from devcell.backends.interactive import CellRoot, ExecOptions, Terminal
 
 QUIESCED = container_observe.QUIESCED
@@ -316,6 +317,8 @@ class ContainerBackend:
 
     def _seed(self, cell: CellRef) -> workspace_seed.Seed | None:
         """What a new workspace starts with, judged again now (workspace_seed.checked)."""
+        from devcell.backends.host import workspace_seed  # git, archives: only here
+
         seed = workspace_seed.of_spec(cell.spec)
         return None if seed is None else workspace_seed.checked(seed, self.layout.state_dir)
 
@@ -421,12 +424,21 @@ class ContainerBackend:
             handle = archive.extractfile(member)
             return handle.read(passwd.MAX_BYTES).decode(errors="replace") if handle else None
 
-    def _policy(self) -> SecurityPolicy:
+    def _policy(self) -> config.SecurityPolicy:
         """DevCell's configuration as it is now (an administrator may have tightened it)."""
+        from devcell import config
+
         try:
             return config.load(self.layout.state_dir).security
         except ConfigError as exc:
             raise BackendError(f"DevCell's configuration cannot be used: {exc}") from None
+
+    def _images_settings(self) -> config.ImageSettings:
+        """The images section of DevCell's configuration (read when a pull or build needs
+        it, so a checkpoint does not import the configuration's module)."""
+        from devcell import config
+
+        return config.load(self.layout.state_dir).images
 
     def bridge_name(self) -> str:
         """One bridge network per state directory: cells of other state dirs are not peers."""
@@ -1245,7 +1257,7 @@ class ContainerBackend:
         """Build the cell's image (see container_build); recorded as the build-image step."""
         from devcell.backends.container import build as container_build
 
-        idle = config.load(self.layout.state_dir).images.build_idle_timeout
+        idle = self._images_settings().build_idle_timeout
         image_id = container_build.build(self.api, cell_name=cell.name, cell_id=cell.id,
                                          owner=self.owner, build_spec=build, tag=tag,
                                          idle_timeout=idle)
@@ -1289,7 +1301,7 @@ class ContainerBackend:
             self.api.reload_config()  # a `docker login` since this client was made counts
             descriptor = container_pull.distribution(
                 self.api, image, registry=images.registry_of(image),
-                idle_timeout=config.load(self.layout.state_dir).images.pull_idle_timeout,
+                idle_timeout=self._images_settings().pull_idle_timeout,
             )["Descriptor"]
         except ImagePullFailed as exc:  # the registry went silent
             return ImageState(state.present, state.image_id, check_error=str(exc))
@@ -1322,7 +1334,7 @@ class ContainerBackend:
                 for event in container_pull.events(
                         self.api, repository, tag, image=image,
                         registry=images.registry_of(image),
-                        idle_timeout=config.load(self.layout.state_dir).images.pull_idle_timeout):
+                        idle_timeout=self._images_settings().pull_idle_timeout):
                     if "error" in event or "errorDetail" in event:
                         detail = event.get("errorDetail") or {}
                         raise images.pull_failed(image, str(detail.get("message")

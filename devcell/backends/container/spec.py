@@ -23,17 +23,19 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from devcell import security
 from devcell.backends import limits, supervisor
 from devcell.backends.container.layout import Layout
 from devcell.backends.host import live_folder
 from devcell.backends.host.ids import state_hash
-from devcell.config import SecurityPolicy
 from devcell.errors import BackendRefused
 from devcell.manifests import quantities
 from devcell.manifests.model import field_path
+
+if TYPE_CHECKING:
+    from devcell.config import SecurityPolicy
 
 LABEL = "dev.devcell"
 MANAGED, STATE, CELL_ID, CELL = (f"{LABEL}.managed", f"{LABEL}.state-dir", f"{LABEL}.cell-id",
@@ -147,6 +149,16 @@ def labels(layout: Layout, *, cell_id: str, cell_name: str, volume_id: str | Non
     return out
 
 
+def _policy_or_default(policy: SecurityPolicy | None) -> SecurityPolicy:
+    """`policy`, or the configuration's defaults (imported here: observing and checkpointing
+    cells read this module's labels and never a policy)."""
+    if policy is not None:
+        return policy
+    from devcell.config import SecurityPolicy
+
+    return SecurityPolicy()
+
+
 def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
                   spec: dict[str, Any], volume_id: str | None, runtime_hash: str,
                   op_id: str | None = None, policy: SecurityPolicy | None = None,
@@ -155,7 +167,7 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
     """`live`: the host folder that is the workspace (a LIVE volume's, resolved and judged
     again by the caller), bound instead of the volume's own directory; `live_owner`: its
     owner, whom the cell runs as when spec.user does not say (never root)."""
-    policy = policy or SecurityPolicy()
+    policy = _policy_or_default(policy)
     # A workspace source was used when the volume was made (a live folder is judged again
     # by the caller, and below as a bind mount): one moved away since is no reason to refuse.
     broken = [f"{security.spec_field(path)}: {message}"
@@ -228,7 +240,7 @@ def check_security(layout: Layout, kwargs: dict[str, Any],
                 "volumes_from", "device_requests", "sysctls", "cgroupns"):
         if kwargs.get(key):
             problems.append(f"{key} is not allowed")
-    policy = policy or SecurityPolicy()
+    policy = _policy_or_default(policy)
     allowed_modes = (None, "none", "host") if policy.allow_host_network else (None, "none")
     if kwargs.get("network_mode") not in allowed_modes:
         problems.append(f"network mode {kwargs.get('network_mode')} is not allowed")

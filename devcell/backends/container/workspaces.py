@@ -28,16 +28,18 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from devcell import failpoints
-from devcell.backends.archives import unpack as archive_unpack
 from devcell.backends.container import overlay
 from devcell.backends.container.layout import Layout
-from devcell.backends.host import live_folder, temporaries, treecopy, treewalk, workspace_seed
+from devcell.backends.host import live_folder, temporaries, treecopy, treewalk
 from devcell.backends.host.ids import is_safe_id, safe_id
 from devcell.errors import BackendError, BackendNotFound, BackendRefused
 from devcell.log import logger
+
+if TYPE_CHECKING:
+    from devcell.backends.host import workspace_seed
 
 MARKER_VERSION = 1
 SOURCES = "sources.rec"
@@ -381,7 +383,10 @@ class WorkspaceStore:
                 storage = LIVE
                 found = treecopy.scan(Path(live.path))
                 stats = treecopy.TreeStats(found.files, found.size)
-            elif seed is not None:
+            elif seed is not None:  # its modules (git, archives) only here
+                from devcell.backends.archives import unpack as archive_unpack
+                from devcell.backends.host import workspace_seed
+
                 if isinstance(seed, workspace_seed.ArchiveSource):
                     archive_unpack.unpack(seed, tmp / "workspace")
                 else:

@@ -7,7 +7,6 @@ file, so their problems are located at `<command line>` and name the flag.
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +72,8 @@ def fork(state_dir: Path, cell: str, *, snapshot: str, name: str,
                      f'not of "{source.name}"', kind="Cell", name=name, field="--snapshot")])
         if count is not None:
             _check_new(db, names_made)
+        import copy  # a fork's only: `snapshot create` does without
+
         manifests = []
         for k, fork_name in enumerate(names_made):
             spec = copy.deepcopy(source.spec)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from devcell.api.reports import Converged, ObjectResult, OperationResult, Recorded, Report, Status
 from devcell.reconciler import lease
-from devcell.store import built_cells, desired
+from devcell.store import desired
 from devcell.store.db import Database
 
 Key = tuple[str, str]
@@ -115,7 +115,11 @@ def judge_builds(db: Database, recorded: Recorded, *, record: bool = True
     reported and the extra keys to converge. record=False (a dry run): only say so."""
     asked = [c.object_id for c in recorded.changes if c.kind == "Cell" and c.object_id
              and not c.needs_reconcile and c.outcome not in ("deleted", "pruned")]
-    built = built_cells.among(db.conn, asked) if asked else []
+    if not asked:  # a snapshot's verb asks no cell
+        return recorded, []
+    from devcell.store import built_cells
+
+    built = built_cells.among(db.conn, asked)
     if not built:  # one query; the judge and what it imports only for a built cell
         return recorded, []
     from devcell.reconciler import build_inputs

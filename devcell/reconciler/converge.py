@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -114,16 +113,20 @@ class _Pool:
         self.base = base
         self.workers = workers
         self.stopping = base.stopping or threading.Event()
+        # imported here: a converge of one object (a snapshot, a sleep) needs no pool, and
+        # concurrent.futures brings the logging package along (~20 ms of CPU at start-up)
+        import queue
+        from concurrent.futures import ThreadPoolExecutor
+
         self.free: queue.SimpleQueue[Context] = queue.SimpleQueue()
         self.made: list[Context] = []
         self.futures: list[Future[list[tuple[Key, Turn]]]] = []
-        # imported here: a converge of one object (a snapshot, a sleep) needs no pool, and
-        # concurrent.futures brings the logging package along (~20 ms of CPU at start-up)
-        from concurrent.futures import ThreadPoolExecutor
 
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="converge")
 
     def _take(self) -> Context:
+        import queue
+
         try:
             ctx = self.free.get_nowait()
         except queue.Empty:

@@ -66,7 +66,7 @@ class Backend(NamedTuple):
     it (for that state directory, where a backend keeps what it found, e.g. the vm probe)."""
     roots: tuple[Root, ...]
     accounting: str | None = None
-    """`module:Class`, base.Accounting: measures its holdings with its engine down; None
+    """`module:Class`, capacity.Accounting: measures its holdings with its engine down; None
     for a backend that keeps nothing to measure."""
     limits: Limits = Limits()
 

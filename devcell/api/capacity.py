@@ -12,13 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from devcell import backends
-from devcell.backends.base import (
-    Accounting,
-    Backend,
-    CheckpointUsage,
-    RuntimeUsage,
-    WorkspaceUsage,
-)
+from devcell.backends.base import Backend
+from devcell.backends.capacity import Accounting, CheckpointUsage, RuntimeUsage, WorkspaceUsage
 from devcell.errors import BackendError, BackendUnavailable, UnknownBackend
 from devcell.store import capacity as records
 from devcell.store.db import Database

@@ -16,13 +16,8 @@ from typing import Any
 
 from devcell import backends
 from devcell.api import capacity
-from devcell.backends.base import (
-    CheckpointsUsage,
-    Owned,
-    OwnedKind,
-    RuntimeUsage,
-    WorkspaceUsage,
-)
+from devcell.backends.base import Owned, OwnedKind
+from devcell.backends.capacity import CheckpointsUsage, RuntimeUsage, WorkspaceUsage
 from devcell.errors import BackendError, DevCellError
 from devcell.store import capacity as records
 from devcell.store import objects, references

@@ -11,7 +11,8 @@ from devcell import backend_registry as registry
 from devcell.errors import BackendUnavailable, UnknownBackend
 
 if TYPE_CHECKING:
-    from devcell.backends.base import Accounting, Backend, Capabilities, Observed
+    from devcell.backends.base import Backend, Capabilities, Observed
+    from devcell.backends.capacity import Accounting
 
 REGISTRY: dict[str, str] = {entry.name: entry.implementation for entry in registry.BACKENDS}
 """Each backend's class (devcell/backend_registry.py holds everything else about it)."""

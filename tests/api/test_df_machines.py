@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from devcell.api import capacity, df
-from devcell.backends.base import CheckpointsUsage, CheckpointUsage, RuntimeUsage, Usage
+from devcell.backends.capacity import CheckpointsUsage, CheckpointUsage, RuntimeUsage, Usage
 from devcell.store import references
 
 NONE = frozenset[str]()

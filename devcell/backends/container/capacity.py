@@ -19,13 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devcell.backends.base import (
-    CheckpointsUsage,
-    CheckpointUsage,
-    RuntimeUsage,
-    Usage,
-    WorkspaceUsage,
-)
+from devcell.backends.capacity import CheckpointsUsage, CheckpointUsage, RuntimeUsage, Usage, WorkspaceUsage
 from devcell.backends.container import cgroups, changes, overlay, workspaces
 from devcell.backends.container import observe as container_observe
 from devcell.backends.container.layout import Layout

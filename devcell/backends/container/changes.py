@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from devcell.backends.base import Usage
+from devcell.backends.capacity import Usage
 from devcell.backends.host import treewalk
 from devcell.backends.host.census import BLOCK
 from devcell.errors import BackendError

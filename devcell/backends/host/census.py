@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devcell.backends.base import Usage
+from devcell.backends.capacity import Usage
 from devcell.backends.host import treewalk
 from devcell.errors import BackendError
 

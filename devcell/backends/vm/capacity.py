@@ -25,14 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from devcell import safeio
-from devcell.backends.base import (
-    CheckpointsUsage,
-    CheckpointUsage,
-    OwnedKind,
-    RuntimeUsage,
-    Usage,
-    WorkspaceUsage,
-)
+from devcell.backends.base import OwnedKind
+from devcell.backends.capacity import CheckpointsUsage, CheckpointUsage, RuntimeUsage, Usage, WorkspaceUsage
 from devcell.backends.host import usage
 from devcell.backends.host.census import Census
 from devcell.backends.host.ids import is_safe_id

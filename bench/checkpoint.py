@@ -263,6 +263,22 @@ def only_disk(worlds: list[World], args: Any) -> int:
     return 0
 
 
+def only_sleep(worlds: list[World], args: Any) -> int:
+    """`cell sleep` after a 1% change and `cell start` after it, the builds interleaved."""
+    samples: dict[str, list[float]] = {}
+    sleeps(worlds, args, samples)
+    c.print_timings(f"{args.mib} MiB / {args.files} files, {args.runs} runs each "
+                    f"({args.warmup} warm-up)", samples, baseline=None)
+    if len(worlds) > 1:
+        t0, t1 = worlds[0].build.tag, worlds[1].build.tag
+        for what in ("sleep, 1% changed", "start after sleep"):
+            r = statistics.median(samples[what + t0]) / statistics.median(samples[what + t1])
+            print(f"{what}: {worlds[0].build.name} / {worlds[1].build.name} = {r:.3f}")
+    for w in worlds:
+        drop_world(w)
+    return 0
+
+
 def ratio_line(samples: dict[str, list[float]], a: str, b: str, target: float) -> str:
     r = statistics.median(samples[a]) / statistics.median(samples[b])
     return f"{a} / {b} = {r:.3f} (target <= {target}: {c.verdict(r <= target)})"
@@ -278,6 +294,8 @@ def main() -> int:
     p.add_argument("--only-checkpoints", action="store_true",
                    help="only the checkpoint figures (first, second after a 1%% change, "
                         "unchanged): no forks, no disk figure, no sleep")
+    p.add_argument("--only-sleep", action="store_true",
+                   help="only `cell sleep` after a 1%% change and `cell start` after sleep")
     args = p.parse_args()
     c.check_args(args)
     builds = c.builds(args)
@@ -297,6 +315,8 @@ def main() -> int:
         steps: dict[str, list[float]] = {}
         if args.only_disk:
             return only_disk(worlds, args)
+        if args.only_sleep:
+            return only_sleep(worlds, args)
         checkpoints(worlds, args, work, samples, steps)
         if args.only_checkpoints:
             room = []

@@ -116,8 +116,11 @@ def apply_objects(db: Database, manifests: list[Manifest]) -> desired.ApplyResul
     return desired.apply_objects(db, manifests, admit=Rules(db.state_dir))
 
 
-def set_cell_state(db: Database, ref: str, state: str) -> desired.Change:
-    """Admit and record a cell's new desired state (`cell sleep`, `cell start`).
+def set_cell_state(db: Database, ref: str, state: str, *, by: str = "",
+                   reason: str = "") -> desired.Change:
+    """Admit and record a runtime decision on a cell's state (`cell sleep`, `cell start`, an
+    idle sleep: `by` names it, `reason` says why): a hold beside the manifest's spec, not a
+    change of it (store/holds.py says which wins).
 
     The rule and the write share one transaction (desired's write nests as a savepoint), so a
     delete asked for meanwhile cannot slip between them.
@@ -126,7 +129,7 @@ def set_cell_state(db: Database, ref: str, state: str) -> desired.Change:
         problems = state_problems(objects.require(conn, "Cell", ref))
         if problems:
             raise ManifestError(problems)
-        return desired.set_cell_state(db, ref, state)
+        return desired.set_cell_state(db, ref, state, by=by, reason=reason)
 
 
 def state_problems(cell: objects.ObjectRecord) -> list[Problem]:

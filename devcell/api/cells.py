@@ -141,24 +141,44 @@ def _fork_ports(spec: dict[str, Any], ports: dict[int, int] | None, name: str) -
                     field="--port")])
 
 
-def sleep(state_dir: Path, cell: str, *, options: Options = DEFAULTS,
-          hooks: Hooks = NO_HOOKS) -> Report:
-    """Checkpoint the workspace, then stop the cell (desired state Sleeping)."""
-    return set_state(state_dir, cell, "Sleeping", options=options, hooks=hooks)
+def sleep(state_dir: Path, cell: str, *, by: str = "cell sleep", reason: str = "",
+          options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS) -> Report:
+    """Checkpoint the workspace, then put the cell to sleep: a runtime decision held beside
+    its manifest (store/holds.py), which a re-apply of the unchanged manifest leaves alone.
+
+    The one call for every sleep that is not the manifest's: `cell sleep`, and an idle sleep
+    (`by="idle"`, `reason` saying how long it was idle and its last activity)."""
+    return set_state(state_dir, cell, "Sleeping", by=by, reason=reason, options=options,
+                     hooks=hooks)
 
 
-def start(state_dir: Path, cell: str, *, options: Options = DEFAULTS,
-          hooks: Hooks = NO_HOOKS) -> Report:
-    """Start a stopped or sleeping cell (desired state Running)."""
-    return set_state(state_dir, cell, "Running", options=options, hooks=hooks)
+def start(state_dir: Path, cell: str, *, by: str = "cell start", reason: str = "",
+          options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS) -> Report:
+    """Start a stopped or sleeping cell (held Running until its manifest's state changes)."""
+    return set_state(state_dir, cell, "Running", by=by, reason=reason, options=options,
+                     hooks=hooks)
 
 
-def set_state(state_dir: Path, cell: str, state: str, *, options: Options = DEFAULTS,
-              hooks: Hooks = NO_HOOKS) -> Report:
+def set_state(state_dir: Path, cell: str, state: str, *, by: str = "", reason: str = "",
+              options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS) -> Report:
     db = dbmod.open_database(state_dir)
     try:
-        change = admission.set_cell_state(db, cell, state)
+        change = admission.set_cell_state(db, cell, state, by=by, reason=reason)
         return _finish(db, desired.ApplyResult([change]), options, hooks)
+    finally:
+        db.close()
+
+
+def kept(state_dir: Path, cell: str) -> str | None:
+    """What a sleeping cell kept, in words (its Ready condition's message: what its backend
+    truly keeps), for `cell sleep` to say; None when it is not asleep."""
+    db = dbmod.open_database(state_dir)
+    try:
+        record = objects.get(db.conn, "Cell", cell)
+        if record is None or record.phase != objects.Phase.SLEEPING:
+            return None
+        ready = record.condition("Ready") or {}
+        return str(ready.get("message") or "") or None
     finally:
         db.close()
 

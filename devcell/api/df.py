@@ -214,7 +214,8 @@ def logs(inv: Inventory) -> tuple[Row, list[Item]]:
 def runtimes(inv: Inventory) -> tuple[Row, list[Item]]:
     """Cell runtimes: containers' writable layers as the engine counts them, vm machines'
     directories (root overlay, config disk, RAM file); a stopped one's is reclaimable, as
-    `docker system df` counts containers, a sleeping machine's is not (it wakes from it)."""
+    `docker system df` counts containers, a sleeping machine's is not (it wakes from it), nor
+    a sleeping container's whose root filesystem its sleep kept (what was installed)."""
     items = []
     count = active = 0
     for m in inv.measured:
@@ -226,12 +227,14 @@ def runtimes(inv: Inventory) -> tuple[Row, list[Item]]:
                               running, 0, None, NOT_MEASURED))
         for cell_id, run in m.runtimes.items():
             count += 1
-            in_use = run.running or run.held
+            kept = not run.running and cell_id in inv.refs.kept_runtimes
+            in_use = run.running or run.held or kept
             active += in_use
             memory = "" if run.memory_bytes is None else f"memory {run.memory_bytes} B"
             cpu = "" if run.cpu_seconds is None else f"CPU {run.cpu_seconds:.2f}s"
             ram = "" if not run.ram_file_bytes else f"RAM file {run.ram_file_bytes} B"
-            state = "running" if run.running else "asleep" if run.held else "stopped"
+            state = ("running" if run.running else "asleep" if run.held else
+                     "asleep, root filesystem kept" if kept else "stopped")
             size = run.writable_bytes if run.writable_bytes is not None else run.files_bytes
             items.append(Item("Runtimes", cell_id, m.backend, _owner(inv, cell_id),
                               in_use, size or 0, None,

@@ -42,6 +42,10 @@ class Capabilities:
     builds_images: bool = False
     """The backend builds a cell's image from spec.build (the Building protocol): the cell
     controller tags it by the build's digest and plans a `build-image` step when missing."""
+    keeps_rootfs: bool = False
+    """A stopped runtime keeps its root filesystem's changes (a stopped container's writable
+    layer) and starts again from them: the cell controller's sleep stops the runtime instead
+    of deleting it, so what was installed in the cell survives sleep and start."""
 
 
 @dataclass(frozen=True)

@@ -150,4 +150,24 @@ def run_diff(args: argparse.Namespace) -> int:
         if diff:
             differs = True
             sys.stdout.writelines(diff)
+        if existing is not None and m.kind == "Cell":
+            _say_hold(existing, m.spec, label)
     return 1 if differs else 0
+
+
+def _say_hold(existing: Any, spec: dict[str, Any], label: str) -> None:
+    """A held cell (store/holds.py): which state an apply of this manifest leaves it in. Said
+    as a comment, after the diff: a hold is no difference of the manifest (the exit code
+    does not count it), but a reader must see that the running cell is not what it says."""
+    from devcell.names import printable
+    from devcell.store import holds
+
+    hold = holds.of(existing)
+    if hold is None:
+        return
+    declared = holds.declared_state(spec)
+    if declared != holds.declared_state(existing.spec):
+        what = f"an apply ends it: the manifest's state {declared} wins"
+    else:
+        what = f"an apply leaves it {hold.state} (the manifest says {declared})"
+    sys.stdout.write(printable(f"# {label}: {hold.describe()}; {what}") + "\n")

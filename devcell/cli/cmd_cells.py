@@ -9,6 +9,7 @@ from typing import Any
 
 from devcell.api import cells
 from devcell.cli import converge_output as output
+from devcell.names import printable
 from devcell.store import db as dbmod
 from devcell.store import objects
 
@@ -64,9 +65,14 @@ def run_cell_fork(args: argparse.Namespace) -> int:
 
 
 def run_cell_sleep(args: argparse.Namespace) -> int:
-    return output.exit_code(cells.sleep(
-        dbmod.resolve_state_dir(args.state_dir), args.cell, options=output.options(args),
+    state_dir = dbmod.resolve_state_dir(args.state_dir)
+    code = output.exit_code(cells.sleep(
+        state_dir, args.cell, options=output.options(args),
         hooks=output.hooks(args, output.changes())))
+    kept = cells.kept(state_dir, args.cell) if code == 0 else None
+    if kept:  # what the sleep kept, as its backend can keep it (never more)
+        print(printable(f"cell/{args.cell} {kept.removeprefix('cell is ')}"))
+    return code
 
 
 def run_cell_start(args: argparse.Namespace) -> int:

@@ -238,20 +238,41 @@ def _phase(row: dict[str, Any]) -> str:
     return FROZEN if row.get("frozen_at") else str(row["phase"])
 
 
+HELD_MARK = "*"
+"""After DESIRED: the state is a runtime hold (`cell sleep`, `cell start`, an idle sleep), not
+the manifest's (store/holds.py); HELD (-o wide) and describe say by whom and since when."""
+
+
+def _desired(row: dict[str, Any]) -> Any:
+    held = faults.loads(row["held"]) if row.get("held") else None
+    if held is None:
+        return row["state"]
+    return f"{held.get('state')}{HELD_MARK}"
+
+
+def _held(row: dict[str, Any]) -> str | None:
+    """`BY@TIME` of the cell's hold (spaces as dashes: one table word), None: none."""
+    held = faults.loads(row["held"]) if row.get("held") else None
+    if held is None:
+        return None
+    return f"{str(held.get('by', '?')).replace(' ', '-')}@{held.get('at', '?')}"
+
+
 def _table(kind: str, rows: list[dict[str, Any]], wide: bool
            ) -> tuple[list[str], list[list[Any]]]:
     age = render.age
     if kind == "cells":
         headers = ["NAME", "BACKEND", "DESIRED", "PHASE", "OBSERVED", "FORKED-FROM", "AGE"]
         secs = render.age_seconds
-        data = [[r["name"], r["backend"], r["state"], _phase(r), secs(r["observed_s"]),
+        data = [[r["name"], r["backend"], _desired(r), _phase(r), secs(r["observed_s"]),
                  r["forked_from"], secs(r["age_s"])] for r in rows]
         if wide:
             headers += ["ID", "IMAGE", "GENERATION", "SOURCE", "PORTS", "WORKSPACE", "DISK",
-                        "DIRTY", "MEMORY", "CPU"]
+                        "DIRTY", "MEMORY", "CPU", "HELD"]
             for d, r in zip(data, rows, strict=True):
                 d += [r["id"], r["image"], f"{r['observed_generation']}/{r['generation']}",
-                      r["source"], r.get("ports_shown"), *_cell_usage(r.get("usage"))]
+                      r["source"], r.get("ports_shown"), *_cell_usage(r.get("usage")),
+                      _held(r)]
     elif kind == "snapshots":
         headers = ["NAME", "CELL", "CONSISTENCY", "PHASE", "FORKS", "AGE"]
         data = [[r["name"], _snapshot_cell(r),

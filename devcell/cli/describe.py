@@ -12,7 +12,7 @@ from typing import Any
 from devcell.cli import render
 from devcell.errors import NotFound
 from devcell.names import printable
-from devcell.store import events, objects, operations, views
+from devcell.store import events, holds, objects, operations, views
 
 CONSISTENCY_MEANING = {
     "metadata": "control-plane record only; no files or memory were preserved",
@@ -210,7 +210,11 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
         _field("Image", spec.get("image") or (
             f"built from {build.get('dockerfile', 'Dockerfile')} in {build.get('context')}"
             if build else None))
-        _field("Desired state", spec.get("state"))
+        hold = holds.of(record)
+        _field("Desired state", spec.get("state") if hold is None else (
+            f"{hold.state}: {hold.describe()}; the manifest says "
+            f"{holds.declared_state(record.spec)} (a re-apply of it leaves this; a change of "
+            "its spec.state, or `devcell cell start|sleep`, ends it)"))
         _field("Workspace", spec.get("workspace", {}).get("mountPath"))
         storage = _workspace_storage(conn, record.id)
         if storage:

@@ -53,7 +53,7 @@ from devcell.errors import (
 from devcell.log import logger
 from devcell.manifests import secrets
 from devcell.manifests.model import digest
-from devcell.store import events, frozen, objects, prunes, restores, volumes
+from devcell.store import events, frozen, holds, objects, prunes, restores, volumes
 from devcell.store.clock import now
 from devcell.store.objects import Phase
 
@@ -136,7 +136,7 @@ class CellController:
         caps = backend.capabilities
         spec = cell.spec
         build_tag = None
-        if cell.spec.get("build") is not None and cell.spec.get("state") != "Sleeping":
+        if cell.spec.get("build") is not None and holds.desired_state(cell) != "Sleeping":
             built = self._judge_build(ctx, cell, backend, ref)
             if isinstance(built, Blocked):
                 return built
@@ -179,7 +179,7 @@ class CellController:
             action = "resume"
             observed = Observed(exists=True, running=observed.running,
                                 runtime_hash=observed.runtime_hash)
-        desired = cell.spec.get("state", "Running")
+        desired = holds.desired_state(cell)  # a runtime hold's, else the manifest's
         want_hash = runtime_hash(spec, ctx.db.hash_key)
         stale = observed.exists and observed.runtime_hash != want_hash
         pull = False
@@ -195,10 +195,11 @@ class CellController:
         saved = cell.status.get("sleep", {})
         if desired == "Sleeping":
             sleep_id = f"sleep-{cell.id}-g{cell.generation}"
-            # A saved machine keeps its (stopped) runtime: that is what asleep looks like there.
-            machine_asleep = (saved.get("machine") and saved.get("checkpointId") == sleep_id
-                              and not observed.running)
-            if observed.exists and not machine_asleep:
+            # A saved machine, or a container whose root filesystem the sleep kept, keeps its
+            # (stopped) runtime: that is what asleep looks like there.
+            kept_asleep = ((saved.get("machine") or saved.get("rootfs"))
+                           and saved.get("checkpointId") == sleep_id and not observed.running)
+            if observed.exists and not kept_asleep:
                 # A sleep killed after its save: the memory is kept, only not recorded (a
                 # checkpoint and delete would throw it away). save-machine returns it again.
                 machine = caps.memory_state and (observed.running or _saved_machine(
@@ -208,11 +209,16 @@ class CellController:
                     # wake resumes its processes where they were.
                     steps.append(Step(S.SAVE_MACHINE, {"checkpoint_id": sleep_id}, hold=True))
                 else:
-                    # Only the workspace survives: checkpoint it, release the runtime.
+                    # The workspace is checkpointed (what a fork or a restore can start from);
+                    # a backend whose stopped runtime keeps its root filesystem stops it, so
+                    # what was installed in the cell survives; any other releases it.
                     if observed.running:
                         steps.append(Step(S.QUIESCE, hold=True))
-                    steps += [Step(S.CHECKPOINT, {"checkpoint_id": sleep_id}, hold=True),
-                              Step(S.DELETE)]
+                    keep = caps.keeps_rootfs
+                    steps += [Step(S.CHECKPOINT, {"checkpoint_id": sleep_id,
+                                                  **({"rootfs": True} if keep else {})},
+                                   hold=True),
+                              Step(S.STOP) if keep else Step(S.DELETE)]
                 previous = cell.status.get("sleep", {}).get("checkpointId")
                 if previous and previous != sleep_id and previous != superseded:
                     # Keep only the latest sleep checkpoint; an older one is superseded.
@@ -290,7 +296,7 @@ class CellController:
                     retention.note_deferred(wconn, snap, expiry, depending)
         if steps:
             return Plan(cell, "retain", steps, backend_name, CellWork(ref))
-        running = (cell.spec.get("state", "Running") == "Running" and observed.running
+        running = (holds.desired_state(cell) == "Running" and observed.running
                    and not cell.deleting)
         if not running:
             return Settled()
@@ -498,7 +504,7 @@ class CellController:
         status = self._ready_status(cell, dict(cell.status), caps)
         if built is not None:
             status = builds.with_recorded(status, built)
-        phase = _phase_for(cell.spec.get("state", "Running"))
+        phase = _phase_for(holds.desired_state(cell))
         if (phase, status, cell.generation) == (cell.phase, cell.status, cell.observed_generation):
             return  # nothing to write: the common case on a re-apply
         with ctx.db.write() as conn:
@@ -509,7 +515,7 @@ class CellController:
 
     def _ready_status(self, cell: objects.ObjectRecord, status: dict[str, Any],
                       caps: Capabilities) -> dict[str, Any]:
-        state = cell.spec.get("state", "Running")
+        state = holds.desired_state(cell)
         message = {
             "Running": "cell is running",
             "Stopped": "cell is stopped; its workspace is kept" if caps.workspace_files else
@@ -547,7 +553,7 @@ class CellController:
         cell = plan.object
         if step.name == S.QUIESCE:
             frozen.mark(conn, cell.id)
-        elif step.name == S.RESUME:
+        elif step.name in (S.RESUME, S.STOP, S.DELETE):  # no longer frozen: thawed or gone
             frozen.clear(conn, cell.id)
         if step.name == S.EXPIRE:
             retention.expire(conn, str(outputs["snapshot_id"]),
@@ -607,6 +613,8 @@ class CellController:
                                      "consistency": outputs.get("consistency"), "at": now()}
             if step.name == S.SAVE_MACHINE:
                 sleep["machine"] = True
+            elif step.args.get("rootfs"):
+                sleep["rootfs"] = True  # the stopped runtime keeps its root filesystem
             _work(plan).sleep = sleep
 
     def rebuild_plan(self, ctx: Context, data: dict[str, Any]) -> Plan | None:
@@ -664,19 +672,14 @@ class CellController:
         if work.sleep is not None:
             status["sleep"] = work.sleep
         if plan.action == "wake":
-            machine = S.RESTORE_MACHINE in plan.ran
-            status["lastStart"] = {
-                "at": now(), "from": "sleep",
-                "note": "resumed from the saved machine: processes and memory came back"
-                        if machine else "cold boot from the persisted workspace; processes and "
-                        "memory were not restored",
-            }
+            status["lastStart"] = {"at": now(), "from": "sleep",
+                                   "note": _woken(plan, status.get("sleep") or {})}
         status["runtime"] = {"backend": plan.backend, "ref": f"{plan.backend}://{fresh.id}"}
         made_from = next((str(step.args["image"]) for step in plan.steps
                           if step.name == S.CREATE and step.args.get("image")), None)
         if made_from is not None and S.CREATE in plan.ran:
             status = builds.with_recorded(status, made_from)  # apply and diff compare it
-        phase = _phase_for(fresh.spec.get("state", "Running"))
+        phase = _phase_for(holds.desired_state(fresh))
         if phase != Phase.RUNNING:
             status.pop("restarts", None)  # stopped by DevCell: no death to count
         elif S.START in plan.ran or S.RESTORE_MACHINE in plan.ran:
@@ -689,8 +692,13 @@ class CellController:
                   }.get(plan.action, "Synced")
         if plan.action in (restoring.ACTION, "dotfiles"):
             return  # its event (Restored; Dotfiles*) is written by its own step
+        done = f"{plan.action} done: {', '.join(plan.ran or plan.step_names)}"
+        if plan.action == "sleep":  # what the sleep kept, said where it is looked for
+            done += f"; {_asleep(backends.capabilities(plan.backend), status.get('sleep') or {})}"
+        elif plan.action == "wake":
+            done += f"; {status['lastStart']['note']}"
         events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name, reason=reason,
-                      message=f"{plan.action} done: {', '.join(plan.ran or plan.step_names)}")
+                      message=done)
 
 
 def _saved_machine(backend: Backend, checkpoint_id: str) -> bool:
@@ -699,10 +707,27 @@ def _saved_machine(backend: Backend, checkpoint_id: str) -> bool:
     return found is not None and found.consistency == Consistency.MACHINE
 
 
+def _woken(plan: Plan, sleep: dict[str, Any]) -> str:
+    """What a wake brought back, in words (lastStart.note; describe shows it)."""
+    if S.RESTORE_MACHINE in plan.ran:
+        return "resumed from the saved machine: processes and memory came back"
+    if sleep.get("rootfs") and S.CREATE not in plan.ran:
+        return ("started its kept runtime: the root filesystem (what was installed) and the "
+                "workspace as they were; processes and memory were not restored")
+    if sleep.get("rootfs"):
+        return ("made again (its spec or image changed while it slept): the root filesystem "
+                "starts fresh from the image, the workspace is kept; processes and memory "
+                "were not restored")
+    return "cold boot from the persisted workspace; processes and memory were not restored"
+
+
 def _asleep(caps: Capabilities, sleep: dict[str, Any]) -> str:
     """What a sleeping cell truly keeps, by what its backend can do (never more)."""
     if sleep.get("machine"):
         return "cell is asleep: memory and disk saved; its processes resume where they were"
+    if sleep.get("rootfs"):
+        return ("cell is asleep: workspace checkpointed, root filesystem kept (its stopped "
+                "runtime: what was installed stays); processes and memory released")
     if caps.workspace_files:
         return "cell is asleep: workspace checkpointed, processes and memory released"
     return ("cell is asleep: this backend keeps control-plane records only (no files, "

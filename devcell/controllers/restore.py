@@ -27,7 +27,7 @@ from devcell.controllers.steps import StepName
 from devcell.controllers.work import CellWork
 from devcell.errors import CapabilityMissing
 from devcell.manifests.model import manifest_hash, spec_hash
-from devcell.store import events, objects, restores, volumes
+from devcell.store import events, holds, objects, restores, volumes
 from devcell.store.clock import now
 
 S = StepName
@@ -61,7 +61,7 @@ def plan(cell: objects.ObjectRecord, request: restores.Request, *, backend_name:
             "restoring": request.snapshot}))
     steps.append(Step(S.RESTORE_WORKSPACE, {"checkpoint_id": request.snapshot_id,
                                             "snapshot": request.snapshot}))
-    if observed.exists and cell.spec.get("state", "Running") == "Running":
+    if observed.exists and holds.desired_state(cell) == "Running":
         steps.append(Step(S.START, when=When.ALWAYS))
     ref = CellRef(cell.id, cell.name, cell.spec, volume.id)
     return Plan(cell, ACTION, steps, backend_name, CellWork(ref),

@@ -39,7 +39,7 @@ def judge(db: Database, cells: Iterable[built_cells.BuiltCell]) -> Judged:
     found = Judged()
     by_backend: dict[str, list[built_cells.BuiltCell]] = {}
     for cell in cells:
-        if cell.settled and cell.spec.get("state", "Running") != "Sleeping":
+        if cell.settled and cell.state != "Sleeping":
             by_backend.setdefault(cell.backend, []).append(cell)
     for name, cells in sorted(by_backend.items()):
         try:

@@ -29,6 +29,7 @@ from typing import Any
 from devcell import failpoints
 from devcell.log import logger
 from devcell.manifests import loader
+from devcell.names import printable
 from devcell.reconciler import recovery
 from devcell.reconciler.gitops import DirectorySync, SyncResult
 from devcell.reconciler.lease import Lease
@@ -213,6 +214,11 @@ class Daemon:
         for c in changed:
             logger.bind(kind=c.kind, name=c.name).info("{} {}", c.kind.lower() + "/" + c.name,
                                                        c.outcome)
+            if c.adopted_from is not None:  # its event (Adopted) was written with it
+                logger.bind(kind=c.kind, name=c.name).warning(
+                    "{} adopted: it was applied from {}; the watched directory's file now "
+                    "decides its spec (and its removal prunes it)",
+                    c.kind.lower() + "/" + c.name, printable(c.adopted_from))
         daemon_status.report_manifests(db, [str(p) for p in result.problems])
         if result.held:
             with db.write() as conn:

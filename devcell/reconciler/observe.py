@@ -67,7 +67,7 @@ def contradiction(row: objects.RuntimeRow, seen: Observed) -> str | None:
             return "is gone"
         if seen.running:
             return "is running"
-    elif row.phase == Phase.SLEEPING and seen.exists and not (row.machine_asleep
+    elif row.phase == Phase.SLEEPING and seen.exists and not (row.runtime_kept
                                                                and not seen.running):
         return "exists although the cell sleeps"
     return None

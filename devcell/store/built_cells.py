@@ -23,6 +23,8 @@ class BuiltCell:
     settled: bool
     """Its last reconcile saw this generation and did not fail: the recorded image is what
     its runtime runs."""
+    state: str = "Running"
+    """The state it is to be in: its runtime hold's (store/holds.py), else its spec's."""
 
 
 def among(conn: sqlite3.Connection, cell_ids: Iterable[str]) -> list[BuiltCell]:
@@ -33,11 +35,12 @@ def among(conn: sqlite3.Connection, cell_ids: Iterable[str]) -> list[BuiltCell]:
         chunk = ids[start:start + 500]
         for r in conn.execute(
             "SELECT id, name, backend, spec, status, source, generation, observed_generation, "
-            "phase FROM cells WHERE deleted_at IS NULL AND deleting_at IS NULL "
+            "phase, COALESCE(json_extract(held, '$.state'), json_extract(spec, '$.state'), "
+            "'Running') FROM cells WHERE deleted_at IS NULL AND deleting_at IS NULL "
             "AND json_extract(spec, '$.build') IS NOT NULL "
             f"AND id IN ({','.join('?' for _ in chunk)})", chunk,
         ):
             out.append(BuiltCell(r[0], r[1], r[2] or "", faults.loads(r[3] or "{}"),
                                  faults.loads(r[4] or "{}"), r[5],
-                                 r[6] == r[7] and r[8] != "Failed"))
+                                 r[6] == r[7] and r[8] != "Failed", str(r[9])))
     return out

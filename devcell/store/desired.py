@@ -21,7 +21,16 @@ from devcell import failpoints, kinds
 from devcell.errors import ManifestError, Problem
 from devcell.manifests import quantities
 from devcell.manifests.model import Manifest, SourceFile, field_path
-from devcell.store import events, faults, objects, preconditions, prunes, retention, sources
+from devcell.store import (
+    events,
+    faults,
+    holds,
+    objects,
+    preconditions,
+    prunes,
+    retention,
+    sources,
+)
 from devcell.store.db import Database
 
 if TYPE_CHECKING:
@@ -41,6 +50,9 @@ class Change:
     # (the verbs then say rebuilt or repaired for an unchanged cell: api.converging)
     object_id: str | None = None
     needs_reconcile: bool = False
+    adopted_from: str | None = None
+    """Where the object was applied from before this apply took it over (said by an event;
+    the daemon logs it), None when it was not adopted."""
 
 
 @dataclass
@@ -181,6 +193,9 @@ def _record_one(conn: sqlite3.Connection, m: Manifest, extra: dict[str, Any], ke
                  and existing.phase in SETTLED_PHASES)
     if existing.manifest_hash == manifest_hash and existing.source == m.source:
         return Change(m.kind, m.name, "unchanged", existing.id, needs_reconcile=not converged)
+    adopted = _adopted_from(conn, existing, m)
+    if m.kind == "Cell" and holds.manifest_wins(conn, existing, m.spec):
+        converged = False  # the hold's state is no longer the one to reach
     objects.update_desired(
         conn, existing, spec=m.spec, labels=m.labels, annotations=m.annotations,
         spec_hash=spec_hash, manifest_hash=manifest_hash, source=m.source,
@@ -188,8 +203,31 @@ def _record_one(conn: sqlite3.Connection, m: Manifest, extra: dict[str, Any], ke
     if existing.spec_hash != spec_hash:
         events.record(conn, kind=m.kind, object_id=existing.id, name=m.name, reason="Applied",
                       message=f"spec changed (generation {existing.generation + 1}) from {m.file}")
-        return Change(m.kind, m.name, "configured", existing.id, needs_reconcile=True)
-    return Change(m.kind, m.name, "configured", existing.id, needs_reconcile=not converged)
+        return Change(m.kind, m.name, "configured", existing.id, needs_reconcile=True,
+                      adopted_from=adopted)
+    return Change(m.kind, m.name, "configured", existing.id, needs_reconcile=not converged,
+                  adopted_from=adopted)
+
+
+def _adopted_from(conn: sqlite3.Connection, existing: objects.ObjectRecord, m: Manifest
+                  ) -> str | None:
+    """Where an object was applied from before this manifest took it over (None: from the
+    same place). Said by an event: the file that now holds it decides its spec and, under a
+    watched directory, its prune."""
+    if existing.source == m.source:
+        return None
+    before = _where(existing.source)
+    events.record(conn, kind=m.kind, object_id=existing.id, name=m.name, reason="Adopted",
+                  message=f"now applied from {_where(m.source)}; it was applied from {before}")
+    return before
+
+
+def _where(source: str | None) -> str:
+    if source == IMPERATIVE:
+        return "the command line (an imperative verb)"
+    if not source or source == "-":
+        return "standard input"
+    return source
 
 
 def expired_again(conn: sqlite3.Connection, m: Manifest) -> bool:
@@ -365,30 +403,24 @@ def apply_objects(db: Database, manifests: list[Manifest], *, admit: Admit) -> A
     return result
 
 
-def set_cell_state(db: Database, ref: str, state: str) -> Change:
-    """`cell sleep` / `cell start`: change the desired state, bumping the generation.
+def set_cell_state(db: Database, ref: str, state: str, *, by: str = "",
+                   reason: str = "") -> Change:
+    """`cell sleep` / `cell start` (and an idle sleep): hold the cell in `state`.
 
-    Records only; the rule that a cell being deleted keeps its state is admission's
-    (admission.set_cell_state checks it in the same write transaction).
+    A runtime decision, recorded beside the spec (store/holds.py), never in it: a re-apply of
+    the unchanged manifest leaves it, a change of the manifest's `spec.state` ends it. `by`
+    names who decided (default: the verb for the state), `reason` why. Records only; the
+    rule that a cell being deleted keeps its state is admission's (admission.set_cell_state
+    checks it in the same write transaction).
     """
-    from devcell.manifests import model
-
-    key = db.hash_key
+    by = by or ("cell sleep" if state == "Sleeping" else "cell start" if state == "Running"
+                else "cell stop")
     with db.write() as conn:
         cell = objects.require(conn, "Cell", ref)
-        if cell.spec.get("state") == state:
+        if not holds.hold(conn, cell, state, by=by, reason=reason):
             converged = (cell.observed_generation == cell.generation
                          and cell.phase in SETTLED_PHASES)
             return Change("Cell", cell.name, "unchanged", cell.id, needs_reconcile=not converged)
-        spec = dict(cell.spec, state=state)
-        objects.update_desired(
-            conn, cell, spec=spec, labels=cell.labels, annotations=cell.annotations,
-            spec_hash=model.spec_hash(spec, key),
-            manifest_hash=model.manifest_hash(spec, cell.labels, cell.annotations, key),
-            source=cell.source,
-        )
-        events.record(conn, kind="Cell", object_id=cell.id, name=cell.name, reason="StateChanged",
-                      message=f"desired state {cell.spec.get('state')} -> {state}")
     return Change("Cell", cell.name, "configured", cell.id, needs_reconcile=True)
 
 

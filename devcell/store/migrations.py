@@ -148,6 +148,15 @@ def _v7_frozen_mark(db: Any) -> None:
     db["cells"].add_column("frozen_at", str)
 
 
+def _v8_runtime_hold(db: Any) -> None:
+    """A cell's runtime hold (store/holds.py: `cell sleep` and `cell start` beside the spec,
+    not in it), in the list index too: `get cells` shows it without reading the rows."""
+    db["cells"].add_column("held", str)
+    db.execute("DROP INDEX IF EXISTS idx_cells_list")
+    db.execute("CREATE INDEX idx_cells_list ON cells(name, backend, phase, desired_state, "
+               "created_at, forked_from, id, held) WHERE deleted_at IS NULL")
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
     (1, "initial schema", _v1_initial),
     (2, "controller status", _v2_controller_status),
@@ -156,6 +165,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
     (5, "cell restore request", _v5_restore_request),
     (6, "pruned cell keeps its workspace", _v6_pruned_keep),
     (7, "frozen cell mark", _v7_frozen_mark),
+    (8, "cell runtime hold", _v8_runtime_hold),
 ]
 LATEST = MIGRATIONS[-1][0]
 

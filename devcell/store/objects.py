@@ -195,7 +195,9 @@ class RuntimeRow:
     backend: str
     phase: str
     desired_state: str
-    machine_asleep: bool
+    runtime_kept: bool
+    """Asleep with its runtime kept, stopped: a saved machine, or a container whose root
+    filesystem the sleep kept (status.sleep.machine or .rootfs)."""
     converged: bool
 
 
@@ -207,8 +209,10 @@ def runtime_rows(conn: sqlite3.Connection, cell_ids: Iterable[str]) -> list[Runt
         chunk = ids[start:start + 500]
         out += [RuntimeRow(r[0], r[1], r[2], r[3] or "", r[4] or "Running", bool(r[5]),
                            r[6] == r[7]) for r in conn.execute(
-            "SELECT id, name, backend, phase, desired_state, "
-            "json_extract(status, '$.sleep.machine'), generation, observed_generation "
+            "SELECT id, name, backend, phase, "
+            "COALESCE(json_extract(held, '$.state'), desired_state), "
+            "COALESCE(json_extract(status, '$.sleep.machine'), "
+            "json_extract(status, '$.sleep.rootfs')), generation, observed_generation "
             f"FROM cells WHERE deleted_at IS NULL AND deleting_at IS NULL AND id IN "
             f"({','.join('?' for _ in chunk)})", chunk)]
     return out

@@ -25,6 +25,9 @@ class References:
     """Checkpoints a live cell was forked from or a live volume was restored from."""
     sleep_checkpoints: frozenset[str]
     """Sleep checkpoints live cells' status names (the current one and a superseded one)."""
+    kept_runtimes: frozenset[str] = frozenset()
+    """Live cells asleep with their runtime kept, stopped (a container's root filesystem the
+    sleep kept): in use, not reclaimable, though nothing runs."""
 
 
 def _ids(conn: sqlite3.Connection, sql: str) -> frozenset[str]:
@@ -48,6 +51,9 @@ def read(conn: sqlite3.Connection) -> References:
                 conn, "SELECT json_extract(status, '$.sleep.checkpointId') FROM cells "
                       "WHERE deleted_at IS NULL UNION SELECT json_extract(status, "
                       "'$.sleep.supersedes') FROM cells WHERE deleted_at IS NULL"),
+            kept_runtimes=_ids(
+                conn, "SELECT id FROM cells WHERE deleted_at IS NULL AND phase = 'Sleeping' "
+                      "AND json_extract(status, '$.sleep.rootfs')"),
         )
     finally:
         conn.execute("COMMIT")

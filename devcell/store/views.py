@@ -48,7 +48,7 @@ def cells_table(conn: sqlite3.Connection, selector: Selector | None = None,
     sql = (
         f"SELECT c.id, c.name, c.backend, c.phase, c.deleting_at, c.frozen_at, c.created_at, "
         f"{extra}"
-        f"c.desired_state AS state, {AGE_SQL.format(column='c.created_at')} AS age_s, "
+        f"c.desired_state AS state, c.held, {AGE_SQL.format(column='c.created_at')} AS age_s, "
         # Only a Pending cell's status is read (SQLite seeks the row for those alone).
         "CASE WHEN c.phase = 'Pending' THEN json_extract(c.status, '$.restarts.retryAt') END "
         "AS retry_at, "
@@ -169,6 +169,8 @@ def object_document(conn: sqlite3.Connection, kind: str, row: sqlite3.Row) -> di
         meta["deletionTimestamp"] = row["deleting_at"]
     status: dict[str, Any] = {"phase": row["phase"], "observedGeneration": row["observed_generation"]}
     status.update(faults.loads(row["status"] or "{}"))
+    if kind == "Cell" and row["held"]:
+        status["held"] = faults.loads(row["held"])  # a runtime decision: store/holds.py
     if kind == "Cell":
         lineage: dict[str, Any] = {}
         if row["forked_from"]:

@@ -208,11 +208,6 @@ def test_all_or_nothing_on_top_of_recorded_state(state: Path, write: Any, case: 
 def _change_by_other_means(state: Path, write: Any, how: str) -> str:
     """Change the recorded `api` without touching its file; the outcome a re-apply of the
     file's same bytes must then report."""
-    from devcell.api import cells
-
-    if how == "cell sleep":
-        assert cells.sleep(state, "api").ok
-        return "configured"
     if how == "applied from another file":
         assert api.apply(state, [write("elsewhere.yaml", cell_doc("api"))]).ok
         return "configured"
@@ -222,8 +217,7 @@ def _change_by_other_means(state: Path, write: Any, how: str) -> str:
     raise AssertionError(how)
 
 
-@pytest.mark.parametrize("how", ["cell sleep", "applied from another file",
-                                 "labels from stdin-like apply"])
+@pytest.mark.parametrize("how", ["applied from another file", "labels from stdin-like apply"])
 def test_the_same_bytes_again_after_a_change_by_other_means_are_not_unchanged(
         state: Path, write: Any, how: str) -> None:
     """The no-op fast path answers `unchanged` from the file's digest only while every object

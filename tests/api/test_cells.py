@@ -90,6 +90,17 @@ def _operations(state: Path) -> list[tuple[str, str, str]]:
         db.close()
 
 
+def held(state: Path, name: str) -> dict[str, Any] | None:
+    db = open_database(state)
+    try:
+        from devcell.store import holds
+
+        found = holds.of(objects.require(db.conn, "Cell", name))
+        return None if found is None else found.document()
+    finally:
+        db.close()
+
+
 @pytest.mark.usefixtures("api_cell")
 def test_fork_count_makes_n_cells_each_its_own_operation(state: Path) -> None:
     assert cells.snapshot(state, "api", name="snap").ok
@@ -155,3 +166,73 @@ def test_fork_count_publishes_host_port_plus_k(state: Path, write: Any) -> None:
     finally:
         db.close()
     assert ports == {"exp-1": 19000, "exp-2": 19001}
+
+
+def test_a_reapply_of_the_unchanged_manifest_leaves_a_slept_cell_asleep(
+        state: Path, write: Any) -> None:
+    """`cell sleep` is a runtime decision beside the spec: the manifest applied again, by
+    hand, is unchanged and the cell sleeps on (it was woken before issue 30)."""
+    path = write("api.yaml", cell_doc("api"))
+    assert api.apply(state, [path]).ok
+    assert cells.sleep(state, "api").ok
+    again = api.apply(state, [path])
+    assert [(c.name, c.outcome) for c in again.recorded.changes] == [("api", "unchanged")]
+    assert phase(state, "Cell", "api") == "Sleeping"
+    hold = held(state, "api")
+    assert hold is not None and (hold["state"], hold["by"]) == ("Sleeping", "cell sleep")
+    db = open_database(state)
+    try:
+        assert objects.require(db.conn, "Cell", "api").spec["state"] == "Running"  # as applied
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("declared", ["Stopped", "Sleeping"])
+def test_a_change_of_the_manifests_state_wins_over_a_sleep(
+        state: Path, write: Any, declared: str) -> None:
+    path = write("api.yaml", cell_doc("api"))
+    assert api.apply(state, [path]).ok
+    assert cells.sleep(state, "api").ok
+    changed = api.apply(state, [write("api.yaml", cell_doc("api", declared))])
+    assert [c.outcome for c in changed.recorded.changes] == ["configured"] and changed.ok
+    assert held(state, "api") is None and phase(state, "Cell", "api") == declared
+    db = open_database(state)
+    try:
+        said = [e["message"] for e in events_of(db, "api") if e["reason"] == "HoldEnded"]
+        assert said and "wins over the state held Sleeping by `cell sleep`" in said[0]
+    finally:
+        db.close()
+    # ... and back to Running: the manifest is followed (nothing holds it asleep any more)
+    assert api.apply(state, [write("api.yaml", cell_doc("api"))]).ok
+    assert phase(state, "Cell", "api") == "Running"
+
+
+def test_a_manifest_that_declares_sleeping_is_a_declared_sleep_not_a_hold(
+        state: Path, write: Any) -> None:
+    path = write("api.yaml", cell_doc("api", "Sleeping"))
+    assert api.apply(state, [path]).ok and phase(state, "Cell", "api") == "Sleeping"
+    assert held(state, "api") is None
+    assert cells.start(state, "api").ok  # held awake against the manifest, until it changes
+    assert phase(state, "Cell", "api") == "Running"
+    assert (held(state, "api") or {}).get("by") == "cell start"
+    assert [c.outcome for c in api.apply(state, [path]).recorded.changes] == ["unchanged"]
+    assert phase(state, "Cell", "api") == "Running"
+    assert cells.sleep(state, "api").ok  # what the manifest says: the hold ends
+    assert held(state, "api") is None and phase(state, "Cell", "api") == "Sleeping"
+
+
+@pytest.mark.usefixtures("api_cell")
+def test_an_idle_sleep_is_the_same_call_with_who_and_why(state: Path) -> None:
+    """The API the idle sleep calls: held like `cell sleep`, saying who and why."""
+    assert cells.sleep(state, "api", by="idle", reason="idle for 30m (last: ssh session "
+                                                       "closed 10:02)").ok
+    hold = held(state, "api")
+    assert hold is not None and hold["by"] == "idle" and "idle for 30m" in hold["reason"]
+    assert phase(state, "Cell", "api") == "Sleeping"
+
+
+def events_of(db: Any, name: str) -> list[Any]:
+    from devcell.store import events
+
+    cell = objects.require(db.conn, "Cell", name)
+    return list(events.for_object(db.conn, cell.id))

@@ -535,3 +535,48 @@ def test_log_json_is_one_object_per_line(env: Env) -> None:
     objects = [r for r in records if "kind" in r]
     assert all("name" in r for r in objects)
     assert any(r["level"] == "WARNING" and "bad.yaml" in r["message"] for r in records)
+
+
+def test_the_daemon_leaves_a_slept_cell_asleep_and_says_when_it_adopts(env: Env) -> None:
+    """Issue 30: `cell sleep` is not undone by the daemon when another file of its directory
+    changes, nor by its full resync; a change of the cell's own `state` wins; a cell applied
+    by hand from elsewhere is adopted with an event and a log line. About 10 s (a second's
+    resync, waited for three times)."""
+    env.write("api.yaml", cell_doc("api"))
+    env.write("web.yaml", cell_doc("web"))
+    daemon = env.daemon("--resync", "1s")
+    started(env, daemon)
+    until("api and web Running", lambda: running(env, "api", "web"), timeout=15, daemon=daemon)
+    slept = env.cli("cell", "sleep", "api")
+    assert slept.returncode == 0, slept.stderr
+
+    env.write("web.yaml", cell_doc("web", labels={"edited": "yes"}))  # another file changes
+    until("web relabelled", lambda: env.cells()["web"]["metadata"].get("labels"), timeout=10,
+          daemon=daemon)
+    time.sleep(3)  # three full resyncs of the directory
+    api = env.cells()["api"]
+    assert api["status"]["phase"] == "Sleeping", api["status"]
+    assert api["status"]["held"]["by"] == "cell sleep" and api["spec"]["state"] == "Running"
+    assert "Sleeping*" in env.cli("get", "cells").stdout
+
+    env.write("api.yaml", cell_doc("api", "Stopped"))  # the manifest's state changes: it wins
+    until("api Stopped", lambda: env.cells()["api"]["status"].get("phase") == "Stopped",
+          timeout=10, daemon=daemon)
+    assert "held" not in env.cells()["api"]["status"]
+
+    elsewhere = env.root / "by-hand.yaml"
+    elsewhere.write_text(cell_doc("lone"))
+    assert env.cli("apply", "-f", str(elsewhere)).returncode == 0
+    env.write("lone.yaml", cell_doc("lone"))
+
+    def adopted() -> list[dict[str, Any]]:
+        events = json.loads(env.cli("get", "events", "-o", "json").stdout)["items"]
+        return [e for e in events if e["reason"] == "Adopted"]
+
+    until("lone adopted", adopted, timeout=10, daemon=daemon)
+    assert str(elsewhere) in adopted()[0]["message"]
+    until("the adoption logged", lambda: "cell/lone adopted" in env.log(), timeout=10,
+          daemon=daemon)
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(10) == 0
+    daemon_log_clean(env.log())

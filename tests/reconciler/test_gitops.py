@@ -71,3 +71,52 @@ def test_pruning_a_fork_and_its_snapshot_frees_the_checkpoint(db: Database, ctx:
     assert not backend.checkpoint_exists(snap_id)
     assert objects.get(db.conn, "Snapshot", "s1") is None
     backend.close()
+
+
+def test_a_slept_cell_stays_asleep_when_another_file_changes(db: Database, ctx: Context,
+                                                            tmp_path: Path) -> None:
+    """`cell sleep` is a hold beside the spec (store/holds.py): neither an incremental sync
+    of another file nor a full resync of the directory wakes the cell (both did, issue 30)."""
+    from devcell import admission
+
+    watched = tmp_path / "manifests"
+    watched.mkdir()
+    (watched / "api.yaml").write_text(CELL % "api")
+    (watched / "web.yaml").write_text(CELL % "web")
+    sync = DirectorySync(db, watched, allow_empty=True, prune_grace=0)
+    assert converge(ctx, sync.sync().to_reconcile).ok
+    change = admission.set_cell_state(db, "api", "Sleeping")
+    assert converge(ctx, [("Cell", change.object_id or "")]).ok
+    assert objects.require(db.conn, "Cell", "api").phase == "Sleeping"
+
+    (watched / "web.yaml").write_text((CELL % "web").replace("{name: web}",
+                                                             "{name: web, labels: {v: '2'}}"))
+    for result in (sync.sync_paths([str(watched / "web.yaml")]), sync.sync()):
+        assert not result.problems
+        outcomes = {c.name: c.outcome for c in result.changes}
+        assert outcomes.get("api", "unchanged") == "unchanged"
+        assert outcomes["web"] == ("unchanged" if result.full else "configured")
+        assert converge(ctx, result.to_reconcile).ok
+        api = objects.require(db.conn, "Cell", "api")
+        assert api.phase == "Sleeping" and api.extra["held"]
+
+
+def test_adopting_a_cell_applied_from_elsewhere_is_said(db: Database, ctx: Context,
+                                                        tmp_path: Path) -> None:
+    from devcell import admission
+    from devcell.manifests import loader
+    from devcell.store import events
+
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text(CELL % "api")
+    assert admission.apply(db, loader.read_sources([str(elsewhere)])).changes
+    watched = tmp_path / "manifests"
+    watched.mkdir()
+    (watched / "api.yaml").write_text(CELL % "api")
+    result = DirectorySync(db, watched, allow_empty=True, prune_grace=0).sync()
+    [change] = result.changes
+    assert change.adopted_from == str(elsewhere)
+    api = objects.require(db.conn, "Cell", "api")
+    assert api.source == str(watched / "api.yaml")
+    said = [e["message"] for e in events.for_object(db.conn, api.id) if e["reason"] == "Adopted"]
+    assert said == [f"now applied from {watched / 'api.yaml'}; it was applied from {elsewhere}"]

@@ -153,7 +153,7 @@ class ContainerBackend:
     name = "container"
     capabilities = Capabilities(workspace_files=True, exec=True,
                                 snapshot_consistency=Consistency.FILESYSTEM, parallel=8,
-                                pulls_images=True, builds_images=True)
+                                pulls_images=True, builds_images=True, keeps_rootfs=True)
 
     def __init__(self, *, state_dir: Path) -> None:
         # An engine that is down is BackendUnavailable here, as planners expect, asked over
@@ -657,10 +657,13 @@ class ContainerBackend:
         info = self._find(cell)
         if info is None or info.get("State") not in ("running", "paused", "restarting"):
             return {}
+        action = f"stopping cell {cell.name}"
         try:
-            with sdk.engine_calls(f"stopping cell {cell.name}"):
-                self._thaw(info, cell)  # a frozen process cannot handle SIGTERM
-                self.api.stop(info["Id"], timeout=container_spec.STOP_TIMEOUT)
+            self._thaw(info, cell)  # a frozen process cannot handle SIGTERM
+            # Over the socket first (`cell sleep` stops the container: no SDK), else the SDK.
+            if not container_observe.stop(info["Id"], container_spec.STOP_TIMEOUT, action):
+                with sdk.engine_calls(action):
+                    self.api.stop(info["Id"], timeout=container_spec.STOP_TIMEOUT)
         except BackendNotFound:
             pass  # removed meanwhile: stopped all the same
         (self.layout.run_dir(cell.id) / QUIESCED).unlink(missing_ok=True)

@@ -120,27 +120,35 @@ def remove(container_id: str, action: str) -> bool:
     return _send("DELETE", f"/containers/{_checked_id(container_id)}?force=1", action)
 
 
-def _send(method: str, path: str, action: str) -> bool:
+def stop(container_id: str, timeout: int, action: str) -> bool:
+    """Stop a container (SIGTERM, SIGKILL after `timeout` seconds; the SDK's stop), over the
+    socket; False: ask the SDK. A container already stopped answers 304: done."""
+    return _send("POST", f"/containers/{_checked_id(container_id)}/stop?t={int(timeout)}",
+                 action, wait=TIMEOUT_S + timeout)
+
+
+def _send(method: str, path: str, action: str, *, wait: float = TIMEOUT_S) -> bool:
     """`method path` (no body) to the engine: True when done, False for an engine address only
     the SDK speaks (the caller asks through the SDK). An error status is classified as
     sdk.translate classifies the SDK's (404 BackendNotFound, 409 BackendConflict, 400
     BackendRefused), so callers catch the same classes whichever way the call went."""
-    answer = _exchange(method, path, limit=1 << 16)
+    answer = _exchange(method, path, limit=1 << 16, wait=wait)
     if answer is None:
         return False
     status, body = answer
-    if status in (200, 204):
+    if status in (200, 204, 304):  # 304: nothing to do (a stop of a stopped container)
         return True
     raise _BY_STATUS.get(status, BackendError)(f"{action}: {_message(body) or status}")
 
 
-def _exchange(method: str, path: str, *, limit: int | None = None) -> tuple[int, bytes] | None:
+def _exchange(method: str, path: str, *, limit: int | None = None, wait: float = TIMEOUT_S
+              ) -> tuple[int, bytes] | None:
     """Send `method path` (no body) to the engine: its status and body (at most `limit`
     bytes), None for an engine address only the SDK speaks, BackendUnavailable when the
     engine cannot be reached."""
     address = engine_address()
     try:
-        response = _ask(address, method, path)
+        response = _ask(address, method, path, timeout=wait)
     except (OSError, engine_http.BadResponse) as exc:
         raise BackendUnavailable(
             f"the container backend cannot reach the Docker engine at {address} "

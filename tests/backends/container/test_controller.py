@@ -69,26 +69,44 @@ def test_drift_after_docker_rm_is_repaired(ctx: Context, db: Database, docker_cl
     assert not isinstance(decide(ctx, "Cell", "api"), Plan)  # settled: nothing more to do
 
 
-def test_sleep_then_start_keeps_the_workspace(ctx: Context, db: Database) -> None:
+def test_sleep_then_start_keeps_the_workspace_and_the_root_filesystem(
+        ctx: Context, db: Database) -> None:
+    """Issue 30: a sleep stops the container instead of removing it, so what was installed
+    (a file under /usr/local), shell history and /tmp survive sleep and start; the
+    workspace is still checkpointed; processes and memory are not kept."""
     apply(db, container_cell("api"))
     assert converge_all(ctx).ok
     backend = backend_of(ctx)
     ref = ref_of(db, "api")
-    run_in(backend, ref, "echo note > /workspace/note.txt")
+    run_in(backend, ref, "echo note > /workspace/note.txt; mkdir -p /usr/local/bin; "
+                         "printf '#!/bin/sh\\necho installed\\n' > /usr/local/bin/tool; "
+                         "chmod +x /usr/local/bin/tool; echo scratch > /tmp/scratch; "
+                         "sleep 6543 >/dev/null 2>&1 &")
+    assert "sleep 6543" in run_in(backend, ref, "ps")
 
     apply(db, container_cell("api", "Sleeping"))
     assert converge_all(ctx).ok
-    assert not backend.observe(ref).exists  # container removed, memory freed
-    sleep = record(db, "Cell", "api").status["sleep"]
-    assert sleep["consistency"] == "filesystem"
+    seen = backend.observe(ref)
+    assert seen.exists and not seen.running  # stopped, kept: memory freed, files kept
+    cell = record(db, "Cell", "api")
+    sleep = cell.status["sleep"]
+    assert sleep["consistency"] == "filesystem" and sleep["rootfs"] is True
     assert (Path(sleep["checkpoint"]) / "workspace" / "note.txt").read_text() == "note\n"
+    ready = cell.condition("Ready") or {}
+    assert "root filesystem kept" in ready["message"]
+    assert not isinstance(decide(ctx, "Cell", "api"), Plan)  # asleep: nothing more to do
 
     apply(db, container_cell("api", "Running"))
+    plan = decide(ctx, "Cell", "api")
+    assert isinstance(plan, Plan) and plan.step_names == ["start"]  # the kept container
     assert converge_all(ctx).ok
     cell = record(db, "Cell", "api")
     assert cell.phase == "Running"
     assert "processes and memory were not restored" in cell.status["lastStart"]["note"]
-    assert run_in(backend, ref, "cat /workspace/note.txt") == "note\n"
+    assert "root filesystem" in cell.status["lastStart"]["note"]
+    assert run_in(backend, ref, "cat /workspace/note.txt; /usr/local/bin/tool; "
+                                "cat /tmp/scratch") == "note\ninstalled\nscratch\n"
+    assert "sleep 6543" not in run_in(backend, ref, "ps")  # its processes were not kept
 
 
 def test_spec_change_recreates_and_keeps_the_workspace(ctx: Context, db: Database) -> None:

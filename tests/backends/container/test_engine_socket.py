@@ -99,7 +99,8 @@ def test_snapshot_create_imports_no_part_of_the_sdk(engine: None, cli: Cli, tmp_
 
 def test_cell_sleep_imports_neither_the_sdk_nor_loguru(engine: None, cli: Cli, tmp_path: Path,
                                                        state: Path) -> None:
-    """Sleep is a checkpoint and the container's removal (DELETE ?force=1 over the socket)."""
+    """Sleep is a checkpoint and the container's stop (POST /stop over the socket: the
+    stopped container keeps its root filesystem, issue 30)."""
     applied = cli("apply", "-f", str(box_manifest(tmp_path)))
     assert applied.returncode == 0, applied.stderr
     slept = subprocess.run([sys.executable, "-c", _LISTING, "cell", "sleep", "box"],
@@ -109,7 +110,7 @@ def test_cell_sleep_imports_neither_the_sdk_nor_loguru(engine: None, cli: Cli, t
     imported = slept.stdout.rpartition("MODULES ")[2].split()
     assert "devcell.backends.container.backend" in imported
     assert not [m for m in imported if m.split(".")[0] in UNUSED_ON_THE_SNAPSHOT_PATH]
-    assert container_observe.list_containers(state) == []  # removed, not only stopped
+    assert [c["State"] for c in container_observe.list_containers(state)] == ["exited"]
     cells = json.loads(cli("get", "cells", "box", "-o", "json").stdout)
     assert cells["status"]["phase"] == "Sleeping"
     started = cli("cell", "start", "box")

@@ -81,7 +81,8 @@ def main() -> int:
                 steps = world.steps_ms("Snapshot", STEPS)
                 world.dc("delete", "snapshot", "ab")
                 slept = timed([b.devcell, "cell", "sleep", world.cell], world.env)
-                sleep_steps = world.steps_ms("Cell", ("quiesce", "checkpoint", "delete"))
+                # A sleep releases the container (delete) or, since issue 30, stops it (stop).
+                sleep_steps = world.steps_ms("Cell", ("quiesce", "checkpoint", "delete", "stop"))
                 world.dc("cell", "start", world.cell)
                 if r >= args.warmup:
                     samples.setdefault(f"snapshot create{b.tag}", []).append((wall, cpu, steps))

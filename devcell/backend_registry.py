@@ -34,6 +34,13 @@ class Limits(NamedTuple):
     """Whether the backend runs a cell's commands as `spec.user` (else as root only)."""
     live_workspace: bool = True
     """Whether a cell's workspace may be a host folder bound live (workspace.source.hostPath)."""
+    network_modes: tuple[str, ...] = ("none", "host", "bridge")
+    """The spec.network.mode values it runs."""
+    publish_ipv6: bool = True
+    """Whether a published port may name an IPv6 hostIP."""
+    publishing_drivers: tuple[str, ...] | None = None
+    """The spec.vm.driver values that publish spec.network.ports (None: the backend has no
+    drivers to choose)."""
 
 
 class Root(NamedTuple):
@@ -118,7 +125,10 @@ BACKENDS: tuple[Backend, ...] = (
                Root("vm/checkpoints", temporaries=True),
                Root("vm/machines", temporaries=True)),
         # The backend gives a guest at least 128 MiB (vm/backend.py memory_mib): nothing to refuse.
-        limits=Limits(cell_user=False, live_workspace=False),
+        # Ports are published by QEMU's user networking (IPv4 host addresses only); the guest
+        # has a network stack of its own, so it cannot share the host's.
+        limits=Limits(cell_user=False, live_workspace=False, network_modes=("none", "bridge"),
+                      publish_ipv6=False, publishing_drivers=("qemu",)),
     ),
 )
 

@@ -51,6 +51,7 @@ def cell_problems(spec: dict[str, Any], backend: str) -> Iterator[tuple[FieldPat
         yield (("spec", "workspace", "source", "hostPath"),
                f"the {backend} backend keeps a workspace on its own disk: "
                f"{live_folder.NEEDS_CONTAINER}")
+    yield from _network_problems(spec, backend, limits)
     resources = spec.get("resources") or {}
     cpus = resources.get("cpus")
     if isinstance(cpus, int | float) and not isinstance(cpus, bool):
@@ -71,3 +72,28 @@ def cell_problems(spec: dict[str, Any], backend: str) -> Iterator[tuple[FieldPat
             yield (("spec", "resources", "memory"),
                    f"memory limit {memory} is below the {backend} backend's minimum of "
                    f"{quantities.show_bytes(limits.min_memory_bytes)}")
+
+
+def _network_problems(spec: dict[str, Any], backend: str, limits: Limits
+                      ) -> Iterator[tuple[FieldPath, str]]:
+    network = spec.get("network") or {}
+    mode = network.get("mode", "none")
+    if mode not in limits.network_modes:
+        yield (("spec", "network", "mode"),
+               f"the {backend} backend does not run network mode {mode} (its cells run "
+               f"{' or '.join(limits.network_modes)}; host networking is for container cells)")
+    ports = network.get("ports") or []
+    driver = (spec.get("vm") or {}).get("driver", "qemu")
+    if ports and limits.publishing_drivers is not None \
+            and driver not in limits.publishing_drivers:
+        yield (("spec", "network", "ports"),
+               f"the {driver} driver publishes no ports (its machines have no network); use "
+               f"spec.vm.driver {' or '.join(limits.publishing_drivers)}")
+    if limits.publish_ipv6:
+        return
+    for i, port in enumerate(ports):
+        address = str(port.get("hostIP", "127.0.0.1"))
+        if ":" in address:
+            yield (("spec", "network", "ports", i, "hostIP"),
+                   f"the {backend} backend publishes ports on IPv4 addresses only; use "
+                   "127.0.0.1")

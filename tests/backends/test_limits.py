@@ -89,3 +89,31 @@ def test_spec_user_on_a_vm_cell_is_refused_with_its_line(db: Database) -> None:
     assert "spec.user is for container cells" in problem.message
     admission.apply(db, source(CELL.format(name="boxed", backend="container",
                                            extra="  user: vscode")), dry_run=True)
+
+
+def _refused(db: Database, extra: str) -> list[tuple[str | None, int | None, str]]:
+    with pytest.raises(ManifestError) as refused:
+        admission.apply(db, source(CELL.format(name="machine", backend="vm", extra=extra)))
+    return [(p.field, p.line, p.message) for p in refused.value.problems]
+
+
+def test_what_a_vm_cell_cannot_publish_is_refused_naming_the_field(db: Database) -> None:
+    """Host networking, an IPv6 host address and ports on the Firecracker driver: each
+    refused at apply with its file, line and field (issue 30 item 5)."""
+    host = _refused(db, "  network: {mode: host}")  # the security policy refuses it too
+    assert ("spec.network.mode", 7, "the vm backend does not run network mode host (its "
+            "cells run none or bridge; host networking is for container cells)") in host
+    six = "  network:\n    mode: bridge\n    ports:\n      - {containerPort: 80, hostIP: \"::1\"}"
+    [(field, line, message)] = _refused(db, six)
+    assert (field, line) == ("spec.network.ports[0].hostIP", 10)
+    assert "IPv4 addresses only" in message
+    firecracker = ("  vm: {driver: firecracker}\n  network:\n    mode: bridge\n    ports:\n"
+                   "      - {containerPort: 80, hostPort: 18080}")
+    [(field, line, message)] = _refused(db, firecracker)
+    assert (field, line) == ("spec.network.ports", 11)  # where its list begins
+    assert "firecracker driver publishes no ports" in message
+    published = "  network:\n    mode: bridge\n    ports:\n      - {containerPort: 80}"
+    admission.apply(db, source(CELL.format(name="machine", backend="vm", extra=published)),
+                    dry_run=True)
+    admission.apply(db, source(CELL.format(name="boxed", backend="container", extra=six)),
+                    dry_run=True)

@@ -14,6 +14,7 @@ The package's face is `backend.VmBackend` (named by the backend registry,
     disks.py, layers.py  workspace disks, their checkpoints and the qcow2 layers they share
     memory.py       a machine snapshot: RAM, device state, root and config disks
     guest.py, guest_exec.py, clock.py, reseed.py, elf.py  what runs in the guest and how
+    network.py      a cell's published ports as its machine's host forwards
     logs.py         service logs read through the agent
     observe.py, proc.py  which machines run now (QEMU processes by their -name)
     capacity.py     what the backend's storage costs, measured from the disk

@@ -54,10 +54,12 @@ from devcell.backends.interactive import ExecOptions, Terminal
 from devcell.backends.vm import capacity as vm_capacity
 from devcell.backends.vm import clock as vm_clock
 from devcell.backends.vm import disks as vm_disks
+from devcell.backends.vm import guest as vm_guest
 from devcell.backends.vm import guest_exec as vm_exec
 from devcell.backends.vm import image as vm_image
 from devcell.backends.vm import logs as vm_logs
 from devcell.backends.vm import memory as vm_memory
+from devcell.backends.vm import network as vm_network
 from devcell.backends.vm import proc as vm_proc
 from devcell.backends.vm import reseed as vm_reseed
 from devcell.backends.vm import streams as vm_streams
@@ -178,16 +180,19 @@ class VmBackend:
         mac = meta.get("mac")
         if mac is not None and not (isinstance(mac, str) and _MAC.fullmatch(mac)):
             raise ValueError(f"mac {mac!r} is not a MAC address")
+        network = meta.get("network") is True and mac is not None
         return MachineConfig(
             name=self.layout.machine_name(cell_id), directory=directory,
             kernel=Path(meta["kernel"]), initrd=Path(meta["initrd"]),
-            cmdline="console=ttyS0 quiet panic=-1" + _hostname_option(meta),
+            cmdline="console=ttyS0 quiet panic=-1" + _hostname_option(meta)
+            + (f" {vm_guest.NET_OPTION}" if network else ""),
             memory_mib=int(meta["memory_mib"]),
             cpus=int(meta["cpus"]), disks=tuple(disks), accel=str(meta.get("accel", "tcg")),
             driver=str(meta.get("driver") or vm_drivers.DEFAULT),
             memory_file=Path(ram_from) if ram_from else directory / RAM_FILE,
             memory_shared=not ram_from, mac=mac,
-            streams=vm_streams.PORTS if meta.get("streams") is True else 0)
+            streams=vm_streams.PORTS if meta.get("streams") is True else 0,
+            network=network, forwards=vm_network.of_record(meta) if network else ())
 
     def _update(self, cell_id: str, **changes: Any) -> dict[str, Any]:
         meta = self._meta(cell_id)
@@ -250,6 +255,8 @@ class VmBackend:
                 "mac": new_mac() if driver.nic else None, "operation": cell.op_id,
                 "streams": driver.name == vm_drivers.DEFAULT,
                 "created": time.time()}
+        if driver.nic and vm_network.forwards(cell.spec):
+            meta.update(network=True, forwards=vm_network.forwards(cell.spec))
         source = self._machine_source(cell)
         if source is not None:
             # The fork is its snapshot's machine: same RAM size, CPUs and accel, or the saved
@@ -259,6 +266,14 @@ class VmBackend:
                                                "initrd")}, resume_from=source,
                         mac=new_mac() if part.get("nic") else None,
                         streams=part.get("streams") is True)
+            # A machine saved with a network resumes only with one (its state holds the
+            # network's): a fork that publishes nothing keeps one with no forwards.
+            if part.get("network") is True and part.get("nic"):
+                meta["network"] = True
+            if not part.get("nic") and meta.get("network"):
+                raise BackendRefused(
+                    f"cell {cell.name} cannot publish ports: machine snapshot {source} was "
+                    "taken of a machine made without a NIC; fork it with --no-ports")
         temporaries.remove_dead(self.layout.cells, f"{temporaries.TMP}{cell.id}-")
         tmp = self.layout.cells / temporaries.temp_name(cell.id)
         tmp.mkdir(mode=0o700)
@@ -363,10 +378,14 @@ class VmBackend:
         config = self._running_config(cell)
         name = _hostname(cell.name)
         machine_id = secrets.token_hex(16)
+        # A fork that publishes ports has its NIC on its network (its parent's may not).
+        up = "" if not config.network else (
+            f" && {BUSYBOX} ip addr replace {vm_guest.GUEST_ADDRESS}/{vm_guest.GUEST_PREFIX} "
+            f"dev \"${{n##*/}}\" && {BUSYBOX} ip link set dev \"${{n##*/}}\" up")
         mac = "" if config.mac is None else (
-            f" && for n in /sys/class/net/*; do [ \"${{n##*/}}\" = lo ] || "
-            f"{BUSYBOX} ip link set dev \"${{n##*/}}\" address {config.mac} || exit 1; done"
-            f"; {BUSYBOX} cat /sys/class/net/*/address")
+            f" && for n in /sys/class/net/*; do [ \"${{n##*/}}\" = lo ] || {{ "
+            f"{BUSYBOX} ip link set dev \"${{n##*/}}\" address {config.mac}{up}; }} || exit 1; "
+            f"done; {BUSYBOX} cat /sys/class/net/*/address")
         with self._agent(cell, config, timeout=AGENT_BOOT_SECONDS) as agent:
             # The program through the agent's file calls, not a process of its own: each
             # first fork and exec after a resume costs a tenth of a second under TCG.
@@ -917,6 +936,7 @@ class VmBackend:
                     "taken": time.time(), "memory_in_file": saved.memory_in_file,
                     **{k: meta[k] for k in ("memory_mib", "cpus", "accel", "kernel", "initrd")},
                     "nic": config.mac is not None, "streams": config.streams > 0,
+                    "network": config.network,
                     "save_seconds": round(saved_at - began, 3)}
 
         # The agent's port held through the pause: forks resume with qemu-ga waiting in a read.

@@ -6,9 +6,11 @@ the cell's config disk read-only at /devcell (supervisor.sh, secrets.env: the co
 backend's supervisor, unchanged) and its workspace disk at the spec's mountPath, starts
 qemu-guest-agent on its virtio-serial port and DevCell's stream helper on its own ports
 (vm/streams.py; each restarted if it dies), then the supervisor, which runs the services.
-The loopback interface is brought up (the NIC stays down: it has no peer), so a forward
-reaches a server on the guest's 127.0.0.1. The guest's own files live under /.devcell-guest
-so they never collide with the image's (an image based on another libc keeps its own).
+The loopback interface is brought up, so a forward reaches a server on the guest's 127.0.0.1;
+the NIC stays down (it has no peer) unless the cell publishes ports (NET_OPTION): then it
+gets GUEST_ADDRESS on the machine's own user network, where QEMU forwards the host's ports.
+The guest's own files live under /.devcell-guest so they never collide with the image's (an
+image based on another libc keeps its own).
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ MODULES = ("kernel/drivers/virtio/virtio_ring.ko", "kernel/drivers/virtio/virtio
 """In load order (modules.dep: the virtio devices need the first two, virtio_net the two
 failover modules before it). virtio_net drives the machine's NIC, which has no peer: it only
 carries the machine's MAC (a fork gets its own), never a packet."""
+
+GUEST_ADDRESS = "10.0.2.15"
+GUEST_PREFIX = 24
+"""The guest's address on the network of a machine that publishes ports: QEMU's user
+network's default guest address, where its host forwards go (vm/drivers/qemu.py)."""
+NET_OPTION = "devcell.net=user"
+"""On the kernel's command line of a machine that publishes ports: the init gives the NIC
+GUEST_ADDRESS and brings it up (without, the NIC stays down: it has no peer). No default
+route: the network leads nowhere but back to the host's forwards."""
 
 INITRD_INIT = """#!/bin/busybox sh
 # DevCell's initrd: load the virtio drivers, mount the root disk, switch to it.
@@ -75,6 +86,15 @@ for d in /sys/class/virtio-ports/*; do
     [ "$($B cat "$d/name" 2>/dev/null)" = org.qemu.guest_agent.0 ] && port=/dev/${d##*/}
 done
 $B ip link set lo up 2>/dev/null || $B ifconfig lo 127.0.0.1 up  # forwards reach 127.0.0.1
+# localhost names the loopback, as the engine's /etc/hosts does in a container (an image's
+# own is empty: the engine writes it at run time).
+$B grep -qsw localhost /etc/hosts || \
+    $B printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >> /etc/hosts
+if $B grep -q '{net_option}' /proc/cmdline; then  # published ports: the NIC has a network
+    for n in /sys/class/net/*; do
+        [ "${n##*/}" = lo ] || { $B ip addr add {address} dev "${n##*/}"; $B ip link set "${n##*/}" up; }
+    done
+fi
 cd "${mp:-/}"  # commands run through the agent start in the workspace, as in a container
 ( while :; do $G/streams >/dev/null 2>&1; $B sleep 1; done ) &  # vm/streams.py's guest end
 (
@@ -90,7 +110,8 @@ while :; do
     $B sleep 2147483647 &
     wait
 done
-""".replace("{guest}", GUEST_DIR).replace("{clock_fifo}", vm_clock.FIFO)
+""".replace("{guest}", GUEST_DIR).replace("{clock_fifo}", vm_clock.FIFO).replace(
+    "{net_option}", NET_OPTION).replace("{address}", f"{GUEST_ADDRESS}/{GUEST_PREFIX}")
 
 
 VERSION = hashlib.sha256((INITRD_INIT + ROOT_INIT + " ".join(MODULES)

@@ -30,6 +30,16 @@ class Disk:
 
 
 @dataclass(frozen=True)
+class Forward:
+    """A published port: connections to `host_ip`:`host_port` on the host reach the guest's
+    `guest_port` (spec.network.ports)."""
+
+    host_ip: str
+    host_port: int
+    guest_port: int
+
+
+@dataclass(frozen=True)
 class MachineConfig:
     """Everything a driver needs to start one machine."""
 
@@ -53,8 +63,15 @@ class MachineConfig:
     memory_shared: bool = True
     """False for a fork: the file is a snapshot's, mapped copy-on-write, never written."""
     mac: str | None = None
-    """The MAC of the machine's one NIC, which has no peer (no network: it carries nothing);
-    None for a machine made without one (before DevCell gave them, or a fork of such)."""
+    """The MAC of the machine's one NIC, which has no peer (no network: it carries nothing)
+    unless `network`; None for a machine made without one (before DevCell gave them, or a
+    fork of such)."""
+    network: bool = False
+    """The NIC is connected to a network of the machine's own with no way out (QEMU's user
+    networking, restricted), which carries `forwards` only. A saved machine resumes with the
+    same (its state holds the network's)."""
+    forwards: tuple[Forward, ...] = ()
+    """The host ports published into the guest (with `network`)."""
     streams: int = 0
     """Virtio-serial ports for DevCell's stream helper (vm/streams.py), each a unix socket
     `streamsN.sock` in `directory`; 0 for a machine made before them (its saved state has

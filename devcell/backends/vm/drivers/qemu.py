@@ -48,10 +48,11 @@ from pathlib import Path
 
 from devcell import failpoints
 from devcell.backends.host import children
+from devcell.backends.vm import guest as vm_guest
 from devcell.backends.vm import proc as vm_proc
 from devcell.backends.vm.drivers import accel as accel_finding
 from devcell.backends.vm.drivers import kvm
-from devcell.backends.vm.drivers.driver import MachineConfig, Saved
+from devcell.backends.vm.drivers.driver import Forward, MachineConfig, Saved
 from devcell.backends.vm.drivers.qmp import (
     AGENT_PIPE,
     Agent,
@@ -78,6 +79,7 @@ meaning QEMU's 1 GiB. Touched as code is translated and never given back, so it 
 memory every machine keeps; when full, QEMU drops all translations and starts again. Its cost
 (bench/vm_tb.py): a resume 0.72 s instead of 0.60, a boot 8.8 s instead of 5.8 s, so other
 machines keep QEMU's."""
+NETDEV = "net0"
 QEMU_ENV = {"MALLOC_ARENA_MAX": "1"}
 """glibc's malloc in QEMU: one arena, not one per thread (each a heap of its own, partly
 touched): a few MiB per machine (bench/vm.py)."""
@@ -175,12 +177,17 @@ class QemuDriver:
                      "-device", f"virtio-blk-device,drive=d{n}"]
         if config.mac is not None:
             # Last, so the devices before it keep their places (a saved machine's state names
-            # them in order). No netdev: the NIC is connected to nothing. No guest announce:
+            # them in order). No netdev unless the cell publishes ports: the NIC is connected
+            # to nothing. No guest announce:
             # after a resume QEMU would have the guest announce itself (for switches to learn
             # where a migrated NIC went; this one has no peer), interrupting it while it is
             # slowest under TCG. (Not `announce-rounds` 0 on the migration: with it a guest
             # resetting its NIC after a resume crashed QEMU, a NULL announce timer.)
-            argv += ["-device", f"virtio-net-device,mac={config.mac},guest_announce=off"]
+            nic = f"virtio-net-device,mac={config.mac},guest_announce=off"
+            if config.network:
+                argv += ["-netdev", user_network(config.forwards)]
+                nic += f",netdev={NETDEV}"
+            argv += ["-device", nic]
         return argv
 
     def _launch(self, config: MachineConfig, *, incoming: bool) -> int:
@@ -383,6 +390,17 @@ class QemuDriver:
                 if block.get("device") == device and \
                         (block.get("inserted") or {}).get("backing_file"):
                     raise BackendError(f"flattening disk {device} of {config.name} failed")
+
+
+def user_network(forwards: tuple[Forward, ...]) -> str:
+    """`-netdev`'s value for a machine that publishes ports: QEMU's user networking (slirp,
+    in the QEMU process: no device on the host, no privilege), `restrict=on` so the guest
+    reaches nothing outside (not the host, not its loopback, no DNS) while each `hostfwd`
+    still takes connections to a host address and port into the guest's address (vm/guest.py),
+    `ipv6=off` (nothing is published over it)."""
+    rules = "".join(f",hostfwd=tcp:{f.host_ip}:{f.host_port}-{vm_guest.GUEST_ADDRESS}:{f.guest_port}"
+                    for f in forwards)
+    return f"user,id={NETDEV},restrict=on,ipv6=off{rules}"
 
 
 def _stream_ports(count: int) -> list[str]:

@@ -346,6 +346,12 @@ class VmBackend:
             # Its snapshot was deleted before the fork first ran: the disks are as the
             # snapshot's moment left them, so the machine boots from them (as after power loss).
             meta = self._update(cell.id, resume_from=None, ram_from=None)
+        forwards = vm_network.forwards(cell.spec)
+        if meta.get("mac") and (meta.get("network") is True, meta.get("forwards") or []) != (
+                bool(forwards), forwards):
+            # A boot has no saved network to match: the spec's ports as they are now (a cell
+            # made before vm cells published them gets them at its next boot).
+            meta = self._update(cell.id, network=bool(forwards), forwards=forwards)
         with self.disks.layers.making():  # no merge under a disk QEMU is opening
             pid = self.driver.boot(self._config(cell.id, meta))
         return {"started": True, "pid": pid, "accel": meta.get("accel"),

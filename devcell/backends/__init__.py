@@ -1,22 +1,39 @@
 """Backends, loaded by name from the backend registry (devcell/backend_registry.py) and
-imported only when used (so `devcell get` stays fast)."""
+imported only when used (so `devcell get` stays fast).
+
+This `__init__` runs before any module of a backend package loads, `devcell exec`'s fast path
+(container/exec_socket.py) included, whose whole budget is a few milliseconds: so it imports
+the registry and the error classes only when a function here is called (typing alone costs
+~2 ms), and REGISTRY and PLANNED are made on first use (`__getattr__`).
+"""
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from devcell import backend_registry as registry
-from devcell.errors import BackendUnavailable, UnknownBackend
-
+TYPE_CHECKING = False  # mypy reads this as True
 if TYPE_CHECKING:
     from devcell.backends.base import Backend, Capabilities, Observed
     from devcell.backends.capacity import Accounting
 
-REGISTRY: dict[str, str] = {entry.name: entry.implementation for entry in registry.BACKENDS}
+REGISTRY: dict[str, str]
 """Each backend's class (devcell/backend_registry.py holds everything else about it)."""
-PLANNED = registry.PLANNED
+PLANNED: dict[str, str]
+"""registry.PLANNED: backends designed, not in this version."""
+
+
+def __getattr__(name: str) -> object:
+    from devcell import backend_registry as registry
+
+    if name == "REGISTRY":
+        found = {entry.name: entry.implementation for entry in registry.BACKENDS}
+        globals()["REGISTRY"] = found
+        return found
+    if name == "PLANNED":
+        globals()["PLANNED"] = registry.PLANNED
+        return registry.PLANNED
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _classes: dict[str, type] = {}
@@ -26,12 +43,15 @@ def _class(name: str) -> type:
     """The backend's class, imported once (finish() asks on every operation)."""
     if name in _classes:
         return _classes[name]
-    target = REGISTRY.get(name)
+    from devcell import backend_registry as registry
+    from devcell.errors import UnknownBackend
+
+    entry = registry.get(name)
+    target = None if entry is None else entry.implementation
     if target is None:
-        if name in PLANNED:
-            raise UnknownBackend(
-                f"backend {name} ({PLANNED[name]}) is not available in this version of DevCell"
-            )
+        if name in registry.PLANNED:
+            raise UnknownBackend(f"backend {name} ({registry.PLANNED[name]}) is not available "
+                                 "in this version of DevCell")
         raise UnknownBackend(f"unknown backend {name!r}")
     module_name, _, class_name = target.partition(":")
     cls: type = getattr(importlib.import_module(module_name), class_name)
@@ -46,6 +66,8 @@ def parallelism(name: str) -> int:
 
 def capabilities(name: str) -> Capabilities:
     """What backend `name` declares it can do (none, for an unknown one)."""
+    from devcell.errors import BackendUnavailable
+
     try:
         caps: Capabilities = _class(name).capabilities  # type: ignore[attr-defined]
     except BackendUnavailable:
@@ -74,6 +96,8 @@ def holding(state_dir: Path, recorded: set[str]) -> list[str]:
     storage roots in `state_dir` hold something (a crash before the record, an older DevCell,
     a database restored from an old backup): what `devcell df` measures, `devcell gc`
     collects and the daemon's orphan sweep sweeps."""
+    from devcell import backend_registry as registry
+
     names = set(recorded)
     for entry in registry.BACKENDS:
         if entry.name not in names and registry.held(state_dir, entry.roots):
@@ -83,6 +107,8 @@ def holding(state_dir: Path, recorded: set[str]) -> list[str]:
 
 def accounting(name: str, state_dir: Path) -> Accounting | None:
     """What measures backend `name`'s holdings in `state_dir`, or None when it keeps none."""
+    from devcell import backend_registry as registry
+
     entry = registry.get(name)
     target = None if entry is None else entry.accounting
     if target is None:
@@ -95,6 +121,9 @@ def accounting(name: str, state_dir: Path) -> Accounting | None:
 
 def observe_all(name: str, state_dir: Path) -> dict[str, Observed]:
     """What backend `name` runs for `state_dir` right now, by cell id (one engine call)."""
+    from devcell import backend_registry as registry
+    from devcell.errors import UnknownBackend
+
     entry = registry.get(name)
     target = None if entry is None else entry.observer
     if target is None:

@@ -40,15 +40,7 @@ def open_cell(args: argparse.Namespace, *, verb: str) -> Attached:
 
 
 def run_exec(args: argparse.Namespace) -> int:
-    argv = list(args.argv)
-    if argv[:1] == ["--"]:
-        argv = argv[1:]
-    if not argv:
-        raise UsageError("give the command to run after --, e.g. devcell exec api -- ls -la")
-    if "--" in argv and all(word.startswith("-") for word in argv[:argv.index("--")]):
-        options = " ".join(argv[:argv.index("--")])
-        raise UsageError(f"options of exec go before the cell name: devcell exec {options} "
-                         f"{args.cell} -- CMD...")
+    argv = command(args)
     if (args.stdin or args.tty) and sys.stdin is None:
         raise UsageError("-i and -t need a standard input, and this process has none")
     if args.tty and not sys.stdin.isatty():
@@ -64,6 +56,20 @@ def run_exec(args: argparse.Namespace) -> int:
                                          terminal=terminal, options=settings)
     finally:
         attached.close()
+
+
+def command(args: argparse.Namespace) -> list[str]:
+    """The command to run, from the words after the cell (cli/exec_fast.py reads them alike)."""
+    argv = list(args.argv)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        raise UsageError("give the command to run after --, e.g. devcell exec api -- ls -la")
+    if "--" in argv and all(word.startswith("-") for word in argv[:argv.index("--")]):
+        options = " ".join(argv[:argv.index("--")])
+        raise UsageError(f"options of exec go before the cell name: devcell exec {options} "
+                         f"{args.cell} -- CMD...")
+    return argv
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -2,27 +2,30 @@
 command table (cli/commands.py), and map errors to exit codes.
 
 A command's module is imported only when it runs, so `devcell get` pays for nothing it does
-not use. Exit codes: 0 success, 1 failure, 2 usage.
+not use. `devcell exec` on a running container cell is tried first without the parser or the
+command table (cli/exec_fast.py): that is why this module imports them, and the error
+classes, only where they are used. Exit codes: 0 success, 1 failure, 2 usage.
 """
 
 from __future__ import annotations
 
-import argparse
 import errno
 import gc
-import importlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
 
-from devcell.cli import commands
-from devcell.cli.parser import parse
-from devcell.errors import DevCellError, ManifestError
-from devcell.names import printable_lines
+TYPE_CHECKING = False  # typing costs ~2 ms to import; mypy reads this as True
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Sequence
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    import importlib
+
+    from devcell.cli import commands
+
     verb = getattr(args, "verb", None)
     module, _, function = commands.handler_of(args.command, verb).partition(":")
     handler: Callable[[argparse.Namespace], int] = getattr(
@@ -55,6 +58,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return completion.run_hidden(given[1:])
     signal.signal(signal.SIGTERM, _terminate)  # the daemon sets its own when it starts
+    if "exec" in given:
+        from devcell.cli import exec_fast
+
+        request = exec_fast.parse(list(given))
+        if request is not None:
+            fast = _guarded(lambda: exec_fast.run(request), request.state_dir)
+            if fast is not None:
+                return fast
+    from devcell.cli.parser import parse
+
     return _run(parse(given))
 
 
@@ -103,17 +116,36 @@ last net under the commands' own checks (the CLI fuzz test found a name past NAM
 
 
 def _run(args: argparse.Namespace) -> int:
+    code = _guarded(lambda: _dispatch(args), getattr(args, "state_dir", None))
+    assert code is not None
+    return code
+
+
+def _guarded(work: Callable[[], int | None], state_dir: str | None) -> int | None:
+    """`work()`, its errors said as one line each and mapped to exit codes."""
     try:
-        return _dispatch(args)
-    except ManifestError as exc:
-        for problem in exc.problems:
-            sys.stderr.write(f"error: {problem}\n")
-        count = len(exc.problems)
-        sys.stderr.write(f"{count} problem{'s' if count != 1 else ''} found; nothing was changed\n")
-        return exc.exit_code
-    except DevCellError as exc:
-        sys.stderr.write(f"error: {printable_lines(str(exc))}\n")
-        return exc.exit_code
+        return work()
+    except Exception as exc:  # the error classes are imported only when one is raised
+        from devcell.errors import DevCellError, ManifestError
+        from devcell.names import printable_lines
+
+        if isinstance(exc, ManifestError):
+            for problem in exc.problems:
+                sys.stderr.write(f"error: {problem}\n")
+            count = len(exc.problems)
+            sys.stderr.write(f"{count} problem{'s' if count != 1 else ''} found; nothing was "
+                             "changed\n")
+            return exc.exit_code
+        if isinstance(exc, DevCellError):
+            sys.stderr.write(f"error: {printable_lines(str(exc))}\n")
+            return exc.exit_code
+        if isinstance(exc, BrokenPipeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 0
+        if isinstance(exc, OSError):
+            return _os_error(exc, state_dir)
+        raise
     except KeyboardInterrupt as exc:
         _ignore_further_signals()  # a second Ctrl-C while exiting ends nothing half-way
         if isinstance(exc, Terminated):
@@ -121,24 +153,25 @@ def _run(args: argparse.Namespace) -> int:
             return 143
         sys.stderr.write("interrupted\n")
         return 130
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
-    except OSError as exc:  # a full or read-only disk met outside the database: not a bug
-        from devcell.store import db, faults
 
-        machine = faults.from_os_error(exc, db.resolve_state_dir(getattr(args, "state_dir", None)))
-        if machine is not None:
-            sys.stderr.write(f"error: {machine}\n")
-            return machine.exit_code
-        if exc.errno in _LIMITS:
-            sys.stderr.write(f"error: {_LIMITS[exc.errno]} ({exc.strerror}); nothing the "
-                             "command had recorded is lost\n")
-            return 1
-        if exc.errno in _PATH_ERRORS and isinstance(exc.filename, str):
-            shown = printable_lines(exc.filename[:120] + ("..." if len(exc.filename) > 120
-                                                          else ""))
-            sys.stderr.write(f"error: {shown}: {exc.strerror}\n")
-            return 1
-        raise
+
+def _os_error(exc: OSError, state_dir: str | None) -> int:
+    """A full or read-only disk met outside the database, a process limit, a path given that
+    cannot be used: one line, not a bug (anything else is raised again)."""
+    from devcell.names import printable_lines
+    from devcell.store import db, faults
+
+    machine = faults.from_os_error(exc, db.resolve_state_dir(state_dir))
+    if machine is not None:
+        sys.stderr.write(f"error: {machine}\n")
+        return machine.exit_code
+    if exc.errno in _LIMITS:
+        sys.stderr.write(f"error: {_LIMITS[exc.errno]} ({exc.strerror}); nothing the "
+                         "command had recorded is lost\n")
+        return 1
+    if exc.errno in _PATH_ERRORS and isinstance(exc.filename, str):
+        shown = printable_lines(exc.filename[:120] + ("..." if len(exc.filename) > 120
+                                                      else ""))
+        sys.stderr.write(f"error: {shown}: {exc.strerror}\n")
+        return 1
+    raise exc

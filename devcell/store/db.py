@@ -18,6 +18,7 @@ from pathlib import Path
 
 from devcell.errors import StateError, StateUnusable
 from devcell.store import faults, guard
+from devcell.store.state_dir import resolve as _resolve
 
 DB_FILENAME = "state.db"
 BUSY_TIMEOUT_S = 60.0
@@ -46,14 +47,8 @@ def _empty(path: Path) -> bool:
 
 
 def resolve_state_dir(explicit: str | None = None) -> Path:
-    """--state-dir, else $DEVCELL_HOME, else $XDG_DATA_HOME/devcell (~/.local/share/devcell)."""
-    if explicit:
-        return Path(explicit).expanduser().absolute()
-    env = os.environ.get("DEVCELL_HOME")
-    if env:
-        return Path(env).expanduser().absolute()
-    xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(xdg).absolute() / "devcell"
+    """--state-dir, else $DEVCELL_HOME, else $XDG_DATA_HOME/devcell (state_dir.resolve)."""
+    return _resolve(explicit)
 
 
 def ensure_private_dir(path: Path) -> None:

@@ -6,6 +6,9 @@ when it was a regular file or a FIFO, `get cells` with "No resources found." and
 permission traceback for another user's directory, and the root of a read-only mount blamed
 on its writable parent. Checked once, at the CLI's edge, every command says the same line:
 the path, what is wrong with it and the fix. Only stat calls: nothing is made or opened.
+
+Where the state directory is (`resolve`) is decided here too. Both are on the path of `devcell
+exec`'s fast path, so this module imports the error classes only when it refuses.
 """
 
 from __future__ import annotations
@@ -14,12 +17,28 @@ import os
 import stat
 from pathlib import Path
 
-from devcell.errors import StateUnusable, StorageError
-
 _FIX = "point --state-dir (or $DEVCELL_HOME) at"
 
 _TYPES = {stat.S_IFREG: "a regular file", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
           stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+
+
+def resolve(explicit: str | None = None) -> Path:
+    """--state-dir, else $DEVCELL_HOME, else $XDG_DATA_HOME/devcell (~/.local/share/devcell)."""
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    env = os.environ.get("DEVCELL_HOME")
+    if env:
+        return Path(env).expanduser().absolute()
+    xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(xdg).absolute() / "devcell"
+
+
+def _unusable(message: str, *, cause: str, path: str) -> Exception:
+    """StateUnusable, with StorageError's code `cause` (the classes load only to refuse)."""
+    from devcell.errors import StateUnusable, StorageError
+
+    return StateUnusable(message, cause=getattr(StorageError, cause), path=path)
 
 
 def _what(mode: int) -> str:
@@ -41,10 +60,10 @@ def check(state_dir: Path) -> None:
         found = state_dir.stat()  # a link to a directory is that directory
     except (FileNotFoundError, NotADirectoryError):  # not made yet, or a file on the way
         if os.path.islink(state_dir):  # a dangling link: making it would fail (EEXIST)
-            raise StateUnusable(
+            raise _unusable(
                 f"the state directory {state_dir} is a symbolic link to "
                 f"{os.readlink(state_dir)}, which does not exist: make that directory, "
-                f"remove the link, or {_FIX} a directory", cause=StorageError.UNSAFE_PATH,
+                f"remove the link, or {_FIX} a directory", cause="UNSAFE_PATH",
                 path=str(state_dir)) from None
         _check_missing(state_dir)
         return
@@ -52,22 +71,22 @@ def check(state_dir: Path) -> None:
         _refuse_unreachable(state_dir, exc)
         return
     if not stat.S_ISDIR(found.st_mode):
-        raise StateUnusable(
+        raise _unusable(
             f"the state directory {state_dir} is {_what(found.st_mode)}, not a directory: move "
-            f"it away, or {_FIX} a directory", cause=StorageError.UNSAFE_PATH,
+            f"it away, or {_FIX} a directory", cause="UNSAFE_PATH",
             path=str(state_dir))
     if found.st_uid != os.geteuid():
-        raise StateUnusable(
+        raise _unusable(
             f"the state directory {state_dir} belongs to {_user(found.st_uid)}, not to "
             f"{_user(os.geteuid())} who runs devcell: DevCell keeps a state directory "
             f"owner-only; run devcell as its owner, or {_FIX} a directory of your own",
-            cause=StorageError.PERMISSION_DENIED, path=str(state_dir))
+            cause="PERMISSION_DENIED", path=str(state_dir))
     _refuse_read_only(state_dir, state_dir)  # before access(), which fails on it too
     if not os.access(state_dir, os.R_OK | os.W_OK | os.X_OK):
-        raise StateUnusable(
+        raise _unusable(
             f"the state directory {state_dir} is not open to its owner (permission denied): "
             f"`chmod 700 {state_dir}`, or {_FIX} another directory",
-            cause=StorageError.PERMISSION_DENIED, path=str(state_dir))
+            cause="PERMISSION_DENIED", path=str(state_dir))
 
 
 def _check_missing(state_dir: Path) -> None:
@@ -86,18 +105,18 @@ def _check_missing(state_dir: Path) -> None:
             _refuse_unreachable(state_dir, exc)
             return
     if not stat.S_ISDIR(found.st_mode):
-        raise StateUnusable(
+        raise _unusable(
             f"the state directory {state_dir} cannot be made: {above} is {_what(found.st_mode)}, "
             f"not a directory: move it away, or {_FIX} a directory",
-            cause=StorageError.UNSAFE_PATH, path=str(state_dir))
+            cause="UNSAFE_PATH", path=str(state_dir))
     _refuse_read_only(state_dir, above)
 
 
 def _refuse_unreachable(state_dir: Path, exc: OSError) -> None:
-    raise StateUnusable(
+    raise _unusable(
         f"the state directory {state_dir} cannot be reached ({exc.strerror}): give this user "
         f"access to the directories above it, or {_FIX} a directory of your own",
-        cause=StorageError.PERMISSION_DENIED, path=str(state_dir))
+        cause="PERMISSION_DENIED", path=str(state_dir))
 
 
 def _refuse_read_only(state_dir: Path, existing: Path) -> None:
@@ -106,10 +125,10 @@ def _refuse_read_only(state_dir: Path, existing: Path) -> None:
     if not os.statvfs(existing).f_flag & os.ST_RDONLY:
         return
     mount = _mount_point(existing)
-    raise StateUnusable(
+    raise _unusable(
         f"the state directory {state_dir} is on a read-only file system (mounted read-only at "
         f"{mount}): remount it read-write, or {_FIX} a writable directory",
-        cause=StorageError.READ_ONLY, path=str(state_dir))
+        cause="READ_ONLY", path=str(state_dir))
 
 
 def _mount_point(path: Path) -> Path:

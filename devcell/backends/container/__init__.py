@@ -8,6 +8,8 @@ costs only itself.
 
     backend.py             the Backend: create, start, stop, delete, exec, checkpoint, restore
     observe.py             what runs now, over the engine's socket (engine_http.py), no SDK
+    exec_socket.py         `devcell exec`'s fast path: a command run over the socket, no SDK
+    labels.py              the labels DevCell puts on what it makes (a leaf)
     engine.py, sdk.py      the engine's client: connect, translate the SDK's errors to ours
     spec.py                a cell's container configuration, pure (tested without an engine)
     layout.py              where the backend keeps things under the state directory

@@ -5,13 +5,16 @@ The snapshot path asks the engine three small things (list, pause, unpause), and
 start-up than the calls themselves. The engine's answers are plain: a status line, headers,
 and a body sized by Content-Length or sent chunked (Go's net/http), on a connection this
 module asks to close. Anything else is `BadResponse`, which callers treat as an engine they
-cannot reach, as they treated http.client's errors.
+cannot reach, as they treated http.client's errors. `devcell exec`'s fast path
+(exec_socket.py) sends JSON bodies and takes over a connection the engine upgrades (`hijack`).
+No dataclass or typing import, and the socket through `_socket`, the C module `socket` wraps
+(whose import, building its enums, costs ~2.5 ms): this module is on that path, whose whole
+budget is a few ms.
 """
 
 from __future__ import annotations
 
-import socket
-from dataclasses import dataclass
+import _socket
 
 HEAD_LIMIT = 64 << 10
 """The status line and headers of an engine's answer are a few hundred bytes."""
@@ -21,15 +24,23 @@ class BadResponse(Exception):
     """The peer's answer is not HTTP/1.x this module reads (or is larger than asked for)."""
 
 
-@dataclass(frozen=True)
 class Response:
-    status: int
-    body: bytes
+    __slots__ = ("status", "body")
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status, self.body = status, body
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Response)
+                and (self.status, self.body) == (other.status, other.body))
+
+    def __repr__(self) -> str:
+        return f"Response({self.status!r}, {self.body[:200]!r})"
 
 
-def unix(path: str, timeout: float) -> socket.socket:
+def unix(path: str, timeout: float) -> _socket.socket:
     """A stream socket connected to the engine's unix socket at `path`."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(path)
@@ -39,25 +50,48 @@ def unix(path: str, timeout: float) -> socket.socket:
     return sock
 
 
-def tcp(host: str, port: int, timeout: float) -> socket.socket:
+def tcp(host: str, port: int, timeout: float) -> _socket.socket:
+    import socket
+
     return socket.create_connection((host, port), timeout=timeout)
 
 
-def request(sock: socket.socket, method: str, path: str, *, host: str = "localhost",
-            limit: int = 64 << 20) -> Response:
-    """Send `method path` (no body) on `sock`, read the answer (at most `limit` body bytes),
-    and close the socket."""
+def request(sock: _socket.socket, method: str, path: str, *, host: str = "localhost",
+            limit: int = 64 << 20, body: bytes | None = None) -> Response:
+    """Send `method path` (with a JSON `body`, or none) on `sock`, read the answer (at most
+    `limit` body bytes), and close the socket."""
     try:
-        length = "Content-Length: 0\r\n" if method in ("POST", "PUT") else ""
-        sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: devcell\r\n"
-                     f"{length}Connection: close\r\n\r\n".encode("ascii"))
+        sock.sendall(_head(method, path, host, body, "Connection: close\r\n") + (body or b""))
         return _Reader(sock, limit).response(method)
     finally:
         sock.close()
 
 
+def hijack(sock: _socket.socket, method: str, path: str, *, body: bytes | None = None,
+           host: str = "localhost") -> tuple[int, bytes]:
+    """Send `method path` asking the engine to upgrade the connection to a raw stream (what
+    `POST /exec/{id}/start` answers with 101). Returns the status and the bytes that came
+    after the answer's head: with 101 (or 200, older engines), the stream's first bytes,
+    which must not be lost (docker/docker-py#3332); otherwise the start of an error's body.
+    The socket stays open either way: the caller reads the stream and closes it."""
+    sock.sendall(_head(method, path, host, body, "Connection: Upgrade\r\nUpgrade: tcp\r\n")
+                 + (body or b""))
+    reader = _Reader(sock, HEAD_LIMIT)
+    status, _ = reader.head()
+    return status, reader.buffer
+
+
+def _head(method: str, path: str, host: str, body: bytes | None, connection: str) -> bytes:
+    if body is not None:
+        length = f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    else:
+        length = "Content-Length: 0\r\n" if method in ("POST", "PUT") else ""
+    return (f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: devcell\r\n"
+            f"{length}{connection}\r\n").encode("ascii")
+
+
 class _Reader:
-    def __init__(self, sock: socket.socket, limit: int) -> None:
+    def __init__(self, sock: _socket.socket, limit: int) -> None:
         self.sock, self.limit = sock, limit
         self.buffer = b""
         self.eof = False
@@ -94,6 +128,20 @@ class _Reader:
         return self.buffer
 
     def response(self, method: str) -> Response:
+        status, headers = self.head()
+        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            return Response(status, b"")
+        if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
+            return Response(status, self._chunked())
+        length = headers.get(b"content-length")
+        if length is not None:
+            if not length.isdigit():
+                raise BadResponse(f"not a Content-Length: {length[:40]!r}")
+            return Response(status, self.exactly(int(length)))
+        return Response(status, self.rest())
+
+    def head(self) -> tuple[int, dict[bytes, bytes]]:
+        """The status line and headers; what follows them stays in `buffer`."""
         version, _, rest = self.line().partition(b" ")
         code = rest[:3]
         if not version.startswith(b"HTTP/1.") or not code.isdigit():
@@ -107,16 +155,7 @@ class _Reader:
             headers[name.strip().lower()] = value.strip()
             if len(headers) > 100:
                 raise BadResponse("too many header lines")
-        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-            return Response(status, b"")
-        if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
-            return Response(status, self._chunked())
-        length = headers.get(b"content-length")
-        if length is not None:
-            if not length.isdigit():
-                raise BadResponse(f"not a Content-Length: {length[:40]!r}")
-            return Response(status, self.exactly(int(length)))
-        return Response(status, self.rest())
+        return status, headers
 
     def _chunked(self) -> bytes:
         parts: list[bytes] = []

@@ -13,6 +13,7 @@ goes through `container/backend.py` and the SDK.
 
 from __future__ import annotations
 
+import _socket
 import json
 import os
 import re
@@ -42,7 +43,7 @@ TIMEOUT_S = 30.0
 RUNNING_STATES = ("running", "paused", "restarting")
 
 
-def _connect(address: str, timeout: float = TIMEOUT_S) -> socket.socket | None:
+def _connect(address: str, timeout: float = TIMEOUT_S) -> _socket.socket | None:
     """A socket connected to the engine, or None for an address only the SDK speaks (ssh://,
     TLS). Connecting may raise OSError: the caller says the engine cannot be reached."""
     if not _speaks(address):

@@ -27,6 +27,16 @@ from typing import TYPE_CHECKING, Any
 
 from devcell import security
 from devcell.backends import limits, supervisor
+from devcell.backends.container.labels import (
+    CELL,
+    CELL_ID,
+    MANAGED,
+    OPERATION,
+    RUNTIME_HASH,
+    STATE,
+    STATE_PATH,
+    VOLUME,
+)
 from devcell.backends.container.layout import Layout
 from devcell.backends.host import live_folder
 from devcell.backends.host.ids import state_hash
@@ -37,13 +47,6 @@ from devcell.manifests.model import field_path
 if TYPE_CHECKING:
     from devcell.config import SecurityPolicy
 
-LABEL = "dev.devcell"
-MANAGED, STATE, CELL_ID, CELL = (f"{LABEL}.managed", f"{LABEL}.state-dir", f"{LABEL}.cell-id",
-                                 f"{LABEL}.cell")
-VOLUME, RUNTIME_HASH = f"{LABEL}.volume", f"{LABEL}.runtime-hash"
-OPERATION = f"{LABEL}.operation"
-STATE_PATH = f"{LABEL}.state-path"
-"""For people (and test clean-up); ownership is decided by STATE, the digest of that path."""
 BRIDGE_NETWORK = "devcell-bridge"
 STOP_TIMEOUT = 5
 ALLOWED_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",

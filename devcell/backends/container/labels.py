@@ -1,0 +1,13 @@
+"""The labels DevCell puts on what it makes on the Docker engine, and nothing else.
+
+A leaf (no import at all): spec.py builds containers with them, and the exec fast path
+(exec_socket.py) finds a cell's container by them without importing spec.py's rules.
+"""
+
+LABEL = "dev.devcell"
+MANAGED, STATE, CELL_ID, CELL = (f"{LABEL}.managed", f"{LABEL}.state-dir", f"{LABEL}.cell-id",
+                                 f"{LABEL}.cell")
+VOLUME, RUNTIME_HASH = f"{LABEL}.volume", f"{LABEL}.runtime-hash"
+OPERATION = f"{LABEL}.operation"
+STATE_PATH = f"{LABEL}.state-path"
+"""For people (and test clean-up); ownership is decided by STATE, the digest of that path."""

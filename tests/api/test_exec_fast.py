@@ -1,0 +1,234 @@
+"""`devcell exec` on a running container cell takes the fast path (api/exec_fast.py) and does
+what the full path did: output, exit status, stdin, environment, the same errors, the drift
+warning and its record; a hostile cell's flood costs it bounded memory.
+
+Real engine. One cell for the module (~3 s to apply on a quiet host); the drift tests make
+their own (~3 s each), since they stop or pause its container.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devcell.backends.container import observe as container_observe
+from tests.backends.engine import IMAGE, remove_containers, require_engine
+from tests.conftest import REPO, db_fingerprint
+
+CANARY = "canary-exec-fast-41c7"
+
+
+def _manifest(directory: Path, name: str = "box") -> Path:
+    path = directory / f"{name}.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        apiVersion: devcell.dev/v1alpha1
+        kind: Cell
+        metadata: {{name: {name}}}
+        spec:
+          backend: container
+          image: {IMAGE}
+          network: {{mode: none}}
+          env:
+            - {{name: GREETING, value: hello}}
+            - {{name: TOKEN, value: {CANARY}, secret: true}}
+          services:
+            - name: idle
+              command: [sleep, "600"]
+        """))
+    return path
+
+
+def _env(state: Path) -> dict[str, str]:
+    env = dict(os.environ, DEVCELL_HOME=str(state))
+    env.pop("DEVCELL_FAKE_FAIL", None)
+    return env
+
+
+def devcell(state: Path, *args: str, input: bytes | None = None,
+            timeout: float = 180) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "devcell", *args], input=input,
+                          capture_output=True, env=_env(state), cwd=REPO, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A state directory holding one running container cell, `box`."""
+    require_engine()
+    root = tmp_path_factory.mktemp("exec-fast")
+    path = root / "state"
+    try:
+        applied = devcell(path, "apply", "-f", str(_manifest(root)), timeout=300)
+        assert applied.returncode == 0, applied.stderr
+        yield path
+    finally:
+        remove_containers(path)
+
+
+_LISTING = """
+import atexit, sys
+atexit.register(lambda: sys.__stdout__.write("\\nMODULES " + " ".join(sorted(sys.modules))))
+sys.argv[0] = "devcell"
+from devcell.cli.main import main
+sys.exit(main())
+"""
+"""`devcell ARGS` as the console script runs it, listing every module it imported at exit."""
+
+FAST_PATH_MODULES = [
+    "devcell", "devcell.api", "devcell.api.exec_fast", "devcell.backends",
+    "devcell.backends.container", "devcell.backends.container.engine",
+    "devcell.backends.container.engine_http", "devcell.backends.container.exec_socket",
+    "devcell.backends.container.labels", "devcell.cli", "devcell.cli.exec_fast",
+    "devcell.cli.main", "devcell.store", "devcell.store.cell_glance", "devcell.store.state_dir",
+]
+"""What `devcell exec CELL -- true` imports of DevCell on the fast path: a change here is a
+deliberate one (each module costs start-up; bench/exec.py)."""
+
+
+def test_exec_takes_the_fast_path_and_writes_nothing(state: Path) -> None:
+    before = db_fingerprint(state)
+    observed = (state / "observed.json").read_bytes()
+    ran = subprocess.run([sys.executable, "-c", _LISTING, "exec", "box", "--", "true"],
+                         capture_output=True, text=True, env=_env(state), cwd=REPO, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    imported = ran.stdout.rpartition("MODULES ")[2].split()
+    assert [m for m in imported if m.split(".")[0] == "devcell"] == FAST_PATH_MODULES
+    assert not {m.split(".")[0] for m in imported} & {"docker", "requests", "urllib3", "loguru",
+                                                      "sqlite_utils", "yaml", "sqlite3"}
+    assert db_fingerprint(state) == before
+    assert (state / "observed.json").read_bytes() == observed
+
+
+@pytest.mark.parametrize("code", [0, 1, 42, 255])
+def test_the_exit_status_and_both_streams_are_passed_through(state: Path, code: int) -> None:
+    ran = devcell(state, "exec", "box", "--", "sh", "-c",
+                  f"echo out; echo err >&2; echo out2; echo err2 >&2; exit {code}")
+    assert ran.returncode == code
+    assert ran.stdout == b"out\nout2\n"
+    assert ran.stderr == b"err\nerr2\n"
+
+
+def test_a_command_killed_by_a_signal_exits_as_the_full_path_said(state: Path) -> None:
+    ran = devcell(state, "exec", "box", "--", "sh", "-c", "kill -9 $$")
+    assert ran.returncode == 137, ran.stderr
+
+
+def test_stdin_with_i_reaches_the_command_and_its_end_closes_it(state: Path) -> None:
+    data = os.urandom(3 << 20)
+    ran = devcell(state, "exec", "-i", "box", "--", "sha256sum", input=data)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split()[0].decode() == hashlib.sha256(data).hexdigest()
+    without = devcell(state, "exec", "box", "--", "cat", input=b"not forwarded\n")
+    assert without.returncode == 0 and without.stdout == b""
+
+
+def test_large_output_arrives_whole_on_its_own_stream(state: Path) -> None:
+    ran = devcell(state, "exec", "box", "--", "sh", "-c",
+                  "head -c 25000000 /dev/zero | tr '\\0' x; head -c 3000000 /dev/zero >&2")
+    assert ran.returncode == 0
+    assert len(ran.stdout) == 25_000_000 and set(ran.stdout) == {ord("x")}
+    assert ran.stderr == b"\0" * 3_000_000
+
+
+def test_env_workdir_and_the_cells_environment_secrets_included(state: Path) -> None:
+    ran = devcell(state, "exec", "-e", "EXTRA=a b", "--env=EMPTY=", "-w", "/tmp", "box", "--",
+                  "sh", "-c", 'echo "$EXTRA|$EMPTY|$GREETING|$(pwd)"; '
+                  f'test "$TOKEN" = {CANARY} && echo secret-ok')
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == b"a b||hello|/tmp\nsecret-ok\n"
+    assert CANARY.encode() not in ran.stderr
+
+
+def test_a_missing_cell_is_the_full_paths_error(state: Path) -> None:
+    ran = devcell(state, "exec", "bx", "--", "true")
+    assert ran.returncode == 1
+    assert ran.stderr.decode() == 'error: cell "bx" not found; did you mean "box"?\n'
+
+
+def test_nothing_applied_there_is_refused_and_nothing_is_made(tmp_path: Path) -> None:
+    empty = tmp_path / "nothing"
+    ran = devcell(empty, "exec", "box", "--", "true")
+    assert ran.returncode == 1 and b"nothing has been applied there yet" in ran.stderr
+    assert not empty.exists()
+
+
+def test_a_hostile_flood_is_relayed_in_bounded_memory(state: Path) -> None:
+    """1 GiB of output as fast as the cell can write it: relayed to a slow-ish reader, the
+    exec process's peak memory stays what a small command's is (not the output's size)."""
+    script = ("import resource, subprocess, sys\n"
+              "p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE)\n"
+              "total = 0\n"
+              "while chunk := p.stdout.read(1 << 16):\n"
+              "    total += len(chunk)\n"
+              "code = p.wait()\n"
+              "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+              "print(total, code, peak)\n")
+    ran = subprocess.run([sys.executable, "-c", script, sys.executable, "-m", "devcell", "exec",
+                          "box", "--", "head", "-c", str(1 << 30), "/dev/zero"],
+                         capture_output=True, text=True, env=_env(state), cwd=REPO,
+                         timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    total, code, peak_kib = (int(x) for x in ran.stdout.split())
+    assert (total, code) == (1 << 30, 0)
+    assert peak_kib < 80 * 1024, f"the exec process peaked at {peak_kib} KiB"
+
+
+def _fresh_cell(tmp_path: Path, name: str) -> Path:
+    require_engine()
+    state = tmp_path / "state"
+    applied = devcell(state, "apply", "-f", str(_manifest(tmp_path, name)), timeout=300)
+    assert applied.returncode == 0, applied.stderr
+    return state
+
+
+def _status(state: Path, name: str) -> dict[str, object]:
+    shown = devcell(state, "get", "cell", name, "-o", "json")
+    status: dict[str, object] = json.loads(shown.stdout)["status"]
+    return status
+
+
+def test_a_paused_container_is_drift_said_and_recorded(tmp_path: Path) -> None:
+    """The fast path's one look sees the container paused behind DevCell's back: the full
+    path then warns, records the drift (Pending, RuntimeDrifted) and the engine refuses."""
+    state = _fresh_cell(tmp_path, "paws")
+    try:
+        [found] = container_observe.list_containers(state)
+        assert container_observe.pause(found["Id"], "test")
+        ran = devcell(state, "exec", "paws", "--", "true")
+        assert ran.returncode == 1
+        assert b"warning: cell paws: its runtime is paused (frozen)" in ran.stderr
+        assert b"Traceback" not in ran.stderr
+        status = _status(state, "paws")
+        assert status["phase"] == "Pending"
+        ready = [c for c in status["conditions"] if c["type"] == "Ready"]  # type: ignore[attr-defined]
+        assert ready[0]["reason"] == "RuntimeDrifted"
+        container_observe.unpause(found["Id"], "test")
+        started = devcell(state, "cell", "start", "paws", timeout=300)
+        assert started.returncode == 0, started.stderr
+        again = devcell(state, "exec", "paws", "--", "echo", "back")
+        assert (again.returncode, again.stdout, again.stderr) == (0, b"back\n", b"")
+    finally:
+        remove_containers(state)
+
+
+def test_a_removed_container_is_drift_and_a_stopped_cell_the_same_error(tmp_path: Path) -> None:
+    state = _fresh_cell(tmp_path, "gone")
+    try:
+        [found] = container_observe.list_containers(state)
+        assert container_observe.remove(found["Id"], "test")
+        ran = devcell(state, "exec", "gone", "--", "true")
+        assert ran.returncode == 1
+        assert ran.stderr.decode().splitlines() == [
+            "warning: cell gone: its runtime is gone (recorded Running); `devcell cell start "
+            "gone` repairs it; running the command anyway",
+            "error: cell gone is not running (container absent); start it with `devcell cell "
+            "start gone`"]
+    finally:
+        remove_containers(state)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devcell import backends, security
+from devcell.backends import limits
 from devcell.backends.host import live_folder
 from devcell.controllers import snapshot as snapshot_controller
 from devcell.errors import ManifestError, Problem
@@ -322,8 +323,6 @@ def backend_problems(conn: sqlite3.Connection, manifests: list[Manifest]) -> lis
     for m in manifests:
         if m.kind != "Cell":
             continue
-        from devcell.backends import limits
-
         backend = m.spec["backend"]
         problems += [desired.problem_at(m, path, message)
                      for path, message in limits.cell_problems(m.spec, backend)]

@@ -27,6 +27,8 @@ class Status(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ObjectResult:
+    """How converging one object ended, and why when it did not settle."""
+
     kind: str
     name: str
     object_id: str
@@ -97,6 +99,8 @@ class Recorded:
 
 @dataclass(frozen=True)
 class Report:
+    """What a verb did: what it recorded, then what converging that gave."""
+
     recorded: Recorded
     converged: Converged = field(default_factory=Converged)
 

@@ -27,6 +27,8 @@ class Consistency(StrEnum):
 
 @dataclass(frozen=True)
 class Capabilities:
+    """What a backend can honestly do: planners read these flags before they plan."""
+
     workspace_files: bool = False
     memory_state: bool = False
     block_diff: bool = False
@@ -75,6 +77,8 @@ class Observed:
 
 @dataclass(frozen=True)
 class CheckpointInfo:
+    """A checkpoint a backend holds: where it is, what it preserves, its size."""
+
     ref: str
     consistency: Consistency
     size_bytes: int = 0

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class Context:
+    """What one reconcile works with: the database, who asked, how runs are kept, the
+    backends loaded so far, and the shutdown signal."""
+
     db: Database
     trigger: str = "apply"
     run_store_kind: str | None = None

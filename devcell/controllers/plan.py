@@ -19,6 +19,8 @@ class When(StrEnum):
 
 @dataclass(frozen=True)
 class Step:
+    """One step of a plan: what it does, with which arguments, and when it runs."""
+
     name: StepName
     args: dict[str, Any] = field(default_factory=dict)
     when: When = When.SUCCESS

@@ -39,6 +39,8 @@ MAX_ROUNDS = 100_000  # a safety net only: rounds continue while anything progre
 
 @dataclass
 class Report:
+    """What a converge did, object by object, and the operations it ran."""
+
     settled: list[Key] = field(default_factory=list)
     failed: dict[Key, str] = field(default_factory=dict)
     waiting: dict[Key, str] = field(default_factory=dict)
@@ -71,6 +73,8 @@ MAX_STEPS_PER_TURN = 8
 
 @dataclass
 class Turn:
+    """One object's turn in a round: the operations it ran, how it ended."""
+
     operations: list[str] = field(default_factory=list)
     outcome: reconcile.Outcome | None = None
 

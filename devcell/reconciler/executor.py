@@ -45,6 +45,8 @@ class Resume:
 
 @dataclass
 class Result:
+    """What running a plan gave: its operation, and how it ended."""
+
     op_id: str
     error: str | None = None
     cause: BaseException | None = None

@@ -22,6 +22,8 @@ LEASE_FILE = "controller.lease"
 
 @dataclass(frozen=True)
 class Holder:
+    """The process holding a state directory's lease (the daemon)."""
+
     pid: int
     host: str
     since: str

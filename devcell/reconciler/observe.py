@@ -32,6 +32,8 @@ CHECKED_PHASES = frozenset({Phase.RUNNING, Phase.STOPPED, Phase.SLEEPING})
 
 @dataclass(frozen=True)
 class Drift:
+    """A cell whose runtime contradicts the phase recorded for it."""
+
     cell_id: str
     name: str
     seen: str
@@ -40,6 +42,8 @@ class Drift:
 
 @dataclass
 class Observation:
+    """What one look at the backends found of some cells."""
+
     confirmed: list[str] = field(default_factory=list)
     drifted: dict[str, Drift] = field(default_factory=dict)
     unobserved: dict[str, BackendError] = field(default_factory=dict)

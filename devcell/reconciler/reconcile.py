@@ -48,6 +48,8 @@ class Result(StrEnum):
 
 @dataclass(frozen=True)
 class Outcome:
+    """How one reconcile ended, in the words the queue acts on."""
+
     result: Result
     after: float = 0.0
     """REQUEUE: seconds until the next look; ERROR: the error's own delay (0: backoff); DONE:

@@ -44,6 +44,8 @@ taken even under the name of an expired snapshot (a manifest's is not taken agai
 
 @dataclass(frozen=True)
 class Change:
+    """What recording one object did (its outcome), and whether it must be reconciled."""
+
     kind: str
     name: str
     outcome: str  # created | configured | unchanged | pruned | deleted | expired
@@ -57,6 +59,8 @@ class Change:
 
 @dataclass
 class ApplyResult:
+    """What an apply recorded, object by object."""
+
     changes: list[Change] = field(default_factory=list)
 
     @property
@@ -67,6 +71,8 @@ class ApplyResult:
 
 @dataclass(frozen=True)
 class _Live:
+    """A recorded live object, as an apply compares a manifest with it."""
+
     id: str
     manifest_hash: str
     source: str | None

@@ -37,6 +37,8 @@ class StepStatus(StrEnum):
 
 @dataclass(frozen=True)
 class StepRecord:
+    """One step of an operation as recorded: status, times, outputs and error."""
+
     op_id: str
     idx: int
     name: str

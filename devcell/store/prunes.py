@@ -28,6 +28,8 @@ SUFFIX = "-pruned-"
 
 @dataclass(frozen=True)
 class Kept:
+    """A pruned cell's workspace, kept as a safety snapshot for `keep_seconds`."""
+
     keep_seconds: int
     safety_id: str
     safety: str

@@ -21,6 +21,9 @@ from devcell.store.objects import Key, ObjectRecord
 
 @dataclass(frozen=True)
 class Request:
+    """A restore asked of a cell (the snapshot to put back, the safety snapshot taken
+    first), kept with the cell until the restore is done."""
+
     snapshot_id: str
     snapshot: str
     """The snapshot's name when the restore was asked for (shown; the id is what counts)."""

@@ -11,6 +11,8 @@ from devcell.store.clock import now
 
 @dataclass(frozen=True)
 class VolumeRecord:
+    """A workspace volume as the database records it (its files are the backend's)."""
+
     id: str
     cell_id: str
     name: str

@@ -32,6 +32,8 @@ V1, V2 = "v1", "v2"
 
 @dataclass(frozen=True)
 class Mount:
+    """A cgroup hierarchy mounted on this host (/proc/self/mountinfo)."""
+
     point: str
     root: str
     """The directory of the hierarchy mounted there (`/` unless a subtree is)."""
@@ -42,6 +44,8 @@ class Mount:
 
 @dataclass(frozen=True)
 class CgroupUsage:
+    """A container's memory and CPU as its cgroup's files report them."""
+
     version: str
     memory_bytes: int | None
     cpu_seconds: float | None

@@ -25,6 +25,8 @@ class BadResponse(Exception):
 
 
 class Response:
+    """The engine's answer: its status and body."""
+
     __slots__ = ("status", "body")
 
     def __init__(self, status: int, body: bytes) -> None:

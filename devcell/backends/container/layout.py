@@ -28,6 +28,8 @@ from devcell.backends.host.ids import safe_id
 
 @dataclass(frozen=True)
 class Layout:
+    """Where the container backend keeps each thing in a state directory."""
+
     state_dir: Path
 
     @property

@@ -171,6 +171,8 @@ def _clear_unmarked(final: Path, marker: str) -> None:
 
 @dataclass(frozen=True)
 class VolumeMade:
+    """A workspace volume just made: its size, how it is stored, why it is a copy."""
+
     stats: treecopy.TreeStats
     storage: str
     """OVERLAY, COPY or LIVE."""

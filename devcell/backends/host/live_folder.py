@@ -40,6 +40,8 @@ MARKER_KEY = "live_path"
 
 @dataclass(frozen=True)
 class LiveFolder:
+    """The host folder a cell's workspace is bound to, as its spec names it."""
+
     path: str
 
     @property

@@ -41,6 +41,8 @@ CP = ("cp", "-a", "--reflink=auto", "--no-target-directory")
 
 @dataclass(frozen=True)
 class TreeStats:
+    """The entries and bytes of a tree that was copied or saved."""
+
     files: int
     """Entries that are not directories (regular files, symbolic links, ...)."""
     size_bytes: int
@@ -76,6 +78,8 @@ class Scan:
 
 @dataclass
 class _Plan:
+    """How a tree's files are made: copied in batches, or linked to an earlier copy."""
+
     batches: list[list[str]] = field(default_factory=list)
     batch_bytes: list[int] = field(default_factory=list)
     """Bytes of regular files in each batch (for progress)."""

@@ -49,11 +49,20 @@ class ImageSettings:
 
 
 @dataclass(frozen=True)
+class IdleSettings:
+    """The idle sleep of cells whose manifest sets no `spec.idle` (`idle` in the file)."""
+
+    sleep_after: str | None = None
+    """A duration (30m), `never`, or None: cells sleep for idleness only when they ask."""
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     exists: bool
     security: SecurityPolicy = field(default_factory=SecurityPolicy)
     images: ImageSettings = field(default_factory=ImageSettings)
+    idle: IdleSettings = field(default_factory=IdleSettings)
 
 
 def config_path(state_dir: Path) -> Path:
@@ -167,7 +176,8 @@ def parse(path: Path, data: bytes, state_dir: Path | None = None) -> Config:
     images = ImageSettings(
         pull_idle_timeout=float(settings.get("pullIdleTimeoutSeconds", 120)),
         build_idle_timeout=float(settings.get("buildIdleTimeoutSeconds", 600)))
-    return Config(path, exists=True, images=images, security=SecurityPolicy(
+    idle = IdleSettings(sleep_after=(doc.data.get("idle") or {}).get("sleepAfter"))
+    return Config(path, exists=True, images=images, idle=idle, security=SecurityPolicy(
         allowed_host_paths=tuple(security.get("allowedHostPaths", ())),
         allow_host_network=bool(security.get("allowHostNetwork", False)),
         allowed_publish_addresses=tuple(security.get("allowedPublishAddresses", ())),

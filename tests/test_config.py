@@ -55,6 +55,20 @@ def test_devcell_config_names_another_file(tmp_path: Path, monkeypatch: pytest.M
         config.load(tmp_path / "state")
 
 
+def test_idle_gives_the_default_sleep_after(tmp_path: Path) -> None:
+    assert config.load(tmp_path).idle.sleep_after is None  # no file: cells never idle-sleep
+    write(tmp_path / "config.yaml", "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                    "idle: {sleepAfter: 30m}\n")
+    assert config.load(tmp_path).idle.sleep_after == "30m"
+    write(tmp_path / "config.yaml", "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                    "idle:\n  sleepAfter: 30 minutes\n")
+    with pytest.raises(ConfigError) as caught:
+        config.load(tmp_path)
+    assert str(caught.value).startswith(
+        f'{tmp_path}/config.yaml:4:15: idle.sleepAfter: "30 minutes" is neither a duration '
+        "nor never")
+
+
 def test_unknown_and_mistyped_fields_are_located(tmp_path: Path) -> None:
     write(tmp_path / "config.yaml", """\
 apiVersion: devcell.dev/v1alpha1

@@ -31,6 +31,8 @@ class Attached:
     backend_name: str
     ref: CellRef
     drift: Drift | None
+    phase: str = ""
+    """The cell's recorded phase (Sleeping: api/wake.py wakes it before using it)."""
 
     def interactive(self) -> Interactive:
         """The backend, as one that runs commands and keeps logs; CapabilityMissing if not."""
@@ -57,4 +59,4 @@ def attach(state_dir: str | Path | None, cell_name: str) -> Attached:
     backend = backends.load(backend_name, Path(db.state_dir))
     ref = CellRef(cell.id, cell.name, cell.spec, volume.id if volume else None)
     drift = None if drifted is None else Drift(seen=drifted.seen, recorded=cell.phase)
-    return Attached(backend, backend_name, ref, drift)
+    return Attached(backend, backend_name, ref, drift, phase=cell.phase)

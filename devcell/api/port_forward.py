@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from devcell.api.attach import Attached
 from devcell.backends.interactive import Forwarding, forwarding
 from devcell.errors import BackendError, UsageError
+from devcell.store import activity as activity_store
 
 MAX_CONNECTIONS = 256
 CHUNK = 64 * 1024
@@ -80,8 +81,11 @@ class Forwarder:
     """The listening sockets of one `port-forward` and the relays of its connections."""
 
     def __init__(self, attached: Attached, mappings: Sequence[Mapping], address: str,
-                 on_error: Callable[[str], object]) -> None:
+                 on_error: Callable[[str], object],
+                 activity: activity_store.Connections | None = None) -> None:
         self.attached = attached
+        self.activity = activity
+        """Told of each connection's open and close: a cell with one open is not idle."""
         self.backend: Forwarding = forwarding(attached.backend, attached.backend_name)
         self.address = address
         self.on_error = on_error
@@ -128,6 +132,7 @@ class Forwarder:
                                      name=f"forward-{ready.remote}", daemon=True).start()
 
     def _relay(self, client: socket.socket, remote: int) -> None:
+        upstream_made = False
         try:
             try:
                 upstream = self.backend.open_port(self.attached.ref, remote)
@@ -136,12 +141,17 @@ class Forwarder:
                 self.on_error(f"connecting to port {remote} in cell {self.attached.ref.name}: "
                               f"{why}")
                 return
+            upstream_made = True
+            if self.activity is not None:
+                self.activity.opened()
             with upstream:
                 back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
                 back.start()
                 _pump(client, upstream)
                 back.join()
         finally:
+            if self.activity is not None and upstream_made:
+                self.activity.closed()
             client.close()
             self._active.release()
 

@@ -10,8 +10,8 @@ import threading
 
 from devcell import names
 from devcell.cli.cmd_exec import open_cell
+from devcell.store import activity, forwards
 from devcell.store import db as dbmod
-from devcell.store import forwards
 
 
 def run_port_forward(args: argparse.Namespace) -> int:
@@ -19,16 +19,18 @@ def run_port_forward(args: argparse.Namespace) -> int:
 
     mappings = port_forward.parse(args.ports)
     address = port_forward.loopback(args.address)
-    attached = open_cell(args, verb="forwarding anyway")
+    attached = open_cell(args, verb="forwarding anyway", by="port-forward")
+    state_dir = dbmod.resolve_state_dir(args.state_dir)
     try:
         forwarder = port_forward.Forwarder(
             attached, mappings, address,
-            on_error=lambda message: sys.stderr.write(f"error: {names.printable(message)}\n"))
+            on_error=lambda message: sys.stderr.write(f"error: {names.printable(message)}\n"),
+            activity=activity.Connections(state_dir, attached.ref.id, "port-forward"))
         shown = f"[{address}]" if ":" in address else address
         for item in forwarder.listening:
             sys.stdout.write(f"Forwarding from {shown}:{item.local} -> {item.remote}\n")
         sys.stdout.flush()
-        noted = forwards.record(dbmod.resolve_state_dir(args.state_dir), forwards.Forward(
+        noted = forwards.record(state_dir, forwards.Forward(
             os.getpid(), attached.ref.id, address,
             tuple((item.local, item.remote) for item in forwarder.listening)))
         try:

@@ -79,6 +79,7 @@ def run_ssh(args: argparse.Namespace) -> int:
                          "apt-get install openssh-client (or use devcell exec -it CELL -- sh)")
     state_dir = dbmod.resolve_state_dir(args.state_dir)
     _reachable(state_dir, [args.cell])
+    _wake_if_asleep(args, state_dir)
     keys.host_key(state_dir)
     argv = client_config.ssh_argv(program(), state_dir, args.cell, tty=args.tty,
                                   command=command)
@@ -87,15 +88,34 @@ def run_ssh(args: argparse.Namespace) -> int:
     children.replace_process(ssh, argv)
 
 
+def _wake_if_asleep(args: argparse.Namespace, state_dir: Path) -> None:
+    """`devcell ssh` wakes a sleeping cell before OpenSSH starts, so what it says is seen
+    before the session (ssh-proxy would wake it too, its words on OpenSSH's stderr)."""
+    from devcell.cli.cmd_exec import wake_for
+
+    db = dbmod.open_database(state_dir)
+    try:
+        phase = objects.require(db.conn, "Cell", args.cell).phase
+    finally:
+        db.close()
+    if phase == objects.Phase.SLEEPING:
+        wake_for(args, "ssh")
+
+
 def run_ssh_proxy(args: argparse.Namespace) -> int:
     from devcell.api.ssh import server
 
     if sys.stdin is None or sys.stdout is None:
         raise UsageError("ssh-proxy speaks SSH on its standard input and output; OpenSSH "
                          "runs it as a ProxyCommand (see devcell ssh-config)")
-    attached = open_cell(args, verb="connecting anyway")
+    from devcell.store import activity
+
+    attached = open_cell(args, verb="connecting anyway", by="ssh")
+    state_dir = dbmod.resolve_state_dir(args.state_dir)
+    session = activity.open_session(state_dir, attached.ref.id, "ssh")
     try:
-        return server.serve(attached, dbmod.resolve_state_dir(args.state_dir),
-                            sys.stdin.fileno(), sys.stdout.fileno())
+        return server.serve(attached, state_dir, sys.stdin.fileno(), sys.stdout.fileno())
     finally:
+        if session is not None:
+            session.close()
         attached.close()

@@ -151,6 +151,23 @@ def _ports(spec: dict[str, Any], cell_id: str, state_dir: Path | None) -> str | 
     return ", ".join(shown) or None
 
 
+def _idle(record: objects.ObjectRecord, state_dir: Path) -> str:
+    """When the cell sleeps for idleness: 'idle for 12m (last: ssh session closed 10:02:00
+    UTC), sleeps at 10:32:00 UTC', what keeps it awake, or never."""
+    from datetime import UTC, datetime
+
+    from devcell.controllers import idle
+
+    seconds = idle.sleep_after(record, state_dir)
+    if seconds is None:
+        return "never (no spec.idle.sleepAfter, nor idle.sleepAfter in DevCell's configuration)"
+    if record.phase != objects.Phase.RUNNING:
+        return f"after {idle.span(seconds)} idle, while it runs ({record.phase} now)"
+    judged = idle.judge(record, state_dir, now=datetime.now(UTC), sleep_after=seconds,
+                        host_ports=idle.host_ports(record.spec))
+    return judged.describe()
+
+
 def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None = None
            ) -> None:
     record = objects.get(conn, kind, ref)
@@ -230,6 +247,8 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
                if forked else None)
         _field("Snapshots", ", ".join(lineage.get("snapshots", [])))
         _field("Ports", _ports(spec, record.id, state_dir))
+        if state_dir is not None:
+            _field("Idle sleep", _idle(record, state_dir))
         services = spec.get("services", [])
         _field("Services", ", ".join(f"{s['name']} ({' '.join(s['command'])})" for s in services))
         if status.get("sleep"):

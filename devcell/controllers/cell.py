@@ -28,7 +28,7 @@ from devcell.backends.base import (
     Pulling,
 )
 from devcell.backends.container import images
-from devcell.controllers import builds, crashloop, dotfiles, prune_keep, retention
+from devcell.controllers import builds, crashloop, dotfiles, idle, prune_keep, retention
 from devcell.controllers import restore as restoring
 from devcell.controllers.context import Context
 from devcell.controllers.plan import (
@@ -244,8 +244,10 @@ class CellController:
                     create["image"] = build_tag  # kept for a resumed plan (rebuild_plan())
                 steps.append(Step(S.CREATE, create))
             running_after = observed.running and not stale
+            resume_failed = saved.get("restoreFailed")  # api/wake.py: boot cold instead
             if desired == "Running" and not running_after and saved.get("machine") \
-                    and caps.memory_state and observed.exists and not stale \
+                    and not resume_failed and caps.memory_state and observed.exists \
+                    and not stale \
                     and _saved_machine(backend, str(saved.get("checkpointId"))):
                 # Asleep with its memory saved: bring the machine back, not a cold boot. A
                 # saved machine already woken (a wake consumes it) and since gone, powered
@@ -258,7 +260,8 @@ class CellController:
                     return held
                 steps.append(Step(S.START))
                 if not action:
-                    action = "wake" if cell.phase == Phase.SLEEPING else "start"
+                    action = ("wake" if cell.phase == Phase.SLEEPING or resume_failed
+                              else "start")
             if desired == "Stopped" and running_after:
                 steps.append(Step(S.STOP))
                 action = action or "stop"
@@ -268,7 +271,15 @@ class CellController:
                 action = action or "dotfiles"
         if not steps:
             self._write_settled(ctx, cell, observed, built=build_tag)
-            return self._retention(ctx, cell, observed, backend_name, ref)
+            idleness = idle.check(cell, Path(ctx.db.state_dir), desired=desired,
+                                  running=observed.running, now=ctx.clock())
+            if idleness is not None and idleness.due:
+                idle.hold_asleep(ctx.db, cell, idleness)
+                return self.decide(ctx, object_id)  # now to sleep: plans the sleep
+            settled = self._retention(ctx, cell, observed, backend_name, ref)
+            if isinstance(settled, Settled) and idleness is not None:
+                return Settled(requeue_after=idle.sooner(settled.requeue_after, idleness))
+            return settled
         if not action:
             action = "repair" if observed.exists else "create"
         if action == "create" and cell.phase == Phase.SLEEPING and desired == "Running":
@@ -672,8 +683,12 @@ class CellController:
         if work.sleep is not None:
             status["sleep"] = work.sleep
         if plan.action == "wake":
+            sleep = status.get("sleep") or {}
             status["lastStart"] = {"at": now(), "from": "sleep",
-                                   "note": _woken(plan, status.get("sleep") or {})}
+                                   "restored": S.RESTORE_MACHINE in plan.ran,
+                                   "note": _woken(plan, sleep)}
+            if sleep.get("restoreFailed"):
+                status["sleep"] = {k: v for k, v in sleep.items() if k != "restoreFailed"}
         status["runtime"] = {"backend": plan.backend, "ref": f"{plan.backend}://{fresh.id}"}
         made_from = next((str(step.args["image"]) for step in plan.steps
                           if step.name == S.CREATE and step.args.get("image")), None)
@@ -718,7 +733,10 @@ def _woken(plan: Plan, sleep: dict[str, Any]) -> str:
         return ("made again (its spec or image changed while it slept): the root filesystem "
                 "starts fresh from the image, the workspace is kept; processes and memory "
                 "were not restored")
-    return "cold boot from the persisted workspace; processes and memory were not restored"
+    cold = "cold boot from the persisted workspace; processes and memory were not restored"
+    if sleep.get("restoreFailed"):  # api/wake.py set the saved machine aside
+        return f"{cold} (resuming the saved machine failed: {sleep['restoreFailed']})"
+    return cold
 
 
 def _asleep(caps: Capabilities, sleep: dict[str, Any]) -> str:

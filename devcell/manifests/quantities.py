@@ -60,6 +60,8 @@ DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DURATION_PATTERN = "^[1-9][0-9]{0,5}[smhd](?!\\n)$"
 """What the schemas accept for a duration (`ttl: 7d`, `every: 1h`): a whole number of seconds,
 minutes, hours or days, never zero (at most 999999 of the unit)."""
+DURATION_OR_NEVER_PATTERN = "^(?:[1-9][0-9]{0,5}[smhd]|never)(?!\\n)$"
+"""`idle.sleepAfter`: a duration, or `never`."""
 _DURATION = re.compile(r"([1-9][0-9]{0,5})([smhd])")
 
 

@@ -295,6 +295,10 @@ def _translate(ctx: _Context, error: Any) -> list[Problem]:
         if schema["pattern"] == quantities.DURATION_PATTERN:
             return [ctx.problem(path, f"{shown} is not a duration: write a whole number of "
                                       "seconds, minutes, hours or days, e.g. 90s, 30m, 12h, 7d")]
+        if schema["pattern"] == quantities.DURATION_OR_NEVER_PATTERN:
+            return [ctx.problem(path, f"{shown} is neither a duration nor never: write a whole "
+                                      "number of seconds, minutes, hours or days, e.g. 90s, "
+                                      "30m, 12h, 7d, or never")]
         if schema["pattern"] == quantities.MEMORY_PATTERN:
             return [ctx.problem(path, f"{shown} is not a memory quantity: "
                                       f"{quantities.MEMORY_WORDS}")]

@@ -221,6 +221,15 @@ CASES = [
         (f'{_p("bad-durations.yaml")}:12:24: Snapshot "snap-a": spec.ttl: ',
          '"1.5h" is not a duration'),
     )),
+    Case("bad-idle", ("bad-idle.yaml",), (
+        (f'{_p("bad-idle.yaml")}:7:22: Cell "api": spec.idle.sleepAfter: ',
+         '"0m" is neither a duration nor never: write a whole number of seconds, minutes, '
+         'hours or days, e.g. 90s, 30m, 12h, 7d, or never'),
+        (f'{_p("bad-idle.yaml")}:15:17: Cell "web": spec.idle.sleepAfter: ',
+         '"soon" is neither a duration nor never'),
+        (f'{_p("bad-idle.yaml")}:16:5: Cell "web": spec.idle.sleepafter: ',
+         'unknown field (did you mean "sleepAfter"?)'),
+    )),
     Case("memory-zero-and-overflow", ("memory-range.yaml",), (
         (f'{_p("memory-range.yaml")}:8:13: Cell "zero": spec.resources.memory: ',
          "memory limit must be greater than 0"),

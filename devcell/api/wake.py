@@ -37,13 +37,13 @@ def wake(state_dir: Path, cell: str, *, by: str) -> Woken:
     """Start the sleeping cell `cell` for `by` (ssh, exec, port-forward); BackendError when
     it could not be started at all."""
     began = time.monotonic()
-    report = cells.start(state_dir, cell)
+    report = cells.start(state_dir, cell, by=by, reason=f"woken by {by}")
     fallback = None
     if not report.ok:
         fallback = _set_machine_aside(state_dir, cell)
         if fallback is None:
             raise BackendError(f"waking cell {cell} for {by} failed: {_failure(report)}")
-        report = cells.start(state_dir, cell)
+        report = cells.start(state_dir, cell, by=by, reason=f"woken by {by}, booted cold")
         if not report.ok:
             raise BackendError(f"waking cell {cell} for {by} failed, also by a cold boot: "
                                f"{_failure(report)}")

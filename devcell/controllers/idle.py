@@ -178,7 +178,7 @@ def hold_asleep(db: Database, cell: objects.ObjectRecord, idle: Idle) -> None:
     as `cell sleep` records; the next decide plans the sleep itself."""
     from devcell.store import desired, events
 
-    desired.set_cell_state(db, cell.id, "Sleeping")
+    desired.set_cell_state(db, cell.id, "Sleeping", by="idle", reason=idle.reason())
     with db.write() as conn:
         events.record(conn, kind="Cell", object_id=cell.id, name=cell.name,
                       reason="IdleSleep", message=f"{idle.reason()}; putting it to sleep")

@@ -158,7 +158,7 @@ def test_a_woken_cell_counts_from_its_wake(ctx: Context, clock: Clock) -> None:
     assert record(ctx.db, "Cell", "api").phase == "Sleeping"
     from devcell.store import desired
 
-    desired.set_cell_state(ctx.db, "api", "Running")
+    desired.set_cell_state(ctx.db, "api", "Running", by="test")
     clock.at = datetime.now(UTC)
     converge_all(ctx)
     assert record(ctx.db, "Cell", "api").phase == "Running"

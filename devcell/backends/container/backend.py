@@ -1261,18 +1261,17 @@ class ContainerBackend:
         from devcell.backends.container import build as container_build
 
         idle = self._images_settings().build_idle_timeout
-        image_id = container_build.build(self.api, cell_name=cell.name, cell_id=cell.id,
-                                         owner=self.owner, build_spec=build, tag=tag,
-                                         idle_timeout=idle)
-        removed = container_build.drop_superseded(self.api, cell_id=cell.id, owner=self.owner,
-                                                  keep=tag)
+        image_id = container_build.build(self.api, cell_name=cell.name, owner=self.owner,
+                                         build_spec=build, tag=tag, idle_timeout=idle)
+        removed = container_build.drop_superseded(self.api, cell_name=cell.name,
+                                                  cell_id=cell.id, owner=self.owner, keep=tag)
         return {"image": tag, "id": image_id[:19], "removed": len(removed)}
 
     def delete_built_images(self, cell: CellRef) -> Outputs:
         from devcell.backends.container import build as container_build
 
-        removed = container_build.drop_superseded(self.api, cell_id=cell.id, owner=self.owner,
-                                                  keep=None)
+        removed = container_build.drop_superseded(self.api, cell_name=cell.name,
+                                                  cell_id=cell.id, owner=self.owner, keep=None)
         return {"removed": len(removed)}
 
     def image_exists(self, image: str) -> bool:
@@ -1376,11 +1375,13 @@ class ContainerBackend:
         return info
 
     def labelled_images(self) -> list[dict[str, Any]]:
-        """Images carrying DevCell's labels for this state directory (what its builds make),
-        as the engine lists them (Id, RepoTags, Size, Created)."""
+        """Images labelled as this state directory's builds (`dev.devcell.state-dir`, the one
+        label a build gives, see container_build), as the engine lists them (Id, RepoTags,
+        Size, Created); which of their tags are DevCell's is the caller's to judge."""
         with sdk.engine_calls("listing DevCell's images"):
-            listed: list[dict[str, Any]] = self.api.images(filters=self._owned_filter())
-        return [i for i in listed if self._is_owned(i)]
+            listed: list[dict[str, Any]] = self.api.images(
+                filters={"label": [f"{STATE}={self.owner}"]})
+        return [i for i in listed if (i.get("Labels") or {}).get(STATE) == self.owner]
 
     def containers_using(self, image_id: str) -> list[str]:
         """Names of every container on the engine (anyone's) made from image `image_id`."""

@@ -9,6 +9,16 @@ Dockerfile's path, the build arguments and the target. An unchanged context name
 the engine already has, so a re-apply costs a walk and a hash, never a build; a changed one
 names a new image, which changes the cell's runtime hash and so recreates the cell.
 
+The image carries one label, `dev.devcell.state-dir` (the state directory whose build made
+it); the cell it was built for is named by its tag. The classic builder (the engine's build
+API) turns each label into a LABEL step of its own, a container made and committed (0.1-0.3 s
+each on a busy engine): the five labels carried before (managed, cell, cell id, digest)
+cost more than the rest of a cached build. One label that is the same for every cell of the
+state directory also lets a second cell built from the same context share the image, every
+step cached, as a second `docker build` would. And a container someone runs from the image
+inherits no label that makes it DevCell's (`dev.devcell.managed` and the cell id are the
+container's own labels, given only by DevCell's create).
+
 Part of the container backend: with `container/backend.py`, the only modules that import docker.
 """
 
@@ -33,15 +43,13 @@ import urllib3.exceptions
 from devcell import names, progress
 from devcell.backends.container import build_tags
 from devcell.backends.container.pull import timed_out
-from devcell.backends.container.spec import CELL, CELL_ID, MANAGED, STATE
+from devcell.backends.container.spec import CELL_ID, STATE
 from devcell.errors import BackendError, ImageBuildFailed
 from devcell.log import logger
 
 REPOSITORY = build_tags.REPOSITORY
 tag_for = build_tags.tag_for
 """Images DevCell builds are tagged devcell-build/<state>/<cell>:<digest> (build_tags)."""
-BUILD_DIGEST = "devcell.build-digest"
-"""Label on a built image: the digest its tag names."""
 OUTPUT_TAIL = 2000
 """Characters of a failed build's output kept for the Ready condition's message."""
 STEP_LIMIT = 200
@@ -182,14 +190,13 @@ class _Watch:
 _RUNNING_IN = re.compile(r"---> Running in ([0-9a-f]{12,64})\b")
 
 
-def build(api: Any, *, cell_name: str, cell_id: str, owner: str, build_spec: dict[str, Any],
-          tag: str, idle_timeout: float = 600.0) -> str:
+def build(api: Any, *, cell_name: str, owner: str, build_spec: dict[str, Any], tag: str,
+          idle_timeout: float = 600.0) -> str:
     """Build `build_spec` as `tag` through the engine (docker-py's low-level client `api`),
     labelled as DevCell's; the image id, or ImageBuildFailed with the failing step's output,
     or with the limit it broke (see _Watch)."""
     context = str(build_spec["context"])
-    labels = {MANAGED: "true", STATE: owner, CELL: cell_name, CELL_ID: cell_id,
-              BUILD_DIGEST: tag.rpartition(":")[2]}
+    labels = {STATE: owner}  # the cell: the tag (see the module's docstring)
     out = _Output()
     log = logger.bind(backend="container", cell=cell_name)
     found: list[str] = []
@@ -248,26 +255,28 @@ def _run(api: Any, watch: _Watch, out: _Output, *, cell_name: str, context: str,
 
 
 
-def drop_superseded(api: Any, *, cell_id: str, owner: str, keep: str | None) -> list[str]:
-    """Remove this cell's builds but `keep` (found by DevCell's labels for this state directory
-    and cell, never by name) that no container uses any more; an image still in use (the
-    cell's current container until it is recreated, or anyone's container) is left for the
-    next build. `keep=None`: every one of them (the cell is deleted). Returns the tags
-    removed. Never forced: the engine refuses to remove what a container uses."""
+def drop_superseded(api: Any, *, cell_name: str, cell_id: str, owner: str,
+                    keep: str | None) -> list[str]:
+    """Remove this cell's builds but `keep` that no container uses any more: images labelled
+    as this state directory's, by the tags a build of this cell gives
+    (`devcell-build/<state>/<cell>:*`, build_tags.tag_for); an image built before the cell's
+    id left the labels still carries it, and one of another cell id is left alone. An image
+    still in use (the cell's current container until it is recreated, or anyone's container)
+    is left for the next build. `keep=None`: every one of them (the cell is deleted). Returns
+    the tags removed. Never forced: the engine refuses to remove what a container uses."""
     removed: list[str] = []
     try:
-        found = api.images(filters={"label": [f"{MANAGED}=true", f"{STATE}={owner}",
-                                              f"{CELL_ID}={cell_id}"]})
+        found = api.images(filters={"label": [f"{STATE}={owner}"]})
     except (docker.errors.DockerException, requests.exceptions.RequestException):
         return removed
+    prefix = build_tags.tag_for(owner, cell_name, "")
     for image in found:
         labels = image.get("Labels") or {}
         # Only the tags a build gives (tag_for): labels are inherited by an image a user builds
         # FROM this one, and a tag a user added (`docker tag`) is theirs.
-        tags = [t for t in image.get("RepoTags") or []
-                if t.startswith(f"{REPOSITORY}/{owner[:12]}/")]
-        if (labels.get(MANAGED) != "true" or labels.get(STATE) != owner
-                or labels.get(CELL_ID) != cell_id or keep in tags or not tags):
+        tags = [t for t in image.get("RepoTags") or [] if t.startswith(prefix)]
+        if (labels.get(STATE) != owner or labels.get(CELL_ID, cell_id) != cell_id
+                or keep in tags or not tags):
             continue
         try:
             for tag in tags:

@@ -35,7 +35,7 @@ def built_images(engine: None, state: Path) -> Iterator[Any]:
     label = f"dev.devcell.state-dir={state_hash(state)}"
 
     def listed() -> list[dict[str, Any]]:
-        found = client.api.images(filters={"label": [label, "dev.devcell.managed=true"]})
+        found = client.api.images(filters={"label": [label]})
         return [i for i in found if i.get("RepoTags")]
 
     yield listed
@@ -82,7 +82,7 @@ def _containers(client: Any, state: Path) -> list[Any]:
 
 
 def test_a_dockerfile_from_the_base_image_is_built_with_its_run_steps(
-        cli: Cli, tmp_path: Path, built_images: Any) -> None:
+        cli: Cli, tmp_path: Path, built_images: Any, state: Path) -> None:
     manifest = _project(tmp_path)
     applied = cli("apply", "-f", str(manifest))
     assert applied.returncode == 0, applied.stderr
@@ -92,7 +92,10 @@ def test_a_dockerfile_from_the_base_image_is_built_with_its_run_steps(
     assert len(images) == 1
     tag = images[0]["RepoTags"][0]
     assert tag.startswith("devcell-build/") and "/built:" in tag
-    assert images[0]["Labels"]["dev.devcell.managed"] == "true"
+    # One label, this state directory's: each label is a build step of its own (a container
+    # made and committed), and nothing of a cell in it lets two cells share the image.
+    ours = {k: v for k, v in images[0]["Labels"].items() if k.startswith("dev.devcell")}
+    assert ours == {"dev.devcell.state-dir": state_hash(state)}
     assert _builds(cli, "built") == 1
     shown = cli("get", "cell", "built", "-o", "json").stdout
     assert json.loads(shown)["status"]["conditions"][0]["status"] == "True"
@@ -180,3 +183,53 @@ def test_a_missing_context_directory_is_refused_before_anything_is_recorded(
     assert result.returncode == 1
     assert "cell.yaml:7:14" in result.stderr and "spec.build.context" in result.stderr
     assert "is not a directory" in result.stderr
+
+
+def _second_cell(tmp_path: Path, manifest: Path, name: str) -> Path:
+    """Another cell of the same state directory built from `manifest`'s context."""
+    other = manifest.parent / f"{name}.yaml"
+    other.write_text(manifest.read_text().replace("name: built", f"name: {name}"))
+    return other
+
+
+def test_a_second_cell_from_the_same_context_shares_the_image_and_keeps_it_when_one_goes(
+        cli: Cli, tmp_path: Path, built_images: Any, docker_client: Any) -> None:
+    """Two cells of one state directory built from one context get one image (every step of
+    the second build cached, the label included: nothing of a cell is in the image), under
+    a tag each; deleting one removes only its tag, and the other still runs from the image.
+    Cost: two cached builds and two container starts (~5 s)."""
+    manifest = _project(tmp_path)
+    assert cli("apply", "-f", str(manifest)).returncode == 0
+    second = cli("apply", "-f", str(_second_cell(tmp_path, manifest, "twin")))
+    assert second.returncode == 0, second.stderr
+    (image,) = built_images()
+    tags = sorted(image["RepoTags"])
+    assert len(tags) == 2 and "/built:" in tags[0] and "/twin:" in tags[1]
+    deleted = cli("delete", "cell", "built", "--approve")
+    assert deleted.returncode == 0, deleted.stderr
+    assert [i["RepoTags"] for i in built_images()] == [[tags[1]]]
+    assert cli("exec", "twin", "--", "cat", "/built").stdout == "built at step two\n"
+    assert cli("delete", "cell", "twin", "--approve").returncode == 0
+    assert built_images() == []
+
+
+def test_a_container_someone_runs_from_a_built_image_is_not_taken_for_the_cells(
+        cli: Cli, tmp_path: Path, built_images: Any, docker_client: Any) -> None:
+    """Labels are inherited: a container made from a built image carries the image's. The
+    image carries none that makes a container DevCell's (managed, cell id), so the cell's
+    container is still found alone (no "several containers carry the labels" refusal), and
+    deleting the cell leaves the stranger running. Cost: one build, one container (~4 s)."""
+    manifest = _project(tmp_path)
+    assert cli("apply", "-f", str(manifest)).returncode == 0
+    (image,) = built_images()
+    stranger = docker_client.containers.run(image["RepoTags"][0], ["sleep", "600"],
+                                            detach=True, network_mode="none")
+    try:
+        again = cli("apply", "-f", str(manifest))
+        assert again.returncode == 0, again.stderr
+        assert cli("exec", "built", "--", "cat", "/built").stdout == "built at step two\n"
+        assert cli("delete", "cell", "built", "--approve").returncode == 0
+        stranger.reload()
+        assert stranger.status == "running"
+    finally:
+        stranger.remove(force=True)

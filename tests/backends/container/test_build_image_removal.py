@@ -1,7 +1,7 @@
 """Deleting a cell built from a Dockerfile removes the image DevCell built for it (found by
-its labels: this state directory, this cell), so nothing of it is left for `gc` or `df` to
-miss; an image someone else made from it, or labelled for another state directory, is never
-touched (issue 31 item 6)."""
+its label for this state directory and the tags a build of this cell gives), so nothing of it
+is left for `gc` or `df` to miss; an image someone else made from it, or labelled for
+another state directory, is never touched (issue 31 item 6)."""
 
 from __future__ import annotations
 

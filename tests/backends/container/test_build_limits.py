@@ -39,7 +39,7 @@ def _build(api: Any, context: Path, *, idle: float, **spec: Any) -> tuple[float,
 
     def run() -> None:
         try:
-            container_build.build(api, cell_name="limits", cell_id="c-limits", owner="test",
+            container_build.build(api, cell_name="limits", owner="test",
                                   build_spec={"context": str(context), **spec},
                                   tag=f"devcell-build/test/limits:{secrets.token_hex(6)}",
                                   idle_timeout=idle)

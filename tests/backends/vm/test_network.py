@@ -193,3 +193,33 @@ def test_the_forwards_a_record_keeps_and_the_netdev_they_make() -> None:
     for damaged in (["127.0.0.1", 0, 80], ["127.0.0.1,guestfwd=x", 1, 2], ["", 1, 2], "x"):
         with pytest.raises(ValueError, match="is not \\[address, port, port\\]"):
             vm_network.of_record({"forwards": [damaged]})
+
+
+def test_a_host_port_another_program_holds_fails_the_start_with_the_reason(
+        cell: Cell, tmp_path: Path) -> None:
+    """QEMU cannot bind the forward: the cell fails naming the port, not retried for ever
+    (as a container's "port is already allocated"); no machine is left. A second or two:
+    QEMU stops before any boot."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        manifest = tmp_path / "busy.yaml"
+        manifest.write_text(textwrap.dedent(f"""\
+            apiVersion: devcell.dev/v1alpha1
+            kind: Cell
+            metadata: {{name: busy}}
+            spec:
+              backend: vm
+              image: {IMAGE}
+              network: {{mode: bridge, ports: [{{containerPort: 8000, hostPort: {port}}}]}}
+              resources: {{memory: 128Mi}}
+            """))
+        refused = cell.cli("apply", "-f", str(manifest))
+    assert refused.returncode == 1
+    assert (f"host port 127.0.0.1:{port} (published from port 8000) is held by another "
+            "program or cell") in refused.stderr
+    assert "Traceback" not in refused.stderr
+    shown = cell.cli("get", "cell", "busy", "-o", "jsonpath={.status.phase}")
+    assert shown.stdout == "Failed", shown.stderr
+    assert cell.cli("delete", "cell", "busy", "--approve").returncode == 0

@@ -60,7 +60,7 @@ from devcell.backends.vm.drivers.qmp import (
     has_agent_pipes,
     make_agent_pipes,
 )
-from devcell.errors import BackendError, BackendUnavailable
+from devcell.errors import BackendError, BackendRefused, BackendUnavailable
 from devcell.log import logger
 
 QEMU = "qemu-system-x86_64"
@@ -203,7 +203,15 @@ class QemuDriver:
         except children.TimeoutExpired:
             raise BackendError(f"{QEMU} did not start within 60 s") from None
         if done.returncode != 0:
-            tail = " ".join(done.stderr.decode(errors="replace").strip().splitlines()[-3:])
+            said = done.stderr.decode(errors="replace")
+            taken = _forward_taken(said, config.forwards)
+            if taken is not None:
+                # Retrying cannot help while another program holds it: the cell fails with
+                # the reason (as a container's "port is already allocated").
+                raise BackendRefused(f"host port {taken.host_ip}:{taken.host_port} (published "
+                                     f"from port {taken.guest_port}) is held by another program "
+                                     "or cell: free it, or publish this cell on another hostPort")
+            tail = " ".join(said.strip().splitlines()[-3:])
             raise BackendError(f"{QEMU} failed to start machine {config.name}: {tail}")
         pid = vm_proc.read_pidfile(config.directory)
         if pid is None or not vm_proc.is_owned(pid, config.name):
@@ -401,6 +409,16 @@ def user_network(forwards: tuple[Forward, ...]) -> str:
     rules = "".join(f",hostfwd=tcp:{f.host_ip}:{f.host_port}-{vm_guest.GUEST_ADDRESS}:{f.guest_port}"
                     for f in forwards)
     return f"user,id={NETDEV},restrict=on,ipv6=off{rules}"
+
+
+def _forward_taken(said: str, forwards: tuple[Forward, ...]) -> Forward | None:
+    """The forward QEMU's start failed on ("Could not set up host forwarding rule 'tcp:
+    ADDRESS:PORT-...'": its host port is bound already), or None."""
+    for forward in forwards:
+        if (f"Could not set up host forwarding rule 'tcp:{forward.host_ip}:{forward.host_port}-"
+                in said):
+            return forward
+    return None
 
 
 def _stream_ports(count: int) -> list[str]:

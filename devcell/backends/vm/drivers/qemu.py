@@ -229,7 +229,13 @@ class QemuDriver:
         elif config.memory_file is None or not config.memory_file.is_file():
             raise BackendError(f"machine {config.name} cannot resume: its memory file is gone")
         pid = self._launch(config, incoming=True)
-        self._load(config, saved, memory_in_file=memory_in_file)
+        try:
+            self._load(config, saved, memory_in_file=memory_in_file)
+        except BaseException:
+            # A QEMU left waiting for (or stuck in) its state would pass for a running
+            # machine: a later start would keep it instead of booting (api/wake.py's fallback).
+            vm_proc.kill(pid, config.name)
+            raise
         return pid
 
     @staticmethod

@@ -17,10 +17,9 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devcell import backends, security
+from devcell import backends
 from devcell.backends import limits
 from devcell.backends.host import live_folder
-from devcell.controllers import snapshot as snapshot_controller
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest, SourceFile, field_path
 from devcell.store import desired, objects, prunes, retention
@@ -47,6 +46,8 @@ class Rules:
 
     def __call__(self, conn: sqlite3.Connection, manifests: list[Manifest],
                  defined: dict[tuple[str, str], str]) -> list[Problem]:
+        from devcell import security  # the rules' only: a no-op apply admits nothing
+
         # The recorded cells matter only to a cell with host mounts (the shared-path rule);
         # reading them for every apply would make one edit cost the size of the store.
         mounting = any(m.kind == "Cell" and security.host_mounts(m.spec) for m in manifests)
@@ -82,6 +83,8 @@ def port_problems(conn: sqlite3.Connection, manifests: list[Manifest],
     cell being deleted, or going with this apply's prune (`leaving`), holds no port against
     the newcomer: moving a port from one file's cell to another's is one apply (the newcomer
     waits for the old cell's deletion before it starts: the cell controller's PortHeld)."""
+    from devcell import security
+
     cells = [m for m in manifests if m.kind == "Cell" and security.published(m.spec)]
     if not cells:
         return []
@@ -168,7 +171,8 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
     cells = [m for m in manifests if m.kind == "Cell"]
     if not cells:
         return []
-    from devcell import config  # a Cell's rules only: `snapshot create` needs none of these
+    # A Cell's rules only: `snapshot create` and a no-op apply (nothing admitted) need none.
+    from devcell import config, security
     from devcell.backends.archives import unpack as archive_unpack
     from devcell.backends.host import workspace_seed
 
@@ -353,6 +357,8 @@ def _snapshot_backend(conn: sqlite3.Connection, in_apply: dict[tuple[str, str], 
     recorded = objects.get(conn, "Snapshot", snapshot)
     if recorded is None:
         return None
+    from devcell.controllers import snapshot as snapshot_controller  # a fork's rule only
+
     owner = snapshot_controller.source_cell(conn, recorded)
     if owner is not None:
         return str(owner.extra["backend"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 from typing import Any
 
@@ -103,6 +102,8 @@ def _build_images(db: dbmod.Database, existing: Any, m: Any, label: str
 
 def run_diff(args: argparse.Namespace) -> int:
     """Unified diff of recorded vs. given desired state; exit 1 when they differ (as kubectl)."""
+    import difflib  # diff only: `apply` shares this module
+
     from devcell.errors import ManifestError
     from devcell.manifests import secrets, validate
     from devcell.names import printable

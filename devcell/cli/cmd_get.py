@@ -13,7 +13,7 @@ from devcell import kinds
 from devcell.cli import render
 from devcell.errors import NotFound, UsageError
 from devcell.names import printable, terminal_text
-from devcell.store import faults, guard, objects, views
+from devcell.store import faults, guard, views
 from devcell.store.db import Database, resolve_state_dir
 
 if TYPE_CHECKING:
@@ -380,6 +380,8 @@ def run_get(args: argparse.Namespace) -> int:
     if db is not None and args.kind in KIND_OF_TABLE and args.output in ("table", "wide"):
         _warn_invalid_manifests(db)
     if missing:
+        from devcell.store import objects  # only here: its records cost `get` imports
+
         for name in missing:
             close = (objects.suggestion(db.conn, KIND_OF_TABLE[args.kind], name)
                      if db is not None and args.kind in KIND_OF_TABLE else "")

@@ -7,6 +7,7 @@ names; the full parser (`build_parser()`) is for help, completion and docs/cli.m
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -19,7 +20,36 @@ __all__ = ["COMMANDS", "VERBS", "Parser", "build_parser", "command_word", "comma
            "parse"]
 
 
+class Formatter(argparse.HelpFormatter):
+    """argparse's help layout at the terminal's width, found as `shutil.get_terminal_size`
+    finds it (COLUMNS, then stdout's terminal, else 80). argparse builds a formatter for
+    every argument it adds and would import shutil (with bz2, lzma and zlib) to measure the
+    terminal in every command; only help output uses the width."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position,
+                         _columns() - 2 if width is None else width)
+
+
+def _columns() -> int:
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
 class Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", Formatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
         sys.stderr.write(f"error: {message}\n")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +60,7 @@ class Lease:
         except BlockingIOError:
             os.close(self._fd)
             raise LeaseHeld(state_dir, _read(self.path)) from None
-        self.holder = Holder(os.getpid(), socket.gethostname(), now(), manifests)
+        self.holder = Holder(os.getpid(), os.uname().nodename, now(), manifests)
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, json.dumps(self.holder.__dict__).encode(), 0)
         os.fsync(self._fd)

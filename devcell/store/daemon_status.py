@@ -10,7 +10,7 @@ import sqlite3
 from typing import Any, Protocol
 
 from devcell.names import printable
-from devcell.store import faults, objects
+from devcell.store import faults
 from devcell.store.clock import now
 from devcell.store.db import Database
 
@@ -29,6 +29,8 @@ class _Holder(Protocol):
 
 
 def started(db: Database, holder: _Holder) -> None:
+    from devcell.store import objects  # here: `get` reads this table without objects' records
+
     conditions = objects.set_condition([], "ManifestsValid", "True", "Synced", "not synced yet")
     with db.write() as conn:
         conn.execute(
@@ -51,6 +53,8 @@ def report_manifests(db: Database, problems: list[str]) -> None:
     """Set the ManifestsValid condition; written only when it changes."""
     row = db.conn.execute("SELECT conditions FROM controllers WHERE name = ?", (NAME,)).fetchone()
     old = faults.loads(row[0]) if row else []
+    from devcell.store import objects  # here: `get` reads this table without objects' records
+
     if problems:
         problems = [printable(p) for p in problems]  # file names and quoted input: escaped
         message = "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else "")

@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devcell import backends
-from devcell.backends import limits
-from devcell.backends.host import live_folder
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest, SourceFile, field_path
 from devcell.store import desired, objects, prunes, retention
@@ -230,6 +228,9 @@ def reference_problems(conn: sqlite3.Connection, manifests: list[Manifest],
     """The same name twice, objects being deleted, immutable fields, references to cells and
     snapshots that exist neither in this apply (`defined`: also recorded unchanged, where)
     nor in the store."""
+    from devcell.backends.host import live_folder  # here, as limits below: a no-op apply
+    # admits nothing and imports neither (the snapshot path imports them with its backend)
+
     problems: list[Problem] = []
     defined = dict(defined)
     for m in manifests:
@@ -322,6 +323,8 @@ def reference_problems(conn: sqlite3.Connection, manifests: list[Manifest],
 def backend_problems(conn: sqlite3.Connection, manifests: list[Manifest]) -> list[Problem]:
     """What the cell's backend could never run: its limits (devcell.backends.limits), and a
     fork of a snapshot another backend took (its checkpoint exists only in that backend)."""
+    from devcell.backends import limits
+
     in_apply = {(m.kind, m.name): m for m in manifests}
     problems: list[Problem] = []
     for m in manifests:

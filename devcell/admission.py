@@ -193,6 +193,13 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
             problems.append(located(m, ("dotfiles",), f'backend "{m.spec["backend"]}" runs '
                                     "no command in a cell, so it cannot install dotfiles "
                                     "(use the container or vm backend)"))
+        if not backends.capabilities(m.spec["backend"]).service_state:
+            for i, service in enumerate(m.spec.get("services") or []):
+                if service.get("ready"):
+                    problems.append(located(m, ("services", i, "ready"), (
+                        f'backend "{m.spec["backend"]}" does not report its services\' '
+                        "state yet, so a readiness check could not hold Ready (use the "
+                        "container backend)")))
         archive = workspace_seed.of_spec(m.spec)
         if isinstance(archive, workspace_seed.ArchiveSource) and not found and \
                 m.name not in made:

@@ -276,6 +276,19 @@ class ImageBuildFailed(BackendError):
     permanent = True
 
 
+class HookFailed(BackendError):
+    """A hook of the cell (a program the cell's author wrote) exited non-zero or ran past its
+    time limit. `output` is the tail of what it printed, secrets redacted; `code` its exit
+    status (None: it was killed at its time limit)."""
+
+    reason = "HookFailed"
+
+    def __init__(self, message: str, *, which: str, argv: list[str], code: int | None,
+                 output: str) -> None:
+        super().__init__(message)
+        self.which, self.argv, self.code, self.output = which, argv, code, output
+
+
 class CapabilityMissing(BackendError):
     """The backend cannot honestly do this.
 

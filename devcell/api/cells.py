@@ -1,4 +1,5 @@
-"""Imperative verbs on cells: `snapshot create`, `cell fork`, `cell sleep`, `cell start`.
+"""Imperative verbs on cells: `snapshot create`, `cell fork`, `cell sleep`, `cell start`,
+`cell restart`, `cell rerun-hooks`.
 
 Each writes desired state exactly as an apply of the equivalent manifest would (through
 admission), then converges it like an apply. Their input comes from a command line, not a
@@ -16,8 +17,8 @@ from devcell.api.converging import DEFAULTS, NO_HOOKS, Hooks, Options
 from devcell.api.reports import Recorded, Report
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest
+from devcell.store import asks, desired, holds, objects
 from devcell.store import db as dbmod
-from devcell.store import desired, objects
 
 CLI = admission.COMMAND_LINE
 TRIGGER = "cli"
@@ -179,6 +180,53 @@ def kept(state_dir: Path, cell: str) -> str | None:
             return None
         ready = record.condition("Ready") or {}
         return str(ready.get("message") or "") or None
+    finally:
+        db.close()
+
+
+def rerun_hooks(state_dir: Path, cell: str, *, options: Options = DEFAULTS,
+                hooks: Hooks = NO_HOOKS) -> Report:
+    """Run the cell's postCreate hooks again (then postStart), in its running runtime: a
+    recorded operation; on success the services the hooks held start."""
+    return _ask(state_dir, cell, asks.RERUN_HOOKS, "rerun of its hooks requested",
+                options=options, hooks=hooks)
+
+
+def restart(state_dir: Path, cell: str, service: str | None = None, *,
+            options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS) -> Report:
+    """Restart the cell's services (its runtime stopped and started: postStart runs again,
+    postCreate does not), or only `service` (through the cell's supervisor)."""
+    what = f"restart of service {service} requested" if service else "restart requested"
+    return _ask(state_dir, cell, asks.RESTART, what, options=options, hooks=hooks,
+                service=service)
+
+
+def _ask(state_dir: Path, cell: str, what: str, outcome: str, *, options: Options,
+         hooks: Hooks, **details: Any) -> Report:
+    """Record an ask on a running cell (asks.py) and converge it like any verb."""
+    from devcell.backends import supervisor
+
+    db = dbmod.open_database(state_dir)
+    try:
+        with db.write() as conn:
+            record = objects.require(conn, "Cell", cell)
+            problems = admission.state_problems(record)
+            if holds.desired_state(record) != "Running" or record.phase not in (
+                    objects.Phase.RUNNING, objects.Phase.PENDING):
+                problems.append(Problem(CLI, f"is {record.phase or 'not made yet'}, not "
+                                        f"Running; start it first (`devcell cell start "
+                                        f"{record.name}`)", kind="Cell", name=record.name))
+            service = details.get("service")
+            if service is not None and service not in supervisor.service_names(record.spec):
+                known = ", ".join(supervisor.service_names(record.spec)) or "none"
+                problems.append(Problem(CLI, f"has no service {service!r} (its services: "
+                                        f"{known})", kind="Cell", name=record.name))
+            if problems:
+                raise ManifestError(problems)
+            asks.ask(conn, record, what, **details)
+        change = desired.Change("Cell", record.name, outcome, record.id, needs_reconcile=True)
+        return converging.finish(db, Recorded((change,)), trigger=TRIGGER, options=options,
+                                 hooks=hooks, keys=[("Cell", record.id)])
     finally:
         db.close()
 

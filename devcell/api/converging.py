@@ -234,15 +234,16 @@ def _inline(db: Database, keys: list[Key], names: Mapping[Key, str], *, trigger:
 
 def _settled(db: Database, names: Mapping[Key, str], key: Key) -> ObjectResult:
     """A settled object's result; a cell that runs but is held not Ready by a failed step of
-    its own (its dotfiles' install script) is reported failed, with why: running, yet not
-    what was asked."""
+    its own (its dotfiles' install script, its postCreate hooks) is reported failed, with
+    why: running, yet not what was asked."""
     if key[0] == "Cell":
-        from devcell.controllers import dotfiles
+        from devcell.controllers import dotfiles, post_create
         from devcell.store import objects
 
         record = objects.get(db.conn, "Cell", key[1])
         ready = record.condition("Ready") if record is not None else None
-        if ready and ready.get("status") == "False" and ready.get("reason") == dotfiles.FAILED:
+        if ready and ready.get("status") == "False" and ready.get("reason") in (
+                dotfiles.FAILED, post_create.FAILED):
             return _result(db, names, key, Status.FAILED, str(ready.get("message") or ""))
     return _result(db, names, key, Status.SETTLED)
 

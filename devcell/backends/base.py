@@ -41,6 +41,9 @@ class Capabilities:
     pulls_images: bool = False
     """The backend runs cells from registry images and pulls them (the Pulling protocol): the
     cell controller plans a `pull-image` step by spec.imagePullPolicy."""
+    service_state: bool = False
+    """observe reports each service's state (Observed.detail["services"]: running, crash
+    loops, readiness checks), so Ready can follow it; `services[].ready` is refused without."""
     builds_images: bool = False
     """The backend builds a cell's image from spec.build (the Building protocol): the cell
     controller tags it by the build's digest and plans a `build-image` step when missing."""
@@ -201,6 +204,22 @@ class Building(Protocol):
     def delete_built_images(self, cell: CellRef) -> Outputs:
         """Remove every image this state directory built for `cell` (found by DevCell's
         labels, never by name) that no container uses: the cell is deleted. Never forced."""
+        ...
+
+
+@runtime_checkable
+class Supervising(Protocol):
+    """What a backend that runs the cell's supervisor also does on request: run the
+    postCreate hooks again (`devcell cell rerun-hooks`) and restart one service now
+    (`devcell cell restart CELL SERVICE`)."""
+
+    def rerun_hooks(self, cell: CellRef) -> Outputs:
+        """postCreate, then postStart, in the running cell; a failing hook is an outcome
+        (`postCreate: Failed` with its output), not an error: the cell stays up."""
+        ...
+
+    def restart_service(self, cell: CellRef, service: str) -> Outputs:
+        """End the service's process; its supervisor starts it again at once."""
         ...
 
 

@@ -15,13 +15,14 @@ terminal and the daemon does not retry it. Other injected failures are temporary
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from devcell.backends.base import (
     Capabilities,
@@ -113,9 +114,13 @@ WATCH_POLL_S = 0.02
 """How often the fake's watch looks at its world (it has no event stream to follow)."""
 
 
-def _row_observed(state: str, runtime_hash: str | None, frozen: int) -> Observed:
+def _row_observed(state: str, runtime_hash: str | None, frozen: int,
+                  services: str | None = None) -> Observed:
+    detail: dict[str, Any] = {"state": state}
+    if state == "running":  # as the container's: {} until its supervisor writes a state
+        detail["services"] = json.loads(services) if services else {}
     return Observed(exists=True, running=state == "running", runtime_hash=runtime_hash,
-                    frozen=bool(frozen), detail={"state": state})
+                    frozen=bool(frozen), detail=detail)
 
 
 def observe_all(state_dir: Path) -> dict[str, Observed]:
@@ -130,15 +135,17 @@ def observe_all(state_dir: Path) -> dict[str, Observed]:
         if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cells'"
                         ).fetchone() is None:
             return {}
-        return {r[0]: _row_observed(r[1], r[2], r[3]) for r in conn.execute(
-            "SELECT id, state, runtime_hash, frozen FROM cells")}
+        have = {r[1] for r in conn.execute("PRAGMA table_info(cells)")}
+        services = "services" if "services" in have else "NULL"
+        return {r[0]: _row_observed(*r[1:]) for r in conn.execute(
+            f"SELECT id, state, runtime_hash, frozen, {services} FROM cells")}
     finally:
         conn.close()
 
 
 class FakeBackend:
     name = "fake"
-    capabilities = Capabilities(snapshot_consistency=Consistency.METADATA)
+    capabilities = Capabilities(snapshot_consistency=Consistency.METADATA, service_state=True)
 
     def __init__(self, *, state_dir: Path, failures: list[Failure] | None = None) -> None:
         directory = state_dir / "backends"
@@ -154,7 +161,8 @@ class FakeBackend:
         self.conn.executescript(_SCHEMA)
         for table, column, kind in (("volumes", "writes", "INTEGER NOT NULL DEFAULT 0"),
                                     ("checkpoints", "volume_writes", "INTEGER NOT NULL DEFAULT 0"),
-                                    ("volumes", "restored_from", "TEXT")):
+                                    ("volumes", "restored_from", "TEXT"),
+                                    ("cells", "services", "TEXT")):
             have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
             if column not in have:  # a fake.db made by an older DevCell
                 try:
@@ -241,7 +249,7 @@ class FakeBackend:
 
     def observe(self, cell: CellRef) -> Observed:
         row = self.conn.execute(
-            "SELECT state, runtime_hash, frozen FROM cells WHERE id = ?", (cell.id,)
+            "SELECT state, runtime_hash, frozen, services FROM cells WHERE id = ?", (cell.id,)
         ).fetchone()
         if row is None:
             return Observed(exists=False)
@@ -275,6 +283,17 @@ class FakeBackend:
         if frozen is not None:
             self.conn.execute("UPDATE cells SET frozen = ? WHERE id = ?", (int(frozen), cell_id))
 
+    def set_services(self, cell_id: str, services: dict[str, dict[str, Any]] | None) -> None:
+        """Test hook: what the cell's supervisor reports of its services (as the container
+        backend reads its state files: backends/service_state.py); None reports nothing."""
+        self.conn.execute("UPDATE cells SET services = ? WHERE id = ?",
+                          (None if services is None else json.dumps(services), cell_id))
+
+    def restart_service(self, cell: CellRef, service: str) -> Outputs:
+        self._maybe_fail("restart_service", cell.name)
+        self._log("restart_service", f"{cell.name}/{service}")
+        return {"service": service, "restarted": True}
+
     def volume_exists(self, volume_id: str) -> bool:
         return self.conn.execute(
             "SELECT 1 FROM volumes WHERE id = ?", (volume_id,)).fetchone() is not None
@@ -298,16 +317,40 @@ class FakeBackend:
             "create", cell.name,
             "INSERT INTO cells (id, name, state, runtime_hash, volume_id) "
             "VALUES (?, ?, 'created', ?, ?) ON CONFLICT(id) DO UPDATE SET "
-            "runtime_hash = excluded.runtime_hash, volume_id = excluded.volume_id",
+            "runtime_hash = excluded.runtime_hash, volume_id = excluded.volume_id, services = NULL",
             (cell.id, cell.name, runtime_hash, cell.volume_id),
         )
         return {"runtime": f"fake://{cell.id}"}
 
     def start(self, cell: CellRef) -> Outputs:
+        row = self.conn.execute("SELECT state FROM cells WHERE id = ?", (cell.id,)).fetchone()
         if not self._mutate("start", cell.name,
                             "UPDATE cells SET state = 'running' WHERE id = ?", (cell.id,)):
             raise BackendNotFound(f"cell {cell.name} does not exist in the fake backend")
+        if row is not None and row[0] == "created":
+            return self._post_create(cell)
         return {}
+
+    def _post_create(self, cell: CellRef) -> Outputs:
+        """The outcome of the cell's postCreate hooks (none run: the fake holds no processes);
+        a failure is injected as `post_create@cell` and is an outcome, as the container's."""
+        hooks = (cell.spec.get("hooks") or {}).get("postCreate") or []
+        if not hooks:
+            return {}
+        try:
+            self._maybe_fail("post_create", cell.name)
+        except BackendError as exc:
+            return {"hooks": 0, "postCreate": "Failed", "hook": " ".join(hooks[0])[:200],
+                    "exitCode": 1, "output": str(exc)}
+        self._log("post_create", cell.name)
+        return {"hooks": len(hooks), "postCreate": "Succeeded"}
+
+    def rerun_hooks(self, cell: CellRef) -> Outputs:
+        row = self.conn.execute("SELECT state FROM cells WHERE id = ?", (cell.id,)).fetchone()
+        if row is None or row[0] != "running":
+            raise BackendError(f"cell {cell.name} is not running; start it with "
+                               f"`devcell cell start {cell.name}`")
+        return self._post_create(cell) or {"hooks": 0}
 
     def stop(self, cell: CellRef) -> Outputs:
         self._mutate("stop", cell.name, "UPDATE cells SET state = 'stopped' WHERE id = ?",

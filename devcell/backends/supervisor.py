@@ -12,6 +12,12 @@ Secret environment values are never written into the script or the container's c
 (`docker inspect` shows neither): they go to a separate file, mode 0600, in the same read-only
 run directory, which the script sources. `supervisor.sh --exec CMD...` runs CMD with the same
 environment (used by `devcell exec` and the checkpoint hooks).
+
+A cell with `hooks.postCreate` holds its services until the hooks have succeeded: the host
+runs them after the runtime's first start and then writes the gate (`GATE`, in the read-only
+run directory, so only the host opens it). A service that needs what the hook makes starts
+once, after it; a hook that failed leaves the cell running without its services until it is
+run again (`devcell cell rerun-hooks`).
 """
 
 from __future__ import annotations
@@ -20,11 +26,17 @@ import re
 import shlex
 from typing import Any
 
+from devcell.backends import probes
 from devcell.errors import BackendRefused
 from devcell.security import RUN_DIR, SERVICE_LOG_DIR
 
 SCRIPT = "supervisor.sh"
 SECRETS = "secrets.env"
+STATE_DIR = ".state"
+"""In the log directory: each service's state file (`NAME`, `NAME.ready`) the supervisor
+writes and the host reads (backends/service_state.py)."""
+GATE = "post-create.done"
+"""In the run directory: postCreate succeeded in this runtime, the services may start."""
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SERVICE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _POLICIES = ("Always", "OnFailure", "Never")
@@ -34,8 +46,23 @@ _HEAD = """#!/bin/sh
 [ -r {run}/{secrets} ] && . {run}/{secrets}
 if [ "${{1:-}}" = "--exec" ]; then shift; exec "$@"; fi
 LOGS={logs}
-mkdir -p "$LOGS"
+STATE="$LOGS/{state}"
+if [ "${{1:-}}" = "--restart" ]; then
+    # Restart one service now: its process (or its back-off sleep) is ended, and the loop
+    # that supervises it starts it again at once, not counted as a failure.
+    [ -r "$STATE/$2.pid" ] || {{ echo "service $2 does not run (it ended for good)" >&2; exit 3; }}
+    : >"$STATE/$2.restart" && kill -TERM "$(cat "$STATE/$2.pid")" 2>/dev/null
+    exit 0
+fi
+mkdir -p "$LOGS" "$STATE"
+rm -f "$STATE"/* 2>/dev/null
 note() {{ echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) [devcell] $*"; }}
+put() {{
+    # A service's state file, replaced whole (the host reads it: backends/service_state.py).
+    f="$STATE/$1"
+    shift
+    printf '%s\\n' "$@" >"$f.tmp" && mv -f "$f.tmp" "$f"
+}}
 if TZ=UTC0 awk 'BEGIN {{ print strftime("%Y") }}' </dev/null >/dev/null 2>&1; then
     stamp() {{ TZ=UTC0 exec awk '{{ print strftime("%Y-%m-%dT%H:%M:%SZ") " " $0; fflush() }}'; }}
 else
@@ -45,16 +72,20 @@ run() {{
     # The service writes into a FIFO that stamp drains into the log. The status is the
     # service's own, known when it exits even if children it left behind still hold the
     # FIFO open (stamp goes on logging them); stamp gets up to a second to write the last
-    # lines first, so the exit note normally follows them.
-    log=$1
-    shift
+    # lines first, so the exit note normally follows them. Its pid is kept for --restart.
+    name=$1 log=$2
+    shift 2
     fifo=$(mktemp -u /tmp/devcell-log.XXXXXX) && mkfifo -m 600 "$fifo" || {{
-        "$@" </dev/null >>"$log" 2>&1
+        "$@" </dev/null >>"$log" 2>&1 &
+        echo $! >"$STATE/$name.pid"
+        wait $!
         return
     }}
     stamp <"$fifo" >>"$log" &
     reader=$!
-    "$@" </dev/null >"$fifo" 2>&1
+    "$@" </dev/null >"$fifo" 2>&1 &
+    echo $! >"$STATE/$name.pid"
+    wait $!
     rc=$?
     rm -f "$fifo"
     tries=10
@@ -64,21 +95,57 @@ run() {{
     done
     return "$rc"
 }}
+pause() {{
+    # The back-off between two runs, ended early by --restart.
+    sleep "$2" &
+    echo $! >"$STATE/$1.pid"
+    wait $!
+}}
+ended() {{
+    # The service's restart policy ended it: its last state, no pid to restart.
+    put "$1" state=exited restarts=$(($2 - 1)) lastExit="$3"
+    rm -f "$STATE/$1.pid"
+}}
 supervise() {{
-    name=$1 policy=$2 delay=1
-    shift 2
+    # A service's restart loop. Its state file says: running, restarting (back-off after an
+    # exit), crash-looping (it exited again within 30 s of its start, twice or more in a
+    # row), exited (its restart policy ended it); restarts, the last exit status.
+    name=$1 policy=$2 probe=$3 delay=1 restarts=0 streak=0 last=
+    shift 3
     while :; do
+        if [ -e "$STATE/$name.restart" ]; then
+            rm -f "$STATE/$name.restart"
+            delay=1 streak=0
+        fi
         began=$(date +%s)
         note "starting $name" >>"$LOGS/$name.log"
-        run "$LOGS/$name.log" "$@"
+        put "$name" state=running restarts=$restarts streak=$streak lastExit=$last since=$began
+        watcher=
+        if [ -n "$probe" ]; then
+            watch_ready "$name" $probe &
+            watcher=$!
+        fi
+        run "$name" "$LOGS/$name.log" "$@"
         rc=$?
+        [ -n "$watcher" ] && kill "$watcher" 2>/dev/null
+        rm -f "$STATE/$name.ready"
         note "$name exited with status $rc" >>"$LOGS/$name.log"
+        last=$rc
+        restarts=$((restarts + 1))
+        [ -e "$STATE/$name.restart" ] && continue
         case $policy in
-            Never) return 0 ;;
-            OnFailure) [ "$rc" -eq 0 ] && return 0 ;;
+            Never) ended "$name" "$restarts" "$rc"; return 0 ;;
+            OnFailure) [ "$rc" -eq 0 ] && {{ ended "$name" "$restarts" "$rc"; return 0; }} ;;
         esac
-        [ $(( $(date +%s) - began )) -ge 30 ] && delay=1
-        sleep "$delay"
+        if [ $(( $(date +%s) - began )) -ge 30 ]; then
+            delay=1 streak=0
+        fi
+        streak=$((streak + 1))
+        state=restarting
+        [ "$streak" -ge 2 ] && state=crash-looping
+        put "$name" state=$state restarts=$restarts streak=$streak lastExit=$rc \\
+            since="$(date +%s)" backoff=$delay
+        pause "$name" "$delay"
         [ "$delay" -lt 30 ] && delay=$((delay * 2))
     done
 }}
@@ -89,6 +156,11 @@ shutdown() {{
     exit 0
 }}
 trap shutdown TERM INT
+"""
+
+_HOLD = """while [ ! -e {run}/{gate} ]; do
+    sleep 0.2 2>/dev/null || sleep 1
+done
 """
 
 _TAIL = """while :; do
@@ -109,17 +181,39 @@ def _services(spec: dict[str, Any]) -> list[dict[str, Any]]:
         command = service.get("command")
         if not command or not all(isinstance(a, str) and "\x00" not in a for a in command):
             raise BackendRefused(f"service {name}: command must be a non-empty list of strings")
+        check = (service.get("ready") or {}).get("exec") or {}
+        if check and not all(isinstance(a, str) and "\x00" not in a
+                             for a in check.get("command") or [""]):
+            raise BackendRefused(f"service {name}: ready.exec.command must be a non-empty list "
+                                 "of strings")
         if service.get("restart", "Always") not in _POLICIES:
             raise BackendRefused(f"service {name}: restart must be one of {', '.join(_POLICIES)}")
     return list(services)
 
 
-def render_script(cell_name: str, spec: dict[str, Any]) -> str:
-    lines = [_HEAD.format(cell=cell_name, run=RUN_DIR, secrets=SECRETS, logs=SERVICE_LOG_DIR)]
-    for service in _services(spec):
+def holds_services(spec: dict[str, Any]) -> bool:
+    """Whether the services wait for the postCreate hooks (the cell has some)."""
+    return bool((spec.get("hooks") or {}).get("postCreate"))
+
+
+def render_script(cell_name: str, spec: dict[str, Any], *, gated: bool = False) -> str:
+    """The supervisor for `spec`; `gated`: the backend writes GATE after postCreate, so the
+    services wait for it (a backend that cannot leaves it False)."""
+    lines = [_HEAD.format(cell=cell_name, run=RUN_DIR, secrets=SECRETS, logs=SERVICE_LOG_DIR,
+                          state=STATE_DIR)]
+    if gated and holds_services(spec) and spec.get("services"):
+        for service in _services(spec):
+            name = service["name"]
+            lines.append(f'[ -e {RUN_DIR}/{GATE} ] || {{ put {name} state=waiting; note "{name} '
+                         f'waits for the postCreate hooks" >>"$LOGS/{name}.log"; }}\n')
+        lines.append(_HOLD.format(run=RUN_DIR, gate=GATE))
+    services = _services(spec)
+    lines.append(probes.render(services))
+    for index, service in enumerate(services):
         argv = " ".join(shlex.quote(a) for a in service["command"])
         policy = service.get("restart", "Always")
-        lines.append(f"supervise {service['name']} {policy} {argv} &\n")
+        probe = shlex.quote(probes.arguments(index, service))
+        lines.append(f"supervise {service['name']} {policy} {probe} {argv} &\n")
     lines.append(_TAIL)
     return "".join(lines)
 
@@ -144,6 +238,11 @@ def render_secrets(secret: dict[str, str]) -> str:
 
 def service_names(spec: dict[str, Any]) -> list[str]:
     return [s["name"] for s in _services(spec)]
+
+
+def restart_argv(service: str) -> list[str]:
+    """The command, run in the cell, that restarts one of its services now."""
+    return ["/bin/sh", f"{RUN_DIR}/{SCRIPT}", "--restart", service]
 
 
 def exec_argv(argv: list[str]) -> list[str]:

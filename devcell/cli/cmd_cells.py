@@ -75,6 +75,18 @@ def run_cell_sleep(args: argparse.Namespace) -> int:
     return code
 
 
+def run_cell_restart(args: argparse.Namespace) -> int:
+    return output.exit_code(cells.restart(
+        dbmod.resolve_state_dir(args.state_dir), args.cell, args.service,
+        options=output.options(args), hooks=output.hooks(args, output.changes())))
+
+
+def run_cell_rerun_hooks(args: argparse.Namespace) -> int:
+    return output.exit_code(cells.rerun_hooks(
+        dbmod.resolve_state_dir(args.state_dir), args.cell, options=output.options(args),
+        hooks=output.hooks(args, output.changes())))
+
+
 def run_cell_start(args: argparse.Namespace) -> int:
     return output.exit_code(cells.start(
         dbmod.resolve_state_dir(args.state_dir), args.cell, options=output.options(args),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from devcell import ids
 from devcell.cli import arguments
@@ -90,6 +91,37 @@ def _close_name(state_dir: Path, kind: str, name: str) -> str:
         db.close()
 
 
+OBSERVE_EVERY_S = 0.5
+"""How often a wait on a cell observes its backend again (its services' readiness)."""
+
+
+def _wait_observing(db: dbmod.Database, kind: str, object_id: str, *, timeout: float,
+                    condition: str, want: str, started: float) -> dict[Any, str]:
+    """Wait for the condition; a cell is observed first and then every OBSERVE_EVERY_S.
+
+    A recorded Ready is only believed once the backend agrees with it: a runtime stopped
+    behind DevCell's back is recorded as such, and the wait goes on for a repair (by the
+    daemon) or times out saying why; a service whose readiness check has not passed keeps
+    Ready False until it passes, which only observing again finds out."""
+    import time
+
+    from devcell.reconciler import observe, waiting
+
+    key = (kind, object_id)
+    if kind != "Cell" or condition == "delete":
+        return waiting.wait_for(db, [key], timeout=timeout, condition=condition, want=want,
+                                fail_fast=False, started=started)
+    while True:
+        observe.observe_and_record(db, [object_id])
+        step = min(time.monotonic() - started + OBSERVE_EVERY_S, timeout)
+        unmet = waiting.wait_until(db, [key], timeout=step, condition=condition, want=want,
+                                   fail_fast=False, started=started)
+        if not unmet:
+            return {}
+        if not unmet[key].timed_out or step >= timeout:
+            return {k: v.message for k, v in unmet.items()}
+
+
 def _wait_one(args: argparse.Namespace, name: str, timeout: float) -> int:
     """kubectl wait: --for=condition=TYPE[=STATUS] (the default, condition=Ready), --for=delete,
     --for=create. An object not recorded yet is waited for within the same timeout (except for
@@ -118,16 +150,8 @@ def _wait_one(args: argparse.Namespace, name: str, timeout: float) -> int:
     if condition == "create":
         sys.stdout.write(printable(f"{args.kind.lower()}/{record.name} created") + "\n")
         return 0
-    if args.kind == "Cell" and condition != "delete":
-        from devcell.reconciler import observe
-
-        # A recorded Ready is only believed once the backend agrees with it: a runtime
-        # stopped behind DevCell's back is recorded as such, and the wait goes on for a
-        # repair (by the daemon) or times out saying why.
-        observe.observe_and_record(db, [record.id])
-    failures = waiting.wait_for(db, [(args.kind, record.id)], timeout=timeout,
-                                condition=condition, want=want, fail_fast=False,
-                                started=started)
+    failures = _wait_observing(db, args.kind, record.id, timeout=timeout,
+                               condition=condition, want=want, started=started)
     if failures:
         sys.stderr.write(printable(f"error: {args.kind.lower()}/{record.name}: "
                                    f"{next(iter(failures.values()))}") + "\n")

@@ -189,6 +189,13 @@ def _one_cell(p: argparse.ArgumentParser) -> None:
     _timeout(p)
 
 
+def _cell_restart(p: argparse.ArgumentParser) -> None:
+    p.add_argument("cell")
+    p.add_argument("service", nargs="?", default=None,
+                   help="restart only this service (default: the cell's runtime, all of them)")
+    _timeout(p)
+
+
 def _wait(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", type=arguments.kind(arguments.OBJECT_KINDS), metavar="KIND")
     p.add_argument("names", nargs="*", metavar="NAME")
@@ -379,6 +386,10 @@ TABLE = (
             "checkpoint the workspace, then stop", _one_cell, recorded=True),
     Command(("cell", "start"), "cmd_cells:run_cell_start", "start a stopped or sleeping cell",
             _one_cell, recorded=True),
+    Command(("cell", "restart"), "cmd_cells:run_cell_restart",
+            "restart a running cell's services, or one of them", _cell_restart, recorded=True),
+    Command(("cell", "rerun-hooks"), "cmd_cells:run_cell_rerun_hooks",
+            "run a running cell's postCreate hooks again", _one_cell, recorded=True),
     Command(("wait",), "cmd_controller:run_wait", "wait for a condition on an object", _wait),
     Command(("controller", "run"), "cmd_controller:run_daemon",
             "keep a directory of manifests converged (also installed as celld)",

@@ -38,6 +38,21 @@ def _conditions(status: dict[str, Any]) -> None:
     _indented_table(["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"], rows)
 
 
+def _post_create(result: dict[str, Any]) -> None:
+    """The postCreate hooks' last result; a failure with its output's tail, line by line."""
+    if not result:
+        return
+    if result.get("state") != "Failed":
+        _field("PostCreate", f"{result.get('state')} at {result.get('at')}")
+        return
+    code = result.get("exitCode")
+    _field("PostCreate", f"Failed at {result.get('at')}: {result.get('hook')!r} "
+           + (f"exited with status {code}" if code is not None else "did not finish in time")
+           + "; services held until `devcell cell rerun-hooks` succeeds")
+    for line in str(result.get("output") or "").splitlines()[-20:]:
+        sys.stdout.write(f"  | {printable(line)}\n")
+
+
 def _indented_table(headers: list[str], rows: list[list[Any]]) -> None:
     import io
 
@@ -251,6 +266,19 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
             _field("Idle sleep", _idle(record, state_dir))
         services = spec.get("services", [])
         _field("Services", ", ".join(f"{s['name']} ({' '.join(s['command'])})" for s in services))
+        seen = status.get("services") or {}
+        for service in services:
+            view = seen.get(service["name"])
+            if isinstance(view, dict):
+                line = render.service(service["name"], view)
+                if view.get("check"):
+                    line += f"; ready check: {view['check']}"
+                    if view.get("checkFailures"):
+                        line += f", failed {view['checkFailures']} times in a row"
+                    if view.get("checkProblem"):
+                        line += f" ({view['checkProblem']})"
+                sys.stdout.write(f"{'':20}{printable(line)}\n")
+        _post_create(status.get("postCreate") or {})
         if status.get("sleep"):
             sleep = status["sleep"]
             _field("Last sleep", f"{sleep.get('checkpoint')} "

@@ -44,6 +44,30 @@ def age_seconds(seconds: int | None) -> str:
     return f"{seconds // 86400}d"
 
 
+def service(name: str, view: dict[str, Any]) -> str:
+    """One service as `get -o wide` and `describe` show it: `web:ready`,
+    `db:crash-looping(restarts=5,exit=127)`."""
+    details = []
+    if view.get("restarts"):
+        details.append(f"restarts={view['restarts']}")
+    if view.get("lastExit") not in (None, 0) and view.get("state") != "ready":
+        details.append(f"exit={view['lastExit']}")
+    return f"{name}:{view.get('state', '?')}" + (f"({','.join(details)})" if details else "")
+
+
+def services(raw: str | dict[str, Any] | None) -> str | None:
+    """A cell's `status.services` (as stored: JSON text, or parsed) in one cell of a table."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    if not isinstance(raw, dict) or not raw:
+        return None
+    return " ".join(service(str(name), view) for name, view in raw.items()
+                    if isinstance(view, dict))
+
+
 def size(n: int) -> str:
     """Bytes as `docker system df` shows them: 0 B, 512 B, 4.0 KiB, 1.2 GiB."""
     value = float(n)

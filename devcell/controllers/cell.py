@@ -26,9 +26,19 @@ from devcell.backends.base import (
     Observed,
     Outputs,
     Pulling,
+    Supervising,
 )
 from devcell.backends.container import images
-from devcell.controllers import builds, crashloop, dotfiles, idle, prune_keep, retention
+from devcell.controllers import (
+    builds,
+    crashloop,
+    dotfiles,
+    idle,
+    post_create,
+    prune_keep,
+    retention,
+    services,
+)
 from devcell.controllers import restore as restoring
 from devcell.controllers.context import Context
 from devcell.controllers.plan import (
@@ -53,7 +63,7 @@ from devcell.errors import (
 from devcell.log import logger
 from devcell.manifests import secrets
 from devcell.manifests.model import digest
-from devcell.store import events, frozen, holds, objects, prunes, restores, volumes
+from devcell.store import asks, events, frozen, holds, objects, prunes, restores, volumes
 from devcell.store.clock import now
 from devcell.store.objects import Phase
 
@@ -265,6 +275,9 @@ class CellController:
             if desired == "Stopped" and running_after:
                 steps.append(Step(S.STOP))
                 action = action or "stop"
+            asked, asked_action = self._asked(ctx, cell, steps, desired)
+            steps += asked
+            action = action or asked_action
             install = dotfiles.plan(cell, steps) if desired == "Running" else None
             if install is not None:
                 steps.append(install)
@@ -453,6 +466,35 @@ class CellController:
         self._write_blocked(ctx, cell, reason, message)
         return Wait(reason, message, requeue_after=after)
 
+    def _asked(self, ctx: Context, cell: objects.ObjectRecord, steps: list[Step],
+               desired: str) -> tuple[list[Step], str]:
+        """The steps a user's ask needs (store/asks.py): rerun the hooks, restart the cell's
+        services or one of them. A runtime this plan creates runs its hooks anyway, and one
+        it starts starts its services: those asks are moot and cleared by that step."""
+        asked = asks.of(cell)
+        if not asked:
+            return [], ""
+        if desired != "Running":
+            with ctx.db.write() as conn:  # a cell that will not run has nothing to restart
+                asks.clear(conn, cell.id, asks.RERUN_HOOKS, asks.RESTART)
+            return [], ""
+        names = {step.name for step in steps}
+        if S.CREATE in names:
+            return [], ""
+        out: list[Step] = []
+        action = ""
+        if asks.RERUN_HOOKS in asked:
+            out.append(Step(S.RERUN_HOOKS))
+            action = "rerun-hooks"
+        restart = asked.get(asks.RESTART)
+        if restart is not None and not names & {S.START, S.RESTORE_MACHINE}:
+            if restart.get("service"):
+                out.append(Step(S.RESTART_SERVICE, {"service": restart["service"]}))
+            else:
+                out += [Step(S.STOP), Step(S.START)]
+            action = action or "restart"
+        return out, action
+
     def _crash_backoff(self, ctx: Context, cell: objects.ObjectRecord, observed: Observed,
                        stale: bool) -> Wait | None:
         """A runtime DevCell started that has died: count the death (once), and hold the
@@ -512,7 +554,10 @@ class CellController:
                        *, built: str | None = None) -> None:
         """Ready, as observed; `built`: the tag the runtime runs, kept for `apply`/`diff`."""
         caps = ctx.backend(cell.extra["backend"]).capabilities
-        status = self._ready_status(cell, dict(cell.status), caps)
+        verdict = None
+        if holds.desired_state(cell) == "Running" and observed.running:
+            verdict = services.judge(cell.name, cell.spec, observed.detail.get("services"))
+        status = self._ready_status(cell, dict(cell.status), caps, verdict)
         if built is not None:
             status = builds.with_recorded(status, built)
         phase = _phase_for(holds.desired_state(cell))
@@ -525,7 +570,10 @@ class CellController:
                                      observed_generation=fresh.generation)
 
     def _ready_status(self, cell: objects.ObjectRecord, status: dict[str, Any],
-                      caps: Capabilities) -> dict[str, Any]:
+                      caps: Capabilities, verdict: services.Verdict | None = None
+                      ) -> dict[str, Any]:
+        """The status of a cell its reconcile settled: Ready, unless its dotfiles, its
+        postCreate hooks or its services (`verdict`, as observed) say otherwise."""
         state = holds.desired_state(cell)
         message = {
             "Running": "cell is running",
@@ -543,6 +591,16 @@ class CellController:
             status["conditions"] = objects.set_condition(
                 status["conditions"], "Ready", "False", dotfiles.FAILED, failed)
             status["message"] = failed
+        if state != "Running":
+            status.pop("services", None)
+        elif not (verdict is None or (dotfiles.not_ready(cell.spec, status)
+                                      or post_create.not_ready(cell.name, status))):
+            status = services.with_verdict(status, verdict, conditions=objects.set_condition)
+        hooked = post_create.not_ready(cell.name, status) if state == "Running" else None
+        if hooked is not None:  # running and enterable, its services held: not Ready
+            status["conditions"] = objects.set_condition(
+                status["conditions"], "Ready", "False", post_create.FAILED, hooked)
+            status["message"] = hooked
         return status
 
     # -- execution ---------------------------------------------------------------------------
@@ -573,6 +631,14 @@ class CellController:
             retention.schedule(conn, cell.id, str(outputs["name"]), str(outputs["slot"]))
         elif step.name == S.CREATE:
             dotfiles.forget(conn, cell.id)
+            post_create.forget(conn, cell.id)
+            asks.clear(conn, cell.id, asks.RERUN_HOOKS, asks.RESTART)
+        elif step.name in (S.START, S.RERUN_HOOKS):
+            post_create.record(conn, cell.id, outputs)
+            asks.clear(conn, cell.id, asks.RESTART if step.name == S.START
+                       else asks.RERUN_HOOKS)
+        elif step.name == S.RESTART_SERVICE:
+            asks.clear(conn, cell.id, asks.RESTART)
         elif step.name == S.INSTALL_DOTFILES:
             dotfiles.record(conn, cell.id, step, outputs)
         if step.name in (S.CREATE_VOLUME, S.ADOPT_VOLUME) and step.args.get("record"):
@@ -678,7 +744,10 @@ class CellController:
                           reason=f"{plan.action.capitalize()}Failed", message=error,
                           type="Warning")
             return
-        status = self._ready_status(fresh, status, backends.capabilities(plan.backend))
+        started = S.START in plan.ran or S.RESTORE_MACHINE in plan.ran
+        status = self._ready_status(fresh, status, backends.capabilities(plan.backend),
+                                    services.starting(fresh.name, fresh.spec) if started
+                                    else _kept_verdict(fresh))
         work = _work(plan)
         if work.sleep is not None:
             status["sleep"] = work.sleep
@@ -704,6 +773,7 @@ class CellController:
         reason = {"create": "Created", "fork": "Forked", "update": "Updated", "start": "Started",
                   "stop": "Stopped", "sleep": "Slept", "wake": "Woken",
                   "retain": "SnapshotsExpired", "schedule": "SnapshotScheduled",
+                  "rerun-hooks": "HooksRerun", "restart": "Restarted",
                   }.get(plan.action, "Synced")
         if plan.action in (restoring.ACTION, "dotfiles"):
             return  # its event (Restored; Dotfiles*) is written by its own step
@@ -714,6 +784,17 @@ class CellController:
             done += f"; {status['lastStart']['note']}"
         events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name, reason=reason,
                       message=done)
+
+
+def _kept_verdict(cell: objects.ObjectRecord) -> services.Verdict | None:
+    """What the services said when last observed, for a plan that did not start them (a
+    retention or dotfiles plan must not make a crash-looping cell Ready)."""
+    ready = cell.condition("Ready") or {}
+    view = cell.status.get("services")
+    if not isinstance(view, dict):
+        return None
+    reason = ready.get("reason") if ready.get("reason") in services.REASONS else None
+    return services.Verdict(reason, str(ready.get("message") or ""), view)
 
 
 def _saved_machine(backend: Backend, checkpoint_id: str) -> bool:
@@ -788,6 +869,13 @@ def _machine(backend: Backend) -> MachineState:
     return backend
 
 
+def _supervising(backend: Backend) -> Supervising:
+    if not isinstance(backend, Supervising):
+        raise CapabilityMissing(f"the {backend.name} backend cannot rerun hooks or restart "
+                                "one service")
+    return backend
+
+
 def _pulling(backend: Backend) -> Pulling:
     if not backend.capabilities.pulls_images or not isinstance(backend, Pulling):
         raise CapabilityMissing(f"the {backend.name} backend cannot pull images")
@@ -807,6 +895,9 @@ _STEPS: dict[StepName, StepHandler] = {
         ref, ref.spec["build"], step.args["tag"]),
     S.CREATE: _create,
     S.START: lambda b, ref, step: b.start(ref),
+    S.RERUN_HOOKS: lambda b, ref, step: _supervising(b).rerun_hooks(ref),
+    S.RESTART_SERVICE: lambda b, ref, step: _supervising(b).restart_service(
+        ref, step.args["service"]),
     S.STOP: lambda b, ref, step: b.stop(ref),
     S.DELETE: lambda b, ref, step: _delete(b, ref, step),
     S.QUIESCE: lambda b, ref, step: b.quiesce(ref),

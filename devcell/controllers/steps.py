@@ -49,6 +49,11 @@ class StepName(StrEnum):
     INSTALL_DOTFILES = "install-dotfiles"
     """Clone spec.dotfiles on the host and install them in the running cell (once a runtime;
     a failing install script is recorded in the status, the cell left running)."""
+    RERUN_HOOKS = "rerun-hooks"
+    """Run the cell's postCreate (then postStart) hooks again in its running runtime, when
+    asked (`devcell cell rerun-hooks`); a failing hook is recorded, the cell left running."""
+    RESTART_SERVICE = "restart-service"
+    """Restart one service of the running cell through its supervisor (`cell restart`)."""
     EXPIRE = "expire"
     """Retention: ask for an expired snapshot's deletion (no backend call; judged again in
     the step's write, so a snapshot a fork came to depend on meanwhile is kept)."""

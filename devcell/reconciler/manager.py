@@ -18,7 +18,7 @@ from devcell.errors import BackendError, StateUnusable
 from devcell.log import logger
 from devcell.reconciler import reconcile
 from devcell.reconciler.queue import WorkQueue
-from devcell.store import objects, observations, operations, restores
+from devcell.store import asks, objects, observations, operations, restores
 from devcell.store.db import Database
 
 Key = reconcile.Key
@@ -198,7 +198,8 @@ class Manager:
                 version = current
                 self.watch_runtimes(db)  # a backend used for the first time
                 pending = (objects.unconverged_keys(db.conn) + objects.drifted_keys(db.conn)
-                           + operations.approved_keys(db.conn) + restores.pending_keys(db.conn))
+                           + operations.approved_keys(db.conn) + restores.pending_keys(db.conn)
+                           + asks.pending_keys(db.conn))
                 for key in pending:
                     # Failing keys keep their backoff; terminal ones wait for a new generation.
                     if self.queue.failures(key) == 0 and key not in self._terminal:

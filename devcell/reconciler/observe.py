@@ -9,6 +9,12 @@ exec, logs, wait) first asks each backend once for all of its runtimes (one list
 `get` stops saying Running and the inline converge, or the daemon, repairs it; a cell the
 backend confirms gets its confirmation time (`store.observations`, shown by `get` as
 OBSERVED). Nothing is written to the database when everything agrees.
+
+A running cell whose backend reports its services' state is also judged by them
+(controllers/services.py): a service crash-looping, or one whose readiness check has not
+passed, makes Ready False with the reason; serving again makes it True. That is written only
+when the verdict or the per-service view changes, so `devcell wait --for=condition=Ready`,
+which observes again while it waits, returns once the server answers.
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from devcell import backends
 from devcell.backends.base import Observed
+from devcell.controllers import services
 from devcell.errors import BackendError
 from devcell.store import events, objects, observations
 from devcell.store.db import Database
@@ -48,6 +56,8 @@ class Observation:
     drifted: dict[str, Drift] = field(default_factory=dict)
     unobserved: dict[str, BackendError] = field(default_factory=dict)
     """Cells whose backend could not be asked (the engine is down), with why."""
+    served: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Running cells whose services' state (cell id -> as observed) may change their status."""
 
     @property
     def in_doubt(self) -> list[str]:
@@ -96,6 +106,10 @@ def observe(db: Database, cell_ids: Iterable[str]) -> Observation:
                 result.drifted[row.id] = Drift(row.id, row.name, what)
             elif row.phase in CHECKED_PHASES and row.converged:
                 result.confirmed.append(row.id)
+                found = seen.get(row.id)
+                reported = found.detail.get("services") if found is not None else None
+                if row.phase == Phase.RUNNING and reported is not None:
+                    result.served[row.id] = reported
     return result
 
 
@@ -105,6 +119,8 @@ def record(db: Database, observation: Observation) -> None:
         with db.write() as conn:
             for drift in observation.drifted.values():
                 _record_drift(conn, drift)
+    if observation.served:
+        _record_services(db, observation.served)
     observations.confirm(Path(db.state_dir), observation.confirmed)
 
 
@@ -112,6 +128,37 @@ def observe_and_record(db: Database, cell_ids: Iterable[str]) -> Observation:
     found = observe(db, cell_ids)
     record(db, found)
     return found
+
+
+def _record_services(db: Database, served: dict[str, dict[str, Any]]) -> None:
+    """Each cell's services verdict, written only where it changes the cell's status."""
+    changed: list[tuple[objects.ObjectRecord, dict[str, Any]]] = []
+    for cell_id, reported in served.items():
+        cell = objects.get(db.conn, "Cell", cell_id)
+        if cell is None or not services.judged(cell.status):
+            continue
+        verdict = services.judge(cell.name, cell.spec, reported)
+        status = services.with_verdict(cell.status, verdict, conditions=objects.set_condition)
+        if status != cell.status:
+            changed.append((cell, status))
+    if not changed:
+        return
+    with db.write() as conn:
+        for cell, status in changed:
+            fresh = objects.get(conn, "Cell", cell.id)
+            if fresh is None or fresh.resource_version != cell.resource_version:
+                continue  # changed since it was read: the next observe judges it again
+            before = (fresh.condition("Ready") or {}).get("reason")
+            objects.write_status(conn, fresh, phase=fresh.phase, status=status,
+                                 observed_generation=fresh.observed_generation)
+            after = (fresh.condition("Ready") or {})
+            if after.get("reason") != before and after.get("reason") in services.REASONS:
+                events.record(conn, kind="Cell", object_id=fresh.id, name=fresh.name,
+                              reason=str(after["reason"]), message=str(after.get("message")),
+                              type="Warning")
+            elif after.get("reason") != before and before in services.REASONS:
+                events.record(conn, kind="Cell", object_id=fresh.id, name=fresh.name,
+                              reason="ServicesReady", message="every service serves")
 
 
 def _record_drift(conn: sqlite3.Connection, drift: Drift) -> None:

@@ -44,7 +44,8 @@ def cells_table(conn: sqlite3.Connection, selector: Selector | None = None,
     `labels`) each row carries its labels, parsed."""
     narrow = not wide and not selector and not labels
     extra = "" if narrow else ("c.labels, c.generation, c.observed_generation, c.source, "
-                               "c.image, json_extract(c.spec, '$.network.ports') AS ports, ")
+                               "c.image, json_extract(c.spec, '$.network.ports') AS ports, "
+                               "json_extract(c.status, '$.services') AS services, ")
     sql = (
         f"SELECT c.id, c.name, c.backend, c.phase, c.deleting_at, c.frozen_at, c.created_at, "
         f"{extra}"

@@ -56,6 +56,8 @@ def _command_lines(work: Path) -> dict[tuple[str, ...], list[str]]:
         ("snapshot", "list"): ["snapshot", "list", "walk"],
         ("cell", "fork"): ["cell", "fork", "walk", "--snapshot", "s1", "--name", "walk2"],
         ("cell", "sleep"): ["cell", "sleep", "walk"], ("cell", "start"): ["cell", "start", "walk"],
+        ("cell", "restart"): ["cell", "restart", "walk"],
+        ("cell", "rerun-hooks"): ["cell", "rerun-hooks", "walk"],
         ("wait",): ["wait", "cell", "walk", "--timeout", "5s"],
         ("controller", "run"): ["controller", "run", "--manifests", str(work)],
         ("op", "resume"): ["op", "resume", "op_1"], ("op", "cancel"): ["op", "cancel", "op_1"],

@@ -33,6 +33,8 @@ EVERY_COMMAND = {
     ("cell", "fork"): ["cell", "fork", "api", "--snapshot", "s", "--name", "f"],
     ("cell", "sleep"): ["cell", "sleep", "api"],
     ("cell", "start"): ["cell", "start", "api"],
+    ("cell", "restart"): ["cell", "restart", "api"],
+    ("cell", "rerun-hooks"): ["cell", "rerun-hooks", "api"],
     ("wait",): ["wait", "cell", "api", "--timeout", "0"],
     ("controller", "run"): ["controller", "run", "--manifests", str(EXAMPLES)],
     ("op", "resume"): ["op", "resume", "op_x"],

@@ -72,6 +72,7 @@ from devcell.errors import (
     BackendRefused,
     BackendUnavailable,
     ConfigError,
+    HookFailed,
     ImagePullFailed,
     MountRefused,
 )
@@ -134,6 +135,12 @@ HOOK_TIMEOUT_S = 60
 """Bytes of a failed hook's output kept for its error message."""
 
 
+def post_create_failed(exc: HookFailed) -> Outputs:
+    """A start's outputs when postCreate failed: which hook, its status and output's tail."""
+    return {"hooks": 0, "postCreate": "Failed", "hook": " ".join(exc.argv)[:200],
+            "exitCode": exc.code, "output": exc.output or str(exc)}
+
+
 class _Tail:
     """The last `limit` bytes of a stream: a hook runs a cell's program, which may print
     without end (`cat /dev/zero`); the host keeps a bounded tail, never the whole output."""
@@ -153,7 +160,8 @@ class ContainerBackend:
     name = "container"
     capabilities = Capabilities(workspace_files=True, exec=True,
                                 snapshot_consistency=Consistency.FILESYSTEM, parallel=8,
-                                pulls_images=True, builds_images=True, keeps_rootfs=True)
+                                pulls_images=True, builds_images=True, keeps_rootfs=True,
+                                service_state=True)
 
     def __init__(self, *, state_dir: Path) -> None:
         # An engine that is down is BackendUnavailable here, as planners expect, asked over
@@ -358,8 +366,8 @@ class ContainerBackend:
         run = self.layout.run_dir(cell.id)
         run.mkdir(mode=0o700, parents=True, exist_ok=True)
         _, secret = supervisor.split_env(cell.spec)
-        for name, text, mode in ((supervisor.SCRIPT, supervisor.render_script(cell.name, cell.spec),
-                                  0o644),
+        script = supervisor.render_script(cell.name, cell.spec, gated=True)
+        for name, text, mode in ((supervisor.SCRIPT, script, 0o644),
                                  (supervisor.SECRETS, supervisor.render_secrets(secret), 0o600)):
             tmp = run / f".{name}.tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
@@ -535,6 +543,8 @@ class ContainerBackend:
             created = self.api.create_container(**_create_container_args(
                 dict(kwargs, version=self.api._version)))
         container_id: str = created["Id"]
+        # A new runtime has not run its postCreate hooks: its services wait for them.
+        (self.layout.run_dir(cell.id) / supervisor.GATE).unlink(missing_ok=True)
         user = str(cell.spec.get("user") or "")
         if user and container_spec.user_ids(kwargs) is None:
             self._hand_over_named(cell, container_id, user)
@@ -555,8 +565,8 @@ class ContainerBackend:
             try:
                 with sdk.engine_calls(f"starting cell {cell.name}"):
                     self.api.start(container_id)
-                hooks = self._after_start(cell, container_id, first=True)
-                return {"container": self.container_name(cell), "hooks": hooks}
+                ran = self._after_start(cell, container_id, first=True)
+                return {"container": self.container_name(cell), **ran}
             except BackendNotFound:
                 pass  # removed meanwhile: look it up by its labels
         info = self._find(cell)
@@ -570,28 +580,64 @@ class ContainerBackend:
                 self._thaw(info, cell)
             else:
                 self.api.start(info["Id"])
-        hooks = 0
+        ran = {"hooks": 0}
         if state not in ("paused", "running"):
-            hooks = self._after_start(cell, info["Id"], first=state == "created")
-        return {"container": self.container_name(cell), "hooks": hooks}
+            ran = self._after_start(cell, info["Id"], first=state == "created")
+        return {"container": self.container_name(cell), **ran}
 
-    def _after_start(self, cell: CellRef, container_id: str, *, first: bool) -> int:
-        """postCreate hooks after a container's first start, then postStart hooks after every
-        start. A failing hook fails the start and does not leave a half-made cell running: a
-        failed postCreate removes the container (the retry creates it again and runs them
-        all), a failed postStart stops it (the retry starts it again)."""
+    def _after_start(self, cell: CellRef, container_id: str, *, first: bool) -> Outputs:
+        """postCreate hooks after a container's first start (then its services may start),
+        then postStart hooks after every start. A failed postCreate leaves the container
+        running without its services, so the developer can get in and see why: the start
+        succeeds and says so in its outputs (the controller keeps the cell not Ready until the
+        hooks are run again). A failed postStart stops it (the retry starts it again)."""
+        outputs: Outputs = {"hooks": 0}
+        if first:
+            outputs = self._post_create(cell, container_id)
+            if outputs.get("postCreate") == "Failed":
+                return outputs
         try:
-            done = self._run_hooks(cell, container_id, "postCreate") if first else 0
-        except BackendError:
-            with sdk.engine_calls(f"removing cell {cell.name} after its postCreate hook failed"):
-                self.api.remove_container(container_id, force=True)
-            raise
-        try:
-            return done + self._run_hooks(cell, container_id, "postStart")
+            ran = self._run_hooks(cell, container_id, "postStart")
         except BackendError:
             with sdk.engine_calls(f"stopping cell {cell.name} after its postStart hook failed"):
                 self.api.stop(container_id, timeout=5)
             raise
+        return dict(outputs, hooks=int(outputs.get("hooks") or 0) + ran)
+
+    def _post_create(self, cell: CellRef, container_id: str) -> Outputs:
+        """Run postCreate; on success release the services (the gate in the run directory)."""
+        try:
+            ran = self._run_hooks(cell, container_id, "postCreate")
+        except HookFailed as exc:
+            return post_create_failed(exc)
+        gate = self.layout.run_dir(cell.id) / supervisor.GATE
+        gate.touch(mode=0o644)
+        return {"hooks": ran, "postCreate": "Succeeded" if ran else None}
+
+    def rerun_hooks(self, cell: CellRef) -> Outputs:
+        """postCreate (then postStart) run again in the running container: `devcell cell
+        rerun-hooks`. A failure is an outcome here too, not an error: the cell stays up."""
+        info = self._find(cell)
+        if info is None or info.get("State") != "running":
+            raise BackendError(f"cell {cell.name} is not running; start it with "
+                               f"`devcell cell start {cell.name}`")
+        return self._after_start(cell, info["Id"], first=True)
+
+    def restart_service(self, cell: CellRef, service: str) -> Outputs:
+        """The supervisor's --restart, run in the cell: the service's process (or its
+        back-off) is ended and started again at once."""
+        info = self._find(cell)
+        if info is None or info.get("State") != "running":
+            raise BackendError(f"cell {cell.name} is not running; start it with "
+                               f"`devcell cell start {cell.name}`")
+        out = _Tail(HOOK_TAIL)
+        code = self._exec(info["Id"], supervisor.restart_argv(service), out.add, out.add,
+                          action=f"restarting service {service} of cell {cell.name}",
+                          time_limit=30.0)
+        if code != 0:
+            raise BackendError(f"restarting service {service} of cell {cell.name}: "
+                               f"{out.text() or f'status {code}'}")
+        return {"service": service, "restarted": True}
 
     def _own_source(self, source: str) -> bool:
         """Whether a bind source is one of DevCell's directories, judged by the path as written
@@ -754,8 +800,9 @@ class ContainerBackend:
                 for value in supervisor.split_env(cell.spec)[1].values():
                     if len(value) >= 4:  # a hook that prints a secret must not record it
                         tail = tail.replace(value, "<redacted>")
-                raise BackendError(f"{which} hook {argv!r} of cell {cell.name} exited with "
-                                   f"status {code}" + (f": {tail}" if tail else ""))
+                raise HookFailed(f"{which} hook {argv!r} of cell {cell.name} exited with "
+                                 f"status {code}" + (f": {tail}" if tail else ""),
+                                 which=which, argv=argv, code=code, output=tail)
         return len(self._hooks(cell, which))
 
     def quiesce(self, cell: CellRef) -> Outputs:
@@ -965,8 +1012,9 @@ class ContainerBackend:
                 timer.cancel()
             self._hang_up(conn, raw)
         if expired.is_set():
-            raise BackendError(f"{action}: {argv!r} did not finish within {time_limit:g} s "
-                               "(spec.hooks.timeoutSeconds); it was killed")
+            raise HookFailed(f"{action}: {argv!r} did not finish within {time_limit:g} s "
+                             "(spec.hooks.timeoutSeconds); it was killed", which=action,
+                             argv=argv, code=None, output="")
         return self._exit_code(exec_id, action)
 
     def _end_on_hang_up(self, hang_up: threading.Event, done: threading.Event, exec_id: str,

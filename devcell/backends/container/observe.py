@@ -23,11 +23,12 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from devcell.backends import service_state, supervisor
 from devcell.backends.base import Observed
 from devcell.backends.container import engine_http
 from devcell.backends.container.engine import HOW_TO_START, engine_address
 from devcell.backends.container.layout import Layout
-from devcell.backends.container.spec import CELL_ID, MANAGED, RUNTIME_HASH, STATE
+from devcell.backends.container.spec import CELL_ID, MANAGED, RUNTIME_HASH, STATE, VOLUME
 from devcell.backends.host.ids import is_safe_id, state_hash
 from devcell.errors import (
     BackendConflict,
@@ -295,15 +296,19 @@ def _reason(exc: BaseException) -> str:
 
 
 def observed(info: dict[str, Any], layout: Layout, cell_id: str) -> Observed:
-    """One listed container as DevCell sees it (the same answer as ContainerBackend.observe)."""
+    """One listed container as DevCell sees it (the same answer as ContainerBackend.observe),
+    with its services' state files (in its log directory, on the host) while it runs."""
     state = info.get("State", "")
     quiesced = (layout.run_dir(cell_id) / QUIESCED).exists()
+    detail: dict[str, Any] = {
+        "state": state, "container": (info.get("Names") or ["?"])[0].lstrip("/"),
+        "id": str(info.get("Id", ""))[:12], "image_id": str(info.get("ImageID") or "")}
+    volume = (info.get("Labels") or {}).get(VOLUME)
+    if state == "running" and volume and is_safe_id(volume):
+        detail["services"] = service_state.read(layout.logs(volume) / supervisor.STATE_DIR)
     return Observed(
         exists=True, running=state in RUNNING_STATES, frozen=state == "paused" or quiesced,
-        runtime_hash=(info.get("Labels") or {}).get(RUNTIME_HASH),
-        detail={"state": state, "container": (info.get("Names") or ["?"])[0].lstrip("/"),
-                "id": str(info.get("Id", ""))[:12], "image_id": str(info.get("ImageID") or "")},
-    )
+        runtime_hash=(info.get("Labels") or {}).get(RUNTIME_HASH), detail=detail)
 
 
 def observe_all(state_dir: Path) -> dict[str, Observed]:

@@ -1,0 +1,133 @@
+"""Whether a running cell serves: its services' state, as its backend observed them, judged.
+
+A cell is Ready when its runtime runs, and (where the backend reports its services'
+state: Observed.detail["services"]) every service that should run does: none crash-looping
+(exited again soon after its start, twice or more in a row), none held or waiting to
+restart, and each with a readiness check (`services[].ready`) passing it. The verdict and a
+per-service view (state, restarts, last exit, ready) go into the cell's status
+(`status.services`), shown by `get -o wide` and `describe`; the observe path
+(reconciler/observe.py) writes them whenever they change, so `wait --for=condition=Ready`
+waits until the server answers, and a crash loop turns Ready False with its reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from devcell.backends import probes
+
+CRASH_LOOPING = "ServiceCrashLooping"
+NOT_READY = "ServiceNotReady"
+REASONS = frozenset({CRASH_LOOPING, NOT_READY})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    reason: str | None
+    """None: the services are no reason not to be Ready."""
+    message: str
+    view: dict[str, dict[str, Any]]
+    """Service name -> what `get -o wide` and `describe` show of it."""
+
+
+def _state(service: dict[str, Any], seen: dict[str, Any] | None) -> str:
+    """running | ready | starting | waiting | restarting | crash-looping | exited | unknown."""
+    if seen is None:
+        return "starting"
+    state = str(seen.get("state") or "unknown")
+    if state != "running":
+        return state
+    if not service.get("ready"):
+        return "running"
+    return "ready" if (seen.get("check") or {}).get("ready") else "starting"
+
+
+def _view(service: dict[str, Any], seen: dict[str, Any] | None) -> dict[str, Any]:
+    view: dict[str, Any] = {"state": _state(service, seen),
+                            "restarts": int((seen or {}).get("restarts") or 0)}
+    if (seen or {}).get("lastExit") is not None:
+        view["lastExit"] = seen["lastExit"]  # type: ignore[index]
+    if service.get("ready"):
+        check = (seen or {}).get("check") or {}
+        view["check"] = probes.describe(service["ready"])
+        if check.get("failed"):
+            view["checkFailures"] = int(check["failed"])
+        if check.get("last") == probes.NO_TOOL:
+            view["checkProblem"] = ("the image has none of nc, curl or bash to make this "
+                                    "check")
+    return view
+
+
+def judge(cell_name: str, spec: dict[str, Any], seen: dict[str, Any] | None) -> Verdict | None:
+    """The services' verdict, or None when the backend reports nothing of them (`seen` None:
+    a backend without service state, or a runtime that does not run)."""
+    services = spec.get("services") or []
+    if seen is None or not services:
+        return None
+    if not seen and not any(s.get("ready") for s in services):
+        return None  # a supervisor that writes no state (made by an older DevCell)
+    view = {s["name"]: _view(s, seen.get(s["name"])) for s in services}
+    looping = [n for n, v in view.items() if v["state"] == "crash-looping"]
+    if looping:
+        name = looping[0]
+        v = view[name]
+        return Verdict(CRASH_LOOPING, (
+            f"service {name} is crash-looping: it exited with status {v.get('lastExit')} soon "
+            f"after starting, {v['restarts']} restarts so far; see `devcell logs {cell_name} "
+            f"{name}`, fix it, then `devcell cell restart {cell_name} {name}`"), view)
+    waiting = [n for n, v in view.items() if v["state"] not in ("running", "ready", "exited")]
+    if waiting:
+        name = waiting[0]
+        v = view[name]
+        if v["state"] == "starting" and v.get("check"):
+            why = f"its readiness check ({v['check']}) has not passed yet"
+            if v.get("checkFailures"):
+                why += f" (failed {v['checkFailures']} times in a row)"
+            if v.get("checkProblem"):
+                why = f"its readiness check ({v['check']}) cannot run: {v['checkProblem']}"
+        elif v["state"] == "waiting":
+            why = "it waits for the postCreate hooks"
+        elif v["state"] == "restarting":
+            why = f"it exited with status {v.get('lastExit')} and is about to restart"
+        else:
+            why = "it is starting"
+        return Verdict(NOT_READY, f"service {name} is not serving: {why}", view)
+    return Verdict(None, "", view)
+
+
+def starting(cell_name: str, spec: dict[str, Any]) -> Verdict | None:
+    """The verdict just after DevCell started the runtime, before anything was observed:
+    a cell with readiness checks is not Ready until they pass."""
+    if not any(s.get("ready") for s in spec.get("services") or []):
+        return None
+    return judge(cell_name, spec, {})
+
+
+def with_verdict(status: dict[str, Any], verdict: Verdict | None, *,
+                 conditions: Any) -> dict[str, Any]:
+    """`status` with the services' view, and its Ready condition as the verdict says: False
+    with the verdict's reason, or True again when only the services held it False.
+    `conditions` is store.objects.set_condition (passed in: controllers own no SQL)."""
+    if verdict is None:
+        return status
+    status = dict(status, services=verdict.view)
+    ready: dict[str, Any] = next(
+        (c for c in status.get("conditions", []) if c.get("type") == "Ready"), {})
+    if verdict.reason is not None:
+        status["conditions"] = conditions(status.get("conditions", []), "Ready", "False",
+                                          verdict.reason, verdict.message)
+        status["message"] = verdict.message
+    elif ready.get("reason") in REASONS:
+        status["conditions"] = conditions(status.get("conditions", []), "Ready", "True",
+                                          "Running", "cell is running")
+        status.pop("message", None)
+    return status
+
+
+def judged(status: dict[str, Any]) -> bool:
+    """Whether the services may speak for this Ready condition: it is True, or False only
+    because of them (a failed hook, a drift or a failed step keeps its own reason)."""
+    ready: dict[str, Any] = next(
+        (c for c in status.get("conditions", []) if c.get("type") == "Ready"), {})
+    return ready.get("status") == "True" or ready.get("reason") in REASONS

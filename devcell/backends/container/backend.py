@@ -740,7 +740,7 @@ class ContainerBackend:
                     logger.bind(backend=self.name, cell=cell.name).warning(
                         "bridge network kept: {}", exc)
         run = self.layout.run_dir(cell.id)
-        for name in (supervisor.SCRIPT, supervisor.SECRETS, QUIESCED):
+        for name in (supervisor.SCRIPT, supervisor.SECRETS, supervisor.GATE, QUIESCED):
             (run / name).unlink(missing_ok=True)
             (run / f".{name}.tmp").unlink(missing_ok=True)  # a write a kill interrupted
         if run.is_dir() and not any(run.iterdir()):

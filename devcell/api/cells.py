@@ -17,8 +17,8 @@ from devcell.api.converging import DEFAULTS, NO_HOOKS, Hooks, Options
 from devcell.api.reports import Recorded, Report
 from devcell.errors import ManifestError, Problem
 from devcell.manifests.model import Manifest
-from devcell.store import asks, desired, holds, objects
 from devcell.store import db as dbmod
+from devcell.store import desired, holds, objects
 
 CLI = admission.COMMAND_LINE
 TRIGGER = "cli"
@@ -188,6 +188,8 @@ def rerun_hooks(state_dir: Path, cell: str, *, options: Options = DEFAULTS,
                 hooks: Hooks = NO_HOOKS) -> Report:
     """Run the cell's postCreate hooks again (then postStart), in its running runtime: a
     recorded operation; on success the services the hooks held start."""
+    from devcell.store import asks
+
     return _ask(state_dir, cell, asks.RERUN_HOOKS, "rerun of its hooks requested",
                 options=options, hooks=hooks)
 
@@ -196,6 +198,8 @@ def restart(state_dir: Path, cell: str, service: str | None = None, *,
             options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS) -> Report:
     """Restart the cell's services (its runtime stopped and started: postStart runs again,
     postCreate does not), or only `service` (through the cell's supervisor)."""
+    from devcell.store import asks
+
     what = f"restart of service {service} requested" if service else "restart requested"
     return _ask(state_dir, cell, asks.RESTART, what, options=options, hooks=hooks,
                 service=service)
@@ -205,6 +209,7 @@ def _ask(state_dir: Path, cell: str, what: str, outcome: str, *, options: Option
          hooks: Hooks, **details: Any) -> Report:
     """Record an ask on a running cell (asks.py) and converge it like any verb."""
     from devcell.backends import supervisor
+    from devcell.store import asks
 
     db = dbmod.open_database(state_dir)
     try:

@@ -63,7 +63,7 @@ from devcell.errors import (
 from devcell.log import logger
 from devcell.manifests import secrets
 from devcell.manifests.model import digest
-from devcell.store import asks, events, frozen, holds, objects, prunes, restores, volumes
+from devcell.store import events, frozen, holds, objects, prunes, restores, volumes
 from devcell.store.clock import now
 from devcell.store.objects import Phase
 
@@ -471,9 +471,11 @@ class CellController:
         """The steps a user's ask needs (store/asks.py): rerun the hooks, restart the cell's
         services or one of them. A runtime this plan creates runs its hooks anyway, and one
         it starts starts its services: those asks are moot and cleared by that step."""
-        asked = asks.of(cell)
-        if not asked:
+        if not cell.status.get("asked"):
             return [], ""
+        from devcell.store import asks  # only for a cell someone asked something of
+
+        asked = asks.of(cell)
         if desired != "Running":
             with ctx.db.write() as conn:  # a cell that will not run has nothing to restart
                 asks.clear(conn, cell.id, asks.RERUN_HOOKS, asks.RESTART)
@@ -629,7 +631,9 @@ class CellController:
                              retention.parse_time(str(outputs["at"])))
         elif step.name == S.SCHEDULE_SNAPSHOT:
             retention.schedule(conn, cell.id, str(outputs["name"]), str(outputs["slot"]))
-        elif step.name == S.CREATE:
+        if step.name in (S.CREATE, S.START, S.RERUN_HOOKS, S.RESTART_SERVICE):
+            from devcell.store import asks  # the steps that carry an ask out, or make it moot
+        if step.name == S.CREATE:
             dotfiles.forget(conn, cell.id)
             post_create.forget(conn, cell.id)
             asks.clear(conn, cell.id, asks.RERUN_HOOKS, asks.RESTART)

@@ -27,7 +27,6 @@ from typing import Any
 
 from devcell import backends
 from devcell.backends.base import Observed
-from devcell.controllers import services
 from devcell.errors import BackendError
 from devcell.store import events, objects, observations
 from devcell.store.db import Database
@@ -108,7 +107,9 @@ def observe(db: Database, cell_ids: Iterable[str]) -> Observation:
                 result.confirmed.append(row.id)
                 found = seen.get(row.id)
                 reported = found.detail.get("services") if found is not None else None
-                if row.phase == Phase.RUNNING and reported is not None:
+                # Nothing reported yet is no news: the start that made the runtime
+                # recorded what its services' readiness checks say before they run.
+                if row.phase == Phase.RUNNING and reported:
                     result.served[row.id] = reported
     return result
 
@@ -132,6 +133,8 @@ def observe_and_record(db: Database, cell_ids: Iterable[str]) -> Observation:
 
 def _record_services(db: Database, served: dict[str, dict[str, Any]]) -> None:
     """Each cell's services verdict, written only where it changes the cell's status."""
+    from devcell.controllers import services  # only where some service reported a state
+
     changed: list[tuple[objects.ObjectRecord, dict[str, Any]]] = []
     for cell_id, reported in served.items():
         cell = objects.get(db.conn, "Cell", cell_id)
@@ -151,7 +154,7 @@ def _record_services(db: Database, served: dict[str, dict[str, Any]]) -> None:
             before = (fresh.condition("Ready") or {}).get("reason")
             objects.write_status(conn, fresh, phase=fresh.phase, status=status,
                                  observed_generation=fresh.observed_generation)
-            after = (fresh.condition("Ready") or {})
+            after = fresh.condition("Ready") or {}
             if after.get("reason") != before and after.get("reason") in services.REASONS:
                 events.record(conn, kind="Cell", object_id=fresh.id, name=fresh.name,
                               reason=str(after["reason"]), message=str(after.get("message")),

@@ -37,6 +37,10 @@ def test_a_service_needing_post_creates_output_starts_once(
     hook = '[sh, -c, "sleep 2; echo made > /workspace/made"]'
     applied = cli("apply", "-f", str(_manifest(tmp_path, hook)))
     assert applied.returncode == 0, applied.stderr
+    # The gate opened as the hook ended; the supervisor starts the service a moment later.
+    waited = cli("wait", "cell", "hooked", "--for=condition=Ready", "--timeout", "120s",
+                 timeout=180)
+    assert waited.returncode == 0, waited.stderr
     log = cli("exec", "hooked", "--", "cat", "/var/log/devcell/needs.log").stdout
     assert "needs waits for the postCreate hooks" in log
     assert log.count("starting needs") == 1, log

@@ -1,8 +1,10 @@
 """Wait for objects to converge, as recorded by whoever reconciles them (daemon or inline).
 
 Never trusts a stale condition: an object counts as Ready only when its observedGeneration
-has caught up with its generation. Polls `PRAGMA data_version`, which changes only when
-another connection commits, so an idle wait costs almost nothing.
+has caught up with its generation, and a cell only once what a user asked of it (`cell
+restart`, `cell rerun-hooks`: store/asks.py) is done, so such a verb waiting for a daemon
+does not return before the daemon did it. Polls `PRAGMA data_version`, which changes only
+when another connection commits, so an idle wait costs almost nothing.
 """
 
 from __future__ import annotations
@@ -52,11 +54,14 @@ def check(db: Database, kind: str, object_id: str, *, condition: str = "Ready",
     # failed (a failed create leaves Ready=False without observing the generation).
     current = record.generation in (record.observed_generation,
                                     record.status.get("failedGeneration"))
-    if current and cond.get("status") == want:
+    asked = kind == "Cell" and condition == "Ready" and record.status.get("asked")
+    if current and cond.get("status") == want and not asked:
         return Outcome(True)
     detail = (f"{condition}={cond.get('status', 'Unknown')} ({cond.get('reason', 'no reason yet')}: "
               f"{cond.get('message', '')}), observed generation {record.observed_generation} "
               f"of {record.generation}")
+    if asked:  # `cell restart` or `rerun-hooks` recorded and not carried out yet
+        detail += f"; asked and not yet done: {', '.join(sorted(asked))}"
     if fail_fast and record.phase == objects.Phase.FAILED \
             and record.status.get("failedGeneration") == record.generation:
         return Outcome(False, failed=cond.get("message") or "failed", detail=detail)

@@ -166,3 +166,28 @@ def test_restart_of_a_cell_that_is_not_running_is_refused(state: Path, write: An
     with pytest.raises(ManifestError, match="start it first"):
         cells.rerun_hooks(state, "api")
     assert os.path.exists(state)
+
+
+def test_a_cell_with_an_ask_not_carried_out_is_not_ready_for_a_wait(
+        state: Path, write: Any) -> None:
+    """What `cell restart` waits for when a daemon does the work: not the Ready it had."""
+    from devcell.reconciler import waiting
+    from devcell.store import asks
+
+    assert api.apply(state, [write("api.yaml", cell_doc("api", services=[WEB]))]).ok
+    db = open_database(state)
+    try:
+        cell = objects.require(db.conn, "Cell", "api")
+        assert waiting.check(db, "Cell", cell.id).done
+        with db.write() as conn:
+            asks.ask(conn, objects.require(conn, "Cell", "api"), asks.RESTART, service="web")
+        pending = waiting.check(db, "Cell", cell.id)
+        assert not pending.done and "asked and not yet done: restart" in pending.detail
+    finally:
+        db.close()
+    assert cells.restart(state, "api", "web").ok  # the inline converge carries it out
+    db = open_database(state)
+    try:
+        assert waiting.check(db, "Cell", _record(state).id).done
+    finally:
+        db.close()

@@ -193,6 +193,13 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
             problems.append(located(m, ("dotfiles",), f'backend "{m.spec["backend"]}" runs '
                                     "no command in a cell, so it cannot install dotfiles "
                                     "(use the container or vm backend)"))
+        if not backends.capabilities(m.spec["backend"]).start_hooks:
+            for which in ("postCreate", "postStart"):
+                if (m.spec.get("hooks") or {}).get(which):
+                    problems.append(located(m, ("hooks", which), (
+                        f'backend "{m.spec["backend"]}" does not run hooks when it starts a '
+                        "cell yet, so this hook would be skipped (use the container backend, "
+                        "or run it yourself with `devcell exec`)")))
         if not backends.capabilities(m.spec["backend"]).service_state:
             for i, service in enumerate(m.spec.get("services") or []):
                 if service.get("ready"):

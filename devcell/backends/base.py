@@ -41,6 +41,9 @@ class Capabilities:
     pulls_images: bool = False
     """The backend runs cells from registry images and pulls them (the Pulling protocol): the
     cell controller plans a `pull-image` step by spec.imagePullPolicy."""
+    start_hooks: bool = False
+    """The backend runs `hooks.postCreate` and `hooks.postStart` when it starts a runtime;
+    a cell with them is refused on a backend without (they would be silently skipped)."""
     service_state: bool = False
     """observe reports each service's state (Observed.detail["services"]: running, crash
     loops, readiness checks), so Ready can follow it; `services[].ready` is refused without."""

@@ -145,7 +145,8 @@ def observe_all(state_dir: Path) -> dict[str, Observed]:
 
 class FakeBackend:
     name = "fake"
-    capabilities = Capabilities(snapshot_consistency=Consistency.METADATA, service_state=True)
+    capabilities = Capabilities(snapshot_consistency=Consistency.METADATA, service_state=True,
+                                start_hooks=True)
 
     def __init__(self, *, state_dir: Path, failures: list[Failure] | None = None) -> None:
         directory = state_dir / "backends"

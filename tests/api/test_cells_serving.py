@@ -114,6 +114,16 @@ def test_a_readiness_check_is_refused_where_the_backend_cannot_report_it(
     assert "does not report its services' state" in str(raised.value)
 
 
+def test_start_hooks_are_refused_where_the_backend_would_skip_them(
+        state: Path, write: Any) -> None:
+    doc = cell_doc("api", services=[WEB], hooks={"postCreate": [["make", "deps"]]})
+    doc["spec"].update(backend="vm", image="devcell/busybox:latest")
+    with pytest.raises(ManifestError) as raised:
+        api.apply(state, [write("api.yaml", doc)])
+    assert "spec.hooks.postCreate" in str(raised.value)
+    assert "does not run hooks when it starts a cell" in str(raised.value)
+
+
 @pytest.fixture
 def failing_post_create(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEVCELL_FAKE_FAIL", "post_create@api:1")

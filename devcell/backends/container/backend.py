@@ -161,7 +161,7 @@ class ContainerBackend:
     capabilities = Capabilities(workspace_files=True, exec=True,
                                 snapshot_consistency=Consistency.FILESYSTEM, parallel=8,
                                 pulls_images=True, builds_images=True, keeps_rootfs=True,
-                                service_state=True)
+                                service_state=True, start_hooks=True)
 
     def __init__(self, *, state_dir: Path) -> None:
         # An engine that is down is BackendUnavailable here, as planners expect, asked over

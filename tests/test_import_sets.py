@@ -7,7 +7,7 @@ test runs `get` (its forms), `apply` (a no-op), `exec`, `logs` and `snapshot cre
 fake backend over a real state directory, each in a fresh interpreter that lists, at exit,
 the DevCell modules and the third-party packages it imported, and compares them with the lists
 below. A command that imports more, or less, fails with the difference and how to update its
-list. Cost: ~12 short subprocesses, ~5 s.
+list. Cost: 11 short subprocesses, ~5-12 s.
 
 The container backend's own paths (exec over the engine's socket, a snapshot's freeze) are
 checked against the engine in tests/backends/container/ (no docker SDK, no http.client).

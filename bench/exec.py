@@ -9,7 +9,9 @@ host hits every subject alike), medians of --runs, ratios of the medians:
   docker       docker exec CONTAINER true          (the same container: the peer)
   python       python -c pass                      (the interpreter alone, for scale)
   vm           devcell exec box-v -- true          (with QEMU)
-  other        OTHER exec box-c -- true            (--compare-devcell OTHER: another build)
+  other        OTHER exec box-o -- true            (--compare-devcell OTHER: another build,
+                                                   its own cell in its own state directory,
+                                                   as its schema may be older)
 
 Target: devcell / docker <= 1.2; vm / devcell reported.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -43,14 +46,18 @@ def manifest(name: str, backend: str) -> str:
                                 "resources": {"memory": "128Mi"}}})
 
 
-def run(argv: list[str], env: dict[str, str]) -> float:
+def run(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """The process's wall time and its CPU time (user + system: what load does not inflate
+    as much; the engine's own work is in neither's CPU)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           timeout=600)
     took = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.decode()[-2000:]}")
-    return took
+    return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def container_of(state: Path, env: dict[str, str]) -> str:
@@ -85,12 +92,16 @@ def main() -> None:
         # Compiled modules cached as in a normal install: without it an editable install under
         # PYTHONDONTWRITEBYTECODE=1 recompiles every devcell module in every process.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        cells = [("box-c", "container")] + ([("box-v", "vm")] if vm else [])
+        other_env = dict(env, DEVCELL_HOME=str(Path(tmp) / "other-state"))
+        cells = [("box-c", "container", DEVCELL, env)] + (
+            [("box-v", "vm", DEVCELL, env)] if vm else []) + (
+            [("box-o", "container", args.compare_devcell, other_env)]
+            if args.compare_devcell else [])
         try:
-            for name, backend in cells:
+            for name, backend, program, cell_env in cells:
                 path = Path(tmp) / f"{name}.json"
                 path.write_text(manifest(name, backend))
-                run([DEVCELL, "apply", "-f", str(path)], env)
+                run([program, "apply", "-f", str(path)], cell_env)
             container = container_of(state, env)
             subjects = {
                 "devcell": [DEVCELL, "exec", "box-c", "--", "true"],
@@ -100,16 +111,20 @@ def main() -> None:
             if vm:
                 subjects["vm"] = [DEVCELL, "exec", "box-v", "--", "true"]
             if args.compare_devcell:
-                subjects["other"] = [args.compare_devcell, "exec", "box-c", "--", "true"]
-            for argv in subjects.values():  # warm: bytecode, page cache, the engine
-                run(argv, env)
+                subjects["other"] = [args.compare_devcell, "exec", "box-o", "--", "true"]
+            envs = {name: other_env if name == "other" else env for name in subjects}
+            for name, argv in subjects.items():  # warm: bytecode, page cache, the engine
+                run(argv, envs[name])
             times: dict[str, list[float]] = {name: [] for name in subjects}
+            cpu: dict[str, list[float]] = {name: [] for name in subjects}
             for _ in range(args.runs):
                 for name, argv in subjects.items():
-                    times[name].append(run(argv, env))
+                    took, used = run(argv, envs[name])
+                    times[name].append(took)
+                    cpu[name].append(used)
         finally:
-            for name, _ in cells:
-                subprocess.run([DEVCELL, "delete", "cell", name, "--approve"], env=env,
+            for name, _, program, cell_env in cells:
+                subprocess.run([program, "delete", "cell", name, "--approve"], env=cell_env,
                                capture_output=True, timeout=600, check=False)
     load_after = os.getloadavg()
     medians = {name: statistics.median(found) * 1000 for name, found in times.items()}
@@ -118,7 +133,8 @@ def main() -> None:
     for name, argv in subjects.items():
         shown = " ".join(argv[:1] and [Path(argv[0]).name, *argv[1:]])
         print(f"{name:8} median {medians[name]:7.1f} ms   "
-              f"p10-p90 {_pct(times[name], 10):6.1f}-{_pct(times[name], 90):6.1f} ms   {shown}")
+              f"p10-p90 {_pct(times[name], 10):6.1f}-{_pct(times[name], 90):6.1f} ms   "
+              f"CPU {statistics.median(cpu[name]) * 1000:5.1f} ms   {shown}")
     print(f"devcell / docker exec: {medians['devcell'] / medians['docker']:.2f} (target <= 1.2)")
     if vm:
         print(f"vm / container devcell exec: {medians['vm'] / medians['devcell']:.2f}")

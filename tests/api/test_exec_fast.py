@@ -232,3 +232,14 @@ def test_a_removed_container_is_drift_and_a_stopped_cell_the_same_error(tmp_path
             "start gone`"]
     finally:
         remove_containers(state)
+
+
+def test_a_reader_that_goes_away_ends_exec_quietly(state: Path) -> None:
+    """`devcell exec CELL -- yes | head -n 1`: stdout closes under the relay; exit 0, no
+    traceback, as the full path did (the command in the cell is hung up on)."""
+    ran = subprocess.run(f"{sys.executable} -m devcell exec box -- yes | head -n 1; "
+                         "echo \"status ${PIPESTATUS[0]}\" >&2", shell=True,
+                         executable="/bin/bash", capture_output=True, env=_env(state),
+                         cwd=REPO, timeout=120)
+    assert ran.stdout == b"y\n"
+    assert ran.stderr.decode().strip().splitlines() == ["status 0"]

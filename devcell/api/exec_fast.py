@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from devcell.backends.container import engine_http, exec_socket
-from devcell.store import cell_glance
+from devcell.store import activity_sessions, cell_glance
 from devcell.store import state_dir as state_dirs
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; mypy reads this as True
@@ -46,18 +46,21 @@ def run(state_dir: Path, ref: str, argv: list[str], *, stdin: BinaryIO | None,
     try:
         path = exec_socket.socket_path()
         container = exec_socket.running_container(path, str(state_dir), cell.id)
-        _activity(state_dir, cell.id)
         exec_id = exec_socket.create(path, container, argv, stdin=stdin is not None, env=env,
                                      workdir=workdir)
-        sock, first = exec_socket.start(path, exec_id)
     except exec_socket.Fallback:
         return None
-    return _attached(path, sock, first, exec_id, cell.name, stdin)
-
-
-def _activity(state_dir: Path, cell_id: str) -> None:
-    """Where an exec session counts as the cell's activity (idle sleep, issue 30): the one
-    place the fast path would record it, cheaply, before the command starts."""
+    # The session counts as the cell's activity (idle sleep), as on the full path (cmd_exec).
+    session = activity_sessions.open_session(state_dir, cell.id, "exec")
+    try:
+        try:
+            sock, first = exec_socket.start(path, exec_id)
+        except exec_socket.Fallback:
+            return None
+        return _attached(path, sock, first, exec_id, cell.name, stdin)
+    finally:
+        if session is not None:
+            session.close()
 
 
 def _attached(path: str, sock: _socket.socket, first: bytes, exec_id: str,

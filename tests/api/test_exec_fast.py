@@ -86,7 +86,8 @@ FAST_PATH_MODULES = [
     "devcell.backends.container", "devcell.backends.container.engine",
     "devcell.backends.container.engine_http", "devcell.backends.container.exec_socket",
     "devcell.backends.container.labels", "devcell.cli", "devcell.cli.exec_fast",
-    "devcell.cli.main", "devcell.store", "devcell.store.cell_glance", "devcell.store.state_dir",
+    "devcell.cli.main", "devcell.store", "devcell.store.activity_sessions",
+    "devcell.store.cell_glance", "devcell.store.state_dir",
 ]
 """What `devcell exec CELL -- true` imports of DevCell on the fast path: a change here is a
 deliberate one (each module costs start-up; bench/exec.py)."""
@@ -104,6 +105,14 @@ def test_exec_takes_the_fast_path_and_writes_nothing(state: Path) -> None:
                                                       "sqlite_utils", "yaml", "sqlite3"}
     assert db_fingerprint(state) == before
     assert (state / "observed.json").read_bytes() == observed
+    from devcell.store import activity
+
+    assert activity.seen(state, _cell_id(state)).last.what == "exec session closed"  # type: ignore[union-attr]
+
+
+def _cell_id(state: Path) -> str:
+    shown = devcell(state, "get", "cell", "box", "-o", "json")
+    return str(json.loads(shown.stdout)["metadata"]["id"])
 
 
 @pytest.mark.parametrize("code", [0, 1, 42, 255])

@@ -227,6 +227,21 @@ class Supervising(Protocol):
 
 
 @runtime_checkable
+class KeepsRootfs(Protocol):
+    """What a backend with `keeps_rootfs` also does: carry a runtime's root filesystem into
+    the runtime made again after a spec change, when it is made on the same image."""
+
+    def keep_rootfs(self, cell: CellRef) -> Outputs:
+        """Keep the (stopped) runtime's root filesystem for the next `create_from_kept`,
+        or drop what was kept when the image changed; outputs `kept` and, if not, `why`."""
+        ...
+
+    def create_from_kept(self, cell: CellRef, runtime_hash: str) -> Outputs:
+        """`create`, made from what `keep_rootfs` kept when that is on the cell's image."""
+        ...
+
+
+@runtime_checkable
 class KeepsCellCaches(Protocol):
     """What a backend that keeps caches per cell in the state directory also does (the
     container backend: its build digests), so that no cache outlives its cell: forget a

@@ -78,7 +78,8 @@ class RuntimeUsage:
     cgroup: str | None = None
     """v1 or v2: the hierarchy read."""
     writable_bytes: int | None = None
-    """The runtime's own writable layer (the engine's SizeRw), when asked for."""
+    """The runtime's own writable layer (the engine's SizeRw), with the layers of its root
+    filesystem kept across recreates (container/rootfs.py), when asked for."""
     files_bytes: int | None = None
     """Blocks allocated to the runtime's own files, each inode once, as `du` (a vm machine's
     directory: root overlay, config disk, RAM file); None: it keeps none."""

@@ -283,6 +283,11 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
             sleep = status["sleep"]
             _field("Last sleep", f"{sleep.get('checkpoint')} "
                    f"(consistency {sleep.get('consistency')}, at {sleep.get('at')})")
+        if status.get("rootfs"):  # the last recreate: what it did with the root filesystem
+            rootfs = status["rootfs"]
+            _field("Root filesystem", f"kept across the recreate at {rootfs.get('at')}"
+                   if rootfs.get("kept") else
+                   f"started fresh at {rootfs.get('at')}: {rootfs.get('why')}")
         if status.get("lastStart"):
             _field("Last start", f"{status['lastStart']['at']}: {status['lastStart']['note']}")
     else:

@@ -22,6 +22,7 @@ from devcell.backends.base import (
     CellRef,
     Consistency,
     KeepsCellCaches,
+    KeepsRootfs,
     MachineState,
     Observed,
     Outputs,
@@ -244,12 +245,16 @@ class CellController:
                     build_tag):
                 # Before the old runtime goes: a failed build leaves it running.
                 steps.append(Step(S.BUILD_IMAGE, {"tag": build_tag}))
+            keep = stale and caps.keeps_rootfs and isinstance(backend, KeepsRootfs)
             if stale:
                 if observed.running:
                     steps.append(Step(S.STOP))
+                if keep:  # what was installed goes into the new runtime (same image)
+                    steps.append(Step(S.KEEP_ROOTFS))
                 steps.append(Step(S.DELETE))
             if creating:
-                create: dict[str, Any] = {"runtime_hash": want_hash}
+                create: dict[str, Any] = {"runtime_hash": want_hash,
+                                          **({"rootfs": True} if keep else {})}
                 if build_tag is not None:
                     create["image"] = build_tag  # kept for a resumed plan (rebuild_plan())
                 steps.append(Step(S.CREATE, create))
@@ -295,8 +300,9 @@ class CellController:
             return settled
         if not action:
             action = "repair" if observed.exists else "create"
-        if action == "create" and cell.phase == Phase.SLEEPING and desired == "Running":
-            action = "wake"
+        if action in ("create", "update") and cell.phase == Phase.SLEEPING \
+                and desired == "Running":
+            action = "wake"  # an update of a runtime its sleep kept is a wake too
         elif action == "create" and source is not None and volume is None:
             action = "fork"
         return Plan(cell, action, steps, backend_name, CellWork(ref))
@@ -688,6 +694,10 @@ class CellController:
                                      observed_generation=fresh.observed_generation)
 
     def note_outputs(self, plan: Plan, step: Step, outputs: Outputs) -> None:
+        if step.name == S.KEEP_ROOTFS:
+            _work(plan).rootfs = {"kept": bool(outputs.get("kept")), "at": now(),
+                                  **({"why": str(outputs["why"])} if outputs.get("why")
+                                     else {})}
         if step.name in (S.CHECKPOINT, S.SAVE_MACHINE) and not step.args.get("safety"):
             sleep: dict[str, Any] = {"checkpoint": outputs.get("checkpoint"),
                                      "checkpointId": step.args["checkpoint_id"],
@@ -755,11 +765,13 @@ class CellController:
         work = _work(plan)
         if work.sleep is not None:
             status["sleep"] = work.sleep
+        if work.rootfs is not None:
+            status["rootfs"] = work.rootfs  # describe says it; the event too
         if plan.action == "wake":
             sleep = status.get("sleep") or {}
             status["lastStart"] = {"at": now(), "from": "sleep",
                                    "restored": S.RESTORE_MACHINE in plan.ran,
-                                   "note": _woken(plan, sleep)}
+                                   "note": _woken(plan, sleep, work.rootfs)}
             if sleep.get("restoreFailed"):
                 status["sleep"] = {k: v for k, v in sleep.items() if k != "restoreFailed"}
         status["runtime"] = {"backend": plan.backend, "ref": f"{plan.backend}://{fresh.id}"}
@@ -786,6 +798,8 @@ class CellController:
             done += f"; {_asleep(backends.capabilities(plan.backend), status.get('sleep') or {})}"
         elif plan.action == "wake":
             done += f"; {status['lastStart']['note']}"
+        elif work.rootfs is not None:
+            done += f"; {_recreated(work.rootfs)}"
         events.record(conn, kind=KIND, object_id=fresh.id, name=fresh.name, reason=reason,
                       message=done)
 
@@ -807,21 +821,30 @@ def _saved_machine(backend: Backend, checkpoint_id: str) -> bool:
     return found is not None and found.consistency == Consistency.MACHINE
 
 
-def _woken(plan: Plan, sleep: dict[str, Any]) -> str:
+def _woken(plan: Plan, sleep: dict[str, Any], rootfs: dict[str, Any] | None) -> str:
     """What a wake brought back, in words (lastStart.note; describe shows it)."""
     if S.RESTORE_MACHINE in plan.ran:
         return "resumed from the saved machine: processes and memory came back"
     if sleep.get("rootfs") and S.CREATE not in plan.ran:
         return ("started its kept runtime: the root filesystem (what was installed) and the "
                 "workspace as they were; processes and memory were not restored")
+    if rootfs is not None:
+        return (f"made again (its spec changed while it slept): {_recreated(rootfs)}; the "
+                "workspace is kept; processes and memory were not restored")
     if sleep.get("rootfs"):
-        return ("made again (its spec or image changed while it slept): the root filesystem "
-                "starts fresh from the image, the workspace is kept; processes and memory "
-                "were not restored")
+        return ("made again (its container was gone): the root filesystem starts fresh from "
+                "the image, the workspace is kept; processes and memory were not restored")
     cold = "cold boot from the persisted workspace; processes and memory were not restored"
     if sleep.get("restoreFailed"):  # api/wake.py set the saved machine aside
         return f"{cold} (resuming the saved machine failed: {sleep['restoreFailed']})"
     return cold
+
+
+def _recreated(rootfs: dict[str, Any]) -> str:
+    """What a recreate did with the root filesystem, in words."""
+    if rootfs.get("kept"):
+        return "the root filesystem (what was installed) was kept across the recreate"
+    return str(rootfs.get("why") or "the root filesystem starts fresh from the image")
 
 
 def _asleep(caps: Capabilities, sleep: dict[str, Any]) -> str:
@@ -857,7 +880,22 @@ def _create(b: Backend, ref: CellRef, step: Step) -> Outputs:
     image = step.args.get("image")
     if image is not None:
         ref = dataclasses.replace(ref, spec=with_image(ref.spec, image))
+    if step.args.get("rootfs"):
+        return _keeping(b).create_from_kept(ref, step.args["runtime_hash"])
     return b.create(ref, step.args["runtime_hash"])
+
+
+def _keeping(backend: Backend) -> KeepsRootfs:
+    if not backend.capabilities.keeps_rootfs or not isinstance(backend, KeepsRootfs):
+        raise CapabilityMissing(f"the {backend.name} backend cannot keep a root filesystem")
+    return backend
+
+
+def _keep_rootfs(b: Backend, ref: CellRef, step: Step) -> Outputs:
+    image = step.args.get("image")
+    if image is not None:
+        ref = dataclasses.replace(ref, spec=with_image(ref.spec, image))
+    return _keeping(b).keep_rootfs(ref)
 
 
 def _delete(b: Backend, ref: CellRef, step: Step) -> Outputs:
@@ -903,6 +941,7 @@ _STEPS: dict[StepName, StepHandler] = {
     S.RESTART_SERVICE: lambda b, ref, step: _supervising(b).restart_service(
         ref, step.args["service"]),
     S.STOP: lambda b, ref, step: b.stop(ref),
+    S.KEEP_ROOTFS: _keep_rootfs,
     S.DELETE: lambda b, ref, step: _delete(b, ref, step),
     S.QUIESCE: lambda b, ref, step: b.quiesce(ref),
     S.RESUME: lambda b, ref, step: b.resume(ref),

@@ -25,6 +25,9 @@ class StepName(StrEnum):
     CREATE = "create"
     START = "start"
     STOP = "stop"
+    KEEP_ROOTFS = "keep-rootfs"
+    """Before a recreate, on a backend whose stopped runtime keeps its root filesystem: carry
+    it into the new runtime when that is made on the same image (else say it starts fresh)."""
     DELETE = "delete"
     QUIESCE = "quiesce"
     """Hooks, sync, freeze: the workspace holds still for a checkpoint."""

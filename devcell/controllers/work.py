@@ -16,3 +16,5 @@ class CellWork:
     ref: CellRef
     sleep: dict[str, Any] | None = None
     """The sleep checkpoint taken by this plan (written to status.sleep)."""
+    rootfs: dict[str, Any] | None = None
+    """What keep-rootfs did (kept, or why not), said by finish()."""

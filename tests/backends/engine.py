@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,9 +80,21 @@ def remove_containers(state_dir: Path) -> int:
             "dev.devcell.managed=true", f"dev.devcell.state-dir={state_hash(state_dir)}"]})
         for info in found:
             client.api.remove_container(info["Id"], force=True)
+        _remove_kept_root_filesystems(client, lambda labels: labels.get(
+            "dev.devcell.state-dir") == state_hash(state_dir))
         return len(found)
     finally:
         client.close()
+
+
+def _remove_kept_root_filesystems(client: Any, ours: Any) -> None:
+    """Root filesystems a recreate kept (devcell/backends/container/rootfs.py) for the state
+    directories `ours(labels)` accepts, after their containers."""
+    for image in client.api.images(filters={"label": "dev.devcell.rootfs=true"}):
+        if ours(image.get("Labels") or {}):
+            for tag in image.get("RepoTags") or []:
+                if tag.startswith("devcell-rootfs/"):
+                    client.api.remove_image(tag)
 
 
 def remove_containers_under(root: Path) -> int:
@@ -98,6 +111,8 @@ def remove_containers_under(root: Path) -> int:
                  if Path(info["Labels"].get("dev.devcell.state-path", "/")).is_relative_to(root)]
         for info in found:
             client.api.remove_container(info["Id"], force=True)
+        _remove_kept_root_filesystems(client, lambda labels: Path(labels.get(
+            "dev.devcell.state-path") or "/").is_relative_to(root))
         return len(found)
     finally:
         client.close()

@@ -128,6 +128,10 @@ def test_capabilities_are_honest(backend: Backend) -> None:
         assert caps.snapshot_consistency is Consistency.METADATA
     if caps.snapshot_consistency is Consistency.MACHINE:
         assert caps.memory_state
+    if caps.keeps_rootfs:  # the cell controller plans keep-rootfs and create-from-kept
+        from devcell.backends.base import KeepsRootfs
+
+        assert isinstance(backend, KeepsRootfs)
 
 
 def test_observe_unknown_cell(backend: Backend) -> None:

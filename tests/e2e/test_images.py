@@ -253,7 +253,7 @@ def test_always_under_the_daemon_follows_a_pushed_digest(
     updates = [o for o in ops if o["action"] == "update" and o["status"] == "Succeeded"]
     assert len(updates) == 1, ops
     assert [str(s) for s in updates[0]["plan"]] == [
-        "pull-image", "stop", "delete", "create", "start"]
+        "pull-image", "stop", "keep-rootfs", "delete", "create", "start"]
     assert "Traceback" not in log.read_text()
 
 

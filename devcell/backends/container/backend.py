@@ -491,6 +491,14 @@ class ContainerBackend:
                     self.api.remove_network(network["Id"])
 
     def create(self, cell: CellRef, runtime_hash: str) -> Outputs:
+        return self._make(cell, runtime_hash, from_kept=False)
+
+    def create_from_kept(self, cell: CellRef, runtime_hash: str) -> Outputs:
+        """`create`, from the root filesystem `keep_rootfs` kept when there is one made on the
+        cell's image (container/rootfs.py), else from the image."""
+        return self._make(cell, runtime_hash, from_kept=True)
+
+    def _make(self, cell: CellRef, runtime_hash: str, *, from_kept: bool) -> Outputs:
         """Create the cell's container (not started). Idempotent: the same spec is a no-op.
 
         The engine is asked to create first and the labels are listed only when the name is
@@ -508,6 +516,8 @@ class ContainerBackend:
             volume_id=cell.volume_id, runtime_hash=runtime_hash, op_id=cell.op_id, policy=policy,
             live=live, live_owner=None if live is None else live_folder.owner(live))
         container_spec.check_security(self.layout, kwargs, policy)
+        if from_kept:  # the root filesystem kept_rootfs committed, when made on this image
+            kwargs["image"] = self._kept_image(cell, kwargs["image"]) or kwargs["image"]
         self._write_run_dir(cell)
         self._hand_over(cell, container_spec.user_ids(kwargs))
         bridged = kwargs.get("network") == container_spec.BRIDGE_NETWORK
@@ -535,6 +545,37 @@ class ContainerBackend:
             if bridged:
                 kwargs["network"] = self._ensure_bridge()
             return self._create(cell, name, kwargs)
+
+    def keep_rootfs(self, cell: CellRef) -> Outputs:
+        """Before a recreate: commit the cell's (stopped) container as its kept root
+        filesystem when the new container is made on the same image, else drop what was
+        kept (container/rootfs.py). Outputs say which, and why."""
+        from devcell.backends.container import rootfs
+
+        info = self._find(cell)
+        if info is None:
+            return {"kept": False, "why": "the cell had no container: its root filesystem "
+                                          "starts fresh from the image"}
+        image = self.image_info(container_spec.image_of(cell.spec))
+        if image is None:
+            raise BackendNotFound(f"image {container_spec.image_of(cell.spec)} of cell "
+                                  f"{cell.name} is not on the engine")
+        with sdk.engine_calls(f"looking up the container of cell {cell.name}"):
+            config = self.api.inspect_container(info["Id"]).get("Config") or {}
+        return rootfs.keep(self.api, info, owner=self.owner, cell_id=cell.id,
+                           cell_name=cell.name, image=image, container_config=config)
+
+    def _kept_image(self, cell: CellRef, image: str) -> str | None:
+        from devcell.backends.container import rootfs
+
+        found = self.image_info(image)
+        if found is None:
+            return None
+        kept = rootfs.kept_for(self.api, owner=self.owner, cell_id=cell.id,
+                               image_id=str(found.get("Id") or ""))
+        if kept is None:  # one kept on another image: its container is gone now
+            rootfs.drop(self.api, owner=self.owner, cell_id=cell.id)
+        return kept
 
     def _create(self, cell: CellRef, name: str, kwargs: dict[str, Any]) -> Outputs:
         with sdk.engine_calls(f"creating container {name} from image {kwargs['image']}"):
@@ -1298,6 +1339,10 @@ class ContainerBackend:
 
         if _CELL_NAME.fullmatch(cell.name):  # any other name was never cached
             build_digest_cache.DigestCache(self.layout.state_dir).forget(cell.name)
+        from devcell.backends.container import rootfs
+
+        if rootfs.present(self.owner, cell.id):  # no SDK unless one was kept
+            rootfs.drop(self.api, owner=self.owner, cell_id=cell.id)  # after its container
 
     def prune_cell_caches(self, live_cell_ids: frozenset[str]) -> list[str]:
         from devcell.backends.container import build_digest_cache
@@ -1435,8 +1480,9 @@ class ContainerBackend:
         """Names of every container on the engine (anyone's) made from image `image_id`."""
         with sdk.engine_calls(f"listing the containers of image {image_id[:19]}"):
             listed = self.api.containers(all=True, filters={"ancestor": image_id})
+        # A container made from a kept root filesystem (container/rootfs.py) uses its base.
         return [(c.get("Names") or ["?"])[0].lstrip("/") for c in listed
-                if c.get("ImageID") == image_id]
+                if c.get("ImageID") == image_id or container_spec.base_of(c) == image_id]
 
     def untag_image(self, image: str) -> None:
         """Remove the engine's tag `image` (never by force: the engine refuses while any

@@ -22,6 +22,7 @@ from typing import Any
 from devcell.backends.capacity import CheckpointsUsage, CheckpointUsage, RuntimeUsage, Usage, WorkspaceUsage
 from devcell.backends.container import cgroups, changes, overlay, workspaces
 from devcell.backends.container import observe as container_observe
+from devcell.backends.container.labels import BASE_IMAGE, KEPT_ROOTFS
 from devcell.backends.container.layout import Layout
 from devcell.backends.container.spec import CELL_ID
 from devcell.backends.container.workspaces import WorkspaceStore
@@ -162,6 +163,18 @@ def checkpoints_usage(store: WorkspaceStore, checkpoint_ids: list[str] | None
     return CheckpointsUsage(items, census.total(), freed(free))
 
 
+def kept_bytes(info: dict[str, Any]) -> int:
+    """The layers of a container's root filesystem kept across recreates (container/rootfs.py):
+    its image's size less the cell's own image's, as the engine counts them; 0 for a
+    container made from the cell's image."""
+    labels = info.get("Labels") or {}
+    base, made_from = str(labels.get(BASE_IMAGE) or ""), str(info.get("ImageID") or "")
+    if labels.get(KEPT_ROOTFS) != "true" or not base or base == made_from:
+        return 0
+    whole, below = container_observe.image_size(made_from), container_observe.image_size(base)
+    return max(whole - below, 0) if whole is not None and below is not None else 0
+
+
 Inspect = Callable[[str], dict[str, Any]]
 """The engine's inspection of a container, by id."""
 
@@ -172,6 +185,8 @@ def runtime_usage(info: dict[str, Any], inspect: Inspect, *, proc: Path = Path("
     running = info.get("State") in ("running", "paused")
     size = info.get("SizeRw")
     writable = int(size) if isinstance(size, int) else None
+    if writable is not None:
+        writable += kept_bytes(info)
     if not running:
         return RuntimeUsage(running=False, writable_bytes=writable)
     container_id = str(info.get("Id", ""))

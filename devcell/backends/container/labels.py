@@ -11,3 +11,8 @@ VOLUME, RUNTIME_HASH = f"{LABEL}.volume", f"{LABEL}.runtime-hash"
 OPERATION = f"{LABEL}.operation"
 STATE_PATH = f"{LABEL}.state-path"
 """For people (and test clean-up); ownership is decided by STATE, the digest of that path."""
+BASE_IMAGE = f"{LABEL}.base-image"
+"""On a kept root filesystem (container/rootfs.py), inherited by a container made from it: the
+id of the image it was made on (the cell's own image)."""
+KEPT_ROOTFS = f"{LABEL}.rootfs"
+"""On an image: a cell's kept root filesystem (never a build's)."""

@@ -28,7 +28,14 @@ from devcell.backends.base import Observed
 from devcell.backends.container import engine_http
 from devcell.backends.container.engine import HOW_TO_START, engine_address
 from devcell.backends.container.layout import Layout
-from devcell.backends.container.spec import CELL_ID, MANAGED, RUNTIME_HASH, STATE, VOLUME
+from devcell.backends.container.spec import (
+    CELL_ID,
+    MANAGED,
+    RUNTIME_HASH,
+    STATE,
+    VOLUME,
+    base_of,
+)
 from devcell.backends.host.ids import is_safe_id, state_hash
 from devcell.errors import (
     BackendConflict,
@@ -215,6 +222,28 @@ def reachable() -> bool:
     return _get("/version", "asking the engine its version") is not None
 
 
+def image_present(name: str) -> bool | None:
+    """Whether the engine has an image by this name (over the socket; None: an engine
+    address only the SDK speaks)."""
+    answer = _exchange("GET", f"/images/{urllib.parse.quote(name, safe='/:')}/json",
+                       limit=1 << 20)
+    if answer is None:
+        return None
+    return answer[0] == 200
+
+
+def image_size(image_id: str) -> int | None:
+    """The engine's size of an image (all its layers), by id; None when it cannot say."""
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", image_id):
+        return None
+    try:
+        found = _get(f"/images/{image_id}/json", f"looking up image {image_id[:19]}")
+    except BackendError:
+        return None
+    size = found.get("Size") if isinstance(found, dict) else None
+    return int(size) if isinstance(size, int) else None
+
+
 def _get(path: str, action: str) -> Any:
     """GET `path` from the engine and decode its JSON; None for an engine address only the
     SDK speaks (the caller asks through the SDK)."""
@@ -302,7 +331,7 @@ def observed(info: dict[str, Any], layout: Layout, cell_id: str) -> Observed:
     quiesced = (layout.run_dir(cell_id) / QUIESCED).exists()
     detail: dict[str, Any] = {
         "state": state, "container": (info.get("Names") or ["?"])[0].lstrip("/"),
-        "id": str(info.get("Id", ""))[:12], "image_id": str(info.get("ImageID") or "")}
+        "id": str(info.get("Id", ""))[:12], "image_id": base_of(info)}
     volume = (info.get("Labels") or {}).get(VOLUME)
     if state == "running" and volume and is_safe_id(volume):
         detail["services"] = service_state.read(layout.logs(volume) / supervisor.STATE_DIR)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from devcell import security
 from devcell.backends import limits, supervisor
 from devcell.backends.container.labels import (
+    BASE_IMAGE,
     CELL,
     CELL_ID,
     MANAGED,
@@ -46,6 +47,15 @@ from devcell.manifests.model import field_path
 
 if TYPE_CHECKING:
     from devcell.config import SecurityPolicy
+
+
+def base_of(info: dict[str, Any]) -> str:
+    """The image a container's root filesystem is made on: its own image, or, for one made
+    from a kept root filesystem (container/rootfs.py), the image that was kept on (the
+    inherited BASE_IMAGE label)."""
+    labels = info.get("Labels") or (info.get("Config") or {}).get("Labels") or {}
+    return str(labels.get(BASE_IMAGE) or info.get("ImageID") or info.get("Image") or "")
+
 
 BRIDGE_NETWORK = "devcell-bridge"
 STOP_TIMEOUT = 5

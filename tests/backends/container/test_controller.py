@@ -26,8 +26,8 @@ SERVICE = {"name": "writer",
 
 
 def container_cell(name: str, state: str = "Running", **spec: Any) -> dict[str, Any]:
-    return cell_doc(name, state, backend="container", image=IMAGE, network={"mode": "none"},
-                    services=[SERVICE], **spec)
+    return cell_doc(name, state, **{"backend": "container", "image": IMAGE,
+                                    "network": {"mode": "none"}, "services": [SERVICE], **spec})
 
 
 def backend_of(ctx: Context) -> ContainerBackend:
@@ -118,7 +118,8 @@ def test_spec_change_recreates_and_keeps_the_workspace(ctx: Context, db: Databas
     before = backend.observe(ref).runtime_hash
     apply(db, container_cell("api", env=[{"name": "NEW", "value": "1"}]))
     plan = decide(ctx, "Cell", "api")
-    assert isinstance(plan, Plan) and plan.step_names == ["stop", "delete", "create", "start"]
+    assert isinstance(plan, Plan)
+    assert plan.step_names == ["stop", "keep-rootfs", "delete", "create", "start"]
     assert converge_all(ctx).ok
     ref = ref_of(db, "api")
     assert backend.observe(ref).runtime_hash != before
@@ -267,3 +268,76 @@ def test_a_disk_that_fills_up_during_sleep_leaves_the_cell_running(
             ctx.close()
             db.close()
             remove_containers(state)
+
+
+def test_a_recreate_on_the_same_image_keeps_the_root_filesystem(
+        ctx: Context, db: Database, docker_client: Any) -> None:
+    """Issue 30: a spec change (here env) recreates the container; on the same image the old
+    one's root filesystem is committed and the new one made from it, so what was installed
+    stays, while the new spec applies; asleep or awake alike. An image change starts fresh
+    and says so; deleting the cell removes what was kept. About 15 s (three recreates, one
+    tiny image built)."""
+    from devcell.backends.container import rootfs
+    from devcell.store import events
+
+    apply(db, container_cell("api", env=[{"name": "OLD", "value": "dropped-later"}]))
+    assert converge_all(ctx).ok
+    backend = backend_of(ctx)
+    ref = ref_of(db, "api")
+    kept_tag = rootfs.tag(backend.owner, ref.id)
+    run_in(backend, ref, "mkdir -p /usr/local/bin; echo v1 > /usr/local/bin/tool.txt")
+
+    apply(db, container_cell("api", env=[{"name": "NEW", "value": "1"}]))
+    plan = decide(ctx, "Cell", "api")
+    assert isinstance(plan, Plan)
+    assert plan.step_names == ["stop", "keep-rootfs", "delete", "create", "start"]
+    assert converge_all(ctx).ok
+    # the new spec applies: a variable it dropped is gone, though the old container had it
+    assert run_in(backend, ref, "cat /usr/local/bin/tool.txt; echo $NEW ${OLD-unset}"
+                  ) == "v1\n1 unset\n"
+    kept = docker_client.images.get(kept_tag)
+    assert not any(e.startswith("OLD=") for e in kept.attrs["Config"]["Env"])
+    assert kept.labels["dev.devcell.managed"] == "false"  # no build: image ls/prune skip it
+    cell = record(db, "Cell", "api")
+    assert cell.status["rootfs"]["kept"] is True
+    said = [e["message"] for e in events.for_object(db.conn, cell.id) if e["reason"] == "Updated"]
+    assert "root filesystem (what was installed) was kept" in said[-1]
+    seen = backend.observe(ref).detail["image_id"]
+    assert seen == docker_client.images.get(IMAGE).id  # the cell's own image, not the kept one
+
+    run_in(backend, ref, "echo v2 >> /usr/local/bin/tool.txt")  # asleep, then a change, then up
+    apply(db, container_cell("api", "Sleeping", env=[{"name": "NEW", "value": "1"}]))
+    assert converge_all(ctx).ok
+    apply(db, container_cell("api", env=[{"name": "NEW", "value": "2"}]))
+    assert converge_all(ctx).ok
+    cell = record(db, "Cell", "api")
+    assert "root filesystem (what was installed) was kept" in cell.status["lastStart"]["note"]
+    assert run_in(backend, ref, "cat /usr/local/bin/tool.txt; echo $NEW") == "v1\nv2\n2\n"
+
+    other = "devcell-test/rootfs-fresh:1"
+    docker_client.images.build(fileobj=io.BytesIO(
+        f"FROM {IMAGE}\nLABEL devcell.test=rootfs-fresh\n".encode()), tag=other, rm=True)
+    try:
+        apply(db, container_cell("api", image=other, env=[{"name": "NEW", "value": "2"}]))
+        assert converge_all(ctx).ok
+        cell = record(db, "Cell", "api")
+        assert cell.status["rootfs"] == {**cell.status["rootfs"], "kept": False}
+        assert "image changed" in cell.status["rootfs"]["why"]
+        assert run_in(backend, ref, "cat /usr/local/bin/tool.txt 2>/dev/null || echo fresh"
+                      ) == "fresh\n"
+        assert not docker_client.images.list(name=kept_tag.rpartition(":")[0])  # dropped
+
+        run_in(backend, ref, "mkdir -p /usr/local/bin; echo v3 > /usr/local/bin/tool.txt")
+        apply(db, container_cell("api", image=other, env=[{"name": "NEW", "value": "3"}]))
+        assert converge_all(ctx).ok
+        assert docker_client.images.list(name=kept_tag.rpartition(":")[0])
+        # The cell's deletion: its delete step (the gate for its changed workspace aside).
+        from devcell.controllers.cell import _STEPS
+        from devcell.controllers.plan import Step
+        from devcell.controllers.steps import StepName
+
+        _STEPS[StepName.DELETE](backend, ref, Step(StepName.DELETE, {"forget_caches": True}))
+        assert not backend.observe(ref).exists
+        assert not docker_client.images.list(name=kept_tag.rpartition(":")[0])  # gone with it
+    finally:
+        docker_client.images.remove(other, force=False)

@@ -74,9 +74,11 @@ def test_always_pulls_a_newer_digest_and_recreates_the_cell(
     newer = registry.push(image, version="2")
     plan = decide(ctx, "Cell", "api")
     assert isinstance(plan, Plan) and plan.action == "update"
-    assert plan.step_names == ["pull-image", "stop", "delete", "create", "start"]
+    assert plan.step_names == ["pull-image", "stop", "keep-rootfs", "delete", "create", "start"]
     assert converge_all(ctx).ok
     ref = ref_of(db, "api")
+    rootfs = record(db, "Cell", "api").status["rootfs"]  # a new digest: a fresh root
+    assert not rootfs["kept"] and "image changed" in rootfs["why"]
     assert run_in(backend, ref, "echo $DEVCELL_TEST_IMAGE_VERSION") == "2\n"
     assert run_in(backend, ref, "cat /workspace/kept.txt") == "kept\n"  # workspace kept
     assert images.PullRecord(state).load()[image].digest == newer

@@ -120,7 +120,7 @@ def _set_machine_aside(state_dir: Path) -> None:
     sys.path.insert(0, str(c.REPO))
     from devcell.api import wake
 
-    if wake._set_machine_aside(state_dir, NAME) is None:
+    if wake.set_machine_aside(state_dir, NAME, why="set aside by bench/wake_ssh.py") is None:
         sys.exit("the cell slept without a saved machine: nothing to set aside")
 
 

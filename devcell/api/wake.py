@@ -40,7 +40,7 @@ def wake(state_dir: Path, cell: str, *, by: str) -> Woken:
     report = cells.start(state_dir, cell, by=by, reason=f"woken by {by}")
     fallback = None
     if not report.ok:
-        fallback = _set_machine_aside(state_dir, cell)
+        fallback = set_machine_aside(state_dir, cell)
         if fallback is None:
             raise BackendError(f"waking cell {cell} for {by} failed: {_failure(report)}")
         report = cells.start(state_dir, cell, by=by, reason=f"woken by {by}, booted cold")
@@ -69,7 +69,7 @@ def _last_start(state_dir: Path, cell: str) -> dict[str, object]:
         db.close()
 
 
-def _set_machine_aside(state_dir: Path, cell: str) -> str | None:
+def set_machine_aside(state_dir: Path, cell: str, why: str | None = None) -> str | None:
     """After a failed wake of a cell asleep with its memory saved: record that resuming it
     failed, so the next start boots cold (the controller plans a start, not a resume). The
     reason, or None when the cell had no saved machine to blame."""
@@ -81,7 +81,8 @@ def _set_machine_aside(state_dir: Path, cell: str) -> str | None:
             if not sleep.get("machine") or sleep.get("restoreFailed"):
                 return None
             ready = record.condition("Ready") or {}
-            why = str(ready.get("message") or record.status.get("message") or "it failed")
+            why = why or str(ready.get("message") or record.status.get("message")
+                             or "it failed")
             sleep["restoreFailed"] = why
             objects.write_status(conn, record, phase=record.phase,
                                  status=dict(record.status, sleep=sleep),

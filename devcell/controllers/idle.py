@@ -86,12 +86,32 @@ def sleep_after(cell: objects.ObjectRecord, state_dir: Path) -> int | None:
 
     given = (cell.spec.get("idle") or {}).get("sleepAfter")
     if given is None:
-        from devcell import config
-
-        given = config.load(state_dir).idle.sleep_after
+        given = _configured(state_dir)
     if given is None or given == "never":
         return None
     return quantities.duration_seconds(str(given))
+
+
+_CONFIGURED: dict[tuple[str, int, int, int, int, int], str | None] = {}
+
+
+def _configured(state_dir: Path) -> str | None:
+    """The configuration's idle.sleepAfter, parsed again only when its file changed: every
+    decide of a running cell without spec.idle asks (a daemon with many cells)."""
+    import os
+
+    from devcell import config
+
+    path = config.config_path(state_dir)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return config.load(state_dir).idle.sleep_after  # none: the defaults (or its error)
+    key = (str(path), st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode)
+    if key not in _CONFIGURED:
+        _CONFIGURED.clear()
+        _CONFIGURED[key] = config.load(state_dir).idle.sleep_after
+    return _CONFIGURED[key]
 
 
 def judge(cell: objects.ObjectRecord, state_dir: Path, *, now: datetime,

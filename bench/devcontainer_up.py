@@ -270,6 +270,9 @@ class Bench:
             self.check("devcontainer CLI", case, probe.stdout.decode(errors="replace"))
         finally:
             remove_containers(label)
+            if self.cold:  # a rebuilt tag leaves the last run's image untagged: removed now
+                for ref in images_named(f"vsc-dcb-{self.token}-{case.name}-"):
+                    docker("rmi", ref)
 
     # -- DevCell
 

@@ -55,12 +55,13 @@ def test_exec_passes_output_and_exit_status_through(cli: Cli, box: str) -> None:
     assert ok.returncode == 0, ok.stderr
 
 
-def test_exec_in_a_stopped_cell_says_how_to_start_it(cli: Cli, box: str) -> None:
+def test_exec_in_a_sleeping_cell_wakes_it_and_says_so(cli: Cli, box: str) -> None:
     assert cli("cell", "sleep", box).returncode == 0
-    result = cli("exec", box, "--", "true")
-    assert result.returncode == 1
-    assert "not running" in result.stderr and "devcell cell start box" in result.stderr
+    result = cli("exec", box, "--", "cat", "/proc/1/cmdline")
+    assert result.returncode == 0, result.stderr
+    assert "asleep; waking it for exec" in result.stderr and "woken in" in result.stderr
     assert "Traceback" not in result.stderr
+    assert cli("get", "cells", box, "-o", "jsonpath={.status.phase}").stdout == "Running"
 
 
 def test_logs_of_one_service_or_all(cli: Cli, box: str) -> None:

@@ -238,9 +238,21 @@ def test_sigterm_while_attached_still_restores_the_terminal(
 
 
 def test_a_failure_while_attached_restores_the_terminal_without_a_traceback(
+        cell: str, terminal: type[Terminal]) -> None:
+    session = terminal("exec", "-it", cell, "--", "/no/such/program")
+    assert session.wait() not in (0, None)
+    assert b"Traceback" not in session.output
+    assert session.restored()
+
+
+def test_exec_to_a_sleeping_cell_wakes_it_says_so_and_restores_the_terminal(
         cli: Cli, cell: str, terminal: type[Terminal]) -> None:
     assert cli("cell", "sleep", cell).returncode == 0
     session = terminal("exec", "-it", cell, "--", "sh")
-    assert session.wait() == 1
-    assert b"not running" in session.output and b"Traceback" not in session.output
+    session.expect("woken")
+    session.expect("#")
+    session.type(b"exit 3\n")
+    assert session.wait() == 3
+    assert b"asleep; waking it for exec" in session.output
+    assert b"Traceback" not in session.output
     assert session.restored()

@@ -250,7 +250,9 @@ class CellController:
                 if observed.running:
                     steps.append(Step(S.STOP))
                 if keep:  # what was installed goes into the new runtime (same image)
-                    steps.append(Step(S.KEEP_ROOTFS))
+                    # the image, as CREATE's: a resumed plan of a built cell has no other
+                    steps.append(Step(S.KEEP_ROOTFS, {} if build_tag is None
+                                      else {"image": build_tag}))
                 steps.append(Step(S.DELETE))
             if creating:
                 create: dict[str, Any] = {"runtime_hash": want_hash,

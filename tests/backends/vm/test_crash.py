@@ -69,9 +69,13 @@ def _db(state: Path) -> sqlite3.Connection:
 
 def _cells(state: Path) -> dict[str, dict[str, Any]]:
     with _db(state) as conn:
-        rows = conn.execute("SELECT id, name, spec, phase FROM cells "
+        rows = conn.execute("SELECT id, name, spec, phase, held FROM cells "
                             "WHERE deleted_at IS NULL").fetchall()
-    return {row[0]: {"name": row[1], "spec": json.loads(row[2]), "phase": row[3]}
+    # What the cell should be: a runtime hold (`cell sleep`, store/holds.py) wins over the
+    # spec's state, which a sleep no longer rewrites.
+    return {row[0]: {"name": row[1], "spec": json.loads(row[2]), "phase": row[3],
+                     "want": (json.loads(row[4]) if row[4] else {}).get(
+                         "state", json.loads(row[2]).get("state", "Running"))}
             for row in rows}
 
 
@@ -92,11 +96,10 @@ def _check(state: Path) -> None:
     machines = vm_proc.scan(VmLayout(state).name_prefix)
     owners = {name.removeprefix(VmLayout(state).name_prefix) for name in machines}
     assert owners <= set(cells), f"QEMU that no live cell owns: {owners - set(cells)}"
-    should_run = {cell_id for cell_id, cell in cells.items()
-                  if cell["spec"].get("state", "Running") == "Running"}
+    should_run = {cell_id for cell_id, cell in cells.items() if cell["want"] == "Running"}
     assert owners == should_run, (owners, should_run)
     for cell in cells.values():
-        assert cell["phase"] == cell["spec"].get("state", "Running"), cell
+        assert cell["phase"] == cell["want"], cell
 
 
 def _counter(cli: Cli, cell: str) -> int:

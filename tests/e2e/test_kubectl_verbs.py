@@ -239,7 +239,7 @@ def test_completion_answers_verbs_kinds_flags_and_names_from_the_state_dir_given
     assert complete("explain", "cell.spec.se") == [":words", "cell.spec.services"]
     assert complete("explain", "cell.spec.services.") == [
         ":words", "cell.spec.services.command", "cell.spec.services.name",
-        "cell.spec.services.restart"]
+        "cell.spec.services.ready", "cell.spec.services.restart"]
     assert complete("explain", "cell.nope.x") == [":words"]
     # --state-dir on the line wins over DEVCELL_HOME; another directory has other names
     other = tmp_path / "other"

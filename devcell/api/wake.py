@@ -2,20 +2,24 @@
 start it first, as `devcell cell start` does, and say what came back.
 
 A vm cell asleep with its memory saved resumes it (its processes run on). If that resume
-fails, the saved machine is set aside and the cell is booted cold from its kept disks and
-workspace: the caller gets in either way, and is told its processes were not restored.
+fails (its restore-machine step, and only that: a failure elsewhere leaves the saved machine
+for the next start), the saved machine is set aside and the cell is booted cold from its kept
+disks and workspace: the caller gets in either way, and is told its processes were not
+restored.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from devcell.api import cells
+from devcell.controllers.steps import StepName
 from devcell.errors import BackendError
 from devcell.store import db as dbmod
-from devcell.store import objects
+from devcell.store import objects, operations
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ def set_machine_aside(state_dir: Path, cell: str, why: str | None = None) -> str
             sleep = dict(record.status.get("sleep") or {})
             if not sleep.get("machine") or sleep.get("restoreFailed"):
                 return None
+            if not _restore_failed(conn, record.id):
+                return None  # it failed elsewhere: the saved machine may still resume
             ready = record.condition("Ready") or {}
             why = why or str(ready.get("message") or record.status.get("message")
                              or "it failed")
@@ -90,3 +96,14 @@ def set_machine_aside(state_dir: Path, cell: str, why: str | None = None) -> str
             return why
     finally:
         db.close()
+
+
+def _restore_failed(conn: sqlite3.Connection, object_id: str) -> bool:
+    """The cell's latest operation failed in its restore-machine step: the saved machine
+    itself would not resume. Any other failure (an engine gone, a full disk, a hook) says
+    nothing against the saved machine, and setting it aside would lose its processes."""
+    latest = operations.for_object(conn, object_id, limit=1)
+    if not latest:
+        return False
+    return any(step.name == StepName.RESTORE_MACHINE and step.status == operations.StepStatus.FAILED
+               for step in operations.steps(conn, latest[0]["id"]))

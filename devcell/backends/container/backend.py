@@ -54,8 +54,10 @@ from devcell.backends.container import observe as container_observe
 from devcell.backends.container import spec as container_spec
 from devcell.backends.container.layout import Layout
 from devcell.backends.container.spec import (
+    BASE_IMAGE,
     CELL,
     CELL_ID,
+    KEPT_ROOTFS,
     MANAGED,
     RUNTIME_HASH,
     STATE,
@@ -517,7 +519,10 @@ class ContainerBackend:
             live=live, live_owner=None if live is None else live_folder.owner(live))
         container_spec.check_security(self.layout, kwargs, policy)
         if from_kept:  # the root filesystem kept_rootfs committed, when made on this image
-            kwargs["image"] = self._kept_image(cell, kwargs["image"]) or kwargs["image"]
+            kept = self._kept_image(cell, kwargs["image"])
+            if kept is not None:  # what it is made on, said by DevCell, not by the image
+                kwargs["image"], kwargs["labels"][BASE_IMAGE] = kept
+                kwargs["labels"][KEPT_ROOTFS] = "true"
         self._write_run_dir(cell)
         self._hand_over(cell, container_spec.user_ids(kwargs))
         bridged = kwargs.get("network") == container_spec.BRIDGE_NETWORK
@@ -565,17 +570,21 @@ class ContainerBackend:
         return rootfs.keep(self.api, info, owner=self.owner, cell_id=cell.id,
                            cell_name=cell.name, image=image, container_config=config)
 
-    def _kept_image(self, cell: CellRef, image: str) -> str | None:
+    def _kept_image(self, cell: CellRef, image: str) -> tuple[str, str] | None:
+        """The cell's kept root filesystem made on `image` (its tag) and that image's id,
+        which the new container's BASE_IMAGE label says it is made on; None when none
+        was kept on it."""
         from devcell.backends.container import rootfs
 
         found = self.image_info(image)
         if found is None:
             return None
-        kept = rootfs.kept_for(self.api, owner=self.owner, cell_id=cell.id,
-                               image_id=str(found.get("Id") or ""))
+        image_id = str(found.get("Id") or "")
+        kept = rootfs.kept_for(self.api, owner=self.owner, cell_id=cell.id, image_id=image_id)
         if kept is None:  # one kept on another image: its container is gone now
             rootfs.drop(self.api, owner=self.owner, cell_id=cell.id)
-        return kept
+            return None
+        return kept, image_id
 
     def _create(self, cell: CellRef, name: str, kwargs: dict[str, Any]) -> Outputs:
         with sdk.engine_calls(f"creating container {name} from image {kwargs['image']}"):

@@ -31,6 +31,7 @@ from devcell.backends.container.labels import (
     BASE_IMAGE,
     CELL,
     CELL_ID,
+    KEPT_ROOTFS,
     MANAGED,
     OPERATION,
     RUNTIME_HASH,
@@ -152,9 +153,16 @@ def host_safe_user(user: str) -> str:
 
 def labels(layout: Layout, *, cell_id: str, cell_name: str, volume_id: str | None,
            runtime_hash: str, op_id: str | None = None) -> dict[str, str]:
-    out = {MANAGED: "true", STATE: state_hash(layout.state_dir),
-           STATE_PATH: str(layout.state_dir.resolve()), CELL_ID: cell_id, CELL: cell_name,
-           RUNTIME_HASH: runtime_hash}
+    """Every DevCell label a container carries, each set here: a container inherits its
+    image's labels, and an image is the cell's to write (a hostile Dockerfile's LABEL
+    dev.devcell.base-image or dev.devcell.volume would otherwise steer drift checks and the
+    service-state folder). Those DevCell has no value for are set empty, which hides the
+    image's; create sets BASE_IMAGE and KEPT_ROOTFS when it makes the container from a
+    kept root filesystem."""
+    out = dict.fromkeys((VOLUME, OPERATION, BASE_IMAGE, KEPT_ROOTFS), "")
+    out |= {MANAGED: "true", STATE: state_hash(layout.state_dir),
+            STATE_PATH: str(layout.state_dir.resolve()), CELL_ID: cell_id, CELL: cell_name,
+            RUNTIME_HASH: runtime_hash}
     if volume_id:
         out[VOLUME] = volume_id
     if op_id:

@@ -77,3 +77,37 @@ def test_cell_sleep_keeps_what_was_installed_says_so_and_df_counts_it(
     deleted = cli("delete", "cell", "box", "--approve")
     assert deleted.returncode == 0, deleted.stderr
     assert not docker_client.containers.list(all=True, filters=ours)  # what was kept went
+
+
+def test_an_image_cannot_speak_for_devcell_through_its_labels(
+        engine: None, state: Path, cli: Cli, tmp_path: Path, docker_client: Any) -> None:
+    """A hostile image's LABEL dev.devcell.base-image (what a kept root filesystem says it was
+    made on) and dev.devcell.volume are hidden by the values DevCell sets at create."""
+    context = tmp_path / "hostile"
+    context.mkdir()
+    (context / "Dockerfile").write_text(
+        f"FROM {IMAGE}\nLABEL dev.devcell.base-image=sha256:feed dev.devcell.volume=vol_other "
+        "dev.devcell.rootfs=true\n")
+    manifest = tmp_path / "hostile.yaml"
+    manifest.write_text(textwrap.dedent(f"""\
+        apiVersion: devcell.dev/v1alpha1
+        kind: Cell
+        metadata: {{name: hostile}}
+        spec:
+          backend: container
+          build: {{context: hostile}}
+          network: {{mode: none}}
+          services:
+            - {{name: idle, command: [sleep, "600"]}}
+        """))
+    try:
+        applied = cli("apply", "-f", str(manifest))
+        assert applied.returncode == 0, applied.stderr
+        [container] = docker_client.containers.list(
+            all=True, filters={"label": "dev.devcell.cell=hostile"})
+        labels = container.labels
+        assert labels["dev.devcell.base-image"] == ""
+        assert labels["dev.devcell.rootfs"] == ""
+        assert labels["dev.devcell.volume"] not in ("", "vol_other")
+    finally:
+        assert cli("delete", "cell", "hostile").returncode == 0

@@ -188,3 +188,17 @@ def test_the_engine_limits_are_checked_again_before_the_engine_call(tmp_path: Pa
         kwargs(tmp_path, workspace={"mountPath": "/.dockerenv"})
     with pytest.raises(BackendError, match="spec.resources.cpus: must be at least 0.01"):
         kwargs(tmp_path, resources={"cpus": 0.001})
+
+
+def test_every_devcell_label_is_set_by_devcell_not_inherited_from_the_image(
+        tmp_path: Path) -> None:
+    """A container inherits its image's labels and the image is the cell's to write: each
+    DevCell label DevCell has no value for is set empty, so an image's LABEL cannot fill it."""
+    from devcell.backends.container import labels as devcell_labels
+
+    made = container_spec.create_kwargs(
+        Layout(tmp_path), name="devcell-x-1", cell_id="cell_x", cell_name="x", spec=spec(),
+        volume_id=None, runtime_hash="h")["labels"]
+    for key in (devcell_labels.VOLUME, devcell_labels.OPERATION, devcell_labels.BASE_IMAGE,
+                devcell_labels.KEPT_ROOTFS):
+        assert made[key] == ""

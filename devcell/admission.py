@@ -213,11 +213,16 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
             problem = archive_unpack.header_problem(os.path.realpath(archive.path))
             if problem:
                 problems.append(located(m, ("workspace", "source", "archive", "path"), problem))
-        if m.spec.get("build") is not None:
-            home = os.path.dirname(m.source) if m.source != "-" else os.getcwd()
-            for path, message in security.build_context_problems(m.spec["build"], home,
-                                                                 policy, Path(state_dir)):
-                problems.append(located(m, path, message))
+        builds: list[tuple[tuple[str | int, ...], dict[str, Any]]] = [
+            ((), m.spec["build"])] if m.spec.get("build") is not None else []
+        builds += [(("sidecars", i), sidecar["build"])
+                   for i, sidecar in enumerate(m.spec.get("sidecars") or [])
+                   if sidecar.get("build") is not None]
+        home = os.path.dirname(m.source) if m.source != "-" else os.getcwd()
+        for under, build in builds:
+            for path, message in security.build_context_problems(build, home, policy,
+                                                                 Path(state_dir)):
+                problems.append(located(m, (*under, *path), message))
     mounting = {m.name: binds for m in cells if (binds := security.host_mounts(m.spec))}
     if mounting:
         others = {name: binds for name, spec in (recorded or {}).items()

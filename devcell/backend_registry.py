@@ -41,6 +41,9 @@ class Limits(NamedTuple):
     publishing_drivers: tuple[str, ...] | None = None
     """The spec.vm.driver values that publish spec.network.ports (None: the backend has no
     drivers to choose)."""
+    sidecars: bool = True
+    """Whether the backend runs spec.sidecars (containers sharing the cell's network
+    namespace) and spec.volumes (named volumes of the cell) (the fake records them)."""
 
 
 class Root(NamedTuple):
@@ -128,7 +131,7 @@ BACKENDS: tuple[Backend, ...] = (
         # Ports are published by QEMU's user networking (IPv4 host addresses only); the guest
         # has a network stack of its own, so it cannot share the host's.
         limits=Limits(cell_user=False, live_workspace=False, network_modes=("none", "bridge"),
-                      publish_ipv6=False, publishing_drivers=("qemu",)),
+                      publish_ipv6=False, publishing_drivers=("qemu",), sidecars=False),
     ),
 )
 

@@ -274,6 +274,7 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
                        f"{host} overlaps spec.mounts[{clash_at}].hostPath; host paths of one "
                        "cell may not nest or repeat")
             hosts.append((i, resolved))
+    yield from _volume_problems(spec, taken)
     network = spec.get("network") or {}
     mode = network.get("mode", "none")
     if mode == "host" and not policy.allow_host_network:
@@ -281,26 +282,54 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
                "host networking shares the host's network namespace and is off by default; an "
                f"administrator can allow it with security.allowHostNetwork: true in "
                f"{policy.source}")
-    ports = network.get("ports") or []
-    if ports and mode != "bridge":
-        yield (("network", "ports"),
-               f"ports are published only with network.mode bridge (mode is {mode})")
-    bound: list[tuple[str, int, int]] = []
-    for i, port in enumerate(ports):
-        address = str(port.get("hostIP", "127.0.0.1"))
-        problem = _address_problem(address, policy)
+    lists: list[tuple[FieldPath, list[dict[str, Any]]]] = [
+        (("network", "ports"), network.get("ports") or [])]
+    lists += [(("sidecars", i, "ports"), sidecar.get("ports") or [])
+              for i, sidecar in enumerate(spec.get("sidecars") or [])]
+    bound: list[tuple[str, int, FieldPath]] = []
+    for where, ports in lists:
+        if ports and mode != "bridge":
+            yield (where, "ports are published only with spec.network.mode bridge (mode is "
+                          f"{mode})")
+        for i, port in enumerate(ports):
+            address = str(port.get("hostIP", "127.0.0.1"))
+            problem = _address_problem(address, policy)
+            if problem:
+                yield (*where, i, "hostIP"), problem
+            host_port = int(port.get("hostPort", port.get("containerPort", 0)))
+            # The engine binds each host address:port once; the unspecified address (0.0.0.0,
+            # ::) takes the port on every address, so it clashes with any other binding of it.
+            taken_by = next((at for other, other_port, at in bound
+                             if other_port == host_port and _same_binding(address, other)),
+                            None)
+            if taken_by is not None:
+                yield ((*where, i, "hostPort"),
+                       f"{address}:{host_port} is already published by {spec_field(taken_by)}")
+            bound.append((address, host_port, (*where, i)))
+
+
+def _volume_problems(spec: dict[str, Any], taken: list[tuple[str, FieldPath]]
+                     ) -> Iterator[tuple[FieldPath, str]]:
+    """The cell's named volumes (mounted in its container, beside the workspace and its
+    mounts: `taken`) and its sidecars' data volumes (each in its own container)."""
+    for i, volume in enumerate(spec.get("volumes") or []):
+        inside = str(volume.get("mountPath", ""))
+        problem = mount_path_problem(inside)
         if problem:
-            yield ("network", "ports", i, "hostIP"), problem
-        host_port = int(port.get("hostPort", port.get("containerPort", 0)))
-        # The engine binds each host address:port once; the unspecified address (0.0.0.0,
-        # ::) takes the port on every address, so it clashes with any other binding of it.
-        taken_by = next((j for other, other_port, j in bound
-                         if other_port == host_port and _same_binding(address, other)), None)
-        if taken_by is not None:
-            yield (("network", "ports", i, "hostPort"),
-                   f"{address}:{host_port} is already published by "
-                   f"spec.network.ports[{taken_by}]")
-        bound.append((address, host_port, i))
+            yield ("volumes", i, "mountPath"), problem
+            continue
+        clash = next(((other, where) for other, where in taken if _overlap(inside, other)), None)
+        if clash is not None:
+            yield (("volumes", i, "mountPath"),
+                   f"{inside} overlaps {clash[0]} ({spec_field(clash[1])}); mounts and volumes "
+                   "may not nest or repeat")
+        taken.append((inside, ("volumes", i, "mountPath")))
+    for i, sidecar in enumerate(spec.get("sidecars") or []):
+        data = (sidecar.get("volume") or {}).get("mountPath")
+        if data is not None:
+            problem = mount_path_problem(str(data))
+            if problem:
+                yield ("sidecars", i, "volume", "mountPath"), problem
 
 
 def host_written(spec: dict[str, Any]) -> list[str]:
@@ -329,11 +358,25 @@ def _dotfiles_target_problems(target: str, spec: dict[str, Any]
                       "dotfiles elsewhere, e.g. ~/dotfiles")
 
 
+def port_entries(spec: dict[str, Any]) -> list[tuple[FieldPath, dict[str, Any]]]:
+    """Every port entry a cell publishes, with its field under spec: the cell's own
+    (spec.network.ports), then its sidecars' (published through the cell's network
+    namespace, so through its container)."""
+    found: list[tuple[FieldPath, dict[str, Any]]] = [
+        (("network", "ports", i), port)
+        for i, port in enumerate((spec.get("network") or {}).get("ports") or [])]
+    for s, sidecar in enumerate(spec.get("sidecars") or []):
+        if isinstance(sidecar, dict):
+            found += [(("sidecars", s, "ports", i), port)
+                      for i, port in enumerate(sidecar.get("ports") or [])]
+    return found
+
+
 def published(spec: dict[str, Any]) -> list[tuple[str, int]]:
-    """The host (address, port) pairs a cell's spec publishes, in its order."""
+    """The host (address, port) pairs a cell's spec publishes, in port_entries' order."""
     return [(str(port.get("hostIP", "127.0.0.1")),
              int(port.get("hostPort", port.get("containerPort", 0))))
-            for port in (spec.get("network") or {}).get("ports") or []]
+            for _, port in port_entries(spec)]
 
 
 def port_clashes(spec: dict[str, Any], others: dict[str, dict[str, Any]]
@@ -341,11 +384,11 @@ def port_clashes(spec: dict[str, Any], others: dict[str, dict[str, Any]]
     """Each host port of `spec` another cell (`others`: name -> spec) already publishes on
     an address that cannot bind it twice: the engine would refuse the second cell's start
     ("port is already allocated") and leave it failing for ever."""
-    for i, (address, port) in enumerate(published(spec)):
+    for (where, _), (address, port) in zip(port_entries(spec), published(spec), strict=True):
         for name, other in sorted(others.items()):
             if any(port == other_port and _same_binding(address, other_address)
                    for other_address, other_port in published(other)):
-                yield (("network", "ports", i, "hostPort"),
+                yield ((*where, "hostPort"),
                        f'{address}:{port} is already published by cell "{name}"; give this '
                        "cell another hostPort (a fork: --port CONTAINER:HOST or --no-ports)")
                 break

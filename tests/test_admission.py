@@ -202,3 +202,24 @@ def _manifests(doc: dict[str, Any]) -> list[Any]:
     from tests.controllers.support import parse
 
     return parse(doc)
+
+
+def test_a_sidecars_port_is_held_against_other_cells_as_the_cells_own_are(
+        tmp_path: Path) -> None:
+    db = open_database(tmp_path / "state")
+    try:
+        db_cell = _cell("db-app", [])
+        db_cell["spec"]["sidecars"] = [{"name": "db", "image": "devcell/busybox:latest",
+                                        "ports": [{"containerPort": 5432, "hostPort": 15432}]}]
+        (tmp_path / "a.yaml").write_text(yaml.safe_dump(db_cell))
+        admission.apply(db, read_sources([str(tmp_path / "a.yaml")]))
+        assert security.published(objects.cells_publishing_ports(db.conn)["db-app"].spec) == [
+            ("127.0.0.1", 15432)]
+        (tmp_path / "b.yaml").write_text(yaml.safe_dump(_cell("other", [("127.0.0.1", 15432)])))
+        with pytest.raises(ManifestError) as refused:
+            admission.apply(db, read_sources([str(tmp_path / "b.yaml")]))
+        problem = refused.value.problems[0]
+        assert problem.field == "spec.network.ports[0].hostPort"
+        assert 'already published by cell "db-app"' in problem.message
+    finally:
+        db.close()

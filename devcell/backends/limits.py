@@ -36,6 +36,8 @@ def cell_problems(spec: dict[str, Any], backend: str) -> Iterator[tuple[FieldPat
         (("spec", "workspace", "mountPath"), (spec.get("workspace") or {}).get("mountPath"))]
     paths += [(("spec", "mounts", i, "mountPath"), mount.get("mountPath"))
               for i, mount in enumerate(spec.get("mounts") or [])]
+    paths += [(("spec", "volumes", i, "mountPath"), volume.get("mountPath"))
+              for i, volume in enumerate(spec.get("volumes") or [])]
     for path, inside in paths:
         if not isinstance(inside, str):
             continue
@@ -44,6 +46,11 @@ def cell_problems(spec: dict[str, Any], backend: str) -> Iterator[tuple[FieldPat
         if hidden is not None:
             yield (path, f"{inside} is reserved by the {backend} backend (its engine writes "
                          f"{hidden} in every cell); choose another path")
+    if not limits.sidecars:
+        for key, what in (("sidecars", "sidecar containers"), ("volumes", "named volumes")):
+            if spec.get(key):
+                yield (("spec", key), f"the {backend} backend runs no {what} (a cell is one "
+                                      f"machine); spec.{key} is for container cells")
     if spec.get("user") and not limits.cell_user:
         yield (("spec", "user"), f"the {backend} backend runs a cell's commands as root; "
                                  "spec.user is for container cells")

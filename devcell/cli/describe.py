@@ -156,10 +156,13 @@ def _ports(spec: dict[str, Any], cell_id: str, state_dir: Path | None) -> str | 
     from devcell import security
     from devcell.store import forwards
 
-    container = [int(p.get("containerPort", 0))
-                 for p in (spec.get("network") or {}).get("ports") or []]
-    shown = [f"{address}:{port} -> {inner} (published)"
-             for (address, port), inner in zip(security.published(spec), container, strict=True)]
+    inner = [(int(p.get("containerPort", 0)),
+              f" (sidecar {spec['sidecars'][where[1]].get('name')})"
+              if where[0] == "sidecars" else "")
+             for where, p in security.port_entries(spec)]
+    shown = [f"{address}:{port} -> {inside} (published){whose}"
+             for (address, port), (inside, whose) in zip(security.published(spec), inner,
+                                                          strict=True)]
     if state_dir is not None:
         shown += [f"{f.address}:{local} -> {remote} (port-forward, pid {f.pid})"
                   for f in forwards.of_cell(state_dir, cell_id) for local, remote in f.ports]

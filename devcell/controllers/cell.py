@@ -73,7 +73,7 @@ S = StepName
 RUNTIME_FIELDS = ("image", "services", "env", "resources", "network", "hooks", "workspace")
 
 
-OPTIONAL_RUNTIME_FIELDS = ("mounts", "user")
+OPTIONAL_RUNTIME_FIELDS = ("mounts", "user", "volumes", "sidecars")
 """Runtime fields added later: in the digest only when present, so cells without them keep
 their digest (and their containers) across the upgrade."""
 

@@ -35,8 +35,11 @@ def entries(spec: object) -> list[int]:
 
 
 def may_cover(path: tuple[str | int, ...]) -> bool:
-    """Whether `path` is where a secret can be (an env entry's value), for a parser that
-    has not read the entry's `secret` flag yet (it may follow the value)."""
+    """Whether `path` is where a secret can be (an env entry's value: the cell's, or a
+    sidecar's, which validation refuses but never quotes), for a parser that has not read
+    the entry's `secret` flag yet (it may follow the value)."""
+    if len(path) >= 6 and path[:2] == ("spec", "sidecars") and path[3] == "env":
+        return path[5] not in _PUBLIC
     return len(path) >= 4 and path[:2] == ("spec", "env") and path[3] not in _PUBLIC
 
 
@@ -45,6 +48,13 @@ def covers(document: object, path: tuple[str | int, ...]) -> bool:
     if not may_cover(path):
         return False
     spec = document.get("spec") if isinstance(document, dict) else None
+    if path[1] == "sidecars":
+        sidecars = spec.get("sidecars") if isinstance(spec, dict) else None
+        index = path[2]
+        if not isinstance(sidecars, list) or not isinstance(index, int) \
+                or not 0 <= index < len(sidecars):
+            return False
+        return path[4] in entries(sidecars[index])
     return path[2] in entries(spec)
 
 

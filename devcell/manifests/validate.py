@@ -332,12 +332,12 @@ def _manifest_dir(source: SourceFile) -> str:
 
 def _normalise_cell(spec: dict[str, Any], base: str) -> dict[str, Any]:
     spec = copy.deepcopy(spec)
-    build = spec.get("build")
-    if build is not None:
-        # Stored absolute, so the daemon and every later reconcile build the same directory
-        # whoever runs them and from wherever; admission checks where it leads.
-        build["context"] = os.path.normpath(os.path.join(base, build.get("context", ".")))
-        build.setdefault("dockerfile", "Dockerfile")
+    for build in [spec.get("build"), *(s.get("build") for s in spec.get("sidecars", []))]:
+        if build is not None:
+            # Stored absolute, so the daemon and every later reconcile build the same directory
+            # whoever runs them and from wherever; admission checks where it leads.
+            build["context"] = os.path.normpath(os.path.join(base, build.get("context", ".")))
+            build.setdefault("dockerfile", "Dockerfile")
     spec.setdefault("state", "Running")
     workspace = spec.setdefault("workspace", {})
     workspace.setdefault("mountPath", "/workspace")
@@ -348,7 +348,13 @@ def _normalise_cell(spec: dict[str, Any], base: str) -> dict[str, Any]:
     for mount in spec.get("mounts", []):
         mount.setdefault("readOnly", False)
     spec.setdefault("network", {}).setdefault("mode", "none")
-    for port in spec["network"].get("ports", []):
+    ports = list(spec["network"].get("ports", []))
+    for sidecar in spec.get("sidecars", []):
+        sidecar.setdefault("restart", "Always")
+        for var in sidecar.get("env", []):
+            var.setdefault("secret", False)
+        ports += sidecar.get("ports", [])
+    for port in ports:
         port.setdefault("hostPort", port["containerPort"])
         port.setdefault("hostIP", "127.0.0.1")
     return spec
@@ -420,13 +426,43 @@ def _semantic_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
                     )
                 )
             seen.setdefault(service["name"], i)
-        env_seen: set[str] = set()
-        for i, var in enumerate(data["spec"].get("env", [])):
-            if var["name"] in env_seen:
-                problems.append(
-                    ctx.problem(("spec", "env", i, "name"), f'duplicate variable "{var["name"]}"')
-                )
-            env_seen.add(var["name"])
+        problems += _env_problems(ctx, data["spec"].get("env", []), ("spec", "env"))
+        problems += _unique_names(ctx, data["spec"].get("volumes", []), ("spec", "volumes"),
+                                  "volume")
+        sidecars = data["spec"].get("sidecars", [])
+        problems += _unique_names(ctx, sidecars, ("spec", "sidecars"), "sidecar")
+        for i, sidecar in enumerate(sidecars):
+            where = ("spec", "sidecars", i, "env")
+            problems += _env_problems(ctx, sidecar.get("env", []), where)
+            problems += [ctx.problem((*where, j, "secret"), (
+                "a sidecar's environment is given to the engine as its container's (docker "
+                "inspect shows it), so it holds no secret; put the secret in a file of the "
+                "sidecar's volume, or in spec.env of the cell"))
+                for j, var in enumerate(sidecar.get("env", [])) if var.get("secret")]
+    return problems
+
+
+def _env_problems(ctx: _Context, env: list[dict[str, Any]], where: Path) -> list[Problem]:
+    seen: set[str] = set()
+    problems = []
+    for i, var in enumerate(env):
+        if var["name"] in seen:
+            problems.append(ctx.problem((*where, i, "name"), f'duplicate variable "{var["name"]}"'))
+        seen.add(var["name"])
+    return problems
+
+
+def _unique_names(ctx: _Context, items: list[dict[str, Any]], where: Path, what: str
+                  ) -> list[Problem]:
+    """A name given twice in one list (sidecars, volumes: each names an engine object)."""
+    seen: dict[str, int] = {}
+    problems = []
+    for i, item in enumerate(items):
+        first = seen.setdefault(item["name"], i)
+        if first != i:
+            problems.append(ctx.problem((*where, i, "name"), (
+                f'duplicate {what} name "{item["name"]}" (first at '
+                f"{field_path((*where, first))})")))
     return problems
 
 

@@ -369,8 +369,11 @@ class Publisher:
 
 def cells_publishing_ports(conn: sqlite3.Connection) -> dict[str, Publisher]:
     """Live recorded cells that publish host ports, by name."""
-    rows = conn.execute("SELECT name, spec, source, deleting_at FROM cells WHERE deleted_at IS "
-                        "NULL AND json_array_length(spec, '$.network.ports') > 0").fetchall()
+    rows = conn.execute(
+        "SELECT name, spec, source, deleting_at FROM cells WHERE deleted_at IS NULL AND "
+        "(json_array_length(spec, '$.network.ports') > 0 OR EXISTS (SELECT 1 FROM "
+        "json_each(spec, '$.sidecars') WHERE json_array_length(value, '$.ports') > 0))"
+    ).fetchall()
     return {name: Publisher(faults.loads(spec), source, deleting is not None)
             for name, spec, source, deleting in rows}
 

@@ -56,6 +56,10 @@ def test_explain_an_object_lists_its_fields_required_ones_marked(cli: Cli) -> No
     assert "  command\t<[]string> -required-\n" in result.stdout
     assert "  name\t<string> -required-\n" in result.stdout
     assert "  restart\t<string>\n" in result.stdout
+    sidecars = cli("explain", "cell.spec.sidecars")  # fields shared through the schema's $defs
+    assert "  env\t<[]Object>\n" in sidecars.stdout and "  build\t<Object>\n" in sidecars.stdout
+    build = cli("explain", "cell.spec.sidecars.build").stdout
+    assert "  dockerfile\t<string>\n" in build and "spec.build" in build
     kind = cli("explain", "cells")  # any word for the kind, as kubectl
     assert "  spec\t<Object> -required-" in kind.stdout and "DESCRIPTION:" in kind.stdout
 
@@ -237,6 +241,14 @@ def test_completion_answers_verbs_kinds_flags_and_names_from_the_state_dir_given
     assert complete("logs", "c1") == [":words", "c1"]
     assert complete("apply", "-f", "") == [":files"]
     assert complete("explain", "cell.spec.se") == [":words", "cell.spec.services"]
+    assert complete("explain", "cell.spec.si") == [":words", "cell.spec.sidecars"]
+    assert complete("explain", "cell.spec.sidecars.") == [
+        ":words", "cell.spec.sidecars.build", "cell.spec.sidecars.command",
+        "cell.spec.sidecars.env", "cell.spec.sidecars.hooks", "cell.spec.sidecars.image",
+        "cell.spec.sidecars.name", "cell.spec.sidecars.ports", "cell.spec.sidecars.restart",
+        "cell.spec.sidecars.volume"]
+    assert complete("explain", "cell.spec.volumes.") == [
+        ":words", "cell.spec.volumes.mountPath", "cell.spec.volumes.name"]
     assert complete("explain", "cell.spec.services.") == [
         ":words", "cell.spec.services.command", "cell.spec.services.name",
         "cell.spec.services.ready", "cell.spec.services.restart"]

@@ -33,6 +33,18 @@ def test_covers_everything_in_a_secret_entry_but_its_name_and_flag() -> None:
     assert not secrets.covers("not a document", ("spec", "env", 0, "value"))
 
 
+
+def test_covers_a_sidecars_secret_entry_which_validation_refuses_without_quoting_it() -> None:
+    doc = {"spec": {"sidecars": [{"name": "db", "env": [
+        {"name": "A", "value": "x", "secret": True}, {"name": "B", "value": "v"}]}, "junk"]}}
+    assert secrets.may_cover(("spec", "sidecars", 0, "env", 0, "value"))
+    assert secrets.covers(doc, ("spec", "sidecars", 0, "env", 0, "value"))
+    assert not secrets.covers(doc, ("spec", "sidecars", 0, "env", 0, "name"))
+    assert not secrets.covers(doc, ("spec", "sidecars", 0, "env", 1, "value"))
+    assert not secrets.covers(doc, ("spec", "sidecars", 1, "env", 0, "value"))
+    assert not secrets.covers(doc, ("spec", "sidecars", 7, "env", 0, "value"))
+    assert not secrets.covers(doc, ("spec", "sidecars", 0, "image"))
+
 def test_redact_replaces_every_secret_value_and_leaves_a_spec_without_one_alone() -> None:
     s = spec({"name": "A", "value": 90210417, "secret": True}, {"name": "B", "value": "v"})
     assert secrets.redact(s)["env"] == [{"name": "A", "value": secrets.REDACTED, "secret": True},

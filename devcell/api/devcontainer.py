@@ -21,12 +21,13 @@ import os
 import re
 import shlex
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from devcell import API_VERSION, config, names, safeio, security
-from devcell.api import devcontainer_source
+from devcell.api import devcontainer_runtime, devcontainer_source, devcontainer_vars
 from devcell.errors import ManifestError, Problem
 from devcell.manifests import jsonc_positions
 
@@ -42,7 +43,6 @@ NO_EQUIVALENT = {
     "overrideCommand": "the cell's main process is always DevCell's supervisor",
     "shutdownAction": "a cell stops when its spec.state says so",
     "init": "DevCell's supervisor is the cell's init",
-    "hostRequirements": "use spec.resources for limits",
     "portsAttributes": "ports are published on 127.0.0.1 without labels or actions",
     "otherPortsAttributes": "ports are published on 127.0.0.1 without labels or actions",
     "postAttachCommand": "DevCell has no attach step; run it with `devcell exec`",
@@ -249,22 +249,6 @@ def _name(given: str | None, data: dict[str, Any], root: Path) -> str:
     return name or "devcontainer"
 
 
-def _expand(value: str, variables: dict[str, str]) -> str | None:
-    """`value` with the workspace variables filled in; None when it holds another variable
-    (${localEnv:...}, ${containerEnv:...}): DevCell's values are literal."""
-    for var, replacement in variables.items():
-        value = value.replace("${" + var + "}", replacement)
-    return None if "${" in value else value
-
-
-def _fill(value: str, variables: dict[str, str]) -> str:
-    """`value` with the workspace variables filled in and anything else left as written (a
-    shell's own ${VAR} included)."""
-    for var, replacement in variables.items():
-        value = value.replace("${" + var + "}", replacement)
-    return value
-
-
 def _command(value: Any) -> list[list[str]] | None:
     """A lifecycle command in its three forms: a string (run by /bin/sh -c), an array (run
     as is), an object of either (each run, one after another)."""
@@ -332,8 +316,10 @@ def _mount_fields(value: Any) -> dict[str, str] | None:
 
 class _Converter:
     def __init__(self, reader: _Reader, *, name: str | None, out_dir: Path,
-                 policy: config.SecurityPolicy, state_dir: Path) -> None:
+                 policy: config.SecurityPolicy, state_dir: Path,
+                 env: Mapping[str, str]) -> None:
         self.r = reader
+        self.local_env = env
         self.data = reader.data
         self.root = project_root(reader.path)
         self.out_dir = out_dir
@@ -349,7 +335,8 @@ class _Converter:
         self.env_origin: dict[str, tuple[str | int, ...]] = {}
         self.ports: list[dict[str, Any]] = []
         self.mount_path = f"/workspaces/{self.root.name}"
-        self.variables: dict[str, str] = {}
+        self.vars = devcontainer_vars.variables(self.root, reader.path.resolve(),
+                                                self.mount_path, self.local_env)
 
     def note(self, key: str, why: str) -> None:
         self.notes.append(f"{key}: not converted ({why})" if why else f"{key}: not converted")
@@ -360,7 +347,7 @@ class _Converter:
                    "updateContentCommand", "postCreateCommand", "postStartCommand", "mounts",
                    "workspaceFolder", "workspaceMount", "runArgs", "features",
                    "overrideFeatureInstallOrder", "privileged", "capAdd", "securityOpt",
-                   "dockerComposeFile"}
+                   "dockerComposeFile", "hostRequirements"}
         self._workspace()
         self._image()
         self._refused_top_level()
@@ -379,6 +366,8 @@ class _Converter:
         chosen = devcontainer_source.choose(self.root, self.policy, self.state_dir)
         if chosen.git is not None:
             spec["workspace"]["source"] = {"git": chosen.git}
+        elif chosen.source is not None:
+            spec["workspace"]["source"] = chosen.source
         self.notes.extend(chosen.warnings)
         if self.env:
             spec["env"] = []
@@ -394,9 +383,14 @@ class _Converter:
                 self.origins[f"spec.env[{i}]"] = self.env_origin[var]
         if self.ports:
             spec["network"] = {"mode": "bridge", "ports": self.ports}
+        said = [chosen.said, devcontainer_runtime.network(self.data, spec)]
+        self.notes.extend(devcontainer_runtime.sudo(self.data, spec.get("user")
+                                                    or chosen.runs_as))
+        self.notes.extend(devcontainer_runtime.host_requirements(self.data, spec,
+                                                                 self.origins))
         manifest = {"apiVersion": API_VERSION, "kind": "Cell",
                     "metadata": {"name": self.name}, "spec": spec}
-        return Conversion(manifest, self.notes, [chosen.said])
+        return Conversion(manifest, self.notes, said)
 
     # -- one devcontainer.json field (or group) each ------------------------------------------
 
@@ -411,9 +405,11 @@ class _Converter:
                               "workspaceMount")
             else:
                 self.mount_path = target
-                self.notes.append(f"workspaceMount: the workspace is mounted at {target}; it "
-                                  "is the cell's own volume, not a bind of "
-                                  f"{(fields or {}).get('source', 'the local folder')}")
+                source = (fields or {}).get("source", "${localWorkspaceFolder}")
+                if source.rstrip("/") != "${localWorkspaceFolder}":
+                    self.notes.append(f"workspaceMount: the workspace is mounted at {target}; "
+                                      f"its files come from the project folder (the workspace "
+                                      f"line), not from {source}")
             if isinstance(folder, str) and target and folder != target:
                 self.note("workspaceFolder", f"the workspace is at {target} (workspaceMount)")
         elif isinstance(folder, str):
@@ -422,20 +418,55 @@ class _Converter:
             self.r.refuse("expected a string", "workspaceFolder")
         self.origins["spec.workspace"] = (
             ("workspaceMount",) if mount is not None else ("workspaceFolder",))
-        self.variables = {
-            "localWorkspaceFolder": str(self.root),
-            "localWorkspaceFolderBasename": self.root.name,
-            "containerWorkspaceFolder": self.mount_path,
-            "containerWorkspaceFolderBasename": os.path.basename(self.mount_path),
-        }
-        expanded = _expand(self.mount_path, self.variables)
-        problem = (security.mount_path_problem(expanded) if expanded is not None
-                   else "holds a variable DevCell cannot fill in")
+        self.vars = devcontainer_vars.variables(self.root, self.r.path.resolve(), "/",
+                                                self.local_env)  # the path is not known yet
+        key = "workspaceMount" if mount is not None else "workspaceFolder"
+        expanded = self._filled(self.mount_path, key)
+        problem = ("holds ${containerEnv:...}, which only the container knows"
+                   if expanded is not None and "${containerEnv:" in expanded
+                   else security.mount_path_problem(expanded) if expanded is not None
+                   else None)
         if problem:
-            key = "workspaceMount" if mount is not None else "workspaceFolder"
             self.r.refuse(f"the workspace path {problem}", key)
-        else:
-            self.mount_path = str(expanded)
+        elif expanded is not None:
+            self.mount_path = expanded
+        self.vars = devcontainer_vars.variables(self.root, self.r.path.resolve(),
+                                                self.mount_path, self.local_env)
+
+    def _filled(self, value: str, *keys: str | int, shown: str | None = None) -> str | None:
+        """`value` with the specification's variables filled in (devcontainer_vars); None,
+        and the field refused naming the variable, when one is unset and has no default.
+        `${containerEnv:...}` is left as written: only the container knows it."""
+        filled = self.vars.fill(value)
+        if filled.unset:
+            listed = ", ".join("${" + name + "}" for name in filled.unset)
+            self.r.refuse(f"{listed} is not set in the environment of this import and has no "
+                          "default; set it, or write ${localEnv:NAME:default}", *keys,
+                          shown=shown)
+            return None
+        return filled.text
+
+    def _filled_command(self, commands: list[list[str]], key: str) -> list[list[str]] | None:
+        """A lifecycle command with its variables filled in (None: refused). In a string
+        command (run by /bin/sh -c in the cell) `${containerEnv:NAME}` becomes the shell's
+        own `${NAME}`, which is what it means there; in an array it is refused."""
+        out: list[list[str]] = []
+        for argv in commands:
+            filled: list[str] = []
+            for arg in argv:
+                text = self._filled(arg, key)
+                if text is None:
+                    return None
+                if argv[:2] == ["/bin/sh", "-c"]:
+                    text = devcontainer_vars.as_shell(text)
+                elif "${containerEnv:" in text:
+                    self.r.refuse("${containerEnv:...} in an array command: only the "
+                                  "container knows it; write the command as a string (run by "
+                                  "/bin/sh -c) to use $NAME", key)
+                    return None
+                filled.append(text)
+            out.append(filled)
+        return out
 
     def _image(self) -> None:
         image = self.data.get("image")
@@ -449,7 +480,10 @@ class _Converter:
         if build is None and legacy is not None:
             build = {"dockerfile": legacy, "context": self.data.get("context", ".")}
         if isinstance(image, str) and build is None:
-            self.spec["image"] = image
+            filled = self._filled(image, "image")
+            if filled is None:
+                return
+            self.spec["image"] = filled
             self.origins["spec.image"] = ("image",)
             return
         if image is not None and build is not None:
@@ -468,7 +502,8 @@ class _Converter:
             self.r.refuse("expected the Dockerfile's path, relative to devcontainer.json",
                           key, "dockerfile" if key == "build" else key)
             return
-        context = (here / str(build.get("context", "."))).resolve()
+        dockerfile = self._filled(dockerfile, key) or ""
+        context = (here / (self._filled(str(build.get("context", ".")), key) or ".")).resolve()
         file = (here / dockerfile).resolve()
         inside = os.path.relpath(file, context)
         if inside.startswith(".."):
@@ -486,7 +521,11 @@ class _Converter:
             spec["dockerfile"] = inside
         args = build.get("args") or {}
         if isinstance(args, dict) and args:
-            spec["args"] = {str(k): str(v) for k, v in args.items()}
+            spec["args"] = {}
+            for arg, value in args.items():
+                filled = self._filled(str(value), "build", "args", str(arg))
+                if filled is not None:
+                    spec["args"][str(arg)] = filled
         if isinstance(build.get("target"), str):
             spec["target"] = build["target"]
         for extra in sorted(set(build) - {"dockerfile", "context", "args", "target"}):
@@ -528,11 +567,14 @@ class _Converter:
                     self.r.refuse(f"invalid variable name {names.printable(str(var))!r}",
                                   key, str(var), shown=f"{key}.{var}")
                     continue
-                expanded = _expand(str(value), self.variables)
+                expanded = self._filled(str(value), key, str(var), shown=f"{key}.{var}")
                 if expanded is None:
-                    self.note(f"{key}.{var}", "it uses a variable (${localEnv:...} or "
-                              "${containerEnv:...}) that DevCell cannot fill in; set the value "
-                              "in spec.env")
+                    continue
+                if "${containerEnv:" in expanded:
+                    self.note(f"{key}.{var}", "it uses ${containerEnv:...}, the container's "
+                              "own value, which a manifest's literal spec.env cannot refer "
+                              "to; the image's value is kept (write the whole value in "
+                              "spec.env to change it)")
                     continue
                 self.env[str(var)] = expanded
                 self.env_origin[str(var)] = (key, str(var))
@@ -574,11 +616,12 @@ class _Converter:
             if key not in self.data:
                 continue
             commands = _command(self.data[key])
-            if commands is not None:  # ${containerWorkspaceFolder} and its kin, as the spec says
-                commands = [[_fill(arg, self.variables) for arg in argv] for argv in commands]
             if commands is None:
                 self.r.refuse("expected a string, an array of strings, or an object of "
                               "either", key)
+                continue
+            commands = self._filled_command(commands, key)  # the spec's variables
+            if commands is None:
                 continue
             if isinstance(self.data[key], dict) and len(commands) > 1:
                 self.notes.append(f"{key}: its {len(commands)} commands run one after "
@@ -609,10 +652,13 @@ class _Converter:
                 self.note(where, f"a {kind} mount has no equivalent: a cell's files live in "
                           "its workspace volume")
                 continue
-            source = _expand(fields.get("source", ""), self.variables)
-            target = _expand(fields["target"], self.variables)
-            if not source or not target or not os.path.isabs(source):
-                self.r.refuse("a bind mount needs an absolute source and target",
+            source = self._filled(fields.get("source", ""), "mounts", i, shown=where)
+            target = self._filled(fields["target"], "mounts", i, shown=where)
+            if source is None or target is None:
+                continue
+            if not source or not os.path.isabs(source) or "${" in source + target:
+                self.r.refuse("a bind mount needs an absolute source and target (source is "
+                              f"{names.printable(source)!r} once filled in)",
                               "mounts", i, shown=where)
                 continue
             problem = security.mount_path_problem(target)
@@ -645,6 +691,8 @@ class _Converter:
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             self.r.refuse("expected an array of strings", "runArgs")
             return
+        filled = [self._filled(v, "runArgs", i, shown="runArgs") for i, v in enumerate(values)]
+        values = [v if f is None else f for v, f in zip(values, filled, strict=True)]
         i = 0
         while i < len(values):
             index, token = i, values[i]
@@ -702,16 +750,30 @@ class _Converter:
             self.note(f"runArgs {shown}", "no equivalent in DevCell")
 
 
-def convert(path: Path, *, name: str | None, out_dir: Path, state_dir: Path) -> Conversion:
+def convert(path: Path, *, name: str | None, out_dir: Path, state_dir: Path,
+            env: Mapping[str, str] | None = None) -> Conversion:
     """The Cell manifest for the devcontainer.json at `path` (relative paths in it relative to
-    `out_dir`, where it will be written), or ManifestError naming file, line and field."""
+    `out_dir`, where it will be written; `${localEnv:...}` read from `env`, default this
+    process's environment), or Refused naming file, line and field."""
     reader = _Reader(path)
     policy = config.load(state_dir).security
     converter = _Converter(reader, name=name, out_dir=out_dir, policy=policy,
-                           state_dir=state_dir)
-    conversion = converter.convert()
-    _blame_source(conversion, reader, converter.origins, out_dir / "cell.yaml", state_dir)
+                           state_dir=state_dir, env=os.environ if env is None else env)
+    try:
+        conversion = converter.convert()
+        _blame_source(conversion, reader, converter.origins, out_dir / "cell.yaml", state_dir)
+    except ManifestError as exc:
+        raise Refused(exc.problems, converter.notes) from None
     return conversion
+
+
+class Refused(ManifestError):
+    """The file is refused; `notes` are the warnings found on the way, shown with the
+    problems so that one round fixes everything."""
+
+    def __init__(self, problems: list[Problem], notes: list[str]) -> None:
+        super().__init__(problems)
+        self.notes = list(notes)
 
 
 def _blame_source(conversion: Conversion, reader: _Reader,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from devcell import config, names, security
+from devcell.api import devcontainer_folder
 from devcell.backends.host import children, git_source
 
 GIT_SECONDS = 10.0
@@ -33,14 +34,22 @@ class Chosen:
     git: dict[str, Any] | None
     said: str
     warnings: tuple[str, ...] = ()
+    source: dict[str, Any] | None = None
+    """spec.workspace.source when it is not a git clone (the folder, live or copied)."""
+    runs_as: str | None = None
+    """Who the cell's hooks run as when not root (a live folder's owner)."""
 
 
 def choose(root: Path, policy: config.SecurityPolicy, state_dir: Path) -> Chosen:
-    """The workspace source for the project folder `root`."""
+    """The workspace source for the project folder `root`: the folder itself when the
+    host-path rules allow it (devcontainer_folder), else its repository's remote."""
+    folder = devcontainer_folder.choose(root, policy, state_dir)
+    if folder is not None:
+        return Chosen(None, folder.said, source=folder.source, runs_as=folder.runs_as)
     top = _git(root, "rev-parse", "--show-toplevel")
     if not top:
         return Chosen(None, f"workspace: empty ({names.printable(str(root))} is not in a git "
-                      "work tree)")
+                      "work tree)", (devcontainer_folder.empty_warning(root, policy),))
     ref, ref_said = _ref(root)
     remote = _remote(root)
     if remote is None:
@@ -52,7 +61,7 @@ def choose(root: Path, policy: config.SecurityPolicy, state_dir: Path) -> Chosen
         warnings += (f"the URL of remote {names.printable(name)} holds credentials; they "
                      "were left out (git's credential helper or an ssh key provides them)",)
     said = (f"workspace: cloned from {names.printable(url)} (remote {names.printable(name)} "
-            f"of {names.printable(top)}){ref_said}")
+            f"of {names.printable(top)}){ref_said}; changes not pushed are not in it")
     if ref is not None and not _on_remote(root, name, ref):
         warnings += (f"{names.printable(ref)} may not be on remote {names.printable(name)} "
                      "yet; push it before the cell is made",)
@@ -65,7 +74,8 @@ def _local(top: Path, ref: str | None, ref_said: str, policy: config.SecurityPol
     if problem:
         return Chosen(None, f"workspace: empty; the repository {names.printable(str(top))} "
                       "has no remote, and cloning it from its path is refused: "
-                      f"{names.printable(problem)}")
+                      f"{names.printable(problem)}",
+                      (devcontainer_folder.empty_warning(top, policy),))
     said = (f"workspace: cloned from {names.printable(str(top))} (the repository has no "
             f"remote){ref_said}")
     return Chosen(_source(str(top), ref), said)

@@ -18,14 +18,17 @@ def run_import(args: argparse.Namespace) -> int:
     output = None if args.output is None else manifest_output.target(args.output, Path.cwd())
     source = devcontainer.find(args.path, Path.cwd())
     target = output or Path.cwd() / "<stdout>"
-    conversion = devcontainer.convert(source, name=args.name, out_dir=target.parent,
-                                      state_dir=state_dir)
+    try:
+        conversion = devcontainer.convert(source, name=args.name, out_dir=target.parent,
+                                          state_dir=state_dir)
+    except devcontainer.Refused as exc:  # every warning too, so one round fixes everything
+        _warn(source, exc.notes)
+        raise
     text = devcontainer.render(conversion, source)
-    devcontainer.check(text, target, state_dir)
     for said in conversion.said:
         sys.stderr.write(printable(f"{source}: {said}") + "\n")
-    for note in conversion.notes:
-        sys.stderr.write(printable(f"warning: {source}: {note}") + "\n")
+    _warn(source, conversion.notes)
+    devcontainer.check(text, target, state_dir)
     if output is None:
         sys.stdout.write(text)
         return 0
@@ -33,3 +36,8 @@ def run_import(args: argparse.Namespace) -> int:
     name = conversion.manifest["metadata"]["name"]
     sys.stdout.write(printable(f"cell/{name} written to {target}") + "\n")
     return 0
+
+
+def _warn(source: Path, notes: list[str]) -> None:
+    for note in notes:
+        sys.stderr.write(printable(f"warning: {source}: {note}") + "\n")

@@ -73,7 +73,8 @@ def _sample(root: Path, text: str, name: str = ".devcontainer/devcontainer.json"
 def _convert(path: Path, out_dir: Path, state: Path, **kwargs: object
              ) -> devcontainer.Conversion:
     return devcontainer.convert(path, name=kwargs.get("name"),  # type: ignore[arg-type]
-                                out_dir=out_dir, state_dir=state)
+                                out_dir=out_dir, state_dir=state,
+                                env=kwargs.get("env", {"HOME": "/home/dev"}))  # type: ignore[arg-type]
 
 
 def test_an_image_based_sample_with_comments_and_trailing_commas(tmp_path: Path) -> None:
@@ -88,6 +89,7 @@ def test_an_image_based_sample_with_comments_and_trailing_commas(tmp_path: Path)
     assert spec["workspace"] == {"mountPath": "/workspaces/app"}
     assert spec["env"] == [{"name": "APP_ENV", "value": "dev"},
                            {"name": "ROOT", "value": "/workspaces/app/src"},
+                           {"name": "HOME_COPY", "value": "/home/dev"},
                            {"name": "EDITOR", "value": "vi"}]
     assert spec["network"] == {"mode": "bridge", "ports": [
         {"containerPort": 8000, "hostPort": 8000, "hostIP": "127.0.0.1"},
@@ -99,7 +101,7 @@ def test_an_image_based_sample_with_comments_and_trailing_commas(tmp_path: Path)
         "postStart": [["/bin/sh", "-c", "echo server >> /tmp/log"],
                       ["sh", "-c", "echo watch >> /tmp/log"]]}
     notes = "\n".join(result.notes)
-    for field in ("remoteEnv.PATH", "remoteEnv.HOME_COPY", "remoteEnv.UNSET_ME",
+    for field in ("remoteEnv.PATH", "remoteEnv.UNSET_ME",
                   "forwardPorts 'db:5432'", "postAttachCommand", "customizations",
                   "remoteUser", "someFutureField"):
         assert f"{field}: not converted" in notes, field

@@ -57,8 +57,9 @@ def test_the_remote_at_the_current_branch_without_its_credentials(tmp_path: Path
     assert "s3cret" not in "".join(result.said + result.notes)
     assert any("holds credentials; they were left out" in n for n in result.notes)
     assert any("main may not be on remote origin yet" in n for n in result.notes)
-    assert result.said == [f"workspace: cloned from https://git.example.com/acme/web.git "
-                           f"(remote origin of {tmp_path / 'web'}) at branch main"]
+    assert result.said[0] == (f"workspace: cloned from https://git.example.com/acme/web.git "
+                              f"(remote origin of {tmp_path / 'web'}) at branch main; changes "
+                              "not pushed are not in it")
     assert f"# {result.said[0]}\n" in text
 
 
@@ -69,7 +70,7 @@ def test_a_detached_head_is_its_commit_and_an_scp_like_remote_is_ssh(tmp_path: P
     result = _convert(path, tmp_path / "state")
     assert result.manifest["spec"]["workspace"]["source"] == {
         "git": {"url": "ssh://git@github.com/acme/web.git", "ref": commit}}
-    assert result.said[0].endswith(f"at commit {commit} (HEAD is detached)")
+    assert f"at commit {commit} (HEAD is detached);" in result.said[0]
 
 
 def test_a_branch_seen_on_the_remote_draws_no_warning(tmp_path: Path) -> None:
@@ -85,13 +86,31 @@ def test_a_branch_seen_on_the_remote_draws_no_warning(tmp_path: Path) -> None:
     assert not [n for n in result.notes if "remote" in n]
 
 
-def test_no_remote_clones_the_repository_from_its_path_when_allowed(tmp_path: Path) -> None:
-    path = _project(tmp_path / "web")
+def test_an_allowed_folder_of_roots_is_copied_in_and_its_remote_is_not_cloned(
+        tmp_path: Path) -> None:
+    path = _project(tmp_path / "web", "https://git.example.com/acme/web.git")
     allow_host_paths(tmp_path / "state", tmp_path / "web")
     result = _convert(path, tmp_path / "state")
     assert result.manifest["spec"]["workspace"]["source"] == {
-        "git": {"url": str(tmp_path / "web"), "ref": "main"}}
-    assert "the repository has no remote" in result.said[0]
+        "directory": {"path": str(tmp_path / "web")}}
+    assert result.said[0].startswith(f"workspace: a copy of the folder {tmp_path / 'web'}")
+    assert not [n for n in result.notes if "workspace" in n]
+
+
+def test_an_allowed_folder_of_a_users_is_bound_live_and_sudo_is_warned_about(
+        tmp_path: Path) -> None:
+    path = _project(tmp_path / "web")
+    path.write_text('{"image": "devcell/busybox:latest", "postCreateCommand": "sudo apt-get '
+                    'install -y jq"}')
+    os.chown(tmp_path / "web", 1000, 1000)
+    allow_host_paths(tmp_path / "state", tmp_path / "web")
+    result = _convert(path, tmp_path / "state")
+    assert result.manifest["spec"]["workspace"]["source"] == {
+        "hostPath": {"path": str(tmp_path / "web")}}
+    assert "bound live" in result.said[0] and "uid 1000" in result.said[0]
+    assert [n for n in result.notes if n.startswith("postCreateCommand: uses sudo, which "
+                                                    "cannot work here: the hooks run as uid "
+                                                    "1000")]
 
 
 def test_no_remote_outside_the_allowed_paths_leaves_the_workspace_empty_and_says_why(
@@ -101,6 +120,8 @@ def test_no_remote_outside_the_allowed_paths_leaves_the_workspace_empty_and_says
     assert "source" not in result.manifest["spec"]["workspace"]
     assert result.said[0].startswith("workspace: empty; the repository")
     assert "allowedHostPaths" in result.said[0]
+    assert [n for n in result.notes if n.startswith("workspace: the project's files are not "
+                                                    "in the cell")]
 
 
 def test_outside_a_work_tree_nothing_is_chosen(tmp_path: Path) -> None:
@@ -110,6 +131,8 @@ def test_outside_a_work_tree_nothing_is_chosen(tmp_path: Path) -> None:
     result = _convert(path, tmp_path / "state")
     assert result.manifest["spec"]["workspace"] == {"mountPath": "/workspaces/plain"}
     assert "is not in a git work tree" in result.said[0]
+    assert any(f"allow {tmp_path / 'plain'} in security.allowedHostPaths" in n
+               for n in result.notes)
 
 
 @pytest.mark.parametrize(("remote", "url", "stripped"), [

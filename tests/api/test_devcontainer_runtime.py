@@ -1,0 +1,85 @@
+"""What an imported cell needs at run time that devcontainer.json only implies
+(api/devcontainer_runtime.py): a network for its lifecycle commands, hostRequirements as
+limits, sudo in a hook warned about when the hooks do not run as root; and every warning
+shown even when the file is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from devcell.api import devcontainer, devcontainer_runtime
+from tests.api.test_devcontainer import _sample
+from tests.conftest import Cli
+
+
+def _spec(tmp_path: Path, data: dict[str, object]) -> tuple[dict, devcontainer.Conversion]:
+    path = _sample(tmp_path, json.dumps({"image": "devcell/busybox:latest", **data}))
+    result = devcontainer.convert(path, name=None, out_dir=tmp_path,
+                                  state_dir=tmp_path / "state", env={})
+    devcontainer.check(devcontainer.render(result, path), tmp_path / "cell.yaml",
+                       tmp_path / "state")
+    return result.manifest["spec"], result
+
+
+@pytest.mark.parametrize("hook", devcontainer_runtime.NETWORK_HOOKS)
+def test_a_lifecycle_command_gives_the_cell_a_bridge_and_says_why(tmp_path: Path,
+                                                                  hook: str) -> None:
+    spec, result = _spec(tmp_path, {hook: "pip install -r requirements.txt"})
+    assert spec["network"] == {"mode": "bridge"}
+    assert result.said[1].startswith(f"network: bridge, for the lifecycle commands ({hook})")
+
+
+def test_no_lifecycle_command_keeps_no_network_and_says_how_to_have_one(
+        tmp_path: Path) -> None:
+    spec, result = _spec(tmp_path, {})
+    assert "network" not in spec
+    assert "write spec.network.mode: bridge" in result.said[1]
+
+
+def test_network_none_in_run_args_keeps_none(tmp_path: Path) -> None:
+    spec, result = _spec(tmp_path, {"postCreateCommand": "make", "runArgs": ["--network=none"]})
+    assert "network" not in spec and result.said[1] == "network: none (runArgs --network none)"
+
+
+def test_forwarded_ports_keep_their_bridge(tmp_path: Path) -> None:
+    spec, _ = _spec(tmp_path, {"postCreateCommand": "make", "forwardPorts": [8000]})
+    assert spec["network"]["mode"] == "bridge" and spec["network"]["ports"]
+
+
+def test_host_requirements_become_limits(tmp_path: Path) -> None:
+    cpus = os.cpu_count() or 1
+    spec, result = _spec(tmp_path, {"hostRequirements": {"cpus": 1, "memory": "4gb",
+                                                          "storage": "32gb"}})
+    assert spec["resources"] == {"cpus": 1.0, "memory": "4Gi"}
+    assert "hostRequirements.storage: not converted" in "\n".join(result.notes)
+    spec, result = _spec(tmp_path, {"hostRequirements": {"cpus": cpus + 8, "memory": "1.5gb"},
+                                    "runArgs": ["--memory=512m"]})
+    assert spec["resources"] == {"cpus": float(cpus), "memory": "512Mi"}  # runArgs win
+    assert f"hostRequirements.cpus: {cpus + 8} asked, this machine has {cpus}" in \
+        "\n".join(result.notes)
+
+
+def test_sudo_as_root_draws_no_warning(tmp_path: Path) -> None:
+    _, result = _spec(tmp_path, {"postStartCommand": "sudo /usr/local/bin/init-firewall.sh"})
+    assert not [n for n in result.notes if "uses sudo" in n]
+    assert devcontainer_runtime.sudo({"postStartCommand": ["sudo", "x"],
+                                      "onCreateCommand": "pseudo x; echo sudo"}, "node") == [
+        "postStartCommand: uses sudo, which cannot work here: the hooks run as node, and a "
+        "cell runs with no-new-privileges (a setuid sudo gains nothing) and most capabilities "
+        "dropped; do the privileged part in a Dockerfile RUN step (build)"]
+
+
+def test_a_refused_file_shows_every_warning_too(cli: Cli, tmp_path: Path) -> None:
+    _sample(tmp_path / "proj", json.dumps({
+        "image": "devcell/busybox:latest", "privileged": True, "customizations": {},
+        "containerEnv": {"A": "${localEnv:DEVCELL_TEST_UNSET}"}}))
+    done = cli("import", "devcontainer", str(tmp_path / "proj"))
+    assert done.returncode != 0 and done.stdout == ""
+    assert "customizations: not converted" in done.stderr
+    assert "privileged: privileged containers" in done.stderr
+    assert "containerEnv.A: ${localEnv:DEVCELL_TEST_UNSET} is not set" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -41,7 +41,7 @@ def main() -> int:
 
         def one(indexed: tuple[int, corpus.Entry]) -> corpus.Outcome:
             i, entry = indexed
-            return corpus.run(entry, base / f"p{i}", base / f"s{i}", corpus=args.corpus)
+            return corpus.run(entry, base / f"p{i}", base / f"s{i}")
 
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:
             outcomes = list(pool.map(one, enumerate(chosen)))

@@ -45,19 +45,23 @@ class Entry:
     repo: str
     path: str
     referenced: dict[str, str]
+    corpus: Path = CORPUS
+
+    @property
+    def file(self) -> Path:
+        return self.corpus / self.folder / "devcontainer.json"
 
     @property
     def data(self) -> dict[str, Any]:
         import json5
 
-        loaded: dict[str, Any] = json5.loads(
-            (CORPUS / self.folder / "devcontainer.json").read_text(encoding="utf-8-sig"))
+        loaded: dict[str, Any] = json5.loads(self.file.read_text(encoding="utf-8-sig"))
         return loaded
 
 
 def entries(corpus: Path = CORPUS) -> list[Entry]:
     table = json.loads((corpus / "corpus.json").read_text())
-    return [Entry(folder, info["repo"], info["path"], dict(info.get("referenced") or {}))
+    return [Entry(folder, info["repo"], info["path"], dict(info.get("referenced") or {}), corpus)
             for folder, info in sorted(table.items())
             if (corpus / folder / "devcontainer.json").is_file()]
 
@@ -88,13 +92,13 @@ def oci_repository(ref: str) -> tuple[str, str, str]:
 # -- the project's files ----------------------------------------------------------------------
 
 
-def lay_down(entry: Entry, root: Path, corpus: Path = CORPUS) -> Path:
+def lay_down(entry: Entry, root: Path) -> Path:
     """The repository's tree under `root` as far as this file needs it: devcontainer.json at
     its path, each file it references with content of our own. Returns devcontainer.json."""
     data = entry.data
     source = root / entry.path
     source.parent.mkdir(parents=True, exist_ok=True)
-    source.write_bytes((corpus / entry.folder / "devcontainer.json").read_bytes())
+    source.write_bytes(entry.file.read_bytes())
     here = source.parent
     compose = data.get("dockerComposeFile")
     compose_files = [compose] if isinstance(compose, str) else list(compose or [])
@@ -207,17 +211,39 @@ class Outcome:
     silent: list[str] = field(default_factory=list)
     """Top-level fields of a converted file neither carried into the manifest nor named."""
     detail: str = ""
+    manifest: dict[str, Any] = field(default_factory=dict)
 
 
 _ERROR = re.compile(r"^error: .*?devcontainer\.json:\d+(?::\d+)?: ([^:]+?): (.*)$")
 _OTHER_ERROR = re.compile(r"^error: (?:[^:]+?):\d+(?::\d+)?: ([^:]+?): (.*)$")
 
 
-def run(entry: Entry, root: Path, state_dir: Path, *,
-        env: dict[str, str] | None = None, corpus: Path = CORPUS) -> Outcome:
+def write_config(state_dir: Path, config: dict[str, Any]) -> None:
+    """DevCell's configuration in `state_dir` (owner-only, as DevCell requires of it)."""
+    import yaml
+
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = state_dir / "config.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "devcell.dev/v1alpha1", "kind": "Config",
+                                    **config}))
+    path.chmod(0o600)
+
+
+def run(entry: Entry, root: Path, state_dir: Path, *, config: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None) -> Outcome:
     """Lay the file down under `root`, import it and dry-run the manifest it wrote."""
-    source = lay_down(entry, root, corpus)
-    project = root  # run where a developer would: at the top of the repository
+    source = lay_down(entry, root)
+    return import_and_dry_run(entry.folder, entry.data, source, root, state_dir,
+                              config=config, env=env)
+
+
+def import_and_dry_run(label: str, data: dict[str, Any], source: Path, project: Path,
+                       state_dir: Path, *, config: dict[str, Any] | None = None,
+                       env: dict[str, str] | None = None) -> Outcome:
+    """`devcell import devcontainer SOURCE -o PROJECT/cell.yaml` run in `project` (where a
+    developer would: the top of the repository), then `devcell apply --dry-run` of it."""
+    if config:
+        write_config(state_dir, config)
     out = project / "cell.yaml"
     full_env = dict(os.environ, DEVCELL_HOME=str(state_dir), **(env or {}))
     imported = _devcell(["import", "devcontainer", str(source), "-o", str(out)], project,
@@ -225,7 +251,7 @@ def run(entry: Entry, root: Path, state_dir: Path, *,
     notes = [line.removeprefix("warning: ") for line in imported.stderr.splitlines()
              if line.startswith("warning: ")]
     if "Traceback" in imported.stderr:
-        return Outcome(entry.folder, "failed", notes=notes, detail=_last(imported.stderr))
+        return Outcome(label, "failed", notes=notes, detail=_last(imported.stderr))
     if imported.returncode != 0:
         fields = []
         for line in imported.stderr.splitlines():
@@ -233,18 +259,18 @@ def run(entry: Entry, root: Path, state_dir: Path, *,
             if found:
                 fields.append(f"{found.group(1)}: {found.group(2)}")
         if not fields:
-            return Outcome(entry.folder, "failed", notes=notes,
+            return Outcome(label, "failed", notes=notes,
                            detail="refused naming no field: " + _last(imported.stderr))
-        return Outcome(entry.folder, "refused", refused=fields, notes=notes)
+        return Outcome(label, "refused", refused=fields, notes=notes)
     applied = _devcell(["apply", "-f", str(out), "--dry-run"], project, full_env)
     if applied.returncode != 0:
-        return Outcome(entry.folder, "failed", notes=notes,
+        return Outcome(label, "failed", notes=notes,
                        detail="apply --dry-run: " + _last(applied.stderr))
     import yaml
 
     manifest = yaml.safe_load(out.read_text())
-    silent = unaccounted(entry.data, manifest, imported.stderr)
-    return Outcome(entry.folder, "converted", notes=notes, silent=silent)
+    silent = unaccounted(data, manifest, imported.stderr)
+    return Outcome(label, "converted", notes=notes, silent=silent, manifest=manifest)
 
 
 def _devcell(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

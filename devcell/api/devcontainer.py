@@ -27,7 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from devcell import API_VERSION, config, names, safeio, security
-from devcell.api import devcontainer_runtime, devcontainer_source, devcontainer_vars
+from devcell.api import (
+    devcontainer_command,
+    devcontainer_runtime,
+    devcontainer_source,
+    devcontainer_vars,
+)
 from devcell.errors import ManifestError, Problem
 from devcell.manifests import jsonc_positions
 
@@ -40,7 +45,6 @@ NO_EQUIVALENT = {
     "containerUser": "the cell runs as root, or as nobody with a writable host mount",
     "updateRemoteUserUID": "no user is remapped",
     "userEnvProbe": "no login shell is probed; spec.env is the environment",
-    "overrideCommand": "the cell's main process is always DevCell's supervisor",
     "shutdownAction": "a cell stops when its spec.state says so",
     "init": "DevCell's supervisor is the cell's init",
     "portsAttributes": "ports are published on 127.0.0.1 without labels or actions",
@@ -335,6 +339,7 @@ class _Converter:
         self.env_origin: dict[str, tuple[str | int, ...]] = {}
         self.ports: list[dict[str, Any]] = []
         self.mount_path = f"/workspaces/{self.root.name}"
+        self.dockerfile: Path | None = None
         self.vars = devcontainer_vars.variables(self.root, reader.path.resolve(),
                                                 self.mount_path, self.local_env)
 
@@ -347,7 +352,7 @@ class _Converter:
                    "updateContentCommand", "postCreateCommand", "postStartCommand", "mounts",
                    "workspaceFolder", "workspaceMount", "runArgs", "features",
                    "overrideFeatureInstallOrder", "privileged", "capAdd", "securityOpt",
-                   "dockerComposeFile", "hostRequirements"}
+                   "dockerComposeFile", "hostRequirements", "overrideCommand"}
         self._workspace()
         self._image()
         self._refused_top_level()
@@ -388,6 +393,7 @@ class _Converter:
                                                     or chosen.runs_as))
         self.notes.extend(devcontainer_runtime.host_requirements(self.data, spec,
                                                                  self.origins))
+        self.notes.extend(devcontainer_command.keep(self.data, spec, self.dockerfile))
         manifest = {"apiVersion": API_VERSION, "kind": "Cell",
                     "metadata": {"name": self.name}, "spec": spec}
         return Conversion(manifest, self.notes, said)
@@ -505,6 +511,7 @@ class _Converter:
         dockerfile = self._filled(dockerfile, key) or ""
         context = (here / (self._filled(str(build.get("context", ".")), key) or ".")).resolve()
         file = (here / dockerfile).resolve()
+        self.dockerfile = file
         inside = os.path.relpath(file, context)
         if inside.startswith(".."):
             self.r.refuse(f"the Dockerfile {file} lies outside the build context {context}; "

@@ -1,11 +1,13 @@
 """`devcell import devcontainer` then `devcell apply`, as a user runs them, on the real engine:
 an image-based and a Dockerfile-based devcontainer.json (JSONC) become Ready cells whose
 hooks ran, whose environment is set and whose forwarded port is published on 127.0.0.1;
-every field left out is named on stderr."""
+every field left out is named on stderr; the project's files are in the workspace when the
+hooks run (the folder copied in, or bound live)."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import textwrap
 from collections.abc import Iterator
@@ -16,7 +18,7 @@ import pytest
 
 from devcell.backends.host.ids import state_hash
 from tests.backends.engine import IMAGE, remove_containers, require_engine
-from tests.conftest import Cli
+from tests.conftest import Cli, allow_host_paths
 
 pytestmark = pytest.mark.e2e
 
@@ -127,3 +129,27 @@ def test_features_are_refused_and_nothing_is_written(cli: Cli, tmp_path: Path) -
     assert ".devcontainer.json:3: features: features are not supported" in result.stderr
     assert "needs the network" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "cell.yaml").exists()
+
+
+@pytest.mark.parametrize("owner", [0, 1000], ids=["roots-folder-copied", "users-folder-live"])
+def test_the_projects_files_are_in_the_workspace_when_its_hooks_run(
+        cli: Cli, tmp_path: Path, engine_state: Path, owner: int) -> None:
+    project = tmp_path / "proj"
+    (project / ".devcontainer").mkdir(parents=True)
+    (project / "requirements.txt").write_text("left-pad==1.0\n")
+    (project / ".devcontainer" / "devcontainer.json").write_text(json.dumps({
+        "image": IMAGE,
+        "postCreateCommand": "cat requirements.txt > ${containerWorkspaceFolder}/installed && "
+                             "id -u >> installed"}))
+    os.chown(project, owner, owner)
+    allow_host_paths(engine_state, project)
+    imported = cli("import", "devcontainer", str(project), "-o", str(tmp_path / "cell.yaml"))
+    assert imported.returncode == 0, imported.stderr
+    assert "network: bridge, for the lifecycle commands (postCreateCommand)" in imported.stderr
+    applied = cli("apply", "-f", str(tmp_path / "cell.yaml"))
+    assert applied.returncode == 0, applied.stderr
+    _ready(cli, "proj")
+    got = cli("exec", "proj", "--", "cat", "/workspaces/proj/installed")
+    assert got.stdout == f"left-pad==1.0\n{owner}\n", got.stderr
+    # bound live: the hook's file is on the host; copied: the host folder is as it was
+    assert (project / "installed").exists() == (owner != 0)

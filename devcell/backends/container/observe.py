@@ -232,6 +232,23 @@ def image_present(name: str) -> bool | None:
     return answer[0] == 200
 
 
+def image_config(name: str) -> dict[str, Any] | None:
+    """The `Config` of an image the engine has (Entrypoint, Cmd, WorkingDir, User...); None
+    when it has none by that name, cannot be reached, or answers oddly (bounded to 1 MiB)."""
+    try:
+        answer = _exchange("GET", f"/images/{urllib.parse.quote(name, safe='/:@')}/json",
+                           limit=1 << 20, wait=10.0)
+    except BackendUnavailable:
+        return None
+    if answer is None or answer[0] != 200:
+        return None
+    try:
+        config = json.loads(answer[1]).get("Config")
+    except (ValueError, AttributeError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
 def image_size(image_id: str) -> int | None:
     """The engine's size of an image (all its layers), by id; None when it cannot say."""
     if not re.fullmatch(r"sha256:[0-9a-f]{64}", image_id):

@@ -32,6 +32,7 @@ from devcell.api import (
     devcontainer_runtime,
     devcontainer_source,
     devcontainer_vars,
+    devcontainer_volumes,
 )
 from devcell.errors import ManifestError, Problem
 from devcell.manifests import jsonc_positions
@@ -656,8 +657,7 @@ class _Converter:
                 continue
             kind = fields.get("type", "volume")
             if kind != "bind":
-                self.note(where, f"a {kind} mount has no equivalent: a cell's files live in "
-                          "its workspace volume")
+                self._volume(fields, kind, i)
                 continue
             source = self._filled(fields.get("source", ""), "mounts", i, shown=where)
             target = self._filled(fields["target"], "mounts", i, shown=where)
@@ -690,6 +690,28 @@ class _Converter:
             mounts.append(mount)
         if mounts:
             self.spec["mounts"] = mounts
+
+    def _volume(self, fields: dict[str, str], kind: str, i: int) -> None:
+        """A volume mount as a cell volume (devcontainer_volumes); tmpfs and others named."""
+        where = f"mounts[{i}]"
+        source = self._filled(fields.get("source", ""), "mounts", i, shown=where)
+        target = self._filled(fields["target"], "mounts", i, shown=where)
+        if source is None or target is None:
+            return
+        if kind != "volume":
+            self.notes.append(f"{where}: " + (devcontainer_volumes.tmpfs_note(target)
+                                              if kind == "tmpfs" else
+                                              f"not converted (a {kind} mount has no "
+                                              "equivalent)"))
+            return
+        volumes = self.spec.setdefault("volumes", [])
+        made = devcontainer_volumes.volume(
+            source, target, self.vars.workspace["devcontainerId"],
+            {str(v["name"]) for v in volumes})
+        if made.note:
+            self.notes.append(f"{where}: {made.note}")
+        self.origins[f"spec.volumes[{len(volumes)}]"] = ("mounts", i)
+        volumes.append(made.entry)
 
     def _run_args(self) -> None:
         values = self.data.get("runArgs")

@@ -126,7 +126,9 @@ def test_a_dockerfile_based_sample(tmp_path: Path) -> None:
     assert "build.cacheFrom: not converted" in notes
     assert "mounts[0]: left out, DevCell's security rules refuse it: host bind mounts are off" \
         in notes
-    assert "mounts[1]: not converted (a volume mount" in notes
+    assert spec["volumes"] == [{"name": "cache", "mountPath": "/cache"}]
+    assert "mounts[1]: the engine's volume cache is shared by every container naming it; " \
+        "the cell gets its own, cache" in notes
     assert "runArgs --init: not converted" in notes
     assert "workspaceFolder: not converted (the workspace is at /src" in notes
     devcontainer.check(devcontainer.render(result, path), root / "cell.yaml", tmp_path / "state")

@@ -122,3 +122,32 @@ def test_an_unset_variable_is_refused_by_name_and_field(tmp_path: Path, field: s
     shown = [str(p) for p in refused.value.problems]
     assert len(shown) == 1 and f":2: {where}: " in shown[0], shown
     assert "is not set in the environment of this import and has no default" in shown[0]
+
+
+def test_volume_mounts_become_the_cells_volumes(tmp_path: Path) -> None:
+    path = _sample(tmp_path / "proj", textwrap.dedent("""\
+        {
+          "image": "devcell/busybox:latest",
+          "mounts": [
+            "source=claude-code-bashhistory-${devcontainerId},target=/commandhistory,type=volume",
+            {"source": "cache-${devcontainerId}", "target": "/root/.cache", "type": "volume"},
+            "source=cache,target=/var/cache/apt,type=volume",
+            "target=/scratch,type=volume",
+            "type=tmpfs,target=/tmp/fast"
+          ]
+        }
+        """))
+    result = devcontainer.convert(path, name=None, out_dir=tmp_path / "proj",
+                                  state_dir=tmp_path / "state", env={})
+    assert result.manifest["spec"]["volumes"] == [
+        {"name": "claude-code-bashhistory", "mountPath": "/commandhistory"},
+        {"name": "cache", "mountPath": "/root/.cache"},
+        {"name": "cache-2", "mountPath": "/var/cache/apt"},
+        {"name": "scratch", "mountPath": "/scratch"}]
+    notes = "\n".join(result.notes)
+    assert "mounts[2]: the engine's volume cache is shared by every container naming it; " \
+        "the cell gets its own, cache-2" in notes
+    assert "mounts[0]" not in notes and "mounts[1]" not in notes
+    assert "mounts[4]: not converted (a tmpfs mount has no equivalent" in notes
+    devcontainer.check(devcontainer.render(result, path), tmp_path / "proj" / "cell.yaml",
+                       tmp_path / "state")

@@ -16,7 +16,6 @@ writes applies (or the import fails, naming the devcontainer.json field to chang
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
@@ -34,6 +33,8 @@ from devcell.api import (
     devcontainer_vars,
     devcontainer_volumes,
 )
+from devcell.api.devcontainer_compose_yaml import Where
+from devcell.api.devcontainer_rules import host_takeover, looks_secret
 from devcell.errors import ManifestError, Problem
 from devcell.manifests import jsonc_positions
 
@@ -55,8 +56,8 @@ NO_EQUIVALENT = {
                          "the host",
     "waitFor": "hooks always finish before the cell is Ready",
     "$schema": "",
-    "runServices": "Docker Compose is not supported",
-    "service": "Docker Compose is not supported",
+    "runServices": "it is read only with dockerComposeFile",
+    "service": "it is read only with dockerComposeFile",
     "secrets": "declare secret values as spec.env entries with secret: true",
 }
 _DENIED_RUN_ARGS = {
@@ -97,14 +98,6 @@ _VALUED_RUN_ARGS = frozenset("""
     """.split())
 """Every option of `docker run` (docker 27's reference) that takes a value: its next
 argument is that value, never a flag of its own."""
-_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL",
-                 "APIKEY", "PRIVATE", "COOKIE")
-_SECRET_PARTS = {"KEY", "PASS", "PWD", "AUTH", "CREDS", "PAT", "SIGNATURE", "SALT", "CERT"}
-_NOT_SECRET_SUFFIXES = {"PATH", "DIR", "FILE", "HOME", "URL", "URI", "HOST", "PORT", "NAME",
-                        "ID", "TYPE", "REGION", "USER", "USERNAME", "ENDPOINT", "LOCATION"}
-_ENGINE_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock",
-                   "/var/run/containerd/containerd.sock", "/run/podman/podman.sock",
-                   "/run/crio/crio.sock", "/var/lib/docker", "/var/lib/containerd")
 _WORKSPACE_VARS = ("localWorkspaceFolder", "localWorkspaceFolderBasename",
                    "containerWorkspaceFolder", "containerWorkspaceFolderBasename")
 
@@ -272,36 +265,6 @@ def _command(value: Any) -> list[list[str]] | None:
     return None
 
 
-def looks_secret(name: str) -> bool:
-    """Whether an environment variable's name says it holds a credential (GITHUB_TOKEN,
-    DB_PASSWORD, AWS_SECRET_ACCESS_KEY, API_KEY), unless it names where one is kept
-    (SSH_KEY_PATH, TOKEN_FILE, KEY_ID): such a value is imported as `secret: true`."""
-    upper = name.upper()
-    words = [w for w in re.split(r"[^A-Z0-9]+", upper) if w]
-    if not words or words[-1] in _NOT_SECRET_SUFFIXES or upper == "PWD":
-        return False
-    return any(w in upper for w in _SECRET_WORDS) or any(w in _SECRET_PARTS for w in words)
-
-
-def host_takeover(source: str) -> str | None:
-    """Why a bind mount of `source` would hand the host to the cell (None: it would not):
-    the root directory, or a container engine's socket or state (with it, the cell starts
-    containers as root on the host). Checked on the path as written and on where its links
-    lead."""
-    for path in dict.fromkeys((os.path.normpath(source), os.path.realpath(source))):
-        if path == "/":
-            return "it is the host's whole filesystem"
-        for sock in _ENGINE_SOCKETS:
-            if path == sock or sock.startswith(path.rstrip("/") + "/"):
-                return f"it is or holds {sock}, the container engine's control"
-        if path.endswith(".sock"):
-            return "it is a control socket (a service's socket lets the cell command it)"
-        with contextlib.suppress(OSError):
-            if stat.S_ISSOCK(os.stat(path).st_mode):
-                return "it is a socket (a service's socket lets the cell command it)"
-    return None
-
-
 def _mount_fields(value: Any) -> dict[str, str] | None:
     """A mount as devcontainer.json writes it: `source=...,target=...,type=bind` or the
     same as an object; keys normalised (src/dst/destination, readonly/ro)."""
@@ -337,8 +300,12 @@ class _Converter:
         self.origins: dict[str, tuple[str | int, ...]] = {}
         """Manifest field -> the devcontainer.json path it came from, so a problem found in
         what was made names the line of devcontainer.json, not of the unwritten cell.yaml."""
-        self.env_origin: dict[str, tuple[str | int, ...]] = {}
+        self.located: dict[str, Where] = {}
+        """The same for fields that came from a compose file."""
+        self.env_origin: dict[str, tuple[str | int, ...] | Where] = {}
         self.ports: list[dict[str, Any]] = []
+        self.sidecar_ports: list[tuple[str, int]] = []
+        self.said: list[str] = []
         self.mount_path = f"/workspaces/{self.root.name}"
         self.dockerfile: Path | None = None
         self.vars = devcontainer_vars.variables(self.root, reader.path.resolve(),
@@ -354,6 +321,8 @@ class _Converter:
                    "workspaceFolder", "workspaceMount", "runArgs", "features",
                    "overrideFeatureInstallOrder", "privileged", "capAdd", "securityOpt",
                    "dockerComposeFile", "hostRequirements", "overrideCommand"}
+        if "dockerComposeFile" in self.data:
+            handled |= {"service", "runServices"}
         self._workspace()
         self._image()
         self._refused_top_level()
@@ -381,15 +350,23 @@ class _Converter:
                 entry: dict[str, Any] = {"name": var, "value": value}
                 if looks_secret(var):
                     entry["secret"] = True
-                    self.notes.append(f"{_field(self.env_origin[var])}: imported as a secret "
+                    origin = self.env_origin[var]
+                    shown = _field(origin) if isinstance(origin, tuple) else str(origin)
+                    self.notes.append(f"{shown}: imported as a secret "
                                       "(secret: true: never shown or logged) because its name "
                                       "looks like a credential; consider keeping its value out "
                                       "of the manifest's file")
                 spec["env"].append(entry)
-                self.origins[f"spec.env[{i}]"] = self.env_origin[var]
+                origin = self.env_origin[var]
+                if isinstance(origin, Where):
+                    self.located[f"spec.env[{i}]"] = origin
+                else:
+                    self.origins[f"spec.env[{i}]"] = origin
         if self.ports:
             spec["network"] = {"mode": "bridge", "ports": self.ports}
-        said = [chosen.said, devcontainer_runtime.network(self.data, spec)]
+        elif self.sidecar_ports:  # a sidecar's ports are published through the cell's network
+            spec["network"] = {"mode": "bridge"}
+        said = [*self.said, chosen.said, devcontainer_runtime.network(self.data, spec)]
         self.notes.extend(devcontainer_runtime.sudo(self.data, spec.get("user")
                                                     or chosen.runs_as))
         self.notes.extend(devcontainer_runtime.host_requirements(self.data, spec,
@@ -480,9 +457,7 @@ class _Converter:
         build = self.data.get("build")
         legacy = self.data.get("dockerFile")
         if self.data.get("dockerComposeFile") is not None:
-            self.r.refuse("Docker Compose based dev containers are not supported: a cell is "
-                          "one container; point image or build at the service's image",
-                          "dockerComposeFile")
+            self._compose()
             return
         if build is None and legacy is not None:
             build = {"dockerfile": legacy, "context": self.data.get("context", ".")}
@@ -501,6 +476,64 @@ class _Converter:
                           "build" if build is not None else "image")
             return
         self._build(build, "build" if "build" in self.data else "dockerFile")
+
+    def _compose(self) -> None:
+        """The cell (the service named) and its sidecars (runServices) of a Docker Compose
+        configuration: devcontainer_compose maps them; their fields are blamed on the
+        compose files' lines."""
+        from devcell.api import devcontainer_compose
+
+        mapped = devcontainer_compose.convert(self.r, self.root, out_dir=self.out_dir,
+                                              policy=self.policy, state_dir=self.state_dir,
+                                              environ=self.local_env)
+        self.notes += mapped.notes
+        self.said += mapped.said
+        self.r.problems += mapped.problems
+        if mapped.where is not None and (mapped.image or mapped.build):
+            key = "image" if mapped.image else "build"
+            self.spec[key] = mapped.image or mapped.build
+            self.located[f"spec.{key}"] = mapped.where
+        for var, value, where in mapped.env:
+            self.env[var] = value
+            self.env_origin[var] = where
+        for port, where in mapped.ports:
+            if all((p["hostIP"], p["hostPort"]) != (port["hostIP"], port["hostPort"])
+                   for p in self.ports):
+                self.located[f"spec.network.ports[{len(self.ports)}]"] = where
+                self.ports.append(port)
+        if mapped.workspace is not None:
+            self._compose_workspace(*mapped.workspace)
+        for key, items in (("volumes", mapped.volumes), ("mounts", mapped.mounts),
+                           ("sidecars", mapped.sidecars)):
+            for item, where in items:
+                inside = item.get("mountPath", "").startswith(self.mount_path + "/")
+                if key == "volumes" and inside:  # node_modules kept apart from the project
+                    self.notes.append(f"{where}: not converted (a cell's volume may not lie "
+                                      f"inside its workspace, {self.mount_path}; those files "
+                                      "live in the workspace)")
+                    continue
+                listed = self.spec.setdefault(key, [])
+                self.located[f"spec.{key}[{len(listed)}]"] = where
+                listed.append(item)
+        self.sidecar_ports = [(p["hostIP"], p["hostPort"]) for s, _ in mapped.sidecars
+                              for p in s.get("ports", [])]
+
+    def _compose_workspace(self, path: str, where: Where) -> None:
+        """The project folder's bind in the compose file: where the cell's workspace is."""
+        problem = security.mount_path_problem(path)
+        if problem:
+            self.r.problems.append(where.problem(f"the project folder's mount {problem}"))
+            return
+        folder = self.mount_path  # workspaceFolder's, its variables filled in
+        if "workspaceFolder" not in self.data and "workspaceMount" not in self.data:
+            self.vars = devcontainer_vars.variables(self.root, self.r.path.resolve(), path,
+                                                    self.local_env)
+        elif folder != path and not folder.startswith(path.rstrip("/") + "/"):
+            self.notes.append(f"workspaceFolder: the project's files are at {path} (the "
+                              f"bind of the project folder, {where}), not under {folder}")
+        self.mount_path = path
+        self.origins.pop("spec.workspace", None)
+        self.located["spec.workspace"] = where
 
     def _build(self, build: dict[str, Any], key: str) -> None:
         here = self.r.path.resolve().parent
@@ -588,6 +621,7 @@ class _Converter:
                 self.env_origin[str(var)] = (key, str(var))
 
     def _ports(self) -> None:
+        taken = self.sidecar_ports  # published through the cell's namespace already
         for key in ("forwardPorts", "appPort"):
             values = self.data.get(key)
             if values is None:
@@ -598,7 +632,8 @@ class _Converter:
                     self.note(f"{key} {value!r}", "only ports of this container (3000, "
                               "\"localhost:3000\", \"8080:80\") can be published")
                 elif all((p["hostIP"], p["hostPort"]) != (port["hostIP"], port["hostPort"])
-                         for p in self.ports):
+                         for p in self.ports) \
+                        and (port["hostIP"], port["hostPort"]) not in taken:
                     self.ports.append(port)
 
     @staticmethod
@@ -790,7 +825,8 @@ def convert(path: Path, *, name: str | None, out_dir: Path, state_dir: Path,
                            state_dir=state_dir, env=os.environ if env is None else env)
     try:
         conversion = converter.convert()
-        _blame_source(conversion, reader, converter.origins, out_dir / "cell.yaml", state_dir)
+        _blame_source(conversion, reader, {**converter.origins, **converter.located},
+                      out_dir / "cell.yaml", state_dir)
     except ManifestError as exc:
         raise Refused(exc.problems, converter.notes) from None
     return conversion
@@ -806,7 +842,7 @@ class Refused(ManifestError):
 
 
 def _blame_source(conversion: Conversion, reader: _Reader,
-                  origins: dict[str, tuple[str | int, ...]], target: Path,
+                  origins: dict[str, tuple[str | int, ...] | Where], target: Path,
                   state_dir: Path) -> None:
     """Check the manifest as apply would and raise ManifestError for every problem in a field
     that came from devcontainer.json (a NUL in image, a bad env value), naming devcontainer.json,
@@ -818,8 +854,9 @@ def _blame_source(conversion: Conversion, reader: _Reader,
         where = problem.field or ""
         for field_path, keys in sorted(origins.items(), key=lambda o: -len(o[0])):
             if where == field_path or where.startswith((field_path + ".", field_path + "[")):
-                blamed.append(Problem(reader.display, f"{problem.message} (in the manifest's "
-                                      f"{where})", line=reader.line(*keys) or 1,
+                message = f"{problem.message} (in the manifest's {where})"
+                blamed.append(keys.problem(message) if isinstance(keys, Where) else
+                              Problem(reader.display, message, line=reader.line(*keys) or 1,
                                       field=_field(keys)))
                 break
     if blamed:

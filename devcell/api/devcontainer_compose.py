@@ -1,0 +1,781 @@
+"""`import devcontainer` for a Docker Compose based devcontainer.json: the service the editor
+attaches to (`service`) becomes the cell, the others it runs (`runServices`, default all)
+become the cell's sidecars, sharing its network namespace as compose's common
+`network_mode: service:db` pattern does.
+
+What maps: image or build, environment, ports (published on loopback), named volumes (the
+cell's spec.volumes; a sidecar's first one is its data volume, snapshotted and forked with the
+cell), the bind of the project folder (the cell's workspace), other binds through the mount
+rules, a sidecar's command and restart policy. What would loosen the cell's confinement
+(privileged, capabilities, devices, the host's network or namespaces) or reach outside the
+project (a build context, a compose file) is refused naming the compose file, line and field;
+every other key is named in a note, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from devcell import config, names, security
+from devcell.api.devcontainer_compose_file import Compose, as_map, read
+from devcell.api.devcontainer_compose_yaml import Node, Where
+from devcell.api.devcontainer_rules import host_takeover, looks_secret
+from devcell.errors import ManifestError, Problem
+
+_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+_ALL_ADDRESSES = ("", "0.0.0.0", "::", "[::]")
+_MAX_RANGE = 16
+_RESTART = {"no": "Never", "always": "Always", "unless-stopped": "Always",
+            "on-failure": "OnFailure"}
+_KEPT_RUNNING = re.compile(r"(/bin/)?(sleep (infinity|inf|\d{6,})|tail -f /dev/null)")
+_CONFINEMENT = {
+    "privileged": "a privileged container can take the host",
+    "cap_add": "added capabilities break the cell's isolation",
+    "security_opt": "it loosens the cell's seccomp/AppArmor confinement",
+    "devices": "host devices are not given to cells",
+    "device_cgroup_rules": "host devices are not given to cells",
+    "gpus": "host devices are not given to cells",
+    "volumes_from": "another container's volumes are not shared",
+    "cgroup_parent": "cells are placed in DevCell's own cgroups",
+}
+_HOST_NAMESPACES = ("pid", "ipc", "uts", "userns_mode", "cgroup")
+_NOTED = {
+    "container_name": "DevCell names the containers",
+    "hostname": "the cell's host name is its own",
+    "domainname": "the cell's host name is its own",
+    "labels": "DevCell labels its containers itself",
+    "annotations": "DevCell labels its containers itself",
+    "entrypoint": "the image's entrypoint is kept",
+    "working_dir": "`devcell exec` starts in the workspace",
+    "user": "the cell runs as its image's user (spec.user says otherwise)",
+    "stdin_open": "DevCell's supervisor runs the cell",
+    "tty": "DevCell's supervisor runs the cell",
+    "init": "DevCell's supervisor is the cell's init",
+    "expose": "the cell and its sidecars share one network namespace; every port is reachable "
+              "on 127.0.0.1 inside it",
+    "links": "the cell and its sidecars reach each other on 127.0.0.1, not by name",
+    "external_links": "the cell and its sidecars reach each other on 127.0.0.1, not by name",
+    "networks": "the cell and its sidecars share one network namespace; they reach each other "
+                "on 127.0.0.1, not by service name",
+    "extra_hosts": "cells resolve no extra host names",
+    "dns": "cells use the engine's resolver",
+    "dns_search": "cells use the engine's resolver",
+    "dns_opt": "cells use the engine's resolver",
+    "mac_address": "cells use the engine's addresses",
+    "deploy": "use spec.resources for limits",
+    "mem_limit": "use spec.resources for limits",
+    "memswap_limit": "use spec.resources for limits",
+    "mem_reservation": "use spec.resources for limits",
+    "cpus": "use spec.resources for limits",
+    "cpu_shares": "use spec.resources for limits",
+    "cpuset": "use spec.resources for limits",
+    "pids_limit": "use spec.resources for limits",
+    "shm_size": "no equivalent in DevCell",
+    "ulimits": "no equivalent in DevCell",
+    "sysctls": "no equivalent in DevCell",
+    "tmpfs": "no equivalent in DevCell; files live in the workspace or a volume",
+    "logging": "DevCell keeps the services' logs itself",
+    "platform": "images run for the engine's platform",
+    "pull_policy": "images are pulled when the engine lacks them",
+    "profiles": "runServices says which services run",
+    "secrets": "declare secret values as spec.env entries with secret: true",
+    "configs": "no equivalent in DevCell",
+    "stop_signal": "DevCell stops its containers itself",
+    "stop_grace_period": "DevCell stops its containers itself",
+    "oom_score_adj": "no equivalent in DevCell",
+    "oom_kill_disable": "no equivalent in DevCell",
+    "read_only": "no equivalent in DevCell",
+    "group_add": "no equivalent in DevCell",
+    "isolation": "no equivalent in DevCell",
+    "runtime": "DevCell chooses the runtime",
+    "scale": "a sidecar runs once",
+    "storage_opt": "no equivalent in DevCell",
+    "develop": "no equivalent in DevCell",
+    "attach": "no equivalent in DevCell",
+}
+
+
+@dataclass
+class Mapped:
+    """The cell's parts a compose configuration gives; the converter puts them in the spec."""
+
+    image: str | None = None
+    build: dict[str, Any] | None = None
+    where: Where | None = None
+    """Of the cell's image or build."""
+    env: list[tuple[str, str, Where]] = field(default_factory=list)
+    ports: list[tuple[dict[str, Any], Where]] = field(default_factory=list)
+    volumes: list[tuple[dict[str, Any], Where]] = field(default_factory=list)
+    mounts: list[tuple[dict[str, Any], Where]] = field(default_factory=list)
+    workspace: tuple[str, Where] | None = None
+    """Where the project folder is inside the cell (the bind of it), when one binds it."""
+    sidecars: list[tuple[dict[str, Any], Where]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    said: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    """In the compose files (devcontainer.json's own go to its reader's refuse)."""
+
+
+@dataclass
+class _Vol:
+    kind: str  # bind, volume, anonymous, tmpfs, npipe, ...
+    source: str
+    target: str
+    read_only: bool
+    where: Where
+
+
+def convert(reader: Any, root: Path, *, out_dir: Path, policy: config.SecurityPolicy,
+            state_dir: Path, environ: Mapping[str, str] | None = None) -> Mapped:
+    """The cell and sidecars of the compose configuration `reader`'s devcontainer.json names.
+    Problems in devcontainer.json's fields go to reader.refuse; those of the compose files
+    to the result's problems, naming file, line and field."""
+    mapper = _Mapper(reader, root, out_dir, policy, state_dir,
+                     os.environ if environ is None else environ)
+    try:
+        mapper.run()
+    except ManifestError as exc:  # a compose file that cannot be read at all
+        mapper.out.problems += exc.problems
+    if mapper.c is not None:
+        mapper.out.problems += mapper.c.problems
+    return mapper.out
+
+
+class _Mapper:
+    def __init__(self, reader: Any, root: Path, out_dir: Path,
+                 policy: config.SecurityPolicy, state_dir: Path,
+                 environ: Mapping[str, str]) -> None:
+        self.r = reader
+        self.root = root
+        self.out_dir = out_dir
+        self.policy = policy
+        self.state_dir = state_dir
+        self.environ = environ
+        self.out = Mapped()
+        self.c: Compose | None = None
+
+    # -- reporting ----------------------------------------------------------------------------
+
+    def refuse(self, where: Where, message: str) -> None:
+        assert self.c is not None
+        self.c.problems.append(where.problem(message))
+
+    def note(self, where: Where, why: str) -> None:
+        self.out.notes.append(f"{where}: not converted ({why})")
+
+    def text(self, node: Node | None, default: str | None = None) -> str | None:
+        assert self.c is not None
+        if node is None:
+            return default
+        return self.c.text(node)
+
+    # -- the whole configuration -------------------------------------------------------------
+
+    def run(self) -> None:
+        files = self._files()
+        service = self.r.data.get("service")
+        if not isinstance(service, str) or not service:
+            self.r.refuse("a Docker Compose configuration needs the name of the service the "
+                          "editor attaches to (a string)", "service")
+        if files is None or not isinstance(service, str) or not service:
+            return
+        self.c = c = read(files, self.root, self.environ)
+        services = c.top.get("services")
+        first = files[0][1]
+        if services is None or not isinstance(services.value, dict) or not services.value:
+            c.problems.append(Problem(first, "expected services: a mapping of service names "
+                                      "(the compose files define none)",
+                                      line=services.where.line if services else 1,
+                                      field="services"))
+            return
+        for key, node in c.top.items():
+            if key in ("services", "volumes", "version") or key.startswith("x-"):
+                continue
+            self.note(node.where, {"networks": _NOTED["networks"], "name": "the cell has its "
+                                   "own name"}.get(key, "no equivalent in DevCell"))
+        main = services.value.get(service)
+        if main is None:
+            self.r.refuse(f"service {names.printable(service)} is not in the compose files "
+                          f"(they define {', '.join(map(names.printable, services.value))})",
+                          "service")
+            return
+        run = self._run_services(services.value, service)
+        if not isinstance(main.value, dict):
+            self.refuse(main.where, "expected a mapping (image: ..., build: ...)")
+        else:
+            self._cell(service, main)
+        by_name = {n: s for n, s in services.value.items() if n in run and n != service}
+        for name in _ordered(by_name):
+            self._sidecar(name, by_name[name])
+        for name, node in services.value.items():
+            if name != service and name not in run:
+                self.out.notes.append(f"{node.where}: not converted (not in runServices, so "
+                                      "not run)")
+        self._named_hosts(list(by_name))
+        sidecars = ", ".join(names.printable(s["name"]) for s, _ in self.out.sidecars)
+        self.out.said.append(f"compose: service {names.printable(service)} is the cell"
+                             + (f"; sidecars: {sidecars}" if sidecars else "; no sidecars"))
+
+    def _files(self) -> list[tuple[Path, str]] | None:
+        value = self.r.data.get("dockerComposeFile")
+        listed = [value] if isinstance(value, str) else value
+        if not isinstance(listed, list) or not listed \
+                or not all(isinstance(v, str) and v for v in listed):
+            self.r.refuse("expected the compose file's path, or an array of paths, relative "
+                          "to devcontainer.json", "dockerComposeFile")
+            return None
+        here = self.r.path.parent
+        return [(Path(os.path.normpath(here / v)), os.path.normpath(here / v)) for v in listed]
+
+    def _run_services(self, services: dict[str, Node], service: str) -> set[str]:
+        value = self.r.data.get("runServices")
+        if value is None:
+            return set(services)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            self.r.refuse("expected an array of service names", "runServices")
+            return {service}
+        for i, name in enumerate(value):
+            if name not in services:
+                self.r.refuse(f"service {names.printable(name)} is not in the compose files",
+                              "runServices", i, shown=f"runServices[{i}]")
+        return {*value, service}
+
+    # -- the cell ------------------------------------------------------------------------------
+
+    def _cell(self, name: str, node: Node) -> None:
+        fields = node.value
+        handled = {"image", "build", "environment", "env_file", "ports", "volumes",
+                   "command", "network_mode", "depends_on", "healthcheck", "restart"}
+        image, build = self._image(name, node)
+        self.out.image, self.out.build, self.out.where = image, build, node.where
+        for var, (value, where) in self._environment(node).items():
+            self.out.env.append((var, value, where))
+        self.out.ports = self._ports(fields.get("ports"))
+        self._network_mode(fields.get("network_mode"))
+        self._cell_volumes(fields.get("volumes"))
+        command = fields.get("command")
+        if command is not None:
+            shown = self._argv(command)
+            kept = shown is not None and _KEPT_RUNNING.fullmatch(shlex.join(shown) or "")
+            self.note(command.where, "it only keeps the container running; DevCell's "
+                      "supervisor does" if kept else "the cell's main process is DevCell's "
+                      "supervisor; run it as a service (spec.services)")
+        for key in ("healthcheck", "restart", "depends_on"):
+            if key in fields:
+                self.note(fields[key].where, {
+                    "healthcheck": "spec.services[].ready checks a service's readiness",
+                    "restart": "the cell runs while its spec.state says Running",
+                    "depends_on": "the sidecars start after the cell's own container"}[key])
+        self._rest(fields, handled)
+
+    def _network_mode(self, node: Node | None) -> None:
+        mode = self.text(node)
+        if node is None or mode is None or mode in ("bridge", "default", "none", ""):
+            return
+        if mode.startswith("service:"):
+            return  # every container of the cell shares one network namespace already
+        if mode == "host":
+            self.refuse(node.where, "network_mode: host is refused: the host's network is "
+                        "not shared unless an administrator allows it "
+                        "(security.allowHostNetwork); then write spec.network.mode: host")
+        else:
+            self.refuse(node.where, f"network_mode: {names.printable(mode)} is refused: the "
+                        "cell and its sidecars share their own network namespace; only "
+                        "service:NAME, bridge and none map")
+
+    def _cell_volumes(self, node: Node | None) -> None:
+        for vol in self._volumes(node):
+            if vol.kind in ("volume", "anonymous"):
+                problem = security.mount_path_problem(vol.target)
+                if problem:
+                    self.refuse(vol.where, f"target {problem}")
+                    continue
+                named = _dns_name(vol.source or vol.target)
+                taken = {v["name"] for v, _ in self.out.volumes}
+                while named in taken:
+                    named = _dns_name(f"{named}-{len(taken)}")
+                self.out.volumes.append(({"name": named, "mountPath": vol.target}, vol.where))
+                if vol.kind == "anonymous":
+                    self.out.notes.append(f"{vol.where}: the anonymous volume at "
+                                          f"{names.printable(vol.target)} is the cell's volume "
+                                          f"{named} (kept until the cell is deleted)")
+            elif vol.kind == "bind":
+                self._bind(vol)
+            else:
+                self.note(vol.where, f"a {names.printable(vol.kind)} mount has no "
+                          "equivalent; files live in the workspace or a volume")
+
+    def _bind(self, vol: _Vol) -> None:
+        source = os.path.normpath(vol.source)
+        real_root = os.path.realpath(self.root)
+        real_source = os.path.realpath(source)
+        inside = os.path.relpath(real_root, real_source)
+        if self.out.workspace is None and not (inside == ".." or inside.startswith("../")):
+            at = os.path.normpath(os.path.join(vol.target, inside))
+            self.out.workspace = (at, vol.where)
+            if inside != ".":
+                self.out.notes.append(f"{vol.where}: the project folder is the cell's "
+                                      f"workspace at {names.printable(at)}; the rest of "
+                                      f"{names.printable(source)} is not carried")
+            return
+        takeover = host_takeover(source)
+        if takeover:
+            self.refuse(vol.where, f"a bind mount of {names.printable(source)} is refused: "
+                        f"{takeover}")
+            return
+        problem = security.mount_path_problem(vol.target)
+        if problem:
+            self.refuse(vol.where, f"target {problem}")
+            return
+        refused = security.host_path_problem(source, self.policy, self.state_dir)
+        if refused:
+            self.out.notes.append(f"{vol.where}: left out, DevCell's security rules refuse "
+                                  f"it: {refused}")
+            return
+        mount: dict[str, Any] = {"hostPath": source, "mountPath": vol.target}
+        if vol.read_only:
+            mount["readOnly"] = True
+        self.out.mounts.append((mount, vol.where))
+
+    # -- a sidecar -----------------------------------------------------------------------------
+
+    def _sidecar(self, service: str, node: Node) -> None:
+        if not isinstance(node.value, dict):
+            self.refuse(node.where, "expected a mapping (image: ..., build: ...)")
+            return
+        fields = node.value
+        handled = {"image", "build", "environment", "env_file", "ports", "volumes",
+                   "command", "network_mode", "depends_on", "healthcheck", "restart"}
+        sidecar: dict[str, Any] = {"name": _dns_name(service)}
+        image, build = self._image(service, node)
+        if image is not None:
+            sidecar["image"] = image
+        if build is not None:
+            sidecar["build"] = build
+        env = self._environment(node)
+        if env:
+            sidecar["env"] = [{"name": var, "value": value} for var, (value, _) in env.items()]
+        for var, (_, where) in env.items():
+            if looks_secret(var):
+                self.out.notes.append(f"{where}: written in the manifest as it is (a sidecar's "
+                                      "environment holds no secret entries); keep the "
+                                      "manifest's file private, or the value in a file of "
+                                      "the sidecar's volume")
+        command = fields.get("command")
+        if command is not None:
+            argv = self._argv(command)
+            if argv:
+                sidecar["command"] = argv
+        restart = fields.get("restart")
+        if restart is not None:
+            policy = self.text(restart) or ""
+            mapped = _RESTART.get(policy.partition(":")[0])
+            if mapped is None:
+                self.refuse(restart.where, "expected no, always, unless-stopped or "
+                            "on-failure[:N]")
+            else:
+                sidecar["restart"] = mapped
+        ports = self._ports(fields.get("ports"))
+        if ports:
+            sidecar["ports"] = [p for p, _ in ports]
+        self._network_mode(fields.get("network_mode"))
+        self._sidecar_volumes(sidecar, fields.get("volumes"))
+        if "healthcheck" in fields:
+            self.note(fields["healthcheck"].where, "a sidecar has no readiness check; the "
+                      "cell may be Ready before it answers")
+        if "depends_on" in fields:
+            self.note(fields["depends_on"].where, "only the order is kept: sidecars start "
+                      "in the order their dependencies give, without waiting for a condition")
+        self._rest(fields, handled)
+        if any(s["name"] == sidecar["name"] for s, _ in self.out.sidecars):
+            self.refuse(node.where, f"two services are both named {sidecar['name']} as "
+                        "DevCell names sidecars (lower case, - for _)")
+            return
+        self.out.sidecars.append((sidecar, node.where))
+
+    def _sidecar_volumes(self, sidecar: dict[str, Any], node: Node | None) -> None:
+        for vol in self._volumes(node):
+            if vol.kind in ("volume", "anonymous") and "volume" not in sidecar:
+                problem = security.mount_path_problem(vol.target)
+                if problem:
+                    self.refuse(vol.where, f"target {problem}")
+                    continue
+                sidecar["volume"] = {"mountPath": vol.target}
+            elif vol.kind in ("volume", "anonymous"):
+                self.note(vol.where, "a sidecar has one data volume (its first: "
+                          f"{names.printable(sidecar['volume']['mountPath'])})")
+            else:
+                self.note(vol.where, f"a sidecar takes no {names.printable(vol.kind)} mounts; "
+                          "only its data volume")
+
+    # -- fields of either ----------------------------------------------------------------------
+
+    def _image(self, service: str, node: Node) -> tuple[str | None, dict[str, Any] | None]:
+        fields = node.value
+        image, build = fields.get("image"), fields.get("build")
+        if build is not None:
+            if image is not None:
+                self.out.notes.append(f"{image.where}: not converted (build is used; DevCell "
+                                      "tags the built image itself)")
+            return None, self._build(build)
+        if image is not None:
+            return self.text(image), None
+        self.refuse(node.where, f"service {names.printable(service)} has neither image nor "
+                    "build")
+        return None, None
+
+    def _build(self, node: Node) -> dict[str, Any] | None:
+        assert self.c is not None
+        fields = {"context": node} if not isinstance(node.value, dict) else node.value
+        context = self.text(fields.get("context"), ".")
+        dockerfile = self.text(fields.get("dockerfile"), "Dockerfile")
+        if context is None or dockerfile is None:
+            return None
+        where = fields["context"].where if "context" in fields else node.where
+        if "://" in context or context.startswith(("git@", "github.com/")):
+            self.refuse(where, f"the build context {names.printable(context)} is remote; "
+                        "DevCell builds from a folder of the project")
+            return None
+        base = self.c.project_dir.resolve()
+        ctx = (base / os.path.expanduser(context)).resolve()
+        root = self.root.resolve()
+        if ctx != root and root not in ctx.parents:
+            self.refuse(where, f"the build context {names.printable(str(ctx))} lies outside "
+                        f"the project folder {names.printable(str(root))}; DevCell builds "
+                        "only from inside the project")
+            return None
+        file = (ctx / dockerfile).resolve()
+        inside = os.path.relpath(file, ctx)
+        if inside == ".." or inside.startswith("../"):
+            self.refuse(fields["dockerfile"].where, f"the Dockerfile {file} lies outside the "
+                        f"build context {ctx}; DevCell builds only from inside the context")
+            return None
+        relative = os.path.relpath(ctx, self.out_dir.resolve())
+        if relative == ".." or relative.startswith("../"):
+            self.refuse(where, f"the build context {ctx} lies outside the directory of the "
+                        f"manifest ({self.out_dir.resolve()}); write the manifest there or "
+                        f"above it (-o {ctx}/cell.yaml)")
+            return None
+        spec: dict[str, Any] = {"context": relative}
+        if inside != "Dockerfile":
+            spec["dockerfile"] = inside
+        if "args" in fields:
+            args: dict[str, str] = {}
+            for arg, value in as_map(fields["args"]).items():
+                if value.value is None:
+                    if arg in self.c.environ:
+                        args[arg] = self.c.environ[arg]
+                    continue  # unset: the Dockerfile's ARG default applies, as in compose
+                filled = self.text(value)
+                if filled is not None:
+                    args[arg] = filled
+            if args:
+                spec["args"] = args
+        if "target" in fields:
+            target = self.text(fields["target"])
+            if target:
+                spec["target"] = target
+        for extra, value in fields.items():
+            if extra not in ("context", "dockerfile", "args", "target"):
+                self.note(value.where, "no equivalent in DevCell's builds")
+        return spec
+
+    def _environment(self, node: Node) -> dict[str, tuple[str, Where]]:
+        assert self.c is not None
+        out: dict[str, tuple[str, Where]] = {}
+        env_file = node.value.get("env_file")
+        if env_file is not None:
+            out.update(self._env_files(env_file))
+        given = node.value.get("environment")
+        if given is None:
+            return out
+        if not isinstance(given.value, (dict, list)):
+            self.refuse(given.where, "expected a mapping of NAME: value or a list of "
+                        "NAME=value")
+            return out
+        for var, value in as_map(given).items():
+            if not _VAR_NAME.fullmatch(var):
+                self.refuse(value.where, f"invalid variable name {names.printable(var)!r}")
+                continue
+            if value.value is None:
+                if var in self.c.environ:
+                    out[var] = (self.c.environ[var], value.where)
+                else:
+                    self.note(value.where, f"{var} takes its value from the environment "
+                              "compose runs in, where it is not set")
+                continue
+            filled = self.text(value)
+            if filled is not None:
+                out[var] = (filled, value.where)
+        return out
+
+    def _env_files(self, node: Node) -> dict[str, tuple[str, Where]]:
+        from devcell.api.devcontainer_compose_file import parse_env_file, read_inside
+
+        assert self.c is not None
+        out: dict[str, tuple[str, Where]] = {}
+        listed = node.value if isinstance(node.value, list) else [node]
+        for item in listed:
+            required = True
+            path_node: Node | None = item
+            if isinstance(item.value, dict):
+                path_node = item.value.get("path")
+                req = item.value.get("required")
+                required = req is None or req.value is not False
+            path = self.text(path_node) if path_node is not None else None
+            if path is None:
+                if path_node is None:
+                    self.refuse(item.where, "expected a path")
+                continue
+            full = Path(os.path.normpath(self.c.project_dir / path))
+            try:
+                data = read_inside(full, self.root, str(full))
+            except ManifestError as exc:
+                for p in exc.problems:
+                    self.refuse(item.where, f"{p.file}: {p.message}")
+                continue
+            if data is None:
+                if required:
+                    self.refuse(item.where, f"the env file {names.printable(str(full))} does "
+                                "not exist")
+                continue
+            try:
+                values = parse_env_file(data, str(full))
+            except ManifestError as exc:
+                self.c.problems.extend(exc.problems)
+                continue
+            out.update({k: (v, item.where) for k, v in values.items()})
+        return out
+
+    def _argv(self, node: Node) -> list[str] | None:
+        """A command as compose reads it: a list as is, a string split as a shell would
+        (without running one)."""
+        if isinstance(node.value, list):
+            argv = [self.text(n) for n in node.value]
+            return None if any(a is None for a in argv) else [str(a) for a in argv]
+        text = self.text(node)
+        if text is None:
+            return None
+        try:
+            return shlex.split(text)
+        except ValueError as exc:
+            self.refuse(node.where, f"cannot split the command: {exc}")
+            return None
+
+    def _ports(self, node: Node | None) -> list[tuple[dict[str, Any], Where]]:
+        if node is None:
+            return []
+        if not isinstance(node.value, list):
+            self.refuse(node.where, "expected a list of ports")
+            return []
+        out: list[tuple[dict[str, Any], Where]] = []
+        for item in node.value:
+            for port in self._port(item):
+                if all((p["hostIP"], p["hostPort"]) != (port["hostIP"], port["hostPort"])
+                       for p, _ in out):
+                    out.append((port, item.where))
+        return out
+
+    def _port(self, node: Node) -> list[dict[str, Any]]:
+        if isinstance(node.value, dict):
+            target = self.text(node.value.get("target"))
+            published = self.text(node.value.get("published"), "")
+            address = self.text(node.value.get("host_ip"), "")
+            protocol = self.text(node.value.get("protocol"), "tcp") or "tcp"
+            if target is None or published is None or address is None:
+                if node.value.get("target") is None:
+                    self.refuse(node.where, "expected target: the container's port")
+                return []
+            spec = f"{published}:{target}" if published else target
+        else:
+            text = self.text(node)
+            if text is None:
+                return []
+            spec, _, protocol = text.partition("/")
+            protocol = protocol or "tcp"
+            address = ""
+            if spec.startswith("["):  # [::1]:8080:80
+                address, _, spec = spec[1:].partition("]:")
+            elif spec.count(":") >= 2:  # 127.0.0.1:8080:80
+                address, _, spec = spec.partition(":")
+        if protocol != "tcp":
+            self.note(node.where, f"{names.printable(protocol)} ports are not published; "
+                      "DevCell publishes TCP")
+            return []
+        host, _, container = spec.rpartition(":")
+        pairs = _port_pairs(host, container)
+        if pairs is None:
+            self.refuse(node.where, f"expected [HOST:]CONTAINER ports (numbers or ranges up "
+                        f"to {_MAX_RANGE} ports), not {names.printable(spec)}")
+            return []
+        if address not in _LOOPBACK:
+            why = ("compose publishes on every address" if address in _ALL_ADDRESSES
+                   else f"DevCell does not publish on {names.printable(address)}")
+            self.out.notes.append(f"{node.where}: published on 127.0.0.1 only ({why})")
+        if not host:
+            self.out.notes.append(f"{node.where}: published on the same port on the host "
+                                  "(compose picks a free one)")
+        return [{"containerPort": c, "hostPort": h, "hostIP": "127.0.0.1"} for h, c in pairs]
+
+    def _volumes(self, node: Node | None) -> list[_Vol]:
+        assert self.c is not None
+        if node is None:
+            return []
+        if not isinstance(node.value, list):
+            self.refuse(node.where, "expected a list of volumes")
+            return []
+        out: list[_Vol] = []
+        for item in node.value:
+            vol = self._volume(item)
+            if vol is not None:
+                out.append(vol)
+        return out
+
+    def _volume(self, item: Node) -> _Vol | None:
+        assert self.c is not None
+        if isinstance(item.value, dict):
+            kind = self.text(item.value.get("type"), "volume")
+            source = self.text(item.value.get("source"), "")
+            target = self.text(item.value.get("target"))
+            read_only = item.value.get("read_only")
+            if kind is None or source is None or target is None:
+                if item.value.get("target") is None:
+                    self.refuse(item.where, "expected target: the path in the container")
+                return None
+            for extra, value in item.value.items():
+                if extra not in ("type", "source", "target", "read_only", "bind", "volume",
+                                 "consistency"):
+                    self.note(value.where, "no equivalent in DevCell's mounts")
+            ro = read_only is not None and read_only.value is True
+            if kind == "volume" and not source:
+                kind = "anonymous"
+        else:
+            text = self.text(item)
+            if text is None:
+                return None
+            parts = text.split(":")
+            if len(parts) == 1:
+                kind, source, target, ro = "anonymous", "", parts[0], False
+            elif len(parts) in (2, 3):
+                source, target = parts[0], parts[1]
+                modes = parts[2].split(",") if len(parts) == 3 else []
+                ro = "ro" in modes
+                kind = "bind" if source.startswith((".", "/", "~")) else "volume"
+            else:
+                self.refuse(item.where, "expected [SOURCE:]TARGET[:MODE]")
+                return None
+        if kind == "bind":
+            source = os.path.expanduser(source)
+            source = os.path.normpath(self.c.project_dir / source)
+        if not target.startswith("/"):
+            self.refuse(item.where, f"the target {names.printable(target)} is not an absolute "
+                        "path")
+            return None
+        if kind == "volume":
+            declared = self.c.top.get("volumes")
+            spec = declared.get(source) if declared is not None else None
+            if spec is not None and isinstance(spec.value, dict):
+                for key, value in spec.value.items():
+                    self.note(value.where, "a cell's volume is its own (made with the cell, "
+                              "removed with it)" if key in ("external", "name")
+                              else "no equivalent in DevCell's volumes")
+        return _Vol(kind, source, os.path.normpath(target), ro, item.where)
+
+    def _rest(self, fields: dict[str, Node], handled: set[str]) -> None:
+        for key, node in fields.items():
+            if key in handled:
+                continue
+            if key in _CONFINEMENT:
+                self.refuse(node.where, f"{key} is refused: {_CONFINEMENT[key]}")
+            elif key in _HOST_NAMESPACES:
+                value = self.text(node) or ""
+                if value == "host" or value.startswith(("container:", "service:")):
+                    self.refuse(node.where, f"{key}: {names.printable(value)} is refused: "
+                                "the cell's namespaces are its own")
+                else:
+                    self.note(node.where, "no equivalent in DevCell")
+            else:
+                self.note(node.where, _NOTED.get(key, "no equivalent in DevCell"))
+
+    def _named_hosts(self, sidecars: list[str]) -> None:
+        """Warn where an environment value names a sidecar as a host (db:5432, @db/):
+        in a cell the name does not resolve; the sidecar is on 127.0.0.1."""
+        if not sidecars:
+            return
+        envs = [(v, w) for _, v, w in self.out.env]
+        for sidecar, _ in self.out.sidecars:
+            envs += [(e["value"], Where("", 0, "")) for e in sidecar.get("env", [])]
+        for name in sidecars:
+            pattern = re.compile(rf"(?:^|[/@=\s]){re.escape(name)}(?=$|[:/\s])")
+            for value, where in envs:
+                if where.file and pattern.search(value):
+                    self.out.notes.append(f"{where}: names the service {names.printable(name)} "
+                                          "as a host; in a cell it is reached at 127.0.0.1 "
+                                          "(the cell and its sidecars share one network)")
+
+
+def _port_pairs(host: str, container: str) -> list[tuple[int, int]] | None:
+    """(host, container) port pairs of `8080:80`, `80`, `3000-3002:3000-3002`."""
+    def span(text: str) -> list[int] | None:
+        low, sep, high = text.partition("-")
+        if not low.isdigit() or (sep and not high.isdigit()):
+            return None
+        first, last = int(low), int(high) if sep else int(low)
+        if not 0 < first <= last < 65536 or last - first >= _MAX_RANGE:
+            return None
+        return list(range(first, last + 1))
+
+    inside = span(container)
+    outside = span(host) if host else inside
+    if inside is None or outside is None or len(inside) != len(outside):
+        return None
+    return list(zip(outside, inside, strict=True))
+
+
+def _dns_name(raw: str) -> str:
+    """A DevCell name (lower case letters, digits, -) made of a compose name."""
+    name = re.sub(r"[^a-z0-9]+", "-", raw.lower()).strip("-")[:63].strip("-")
+    return name or "data"
+
+
+def _ordered(services: dict[str, Node]) -> list[str]:
+    """The services in their file's order, each after those it depends_on (a cycle is kept
+    in file order)."""
+    deps: dict[str, list[str]] = {}
+    for name, node in services.items():
+        dep = node.get("depends_on")
+        listed: list[str] = []
+        if dep is not None and isinstance(dep.value, list):
+            listed = [str(n.value) for n in dep.value]
+        elif dep is not None and isinstance(dep.value, dict):
+            listed = list(dep.value)
+        deps[name] = [d for d in listed if d in services]
+    out: list[str] = []
+    visiting: set[str] = set()
+
+    def visit(name: str) -> None:
+        stack = [(name, iter(deps[name]))]
+        visiting.add(name)
+        while stack:
+            current, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                if current not in out:
+                    out.append(current)
+                continue
+            if child not in out and child not in visiting:
+                visiting.add(child)
+                stack.append((child, iter(deps[child])))
+
+    for name in services:
+        if name not in out:
+            visit(name)
+    return out

@@ -371,7 +371,8 @@ class _Converter:
                                                     or chosen.runs_as))
         self.notes.extend(devcontainer_runtime.host_requirements(self.data, spec,
                                                                  self.origins))
-        self.notes.extend(devcontainer_command.keep(self.data, spec, self.dockerfile))
+        if not any(s.get("name") == "main" for s in spec.get("services", [])):  # compose's
+            self.notes.extend(devcontainer_command.keep(self.data, spec, self.dockerfile))
         manifest = {"apiVersion": API_VERSION, "kind": "Cell",
                     "metadata": {"name": self.name}, "spec": spec}
         return Conversion(manifest, self.notes, said)
@@ -501,6 +502,9 @@ class _Converter:
                    for p in self.ports):
                 self.located[f"spec.network.ports[{len(self.ports)}]"] = where
                 self.ports.append(port)
+        if mapped.command is not None:
+            self.spec["services"] = [{"name": "main", "command": mapped.command[0]}]
+            self.located["spec.services[0]"] = mapped.command[1]
         if mapped.workspace is not None:
             self._compose_workspace(*mapped.workspace)
         for key, items in (("volumes", mapped.volumes), ("mounts", mapped.mounts),

@@ -34,7 +34,10 @@ _ALL_ADDRESSES = ("", "0.0.0.0", "::", "[::]")
 _MAX_RANGE = 16
 _RESTART = {"no": "Never", "always": "Always", "unless-stopped": "Always",
             "on-failure": "OnFailure"}
-_KEPT_RUNNING = re.compile(r"(/bin/)?(sleep (infinity|inf|\d{6,})|tail -f /dev/null)")
+_KEPT_RUNNING = re.compile(r"(exec )?(/bin/|/usr/bin/)?(sleep (infinity|inf|\d{5,})"
+                           r"|tail -f /dev/null"
+                           r"|while (true|:|sleep \d+); do (:|sleep \d+|true);? done)")
+"""A command that only keeps a dev container running (the templates' `sleep infinity`)."""
 _CONFINEMENT = {
     "privileged": "a privileged container can take the host",
     "cap_add": "added capabilities break the cell's isolation",
@@ -114,6 +117,9 @@ class Mapped:
     ports: list[tuple[dict[str, Any], Where]] = field(default_factory=list)
     volumes: list[tuple[dict[str, Any], Where]] = field(default_factory=list)
     mounts: list[tuple[dict[str, Any], Where]] = field(default_factory=list)
+    command: tuple[list[str], Where] | None = None
+    """The service's own command, run as the cell's service `main` (compose's
+    overrideCommand default is false: the command runs)."""
     workspace: tuple[str, Where] | None = None
     """Where the project folder is inside the cell (the bind of it), when one binds it."""
     sidecars: list[tuple[dict[str, Any], Where]] = field(default_factory=list)
@@ -261,12 +267,19 @@ class _Mapper:
         self._network_mode(fields.get("network_mode"))
         self._cell_volumes(fields.get("volumes"))
         command = fields.get("command")
-        if command is not None:
-            shown = self._argv(command)
-            kept = shown is not None and _KEPT_RUNNING.fullmatch(shlex.join(shown) or "")
-            self.note(command.where, "it only keeps the container running; DevCell's "
-                      "supervisor does" if kept else "the cell's main process is DevCell's "
-                      "supervisor; run it as a service (spec.services)")
+        argv = self._argv(command) if command is not None else None
+        if command is not None and argv:
+            if _KEPT_RUNNING.fullmatch(shlex.join(argv)) or _KEPT_RUNNING.fullmatch(
+                    " ".join(argv[2:]) if argv[:2] in (["sh", "-c"], ["/bin/sh", "-c"])
+                    else ""):
+                self.note(command.where, "it only keeps the container running; DevCell's "
+                          "supervisor does")
+            elif self.r.data.get("overrideCommand") is True:
+                self.note(command.where, "overrideCommand: true replaces it")
+            else:
+                self.out.command = (argv, command.where)
+                self.out.notes.append(f"{command.where}: runs as the cell's service main "
+                                      "(DevCell's supervisor restarts it when it exits)")
         for key in ("healthcheck", "restart", "depends_on"):
             if key in fields:
                 self.note(fields[key].where, {

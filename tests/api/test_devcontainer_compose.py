@@ -156,7 +156,7 @@ def test_an_existing_compose_file_with_a_devcontainer_override(tmp_path: Path) -
             ports: ["8080:80", "127.0.0.1:9229:9229"]
             environment: [MODE=prod, LOG=info]
             command: ["serve", "--port", "80"]
-            volumes: ["./data:/srv/data"]
+            volumes: ["./data:/srv/data", "pip_cache:/root/.cache"]
           cache:
             image: redis:7
             command: redis-server --save 60 1
@@ -178,6 +178,7 @@ def test_an_existing_compose_file_with_a_devcontainer_override(tmp_path: Path) -
     assert spec["image"] == "devcell/busybox:latest"
     assert spec["workspace"]["mountPath"] == "/workspaces/api"
     assert spec["env"] == [{"name": "MODE", "value": "dev"}, {"name": "LOG", "value": "info"}]
+    assert spec["volumes"] == [{"name": "pip-cache", "mountPath": "/root/.cache"}]
     assert [(p["hostPort"], p["containerPort"]) for p in spec["network"]["ports"]] == [
         (8080, 80), (9229, 9229), (3000, 3000), (3001, 3001)]
     assert spec["sidecars"] == [{
@@ -219,6 +220,29 @@ def test_runservices_chooses_the_sidecars_and_depends_on_orders_them(tmp_path: P
     assert "services.mail: not converted (not in runServices, so not run)" in notes
     assert "services.worker.depends_on: not converted (only the order is kept" in notes
     assert result.manifest["spec"]["workspace"] == {"mountPath": "/workspaces/p"}
+
+
+@pytest.mark.parametrize(("override", "command", "service"), [
+    ("", "httpd -f -p 8080", ["httpd", "-f", "-p", "8080"]),
+    ("", '/bin/sh -c "while sleep 1000; do :; done"', None),
+    ('"overrideCommand": true,', "httpd -f -p 8080", None),
+])
+def test_the_service_s_own_command_runs_as_the_cell_s_service_main(
+        tmp_path: Path, override: str, command: str, service: list[str] | None) -> None:
+    """Compose's overrideCommand default is false: the service's command runs (a keep-alive
+    loop only kept the container up; DevCell's supervisor does that)."""
+    path = _project(tmp_path / "p", "{" + override + '"dockerComposeFile": "c.yml", '
+                    '"service": "a"}', **{"c.yml": f"""\
+        services:
+          a:
+            image: devcell/busybox:latest
+            command: {command}
+        """})
+    result = _convert(path, tmp_path / "p", tmp_path / "state")
+    services = result.manifest["spec"].get("services")
+    assert services == ([{"name": "main", "command": service}] if service else None)
+    notes = "\n".join(result.notes)
+    assert ("runs as the cell's service main" in notes) is bool(service)
 
 
 def test_variables_as_compose_fills_them(tmp_path: Path,

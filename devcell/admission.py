@@ -200,6 +200,10 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
                         f'backend "{m.spec["backend"]}" does not run hooks when it starts a '
                         "cell yet, so this hook would be skipped (use the container backend, "
                         "or run it yourself with `devcell exec`)")))
+        if (m.spec.get("hooks") or {}).get("hostInitialize") and m.source == "-":
+            problems.append(located(m, ("hooks", "hostInitialize"), (
+                "host commands run in the folder of the manifest's file, and this one was "
+                "read from standard input; apply it from a file")))
         if not backends.capabilities(m.spec["backend"]).service_state:
             for i, service in enumerate(m.spec.get("services") or []):
                 if service.get("ready"):

@@ -34,6 +34,8 @@ class SecurityPolicy:
     allowed_publish_addresses: tuple[str, ...] = ()
     allowed_build_roots: tuple[str, ...] = ()
     """Directories a build context may lie under beyond its manifest's directory tree."""
+    allow_host_commands: bool = False
+    """spec.hooks.hostInitialize: commands a manifest runs on the host before its cell starts."""
     source: str = "<defaults>"
     """Where the policy came from, for messages that tell the user what to edit."""
 
@@ -182,6 +184,7 @@ def parse(path: Path, data: bytes, state_dir: Path | None = None) -> Config:
         allow_host_network=bool(security.get("allowHostNetwork", False)),
         allowed_publish_addresses=tuple(security.get("allowedPublishAddresses", ())),
         allowed_build_roots=tuple(security.get("allowedBuildRoots", ())),
+        allow_host_commands=bool(security.get("allowHostCommands", False)),
         source=str(path)))
 
 

@@ -275,6 +275,11 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
                        "cell may not nest or repeat")
             hosts.append((i, resolved))
     yield from _volume_problems(spec, taken)
+    if (spec.get("hooks") or {}).get("hostInitialize") and not policy.allow_host_commands:
+        yield (("hooks", "hostInitialize"),
+               "commands on the host run as the user DevCell runs as, with everything that "
+               "user can reach, and are off by default; an administrator can allow them with "
+               f"security.allowHostCommands: true in {policy.source}")
     network = spec.get("network") or {}
     mode = network.get("mode", "none")
     if mode == "host" and not policy.allow_host_network:

@@ -28,6 +28,7 @@ from typing import Any
 from devcell import API_VERSION, config, names, safeio, security
 from devcell.api import (
     devcontainer_command,
+    devcontainer_lifecycle,
     devcontainer_runtime,
     devcontainer_source,
     devcontainer_vars,
@@ -41,19 +42,11 @@ from devcell.manifests import jsonc_positions
 DEFAULT_PATHS = (".devcontainer/devcontainer.json", ".devcontainer.json")
 MAX_BYTES = 1 << 20
 NO_EQUIVALENT = {
-    "customizations": "editor settings and extensions; DevCell runs no editor",
-    "remoteUser": "the user the editor connects as; DevCell's hooks and exec run as the cell's "
-                  "user",
-    "containerUser": "the cell runs as root, or as nobody with a writable host mount",
     "updateRemoteUserUID": "no user is remapped",
-    "userEnvProbe": "no login shell is probed; spec.env is the environment",
     "shutdownAction": "a cell stops when its spec.state says so",
     "init": "DevCell's supervisor is the cell's init",
     "portsAttributes": "ports are published on 127.0.0.1 without labels or actions",
     "otherPortsAttributes": "ports are published on 127.0.0.1 without labels or actions",
-    "postAttachCommand": "DevCell has no attach step; run it with `devcell exec`",
-    "initializeCommand": "it runs on the host before the cell is made; DevCell runs nothing on "
-                         "the host",
     "waitFor": "hooks always finish before the cell is Ready",
     "$schema": "",
     "runServices": "it is read only with dockerComposeFile",
@@ -310,6 +303,7 @@ class _Converter:
         self.dockerfile: Path | None = None
         self.vars = devcontainer_vars.variables(self.root, reader.path.resolve(),
                                                 self.mount_path, self.local_env)
+        self.annotations: dict[str, str] = {}
 
     def note(self, key: str, why: str) -> None:
         self.notes.append(f"{key}: not converted ({why})" if why else f"{key}: not converted")
@@ -320,7 +314,8 @@ class _Converter:
                    "updateContentCommand", "postCreateCommand", "postStartCommand", "mounts",
                    "workspaceFolder", "workspaceMount", "runArgs", "features",
                    "overrideFeatureInstallOrder", "privileged", "capAdd", "securityOpt",
-                   "dockerComposeFile", "hostRequirements", "overrideCommand"}
+                   "dockerComposeFile", "hostRequirements", "overrideCommand"
+                   } | devcontainer_lifecycle.HANDLED
         if "dockerComposeFile" in self.data:
             handled |= {"service", "runServices"}
         self._workspace()
@@ -329,6 +324,7 @@ class _Converter:
         self._env()
         self._ports()
         self._hooks()
+        devcontainer_lifecycle.convert(self, _command)
         self._mounts()
         self._run_args()
         for key in self.data:
@@ -373,8 +369,11 @@ class _Converter:
                                                                  self.origins))
         if not any(s.get("name") == "main" for s in spec.get("services", [])):  # compose's
             self.notes.extend(devcontainer_command.keep(self.data, spec, self.dockerfile))
-        manifest = {"apiVersion": API_VERSION, "kind": "Cell",
-                    "metadata": {"name": self.name}, "spec": spec}
+        metadata: dict[str, Any] = {"name": self.name}
+        if self.annotations:
+            metadata["annotations"] = self.annotations
+        manifest = {"apiVersion": API_VERSION, "kind": "Cell", "metadata": metadata,
+                    "spec": spec}
         return Conversion(manifest, self.notes, said)
 
     # -- one devcontainer.json field (or group) each ------------------------------------------

@@ -78,6 +78,11 @@ def run_exec(args: argparse.Namespace) -> int:
     session = activity.open_session(dbmod.resolve_state_dir(args.state_dir), attached.ref.id,
                                     "exec")
     try:
+        if args.tty:  # a developer attaching (api/post_attach.py), before the raw terminal
+            from devcell.api import post_attach
+
+            post_attach.run(attached.interactive(), attached.ref, out=sys.stderr.buffer,
+                            options=settings)
         with _terminal(raw=args.stdin) if args.tty else nullcontext() as terminal:
             return attached.interactive().exec(attached.ref, argv, stdout=sys.stdout.buffer,
                                          stderr=sys.stderr.buffer,

@@ -34,6 +34,7 @@ from devcell.controllers import (
     builds,
     crashloop,
     dotfiles,
+    host_hooks,
     idle,
     post_create,
     prune_keep,
@@ -285,6 +286,9 @@ class CellController:
             asked, asked_action = self._asked(ctx, cell, steps, desired)
             steps += asked
             action = action or asked_action
+            initialize = host_hooks.plan(cell, steps)
+            if initialize is not None:  # before everything a start does, its build included
+                steps.insert(0, initialize)
             install = dotfiles.plan(cell, steps) if desired == "Running" else None
             if install is not None:
                 steps.append(install)
@@ -622,6 +626,8 @@ class CellController:
         if step.name == S.INSTALL_DOTFILES:
             return backends_dotfiles.install(ctx.backend(plan.backend), ref,
                                              state_dir=Path(ctx.db.state_dir))
+        if step.name == S.HOST_INITIALIZE:
+            return host_hooks.run(ref, step, state_dir=Path(ctx.db.state_dir))
         handler = _STEPS.get(step.name)
         if handler is None:
             raise BackendError(f"cell controller has no step {step.name!r}")

@@ -15,6 +15,9 @@ class StepName(StrEnum):
     ADOPT_VOLUME = "adopt-volume"
     """Record a volume an operation made before it died (found by its labels)."""
     DELETE_VOLUME = "delete-volume"
+    HOST_INITIALIZE = "host-initialize"
+    """Run spec.hooks.hostInitialize on the host before a start (devcontainer.json's
+    initializeCommand), when the configuration allows host commands."""
     PULL_IMAGE = "pull-image"
     """Fetch the cell's image from its registry (spec.imagePullPolicy says when)."""
     BUILD_IMAGE = "build-image"

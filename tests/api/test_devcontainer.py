@@ -99,12 +99,17 @@ def test_an_image_based_sample_with_comments_and_trailing_commas(tmp_path: Path)
         "postCreate": [["/bin/sh", "-c", "echo on-create > /tmp/log"],
                        ["sh", "-c", "echo post-create >> /tmp/log"]],
         "postStart": [["/bin/sh", "-c", "echo server >> /tmp/log"],
-                      ["sh", "-c", "echo watch >> /tmp/log"]]}
+                      ["sh", "-c", "echo watch >> /tmp/log"]],
+        "postAttach": [["/bin/sh", "-c", "echo attached"]]}
+    assert spec["user"] == "vscode"
+    assert m["metadata"]["annotations"] == {
+        "devcell.dev/vscode-extensions": '["ms-python.python"]'}
     notes = "\n".join(result.notes)
     for field in ("remoteEnv.PATH", "remoteEnv.UNSET_ME",
-                  "forwardPorts 'db:5432'", "postAttachCommand", "customizations",
-                  "remoteUser", "someFutureField"):
+                  "forwardPorts 'db:5432'", "someFutureField"):
         assert f"{field}: not converted" in notes, field
+    for field in ("postAttachCommand", "customizations", "remoteUser"):
+        assert f"{field}: not converted" not in notes, field
     assert "postStartCommand: its 2 commands run one after another" in notes
     devcontainer.check(devcontainer.render(result, path), tmp_path / "proj" / "cell.yaml",
                        tmp_path / "state")

@@ -75,11 +75,11 @@ def test_sudo_as_root_draws_no_warning(tmp_path: Path) -> None:
 
 def test_a_refused_file_shows_every_warning_too(cli: Cli, tmp_path: Path) -> None:
     _sample(tmp_path / "proj", json.dumps({
-        "image": "devcell/busybox:latest", "privileged": True, "customizations": {},
+        "image": "devcell/busybox:latest", "privileged": True, "portsAttributes": {},
         "containerEnv": {"A": "${localEnv:DEVCELL_TEST_UNSET}"}}))
     done = cli("import", "devcontainer", str(tmp_path / "proj"))
     assert done.returncode != 0 and done.stdout == ""
-    assert "customizations: not converted" in done.stderr
+    assert "portsAttributes: not converted" in done.stderr
     assert "privileged: privileged containers" in done.stderr
     assert "containerEnv.A: ${localEnv:DEVCELL_TEST_UNSET} is not set" in done.stderr
     assert "Traceback" not in done.stderr

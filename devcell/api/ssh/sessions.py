@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from devcell import names
+from devcell.api import post_attach
 from devcell.backends.interactive import ExecOptions, Interactive, Subsystems, Terminal
 from devcell.errors import CapabilityMissing, DevCellError
 from devcell.log import logger
@@ -124,8 +125,13 @@ async def run(process: asyncssh.SSHServerProcess[bytes], backend: Interactive, c
     stdout = _Output(loop, process.stdout, gone)
     stderr = stdout if terminal is not None else _Output(loop, process.stderr, gone)
 
+    attaching = process.command is None and not process.subsystem
+
     def command() -> int:
         try:
+            if attaching:  # a developer's shell (api/post_attach.py), not a tool's command
+                post_attach.run(backend, cell, out=stderr,  # type: ignore[arg-type]
+                                options=options, raw_terminal=terminal is not None)
             return backend.exec(cell, argv, stdout=stdout, stderr=stderr,  # type: ignore[arg-type]
                                 stdin=stdin, terminal=terminal, options=options)
         finally:

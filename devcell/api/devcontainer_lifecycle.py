@@ -1,0 +1,216 @@
+"""`devcell import devcontainer`: the fields about who runs what, when and with which
+environment, and the editor's settings.
+
+- remoteUser / containerUser -> spec.user (hooks, services, exec and ssh run as that user;
+  remoteUser wins when both are given, as it is the one the commands run as).
+- userEnvProbe -> spec.userEnvProbe (the user's shell environment for hooks and sessions).
+- postAttachCommand -> spec.hooks.postAttach (run when a developer attaches: ssh, exec -t).
+- initializeCommand -> spec.hooks.hostInitialize (run on the host before each start), only
+  when DevCell's configuration allows host commands; refused otherwise, naming the allowance.
+- customizations.vscode.extensions / settings (and the older top-level extensions /
+  settings) -> metadata.annotations, as JSON, for `devcell code` to apply.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from devcell.config import SecurityPolicy
+
+
+class _Reader(Protocol):
+    def refuse(self, message: str, *keys: str | int, shown: str | None = None) -> None: ...
+
+
+class _Converter(Protocol):
+    """What this module uses of devcontainer.py's converter (a Protocol: the converter calls
+    this module, so this module cannot import it back)."""
+
+    @property
+    def r(self) -> _Reader: ...
+
+    data: dict[str, Any]
+    spec: dict[str, Any]
+    notes: list[str]
+    origins: dict[str, tuple[str | int, ...]]
+    annotations: dict[str, str]
+    policy: SecurityPolicy
+    out_dir: Path
+    root: Path
+
+    def note(self, key: str, why: str) -> None: ...
+
+    def _filled(self, value: str, *keys: str | int, shown: str | None = None) -> str | None: ...
+
+    def _filled_command(self, commands: list[list[str]], key: str
+                        ) -> list[list[str]] | None: ...
+
+HANDLED = frozenset({"remoteUser", "containerUser", "userEnvProbe", "postAttachCommand",
+                     "initializeCommand", "customizations", "extensions", "settings"})
+"""The devcontainer.json fields this module converts (or refuses)."""
+EXTENSIONS = "devcell.dev/vscode-extensions"
+"""Annotation: the VS Code extensions to install in the cell's server, a JSON array of ids."""
+SETTINGS = "devcell.dev/vscode-settings"
+"""Annotation: VS Code's machine settings for the cell, a JSON object."""
+MAX_ANNOTATION = 4096
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?")
+_EXTENSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*\.[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9.+-]+)?")
+_PROBES = ("none", "loginShell", "loginInteractiveShell", "interactiveShell")
+
+
+Forms = Callable[[Any], "list[list[str]] | None"]
+"""devcontainer.py's reader of a lifecycle command's three forms (string, array, object)."""
+
+
+def convert(c: _Converter, forms: Forms) -> None:
+    """Each field this module handles, into c.spec / c.annotations / c.notes / c.r.problems."""
+    _user(c)
+    _probe(c)
+    _post_attach(c, forms)
+    _host_initialize(c, forms)
+    _customizations(c)
+
+
+def _user(c: _Converter) -> None:
+    remote, container = c.data.get("remoteUser"), c.data.get("containerUser")
+    key = "remoteUser" if remote is not None else "containerUser"
+    user = remote if remote is not None else container
+    if user is None:
+        return
+    if not isinstance(user, str):
+        c.r.refuse("expected a user name or uid (a string)", key)
+        return
+    expanded = c._filled(user, key)
+    if expanded is None:
+        return
+    if not _USER.fullmatch(expanded):
+        c.r.refuse("expected a user name or uid, optionally :GROUP (letters, digits, _ . -)",
+                   key)
+        return
+    if remote is not None and isinstance(container, str) and container != remote:
+        c.notes.append(f"containerUser: not converted (a cell runs as one user: remoteUser "
+                       f"{expanded} runs its services, hooks and sessions)")
+    c.spec["user"] = expanded
+    c.origins["spec.user"] = (key,)
+
+
+def _probe(c: _Converter) -> None:
+    value = c.data.get("userEnvProbe")
+    if value is None:
+        return
+    if value not in _PROBES:
+        c.r.refuse("expected one of " + ", ".join(_PROBES), "userEnvProbe")
+        return
+    if value != "none":
+        c.spec["userEnvProbe"] = value
+        c.origins["spec.userEnvProbe"] = ("userEnvProbe",)
+
+
+def _commands(c: _Converter, key: str, forms: Forms) -> list[list[str]] | None:
+    """A lifecycle command in its three forms, its variables filled in as the converter
+    fills those of postCreateCommand (None: refused)."""
+    commands = forms(c.data[key])
+    if commands is None:
+        c.r.refuse("expected a string, an array of strings, or an object of either", key)
+        return None
+    filled = c._filled_command(commands, key)
+    if filled is not None and isinstance(c.data[key], dict) and len(filled) > 1:
+        c.notes.append(f"{key}: its {len(filled)} commands run one after another, not in "
+                       "parallel")
+    return filled
+
+
+def _post_attach(c: _Converter, forms: Forms) -> None:
+    if "postAttachCommand" not in c.data:
+        return
+    commands = _commands(c, "postAttachCommand", forms)
+    if commands:
+        c.spec.setdefault("hooks", {})["postAttach"] = commands
+        c.origins["spec.hooks.postAttach"] = ("postAttachCommand",)
+
+
+def _host_initialize(c: _Converter, forms: Forms) -> None:
+    if "initializeCommand" not in c.data:
+        return
+    if not c.policy.allow_host_commands:
+        c.r.refuse("initializeCommand runs on the host, as you, before each start; DevCell "
+                   "runs nothing on the host unless its configuration allows host commands "
+                   f"(security.allowHostCommands: true in {c.policy.source}); allow it only "
+                   "for a project you trust, or remove the field", "initializeCommand")
+        return
+    if "${containerEnv:" in json.dumps(c.data["initializeCommand"]):
+        c.r.refuse("${containerEnv:...} in initializeCommand: it runs on the host, before "
+                   "any container exists", "initializeCommand")
+        return
+    commands = _commands(c, "initializeCommand", forms)
+    if not commands:
+        return
+    c.spec.setdefault("hooks", {})["hostInitialize"] = commands
+    c.origins["spec.hooks.hostInitialize"] = ("initializeCommand",)
+    if c.out_dir.resolve() != c.root:
+        c.notes.append(f"initializeCommand: it runs in the folder of the manifest "
+                       f"({c.out_dir.resolve()}), not in the project's ({c.root}); write the "
+                       "manifest there to run it where devcontainer.json meant")
+
+
+def _customizations(c: _Converter) -> None:
+    extensions: list[str] = []
+    settings: dict[str, Any] = {}
+    custom = c.data.get("customizations")
+    keys: dict[str, tuple[str | int, ...]] = {}
+    if custom is not None and not isinstance(custom, dict):
+        c.r.refuse("expected an object of tools' settings", "customizations")
+        return
+    for tool in sorted(custom or {}):
+        if tool != "vscode":
+            c.note(f"customizations.{tool}", "DevCell applies only VS Code's extensions and "
+                   "settings (devcell code)")
+    vscode = (custom or {}).get("vscode")
+    sources: list[tuple[Any, tuple[str | int, ...]]] = [
+        (c.data.get("extensions"), ("extensions",)), (c.data.get("settings"), ("settings",))]
+    if isinstance(vscode, dict):
+        sources += [(vscode.get("extensions"), ("customizations", "vscode", "extensions")),
+                    (vscode.get("settings"), ("customizations", "vscode", "settings"))]
+        for extra in sorted(set(vscode) - {"extensions", "settings"}):
+            c.note(f"customizations.vscode.{extra}", "DevCell applies only extensions and "
+                   "settings")
+    elif vscode is not None:
+        c.r.refuse("expected an object (extensions, settings)", "customizations", "vscode")
+        return
+    for value, key in sources:
+        if value is None:
+            continue
+        if key[-1] == "extensions":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                c.r.refuse("expected an array of extension ids (publisher.name)", *key)
+                continue
+            for i, ext in enumerate(value):
+                name = ext.lstrip("-")  # "-publisher.name": leave a default one out
+                if ext.startswith("-"):
+                    extensions = [e for e in extensions if e != name]
+                elif not _EXTENSION.fullmatch(ext):
+                    c.r.refuse("expected an extension id (publisher.name)", *key, i)
+                elif ext not in extensions:
+                    extensions.append(ext)
+            keys[EXTENSIONS] = key
+        else:
+            if not isinstance(value, dict):
+                c.r.refuse("expected an object of VS Code settings", *key)
+                continue
+            settings.update(value)
+            keys[SETTINGS] = key
+    for annotation, data in ((EXTENSIONS, extensions), (SETTINGS, settings)):
+        if not data:
+            continue
+        text = json.dumps(data, separators=(",", ":"), sort_keys=annotation == SETTINGS)
+        where = ".".join(str(k) for k in keys[annotation])
+        if len(text) > MAX_ANNOTATION:
+            c.note(where, f"{len(text)} characters of JSON, more than an annotation holds "
+                   f"({MAX_ANNOTATION})")
+            continue
+        c.annotations[annotation] = text
+        c.origins[f"metadata.annotations.{annotation}"] = keys[annotation]

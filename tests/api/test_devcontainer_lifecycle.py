@@ -1,0 +1,151 @@
+"""devcontainer.json's user, environment probe, attach and host commands, and editor
+customizations, converted (api/devcontainer_lifecycle.py); initializeCommand refused unless
+DevCell's configuration allows host commands, at import and at apply."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from devcell.api import devcontainer, devcontainer_lifecycle
+from devcell.errors import ManifestError
+from tests.api.test_devcontainer import _convert, _sample
+
+
+def _allow_host_commands(state: Path) -> None:
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (state / "config.yaml").write_text("apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                       "security:\n  allowHostCommands: true\n")
+    (state / "config.yaml").chmod(0o600)
+
+
+def _ok(tmp_path: Path, text: str) -> devcontainer.Conversion:
+    path = _sample(tmp_path, textwrap.dedent(text))
+    result = _convert(path, tmp_path, tmp_path / "state")
+    devcontainer.check(devcontainer.render(result, path), tmp_path / "cell.yaml",
+                       tmp_path / "state")
+    return result
+
+
+def _refused(tmp_path: Path, text: str) -> list[str]:
+    path = _sample(tmp_path, textwrap.dedent(text))
+    with pytest.raises(ManifestError) as refused:
+        _convert(path, tmp_path, tmp_path / "state")
+    return [str(p).removeprefix(str(path)) for p in refused.value.problems]
+
+
+def test_remote_user_and_container_user_become_the_cells_user(tmp_path: Path) -> None:
+    both = _ok(tmp_path, '{"image": "devcell/busybox:latest", "remoteUser": "vscode",\n'
+                         ' "containerUser": "root"}')
+    assert both.manifest["spec"]["user"] == "vscode"
+    assert any(n.startswith("containerUser: not converted (a cell runs as one user: "
+                            "remoteUser vscode") for n in both.notes)
+    alone = _ok(tmp_path, '{"image": "devcell/busybox:latest", "containerUser": "1000:1000"}')
+    assert alone.manifest["spec"]["user"] == "1000:1000"
+    assert not any("User" in n for n in alone.notes)
+
+
+@pytest.mark.parametrize("user, why", [
+    ('"${localEnv:DEVCELL_TEST_UNSET}"', "${localEnv:DEVCELL_TEST_UNSET} is not set"),
+    ('"bad user"', "expected a user name or uid"),
+    ("7", "expected a user name or uid (a string)")])
+def test_a_user_that_cannot_be_a_cells_user_is_refused_with_its_line(
+        tmp_path: Path, user: str, why: str) -> None:
+    shown = _refused(tmp_path, '{\n  "image": "devcell/busybox:latest",\n'
+                               f'  "remoteUser": {user}\n}}')
+    assert len(shown) == 1 and shown[0].startswith(":3: remoteUser: " + why), shown
+
+
+def test_user_env_probe_and_post_attach(tmp_path: Path) -> None:
+    result = _ok(tmp_path, """\
+        {"image": "devcell/busybox:latest", "userEnvProbe": "loginInteractiveShell",
+         "workspaceFolder": "/w",
+         "postAttachCommand": {"a": "echo hi from ${containerWorkspaceFolder}",
+                               "b": ["git", "status"]}}""")
+    spec = result.manifest["spec"]
+    assert spec["userEnvProbe"] == "loginInteractiveShell"
+    assert spec["hooks"] == {"postAttach": [["/bin/sh", "-c", "echo hi from /w"],
+                                            ["git", "status"]]}
+    none = _ok(tmp_path, '{"image": "devcell/busybox:latest", "userEnvProbe": "none"}')
+    assert "userEnvProbe" not in none.manifest["spec"]
+    shown = _refused(tmp_path, '{"image": "devcell/busybox:latest",\n'
+                               ' "userEnvProbe": "bash"}')
+    assert shown == [":2: userEnvProbe: expected one of none, loginShell, "
+                     "loginInteractiveShell, interactiveShell"]
+
+
+def test_initialize_command_is_refused_without_the_allowance_naming_it(tmp_path: Path) -> None:
+    shown = _refused(tmp_path, """\
+        {
+          "image": "devcell/busybox:latest",
+          "initializeCommand": "touch .env"
+        }""")
+    assert len(shown) == 1, shown
+    assert shown[0].startswith(":3: initializeCommand: initializeCommand runs on the host")
+    assert "security.allowHostCommands: true in " in shown[0]
+
+
+def test_initialize_command_with_the_allowance_runs_as_written(tmp_path: Path) -> None:
+    _allow_host_commands(tmp_path / "state")
+    text = '{"image": "devcell/busybox:latest", "initializeCommand": %s}'
+    string = _ok(tmp_path, text % '"echo ${localWorkspaceFolderBasename} > .env"')
+    assert string.manifest["spec"]["hooks"] == {
+        "hostInitialize": [["/bin/sh", "-c", f"echo {tmp_path.name} > .env"]]}
+    array = _ok(tmp_path, text % '["docker", "login", "example.test"]')
+    assert array.manifest["spec"]["hooks"] == {
+        "hostInitialize": [["docker", "login", "example.test"]]}
+    elsewhere = _sample(tmp_path, text % '"true"')
+    moved = _convert(elsewhere, tmp_path / "out", tmp_path / "state")
+    assert any(n.startswith("initializeCommand: it runs in the folder of the manifest")
+               for n in moved.notes)
+
+
+def test_customizations_become_annotations(tmp_path: Path) -> None:
+    result = _ok(tmp_path, """\
+        {"image": "devcell/busybox:latest",
+         "extensions": ["old.one", "ms-python.python"],
+         "settings": {"editor.tabSize": 2},
+         "customizations": {
+           "vscode": {"extensions": ["ms-python.python", "-old.one", "rust-lang.rust-analyzer"],
+                      "settings": {"python.defaultInterpreterPath": "/usr/bin/python3"},
+                      "devPort": 8000},
+           "jetbrains": {"backend": "PyCharm"}}}""")
+    notes = result.notes
+    annotations = result.manifest["metadata"]["annotations"]
+    assert json.loads(annotations[devcontainer_lifecycle.EXTENSIONS]) == [
+        "ms-python.python", "rust-lang.rust-analyzer"]
+    assert json.loads(annotations[devcontainer_lifecycle.SETTINGS]) == {
+        "editor.tabSize": 2, "python.defaultInterpreterPath": "/usr/bin/python3"}
+    assert any(n.startswith("customizations.jetbrains: not converted") for n in notes)
+    assert any(n.startswith("customizations.vscode.devPort: not converted") for n in notes)
+    huge = _ok(tmp_path, json.dumps({"image": "devcell/busybox:latest", "customizations": {
+        "vscode": {"settings": {"k": "x" * 5000}}}}))
+    assert "annotations" not in huge.manifest["metadata"]
+    assert any(n.startswith("customizations.vscode.settings: not converted (5") for n in
+               huge.notes)
+    shown = _refused(tmp_path, '{"image": "devcell/busybox:latest",\n'
+                               ' "customizations": {"vscode": {"extensions": ["$(reboot)"]}}}')
+    assert shown == [":2: customizations.vscode.extensions[0]: expected an extension id "
+                     "(publisher.name)"]
+
+
+HOST_CELL = """\
+apiVersion: devcell.dev/v1alpha1
+kind: Cell
+metadata: {name: hosted}
+spec:
+  backend: fake
+  hooks:
+    hostInitialize: [[sh, -c, "pwd > initialized"]]
+"""
+
+
+def test_apply_refuses_host_commands_without_the_allowance(tmp_path: Path) -> None:
+    problems = devcontainer._problems(HOST_CELL, tmp_path / "cell.yaml", tmp_path / "state")
+    assert [p.field for p in problems] == ["spec.hooks.hostInitialize"]
+    assert "security.allowHostCommands: true in" in problems[0].message
+    _allow_host_commands(tmp_path / "state")
+    assert devcontainer._problems(HOST_CELL, tmp_path / "cell.yaml", tmp_path / "state") == []

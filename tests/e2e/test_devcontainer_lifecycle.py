@@ -1,0 +1,96 @@
+"""A devcontainer.json's remoteUser, userEnvProbe, postAttachCommand and initializeCommand on
+the real engine, one cell for all (built once from a two-line Dockerfile, ~10 s in all):
+initializeCommand runs on the host before the start (with the configuration's allowance),
+postCreate runs as remoteUser with the probed login environment, `devcell exec` gets that
+environment, and postAttach runs when `exec -t` and `devcell ssh` attach."""
+
+from __future__ import annotations
+
+import os
+import pty
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.api.test_devcontainer_lifecycle import _allow_host_commands
+from tests.conftest import REPO, Cli
+from tests.e2e.test_import_devcontainer import _ready, engine_state  # noqa: F401
+
+pytestmark = pytest.mark.e2e
+
+DOCKERFILE = """\
+FROM devcell/busybox:latest
+RUN echo 'dev:x:1000:1000:dev:/home/dev:/bin/sh' >> /etc/passwd && \\
+    echo 'dev:x:1000:' >> /etc/group && mkdir -p /home/dev && \\
+    printf 'export PROBED="from the profile"\\n' > /home/dev/.profile && \\
+    chown -R 1000:1000 /home/dev
+"""
+DEVCONTAINER = """\
+{
+  "name": "lifecycle",
+  "build": {"dockerfile": "Dockerfile"},
+  "remoteUser": "dev",
+  "userEnvProbe": "loginShell",
+  "initializeCommand": "echo initialized > ${localWorkspaceFolder}/host-ran",
+  "postCreateCommand": "id -un > /tmp/created-as && echo \\"$PROBED\\" > /tmp/created-with",
+  "postAttachCommand": "echo attached-as-$(id -un) && echo x >> /tmp/attached",
+}
+"""
+
+
+def _exec_on_a_terminal(state_dir: Path, *argv: str) -> subprocess.CompletedProcess[bytes]:
+    """`devcell exec -t` with a pseudo-terminal as its standard input, as a user's shell."""
+    primary, secondary = pty.openpty()
+    try:
+        return subprocess.run([sys.executable, "-m", "devcell", "exec", "-t", *argv],
+                              stdin=secondary, capture_output=True, timeout=60, cwd=REPO,
+                              env=dict(os.environ, DEVCELL_HOME=str(state_dir)))
+    finally:
+        os.close(primary)
+        os.close(secondary)
+
+
+def test_user_probe_attach_and_host_commands(cli: Cli, tmp_path: Path,
+                                             engine_state: Path) -> None:  # noqa: F811
+    _allow_host_commands(engine_state)
+    project = tmp_path / "project"
+    (project / ".devcontainer").mkdir(parents=True)
+    (project / ".devcontainer" / "Dockerfile").write_text(DOCKERFILE)
+    (project / ".devcontainer" / "devcontainer.json").write_text(textwrap.dedent(DEVCONTAINER))
+    imported = cli("import", "devcontainer", "-o", "cell.yaml", cwd=project)
+    assert imported.returncode == 0, imported.stderr
+    applied = cli("apply", "-f", str(project / "cell.yaml"), timeout=300)
+    assert applied.returncode == 0, applied.stderr
+    assert "cell lifecycle: running on the host (hooks.hostInitialize" in applied.stderr
+    assert (project / "host-ran").read_text() == "initialized\n"
+    steps = cli("get", "operations", "-o", "yaml").stdout
+    assert steps.index("host-initialize") < steps.index("build-image") < steps.index("start")
+    _ready(cli, "lifecycle")
+
+    def cat(path: str) -> str:
+        got = cli("exec", "lifecycle", "--", "cat", path)
+        assert got.returncode == 0, got.stderr
+        return got.stdout
+
+    assert cat("/tmp/created-as") == "dev\n"  # the hook ran as remoteUser
+    assert cat("/tmp/created-with") == "from the profile\n"  # with the probed environment
+    probed = cli("exec", "-e", "OWN=mine", "lifecycle", "--", "sh", "-c", 'echo "$PROBED/$OWN"')
+    assert probed.stdout == "from the profile/mine\n", probed.stderr
+    other = cli("exec", "-u", "nobody", "lifecycle", "--", "sh", "-c", 'echo "[$PROBED]"')
+    assert other.stdout == "[]\n", other.stderr  # another user's probe is not sourced
+
+    attached = _exec_on_a_terminal(engine_state, "lifecycle", "--", "true")
+    assert attached.returncode == 0, attached.stderr
+    assert b"attached-as-dev" in attached.stderr
+    assert cat("/tmp/attached") == "x\n"
+    assert cli("exec", "lifecycle", "--", "true").returncode == 0  # no -t: no attach
+    if shutil.which("ssh"):
+        shell = cli("ssh", "lifecycle", input="exit 0\n", timeout=60)
+        assert shell.returncode == 0, shell.stderr
+        assert "attached-as-dev" in shell.stdout + shell.stderr
+        assert cli("ssh", "lifecycle", "--", "true").returncode == 0  # a command: no attach
+        assert cat("/tmp/attached") == "x\nx\n"

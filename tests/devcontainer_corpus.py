@@ -327,6 +327,10 @@ def _carried(key: str, value: Any, spec: dict[str, Any]) -> bool:
         return bool(spec.get("resources"))
     if key in ("remoteUser", "containerUser"):
         return bool(spec.get("user"))
+    if key == "userEnvProbe":
+        return value == "none" or spec.get("userEnvProbe") == value
+    if key == "initializeCommand":
+        return bool(hooks.get("hostInitialize"))
     return False
 
 
@@ -346,6 +350,9 @@ def unaccounted(data: dict[str, Any], manifest: dict[str, Any], stderr: str) -> 
             continue
         if value in (None, {}, [], ""):
             continue
+        if key in ("customizations", "extensions", "settings") and \
+                (manifest.get("metadata") or {}).get("annotations"):
+            continue  # VS Code's extensions and settings, as annotations
         if not _carried(key, value, spec):
             out.append(key)
     return out

@@ -98,8 +98,9 @@ def build_context_problems(build: dict[str, Any], manifest_dir: str, policy: Sec
 
     A build sends every file of its context to the engine, which writes them into an image
     any cell of it can read: a manifest from a GitOps directory must not reach a host
-    directory (a home, ~/.ssh) by `context: ../..` or a link. The Dockerfile must lie in the
-    context, as the engine reads it from there. The state directory is never a context.
+    directory (a home, ~/.ssh) by `context: ../..` or a link. The Dockerfile, sent beside the
+    context, may lie where a context may (inside the context, or outside it as `docker build -f
+    ../Dockerfile` allows). The state directory is never a context.
     """
     context = str(build.get("context", ""))
     resolved = os.path.realpath(context)
@@ -121,9 +122,16 @@ def build_context_problems(build: dict[str, Any], manifest_dir: str, policy: Sec
         return
     dockerfile = os.path.join(resolved, str(build.get("dockerfile", "Dockerfile")))
     real = os.path.realpath(dockerfile)
-    if not _inside(real, resolved) or real == resolved:
-        yield ("build", "dockerfile"), (f"{build.get('dockerfile')} lies outside the build "
-                                        f"context {context}; put it inside the context")
+    # Outside the context (docker build -f ../Dockerfile) the engine is sent its text beside
+    # the context's files: it may lie where a context may, never in the state directory.
+    if real == resolved or not any(_inside(real, root) for root in roots):
+        yield ("build", "dockerfile"), (
+            f"{build.get('dockerfile')} (resolves to {real}) lies outside the build context "
+            f"{context} and outside the manifest's directory {manifest_dir}; a Dockerfile may "
+            "lie where a build context may (security.allowedBuildRoots in "
+            f"{policy.source} lists directories above the manifest's)")
+    elif _inside(real, os.path.realpath(state_dir)):
+        yield ("build", "dockerfile"), f"{build.get('dockerfile')} lies in DevCell's state directory"
     elif not os.path.isfile(real):
         yield ("build", "dockerfile"), f"{dockerfile} is not a file on this host"
 

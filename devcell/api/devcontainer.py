@@ -471,6 +471,11 @@ class _Converter:
         if image is not None and build is not None:
             self.notes.append("image: not converted (build is used; DevCell tags the built "
                               "image itself)")
+        if image is None and build is None:
+            self.r.refuse("the file names no image: give image, build.dockerfile or "
+                          "dockerComposeFile (the devcontainer CLI refuses such a file too; "
+                          "no default image is chosen for you)", "image")
+            return
         if not isinstance(build, dict):
             self.r.refuse("expected image (a string) or build (an object with dockerfile)",
                           "build" if build is not None else "image")
@@ -549,12 +554,14 @@ class _Converter:
         context = (here / (self._filled(str(build.get("context", ".")), key) or ".")).resolve()
         file = (here / dockerfile).resolve()
         self.dockerfile = file
-        inside = os.path.relpath(file, context)
-        if inside.startswith(".."):
-            self.r.refuse(f"the Dockerfile {file} lies outside the build context {context}; "
-                          "DevCell builds only from inside the context", key)
-            return
+        inside = os.path.relpath(file, context)  # ../Dockerfile as docker build -f allows
         relative = os.path.relpath(context, self.out_dir.resolve())
+        if os.path.relpath(file, self.out_dir.resolve()).startswith("..") \
+                and not relative.startswith(".."):
+            self.r.refuse(f"the Dockerfile {file} lies outside the directory of the manifest "
+                          f"({self.out_dir.resolve()}); write the manifest at or above the "
+                          "folder holding both the Dockerfile and the build context", key)
+            return
         if relative.startswith(".."):
             self.r.refuse(f"the build context {context} lies outside the directory of the "
                           f"manifest ({self.out_dir.resolve()}); write the manifest there or above it "

@@ -211,7 +211,7 @@ def test_what_breaks_the_security_defaults_is_refused_with_file_line_and_field(
     ('[1, 2]\n', ": ", "expected a JSON object"),
     ('{"dockerComposeFile": 3, "service": "app"}', ":1: dockerComposeFile:",
      "expected the compose file's path, or an array of paths"),
-    ('{"name": "x"}', ":1: image:", "expected image (a string) or build"),
+    ('{"name": "x"}', ":1: image:", "the file names no image"),
     ('{\n"image": "a",\n"postCreateCommand": 42}', ":3: postCreateCommand:",
      "expected a string, an array of strings, or an object"),
     ('{"image": "a", "x": ' + "[" * 50_000 + "]" * 50_000 + "}", ": ",

@@ -83,3 +83,29 @@ def test_a_refused_file_shows_every_warning_too(cli: Cli, tmp_path: Path) -> Non
     assert "privileged: privileged containers" in done.stderr
     assert "containerEnv.A: ${localEnv:DEVCELL_TEST_UNSET} is not set" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_dockerfile_outside_the_build_context_is_accepted_as_docker_build_f(
+        tmp_path: Path) -> None:
+    path = _sample(tmp_path / "proj", json.dumps({
+        "build": {"dockerfile": "../docker/Dockerfile.dev", "context": "."}}))
+    (tmp_path / "proj" / "docker").mkdir()
+    (tmp_path / "proj" / "docker" / "Dockerfile.dev").write_text("FROM scratch\n")
+    result = devcontainer.convert(path, name=None, out_dir=tmp_path / "proj",
+                                  state_dir=tmp_path / "state", env={})
+    assert result.manifest["spec"]["build"] == {"context": ".devcontainer",
+                                                "dockerfile": "../docker/Dockerfile.dev"}
+    devcontainer.check(devcontainer.render(result, path), tmp_path / "proj" / "cell.yaml",
+                       tmp_path / "state")
+    with pytest.raises(devcontainer.Refused) as refused:  # the manifest below the Dockerfile
+        devcontainer.convert(path, name=None, out_dir=path.parent,
+                             state_dir=tmp_path / "state", env={})
+    assert "lies outside the directory of the manifest" in str(refused.value)
+
+
+def test_no_image_is_refused_as_the_devcontainer_cli_refuses_it(tmp_path: Path) -> None:
+    path = _sample(tmp_path, json.dumps({"name": "x", "postCreateCommand": "make"}))
+    with pytest.raises(devcontainer.Refused) as refused:
+        devcontainer.convert(path, name=None, out_dir=tmp_path, state_dir=tmp_path / "state",
+                             env={})
+    assert "names no image" in str(refused.value)

@@ -74,12 +74,20 @@ def test_a_symbolic_link_out_of_the_tree_is_refused(cli: Cli, tmp_path: Path) ->
     assert "spec.build.context" in result.stderr
 
 
-def test_a_dockerfile_outside_the_context_is_refused(cli: Cli, tmp_path: Path) -> None:
+def test_a_dockerfile_outside_the_context_may_lie_where_a_context_may(
+        cli: Cli, tmp_path: Path) -> None:
     _context(tmp_path / "p" / "app")
-    manifest = _write(tmp_path / "p", "{context: app, dockerfile: ../cell.yaml}")
+    (tmp_path / "p" / "Dockerfile.dev").write_text("FROM scratch\n")  # docker build -f ../
+    manifest = _write(tmp_path / "p", "{context: app, dockerfile: ../Dockerfile.dev}")
+    result = cli("apply", "-f", str(manifest), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    manifest = _write(tmp_path / "p", "{context: app, dockerfile: ../../Dockerfile}")
     result = cli("apply", "-f", str(manifest))
     assert result.returncode == 1
-    assert "spec.build.dockerfile: ../cell.yaml lies outside the build context" in result.stderr
+    assert (f"spec.build.dockerfile: ../../Dockerfile (resolves to {tmp_path / 'Dockerfile'}) "
+            "lies outside the build context") in result.stderr
+    assert "allowedBuildRoots" in result.stderr
 
 
 def test_the_configuration_can_allow_a_root_outside_the_tree(

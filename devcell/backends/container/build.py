@@ -96,6 +96,12 @@ def _hash_entry(h: Any, root: str, rel: str) -> None:
     h.update(b"\n")
 
 
+def outside_context(context: str, dockerfile: str) -> bool:
+    """Whether the Dockerfile lies outside the context (`-f ../Dockerfile`): docker-py then
+    sends its text in the context's archive under a name of its own."""
+    return os.path.relpath(os.path.join(context, dockerfile), context).startswith("..")
+
+
 def digest(build: dict[str, Any]) -> str:
     """The digest naming the image `build` makes (see the module's docstring)."""
     context = str(build["context"])
@@ -110,6 +116,9 @@ def digest(build: dict[str, Any]) -> str:
             context, _ignore_patterns(context), dockerfile=dockerfile)
         for rel in sorted(included):
             _hash_entry(h, context, rel)
+        if outside_context(context, dockerfile):  # its text is sent beside the context
+            real = os.path.realpath(os.path.join(context, dockerfile))
+            _hash_entry(h, os.path.dirname(real), os.path.basename(real))
     except OSError as exc:
         raise ImageBuildFailed(f"cannot read the build context {context}: "
                                f"{exc.strerror or exc}") from None

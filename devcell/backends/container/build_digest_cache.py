@@ -5,10 +5,11 @@ or docker-py's `.dockerignore` matcher (22 s for a 100,000-file context, on ever
 As git's index does, every file and directory of the context is known by its lstat
 signature (path, type and mode, size, mtime_ns, ctime_ns, inode, device): a changed file
 changes its mtime and ctime (ctime cannot be set back by a user), an entry added or removed
-changes its directory's. The signatures of the whole tree, the `.dockerignore`'s and the
-Dockerfile's paths, the args and the target make one key; the cache keeps the digest last
-computed for each cell's key. Any difference means the full digest is computed again, so the
-digest's value is exactly what `container_build.digest` computes.
+changes its directory's. The signatures of the whole tree (and of a Dockerfile outside it),
+the `.dockerignore`'s and the Dockerfile's paths, the args and the target make one key; the
+cache keeps the digest last computed for each cell's key. Any difference means the full
+digest is computed again, so the digest's value is exactly what `container_build.digest`
+computes.
 
 Racy entries (changed within RACY_SECONDS before the walk, where a second change could keep
 the same timestamps on a coarse filesystem) make the result uncacheable, as git refuses to
@@ -69,6 +70,12 @@ def tree_key(build: dict[str, Any]) -> tuple[str, bool]:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(prefix + entry.name)
         h.update("".join(lines).encode("utf-8", "surrogateescape"))
+    dockerfile = str(build.get("dockerfile", "Dockerfile"))
+    outside = os.path.join(context, dockerfile)
+    if os.path.relpath(outside, context).startswith(".."):  # -f ../Dockerfile
+        st = os.stat(outside)  # what docker-py reads: through a link
+        h.update(_signature(dockerfile, st))
+        newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
     racy = newest >= time.time_ns() - int(RACY_SECONDS * 1e9)
     return h.hexdigest(), not racy
 

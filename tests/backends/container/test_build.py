@@ -233,3 +233,17 @@ def test_a_container_someone_runs_from_a_built_image_is_not_taken_for_the_cells(
         assert stranger.status == "running"
     finally:
         stranger.remove(force=True)
+
+
+def test_a_dockerfile_outside_the_context_is_built(
+        cli: Cli, tmp_path: Path, built_images: Any) -> None:
+    """(A change to it rebuilds: test_build_digest*.py check the digest and its cache.)"""
+    manifest = _project(tmp_path)
+    (manifest.parent / "app" / "Dockerfile").unlink()
+    outside = manifest.parent / "Dockerfile.dev"  # docker build -f ../Dockerfile.dev app
+    outside.write_text(DOCKERFILE)
+    manifest.write_text(manifest.read_text().replace(
+        "context: app", "context: app\n    dockerfile: ../Dockerfile.dev"))
+    applied = cli("apply", "-f", str(manifest))
+    assert applied.returncode == 0, applied.stderr
+    assert cli("exec", "built", "--", "cat", "/copied").stdout == "hello v1\n"

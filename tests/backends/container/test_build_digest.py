@@ -90,3 +90,13 @@ def test_a_context_that_is_gone_is_an_image_build_failure(tmp_path: Path) -> Non
 def test_the_tag_is_per_state_directory_and_cell() -> None:
     tag = container_build.tag_for("0123456789abcdef", "api", "f" * 64)
     assert tag == f"devcell-build/0123456789ab/api:{'f' * 32}"
+
+
+def test_a_dockerfile_outside_the_context_is_part_of_it(context: Path) -> None:
+    outside = context.parent / "docker" / "Dockerfile"
+    outside.parent.mkdir()
+    outside.write_text("FROM devcell/busybox:latest\n")
+    first = _digest(context, dockerfile="../docker/Dockerfile")
+    assert first == _digest(context, dockerfile="../docker/Dockerfile")
+    outside.write_text("FROM devcell/busybox:latest\nRUN true\n")
+    assert _digest(context, dockerfile="../docker/Dockerfile") != first

@@ -121,3 +121,14 @@ def test_a_linked_directory_is_not_walked_into(context: Path, tmp_path: Path) ->
     (outside / "big.bin").write_text("changed outside")
     assert _digest(tmp_path / "state", build, compute) == first and compute.calls == 1
     assert first == container_build.digest(build)  # the build sends the link, not its target
+
+
+def test_a_change_to_a_dockerfile_outside_the_context_computes_it_again(
+        context: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "Dockerfile.dev"
+    outside.write_text("FROM scratch\n")
+    build, compute = {"context": str(context), "dockerfile": "../Dockerfile.dev"}, Counting()
+    first = _digest(tmp_path / "state", build, compute)
+    assert _digest(tmp_path / "state", build, compute) == first and compute.calls == 1
+    outside.write_text("FROM scratch\nENV A=1\n")
+    assert _digest(tmp_path / "state", build, compute) != first and compute.calls == 2

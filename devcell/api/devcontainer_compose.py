@@ -28,6 +28,8 @@ from devcell.api.devcontainer_compose_yaml import Node, Where
 from devcell.api.devcontainer_rules import host_takeover, looks_secret
 from devcell.errors import ManifestError, Problem
 
+MAX_SIDECARS = 8
+"""spec.sidecars' maxItems in the Cell schema."""
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 _ALL_ADDRESSES = ("", "0.0.0.0", "::", "[::]")
@@ -38,7 +40,7 @@ _KEPT_RUNNING = re.compile(r"(exec )?(/bin/|/usr/bin/)?(sleep (infinity|inf|\d{5
                            r"|tail -f /dev/null"
                            r"|while (true|:|sleep \d+); do (:|sleep \d+|true);? done)")
 """A command that only keeps a dev container running (the templates' `sleep infinity`)."""
-_CONFINEMENT = {
+_REFUSED = {
     "privileged": "a privileged container can take the host",
     "cap_add": "added capabilities break the cell's isolation",
     "security_opt": "it loosens the cell's seccomp/AppArmor confinement",
@@ -47,6 +49,7 @@ _CONFINEMENT = {
     "gpus": "host devices are not given to cells",
     "volumes_from": "another container's volumes are not shared",
     "cgroup_parent": "cells are placed in DevCell's own cgroups",
+    "extends": "DevCell's import does not follow extends; write the service's fields out",
 }
 _HOST_NAMESPACES = ("pid", "ipc", "uts", "userns_mode", "cgroup")
 _NOTED = {
@@ -218,6 +221,14 @@ class _Mapper:
         else:
             self._cell(service, main)
         by_name = {n: s for n, s in services.value.items() if n in run and n != service}
+        if len(by_name) > MAX_SIDECARS:
+            why = (f"{len(by_name)} services would be the cell's sidecars; a cell has at most "
+                   f"{MAX_SIDECARS}: name the ones to run in runServices")
+            if "runServices" in self.r.data:
+                self.r.refuse(why, "runServices")
+            else:
+                self.refuse(services.where, why)
+            return
         for name in _ordered(by_name):
             self._sidecar(name, by_name[name])
         for name, node in services.value.items():
@@ -226,7 +237,9 @@ class _Mapper:
                                       "not run)")
         self._named_hosts(list(by_name))
         sidecars = ", ".join(names.printable(s["name"]) for s, _ in self.out.sidecars)
-        self.out.said.append(f"compose: service {names.printable(service)} is the cell"
+        runs = (f" (its command, {self.out.command[1]}, runs as the cell's service main)"
+                if self.out.command else "")
+        self.out.said.append(f"compose: service {names.printable(service)} is the cell{runs}"
                              + (f"; sidecars: {sidecars}" if sidecars else "; no sidecars"))
 
     def _files(self) -> list[tuple[Path, str]] | None:
@@ -278,8 +291,6 @@ class _Mapper:
                 self.note(command.where, "overrideCommand: true replaces it")
             else:
                 self.out.command = (argv, command.where)
-                self.out.notes.append(f"{command.where}: runs as the cell's service main "
-                                      "(DevCell's supervisor restarts it when it exits)")
         for key in ("healthcheck", "restart", "depends_on"):
             if key in fields:
                 self.note(fields[key].where, {
@@ -530,7 +541,7 @@ class _Mapper:
         return out
 
     def _env_files(self, node: Node) -> dict[str, tuple[str, Where]]:
-        from devcell.api.devcontainer_compose_file import parse_env_file, read_inside
+        from devcell.api.devcontainer_compose_file import parse_env_file
 
         assert self.c is not None
         out: dict[str, tuple[str, Where]] = {}
@@ -549,7 +560,7 @@ class _Mapper:
                 continue
             full = Path(os.path.normpath(self.c.project_dir / path))
             try:
-                data = read_inside(full, self.root, str(full))
+                data = self.c.read(full, str(full))
             except ManifestError as exc:
                 for p in exc.problems:
                     self.refuse(item.where, f"{p.file}: {p.message}")
@@ -705,8 +716,8 @@ class _Mapper:
         for key, node in fields.items():
             if key in handled:
                 continue
-            if key in _CONFINEMENT:
-                self.refuse(node.where, f"{key} is refused: {_CONFINEMENT[key]}")
+            if key in _REFUSED:
+                self.refuse(node.where, f"{key} is refused: {_REFUSED[key]}")
             elif key in _HOST_NAMESPACES:
                 value = self.text(node) or ""
                 if value == "host" or value.startswith(("container:", "service:")):

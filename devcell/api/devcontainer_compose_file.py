@@ -10,6 +10,7 @@ bounded).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -18,18 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devcell import safeio
-from devcell.api import devcontainer_compose_yaml
+from devcell.api import devcontainer_compose_vars, devcontainer_compose_yaml
 from devcell.api.devcontainer_compose_yaml import Node
 from devcell.errors import ManifestError, Problem
 
 MAX_BYTES = 1 << 20
 MAX_FILES = 16
+MAX_TOTAL = 16 << 20
+"""Bytes of every compose and env file of one configuration together."""
 _LIST_OR_MAP = {"environment", "labels", "args", "extra_hosts", "sysctls", "annotations"}
 """Fields compose accepts as a list of NAME=value or a mapping; merged by name."""
 _BY_TARGET = {"volumes", "devices"}
 _REPLACED = {"command", "entrypoint", "test", "healthcheck.test"}
-_VAR = re.compile(r"\$(?:(\$)|\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
-_BRACED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])(.*))?", re.S)
 
 
 @dataclass
@@ -41,71 +42,44 @@ class Compose:
     """Where relative paths in every file point from: the first file's folder, as compose."""
     top: dict[str, Node]
     environ: Mapping[str, str]
+    root: Path
     problems: list[Problem] = field(default_factory=list)
+    budget: int = 0
     _filled: dict[int, str | None] = field(default_factory=dict)
 
     def text(self, node: Node) -> str | None:
         """`node` as a string with its variables filled in; None (and a problem naming the
         file, line and variable) when one is unset without a default, or when it is no
         scalar."""
-        if isinstance(node.value, (dict, list)):
-            self.problems.append(node.where.problem("expected a string"))
-            return None
         if id(node) not in self._filled:
             self._filled[id(node)] = self._interpolate(node)
         return self._filled[id(node)]
 
     def _interpolate(self, node: Node) -> str | None:
         raw = node.value
+        if isinstance(raw, (dict, list)):
+            self.problems.append(node.where.problem("expected a string"))
+            return None
         if raw is None:
             return ""
         if isinstance(raw, bool):
             return "true" if raw else "false"
         if not isinstance(raw, str):
             return str(raw)
-        missing: list[str] = []
+        out, missing = devcontainer_compose_vars.fill(raw, self.environ)
+        for why in missing:
+            self.problems.append(node.where.problem(why))
+        return None if missing else out
 
-        def one(found: re.Match[str]) -> str:
-            if found.group(1):
-                return "$"
-            braced = found.group(2)
-            if braced is None:
-                name = found.group(3)
-                if name in self.environ:
-                    return self.environ[name]
-                missing.append(f"{name} is not set (in the environment or .env) and has "
-                               "no default; give it one with ${" + name + ":-default}")
-                return ""
-            parsed = _BRACED.fullmatch(braced)
-            if parsed is None:
-                missing.append(f"${{{braced}}} is not a variable compose reads")
-                return ""
-            name, op, arg = parsed.group(1), parsed.group(2), parsed.group(3) or ""
-            value = self.environ.get(name)
-            empty = value is None or (value == "" and op is not None and op.startswith(":"))
-            if op is None:
-                if value is None:
-                    missing.append(f"{name} is not set (in the environment or .env) and has "
-                                   "no default; give it one with ${" + name + ":-default}")
-                    return ""
-                return value
-            kind = op[-1]
-            if kind == "-":
-                return arg if empty else str(value)
-            if kind == "?":
-                if empty:
-                    missing.append(f"{name} is required: {arg}" if arg
-                                   else f"{name} is required and not set")
-                    return ""
-                return str(value)
-            return "" if empty else arg  # "+": the replacement when set
-
-        out = _VAR.sub(one, raw)
-        if missing:
-            for why in dict.fromkeys(missing):
-                self.problems.append(node.where.problem(why))
-            return None
-        return out
+    def read(self, path: Path, shown: str) -> bytes | None:
+        """A file of the project (an env_file), counted against the configuration's budget."""
+        data = read_inside(path, self.root, shown)
+        if data is not None:
+            self.budget -= len(data)
+            if self.budget < 0:
+                raise ManifestError([Problem(shown, f"the compose files and the files they "
+                                             f"name hold more than {MAX_TOTAL >> 20} MiB")])
+        return data
 
 
 def read(paths: list[tuple[Path, str]], root: Path, environ: Mapping[str, str]) -> Compose:
@@ -116,8 +90,10 @@ def read(paths: list[tuple[Path, str]], root: Path, environ: Mapping[str, str]) 
     if len(paths) > MAX_FILES:
         raise ManifestError([Problem(paths[MAX_FILES][1], f"more than {MAX_FILES} compose "
                                      "files")])
+    sizes: list[tuple[str, int]] = []
     for path, shown in paths:
         data = read_inside(path, root, shown)
+        sizes.append((shown, len(data or b"")))
         if data is None:
             problems.append(Problem(shown, "no such file (devcontainer.json's "
                                     "dockerComposeFile names it)"))
@@ -139,7 +115,8 @@ def read(paths: list[tuple[Path, str]], root: Path, environ: Mapping[str, str]) 
                     _merge_map(top[key], node, key)
             else:
                 top[key] = node
-    return Compose([p for p, _ in paths], project_dir, top, env)
+    return Compose([p for p, _ in paths], project_dir, top, env, root,
+                   budget=MAX_TOTAL - sum(size for _, size in sizes))
 
 
 def read_inside(path: Path, root: Path, shown: str) -> bytes | None:
@@ -151,14 +128,18 @@ def read_inside(path: Path, root: Path, shown: str) -> bytes | None:
     if inside == ".." or inside.startswith("../") or os.path.isabs(inside):
         raise ManifestError([Problem(shown, f"it lies outside the project folder {real_root} "
                                      f"(at {real}); DevCell reads only the project's files")])
-    parts = inside.split("/")
     try:
-        fd = _open_below(real_root, parts)
+        fd = _open_below(real_root, inside.split("/"))
     except FileNotFoundError:
         return None
-    except (safeio.UnsafeFile, OSError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    except OSError as exc:
+        if exc.errno in safeio.MACHINE_ERRNOS:
+            raise
+        why = ("a link was put on its way while it was read" if exc.errno == errno.ELOOP
+               else exc.strerror or str(exc))
         raise ManifestError([Problem(shown, f"cannot read it: {why}")]) from None
+    except safeio.UnsafeFile as exc:
+        raise ManifestError([Problem(shown, f"cannot read it: {exc}")]) from None
     try:
         data = safeio.read_some(fd, MAX_BYTES + 1)
     finally:
@@ -169,15 +150,24 @@ def read_inside(path: Path, root: Path, shown: str) -> bytes | None:
 
 
 def _open_below(root: str, parts: list[str]) -> int:
-    """The regular file root/parts..., walked one folder at a time without following any
-    link (the path was resolved already: a link found now was put there since)."""
-    directory = Path(root)
-    for part in parts[:-1]:
-        directory = directory / part
-        mode = os.lstat(directory).st_mode
-        if not stat.S_ISDIR(mode):
-            raise safeio.UnsafeFile(f"{directory} is {safeio.describe_mode(mode)}")
-    return safeio.open_regular(directory, parts[-1])
+    """The regular file root/parts..., each folder opened from the one before without
+    following a link (the path was resolved already: a link found now was put there since),
+    the file without blocking (a FIFO) and only when it is regular."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+    fd = os.open(root, flags | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        found = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)
+    mode = os.fstat(found).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(found)
+        raise safeio.UnsafeFile(f"it is {safeio.describe_mode(mode)}, not a regular file")
+    return found
 
 
 def _parse(data: bytes, shown: str, problems: list[Problem]) -> dict[str, Node]:

@@ -241,8 +241,7 @@ def test_the_service_s_own_command_runs_as_the_cell_s_service_main(
     result = _convert(path, tmp_path / "p", tmp_path / "state")
     services = result.manifest["spec"].get("services")
     assert services == ([{"name": "main", "command": service}] if service else None)
-    notes = "\n".join(result.notes)
-    assert ("runs as the cell's service main" in notes) is bool(service)
+    assert ("runs as the cell's service main" in result.said[0]) is bool(service)
 
 
 def test_variables_as_compose_fills_them(tmp_path: Path,
@@ -469,3 +468,50 @@ def test_a_bad_value_from_compose_is_blamed_on_its_line(tmp_path: Path) -> None:
     compose = tmp_path / "p" / ".devcontainer" / "c.yml"
     assert len(shown) == 1 and shown[0].startswith(f"{compose}:3: services.b: ") \
         and "spec.sidecars[0].image" in shown[0], shown
+
+
+def test_env_files_are_read_from_the_project_only(tmp_path: Path) -> None:
+    (tmp_path / "secret.env").write_text("STOLEN=1\n")
+    path = _project(tmp_path / "p", '{"dockerComposeFile": "c.yml", "service": "a"}', **{
+        "c.yml": """\
+        services:
+          a:
+            image: devcell/busybox:latest
+            env_file: [app.env, {path: optional.env, required: false}]
+            environment: {FROM_FILE: overridden}
+          b:
+            image: devcell/busybox:latest
+            env_file: ../../secret.env
+          c:
+            image: devcell/busybox:latest
+            env_file: missing.env
+        """, "app.env": "# settings\nexport FROM_FILE=file\nQUOTED=\"a b\"\nPLAIN=x # note\n"})
+    compose = tmp_path / "p" / ".devcontainer" / "c.yml"
+    shown = _refused(path, tmp_path / "p", tmp_path / "state")
+    assert len(shown) == 2, shown
+    assert shown[0].startswith(f"{compose}:8: services.b.env_file: ") \
+        and "it lies outside the project folder" in shown[0]
+    assert shown[1] == f"{compose}:11: services.c.env_file: the env file " \
+        f"{compose.parent / 'missing.env'} does not exist"
+    path.write_text('{"dockerComposeFile": "c.yml", "service": "a", "runServices": []}')
+    env = _convert(path, tmp_path / "p", tmp_path / "state").manifest["spec"]["env"]
+    assert env == [{"name": "FROM_FILE", "value": "overridden"},
+                   {"name": "QUOTED", "value": "a b"}, {"name": "PLAIN", "value": "x"}]
+
+
+def test_more_sidecars_than_a_cell_takes_and_extends_are_refused(tmp_path: Path) -> None:
+    services = "".join(f"  s{i}: {{image: devcell/busybox:latest}}\n" for i in range(10))
+    path = _project(tmp_path / "p", '{"dockerComposeFile": "c.yml", "service": "s0"}', **{
+        "c.yml": "services:\n" + services})
+    shown = _refused(path, tmp_path / "p", tmp_path / "state")
+    assert len(shown) == 1 and "9 services would be the cell's sidecars; a cell has at most " \
+        "8: name the ones to run in runServices" in shown[0], shown
+    path.write_text('{"dockerComposeFile": "c.yml", "service": "s0", "runServices": ["s1"]}')
+    assert [s["name"] for s in _convert(path, tmp_path / "p", tmp_path / "state").manifest[
+        "spec"]["sidecars"]] == ["s1"]
+    (path.parent / "c.yml").write_text("services:\n  a:\n    extends: {service: b}\n"
+                                       "  b: {image: devcell/busybox:latest}\n")
+    path.write_text('{"dockerComposeFile": "c.yml", "service": "a"}')
+    shown = _refused(path, tmp_path / "p", tmp_path / "state")
+    assert any(":3: services.a.extends: extends is refused: DevCell's import does not follow "
+               "extends" in s for s in shown), shown

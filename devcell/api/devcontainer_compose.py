@@ -476,16 +476,18 @@ class _Mapper:
                         "only from inside the project")
             return None
         file = (ctx / dockerfile).resolve()
-        inside = os.path.relpath(file, ctx)
-        if inside == ".." or inside.startswith("../"):
-            self.refuse(fields["dockerfile"].where, f"the Dockerfile {file} lies outside the "
-                        f"build context {ctx}; DevCell builds only from inside the context")
+        inside = os.path.relpath(file, ctx)  # ../Dockerfile, as compose and docker allow
+        file_where = fields["dockerfile"].where if "dockerfile" in fields else where
+        if file != root and root not in file.parents:
+            self.refuse(file_where, f"the Dockerfile {names.printable(str(file))} lies "
+                        f"outside the project folder {names.printable(str(root))}")
             return None
         relative = os.path.relpath(ctx, self.out_dir.resolve())
-        if relative == ".." or relative.startswith("../"):
-            self.refuse(where, f"the build context {ctx} lies outside the directory of the "
-                        f"manifest ({self.out_dir.resolve()}); write the manifest there or "
-                        f"above it (-o {ctx}/cell.yaml)")
+        if relative == ".." or relative.startswith("../") or os.path.relpath(
+                file, self.out_dir.resolve()).startswith("../"):
+            self.refuse(where, f"the build context {ctx} or its Dockerfile lies outside the "
+                        f"directory of the manifest ({self.out_dir.resolve()}); write the "
+                        f"manifest at or above the project folder (-o {root}/cell.yaml)")
             return None
         spec: dict[str, Any] = {"context": relative}
         if inside != "Dockerfile":

@@ -515,3 +515,23 @@ def test_more_sidecars_than_a_cell_takes_and_extends_are_refused(tmp_path: Path)
     shown = _refused(path, tmp_path / "p", tmp_path / "state")
     assert any(":3: services.a.extends: extends is refused: DevCell's import does not follow "
                "extends" in s for s in shown), shown
+
+
+def test_a_dockerfile_beside_the_context_is_built_one_outside_the_project_refused(
+        tmp_path: Path) -> None:
+    (tmp_path / "Outside.Dockerfile").write_text("FROM scratch\n")
+    path = _project(tmp_path / "p", '{"dockerComposeFile": "c.yml", "service": "a"}', **{
+        "c.yml": """\
+        services:
+          a: {build: {context: app, dockerfile: ../Dockerfile}}
+          b:
+            build:
+              context: app
+              dockerfile: ../../../Outside.Dockerfile
+        """, "Dockerfile": "FROM scratch\n", "app__main.go": "package main\n"})
+    shown = _refused(path, tmp_path / "p", tmp_path / "state")
+    assert len(shown) == 1 and ":6: services.b.build.dockerfile: the Dockerfile " \
+        f"{tmp_path / 'Outside.Dockerfile'} lies outside the project folder" in shown[0], shown
+    path.write_text('{"dockerComposeFile": "c.yml", "service": "a", "runServices": []}')
+    spec = _convert(path, tmp_path / "p", tmp_path / "state").manifest["spec"]
+    assert spec["build"] == {"context": ".devcontainer/app", "dockerfile": "../Dockerfile"}

@@ -5,8 +5,10 @@ services (backends/supervisor.py holds them). A hook that fails leaves the cell 
 not Ready (reason PostCreateFailed, the hook's output tail in the message, `describe` and an
 event), so the developer can get in with `exec` or ssh and see why; it runs again only when
 asked (`devcell cell rerun-hooks`, a recorded operation) or when its inputs change (the
-hook's text or the image: the runtime is then made again), never on a plain re-apply. The
-record in `status.postCreate` is dropped when a runtime is created.
+hook's text or the image: the runtime is then made again), never on a plain re-apply, and not
+on a runtime made again on the root filesystem kept from one where the same hooks succeeded
+(what they installed is there). The record in `status.postCreate` is dropped when a runtime is
+created.
 """
 
 from __future__ import annotations

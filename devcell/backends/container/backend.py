@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import hashlib
 import io
+import json
 import os
 import re
 import socket
@@ -34,7 +35,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from devcell import names, security
+from devcell import names, safeio, security
 from devcell.backends import log_source, supervisor
 from devcell.backends.base import (
     Capabilities,
@@ -59,6 +60,7 @@ from devcell.backends.container.spec import (
     CELL_ID,
     KEPT_ROOTFS,
     MANAGED,
+    POST_CREATE,
     RUNTIME_HASH,
     STATE,
     STATE_PATH,
@@ -89,6 +91,10 @@ if TYPE_CHECKING:
     from devcell.backends.interactive import CellRoot, ExecOptions, Terminal
 
 QUIESCED = container_observe.QUIESCED
+POST_CREATE_RAN = "post-create.ran"
+"""In the run directory (the host's; read-only in the cell): the postCreate hooks that
+succeeded in the current runtime, as JSON. A container made from that runtime's kept root
+filesystem has run them already when they are unchanged, so it does not run them again."""
 _CELL_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 WATCHED_EVENTS = ("die", "oom", "kill", "stop", "pause", "unpause", "destroy", "start")
 """Engine events that change what DevCell observes of a cell's container."""
@@ -521,8 +527,9 @@ class ContainerBackend:
         if from_kept:  # the root filesystem kept_rootfs committed, when made on this image
             kept = self._kept_image(cell, kwargs["image"])
             if kept is not None:  # what it is made on, said by DevCell, not by the image
-                kwargs["image"], kwargs["labels"][BASE_IMAGE] = kept
+                kwargs["image"], kwargs["labels"][BASE_IMAGE], ran = kept
                 kwargs["labels"][KEPT_ROOTFS] = "true"
+                kwargs["labels"][POST_CREATE] = ran
         self._write_run_dir(cell)
         self._hand_over(cell, container_spec.user_ids(kwargs))
         bridged = kwargs.get("network") == container_spec.BRIDGE_NETWORK
@@ -567,13 +574,15 @@ class ContainerBackend:
                                   f"{cell.name} is not on the engine")
         with sdk.engine_calls(f"looking up the container of cell {cell.name}"):
             config = self.api.inspect_container(info["Id"]).get("Config") or {}
+        ran = _read_private(self.layout.run_dir(cell.id), POST_CREATE_RAN) or ""
         return rootfs.keep(self.api, info, owner=self.owner, cell_id=cell.id,
-                           cell_name=cell.name, image=image, container_config=config)
+                           cell_name=cell.name, image=image, container_config=config,
+                           post_create=_digest(ran) if ran else "")
 
-    def _kept_image(self, cell: CellRef, image: str) -> tuple[str, str] | None:
-        """The cell's kept root filesystem made on `image` (its tag) and that image's id,
-        which the new container's BASE_IMAGE label says it is made on; None when none
-        was kept on it."""
+    def _kept_image(self, cell: CellRef, image: str) -> tuple[str, str, str] | None:
+        """The cell's kept root filesystem made on `image` (its tag), that image's id (which
+        the new container's BASE_IMAGE label says it is made on) and the digest of the
+        postCreate hooks that succeeded in it; None when none was kept on it."""
         from devcell.backends.container import rootfs
 
         found = self.image_info(image)
@@ -584,7 +593,7 @@ class ContainerBackend:
         if kept is None:  # one kept on another image: its container is gone now
             rootfs.drop(self.api, owner=self.owner, cell_id=cell.id)
             return None
-        return kept, image_id
+        return kept[0], image_id, kept[1]
 
     def _create(self, cell: CellRef, name: str, kwargs: dict[str, Any]) -> Outputs:
         with sdk.engine_calls(f"creating container {name} from image {kwargs['image']}"):
@@ -593,8 +602,7 @@ class ContainerBackend:
             created = self.api.create_container(**_create_container_args(
                 dict(kwargs, version=self.api._version)))
         container_id: str = created["Id"]
-        # A new runtime has not run its postCreate hooks: its services wait for them.
-        (self.layout.run_dir(cell.id) / supervisor.GATE).unlink(missing_ok=True)
+        self._reset_post_create(cell, kept_digest=kwargs["labels"].get(POST_CREATE) or "")
         user = str(cell.spec.get("user") or "")
         if user and container_spec.user_ids(kwargs) is None:
             self._hand_over_named(cell, container_id, user)
@@ -635,7 +643,8 @@ class ContainerBackend:
             ran = self._after_start(cell, info["Id"], first=state == "created")
         return {"container": self.container_name(cell), **ran}
 
-    def _after_start(self, cell: CellRef, container_id: str, *, first: bool) -> Outputs:
+    def _after_start(self, cell: CellRef, container_id: str, *, first: bool,
+                     rerun: bool = False) -> Outputs:
         """postCreate hooks after a container's first start (then its services may start),
         then postStart hooks after every start. A failed postCreate leaves the container
         running without its services, so the developer can get in and see why: the start
@@ -643,7 +652,7 @@ class ContainerBackend:
         hooks are run again). A failed postStart stops it (the retry starts it again)."""
         outputs: Outputs = {"hooks": 0}
         if first:
-            outputs = self._post_create(cell, container_id)
+            outputs = self._post_create(cell, container_id, rerun=rerun)
             if outputs.get("postCreate") == "Failed":
                 return outputs
         try:
@@ -654,15 +663,35 @@ class ContainerBackend:
             raise
         return dict(outputs, hooks=int(outputs.get("hooks") or 0) + ran)
 
-    def _post_create(self, cell: CellRef, container_id: str) -> Outputs:
-        """Run postCreate; on success release the services (the gate in the run directory)."""
+    def _post_create(self, cell: CellRef, container_id: str, *, rerun: bool = False
+                     ) -> Outputs:
+        """Run postCreate; on success release the services (the gate in the run directory).
+        A runtime made from a kept root filesystem in which these very hooks succeeded has
+        its gate already (_reset_post_create): they are not run twice on the same files."""
+        run = self.layout.run_dir(cell.id)
+        if not rerun and (run / supervisor.GATE).exists():
+            return {"hooks": 0, "postCreate": None, "postCreateKept": True}
         try:
             ran = self._run_hooks(cell, container_id, "postCreate")
         except HookFailed as exc:
             return post_create_failed(exc)
-        gate = self.layout.run_dir(cell.id) / supervisor.GATE
-        gate.touch(mode=0o644)
+        if ran:
+            _write_private(run, POST_CREATE_RAN, _post_create_text(cell.spec))
+        (run / supervisor.GATE).touch(mode=0o644)
         return {"hooks": ran, "postCreate": "Succeeded" if ran else None}
+
+    def _reset_post_create(self, cell: CellRef, *, kept_digest: str) -> None:
+        """A new runtime has not run its postCreate hooks, so its services wait for them,
+        unless it is made from a kept root filesystem in which the same hooks succeeded
+        (`kept_digest`, what they installed is there): then its gate is open from the start."""
+        run = self.layout.run_dir(cell.id)
+        text = _post_create_text(cell.spec)
+        if text and kept_digest and kept_digest == _digest(text):
+            _write_private(run, POST_CREATE_RAN, text)
+            (run / supervisor.GATE).touch(mode=0o644)
+            return
+        (run / supervisor.GATE).unlink(missing_ok=True)
+        (run / POST_CREATE_RAN).unlink(missing_ok=True)
 
     def rerun_hooks(self, cell: CellRef) -> Outputs:
         """postCreate (then postStart) run again in the running container: `devcell cell
@@ -671,7 +700,7 @@ class ContainerBackend:
         if info is None or info.get("State") != "running":
             raise BackendError(f"cell {cell.name} is not running; start it with "
                                f"`devcell cell start {cell.name}`")
-        return self._after_start(cell, info["Id"], first=True)
+        return self._after_start(cell, info["Id"], first=True, rerun=True)
 
     def restart_service(self, cell: CellRef, service: str) -> Outputs:
         """The supervisor's --restart, run in the cell: the service's process (or its
@@ -790,7 +819,8 @@ class ContainerBackend:
                     logger.bind(backend=self.name, cell=cell.name).warning(
                         "bridge network kept: {}", exc)
         run = self.layout.run_dir(cell.id)
-        for name in (supervisor.SCRIPT, supervisor.SECRETS, supervisor.GATE, QUIESCED):
+        for name in (supervisor.SCRIPT, supervisor.SECRETS, supervisor.GATE, QUIESCED,
+                     POST_CREATE_RAN):
             (run / name).unlink(missing_ok=True)
             (run / f".{name}.tmp").unlink(missing_ok=True)  # a write a kill interrupted
         if run.is_dir() and not any(run.iterdir()):
@@ -1548,3 +1578,34 @@ def image_id(image: str) -> str:
             return str(client.api.inspect_image(image)["Id"])
     finally:
         client.close()
+
+
+def _post_create_text(spec: dict[str, Any]) -> str:
+    """The cell's postCreate hooks as canonical JSON ("" when it has none)."""
+    hooks = (spec.get("hooks") or {}).get("postCreate")
+    return json.dumps(hooks, sort_keys=True, separators=(",", ":")) if hooks else ""
+
+
+def _digest(text: str) -> str:
+    """Of hook text (commands, never secret values: those are spec.env's)."""
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _write_private(directory: Path, name: str, text: str) -> None:
+    tmp = directory / f".{name}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.rename(tmp, directory / name)
+
+
+def _read_private(directory: Path, name: str) -> str | None:
+    """A small file DevCell wrote in the cell's run directory (never a link), or None."""
+    try:
+        fd = safeio.open_regular(directory, name)
+    except (FileNotFoundError, safeio.UnsafeFile):
+        return None
+    try:
+        return safeio.read_some(fd, 1 << 20).decode("utf-8", "replace")
+    finally:
+        os.close(fd)

@@ -16,3 +16,6 @@ BASE_IMAGE = f"{LABEL}.base-image"
 id of the image it was made on (the cell's own image)."""
 KEPT_ROOTFS = f"{LABEL}.rootfs"
 """On an image: a cell's kept root filesystem (never a build's)."""
+POST_CREATE = f"{LABEL}.post-create"
+"""On a kept root filesystem: the digest of the postCreate hooks that succeeded in it (empty
+when none did), so a container made from it with the same hooks does not run them again."""

@@ -30,6 +30,7 @@ from devcell.backends.container.labels import (
     CELL_ID,
     KEPT_ROOTFS,
     MANAGED,
+    POST_CREATE,
     STATE,
     STATE_PATH,
 )
@@ -83,10 +84,12 @@ def _config(base: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
 
 
 def keep(api: Any, container: dict[str, Any], *, owner: str, cell_id: str, cell_name: str,
-         image: dict[str, Any], container_config: dict[str, Any]) -> Outputs:
+         image: dict[str, Any], container_config: dict[str, Any], post_create: str = ""
+         ) -> Outputs:
     """Commit `container` (stopped, this cell's) as the cell's kept root filesystem when it
     was made on `image` (the engine's inspection of the image the new container is made
-    from); else drop what was kept before. Says which, and why."""
+    from); else drop what was kept before. Says which, and why. `post_create`: the digest
+    of the postCreate hooks that succeeded in it, carried on the kept image."""
     wanted = str(image.get("Id") or "")
     if base_of(container) != wanted:
         drop(api, owner=owner, cell_id=cell_id)
@@ -101,7 +104,8 @@ def keep(api: Any, container: dict[str, Any], *, owner: str, cell_id: str, cell_
         return {"kept": False, "why": f"{kept_layers} recreates were kept, one layer each: the "
                                       "root filesystem starts fresh from the image"}
     config = _config(image.get("Config") or {}, container_config)
-    config["Labels"] |= {STATE: owner, CELL_ID: cell_id, KEPT_ROOTFS: "true", BASE: wanted}
+    config["Labels"] |= {STATE: owner, CELL_ID: cell_id, KEPT_ROOTFS: "true", BASE: wanted,
+                         POST_CREATE: post_create}
     repository, _, label = tag(owner, cell_id).rpartition(":")
     with _calls(f"keeping the root filesystem of cell {cell_name}"):
         made = api.commit(container["Id"], repository=repository, tag=label, pause=False,
@@ -133,14 +137,15 @@ def _ours(info: dict[str, Any], owner: str, cell_id: str) -> bool:
             and labels.get(CELL_ID) == cell_id)
 
 
-def kept_for(api: Any, *, owner: str, cell_id: str, image_id: str) -> str | None:
+def kept_for(api: Any, *, owner: str, cell_id: str, image_id: str) -> tuple[str, str] | None:
     """The tag of the cell's kept root filesystem when it was made on `image_id` and is
-    DevCell's for this cell (by its labels), else None."""
+    DevCell's for this cell (by its labels), with the digest of the postCreate hooks that
+    succeeded in it (its POST_CREATE label, "" when none); else None."""
     info = _inspect(api, owner, cell_id)
-    if info is None or not _ours(info, owner, cell_id) \
-            or ((info.get("Config") or {}).get("Labels") or {}).get(BASE) != image_id:
+    labels = ((info or {}).get("Config") or {}).get("Labels") or {}
+    if info is None or not _ours(info, owner, cell_id) or labels.get(BASE) != image_id:
         return None
-    return tag(owner, cell_id)
+    return tag(owner, cell_id), str(labels.get(POST_CREATE) or "")
 
 
 def drop(api: Any, *, owner: str, cell_id: str) -> bool:

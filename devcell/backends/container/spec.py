@@ -34,6 +34,7 @@ from devcell.backends.container.labels import (
     KEPT_ROOTFS,
     MANAGED,
     OPERATION,
+    POST_CREATE,
     RUNTIME_HASH,
     STATE,
     STATE_PATH,
@@ -159,7 +160,7 @@ def labels(layout: Layout, *, cell_id: str, cell_name: str, volume_id: str | Non
     service-state folder). Those DevCell has no value for are set empty, which hides the
     image's; create sets BASE_IMAGE and KEPT_ROOTFS when it makes the container from a
     kept root filesystem."""
-    out = dict.fromkeys((VOLUME, OPERATION, BASE_IMAGE, KEPT_ROOTFS), "")
+    out = dict.fromkeys((VOLUME, OPERATION, BASE_IMAGE, KEPT_ROOTFS, POST_CREATE), "")
     out |= {MANAGED: "true", STATE: state_hash(layout.state_dir),
             STATE_PATH: str(layout.state_dir.resolve()), CELL_ID: cell_id, CELL: cell_name,
             RUNTIME_HASH: runtime_hash}

@@ -341,3 +341,24 @@ def test_a_recreate_on_the_same_image_keeps_the_root_filesystem(
         assert not docker_client.images.list(name=kept_tag.rpartition(":")[0])  # gone with it
     finally:
         docker_client.images.remove(other, force=False)
+
+
+def test_a_recreate_on_the_kept_root_filesystem_does_not_run_postcreate_again(
+        ctx: Context, db: Database) -> None:
+    """What postCreate installed is in the kept root filesystem: the same hooks are not run
+    twice on it (a non-idempotent `git clone` would fail); changed hooks run."""
+    hooks = {"postCreate": [["sh", "-c", "echo ran >> /tmp/post-create"]]}
+    apply(db, container_cell("api", hooks=hooks))
+    assert converge_all(ctx).ok
+    backend = backend_of(ctx)
+    assert run_in(backend, ref_of(db, "api"), "cat /tmp/post-create") == "ran\n"
+    apply(db, container_cell("api", hooks=hooks, env=[{"name": "NEW", "value": "1"}]))
+    plan = decide(ctx, "Cell", "api")
+    assert isinstance(plan, Plan) and "keep-rootfs" in plan.step_names
+    assert converge_all(ctx).ok
+    ref = ref_of(db, "api")
+    assert run_in(backend, ref, "cat /tmp/post-create; echo $NEW") == "ran\n1\n"
+    changed = {"postCreate": [["sh", "-c", "echo again >> /tmp/post-create"]]}
+    apply(db, container_cell("api", hooks=changed, env=[{"name": "NEW", "value": "1"}]))
+    assert converge_all(ctx).ok
+    assert run_in(backend, ref_of(db, "api"), "cat /tmp/post-create") == "ran\nagain\n"

@@ -89,16 +89,16 @@ def test_an_image_cannot_speak_for_devcell_through_its_labels(
         f"FROM {IMAGE}\nLABEL dev.devcell.base-image=sha256:feed dev.devcell.volume=vol_other "
         "dev.devcell.rootfs=true\n")
     manifest = tmp_path / "hostile.yaml"
-    manifest.write_text(textwrap.dedent(f"""\
+    manifest.write_text(textwrap.dedent("""\
         apiVersion: devcell.dev/v1alpha1
         kind: Cell
-        metadata: {{name: hostile}}
+        metadata: {name: hostile}
         spec:
           backend: container
-          build: {{context: hostile}}
-          network: {{mode: none}}
+          build: {context: hostile}
+          network: {mode: none}
           services:
-            - {{name: idle, command: [sleep, "600"]}}
+            - {name: idle, command: [sleep, "600"]}
         """))
     try:
         applied = cli("apply", "-f", str(manifest))

@@ -50,8 +50,6 @@ Run by hand: .venv/bin/python bench/devcontainer_compat.py --runs 3   (~10 min)
 from __future__ import annotations
 
 import argparse
-import hashlib
-import io
 import json
 import os
 import secrets
@@ -59,9 +57,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,8 +173,8 @@ CONFIGS = [
 
 class FeatureRegistry:
     """Debian's docker-registry on 127.0.0.1 (tests/registry.py starts it), the bench's Feature
-    pushed to it as an OCI artifact in the specification's layout (a tar layer of the feature
-    folder, the devcontainers config media type, the metadata annotation)."""
+    pushed to it as an OCI artifact in the specification's layout
+    (tests/devcontainer_corpus.push_feature)."""
 
     def __init__(self, directory: Path) -> None:
         from tests import registry
@@ -188,46 +184,9 @@ class FeatureRegistry:
         self.port = self.address.rsplit(":", 1)[1]
 
     def push(self, repository: str, tag: str, files: dict[str, str]) -> None:
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            for name, text in sorted(files.items()):
-                data = text.encode()
-                info = tarfile.TarInfo(f"./{name}")
-                info.size, info.mode, info.mtime = len(data), 0o755, 0
-                tar.addfile(info, io.BytesIO(data))
-        layer, config = buf.getvalue(), b"{}"
-        layer_digest, config_digest = self._blob(repository, layer), self._blob(repository,
-                                                                                config)
-        feature_id = repository.rsplit("/", 1)[-1]
-        manifest = {
-            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {"mediaType": "application/vnd.devcontainers", "digest": config_digest,
-                       "size": len(config)},
-            "layers": [{"mediaType": "application/vnd.devcontainers.layer.v1+tar",
-                        "digest": layer_digest, "size": len(layer),
-                        "annotations": {"org.opencontainers.image.title":
-                                        f"devcontainer-feature-{feature_id}.tgz"}}],
-            "annotations": {"dev.containers.metadata": files["devcontainer-feature.json"]},
-        }
-        body = json.dumps(manifest).encode()
-        req = urllib.request.Request(
-            f"http://{self.address}/v2/{repository}/manifests/{tag}", data=body, method="PUT",
-            headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
-        urllib.request.urlopen(req, timeout=30).close()
+        from tests.devcontainer_corpus import push_feature
 
-    def _blob(self, repository: str, data: bytes) -> str:
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        start = urllib.request.Request(
-            f"http://{self.address}/v2/{repository}/blobs/uploads/", data=b"", method="POST")
-        with urllib.request.urlopen(start, timeout=30) as got:
-            location = got.headers["Location"]
-        if location.startswith("/"):
-            location = f"http://{self.address}{location}"
-        sep = "&" if "?" in location else "?"
-        put = urllib.request.Request(f"{location}{sep}digest={digest}", data=data, method="PUT",
-                                     headers={"Content-Type": "application/octet-stream"})
-        urllib.request.urlopen(put, timeout=30).close()
-        return digest
+        push_feature(self.address, repository, tag, files)
 
     def stop(self) -> None:
         self.running.stop()

@@ -33,6 +33,10 @@ def main() -> int:
     parser.add_argument("--registry", action="store_true",
                         help="serve the corpus's Features from a local registry")
     parser.add_argument("--only", help="only the files whose folder contains this")
+    parser.add_argument("--grant", action="store_true",
+                        help="with the allowances a team would grant (tests/devcontainer_corpus."
+                             "GRANTS: capabilities, security options, privileged, devices, "
+                             "host commands)")
     args = parser.parse_args()
     chosen = [e for e in corpus.entries(args.corpus)
               if not args.only or args.only in e.folder]
@@ -41,7 +45,9 @@ def main() -> int:
 
         def one(indexed: tuple[int, corpus.Entry]) -> corpus.Outcome:
             i, entry = indexed
-            return corpus.run(entry, base / f"p{i}", base / f"s{i}")
+            root = base / f"p{i}"
+            return corpus.run(entry, root, base / f"s{i}",
+                              config=corpus.corpus_config(root, grant=args.grant))
 
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:
             outcomes = list(pool.map(one, enumerate(chosen)))

@@ -89,6 +89,109 @@ def oci_repository(ref: str) -> tuple[str, str, str]:
     return host, repository, tag
 
 
+def corpus_features(corpus: Path = CORPUS) -> dict[tuple[str, str], dict[str, str]]:
+    """A minimal Feature in the specification's format for every registry reference the
+    corpus names, keyed by (repository, tag) as the registry serves it: its id, version and
+    every option the corpus sets (a string each, as the files write them). The
+    docker-in-docker ones ask, as the real one does, for a privileged container, an init and
+    their own entrypoint."""
+    options: dict[tuple[str, str], dict[str, Any]] = {}
+    for entry in entries(corpus):
+        for ref, value in (entry.data.get("features") or {}).items():
+            if str(ref).startswith("."):
+                continue
+            _, repository, tag = oci_repository(str(ref))
+            # a short id of the deprecated form (`git`) is served at :1 and :latest alike
+            for served in (tag, "1") if "/" not in str(ref) else (tag,):
+                found = options.setdefault((repository, served), {})
+                for name in (value if isinstance(value, dict) else {"version": value}):
+                    found[str(name)] = {"type": "string", "default": ""}
+    out = {}
+    for (repository, tag), opts in sorted(options.items()):
+        id_ = repository.rsplit("/", 1)[-1]
+        metadata: dict[str, Any] = {"id": id_, "version": f"{tag if tag[:1].isdigit() else 1}"
+                                    ".0.0", "name": id_, "options": opts}
+        if id_ == "docker-in-docker":
+            metadata.update(privileged=True, init=True,
+                            entrypoint="/usr/local/share/docker-init.sh")
+        out[(repository, tag)] = {
+            "devcontainer-feature.json": json.dumps(metadata, indent=2) + "\n",
+            "install.sh": f"#!/bin/sh\nset -e\necho {id_} > /usr/local/share/{id_}.installed\n",
+        }
+    return out
+
+
+def push_feature(address: str, repository: str, tag: str, files: dict[str, str]) -> str:
+    """Push a Feature folder to the registry at `address` (plain HTTP, 127.0.0.1) as the
+    specification distributes one: an OCI manifest whose config has the devcontainers media
+    type and whose one layer is a tar of the folder, with the metadata annotation. Returns
+    the manifest's digest."""
+    import hashlib
+    import io
+    import tarfile
+    import urllib.request
+
+    def blob(data: bytes) -> str:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        start = urllib.request.Request(f"http://{address}/v2/{repository}/blobs/uploads/",
+                                       data=b"", method="POST")
+        with urllib.request.urlopen(start, timeout=30) as got:
+            location = got.headers["Location"]
+        if location.startswith("/"):
+            location = f"http://{address}{location}"
+        sep = "&" if "?" in location else "?"
+        urllib.request.urlopen(urllib.request.Request(
+            f"{location}{sep}digest={digest}", data=data, method="PUT",
+            headers={"Content-Type": "application/octet-stream"}), timeout=30).close()
+        return digest
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, text in sorted(files.items()):
+            data = text.encode()
+            info = tarfile.TarInfo(f"./{name}")
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+    layer, config = buf.getvalue(), b"{}"
+    feature_id = repository.rsplit("/", 1)[-1]
+    manifest = json.dumps({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.devcontainers", "digest": blob(config),
+                   "size": len(config)},
+        "layers": [{"mediaType": "application/vnd.devcontainers.layer.v1+tar",
+                    "digest": blob(layer), "size": len(layer),
+                    "annotations": {"org.opencontainers.image.title":
+                                    f"devcontainer-feature-{feature_id}.tgz"}}],
+        "annotations": {"dev.containers.metadata": files["devcontainer-feature.json"]},
+    }).encode()
+    urllib.request.urlopen(urllib.request.Request(
+        f"http://{address}/v2/{repository}/manifests/{tag}", data=manifest, method="PUT",
+        headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"}),
+        timeout=30).close()
+    return "sha256:" + hashlib.sha256(manifest).hexdigest()
+
+
+def serve_features(directory: Path, features: dict[tuple[str, str], dict[str, str]]) -> Any:
+    """A local registry (tests/registry.py) serving `features`, (repository, tag) -> files;
+    the caller stops it (`.stop()`). Its address is what images.registryMirrors sends ghcr.io
+    to."""
+    from tests import registry
+
+    running = registry.start(directory)
+    try:
+        for (repository, tag), files in features.items():
+            push_feature(running.address, repository, tag, files)
+    except BaseException:
+        running.stop()
+        raise
+    return running
+
+
+def sample_features(refs: dict[str, dict[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
+    """`ghcr.io/...:tag` -> files, keyed as serve_features takes them."""
+    return {oci_repository(ref)[1:]: files for ref, files in refs.items()}
+
+
 # -- the project's files ----------------------------------------------------------------------
 
 
@@ -229,6 +332,37 @@ def write_config(state_dir: Path, config: dict[str, Any]) -> None:
     path.chmod(0o600)
 
 
+GRANTS: dict[str, Any] = {
+    "allowedCapabilities": ["SYS_PTRACE", "NET_ADMIN", "NET_RAW", "SYS_ADMIN"],
+    "allowedSecurityOpts": ["seccomp=unconfined", "apparmor=unconfined", "label=disable"],
+    "allowPrivileged": True,
+    "allowedDevices": ["/dev/fuse", "/dev/net/tun", "/dev/kvm"],
+    "allowHostCommands": True,
+}
+"""What a team's administrator grants for these projects (debuggers, docker-in-docker, fuse):
+each refusal without the allowance names it; with it the file converts."""
+
+
+def known_settings(section: str, wanted: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `wanted` that DevCell's configuration schema knows in `section` (the
+    allowances land one by one; an unknown key would fail every import)."""
+    schema = json.loads((REPO / "devcell" / "schemas" / "config.schema.json").read_text())
+    known = set(schema["properties"].get(section, {}).get("properties", {}))
+    return {k: v for k, v in wanted.items() if k in known}
+
+
+def corpus_config(root: Path, *, grant: bool, mirror: str | None = None) -> dict[str, Any]:
+    """The configuration the corpus runs under: the project folder allowed as a host path (so
+    the import binds it as the workspace), the grants when asked, ghcr.io sent to `mirror`."""
+    security: dict[str, Any] = {"allowedHostPaths": [str(root)]}
+    if grant:
+        security.update(known_settings("security", GRANTS))
+    config: dict[str, Any] = {"security": security}
+    if mirror:
+        config["images"] = {"registryMirrors": {"ghcr.io": mirror}}
+    return config
+
+
 def run(entry: Entry, root: Path, state_dir: Path, *, config: dict[str, Any] | None = None,
         env: dict[str, str] | None = None) -> Outcome:
     """Lay the file down under `root`, import it and dry-run the manifest it wrote."""
@@ -321,6 +455,8 @@ def _carried(key: str, value: Any, spec: dict[str, Any]) -> bool:
         return bool(spec.get("sidecars")) or bool(spec.get("image") or spec.get("build"))
     if key in ("capAdd", "privileged", "securityOpt", "init"):
         return bool(spec.get("security"))
+    if key == "overrideCommand":  # true: DevCell's supervisor keeps the cell running anyway
+        return value is True or bool(spec.get("services"))
     if key == "runArgs":  # each flag not mapped (env, resources, security) is named
         return bool(spec.get("env") or spec.get("resources") or spec.get("security"))
     if key == "hostRequirements":

@@ -1384,9 +1384,21 @@ class ContainerBackend:
             rootfs.drop(self.api, owner=self.owner, cell_id=cell.id)  # after its container
 
     def prune_cell_caches(self, live_cell_ids: frozenset[str]) -> list[str]:
-        from devcell.backends.container import build_digest_cache
+        """Digest caches, and kept root filesystems, of cells the database no longer has
+        (a delete that died between removing the container and dropping its kept image, a
+        drop refused while a container still used it)."""
+        from devcell.backends.container import build_digest_cache, rootfs
 
-        return build_digest_cache.DigestCache(self.layout.state_dir).prune(live_cell_ids)
+        dropped = build_digest_cache.DigestCache(self.layout.state_dir).prune(live_cell_ids)
+        try:
+            kept = rootfs.kept_cell_ids(self.owner)
+        except BackendError as exc:
+            logger.bind(backend=self.name).warning("kept root filesystems not swept: {}", exc)
+            return dropped
+        for cell_id in sorted((kept or set()) - live_cell_ids):
+            if rootfs.drop(self.api, owner=self.owner, cell_id=cell_id):
+                dropped.append(f"kept root filesystem of {cell_id}")
+        return dropped
 
     def build_image(self, cell: CellRef, build: dict[str, Any], tag: str) -> Outputs:
         """Build the cell's image (see container_build); recorded as the build-image step."""

@@ -261,6 +261,16 @@ def image_size(image_id: str) -> int | None:
     return int(size) if isinstance(size, int) else None
 
 
+def list_images(labels: dict[str, str]) -> list[dict[str, Any]] | None:
+    """The engine's images carrying every one of `labels` (over the socket; None: an engine
+    address only the SDK speaks)."""
+    wanted = json.dumps({"label": [f"{k}={v}" for k, v in labels.items()]})
+    found = _get(f"/images/json?filters={urllib.parse.quote(wanted)}", "listing images")
+    if found is None:
+        return None
+    return [i for i in found if isinstance(i, dict)] if isinstance(found, list) else []
+
+
 def _get(path: str, action: str) -> Any:
     """GET `path` from the engine and decode its JSON; None for an engine address only the
     SDK speaks (the caller asks through the SDK)."""

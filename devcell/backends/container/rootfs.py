@@ -60,6 +60,18 @@ def present(owner: str, cell_id: str) -> bool:
     return found is None or found
 
 
+def kept_cell_ids(owner: str) -> set[str] | None:
+    """The cells of this state directory that have a kept root filesystem on the engine (by
+    the labels DevCell committed them with); None when the engine cannot be asked over its
+    socket."""
+    from devcell.backends.container import observe
+
+    found = observe.list_images({KEPT_ROOTFS: "true", STATE: owner})
+    if found is None:
+        return None
+    return {str((i.get("Labels") or {}).get(CELL_ID) or "") for i in found} - {""}
+
+
 def _config(base: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
     """The committed image's configuration: the cell's image's, with what the engine would
     otherwise merge in from the old container masked. The engine fills whatever the given

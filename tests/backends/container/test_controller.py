@@ -362,3 +362,23 @@ def test_a_recreate_on_the_kept_root_filesystem_does_not_run_postcreate_again(
     apply(db, container_cell("api", hooks=changed, env=[{"name": "NEW", "value": "1"}]))
     assert converge_all(ctx).ok
     assert run_in(backend, ref_of(db, "api"), "cat /tmp/post-create") == "ran\nagain\n"
+
+
+def test_a_kept_root_filesystem_left_by_a_deleted_cell_is_swept(
+        ctx: Context, db: Database) -> None:
+    """A delete that died between removing the container and dropping its kept image leaves
+    the image; the sweep of deleted cells' caches (gc, the orphan sweep) drops it."""
+    from devcell.backends.container import rootfs
+
+    apply(db, container_cell("api"))
+    assert converge_all(ctx).ok
+    apply(db, container_cell("api", env=[{"name": "NEW", "value": "1"}]))
+    assert converge_all(ctx).ok
+    backend = backend_of(ctx)
+    ref = ref_of(db, "api")
+    assert rootfs.kept_cell_ids(backend.owner) == {ref.id}
+    backend.delete(ref)  # the container only, as an interrupted delete leaves it
+    assert backend.prune_cell_caches(frozenset({ref.id})) == []  # still a cell: kept
+    assert rootfs.kept_cell_ids(backend.owner) == {ref.id}
+    assert f"kept root filesystem of {ref.id}" in backend.prune_cell_caches(frozenset())
+    assert rootfs.kept_cell_ids(backend.owner) == set()

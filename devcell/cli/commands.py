@@ -318,6 +318,12 @@ def _ssh_config(p: argparse.ArgumentParser) -> None:
                         "commands)")
 
 
+def _code(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--print", action="store_true",
+                   help="print the command that opens VS Code instead of running it")
+    p.add_argument("cell", help="cell name or id")
+
+
 def _ssh_proxy(p: argparse.ArgumentParser) -> None:
     p.add_argument("cell", help="cell name or id")
 
@@ -423,6 +429,9 @@ TABLE = (
     Command(("ssh-config",), "cmd_ssh:run_ssh_config",
             "print ~/.ssh/config blocks (Host CELL.devcell) for ssh, scp, sftp and IDEs",
             _ssh_config, recorded=True),
+    Command(("code",), "cmd_code:run_code",
+            "open VS Code on a running cell over Remote-SSH, with its extensions and settings",
+            _code, recorded=True),
     Command(("ssh-proxy",), "cmd_ssh:run_ssh_proxy",
             "serve SSH for one cell on stdin/stdout (the ProxyCommand of ssh-config)",
             _ssh_proxy, recorded=True),

@@ -2,10 +2,12 @@
 the real engine, one cell for all (built once from a two-line Dockerfile, ~10 s in all):
 initializeCommand runs on the host before the start (with the configuration's allowance),
 postCreate runs as remoteUser with the probed login environment, `devcell exec` gets that
-environment, and postAttach runs when `exec -t` and `devcell ssh` attach."""
+environment, postAttach runs when `exec -t` and `devcell ssh` attach, and `devcell code`
+writes the VS Code settings and installs the extensions with the server it finds."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import shutil
@@ -38,6 +40,8 @@ DEVCONTAINER = """\
   "initializeCommand": "echo initialized > ${localWorkspaceFolder}/host-ran",
   "postCreateCommand": "id -un > /tmp/created-as && echo \\"$PROBED\\" > /tmp/created-with",
   "postAttachCommand": "echo attached-as-$(id -un) && echo x >> /tmp/attached",
+  "customizations": {"vscode": {"extensions": ["ms-python.python", "a.b"],
+                                "settings": {"editor.tabSize": 2}}},
 }
 """
 
@@ -94,3 +98,24 @@ def test_user_probe_attach_and_host_commands(cli: Cli, tmp_path: Path,
         assert "attached-as-dev" in shell.stdout + shell.stderr
         assert cli("ssh", "lifecycle", "--", "true").returncode == 0  # a command: no attach
         assert cat("/tmp/attached") == "x\nx\n"
+
+    # devcell code: VS Code's settings written, its extensions installed by the server found
+    first = cli("code", "lifecycle", "--print")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == ("code --folder-uri "
+                            "vscode-remote://ssh-remote+lifecycle.devcell/workspaces/project\n")
+    settings = "/home/dev/.vscode-server/data/Machine/settings.json"
+    assert f"settings: wrote {settings}" in first.stderr
+    assert "VS Code's server is not in the cell yet" in first.stderr
+    written = cli("exec", "lifecycle", "--", "cat", settings).stdout
+    assert json.loads(written) == {"editor.tabSize": 2}
+    planted = cli("exec", "lifecycle", "--", "sh", "-c",
+                  'd=~/.vscode-server/bin/0123abc/bin && mkdir -p $d && '
+                  'printf \'#!/bin/sh\\necho "$(id -un) $*" >> ~/installed\\n\' > $d/code-server'
+                  ' && chmod +x $d/code-server')
+    assert planted.returncode == 0, planted.stderr
+    again = cli("code", "lifecycle", "--print")
+    assert f"settings: kept {settings} (it exists)" in again.stderr
+    assert "extensions: installed ms-python.python a.b" in again.stderr
+    assert cli("exec", "lifecycle", "--", "cat", "/home/dev/installed").stdout == (
+        "dev --install-extension ms-python.python\ndev --install-extension a.b\n")

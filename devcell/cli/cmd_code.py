@@ -1,0 +1,66 @@
+"""`devcell code CELL [--print]`: VS Code on the running cell over Remote-SSH, with the
+extensions and settings its manifest's annotations ask for (api/code.py)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+from devcell import names
+from devcell.cli.cmd_exec import open_cell
+from devcell.store import db as dbmod
+from devcell.store import objects
+
+SSH_CONFIG_LIMIT = 1 << 20
+
+
+def run_code(args: argparse.Namespace) -> int:
+    from devcell.api import code
+
+    state_dir = dbmod.resolve_state_dir(args.state_dir)
+    db = dbmod.open_database(state_dir)
+    try:
+        annotations = dict(objects.require(db.conn, "Cell", args.cell).annotations)
+    finally:
+        db.close()
+    attached = open_cell(args, verb="applying the editor's settings anyway", by="code")
+    try:
+        editor = code.wanted(annotations)
+        if editor.settings is None and not editor.extensions and not editor.problems:
+            sys.stderr.write(f"cell {names.printable(attached.ref.name)}: no VS Code extensions "
+                             "or settings in its annotations\n")
+        code.apply(attached.interactive(), attached.ref, editor, say=_say)
+        argv = code.open_argv(attached.ref)
+    finally:
+        attached.close()
+    host = f"{attached.ref.name}.devcell"
+    if not _in_ssh_config(host):
+        sys.stderr.write(f"note: VS Code's Remote-SSH reads ~/.ssh/config, which has no Host "
+                         f"{names.printable(host)} block: add it with `devcell ssh-config "
+                         f"{names.printable(attached.ref.name)} >> ~/.ssh/config`\n")
+    found = shutil.which("code")
+    if args.print or found is None:
+        if found is None and not args.print:
+            sys.stderr.write("VS Code's `code` command is not on PATH; open the cell with:\n")
+        print(code.shown(argv))
+        return 0
+    return subprocess.run([found, *argv[1:]], check=False).returncode
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+
+
+def _in_ssh_config(host: str) -> bool:
+    """Whether the user's ~/.ssh/config names `host` (read bounded; unreadable: no)."""
+    path = os.path.expanduser("~/.ssh/config")
+    try:
+        with open(path, "rb") as f:
+            text = f.read(SSH_CONFIG_LIMIT).decode(errors="replace")
+    except OSError:
+        return False
+    return any(line.split()[:1] == ["Host"] and host in line.split()[1:]
+               for line in text.splitlines() if line.strip())

@@ -474,7 +474,9 @@ class _Converter:
         if image is None and build is None:
             self.r.refuse("the file names no image: give image, build.dockerfile or "
                           "dockerComposeFile (the devcontainer CLI refuses such a file too; "
-                          "no default image is chosen for you)", "image")
+                          "GitHub Codespaces would start its universal image, "
+                          "mcr.microsoft.com/devcontainers/universal:2, several GB: DevCell "
+                          "picks none for you)", "image")
             return
         if not isinstance(build, dict):
             self.r.refuse("expected image (a string) or build (an object with dockerfile)",

@@ -467,8 +467,6 @@ def _carried(key: str, value: Any, spec: dict[str, Any]) -> bool:
         return value == "none" or spec.get("userEnvProbe") == value
     if key == "initializeCommand":
         return bool(hooks.get("hostInitialize"))
-    if key == "overrideCommand":  # true: DevCell's supervisor keeps the cell up, as a sleep
-        return value is True or any(s.get("name") == "main" for s in spec.get("services") or [])
     return False
 
 

@@ -280,6 +280,10 @@ class _Mapper:
                 self.note(command.where, "overrideCommand: true replaces it")
             else:
                 self.out.command = (argv, command.where)
+        if self.r.data.get("overrideCommand") is True:
+            self.out.notes.append("overrideCommand: true: the service's own command is not "
+                                  "run, as in a dev container; DevCell's supervisor keeps the "
+                                  "cell up")
         for key in ("healthcheck", "restart", "depends_on"):
             if key in fields:
                 self.note(fields[key].where, {

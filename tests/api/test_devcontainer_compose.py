@@ -242,6 +242,8 @@ def test_the_service_s_own_command_runs_as_the_cell_s_service_main(
     services = result.manifest["spec"].get("services")
     assert services == ([{"name": "main", "command": service}] if service else None)
     assert ("runs as the cell's service main" in result.said[0]) is bool(service)
+    assert ("overrideCommand: true: the service's own command is not run" in
+            "\n".join(result.notes)) is bool(override)
 
 
 def test_variables_as_compose_fills_them(tmp_path: Path,

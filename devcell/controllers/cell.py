@@ -74,9 +74,14 @@ S = StepName
 RUNTIME_FIELDS = ("image", "services", "env", "resources", "network", "hooks", "workspace")
 
 
-OPTIONAL_RUNTIME_FIELDS = ("mounts", "user", "volumes", "sidecars")
+OPTIONAL_RUNTIME_FIELDS = ("mounts", "user", "volumes", "sidecars", "userEnvProbe")
 """Runtime fields added later: in the digest only when present, so cells without them keep
 their digest (and their containers) across the upgrade."""
+
+RUNTIME_HOOKS = frozenset({"preCheckpoint", "postCheckpoint", "postCreate", "postStart",
+                           "timeoutSeconds"})
+"""The hooks in the runtime's digest (hostInitialize and postAttach are not: changing them
+recreates nothing)."""
 
 
 def runtime_hash(spec: dict[str, Any], key: bytes) -> str:
@@ -92,6 +97,10 @@ def runtime_hash(spec: dict[str, Any], key: bytes) -> str:
     if isinstance(fields["workspace"], dict) and "source" in fields["workspace"]:
         # what a new workspace starts with, used once: never a reason to recreate the runtime
         fields["workspace"] = {k: v for k, v in fields["workspace"].items() if k != "source"}
+    if isinstance(fields["hooks"], dict) and not RUNTIME_HOOKS.issuperset(fields["hooks"]):
+        # run on the host, or when someone attaches: nothing the runtime is made of
+        fields["hooks"] = {k: v for k, v in fields["hooks"].items() if k in RUNTIME_HOOKS} \
+            or None
     fields.update({k: spec[k] for k in OPTIONAL_RUNTIME_FIELDS if spec.get(k)})
     return digest(secrets.keyed(fields, key))
 

@@ -435,6 +435,18 @@ def test_mounts_are_part_of_the_runtime_hash_only_when_present() -> None:
     assert len({runtime_hash(base, key), runtime_hash(rw, key), runtime_hash(ro, key)}) == 3
 
 
+
+def test_host_and_attach_hooks_recreate_nothing_and_the_env_probe_does() -> None:
+    base = {"image": "i", "services": [], "hooks": {"postStart": [["true"]]}}
+    key = b"k" * 32
+    hooked = {**base, "hooks": {"postStart": [["true"]], "postAttach": [["echo", "hi"]],
+                                "hostInitialize": [["touch", "x"]]}}
+    assert runtime_hash(base, key) == runtime_hash(hooked, key)
+    assert runtime_hash(base, key) != runtime_hash({**base, "userEnvProbe": "loginShell"}, key)
+    bare = {"image": "i", "services": []}
+    assert runtime_hash(bare, key) == runtime_hash({**bare, "hooks": {"postAttach": [["a"]]}},
+                                                   key)
+
 def test_a_pruned_cell_keeps_its_workspace_as_a_safety_snapshot_taken_once(
         db: Database, ctx: Context) -> None:
     from devcell.store import prunes

@@ -10,8 +10,9 @@
   has only limits, so the cpus and memory asked become the cell's limits, lowered to what
   this machine has for cpus (a limit above it is refused at apply) and warned about.
 - `sudo` in a hook: a cell runs with no-new-privileges and most capabilities dropped, so a
-  setuid sudo gains nothing. Run as root it works (root to root); run as another user it
-  fails, and the import says so, naming the hook.
+  setuid sudo gains nothing: run as another user it fails, and the import says so, naming
+  the hook. Run as root it is not needed (root to root), but a sudo built with audit
+  support may still refuse without AUDIT_WRITE, so that is said too.
 """
 
 from __future__ import annotations
@@ -125,17 +126,21 @@ def _machine_memory() -> int | None:
 
 
 def sudo(data: dict[str, Any], runs_as: str | None) -> list[str]:
-    """A warning for each lifecycle command using sudo when the cell's hooks do not run as
-    root (`runs_as` names who they run as; None: root)."""
-    if runs_as is None:
-        return []
+    """A warning for each lifecycle command using sudo (`runs_as` names who the hooks run
+    as; None: root). Not root: it cannot work. Root: it is not needed, and may still fail."""
     notes = []
     for key in (*NETWORK_HOOKS, "postAttachCommand"):
-        if _SUDO.search(_text(data.get(key))):
+        if not _SUDO.search(_text(data.get(key))):
+            continue
+        if runs_as is not None:
             notes.append(f"{key}: uses sudo, which cannot work here: the hooks run as "
                          f"{runs_as}, and a cell runs with no-new-privileges (a setuid sudo "
                          "gains nothing) and most capabilities dropped; do the privileged "
                          "part in a Dockerfile RUN step (build)")
+        else:
+            notes.append(f"{key}: uses sudo; the hooks run as root, so it is not needed, and "
+                         "a cell lacks the audit capability (AUDIT_WRITE) a sudo built with "
+                         "audit support logs through: if it fails there, take sudo out")
     return notes
 
 

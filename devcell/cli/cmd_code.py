@@ -1,5 +1,6 @@
 """`devcell code CELL [--print]`: VS Code on the running cell over Remote-SSH, with the
-extensions and settings its manifest's annotations ask for (api/code.py)."""
+extensions and settings its manifest's annotations ask for (api/code.py), after the cell's
+postAttach hooks."""
 
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ def run_code(args: argparse.Namespace) -> int:
             sys.stderr.write(f"cell {names.printable(attached.ref.name)}: no VS Code extensions "
                              "or settings in its annotations\n")
         code.apply(attached.interactive(), attached.ref, editor, say=_say)
+        # VS Code attaching: its sessions are commands and its terminals the server's own,
+        # so the cell's postAttach hooks run here (api/post_attach.py)
+        from devcell.api import post_attach
+
+        post_attach.run(attached.interactive(), attached.ref, out=sys.stderr.buffer)
         argv = code.open_argv(attached.ref)
     finally:
         attached.close()

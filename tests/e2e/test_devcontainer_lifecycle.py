@@ -107,6 +107,7 @@ def test_user_probe_attach_and_host_commands(cli: Cli, tmp_path: Path,
     settings = "/home/dev/.vscode-server/data/Machine/settings.json"
     assert f"settings: wrote {settings}" in first.stderr
     assert "VS Code's server is not in the cell yet" in first.stderr
+    assert "attached-as-dev" in first.stderr  # VS Code attaching runs postAttach
     written = cli("exec", "lifecycle", "--", "cat", settings).stdout
     assert json.loads(written) == {"editor.tabSize": 2}
     planted = cli("exec", "lifecycle", "--", "sh", "-c",

@@ -82,6 +82,7 @@ def remove_containers(state_dir: Path) -> int:
             client.api.remove_container(info["Id"], force=True)
         _remove_kept_root_filesystems(client, lambda labels: labels.get(
             "dev.devcell.state-dir") == state_hash(state_dir))
+        _remove_bridge_networks(client, {state_hash(state_dir)})
         return len(found)
     finally:
         client.close()
@@ -95,6 +96,21 @@ def _remove_kept_root_filesystems(client: Any, ours: Any) -> None:
             for tag in image.get("RepoTags") or []:
                 if tag.startswith("devcell-rootfs/"):
                     client.api.remove_image(tag)
+
+
+def _remove_bridge_networks(client: Any, states: set[str]) -> None:
+    """The bridge network DevCell made for each of these state directories (by their labels),
+    once no container uses it: DevCell removes it when its last cell is deleted, but not
+    when a test's teardown removes the containers itself, and every network left holds one
+    of the engine's few address pools (about 30), after which no bridged cell starts."""
+    import docker
+
+    for network in client.api.networks(filters={"label": ["dev.devcell.managed=true"]}):
+        if (network.get("Labels") or {}).get("dev.devcell.state-dir") in states:
+            try:
+                client.api.remove_network(network["Id"])
+            except docker.errors.APIError:  # in use by a container of another test: kept
+                pass
 
 
 def remove_containers_under(root: Path) -> int:
@@ -113,6 +129,8 @@ def remove_containers_under(root: Path) -> int:
             client.api.remove_container(info["Id"], force=True)
         _remove_kept_root_filesystems(client, lambda labels: Path(labels.get(
             "dev.devcell.state-path") or "/").is_relative_to(root))
+        _remove_bridge_networks(client, {info["Labels"].get("dev.devcell.state-dir", "")
+                                         for info in found} - {""})
         return len(found)
     finally:
         client.close()

@@ -308,6 +308,9 @@ class Bench:
         for volume in docker("volume", "ls", "-q").split():
             if f"dcc-{self.token}" in volume:
                 docker("volume", "rm", volume)
+        for network in docker("network", "ls", "--format", "{{.Name}}").split():
+            if f"dcc-{self.token}" in network:  # compose's <project>_default
+                docker("network", "rm", network)
 
     # -- DevCell
 

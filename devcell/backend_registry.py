@@ -44,6 +44,9 @@ class Limits(NamedTuple):
     sidecars: bool = True
     """Whether the backend runs spec.sidecars (containers sharing the cell's network
     namespace) and spec.volumes (named volumes of the cell) (the fake records them)."""
+    privileges: bool = True
+    """Whether the backend grants spec.security (capabilities, security options, privileged,
+    host devices: an engine's container arguments)."""
 
 
 class Root(NamedTuple):
@@ -131,7 +134,8 @@ BACKENDS: tuple[Backend, ...] = (
         # Ports are published by QEMU's user networking (IPv4 host addresses only); the guest
         # has a network stack of its own, so it cannot share the host's.
         limits=Limits(cell_user=False, live_workspace=False, network_modes=("none", "bridge"),
-                      publish_ipv6=False, publishing_drivers=("qemu",), sidecars=False),
+                      publish_ipv6=False, publishing_drivers=("qemu",), sidecars=False,
+                      privileges=False),
     ),
 )
 

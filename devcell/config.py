@@ -36,6 +36,14 @@ class SecurityPolicy:
     """Directories a build context may lie under beyond its manifest's directory tree."""
     allow_host_commands: bool = False
     """spec.hooks.hostInitialize: commands a manifest runs on the host before its cell starts."""
+    allowed_capabilities: tuple[str, ...] = ()
+    """spec.security.capabilities beyond the few every cell has (names without CAP_)."""
+    allowed_security_opts: tuple[str, ...] = ()
+    """spec.security.securityOpt entries, each exactly as written there."""
+    allow_privileged: bool = False
+    """spec.security.privileged."""
+    allowed_devices: tuple[str, ...] = ()
+    """Host device paths (and directories of them) spec.security.devices may name."""
     source: str = "<defaults>"
     """Where the policy came from, for messages that tell the user what to edit."""
 
@@ -185,6 +193,10 @@ def parse(path: Path, data: bytes, state_dir: Path | None = None) -> Config:
         allowed_publish_addresses=tuple(security.get("allowedPublishAddresses", ())),
         allowed_build_roots=tuple(security.get("allowedBuildRoots", ())),
         allow_host_commands=bool(security.get("allowHostCommands", False)),
+        allowed_capabilities=tuple(security.get("allowedCapabilities", ())),
+        allowed_security_opts=tuple(security.get("allowedSecurityOpts", ())),
+        allow_privileged=bool(security.get("allowPrivileged", False)),
+        allowed_devices=tuple(security.get("allowedDevices", ())),
         source=str(path)))
 
 

@@ -5,7 +5,8 @@ breaks them, naming file, line and field; the container backend checks them agai
 the engine call, so a rule cannot be skipped by a path that bypassed validation (a
 configuration tightened after the cell was applied, a record written by an older version).
 
-Defaults: no host bind mounts, no host network, ports published on loopback only. DevCell's
+Defaults: no host bind mounts, no host network, ports published on loopback only, no
+privileges beyond a few capabilities (devcell.privileges: spec.security). DevCell's
 configuration (`devcell.config`) is the only way to widen them.
 """
 
@@ -288,6 +289,9 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
                "commands on the host run as the user DevCell runs as, with everything that "
                "user can reach, and are off by default; an administrator can allow them with "
                f"security.allowHostCommands: true in {policy.source}")
+    from devcell import privileges  # a Cell's rules only (snapshot create reads this module)
+
+    yield from privileges.cell_problems(spec, policy)
     network = spec.get("network") or {}
     mode = network.get("mode", "none")
     if mode == "host" and not policy.allow_host_network:

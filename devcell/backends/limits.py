@@ -51,6 +51,11 @@ def cell_problems(spec: dict[str, Any], backend: str) -> Iterator[tuple[FieldPat
             if spec.get(key):
                 yield (("spec", key), f"the {backend} backend runs no {what} (a cell is one "
                                       f"machine); spec.{key} is for container cells")
+    if spec.get("security") and not limits.privileges:
+        yield (("spec", "security"), f"the {backend} backend runs a machine with a kernel of "
+                                     "its own, where the cell's root has every privilege of "
+                                     "its guest and no host device is passed through; "
+                                     "spec.security is for container cells")
     if spec.get("user") and not limits.cell_user:
         yield (("spec", "user"), f"the {backend} backend runs a cell's commands as root; "
                                  "spec.user is for container cells")

@@ -74,7 +74,8 @@ S = StepName
 RUNTIME_FIELDS = ("image", "services", "env", "resources", "network", "hooks", "workspace")
 
 
-OPTIONAL_RUNTIME_FIELDS = ("mounts", "user", "volumes", "sidecars", "userEnvProbe")
+OPTIONAL_RUNTIME_FIELDS = ("mounts", "user", "volumes", "sidecars", "userEnvProbe",
+                           "security")
 """Runtime fields added later: in the digest only when present, so cells without them keep
 their digest (and their containers) across the upgrade."""
 
@@ -102,6 +103,11 @@ def runtime_hash(spec: dict[str, Any], key: bytes) -> str:
         fields["hooks"] = {k: v for k, v in fields["hooks"].items() if k in RUNTIME_HOOKS} \
             or None
     fields.update({k: spec[k] for k in OPTIONAL_RUNTIME_FIELDS if spec.get(k)})
+    asked = fields.get("security")
+    if isinstance(asked, dict):  # init: true is what every cell has anyway
+        fields["security"] = {k: v for k, v in asked.items() if k != "init"}
+        if not fields["security"]:
+            del fields["security"]
     return digest(secrets.keyed(fields, key))
 
 

@@ -5,7 +5,9 @@ Plain data only (no docker import): `create_kwargs()` builds the keyword argumen
 reach the engine, so no code path can slip a privileged container past it:
 
 - never privileged; every capability dropped, then only a small subset of Docker's defaults
-  given back (no capability Docker would not grant anyway); `no-new-privileges`;
+  given back (no capability Docker would not grant anyway); `no-new-privileges`; no host
+  device: unless spec.security asks for more and DevCell's configuration allows it
+  (`devcell.privileges`);
 - no host PID, IPC or user namespace; network `none`, `host` or DevCell's bridge network
   (published ports on 127.0.0.1 unless the manifest names another address);
 - bind mounts only of directories inside the state directory (symbolic links resolved), and
@@ -25,7 +27,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devcell import security
+from devcell import privileges, security
 from devcell.backends import limits, supervisor
 from devcell.backends.container.labels import (
     BASE_IMAGE,
@@ -61,11 +63,9 @@ def base_of(info: dict[str, Any]) -> str:
 
 BRIDGE_NETWORK = "devcell-bridge"
 STOP_TIMEOUT = 5
-ALLOWED_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
-                "NET_BIND_SERVICE")
-"""Given back after dropping ALL: a subset of Docker's defaults (root can own and chmod its
-files, switch users, signal its processes, bind low ports). No NET_RAW, MKNOD, SYS_CHROOT,
-SETFCAP, AUDIT_WRITE."""
+ALLOWED_CAPS = privileges.DEFAULT_CAPABILITIES
+"""Given back after dropping ALL (more only as spec.security asks and the configuration
+allows)."""
 HOST_MOUNT_USER = (65534, 65534)
 """uid and gid (nobody:nogroup) of a cell with a writable host mount: what it writes there is
 owned by nobody, so a setuid bit it sets gives nothing."""
@@ -218,11 +218,8 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
                          runtime_hash=runtime_hash, op_id=op_id),
         "environment": plain,
         "mounts": mounts,
-        "init": True,
-        "privileged": False,
-        "cap_drop": ["ALL"],
-        "cap_add": list(ALLOWED_CAPS),
-        "security_opt": ["no-new-privileges"],
+        "init": True,  # the engine's init is PID 1 (spec.security.init), the supervisor below
+        **privileges.engine_arguments(spec),
         "stop_signal": "SIGTERM",
         "pids_limit": 4096,
         "detach": True,
@@ -250,25 +247,15 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
 def check_security(layout: Layout, kwargs: dict[str, Any],
                    policy: SecurityPolicy | None = None) -> None:
     """Refuse arguments that break DevCell's rules; the last check before the engine."""
-    problems = []
-    if kwargs.get("privileged"):
-        problems.append("privileged containers are not allowed")
-    if kwargs.get("cap_drop") != ["ALL"]:
-        problems.append("every capability must be dropped first (cap_drop ALL)")
-    extra = set(kwargs.get("cap_add") or []) - set(ALLOWED_CAPS)
-    if extra:
-        problems.append(f"capabilities {sorted(extra)} may not be added")
-    for key in ("pid_mode", "ipc_mode", "userns_mode", "uts_mode", "devices", "volumes",
+    policy = _policy_or_default(policy)
+    problems = list(privileges.engine_problems(kwargs, policy))
+    for key in ("pid_mode", "ipc_mode", "userns_mode", "uts_mode", "volumes",
                 "volumes_from", "device_requests", "sysctls", "cgroupns"):
         if kwargs.get(key):
             problems.append(f"{key} is not allowed")
-    policy = _policy_or_default(policy)
     allowed_modes = (None, "none", "host") if policy.allow_host_network else (None, "none")
     if kwargs.get("network_mode") not in allowed_modes:
         problems.append(f"network mode {kwargs.get('network_mode')} is not allowed")
-    for option in kwargs.get("security_opt") or []:
-        if option != "no-new-privileges":
-            problems.append(f"security option {option} is not allowed")
     ids = user_ids(kwargs)
     for mount in kwargs.get("mounts") or []:
         source = Path(mount.get("Source", ""))

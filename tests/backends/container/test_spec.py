@@ -60,7 +60,7 @@ def test_bridge_publishes_on_loopback_unless_the_configuration_allows_more(
                   policy=SecurityPolicy(allowed_publish_addresses=("0.0.0.0",)))
     assert args["network"] == container_spec.BRIDGE_NETWORK
     assert args["ports"] == {"8080/tcp": [("127.0.0.1", 8080)], "53/tcp": [("0.0.0.0", 5353)]}
-    with pytest.raises(BackendError, match="published only with network.mode bridge"):
+    with pytest.raises(BackendError, match="published only with (spec.)?network.mode bridge"):
         kwargs(tmp_path, network={"mode": "none", "ports": [{"containerPort": 1}]})
 
 

@@ -253,7 +253,13 @@ class _Mapper:
             if name not in services:
                 self.r.refuse(f"service {names.printable(name)} is not in the compose files",
                               "runServices", i, shown=f"runServices[{i}]")
-        return {*value, service}
+        run = {*value, service} & set(services)
+        needed = _needs(services, run)
+        for name in sorted(needed - run):
+            self.out.notes.append(f"{services[name].where}: runs as a sidecar though not in "
+                                  "runServices: a service that runs depends on it (depends_on "
+                                  "or network_mode: service:), so compose starts it too")
+        return needed
 
     # -- the cell ------------------------------------------------------------------------------
 
@@ -545,18 +551,39 @@ def _dns_name(raw: str) -> str:
     return name or "data"
 
 
+def _needs(services: dict[str, Node], run: set[str]) -> set[str]:
+    """`run` and every service they need, as `docker compose up SERVICE...` starts them: a
+    service's depends_on and the service whose network it joins (network_mode: service:X)."""
+    out = set(run)
+    todo = list(run)
+    while todo:
+        node = services[todo.pop()]
+        wanted = list(_dependencies(node))
+        mode = node.get("network_mode")
+        if mode is not None and isinstance(mode.value, str) and \
+                mode.value.startswith("service:"):
+            wanted.append(mode.value.removeprefix("service:"))
+        for name in wanted:
+            if name in services and name not in out:
+                out.add(name)
+                todo.append(name)
+    return out
+
+
+def _dependencies(node: Node) -> list[str]:
+    dep = node.get("depends_on")
+    if dep is not None and isinstance(dep.value, list):
+        return [str(n.value) for n in dep.value]
+    if dep is not None and isinstance(dep.value, dict):
+        return list(dep.value)
+    return []
+
+
 def _ordered(services: dict[str, Node]) -> list[str]:
     """The services in their file's order, each after those it depends_on (a cycle is kept
     in file order)."""
-    deps: dict[str, list[str]] = {}
-    for name, node in services.items():
-        dep = node.get("depends_on")
-        listed: list[str] = []
-        if dep is not None and isinstance(dep.value, list):
-            listed = [str(n.value) for n in dep.value]
-        elif dep is not None and isinstance(dep.value, dict):
-            listed = list(dep.value)
-        deps[name] = [d for d in listed if d in services]
+    deps = {name: [d for d in _dependencies(node) if d in services]
+            for name, node in services.items()}
     out: list[str] = []
     visiting: set[str] = set()
 

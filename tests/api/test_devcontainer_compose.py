@@ -200,7 +200,7 @@ def test_an_existing_compose_file_with_a_devcontainer_override(tmp_path: Path) -
 def test_runservices_chooses_the_sidecars_and_depends_on_orders_them(tmp_path: Path) -> None:
     path = _project(tmp_path / "p", """\
         {"dockerComposeFile": "compose.yaml", "service": "web",
-         "runServices": ["web", "worker", "queue_db"]}
+         "runServices": ["web", "worker"]}
         """, **{"compose.yaml": """\
         services:
           web: {image: "devcell/busybox:latest"}
@@ -218,6 +218,8 @@ def test_runservices_chooses_the_sidecars_and_depends_on_orders_them(tmp_path: P
         ("queue-db", "Never"), ("worker", "OnFailure")]
     notes = "\n".join(result.notes)
     assert "services.mail: not converted (not in runServices, so not run)" in notes
+    assert "services.queue_db: runs as a sidecar though not in runServices: a service that " \
+        "runs depends on it" in notes
     assert "services.worker.depends_on: not converted (only the order is kept" in notes
     assert result.manifest["spec"]["workspace"] == {"mountPath": "/workspaces/p"}
 

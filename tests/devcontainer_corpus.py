@@ -358,8 +358,9 @@ def corpus_config(root: Path, *, grant: bool, mirror: str | None = None) -> dict
     if grant:
         security.update(known_settings("security", GRANTS))
     config: dict[str, Any] = {"security": security}
-    if mirror:
-        config["images"] = {"registryMirrors": {"ghcr.io": mirror}}
+    images = known_settings("images", {"registryMirrors": {"ghcr.io": mirror}} if mirror else {})
+    if images:
+        config["images"] = images
     return config
 
 

@@ -298,6 +298,8 @@ class _Converter:
         self.env_origin: dict[str, tuple[str | int, ...] | Where] = {}
         self.ports: list[dict[str, Any]] = []
         self.sidecar_ports: list[tuple[str, int]] = []
+        self.compose_services: set[str] = set()
+        """The compose services run in the cell (forwardPorts' `db:5432` names one)."""
         self.said: list[str] = []
         self.mount_path = f"/workspaces/{self.root.name}"
         self.dockerfile: Path | None = None
@@ -527,6 +529,7 @@ class _Converter:
                 listed.append(item)
         self.sidecar_ports = [(p["hostIP"], p["hostPort"]) for s, _ in mapped.sidecars
                               for p in s.get("ports", [])]
+        self.compose_services = mapped.services
 
     def _compose_workspace(self, path: str, where: Where) -> None:
         """The project folder's bind in the compose file: where the cell's workspace is."""
@@ -640,6 +643,9 @@ class _Converter:
                 continue
             for value in values if isinstance(values, list) else [values]:
                 port = self._port(value)
+                host, _, number = str(value).rpartition(":")
+                if port is None and host in self.compose_services and number.isdigit():
+                    port = self._port(int(number))  # "db:5432": the cell and db share a network
                 if port is None:
                     self.note(f"{key} {value!r}", "only ports of this container (3000, "
                               "\"localhost:3000\", \"8080:80\") can be published")

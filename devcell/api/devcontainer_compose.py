@@ -123,6 +123,8 @@ class Mapped:
     workspace: tuple[str, Where] | None = None
     """Where the project folder is inside the cell (the bind of it), when one binds it."""
     sidecars: list[tuple[dict[str, Any], Where]] = field(default_factory=list)
+    services: set[str] = field(default_factory=set)
+    """The compose services that run (the cell's and its sidecars', as compose names them)."""
     notes: list[str] = field(default_factory=list)
     said: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
@@ -210,6 +212,7 @@ class _Mapper:
         else:
             self._cell(service, main)
         by_name = {n: s for n, s in services.value.items() if n in run and n != service}
+        self.out.services = {service, *by_name}
         if len(by_name) > MAX_SIDECARS:
             why = (f"{len(by_name)} services would be the cell's sidecars; a cell has at most "
                    f"{MAX_SIDECARS}: name the ones to run in runServices")

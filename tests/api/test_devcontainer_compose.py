@@ -55,7 +55,7 @@ APP_AND_DATABASE = """\
       "dockerComposeFile": "docker-compose.yml",
       "service": "app",
       "workspaceFolder": "/workspaces/${localWorkspaceFolderBasename}",
-      "forwardPorts": [3000, 5432],
+      "forwardPorts": [3000, "db:5432"],
       "postCreateCommand": "make deps",
       "shutdownAction": "stopCompose",
     }

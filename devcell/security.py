@@ -306,7 +306,7 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
     bound: list[tuple[str, int, FieldPath]] = []
     for where, ports in lists:
         if ports and mode != "bridge":
-            yield (where, "ports are published only with spec.network.mode bridge (mode is "
+            yield (where, "ports are published only with network.mode bridge (mode is "
                           f"{mode})")
         for i, port in enumerate(ports):
             address = str(port.get("hostIP", "127.0.0.1"))

@@ -290,3 +290,42 @@ def test_a_dotfiles_target_in_a_host_folder_the_cell_writes_is_refused(tmp_path:
                "dotfiles": {"git": {"url": "https://h/d.git"}, "targetPath": "/m/d"}}
     assert "a host folder the cell writes" in problems(mounted, tmp_path / "s", SecurityPolicy(
         allowed_host_paths=(str(tmp_path / "src"),)))["dotfiles.targetPath"]
+
+
+def test_volumes_follow_the_mount_rules_and_a_sidecars_data_path_the_system_ones(
+        tmp_path: Path) -> None:
+    spec = {"workspace": {"mountPath": "/workspace"},
+            "mounts": [{"hostPath": "/srv", "mountPath": "/data"}],
+            "volumes": [{"name": "a", "mountPath": "/data/cache"},
+                        {"name": "b", "mountPath": "/root/.cache"},
+                        {"name": "c", "mountPath": "/root/.cache"},
+                        {"name": "d", "mountPath": "/usr/cache"}],
+            "sidecars": [{"name": "db", "volume": {"mountPath": "/var/lib/db"}},
+                         {"name": "x", "volume": {"mountPath": "/proc/x"}}]}
+    found = problems(spec, tmp_path, SecurityPolicy(allowed_host_paths=("/srv",)))
+    assert "overlaps /data (spec.mounts[0].mountPath)" in found["volumes.0.mountPath"]
+    assert "overlaps /root/.cache (spec.volumes[1].mountPath)" in found["volumes.2.mountPath"]
+    assert "would hide or overwrite /usr" in found["volumes.3.mountPath"]
+    assert "would hide or overwrite /proc" in found["sidecars.1.volume.mountPath"]
+    assert set(found) == {"volumes.0.mountPath", "volumes.2.mountPath", "volumes.3.mountPath",
+                          "sidecars.1.volume.mountPath"}
+
+
+def test_a_sidecars_ports_are_the_cells_own_and_need_a_bridge(tmp_path: Path) -> None:
+    from devcell import security
+
+    spec: dict[str, Any] = {
+        "network": {"mode": "bridge", "ports": [{"containerPort": 80, "hostPort": 8080}]},
+        "sidecars": [{"name": "db", "ports": [{"containerPort": 5432, "hostPort": 8080},
+                                              {"containerPort": 5433}]}]}
+    found = problems(spec, tmp_path)
+    assert found == {"sidecars.0.ports.0.hostPort":
+                     "127.0.0.1:8080 is already published by spec.network.ports[0]"}
+    assert security.published(spec) == [("127.0.0.1", 8080), ("127.0.0.1", 8080),
+                                         ("127.0.0.1", 5433)]
+    other = {"other": {"network": {"ports": [{"containerPort": 1, "hostPort": 5433}]}}}
+    assert [path for path, _ in security.port_clashes(spec, other)] == [
+        ("sidecars", 0, "ports", 1, "hostPort")]
+    spec["network"]["mode"] = "none"
+    assert problems(spec, tmp_path)["sidecars.0.ports"] == (
+        "ports are published only with network.mode bridge (mode is none)")

@@ -119,19 +119,27 @@ def _check_new(db: dbmod.Database, made: list[str]) -> None:
 
 
 def _fork_ports(spec: dict[str, Any], ports: dict[int, int] | None, name: str) -> None:
+    """The fork's published ports: none, or those `ports` maps (container port -> host
+    port), its sidecars' (published through the cell's container) included."""
+    from devcell import security  # a fork's only
+
     network = spec.get("network") or {}
+    entries = [port for _, port in security.port_entries(spec)]
     if ports is None:
         if network.get("ports"):
             network["ports"] = []
+        for sidecar in spec.get("sidecars") or []:
+            if sidecar.get("ports"):
+                sidecar["ports"] = []
         return
-    published = {int(p["containerPort"]) for p in network.get("ports") or []}
+    published = {int(p["containerPort"]) for p in entries}
     unknown = sorted(set(ports) - published)
     if unknown:
         raise ManifestError([Problem(
             CLI, f"--port {unknown[0]}:{ports[unknown[0]]}: the cell publishes no container port "
                  f"{unknown[0]} (it publishes: {', '.join(map(str, sorted(published))) or 'none'})",
             kind="Cell", name=name, field="--port")])
-    for port in network.get("ports") or []:
+    for port in entries:
         if int(port["containerPort"]) in ports:
             port["hostPort"] = ports[int(port["containerPort"])]
             if port["hostPort"] > 65535:  # a counted fork's: HOST + K - 1

@@ -281,6 +281,20 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
                     if view.get("checkProblem"):
                         line += f" ({view['checkProblem']})"
                 sys.stdout.write(f"{'':20}{printable(line)}\n")
+        sidecars = spec.get("sidecars") or []
+        seen_sidecars = status.get("sidecars") or {}
+        _field("Sidecars", ", ".join(
+            f"{s['name']} ({s.get('image') or 'built'})" for s in sidecars))
+        for sidecar in sidecars:
+            view = seen_sidecars.get(sidecar["name"])
+            where = (f"; data at {sidecar['volume']['mountPath']}"
+                     if (sidecar.get("volume") or {}).get("mountPath") else "")
+            state = (str(view.get("state")) + (f" ({view['status']})" if view.get("status")
+                                                else "") if isinstance(view, dict)
+                     else "not observed yet")
+            sys.stdout.write(f"{'':20}{printable(sidecar['name'] + ': ' + state + where)}\n")
+        _field("Volumes", ", ".join(f"{v['name']} at {v['mountPath']}"
+                                    for v in spec.get("volumes") or []))
         _post_create(status.get("postCreate") or {})
         if status.get("sleep"):
             sleep = status["sleep"]

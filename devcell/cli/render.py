@@ -68,6 +68,19 @@ def services(raw: str | dict[str, Any] | None) -> str | None:
                     if isinstance(view, dict))
 
 
+def sidecars(raw: str | dict[str, Any] | None) -> str | None:
+    """A cell's `status.sidecars` in one cell of a table: `db:running cache:exited`."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    if not isinstance(raw, dict) or not raw:
+        return None
+    return " ".join(f"{name}:{view.get('state', '?') if isinstance(view, dict) else '?'}"
+                    for name, view in raw.items())
+
+
 def size(n: int) -> str:
     """Bytes as `docker system df` shows them: 0 B, 512 B, 4.0 KiB, 1.2 GiB."""
     value = float(n)

@@ -257,6 +257,11 @@ class CellController:
             if pull:  # before the old runtime goes: a failed pull leaves it running
                 steps.append(Step(S.PULL_IMAGE, {"image": cell.spec["image"]}))
             creating = not observed.exists or stale
+            if creating:  # before the old runtime goes, as the cell's own image
+                missing = self._sidecar_pulls(ctx, cell, backend)
+                if isinstance(missing, Blocked):
+                    return missing
+                steps += missing
             if build_tag is not None and creating and not _building(backend).image_exists(
                     build_tag):
                 # Before the old runtime goes: a failed build leaves it running.
@@ -460,6 +465,27 @@ class CellController:
         seen = observed.detail.get("image_id")
         return False, bool(seen and state.image_id and seen != state.image_id)
 
+    def _sidecar_pulls(self, ctx: Context, cell: objects.ObjectRecord, backend: Backend
+                       ) -> list[Step] | Blocked:
+        """A pull-image step for each sidecar image the engine lacks (as the cell's own
+        image with IfNotPresent), before the runtime is made."""
+        named = [(str(s["name"]), s["image"]) for s in cell.spec.get("sidecars") or []
+                 if isinstance(s.get("image"), str)]
+        if not named or not backend.capabilities.pulls_images or not isinstance(
+                backend, Pulling):
+            return []
+        steps: list[Step] = []
+        for name, image in named:
+            try:
+                present = backend.image_state(image, check_registry=False).present
+            except BackendError as exc:
+                self._write_blocked(ctx, cell, errors.condition_reason(exc, "ObserveFailed"),
+                                    f"looking up the image of sidecar {name} failed: {exc}")
+                return Blocked(exc)
+            if not present and image not in {s.args["image"] for s in steps}:
+                steps.append(Step(S.PULL_IMAGE, {"image": image, "sidecar": name}))
+        return steps
+
     def _judge_build(self, ctx: Context, cell: objects.ObjectRecord, backend: Backend,
                      ref: CellRef) -> str | Blocked:
         """The image tag spec.build names now (builds.wanted_tag), or Blocked when the
@@ -585,7 +611,9 @@ class CellController:
         caps = ctx.backend(cell.extra["backend"]).capabilities
         verdict = None
         if holds.desired_state(cell) == "Running" and observed.running:
-            verdict = services.judge(cell.name, cell.spec, observed.detail.get("services"))
+            verdict = services.judge(cell.name, cell.spec, observed.detail.get("services"),
+                                     observed.detail.get("sidecars", [])
+                                     if cell.spec.get("sidecars") else None)
         status = self._ready_status(cell, dict(cell.status), caps, verdict)
         if built is not None:
             status = builds.with_recorded(status, built)
@@ -622,6 +650,7 @@ class CellController:
             status["message"] = failed
         if state != "Running":
             status.pop("services", None)
+            status.pop("sidecars", None)
         elif not (verdict is None or (dotfiles.not_ready(cell.spec, status)
                                       or post_create.not_ready(cell.name, status))):
             status = services.with_verdict(status, verdict, conditions=objects.set_condition)

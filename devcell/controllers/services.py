@@ -19,7 +19,8 @@ from devcell.backends import probes
 
 CRASH_LOOPING = "ServiceCrashLooping"
 NOT_READY = "ServiceNotReady"
-REASONS = frozenset({CRASH_LOOPING, NOT_READY})
+SIDECAR_NOT_RUNNING = "SidecarNotRunning"
+REASONS = frozenset({CRASH_LOOPING, NOT_READY, SIDECAR_NOT_RUNNING})
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class Verdict:
     message: str
     view: dict[str, dict[str, Any]]
     """Service name -> what `get -o wide` and `describe` show of it."""
+    sidecars: dict[str, dict[str, Any]] | None = None
+    """Sidecar name -> its state and the engine's status line (spec.sidecars), when judged."""
 
 
 def _state(service: dict[str, Any], seen: dict[str, Any] | None) -> str:
@@ -59,9 +62,39 @@ def _view(service: dict[str, Any], seen: dict[str, Any] | None) -> dict[str, Any
     return view
 
 
-def judge(cell_name: str, spec: dict[str, Any], seen: dict[str, Any] | None) -> Verdict | None:
+def judge(cell_name: str, spec: dict[str, Any], seen: dict[str, Any] | None,
+          sidecars: list[dict[str, Any]] | None = None) -> Verdict | None:
     """The services' verdict, or None when the backend reports nothing of them (`seen` None:
-    a backend without service state, or a runtime that does not run)."""
+    a backend without service state, or a runtime that does not run); with the sidecars'
+    (`sidecars`: as the backend listed them, None when it did not), a sidecar that is not
+    running holds Ready False too."""
+    verdict = _judge_services(cell_name, spec, seen)
+    if sidecars is None or not spec.get("sidecars"):
+        return verdict
+    listed = {str(s.get("name")): s for s in sidecars}
+    view: dict[str, dict[str, Any]] = {}
+    for sidecar in spec["sidecars"]:
+        found = listed.get(str(sidecar.get("name")))
+        state = str(found.get("state") or "unknown") if found is not None else "missing"
+        # The engine's status line only for a sidecar that is down (`Exited (1) 2 minutes
+        # ago`): a running one's (`Up 3 seconds`) is stale as soon as it is written.
+        view[str(sidecar.get("name"))] = {"state": state} if state == "running" else {
+            "state": state, "status": str(found.get("status") or "") if found is not None
+            else "no container"}
+    down = [(name, v) for name, v in view.items() if v["state"] != "running"]
+    services_view = verdict.view if verdict is not None else {}
+    if verdict is not None and verdict.reason is not None or not down:
+        return Verdict(verdict.reason if verdict is not None else None,
+                       verdict.message if verdict is not None else "", services_view, view)
+    name, v = down[0]
+    return Verdict(SIDECAR_NOT_RUNNING, (
+        f"sidecar {name} is not running ({v.get('status') or v['state']}); see `devcell describe "
+        f"cell {cell_name}`, and `devcell cell restart {cell_name}` restarts the cell with "
+        "its sidecars"), services_view, view)
+
+
+def _judge_services(cell_name: str, spec: dict[str, Any], seen: dict[str, Any] | None
+                    ) -> Verdict | None:
     services = spec.get("services") or []
     if seen is None or not services:
         return None
@@ -111,7 +144,11 @@ def with_verdict(status: dict[str, Any], verdict: Verdict | None, *,
     `conditions` is store.objects.set_condition (passed in: controllers own no SQL)."""
     if verdict is None:
         return status
-    status = dict(status, services=verdict.view)
+    status = dict(status)
+    if verdict.view or spec_services(status, verdict):
+        status["services"] = verdict.view
+    if verdict.sidecars is not None:
+        status["sidecars"] = verdict.sidecars
     ready: dict[str, Any] = next(
         (c for c in status.get("conditions", []) if c.get("type") == "Ready"), {})
     if verdict.reason is not None:
@@ -123,6 +160,12 @@ def with_verdict(status: dict[str, Any], verdict: Verdict | None, *,
                                           "Running", "cell is running")
         status.pop("message", None)
     return status
+
+
+def spec_services(status: dict[str, Any], verdict: Verdict) -> bool:
+    """Whether the services' view belongs in the status: it holds one already, or the
+    verdict is the services' own (not only the sidecars')."""
+    return "services" in status or verdict.sidecars is None
 
 
 def judged(status: dict[str, Any]) -> bool:

@@ -57,6 +57,8 @@ class Observation:
     """Cells whose backend could not be asked (the engine is down), with why."""
     served: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Running cells whose services' state (cell id -> as observed) may change their status."""
+    sidecars: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Running cells whose sidecars the backend listed (cell id -> their states)."""
 
     @property
     def in_doubt(self) -> list[str]:
@@ -111,6 +113,9 @@ def observe(db: Database, cell_ids: Iterable[str]) -> Observation:
                 # recorded what its services' readiness checks say before they run.
                 if row.phase == Phase.RUNNING and reported:
                     result.served[row.id] = reported
+                beside = found.detail.get("sidecars") if found is not None else None
+                if row.phase == Phase.RUNNING and beside is not None:
+                    result.sidecars[row.id] = beside
     return result
 
 
@@ -120,8 +125,8 @@ def record(db: Database, observation: Observation) -> None:
         with db.write() as conn:
             for drift in observation.drifted.values():
                 _record_drift(conn, drift)
-    if observation.served:
-        _record_services(db, observation.served)
+    if observation.served or observation.sidecars:
+        _record_services(db, observation.served, observation.sidecars)
     observations.confirm(Path(db.state_dir), observation.confirmed)
 
 
@@ -131,16 +136,20 @@ def observe_and_record(db: Database, cell_ids: Iterable[str]) -> Observation:
     return found
 
 
-def _record_services(db: Database, served: dict[str, dict[str, Any]]) -> None:
-    """Each cell's services verdict, written only where it changes the cell's status."""
+def _record_services(db: Database, served: dict[str, dict[str, Any]],
+                     sidecars: dict[str, list[dict[str, Any]]] | None = None) -> None:
+    """Each cell's services (and sidecars') verdict, written only where it changes the
+    cell's status."""
     from devcell.controllers import services  # only where some service reported a state
 
     changed: list[tuple[objects.ObjectRecord, dict[str, Any]]] = []
-    for cell_id, reported in served.items():
+    beside = sidecars or {}
+    for cell_id in dict.fromkeys([*served, *beside]):
         cell = objects.get(db.conn, "Cell", cell_id)
         if cell is None or not services.judged(cell.status):
             continue
-        verdict = services.judge(cell.name, cell.spec, reported)
+        verdict = services.judge(cell.name, cell.spec, served.get(cell_id),
+                                 beside.get(cell_id))
         status = services.with_verdict(cell.status, verdict, conditions=objects.set_condition)
         if status != cell.status:
             changed.append((cell, status))
@@ -161,7 +170,9 @@ def _record_services(db: Database, served: dict[str, dict[str, Any]]) -> None:
                               type="Warning")
             elif after.get("reason") != before and before in services.REASONS:
                 events.record(conn, kind="Cell", object_id=fresh.id, name=fresh.name,
-                              reason="ServicesReady", message="every service serves")
+                              reason="ServicesReady", message="every service serves"
+                              + (" and every sidecar runs" if fresh.spec.get("sidecars")
+                                 else ""))
 
 
 def _record_drift(conn: sqlite3.Connection, drift: Drift) -> None:

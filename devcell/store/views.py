@@ -45,7 +45,8 @@ def cells_table(conn: sqlite3.Connection, selector: Selector | None = None,
     narrow = not wide and not selector and not labels
     extra = "" if narrow else ("c.labels, c.generation, c.observed_generation, c.source, "
                                "c.image, json_extract(c.spec, '$.network.ports') AS ports, "
-                               "json_extract(c.status, '$.services') AS services, ")
+                               "json_extract(c.status, '$.services') AS services, "
+                               "json_extract(c.status, '$.sidecars') AS sidecars, ")
     sql = (
         f"SELECT c.id, c.name, c.backend, c.phase, c.deleting_at, c.frozen_at, c.created_at, "
         f"{extra}"

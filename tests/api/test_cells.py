@@ -168,6 +168,32 @@ def test_fork_count_publishes_host_port_plus_k(state: Path, write: Any) -> None:
     assert ports == {"exp-1": 19000, "exp-2": 19001}
 
 
+def test_a_fork_remaps_or_drops_its_sidecars_ports_as_the_cells_own(
+        state: Path, write: Any) -> None:
+    """The fake backend records sidecars and volumes (it runs none): a fork's spec carries
+    them, its sidecars' ports moved by --port or dropped by --no-ports like the cell's."""
+    network = {"mode": "bridge", "ports": [{"containerPort": 80, "hostPort": 18080}]}
+    sidecars = [{"name": "db", "image": "postgres:16", "volume": {"mountPath": "/data"},
+                 "ports": [{"containerPort": 5432, "hostPort": 15432}]}]
+    doc = cell_doc("api", network=network, sidecars=sidecars,
+                   volumes=[{"name": "cache", "mountPath": "/root/.cache"}])
+    assert api.apply(state, [write("api.yaml", doc)]).ok
+    assert cells.snapshot(state, "api", name="snap").ok
+    with pytest.raises(ManifestError, match='already published by cell "api"') as clash:
+        cells.fork(state, "api", snapshot="snap", name="exp", host_ports={80: 19080})
+    assert clash.value.problems[0].field == "spec.sidecars[0].ports[0].hostPort"
+    assert cells.fork(state, "api", snapshot="snap", name="exp",
+                      host_ports={80: 19080, 5432: 19432}).ok
+    assert cells.fork(state, "api", snapshot="snap", name="quiet", publish=False).ok
+    db = open_database(state)
+    try:
+        exp = objects.require(db.conn, "Cell", "exp").spec
+        quiet = objects.require(db.conn, "Cell", "quiet").spec
+    finally:
+        db.close()
+    assert exp["sidecars"][0]["ports"][0]["hostPort"] == 19432
+    assert exp["volumes"] == [{"name": "cache", "mountPath": "/root/.cache"}]
+    assert quiet["sidecars"][0]["ports"] == [] and quiet["network"]["ports"] == []
 def test_a_reapply_of_the_unchanged_manifest_leaves_a_slept_cell_asleep(
         state: Path, write: Any) -> None:
     """`cell sleep` is a runtime decision beside the spec: the manifest applied again, by

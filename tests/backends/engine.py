@@ -83,9 +83,20 @@ def remove_containers(state_dir: Path) -> int:
         _remove_kept_root_filesystems(client, lambda labels: labels.get(
             "dev.devcell.state-dir") == state_hash(state_dir))
         _remove_bridge_networks(client, {state_hash(state_dir)})
+        _remove_volumes(client, lambda labels: labels.get(
+            "dev.devcell.state-dir") == state_hash(state_dir))
         return len(found)
     finally:
         client.close()
+
+
+def _remove_volumes(client: Any, ours: Any) -> None:
+    """The engine volumes of cells (spec.volumes) of the state directories `ours(labels)`
+    accepts, after their containers."""
+    listed = client.api.volumes(filters={"label": "dev.devcell.managed=true"}) or {}
+    for volume in listed.get("Volumes") or []:
+        if ours(volume.get("Labels") or {}):
+            client.api.remove_volume(volume["Name"], force=True)
 
 
 def _remove_kept_root_filesystems(client: Any, ours: Any) -> None:
@@ -131,6 +142,8 @@ def remove_containers_under(root: Path) -> int:
             "dev.devcell.state-path") or "/").is_relative_to(root))
         _remove_bridge_networks(client, {info["Labels"].get("dev.devcell.state-dir", "")
                                          for info in found} - {""})
+        _remove_volumes(client, lambda labels: Path(labels.get(
+            "dev.devcell.state-path") or "/").is_relative_to(root))
         return len(found)
     finally:
         client.close()

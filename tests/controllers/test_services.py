@@ -71,3 +71,40 @@ def test_with_verdict_sets_and_clears_only_its_own_reasons() -> None:
     hooked = {"conditions": objects.set_condition([], "Ready", "False", "PostCreateFailed",
                                                   "hook failed")}
     assert not services.judged(hooked)
+
+
+DB = {"name": "db", "image": "postgres:16"}
+
+
+def test_a_sidecar_not_running_holds_ready_false_naming_it_and_the_engines_words() -> None:
+    spec = {"sidecars": [DB, {"name": "cache", "image": "redis"}]}
+    verdict = services.judge("api", spec, None, [
+        {"name": "db", "state": "exited", "status": "Exited (1) 3 seconds ago"}])
+    assert verdict is not None and verdict.reason == services.SIDECAR_NOT_RUNNING
+    assert "sidecar db is not running (Exited (1) 3 seconds ago)" in verdict.message
+    assert verdict.sidecars == {
+        "db": {"state": "exited", "status": "Exited (1) 3 seconds ago"},
+        "cache": {"state": "missing", "status": "no container"}}
+    assert verdict.view == {}
+    status = services.with_verdict({"conditions": []}, verdict,
+                                   conditions=objects.set_condition)
+    assert "services" not in status and status["sidecars"] == verdict.sidecars
+    assert status["conditions"][0]["reason"] == services.SIDECAR_NOT_RUNNING
+
+
+def test_running_sidecars_are_no_reason_and_a_services_reason_comes_first() -> None:
+    spec = {"sidecars": [DB], "services": [WEB]}
+    up = [{"name": "db", "state": "running", "status": "Up 2 seconds"}]
+    fine = services.judge("api", spec, {"web": {"state": "running"}}, up)
+    assert fine is not None and fine.reason is None
+    assert fine.sidecars == {"db": {"state": "running"}}  # no stale "Up 2 seconds"
+    looping = services.judge("api", spec, {"web": {"state": "crash-looping", "restarts": 3}},
+                             [{"name": "db", "state": "exited", "status": "Exited (0)"}])
+    assert looping is not None and looping.reason == services.CRASH_LOOPING
+    assert looping.sidecars == {"db": {"state": "exited", "status": "Exited (0)"}}
+    # Sidecars not listed (a backend that does not report them): no sidecar verdict.
+    assert services.judge("api", {"sidecars": [DB]}, None, None) is None
+    # Ready False only because of a sidecar: the services may speak again.
+    status = {"conditions": objects.set_condition([], "Ready", "False",
+                                                  services.SIDECAR_NOT_RUNNING, "x")}
+    assert services.judged(status)

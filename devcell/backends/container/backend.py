@@ -62,6 +62,7 @@ from devcell.backends.container.spec import (
     MANAGED,
     POST_CREATE,
     RUNTIME_HASH,
+    SIDECAR_OF,
     STATE,
     STATE_PATH,
     VOLUME,
@@ -128,6 +129,25 @@ def _utc_now() -> str:
 
 
 _BRIDGE_LOCK = threading.RLock()
+
+
+def _fill_sidecars(layout: Layout, checkpoint_id: str, into: Path) -> None:
+    """A fork's sidecar data from its checkpoint (container/sidecar_data.py), if it has any."""
+    if (layout.checkpoint_sidecars(checkpoint_id)).is_dir():
+        from devcell.backends.container import sidecar_data
+
+        sidecar_data.fill(layout, checkpoint_id, into)
+
+
+def _saving_sidecars(layout: Layout, volume_id: str, spec: dict[str, Any]
+                     ) -> Callable[[Path], dict[str, Any]] | None:
+    """What saves the sidecars' data into a checkpoint, for a cell with sidecar volumes."""
+    if not spec.get("sidecars"):
+        return None  # the common case imports nothing more
+    from devcell.backends.container import sidecar_data
+
+    wanted = sidecar_data.names(spec)
+    return functools.partial(sidecar_data.save, layout, volume_id, wanted) if wanted else None
 
 
 def _read_only(mount: dict[str, Any]) -> bool:
@@ -239,7 +259,8 @@ class ContainerBackend:
         with sdk.engine_calls("listing DevCell's containers"):
             listed = self.api.containers(all=True, filters=self._owned_filter())
         return [{"cell_id": c["Labels"].get(CELL_ID, ""), "cell": c["Labels"].get(CELL, ""),
-                 "name": (c.get("Names") or ["?"])[0].lstrip("/"), "state": c.get("State", "")}
+                 "name": (c.get("Names") or ["?"])[0].lstrip("/"), "state": c.get("State", ""),
+                 "sidecar_of": c["Labels"].get(SIDECAR_OF, "")}
                 for c in listed if self._is_owned(c)]
 
     def list_owned(self) -> list[Owned]:
@@ -247,6 +268,12 @@ class ContainerBackend:
         cell id (from labels and marker files), for the orphan sweep after a crash."""
         out = [Owned(OwnedKind.CELL, c["cell_id"], c["cell_id"]) for c in self.owned_containers()
                if c["cell_id"]]
+        runtimes = {item.id for item in out}
+        # A sidecar left without its cell's container (a crash between the two removals):
+        # its cell, as the sweep removes it (delete removes the sidecars by their label).
+        out += [Owned(OwnedKind.CELL, cell_id, cell_id) for cell_id in dict.fromkeys(
+            c["sidecar_of"] for c in self.owned_containers() if c["sidecar_of"])
+            if cell_id not in runtimes]
         for kind, entries in ((OwnedKind.VOLUME, self.store.all_volumes()),
                               (OwnedKind.CHECKPOINT, self.store.all_checkpoints())):
             for resource_id, cell_id in entries:
@@ -261,7 +288,18 @@ class ContainerBackend:
         info = self._find(cell)
         if info is None:
             return Observed(exists=False)
-        return container_observe.observed(info, self.layout, cell.id)
+        observed = container_observe.observed(info, self.layout, cell.id)
+        if cell.spec.get("sidecars"):
+            observed.detail["sidecars"] = container_observe.sidecar_states(
+                self._sidecars.listed(cell.id))
+        return observed
+
+    @functools.cached_property
+    def _sidecars(self) -> Any:
+        """The engine's side of the cells' sidecars (container/sidecars.py), made on first use."""
+        from devcell.backends.container.sidecars import Sidecars
+
+        return Sidecars(self)
 
     def api_list(self, *, size: bool = False) -> list[dict[str, Any]]:
         """The engine's list of this state directory's containers (container_observe's one
@@ -297,8 +335,11 @@ class ContainerBackend:
             with sdk.engine_calls("following the engine's events"):
                 for event in stream:
                     attributes = (event.get("Actor") or {}).get("Attributes") or {}
-                    if attributes.get(STATE) == self.owner and attributes.get(CELL_ID):
-                        on_event(attributes[CELL_ID])
+                    if attributes.get(STATE) != self.owner:
+                        continue
+                    owner = attributes.get(CELL_ID) or attributes.get(SIDECAR_OF)
+                    if owner:  # a sidecar's event is its cell's
+                        on_event(owner)
         except BackendError:
             if stop.is_set():
                 return  # closed by the stop: not a loss
@@ -323,7 +364,10 @@ class ContainerBackend:
                                         seed=None if from_checkpoint or live else
                                         self._seed(cell),
                                         live=None if live is None else
-                                        live_folder.checked(live, self.layout.state_dir))
+                                        live_folder.checked(live, self.layout.state_dir),
+                                        extra=None if from_checkpoint is None else
+                                        functools.partial(_fill_sidecars, self.layout,
+                                                          from_checkpoint))
         outputs: Outputs = {"volume": volume_id, "path": str(self.store.workspace_dir(volume_id)),
                             "restoredFrom": from_checkpoint, "files": made.stats.files,
                             "bytes": made.stats.size_bytes, "storage": made.storage}
@@ -507,6 +551,72 @@ class ContainerBackend:
         return self._make(cell, runtime_hash, from_kept=True)
 
     def _make(self, cell: CellRef, runtime_hash: str, *, from_kept: bool) -> Outputs:
+        """Create the cell's container (not started), its engine volumes (spec.volumes)
+        before it and its sidecars after it. Idempotent: the same spec is a no-op."""
+        if cell.spec.get("volumes"):
+            self._ensure_volumes(cell)
+        outputs = self._make_cell(cell, runtime_hash, from_kept=from_kept)
+        fresh = self._created.get(cell.id)
+        joins = fresh[0] if fresh is not None else None
+        if joins is None:
+            info = self._find(cell) if cell.spec.get("sidecars") else None
+            joins = str(info["Id"]) if info is not None else None
+        if joins is not None:
+            made = self._sidecars.create(cell, self.container_name(cell), joins)
+            outputs = {**outputs, **made}
+        elif not cell.spec.get("sidecars"):
+            self._sidecars.remove(cell)
+        return outputs
+
+    def _ensure_volumes(self, cell: CellRef) -> None:
+        """The cell's engine volumes (spec.volumes), made with DevCell's labels when missing;
+        one of the name that is not this cell's (its labels) is refused, never used."""
+        from devcell.backends.container.labels import CELL_VOLUME
+
+        for volume in cell.spec.get("volumes") or []:
+            name = container_spec.volume_name(self.layout, cell.id, str(volume["name"]))
+            wanted = {MANAGED: "true", STATE: self.owner, CELL_ID: cell.id, CELL: cell.name,
+                      CELL_VOLUME: str(volume["name"]),
+                      STATE_PATH: str(self.layout.state_dir.resolve())}
+            with sdk.engine_calls(f"creating volume {name} of cell {cell.name}"):
+                try:
+                    found = self.api.inspect_volume(name)
+                except Exception as exc:
+                    if _status(exc) != 404:
+                        raise
+                    found = self.api.create_volume(name, driver="local", labels=wanted)
+            labels = found.get("Labels") or {}
+            if any(labels.get(k) != wanted[k] for k in (MANAGED, STATE, CELL_ID, CELL_VOLUME)):
+                raise BackendRefused(f"an engine volume named {name} exists but does not carry "
+                                     f"DevCell's labels for volume {volume['name']} of cell "
+                                     f"{cell.name}; refusing to use it (remove it yourself)")
+
+    def _remove_volumes(self, cell_ids: Callable[[str], bool]) -> list[str]:
+        """Remove this state directory's engine volumes (spec.volumes) of the cells
+        `cell_ids` says; the names removed. One a container still uses is left (its cell's
+        delete removes it after)."""
+        from devcell.backends.container.labels import CELL_VOLUME
+
+        wanted = [f"{MANAGED}=true", f"{STATE}={self.owner}", CELL_VOLUME]
+        answer = container_observe.list_volumes(wanted)  # over the socket: no SDK
+        if answer is None:  # an address only the SDK speaks
+            with sdk.engine_calls("listing DevCell's volumes"):
+                answer = self.api.volumes(filters={"label": wanted}) or {}
+        listed = answer.get("Volumes") or []
+        removed = []
+        for volume in listed:
+            labels = volume.get("Labels") or {}
+            if labels.get(STATE) != self.owner or not cell_ids(str(labels.get(CELL_ID) or "")):
+                continue
+            try:
+                with sdk.engine_calls(f"removing volume {volume['Name']}"):
+                    self.api.remove_volume(volume["Name"])
+            except (BackendNotFound, BackendConflict):
+                continue
+            removed.append(str(volume["Name"]))
+        return removed
+
+    def _make_cell(self, cell: CellRef, runtime_hash: str, *, from_kept: bool) -> Outputs:
         """Create the cell's container (not started). Idempotent: the same spec is a no-op.
 
         The engine is asked to create first and the labels are listed only when the name is
@@ -595,6 +705,16 @@ class ContainerBackend:
             return None
         return kept[0], image_id, kept[1]
 
+    def engine_create(self, kwargs: dict[str, Any], action: str) -> str:
+        """Create a container from `create_kwargs`-shaped arguments (checked by the caller);
+        its id. A sidecar's (container/sidecars.py): the SDK's argument mapping is here."""
+        with sdk.engine_calls(action):
+            from docker.models.containers import _create_container_args
+
+            created = self.api.create_container(**_create_container_args(
+                dict(kwargs, version=self.api._version)))
+        return str(created["Id"])
+
     def _create(self, cell: CellRef, name: str, kwargs: dict[str, Any]) -> Outputs:
         with sdk.engine_calls(f"creating container {name} from image {kwargs['image']}"):
             from docker.models.containers import _create_container_args
@@ -623,8 +743,9 @@ class ContainerBackend:
             try:
                 with sdk.engine_calls(f"starting cell {cell.name}"):
                     self.api.start(container_id)
+                joined = self._start_sidecars(cell, container_id, rejoin=True)
                 ran = self._after_start(cell, container_id, first=True)
-                return {"container": self.container_name(cell), **ran}
+                return {"container": self.container_name(cell), **joined, **ran}
             except BackendNotFound:
                 pass  # removed meanwhile: look it up by its labels
         info = self._find(cell)
@@ -638,10 +759,19 @@ class ContainerBackend:
                 self._thaw(info, cell)
             else:
                 self.api.start(info["Id"])
+        joined = self._start_sidecars(cell, info["Id"], rejoin=state not in ("paused", "running"))
         ran = {"hooks": 0}
         if state not in ("paused", "running"):
             ran = self._after_start(cell, info["Id"], first=state == "created")
-        return {"container": self.container_name(cell), **ran}
+        return {"container": self.container_name(cell), **joined, **ran}
+
+    def _start_sidecars(self, cell: CellRef, container_id: str, *, rejoin: bool) -> Outputs:
+        """The sidecars, once the cell's container runs (they join its network namespace);
+        before its hooks, so a postCreate hook finds its database up."""
+        if not cell.spec.get("sidecars"):
+            return {}
+        return dict(self._sidecars.start(cell, self.container_name(cell), container_id,
+                                         rejoin=rejoin))
 
     def _after_start(self, cell: CellRef, container_id: str, *, first: bool,
                      rerun: bool = False) -> Outputs:
@@ -779,6 +909,8 @@ class ContainerBackend:
                         raise MountRefused(f"refusing to start cell {cell.name}: {problem}")
 
     def stop(self, cell: CellRef) -> Outputs:
+        if cell.spec.get("sidecars"):
+            self._sidecars.stop(cell)  # first: their network is the cell container's
         info = self._find(cell)
         if info is None or info.get("State") not in ("running", "paused", "restarting"):
             return {}
@@ -808,6 +940,7 @@ class ContainerBackend:
             pass
 
     def delete(self, cell: CellRef) -> Outputs:
+        removed = self._sidecars.remove(cell)  # whatever the spec says now: by their labels
         info = self._find(cell)
         if info is not None:
             self._remove(info["Id"], cell)
@@ -825,7 +958,7 @@ class ContainerBackend:
             (run / f".{name}.tmp").unlink(missing_ok=True)  # a write a kill interrupted
         if run.is_dir() and not any(run.iterdir()):
             run.rmdir()
-        return {}
+        return {"sidecars": removed} if removed else {}
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -897,8 +1030,15 @@ class ContainerBackend:
         marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         marker.touch()  # before the freeze: a kill from here on leaves the cell to resume
         hooks = self._run_hooks(cell, info["Id"], "preCheckpoint")
+        if not cell.spec.get("sidecars"):
+            self._freeze(info["Id"], cell)
+            return {"frozen": True, "hooks": hooks}
+        # The cell's hooks, then each sidecar's (a database's checkpoint); then all frozen
+        # together, the cell first (its writes to a sidecar stop before the sidecar's do).
+        hooks += self._sidecars.run_hooks(cell, "preCheckpoint")
         self._freeze(info["Id"], cell)
-        return {"frozen": True, "hooks": hooks}
+        frozen = self._sidecars.freeze(cell)
+        return {"frozen": True, "hooks": hooks, "sidecarsFrozen": frozen}
 
     def _info(self, checkpoint_id: str, meta: dict[str, Any]) -> CheckpointInfo:
         return CheckpointInfo(ref=str(self.layout.checkpoint(checkpoint_id)),
@@ -924,11 +1064,17 @@ class ContainerBackend:
             marker.touch()
             made_marker = True
         how = self._freeze(info["Id"], cell) if thaw and info is not None else None
+        save = _saving_sidecars(self.layout, cell.volume_id, cell.spec)
         try:
-            meta = self.store.checkpoint(checkpoint_id=checkpoint_id, cell_id=cell.id,
-                                         volume_id=cell.volume_id, cell_name=cell.name)
+            if how is not None and cell.spec.get("sidecars"):
+                self._sidecars.freeze(cell)
+            meta = self.store.checkpoint(
+                checkpoint_id=checkpoint_id, cell_id=cell.id, volume_id=cell.volume_id,
+                cell_name=cell.name, extra=save)
         finally:
             if how is not None and info is not None:
+                if cell.spec.get("sidecars"):
+                    self._sidecars.thaw(cell)
                 self._thaw(dict(info, State="paused" if how == "engine" else "running"), cell)
             if made_marker:
                 marker.unlink(missing_ok=True)
@@ -944,11 +1090,15 @@ class ContainerBackend:
             marker.unlink(missing_ok=True)
             return {}
         self._thaw(info, cell)
+        if cell.spec.get("sidecars"):
+            self._sidecars.thaw(cell)
         hooks = 0
         if marker.exists():
             marker.unlink()
             if info.get("State") in ("running", "paused"):
                 hooks = self._run_hooks(cell, info["Id"], "postCheckpoint")
+                if cell.spec.get("sidecars"):
+                    hooks += self._sidecars.run_hooks(cell, "postCheckpoint")
         return {"hooks": hooks}
 
     def checkpoint_exists(self, checkpoint_id: str) -> bool:
@@ -993,10 +1143,14 @@ class ContainerBackend:
             raise BackendRefused(f"cell {cell.name} is running; its workspace is restored "
                                  "only while it is stopped")
         made = workspace_restore.restore(self.store, cell.volume_id, checkpoint_id)
+        from devcell.backends.container import sidecar_data
+
+        restored = sidecar_data.restore(self.layout, cell.volume_id, checkpoint_id)
         logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-").info(
             "workspace restored from {} ({}, {} files)", checkpoint_id, made.how, made.files)
         return {"volume": cell.volume_id, "restoredFrom": checkpoint_id, "files": made.files,
-                "bytes": made.bytes, "storage": made.storage, "how": made.how}
+                "bytes": made.bytes, "storage": made.storage, "how": made.how,
+                **({"sidecars": ",".join(restored)} if restored else {})}
 
     def workspace_changes(self, volume_id: str, checkpoint_id: str | None) -> Changes:
         """What the workspace holds that the checkpoint does not (paths, by name)."""
@@ -1033,7 +1187,7 @@ class ContainerBackend:
     def _exec(self, container_id: str, argv: list[str], out: Callable[[bytes], object],
               err: Callable[[bytes], object], *, action: str, stdin: BinaryIO | None = None,
               terminal: Terminal | None = None, time_limit: float | None = None,
-              options: ExecOptions | None = None) -> int:
+              options: ExecOptions | None = None, wrap: bool = True) -> int:
         """Run `argv` through the supervisor's --exec (the cell's environment, secrets
         included) on the engine's hijacked connection; its exit status.
 
@@ -1054,7 +1208,8 @@ class ContainerBackend:
             if options.user:
                 extra["user"] = options.user
         with sdk.engine_calls(action):
-            exec_id = self.api.exec_create(container_id, supervisor.exec_argv(argv),
+            exec_id = self.api.exec_create(container_id,
+                                           supervisor.exec_argv(argv) if wrap else argv,
                                            stdin=stdin is not None, stdout=True, stderr=True,
                                            tty=tty, **extra)["Id"]
             conn = self.api.exec_start(exec_id, socket=True, tty=tty)
@@ -1382,6 +1537,8 @@ class ContainerBackend:
 
         if rootfs.present(self.owner, cell.id):  # no SDK unless one was kept
             rootfs.drop(self.api, owner=self.owner, cell_id=cell.id)  # after its container
+        if cell.spec.get("volumes"):  # the cell goes for good: its engine volumes too
+            self._remove_volumes(lambda owner: owner == cell.id)
 
     def prune_cell_caches(self, live_cell_ids: frozenset[str]) -> list[str]:
         """Digest caches, and kept root filesystems, of cells the database no longer has
@@ -1390,15 +1547,17 @@ class ContainerBackend:
         from devcell.backends.container import build_digest_cache, rootfs
 
         dropped = build_digest_cache.DigestCache(self.layout.state_dir).prune(live_cell_ids)
+        # The engine volumes (spec.volumes) of cells gone: caches, nothing of the user's.
+        volumes = self._remove_volumes(lambda owner: owner not in live_cell_ids)
         try:
             kept = rootfs.kept_cell_ids(self.owner)
         except BackendError as exc:
             logger.bind(backend=self.name).warning("kept root filesystems not swept: {}", exc)
-            return dropped
+            return dropped + volumes
         for cell_id in sorted((kept or set()) - live_cell_ids):
             if rootfs.drop(self.api, owner=self.owner, cell_id=cell_id):
                 dropped.append(f"kept root filesystem of {cell_id}")
-        return dropped
+        return dropped + volumes
 
     def build_image(self, cell: CellRef, build: dict[str, Any], tag: str) -> Outputs:
         """Build the cell's image (see container_build); recorded as the build-image step."""

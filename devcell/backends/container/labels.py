@@ -19,3 +19,9 @@ KEPT_ROOTFS = f"{LABEL}.rootfs"
 POST_CREATE = f"{LABEL}.post-create"
 """On a kept root filesystem: the digest of the postCreate hooks that succeeded in it (empty
 when none did), so a container made from it with the same hooks does not run them again."""
+SIDECAR_OF, SIDECAR = f"{LABEL}.sidecar-of", f"{LABEL}.sidecar"
+"""On a cell's sidecar container: the cell's id and the sidecar's name. A sidecar carries no
+CELL_ID (set empty), so everything that finds a cell's one container by CELL_ID never sees
+it."""
+CELL_VOLUME = f"{LABEL}.cell-volume"
+"""On an engine volume of spec.volumes (beside CELL_ID): its name in the spec."""

@@ -8,10 +8,12 @@ escape the state directory.
                                                 (a fork's: an overlay mount on its checkpoint)
     <state>/volumes/<vol_id>/upper/, work/      a fork's own writes, overlay's work directory
     <state>/volumes/<vol_id>/logs/<svc>.log     per-service logs (mounted at /var/log/devcell)
+    <state>/volumes/<vol_id>/sidecars/<name>/   a sidecar's data, bound at its volume.mountPath
     <state>/images/checkpoints/<id>/            checkpoint.json + workspace/ (complete ones only)
                                                 + sources.rec (what the next one may share)
                                                 + layer.json, view/ (a layer: its paths, and
                                                 its overlay over the full tree, when read)
+                                                + sidecars/<name>/ (each sidecar's data, copied)
     <state>/containers/<cell_id>/               supervisor.sh, secrets.env (mounted read-only)
 
 Where those are mounted inside a cell (`security.RUN_DIR`, `security.SERVICE_LOG_DIR`) is
@@ -58,6 +60,15 @@ class Layout:
 
     def logs(self, volume_id: str) -> Path:
         return self.volume(volume_id) / "logs"
+
+    def sidecars(self, volume_id: str) -> Path:
+        return self.volume(volume_id) / "sidecars"
+
+    def sidecar_data(self, volume_id: str, sidecar: str) -> Path:
+        return self.sidecars(volume_id) / safe_id("sidecar", sidecar)
+
+    def checkpoint_sidecars(self, checkpoint_id: str) -> Path:
+        return self.checkpoint(checkpoint_id) / "sidecars"
 
     def marker(self, volume_id: str) -> Path:
         return self.volume(volume_id) / "volume.json"

@@ -32,6 +32,8 @@ from devcell.backends.container.spec import (
     CELL_ID,
     MANAGED,
     RUNTIME_HASH,
+    SIDECAR,
+    SIDECAR_OF,
     STATE,
     VOLUME,
     base_of,
@@ -109,6 +111,19 @@ def list_labelled(state_dir: Path, *, size: bool = False,
         raise BackendError("listing DevCell's containers: the engine answered with "
                            "something that is not a JSON list")
     return listed
+
+
+def list_volumes(labels: list[str]) -> dict[str, Any] | None:
+    """The engine's volumes carrying every label of `labels` (`key=value` or `key`), as
+    `GET /volumes` answers ({"Volumes": [...]}); None for an address only the SDK speaks."""
+    filters = json.dumps({"label": labels})
+    found = _get("/volumes?filters=" + urllib.parse.quote(filters), "listing DevCell's volumes")
+    if found is None:
+        return None
+    if not isinstance(found, dict):
+        raise BackendError("listing DevCell's volumes: the engine answered with something "
+                           "that is not a JSON object")
+    return found
 
 
 _BY_STATUS: dict[int, type[BackendError]] = {
@@ -368,11 +383,31 @@ def observed(info: dict[str, Any], layout: Layout, cell_id: str) -> Observed:
 
 
 def observe_all(state_dir: Path) -> dict[str, Observed]:
-    """Every container of `state_dir`, by cell id, from one list call to the engine."""
+    """Every container of `state_dir`, by cell id, from one list call to the engine; a
+    cell's sidecars (container/sidecars.py) in its detail["sidecars"] (absent: none)."""
     layout = Layout(state_dir)
     out: dict[str, Observed] = {}
+    sidecars: dict[str, list[dict[str, Any]]] = {}
     for info in list_containers(state_dir):
-        cell_id = (info.get("Labels") or {}).get(CELL_ID)
+        labels = info.get("Labels") or {}
+        cell_id = labels.get(CELL_ID)
         if cell_id and is_safe_id(cell_id):  # a label DevCell did not write is not ours
             out[cell_id] = observed(info, layout, cell_id)
+        elif labels.get(SIDECAR_OF) and is_safe_id(str(labels[SIDECAR_OF])):
+            sidecars.setdefault(str(labels[SIDECAR_OF]), []).append(info)
+    for cell_id, listed in sidecars.items():
+        if cell_id in out:
+            out[cell_id].detail["sidecars"] = sidecar_states(listed)
     return out
+
+
+def sidecar_states(listed: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """What observing shows of a cell's sidecars as the engine lists them: name, state and
+    the engine's status line (`Up 3 minutes`, `Exited (1) 2 seconds ago`), by name."""
+    out = []
+    for info in listed:
+        name = (info.get("Labels") or {}).get(SIDECAR)
+        if isinstance(name, str) and is_safe_id(name):
+            out.append({"name": name, "state": str(info.get("State") or "")[:32],
+                        "status": str(info.get("Status") or "")[:200]})
+    return sorted(out, key=lambda s: s["name"])

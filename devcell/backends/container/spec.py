@@ -38,6 +38,8 @@ from devcell.backends.container.labels import (
     OPERATION,
     POST_CREATE,
     RUNTIME_HASH,
+    SIDECAR,
+    SIDECAR_OF,
     STATE,
     STATE_PATH,
     VOLUME,
@@ -109,7 +111,9 @@ def _bind(source: Path, target: str, *, read_only: bool) -> dict[str, Any]:
 def _network(spec: dict[str, Any]) -> dict[str, Any]:
     network = spec.get("network") or {}
     mode = network.get("mode", "none")
-    ports = network.get("ports") or []
+    # The sidecars' ports too: they share the cell container's network namespace, so the
+    # engine publishes them through it.
+    ports = [port for _, port in security.port_entries(spec)]
     if mode in ("none", "host"):
         if ports:
             raise BackendRefused(f"network.ports need network.mode bridge (mode is {mode})")
@@ -160,7 +164,8 @@ def labels(layout: Layout, *, cell_id: str, cell_name: str, volume_id: str | Non
     service-state folder). Those DevCell has no value for are set empty, which hides the
     image's; create sets BASE_IMAGE and KEPT_ROOTFS when it makes the container from a
     kept root filesystem."""
-    out = dict.fromkeys((VOLUME, OPERATION, BASE_IMAGE, KEPT_ROOTFS, POST_CREATE), "")
+    out = dict.fromkeys((VOLUME, OPERATION, BASE_IMAGE, KEPT_ROOTFS, POST_CREATE,
+                         SIDECAR_OF, SIDECAR), "")
     out |= {MANAGED: "true", STATE: state_hash(layout.state_dir),
             STATE_PATH: str(layout.state_dir.resolve()), CELL_ID: cell_id, CELL: cell_name,
             RUNTIME_HASH: runtime_hash}
@@ -209,6 +214,9 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
     for mount in spec.get("mounts") or []:  # resolved now: a later symlink swap changes nothing
         mounts.append(_bind(Path(os.path.realpath(mount["hostPath"])), mount["mountPath"],
                             read_only=bool(mount.get("readOnly", False))))
+    for volume in spec.get("volumes") or []:  # the engine's volumes, made labelled by create
+        mounts.append({"Type": "volume", "Source": volume_name(layout, cell_id, volume["name"]),
+                       "Target": volume["mountPath"], "ReadOnly": False})
     kwargs: dict[str, Any] = {
         "image": image_of(spec),
         "command": ["/bin/sh", f"{security.RUN_DIR}/{supervisor.SCRIPT}"],
@@ -244,21 +252,41 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
     return kwargs
 
 
+def volume_name(layout: Layout, cell_id: str, name: str) -> str:
+    """The engine's name of a cell's volume `name` (spec.volumes): this state directory's,
+    this cell's (ids and names that passed their checks: no other can be made here)."""
+    if not _VOLUME_PART.fullmatch(cell_id) or not _VOLUME_PART.fullmatch(name):
+        raise BackendRefused(f"refusing volume {name!r} of cell id {cell_id!r}")
+    return f"{VOLUME_PREFIX}{state_hash(layout.state_dir)}-{cell_id}-{name}"
+
+
+VOLUME_PREFIX = "devcell-"
+_VOLUME_PART = re.compile(r"[a-z0-9][a-z0-9_-]{0,127}")
+
+
 def check_security(layout: Layout, kwargs: dict[str, Any],
-                   policy: SecurityPolicy | None = None) -> None:
-    """Refuse arguments that break DevCell's rules; the last check before the engine."""
+                   policy: SecurityPolicy | None = None, *, joins: str | None = None) -> None:
+    """Refuse arguments that break DevCell's rules; the last check before the engine.
+    `joins`: the id of the cell container a sidecar shares the network namespace of (the
+    only `container:` network mode allowed)."""
     policy = _policy_or_default(policy)
     problems = list(privileges.engine_problems(kwargs, policy))
     for key in ("pid_mode", "ipc_mode", "userns_mode", "uts_mode", "volumes",
                 "volumes_from", "device_requests", "sysctls", "cgroupns"):
         if kwargs.get(key):
             problems.append(f"{key} is not allowed")
-    allowed_modes = (None, "none", "host") if policy.allow_host_network else (None, "none")
+    allowed_modes: tuple[str | None, ...] = (
+        (None, "none", "host") if policy.allow_host_network else (None, "none"))
+    if joins is not None:
+        allowed_modes = (f"container:{joins}",)
     if kwargs.get("network_mode") not in allowed_modes:
         problems.append(f"network mode {kwargs.get('network_mode')} is not allowed")
     ids = user_ids(kwargs)
     for mount in kwargs.get("mounts") or []:
         source = Path(mount.get("Source", ""))
+        if mount.get("Type") == "volume" and str(source).startswith(
+                f"{VOLUME_PREFIX}{state_hash(layout.state_dir)}-"):
+            continue  # a cell's own volume (spec.volumes), made by DevCell with its labels
         if mount.get("Type") != "bind" or not source.is_absolute():
             problems.append(f"mount of {source} is not a bind mount of an absolute path")
         elif not layout.contains(source):

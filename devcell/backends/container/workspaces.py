@@ -349,10 +349,12 @@ class WorkspaceStore:
     def create_volume(self, *, cell_id: str, cell_name: str, volume_id: str,
                       from_checkpoint: str | None, op_id: str | None = None,
                       seed: workspace_seed.Seed | None = None,
-                      live: live_folder.LiveFolder | None = None) -> VolumeMade:
+                      live: live_folder.LiveFolder | None = None,
+                      extra: Callable[[Path], object] | None = None) -> VolumeMade:
         """A new workspace volume: empty, a checkpoint's tree (a fork), `seed` filled into
         it, or a host folder bound `live` (only recorded: the volume holds no tree); made in
-        a temporary and renamed into place, so a failure leaves none."""
+        a temporary and renamed into place, so a failure leaves none. `extra` fills more of
+        the temporary (its directory) before the rename: a fork's sidecar data."""
         safe_id("cell", cell_id)
         final = self.layout.volume(volume_id)
         if self.volume_exists(volume_id):
@@ -399,6 +401,8 @@ class WorkspaceStore:
                 (tmp / "workspace").mkdir(mode=0o755)
                 stats = treecopy.TreeStats(0, 0)
             _mkdir_private(tmp / "logs")
+            if extra is not None:
+                extra(tmp)
             _write_json(tmp / "volume.json", {
                 "version": MARKER_VERSION, "volume": volume_id, "cell_id": cell_id,
                 "cell": cell_name, "from_checkpoint": from_checkpoint, "created": time.time(),
@@ -518,11 +522,14 @@ class WorkspaceStore:
 
     @_host_errors("taking a checkpoint")
     def checkpoint(self, *, checkpoint_id: str, cell_id: str, volume_id: str,
-                   cell_name: str | None = None) -> dict[str, Any]:
+                   cell_name: str | None = None,
+                   extra: Callable[[Path], dict[str, Any]] | None = None) -> dict[str, Any]:
         """Save the volume's workspace as a new checkpoint (the caller froze the writers):
         files unchanged since an earlier checkpoint are hard links to it, the rest copies;
         when nothing at all changed since the volume's latest checkpoint, the new one names
-        that checkpoint's tree (SAME_AS) instead of linking every file again."""
+        that checkpoint's tree (SAME_AS) instead of linking every file again. `extra` saves
+        more into the checkpoint's temporary directory before its rename (the sidecars'
+        data: a copy each time, never an alias), returning what to add to its metadata."""
         existing = self.find_checkpoint(checkpoint_id)
         if existing is not None:
             return existing
@@ -551,12 +558,12 @@ class WorkspaceStore:
             if base is not None and whole is not None and whole == recorded:
                 meta = self._alias(tmp, final, checkpoint_id=checkpoint_id, cell_id=cell_id,
                                    volume_id=volume_id, base=base, tree=tree, found=found,
-                                   started=started)
+                                   started=started, extra=extra)
             if meta is None:
                 meta = self._build(tmp, final, source, checkpoint_id=checkpoint_id,
                                    cell_id=cell_id, volume_id=volume_id, found=found,
                                    stamp=stamp, started=started, cell_name=cell_name,
-                                   payload=payload)
+                                   payload=payload, extra=extra)
         except BaseException:
             treecopy.remove_tree(tmp, temporaries.trash(parent))
             raise
@@ -564,7 +571,8 @@ class WorkspaceStore:
 
     def _alias(self, tmp: Path, final: Path, *, checkpoint_id: str, cell_id: str,
                volume_id: str, base: str, tree: str | None, found: treecopy.Scan,
-               started: float) -> dict[str, Any] | None:
+               started: float, extra: Callable[[Path], dict[str, Any]] | None = None
+               ) -> dict[str, Any] | None:
         """A checkpoint that names the tree of `tree` (nothing changed since `base`, the
         volume's latest checkpoint, which is `tree` or names it): its checkpoint.json only.
         None when that tree is gone meanwhile (a concurrent delete): then a copy is made."""
@@ -572,10 +580,11 @@ class WorkspaceStore:
         with self._locked():
             if tree is None or not self._holds_tree(tree):
                 return None
+            added = extra(tmp) if extra is not None else {}
             meta = {"id": checkpoint_id, "cell_id": cell_id, "volume": volume_id,
                     "files": found.files, "size_bytes": found.size, "created": time.time(),
                     "base": base, SAME_AS: tree, "shared_files": found.files,
-                    "shared_bytes": found.size,
+                    "shared_bytes": found.size, **added,
                     "copy_ms": round((time.perf_counter() - started) * 1000, 1)}
             _write_json(tmp / "checkpoint.json", meta)
             _clear_unmarked(final, "checkpoint.json")  # no metadata: never complete
@@ -587,7 +596,8 @@ class WorkspaceStore:
     def _build(self, tmp: Path, final: Path, source: Path, *, checkpoint_id: str,
                cell_id: str, volume_id: str, found: treecopy.Scan, stamp: int,
                started: float, cell_name: str | None,
-               payload: bytes | None = None) -> dict[str, Any]:
+               payload: bytes | None = None,
+               extra: Callable[[Path], dict[str, Any]] | None = None) -> dict[str, Any]:
         """A checkpoint with a tree of its own: links to the earlier checkpoint's files where
         they did not change, copies of the rest. Crash-safe by one syncfs: the copies, the
         links and the records reach the disk before the rename makes the checkpoint
@@ -611,7 +621,8 @@ class WorkspaceStore:
         failpoints.hit("storage.checkpoint.tree-built")
         whole = _write_sources(tmp / SOURCES, volume_id, found.record, stamp, payload)
         whiteouts = _count_whiteouts(source, found)
-        meta = {"id": checkpoint_id, "cell_id": cell_id, "volume": volume_id,
+        added = extra(tmp) if extra is not None else {}
+        meta = {**added, "id": checkpoint_id, "cell_id": cell_id, "volume": volume_id,
                 "files": made.stats.files, "size_bytes": made.stats.size_bytes,
                 "created": time.time(), "base": base, "shared_files": made.reused_files,
                 "shared_bytes": made.reused_bytes, TREE_DIGEST: whole,

@@ -1,0 +1,202 @@
+"""A cell with a sidecar and a named volume, on the real engine through the CLI (issue 29).
+
+One cell is shared by the module (its apply costs ~3 s): an app service and a busybox
+"database" sidecar that serves a counter on 127.0.0.1:8080 and appends a row to its data
+volume every 0.1 s, beside a named cache volume. The tests run in order on it: both run in
+one network namespace, a snapshot taken while both write holds the sidecar's data (its
+preCheckpoint hook ran, its postCheckpoint not yet) and a fork's sidecar starts with it, a
+sidecar killed behind DevCell's back makes the cell not Ready until `cell restart`, sleep
+and start keep the data, delete removes every container and volume labelled for the cells.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcell.backends.host.ids import state_hash
+from tests.backends.engine import IMAGE, remove_containers, require_engine
+from tests.conftest import REPO
+
+SIDECAR = ("mkdir -p /data/www; httpd -p 127.0.0.1:8080 -h /data/www; n=0; "
+           "while true; do n=$((n+1)); echo $n > /data/www/count; echo $n >> /data/rows; "
+           "sleep 0.1; done")
+MANIFEST = textwrap.dedent(f"""\
+    apiVersion: devcell.dev/v1alpha1
+    kind: Cell
+    metadata: {{name: app}}
+    spec:
+      backend: container
+      image: {IMAGE}
+      network: {{mode: none}}
+      services:
+        - {{name: writer, command: [sh, -c, "while true; do date >> /workspace/app.log; sleep 0.1; done"]}}
+      volumes:
+        - {{name: cache, mountPath: /root/.cache}}
+      sidecars:
+        - name: db
+          image: {IMAGE}
+          command: [sh, -c, "{SIDECAR}"]
+          volume: {{mountPath: /data}}
+          hooks:
+            preCheckpoint: [[sh, -c, "echo pre >> /data/hooks"]]
+            postCheckpoint: [[sh, -c, "echo post >> /data/hooks"]]
+    """)
+
+
+class Shared:
+    def __init__(self, state: Path) -> None:
+        self.state = state
+
+    def __call__(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, DEVCELL_HOME=str(self.state))
+        env.pop("DEVCELL_FAKE_FAIL", None)
+        return subprocess.run([sys.executable, "-m", "devcell", *args], capture_output=True,
+                              text=True, env=env, cwd=REPO, timeout=timeout)
+
+    def ok(self, *args: str) -> str:
+        done = self(*args)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        return done.stdout
+
+    def cell(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = json.loads(self.ok("get", "cell", name, "-o", "json"))
+        return found
+
+    def data(self, name: str) -> Path:
+        """The sidecar db's data directory of cell `name` on the host."""
+        volumes = self.state / "volumes"
+        for marker in volumes.glob("*/volume.json"):
+            if json.loads(marker.read_text())["cell"] == name:
+                return marker.parent / "sidecars" / "db"
+        raise AssertionError(f"no volume of cell {name}")
+
+
+def _rows(path: Path) -> list[int]:
+    return [int(line) for line in (path / "rows").read_text().split()]
+
+
+def _engine(state: Path, what: str) -> list[dict[str, Any]]:
+    import docker
+
+    client = docker.from_env()
+    try:
+        label = f"dev.devcell.state-dir={state_hash(state)}"
+        if what == "containers":
+            found: list[dict[str, Any]] = client.api.containers(
+                all=True, filters={"label": [label]})
+        else:
+            found = (client.api.volumes(filters={"label": label}) or {}).get("Volumes") or []
+        return found
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
+    require_engine()
+    root = tmp_path_factory.mktemp("sidecars")
+    (root / "app.yaml").write_text(MANIFEST)
+    run = Shared(root / "state")
+    try:
+        run.ok("apply", "-f", str(root / "app.yaml"))
+        yield run
+    finally:
+        remove_containers(run.state)
+
+
+def test_the_cell_reaches_its_sidecar_on_loopback_and_both_are_labelled_devcells(
+        shared: Shared) -> None:
+    count = shared.ok("exec", "app", "--", "wget", "-qO-", "http://127.0.0.1:8080/count")
+    assert int(count) > 0
+    containers = {c["Names"][0].lstrip("/"): c for c in _engine(shared.state, "containers")}
+    (sidecar,) = [c for c in containers.values() if c["Labels"].get("dev.devcell.sidecar")]
+    (own,) = [c for c in containers.values() if c["Labels"].get("dev.devcell.cell-id")]
+    labels = sidecar["Labels"]
+    assert labels["dev.devcell.sidecar"] == "db" and labels["dev.devcell.cell"] == "app"
+    assert labels["dev.devcell.sidecar-of"] == own["Labels"]["dev.devcell.cell-id"]
+    assert labels["dev.devcell.cell-id"] == ""  # never taken for the cell's own container
+    assert sidecar["HostConfig"]["NetworkMode"] == f"container:{own['Id']}"
+    (cache,) = _engine(shared.state, "volumes")
+    assert cache["Labels"]["dev.devcell.cell-volume"] == "cache"
+    wide = shared.ok("get", "cells", "app", "-o", "wide")
+    assert wide.split("\n")[0].split()[-1] == "SIDECARS" and "db:running" in wide
+    described = shared.ok("describe", "cell", "app")
+    assert "db: running; data at /data" in described
+    assert "cache at /root/.cache" in described
+
+
+def test_a_snapshot_taken_while_both_write_holds_the_sidecars_data_and_a_fork_starts_with_it(
+        shared: Shared) -> None:
+    shared.ok("exec", "app", "--", "sh", "-c", "echo cached > /root/.cache/mark")
+    shared.ok("snapshot", "create", "app", "--name", "s1")
+    snap = json.loads(shared.ok("get", "snapshot", "s1", "-o", "json"))
+    saved = Path(snap["status"]["checkpoint"]["checkpoint"]) / "sidecars" / "db"
+    rows = _rows(saved)
+    assert rows == list(range(1, len(rows) + 1))  # a consistent prefix, frozen mid-run
+    # Its hook ran before the freeze and the postCheckpoint one after: not in the snapshot.
+    assert (saved / "hooks").read_text() == "pre\n"
+    assert (shared.data("app") / "hooks").read_text() == "pre\npost\n"
+    shared.ok("cell", "fork", "app", "--snapshot", "s1", "--name", "app2")
+    forked = _rows(shared.data("app2"))
+    assert forked[:len(rows)] == rows  # then its own sidecar writes on (from 1 again)
+    assert int(shared.ok("exec", "app2", "--", "wget", "-qO-",
+                         "http://127.0.0.1:8080/count")) > 0
+    # The cache is not part of a snapshot: the fork has its own, empty.
+    missing = shared("exec", "app2", "--", "cat", "/root/.cache/mark")
+    assert missing.returncode != 0
+    assert shared.ok("exec", "app", "--", "cat", "/root/.cache/mark") == "cached\n"
+
+
+def test_a_sidecar_killed_behind_devcells_back_holds_ready_false_until_cell_restart(
+        shared: Shared) -> None:
+    import docker
+
+    (sidecar,) = [c for c in _engine(shared.state, "containers")
+                  if c["Labels"].get("dev.devcell.sidecar") == "db"
+                  and c["Labels"]["dev.devcell.cell"] == "app"]
+    client = docker.from_env()
+    try:
+        client.api.kill(sidecar["Id"])  # a kill is a manual stop: the engine leaves it down
+    finally:
+        client.close()
+    shared.ok("wait", "cell", "app", "--for=condition=Ready=False", "--timeout", "30s")
+    ready = next(c for c in shared.cell("app")["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "SidecarNotRunning"), ready
+    assert "sidecar db is not running (Exited" in ready["message"]
+    shared.ok("cell", "restart", "app")
+    shared.ok("wait", "cell", "app", "--for=condition=Ready", "--timeout", "60s")
+    assert "db:running" in shared.ok("get", "cells", "app", "-o", "wide")
+
+
+def test_sleep_and_start_keep_the_sidecars_data_and_the_cells_volume(shared: Shared) -> None:
+    shared.ok("cell", "sleep", "app")
+    asleep = [c["State"] for c in _engine(shared.state, "containers")
+              if c["Labels"]["dev.devcell.cell"] == "app"]
+    assert asleep == ["exited", "exited"]
+    before = _rows(shared.data("app"))
+    shared.ok("cell", "start", "app")
+    deadline = time.monotonic() + 10
+    while len(_rows(shared.data("app"))) <= len(before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    after = _rows(shared.data("app"))
+    assert after[:len(before)] == before and len(after) > len(before)
+    assert shared.ok("exec", "app", "--", "cat", "/root/.cache/mark") == "cached\n"
+    assert int(shared.ok("exec", "app", "--", "wget", "-qO-", "http://127.0.0.1:8080/count")) > 0
+
+
+def test_delete_removes_every_container_and_volume_labelled_for_the_cells(
+        shared: Shared) -> None:
+    shared.ok("delete", "cell", "app", "app2", "--approve")
+    assert _engine(shared.state, "containers") == []
+    assert _engine(shared.state, "volumes") == []
+    assert list((shared.state / "volumes").glob("vol*")) == []

@@ -3,7 +3,8 @@
 A Cell manifest holds literal values, so every variable the specification lets a field use is
 filled in once, at import, from this host: `${localEnv:VAR}` (and its older name
 `${env:VAR}`) from the importing shell's environment, `${localEnv:VAR:default}` falling back
-to `default` when VAR is unset or empty (as the devcontainer CLI does), the workspace's
+to `default` when VAR is unset (set and empty is empty, as the devcontainer CLI reads it), the
+workspace's
 `${localWorkspaceFolder}`, `${containerWorkspaceFolder}` and their `Basename` forms, and
 `${devcontainerId}`. A variable that is unset and has no default is refused by name (a
 value silently made empty would be a different configuration), with one exception the
@@ -67,11 +68,11 @@ class Variables:
                 container.append(name)
                 return m.group(0)
             found = self.local_env.get(name)
-            if found:
+            if found is not None:  # set, even empty, as the devcontainer CLI reads it
                 return found
             if default is not None:
                 return default
-            if found is None and not (some_set and len(host) > 1):
+            if not (some_set and len(host) > 1):
                 unset.append(f"{kind}:{name}")
             return ""
 

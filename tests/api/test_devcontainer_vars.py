@@ -15,6 +15,9 @@ from tests.api.test_devcontainer import _sample
 from tests.conftest import allow_host_paths
 
 ENV = {"HOME": "/home/dev", "TZ": "", "USER": "dev", "PROXY": "http://127.0.0.1:3128"}
+"""(What `devcontainer read-configuration` of @devcontainers/cli 0.89.0 gives with TZ set
+and empty: "" for ${localEnv:TZ:LA}, HOME's value for ${localEnv:HOME}${localEnv:USERPROFILE},
+"" for an unset variable: the one place DevCell differs, refusing it instead.)"""
 
 
 def _vars(env: dict[str, str] | None = None) -> devcontainer_vars.Variables:
@@ -25,7 +28,8 @@ def _vars(env: dict[str, str] | None = None) -> devcontainer_vars.Variables:
 @pytest.mark.parametrize(("value", "text"), [
     ("${localEnv:HOME}/.kube", "/home/dev/.kube"),
     ("${env:HOME}", "/home/dev"),
-    ("${localEnv:TZ:America/Los_Angeles}", "America/Los_Angeles"),  # empty: the default
+    ("${localEnv:TZ:America/Los_Angeles}", ""),  # set and empty, as the devcontainer CLI
+    ("${localEnv:NOPE:America/Los_Angeles}", "America/Los_Angeles"),
     ("${localEnv:NOPE:}", ""),
     ("${localEnv:HOME}${localEnv:USERPROFILE}/.ssh", "/home/dev/.ssh"),  # one of them is set
     ("${env:HOME}${env:USERPROFILE}", "/home/dev"),
@@ -48,8 +52,11 @@ def test_an_unset_variable_without_a_default_is_named_and_container_env_is_left(
 
 
 def test_devcontainer_id_is_the_devcontainer_clis() -> None:
-    # The devcontainer CLI's value for this folder and file (its getDevContainerId: SHA-256
-    # of {"devcontainer.config_file":...,"devcontainer.local_folder":...} in base 32).
+    # What `devcontainer up` (@devcontainers/cli 0.89.0) put in a container's environment
+    # for ${devcontainerId}, this folder and file.
+    assert devcontainer_vars.devcontainer_id(
+        Path("/tmp/dcid/proj"), Path("/tmp/dcid/proj/.devcontainer/devcontainer.json")) == \
+        "0gaqgf5fs1hjbun6pl20qqehnv6q17l0fbs9mm11jnacnona1c94"
     found = devcontainer_vars.devcontainer_id(Path("/src/web"),
                                               Path("/src/web/.devcontainer/devcontainer.json"))
     assert len(found) == 52 and set(found) <= set("0123456789abcdefghijklmnopqrstuv")
@@ -69,7 +76,7 @@ def test_every_converted_field_is_filled_in(tmp_path: Path) -> None:
     path = _sample(root, textwrap.dedent("""\
         {
           "build": {"dockerfile": "Dockerfile",
-                    "args": {"TZ": "${localEnv:TZ:America/Los_Angeles}",
+                    "args": {"TZ": "${localEnv:ZONE:America/Los_Angeles}",
                              "OWNER": "${localEnv:USER}"}},
           "containerEnv": {"HTTP_PROXY": "${localEnv:PROXY}",
                            "BIN": "${containerWorkspaceFolder}/bin"},

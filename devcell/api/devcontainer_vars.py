@@ -3,10 +3,9 @@
 A Cell manifest holds literal values, so every variable the specification lets a field use is
 filled in once, at import, from this host: `${localEnv:VAR}` (and its older name
 `${env:VAR}`) from the importing shell's environment, `${localEnv:VAR:default}` falling back
-to `default` when VAR is unset (set and empty is empty, as the devcontainer CLI reads it), the
-workspace's
-`${localWorkspaceFolder}`, `${containerWorkspaceFolder}` and their `Basename` forms, and
-`${devcontainerId}`. A variable that is unset and has no default is refused by name (a
+to `default` when VAR is unset (set and empty is empty, as the devcontainer CLI reads it),
+the workspace's `${localWorkspaceFolder}`, `${containerWorkspaceFolder}` and their
+`Basename` forms, and `${devcontainerId}`. A variable that is unset and has no default is refused by name (a
 value silently made empty would be a different configuration), with one exception the
 specification's own samples rely on: a value joining several host variables of which one is
 set, such as `${localEnv:HOME}${localEnv:USERPROFILE}` (a home folder on every system), takes

@@ -482,6 +482,13 @@ def unaccounted(data: dict[str, Any], manifest: dict[str, Any], stderr: str) -> 
             if found:
                 named.add(found.group(0))
     out = []
+    said = stderr.replace("\\", "")
+    env_names = {e.get("name") for e in spec.get("env") or [] if isinstance(e, dict)}
+    for key in ("containerEnv", "remoteEnv"):  # each variable carried or named on its own
+        for var in data.get(key) or {} if isinstance(data.get(key), dict) else {}:
+            if var not in env_names and f"{key}.{var}" not in said \
+                    and data[key][var] is not None:
+                out.append(f"{key}.{var}")
     for key, value in data.items():
         if key == "name" or key in named:
             continue

@@ -223,6 +223,8 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
                    for i, sidecar in enumerate(m.spec.get("sidecars") or [])
                    if sidecar.get("build") is not None]
         home = os.path.dirname(m.source) if m.source != "-" else os.getcwd()
+        problems += [located(m, path, message) for path, message
+                     in _feature_problems(m.spec, home, policy, Path(state_dir))]
         for under, build in builds:
             for path, message in security.build_context_problems(build, home, policy,
                                                                  Path(state_dir)):
@@ -244,6 +246,41 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
 
 DEFINED_TWICE = "is defined twice in this apply"
 """The words of the problem an object defined in two files gets (the daemon looks for it)."""
+
+
+def _feature_problems(spec: dict[str, Any], home: str, policy: Any, state_dir: Path
+                      ) -> list[tuple[tuple[str | int, ...], str]]:
+    """spec.features at admission: only where images are built; a local folder where a
+    build context may lie, with metadata and options install.sh can take (checked offline,
+    so the file and line are named now; a remote feature's are checked when it is fetched,
+    at the build)."""
+    from devcell import security
+    from devcell.manifests import feature_refs
+
+    features = spec.get("features") or []
+    if not features:
+        return []
+    if not backends.capabilities(spec["backend"]).builds_images:
+        return [(("features",), f'backend "{spec["backend"]}" builds no images, so it cannot '
+                 "install features (use the container backend)")]
+    found: list[tuple[tuple[str | int, ...], str]] = []
+    for i, entry in enumerate(features):
+        if feature_refs.parse(entry["ref"]).kind is not feature_refs.Kind.LOCAL:
+            continue
+        problem = security.feature_folder_problem(entry["ref"], home, policy, state_dir)
+        if problem:
+            found.append((("features", i, "ref"), problem))
+            continue
+        from devcell.backends.features import metadata
+        from devcell.errors import ImageBuildFailed
+
+        shown = str(entry["ref"])
+        try:
+            feature = metadata.read(entry["ref"], shown)
+            metadata.resolve_options(feature, entry.get("options") or {}, shown)
+        except ImageBuildFailed as exc:
+            found.append((("features", i), str(exc)))
+    return found
 
 
 def reference_problems(conn: sqlite3.Connection, manifests: list[Manifest],

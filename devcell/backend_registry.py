@@ -108,7 +108,8 @@ BACKENDS: tuple[Backend, ...] = (
         roots=(Root("volumes", temporaries=True),
                Root("images/checkpoints", temporaries=True),
                Root("containers"),
-               Root("build-digests", guarded=False)),
+               Root("build-digests", guarded=False),
+               Root("features", guarded=False)),
         limits=Limits(
             min_memory_bytes=6 * 2**20,  # Docker: "Minimum memory limit allowed is 6MB"
             min_cpus=0.01,  # Docker: "Range of CPUs is from 0.01 to <host CPUs>"

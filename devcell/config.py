@@ -56,6 +56,8 @@ class ImageSettings:
 
     pull_idle_timeout: float = 120.0
     build_idle_timeout: float = 600.0
+    registry_mirrors: dict[str, str] = field(default_factory=dict)
+    """Registry host -> the host serving its Dev Container Features instead."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,8 @@ def parse(path: Path, data: bytes, state_dir: Path | None = None) -> Config:
     settings = doc.data.get("images") or {}
     images = ImageSettings(
         pull_idle_timeout=float(settings.get("pullIdleTimeoutSeconds", 120)),
-        build_idle_timeout=float(settings.get("buildIdleTimeoutSeconds", 600)))
+        build_idle_timeout=float(settings.get("buildIdleTimeoutSeconds", 600)),
+        registry_mirrors=dict(settings.get("registryMirrors") or {}))
     idle = IdleSettings(sleep_after=(doc.data.get("idle") or {}).get("sleepAfter"))
     return Config(path, exists=True, images=images, idle=idle, security=SecurityPolicy(
         allowed_host_paths=tuple(security.get("allowedHostPaths", ())),

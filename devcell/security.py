@@ -137,6 +137,26 @@ def build_context_problems(build: dict[str, Any], manifest_dir: str, policy: Sec
         yield ("build", "dockerfile"), f"{dockerfile} is not a file on this host"
 
 
+def feature_folder_problem(folder: str, manifest_dir: str, policy: SecurityPolicy,
+                           state_dir: Path) -> str | None:
+    """Why a local feature folder (spec.features[].ref) may not be used: the rules of a
+    build context (build_context_problems), as its files are sent to the engine the same
+    way."""
+    resolved = os.path.realpath(folder)
+    roots = [os.path.realpath(manifest_dir),
+             *(os.path.realpath(r) for r in policy.allowed_build_roots)]
+    shown = f" (resolves to {resolved})" if resolved != folder else ""
+    if not any(_inside(resolved, root) for root in roots):
+        return (f"the feature folder {folder}{shown} lies outside the manifest's directory "
+                f"{manifest_dir}; it may not unless security.allowedBuildRoots in "
+                f"{policy.source} lists a directory above it")
+    if _overlap(resolved, os.path.realpath(state_dir)):
+        return f"the feature folder {folder}{shown} would send DevCell's state directory"
+    if not os.path.isdir(resolved):
+        return f"the feature folder {folder} is not a directory on this host"
+    return None
+
+
 def _address_problem(address: str, policy: SecurityPolicy) -> str | None:
     try:
         ip = ipaddress.ip_address(address)

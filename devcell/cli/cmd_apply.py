@@ -138,7 +138,8 @@ def run_diff(args: argparse.Namespace) -> int:
         new = {"metadata": {"name": m.name, "labels": m.labels, "annotations": m.annotations},
                "spec": new_spec}
         label = f"{m.kind.lower()}/{m.name}"
-        if existing is not None and m.kind == "Cell" and m.spec.get("build") is not None:
+        if existing is not None and m.kind == "Cell" and (
+                m.spec.get("build") is not None or m.spec.get("features")):
             images = _build_images(db, existing, m, label)
             if images is None:
                 differs = True  # cannot say: never "no difference"

@@ -11,7 +11,9 @@ so the comparison needs neither the engine nor a build.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +33,99 @@ def building(backend: Backend) -> Building:
     return backend
 
 
-def wanted_tag(backend: Backend, ref: CellRef, *, source: str | None, state_dir: Path) -> str:
-    """The tag `ref.spec["build"]` names now. Where the context leads is checked first (the
-    manifest can stay unchanged while its context becomes a link out of its tree, and no
-    digest then reads that directory): ImageBuildFailed names the problem."""
-    if source and source != "-":
-        policy = config.load(state_dir).security
-        for _, message in security.build_context_problems(
-                ref.spec["build"], os.path.dirname(source), policy, state_dir):
+def built(spec: dict[str, Any]) -> bool:
+    """Whether the cell's image is one DevCell builds (spec.build, spec.features or both)."""
+    return spec.get("build") is not None or bool(spec.get("features"))
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """The image a built cell wants now and how it is made."""
+
+    tag: str
+    build: dict[str, Any]
+    """What the build-image step builds (spec.build, or the features' generated context)."""
+    base: dict[str, Any] | None = None
+    """spec.build's own build when features layer on it: {"name", "tag", "build"}, built
+    first when the engine lacks its tag."""
+    runtime: dict[str, Any] = field(default_factory=dict)
+    """Spec fields the features add to the runtime (feature_builds.with_runtime)."""
+    generated: bool = False
+    """The build is the features' generated context (not spec.build as the manifest says)."""
+
+    def step_args(self) -> dict[str, Any]:
+        """The build-image step's arguments: everything it needs, so a resumed plan builds
+        what was planned."""
+        args: dict[str, Any] = {"tag": self.tag}
+        if self.generated:
+            args["build"] = self.build
+        if self.base is not None:
+            args["base"] = self.base
+        return args
+
+
+def wanted(backend: Backend, ref: CellRef, *, source: str | None, state_dir: Path) -> Wanted:
+    """The image `ref.spec`'s build and features name now. Where a build context or a local
+    feature folder leads is checked first (the manifest can stay unchanged while its context
+    becomes a link out of its tree, and no digest then reads that directory): ImageBuildFailed
+    names the problem."""
+    spec = ref.spec
+    home = os.path.dirname(source) if source and source != "-" else None
+    policy = config.load(state_dir).security
+    if spec.get("build") is not None and home is not None:
+        for _, message in security.build_context_problems(spec["build"], home, policy,
+                                                          state_dir):
             raise ImageBuildFailed(f"spec.build of cell {ref.name}: {message}")
-    return building(backend).build_tag(ref, ref.spec["build"])
+    builder = building(backend)
+    own = builder.build_tag(_based(ref) if spec.get("features") else ref, spec["build"]) \
+        if spec.get("build") is not None else None
+    if not spec.get("features"):
+        assert own is not None
+        return Wanted(own, spec["build"])
+    from devcell.controllers import feature_builds
+    from devcell.manifests import feature_refs
+
+    for i, entry in enumerate(spec["features"]):
+        if home is not None and feature_refs.is_local(entry["ref"]):
+            problem = security.feature_folder_problem(entry["ref"], home, policy, state_dir)
+            if problem:
+                raise ImageBuildFailed(f"spec.features[{i}] of cell {ref.name}: {problem}")
+    prepared = feature_builds.prepare(spec, ref.name, own or str(spec["image"]), state_dir)
+    base = None if own is None else {"name": _based(ref).name, "tag": own,
+                                     "build": spec["build"]}
+    return Wanted(builder.build_tag(ref, prepared.build), prepared.build, base,
+                  prepared.runtime, generated=True)
+
+
+def _based(ref: CellRef) -> CellRef:
+    from devcell.controllers.feature_builds import BASE_SUFFIX
+
+    return dataclasses.replace(ref, name=ref.name + BASE_SUFFIX)
+
+
+def wanted_tag(backend: Backend, ref: CellRef, *, source: str | None, state_dir: Path) -> str:
+    """The tag the cell's build names now (wanted)."""
+    return wanted(backend, ref, source=source, state_dir=state_dir).tag
+
+
+def build_image(backend: Backend, ref: CellRef, args: dict[str, Any]) -> Any:
+    """The build-image step: spec.build's own image first when features layer on it and the
+    engine lacks it, then the cell's."""
+    builder = building(backend)
+    base = args.get("base")
+    if base is not None and not builder.image_exists(base["tag"]):
+        builder.build_image(dataclasses.replace(ref, name=base["name"]), base["build"],
+                            base["tag"])
+    return builder.build_image(ref, args.get("build") or ref.spec["build"], args["tag"])
+
+
+def delete_images(backend: Backend, ref: CellRef) -> Any:
+    """Every image built for the cell: its own and, with features on spec.build, spec.build's."""
+    builder = building(backend)
+    removed = 0
+    for which in (ref, _based(ref)):  # the cell's first: the engine keeps a parent in use
+        removed += int(builder.delete_built_images(which).get("removed") or 0)
+    return {"removed": removed}
 
 
 def recorded_image(status: dict[str, Any]) -> str | None:

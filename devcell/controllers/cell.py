@@ -163,12 +163,14 @@ class CellController:
         caps = backend.capabilities
         spec = cell.spec
         build_tag = None
-        if cell.spec.get("build") is not None and holds.desired_state(cell) != "Sleeping":
+        wanted_build: builds.Wanted | None = None
+        if builds.built(cell.spec) and holds.desired_state(cell) != "Sleeping":
             built = self._judge_build(ctx, cell, backend, ref)
             if isinstance(built, Blocked):
                 return built
-            build_tag = built
-            spec = with_image(cell.spec, build_tag)
+            wanted_build = built
+            build_tag = built.tag
+            spec = with_image(cell.spec, build_tag, built.runtime)
             ref = dataclasses.replace(ref, spec=spec)
         source = cell.spec.get("workspace", {}).get("from")
         if adoptable:
@@ -265,21 +267,22 @@ class CellController:
             if build_tag is not None and creating and not _building(backend).image_exists(
                     build_tag):
                 # Before the old runtime goes: a failed build leaves it running.
-                steps.append(Step(S.BUILD_IMAGE, {"tag": build_tag}))
+                assert wanted_build is not None
+                steps.append(Step(S.BUILD_IMAGE, wanted_build.step_args()))
             keep = stale and caps.keeps_rootfs and isinstance(backend, KeepsRootfs)
             if stale:
                 if observed.running:
                     steps.append(Step(S.STOP))
                 if keep:  # what was installed goes into the new runtime (same image)
                     # the image, as CREATE's: a resumed plan of a built cell has no other
-                    steps.append(Step(S.KEEP_ROOTFS, {} if build_tag is None
-                                      else {"image": build_tag}))
+                    steps.append(Step(S.KEEP_ROOTFS, {} if wanted_build is None
+                                      else _built_args(wanted_build)))
                 steps.append(Step(S.DELETE))
             if creating:
                 create: dict[str, Any] = {"runtime_hash": want_hash,
                                           **({"rootfs": True} if keep else {})}
-                if build_tag is not None:
-                    create["image"] = build_tag  # kept for a resumed plan (rebuild_plan())
+                if wanted_build is not None:  # kept for a resumed plan (rebuild_plan())
+                    create.update(_built_args(wanted_build))
                 steps.append(Step(S.CREATE, create))
             running_after = observed.running and not stale
             resume_failed = saved.get("restoreFailed")  # api/wake.py: boot cold instead
@@ -378,7 +381,7 @@ class CellController:
         if observed.exists:
             # The cell goes for good: its caches too (a recreate or a sleep keeps them).
             steps.append(Step(S.DELETE, {"forget_caches": True}))
-        if cell.spec.get("build") is not None and backend is not None \
+        if builds.built(cell.spec) and backend is not None \
                 and isinstance(backend, Building):
             # After its runtime: the engine refuses to remove an image a container uses.
             steps.append(Step(S.DELETE_IMAGES))
@@ -462,6 +465,8 @@ class CellController:
                 "cannot ask the registry of {} for its digest; the cell keeps its image: {}",
                 image, state.check_error)
             return False, False
+        if cell.spec.get("features"):
+            return False, False  # the runtime's image is the one built on it, not it
         seen = observed.detail.get("image_id")
         return False, bool(seen and state.image_id and seen != state.image_id)
 
@@ -487,12 +492,13 @@ class CellController:
         return steps
 
     def _judge_build(self, ctx: Context, cell: objects.ObjectRecord, backend: Backend,
-                     ref: CellRef) -> str | Blocked:
-        """The image tag spec.build names now (builds.wanted_tag), or Blocked when the
-        context cannot be read or leads where it may not, or the backend cannot build."""
+                     ref: CellRef) -> builds.Wanted | Blocked:
+        """The image spec.build and spec.features name now (builds.wanted), or Blocked when
+        the context cannot be read or leads where it may not, a feature cannot be fetched
+        or asks what the configuration does not allow, or the backend cannot build."""
         try:
-            return builds.wanted_tag(backend, ref, source=cell.source,
-                                     state_dir=Path(ctx.db.state_dir))
+            return builds.wanted(backend, ref, source=cell.source,
+                                 state_dir=Path(ctx.db.state_dir))
         except BackendError as exc:
             self._write_blocked(ctx, cell, errors.condition_reason(exc, "ImageBuildFailed"),
                                 str(exc))
@@ -917,11 +923,22 @@ def _work(plan: Plan) -> CellWork:
     return plan.work
 
 
-def with_image(spec: dict[str, Any], image: str) -> dict[str, Any]:
-    """The spec a runtime is made from when spec.build names its image: the built tag as
-    spec.image, so the runtime hash (and so the cell) changes exactly when the build's
-    digest does."""
+def with_image(spec: dict[str, Any], image: str,
+               runtime: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The spec a runtime is made from when spec.build or spec.features names its image: the
+    built tag as spec.image, so the runtime hash (and so the cell) changes exactly when the
+    build's digest does; and what the features ask of the container (`runtime`,
+    feature_builds.with_runtime)."""
+    if runtime:
+        from devcell.controllers import feature_builds
+
+        spec = feature_builds.with_runtime(spec, runtime)
     return {**spec, "image": image}
+
+
+def _built_args(wanted: builds.Wanted) -> dict[str, Any]:
+    """What create and keep-rootfs carry of a built cell, for a resumed plan."""
+    return {"image": wanted.tag, **({"runtime": wanted.runtime} if wanted.runtime else {})}
 
 
 def _building(backend: Backend) -> Building:
@@ -931,7 +948,7 @@ def _building(backend: Backend) -> Building:
 def _create(b: Backend, ref: CellRef, step: Step) -> Outputs:
     image = step.args.get("image")
     if image is not None:
-        ref = dataclasses.replace(ref, spec=with_image(ref.spec, image))
+        ref = dataclasses.replace(ref, spec=with_image(ref.spec, image, step.args.get("runtime")))
     if step.args.get("rootfs"):
         return _keeping(b).create_from_kept(ref, step.args["runtime_hash"])
     return b.create(ref, step.args["runtime_hash"])
@@ -946,7 +963,7 @@ def _keeping(backend: Backend) -> KeepsRootfs:
 def _keep_rootfs(b: Backend, ref: CellRef, step: Step) -> Outputs:
     image = step.args.get("image")
     if image is not None:
-        ref = dataclasses.replace(ref, spec=with_image(ref.spec, image))
+        ref = dataclasses.replace(ref, spec=with_image(ref.spec, image, step.args.get("runtime")))
     return _keeping(b).keep_rootfs(ref)
 
 
@@ -984,9 +1001,8 @@ _STEPS: dict[StepName, StepHandler] = {
     S.DELETE_VOLUME: lambda b, ref, step: b.delete_volume(step.args["volume_id"]),
     S.DELETE_CHECKPOINT: lambda b, ref, step: b.delete_checkpoint(step.args["checkpoint_id"]),
     S.PULL_IMAGE: lambda b, ref, step: _pulling(b).pull_image(ref, step.args["image"]),
-    S.DELETE_IMAGES: lambda b, ref, step: _building(b).delete_built_images(ref),
-    S.BUILD_IMAGE: lambda b, ref, step: _building(b).build_image(
-        ref, ref.spec["build"], step.args["tag"]),
+    S.DELETE_IMAGES: lambda b, ref, step: builds.delete_images(b, ref),
+    S.BUILD_IMAGE: lambda b, ref, step: builds.build_image(b, ref, step.args),
     S.CREATE: _create,
     S.START: lambda b, ref, step: b.start(ref),
     S.RERUN_HOOKS: lambda b, ref, step: _supervising(b).rerun_hooks(ref),

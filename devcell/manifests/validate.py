@@ -338,6 +338,12 @@ def _normalise_cell(spec: dict[str, Any], base: str) -> dict[str, Any]:
             # whoever runs them and from wherever; admission checks where it leads.
             build["context"] = os.path.normpath(os.path.join(base, build.get("context", ".")))
             build.setdefault("dockerfile", "Dockerfile")
+    for feature in spec.get("features", []):
+        ref = feature["ref"]
+        if ref.startswith(("./", "../")) or ref in (".", ".."):
+            # A local feature folder: stored absolute, as build.context is.
+            feature["ref"] = os.path.normpath(os.path.join(base, ref))
+        feature.setdefault("options", {})
     spec.setdefault("state", "Running")
     workspace = spec.setdefault("workspace", {})
     workspace.setdefault("mountPath", "/workspace")
@@ -426,6 +432,7 @@ def _semantic_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
                     )
                 )
             seen.setdefault(service["name"], i)
+        problems += _feature_problems(ctx, data["spec"])
         problems += _env_problems(ctx, data["spec"].get("env", []), ("spec", "env"))
         problems += _unique_names(ctx, data["spec"].get("volumes", []), ("spec", "volumes"),
                                   "volume")
@@ -463,6 +470,26 @@ def _unique_names(ctx: _Context, items: list[dict[str, Any]], where: Path, what:
             problems.append(ctx.problem((*where, i, "name"), (
                 f'duplicate {what} name "{item["name"]}" (first at '
                 f"{field_path((*where, first))})")))
+    return problems
+
+
+def _feature_problems(ctx: _Context, spec: dict[str, Any]) -> list[Problem]:
+    """Each spec.features[].ref is one of the three forms, and named once."""
+    from devcell.manifests import feature_refs as refs
+
+    problems = []
+    seen: dict[str, int] = {}
+    for i, feature in enumerate(spec.get("features", [])):
+        try:
+            resource = refs.parse(feature["ref"]).resource
+        except ValueError as exc:
+            problems.append(ctx.problem(("spec", "features", i, "ref"), str(exc)))
+            continue
+        if resource in seen:
+            problems.append(ctx.problem(("spec", "features", i, "ref"), (
+                f"names the feature of spec.features[{seen[resource]}] again; list each "
+                "feature once")))
+        seen.setdefault(resource, i)
     return problems
 
 

@@ -82,7 +82,7 @@ def compare(db: Database, cell_id: str, name: str, backend_name: str, spec: dict
     its runtime was made from, the image `spec.build` names now) when they differ; None when
     they agree or nothing was recorded. BackendError when the build cannot be judged."""
     recorded = builds.recorded_image(status)
-    if recorded is None or spec.get("build") is None:
+    if recorded is None or not builds.built(spec):
         return None
     backend = backends.load(backend_name, Path(db.state_dir))
     try:

@@ -1,0 +1,156 @@
+"""The build context that installs a cell's features on its base image.
+
+One folder per cell under `<state>/features/contexts/<cell>`: a Dockerfile and, for each
+feature in installation order, `fN/feature/` (the feature's files) and `fN/options.env`
+(its options and the user variables, shell-quoted). Each feature is one COPY and one RUN,
+so changing the options of the last feature reruns only its step and the engine's cache
+keeps the ones before. The folder is brought up to date file by file, writing only what
+differs: an unchanged cell leaves every file's timestamps alone and the build digest cache
+answers from a walk, with no hash and no build.
+
+Files copied from a local feature folder must be regular files or directories (a link in
+it is refused naming it, never followed), bounded in number and size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from devcell.backends.features import fetch
+from devcell.errors import ImageBuildFailed
+
+MAX_FILES = 10_000
+MAX_BYTES = 64 * 1024 * 1024
+TARGET = "/tmp/devcell-features"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One feature to install: resolved, with the environment its install.sh gets."""
+
+    resolved: fetch.Resolved
+    env: dict[str, str]
+
+
+def _tree(folder: str, shown: str) -> dict[str, tuple[bytes, int] | None]:
+    """The files of `folder` (relative path -> (content, mode); a directory -> None),
+    links and special files refused."""
+    found: dict[str, tuple[bytes, int] | None] = {}
+    total = 0
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        with os.scandir(os.path.join(folder, rel) if rel else folder) as it:
+            for entry in sorted(it, key=lambda e: e.name):
+                path = f"{rel}/{entry.name}" if rel else entry.name
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    found[path] = None
+                    stack.append(path)
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    raise ImageBuildFailed(f"feature {shown}: {path} is not a regular file "
+                                           "or directory (a link or special file); a feature's "
+                                           "files are copied as they are, never followed")
+                total += st.st_size
+                if len(found) >= MAX_FILES or total > MAX_BYTES:
+                    raise ImageBuildFailed(f"feature {shown}: more than {MAX_FILES} files or "
+                                           f"{MAX_BYTES >> 20} MiB")
+                fd = os.open(os.path.join(folder, path),
+                             os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+                with os.fdopen(fd, "rb") as f:
+                    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                        raise ImageBuildFailed(f"feature {shown}: {path} changed while read")
+                    data = f.read(MAX_BYTES + 1)
+                found[path] = (data, 0o755 if st.st_mode & 0o111 else 0o644)
+    return found
+
+
+def dockerfile(base: str, steps: Sequence[Step]) -> str:
+    lines = [f"FROM {base}", "USER root"]
+    for n, step in enumerate(steps):
+        where = f"{TARGET}/f{n}"
+        lines.append(f"# {n + 1}: {step.resolved.feature.id} ({_comment(step.resolved.ref.text)})")
+        lines.append(f"COPY f{n}/ {where}/")
+        lines.append(f"RUN cd {where}/feature && chmod +x install.sh && set -a && "
+                     f". {where}/options.env && set +a && ./install.sh && rm -rf {where}")
+        for name, value in sorted(step.resolved.feature.container_env.items()):
+            lines.append(f"ENV {name}={json.dumps(value, ensure_ascii=False)}")
+    return "\n".join(lines) + "\n"
+
+
+def _comment(text: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def options_env(env: dict[str, str]) -> str:
+    return "".join(f"{name}={shlex.quote(value)}\n" for name, value in sorted(env.items()))
+
+
+def write(state_dir: Path, cell_name: str, base: str, steps: Sequence[Step]) -> str:
+    """Bring the cell's context folder up to date; its path."""
+    wanted: dict[str, tuple[bytes, int] | None] = {
+        "Dockerfile": (dockerfile(base, steps).encode(), 0o644)}
+    for n, step in enumerate(steps):
+        wanted[f"f{n}"] = None
+        wanted[f"f{n}/options.env"] = (options_env(step.env).encode(), 0o644)
+        wanted[f"f{n}/feature"] = None
+        for rel, entry in _tree(step.resolved.folder, step.resolved.shown).items():
+            wanted[f"f{n}/feature/{rel}"] = entry
+    root = Path(state_dir) / fetch.DIRECTORY / "contexts"
+    for step_dir in (root.parent, root):
+        step_dir.mkdir(mode=0o700, exist_ok=True)
+        if step_dir.is_symlink():
+            raise ImageBuildFailed(f"{step_dir} is a link; DevCell made it a directory")
+    folder = root / cell_name
+    folder.mkdir(mode=0o700, exist_ok=True)
+    _sync(str(folder), wanted)
+    return str(folder)
+
+
+def _sync(folder: str, wanted: dict[str, tuple[bytes, int] | None]) -> None:
+    for rel in sorted(wanted):
+        path = os.path.join(folder, rel)
+        entry = wanted[rel]
+        try:
+            st: os.stat_result | None = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if entry is None:
+            if st is not None and not stat.S_ISDIR(st.st_mode):
+                os.unlink(path)
+                st = None
+            if st is None:
+                os.mkdir(path, 0o755)
+            continue
+        data, mode = entry
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(path)
+            st = None
+        if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == len(data) \
+                and stat.S_IMODE(st.st_mode) == mode:
+            with open(path, "rb") as f:
+                if f.read(len(data) + 1) == data:
+                    continue
+        tmp = path + ".devcell-tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    for dirpath, dirnames, filenames in os.walk(folder, topdown=False):
+        for name in filenames + dirnames:
+            path = os.path.join(dirpath, name)
+            if os.path.relpath(path, folder) not in wanted:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)

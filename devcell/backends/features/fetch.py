@@ -1,0 +1,167 @@
+"""Each feature reference brought to a folder on this host, cached by digest.
+
+Remote features (OCI artifacts, tarball URLs) are extracted once into
+`<state>/features/unpacked/sha256-<digest>` (the directory owner-only, 0700), named by the
+digest of the tarball they came from, so two references to the same content share it and a
+changed one is a new folder. The digest a tag or URL gave is pinned
+(`<state>/features/pins/`): later reconciles use it without asking the registry, so a
+re-apply is offline and a cell is never rebuilt because a tag moved on its own; naming a new
+tag or a digest in the manifest fetches again. A local folder is used where it is (its files
+are copied into the build context, checked there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from devcell.backends.features import metadata, registry, unpack
+from devcell.backends.features.metadata import Feature
+from devcell.errors import ImageBuildFailed
+from devcell.manifests import feature_refs as refs
+
+DIRECTORY = "features"
+_PIN_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A feature ready to install: its folder, the digest of its content (empty for a local
+    folder, whose files the build context's digest covers) and its metadata."""
+
+    ref: refs.Ref
+    shown: str
+    folder: str
+    digest: str
+    feature: Feature
+
+
+class Store:
+    """The features cache of one state directory."""
+
+    def __init__(self, state_dir: Path, mirrors: dict[str, str] | None = None) -> None:
+        self.root = Path(state_dir) / DIRECTORY
+        self.mirrors = dict(mirrors or {})
+
+    def resolve(self, text: str, shown: str) -> Resolved:
+        """The feature `text` names (a reference as spec.features stores it)."""
+        try:
+            ref = refs.parse(text)
+        except ValueError as exc:
+            raise ImageBuildFailed(f"feature {shown}: {exc}") from None
+        if ref.kind is refs.Kind.LOCAL:
+            if not os.path.isdir(ref.text):
+                raise ImageBuildFailed(f"feature {shown}: {ref.text} is not a directory")
+            return Resolved(ref, shown, ref.text, "", metadata.read(ref.text, shown))
+        if ref.kind is refs.Kind.OCI:
+            digest = self._oci(ref, shown)
+        else:
+            digest = self._tarball(ref, shown)
+        folder = unpack.feature_root(str(self._unpacked(digest)))
+        return Resolved(ref, shown, folder, digest, metadata.read(folder, shown))
+
+    # -- the cache's folders ------------------------------------------------------------------
+
+    def _dir(self, *parts: str) -> Path:
+        path = self.root.joinpath(*parts)
+        for step in [self.root, *(self.root.joinpath(*parts[:i + 1]) for i in range(len(parts)))]:
+            try:
+                step.mkdir(mode=0o700)
+            except FileExistsError:
+                if step.is_symlink() or not step.is_dir():
+                    raise ImageBuildFailed(f"{step} is not a directory DevCell made") from None
+        return path
+
+    def _unpacked(self, digest: str) -> Path:
+        return self._dir("unpacked") / digest.replace(":", "-")
+
+    def _pin_path(self, key: str) -> Path:
+        return self._dir("pins") / (hashlib.sha256(key.encode()).hexdigest()[:40] + ".json")
+
+    def _pin(self, key: str) -> dict[str, Any] | None:
+        try:
+            fd = os.open(self._pin_path(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+                         | os.O_NONBLOCK)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            raw = f.read(_PIN_LIMIT)
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) and data.get("key") == key else None
+
+    def _put_pin(self, key: str, value: dict[str, Any]) -> None:
+        path = self._pin_path(key)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".pin-")
+        with os.fdopen(fd, "w") as f:
+            json.dump({**value, "key": key}, f)
+        os.replace(tmp, path)
+
+    def _have(self, digest: str) -> bool:
+        path = self._unpacked(digest)
+        return path.is_dir() and not path.is_symlink()
+
+    def _keep(self, digest: str, download: Any, shown: str) -> None:
+        """Fill unpacked/<digest> from `download(file)` (which writes the tarball): extracted
+        beside it and renamed into place, so a half-extracted folder is never used."""
+        final = self._unpacked(digest)
+        with tempfile.TemporaryDirectory(dir=final.parent, prefix=".fetch-") as work:
+            with open(os.path.join(work, "tarball"), "w+b") as f:
+                download(f)
+                f.seek(0)
+                unpack.extract(f, os.path.join(work, "tree"), shown)
+            try:
+                os.rename(os.path.join(work, "tree"), final)
+            except OSError:
+                if not self._have(digest):
+                    raise
+        os.chmod(final, 0o700)
+
+    # -- each kind ----------------------------------------------------------------------------
+
+    def _oci(self, ref: refs.Ref, shown: str) -> str:
+        where = registry.endpoint(ref.registry, self.mirrors)
+        key = f"oci\0{where.host}\0{ref.repository}\0{ref.reference}"
+        pin = self._pin(key)
+        if pin is not None and isinstance(pin.get("layer"), str) and self._have(pin["layer"]):
+            return str(pin["layer"])
+        client = registry.Client(where, ref.repository, shown)
+        manifest_digest, manifest = client.manifest(ref.reference)
+        layer, size = registry.feature_layer(manifest, shown)
+        if not self._have(layer):
+            self._keep(layer, lambda f: client.blob(layer, size, f), shown)
+        self._put_pin(key, {"manifest": manifest_digest, "layer": layer})
+        return layer
+
+    def _tarball(self, ref: refs.Ref, shown: str) -> str:
+        key = f"url\0{ref.text}"
+        pin = self._pin(key)
+        if pin is not None and isinstance(pin.get("digest"), str) and self._have(pin["digest"]):
+            return str(pin["digest"])
+        final_digest: list[str] = []
+
+        with tempfile.TemporaryDirectory(dir=self._dir("unpacked"), prefix=".get-") as work:
+            path = os.path.join(work, "tarball")
+            with open(path, "w+b") as f:
+                final_digest.append(registry.download(ref.text, f, shown))
+            digest = final_digest[0]
+            if not self._have(digest):
+                self._keep(digest, lambda out: _copy(path, out), shown)
+        self._put_pin(key, {"digest": digest})
+        return digest
+
+
+def _copy(path: str, out: Any) -> None:
+    with open(path, "rb") as f:
+        shutil.copyfileobj(f, out)

@@ -159,3 +159,7 @@ def test_a_local_feature_asking_for_a_capability_needs_the_allowance(
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
     log = cli("exec", "tracer", "--", "cat", "/features.log")
     assert log.stdout.strip() == "tracer  user=root", log.stderr
+    status = cli("exec", "tracer", "--", "cat", "/proc/self/status").stdout
+    [effective] = [line.split()[1] for line in status.splitlines()
+                   if line.startswith("CapEff:")]
+    assert int(effective, 16) & (1 << 19), status  # CAP_SYS_PTRACE: the feature's, granted

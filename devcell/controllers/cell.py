@@ -825,6 +825,11 @@ class CellController:
             status["sleep"] = work.sleep
         if work.rootfs is not None:
             status["rootfs"] = work.rootfs  # describe says it; the event too
+        if started and not (plan.action == "start" and fresh.phase == Phase.RUNNING):
+            # When DevCell brought it up (idle time counts from here); a runtime that died
+            # on its own and was started again is no new start: a cell cannot reset its
+            # idle clock by crashing, or by flapping its readiness.
+            status["startedAt"] = now()
         if plan.action == "wake":
             sleep = status.get("sleep") or {}
             status["lastStart"] = {"at": now(), "from": "sleep",

@@ -137,12 +137,12 @@ def judge(cell: objects.ObjectRecord, state_dir: Path, *, now: datetime,
 
 
 def started(cell: objects.ObjectRecord) -> activity.Activity:
-    """When the cell last came up (Ready turned True), else when it was last updated."""
-    ready = cell.condition("Ready") or {}
-    stamp = ready.get("lastTransitionTime") if ready.get("status") == "True" else None
-    at = _parse(stamp) or _parse(cell.updated_at) or datetime.now(UTC)
-    woke = (cell.status.get("lastStart") or {}).get("at")
-    woken = _parse(woke)
+    """When DevCell last brought the cell up (status.startedAt; a wake says so), else when it
+    was last updated. Never its Ready condition's transitions: a cell's own readiness checks
+    turn those, and a hostile cell flapping them would keep itself awake."""
+    at = (_parse(cell.status.get("startedAt")) or _parse(cell.updated_at)
+          or datetime.now(UTC))
+    woken = _parse((cell.status.get("lastStart") or {}).get("at"))
     if woken is not None and woken >= at:
         return activity.Activity("cell woken", woken)
     return activity.Activity("cell started", at)

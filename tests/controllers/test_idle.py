@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 from devcell.controllers import idle
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Plan, Settled
-from devcell.store import activity, events
+from devcell.store import activity, events, objects
 from devcell.store.db import Database
 from tests.controllers.support import apply, cell_doc, converge_all, decide, record
 
@@ -113,6 +114,7 @@ def test_a_session_whose_process_is_gone_is_closed(ctx: Context, clock: Clock) -
 def test_describe_says_how_long_and_when(ctx: Context, clock: Clock) -> None:
     running_cell(ctx, "30m")
     cell = record(ctx.db, "Cell", "api")
+    time.sleep(0.02)  # a file's mtime is the kernel's coarse clock, a tick behind startedAt
     activity.note(ctx.db.state_dir, cell.id, "exec session closed")
     last = activity.seen(ctx.db.state_dir, cell.id).last
     assert last is not None
@@ -166,3 +168,18 @@ def test_a_woken_cell_counts_from_its_wake(ctx: Context, clock: Clock) -> None:
     assert woke.at >= up
     decision = decide(ctx, "Cell", "api")
     assert isinstance(decision, Settled) and decision.requeue_after is not None
+
+
+def test_readiness_flapping_does_not_reset_the_idle_clock(ctx: Context, clock: Clock) -> None:
+    """A cell's own readiness checks turn its Ready condition: a hostile cell flapping them
+    must not keep itself awake. Idle time counts from when DevCell started it."""
+    up = running_cell(ctx, "30s")
+    cell = record(ctx.db, "Cell", "api")
+    later = (up + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    conditions = [dict(c, lastTransitionTime=later) if c.get("type") == "Ready" else c
+                  for c in cell.status.get("conditions", [])]
+    with ctx.db.write() as conn:
+        objects.write_status(conn, cell, phase=cell.phase,
+                             status=dict(cell.status, conditions=conditions),
+                             observed_generation=cell.observed_generation)
+    assert idle.started(record(ctx.db, "Cell", "api")).at == up

@@ -59,6 +59,10 @@ def cell_problems(spec: dict[str, Any], backend: str) -> Iterator[tuple[FieldPat
     if spec.get("user") and not limits.cell_user:
         yield (("spec", "user"), f"the {backend} backend runs a cell's commands as root; "
                                  "spec.user is for container cells")
+    if spec.get("userEnvProbe", "none") != "none" and not limits.cell_user:
+        yield (("spec", "userEnvProbe"), f"the {backend} backend runs a cell's commands as "
+                                         "root, without probing a shell's environment; "
+                                         "spec.userEnvProbe is for container cells")
     if not limits.live_workspace and live_folder.of_spec(spec) is not None:
         yield (("spec", "workspace", "source", "hostPath"),
                f"the {backend} backend keeps a workspace on its own disk: "

@@ -8,7 +8,8 @@ environment and as the cell's user) starts that user's shell (/etc/passwd, else 
 a login and/or interactive shell and has awk write what the shell changed (each variable it
 set or altered, as shell `export` lines) to /tmp, bounded by `timeout` where the image has
 it. `supervisor.sh --exec` (hooks, exec, ssh) run as that same user waits up to
-PROBE_WAIT_S for that file and sources it when it belongs to that user (another user's file
+PROBE_WAIT_S for that file (not at all where /tmp cannot be written: no file will come)
+and sources it when it belongs to that user (another user's file
 would let one user of the cell run code as another: `exec -u root` gets no probe). spec.env
 names are left out of the file, so the manifest's values win, as remoteEnv wins over the
 probed environment in the devcontainer CLI.
@@ -76,7 +77,7 @@ _PROBE = """devcell_probe() {{
 _USE = """    if [ "$(id -u)" = "$(awk '/^Uid:/ {{ print $2; exit }}' /proc/1/status 2>/dev/null)" ]; then
         f=$(devcell_userenv)
         waited=0
-        while [ ! -e "$f" ] && [ "$waited" -lt {tenths} ]; do
+        while [ ! -e "$f" ] && [ -d /tmp ] && [ -w /tmp ] && [ "$waited" -lt {tenths} ]; do
             sleep 0.1 2>/dev/null || sleep 1
             waited=$((waited + 1))
         done

@@ -91,6 +91,17 @@ def test_spec_user_on_a_vm_cell_is_refused_with_its_line(db: Database) -> None:
                                            extra="  user: vscode")), dry_run=True)
 
 
+
+def test_user_env_probe_on_a_vm_cell_is_refused_with_its_line(db: Database) -> None:
+    text = CELL.format(name="machine", backend="vm", extra="  userEnvProbe: loginShell")
+    with pytest.raises(ManifestError) as refused:
+        admission.apply(db, source(text))
+    [problem] = refused.value.problems
+    assert (problem.field, problem.line) == ("spec.userEnvProbe", 7)
+    assert "spec.userEnvProbe is for container cells" in problem.message
+    admission.apply(db, source(CELL.format(name="quiet", backend="vm",
+                                           extra="  userEnvProbe: none")), dry_run=True)
+
 def _refused(db: Database, extra: str) -> list[tuple[str | None, int | None, str]]:
     with pytest.raises(ManifestError) as refused:
         admission.apply(db, source(CELL.format(name="machine", backend="vm", extra=extra)))

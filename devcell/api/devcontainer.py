@@ -5,9 +5,9 @@ Code, Codespaces, DevPod and Coder read it). This converts what has an equivalen
 or its Dockerfile build, the environment, forwarded ports published on loopback, the
 create/start commands as hooks, bind mounts, the workspace path), refuses what would break
 DevCell's security defaults (privileged, added capabilities, the host's network or
-namespaces, devices, mounts passed around the mount rules) or needs the network when the cell
-is made (features), and names every other field it leaves out, so nothing is dropped
-silently. devcontainer.json is JSONC (comments, trailing commas): it is read with json5, a
+namespaces, devices, mounts passed around the mount rules), carries Dev Container Features
+as spec.features (devcontainer_features), and names every other field it leaves out, so
+nothing is dropped silently. devcontainer.json is JSONC (comments, trailing commas): it is read with json5, a
 maintained reader of JSON5, which JSONC is a subset of.
 
 The manifest is checked as `apply` would check it before it is handed back, so what this
@@ -28,6 +28,7 @@ from typing import Any
 from devcell import API_VERSION, config, names, safeio, security
 from devcell.api import (
     devcontainer_command,
+    devcontainer_features,
     devcontainer_lifecycle,
     devcontainer_runtime,
     devcontainer_source,
@@ -322,6 +323,7 @@ class _Converter:
             handled |= {"service", "runServices"}
         self._workspace()
         self._image()
+        devcontainer_features.convert(self)
         self._refused_top_level()
         self._env()
         self._ports()
@@ -590,12 +592,6 @@ class _Converter:
         self.origins["spec.build"] = (key,)
 
     def _refused_top_level(self) -> None:
-        if self.data.get("features"):
-            listed = ", ".join(str(k) for k in self.data["features"])
-            self.r.refuse(f"features are not supported ({listed}): a feature is downloaded "
-                          "from a registry and installed when the container is made, which "
-                          "needs the network; install the tool in a Dockerfile RUN step "
-                          "(build) instead", "features")
         if self.data.get("privileged") is True:
             self.r.refuse("privileged containers break DevCell's isolation and are never "
                           "run", "privileged")
@@ -603,8 +599,6 @@ class _Converter:
             self.r.refuse("added capabilities break the cell's isolation", "capAdd")
         if self.data.get("securityOpt"):
             self.r.refuse("security options loosen the cell's confinement", "securityOpt")
-        if "overrideFeatureInstallOrder" in self.data:
-            self.note("overrideFeatureInstallOrder", "features are not supported")
 
     def _env(self) -> None:
         for key in ("containerEnv", "remoteEnv"):

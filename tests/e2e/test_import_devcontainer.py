@@ -121,14 +121,12 @@ def test_a_dockerfile_based_devcontainer_is_imported_built_and_applied(
     assert cli("exec", "service", "--", "cat", "/src/VERSION").stdout == "1.2.3\ntool=make\n"
 
 
-def test_features_are_refused_and_nothing_is_written(cli: Cli, tmp_path: Path) -> None:
+def test_features_are_imported_as_spec_features(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / ".devcontainer.json").write_text(
         '{\n  "image": "x",\n  "features": {"ghcr.io/devcontainers/features/go:1": {}},\n}\n')
     result = cli("import", "devcontainer", "-o", "cell.yaml", cwd=tmp_path)
-    assert result.returncode == 1
-    assert ".devcontainer.json:3: features: features are not supported" in result.stderr
-    assert "needs the network" in result.stderr and "Traceback" not in result.stderr
-    assert not (tmp_path / "cell.yaml").exists()
+    assert result.returncode == 0, result.stderr
+    assert "ref: ghcr.io/devcontainers/features/go:1" in (tmp_path / "cell.yaml").read_text()
 
 
 @pytest.mark.parametrize("owner", [0, 1000], ids=["roots-folder-copied", "users-folder-live"])

@@ -43,10 +43,12 @@ def _parse(data: bytes) -> dict[str, Any]:
 def _read(directory: Path, name: str) -> dict[str, Any] | None:
     try:
         fd = safeio.open_regular(directory, name)
-    except (FileNotFoundError, safeio.UnsafeFile):
+    except (OSError, safeio.UnsafeFile):
         return None
     try:
         return _parse(safeio.read_some(fd, MAX_BYTES))
+    except OSError:  # an I/O error of the disk: no state to report, not a crash
+        return None
     finally:
         os.close(fd)
 

@@ -65,7 +65,7 @@ from devcell.errors import (
 from devcell.log import logger
 from devcell.manifests import secrets
 from devcell.manifests.model import digest
-from devcell.store import events, frozen, holds, objects, prunes, restores, volumes
+from devcell.store import activity, events, frozen, holds, objects, prunes, restores, volumes
 from devcell.store.clock import now
 from devcell.store.objects import Phase
 
@@ -681,7 +681,10 @@ class CellController:
         handler = _STEPS.get(step.name)
         if handler is None:
             raise BackendError(f"cell controller has no step {step.name!r}")
-        return handler(ctx.backend(plan.backend), ref, step)
+        outputs = handler(ctx.backend(plan.backend), ref, step)
+        if step.name == S.DELETE and plan.action == "delete":
+            activity.forget(ctx.db.state_dir, ref.id)  # its idle clock goes with it
+        return outputs
 
     def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs
                    ) -> None:

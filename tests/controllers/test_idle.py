@@ -183,3 +183,15 @@ def test_readiness_flapping_does_not_reset_the_idle_clock(ctx: Context, clock: C
                              status=dict(cell.status, conditions=conditions),
                              observed_generation=cell.observed_generation)
     assert idle.started(record(ctx.db, "Cell", "api")).at == up
+
+
+def test_a_deleted_cells_activity_goes_with_it(ctx: Context, clock: Clock) -> None:
+    from devcell.store import desired
+
+    running_cell(ctx, "30m")
+    cell = record(ctx.db, "Cell", "api")
+    activity.note(ctx.db.state_dir, cell.id, "exec session closed")
+    assert activity.seen(ctx.db.state_dir, cell.id).last is not None
+    desired.delete(ctx.db, "Cell", "api")
+    assert converge_all(ctx).ok
+    assert activity.seen(ctx.db.state_dir, cell.id).last is None

@@ -515,6 +515,10 @@ class _Converter:
         if mapped.command is not None:
             self.spec["services"] = [{"name": "main", "command": mapped.command[0]}]
             self.located["spec.services[0]"] = mapped.command[1]
+        if mapped.security:
+            self.spec["security"] = mapped.security
+            for key, where in mapped.security_where.items():
+                self.located[f"spec.security.{key}"] = where
         if mapped.workspace is not None:
             self._compose_workspace(*mapped.workspace)
         for key, items in (("volumes", mapped.volumes), ("mounts", mapped.mounts),

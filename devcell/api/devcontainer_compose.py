@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from devcell import config, names, security
+from devcell.api import devcontainer_compose_security
 from devcell.api.devcontainer_compose_fields import Fields, Vol
 from devcell.api.devcontainer_compose_file import Compose, as_map, read
 from devcell.api.devcontainer_compose_yaml import Node, Where
@@ -38,10 +39,6 @@ _KEPT_RUNNING = re.compile(r"(exec )?(/bin/|/usr/bin/)?(sleep (infinity|inf|\d{5
                            r"|while (true|:|sleep \d+); do (:|sleep \d+|true);? done)")
 """A command that only keeps a dev container running (the templates' `sleep infinity`)."""
 _REFUSED = {
-    "privileged": "a privileged container can take the host",
-    "cap_add": "added capabilities break the cell's isolation",
-    "security_opt": "it loosens the cell's seccomp/AppArmor confinement",
-    "devices": "host devices are not given to cells",
     "device_cgroup_rules": "host devices are not given to cells",
     "gpus": "host devices are not given to cells",
     "volumes_from": "another container's volumes are not shared",
@@ -120,6 +117,9 @@ class Mapped:
     command: tuple[list[str], Where] | None = None
     """The service's own command, run as the cell's service `main` (compose's
     overrideCommand default is false: the command runs)."""
+    security: dict[str, Any] = field(default_factory=dict)
+    """The cell's spec.security (its privileges, each allowed by the configuration or not)."""
+    security_where: dict[str, Where] = field(default_factory=dict)
     workspace: tuple[str, Where] | None = None
     """Where the project folder is inside the cell (the bind of it), when one binds it."""
     sidecars: list[tuple[dict[str, Any], Where]] = field(default_factory=list)
@@ -269,7 +269,10 @@ class _Mapper:
     def _cell(self, name: str, node: Node) -> None:
         fields = node.value
         handled = {"image", "build", "environment", "env_file", "ports", "volumes",
-                   "command", "network_mode", "depends_on", "healthcheck", "restart"}
+                   "command", "network_mode", "depends_on", "healthcheck", "restart",
+                   *devcontainer_compose_security.KEYS}
+        self.out.security, self.out.security_where = devcontainer_compose_security.read(
+            fields, self.f)
         image, build = self._image(name, node)
         self.out.image, self.out.build, self.out.where = image, build, node.where
         for var, (value, where) in self.f.environment(node).items():
@@ -379,6 +382,12 @@ class _Mapper:
         fields = node.value
         handled = {"image", "build", "environment", "env_file", "ports", "volumes",
                    "command", "network_mode", "depends_on", "healthcheck", "restart"}
+        for key in devcontainer_compose_security.KEYS:
+            if key in fields and fields[key].value not in (None, False, []):
+                handled.add(key)
+                self.refuse(fields[key].where, f"{key} is refused: a sidecar runs with "
+                            "DevCell's default confinement (only the cell's own container "
+                            "takes spec.security)")
         sidecar: dict[str, Any] = {"name": _dns_name(service)}
         image, build = self._image(service, node)
         if image is not None:

@@ -305,10 +305,6 @@ def test_what_cannot_map_is_refused_naming_the_compose_file_line_and_field(
           app:
             build: {outside}
             network_mode: host
-            privileged: true
-            cap_add: [SYS_PTRACE]
-            security_opt: ["seccomp=unconfined"]
-            devices: ["/dev/kvm:/dev/kvm"]
             pid: host
             volumes:
               - /var/run/docker.sock:/var/run/docker.sock
@@ -316,6 +312,7 @@ def test_what_cannot_map_is_refused_naming_the_compose_file_line_and_field(
           db:
             image: devcell/busybox:latest
             network_mode: container:other
+            gpus: all
         """})
     compose = tmp_path / "p" / ".devcontainer" / "c.yml"
     shown = _refused(path, tmp_path / "p", tmp_path / "state")
@@ -324,14 +321,11 @@ def test_what_cannot_map_is_refused_naming_the_compose_file_line_and_field(
          "folder"),
         (4, "services.app.network_mode", "network_mode: host is refused: the host's network "
          "is not shared unless an administrator allows it (security.allowHostNetwork)"),
-        (11, "services.app.volumes[0]", "a bind mount of /var/run/docker.sock is refused"),
-        (12, "services.app.volumes[1]", "target /etc would hide or overwrite /etc"),
-        (5, "services.app.privileged", "privileged is refused"),
-        (6, "services.app.cap_add", "cap_add is refused"),
-        (7, "services.app.security_opt", "security_opt is refused"),
-        (8, "services.app.devices", "devices is refused"),
-        (9, "services.app.pid", "pid: host is refused"),
-        (15, "services.db.network_mode", "network_mode: container:other is refused"),
+        (7, "services.app.volumes[0]", "a bind mount of /var/run/docker.sock is refused"),
+        (8, "services.app.volumes[1]", "target /etc would hide or overwrite /etc"),
+        (5, "services.app.pid", "pid: host is refused"),
+        (11, "services.db.network_mode", "network_mode: container:other is refused"),
+        (12, "services.db.gpus", "gpus is refused: host devices are not given to cells"),
     ]
     for line, field, message in expect:
         assert any(s.startswith(f"{compose}:{line}: {field}: ") and message in s
@@ -539,3 +533,52 @@ def test_a_dockerfile_beside_the_context_is_built_one_outside_the_project_refuse
     path.write_text('{"dockerComposeFile": "c.yml", "service": "a", "runServices": []}')
     spec = _convert(path, tmp_path / "p", tmp_path / "state").manifest["spec"]
     assert spec["build"] == {"context": ".devcontainer/app", "dockerfile": "../Dockerfile"}
+
+
+PRIVILEGED_COMPOSE = """\
+    services:
+      a:
+        image: devcell/busybox:latest
+        cap_add: [CAP_SYS_PTRACE, SYS_ADMIN]
+        security_opt: ["seccomp:unconfined", "no-new-privileges:true"]
+        devices: ["/dev/fuse", {source: /dev/null, permissions: rw}]
+        init: true
+      b:
+        image: devcell/busybox:latest
+        privileged: true
+"""
+
+
+def test_the_cell_s_privileges_need_the_configuration_s_allowances(tmp_path: Path) -> None:
+    """cap_add, security_opt and devices become spec.security, refused (naming the compose
+    line and the allowance) until DevCell's configuration allows each; a sidecar takes
+    none."""
+    path = _project(tmp_path / "p", '{"dockerComposeFile": "c.yml", "service": "a", '
+                    '"runServices": []}', **{"c.yml": PRIVILEGED_COMPOSE})
+    compose = tmp_path / "p" / ".devcontainer" / "c.yml"
+    shown = _refused(path, tmp_path / "p", tmp_path / "state")
+    for line, field, allowance in [
+            (4, "cap_add[0]", "listing SYS_PTRACE in security.allowedCapabilities"),
+            (4, "cap_add[1]", "listing SYS_ADMIN in security.allowedCapabilities"),
+            (5, "security_opt[0]", "listing seccomp=unconfined in security.allowedSecurityOpts"),
+            (6, "devices[0]", "security.allowedDevices"),
+            (6, "devices[1]", "security.allowedDevices")]:
+        assert any(s.startswith(f"{compose}:{line}: services.a.{field}: ") and allowance in s
+                   for s in shown), (field, shown)
+    assert len(shown) == 5
+    state = tmp_path / "allowed"
+    state.mkdir(mode=0o700)
+    (state / "config.yaml").write_text(
+        "apiVersion: devcell.dev/v1alpha1\nkind: Config\nsecurity:\n"
+        "  allowedCapabilities: [SYS_PTRACE, SYS_ADMIN]\n"
+        "  allowedSecurityOpts: [seccomp=unconfined]\n  allowedDevices: [/dev/fuse, /dev/null]\n")
+    (state / "config.yaml").chmod(0o600)
+    spec = _convert(path, tmp_path / "p", state).manifest["spec"]
+    assert spec["security"] == {"capabilities": ["SYS_PTRACE", "SYS_ADMIN"],
+                                "securityOpt": ["seccomp=unconfined"],
+                                "devices": ["/dev/fuse", "/dev/null:/dev/null:rw"]}
+    path.write_text('{"dockerComposeFile": "c.yml", "service": "a"}')
+    shown = _refused(path, tmp_path / "p", state)
+    assert shown == [f"{compose}:10: services.b.privileged: privileged is refused: a sidecar "
+                     "runs with DevCell's default confinement (only the cell's own container "
+                     "takes spec.security)"]

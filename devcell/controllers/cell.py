@@ -309,9 +309,7 @@ class CellController:
             asked, asked_action = self._asked(ctx, cell, steps, desired)
             steps += asked
             action = action or asked_action
-            initialize = host_hooks.plan(cell, steps)
-            if initialize is not None:  # before everything a start does, its build included
-                steps.insert(0, initialize)
+            host_hooks.insert(cell, steps)  # before everything a start does, its build too
             install = dotfiles.plan(cell, steps) if desired == "Running" else None
             if install is not None:
                 steps.append(install)

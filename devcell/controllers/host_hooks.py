@@ -2,8 +2,9 @@
 step that does (backends/host/commands.py runs the commands).
 
 They run before each start of the cell, as devcontainer.json's initializeCommand runs before
-each `up`: a plan that starts the runtime (a create, a start, a wake, a restart) begins with
-the host-initialize step, ahead of its image's pull or build. A plan that starts nothing runs
+each `up`: a plan that starts the runtime (a create, a start, a wake, a restart) runs the
+host-initialize step ahead of its workspace, its image's pull or build and its start (after
+the repairs of what an interrupted operation left). A plan that starts nothing runs
 nothing on the host, so a re-apply of a running cell stays a no-op. The step checks the
 configuration again: an allowance taken back since the manifest was admitted stops it.
 """
@@ -25,13 +26,21 @@ _STARTS = (StepName.START, StepName.RESTORE_MACHINE)
 HOOK_TIMEOUT_S = 60
 
 
-def plan(cell: ObjectRecord, steps: list[Step]) -> Step | None:
-    """The host-initialize step, when `steps` start the cell and it has host commands."""
+_BEFORE = (StepName.DELETE_CHECKPOINT, StepName.RESUME, StepName.ADOPT_VOLUME)
+"""Steps that repair what an earlier operation left (a frozen cell, a superseded checkpoint)
+and stay ahead of the host commands: a failing command must not keep a cell frozen."""
+
+
+def insert(cell: ObjectRecord, steps: list[Step]) -> None:
+    """Put the host-initialize step into `steps` when they start the cell and it has host
+    commands: after the repairs, before everything the start does (the workspace's volume,
+    the image's pull or build, stopping the old runtime: a failure leaves it running)."""
     hooks = (cell.spec.get("hooks") or {}).get("hostInitialize")
     if not hooks or not any(step.name in _STARTS for step in steps):
-        return None
+        return
     folder = os.path.dirname(cell.source) if cell.source and cell.source != "-" else ""
-    return Step(StepName.HOST_INITIALIZE, {"cwd": folder})
+    at = next(i for i, step in enumerate(steps) if step.name not in _BEFORE)
+    steps.insert(at, Step(StepName.HOST_INITIALIZE, {"cwd": folder}))
 
 
 def run(ref: CellRef, step: Step, *, state_dir: Path) -> Outputs:

@@ -22,7 +22,8 @@ def test_runs_before_each_start_in_the_manifests_folder(cli: Cli, state_dir: Pat
     assert "cell hosted: running on the host (hooks.hostInitialize, in " \
         f"{project}): sh -c 'pwd > initialized'" in applied.stderr
     assert (project / "initialized").read_text() == f"{project}\n"
-    assert "host-initialize" in cli("get", "operations", "-o", "yaml").stdout
+    steps = cli("get", "operations", "-o", "yaml").stdout
+    assert steps.index("host-initialize") < steps.index("create-volume") < steps.index("start")
     (project / "initialized").unlink()
     again = cli("apply", "-f", str(project / "cell.yaml"))
     assert again.returncode == 0 and not (project / "initialized").exists()

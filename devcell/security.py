@@ -157,6 +157,11 @@ def feature_folder_problem(folder: str, manifest_dir: str, policy: SecurityPolic
     return None
 
 
+def publish_address_problem(address: str, policy: SecurityPolicy) -> str | None:
+    """Why a port may not be published on `address` under `policy` (None: it may)."""
+    return _address_problem(address, policy)
+
+
 def _address_problem(address: str, policy: SecurityPolicy) -> str | None:
     try:
         ip = ipaddress.ip_address(address)

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from devcell import failpoints, names
+from devcell import failpoints, names, security
 from devcell.backends import supervisor
 from devcell.backends.base import (
     Capabilities,
@@ -157,6 +157,22 @@ class VmBackend:
 
     def _meta(self, cell_id: str) -> dict[str, Any] | None:
         return vm_disks.read_json(self.layout.cell(cell_id) / MARKER)
+
+    def _allowed(self, config: MachineConfig) -> MachineConfig:
+        """`config`, its host forwards judged again against DevCell's configuration as it
+        is now: a machine saved while an address was allowed is not woken onto it after the
+        administrator took that allowance back."""
+        if not config.forwards:
+            return config
+        from devcell import config as devcell_config
+
+        policy = devcell_config.load(self.layout.state_dir).security
+        for forward in config.forwards:
+            problem = security.publish_address_problem(forward.host_ip, policy)
+            if problem:
+                raise BackendRefused(f"refusing to start machine {config.name}: port "
+                                     f"{forward.host_port}: {problem}")
+        return config
 
     def _config(self, cell_id: str, meta: dict[str, Any]) -> MachineConfig:
         """The machine its record describes; a damaged record (a field missing or of the
@@ -353,7 +369,7 @@ class VmBackend:
             # made before vm cells published them gets them at its next boot).
             meta = self._update(cell.id, network=bool(forwards), forwards=forwards)
         with self.disks.layers.making():  # no merge under a disk QEMU is opening
-            pid = self.driver.boot(self._config(cell.id, meta))
+            pid = self.driver.boot(self._allowed(self._config(cell.id, meta)))
         return {"started": True, "pid": pid, "accel": meta.get("accel"),
                 "driver": meta.get("driver"), "seconds": round(time.monotonic() - began, 3)}
 
@@ -366,7 +382,8 @@ class VmBackend:
                             identity_pending=True)
         config = self._config(cell.id, meta)
         with self.disks.layers.making():  # no merge under a disk QEMU is opening
-            pid = self.driver.restore(config, part / vm_memory.STATE, memory_in_file=in_file)
+            pid = self.driver.restore(self._allowed(config), part / vm_memory.STATE,
+                                      memory_in_file=in_file)
         self._saw_agent(cell.id, pid)  # its snapshot's guest was running: not booting
         meta = self._update(cell.id, resume_from=None)
         failpoints.hit("vm.fork.after-resume")
@@ -897,7 +914,7 @@ class VmBackend:
         began = time.monotonic()
         config = self._config(cell.id, meta)
         with self.disks.layers.making():  # no merge under a disk QEMU is opening
-            pid = self.driver.restore(config, directory / vm_disks.MEMORY,
+            pid = self.driver.restore(self._allowed(config), directory / vm_disks.MEMORY,
                                       memory_in_file=in_file)
         seconds = round(time.monotonic() - began, 3)
         self._saw_agent(cell.id, pid)  # its guest was running when saved: not booting

@@ -223,3 +223,26 @@ def test_a_host_port_another_program_holds_fails_the_start_with_the_reason(
     shown = cell.cli("get", "cell", "busy", "-o", "jsonpath={.status.phase}")
     assert shown.stdout == "Failed", shown.stderr
     assert cell.cli("delete", "cell", "busy", "--approve").returncode == 0
+
+
+def test_forwards_are_judged_again_against_the_configuration_at_each_boot(
+        tmp_path: Path) -> None:
+    """A machine saved while an address was allowed is not woken onto it once the
+    administrator took the allowance back: the record's forwards are judged at boot."""
+    from types import SimpleNamespace
+
+    from devcell.backends.vm.backend import VmBackend
+    from devcell.errors import BackendRefused
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    backend = SimpleNamespace(layout=SimpleNamespace(state_dir=state))
+    loopback = SimpleNamespace(name="m", forwards=(Forward("127.0.0.1", 18080, 80),))
+    assert VmBackend._allowed(backend, loopback) is loopback  # type: ignore[arg-type]
+    wide = SimpleNamespace(name="m", forwards=(Forward("0.0.0.0", 18080, 80),))
+    with pytest.raises(BackendRefused, match="allowedPublishAddresses"):
+        VmBackend._allowed(backend, wide)  # type: ignore[arg-type]
+    (state / "config.yaml").write_text("apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                       "security:\n  allowedPublishAddresses: ['0.0.0.0']\n")
+    os.chmod(state / "config.yaml", 0o600)
+    assert VmBackend._allowed(backend, wide) is wide  # type: ignore[arg-type]

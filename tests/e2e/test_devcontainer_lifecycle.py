@@ -84,8 +84,9 @@ def test_user_probe_attach_and_host_commands(cli: Cli, tmp_path: Path,
     assert cat("/tmp/created-with") == "from the profile\n"  # with the probed environment
     probed = cli("exec", "-e", "OWN=mine", "lifecycle", "--", "sh", "-c", 'echo "$PROBED/$OWN"')
     assert probed.stdout == "from the profile/mine\n", probed.stderr
-    other = cli("exec", "-u", "nobody", "lifecycle", "--", "sh", "-c", 'echo "[$PROBED]"')
-    assert other.stdout == "[]\n", other.stderr  # another user's probe is not sourced
+    for other_user in ("nobody", "root"):  # another user's probe is not sourced
+        other = cli("exec", "-u", other_user, "lifecycle", "--", "sh", "-c", 'echo "[$PROBED]"')
+        assert other.stdout == "[]\n", other.stderr
 
     attached = _exec_on_a_terminal(engine_state, "lifecycle", "--", "true")
     assert attached.returncode == 0, attached.stderr

@@ -71,8 +71,6 @@ def fork(state_dir: Path, cell: str, *, snapshot: str, name: str,
             raise ManifestError([Problem(
                 CLI, f'snapshot "{snap.name}" was taken of cell "{snap.spec["cell"]}", '
                      f'not of "{source.name}"', kind="Cell", name=name, field="--snapshot")])
-        if count is not None:
-            _check_new(db, names_made)
         import copy  # a fork's only: `snapshot create` does without
 
         manifests = []
@@ -84,7 +82,10 @@ def fork(state_dir: Path, cell: str, *, snapshot: str, name: str,
             spec.setdefault("workspace", {})["from"] = {"snapshot": snap.name}
             spec["workspace"].pop("source", None)  # a fork keeps its snapshot's files
             manifests.append(_manifest("Cell", fork_name, spec, labels=dict(source.labels)))
-        result = admission.apply_objects(db, manifests)
+        with db.write():  # the names checked free and recorded in one transaction: two
+            if count is not None:  # counted forks at once cannot both take a name
+                _check_new(db, names_made)
+            result = admission.apply_objects(db, manifests)
         return _finish(db, result, options, hooks)
     finally:
         db.close()

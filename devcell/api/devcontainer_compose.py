@@ -308,8 +308,13 @@ class _Mapper:
         mode = self.text(node)
         if node is None or mode is None or mode in ("bridge", "default", "none", ""):
             return
-        if mode.startswith("service:"):
-            return  # every container of the cell shares one network namespace already
+        if mode.startswith("service:"):  # every container of the cell shares one already
+            assert self.c is not None
+            other = mode.removeprefix("service:")
+            if other not in (self.c.top["services"].value or {}):
+                self.refuse(node.where, f"network_mode: {names.printable(mode)} names no "
+                            "service of the compose files")
+            return
         if mode == "host":
             self.refuse(node.where, "network_mode: host is refused: the host's network is "
                         "not shared unless an administrator allows it "

@@ -582,3 +582,12 @@ def test_the_cell_s_privileges_need_the_configuration_s_allowances(tmp_path: Pat
     assert shown == [f"{compose}:10: services.b.privileged: privileged is refused: a sidecar "
                      "runs with DevCell's default confinement (only the cell's own container "
                      "takes spec.security)"]
+
+
+def test_network_mode_of_a_service_that_is_not_there_is_refused(tmp_path: Path) -> None:
+    path = _project(tmp_path / "p", '{"dockerComposeFile": "c.yml", "service": "a"}', **{
+        "c.yml": "services:\n  a:\n    image: devcell/busybox:latest\n"
+                 "    network_mode: service:gone\n"})
+    shown = _refused(path, tmp_path / "p", tmp_path / "state")
+    assert len(shown) == 1 and ":4: services.a.network_mode: network_mode: service:gone names " \
+        "no service of the compose files" in shown[0], shown

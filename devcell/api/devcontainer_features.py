@@ -16,12 +16,33 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from devcell.manifests import feature_refs
 
-if TYPE_CHECKING:
-    from devcell.api.devcontainer import _Converter
+
+class _Reader(Protocol):
+    path: Path
+
+    def refuse(self, message: str, *keys: str | int, shown: str | None = None) -> None: ...
+
+
+class _Converter(Protocol):
+    """What this module uses of devcontainer.py's converter (a Protocol: the converter calls
+    this module, so this module cannot import it back)."""
+
+    @property
+    def r(self) -> _Reader: ...
+
+    data: dict[str, Any]
+    spec: dict[str, Any]
+    notes: list[str]
+    origins: dict[str, tuple[str | int, ...]]
+    out_dir: Path
+
+    def note(self, key: str, why: str) -> None: ...
+
+    def _filled(self, value: str, *keys: str | int, shown: str | None = None) -> str | None: ...
 
 DEVCONTAINERS = "ghcr.io/devcontainers/features"
 HANDLED = {"features", "overrideFeatureInstallOrder"}

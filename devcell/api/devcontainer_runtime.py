@@ -4,7 +4,7 @@
   are written for one (`pip install -r requirements.txt`, `npm install`, `apt-get`, a git
   clone): whether a given script needs it cannot be told from its text, so the rule is plain
   and said on stderr: a cell with any lifecycle command (onCreate, updateContent,
-  postCreate, postStart) gets DevCell's bridge network; one without keeps DevCell's default,
+  postCreate, postStart, postAttach) gets DevCell's bridge network; one without keeps DevCell's default,
   no network, and the import says how to give it one. `runArgs --network none` keeps none.
 - `hostRequirements` (the smallest machine the project needs) as `spec.resources`: DevCell
   has only limits, so the cpus and memory asked become the cell's limits, lowered to what
@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 NETWORK_HOOKS = ("onCreateCommand", "updateContentCommand", "postCreateCommand",
-                 "postStartCommand")
+                 "postStartCommand", "postAttachCommand")
 _SUDO = re.compile(r"(^|[;&|(`\n])\s*sudo(\s|$)")
 """sudo where a command starts (not `echo sudo`)."""
 _MEMORY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(tb|gb|mb|kb|b)?\s*", re.IGNORECASE)
@@ -129,7 +129,7 @@ def sudo(data: dict[str, Any], runs_as: str | None) -> list[str]:
     """A warning for each lifecycle command using sudo (`runs_as` names who the hooks run
     as; None: root). Not root: it cannot work. Root: it is not needed, and may still fail."""
     notes = []
-    for key in (*NETWORK_HOOKS, "postAttachCommand"):
+    for key in NETWORK_HOOKS:
         if not _SUDO.search(_text(data.get(key))):
             continue
         if runs_as is not None:

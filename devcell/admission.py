@@ -217,11 +217,15 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
             problem = archive_unpack.header_problem(os.path.realpath(archive.path))
             if problem:
                 problems.append(located(m, ("workspace", "source", "archive", "path"), problem))
+        # A verb's copy of a recorded cell (a fork) has no manifest tree to judge a context
+        # against: its builds were admitted with the cell it was copied from.
         builds: list[tuple[tuple[str | int, ...], dict[str, Any]]] = [
             ((), m.spec["build"])] if m.spec.get("build") is not None else []
+        if m.source == desired.IMPERATIVE:
+            builds = []
         builds += [(("sidecars", i), sidecar["build"])
                    for i, sidecar in enumerate(m.spec.get("sidecars") or [])
-                   if sidecar.get("build") is not None]
+                   if sidecar.get("build") is not None and m.source != desired.IMPERATIVE]
         home = os.path.dirname(m.source) if m.source != "-" else os.getcwd()
         problems += [located(m, path, message) for path, message
                      in _feature_problems(m.spec, home, policy, Path(state_dir))]

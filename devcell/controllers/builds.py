@@ -21,6 +21,8 @@ from devcell import config, security
 from devcell.backends.base import Backend, Building, CellRef
 from devcell.errors import CapabilityMissing, ImageBuildFailed
 
+IMPERATIVE = "cli"
+"""store.desired.IMPERATIVE: the source of what a verb recorded (`cell fork`)."""
 STATUS_KEY = "build"
 """status.build: {"image": the tag the cell's runtime was made from}."""
 
@@ -68,9 +70,10 @@ def wanted(backend: Backend, ref: CellRef, *, source: str | None, state_dir: Pat
     """The image `ref.spec`'s build and features name now. Where a build context or a local
     feature folder leads is checked first (the manifest can stay unchanged while its context
     becomes a link out of its tree, and no digest then reads that directory): ImageBuildFailed
-    names the problem."""
+    names the problem. A cell a verb recorded (a fork: source IMPERATIVE) has no tree of its
+    own: its contexts were judged with the cell it was copied from."""
     spec = ref.spec
-    home = os.path.dirname(source) if source and source != "-" else None
+    home = os.path.dirname(source) if source and source not in ("-", IMPERATIVE) else None
     policy = config.load(state_dir).security
     if spec.get("build") is not None and home is not None:
         for _, message in security.build_context_problems(spec["build"], home, policy,

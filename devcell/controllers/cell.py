@@ -172,6 +172,16 @@ class CellController:
             build_tag = built.tag
             spec = with_image(cell.spec, build_tag, built.runtime)
             ref = dataclasses.replace(ref, spec=spec)
+        sidecar_tags: dict[str, str] = {}
+        if holds.desired_state(cell) != "Sleeping":
+            for sidecar in built_sidecars(cell.spec):
+                sidecar_build = self._judge_build(ctx, cell, backend, sidecar_ref(ref, sidecar))
+                if isinstance(sidecar_build, Blocked):
+                    return sidecar_build
+                sidecar_tags[str(sidecar["name"])] = sidecar_build.tag
+            if sidecar_tags:
+                spec = with_sidecar_images(spec, sidecar_tags)
+                ref = dataclasses.replace(ref, spec=spec)
         source = cell.spec.get("workspace", {}).get("from")
         if adoptable:
             # Created by an operation that died before recording it: adopt, don't duplicate.
@@ -269,6 +279,11 @@ class CellController:
                 # Before the old runtime goes: a failed build leaves it running.
                 assert wanted_build is not None
                 steps.append(Step(S.BUILD_IMAGE, wanted_build.step_args()))
+            for sidecar in built_sidecars(cell.spec) if creating else []:
+                tag = sidecar_tags[str(sidecar["name"])]
+                if not _building(backend).image_exists(tag):
+                    steps.append(Step(S.BUILD_IMAGE, {"tag": tag, "sidecar": sidecar["name"],
+                                                      "build": sidecar["build"]}))
             keep = stale and caps.keeps_rootfs and isinstance(backend, KeepsRootfs)
             if stale:
                 if observed.running:
@@ -283,6 +298,8 @@ class CellController:
                                           **({"rootfs": True} if keep else {})}
                 if wanted_build is not None:  # kept for a resumed plan (rebuild_plan())
                     create.update(_built_args(wanted_build))
+                if sidecar_tags:
+                    create["sidecarImages"] = sidecar_tags  # the same
                 steps.append(Step(S.CREATE, create))
             running_after = observed.running and not stale
             resume_failed = saved.get("restoreFailed")  # api/wake.py: boot cold instead
@@ -383,6 +400,9 @@ class CellController:
                 and isinstance(backend, Building):
             # After its runtime: the engine refuses to remove an image a container uses.
             steps.append(Step(S.DELETE_IMAGES))
+        if backend is not None and isinstance(backend, Building):
+            steps += [Step(S.DELETE_IMAGES, {"sidecar": sidecar["name"]})
+                      for sidecar in built_sidecars(cell.spec)]
         # With no volume recorded, whatever the backend holds for the cell: a volume made by
         # an operation that died before recording it is the cell's workspace too (as decide
         # adopts it; with one recorded, the next create adopts instead of making another).
@@ -775,7 +795,11 @@ class CellController:
         volume = volumes.for_cell(ctx.db.conn, cell.id)
         volume_id = volume.id if volume else next(
             (s.args["volume_id"] for s in steps if "volume_id" in s.args), None)
-        ref = CellRef(cell.id, cell.name, cell.spec, volume_id)
+        spec = cell.spec
+        made = next((s.args for s in steps if s.name == S.CREATE), {})
+        if made.get("sidecarImages"):  # the built sidecars' images, as decide named them
+            spec = with_sidecar_images(spec, dict(made["sidecarImages"]))
+        ref = CellRef(cell.id, cell.name, spec, volume_id)
         return Plan(cell, data["action"], steps, data["backend"], CellWork(ref))
 
     def finish(self, conn: sqlite3.Connection, plan: Plan, *, error: str | None,
@@ -947,14 +971,51 @@ def _built_args(wanted: builds.Wanted) -> dict[str, Any]:
     return {"image": wanted.tag, **({"runtime": wanted.runtime} if wanted.runtime else {})}
 
 
+def built_sidecars(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sidecars whose image DevCell builds (spec.sidecars[].build)."""
+    return [s for s in spec.get("sidecars") or [] if s.get("build") is not None]
+
+
+def sidecar_ref(ref: CellRef, sidecar: dict[str, Any] | str) -> CellRef:
+    """What a sidecar's build is judged, built and removed as: named CELL.SIDECAR (its own
+    tags devcell-build/<state>/CELL.SIDECAR:<digest>, which a build of the cell never
+    removes: no cell name holds a dot), with the sidecar's build as spec.build."""
+    name = sidecar if isinstance(sidecar, str) else str(sidecar["name"])
+    spec = {} if isinstance(sidecar, str) else {"build": sidecar["build"]}
+    return dataclasses.replace(ref, name=f"{ref.name}.{name}", spec=spec)
+
+
+def with_sidecar_images(spec: dict[str, Any], tags: dict[str, str]) -> dict[str, Any]:
+    """The spec a runtime is made from when sidecars are built: each built sidecar's tag as
+    its image (so the runtime hash changes exactly when a build's digest does)."""
+    return {**spec, "sidecars": [
+        {**{k: v for k, v in s.items() if k != "build"}, "image": tags[str(s["name"])]}
+        if str(s.get("name")) in tags else s for s in spec.get("sidecars") or []]}
+
+
 def _building(backend: Backend) -> Building:
     return builds.building(backend)
+
+
+def _build_image(b: Backend, ref: CellRef, step: Step) -> Outputs:
+    sidecar = step.args.get("sidecar")
+    return builds.build_image(b, ref if sidecar is None else sidecar_ref(ref, str(sidecar)),
+                              step.args)
+
+
+def _delete_images(b: Backend, ref: CellRef, step: Step) -> Outputs:
+    sidecar = step.args.get("sidecar")
+    return builds.delete_images(
+        b, ref if sidecar is None else sidecar_ref(ref, str(sidecar)))
 
 
 def _create(b: Backend, ref: CellRef, step: Step) -> Outputs:
     image = step.args.get("image")
     if image is not None:
         ref = dataclasses.replace(ref, spec=with_image(ref.spec, image, step.args.get("runtime")))
+    if step.args.get("sidecarImages"):
+        ref = dataclasses.replace(ref, spec=with_sidecar_images(
+            ref.spec, dict(step.args["sidecarImages"])))
     if step.args.get("rootfs"):
         return _keeping(b).create_from_kept(ref, step.args["runtime_hash"])
     return b.create(ref, step.args["runtime_hash"])
@@ -1007,8 +1068,8 @@ _STEPS: dict[StepName, StepHandler] = {
     S.DELETE_VOLUME: lambda b, ref, step: b.delete_volume(step.args["volume_id"]),
     S.DELETE_CHECKPOINT: lambda b, ref, step: b.delete_checkpoint(step.args["checkpoint_id"]),
     S.PULL_IMAGE: lambda b, ref, step: _pulling(b).pull_image(ref, step.args["image"]),
-    S.DELETE_IMAGES: lambda b, ref, step: builds.delete_images(b, ref),
-    S.BUILD_IMAGE: lambda b, ref, step: builds.build_image(b, ref, step.args),
+    S.DELETE_IMAGES: _delete_images,
+    S.BUILD_IMAGE: _build_image,
     S.CREATE: _create,
     S.START: lambda b, ref, step: b.start(ref),
     S.RERUN_HOOKS: lambda b, ref, step: _supervising(b).rerun_hooks(ref),

@@ -435,6 +435,25 @@ def test_mounts_are_part_of_the_runtime_hash_only_when_present() -> None:
     assert len({runtime_hash(base, key), runtime_hash(rw, key), runtime_hash(ro, key)}) == 3
 
 
+def test_sidecars_and_volumes_are_part_of_the_runtime_hash_only_when_present() -> None:
+    from devcell.controllers.cell import sidecar_ref, with_sidecar_images
+
+    base = {"image": "i", "services": [], "network": {"mode": "none"}}
+    key = b"k" * 32
+    assert runtime_hash(base, key) == runtime_hash({**base, "sidecars": [], "volumes": []}, key)
+    db = {**base, "sidecars": [{"name": "db", "image": "postgres:16"}]}
+    cached = {**base, "volumes": [{"name": "cache", "mountPath": "/c"}]}
+    assert len({runtime_hash(base, key), runtime_hash(db, key), runtime_hash(cached, key)}) == 3
+    # A built sidecar runs its build's tag: a new digest is a new runtime.
+    built = {**base, "sidecars": [{"name": "db", "build": {"context": "/src/db"}}]}
+    one = with_sidecar_images(built, {"db": "devcell-build/o/api.db:1"})
+    assert one["sidecars"] == [{"name": "db", "image": "devcell-build/o/api.db:1"}]
+    assert runtime_hash(one, key) != runtime_hash(
+        with_sidecar_images(built, {"db": "devcell-build/o/api.db:2"}), key)
+    ref = sidecar_ref(CellRef("cell_1", "api", built, "vol_1"), built["sidecars"][0])
+    assert (ref.name, ref.spec, ref.id) == ("api.db", {"build": {"context": "/src/db"}},
+                                            "cell_1")
+
 
 def test_host_and_attach_hooks_recreate_nothing_and_the_env_probe_does() -> None:
     base = {"image": "i", "services": [], "hooks": {"postStart": [["true"]]}}

@@ -97,6 +97,8 @@ POST_CREATE_RAN = "post-create.ran"
 succeeded in the current runtime, as JSON. A container made from that runtime's kept root
 filesystem has run them already when they are unchanged, so it does not run them again."""
 _CELL_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_BUILD_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?")
+"""What a build is named after: a cell, or CELL.SIDECAR for a sidecar's build."""
 WATCHED_EVENTS = ("die", "oom", "kill", "stop", "pause", "unpause", "destroy", "start")
 """Engine events that change what DevCell observes of a cell's container."""
 
@@ -1515,7 +1517,7 @@ class ContainerBackend:
     def build_tag(self, cell: CellRef, build: dict[str, Any]) -> str:
         from devcell.backends.container import build_digest_cache
 
-        if not _CELL_NAME.fullmatch(cell.name):
+        if not _BUILD_NAME.fullmatch(cell.name):
             raise BackendRefused(f"refusing cell name {cell.name!r}: not a DNS-1123 label")
         from devcell.backends.container import build_tags
 

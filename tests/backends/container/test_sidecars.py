@@ -1,8 +1,9 @@
 """A cell with a sidecar and a named volume, on the real engine through the CLI (issue 29).
 
-One cell is shared by the module (its apply costs ~3 s): an app service and a busybox
-"database" sidecar that serves a counter on 127.0.0.1:8080 and appends a row to its data
-volume every 0.1 s, beside a named cache volume. The tests run in order on it: both run in
+One cell is shared by the module (its apply, a build included, costs ~5 s): an app service
+and a "database" sidecar built FROM the base image, whose own command serves a counter on
+127.0.0.1:8080 and appends a row to its data volume every 0.1 s, beside a named cache
+volume. The tests run in order on it: both run in
 one network namespace, a snapshot taken while both write holds the sidecar's data (its
 preCheckpoint hook ran, its postCheckpoint not yet) and a fork's sidecar starts with it, a
 sidecar killed behind DevCell's back makes the cell not Ready until `cell restart`, sleep
@@ -44,8 +45,7 @@ MANIFEST = textwrap.dedent(f"""\
         - {{name: cache, mountPath: /root/.cache}}
       sidecars:
         - name: db
-          image: {IMAGE}
-          command: [sh, -c, "{SIDECAR}"]
+          build: {{context: db}}
           volume: {{mountPath: /data}}
           hooks:
             preCheckpoint: [[sh, -c, "echo pre >> /data/hooks"]]
@@ -94,6 +94,9 @@ def _engine(state: Path, what: str) -> list[dict[str, Any]]:
         if what == "containers":
             found: list[dict[str, Any]] = client.api.containers(
                 all=True, filters={"label": [label]})
+        elif what == "images":
+            found = [i for i in client.api.images(filters={"label": label})
+                     if any(t.startswith("devcell-build/") for t in i.get("RepoTags") or [])]
         else:
             found = (client.api.volumes(filters={"label": label}) or {}).get("Volumes") or []
         return found
@@ -106,6 +109,9 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
     require_engine()
     root = tmp_path_factory.mktemp("sidecars")
     (root / "app.yaml").write_text(MANIFEST)
+    (root / "db").mkdir()
+    (root / "db" / "Dockerfile").write_text(
+        f"FROM {IMAGE}\nCMD {json.dumps(['sh', '-c', SIDECAR])}\n")
     run = Shared(root / "state")
     try:
         run.ok("apply", "-f", str(root / "app.yaml"))
@@ -126,6 +132,8 @@ def test_the_cell_reaches_its_sidecar_on_loopback_and_both_are_labelled_devcells
     assert labels["dev.devcell.sidecar-of"] == own["Labels"]["dev.devcell.cell-id"]
     assert labels["dev.devcell.cell-id"] == ""  # never taken for the cell's own container
     assert sidecar["HostConfig"]["NetworkMode"] == f"container:{own['Id']}"
+    assert sidecar["Image"].startswith("devcell-build/") and ".app.db:" not in sidecar["Image"]
+    assert "/app.db:" in sidecar["Image"]  # its own tags: the cell's builds never remove them
     (cache,) = _engine(shared.state, "volumes")
     assert cache["Labels"]["dev.devcell.cell-volume"] == "cache"
     wide = shared.ok("get", "cells", "app", "-o", "wide")
@@ -199,4 +207,5 @@ def test_delete_removes_every_container_and_volume_labelled_for_the_cells(
     shared.ok("delete", "cell", "app", "app2", "--approve")
     assert _engine(shared.state, "containers") == []
     assert _engine(shared.state, "volumes") == []
+    assert _engine(shared.state, "images") == []  # the sidecar's build too
     assert list((shared.state / "volumes").glob("vol*")) == []

@@ -3,11 +3,12 @@
 A large share of teams describe their environment in `.devcontainer/devcontainer.json` (VS
 Code, Codespaces, DevPod and Coder read it). This converts what has an equivalent (the image
 or its Dockerfile build, the environment, forwarded ports published on loopback, the
-create/start commands as hooks, bind mounts, the workspace path), refuses what would break
-DevCell's security defaults (privileged, added capabilities, the host's network or
-namespaces, devices, mounts passed around the mount rules), carries Dev Container Features
-as spec.features (devcontainer_features), and names every other field it leaves out, so
-nothing is dropped silently. devcontainer.json is JSONC (comments, trailing commas): it is read with json5, a
+create/start commands as hooks, bind mounts, the workspace path, the privileges asked for as
+spec.security: devcontainer_run_args), refuses what would break DevCell's security defaults
+beyond what its configuration allows (privileges, the host's network, the host's namespaces,
+mounts passed around the mount rules), carries Dev Container Features as spec.features
+(devcontainer_features), and names every other field it leaves out, so nothing is dropped
+silently. devcontainer.json is JSONC (comments, trailing commas): it is read with json5, a
 maintained reader of JSON5, which JSONC is a subset of.
 
 The manifest is checked as `apply` would check it before it is handed back, so what this
@@ -30,6 +31,7 @@ from devcell.api import (
     devcontainer_command,
     devcontainer_features,
     devcontainer_lifecycle,
+    devcontainer_run_args,
     devcontainer_runtime,
     devcontainer_source,
     devcontainer_vars,
@@ -45,7 +47,6 @@ MAX_BYTES = 1 << 20
 NO_EQUIVALENT = {
     "updateRemoteUserUID": "no user is remapped",
     "shutdownAction": "a cell stops when its spec.state says so",
-    "init": "DevCell's supervisor is the cell's init",
     "portsAttributes": "ports are published on 127.0.0.1 without labels or actions",
     "otherPortsAttributes": "ports are published on 127.0.0.1 without labels or actions",
     "waitFor": "hooks always finish before the cell is Ready",
@@ -55,10 +56,6 @@ NO_EQUIVALENT = {
     "secrets": "declare secret values as spec.env entries with secret: true",
 }
 _DENIED_RUN_ARGS = {
-    "--privileged": "a privileged container can take the host",
-    "--cap-add": "added capabilities break the cell's isolation",
-    "--security-opt": "it loosens the cell's seccomp/AppArmor confinement",
-    "--device": "host devices are not given to cells",
     "--pid": "the host's process namespace is not shared",
     "--ipc": "the host's IPC namespace is not shared",
     "--uts": "the host's UTS namespace is not shared",
@@ -71,8 +68,10 @@ _DENIED_RUN_ARGS = {
                "mounts)",
     "--volumes-from": "another container's volumes are not shared",
     "--add-host": "cells resolve no extra host names",
-    "--device-cgroup-rule": "host devices are not given to cells",
-    "--gpus": "host devices are not given to cells",
+    "--device-cgroup-rule": "host devices are given one by one (--device, spec.security."
+                            "devices, where security.allowedDevices allows them)",
+    "--gpus": "host devices are given one by one (--device, spec.security.devices, where "
+              "security.allowedDevices allows them)",
 }
 _VALUED_RUN_ARGS = frozenset("""
     --add-host --annotation -a --attach --blkio-weight --blkio-weight-device --cap-add
@@ -318,19 +317,19 @@ class _Converter:
                    "workspaceFolder", "workspaceMount", "runArgs", "features",
                    "overrideFeatureInstallOrder", "privileged", "capAdd", "securityOpt",
                    "dockerComposeFile", "hostRequirements", "overrideCommand"
-                   } | devcontainer_lifecycle.HANDLED
+                   } | devcontainer_lifecycle.HANDLED | devcontainer_run_args.HANDLED
         if "dockerComposeFile" in self.data:
             handled |= {"service", "runServices"}
         self._workspace()
         self._image()
         devcontainer_features.convert(self)
-        self._refused_top_level()
         self._env()
         self._ports()
         self._hooks()
         devcontainer_lifecycle.convert(self, _command)
         self._mounts()
         self._run_args()
+        devcontainer_run_args.top_level(self)
         for key in self.data:
             if key not in handled:
                 self.note(key, NO_EQUIVALENT.get(key, "no equivalent in DevCell"))
@@ -362,13 +361,17 @@ class _Converter:
                     self.located[f"spec.env[{i}]"] = origin
                 else:
                     self.origins[f"spec.env[{i}]"] = origin
-        if self.ports:
+        if self.ports and (spec.get("network") or {}).get("mode") == "host":
+            self.note("forwardPorts", "the cell uses the host's network (runArgs "
+                      "--network=host): its ports are the host's own")
+        elif self.ports:
             spec["network"] = {"mode": "bridge", "ports": self.ports}
         elif self.sidecar_ports:  # a sidecar's ports are published through the cell's network
             spec["network"] = {"mode": "bridge"}
         said = [*self.said, chosen.said, devcontainer_runtime.network(self.data, spec)]
-        self.notes.extend(devcontainer_runtime.sudo(self.data, spec.get("user")
-                                                    or chosen.runs_as))
+        self.notes.extend(devcontainer_runtime.sudo(
+            self.data, spec.get("user") or chosen.runs_as,
+            lifted=devcontainer_run_args.lifts_no_new_privileges(spec)))
         self.notes.extend(devcontainer_runtime.host_requirements(self.data, spec,
                                                                  self.origins))
         if not any(s.get("name") == "main" for s in spec.get("services", [])):  # compose's
@@ -595,15 +598,6 @@ class _Converter:
         self.spec["build"] = spec
         self.origins["spec.build"] = (key,)
 
-    def _refused_top_level(self) -> None:
-        if self.data.get("privileged") is True:
-            self.r.refuse("privileged containers break DevCell's isolation and are never "
-                          "run", "privileged")
-        if self.data.get("capAdd"):
-            self.r.refuse("added capabilities break the cell's isolation", "capAdd")
-        if self.data.get("securityOpt"):
-            self.r.refuse("security options loosen the cell's confinement", "securityOpt")
-
     def _env(self) -> None:
         for key in ("containerEnv", "remoteEnv"):
             values = self.data.get(key)
@@ -788,20 +782,11 @@ class _Converter:
 
     def _run_arg(self, flag: str, value: str, index: int) -> None:
         shown = shlex.join([flag, value] if value else [flag])
+        if devcontainer_run_args.run_arg(self, flag, value, index, shown):
+            return
         if flag in _DENIED_RUN_ARGS:
             self.r.refuse(f"{shown} is refused: {_DENIED_RUN_ARGS[flag]}", "runArgs", index,
                           shown="runArgs")
-        elif flag in ("--network", "--net"):
-            if value == "none":
-                return
-            if value == "host":
-                self.r.refuse(f"{shown} is refused: the host's network is not shared unless "
-                              "an administrator allows it (security.allowHostNetwork); then "
-                              "write spec.network.mode: host", "runArgs", index,
-                              shown="runArgs")
-            else:
-                self.note(f"runArgs {shown}", "cells use no network, or their own bridge when "
-                          "ports are forwarded")
         elif flag in ("-m", "--memory"):
             memory = re.fullmatch(r"(\d+)([bkmg]?)", value.lower())
             unit = {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}
@@ -824,7 +809,7 @@ class _Converter:
                 self.env_origin[var] = ("runArgs", index)
             else:
                 self.note(f"runArgs {shown}", "not NAME=value")
-        elif flag in ("--init", "--rm", "-it", "-i", "-t", "--interactive", "--tty"):
+        elif flag in ("--rm", "-it", "-i", "-t", "--interactive", "--tty"):
             self.note(f"runArgs {shown}", "DevCell's supervisor runs the cell")
         else:
             self.note(f"runArgs {shown}", "no equivalent in DevCell")

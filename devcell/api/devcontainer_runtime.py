@@ -125,18 +125,27 @@ def _machine_memory() -> int | None:
         return None
 
 
-def sudo(data: dict[str, Any], runs_as: str | None) -> list[str]:
+def sudo(data: dict[str, Any], runs_as: str | None, *, lifted: bool = False) -> list[str]:
     """A warning for each lifecycle command using sudo (`runs_as` names who the hooks run
-    as; None: root). Not root: it cannot work. Root: it is not needed, and may still fail."""
+    as; None: root). Not root: it cannot work, unless the cell lifts no-new-privileges
+    (`lifted`: spec.security.securityOpt no-new-privileges=false, which admission allows only
+    where the configuration does). Root: it is not needed, and may still fail."""
     notes = []
     for key in NETWORK_HOOKS:
         if not _SUDO.search(_text(data.get(key))):
             continue
-        if runs_as is not None:
+        if runs_as is not None and lifted:
+            notes.append(f"{key}: uses sudo: the hooks run as {runs_as}, and the cell lifts "
+                         "no-new-privileges (securityOpt no-new-privileges=false), so it works "
+                         "if the image gives that user sudo rights; a sudo built with audit "
+                         "support may also need the capability AUDIT_WRITE")
+        elif runs_as is not None:
             notes.append(f"{key}: uses sudo, which cannot work here: the hooks run as "
                          f"{runs_as}, and a cell runs with no-new-privileges (a setuid sudo "
                          "gains nothing) and most capabilities dropped; do the privileged "
-                         "part in a Dockerfile RUN step (build)")
+                         "part in a Dockerfile RUN step (build), or ask for runArgs "
+                         "--security-opt no-new-privileges=false where DevCell's "
+                         "configuration allows it (security.allowedSecurityOpts)")
         else:
             notes.append(f"{key}: uses sudo; the hooks run as root, so it is not needed, and "
                          "a cell lacks the audit capability (AUDIT_WRITE) a sudo built with "

@@ -134,7 +134,7 @@ def test_a_dockerfile_based_sample(tmp_path: Path) -> None:
     assert spec["volumes"] == [{"name": "cache", "mountPath": "/cache"}]
     assert "mounts[1]: the engine's volume cache is shared by every container naming it; " \
         "the cell gets its own, cache" in notes
-    assert "runArgs --init: not converted" in notes
+    assert spec["security"] == {"init": True}  # what every cell has: no allowance needed
     assert "workspaceFolder: not converted (the workspace is at /src" in notes
     devcontainer.check(devcontainer.render(result, path), root / "cell.yaml", tmp_path / "state")
 
@@ -187,14 +187,15 @@ def test_what_breaks_the_security_defaults_is_refused_with_file_line_and_field(
     shown = [str(p) for p in refused.value.problems]
     expect = [
         (3, "features.http://example.com/node.tgz", "a tarball URL must be https"),
-        (4, "privileged", "privileged containers"),
-        (5, "capAdd", "added capabilities"),
+        (4, "privileged", "security.allowPrivileged: true in DevCell's configuration"),
+        (5, "capAdd[0]", "listing SYS_PTRACE in security.allowedCapabilities"),
         (6, "runArgs", "--privileged is refused"),
-        (6, "runArgs", "--cap-add NET_ADMIN is refused"),
-        (6, "runArgs", "--network host is refused"),
+        (6, "runArgs", "--cap-add NET_ADMIN is refused: capability NET_ADMIN is not allowed"),
+        (6, "runArgs", "--network host is refused: the host's network is not shared unless an "
+                       "administrator allows it with security.allowHostNetwork: true"),
         (7, "runArgs", "--pid host is refused"),
         (7, "runArgs", "-v /:/host is refused"),
-        (7, "runArgs", "--device /dev/kvm is refused"),
+        (7, "runArgs", "--device /dev/kvm is refused: host device /dev/kvm is not allowed"),
         (8, "mounts[0]", "target /etc would hide or overwrite /etc"),
         (9, "workspaceFolder", "the workspace path /proc/work would hide"),
     ]

@@ -43,7 +43,7 @@ def test_a_field_is_located_by_its_token_never_by_a_comment_or_string_mentioning
     assert ":9: runArgs: --privileged is refused" in shown[-1] or any(
         s.startswith(":9: runArgs: --privileged is refused") for s in shown), shown
     assert any(s.startswith(":10: privileged: ") for s in shown), shown
-    assert any(s.startswith(":11: capAdd: ") for s in shown), shown
+    assert any(s.startswith(":11: capAdd[0]: ") for s in shown), shown
 
 
 def test_positions_follow_jsonc_tokens() -> None:

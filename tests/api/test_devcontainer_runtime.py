@@ -71,7 +71,9 @@ def test_sudo_is_warned_about_as_root_or_not(tmp_path: Path) -> None:
                                       "onCreateCommand": "pseudo x; echo sudo"}, "node") == [
         "postStartCommand: uses sudo, which cannot work here: the hooks run as node, and a "
         "cell runs with no-new-privileges (a setuid sudo gains nothing) and most capabilities "
-        "dropped; do the privileged part in a Dockerfile RUN step (build)"]
+        "dropped; do the privileged part in a Dockerfile RUN step (build), or ask for runArgs "
+        "--security-opt no-new-privileges=false where DevCell's configuration allows it "
+        "(security.allowedSecurityOpts)"]
 
 
 def test_a_refused_file_shows_every_warning_too(cli: Cli, tmp_path: Path) -> None:
@@ -81,7 +83,8 @@ def test_a_refused_file_shows_every_warning_too(cli: Cli, tmp_path: Path) -> Non
     done = cli("import", "devcontainer", str(tmp_path / "proj"))
     assert done.returncode != 0 and done.stdout == ""
     assert "portsAttributes: not converted" in done.stderr
-    assert "privileged: privileged containers" in done.stderr
+    assert "privileged: a privileged container" in done.stderr
+    assert "security.allowPrivileged" in done.stderr
     assert "containerEnv.A: ${localEnv:DEVCELL_TEST_UNSET} is not set" in done.stderr
     assert "Traceback" not in done.stderr
 

@@ -204,6 +204,10 @@ def security_problems(manifests: list[Manifest], state_dir: Any,
             problems.append(located(m, ("hooks", "hostInitialize"), (
                 "host commands run in the folder of the manifest's file, and this one was "
                 "read from standard input; apply it from a file")))
+        elif (m.spec.get("hooks") or {}).get("hostInitialize"):
+            written = security.host_command_problem(m.spec, os.path.dirname(m.source))
+            if written:
+                problems.append(located(m, ("hooks", "hostInitialize"), written))
         if not backends.capabilities(m.spec["backend"]).service_state:
             for i, service in enumerate(m.spec.get("services") or []):
                 if service.get("ready"):

@@ -337,7 +337,9 @@ class _Converter:
             raise ManifestError(self.r.problems)
         spec = self.spec
         spec["workspace"] = {"mountPath": self.mount_path}
-        chosen = devcontainer_source.choose(self.root, self.policy, self.state_dir)
+        chosen = devcontainer_source.choose(
+            self.root, self.policy, self.state_dir,
+            live=not devcontainer_lifecycle.runs_on_host_in(self, self.root))
         if chosen.git is not None:
             spec["workspace"]["source"] = {"git": chosen.git}
         elif chosen.source is not None:

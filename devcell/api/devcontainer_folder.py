@@ -34,8 +34,11 @@ class Folder:
     runs_as: str | None
 
 
-def choose(root: Path, policy: config.SecurityPolicy, state_dir: Path) -> Folder | None:
-    """The folder `root` as the workspace, or None when the host-path rules refuse it."""
+def choose(root: Path, policy: config.SecurityPolicy, state_dir: Path, *,
+           live: bool = True) -> Folder | None:
+    """The folder `root` as the workspace, or None when the host-path rules refuse it.
+    `live` False: copied even when a user's (host commands run in it: a cell writing it
+    could change what they run)."""
     path = os.path.normpath(str(root))
     if security.host_path_problem(path, policy, state_dir) is not None:
         return None
@@ -44,6 +47,12 @@ def choose(root: Path, policy: config.SecurityPolicy, state_dir: Path) -> Folder
     except OSError:
         return None
     shown = names.printable(path)
+    if owner != 0 and not live:
+        return Folder({"directory": {"path": path}},
+                      f"workspace: a copy of the folder {shown}, made when the cell is made "
+                      "(initializeCommand runs on the host in it, so the cell may not write "
+                      "it: bound live, the cell could change what runs on the host; later "
+                      "edits stay on their side)", None)
     if owner != 0:
         return Folder({"hostPath": {"path": path}},
                       f"workspace: the folder {shown}, bound live as a dev container binds it "

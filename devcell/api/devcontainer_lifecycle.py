@@ -214,3 +214,14 @@ def _customizations(c: _Converter) -> None:
             continue
         c.annotations[annotation] = text
         c.origins[f"metadata.annotations.{annotation}"] = keys[annotation]
+
+
+def runs_on_host_in(c: _Converter, root: Path) -> bool:
+    """Whether initializeCommand runs on the host in `root` or below (the manifest is written
+    there): the project folder must then be copied, not bound live (security.
+    host_command_problem refuses a host command in a folder its cell writes)."""
+    if not (c.spec.get("hooks") or {}).get("hostInitialize"):
+        return False
+    where, top = str(c.out_dir.resolve()), str(root.resolve())
+    return where == top or where.startswith(top.rstrip("/") + "/") \
+        or top.startswith(where.rstrip("/") + "/")

@@ -40,10 +40,11 @@ class Chosen:
     """Who the cell's hooks run as when not root (a live folder's owner)."""
 
 
-def choose(root: Path, policy: config.SecurityPolicy, state_dir: Path) -> Chosen:
+def choose(root: Path, policy: config.SecurityPolicy, state_dir: Path, *,
+           live: bool = True) -> Chosen:
     """The workspace source for the project folder `root`: the folder itself when the
     host-path rules allow it (devcontainer_folder), else its repository's remote."""
-    folder = devcontainer_folder.choose(root, policy, state_dir)
+    folder = devcontainer_folder.choose(root, policy, state_dir, live=live)
     if folder is not None:
         return Chosen(None, folder.said, source=folder.source, runs_as=folder.runs_as)
     top = _git(root, "rev-parse", "--show-toplevel")

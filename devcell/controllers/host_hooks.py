@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from devcell import config, progress
+from devcell import config, progress, security
 from devcell.backends.base import CellRef, Outputs
 from devcell.backends.host import commands
 from devcell.controllers.plan import Step
@@ -60,6 +60,9 @@ def run(ref: CellRef, step: Step, *, state_dir: Path) -> Outputs:
         raise commands.HostCommandFailed(
             f"hooks.hostInitialize of cell {ref.name}: its manifest was not read from a file, "
             "so there is no folder to run them in; apply it from a file")
+    written = security.host_command_problem(ref.spec, cwd)
+    if written:
+        raise commands.HostCommandFailed(f"hooks.hostInitialize of cell {ref.name}: {written}")
     ran = commands.run_all(argvs, cwd=cwd,
                            timeout=float(hooks.get("timeoutSeconds", HOOK_TIMEOUT_S)),
                            cell=ref.name, say=progress.write)

@@ -5,6 +5,7 @@ DevCell's configuration allows host commands, at import and at apply."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -149,3 +150,27 @@ def test_apply_refuses_host_commands_without_the_allowance(tmp_path: Path) -> No
     assert "security.allowHostCommands: true in" in problems[0].message
     _allow_host_commands(tmp_path / "state")
     assert devcontainer._problems(HOST_CELL, tmp_path / "cell.yaml", tmp_path / "state") == []
+
+
+def test_a_folder_host_commands_run_in_is_copied_not_bound_live(tmp_path: Path) -> None:
+    """Bound live, the cell could rewrite the script initializeCommand runs on the host."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "config.yaml").write_text(
+        "apiVersion: devcell.dev/v1alpha1\nkind: Config\nsecurity:\n  allowHostCommands: true\n"
+        f"  allowedHostPaths: ['{tmp_path}']\n")
+    (state / "config.yaml").chmod(0o600)
+    project = tmp_path / "project"
+    path = _sample(project, '{"image": "devcell/busybox:latest", '
+                            '"initializeCommand": "sh .devcontainer/init.sh"}')
+    os.chown(project, 1000, 1000)  # a user's folder: bound live were it not for the command
+    result = _convert(path, project, state)
+    assert result.manifest["spec"]["workspace"]["source"] == {
+        "directory": {"path": str(project)}}
+    assert any("initializeCommand runs on the host in it" in s for s in result.said)
+    devcontainer.check(devcontainer.render(result, path), project / "cell.yaml", state)
+    plain = _sample(tmp_path / "plain", '{"image": "devcell/busybox:latest"}')
+    os.chown(tmp_path / "plain", 1000, 1000)
+    live = _convert(plain, tmp_path / "plain", state)
+    assert live.manifest["spec"]["workspace"]["source"] == {
+        "hostPath": {"path": str(tmp_path / "plain")}}

@@ -55,3 +55,50 @@ def test_refused_without_the_allowance_and_from_standard_input(cli: Cli, state_d
     piped = cli("apply", "-f", "-", input=HOST_CELL)
     assert piped.returncode != 0
     assert "read from standard input; apply it from a file" in piped.stderr
+
+
+def _allow_host_commands_and_paths(state_dir: Path, root: Path) -> None:
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (state_dir / "config.yaml").write_text(
+        "apiVersion: devcell.dev/v1alpha1\nkind: Config\nsecurity:\n  allowHostCommands: true\n"
+        f"  allowedHostPaths: ['{root}']\n")
+    (state_dir / "config.yaml").chmod(0o600)
+
+
+LIVE_CELL = """\
+apiVersion: devcell.dev/v1alpha1
+kind: Cell
+metadata: {name: hosted}
+spec:
+  backend: fake
+  workspace:
+    source: {hostPath: {path: %s}}
+  hooks:
+    hostInitialize: [%s]
+"""
+
+
+def test_refused_where_the_cell_writes_what_runs_on_the_host(cli: Cli, state_dir: Path,
+                                                              tmp_path: Path) -> None:
+    """A cell binding the manifest's folder live (or a folder a command names) could rewrite
+    the script the host runs at the next start: a way out of the cell onto the host."""
+    _allow_host_commands_and_paths(state_dir, tmp_path)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "init.sh").write_text("touch ran\n")
+    (project / "cell.yaml").write_text(LIVE_CELL % (project, "[sh, ./init.sh]"))
+    refused = cli("apply", "-f", str(project / "cell.yaml"))
+    assert refused.returncode != 0 and not (project / "ran").exists()
+    assert "spec.hooks.hostInitialize" in refused.stderr
+    assert "spec.workspace.source.hostPath.path" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    elsewhere = tmp_path / "manifests"
+    elsewhere.mkdir()
+    (elsewhere / "cell.yaml").write_text(LIVE_CELL % (project, f"[sh, -c, 'sh {project}/init.sh']"))
+    named = cli("apply", "-f", str(elsewhere / "cell.yaml"))
+    assert named.returncode != 0 and not (elsewhere / "ran").exists()
+    assert f"{project}/init.sh" in named.stderr
+    (elsewhere / "cell.yaml").write_text(LIVE_CELL % (project, "[sh, -c, 'touch ran']"))
+    fine = cli("apply", "-f", str(elsewhere / "cell.yaml"))
+    assert fine.returncode == 0, fine.stderr
+    assert (elsewhere / "ran").exists()

@@ -71,6 +71,8 @@ _PROBE = """devcell_probe() {{
         mv -f "$f.tmp" "$f" 2>/dev/null || : >"$f"
         rm -f "$f.before" "$f.tmp"
     ) &
+    # A shell that never ends (no `timeout` in the image): commands stop waiting for it.
+    ( sleep {wait}; [ -e "$f" ] || : >"$f" ) 2>/dev/null &
 }}
 """
 

@@ -63,3 +63,4 @@ def test_the_probe_through_the_supervisor(tmp_path: Path) -> None:
         container.remove(force=True)
         client.close()
     assert "devcell_userenv" not in supervisor.render_script("plain", {"services": []})
+

@@ -452,6 +452,8 @@ def _carried(key: str, value: Any, spec: dict[str, Any]) -> bool:
             len(spec.get("mounts") or []) + len(spec.get("volumes") or []) >= len(value)
     if key == "features":
         return isinstance(value, dict) and len(spec.get("features") or []) >= len(value)
+    if key == "overrideFeatureInstallOrder":  # the order of spec.features
+        return bool(spec.get("features"))
     if key in ("dockerComposeFile", "service", "runServices"):
         return bool(spec.get("sidecars")) or bool(spec.get("image") or spec.get("build"))
     if key in ("capAdd", "privileged", "securityOpt", "init"):

@@ -13,8 +13,9 @@ a capability (capAdd), privileged or a security option only where DevCell's conf
 allows the same (security.allowedCapabilities, allowPrivileged, allowedSecurityOpts),
 refused naming the feature and the allowance otherwise; a volume mount becomes a volume of
 the cell (spec.volumes); a bind mount is refused (a feature cannot choose host paths);
-containerEnv goes into the image (ENV after its install step, as the specification says);
-init is what every container cell has already.
+containerEnv goes into the image (ENV after its install step, as the specification says),
+and so does entrypoint (the image's ENTRYPOINT runs each feature's in turn, then the cell's
+command); init is what every container cell has already.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ images.registryMirrors; a cell with two of them built on the engine: installed i
 installsAfter gives, options reaching install.sh, containerEnv in the image, an unchanged
 re-apply builds nothing and a changed option rebuilds. A local feature folder (offline)
 asking for a capability is refused without security.allowedCapabilities, naming the feature
-and the allowance, and accepted with it."""
+and the allowance, and accepted with it (the capability granted, its entrypoint run at the
+start)."""
 
 from __future__ import annotations
 
@@ -135,7 +136,10 @@ def test_a_local_feature_asking_for_a_capability_needs_the_allowance(
     _config(engine_state)  # no registry at all: a local feature is offline
     folder = tmp_path / "project" / "tracer"
     folder.mkdir(parents=True)
-    for name, text in feature("tracer", capAdd=["SYS_PTRACE"]).items():
+    files = feature("tracer", capAdd=["SYS_PTRACE"], entrypoint="/tracer-init")
+    files["install.sh"] += ("printf '#!/bin/sh\\necho started > /tmp/tracer-started\\n' "
+                            "> /tracer-init\nchmod +x /tracer-init\n")
+    for name, text in files.items():
         (folder / name).write_text(text)
     manifest = tmp_path / "project" / "cell.yaml"
     manifest.write_text(textwrap.dedent(f"""\
@@ -163,3 +167,5 @@ def test_a_local_feature_asking_for_a_capability_needs_the_allowance(
     [effective] = [line.split()[1] for line in status.splitlines()
                    if line.startswith("CapEff:")]
     assert int(effective, 16) & (1 << 19), status  # CAP_SYS_PTRACE: the feature's, granted
+    started = cli("exec", "tracer", "--", "cat", "/tmp/tracer-started")
+    assert started.stdout == "started\n", started.stderr  # its entrypoint ran at the start

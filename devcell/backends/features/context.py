@@ -3,6 +3,8 @@
 One folder per cell under `<state>/features/contexts/<cell>`: a Dockerfile and, for each
 feature in installation order, `fN/feature/` (the feature's files) and `fN/options.env`
 (its options and the user variables, shell-quoted). Each feature is one COPY and one RUN,
+its containerEnv ENV lines after it; the features' entrypoints, if any, become the image's
+ENTRYPOINT (run in order before the container's command, as the devcontainer CLI runs them).
 so changing the options of the last feature reruns only its step and the engine's cache
 keeps the ones before. The folder is brought up to date file by file, writing only what
 differs: an unchanged cell leaves every file's timestamps alone and the build digest cache
@@ -83,6 +85,12 @@ def dockerfile(base: str, steps: Sequence[Step]) -> str:
                      f". {where}/options.env && set +a && ./install.sh && rm -rf {where}")
         for name, value in sorted(step.resolved.feature.container_env.items()):
             lines.append(f"ENV {name}={json.dumps(value, ensure_ascii=False)}")
+    entrypoints = [s.resolved.feature.entrypoint for s in steps if s.resolved.feature.entrypoint]
+    if entrypoints:
+        # As the devcontainer CLI starts a container: each feature's entrypoint in turn (one
+        # that starts a daemon returns once it runs), then the container's own command.
+        script = "\n".join([*entrypoints, 'exec "$@"'])
+        lines.append("ENTRYPOINT " + json.dumps(["/bin/sh", "-c", script, "-"]))
     return "\n".join(lines) + "\n"
 
 

@@ -127,8 +127,8 @@ def parse(data: dict[str, Any], shown: str) -> Feature:
         if not isinstance(data.get(key, False), bool):
             raise bad(key, "true or false")
     entrypoint = data.get("entrypoint", "")
-    if not isinstance(entrypoint, str):
-        raise bad("entrypoint", "a string")
+    if not isinstance(entrypoint, str) or any(ord(c) < 32 or ord(c) == 127 for c in entrypoint):
+        raise bad("entrypoint", "a one-line command")
     return Feature(
         id=fid, version=version, options=_options(data.get("options", {}), shown),
         installs_after=strings("installsAfter"), depends_on=tuple(str(k) for k in depends),

@@ -174,7 +174,7 @@ CONFIGS = [
 class FeatureRegistry:
     """Debian's docker-registry on 127.0.0.1 (tests/registry.py starts it), the bench's Feature
     pushed to it as an OCI artifact in the specification's layout
-    (tests/devcontainer_corpus.push_feature)."""
+    (tests/registry.py's push_feature)."""
 
     def __init__(self, directory: Path) -> None:
         from tests import registry
@@ -184,9 +184,7 @@ class FeatureRegistry:
         self.port = self.address.rsplit(":", 1)[1]
 
     def push(self, repository: str, tag: str, files: dict[str, str]) -> None:
-        from tests.devcontainer_corpus import push_feature
-
-        push_feature(self.address, repository, tag, files)
+        self.running.push_feature(repository, tag, files)
 
     def stop(self) -> None:
         self.running.stop()

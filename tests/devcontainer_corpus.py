@@ -121,56 +121,6 @@ def corpus_features(corpus: Path = CORPUS) -> dict[tuple[str, str], dict[str, st
     return out
 
 
-def push_feature(address: str, repository: str, tag: str, files: dict[str, str]) -> str:
-    """Push a Feature folder to the registry at `address` (plain HTTP, 127.0.0.1) as the
-    specification distributes one: an OCI manifest whose config has the devcontainers media
-    type and whose one layer is a tar of the folder, with the metadata annotation. Returns
-    the manifest's digest."""
-    import hashlib
-    import io
-    import tarfile
-    import urllib.request
-
-    def blob(data: bytes) -> str:
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        start = urllib.request.Request(f"http://{address}/v2/{repository}/blobs/uploads/",
-                                       data=b"", method="POST")
-        with urllib.request.urlopen(start, timeout=30) as got:
-            location = got.headers["Location"]
-        if location.startswith("/"):
-            location = f"http://{address}{location}"
-        sep = "&" if "?" in location else "?"
-        urllib.request.urlopen(urllib.request.Request(
-            f"{location}{sep}digest={digest}", data=data, method="PUT",
-            headers={"Content-Type": "application/octet-stream"}), timeout=30).close()
-        return digest
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, text in sorted(files.items()):
-            data = text.encode()
-            info = tarfile.TarInfo(f"./{name}")
-            info.size, info.mode = len(data), 0o755
-            tar.addfile(info, io.BytesIO(data))
-    layer, config = buf.getvalue(), b"{}"
-    feature_id = repository.rsplit("/", 1)[-1]
-    manifest = json.dumps({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.devcontainers", "digest": blob(config),
-                   "size": len(config)},
-        "layers": [{"mediaType": "application/vnd.devcontainers.layer.v1+tar",
-                    "digest": blob(layer), "size": len(layer),
-                    "annotations": {"org.opencontainers.image.title":
-                                    f"devcontainer-feature-{feature_id}.tgz"}}],
-        "annotations": {"dev.containers.metadata": files["devcontainer-feature.json"]},
-    }).encode()
-    urllib.request.urlopen(urllib.request.Request(
-        f"http://{address}/v2/{repository}/manifests/{tag}", data=manifest, method="PUT",
-        headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"}),
-        timeout=30).close()
-    return "sha256:" + hashlib.sha256(manifest).hexdigest()
-
-
 def serve_features(directory: Path, features: dict[tuple[str, str], dict[str, str]]) -> Any:
     """A local registry (tests/registry.py) serving `features`, (repository, tag) -> files;
     the caller stops it (`.stop()`). Its address is what images.registryMirrors sends ghcr.io
@@ -180,7 +130,7 @@ def serve_features(directory: Path, features: dict[tuple[str, str], dict[str, st
     running = registry.start(directory)
     try:
         for (repository, tag), files in features.items():
-            push_feature(running.address, repository, tag, files)
+            running.push_feature(repository, tag, files)
     except BaseException:
         running.stop()
         raise
@@ -450,6 +400,8 @@ def _carried(key: str, value: Any, spec: dict[str, Any]) -> bool:
     if key == "mounts":
         return isinstance(value, list) and \
             len(spec.get("mounts") or []) + len(spec.get("volumes") or []) >= len(value)
+    if key == "overrideFeatureInstallOrder":  # the order of spec.features
+        return bool(spec.get("features"))
     if key == "features":
         return isinstance(value, dict) and len(spec.get("features") or []) >= len(value)
     if key == "overrideFeatureInstallOrder":  # the order of spec.features

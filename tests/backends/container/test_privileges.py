@@ -1,6 +1,7 @@
-"""spec.security on the real engine: a capability the configuration allows is the cell's
-(CapEff of its processes), refused without the allowance, and gone again when the manifest
-stops asking for it (the container is recreated, the workspace kept)."""
+"""spec.security on the real engine: a capability, a security option and a device the
+configuration allows are the cell's (CapEff, Seccomp and NoNewPrivs of its processes,
+/dev/fuse), refused without the allowance, and gone again when the manifest stops asking for
+them (the container is recreated, the workspace kept)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,14 @@ from tests.conftest import Cli
 SYS_PTRACE = 19  # the capability's bit in /proc/PID/status
 
 
-def _effective(cli: Cli) -> int:
-    shown = cli("exec", "dbg", "--", "grep", "CapEff", "/proc/self/status")
+def _status(cli: Cli) -> dict[str, str]:
+    shown = cli("exec", "dbg", "--", "cat", "/proc/self/status")
     assert shown.returncode == 0, shown.stderr
-    return int(shown.stdout.split()[1], 16)
+    return dict(line.split(":\t", 1) for line in shown.stdout.splitlines() if ":\t" in line)
+
+
+def _effective(cli: Cli) -> int:
+    return int(_status(cli)["CapEff"], 16)
 
 
 def test_an_allowed_capability_is_the_cells_and_refused_without_the_allowance(
@@ -24,7 +29,8 @@ def test_an_allowed_capability_is_the_cells_and_refused_without_the_allowance(
     plain = ("apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: dbg}\nspec:\n"
              f"  backend: container\n  image: {IMAGE}\n  network: {{mode: none}}\n"
              "  services:\n    - name: idle\n      command: [sleep, '600']\n")
-    manifest.write_text(plain + "  security: {capabilities: [SYS_PTRACE]}\n")
+    manifest.write_text(plain + "  security:\n    capabilities: [SYS_PTRACE]\n"
+                        "    securityOpt: [seccomp=unconfined]\n    devices: [/dev/fuse]\n")
     refused = cli("apply", "-f", str(manifest))
     assert refused.returncode != 0
     assert "spec.security.capabilities[0]" in refused.stderr
@@ -32,14 +38,20 @@ def test_an_allowed_capability_is_the_cells_and_refused_without_the_allowance(
     state.mkdir(parents=True, exist_ok=True)
     config = state / "config.yaml"
     config.write_text("apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
-                      "security: {allowedCapabilities: [SYS_PTRACE]}\n")
+                      "security: {allowedCapabilities: [SYS_PTRACE], allowedSecurityOpts: "
+                      "[seccomp=unconfined], allowedDevices: [/dev/fuse]}\n")
     config.chmod(0o600)
     applied = cli("apply", "-f", str(manifest))
     assert applied.returncode == 0, applied.stderr
-    assert _effective(cli) & (1 << SYS_PTRACE)
+    status = _status(cli)
+    assert int(status["CapEff"], 16) & (1 << SYS_PTRACE)
+    assert status["Seccomp"].strip() == "0" and status["NoNewPrivs"].strip() == "1"
+    assert cli("exec", "dbg", "--", "test", "-c", "/dev/fuse").returncode == 0
     assert cli("exec", "dbg", "--", "sh", "-c", "echo kept > /workspace/note").returncode == 0
     manifest.write_text(plain)
     applied = cli("apply", "-f", str(manifest))
     assert applied.returncode == 0, applied.stderr
-    assert not _effective(cli) & (1 << SYS_PTRACE)  # recreated without it
+    assert not _effective(cli) & (1 << SYS_PTRACE)  # recreated without them
+    assert _status(cli)["Seccomp"].strip() == "2"
+    assert cli("exec", "dbg", "--", "test", "-e", "/dev/fuse").returncode != 0
     assert cli("exec", "dbg", "--", "cat", "/workspace/note").stdout == "kept\n"

@@ -27,6 +27,18 @@ def _field(label: str, value: Any, indent: int = 0) -> None:
     sys.stdout.write(f"{' ' * indent}{label + ':':<20}{shown}\n")
 
 
+def _privileges(asked: dict[str, Any]) -> str:
+    """What spec.security grants beyond DevCell's defaults, in one line (init: true grants
+    nothing: every cell has it)."""
+    parts = [f"{label} {', '.join(asked[key])}"
+             for key, label in (("capabilities", "capabilities"),
+                                ("securityOpt", "security options"), ("devices", "devices"))
+             if asked.get(key)]
+    if asked.get("privileged"):
+        parts.insert(0, "privileged")
+    return "; ".join(parts) or "the defaults"
+
+
 def _conditions(status: dict[str, Any]) -> None:
     conds = status.get("conditions", [])
     sys.stdout.write("Conditions:\n")
@@ -256,6 +268,8 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
             _field("Workspace storage", storage)
         _field("Workspace on host", _workspace_host_path(conn, record.id, spec, state_dir))
         _field("User", spec.get("user"))
+        if spec.get("security"):
+            _field("Privileges", _privileges(spec["security"]))
         machine = _machine(conn, record.id)
         if machine:
             _field("Machine", machine)

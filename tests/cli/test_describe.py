@@ -1,4 +1,5 @@
-"""describe shows when a failing object is retried next (the daemon's backoff)."""
+"""describe shows when a failing object is retried next (the daemon's backoff), and the
+privileges a cell was given."""
 
 from __future__ import annotations
 
@@ -28,3 +29,21 @@ def test_describe_shows_the_next_retry_and_the_attempt(cli: Cli, state_dir: Path
     db.close()
     shown = cli("describe", "cell", "api").stdout
     assert "Next retry:         2026-12-01T00:00:05.000Z (attempt 4, backing off)" in shown
+
+
+def test_describe_shows_the_privileges_a_cell_was_given(cli: Cli, state_dir: Path,
+                                                         tmp_path: Path) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / "config.yaml").write_text(
+        "apiVersion: devcell.dev/v1alpha1\nkind: Config\nsecurity:\n"
+        "  allowedCapabilities: [SYS_PTRACE]\n  allowedSecurityOpts: [seccomp=unconfined]\n")
+    (state_dir / "config.yaml").chmod(0o600)
+    manifest = tmp_path / "api.yaml"
+    manifest.write_text(CELL.replace("spec: {backend: fake}", "spec:\n  backend: fake\n"
+                                     "  security: {capabilities: [SYS_PTRACE], securityOpt: "
+                                     "[seccomp=unconfined], init: true}\n"))
+    applied = cli("apply", "-f", str(manifest))
+    assert applied.returncode == 0, applied.stderr
+    shown = cli("describe", "cell", "api").stdout
+    assert "Privileges:         capabilities SYS_PTRACE; security options seccomp=unconfined\n" \
+        in shown

@@ -41,37 +41,64 @@ class Step:
     env: dict[str, str]
 
 
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def _tree(folder: str, shown: str) -> dict[str, tuple[bytes, int] | None]:
     """The files of `folder` (relative path -> (content, mode); a directory -> None),
-    links and special files refused."""
+    links and special files refused. Walked by directory descriptors, each entry opened
+    relative to its directory without following links: a local feature folder may lie in a
+    folder a cell writes (a live workspace), and a directory swapped for a link while it is
+    read must not lead the copy (and so the image) to a host file."""
     found: dict[str, tuple[bytes, int] | None] = {}
     total = 0
-    stack = [""]
-    while stack:
-        rel = stack.pop()
-        with os.scandir(os.path.join(folder, rel) if rel else folder) as it:
-            for entry in sorted(it, key=lambda e: e.name):
-                path = f"{rel}/{entry.name}" if rel else entry.name
-                st = entry.stat(follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
-                    found[path] = None
-                    stack.append(path)
-                    continue
-                if not stat.S_ISREG(st.st_mode):
-                    raise ImageBuildFailed(f"feature {shown}: {path} is not a regular file "
-                                           "or directory (a link or special file); a feature's "
-                                           "files are copied as they are, never followed")
-                total += st.st_size
-                if len(found) >= MAX_FILES or total > MAX_BYTES:
-                    raise ImageBuildFailed(f"feature {shown}: more than {MAX_FILES} files or "
-                                           f"{MAX_BYTES >> 20} MiB")
-                fd = os.open(os.path.join(folder, path),
-                             os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-                with os.fdopen(fd, "rb") as f:
-                    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                        raise ImageBuildFailed(f"feature {shown}: {path} changed while read")
-                    data = f.read(MAX_BYTES + 1)
-                found[path] = (data, 0o755 if st.st_mode & 0o111 else 0o644)
+    try:
+        top = os.open(folder, _DIR)
+    except OSError as exc:
+        raise ImageBuildFailed(f"feature {shown}: {folder} cannot be read as a directory "
+                               f"({exc.strerror}; a link is not followed)") from None
+    stack = [("", top)]
+    try:
+        while stack:
+            rel, dir_fd = stack.pop()
+            try:
+                for name in sorted(os.listdir(dir_fd)):
+                    path = f"{rel}/{name}" if rel else name
+                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    if stat.S_ISDIR(st.st_mode):
+                        found[path] = None
+                        try:
+                            stack.append((path, os.open(name, _DIR, dir_fd=dir_fd)))
+                        except OSError:
+                            raise ImageBuildFailed(f"feature {shown}: {path} changed while "
+                                                   "read") from None
+                        continue
+                    if not stat.S_ISREG(st.st_mode):
+                        raise ImageBuildFailed(f"feature {shown}: {path} is not a regular "
+                                               "file or directory (a link or special file); "
+                                               "a feature's files are copied as they are, "
+                                               "never followed")
+                    total += st.st_size
+                    if len(found) >= MAX_FILES or total > MAX_BYTES:
+                        raise ImageBuildFailed(f"feature {shown}: more than {MAX_FILES} files "
+                                               f"or {MAX_BYTES >> 20} MiB")
+                    try:
+                        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+                                     | os.O_NONBLOCK, dir_fd=dir_fd)
+                    except OSError:
+                        raise ImageBuildFailed(f"feature {shown}: {path} changed while "
+                                               "read") from None
+                    with os.fdopen(fd, "rb") as f:
+                        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                            raise ImageBuildFailed(f"feature {shown}: {path} changed while "
+                                                   "read")
+                        data = f.read(MAX_BYTES + 1)
+                    found[path] = (data, 0o755 if st.st_mode & 0o111 else 0o644)
+            finally:
+                os.close(dir_fd)
+    finally:
+        for _, left in stack:
+            os.close(left)
     return found
 
 

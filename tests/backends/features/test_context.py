@@ -1,7 +1,9 @@
 """The features' build context: one COPY and RUN per feature in order, options shell-quoted,
 containerEnv as ENV, entrypoints chained; rewritten file by file so an unchanged cell keeps
 every timestamp (the build digest cache then answers from a walk); a link in a local
-feature refused."""
+feature refused; the walk by directory descriptors (a local feature may lie in a folder
+a cell writes: a directory swapped for a link mid-walk, or the folder itself as a link, never
+leads the copy to a host file)."""
 
 from __future__ import annotations
 
@@ -59,3 +61,51 @@ def test_a_link_in_a_local_feature_is_refused(tmp_path: Path) -> None:
     (tmp_path / "state").mkdir()
     with pytest.raises(ImageBuildFailed, match="passwd is not a regular file or directory"):
         context.write(tmp_path / "state", "web", "x", [context.Step(a, {})])
+
+
+def _feature(root: Path) -> Path:
+    folder = root / "feature"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "install.sh").write_text("#!/bin/sh\n")
+    (folder / "install.sh").chmod(0o755)
+    (folder / "sub" / "secret").write_text("the feature's own\n")
+    return folder
+
+
+def test_copies_regular_files_and_directories(tmp_path: Path) -> None:
+    tree = context._tree(str(_feature(tmp_path)), "f")
+    assert tree == {"install.sh": (b"#!/bin/sh\n", 0o755), "sub": None,
+                    "sub/secret": (b"the feature's own\n", 0o644)}
+
+
+def test_a_link_in_the_folder_or_the_folder_as_a_link_is_refused(tmp_path: Path) -> None:
+    folder = _feature(tmp_path)
+    (tmp_path / "host").mkdir()
+    (tmp_path / "host" / "secret").write_text("the host's\n")
+    (tmp_path / "linked").symlink_to(folder)
+    with pytest.raises(ImageBuildFailed, match="a link is not followed"):
+        context._tree(str(tmp_path / "linked"), "f")
+    (folder / "key").symlink_to(tmp_path / "host" / "secret")
+    with pytest.raises(ImageBuildFailed, match="key is not a regular file"):
+        context._tree(str(folder), "f")
+
+
+def test_a_directory_swapped_for_a_link_while_read_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cell swaps sub for a link to a host folder holding a file of the same name just
+    after the walk saw sub as a directory."""
+    folder = _feature(tmp_path)
+    (tmp_path / "host").mkdir()
+    (tmp_path / "host" / "secret").write_text("the host's\n")
+    real_stat = os.stat
+
+    def swapping_stat(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        found = real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+        if path == "sub" and (folder / "sub").is_dir() and not (folder / "sub").is_symlink():
+            os.rename(folder / "sub", tmp_path / "moved")
+            (folder / "sub").symlink_to(tmp_path / "host")
+        return found
+
+    monkeypatch.setattr(os, "stat", swapping_stat)
+    with pytest.raises(ImageBuildFailed, match="sub changed while read"):
+        context._tree(str(folder), "f")

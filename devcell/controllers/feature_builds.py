@@ -29,9 +29,10 @@ from devcell import config, privileges
 from devcell.backends.features import context, fetch, metadata, order
 from devcell.errors import ImageBuildFailed
 
-BASE_SUFFIX = ".base"
+BASE_SUFFIX = "__base"
 """The name spec.build's own image is tagged under when features layer on it
-(`devcell-build/<state>/<cell>.base:<digest>`; a cell name has no dot, so it is no cell's)."""
+(`devcell-build/<state>/<cell>__base:<digest>`): no cell's or sidecar's build (`<cell>.<sidecar>`)
+is named so, since their names have no `_`."""
 
 
 @dataclass(frozen=True)

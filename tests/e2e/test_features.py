@@ -6,7 +6,7 @@ installsAfter gives, options reaching install.sh, containerEnv in the image, an 
 re-apply builds nothing and a changed option rebuilds. A local feature folder (offline)
 asking for a capability is refused without security.allowedCapabilities, naming the feature
 and the allowance, and accepted with it (the capability granted, its entrypoint run at the
-start)."""
+start), on the image spec.build makes; deleting the cell removes both images."""
 
 from __future__ import annotations
 
@@ -141,14 +141,16 @@ def test_a_local_feature_asking_for_a_capability_needs_the_allowance(
                             "> /tracer-init\nchmod +x /tracer-init\n")
     for name, text in files.items():
         (folder / name).write_text(text)
+    # On spec.build's image: built first (as CELL__base), the feature on top.
+    (tmp_path / "project" / "Dockerfile").write_text(f"FROM {IMAGE}\nRUN echo built > /base\n")
     manifest = tmp_path / "project" / "cell.yaml"
-    manifest.write_text(textwrap.dedent(f"""\
+    manifest.write_text(textwrap.dedent("""\
         apiVersion: devcell.dev/v1alpha1
         kind: Cell
-        metadata: {{name: tracer}}
+        metadata: {name: tracer}
         spec:
           backend: container
-          image: {IMAGE}
+          build: {context: .}
           features:
             - ref: ./tracer
         """))
@@ -169,3 +171,16 @@ def test_a_local_feature_asking_for_a_capability_needs_the_allowance(
     assert int(effective, 16) & (1 << 19), status  # CAP_SYS_PTRACE: the feature's, granted
     started = cli("exec", "tracer", "--", "cat", "/tmp/tracer-started")
     assert started.stdout == "started\n", started.stderr  # its entrypoint ran at the start
+    assert cli("exec", "tracer", "--", "cat", "/base").stdout == "built\n"
+
+    deleted = cli("delete", "cell", "tracer", "--approve", timeout=120)
+    assert deleted.returncode == 0, deleted.stderr
+    import docker
+
+    client = docker.from_env(timeout=60)
+    try:  # both builds removed with the cell, and its features' build context
+        assert client.api.images(filters={
+            "label": [f"dev.devcell.state-dir={state_hash(engine_state)}"]}) == []
+    finally:
+        client.close()
+    assert not (engine_state / "features" / "contexts" / "tracer").exists()

@@ -97,8 +97,10 @@ POST_CREATE_RAN = "post-create.ran"
 succeeded in the current runtime, as JSON. A container made from that runtime's kept root
 filesystem has run them already when they are unchanged, so it does not run them again."""
 _CELL_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_BUILD_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?")
-"""What a build is named after: a cell, or CELL.SIDECAR for a sidecar's build."""
+_BUILD_NAME = re.compile(
+    r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?|__base)?")
+"""What a build is named after: a cell, CELL.SIDECAR for a sidecar's build, or CELL__base for
+spec.build's own image when spec.features layer on it (controllers/feature_builds.py)."""
 WATCHED_EVENTS = ("die", "oom", "kill", "stop", "pause", "unpause", "destroy", "start")
 """Engine events that change what DevCell observes of a cell's container."""
 
@@ -1535,6 +1537,10 @@ class ContainerBackend:
 
         if _CELL_NAME.fullmatch(cell.name):  # any other name was never cached
             build_digest_cache.DigestCache(self.layout.state_dir).forget(cell.name)
+            build_digest_cache.DigestCache(self.layout.state_dir).forget(cell.name + "__base")
+            from devcell.backends.features import context as feature_context
+
+            feature_context.forget(self.layout.state_dir, cell.name)
         from devcell.backends.container import rootfs
 
         if rootfs.present(self.owner, cell.id):  # no SDK unless one was kept

@@ -189,3 +189,12 @@ def _sync(folder: str, wanted: dict[str, tuple[bytes, int] | None]) -> None:
                     shutil.rmtree(path)
                 else:
                     os.unlink(path)
+
+
+def forget(state_dir: Path, cell_name: str) -> None:
+    """Remove the cell's context folder (the cell is deleted); never through a link."""
+    folder = Path(state_dir) / fetch.DIRECTORY / "contexts" / cell_name
+    if folder.is_symlink():
+        folder.unlink()
+    elif folder.is_dir():
+        shutil.rmtree(folder, ignore_errors=True)

@@ -35,6 +35,10 @@ the backends: a backend may read the rules, the rules may not import a backend."
 RESERVED_MOUNT_PATHS = ("/", "/proc", "/sys", "/dev", "/etc", "/bin", "/sbin", "/usr", "/lib",
                         "/lib64", "/boot", RUN_DIR, SERVICE_LOG_DIR)
 """Paths inside a cell that no mount may hide or overwrite (a mount at or below one)."""
+LOCAL_TREE = "/usr/local"
+"""Below /usr, the one tree a mount may go into (not at): the image's own additions, where
+dev containers mount tool state (/usr/local/share/...); the system's /usr/bin and /usr/lib
+stay whole."""
 
 
 def is_normalised_absolute(path: str) -> bool:
@@ -57,7 +61,9 @@ def mount_path_problem(path: str) -> str | None:
     # At or below a reserved path hides it; above one (/var holds /var/log/devcell) makes the
     # engine create the reserved path inside the mounted directory.
     hidden = next((r for r in RESERVED_MOUNT_PATHS
-                   if path == r or (r != "/" and _overlap(path, r))), None)
+                   if path == r or (r != "/" and _overlap(path, r))
+                   and not (r == "/usr" and _inside(path, LOCAL_TREE) and path != LOCAL_TREE)),
+                  None)
     if hidden is not None:
         return (f"{path} would hide or overwrite {hidden}, a system directory of the cell; "
                 "choose a path such as /workspace or /src")

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from devcell import security
 from devcell.config import SecurityPolicy
 from devcell.security import cell_problems
 
@@ -329,3 +330,12 @@ def test_a_sidecars_ports_are_the_cells_own_and_need_a_bridge(tmp_path: Path) ->
     spec["network"]["mode"] = "none"
     assert problems(spec, tmp_path)["sidecars.0.ports"] == (
         "ports are published only with network.mode bridge (mode is none)")
+
+
+@pytest.mark.parametrize(("path", "allowed"), [
+    ("/usr/local/share/kube-localhost", True), ("/usr/local/lib/tool", True),
+    ("/usr/local", False), ("/usr", False), ("/usr/bin/tool", False),
+    ("/usr/localx/y", False), ("/usr/share/x", False)])
+def test_a_mount_may_go_into_usr_local_never_at_it_or_elsewhere_in_usr(
+        path: str, allowed: bool) -> None:
+    assert (security.mount_path_problem(path) is None) is allowed

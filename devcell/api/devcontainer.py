@@ -720,9 +720,10 @@ class _Converter:
                 self.r.refuse(f"target {problem}", "mounts", i, shown=where)
                 continue
             takeover = host_takeover(source)
-            if takeover:
-                self.r.refuse(f"a bind mount of {source} is refused: {takeover}", "mounts", i,
-                              shown=where)
+            if takeover:  # never given, whatever the configuration says: said, not fatal
+                self.notes.append(f"{where}: left out, never given to a cell: a bind mount of "
+                                  f"{names.printable(source)} {takeover}; what in the cell "
+                                  "needs it will not find it")
                 continue
             source = os.path.normpath(source)
             refused = security.host_path_problem(source, self.policy, self.state_dir)

@@ -360,9 +360,10 @@ class _Mapper:
                                       f"{names.printable(source)} is not carried")
             return
         takeover = host_takeover(source)
-        if takeover:
-            self.refuse(vol.where, f"a bind mount of {names.printable(source)} is refused: "
-                        f"{takeover}")
+        if takeover:  # never given, whatever the configuration says: said, not fatal
+            self.out.notes.append(f"{vol.where}: left out, never given to a cell: a bind "
+                                  f"mount of {names.printable(source)} {takeover}; what in "
+                                  "the cell needs it will not find it")
             return
         problem = security.mount_path_problem(vol.target)
         if problem:

@@ -37,13 +37,13 @@ def host_takeover(source: str) -> str | None:
     lead."""
     for path in dict.fromkeys((os.path.normpath(source), os.path.realpath(source))):
         if path == "/":
-            return "it is the host's whole filesystem"
+            return "is the host's whole filesystem"
         for sock in _ENGINE_SOCKETS:
             if path == sock or sock.startswith(path.rstrip("/") + "/"):
-                return f"it is or holds {sock}, the container engine's control"
+                return f"is or holds {sock}, the container engine's control"
         if path.endswith(".sock"):
-            return "it is a control socket (a service's socket lets the cell command it)"
+            return "is a control socket (a service's socket lets the cell command it)"
         with contextlib.suppress(OSError):
             if stat.S_ISSOCK(os.stat(path).st_mode):
-                return "it is a socket (a service's socket lets the cell command it)"
+                return "is a socket (a service's socket lets the cell command it)"
     return None

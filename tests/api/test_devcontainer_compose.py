@@ -321,7 +321,6 @@ def test_what_cannot_map_is_refused_naming_the_compose_file_line_and_field(
          "folder"),
         (4, "services.app.network_mode", "network_mode: host is refused: the host's network "
          "is not shared unless an administrator allows it (security.allowHostNetwork)"),
-        (7, "services.app.volumes[0]", "a bind mount of /var/run/docker.sock is refused"),
         (8, "services.app.volumes[1]", "target /etc would hide or overwrite /etc"),
         (5, "services.app.pid", "pid: host is refused"),
         (11, "services.db.network_mode", "network_mode: container:other is refused"),

@@ -1,7 +1,7 @@
 """devcontainer.json import, the hostile review's cases: errors name the real line (never one
 in a comment or a string), problems in what was converted name devcontainer.json, credential-
 like variables become secrets, every valued `docker run` option keeps its value, and mounts
-that hand over the host are refused."""
+that hand over the host are never given."""
 
 from __future__ import annotations
 
@@ -149,34 +149,36 @@ def test_device_access_run_args_are_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("source", ["/", "/var/run/docker.sock", "/run/docker.sock",
                                     "/var/run", "/run/containerd/containerd.sock",
                                     "/var/lib/docker"])
-def test_mounts_that_hand_over_the_host_are_refused_and_nothing_is_written(
+def test_mounts_that_hand_over_the_host_are_never_given_and_said_so(
         tmp_path: Path, source: str) -> None:
-    out = tmp_path / "cell.yaml"
-    shown = _refused(tmp_path, f"""\
-        {{
-          "image": "devcell/busybox:latest",
-          "mounts": [
-            "source=/tmp,target=/scratch,type=bind",
-            "source={source},target=/host,type=bind",
-          ],
-        }}
-        """)
-    assert len(shown) == 1 and shown[0].startswith(":5: mounts[1]: "), shown
-    assert "refused" in shown[0]
-    assert not out.exists()
+    """Whatever the configuration allows: left out of the cell (the rest converts, as a host
+    path the rules refuse is left out), with a note naming the mount and why."""
+    path = _sample(tmp_path, f"""{{
+      "image": "devcell/busybox:latest",
+      "mounts": [
+        "source=/tmp,target=/scratch,type=bind",
+        "source={source},target=/host,type=bind",
+      ],
+    }}""")
+    conversion = _convert(path, tmp_path, tmp_path / "state")
+    mounts = conversion.manifest["spec"].get("mounts") or []
+    assert all(m["mountPath"] != "/host" for m in mounts)
+    [said] = [n for n in conversion.notes if n.startswith("mounts[1]: ")]
+    assert "left out, never given to a cell" in said and source in said
 
 
-def test_a_mount_of_any_unix_socket_is_refused(tmp_path: Path) -> None:
+def test_a_mount_of_any_unix_socket_is_never_given(tmp_path: Path) -> None:
     sock_path = tmp_path / "agent"
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(sock_path))
     try:
-        shown = _refused(tmp_path, f"""\
-            {{
-              "image": "devcell/busybox:latest",
-              "mounts": [{{"source": "{sock_path}", "target": "/agent", "type": "bind"}}],
-            }}
-            """)
+        path = _sample(tmp_path, f"""{{
+          "image": "devcell/busybox:latest",
+          "mounts": [{{"source": "{sock_path}", "target": "/agent", "type": "bind"}}],
+        }}""")
+        conversion = _convert(path, tmp_path, tmp_path / "state")
     finally:
         server.close()
-    assert len(shown) == 1 and "is a socket" in shown[0] and shown[0].startswith(":3: mounts[0]")
+    assert "mounts" not in conversion.manifest["spec"]
+    [said] = [n for n in conversion.notes if n.startswith("mounts[0]: ")]
+    assert "is a socket" in said

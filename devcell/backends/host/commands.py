@@ -8,7 +8,9 @@ and again here (the configuration may have changed since). Each command is run a
 manifest's directory, in its own process group with standard input closed. It is said
 before it runs; its output is shown as it comes, at most MAX_SHOWN bytes (a chatty or
 hostile command cannot fill the terminal or a log), and the last TAIL bytes name a
-failure. Past the time limit the whole group is killed and the start fails.
+failure. Past the time limit the whole group is killed and the start fails; when the command
+ends, whatever it left running in its group is killed too (a background process with its
+output elsewhere would otherwise run on, unbounded).
 """
 
 from __future__ import annotations
@@ -99,16 +101,26 @@ def _run(argv: list[str], *, cwd: str, timeout: float,
                 say(names.printable_lines(part.decode(errors="replace")))
                 if shown_bytes >= MAX_SHOWN:
                     say("\n[output cut at 64 KiB]\n")
-    if killed:
-        _kill(process)
-    else:
-        try:
-            process.wait(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            killed = True
-            _kill(process)
+    if not killed and not _exited(process.pid, deadline):
+        killed = True
+    _kill(process)  # what it left running in its group ends with it, even when it succeeded
     process.stdout.close()
     return (None if killed else process.returncode), tail.decode(errors="replace")
+
+
+def _exited(pid: int, deadline: float) -> bool:
+    """Whether the command `pid` ended before `deadline`, left unreaped (a zombie keeps its
+    process group's id from being reused until _kill has signalled the group)."""
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None:
+                return True
+        except ChildProcessError:
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(left, 0.02))
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:

@@ -4,6 +4,7 @@ everything it started, never a shell unless the argv names one."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -47,3 +48,17 @@ def test_past_its_time_limit_it_is_killed_with_its_children(tmp_path: Path) -> N
     assert time.monotonic() - began < 5
     time.sleep(0.2)
     assert not (tmp_path / "late").exists()
+
+
+def test_what_it_leaves_running_is_killed_when_it_ends(tmp_path: Path) -> None:
+    """A command that starts a background process with its output elsewhere ends at once;
+    the process it left must not run on past the hook, unbounded."""
+    _run([["sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $! > left"]], tmp_path)
+    pid = int((tmp_path / "left").read_text())
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"pid {pid} still runs after the host command ended")

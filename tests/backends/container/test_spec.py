@@ -37,6 +37,26 @@ def test_defaults_are_locked_down(tmp_path: Path) -> None:
     container_spec.check_security(Layout(tmp_path), args)
 
 
+def test_spec_security_reaches_the_engine_only_as_the_configuration_allows(
+        tmp_path: Path) -> None:
+    asked = {"capabilities": ["SYS_PTRACE"], "securityOpt": ["seccomp=unconfined"],
+             "devices": ["/dev/null:/dev/mine:r"], "init": True}
+    allowed = SecurityPolicy(allowed_capabilities=("SYS_PTRACE",),
+                             allowed_security_opts=("seccomp=unconfined",),
+                             allowed_devices=("/dev/null",))
+    args = kwargs(tmp_path, allowed, security=asked)
+    assert args["cap_drop"] == ["ALL"] and args["cap_add"][-1] == "SYS_PTRACE"
+    assert args["security_opt"] == ["no-new-privileges", "seccomp=unconfined"]
+    assert args["devices"] == ["/dev/null:/dev/mine:r"] and args["init"] is True
+    container_spec.check_security(Layout(tmp_path), args, allowed)
+    with pytest.raises(BackendError, match=r"spec.security.capabilities\[0\]: capability "
+                                           "SYS_PTRACE is not allowed"):
+        kwargs(tmp_path, security=asked)  # the configuration tightened since admission
+    with pytest.raises(BackendError, match="allowedCapabilities.*allowedSecurityOpts.*"
+                                           "allowedDevices"):
+        container_spec.check_security(Layout(tmp_path), args)
+
+
 def test_resources_and_env(tmp_path: Path) -> None:
     args = kwargs(tmp_path, resources={"cpus": 1.5, "memory": "1Gi"},
                   env=[{"name": "A", "value": "1"}, {"name": "S", "value": "x", "secret": True}])

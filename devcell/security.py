@@ -323,6 +323,15 @@ def cell_problems(spec: dict[str, Any], policy: SecurityPolicy, state_dir: Path
     from devcell import privileges  # a Cell's rules only (snapshot create reads this module)
 
     yield from privileges.cell_problems(spec, policy)
+    options = (spec.get("security") or {}).get("securityOpt") or []
+    written = host_written(spec)
+    if privileges.LIFT_NO_NEW_PRIVILEGES in options and written:
+        yield (("security", "securityOpt", options.index(privileges.LIFT_NO_NEW_PRIVILEGES)),
+               f"{privileges.LIFT_NO_NEW_PRIVILEGES} cannot go with a host folder the cell "
+               f"writes ({', '.join(written)}): such a cell runs as a user other than root so "
+               "that nothing it leaves there is a set-user-ID root program on the host, and "
+               "without no-new-privileges a setuid program (sudo) would make it root; mount "
+               "the folders read-only or leave the option out")
     network = spec.get("network") or {}
     mode = network.get("mode", "none")
     if mode == "host" and not policy.allow_host_network:

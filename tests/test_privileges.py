@@ -172,3 +172,20 @@ def test_admission_refuses_naming_file_line_field_and_allowance(tmp_path: Path) 
         assert admission.apply(db, read_sources([str(manifest)]))
     finally:
         db.close()
+
+
+def test_lifting_no_new_privileges_is_refused_beside_a_host_folder_the_cell_writes(
+        tmp_path: Path) -> None:
+    from devcell.security import cell_problems
+
+    policy = SecurityPolicy(allowed_security_opts=("no-new-privileges=false",),
+                            allowed_host_paths=(str(tmp_path),))
+    (tmp_path / "src").mkdir()
+    spec: dict[str, Any] = {
+        "security": {"securityOpt": ["no-new-privileges=false"]},
+        "mounts": [{"hostPath": str(tmp_path / "src"), "mountPath": "/src"}]}
+    found = dict(cell_problems(spec, policy, tmp_path / "state"))
+    assert "cannot go with a host folder the cell writes (/src)" in found[
+        ("security", "securityOpt", 0)]
+    spec["mounts"][0]["readOnly"] = True
+    assert dict(cell_problems(spec, policy, tmp_path / "state")) == {}

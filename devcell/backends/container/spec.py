@@ -293,6 +293,10 @@ def check_security(layout: Layout, kwargs: dict[str, Any],
             if not mount.get("ReadOnly") and (ids is None or 0 in ids):
                 problems.append(f"writable mount of {source}: the cell must not run as root "
                                 "(it could leave setuid-root programs on the host)")
+            if not mount.get("ReadOnly") and \
+                    privileges.NO_NEW_PRIVILEGES not in (kwargs.get("security_opt") or []):
+                problems.append(f"writable mount of {source}: no-new-privileges must stay set "
+                                "(a setuid program would make the cell root)")
             refused = security.host_path_problem(str(source), policy, layout.state_dir)
             if refused:
                 problems.append(f"mount of {source}: {refused}")

@@ -57,6 +57,18 @@ def test_spec_security_reaches_the_engine_only_as_the_configuration_allows(
         container_spec.check_security(Layout(tmp_path), args)
 
 
+def test_no_new_privileges_stays_beside_a_writable_host_mount(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    policy = SecurityPolicy(allowed_host_paths=(str(tmp_path / "src"),),
+                            allowed_security_opts=("no-new-privileges=false",))
+    args = kwargs(tmp_path / "state", policy,
+                  mounts=[{"hostPath": str(tmp_path / "src"), "mountPath": "/src"}])
+    container_spec.check_security(Layout(tmp_path / "state"), args, policy)
+    args["security_opt"] = []
+    with pytest.raises(BackendError, match="no-new-privileges must stay set"):
+        container_spec.check_security(Layout(tmp_path / "state"), args, policy)
+
+
 def test_resources_and_env(tmp_path: Path) -> None:
     args = kwargs(tmp_path, resources={"cpus": 1.5, "memory": "1Gi"},
                   env=[{"name": "A", "value": "1"}, {"name": "S", "value": "x", "secret": True}])

@@ -1,7 +1,8 @@
 """spec.security on the real engine: a capability, a security option and a device the
 configuration allows are the cell's (CapEff, Seccomp and NoNewPrivs of its processes,
 /dev/fuse), refused without the allowance, and gone again when the manifest stops asking for
-them (the container is recreated, the workspace kept)."""
+them (the container is recreated, the workspace kept); no-new-privileges=false lifts
+DevCell's no-new-privileges."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def test_an_allowed_capability_is_the_cells_and_refused_without_the_allowance(
     config = state / "config.yaml"
     config.write_text("apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
                       "security: {allowedCapabilities: [SYS_PTRACE], allowedSecurityOpts: "
-                      "[seccomp=unconfined], allowedDevices: [/dev/fuse]}\n")
+                      "[seccomp=unconfined, no-new-privileges=false], allowedDevices: "
+                      "[/dev/fuse]}\n")
     config.chmod(0o600)
     applied = cli("apply", "-f", str(manifest))
     assert applied.returncode == 0, applied.stderr
@@ -48,10 +50,11 @@ def test_an_allowed_capability_is_the_cells_and_refused_without_the_allowance(
     assert status["Seccomp"].strip() == "0" and status["NoNewPrivs"].strip() == "1"
     assert cli("exec", "dbg", "--", "test", "-c", "/dev/fuse").returncode == 0
     assert cli("exec", "dbg", "--", "sh", "-c", "echo kept > /workspace/note").returncode == 0
-    manifest.write_text(plain)
+    manifest.write_text(plain + "  security: {securityOpt: [no-new-privileges=false]}\n")
     applied = cli("apply", "-f", str(manifest))
     assert applied.returncode == 0, applied.stderr
     assert not _effective(cli) & (1 << SYS_PTRACE)  # recreated without them
-    assert _status(cli)["Seccomp"].strip() == "2"
+    status = _status(cli)
+    assert status["Seccomp"].strip() == "2" and status["NoNewPrivs"].strip() == "0"
     assert cli("exec", "dbg", "--", "test", "-e", "/dev/fuse").returncode != 0
     assert cli("exec", "dbg", "--", "cat", "/workspace/note").stdout == "kept\n"

@@ -257,6 +257,9 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
         _field("Image", spec.get("image") or (
             f"built from {build.get('dockerfile', 'Dockerfile')} in {build.get('context')}"
             if build else None))
+        if spec.get("features"):
+            _field("Features", ", ".join(str(f.get("ref")) for f in spec["features"])
+                   + " (installed on it)")
         hold = holds.of(record)
         _field("Desired state", spec.get("state") if hold is None else (
             f"{hold.state}: {hold.describe()}; the manifest says "

@@ -475,6 +475,8 @@ def _unique_names(ctx: _Context, items: list[dict[str, Any]], where: Path, what:
 
 def _feature_problems(ctx: _Context, spec: dict[str, Any]) -> list[Problem]:
     """Each spec.features[].ref is one of the three forms, and named once."""
+    if not spec.get("features"):
+        return []
     from devcell.manifests import feature_refs as refs
 
     problems = []

@@ -22,6 +22,7 @@ FILE = "devcontainer-feature.json"
 INSTALL = "install.sh"
 MAX_BYTES = 256 * 1024
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+_OPTION = re.compile(r"^[A-Za-z0-9_.-]{1,128}\Z")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 
 
@@ -142,6 +143,9 @@ def _options(value: Any, shown: str) -> dict[str, Option]:
         raise ImageBuildFailed(f"feature {shown}: {FILE} field options: expected an object")
     found = {}
     for name, option in value.items():
+        if not _OPTION.match(str(name)):
+            raise ImageBuildFailed(f"feature {shown}: {FILE} field options: {name!r} is not an "
+                                   "option id (letters, digits, _ . -)")
         where = f"feature {shown}: {FILE} field options.{name}"
         if not isinstance(option, dict) or option.get("type") not in ("boolean", "string"):
             raise ImageBuildFailed(f"{where}: expected an object with type boolean or string")

@@ -53,6 +53,7 @@ def test_options_take_defaults_and_are_checked(tmp_path: Path) -> None:
     ({"id": "x", "capAdd": "SYS_PTRACE"}, "field capAdd"),
     ({"id": "x", "containerEnv": {"A": "line\nbreak"}}, "field containerEnv"),
     ({"id": "x", "privileged": "yes"}, "field privileged"),
+    ({"id": "x", "options": {"a\x1b[31m": {"type": "string"}}}, "is not an option id"),
 ])
 def test_malformed_metadata_is_refused_naming_the_field(tmp_path: Path, data: object,
                                                         field: str) -> None:

@@ -2,18 +2,22 @@
 regular files and directories.
 
 The tarball is the feature author's: a link, a device, a FIFO, an absolute name or one with
-`..` is refused (the whole tarball, nothing kept), as are more than MAX_MEMBERS entries or
-more than MAX_BYTES of content. Only regular files and directories are ever made, in a
-directory made here, so no name can lead outside it. Modes keep only the owner's and the
-read/execute bits (install.sh must stay executable); owners and times are not kept.
+`..` is refused (the whole tarball, nothing kept), as are more than MAX_MEMBERS entries,
+more than MAX_BYTES of content or more than MAX_STREAM bytes of tar once decompressed. Only
+regular files and directories are ever made, in a directory made here, so no name can lead
+outside it. Modes keep only the owner's and the read/execute bits (install.sh must stay
+executable); owners and times are not kept.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import os
 import shutil
 import tarfile
-from typing import BinaryIO
+import zlib
+from typing import Any, BinaryIO
 
 from devcell.errors import ImageBuildFailed
 
@@ -44,10 +48,43 @@ def extract(source: BinaryIO, into: str, shown: str) -> None:
         raise
 
 
+MAX_STREAM = MAX_BYTES + MAX_MEMBERS * 2048 + (1 << 20)
+"""The most tar bytes read (after gzip): the content allowed, each entry's header and padding,
+some room for long names. tarfile reads a header (a pax or GNU long name record) whole, as
+long as it says, so a gzip of a few hundred KiB could otherwise make it hold gigabytes."""
+
+
+class _Bounded(io.RawIOBase):
+    """The decompressed tarball, refused past MAX_STREAM bytes."""
+
+    def __init__(self, inner: BinaryIO, shown: str) -> None:
+        self.inner, self.shown, self.seen = inner, shown, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer)[:min(len(buffer), _CHUNK)]
+        data = self.inner.read(len(view))
+        self.seen += len(data)
+        if self.seen > MAX_STREAM:
+            raise ImageBuildFailed(f"feature {self.shown}: its tarball holds more than "
+                                   f"{MAX_STREAM >> 20} MiB (headers included); refused")
+        view[:len(data)] = data
+        return len(data)
+
+
+def _decompressed(source: BinaryIO, shown: str) -> BinaryIO:
+    start = source.read(2)
+    source.seek(-len(start), os.SEEK_CUR)
+    inner: Any = gzip.GzipFile(fileobj=source, mode="rb") if start == b"\x1f\x8b" else source
+    return io.BufferedReader(_Bounded(inner, shown), _CHUNK)
+
+
 def _extract(source: BinaryIO, into: str, shown: str) -> None:
     total = 0
     try:
-        with tarfile.open(fileobj=source, mode="r:*") as tar:
+        with tarfile.open(fileobj=_decompressed(source, shown), mode="r|") as tar:
             for count, member in enumerate(tar, start=1):
                 if count > MAX_MEMBERS:
                     raise ImageBuildFailed(f"feature {shown}: its tarball holds more than "
@@ -79,7 +116,7 @@ def _extract(source: BinaryIO, into: str, shown: str) -> None:
     except FileExistsError:
         raise ImageBuildFailed(f"feature {shown}: its tarball names one file twice; "
                                "refused") from None
-    except (tarfile.TarError, EOFError, OSError) as exc:
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
         raise ImageBuildFailed(f"feature {shown}: its tarball cannot be read ({exc})") from None
 
 

@@ -68,3 +68,37 @@ def test_content_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 def test_not_a_tarball_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ImageBuildFailed, match="cannot be read"):
         unpack.extract(io.BytesIO(b"not a tar" * 100), str(tmp_path / "out"), "f")
+
+
+def test_a_huge_header_from_a_small_gzip_is_refused_without_holding_it(tmp_path: Path) -> None:
+    """A pax header 128 MiB long compresses to a few hundred KiB: tarfile reads a header
+    whole, so the decompressed bytes must be bounded (MAX_STREAM) before it asks for them:
+    at 64 MiB of gzip that header would be 64 GiB."""
+    import gzip
+    import tracemalloc
+
+    header = bytearray(512)
+    header[0:9] = b"PaxHeader"
+    header[100:108] = b"0000644\0"
+    header[124:136] = b"%011o\0" % (128 << 20)
+    header[156:157] = b"x"
+    header[257:263] = b"ustar\0"
+    header[263:265] = b"00"
+    header[148:156] = b" " * 8
+    header[148:156] = b"%06o\0 " % sum(header)
+    raw = io.BytesIO()
+    with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1) as gz:
+        gz.write(bytes(header))
+        zeros = bytes(1 << 20)
+        for _ in range(129):
+            gz.write(zeros)
+    raw.seek(0)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ImageBuildFailed, match="refused|cannot be read"):
+            unpack.extract(raw, str(tmp_path / "out"), "f")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < unpack.MAX_STREAM + (16 << 20), f"held {peak >> 20} MiB"
+    assert not (tmp_path / "out").exists()

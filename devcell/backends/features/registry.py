@@ -11,7 +11,8 @@ service, as ghcr.io does). A credential helper (credsStore, credHelpers) is not 
 A registry is reached over https, except a loopback one (plain http, as the engine does for
 127.0.0.0/8). `images.registryMirrors` of DevCell's configuration may serve one registry's
 features from another (tests serve ghcr.io's from a local registry). A redirect (blobs are
-often served from a CDN) never carries the credentials to another host, nor goes to http.
+often served from a CDN) never carries the credentials to another host, nor goes to plain
+http off loopback; a token service is asked over https, or plain http on loopback only.
 """
 
 from __future__ import annotations
@@ -93,9 +94,11 @@ class _Redirect(urllib.request.HTTPRedirectHandler):
         if new is None:
             return None
         old, moved = urllib.parse.urlsplit(req.full_url), urllib.parse.urlsplit(newurl)
-        if old.scheme == "https" and moved.scheme != "https":
-            raise urllib.error.HTTPError(newurl, code, "redirect from https to http refused",
-                                         headers, None)
+        if moved.scheme != "https" and not (moved.scheme == "http" and moved.hostname
+                                             and refs.loopback(moved.hostname)
+                                             and old.scheme == "http"):
+            raise urllib.error.HTTPError(newurl, code, "a redirect to plain http off "
+                                         "loopback (or from https) refused", headers, None)
         if moved.netloc != old.netloc:
             new.remove_header("Authorization")
         return new
@@ -164,8 +167,9 @@ class Client:
                                      f"({scheme or 'none named'})")
         fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
         realm = fields.get("realm", "")
+        realm_host = urllib.parse.urlsplit(realm).hostname or ""
         if not realm.startswith("https://") and not (
-                realm.startswith("http://") and self.where.scheme == "http"):
+                realm.startswith("http://") and refs.loopback(realm_host)):
             raise FeatureFetchFailed(f"feature {self.shown}: the registry's token service "
                                      f"{realm!r} is not https")
         query = {"service": fields.get("service", ""),

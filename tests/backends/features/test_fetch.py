@@ -116,3 +116,32 @@ def test_a_tarball_url_is_fetched_once(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_redirect_to_plain_http_off_loopback_is_refused(tmp_path: Path) -> None:
+    """http is trusted only on loopback: a loopback server (or a mirror) redirecting to plain
+    http elsewhere would hand install.sh, run as root in the build, to the network.
+    0.0.0.0 is not a loopback address, yet reaching it stays on this host."""
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            asked.append(self.path)
+            self.send_response(302)
+            self.send_header("Location", f"http://0.0.0.0:{self.server.server_port}/moved.tgz")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(registry.FeatureFetchFailed, match="plain http"):
+            fetch.Store(tmp_path).resolve(
+                f"http://127.0.0.1:{server.server_port}/hello.tgz", "hello")
+        assert asked == ["/hello.tgz"]
+    finally:
+        server.shutdown()
+        server.server_close()

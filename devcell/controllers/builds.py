@@ -139,5 +139,16 @@ def recorded_image(status: dict[str, Any]) -> str | None:
 
 
 def with_recorded(status: dict[str, Any], image: str) -> dict[str, Any]:
-    """`status` saying the runtime was made from `image`."""
-    return {**status, STATUS_KEY: {"image": image}}
+    """`status` saying the runtime was made from `image` (its sidecars' builds kept)."""
+    return {**status, STATUS_KEY: {**(status.get(STATUS_KEY) or {}), "image": image}}
+
+
+def recorded_sidecars(status: dict[str, Any]) -> dict[str, str]:
+    """The tags the cell's built sidecars run, as its last reconcile recorded them."""
+    found = (status.get(STATUS_KEY) or {}).get("sidecars")
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+def with_sidecars_recorded(status: dict[str, Any], tags: dict[str, str]) -> dict[str, Any]:
+    """`status` saying the built sidecars run `tags` (sidecar name -> tag)."""
+    return {**status, STATUS_KEY: {**(status.get(STATUS_KEY) or {}), "sidecars": dict(tags)}}

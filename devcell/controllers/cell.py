@@ -332,7 +332,7 @@ class CellController:
                 steps.append(install)
                 action = action or "dotfiles"
         if not steps:
-            self._write_settled(ctx, cell, observed, built=build_tag)
+            self._write_settled(ctx, cell, observed, built=build_tag, sidecars=sidecar_tags)
             idleness = idle.check(cell, Path(ctx.db.state_dir), desired=desired,
                                   running=observed.running, now=ctx.clock())
             if idleness is not None and idleness.due:
@@ -630,8 +630,10 @@ class CellController:
                               reason=reason, message=message, type="Warning")
 
     def _write_settled(self, ctx: Context, cell: objects.ObjectRecord, observed: Observed,
-                       *, built: str | None = None) -> None:
-        """Ready, as observed; `built`: the tag the runtime runs, kept for `apply`/`diff`."""
+                       *, built: str | None = None,
+                       sidecars: dict[str, str] | None = None) -> None:
+        """Ready, as observed; `built`: the tag the runtime runs, kept for `apply`/`diff`
+        (`sidecars`: its built sidecars' tags, by name)."""
         caps = ctx.backend(cell.extra["backend"]).capabilities
         verdict = None
         if holds.desired_state(cell) == "Running" and observed.running:
@@ -641,6 +643,8 @@ class CellController:
         status = self._ready_status(cell, dict(cell.status), caps, verdict)
         if built is not None:
             status = builds.with_recorded(status, built)
+        if sidecars:
+            status = builds.with_sidecars_recorded(status, sidecars)
         phase = _phase_for(holds.desired_state(cell))
         if (phase, status, cell.generation) == (cell.phase, cell.status, cell.observed_generation):
             return  # nothing to write: the common case on a re-apply
@@ -867,6 +871,10 @@ class CellController:
                           if step.name == S.CREATE and step.args.get("image")), None)
         if made_from is not None and S.CREATE in plan.ran:
             status = builds.with_recorded(status, made_from)  # apply and diff compare it
+        made_sidecars = next((dict(step.args["sidecarImages"]) for step in plan.steps
+                              if step.name == S.CREATE and step.args.get("sidecarImages")), None)
+        if made_sidecars and S.CREATE in plan.ran:
+            status = builds.with_sidecars_recorded(status, made_sidecars)
         phase = _phase_for(holds.desired_state(fresh))
         if phase != Phase.RUNNING:
             status.pop("restarts", None)  # stopped by DevCell: no death to count

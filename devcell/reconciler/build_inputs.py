@@ -57,16 +57,36 @@ def judge(db: Database, cells: Iterable[built_cells.BuiltCell]) -> Judged:
 
 def _judge_one(db: Database, backend: Backend, cell: built_cells.BuiltCell,
                found: Judged) -> None:
-    recorded = builds.recorded_image(cell.status)
-    try:
-        now = wanted(db, backend, cell.id, cell.name, cell.spec, cell.source)
-    except BackendError as exc:
-        found.unknown[cell.id] = str(exc)
-        return
-    if recorded is None:
-        found.unknown[cell.id] = "the image its runtime was made from is not recorded"
-    elif recorded != now:
-        found.moved[cell.id] = (recorded, now)
+    if builds.built(cell.spec):
+        recorded = builds.recorded_image(cell.status)
+        try:
+            now = wanted(db, backend, cell.id, cell.name, cell.spec, cell.source)
+        except BackendError as exc:
+            found.unknown[cell.id] = str(exc)
+            return
+        if recorded is None:
+            found.unknown[cell.id] = "the image its runtime was made from is not recorded"
+            return
+        if recorded != now:
+            found.moved[cell.id] = (recorded, now)
+            return
+    ran = builds.recorded_sidecars(cell.status)
+    for sidecar in cell.spec.get("sidecars") or []:
+        if sidecar.get("build") is None:
+            continue
+        name = str(sidecar["name"])
+        try:  # judged and tagged as the cell controller does (CELL.SIDECAR)
+            now = wanted(db, backend, cell.id, f"{cell.name}.{name}",
+                         {"build": sidecar["build"]}, cell.source)
+        except BackendError as exc:
+            found.unknown[cell.id] = str(exc)
+            return
+        if name not in ran:
+            found.unknown[cell.id] = f"the image sidecar {name} was made from is not recorded"
+            return
+        if ran[name] != now:
+            found.moved[cell.id] = (ran[name], now)
+            return
 
 
 def wanted(db: Database, backend: Backend, cell_id: str, name: str, spec: dict[str, Any],
@@ -99,7 +119,9 @@ def record(db: Database, moved: dict[str, tuple[str, str]]) -> None:
     with db.write() as conn:
         for cell_id, (was, now) in moved.items():
             cell = objects.get(conn, "Cell", cell_id)
-            if cell is None or cell.deleting or builds.recorded_image(cell.status) != was:
+            if cell is None or cell.deleting or was not in (
+                    builds.recorded_image(cell.status),
+                    *builds.recorded_sidecars(cell.status).values()):
                 continue  # changed since it was judged: someone else's to say
             message = (f"its build's inputs changed: image {now} replaces {was}; the next "
                        "reconcile (apply, or the daemon) builds it and recreates the cell")

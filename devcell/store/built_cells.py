@@ -28,8 +28,8 @@ class BuiltCell:
 
 
 def among(conn: sqlite3.Connection, cell_ids: Iterable[str]) -> list[BuiltCell]:
-    """The live, not-deleting cells among `cell_ids` with a spec.build or spec.features (in
-    chunks)."""
+    """The live, not-deleting cells among `cell_ids` with a spec.build, spec.features or a
+    sidecar's build (in chunks)."""
     ids = sorted(set(cell_ids))
     out: list[BuiltCell] = []
     for start in range(0, len(ids), 500):
@@ -39,7 +39,9 @@ def among(conn: sqlite3.Connection, cell_ids: Iterable[str]) -> list[BuiltCell]:
             "phase, COALESCE(json_extract(held, '$.state'), json_extract(spec, '$.state'), "
             "'Running') FROM cells WHERE deleted_at IS NULL AND deleting_at IS NULL "
             "AND (json_extract(spec, '$.build') IS NOT NULL "
-            "OR COALESCE(json_array_length(spec, '$.features'), 0) > 0) "
+            "OR COALESCE(json_array_length(spec, '$.features'), 0) > 0 "
+            "OR EXISTS (SELECT 1 FROM json_each(spec, '$.sidecars') "
+            "WHERE json_extract(value, '$.build') IS NOT NULL)) "
             f"AND id IN ({','.join('?' for _ in chunk)})", chunk,
         ):
             out.append(BuiltCell(r[0], r[1], r[2] or "", faults.loads(r[3] or "{}"),

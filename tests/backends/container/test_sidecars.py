@@ -29,7 +29,8 @@ from tests.backends.engine import IMAGE, remove_containers, require_engine
 from tests.conftest import REPO
 
 SIDECAR = ("mkdir -p /data/www; httpd -p 127.0.0.1:8080 -h /data/www; n=0; "
-           "while true; do n=$((n+1)); echo $n > /data/www/count; echo $n >> /data/rows; "
+           "while true; do n=$((n+1)); echo $n > /data/www/c; mv /data/www/c /data/www/count; "
+           "echo $n >> /data/rows; "
            "sleep 0.1; done")
 MANIFEST = textwrap.dedent(f"""\
     apiVersion: devcell.dev/v1alpha1
@@ -81,6 +82,18 @@ class Shared:
         raise AssertionError(f"no volume of cell {name}")
 
 
+def _count(shared: Shared, cell: str) -> int:
+    """What the cell reads from its sidecar's server on 127.0.0.1 (retried while a sidecar
+    just started has not written its first count)."""
+    deadline = time.monotonic() + 10
+    while True:
+        done = shared("exec", cell, "--", "wget", "-qO-", "http://127.0.0.1:8080/count")
+        if done.returncode == 0 and done.stdout.strip().isdigit():
+            return int(done.stdout)
+        assert time.monotonic() < deadline, (done.stdout, done.stderr)
+        time.sleep(0.2)
+
+
 def _rows(path: Path) -> list[int]:
     return [int(line) for line in (path / "rows").read_text().split()]
 
@@ -118,12 +131,24 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
         yield run
     finally:
         remove_containers(run.state)
+        _remove_builds(run.state)  # what a failed test left: its delete removes them
+
+
+def _remove_builds(state: Path) -> None:
+    import docker
+
+    client = docker.from_env()
+    try:
+        for image in _engine(state, "images"):
+            for tag in image.get("RepoTags") or []:
+                client.api.remove_image(tag)
+    finally:
+        client.close()
 
 
 def test_the_cell_reaches_its_sidecar_on_loopback_and_both_are_labelled_devcells(
         shared: Shared) -> None:
-    count = shared.ok("exec", "app", "--", "wget", "-qO-", "http://127.0.0.1:8080/count")
-    assert int(count) > 0
+    assert _count(shared, "app") > 0
     containers = {c["Names"][0].lstrip("/"): c for c in _engine(shared.state, "containers")}
     (sidecar,) = [c for c in containers.values() if c["Labels"].get("dev.devcell.sidecar")]
     (own,) = [c for c in containers.values() if c["Labels"].get("dev.devcell.cell-id")]
@@ -157,8 +182,7 @@ def test_a_snapshot_taken_while_both_write_holds_the_sidecars_data_and_a_fork_st
     shared.ok("cell", "fork", "app", "--snapshot", "s1", "--name", "app2")
     forked = _rows(shared.data("app2"))
     assert forked[:len(rows)] == rows  # then its own sidecar writes on (from 1 again)
-    assert int(shared.ok("exec", "app2", "--", "wget", "-qO-",
-                         "http://127.0.0.1:8080/count")) > 0
+    assert _count(shared, "app2") > 0
     # The cache is not part of a snapshot: the fork has its own, empty.
     missing = shared("exec", "app2", "--", "cat", "/root/.cache/mark")
     assert missing.returncode != 0
@@ -199,7 +223,22 @@ def test_sleep_and_start_keep_the_sidecars_data_and_the_cells_volume(shared: Sha
     after = _rows(shared.data("app"))
     assert after[:len(before)] == before and len(after) > len(before)
     assert shared.ok("exec", "app", "--", "cat", "/root/.cache/mark") == "cached\n"
-    assert int(shared.ok("exec", "app", "--", "wget", "-qO-", "http://127.0.0.1:8080/count")) > 0
+    assert _count(shared, "app") > 0
+
+
+def test_an_apply_of_the_unchanged_manifest_rebuilds_a_sidecar_whose_dockerfile_changed(
+        shared: Shared) -> None:
+    manifest = shared.state.parent / "app.yaml"
+    assert shared.ok("apply", "-f", str(manifest)).strip() == "cell/app unchanged"
+    dockerfile = shared.state.parent / "db" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "LABEL edited=yes\n")
+    assert shared.ok("apply", "-f", str(manifest)).strip() == "cell/app rebuilt"
+    built = shared.cell("app")["status"]["build"]["sidecars"]["db"]
+    (sidecar,) = [c for c in _engine(shared.state, "containers")
+                  if c["Labels"].get("dev.devcell.sidecar") == "db"
+                  and c["Labels"]["dev.devcell.cell"] == "app"]
+    assert sidecar["Image"] == built and sidecar["State"] == "running"
+    assert shared.ok("apply", "-f", str(manifest)).strip() == "cell/app unchanged"
 
 
 def test_delete_removes_every_container_and_volume_labelled_for_the_cells(

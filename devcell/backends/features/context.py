@@ -1,14 +1,16 @@
 """The build context that installs a cell's features on its base image.
 
-One folder per cell under `<state>/features/contexts/<cell>`: a Dockerfile and, for each
-feature in installation order, `fN/feature/` (the feature's files) and `fN/options.env`
-(its options and the user variables, shell-quoted). Each feature is one COPY and one RUN,
-its containerEnv ENV lines after it; the features' entrypoints, if any, become the image's
-ENTRYPOINT (run in order before the container's command, as the devcontainer CLI runs them).
-so changing the options of the last feature reruns only its step and the engine's cache
-keeps the ones before. The folder is brought up to date file by file, writing only what
-differs: an unchanged cell leaves every file's timestamps alone and the build digest cache
-answers from a walk, with no hash and no build.
+One folder per content under `<state>/features/contexts/<cell>/<hash>`: a Dockerfile and,
+for each feature in installation order, `fN/feature/` (the feature's files) and
+`fN/options.env` (its options and the user variables, shell-quoted). Each feature is one
+COPY and one RUN, its containerEnv ENV lines after it, so changing the options of the last
+feature reruns only its step and the engine's cache keeps the ones before; the features'
+entrypoints, if any, become the image's ENTRYPOINT (run in order before the container's
+command, as the devcontainer CLI runs them). A folder is named by a hash of everything in
+it and never changed once written: an unchanged cell finds its folder as it was (the build
+digest cache answers from a walk, with no hash and no build), and a build reading one while
+someone else (`diff`, the daemon) prepares the next manifest's sees it whole. Older ones go
+after an hour.
 
 Files copied from a local feature folder must be regular files or directories (a link in
 it is refused naming it, never followed), bounded in number and size.
@@ -16,11 +18,14 @@ it is refused naming it, never followed), bounded in number and size.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
 import shutil
 import stat
+import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +36,7 @@ from devcell.errors import ImageBuildFailed
 MAX_FILES = 10_000
 MAX_BYTES = 64 * 1024 * 1024
 TARGET = "/tmp/devcell-features"
+STALE_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -130,7 +136,7 @@ def options_env(env: dict[str, str]) -> str:
 
 
 def write(state_dir: Path, cell_name: str, base: str, steps: Sequence[Step]) -> str:
-    """Bring the cell's context folder up to date; its path."""
+    """The cell's context folder for these steps, written once; its path."""
     wanted: dict[str, tuple[bytes, int] | None] = {
         "Dockerfile": (dockerfile(base, steps).encode(), 0o644)}
     for n, step in enumerate(steps):
@@ -139,56 +145,64 @@ def write(state_dir: Path, cell_name: str, base: str, steps: Sequence[Step]) -> 
         wanted[f"f{n}/feature"] = None
         for rel, entry in _tree(step.resolved.folder, step.resolved.shown).items():
             wanted[f"f{n}/feature/{rel}"] = entry
+    h = hashlib.sha256()
+    for rel in sorted(wanted):
+        entry = wanted[rel]
+        h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+        if entry is not None:
+            h.update(f"{entry[1]:o}\0{len(entry[0])}\0".encode() + entry[0])
     root = Path(state_dir) / fetch.DIRECTORY / "contexts"
-    for step_dir in (root.parent, root):
+    cell_dir = root / cell_name
+    for step_dir in (root.parent, root, cell_dir):
         step_dir.mkdir(mode=0o700, exist_ok=True)
         if step_dir.is_symlink():
             raise ImageBuildFailed(f"{step_dir} is a link; DevCell made it a directory")
-    folder = root / cell_name
-    folder.mkdir(mode=0o700, exist_ok=True)
-    _sync(str(folder), wanted)
+    folder = cell_dir / h.hexdigest()[:24]
+    if not folder.is_dir() or folder.is_symlink():
+        tmp = Path(tempfile.mkdtemp(dir=cell_dir, prefix=".new-"))
+        try:
+            _fill(tmp, wanted)
+            os.rename(tmp, folder)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not folder.is_dir():
+                raise
+    _drop_old(cell_dir, keep=folder)
     return str(folder)
 
 
-def _sync(folder: str, wanted: dict[str, tuple[bytes, int] | None]) -> None:
+def _fill(folder: Path, wanted: dict[str, tuple[bytes, int] | None]) -> None:
+    os.chmod(folder, 0o755)
     for rel in sorted(wanted):
-        path = os.path.join(folder, rel)
         entry = wanted[rel]
-        try:
-            st: os.stat_result | None = os.lstat(path)
-        except FileNotFoundError:
-            st = None
+        path = folder / rel
         if entry is None:
-            if st is not None and not stat.S_ISDIR(st.st_mode):
-                os.unlink(path)
-                st = None
-            if st is None:
-                os.mkdir(path, 0o755)
+            path.mkdir(0o755)
             continue
         data, mode = entry
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(path)
-            st = None
-        if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == len(data) \
-                and stat.S_IMODE(st.st_mode) == mode:
-            with open(path, "rb") as f:
-                if f.read(len(data) + 1) == data:
-                    continue
-        tmp = path + ".devcell-tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    for dirpath, dirnames, filenames in os.walk(folder, topdown=False):
-        for name in filenames + dirnames:
-            path = os.path.join(dirpath, name)
-            if os.path.relpath(path, folder) not in wanted:
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path)
+        os.chmod(path, mode)
+
+
+def _drop_old(cell_dir: Path, keep: Path) -> None:
+    """The cell's other contexts, once nothing can still be building from them (an hour
+    old): a context is never changed once written, so a build reading one (another
+    process's, for the manifest before an edit) sees it whole."""
+    stale = time.time() - STALE_SECONDS
+    for other in cell_dir.iterdir():
+        if other == keep:
+            continue
+        try:
+            if other.lstat().st_mtime < stale:
+                if other.is_dir() and not other.is_symlink():
+                    shutil.rmtree(other, ignore_errors=True)
                 else:
-                    os.unlink(path)
+                    other.unlink()
+        except FileNotFoundError:
+            continue
 
 
 def forget(state_dir: Path, cell_name: str) -> None:

@@ -42,17 +42,22 @@ def test_the_dockerfile_installs_in_order_and_sets_what_features_ask(tmp_path: P
     assert (folder / "f1" / "feature" / "install.sh").exists()
 
 
-def test_an_unchanged_context_keeps_its_files_and_a_gone_feature_is_removed(
-        tmp_path: Path) -> None:
+def test_a_context_is_written_once_and_an_old_one_goes_later(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "state").mkdir()
     a, b = _resolved(tmp_path, "a"), _resolved(tmp_path, "b")
-    folder = Path(context.write(tmp_path / "state", "web", "x", [context.Step(a, {}),
-                                                                  context.Step(b, {})]))
+    both = [context.Step(a, {}), context.Step(b, {})]
+    folder = Path(context.write(tmp_path / "state", "web", "x", both))
     before = {p: os.lstat(p).st_mtime_ns for p in folder.rglob("*")}
-    context.write(tmp_path / "state", "web", "x", [context.Step(a, {}), context.Step(b, {})])
+    assert Path(context.write(tmp_path / "state", "web", "x", both)) == folder
     assert {p: os.lstat(p).st_mtime_ns for p in folder.rglob("*")} == before
+    fewer = Path(context.write(tmp_path / "state", "web", "x", [context.Step(a, {})]))
+    assert fewer != folder and folder.exists()  # a build may still read it
+    monkeypatch.setattr(context, "STALE_SECONDS", -1.0)
     context.write(tmp_path / "state", "web", "x", [context.Step(a, {})])
-    assert not (folder / "f1").exists()
+    assert not folder.exists() and sorted(fewer.parent.iterdir()) == [fewer]
+    context.forget(tmp_path / "state", "web")
+    assert not fewer.parent.exists()
 
 
 def test_a_link_in_a_local_feature_is_refused(tmp_path: Path) -> None:

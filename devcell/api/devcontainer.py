@@ -296,6 +296,8 @@ class _Converter:
         self.located: dict[str, Where] = {}
         """The same for fields that came from a compose file."""
         self.env_origin: dict[str, tuple[str | int, ...] | Where] = {}
+        self.secret_sourced: set[tuple[str | int, ...]] = set()
+        """Fields filled from a host variable named as a credential (GITHUB_TOKEN)."""
         self.ports: list[dict[str, Any]] = []
         self.sidecar_ports: list[tuple[str, int]] = []
         self.compose_services: set[str] = set()
@@ -349,12 +351,13 @@ class _Converter:
             spec["env"] = []
             for i, (var, value) in enumerate(self.env.items()):
                 entry: dict[str, Any] = {"name": var, "value": value}
-                if looks_secret(var):
+                if looks_secret(var) or self.env_origin[var] in self.secret_sourced:
                     entry["secret"] = True
                     origin = self.env_origin[var]
                     shown = _field(origin) if isinstance(origin, tuple) else str(origin)
                     self.notes.append(f"{shown}: imported as a secret "
                                       "(secret: true: never shown or logged) because its name "
+                                      "(or the variable it is filled from) "
                                       "looks like a credential; consider keeping its value out "
                                       "of the manifest's file")
                 spec["env"].append(entry)
@@ -437,6 +440,14 @@ class _Converter:
                           "default; set it, or write ${localEnv:NAME:default}", *keys,
                           shown=shown)
             return None
+        credentials = [name for name in filled.read if looks_secret(name)]
+        if credentials and keys not in self.secret_sourced:
+            self.secret_sourced.add(keys)
+            listed = ", ".join(names.printable(name) for name in credentials)
+            self.notes.append(
+                f"{shown or _field(keys)}: takes the value of {listed} from this shell's "
+                "environment, a credential by its name: the cell (and the manifest's file) "
+                "will hold it; keep it only for a project you trust")
         return filled.text
 
     def _filled_command(self, commands: list[list[str]], key: str) -> list[list[str]] | None:

@@ -41,6 +41,8 @@ class Filled:
     """Host variables that are unset and have no default (`localEnv:NAME`): refuse the value."""
     container: tuple[str, ...] = ()
     """`${containerEnv:NAME}` references, left as written."""
+    read: tuple[str, ...] = ()
+    """Host variables whose values were filled in (a credential among them is said)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Variables:
         some_set = any(self.local_env.get(m.group(2)) for m in host)
         unset: list[str] = []
         container: list[str] = []
+        read: list[str] = []
 
         def one(m: re.Match[str]) -> str:
             if m.group(4):
@@ -68,6 +71,7 @@ class Variables:
                 return m.group(0)
             found = self.local_env.get(name)
             if found is not None:  # set, even empty, as the devcontainer CLI reads it
+                read.append(name)
                 return found
             if default is not None:
                 return default
@@ -76,7 +80,8 @@ class Variables:
             return ""
 
         text = _REFERENCE.sub(one, value)
-        return Filled(text, tuple(dict.fromkeys(unset)), tuple(dict.fromkeys(container)))
+        return Filled(text, tuple(dict.fromkeys(unset)), tuple(dict.fromkeys(container)),
+                      tuple(dict.fromkeys(read)))
 
 
 def devcontainer_id(local_folder: Path, config_file: Path) -> str:

@@ -4,6 +4,7 @@ No engine: what the manifests do when applied is tests/e2e/test_import_devcontai
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -233,3 +234,22 @@ def test_names_given_or_derived_are_valid_cell_names(tmp_path: Path) -> None:
         "name"] == "mine"
     with pytest.raises(ManifestError):
         _convert(path, tmp_path, tmp_path / "s", name="Not_Valid")
+
+
+def test_a_host_credential_filled_in_is_said_and_kept_secret(tmp_path: Path) -> None:
+    """A hostile project can pull the importing shell's tokens into the cell with
+    ${localEnv:...} under an innocent name: the import says so and never shows the value."""
+    path = _sample(tmp_path / "proj", json.dumps({
+        "image": "devcell/busybox:latest",
+        "containerEnv": {"EDITOR_THEME": "${localEnv:GITHUB_TOKEN}", "LANG": "${localEnv:LANG}"},
+        "postCreateCommand": "echo ${localEnv:AWS_SECRET_ACCESS_KEY} > /dev/null"}))
+    result = _convert(path, tmp_path / "proj", tmp_path / "state", env={
+        "HOME": "/home/dev", "GITHUB_TOKEN": "ghp_sekrit", "LANG": "C.UTF-8",
+        "AWS_SECRET_ACCESS_KEY": "aws_sekrit"})
+    env = {e["name"]: e for e in result.manifest["spec"]["env"]}
+    assert env["EDITOR_THEME"]["secret"] is True and "secret" not in env["LANG"]
+    said = [n for n in result.notes if "a credential by its name" in n]
+    assert len(said) == 2, result.notes
+    assert said[0].startswith("containerEnv.EDITOR_THEME: takes the value of GITHUB_TOKEN")
+    assert said[1].startswith("postCreateCommand: takes the value of AWS_SECRET_ACCESS_KEY")
+    assert not any("sekrit" in n for n in result.notes + result.said)

@@ -100,6 +100,23 @@ def _build_images(db: dbmod.Database, existing: Any, m: Any, label: str
     return moved or ("", "")
 
 
+def _sidecar_images(db: dbmod.Database, existing: Any, m: Any, label: str
+                    ) -> dict[str, tuple[str, str]] | None:
+    """Each built sidecar whose image moved: (the image it runs, the one its build names
+    now); None (with a warning) when that cannot be judged."""
+    from devcell.errors import BackendError
+    from devcell.names import printable
+    from devcell.reconciler import build_inputs
+
+    try:
+        return build_inputs.compare_sidecars(db, existing.id, m.name, existing.extra["backend"],
+                                             m.spec, m.source, existing.status)
+    except BackendError as exc:
+        sys.stderr.write(printable(f"warning: {label}: cannot say whether a sidecar's build "
+                                   f"inputs changed: {exc}") + "\n")
+        return None
+
+
 def run_diff(args: argparse.Namespace) -> int:
     """Unified diff of recorded vs. given desired state; exit 1 when they differ (as kubectl)."""
     import difflib  # diff only: `apply` shares this module
@@ -146,6 +163,16 @@ def run_diff(args: argparse.Namespace) -> int:
             elif images[0] != images[1]:  # the build's inputs changed, the manifest need not
                 old["status"] = {"build": {"image": images[0]}}
                 new["status"] = {"build": {"image": images[1]}}
+                old_lines = _yaml_lines(old)
+        if existing is not None and m.kind == "Cell" and any(
+                s.get("build") is not None for s in m.spec.get("sidecars") or []):
+            sidecars = _sidecar_images(db, existing, m, label)
+            if sidecars is None:
+                differs = True
+            elif sidecars:  # a sidecar's build inputs changed: as the cell's own, shown
+                for side, which in ((old, 0), (new, 1)):
+                    build = side.setdefault("status", {}).setdefault("build", {})
+                    build["sidecars"] = {n: pair[which] for n, pair in sidecars.items()}
                 old_lines = _yaml_lines(old)
         diff = list(difflib.unified_diff(old_lines, _yaml_lines(new), fromfile=f"recorded/{label}",
                                          tofile=f"{printable(m.file)}/{label}"))

@@ -112,6 +112,30 @@ def compare(db: Database, cell_id: str, name: str, backend_name: str, spec: dict
     return (recorded, now) if now != recorded else None
 
 
+def compare_sidecars(db: Database, cell_id: str, name: str, backend_name: str,
+                     spec: dict[str, Any], source: str | None, status: dict[str, Any]
+                     ) -> dict[str, tuple[str, str]]:
+    """`diff`'s question for the built sidecars of `spec`: sidecar name -> (the image it
+    runs, the image its build names now), for those that differ (recorded ones only)."""
+    ran = builds.recorded_sidecars(status)
+    asked = [s for s in spec.get("sidecars") or []
+             if s.get("build") is not None and str(s.get("name")) in ran]
+    if not asked:
+        return {}
+    backend = backends.load(backend_name, Path(db.state_dir))
+    moved = {}
+    try:
+        for sidecar in asked:
+            sidecar_name = str(sidecar["name"])
+            now = wanted(db, backend, cell_id, f"{name}.{sidecar_name}",
+                         {"build": sidecar["build"]}, source)
+            if now != ran[sidecar_name]:
+                moved[sidecar_name] = (ran[sidecar_name], now)
+    finally:
+        backend.close()
+    return moved
+
+
 def record(db: Database, moved: dict[str, tuple[str, str]]) -> None:
     """Record the cells whose build's inputs changed as waiting for their rebuild."""
     if not moved:

@@ -232,6 +232,9 @@ def test_an_apply_of_the_unchanged_manifest_rebuilds_a_sidecar_whose_dockerfile_
     assert shared.ok("apply", "-f", str(manifest)).strip() == "cell/app unchanged"
     dockerfile = shared.state.parent / "db" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() + "LABEL edited=yes\n")
+    before = shared.cell("app")["status"]["build"]["sidecars"]["db"]
+    diff = shared("diff", "-f", str(manifest))
+    assert diff.returncode == 1 and f"-      db: {before}" in diff.stdout, diff
     assert shared.ok("apply", "-f", str(manifest)).strip() == "cell/app rebuilt"
     built = shared.cell("app")["status"]["build"]["sidecars"]["db"]
     (sidecar,) = [c for c in _engine(shared.state, "containers")

@@ -834,6 +834,7 @@ def convert(path: Path, *, name: str | None, out_dir: Path, state_dir: Path,
     """The Cell manifest for the devcontainer.json at `path` (relative paths in it relative to
     `out_dir`, where it will be written; `${localEnv:...}` read from `env`, default this
     process's environment), or Refused naming file, line and field."""
+    _inside_project(path)
     reader = _Reader(path)
     policy = config.load(state_dir).security
     converter = _Converter(reader, name=name, out_dir=out_dir, policy=policy,
@@ -845,6 +846,18 @@ def convert(path: Path, *, name: str | None, out_dir: Path, state_dir: Path,
     except ManifestError as exc:
         raise Refused(exc.problems, converter.notes) from None
     return conversion
+
+
+def _inside_project(path: Path) -> None:
+    """Refuse a devcontainer.json that is a link leading out of its project folder: the
+    project (a cell's live workspace among them) may not make the import read, and show
+    parts of, a host file, nor move the project folder elsewhere."""
+    given = path.absolute().parent.resolve() / path.name  # its own name not followed
+    real = path.resolve()
+    top = next((p.parent for p in given.parents if p.name == ".devcontainer"), given.parent)
+    if real != given and real != top and top not in real.parents:
+        raise ManifestError([Problem(str(path), f"a link to {real}, outside the project "
+                                     f"folder {top}; DevCell reads only the project's files")])
 
 
 class Refused(ManifestError):

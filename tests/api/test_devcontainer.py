@@ -253,3 +253,18 @@ def test_a_host_credential_filled_in_is_said_and_kept_secret(tmp_path: Path) -> 
     assert said[0].startswith("containerEnv.EDITOR_THEME: takes the value of GITHUB_TOKEN")
     assert said[1].startswith("postCreateCommand: takes the value of AWS_SECRET_ACCESS_KEY")
     assert not any("sekrit" in n for n in result.notes + result.said)
+
+
+def test_a_devcontainer_json_linking_out_of_the_project_is_refused(tmp_path: Path) -> None:
+    """A project (or a cell writing its live workspace) may not make the import read a host
+    file: json5's error would show its first characters."""
+    (tmp_path / "host.json").write_text('{"image": "devcell/busybox:latest"}')
+    project = tmp_path / "proj"
+    (project / ".devcontainer").mkdir(parents=True)
+    (project / ".devcontainer" / "devcontainer.json").symlink_to(tmp_path / "host.json")
+    with pytest.raises(ManifestError, match="outside the project folder"):
+        _convert(project / ".devcontainer" / "devcontainer.json", project, tmp_path / "state")
+    (project / "shared.json").write_text('{"image": "devcell/busybox:latest"}')
+    (project / ".devcontainer" / "devcontainer.json").unlink()
+    (project / ".devcontainer" / "devcontainer.json").symlink_to("../shared.json")
+    _convert(project / ".devcontainer" / "devcontainer.json", project, tmp_path / "state")

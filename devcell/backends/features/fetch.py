@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devcell.backends.features import metadata, registry, unpack
+from devcell.backends.features import metadata
 from devcell.backends.features.metadata import Feature
 from devcell.errors import ImageBuildFailed
 from devcell.manifests import feature_refs as refs
@@ -64,6 +64,8 @@ class Store:
             digest = self._oci(ref, shown)
         else:
             digest = self._tarball(ref, shown)
+        from devcell.backends.features import unpack
+
         folder = unpack.feature_root(str(self._unpacked(digest)))
         return Resolved(ref, shown, folder, digest, metadata.read(folder, shown))
 
@@ -115,6 +117,8 @@ class Store:
     def _keep(self, digest: str, download: Any, shown: str) -> None:
         """Fill unpacked/<digest> from `download(file)` (which writes the tarball): extracted
         beside it and renamed into place, so a half-extracted folder is never used."""
+        from devcell.backends.features import unpack  # tarfile: only when one is fetched
+
         final = self._unpacked(digest)
         with tempfile.TemporaryDirectory(dir=final.parent, prefix=".fetch-") as work:
             with open(os.path.join(work, "tarball"), "w+b") as f:
@@ -131,11 +135,16 @@ class Store:
     # -- each kind ----------------------------------------------------------------------------
 
     def _oci(self, ref: refs.Ref, shown: str) -> str:
-        where = registry.endpoint(ref.registry, self.mirrors)
-        key = f"oci\0{where.host}\0{ref.repository}\0{ref.reference}"
+        host = self.mirrors.get(ref.registry, ref.registry)
+        key = f"oci\0{host}\0{ref.repository}\0{ref.reference}"
         pin = self._pin(key)
         if pin is not None and isinstance(pin.get("layer"), str) and self._have(pin["layer"]):
             return str(pin["layer"])
+        # urllib.request (ssl, http.client, email) costs ~0.1-0.2 s: imported only to fetch,
+        # not at every reconcile of a cell whose features are here.
+        from devcell.backends.features import registry
+
+        where = registry.endpoint(ref.registry, self.mirrors)
         client = registry.Client(where, ref.repository, shown)
         manifest_digest, manifest = client.manifest(ref.reference)
         layer, size = registry.feature_layer(manifest, shown)
@@ -149,6 +158,8 @@ class Store:
         pin = self._pin(key)
         if pin is not None and isinstance(pin.get("digest"), str) and self._have(pin["digest"]):
             return str(pin["digest"])
+        from devcell.backends.features import registry
+
         final_digest: list[str] = []
 
         with tempfile.TemporaryDirectory(dir=self._dir("unpacked"), prefix=".get-") as work:

@@ -18,9 +18,11 @@ http off loopback; a token service is asked over https, or plain http on loopbac
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -36,6 +38,9 @@ MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
 MAX_MANIFEST = 1 << 20
 MAX_LAYER = 64 * 1024 * 1024
 TIMEOUT = 60.0
+FETCH_SECONDS = 600.0
+"""The longest one download (a manifest, a layer, a tarball) may take in all: TIMEOUT bounds
+each read only, so a server sending a byte a minute would hold the cell's build for ever."""
 _CHUNK = 1 << 20
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 
@@ -85,6 +90,28 @@ def docker_auth(host: str) -> str | None:
         if isinstance(entry, dict) and isinstance(entry.get("auth"), str) and entry["auth"]:
             return str(entry["auth"])
     return None
+
+
+def _read(got: IO[bytes], limit: int, shown: str, into: IO[bytes], digest: Any = None) -> int:
+    """Copy what `got` sends to `into` (fed to `digest` too), stopping past `limit` bytes
+    (the caller judges more than `limit`); how many bytes were copied. Refused past
+    FETCH_SECONDS in all."""
+    deadline = time.monotonic() + FETCH_SECONDS
+    seen = 0
+    while seen <= limit:
+        want = min(_CHUNK, limit + 1 - seen)
+        # read1: what has come (read() waits for all `want` bytes, each wait bounded alone)
+        chunk = got.read1(want) if hasattr(got, "read1") else got.read(want)
+        if not chunk:
+            break
+        seen += len(chunk)
+        if digest is not None:
+            digest.update(chunk)
+        into.write(chunk)
+        if time.monotonic() > deadline:
+            raise FeatureFetchFailed(f"feature {shown}: the download took longer than "
+                                     f"{FETCH_SECONDS:g}s; stopped")
+    return seen
 
 
 class _Redirect(urllib.request.HTTPRedirectHandler):
@@ -181,7 +208,9 @@ class Client:
         try:
             with _OPENER.open(urllib.request.Request(url, headers=headers),
                               timeout=TIMEOUT) as got:
-                answer = json.loads(got.read(MAX_MANIFEST))
+                buffer = io.BytesIO()
+                _read(got, MAX_MANIFEST, self.shown, buffer)
+                answer = json.loads(buffer.getvalue()[:MAX_MANIFEST])
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise FeatureFetchFailed(f"feature {self.shown}: the registry's token service "
                                      f"did not give a token ({exc})") from None
@@ -196,7 +225,9 @@ class Client:
         """(the manifest's digest, the manifest), checked against `reference` when it is a
         digest."""
         with self.open("manifests", reference, accept=", ".join(MANIFEST_TYPES)) as got:
-            body = got.read(MAX_MANIFEST + 1)
+            buffer = io.BytesIO()
+            _read(got, MAX_MANIFEST, self.shown, buffer)
+            body = buffer.getvalue()
         if len(body) > MAX_MANIFEST:
             raise ImageBuildFailed(f"feature {self.shown}: its manifest is larger than "
                                    f"{MAX_MANIFEST >> 10} KiB")
@@ -215,15 +246,10 @@ class Client:
     def blob(self, digest: str, size: int, into: IO[bytes]) -> None:
         """The blob `digest` written to `into`, checked against its digest and size."""
         h = hashlib.sha256()
-        seen = 0
         with self.open("blobs", digest) as got:
-            while chunk := got.read(_CHUNK):
-                seen += len(chunk)
-                if seen > size:
-                    raise ImageBuildFailed(f"feature {self.shown}: the registry served more "
-                                           f"than the {size} bytes its manifest names")
-                h.update(chunk)
-                into.write(chunk)
+            if _read(got, size, self.shown, into, h) > size:
+                raise ImageBuildFailed(f"feature {self.shown}: the registry served more "
+                                       f"than the {size} bytes its manifest names")
         if "sha256:" + h.hexdigest() != digest:
             raise ImageBuildFailed(f"feature {self.shown}: the registry served a layer whose "
                                    f"digest is not {digest}")
@@ -251,17 +277,12 @@ def feature_layer(manifest: dict[str, Any], shown: str) -> tuple[str, int]:
 def download(url: str, into: IO[bytes], shown: str) -> str:
     """A tarball URL's content written to `into` (bounded); its sha256 digest."""
     h = hashlib.sha256()
-    seen = 0
     try:
         with _OPENER.open(urllib.request.Request(url, headers={"User-Agent": "devcell"}),
                           timeout=TIMEOUT) as got:
-            while chunk := got.read(_CHUNK):
-                seen += len(chunk)
-                if seen > MAX_LAYER:
-                    raise ImageBuildFailed(f"feature {shown}: the tarball is larger than "
-                                           f"{MAX_LAYER >> 20} MiB")
-                h.update(chunk)
-                into.write(chunk)
+            if _read(got, MAX_LAYER, shown, into, h) > MAX_LAYER:
+                raise ImageBuildFailed(f"feature {shown}: the tarball is larger than "
+                                       f"{MAX_LAYER >> 20} MiB")
     except urllib.error.HTTPError as exc:
         exc.close()
         raise FeatureFetchFailed(f"feature {shown}: {exc.code} ({exc.reason})") from None

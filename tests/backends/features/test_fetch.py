@@ -10,6 +10,7 @@ import io
 import json
 import tarfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -142,6 +143,39 @@ def test_a_redirect_to_plain_http_off_loopback_is_refused(tmp_path: Path) -> Non
             fetch.Store(tmp_path).resolve(
                 f"http://127.0.0.1:{server.server_port}/hello.tgz", "hello")
         assert asked == ["/hello.tgz"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_server_sending_slowly_is_stopped_in_time(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each read has its own time limit; a byte now and then must not hold a build for ever."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            try:
+                for _ in range(100):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            except OSError:
+                pass
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    monkeypatch.setattr(registry, "FETCH_SECONDS", 0.5)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        began = time.monotonic()
+        with pytest.raises(registry.FeatureFetchFailed, match="took longer than 0.5s"):
+            fetch.Store(tmp_path).resolve(
+                f"http://127.0.0.1:{server.server_port}/slow.tgz", "slow")
+        assert time.monotonic() - began < 4
     finally:
         server.shutdown()
         server.server_close()

@@ -17,9 +17,13 @@ restarted when it exits, in the image's working directory). The command is read 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
+
+from devcell import safeio
 
 _FROM = re.compile(r"FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?\s*$", re.IGNORECASE)
 _ARGS = re.compile(r"(CMD|ENTRYPOINT|WORKDIR)\s+(.*)$", re.IGNORECASE | re.DOTALL)
@@ -49,11 +53,18 @@ def _command(spec: dict[str, Any], dockerfile: Path | None
         return _from_image(str(spec["image"]))
     if dockerfile is None:
         return "the image is not known at import"
-    try:
-        with open(dockerfile, "rb") as f:
-            text = f.read(MAX_DOCKERFILE).decode("utf-8", "replace")
+    try:  # never blocking: a FIFO planted as the Dockerfile would hold the import for ever
+        fd = os.open(dockerfile, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         return f"cannot read {dockerfile}: {exc.strerror}"
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            return f"{dockerfile} is {safeio.describe_mode(mode)}, not a regular file"
+        try:
+            text = f.read(MAX_DOCKERFILE).decode("utf-8", "replace")
+        except OSError as exc:
+            return f"cannot read {dockerfile}: {exc.strerror}"
     return _from_dockerfile(text, (spec.get("build") or {}).get("target"))
 
 

@@ -5,7 +5,9 @@ the Dockerfile's stages; when it cannot be known, a warning says why."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,17 @@ def test_an_image_the_engine_lacks_is_warned_about(tmp_path: Path) -> None:
     assert "services" not in result.manifest["spec"]
     assert [n for n in result.notes if n.startswith(
         "overrideCommand: false: not converted (the engine has no image devcell-test/absent:1")]
+
+
+def test_a_fifo_as_the_dockerfile_is_said_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO planted as the Dockerfile (a cell writing its live workspace can) held the
+    import for ever: opening one for reading waits for a writer."""
+    path = _sample(tmp_path, json.dumps({"build": {"dockerfile": "Dockerfile"},
+                                         "overrideCommand": False}))
+    os.mkfifo(path.parent / "Dockerfile")
+    began = time.monotonic()
+    with pytest.raises(devcontainer.Refused, match="is not a file on this host") as refused:
+        devcontainer.convert(path, name=None, out_dir=tmp_path, state_dir=tmp_path / "state",
+                             env={})
+    assert time.monotonic() - began < 10
+    assert [n for n in refused.value.notes if "a FIFO, not a regular file" in n]

@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 
 from devcell.api.reports import Converged, ObjectResult, OperationResult, Recorded, Report, Status
 from devcell.reconciler import lease
+from devcell.records import Record
 from devcell.store import desired
 from devcell.store.db import Database
 
@@ -27,8 +27,7 @@ APPROVED_BY = {"approvedBy": "--approve"}
 """The approval recorded for a gate passed up front (`--approve`)."""
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(Record):
     """How a verb converges what it recorded (the command line's flags of the same names)."""
 
     timeout: float = 300.0
@@ -42,8 +41,7 @@ class Options:
     """Where suspended operations keep their run snapshots (sqlite, file; None: default)."""
 
 
-@dataclass(frozen=True)
-class Hooks:
+class Hooks(Record):
     """What the caller shows while a verb runs (see the package docstring)."""
 
     on_recorded: Callable[[Recorded], None] | None = None
@@ -162,7 +160,7 @@ def _to_reconcile(recorded: Recorded, doubt: set[str], changed: set[str], word: 
     if not doubt:
         return recorded, []
     changes = tuple(
-        dataclasses.replace(c, needs_reconcile=True,
+        c.replace(needs_reconcile=True,
                             outcome=word if c.object_id in changed else c.outcome)
         if c.kind == "Cell" and c.object_id in doubt and not c.needs_reconcile else c
         for c in recorded.changes)
@@ -187,7 +185,7 @@ def _drift_found_earlier(db: Database, recorded: Recorded) -> Recorded:
                   if (record := objects.get(db.conn, "Cell", object_id)) is not None
                   and record.status.get("rebuild")}  # recorded by build_inputs.record
     return dataclasses.replace(recorded, changes=tuple(
-        dataclasses.replace(c, outcome="rebuilt" if c.object_id in rebuilding else "repaired")
+        c.replace(outcome="rebuilt" if c.object_id in rebuilding else "repaired")
         if c.kind == "Cell" and c.object_id in drifted else c for c in recorded.changes))
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from devcell.reconciler.lease import Holder
+from devcell.records import Record
 from devcell.store.desired import Change
 
 
@@ -48,8 +49,7 @@ class OperationResult:
     message: str = ""
 
 
-@dataclass(frozen=True)
-class Converged:
+class Converged(Record):
     """How converging what a verb recorded ended.
 
     `objects` lists the settled objects first, then the others in the order they are
@@ -83,8 +83,7 @@ class Converged:
         return op_ok and not self.problems
 
 
-@dataclass(frozen=True)
-class Recorded:
+class Recorded(Record):
     """What a verb wrote before converging (or, in a dry run, would write)."""
 
     changes: tuple[Change, ...] = ()

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from devcell.records import Record
+
 if TYPE_CHECKING:
     import threading
     from pathlib import Path
@@ -25,8 +27,7 @@ class Consistency(StrEnum):
     MACHINE = "machine"  # disk and memory: processes resume where they were
 
 
-@dataclass(frozen=True)
-class Capabilities:
+class Capabilities(Record):
     """What a backend can honestly do: planners read these flags before they plan."""
 
     workspace_files: bool = False
@@ -56,8 +57,7 @@ class Capabilities:
     of deleting it, so what was installed in the cell survives sleep and start."""
 
 
-@dataclass(frozen=True)
-class CellRef:
+class CellRef(Record):
     """What a backend needs to know about a cell: identity, desired spec, its volume."""
 
     id: str
@@ -81,8 +81,7 @@ class Observed:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class CheckpointInfo:
+class CheckpointInfo(Record):
     """A checkpoint a backend holds: where it is, what it preserves, its size."""
 
     ref: str
@@ -104,8 +103,7 @@ class OwnedKind(StrEnum):
     CHECKPOINT = "checkpoint"
 
 
-@dataclass(frozen=True)
-class Owned:
+class Owned(Record):
     """A resource the backend holds, with the owner it was labelled with when it was made.
 
     `id` is the resource's own id (for a cell, the cell id). `cell_id` is the owning cell,
@@ -157,8 +155,7 @@ class MachineSnapshots(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class ImageState:
+class ImageState(Record):
     """What the engine holds of an image reference, and (when asked) what its registry serves.
 
     `current` is None when the registry was not asked (or could not answer: `check_error`
@@ -265,8 +262,7 @@ class Measuring(Protocol):
     def exclusive_bytes(self, kind: OwnedKind, resource_id: str) -> int: ...
 
 
-@dataclass(frozen=True)
-class Changes:
+class Changes(Record):
     """How a workspace differs from a checkpoint (what restoring over it would replace):
     counts of paths added, changed (type, size, mtime or mode, or another file in its place)
     and removed since, and the first few of them by name, so a user can see what would be

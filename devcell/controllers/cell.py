@@ -6,7 +6,6 @@ and plans only the difference, so deciding twice in a row plans nothing the seco
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 import time
 from collections.abc import Callable
@@ -171,7 +170,7 @@ class CellController:
             wanted_build = built
             build_tag = built.tag
             spec = with_image(cell.spec, build_tag, built.runtime)
-            ref = dataclasses.replace(ref, spec=spec)
+            ref = ref.replace(spec=spec)
         sidecar_tags: dict[str, str] = {}
         if holds.desired_state(cell) != "Sleeping":
             for sidecar in built_sidecars(cell.spec):
@@ -181,7 +180,7 @@ class CellController:
                 sidecar_tags[str(sidecar["name"])] = sidecar_build.tag
             if sidecar_tags:
                 spec = with_sidecar_images(spec, sidecar_tags)
-                ref = dataclasses.replace(ref, spec=spec)
+                ref = ref.replace(spec=spec)
         source = cell.spec.get("workspace", {}).get("from")
         if adoptable:
             # Created by an operation that died before recording it: adopt, don't duplicate.
@@ -694,7 +693,7 @@ class CellController:
     def run_step(self, ctx: Context, plan: Plan, step: Step) -> Outputs:
         if step.name in (S.EXPIRE, S.SCHEDULE_SNAPSHOT):  # records only, no backend call
             return {**step.args, "at": retention.stamp(ctx.clock())}
-        ref = dataclasses.replace(_work(plan).ref, op_id=ctx.current_op)
+        ref = _work(plan).ref.replace(op_id=ctx.current_op)
         if step.name == S.INSTALL_DOTFILES:
             return backends_dotfiles.install(ctx.backend(plan.backend), ref,
                                              state_dir=Path(ctx.db.state_dir))
@@ -990,7 +989,7 @@ def sidecar_ref(ref: CellRef, sidecar: dict[str, Any] | str) -> CellRef:
     removes: no cell name holds a dot), with the sidecar's build as spec.build."""
     name = sidecar if isinstance(sidecar, str) else str(sidecar["name"])
     spec = {} if isinstance(sidecar, str) else {"build": sidecar["build"]}
-    return dataclasses.replace(ref, name=f"{ref.name}.{name}", spec=spec)
+    return ref.replace(name=f"{ref.name}.{name}", spec=spec)
 
 
 def with_sidecar_images(spec: dict[str, Any], tags: dict[str, str]) -> dict[str, Any]:
@@ -1020,9 +1019,9 @@ def _delete_images(b: Backend, ref: CellRef, step: Step) -> Outputs:
 def _create(b: Backend, ref: CellRef, step: Step) -> Outputs:
     image = step.args.get("image")
     if image is not None:
-        ref = dataclasses.replace(ref, spec=with_image(ref.spec, image, step.args.get("runtime")))
+        ref = ref.replace(spec=with_image(ref.spec, image, step.args.get("runtime")))
     if step.args.get("sidecarImages"):
-        ref = dataclasses.replace(ref, spec=with_sidecar_images(
+        ref = ref.replace(spec=with_sidecar_images(
             ref.spec, dict(step.args["sidecarImages"])))
     if step.args.get("rootfs"):
         return _keeping(b).create_from_kept(ref, step.args["runtime_hash"])
@@ -1038,7 +1037,7 @@ def _keeping(backend: Backend) -> KeepsRootfs:
 def _keep_rootfs(b: Backend, ref: CellRef, step: Step) -> Outputs:
     image = step.args.get("image")
     if image is not None:
-        ref = dataclasses.replace(ref, spec=with_image(ref.spec, image, step.args.get("runtime")))
+        ref = ref.replace(spec=with_image(ref.spec, image, step.args.get("runtime")))
     return _keeping(b).keep_rootfs(ref)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from devcell.controllers.steps import StepName
 from devcell.errors import DevCellError
+from devcell.records import Record
 from devcell.store.objects import ObjectRecord
 
 
@@ -37,8 +38,7 @@ class Step:
                    bool(data.get("hold", False)))
 
 
-@dataclass(frozen=True)
-class Gate:
+class Gate(Record):
     """Before step `before`, the plan stops until someone approves it with input matching
     `schema` (a JSON Schema); `devcell op resume` or `--approve` passes it."""
 
@@ -83,8 +83,7 @@ class Plan:
                 "backend": self.backend, "steps": [s.to_dict() for s in self.steps]}
 
 
-@dataclass(frozen=True)
-class Wait:
+class Wait(Record):
     """Nothing can be done until something else happens (a dependency becomes Ready)."""
 
     reason: str
@@ -92,16 +91,14 @@ class Wait:
     requeue_after: float = 1.0
 
 
-@dataclass(frozen=True)
-class Settled:
+class Settled(Record):
     """Desired and observed agree: nothing to do (until `requeue_after` seconds from now, when
     something is due: a snapshot's ttl runs out, a cell's next scheduled snapshot)."""
 
     requeue_after: float | None = None
 
 
-@dataclass(frozen=True)
-class Blocked:
+class Blocked(Record):
     """Nothing can be planned because of `error` (the engine unreachable, the cell gone...).
 
     The error keeps its class: whether the reconcile is retried with backoff or is terminal

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from devcell.manifests import model, quantities
+from devcell.records import Record
 from devcell.store import events, objects
 from devcell.store import retention as stored
 from devcell.store.objects import ObjectRecord
@@ -46,8 +46,7 @@ def _stamp(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-@dataclass(frozen=True)
-class Expiry:
+class Expiry(Record):
     """Why a snapshot expires (reason TTLExpired or RetainExceeded), in words for the user."""
 
     reason: str

@@ -12,10 +12,10 @@ waits until the server answers, and a crash loop turns Ready False with its reas
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from devcell.backends import probes
+from devcell.records import Record
 
 CRASH_LOOPING = "ServiceCrashLooping"
 NOT_READY = "ServiceNotReady"
@@ -23,8 +23,7 @@ SIDECAR_NOT_RUNNING = "SidecarNotRunning"
 REASONS = frozenset({CRASH_LOOPING, NOT_READY, SIDECAR_NOT_RUNNING})
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Record):
     reason: str | None
     """None: the services are no reason not to be Ready."""
     message: str

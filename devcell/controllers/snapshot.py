@@ -7,7 +7,6 @@ half-written is ever marked Ready.
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -162,7 +161,7 @@ class SnapshotController:
         if handler is None:
             raise BackendError(f"snapshot controller has no step {step.name!r}")
         work = _work(plan)
-        ref = dataclasses.replace(work.ref, op_id=ctx.current_op) if work.ref else None
+        ref = work.ref.replace(op_id=ctx.current_op) if work.ref else None
         return handler(ctx.backend(plan.backend), plan.object.id, ref)
 
     def after_step(self, conn: sqlite3.Connection, plan: Plan, step: Step, outputs: Outputs

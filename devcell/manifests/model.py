@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from devcell.manifests.canonical import canonical_json
+from devcell.records import Record
 
 Path = tuple[str | int, ...]
 """A field path inside a document: keys and list indexes."""
@@ -43,8 +44,7 @@ def manifest_hash(spec: dict[str, Any], labels: dict[str, str], annotations: dic
     return digest([secrets.keyed(spec, key), labels, annotations])
 
 
-@dataclass(frozen=True)
-class SourceFile:
+class SourceFile(Record):
     """A manifest file as read from disk (or stdin): its bytes and their digest."""
 
     display: str

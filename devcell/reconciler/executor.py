@@ -29,13 +29,13 @@ from devcell.controllers.plan import Plan, When
 from devcell.errors import DevCellError
 from devcell.log import logger
 from devcell.manifests.model import digest
+from devcell.records import Record
 from devcell.store import events, objects, operations, storage_lock
 
 Pending = list[Callable[[sqlite3.Connection], None]]
 
 
-@dataclass(frozen=True)
-class Resume:
+class Resume(Record):
     """Continue a suspended operation: its id, its run snapshot, and any approval input."""
 
     op_id: str

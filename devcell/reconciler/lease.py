@@ -10,17 +10,16 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from devcell.errors import DevCellError
+from devcell.records import Record
 from devcell.store.clock import now
 
 LEASE_FILE = "controller.lease"
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(Record):
     """The process holding a state directory's lease (the daemon)."""
 
     pid: int

@@ -28,6 +28,7 @@ from typing import Any
 from devcell import backends
 from devcell.backends.base import Observed
 from devcell.errors import BackendError
+from devcell.records import Record
 from devcell.store import events, objects, observations
 from devcell.store.db import Database
 from devcell.store.objects import Phase
@@ -37,8 +38,7 @@ CHECKED_PHASES = frozenset({Phase.RUNNING, Phase.STOPPED, Phase.SLEEPING})
 """Phases that claim something about the runtime; others are being worked on anyway."""
 
 
-@dataclass(frozen=True)
-class Drift:
+class Drift(Record):
     """A cell whose runtime contradicts the phase recorded for it."""
 
     cell_id: str

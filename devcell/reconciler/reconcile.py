@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import sqlite3
 import threading
-from dataclasses import dataclass
 from enum import StrEnum
 
 from devcell import errors, kinds
@@ -21,6 +20,7 @@ from devcell.controllers import Controller
 from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Plan, Settled, Wait, resume_command
 from devcell.reconciler import executor, suspended
+from devcell.records import Record
 from devcell.store import objects, operations
 
 Key = objects.Key
@@ -46,8 +46,7 @@ class Result(StrEnum):
     """Suspended by a graceful shutdown: the next start resumes it."""
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(Record):
     """How one reconcile ended, in the words the queue acts on."""
 
     result: Result

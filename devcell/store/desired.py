@@ -21,6 +21,7 @@ from devcell import failpoints, kinds
 from devcell.errors import ManifestError, Problem
 from devcell.manifests import quantities
 from devcell.manifests.model import Manifest, SourceFile, field_path
+from devcell.records import Record
 from devcell.store import (
     events,
     faults,
@@ -42,8 +43,7 @@ IMPERATIVE = "cli"
 taken even under the name of an expired snapshot (a manifest's is not taken again)."""
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(Record):
     """What recording one object did (its outcome), and whether it must be reconciled."""
 
     kind: str
@@ -69,8 +69,7 @@ class ApplyResult:
                 if c.needs_reconcile and c.object_id is not None]
 
 
-@dataclass(frozen=True)
-class _Live:
+class _Live(Record):
     """A recorded live object, as an apply compares a manifest with it."""
 
     id: str

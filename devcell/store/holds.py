@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
 from typing import Any
 
+from devcell.records import Record
 from devcell.store import events
 from devcell.store.clock import now
 from devcell.store.objects import ObjectRecord
@@ -28,8 +28,7 @@ from devcell.store.objects import ObjectRecord
 DEFAULT_STATE = "Running"
 
 
-@dataclass(frozen=True)
-class Hold:
+class Hold(Record):
     state: str
     """The state the cell is held in (Sleeping, Running, Stopped)."""
     by: str

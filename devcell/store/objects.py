@@ -17,6 +17,7 @@ from typing import Any
 
 from devcell import ids, kinds, names
 from devcell.errors import Conflict, NotFound
+from devcell.records import Record
 from devcell.store import faults
 from devcell.store.clock import now
 from devcell.store.db import Database
@@ -186,8 +187,7 @@ def deleting(conn: sqlite3.Connection) -> list[tuple[Key, str]]:
     return found
 
 
-@dataclass(frozen=True)
-class RuntimeRow:
+class RuntimeRow(Record):
     """What observing a cell's runtime is compared with: its recorded phase and desired state."""
 
     id: str
@@ -358,8 +358,7 @@ def workspace_sources(conn: sqlite3.Connection, names: Iterable[str]) -> dict[st
     return found
 
 
-@dataclass(frozen=True)
-class Publisher:
+class Publisher(Record):
     """A live recorded cell that publishes host ports (for the host-port rule)."""
 
     spec: dict[str, Any]

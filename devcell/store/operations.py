@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from devcell import ids
+from devcell.records import Record
 from devcell.store import faults
 from devcell.store.clock import now
 
@@ -35,8 +35,7 @@ class StepStatus(StrEnum):
     """In flight when the process running it died (crash recovery)."""
 
 
-@dataclass(frozen=True)
-class StepRecord:
+class StepRecord(Record):
     """One step of an operation as recorded: status, times, outputs and error."""
 
     op_id: str

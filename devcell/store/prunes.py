@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from devcell import ids, names
+from devcell.records import Record
 from devcell.store import objects
 from devcell.store.clock import now
 from devcell.store.objects import ObjectRecord
@@ -26,8 +26,7 @@ DEFAULT_KEEP_SECONDS = 24 * 3600
 SUFFIX = "-pruned-"
 
 
-@dataclass(frozen=True)
-class Kept:
+class Kept(Record):
     """A pruned cell's workspace, kept as a safety snapshot for `keep_seconds`."""
 
     keep_seconds: int
@@ -36,7 +35,7 @@ class Kept:
     """The safety snapshot's name."""
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        return json.dumps(self.as_dict(), sort_keys=True)
 
 
 def of(record: ObjectRecord) -> Kept | None:

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from devcell.errors import Conflict
+from devcell.records import Record
 from devcell.store.clock import now
 from devcell.store.objects import Key, ObjectRecord
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(Record):
     """A restore asked of a cell (the snapshot to put back, the safety snapshot taken
     first), kept with the cell until the restore is done."""
 
@@ -33,7 +32,7 @@ class Request:
     requested_at: str
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        return json.dumps(self.as_dict(), sort_keys=True)
 
 
 def of(record: ObjectRecord) -> Request | None:
@@ -42,7 +41,7 @@ def of(record: ObjectRecord) -> Request | None:
     if not raw:
         return None
     data: dict[str, Any] = json.loads(raw)
-    return Request(**{k: data.get(k) for k in Request.__dataclass_fields__})  # type: ignore[arg-type]
+    return Request(**{k: data.get(k) for k in Request._fields})
 
 
 def new_request(*, snapshot_id: str, snapshot: str, safety_id: str | None,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
 from typing import Any
 
+from devcell.records import Record
 from devcell.store import objects
 from devcell.store.clock import now
 
@@ -22,8 +22,7 @@ SCHEDULED_LABEL = "devcell.dev/scheduled-by"
 goes by status.schedule, which only DevCell writes, never by the label a user could copy."""
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(Record):
     """A live snapshot retention may have to act on (a ttl, or taken by a schedule)."""
 
     id: str

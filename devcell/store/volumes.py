@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
 
 from devcell import ids
+from devcell.records import Record
 from devcell.store.clock import now
 
 
-@dataclass(frozen=True)
-class VolumeRecord:
+class VolumeRecord(Record):
     """A workspace volume as the database records it (its files are the backend's)."""
 
     id: str

@@ -20,18 +20,17 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from devcell import safeio
+from devcell.records import Record
 
 LIMIT = 64 * 1024
 """Bytes read of any cgroup or proc file (memory.stat is ~1 KiB; mountinfo a few KiB)."""
 V1, V2 = "v1", "v2"
 
 
-@dataclass(frozen=True)
-class Mount:
+class Mount(Record):
     """A cgroup hierarchy mounted on this host (/proc/self/mountinfo)."""
 
     point: str
@@ -42,8 +41,7 @@ class Mount:
     """Super options: the v1 controllers (`memory`, `cpuacct`, ...)."""
 
 
-@dataclass(frozen=True)
-class CgroupUsage:
+class CgroupUsage(Record):
     """A container's memory and CPU as its cgroup's files report them."""
 
     version: str

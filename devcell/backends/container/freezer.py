@@ -31,10 +31,10 @@ import enum
 import os
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from devcell.backends.container import cgroups
+from devcell.records import Record
 
 FREEZE_SECONDS = 2.0
 """How long a freeze may take before the group is thawed again and the engine asked: tasks
@@ -47,8 +47,7 @@ class State(enum.Enum):
     FROZEN = "frozen"
 
 
-@dataclass(frozen=True)
-class Freezer:
+class Freezer(Record):
     """One container's freezer: its group's directory and the hierarchy's version."""
 
     version: str

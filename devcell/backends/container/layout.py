@@ -22,14 +22,13 @@ defined by the security rules that reserve the paths, not here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from devcell.backends.host.ids import safe_id
+from devcell.records import Record
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(Record):
     """Where the container backend keeps each thing in a state directory."""
 
     state_dir: Path

@@ -26,7 +26,6 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -37,6 +36,7 @@ from devcell.backends.host import live_folder, temporaries, treecopy, treewalk
 from devcell.backends.host.ids import is_safe_id, safe_id
 from devcell.errors import BackendError, BackendNotFound, BackendRefused
 from devcell.log import logger
+from devcell.records import Record
 
 if TYPE_CHECKING:
     from devcell.backends.host import workspace_seed
@@ -169,8 +169,7 @@ def _clear_unmarked(final: Path, marker: str) -> None:
     treecopy.remove_tree(final, temporaries.trash(final.parent))
 
 
-@dataclass(frozen=True)
-class VolumeMade:
+class VolumeMade(Record):
     """A workspace volume just made: its size, how it is stored, why it is a copy."""
 
     stats: treecopy.TreeStats
@@ -220,8 +219,7 @@ def _filesystem_now(directory: Path) -> int:
         probe.unlink()
 
 
-@dataclass(frozen=True)
-class Sources:
+class Sources(Record):
     """What a checkpoint recorded of the workspace it saved (its `sources.rec`)."""
 
     entries: list[treecopy.Entry]
@@ -254,13 +252,15 @@ class Sources:
 
 
 def _write_sources(path: Path, volume_id: str, record: list[treecopy.Entry],
-                   stamp: int, payload: bytes | None = None) -> str | None:
-    """Write the record (`payload`: treecopy.record_bytes of it, if the caller made them);
+                   stamp: int, payload: bytes | None = None,
+                   digest: str | None = None) -> str | None:
+    """Write the record (`payload`: treecopy.record_bytes of it, and `digest` their
+    digest_of, if the caller made them: ~1 MB hashed once, not twice);
     the digest of the whole tree when the record can vouch for all of it (no entry racily
     clean: see Sources.stamp), which the next checkpoint compares its own walk with to find
     that nothing changed, else None."""
     body = treecopy.record_bytes(record) if payload is None else payload
-    whole = treecopy.digest_of(body)
+    whole = treecopy.digest_of(body) if payload is None or digest is None else digest
     header = json.dumps({"volume": volume_id, "stamp": stamp, "sha256": whole,
                          "bytes": len(body)}).encode()
     tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}")
@@ -563,7 +563,7 @@ class WorkspaceStore:
                 meta = self._build(tmp, final, source, checkpoint_id=checkpoint_id,
                                    cell_id=cell_id, volume_id=volume_id, found=found,
                                    stamp=stamp, started=started, cell_name=cell_name,
-                                   payload=payload, extra=extra)
+                                   payload=payload, digest=whole, extra=extra)
         except BaseException:
             treecopy.remove_tree(tmp, temporaries.trash(parent))
             raise
@@ -596,7 +596,7 @@ class WorkspaceStore:
     def _build(self, tmp: Path, final: Path, source: Path, *, checkpoint_id: str,
                cell_id: str, volume_id: str, found: treecopy.Scan, stamp: int,
                started: float, cell_name: str | None,
-               payload: bytes | None = None,
+               payload: bytes | None = None, digest: str | None = None,
                extra: Callable[[Path], dict[str, Any]] | None = None) -> dict[str, Any]:
         """A checkpoint with a tree of its own: links to the earlier checkpoint's files where
         they did not change, copies of the rest. Crash-safe by one syncfs: the copies, the
@@ -619,7 +619,7 @@ class WorkspaceStore:
             _write_json(tmp / LAYER, {"version": LAYER_VERSION, OVER: over,
                                       "held": made.held}, sort_keys=False, durable=False)
         failpoints.hit("storage.checkpoint.tree-built")
-        whole = _write_sources(tmp / SOURCES, volume_id, found.record, stamp, payload)
+        whole = _write_sources(tmp / SOURCES, volume_id, found.record, stamp, payload, digest)
         whiteouts = _count_whiteouts(source, found)
         added = extra(tmp) if extra is not None else {}
         meta = {**added, "id": checkpoint_id, "cell_id": cell_id, "volume": volume_id,

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from devcell import names
 from devcell.errors import BackendRefused
+from devcell.records import Record
 
 NEEDS_CONTAINER = "a live host folder needs the container backend; use directory: to copy it"
 """Why another backend refuses the source at admission (a vm's workspace is its own disk)."""
@@ -38,8 +38,7 @@ MARKER_KEY = "live_path"
 """...and the key holding that folder's resolved path."""
 
 
-@dataclass(frozen=True)
-class LiveFolder:
+class LiveFolder(Record):
     """The host folder a cell's workspace is bound to, as its spec names it."""
 
     path: str

@@ -13,7 +13,6 @@ several hard links are copied by one `cp` call, which keeps them linked.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import functools
 import hashlib
 import marshal
@@ -29,6 +28,7 @@ from devcell import progress
 from devcell.backends.host import children, filecopy, treewalk
 from devcell.errors import BackendError
 from devcell.log import logger
+from devcell.records import Record
 
 BATCH = 256
 """Files per `cp` call: one directory's files, split into batches of at most this many."""
@@ -39,8 +39,7 @@ SERIAL_BELOW = 64
 CP = ("cp", "-a", "--reflink=auto", "--no-target-directory")
 
 
-@dataclass(frozen=True)
-class TreeStats:
+class TreeStats(Record):
     """The entries and bytes of a tree that was copied or saved."""
 
     files: int
@@ -97,8 +96,7 @@ class _Plan:
     """In a layer: the directories it makes (parents first)."""
 
 
-@dataclass(frozen=True)
-class Earlier:
+class Earlier(Record):
     """An earlier, immutable tree and what it was saved from: a regular file whose identity
     now is the one recorded (inode, size, mtime, ctime, mode, one link) is that tree's file
     at the same path. One dict lookup and one C-level list comparison per file."""
@@ -370,7 +368,7 @@ def plan_layer(found: Scan, earlier: Earlier) -> _Plan | None:
     for entry in found.entries:
         if entry[_MODE] & ifmt not in (_IFREG, _IFLNK):  # type: ignore[operator]
             return None
-    plan = _plan(found, dataclasses.replace(earlier, known={**earlier.known, **links})
+    plan = _plan(found, earlier.replace(known={**earlier.known, **links})
                  if links else earlier, layer=True)
     files = sum(len(b) for b in plan.batches) + len(plan.linked) + len(plan.reused)
     size = sum(plan.batch_bytes) + plan.linked_bytes + plan.reused_bytes
@@ -417,8 +415,7 @@ def workers() -> int:
     return max(2, min(8, 2 * (os.cpu_count() or 1)))
 
 
-@dataclass(frozen=True)
-class Checkpointed:
+class Checkpointed(Record):
     """What `checkpoint_tree` made: the tree's totals and what it shared with an earlier one."""
 
     stats: TreeStats

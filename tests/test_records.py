@@ -1,0 +1,65 @@
+"""devcell.records: a Record behaves as the frozen dataclass it replaces."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from typing import ClassVar
+
+import pytest
+
+from devcell.records import FrozenRecord, Record
+
+
+class Point(Record):
+    """A test record."""
+
+    x: int
+    y: int = 0
+    label: str = "p"
+    origin: ClassVar[int] = 0
+
+
+class Labelled(Point):
+    note: str = ""
+
+
+def test_fields_defaults_and_construction() -> None:
+    assert Point._fields == ("x", "y", "label")
+    assert Point(1) == Point(x=1, y=0, label="p")
+    assert Point(1, 2, "q").y == 2
+    assert Labelled(1, note="n") == Labelled(x=1, y=0, label="p", note="n")
+    with pytest.raises(TypeError):
+        Point()  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Point(1, z=2)  # type: ignore[call-arg]
+
+
+def test_frozen_equal_hashable_and_shown() -> None:
+    p = Point(1, 2)
+    with pytest.raises(FrozenRecord):
+        p.x = 3  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        del p.y
+    assert hash(p) == hash(Point(1, 2)) and {p, Point(1, 2)} == {p}
+    assert p != Labelled(1, 2)  # another class is never equal, as with dataclasses
+    assert repr(p) == "Point(x=1, y=2, label='p')"
+
+
+def test_replace_as_dict_copy_pickle_and_match() -> None:
+    p = Point(1, 2)
+    assert p.replace(label="z") == Point(1, 2, "z") and p.label == "p"
+    with pytest.raises(TypeError):
+        p.replace(z=1)
+    assert p.as_dict() == {"x": 1, "y": 2, "label": "p"}
+    assert copy.copy(p) == p and pickle.loads(pickle.dumps(p)) == p
+    match p:
+        case Point(x, y):
+            assert (x, y) == (1, 2)
+
+
+def test_a_default_before_a_required_field_is_refused() -> None:
+    with pytest.raises(TypeError, match="follows"):
+        class Bad(Record):
+            a: int = 0
+            b: int  # type: ignore[misc]

@@ -11,7 +11,6 @@ so the comparison needs neither the engine nor a build.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,7 +102,7 @@ def wanted(backend: Backend, ref: CellRef, *, source: str | None, state_dir: Pat
 def _based(ref: CellRef) -> CellRef:
     from devcell.controllers.feature_builds import BASE_SUFFIX
 
-    return dataclasses.replace(ref, name=ref.name + BASE_SUFFIX)
+    return ref.replace(name=ref.name + BASE_SUFFIX)
 
 
 def wanted_tag(backend: Backend, ref: CellRef, *, source: str | None, state_dir: Path) -> str:
@@ -117,7 +116,7 @@ def build_image(backend: Backend, ref: CellRef, args: dict[str, Any]) -> Any:
     builder = building(backend)
     base = args.get("base")
     if base is not None and not builder.image_exists(base["tag"]):
-        builder.build_image(dataclasses.replace(ref, name=base["name"]), base["build"],
+        builder.build_image(ref.replace(name=base["name"]), base["build"],
                             base["tag"])
     return builder.build_image(ref, args.get("build") or ref.spec["build"], args["tag"])
 

@@ -41,7 +41,7 @@ def of(record: ObjectRecord) -> Request | None:
     if not raw:
         return None
     data: dict[str, Any] = json.loads(raw)
-    return Request(**{k: data.get(k) for k in Request._fields})
+    return Request(**{k: data.get(k) for k in Request._fields})  # type: ignore[arg-type]
 
 
 def new_request(*, snapshot_id: str, snapshot: str, safety_id: str | None,

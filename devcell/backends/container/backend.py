@@ -1551,10 +1551,14 @@ class ContainerBackend:
     def prune_cell_caches(self, live_cell_ids: frozenset[str]) -> list[str]:
         """Digest caches, and kept root filesystems, of cells the database no longer has
         (a delete that died between removing the container and dropping its kept image, a
-        drop refused while a container still used it)."""
+        drop refused while a container still used it); and the Dev Container Features no
+        build named for 30 days (backends/features/fetch.py)."""
         from devcell.backends.container import build_digest_cache, rootfs
 
         dropped = build_digest_cache.DigestCache(self.layout.state_dir).prune(live_cell_ids)
+        from devcell.backends.features import fetch as features
+
+        dropped += features.Store(self.layout.state_dir).prune()  # unused for 30 days
         # The engine volumes (spec.volumes) of cells gone: caches, nothing of the user's.
         volumes = self._remove_volumes(lambda owner: owner not in live_cell_ids)
         try:

@@ -18,6 +18,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ from devcell.errors import ImageBuildFailed
 from devcell.manifests import feature_refs as refs
 
 DIRECTORY = "features"
+UNUSED_SECONDS = 30 * 86400.0
+"""A kept feature no cell's build named for this long is dropped by `devcell gc` and the
+daemon's orphan sweep (Store.prune)."""
 _PIN_LIMIT = 4096
 
 
@@ -66,8 +70,52 @@ class Store:
             digest = self._tarball(ref, shown)
         from devcell.backends.features import unpack
 
-        folder = unpack.feature_root(str(self._unpacked(digest)))
+        kept = self._unpacked(digest)
+        self._used(kept)
+        folder = unpack.feature_root(str(kept))
         return Resolved(ref, shown, folder, digest, metadata.read(folder, shown))
+
+    @staticmethod
+    def _used(path: Path) -> None:
+        """Mark a kept feature as used now (its folder's mtime, at most once a day), so
+        prune() keeps what a cell still names."""
+        try:
+            if path.lstat().st_mtime < time.time() - 86400:
+                os.utime(path, follow_symlinks=False)
+        except OSError:
+            pass
+
+    def prune(self, unused_for: float = UNUSED_SECONDS) -> list[str]:
+        """Drop the kept features no resolve used for `unused_for` seconds, the pins naming
+        them, and what a killed fetch left (an hour old); returns what was dropped. A cell
+        naming one again fetches it again (its pin is gone with it)."""
+        dropped: list[str] = []
+        now = time.time()
+        unpacked = self.root / "unpacked"
+        if not unpacked.is_dir() or unpacked.is_symlink() or self.root.is_symlink():
+            return dropped
+        gone: set[str] = set()
+        for entry in unpacked.iterdir():
+            try:
+                age = now - entry.lstat().st_mtime
+            except FileNotFoundError:
+                continue
+            leftover = entry.name.startswith(".")
+            if age > (3600.0 if leftover else unused_for):
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+                if not leftover:
+                    gone.add(entry.name.replace("-", ":", 1))
+                    dropped.append(f"feature {entry.name}")
+        pins = self.root / "pins"
+        if pins.is_dir() and not pins.is_symlink():
+            for pin in pins.iterdir():
+                data = self._pin_file(pin)
+                if data is None or data.get("layer", data.get("digest")) in gone:
+                    pin.unlink(missing_ok=True)
+        return dropped
 
     # -- the cache's folders ------------------------------------------------------------------
 
@@ -88,9 +136,13 @@ class Store:
         return self._dir("pins") / (hashlib.sha256(key.encode()).hexdigest()[:40] + ".json")
 
     def _pin(self, key: str) -> dict[str, Any] | None:
+        data = self._pin_file(self._pin_path(key))
+        return data if data is not None and data.get("key") == key else None
+
+    @staticmethod
+    def _pin_file(path: Path) -> dict[str, Any] | None:
         try:
-            fd = os.open(self._pin_path(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-                         | os.O_NONBLOCK)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError:
             return None
         with os.fdopen(fd, "rb") as f:
@@ -101,7 +153,7 @@ class Store:
             data = json.loads(raw)
         except ValueError:
             return None
-        return data if isinstance(data, dict) and data.get("key") == key else None
+        return data if isinstance(data, dict) else None
 
     def _put_pin(self, key: str, value: dict[str, Any]) -> None:
         path = self._pin_path(key)

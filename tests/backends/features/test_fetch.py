@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.server
 import io
 import json
+import os
 import tarfile
 import threading
 import time
@@ -114,6 +115,14 @@ def test_a_tarball_url_is_fetched_once(tmp_path: Path) -> None:
         second = store.resolve(url, "hello")
         assert first.digest == second.digest and first.feature.id == "hello"
         assert asked == ["/hello.tgz"]
+        # Unused for a month: gc drops it and its pin; the next resolve fetches again.
+        assert store.prune() == []
+        kept = tmp_path / "features" / "unpacked" / first.digest.replace(":", "-")
+        os.utime(kept, (0, 0))
+        assert store.prune() == [f"feature {kept.name}"]
+        assert not kept.exists() and list((tmp_path / "features" / "pins").iterdir()) == []
+        assert store.resolve(url, "hello").digest == first.digest
+        assert asked == ["/hello.tgz", "/hello.tgz"]
     finally:
         server.shutdown()
         server.server_close()

@@ -402,34 +402,38 @@ def host_written(spec: dict[str, Any]) -> list[str]:
 _WORDS = re.compile(r"[^\s'\"`;&|()<>=:]+")
 
 
-def host_command_problem(spec: dict[str, Any], folder: str) -> str | None:
+def host_command_problem(spec: dict[str, Any], folder: str,
+                         others: dict[str, dict[str, Any]] | None = None) -> str | None:
     """Why spec.hooks.hostInitialize may not run in `folder` (None: it may): a host folder
-    the cell writes (a live workspace, a writable mount) holds that folder, lies inside it,
-    or holds a path a command names. The cell could then change the script, the git
-    configuration or the file the host command runs at its next start: a way out onto the
-    host, whoever wrote the manifest."""
-    written = [(i, root) for i, (root, read_only) in enumerate(host_mounts(spec))
-               if not read_only]
+    the cell writes (a live workspace, a writable mount), or one another cell writes
+    (`others`: name -> spec), holds that folder, lies inside it, or holds a path a command
+    names. A cell could then change the script, the git configuration or the file the host
+    command runs at the next start: a way out onto the host, whoever wrote the manifest."""
+    written = [(root, spec_field(host_mount_field(spec, i)))
+               for i, (root, read_only) in enumerate(host_mounts(spec)) if not read_only]
+    for name, other in sorted((others or {}).items()):
+        written += [(root, f"cell {name}'s {spec_field(host_mount_field(other, i))}")
+                    for i, (root, read_only) in enumerate(host_mounts(other))
+                    if not read_only]
     if not written:
         return None
     where = os.path.realpath(folder)
-    for i, root in written:
+    for root, field in written:
         if _overlap(where, root):
             return (f"they run in {folder} (the manifest's folder), which overlaps {root}, "
-                    f"a folder the cell writes ({spec_field(host_mount_field(spec, i))}): "
-                    "the cell could change what they run; keep the manifest in a folder "
-                    "apart from those the cell writes")
+                    f"a folder a cell writes ({field}): the cell could change what they "
+                    "run; keep the manifest in a folder apart from those cells write")
     for argv in (spec.get("hooks") or {}).get("hostInitialize") or []:
         for arg in argv:
             for word in _WORDS.findall(str(arg)):
                 if "/" not in word:
                     continue
                 path = os.path.realpath(os.path.join(where, os.path.expanduser(word)))
-                for i, root in written:
+                for root, field in written:
                     if _inside(path, root):
-                        return (f"a command names {word}, in {root}, which the cell writes "
-                                f"({spec_field(host_mount_field(spec, i))}): it could change "
-                                "what runs on the host; run a file the cell cannot write")
+                        return (f"a command names {word}, in {root}, which a cell writes "
+                                f"({field}): it could change what runs on the host; run a "
+                                "file no cell can write")
     return None
 
 

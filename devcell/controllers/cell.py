@@ -698,7 +698,8 @@ class CellController:
             return backends_dotfiles.install(ctx.backend(plan.backend), ref,
                                              state_dir=Path(ctx.db.state_dir))
         if step.name == S.HOST_INITIALIZE:
-            return host_hooks.run(ref, step, state_dir=Path(ctx.db.state_dir))
+            return host_hooks.run(ref, step, state_dir=Path(ctx.db.state_dir),
+                                  others=objects.cells_with_host_mounts(ctx.db.conn))
         handler = _STEPS.get(step.name)
         if handler is None:
             raise BackendError(f"cell controller has no step {step.name!r}")

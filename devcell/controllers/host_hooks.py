@@ -43,9 +43,11 @@ def insert(cell: ObjectRecord, steps: list[Step]) -> None:
     steps.insert(at, Step(StepName.HOST_INITIALIZE, {"cwd": folder}))
 
 
-def run(ref: CellRef, step: Step, *, state_dir: Path) -> Outputs:
+def run(ref: CellRef, step: Step, *, state_dir: Path,
+        others: dict[str, dict[str, Any]] | None = None) -> Outputs:
     """Run the cell's host commands, said first on stderr (the developer sees what runs on
-    their machine), each bounded by hooks.timeoutSeconds."""
+    their machine), each bounded by hooks.timeoutSeconds; refused when a folder this cell or
+    another (`others`: the recorded cells with host mounts) writes could change them."""
     hooks: dict[str, Any] = ref.spec.get("hooks") or {}
     argvs = [list(map(str, argv)) for argv in hooks.get("hostInitialize") or []]
     if not argvs:
@@ -60,7 +62,8 @@ def run(ref: CellRef, step: Step, *, state_dir: Path) -> Outputs:
         raise commands.HostCommandFailed(
             f"hooks.hostInitialize of cell {ref.name}: its manifest was not read from a file, "
             "so there is no folder to run them in; apply it from a file")
-    written = security.host_command_problem(ref.spec, cwd)
+    written = security.host_command_problem(
+        ref.spec, cwd, {n: o for n, o in (others or {}).items() if n != ref.name})
     if written:
         raise commands.HostCommandFailed(f"hooks.hostInitialize of cell {ref.name}: {written}")
     ran = commands.run_all(argvs, cwd=cwd,

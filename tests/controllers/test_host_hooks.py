@@ -102,3 +102,26 @@ def test_refused_where_the_cell_writes_what_runs_on_the_host(cli: Cli, state_dir
     fine = cli("apply", "-f", str(elsewhere / "cell.yaml"))
     assert fine.returncode == 0, fine.stderr
     assert (elsewhere / "ran").exists()
+
+
+def test_refused_where_another_cell_writes_what_runs_on_the_host(
+        cli: Cli, state_dir: Path, tmp_path: Path) -> None:
+    """Another cell binding the manifest's folder live could rewrite the script too: checked
+    before each run against every recorded cell's writable host folders."""
+    _allow_host_commands_and_paths(state_dir, tmp_path)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "init.sh").write_text("touch ran\n")
+    (project / "cell.yaml").write_text(HOST_CELL.replace(
+        '[sh, -c, "pwd > initialized"]', "[sh, ./init.sh]"))
+    first = cli("apply", "-f", str(project / "cell.yaml"))
+    assert first.returncode == 0, first.stderr
+    assert (project / "ran").exists()
+    (project / "ran").unlink()
+    (tmp_path / "other.yaml").write_text(LIVE_CELL.replace("hosted", "binder").replace(
+        "  hooks:\n    hostInitialize: [%s]\n", "") % project)
+    bound = cli("apply", "-f", str(tmp_path / "other.yaml"))
+    assert bound.returncode == 0, bound.stderr
+    restarted = cli("cell", "restart", "hosted")
+    assert restarted.returncode != 0 and not (project / "ran").exists()
+    assert "cell binder's spec.workspace.source.hostPath.path" in restarted.stderr

@@ -27,6 +27,8 @@ MAX_BYTES = 1 << 20
 MAX_FILES = 16
 MAX_TOTAL = 16 << 20
 """Bytes of every compose and env file of one configuration together."""
+MAX_READ = 16 << 20
+"""Characters of every value the import reads from them, variables filled in."""
 _LIST_OR_MAP = {"environment", "labels", "args", "extra_hosts", "sysctls", "annotations"}
 """Fields compose accepts as a list of NAME=value or a mapping; merged by name."""
 _BY_TARGET = {"volumes", "devices"}
@@ -45,14 +47,23 @@ class Compose:
     root: Path
     problems: list[Problem] = field(default_factory=list)
     budget: int = 0
+    produced: int = 0
     _filled: dict[int, str | None] = field(default_factory=dict)
 
     def text(self, node: Node) -> str | None:
         """`node` as a string with its variables filled in; None (and a problem naming the
         file, line and variable) when one is unset without a default, or when it is no
-        scalar."""
+        scalar, or when the values read add up to more than MAX_READ (an alias repeats a
+        value for free: what it would write must stay bounded)."""
         if id(node) not in self._filled:
-            self._filled[id(node)] = self._interpolate(node)
+            filled = self._interpolate(node) if self.produced <= MAX_READ else None
+            if filled is not None:
+                self.produced += len(filled)
+                if self.produced > MAX_READ:  # said once; every later value refused too
+                    self.problems.append(node.where.problem(
+                        f"the values read add up to more than {MAX_READ >> 20} MiB"))
+                    filled = None
+            self._filled[id(node)] = filled
         return self._filled[id(node)]
 
     def _interpolate(self, node: Node) -> str | None:

@@ -15,12 +15,23 @@ from collections.abc import Mapping
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_NESTING = 8
+MAX_VALUE = 1 << 20
+"""Characters of one value once filled in: `$X$X$X...` with a large X (a .env file lies in
+the project folder, which a cell may write) must not grow without bound."""
+
+
+class _TooLarge(Exception):
+    pass
 
 
 def fill(text: str, environ: Mapping[str, str]) -> tuple[str, list[str]]:
     """(`text` with its variables filled in, why each one that could not be was not)."""
     problems: list[str] = []
-    out = _fill(text, environ, problems, 0)
+    try:
+        out = _fill(text, environ, problems, 0)
+    except _TooLarge:
+        return "", [f"the value grows past {MAX_VALUE >> 20} MiB once its variables are "
+                    "filled in"]
     return out, list(dict.fromkeys(problems))
 
 
@@ -30,7 +41,7 @@ def _unset(name: str) -> str:
 
 
 def _fill(text: str, environ: Mapping[str, str], problems: list[str], depth: int) -> str:
-    out: list[str] = []
+    out = _Bounded()
     i = 0
     while i < len(text):
         sign = text.find("$", i)
@@ -61,7 +72,24 @@ def _fill(text: str, environ: Mapping[str, str], problems: list[str], depth: int
         else:
             problems.append(_unset(name.group()))
         i = name.end()
-    return "".join(out)
+    return out.text()
+
+
+class _Bounded:
+    """Pieces of a value, refused (_TooLarge) past MAX_VALUE characters."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.size = 0
+
+    def append(self, part: str) -> None:
+        self.size += len(part)
+        if self.size > MAX_VALUE:
+            raise _TooLarge
+        self.parts.append(part)
+
+    def text(self) -> str:
+        return "".join(self.parts)
 
 
 def _closing(text: str, start: int) -> int:

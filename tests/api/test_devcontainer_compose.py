@@ -590,3 +590,16 @@ def test_network_mode_of_a_service_that_is_not_there_is_refused(tmp_path: Path) 
     shown = _refused(path, tmp_path / "p", tmp_path / "state")
     assert len(shown) == 1 and ":4: services.a.network_mode: network_mode: service:gone names " \
         "no service of the compose files" in shown[0], shown
+
+
+def test_aliases_repeating_a_large_value_are_bounded(tmp_path: Path) -> None:
+    """An alias copies a value for free (60 kB written once, read 256 times per service);
+    what the import reads stays under 16 MiB."""
+    env = ", ".join(f"A{i}: *v" for i in range(256))
+    path = _project(tmp_path / "p", '{"dockerComposeFile": "c.yml", "service": "a"}', **{
+        "c.yml": f"x-v: &v {'v' * 60_000}\nx-env: &env {{{env}}}\nservices:\n"
+                 + "".join(f"  s{i}: {{image: b, environment: *env}}\n" for i in range(3))
+                 + "  a: {image: devcell/busybox:latest}\n"})
+    shown = _refused(path, tmp_path / "p", tmp_path / "state")
+    assert [s.split(": ", 2)[2] for s in shown] == [
+        "the values read add up to more than 16 MiB"], shown

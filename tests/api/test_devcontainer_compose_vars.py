@@ -45,3 +45,10 @@ def test_what_is_refused_by_name(text: str, problem: str) -> None:
 
 def test_each_problem_is_said_once() -> None:
     assert len(fill("$UNSET ${UNSET} ${UNSET}", ENV)[1]) == 1
+
+
+def test_a_value_cannot_grow_without_bound() -> None:
+    big = {"X": "x" * 100_000}
+    assert fill("$X" * 10, big)[1] == []
+    assert fill("$X" * 11, big) == ("", ["the value grows past 1 MiB once its variables are "
+                                         "filled in"])

@@ -12,8 +12,9 @@ the full path rewrites on every exec), which stays that of the last command that
 Whatever else (another backend or phase, a runtime that drifted, several containers, an
 engine this path cannot reach, an unexpected answer) returns None before anything ran in the
 cell: the caller takes the full path, which observes, records a drift and warns about it, or
-says what is wrong, exactly as before. Once the command started, a broken engine connection
-is a BackendError, as on the full path.
+says what is wrong, exactly as before. Once the start was sent, the command may run: a
+start left unanswered, or a broken engine connection after it, is a BackendError, never a
+second run on the full path.
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ def run(state_dir: Path, ref: str, argv: list[str], *, stdin: BinaryIO | None,
             sock, first = exec_socket.start(path, exec_id)
         except exec_socket.Fallback:
             return None
+        except engine_http.Unanswered as exc:  # never run twice: say it instead
+            from devcell.errors import BackendUnavailable
+
+            raise BackendUnavailable(
+                f"exec in cell {cell.name}: the Docker engine did not answer the start of the "
+                f"command ({exc}); it may have run, so it was not run again") from None
         return _attached(path, sock, first, exec_id, cell.name, stdin)
     finally:
         if session is not None:

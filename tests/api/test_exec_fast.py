@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -252,3 +253,67 @@ def test_a_reader_that_goes_away_ends_exec_quietly(state: Path) -> None:
                          cwd=REPO, timeout=120)
     assert ran.stdout == b"y\n"
     assert ran.stderr.decode().strip().splitlines() == ["status 0"]
+
+
+def _proxy_dropping_the_starts_answer(path: str, engine: str) -> None:
+    """A unix-socket proxy to the engine that passes every request through, except that it
+    hangs up on the first exec start once the engine answered it (the command started)."""
+    import socket
+    import threading
+
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(16)
+    dropped = threading.Event()
+
+    def pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def handle(conn: socket.socket) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head and (data := conn.recv(65536)):
+            head += data
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        upstream.connect(engine)
+        upstream.sendall(head)
+        if b"/start HTTP" in head.partition(b"\r\n")[0] and not dropped.is_set():
+            dropped.set()
+            upstream.recv(65536)  # the engine's 101: the command runs
+            conn.close()
+            upstream.close()
+            return
+        threading.Thread(target=pump, args=(upstream, conn), daemon=True).start()
+        pump(conn, upstream)
+
+    def serve() -> None:
+        while True:
+            conn, _ = server.accept()
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+
+def test_a_start_the_engine_left_unanswered_is_not_run_again(state: Path,
+                                                             tmp_path: Path) -> None:
+    """The start was sent and the command runs, but its answer never came back: an error
+    saying so, never the full path's second run of the same command."""
+    from devcell.backends.container.engine import engine_address
+
+    proxy = str(tmp_path / "engine.sock")
+    _proxy_dropping_the_starts_answer(proxy, engine_address().removeprefix("unix://"))
+    env = dict(_env(state), DOCKER_HOST=f"unix://{proxy}")
+    ran = subprocess.run([sys.executable, "-m", "devcell", "exec", "box", "--", "sh", "-c",
+                          "echo ran >> /tmp/runs"], capture_output=True, env=env, cwd=REPO,
+                         timeout=120)
+    assert ran.returncode == 1
+    assert ran.stderr.decode().startswith(
+        "error: exec in cell box: the Docker engine did not answer the start of the command")
+    assert b"it may have run, so it was not run again" in ran.stderr
+    time.sleep(0.5)
+    runs = devcell(state, "exec", "box", "--", "cat", "/tmp/runs")
+    assert runs.stdout == b"ran\n", runs.stderr

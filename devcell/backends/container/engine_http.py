@@ -24,6 +24,11 @@ class BadResponse(Exception):
     """The peer's answer is not HTTP/1.x this module reads (or is larger than asked for)."""
 
 
+class Unanswered(BadResponse):
+    """The request went out whole but no answer's head came back (closed, timed out, garbled):
+    the peer may have acted on it, so it must not be sent again as if it had not."""
+
+
 class Response:
     """The engine's answer: its status and body."""
 
@@ -75,11 +80,15 @@ def hijack(sock: _socket.socket, method: str, path: str, *, body: bytes | None =
     `POST /exec/{id}/start` answers with 101). Returns the status and the bytes that came
     after the answer's head: with 101 (or 200, older engines), the stream's first bytes,
     which must not be lost (docker/docker-py#3332); otherwise the start of an error's body.
-    The socket stays open either way: the caller reads the stream and closes it."""
+    The socket stays open either way: the caller reads the stream and closes it. Sent whole
+    and then no readable head: `Unanswered` (the engine may have started what was asked)."""
     sock.sendall(_head(method, path, host, body, "Connection: Upgrade\r\nUpgrade: tcp\r\n")
                  + (body or b""))
     reader = _Reader(sock, HEAD_LIMIT)
-    status, _ = reader.head()
+    try:
+        status, _ = reader.head()
+    except (OSError, BadResponse) as exc:
+        raise Unanswered(f"no answer to {method} {path.partition('?')[0]} ({exc})") from None
     return status, reader.buffer
 
 

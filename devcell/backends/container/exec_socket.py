@@ -146,7 +146,8 @@ def create(path: str, container_id: str, argv: list[str], *, stdin: bool,
 
 def start(path: str, exec_id: str) -> tuple[_socket.socket, bytes]:
     """The started exec's connection, hijacked (its stream from here on), and the stream's
-    first bytes, which came with the answer's head."""
+    first bytes, which came with the answer's head. engine_http.Unanswered when the start was
+    sent but its answer never came: the engine may have started the command."""
     try:
         sock = engine_http.unix(path, TIMEOUT_S)
     except OSError:
@@ -154,9 +155,12 @@ def start(path: str, exec_id: str) -> tuple[_socket.socket, bytes]:
     try:
         status, first = engine_http.hijack(sock, "POST", f"/exec/{exec_id}/start",
                                            body=b'{"Tty":false,"Detach":false}')
+    except engine_http.Unanswered:
+        sock.close()
+        raise  # the command may run: the full path would run it a second time
     except (OSError, engine_http.BadResponse):
         sock.close()
-        raise Fallback("the engine's answer to the start") from None
+        raise Fallback("the start could not be sent") from None
     if status not in (101, 200):  # refused: nothing started
         sock.close()
         raise Fallback(f"the engine answered {status} to the start")

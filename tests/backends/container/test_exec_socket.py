@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from devcell.backends import supervisor
-from devcell.backends.container import exec_socket
+from devcell.backends.container import engine_http, exec_socket
 from devcell.backends.container import observe as container_observe
 from devcell.backends.host.ids import state_hash
 
@@ -112,3 +112,41 @@ def test_a_client_configuration_that_adds_to_requests_is_left_to_the_sdk(
         monkeypatch.setenv("DOCKER_HOST", address)
         with pytest.raises(exec_socket.Fallback):
             exec_socket.socket_path()
+
+
+def _engine_answering(tmp_path: Path, answer: bytes | None) -> str:
+    """A one-request engine on a unix socket: reads the request, then sends `answer` and
+    closes (None: closes without a word, as a broken engine or proxy does)."""
+    path = str(tmp_path / "engine.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn, server:
+            data = b""
+            while not data.endswith(b'"Detach":false}'):
+                data += conn.recv(4096)
+            if answer is not None:
+                conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return path
+
+
+@pytest.mark.parametrize("answer", [None, b"HTTP/1.1 10", b"garbage\r\n\r\n"])
+def test_a_start_sent_and_left_unanswered_is_not_a_fallback(tmp_path: Path,
+                                                            answer: bytes | None) -> None:
+    """The engine may have started the command: the full path must not run it again."""
+    path = _engine_answering(tmp_path, answer)
+    with pytest.raises(engine_http.Unanswered):
+        exec_socket.start(path, "ab" * 32)
+
+
+def test_a_start_refused_or_not_sent_is_a_fallback(tmp_path: Path) -> None:
+    path = _engine_answering(tmp_path, b"HTTP/1.1 409 Conflict\r\nContent-Length: 2\r\n\r\n{}")
+    with pytest.raises(exec_socket.Fallback):
+        exec_socket.start(path, "ab" * 32)
+    with pytest.raises(exec_socket.Fallback):
+        exec_socket.start(str(tmp_path / "none.sock"), "ab" * 32)

@@ -428,7 +428,8 @@ def host_command_problem(spec: dict[str, Any], folder: str,
             for word in _WORDS.findall(str(arg)):
                 if "/" not in word:
                     continue
-                path = os.path.realpath(os.path.join(where, os.path.expanduser(word)))
+                path = os.path.realpath(os.path.join(
+                    where, os.path.expandvars(os.path.expanduser(word))))
                 for root, field in written:
                     if _inside(path, root):
                         return (f"a command names {word}, in {root}, which a cell writes "

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from devcell import security
 from devcell.config import SecurityPolicy
 
 
@@ -217,11 +218,13 @@ def _customizations(c: _Converter) -> None:
 
 
 def runs_on_host_in(c: _Converter, root: Path) -> bool:
-    """Whether initializeCommand runs on the host in `root` or below (the manifest is written
-    there): the project folder must then be copied, not bound live (security.
-    host_command_problem refuses a host command in a folder its cell writes)."""
-    if not (c.spec.get("hooks") or {}).get("hostInitialize"):
+    """Whether initializeCommand would read the project folder `root` were it bound live (it
+    runs in the folder the manifest is written to, or names a file of the project): the
+    folder must then be copied, not bound live (security.host_command_problem refuses a
+    host command a cell could change)."""
+    hooks = (c.spec.get("hooks") or {}).get("hostInitialize")
+    if not hooks:
         return False
-    where, top = str(c.out_dir.resolve()), str(root.resolve())
-    return where == top or where.startswith(top.rstrip("/") + "/") \
-        or top.startswith(where.rstrip("/") + "/")
+    live = {"workspace": {"source": {"hostPath": {"path": str(root.resolve())}}},
+            "hooks": {"hostInitialize": hooks}}
+    return security.host_command_problem(live, str(c.out_dir.resolve())) is not None

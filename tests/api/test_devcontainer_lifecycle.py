@@ -174,3 +174,28 @@ def test_a_folder_host_commands_run_in_is_copied_not_bound_live(tmp_path: Path) 
     live = _convert(plain, tmp_path / "plain", state)
     assert live.manifest["spec"]["workspace"]["source"] == {
         "hostPath": {"path": str(tmp_path / "plain")}}
+
+
+def test_a_project_file_a_host_command_names_keeps_the_folder_copied(tmp_path: Path) -> None:
+    """The manifest written elsewhere, initializeCommand still names a project file: bound
+    live, the cell could rewrite it, so the folder is copied."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "config.yaml").write_text(
+        "apiVersion: devcell.dev/v1alpha1\nkind: Config\nsecurity:\n  allowHostCommands: true\n"
+        f"  allowedHostPaths: ['{tmp_path}']\n")
+    (state / "config.yaml").chmod(0o600)
+    project = tmp_path / "project"
+    path = _sample(project, '{"image": "devcell/busybox:latest", "initializeCommand": '
+                            '"sh ${localWorkspaceFolder}/.devcontainer/init.sh"}')
+    os.chown(project, 1000, 1000)
+    (tmp_path / "out").mkdir()
+    result = _convert(path, tmp_path / "out", state)
+    assert result.manifest["spec"]["workspace"]["source"] == {
+        "directory": {"path": str(project)}}
+    elsewhere = _sample(tmp_path / "other", '{"image": "devcell/busybox:latest", '
+                                            '"initializeCommand": "true"}')
+    os.chown(tmp_path / "other", 1000, 1000)
+    live = _convert(elsewhere, tmp_path / "out", state)
+    assert live.manifest["spec"]["workspace"]["source"] == {
+        "hostPath": {"path": str(tmp_path / "other")}}

@@ -84,7 +84,8 @@ _NOTED = {
     "logging": "DevCell keeps the services' logs itself",
     "platform": "images run for the engine's platform",
     "pull_policy": "images are pulled when the engine lacks them",
-    "profiles": "runServices says which services run",
+    "profiles": "runServices says which services run (a service with profiles runs only when "
+                "runServices names it, or one that runs needs it)",
     "secrets": "declare secret values as spec.env entries with secret: true",
     "configs": "no equivalent in DevCell",
     "stop_signal": "DevCell stops its containers itself",
@@ -225,8 +226,10 @@ class _Mapper:
             self._sidecar(name, by_name[name])
         for name, node in services.value.items():
             if name != service and name not in run:
-                self.out.notes.append(f"{node.where}: not converted (not in runServices, so "
-                                      "not run)")
+                why = ("it has profiles, which compose starts only when asked; name it in "
+                       "runServices" if "runServices" not in self.r.data
+                       else "not in runServices, so not run")
+                self.out.notes.append(f"{node.where}: not converted ({why})")
         self._named_hosts(list(by_name))
         sidecars = ", ".join(names.printable(s["name"]) for s, _ in self.out.sidecars)
         runs = (f" (its command, {self.out.command[1]}, runs as the cell's service main)"
@@ -247,8 +250,9 @@ class _Mapper:
 
     def _run_services(self, services: dict[str, Node], service: str) -> set[str]:
         value = self.r.data.get("runServices")
-        if value is None:
-            return set(services)
+        if value is None:  # as `docker compose up`: a service with profiles only when asked
+            return _needs(services, {service} | {name for name, node in services.items()
+                                                 if node.get("profiles") is None})
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             self.r.refuse("expected an array of service names", "runServices")
             return {service}

@@ -211,6 +211,7 @@ def test_runservices_chooses_the_sidecars_and_depends_on_orders_them(tmp_path: P
             restart: on-failure:3
           queue_db: {image: "devcell/busybox:latest", restart: "no"}
           mail: {image: "devcell/busybox:latest"}
+          debug: {image: "devcell/busybox:latest", profiles: [debug]}
         """})
     result = _convert(path, tmp_path / "p", tmp_path / "state")
     sidecars = result.manifest["spec"]["sidecars"]
@@ -218,6 +219,15 @@ def test_runservices_chooses_the_sidecars_and_depends_on_orders_them(tmp_path: P
         ("queue-db", "Never"), ("worker", "OnFailure")]
     notes = "\n".join(result.notes)
     assert "services.mail: not converted (not in runServices, so not run)" in notes
+    path.write_text('{"dockerComposeFile": "compose.yaml", "service": "web"}')
+    result = _convert(path, tmp_path / "p", tmp_path / "state")
+    assert [s["name"] for s in result.manifest["spec"]["sidecars"]] == [
+        "queue-db", "worker", "mail"]  # as `docker compose up`: no service with profiles
+    assert "services.debug: not converted (it has profiles, which compose starts only when " \
+        "asked; name it in runServices)" in "\n".join(result.notes)
+    path.write_text('{"dockerComposeFile": "compose.yaml", "service": "web", '
+                    '"runServices": ["web", "worker"]}')
+    notes = "\n".join(_convert(path, tmp_path / "p", tmp_path / "state").notes)
     assert "services.queue_db: runs as a sidecar though not in runServices: a service that " \
         "runs depends on it" in notes
     assert "services.worker.depends_on: not converted (only the order is kept" in notes

@@ -12,6 +12,7 @@ so the comparison needs neither the engine nor a build.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,20 @@ def build_image(backend: Backend, ref: CellRef, args: dict[str, Any]) -> Any:
     if base is not None and not builder.image_exists(base["tag"]):
         builder.build_image(ref.replace(name=base["name"]), base["build"],
                             base["tag"])
-    return builder.build_image(ref, args.get("build") or ref.spec["build"], args["tag"])
+    build = args.get("build") or ref.spec["build"]
+    if args.get("build") is not None:  # the features' context: hand the image back to its user
+        from devcell.backends.features.context import USER_ARG
+
+        image = base["tag"] if base is not None else ref.spec.get("image")
+        asker = getattr(builder, "image_user", None)
+        user = asker(str(image)) if asker is not None and image else None
+        if isinstance(user, str) and _IMAGE_USER.fullmatch(user):
+            # Not part of the tag's digest: the same FROM always names the same user.
+            build = {**build, "args": {**(build.get("args") or {}), USER_ARG: user}}
+    return builder.build_image(ref, build, args["tag"])
+
+
+_IMAGE_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?")
 
 
 def delete_images(backend: Backend, ref: CellRef) -> Any:

@@ -46,10 +46,12 @@ class Prepared:
 
 
 def _user(spec: dict[str, Any]) -> dict[str, str]:
-    user = str(spec.get("user") or "root").partition(":")[0]
-    home = "/root" if user in ("root", "0") else f"/home/{user}"
-    return {"_REMOTE_USER": user, "_CONTAINER_USER": user, "_REMOTE_USER_HOME": home,
-            "_CONTAINER_USER_HOME": home}
+    """_REMOTE_USER/_CONTAINER_USER when spec.user says (else the context's env file takes
+    the base image's user; the homes come from the image's /etc/passwd there)."""
+    if not spec.get("user"):
+        return {}
+    user = str(spec["user"]).partition(":")[0]
+    return {"_REMOTE_USER": user, "_CONTAINER_USER": user}
 
 
 def shown(i: int, ref: str) -> str:

@@ -184,3 +184,24 @@ def test_a_local_feature_asking_for_a_capability_needs_the_allowance(
     finally:
         client.close()
     assert not (engine_state / "features" / "contexts" / "tracer").exists()
+
+
+def test_features_install_as_root_and_the_image_keeps_its_own_user(
+        cli: Cli, tmp_path: Path, engine_state: Path) -> None:
+    _config(engine_state)
+    project = tmp_path / "project"
+    (project / "who").mkdir(parents=True)
+    (project / "Dockerfile").write_text(
+        f"FROM {IMAGE}\nRUN echo 'dev:x:1000:1000::/home/dev:/bin/sh' >> /etc/passwd && "
+        "mkdir -p /home/dev && chown 1000 /home/dev\nUSER dev\n")
+    (project / "who" / "devcontainer-feature.json").write_text('{"id": "who"}')
+    (project / "who" / "install.sh").write_text(
+        '#!/bin/sh\necho "uid=$(id -u) user=$_REMOTE_USER home=$_REMOTE_USER_HOME" > /who\n')
+    manifest = project / "cell.yaml"
+    manifest.write_text("apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: who}\n"
+                        "spec:\n  backend: container\n  build: {context: .}\n"
+                        "  features: [{ref: ./who}]\n")
+    done = cli("apply", "-f", str(manifest), timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = cli("exec", "who", "--", "sh", "-c", "cat /who; id -u")
+    assert seen.stdout.splitlines() == ["uid=0 user=dev home=/home/dev", "1000"], seen.stderr

@@ -1589,6 +1589,14 @@ class ContainerBackend:
                                                   cell_id=cell.id, owner=self.owner, keep=None)
         return {"removed": len(removed)}
 
+    def image_user(self, image: str) -> str | None:
+        """The user an image on the engine runs as (its Config.User; None: unset, or the
+        engine cannot say): what an image DevCell builds on it is handed back to."""
+        from devcell.backends.container import observe
+
+        user = (observe.image_config(image) or {}).get("User")
+        return user if isinstance(user, str) and user else None
+
     def image_exists(self, image: str) -> bool:
         try:
             with sdk.engine_calls(f"looking up image {image}"):

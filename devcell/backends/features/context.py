@@ -108,8 +108,28 @@ def _tree(folder: str, shown: str) -> dict[str, tuple[bytes, int] | None]:
     return found
 
 
+USER_ARG = "DEVCELL_IMAGE_USER"
+"""The base image's own user, given by the build-image step as a build argument (read from
+the engine then, as the image may only be pulled or built by that step): install.sh runs as
+root, and the image is handed back to that user afterwards, as the devcontainer CLI does."""
+_USERS = f"""\
+_REMOTE_USER="${{_REMOTE_USER:-${{{USER_ARG}:-root}}}}"
+_CONTAINER_USER="${{_CONTAINER_USER:-$_REMOTE_USER}}"
+_REMOTE_USER_HOME="$(awk -F: -v u="$_REMOTE_USER" '$1 == u || $3 == u {{print $6; exit}}' \
+/etc/passwd 2>/dev/null)"
+if [ -z "$_REMOTE_USER_HOME" ]; then
+  if [ "$_REMOTE_USER" = root ]; then _REMOTE_USER_HOME=/root
+  else _REMOTE_USER_HOME="/home/$_REMOTE_USER"; fi
+fi
+_CONTAINER_USER_HOME="$_REMOTE_USER_HOME"
+"""
+"""The specification's user variables, for install.sh: spec.user when the manifest says
+(written above these lines), else the base image's user; each home from the image's
+/etc/passwd."""
+
+
 def dockerfile(base: str, steps: Sequence[Step]) -> str:
-    lines = [f"FROM {base}", "USER root"]
+    lines = [f"FROM {base}", f"ARG {USER_ARG}=root", "USER root"]
     for n, step in enumerate(steps):
         where = f"{TARGET}/f{n}"
         lines.append(f"# {n + 1}: {step.resolved.feature.id} ({_comment(step.resolved.ref.text)})")
@@ -124,6 +144,7 @@ def dockerfile(base: str, steps: Sequence[Step]) -> str:
         # that starts a daemon returns once it runs), then the container's own command.
         script = "\n".join([*entrypoints, 'exec "$@"'])
         lines.append("ENTRYPOINT " + json.dumps(["/bin/sh", "-c", script, "-"]))
+    lines.append(f"USER ${{{USER_ARG}}}")
     return "\n".join(lines) + "\n"
 
 
@@ -132,7 +153,9 @@ def _comment(text: str) -> str:
 
 
 def options_env(env: dict[str, str]) -> str:
-    return "".join(f"{name}={shlex.quote(value)}\n" for name, value in sorted(env.items()))
+    """install.sh's environment: its options (shell-quoted), then the user variables."""
+    return ("".join(f"{name}={shlex.quote(value)}\n" for name, value in sorted(env.items()))
+            + _USERS)
 
 
 def write(state_dir: Path, cell_name: str, base: str, steps: Sequence[Step]) -> str:

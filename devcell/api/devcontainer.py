@@ -260,7 +260,8 @@ def _command(value: Any) -> list[list[str]] | None:
 
 def _mount_fields(value: Any) -> dict[str, str] | None:
     """A mount as devcontainer.json writes it: `source=...,target=...,type=bind` or the
-    same as an object; keys normalised (src/dst/destination, readonly/ro)."""
+    same as an object; keys normalised (src/dst/destination, readonly/ro), a target's
+    trailing slash dropped (`target=/home/dev/.cache/`, which the engine accepts)."""
     pairs: dict[str, str] = {}
     if isinstance(value, dict):
         pairs = {str(k): str(v).lower() if isinstance(v, bool) else str(v)
@@ -272,7 +273,10 @@ def _mount_fields(value: Any) -> dict[str, str] | None:
     else:
         return None
     aliases = {"src": "source", "dst": "target", "destination": "target", "ro": "readonly"}
-    return {aliases.get(k, k): v for k, v in pairs.items()}
+    fields = {aliases.get(k, k): v for k, v in pairs.items()}
+    if len(fields.get("target", "")) > 1:
+        fields["target"] = fields["target"].rstrip("/") or "/"
+    return fields
 
 
 class _Converter:

@@ -153,6 +153,15 @@ def test_the_legacy_dockerfile_field_and_a_manifest_written_in_a_subfolder(
     assert "lies outside the directory of the manifest" in str(refused.value.problems[0])
 
 
+def test_a_mount_target_with_a_trailing_slash_is_taken_without_it(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    path = _sample(root, '{"image": "devcell/busybox:latest", "mounts": '
+                         '["source=tf_cache,target=/home/dev/.cache/bazel/"]}')
+    result = _convert(path, root, tmp_path / "state")
+    assert result.manifest["spec"]["volumes"] == [
+        {"name": "tf-cache", "mountPath": "/home/dev/.cache/bazel"}]
+
+
 def test_an_allowed_bind_mount_is_kept(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     (root / "data").mkdir(parents=True)

@@ -350,6 +350,8 @@ class _Converter:
             spec["workspace"]["source"] = {"git": chosen.git}
         elif chosen.source is not None:
             spec["workspace"]["source"] = chosen.source
+            if "hostPath" in chosen.source:
+                devcontainer_lifecycle.user_on_live_folder(self, self.root)
         self.notes.extend(chosen.warnings)
         if self.env:
             spec["env"] = []

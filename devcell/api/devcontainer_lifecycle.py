@@ -14,12 +14,13 @@ environment, and the editor's settings.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from devcell import security
+from devcell import names, security
 from devcell.config import SecurityPolicy
 
 
@@ -228,3 +229,30 @@ def runs_on_host_in(c: _Converter, root: Path) -> bool:
     live = {"workspace": {"source": {"hostPath": {"path": str(root.resolve())}}},
             "hooks": {"hostInitialize": hooks}}
     return security.host_command_problem(live, str(c.out_dir.resolve())) is not None
+
+
+_NUMERIC = re.compile(r"(\d+)(?::(\d+))?")
+
+
+def user_on_live_folder(c: _Converter, root: Path) -> None:
+    """remoteUser/containerUser given by name (or as root) on a project folder bound live:
+    a cell writing a host folder runs by number only, never as root (a name could map to
+    root in the image; DevCell refuses to create it), so it runs as the folder's owner, as
+    the devcontainer CLI's updateRemoteUserUID gives remoteUser the developer's uid."""
+    user = c.spec.get("user")
+    if not user:
+        return
+    numeric = _NUMERIC.fullmatch(str(user))
+    if numeric and int(numeric.group(1)) != 0 and int(numeric.group(2) or 1) != 0:
+        return
+    try:
+        st = os.stat(root)
+    except OSError:
+        return
+    c.spec["user"] = f"{st.st_uid}:{st.st_gid}"
+    key = c.origins.get("spec.user", ("remoteUser",))
+    c.notes.append(f"{'.'.join(str(k) for k in key)}: {names.printable(str(user))} runs as "
+                   f"uid {st.st_uid}:{st.st_gid}, the owner of the folder bound live (a cell "
+                   "writing a host folder runs by number, never as root: a name could be "
+                   "root in the image), as the devcontainer CLI gives remoteUser the "
+                   "developer's uid; in most images that uid is remoteUser's")

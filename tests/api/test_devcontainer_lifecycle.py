@@ -199,3 +199,29 @@ def test_a_project_file_a_host_command_names_keeps_the_folder_copied(tmp_path: P
     live = _convert(elsewhere, tmp_path / "out", state)
     assert live.manifest["spec"]["workspace"]["source"] == {
         "hostPath": {"path": str(tmp_path / "other")}}
+
+
+def test_a_named_remote_user_on_a_live_folder_runs_as_its_owner(tmp_path: Path) -> None:
+    """A cell writing a host folder is created only with a numeric non-root user: remoteUser
+    by name made a manifest the engine check refused (and the import said uid 1000)."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "config.yaml").write_text(
+        "apiVersion: devcell.dev/v1alpha1\nkind: Config\nsecurity:\n"
+        f"  allowedHostPaths: ['{tmp_path}']\n")
+    (state / "config.yaml").chmod(0o600)
+    for user in ("vscode", "root", "0:0"):
+        project = tmp_path / user.replace(":", "-")
+        path = _sample(project, json.dumps({"image": "devcell/busybox:latest",
+                                            "remoteUser": user}))
+        os.chown(project, 1000, 1001)
+        result = _convert(path, project, state)
+        assert result.manifest["spec"]["workspace"]["source"] == {
+            "hostPath": {"path": str(project)}}
+        assert result.manifest["spec"]["user"] == "1000:1001"
+        assert any(n.startswith(f"remoteUser: {user} runs as uid 1000:1001") for n in
+                   result.notes), result.notes
+    kept = _sample(tmp_path / "kept", json.dumps({"image": "devcell/busybox:latest",
+                                                  "remoteUser": "1000"}))
+    os.chown(tmp_path / "kept", 1000, 1000)
+    assert _convert(kept, tmp_path / "kept", state).manifest["spec"]["user"] == "1000"

@@ -12,9 +12,10 @@ the full path rewrites on every exec), which stays that of the last command that
 Whatever else (another backend or phase, a runtime that drifted, several containers, an
 engine this path cannot reach, an unexpected answer) returns None before anything ran in the
 cell: the caller takes the full path, which observes, records a drift and warns about it, or
-says what is wrong, exactly as before. Once the start was sent, the command may run: a
-start left unanswered, or a broken engine connection after it, is a BackendError, never a
-second run on the full path.
+says what is wrong, exactly as before (an engine that takes a connection and never answers
+is said here as the full path says it: it would wait twice as long first). Once the start
+was sent, the command may run: a start left unanswered, or a broken engine connection after
+it, is a BackendError, never a second run on the full path.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sys
 from pathlib import Path
 
 from devcell.backends.container import engine_http, exec_socket
+from devcell.backends.container.engine import HOW_TO_START, engine_address
 from devcell.store import activity_sessions, cell_glance
 from devcell.store import state_dir as state_dirs
 
@@ -49,6 +51,11 @@ def run(state_dir: Path, ref: str, argv: list[str], *, stdin: BinaryIO | None,
         container = exec_socket.running_container(path, str(state_dir), cell.id)
         exec_id = exec_socket.create(path, container, argv, stdin=stdin is not None, env=env,
                                      workdir=workdir)
+    except exec_socket.Silent:  # what the full path says, 60 s later
+        from devcell.errors import BackendUnavailable
+
+        raise BackendUnavailable(f"the container backend cannot reach the Docker engine at "
+                                 f"{engine_address()} (timed out); {HOW_TO_START}") from None
     except exec_socket.Fallback:
         return None
     # The session counts as the cell's activity (idle sleep), as on the full path (cmd_exec).

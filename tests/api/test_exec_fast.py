@@ -317,3 +317,29 @@ def test_a_start_the_engine_left_unanswered_is_not_run_again(state: Path,
     time.sleep(0.5)
     runs = devcell(state, "exec", "box", "--", "cat", "/tmp/runs")
     assert runs.stdout == b"ran\n", runs.stderr
+
+
+def test_an_engine_that_never_answers_is_said_at_once_as_the_full_path_says_it(
+        state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It takes connections and says nothing: the full path waited 2 x 30 s to say so, and
+    the fast path 30 s more before handing over to it."""
+    import socket
+
+    from devcell.api import exec_fast
+    from devcell.backends.container import exec_socket
+    from devcell.errors import BackendUnavailable
+
+    path = str(tmp_path / "silent.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(8)  # connections queue, never answered
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+    monkeypatch.setattr(exec_socket, "TIMEOUT_S", 0.3)
+    try:
+        with pytest.raises(BackendUnavailable) as raised:
+            exec_fast.run(state, "box", ["true"], stdin=None, env=None, workdir=None)
+    finally:
+        server.close()
+    assert str(raised.value).startswith(
+        f"the container backend cannot reach the Docker engine at unix://{path} (timed out); "
+        "start it with")

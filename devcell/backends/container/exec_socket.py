@@ -61,6 +61,12 @@ class Fallback(Exception):
     """Not a case this path covers; nothing ran in the cell. Take the full path."""
 
 
+class Silent(Fallback):
+    """The engine took a connection and said nothing for TIMEOUT_S; nothing ran. The full
+    path would wait as long again, twice (its observation, then its look at the container),
+    to say the engine cannot be reached: the caller says it now."""
+
+
 def socket_path() -> str:
     """The engine's unix socket (DOCKER_HOST or the default), as the SDK would reach it."""
     address = engine_address()
@@ -248,6 +254,8 @@ def _json(path: str, method: str, target: str, expected: int,
         if answer.status != expected:
             raise Fallback(f"the engine answered {answer.status} to {method} {target}")
         return json.loads(answer.body)
+    except TimeoutError:
+        raise Silent(f"no answer to {method} {target} in {TIMEOUT_S:g} s") from None
     except (OSError, ValueError, engine_http.BadResponse):
         raise Fallback(f"no usable answer to {method} {target}") from None
 

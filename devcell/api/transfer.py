@@ -7,7 +7,9 @@ into a temporary directory beside the checkpoints, which is renamed into place o
 everything passed; the Snapshot row, Ready and with its origin, is recorded after, in one
 transaction with its operation. A refused archive changes nothing: no checkpoint, no row, no
 operation. The imported snapshot has no cell here; a fork declares it as any other
-(`spec.workspace.from.snapshot`). An archive carries files, never a machine's memory, so a
+(`spec.workspace.from.snapshot`). A container cell's snapshot carries its sidecars' data too
+(`sidecars/<name>/`, each checked as the workspace is), so a fork of the imported snapshot
+starts its sidecars with it. An archive carries files, never a machine's memory, so a
 `machine` snapshot is not exported: its disk alone lacks what the guest had not yet written
 back (that is in its memory), which no archive could honestly call filesystem-consistent.
 """
@@ -96,16 +98,19 @@ def export(state_dir: Path, snapshot: str, out: Path | BinaryIO) -> Exported:
         try:
             tree = backend.checkpoint_files(snap.id)
             try:
-                header = _header(snap, cell, backend_name, tree is not None)
+                sidecars = backend.checkpoint_sidecars(snap.id)
+                carried = archive_write.sidecar_names(sidecars)
+                header = _header(snap, cell, backend_name, tree is not None, carried)
                 with _destination(out) as stream:
-                    written = archive_write.write(stream, header, tree)
+                    written = archive_write.write(stream, header, tree, sidecars, carried)
             finally:
                 backend.release_checkpoint_files(snap.id)
         finally:
             backend.close()
         outputs = {"file": str(out) if isinstance(out, Path) else "-", "sha256": written.sha256,
                    "entries": written.entries, "bytes": written.bytes,
-                   "skipped": written.skipped}
+                   "skipped": written.skipped,
+                   **({"sidecars": ",".join(carried)} if carried else {})}
         op_id = _record_operation(db, snap.id, snap.name, "export",
                                   StepName.EXPORT_CHECKPOINT, outputs, started)
         return Exported(snap.name, written.sha256, written.entries, written.bytes,
@@ -115,7 +120,7 @@ def export(state_dir: Path, snapshot: str, out: Path | BinaryIO) -> Exported:
 
 
 def _header(snap: objects.ObjectRecord, cell: objects.ObjectRecord | None, backend: str,
-            has_tree: bool) -> bytes:
+            has_tree: bool, sidecars: tuple[str, ...]) -> bytes:
     origin = snap.status.get("origin", {})
     return archive_format.header_bytes(
         name=snap.name, snapshot_id=snap.id, labels=snap.labels, annotations=snap.annotations,
@@ -125,7 +130,8 @@ def _header(snap: objects.ObjectRecord, cell: objects.ObjectRecord | None, backe
                             else origin.get("parentSnapshotId")),
         consistency=str(snap.extra.get("consistency")), backend=backend,
         taken_at=snap.extra.get("taken_at"), exported_at=now(),
-        devcell_version=__version__, schema_version=migrations.LATEST, has_tree=has_tree)
+        devcell_version=__version__, schema_version=migrations.LATEST, has_tree=has_tree,
+        sidecars=sidecars)
 
 
 @contextlib.contextmanager
@@ -187,8 +193,8 @@ def import_(state_dir: Path, source: BinaryIO, *, name: str | None = None,
         started = time.perf_counter()
         done: list[archive_read.Read] = []
 
-        def fill(directory: Path | None) -> tuple[int, int]:
-            done.append(archive.extract(directory))
+        def fill(directory: Path | None, *, sidecars: Path | None = None) -> tuple[int, int]:
+            done.append(archive.extract(directory, sidecars))
             return done[0].files, done[0].bytes
 
         try:
@@ -288,7 +294,8 @@ def _record(db: dbmod.Database, snapshot_id: str, name: str, header: archive_for
                    "takenAt": header.taken_at, "importedAt": now()},
     }
     outputs = {"archive": origin, "sha256": read.sha256, "files": read.files,
-               "bytes": read.bytes, "checkpoint": str(checkpoint.get("checkpoint"))}
+               "bytes": read.bytes, "checkpoint": str(checkpoint.get("checkpoint")),
+               **({"sidecars": ",".join(header.sidecars)} if header.sidecars else {})}
     with db.write() as conn:
         if objects.get(conn, KIND, name) is not None:
             raise Conflict(f'snapshot "{name}" already exists; import under another name '

@@ -124,9 +124,13 @@ class Owned(Record):
 Outputs = dict[str, str | int | float | bool | None]
 """Scalar outputs of a step, recorded in its operation."""
 
-Fill = Callable[["Path | None"], tuple[int, int]]
-"""Writes a new checkpoint's tree into a directory that does not exist yet (None: the backend
-keeps no files, check only); returns (files, bytes) of what it wrote."""
+class Fill(Protocol):
+    """Writes a new checkpoint's tree into a directory that does not exist yet (None: the
+    backend keeps no files, check only), and the sidecars' data it carries into `sidecars`
+    (`<name>/` each; None: checked, not kept); returns (files, bytes) of what it wrote."""
+
+    def __call__(self, directory: Path | None, *, sidecars: Path | None = None
+                 ) -> tuple[int, int]: ...
 
 
 @runtime_checkable
@@ -371,6 +375,11 @@ class Backend(Protocol):
         """The directory holding a complete checkpoint's workspace tree, to read (snapshot
         export; never to write: checkpoints are immutable), or None when the backend keeps no
         files. BackendNotFound when there is no such checkpoint."""
+        ...
+
+    def checkpoint_sidecars(self, checkpoint_id: str) -> Path | None:
+        """The directory of a checkpoint holding its sidecars' data (one `<name>/` each, to
+        read: snapshot export), or None when it saved none."""
         ...
 
     def release_checkpoint_files(self, checkpoint_id: str) -> None:

@@ -453,6 +453,10 @@ class FakeBackend:
             raise BackendNotFound(f"checkpoint {checkpoint_id} does not exist")
         return None
 
+    def checkpoint_sidecars(self, checkpoint_id: str) -> Path | None:
+        """The fake keeps no sidecar data."""
+        return None
+
     def release_checkpoint_files(self, checkpoint_id: str) -> None:
         """Nothing was set up for a read."""
 

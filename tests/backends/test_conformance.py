@@ -317,12 +317,15 @@ def test_imported_checkpoints_appear_whole_or_not_at_all(backend: Backend, tmp_p
     forks like any; a fill that raises leaves nothing (no checkpoint, no temporary)."""
     keeps_files = backend.capabilities.workspace_files
 
-    def fill(directory: Path | None) -> tuple[int, int]:
+    def fill(directory: Path | None, *, sidecars: Path | None = None) -> tuple[int, int]:
         assert (directory is not None) == keeps_files
         assert not backend.checkpoint_exists("snap_imported01")
         if directory is not None:
             directory.mkdir()
             (directory / "moved.txt").write_text("moved\n")
+        if sidecars is not None:  # a backend that keeps sidecars' data
+            (sidecars / "db").mkdir(parents=True)
+            (sidecars / "db" / "rows").write_text("1\n")
         return 1, 6
 
     info = backend.import_checkpoint("snap_imported01", cell_id="cell_elsewhere01",
@@ -333,12 +336,14 @@ def test_imported_checkpoints_appear_whole_or_not_at_all(backend: Backend, tmp_p
     assert (tree is not None) == keeps_files
     if tree is not None:
         assert (tree / "moved.txt").read_text() == "moved\n"
+    saved = backend.checkpoint_sidecars("snap_imported01")
+    assert saved is None or (saved / "db" / "rows").read_text() == "1\n"
     backend.create_volume(cell(9), "vol_conformance0009", from_checkpoint="snap_imported01")
     with pytest.raises(BackendError):
         backend.import_checkpoint("snap_imported01", cell_id="cell_elsewhere01",
                                   cell_name="api", fill=fill)
 
-    def broken(directory: Path | None) -> tuple[int, int]:
+    def broken(directory: Path | None, *, sidecars: Path | None = None) -> tuple[int, int]:
         if directory is not None:
             directory.mkdir()
             (directory / "half").write_text("half")

@@ -7,6 +7,10 @@ A PAX tar stream, readable by any tar, that describes itself:
     workspace/...                  the checkpoint's tree: directories (each before what it
                                    holds), regular files, symbolic links, hard links to an
                                    earlier file; times to the nanosecond in PAX records
+    sidecars/<name>/...            each sidecar's data saved with the checkpoint (a cell with
+                                   spec.sidecars), as the workspace's; only the names the
+                                   header lists under `sidecars` (an archive without them has
+                                   no such member, and reads as it did before they existed)
     devcell-snapshot.sha256.json   trailer: SHA-256 over the header and every entry
                                    (canonical record + contents), entry and byte counts
 
@@ -24,6 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from devcell.backends.host.ids import is_safe_id
 from devcell.errors import ArchiveRefused
 
 FORMAT = "devcell-snapshot"
@@ -31,6 +36,9 @@ VERSION = 1
 HEADER = "devcell-snapshot.json"
 TRAILER = "devcell-snapshot.sha256.json"
 ROOT = "workspace"
+SIDECARS = "sidecars"
+"""The second top directory: `sidecars/<name>/` for each sidecar the header lists."""
+SIDECARS_MAX = 64
 MTIME = "mtime"
 ATIME = "atime"
 """PAX records of the times, written to the nanosecond ("1700000000.123456789"); tar's own
@@ -151,6 +159,8 @@ class Header:
     taken_at: str | None
     has_tree: bool
     raw: dict[str, Any]
+    sidecars: tuple[str, ...] = ()
+    """The sidecars whose data the archive carries under `sidecars/<name>/`."""
 
 
 def _refuse(message: str) -> ArchiveRefused:
@@ -205,7 +215,8 @@ def parse_header(raw: bytes) -> Header:
     if not isinstance(has_tree, bool):
         raise _refuse("header field tree is not true or false")
     return Header(
-        name=str(_str(snapshot, "name", limit=63)), labels=_strings(snapshot, "labels"),
+        sidecars=_sidecars(data), name=str(_str(snapshot, "name", limit=63)),
+        labels=_strings(snapshot, "labels"),
         annotations=_strings(snapshot, "annotations"), cell=str(_str(spec, "cell", limit=63)),
         consistency=str(_str(snapshot, "consistency", limit=32)),
         backend=str(_str(data, "backend", limit=32)),
@@ -216,13 +227,27 @@ def parse_header(raw: bytes) -> Header:
         has_tree=has_tree, raw=data)
 
 
+def _sidecars(data: dict[str, Any]) -> tuple[str, ...]:
+    """The header's sidecar names: each a safe id (it names a directory), each once."""
+    value = data.get(SIDECARS) or []
+    if not isinstance(value, list) or len(value) > SIDECARS_MAX or not all(
+            isinstance(v, str) and len(v) <= 63 and is_safe_id(v) for v in value) \
+            or len(set(value)) != len(value):
+        raise _refuse(f"header field {SIDECARS} is not a list of at most {SIDECARS_MAX} "
+                      "distinct sidecar names")
+    return tuple(value)
+
+
 def header_bytes(*, name: str, snapshot_id: str, labels: dict[str, str],
                  annotations: dict[str, str], cell: str, cell_id: str | None,
                  parent_snapshot_id: str | None, consistency: str, backend: str,
                  taken_at: str | None, exported_at: str, devcell_version: str,
-                 schema_version: int, has_tree: bool) -> bytes:
-    """The header document export writes."""
+                 schema_version: int, has_tree: bool, sidecars: tuple[str, ...] = ()
+                 ) -> bytes:
+    """The header document export writes (`sidecars` only when there are some: such an
+    archive is byte for byte what a DevCell without sidecars wrote)."""
     return json.dumps({
+        **({SIDECARS: list(sidecars)} if sidecars else {}),
         "format": FORMAT, "formatVersion": VERSION, "devcell": devcell_version,
         "schemaVersion": schema_version, "exportedAt": exported_at, "backend": backend,
         "tree": has_tree,

@@ -5,10 +5,11 @@ unless every check passed (the caller removes the destination on any error):
 
 - the first member is the header, of a known format version, and the caller accepts it
   before anything is written; the last is the trailer, whose checksum must match;
-- names: under `workspace/`, no `..`, `.` or empty components, not absolute, no NUL, each
-  component at most 255 bytes and the whole at most Limits.path_bytes; every name once;
-  every parent an earlier directory member of this archive (so no member is ever written
-  through a symbolic link the archive planted, nor into a directory it did not make);
+- names: under `workspace/` (or `sidecars/<name>/` for a sidecar the header lists), no `..`,
+  `.` or empty components, not absolute, no NUL, each component at most 255 bytes and the
+  whole at most Limits.path_bytes; every name once; every parent an earlier directory member
+  of this archive (so no member is ever written through a symbolic link the archive planted,
+  nor into a directory it did not make); a hard link only within its own tree;
 - kinds: directories, regular files, symbolic links, and hard links to an earlier regular
   file of this archive. Device nodes, FIFOs, sparse members, tar's other types: refused;
 - modes: setuid and setgid are stripped; owners are restored only when running as root;
@@ -68,16 +69,24 @@ def _refused(message: str) -> ArchiveRefused:
     return ArchiveRefused(f"archive refused, nothing imported: {message}")
 
 
-def _parts(name: str, limits: Limits) -> list[str]:
+def _parts(name: str, limits: Limits, sidecars: tuple[str, ...] = ()) -> list[str]:
     raw = os.fsencode(name)
     if b"\0" in raw or len(raw) > limits.path_bytes:
         raise _refused(f"member name {name[:80]!r}... is too long or holds a NUL byte")
     parts = name.split("/")
-    if parts[0] != fmt.ROOT or any(p in ("", ".", "..") for p in parts) or any(
-            len(os.fsencode(p)) > fmt.NAME_MAX for p in parts):
-        raise _refused(f"member {name[:200]!r} would be written outside {fmt.ROOT}/ or has "
-                       "an empty, '.', '..' or over-long component")
+    if any(p in ("", ".", "..") for p in parts) or any(
+            len(os.fsencode(p)) > fmt.NAME_MAX for p in parts) or not (
+            parts[0] == fmt.ROOT or (parts[0] == fmt.SIDECARS and sidecars
+                                     and (len(parts) == 1 or parts[1] in sidecars))):
+        raise _refused(f"member {name[:200]!r} would be written outside {fmt.ROOT}/ (or the "
+                       f"{fmt.SIDECARS}/ of a sidecar the header lists) or has an empty, '.', "
+                       "'..' or over-long component")
     return parts
+
+
+def _tree_of(parts: list[str]) -> list[str]:
+    """The tree a member belongs to: the workspace, or one sidecar's data."""
+    return parts[:2] if parts[0] == fmt.SIDECARS else parts[:1]
 
 
 def _times(member: tarfile.TarInfo) -> tuple[int, int]:
@@ -92,18 +101,24 @@ def _times(member: tarfile.TarInfo) -> tuple[int, int]:
 class _Tree:
     """The destination: created entries by name, one cached directory descriptor."""
 
-    def __init__(self, dest: Path | None) -> None:
+    def __init__(self, dest: Path | None, sidecars: Path | None = None) -> None:
         self.dest = dest
+        self.dests = {fmt.ROOT: dest, fmt.SIDECARS: sidecars if dest is not None else None}
+        """Where each top directory goes (None: checked, not written)."""
         self.kinds: dict[str, str] = {}
         self.dirs: list[Entry] = []
         self._open: tuple[str, int] | None = None
-        self.root = -1
+        self.roots: dict[str, int] = {}
         self.as_root = os.geteuid() == 0
+
+    def writes(self, top: str) -> bool:
+        return self.dests.get(top) is not None
 
     def close(self) -> None:
         self._drop()
-        if self.root >= 0:
-            os.close(self.root)
+        for fd in self.roots.values():
+            os.close(fd)
+        self.roots.clear()
 
     def _drop(self) -> None:
         if self._open is not None:
@@ -111,13 +126,13 @@ class _Tree:
             self._open = None
 
     def directory(self, path: list[str]) -> int:
-        """A descriptor of the created directory `path` (components below the root)."""
+        """A descriptor of the created directory `path` (its top directory first)."""
         key = "/".join(path)
         if self._open is not None and self._open[0] == key:
             return self._open[1]
         self._drop()
-        fd = os.dup(self.root)
-        for part in path:
+        fd = os.dup(self.roots[path[0]])
+        for part in path[1:]:
             child = os.open(part, _DIR, dir_fd=fd)
             os.close(fd)
             fd = child
@@ -127,10 +142,11 @@ class _Tree:
     def finish_dirs(self) -> None:
         """Modes, owners and times of the directories, deepest first (creating entries in a
         directory changes its times, and a read-only mode would stop the creating)."""
-        if self.dest is None:
-            return
         for entry in reversed(self.dirs):
-            fd = self.directory(entry.name.split("/")[1:])
+            parts = entry.name.split("/")
+            if not self.writes(parts[0]):
+                continue
+            fd = self.directory(parts)
             if self.as_root:
                 os.fchown(fd, entry.uid, entry.gid)
             os.fchmod(fd, entry.mode & ~_STRIP)
@@ -139,8 +155,9 @@ class _Tree:
 
 class _Reader:
     def __init__(self, tar: tarfile.TarFile, tree: _Tree, limits: Limits,
-                 budget: int) -> None:
+                 budget: int, sidecars: tuple[str, ...] = ()) -> None:
         self.tar, self.tree, self.limits, self.budget = tar, tree, limits, budget
+        self.sidecars = sidecars
         self.digest = Digest()
         self.files = 0
 
@@ -154,13 +171,14 @@ class _Reader:
             raise _refused(f"member {member.name[:200]!r} is a sparse file")
         if len(self.tree.kinds) >= self.limits.entries:
             raise _refused(f"more than {self.limits.entries} members")
-        parts = _parts(member.name, self.limits)
+        parts = _parts(member.name, self.limits, self.sidecars)
         name = "/".join(parts)
         if name in self.tree.kinds:
             raise _refused(f"member {name[:200]!r} appears twice")
         parent = "/".join(parts[:-1])
-        if (parts != [fmt.ROOT] and self.tree.kinds.get(parent) != Kind.DIR) or \
-                (parts == [fmt.ROOT] and kind != Kind.DIR):
+        top = len(parts) == 1 or (parts[0] == fmt.SIDECARS and len(parts) == 2)
+        if (len(parts) > 1 and self.tree.kinds.get(parent) != Kind.DIR) or \
+                (top and kind != Kind.DIR):
             raise _refused(f"member {name[:200]!r} does not follow a directory member for its "
                            "parent (a link, a file, or nothing stands there)")
         mtime, atime = _times(member)
@@ -176,13 +194,14 @@ class _Reader:
 
     def _dir(self, member: tarfile.TarInfo, entry: Entry, parts: list[str]) -> None:
         self.tree.dirs.append(entry)
-        if self.tree.dest is None:
+        dest = self.tree.dests.get(parts[0])
+        if dest is None:
             return
         if len(parts) == 1:
-            os.mkdir(self.tree.dest, 0o700)
-            self.tree.root = os.open(self.tree.dest, _DIR)
+            os.mkdir(dest, 0o700)
+            self.tree.roots[parts[0]] = os.open(dest, _DIR)
             return
-        os.mkdir(parts[-1], 0o700, dir_fd=self.tree.directory(parts[1:-1]))
+        os.mkdir(parts[-1], 0o700, dir_fd=self.tree.directory(parts[:-1]))
 
     def _file(self, member: tarfile.TarInfo, entry: Entry, parts: list[str]) -> None:
         if entry.size > self.budget:
@@ -193,9 +212,9 @@ class _Reader:
         source = self.tar.extractfile(member)
         assert source is not None  # a regular file
         fd = -1
-        if self.tree.dest is not None:
+        if self.tree.writes(parts[0]):
             fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o600, dir_fd=self.tree.directory(parts[1:-1]))
+                         | os.O_CLOEXEC, 0o600, dir_fd=self.tree.directory(parts[:-1]))
         try:
             left = entry.size
             while left > 0:
@@ -222,16 +241,17 @@ class _Reader:
         os.utime(fd, ns=(entry.atime_ns, entry.mtime_ns))
 
     def _hardlink(self, member: tarfile.TarInfo, entry: Entry, parts: list[str]) -> None:
-        target = _parts(entry.link, self.limits)
-        if self.tree.kinds.get("/".join(target)) != Kind.FILE:
+        target = _parts(entry.link, self.limits, self.sidecars)
+        if self.tree.kinds.get("/".join(target)) != Kind.FILE \
+                or _tree_of(target) != _tree_of(parts):
             raise _refused(f"hard link {entry.name[:200]!r} names {entry.link[:200]!r}, which "
-                           "is not an earlier regular file of this archive")
-        if self.tree.dest is None:
+                           "is not an earlier regular file of this archive's same tree")
+        if not self.tree.writes(parts[0]):
             return
-        source_dir = os.dup(self.tree.directory(target[1:-1]))
+        source_dir = os.dup(self.tree.directory(target[:-1]))
         try:
             os.link(target[-1], parts[-1], src_dir_fd=source_dir,
-                    dst_dir_fd=self.tree.directory(parts[1:-1]), follow_symlinks=False)
+                    dst_dir_fd=self.tree.directory(parts[:-1]), follow_symlinks=False)
         finally:
             os.close(source_dir)
 
@@ -240,9 +260,9 @@ class _Reader:
         if not raw or b"\0" in raw or len(raw) >= fmt.PATH_MAX:
             raise _refused(f"symbolic link {entry.name[:200]!r} has an empty, NUL-holding or "
                            "over-long target")
-        if self.tree.dest is None:
+        if not self.tree.writes(parts[0]):
             return
-        parent = self.tree.directory(parts[1:-1])
+        parent = self.tree.directory(parts[:-1])
         os.symlink(entry.link, parts[-1], dir_fd=parent)
         if self.tree.as_root:
             os.chown(parts[-1], entry.uid, entry.gid, dir_fd=parent, follow_symlinks=False)
@@ -344,10 +364,12 @@ class Archive:
             self.raw = _small(self.tar, first, limits.header_bytes, "header")
         self.header = fmt.parse_header(self.raw)
 
-    def extract(self, dest: Path | None) -> Read:
+    def extract(self, dest: Path | None, sidecars: Path | None = None) -> Read:
         """Check the rest and write the tree to `dest` (which must not exist; None: check
-        only). ArchiveRefused on any problem; the caller removes `dest` then."""
-        tree = _Tree(dest)
+        only), and the sidecars' data the header lists to `sidecars/<name>/` (`sidecars` must
+        not exist; None: checked, not written). ArchiveRefused on any problem; the caller
+        removes `dest` and `sidecars` then."""
+        tree = _Tree(dest, sidecars)
         try:
             with _translated():
                 return self._extract(tree)
@@ -355,7 +377,8 @@ class Archive:
             tree.close()
 
     def _extract(self, tree: _Tree) -> Read:
-        reader = _Reader(self.tar, tree, self.limits, _budget(tree.dest, self.limits))
+        reader = _Reader(self.tar, tree, self.limits, _budget(tree.dest, self.limits),
+                         self.header.sidecars)
         reader.digest.entry(Entry(Kind.HEADER, fmt.HEADER, 0o600, size=len(self.raw)))
         reader.digest.content(self.raw)
         reader.digest.bytes = 0
@@ -388,5 +411,9 @@ def _close(tar: tarfile.TarFile, members: Iterator[tarfile.TarInfo], member: tar
         raise _refused("members follow its checksum trailer")
     if header.has_tree != (fmt.ROOT in reader.tree.kinds):
         raise _refused("its header and its contents disagree on whether it holds a tree")
+    carried = {name for name in header.sidecars
+               if reader.tree.kinds.get(f"{fmt.SIDECARS}/{name}") == Kind.DIR}
+    if carried != set(header.sidecars):
+        raise _refused("its header lists sidecars whose data it does not hold")
     reader.tree.finish_dirs()
     return Read(header, digest.hexdigest(), digest.entries, digest.bytes, reader.files)

@@ -26,6 +26,7 @@ from typing import BinaryIO, cast
 from devcell.backends.archives import format as fmt
 from devcell.backends.archives.format import Digest, Entry, Kind
 from devcell.backends.host import treewalk
+from devcell.backends.host.ids import is_safe_id
 from devcell.errors import BackendError
 
 
@@ -102,6 +103,8 @@ def _entry(kind: str, name: str, st: os.stat_result, *, size: int = 0, link: str
 class _Writer:
     def __init__(self, tar: tarfile.TarFile, tree: Path) -> None:
         self.tar, self.tree, self.digest = tar, tree, Digest()
+        self.root = fmt.ROOT
+        """The top of the member names of the tree being walked."""
         self.linked: dict[tuple[int, int], Entry] = {}
         """(device, inode) -> the first name's entry: later names carry its times (reading
         the first name's contents moved the inode's access time)."""
@@ -113,7 +116,7 @@ class _Writer:
 
     def member(self, directory: treewalk.Directory, rel: str, name: str,
                st: os.stat_result) -> None:
-        full = f"{fmt.ROOT}/{rel}{name}"
+        full = f"{self.root}/{rel}{name}"
         if len(os.fsencode(full)) > fmt.Limits().path_bytes:
             raise BackendError(f"{self.tree} holds a path longer than {fmt.Limits().path_bytes} "
                                "bytes, which an archive cannot carry; shorten it first")
@@ -164,8 +167,32 @@ def _members(tree: Path) -> Iterator[tuple[treewalk.Directory, str, str, os.stat
             yield directory, prefix, name, st
 
 
-def write(out: BinaryIO, header: bytes, tree: Path | None) -> Written:
-    """Stream the archive of `tree` (None: a backend that keeps no files) to `out`."""
+def sidecar_names(sidecars: Path | None) -> tuple[str, ...]:
+    """The sidecars a checkpoint's `sidecars/` directory holds data of: its real directories
+    (no link followed) whose names are safe ids, sorted (what the header lists)."""
+    if sidecars is None:
+        return ()
+    try:
+        entries = sorted(os.scandir(sidecars), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return ()
+    return tuple(e.name for e in entries
+                 if e.is_dir(follow_symlinks=False) and is_safe_id(e.name)
+                 and len(e.name) <= 63)[:fmt.SIDECARS_MAX]
+
+
+def _walk(writer: _Writer, root: str, tree: Path) -> None:
+    writer.root, writer.tree = root, tree
+    writer.add(_entry(Kind.DIR, root, os.lstat(tree)), tarfile.DIRTYPE)
+    for directory, prefix, name, st in _members(tree):
+        writer.member(directory, prefix, name, st)
+
+
+def write(out: BinaryIO, header: bytes, tree: Path | None, sidecars: Path | None = None,
+          names: tuple[str, ...] = ()) -> Written:
+    """Stream the archive of `tree` (None: a backend that keeps no files) to `out`, with
+    the data of the sidecars `names` (sidecar_names, listed in the header) from `sidecars`
+    under `sidecars/<name>/`."""
     tar = tarfile.open(fileobj=cast(BinaryIO, _Counting(out)), mode="w",
                        format=tarfile.PAX_FORMAT, encoding=fmt.ENCODING, errors=fmt.ERRORS)
     tar.copybufsize = fmt.BUFFER  # type: ignore[attr-defined]  # not in typeshed
@@ -178,9 +205,11 @@ def write(out: BinaryIO, header: bytes, tree: Path | None) -> Written:
     tar.addfile(info, io.BytesIO(header))
     writer.digest.bytes = 0  # counts the tree's bytes only
     if tree is not None:
-        writer.add(_entry(Kind.DIR, fmt.ROOT, os.lstat(tree)), tarfile.DIRTYPE)
-        for directory, prefix, name, st in _members(tree):
-            writer.member(directory, prefix, name, st)
+        _walk(writer, fmt.ROOT, tree)
+    if sidecars is not None and names:
+        writer.add(_entry(Kind.DIR, fmt.SIDECARS, os.lstat(sidecars)), tarfile.DIRTYPE)
+        for name in names:
+            _walk(writer, f"{fmt.SIDECARS}/{name}", sidecars / name)
     end = fmt.trailer(writer.digest)
     info = tarfile.TarInfo(fmt.TRAILER)
     info.size, info.mode, info.mtime = len(end), 0o600, int(time.time())

@@ -1123,13 +1123,17 @@ class ContainerBackend:
     def checkpoint_files(self, checkpoint_id: str) -> Path | None:
         return self.store.checkpoint_files(checkpoint_id)
 
+    def checkpoint_sidecars(self, checkpoint_id: str) -> Path | None:
+        path = self.layout.checkpoint_sidecars(checkpoint_id)
+        return path if path.is_dir() and not path.is_symlink() else None
+
     def release_checkpoint_files(self, checkpoint_id: str) -> None:
         self.store.release_view(checkpoint_id)
 
     def import_checkpoint(self, checkpoint_id: str, *, cell_id: str, cell_name: str,
                           fill: Fill) -> CheckpointInfo:
         meta = self.store.import_checkpoint(checkpoint_id=checkpoint_id, cell_id=cell_id,
-                                            fill=fill)
+                                            fill=fill, sidecars=True)
         logger.bind(backend=self.name, cell=cell_name).info(
             "checkpoint {} imported: {} files, {} bytes", checkpoint_id, meta["files"],
             meta["size_bytes"])

@@ -827,17 +827,22 @@ class WorkspaceStore:
 
     @_host_errors("importing a checkpoint")
     def import_checkpoint(self, *, checkpoint_id: str, cell_id: str,
-                          fill: Callable[[Path], tuple[int, int]]) -> dict[str, Any]:
+                          fill: Callable[..., tuple[int, int]], sidecars: bool = False
+                          ) -> dict[str, Any]:
         """A new complete checkpoint whose tree `fill` writes (snapshot import): built in a
         temporary sibling and renamed into place only once `fill` returned, as `checkpoint`
-        does, so a refused or interrupted import leaves nothing under the checkpoint's id."""
+        does, so a refused or interrupted import leaves nothing under the checkpoint's id.
+        With `sidecars`, fill is also given where the sidecars' data goes (`sidecars=`)."""
         existing = self.find_checkpoint(checkpoint_id)
         if existing is not None:
             raise BackendRefused(f"checkpoint {checkpoint_id} already exists")
         final, parent, tmp = self._checkpoint_temp(checkpoint_id)
         started = time.perf_counter()
         try:
-            files, size = fill(tmp / "workspace")
+            if sidecars:
+                files, size = fill(tmp / "workspace", sidecars=tmp / "sidecars")
+            else:
+                files, size = fill(tmp / "workspace")
             meta = {"id": checkpoint_id, "cell_id": cell_id, "volume": None, "files": files,
                     "size_bytes": size, "created": time.time(), "imported": True,
                     "copy_ms": round((time.perf_counter() - started) * 1000, 1)}

@@ -866,6 +866,10 @@ class VmBackend:
         self._reads.setdefault(checkpoint_id, []).append(tree)
         return tree
 
+    def checkpoint_sidecars(self, checkpoint_id: str) -> Path | None:
+        """A vm cell has no sidecars."""
+        return None
+
     def release_checkpoint_files(self, checkpoint_id: str) -> None:
         """The read is over: its extracted tree goes (no copy of the disk's files stays)."""
         for tree in self._reads.pop(checkpoint_id, []):

@@ -5,7 +5,8 @@ and a "database" sidecar built FROM the base image, whose own command serves a c
 127.0.0.1:8080 and appends a row to its data volume every 0.1 s, beside a named cache
 volume. The tests run in order on it: both run in
 one network namespace, a snapshot taken while both write holds the sidecar's data (its
-preCheckpoint hook ran, its postCheckpoint not yet) and a fork's sidecar starts with it, a
+preCheckpoint hook ran, its postCheckpoint not yet) and a fork's sidecar starts with it (and
+a fork of its export, imported), a
 sidecar killed behind DevCell's back makes the cell not Ready until `cell restart`, sleep
 and start keep the data, delete removes every container and volume labelled for the cells.
 """
@@ -187,6 +188,26 @@ def test_a_snapshot_taken_while_both_write_holds_the_sidecars_data_and_a_fork_st
     missing = shared("exec", "app2", "--", "cat", "/root/.cache/mark")
     assert missing.returncode != 0
     assert shared.ok("exec", "app", "--", "cat", "/root/.cache/mark") == "cached\n"
+
+
+def test_an_exported_snapshot_carries_the_sidecars_data_and_a_fork_of_its_import_has_it(
+        shared: Shared) -> None:
+    archive = shared.state.parent / "s1.tar"
+    shared.ok("snapshot", "export", "s1", "-o", str(archive))
+    imported = shared.ok("snapshot", "import", str(archive), "--name", "moved")
+    assert "moved" in imported
+    snap = json.loads(shared.ok("get", "snapshot", "s1", "-o", "json"))
+    saved = Path(snap["status"]["checkpoint"]["checkpoint"]) / "sidecars" / "db"
+    moved = json.loads(shared.ok("get", "snapshot", "moved", "-o", "json"))
+    copied = Path(moved["status"]["checkpoint"]["checkpoint"]) / "sidecars" / "db"
+    assert _rows(copied) == _rows(saved) and (copied / "hooks").read_text() == "pre\n"
+    manifest = shared.state.parent / "app3.yaml"
+    manifest.write_text(MANIFEST.replace("{name: app}", "{name: app3}").replace(
+        "  volumes:", "  workspace: {from: {snapshot: moved}}\n  volumes:"))
+    shared.ok("apply", "-f", str(manifest))
+    forked = _rows(shared.data("app3"))
+    assert forked[:len(_rows(saved))] == _rows(saved)
+    shared.ok("delete", "cell", "app3", "--approve")
 
 
 def test_a_sidecar_killed_behind_devcells_back_holds_ready_false_until_cell_restart(

@@ -42,7 +42,7 @@ _OPTION = re.compile(r"(seccomp=unconfined|apparmor=[A-Za-z0-9_.-]{1,128}|label=
 """The security options a Cell may ask for (the schema's spec.security.securityOpt)."""
 _DEVICE = re.compile(r"/dev/[^\x00-\x1f\x7f:]{1,4000}(:/[^\x00-\x1f\x7f:]{1,4000})?(:[rwm]{1,3})?")
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?")
-_TRUE = ("", "true", "1")
+_TRUE = ("", "true", "1", "t")  # Go's ParseBool, as docker reads flags (lower-cased)
 _NO_FIELD = {
     "--shm-size": "no equivalent in DevCell: /dev/shm is the engine's default (64 MiB); a "
                   "program that needs more can use a directory of the workspace",

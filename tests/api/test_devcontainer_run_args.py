@@ -157,3 +157,18 @@ def test_sudo_under_a_lifted_no_new_privileges_is_said_to_work(tmp_path: Path) -
     assert result.manifest["spec"]["security"] == {"securityOpt": ["no-new-privileges=false"]}
     assert any("the cell lifts no-new-privileges" in n and "sudo rights" in n
                for n in result.notes), result.notes
+
+
+@pytest.mark.parametrize("spelling", ["t", "T", "TRUE", "True", "1"])
+def test_every_true_docker_reads_asks_for_privileged(tmp_path: Path, spelling: str) -> None:
+    """docker reads a flag's value as Go's ParseBool does: `--privileged=t` is privileged.
+    DevCell dropped it silently: the converted cell differed from the dev container unsaid."""
+    path = _sample(tmp_path / "proj", {"image": "devcell/busybox:latest",
+                                       "runArgs": [f"--privileged={spelling}"]})
+    with pytest.raises(ManifestError, match="privileged"):
+        _convert(path, _state(tmp_path))
+    allowed = _convert(path, _state(tmp_path, ALLOW_ALL))
+    assert allowed.manifest["spec"]["security"]["privileged"] is True
+    off = _sample(tmp_path / "off", {"image": "devcell/busybox:latest",
+                                     "runArgs": ["--privileged=F", "--init=0"]})
+    assert "security" not in _convert(off, _state(tmp_path)).manifest["spec"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devcell import config, privileges
+from devcell import config, names, privileges, security
 from devcell.backends.features import context, fetch, metadata, order
 from devcell.errors import ImageBuildFailed
 
@@ -145,16 +145,24 @@ class Runtime:
             fields = {str(k): str(v) for k, v in mount.items()}
         target = fields.get("target") or fields.get("dst") or fields.get("destination", "")
         kind = fields.get("type", "volume")
-        if kind != "volume" or not target.startswith("/"):
+        if kind != "volume":
             raise ImageBuildFailed(
-                f"feature {name} asks for a {kind} mount at {target or '?'} (mounts[{j}] of "
-                "its metadata); a feature may have volumes of the cell only (a bind mount "
-                "names host paths: give it in spec.mounts, where DevCell's configuration "
-                "judges it)")
+                f"feature {name} asks for a {names.printable(kind)} mount at "
+                f"{names.printable(target or '?')} (mounts[{j}] of its metadata); a feature may "
+                "have volumes of the cell only (a bind mount names host paths: give it in "
+                "spec.mounts, where DevCell's configuration judges it)")
+        problem = security.mount_path_problem(target) if target else "is missing"
+        if problem:
+            raise ImageBuildFailed(f"feature {name}: mounts[{j}] of its metadata: the target "
+                                   f"{names.printable(problem)}")
         source = fields.get("source") or fields.get("src") or f"feature-{j}"
-        source = source.replace("${devcontainerId}", "").replace("-${devcontainerId}", "")
-        volume = _VOLUME_NAME.sub("-", source.lower()).strip("-")[:63].strip("-") or f"v{j}"
-        return {"name": volume, "mountPath": target}
+        source = source.replace("-${devcontainerId}", "").replace("${devcontainerId}", "")
+        volume = _VOLUME_NAME.sub("-", source.lower()).strip("-")[:55].strip("-") or f"v{j}"
+        taken = {v["name"] for v in self.volumes}
+        unique, n = volume, 2
+        while unique in taken:  # two features naming one source: each its own volume
+            unique, n = f"{volume}-{n}", n + 1
+        return {"name": unique, "mountPath": target}
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from devcell.records import Record
 
 if TYPE_CHECKING:
     from devcell.config import SecurityPolicy  # annotations only
@@ -38,8 +39,7 @@ _WHERE = ("security",)
 _DEFAULTS = ", ".join(DEFAULT_CAPABILITIES)
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(Record):
     """One entry of spec.security.devices, as docker run --device writes it."""
 
     host: str

@@ -1,68 +1,161 @@
-"""Immutable records that cost nothing to define: a frozen dataclass's behaviour without its
-price at import.
+"""Records that cost nothing to define: a dataclass's behaviour without its price at import.
 
 `@dataclass(frozen=True)` compiles six methods (init, repr, eq, hash, setattr, delattr) by
-`exec` when its module is imported: ~1 ms of CPU each class, and a command such as `snapshot
-create` imports ~60 of them (issue 26: most of its import time). A `Record` subclass only
-notes its fields when defined; its `__init__` is compiled the first time one is built (a
-class never built costs nothing), and equality, hashing and repr are shared methods.
+`exec` when its module is imported, ~1 ms of CPU each class, and `dataclasses` brings
+`inspect` along; a command such as `snapshot create` imported ~60 of them (issue 26: most of
+its import time). A `Record` subclass only notes its fields when defined; its `__init__` is
+compiled the first time one is built (a class never built costs nothing), and equality,
+hashing and repr are shared methods.
 
-Semantics are a frozen dataclass's (type checkers are told so by `dataclass_transform`):
-fields are the class's own annotations in order, after its Record bases' (ClassVar ones are
-not fields); plain defaults only (no `field()`), so every default is immutable; positional
-or keyword construction; equality and hashing by the fields, for the same class only;
-assignment raises. `replace` is `dataclasses.replace`; `as_dict` a shallow `asdict`.
+Semantics are a dataclass's (type checkers are told so by `dataclass_transform`): fields are
+the class's own annotations in order, after its record bases' (ClassVar ones are not fields);
+a default is a plain value or `field(default=..., default_factory=..., compare=...,
+repr=...)`; positional or keyword construction; `__post_init__` is called when defined;
+equality by the compared fields, for the same class only. `Record` is frozen (assignment
+raises, hashable); `MutableRecord` is not (and, like a dataclass with eq, unhashable).
+`replace` is `dataclasses.replace`, `as_dict` a shallow `dataclasses.asdict`.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar, dataclass_transform
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar, dataclass_transform, overload
 
-R = TypeVar("R", bound="Record")
+R = TypeVar("R", bound="_Base")
+T = TypeVar("T")
 
 
 class FrozenRecord(AttributeError):
-    """An attempt to assign or delete a field of a record."""
+    """An attempt to assign or delete a field of a frozen record."""
 
 
-@dataclass_transform(frozen_default=True)
-class Record:
-    """Base of an immutable record (see the module's docstring)."""
+class _Field:
+    __slots__ = ("default", "factory", "compare", "repr")
+
+    def __init__(self, default: Any, factory: Callable[[], Any] | None, compare: bool,
+                 repr: bool) -> None:  # noqa: A002 (dataclasses' name)
+        self.default, self.factory, self.compare, self.repr = default, factory, compare, repr
+
+
+_NO_DEFAULT: Any = object()
+_FACTORY: Any = object()
+"""The default of a parameter whose default comes from a factory (called in __init__)."""
+
+
+@overload
+def field(*, default: T, compare: bool = True, repr: bool = True) -> T: ...
+@overload
+def field(*, default_factory: Callable[[], T], compare: bool = True, repr: bool = True) -> T: ...
+@overload
+def field(*, compare: bool = True, repr: bool = True) -> Any: ...
+def field(*, default: Any = _NO_DEFAULT, default_factory: Callable[[], Any] | None = None,
+          compare: bool = True, repr: bool = True) -> Any:  # noqa: A002
+    """A field's default (`default`, or a new `default_factory()` for each record) and
+    whether it takes part in equality (`compare`) and in repr, as `dataclasses.field`."""
+    return _Field(default, default_factory, compare, repr)
+
+
+def _is_classvar(annotation: object) -> bool:
+    return isinstance(annotation, str) and annotation.partition("[")[0].endswith("ClassVar")
+
+
+class _Base:
+    """What both kinds of record share (see the module's docstring)."""
 
     __slots__ = ()
     _fields: ClassVar[tuple[str, ...]] = ()
+    _compared: ClassVar[tuple[str, ...]] = ()
+    _shown: ClassVar[tuple[str, ...]] = ()
     _defaults: ClassVar[dict[str, Any]] = {}
+    _factories: ClassVar[dict[str, Callable[[], Any]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("__annotations__", {})
-        names = [name for name, kind in own.items()
-                 if not (isinstance(kind, str) and kind.partition("[")[0].endswith("ClassVar"))]
-        inherited = [name for name in cls._fields if name not in names]
-        defaults = dict(cls._defaults)
+        names = [name for name, kind in own.items() if not _is_classvar(kind)]
+        fields = [*(name for name in cls._fields if name not in names), *names]
+        defaults, factories = dict(cls._defaults), dict(cls._factories)
+        uncompared = {n for n in cls._fields if n not in cls._compared}
+        unshown = {n for n in cls._fields if n not in cls._shown}
         for name in names:
-            if name in cls.__dict__:
-                defaults[name] = cls.__dict__[name]
+            defaults.pop(name, None)
+            factories.pop(name, None)
+            uncompared.discard(name)
+            unshown.discard(name)
+            if name not in cls.__dict__:
+                continue
+            value = cls.__dict__[name]
+            if isinstance(value, _Field):
+                if value.factory is not None:
+                    factories[name] = value.factory
+                elif value.default is not _NO_DEFAULT:
+                    defaults[name] = value.default
+                if not value.compare:
+                    uncompared.add(name)
+                if not value.repr:
+                    unshown.add(name)
+                if value.factory is not None or value.default is _NO_DEFAULT:
+                    delattr(cls, name)  # as a dataclass leaves it: no class attribute
+                else:
+                    setattr(cls, name, value.default)
             else:
-                defaults.pop(name, None)
-        fields = (*inherited, *names)
+                defaults[name] = value
         seen_default = False
         for name in fields:
-            if name in defaults:
+            if name in defaults or name in factories:
                 seen_default = True
             elif seen_default:
                 raise TypeError(f"{cls.__name__}: field {name} without a default follows "
                                 "one with a default")
-        cls._fields, cls._defaults = fields, defaults
-        setattr(cls, "__match_args__", fields)  # noqa: B010 (mypy: not assignable)
+        cls._fields, cls._defaults, cls._factories = tuple(fields), defaults, factories
+        cls._compared = tuple(n for n in fields if n not in uncompared)
+        cls._shown = tuple(n for n in fields if n not in unshown)
+        setattr(cls, "__match_args__", cls._fields)  # noqa: B010 (mypy: not assignable)
         if "__init__" not in cls.__dict__:
-            setattr(cls, "__init__", Record.__init__)  # noqa: B010 compiled on first use
+            setattr(cls, "__init__", _Base.__init__)  # noqa: B010 compiled on first use
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         cls = type(self)
-        if cls.__init__ is Record.__init__:
+        if cls.__init__ is _Base.__init__:
             setattr(cls, "__init__", _compile_init(cls))  # noqa: B010
         cls.__init__(self, *args, **kwargs)
+
+    def _values(self) -> tuple[Any, ...]:
+        data = self.__dict__
+        return tuple(data[name] for name in self._compared)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __repr__(self) -> str:
+        data = self.__dict__
+        shown = ", ".join(f"{name}={data[name]!r}" for name in self._shown)
+        return f"{type(self).__qualname__}({shown})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        data = self.__dict__
+        return (type(self), tuple(data[name] for name in self._fields))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Field name -> value (shallow: a field holding a record stays one)."""
+        data = self.__dict__
+        return {name: data[name] for name in self._fields}
+
+    def replace(self: R, **changes: Any) -> R:
+        """A copy with `changes` (field name -> new value), as `dataclasses.replace`."""
+        unknown = set(changes) - set(self._fields)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field {sorted(unknown)[0]!r}")
+        return type(self)(**{**self.as_dict(), **changes})
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+class Record(_Base):
+    """Base of an immutable record (see the module's docstring)."""
+
+    __slots__ = ()
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise FrozenRecord(f"cannot assign to field {name!r} of {type(self).__name__}")
@@ -70,51 +163,37 @@ class Record:
     def __delattr__(self, name: str) -> None:
         raise FrozenRecord(f"cannot delete field {name!r} of {type(self).__name__}")
 
-    def _values(self) -> tuple[Any, ...]:
-        data = self.__dict__
-        return tuple(data[name] for name in self._fields)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._values() == other._values()
-
     def __hash__(self) -> int:
         return hash(self._values())
 
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={value!r}" for name, value in
-                          zip(self._fields, self._values(), strict=True))
-        return f"{type(self).__qualname__}({shown})"
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), self._values())
+@dataclass_transform(frozen_default=False, field_specifiers=(field,))
+class MutableRecord(_Base):
+    """Base of a record whose fields may be assigned (a dataclass without frozen=True):
+    unhashable, as a dataclass with eq and without frozen."""
 
-    def as_dict(self) -> dict[str, Any]:
-        """Field name -> value (shallow: a field holding a record stays one)."""
-        return dict(zip(self._fields, self._values(), strict=True))
-
-    def replace(self: R, **changes: Any) -> R:
-        """A copy with `changes` (field name -> new value), as `dataclasses.replace`."""
-        unknown = set(changes) - set(self._fields)
-        if unknown:
-            raise TypeError(f"{type(self).__name__} has no field {sorted(unknown)[0]!r}")
-        return type(self)(**{**self.__dict__, **changes})
+    __slots__ = ()
+    __hash__ = None  # type: ignore[assignment]
 
 
-def _compile_init(cls: type[Record]) -> Any:
+def _compile_init(cls: type[_Base]) -> Any:
     """The class's `__init__`, as a dataclass would write it: one `exec`, once."""
     params, body = [], []
     for name in cls._fields:
+        if name in cls._factories:
+            params.append(f"{name}=_FACTORY")
+            body.append(f"    _d[{name!r}] = _factories[{name!r}]() if {name} is _FACTORY "
+                        f"else {name}")
+            continue
         params.append(f"{name}=_defaults[{name!r}]" if name in cls._defaults else name)
         body.append(f"    _d[{name!r}] = {name}")
-    post = "    self.__post_init__()\n" if hasattr(cls, "__post_init__") else ""
+    if hasattr(cls, "__post_init__"):
+        body.append("    self.__post_init__()")
     source = (f"def __init__(self, {', '.join(params)}):\n"
-              f"    _d = self.__dict__\n" + "\n".join(body) + "\n" + post)
-    if not cls._fields:
-        source = "def __init__(self):\n" + (post or "    pass\n")
+              "    _d = self.__dict__\n" + "\n".join(body) + "\n")
     namespace: dict[str, Any] = {}
-    exec(source, {"_defaults": cls._defaults}, namespace)  # our own field names
+    exec(source, {"_defaults": cls._defaults, "_factories": cls._factories,  # our own names
+                  "_FACTORY": _FACTORY}, namespace)
     init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     return init

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import copy
 import pickle
+from collections.abc import Callable
 from typing import ClassVar
 
 import pytest
 
-from devcell.records import FrozenRecord, Record
+from devcell.records import FrozenRecord, MutableRecord, Record, field
 
 
 class Point(Record):
@@ -63,3 +64,22 @@ def test_a_default_before_a_required_field_is_refused() -> None:
         class Bad(Record):
             a: int = 0
             b: int  # type: ignore[misc]
+
+
+class Bag(MutableRecord):
+    name: str
+    items: list[int] = field(default_factory=list)
+    where: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    clock: Callable[[], int] = field(default=lambda: 7)
+
+
+def test_a_mutable_record_takes_assignments_new_defaults_and_is_unhashable() -> None:
+    a, b = Bag("a"), Bag("a")
+    assert a.items == [] and a.items is not b.items and a.clock() == 7
+    a.items.append(1)
+    a.name = "z"
+    assert a == Bag("z", [1], {"ignored": 1}) and repr(a) == "Bag(name='z', items=[1], clock=" \
+        f"{a.clock!r})"
+    with pytest.raises(TypeError):
+        hash(a)
+    assert a.replace(name="y").items == [1] and "where" not in Bag.__dict__

@@ -10,7 +10,6 @@ pays for none of them.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 
@@ -164,7 +163,7 @@ def _to_reconcile(recorded: Recorded, doubt: set[str], changed: set[str], word: 
                             outcome=word if c.object_id in changed else c.outcome)
         if c.kind == "Cell" and c.object_id in doubt and not c.needs_reconcile else c
         for c in recorded.changes)
-    return dataclasses.replace(recorded, changes=changes), [("Cell", c) for c in doubt]
+    return recorded.replace(changes=changes), [("Cell", c) for c in doubt]
 
 
 def _drift_found_earlier(db: Database, recorded: Recorded) -> Recorded:
@@ -184,7 +183,7 @@ def _drift_found_earlier(db: Database, recorded: Recorded) -> Recorded:
     rebuilding = {object_id for object_id in drifted
                   if (record := objects.get(db.conn, "Cell", object_id)) is not None
                   and record.status.get("rebuild")}  # recorded by build_inputs.record
-    return dataclasses.replace(recorded, changes=tuple(
+    return recorded.replace(changes=tuple(
         c.replace(outcome="rebuilt" if c.object_id in rebuilding else "repaired")
         if c.kind == "Cell" and c.object_id in drifted else c for c in recorded.changes))
 

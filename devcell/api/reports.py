@@ -6,11 +6,10 @@ words are the ones `devcell` prints.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import StrEnum
 
 from devcell.reconciler.lease import Holder
-from devcell.records import Record
+from devcell.records import Record, field
 from devcell.store.desired import Change
 
 
@@ -26,8 +25,7 @@ class Status(StrEnum):
     time; the message says which."""
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectResult:
+class ObjectResult(Record):
     """How converging one object ended, and why when it did not settle."""
 
     kind: str
@@ -40,8 +38,7 @@ class ObjectResult:
     the object did not settle."""
 
 
-@dataclass(frozen=True, slots=True)
-class OperationResult:
+class OperationResult(Record):
     """The operation a resume waited for while a daemon ran it."""
 
     op_id: str
@@ -96,8 +93,7 @@ class Recorded(Record):
     """The operation `op resume` approved or `op cancel` cancelled."""
 
 
-@dataclass(frozen=True)
-class Report:
+class Report(Record):
     """What a verb did: what it recorded, then what converging that gave."""
 
     recorded: Recorded

@@ -8,11 +8,10 @@ Every method is idempotent: repeating a call that already took effect is not an 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from devcell.records import Record
+from devcell.records import Record, field
 
 if TYPE_CHECKING:
     import threading
@@ -68,8 +67,7 @@ class CellRef(Record):
     """The operation making this call: backends label what they create with it."""
 
 
-@dataclass(frozen=True)
-class Observed:
+class Observed(Record):
     """What the backend sees of a cell right now."""
 
     exists: bool

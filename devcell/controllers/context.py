@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from devcell import backends
+from devcell.records import MutableRecord, field
 
 if TYPE_CHECKING:
     from devcell.backends.base import Backend
@@ -16,8 +16,7 @@ if TYPE_CHECKING:
     from devcell.store.db import Database
 
 
-@dataclass
-class Context:
+class Context(MutableRecord):
     """What one reconcile works with: the database, who asked, how runs are kept, the
     backends loaded so far, and the shutdown signal."""
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from devcell.controllers.steps import StepName
 from devcell.errors import DevCellError
-from devcell.records import Record
+from devcell.records import MutableRecord, Record, field
 from devcell.store.objects import ObjectRecord
 
 
@@ -18,8 +17,7 @@ class When(StrEnum):
     ALWAYS = "always"  # in both cases (e.g. resume services after a checkpoint)
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(Record):
     """One step of a plan: what it does, with which arguments, and when it runs."""
 
     name: StepName
@@ -58,8 +56,7 @@ def resume_command(op_id: str, name: str) -> str:
     return f"devcell op resume {op_id} --input confirm={name}"
 
 
-@dataclass
-class Plan:
+class Plan(MutableRecord):
     """An ordered list of steps that moves one object towards its desired state."""
 
     object: ObjectRecord

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from devcell import names
@@ -19,6 +18,7 @@ from devcell.controllers.context import Context
 from devcell.controllers.plan import Blocked, Decision, Plan, Settled, Step, Wait, When
 from devcell.controllers.steps import StepName
 from devcell.errors import BackendError, BackendUnavailable, CapabilityMissing, PermanentError
+from devcell.records import MutableRecord
 from devcell.store import events, frozen, objects, restores, volumes
 from devcell.store.clock import now
 from devcell.store.objects import Phase
@@ -259,8 +259,7 @@ def backend_of(snap: objects.ObjectRecord, cell: objects.ObjectRecord | None) ->
     return str(snap.status.get("origin", {}).get("backend") or "fake")
 
 
-@dataclass
-class SnapshotWork:
+class SnapshotWork(MutableRecord):
     """What a snapshot's plan carries between its steps and finish()."""
 
     ref: CellRef | None = None

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 from typing import Any
 
 from devcell.manifests.canonical import canonical_json
-from devcell.records import Record
+from devcell.records import Record, field
 
 Path = tuple[str | int, ...]
 """A field path inside a document: keys and list indexes."""
@@ -55,8 +54,7 @@ class SourceFile(Record):
     digest: str
 
 
-@dataclass(frozen=True)
-class Manifest:
+class Manifest(Record):
     """One validated, defaulted object from a manifest file."""
 
     kind: str

@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from devcell import backends
@@ -26,6 +25,7 @@ from devcell.controllers import retention
 from devcell.controllers.context import Context
 from devcell.log import logger
 from devcell.reconciler import reconcile, recovery
+from devcell.records import MutableRecord, field
 from devcell.store import objects
 from devcell.store.db import Database
 
@@ -37,8 +37,7 @@ Key = reconcile.Key
 MAX_ROUNDS = 100_000  # a safety net only: rounds continue while anything progresses
 
 
-@dataclass
-class Report:
+class Report(MutableRecord):
     """What a converge did, object by object, and the operations it ran."""
 
     settled: list[Key] = field(default_factory=list)
@@ -71,8 +70,7 @@ MAX_STEPS_PER_TURN = 8
 """Operations one object may run back to back in a turn before it yields to the next round."""
 
 
-@dataclass
-class Turn:
+class Turn(MutableRecord):
     """One object's turn in a round: the operations it ran, how it ended."""
 
     operations: list[str] = field(default_factory=list)

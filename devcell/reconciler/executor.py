@@ -18,7 +18,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from devcell import errors, failpoints
@@ -29,7 +28,7 @@ from devcell.controllers.plan import Plan, When
 from devcell.errors import DevCellError
 from devcell.log import logger
 from devcell.manifests.model import digest
-from devcell.records import Record
+from devcell.records import MutableRecord, Record, field
 from devcell.store import events, objects, operations, storage_lock
 
 Pending = list[Callable[[sqlite3.Connection], None]]
@@ -43,8 +42,7 @@ class Resume(Record):
     approval: dict[str, Any] | None = None
 
 
-@dataclass
-class Result:
+class Result(MutableRecord):
     """What running a plan gave: its operation, and how it ended."""
 
     op_id: str

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from devcell import backends
 from devcell.backends.base import Observed
 from devcell.errors import BackendError
-from devcell.records import Record
+from devcell.records import MutableRecord, Record, field
 from devcell.store import events, objects, observations
 from devcell.store.db import Database
 from devcell.store.objects import Phase
@@ -47,8 +46,7 @@ class Drift(Record):
     """What the backend shows, finishing "its runtime ..."."""
 
 
-@dataclass
-class Observation:
+class Observation(MutableRecord):
     """What one look at the backends found of some cells."""
 
     confirmed: list[str] = field(default_factory=list)

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from devcell import failpoints, kinds
 from devcell.errors import ManifestError, Problem
 from devcell.manifests import quantities
 from devcell.manifests.model import Manifest, SourceFile, field_path
-from devcell.records import Record
+from devcell.records import MutableRecord, Record, field
 from devcell.store import (
     events,
     faults,
@@ -57,8 +56,7 @@ class Change(Record):
     the daemon logs it), None when it was not adopted."""
 
 
-@dataclass
-class ApplyResult:
+class ApplyResult(MutableRecord):
     """What an apply recorded, object by object."""
 
     changes: list[Change] = field(default_factory=list)

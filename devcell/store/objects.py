@@ -11,13 +11,12 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from devcell import ids, kinds, names
 from devcell.errors import Conflict, NotFound
-from devcell.records import Record
+from devcell.records import MutableRecord, Record, field
 from devcell.store import faults
 from devcell.store.clock import now
 from devcell.store.db import Database
@@ -43,8 +42,7 @@ SETTLED_PHASES = frozenset({Phase.RUNNING, Phase.STOPPED, Phase.SLEEPING, Phase.
 """Phases in which an object that observed its generation needs nothing more."""
 
 
-@dataclass
-class ObjectRecord:
+class ObjectRecord(MutableRecord):
     """One desired object as stored, with its status."""
 
     kind: str

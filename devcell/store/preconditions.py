@@ -8,7 +8,6 @@ get also hides secrets: applied as shown, `<redacted>` would have replaced every
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 from typing import Any
 
@@ -68,7 +67,7 @@ def unredacted(conn: sqlite3.Connection, manifests: list[Manifest]
                         name=m.name, field=field_path(path)))
                     continue
                 env[i] = {**env[i], key: was[key]}
-        out.append(dataclasses.replace(m, spec={**m.spec, "env": env}))
+        out.append(m.replace(spec={**m.spec, "env": env}))
     return out, problems
 
 

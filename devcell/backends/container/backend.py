@@ -21,7 +21,6 @@ whatever DOCKER_HOST names.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import hashlib
 import io
@@ -1418,6 +1417,8 @@ class ContainerBackend:
                     f"workspace bound live): --user {names.printable(user)} must be a numeric "
                     "uid[:gid] other than root (root could leave setuid-root programs there)")
             assert options is not None
+            import dataclasses  # here only: snapshot create and sleep load this module
+
             options = dataclasses.replace(options, user=container_spec.host_safe_user(user))
         info = self._find(cell)
         if info is None or info.get("State") != "running":

@@ -21,14 +21,13 @@ import re
 import stat
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from devcell import progress
 from devcell.backends.host import children, filecopy, treewalk
 from devcell.errors import BackendError
 from devcell.log import logger
-from devcell.records import Record
+from devcell.records import MutableRecord, Record, field
 
 BATCH = 256
 """Files per `cp` call: one directory's files, split into batches of at most this many."""
@@ -54,8 +53,7 @@ Entry = list[str | int]
 a whole scan compares equal to the same record read back from JSON in one C-level `==`."""
 
 
-@dataclass
-class Scan:
+class Scan(MutableRecord):
     """One walk of a tree (lstat of every entry, no link followed): what copying, sharing and
     the "nothing changed" check need, so the tree is walked once per checkpoint."""
 
@@ -75,8 +73,7 @@ class Scan:
     """Bytes of the longest relative path."""
 
 
-@dataclass
-class _Plan:
+class _Plan(MutableRecord):
     """How a tree's files are made: copied in batches, or linked to an earlier copy."""
 
     batches: list[list[str]] = field(default_factory=list)

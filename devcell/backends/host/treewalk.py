@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from devcell.errors import BackendError
@@ -27,30 +26,35 @@ class TreeChanged(BackendError):
     """The tree changed while it was walked (a directory moved away under the walker)."""
 
 
-@dataclass(eq=False)
 class Directory:
     """One directory of the walk: where it is and what it holds (lstat of each entry).
 
     Its path is kept as a link to its parent, not as a string, so a deep tree costs memory in
     proportion to its depth, not to the square of it; `path()` builds the string when the
-    caller has checked `path_bytes` is reasonable.
+    caller has checked `path_bytes` is reasonable. A plain class (compared by identity):
+    the walk makes one per directory, and a dataclass would cost its import.
     """
 
-    parent: Directory | None
-    name: str
-    st: os.stat_result
-    path_bytes: int
-    """Length of the path below the root in bytes (0 for the root)."""
-    entries: list[tuple[str, os.stat_result]] = field(default_factory=list)
-    pending: list[str] = field(default_factory=list)
-    key: bytes = b""
-    """Free for the caller (e.g. a digest of the path)."""
-    depth: int = 0
-    """Levels below the root (0 for the root)."""
-    fd: int = -1
-    """The directory's open descriptor while the walk yields it (-1 after): the caller opens
-    its entries relative to it (dir_fd, O_NOFOLLOW) instead of by a path a link could bend.
-    The walk owns it: never closed by the caller."""
+    __slots__ = ("parent", "name", "st", "path_bytes", "entries", "pending", "key", "depth",
+                 "fd")
+
+    def __init__(self, parent: Directory | None, name: str, st: os.stat_result,
+                 path_bytes: int, *, depth: int = 0) -> None:
+        self.parent = parent
+        self.name = name
+        self.st = st
+        self.path_bytes = path_bytes
+        """Length of the path below the root in bytes (0 for the root)."""
+        self.entries: list[tuple[str, os.stat_result]] = []
+        self.pending: list[str] = []
+        self.key = b""
+        """Free for the caller (e.g. a digest of the path)."""
+        self.depth = depth
+        """Levels below the root (0 for the root)."""
+        self.fd = -1
+        """The directory's open descriptor while the walk yields it (-1 after): the caller
+        opens its entries relative to it (dir_fd, O_NOFOLLOW) instead of by a path a link
+        could bend. The walk owns it: never closed by the caller."""
 
     def path(self) -> str:
         names: list[str] = []

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from devcell import names
-from devcell.cli.cmd_exec import open_cell
+from devcell.cli.cell_open import open_cell
 from devcell.store import db as dbmod
 from devcell.store import objects
 

@@ -15,7 +15,7 @@ from devcell.backends import log_source
 from devcell.backends.base import CellRef
 from devcell.backends.log_source import LogSource, ServiceLogs
 from devcell.cli import log_lines
-from devcell.cli.cmd_exec import open_cell
+from devcell.cli.cell_open import open_cell
 from devcell.errors import NotFound, UsageError
 
 FOLLOW_POLL_S = 0.2

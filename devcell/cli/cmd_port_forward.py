@@ -9,7 +9,7 @@ import sys
 import threading
 
 from devcell import names
-from devcell.cli.cmd_exec import open_cell
+from devcell.cli.cell_open import open_cell
 from devcell.store import activity, forwards
 from devcell.store import db as dbmod
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from devcell import backends, names
-from devcell.cli.cmd_exec import open_cell
+from devcell.cli.cell_open import open_cell
 from devcell.errors import UsageError
 from devcell.store import db as dbmod
 from devcell.store import objects
@@ -91,7 +91,7 @@ def run_ssh(args: argparse.Namespace) -> int:
 def _wake_if_asleep(args: argparse.Namespace, state_dir: Path) -> None:
     """`devcell ssh` wakes a sleeping cell before OpenSSH starts, so what it says is seen
     before the session (ssh-proxy would wake it too, its words on OpenSSH's stderr)."""
-    from devcell.cli.cmd_exec import wake_for
+    from devcell.cli.cell_open import wake_for
 
     db = dbmod.open_database(state_dir)
     try:

@@ -40,8 +40,8 @@ def cell(state_dir: str, ref: str) -> Glance | None:
     """The live cell named `ref` (or with id `ref`), or None: not found, or not readable here
     (the full path says why)."""
     path = os.path.join(state_dir, "state.db")
-    if not os.path.isfile(path):
-        return None
+    if not os.path.isfile(path) or not (path + ref).isascii() and not _utf8(path + ref):
+        return None  # a non-UTF-8 argument (lone surrogates): the full path says not found
     uri = "file:" + path.replace("%", "%25").replace("?", "%3f").replace("#", "%23") + "?mode=ro"
     old_umask = os.umask(0o077)  # a first reader makes the WAL's -shm and -wal: owner-only
     try:
@@ -67,3 +67,11 @@ def cell(state_dir: str, ref: str) -> Glance | None:
     found = rows[0]
     return Glance(str(found[0]), str(found[1]), str(found[2] or ""), str(found[3] or ""),
                   bool(found[4]), bool(found[5]))
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

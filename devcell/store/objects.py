@@ -113,6 +113,8 @@ def get(conn: sqlite3.Connection, kind: str, ref: str, *, include_deleted: bool 
         ) -> ObjectRecord | None:
     """The live object named `ref`, or with id `ref`."""
     table = kinds.get(kind).table
+    if not ref.isascii() and not _utf8(ref):
+        return None  # a non-UTF-8 argument's bytes (lone surrogates) name nothing
     if ids.looks_like_id(ref):
         row = conn.execute(f"SELECT * FROM {table} WHERE id = ?", (ref,)).fetchone()
         if row is not None and (include_deleted or row["deleted_at"] is None):
@@ -121,6 +123,16 @@ def get(conn: sqlite3.Connection, kind: str, ref: str, *, include_deleted: bool 
         f"SELECT * FROM {table} WHERE name = ? AND deleted_at IS NULL", (ref,)
     ).fetchone()
     return from_row(kind, row) if row is not None else None
+
+
+def _utf8(text: str) -> bool:
+    """Whether SQLite can be given `text` (not so a command-line argument's undecodable
+    bytes, which Python keeps as lone surrogates)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def require(conn: sqlite3.Connection, kind: str, ref: str) -> ObjectRecord:

@@ -38,6 +38,8 @@ def test_a_cell_by_name_or_id_and_nothing_else(tmp_path: Path) -> None:
     assert by_id is not None and by_id.name == "api"
     assert cell_glance.cell(str(state), "ap") is None
     assert cell_glance.cell(str(state), "") is None
+    assert cell_glance.cell(str(state), "b\udcffx") is None  # a non-UTF-8 argument
+    assert cell_glance.cell(str(state) + "\udcff", "api") is None
     assert cell_glance.cell(str(tmp_path / "elsewhere"), "api") is None
     assert not (tmp_path / "elsewhere").exists()
     assert db_fingerprint(state) == before

@@ -168,6 +168,15 @@ def test_live_names_are_unique(db: Database) -> None:
     assert db.execute("SELECT count(*) FROM cells").fetchone()[0] == 1
 
 
+def test_a_reference_of_bytes_that_are_not_utf8_names_nothing(db: Database) -> None:
+    """`devcell exec $'b\\xff' -- true`: the argument's undecodable byte (a lone surrogate)
+    cannot be sent to SQLite; not found, not a traceback."""
+    insert_cell(db)
+    assert objects.get(db.conn, "Cell", "b\udcffx") is None
+    with pytest.raises(NotFound, match="not found"):
+        objects.require(db.conn, "Cell", "b\udcffx")
+
+
 def test_same_name_in_different_kinds_is_fine(db: Database) -> None:
     admission.apply_objects(db, parse(cell_doc("api"), snapshot_doc("api", "api")))
     assert get(db, "api", "Cell").id != get(db, "api", "Snapshot").id

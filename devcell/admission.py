@@ -56,6 +56,18 @@ class Rules:
                                       made=_sources_already_used(conn, manifests))
         problems += port_problems(conn, manifests, lambda name, source: self._leaving(
             name, source, manifests, defined))
+        if mounting:
+            problems += host_command_problems(manifests, objects.cells_with_host_commands(conn))
+        commanding = [m for m in manifests if m.kind == "Cell" and m.source != "-"
+                      and (m.spec.get("hooks") or {}).get("hostInitialize")]
+        if commanding:
+            binders = recorded if mounting else objects.cells_with_host_mounts(conn)
+            for m in commanding:
+                found = security.host_command_problem(
+                    m.spec, os.path.dirname(m.source),
+                    {n: spec for n, spec in binders.items() if n != m.name})
+                if found:
+                    problems.append(_at(m, ("hooks", "hostInitialize"), found))
         return problems
 
     def _leaving(self, name: str, source: str | None, manifests: list[Manifest],
@@ -153,6 +165,38 @@ def _sources_already_used(conn: sqlite3.Connection, manifests: list[Manifest]) -
         return set()
     recorded = objects.workspace_sources(conn, once)
     return {name for name, source in once.items() if recorded.get(name) == source}
+
+
+def _at(m: Manifest, path: tuple[str | int, ...], message: str) -> Problem:
+    """A problem at spec.`path` of `m`, with its line."""
+    full = ("spec", *path)
+    line, column = m.where(*full)
+    return Problem(m.file, message, line=line, column=column, kind=m.kind, name=m.name,
+                   field=field_path(full))
+
+
+def host_command_problems(manifests: list[Manifest],
+                          recorded: dict[str, tuple[dict[str, Any], str]]) -> list[Problem]:
+    """A Cell of this apply binding writable a host folder a recorded cell's host commands
+    run in or name (security.host_command_problem): it could change what runs on the host.
+    (The commands' own cell is judged at its admission and before each run.)"""
+    from devcell import security
+
+    problems: list[Problem] = []
+    for m in manifests:
+        if m.kind != "Cell" or not security.host_mounts(m.spec):
+            continue
+        for name, (spec, source) in sorted(recorded.items()):
+            if name == m.name:
+                continue
+            found = security.host_command_problem(spec, os.path.dirname(source),
+                                                  {m.name: m.spec})
+            if found:
+                live = ((m.spec.get("workspace") or {}).get("source") or {}).get("hostPath")
+                where = ("workspace", "source", "hostPath", "path") if live else ("mounts",)
+                problems.append(_at(m, where, f"cell {name}'s hooks.hostInitialize could be "
+                                    f"changed by this cell: {found}"))
+    return problems
 
 
 def security_problems(manifests: list[Manifest], state_dir: Any,

@@ -354,6 +354,15 @@ def cells_with_host_mounts(conn: sqlite3.Connection) -> dict[str, dict[str, Any]
     return {name: faults.loads(spec) for name, spec in rows}
 
 
+def cells_with_host_commands(conn: sqlite3.Connection) -> dict[str, tuple[dict[str, Any], str]]:
+    """Live recorded cells with spec.hooks.hostInitialize, name -> (spec, manifest's path):
+    a cell binding the folder they run in could change them (security.host_command_problem)."""
+    rows = conn.execute("SELECT name, spec, source FROM cells WHERE deleted_at IS NULL "
+                        "AND json_extract(spec, '$.hooks.hostInitialize') IS NOT NULL "
+                        "AND source IS NOT NULL AND source != '-'").fetchall()
+    return {name: (faults.loads(spec), source) for name, spec, source in rows}
+
+
 def workspace_sources(conn: sqlite3.Connection, names: Iterable[str]) -> dict[str, Any]:
     """Live recorded cells' `spec.workspace.source`, name -> source (None: none), for the
     rule that a source used once is not judged again when its cell already exists."""

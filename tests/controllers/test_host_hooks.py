@@ -106,8 +106,8 @@ def test_refused_where_the_cell_writes_what_runs_on_the_host(cli: Cli, state_dir
 
 def test_refused_where_another_cell_writes_what_runs_on_the_host(
         cli: Cli, state_dir: Path, tmp_path: Path) -> None:
-    """Another cell binding the manifest's folder live could rewrite the script too: checked
-    before each run against every recorded cell's writable host folders."""
+    """Another cell binding the manifest's folder live could rewrite the script too: refused
+    at the binding cell's apply, at the commanding cell's apply, and before each run."""
     _allow_host_commands_and_paths(state_dir, tmp_path)
     project = tmp_path / "project"
     project.mkdir()
@@ -121,7 +121,12 @@ def test_refused_where_another_cell_writes_what_runs_on_the_host(
     (tmp_path / "other.yaml").write_text(LIVE_CELL.replace("hosted", "binder").replace(
         "  hooks:\n    hostInitialize: [%s]\n", "") % project)
     bound = cli("apply", "-f", str(tmp_path / "other.yaml"))
+    assert bound.returncode != 0
+    assert "cell hosted's hooks.hostInitialize could be changed by this cell" in bound.stderr
+    assert "spec.workspace.source.hostPath.path" in bound.stderr
+    assert cli("delete", "cell", "hosted").returncode == 0
+    bound = cli("apply", "-f", str(tmp_path / "other.yaml"))
     assert bound.returncode == 0, bound.stderr
-    restarted = cli("cell", "restart", "hosted")
-    assert restarted.returncode != 0 and not (project / "ran").exists()
-    assert "cell binder's spec.workspace.source.hostPath.path" in restarted.stderr
+    again = cli("apply", "-f", str(project / "cell.yaml"))
+    assert again.returncode != 0 and not (project / "ran").exists()
+    assert "cell binder's spec.workspace.source.hostPath.path" in again.stderr

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from devcell import names, security
+from devcell.api.devcontainer_rules import looks_secret
 from devcell.config import SecurityPolicy
 
 
@@ -148,6 +149,15 @@ def _host_initialize(c: _Converter, forms: Forms) -> None:
         c.r.refuse("${containerEnv:...} in initializeCommand: it runs on the host, before "
                    "any container exists", "initializeCommand")
         return
+    raw = c.data["initializeCommand"]
+    if isinstance(raw, str):  # run by /bin/sh -c on the host, where the variable is
+        kept = _HOST_CREDENTIAL.sub(_shell_reference, raw)
+        if kept != raw:
+            c.data = {**c.data, "initializeCommand": kept}
+            c.notes.append("initializeCommand: a credential it reads from this shell's "
+                           "environment (${localEnv:NAME}) is left as the shell's ${NAME}, "
+                           "read on the host when it runs, so its value is never written in "
+                           "the manifest, shown or recorded; apply from a shell that has it")
     commands = _commands(c, "initializeCommand", forms)
     if not commands:
         return
@@ -157,6 +167,18 @@ def _host_initialize(c: _Converter, forms: Forms) -> None:
         c.notes.append(f"initializeCommand: it runs in the folder of the manifest "
                        f"({c.out_dir.resolve()}), not in the project's ({c.root}); write the "
                        "manifest there to run it where devcontainer.json meant")
+
+
+_HOST_CREDENTIAL = re.compile(r"\$\{(?:localEnv|env):([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
+
+
+def _shell_reference(m: re.Match[str]) -> str:
+    """`${localEnv:NAME[:default]}` of a credential-named NAME as the shell's own reference
+    (unset: the default, as the specification's form gives it); anything else as written."""
+    name, default = m.group(1), m.group(2)
+    if not looks_secret(name) or default is not None and any(c in default for c in "'\"$`\\"):
+        return m.group(0)
+    return "${" + name + ("" if default is None else f"-{default}") + "}"
 
 
 def _customizations(c: _Converter) -> None:

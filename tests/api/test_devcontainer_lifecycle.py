@@ -225,3 +225,20 @@ def test_a_named_remote_user_on_a_live_folder_runs_as_its_owner(tmp_path: Path) 
                                                   "remoteUser": "1000"}))
     os.chown(tmp_path / "kept", 1000, 1000)
     assert _convert(kept, tmp_path / "kept", state).manifest["spec"]["user"] == "1000"
+
+
+def test_a_credential_in_a_host_command_stays_the_shells(tmp_path: Path) -> None:
+    """Filled in, `docker login -p ${localEnv:REGISTRY_TOKEN}` put the token in the manifest,
+    in the line printed before each run and in the operation's record."""
+    _allow_host_commands(tmp_path / "state")
+    path = _sample(tmp_path, json.dumps({
+        "image": "devcell/busybox:latest",
+        "initializeCommand": "docker login -p ${localEnv:REGISTRY_TOKEN} "
+                             "-u ${localEnv:USER} ${localEnv:API_KEY:none} r.example"}))
+    result = devcontainer.convert(path, name=None, out_dir=tmp_path,
+                                  state_dir=tmp_path / "state",
+                                  env={"REGISTRY_TOKEN": "sekrit", "USER": "dev"})
+    assert result.manifest["spec"]["hooks"]["hostInitialize"] == [[
+        "/bin/sh", "-c", "docker login -p ${REGISTRY_TOKEN} -u dev ${API_KEY-none} r.example"]]
+    assert any(n.startswith("initializeCommand: a credential it reads") for n in result.notes)
+    assert "sekrit" not in json.dumps(result.manifest)

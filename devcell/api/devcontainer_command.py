@@ -25,8 +25,8 @@ from typing import Any
 
 from devcell import safeio
 
-_FROM = re.compile(r"FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?\s*$", re.IGNORECASE)
-_ARGS = re.compile(r"(CMD|ENTRYPOINT|WORKDIR)\s+(.*)$", re.IGNORECASE | re.DOTALL)
+_FROM = re.compile(r"FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?\s*", re.IGNORECASE)
+_ARGS = re.compile(r"(CMD|ENTRYPOINT|WORKDIR)\s+(.*)", re.IGNORECASE | re.DOTALL)
 MAX_DOCKERFILE = 1 << 20
 
 
@@ -96,10 +96,10 @@ def _image_parts(image: str) -> tuple[list[str], list[str], str | None] | str:
 def _from_dockerfile(text: str, target: Any) -> tuple[list[str], str | None] | str:
     stages: list[tuple[str, str | None, list[tuple[str, str]]]] = []
     for line in _instructions(text):
-        found = _FROM.match(line)
+        found = _FROM.fullmatch(line)
         if found:
             stages.append((found.group(1), found.group(2), []))
-        elif stages and (m := _ARGS.match(line)):
+        elif stages and (m := _ARGS.fullmatch(line)):
             stages[-1][2].append((m.group(1).upper(), m.group(2).strip()))
     if not stages:
         return "the Dockerfile has no FROM"

@@ -66,7 +66,7 @@ def _command_lines(work: Path) -> dict[tuple[str, ...], list[str]]:
         ("exec",): ["exec", "walk", "--", "true"], ("logs",): ["logs", "walk"],
         ("port-forward",): ["port-forward", "walk", "8080"],
         ("ssh",): ["ssh", "walk", "--", "true"], ("ssh-config",): ["ssh-config"],
-        ("ssh-proxy",): ["ssh-proxy", "walk"],
+        ("ssh-proxy",): ["ssh-proxy", "walk"], ("code",): ["code", "walk", "--print"],
     }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol, runtime_checkable
 
@@ -62,6 +62,23 @@ class Interactive(Protocol):
         """Each service's log, read in bounded pieces (log_source.py): host files for a
         container cell, files in the machine for a vm cell."""
         ...
+
+
+@runtime_checkable
+class SidecarLogs(Protocol):
+    def sidecar_logs(self, cell: CellRef, sidecar: str, *, tail: int | None,
+                     since: int | None, timestamps: bool, follow: bool) -> Iterator[bytes]:
+        """A sidecar's output as the engine keeps it (both streams, in order), in pieces:
+        the last `tail` lines, those written from `since` (seconds since the epoch), with
+        the engine's time before each line; with `follow`, going on as it writes.
+        NotFound when the cell has no such sidecar container."""
+        ...
+
+
+def sidecar_logs(backend: Backend, backend_name: str) -> SidecarLogs:
+    if not isinstance(backend, SidecarLogs):
+        raise CapabilityMissing(f"backend {backend_name} runs no sidecars")
+    return backend
 
 
 @runtime_checkable

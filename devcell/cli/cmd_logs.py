@@ -9,6 +9,7 @@ import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from devcell import names, safeio
 from devcell.backends import log_source
@@ -17,6 +18,9 @@ from devcell.backends.log_source import LogSource, ServiceLogs
 from devcell.cli import log_lines
 from devcell.cli.cell_open import open_cell
 from devcell.errors import NotFound, UsageError
+
+if TYPE_CHECKING:
+    from devcell.api.attach import Attached
 
 FOLLOW_POLL_S = 0.2
 
@@ -139,6 +143,10 @@ def run_logs(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     attached = open_cell(args, verb="showing its logs as last written")
     try:
+        if args.sidecar is not None:
+            _print_sidecar(args, attached, since)
+            return 0
+        _say_sidecars(attached.ref)
         _print_logs(args, attached.ref, attached.interactive().log_sources(attached.ref), since)
     except KeyboardInterrupt:  # Ctrl-C ends a follow normally, also while the backlog prints
         if not args.follow:
@@ -146,6 +154,54 @@ def run_logs(args: argparse.Namespace) -> int:
     finally:
         attached.close()
     return 0
+
+
+def _sidecar_names(ref: CellRef) -> list[str]:
+    return [str(s.get("name")) for s in ref.spec.get("sidecars") or [] if isinstance(s, dict)]
+
+
+def _say_sidecars(ref: CellRef) -> None:
+    """Which sidecars the cell has: their output is the engine's, not in these logs."""
+    found = _sidecar_names(ref)
+    if found:
+        shown = ", ".join(names.printable(n) for n in found)
+        sys.stderr.write(f"devcell: cell {names.printable(ref.name)} has sidecars ({shown}): "
+                         f"devcell logs {names.printable(ref.name)} --sidecar NAME shows "
+                         "one's output\n")
+
+
+def _print_sidecar(args: argparse.Namespace, attached: Attached, since: str | None) -> None:
+    """A sidecar's output through the engine, in whole lines (a line longer than LINE_MAX in
+    pieces), escaped like a service's (the sidecar wrote it)."""
+    import calendar
+
+    from devcell.backends import interactive
+
+    ref = attached.ref
+    if args.service is not None:
+        raise UsageError("give a SERVICE or --sidecar NAME, not both")
+    if args.sidecar not in _sidecar_names(ref):
+        known = ", ".join(names.printable(n) for n in _sidecar_names(ref)) or "none"
+        raise NotFound(f"cell {names.printable(ref.name)} has no sidecar "
+                       f"{names.printable(args.sidecar)!r} (sidecars: {known})")
+    reader = interactive.sidecar_logs(attached.backend, attached.backend_name)
+    cutoff = None if since is None else calendar.timegm(
+        time.strptime(since[:19], "%Y-%m-%dT%H:%M:%S"))
+    partial = b""
+    for chunk in reader.sidecar_logs(ref, args.sidecar, tail=None if args.tail < 0
+                                     else args.tail, since=cutoff, timestamps=args.timestamps,
+                                     follow=args.follow):
+        lines = (partial + chunk).splitlines(keepends=True)
+        partial = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
+        if len(partial) > _Tail.LINE_MAX:
+            lines.append(partial)
+            partial = b""
+        if lines:
+            sys.stdout.buffer.write(b"".join(_shown(line) for line in lines))
+            sys.stdout.buffer.flush()
+    if partial:
+        sys.stdout.buffer.write(_shown(partial))
+        sys.stdout.buffer.flush()
 
 
 def _print_logs(args: argparse.Namespace, ref: CellRef, service_logs: ServiceLogs,

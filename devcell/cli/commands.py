@@ -331,6 +331,9 @@ def _ssh_proxy(p: argparse.ArgumentParser) -> None:
 def _logs(p: argparse.ArgumentParser) -> None:
     p.add_argument("cell", help="cell name or id")
     p.add_argument("service", nargs="?", help="one service (default: all, each line prefixed)")
+    p.add_argument("-c", "--sidecar", "--container", dest="sidecar", metavar="NAME",
+                   help="a sidecar's output (spec.sidecars[].name), read through the engine, "
+                        "instead of the services' logs")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing as logs grow")
     p.add_argument("--tail", type=arguments.tail_lines, default=-1, metavar="N",
                    help="only the last N lines of each service's log (default -1: all)")

@@ -1519,6 +1519,23 @@ class ContainerBackend:
         """The log files of `log_paths`, each opened without following links when first read."""
         return log_source.HostLogs(self.log_paths(cell))
 
+    def sidecar_logs(self, cell: CellRef, sidecar: str, *, tail: int | None,
+                     since: int | None, timestamps: bool, follow: bool) -> Iterator[bytes]:
+        """The sidecar container's output as the engine keeps it (json-file, at most 2x1 MiB:
+        sidecars.create_kwargs), in the pieces the engine sends (its frames, at most 16 KiB
+        each): the sidecar wrote it, so the caller escapes it."""
+        found = self._sidecars._by_name(cell.id).get(sidecar)
+        if found is None:
+            raise BackendNotFound(f"cell {cell.name} has no sidecar container {sidecar!r} now (it is "
+                           "made when the cell is created; see devcell describe cell)")
+        container_id = str(found.get("Id", ""))
+        with sdk.engine_calls(f"reading the logs of sidecar {sidecar} of cell {cell.name}"):
+            stream = self.api.logs(container_id, stdout=True, stderr=True, stream=True,
+                                   follow=follow, timestamps=timestamps,
+                                   tail="all" if tail is None else tail,
+                                   **({"since": since} if since is not None else {}))
+            yield from stream
+
     # -- images ----------------------------------------------------------------------------
 
     def build_tag(self, cell: CellRef, build: dict[str, Any]) -> str:

@@ -29,7 +29,7 @@ from devcell.backends.host.ids import state_hash
 from tests.backends.engine import IMAGE, remove_containers, require_engine
 from tests.conftest import REPO
 
-SIDECAR = ("mkdir -p /data/www; httpd -p 127.0.0.1:8080 -h /data/www; n=0; "
+SIDECAR = ("printf 'db up\\033[31m\\n'; mkdir -p /data/www; httpd -p 127.0.0.1:8080 -h /data/www; n=0; "
            "while true; do n=$((n+1)); echo $n > /data/www/c; mv /data/www/c /data/www/count; "
            "echo $n >> /data/rows; "
            "sleep 0.1; done")
@@ -167,6 +167,19 @@ def test_the_cell_reaches_its_sidecar_on_loopback_and_both_are_labelled_devcells
     described = shared.ok("describe", "cell", "app")
     assert "db: running; data at /data" in described
     assert "cache at /root/.cache" in described
+
+
+def test_logs_name_the_sidecars_and_show_ones_output_through_the_engine_escaped(
+        shared: Shared) -> None:
+    cli = shared  # the devcell command, a subprocess each call
+    services = cli("logs", "app", "--tail", "1")
+    assert services.returncode == 0 and "has sidecars (db)" in services.stderr
+    done = cli("logs", "app", "-c", "db", "--timestamps")
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    assert line.endswith(" db up\\x1b[31m") and line[:4].isdigit()  # the engine's time
+    missing = cli("logs", "app", "--sidecar", "nope")
+    assert missing.returncode != 0 and "has no sidecar 'nope' (sidecars: db)" in missing.stderr
 
 
 def test_a_snapshot_taken_while_both_write_holds_the_sidecars_data_and_a_fork_starts_with_it(

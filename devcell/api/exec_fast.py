@@ -88,6 +88,10 @@ def _attached(path: str, sock: _socket.socket, first: bytes, exec_id: str,
             threading.Thread(target=exec_socket.feed, args=(stdin, sock), daemon=True,
                              name="devcell-exec-stdin").start()
         exec_socket.relay(sock, first, sys.stdout.buffer, sys.stderr.buffer)
+    except exec_socket.OutputFailed as exc:
+        from devcell.errors import DevCellError
+
+        raise DevCellError(f"{action}: its output could not be written here ({exc})") from None
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             raise  # our own stdout closed: the CLI's edge handles it as for any command

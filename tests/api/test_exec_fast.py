@@ -343,3 +343,18 @@ def test_an_engine_that_never_answers_is_said_at_once_as_the_full_path_says_it(
     assert str(raised.value).startswith(
         f"the container backend cannot reach the Docker engine at unix://{path} (timed out); "
         "start it with")
+
+
+@pytest.mark.parametrize("words", [["exec"], ["exec", "-v"]], ids=["fast", "full"])
+def test_output_that_cannot_be_written_here_is_said_as_such(state: Path,
+                                                           words: list[str]) -> None:
+    """stdout on a full disk: neither the engine's connection (the fast path said it broke)
+    nor the state database (the full path said its disk was full) is to blame."""
+    with open("/dev/full", "wb") as full:
+        ran = subprocess.run([sys.executable, "-m", "devcell", *words, "box", "--", "head",
+                              "-c", "1000000", "/dev/zero"], stdout=full,
+                             stderr=subprocess.PIPE, env=_env(state), cwd=REPO, timeout=120)
+    assert ran.returncode == 1
+    assert ran.stderr.decode().splitlines()[-1] == (
+        "error: exec in cell box: its output could not be written here (No space left on "
+        "device)")

@@ -76,6 +76,7 @@ from devcell.errors import (
     BackendRefused,
     BackendUnavailable,
     ConfigError,
+    DevCellError,
     HookFailed,
     ImagePullFailed,
     MountRefused,
@@ -1428,8 +1429,14 @@ class ContainerBackend:
 
         def write(stream: BinaryIO) -> Callable[[bytes], object]:
             def emit(data: bytes) -> None:
-                stream.write(data)
-                stream.flush()
+                try:
+                    stream.write(data)
+                    stream.flush()
+                except BrokenPipeError:
+                    raise  # a reader gone: the CLI's edge ends quietly
+                except OSError as exc:  # this process's output, not the state's disk
+                    raise DevCellError(f"exec in cell {cell.name}: its output could not be "
+                                       f"written here ({exc.strerror or exc})") from None
             return emit
 
         return self._exec(info["Id"], argv, write(stdout), write(stderr),

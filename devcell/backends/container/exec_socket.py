@@ -61,6 +61,11 @@ class Fallback(Exception):
     """Not a case this path covers; nothing ran in the cell. Take the full path."""
 
 
+class OutputFailed(Exception):
+    """The command's output could not be written here (stdout on a full disk, a terminal
+    gone): this process's fault, not the engine's. Its text is the OSError's."""
+
+
 class Silent(Fallback):
     """The engine took a connection and said nothing for TIMEOUT_S; nothing ran. The full
     path would wait as long again, twice (its observation, then its look at the container),
@@ -177,7 +182,8 @@ def start(path: str, exec_id: str) -> tuple[_socket.socket, bytes]:
 def relay(sock: _socket.socket, first: bytes, stdout: BinaryIO, stderr: BinaryIO) -> None:
     """Copy the engine's frames (an 8-byte header: stream number, 3 zero bytes, big-endian
     size; then the data) to `stdout` and `stderr` until the stream ends. Memory held is
-    bounded by CHUNK plus a header, whatever the frames claim."""
+    bounded by CHUNK plus a header, whatever the frames claim. OutputFailed when writing
+    here fails (other than a closed pipe)."""
     data, at, remaining, target = first, 0, 0, stdout
     view = memoryview(data)  # pieces written without a copy of their own
     while True:
@@ -199,8 +205,13 @@ def relay(sock: _socket.socket, first: bytes, stdout: BinaryIO, stderr: BinaryIO
             at += 8
             continue
         end = min(len(data), at + remaining)
-        target.write(view[at:end])
-        target.flush()
+        try:
+            target.write(view[at:end])
+            target.flush()
+        except BrokenPipeError:
+            raise  # a reader gone: the CLI's edge ends quietly
+        except OSError as exc:
+            raise OutputFailed(exc.strerror or str(exc)) from None
         remaining -= end - at
         at = end
 

@@ -13,7 +13,8 @@ a default is a plain value or `field(default=..., default_factory=..., compare=.
 repr=...)`; positional or keyword construction; `__post_init__` is called when defined;
 equality by the compared fields, for the same class only. `Record` is frozen (assignment
 raises, hashable); `MutableRecord` is not (and, like a dataclass with eq, unhashable).
-`replace` is `dataclasses.replace`, `as_dict` a shallow `dataclasses.asdict`.
+`replace` is `dataclasses.replace`, `as_dict` a shallow `dataclasses.asdict`; those and
+`dataclasses.fields` accept a record too (importing `dataclasses` then).
 """
 
 from __future__ import annotations
@@ -59,10 +60,27 @@ def _is_classvar(annotation: object) -> bool:
     return isinstance(annotation, str) and annotation.partition("[")[0].endswith("ClassVar")
 
 
+class _DataclassFields:
+    """A record's `__dataclass_fields__`, made the first time something asks for it
+    (`dataclasses.replace`, `fields`, `asdict`, `is_dataclass`), so code written for the
+    dataclass a record replaced keeps working, and only that code imports `dataclasses`."""
+
+    def __get__(self, instance: object, owner: type[_Base]) -> dict[str, Any]:
+        made: dict[str, Any] | None = owner.__dict__.get("_made_fields")
+        if made is None:  # once per class (not inherited: a subclass has more fields)
+            import dataclasses
+
+            shadow = dataclasses.make_dataclass(owner.__name__, list(owner._fields))
+            made = shadow.__dataclass_fields__  # type: ignore[attr-defined]
+            type.__setattr__(owner, "_made_fields", made)
+        return made
+
+
 class _Base:
     """What both kinds of record share (see the module's docstring)."""
 
     __slots__ = ()
+    __dataclass_fields__: ClassVar[Any] = _DataclassFields()
     _fields: ClassVar[tuple[str, ...]] = ()
     _compared: ClassVar[tuple[str, ...]] = ()
     _shown: ClassVar[tuple[str, ...]] = ()

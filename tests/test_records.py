@@ -83,3 +83,16 @@ def test_a_mutable_record_takes_assignments_new_defaults_and_is_unhashable() -> 
     with pytest.raises(TypeError):
         hash(a)
     assert a.replace(name="y").items == [1] and "where" not in Bag.__dict__
+
+
+def test_code_written_for_dataclasses_still_works_on_a_record() -> None:
+    import dataclasses
+
+    p = Point(1, 2)
+    assert dataclasses.is_dataclass(p)
+    assert dataclasses.replace(p, label="r") == Point(1, 2, "r")
+    assert [f.name for f in dataclasses.fields(p)] == ["x", "y", "label"]
+    assert dataclasses.asdict(Labelled(1, note="n")) == {"x": 1, "y": 0, "label": "p",
+                                                         "note": "n"}
+    bag = Bag("b", [1])
+    assert dataclasses.replace(bag, name="c") == Bag("c", [1])

@@ -7,26 +7,24 @@ such (so `get` and `cell start` know) before a command acts on it, and the calle
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from devcell import backends
 from devcell.backends.base import Backend, CellRef
 from devcell.backends.interactive import Interactive, interactive, no_exec
+from devcell.records import MutableRecord, Record
 from devcell.store import objects, volumes
 from devcell.store.db import open_database
 
 
-@dataclass(frozen=True)
-class Drift:
+class Drift(Record):
     """The runtime as observed, when it differs from the recorded phase."""
 
     seen: str
     recorded: str
 
 
-@dataclass
-class Attached:
+class Attached(MutableRecord):
     backend: Backend
     backend_name: str
     ref: CellRef

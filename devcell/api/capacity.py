@@ -7,7 +7,6 @@ asks, so a plain `get` stays fast. `devcell df` (api/df.py) uses the same helper
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +14,17 @@ from devcell import backends
 from devcell.backends.base import Backend
 from devcell.backends.capacity import Accounting, CheckpointUsage, RuntimeUsage, WorkspaceUsage
 from devcell.errors import BackendError, BackendUnavailable, UnknownBackend
+from devcell.records import MutableRecord, Record, field
 from devcell.store import capacity as records
 from devcell.store.db import Database
 
 
-@dataclass(frozen=True)
-class CellUsage:
+class CellUsage(Record):
     workspace: WorkspaceUsage | None = None
     runtime: RuntimeUsage | None = None
 
 
-@dataclass
-class Problems:
+class Problems(MutableRecord):
     """Why some figures are missing (an engine unreachable, a tree that changed while it was
     walked): said once each, on stderr, by the CLI."""
 

@@ -7,12 +7,12 @@ frozen dataclasses, each built at import, and a checkpoint or an exec has no use
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from devcell.records import Record
 
-@dataclass(frozen=True)
-class Usage:
+
+class Usage(Record):
     """Bytes of a tree, each inode once (as `du`): apparent size and blocks allocated."""
 
     logical: int = 0
@@ -20,8 +20,7 @@ class Usage:
     files: int = 0
 
 
-@dataclass(frozen=True)
-class WorkspaceUsage:
+class WorkspaceUsage(Record):
     """A volume as the filesystem has it now (Accounting.workspace_usage)."""
 
     volume_id: str
@@ -40,8 +39,7 @@ class WorkspaceUsage:
     """The checkpoint an overlay fork stands on (its own writes are then `own_disk`)."""
 
 
-@dataclass(frozen=True)
-class CheckpointUsage:
+class CheckpointUsage(Record):
     checkpoint_id: str
     cell_id: str
     usage: Usage
@@ -58,8 +56,7 @@ class CheckpointUsage:
     deletion while they run, so it is not in `unique`."""
 
 
-@dataclass(frozen=True)
-class CheckpointsUsage:
+class CheckpointsUsage(Record):
     items: tuple[CheckpointUsage, ...]
     total: Usage
     """All of them, each inode once however many checkpoints link it."""
@@ -67,8 +64,7 @@ class CheckpointsUsage:
     """What deleting every one no fork stands on would free, shared inodes included."""
 
 
-@dataclass(frozen=True)
-class RuntimeUsage:
+class RuntimeUsage(Record):
     """A cell's runtime as its engine and cgroup report it now."""
 
     running: bool

@@ -20,7 +20,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +36,7 @@ from devcell.backends.base import (
     OwnedKind,
 )
 from devcell.errors import BackendError, BackendNotFound, BackendRefused
+from devcell.records import MutableRecord
 from devcell.store import faults
 
 if TYPE_CHECKING:
@@ -70,8 +70,7 @@ PERMANENT = "perm"
 """The count that makes an injected failure permanent: `start@api:perm`."""
 
 
-@dataclass
-class Failure:
+class Failure(MutableRecord):
     step: str
     cell: str | None
     remaining: int | None

@@ -9,16 +9,15 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol, runtime_checkable
 
 from devcell.backends.base import Backend, CellRef
 from devcell.backends.log_source import ServiceLogs
 from devcell.errors import CapabilityMissing
+from devcell.records import Record, field
 
 
-@dataclass(frozen=True)
-class Terminal:
+class Terminal(Record):
     """A pseudo-terminal asked of the cell, kept the size of the caller's window.
 
     The caller owns its terminal (raw mode, SIGWINCH); the backend only reads `size`
@@ -30,8 +29,7 @@ class Terminal:
     resized: threading.Event = field(default_factory=threading.Event)
 
 
-@dataclass(frozen=True)
-class ExecOptions:
+class ExecOptions(Record):
     """How a command runs beyond its argv: `exec -e/-w/-u`, and an SSH session's.
 
     `env` is added over the cell's environment; `workdir` is a directory in the cell; `user`
@@ -104,8 +102,7 @@ class Subsystems(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class CellRoot:
+class CellRoot(Record):
     """A running cell's `/` as its processes see it (an O_PATH directory descriptor, owned by
     the caller), and who a file made there for the developer should belong to."""
 

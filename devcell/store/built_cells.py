@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from devcell.records import Record
 from devcell.store import faults
 
 
-@dataclass(frozen=True)
-class BuiltCell:
+class BuiltCell(Record):
     id: str
     name: str
     backend: str

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
+
+from devcell.records import Record
 
 DIRECTORY = "forwards"
 MAX_BYTES = 64 * 1024
 MAX_FILES = 1024
 
 
-@dataclass(frozen=True)
-class Forward:
+class Forward(Record):
     pid: int
     cell_id: str
     address: str

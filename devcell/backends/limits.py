@@ -68,14 +68,24 @@ def cell_problems(spec: dict[str, Any], backend: str) -> Iterator[tuple[FieldPat
                f"the {backend} backend keeps a workspace on its own disk: "
                f"{live_folder.NEEDS_CONTAINER}")
     yield from _network_problems(spec, backend, limits)
-    resources = spec.get("resources") or {}
+    yield from _resource_problems(spec.get("resources") or {}, ("spec", "resources"), backend,
+                                  limits)
+    for i, sidecar in enumerate(spec.get("sidecars") or []):
+        if isinstance(sidecar, dict) and isinstance(sidecar.get("resources"), dict):
+            yield from _resource_problems(sidecar["resources"],
+                                          ("spec", "sidecars", i, "resources"), backend, limits)
+
+
+def _resource_problems(resources: dict[str, Any], where: FieldPath, backend: str,
+                       limits: Limits) -> Iterator[tuple[FieldPath, str]]:
+    """spec.resources (or a sidecar's) against what the backend can run."""
     cpus = resources.get("cpus")
     if isinstance(cpus, int | float) and not isinstance(cpus, bool):
         if cpus < limits.min_cpus:
-            yield (("spec", "resources", "cpus"),
+            yield ((*where, "cpus"),
                    f"must be at least {limits.min_cpus:g} on the {backend} backend")
         elif limits.max_cpus is not None and cpus > limits.max_cpus:
-            yield (("spec", "resources", "cpus"),
+            yield ((*where, "cpus"),
                    f"must be at most {limits.max_cpus:g} on the {backend} backend (the CPUs "
                    "of this machine)")
     memory = resources.get("memory")
@@ -85,7 +95,7 @@ def cell_problems(spec: dict[str, Any], backend: str) -> Iterator[tuple[FieldPat
         except ValueError:
             value = None  # validation has said why
         if value is not None and value < limits.min_memory_bytes:
-            yield (("spec", "resources", "memory"),
+            yield ((*where, "memory"),
                    f"memory limit {memory} is below the {backend} backend's minimum of "
                    f"{quantities.show_bytes(limits.min_memory_bytes)}")
 

@@ -260,6 +260,12 @@ CASES = [
         (f'{_p("sidecars-image.yaml")}:13:7: Cell "db-app": spec.sidecars[1].image: ',
          'missing required field "image" or "build"'),
     )),
+    Case("sidecars-resources", ("sidecars-resources.yaml",), (
+        (f'{_p("sidecars-resources.yaml")}:12:25: Cell "db-app": spec.sidecars[0].resources.cpus: ',
+         "must be at least 0.01 on the container backend"),
+        (f'{_p("sidecars-resources.yaml")}:12:40: Cell "db-app": spec.sidecars[0].resources.memory: ',
+         "memory limit 4Mi is below the container backend's minimum of 6Mi"),
+    )),
     Case("sidecars-on-vm-and-their-paths", ("sidecars-vm.yaml",), (
         (f'{_p("sidecars-vm.yaml")}:16:5: Cell "db-app": spec.sidecars: ',
          "the vm backend runs no sidecar containers"),

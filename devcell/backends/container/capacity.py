@@ -22,7 +22,7 @@ from typing import Any
 from devcell.backends.capacity import CheckpointsUsage, CheckpointUsage, RuntimeUsage, Usage, WorkspaceUsage
 from devcell.backends.container import cgroups, changes, overlay, workspaces
 from devcell.backends.container import observe as container_observe
-from devcell.backends.container.labels import BASE_IMAGE, KEPT_ROOTFS
+from devcell.backends.container.labels import BASE_IMAGE, KEPT_ROOTFS, SIDECAR_OF
 from devcell.backends.container.layout import Layout
 from devcell.backends.container.spec import CELL_ID
 from devcell.backends.container.workspaces import WorkspaceStore
@@ -223,17 +223,28 @@ class ContainerAccounting:
 
     def runtimes_usage(self, *, sizes: bool = False) -> dict[str, RuntimeUsage]:
         """Every container of this state directory, by cell id: memory and CPU from its
-        cgroup, and (sizes) its writable layer as the engine counts it."""
+        cgroup, and (sizes) its writable layer as the engine counts it; a cell's sidecars'
+        added to its own (they run for it, as a Pod's containers count for the Pod)."""
         out: dict[str, RuntimeUsage] = {}
+        sidecars: list[tuple[str, RuntimeUsage]] = []
         for info in container_observe.list_containers(self.state_dir, size=sizes):
-            cell_id = (info.get("Labels") or {}).get(CELL_ID)
-            if not cell_id or not is_safe_id(cell_id):
+            labels = info.get("Labels") or {}
+            cell_id, owner = labels.get(CELL_ID), labels.get(SIDECAR_OF)
+            ours = cell_id or owner
+            if not ours or not is_safe_id(ours):
                 continue  # a label DevCell did not write is not ours
             try:
-                out[cell_id] = runtime_usage(
+                found = runtime_usage(
                     info, lambda cid: container_observe.inspect(self.state_dir, cid))
             except BackendNotFound:  # removed since it was listed
                 continue
+            if cell_id:
+                out[cell_id] = found
+            else:
+                sidecars.append((ours, found))
+        for cell_id, found in sidecars:
+            if cell_id in out:
+                out[cell_id] = with_sidecar(out[cell_id], found)
         return out
 
     def volumes(self) -> list[tuple[str, str]]:
@@ -242,3 +253,16 @@ class ContainerAccounting:
 
     def close(self) -> None:
         pass
+
+
+def _plus(a: int | float | None, b: int | float | None) -> Any:
+    return a if b is None else b if a is None else a + b
+
+
+def with_sidecar(cell: RuntimeUsage, sidecar: RuntimeUsage) -> RuntimeUsage:
+    """The cell's usage with one sidecar's added (memory, CPU, writable layer)."""
+    return RuntimeUsage(
+        running=cell.running, memory_bytes=_plus(cell.memory_bytes, sidecar.memory_bytes),
+        cpu_seconds=_plus(cell.cpu_seconds, sidecar.cpu_seconds), cgroup=cell.cgroup,
+        writable_bytes=_plus(cell.writable_bytes, sidecar.writable_bytes),
+        files_bytes=cell.files_bytes, ram_file_bytes=cell.ram_file_bytes, held=cell.held)

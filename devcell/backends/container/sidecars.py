@@ -106,6 +106,11 @@ def create_kwargs(layout: Layout, *, name: str, cell_id: str, cell_name: str,
     }
     if sidecar.get("command"):
         kwargs["command"] = [str(word) for word in sidecar["command"]]
+    resources = sidecar.get("resources") or {}
+    if "cpus" in resources:
+        kwargs["nano_cpus"] = int(float(resources["cpus"]) * 1e9)
+    if "memory" in resources:
+        kwargs["mem_limit"] = container_spec.memory_bytes(str(resources["memory"]))
     return kwargs
 
 

@@ -29,7 +29,8 @@ from devcell.backends.host.ids import state_hash
 from tests.backends.engine import IMAGE, remove_containers, require_engine
 from tests.conftest import REPO
 
-SIDECAR = ("printf 'db up\\033[31m\\n'; mkdir -p /data/www; httpd -p 127.0.0.1:8080 -h /data/www; n=0; "
+SIDECAR = ("printf 'db up\\033[31m\\n'; dd if=/dev/zero of=/dev/shm/held bs=1M count=16 2>/dev/null; "
+           "mkdir -p /data/www; httpd -p 127.0.0.1:8080 -h /data/www; n=0; "
            "while true; do n=$((n+1)); echo $n > /data/www/c; mv /data/www/c /data/www/count; "
            "echo $n >> /data/rows; "
            "sleep 0.1; done")
@@ -49,6 +50,7 @@ MANIFEST = textwrap.dedent(f"""\
         - name: db
           build: {{context: db}}
           volume: {{mountPath: /data}}
+          resources: {{cpus: 0.5, memory: 64Mi}}
           hooks:
             preCheckpoint: [[sh, -c, "echo pre >> /data/hooks"]]
             postCheckpoint: [[sh, -c, "echo post >> /data/hooks"]]
@@ -118,6 +120,17 @@ def _engine(state: Path, what: str) -> list[dict[str, Any]]:
         client.close()
 
 
+def _inspect(container_id: str) -> dict[str, Any]:
+    import docker
+
+    client = docker.from_env()
+    try:
+        found: dict[str, Any] = client.api.inspect_container(container_id)
+        return found
+    finally:
+        client.close()
+
+
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
     require_engine()
@@ -160,6 +173,12 @@ def test_the_cell_reaches_its_sidecar_on_loopback_and_both_are_labelled_devcells
     assert sidecar["HostConfig"]["NetworkMode"] == f"container:{own['Id']}"
     assert sidecar["Image"].startswith("devcell-build/") and ".app.db:" not in sidecar["Image"]
     assert "/app.db:" in sidecar["Image"]  # its own tags: the cell's builds never remove them
+    host = _inspect(sidecar["Id"])["HostConfig"]
+    assert (host["Memory"], host["NanoCpus"]) == (64 * 2**20, 500_000_000)  # its resources
+    # The 16 MiB its /dev/shm holds count in the cell's memory (the cell alone holds ~1 MiB).
+    runtimes = [i for i in json.loads(shared.ok("df", "-v", "-o", "json"))["items"]
+                if i["type"] == "Runtimes" and i["owner"] == "app"]
+    assert runtimes[0]["memoryBytes"] >= 16 * 2**20, runtimes
     (cache,) = _engine(shared.state, "volumes")
     assert cache["Labels"]["dev.devcell.cell-volume"] == "cache"
     wide = shared.ok("get", "cells", "app", "-o", "wide")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 
 from devcell import names
@@ -53,7 +52,9 @@ def run_code(args: argparse.Namespace) -> int:
             sys.stderr.write("VS Code's `code` command is not on PATH; open the cell with:\n")
         print(code.shown(argv))
         return 0
-    return subprocess.run([found, *argv[1:]], check=False).returncode
+    from devcell.backends.host import children
+
+    return children.run_attached([found, *argv[1:]])
 
 
 def _say(line: str) -> None:

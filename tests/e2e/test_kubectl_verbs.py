@@ -240,13 +240,13 @@ def test_completion_answers_verbs_kinds_flags_and_names_from_the_state_dir_given
         ":words", "--output=json", "--output=jsonpath-file=", "--output=jsonpath="]
     assert complete("logs", "c1") == [":words", "c1"]
     assert complete("apply", "-f", "") == [":files"]
-    assert complete("explain", "cell.spec.se") == [":words", "cell.spec.services"]
+    assert complete("explain", "cell.spec.se") == [":words", "cell.spec.security", "cell.spec.services"]
     assert complete("explain", "cell.spec.si") == [":words", "cell.spec.sidecars"]
     assert complete("explain", "cell.spec.sidecars.") == [
         ":words", "cell.spec.sidecars.build", "cell.spec.sidecars.command",
         "cell.spec.sidecars.env", "cell.spec.sidecars.hooks", "cell.spec.sidecars.image",
-        "cell.spec.sidecars.name", "cell.spec.sidecars.ports", "cell.spec.sidecars.restart",
-        "cell.spec.sidecars.volume"]
+        "cell.spec.sidecars.name", "cell.spec.sidecars.ports", "cell.spec.sidecars.resources",
+        "cell.spec.sidecars.restart", "cell.spec.sidecars.volume"]
     assert complete("explain", "cell.spec.volumes.") == [
         ":words", "cell.spec.volumes.mountPath", "cell.spec.volumes.name"]
     assert complete("explain", "cell.spec.services.") == [

@@ -131,6 +131,23 @@ def run_bounded(argv: Sequence[str], *, env: Mapping[str, str], timeout: float,
     return subprocess.CompletedProcess(list(argv), code, bytes(out), bytes(err))
 
 
+def output_reader(argv: Sequence[str], *, cwd: Path | str | None = None
+                  ) -> subprocess.Popen[bytes]:
+    """Start `argv` in a session of its own (no terminal; the caller kills its process
+    group, so what it leaves running ends with it) with its standard output and error one
+    pipe the caller reads in bounded amounts, stdin closed, a child that dies with us: a
+    host command whose output is shown as it runs."""
+    return subprocess.Popen(list(argv), cwd=cwd, stdin=DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, close_fds=True,
+                            preexec_fn=_die_with(os.getpid()), start_new_session=True)
+
+
+def run_attached(argv: Sequence[str]) -> int:
+    """Run `argv` in the foreground on our own terminal and streams (a program the user
+    asked for, such as VS Code's launcher), a child that dies with us; its exit status."""
+    return subprocess.run(list(argv), check=False, preexec_fn=_die_with(os.getpid())).returncode
+
+
 def stderr_reader(argv: Sequence[str], *, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """Start `argv` with its standard error a pipe the caller reads in bounded amounts and
     within its own deadline (stdout discarded, stdin closed; `env` added to DevCell's), a

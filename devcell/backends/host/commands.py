@@ -19,12 +19,12 @@ import os
 import selectors
 import shlex
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from devcell import names
+from devcell.backends.host import children
 from devcell.errors import BackendError
 
 MAX_SHOWN = 64 * 1024
@@ -71,9 +71,7 @@ def _run(argv: list[str], *, cwd: str, timeout: float,
          say: Callable[[str], None]) -> tuple[int | None, str]:
     """(exit status or None when killed for its time, the output's last TAIL bytes)."""
     try:
-        process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   start_new_session=True, close_fds=True)
+        process = children.output_reader(argv, cwd=cwd)
     except OSError as exc:
         raise HostCommandFailed(f"hooks.hostInitialize {shown(argv)}: cannot run it: "
                                 f"{exc.strerror or exc}") from None
@@ -123,7 +121,7 @@ def _exited(pid: int, deadline: float) -> bool:
         time.sleep(min(left, 0.02))
 
 
-def _kill(process: subprocess.Popen[bytes]) -> None:
+def _kill(process: children.Machine) -> None:
     """The command and everything it started (its own process group)."""
     try:
         os.killpg(process.pid, signal.SIGKILL)

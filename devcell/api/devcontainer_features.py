@@ -16,33 +16,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from devcell.api.devcontainer_converter import Converter as _Converter
 from devcell.manifests import feature_refs
-
-
-class _Reader(Protocol):
-    path: Path
-
-    def refuse(self, message: str, *keys: str | int, shown: str | None = None) -> None: ...
-
-
-class _Converter(Protocol):
-    """What this module uses of devcontainer.py's converter (a Protocol: the converter calls
-    this module, so this module cannot import it back)."""
-
-    @property
-    def r(self) -> _Reader: ...
-
-    data: dict[str, Any]
-    spec: dict[str, Any]
-    notes: list[str]
-    origins: dict[str, tuple[str | int, ...]]
-    out_dir: Path
-
-    def note(self, key: str, why: str) -> None: ...
-
-    def _filled(self, value: str, *keys: str | int, shown: str | None = None) -> str | None: ...
 
 DEVCONTAINERS = "ghcr.io/devcontainers/features"
 HANDLED = {"features", "overrideFeatureInstallOrder"}

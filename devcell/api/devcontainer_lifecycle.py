@@ -18,39 +18,11 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from devcell import names, security
+from devcell.api.devcontainer_converter import Converter as _Converter
 from devcell.api.devcontainer_rules import looks_secret
-from devcell.config import SecurityPolicy
-
-
-class _Reader(Protocol):
-    def refuse(self, message: str, *keys: str | int, shown: str | None = None) -> None: ...
-
-
-class _Converter(Protocol):
-    """What this module uses of devcontainer.py's converter (a Protocol: the converter calls
-    this module, so this module cannot import it back)."""
-
-    @property
-    def r(self) -> _Reader: ...
-
-    data: dict[str, Any]
-    spec: dict[str, Any]
-    notes: list[str]
-    origins: dict[str, tuple[str | int, ...]]
-    annotations: dict[str, str]
-    policy: SecurityPolicy
-    out_dir: Path
-    root: Path
-
-    def note(self, key: str, why: str) -> None: ...
-
-    def _filled(self, value: str, *keys: str | int, shown: str | None = None) -> str | None: ...
-
-    def _filled_command(self, commands: list[list[str]], key: str
-                        ) -> list[list[str]] | None: ...
 
 HANDLED = frozenset({"remoteUser", "containerUser", "userEnvProbe", "postAttachCommand",
                      "initializeCommand", "customizations", "extensions", "settings"})

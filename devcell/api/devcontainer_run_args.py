@@ -18,10 +18,10 @@ every other problem of the file. A form DevCell cannot pass on (a seccomp profil
 from __future__ import annotations
 
 import re
-from typing import Any, Protocol
+from typing import Any
 
 from devcell import privileges
-from devcell.config import SecurityPolicy
+from devcell.api.devcontainer_converter import Converter as _Converter
 
 CAPABILITIES = frozenset("""
     AUDIT_CONTROL AUDIT_READ AUDIT_WRITE BLOCK_SUSPEND BPF CHECKPOINT_RESTORE CHOWN DAC_OVERRIDE
@@ -51,26 +51,6 @@ _NO_FIELD = {
     "--hostname": "the cell's host name is its name (metadata.name)",
     "-h": "the cell's host name is its name (metadata.name)",
 }
-
-
-class _Reader(Protocol):
-    def refuse(self, message: str, *keys: str | int, shown: str | None = None) -> None: ...
-
-
-class _Converter(Protocol):
-    """What this module uses of devcontainer.py's converter (a Protocol: the converter calls
-    this module, so this module cannot import it back)."""
-
-    @property
-    def r(self) -> _Reader: ...
-
-    data: dict[str, Any]
-    spec: dict[str, Any]
-    notes: list[str]
-    origins: dict[str, tuple[str | int, ...]]
-    policy: SecurityPolicy
-
-    def note(self, key: str, why: str) -> None: ...
 
 
 def _refuse(c: _Converter, origin: tuple[str | int, ...], shown: str, message: str) -> None:

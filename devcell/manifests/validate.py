@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import json
 import os
 from functools import cache
 from typing import Any
@@ -48,13 +49,15 @@ def _fast_validator(kind: str) -> Any:
 
     It only answers "valid or not" on the hot path; every message comes from jsonschema
     (the reference implementation), and a test keeps the two in agreement. Our schemas use
-    nothing beyond draft 7 except the `$defs` name, which resolves as a JSON pointer. Its
-    compiled code is kept between commands (validator_cache: compiling it costs ~0.5 s).
+    nothing beyond draft 7 except the `$defs` name, which resolves as a JSON pointer.
     """
-    from devcell import schemas
-    from devcell.manifests import validator_cache
+    import fastjsonschema
 
-    return validator_cache.validator(kind, schemas.schema_text(kind))
+    from devcell import schemas
+
+    schema = json.loads(schemas.schema_text(kind))  # a private copy: compiling mutates it
+    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+    return fastjsonschema.compile(schema, use_default=False)
 
 
 def is_valid_fast(kind: str, data: Any) -> bool:

@@ -127,6 +127,7 @@ EVERY_COMMAND = [
     ["schema", "cell"], ["image", "build-base"], ["exec", "api", "--", "ls"], ["logs", "api"],
     ["port-forward", "api", "8080"], ["gc"],
     ["ssh", "api", "--", "ls"], ["ssh-config"], ["ssh-config", "api"], ["ssh-proxy", "api"],
+    ["code", "api", "--print"],
     ["explain", "cell.spec"], ["version"], ["completion", "bash"],
     ["df"], ["df", "-o", "json"],
     ["import", "devcontainer", "-o", "cell.yaml"],

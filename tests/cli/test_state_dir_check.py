@@ -50,6 +50,7 @@ EVERY_COMMAND = {
     ("ssh",): ["ssh", "api"],
     ("ssh-config",): ["ssh-config"],
     ("ssh-proxy",): ["ssh-proxy", "api"],
+    ("code",): ["code", "api", "--print"],
 }
 """A command line of every command that uses the state directory."""
 

@@ -11,9 +11,11 @@ decides: a regular file or nothing.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from devcell.errors import DevCellError
 
@@ -97,3 +99,22 @@ def open_given(path: str | os.PathLike[str]) -> int:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     os.set_blocking(fd, True)
     return fd
+
+
+def read_json_object(path: Path, limit: int) -> dict[str, Any] | None:
+    """A small JSON object DevCell wrote (a cache entry): read from a regular file, never
+    through a link, never blocking on a FIFO, at most `limit` bytes; None when there is none,
+    or it is anything else (a damaged cache is a miss, not an error)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        raw = f.read(limit)
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None

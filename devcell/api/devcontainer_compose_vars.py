@@ -21,7 +21,7 @@ the project folder, which a cell may write) must not grow without bound."""
 
 
 class _TooLarge(Exception):
-    pass
+    """A value past its size bound (said once, by the caller, naming the line)."""
 
 
 def fill(text: str, environ: Mapping[str, str]) -> tuple[str, list[str]]:

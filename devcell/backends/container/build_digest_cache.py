@@ -27,11 +27,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from devcell import safeio
 
 VERSION = 1
 DIRECTORY = "build-digests"
@@ -97,19 +98,7 @@ class DigestCache:
         return self.directory / f"{cell_name}.json"
 
     def _read(self, path: Path) -> dict[str, Any] | None:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError:
-            return None
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return None
-            raw = f.read(_LIMIT)
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) else None
+        return safeio.read_json_object(path, _LIMIT)
 
     def get(self, cell_name: str, key: str) -> str | None:
         data = self._read(self._path(cell_name))

@@ -16,13 +16,13 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devcell import safeio
 from devcell.backends.features import metadata
 from devcell.backends.features.metadata import Feature
 from devcell.errors import ImageBuildFailed
@@ -141,19 +141,7 @@ class Store:
 
     @staticmethod
     def _pin_file(path: Path) -> dict[str, Any] | None:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError:
-            return None
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return None
-            raw = f.read(_PIN_LIMIT)
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) else None
+        return safeio.read_json_object(path, _PIN_LIMIT)
 
     def _put_pin(self, key: str, value: dict[str, Any]) -> None:
         path = self._pin_path(key)

@@ -257,7 +257,7 @@ def test_a_reader_that_goes_away_ends_exec_quietly(state: Path) -> None:
 
 def _proxy_dropping_the_starts_answer(path: str, engine: str) -> None:
     """A unix-socket proxy to the engine that passes every request through, except that it
-    hangs up on the first exec start once the engine answered it (the command started)."""
+    hangs up on the first exec start once the command said it started."""
     import socket
     import threading
 
@@ -283,7 +283,12 @@ def _proxy_dropping_the_starts_answer(path: str, engine: str) -> None:
         upstream.sendall(head)
         if b"/start HTTP" in head.partition(b"\r\n")[0] and not dropped.is_set():
             dropped.set()
-            upstream.recv(65536)  # the engine's 101: the command runs
+            # the engine answers 101 before it starts the command, and a hang-up before the
+            # start cancels it: wait for the command's own output, then hang up on the client
+            upstream.settimeout(60)
+            seen = b""
+            while b"started" not in seen and (data := upstream.recv(65536)):
+                seen += data
             conn.close()
             upstream.close()
             return
@@ -308,7 +313,7 @@ def test_a_start_the_engine_left_unanswered_is_not_run_again(state: Path,
     _proxy_dropping_the_starts_answer(proxy, engine_address().removeprefix("unix://"))
     env = dict(_env(state), DOCKER_HOST=f"unix://{proxy}")
     ran = subprocess.run([sys.executable, "-m", "devcell", "exec", "box", "--", "sh", "-c",
-                          "echo ran >> /tmp/runs"], capture_output=True, env=env, cwd=REPO,
+                          "echo ran >> /tmp/runs; echo started"], capture_output=True, env=env, cwd=REPO,
                          timeout=120)
     assert ran.returncode == 1
     assert ran.stderr.decode().startswith(

@@ -139,7 +139,10 @@ def test_the_projects_files_are_in_the_workspace_when_its_hooks_run(
         "image": IMAGE,
         "postCreateCommand": "cat requirements.txt > ${containerWorkspaceFolder}/installed && "
                              "id -u >> installed"}))
-    os.chown(project, owner, owner)
+    # a user's folder is the user's files too: a file of root's, written while another thread
+    # held a 077 umask, is one the hook (run as the folder's owner) may not read
+    for path in (project, *project.rglob("*")):
+        os.chown(path, owner, owner)
     allow_host_paths(engine_state, project)
     imported = cli("import", "devcontainer", str(project), "-o", str(tmp_path / "cell.yaml"))
     assert imported.returncode == 0, imported.stderr

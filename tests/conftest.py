@@ -42,9 +42,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     factory = getattr(session.config, "_tmp_path_factory", None)
     if factory is None or not factory._basetemp:
         return
+    from devcell.backends.host import treecopy
     from tests.backends.engine import remove_containers_under
 
     remove_containers_under(Path(factory.getbasetemp()))
+    # a module-scoped fixture's fork (tmp_path_factory) is past the per-test detach below
+    treecopy.detach_mounts_under(Path(factory.getbasetemp()))
 
 
 @pytest.fixture(autouse=True)

@@ -89,6 +89,42 @@ class TemplateEvaluationError(DevCellError):
     """A well-formed output template that the objects cannot answer (an index out of range)."""
 
 
+class Unauthenticated(DevCellError):
+    """A token that does not name a valid principal: malformed, unknown, expired or revoked.
+
+    One message for every cause, so a caller learns nothing that helps guess a token (which
+    part was wrong, whether an id exists). Permanent: the same token never becomes valid.
+    """
+
+    permanent = True
+
+    def __init__(self, message: str = "the token is not valid (unknown, expired or revoked)"
+                 ) -> None:
+        super().__init__(message)
+
+
+class Forbidden(DevCellError):
+    """An authenticated principal asked for what its role or ownership does not allow.
+
+    `rule` is the name of the policy rule that refused (devcell.auth.policy), and the message
+    says it too: every refusal names its rule. Permanent: only another role, the cell's
+    owner sharing it (spec.sharedWith) or an admin's hand helps.
+    """
+
+    permanent = True
+
+    def __init__(self, message: str, *, rule: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_forbidden, (str(self), self.rule))
+
+
+def _rebuild_forbidden(message: str, rule: str) -> Forbidden:
+    return Forbidden(message, rule=rule)
+
+
 class StateError(DevCellError):
     """The state database refused or failed an operation."""
 

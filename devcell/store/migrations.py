@@ -157,6 +157,18 @@ def _v8_runtime_hold(db: Any) -> None:
                "created_at, forked_from, id, held) WHERE deleted_at IS NULL")
 
 
+def _v9_tokens_and_actors(db: Any) -> None:
+    """API tokens (devcell.auth.tokens: only an HMAC of each, never the token) and who made
+    each change: `actor` on events and operations (NULL: recorded before actors were)."""
+    db["tokens"].create(
+        {"id": str, "user": str, "role": str, "digest": str, "created_at": str,
+         "created_by": str, "expires_at": str, "revoked_at": str},
+        pk="id", not_null={"user", "role", "digest", "created_at"},
+    )
+    db["events"].add_column("actor", str)
+    db["operations"].add_column("actor", str)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
     (1, "initial schema", _v1_initial),
     (2, "controller status", _v2_controller_status),
@@ -166,6 +178,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
     (6, "pruned cell keeps its workspace", _v6_pruned_keep),
     (7, "frozen cell mark", _v7_frozen_mark),
     (8, "cell runtime hold", _v8_runtime_hold),
+    (9, "tokens and actors", _v9_tokens_and_actors),
 ]
 LATEST = MIGRATIONS[-1][0]  # store/cell_glance.SCHEMA_VERSION spells it out: move it too
 

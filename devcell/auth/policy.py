@@ -1,0 +1,132 @@
+"""The policy: whether a principal may apply a verb to a resource, and which rule says so.
+
+Three roles, one rule per case, every decision naming its rule (a refusal says which rule
+refused it, so a user knows whether to ask for a role, for a cell to be shared with them,
+or for an admin):
+
+- an admin may do everything (`admin`);
+- every role may list, get and watch every object (`read`); secret env values are never
+  shown to anyone (store.views redacts them in every output), so reading leaks none;
+- a viewer may do nothing else (`viewer-read-only`);
+- only an admin manages tokens (`token-admin`);
+- a developer may create objects they own (`developer-creates-own`: the creator becomes the
+  owner, so a create naming another owner is refused), and change, exec into, read the logs
+  of, ssh to, forward ports of, sleep, start, snapshot, fork and delete their own cells
+  (`developer-own`) and those whose spec.sharedWith names them (`developer-shared`), and no
+  one else's (`developer-not-own`).
+
+A resource without an owner (a node, an object recorded before owners were) belongs to no
+developer: only an admin changes it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from devcell.auth.principals import Principal, Role
+from devcell.errors import Forbidden
+from devcell.records import Record, field
+
+
+class Verb(StrEnum):
+    """What a request does to a resource (the CLI's verbs; `token_admin` for tokens)."""
+
+    list = "list"
+    get = "get"
+    watch = "watch"
+    create = "create"
+    update = "update"
+    delete = "delete"
+    exec = "exec"
+    logs = "logs"
+    ssh = "ssh"
+    port_forward = "port_forward"
+    sleep = "sleep"
+    start = "start"
+    snapshot = "snapshot"
+    fork = "fork"
+    token_admin = "token_admin"
+
+
+READ_VERBS = frozenset({Verb.list, Verb.get, Verb.watch})
+"""What every role may do to every object."""
+
+
+class ResourceRef(Record):
+    """What a verb acts on: its kind and name (None for a whole list), its owner (a cell's
+    metadata.owner; a snapshot's is its cell's) and the users it is shared with
+    (spec.sharedWith)."""
+
+    kind: str
+    name: str | None = None
+    owner: str | None = None
+    shared_with: tuple[str, ...] = field(default=())
+
+
+class Decision(Record):
+    """Whether the verb is allowed, and the name of the rule that decided (RULES)."""
+
+    allowed: bool
+    rule: str
+
+
+RULES = {
+    "admin": "an admin may do everything",
+    "read": "every role may list, get and watch every object",
+    "viewer-read-only": "a viewer may only list, get and watch",
+    "token-admin": "only an admin manages tokens",
+    "developer-creates-own": "a developer may create only objects they own",
+    "developer-own": "a developer may change their own cells",
+    "developer-shared": "a developer may change the cells whose spec.sharedWith names them",
+    "developer-not-own": "a developer may change only their own cells and those whose "
+                         "spec.sharedWith names them",
+}
+"""Every rule's name and what it says (docs/auth.md lists the same)."""
+
+
+def authorize(principal: Principal, verb: Verb, resource: ResourceRef) -> Decision:
+    """Whether `principal` may `verb` `resource`: one rule decides, and is named."""
+    if principal.role is Role.admin:
+        return Decision(True, "admin")
+    if verb in READ_VERBS:
+        return Decision(True, "read")
+    if principal.role is not Role.developer:  # a viewer, or a role this DevCell does not know
+        return Decision(False, "viewer-read-only")
+    if verb is Verb.token_admin:
+        return Decision(False, "token-admin")
+    if verb is Verb.create:
+        return Decision(resource.owner == principal.user, "developer-creates-own")
+    if resource.owner is not None and resource.owner == principal.user:
+        return Decision(True, "developer-own")
+    if principal.user in resource.shared_with:
+        return Decision(True, "developer-shared")
+    return Decision(False, "developer-not-own")
+
+
+def require(principal: Principal, verb: Verb, resource: ResourceRef) -> Decision:
+    """authorize(), raising errors.Forbidden (naming the rule) when the verb is refused."""
+    decision = authorize(principal, verb, resource)
+    if not decision.allowed:
+        raise Forbidden(refusal(principal, verb, resource, decision.rule), rule=decision.rule)
+    return decision
+
+
+def refusal(principal: Principal, verb: Verb, resource: ResourceRef, rule: str) -> str:
+    """The refusal's message: who, what, and the rule that refused (user strings escaped)."""
+    from devcell.names import printable
+
+    target = printable(resource.kind)
+    if resource.name is not None:
+        target += f' "{printable(resource.name)}"'
+    return (f"{printable(principal.user)} ({principal.role}) may not {verb} {target}: "
+            f"refused by rule {rule} ({RULES[rule]})")
+
+
+def cell_resource(name: str, metadata: dict[str, object], spec: dict[str, object],
+                  *, kind: str = "Cell") -> ResourceRef:
+    """The resource a recorded cell is (its owner from metadata.owner, its sharedWith), from
+    its manifest's parts; anything malformed in them counts as absent."""
+    owner = metadata.get("owner")
+    shared = spec.get("sharedWith")
+    users = tuple(u for u in shared if isinstance(u, str)) if isinstance(shared, list) else ()
+    return ResourceRef(kind, name, owner if isinstance(owner, str) else None, users)

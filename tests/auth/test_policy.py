@@ -1,0 +1,103 @@
+"""The policy, generated from one table: every role, every verb, a cell of one's own, one
+shared with one, and another's."""
+
+from __future__ import annotations
+
+import pytest
+
+from devcell.auth.policy import RULES, ResourceRef, Verb, authorize, cell_resource, require
+from devcell.auth.principals import Principal, Role
+from devcell.errors import Forbidden
+
+RELATIONS = ("owned", "shared", "others")
+V, D, A = "viewer", "developer", "admin"
+
+_READ = {V: ("+read",) * 3, D: ("+read",) * 3, A: ("+admin",) * 3}
+_CHANGE = {V: ("-viewer-read-only",) * 3,
+           D: ("+developer-own", "+developer-shared", "-developer-not-own"),
+           A: ("+admin",) * 3}
+
+TABLE: dict[Verb, dict[str, tuple[str, str, str]]] = {
+    # verb: role -> the decision for (owned, shared, others): +allowed / -refused, and the rule
+    Verb.list: _READ,
+    Verb.get: _READ,
+    Verb.watch: _READ,
+    Verb.create: {V: ("-viewer-read-only",) * 3,
+                  D: ("+developer-creates-own", "-developer-creates-own",
+                      "-developer-creates-own"),
+                  A: ("+admin",) * 3},
+    Verb.update: _CHANGE,
+    Verb.delete: _CHANGE,
+    Verb.exec: _CHANGE,
+    Verb.logs: _CHANGE,
+    Verb.ssh: _CHANGE,
+    Verb.port_forward: _CHANGE,
+    Verb.sleep: _CHANGE,
+    Verb.start: _CHANGE,
+    Verb.snapshot: _CHANGE,
+    Verb.fork: _CHANGE,
+    Verb.token_admin: {V: ("-viewer-read-only",) * 3, D: ("-token-admin",) * 3,
+                       A: ("+admin",) * 3},
+}
+
+CASES = [(Role(role), verb, relation, expected[i])
+         for verb, by_role in TABLE.items() for role, expected in by_role.items()
+         for i, relation in enumerate(RELATIONS)]
+
+
+def resource(relation: str, user: str = "ana") -> ResourceRef:
+    """A cell `user` owns, one bob owns and shares with `user` (and carol), or bob's own."""
+    if relation == "owned":
+        return ResourceRef("Cell", "mine", owner=user)
+    if relation == "shared":
+        return ResourceRef("Cell", "ours", owner="bob", shared_with=("carol", user))
+    return ResourceRef("Cell", "theirs", owner="bob", shared_with=("carol",))
+
+
+def test_the_table_covers_every_verb_role_and_rule() -> None:
+    assert set(TABLE) == set(Verb)
+    assert all(set(by_role) == {r.value for r in Role} for by_role in TABLE.values())
+    assert {cell[1:] for _, _, _, cell in CASES} == set(RULES)
+
+
+@pytest.mark.parametrize(("role", "verb", "relation", "expected"), CASES,
+                         ids=[f"{r}-{v}-{rel}" for r, v, rel, _ in CASES])
+def test_decision(role: Role, verb: Verb, relation: str, expected: str) -> None:
+    principal = Principal("ana", role)
+    decision = authorize(principal, verb, resource(relation))
+    assert (decision.allowed, decision.rule) == (expected[0] == "+", expected[1:])
+    if decision.allowed:
+        assert require(principal, verb, resource(relation)) == decision
+    else:
+        with pytest.raises(Forbidden) as refused:
+            require(principal, verb, resource(relation))
+        assert refused.value.rule == decision.rule
+        assert f"refused by rule {decision.rule} ({RULES[decision.rule]})" in str(refused.value)
+        assert refused.value.exit_code == 1 and refused.value.permanent
+
+
+def test_an_ownerless_resource_is_no_developers() -> None:
+    """A node, or a cell recorded before owners were: only an admin changes it."""
+    node = ResourceRef("Node", "n1")
+    assert authorize(Principal("ana", Role.developer), Verb.update, node).rule \
+        == "developer-not-own"
+    assert authorize(Principal("ana", Role.developer), Verb.get, node).allowed
+    assert authorize(Principal("", Role.developer), Verb.delete, node).allowed is False
+    assert authorize(Principal("ana", Role.admin), Verb.delete, node).allowed
+
+
+def test_a_refusal_names_who_what_and_the_rule_escaped() -> None:
+    with pytest.raises(Forbidden) as refused:
+        require(Principal("ana", Role.viewer), Verb.exec,
+                ResourceRef("Cell", "evil\x1b[2J", owner="bob"))
+    assert str(refused.value) == (
+        'ana (viewer) may not exec Cell "evil\\x1b[2J": refused by rule viewer-read-only '
+        "(a viewer may only list, get and watch)")
+
+
+def test_cell_resource_reads_owner_and_shared_with() -> None:
+    ref = cell_resource("web", {"name": "web", "owner": "bob"},
+                        {"sharedWith": ["ana", 3, "carol"]})
+    assert ref == ResourceRef("Cell", "web", "bob", ("ana", "carol"))
+    assert cell_resource("web", {"owner": 5}, {"sharedWith": "ana"}) \
+        == ResourceRef("Cell", "web", None, ())

@@ -362,6 +362,24 @@ def _completion(p: argparse.ArgumentParser) -> None:
                    help="bash (source <(devcell completion bash)), zsh or fish")
 
 
+def _token_create(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--user", required=True, help="the user the token acts as (made by its "
+                                                 "first token)")
+    p.add_argument("--role", required=True, choices=["viewer", "developer", "admin"],
+                   help="viewer: list, get, watch; developer: also make cells and change "
+                        "their own; admin: everything")
+    p.add_argument("--expires", default=None, metavar="DURATION",
+                   help="valid this long (30m, 12h, 90d; default: until revoked)")
+
+
+def _token_list(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", choices=["json"], default=None)
+
+
+def _token_revoke(p: argparse.ArgumentParser) -> None:
+    p.add_argument("id", metavar="ID", help="the token's id, as `token list` shows it")
+
+
 GROUPS = {
     "snapshot": Group("snapshot verbs"),
     "cell": Group("cell verbs"),
@@ -369,6 +387,7 @@ GROUPS = {
     "op": Group("act on suspended operations"),
     "image": Group("images for the container backend"),
     "import": Group("write a Cell manifest from another tool's description", metavar="FORMAT"),
+    "token": Group("tokens for the daemon's HTTP API (users and their roles)"),
 }
 """The commands that take a verb, with their own help."""
 
@@ -407,6 +426,12 @@ TABLE = (
             "approve and continue a suspended operation", _op_resume, recorded=True),
     Command(("op", "cancel"), "cmd_op:run_op_cancel", "cancel a suspended operation",
             _op_cancel, recorded=True),
+    Command(("token", "create"), "cmd_token:run_token_create",
+            "make a token for a user and role (printed once)", _token_create),
+    Command(("token", "list"), "cmd_token:run_token_list",
+            "the tokens: id, user, role, state (never a token itself)", _token_list),
+    Command(("token", "revoke"), "cmd_token:run_token_revoke",
+            "revoke a token: it fails from its next use", _token_revoke, recorded=True),
     Command(("schema",), "cmd_text:run_schema",
             "print a kind's JSON Schema (cell, snapshot, or config)", _schema, state=False),
     Command(("image", "build-base"), "cmd_image:run_build_base",

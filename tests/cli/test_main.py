@@ -131,6 +131,8 @@ EVERY_COMMAND = [
     ["explain", "cell.spec"], ["version"], ["completion", "bash"],
     ["df"], ["df", "-o", "json"],
     ["import", "devcontainer", "-o", "cell.yaml"],
+    ["token", "create", "--user", "ana", "--role", "developer"], ["token", "list"],
+    ["token", "revoke", "0123456789ab"],
 ]
 
 

@@ -51,6 +51,9 @@ EVERY_COMMAND = {
     ("ssh-config",): ["ssh-config"],
     ("ssh-proxy",): ["ssh-proxy", "api"],
     ("code",): ["code", "api", "--print"],
+    ("token", "create"): ["token", "create", "--user", "ana", "--role", "viewer"],
+    ("token", "list"): ["token", "list"],
+    ("token", "revoke"): ["token", "revoke", "0123456789ab"],
 }
 """A command line of every command that uses the state directory."""
 

@@ -1,0 +1,84 @@
+"""`token create`, `token list`, `token revoke`: the tokens HTTP clients present.
+
+A token is printed once, on stdout alone (`TOKEN=$(devcell token create ...)` keeps it out of
+the terminal's scrollback); what was made is said on stderr. Nothing else ever shows it:
+the store keeps only its HMAC (devcell.auth.tokens), and `token list` shows ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from devcell.auth import principals, tokens
+from devcell.auth.principals import Role
+from devcell.errors import UsageError
+from devcell.names import printable
+from devcell.store import db as dbmod
+
+
+def run_token_create(args: argparse.Namespace) -> int:
+    from devcell.manifests.quantities import duration_seconds
+
+    expires_in = None
+    if args.expires is not None:
+        try:
+            expires_in = duration_seconds(args.expires)
+        except ValueError:
+            raise UsageError(f"--expires {args.expires!r}: a duration such as 30m, 12h or 90d"
+                             ) from None
+    state_dir = dbmod.resolve_state_dir(args.state_dir)
+    db = dbmod.open_database(state_dir)
+    try:
+        info, token = tokens.create(db, user=args.user, role=Role(args.role),
+                                    expires_in=expires_in,
+                                    created_by=principals.local_user(state_dir))
+    finally:
+        db.close()
+    sys.stdout.write(token + "\n")
+    sys.stdout.flush()
+    until = f", valid until {info.expires_at}" if info.expires_at else ", valid until revoked"
+    sys.stderr.write(f"token/{info.id} made for {printable(info.user)} ({info.role}){until}; "
+                     "it is shown only this once\n")
+    return 0
+
+
+def run_token_list(args: argparse.Namespace) -> int:
+    state_dir = dbmod.resolve_state_dir(args.state_dir)
+    if not (state_dir / dbmod.DB_FILENAME).exists():
+        listed: list[tokens.TokenInfo] = []
+    else:
+        db = dbmod.open_database(state_dir, create=False)
+        try:
+            listed = tokens.listed(db)
+        finally:
+            db.close()
+    if args.output == "json":
+        items = [{"id": t.id, "user": t.user, "role": t.role, "state": t.state(),
+                  "createdAt": t.created_at, "createdBy": t.created_by,
+                  "expiresAt": t.expires_at, "revokedAt": t.revoked_at} for t in listed]
+        sys.stdout.write(json.dumps({"items": items}, indent=2) + "\n")
+        return 0
+    if not listed:
+        sys.stderr.write("No tokens.\n")
+        return 0
+    rows = [("ID", "USER", "ROLE", "STATE", "CREATED", "EXPIRES", "CREATED-BY")]
+    rows += [(t.id, printable(t.user), t.role, t.state(), t.created_at, t.expires_at or "never",
+              printable(t.created_by or "-")) for t in listed]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        sys.stdout.write("   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                         + "\n")
+    return 0
+
+
+def run_token_revoke(args: argparse.Namespace) -> int:
+    db = dbmod.open_database(dbmod.resolve_state_dir(args.state_dir))
+    try:
+        info, was_active = tokens.revoke(db, args.id)
+    finally:
+        db.close()
+    word = "revoked" if was_active else "already revoked"
+    sys.stdout.write(f"token/{info.id} {word}\n")
+    return 0

@@ -106,8 +106,9 @@ def delete_files(state_dir: Path, paths: Sequence[str], *, options: Options = DE
 
     targets: list[tuple[str, str]] = []
     problems = []
+    place = desired.validator_place_of(state_dir)
     for source in loader.read_sources(list(paths)):
-        found, bad = validate.parse_source(source)
+        found, bad = validate.parse_source(source, place)
         problems.extend(bad)
         targets.extend((m.kind, m.name) for m in found)
     if problems:

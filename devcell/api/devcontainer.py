@@ -103,6 +103,9 @@ class Conversion:
     notes: list[str] = field(default_factory=list)
     said: list[str] = field(default_factory=list)
     """What the import chose on its own (the workspace's source), said on stderr."""
+    problems: list[Problem] = field(default_factory=list)
+    """What `apply` would refuse in the manifest that is of DevCell's own making (blamed on
+    the manifest written, not on devcontainer.json): the CLI refuses to write it."""
 
 
 def find(path: str | None, cwd: Path) -> Path:
@@ -836,10 +839,12 @@ class _Converter:
 
 
 def convert(path: Path, *, name: str | None, out_dir: Path, state_dir: Path,
-            env: Mapping[str, str] | None = None) -> Conversion:
+            env: Mapping[str, str] | None = None, target: Path | None = None) -> Conversion:
     """The Cell manifest for the devcontainer.json at `path` (relative paths in it relative to
-    `out_dir`, where it will be written; `${localEnv:...}` read from `env`, default this
-    process's environment), or Refused naming file, line and field."""
+    `out_dir`, where it will be written, as `target`, default cell.yaml; `${localEnv:...}`
+    read from `env`, default this process's environment), or Refused naming file, line and
+    field. The manifest is validated as apply would, once: what is not blamed on
+    devcontainer.json is left in `Conversion.problems`."""
     _inside_project(path)
     reader = _Reader(path)
     policy = config.load(state_dir).security
@@ -847,8 +852,9 @@ def convert(path: Path, *, name: str | None, out_dir: Path, state_dir: Path,
                            state_dir=state_dir, env=os.environ if env is None else env)
     try:
         conversion = converter.convert()
-        _blame_source(conversion, reader, {**converter.origins, **converter.located},
-                      out_dir / "cell.yaml", state_dir)
+        conversion.problems = _blame_source(
+            conversion, reader, {**converter.origins, **converter.located},
+            target or out_dir / "cell.yaml", state_dir)
     except ManifestError as exc:
         raise Refused(exc.problems, converter.notes) from None
     return conversion
@@ -877,11 +883,11 @@ class Refused(ManifestError):
 
 def _blame_source(conversion: Conversion, reader: _Reader,
                   origins: dict[str, tuple[str | int, ...] | Where], target: Path,
-                  state_dir: Path) -> None:
+                  state_dir: Path) -> list[Problem]:
     """Check the manifest as apply would and raise ManifestError for every problem in a field
     that came from devcontainer.json (a NUL in image, a bad env value), naming devcontainer.json,
-    its line and field: the cell.yaml it would be blamed on is not written yet. Problems of
-    DevCell's own making are left to `check`."""
+    its line and field: the cell.yaml it would be blamed on is not written yet. Without such
+    a problem, those of DevCell's own making are returned (blamed on `target`)."""
     problems = _problems(render(conversion, reader.path), target, state_dir)
     blamed: list[Problem] = []
     for problem in problems:
@@ -895,6 +901,7 @@ def _blame_source(conversion: Conversion, reader: _Reader,
                 break
     if blamed:
         raise ManifestError(blamed)
+    return problems
 
 
 def render(conversion: Conversion, source: Path) -> str:
@@ -907,25 +914,20 @@ def render(conversion: Conversion, source: Path) -> str:
     return header + yaml.safe_dump(conversion.manifest, sort_keys=False, width=100)
 
 
-def check(text: str, target: Path, state_dir: Path) -> None:
-    """Validate the manifest as `apply` would (schema and security rules), so an import never
-    writes what apply refuses."""
-    problems = _problems(text, target, state_dir)
-    if problems:
-        raise ManifestError(problems)
-
-
 def _problems(text: str, target: Path, state_dir: Path) -> list[Problem]:
+    """The manifest validated as `apply` would (schema and security rules), so an import
+    never writes what apply refuses."""
     import hashlib
 
     from devcell import admission
     from devcell.manifests import validate
     from devcell.manifests.model import SourceFile
+    from devcell.store import desired
 
     data = text.encode()
     source = SourceFile(str(target), str(target.resolve()), data,
                         hashlib.sha256(data).hexdigest())
-    manifests, problems = validate.parse_source(source)
+    manifests, problems = validate.parse_source(source, desired.validator_place_of(state_dir))
     if not problems:
         problems = admission.security_problems(manifests, state_dir)
     return list(problems)

@@ -128,8 +128,9 @@ def run_diff(args: argparse.Namespace) -> int:
 
     manifests = []
     problems = []
+    place = desired.validator_place_of(args.state_dir)
     for source in loader.read_sources(args.filename):
-        found, bad = validate.parse_source(source)
+        found, bad = validate.parse_source(source, place)
         manifests.extend(found)
         problems.extend(bad)
     if problems:

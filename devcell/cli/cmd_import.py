@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from devcell.errors import ManifestError
 from devcell.names import printable
 
 
@@ -20,7 +21,7 @@ def run_import(args: argparse.Namespace) -> int:
     target = output or Path.cwd() / "<stdout>"
     try:
         conversion = devcontainer.convert(source, name=args.name, out_dir=target.parent,
-                                          state_dir=state_dir)
+                                          state_dir=state_dir, target=target)
     except devcontainer.Refused as exc:  # every warning too, so one round fixes everything
         _warn(source, exc.notes)
         raise
@@ -28,7 +29,8 @@ def run_import(args: argparse.Namespace) -> int:
     for said in conversion.said:
         sys.stderr.write(printable(f"{source}: {said}") + "\n")
     _warn(source, conversion.notes)
-    devcontainer.check(text, target, state_dir)
+    if conversion.problems:  # validated once, in convert
+        raise ManifestError(conversion.problems)
     if output is None:
         sys.stdout.write(text)
         return 0

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import copy
 import difflib
-import json
 import os
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from devcell import API_VERSION, kinds, names
 from devcell.errors import ManifestError, Problem
 from devcell.manifests import jsonsafe, quantities, readonly, secrets
 from devcell.manifests.model import Manifest, Path, SourceFile, field_path
 from devcell.manifests.yamlsafe import ParsedDocument, YamlSyntaxError, parse_documents
+
+if TYPE_CHECKING:
+    from devcell.manifests.validator_cache import Place
 
 KINDS = kinds.names()
 
@@ -43,28 +45,32 @@ def _validator(kind: str) -> Any:
     return cls(schema)
 
 
-@cache
-def _fast_validator(kind: str) -> Any:
+_FAST: dict[str, Any] = {}
+
+
+def _fast_validator(kind: str, place: Place | None = None) -> Any:
     """fastjsonschema's compiled validator: ~20 us per document instead of ~300 us.
 
     It only answers "valid or not" on the hot path; every message comes from jsonschema
     (the reference implementation), and a test keeps the two in agreement. Our schemas use
     nothing beyond draft 7 except the `$defs` name, which resolves as a JSON pointer.
+    Compiling it costs ~0.7 s: its compiled code is kept in `place`, a state directory's
+    (manifests/validator_cache.py), when the caller has one; once made, a process keeps it.
     """
-    import fastjsonschema
+    found = _FAST.get(kind)
+    if found is None:
+        from devcell import schemas
+        from devcell.manifests import validator_cache
 
-    from devcell import schemas
-
-    schema = json.loads(schemas.schema_text(kind))  # a private copy: compiling mutates it
-    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
-    return fastjsonschema.compile(schema, use_default=False)
+        found = _FAST[kind] = validator_cache.validator(kind, schemas.schema_text(kind), place)
+    return found
 
 
-def is_valid_fast(kind: str, data: Any) -> bool:
+def is_valid_fast(kind: str, data: Any, place: Place | None = None) -> bool:
     import fastjsonschema
 
     try:
-        _fast_validator(kind)(data)
+        _fast_validator(kind, place)(data)
     except fastjsonschema.JsonSchemaException:
         return False
     return True
@@ -177,8 +183,9 @@ class _Context:
         )
 
 
-def _schema_problems(ctx: _Context, data: dict[str, Any]) -> list[Problem]:
-    if is_valid_fast(ctx.kind or "Cell", data):
+def _schema_problems(ctx: _Context, data: dict[str, Any], place: Place | None
+                     ) -> list[Problem]:
+    if is_valid_fast(ctx.kind or "Cell", data, place):
         return []
     problems: list[Problem] = []
     seen: set[tuple[str | None, str]] = set()
@@ -525,8 +532,10 @@ def read_mapping(source: SourceFile) -> dict[str, Any]:
     return data
 
 
-def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:
-    """All manifests in one file, or the problems that stop them being accepted."""
+def parse_source(source: SourceFile, place: Place | None = None
+                 ) -> tuple[list[Manifest], list[Problem]]:
+    """All manifests in one file, or the problems that stop them being accepted. `place`:
+    where the state directory keeps compiled validators (validator_cache.at), if any."""
     try:
         text = source.data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -597,7 +606,7 @@ def parse_source(source: SourceFile) -> tuple[list[Manifest], list[Problem]]:
         if isinstance(version, str):
             found.append(ctx.problem(("metadata", "resourceVersion"), version))
         flagged = {p.field for p in found}
-        found += [p for p in _schema_problems(ctx, data) if p.field not in flagged]
+        found += [p for p in _schema_problems(ctx, data, place) if p.field not in flagged]
         flagged = {p.field for p in found}
         found += [p for p in _nan_problems(ctx, data) if p.field not in flagged]
         if not found:

@@ -296,7 +296,7 @@ class DirectorySync:
                 problems.append(Problem(
                     f.display, "file is empty; keeping the last applied state of its objects "
                     "(delete the file to delete them)"))
-            elif _holds_nothing(f, cache):
+            elif _holds_nothing(self.db, f, cache):
                 problems.append(Problem(
                     f.display, "file holds no objects (only comments or empty documents); "
                     "keeping the last applied state of its objects (delete the file to "
@@ -477,7 +477,7 @@ def _owners(db: Database, files: list[SourceFile], cache: ParseCache) -> set[str
             from devcell.manifests import validate  # only when a changed file is read
 
             if f.digest + f.key not in cache:
-                cache[f.digest + f.key] = validate.parse_source(f)
+                cache[f.digest + f.key] = validate.parse_source(f, desired.validator_place(db))
             found = [(m.kind, m.name) for m in cache[f.digest + f.key][0]]
         else:
             found = []
@@ -489,12 +489,12 @@ def _owners(db: Database, files: list[SourceFile], cache: ParseCache) -> set[str
     return owners
 
 
-def _holds_nothing(f: SourceFile, cache: ParseCache) -> bool:
+def _holds_nothing(db: Database, f: SourceFile, cache: ParseCache) -> bool:
     """A file that parses cleanly to no object at all (comments, `---`): like an empty file,
     it keeps its objects rather than pruning them (a half-saved edit must not delete)."""
     from devcell.manifests import validate  # only when a changed file is read
 
     if f.digest + f.key not in cache:
-        cache[f.digest + f.key] = validate.parse_source(f)
+        cache[f.digest + f.key] = validate.parse_source(f, desired.validator_place(db))
     found, bad = cache[f.digest + f.key]
     return not found and not bad

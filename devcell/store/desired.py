@@ -34,7 +34,10 @@ from devcell.store import (
 from devcell.store.db import Database
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from devcell.manifests.selectors import Selector
+    from devcell.manifests.validator_cache import Place
 
 SETTLED_PHASES = objects.SETTLED_PHASES
 IMPERATIVE = "cli"
@@ -246,6 +249,21 @@ def _under(source: str | None, roots: list[str]) -> bool:
     return any(source == r or source.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
+def validator_place(db: Database) -> Place | None:
+    """Where the state of `db` keeps compiled validators (none for an in-memory check)."""
+    from devcell.manifests import validator_cache
+
+    return None if db.memory else validator_cache.at(db.state_dir, db.hash_key)
+
+
+def validator_place_of(state_dir: Path) -> Place | None:
+    """The same for a state directory not opened: none until it has its key (nothing made)."""
+    from devcell.manifests import validator_cache
+    from devcell.store import hashkey
+
+    return validator_cache.at(state_dir, hashkey.existing(state_dir))
+
+
 def apply(
     db: Database, files: list[SourceFile], *, dry_run: bool = False,
     admit: Admit, prune_roots: list[str] | None = None, prune_selector: Selector | None = None,
@@ -276,7 +294,7 @@ def apply(
         if f.digest + f.key not in cache:
             from devcell.manifests import validate  # only when a file must be parsed
 
-            cache[f.digest + f.key] = validate.parse_source(f)
+            cache[f.digest + f.key] = validate.parse_source(f, validator_place(db))
         return cache[f.digest + f.key][0]
 
     # An unchanged file that defines an object a changed file defines too is parsed as well,

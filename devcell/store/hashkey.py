@@ -30,6 +30,24 @@ def load(state_dir: Path) -> bytes:
     raise StateError(f"{path}: cannot read or create the hash key")
 
 
+def existing(state_dir: Path) -> bytes | None:
+    """The key of `state_dir` if it has a usable one, never made here: for what may go without
+    (the compiled validators' cache of a command that need not make a state directory)."""
+    from devcell import safeio
+
+    try:
+        fd = safeio.open_regular(state_dir, FILENAME)
+    except (OSError, safeio.UnsafeFile):
+        return None
+    try:
+        data = safeio.read_some(fd, SIZE + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) == SIZE else None
+
+
 def _read(path: Path) -> bytes | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)

@@ -112,8 +112,7 @@ def test_an_image_based_sample_with_comments_and_trailing_commas(tmp_path: Path)
     for field in ("postAttachCommand", "customizations", "remoteUser"):
         assert f"{field}: not converted" not in notes, field
     assert "postStartCommand: its 2 commands run one after another" in notes
-    devcontainer.check(devcontainer.render(result, path), tmp_path / "proj" / "cell.yaml",
-                       tmp_path / "state")
+    assert result.problems == []
 
 
 def test_a_dockerfile_based_sample(tmp_path: Path) -> None:
@@ -137,7 +136,7 @@ def test_a_dockerfile_based_sample(tmp_path: Path) -> None:
         "the cell gets its own, cache" in notes
     assert spec["security"] == {"init": True}  # what every cell has: no allowance needed
     assert "workspaceFolder: not converted (the workspace is at /src" in notes
-    devcontainer.check(devcontainer.render(result, path), root / "cell.yaml", tmp_path / "state")
+    assert result.problems == []
 
 
 def test_the_legacy_dockerfile_field_and_a_manifest_written_in_a_subfolder(

@@ -46,8 +46,7 @@ def test_the_images_command_becomes_a_service(tmp_path: Path) -> None:
     assert result.manifest["spec"]["services"] == [{"name": "main", "command": [
         "/bin/sh", "-c", 'cd "$0" && exec "$@"', "/workspace", "/bin/sh"]}]
     assert not [n for n in result.notes if n.startswith("overrideCommand")]
-    devcontainer.check(devcontainer.render(result, path), tmp_path / "cell.yaml",
-                       tmp_path / "state")
+    assert result.problems == []
 
 
 def test_a_dockerfile_from_a_local_image_inherits_its_command(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ def _project(root: Path, devcontainer_json: str, **files: str) -> Path:
 
 def _convert(path: Path, out_dir: Path, state: Path) -> devcontainer.Conversion:
     result = devcontainer.convert(path, name=None, out_dir=out_dir, state_dir=state)
-    devcontainer.check(devcontainer.render(result, path), out_dir / "cell.yaml", state)
+    assert result.problems == []
     return result
 
 

@@ -26,8 +26,7 @@ def _allow_host_commands(state: Path) -> None:
 def _ok(tmp_path: Path, text: str) -> devcontainer.Conversion:
     path = _sample(tmp_path, textwrap.dedent(text))
     result = _convert(path, tmp_path, tmp_path / "state")
-    devcontainer.check(devcontainer.render(result, path), tmp_path / "cell.yaml",
-                       tmp_path / "state")
+    assert result.problems == []
     return result
 
 
@@ -168,7 +167,7 @@ def test_a_folder_host_commands_run_in_is_copied_not_bound_live(tmp_path: Path) 
     assert result.manifest["spec"]["workspace"]["source"] == {
         "directory": {"path": str(project)}}
     assert any("initializeCommand runs on the host in it" in s for s in result.said)
-    devcontainer.check(devcontainer.render(result, path), project / "cell.yaml", state)
+    assert result.problems == []
     plain = _sample(tmp_path / "plain", '{"image": "devcell/busybox:latest"}')
     os.chown(tmp_path / "plain", 1000, 1000)
     live = _convert(plain, tmp_path / "plain", state)

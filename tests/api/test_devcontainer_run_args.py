@@ -99,8 +99,7 @@ def test_allowed_privileges_are_written_as_spec_security_once_each(tmp_path: Pat
         "capabilities": ["SYS_PTRACE", "NET_ADMIN", "CHOWN"],  # runArgs first
         "securityOpt": ["seccomp=unconfined"],  # no-new-privileges is DevCell's default
         "devices": ["/dev/zero:/dev/z:r"], "init": True, "privileged": True}
-    devcontainer.check(devcontainer.render(result, path), path.parent.parent / "cell.yaml",
-                       state)
+    assert result.problems == []
 
 
 def test_the_host_network_is_the_cells_where_allowed_and_ports_are_the_hosts(

@@ -20,8 +20,7 @@ def _spec(tmp_path: Path, data: dict[str, object]) -> tuple[dict, devcontainer.C
     path = _sample(tmp_path, json.dumps({"image": "devcell/busybox:latest", **data}))
     result = devcontainer.convert(path, name=None, out_dir=tmp_path,
                                   state_dir=tmp_path / "state", env={})
-    devcontainer.check(devcontainer.render(result, path), tmp_path / "cell.yaml",
-                       tmp_path / "state")
+    assert result.problems == []
     return result.manifest["spec"], result
 
 
@@ -99,8 +98,7 @@ def test_a_dockerfile_outside_the_build_context_is_accepted_as_docker_build_f(
                                   state_dir=tmp_path / "state", env={})
     assert result.manifest["spec"]["build"] == {"context": ".devcontainer",
                                                 "dockerfile": "../docker/Dockerfile.dev"}
-    devcontainer.check(devcontainer.render(result, path), tmp_path / "proj" / "cell.yaml",
-                       tmp_path / "state")
+    assert result.problems == []
     with pytest.raises(devcontainer.Refused) as refused:  # the manifest below the Dockerfile
         devcontainer.convert(path, name=None, out_dir=path.parent,
                              state_dir=tmp_path / "state", env={})

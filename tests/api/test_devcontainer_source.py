@@ -41,8 +41,7 @@ def _project(root: Path, remote: str | None = None) -> Path:
 
 def _convert(path: Path, state: Path) -> devcontainer.Conversion:
     result = devcontainer.convert(path, name=None, out_dir=path.parent.parent, state_dir=state)
-    devcontainer.check(devcontainer.render(result, path), path.parent.parent / "cell.yaml",
-                       state)  # what is written applies
+    assert result.problems == []  # what is written applies
     return result
 
 

@@ -107,7 +107,7 @@ def test_every_converted_field_is_filled_in(tmp_path: Path) -> None:
         "postCreate": [["/bin/sh", "-c", "echo dev > /workspaces/web/who; echo ${HOME}"]],
         "postStart": [["touch", "web"]]}
     assert spec["resources"] == {"memory": "1Gi"}
-    devcontainer.check(devcontainer.render(result, path), root / "cell.yaml", tmp_path / "state")
+    assert result.problems == []
 
 
 @pytest.mark.parametrize(("field", "where"), [
@@ -156,5 +156,4 @@ def test_volume_mounts_become_the_cells_volumes(tmp_path: Path) -> None:
         "the cell gets its own, cache-2" in notes
     assert "mounts[0]" not in notes and "mounts[1]" not in notes
     assert "mounts[4]: not converted (a tmpfs mount has no equivalent" in notes
-    devcontainer.check(devcontainer.render(result, path), tmp_path / "proj" / "cell.yaml",
-                       tmp_path / "state")
+    assert result.problems == []

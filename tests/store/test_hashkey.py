@@ -48,3 +48,20 @@ def test_the_database_reads_its_key_from_its_state_dir(tmp_path: Path) -> None:
         assert db.hash_key == hashkey.load(tmp_path / "state")
     finally:
         db.close()
+
+
+def test_existing_reads_a_key_never_makes_one(tmp_path: Path) -> None:
+    """For caches that may go without (the compiled validators): a missing, damaged or
+    linked key is no key, and nothing is made."""
+    assert hashkey.existing(tmp_path / "none") is None
+    assert not (tmp_path / "none").exists()
+    path = tmp_path / hashkey.FILENAME
+    path.write_bytes(b"short")
+    assert hashkey.existing(tmp_path) is None
+    path.unlink()
+    os.symlink(tmp_path / "elsewhere", path)
+    assert hashkey.existing(tmp_path) is None
+    path.unlink()
+    assert hashkey.existing(tmp_path) is None and not path.exists()
+    key = hashkey.load(tmp_path)
+    assert hashkey.existing(tmp_path) == key

@@ -287,6 +287,14 @@ class ArchiveRefused(BackendRefused):
     permanent = True
 
 
+class RegistryUnreachable(BackendError):
+    """A registry a snapshot is pushed to or pulled from could not be reached, answered an
+    error, or refused the credentials of the Docker client's configuration. Nothing was
+    recorded; the same command may succeed once the registry or the login is mended."""
+
+    reason = "RegistryUnreachable"
+
+
 class MountRefused(BackendRefused):
     """A bind mount's host path is not allowed (any more) when the container starts, or
     overlaps a writable mount of another cell.

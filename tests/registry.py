@@ -172,6 +172,32 @@ class Registry:
         urllib.request.urlopen(put, timeout=30).close()
         return "sha256:" + hashlib.sha256(body).hexdigest()
 
+    def push_artifact(self, name: str, tag: str, *, config: bytes, config_type: str,
+                      layers: list[tuple[str, bytes]], artifact_type: str | None = None) -> str:
+        """Push an OCI artifact of exactly these blobs (as a hostile publisher could), by the
+        distribution API; its manifest's digest."""
+        manifest: dict[str, Any] = {
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": config_type, "size": len(config),
+                       "digest": self._blob(name, config)},
+            "layers": [{"mediaType": media, "size": len(data), "digest": self._blob(name, data)}
+                       for media, data in layers]}
+        if artifact_type:
+            manifest["artifactType"] = artifact_type
+        body = json.dumps(manifest).encode()
+        put = urllib.request.Request(
+            f"http://{self.address}/v2/{name}/manifests/{tag}", data=body, method="PUT",
+            headers={**self._headers(),
+                     "Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+        urllib.request.urlopen(put, timeout=30).close()
+        return "sha256:" + hashlib.sha256(body).hexdigest()
+
+    def blob_file(self, digest: str) -> Path:
+        """Where the registry's storage keeps blob `digest` (a test damages it there)."""
+        hexa = digest.removeprefix("sha256:")
+        return (self.log.parent / "storage" / "docker" / "registry" / "v2" / "blobs" /
+                "sha256" / hexa[:2] / hexa / "data")
+
     def login(self, docker_config: Path) -> None:
         """`docker login` into this registry with a private DOCKER_CONFIG (never ~/.docker)."""
         docker_config.mkdir(parents=True, exist_ok=True)

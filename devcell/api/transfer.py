@@ -21,7 +21,7 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -81,42 +81,56 @@ def export(state_dir: Path, snapshot: str, out: Path | BinaryIO) -> Exported:
     written beside it and renamed) or to an open binary stream."""
     db = dbmod.open_database(state_dir)
     try:
-        snap = objects.require(db.conn, KIND, snapshot)
-        if snap.phase != Phase.READY or not snap.extra.get("checkpoint_ref"):
-            raise NotReady(f'snapshot "{names.printable(snap.name)}" is {snap.phase}, not Ready: '
-                           "it has no checkpoint to export yet")
-        if snap.extra.get("consistency") == Consistency.MACHINE:
-            raise NotExportable(
-                f'snapshot "{names.printable(snap.name)}" keeps a machine\'s memory, which an '
-                "archive cannot carry, and its disk alone lacks what the guest had not written "
-                "back yet; export a filesystem snapshot of the cell instead (devcell snapshot "
-                "create CELL --name NAME, taken with the guest's filesystem frozen)")
-        cell = snapshot_controller.source_cell(db.conn, snap)
-        backend_name = snapshot_controller.backend_of(snap, cell)
-        backend = backends.load(backend_name, state_dir)
+        snap = exportable(db, snapshot)
         started = time.perf_counter()
-        try:
-            tree = backend.checkpoint_files(snap.id)
-            try:
-                sidecars = backend.checkpoint_sidecars(snap.id)
-                carried = archive_write.sidecar_names(sidecars)
-                header = _header(snap, cell, backend_name, tree is not None, carried)
-                with _destination(out) as stream:
-                    written = archive_write.write(stream, header, tree, sidecars, carried)
-            finally:
-                backend.release_checkpoint_files(snap.id)
-        finally:
-            backend.close()
+        with _destination(out) as stream:
+            written, carried = write_archive(state_dir, db, snap, stream)
         outputs = {"file": str(out) if isinstance(out, Path) else "-", "sha256": written.sha256,
                    "entries": written.entries, "bytes": written.bytes,
                    "skipped": written.skipped,
                    **({"sidecars": ",".join(carried)} if carried else {})}
-        op_id = _record_operation(db, snap.id, snap.name, "export",
+        op_id = record_operation(db, snap.id, snap.name, "export",
                                   StepName.EXPORT_CHECKPOINT, outputs, started)
         return Exported(snap.name, written.sha256, written.entries, written.bytes,
                         written.skipped, op_id)
     finally:
         db.close()
+
+
+def exportable(db: dbmod.Database, snapshot: str) -> objects.ObjectRecord:
+    """The snapshot `snapshot`, if it has a checkpoint an archive can carry (NotReady,
+    NotExportable otherwise)."""
+    snap = objects.require(db.conn, KIND, snapshot)
+    if snap.phase != Phase.READY or not snap.extra.get("checkpoint_ref"):
+        raise NotReady(f'snapshot "{names.printable(snap.name)}" is {snap.phase}, not Ready: '
+                       "it has no checkpoint to export yet")
+    if snap.extra.get("consistency") == Consistency.MACHINE:
+        raise NotExportable(
+            f'snapshot "{names.printable(snap.name)}" keeps a machine\'s memory, which an '
+            "archive cannot carry, and its disk alone lacks what the guest had not written "
+            "back yet; export a filesystem snapshot of the cell instead (devcell snapshot "
+            "create CELL --name NAME, taken with the guest's filesystem frozen)")
+    return snap
+
+
+def write_archive(state_dir: Path, db: dbmod.Database, snap: objects.ObjectRecord,
+                  stream: BinaryIO) -> tuple[archive_write.Written, tuple[str, ...]]:
+    """Stream the archive of `snap` (exportable) to `stream`, its checkpoint read through
+    its backend; (what was written, the sidecars carried)."""
+    cell = snapshot_controller.source_cell(db.conn, snap)
+    backend_name = snapshot_controller.backend_of(snap, cell)
+    backend = backends.load(backend_name, state_dir)
+    try:
+        tree = backend.checkpoint_files(snap.id)
+        try:
+            sidecars = backend.checkpoint_sidecars(snap.id)
+            carried = archive_write.sidecar_names(sidecars)
+            header = _header(snap, cell, backend_name, tree is not None, carried)
+            return archive_write.write(stream, header, tree, sidecars, carried), carried
+        finally:
+            backend.release_checkpoint_files(snap.id)
+    finally:
+        backend.close()
 
 
 def _header(snap: objects.ObjectRecord, cell: objects.ObjectRecord | None, backend: str,
@@ -177,10 +191,13 @@ def _destination(out: Path | BinaryIO) -> Iterator[BinaryIO]:
 
 
 def import_(state_dir: Path, source: BinaryIO, *, name: str | None = None,
-            origin: str = "-", limits: archive_format.Limits = archive_read.DEFAULT_LIMITS
-            ) -> Imported:
+            origin: str = "-", limits: archive_format.Limits = archive_read.DEFAULT_LIMITS,
+            finish: Callable[[], None] | None = None, pulled: bool = False) -> Imported:
     """Bring the archive read from `source` in as a Ready snapshot (`name`, else the name it
-    was exported under). ArchiveRefused, and nothing changed, for a damaged or hostile one."""
+    was exported under). ArchiveRefused, and nothing changed, for a damaged or hostile one.
+    `finish()` is called once the archive was read and checked, before anything is recorded
+    (a pull reads its blob to the end there and checks its digest; raising refuses it).
+    `pulled`: `origin` is a registry's REF@digest, and the snapshot is recorded as pulled."""
     archive = archive_read.Archive(source, limits)  # a bad header: refused before the store
     header = archive.header
     db = dbmod.open_database(state_dir)
@@ -195,14 +212,16 @@ def import_(state_dir: Path, source: BinaryIO, *, name: str | None = None,
 
         def fill(directory: Path | None, *, sidecars: Path | None = None) -> tuple[int, int]:
             done.append(archive.extract(directory, sidecars))
+            if finish is not None:
+                finish()
             return done[0].files, done[0].bytes
 
         try:
             with storage_lock.creating(state_dir):  # placed and recorded before gc judges it
                 info, read, op_id = _place(db, backend, snapshot_id, name, header, fill, origin,
-                                           started, done)
+                                           started, done, pulled)
         except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM: nothing placed, and said so
-            _record_interrupted(db, snapshot_id, name, origin, exc, started)
+            _record_interrupted(db, snapshot_id, name, origin, exc, started, pulled)
             raise
         finally:
             backend.close()
@@ -214,7 +233,8 @@ def import_(state_dir: Path, source: BinaryIO, *, name: str | None = None,
 
 def _place(db: dbmod.Database, backend: Backend, snapshot_id: str, name: str,
            header: archive_format.Header, fill: Any, origin: str, started: float,
-           done: list[archive_read.Read]) -> tuple[Any, archive_read.Read, str]:
+           done: list[archive_read.Read], pulled: bool = False
+           ) -> tuple[Any, archive_read.Read, str]:
     """The checkpoint placed and its snapshot recorded (the caller holds the storage lock):
     (the backend's checkpoint info, what was read, the operation id)."""
     info = backend.import_checkpoint(snapshot_id, cell_id=_safe(header.source_cell_id)
@@ -222,7 +242,8 @@ def _place(db: dbmod.Database, backend: Backend, snapshot_id: str, name: str,
     read = done[0]
     try:
         failpoints.hit("import.before-record")
-        op_id = _record(db, snapshot_id, name, header, info.outputs(), read, origin, started)
+        op_id = _record(db, snapshot_id, name, header, info.outputs(), read, origin, started,
+                        pulled)
     except BaseException:  # Ctrl-C and SIGTERM too: nothing is left that no row names
         backend.delete_checkpoint(snapshot_id)  # the row was not recorded
         raise
@@ -278,12 +299,13 @@ def _backend(state_dir: Path, header: archive_format.Header) -> Backend:
 
 def _record(db: dbmod.Database, snapshot_id: str, name: str, header: archive_format.Header,
             checkpoint: dict[str, Any], read: archive_read.Read, origin: str,
-            started: float) -> str:
+            started: float, pulled: bool = False) -> str:
     spec = {"cell": header.cell}
+    verb = "pulled" if pulled else "imported"
     key = db.hash_key
     status = {
         "conditions": objects.set_condition(
-            [], "Ready", "True", "Imported", f"checkpoint imported from {origin}"),
+            [], "Ready", "True", verb.capitalize(), f"checkpoint {verb} from {origin}"),
         "checkpoint": checkpoint,
         "origin": {"kind": snapshot_controller.IMPORTED, "backend": header.backend,
                    "archive": origin, "sha256": read.sha256,
@@ -291,7 +313,8 @@ def _record(db: dbmod.Database, snapshot_id: str, name: str, header: archive_for
                    "snapshot": header.name, "cell": header.cell,
                    "cellId": _safe(header.source_cell_id),
                    "parentSnapshotId": _safe(header.parent_snapshot_id),
-                   "takenAt": header.taken_at, "importedAt": now()},
+                   "takenAt": header.taken_at, "importedAt": now(),
+                   **({"pulledFrom": origin} if pulled else {})},
     }
     outputs = {"archive": origin, "sha256": read.sha256, "files": read.files,
                "bytes": read.bytes, "checkpoint": str(checkpoint.get("checkpoint")),
@@ -312,11 +335,12 @@ def _record(db: dbmod.Database, snapshot_id: str, name: str, header: archive_for
         assert record is not None
         objects.write_status(conn, record, phase=Phase.READY, status=status,
                              observed_generation=record.generation)
-        events.record(conn, kind=KIND, object_id=snapshot_id, name=name, reason="Imported",
-                      message=f"imported from {origin} (snapshot {header.name} of cell "
+        events.record(conn, kind=KIND, object_id=snapshot_id, name=name,
+                      reason=verb.capitalize(),
+                      message=f"{verb} from {origin} (snapshot {header.name} of cell "
                               f"{header.cell}, sha256 {read.sha256[:16]}...)")
-        return _operation(conn, snapshot_id, name, "import", StepName.IMPORT_CHECKPOINT,
-                          outputs, started)
+        return _operation(conn, snapshot_id, name, "pull" if pulled else "import",
+                          StepName.IMPORT_CHECKPOINT, outputs, started)
 
 
 def _operation(conn: Any, object_id: str, name: str, action: str, step: StepName,
@@ -339,20 +363,20 @@ def _operation(conn: Any, object_id: str, name: str, action: str, step: StepName
 
 
 def _record_interrupted(db: dbmod.Database, snapshot_id: str, name: str, origin: str,
-                        exc: KeyboardInterrupt, started: float) -> None:
+                        exc: KeyboardInterrupt, started: float, pulled: bool = False) -> None:
     """An import stopped by a signal: its operation, Failed, says that nothing was imported
     (best effort: a state database that cannot record leaves the message to the CLI)."""
     signal_name = str(getattr(exc, "signal_name", "") or "Ctrl-C")
     try:
         with db.write() as conn:
-            _operation(conn, snapshot_id, name, "import", StepName.IMPORT_CHECKPOINT,
-                       {"archive": origin}, started,
+            _operation(conn, snapshot_id, name, "pull" if pulled else "import",
+                       StepName.IMPORT_CHECKPOINT, {"archive": origin}, started,
                        error=f"interrupted ({signal_name}); nothing was imported")
     except DevCellError:
         pass
 
 
-def _record_operation(db: dbmod.Database, object_id: str, name: str, action: str,
+def record_operation(db: dbmod.Database, object_id: str, name: str, action: str,
                       step: StepName, outputs: dict[str, Any], started: float) -> str:
     with db.write() as conn:
         return _operation(conn, object_id, name, action, step, outputs, started)

@@ -148,6 +148,21 @@ def _snapshot_import(p: argparse.ArgumentParser) -> None:
                                                 "name in the archive)")
 
 
+def _snapshot_push(p: argparse.ArgumentParser) -> None:
+    p.add_argument("snapshot")
+    p.add_argument("target", metavar="REGISTRY/REPOSITORY[:TAG]",
+                   help="where to store it (the engine's credentials, ~/.docker/config.json)")
+    p.add_argument("--compression", choices=("gzip", "none"), default="gzip",
+                   help="the layer's compression (default gzip)")
+
+
+def _snapshot_pull(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", metavar="REF", help="REGISTRY/REPOSITORY:TAG or "
+                                                 "REGISTRY/REPOSITORY@sha256:DIGEST")
+    p.add_argument("--name", default=None, help="the snapshot's name here (default: its "
+                                                "name when it was pushed)")
+
+
 def _snapshot_restore(p: argparse.ArgumentParser) -> None:
     p.add_argument("snapshot")
     p.add_argument("--cell", default=None,
@@ -404,6 +419,10 @@ TABLE = (
             "write a snapshot as a self-describing archive", _snapshot_export, recorded=True),
     Command(("snapshot", "import"), "cmd_transfer:run_snapshot_import",
             "bring in a snapshot archive as a Ready snapshot", _snapshot_import),
+    Command(("snapshot", "push"), "cmd_transfer:run_snapshot_push",
+            "store a snapshot in a registry as an OCI artifact", _snapshot_push, recorded=True),
+    Command(("snapshot", "pull"), "cmd_transfer:run_snapshot_pull",
+            "bring in a snapshot from a registry as a Ready snapshot", _snapshot_pull),
     Command(("snapshot", "restore"), "cmd_restore:run_snapshot_restore",
             "roll a cell's workspace back to a snapshot, in place", _snapshot_restore, recorded=True),
     Command(("snapshot", "list"), "cmd_cells:run_snapshot_list", "a cell's snapshots",

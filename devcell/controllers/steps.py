@@ -43,6 +43,8 @@ class StepName(StrEnum):
     """Write a snapshot's checkpoint as an archive (`snapshot export`)."""
     IMPORT_CHECKPOINT = "import-checkpoint"
     """Check an archive and make a checkpoint of its tree (`snapshot import`)."""
+    PUSH_CHECKPOINT = "push-checkpoint"
+    """Write a snapshot's checkpoint as an OCI artifact to a registry (`snapshot push`)."""
     SAVE_MACHINE = "save-machine"
     """Sleep on a backend with memory state: memory and disk saved, the machine stopped."""
     RESTORE_MACHINE = "restore-machine"

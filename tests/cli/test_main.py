@@ -121,7 +121,9 @@ def test_the_program_ends_with_its_commands_output_and_exit_code(tmp_path: Path)
 EVERY_COMMAND = [
     ["apply", "-f", "x.yaml"], ["get", "cells"], ["describe", "cell", "api"],
     ["delete", "cell", "api"], ["diff", "-f", "x.yaml"], ["snapshot", "create", "api", "--name", "s"],
-    ["snapshot", "list", "api"], ["cell", "fork", "api", "--snapshot", "s", "--name", "b"],
+    ["snapshot", "list", "api"], ["snapshot", "push", "s", "127.0.0.1:5000/team/s:v1"],
+    ["snapshot", "pull", "127.0.0.1:5000/team/s:v1", "--name", "t"],
+    ["cell", "fork", "api", "--snapshot", "s", "--name", "b"],
     ["cell", "sleep", "api"], ["cell", "start", "api"], ["wait", "cell", "api"],
     ["controller", "run", "--manifests", "m"], ["op", "resume", "op_1"], ["op", "cancel", "op_1"],
     ["schema", "cell"], ["image", "build-base"], ["exec", "api", "--", "ls"], ["logs", "api"],

@@ -28,6 +28,8 @@ EVERY_COMMAND = {
     ("snapshot", "create"): ["snapshot", "create", "api", "--name", "s"],
     ("snapshot", "export"): ["snapshot", "export", "s", "-o", "-"],
     ("snapshot", "import"): ["snapshot", "import", "-"],
+    ("snapshot", "push"): ["snapshot", "push", "s", "127.0.0.1:9/team/s:v1"],
+    ("snapshot", "pull"): ["snapshot", "pull", "127.0.0.1:9/team/s:v1"],
     ("snapshot", "restore"): ["snapshot", "restore", "s"],
     ("snapshot", "list"): ["snapshot", "list", "api"],
     ("cell", "fork"): ["cell", "fork", "api", "--snapshot", "s", "--name", "f"],

@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 
+# The test swarm's session fixtures (`swarm`, `clean_swarm`): registered once here, so every
+# module that uses them shares one swarm per session.
+pytest_plugins = ["tests.swarm"]
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 

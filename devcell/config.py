@@ -69,12 +69,26 @@ class IdleSettings:
 
 
 @dataclass(frozen=True)
+class ClusterSettings:
+    """The swarm this state directory controls (`cluster` in the file): absent, DevCell is
+    single-host, as it always was (docs/cluster.md)."""
+
+    engine: str
+    """The manager's engine: unix:///path (its own socket, or one forwarded with ssh -L)."""
+
+    @property
+    def socket(self) -> str:
+        return self.engine[len("unix://"):]
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     exists: bool
     security: SecurityPolicy = field(default_factory=SecurityPolicy)
     images: ImageSettings = field(default_factory=ImageSettings)
     idle: IdleSettings = field(default_factory=IdleSettings)
+    cluster: ClusterSettings | None = None
 
 
 def config_path(state_dir: Path) -> Path:
@@ -190,7 +204,10 @@ def parse(path: Path, data: bytes, state_dir: Path | None = None) -> Config:
         build_idle_timeout=float(settings.get("buildIdleTimeoutSeconds", 600)),
         registry_mirrors=dict(settings.get("registryMirrors") or {}))
     idle = IdleSettings(sleep_after=(doc.data.get("idle") or {}).get("sleepAfter"))
-    return Config(path, exists=True, images=images, idle=idle, security=SecurityPolicy(
+    cluster = doc.data.get("cluster")
+    return Config(path, exists=True, images=images, idle=idle,
+                  cluster=None if cluster is None else ClusterSettings(engine=cluster["engine"]),
+                  security=SecurityPolicy(
         allowed_host_paths=tuple(security.get("allowedHostPaths", ())),
         allow_host_network=bool(security.get("allowHostNetwork", False)),
         allowed_publish_addresses=tuple(security.get("allowedPublishAddresses", ())),

@@ -292,3 +292,24 @@ def test_image_timeouts_default_and_can_be_set(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         config.load(tmp_path)
     assert "line 4" in str(caught.value) or ":4" in str(caught.value)
+
+
+def test_a_cluster_is_a_unix_socket_and_absent_by_default(tmp_path: Path) -> None:
+    assert config.load(tmp_path).cluster is None  # single-host: the default
+    write(tmp_path / "config.yaml", "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                    "cluster:\n  engine: unix:///run/manager.sock\n")
+    settings = config.load(tmp_path).cluster
+    assert settings is not None and settings.socket == "/run/manager.sock"
+    for engine, words in [("tcp://10.0.0.1:2375", "is not a unix socket address"),
+                          ("unix://relative.sock", "is not a unix socket address"),
+                          ("", "is not a unix socket address")]:
+        write(tmp_path / "config.yaml", "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                        f"cluster:\n  engine: '{engine}'\n")
+        with pytest.raises(ConfigError) as caught:
+            config.load(tmp_path)
+        assert str(caught.value).startswith(f"{tmp_path}/config.yaml:4:11: cluster.engine: ")
+        assert words in str(caught.value)
+    write(tmp_path / "config.yaml", "apiVersion: devcell.dev/v1alpha1\nkind: Config\n"
+                                    "cluster: {}\n")
+    with pytest.raises(ConfigError, match='missing required field "engine"'):
+        config.load(tmp_path)

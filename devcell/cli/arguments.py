@@ -22,6 +22,7 @@ GET_KINDS = {
     "operation": "operations", "operations": "operations", "op": "operations", "ops": "operations",
     "event": "events", "events": "events", "ev": "events",
     "controller": "controllers", "controllers": "controllers",
+    "node": "nodes", "nodes": "nodes", "no": "nodes",
 }
 
 

@@ -33,7 +33,7 @@ def _open(args: argparse.Namespace) -> Database | None:
     return Database(state_dir, create=False)
 
 
-LABELED = ("cells", "snapshots")
+LABELED = ("cells", "snapshots", "nodes")
 """The kinds with labels: -l, --show-labels and -L apply to them only."""
 FIELDS = {
     "cells": {"metadata.name": "name", "metadata.id": "id", "status.phase": "shown_phase",
@@ -311,6 +311,10 @@ def _table(kind: str, rows: list[dict[str, Any]], wide: bool
                 (c for c in r["conditions"] if c["type"] == "ManifestsValid"), {})
             data.append([r["name"], "yes" if r["running"] else "no", r["pid"], r["host"],
                          age(r["started_at"]), cond.get("status"), cond.get("message")])
+    elif kind == "nodes":
+        from devcell.cli import cmd_nodes
+
+        headers, data = cmd_nodes.table(rows, wide)
     else:
         headers = ["AGE", "TYPE", "REASON", "OBJECT", "MESSAGE"]
         data = [[age(r["created_at"]), r["type"], r["reason"],
@@ -357,17 +361,25 @@ def run_get(args: argparse.Namespace) -> int:
     for_object = getattr(args, "for_object", None)
     if for_object is not None and (args.kind != "events" or args.names):
         raise UsageError("--for is for `get events --for KIND/NAME` (without a NAME)")
-    db = _open(args)
+    db = _open(args) if args.kind != "nodes" else None  # nodes: from the engine (cmd_nodes)
     labels = bool(args.show_labels or args.label_columns)
     if for_object is not None:
         rows = _events_for(db, for_object) if db is not None else []
+    elif args.kind == "nodes":
+        from devcell.cli import cmd_nodes
+
+        rows = cmd_nodes.rows(args, selector)
     else:
         rows = (_rows(db, args.kind, args.names, selector, wide=args.output == "wide",
                       labels=labels) if db is not None else [])
     rows = _filtered(args.kind, rows, fields)
     missing = _missing(args.kind, args.names, rows)
-    pairs = _documents(db, args.kind, rows) if db is not None and _needs_documents(args) \
-        else [(r, r) for r in rows]
+    if args.kind == "nodes":
+        pairs = [(r, r["document"]) for r in rows]
+    elif db is not None and _needs_documents(args):
+        pairs = _documents(db, args.kind, rows)
+    else:
+        pairs = [(r, r) for r in rows]
     if args.sort_by:
         from devcell.cli import printers
 
@@ -432,7 +444,8 @@ def _print(args: argparse.Namespace, output: Output | None, rows: list[dict[str,
             (render.as_json if args.output == "json" else render.as_yaml)(value)
     elif args.output == "name":
         singular = args.kind.rstrip("s")
-        key = "id" if args.kind in ("operations", "events") else "name"
+        # a node by id: the hostnames of a cluster's nodes need not differ
+        key = "id" if args.kind in ("operations", "events", "nodes") else "name"
         sys.stdout.write("".join(printable(f"{singular}/{r[key]}") + "\n" for r in rows))
     elif args.output == "custom-columns":
         from devcell.cli import printers

@@ -78,7 +78,7 @@ def _apply(p: argparse.ArgumentParser) -> None:
 
 def _get(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", type=arguments.kind(arguments.GET_KINDS), metavar="KIND",
-                   help="cells, snapshots, volumes, operations or events")
+                   help="cells, snapshots, volumes, operations, events, controllers or nodes")
     p.add_argument("names", nargs="*", metavar="NAME", help="names or ids (default: all)")
     p.add_argument("-o", "--output", default="table", metavar="FORMAT", type=arguments.get_output,
                    help="table, wide, yaml, json, name, jsonpath=TEMPLATE, jsonpath-file=FILE, "
@@ -377,6 +377,11 @@ def _completion(p: argparse.ArgumentParser) -> None:
                    help="bash (source <(devcell completion bash)), zsh or fish")
 
 
+def _node(p: argparse.ArgumentParser) -> None:
+    p.add_argument("node", metavar="NODE", help="node id, unique hostname or unique id prefix "
+                                                "(as `get nodes` shows them)")
+
+
 def _token_create(p: argparse.ArgumentParser) -> None:
     p.add_argument("--user", required=True, help="the user the token acts as (made by its "
                                                  "first token)")
@@ -403,6 +408,7 @@ GROUPS = {
     "image": Group("images for the container backend"),
     "import": Group("write a Cell manifest from another tool's description", metavar="FORMAT"),
     "token": Group("tokens for the daemon's HTTP API (users and their roles)"),
+    "node": Group("the cluster's machines (docs/cluster.md)"),
 }
 """The commands that take a verb, with their own help."""
 
@@ -451,6 +457,10 @@ TABLE = (
             "the tokens: id, user, role, state (never a token itself)", _token_list),
     Command(("token", "revoke"), "cmd_token:run_token_revoke",
             "revoke a token: it fails from its next use", _token_revoke, recorded=True),
+    Command(("node", "cordon"), "cmd_nodes:run_cordon",
+            "keep new cells off a node (the engine's availability pause)", _node),
+    Command(("node", "uncordon"), "cmd_nodes:run_uncordon",
+            "let new cells onto a node again (availability active)", _node),
     Command(("schema",), "cmd_text:run_schema",
             "print a kind's JSON Schema (cell, snapshot, or config)", _schema, state=False),
     Command(("image", "build-base"), "cmd_image:run_build_base",

@@ -309,6 +309,11 @@ def _translate(ctx: _Context, error: Any) -> list[Problem]:
         if schema["pattern"] == quantities.MEMORY_PATTERN:
             return [ctx.problem(path, f"{shown} is not a memory quantity: "
                                       f"{quantities.MEMORY_WORDS}")]
+        if schema["pattern"].startswith("^unix:///"):  # the configuration's cluster.engine
+            return [ctx.problem(path, f"{shown} is not a unix socket address: write "
+                                      "unix:///path/to/docker.sock (for a manager elsewhere, a "
+                                      "socket forwarded with ssh -L; the engine's API is not "
+                                      "taken over plain tcp://)")]
         return [ctx.problem(path, f'{shown} does not match the pattern {schema["pattern"]}')]
     if validator == "propertyNames":
         return [ctx.problem(path, f"invalid key: {error.message}")]

@@ -135,6 +135,7 @@ EVERY_COMMAND = [
     ["import", "devcontainer", "-o", "cell.yaml"],
     ["token", "create", "--user", "ana", "--role", "developer"], ["token", "list"],
     ["token", "revoke", "0123456789ab"],
+    ["get", "nodes"], ["node", "cordon", "n1"], ["node", "uncordon", "n1"],
 ]
 
 

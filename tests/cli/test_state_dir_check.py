@@ -56,6 +56,8 @@ EVERY_COMMAND = {
     ("token", "create"): ["token", "create", "--user", "ana", "--role", "viewer"],
     ("token", "list"): ["token", "list"],
     ("token", "revoke"): ["token", "revoke", "0123456789ab"],
+    ("node", "cordon"): ["node", "cordon", "n1"],
+    ("node", "uncordon"): ["node", "uncordon", "n1"],
 }
 """A command line of every command that uses the state directory."""
 

@@ -1,0 +1,188 @@
+"""The machines cells run on: `devcell get nodes`, `devcell node cordon/uncordon`.
+
+With a cluster configured (`cluster.engine`, docs/cluster.md) the nodes are the swarm's, as
+its manager's engine reports them, and DevCell's cells on each are found by the labels of
+their services' tasks. Without one, DevCell is single-host: one node, this machine, running
+every cell the state directory records. Cordon and uncordon are the engine's availability
+(pause, active): DevCell keeps no node state of its own.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from devcell import config
+from devcell.errors import NotFound, UsageError
+from devcell.names import printable
+
+LOCAL_ID = "local"
+CELL_LABEL = "dev.devcell.cell"  # the container backend's label naming a cell (labels.CELL)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One machine, as `get nodes` shows it."""
+
+    name: str
+    """Its hostname (several nodes of one test machine share one; the id tells them apart)."""
+    id: str
+    role: str
+    """manager, worker, or local (single-host)."""
+    availability: str
+    """active, pause (cordoned) or drain: whether the scheduler places tasks there."""
+    state: str
+    """The engine's word for the node: ready, down, unknown, disconnected."""
+    address: str
+    leader: bool = False
+    message: str = ""
+    engine: str = ""
+    created: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    cpus: float | None = None
+    memory_bytes: int | None = None
+    reserved_cpus: float = 0.0
+    reserved_memory_bytes: int = 0
+    tasks: int = 0
+    """Tasks of any service the swarm runs there (-1: not known, single-host)."""
+    cells: tuple[str, ...] = ()
+
+    def document(self) -> dict[str, Any]:
+        """The node as `get nodes -o json|yaml` prints it (kubectl's shape)."""
+        return {
+            "apiVersion": "devcell.dev/v1alpha1", "kind": "Node",
+            "metadata": {"name": self.name, "id": self.id, "labels": dict(self.labels),
+                         "creationTimestamp": self.created},
+            "spec": {"role": self.role, "availability": self.availability},
+            "status": {
+                "state": self.state, "message": self.message, "address": self.address,
+                "leader": self.leader, "engineVersion": self.engine or None,
+                "capacity": {"cpus": self.cpus, "memoryBytes": self.memory_bytes},
+                "reserved": {"cpus": self.reserved_cpus,
+                             "memoryBytes": self.reserved_memory_bytes},
+                "tasks": None if self.tasks < 0 else self.tasks,
+                "cells": list(self.cells),
+            },
+        }
+
+
+def cluster(state_dir: Path) -> config.ClusterSettings | None:
+    """The configured cluster, or None: single-host."""
+    return config.load(state_dir).cluster
+
+
+def _manager(state_dir: Path, settings: config.ClusterSettings) -> Any:
+    from devcell.backends.container.cluster import Manager
+
+    where = f"cluster.engine in {config.config_path(state_dir)}"
+    return Manager(settings.socket, where)
+
+
+def list_nodes(state_dir: Path) -> list[Node]:
+    """Every node: the swarm's (by hostname, then id), or this machine alone."""
+    settings = cluster(state_dir)
+    if settings is None:
+        return [_local(state_dir)]
+    manager = _manager(state_dir, settings)
+    raw = manager.nodes()
+    services = manager.services_of_state(state_dir)
+    tasks = manager.tasks()
+    nodes = [_from_engine(n, tasks, services) for n in raw]
+    return sorted(nodes, key=lambda n: (n.name, n.id))
+
+
+def _local(state_dir: Path) -> Node:
+    """This machine as the one node of a single-host state directory: every recorded cell
+    is here; its capacity is the kernel's."""
+    memory = None
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        pass
+    return Node(name=os.uname().nodename, id=LOCAL_ID, role="local", availability="active",
+                state="ready", address="-", cpus=float(os.cpu_count() or 0) or None,
+                memory_bytes=memory, tasks=-1, cells=tuple(_recorded_cells(state_dir)))
+
+
+def _recorded_cells(state_dir: Path) -> list[str]:
+    from devcell.store import guard, views
+    from devcell.store.db import Database
+
+    if not guard.database_exists(state_dir):
+        return []
+    db = Database(state_dir, create=False)
+    try:
+        return [str(r["name"]) for r in views.cells_table(db.conn)]
+    finally:
+        db.close()
+
+
+def _from_engine(raw: dict[str, Any], tasks: list[dict[str, Any]],
+                 services: dict[str, dict[str, str]]) -> Node:
+    spec = raw.get("Spec") or {}
+    description = raw.get("Description") or {}
+    status = raw.get("Status") or {}
+    manager = raw.get("ManagerStatus") or {}
+    resources = description.get("Resources") or {}
+    node_id = str(raw.get("ID") or "")
+    here = [t for t in tasks if t.get("NodeID") == node_id]
+    reserved_cpus, reserved_memory = 0.0, 0
+    for task in here:
+        reservations = ((task.get("Spec") or {}).get("Resources") or {}).get("Reservations") or {}
+        reserved_cpus += float(reservations.get("NanoCPUs") or 0) / 1e9
+        reserved_memory += int(reservations.get("MemoryBytes") or 0)
+    cells = sorted({str(services[t["ServiceID"]].get(CELL_LABEL) or t["ServiceID"])
+                    for t in here if t.get("ServiceID") in services})
+    nano = resources.get("NanoCPUs")
+    role = str(spec.get("Role") or "worker")
+    return Node(
+        name=str(description.get("Hostname") or node_id), id=node_id, role=role,
+        availability=str(spec.get("Availability") or "active"),
+        state=str(status.get("State") or "unknown"), message=str(status.get("Message") or ""),
+        # A manager's own address is the one it listens on; a worker's is the address its
+        # connection came from (docs/cluster.md, "Facts").
+        address=str(manager.get("Addr") or status.get("Addr") or ""),
+        leader=bool(manager.get("Leader")),
+        engine=str((description.get("Engine") or {}).get("EngineVersion") or ""),
+        created=raw.get("CreatedAt"), labels=dict(spec.get("Labels") or {}),
+        cpus=None if nano is None else float(nano) / 1e9,
+        memory_bytes=resources.get("MemoryBytes"),
+        reserved_cpus=reserved_cpus, reserved_memory_bytes=reserved_memory,
+        tasks=len(here), cells=tuple(cells))
+
+
+def find(nodes: list[Node], name: str) -> Node:
+    """The node `name` means: its id, its unique hostname, or a unique prefix of its id (as
+    the docker CLI takes)."""
+    for node in nodes:
+        if node.id == name:
+            return node
+    named = [n for n in nodes if n.name == name]
+    if len(named) > 1:
+        raise UsageError(f'"{printable(name)}" is the hostname of {len(named)} nodes '
+                         f'({", ".join(n.id for n in named)}): give a node id')
+    if named:
+        return named[0]
+    prefixed = [n for n in nodes if name and n.id.startswith(name)]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    raise NotFound(f'node "{printable(name)}" not found'
+                   + (" (an id prefix of several nodes)" if prefixed else ""))
+
+
+def set_availability(state_dir: Path, name: str, availability: str) -> tuple[Node, bool]:
+    """Set node `name`'s availability on the swarm; the node after, and whether it changed.
+    Single-host there is nothing to set: refused, naming the configuration."""
+    settings = cluster(state_dir)
+    if settings is None:
+        raise UsageError(f"no cluster is configured (cluster.engine in "
+                         f"{config.config_path(state_dir)}): a single host has no scheduler to "
+                         "keep cells off it; see docs/cluster.md")
+    node = find(list_nodes(state_dir), name)
+    if node.availability == availability:
+        return node, False
+    manager = _manager(state_dir, settings)
+    manager.set_availability(node.id, availability)
+    return find(list_nodes(state_dir), node.id), True

@@ -1,0 +1,73 @@
+"""`get nodes` (its rows and table; `get` prints them as any kind's) and `node cordon`,
+`node uncordon`: one devcell.api.nodes call each, printed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from devcell.api import nodes
+from devcell.cli import render
+from devcell.errors import UsageError
+from devcell.names import printable
+from devcell.store.db import resolve_state_dir
+
+if TYPE_CHECKING:
+    from devcell.manifests.selectors import Selector
+
+
+def rows(args: argparse.Namespace, selector: Selector | None) -> list[dict[str, Any]]:
+    """`get nodes`' rows: each node's table fields, its labels and its document."""
+    if args.watch or args.field_selector:
+        raise UsageError("nodes are read from the engine each time: no -w or --field-selector "
+                         "with `get nodes` (-l selects by node label)")
+    found = nodes.list_nodes(resolve_state_dir(args.state_dir))
+    wanted = set(args.names)
+    return [_row(n) for n in found if (selector is None or selector.matches(n.labels))
+            and (not wanted or n.name in wanted or n.id in wanted)]
+
+
+def _row(node: nodes.Node) -> dict[str, Any]:
+    return {"name": node.name, "id": node.id, "labels": node.labels, "node": node,
+            "document": node.document()}
+
+
+def table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list[Any]]]:
+    headers = ["NAME", "ID", "ROLE", "STATUS", "AVAILABILITY", "CELLS", "AGE"]
+    data: list[list[Any]] = []
+    for r in rows:
+        n: nodes.Node = r["node"]
+        role = f"{n.role},leader" if n.leader else n.role
+        data.append([n.name, n.id, role, n.state.capitalize(), n.availability, len(n.cells),
+                     render.age(n.created) if n.created else "-"])
+        if wide:
+            reserved = (f"{n.reserved_cpus:g}cpu,{render.size(n.reserved_memory_bytes)}"
+                        if n.tasks >= 0 else "-")
+            data[-1] += [n.address or "-", n.engine or "-",
+                         "-" if n.cpus is None else f"{n.cpus:g}",
+                         "-" if n.memory_bytes is None else render.size(n.memory_bytes),
+                         reserved, "-" if n.tasks < 0 else n.tasks,
+                         ",".join(n.cells) or "<none>", n.message or ""]
+    if wide:
+        headers += ["ADDRESS", "ENGINE", "CPUS", "MEMORY", "RESERVED", "TASKS", "CELL-NAMES",
+                    "MESSAGE"]
+    return headers, data
+
+
+def _set(args: argparse.Namespace, availability: str, said: str) -> int:
+    node, changed = nodes.set_availability(resolve_state_dir(args.state_dir), args.node,
+                                           availability)
+    shown = printable(f"node/{node.id}")
+    sys.stdout.write(f"{shown} {said}\n" if changed else f"{shown} already {said}\n")
+    return 0
+
+
+def run_cordon(args: argparse.Namespace) -> int:
+    """The engine's availability `pause`: nothing new is placed on the node; what runs there
+    stays."""
+    return _set(args, "pause", "cordoned")
+
+
+def run_uncordon(args: argparse.Namespace) -> int:
+    return _set(args, "active", "uncordoned")

@@ -35,7 +35,8 @@ class Node:
     """active, pause (cordoned) or drain: whether the scheduler places tasks there."""
     state: str
     """The engine's word for the node: ready, down, unknown, disconnected."""
-    address: str
+    address: str | None
+    """None: the single host (it is not reached through an address)."""
     leader: bool = False
     message: str = ""
     engine: str = ""
@@ -60,8 +61,9 @@ class Node:
                 "state": self.state, "message": self.message, "address": self.address,
                 "leader": self.leader, "engineVersion": self.engine or None,
                 "capacity": {"cpus": self.cpus, "memoryBytes": self.memory_bytes},
-                "reserved": {"cpus": self.reserved_cpus,
-                             "memoryBytes": self.reserved_memory_bytes},
+                # single-host: nothing reserves (no scheduler), so no figure, not a zero
+                "reserved": None if self.tasks < 0 else {
+                    "cpus": self.reserved_cpus, "memoryBytes": self.reserved_memory_bytes},
                 "tasks": None if self.tasks < 0 else self.tasks,
                 "cells": list(self.cells),
             },
@@ -102,7 +104,7 @@ def _local(state_dir: Path) -> Node:
     except (ValueError, OSError):
         pass
     return Node(name=os.uname().nodename, id=LOCAL_ID, role="local", availability="active",
-                state="ready", address="-", cpus=float(os.cpu_count() or 0) or None,
+                state="ready", address=None, cpus=float(os.cpu_count() or 0) or None,
                 memory_bytes=memory, tasks=-1, cells=tuple(_recorded_cells(state_dir)))
 
 

@@ -6,7 +6,8 @@ A snapshot is stored as an OCI artifact (any registry that speaks the distributi
     config     CONFIG_TYPE: DevCell's metadata (format, snapshot, cell, lineage, backend,
                the archive's checksum and counts), for people and tools; never trusted
     layer      the snapshot archive `snapshot export` writes (devcell.backends.archives),
-               gzip-compressed (LAYER_GZIP) or not (LAYER_TAR)
+               zstd-compressed (LAYER_ZSTD, the default), gzip-compressed (LAYER_GZIP) or
+               not (LAYER_TAR)
 
 Push streams the archive straight into a blob upload sent in chunks (memory holds one
 chunk, whatever the workspace's size; no temporary file). Pull streams the layer straight
@@ -48,14 +49,20 @@ ARTIFACT_TYPE = "application/vnd.devcell.snapshot.v1"
 CONFIG_TYPE = "application/vnd.devcell.snapshot.config.v1+json"
 LAYER_TAR = "application/vnd.devcell.snapshot.layer.v1.tar"
 LAYER_GZIP = "application/vnd.devcell.snapshot.layer.v1.tar+gzip"
-COMPRESSIONS = {"gzip": LAYER_GZIP, "none": LAYER_TAR}
+LAYER_ZSTD = "application/vnd.devcell.snapshot.layer.v1.tar+zstd"
+COMPRESSIONS = {"zstd": LAYER_ZSTD, "gzip": LAYER_GZIP, "none": LAYER_TAR}
+SUFFIXES = {"zstd": ".zst", "gzip": ".gz", "none": ""}
 MAX_CONFIG = 64 * 1024
 DRAIN_LIMIT = 256 * 2**20
 """How much more of a refused layer is read to tell damage (its digest) from a hostile
 archive; past it the archive's own refusal is given."""
 GZIP_LEVEL = 1
-"""Fast: a workspace is mostly source and objects that compress well at any level, and the
-registry is usually near (level 6 costs ~3x the time for ~10% less)."""
+ZSTD_LEVEL = 1
+"""Fast levels: a workspace is mostly source and objects that compress well at any level,
+and the registry is usually near. zstd level 1 compresses ~40x faster than zlib's gzip
+level 1 here (0.09 s against 3.4 s for 20 MiB), so it is the default."""
+ZSTD_WINDOW = 1 << 27
+"""The largest window a pulled zstd layer may ask for (memory the decompressor may take)."""
 
 Progress = Callable[[int, int | None], None]
 """progress(bytes done, total bytes or None when unknown)."""
@@ -114,15 +121,22 @@ class _Counted:
 
     def __init__(self, upload: oci.Upload, compression: str, progress: Progress) -> None:
         self.upload = upload
-        self.gzip = gzip.GzipFile(fileobj=cast(BinaryIO, upload), mode="wb",
-                                  compresslevel=GZIP_LEVEL, mtime=0) \
-            if compression == "gzip" else None
+        self.compressor: Any = None
+        if compression == "gzip":
+            self.compressor = gzip.GzipFile(fileobj=cast(BinaryIO, upload), mode="wb",
+                                            compresslevel=GZIP_LEVEL, mtime=0)
+        elif compression == "zstd":
+            import zstandard
+
+            self.compressor = zstandard.ZstdCompressor(
+                level=ZSTD_LEVEL, write_checksum=True).stream_writer(cast(BinaryIO, upload),
+                                                                     closefd=False)
         self.written = 0
         self.progress = progress
 
     def write(self, data: bytes) -> int:
-        if self.gzip is not None:
-            self.gzip.write(data)
+        if self.compressor is not None:
+            self.compressor.write(data)
         else:
             self.upload.write(data)
         self.written += len(data)
@@ -133,11 +147,11 @@ class _Counted:
         return None
 
     def close(self) -> None:
-        if self.gzip is not None:
-            self.gzip.close()
+        if self.compressor is not None:
+            self.compressor.close()
 
 
-def push(state_dir: Path, snapshot: str, target: str, *, compression: str = "gzip",
+def push(state_dir: Path, snapshot: str, target: str, *, compression: str = "zstd",
          progress: Progress = _no_progress) -> Pushed:
     """Store snapshot `snapshot` at `target` (REGISTRY/REPOSITORY[:TAG]) as an artifact."""
     ref = _parse(target, push=True)
@@ -147,7 +161,7 @@ def push(state_dir: Path, snapshot: str, target: str, *, compression: str = "gzi
     shown = _shown(ref)
     db = dbmod.open_database(state_dir)
     try:
-        snap = transfer.exportable(db, snapshot)
+        snap = transfer.exportable(db, snapshot, "push")
         started = time.perf_counter()
         client = oci.Client(oci.endpoint(ref.registry), ref.repository,
                             f"snapshot push to {names.printable(shown)}",
@@ -181,8 +195,8 @@ def push(state_dir: Path, snapshot: str, target: str, *, compression: str = "gzi
             "config": {"mediaType": CONFIG_TYPE, "digest": config_digest, "size": len(config)},
             "layers": [{"mediaType": COMPRESSIONS[compression], "digest": layer,
                         "size": layer_bytes, "annotations": {
-                            "org.opencontainers.image.title": f"{snap.name}.tar"
-                            + (".gz" if compression == "gzip" else "")}}],
+                            "org.opencontainers.image.title":
+                                f"{snap.name}.tar{SUFFIXES[compression]}"}}],
             "annotations": {"dev.devcell.snapshot.name": snap.name,
                             "org.opencontainers.image.created": now()},
         }
@@ -275,7 +289,7 @@ def _layer(manifest: dict[str, Any], subject: str) -> tuple[str, int, str]:
     if media not in COMPRESSIONS.values():
         raise ArchiveRefused(f"{subject}: its layer's media type "
                              f"{names.printable(str(media)[:100])!r} is not one this DevCell "
-                             f"reads ({LAYER_GZIP} or {LAYER_TAR}); nothing imported")
+                             f"reads ({', '.join(COMPRESSIONS.values())}); nothing imported")
     if not isinstance(digest, str) or not oci.DIGEST.match(digest) or not isinstance(
             size, int) or isinstance(size, bool) or size < 0:
         raise ArchiveRefused(f"{subject}: its layer must name a sha256 digest and a size; "
@@ -308,6 +322,21 @@ def _config(client: oci.Client, manifest: dict[str, Any], subject: str) -> dict[
     return data
 
 
+def _decompressed(buffered: Any, media: str
+                  ) -> tuple[BinaryIO, tuple[type[BaseException], ...]]:
+    """The archive's bytes from the layer's, and what a damaged layer makes them raise."""
+    failures: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error)
+    if media == LAYER_GZIP:
+        return cast(BinaryIO, gzip.GzipFile(fileobj=buffered, mode="rb")), failures
+    if media == LAYER_ZSTD:
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor(max_window_size=ZSTD_WINDOW).stream_reader(
+            buffered, closefd=False)
+        return cast(BinaryIO, reader), (*failures, zstandard.ZstdError)
+    return cast(BinaryIO, buffered), failures
+
+
 def pull(state_dir: Path, source: str, *, name: str | None = None,
          progress: Progress = _no_progress) -> Pulled:
     """Bring the snapshot artifact at `source` (REGISTRY/REPOSITORY:TAG or @sha256:...) in
@@ -325,8 +354,8 @@ def pull(state_dir: Path, source: str, *, name: str | None = None,
     with client.open("blobs", layer) as got:
         raw = _Verified(got, layer, size, subject, progress)
         buffered = io.BufferedReader(raw, oci.CHUNK)
-        stream: BinaryIO = cast(BinaryIO, gzip.GzipFile(fileobj=buffered, mode="rb")
-                                if media == LAYER_GZIP else buffered)
+        stream, failures = _decompressed(buffered, media)
+        caught: tuple[type[BaseException], ...] = (ArchiveRefused, *failures)
 
         def finish() -> None:
             raw.drain(size)  # what follows tar's end (padding): read and checked too
@@ -334,7 +363,7 @@ def pull(state_dir: Path, source: str, *, name: str | None = None,
         try:
             done = transfer.import_(state_dir, stream, name=name, origin=origin,
                                     finish=finish, pulled=True)
-        except (ArchiveRefused, OSError, EOFError, zlib.error) as exc:
+        except caught as exc:
             if raw.seen < size:  # refused before the blob's end: damage, or a hostile archive?
                 raw.drain(DRAIN_LIMIT)  # damage: its digest's refusal is raised here
             if isinstance(exc, ArchiveRefused):

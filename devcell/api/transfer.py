@@ -97,18 +97,19 @@ def export(state_dir: Path, snapshot: str, out: Path | BinaryIO) -> Exported:
         db.close()
 
 
-def exportable(db: dbmod.Database, snapshot: str) -> objects.ObjectRecord:
+def exportable(db: dbmod.Database, snapshot: str, verb: str = "export"
+               ) -> objects.ObjectRecord:
     """The snapshot `snapshot`, if it has a checkpoint an archive can carry (NotReady,
-    NotExportable otherwise)."""
+    NotExportable otherwise, saying what `verb` could not do)."""
     snap = objects.require(db.conn, KIND, snapshot)
     if snap.phase != Phase.READY or not snap.extra.get("checkpoint_ref"):
         raise NotReady(f'snapshot "{names.printable(snap.name)}" is {snap.phase}, not Ready: '
-                       "it has no checkpoint to export yet")
+                       f"it has no checkpoint to {verb} yet")
     if snap.extra.get("consistency") == Consistency.MACHINE:
         raise NotExportable(
             f'snapshot "{names.printable(snap.name)}" keeps a machine\'s memory, which an '
             "archive cannot carry, and its disk alone lacks what the guest had not written "
-            "back yet; export a filesystem snapshot of the cell instead (devcell snapshot "
+            f"back yet; {verb} a filesystem snapshot of the cell instead (devcell snapshot "
             "create CELL --name NAME, taken with the guest's filesystem frozen)")
     return snap
 

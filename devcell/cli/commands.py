@@ -152,8 +152,8 @@ def _snapshot_push(p: argparse.ArgumentParser) -> None:
     p.add_argument("snapshot")
     p.add_argument("target", metavar="REGISTRY/REPOSITORY[:TAG]",
                    help="where to store it (the engine's credentials, ~/.docker/config.json)")
-    p.add_argument("--compression", choices=("gzip", "none"), default="gzip",
-                   help="the layer's compression (default gzip)")
+    p.add_argument("--compression", choices=("zstd", "gzip", "none"), default="zstd",
+                   help="the layer's compression (default zstd)")
 
 
 def _snapshot_pull(p: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 
 from devcell.api import apply as apply_api
 from devcell.api import cells, snapshot_registry, transfer
@@ -122,14 +123,14 @@ def test_a_damaged_blob_is_refused_naming_its_digest(served: Registry, source: P
     db.close()
 
 
-def _hostile(served: Registry, repository: str, archive: bytes, *, compress: bool) -> str:
-    layer = gzip.compress(archive) if compress else archive
+def _hostile(served: Registry, repository: str, archive: bytes, *, compression: str) -> str:
+    layer = {"gzip": gzip.compress, "zstd": zstandard.ZstdCompressor().compress,
+             "none": bytes}[compression](archive)
     config = json.dumps({"format": "devcell-snapshot", "formatVersion": 1}).encode()
     served.push_artifact(repository, "v1", config=config,
                          config_type=snapshot_registry.CONFIG_TYPE,
                          artifact_type=snapshot_registry.ARTIFACT_TYPE,
-                         layers=[(snapshot_registry.LAYER_GZIP if compress
-                                  else snapshot_registry.LAYER_TAR, layer)])
+                         layers=[(snapshot_registry.COMPRESSIONS[compression], layer)])
     return served.ref(repository, "v1")
 
 
@@ -156,7 +157,8 @@ def test_a_hostile_artifact_is_refused_with_imports_words(served: Registry, tmp_
     with pytest.raises(ArchiveRefused) as imported:
         transfer.import_(tmp_path / "imported", io.BytesIO(archive))
     ref = _hostile(served, f"hostile/h{sorted(HOSTILE).index(what)}",
-                   archive, compress=what == "a link out")
+                   archive, compression=("gzip", "zstd", "none", "zstd")[
+                       sorted(HOSTILE).index(what)])
     target = tmp_path / "target"
     with pytest.raises(ArchiveRefused) as pulled:
         snapshot_registry.pull(target, ref)

@@ -5,9 +5,12 @@ Starts the test swarm of private engines (tests/swarm.py: 3 dockerds on 127.0.<s
 the main engine), then for each run: `docker run -d` on the worker until the container is
 running, and `docker service create -d --constraint node.id==WORKER` on the manager until the
 engine reports the task Running (polled every 20 ms through `docker service ps`), each followed
-by its removal. Also times the swarm's own start and stop.
+by its removal. Also times the swarm's own start and stop. With --node-down: how long the
+manager takes to call a worker down after its dockerd stops (SIGTERM, then SIGKILL), and to
+call it ready again once the engine is started again on its data-root.
 
     .venv/bin/python bench/cluster_start.py --runs 10     # ~1 min
+    .venv/bin/python bench/cluster_start.py --runs 0 --node-down   # ~1 min
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ def until(check, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--node-down", action="store_true",
+                        help="also time a worker's engine stopping and coming back")
     args = parser.parse_args()
     swarm = test_swarm.start(3)
     try:
@@ -58,13 +63,36 @@ def main() -> None:
                                          ).stdout.startswith(b"Running"))
             services.append(time.monotonic() - began)
             manager.docker("service", "rm", name)
-        print(f"docker run -d (worker's engine):   median {statistics.median(runs):.2f} s "
-              f"(min {min(runs):.2f}, max {max(runs):.2f}, {len(runs)} runs)")
-        print(f"service create, 1 task on worker:  median {statistics.median(services):.2f} s "
-              f"(min {min(services):.2f}, max {max(services):.2f}, {len(services)} runs)")
+        if runs:
+            print(f"docker run -d (worker's engine):   median {statistics.median(runs):.2f} s "
+                  f"(min {min(runs):.2f}, max {max(runs):.2f}, {len(runs)} runs)")
+            print(f"service create, 1 task on worker:  median {statistics.median(services):.2f} "
+                  f"s (min {min(services):.2f}, max {max(services):.2f}, {len(services)} runs)")
+        if args.node_down:
+            node_down(swarm)
     finally:
         test_swarm.stop(swarm)
     print("test swarm: " + ", ".join(f"{k} {v:.2f} s" for k, v in swarm.timings.items()))
+
+
+def node_down(swarm: test_swarm.Swarm) -> None:
+    manager, worker = swarm.manager, swarm.workers[-1]
+
+    def state() -> str:
+        return manager.docker("node", "inspect", "--format",
+                              "{{.Status.State}} ({{.Status.Message}})", worker.node_id
+                              ).stdout.decode().strip()
+
+    for kill in (False, True):
+        swarm.stop_engine(worker, kill=kill)
+        began = time.monotonic()
+        until(lambda: not state().startswith("ready"), timeout=120)
+        print(f"worker's dockerd {'SIGKILLed' if kill else 'stopped (SIGTERM)'}: the manager "
+              f"says {state()} after {time.monotonic() - began:.1f} s")
+        began = time.monotonic()
+        swarm.start_engine(worker)
+        until(lambda: state().startswith("ready"), timeout=120)
+        print(f"  started again: ready after {time.monotonic() - began:.1f} s")
 
 
 if __name__ == "__main__":

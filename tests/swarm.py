@@ -59,6 +59,8 @@ class Node:
     directory: Path
     process: subprocess.Popen[bytes] | None = None
     node_id: str = ""
+    argv: list[str] = field(default_factory=list)
+    """The dockerd command line, to start the engine again on the same data-root."""
 
     @property
     def socket(self) -> Path:
@@ -118,6 +120,18 @@ class Swarm:
             if time.monotonic() > deadline:
                 raise AssertionError(f"the test swarm: {what} not within {timeout:.0f} s")
             time.sleep(0.05)
+
+    def stop_engine(self, node: Node, *, kill: bool = False) -> None:
+        """Stop one node's dockerd (SIGTERM, or SIGKILL: no goodbye to the swarm)."""
+        assert node.process is not None
+        (node.process.kill if kill else node.process.terminate)()
+        node.process.wait(30)
+
+    def start_engine(self, node: Node) -> None:
+        """Start a stopped node's dockerd again on its data-root: it rejoins by itself."""
+        node.socket.unlink(missing_ok=True)
+        _spawn(node)
+        self.wait(lambda: _engine_answers(node), f"{node.name}'s engine answering")
 
     def remove_services(self) -> None:
         """Every service on the swarm (a test's leftovers), and the tasks' containers with them."""
@@ -191,13 +205,17 @@ def _start_engine(node: Node, slot: int) -> None:
     node.directory.mkdir(parents=True)
     config = node.directory / "daemon.json"  # never /etc/docker/daemon.json (the main engine's)
     config.write_text("{}\n")
-    args = ["dockerd", "--config-file", str(config),
+    node.argv = ["dockerd", "--config-file", str(config),
             "--data-root", str(node.directory / "data"), "--exec-root", str(node.directory / "exec"),
             "--pidfile", str(node.pidfile), "-H", node.host,
             "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false",
             "--userland-proxy=false", "--label", f"{NODE_LABEL}={node.name}"]
-    with node.log.open("wb") as out:
-        node.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+    _spawn(node)
+
+
+def _spawn(node: Node) -> None:
+    with node.log.open("ab") as out:
+        node.process = subprocess.Popen(node.argv, stdout=out, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL,
                                         preexec_fn=_die_with_parent_softly,
                                         start_new_session=True)
@@ -206,7 +224,12 @@ def _start_engine(node: Node, slot: int) -> None:
 def _engine_answers(node: Node) -> bool:
     if node.process is not None and node.process.poll() is not None:
         raise AssertionError(f"dockerd {node.name} exited: {node.log.read_text()[-2000:]}")
-    return node.socket.exists() and node.docker("version", check=False, timeout=10).returncode == 0
+    if not node.socket.exists():
+        return False
+    try:
+        return node.docker("version", check=False, timeout=10).returncode == 0
+    except subprocess.TimeoutExpired:  # up, not answering yet (a loaded machine)
+        return False
 
 
 def _gwbridge(node: Node, root: Path, slot: int, index: int) -> None:

@@ -165,6 +165,7 @@ EXPECTED: dict[str, tuple[list[str], list[str]]] = {
         "devcell.reconciler.lease", "devcell.reconciler.observe",
         "devcell.reconciler.reconcile", "devcell.reconciler.recovery",
         "devcell.reconciler.suspended", "devcell.records", "devcell.security",
+        "devcell.store.actor",  # who made the change, on its events and operation (issue 27)
         "devcell.store.desired",
         "devcell.store.events", "devcell.store.frozen", "devcell.store.hashkey",
         "devcell.store.holds", "devcell.store.objects", "devcell.store.observations",

@@ -8,12 +8,12 @@ state directory can already do everything it holds).
 
 from __future__ import annotations
 
-import os
 import re
 from enum import StrEnum
 from pathlib import Path
 
 from devcell.records import Record
+from devcell.store import actor
 
 USER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$"
 """A user name: a login name or an e-mail address, at most 64 characters (the schema's
@@ -45,20 +45,8 @@ def valid_user(name: str) -> bool:
 
 def local_user(state_dir: Path | None = None) -> str:
     """The name of the state directory's owner (who runs the command, when it is not made
-    yet): the owner recorded on a cell made by the direct CLI."""
-    uid = os.geteuid()
-    if state_dir is not None:
-        try:
-            uid = state_dir.stat().st_uid
-        except OSError:
-            pass
-    import pwd
-
-    try:
-        name = pwd.getpwuid(uid).pw_name
-    except KeyError:  # a uid without a passwd entry (a container's): its number names it
-        return f"uid-{uid}"
-    return name if valid_user(name) else f"uid-{uid}"
+    yet): the direct CLI's user, and the owner of the cells it makes."""
+    return actor.local_user(state_dir)
 
 
 def local_admin(state_dir: Path | None = None) -> Principal:

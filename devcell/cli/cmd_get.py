@@ -268,12 +268,12 @@ def _table(kind: str, rows: list[dict[str, Any]], wide: bool
                  r["forked_from"], secs(r["age_s"])] for r in rows]
         if wide:
             headers += ["ID", "IMAGE", "GENERATION", "SOURCE", "PORTS", "WORKSPACE", "DISK",
-                        "DIRTY", "MEMORY", "CPU", "HELD", "SERVICES", "SIDECARS"]
+                        "DIRTY", "MEMORY", "CPU", "HELD", "SERVICES", "SIDECARS", "OWNER"]
             for d, r in zip(data, rows, strict=True):
                 d += [r["id"], r["image"], f"{r['observed_generation']}/{r['generation']}",
                       r["source"], r.get("ports_shown"), *_cell_usage(r.get("usage")),
                       _held(r), render.services(r.get("services")),
-                      render.sidecars(r.get("sidecars"))]
+                      render.sidecars(r.get("sidecars")), r["owner"]]
     elif kind == "snapshots":
         headers = ["NAME", "CELL", "CONSISTENCY", "PHASE", "FORKS", "AGE"]
         data = [[r["name"], _snapshot_cell(r),
@@ -300,9 +300,9 @@ def _table(kind: str, rows: list[dict[str, Any]], wide: bool
                  r["trigger"], r["status"], r["current_step"] or "-", _waiting_for(r),
                  age(r["created_at"])] for r in rows]
         if wide:
-            headers += ["STEPS", "MESSAGE"]
+            headers += ["STEPS", "BY", "MESSAGE"]
             for d, r in zip(data, rows, strict=True):
-                d += [",".join(r["plan"]) or "-", r["message"] or ""]
+                d += [",".join(r["plan"]) or "-", r.get("actor") or "-", r["message"] or ""]
     elif kind == "controllers":
         headers = ["NAME", "RUNNING", "PID", "HOST", "SINCE", "MANIFESTS-VALID", "MESSAGE"]
         data = []

@@ -79,9 +79,10 @@ def _operations(conn: sqlite3.Connection, object_id: str) -> None:
     if not ops:
         sys.stdout.write("  <none>\n")
     for op in ops:
+        by = f"  by={op['actor']}" if op["actor"] else ""
         sys.stdout.write(printable(f"  {op['id']}  {op['action']}  {op['status']}  "
-                                   f"trigger={op['trigger']}  {render.age(op['created_at'])} ago")
-                         + "\n")
+                                   f"trigger={op['trigger']}{by}  "
+                                   f"{render.age(op['created_at'])} ago") + "\n")
         for step in operations.steps(conn, op["id"]):
             took = f"{step.duration_ms:.1f}ms" if step.duration_ms is not None else "-"
             extra = f"  error: {step.error}" if step.error else ""
@@ -215,6 +216,9 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
     _field("Kind", kind)
     _field("ID", record.id)
     _field("Labels", ", ".join(f"{k}={v}" for k, v in record.labels.items()))
+    if kind == "Cell":
+        _field("Owner", record.extra.get("owner"))
+        _field("Shared with", ", ".join(str(u) for u in record.spec.get("sharedWith", [])))
     _field("Source", record.source)
     _field("Created", record.created_at)
     if record.deleting_at and record.deleted_at is None:
@@ -353,6 +357,8 @@ def operation(conn: sqlite3.Connection, ref: str) -> None:
     _field("Object", f"{op['object_kind'].lower()}/{op['object_name']} ({op['object_id']})")
     _field("Action", op["action"])
     _field("Trigger", op["trigger"])
+    if op["actor"]:
+        _field("By", op["actor"])
     _field("Status", op["status"])
     if op["reason"]:
         _field("Reason", op["reason"])

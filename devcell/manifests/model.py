@@ -68,6 +68,10 @@ class Manifest(Record):
     positions: dict[Path, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
     resource_version: int | None = None
     """metadata.resourceVersion when given (get's output): the recorded one it must match."""
+    owner: str | None = None
+    """metadata.owner when given (a cell's): else the owner is who creates it, and a later
+    apply keeps the recorded one. Not in the manifest hash: get's output, which names the
+    owner, re-applies as unchanged; recording compares it with the recorded owner."""
 
     def spec_hash(self, key: bytes) -> str:
         """Changes when the spec changes; secrets seen only through an HMAC under `key`."""

@@ -635,6 +635,7 @@ def parse_source(source: SourceFile, place: Place | None = None
                 line=doc.positions.get((), (doc.line, 1))[0],
                 positions=doc.positions,
                 resource_version=version if isinstance(version, int) else None,
+                owner=meta.get("owner"),
             )
         )
     return manifests, problems

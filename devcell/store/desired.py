@@ -169,7 +169,7 @@ def _lineage(conn: sqlite3.Connection, m: Manifest) -> dict[str, Any] | None:
             return {}  # recorded already (an imported one has no cell here): lineage is kept
         return {"cell_id": cell.id} if cell else None
     source = m.spec.get("workspace", {}).get("from")
-    extra: dict[str, Any] = {"backend": m.spec["backend"]}
+    extra: dict[str, Any] = {"backend": m.spec["backend"], "owner": owner_of_new(m)}
     if source is not None:
         snap = objects.get(conn, "Snapshot", source["snapshot"])
         if snap is None:
@@ -197,8 +197,17 @@ def _record_one(conn: sqlite3.Connection, m: Manifest, extra: dict[str, Any], ke
         return Change(m.kind, m.name, "created", object_id, needs_reconcile=True)
     converged = (existing.observed_generation == existing.generation
                  and existing.phase in SETTLED_PHASES)
+    new_owner = m.kind == "Cell" and m.owner is not None \
+        and m.owner != existing.extra.get("owner")
+    if new_owner:
+        assert m.owner is not None
+        objects.set_owner(conn, existing.id, m.owner)
+        events.record(conn, kind=m.kind, object_id=existing.id, name=m.name,
+                      reason="OwnerChanged", message=f"owner is now {m.owner} (was "
+                      f"{existing.extra.get('owner') or 'nobody'}) from {m.file}")
     if existing.manifest_hash == manifest_hash and existing.source == m.source:
-        return Change(m.kind, m.name, "unchanged", existing.id, needs_reconcile=not converged)
+        return Change(m.kind, m.name, "configured" if new_owner else "unchanged", existing.id,
+                      needs_reconcile=not converged)
     adopted = _adopted_from(conn, existing, m)
     if m.kind == "Cell" and holds.manifest_wins(conn, existing, m.spec):
         converged = False  # the hold's state is no longer the one to reach
@@ -213,6 +222,13 @@ def _record_one(conn: sqlite3.Connection, m: Manifest, extra: dict[str, Any], ke
                       adopted_from=adopted)
     return Change(m.kind, m.name, "configured", existing.id, needs_reconcile=not converged,
                   adopted_from=adopted)
+
+
+def owner_of_new(m: Manifest) -> str:
+    """A new cell's owner: its manifest's metadata.owner, else who creates it (store.actor)."""
+    from devcell.store import actor  # here: a no-op apply never imports it
+
+    return m.owner if m.owner is not None else actor.current()
 
 
 def _adopted_from(conn: sqlite3.Connection, existing: objects.ObjectRecord, m: Manifest

@@ -14,12 +14,14 @@ def record(
 ) -> None:
     """Record an event; its message escaped (names.printable) here, once for every reader
     (tables, describe, -o json, a script reading the table), as file names and quoted input
-    in it are user-controlled."""
+    in it are user-controlled. Its actor is whoever the changes are made by (store.actor)."""
+    from devcell.store import actor  # here: commands that record nothing never import it
+
     message = printable(message)
     conn.execute(
         "INSERT INTO events (created_at, object_kind, object_id, object_name, type, reason, "
-        "message, op_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (now(), kind, object_id, name, type, reason, message, op_id),
+        "message, op_id, actor) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (now(), kind, object_id, name, type, reason, message, op_id, actor.current()),
     )
 
 

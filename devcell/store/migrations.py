@@ -169,6 +169,16 @@ def _v9_tokens_and_actors(db: Any) -> None:
     db["operations"].add_column("actor", str)
 
 
+def _v10_cell_owner(db: Any) -> None:
+    """A cell's owner (metadata.owner, devcell.auth's policy). The cells recorded before were
+    made by the state directory's owner, who runs this migration (store/state_dir.py refuses
+    anyone else)."""
+    from devcell.store import actor
+
+    db["cells"].add_column("owner", str)
+    db.execute("UPDATE cells SET owner = ?", (actor.local_user(),))
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
     (1, "initial schema", _v1_initial),
     (2, "controller status", _v2_controller_status),
@@ -179,6 +189,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
     (7, "frozen cell mark", _v7_frozen_mark),
     (8, "cell runtime hold", _v8_runtime_hold),
     (9, "tokens and actors", _v9_tokens_and_actors),
+    (10, "cell owner", _v10_cell_owner),
 ]
 LATEST = MIGRATIONS[-1][0]  # store/cell_glance.SCHEMA_VERSION spells it out: move it too
 

@@ -453,6 +453,12 @@ def update_desired(
     _check_written(cur, record)
 
 
+def set_owner(conn: sqlite3.Connection, cell_id: str, owner: str) -> None:
+    """A cell's new owner (metadata.owner changed by an apply): not its spec, so its
+    generation does not move."""
+    conn.execute("UPDATE cells SET owner = ? WHERE id = ?", (owner, cell_id))
+
+
 def _check_written(cur: sqlite3.Cursor, record: ObjectRecord) -> None:
     if cur.rowcount != 1:
         raise Conflict(

@@ -86,11 +86,15 @@ def create(
     conn: sqlite3.Connection, *, op_id: str, object_kind: str, object_id: str, object_name: str,
     action: str, trigger: str, generation: int, step_names: list[str],
 ) -> None:
+    """Record a new operation, Running, its steps Pending; its actor is whoever the changes
+    are made by (store.actor)."""
+    from devcell.store import actor  # here: commands that record nothing never import it
+
     conn.execute(
         "INSERT INTO operations (id, object_kind, object_id, object_name, action, trigger, "
-        "status, generation, created_at, plan) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "status, generation, created_at, plan, actor) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (op_id, object_kind, object_id, object_name, action, trigger, OpStatus.RUNNING,
-         generation, now(), json.dumps(step_names)),
+         generation, now(), json.dumps(step_names), actor.current()),
     )
     conn.executemany(
         "INSERT INTO operation_steps (op_id, idx, name, status) VALUES (?, ?, ?, ?)",

@@ -44,6 +44,7 @@ def cells_table(conn: sqlite3.Connection, selector: Selector | None = None,
     `labels`) each row carries its labels, parsed."""
     narrow = not wide and not selector and not labels
     extra = "" if narrow else ("c.labels, c.generation, c.observed_generation, c.source, "
+                               "c.owner, "
                                "c.image, json_extract(c.spec, '$.network.ports') AS ports, "
                                "json_extract(c.status, '$.services') AS services, "
                                "json_extract(c.status, '$.sidecars') AS sidecars, ")
@@ -165,6 +166,8 @@ def object_document(conn: sqlite3.Connection, kind: str, row: sqlite3.Row) -> di
     annotations = faults.loads(row["annotations"] or "{}")
     if annotations:
         meta["annotations"] = annotations
+    if kind == "Cell" and row["owner"]:
+        meta["owner"] = row["owner"]
     if row["source"]:
         meta["source"] = row["source"]
     if row["deleting_at"]:

@@ -3,6 +3,8 @@ shared with one, and another's."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from devcell.auth.policy import RULES, ResourceRef, Verb, authorize, cell_resource, require
@@ -101,3 +103,24 @@ def test_cell_resource_reads_owner_and_shared_with() -> None:
     assert ref == ResourceRef("Cell", "web", "bob", ("ana", "carol"))
     assert cell_resource("web", {"owner": 5}, {"sharedWith": "ana"}) \
         == ResourceRef("Cell", "web", None, ())
+
+
+def test_reading_a_cell_never_shows_its_secret_values(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What `read` lets every role see: a cell's secret env values are redacted in every
+    output (store.views), whoever owns the cell."""
+    from devcell.cli.main import main
+
+    state, path = tmp_path / "state", tmp_path / "api.yaml"
+    path.write_text("apiVersion: devcell.dev/v1alpha1\nkind: Cell\n"
+                    "metadata: {name: api, owner: bob}\nspec:\n  backend: fake\n"
+                    "  env: [{name: TOKEN, value: hunter2-secret, secret: true}]\n")
+    assert main(["--state-dir", str(state), "apply", "-f", str(path)]) == 0
+    for argv in (["get", "cells", "-o", "json"], ["get", "cell", "api", "-o", "yaml"],
+                 ["describe", "cell", "api"], ["get", "events", "-o", "json"]):
+        capsys.readouterr()
+        assert main(["--state-dir", str(state), *argv]) == 0
+        out = capsys.readouterr().out
+        assert "hunter2-secret" not in out, argv
+    assert "<redacted>" in (main(["--state-dir", str(state), "get", "cell", "api", "-o",
+                                  "json"]) or capsys.readouterr().out)

@@ -1,0 +1,150 @@
+"""The distribution-API client against a small loopback server that records what it is sent:
+the Docker client's credentials go out when the registry asks for them; a blob is uploaded in
+PATCH chunks with their ranges, then PUT with its digest; an upload Location on another host
+(which would receive the credentials) is refused; a blob longer than its manifest says, or
+other than its digest, is refused."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import io
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcell.backends.oci import client as oci
+from devcell.errors import ArchiveRefused, RegistryUnreachable
+
+CREDENTIAL = base64.b64encode(b"someone:s3cret").decode()
+
+
+class Recorder(http.server.ThreadingHTTPServer):
+    requests: list[dict[str, Any]]
+    location: str
+    blob: bytes
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    server: Recorder
+
+    def _record(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        self.server.requests.append({"method": self.command, "path": self.path,
+                                     "authorization": self.headers.get("Authorization"),
+                                     "range": self.headers.get("Content-Range"),
+                                     "body": body})
+        return body
+
+    def _answer(self, code: int, headers: dict[str, str] | None = None,
+                body: bytes = b"") -> None:
+        self.send_response(code)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _authorized(self) -> bool:
+        if self.headers.get("Authorization") == f"Basic {CREDENTIAL}":
+            return True
+        self._answer(401, {"WWW-Authenticate": 'Basic realm="test"'})
+        return False
+
+    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        self._record()
+        if self._authorized():
+            self._answer(202, {"Location": self.server.location})
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._record()
+        if self._authorized():
+            self._answer(202, {"Location": "/v2/team/x/blobs/uploads/u1?state=next"})
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._record()
+        if self._authorized():
+            self._answer(201)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._record()
+        if self._authorized():
+            self._answer(200, {}, self.server.blob)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder]:
+    config = tmp_path / "docker"
+    config.mkdir()
+    running = Recorder(("127.0.0.1", 0), Handler)
+    running.requests, running.blob = [], b""
+    running.location = "/v2/team/x/blobs/uploads/u1?state=first"
+    address = f"127.0.0.1:{running.server_port}"
+    (config / "config.json").write_text(json.dumps({"auths": {address: {"auth": CREDENTIAL}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    yield running
+    running.shutdown()
+    running.server_close()
+
+
+def _client(server: Recorder, *, push: bool = True) -> oci.Client:
+    return oci.Client(oci.endpoint(f"127.0.0.1:{server.server_port}"), "team/x", "snapshot t",
+                      unreachable=RegistryUnreachable, refused=ArchiveRefused, push=push)
+
+
+def test_a_blob_goes_up_in_ranged_chunks_then_a_put_with_its_digest(server: Recorder) -> None:
+    upload = _client(server).upload()
+    upload.chunk = 10
+    data = b"0123456789abcdefghijklmnopqrstuvwxyz"
+    for i in range(0, len(data), 7):
+        upload.write(data[i:i + 7])
+    digest, size = upload.commit()
+    assert (digest, size) == ("sha256:" + hashlib.sha256(data).hexdigest(), len(data))
+    sent = [(r["method"], r["range"], r["authorization"]) for r in server.requests]
+    assert sent[0] == ("POST", None, None)  # asked without credentials first
+    assert sent[1] == ("POST", None, f"Basic {CREDENTIAL}")  # the engine's, once asked
+    patches = [r for r in server.requests if r["method"] == "PATCH"]
+    assert [r["range"] for r in patches] == ["0-13", "14-27", "28-35"]
+    assert b"".join(r["body"] for r in patches) == data
+    assert patches[0]["path"].endswith("state=first")
+    assert patches[1]["path"].endswith("state=next")
+    put = server.requests[-1]
+    assert put["method"] == "PUT" and f"digest={digest.replace(':', '%3A')}" in put["path"]
+    assert all(r["authorization"] == f"Basic {CREDENTIAL}" for r in server.requests[1:])
+
+
+def test_an_upload_location_on_another_host_is_never_followed(server: Recorder) -> None:
+    server.location = f"http://127.0.0.2:{server.server_port}/elsewhere"
+    with pytest.raises(RegistryUnreachable, match="upload location DevCell does not follow"):
+        _client(server).upload()
+    assert not any(r["path"] == "/elsewhere" for r in server.requests)
+
+
+def test_a_blob_longer_than_named_or_other_than_its_digest_is_refused(server: Recorder) -> None:
+    server.blob = b"x" * 100
+    right = "sha256:" + hashlib.sha256(server.blob).hexdigest()
+    with pytest.raises(ArchiveRefused, match="more than the 50 bytes"):
+        _client(server, push=False).blob(right, 50, io.BytesIO())
+    with pytest.raises(ArchiveRefused, match="does not match its digest sha256:0000"):
+        _client(server, push=False).blob("sha256:" + "0" * 64, 100, io.BytesIO())
+    out = io.BytesIO()
+    _client(server, push=False).blob(right, 100, out)
+    assert out.getvalue() == server.blob
+
+
+def test_without_a_login_the_error_says_docker_login(server: Recorder,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "none"))
+    with pytest.raises(RegistryUnreachable, match="has none for it \\(docker login\\)"):
+        _client(server).upload()

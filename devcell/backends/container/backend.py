@@ -206,6 +206,12 @@ class ContainerBackend:
         self._created: dict[str, tuple[str, list[dict[str, Any]]]] = {}
         """cell id -> (id, bind mounts) of the container this instance created and has not
         yet started."""
+        self._froze: dict[str, freezer.Freezer] = {}
+        """cell id -> the cgroup freezer this instance froze the cell's container through
+        (quiesce), until it thaws it: a checkpoint and a resume in the same process ask the
+        group itself whether it is still frozen instead of asking the engine for the
+        container again (a list call each). Only ever trusted while the group reads FROZEN,
+        which proves the container is there and frozen; otherwise the engine is asked."""
 
     @functools.cached_property
     def client(self) -> docker.DockerClient:
@@ -972,13 +978,23 @@ class ContainerBackend:
         which of the two ("cgroup", "engine")."""
         found = freezer.of_container(container_id)
         if found is not None and found.freeze():
+            self._froze[cell.id] = found
             return "cgroup"
         self._pause(container_id, f"freezing cell {cell.name}")
         return "engine"
 
+    def _still_frozen(self, cell: CellRef) -> freezer.Freezer | None:
+        """The freezer this instance froze the cell's container through, if its group still
+        reads FROZEN (the container is there, and frozen); else None (ask the engine)."""
+        found = self._froze.get(cell.id)
+        if found is None or found.state() is not freezer.State.FROZEN:
+            return None
+        return found
+
     def _thaw(self, info: dict[str, Any], cell: CellRef) -> None:
         """Thaw a container whichever way it was frozen: the engine's pause, or the cgroup
         freezer behind the engine's back (which still lists it running)."""
+        self._froze.pop(cell.id, None)
         if info.get("State") == "paused":
             self._unpause(info["Id"], f"unfreezing cell {cell.name}")
         elif info.get("State") in ("running", "restarting"):
@@ -1056,7 +1072,8 @@ class ContainerBackend:
             return self._info(checkpoint_id, existing)
         if cell.volume_id is None:
             raise BackendError(f"cell {cell.name} has no workspace volume to checkpoint")
-        info = self._find(cell)
+        # Frozen by this instance's quiesce and still so: nothing to ask the engine.
+        info = None if self._still_frozen(cell) is not None else self._find(cell)
         # Never copy a workspace that running services may be writing: freeze it for the copy
         # if quiesce did not (the controller always quiesces first; this keeps the promise).
         thaw = (info is not None and info.get("State") == "running"
@@ -1069,12 +1086,15 @@ class ContainerBackend:
             made_marker = True
         how = self._freeze(info["Id"], cell) if thaw and info is not None else None
         save = _saving_sidecars(self.layout, cell.volume_id, cell.spec)
+        # frozen here or before (quiesce, the engine's pause), or not running at all; a
+        # container the engine is restarting may run again under the walk
+        frozen = info is None or info.get("State") != "restarting"
         try:
             if how is not None and cell.spec.get("sidecars"):
                 self._sidecars.freeze(cell)
             meta = self.store.checkpoint(
                 checkpoint_id=checkpoint_id, cell_id=cell.id, volume_id=cell.volume_id,
-                cell_name=cell.name, extra=save)
+                cell_name=cell.name, extra=save, frozen=frozen)
         finally:
             if how is not None and info is not None:
                 if cell.spec.get("sidecars"):
@@ -1088,8 +1108,17 @@ class ContainerBackend:
         return self._info(checkpoint_id, meta)
 
     def resume(self, cell: CellRef) -> Outputs:
-        info = self._find(cell)
         marker = self.layout.run_dir(cell.id) / QUIESCED
+        held = self._still_frozen(cell)
+        if (held is not None and not cell.spec.get("sidecars")
+                and not self._hooks(cell, "postCheckpoint")):
+            # frozen by this instance's quiesce, and its group still reads so: the container
+            # is there and running under the freeze; thawed without asking the engine
+            self._froze.pop(cell.id, None)
+            held.thaw()
+            marker.unlink(missing_ok=True)
+            return {"hooks": 0}
+        info = self._find(cell)
         if info is None:
             marker.unlink(missing_ok=True)
             return {}

@@ -14,13 +14,16 @@ directory's path cannot be written in overlay's option syntax) the caller copies
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from devcell.log import logger
+
+if TYPE_CHECKING:
+    import ctypes
 
 OPTIONS = "redirect_dir=off,metacopy=off,index=off"
 _UNSAFE = set(",:\\\n\t ")
@@ -47,7 +50,15 @@ def nameable(*paths: Path) -> bool:
 
 
 def _libc() -> ctypes.CDLL:
+    import ctypes  # libffi: only to mount or unmount (a snapshot's walk does neither)
+
     return ctypes.CDLL(None, use_errno=True)
+
+
+def _errno() -> int:
+    import ctypes
+
+    return ctypes.get_errno()
 
 
 Lower = Path | list[Path]
@@ -76,7 +87,7 @@ def _mount(options: str, target: Path, flags: int) -> None:
     result = _libc().mount(b"overlay", os.fsencode(target), b"overlay", flags,
                            options.encode())
     if result != 0:
-        code = ctypes.get_errno()
+        code = _errno()
         raise OSError(code, f"mounting overlay at {target}: {os.strerror(code)}")
 
 
@@ -95,7 +106,7 @@ def unmount(target: Path) -> None:
     libc = _libc()
     if libc.umount2(os.fsencode(target), 0) == 0:
         return
-    code = ctypes.get_errno()
+    code = _errno()
     if code == errno.EBUSY and libc.umount2(os.fsencode(target), _MNT_DETACH) == 0:
         return
     if code == errno.EINVAL and not is_mounted(target):

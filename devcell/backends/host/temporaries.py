@@ -19,7 +19,7 @@ import re
 import stat
 from pathlib import Path
 
-from devcell.backends.host import removal, treecopy
+from devcell.backends.host import treecopy
 
 TMP = ".tmp-"
 TRASH = ".trash-"
@@ -95,6 +95,8 @@ def remove_dead(parent: Path, prefix: str | None = None) -> list[str]:
             # a mount left inside (a checkpoint's view, a fork's overlay) is detached first:
             # never removed through, nor left behind
             treecopy.detach_mounts_under(parent / name)
+            from devcell.backends.host import removal  # `rm`: subprocess only here
+
             removal.remove_quietly(parent / name)
         else:
             treecopy.remove_tree(parent / name, trash(parent))

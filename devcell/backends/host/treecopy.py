@@ -12,7 +12,6 @@ several hard links are copied by one `cp` call, which keeps them linked.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import hashlib
 import marshal
@@ -24,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from devcell import progress
-from devcell.backends.host import children, filecopy, treewalk
+from devcell.backends.host import filecopy, treewalk
 from devcell.errors import BackendError
 from devcell.log import logger
 from devcell.records import MutableRecord, Record, field
@@ -150,40 +149,71 @@ def scan(root: Path) -> Scan:
     """Walk `root` once (treewalk: no recursion, no link followed, one filesystem).
 
     The loop over the entries is the whole cost of an unchanged checkpoint after the lstat
-    calls themselves, so it builds one list per entry (its identity, shared by `record` and
-    `entries`) and leaves the totals to one pass at the end."""
+    calls themselves, so each directory is listed here, in one pass (treewalk's lister):
+    one list per entry (its identity, shared by `record` and `entries`), and the totals left
+    to one pass at the end."""
     found = Scan()
-    record, dirs = found.record, found.dirs
-    files = found.entries
-    add, add_file = record.append, files.append
-    for directory in treewalk.walk(root):
-        if directory.parent is None:
-            record.append(_identity("", directory.st))
-        listed = directory.entries
-        if not listed:
-            continue
-        # a character is at most 4 bytes: only a directory holding a name this long needs
-        # its names encoded to know whether a path passed LONG_PATH
-        widest = directory.path_bytes + 4 * max(len(name) for name, _ in listed) + 1
-        if found.deep or widest > LONG_PATH:
-            _scan_long(found, directory)
-            continue
+    for _ in treewalk.walk(root, functools.partial(_scan_listing, found)):
+        pass
+    if not found.deep:
+        found.files, found.size = _totals(found.entries)
+    return found
+
+
+def _scan_listing(found: Scan, fd: int, device: int, directory: treewalk.Directory
+                  ) -> list[str]:
+    """One directory of `scan`: its entries added to the scan (lstat each, as treewalk's
+    own listing); the subdirectories to enter (on the root's device), last first."""
+    record = found.record
+    if directory.parent is None:
+        record.append(_identity("", directory.st))
+    with os.scandir(fd) as listing:
+        listed = list(listing)
+    subdirs: list[str] = []
+    if not listed:
+        return subdirs
+    # a character is at most 4 bytes: only a directory holding a name this long needs
+    # its names encoded to know whether a path passed LONG_PATH
+    widest = directory.path_bytes + 4 * max(len(e.name) for e in listed) + 1
+    if found.deep or widest > LONG_PATH:
+        directory.entries = _lstat_each(listed)
+        subdirs = [name for name, st in directory.entries
+                   if st.st_mode & _IFMT == _IFDIR and st.st_dev == device]
+        _scan_long(found, directory)
+        directory.entries = []
+    else:
         found.longest = max(found.longest, widest)  # an upper bound, below LONG_PATH
         rel = directory.path()
         prefix = f"{rel}/" if rel else ""
-        for name, st in listed:
+        add, add_file, dirs = record.append, found.entries.append, found.dirs.append
+        for item in listed:  # one lstat each (fstatat): the kind comes from it, not d_type
+            try:
+                st = item.stat(follow_symlinks=False)
+            except FileNotFoundError:  # removed while we listed
+                continue
             mode = st.st_mode
-            entry: Entry = [prefix + name, st.st_ino, st.st_size, st.st_mtime_ns,
+            entry: Entry = [prefix + item.name, st.st_ino, st.st_size, st.st_mtime_ns,
                             st.st_ctime_ns, mode, st.st_nlink]
             add(entry)
             if mode & _IFMT == _IFDIR:
-                dirs.append((prefix + name, st))
+                dirs((entry[0], st))  # type: ignore[arg-type]
+                if st.st_dev == device:
+                    subdirs.append(item.name)
             else:
                 add_file(entry)
         if len(record) > MAX_RECORD:
             _count_only(found)
-    if not found.deep:
-        found.files, found.size = _totals(files)
+    subdirs.reverse()  # popped from the end: entered in listing order
+    return subdirs
+
+
+def _lstat_each(listed: list[os.DirEntry[str]]) -> list[tuple[str, os.stat_result]]:
+    found = []
+    for item in listed:
+        try:
+            found.append((item.name, item.stat(follow_symlinks=False)))
+        except FileNotFoundError:
+            continue
     return found
 
 
@@ -393,6 +423,8 @@ def measure(root: Path) -> TreeStats:
 
 
 def _cp(argv: list[str], cwd: Path) -> None:
+    from devcell.backends.host import children  # a copy by `cp` only: subprocess with it
+
     done = children.run(argv, cwd=cwd)
     if done.returncode != 0:
         raise BackendError(f"copying from {cwd} failed: {done.stderr.strip()[:500]}")
@@ -714,6 +746,8 @@ def _remove_renamed(path: Path, trash: Path) -> str:
         os.unlink(trash)  # the link itself; what it names is not this tree
         return ""
     detach_mounts_under(trash)
+    from devcell.backends.host import children
+
     done = children.run(["rm", "-rf", "--one-file-system", "--", str(trash)])
     if done.returncode == 0 and not os.path.lexists(trash):
         return ""
@@ -739,8 +773,13 @@ def detach_mounts_under(root: Path) -> None:
             points = [_mountinfo_path(line.split(" ")[4]) for line in info]
     except OSError:
         return
+    below = sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True)
+    if not below:
+        return
+    import ctypes  # libffi: only when there is something to detach or flush
+
     libc = ctypes.CDLL(None, use_errno=True)
-    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+    for point in below:
         if libc.umount2(os.fsencode(point), 2) != 0:  # MNT_DETACH
             logger.warning("could not detach the mount at {}", point)
 
@@ -749,6 +788,8 @@ def sync_filesystem(path: Path) -> None:
     """Flush the filesystem holding `path` to disk (syncfs(2); sync(2) where unavailable)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
+        import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.syncfs(fd) != 0:
             os.sync()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from devcell.errors import BackendError
@@ -86,12 +86,20 @@ def _list(fd: int, device: int) -> tuple[list[tuple[str, os.stat_result]], list[
     return entries, subdirs
 
 
-def walk(root: Path) -> Iterator[Directory]:
+Lister = Callable[[int, int, "Directory"], list[str]]
+"""Lists the directory open at a descriptor itself (given the root's device and the
+Directory): returns the names of the subdirectories to enter, in the order to enter them
+reversed, as `_list` orders them. The Directory's `entries` are then left empty."""
+
+
+def walk(root: Path, lister: Lister | None = None) -> Iterator[Directory]:
     """Every directory under `root` (itself first), parents before children, depth first.
 
     Entries are lstat results: a symbolic link is reported as a link, never followed, and a
     directory on another filesystem is reported but not entered. TreeChanged if a directory
     moved while it was walked; BackendError if the root cannot be opened as a directory.
+    `lister`: the caller's own listing of each directory (treecopy.scan: one pass over the
+    entries, not two), which must enter only directories on the root's device.
     """
     try:
         fd = os.open(root, _DIR_FLAGS)
@@ -102,7 +110,10 @@ def walk(root: Path) -> Iterator[Directory]:
         stack: list[Directory] = []
         current: Directory | None = Directory(None, "", top, 0)
         while current is not None:
-            current.entries, current.pending = _list(fd, top.st_dev)
+            if lister is None:
+                current.entries, current.pending = _list(fd, top.st_dev)
+            else:
+                current.pending = lister(fd, top.st_dev, current)
             current.fd = fd
             yield current
             current.fd = -1

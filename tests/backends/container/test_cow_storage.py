@@ -88,8 +88,12 @@ def change_every_way(workspace: Path) -> set[str]:
             "d6/f016", "d7/f017"}
 
 
-def take(store: WorkspaceStore, checkpoint_id: str, volume_id: str = "vol_1") -> Path:
-    store.checkpoint(checkpoint_id=checkpoint_id, cell_id="cell_1", volume_id=volume_id)
+def take(store: WorkspaceStore, checkpoint_id: str, volume_id: str = "vol_1", *,
+         frozen: bool = True) -> Path:
+    """A checkpoint as the container backend takes one: its writers (this test) are still
+    while it runs (`frozen`)."""
+    store.checkpoint(checkpoint_id=checkpoint_id, cell_id="cell_1", volume_id=volume_id,
+                     frozen=frozen)
     return store.tree_of(checkpoint_id)
 
 
@@ -391,14 +395,15 @@ def test_a_checkpoint_never_names_a_tree_that_is_gone(store: WorkspaceStore,
 # -- writes a stat does not see -------------------------------------------------------------
 
 
+@pytest.mark.parametrize("frozen", [True, False])
 def test_a_file_written_through_a_shared_mapping_after_a_checkpoint_is_copied(
-        store: WorkspaceStore, volume: Path) -> None:
+        store: WorkspaceStore, volume: Path, frozen: bool) -> None:
     """A write through a writable shared mapping moves mtime and ctime only at the page
     fault that makes the page writable; later writes to a page already dirty change nothing
     a stat sees. A checkpoint therefore writes dirty pages back (which write-protects them)
-    while the writers are frozen and before its walk, so the next write faults and moves the
-    times: the next checkpoint neither names the previous tree (SAME_AS) nor shares the
-    file."""
+    while the writers are frozen (before its walk too when they may not be), so the next
+    write faults and moves the times: the next checkpoint neither names the previous tree
+    (SAME_AS) nor shares the file."""
     import mmap
 
     path = volume / "d0/f000"
@@ -406,9 +411,9 @@ def test_a_file_written_through_a_shared_mapping_after_a_checkpoint_is_copied(
     with open(path, "r+b") as f, mmap.mmap(f.fileno(), size) as mapped:
         mapped[:4] = b"ONE!"  # the fault: the times move, the page is now writable
         time.sleep(0.05)  # older than the checkpoint's clock tick: recorded as a source
-        first = take(store, "snap_1")
+        first = take(store, "snap_1", frozen=frozen)
         mapped[:4] = b"TWO!"  # no fault unless the checkpoint wrote the page back
-    second = take(store, "snap_2")
+    second = take(store, "snap_2", frozen=frozen)
     assert workspaces.SAME_AS not in (store.find_checkpoint("snap_2") or {})
     assert (second / "d0/f000").read_bytes()[:4] == b"TWO!"
     assert (first / "d0/f000").read_bytes()[:4] == b"ONE!"
@@ -418,8 +423,32 @@ def test_a_file_written_through_a_shared_mapping_after_a_checkpoint_is_copied(
         time.sleep(0.05)
         take(store, "snap_3")
         mapped[4:8] = b"4TH!"
-    fourth = take(store, "snap_4")
+    fourth = take(store, "snap_4", frozen=frozen)
     assert (fourth / "d0/f000").read_bytes()[:8] == b"TWO!4TH!"
+
+
+def test_a_mapping_written_across_a_checkpoint_naming_a_tree_is_seen(
+        store: WorkspaceStore, volume: Path) -> None:
+    """A checkpoint of frozen writers that finds nothing changed names the previous tree
+    and writes nothing back: no page can have gone writable since the previous checkpoint
+    wrote them back, or its file's times would have moved. So a mapping kept open across it
+    still faults at its next write, and the checkpoint after sees the file changed."""
+    import mmap
+
+    path = volume / "d0/f000"
+    size = path.stat().st_size
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), size) as mapped:
+        mapped[:4] = b"ONE!"
+        time.sleep(0.05)
+        take(store, "snap_1")  # a tree: the page written back, write-protected
+        time.sleep(0.05)
+        take(store, "snap_2")  # nothing changed: names snap_1's tree
+        assert (store.find_checkpoint("snap_2") or {}).get(workspaces.SAME_AS) == "snap_1"
+        mapped[:4] = b"TWO!"  # faults: the times move
+        third = take(store, "snap_3")
+    assert workspaces.SAME_AS not in (store.find_checkpoint("snap_3") or {})
+    assert (third / "d0/f000").read_bytes()[:4] == b"TWO!"
+    assert tree(third) == tree(volume)
 
 
 # -- the approval gates: what the next checkpoint would call changed ------------------------

@@ -537,6 +537,23 @@ def read_mapping(source: SourceFile) -> dict[str, Any]:
     return data
 
 
+def object_keys(source: SourceFile) -> list[tuple[str, str]]:
+    """The kind and name of each document of a file, as far as they read, without validating
+    it: a third of `parse_source`'s cost, for a GitOps full sync finding the objects defined
+    in two files before it applies any (the file is validated when it is applied)."""
+    try:
+        text = source.data.decode("utf-8")
+        docs = jsonsafe.parse_document(text) if is_json(source) else parse_documents(text)
+    except (UnicodeDecodeError, YamlSyntaxError):
+        return []
+    out = []
+    for doc in docs:
+        kind, name = _kind_and_name(doc.data)
+        if kind in KINDS and name is not None:
+            out.append((kind, name))
+    return out
+
+
 def parse_source(source: SourceFile, place: Place | None = None
                  ) -> tuple[list[Manifest], list[Problem]]:
     """All manifests in one file, or the problems that stop them being accepted. `place`:

@@ -12,11 +12,13 @@ an edit costs what changed, not the size of the directory. What that needs to st
 kept in memory and rebuilt by every full sync: the digest of every file as last read, the
 files that are bad (retried with every batch: another file may fix them), and the objects
 whose manifest is gone (each with its prune clock). A batch is read together with every file
-that holds an object the batch defines, so an object defined twice is refused as one apply of
-the whole directory would refuse it. What the incremental path cannot follow exactly (the
-directory itself named, a very large batch) becomes a full sync; a full sync reports the files
-whose change no batch had brought (`SyncResult.unseen`), so lost events are repaired and said
-to be.
+that holds an object the batch defines (and, in a full sync of several parts, every other file
+of the directory defining it), so an object defined twice is decided as one apply of the
+whole directory decides it (`_duplicates`: the outcome depends on the directory's content and
+on what was recorded before the sync, never on how the sync was cut into batches). What the
+incremental path cannot follow exactly (the directory itself named, a very large batch)
+becomes a full sync; a full sync reports the files whose change no batch had brought
+(`SyncResult.unseen`), so lost events are repaired and said to be.
 """
 
 from __future__ import annotations
@@ -85,6 +87,14 @@ class _Gone:
     refused: str = ""  # why the store last refused its prune (reported once)
 
 
+@dataclass(frozen=True)
+class _Recorded:
+    """What a live object had been applied from before this sync wrote anything."""
+
+    source: str
+    manifest_hash: str
+
+
 @dataclass
 class _Batch:
     present: set[str] = field(default_factory=set)
@@ -123,6 +133,12 @@ class DirectorySync:
     _seen: dict[str, str] = field(default_factory=dict)
     _dirs: set[str] = field(default_factory=set)  # directories that held a file of _seen
     _exact: bool = False  # the last sync left a state an incremental sync can build on
+    _before: dict[Key, _Recorded | None] = field(default_factory=dict)
+    """Objects defined twice: what each was applied from when this sync started (a full sync
+    in parts writes between its parts; the duplicate rule must not see those writes)."""
+    _definers: dict[Key, set[str]] = field(default_factory=dict)
+    """A full sync in parts: the files of the directory defining each object defined more
+    than once (each part is read with all of them)."""
 
     @property
     def _root(self) -> str:
@@ -136,6 +152,17 @@ class DirectorySync:
         root = self._root
         before, self._seen, self._dirs, self._bad = self._seen, {}, set(), set()
         paths, result.problems = _listing(root)
+        self._before = {}
+        self._definers = self._index(paths) if len(paths) > self.full_part else {}
+        self._note_before(self._definers)
+        try:
+            return self._sync_parts(result, paths, before)
+        finally:
+            self._before, self._definers = {}, {}
+
+    def _sync_parts(self, result: SyncResult, paths: list[str], before: dict[str, str]
+                    ) -> SyncResult:
+        root = self._root
         changes: dict[Key, desired.Change] = {}
         stray, last = False, None
         for start in range(0, len(paths), self.full_part):
@@ -169,6 +196,7 @@ class DirectorySync:
         if not self._config_ok(result):
             return result
         self._note_replaced(changed=bool(paths))
+        self._before = {}
         applied = self._apply_batch(batch)
         if applied is None:
             return self._fallback()
@@ -268,7 +296,7 @@ class DirectorySync:
                 failed = exc.problems
                 names = {p.file for p in failed}
                 files = [f for f in _readable(order) if f.display not in names]
-            owners = _owners(self.db, files, cache) - batch.present - batch.gone
+            owners = self._owners(files, cache) - batch.present - batch.gone
             owners = {p for p in owners if self._walked(p)}
             if not owners:
                 problems.extend(failed)
@@ -288,8 +316,13 @@ class DirectorySync:
 
     def _apply(self, files: list[SourceFile], problems: list[Problem], cache: ParseCache
                ) -> list[desired.Change]:
-        """Apply every good file: an empty file is set aside first, then each apply that a
-        file's problem refuses (nothing written) is tried again without that file."""
+        """Apply every good file. Files that fail alone (empty, no objects, invalid, an
+        object twice in the file) are set aside first; then, to a fixed point, the objects
+        defined in two files are decided among the files left (`_duplicates`) and the rest
+        is applied; a file the apply refuses (nothing written) is set aside and the
+        duplicates are decided again without it. So a file refused for another reason never
+        keeps an object from its other definitions, and the outcome is the same however the
+        directory is cut into batches."""
         good = []
         for f in files:
             if not f.data.strip():
@@ -301,20 +334,90 @@ class DirectorySync:
                     f.display, "file holds no objects (only comments or empty documents); "
                     "keeping the last applied state of its objects (delete the file to "
                     "delete them)"))
+            elif alone := _own_problems(f, cache):
+                problems.extend(alone)
             else:
                 good.append(f)
+        self._note_before(_defined_twice(good, cache))
+        twice: dict[str, list[Problem]] = {}
         for _ in range(MAX_EXCLUSION_PASSES):
+            twice = self._duplicates(good, cache)
+            applying = [f for f in good if f.display not in twice]
             try:
-                return admission.apply(self.db, good, parse_cache=cache,
-                                       leaving_under=[str(self._root)]).changes
+                changes = admission.apply(self.db, applying, parse_cache=cache,
+                                          leaving_under=[str(self._root)]).changes
             except ManifestError as exc:
-                found = self._recorded_source_wins(exc.problems, good, cache)
-                problems.extend(found)
-                bad = {p.file for p in found}
-                if not bad & {f.display for f in good}:
-                    return []  # a problem no file can be blamed for: change nothing
+                problems.extend(exc.problems)
+                bad = {p.file for p in exc.problems} & {f.display for f in applying}
+                if not bad:
+                    break  # a problem no file can be blamed for: change nothing
                 good = [f for f in good if f.display not in bad]
+                continue
+            problems.extend(p for found in twice.values() for p in found)
+            return changes
+        problems.extend(p for found in twice.values() for p in found)
         return []
+
+    def _note_before(self, keys: Iterable[Key]) -> None:
+        """Remember, before anything of this sync writes them, what `keys` were applied from."""
+        for kind, name in keys:
+            if (kind, name) not in self._before:
+                found = objects.get(self.db.conn, kind, name)
+                self._before[(kind, name)] = (
+                    _Recorded(found.source or "", found.manifest_hash)
+                    if found is not None and not found.deleting else None)
+
+    def _duplicates(self, good: list[SourceFile], cache: ParseCache) -> dict[str, list[Problem]]:
+        """The files of `good` (in walk order) set aside because another file keeps an
+        object they define, with why. Each object defined in several files is kept by one:
+        the file it was applied from (as recorded when the sync started) if that file still
+        defines it; else, when the file it was applied from no longer defines it (moved or
+        renamed beside a duplicate), the one definition identical to what was applied; else
+        the first definition in walk order. Every other definition sets its file aside. A
+        file that is set aside keeps nothing: an object it would keep is decided again
+        among the files left, so its other definitions get their chance (repeated to a
+        fixed point; when every keeper is itself set aside, all losers go at once)."""
+        definitions: dict[Key, list[Manifest]] = {}
+        for f in good:
+            for m in cache[f.digest + f.key][0]:
+                definitions.setdefault((m.kind, m.name), []).append(m)
+        out: dict[str, list[Problem]] = {}
+        while True:
+            contested = {key: left for key, found in definitions.items()
+                         if len(left := [m for m in found if m.file not in out]) > 1}
+            if not contested:
+                return out
+            kept = {key: self._keeper(key, found) for key, found in contested.items()}
+            losing = {m.file for key, found in contested.items() for m in found
+                      if m is not kept[key][0]}
+            firm = [key for key in contested if kept[key][0].file not in losing] or list(
+                contested)
+            for key in firm:
+                keeper, why = kept[key]
+                for m in contested[key]:
+                    if m is not keeper:
+                        out.setdefault(m.file, []).append(
+                            desired.problem_at(m, ("metadata", "name"), why))
+
+    def _keeper(self, key: Key, found: list[Manifest]) -> tuple[Manifest, str]:
+        """Which of `found` (several definitions of one object, in walk order) keeps it, and
+        the message for the others (naming the keeper's file and line)."""
+        kind, name = key
+        keeper, why = found[0], "where it was applied from"
+        recorded = self._before.get(key)
+        if recorded is not None:
+            own = [m for m in found if m.source == recorded.source]
+            same = [m for m in found
+                    if m.manifest_hash(self.db.hash_key) == recorded.manifest_hash]
+            if len(own) == 1:
+                keeper = own[0]
+            elif not own and len(same) == 1:
+                keeper, why = same[0], f"as it was applied from {recorded.source}"
+        if keeper is found[0]:  # the rule of one apply: the first definition in walk order
+            return keeper, (f'{kind} "{name}" {admission.DEFINED_TWICE} '
+                            f"(also in {keeper.file}:{keeper.line})")
+        return keeper, (f'{kind} "{name}" is already defined in {keeper.file}:{keeper.line}, '
+                        f"{why}; this definition is not applied (remove one)")
 
     def _note_replaced(self, *, changed: bool) -> None:
         try:
@@ -349,45 +452,40 @@ class DirectorySync:
         self._holding = empty
         return empty
 
-    def _recorded_source_wins(self, found: list[Problem], good: list[SourceFile],
-                              cache: ParseCache) -> list[Problem]:
-        """`found`, with each object defined twice blamed on the files it was not recorded
-        from. The apply blames the later file in walk order, so a newcomer named `0.yaml`
-        beside a running cell's `b.yaml` had its spec applied to the cell and `b.yaml`
-        blamed. The file the object was applied from keeps it (and its edits still apply);
-        every other definition is set aside and names that file. An object not recorded yet
-        keeps the apply's rule (the first file in walk order), as one apply of the
-        directory and a full sync in parts agree on it. When the recorded file is gone (the
-        original was moved or renamed beside a duplicate), the one definition identical to
-        what was applied keeps the object, so a move never hands a running cell to the
-        newcomer's spec."""
-        out: list[Problem] = []
-        for problem in found:
-            recorded = None
-            if admission.DEFINED_TWICE in problem.message and problem.kind and problem.name:
-                recorded = objects.get(self.db.conn, problem.kind, problem.name)
-            definitions = [(f.display, m) for f in good
-                           for m in cache.get(f.digest + f.key, ([], []))[0]
-                           if (m.kind, m.name) == (problem.kind, problem.name)]
-            defining = [display for display, _ in definitions]
-            source = recorded.source if recorded is not None and not recorded.deleting else None
-            if recorded is not None and source is not None and source not in defining:
-                same = {display for display, m in definitions
-                        if m.manifest_hash(self.db.hash_key) == recorded.manifest_hash}
-                source = same.pop() if len(same) == 1 else None
-            if (source is None or problem.file != source or defining.count(source) != 1
-                    or len(defining) < 2):
-                # twice in one file (its own source included) blames that file, as applied
-                out.append(problem)
-                continue
-            for f in good:  # the recorded source was blamed: blame the others instead
-                for m in cache.get(f.digest + f.key, ([], []))[0]:
-                    if (m.kind, m.name) == (problem.kind, problem.name) and f.display != source:
-                        out.append(desired.problem_at(
-                            m, ("metadata", "name"),
-                            f'{m.kind} "{m.name}" is already defined in {source}, where it '
-                            "was applied from; this definition is not applied (remove one)"))
-        return out
+    def _index(self, paths: list[str]) -> dict[Key, set[str]]:
+        """A full sync in parts: the files defining each object defined in more than one
+        file, so every part is read with all of an object's definitions (else a part would
+        record an object that a later part's file defines too). A file applied as it is now
+        is not parsed (its objects were recorded then), a changed one only for its kinds and
+        names."""
+        from devcell.manifests import validate  # only for a directory of several parts
+
+        seen: dict[Key, set[str]] = {}
+        conn, key = self.db.conn, self.db.hash_key
+        for start in range(0, len(paths), self.full_part):
+            files = _readable(paths[start:start + self.full_part])
+            recorded = sources.recorded(conn, [f.key for f in files])
+            for f in files:
+                if f.key in recorded and recorded[f.key][0] == sources.seal(key, f.digest):
+                    found = [(kind, name) for kind, name, _ in recorded[f.key][1]]
+                else:
+                    found = validate.object_keys(f)
+                for defined in found:
+                    seen.setdefault(defined, set()).add(f.key)
+        return {defined: files for defined, files in seen.items() if len(files) > 1}
+
+    def _owners(self, files: list[SourceFile], cache: ParseCache) -> set[str]:
+        """Where the live objects that `files` define were last applied from, and (a full
+        sync in parts) the other files of the directory defining them."""
+        names: dict[str, set[str]] = {}
+        owners: set[str] = set()
+        for keys in _defined(self.db, files, cache).values():
+            for kind, name in keys:
+                names.setdefault(kind, set()).add(name)
+                owners.update(self._definers.get((kind, name), ()))
+        for kind, wanted in names.items():
+            owners.update(objects.sources_of(self.db.conn, kind, wanted))
+        return owners
 
     def _prune(self, candidates: dict[Key, str], result: SyncResult) -> None:
         """`candidates` (object -> its source) are every object this sync knows to have lost
@@ -464,29 +562,48 @@ def _differences(before: dict[str, str], now: dict[str, str]) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def _owners(db: Database, files: list[SourceFile], cache: ParseCache) -> set[str]:
-    """Where the live objects that `files` define were last applied from. A file whose bytes
-    were applied before is not parsed: what it defined was recorded then."""
-    conn = db.conn
-    recorded = sources.recorded(conn, [f.key for f in files])
-    names: dict[str, set[str]] = {}
+def _defined(db: Database, files: list[SourceFile], cache: ParseCache
+             ) -> dict[str, list[Key]]:
+    """The objects each file defines. A file whose bytes were applied before is not parsed:
+    what it defined was recorded then."""
+    recorded = sources.recorded(db.conn, [f.key for f in files])
+    out: dict[str, list[Key]] = {}
     for f in files:
         if f.key in recorded and recorded[f.key][0] == sources.seal(db.hash_key, f.digest):
-            found = [(kind, name) for kind, name, _ in recorded[f.key][1]]
+            out[f.key] = [(kind, name) for kind, name, _ in recorded[f.key][1]]
         elif f.data.strip():
             from devcell.manifests import validate  # only when a changed file is read
 
             if f.digest + f.key not in cache:
                 cache[f.digest + f.key] = validate.parse_source(f, desired.validator_place(db))
-            found = [(m.kind, m.name) for m in cache[f.digest + f.key][0]]
+            out[f.key] = [(m.kind, m.name) for m in cache[f.digest + f.key][0]]
+    return out
+
+
+def _own_problems(f: SourceFile, cache: ParseCache) -> list[Problem]:
+    """Why a file fails alone, whatever the other files hold: invalid, or an object defined
+    twice in it (the second definition is blamed, naming the first's line)."""
+    found, bad = cache[f.digest + f.key]
+    out = list(bad)
+    first: dict[Key, Manifest] = {}
+    for m in found:
+        if (m.kind, m.name) in first:
+            was = first[(m.kind, m.name)]
+            out.append(desired.problem_at(m, ("metadata", "name"),
+                                          f'{m.kind} "{m.name}" {admission.DEFINED_TWICE} '
+                                          f"(also in {was.file}:{was.line})"))
         else:
-            found = []
-        for kind, name in found:
-            names.setdefault(kind, set()).add(name)
-    owners: set[str] = set()
-    for kind, wanted in names.items():
-        owners.update(objects.sources_of(conn, kind, wanted))
-    return owners
+            first[(m.kind, m.name)] = m
+    return out
+
+
+def _defined_twice(files: list[SourceFile], cache: ParseCache) -> set[Key]:
+    seen: set[Key] = set()
+    twice: set[Key] = set()
+    for f in files:
+        for key in {(m.kind, m.name) for m in cache[f.digest + f.key][0]}:
+            (twice if key in seen else seen).add(key)
+    return twice
 
 
 def _holds_nothing(db: Database, f: SourceFile, cache: ParseCache) -> bool:

@@ -8,5 +8,6 @@ names the user and role it was made for. Before acting, a caller asks the policy
 errors.Forbidden naming the rule when it may not.
 
 Modules: principals (Role, Principal, the local admin), tokens (the token store: create,
-list, revoke, authenticate), policy (Verb, ResourceRef, Decision, authorize, require).
+list, revoke, authenticate), policy (Verb, ResourceRef, Decision, authorize, require),
+resources (the ResourceRef of a recorded cell or snapshot, or of a cell to create).
 """

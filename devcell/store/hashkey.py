@@ -5,7 +5,9 @@ A hash that covers a secret (the runtime hash on a container's label, which anyo
 a short secret cannot be recovered by hashing guesses. The key is 32 random bytes in
 `<state>/hash.key`, owner-only (0600), made once: concurrent first commands race to link a
 complete file into place, and every loser reads the winner's. Losing the key costs at most
-one recreate of each cell that has secrets (their runtime hash changes), never a secret.
+one recreate of each cell that has secrets (their runtime hash changes), never a secret; and
+every API token (devcell.auth.tokens keeps only their HMACs under a key derived from it):
+they fail until new ones are made.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ With a cluster configured (`cluster.engine`, docs/cluster.md) the nodes are the 
 its manager's engine reports them, and DevCell's cells on each are found by the labels of
 their services' tasks. Without one, DevCell is single-host: one node, this machine, running
 every cell the state directory records. Cordon and uncordon are the engine's availability
-(pause, active): DevCell keeps no node state of its own.
+(pause, active): DevCell keeps no node state of its own, only an event of each change.
 """
 
 from __future__ import annotations
@@ -187,4 +187,25 @@ def set_availability(state_dir: Path, name: str, availability: str) -> tuple[Nod
         return node, False
     manager = _manager(state_dir, settings)
     manager.set_availability(node.id, availability)
+    _record(state_dir, node, availability)
     return find(list_nodes(state_dir), node.id), True
+
+
+REASONS = {"pause": "NodeCordoned", "active": "NodeUncordoned", "drain": "NodeDrained"}
+
+
+def _record(state_dir: Path, node: Node, availability: str) -> None:
+    """An event on the control plane (`get events`): who changed a node's availability, and
+    from what (the engine keeps no such history)."""
+    from devcell.store import events
+    from devcell.store.db import open_database
+
+    db = open_database(state_dir)
+    try:
+        with db.write() as conn:
+            events.record(conn, kind="Node", object_id=node.id, name=node.name,
+                          reason=REASONS[availability],
+                          message=f"node {node.id} ({node.name}): availability "
+                                  f"{node.availability} -> {availability}")
+    finally:
+        db.close()

@@ -127,10 +127,15 @@ def test_cordon_and_uncordon_are_the_engines_availability(
     assert (code, out, err) == (0, f"node/{worker.node_id} uncordoned\n", "")
     assert availability() == "active"
     assert running_on(swarm, "kept-off") == worker.node_id
-
-    # Every node of the test swarm is called after the one kernel's hostname: ambiguous.
+    code, out, _ = run(state, capsys, "get", "events", "-o", "json")
+    changes = [(e["reason"], e["message"]) for e in json.loads(out)["items"]
+               if e["object_kind"] == "Node"]
+    assert [r for r, _ in changes] == ["NodeCordoned", "NodeUncordoned"], changes
     hostname = json.loads(swarm.manager.docker("node", "inspect", worker.node_id).stdout)[0][
         "Description"]["Hostname"]
+    assert changes[0][1] == f"node {worker.node_id} ({hostname}): availability active -> pause"
+
+    # Every node of the test swarm is called after the one kernel's hostname: ambiguous.
     code, out, err = run(state, capsys, "node", "cordon", hostname)
     assert (code, out) == (2, "") and "give a node id" in err and worker.node_id in err
     code, out, err = run(state, capsys, "node", "uncordon", "no-such-node")

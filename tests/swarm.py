@@ -14,9 +14,9 @@ the slot (the exec-roots' network namespaces) detached, the slot's directory rem
 session killed outright leaves its slot to the next one, which clears it first (its pidfiles
 name the processes; the dockerds get SIGTERM when pytest dies, PR_SET_PDEATHSIG).
 
-Measured on the development VM (2 cores): start 6-8 s for 3 nodes (engines up in
-parallel ~4 s, swarm init + joins ~2.5 s, image loads overlapping the joins), teardown ~4 s.
-Run `python -m tests.swarm` to time it.
+Measured on the development VM (2 cores, load 5-19): start 3.7-6.5 s for 3 nodes (engines
+up in parallel ~2 s, swarm init + joins ~2.5 s, image loads overlapping the joins), teardown
+4.3-5.5 s. Run `python -m tests.swarm` to time it, or `DEVCELL_SWARM_TIMINGS=1 pytest -s`.
 """
 
 from __future__ import annotations
@@ -267,6 +267,7 @@ def start(count: int = 3, images: tuple[str, ...] = ("devcell/busybox:latest",))
     root.mkdir(mode=0o700)
     swarm = Swarm(root, slot, [Node(f"n{i}", f"127.0.{100 + slot}.{i}", root / f"n{i}")
                                for i in range(1, count + 1)], lock)
+    saver = None
     try:
         archive = root / "images.tar"
         saver = subprocess.Popen(["docker", "save", "-o", str(archive), *images],
@@ -306,6 +307,9 @@ def start(count: int = 3, images: tuple[str, ...] = ("devcell/busybox:latest",))
         swarm.timings["start"] = time.monotonic() - began
         return swarm
     except BaseException:
+        if saver is not None and saver.poll() is None:
+            saver.kill()
+            saver.wait()
         stop(swarm)
         raise
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from devcell import kinds
-from devcell.cli import render
+from devcell.cli import arguments, render
 from devcell.errors import NotFound, UsageError
 from devcell.names import printable, terminal_text
 from devcell.store import faults, guard, views
@@ -158,9 +158,12 @@ def _memory(run: Any) -> str | None:
 def _events_for(db: Database, target: str) -> list[dict[str, Any]]:
     """`get events --for cell/NAME` (kubectl's flag): the events of that one object."""
     word, _, name = target.partition("/")
+    if arguments.GET_KINDS.get(word.lower()) == "nodes" and name:  # node/ID: cordon's events
+        return views.events_table(db.conn, name, kind="Node")
     kind = kinds.by_word(word)
     if kind is None or not name:
-        raise UsageError(f"--for takes KIND/NAME, e.g. cell/api (got '{printable(target)}')")
+        raise UsageError(f"--for takes KIND/NAME, e.g. cell/api or node/ID (got "
+                         f"'{printable(target)}')")
     return views.events_table(db.conn, name, kind=kind.name)
 
 

@@ -134,6 +134,9 @@ def test_cordon_and_uncordon_are_the_engines_availability(
     hostname = json.loads(swarm.manager.docker("node", "inspect", worker.node_id).stdout)[0][
         "Description"]["Hostname"]
     assert changes[0][1] == f"node {worker.node_id} ({hostname}): availability active -> pause"
+    code, out, _ = run(state, capsys, "get", "events", "--for", f"node/{worker.node_id}",
+                       "-o", "json")
+    assert [e["reason"] for e in json.loads(out)["items"]] == ["NodeCordoned", "NodeUncordoned"]
 
     # Every node of the test swarm is called after the one kernel's hostname: ambiguous.
     code, out, err = run(state, capsys, "node", "cordon", hostname)

@@ -115,11 +115,11 @@ def fingerprint() -> Callable[[Path], str | None]:
 def _no_process_left_behind() -> Iterator[None]:
     """Every process a test starts is ended by the test, whatever happens (tests/processes.py):
     one still running a few seconds after the test is killed, and the test fails."""
-    from tests import processes
+    from tests import processes, swarm
 
     before = set(processes.live_children())
     yield
-    left = processes.leftovers(before)
+    left = processes.leftovers(before | swarm.engine_pids())
     if left:
         pytest.fail("the test left processes running (killed now): "
                     + "; ".join(f"{pid}: {cmd[:120]}" for pid, cmd in sorted(left.items())))

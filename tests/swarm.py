@@ -40,6 +40,14 @@ from typing import Any
 import pytest
 
 SLOTS = 16
+_ENGINES: set[int] = set()
+"""The pids of the dockerds this process started: the session's, outliving every test."""
+
+
+def engine_pids() -> set[int]:
+    """The test swarms' dockerds (the root conftest's check that a test leaves no process
+    behind spares them: a test may start a node's engine again, for the session)."""
+    return set(_ENGINES)
 NODE_LABEL = "dev.devcell.test-node"  # the engine label naming each private dockerd (n1, n2, ...)
 
 
@@ -219,6 +227,7 @@ def _spawn(node: Node) -> None:
                                         stdin=subprocess.DEVNULL,
                                         preexec_fn=_die_with_parent_softly,
                                         start_new_session=True)
+    _ENGINES.add(node.process.pid)
 
 
 def _engine_answers(node: Node) -> bool:

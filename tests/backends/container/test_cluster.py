@@ -157,3 +157,31 @@ def test_an_engine_that_is_not_a_manager_or_not_there_is_named(
     assert (code, out) == (1, "")
     assert err.count("\n") == 1 and "does not answer (No such file or directory)" in err
     assert "Traceback" not in err
+
+
+def test_a_node_whose_engine_dies_is_shown_down_with_the_engines_reason(
+        clean_swarm: Swarm, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A worker's dockerd killed (no goodbye): the manager calls the node down after its
+    heartbeats fail (13-16 s here), and `get nodes` shows it so, with the engine's message;
+    started again on its data-root it rejoins and is Ready. The cells of such a node are to
+    be shown Unknown from this (docs/cluster.md). Cost ~20 s: the engine's own timeouts."""
+    swarm, worker = clean_swarm, clean_swarm.workers[-1]
+    state = tmp_path / "state"
+    configure(state, swarm.manager.host)
+
+    def shown() -> dict:
+        code, out, err = run(state, capsys, "get", "nodes", worker.node_id, "-o", "json")
+        assert (code, err) == (0, "")
+        return json.loads(out)["status"]
+
+    swarm.stop_engine(worker, kill=True)
+    try:
+        swarm.wait(lambda: shown()["state"] != "ready", "the node called down", timeout=90)
+        status = shown()
+        assert (status["state"], status["message"]) == ("down", "heartbeat failure"), status
+        code, out, _ = run(state, capsys, "get", "nodes")
+        row = next(line for line in out.splitlines() if worker.node_id in line)
+        assert " Down " in row
+    finally:
+        swarm.start_engine(worker)
+        swarm.wait(lambda: shown()["state"] == "ready", "the node ready again", timeout=90)

@@ -128,7 +128,7 @@ def run_diff(args: argparse.Namespace) -> int:
 
     manifests = []
     problems = []
-    place = desired.validator_place_of(args.state_dir)
+    place = desired.validator_place_of(dbmod.resolve_state_dir(args.state_dir))
     for source in loader.read_sources(args.filename):
         found, bad = validate.parse_source(source, place)
         manifests.extend(found)

@@ -73,6 +73,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--devcell", default=str(c.VENV_BIN / "devcell"),
                    help="the devcell console script (default: the project's .venv)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir and print its path")
+    p.add_argument("--listen", action="store_true",
+                   help="each daemon also serves the HTTP API on a unix socket, with two "
+                        "clients watching it all along (cells and events; docs/api.md)")
     c.add_compare_options(p)
     args = p.parse_args()
     if not 50 <= args.saves <= 1000:
@@ -101,6 +104,7 @@ class Subject:
     samples: dict[str, tuple[list[float], list[float]]] = field(
         default_factory=lambda: {k: ([], []) for k in KINDS})
     _log: IO[bytes] | None = None
+    watchers: list[Watcher] = field(default_factory=list)
 
     @property
     def state(self) -> Path:
@@ -114,22 +118,31 @@ class Subject:
         c.write_cells(self.watched, self.files - 1)
         (self.watched / "edited.yaml").write_text(edited_cell(0))
 
-    def start(self, devcell: str, workers: int) -> float:
+    @property
+    def socket(self) -> Path:
+        return self.work / f"api-{self.files}.sock"
+
+    def start(self, devcell: str, workers: int, listen: bool = False) -> float:
         """Spawn the daemon; seconds until it watches its directory."""
         log = self.work / f"daemon-{self.files}-{len(self.logs)}.log"
         self.logs.append(log)
         self._log = open(log, "wb")
         t0 = time.perf_counter()
+        serving = ["--listen", f"unix:{self.socket}"] if listen else []
         self.process = subprocess.Popen(
             [devcell, "controller", "run", "--manifests", str(self.watched), "--workers",
-             str(workers)], stdout=self._log, stderr=subprocess.STDOUT,
+             str(workers), *serving], stdout=self._log, stderr=subprocess.STDOUT,
             env=c.env_for(self.state), cwd=self.work)
         wait_watching(self.process, log)
         seconds = time.perf_counter() - t0
         self.conn = wait_started(self.state, self.process, log)
+        if listen:
+            self.watchers = [Watcher(self.socket, "cells"), Watcher(self.socket, "events")]
         return seconds
 
     def stop(self) -> int:
+        for w in self.watchers:
+            w.stop()
         if self.conn is not None:
             self.conn.close()
             self.conn = None
@@ -145,6 +158,46 @@ class Subject:
             self._log.close()
         self.process = None
         return code
+
+
+class Watcher:
+    """A client of the API watching one resource for the whole run (a thread reading its
+    JSON lines), so the daemon serves while it reconciles; counts what it read."""
+
+    def __init__(self, sock: Path, resource: str) -> None:
+        import http.client
+        import socket as socketlib
+        import threading
+
+        deadline = time.monotonic() + 30
+        while not sock.exists():
+            if time.monotonic() > deadline:
+                sys.exit(f"{sock}: the API did not start")
+            time.sleep(0.05)
+        conn = http.client.HTTPConnection("devcell")
+        conn.sock = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+        conn.sock.connect(str(sock))
+        conn.request("GET", f"/api/v1/{resource}?watch=true")
+        self.response = conn.getresponse()
+        if self.response.status != 200:
+            sys.exit(f"watch {resource}: HTTP {self.response.status}")
+        self.conn, self.lines = conn, 0
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            for _ in self.response:
+                self.lines += 1
+        except (OSError, ValueError):
+            pass
+
+    def stop(self) -> None:
+        try:
+            self.conn.sock.shutdown(2)
+        except OSError:
+            pass
+        self.conn.close()
 
 
 def save(path: Path, text: str, how: str) -> float:
@@ -271,7 +324,7 @@ def bring_up(s: Subject, args: argparse.Namespace) -> None:
     s.figures["cold VmHWM MB"] = c.process_memory_mb(s.process.pid)["VmHWM"]
     if s.stop() != 0:
         sys.exit(f"the daemon for {s.files} files did not exit cleanly; see {s.logs[-1]}")
-    s.figures["warm start s"] = s.start(args.devcell, args.workers)
+    s.figures["warm start s"] = s.start(args.devcell, args.workers, args.listen)
     assert s.process is not None
     wait_idle(s.process.pid)
     s.figures["idle VmRSS MB"] = c.process_memory_mb(s.process.pid)["VmRSS"]
@@ -344,6 +397,8 @@ def print_figures(subjects: list[Subject]) -> None:
               f"{f['cold VmHWM MB']:12.1f} {f['warm start s']:13.2f} {f['idle VmRSS MB']:12.1f} "
               f"{f['end VmRSS MB']:11.1f} {f['end VmHWM MB']:11.1f}  "
               f"RSS <= {TARGET_RSS_MB:.0f} MB {c.verdict(worst <= TARGET_RSS_MB)}")
+        if "API watch lines read" in f:
+            print(f"{'':>6} API watchers read {f['API watch lines read']:.0f} lines")
 
 
 def main() -> int:
@@ -354,7 +409,8 @@ def main() -> int:
     rev = subprocess.run(["git", "-C", str(c.REPO), "rev-parse", "--short", "HEAD"],
                            capture_output=True, text=True, check=False).stdout.strip() or "?"
     print(f"daemon latency at {rev}: {args.saves} saves of each kind per size, sizes "
-          f"{args.sizes} files, write={args.write}, workers={args.workers}; "
+          f"{args.sizes} files, write={args.write}, workers={args.workers}"
+          f"{', serving the API with 2 watchers' if args.listen else ''}; "
           f"{os.cpu_count()} CPUs, load average {load}")
     problems: list[str] = []
     with c.workdir(args.keep) as work:
@@ -374,6 +430,8 @@ def main() -> int:
                 assert s.process is not None
                 mem = c.process_memory_mb(s.process.pid)
                 s.figures["end VmRSS MB"], s.figures["end VmHWM MB"] = mem["VmRSS"], mem["VmHWM"]
+                if s.watchers:
+                    s.figures["API watch lines read"] = sum(w.lines for w in s.watchers)
                 problems += verify(s, args.saves)
         finally:
             codes = {s.files: s.stop() for s in subjects}

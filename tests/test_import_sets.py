@@ -64,6 +64,8 @@ spec:
 """
 
 # -- the lists: what each command imports today ------------------------------------------------
+# `get`'s rows and documents come from devcell.api.listing, which the HTTP API reads too
+# (issue 27): two small modules, so that both answer the same records.
 # The start-up every command shares: the entry point, the command table and the parser.
 _CLI = ["devcell", "devcell.cli", "devcell.cli.arguments", "devcell.cli.commands",
         "devcell.cli.main", "devcell.cli.parser", "devcell.errors", "devcell.kinds",
@@ -75,31 +77,36 @@ _STORE = ["devcell.manifests", "devcell.storage_causes", "devcell.store", "devce
 EXPECTED: dict[str, tuple[list[str], list[str]]] = {
     # what: (DevCell modules, third-party packages)
     "get cells NAME": ([
-        *_CLI, *_STORE, "devcell.cli.cmd_get", "devcell.cli.render",
+        *_CLI, *_STORE, "devcell.api", "devcell.api.listing", "devcell.cli.cmd_get",
+        "devcell.cli.render",
         "devcell.manifests.secrets", "devcell.store.daemon_status",
         "devcell.store.observations", "devcell.store.views"],
         []),
     "get cells": ([
-        *_CLI, *_STORE, "devcell.cli.cmd_get", "devcell.cli.render",
+        *_CLI, *_STORE, "devcell.api", "devcell.api.listing", "devcell.cli.cmd_get",
+        "devcell.cli.render",
         "devcell.manifests.secrets", "devcell.store.daemon_status",
         "devcell.store.observations", "devcell.store.views"],
         []),
     "get cells -o wide": ([
         *_CLI, *_STORE, "devcell.api", "devcell.api.capacity", "devcell.backend_registry",
         "devcell.backends", "devcell.backends.base", "devcell.backends.capacity",
-        "devcell.cli.cmd_get", "devcell.cli.render", "devcell.manifests.secrets",
+        "devcell.api.listing", "devcell.cli.cmd_get", "devcell.cli.render",
+        "devcell.manifests.secrets",
         "devcell.records", "devcell.store.capacity", "devcell.store.daemon_status", "devcell.store.forwards",
         "devcell.store.observations", "devcell.store.views"],
         []),
     "get cells NAME -o yaml": ([
-        *_CLI, "devcell.cli.cmd_get", "devcell.cli.render", "devcell.manifests",
+        *_CLI, "devcell.api", "devcell.api.listing", "devcell.cli.cmd_get", "devcell.cli.render",
+        "devcell.manifests",
         "devcell.manifests.secrets", "devcell.storage_causes", "devcell.store",
         "devcell.store.db", "devcell.store.faults", "devcell.store.guard",
         "devcell.store.migrations", "devcell.store.observations", "devcell.store.state_dir",
         "devcell.store.views"],
         ["yaml"]),
     "get cells NAME -o json": ([
-        *_CLI, "devcell.cli.cmd_get", "devcell.cli.render", "devcell.manifests",
+        *_CLI, "devcell.api", "devcell.api.listing", "devcell.cli.cmd_get", "devcell.cli.render",
+        "devcell.manifests",
         "devcell.manifests.secrets", "devcell.storage_causes", "devcell.store",
         "devcell.store.db", "devcell.store.faults", "devcell.store.guard",
         "devcell.store.migrations", "devcell.store.observations", "devcell.store.state_dir",

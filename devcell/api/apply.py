@@ -22,6 +22,7 @@ from devcell.store import db as dbmod
 from devcell.store import desired, prunes
 
 if TYPE_CHECKING:
+    from devcell.manifests.model import SourceFile
     from devcell.manifests.selectors import Selector
 
 
@@ -38,6 +39,17 @@ def apply(state_dir: Path, paths: Sequence[str], *, dry_run: bool = False, prune
     """
     files = loader.read_sources(list(paths))
     roots = [os.path.abspath(p) for p in paths if p != "-"] if prune else None
+    return apply_sources(state_dir, files, dry_run=dry_run, prune_roots=roots,
+                         prune_selector=prune_selector, options=options, hooks=hooks,
+                         keep_pruned=keep_pruned)
+
+
+def apply_sources(state_dir: Path, files: list[SourceFile], *, dry_run: bool = False,
+                  prune_roots: list[str] | None = None, prune_selector: Selector | None = None,
+                  options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS,
+                  keep_pruned: int = prunes.DEFAULT_KEEP_SECONDS) -> Report:
+    """`apply` of manifests already read (files, or a stream the HTTP API received)."""
+    roots = prune_roots
     parsed: dict[str, Any] = {}
     if not (state_dir / dbmod.DB_FILENAME).exists():
         empty = dbmod.Database(state_dir, memory=True)

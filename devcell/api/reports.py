@@ -7,6 +7,7 @@ words are the ones `devcell` prints.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from devcell.reconciler.lease import Holder
 from devcell.records import Record, field
@@ -102,3 +103,19 @@ class Report(Record):
     @property
     def ok(self) -> bool:
         return self.converged.ok
+
+
+def document(report: Report) -> dict[str, Any]:
+    """The report as JSON: what `devcell apply` and `delete` print, one field each (the HTTP
+    API's answer to apply and delete)."""
+    converged = report.converged
+    return {
+        "changes": [{"kind": c.kind, "name": c.name, "id": c.object_id, "outcome": c.outcome}
+                    for c in report.recorded.changes],
+        "missing": [{"kind": kind, "name": name} for kind, name in report.recorded.missing],
+        "results": [{"kind": o.kind, "name": o.name, "id": o.object_id,
+                     "status": o.status.value, "message": o.message,
+                     "awaitingApproval": o.awaiting_approval} for o in converged.objects],
+        "expired": list(converged.expired),
+        "ok": report.ok,
+    }

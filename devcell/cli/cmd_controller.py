@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,40 @@ def run_daemon(args: argparse.Namespace) -> int:
     config = DaemonConfig(state_dir=state_dir, manifests=manifests, workers=args.workers,
                           resync_seconds=args.resync, run_store=args.run_store,
                           runtime_events=args.runtime_events, allow_empty=args.allow_empty,
-                          keep_pruned=arguments.keep_seconds(args.keep_pruned))
+                          keep_pruned=arguments.keep_seconds(args.keep_pruned),
+                          serve=_serving(args.listen, state_dir) if args.listen else None)
     logger.info("controller for {} watching {}", state_dir, manifests.absolute())
     return Daemon(config).run()
+
+
+def _serving(listens: list[str], state_dir: Path) -> Callable[[], Callable[[], None]]:
+    """What starts the HTTP API on each --listen address (once the daemon holds the lease) and
+    returns what stops it. The addresses are checked now, before the daemon starts."""
+    from devcell.server import serve
+
+    wanted = [serve.parse_listen(text) for text in listens]
+    for listen in wanted:
+        if listen.scheme == "tcp":
+            serve.refuse_tcp()
+
+    def start() -> Callable[[], None]:
+        from devcell.log import logger
+
+        running = []
+        try:
+            for listen in wanted:
+                running.append(serve.start(listen, state_dir))
+                logger.info("API served on {}:{}", listen.scheme, printable(listen.address))
+        except BaseException:
+            for r in running:
+                r.stop()
+            raise
+
+        def stop() -> None:
+            for r in running:
+                r.stop()
+        return stop
+    return start
 
 
 def run_wait(args: argparse.Namespace) -> int:

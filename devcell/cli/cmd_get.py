@@ -9,8 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from devcell import kinds
-from devcell.cli import arguments, render
+from devcell.api import listing
+from devcell.cli import render
 from devcell.errors import NotFound, UsageError
 from devcell.names import printable, terminal_text
 from devcell.store import faults, guard, views
@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 PLAIN_OUTPUTS = ("table", "wide", "yaml", "json", "name")
 """Formats that need no template: for them the template printers are not even imported."""
 
-KIND_OF_TABLE = {kind.plural: kind.name for kind in kinds.KINDS.values()}
+KIND_OF_TABLE = listing.KIND_OF_TABLE
+_documents = listing.documents
+_events_for = listing.events_for
 
 
 def _open(args: argparse.Namespace) -> Database | None:
@@ -47,17 +49,10 @@ FIELDS = {
 
 def _rows(db: Database, kind: str, names: Sequence[str], selector: Selector | None, *,
           wide: bool = False, labels: bool = False) -> list[dict[str, Any]]:
-    conn = db.conn
-    if kind == "cells":
-        cells = _with_observed(db, views.cells_table(conn, selector, names, wide=wide,
-                                                     labels=labels))
-        return _with_ports(db, _measured(db, kind, cells)) if wide else cells
-    if kind == "snapshots":
-        snaps = views.snapshots_table(conn, selector, names)
-        return _measured(db, kind, snaps) if wide else snaps
-    if names:  # each name once, in the order given
-        return [row for name in dict.fromkeys(names) for row in _other_rows(db, kind, name)]
-    return _other_rows(db, kind, None)
+    found = listing.rows(db, kind, names, selector, wide=wide, labels=labels)
+    if wide and kind == "cells":
+        return _with_ports(db, _measured(db, kind, found))
+    return _measured(db, kind, found) if wide and kind == "snapshots" else found
 
 
 def _with_ports(db: Database, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -76,25 +71,6 @@ def _with_ports(db: Database, rows: list[dict[str, Any]]) -> list[dict[str, Any]
                   for local, remote in f.ports]
         row["ports_shown"] = ",".join(shown) or None
     return rows
-
-
-def _other_rows(db: Database, kind: str, name: str | None) -> list[dict[str, Any]]:
-    conn = db.conn
-    if kind == "volumes":
-        return views.volumes_table(conn, name)
-    if kind == "operations":
-        return views.operations_table(conn, name)
-    if kind == "controllers":
-        from devcell.reconciler import lease
-        from devcell.store import daemon_status
-
-        row = daemon_status.read(conn)
-        if row is None or name not in (None, row["name"]):
-            return []
-        holder = lease.current_holder(db.state_dir)
-        row["running"] = holder is not None and holder.pid == row["pid"]
-        return [row]
-    return views.events_table(conn, name)
 
 
 def _measured(db: Database, kind: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -153,56 +129,6 @@ def _memory(run: Any) -> str | None:
     if run.held and run.ram_file_bytes:
         return f"{render.size(run.ram_file_bytes)} (asleep, on disk)"
     return None
-
-
-def _events_for(db: Database, target: str) -> list[dict[str, Any]]:
-    """`get events --for cell/NAME` (kubectl's flag): the events of that one object."""
-    word, _, name = target.partition("/")
-    if arguments.GET_KINDS.get(word.lower()) == "nodes" and name:  # node/ID: cordon's events
-        return views.events_table(db.conn, name, kind="Node")
-    kind = kinds.by_word(word)
-    if kind is None or not name:
-        raise UsageError(f"--for takes KIND/NAME, e.g. cell/api or node/ID (got "
-                         f"'{printable(target)}')")
-    return views.events_table(db.conn, name, kind=kind.name)
-
-
-CRASH_LOOP = "CrashLoopBackOff"
-
-
-def _with_observed(db: Database, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each cell's OBSERVED age (when its phase was last confirmed by its backend), and
-    CrashLoopBackOff for the phase of a cell held back after its runtime kept dying."""
-    import time
-
-    from devcell.store import observations
-
-    seen = observations.load(db.state_dir) if rows else {}
-    now = time.time()
-    for r in rows:
-        at = seen.get(r["id"])
-        r["observed_s"] = None if at is None else int(now - at)
-        if r.get("retry_at") is not None and float(r["retry_at"]) > now:
-            r["phase"] = CRASH_LOOP
-    return rows
-
-
-def _documents(db: Database, kind: str, rows: list[dict[str, Any]]
-               ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(row, document) for each row, the document as `-o json` prints it; a row whose object
-    went away since it was listed is left out."""
-    if kind in KIND_OF_TABLE:
-        obj_kind = KIND_OF_TABLE[kind]
-        pairs = []
-        for r in rows:
-            full = views.object_row(db.conn, obj_kind, r["id"])
-            if full is not None:
-                pairs.append((r, views.object_document(db.conn, obj_kind, full)))
-        return pairs
-    if kind == "operations":
-        for r in rows:
-            r["steps"] = views.step_documents(db.conn, r["id"])
-    return [(r, r) for r in rows]
 
 
 def _waiting_for(op: dict[str, Any]) -> str:

@@ -242,6 +242,8 @@ def daemon_arguments(p: argparse.ArgumentParser) -> None:
                    help="keep a pruned cell's workspace as a safety snapshot this long "
                         "(e.g. 12h, 7d as 168h; default 24h; 0: do not keep it)")
     p.add_argument("--log-json", action="store_true", help="machine-readable logs on stderr")
+    p.add_argument("--listen", action="append", metavar="unix:PATH|tcp:HOST:PORT",
+                   help="also serve the HTTP API there (docs/api.md); may be repeated")
 
 
 def _op_resume(p: argparse.ArgumentParser) -> None:

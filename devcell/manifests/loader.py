@@ -183,6 +183,13 @@ def _read_limited(stream_or_path: str | None, display: str, limit: int,
         return _stream(fh, sizes(), head)
 
 
+def from_bytes(display: str, data: bytes, *, limit: int = MAX_DOCUMENT_BYTES) -> SourceFile:
+    """A manifest stream received whole (an HTTP request's body), bounded as a file is:
+    `display` names it in messages (`.json` at its end: one JSON document)."""
+    _DocumentSizes(display, limit, whole=display.endswith(".json")).feed(data)
+    return SourceFile(display, "-", data, hashlib.sha256(data).hexdigest())
+
+
 def read_sources(paths: Iterable[str], *, limit: int = MAX_DOCUMENT_BYTES,
                  regular_only: bool = False) -> list[SourceFile]:
     """Every manifest file named by `paths`; all problems (missing, oversize) at once.

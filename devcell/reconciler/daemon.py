@@ -54,6 +54,9 @@ class DaemonConfig:
     runtime_events: bool = True
     """Follow each backend's runtime events (Watching): a cell whose runtime dies is queued
     at once, not at the next resync."""
+    serve: Callable[[], Callable[[], None]] | None = None
+    """Started once the lease is held and the state recovered (the HTTP API, from the CLI's
+    --listen); what it returns stops it, before the workers stop."""
 
 
 @dataclass
@@ -92,10 +95,14 @@ class Daemon:
             self._sync(db, syncer.sync, manager)
             manager.enqueue_all(db, trigger="startup")
             manager.start()
-            failpoints.hit("daemon.started")
+            stop_serving: Callable[[], None] | None = None
             try:
+                stop_serving = cfg.serve() if cfg.serve is not None else None
+                failpoints.hit("daemon.started")
                 self._watch(db, syncer, manager)
             finally:
+                if stop_serving is not None:
+                    stop_serving()
                 if self._signum:
                     logger.info("signal {}: finishing the steps in flight, then exiting "
                                 "(a second signal exits at once)", self._signum)

@@ -30,3 +30,15 @@ def for_object(conn: sqlite3.Connection, object_id: str, limit: int = 20) -> lis
         "SELECT * FROM events WHERE object_id = ? ORDER BY id DESC LIMIT ?", (object_id, limit)
     ).fetchall()
     return list(reversed(rows))
+
+
+def latest_id(conn: sqlite3.Connection) -> int:
+    """The last event's id (0: none yet): the version a watch resumes from."""
+    found = conn.execute("SELECT MAX(id) FROM events").fetchone()[0]
+    return int(found or 0)
+
+
+def after(conn: sqlite3.Connection, event_id: int, limit: int = 500) -> list[sqlite3.Row]:
+    """The events recorded after `event_id`, oldest first, at most `limit` of them."""
+    return conn.execute("SELECT * FROM events WHERE id > ? ORDER BY id LIMIT ?",
+                        (event_id, limit)).fetchall()

@@ -1,0 +1,117 @@
+"""What `devcell get` lists, as records: the rows of each kind and the documents `-o json`
+prints. The CLI's `get` and the HTTP API's list and get both read through here, so a cell is
+the same record whichever way it is asked for.
+
+Read-only and light: it imports no more than `devcell get` did (store views, observations);
+what `-o wide` measures (capacity) and prints stays with the CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from devcell import kinds
+from devcell.errors import UsageError
+from devcell.names import printable
+from devcell.store import views
+from devcell.store.db import Database
+
+if TYPE_CHECKING:
+    from devcell.manifests.selectors import Selector
+
+KIND_OF_TABLE = {kind.plural: kind.name for kind in kinds.KINDS.values()}
+"""cells -> Cell, snapshots -> Snapshot: the kinds whose records are whole documents."""
+
+CRASH_LOOP = "CrashLoopBackOff"
+NODE_WORDS = ("node", "nodes", "no")
+"""What `--for` takes for a node (as `get nodes` does: cli.arguments.GET_KINDS)."""
+
+
+def rows(db: Database, kind: str, names: Sequence[str], selector: Selector | None, *,
+         wide: bool = False, labels: bool = False) -> list[dict[str, Any]]:
+    """The table rows of `kind` (cells, snapshots, volumes, operations, controllers, events),
+    those named (by name or id) or all; cells with their OBSERVED age and crash-loop phase."""
+    conn = db.conn
+    if kind == "cells":
+        return with_observed(db, views.cells_table(conn, selector, names, wide=wide,
+                                                   labels=labels))
+    if kind == "snapshots":
+        return views.snapshots_table(conn, selector, names)
+    if names:  # each name once, in the order given
+        return [row for name in dict.fromkeys(names) for row in other_rows(db, kind, name)]
+    return other_rows(db, kind, None)
+
+
+def other_rows(db: Database, kind: str, name: str | None) -> list[dict[str, Any]]:
+    """The rows of a kind without labels: volumes, operations, controllers, events."""
+    conn = db.conn
+    if kind == "volumes":
+        return views.volumes_table(conn, name)
+    if kind == "operations":
+        return views.operations_table(conn, name)
+    if kind == "controllers":
+        from devcell.reconciler import lease
+        from devcell.store import daemon_status
+
+        row = daemon_status.read(conn)
+        if row is None or name not in (None, row["name"]):
+            return []
+        holder = lease.current_holder(db.state_dir)
+        row["running"] = holder is not None and holder.pid == row["pid"]
+        return [row]
+    return views.events_table(conn, name)
+
+
+def events_for(db: Database, target: str) -> list[dict[str, Any]]:
+    """`get events --for cell/NAME` (kubectl's flag): the events of that one object; a node's
+    (`node/ID`: cordon and uncordon) too."""
+    kind, name = for_target(target)
+    return views.events_table(db.conn, name, kind=kind)
+
+
+def for_target(target: str) -> tuple[str, str]:
+    """(kind, name or id) of `--for KIND/NAME`; UsageError when it names no kind."""
+    word, _, name = target.partition("/")
+    if word.lower() in NODE_WORDS and name:
+        return "Node", name
+    kind = kinds.by_word(word)
+    if kind is None or not name:
+        raise UsageError(f"--for takes KIND/NAME, e.g. cell/api or node/ID (got "
+                         f"'{printable(target)}')")
+    return kind.name, name
+
+
+def with_observed(db: Database, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each cell's OBSERVED age (when its phase was last confirmed by its backend), and
+    CrashLoopBackOff for the phase of a cell held back after its runtime kept dying."""
+    import time
+
+    from devcell.store import observations
+
+    seen = observations.load(db.state_dir) if rows else {}
+    now = time.time()
+    for r in rows:
+        at = seen.get(r["id"])
+        r["observed_s"] = None if at is None else int(now - at)
+        if r.get("retry_at") is not None and float(r["retry_at"]) > now:
+            r["phase"] = CRASH_LOOP
+    return rows
+
+
+def documents(db: Database, kind: str, rows: list[dict[str, Any]]
+              ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(row, document) for each row, the document as `-o json` prints it; a row whose object
+    went away since it was listed is left out."""
+    if kind in KIND_OF_TABLE:
+        obj_kind = KIND_OF_TABLE[kind]
+        pairs = []
+        for r in rows:
+            full = views.object_row(db.conn, obj_kind, r["id"])
+            if full is not None:
+                pairs.append((r, views.object_document(db.conn, obj_kind, full)))
+        return pairs
+    if kind == "operations":
+        for r in rows:
+            r["steps"] = views.step_documents(db.conn, r["id"])
+    return [(r, r) for r in rows]

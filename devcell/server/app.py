@@ -1,0 +1,379 @@
+"""The ASGI application (Starlette): the route table served, each handler one library call.
+
+Handlers that read the database run in Starlette's thread pool (one short-lived connection
+each), so a slow query never holds the event loop and the reconcile loop, in its own
+threads, is never waited on. Everything that can go wrong answers one problem document
+(server.problems): a DevCell error by its class, a malformed or hostile request by what was
+wrong with it, anything else as a 500 that says no more (the daemon's log says why).
+
+A hostile client is bounded: a body larger than MAX_BODY_BYTES is refused from its
+Content-Length or as soon as it grows past it (413), one that trickles in slower than
+BODY_SECONDS is cut (408), a watch beyond MAX_WATCHES is refused (503), and each manifest
+document is bounded as `apply -f` bounds it (1 MiB).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route as StarletteRoute
+
+from devcell.errors import NotFound, UsageError
+from devcell.log import logger
+from devcell.names import printable
+from devcell.server import openapi, problems, routes
+from devcell.server.problems import HttpProblem
+from devcell.server.routes import Resource
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""A whole apply request; each document in it is bounded at 1 MiB (manifests.loader)."""
+BODY_SECONDS = 30.0
+"""A body must have arrived this long after the request's headers."""
+MAX_WATCHES = 64
+"""Watches open at once; each holds a database connection."""
+POLL_SECONDS = 0.1
+"""How often a watch looks for a commit (one PRAGMA read when nothing changed)."""
+BOOKMARK_SECONDS = 15.0
+"""A watch with nothing to say says where it is this often (and so finds a client gone)."""
+JSON_MEDIA = "application/json"
+YAML_MEDIAS = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class Context:
+    """What every handler needs: the state directory, the number of open watches, and how
+    long a body may take (DEVCELL_API_BODY_SECONDS, for a slow network or a test)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.watches = 0
+        given = os.environ.get("DEVCELL_API_BODY_SECONDS", "")
+        try:
+            seconds = float(given) if given else BODY_SECONDS
+        except ValueError:
+            seconds = BODY_SECONDS
+        self.body_seconds = min(max(seconds, 0.1), 3600.0) if seconds == seconds else BODY_SECONDS
+
+
+def build(state_dir: Path) -> Starlette:
+    """The application for one state directory (the daemon's)."""
+    ctx = Context(state_dir)
+    by_path: dict[str, dict[str, Handler]] = {}
+    for route in routes.table():
+        by_path.setdefault(route.path, {})[route.method] = _answering(_handler(ctx, route))
+    table = [StarletteRoute(path, _by_method(methods), methods=list(methods))
+             for path, methods in by_path.items()]
+    return Starlette(routes=table, exception_handlers={
+        HTTPException: _http_exception, Exception: _unexpected})
+
+
+def _by_method(methods: dict[str, Handler]) -> Handler:
+    """One route per path, so that a 405 names every method the path has (Allow)."""
+    async def dispatch(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        return await methods[method](request)
+    return dispatch
+
+
+def _handler(ctx: Context, route: routes.Route) -> Handler:
+    if route.name == "openapi":
+        return _openapi
+    if route.name == "apply":
+        return lambda request: _apply(ctx, request)
+    resource = route.resource
+    assert resource is not None
+    if route.verb == "list":
+        return lambda request: _list(ctx, resource, request)
+    if route.verb == "get":
+        return lambda request: _get(ctx, resource, request)
+    return lambda request: _delete(ctx, resource, request)
+
+
+def _answering(handler: Handler) -> Handler:
+    """The handler, with every error it raises answered as its problem document."""
+    async def answer(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except Exception as exc:  # noqa: BLE001  (each answered; the unexpected logged)
+            return _problem(exc)
+    return answer
+
+
+def _problem(exc: BaseException, headers: dict[str, str] | None = None) -> Response:
+    doc = problems.of_error(exc)
+    if doc["status"] >= 500 and doc["type"].endswith("/internal"):
+        logger.error("API request failed: {}: {}", type(exc).__name__, printable(str(exc)))
+    return JSONResponse(doc, status_code=doc["status"], media_type=problems.MEDIA_TYPE,
+                        headers=headers)
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such route, a method the route does not have)."""
+    status = getattr(exc, "status_code", 500)
+    slug, title, detail = {
+        404: ("no-route", "Not found", f"no API route {printable(request.url.path)}"),
+        405: ("method-not-allowed", "Method not allowed",
+              f"{printable(request.method)} is not allowed on {printable(request.url.path)}"),
+    }.get(status, ("http-error", "HTTP error", str(getattr(exc, "detail", ""))))
+    allow = (getattr(exc, "headers", None) or {}).get("Allow")  # a 405 says what is allowed
+    return _problem(HttpProblem(status, slug, title, detail),
+                    {"Allow": allow} if allow else None)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    return _problem(exc)
+
+
+# -- queries ------------------------------------------------------------------------------------
+
+
+def _flag(request: Request, name: str) -> bool:
+    value = request.query_params.get(name)
+    if value is None or value.lower() in ("false", "0", ""):
+        return False
+    if value.lower() in ("true", "1"):
+        return True
+    raise UsageError(f"query parameter {name}: true or false, not {value!r}")
+
+
+def _version(request: Request) -> int | None:
+    given = request.query_params.get("resourceVersion")
+    if given is None:
+        given = request.headers.get("last-event-id")
+    if given is None:
+        return None
+    if not given.isascii() or not given.isdigit() or len(given) > 18:
+        raise UsageError(f"resourceVersion: a number (a list's metadata.resourceVersion), "
+                         f"not {given!r}")
+    return int(given)
+
+
+def _timeout(request: Request) -> float:
+    given = request.query_params.get("timeoutSeconds")
+    if given is None:
+        return float(openapi.MAX_TIMEOUT_S)
+    if not given.isascii() or not given.isdigit() or not 1 <= int(given[:6]) <= \
+            openapi.MAX_TIMEOUT_S or len(given) > 6:
+        raise UsageError(f"timeoutSeconds: 1 to {openapi.MAX_TIMEOUT_S}, not {given!r}")
+    return float(given)
+
+
+def _selector(resource: Resource, request: Request) -> Any:
+    given = request.query_params.get("labelSelector")
+    if not given:
+        return None
+    if not resource.labeled:
+        raise UsageError(f"{resource.plural} have no labels: labelSelector applies to cells "
+                         "and snapshots")
+    from devcell.manifests import selectors
+
+    return selectors.parse(given)
+
+
+def _open(ctx: Context) -> Any:
+    from devcell.store.db import Database
+
+    return Database(ctx.state_dir, create=False)
+
+
+# -- list, get, watch ---------------------------------------------------------------------------
+
+
+async def _openapi(request: Request) -> Response:
+    return Response(openapi.document_text(), media_type=JSON_MEDIA)
+
+
+async def _list(ctx: Context, resource: Resource, request: Request) -> Response:
+    selector = _selector(resource, request)
+    for_object = request.query_params.get("for") if resource.plural == "events" else None
+    watch = _flag(request, "watch")
+    after, timeout = _version(request), _timeout(request)  # checked even when not watching
+    if watch:
+        return await _watch(ctx, resource, request, selector, for_object, after, timeout)
+    doc = await run_in_threadpool(_list_sync, ctx, resource, selector, for_object)
+    return JSONResponse(doc)
+
+
+def _list_sync(ctx: Context, resource: Resource, selector: Any, for_object: str | None
+               ) -> dict[str, Any]:
+    from devcell.api import listing
+    from devcell.store import events
+
+    db = _open(ctx)
+    try:
+        version = events.latest_id(db.conn)
+        if for_object:
+            rows = listing.events_for(db, for_object)
+        else:
+            rows = listing.rows(db, resource.plural, [], selector)
+        items = [doc for _, doc in listing.documents(db, resource.plural, rows)]
+    finally:
+        db.close()
+    return {"apiVersion": "v1", "kind": "List", "items": items,
+            "metadata": {"resourceVersion": str(version)}}
+
+
+async def _get(ctx: Context, resource: Resource, request: Request) -> Response:
+    name = request.path_params["name"]
+    doc = await run_in_threadpool(_get_sync, ctx, resource, name)
+    return JSONResponse(doc)
+
+
+def _get_sync(ctx: Context, resource: Resource, name: str) -> dict[str, Any]:
+    from devcell.api import listing
+
+    db = _open(ctx)
+    try:
+        rows = listing.rows(db, resource.plural, [name], None)
+        key = "id" if resource.plural == "operations" else None
+        rows = [r for r in rows if name in ((r["id"],) if key else (r["name"], r["id"]))]
+        docs = listing.documents(db, resource.plural, rows[:1])
+        if docs:
+            return docs[0][1]
+        close = ""
+        if resource.plural in listing.KIND_OF_TABLE:
+            from devcell.store import objects
+
+            close = objects.suggestion(db.conn, resource.kind, name)
+    finally:
+        db.close()
+    raise NotFound(f'{resource.kind.lower()} "{name}" not found{close}')
+
+
+async def _watch(ctx: Context, resource: Resource, request: Request, selector: Any,
+                 for_object: str | None, after: int | None, timeout: float) -> Response:
+    from devcell.server.watch import Watcher
+
+    sse = "text/event-stream" in request.headers.get("accept", "")
+    if ctx.watches >= MAX_WATCHES:
+        raise HttpProblem(503, "too-many-watches", "Too many watches",
+                          f"{MAX_WATCHES} watches are open; try again later")
+    if for_object:  # checked as a list checks it
+        from devcell.api import listing
+
+        listing.for_target(for_object)
+    db = await run_in_threadpool(_open, ctx)
+    try:
+        watcher = await run_in_threadpool(lambda: Watcher(
+            db, resource, selector=selector, for_object=for_object, after=after))
+    except BaseException:
+        db.close()
+        raise
+    ctx.watches += 1
+
+    async def stream() -> AsyncIterator[bytes]:
+        deadline = time.monotonic() + timeout
+        quiet_since = time.monotonic()
+        try:
+            while time.monotonic() < deadline:
+                changes = await run_in_threadpool(watcher.poll)
+                for change in changes:
+                    yield _frame(change, sse)
+                if changes:
+                    quiet_since = time.monotonic()
+                elif time.monotonic() - quiet_since >= BOOKMARK_SECONDS:
+                    yield _frame(watcher.bookmark(), sse)
+                    quiet_since = time.monotonic()
+                await anyio.sleep(POLL_SECONDS)
+        finally:
+            ctx.watches -= 1
+            db.close()
+
+    media = "text/event-stream" if sse else openapi.WATCH_MEDIA
+    return StreamingResponse(stream(), media_type=media,
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _frame(change: dict[str, Any], sse: bool) -> bytes:
+    data = json.dumps(change, separators=(",", ":"), default=str)
+    if not sse:
+        return (data + "\n").encode()
+    return f"id: {change['resourceVersion']}\nevent: {change['type']}\ndata: {data}\n\n".encode()
+
+
+# -- apply, delete ------------------------------------------------------------------------------
+
+
+async def _body(ctx: Context, request: Request) -> bytes:
+    """The whole body, refused early when it is too large or arrives too slowly."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isascii() or not declared.isdigit():
+            raise HttpProblem(400, "bad-request", "The request is not valid",
+                              "Content-Length is not a number")
+        if int(declared[:12]) > MAX_BODY_BYTES or len(declared) > 12:
+            raise _too_large()
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        with anyio.fail_after(ctx.body_seconds):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    raise _too_large()
+                chunks.append(chunk)
+    except TimeoutError:
+        raise HttpProblem(408, "body-timeout", "Request timeout",
+                          f"the body did not arrive within {ctx.body_seconds:g}s") from None
+    return b"".join(chunks)
+
+
+def _too_large() -> HttpProblem:
+    return HttpProblem(413, "body-too-large", "Content too large",
+                       f"a request body is at most {MAX_BODY_BYTES} bytes (each manifest "
+                       "document at most 1 MiB); split it into several requests")
+
+
+def _media(request: Request) -> str:
+    given = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if given == JSON_MEDIA or given.endswith("+json"):
+        return "json"
+    if given in YAML_MEDIAS:
+        return "yaml"
+    raise HttpProblem(415, "unsupported-media-type", "Unsupported media type",
+                      f"send manifests as application/yaml (a stream of documents) or "
+                      f"application/json (one document), not {given or 'no Content-Type'!r}")
+
+
+async def _apply(ctx: Context, request: Request) -> Response:
+    media = _media(request)
+    dry_run = _flag(request, "dryRun")
+    data = await _body(ctx, request)
+    doc = await run_in_threadpool(_apply_sync, ctx, data, media, dry_run)
+    return JSONResponse(doc)
+
+
+def _apply_sync(ctx: Context, data: bytes, media: str, dry_run: bool) -> dict[str, Any]:
+    from devcell.api import apply, converging, reports
+    from devcell.manifests import loader
+
+    source = loader.from_bytes(f"request.{media}", data)
+    report = apply.apply_sources(ctx.state_dir, [source], dry_run=dry_run,
+                                 options=converging.Options(wait=False))
+    return reports.document(report)
+
+
+async def _delete(ctx: Context, resource: Resource, request: Request) -> Response:
+    name = request.path_params["name"]
+    doc = await run_in_threadpool(_delete_sync, ctx, resource, name)
+    return JSONResponse(doc)
+
+
+def _delete_sync(ctx: Context, resource: Resource, name: str) -> dict[str, Any]:
+    from devcell.api import apply, converging, reports
+
+    report = apply.delete(ctx.state_dir, resource.kind, name,
+                          options=converging.Options(wait=False))
+    return reports.document(report)

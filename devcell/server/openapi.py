@@ -1,0 +1,205 @@
+"""The OpenAPI 3.1 document, made from the route table (routes) and the kinds' JSON schemas
+(devcell/schemas): a manifest the API accepts is the one `devcell schema cell` describes."""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import cache
+from typing import Any
+
+from devcell import kinds
+from devcell.server import problems, routes
+
+WATCH_MEDIA = "application/x-ndjson"
+SSE_MEDIA = "text/event-stream"
+YAML_MEDIA = "application/yaml"
+MAX_TIMEOUT_S = 3600
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _manifest_schemas() -> dict[str, Any]:
+    """Each kind's manifest schema, its $defs moved to components (Cell.name, ...) so every
+    $ref resolves inside this document."""
+    from devcell import schemas
+
+    out: dict[str, Any] = {}
+    for kind in kinds.KINDS.values():
+        schema = copy.deepcopy(schemas.schema(kind.name))
+        defs = schema.pop("$defs", {})
+        for key in ("$schema", "$id"):
+            schema.pop(key, None)
+        prefix = f"#/components/schemas/{kind.name}."
+
+        def rewrite(node: Any, prefix: str = prefix) -> Any:
+            if isinstance(node, dict):
+                return {k: (prefix + v[len("#/$defs/"):]
+                            if k == "$ref" and isinstance(v, str) and v.startswith("#/$defs/")
+                            else rewrite(v)) for k, v in node.items()}
+            if isinstance(node, list):
+                return [rewrite(v) for v in node]
+            return node
+
+        out[f"{kind.name}Manifest"] = rewrite(schema)
+        for name, sub in defs.items():
+            out[f"{kind.name}.{name}"] = rewrite(sub)
+    return out
+
+
+def _record_schemas() -> dict[str, Any]:
+    located = {"type": "object", "required": ["file", "message"], "properties": {
+        "file": {"type": "string"}, "line": {"type": "integer"}, "column": {"type": "integer"},
+        "kind": {"type": "string"}, "name": {"type": "string"}, "field": {"type": "string"},
+        "message": {"type": "string"}}}
+    out: dict[str, Any] = {
+        "Problem": {
+            "type": "object", "description": "RFC 9457 problem details: every error answered",
+            "required": ["type", "title", "status", "detail"],
+            "properties": {"type": {"type": "string"}, "title": {"type": "string"},
+                           "status": {"type": "integer"}, "detail": {"type": "string"},
+                           "problems": {"type": "array", "items": located}}},
+        "Operation": {"type": "object", "required": ["id", "status", "steps"],
+                      "properties": {"id": {"type": "string"}, "status": {"type": "string"},
+                                     "steps": {"type": "array",
+                                               "items": {"type": "object"}}}},
+        "Event": {"type": "object", "required": ["id", "reason", "message"],
+                  "properties": {"id": {"type": "integer"}, "reason": {"type": "string"},
+                                 "message": {"type": "string"}}},
+        "ApplyResult": {
+            "type": "object", "required": ["changes", "missing", "results", "ok"],
+            "properties": {
+                "changes": {"type": "array", "items": {
+                    "type": "object", "required": ["kind", "name", "outcome"],
+                    "properties": {"kind": {"type": "string"}, "name": {"type": "string"},
+                                   "id": {"type": ["string", "null"]},
+                                   "outcome": {"type": "string"}}}},
+                "missing": {"type": "array", "items": {"type": "object"}},
+                "results": {"type": "array", "items": {"type": "object"}},
+                "expired": {"type": "array", "items": {"type": "string"}},
+                "ok": {"type": "boolean"}}},
+    }
+    for kind in kinds.KINDS.values():
+        out[kind.name] = {
+            "type": "object", "description": f"A {kind.name} as `devcell get -o json` prints it "
+            "(secret values redacted)",
+            "required": ["apiVersion", "kind", "metadata", "spec", "status"],
+            "properties": {
+                "apiVersion": {"type": "string"}, "kind": {"const": kind.name},
+                "metadata": {"type": "object", "required": ["name", "id", "resourceVersion"],
+                             "properties": {"name": {"type": "string"},
+                                            "id": {"type": "string"},
+                                            "resourceVersion": {"type": "string"}}},
+                "spec": {"type": "object"}, "status": {"type": "object"}}}
+    for r in routes.RESOURCES.values():
+        out[f"{r.kind}List"] = {
+            "type": "object", "required": ["apiVersion", "kind", "items", "metadata"],
+            "properties": {"apiVersion": {"type": "string"}, "kind": {"const": "List"},
+                           "items": {"type": "array", "items": _ref(r.kind)},
+                           "metadata": _list_meta()}}
+    out["WatchEvent"] = {
+        "type": "object", "required": ["type", "resourceVersion"],
+        "description": "One change: ADDED, MODIFIED, DELETED (object: the record), or "
+                       "BOOKMARK (no object: the version reached, sent while nothing changes)",
+        "properties": {"type": {"enum": ["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]},
+                       "resourceVersion": {"type": "string"}, "object": {"type": "object"}}}
+    return out
+
+
+def _list_meta() -> dict[str, Any]:
+    return {"type": "object", "required": ["resourceVersion"],
+            "properties": {"resourceVersion": {"type": "string", "description":
+                           "The events table's last id: watch from here to miss nothing"}}}
+
+
+def _problem_responses(*statuses: int) -> dict[str, Any]:
+    return {str(s): {"description": "a problem document",
+                     "content": {problems.MEDIA_TYPE: {"schema": _ref("Problem")}}}
+            for s in statuses}
+
+
+def _operation(route: routes.Route) -> dict[str, Any]:
+    op: dict[str, Any] = {"operationId": route.name, "summary": route.summary}
+    params: list[dict[str, Any]] = []
+    errors = [400, 401, 403, 406, 500, 503]
+    r = route.resource
+    if route.name == "openapi":
+        op["responses"] = {"200": {"description": "this document",
+                                   "content": {"application/json": {"schema": {
+                                       "type": "object"}}}}, **_problem_responses(401, 403)}
+        return op
+    if route.name == "apply":
+        params.append({"name": "dryRun", "in": "query", "required": False,
+                       "schema": {"type": "boolean"},
+                       "description": "validate and say what would change; record nothing"})
+        op["requestBody"] = {"required": True, "content": {
+            YAML_MEDIA: {"schema": {"type": "string"}},
+            "application/json": {"schema": {"oneOf": [
+                _ref(f"{k.name}Manifest") for k in kinds.KINDS.values()]}}},
+            "description": "a YAML stream of manifests (`---` between documents) or one JSON "
+                           "manifest; validated as `devcell apply -f` validates a file"}
+        ok: dict[str, Any] = {"200": {"description": "what was recorded",
+                                      "content": {"application/json": {
+                                          "schema": _ref("ApplyResult")}}}}
+        errors += [409, 411, 413, 408, 415, 422, 502]
+    elif route.verb == "list":
+        assert r is not None
+        if r.labeled:
+            params.append({"name": "labelSelector", "in": "query", "required": False,
+                           "schema": {"type": "string"},
+                           "description": "as -l: team=core,tier!=db,env in (a,b)"})
+        if r.kind == "Event":
+            params.append({"name": "for", "in": "query", "required": False,
+                           "schema": {"type": "string"},
+                           "description": "KIND/NAME: only that object's events"})
+        params += [
+            {"name": "watch", "in": "query", "required": False, "schema": {"type": "boolean"},
+             "description": "follow the changes (JSON lines; server-sent events when "
+                            "Accept: text/event-stream)"},
+            {"name": "resourceVersion", "in": "query", "required": False,
+             "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
+             "description": "watch: the changes after this version (a list's "
+                            "metadata.resourceVersion); SSE clients may send Last-Event-ID"},
+            {"name": "timeoutSeconds", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_S},
+             "description": f"watch: end the stream after this long (at most {MAX_TIMEOUT_S})"}]
+        ok = {"200": {"description": f"the {r.plural}, or their changes with watch=true",
+                      "content": {"application/json": {"schema": _ref(f"{r.kind}List")},
+                                  WATCH_MEDIA: {"schema": _ref("WatchEvent")},
+                                  SSE_MEDIA: {"schema": {"type": "string"}}}}}
+    else:
+        assert r is not None
+        params.append({"name": "name", "in": "path", "required": True,
+                       "schema": {"type": "string", "minLength": 1}})
+        errors += [404]
+        if route.verb == "get":
+            ok = {"200": {"description": f"the {r.kind}", "content": {
+                "application/json": {"schema": _ref(r.kind)}}}}
+        else:
+            ok = {"200": {"description": "what was recorded", "content": {
+                "application/json": {"schema": _ref("ApplyResult")}}}}
+            errors += [409, 502]
+    if params:
+        op["parameters"] = params
+    op["responses"] = {**ok, **_problem_responses(*sorted(set(errors)))}
+    return op
+
+
+@cache
+def document_text() -> str:
+    """The document as served (made once per process: it depends on nothing at run time)."""
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes.table():
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+    doc = {
+        "openapi": "3.1.0",
+        "info": {"title": "DevCell API", "version": "v1",
+                 "description": "DevCell's resources as the CLI names them; see docs/api.md"},
+        "paths": paths,
+        "components": {
+            "schemas": {**_manifest_schemas(), **_record_schemas()},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+    }
+    return json.dumps(doc, sort_keys=True)

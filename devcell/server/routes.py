@@ -1,0 +1,63 @@
+"""The API's route table: one entry per (method, path), read by the app (which serves it) and
+by the OpenAPI document (which describes it), so the two cannot disagree.
+
+Resources are named as the CLI names them (`devcell get cells` is GET /api/v1/cells);
+their records are `devcell get -o json`'s (api.listing).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+PREFIX = "/api/v1"
+
+
+class Resource(NamedTuple):
+    plural: str
+    """As the CLI names it: cells, snapshots, operations, events."""
+    kind: str
+    """The record's kind (Cell, Snapshot, Operation, Event)."""
+    labeled: bool
+    """Has labels: a labelSelector applies."""
+    deletable: bool
+    """DELETE removes it (the desired objects: cells and snapshots)."""
+    gettable: bool = True
+    """GET one by name or id (events have none: `get events NAME` lists an object's, which
+    the list's `for` parameter does)."""
+
+
+RESOURCES = {r.plural: r for r in (
+    Resource("cells", "Cell", labeled=True, deletable=True),
+    Resource("snapshots", "Snapshot", labeled=True, deletable=True),
+    Resource("operations", "Operation", labeled=False, deletable=False),
+    Resource("events", "Event", labeled=False, deletable=False, gettable=False),
+)}
+
+
+class Route(NamedTuple):
+    method: str
+    path: str
+    name: str
+    """The handler's name (app) and the OpenAPI operationId."""
+    verb: str
+    """What authorization is asked for: list, get, watch (with list), create, delete."""
+    resource: Resource | None
+    summary: str
+
+
+def table() -> list[Route]:
+    routes = [Route("GET", f"{PREFIX}/openapi.json", "openapi", "get", None,
+                    "This API's OpenAPI document"),
+              Route("POST", f"{PREFIX}/apply", "apply", "create", None,
+                    "Record a manifest stream as desired state (server-side apply)")]
+    for r in RESOURCES.values():
+        routes.append(Route("GET", f"{PREFIX}/{r.plural}", f"list_{r.plural}", "list", r,
+                            f"List {r.plural} (watch=true: follow their changes)"))
+        if r.gettable:
+            routes.append(Route("GET", f"{PREFIX}/{r.plural}/{{name}}", f"get_{r.plural}",
+                                "get", r, f"One of the {r.plural}, by name or id"))
+        if r.deletable:
+            routes.append(Route("DELETE", f"{PREFIX}/{r.plural}/{{name}}",
+                                f"delete_{r.plural}", "delete", r,
+                                f"Ask for one of the {r.plural}' deletion"))
+    return routes

@@ -1,0 +1,137 @@
+"""Serve the API beside the reconcile loop: uvicorn in a thread of the daemon's process.
+
+`--listen unix:PATH` binds a socket that only the state directory's owner can open (made
+0600 before anyone can connect; a stale socket left by a dead daemon is replaced, a live
+one refused); its callers are that owner, the admin. `--listen tcp:HOST:PORT` is refused
+until the API authenticates callers over the network (issue 27's tokens).
+
+The server has its own event loop in its own thread; handlers that touch the database run
+in a small thread pool. The reconcile loop's threads share only the GIL with it, and the
+daemon's latency is measured with and without a listener (bench/daemon_latency.py
+--listen).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import stat
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from devcell.errors import UsageError
+from devcell.names import printable
+
+STOP_SECONDS = 3.0
+"""How long a stop waits for requests in flight (a watch is cut at once)."""
+
+
+class Listen(NamedTuple):
+    scheme: str
+    """unix or tcp"""
+    address: str
+    """The socket's path, or HOST:PORT."""
+
+
+def parse_listen(text: str) -> Listen:
+    """`unix:PATH` or `tcp:HOST:PORT` (argparse's type for --listen)."""
+    scheme, sep, address = text.partition(":")
+    if not sep or scheme not in ("unix", "tcp") or not address:
+        raise UsageError(f"--listen {printable(text)}: unix:PATH or tcp:HOST:PORT")
+    if scheme == "tcp":
+        host, colon, port = address.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UsageError(f"--listen {printable(text)}: tcp:HOST:PORT (e.g. "
+                             "tcp:127.0.0.1:8443)")
+    return Listen(scheme, address)
+
+
+def refuse_tcp() -> None:
+    raise UsageError("--listen tcp:...: the API is served over TCP only with authentication "
+                     "(bearer tokens, TLS), which this version does not have yet; use "
+                     "--listen unix:PATH")
+
+
+def unix_socket(path: str) -> socket.socket:
+    """A listening socket at `path` that only this user can connect to."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        found = None
+    if found is not None:
+        if not stat.S_ISSOCK(found.st_mode):
+            raise UsageError(f"--listen unix:{printable(path)}: something that is not a "
+                             "socket is there; give another path")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except OSError as exc:
+            if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+                raise UsageError(f"--listen unix:{printable(path)}: {exc.strerror}") from None
+            os.unlink(path)  # a dead server's socket
+        else:
+            raise UsageError(f"--listen unix:{printable(path)}: another server listens "
+                             "there")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"--listen unix:{printable(path)}: {exc.strerror}") from None
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(128)
+    return sock
+
+
+class Serving:
+    """A running server; `stop()` ends it."""
+
+    def __init__(self, server: object, thread: threading.Thread, path: str | None) -> None:
+        self.server, self.thread, self.path = server, thread, path
+
+    def stop(self) -> None:
+        self.server.should_exit = True  # type: ignore[attr-defined]
+        self.thread.join(STOP_SECONDS + 2)
+        if self.path is not None:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+
+def start(listen: Listen, state_dir: Path) -> Serving:
+    """Bind `listen` and serve the API for `state_dir` in a thread; raise UsageError when the
+    address cannot be used."""
+    if listen.scheme == "tcp":
+        refuse_tcp()
+    sock = unix_socket(listen.address)
+    import uvicorn
+
+    from devcell.server import app
+
+    config = uvicorn.Config(
+        app.build(state_dir), lifespan="off", log_config=None, access_log=False,
+        log_level="warning", limit_concurrency=256, timeout_keep_alive=5,
+        timeout_graceful_shutdown=int(STOP_SECONDS), h11_max_incomplete_event_size=64 * 1024,
+        server_header=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=_run(server, sock), name="devcell-api", daemon=True)
+    thread.start()
+    return Serving(server, thread, listen.address)
+
+
+def _run(server: object, sock: socket.socket) -> Callable[[], None]:
+    def run() -> None:
+        try:
+            server.run(sockets=[sock])  # type: ignore[attr-defined]
+        finally:
+            sock.close()
+    return run

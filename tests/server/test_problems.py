@@ -1,0 +1,44 @@
+"""Every error class answers one problem document shape, user strings escaped."""
+
+from __future__ import annotations
+
+import pytest
+
+from devcell import errors
+from devcell.server import problems
+
+
+@pytest.mark.parametrize("exc, status, slug", [
+    (errors.ManifestError([errors.Problem("f.yaml", "bad", line=3, field="spec.x")]), 422,
+     "manifest-invalid"),
+    (errors.SelectorError("x"), 400, "bad-selector"),
+    (errors.UsageError("x"), 400, "bad-request"),
+    (errors.NotFound("x"), 404, "not-found"),
+    (errors.Conflict("x"), 409, "conflict"),
+    (errors.StateUnusable("x", cause="DISK_FULL", path="/p"), 503, "state-unusable"),
+    (errors.StateError("x"), 503, "state-failed"),
+    (errors.BackendUnavailable("x"), 503, "backend-unavailable"),
+    (errors.BackendError("x"), 502, "backend-failed"),
+    (errors.DevCellError("x"), 500, "failed"),
+    (problems.HttpProblem(413, "body-too-large", "Content too large", "x"), 413,
+     "body-too-large"),
+])
+def test_each_class_has_its_status(exc: BaseException, status: int, slug: str) -> None:
+    doc = problems.of_error(exc)
+    assert doc["status"] == status and doc["type"] == problems.TYPE_BASE + slug
+    assert set(doc) >= {"type", "title", "status", "detail"}
+    assert status in problems.STATUSES
+
+
+def test_a_bug_says_nothing_of_itself() -> None:
+    doc = problems.of_error(KeyError("secret-value"))
+    assert doc["status"] == 500 and "secret-value" not in str(doc)
+
+
+def test_problems_are_located_and_escaped() -> None:
+    doc = problems.of_error(errors.ManifestError([errors.Problem(
+        "f\x1b[2J.yaml", "bad \x07", line=3, column=2, kind="Cell", name="a", field="spec.x")]))
+    (one,) = doc["problems"]
+    assert one == {"file": "f\\x1b[2J.yaml", "message": "bad \\x07", "line": 3, "column": 2,
+                   "kind": "Cell", "name": "a", "field": "spec.x"}
+    assert "\x1b" not in doc["detail"]

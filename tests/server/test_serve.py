@@ -1,0 +1,48 @@
+"""--listen: the unix socket is the owner's alone, a stale one is replaced, a live one or a
+file in the way refused, tcp refused until the API authenticates."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+from devcell.errors import UsageError
+from devcell.server import serve
+
+
+def test_parse_listen() -> None:
+    assert serve.parse_listen("unix:/run/x.sock") == serve.Listen("unix", "/run/x.sock")
+    assert serve.parse_listen("tcp:127.0.0.1:8443") == serve.Listen("tcp", "127.0.0.1:8443")
+    for bad in ("x", "unix:", "http:/x", "tcp:8443", "tcp:host:0", "tcp:host:99999"):
+        with pytest.raises(UsageError):
+            serve.parse_listen(bad)
+
+
+def test_socket_is_owner_only_and_a_stale_one_is_replaced(tmp_path: Path) -> None:
+    path = str(tmp_path / "api.sock")
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(path)
+    stale.close()  # a dead server's socket: nobody listens
+    sock = serve.unix_socket(path)
+    try:
+        assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600
+        with pytest.raises(UsageError, match="another server listens"):
+            serve.unix_socket(path)
+    finally:
+        sock.close()
+
+
+def test_a_file_in_the_way_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("mine")
+    with pytest.raises(UsageError, match="not a socket"):
+        serve.unix_socket(str(tmp_path / "f"))
+    assert (tmp_path / "f").read_text() == "mine"
+
+
+def test_tcp_is_refused_for_now(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="authentication"):
+        serve.start(serve.Listen("tcp", "127.0.0.1:1"), tmp_path)

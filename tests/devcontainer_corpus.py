@@ -1,7 +1,8 @@
 """Real teams' devcontainer.json files (tests/data/devcontainer_corpus, sources in its
 SOURCES.md) run through `devcell import devcontainer` and `devcell apply --dry-run`, as a user
-runs them: shared by tests/api/test_devcontainer_corpus.py (which asserts on the outcome) and
-bench/devcontainer_corpus.py (which prints the per-file table).
+runs them: shared by tests/e2e/test_devcontainer_corpus.py (which asserts on the outcome,
+running the commands in-process in two worker processes: run_all) and
+bench/devcontainer_corpus.py (which prints the per-file table, running each as a process).
 
 Only the devcontainer.json files are stored. The files they reference (Dockerfiles, compose
 files, scripts, local features) are the repositories' code: each is laid down at its place
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -315,24 +317,70 @@ def corpus_config(root: Path, *, grant: bool, mirror: str | None = None) -> dict
 
 
 def run(entry: Entry, root: Path, state_dir: Path, *, config: dict[str, Any] | None = None,
-        env: dict[str, str] | None = None) -> Outcome:
+        env: dict[str, str] | None = None, in_process: bool = False) -> Outcome:
     """Lay the file down under `root`, import it and dry-run the manifest it wrote."""
     source = lay_down(entry, root)
     return import_and_dry_run(entry.folder, entry.data, source, root, state_dir,
-                              config=config, env=env)
+                              config=config, env=env, in_process=in_process)
+
+
+Job = tuple[Entry, Path, Path, dict[str, Any]]
+"""What run() takes: the entry, the project's root, the state directory, the configuration."""
+
+
+def run_all(jobs: list[Job], workers: int = 2) -> list[Outcome]:
+    """run() of each job, in order, by `workers` worker processes that run the commands
+    in-process (tests/cli/inprocess.py): the interpreter's start and DevCell's imports, about
+    half of an import's or a dry run's CPU, are paid once per worker instead of twice per
+    file. Each command still gets its own working directory, environment and standard
+    streams, and an exception it lets out is a failure as a traceback was."""
+    procs = []
+    try:
+        for w in range(workers):
+            proc = subprocess.Popen(
+                [sys.executable, "-c", "from tests.devcontainer_corpus import worker; worker()"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO)
+            procs.append(proc)
+            assert proc.stdin is not None
+            proc.stdin.write(pickle.dumps(jobs[w::workers]))
+            proc.stdin.close()
+        outcomes: list[Outcome] = [Outcome("", "failed")] * len(jobs)
+        for w, proc in enumerate(procs):
+            assert proc.stdout is not None
+            done = proc.stdout.read()
+            assert proc.wait(timeout=60) == 0, f"corpus worker {w} exited {proc.returncode}"
+            outcomes[w::workers] = pickle.loads(done)
+        return outcomes
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def worker() -> None:
+    """A run_all worker: the jobs pickled on stdin, their outcomes pickled on stdout."""
+    jobs: list[Job] = pickle.loads(sys.stdin.buffer.read())
+    with os.fdopen(os.dup(1), "wb") as out:  # what the commands' children print goes to stderr
+        os.dup2(2, 1)
+        outcomes = [run(entry, root, state_dir, config=config, in_process=True)
+                    for entry, root, state_dir, config in jobs]
+        out.write(pickle.dumps(outcomes))
 
 
 def import_and_dry_run(label: str, data: dict[str, Any], source: Path, project: Path,
                        state_dir: Path, *, config: dict[str, Any] | None = None,
-                       env: dict[str, str] | None = None) -> Outcome:
+                       env: dict[str, str] | None = None, in_process: bool = False) -> Outcome:
     """`devcell import devcontainer SOURCE -o PROJECT/cell.yaml` run in `project` (where a
-    developer would: the top of the repository), then `devcell apply --dry-run` of it."""
+    developer would: the top of the repository), then `devcell apply --dry-run` of it; as
+    subprocesses, or in this process (`in_process`: see run_all)."""
     if config:
         write_config(state_dir, config)
     out = project / "cell.yaml"
     full_env = dict(os.environ, DEVCELL_HOME=str(state_dir), **(env or {}))
-    imported = _devcell(["import", "devcontainer", str(source), "-o", str(out)], project,
-                        full_env)
+    devcell = _devcell_in_process if in_process else _devcell
+    imported = devcell(["import", "devcontainer", str(source), "-o", str(out)], project,
+                       full_env)
     notes = [line.removeprefix("warning: ") for line in imported.stderr.splitlines()
              if line.startswith("warning: ")]
     if "Traceback" in imported.stderr:
@@ -347,7 +395,7 @@ def import_and_dry_run(label: str, data: dict[str, Any], source: Path, project: 
             return Outcome(label, "failed", notes=notes,
                            detail="refused naming no field: " + _last(imported.stderr))
         return Outcome(label, "refused", refused=fields, notes=notes)
-    applied = _devcell(["apply", "-f", str(out), "--dry-run"], project, full_env)
+    applied = devcell(["apply", "-f", str(out), "--dry-run"], project, full_env)
     if applied.returncode != 0:
         return Outcome(label, "failed", notes=notes,
                        detail="apply --dry-run: " + _last(applied.stderr))
@@ -361,6 +409,19 @@ def import_and_dry_run(label: str, data: dict[str, Any], source: Path, project: 
 def _devcell(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "devcell", *args], capture_output=True,
                           text=True, env=env, cwd=cwd, timeout=300)
+
+
+def _devcell_in_process(args: list[str], cwd: Path, env: dict[str, str]
+                        ) -> subprocess.CompletedProcess[str]:
+    """The command run by main() in this process; an exception it let out (or a run past the
+    subprocess's time limit) is reported as the traceback a process would have printed."""
+    from tests.cli import inprocess
+
+    code, out, err = inprocess.run(args, cwd, env=env, time_limit=300)
+    if isinstance(code, str):
+        err += f"\nTraceback (in-process run): {code}\n"
+        code = 1
+    return subprocess.CompletedProcess(args, code, out, err)
 
 
 def _last(text: str) -> str:

@@ -40,17 +40,36 @@ def _process_state() -> Iterator[None]:
         sys.stdin, sys.stdout, sys.stderr = streams
 
 
-def run(argv: list[str], cwd: Path) -> tuple[int | str, str, str]:
-    """(exit code, or "hang" or the exception's name; stdout; stderr) of one command line."""
+@contextlib.contextmanager
+def _environ(env: dict[str, str] | None) -> Iterator[None]:
+    """os.environ as `env` for the run (the process's put back afterwards)."""
+    if env is None:
+        yield
+        return
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def run(argv: list[str], cwd: Path, *, env: dict[str, str] | None = None,
+        time_limit: float = TIME_LIMIT) -> tuple[int | str, str, str]:
+    """(exit code, or "hang" or the exception's name; stdout; stderr) of one command line,
+    in `env` (the whole environment, as a subprocess's) when given."""
     from devcell.cli import main
 
     files = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]  # real files: a fileno
     out, err = (io.TextIOWrapper(f, encoding="utf-8", errors="backslashreplace",
                                  write_through=True) for f in files)
-    with _process_state(), contextlib.chdir(cwd), open(os.devnull, encoding="utf-8") as null:
+    with _process_state(), _environ(env), contextlib.chdir(cwd), \
+            open(os.devnull, encoding="utf-8") as null:
         sys.stdin, sys.stdout, sys.stderr = null, out, err
         signal.signal(signal.SIGALRM, _alarm)
-        signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT)
+        signal.setitimer(signal.ITIMER_REAL, time_limit)
         code: int | str
         try:
             code = main.main(argv)

@@ -10,11 +10,15 @@ At least 90% convert and apply; every other one is refused naming its fields (ne
 traceback, never an error naming no field); and no converted file had a field changed
 silently (each top-level field is carried into the manifest or named on stderr). The
 per-file table is printed (pytest -s; bench/devcontainer_corpus.py prints it by hand).
+
+The 114 commands run in two worker processes, each running them in-process
+(corpus.run_all): the same commands, arguments, working directory and environment, without
+an interpreter's start and DevCell's imports for each (the CLI's own start-up is covered by
+the other e2e tests; bench/devcontainer_corpus.py still runs each as a process).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -29,14 +33,10 @@ def test_the_corpus_converts_and_applies_or_is_refused_by_name(tmp_path: Path) -
     assert len(chosen) >= 50, "the corpus is missing from tests/data/devcontainer_corpus"
     registry = corpus.serve_features(tmp_path / "registry", corpus.corpus_features())
     try:
-        def one(indexed: tuple[int, corpus.Entry]) -> corpus.Outcome:
-            i, entry = indexed
-            root = tmp_path / f"p{i}"
-            config = corpus.corpus_config(root, grant=True, mirror=registry.address)
-            return corpus.run(entry, root, tmp_path / f"s{i}", config=config)
-
-        with ThreadPoolExecutor(2) as pool:
-            outcomes = list(pool.map(one, enumerate(chosen)))
+        outcomes = corpus.run_all([
+            (entry, tmp_path / f"p{i}", tmp_path / f"s{i}",
+             corpus.corpus_config(tmp_path / f"p{i}", grant=True, mirror=registry.address))
+            for i, entry in enumerate(chosen)])
     finally:
         registry.stop()
     table = corpus.table(outcomes) + "\n" + corpus.summary(outcomes)

@@ -2,7 +2,9 @@
 and runArgs (our own samples: tests/devcontainer_samples.py) convert with `devcell import
 devcontainer` and apply with `devcell apply --dry-run`, under a configuration granting what
 each needs; each field is carried into the manifest or named, none dropped silently. The
-Features they name are served by a local registry (ghcr.io mirrored to it)."""
+Features they name are served by a local registry (ghcr.io mirrored to it). The two commands
+run in-process (tests/cli/inprocess.py), in their own working directory and environment: the
+CLI's start-up as a process is covered by the other e2e tests."""
 
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ def test_a_template_form_converts_and_applies(sample: samples.Sample, tmp_path: 
                 **corpus.known_settings("security", sample.security)}
     outcome = corpus.import_and_dry_run(
         sample.name, _data(source), source, project, tmp_path / "state",
-        config={"security": security, **feature_mirror}, env={"HOME": str(home)})
+        config={"security": security, **feature_mirror}, env={"HOME": str(home)},
+        in_process=True)
     assert outcome.status == "converted", (outcome.refused, outcome.detail, outcome.notes)
     assert not outcome.silent, outcome.silent
     for dotted in sample.expect:

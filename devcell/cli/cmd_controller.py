@@ -34,20 +34,23 @@ def run_daemon(args: argparse.Namespace) -> int:
                           resync_seconds=args.resync, run_store=args.run_store,
                           runtime_events=args.runtime_events, allow_empty=args.allow_empty,
                           keep_pruned=arguments.keep_seconds(args.keep_pruned),
-                          serve=_serving(args.listen, state_dir) if args.listen else None)
+                          serve=_serving(args, state_dir) if args.listen else None)
     logger.info("controller for {} watching {}", state_dir, manifests.absolute())
     return Daemon(config).run()
 
 
-def _serving(listens: list[str], state_dir: Path) -> Callable[[], Callable[[], None]]:
+def _serving(args: argparse.Namespace, state_dir: Path) -> Callable[[], Callable[[], None]]:
     """What starts the HTTP API on each --listen address (once the daemon holds the lease) and
-    returns what stops it. The addresses are checked now, before the daemon starts."""
-    from devcell.server import serve
+    returns what stops it. The addresses and the certificate given are checked now, before
+    the daemon starts."""
+    from devcell.server import serve, tls
 
-    wanted = [serve.parse_listen(text) for text in listens]
-    for listen in wanted:
-        if listen.scheme == "tcp":
-            serve.refuse_tcp()
+    wanted = [serve.parse_listen(text) for text in args.listen]
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UsageError("--tls-cert and --tls-key go together")
+    given = tls.given_certificate(args.tls_cert, args.tls_key) if args.tls_cert else None
+    if given is not None and not any(w.scheme == "tcp" for w in wanted):
+        raise UsageError("--tls-cert/--tls-key are for --listen tcp:HOST:PORT")
 
     def start() -> Callable[[], None]:
         from devcell.log import logger
@@ -55,8 +58,9 @@ def _serving(listens: list[str], state_dir: Path) -> Callable[[], Callable[[], N
         running = []
         try:
             for listen in wanted:
-                running.append(serve.start(listen, state_dir))
-                logger.info("API served on {}:{}", listen.scheme, printable(listen.address))
+                serving = serve.start(listen, state_dir, given)
+                running.append(serving)
+                logger.info("API served on {}", printable(serving.shown))
         except BaseException:
             for r in running:
                 r.stop()

@@ -243,7 +243,12 @@ def daemon_arguments(p: argparse.ArgumentParser) -> None:
                         "(e.g. 12h, 7d as 168h; default 24h; 0: do not keep it)")
     p.add_argument("--log-json", action="store_true", help="machine-readable logs on stderr")
     p.add_argument("--listen", action="append", metavar="unix:PATH|tcp:HOST:PORT",
-                   help="also serve the HTTP API there (docs/api.md); may be repeated")
+                   help="also serve the HTTP API there (docs/api.md); may be repeated; tcp "
+                        "serves TLS and asks for tokens (devcell token create)")
+    p.add_argument("--tls-cert", metavar="FILE",
+                   help="the certificate (PEM) --listen tcp serves (default: one DevCell "
+                        "makes in the state directory, api-tls/cert.pem)")
+    p.add_argument("--tls-key", metavar="FILE", help="its private key (PEM, owner-only)")
 
 
 def _op_resume(p: argparse.ArgumentParser) -> None:

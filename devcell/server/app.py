@@ -53,11 +53,13 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 class Context:
-    """What every handler needs: the state directory, the number of open watches, and how
-    long a body may take (DEVCELL_API_BODY_SECONDS, for a slow network or a test)."""
+    """What every handler needs: the state directory, whether callers present tokens (TCP)
+    or are the state directory's owner (the unix socket), the number of open watches, and
+    how long a body may take (DEVCELL_API_BODY_SECONDS, for a slow network or a test)."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *, tokens: bool) -> None:
         self.state_dir = state_dir
+        self.tokens = tokens
         self.watches = 0
         given = os.environ.get("DEVCELL_API_BODY_SECONDS", "")
         try:
@@ -67,12 +69,15 @@ class Context:
         self.body_seconds = min(max(seconds, 0.1), 3600.0) if seconds == seconds else BODY_SECONDS
 
 
-def build(state_dir: Path) -> Starlette:
-    """The application for one state directory (the daemon's)."""
-    ctx = Context(state_dir)
+def build(state_dir: Path, *, tokens: bool = False) -> Starlette:
+    """The application for one state directory (the daemon's). tokens: every request must
+    present a bearer token (TCP); else its caller is the state directory's owner, an admin
+    (the unix socket, which only that owner can open)."""
+    ctx = Context(state_dir, tokens=tokens)
     by_path: dict[str, dict[str, Handler]] = {}
     for route in routes.table():
-        by_path.setdefault(route.path, {})[route.method] = _answering(_handler(ctx, route))
+        by_path.setdefault(route.path, {})[route.method] = _answering(
+            ctx, route, _handler(ctx, route))
     table = [StarletteRoute(path, _by_method(methods), methods=list(methods))
              for path, methods in by_path.items()]
     return Starlette(routes=table, exception_handlers={
@@ -101,18 +106,50 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
     return lambda request: _delete(ctx, resource, request)
 
 
-def _answering(handler: Handler) -> Handler:
-    """The handler, with every error it raises answered as its problem document."""
+def _answering(ctx: Context, route: routes.Route, handler: Handler) -> Handler:
+    """The handler, once its caller is known and allowed the route's verb (a list, get or
+    watch; a change is judged object by object where it is made), with every error it
+    raises answered as its problem document."""
     async def answer(request: Request) -> Response:
         try:
+            principal = await _principal(ctx, request)
+            request.state.principal = principal
+            if route.verb in ("list", "get") and route.resource is not None:
+                from devcell.auth import policy
+
+                verb = policy.Verb.watch if _watching(request) else policy.Verb(route.verb)
+                policy.require(principal, verb, policy.ResourceRef(
+                    route.resource.kind, request.path_params.get("name")))
             return await handler(request)
         except Exception as exc:  # noqa: BLE001  (each answered; the unexpected logged)
             return _problem(exc)
     return answer
 
 
+def _watching(request: Request) -> bool:
+    return request.query_params.get("watch", "").lower() in ("true", "1")
+
+
+async def _principal(ctx: Context, request: Request) -> Any:
+    """Who is asking: the bearer token's principal over TCP, the owner on the unix socket."""
+    from devcell.auth import principals
+
+    if not ctx.tokens:
+        return principals.local_admin(ctx.state_dir)
+    from devcell.errors import Unauthenticated
+
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated()
+    from devcell.auth import tokens
+
+    return await run_in_threadpool(tokens.authenticate_token, ctx.state_dir, token.strip())
+
+
 def _problem(exc: BaseException, headers: dict[str, str] | None = None) -> Response:
     doc = problems.of_error(exc)
+    if doc["status"] == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="devcell"'}
     if doc["status"] >= 500 and doc["type"].endswith("/internal"):
         logger.error("API request failed: {}: {}", type(exc).__name__, printable(str(exc)))
     return JSONResponse(doc, status_code=doc["status"], media_type=problems.MEDIA_TYPE,
@@ -351,29 +388,78 @@ async def _apply(ctx: Context, request: Request) -> Response:
     media = _media(request)
     dry_run = _flag(request, "dryRun")
     data = await _body(ctx, request)
-    doc = await run_in_threadpool(_apply_sync, ctx, data, media, dry_run)
+    doc = await run_in_threadpool(_apply_sync, ctx, request.state.principal, data, media,
+                                  dry_run)
     return JSONResponse(doc)
 
 
-def _apply_sync(ctx: Context, data: bytes, media: str, dry_run: bool) -> dict[str, Any]:
+def _apply_sync(ctx: Context, principal: Any, data: bytes, media: str, dry_run: bool
+                ) -> dict[str, Any]:
     from devcell.api import apply, converging, reports
     from devcell.manifests import loader
+    from devcell.store import actor
 
     source = loader.from_bytes(f"request.{media}", data)
-    report = apply.apply_sources(ctx.state_dir, [source], dry_run=dry_run,
-                                 options=converging.Options(wait=False))
+    _authorize_apply(ctx, principal, source)
+    with actor.acting_as(principal.user):
+        report = apply.apply_sources(ctx.state_dir, [source], dry_run=dry_run,
+                                     options=converging.Options(wait=False))
     return reports.document(report)
+
+
+def _authorize_apply(ctx: Context, principal: Any, source: Any) -> None:
+    """Each object the stream creates or changes, judged before anything is recorded: a new
+    cell as its creator's (or its metadata.owner's), a recorded cell by its owner and
+    sharedWith, a snapshot as the `snapshot` verb on its cell. A stream that does not parse is
+    left to apply, which refuses it with its located problems."""
+    from devcell.auth import policy, principals, resources
+    from devcell.manifests import validate
+    from devcell.store import objects
+
+    if principal.role is principals.Role.admin:
+        return
+    found, problems_found = validate.parse_source(source)
+    if problems_found:
+        return
+    db = _open(ctx)
+    try:
+        for m in found:
+            if m.kind == "Snapshot":
+                cell = str(m.spec.get("cell", ""))
+                policy.require(principal, policy.Verb.snapshot,
+                               resources.recorded(db.conn, "Cell", cell))
+            elif objects.get(db.conn, m.kind, m.name) is not None:
+                policy.require(principal, policy.Verb.update,
+                               resources.recorded(db.conn, m.kind, m.name))
+            else:
+                policy.require(principal, policy.Verb.create,
+                               resources.to_create(principal.user, m))
+    finally:
+        db.close()
 
 
 async def _delete(ctx: Context, resource: Resource, request: Request) -> Response:
     name = request.path_params["name"]
-    doc = await run_in_threadpool(_delete_sync, ctx, resource, name)
+    doc = await run_in_threadpool(_delete_sync, ctx, request.state.principal, resource, name)
     return JSONResponse(doc)
 
 
-def _delete_sync(ctx: Context, resource: Resource, name: str) -> dict[str, Any]:
+def _delete_sync(ctx: Context, principal: Any, resource: Resource, name: str
+                 ) -> dict[str, Any]:
     from devcell.api import apply, converging, reports
+    from devcell.auth import policy, resources
+    from devcell.store import actor, objects
 
-    report = apply.delete(ctx.state_dir, resource.kind, name,
-                          options=converging.Options(wait=False))
+    db = _open(ctx)
+    try:
+        if objects.get(db.conn, resource.kind, name) is None:
+            raise NotFound(f'{resource.kind.lower()} "{name}" not found'
+                           f"{objects.suggestion(db.conn, resource.kind, name)}")
+        policy.require(principal, policy.Verb.delete,
+                       resources.recorded(db.conn, resource.kind, name))
+    finally:
+        db.close()
+    with actor.acting_as(principal.user):
+        report = apply.delete(ctx.state_dir, resource.kind, name,
+                              options=converging.Options(wait=False))
     return reports.document(report)

@@ -2,8 +2,9 @@
 
 `--listen unix:PATH` binds a socket that only the state directory's owner can open (made
 0600 before anyone can connect; a stale socket left by a dead daemon is replaced, a live
-one refused); its callers are that owner, the admin. `--listen tcp:HOST:PORT` is refused
-until the API authenticates callers over the network (issue 27's tokens).
+one refused); its callers are that owner, the admin. `--listen tcp:HOST:PORT` serves TLS
+only (server.tls: DevCell's own certificate, or --tls-cert/--tls-key), and every request
+must present a bearer token (`devcell token create`), whose principal the policy judges.
 
 The server has its own event loop in its own thread; handlers that touch the database run
 in a small thread pool. The reconcile loop's threads share only the GIL with it, and the
@@ -43,16 +44,25 @@ def parse_listen(text: str) -> Listen:
         raise UsageError(f"--listen {printable(text)}: unix:PATH or tcp:HOST:PORT")
     if scheme == "tcp":
         host, colon, port = address.rpartition(":")
-        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not colon or not host or not port.isdigit() or not 0 <= int(port[:6]) < 65536:
             raise UsageError(f"--listen {printable(text)}: tcp:HOST:PORT (e.g. "
-                             "tcp:127.0.0.1:8443)")
+                             "tcp:127.0.0.1:8443; port 0: any free port)")
     return Listen(scheme, address)
 
 
-def refuse_tcp() -> None:
-    raise UsageError("--listen tcp:...: the API is served over TCP only with authentication "
-                     "(bearer tokens, TLS), which this version does not have yet; use "
-                     "--listen unix:PATH")
+def host_port(listen: Listen) -> tuple[str, int]:
+    host, _, port = listen.address.rpartition(":")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def tcp_socket(listen: Listen) -> socket.socket:
+    host, port = host_port(listen)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=128)
+    except OSError as exc:
+        raise UsageError(f"--listen tcp:{printable(listen.address)}: "
+                         f"{printable(exc.strerror or str(exc))}") from None
 
 
 def unix_socket(path: str) -> socket.socket:
@@ -94,8 +104,11 @@ def unix_socket(path: str) -> socket.socket:
 class Serving:
     """A running server; `stop()` ends it."""
 
-    def __init__(self, server: object, thread: threading.Thread, path: str | None) -> None:
+    def __init__(self, server: object, thread: threading.Thread, path: str | None,
+                 shown: str) -> None:
         self.server, self.thread, self.path = server, thread, path
+        self.shown = shown
+        """Where it listens, as a client would reach it (tcp's port as bound)."""
 
     def stop(self) -> None:
         self.server.should_exit = True  # type: ignore[attr-defined]
@@ -107,25 +120,36 @@ class Serving:
                 pass
 
 
-def start(listen: Listen, state_dir: Path) -> Serving:
+def start(listen: Listen, state_dir: Path, tls: tuple[Path, Path] | None = None) -> Serving:
     """Bind `listen` and serve the API for `state_dir` in a thread; raise UsageError when the
-    address cannot be used."""
-    if listen.scheme == "tcp":
-        refuse_tcp()
-    sock = unix_socket(listen.address)
+    address cannot be used. TCP is served with TLS (`tls`: certificate and key; None:
+    DevCell's own) and bearer tokens."""
+    network = listen.scheme == "tcp"
+    if network:
+        if tls is None:
+            from devcell.server import tls as tlsmod
+
+            tls = tlsmod.own_certificate(state_dir, host_port(listen)[0])
+        sock = tcp_socket(listen)
+        host, port = sock.getsockname()[:2]
+        shown = f"https://{f'[{host}]' if ':' in host else host}:{port}"
+    else:
+        sock = unix_socket(listen.address)
+        shown = f"unix:{listen.address}"
     import uvicorn
 
     from devcell.server import app
 
     config = uvicorn.Config(
-        app.build(state_dir), lifespan="off", log_config=None, access_log=False,
-        log_level="warning", limit_concurrency=256, timeout_keep_alive=5,
+        app.build(state_dir, tokens=network), lifespan="off", log_config=None,
+        access_log=False, log_level="warning", limit_concurrency=256, timeout_keep_alive=5,
         timeout_graceful_shutdown=int(STOP_SECONDS), h11_max_incomplete_event_size=64 * 1024,
-        server_header=False)
+        server_header=False, ssl_certfile=tls[0] if tls else None,
+        ssl_keyfile=tls[1] if tls else None)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=_run(server, sock), name="devcell-api", daemon=True)
     thread.start()
-    return Serving(server, thread, listen.address)
+    return Serving(server, thread, None if network else listen.address, shown)
 
 
 def _run(server: object, sock: socket.socket) -> Callable[[], None]:

@@ -1,13 +1,16 @@
 """The API's real server, shared by its tests: `devcell controller run --listen unix:...` as
 a subprocess on the fake backend, with an httpx client over its socket.
 
-Session-scoped: one daemon (~2-3 s to start on a loaded machine) serves test_app.py and
-test_openapi.py; each test names its own cells so they do not depend on each other's order.
+It listens on a unix socket (its caller is the admin) and on TLS at 127.0.0.1 (a free port,
+DevCell's own certificate, bearer tokens). Session-scoped: one daemon (~2-3 s to start on a
+loaded machine) serves test_app.py, test_app_auth.py and test_openapi.py; each test names its
+own cells so they do not depend on each other's order.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -32,6 +35,25 @@ class Api(NamedTuple):
     manifests: Path
     log: Path
     pid: int
+    url: str
+    """The TLS listener on 127.0.0.1 (a free port), which asks for bearer tokens."""
+
+    @property
+    def certificate(self) -> Path:
+        """DevCell's own certificate, made in the state directory (api-tls/)."""
+        return self.state / "api-tls" / "cert.pem"
+
+    def tls_client(self, token: str | None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        import ssl
+
+        trusted = ssl.create_default_context(cafile=str(self.certificate))
+        return httpx.Client(base_url=self.url, verify=trusted, headers=headers, timeout=30.0)
+
+    def token(self, user: str, role: str) -> str:
+        made = self.cli("token", "create", "--user", user, "--role", role)
+        assert made.returncode == 0, made.stderr
+        return made.stdout.strip()
 
     def peak_rss(self) -> int:
         """The daemon's peak resident memory so far (VmHWM), in bytes."""
@@ -65,7 +87,8 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "devcell", "--state-dir", str(state), "controller", "run",
-             "--manifests", str(manifests), "--resync", "0", "--listen", f"unix:{sock}"],
+             "--manifests", str(manifests), "--resync", "0", "--listen", f"unix:{sock}",
+             "--listen", "tcp:127.0.0.1:0"],
             stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env,
             preexec_fn=processes.child_setup)
     client = client_for(sock)
@@ -75,14 +98,16 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
             if proc.poll() is not None:
                 pytest.fail(f"the daemon exited: {log.read_text()}")
             try:
-                if client.get("/api/v1/cells/seed").status_code == 200:
+                served = re.search(r"API served on (https://127\.0\.0\.1:\d+)",
+                                   log.read_text())
+                if served and client.get("/api/v1/cells/seed").status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
                 pytest.fail(f"the API did not answer within 60 s: {log.read_text()}")
             time.sleep(0.05)
-        yield Api(client, sock, state, manifests, log, proc.pid)
+        yield Api(client, sock, state, manifests, log, proc.pid, served.group(1))
     finally:
         client.close()
         if proc.poll() is None:

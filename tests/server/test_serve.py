@@ -1,5 +1,5 @@
 """--listen: the unix socket is the owner's alone, a stale one is replaced, a live one or a
-file in the way refused, tcp refused until the API authenticates."""
+file in the way refused; a tcp address in use is refused."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from devcell.server import serve
 def test_parse_listen() -> None:
     assert serve.parse_listen("unix:/run/x.sock") == serve.Listen("unix", "/run/x.sock")
     assert serve.parse_listen("tcp:127.0.0.1:8443") == serve.Listen("tcp", "127.0.0.1:8443")
-    for bad in ("x", "unix:", "http:/x", "tcp:8443", "tcp:host:0", "tcp:host:99999"):
+    assert serve.host_port(serve.parse_listen("tcp:[::1]:0")) == ("::1", 0)
+    for bad in ("x", "unix:", "http:/x", "tcp:8443", "tcp:host:x", "tcp:host:99999"):
         with pytest.raises(UsageError):
             serve.parse_listen(bad)
 
@@ -43,6 +44,11 @@ def test_a_file_in_the_way_is_refused(tmp_path: Path) -> None:
     assert (tmp_path / "f").read_text() == "mine"
 
 
-def test_tcp_is_refused_for_now(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="authentication"):
-        serve.start(serve.Listen("tcp", "127.0.0.1:1"), tmp_path)
+def test_a_tcp_address_in_use_is_refused(tmp_path: Path) -> None:
+    taken = socket.create_server(("127.0.0.1", 0))
+    try:
+        port = taken.getsockname()[1]
+        with pytest.raises(UsageError, match=f"tcp:127.0.0.1:{port}: "):
+            serve.tcp_socket(serve.Listen("tcp", f"127.0.0.1:{port}"))
+    finally:
+        taken.close()

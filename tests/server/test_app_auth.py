@@ -1,0 +1,174 @@
+"""Who may do what through the API's TLS listener (127.0.0.1, DevCell's own certificate,
+bearer tokens), for every route and every role, from one table; the unix socket is the
+admin's. A refused request changes nothing and names the rule; a revoked token fails at once;
+no token is ever written to the daemon's log or to an event.
+
+Cost: ~0.1 s a case once the shared daemon runs; making the tokens, ~1 s each (the CLI).
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.server.conftest import Api
+from tests.server.test_app import YAML, assert_problem, cell
+
+ROLES = ("viewer", "developer", "admin")
+
+
+@functools.cache
+def _tokens(api: Api) -> dict[str, str]:
+    return {role: api.token(f"u-{role}", role) for role in ROLES}
+
+
+@pytest.fixture
+def tokens(api: Api) -> dict[str, str]:
+    return _tokens(api)
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _admin_cell(api: Api, *, shared_with: str | None = None) -> str:
+    """A cell the admin (the unix socket's caller) owns, shared with `shared_with`."""
+    name = _unique("adm")
+    text = cell(name) + (f"  sharedWith: [{shared_with}]\n" if shared_with else "")
+    assert api.client.post("/api/v1/apply", content=text, headers=YAML).status_code == 200
+    return name
+
+
+def _own_cell(api: Api, tokens: dict[str, str]) -> str:
+    """A cell the developer made over TLS: theirs."""
+    name = _unique("dev")
+    with api.tls_client(tokens["developer"]) as c:
+        done = c.post("/api/v1/apply", content=cell(name), headers=YAML)
+    assert done.status_code == 200, done.text
+    return name
+
+
+def _snapshot(cell_name: str) -> str:
+    return (f"apiVersion: devcell.dev/v1alpha1\nkind: Snapshot\nmetadata: {{name: "
+            f"{_unique('snap')}}}\nspec: {{cell: {cell_name}}}\n")
+
+
+# (case, what to do: (method, path, body) from a target made for it, {role: (status, rule)})
+READ = {role: (200, None) for role in ROLES}
+CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
+    "list cells": (lambda api, t: ("GET", "/api/v1/cells", None), READ),
+    "list snapshots": (lambda api, t: ("GET", "/api/v1/snapshots", None), READ),
+    "list operations": (lambda api, t: ("GET", "/api/v1/operations", None), READ),
+    "list events": (lambda api, t: ("GET", "/api/v1/events", None), READ),
+    "get a cell": (lambda api, t: ("GET", "/api/v1/cells/seed", None), READ),
+    "get an operation": (lambda api, t: (
+        "GET", f"/api/v1/operations/{api.client.get('/api/v1/operations').json()['items'][0]['id']}",
+        None), READ),
+    "openapi": (lambda api, t: ("GET", "/api/v1/openapi.json", None), READ),
+    "create a cell": (lambda api, t: ("POST", "/api/v1/apply", cell(_unique("new"))), {
+        "viewer": (403, "viewer-read-only"), "developer": (200, None), "admin": (200, None)}),
+    "create a cell owned by another": (lambda api, t: (
+        "POST", "/api/v1/apply", cell(_unique("new")).replace(
+            "metadata: {name:", "metadata: {owner: someone-else, name:")), {
+        "viewer": (403, "viewer-read-only"), "developer": (403, "developer-creates-own"),
+        "admin": (200, None)}),
+    "change another's cell": (lambda api, t: (
+        "POST", "/api/v1/apply", cell(_admin_cell(api)).replace("busybox", "busybox2")), {
+        "viewer": (403, "viewer-read-only"), "developer": (403, "developer-not-own"),
+        "admin": (200, None)}),
+    "change a cell shared with them": (lambda api, t: (
+        "POST", "/api/v1/apply", (lambda n: cell(n).replace("busybox", "busybox2")
+                                  + "  sharedWith: [u-developer]\n")(
+            _admin_cell(api, shared_with="u-developer"))), {
+        "viewer": (403, "viewer-read-only"), "developer": (200, "developer-shared"),
+        "admin": (200, None)}),
+    "snapshot another's cell": (lambda api, t: (
+        "POST", "/api/v1/apply", _snapshot(_admin_cell(api))), {
+        "viewer": (403, "viewer-read-only"), "developer": (403, "developer-not-own"),
+        "admin": (200, None)}),
+    "snapshot their own cell": (lambda api, t: (
+        "POST", "/api/v1/apply", _snapshot(_own_cell(api, t))), {
+        "viewer": (403, "viewer-read-only"), "developer": (200, None), "admin": (200, None)}),
+    "delete another's cell": (lambda api, t: (
+        "DELETE", f"/api/v1/cells/{_admin_cell(api)}", None), {
+        "viewer": (403, "viewer-read-only"), "developer": (403, "developer-not-own"),
+        "admin": (200, None)}),
+    "delete their own cell": (lambda api, t: (
+        "DELETE", f"/api/v1/cells/{_own_cell(api, t)}", None), {
+        "viewer": (403, "viewer-read-only"), "developer": (200, None), "admin": (200, None)}),
+}
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_route_for_every_role(api: Api, tokens: dict[str, str], case: str,
+                                    role: str) -> None:
+    make, expected = CASES[case]
+    method, path, body = make(api, tokens)
+    status, rule = expected[role]
+    before = api.client.get("/api/v1/events").json()["metadata"]["resourceVersion"]
+    with api.tls_client(tokens[role]) as c:
+        response = c.request(method, path, content=body,
+                             headers=YAML if body is not None else {})
+    if status == 403:
+        doc = assert_problem(response, 403)
+        assert f"refused by rule {rule} " in doc["detail"]
+        events = api.client.get("/api/v1/events").json()["items"]
+        assert not [e for e in events if e["id"] > int(before)
+                    and e.get("actor") == f"u-{role}"]  # nothing recorded in their name
+    else:
+        assert response.status_code == status, response.text
+
+
+def test_without_a_valid_token_every_route_is_401(api: Api, tokens: dict[str, str]) -> None:
+    admin = tokens["admin"]
+    altered = admin[:-1] + ("1" if admin.endswith("0") else "0")  # a wrong secret
+    for token in (None, "not-a-token", admin + "x", altered):
+        with api.tls_client(token) as c:
+            for method, path in (("GET", "/api/v1/cells"), ("GET", "/api/v1/cells/seed"),
+                                 ("GET", "/api/v1/openapi.json"),
+                                 ("DELETE", "/api/v1/cells/seed"),
+                                 ("POST", "/api/v1/apply")):
+                response = c.request(method, path, content=cell("x"), headers=YAML)
+                doc = assert_problem(response, 401)
+                assert response.headers["www-authenticate"].startswith("Bearer")
+                assert doc["detail"] == "the token is not valid (unknown, expired or revoked)"
+
+
+def test_plain_http_on_the_tls_port_gets_nothing(api: Api) -> None:
+    with httpx.Client(base_url=api.url.replace("https://", "http://"), timeout=10) as c:
+        with pytest.raises(httpx.HTTPError):
+            c.get("/api/v1/cells").raise_for_status()
+
+
+def test_a_revoked_token_fails_at_once(api: Api) -> None:
+    token = api.token("short-lived", "viewer")
+    with api.tls_client(token) as c:
+        assert c.get("/api/v1/cells").status_code == 200
+        revoked = api.cli("token", "revoke", token.split("_")[1])  # dct_<id>_<secret>
+        assert revoked.returncode == 0, revoked.stderr
+        assert_problem(c.get("/api/v1/cells"), 401)
+
+
+def test_the_developers_cell_is_theirs_and_says_so(api: Api, tokens: dict[str, str]) -> None:
+    name = _own_cell(api, tokens)
+    doc = api.client.get(f"/api/v1/cells/{name}").json()
+    assert doc["metadata"]["owner"] == "u-developer"
+    events = api.client.get("/api/v1/events", params={"for": f"cell/{name}"}).json()["items"]
+    assert events[0]["actor"] == "u-developer"
+
+
+def test_tokens_never_reach_the_log_or_the_events(api: Api, tokens: dict[str, str]) -> None:
+    with api.tls_client(tokens["developer"]) as c:
+        c.post("/api/v1/apply", content=cell(_unique("leak")), headers=YAML)
+        c.get("/api/v1/cells")
+    events = api.client.get("/api/v1/events").text
+    log = api.log.read_text(errors="replace")
+    for token in tokens.values():
+        secret = token.rpartition("_")[2]
+        assert token not in log and token not in events
+        assert secret not in log and secret not in events

@@ -169,6 +169,13 @@ class Client:
             except urllib.error.HTTPError as exc:
                 detail = _error_detail(exc)
                 exc.close()
+                if exc.code == 401 and not self._ours(exc.geturl() or url):
+                    # a host redirected to (a blob store) naming its own token service would
+                    # be sent the registry's credentials: they go to the registry alone
+                    raise self.unreachable(f"{self.subject}: a host the registry "
+                                           f"{self.where.host} redirected to asks for "
+                                           "credentials; DevCell sends them to the registry "
+                                           "only") from None
                 if exc.code == 401 and attempt == 0:
                     self.authorization = self._authorize(exc.headers.get("WWW-Authenticate", ""))
                     continue
@@ -186,6 +193,10 @@ class Client:
         raise self.unreachable(f"{self.subject}: the registry {self.where.host} refused the "
                                "credentials of the Docker client's configuration (docker "
                                "login to it)")
+
+    def _ours(self, url: str) -> bool:
+        """Whether `url` is the registry's own (where its credentials may go)."""
+        return urllib.parse.urlsplit(url).netloc == self.where.host
 
     def open(self, kind: str, reference: str, accept: str = "*/*") -> IO[bytes]:
         response: IO[bytes] = self.request(self.url(kind, reference), headers={"Accept": accept},
@@ -208,8 +219,11 @@ class Client:
         fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
         realm = fields.get("realm", "")
         realm_host = urllib.parse.urlsplit(realm).hostname or ""
+        # plain http only for a registry itself on plain http (loopback): an https
+        # registry's credentials never go in clear, even to a local port
         if not realm.startswith("https://") and not (
-                realm.startswith("http://") and refs.loopback(realm_host)):
+                realm.startswith("http://") and refs.loopback(realm_host)
+                and self.where.scheme == "http"):
             raise self.unreachable(f"{self.subject}: the registry's token service {realm!r} "
                                    "is not https")
         query = {"service": fields.get("service", ""),
@@ -264,10 +278,14 @@ class Client:
         """The blob `digest` written to `into`, checked against its digest and size."""
         h = hashlib.sha256()
         with self.open("blobs", digest) as got:
-            if read_bounded(got, size, into, h, seconds=self.seconds,
-                            too_slow=self.too_slow) > size:
+            seen = read_bounded(got, size, into, h, seconds=self.seconds,
+                                too_slow=self.too_slow)
+            if seen > size:
                 raise self.refused(f"{self.subject}: the registry served more than the "
                                    f"{size} bytes its manifest names for blob {digest}")
+            if seen < size:
+                raise self.refused(f"{self.subject}: the registry's blob {digest} ends after "
+                                   f"{seen} of the {size} bytes its manifest names")
         if "sha256:" + h.hexdigest() != digest:
             raise self.refused(f"{self.subject}: the registry served a blob whose content "
                                f"does not match its digest {digest}")

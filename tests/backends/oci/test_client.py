@@ -148,3 +148,88 @@ def test_without_a_login_the_error_says_docker_login(server: Recorder,
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "none"))
     with pytest.raises(RegistryUnreachable, match="has none for it \\(docker login\\)"):
         _client(server).upload()
+
+
+class Foreign(http.server.ThreadingHTTPServer):
+    """Another host (another port of loopback, so another netloc): a blob store the registry
+    redirects to, or a token service; records the credentials it is sent."""
+
+    seen: list[str | None]
+    answer: tuple[int, dict[str, str]]
+
+
+class ForeignHandler(http.server.BaseHTTPRequestHandler):
+    server: Foreign
+
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        self.server.seen.append(self.headers.get("Authorization"))
+        code, headers = self.server.answer
+        self.send_response(code)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def foreign() -> Iterator[Foreign]:
+    running = Foreign(("127.0.0.1", 0), ForeignHandler)
+    running.seen, running.answer = [], (200, {})
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    yield running
+    running.shutdown()
+    running.server_close()
+
+
+class Redirecting(Handler):
+    def do_GET(self) -> None:  # noqa: N802 (anonymous reads allowed, as public repositories)
+        self._record()
+        self._answer(307, {"Location": self.server.location})
+
+
+def test_a_host_redirected_to_cannot_harvest_the_credentials_with_its_own_challenge(
+        server: Recorder, foreign: Foreign) -> None:
+    """The blob store a registry redirects to answers 401 naming a token service of its
+    own: the registry's credentials must not go there (nor to the blob store)."""
+    harvester = Foreign(("127.0.0.1", 0), ForeignHandler)
+    harvester.seen, harvester.answer = [], (200, {})
+    threading.Thread(target=harvester.serve_forever, daemon=True).start()
+    try:
+        server.RequestHandlerClass = Redirecting
+        server.location = f"http://127.0.0.1:{foreign.server_port}/blob"
+        foreign.answer = (401, {"WWW-Authenticate": f'Bearer realm="http://127.0.0.1:'
+                                f'{harvester.server_port}/token",service="x"'})
+        with pytest.raises(RegistryUnreachable):
+            _client(server, push=False).blob("sha256:" + "0" * 64, 2, io.BytesIO())
+    finally:
+        harvester.shutdown()
+        harvester.server_close()
+    assert CREDENTIAL not in str(harvester.seen) and CREDENTIAL not in str(foreign.seen)
+
+
+def test_a_plain_http_token_service_is_refused_for_an_https_registry(
+        foreign: Foreign, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry reached over https naming a token service on plain http (loopback: any
+    local process may listen there) would send its credentials in clear to that port."""
+    config = tmp_path / "docker"
+    config.mkdir()
+    (config / "config.json").write_text(json.dumps(
+        {"auths": {"registry.example": {"auth": CREDENTIAL}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    client = oci.Client(oci.Endpoint("registry.example", "https"), "team/x", "snapshot t",
+                        unreachable=RegistryUnreachable, refused=ArchiveRefused)
+    foreign.answer = (200, {})
+    with pytest.raises(RegistryUnreachable, match="is not https"):
+        client._authorize(f'Bearer realm="http://127.0.0.1:{foreign.server_port}/token"')
+    assert foreign.seen == []
+
+
+def test_a_blob_shorter_than_named_is_refused(server: Recorder) -> None:
+    server.blob = b"x" * 10
+    right = "sha256:" + hashlib.sha256(server.blob).hexdigest()
+    with pytest.raises(ArchiveRefused, match="10 of the 50 bytes"):
+        _client(server, push=False).blob(right, 50, io.BytesIO())

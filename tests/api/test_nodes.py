@@ -4,9 +4,15 @@ swarm side is tests/backends/container/test_cluster.py."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
+import socketserver
+import threading
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from devcell.api import nodes
 from tests.conftest import EXAMPLES, Cli, db_fingerprint
@@ -40,3 +46,80 @@ def test_cordon_is_refused_without_a_cluster(state_dir: Path, cli: Cli) -> None:
     assert db_fingerprint(state_dir) == before
     missing = cli("get", "nodes", "elsewhere")
     assert (missing.returncode, missing.stderr) == (1, 'error: node "elsewhere" not found\n')
+
+
+class _Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """A manager's engine answering crafted JSON: a faulty or hostile machine."""
+
+    daemon_threads = True
+    answers: dict[str, Any]
+
+
+class _Answer(http.server.BaseHTTPRequestHandler):
+    server: _Engine
+
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        body = json.dumps(self.server.answers.get(self.path.split("?")[0], [])).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def address_string(self) -> str:
+        return "engine"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("node", [
+    {"ID": "n1", "Spec": ["not", "an", "object"]},
+    {"ID": "n1", "Spec": {"Labels": ["a"]}},
+    {"ID": "n1", "Description": {"Resources": {"NanoCPUs": "lots"}}},
+    {"ID": "n1", "Description": {"Resources": {"MemoryBytes": {"a": 1}}}},
+])
+def test_a_node_the_engine_describes_in_bad_shapes_is_an_error_not_a_traceback(
+        state_dir: Path, cli: Cli, tmp_path: Path, node: dict[str, Any]) -> None:
+    sock = tmp_path / "engine.sock"
+    engine = _Engine(str(sock), _Answer)
+    engine.answers = {"/nodes": [node], "/tasks": [{"NodeID": "n1", "Spec": {"Resources": {
+        "Reservations": {"NanoCPUs": "z"}}}}], "/services": []}
+    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    try:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        config = state_dir / "config.yaml"
+        config.write_text("apiVersion: devcell.dev/v1alpha1\nkind: Config\ncluster:\n"
+                          f"  engine: unix://{sock}\n")
+        os.chmod(config, 0o600)
+        listed = cli("get", "nodes", "-o", "wide")
+    finally:
+        engine.shutdown()
+        engine.server_close()
+    assert listed.returncode != 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert "node n1" in listed.stderr and "the swarm manager's engine" in listed.stderr
+
+
+def test_a_nodes_hostname_and_labels_are_printed_escaped(state_dir: Path, cli: Cli,
+                                                         tmp_path: Path) -> None:
+    sock = tmp_path / "engine.sock"
+    engine = _Engine(str(sock), _Answer)
+    engine.answers = {"/nodes": [{"ID": "n1", "Description": {"Hostname": "h\x1b[2Jx"},
+                                  "Spec": {"Labels": {"zone": "a\x07\x1b]0;t"}},
+                                  "Status": {"State": "ready\x1b[1m", "Message": "m\rX"}}],
+                      "/tasks": [], "/services": []}
+    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    try:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        config = state_dir / "config.yaml"
+        config.write_text("apiVersion: devcell.dev/v1alpha1\nkind: Config\ncluster:\n"
+                          f"  engine: unix://{sock}\n")
+        os.chmod(config, 0o600)
+        shown = [cli("get", "nodes", *words) for words in (
+            ["-o", "wide", "--show-labels"], ["-L", "zone"], ["-o", "name"], ["-o", "yaml"])]
+    finally:
+        engine.shutdown()
+        engine.server_close()
+    for done in shown:
+        assert done.returncode == 0, done.stderr
+        assert not any(c in done.stdout for c in "\x1b\x07\r"), repr(done.stdout)

@@ -463,7 +463,11 @@ class DirectorySync:
         seen: dict[Key, set[str]] = {}
         conn, key = self.db.conn, self.db.hash_key
         for start in range(0, len(paths), self.full_part):
-            files = _readable(paths[start:start + self.full_part])
+            part = paths[start:start + self.full_part]
+            try:
+                files = loader.read_sources(part, regular_only=True)
+            except ManifestError:  # one unreadable file: read the others one by one
+                files = _readable(part)
             recorded = sources.recorded(conn, [f.key for f in files])
             for f in files:
                 if f.key in recorded and recorded[f.key][0] == sources.seal(key, f.digest):

@@ -13,7 +13,10 @@ or for an admin):
   owner, so a create naming another owner is refused), and change, exec into, read the logs
   of, ssh to, forward ports of, sleep, start, snapshot, fork and delete their own cells
   (`developer-own`) and those whose spec.sharedWith names them (`developer-shared`), and no
-  one else's (`developer-not-own`).
+  one else's (`developer-not-own`);
+- only a cell's owner (or an admin) changes its metadata.owner or spec.sharedWith
+  (`owner-grants`, authorize_update): a developer it is shared with may change the rest of
+  it, not make it theirs nor share it further.
 
 A resource without an owner (a node, an object recorded before owners were) belongs to no
 developer: only an admin changes it.
@@ -80,6 +83,8 @@ RULES = {
     "developer-shared": "a developer may change the cells whose spec.sharedWith names them",
     "developer-not-own": "a developer may change only their own cells and those whose "
                          "spec.sharedWith names them",
+    "owner-grants": "only a cell's owner (or an admin) changes its metadata.owner or "
+                    "spec.sharedWith",
 }
 """Every rule's name and what it says (docs/auth.md lists the same)."""
 
@@ -108,6 +113,31 @@ def require(principal: Principal, verb: Verb, resource: ResourceRef) -> Decision
     decision = authorize(principal, verb, resource)
     if not decision.allowed:
         raise Forbidden(refusal(principal, verb, resource, decision.rule), rule=decision.rule)
+    return decision
+
+
+def authorize_update(principal: Principal, recorded: ResourceRef, wanted: ResourceRef
+                     ) -> Decision:
+    """Whether `principal` may update `recorded` to `wanted` (a manifest's: its owner None
+    when metadata.owner is absent, which keeps the recorded one; its spec.sharedWith): the
+    update verb, and owner-grants when the owner or the users shared with would change."""
+    decision = authorize(principal, Verb.update, recorded)
+    if not decision.allowed or principal.role is Role.admin:
+        return decision
+    grants = (wanted.owner is not None and wanted.owner != recorded.owner) \
+        or set(wanted.shared_with) != set(recorded.shared_with)
+    if grants and (recorded.owner is None or recorded.owner != principal.user):
+        return Decision(False, "owner-grants")
+    return decision
+
+
+def require_update(principal: Principal, recorded: ResourceRef, wanted: ResourceRef
+                   ) -> Decision:
+    """authorize_update(), raising errors.Forbidden (naming the rule) when refused."""
+    decision = authorize_update(principal, recorded, wanted)
+    if not decision.allowed:
+        raise Forbidden(refusal(principal, Verb.update, recorded, decision.rule),
+                        rule=decision.rule)
     return decision
 
 

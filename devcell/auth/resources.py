@@ -46,3 +46,11 @@ def to_create(user: str, manifest: Manifest) -> ResourceRef:
     shared = manifest.spec.get("sharedWith") or []
     return ResourceRef(manifest.kind, manifest.name, manifest.owner or user,
                        tuple(u for u in shared if isinstance(u, str)))
+
+
+def to_update(manifest: Manifest) -> ResourceRef:
+    """What a manifest would make of a recorded cell, for policy.require_update: the owner
+    it names (None: metadata.owner absent, the recorded owner kept) and its sharedWith."""
+    shared = manifest.spec.get("sharedWith") or []
+    return ResourceRef(manifest.kind, manifest.name, manifest.owner,
+                       tuple(u for u in shared if isinstance(u, str)))

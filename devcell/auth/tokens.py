@@ -123,7 +123,7 @@ def revoke(db: Database, token_id: str) -> tuple[TokenInfo, bool]:
     if match is not None:
         token_id = match.group(1)
     if not _ID.fullmatch(token_id):
-        raise NotFound(f"no token with id {token_id!r} (an id is 12 hex digits, as "
+        raise NotFound(f"no token with id {_shown(token_id)} (an id is 12 hex digits, as "
                        "`devcell token list` shows)")
     with db.write() as conn:
         row = conn.execute("SELECT * FROM tokens WHERE id = ?", (token_id,)).fetchone()
@@ -139,6 +139,14 @@ def revoke(db: Database, token_id: str) -> tuple[TokenInfo, bool]:
         info = _info(row)
         return TokenInfo(info.id, info.user, info.role, info.created_at, info.created_by,
                          info.expires_at, revoked), True
+
+
+def _shown(given: str) -> str:
+    """What a refusal may print of what was given as a token's id: never something that may
+    be a mistyped token (its secret would stay in a terminal or a log)."""
+    if len(given) > 24 or f"{PREFIX}_" in given.lower():
+        return "(a token, not shown)"
+    return repr(given)
 
 
 def authenticate(db: Database, token: str) -> Principal:

@@ -297,40 +297,63 @@ async def _watch(ctx: Context, resource: Resource, request: Request, selector: A
     if ctx.watches >= MAX_WATCHES:
         raise HttpProblem(503, "too-many-watches", "Too many watches",
                           f"{MAX_WATCHES} watches are open; try again later")
-    if for_object:  # checked as a list checks it
-        from devcell.api import listing
+    ctx.watches += 1  # taken before the first await, so a burst cannot all pass the check
+    db: Any = None
 
-        listing.for_target(for_object)
-    db = await run_in_threadpool(_open, ctx)
+    def release() -> None:
+        """Give the slot and the connection back, once, however the watch ends."""
+        nonlocal db
+        if db is not None:
+            db.close()
+            db = None
+        if ctx.watches > 0:
+            ctx.watches -= 1
+
     try:
+        if for_object:  # checked as a list checks it
+            from devcell.api import listing
+
+            listing.for_target(for_object)
+        db = opened = await run_in_threadpool(_open, ctx)
         watcher = await run_in_threadpool(lambda: Watcher(
-            db, resource, selector=selector, for_object=for_object, after=after))
+            opened, resource, selector=selector, for_object=for_object, after=after))
     except BaseException:
-        db.close()
+        release()
         raise
-    ctx.watches += 1
 
     async def stream() -> AsyncIterator[bytes]:
         deadline = time.monotonic() + timeout
         quiet_since = time.monotonic()
-        try:
-            while time.monotonic() < deadline:
-                changes = await run_in_threadpool(watcher.poll)
-                for change in changes:
-                    yield _frame(change, sse)
-                if changes:
-                    quiet_since = time.monotonic()
-                elif time.monotonic() - quiet_since >= BOOKMARK_SECONDS:
-                    yield _frame(watcher.bookmark(), sse)
-                    quiet_since = time.monotonic()
-                await anyio.sleep(POLL_SECONDS)
-        finally:
-            ctx.watches -= 1
-            db.close()
+        while time.monotonic() < deadline:
+            changes = await run_in_threadpool(watcher.poll)
+            for change in changes:
+                yield _frame(change, sse)
+            if changes:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= BOOKMARK_SECONDS:
+                yield _frame(watcher.bookmark(), sse)
+                quiet_since = time.monotonic()
+            await anyio.sleep(POLL_SECONDS)
 
     media = "text/event-stream" if sse else openapi.WATCH_MEDIA
-    return StreamingResponse(stream(), media_type=media,
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return _Released(stream(), release, media_type=media,
+                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+class _Released(StreamingResponse):
+    """A streaming response that calls `release` when it is done, even when the client left
+    before its body began (a generator never started never runs its `finally`)."""
+
+    def __init__(self, content: AsyncIterator[bytes], release: Callable[[], None],
+                 **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 def _frame(change: dict[str, Any], sse: bool) -> bytes:

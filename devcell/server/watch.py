@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from devcell.api import listing
+from devcell.errors import UsageError
 from devcell.server.routes import Resource
 from devcell.store import events
 from devcell.store.db import Database
@@ -33,7 +34,12 @@ class Watcher:
                  after: int | None = None) -> None:
         self.db, self.resource, self.selector = db, resource, selector
         self.names, self.for_object = names or [], for_object
-        self.version = events.latest_id(db.conn) if after is None else after
+        latest = events.latest_id(db.conn)
+        if after is not None and after > latest:
+            raise UsageError(f"resourceVersion {after}: the newest is {latest} (a version "
+                             "comes from a list's metadata.resourceVersion or a watch's "
+                             "events)")
+        self.version = latest if after is None else after
         self.data_version: int | None = None
         self.sent: dict[str, str] = {}
         self.pending: list[tuple[str, dict[str, Any]]] = []

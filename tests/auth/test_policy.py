@@ -59,7 +59,7 @@ def resource(relation: str, user: str = "ana") -> ResourceRef:
 def test_the_table_covers_every_verb_role_and_rule() -> None:
     assert set(TABLE) == set(Verb)
     assert all(set(by_role) == {r.value for r in Role} for by_role in TABLE.values())
-    assert {cell[1:] for _, _, _, cell in CASES} == set(RULES)
+    assert {cell[1:] for _, _, _, cell in CASES} == set(RULES) - {"owner-grants"}
 
 
 @pytest.mark.parametrize(("role", "verb", "relation", "expected"), CASES,
@@ -124,3 +124,29 @@ def test_reading_a_cell_never_shows_its_secret_values(
         assert "hunter2-secret" not in out, argv
     assert "<redacted>" in (main(["--state-dir", str(state), "get", "cell", "api", "-o",
                                   "json"]) or capsys.readouterr().out)
+
+
+def test_only_the_owner_changes_who_owns_or_shares_a_cell() -> None:
+    """A developer a cell is shared with may update it, but not make it theirs by applying
+    it with their own metadata.owner, nor share it further (or unshare it): that is its
+    owner's (or an admin's) call, rule owner-grants."""
+    from devcell.auth.policy import Decision, authorize_update, require_update
+
+    ana, bob = Principal("ana", Role.developer), Principal("bob", Role.developer)
+    recorded = ResourceRef("Cell", "ours", owner="bob", shared_with=("ana",))
+
+    def wanted(owner: str | None, *shared: str) -> ResourceRef:
+        return ResourceRef("Cell", "ours", owner, shared)
+
+    assert authorize_update(ana, recorded, wanted(None, "ana")) \
+        == Decision(True, "developer-shared")
+    assert authorize_update(ana, recorded, wanted("bob", "ana")).allowed
+    for takeover in (wanted("ana", "ana"), wanted(None, "ana", "eve"), wanted(None)):
+        assert authorize_update(ana, recorded, takeover) == Decision(False, "owner-grants")
+    with pytest.raises(Forbidden, match="owner-grants"):
+        require_update(ana, recorded, wanted("ana", "ana"))
+    assert authorize_update(bob, recorded, wanted("carol", "eve")) \
+        == Decision(True, "developer-own")
+    assert authorize_update(Principal("root", Role.admin), recorded, wanted("eve")).allowed
+    assert authorize_update(Principal("eve", Role.developer), recorded, wanted("eve")) \
+        == Decision(False, "developer-not-own")

@@ -90,6 +90,19 @@ def test_revoking_an_unknown_id(db: Database) -> None:
         tokens.revoke(db, "ana'; DROP TABLE tokens")
 
 
+def test_revoking_a_mistyped_token_never_echoes_its_secret(db: Database) -> None:
+    """`token revoke` takes the whole token too: one pasted with a character too many or too
+    few must not be printed back (the terminal, a CI log, a bug report would keep it)."""
+    info, token = tokens.create(db, user="ana", role=Role.developer)
+    secret = token.split("_")[2]
+    for typo in (token + "0", token[:-1], " " + token, token.upper()):
+        with pytest.raises(NotFound) as refused:
+            tokens.revoke(db, typo)
+        assert secret[:16].lower() not in str(refused.value).lower()
+        assert info.id in str(refused.value) or "token" in str(refused.value)
+    assert tokens.authenticate(db, token).user == "ana"
+
+
 def test_an_expired_token_fails(db: Database) -> None:
     info, token = tokens.create(db, user="ana", role=Role.developer, expires_in=3600)
     assert tokens.authenticate(db, token).user == "ana"

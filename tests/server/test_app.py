@@ -323,6 +323,48 @@ def test_watch_ends_at_its_timeout(api: Api) -> None:
     assert all(e["type"] in ("ADDED", "MODIFIED", "BOOKMARK") for e in lines)
 
 
+def test_concurrent_watches_are_bounded(api: Api) -> None:
+    """Watches opened at the same moment each take a slot before any of them waits: no more
+    than MAX_WATCHES are served at once (the count used to be taken after opening the
+    database, so a burst all passed the check)."""
+    import asyncio
+
+    from devcell.server.app import MAX_WATCHES
+
+    async def burst() -> list[int]:
+        transport = httpx.AsyncHTTPTransport(uds=str(api.socket), limits=httpx.Limits(
+            max_connections=MAX_WATCHES * 2, max_keepalive_connections=0))
+        async with httpx.AsyncClient(transport=transport, base_url="http://devcell",
+                                     timeout=30) as client:
+            requests = [client.build_request("GET", "/api/v1/events", params={
+                "watch": "true", "timeoutSeconds": "5"}) for _ in range(MAX_WATCHES + 40)]
+            responses = await asyncio.gather(*(client.send(r, stream=True) for r in requests))
+            statuses = [r.status_code for r in responses]
+            await asyncio.gather(*(r.aclose() for r in responses))
+            return statuses
+
+    statuses = asyncio.run(burst())
+    assert statuses.count(200) <= MAX_WATCHES, statuses
+    assert statuses.count(503) >= 40 and set(statuses) <= {200, 503}
+    time.sleep(0.5)  # the closed watches give their slots back
+    with api.client.stream("GET", "/api/v1/events", params={"watch": "1",
+                                                             "timeoutSeconds": "1"}) as r:
+        assert r.status_code == 200
+
+
+def test_watch_from_a_version_not_reached_is_refused(api: Api) -> None:
+    """A resourceVersion past the newest event would wait, silent, for ids that may never
+    come (and skip every event up to it): refused, as a version out of range."""
+    latest = int(api.client.get("/api/v1/events").json()["metadata"]["resourceVersion"])
+    for plural in ("events", "cells"):
+        doc = assert_problem(api.client.get(f"/api/v1/{plural}", params={
+            "watch": "true", "resourceVersion": str(latest + 10**9)}), 400)
+        assert "newest" in doc["detail"]
+    with api.client.stream("GET", "/api/v1/events", params={
+            "watch": "1", "resourceVersion": str(latest), "timeoutSeconds": "1"}) as r:
+        assert r.status_code == 200
+
+
 # -- the OpenAPI document -----------------------------------------------------------------------
 
 

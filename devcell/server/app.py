@@ -325,7 +325,7 @@ async def _watch(ctx: Context, resource: Resource, request: Request, selector: A
         deadline = time.monotonic() + timeout
         quiet_since = time.monotonic()
         while time.monotonic() < deadline:
-            changes = await run_in_threadpool(watcher.poll)
+            changes = await run_in_threadpool(watcher.poll) if watcher.moved() else []
             for change in changes:
                 yield _frame(change, sse)
             if changes:

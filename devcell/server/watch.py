@@ -43,6 +43,7 @@ class Watcher:
         self.data_version: int | None = None
         self.sent: dict[str, str] = {}
         self.pending: list[tuple[str, dict[str, Any]]] = []
+        self._seen_version: int | None = None
         if resource.plural != "events":
             self.data_version = db.data_version()
             current = self._documents()
@@ -74,9 +75,15 @@ class Watcher:
         docs = listing.documents(self.db, self.resource.plural, rows)
         return {_id(doc): doc for _, doc in docs}
 
+    def moved(self) -> bool:
+        """Whether another connection committed since the last poll: one PRAGMA read, cheap
+        enough for the event loop, so an idle watch never wakes a thread."""
+        return bool(self.pending) or self.db.data_version() != self._seen_version
+
     def poll(self) -> list[dict[str, Any]]:
         """The changes since the last poll, as watch events (JSON-ready)."""
         out: list[dict[str, Any]] = []
+        self._seen_version = self.db.data_version()
         if self.resource.plural == "events":
             while True:
                 rows = events.after(self.db.conn, self.version, MAX_EVENTS_PER_POLL)

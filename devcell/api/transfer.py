@@ -219,6 +219,7 @@ def import_(state_dir: Path, source: BinaryIO, *, name: str | None = None,
 
         try:
             with storage_lock.creating(state_dir):  # placed and recorded before gc judges it
+                _remove_dead_temporaries(state_dir)
                 info, read, op_id = _place(db, backend, snapshot_id, name, header, fill, origin,
                                            started, done, pulled)
         except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM: nothing placed, and said so
@@ -230,6 +231,14 @@ def import_(state_dir: Path, source: BinaryIO, *, name: str | None = None,
                         op_id)
     finally:
         db.close()
+
+
+def _remove_dead_temporaries(state_dir: Path) -> None:
+    """A rerun of an import or pull killed mid-copy removes the half tree it left (its
+    owner is dead; a live importer's is kept), instead of leaving it to the next gc."""
+    from devcell.reconciler import recovery
+
+    recovery.remove_dead_temporaries(state_dir)
 
 
 def _place(db: dbmod.Database, backend: Backend, snapshot_id: str, name: str,

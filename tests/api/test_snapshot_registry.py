@@ -7,10 +7,17 @@ own words and changes nothing; the engine's credentials are used."""
 from __future__ import annotations
 
 import gzip
+import hashlib
+import http.server
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 import tarfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -255,3 +262,87 @@ def test_a_container_cells_files_go_through_the_registry_and_fork(
     finally:
         for state in (source, target):
             remove_containers(state)
+
+
+class _Stalling(http.server.ThreadingHTTPServer):
+    """A registry serving one artifact whose layer stops halfway (until `whole` is set)."""
+
+    daemon_threads = True
+    blobs: dict[str, bytes]
+    manifest: bytes
+    layer: str
+    halfway: threading.Event
+    whole: bool
+
+
+class _StallingHandler(http.server.BaseHTTPRequestHandler):
+    server: _Stalling
+
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        if "/manifests/" in self.path:
+            body = self.server.manifest
+        else:
+            body = self.server.blobs.get(self.path.rsplit("/", 1)[-1], b"")
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.path.endswith(self.server.layer) and not self.server.whole:
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+            self.server.halfway.set()
+            time.sleep(60)  # the puller is killed meanwhile
+            return
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_pull_killed_halfway_records_nothing_and_leaves_no_tree(tmp_path: Path,
+                                                                   state_dir: Path) -> None:
+    """kill -9 while the layer streams in: no snapshot, no checkpoint tree; a rerun pulls."""
+    archive = craft([ROOT, member("workspace/big", data=os.urandom(8 << 20))])
+    config = json.dumps({"format": "devcell-snapshot", "formatVersion": 1}).encode()
+    digest = {b: "sha256:" + hashlib.sha256(b).hexdigest() for b in (archive, config)}
+    running = _Stalling(("127.0.0.1", 0), _StallingHandler)
+    running.blobs = {digest[archive]: archive, digest[config]: config}
+    running.layer, running.halfway, running.whole = digest[archive], threading.Event(), False
+    running.manifest = json.dumps({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": snapshot_registry.ARTIFACT_TYPE,
+        "config": {"mediaType": snapshot_registry.CONFIG_TYPE, "digest": digest[config],
+                   "size": len(config)},
+        "layers": [{"mediaType": snapshot_registry.LAYER_TAR, "digest": digest[archive],
+                    "size": len(archive)}]}).encode()
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    ref = f"127.0.0.1:{running.server_port}/team/stall:v1"
+    env = dict(os.environ, DEVCELL_HOME=str(state_dir))
+    try:
+        puller = subprocess.Popen([sys.executable, "-m", "devcell", "snapshot", "pull", ref],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert running.halfway.wait(60)
+        time.sleep(1.0)  # the first half is being written out
+        puller.kill()
+        puller.wait()
+        db = open_database(state_dir)
+        assert db.conn.execute("SELECT count(*) FROM snapshots").fetchone()[0] == 0
+        db.close()
+        # what was written is only in the killed process's temporary, never in place
+        half = _checkpoint_files(state_dir)
+        assert half and all(any(part.startswith(".tmp-") for part in p.parts) for p in half)
+        running.whole = True
+        again = subprocess.run([sys.executable, "-m", "devcell", "snapshot", "pull", ref],
+                               env=env, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr
+        # the rerun removed the dead puller's half tree: only the pulled snapshot's is left
+        kept = _checkpoint_files(state_dir)
+        assert len({p.parts[:3] for p in kept}) == 1 and not any(".tmp-" in str(p)
+                                                                 for p in kept), kept
+    finally:
+        running.shutdown()
+        running.server_close()
+
+
+def _checkpoint_files(state_dir: Path) -> list[Path]:
+    return sorted(p.relative_to(state_dir) for p in state_dir.rglob("*")
+                  if "checkpoints" in p.parts and p.is_file() and not p.is_symlink())

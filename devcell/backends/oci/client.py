@@ -167,7 +167,7 @@ class Client:
                 return OPENER.open(urllib.request.Request(url, data=data, headers=sent,
                                                           method=method), timeout=TIMEOUT)
             except urllib.error.HTTPError as exc:
-                detail = _error_detail(exc)
+                detail = _error_detail(exc, self._secrets())
                 exc.close()
                 if exc.code == 401 and not self._ours(exc.geturl() or url):
                     # a host redirected to (a blob store) naming its own token service would
@@ -185,7 +185,9 @@ class Client:
                     raise self.refused(f"{self.subject}: the registry {self.where.host} has "
                                        f"no {what} of {self.repository}") from None
                 raise self.unreachable(f"{self.subject}: the registry {self.where.host} "
-                                       f"answered {exc.code} ({exc.reason}){detail}") from None
+                                       f"answered {exc.code} "
+                                       f"({_redacted(str(exc.reason), self._secrets())})"
+                                       f"{detail}") from None
             except (urllib.error.URLError, OSError) as exc:
                 why = getattr(exc, "reason", None) or exc
                 raise self.unreachable(f"{self.subject}: cannot reach the registry "
@@ -193,6 +195,24 @@ class Client:
         raise self.unreachable(f"{self.subject}: the registry {self.where.host} refused the "
                                "credentials of the Docker client's configuration (docker "
                                "login to it)")
+
+    def _secrets(self) -> list[str]:
+        """What of the credentials a registry could echo in an error (never printed): the
+        token, or the Basic credential, its decoded user:password and password."""
+        if not self.authorization:
+            return []
+        secret = self.authorization.partition(" ")[2]
+        found = [secret]
+        if self.authorization.startswith("Basic "):
+            import base64
+            import binascii
+
+            try:
+                plain = base64.b64decode(secret).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                return found
+            found += [plain, plain.partition(":")[2]]
+        return [s for s in found if len(s) >= 4]
 
     def _ours(self, url: str) -> bool:
         """Whether `url` is the registry's own (where its credentials may go)."""
@@ -374,15 +394,22 @@ class Upload:
         return digest, self.sent
 
 
-def _error_detail(exc: urllib.error.HTTPError) -> str:
+def _error_detail(exc: urllib.error.HTTPError, secrets: list[str]) -> str:
     """The first error the registry's JSON body names (`: CODE: message`), bounded and
-    printable; empty when there is none."""
+    printable, without the `secrets` it may echo; empty when there is none."""
     try:
         body = json.loads(exc.read(4096) or b"{}")
         first = body["errors"][0]
         text = f"{first.get('code', '')}: {first.get('message', '')}"
     except Exception:  # noqa: BLE001 (an error body is a courtesy; any shape is possible)
         return ""
+    text = _redacted(text, secrets)
     from devcell.names import printable
 
     return f": {printable(text[:200])}"
+
+
+def _redacted(text: str, secrets: list[str]) -> str:
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "<redacted>")
+    return text

@@ -233,3 +233,36 @@ def test_a_blob_shorter_than_named_is_refused(server: Recorder) -> None:
     right = "sha256:" + hashlib.sha256(server.blob).hexdigest()
     with pytest.raises(ArchiveRefused, match="10 of the 50 bytes"):
         _client(server, push=False).blob(right, 50, io.BytesIO())
+
+
+@pytest.mark.parametrize("where", ["file:///etc/passwd", "http://169.254.169.254/latest",
+                                   "ftp://127.0.0.1/x", "gopher://127.0.0.1/x"])
+def test_a_redirect_to_another_scheme_or_off_loopback_is_never_fetched(
+        server: Recorder, where: str) -> None:
+    server.RequestHandlerClass = Redirecting
+    server.location = where
+    with pytest.raises(RegistryUnreachable, match="answered 30"):
+        _client(server, push=False).blob("sha256:" + "0" * 64, 2, io.BytesIO())
+
+
+class Echoing(Handler):
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        self._record()
+        if self._authorized():
+            told = self.headers.get("Authorization", "")
+            plain = base64.b64decode(told.split()[-1]).decode()
+            body = json.dumps({"errors": [{"code": "DENIED",
+                                           "message": f"{told} {plain}"}]}).encode()
+            self.send_response(403, f"no {plain}")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+
+def test_credentials_a_registry_echoes_in_its_error_are_not_printed(server: Recorder) -> None:
+    server.RequestHandlerClass = Echoing
+    with pytest.raises(RegistryUnreachable) as refused:
+        _client(server, push=False).blob("sha256:" + "0" * 64, 2, io.BytesIO())
+    assert "403" in str(refused.value) and "DENIED" in str(refused.value)
+    assert CREDENTIAL not in str(refused.value) and "s3cret" not in str(refused.value)

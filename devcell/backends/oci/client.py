@@ -19,6 +19,7 @@ classes it raises (`unreachable`: the registry may come back; `refused`: it will
 from __future__ import annotations
 
 import hashlib
+import http.client
 import io
 import json
 import os
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
+from devcell import names
 from devcell.errors import DevCellError
 from devcell.manifests import feature_refs as refs
 
@@ -41,6 +43,7 @@ TIMEOUT = 60.0
 """Seconds one read or one request may wait."""
 CHUNK = 1 << 20
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+TOKEN = re.compile(r"[\x21-\x7e]{1,65536}\Z")
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,10 @@ class Client:
                 why = getattr(exc, "reason", None) or exc
                 raise self.unreachable(f"{self.subject}: cannot reach the registry "
                                        f"{self.where.host} ({why})") from None
+            except (ValueError, http.client.InvalidURL) as exc:  # a URL or header HTTP cannot carry
+                raise self.unreachable(f"{self.subject}: the registry {self.where.host} gave "
+                                       f"a location or token DevCell cannot send on "
+                                       f"({names.printable(str(exc)[:200])})") from None
         raise self.unreachable(f"{self.subject}: the registry {self.where.host} refused the "
                                "credentials of the Docker client's configuration (docker "
                                "login to it)")
@@ -267,6 +274,9 @@ class Client:
         if not isinstance(token, str) or not token:
             raise self.unreachable(f"{self.subject}: the registry's token service gave no "
                                    "token")
+        if not TOKEN.match(token):  # it goes into a header: no spaces, line breaks, controls
+            raise self.unreachable(f"{self.subject}: the registry's token service gave a "
+                                   "token with characters a header cannot carry")
         return f"Bearer {token}"
 
     # -- pulling ------------------------------------------------------------------------------

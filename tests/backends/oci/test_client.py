@@ -266,3 +266,35 @@ def test_credentials_a_registry_echoes_in_its_error_are_not_printed(server: Reco
         _client(server, push=False).blob("sha256:" + "0" * 64, 2, io.BytesIO())
     assert "403" in str(refused.value) and "DENIED" in str(refused.value)
     assert CREDENTIAL not in str(refused.value) and "s3cret" not in str(refused.value)
+
+
+def test_a_token_with_a_line_break_is_refused_not_a_traceback(
+        server: Recorder, foreign: Foreign) -> None:
+    """A token service's token goes into a header: one with CR/LF is refused in words."""
+    class Bearer(Handler):
+        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            self._record()
+            self._answer(401, {"WWW-Authenticate": f'Bearer realm="http://127.0.0.1:'
+                               f'{foreign.server_port}/token"'})
+
+    class Token(ForeignHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = json.dumps({"token": "abc\r\nX-Injected: 1"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server.RequestHandlerClass = Bearer
+    foreign.RequestHandlerClass = Token
+    with pytest.raises(RegistryUnreachable, match="token"):
+        _client(server, push=False).blob("sha256:" + "0" * 64, 2, io.BytesIO())
+
+
+def test_an_upload_location_with_control_characters_is_refused_not_a_traceback(
+        server: Recorder) -> None:
+    server.location = "/v2/team/x/blobs/uploads/u1?state=a\x7fb c"
+    with pytest.raises(RegistryUnreachable):
+        upload = _client(server).upload()
+        upload.write(b"x")
+        upload.commit()

@@ -93,6 +93,10 @@ class Pulled:
 
 
 def _parse(text: str, *, push: bool) -> refs.Ref:
+    if "@" in text.split("/", 1)[0]:  # user:password@registry/...: never echoed
+        raise UsageError("a registry reference holding credentials (USER[:PASSWORD]@) is "
+                         "refused and not shown; docker login to the registry instead (its "
+                         "credentials are the Docker client's)")
     try:
         ref = refs.parse(text)
     except ValueError:

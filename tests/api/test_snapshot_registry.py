@@ -346,3 +346,15 @@ def test_a_pull_killed_halfway_records_nothing_and_leaves_no_tree(tmp_path: Path
 def _checkpoint_files(state_dir: Path) -> list[Path]:
     return sorted(p.relative_to(state_dir) for p in state_dir.rglob("*")
                   if "checkpoints" in p.parts and p.is_file() and not p.is_symlink())
+
+
+@pytest.mark.parametrize("verb", ["push", "pull"])
+def test_a_reference_holding_a_password_is_refused_without_echoing_it(tmp_path: Path,
+                                                                     verb: str) -> None:
+    text = "someone:s3cret@127.0.0.1:5000/team/x:v1"
+    with pytest.raises(UsageError) as refused:
+        if verb == "push":
+            snapshot_registry.push(tmp_path / "s", "snap", text)
+        else:
+            snapshot_registry.pull(tmp_path / "s", text)
+    assert "s3cret" not in str(refused.value) and "docker login" in str(refused.value)

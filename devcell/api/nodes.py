@@ -189,7 +189,11 @@ def find(nodes: list[Node], name: str) -> Node:
 
 def set_availability(state_dir: Path, name: str, availability: str) -> tuple[Node, bool]:
     """Set node `name`'s availability on the swarm; the node after, and whether it changed.
-    Single-host there is nothing to set: refused, naming the configuration."""
+    Single-host there is nothing to set: refused, naming the configuration. A lost database
+    is refused before the engine is asked: the change could not be recorded."""
+    from devcell.store import guard
+
+    guard.database_exists(state_dir)
     settings = cluster(state_dir)
     if settings is None:
         raise UsageError(f"no cluster is configured (cluster.engine in "

@@ -344,8 +344,12 @@ def _decompressed(buffered: Any, media: str
 def pull(state_dir: Path, source: str, *, name: str | None = None,
          progress: Progress = _no_progress) -> Pulled:
     """Bring the snapshot artifact at `source` (REGISTRY/REPOSITORY:TAG or @sha256:...) in
-    as a Ready snapshot, as `snapshot import` would its archive."""
+    as a Ready snapshot, as `snapshot import` would its archive. A lost database is refused
+    before the registry is asked."""
+    from devcell.store import guard
+
     ref = _parse(source, push=False)
+    guard.database_exists(state_dir)
     shown = names.printable(_shown(ref))
     subject = f"snapshot {shown}"
     client = oci.Client(oci.endpoint(ref.registry), ref.repository, subject,

@@ -16,6 +16,7 @@ from devcell.auth.principals import Role
 from devcell.errors import UsageError
 from devcell.names import printable
 from devcell.store import db as dbmod
+from devcell.store import guard
 
 
 def run_token_create(args: argparse.Namespace) -> int:
@@ -46,7 +47,7 @@ def run_token_create(args: argparse.Namespace) -> int:
 
 def run_token_list(args: argparse.Namespace) -> int:
     state_dir = dbmod.resolve_state_dir(args.state_dir)
-    if not (state_dir / dbmod.DB_FILENAME).exists():
+    if not guard.database_exists(state_dir):  # a lost database is refused, never "none"
         listed: list[tokens.TokenInfo] = []
     else:
         db = dbmod.open_database(state_dir, create=False)

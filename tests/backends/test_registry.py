@@ -67,6 +67,12 @@ def _command_lines(work: Path) -> dict[tuple[str, ...], list[str]]:
         ("port-forward",): ["port-forward", "walk", "8080"],
         ("ssh",): ["ssh", "walk", "--", "true"], ("ssh-config",): ["ssh-config"],
         ("ssh-proxy",): ["ssh-proxy", "walk"], ("code",): ["code", "walk", "--print"],
+        ("snapshot", "push"): ["snapshot", "push", "s1", "127.0.0.1:9/walk:s1"],
+        ("snapshot", "pull"): ["snapshot", "pull", "127.0.0.1:9/walk:s1"],
+        ("node", "cordon"): ["node", "cordon", "n1"],
+        ("node", "uncordon"): ["node", "uncordon", "n1"],
+        ("token", "create"): ["token", "create", "--user", "walk", "--role", "viewer"],
+        ("token", "list"): ["token", "list"], ("token", "revoke"): ["token", "revoke", "tok_1"],
     }
 
 

@@ -39,8 +39,18 @@ pytestmark = pytest.mark.skipif(
 
 
 def _dockerd_pids() -> list[int]:
+    """The machine's own engine: a dockerd with no --data-root of its own (the private engines
+    a session's swarm starts, tests/swarm.py, are never stopped here)."""
     out = subprocess.run(["pidof", "dockerd"], capture_output=True, text=True).stdout.split()
-    return [int(p) for p in out]
+    found = []
+    for pid in out:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not any(a == b"--data-root" or a.startswith(b"--data-root=") for a in argv):
+            found.append(int(pid))
+    return found
 
 
 def stop_engine() -> None:

@@ -182,7 +182,8 @@ def test_the_cell_reaches_its_sidecar_on_loopback_and_both_are_labelled_devcells
     (cache,) = _engine(shared.state, "volumes")
     assert cache["Labels"]["dev.devcell.cell-volume"] == "cache"
     wide = shared.ok("get", "cells", "app", "-o", "wide")
-    assert wide.split("\n")[0].split()[-1] == "SIDECARS" and "db:running" in wide
+    header, row = wide.splitlines()[:2]
+    assert dict(zip(header.split(), row.split(), strict=True))["SIDECARS"] == "db:running"
     described = shared.ok("describe", "cell", "app")
     assert "db: running; data at /data" in described
     assert "cache at /root/.cache" in described

@@ -46,6 +46,8 @@ POLL_SECONDS = 0.1
 """How often a watch looks for a commit (one PRAGMA read when nothing changed)."""
 BOOKMARK_SECONDS = 15.0
 """A watch with nothing to say says where it is this often (and so finds a client gone)."""
+AUTH_SECONDS = 1.0
+"""How often a watch over TCP checks its token again: a revoked or expired one ends it."""
 JSON_MEDIA = "application/json"
 YAML_MEDIAS = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 
@@ -138,12 +140,20 @@ async def _principal(ctx: Context, request: Request) -> Any:
         return principals.local_admin(ctx.state_dir)
     from devcell.errors import Unauthenticated
 
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = _bearer(request)
+    if token is None:
         raise Unauthenticated()
     from devcell.auth import tokens
 
-    return await run_in_threadpool(tokens.authenticate_token, ctx.state_dir, token.strip())
+    return await run_in_threadpool(tokens.authenticate_token, ctx.state_dir, token)
+
+
+def _bearer(request: Request) -> str | None:
+    """The request's bearer token (None: it has none)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
 
 
 def _problem(exc: BaseException, headers: dict[str, str] | None = None) -> Response:
@@ -321,10 +331,27 @@ async def _watch(ctx: Context, resource: Resource, request: Request, selector: A
         release()
         raise
 
+    token = _bearer(request) if ctx.tokens else None
+
+    def still_valid() -> bool:
+        """Whether the watch's token still authenticates (revoked or expired: end it)."""
+        from devcell.auth import tokens
+        from devcell.errors import Unauthenticated
+
+        try:
+            tokens.authenticate(watcher.db, token or "")
+        except Unauthenticated:
+            return False
+        return True
+
     async def stream() -> AsyncIterator[bytes]:
         deadline = time.monotonic() + timeout
-        quiet_since = time.monotonic()
+        quiet_since = checked = time.monotonic()
         while time.monotonic() < deadline:
+            if ctx.tokens and time.monotonic() - checked >= AUTH_SECONDS:
+                if not await run_in_threadpool(still_valid):
+                    return
+                checked = time.monotonic()
             changes = await run_in_threadpool(watcher.poll) if watcher.moved() else []
             for change in changes:
                 yield _frame(change, sse)
@@ -452,8 +479,8 @@ def _authorize_apply(ctx: Context, principal: Any, source: Any) -> None:
                 policy.require(principal, policy.Verb.snapshot,
                                resources.recorded(db.conn, "Cell", cell))
             elif objects.get(db.conn, m.kind, m.name) is not None:
-                policy.require(principal, policy.Verb.update,
-                               resources.recorded(db.conn, m.kind, m.name))
+                policy.require_update(principal, resources.recorded(db.conn, m.kind, m.name),
+                                      resources.to_update(m))
             else:
                 policy.require(principal, policy.Verb.create,
                                resources.to_create(principal.user, m))

@@ -86,6 +86,17 @@ CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
             _admin_cell(api, shared_with="u-developer"))), {
         "viewer": (403, "viewer-read-only"), "developer": (200, "developer-shared"),
         "admin": (200, None)}),
+    "take over a cell shared with them": (lambda api, t: (
+        "POST", "/api/v1/apply", (lambda n: cell(n).replace(
+            "metadata: {name:", "metadata: {owner: u-developer, name:")
+            + "  sharedWith: [u-developer]\n")(_admin_cell(api, shared_with="u-developer"))), {
+        "viewer": (403, "viewer-read-only"), "developer": (403, "owner-grants"),
+        "admin": (200, None)}),
+    "share on a cell shared with them": (lambda api, t: (
+        "POST", "/api/v1/apply", (lambda n: cell(n) + "  sharedWith: [u-developer, eve]\n")(
+            _admin_cell(api, shared_with="u-developer"))), {
+        "viewer": (403, "viewer-read-only"), "developer": (403, "owner-grants"),
+        "admin": (200, None)}),
     "snapshot another's cell": (lambda api, t: (
         "POST", "/api/v1/apply", _snapshot(_admin_cell(api))), {
         "viewer": (403, "viewer-read-only"), "developer": (403, "developer-not-own"),
@@ -152,6 +163,33 @@ def test_a_revoked_token_fails_at_once(api: Api) -> None:
         revoked = api.cli("token", "revoke", token.split("_")[1])  # dct_<id>_<secret>
         assert revoked.returncode == 0, revoked.stderr
         assert_problem(c.get("/api/v1/cells"), 401)
+
+
+def test_a_watch_ends_when_its_token_is_revoked(api: Api) -> None:
+    """A watch opened with a token stops soon after the token is revoked (or expires): it
+    used to stream on until its timeoutSeconds, up to an hour, to a caller no longer let in."""
+    import threading
+    import time
+
+    token = api.token("watcher", "viewer")
+    ended: list[float] = []
+
+    def watch() -> None:
+        with api.tls_client(token) as c, c.stream("GET", "/api/v1/events", params={
+                "watch": "true", "timeoutSeconds": "60"}) as r:
+            assert r.status_code == 200
+            for _ in r.iter_lines():
+                pass
+        ended.append(time.monotonic())
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    time.sleep(1.0)
+    assert not ended
+    assert api.cli("token", "revoke", token.split("_")[1]).returncode == 0
+    revoked = time.monotonic()
+    thread.join(20)
+    assert ended and ended[0] - revoked < 10
 
 
 def test_the_developers_cell_is_theirs_and_says_so(api: Api, tokens: dict[str, str]) -> None:

@@ -37,7 +37,7 @@ from devcell.controllers.steps import StepName
 from devcell.errors import ArchiveRefused, Conflict, DevCellError, ManifestError, Problem
 from devcell.manifests import model, validate
 from devcell.store import db as dbmod
-from devcell.store import events, migrations, objects, operations, storage_lock
+from devcell.store import desired, events, migrations, objects, operations, storage_lock
 from devcell.store.clock import now
 from devcell.store.objects import Phase
 
@@ -285,7 +285,7 @@ def _check(db: dbmod.Database, header: archive_format.Header, name: str, *, give
                 "metadata": {"name": name, "labels": header.labels,
                              "annotations": header.annotations},
                 "spec": {"cell": header.cell}}
-    if not validate.is_valid_fast(KIND, document):
+    if not validate.is_valid_fast(KIND, document, desired.validator_place(db)):
         raise ArchiveRefused("archive refused, nothing imported: its snapshot's labels, "
                              "annotations or cell name are not valid for a Snapshot")
     if objects.get(db.conn, KIND, name) is not None:

@@ -146,8 +146,9 @@ def _mac(key: bytes, name: str, body: bytes) -> bytes:
 
 def _keep(directory: Path, name: str, found: tuple[str, CodeType], key: bytes) -> None:
     """Written whole under a temporary name, then renamed: a reader sees all or nothing.
-    The kind's entries of other schemas or versions are removed (no growth with upgrades).
-    A cache that cannot be written (a full disk) is no error: the next command compiles."""
+    The kind's entries of other schemas or versions are removed (no growth with upgrades),
+    and so are temporary files a killed writer left (its process gone). A cache that cannot
+    be written (a full disk) is no error: the next command compiles."""
     body = marshal.dumps(found)
     tmp = directory / f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
@@ -164,5 +165,27 @@ def _keep(directory: Path, name: str, found: tuple[str, CodeType], key: bytes) -
         for old in os.scandir(directory):
             if old.name.startswith(kind) and old.name.endswith(".marshal") and old.name != name:
                 os.unlink(old.path)
+            elif _abandoned(old.name):
+                os.unlink(old.path)
     except OSError:
         pass
+
+
+_TMP = re.compile(r"^\.[a-z]+-[0-9a-f]+\.marshal\.(\d+)\.[0-9a-f]{8}\.tmp$")
+
+
+def _abandoned(name: str) -> bool:
+    """Whether `name` is a temporary entry whose writer (the pid in its name) has ended."""
+    found = _TMP.match(name)
+    if found is None:
+        return False
+    pid = int(found.group(1))
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False

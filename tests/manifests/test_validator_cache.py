@@ -78,6 +78,29 @@ def test_another_schema_text_is_another_entry_and_replaces_the_kinds_old_one(
         validator_cache.entry_name("Snapshot", text + "\n")]
 
 
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(state: Path) -> None:
+    """A writer killed between open and rename leaves `.NAME.PID.RAND.tmp`; the next entry
+    written removes it once its pid is gone, never a live writer's, nor a file of another
+    shape."""
+    import subprocess
+    import sys
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    dead_pid = int(ended.stdout)
+    text = schemas.schema_text("Snapshot")
+    name = validator_cache.entry_name("Snapshot", text)
+    (state / "validators").mkdir(mode=0o700)
+    dead = state / "validators" / f".{name}.{dead_pid}.0badc0de.tmp"
+    live = state / "validators" / f".{name}.1.0badc0de.tmp"  # pid 1 runs
+    other = state / "validators" / "notes.tmp"
+    for path in (dead, live, other):
+        path.write_bytes(b"half")
+    validator_cache.validator("Snapshot", text, validator_cache.at(state, KEY))
+    assert sorted(p.name for p in (state / "validators").iterdir()) == sorted(
+        [name, live.name, other.name])
+
+
 @pytest.mark.parametrize("spoil", ["damaged", "other-key", "renamed", "group-readable",
                                    "link", "fifo", "other-owner", "open-directory"])
 def test_an_entry_not_safely_the_states_own_is_never_loaded(

@@ -4,6 +4,8 @@
 
     with Client("unix:/home/ana/.devcell/api.sock") as dc:   # or "https://host:8443"
         dc.apply(open("cell.yaml").read())
+        dc.wait("api", "Running", timeout=120)
+        dc.snapshot("api", "before-upgrade"); dc.fork("api", "before-upgrade", "api-try")
         for change in dc.watch("cells", timeout=60):
             print(change["type"], change["object"]["metadata"].get("name"))
 
@@ -20,6 +22,7 @@ import http.client
 import json
 import socket
 import ssl
+import time
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +30,8 @@ from typing import Any
 from devcell import errors
 
 RESOURCES = ("cells", "snapshots", "operations", "events")
+ACTION_TIMEOUT = 300
+"""Seconds an action or a wait waits by default (the CLI's --timeout)."""
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -99,17 +104,117 @@ class Client:
               timeout: int | None = None) -> Iterator[dict[str, Any]]:
         """Each change of `resource` as it happens ({type, resourceVersion, object}); from a
         version (a list's metadata.resourceVersion, or the last change's) to miss nothing."""
-        query = {"watch": "true", "resourceVersion": resource_version,
+        query = {"resourceVersion": resource_version,
                  "timeoutSeconds": str(timeout) if timeout is not None else None}
-        conn, response = self._send("GET", _path(resource), query, read_timeout=None)
+        for change in self._changes(_path(resource), query):
+            if change.get("type") != "BOOKMARK":
+                yield change
+
+    # -- actions on a cell ----------------------------------------------------------------------
+
+    def sleep(self, cell: str, *, wait: bool = True, timeout: int = ACTION_TIMEOUT
+              ) -> dict[str, Any]:
+        """Checkpoint `cell`'s workspace, then put it to sleep (as `devcell cell sleep`).
+
+        wait: return once it sleeps (else once the daemon has it to do). Returns what was
+        recorded and, waited for, how each object ended and the operations that ran; raises
+        DevCellError when converging failed, TimeoutError when `timeout` (seconds) ran out,
+        the answer on the error's `.result`."""
+        return self._action(cell, "sleep", None, wait, timeout)
+
+    def start(self, cell: str, *, wait: bool = True, timeout: int = ACTION_TIMEOUT
+              ) -> dict[str, Any]:
+        """Start a stopped or sleeping cell (as `devcell cell start`); as `sleep` otherwise."""
+        return self._action(cell, "start", None, wait, timeout)
+
+    def snapshot(self, cell: str, name: str, *, ttl: str | None = None,
+                 consistency: str | None = None, wait: bool = True,
+                 timeout: int = ACTION_TIMEOUT) -> dict[str, Any]:
+        """Take snapshot `name` of `cell` (as `devcell snapshot create`): expiring after
+        `ttl` (30m, 7d), keeping memory too with consistency "machine" (vm). Conflict when
+        the name is taken; as `sleep` otherwise."""
+        body: dict[str, Any] = {"name": name}
+        if ttl is not None:
+            body["ttl"] = ttl
+        if consistency is not None:
+            body["consistency"] = consistency
+        return self._action(cell, "snapshot", body, wait, timeout)
+
+    def fork(self, cell: str, snapshot: str, name: str, *, ports: dict[int, int] | None = None,
+             publish: bool = True, wait: bool = True, timeout: int = ACTION_TIMEOUT
+             ) -> dict[str, Any]:
+        """Make cell `name` from `snapshot` of `cell` (as `devcell cell fork`): its spec,
+        its workspace restored from the snapshot; the fork is the caller's. `ports`: container
+        port -> the fork's host port; publish=False: it publishes none. Conflict when the
+        name is taken; as `sleep` otherwise."""
+        body: dict[str, Any] = {"name": name, "snapshot": snapshot}
+        if ports:
+            body["ports"] = {str(k): v for k, v in ports.items()}
+        if not publish:
+            body["publish"] = False
+        return self._action(cell, "fork", body, wait, timeout)
+
+    def wait(self, name: str, phase: str = "Running", *, resource: str = "cells",
+             timeout: float = ACTION_TIMEOUT) -> dict[str, Any]:
+        """Block until the cell (or, resource="snapshots", the snapshot) `name` is in
+        `phase` (Running, Sleeping, Stopped; a snapshot's Ready), following its events with
+        a watch; its record then. NotFound when it is not (or no longer) there, TimeoutError
+        after `timeout` seconds."""
+        word = {"cells": "cell", "snapshots": "snapshot"}.get(resource)
+        if word is None:
+            raise errors.UsageError(f"{resource!r}: cells or snapshots")
+        deadline = time.monotonic() + timeout
+        target = f"{word}/{name}"
+        version = self._json("GET", "/api/v1/events", {"for": target})["metadata"][
+            "resourceVersion"]  # before the record is read: a change after it is seen
+        while True:
+            doc = self.get(resource, name)
+            found = (doc.get("status") or {}).get("phase")
+            if found == phase:
+                return doc
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{word} {name} is {found}, not {phase}, after "
+                                   f"{timeout:g}s")
+            query = {"for": target, "resourceVersion": version,
+                     "timeoutSeconds": str(max(1, min(int(left + 0.999), 3600)))}
+            for change in self._changes("/api/v1/events", query):
+                version = change["resourceVersion"]
+                break  # an event of it (or a bookmark, every 15 s): read it again
+
+    # -- the exchange ---------------------------------------------------------------------------
+
+    def _action(self, cell: str, action: str, body: dict[str, Any] | None, wait: bool,
+                timeout: int) -> dict[str, Any]:
+        query = {"wait": "true" if wait else None,
+                 "timeoutSeconds": str(timeout) if wait else None}
+        path = f"/api/v1/cells/{urllib.parse.quote(cell, safe='')}/{action}"
+        data = json.dumps(body).encode() if body is not None else None
+        result: dict[str, Any] = self._json(
+            "POST", path, query, body=data, media="application/json" if data else None,
+            read_timeout=timeout + self.timeout if wait else -1.0)
+        if wait and not result.get("ok", True):
+            bad = [r for r in result.get("results", []) if r.get("status") != "settled"]
+            message = "; ".join(f"{r.get('kind', '').lower()} {r.get('name')}: "
+                                f"{r.get('message')}" for r in bad) or f"{action} failed"
+            timed_out = bool(bad) and all(r.get("status") == "waiting" for r in bad)
+            exc: Exception = TimeoutError(message) if timed_out \
+                else errors.DevCellError(message)
+            exc.result = result  # type: ignore[attr-defined]
+            raise exc
+        return result
+
+    def _changes(self, path: str, query: dict[str, str | None]) -> Iterator[dict[str, Any]]:
+        """A watch's changes, BOOKMARKs included, until the server ends it."""
+        conn, response = self._send("GET", path, {"watch": "true", **query},
+                                    read_timeout=None)
         try:
             if response.status != 200:
                 _raise(response.status, response.read(1024 * 1024))
             for line in response:
                 if line.strip():
                     change: dict[str, Any] = json.loads(line)
-                    if change.get("type") != "BOOKMARK":
-                        yield change
+                    yield change
         finally:
             conn.close()
 
@@ -142,8 +247,10 @@ class Client:
             raise errors.TemporaryError(f"DevCell API at {self.url}: {exc}") from None
 
     def _json(self, method: str, path: str, query: dict[str, str | None] | None = None, *,
-              body: bytes | None = None, media: str | None = None) -> Any:
-        conn, response = self._send(method, path, query or {}, body=body, media=media)
+              body: bytes | None = None, media: str | None = None,
+              read_timeout: float | None = -1.0) -> Any:
+        conn, response = self._send(method, path, query or {}, body=body, media=media,
+                                    read_timeout=read_timeout)
         try:
             data = response.read()
         finally:

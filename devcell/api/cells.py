@@ -51,7 +51,7 @@ def snapshot(state_dir: Path, cell: str, *, name: str, ttl: str | None = None,
 
 def fork(state_dir: Path, cell: str, *, snapshot: str, name: str,
          host_ports: dict[int, int] | None = None, publish: bool = True,
-         count: int | None = None, options: Options = DEFAULTS,
+         count: int | None = None, exclusive: bool = False, options: Options = DEFAULTS,
          hooks: Hooks = NO_HOOKS) -> Report:
     """A new cell `name` with `cell`'s spec, its workspace restored from `snapshot` (which
     must be a snapshot of `cell`). `host_ports`: container port -> the fork's host port for
@@ -59,7 +59,9 @@ def fork(state_dir: Path, cell: str, *, snapshot: str, name: str,
     `publish=False`: the fork publishes no port. `count` N makes N forks, `name`-1 to
     `name`-N (fork K publishes `host_ports`' ports plus K-1), recorded together: every name
     and port is checked before any is recorded, then each converges on its own (one that
-    fails is named in the report and leaves the others as they are)."""
+    fails is named in the report and leaves the others as they are). `exclusive`: refuse a
+    `name` that is a recorded cell, checked where the fork is recorded (the HTTP API's: a fork
+    never re-applies over a cell its caller may not change)."""
     names_made = fork_names(name, count)
     db = dbmod.open_database(state_dir)
     try:
@@ -83,7 +85,7 @@ def fork(state_dir: Path, cell: str, *, snapshot: str, name: str,
             spec["workspace"].pop("source", None)  # a fork keeps its snapshot's files
             manifests.append(_manifest("Cell", fork_name, spec, labels=dict(source.labels)))
         with db.write():  # the names checked free and recorded in one transaction: two
-            if count is not None:  # counted forks at once cannot both take a name
+            if count is not None or exclusive:  # counted forks at once cannot both take a name
                 _check_new(db, names_made)
             result = admission.apply_objects(db, manifests)
         return _finish(db, result, options, hooks)

@@ -101,6 +101,8 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
         return lambda request: _apply(ctx, request)
     resource = route.resource
     assert resource is not None
+    if route.verb in routes.ACTIONS:
+        return lambda request: _action(ctx, route.verb, request)
     if route.verb == "list":
         return lambda request: _list(ctx, resource, request)
     if route.verb == "get":
@@ -207,10 +209,10 @@ def _version(request: Request) -> int | None:
     return int(given)
 
 
-def _timeout(request: Request) -> float:
+def _timeout(request: Request, default: float = openapi.MAX_TIMEOUT_S) -> float:
     given = request.query_params.get("timeoutSeconds")
     if given is None:
-        return float(openapi.MAX_TIMEOUT_S)
+        return float(default)
     if not given.isascii() or not given.isdigit() or not 1 <= int(given[:6]) <= \
             openapi.MAX_TIMEOUT_S or len(given) > 6:
         raise UsageError(f"timeoutSeconds: 1 to {openapi.MAX_TIMEOUT_S}, not {given!r}")
@@ -513,3 +515,62 @@ def _delete_sync(ctx: Context, principal: Any, resource: Resource, name: str
         report = apply.delete(ctx.state_dir, resource.kind, name,
                               options=converging.Options(wait=False))
     return reports.document(report)
+
+
+# -- actions on a cell: sleep, start, snapshot, fork --------------------------------------------
+
+
+async def _action(ctx: Context, verb: str, request: Request) -> Response:
+    """Record the action (server.actions), then answer 202 or, with wait=true, wait for its
+    objects and answer 200 with how each ended."""
+    from devcell.server import actions
+
+    wait = _flag(request, "wait")
+    timeout = _timeout(request, openapi.ACTION_TIMEOUT_S)
+    data = b""
+    if verb in routes.BODY_ACTIONS:
+        if _media(request) != "json":
+            raise HttpProblem(415, "unsupported-media-type", "Unsupported media type",
+                              f"send the {verb}'s fields as application/json")
+        data = await _body(ctx, request)
+    asked = actions.parse(verb, data)
+    cell = request.path_params["name"]
+    recorded = await run_in_threadpool(actions.record, ctx.state_dir,
+                                       request.state.principal, cell, asked)
+    from urllib.parse import quote
+
+    headers = {"Location": f"{routes.PREFIX}/cells/{quote(cell, safe='')}"}
+    if not wait:
+        return JSONResponse(recorded.doc, status_code=202, headers=headers)
+    return JSONResponse(await _settle(ctx, recorded, timeout), headers=headers)
+
+
+async def _settle(ctx: Context, recorded: Any, timeout: float) -> dict[str, Any]:
+    """Wait until the objects an action recorded settle or fail, or `timeout` runs out: a
+    watch's slot and connection, polled from the event loop."""
+    from devcell.server import actions
+
+    wanted = actions.keys(recorded.doc)
+    if ctx.watches >= MAX_WATCHES:
+        raise HttpProblem(503, "too-many-watches", "Too many watches",
+                          f"{MAX_WATCHES} watches and waits are open; try again later, or "
+                          "ask without wait=true")
+    ctx.watches += 1
+    db: Any = None
+    try:
+        db = await run_in_threadpool(_open, ctx)
+        end = time.monotonic() + timeout
+        seen: int | None = None
+        while True:
+            current = db.data_version()
+            moved, seen = current != seen, current
+            if moved or time.monotonic() >= end:
+                waited = await run_in_threadpool(actions.check, db, wanted)
+                if not waited.waiting or time.monotonic() >= end:
+                    break
+            await anyio.sleep(actions.POLL_SECONDS)
+        return await run_in_threadpool(actions.finished, db, recorded, waited, timeout)
+    finally:
+        if db is not None:
+            db.close()
+        ctx.watches -= 1

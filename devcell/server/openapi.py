@@ -15,6 +15,9 @@ WATCH_MEDIA = "application/x-ndjson"
 SSE_MEDIA = "text/event-stream"
 YAML_MEDIA = "application/yaml"
 MAX_TIMEOUT_S = 3600
+ACTION_TIMEOUT_S = 300
+"""How long an action with wait=true waits when it names no timeoutSeconds (the CLI's
+--timeout)."""
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -81,6 +84,15 @@ def _record_schemas() -> dict[str, Any]:
                 "expired": {"type": "array", "items": {"type": "string"}},
                 "ok": {"type": "boolean"}}},
     }
+    out["ActionResult"] = copy.deepcopy(out["ApplyResult"])
+    out["ActionResult"]["description"] = (
+        "An action's answer: what it recorded, and with wait=true how each object ended "
+        "(results: settled, failed or waiting) and the operations that ran")
+    out["ActionResult"]["required"] = [*out["ApplyResult"]["required"], "resourceVersion"]
+    out["ActionResult"]["properties"].update({
+        "resourceVersion": {"type": "string", "description":
+                            "the events' version before the action: watch from it"},
+        "operations": {"type": "array", "items": {"type": "string"}}})
     for kind in kinds.KINDS.values():
         out[kind.name] = {
             "type": "object", "description": f"A {kind.name} as `devcell get -o json` prints it "
@@ -125,6 +137,8 @@ def _operation(route: routes.Route) -> dict[str, Any]:
     params: list[dict[str, Any]] = []
     errors = [400, 401, 403, 406, 500, 503]
     r = route.resource
+    if route.verb in routes.ACTIONS:
+        return _action(route, op)
     if route.name == "openapi":
         op["responses"] = {"200": {"description": "this document",
                                    "content": {"application/json": {"schema": {
@@ -184,6 +198,50 @@ def _operation(route: routes.Route) -> dict[str, Any]:
     if params:
         op["parameters"] = params
     op["responses"] = {**ok, **_problem_responses(*sorted(set(errors)))}
+    return op
+
+
+_ACTION_BODIES: dict[str, dict[str, Any]] = {
+    "snapshot": {
+        "type": "object", "required": ["name"], "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "description": "the new snapshot's name"},
+            "ttl": {"type": "string", "description": "expire it this long after (30m, 7d)"},
+            "consistency": {"enum": ["filesystem", "machine"],
+                            "description": "machine: keep memory too (vm)"}}},
+    "fork": {
+        "type": "object", "required": ["name", "snapshot"], "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "description": "the new cell's name"},
+            "snapshot": {"type": "string", "description": "a snapshot of this cell"},
+            "publish": {"type": "boolean", "description": "false: the fork publishes no "
+                        "port (default true: the cell's, or those `ports` maps)"},
+            "ports": {"type": "object", "description": "container port -> the fork's host "
+                      "port", "additionalProperties": {"type": "integer", "minimum": 1,
+                                                       "maximum": 65535}}}},
+}
+
+
+def _action(route: routes.Route, op: dict[str, Any]) -> dict[str, Any]:
+    """An action on one cell: recorded (202), or waited for (wait=true: 200)."""
+    op["parameters"] = [
+        {"name": "name", "in": "path", "required": True,
+         "schema": {"type": "string", "minLength": 1}},
+        {"name": "wait", "in": "query", "required": False, "schema": {"type": "boolean"},
+         "description": "answer once the objects settled, failed or the timeout ran out "
+                        "(200); else once recorded (202)"},
+        {"name": "timeoutSeconds", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_S},
+         "description": f"wait: at most this long (default {ACTION_TIMEOUT_S})"}]
+    errors = [400, 401, 403, 404, 406, 409, 422, 500, 502, 503]
+    if route.verb in _ACTION_BODIES:
+        op["requestBody"] = {"required": True, "content": {
+            "application/json": {"schema": _ACTION_BODIES[route.verb]}}}
+        errors += [408, 413, 415]
+    result = {"content": {"application/json": {"schema": _ref("ActionResult")}}}
+    op["responses"] = {"200": {"description": "wait=true: how each object ended", **result},
+                       "202": {"description": "recorded: the daemon converges it", **result},
+                       **_problem_responses(*sorted(errors))}
     return op
 
 

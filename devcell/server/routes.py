@@ -40,9 +40,23 @@ class Route(NamedTuple):
     name: str
     """The handler's name (app) and the OpenAPI operationId."""
     verb: str
-    """What authorization is asked for: list, get, watch (with list), create, delete."""
+    """What authorization is asked for: list, get, watch (with list), create, delete, or an
+    action on one cell (ACTIONS)."""
     resource: Resource | None
     summary: str
+
+
+ACTIONS = {
+    "sleep": "Checkpoint the cell's workspace, then put it to sleep (as `devcell cell sleep`)",
+    "start": "Start a stopped or sleeping cell (as `devcell cell start`)",
+    "snapshot": "Take a snapshot of the cell, named as the body says (as `devcell snapshot "
+                "create`)",
+    "fork": "Make a new cell from a snapshot of this one (as `devcell cell fork`)",
+}
+"""The actions on one cell (POST /api/v1/cells/NAME/ACTION), each the CLI verb's library call
+and authorized as the policy's verb of the same name."""
+BODY_ACTIONS = frozenset({"snapshot", "fork"})
+"""The actions that take a JSON body (the snapshot's or the fork's name, ...)."""
 
 
 def table() -> list[Route]:
@@ -60,4 +74,8 @@ def table() -> list[Route]:
             routes.append(Route("DELETE", f"{PREFIX}/{r.plural}/{{name}}",
                                 f"delete_{r.plural}", "delete", r,
                                 f"Ask for one of the {r.plural}' deletion"))
+    cells = RESOURCES["cells"]
+    for action, summary in ACTIONS.items():
+        routes.append(Route("POST", f"{PREFIX}/cells/{{name}}/{action}", f"{action}_cell",
+                            action, cells, summary))
     return routes

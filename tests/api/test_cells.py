@@ -53,6 +53,17 @@ def test_fork_refuses_a_snapshot_of_another_cell(state: Path, write: Any) -> Non
         cells.fork(state, "api", snapshot="nope", name="exp")
 
 
+@pytest.mark.usefixtures("api_cell")
+def test_an_exclusive_fork_never_lands_on_a_recorded_cell(state: Path, write: Any) -> None:
+    """The HTTP API's forks are exclusive: re-applying the parent's spec over a cell of the
+    same name would change a cell its caller may not be allowed to change."""
+    assert api.apply(state, [write("db.yaml", cell_doc("db"))]).ok
+    assert cells.snapshot(state, "api", name="snap").ok
+    with pytest.raises(ManifestError, match="cell db already exists"):
+        cells.fork(state, "api", snapshot="snap", name="db", exclusive=True)
+    assert cells.fork(state, "api", snapshot="snap", name="exp", exclusive=True).ok
+
+
 def test_a_bad_name_is_refused_before_any_state_is_made(state: Path) -> None:
     with pytest.raises(ManifestError, match="--name"):
         cells.snapshot(state, "api", name="Not A Name")

@@ -52,6 +52,24 @@ def _own_cell(api: Api, tokens: dict[str, str]) -> str:
     return name
 
 
+def _action(verb: str, cell_name: str, body: dict[str, str] | None = None
+            ) -> tuple[str, str, dict[str, str] | None]:
+    return "POST", f"/api/v1/cells/{cell_name}/{verb}", body
+
+
+def _snapshotted(api: Api, cell_name: str) -> str:
+    """A snapshot of `cell_name`, recorded by the admin (the unix socket)."""
+    name = _unique("snap")
+    made = api.client.post(f"/api/v1/cells/{cell_name}/snapshot", json={"name": name})
+    assert made.status_code == 202, made.text
+    return name
+
+
+def _fork(api: Api, cell_name: str) -> tuple[str, str, dict[str, str]]:
+    return _action("fork", cell_name, {"name": _unique("fork"),
+                                        "snapshot": _snapshotted(api, cell_name)})
+
+
 def _snapshot(cell_name: str) -> str:
     return (f"apiVersion: devcell.dev/v1alpha1\nkind: Snapshot\nmetadata: {{name: "
             f"{_unique('snap')}}}\nspec: {{cell: {cell_name}}}\n")
@@ -112,6 +130,27 @@ CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
         "DELETE", f"/api/v1/cells/{_own_cell(api, t)}", None), {
         "viewer": (403, "viewer-read-only"), "developer": (200, None), "admin": (200, None)}),
 }
+# The actions on a cell (server/actions.py): the policy's verb of the same name on the cell.
+ACTED = {"viewer": (403, "viewer-read-only"), "developer": (202, None), "admin": (202, None)}
+NOT_THEIRS = {**ACTED, "developer": (403, "developer-not-own")}
+for _verb in ("sleep", "start"):
+    CASES.update({
+        f"{_verb} another's cell": (
+            lambda api, t, v=_verb: _action(v, _admin_cell(api)), NOT_THEIRS),
+        f"{_verb} their own cell": (lambda api, t, v=_verb: _action(v, _own_cell(api, t)), ACTED),
+        f"{_verb} a cell shared with them": (lambda api, t, v=_verb: _action(
+            v, _admin_cell(api, shared_with="u-developer")), ACTED),
+    })
+CASES.update({
+    "take a snapshot of another's cell": (lambda api, t: _action(
+        "snapshot", _admin_cell(api), {"name": _unique("s")}), NOT_THEIRS),
+    "take a snapshot of their own cell": (lambda api, t: _action(
+        "snapshot", _own_cell(api, t), {"name": _unique("s")}), ACTED),
+    "fork another's cell": (lambda api, t: _fork(api, _admin_cell(api)), NOT_THEIRS),
+    "fork their own cell": (lambda api, t: _fork(api, _own_cell(api, t)), ACTED),
+    "fork a cell shared with them": (lambda api, t: _fork(
+        api, _admin_cell(api, shared_with="u-developer")), ACTED),
+})
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -123,8 +162,11 @@ def test_every_route_for_every_role(api: Api, tokens: dict[str, str], case: str,
     status, rule = expected[role]
     before = api.client.get("/api/v1/events").json()["metadata"]["resourceVersion"]
     with api.tls_client(tokens[role]) as c:
-        response = c.request(method, path, content=body,
-                             headers=YAML if body is not None else {})
+        if isinstance(body, dict):  # an action's fields
+            response = c.request(method, path, json=body)
+        else:
+            response = c.request(method, path, content=body,
+                                 headers=YAML if body is not None else {})
     if status == 403:
         doc = assert_problem(response, 403)
         assert f"refused by rule {rule} " in doc["detail"]
@@ -143,7 +185,9 @@ def test_without_a_valid_token_every_route_is_401(api: Api, tokens: dict[str, st
             for method, path in (("GET", "/api/v1/cells"), ("GET", "/api/v1/cells/seed"),
                                  ("GET", "/api/v1/openapi.json"),
                                  ("DELETE", "/api/v1/cells/seed"),
-                                 ("POST", "/api/v1/apply")):
+                                 ("POST", "/api/v1/apply"),
+                                 ("POST", "/api/v1/cells/seed/sleep"),
+                                 ("POST", "/api/v1/cells/seed/fork")):
                 response = c.request(method, path, content=cell("x"), headers=YAML)
                 doc = assert_problem(response, 401)
                 assert response.headers["www-authenticate"].startswith("Bearer")

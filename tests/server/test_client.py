@@ -75,3 +75,45 @@ def test_tokens_and_refusals_over_tls(api: Api) -> None:
     with Client(api.url, token="dct_wrong", ca=str(api.certificate)) as dc:
         with pytest.raises(errors.Unauthenticated):
             dc.list("cells")
+
+
+def test_actions_and_wait_over_the_unix_socket(api: Api) -> None:
+    from devcell import Client
+
+    name, snap, fork = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("sdka", "snap", "fork"))
+    with Client(f"unix:{api.socket}") as dc:
+        dc.apply(cell(name))
+        assert dc.wait(name, "Running", timeout=30)["metadata"]["name"] == name
+        slept = dc.sleep(name)
+        assert slept["ok"] and slept["operations"]
+        assert dc.get("cells", name)["status"]["phase"] == "Sleeping"
+        assert dc.start(name, timeout=60)["ok"]
+        assert dc.snapshot(name, snap, ttl="2h")["ok"]
+        assert dc.wait(snap, "Ready", resource="snapshots", timeout=5)["spec"]["cell"] == name
+        with pytest.raises(errors.Conflict, match="already exists"):
+            dc.snapshot(name, snap)
+        recorded = dc.fork(name, snap, fork, wait=False)
+        assert recorded["changes"][0]["name"] == fork and recorded["results"] == []
+        assert dc.wait(fork, timeout=30)["spec"]["workspace"]["from"] == {"snapshot": snap}
+        with pytest.raises(TimeoutError, match="not Stopped"):
+            dc.wait(fork, "Stopped", timeout=1)
+        with pytest.raises(errors.NotFound):
+            dc.sleep("no-such-cell")
+        with pytest.raises(errors.NotFound):
+            dc.wait("no-such-cell", timeout=1)
+
+
+def test_actions_over_tls_are_the_callers(api: Api) -> None:
+    from devcell import Client
+
+    token = api.token("sdk-dev", "developer")
+    name = f"sdkt-{uuid.uuid4().hex[:6]}"
+    with Client(api.url, token=token, ca=str(api.certificate)) as dc:
+        dc.apply(cell(name))
+        dc.wait(name, timeout=30)
+        assert dc.sleep(name)["ok"]
+        with pytest.raises(errors.Forbidden) as refused:
+            dc.sleep("seed")
+        assert refused.value.rule == "developer-not-own"
+    events = api.client.get("/api/v1/events", params={"for": f"cell/{name}"}).json()["items"]
+    assert {e["actor"] for e in events if e["reason"] == "StateChanged"} == {"sdk-dev"}

@@ -2,7 +2,7 @@
 fixture): every operation, a bounded number of generated requests each; no answer is a
 5xx, and every answer matches the document (status, media type, schema).
 
-Cost: ~15-30 s (11 operations x MAX_EXAMPLES requests, most answered in a few ms).
+Cost: ~20-40 s (15 operations x MAX_EXAMPLES requests, most answered in a few ms).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def test_the_served_document_is_the_generated_one(api: Api) -> None:
 def test_api_matches_its_document(case: Any, api: Api) -> None:
     query = dict(case.query or {})
     query.pop("watch", None)  # a watch streams until its timeout: tested in test_app.py
+    query.pop("wait", None)  # an action's wait, the same: tested in test_actions.py
     if case.operation.path == "/api/v1/apply":
         query["dryRun"] = "true"  # generated manifests are judged, never recorded
     case.query = query

@@ -1,0 +1,130 @@
+"""Actions on a cell through the API (server/actions.py): sleep, start, snapshot and fork,
+recorded (202) or waited for (wait=true: 200, how each object ended and the operations that
+ran), each error one problem document; a real client (httpx over the unix socket, and over
+TLS with a developer's token for who made each change) against the session's real server on
+the fake backend. Who may do which is in test_app_auth.py's table.
+
+Cost: ~1-3 s a test once the shared daemon runs (the fake backend converges at once).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from tests.server.conftest import Api
+from tests.server.test_app import YAML, assert_problem, cell, wait_for
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _running(api: Api) -> str:
+    name = _unique("act")
+    assert api.client.post("/api/v1/apply", content=cell(name), headers=YAML).status_code == 200
+    wait_for(api, f"/api/v1/cells/{name}", lambda r: r.json()["status"]["phase"] == "Running")
+    return name
+
+
+def _phase(api: Api, kind: str, name: str) -> str:
+    return str(api.client.get(f"/api/v1/{kind}/{name}").json()["status"]["phase"])
+
+
+def test_sleep_then_start_waited_for(api: Api) -> None:
+    name = _running(api)
+    slept = api.client.post(f"/api/v1/cells/{name}/sleep", params={"wait": "true"})
+    assert slept.status_code == 200, slept.text
+    doc = slept.json()
+    assert doc["ok"] and doc["changes"][0]["name"] == name
+    assert [r["status"] for r in doc["results"]] == ["settled"]
+    assert doc["operations"] and all(o.startswith("op_") for o in doc["operations"])
+    assert slept.headers["location"] == f"/api/v1/cells/{name}"
+    assert _phase(api, "cells", name) == "Sleeping"
+    op = api.client.get(f"/api/v1/operations/{doc['operations'][-1]}").json()
+    assert op["status"] == "Succeeded"
+    started = api.client.post(f"/api/v1/cells/{name}/start",
+                              params={"wait": "true", "timeoutSeconds": "60"})
+    assert started.status_code == 200 and started.json()["ok"], started.text
+    assert _phase(api, "cells", name) == "Running"
+    # What the CLI's verbs record: the state asked for, then what the daemon did.
+    reasons = [e["reason"] for e in api.client.get(
+        "/api/v1/events", params={"for": f"cell/{name}"}).json()["items"]]
+    assert {"StateChanged", "Slept"} <= set(reasons), reasons
+
+
+def test_without_wait_the_answer_is_202_once_recorded(api: Api) -> None:
+    name = _running(api)
+    answered = api.client.post(f"/api/v1/cells/{name}/sleep")
+    assert answered.status_code == 202, answered.text
+    doc = answered.json()
+    assert doc["changes"][0]["kind"] == "Cell" and doc["results"] == []
+    assert doc["resourceVersion"].isdigit()
+    wait_for(api, f"/api/v1/cells/{name}", lambda r: r.json()["status"]["phase"] == "Sleeping")
+
+
+def test_snapshot_then_fork(api: Api) -> None:
+    name, snap, fork = _running(api), _unique("snap"), _unique("fork")
+    taken = api.client.post(f"/api/v1/cells/{name}/snapshot", params={"wait": "true"},
+                            json={"name": snap, "ttl": "1h"})
+    assert taken.status_code == 200 and taken.json()["ok"], taken.text
+    assert _phase(api, "snapshots", snap) == "Ready"
+    again = api.client.post(f"/api/v1/cells/{name}/snapshot", json={"name": snap})
+    assert "already exists" in assert_problem(again, 409)["detail"]
+    forked = api.client.post(f"/api/v1/cells/{name}/fork", params={"wait": "true"},
+                             json={"name": fork, "snapshot": snap})
+    assert forked.status_code == 200 and forked.json()["ok"], forked.text
+    made = api.client.get(f"/api/v1/cells/{fork}").json()
+    assert made["status"]["phase"] == "Running"
+    assert made["spec"]["workspace"]["from"] == {"snapshot": snap}
+    # A fork never lands on a recorded cell (the seed is another's: nor would it be allowed).
+    assert_problem(api.client.post(f"/api/v1/cells/{name}/fork",
+                                   json={"name": "seed", "snapshot": snap}), 409)
+    # A snapshot of another cell: refused as `cell fork` refuses it, located at its field.
+    other = api.client.post(f"/api/v1/cells/{fork}/fork",
+                            json={"name": _unique("f"), "snapshot": snap})
+    doc = assert_problem(other, 422)
+    assert doc["problems"][0]["field"] == "--snapshot"
+
+
+def test_action_errors_are_problems(api: Api) -> None:
+    name = "seed"
+    doc = assert_problem(api.client.post("/api/v1/cells/no-such-cell/sleep"), 404)
+    assert doc["type"].endswith("/not-found")
+    assert_problem(api.client.get(f"/api/v1/cells/{name}/sleep"), 405)
+    for body, word in (({}, "'name' is required"), ({"name": 3}, "name must be a str"),
+                       ({"name": "x", "cell": "y"}, "unknown field 'cell'"),
+                       ([1], "a JSON object")):
+        doc = assert_problem(api.client.post(f"/api/v1/cells/{name}/snapshot", json=body), 400)
+        assert word in doc["detail"]
+    assert_problem(api.client.post(f"/api/v1/cells/{name}/snapshot", content=b"{",
+                                   headers={"Content-Type": "application/json"}), 400)
+    assert_problem(api.client.post(f"/api/v1/cells/{name}/snapshot", content=b"name: x",
+                                   headers=YAML), 415)
+    bad = api.client.post(f"/api/v1/cells/{name}/snapshot", json={"name": "Not_A Name"})
+    assert assert_problem(bad, 422)["problems"][0]["field"] == "--name"
+    for body in ({"name": "f", "snapshot": "s", "ports": {"http": 80}},
+                 {"name": "f", "snapshot": "s", "ports": {"80": 70000}},
+                 {"name": "f", "snapshot": "s", "ports": {"80": 8080}, "publish": False}):
+        assert_problem(api.client.post(f"/api/v1/cells/{name}/fork", json=body), 400)
+    for params in ({"wait": "maybe"}, {"timeoutSeconds": "0"}, {"timeoutSeconds": "x"}):
+        assert_problem(api.client.post(f"/api/v1/cells/{name}/start", params=params), 400)
+
+
+def test_an_action_is_recorded_in_its_callers_name(api: Api) -> None:
+    token = api.token("act-dev", "developer")
+    name = _unique("mine")
+    with api.tls_client(token) as c:
+        assert c.post("/api/v1/apply", content=cell(name), headers=YAML).status_code == 200
+        wait_for(api, f"/api/v1/cells/{name}",
+                 lambda r: r.json()["status"]["phase"] == "Running")
+        done = c.post(f"/api/v1/cells/{name}/sleep", params={"wait": "true"})
+        assert done.status_code == 200 and done.json()["ok"], done.text
+        version = int(done.json()["resourceVersion"])
+        refused = c.post("/api/v1/cells/seed/sleep")
+        assert "refused by rule developer-not-own" in assert_problem(refused, 403)["detail"]
+    events: list[dict[str, Any]] = api.client.get(
+        "/api/v1/events", params={"for": f"cell/{name}"}).json()["items"]
+    mine = [e for e in events if e["id"] > version and e.get("actor") == "act-dev"]
+    assert mine, events
+    assert _phase(api, "cells", "seed") == "Running"

@@ -25,6 +25,8 @@ errors (devcell.errors). What the caller shows while a call runs goes through `H
 Modules: `reports` (what a call returns), `converging` (inline or through the daemon, for
 every verb), `apply` (apply, delete), `cells` (snapshot, fork, sleep, start), `ops`
 (resume and cancel a suspended operation), `transfer` (snapshot export and import), `gc`,
-`capacity` (what `get -o wide` measures) and `df` (`devcell df`'s rows, a list of sources).
-Nothing here is imported by `devcell get`, except `capacity` for `-o wide`.
+`capacity` (what `get -o wide` measures), `df` (`devcell df`'s rows, a list of sources),
+`listing` (what `get` lists, for the CLI and the HTTP API) and `lineage` (snapshots and forks
+as a forest, for `get snapshots --tree` and the dashboard). Of the verbs, nothing here is
+imported by `devcell get`; it reads through `listing` (and `capacity` for `-o wide`).
 """

@@ -1,17 +1,15 @@
 """`devcell get snapshots --tree`: which cell each snapshot came from, which cells were forked
-from it, and so what depends on what, as a tree drawn from the store's lineage columns
-(a snapshot's cell_id, a fork's forked_from). Every name is escaped (names.printable)."""
+from it, and so what depends on what, as a tree of text drawn from api.lineage's forest.
+Every name is escaped (names.printable)."""
 
 from __future__ import annotations
 
 import sys
 from typing import Any
 
+from devcell.api.lineage import Node, contains, forest
 from devcell.errors import NotFound
 from devcell.names import printable
-
-Node = tuple[str, dict[str, Any]]
-"""("cell" | "snapshot", its row)"""
 
 
 def _label(kind: str, row: dict[str, Any], children: list[Node]) -> str:
@@ -29,41 +27,12 @@ def _label(kind: str, row: dict[str, Any], children: list[Node]) -> str:
     return f"{kind}/{printable(row['name'])}{extra}  {state}"
 
 
-def forest(cells: list[dict[str, Any]], snapshots: list[dict[str, Any]]
-           ) -> tuple[list[Node], dict[str, list[Node]]]:
-    """The roots (cells forked from nothing shown) and each node's children, by id."""
-    shown = {s["id"] for s in snapshots}
-    children: dict[str, list[Node]] = {}
-    roots: list[Node] = []
-    for s in snapshots:
-        if s["cell_id"] is None:  # imported: its cell lives in another state directory
-            roots.append(("snapshot", s))
-        else:
-            children.setdefault(s["cell_id"], []).append(("snapshot", s))
-    for c in cells:
-        if c["forked_from"] in shown:
-            children.setdefault(c["forked_from"], []).append(("cell", c))
-        else:
-            roots.append(("cell", c))
-    return roots, children
-
-
-def _contains(node: Node, children: dict[str, list[Node]], name: str) -> bool:
-    stack = [node]
-    while stack:
-        kind, row = stack.pop()
-        if kind == "snapshot" and (row["name"] == name or row["id"] == name):
-            return True
-        stack += children.get(row["id"], [])
-    return False
-
-
 def render(cells: list[dict[str, Any]], snapshots: list[dict[str, Any]],
            name: str | None = None) -> str:
     """The tree as text; with `name`, only the tree holding that snapshot."""
     roots, children = forest(cells, snapshots)
     if name is not None:
-        roots = [r for r in roots if _contains(r, children, name)]
+        roots = [r for r in roots if contains(r, children, "snapshot", name)]
         if not roots:
             raise NotFound(f'snapshot "{name}" not found')
     lines: list[str] = []

@@ -11,6 +11,7 @@ Modules: `problems` (every error as one RFC 9457 problem document), `routes` (th
 table: resources, verbs, parameters), `openapi` (the OpenAPI document made from the route
 table and the kinds' JSON schemas), `watch` (changes after a version, from the events
 table), `actions` (sleep, start, snapshot and fork on a cell, and waiting for them), `app`
-(the ASGI application), `tls` (the certificate the server makes for itself) and `serve`
-(uvicorn beside the reconcile loop).
+(the ASGI application), `tls` (the certificate the server makes for itself), `serve`
+(uvicorn beside the reconcile loop) and `ui` (the web dashboard at /ui, built on its first
+request: docs/dashboard.md).
 """

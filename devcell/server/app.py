@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount
 from starlette.routing import Route as StarletteRoute
 
 from devcell.errors import NotFound, UsageError
@@ -80,10 +81,28 @@ def build(state_dir: Path, *, tokens: bool = False) -> Starlette:
     for route in routes.table():
         by_path.setdefault(route.path, {})[route.method] = _answering(
             ctx, route, _handler(ctx, route))
-    table = [StarletteRoute(path, _by_method(methods), methods=list(methods))
-             for path, methods in by_path.items()]
-    return Starlette(routes=table, exception_handlers={
+    table: list[BaseRoute] = [StarletteRoute(path, _by_method(methods), methods=list(methods))
+                              for path, methods in by_path.items()]
+    table.append(Mount("/ui", app=_Dashboard(state_dir, tokens, lambda: whole)))
+    whole = Starlette(routes=table, exception_handlers={
         HTTPException: _http_exception, Exception: _unexpected})
+    return whole
+
+
+class _Dashboard:
+    """The dashboard (/ui, server.ui), built on its first request: a daemon nobody browses
+    never imports it."""
+
+    def __init__(self, state_dir: Path, tokens: bool, api: Callable[[], Any]) -> None:
+        self.args = (state_dir, tokens, api)
+        self.app: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.app is None:
+            from devcell.server.ui import app as ui
+
+            self.app = ui.build(*self.args)
+        await self.app(scope, receive, send)
 
 
 def _by_method(methods: dict[str, Handler]) -> Handler:

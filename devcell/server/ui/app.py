@@ -140,7 +140,7 @@ def build(state_dir: Path, tokens: bool, api: Api) -> Starlette:
     ui = Ui(state_dir, tokens, api)
 
     def view(verb: str, kind: str, title: str, active: str,
-             make: Callable[[Request, Database], html.Html], named: str | None = None
+             make: Callable[[Request, Database, Who], html.Html], named: str | None = None
              ) -> Callable[[Request], Awaitable[Response]]:
         async def handle(request: Request) -> Response:
             who = None
@@ -148,7 +148,7 @@ def build(state_dir: Path, tokens: bool, api: Api) -> Starlette:
                 who = await ui.who(request)
                 name = request.path_params.get(named) if named else None
                 ui.authorize(who, verb, kind, name)
-                body = await ui.read(lambda db: make(request, db))
+                body = await ui.read(lambda db: make(request, db, who))
                 return ui.page(who, f"{title} {name}" if name else title, body,
                                active=active)
             except Exception as exc:  # noqa: BLE001  (each answered as a page)
@@ -175,6 +175,9 @@ def build(state_dir: Path, tokens: bool, api: Api) -> Starlette:
     async def watch(request: Request) -> Response:
         return await _watch(ui, request)
 
+    async def act(request: Request) -> Response:
+        return await _act(ui, request)
+
     async def not_found(request: Request, exc: Exception) -> Response:
         return await _not_found(ui, request, getattr(exc, "status_code", 404))
 
@@ -185,23 +188,71 @@ def build(state_dir: Path, tokens: bool, api: Api) -> Starlette:
         Route("/logout", logout, methods=["POST"]),
         Route("/static/{name}", static),
         Route("/cells", view("list", "Cell", "Cells", "cells",
-                             lambda r, db: pages.cells(data.cells(db)))),
-        Route("/cells/{name}", view("get", "Cell", "Cell", "cells", lambda r, db: pages.cell(
-            data.cell(db, r.path_params["name"]), None), named="name")),
-        Route("/lineage", view("list", "Snapshot", "Lineage", "lineage", lambda r, db: (
+                             lambda r, db, who: pages.cells(data.cells(db)))),
+        Route("/cells/{name}", view("get", "Cell", "Cell", "cells", lambda r, db, who: _cell(
+            r, db, who), named="name")),
+        Route("/cells/{name}/{verb}", act, methods=["POST"]),
+        Route("/lineage", view("list", "Snapshot", "Lineage", "lineage", lambda r, db, who: (
             pages.lineage(data.lineage(db, r.query_params.get("cell")),
                           r.query_params.get("cell"))))),
         Route("/operations", view("list", "Operation", "Operations", "operations",
-                                  lambda r, db: pages.operations(data.operations(db)))),
+                                  lambda r, db, who: pages.operations(data.operations(db)))),
         Route("/operations/{id}", view("get", "Operation", "Operation", "operations",
-                                       lambda r, db: pages.operation(
+                                       lambda r, db, who: pages.operation(
                                            data.operation(db, r.path_params["id"])),
                                        named="id")),
         Route("/events", view("list", "Event", "Events", "events",
-                              lambda r, db: pages.events(data.event_rows(db)))),
+                              lambda r, db, who: pages.events(data.event_rows(db)))),
         Route("/watch/{plural}", watch),
     ]
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+
+
+def _cell(request: Request, db: Database, who: Who) -> html.Html:
+    """A cell's page, with the safe verbs as buttons and what the caller's role may do with
+    each (the policy's decision, so a refusal can be expected before it is met)."""
+    from devcell.auth import policy, resources
+    from devcell.server.ui import data
+
+    found = data.cell(db, request.path_params["name"])
+    target = resources.recorded(db.conn, "Cell", found.row.id)
+    decisions = {verb: policy.authorize(who.principal, policy.Verb(verb), target)
+                 for verb in pages.ACTIONS}
+    done = request.query_params.get("done")
+    return pages.cell(found, who.csrf, decisions=decisions,
+                      done=done if done in pages.ACTIONS else None)
+
+
+async def _act(ui: Ui, request: Request) -> Response:
+    """A button: sleep, start, snapshot or fork the cell, as the API's action route does it
+    (server.actions: authorized by the policy's verb of the same name, recorded in the
+    caller's name), once the form's CSRF token is its session's. Then back to the cell's page
+    (303), or the refusal as a page naming its rule."""
+    import json
+    from urllib.parse import quote
+
+    from devcell.server import actions
+
+    who = None
+    try:
+        who = await ui.who(request)
+        form = await _form(request)
+        if not sessions.same(form.get("csrf"), who.csrf):
+            raise _csrf_refused()
+        name, verb = request.path_params["name"], request.path_params["verb"]
+        if verb not in pages.ACTIONS:
+            return await _not_found(ui, request)
+        body: dict[str, str] = {}
+        if verb in ("snapshot", "fork"):
+            body["name"] = form.get("name", "").strip()
+        if verb == "fork":
+            body["snapshot"] = form.get("snapshot", "").strip()
+        asked = actions.parse(verb, json.dumps(body).encode() if body else b"")
+        await run_in_threadpool(actions.record, ui.state_dir, who.principal, name, asked)
+    except Exception as exc:  # noqa: BLE001  (each answered as a page)
+        return ui.failed(who, exc)
+    return RedirectResponse(f"/ui/cells/{quote(name, safe='')}?done={verb}", status_code=303,
+                            headers=HEADERS)
 
 
 async def _redirect(to: str) -> Response:

@@ -68,25 +68,34 @@ def _operations(rows: list[dict[str, Any]]) -> Html:
                    o["created_at"]] for o in reversed(rows)], cls="operations")
 
 
-def actions(name: str, csrf: str | None) -> Html:
-    """The safe verbs as buttons (each a POST carrying the CSRF token): the server judges
-    each by the caller's role and shows a refusal with the rule that refused it."""
-    if csrf is None:
-        return Html("")
+def actions(name: str, csrf: str, decisions: dict[str, Any],
+            snapshots: list[dict[str, Any]]) -> Html:
+    """The safe verbs as buttons, each a POST carrying the CSRF token. The server judges each
+    by the caller's role (a refusal is a page naming its rule); beside a button the caller's
+    role may not use, the rule that will refuse it."""
     forms = []
     for verb in ACTIONS:
         extra = Html("")
         if verb in ("snapshot", "fork"):
-            extra = h('<input name="name" placeholder="{} name (optional)" '
-                      'pattern="[a-z0-9]([-a-z0-9]*[a-z0-9])?" maxlength="63">', verb)
-        forms.append(h('<form method="post" action="{}" class="action">'
+            extra = h('<input name="name" placeholder="new {} name" required '
+                      'maxlength="63" aria-label="new {} name">', verb, verb)
+        if verb == "fork":
+            ready = [s["name"] for s in snapshots if s.get("phase") == "Ready"]
+            extra = h('{}<select name="snapshot" aria-label="snapshot to fork">{}</select>',
+                      extra, join(h('<option value="{}">{}</option>', s, s) for s in ready))
+        decision = decisions.get(verb)
+        note = Html("")
+        if decision is not None and not decision.allowed:
+            note = h('<span class="refused">your role may not: rule {}</span>', decision.rule)
+        forms.append(h('<form method="post" action="{}" class="action" data-verb="{}">'
                        '<input type="hidden" name="csrf" value="{}">{}'
-                       '<button type="submit" name="verb" value="{}">{}</button></form>',
-                       path("cells", name, verb), csrf, extra, verb, verb.capitalize()))
+                       '<button type="submit">{}</button>{}</form>',
+                       path("cells", name, verb), verb, csrf, extra, verb.capitalize(), note))
     return h('<section class="actions"><h2>Actions</h2>{}</section>', join(forms))
 
 
-def cell(found: data.Cell, csrf: str | None, result: Html | None = None) -> Html:
+def cell(found: data.Cell, csrf: str, *, decisions: dict[str, Any], done: str | None = None
+         ) -> Html:
     doc, r = found.doc, found.row
     meta, spec, status = doc["metadata"], doc["spec"], doc["status"]
     labels = ", ".join(f"{k}={v}" for k, v in sorted((meta.get("labels") or {}).items()))
@@ -110,10 +119,18 @@ def cell(found: data.Cell, csrf: str | None, result: Html | None = None) -> Html
         Html('<p class="empty">No snapshots.</p>')
     return h('<h1>Cell {}</h1>{}{}{}<h2>Snapshots <a class="small" href="{}?cell={}">'
              'lineage graph</a></h2>{}<h2>Operations</h2>{}{}',
-             meta["name"], result or Html(""), _fields(pairs), actions(meta["name"], csrf),
+             meta["name"], _done(done), _fields(pairs),
+             actions(meta["name"], csrf, decisions, found.snapshots),
              path("lineage"), meta["name"], snaps, _operations(found.operations),
              _events(found.events, f"/ui/watch/events?for=cell/{meta['id']}"
                                    f"&resourceVersion={found.version}"))
+
+
+def _done(verb: str | None) -> Html:
+    if verb is None:
+        return Html("")
+    return h('<p class="done" role="status">{} recorded: the daemon carries it out (see the '
+             'events below).</p>', verb.capitalize())
 
 
 def _link_snapshot(name: object) -> Html:

@@ -212,3 +212,54 @@ def test_live_updates_are_the_apis_watch_with_the_sessions_token(
 @pytest.mark.parametrize("path", ["/ui/watch/nodes", "/ui/watch/tokens"])
 def test_only_the_apis_resources_are_watched(api: Api, path: str) -> None:
     assert api.client.get(path).status_code == 404
+
+
+# -- the safe verbs as buttons ------------------------------------------------------------------
+
+
+def test_a_button_needs_the_pages_csrf_token(api: Api, family: Family) -> None:
+    snap = unique("btn")
+    path = f"/ui/cells/{family.cell}/snapshot"
+    refused = api.client.post(path, data={"name": snap})
+    assert refused.status_code == 403 and "CSRF" in refused.text
+    forged = api.client.post(path, data={"name": snap, "csrf": "forged"})
+    assert forged.status_code == 403
+    assert api.client.get(f"/api/v1/snapshots/{snap}").status_code == 404  # nothing recorded
+    page = api.client.get(f"/ui/cells/{family.cell}").text
+    done = api.client.post(path, data={"name": snap, "csrf": csrf_of(page)})
+    assert done.status_code == 303, done.text
+    assert done.headers["location"] == f"/ui/cells/{family.cell}?done=snapshot"
+    assert api.client.get(f"/api/v1/snapshots/{snap}").status_code == 200
+    assert "Snapshot recorded" in api.client.get(done.headers["location"]).text
+
+
+def test_a_viewer_is_refused_with_the_rule(api: Api, family: Family,
+                                           ui_tokens: dict[str, str]) -> None:
+    before = api.client.get(f"/api/v1/cells/{family.cell}").json()
+    with sign_in(api, ui_tokens["viewer"]) as c:
+        page = c.get(f"/ui/cells/{family.cell}").text
+        assert page.count("your role may not: rule viewer-read-only") == 4
+        for verb in ("sleep", "start"):
+            refused = c.post(f"/ui/cells/{family.cell}/{verb}", data={"csrf": csrf_of(page)})
+            assert refused.status_code == 403
+            assert "Refused by rule <code>viewer-read-only</code>" in refused.text
+            assert "ui-viewer (viewer) may not" in refused.text
+    after = api.client.get(f"/api/v1/cells/{family.cell}").json()
+    assert after["status"].get("held") == before["status"].get("held")
+
+
+def test_a_developer_acts_on_their_own_cell_only(api: Api, ui_tokens: dict[str, str]) -> None:
+    own = unique("mine")
+    with api.tls_client(ui_tokens["developer"]) as dev:
+        assert dev.post("/api/v1/apply", content=cell_yaml(own), headers=YAML).status_code == 200
+    with sign_in(api, ui_tokens["developer"]) as c:
+        page = c.get(f"/ui/cells/{own}").text
+        assert "your role may not" not in page
+        done = c.post(f"/ui/cells/{own}/sleep", data={"csrf": csrf_of(page)})
+        assert done.status_code == 303, done.text
+        other = c.get("/ui/cells/seed").text
+        assert other.count("rule developer-not-own") == 4
+        refused = c.post("/ui/cells/seed/sleep", data={"csrf": csrf_of(other)})
+        assert refused.status_code == 403 and "developer-not-own" in refused.text
+    held = api.client.get(f"/api/v1/cells/{own}").json()["status"].get("held")
+    assert held and held["state"] == "Sleeping" and held["by"] == "api sleep"

@@ -217,18 +217,20 @@ def test_only_the_apis_resources_are_watched(api: Api, path: str) -> None:
 # -- the safe verbs as buttons ------------------------------------------------------------------
 
 
-def test_a_button_needs_the_pages_csrf_token(api: Api, family: Family) -> None:
-    snap = unique("btn")
-    path = f"/ui/cells/{family.cell}/snapshot"
+def test_a_button_needs_the_pages_csrf_token(api: Api) -> None:
+    snap, cell = unique("btn"), unique("btn-cell")  # not the family's: its lineage is counted
+    assert api.client.post("/api/v1/apply", content=cell_yaml(cell),
+                           headers=YAML).status_code == 200
+    path = f"/ui/cells/{cell}/snapshot"
     refused = api.client.post(path, data={"name": snap})
     assert refused.status_code == 403 and "CSRF" in refused.text
     forged = api.client.post(path, data={"name": snap, "csrf": "forged"})
     assert forged.status_code == 403
     assert api.client.get(f"/api/v1/snapshots/{snap}").status_code == 404  # nothing recorded
-    page = api.client.get(f"/ui/cells/{family.cell}").text
+    page = api.client.get(f"/ui/cells/{cell}").text
     done = api.client.post(path, data={"name": snap, "csrf": csrf_of(page)})
     assert done.status_code == 303, done.text
-    assert done.headers["location"] == f"/ui/cells/{family.cell}?done=snapshot"
+    assert done.headers["location"] == f"/ui/cells/{cell}?done=snapshot"
     assert api.client.get(f"/api/v1/snapshots/{snap}").status_code == 200
     assert "Snapshot recorded" in api.client.get(done.headers["location"]).text
 

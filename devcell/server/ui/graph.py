@@ -116,6 +116,8 @@ def _when(stamp: object) -> datetime | None:
 def seconds_text(seconds: float | None) -> str:
     if seconds is None:
         return "-"
+    if seconds < 0.01:
+        return f"{seconds * 1000:.1f} ms"
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 120:

@@ -24,14 +24,26 @@ import socket
 import ssl
 import time
 import urllib.parse
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple, NoReturn
 
 from devcell import errors
 
 RESOURCES = ("cells", "snapshots", "operations", "events")
 ACTION_TIMEOUT = 300
 """Seconds an action or a wait waits by default (the CLI's --timeout)."""
+
+
+MAX_OUTPUT = 64 << 20
+"""What `exec` keeps of a command's output by default (both streams together)."""
+
+
+class ExecResult(NamedTuple):
+    """A command's exit status and its output (with tty=True both streams are in stdout)."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -182,6 +194,89 @@ class Client:
                 version = change["resourceVersion"]
                 break  # an event of it (or a bookmark, every 15 s): read it again
 
+    # -- streams --------------------------------------------------------------------------------
+
+    def exec(self, cell: str, argv: Sequence[str], *, stdin: bytes | None = None,
+             env: dict[str, str] | None = None, workdir: str | None = None,
+             user: str | None = None, tty: bool = False, timeout: float | None = None,
+             max_output: int = MAX_OUTPUT) -> ExecResult:
+        """Run `argv` in `cell` (as `devcell exec`: a sleeping cell is woken) and return its
+        exit status and output. `stdin`: its input (then its end); `env`, `workdir`, `user`
+        as exec's -e, -w, -u; `tty`: on a pseudo-terminal. After `timeout` seconds, or once
+        the output passes `max_output` bytes, the command is hung up (ended) and
+        TimeoutError or DevCellError raised. Over a WebSocket (the `websockets` package,
+        imported here only); a refusal raises as every other call does (Forbidden, ...)."""
+        from websockets.exceptions import ConnectionClosed, InvalidStatus
+        from websockets.sync.client import connect, unix_connect
+
+        from devcell.server import framing
+
+        words = [("command", word) for word in argv]
+        words += [("env", f"{k}={v}") for k, v in (env or {}).items()]
+        words += [(k, v) for k, v in (("workdir", workdir), ("user", user)) if v is not None]
+        words += [("stdin", "true")] if stdin is not None else []
+        words += [("tty", "true")] if tty else []
+        path = (f"/api/v1/cells/{urllib.parse.quote(cell, safe='')}/exec?"
+                f"{urllib.parse.urlencode(words)}")
+        options: dict[str, Any] = {
+            "subprotocols": [framing.SUBPROTOCOL], "max_size": framing.MAX_MESSAGE,
+            "compression": None, "open_timeout": self.timeout, "proxy": None,
+            "additional_headers": {"Authorization": f"Bearer {self.token}"}
+            if self.token is not None else {}}
+        try:
+            if self._unix is not None:
+                ws = unix_connect(self._unix, f"ws://devcell{path}", **options)
+            else:
+                ws = connect(f"wss://{self._host}:{self._port}{path}", ssl=self._tls,
+                             **options)
+        except InvalidStatus as exc:
+            _raise(exc.response.status_code, bytes(exc.response.body or b""))
+        except OSError as exc:
+            raise errors.TemporaryError(f"DevCell API at {self.url}: {exc}") from None
+        out: dict[int, list[bytes]] = {framing.STDOUT: [], framing.STDERR: []}
+        kept = 0
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with ws:
+            if stdin is not None:
+                import threading
+
+                def feed() -> None:
+                    try:
+                        for at in range(0, len(stdin), framing.MAX_STDIN):
+                            ws.send(framing.frame(framing.STDIN,
+                                                  stdin[at:at + framing.MAX_STDIN]))
+                        ws.send(framing.frame(framing.STDIN, b""))
+                    except ConnectionClosed:
+                        pass  # the command ended before reading it all
+
+                threading.Thread(target=feed, daemon=True, name="devcell-exec-stdin").start()
+            while True:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    message = ws.recv(timeout=left)
+                except TimeoutError:
+                    raise TimeoutError(f"exec in cell {cell}: no exit status after "
+                                       f"{timeout:g}s; the command was hung up") from None
+                except ConnectionClosed:
+                    raise errors.TemporaryError(f"exec in cell {cell}: the stream ended "
+                                                "without an exit status") from None
+                if not isinstance(message, bytes) or not message:
+                    continue
+                channel, payload = framing.split(message)
+                if channel in out:
+                    kept += len(payload)
+                    if kept > max_output:
+                        raise errors.DevCellError(
+                            f"exec in cell {cell}: its output passed {max_output} bytes; "
+                            "the command was hung up (give a larger max_output)")
+                    out[channel].append(payload)
+                elif channel == framing.STATUS:
+                    doc = json.loads(payload)
+                    if "exitCode" in doc:
+                        return ExecResult(int(doc["exitCode"]), b"".join(out[framing.STDOUT]),
+                                          b"".join(out[framing.STDERR]))
+                    _raise(int(doc.get("status", 500)), bytes(payload))
+
     # -- the exchange ---------------------------------------------------------------------------
 
     def _action(self, cell: str, action: str, body: dict[str, Any] | None, wait: bool,
@@ -272,7 +367,7 @@ _BY_STATUS: dict[int, type[errors.DevCellError]] = {
 }
 
 
-def _raise(status: int, data: bytes) -> None:
+def _raise(status: int, data: bytes) -> NoReturn:
     """The server's problem document as DevCell's own error for its status."""
     try:
         problem = json.loads(data)

@@ -143,10 +143,11 @@ EXPECTED: dict[str, tuple[list[str], list[str]]] = {
         "devcell.store.volumes"],
         []),
     "logs": ([
-        *_CLI, "devcell.api", "devcell.api.attach", "devcell.backend_registry",
+        *_CLI, "devcell.api", "devcell.api.attach", "devcell.api.logs",
+        "devcell.backend_registry",  # api.logs: the reading and escaping the API's logs share
         "devcell.backends", "devcell.backends.base", "devcell.backends.fake",
         "devcell.backends.interactive", "devcell.backends.log_source", "devcell.cli.cell_open",
-        "devcell.cli.cmd_logs", "devcell.cli.log_lines", "devcell.cli.log_sink", "devcell.ids",
+        "devcell.cli.cmd_logs", "devcell.api.log_lines", "devcell.cli.log_sink", "devcell.ids",
         "devcell.log", "devcell.reconciler", "devcell.reconciler.observe", "devcell.records",
         "devcell.safeio", "devcell.storage_causes", "devcell.store", "devcell.store.clock",
         "devcell.store.db",

@@ -4,7 +4,7 @@ It starts every service of `spec.services` in its own restart loop (Always, OnFa
 backoff 1 s doubling to 30 s, reset after a run of 30 s or more), appends each service's output
 to `/var/log/devcell/<service>.log`, and on SIGTERM stops every service and exits. Each line
 is written as `TIMESTAMP SP TEXT` (RFC 3339, UTC, to the second: what `devcell logs
---timestamps/--since` read, cli/log_lines.py), by awk's strftime; the supervisor's own notes
+--timestamps/--since` read, api/log_lines.py), by awk's strftime; the supervisor's own notes
 too, as `TIMESTAMP [devcell] starting web`. The image needs only a POSIX shell with `sleep`
 and `date` (busybox has them); without an awk that has strftime, lines go unstamped.
 

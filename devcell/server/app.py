@@ -27,8 +27,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import BaseRoute, Mount
+from starlette.routing import BaseRoute, Mount, WebSocketRoute
 from starlette.routing import Route as StarletteRoute
+from starlette.websockets import WebSocket
 
 from devcell.errors import NotFound, UsageError
 from devcell.log import logger
@@ -64,12 +65,22 @@ class Context:
         self.state_dir = state_dir
         self.tokens = tokens
         self.watches = 0
+        self.streams = 0
+        self._limiter: Any = None
         given = os.environ.get("DEVCELL_API_BODY_SECONDS", "")
         try:
             seconds = float(given) if given else BODY_SECONDS
         except ValueError:
             seconds = BODY_SECONDS
         self.body_seconds = min(max(seconds, 0.1), 3600.0) if seconds == seconds else BODY_SECONDS
+
+    def limiter(self) -> Any:
+        """The threads exec streams run their commands on (made in the event loop)."""
+        if self._limiter is None:
+            from devcell.server import streams
+
+            self._limiter = anyio.CapacityLimiter(streams.MAX_STREAMS)
+        return self._limiter
 
 
 def build(state_dir: Path, *, tokens: bool = False) -> Starlette:
@@ -83,6 +94,9 @@ def build(state_dir: Path, *, tokens: bool = False) -> Starlette:
             ctx, route, _handler(ctx, route))
     table: list[BaseRoute] = [StarletteRoute(path, _by_method(methods), methods=list(methods))
                               for path, methods in by_path.items()]
+    for route in routes.table():
+        if route.upgrade:
+            table.append(WebSocketRoute(route.path, _socket(ctx, route)))
     table.append(Mount("/ui", app=_Dashboard(state_dir, tokens, lambda: whole)))
     whole = Starlette(routes=table, exception_handlers={
         HTTPException: _http_exception, Exception: _unexpected})
@@ -120,6 +134,8 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
         return lambda request: _apply(ctx, request)
     resource = route.resource
     assert resource is not None
+    if route.upgrade:
+        return _upgrade_required
     if route.verb in routes.ACTIONS:
         return lambda request: _action(ctx, route.verb, request)
     if route.verb == "list":
@@ -153,7 +169,7 @@ def _watching(request: Request) -> bool:
     return request.query_params.get("watch", "").lower() in ("true", "1")
 
 
-async def _principal(ctx: Context, request: Request) -> Any:
+async def _principal(ctx: Context, request: Request | WebSocket) -> Any:
     """Who is asking: the bearer token's principal over TCP, the owner on the unix socket."""
     from devcell.auth import principals
 
@@ -169,7 +185,7 @@ async def _principal(ctx: Context, request: Request) -> Any:
     return await run_in_threadpool(tokens.authenticate_token, ctx.state_dir, token)
 
 
-def _bearer(request: Request) -> str | None:
+def _bearer(request: Request | WebSocket) -> str | None:
     """The request's bearer token (None: it has none)."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -593,3 +609,54 @@ async def _settle(ctx: Context, recorded: Any, timeout: float) -> dict[str, Any]
         if db is not None:
             db.close()
         ctx.watches -= 1
+
+
+# -- streams: exec ------------------------------------------------------------------------------
+
+
+async def _upgrade_required(request: Request) -> Response:
+    """A plain request to exec: its query judged as an upgrade's would be (400), then 426."""
+    from devcell.server import streams
+
+    streams.parse(request.query_params)
+    raise HttpProblem(426, "upgrade-required", "Upgrade required",
+                      f"{printable(request.url.path)} is a WebSocket: connect with "
+                      "Upgrade: websocket (docs/api.md says its framing)")
+
+
+def _socket(ctx: Context, route: routes.Route) -> Callable[[WebSocket], Awaitable[None]]:
+    async def serve(websocket: WebSocket) -> None:
+        """Everything refusable refused before the upgrade (a problem document with its
+        status), then the stream (server.streams)."""
+        from devcell.server import streams
+
+        try:
+            principal = await _principal(ctx, websocket)
+            asked = streams.parse(websocket.query_params)
+            if ctx.streams >= streams.MAX_STREAMS:
+                raise HttpProblem(503, "too-many-streams", "Too many streams",
+                                  f"{streams.MAX_STREAMS} exec streams are open; try again "
+                                  "later")
+            ctx.streams += 1
+        except Exception as exc:  # noqa: BLE001  (each answered as its problem)
+            await websocket.send_denial_response(streams.denial(_logged(exc)))
+            return
+        try:
+            try:
+                attached = await run_in_threadpool(streams.prepare, ctx.state_dir, principal,
+                                                   websocket.path_params["name"])
+            except Exception as exc:  # noqa: BLE001
+                await websocket.send_denial_response(streams.denial(_logged(exc)))
+                return
+            await streams.relay(ctx.state_dir, websocket, attached, asked, ctx.limiter())
+        finally:
+            ctx.streams -= 1
+    return serve
+
+
+def _logged(exc: BaseException) -> dict[str, Any]:
+    """The problem document of `exc`; an unexpected one logged, as _problem does."""
+    doc = problems.of_error(exc)
+    if doc["status"] >= 500 and doc["type"].endswith("/internal"):
+        logger.error("API stream failed: {}: {}", type(exc).__name__, printable(str(exc)))
+    return doc

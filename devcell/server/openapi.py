@@ -139,6 +139,8 @@ def _operation(route: routes.Route) -> dict[str, Any]:
     r = route.resource
     if route.verb in routes.ACTIONS:
         return _action(route, op)
+    if route.upgrade:
+        return _upgrade(op)
     if route.name == "openapi":
         op["responses"] = {"200": {"description": "this document",
                                    "content": {"application/json": {"schema": {
@@ -242,6 +244,34 @@ def _action(route: routes.Route, op: dict[str, Any]) -> dict[str, Any]:
     op["responses"] = {"200": {"description": "wait=true: how each object ended", **result},
                        "202": {"description": "recorded: the daemon converges it", **result},
                        **_problem_responses(*sorted(errors))}
+    return op
+
+
+def _upgrade(op: dict[str, Any]) -> dict[str, Any]:
+    """exec: a WebSocket (docs/api.md: its framing); a plain request is a 426."""
+    op["description"] = ("Upgrade to a WebSocket (Upgrade: websocket; subprotocol "
+                         "v1.exec.devcell.dev): binary messages whose first byte is the "
+                         "channel: 0 stdin (empty: its end), 1 stdout, 2 stderr, 3 status "
+                         "(JSON: exitCode, or a problem document; the last), 4 resize (JSON: "
+                         "rows, columns). A refusal before the upgrade is a problem document.")
+    words = {"type": "array", "items": {"type": "string"}}
+    op["parameters"] = [
+        {"name": "name", "in": "path", "required": True,
+         "schema": {"type": "string", "minLength": 1}},
+        {"name": "command", "in": "query", "required": True, "schema": words,
+         "style": "form", "explode": True, "description": "the command, once per word"},
+        {"name": "stdin", "in": "query", "required": False, "schema": {"type": "boolean"},
+         "description": "send standard input (channel 0), as exec -i"},
+        {"name": "tty", "in": "query", "required": False, "schema": {"type": "boolean"},
+         "description": "run it on a pseudo-terminal, as exec -t"},
+        {"name": "env", "in": "query", "required": False, "schema": words, "style": "form",
+         "explode": True, "description": "NAME=VALUE, as exec -e"},
+        {"name": "workdir", "in": "query", "required": False, "schema": {"type": "string"},
+         "description": "an absolute directory in the cell, as exec -w"},
+        {"name": "user", "in": "query", "required": False, "schema": {"type": "string"},
+         "description": "USER[:GROUP], as exec -u"}]
+    op["responses"] = {"101": {"description": "upgraded: the stream"},
+                       **_problem_responses(400, 401, 403, 404, 406, 426, 500, 502, 503)}
     return op
 
 

@@ -50,7 +50,8 @@ for _name, _status, _slug, _title in (("Unauthenticated", 401, "unauthenticated"
     if isinstance(_cls, type):
         _CLASSES.insert(0, (_cls, _status, _slug, _title))
 
-STATUSES = sorted({400, 401, 403, 404, 405, 406, 408, 409, 411, 413, 415, 422, 500, 502, 503})
+STATUSES = sorted({400, 401, 403, 404, 405, 406, 408, 409, 411, 413, 415, 422, 426, 500, 502,
+                   503})
 """Every status a problem document may carry (the OpenAPI document lists them)."""
 
 

@@ -44,6 +44,8 @@ class Route(NamedTuple):
     action on one cell (ACTIONS)."""
     resource: Resource | None
     summary: str
+    upgrade: bool = False
+    """A WebSocket (exec): a plain request is answered 426, an upgrade served as a stream."""
 
 
 ACTIONS = {
@@ -78,4 +80,7 @@ def table() -> list[Route]:
     for action, summary in ACTIONS.items():
         routes.append(Route("POST", f"{PREFIX}/cells/{{name}}/{action}", f"{action}_cell",
                             action, cells, summary))
+    routes.append(Route("GET", f"{PREFIX}/cells/{{name}}/exec", "exec_cell", "exec", cells,
+                        "Run a command in the cell: a WebSocket (see docs/api.md for its "
+                        "framing)", upgrade=True))
     return routes

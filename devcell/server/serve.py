@@ -138,13 +138,14 @@ def start(listen: Listen, state_dir: Path, tls: tuple[Path, Path] | None = None)
         shown = f"unix:{listen.address}"
     import uvicorn
 
-    from devcell.server import app
+    from devcell.server import app, framing
 
     config = uvicorn.Config(
         app.build(state_dir, tokens=network), lifespan="off", log_config=None,
         access_log=False, log_level="warning", limit_concurrency=256, timeout_keep_alive=5,
         timeout_graceful_shutdown=int(STOP_SECONDS), h11_max_incomplete_event_size=64 * 1024,
-        server_header=False, ssl_certfile=tls[0] if tls else None,
+        server_header=False, ws="auto", ws_max_size=framing.MAX_MESSAGE,
+        ws_per_message_deflate=False, ssl_certfile=tls[0] if tls else None,
         ssl_keyfile=tls[1] if tls else None)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=_run(server, sock), name="devcell-api", daemon=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from devcell.cli import log_lines
+from devcell.api import log_lines
 from devcell.cli.cmd_logs import _Tail
 
 LOG = (b"2026-01-02T03:04:05Z [devcell] starting web\n"

@@ -8,7 +8,8 @@ import argparse
 
 import pytest
 
-from devcell.cli import arguments, log_lines
+from devcell.api import log_lines
+from devcell.cli import arguments
 
 
 @pytest.mark.parametrize("value", ["0001-01-01T00:00:00+01:00", "0001-01-01T00:59:59+01:00",

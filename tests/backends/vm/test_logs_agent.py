@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from devcell.api import log_lines
 from devcell.backends.vm import logs as vm_logs
-from devcell.cli import log_lines
 from devcell.cli.cmd_logs import _Tail
 from devcell.errors import BackendError
 

@@ -44,14 +44,7 @@ class LineFilter:
 def since_cutoff(value: str, now: float) -> str:
     """`--since 5m` (kubectl's duration) or `--since 2026-01-02T03:04:05Z` (RFC 3339, any
     offset) -> the earliest second to show, as the supervisor writes it. ValueError otherwise."""
-    from argparse import ArgumentTypeError
-
-    from devcell.cli import arguments
-
-    try:
-        seconds: float | None = arguments.duration(value)
-    except ArgumentTypeError:
-        seconds = None
+    seconds = _duration(value)
     if seconds is not None:
         moment = datetime.fromtimestamp(now - seconds, UTC)
     else:
@@ -69,6 +62,22 @@ def since_cutoff(value: str, now: float) -> str:
         raise ValueError(f"invalid --since {value!r}: in UTC it falls outside year 1 to 9999; "
                          "give a time in that range") from None
     return moment.isoformat(timespec="seconds")[:19]  # strftime's %Y drops year 1's zeros
+
+
+def _duration(text: str) -> float | None:
+    """A kubectl duration's seconds (30s, 5m, 1h30m, 250ms, plain seconds), None when it is
+    not one: cli.arguments.duration's reading (that one is argparse's, above this layer)."""
+    import threading
+
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        seconds = float(text)
+    else:
+        parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            return None
+        scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+        seconds = sum(float(n) * scale[u] for n, u in parts)
+    return seconds if seconds <= threading.TIMEOUT_MAX else None
 
 
 def tail_start(fd: int, size: int, lines: int, limit: int) -> int:

@@ -1,0 +1,276 @@
+"""exec as a WebSocket: GET /api/v1/cells/NAME/exec?command=...&stdin=...&tty=..., upgraded,
+framed as server/framing.py says.
+
+The command runs as `devcell exec` runs it, through the same library calls (api.attach: the
+cell observed first; api.wake: a sleeping cell woken for exec; store.activity: the session
+counted as the cell's activity; api.post_attach with a terminal; the backend's exec), in the
+caller's name. Everything that can be refused is refused before the upgrade, as a problem
+document with its status (the WebSocket denial response): who is asking, the policy's `exec`
+verb on the cell (a developer only on their own cells and those shared with them), the
+query, whether the cell can run commands. Once open, an error is the STATUS message's problem
+document.
+
+The backend's exec is blocking: it runs on a thread of its own limiter (MAX_STREAMS at once,
+never the pool that list and get use), its output relayed from that thread through the event
+loop, its input fed through a bounded queue. A client gone (or breaking the framing) hangs
+the command up: it must not outlive everyone who could see it.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import threading
+from pathlib import Path
+from typing import Any, BinaryIO, cast
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from starlette.datastructures import QueryParams
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from devcell.errors import NotFound, UsageError
+from devcell.names import printable
+from devcell.records import Record
+from devcell.server import framing, problems
+
+MAX_STREAMS = 32
+"""exec streams open at once (each holds a thread while its command runs)."""
+MAX_WORDS = 4096
+STDIN_QUEUE = 16
+"""STDIN messages held for the command before the client is made to wait."""
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?")
+
+
+class ExecRequest(Record):
+    """What the query asks: the command and how it runs (as `devcell exec -i -t -e -w -u`)."""
+
+    argv: tuple[str, ...]
+    stdin: bool = False
+    tty: bool = False
+    env: tuple[tuple[str, str], ...] = ()
+    workdir: str | None = None
+    user: str | None = None
+
+
+def parse(query: QueryParams) -> ExecRequest:
+    """The exec request of a query (`command` once per word); UsageError naming the
+    parameter that cannot be used, with the words `devcell exec` would use."""
+    argv = tuple(query.getlist("command"))
+    if not argv:
+        raise UsageError("give the command to run: command=WORD, once per word (e.g. "
+                         "?command=ls&command=-la)")
+    if len(argv) > MAX_WORDS or any("\0" in word for word in argv):
+        raise UsageError(f"command: at most {MAX_WORDS} words, without NUL bytes")
+    env = []
+    for item in query.getlist("env"):
+        name, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.fullmatch(name) or "\0" in value:
+            raise UsageError(f"env {printable(item)!s}: write NAME=VALUE (a name of letters, "
+                             "digits and _, not starting with a digit; no NUL byte)")
+        env.append((name, value))
+    workdir = query.get("workdir")
+    if workdir is not None and (not workdir.startswith("/") or "\0" in workdir):
+        raise UsageError(f"workdir {printable(workdir)}: give an absolute path in the cell")
+    user = query.get("user")
+    if user is not None and not _USER.fullmatch(user):
+        raise UsageError(f"user {printable(user)}: give a user name or uid, optionally :GROUP")
+    return ExecRequest(argv, stdin=_flag(query, "stdin"), tty=_flag(query, "tty"),
+                       env=tuple(env), workdir=workdir, user=user)
+
+
+def _flag(query: QueryParams, name: str) -> bool:
+    value = query.get(name)
+    if value is None or value.lower() in ("false", "0", ""):
+        return False
+    if value.lower() in ("true", "1"):
+        return True
+    raise UsageError(f"query parameter {name}: true or false, not {printable(value)!r}")
+
+
+def prepare(state_dir: Path, principal: Any, cell: str, *, verb: str = "exec",
+            wake_it: bool = True) -> Any:
+    """The cell attached (api.attach), once `principal` may `verb` it (exec, logs); with
+    `wake_it` a sleeping cell is woken first, in the caller's name, as `devcell exec` wakes
+    it (`devcell logs` reads a sleeping cell's logs as they were left)."""
+    from devcell.api import attach, wake
+    from devcell.auth import policy, resources
+    from devcell.store import actor, objects
+    from devcell.store.db import Database
+
+    db = Database(state_dir, create=False)
+    try:
+        if objects.get(db.conn, "Cell", cell) is None:
+            raise NotFound(f'cell "{cell}" not found{objects.suggestion(db.conn, "Cell", cell)}')
+        policy.require(principal, policy.Verb(verb), resources.recorded(db.conn, "Cell", cell))
+    finally:
+        db.close()
+    with actor.acting_as(principal.user):
+        attached = attach.attach(state_dir, cell)
+        if wake_it and wake.asleep(attached.phase):
+            attached.close()
+            wake.wake(state_dir, cell, by="exec")
+            attached = attach.attach(state_dir, cell)
+    return attached
+
+
+class _Output:
+    """A command's stream as a file its backend writes: each write sent as messages of its
+    channel from the command's thread, through the event loop (a client gone: BrokenPipe,
+    which ends the command)."""
+
+    def __init__(self, channel: int, websocket: WebSocket) -> None:
+        self.channel, self.websocket = channel, websocket
+
+    def write(self, data: bytes) -> int:
+        for at in range(0, len(data), framing.MAX_OUTPUT):
+            message = framing.frame(self.channel, bytes(data[at:at + framing.MAX_OUTPUT]))
+            try:
+                anyio.from_thread.run(self.websocket.send_bytes, message)
+            except Exception:  # noqa: BLE001  (closed, disconnected: the reader is gone)
+                raise BrokenPipeError("the client went away") from None
+        return len(data)
+
+    def flush(self) -> None:
+        """Each write is sent at once."""
+
+
+class _Input:
+    """The command's standard input as a file its backend reads (read(n)), fed by the event
+    loop from STDIN messages through a bounded queue; None in the queue is its end."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[bytes | None] = queue.Queue(STDIN_QUEUE)
+        self.rest = b""
+        self.ended = False
+
+    def read(self, n: int = -1) -> bytes:
+        if not self.rest and not self.ended:
+            chunk = self.queue.get()
+            if chunk is None:
+                self.ended = True
+            else:
+                self.rest = chunk
+        size = len(self.rest) if n is None or n < 0 else n
+        out, self.rest = self.rest[:size], self.rest[size:]
+        return out
+
+    async def put(self, chunk: bytes | None) -> None:
+        """Queue `chunk` (None: the end), waiting while the command reads too slowly."""
+        while True:
+            try:
+                self.queue.put_nowait(chunk)
+                return
+            except queue.Full:
+                await anyio.sleep(0.01)
+
+    def end(self) -> None:
+        """End the input now, from any thread (a command done, a client gone)."""
+        try:
+            self.queue.put_nowait(None)
+        except queue.Full:
+            pass  # the reader is behind; it is hung up with the command
+
+
+def _run(state_dir: Path, attached: Any, request: ExecRequest, out: BinaryIO, err: BinaryIO,
+         stdin: BinaryIO | None, terminal: Any, hang_up: threading.Event) -> int:
+    """The command, as `devcell exec` runs it; its exit status."""
+    from devcell.backends.interactive import ExecOptions
+    from devcell.store import activity
+
+    options = ExecOptions(env=request.env, workdir=request.workdir, user=request.user,
+                          hang_up=hang_up)
+    session = activity.open_session(state_dir, attached.ref.id, "exec")
+    try:
+        if request.tty:  # a developer attaching (api/post_attach.py)
+            from devcell.api import post_attach
+
+            post_attach.run(attached.interactive(), attached.ref, out=err, options=options)
+        return int(attached.interactive().exec(attached.ref, list(request.argv), stdout=out,
+                                               stderr=err, stdin=stdin, terminal=terminal,
+                                               options=options))
+    finally:
+        if session is not None:
+            session.close()
+        attached.close()
+
+
+async def relay(state_dir: Path, websocket: WebSocket, attached: Any, request: ExecRequest,
+                limiter: anyio.CapacityLimiter) -> None:
+    """Accept the upgrade, run the command, relay its streams both ways, send its exit
+    status (or the problem that stopped it) and close."""
+    from devcell.backends.interactive import Terminal
+
+    offered = websocket.scope.get("subprotocols") or []
+    await websocket.accept(framing.SUBPROTOCOL if framing.SUBPROTOCOL in offered else None)
+    hang_up = threading.Event()
+    stdin = _Input() if request.stdin else None
+    window: list[tuple[int, int] | None] = [None]
+    terminal = Terminal(lambda: window[0]) if request.tty else None
+    broken: list[str] = []
+
+    async def command(scope: anyio.CancelScope) -> None:
+        try:
+            code = await anyio.to_thread.run_sync(
+                _run, state_dir, attached, request,
+                cast(BinaryIO, _Output(framing.STDOUT, websocket)),
+                cast(BinaryIO, _Output(framing.STDERR, websocket)),
+                cast(BinaryIO, stdin) if stdin is not None else None, terminal, hang_up,
+                limiter=limiter)
+            doc: dict[str, Any] = {"exitCode": code}
+        except Exception as exc:  # noqa: BLE001  (each said in the STATUS message)
+            doc = problems.of_error(exc)
+        finally:
+            if stdin is not None:
+                stdin.end()
+        if broken:
+            doc = problems.document(400, "bad-frame", "The stream is not valid", broken[0])
+        try:
+            await websocket.send_bytes(framing.status(doc))
+            await websocket.close(1003 if broken else 1000)
+        except Exception:  # noqa: BLE001,S110  (the client is gone: nobody to tell)
+            pass
+        scope.cancel()
+
+    async def receive() -> None:
+        try:
+            while True:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                data = message.get("bytes")
+                try:
+                    channel, payload = framing.split(data) if data is not None else (-1, b"")
+                except ValueError:
+                    channel, payload = -1, b""
+                if channel == framing.STDIN and stdin is not None:
+                    await stdin.put(payload or None)
+                elif channel == framing.RESIZE and terminal is not None:
+                    window[0] = framing.size(payload) or window[0]
+                    terminal.resized.set()
+                elif channel not in (framing.STDIN, framing.RESIZE):
+                    broken.append("a binary message on channel 0 (stdin) or 4 (resize) was "
+                                  "expected" if data is not None else
+                                  "text messages are not part of an exec stream")
+                    break
+        except WebSocketDisconnect:
+            pass
+        hang_up.set()  # the client left, or broke the framing: the command ends
+        if stdin is not None:
+            stdin.end()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(command, group.cancel_scope)
+        group.start_soon(receive)
+
+
+def denial(doc: dict[str, Any]) -> Any:
+    """The problem document refusing an upgrade, as the HTTP response the client reads."""
+    from starlette.responses import Response
+
+    headers = {"WWW-Authenticate": 'Bearer realm="devcell"'} if doc["status"] == 401 else None
+    return Response(json.dumps(doc), status_code=doc["status"], media_type=problems.MEDIA_TYPE,
+                    headers=headers)

@@ -1,0 +1,90 @@
+"""exec as a WebSocket (server/streams.py, server/framing.py) against the session's real
+server on the fake backend: everything refusable is refused before the upgrade as a problem
+document with its status (who is asking, the policy's exec verb, the query, a backend that
+cannot run commands), a plain request is a 426, and the framing's pieces. A command really
+run (the container backend) is tests/server/test_streams_docker.py's.
+
+Cost: ~0.1 s a test once the shared daemon runs; the tokens ~1 s each (the CLI).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from devcell import errors
+from devcell.server import framing
+from tests.server.conftest import Api
+from tests.server.test_app import assert_problem, cell
+
+
+def test_a_plain_request_is_told_to_upgrade(api: Api) -> None:
+    doc = assert_problem(api.client.get("/api/v1/cells/seed/exec",
+                                        params={"command": "ls"}), 426)
+    assert doc["type"].endswith("/upgrade-required") and "WebSocket" in doc["detail"]
+
+
+def test_refusals_come_before_the_upgrade_as_problems(api: Api) -> None:
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import unix_connect
+
+    with pytest.raises(InvalidStatus) as refused:
+        unix_connect(str(api.socket), "ws://devcell/api/v1/cells/seed/exec?command=ls",
+                     proxy=None)
+    response = refused.value.response
+    assert response.status_code == 502  # the fake backend runs no commands: said in words
+    assert response.headers["content-type"] == "application/problem+json"
+    doc = json.loads(response.body)
+    assert "cannot run commands" in doc["detail"] and doc["status"] == 502
+
+    from devcell import Client
+
+    with Client(f"unix:{api.socket}") as dc:
+        with pytest.raises(errors.NotFound, match="not found"):
+            dc.exec("no-such-cell", ["ls"])
+        with pytest.raises(errors.UsageError, match="give the command"):
+            dc.exec("seed", [])
+        for kwargs in ({"env": {"1BAD": "x"}}, {"workdir": "relative"}, {"user": "a b"}):
+            with pytest.raises(errors.UsageError):
+                dc.exec("seed", ["ls"], **kwargs)  # type: ignore[arg-type]
+        with pytest.raises(errors.DevCellError, match="cannot run commands"):
+            dc.exec("seed", ["ls"])
+
+
+def test_who_may_exec(api: Api) -> None:
+    """A developer never execs into another's cell; a viewer into none; the policy's rule
+    named. The developer's own cell passes the policy (and meets the fake backend's
+    refusal, which comes after it)."""
+    from devcell import Client
+
+    developer = api.token("exec-dev", "developer")
+    viewer = api.token("exec-viewer", "viewer")
+    mine = f"ex-{uuid.uuid4().hex[:6]}"
+    with Client(api.url, token=developer, ca=str(api.certificate)) as dc:
+        dc.apply(cell(mine))
+        with pytest.raises(errors.Forbidden) as refused:
+            dc.exec("seed", ["cat", "/etc/shadow"])
+        assert refused.value.rule == "developer-not-own"
+        assert "may not exec Cell \"seed\"" in str(refused.value)
+        with pytest.raises(errors.DevCellError, match="cannot run commands"):
+            dc.exec(mine, ["ls"])
+    with Client(api.url, token=viewer, ca=str(api.certificate)) as dc:
+        with pytest.raises(errors.Forbidden) as refused:
+            dc.exec(mine, ["ls"])
+        assert refused.value.rule == "viewer-read-only"
+    with Client(api.url, token="dct_000000000000_x", ca=str(api.certificate)) as dc:
+        with pytest.raises(errors.Unauthenticated):
+            dc.exec(mine, ["ls"])
+
+
+def test_the_framing() -> None:
+    assert framing.split(framing.frame(framing.STDOUT, b"hi")) == (framing.STDOUT, b"hi")
+    with pytest.raises(ValueError):
+        framing.split(b"")
+    assert framing.size(b'{"rows": 24, "columns": 80}') == (24, 80)
+    for bad in (b"", b"[]", b'"x"', b'{"rows": 0, "columns": 80}', b'{"rows": 1e999}',
+                b'{"rows": 24}', b'{"rows": 99999, "columns": 1}'):
+        assert framing.size(bad) is None
+    assert json.loads(framing.status({"exitCode": 3})[1:]) == {"exitCode": 3}

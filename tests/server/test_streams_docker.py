@@ -1,0 +1,90 @@
+"""exec through the API for real: a container cell made through the session's server, a
+command run in it over the exec WebSocket by the Python client (unix socket and TLS): its
+input, both streams, its exit status, -e/-w, a terminal, output in many messages, a command
+hung up when the client stops reading it (max_output, timeout), and a developer who never
+execs into another's cell.
+
+Cost: ~6-10 s (one busybox container, ~2 s to start; each exec ~0.2 s), Docker needed.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from devcell import errors
+from tests.backends.engine import IMAGE, remove_containers, require_engine
+from tests.server.conftest import Api
+from tests.server.test_app import wait_for
+
+
+@pytest.fixture(scope="module")
+def box(api: Api) -> Iterator[str]:
+    """A running container cell the admin (the unix socket) owns."""
+    from devcell import Client
+
+    require_engine()
+    name = f"box-{uuid.uuid4().hex[:6]}"
+    with Client(f"unix:{api.socket}") as dc:
+        dc.apply(f"apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {{name: {name}}}\n"
+                 f"spec:\n  backend: container\n  image: {IMAGE}\n")
+        try:
+            wait_for(api, f"/api/v1/cells/{name}",
+                     lambda r: r.json()["status"].get("phase") == "Running", timeout=120)
+            yield name
+        finally:
+            dc.delete("cells", name)
+            try:
+                dc.wait(name, "Deleted", timeout=60)
+            except (errors.NotFound, TimeoutError):
+                pass
+            remove_containers(api.state)
+
+
+def test_a_command_runs_with_its_input_and_both_streams(api: Api, box: str) -> None:
+    from devcell import Client
+
+    data = b"".join(b"line %d\n" % k for k in range(20000))  # ~190 KB: many messages
+    with Client(f"unix:{api.socket}") as dc:
+        done = dc.exec(box, ["sh", "-c", "cat; echo oops >&2; exit 3"], stdin=data)
+        assert (done.exit_code, done.stdout, done.stderr) == (3, data, b"oops\n")
+        done = dc.exec(box, ["sh", "-c", 'echo "$GREETING"; pwd'], env={"GREETING": "hi"},
+                       workdir="/tmp")
+        assert done == (0, b"hi\n/tmp\n", b"")
+        big = dc.exec(box, ["head", "-c", "300000", "/dev/zero"])
+        assert big.stdout == bytes(300000)
+        on_tty = dc.exec(box, ["sh", "-c", "test -t 1 && echo tty"], tty=True)
+        assert on_tty.exit_code == 0 and b"tty" in on_tty.stdout
+
+
+def test_a_command_is_hung_up_when_its_client_stops(api: Api, box: str) -> None:
+    from devcell import Client
+
+    with Client(f"unix:{api.socket}") as dc:
+        with pytest.raises(errors.DevCellError, match="passed 100000 bytes"):
+            dc.exec(box, ["yes", "devcell-flood"], max_output=100_000)
+        with pytest.raises(TimeoutError):
+            dc.exec(box, ["sleep", "300"], timeout=1)
+        deadline = time.monotonic() + 15
+        while True:  # both ended in the cell, not only in the client
+            ps = dc.exec(box, ["ps"]).stdout
+            if b"devcell-flood" not in ps and b"sleep 300" not in ps:
+                break
+            assert time.monotonic() < deadline, ps
+            time.sleep(0.3)
+
+
+def test_a_developer_never_execs_into_anothers_cell(api: Api, box: str) -> None:
+    from devcell import Client
+
+    token = api.token("exec-intruder", "developer")
+    with Client(api.url, token=token, ca=str(api.certificate)) as dc:
+        with pytest.raises(errors.Forbidden) as refused:
+            dc.exec(box, ["cat", "/etc/passwd"])
+        assert refused.value.rule == "developer-not-own"
+    admin = api.token("exec-admin", "admin")
+    with Client(api.url, token=admin, ca=str(api.certificate)) as dc:
+        assert dc.exec(box, ["echo", "over tls"]).stdout == b"over tls\n"

@@ -66,6 +66,7 @@ class Ui:
     def __init__(self, state_dir: Path, tokens: bool, api: Api) -> None:
         self.state_dir, self.tokens, self.api = state_dir, tokens, api
         self.sessions = sessions.Sessions()
+        self.throttle = sessions.Throttle()
         self.static: dict[str, bytes] = {}
 
     # -- who is asking ------------------------------------------------------------------------
@@ -318,11 +319,15 @@ async def _login(ui: Ui, request: Request) -> Response:
         form = await _form(request)
         if not sessions.same(form.get("csrf"), ui.sessions.anonymous_csrf):
             return await _login_form(ui, request, "The form expired; sign in again.", 403)
+        if not ui.throttle.allowed():
+            return await _login_form(ui, request, "Too many failed sign-ins; try again in a "
+                                     "minute.", 429)
         token = form.get("token", "").strip()
         from devcell.auth import tokens
 
         await run_in_threadpool(tokens.authenticate_token, ui.state_dir, token)
     except Unauthenticated as exc:
+        ui.throttle.failed()
         return await _login_form(ui, request, str(exc), 401)
     except Exception as exc:  # noqa: BLE001
         return ui.failed(None, exc)

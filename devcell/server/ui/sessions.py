@@ -84,6 +84,30 @@ class Sessions:
                 del self._by_key[key]
 
 
+class Throttle:
+    """Failed sign-ins: at most `limit` within `window` seconds for the whole server, then each
+    further attempt is refused unchecked until the window moves on (a token cannot be guessed,
+    but a flood of guesses should cost nothing: each check reads the database)."""
+
+    def __init__(self, limit: int = 20, window: float = 60.0) -> None:
+        self.limit, self.window = limit, window
+        self._failures: list[float] = []
+        self._lock = threading.Lock()
+
+    def _recent(self, now: float) -> list[float]:
+        self._failures = [t for t in self._failures if now - t < self.window]
+        return self._failures
+
+    def allowed(self, now: float | None = None) -> bool:
+        with self._lock:
+            return len(self._recent(time.monotonic() if now is None else now)) < self.limit
+
+    def failed(self, now: float | None = None) -> None:
+        with self._lock:
+            now = time.monotonic() if now is None else now
+            self._recent(now).append(now)
+
+
 def same(given: str | None, wanted: str) -> bool:
     """A CSRF token check in constant time."""
     return given is not None and hmac.compare_digest(given.encode("utf-8", "replace"),

@@ -108,6 +108,7 @@ BACKENDS: tuple[Backend, ...] = (
         roots=(Root("volumes", temporaries=True),
                Root("images/checkpoints", temporaries=True),
                Root("containers"),
+               Root("cluster/volumes"),  # a cluster's workspace records (swarm_cells.py)
                Root("build-digests", guarded=False),
                Root("features", guarded=False)),
         limits=Limits(

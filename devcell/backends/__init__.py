@@ -87,8 +87,26 @@ def restores(name: str) -> bool:
 
 def load(name: str, state_dir: Path) -> Backend:
     """An instance of backend `name` bound to `state_dir`."""
-    backend: Backend = _class(name)(state_dir=state_dir)
+    cls = _class(name)
+    if name == "container" and _clustered(state_dir):
+        from devcell.backends.container.swarm_cells import SwarmBackend
+
+        cls = SwarmBackend
+    backend: Backend = cls(state_dir=state_dir)
     return backend
+
+
+def _clustered(state_dir: Path) -> bool:
+    """Whether the state directory controls a swarm (`cluster.engine`): its container cells
+    are then the swarm's services (container/swarm_cells.py), not this engine's containers.
+    No configuration file (the common case) costs one stat."""
+    from devcell import config
+
+    if not config.config_path(state_dir).exists():
+        return False
+    from devcell.backends.container.swarm_cells import settings
+
+    return settings(state_dir) is not None
 
 
 def holding(state_dir: Path, recorded: set[str]) -> list[str]:
@@ -111,8 +129,8 @@ def accounting(name: str, state_dir: Path) -> Accounting | None:
 
     entry = registry.get(name)
     target = None if entry is None else entry.accounting
-    if target is None:
-        return None
+    if target is None or name == "container" and _clustered(state_dir):
+        return None  # a cluster's workspaces are on its nodes' disks, not this one's
     module_name, _, class_name = target.partition(":")
     made: Accounting = getattr(importlib.import_module(module_name), class_name)(
         state_dir=state_dir)
@@ -129,6 +147,8 @@ def observe_all(name: str, state_dir: Path) -> dict[str, Observed]:
     if target is None:
         _class(name)  # an unknown backend: its own error
         raise UnknownBackend(f"backend {name!r} cannot list its runtimes")
+    if name == "container" and _clustered(state_dir):
+        target = "devcell.backends.container.swarm_cells:observe_all"
     module_name, _, function = target.partition(":")
     observed: dict[str, Observed] = getattr(importlib.import_module(module_name),
                                             function)(state_dir)

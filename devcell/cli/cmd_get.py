@@ -197,12 +197,13 @@ def _table(kind: str, rows: list[dict[str, Any]], wide: bool
                  r["forked_from"], secs(r["age_s"])] for r in rows]
         if wide:
             headers += ["ID", "IMAGE", "GENERATION", "SOURCE", "PORTS", "WORKSPACE", "DISK",
-                        "DIRTY", "MEMORY", "CPU", "HELD", "SERVICES", "SIDECARS", "OWNER"]
+                        "DIRTY", "MEMORY", "CPU", "HELD", "SERVICES", "SIDECARS", "OWNER",
+                        "NODE"]
             for d, r in zip(data, rows, strict=True):
                 d += [r["id"], r["image"], f"{r['observed_generation']}/{r['generation']}",
                       r["source"], r.get("ports_shown"), *_cell_usage(r.get("usage")),
                       _held(r), render.services(r.get("services")),
-                      render.sidecars(r.get("sidecars")), r["owner"]]
+                      render.sidecars(r.get("sidecars")), r["owner"], r.get("node")]
     elif kind == "snapshots":
         headers = ["NAME", "CELL", "CONSISTENCY", "PHASE", "FORKS", "AGE"]
         data = [[r["name"], _snapshot_cell(r),

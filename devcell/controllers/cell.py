@@ -640,6 +640,8 @@ class CellController:
                                      observed.detail.get("sidecars", [])
                                      if cell.spec.get("sidecars") else None)
         status = self._ready_status(cell, dict(cell.status), caps, verdict)
+        if observed.detail.get("node"):  # a cluster's: where the cell's workspace is
+            status["node"] = str(observed.detail["node"])
         if built is not None:
             status = builds.with_recorded(status, built)
         if sidecars:
@@ -728,6 +730,8 @@ class CellController:
             asks.clear(conn, cell.id, asks.RERUN_HOOKS, asks.RESTART)
         elif step.name in (S.START, S.RERUN_HOOKS):
             post_create.record(conn, cell.id, outputs)
+            if outputs.get("node"):  # a cluster's: the node the cell's workspace is on
+                _record_node(conn, cell.id, str(outputs["node"]))
             asks.clear(conn, cell.id, asks.RESTART if step.name == S.START
                        else asks.RERUN_HOOKS)
         elif step.name == S.RESTART_SERVICE:
@@ -954,6 +958,15 @@ def _asleep(caps: Capabilities, sleep: dict[str, Any]) -> str:
         return "cell is asleep: workspace checkpointed, processes and memory released"
     return ("cell is asleep: this backend keeps control-plane records only (no files, "
             "processes or memory)")
+
+
+def _record_node(conn: sqlite3.Connection, cell_id: str, node: str) -> None:
+    """status.node: where the cell runs on a cluster (`get cells -o wide`'s NODE), recorded
+    with the step that placed (and pinned) it."""
+    fresh = objects.get(conn, KIND, cell_id)
+    if fresh is not None and fresh.status.get("node") != node:
+        objects.write_status(conn, fresh, phase=fresh.phase, status=dict(fresh.status, node=node),
+                             observed_generation=fresh.observed_generation)
 
 
 def _work(plan: Plan) -> CellWork:

@@ -60,7 +60,8 @@ def test_the_direct_cli_acts_as_the_state_directorys_owner(
     doc = json.loads(run(state, capsys, "get", "cell", "api", "-o", "json"))
     assert doc["metadata"]["owner"] == ME and doc["spec"]["sharedWith"] == ["ana"]
     header, line = run(state, capsys, "get", "cells", "-o", "wide").splitlines()
-    assert header.split()[-1] == "OWNER" and line.split()[-1] == ME
+    # OWNER, then NODE (<none> on a single host): found by header, as other columns may follow
+    assert header.split()[-2:] == ["OWNER", "NODE"] and line.split()[-2:] == [ME, "<none>"]
     shown = run(state, capsys, "describe", "cell", "api")
     assert f"Owner:              {ME}\n" in shown and "Shared with:        ana\n" in shown
     assert f"by={ME}" in shown

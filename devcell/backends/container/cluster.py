@@ -84,6 +84,85 @@ class Manager:
             self._ask("GET", "/tasks?filters=" + urllib.parse.quote(query),
                       "listing the swarm's tasks"), "listing the swarm's tasks")
 
+    def services(self, labels: dict[str, str]) -> list[dict[str, Any]]:
+        """The services carrying every one of `labels` (DevCell finds its cells by them)."""
+        filters = json.dumps({"label": [f"{k}={v}" for k, v in labels.items()]})
+        return _list_of_objects(
+            self._ask("GET", "/services?filters=" + urllib.parse.quote(filters),
+                      "listing DevCell's services"), "listing DevCell's services")
+
+    def tasks_of(self, service_ids: list[str] | None = None) -> list[dict[str, Any]]:
+        """The tasks of these services (every service's when None), whatever their state."""
+        query = "" if service_ids is None else "?filters=" + urllib.parse.quote(
+            json.dumps({"service": service_ids}))
+        return _list_of_objects(self._ask("GET", "/tasks" + query, "listing a service's tasks"),
+                                "listing a service's tasks")
+
+    def create_service(self, spec: dict[str, Any], action: str) -> str:
+        """`POST /services/create`; the new service's id (BackendConflict: the name is taken)."""
+        made = self._ask("POST", "/services/create", action, body=spec)
+        if not isinstance(made, dict) or not isinstance(made.get("ID"), str):
+            raise BackendError(f"{action}: the engine's answer names no service id")
+        return str(made["ID"])
+
+    def update_service(self, service: dict[str, Any], spec: dict[str, Any], action: str) -> None:
+        """The service's spec replaced by `spec`, from the version `service` was read at."""
+        version = int(((service.get("Version") or {}).get("Index")) or 0)
+        self._ask("POST", f"/services/{_quoted(service)}/update?version={version}", action,
+                  body=spec)
+
+    def remove_service(self, service_id: str, action: str) -> None:
+        try:
+            self._ask("DELETE", f"/services/{urllib.parse.quote(service_id, safe='')}", action)
+        except BackendNotFound:
+            pass
+
+    def create_config(self, name: str, data: bytes, labels: dict[str, str]) -> str:
+        """A swarm config (what the swarm hands each node that runs a task using it: no file
+        is written on a node by DevCell); an existing one of the name is used, once it is
+        DevCell's (its labels) and holds the same bytes (the name carries their digest)."""
+        import base64
+
+        action = f"creating swarm config {name}"
+        try:
+            made = self._ask("POST", "/configs/create", action, body={
+                "Name": name, "Labels": labels, "Data": base64.b64encode(data).decode()})
+        except BackendConflict:
+            found = self._ask("GET", f"/configs/{urllib.parse.quote(name, safe='')}", action)
+            if not isinstance(found, dict) or any(
+                    ((found.get("Spec") or {}).get("Labels") or {}).get(k) != v
+                    for k, v in labels.items()):
+                raise BackendConflict(f"{action}: a config of that name exists and is not "
+                                      "DevCell's") from None
+            return str(found.get("ID"))
+        if not isinstance(made, dict) or not isinstance(made.get("ID"), str):
+            raise BackendError(f"{action}: the engine's answer names no config id")
+        return str(made["ID"])
+
+    def configs(self, labels: dict[str, str]) -> list[dict[str, Any]]:
+        filters = json.dumps({"label": [f"{k}={v}" for k, v in labels.items()]})
+        return _list_of_objects(
+            self._ask("GET", "/configs?filters=" + urllib.parse.quote(filters),
+                      "listing DevCell's swarm configs"), "listing DevCell's swarm configs")
+
+    def remove_config(self, config_id: str) -> None:
+        """Removed, unless gone already or still used by a service (then the next delete)."""
+        try:
+            self._ask("DELETE", f"/configs/{urllib.parse.quote(config_id, safe='')}",
+                      f"removing swarm config {config_id}")
+        except (BackendNotFound, BackendConflict):
+            pass
+        except BackendError as exc:
+            if "in use" not in str(exc):
+                raise
+
+    def network_id(self, name: str) -> str:
+        found = self._ask("GET", f"/networks/{urllib.parse.quote(name, safe='')}",
+                          f"looking up network {name}")
+        if not isinstance(found, dict) or not isinstance(found.get("Id"), str):
+            raise BackendError(f"looking up network {name}: the engine's answer names no id")
+        return str(found["Id"])
+
     def set_availability(self, node_id: str, availability: str) -> dict[str, Any]:
         """The node's availability set (the rest of its spec as it was); the node after.
         The engine refuses an update made from a stale version (409): read, then update,
@@ -106,6 +185,10 @@ class Manager:
                 continue
             return self.node(node_id)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _quoted(service: dict[str, Any]) -> str:
+    return urllib.parse.quote(str(service.get("ID") or ""), safe="")
 
 
 def _message(body: bytes) -> str:

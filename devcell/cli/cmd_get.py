@@ -203,7 +203,7 @@ def _table(kind: str, rows: list[dict[str, Any]], wide: bool
                 d += [r["id"], r["image"], f"{r['observed_generation']}/{r['generation']}",
                       r["source"], r.get("ports_shown"), *_cell_usage(r.get("usage")),
                       _held(r), render.services(r.get("services")),
-                      render.sidecars(r.get("sidecars")), r["owner"], r.get("node")]
+                      render.sidecars(r.get("sidecars")), r["owner"], r.get("node_down") or r.get("node")]
     elif kind == "snapshots":
         headers = ["NAME", "CELL", "CONSISTENCY", "PHASE", "FORKS", "AGE"]
         data = [[r["name"], _snapshot_cell(r),

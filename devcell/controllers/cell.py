@@ -135,6 +135,13 @@ class CellController:
             if cell.extra.get("frozen_at") and not observed.frozen:
                 with ctx.db.write() as wconn:  # resumed since (by hand, or a compensation)
                     frozen.clear(wconn, cell.id)
+            lost = observed.detail.get("nodeDown")
+            if lost and not cell.deleting:
+                # Its node is gone from the cluster: what runs there is not known, and the
+                # workspace is only there. Nothing is planned (never recreated empty
+                # elsewhere); the cell is Ready again when its node comes back.
+                self._write_unknown(ctx, cell, str(lost))
+                return Blocked(BackendUnavailable(str(lost)))
             if cell.deleting:
                 return self._plan_delete(cell, backend_name, observed, volume, backend, conn,
                                          key=ctx.db.hash_key)
@@ -628,6 +635,21 @@ class CellController:
                 events.record(conn, kind=KIND, object_id=cell.id, name=cell.name,
                               reason=reason, message=message, type="Warning")
 
+    def _write_unknown(self, ctx: Context, cell: objects.ObjectRecord, message: str) -> None:
+        """Phase Unknown, with the cluster's reason (status.nodeDown, Ready False NodeDown)."""
+        status = dict(cell.status, nodeDown=message, message=message)
+        status["conditions"] = objects.set_condition(
+            status.get("conditions", []), "Ready", "False", "NodeDown", message)
+        with ctx.db.write() as conn:
+            fresh = objects.get(conn, KIND, cell.id)
+            if fresh is None:
+                return
+            changed = objects.write_status(conn, fresh, phase=Phase.UNKNOWN, status=status,
+                                           observed_generation=fresh.observed_generation)
+            if changed and fresh.phase != Phase.UNKNOWN:
+                events.record(conn, kind=KIND, object_id=cell.id, name=cell.name,
+                              reason="NodeDown", message=message, type="Warning")
+
     def _write_settled(self, ctx: Context, cell: objects.ObjectRecord, observed: Observed,
                        *, built: str | None = None,
                        sidecars: dict[str, str] | None = None) -> None:
@@ -640,6 +662,7 @@ class CellController:
                                      observed.detail.get("sidecars", [])
                                      if cell.spec.get("sidecars") else None)
         status = self._ready_status(cell, dict(cell.status), caps, verdict)
+        status.pop("nodeDown", None)  # its node is back
         if observed.detail.get("node"):  # a cluster's: where the cell's workspace is
             status["node"] = str(observed.detail["node"])
         if built is not None:

@@ -32,6 +32,9 @@ class Phase(StrEnum):
     READY = "Ready"
     """A snapshot whose checkpoint was taken."""
     FAILED = "Failed"
+    UNKNOWN = "Unknown"
+    """A cell whose node the cluster lost (its engine down): what runs there is not known,
+    and nothing is planned for it until the node is back (docs/cluster.md)."""
     DELETED = "Deleted"
     EXPIRED = "Expired"
     """A snapshot its ttl or its cell's retain removed (the row stays: an apply of the same

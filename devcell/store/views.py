@@ -48,7 +48,8 @@ def cells_table(conn: sqlite3.Connection, selector: Selector | None = None,
                                "c.image, json_extract(c.spec, '$.network.ports') AS ports, "
                                "json_extract(c.status, '$.services') AS services, "
                                "json_extract(c.status, '$.sidecars') AS sidecars, "
-                               "json_extract(c.status, '$.node') AS node, ")
+                               "json_extract(c.status, '$.node') AS node, "
+                               "json_extract(c.status, '$.nodeDown') AS node_down, ")
     sql = (
         f"SELECT c.id, c.name, c.backend, c.phase, c.deleting_at, c.frozen_at, c.created_at, "
         f"{extra}"

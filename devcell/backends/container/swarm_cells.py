@@ -227,7 +227,15 @@ class SwarmBackend:
         service = self._service(cell)
         if service is None:
             return Observed(exists=False)
-        return observed(service, self.manager.tasks_of([str(service["ID"])]))
+        node = _labels(service).get(NODE)
+        lost = _lost({node: self._node(node)} if node else {})
+        return observed(service, self.manager.tasks_of([str(service["ID"])]), lost)
+
+    def _node(self, node_id: str) -> dict[str, Any]:
+        try:
+            return self.manager.node(node_id)
+        except BackendNotFound:
+            return {"Status": {"State": "removed", "Message": "no longer in the swarm"}}
 
     # -- volumes -----------------------------------------------------------------------------
 
@@ -277,7 +285,7 @@ class SwarmBackend:
 
     def _wipe(self, volume_id: str, node: str, volume: str) -> bool:
         """A replicated job on `node` that empties the workspace volume (links not followed:
-        `find -delete` removes them, never what they name); True when it completed."""
+        `rm -rf` removes them, never what they name); True when it completed."""
         name = f"devcell-wipe-{self.owner[:8]}-{safe_id('volume', volume_id)}"[:63]
         labels = self._ours(**{WIPE: volume_id})
         for old in self.manager.services(labels):  # a wipe a crash left behind
@@ -287,7 +295,8 @@ class SwarmBackend:
             "TaskTemplate": {
                 "ContainerSpec": {
                     "Image": WIPE_IMAGE, "Labels": labels,
-                    "Command": ["/bin/find", "/w", "-mindepth", "1", "-delete"],
+                    "Command": ["/bin/find", "/w", "-mindepth", "1", "-maxdepth", "1",
+                                "-exec", "/bin/rm", "-rf", "--", "{}", "+"],
                     "Mounts": [{"Type": "volume", "Source": volume, "Target": "/w",
                                 "VolumeOptions": {"NoCopy": True}}],
                     "CapabilityDrop": ["ALL"],
@@ -301,13 +310,17 @@ class SwarmBackend:
         job = self.manager.create_service(spec, f"emptying volume {volume_id} on node {node}")
         try:
             deadline = time.monotonic() + START_TIMEOUT_S
+            states: list[str] = []
             while time.monotonic() < deadline:
-                states = [str((t.get("Status") or {}).get("State"))
-                          for t in self.manager.tasks_of([job])]
+                tasks = self.manager.tasks_of([job])
+                states = [str((t.get("Status") or {}).get("State")) for t in tasks]
                 if "complete" in states:
                     return True
-                if any(s in FAILED for s in states):
-                    break
+                failed = [t for t in tasks if (t.get("Status") or {}).get("State") in FAILED]
+                if failed:
+                    status = failed[0].get("Status") or {}
+                    raise BackendError(f"emptying volume {volume_id} on node {node} failed: "
+                                       f"{status.get('Err') or status.get('Message')}")
                 time.sleep(POLL_S * 2)
             logger.bind(backend=self.name).warning(
                 "volume {} on node {}: the job emptying it did not complete ({})", volume_id,
@@ -612,9 +625,25 @@ def _constraints(service: dict[str, Any]) -> list[str]:
     return list((template.get("Placement") or {}).get("Constraints") or [])
 
 
-def observed(service: dict[str, Any], tasks: list[dict[str, Any]]) -> Observed:
+def _lost(nodes: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Node id -> why the cluster has lost it, for the nodes whose state is not ready (a
+    node removed from the swarm reads as lost too)."""
+    out = {}
+    for node_id, found in nodes.items():
+        status = found.get("Status") or {}
+        state = str(status.get("State") or "unknown")
+        if state != "ready":
+            why = str(status.get("Message") or "").strip()
+            out[node_id] = (f"node {node_id} is {state}" + (f" ({why[:200]})" if why else "")
+                            + ": the cell's workspace is only there")
+    return out
+
+
+def observed(service: dict[str, Any], tasks: list[dict[str, Any]],
+             lost: dict[str, str] | None = None) -> Observed:
     """A cell as its service and tasks say: it exists while the service does; it runs while
-    the task the swarm wants running does."""
+    the task the swarm wants running does; `nodeDown` when the node it is pinned to is lost
+    (`lost`: node id -> why)."""
     mine = [t for t in tasks if t.get("ServiceID") == service.get("ID")]
     live = [t for t in mine if t.get("DesiredState") == "running"]
     running = [t for t in live if (t.get("Status") or {}).get("State") == "running"]
@@ -626,6 +655,8 @@ def observed(service: dict[str, Any], tasks: list[dict[str, Any]]) -> Observed:
     node = labels.get(NODE) or (str(task.get("NodeID") or "") if task else "")
     if node:
         detail["node"] = node
+        if lost and node in lost and labels.get(NODE) == node:
+            detail["nodeDown"] = lost[node]
     if task is not None:
         status = task.get("Status") or {}
         detail["task"] = str(status.get("State") or "")
@@ -644,4 +675,5 @@ def observe_all(state_dir: Path) -> dict[str, Observed]:
     if not services:
         return {}
     tasks = manager.tasks_of([str(s["ID"]) for s in services])
-    return {_labels(s)[CELL_ID]: observed(s, tasks) for s in services}
+    lost = _lost({str(n.get("ID")): n for n in manager.nodes()})
+    return {_labels(s)[CELL_ID]: observed(s, tasks, lost) for s in services}

@@ -3,8 +3,9 @@ configuration names the manager's engine (cluster.engine) runs each cell as a se
 task. One module-scoped set of 20 cells, applied at once with one node cordoned and two
 labelled, serves every test here; the commands are run in-process (main()), as a user's.
 
-Cost (load ~5 on 2 cores): ~25 s for the module: the 20 cells' apply ~10 s, the restart ~5 s,
-the delete's job ~3 s, the unplaceable cell ~3 s, the teardown ~5 s.
+Cost (measured at load ~3 on 2 cores): ~32 s for the module: the 20 cells' apply ~4 s (setup
+~7 s), the restart ~3 s, the delete with its job ~2 s, the unplaceable cell ~1 s, the lost node
+~16 s (the engine's own heartbeat timeout), the teardown ~3.5 s.
 """
 
 from __future__ import annotations
@@ -202,3 +203,50 @@ def test_a_cell_no_node_has_room_for_says_why(placed: Placed,
     code, out, err = cli(placed.state, "apply", "-f", str(path))
     assert code != 0
     assert "no node can run cell huge now" in err and "insufficient resources" in err, err
+
+
+def test_the_cells_of_a_lost_node_are_unknown_and_never_recreated_elsewhere(
+        placed: Placed) -> None:
+    """A worker's dockerd killed: once the manager calls the node down (13-16 s), its cells
+    are Unknown with the engine's reason, their tasks wait for that node only; started again,
+    the node gets them back with their files. Cost ~30 s: the engine's own timeouts."""
+    swarm = placed.swarm
+    worker = swarm.nodes[1]
+    rows = cells(placed)
+    mine = sorted(name for name, row in rows.items() if row["NODE"] == worker.node_id)
+    assert mine
+    path = placed.state.parent / "cells.yaml"
+    swarm.stop_engine(worker, kill=True)
+    try:
+        def down() -> bool:
+            out = swarm.manager.docker("node", "inspect", "--format", "{{.Status.State}}",
+                                       worker.node_id).stdout.decode().strip()
+            return out == "down"
+
+        swarm.wait(down, "the node called down", timeout=90)
+        code, _, err = cli(placed.state, "apply", "-f", str(path))
+        assert code != 0 and f"node {worker.node_id} is down (heartbeat failure)" in err, err
+        rows = cells(placed)
+        for name in mine:
+            assert rows[name]["PHASE"] == "Unknown", rows[name]
+            assert rows[name]["NODE"].startswith(f"node {worker.node_id} is down"), rows[name]
+        others = {n.node_id for n in swarm.nodes} - {worker.node_id}
+        for name in mine:  # nothing of theirs placed on another node
+            out = swarm.manager.docker("service", "ps", "-q", "--no-trunc",
+                                       _service(swarm, name)).stdout.decode().split()
+            nodes = {swarm.manager.docker("inspect", "--type", "task", "--format",
+                                          "{{.NodeID}}", t).stdout.decode().strip()
+                     for t in out}
+            assert not nodes & others, (name, nodes)
+        code, out, _ = cli(placed.state, "describe", "cell", mine[0])
+        assert "NodeDown" in out
+    finally:
+        swarm.start_engine(worker)
+    swarm.wait(lambda: all(container_on(worker, name) for name in mine),
+               "the cells running again on their node", timeout=120)
+    code, _, err = cli(placed.state, "apply", "-f", str(path))
+    rows = cells(placed)
+    assert {rows[name]["PHASE"] for name in mine} == {"Running"}, err
+    again = container_on(worker, mine[0])
+    boots = worker.docker("exec", again, "cat", "/workspace/boots").stdout.decode()
+    assert boots.startswith("boot\nboot\n"), boots  # its files: the first boot's line kept

@@ -277,6 +277,28 @@ class Client:
                                           b"".join(out[framing.STDERR]))
                     _raise(int(doc.get("status", 500)), bytes(payload))
 
+    def logs(self, cell: str, service: str | None = None, *, tail: int | None = None,
+             since: str | None = None, timestamps: bool = False, follow: bool = False,
+             timeout: int | None = None) -> Iterator[str]:
+        """The lines of `cell`'s service logs (one `service`'s, or all prefixed [SERVICE]),
+        as `devcell logs` prints them (escaped: a cell wrote them): the last `tail`, those
+        from `since` (5m, or an RFC 3339 time), with their times; `follow`: going on as they
+        grow, until `timeout` seconds (at most an hour) or the loop stops reading."""
+        query = {"service": service, "tail": str(tail) if tail is not None else None,
+                 "since": since, "timestamps": "true" if timestamps else None,
+                 "follow": "true" if follow else None,
+                 "timeoutSeconds": str(timeout) if timeout is not None else None}
+        path = f"/api/v1/cells/{urllib.parse.quote(cell, safe='')}/logs"
+        conn, response = self._send("GET", path, query,
+                                    read_timeout=None if follow else -1.0)
+        try:
+            if response.status != 200:
+                _raise(response.status, response.read(1024 * 1024))
+            for line in response:
+                yield line.decode("utf-8", "replace")
+        finally:
+            conn.close()
+
     # -- the exchange ---------------------------------------------------------------------------
 
     def _action(self, cell: str, action: str, body: dict[str, Any] | None, wait: bool,

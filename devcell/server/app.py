@@ -138,6 +138,8 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
         return _upgrade_required
     if route.verb in routes.ACTIONS:
         return lambda request: _action(ctx, route.verb, request)
+    if route.verb == "logs":
+        return lambda request: _logs(ctx, request)
     if route.verb == "list":
         return lambda request: _list(ctx, resource, request)
     if route.verb == "get":
@@ -648,7 +650,8 @@ def _socket(ctx: Context, route: routes.Route) -> Callable[[WebSocket], Awaitabl
             except Exception as exc:  # noqa: BLE001
                 await websocket.send_denial_response(streams.denial(_logged(exc)))
                 return
-            await streams.relay(ctx.state_dir, websocket, attached, asked, ctx.limiter())
+            await streams.relay(ctx.state_dir, websocket, attached, asked, ctx.limiter(),
+                                _token_check(ctx, websocket))
         finally:
             ctx.streams -= 1
     return serve
@@ -660,3 +663,77 @@ def _logged(exc: BaseException) -> dict[str, Any]:
     if doc["status"] >= 500 and doc["type"].endswith("/internal"):
         logger.error("API stream failed: {}: {}", type(exc).__name__, printable(str(exc)))
     return doc
+
+
+# -- logs ---------------------------------------------------------------------------------------
+
+
+def _token_check(ctx: Context, connection: Request | WebSocket) -> Any:
+    """For a long stream over TCP: whether its token still authenticates (None: no token
+    to check, the unix socket)."""
+    token = _bearer(connection) if ctx.tokens else None
+    if token is None:
+        return None
+
+    async def still_allowed() -> bool:
+        from devcell.auth import tokens
+        from devcell.errors import Unauthenticated
+
+        try:
+            await run_in_threadpool(tokens.authenticate_token, ctx.state_dir, token)
+        except Unauthenticated:
+            return False
+        return True
+    return still_allowed
+
+
+async def _logs(ctx: Context, request: Request) -> Response:
+    """The cell's service logs as chunked text (server.streams.LogReader): refused or not
+    found before the answer begins; following, until the client leaves, timeoutSeconds, or
+    (over TCP) its token is revoked or expires."""
+    from devcell.server import streams
+
+    options = streams.log_options(request.query_params)
+    timeout = _timeout(request)
+    if ctx.streams >= streams.MAX_STREAMS:
+        raise HttpProblem(503, "too-many-streams", "Too many streams",
+                          f"{streams.MAX_STREAMS} streams are open; try again later")
+    ctx.streams += 1  # taken before the first await, as a watch's
+    try:
+        attached = await run_in_threadpool(streams.prepare, ctx.state_dir,
+                                           request.state.principal,
+                                           request.path_params["name"], verb="logs",
+                                           wake_it=False)
+        try:
+            service_logs = await run_in_threadpool(attached.interactive().log_sources,
+                                                   attached.ref)
+            if options.service is not None and options.service not in service_logs.sources:
+                service_logs.close()
+                known = ", ".join(printable(n) for n in service_logs.sources) or "none"
+                raise NotFound(f"cell {attached.ref.name} has no service {options.service!r} "
+                               f"(services: {known})")
+        except BaseException:
+            attached.close()
+            raise
+    except BaseException:
+        ctx.streams -= 1
+        raise
+    reader = streams.LogReader(attached, options, service_logs)
+    reader.start()
+    check = _token_check(ctx, request)
+
+    async def still_allowed() -> bool:
+        return True if check is None else bool(await check())
+
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        reader.stop()
+        if not released:
+            released = True
+            ctx.streams -= 1
+
+    return _Released(reader.pieces(time.monotonic() + timeout, still_allowed), release,
+                     media_type="text/plain; charset=utf-8",
+                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -141,6 +141,8 @@ def _operation(route: routes.Route) -> dict[str, Any]:
         return _action(route, op)
     if route.upgrade:
         return _upgrade(op)
+    if route.verb == "logs":
+        return _logs(op)
     if route.name == "openapi":
         op["responses"] = {"200": {"description": "this document",
                                    "content": {"application/json": {"schema": {
@@ -244,6 +246,31 @@ def _action(route: routes.Route, op: dict[str, Any]) -> dict[str, Any]:
     op["responses"] = {"200": {"description": "wait=true: how each object ended", **result},
                        "202": {"description": "recorded: the daemon converges it", **result},
                        **_problem_responses(*sorted(errors))}
+    return op
+
+
+def _logs(op: dict[str, Any]) -> dict[str, Any]:
+    """A cell's service logs: chunked text, as `devcell logs` prints them."""
+    op["parameters"] = [
+        {"name": "name", "in": "path", "required": True,
+         "schema": {"type": "string", "minLength": 1}},
+        {"name": "service", "in": "query", "required": False, "schema": {"type": "string"},
+         "description": "one service's log (else all, each line prefixed [SERVICE])"},
+        {"name": "tail", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 0, "maximum": 999999999},
+         "description": "only the last N lines"},
+        {"name": "since", "in": "query", "required": False, "schema": {"type": "string"},
+         "description": "a duration (5m) or an RFC 3339 time: the lines from then"},
+        {"name": "timestamps", "in": "query", "required": False,
+         "schema": {"type": "boolean"}, "description": "keep each line's time"},
+        {"name": "follow", "in": "query", "required": False, "schema": {"type": "boolean"},
+         "description": "go on as the logs grow (until timeoutSeconds)"},
+        {"name": "timeoutSeconds", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_S},
+         "description": f"follow: end after this long (default and at most {MAX_TIMEOUT_S})"}]
+    op["responses"] = {"200": {"description": "the lines, escaped", "content": {
+        "text/plain": {"schema": {"type": "string"}}}},
+        **_problem_responses(400, 401, 403, 404, 406, 500, 502, 503)}
     return op
 
 

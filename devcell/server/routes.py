@@ -83,4 +83,7 @@ def table() -> list[Route]:
     routes.append(Route("GET", f"{PREFIX}/cells/{{name}}/exec", "exec_cell", "exec", cells,
                         "Run a command in the cell: a WebSocket (see docs/api.md for its "
                         "framing)", upgrade=True))
+    routes.append(Route("GET", f"{PREFIX}/cells/{{name}}/logs", "logs_cell", "logs", cells,
+                        "The cell's service logs, as `devcell logs` prints them (follow=true: "
+                        "as they grow)"))
     return routes

@@ -22,6 +22,7 @@ import json
 import queue
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
@@ -39,6 +40,8 @@ from devcell.server import framing, problems
 MAX_STREAMS = 32
 """exec streams open at once (each holds a thread while its command runs)."""
 MAX_WORDS = 4096
+HANG_UP_GRACE_S = 0.6
+"""How long a command whose client went away is given to be hung up (see _Output)."""
 STDIN_QUEUE = 16
 """STDIN messages held for the command before the client is made to wait."""
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -84,7 +87,7 @@ def parse(query: QueryParams) -> ExecRequest:
 
 def _flag(query: QueryParams, name: str) -> bool:
     value = query.get(name)
-    if value is None or value.lower() in ("false", "0", ""):
+    if value is None or value.lower() in ("false", "0"):
         return False
     if value.lower() in ("true", "1"):
         return True
@@ -122,8 +125,8 @@ class _Output:
     channel from the command's thread, through the event loop (a client gone: BrokenPipe,
     which ends the command)."""
 
-    def __init__(self, channel: int, websocket: WebSocket) -> None:
-        self.channel, self.websocket = channel, websocket
+    def __init__(self, channel: int, websocket: WebSocket, hang_up: threading.Event) -> None:
+        self.channel, self.websocket, self.hang_up = channel, websocket, hang_up
 
     def write(self, data: bytes) -> int:
         for at in range(0, len(data), framing.MAX_OUTPUT):
@@ -131,6 +134,11 @@ class _Output:
             try:
                 anyio.from_thread.run(self.websocket.send_bytes, message)
             except Exception:  # noqa: BLE001  (closed, disconnected: the reader is gone)
+                # Hung up first, and given the backend's hang-up watch a moment (it polls
+                # every 0.2 s): the broken pipe alone would close the exec's connection, not
+                # end the command and what it started.
+                self.hang_up.set()
+                time.sleep(HANG_UP_GRACE_S)
                 raise BrokenPipeError("the client went away") from None
         return len(data)
 
@@ -199,9 +207,10 @@ def _run(state_dir: Path, attached: Any, request: ExecRequest, out: BinaryIO, er
 
 
 async def relay(state_dir: Path, websocket: WebSocket, attached: Any, request: ExecRequest,
-                limiter: anyio.CapacityLimiter) -> None:
+                limiter: anyio.CapacityLimiter, still_allowed: Any = None) -> None:
     """Accept the upgrade, run the command, relay its streams both ways, send its exit
-    status (or the problem that stopped it) and close."""
+    status (or the problem that stopped it) and close. `still_allowed()` (TCP: the token is
+    still valid) is asked each second; no: the command is hung up."""
     from devcell.backends.interactive import Terminal
 
     offered = websocket.scope.get("subprotocols") or []
@@ -210,14 +219,14 @@ async def relay(state_dir: Path, websocket: WebSocket, attached: Any, request: E
     stdin = _Input() if request.stdin else None
     window: list[tuple[int, int] | None] = [None]
     terminal = Terminal(lambda: window[0]) if request.tty else None
-    broken: list[str] = []
+    broken: list[dict[str, Any]] = []  # the problem that ended the stream early
 
     async def command(scope: anyio.CancelScope) -> None:
         try:
             code = await anyio.to_thread.run_sync(
                 _run, state_dir, attached, request,
-                cast(BinaryIO, _Output(framing.STDOUT, websocket)),
-                cast(BinaryIO, _Output(framing.STDERR, websocket)),
+                cast(BinaryIO, _Output(framing.STDOUT, websocket, hang_up)),
+                cast(BinaryIO, _Output(framing.STDERR, websocket, hang_up)),
                 cast(BinaryIO, stdin) if stdin is not None else None, terminal, hang_up,
                 limiter=limiter)
             doc: dict[str, Any] = {"exitCode": code}
@@ -227,10 +236,10 @@ async def relay(state_dir: Path, websocket: WebSocket, attached: Any, request: E
             if stdin is not None:
                 stdin.end()
         if broken:
-            doc = problems.document(400, "bad-frame", "The stream is not valid", broken[0])
+            doc = broken[0]
         try:
             await websocket.send_bytes(framing.status(doc))
-            await websocket.close(1003 if broken else 1000)
+            await websocket.close(1003 if broken and broken[0]["status"] == 400 else 1000)
         except Exception:  # noqa: BLE001,S110  (the client is gone: nobody to tell)
             pass
         scope.cancel()
@@ -252,9 +261,11 @@ async def relay(state_dir: Path, websocket: WebSocket, attached: Any, request: E
                     window[0] = framing.size(payload) or window[0]
                     terminal.resized.set()
                 elif channel not in (framing.STDIN, framing.RESIZE):
-                    broken.append("a binary message on channel 0 (stdin) or 4 (resize) was "
-                                  "expected" if data is not None else
-                                  "text messages are not part of an exec stream")
+                    broken.append(problems.document(
+                        400, "bad-frame", "The stream is not valid",
+                        "a binary message on channel 0 (stdin) or 4 (resize) was expected"
+                        if data is not None else "text messages are not part of an exec "
+                        "stream"))
                     break
         except WebSocketDisconnect:
             pass
@@ -262,9 +273,22 @@ async def relay(state_dir: Path, websocket: WebSocket, attached: Any, request: E
         if stdin is not None:
             stdin.end()
 
+    async def check() -> None:
+        while still_allowed is not None and not hang_up.is_set():
+            await anyio.sleep(1.0)
+            if not await still_allowed():
+                broken.append(problems.document(
+                    401, "unauthenticated", "Not authenticated",
+                    "the token is not valid (unknown, expired or revoked)"))
+                hang_up.set()
+                if stdin is not None:
+                    stdin.end()
+                return
+
     async with anyio.create_task_group() as group:
         group.start_soon(command, group.cancel_scope)
         group.start_soon(receive)
+        group.start_soon(check)
 
 
 def denial(doc: dict[str, Any]) -> Any:
@@ -274,3 +298,94 @@ def denial(doc: dict[str, Any]) -> Any:
     headers = {"WWW-Authenticate": 'Bearer realm="devcell"'} if doc["status"] == 401 else None
     return Response(json.dumps(doc), status_code=doc["status"], media_type=problems.MEDIA_TYPE,
                     headers=headers)
+
+
+# -- logs ---------------------------------------------------------------------------------------
+
+
+LOG_QUEUE = 16
+"""Pieces of log held for a client reading slowly before the reader thread waits."""
+
+
+def log_options(query: QueryParams) -> Any:
+    """The logs request of a query, as `devcell logs` takes its flags (api.logs.Options)."""
+    from devcell.api import log_lines, logs
+
+    tail = query.get("tail")
+    if tail is not None and not (tail.isascii() and tail.isdigit() and len(tail) <= 9):
+        raise UsageError(f"tail: a number of lines, not {printable(tail)!r}")
+    since = query.get("since")
+    if since is not None:
+        try:
+            since = log_lines.since_cutoff(since, time.time())
+        except ValueError as exc:
+            raise UsageError(str(exc).replace("--since", "since")) from None
+    return logs.Options(service=query.get("service"),
+                        tail=int(tail) if tail is not None else None, since=since,
+                        timestamps=_flag(query, "timestamps"), follow=_flag(query, "follow"))
+
+
+class LogReader:
+    """A cell's service logs read on a thread of their own (api.logs, as `devcell logs`
+    reads them), handed to the event loop through a bounded queue; `stop()` (the client gone,
+    the time out, the token revoked) ends the thread at its next turn."""
+
+    def __init__(self, attached: Any, options: Any, service_logs: Any) -> None:
+        self.attached, self.options, self.service_logs = attached, options, service_logs
+        self.queue: queue.Queue[bytes | None] = queue.Queue(LOG_QUEUE)
+        self.stopped = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, daemon=True, name="devcell-api-logs").start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _out(self, data: bytes) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.queue.put(data, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+        raise BrokenPipeError("the client went away")
+
+    def _run(self) -> None:
+        from devcell.api import logs
+        from devcell.log import logger
+
+        try:
+            logs.services(self.attached.ref, self.service_logs, self.options,
+                          sink=logs.Sink(out=self._out, note=lambda text: None),
+                          stop=self.stopped.is_set)
+        except BrokenPipeError:
+            pass
+        except Exception as exc:  # noqa: BLE001  (the answer has begun: logged, then ended)
+            logger.warning("API logs of cell {} ended: {}", printable(self.attached.ref.name),
+                           printable(str(exc)))
+        finally:
+            self.attached.close()
+            while not self.stopped.is_set():
+                try:
+                    self.queue.put(None, timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
+
+    async def pieces(self, deadline: float, still_allowed: Any) -> Any:
+        """The log's pieces as they come, until it ends, `deadline` (time.monotonic()) passes
+        or `still_allowed()` says no (checked each second)."""
+        checked = time.monotonic()
+        while not self.stopped.is_set() and time.monotonic() < deadline:
+            if time.monotonic() - checked >= 1.0:
+                if not await still_allowed():
+                    return
+                checked = time.monotonic()
+            try:
+                piece = self.queue.get_nowait()
+            except queue.Empty:
+                await anyio.sleep(0.05)
+                continue
+            if piece is None:
+                return
+            yield piece

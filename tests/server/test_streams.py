@@ -88,3 +88,20 @@ def test_the_framing() -> None:
                 b'{"rows": 24}', b'{"rows": 99999, "columns": 1}'):
         assert framing.size(bad) is None
     assert json.loads(framing.status({"exitCode": 3})[1:]) == {"exitCode": 3}
+
+
+def test_logs_are_refused_as_exec_is(api: Api) -> None:
+    """logs is the policy's logs verb: a viewer never, a developer only their own; the fake
+    backend keeps no logs (said before the answer begins)."""
+    from devcell import Client
+
+    assert_problem(api.client.get("/api/v1/cells/seed/logs", params={"tail": "x"}), 400)
+    assert_problem(api.client.get("/api/v1/cells/seed/logs", params={"since": "later"}), 400)
+    assert_problem(api.client.get("/api/v1/cells/no-such-cell/logs"), 404)
+    doc = assert_problem(api.client.get("/api/v1/cells/seed/logs"), 502)
+    assert "cannot run commands or keep service logs" in doc["detail"]
+    developer = api.token("logs-dev", "developer")
+    with Client(api.url, token=developer, ca=str(api.certificate)) as dc:
+        with pytest.raises(errors.Forbidden) as refused:
+            list(dc.logs("seed"))
+        assert refused.value.rule == "developer-not-own"

@@ -550,6 +550,11 @@ def _value(value: Any) -> str:
     return shown if len(shown) <= 40 else shown[:37] + "..."
 
 
+_JSON = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+"""json.dumps with these options, made once: dumps makes an encoder per call, which was most
+of a nested range's time before its budget stopped it."""
+
+
 def text_of(value: Any) -> str:
     """A value as kubectl prints it: text for scalars, compact JSON for objects and lists."""
     if isinstance(value, str):
@@ -559,7 +564,7 @@ def text_of(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, dict | list):
-        return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+        return _JSON.encode(value)
     return str(value)
 
 

@@ -32,6 +32,8 @@ from devcell import errors
 RESOURCES = ("cells", "snapshots", "operations", "events")
 ACTION_TIMEOUT = 300
 """Seconds an action or a wait waits by default (the CLI's --timeout)."""
+_Pairs = list[tuple[str, str]]
+"""Query parameters in order, a name repeated (`name=a&name=b`)."""
 
 
 MAX_OUTPUT = 64 << 20
@@ -92,6 +94,21 @@ class Client:
         """The records of `resource` (cells, snapshots, operations, events), as `devcell get
         RESOURCE -o json` prints them; `selector` as -l."""
         return list(self._json("GET", _path(resource), {"labelSelector": selector})["items"])
+
+    def rows(self, resource: str, *, names: Sequence[str] = (),
+             selector: str | None = None, for_object: str | None = None, wide: bool = False,
+             labels: bool = False, objects: bool = False) -> dict[str, Any]:
+        """The rows `devcell get RESOURCE` prints its tables from (GET /api/v1/rows/...),
+        each with its document when `objects`; what the CLI's remote mode reads."""
+        query: _Pairs = [("name", n) for n in names]
+        for key, value in (("labelSelector", selector), ("for", for_object),
+                           ("wide", "true" if wide else None),
+                           ("labels", "true" if labels else None),
+                           ("objects", "true" if objects else None)):
+            if value:
+                query.append((key, value))
+        return dict(self._json("GET", f"/api/v1/rows/{_path(resource)[len('/api/v1/'):]}",
+                               query))
 
     def get(self, resource: str, name: str) -> dict[str, Any]:
         """One record, by name or id (NotFound when there is none)."""
@@ -344,11 +361,13 @@ class Client:
         return http.client.HTTPSConnection(self._host, self._port, timeout=wait,
                                            context=self._tls)
 
-    def _send(self, method: str, path: str, query: dict[str, str | None], *,
+    def _send(self, method: str, path: str,
+              query: dict[str, str | None] | _Pairs, *,
               body: bytes | None = None, media: str | None = None,
               read_timeout: float | None = -1.0
               ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        given = {k: v for k, v in query.items() if v is not None}
+        given = ([(k, v) for k, v in query.items() if v is not None]
+                 if isinstance(query, dict) else query)
         target = path + ("?" + urllib.parse.urlencode(given) if given else "")
         headers = {"Accept": "application/json"}
         if self.token is not None:
@@ -359,11 +378,22 @@ class Client:
         try:
             conn.request(method, target, body=body, headers=headers)
             return conn, conn.getresponse()
+        except ssl.SSLCertVerificationError as exc:
+            conn.close()
+            failed = errors.TemporaryError(
+                f"DevCell API at {self.url}: its TLS certificate is not trusted "
+                f"({exc.verify_message or exc.reason})")
+            failed.cause = "certificate"  # type: ignore[attr-defined]
+            raise failed from None
         except OSError as exc:
             conn.close()
-            raise errors.TemporaryError(f"DevCell API at {self.url}: {exc}") from None
+            failed = errors.TemporaryError(f"DevCell API at {self.url}: "
+                                           f"{exc.strerror or exc}")
+            failed.cause = "unreachable"  # type: ignore[attr-defined]
+            raise failed from None
 
-    def _json(self, method: str, path: str, query: dict[str, str | None] | None = None, *,
+    def _json(self, method: str, path: str,
+              query: dict[str, str | None] | _Pairs | None = None, *,
               body: bytes | None = None, media: str | None = None,
               read_timeout: float | None = -1.0) -> Any:
         conn, response = self._send(method, path, query or {}, body=body, media=media,

@@ -28,6 +28,12 @@ def pytest_configure(config: pytest.Config) -> None:
     interrupted. A handler, unlike SIG_IGN, is not inherited across exec."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # No contexts file (cli/contexts.py): a current context on the machine running the
+    # tests would send every CLI they start to its server instead of their state directory.
+    import tempfile
+
+    os.environ["DEVCELL_CONTEXTS"] = os.path.join(
+        tempfile.mkdtemp(prefix="devcell-no-contexts-"), "contexts.json")
 
 
 def allow_host_paths(state: Path, root: Path) -> None:

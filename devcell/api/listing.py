@@ -43,6 +43,56 @@ def rows(db: Database, kind: str, names: Sequence[str], selector: Selector | Non
     return other_rows(db, kind, None)
 
 
+def measured(db: Database, kind: str, rows: list[dict[str, Any]]) -> list[str]:
+    """`-o wide`'s figures, added to the rows in place: what the backends measure now
+    (`usage`: it walks workspaces and checkpoints and reads cgroups) and, for cells, PORTS
+    (`ports_shown`); the warnings say why a figure is missing."""
+    problems: list[str] = []
+    if rows and kind in ("cells", "snapshots"):
+        from devcell.api import capacity
+
+        found = capacity.Problems()
+        measures: dict[str, Any] = (capacity.cells(db, rows, found) if kind == "cells"
+                                    else capacity.snapshots(db, rows, found))
+        for r in rows:
+            r["usage"] = measures.get(r["id"])
+        problems = list(found.messages)
+    if kind == "cells":
+        _with_ports(db, rows)
+    return problems
+
+
+def _with_ports(db: Database, rows: list[dict[str, Any]]) -> None:
+    """PORTS of `get cells -o wide`: published `HOST->CELL` and forwarded `LOCAL=>CELL` (a
+    running port-forward)."""
+    from devcell.store import faults, forwards
+
+    forwarded = forwards.live(db.state_dir)
+    for row in rows:
+        shown = []
+        for port in faults.loads(row.get("ports") or "[]"):
+            if isinstance(port, dict):
+                shown.append(f"{port.get('hostPort', port.get('containerPort'))}->"
+                             f"{port.get('containerPort')}")
+        shown += [f"{local}=>{remote}" for f in forwarded.get(row["id"], [])
+                  for local, remote in f.ports]
+        row["ports_shown"] = ",".join(shown) or None
+
+
+def controller_warnings(db: Database) -> list[str]:
+    """A running daemon keeping some objects at their last good state (its manifests do not
+    validate): said under a table of cells or snapshots, so it does not go unnoticed."""
+    from devcell.store import daemon_status
+
+    row = daemon_status.read(db.conn)
+    if row is None or row["stopped_at"]:
+        return []
+    cond = next((c for c in row["conditions"] if c["type"] == "ManifestsValid"), None)
+    if cond and cond["status"] == "False":
+        return [f"controller: {cond['message']}"]
+    return []
+
+
 def other_rows(db: Database, kind: str, name: str | None) -> list[dict[str, Any]]:
     """The rows of a kind without labels: volumes, operations, controllers, events."""
     conn = db.conn

@@ -50,44 +50,13 @@ FIELDS = {
 def _rows(db: Database, kind: str, names: Sequence[str], selector: Selector | None, *,
           wide: bool = False, labels: bool = False) -> list[dict[str, Any]]:
     found = listing.rows(db, kind, names, selector, wide=wide, labels=labels)
-    if wide and kind == "cells":
-        return _with_ports(db, _measured(db, kind, found))
-    return _measured(db, kind, found) if wide and kind == "snapshots" else found
-
-
-def _with_ports(db: Database, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """PORTS of `get cells -o wide`: published `HOST->CELL` and forwarded `LOCAL=>CELL` (a
-    running port-forward)."""
-    from devcell.store import forwards
-
-    forwarded = forwards.live(db.state_dir)
-    for row in rows:
-        shown = []
-        for port in faults.loads(row.get("ports") or "[]"):
-            if isinstance(port, dict):
-                shown.append(f"{port.get('hostPort', port.get('containerPort'))}->"
-                             f"{port.get('containerPort')}")
-        shown += [f"{local}=>{remote}" for f in forwarded.get(row["id"], [])
-                  for local, remote in f.ports]
-        row["ports_shown"] = ",".join(shown) or None
-    return rows
+    return _measured(db, kind, found) if wide else found
 
 
 def _measured(db: Database, kind: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows with what their backends measure now (-o wide only: it walks workspaces and
     checkpoints and reads cgroups); why a figure is missing goes to stderr."""
-    if not rows:
-        return rows
-    from devcell.api import capacity
-
-    problems = capacity.Problems()
-    if kind == "cells":
-        found: dict[str, Any] = capacity.cells(db, rows, problems)
-    else:
-        found = capacity.snapshots(db, rows, problems)
-    for r in rows:
-        r["usage"] = found.get(r["id"])
-    for problem in problems.messages:
+    for problem in listing.measured(db, kind, rows):
         sys.stderr.write(f"warning: {printable(problem)}\n")
     return rows
 
@@ -271,7 +240,9 @@ def _labels(row: dict[str, Any]) -> dict[str, str]:
     return faults.loads(found) if isinstance(found, str) else dict(found)
 
 
-def run_get(args: argparse.Namespace) -> int:
+def prepare(args: argparse.Namespace) -> tuple[Output | None, Selector | None, tuple[Any, ...]]:
+    """(output template, label selector, field selector) of a `get` command line, each
+    refused before anything is read when it cannot be used (shared with cli/remote_get)."""
     output = None
     if args.output not in PLAIN_OUTPUTS or args.sort_by:
         from devcell.cli import jsonpath, printers
@@ -284,13 +255,22 @@ def run_get(args: argparse.Namespace) -> int:
     args.label_columns = [k for given in args.label_columns or () for k in given.split(",") if k]
     if args.names and args.selector:
         raise UsageError(NAMES_AND_SELECTOR)
-    selector = _selector(args)
-    fields = _field_selector(args)
-    if getattr(args, "tree", False):
-        return _tree(args)
-    for_object = getattr(args, "for_object", None)
+    return output, _selector(args), _field_selector(args)
+
+
+def check_for(args: argparse.Namespace) -> str | None:
+    """`--for KIND/NAME`'s value, refused with anything but `get events`."""
+    for_object: str | None = getattr(args, "for_object", None)
     if for_object is not None and (args.kind != "events" or args.names):
         raise UsageError("--for is for `get events --for KIND/NAME` (without a NAME)")
+    return for_object
+
+
+def run_get(args: argparse.Namespace) -> int:
+    output, selector, fields = prepare(args)
+    if getattr(args, "tree", False):
+        return _tree(args)
+    for_object = check_for(args)
     db = _open(args) if args.kind != "nodes" else None  # nodes: from the engine (cmd_nodes)
     labels = bool(args.show_labels or args.label_columns)
     if for_object is not None:
@@ -457,14 +437,8 @@ def _tree(args: argparse.Namespace) -> int:
 
 def _warn_invalid_manifests(db: Database) -> None:
     """A daemon keeping some objects at their last good state should not go unnoticed."""
-    from devcell.store import daemon_status
-
-    row = daemon_status.read(db.conn)
-    if row is None or row["stopped_at"]:
-        return
-    cond = next((c for c in row["conditions"] if c["type"] == "ManifestsValid"), None)
-    if cond and cond["status"] == "False":
-        sys.stderr.write(f"warning: controller: {printable(cond['message'])}\n")
+    for note in listing.controller_warnings(db):
+        sys.stderr.write(f"warning: {printable(note)}\n")
 
 
 def _watch(args: argparse.Namespace, selector: Selector | None, rows: list[dict[str, Any]]

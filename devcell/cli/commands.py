@@ -407,6 +407,27 @@ def _token_revoke(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", metavar="ID", help="the token's id, as `token list` shows it")
 
 
+def _context_list(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", choices=["json"], default=None)
+
+
+def _context_use(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", nargs="?", metavar="NAME", help="the context to use from now on")
+    p.add_argument("--none", action="store_true",
+                   help="no current context: commands use the state directory again")
+
+
+def _context_set(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", metavar="NAME")
+    # --server URL, --token-file FILE ('' removes it) and --certificate-authority FILE
+    # ('' removes it) are the global options, kept in the context
+    p.add_argument("--use", action="store_true", help="make it the current context")
+
+
+def _context_delete(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", metavar="NAME")
+
+
 GROUPS = {
     "snapshot": Group("snapshot verbs"),
     "cell": Group("cell verbs"),
@@ -416,6 +437,7 @@ GROUPS = {
     "import": Group("write a Cell manifest from another tool's description", metavar="FORMAT"),
     "token": Group("tokens for the daemon's HTTP API (users and their roles)"),
     "node": Group("the cluster's machines (docs/cluster.md)"),
+    "context": Group("the servers this CLI talks to (the contexts file, as kubeconfig)"),
 }
 """The commands that take a verb, with their own help."""
 
@@ -468,6 +490,17 @@ TABLE = (
             "keep new cells off a node (the engine's availability pause)", _node),
     Command(("node", "uncordon"), "cmd_nodes:run_uncordon",
             "let new cells onto a node again (availability active)", _node),
+    Command(("context", "list"), "cmd_context:run_list",
+            "the contexts of the contexts file (* the current one)", _context_list,
+            state=False),
+    Command(("context", "use"), "cmd_context:run_use",
+            "make a context current (--none: use the state directory)", _context_use,
+            state=False),
+    Command(("context", "set"), "cmd_context:run_set",
+            "make or change a context: its server, token file and certificate",
+            _context_set, state=False),
+    Command(("context", "delete"), "cmd_context:run_delete", "remove a context",
+            _context_delete, state=False),
     Command(("schema",), "cmd_text:run_schema",
             "print a kind's JSON Schema (cell, snapshot, or config)", _schema, state=False),
     Command(("image", "build-base"), "cmd_image:run_build_base",

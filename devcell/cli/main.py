@@ -32,6 +32,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         importlib.import_module(f"devcell.cli.{module}"), function)
     if not commands.uses_state(args.command, verb):
         return int(handler(args))
+    if args.server is not None or args.context is not None or _contexts_file_exists():
+        from devcell.cli import remote  # a server asked for, or perhaps configured
+
+        code = remote.dispatch(args)
+        if code is not None:
+            return code
     from devcell.store import db, state_dir
 
     path = db.resolve_state_dir(args.state_dir)
@@ -40,6 +46,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         return int(handler(args))
     with db.recorded_only(path):  # usage errors first; then no database is made here
         return int(handler(args))
+
+
+def _contexts_file_exists() -> bool:
+    """Whether the contexts file (cli/contexts.py) is there: one stat, so that a CLI with no
+    server configured imports nothing more than it did."""
+    given = os.environ.get("DEVCELL_CONTEXTS")
+    if given:
+        return os.path.lexists(given)
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"),
+                                                             ".config")
+    return os.path.lexists(os.path.join(base, "devcell", "contexts.json"))
 
 
 def celld(argv: Sequence[str] | None = None) -> int:
@@ -58,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return completion.run_hidden(given[1:])
     signal.signal(signal.SIGTERM, _terminate)  # the daemon sets its own when it starts
-    if "exec" in given:
+    if "exec" in given and not _contexts_file_exists():  # a context may name a server
         from devcell.cli import exec_fast
 
         request = exec_fast.parse(list(given))

@@ -56,9 +56,12 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-GLOBAL_DEFAULTS: dict[str, Any] = {"state_dir": None, "verbose": 0, "run_store": None}
+GLOBAL_DEFAULTS: dict[str, Any] = {"state_dir": None, "verbose": 0, "run_store": None,
+                                   "server": None, "context": None, "token_file": None,
+                                   "certificate_authority": None}
 """The options every command takes, before or after the command's words, and their defaults."""
-GLOBAL_WITH_VALUE = ("--state-dir", "--run-store")
+GLOBAL_WITH_VALUE = ("--state-dir", "--run-store", "--server", "--context", "--token-file",
+                     "--certificate-authority")
 
 
 def global_options(parser: argparse.ArgumentParser) -> None:
@@ -72,6 +75,17 @@ def global_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-store", choices=["sqlite", "file"], default=argparse.SUPPRESS,
                         help="where suspended operations keep their run snapshots "
                              "(default: sqlite in the state directory; or $DEVCELL_RUN_STORE)")
+    parser.add_argument("--server", metavar="URL", default=argparse.SUPPRESS,
+                        help="talk to DevCell's HTTP API there: unix:PATH or "
+                             "https://HOST:PORT (docs/cli.md, remote use)")
+    parser.add_argument("--context", metavar="NAME", default=argparse.SUPPRESS,
+                        help="use this context of the contexts file (devcell context list)")
+    parser.add_argument("--token-file", metavar="FILE", default=argparse.SUPPRESS,
+                        help="the file holding the server's token (or $DEVCELL_TOKEN; never "
+                             "a token on the command line)")
+    parser.add_argument("--certificate-authority", metavar="FILE", default=argparse.SUPPRESS,
+                        help="the certificate (PEM) the server's TLS certificate is checked "
+                             "against (DevCell's own: the server's api-tls/cert.pem)")
 
 
 def build_parser(only: str | None = None, verb: str | None = None) -> argparse.ArgumentParser:
@@ -113,6 +127,7 @@ def celld_parser() -> Parser:
     parser.add_argument("--state-dir", default=None)
     parser.add_argument("-v", "--verbose", action="count", default=0)
     parser.add_argument("--run-store", choices=["sqlite", "file"], default=None)
+    parser.set_defaults(server=None, context=None, token_file=None, certificate_authority=None)
     commands.daemon_arguments(parser)
     return parser
 

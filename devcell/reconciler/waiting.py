@@ -13,6 +13,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from devcell.controllers.plan import resume_command
 from devcell.errors import DevCellError
@@ -49,21 +50,31 @@ def check(db: Database, kind: str, object_id: str, *, condition: str = "Ready",
         if op is not None and op["reason"] == "AwaitingApproval":
             return Outcome(False, failed=f"operation {op['id']} {op['message']}; approve it with "
                                          f"`{resume_command(op['id'], op['object_name'])}`")
-    cond = record.condition(condition) or {}
+    return judge(kind, record.generation, record.observed_generation, record.phase,
+                 record.status, condition=condition, want=want, fail_fast=fail_fast)
+
+
+def judge(kind: str, generation: int, observed_generation: int | None, phase: str,
+          status: dict[str, Any], *, condition: str = "Ready", want: str = "True",
+          fail_fast: bool = True) -> Outcome:
+    """Whether a recorded object's `condition` has the status `want`, from its record's
+    fields alone (also what `devcell --server URL wait` reads from the API's document)."""
+    found = [c for c in status.get("conditions") or [] if isinstance(c, dict)
+             and c.get("type") == condition]
+    cond = found[0] if found else {}
     # The condition speaks for this generation once it was observed, or once its reconcile
     # failed (a failed create leaves Ready=False without observing the generation).
-    current = record.generation in (record.observed_generation,
-                                    record.status.get("failedGeneration"))
-    asked = kind == "Cell" and condition == "Ready" and record.status.get("asked")
+    current = generation in (observed_generation, status.get("failedGeneration"))
+    asked = kind == "Cell" and condition == "Ready" and status.get("asked")
     if current and cond.get("status") == want and not asked:
         return Outcome(True)
     detail = (f"{condition}={cond.get('status', 'Unknown')} ({cond.get('reason', 'no reason yet')}: "
-              f"{cond.get('message', '')}), observed generation {record.observed_generation} "
-              f"of {record.generation}")
+              f"{cond.get('message', '')}), observed generation {observed_generation} "
+              f"of {generation}")
     if asked:  # `cell restart` or `rerun-hooks` recorded and not carried out yet
         detail += f"; asked and not yet done: {', '.join(sorted(asked))}"
-    if fail_fast and record.phase == objects.Phase.FAILED \
-            and record.status.get("failedGeneration") == record.generation:
+    if fail_fast and phase == objects.Phase.FAILED \
+            and status.get("failedGeneration") == generation:
         return Outcome(False, failed=cond.get("message") or "failed", detail=detail)
     if fail_fast and cond.get("reason") in ("BackendUnavailable", "CellGone"):
         return Outcome(False, failed=cond.get("message"), detail=detail)

@@ -140,6 +140,8 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
         return lambda request: _action(ctx, route.verb, request)
     if route.verb == "logs":
         return lambda request: _logs(ctx, request)
+    if route.name.startswith("rows_"):
+        return lambda request: _rows(ctx, resource, request)
     if route.verb == "list":
         return lambda request: _list(ctx, resource, request)
     if route.verb == "get":
@@ -309,6 +311,58 @@ def _list_sync(ctx: Context, resource: Resource, selector: Any, for_object: str 
         db.close()
     return {"apiVersion": "v1", "kind": "List", "items": items,
             "metadata": {"resourceVersion": str(version)}}
+
+
+async def _rows(ctx: Context, resource: Resource, request: Request) -> Response:
+    """What `devcell get` prints its tables from (api.listing's rows: OBSERVED, AGE and
+    CrashLoopBackOff as the server's clock and observations say), each with its document
+    when asked (`objects=true`: -o json|yaml, jsonpath, --sort-by), so that `devcell
+    --server URL get` prints exactly what `get` prints on the server's machine."""
+    selector = _selector(resource, request)
+    for_object = request.query_params.get("for") if resource.plural == "events" else None
+    names = request.query_params.getlist("name")
+    if len(names) > openapi.MAX_NAMES or any(not n or len(n) > 63 for n in names):
+        raise UsageError(f"name: at most {openapi.MAX_NAMES} names, each 1 to 63 "
+                         "characters (a name or an id)")
+    wide, labels, objects = (_flag(request, "wide"), _flag(request, "labels"),
+                             _flag(request, "objects"))
+    doc = await run_in_threadpool(_rows_sync, ctx, resource, selector, for_object, names,
+                                  wide, labels, objects)
+    return Response(json.dumps(doc, default=str), media_type=JSON_MEDIA)
+
+
+def _rows_sync(ctx: Context, resource: Resource, selector: Any, for_object: str | None,
+               names: list[str], wide: bool, labels: bool, objects: bool) -> dict[str, Any]:
+    from devcell.api import listing
+    from devcell.store import events
+
+    db = _open(ctx)
+    warnings: list[str] = []
+    try:
+        version = events.latest_id(db.conn)
+        if for_object:
+            rows = listing.events_for(db, for_object)
+        else:
+            rows = listing.rows(db, resource.plural, names, selector, wide=wide,
+                                labels=labels)
+        if wide:
+            import dataclasses
+
+            warnings = listing.measured(db, resource.plural, rows)
+            for r in rows:
+                if r.get("usage") is not None:
+                    r["usage"] = dataclasses.asdict(r["usage"])
+        if objects:
+            items = [{"row": r, "object": d}
+                     for r, d in listing.documents(db, resource.plural, rows)]
+        else:
+            items = [{"row": r} for r in rows]
+        notes = listing.controller_warnings(db) if resource.plural in \
+            listing.KIND_OF_TABLE else []
+    finally:
+        db.close()
+    return {"apiVersion": "v1", "kind": "RowList", "items": items, "warnings": warnings,
+            "notes": notes, "metadata": {"resourceVersion": str(version)}}
 
 
 async def _get(ctx: Context, resource: Resource, request: Request) -> Response:

@@ -18,6 +18,8 @@ MAX_TIMEOUT_S = 3600
 ACTION_TIMEOUT_S = 300
 """How long an action with wait=true waits when it names no timeoutSeconds (the CLI's
 --timeout)."""
+MAX_NAMES = 100
+"""Names one rows request may ask for (the CLI asks in parts of this many)."""
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -111,6 +113,18 @@ def _record_schemas() -> dict[str, Any]:
             "properties": {"apiVersion": {"type": "string"}, "kind": {"const": "List"},
                            "items": {"type": "array", "items": _ref(r.kind)},
                            "metadata": _list_meta()}}
+    out["RowList"] = {
+        "type": "object", "required": ["apiVersion", "kind", "items", "metadata"],
+        "description": "What `devcell get` prints its tables from (the CLI's remote mode): "
+                       "each row, and its document when objects=true",
+        "properties": {"apiVersion": {"type": "string"}, "kind": {"const": "RowList"},
+                       "items": {"type": "array", "items": {
+                           "type": "object", "required": ["row"],
+                           "properties": {"row": {"type": "object"},
+                                          "object": {"type": "object"}}}},
+                       "warnings": {"type": "array", "items": {"type": "string"}},
+                       "notes": {"type": "array", "items": {"type": "string"}},
+                       "metadata": _list_meta()}}
     out["WatchEvent"] = {
         "type": "object", "required": ["type", "resourceVersion"],
         "description": "One change: ADDED, MODIFIED, DELETED (object: the record), or "
@@ -162,6 +176,27 @@ def _operation(route: routes.Route) -> dict[str, Any]:
                                       "content": {"application/json": {
                                           "schema": _ref("ApplyResult")}}}}
         errors += [409, 411, 413, 408, 415, 422, 502]
+    elif route.name.startswith("rows_"):
+        assert r is not None
+        params.append({"name": "name", "in": "query", "required": False, "explode": True,
+                       "schema": {"type": "array", "maxItems": MAX_NAMES, "items": {
+                           "type": "string", "minLength": 1, "maxLength": 63}},
+                       "description": "only these (names or ids), as `get KIND NAME...`"})
+        if r.labeled:
+            params.append({"name": "labelSelector", "in": "query", "required": False,
+                           "schema": {"type": "string"},
+                           "description": "as -l: team=core,tier!=db,env in (a,b)"})
+        if r.kind == "Event":
+            params.append({"name": "for", "in": "query", "required": False,
+                           "schema": {"type": "string"},
+                           "description": "KIND/NAME: only that object's events"})
+        for flag, what in (("wide", "the -o wide columns (measured now)"),
+                           ("labels", "each row's labels (--show-labels, -L)"),
+                           ("objects", "each row's document too (-o json|yaml, --sort-by)")):
+            params.append({"name": flag, "in": "query", "required": False,
+                           "schema": {"type": "boolean"}, "description": what})
+        ok = {"200": {"description": f"the rows `devcell get {r.plural}` prints",
+                      "content": {"application/json": {"schema": _ref("RowList")}}}}
     elif route.verb == "list":
         assert r is not None
         if r.labeled:

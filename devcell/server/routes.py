@@ -69,6 +69,9 @@ def table() -> list[Route]:
     for r in RESOURCES.values():
         routes.append(Route("GET", f"{PREFIX}/{r.plural}", f"list_{r.plural}", "list", r,
                             f"List {r.plural} (watch=true: follow their changes)"))
+        routes.append(Route("GET", f"{PREFIX}/rows/{r.plural}", f"rows_{r.plural}", "list", r,
+                            f"The table rows `devcell get {r.plural}` prints (the CLI's "
+                            "remote mode)"))
         if r.gettable:
             routes.append(Route("GET", f"{PREFIX}/{r.plural}/{{name}}", f"get_{r.plural}",
                                 "get", r, f"One of the {r.plural}, by name or id"))

@@ -38,6 +38,10 @@ STATELESS = {
     ("completion",): "prints a shell script",
     ("import", "devcontainer"): "converts a file to a manifest",
     ("image", "build-base"): "builds an image for the engine; reads no record",
+    ("context", "list"): "reads the contexts file, not the state directory",
+    ("context", "use"): "writes the contexts file, not the state directory",
+    ("context", "set"): "writes the contexts file, not the state directory",
+    ("context", "delete"): "writes the contexts file, not the state directory",
 }
 """Commands that read no record of the state directory (nothing to start afresh over)."""
 

@@ -38,8 +38,11 @@ from tests.cli.inprocess import run as _run
 from tests.conftest import db_fingerprint
 
 LEFT_OUT = {("controller", "run"), ("image", "build-base"), ("image", "prune")}
-NO_FLAGS = {"--watch", "-w", "--help", "-h", "--state-dir", "--run-store"}
-"""Flags the fuzz never gives: -w watches for ever, the others the harness sets itself."""
+NO_FLAGS = {"--watch", "-w", "--help", "-h", "--state-dir", "--run-store", "--server",
+            "--context", "--token-file", "--certificate-authority"}
+"""Flags the fuzz never gives: -w watches for ever, --server and its kin would make a context
+current for the tests after it (tests/cli/test_contexts.py covers them), the others the
+harness sets itself."""
 BLOCKING = {("wait",)}
 """Commands that wait as asked: one that reaches its own --timeout is not a hang."""
 

@@ -138,6 +138,8 @@ EVERY_COMMAND = [
     ["token", "create", "--user", "ana", "--role", "developer"], ["token", "list"],
     ["token", "revoke", "0123456789ab"],
     ["get", "nodes"], ["node", "cordon", "n1"], ["node", "uncordon", "n1"],
+    ["context", "list"], ["context", "use", "prod"], ["context", "use", "--none"],
+    ["context", "set", "prod", "--use"], ["context", "delete", "prod"],
 ]
 
 

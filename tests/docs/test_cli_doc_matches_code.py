@@ -18,7 +18,8 @@ from devcell.cli.parser import build_parser
 from tests.conftest import REPO
 
 DOC = (REPO / "docs" / "cli.md").read_text()
-GLOBAL = {"-h", "--help", "--state-dir", "-v", "--verbose", "--run-store"}
+GLOBAL = {"-h", "--help", "--state-dir", "-v", "--verbose", "--run-store", "--server",
+          "--context", "--token-file", "--certificate-authority"}
 """Options every command takes, documented once at the top of docs/cli.md."""
 BACKENDS = {entry.name for entry in backend_registry.BACKENDS}
 
@@ -76,7 +77,9 @@ def _command_lines() -> list[str]:
 def _problems(line: str) -> list[str]:
     words = line.split()[1:]
     while words and words[0] in GLOBAL | {"--version"}:
-        words = words[2:] if words[0] in ("--state-dir", "--run-store") else words[1:]
+        words = words[2:] if words[0] in ("--state-dir", "--run-store", "--server", "--context",
+                                          "--token-file", "--certificate-authority") \
+            else words[1:]
     if not words or words[0] == "__complete":  # `devcell --version`; the hidden completer
         return []
     if words[0] not in TOP:

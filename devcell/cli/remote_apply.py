@@ -1,0 +1,181 @@
+"""`apply -f` and `delete` through a server (cli/remote.py).
+
+apply: the files are read here (every problem of reading them said as `apply -f` says it),
+sent as one manifest stream (POST /api/v1/apply: recorded all or nothing, validated as
+`apply -f` validates), and each problem the server finds is said at its own file and line:
+the stream's lines are mapped back to the files they came from. What was recorded is printed
+by converge_output's printer, the words `apply` prints; with --wait (the default) each
+object is then waited for as `apply` waits for a running daemon: Ready, or gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from types import SimpleNamespace
+from typing import Any
+
+from devcell.cli import converge_output as output
+from devcell.errors import ManifestError, NotFound, Problem, UsageError
+from devcell.names import printable
+
+REQUEST = "request.yaml"
+"""The name the server gives the stream in its problems."""
+
+
+def _refuse(args: argparse.Namespace, flags: tuple[tuple[str, str], ...]) -> None:
+    for attr, flag in flags:
+        if getattr(args, attr, None):
+            raise UsageError(f"{flag} is not served through the DevCell API yet: run the "
+                             "command on the server's machine, or without it")
+
+
+class Stream:
+    """Several files as one YAML stream, and where each file's lines are in it."""
+
+    def __init__(self, sources: list[Any]) -> None:
+        parts: list[bytes] = []
+        self.starts: list[tuple[int, str]] = []  # (first line in the stream, file shown)
+        line = 1
+        for source in sources:
+            data = source.data if source.data.endswith(b"\n") or not source.data \
+                else source.data + b"\n"
+            if parts:
+                parts.append(b"---\n")
+                line += 1
+            self.starts.append((line, source.display))
+            parts.append(data)
+            line += data.count(b"\n")
+        self.text = b"".join(parts).decode("utf-8", "surrogateescape")
+
+    def located(self, problem: Problem) -> Problem:
+        """The server's problem at its own file and line."""
+        if problem.file != REQUEST or not self.starts:
+            return problem
+        if problem.line is None:
+            return problem._replace(file=self.starts[0][1] if len(self.starts) == 1
+                                    else problem.file)
+        start, shown = self.starts[0]
+        for first, display in self.starts:
+            if first <= problem.line:
+                start, shown = first, display
+        return problem._replace(file=shown, line=problem.line - start + 1)
+
+
+def run_apply(args: argparse.Namespace) -> int:
+    from devcell.manifests import loader
+
+    if args.selector and not args.prune:
+        raise UsageError("-l on apply selects what --prune may delete: use it with --prune")
+    _refuse(args, (("prune", "--prune"), ("keep_pruned", "--keep-pruned"),
+                   ("approve", "--approve"), ("workers", "--workers")))
+    stream = Stream(loader.read_sources(args.filename))
+    try:
+        doc = args.remote.apply(stream.text, dry_run=args.dry_run)
+    except ManifestError as exc:
+        raise ManifestError([stream.located(p) for p in exc.problems]) from None
+    shown = output.changes(" (dry run)" if args.dry_run else "")
+    shown(_recorded(doc))
+    if args.dry_run or not args.wait:
+        return _settled(shown, doc, {})
+    return _settled(shown, doc, _wait(args, doc))
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    from devcell.cli.cmd_get import NAMES_AND_SELECTOR
+
+    if args.filename and (args.kind or args.names or args.selector):
+        raise UsageError("give either -f PATH or KIND NAME... / KIND -l SELECTOR, not both")
+    if not args.filename and not (args.kind and (args.names or args.selector)):
+        raise UsageError("delete needs -f PATH, KIND NAME... or KIND -l SELECTOR "
+                         "(e.g. devcell delete cell api)")
+    if args.names and args.selector:
+        raise UsageError(NAMES_AND_SELECTOR)
+    _refuse(args, (("approve", "--approve"), ("workers", "--workers")))
+    client = args.remote
+    plural = {"Cell": "cells", "Snapshot": "snapshots"}
+    if args.filename:
+        targets = _declared(args.filename)
+    elif args.selector:
+        from devcell.manifests import selectors
+
+        selectors.parse(args.selector)  # refused here, as on a state directory
+        listed = client.rows(plural[args.kind], selector=args.selector)
+        targets = [(args.kind, item["row"]["name"]) for item in listed.get("items", [])
+                   if item["row"].get("deleted_at") is None]
+    else:
+        targets = [(args.kind, name) for name in dict.fromkeys(args.names)]
+    changes: list[dict[str, Any]] = []
+    missing: list[dict[str, Any]] = []
+    one = len(targets) == 1 and not args.filename and not args.selector
+    for kind, name in targets:
+        try:
+            changes += client.delete(plural[kind], name)["changes"]
+        except NotFound:
+            if one:  # `delete cell NAME` says it as an error, with a "did you mean"
+                raise
+            missing.append({"kind": kind, "name": name})
+    doc = {"changes": changes, "missing": missing, "results": [], "expired": [], "ok": True}
+    shown = output.changes()
+    shown(_recorded(doc))
+    code = _settled(shown, doc, _wait(args, doc))
+    if not args.filename and not args.names and not changes:
+        sys.stderr.write("No resources found\n")
+    return code or (1 if missing and not args.filename else 0)
+
+
+def _declared(paths: list[str]) -> list[tuple[str, str]]:
+    """(kind, name) of each object the files declare, as `delete -f` reads them."""
+    from devcell.manifests import loader, validate
+
+    targets: list[tuple[str, str]] = []
+    problems: list[Problem] = []
+    for source in loader.read_sources(paths):
+        found, bad = validate.parse_source(source)
+        problems.extend(bad)
+        targets.extend((m.kind, m.name) for m in found)
+    if problems:
+        raise ManifestError(problems)
+    return targets
+
+
+def _recorded(doc: dict[str, Any]) -> Any:
+    """The server's answer as the record converge_output prints."""
+    return SimpleNamespace(
+        missing=[(m["kind"], m["name"]) for m in doc.get("missing", [])],
+        changes=[SimpleNamespace(kind=c["kind"], name=c["name"], outcome=c["outcome"])
+                 for c in doc.get("changes", [])])
+
+
+def _wait(args: argparse.Namespace, doc: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """Each changed object waited for (Ready; a deletion: gone) within --timeout, as `apply`
+    waits for a running daemon; (kind, name) -> why one did not settle."""
+    from devcell.cli import remote_wait
+
+    deadline = time.monotonic() + args.timeout
+    unsettled: dict[tuple[str, str], str] = {}
+    for c in doc.get("changes", []):
+        if c["kind"] not in remote_wait.PLURAL:
+            continue
+        gone = c["outcome"] in output.DELETIONS
+        done = remote_wait.until(args.remote, c["kind"], c["name"],
+                                 condition="delete" if gone else "Ready", want="True",
+                                 deadline=deadline, timeout=args.timeout)
+        if done.failed is not None:
+            unsettled[(c["kind"], c["name"])] = done.failed
+    return unsettled
+
+
+def _settled(shown: Any, doc: dict[str, Any], unsettled: dict[tuple[str, str], str]) -> int:
+    """The deferred deletions printed as converging ended, an error line for each object
+    that did not settle; the exit code `apply` and `delete` give."""
+    from devcell.api.reports import Status
+
+    objects = [SimpleNamespace(kind=kind, name=name, status=Status.WAITING,
+                               awaiting_approval=None) for kind, name in unsettled]
+    shown.settled(SimpleNamespace(converged=SimpleNamespace(
+        objects=objects, expired=list(doc.get("expired", [])))))
+    for (kind, name), why in unsettled.items():
+        sys.stderr.write(printable(f"error: {kind.lower()}/{name}: {why}") + "\n")
+    return 0 if doc.get("ok", True) and not unsettled else 1

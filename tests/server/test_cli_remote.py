@@ -1,0 +1,156 @@
+"""The CLI through the API (`devcell --server URL`, cli/remote.py) against the real server
+(the session's `api` daemon, fake backend): a chosen set of `get`, `apply`, `delete` and
+`wait` command lines, their error cases included, run on the daemon's state directory and
+again through its unix socket and its TLS listener on 127.0.0.1 (an admin's token, DevCell's
+own certificate); each gives the same standard output, standard error and exit code.
+Then what only a client meets: an unreachable server, a certificate not trusted, a revoked
+token.
+
+In-process (main() with captured streams), sharing the session's daemon: ~3-5 s in all.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from devcell.cli.main import main
+from tests.server.conftest import Api
+from tests.server.test_app import cell, wait_for
+
+Run = Callable[[list[str]], tuple[int, str, str]]
+
+# The command lines, after the words that choose where they run. {name} is a cell of this
+# module's own (applied first), {file} its manifest, {bad} a manifest with a misspelt field.
+SAME = [
+    # tables of this module's cells alone (-l): the session's other cells change meanwhile
+    ["get", "cells", "-l", "team=remote"], ["get", "cells", "{name}"],
+    ["get", "cells", "-l", "team=remote", "-o", "wide"],
+    ["get", "cells", "{name}", "-o", "yaml"], ["get", "cells", "{name}", "-o", "json"],
+    ["get", "cells", "-o", "name"], ["get", "cells", "-l", "team=remote", "--show-labels"],
+    ["get", "cells", "{name}", "-L", "team", "--no-headers"],
+    ["get", "cells", "-o", "jsonpath={.items[*].metadata.name}"],
+    ["get", "cells", "-o", "custom-columns=NAME:.metadata.name,PHASE:.status.phase"],
+    ["get", "cells", "--sort-by", ".metadata.name", "-o", "name"],
+    ["get", "cells", "--field-selector", "status.phase=Running", "-o", "name"],
+    ["get", "cells", "{name}", "seed", "-o", "name"],
+    ["get", "snapshots"], ["get", "operations", "-o", "name"],
+    ["get", "events", "--for", "cell/{name}", "-o", "name"],
+    # error cases
+    ["get", "cells", "nope-{name}"], ["get", "cells", "{name}", "nope"],
+    ["get", "cells", "-l", "team in ("], ["get", "operations", "-l", "a=b"],
+    ["get", "cells", "-o", "jsonpath={.items[}"], ["get", "events", "--for", "x"],
+    ["get", "cells", "x", "-l", "a=b"],
+    ["apply", "-f", "{file}", "--dry-run"], ["apply", "-f", "{bad}"],
+    ["apply", "-f", "{file}", "-f", "{bad}"], ["apply", "-f", "{missing}"],
+    ["delete", "cell", "nope"], ["delete", "cell", "-l", "team=nobody"], ["delete", "cell"],
+    ["wait", "cell", "{name}"], ["wait", "cell", "{name}", "--for", "create"],
+    ["wait", "cell", "-l", "team=remote"], ["wait", "cell", "-l", "team=nobody"],
+    ["wait", "cell", "nope", "--timeout", "0"], ["wait", "cell", "Bad_Name"],
+]
+
+
+@pytest.fixture(scope="module")
+def files(api: Api, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    work = tmp_path_factory.mktemp("cli-remote")
+    name = f"rc-{uuid.uuid4().hex[:6]}"
+    (work / "cell.yaml").write_text(cell(name, team="remote"))
+    (work / "bad.yaml").write_text(cell(f"{name}-bad") + "  imag: x\n")
+    done = api.cli("apply", "-f", str(work / "cell.yaml"))
+    assert done.returncode == 0, done.stderr
+    wait_for(api, f"/api/v1/cells/{name}", lambda r: r.json()["status"]["phase"] == "Running")
+    return {"name": name, "file": str(work / "cell.yaml"), "bad": str(work / "bad.yaml"),
+            "missing": str(work / "missing.yaml"), "work": str(work)}
+
+
+@pytest.fixture(scope="module")
+def admin_token(api: Api, files: dict[str, str]) -> Path:
+    token = Path(files["work"]) / "admin.token"
+    token.write_text(api.token("cli-remote-admin", "admin") + "\n")
+    token.chmod(0o600)
+    return token
+
+
+def _filled(word: str, files: dict[str, str]) -> str:
+    for key, value in files.items():
+        word = word.replace("{" + key + "}", value)
+    return word
+
+
+def _runner(capsys: pytest.CaptureFixture[str], before: list[str]) -> Run:
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main([*before, *argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run
+
+
+@pytest.fixture(params=["unix", "tls"])
+def remote(request: pytest.FixtureRequest, api: Api, admin_token: Path,
+           capsys: pytest.CaptureFixture[str]) -> Run:
+    if request.param == "unix":
+        return _runner(capsys, ["--server", f"unix:{api.socket}"])
+    return _runner(capsys, ["--server", api.url, "--token-file", str(admin_token),
+                            "--certificate-authority", str(api.certificate)])
+
+
+def test_the_same_output_as_on_the_state_directory(
+        api: Api, files: dict[str, str], remote: Run,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    direct = _runner(capsys, ["--state-dir", str(api.state)])
+    differ = []
+    for words in SAME:
+        argv = [_filled(w, files) for w in words]
+        for _ in range(5):  # an AGE or OBSERVED column may tick between the two runs
+            here, there = direct(argv), remote(argv)
+            if here == there:
+                break
+            time.sleep(0.3)
+        else:
+            differ.append((argv, here, there))
+    assert not differ, "\n".join(f"{a}:\n  direct {h}\n  remote {t}" for a, h, t in differ)
+
+
+def test_apply_delete_and_wait_through_the_server(files: dict[str, str], remote: Run,
+                                                 tmp_path: Path) -> None:
+    name = f"rw-{uuid.uuid4().hex[:6]}"
+    manifest = tmp_path / "new.yaml"
+    manifest.write_text(cell(name, team="remote-new"))
+    assert remote(["apply", "-f", str(manifest)]) == (0, f"cell/{name} created\n", "")
+    assert remote(["get", "cells", name, "-o", "jsonpath={.status.phase}"]) == (
+        0, "Running", "")
+    assert remote(["apply", "-f", str(manifest)]) == (0, f"cell/{name} unchanged\n", "")
+    assert remote(["delete", "cell", "-l", "team=remote-new"]) == (
+        0, f"cell/{name} deleted\n", "")
+    assert remote(["wait", "cell", name, "--for", "delete"]) == (
+        0, f"cell/{name} deleted\n", "")
+
+
+def test_what_only_a_client_meets(api: Api, files: dict[str, str], tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    gone = _runner(capsys, ["--server", f"unix:{tmp_path}/none.sock"])
+    code, out, err = gone(["get", "cells"])
+    assert (code, out) == (1, "") and "cannot reach the DevCell API" in err
+    token = tmp_path / "token"
+    made = api.token("cli-remote-viewer", "viewer")
+    token.write_text(made)
+    token.chmod(0o600)
+    untrusted = _runner(capsys, ["--server", api.url, "--token-file", str(token)])
+    code, out, err = untrusted(["get", "cells"])
+    assert (code, out) == (1, "") and "TLS certificate is not trusted" in err
+    assert "--certificate-authority" in err
+    viewer = _runner(capsys, ["--server", api.url, "--token-file", str(token),
+                              "--certificate-authority", str(api.certificate)])
+    code, out, err = viewer(["delete", "cell", files["name"]])
+    assert code == 1 and "refused by rule viewer-read-only" in err
+    assert made not in out + err
+    token_id = made.split("_")[1]
+    assert api.cli("token", "revoke", token_id).returncode == 0
+    code, out, err = viewer(["get", "cells"])
+    assert (code, out) == (1, "") and "the token is not valid" in err
+    assert "devcell token create" in err and made not in err

@@ -285,12 +285,13 @@ def _check(db: dbmod.Database, header: archive_format.Header, name: str, *, give
                 "metadata": {"name": name, "labels": header.labels,
                              "annotations": header.annotations},
                 "spec": {"cell": header.cell}}
+    if objects.get(db.conn, KIND, name) is not None:  # before the validator: it may be
+        # compiled and kept in the state directory, which a refused import leaves as it was
+        raise Conflict(f'snapshot "{name}" already exists; import under another name with '
+                       "--name")
     if not validate.is_valid_fast(KIND, document, desired.validator_place(db)):
         raise ArchiveRefused("archive refused, nothing imported: its snapshot's labels, "
                              "annotations or cell name are not valid for a Snapshot")
-    if objects.get(db.conn, KIND, name) is not None:
-        raise Conflict(f'snapshot "{name}" already exists; import under another name with '
-                       "--name")
 
 
 def _backend(state_dir: Path, header: archive_format.Header) -> Backend:

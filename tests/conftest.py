@@ -132,6 +132,18 @@ def _no_process_left_behind() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _no_context_made_current() -> Iterator[None]:
+    """The session's contexts file (pytest_configure) stays absent: a test that makes one
+    would send every later CLI (and its imports) to a server; it is removed and the test fails."""
+    yield
+    where = os.environ.get("DEVCELL_CONTEXTS", "")
+    if where and os.path.lexists(where):
+        os.unlink(where)
+        pytest.fail(f"the test left a contexts file at {where} (removed now): give the "
+                    "commands it runs their own $DEVCELL_CONTEXTS")
+
+
+@pytest.fixture(autouse=True)
 def _library_logs_silent() -> Iterator[None]:
     """DevCell is silent as a library (devcell.log): a test that enables its logs, as the CLI
     run in-process does, leaves them silent again for the next test."""

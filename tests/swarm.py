@@ -379,10 +379,19 @@ def swarm() -> Iterator[Swarm]:
 
 @pytest.fixture
 def clean_swarm(swarm: Swarm) -> Iterator[Swarm]:
-    """The session's swarm; after the test its services are removed and each node is active
-    again with no node labels."""
+    """The session's swarm with every node Ready (a test before may have restarted one's
+    engine), active and unlabelled; after the test its services are removed and the nodes
+    reset again."""
+    swarm.wait(lambda: _all_ready(swarm), "every node Ready", timeout=90)
+    reset_nodes(swarm)
     yield swarm
     swarm.remove_services()
+    reset_nodes(swarm)
+
+
+def reset_nodes(swarm: Swarm) -> None:
+    """Each node active with no node labels (only the labels it has: `--label-rm` of one it
+    lacks fails the whole update, availability included)."""
     for node in swarm.nodes:
         labels = json.loads(swarm.manager.docker(
             "node", "inspect", "--format", "{{json .Spec.Labels}}", node.node_id).stdout) or {}

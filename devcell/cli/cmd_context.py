@@ -36,8 +36,9 @@ def run_use(args: argparse.Namespace) -> int:
     if args.none:
         if args.name is not None:
             raise UsageError("give NAME or --none, not both")
-        doc["current"] = None
-        contexts.save(doc)
+        if doc["current"] is not None:  # nothing to write (and no file made) otherwise
+            doc["current"] = None
+            contexts.save(doc)
         sys.stdout.write("no current context: commands use the state directory\n")
         return 0
     if args.name is None:

@@ -171,12 +171,12 @@ def _keep(directory: Path, name: str, found: tuple[str, CodeType], key: bytes) -
         pass
 
 
-_TMP = re.compile(r"^\.[a-z]+-[0-9a-f]+\.marshal\.(\d+)\.[0-9a-f]{8}\.tmp$")
+_TMP = re.compile(r"\.[a-z]+-[0-9a-f]+\.marshal\.(\d+)\.[0-9a-f]{8}\.tmp")
 
 
 def _abandoned(name: str) -> bool:
     """Whether `name` is a temporary entry whose writer (the pid in its name) has ended."""
-    found = _TMP.match(name)
+    found = _TMP.fullmatch(name)
     if found is None:
         return False
     pid = int(found.group(1))

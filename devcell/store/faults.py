@@ -195,6 +195,8 @@ def connect(path: Path, *, timeout: float, read_only: bool = False) -> Connectio
     # `a#b` or `x?mode=rwc&` is the file opened (read-only), not another one (or a new one).
     quoted = str(path).replace("%", "%25").replace("?", "%3f").replace("#", "%23")
     target, uri = (f"file:{quoted}?mode=ro", True) if read_only else (str(path), False)
+    if not read_only:
+        _create_owner_only(path)
     try:
         conn = sqlite3.connect(target, isolation_level=None, timeout=timeout, uri=uri,
                                check_same_thread=False, factory=Connection)
@@ -209,6 +211,18 @@ def connect(path: Path, *, timeout: float, read_only: bool = False) -> Connectio
         global _state_db
         _state_db = path
     return conn
+
+
+def _create_owner_only(path: Path) -> None:
+    """Make a missing database file owner-only before SQLite opens it: SQLite gives the -wal,
+    -shm and journal the database file's mode, so they are owner-only too. (Not by setting the
+    umask around the connect: the umask is the process's, shared by its threads, and two
+    overlapping set-and-restore pairs can leave it narrowed for good.)"""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600))
+    except OSError:
+        pass  # there already, or cannot be made: SQLite's own open says which, translated
 
 
 _OS_MACHINE_CAUSES = (StorageError.DISK_FULL, StorageError.READ_ONLY)

@@ -40,8 +40,8 @@ from tests.conftest import db_fingerprint
 LEFT_OUT = {("controller", "run"), ("image", "build-base"), ("image", "prune")}
 NO_FLAGS = {"--watch", "-w", "--help", "-h", "--state-dir", "--run-store", "--server",
             "--context", "--token-file", "--certificate-authority"}
-"""Flags the fuzz never gives: -w watches for ever, --server and its kin would make a context
-current for the tests after it (tests/cli/test_contexts.py covers them), the others the
+"""Flags the fuzz never gives: -w watches for ever, --server and its kin would send a command
+to a server that is not there (tests/cli/test_contexts.py covers them), the others the
 harness sets itself."""
 BLOCKING = {("wait",)}
 """Commands that wait as asked: one that reaches its own --timeout is not a hang."""
@@ -279,6 +279,10 @@ def _refused_properly(code: int | str, out: str, err: str) -> str | None:
 
 def _check(argv: list[Value], state_kind: str, base: Path, folder: Path) -> None:
     folder.mkdir()
+    session_contexts = os.environ.get("DEVCELL_CONTEXTS")
+    # Its own contexts file: `context use --none` or `context delete` make one, and a file
+    # left for the next run (or the tests after the fuzz) changes what their commands import.
+    os.environ["DEVCELL_CONTEXTS"] = str(folder / "contexts.json")
     try:
         state = _make_state(folder, state_kind, base)
         words = [v.prefix + _make_path(folder, v.kind, base) if isinstance(v, Path_) else v
@@ -295,6 +299,10 @@ def _check(argv: list[Value], state_kind: str, base: Path, folder: Path) -> None
             assert after == before, (f"{words!r} on a {state_kind} state directory was refused "
                                      f"(exit {code}) but changed it:\n{err}")
     finally:
+        if session_contexts is None:
+            os.environ.pop("DEVCELL_CONTEXTS", None)
+        else:
+            os.environ["DEVCELL_CONTEXTS"] = session_contexts
         for root, dirs, _ in os.walk(folder):
             for name in dirs:
                 with contextlib.suppress(OSError):

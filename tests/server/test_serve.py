@@ -37,6 +37,25 @@ def test_socket_is_owner_only_and_a_stale_one_is_replaced(tmp_path: Path) -> Non
         sock.close()
 
 
+def test_the_socket_is_owner_only_under_any_umask_and_leaves_the_umask_alone(
+        tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        sock = serve.unix_socket(str(tmp_path / "api.sock"))
+        seen = os.umask(0)
+    finally:
+        os.umask(old)
+    try:
+        assert seen == 0
+        assert stat.S_IMODE(os.lstat(tmp_path / "api.sock").st_mode) == 0o600
+        assert [p.name for p in tmp_path.iterdir()] == ["api.sock"]  # no private detour left
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(str(tmp_path / "api.sock"))
+        client.close()
+    finally:
+        sock.close()
+
+
 def test_a_file_in_the_way_is_refused(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("mine")
     with pytest.raises(UsageError, match="not a socket"):

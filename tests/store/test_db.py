@@ -130,6 +130,22 @@ def test_state_dir_and_files_are_owner_only(state: Path) -> None:
         database.close()
 
 
+def test_opening_the_database_leaves_the_process_umask_alone(state: Path) -> None:
+    """The umask is the process's, shared by its threads (the API server's): set and restored
+    around each open, two overlapping opens once left it at 077 for good, and every file made
+    afterwards (a feature's install.sh, a cell's supervisor) lost its group and other bits."""
+    old = os.umask(0o022)
+    try:
+        with open_database(state).write() as conn:
+            conn.execute("INSERT INTO events (created_at, object_kind, object_name, type, "
+                         "reason) VALUES ('t', 'Cell', 'x', 'Normal', 'r')")
+        seen = os.umask(0o022)
+    finally:
+        os.umask(old)
+    assert seen == 0o022
+    assert all(mode(p) == 0o600 for p in state.iterdir() if p.name.startswith(DB_FILENAME))
+
+
 def test_loose_permissions_are_tightened_on_open(state: Path) -> None:
     open_database(state).close()
     os.chmod(state, 0o755)

@@ -94,7 +94,7 @@ def _extract(source: BinaryIO, into: str, shown: str) -> None:
                     continue
                 path = os.path.join(into, *parts)
                 if member.isdir():
-                    os.makedirs(path, 0o755, exist_ok=True)
+                    _directory(into, parts)
                     continue
                 if not member.isreg():
                     raise ImageBuildFailed(
@@ -104,12 +104,12 @@ def _extract(source: BinaryIO, into: str, shown: str) -> None:
                 if total > MAX_BYTES:
                     raise ImageBuildFailed(f"feature {shown}: its tarball holds more than "
                                            f"{MAX_BYTES >> 20} MiB; refused")
-                os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+                _directory(into, parts[:-1])
                 data = tar.extractfile(member)
                 assert data is not None  # a regular file
-                mode = 0o755 if member.mode & 0o111 else 0o644
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                             | os.O_CLOEXEC, mode)
+                             | os.O_CLOEXEC, 0o600)
+                os.fchmod(fd, 0o755 if member.mode & 0o111 else 0o644)  # whatever our umask
                 with os.fdopen(fd, "wb") as out:
                     while chunk := data.read(_CHUNK):
                         out.write(chunk)
@@ -118,6 +118,19 @@ def _extract(source: BinaryIO, into: str, shown: str) -> None:
                                "refused") from None
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
         raise ImageBuildFailed(f"feature {shown}: its tarball cannot be read ({exc})") from None
+
+
+def _directory(into: str, parts: list[str]) -> None:
+    """`into`/`parts`, each level made 0755 whatever the process's umask (the image's users
+    read a feature's files); levels already there are left as they are."""
+    path = into
+    for part in parts:
+        path = os.path.join(path, part)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(path, 0o755)
 
 
 def feature_root(folder: str) -> str:

@@ -319,14 +319,15 @@ class VmBackend:
                    str(tmp / "root.qcow2")])
         config = tmp / "config"
         config.mkdir(mode=0o700)
-        (config / supervisor.SCRIPT).write_text(script)
         fd = os.open(config / supervisor.SECRETS, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
                      0o600)
         with os.fdopen(fd, "w") as f:
             f.write(supervisor.render_secrets(secret))
-        (config / "hostname").write_text(_hostname(cell.name) + "\n")
-        (config / "mountpath").write_text(
-            str((cell.spec.get("workspace") or {}).get("mountPath") or "/workspace") + "\n")
+        mount_path = str((cell.spec.get("workspace") or {}).get("mountPath") or "/workspace")
+        for name, text in ((supervisor.SCRIPT, script), ("hostname", _hostname(cell.name) + "\n"),
+                           ("mountpath", mount_path + "\n")):
+            (config / name).write_text(text)
+            (config / name).chmod(0o644)  # the guest's user reads them, whatever our umask
         vm_image.mkfs(config, tmp / "config.img", 8 << 20, "devcell-config")
         removal.remove(config)
         (tmp / "config.img").chmod(0o600)

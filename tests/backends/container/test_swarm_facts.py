@@ -45,7 +45,12 @@ def settled(cluster: Swarm, services: list[str], timeout: float = 60,
                     if str(task["CurrentState"]).startswith(final):
                         found[name] = task
         if time.monotonic() > deadline:
-            raise AssertionError(f"tasks not settled: {sorted(set(services) - set(found))}")
+            waiting = {name: [(t.get("Node"), t.get("CurrentState"), t.get("Error"))
+                              for t in tasks(cluster.manager, name)]
+                       for name in sorted(set(services) - set(found))}
+            nodes = cluster.manager.docker("node", "ls", check=False)
+            raise AssertionError(f"tasks not settled: {waiting}\nnodes:\n"
+                                 f"{nodes.stdout.decode()}{nodes.stderr.decode()}")
         time.sleep(0.1)
     return found
 

@@ -42,6 +42,20 @@ def test_regular_files_and_directories_are_extracted(tmp_path: Path) -> None:
     assert os.stat(dest / "install.sh").st_mode & 0o777 == 0o755
 
 
+def test_modes_are_the_same_under_a_narrow_umask(tmp_path: Path) -> None:
+    """A user's umask of 077 (common on hardened machines) must not make a feature's files
+    unreadable to the image's own users."""
+    old = os.umask(0o077)
+    try:
+        unpack.extract(_tar(_file("./install.sh", mode=0o700), _file("./lib/sub/a.sh")),
+                       str(tmp_path / "out"), "f")
+    finally:
+        os.umask(old)
+    out = tmp_path / "out"
+    assert {str(p.relative_to(out)): os.stat(p).st_mode & 0o777 for p in out.rglob("*")} == {
+        "install.sh": 0o755, "lib": 0o755, "lib/sub": 0o755, "lib/sub/a.sh": 0o644}
+
+
 @pytest.mark.parametrize("member", [
     _special("./link", tarfile.SYMTYPE, "/etc/passwd"),
     _special("./hard", tarfile.LNKTYPE, "install.sh"),

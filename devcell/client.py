@@ -318,8 +318,11 @@ class Client:
 
     # -- the exchange ---------------------------------------------------------------------------
 
-    def _action(self, cell: str, action: str, body: dict[str, Any] | None, wait: bool,
-                timeout: int) -> dict[str, Any]:
+    def action(self, cell: str, action: str, body: dict[str, Any] | None = None, *,
+               wait: bool = True, timeout: int = ACTION_TIMEOUT) -> dict[str, Any]:
+        """POST /api/v1/cells/CELL/ACTION (sleep, start, snapshot, fork) with `body` (the
+        snapshot's or fork's fields) and its answer as it is, whatever converging gave
+        (what the CLI prints from; `sleep` and the others raise when it failed)."""
         query = {"wait": "true" if wait else None,
                  "timeoutSeconds": str(timeout) if wait else None}
         path = f"/api/v1/cells/{urllib.parse.quote(cell, safe='')}/{action}"
@@ -327,6 +330,11 @@ class Client:
         result: dict[str, Any] = self._json(
             "POST", path, query, body=data, media="application/json" if data else None,
             read_timeout=timeout + self.timeout if wait else -1.0)
+        return result
+
+    def _action(self, cell: str, action: str, body: dict[str, Any] | None, wait: bool,
+                timeout: int) -> dict[str, Any]:
+        result = self.action(cell, action, body, wait=wait, timeout=timeout)
         if wait and not result.get("ok", True):
             bad = [r for r in result.get("results", []) if r.get("status") != "settled"]
             message = "; ".join(f"{r.get('kind', '').lower()} {r.get('name')}: "

@@ -27,7 +27,11 @@ MAX_TOKEN_BYTES = 4096
 SERVED = {("get", None): "remote_get:run_get",
           ("apply", None): "remote_apply:run_apply",
           ("delete", None): "remote_apply:run_delete",
-          ("wait", None): "remote_wait:run_wait"}
+          ("wait", None): "remote_wait:run_wait",
+          ("snapshot", "create"): "remote_cells:run_snapshot_create",
+          ("cell", "sleep"): "remote_cells:run_cell_sleep",
+          ("cell", "start"): "remote_cells:run_cell_start",
+          ("cell", "fork"): "remote_cells:run_cell_fork"}
 """The commands the API serves, and the handler ("module:function" under devcell.cli) that
 runs each through it (`args.remote` is the client)."""
 

@@ -42,11 +42,15 @@ class Request(Record):
     """fork: publish the cell's ports (False: none)."""
     ports: dict[int, int] = field(default_factory=dict)
     """fork: container port -> the fork's host port."""
+    exclusive: bool = True
+    """snapshot, fork: a name already recorded is a conflict (False: it is recorded again as
+    the CLI's verb records it, `unchanged` when it says the same; a snapshot only of this
+    cell, a fork only over a cell the caller may change)."""
 
 
 _FIELDS: dict[str, dict[str, type]] = {
-    "snapshot": {"name": str, "ttl": str, "consistency": str},
-    "fork": {"name": str, "snapshot": str, "publish": bool, "ports": dict},
+    "snapshot": {"name": str, "ttl": str, "consistency": str, "exclusive": bool},
+    "fork": {"name": str, "snapshot": str, "publish": bool, "ports": dict, "exclusive": bool},
 }
 _REQUIRED: dict[str, tuple[str, ...]] = {"snapshot": ("name",), "fork": ("name", "snapshot")}
 
@@ -80,7 +84,8 @@ def parse(verb: str, data: bytes) -> Request:
         raise UsageError("fork: ports and publish: false contradict each other")
     return Request(verb, name=body["name"], ttl=body.get("ttl"),
                    consistency=body.get("consistency"), snapshot=body.get("snapshot"),
-                   publish=body.get("publish", True), ports=ports)
+                   publish=body.get("publish", True), ports=ports,
+                   exclusive=body.get("exclusive", True))
 
 
 def _ports(given: dict[str, Any]) -> dict[int, int]:
@@ -120,11 +125,7 @@ def record(state_dir: Path, principal: Any, cell: str, request: Request) -> Reco
             raise NotFound(f'cell "{cell}" not found{objects.suggestion(db.conn, "Cell", cell)}')
         policy.require(principal, policy.Verb(request.verb),
                        resources.recorded(db.conn, "Cell", cell))
-        taken = {"snapshot": "Snapshot", "fork": "Cell"}.get(request.verb)
-        if taken is not None and request.name is not None \
-                and objects.get(db.conn, taken, request.name) is not None:
-            raise Conflict(f'{taken.lower()} "{request.name}" already exists; choose another '
-                           "name or delete it first")
+        _taken(db.conn, principal, cell, request)
         version, since = events.latest_id(db.conn), clock.now()
     finally:
         db.close()
@@ -142,10 +143,35 @@ def record(state_dir: Path, principal: Any, cell: str, request: Request) -> Reco
             assert request.name is not None and request.snapshot is not None
             report = cells.fork(state_dir, cell, snapshot=request.snapshot, name=request.name,
                                 host_ports=request.ports or None, publish=request.publish,
-                                exclusive=True, options=options)
+                                exclusive=request.exclusive, options=options)
     doc = reports.document(report)
     doc["resourceVersion"] = str(version)
     return Recorded(doc, since)
+
+
+def _taken(conn: Any, principal: Any, cell: str, request: Request) -> None:
+    """A snapshot's or fork's name already recorded: a Conflict, unless the request is not
+    exclusive and the object is one it may record again (a snapshot of this same cell; a
+    cell the caller may change, which the policy judges)."""
+    from devcell.auth import policy, resources
+    from devcell.store import objects
+
+    kind = {"snapshot": "Snapshot", "fork": "Cell"}.get(request.verb)
+    if kind is None or request.name is None:
+        return
+    found = objects.get(conn, kind, request.name)
+    if found is None:
+        return
+    if not request.exclusive:
+        if kind == "Cell":
+            policy.require(principal, policy.Verb.update,
+                           resources.recorded(conn, "Cell", request.name))
+            return
+        source = objects.get(conn, "Cell", cell)
+        if source is not None and found.extra.get("cell_id") == source.id:
+            return
+    raise Conflict(f'{kind.lower()} "{request.name}" already exists; choose another '
+                   "name or delete it first")
 
 
 def keys(doc: dict[str, Any]) -> list[tuple[str, str]]:
@@ -209,8 +235,12 @@ def finished(db: Any, recorded: Recorded, waited: Waited, timeout: float
     results += [result(k, "waiting", f"timed out after {timeout:g}s: {why}")
                 for k, why in waited.waiting.items()]
     ops = ran_since(db, recorded.since, list(names))
+    from devcell.reconciler import lease
+
+    holder = lease.current_holder(db.state_dir)
     return {**doc, "results": results, "ok": not waited.failed and not waited.waiting,
-            "operations": ops}
+            "operations": ops,
+            "reconciledBy": holder.describe() if holder is not None else None}
 
 
 def ran_since(db: Any, since: str, object_ids: list[str]) -> list[str]:

@@ -94,7 +94,9 @@ def _record_schemas() -> dict[str, Any]:
     out["ActionResult"]["properties"].update({
         "resourceVersion": {"type": "string", "description":
                             "the events' version before the action: watch from it"},
-        "operations": {"type": "array", "items": {"type": "string"}}})
+        "operations": {"type": "array", "items": {"type": "string"}},
+        "reconciledBy": {"type": ["string", "null"], "description":
+                         "wait=true: the daemon that converged it, as the CLI says it"}})
     for kind in kinds.KINDS.values():
         out[kind.name] = {
             "type": "object", "description": f"A {kind.name} as `devcell get -o json` prints it "
@@ -240,6 +242,9 @@ def _operation(route: routes.Route) -> dict[str, Any]:
     return op
 
 
+_EXCLUSIVE = {"type": "boolean", "description": "false: a name already recorded is recorded "
+              "again as the CLI's verb does (a snapshot of this cell; a cell the caller may "
+              "change) instead of a 409"}
 _ACTION_BODIES: dict[str, dict[str, Any]] = {
     "snapshot": {
         "type": "object", "required": ["name"], "additionalProperties": False,
@@ -247,7 +252,8 @@ _ACTION_BODIES: dict[str, dict[str, Any]] = {
             "name": {"type": "string", "description": "the new snapshot's name"},
             "ttl": {"type": "string", "description": "expire it this long after (30m, 7d)"},
             "consistency": {"enum": ["filesystem", "machine"],
-                            "description": "machine: keep memory too (vm)"}}},
+                            "description": "machine: keep memory too (vm)"},
+            "exclusive": _EXCLUSIVE}},
     "fork": {
         "type": "object", "required": ["name", "snapshot"], "additionalProperties": False,
         "properties": {
@@ -257,7 +263,8 @@ _ACTION_BODIES: dict[str, dict[str, Any]] = {
                         "port (default true: the cell's, or those `ports` maps)"},
             "ports": {"type": "object", "description": "container port -> the fork's host "
                       "port", "additionalProperties": {"type": "integer", "minimum": 1,
-                                                       "maximum": 65535}}}},
+                                                       "maximum": 65535}},
+            "exclusive": _EXCLUSIVE}},
 }
 
 

@@ -69,8 +69,14 @@ def test_snapshot_then_fork(api: Api) -> None:
                             json={"name": snap, "ttl": "1h"})
     assert taken.status_code == 200 and taken.json()["ok"], taken.text
     assert _phase(api, "snapshots", snap) == "Ready"
+    assert taken.json()["reconciledBy"].startswith("pid ")  # as the CLI's error lines say it
     again = api.client.post(f"/api/v1/cells/{name}/snapshot", json={"name": snap})
     assert "already exists" in assert_problem(again, 409)["detail"]
+    # exclusive: false records it again as `snapshot create` does (the CLI's remote mode)
+    same = api.client.post(f"/api/v1/cells/{name}/snapshot", params={"wait": "true"},
+                           json={"name": snap, "ttl": "1h", "exclusive": False})
+    assert same.status_code == 200 and same.json()["ok"], same.text
+    assert [c["outcome"] for c in same.json()["changes"]] == ["unchanged"]
     forked = api.client.post(f"/api/v1/cells/{name}/fork", params={"wait": "true"},
                              json={"name": fork, "snapshot": snap})
     assert forked.status_code == 200 and forked.json()["ok"], forked.text
@@ -85,6 +91,12 @@ def test_snapshot_then_fork(api: Api) -> None:
                             json={"name": _unique("f"), "snapshot": snap})
     doc = assert_problem(other, 422)
     assert doc["problems"][0]["field"] == "--snapshot"
+    # not exclusive: a snapshot's name taken by another cell's snapshot is still a conflict;
+    # a fork over a recorded cell is judged as `cell fork` judges it (an admin may change it)
+    assert_problem(api.client.post(f"/api/v1/cells/{fork}/snapshot",
+                                   json={"name": snap, "exclusive": False}), 409)
+    assert_problem(api.client.post(f"/api/v1/cells/{name}/fork", json={
+        "name": "seed", "snapshot": snap, "exclusive": False}), 422)
 
 
 def test_action_errors_are_problems(api: Api) -> None:
@@ -123,6 +135,9 @@ def test_an_action_is_recorded_in_its_callers_name(api: Api) -> None:
         version = int(done.json()["resourceVersion"])
         refused = c.post("/api/v1/cells/seed/sleep")
         assert "refused by rule developer-not-own" in assert_problem(refused, 403)["detail"]
+        over = c.post(f"/api/v1/cells/{name}/fork",
+                      json={"name": "seed", "snapshot": "s", "exclusive": False})
+        assert "refused by rule developer-not-own" in assert_problem(over, 403)["detail"]
     events: list[dict[str, Any]] = api.client.get(
         "/api/v1/events", params={"for": f"cell/{name}"}).json()["items"]
     mine = [e for e in events if e["id"] > version and e.get("actor") == "act-dev"]

@@ -2,7 +2,9 @@
 (the session's `api` daemon, fake backend): a chosen set of `get`, `apply`, `delete` and
 `wait` command lines, their error cases included, run on the daemon's state directory and
 again through its unix socket and its TLS listener on 127.0.0.1 (an admin's token, DevCell's
-own certificate); each gives the same standard output, standard error and exit code.
+own certificate); each gives the same standard output, standard error and exit code. The
+verbs that change a cell (`cell sleep|start|fork`, `snapshot create`) are compared step by
+step: each change made directly (and undone), then through the server; a viewer's refused.
 Then what only a client meets: an unreachable server, a certificate not trusted, a revoked
 token.
 
@@ -148,9 +150,76 @@ def test_what_only_a_client_meets(api: Api, files: dict[str, str], tmp_path: Pat
                               "--certificate-authority", str(api.certificate)])
     code, out, err = viewer(["delete", "cell", files["name"]])
     assert code == 1 and "refused by rule viewer-read-only" in err
+    for verb in (["cell", "sleep", files["name"]], ["cell", "start", files["name"]],
+                 ["snapshot", "create", files["name"], "--name", "v"],
+                 ["cell", "fork", files["name"], "--snapshot", "v", "--name", "w"]):
+        code, out, err = viewer(verb)
+        assert (code, out) == (1, ""), verb
+        assert err.startswith("error: ") and "refused by rule viewer-read-only" in err, err
     assert made not in out + err
     token_id = made.split("_")[1]
     assert api.cli("token", "revoke", token_id).returncode == 0
     code, out, err = viewer(["get", "cells"])
     assert (code, out) == (1, "") and "the token is not valid" in err
     assert "devcell token create" in err and made not in err
+
+
+# -- the verbs on one cell: sleep, start, snapshot create, fork ---------------------------------
+
+
+def _same_verbs(direct: Run, remote: Run, steps: list[tuple[list[str], list[str]]]) -> None:
+    """Each step's direct command line, then its remote one: the same bytes and exit code
+    (each pair's words differ only where a new object's name does: the remote's output is
+    compared with that name put back)."""
+    differ = []
+    for here_argv, there_argv in steps:
+        here = direct(here_argv)
+        there = remote(there_argv)
+        for mine, theirs in zip(here_argv, there_argv, strict=True):
+            if mine != theirs:
+                there = (there[0], there[1].replace(theirs, mine), there[2].replace(theirs, mine))
+        if here != there:
+            differ.append((here_argv, here, there))
+    assert not differ, "\n".join(f"{a}:\n  direct {h}\n  remote {t}" for a, h, t in differ)
+
+
+def test_cell_verbs_the_same_as_on_the_state_directory(
+        api: Api, files: dict[str, str], remote: Run, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    name = f"ra-{uuid.uuid4().hex[:6]}"
+    (tmp_path / "cell.yaml").write_text(cell(name, team="remote-actions"))
+    assert api.cli("apply", "-f", str(tmp_path / "cell.yaml")).returncode == 0
+    wait_for(api, f"/api/v1/cells/{name}", lambda r: r.json()["status"]["phase"] == "Running")
+    direct = _runner(capsys, ["--state-dir", str(api.state)])
+    snap, fork = f"{name}-s", f"{name}-f"
+    for verb, undo in (("sleep", "start"), ("start", "sleep")):
+        # done directly and undone, then done through the server: the same words
+        here = direct(["cell", verb, name])
+        assert direct(["cell", undo, name])[0] == 0
+        there = remote(["cell", verb, name])
+        assert here == there, (verb, here, there)
+        assert here[1].startswith(f"cell/{name} configured\n")
+        # and again: unchanged (sleep: with what it kept)
+        _same_verbs(direct, remote, [(["cell", verb, name, "--timeout", "60s"],) * 2])
+    _same_verbs(direct, remote, [
+        (["snapshot", "create", name, "--name", f"{snap}d"],
+         ["snapshot", "create", name, "--name", f"{snap}r"]),
+        (["snapshot", "create", name, "--name", f"{snap}d"],
+         ["snapshot", "create", name, "--name", f"{snap}r"]),
+        (["snapshot", "create", name, "--name", f"{snap}t", "--ttl", "7d"],
+         ["snapshot", "create", name, "--name", f"{snap}u", "--ttl", "7d"]),
+        (["cell", "fork", name, "--snapshot", f"{snap}d", "--name", f"{fork}d", "--no-ports"],
+         ["cell", "fork", name, "--snapshot", f"{snap}r", "--name", f"{fork}r", "--no-ports"]),
+        (["cell", "fork", name, "--snapshot", f"{snap}d", "--name", f"{fork}d", "--no-ports"],
+         ["cell", "fork", name, "--snapshot", f"{snap}r", "--name", f"{fork}r", "--no-ports"]),
+        # refusals and errors
+        (["cell", "sleep", f"nope-{name}"],) * 2, (["cell", "start", "Bad_Name"],) * 2,
+        (["snapshot", "create", name, "--name", "Bad_"],) * 2,
+        (["snapshot", "create", f"nope-{name}", "--name", "x"],) * 2,
+        (["cell", "fork", name, "--snapshot", "nope", "--name", "x"],) * 2,
+        (["cell", "fork", name, "--snapshot", f"{snap}d", "--name", name],) * 2,
+        (["cell", "fork", f"{fork}d", "--snapshot", f"{snap}d", "--name", "y"],) * 2,
+    ])
+    code, out, err = remote(["cell", "fork", name, "--snapshot", f"{snap}r", "--name", "z",
+                             "--count", "2"])
+    assert (code, out) == (2, "") and "--count is not served" in err

@@ -257,11 +257,31 @@ def _load_image(node: Node, archive: Path) -> None:
         node.docker("load", "-q", input=data.read())
 
 
-def start(count: int = 3, images: tuple[str, ...] = ("devcell/busybox:latest",)) -> Swarm:
+IMAGES = ("devcell/busybox:latest", "devcell/nodetools:latest")
+"""What every node holds: DevCell's base image, and the node tools image its jobs run."""
+
+
+def _node_tools() -> None:
+    """The node tools image on the machine's engine (made by `devcell image build-base`;
+    made here when an older setup lacks it)."""
+
+    from devcell.backends.container.backend import ContainerBackend
+
+    with tempfile.TemporaryDirectory() as state:
+        backend = ContainerBackend(state_dir=Path(state))
+        try:
+            backend.build_node_tools_image()
+        finally:
+            backend.close()
+
+
+def start(count: int = 3, images: tuple[str, ...] = IMAGES) -> Swarm:
     """A swarm of `count` private engines (the first the manager), `images` in each."""
     from tests.backends.engine import in_ci, require_engine
 
     require_engine()
+    if "devcell/nodetools:latest" in images:
+        _node_tools()
     why = ("dockerd is not installed (docker.io; scripts/docker-setup installs it)"
            if shutil.which("dockerd") is None else
            "private dockerd instances need root" if os.geteuid() != 0 else None)

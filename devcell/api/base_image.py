@@ -25,17 +25,27 @@ class BaseImage:
     vm: VmReady | None
     vm_problem: str | None
     """Why the vm backend was not prepared (QEMU or a kernel missing), when it was not."""
+    node_tools_id: str | None = None
+    """`devcell/nodetools:latest`, the image of the jobs on a cluster's nodes (None: not made,
+    node_tools_problem says why)."""
+    node_tools_problem: str | None = None
 
 
 def build(state_dir: Path, *, force: bool = False) -> BaseImage:
     from devcell.backends.container import backend as container
     from devcell.backends.container import base_image
-    from devcell.errors import BackendUnavailable
+    from devcell.errors import BackendError, BackendUnavailable
 
     backend = container.ContainerBackend(state_dir=state_dir)
+    tools: str | None = None
+    tools_problem: str | None = None
     try:
         existed = backend.image_exists(base_image.BASE_IMAGE)
         image_id = backend.build_base_image(force=force)
+        try:
+            tools = backend.build_node_tools_image(force=force)
+        except BackendError as exc:
+            tools_problem = str(exc)
     finally:
         backend.close()
     vm: VmReady | None = None
@@ -45,7 +55,7 @@ def build(state_dir: Path, *, force: bool = False) -> BaseImage:
     except BackendUnavailable as exc:
         problem = str(exc)
     return BaseImage(base_image.BASE_IMAGE, image_id, built=force or not existed, vm=vm,
-                     vm_problem=problem)
+                     vm_problem=problem, node_tools_id=tools, node_tools_problem=tools_problem)
 
 
 def prepare_vm(state_dir: Path, image: str) -> VmReady:

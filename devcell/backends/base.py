@@ -86,11 +86,14 @@ class CheckpointInfo(Record):
     consistency: Consistency
     size_bytes: int = 0
     files: int = 0
+    node: str | None = None
+    """The cluster node whose disk holds it (a cell on the swarm's); None on a single host."""
 
     def outputs(self) -> Outputs:
         """As a step's recorded outputs."""
         return {"checkpoint": self.ref, "consistency": str(self.consistency),
-                "bytes": self.size_bytes, "files": self.files}
+                "bytes": self.size_bytes, "files": self.files,
+                **({"node": self.node} if self.node else {})}
 
 
 class OwnedKind(StrEnum):

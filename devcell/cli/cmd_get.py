@@ -179,10 +179,10 @@ def _table(kind: str, rows: list[dict[str, Any]], wide: bool
                  r["consistency"] or "-", _phase(r), r["forks"] or "-", age(r["created_at"])]
                 for r in rows]
         if wide:
-            headers += ["ID", "CELL-ID", "TAKEN", "SIZE", "UNIQUE"]
+            headers += ["ID", "CELL-ID", "TAKEN", "NODE", "SIZE", "UNIQUE"]
             for d, r in zip(data, rows, strict=True):
                 use = r.get("usage")
-                d += [r["id"], r["cell_id"], r["taken_at"],
+                d += [r["id"], r["cell_id"], r["taken_at"], r.get("node"),
                       None if use is None else render.size(use.usage.logical),
                       None if use is None else render.size(use.unique)]
     elif kind == "volumes":

@@ -18,6 +18,11 @@ def run_build_base(args: argparse.Namespace) -> int:
     made = base_image.build(resolve_state_dir(args.state_dir), force=args.force)
     sys.stdout.write(f"image/{made.image} {'built' if made.built else 'unchanged'} "
                      f"({made.image_id[:19]})\n")
+    if made.node_tools_id is not None:
+        sys.stdout.write(f"image/devcell/nodetools:latest ready ({made.node_tools_id[:19]}; "
+                         "every node of a cluster needs it)\n")
+    elif made.node_tools_problem is not None:
+        sys.stderr.write(f"node tools image not made: {made.node_tools_problem}\n")
     if made.vm is not None:
         vm = made.vm
         sys.stdout.write(f"vm/{vm.image} ready ({vm.root_disk_mib} MiB root disk, kernel "

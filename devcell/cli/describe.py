@@ -343,6 +343,9 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
         _field("Consistency", f"{consistency}: {CONSISTENCY_MEANING.get(consistency, '')}"
                if consistency else "not taken yet")
         _field("Taken", status.get("takenAt"))
+        checkpoint = status.get("checkpoint") or {}
+        _field("Node", f"{checkpoint['node']} (the cluster node holding its checkpoint)"
+               if checkpoint.get("node") else None)
         _field("Forks", ", ".join(lineage.get("forks", [])))
     _conditions(status)
     _operations(conn, record.id)

@@ -79,6 +79,7 @@ def snapshots_table(conn: sqlite3.Connection, selector: Selector | None = None,
         "s.labels, s.consistency, "
         "s.cell_id, c.name AS cell, c.deleted_at AS cell_deleted, "
         "json_extract(s.status, '$.origin.cell') AS imported_from, "
+        "json_extract(s.status, '$.checkpoint.node') AS node, "
         "(SELECT group_concat(f.name, ',') FROM cells f WHERE f.forked_from = s.id "
         " AND f.deleted_at IS NULL) AS forks "
         "FROM snapshots s LEFT JOIN cells c ON c.id = s.cell_id WHERE (s.deleted_at IS NULL"

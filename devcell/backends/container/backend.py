@@ -1793,6 +1793,22 @@ class ContainerBackend:
                                             changes=['CMD ["/bin/sh"]', "WORKDIR /workspace"])
             return str(self.api.inspect_image(image)["Id"])
 
+    def build_node_tools_image(self, *, force: bool = False) -> str:
+        """Import `devcell/nodetools:latest` (base_image.node_tools_tar: what the jobs on a
+        cluster's nodes run); its image id."""
+        from devcell.backends.container import base_image
+
+        image = base_image.NODE_TOOLS_IMAGE
+        if not force and self.image_exists(image):
+            with sdk.engine_calls(f"looking up image {image}"):
+                return str(self.api.inspect_image(image)["Id"])
+        repository, _, tag = image.rpartition(":")
+        data = base_image.node_tools_tar()
+        with sdk.engine_calls(f"importing image {image}"):
+            self.api.import_image_from_data(data, repository=repository, tag=tag,
+                                            changes=['CMD ["/bin/sh"]'])
+            return str(self.api.inspect_image(image)["Id"])
+
 
 def export_image(image: str, into: BinaryIO) -> str:
     """Write the root filesystem of the local image `image` (as a tar stream) into `into`;

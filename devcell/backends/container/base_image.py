@@ -78,3 +78,67 @@ def rootfs_tar(busybox: Path | None = None) -> bytes:
             info.size, info.mode, info.mtime = len(raw), 0o644, now
             tar.addfile(info, io.BytesIO(raw))
     return buffer.getvalue()
+
+
+NODE_TOOLS_IMAGE = "devcell/nodetools:latest"
+"""The image of the jobs that work on a node's workspace volumes (docs/cluster.md): the base
+image's busybox, and GNU cp with the libraries it links, under TOOLS_DIR. GNU cp because a
+cluster checkpoint copies a workspace as the single host's does (`cp -a`: links not followed,
+device files made with mknod and never read, setuid kept, holes kept: busybox's cp writes a
+sparse file's holes out as zeros)."""
+TOOLS_DIR = "usr/lib/devcell"
+GNU_CP_CANDIDATES = ("/usr/bin/cp", "/bin/cp")
+
+
+def _linked(binary: Path) -> tuple[Path, list[Path]]:
+    """The program interpreter and the shared libraries `binary` loads, as ldd finds them."""
+    done = children.run(["ldd", str(binary)])
+    if done.returncode != 0:
+        raise BackendError(f"ldd {binary} failed: {done.stderr.strip()[:200]}")
+    interpreter, libraries = None, []
+    for line in done.stdout.splitlines():
+        words = line.split()
+        if "=>" in words and len(words) >= 3 and words[2].startswith("/"):
+            libraries.append(Path(words[2]))
+        elif words and words[0].startswith("/"):
+            interpreter = Path(words[0])
+    if interpreter is None:
+        raise BackendError(f"ldd {binary} names no program interpreter")
+    return interpreter, libraries
+
+
+def node_tools_tar(busybox: Path | None = None) -> bytes:
+    """The node tools image's root filesystem: the base image's, plus GNU cp (run as
+    `/usr/lib/devcell/cp`, finding its libraries there by LD_LIBRARY_PATH) and the program
+    interpreter at the path cp names."""
+    cp = next((Path(c) for c in GNU_CP_CANDIDATES if Path(c).is_file()), None)
+    if cp is None or b"GNU coreutils" not in children.run([str(cp), "--version"]).stdout.encode():
+        raise BackendError("GNU cp (coreutils) is needed to build the node tools image")
+    interpreter, libraries = _linked(cp)
+    buffer = io.BytesIO(rootfs_tar(busybox))
+    buffer.seek(0, io.SEEK_END)
+    # a tar archive ends with two zero blocks: the new members replace them
+    buffer.seek(buffer.tell() - 2 * tarfile.BLOCKSIZE)
+    buffer.truncate()
+    buffer.seek(0)
+    now = int(time.time())
+    with tarfile.open(fileobj=buffer, mode="a", format=tarfile.GNU_FORMAT) as tar:
+        made: set[str] = set()
+        members = [(cp, f"{TOOLS_DIR}/cp"),
+                   (interpreter, str(interpreter).lstrip("/")),
+                   *((lib, f"{TOOLS_DIR}/{lib.name}") for lib in libraries)]
+        for source, name in members:
+            parts = name.split("/")[:-1]
+            for depth in range(1, len(parts) + 1):
+                directory = "/".join(parts[:depth])
+                if directory in made or directory in _DIRS:
+                    continue
+                made.add(directory)
+                info = tarfile.TarInfo(directory)
+                info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, now
+                tar.addfile(info)
+            data = source.resolve().read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o755, now
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()

@@ -117,6 +117,27 @@ class Manager:
         except BackendNotFound:
             pass
 
+    def logs(self, service_id: str, action: str) -> str:
+        """A service's output (stdout and stderr of its tasks, as `docker service logs`
+        gives it; the last 200 lines), decoded."""
+        body = self._raw("GET", f"/services/{urllib.parse.quote(service_id, safe='')}/logs"
+                                "?stdout=1&stderr=1&tail=200", action)
+        return _demultiplexed(body).decode(errors="replace")
+
+    def _raw(self, method: str, path: str, action: str) -> bytes:
+        try:
+            sock = engine_http.unix(self.socket, TIMEOUT_S)
+            answer = engine_http.request(sock, method, path, limit=4 << 20)
+        except (OSError, engine_http.BadResponse) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise BackendUnavailable(
+                f"{action}: the swarm manager's engine at unix://{self.socket} does not answer "
+                f"({reason}); start it, or correct {self.where}") from None
+        if answer.status >= 300:
+            raise BackendError(f"{action}: the engine answered {answer.status}: "
+                               f"{_message(answer.body)}")
+        return bytes(answer.body or b"")
+
     def create_config(self, name: str, data: bytes, labels: dict[str, str]) -> str:
         """A swarm config (what the swarm hands each node that runs a task using it: no file
         is written on a node by DevCell); an existing one of the name is used, once it is
@@ -189,6 +210,19 @@ class Manager:
 
 def _quoted(service: dict[str, Any]) -> str:
     return urllib.parse.quote(str(service.get("ID") or ""), safe="")
+
+
+def _demultiplexed(body: bytes) -> bytes:
+    """The payload of the engine's multiplexed log stream (an 8-byte header before each
+    frame: stream, 3 zero bytes, big-endian length); a stream without headers as it is."""
+    out, at = [], 0
+    while at + 8 <= len(body):
+        if body[at] not in (0, 1, 2) or body[at + 1:at + 4] != b"\0\0\0":
+            return body
+        size = int.from_bytes(body[at + 4:at + 8], "big")
+        out.append(body[at + 8:at + 8 + size])
+        at += 8 + size
+    return b"".join(out) if at == len(body) else body
 
 
 def _message(body: bytes) -> str:

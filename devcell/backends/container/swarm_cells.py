@@ -45,6 +45,7 @@ from devcell.backends.base import (
     Owned,
     OwnedKind,
 )
+from devcell.backends.container import node_jobs
 from devcell.backends.container import spec as container_spec
 from devcell.backends.container.cluster import Manager
 from devcell.backends.container.labels import CELL, CELL_ID, MANAGED, RUNTIME_HASH, STATE, VOLUME
@@ -65,6 +66,58 @@ WIPE = "dev.devcell.wipe"
 """On a job that empties a deleted cell's workspace on its node: the volume id."""
 WIPE_IMAGE = "devcell/busybox:latest"
 """The job's image: DevCell's base image, which every node must hold (docs/cluster.md)."""
+CHECKPOINT = "dev.devcell.checkpoint"
+"""On a checkpoint's volume on its node: the checkpoint's (its snapshot's) id."""
+FREEZERS = ("/sys/fs/cgroup/freezer/docker/{id}",
+            "/sys/fs/cgroup/freezer/system.slice/docker-{id}.scope",
+            "/sys/fs/cgroup/system.slice/docker-{id}.scope",
+            "/sys/fs/cgroup/docker/{id}")
+"""Where a node's engine puts a container's freezer cgroup: cgroup v1 with the cgroupfs
+driver (Debian's docker.io default), v1 with systemd's, v2 with systemd's, v2 with cgroupfs."""
+FREEZE_TIMEOUT_S = 60.0
+_STATE = (
+    'if [ -e /f/freezer.state ]; then state() { cat /f/freezer.state; }\n'
+    'else state() { grep -q "^frozen 1" /f/cgroup.events && echo FROZEN || echo THAWED; }; fi\n')
+FREEZE = (_STATE
+          + 'if [ -e /f/freezer.state ]; then echo FROZEN > /f/freezer.state;'
+          ' else echo 1 > /f/cgroup.freeze; fi\n'
+          'i=0; while [ "$(state)" != FROZEN ]; do i=$((i + 1));'
+          ' [ $i -lt 500 ] || { echo "still $(state) after 10 s" >&2; exit 1; }; sleep 0.02; done\n'
+          'echo devcell-frozen\n')
+THAW = ('if [ -e /f/freezer.state ]; then echo THAWED > /f/freezer.state;'
+        ' else echo 0 > /f/cgroup.freeze; fi\necho devcell-thawed\n')
+_TREE_FIGURES = (
+    'files=$(find "$1" ! -type d -exec sh -c \'echo $#\' x {} + |'
+    ' awk \'{n += $1} END {printf "%.0f", n}\')\n'
+    'bytes=$(find "$1" -type f -exec stat -c %s {} + | awk \'{n += $1} END {printf "%.0f", n}\')\n'
+    'echo "devcell-tree files=$files bytes=$bytes"\n')
+CHECKPOINT_COPY = (
+    f'figures() {{\n{_TREE_FIGURES}}}\n'
+    'if [ ! -d /c/tree ]; then\n'
+    '  rm -rf /c/.tree.tmp\n'
+    f'  {node_jobs.CP} -a --no-target-directory /w /c/.tree.tmp\n'
+    '  sync -f /c/.tree.tmp\n'
+    '  mv /c/.tree.tmp /c/tree\n'
+    '  sync -f /c\n'
+    'fi\n'
+    'figures /c/tree\n')
+"""The copy job: the workspace (mounted read-only at /w) into /c/tree of the checkpoint's
+volume, under a temporary name renamed once the copy is whole and on disk; a tree a job
+completed before (a crash after it, before the record) is kept as it is."""
+FORK_FILL = (
+    f'figures() {{\n{_TREE_FIGURES}}}\n'
+    '[ -d /c/tree ] || { echo "the checkpoint volume holds no tree" >&2; exit 1; }\n'
+    'find /w -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +\n'
+    f'{node_jobs.CP} -a --no-target-directory /c/tree /w\n'
+    'sync -f /w\n'
+    'figures /w\n')
+"""The fork's job: its new workspace volume (at /w; emptied first, for a job run again after
+a crash) filled from the checkpoint's tree (mounted read-only at /c)."""
+CHECKPOINT_REMOVE = "rm -rf /c/tree /c/.tree.tmp\necho devcell-emptied\n"
+COPY_CAPS = ("CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "MKNOD")
+"""What `cp -a` needs to copy any workspace as root does: read every file, make device files
+(mknod, never opened), give each entry its owner, mode (setuid and setgid too) and times."""
+_CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 START_TIMEOUT_S = 120.0
 UNPLACED_S = 10.0
 """How long a start waits on a task the scheduler finds no node for before it says why."""
@@ -96,13 +149,16 @@ def manager_of(state_dir: Path) -> Manager:
 class Volumes:
     """The control plane's record of each cell workspace: which cell, and the node its
     engine volume is on once a task made it there (None before). One JSON file each under
-    `<state>/cluster/volumes/`, written whole (temporary file and rename)."""
+    `<state>/cluster/volumes/`, written whole (temporary file and rename). The same for the
+    checkpoints (`checkpoints/`: the node and volume holding each) and the cells frozen now
+    (`frozen/`: what thaws them)."""
 
-    def __init__(self, state_dir: Path) -> None:
-        self.root = state_dir / "cluster" / "volumes"
+    def __init__(self, state_dir: Path, kind: str = "volumes") -> None:
+        self.root = state_dir / "cluster" / kind
+        self.what = kind.rstrip("s")
 
     def path(self, volume_id: str) -> Path:
-        return self.root / f"{safe_id('volume', volume_id)}.json"
+        return self.root / f"{safe_id(self.what, volume_id)}.json"
 
     def read(self, volume_id: str) -> dict[str, Any] | None:
         try:
@@ -110,7 +166,8 @@ class Volumes:
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
-            raise BackendError(f"the record of volume {volume_id} cannot be read: {exc}") from None
+            raise BackendError(f"the record of {self.what} {volume_id} cannot be read: "
+                               f"{exc}") from None
         return found if isinstance(found, dict) else None
 
     def write(self, volume_id: str, record: dict[str, Any]) -> None:
@@ -137,6 +194,11 @@ class Volumes:
 def engine_volume(owner: str, volume_id: str) -> str:
     """The engine's name of a workspace volume on its node (this state directory's)."""
     return f"devcell-{owner}-ws-{safe_id('volume', volume_id)}"
+
+
+def checkpoint_volume(owner: str, checkpoint_id: str) -> str:
+    """The engine's name of a checkpoint's volume on its node."""
+    return f"devcell-{owner}-cp-{safe_id('checkpoint', checkpoint_id)}"
 
 
 def service_name(owner: str, cell: CellRef) -> str:
@@ -168,8 +230,6 @@ def unsupported(spec: dict[str, Any]) -> list[str]:
     if source:
         out.append("spec.workspace.source: a seeded or live workspace is filled on the "
                    "manager's disk, not on the node")
-    if (spec.get("workspace") or {}).get("from"):
-        out.append("spec.workspace.from: a fork needs its snapshot on the node (issue 25)")
     network = spec.get("network") or {}
     if network.get("mode", "none") not in ("none", "host") or network.get("ports"):
         out.append("spec.network: a bridge network and published ports need an overlay "
@@ -194,6 +254,9 @@ class SwarmBackend:
         self.owner = state_hash(state_dir)
         self.manager = manager_of(state_dir)
         self.volumes = Volumes(state_dir)
+        self.checkpoints = Volumes(state_dir, "checkpoints")
+        self.frozen = Volumes(state_dir, "frozen")
+        self.nodes = Volumes(state_dir, "nodes")
 
     def close(self) -> None:
         pass
@@ -207,7 +270,7 @@ class SwarmBackend:
         safe_id("cell", cell.id)
         found = [s for s in self.manager.services(self._ours(**{CELL_ID: cell.id}))
                  if _labels(s).get(STATE) == self.owner and _labels(s).get(CELL_ID) == cell.id
-                 and not _labels(s).get(WIPE)]
+                 and not _job(s)]
         if len(found) > 1:
             raise BackendRefused(f"several services carry the labels of cell {cell.name}; "
                                  "remove the extras with docker service rm")
@@ -216,9 +279,11 @@ class SwarmBackend:
     def list_owned(self) -> list[Owned]:
         out = [Owned(OwnedKind.CELL, _labels(s)[CELL_ID], _labels(s)[CELL_ID])
                for s in self.manager.services(self._ours())
-               if _labels(s).get(CELL_ID) and not _labels(s).get(WIPE)]
+               if _labels(s).get(CELL_ID) and not _job(s)]
         out += [Owned(OwnedKind.VOLUME, volume_id, str(record.get("cell_id") or ""))
                 for volume_id, record in self.volumes.all()]
+        out += [Owned(OwnedKind.CHECKPOINT, checkpoint_id, str(record.get("cell_id") or ""))
+                for checkpoint_id, record in self.checkpoints.all()]
         return out
 
     # -- observe -----------------------------------------------------------------------------
@@ -229,7 +294,8 @@ class SwarmBackend:
             return Observed(exists=False)
         node = _labels(service).get(NODE)
         lost = _lost({node: self._node(node)} if node else {})
-        return observed(service, self.manager.tasks_of([str(service["ID"])]), lost)
+        found = observed(service, self.manager.tasks_of([str(service["ID"])]), lost)
+        return found.replace(frozen=True) if self.frozen.read(cell.id) else found
 
     def _node(self, node_id: str) -> dict[str, Any]:
         try:
@@ -245,14 +311,14 @@ class SwarmBackend:
     def create_volume(self, cell: CellRef, volume_id: str, *, from_checkpoint: str | None
                       ) -> Outputs:
         """Recorded only: the node's engine makes the volume when the cell's task first
-        mounts it, on whichever node the scheduler picks (pinned there after)."""
-        if from_checkpoint is not None:
-            raise BackendRefused(f"cell {cell.name}: a fork on a cluster needs its snapshot "
-                                 "on the node, which is not built yet (issue 25)")
+        mounts it, on whichever node the scheduler picks (pinned there after). A fork's is
+        made and filled on its checkpoint's node (`_fork_volume`)."""
         problems = unsupported(cell.spec)
         if problems:
             raise BackendRefused(f"cell {cell.name} cannot run on the cluster yet: "
                                  + "; ".join(problems))
+        if from_checkpoint is not None:
+            return self._fork_volume(cell, volume_id, from_checkpoint)
         if self.volumes.read(volume_id) is None:
             self.volumes.write(volume_id, {"cell_id": cell.id, "cell": cell.name, "node": None,
                                            "volume": engine_volume(self.owner, volume_id)})
@@ -272,7 +338,7 @@ class SwarmBackend:
         if record is None:
             return {"volume": volume_id}
         users = [s for s in self.manager.services(self._ours(**{VOLUME: volume_id}))
-                 if not _labels(s).get(WIPE)]
+                 if not _job(s)]
         if users:
             raise BackendError(f"volume {volume_id} is still mounted by service "
                                f"{(users[0].get('Spec') or {}).get('Name')}; delete the cell "
@@ -377,11 +443,8 @@ class SwarmBackend:
             "CapabilityAdd": [c if c.startswith("CAP_") else f"CAP_{c}"
                               for c in kwargs["cap_add"]],
             "Mounts": [
-                {"Type": "volume", "Source": engine_volume(self.owner, cell.volume_id),
-                 "Target": mount,
-                 "VolumeOptions": {"NoCopy": True, "DriverConfig": {"Name": "local"},
-                                   "Labels": self._ours(**{CELL_ID: cell.id, CELL: cell.name,
-                                                           VOLUME: cell.volume_id})}},
+                self._volume_mount(engine_volume(self.owner, cell.volume_id), mount,
+                                   self._workspace_labels(cell, cell.volume_id)),
                 {"Type": "tmpfs", "Target": security.SERVICE_LOG_DIR,
                  "TmpfsOptions": {"SizeBytes": 64 << 20}},
             ],
@@ -561,31 +624,214 @@ class SwarmBackend:
         on_open()
         stop.wait()
 
-    # -- what needs the node's disk: not yet -------------------------------------------------
+    # -- workspace operations on the node (node_jobs) ---------------------------------------
 
     def _not_yet(self, what: str) -> BackendRefused:
         return BackendRefused(f"{what} of a cell on the cluster is not built yet (issue 25: "
                               "workspace operations on the node that holds them)")
 
-    def quiesce(self, cell: CellRef) -> Outputs:
-        raise self._not_yet("a snapshot or sleep")
-
-    def checkpoint(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
-        raise self._not_yet("a snapshot or sleep")
-
-    def resume(self, cell: CellRef) -> Outputs:
-        return {}
-
-    def checkpoint_exists(self, checkpoint_id: str) -> bool:
-        return False
-
-    def find_checkpoint(self, checkpoint_id: str) -> CheckpointInfo | None:
+    def _running_task(self, cell: CellRef) -> dict[str, Any] | None:
+        service = self._service(cell)
+        if service is None or not _replicas(service):
+            return None
+        for task in self.manager.tasks_of([str(service["ID"])]):
+            if (task.get("DesiredState") == "running"
+                    and (task.get("Status") or {}).get("State") == "running"):
+                return task
         return None
 
+    def _freezer(self, cell: CellRef, node: str, container: str, *, thaw: bool,
+                 templates: tuple[str, ...]) -> str | None:
+        """The job that freezes (or thaws) the cell's container through its cgroup on the
+        node, with that one directory mounted; which cgroup path it was (None: not on the
+        node, the container is gone). The manager cannot know the node's cgroup layout: each
+        candidate is tried (a missing bind source rejects the task at once, facts), the one
+        found first recorded for the node and tried first next time."""
+        record = self.nodes.read(node) or {}
+        known = record.get("freezer")
+        order = ([known] if known in templates else []) + [t for t in templates if t != known]
+        verb = "thawing" if thaw else "freezing"
+        for template in order:
+            mount = {"Type": "bind", "Source": template.format(id=container), "Target": "/f"}
+            try:
+                node_jobs.run(self.manager, self.owner, node=node,
+                              job=f"{'thaw' if thaw else 'freeze'}:{cell.id}",
+                              what=f"{verb} cell {cell.name}", script=THAW if thaw else FREEZE,
+                              mounts=[mount], timeout=FREEZE_TIMEOUT_S)
+            except node_jobs.SourceMissing:
+                continue
+            if known != template:
+                self.nodes.write(node, dict(record, freezer=template))
+            return template
+        return None
+
+    def quiesce(self, cell: CellRef) -> Outputs:
+        """The cell's running task frozen on its node (a job writing its cgroup's freezer, as
+        the single host's checkpoint freezes a container); nothing when it does not run.
+        Recorded before the freeze, so a kill between here and resume leaves it observed
+        frozen (and resumed)."""
+        task = self._running_task(cell)
+        if task is None:
+            return {"frozen": False}
+        node = str(task.get("NodeID") or "")
+        container = str(((task.get("Status") or {}).get("ContainerStatus") or {})
+                        .get("ContainerID") or "")
+        if not _CONTAINER_ID.fullmatch(container) or not node:
+            raise BackendError(f"the running task of cell {cell.name} names no container yet")
+        node_jobs.node_ready(self.manager, node, f"freezing cell {cell.name}")
+        self.frozen.write(cell.id, {"node": node, "container": container, "freezer": None})
+        template = self._freezer(cell, node, container, thaw=False, templates=FREEZERS)
+        if template is None:
+            self.frozen.remove(cell.id)
+            raise BackendError(f"freezing cell {cell.name} on node {node}: its container's "
+                               "cgroup is at none of " + ", ".join(
+                                   t.format(id=container[:12] + "...") for t in FREEZERS))
+        self.frozen.write(cell.id, {"node": node, "container": container, "freezer": template})
+        return {"frozen": True, "node": node, "how": "cgroup"}
+
+    def resume(self, cell: CellRef) -> Outputs:
+        """The cell's task thawed on its node, if this backend froze it (its record)."""
+        held = self.frozen.read(cell.id)
+        if held is None:
+            return {}
+        node, container = str(held.get("node")), str(held.get("container"))
+        try:
+            node_jobs.node_ready(self.manager, node, f"thawing cell {cell.name}")
+        except BackendNotFound:  # the node left the swarm, and its processes with it
+            self.frozen.remove(cell.id)
+            return {"node": node, "thawed": False}
+        known = held.get("freezer")
+        thawed = _CONTAINER_ID.fullmatch(container) is not None and self._freezer(
+            cell, node, container, thaw=True,
+            templates=(known,) if known in FREEZERS else FREEZERS) is not None
+        self.frozen.remove(cell.id)
+        return {"node": node, "thawed": thawed}
+
+    def _checkpoint_info(self, checkpoint_id: str, record: dict[str, Any]) -> CheckpointInfo:
+        return CheckpointInfo(ref=str(record.get("volume")), consistency=Consistency.FILESYSTEM,
+                              size_bytes=int(record.get("size_bytes") or 0),
+                              files=int(record.get("files") or 0),
+                              node=str(record.get("node") or "") or None)
+
+    def _volume_mount(self, name: str, target: str, labels: dict[str, str], *,
+                      read_only: bool = False) -> dict[str, Any]:
+        return {"Type": "volume", "Source": name, "Target": target, "ReadOnly": read_only,
+                "VolumeOptions": {"NoCopy": True, "DriverConfig": {"Name": "local"},
+                                  "Labels": self._ours(**labels)}}
+
+    def _workspace_labels(self, cell: CellRef, volume_id: str) -> dict[str, str]:
+        return {CELL_ID: cell.id, CELL: cell.name, VOLUME: volume_id}
+
+    def checkpoint(self, cell: CellRef, checkpoint_id: str) -> CheckpointInfo:
+        """The workspace copied into a checkpoint volume on its node by a job there (`cp -a`
+        as on a single host: links kept, not followed; device files made, not read; setuid
+        and holes kept), with the cell frozen for the copy (by quiesce, or here)."""
+        existing = self.checkpoints.read(checkpoint_id)
+        if existing is not None:
+            return self._checkpoint_info(checkpoint_id, existing)
+        if cell.volume_id is None:
+            raise BackendError(f"cell {cell.name} has no workspace volume to checkpoint")
+        record = self.volumes.read(cell.volume_id) or {}
+        node = record.get("node")
+        if not node:
+            raise BackendError(f"cell {cell.name} never ran: its workspace is on no node yet")
+        what = f"checkpointing cell {cell.name}"
+        node_jobs.node_ready(self.manager, str(node), what)
+        froze = (self.frozen.read(cell.id) is None and self._running_task(cell) is not None
+                 and self.quiesce(cell).get("frozen"))
+        name = checkpoint_volume(self.owner, checkpoint_id)
+        began = time.monotonic()
+        try:
+            out = node_jobs.run(
+                self.manager, self.owner, node=str(node), job=f"checkpoint:{checkpoint_id}",
+                what=what, script=CHECKPOINT_COPY, caps=COPY_CAPS,
+                mounts=[self._volume_mount(str(record.get("volume")), "/w",
+                                           self._workspace_labels(cell, cell.volume_id),
+                                           read_only=True),
+                        self._volume_mount(name, "/c", {CHECKPOINT: checkpoint_id,
+                                                        CELL_ID: cell.id})])
+        finally:
+            if froze:
+                self.resume(cell)
+        found = node_jobs.outputs(out, "devcell-tree")
+        meta = {"node": node, "volume": name, "cell_id": cell.id, "cell": cell.name,
+                "from_volume": cell.volume_id, "files": _int(found.get("files")),
+                "size_bytes": _int(found.get("bytes")), "created": time.time(),
+                "copy_ms": round((time.monotonic() - began) * 1000, 1)}
+        self.checkpoints.write(checkpoint_id, meta)
+        logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-").info(
+            "checkpoint {} on node {}: {} files, {} bytes in {} ms", checkpoint_id, node,
+            meta["files"], meta["size_bytes"], meta["copy_ms"])
+        return self._checkpoint_info(checkpoint_id, meta)
+
+    def checkpoint_exists(self, checkpoint_id: str) -> bool:
+        return self.checkpoints.read(checkpoint_id) is not None
+
+    def find_checkpoint(self, checkpoint_id: str) -> CheckpointInfo | None:
+        record = self.checkpoints.read(checkpoint_id)
+        return None if record is None else self._checkpoint_info(checkpoint_id, record)
+
     def delete_checkpoint(self, checkpoint_id: str) -> Outputs:
-        return {"checkpoint": checkpoint_id}
+        """The checkpoint's tree removed on its node by a job there, then its record. The
+        emptied volume object stays on the node (no swarm call removes a node's volume; only
+        its engine can, docs/cluster.md). A node that left the swarm took the bytes with it:
+        only the record goes; a node that is down fails the step, retried later."""
+        record = self.checkpoints.read(checkpoint_id)
+        if record is None:
+            return {"checkpoint": checkpoint_id}
+        node = str(record.get("node"))
+        what = f"deleting checkpoint {checkpoint_id}"
+        outputs: Outputs = {"checkpoint": checkpoint_id, "node": node}
+        try:
+            node_jobs.node_ready(self.manager, node, what)
+        except BackendNotFound:
+            self.checkpoints.remove(checkpoint_id)
+            return {**outputs, "emptied": False}
+        node_jobs.run(self.manager, self.owner, node=node, job=f"uncheckpoint:{checkpoint_id}",
+                      what=what, script=CHECKPOINT_REMOVE, caps=("DAC_OVERRIDE", "FOWNER"),
+                      mounts=[self._volume_mount(str(record.get("volume")), "/c",
+                                                 {CHECKPOINT: checkpoint_id})])
+        self.checkpoints.remove(checkpoint_id)
+        return {**outputs, "emptied": True}
+
+    def _fork_volume(self, cell: CellRef, volume_id: str, checkpoint_id: str) -> Outputs:
+        """A fork's workspace made on the node holding its checkpoint, filled from it by a
+        job there; recorded on that node, so the fork's service is pinned to it."""
+        source = self.checkpoints.read(checkpoint_id)
+        if source is None:
+            raise BackendNotFound(f"cell {cell.name}: checkpoint {checkpoint_id} is on no node "
+                                  "of the cluster (a snapshot taken on the cluster can be "
+                                  "forked here; an imported one cannot yet)")
+        node = str(source.get("node"))
+        what = f"filling the workspace of cell {cell.name} from checkpoint {checkpoint_id}"
+        node_jobs.node_ready(self.manager, node, what)
+        name = engine_volume(self.owner, volume_id)
+        record = self.volumes.read(volume_id)
+        if record is not None and record.get("filled"):
+            return {"volume": volume_id, "node": node, "restoredFrom": checkpoint_id,
+                    "storage": "node"}
+        self.volumes.write(volume_id, {"cell_id": cell.id, "cell": cell.name, "node": node,
+                                       "volume": name, "from": checkpoint_id, "filled": False})
+        out = node_jobs.run(
+            self.manager, self.owner, node=node, job=f"fill:{volume_id}", what=what,
+            script=FORK_FILL, caps=COPY_CAPS,
+            mounts=[self._volume_mount(str(source.get("volume")), "/c",
+                                       {CHECKPOINT: checkpoint_id}, read_only=True),
+                    self._volume_mount(name, "/w", self._workspace_labels(cell, volume_id))])
+        found = node_jobs.outputs(out, "devcell-tree")
+        self.volumes.write(volume_id, {"cell_id": cell.id, "cell": cell.name, "node": node,
+                                       "volume": name, "from": checkpoint_id, "filled": True})
+        return {"volume": volume_id, "node": node, "restoredFrom": checkpoint_id,
+                "files": _int(found.get("files")), "bytes": _int(found.get("bytes")),
+                "storage": "node"}
 
     def checkpoint_files(self, checkpoint_id: str) -> Path | None:
+        """Never on the manager: a cluster checkpoint's files are on its node (an export or
+        push of one is refused, not written without its files)."""
+        record = self.checkpoints.read(checkpoint_id)
+        if record is not None:
+            raise self._not_yet(f"exporting or pushing snapshot {checkpoint_id} (its files "
+                                f"are on node {record.get('node')})")
         return None
 
     def checkpoint_sidecars(self, checkpoint_id: str) -> Path | None:
@@ -607,8 +853,21 @@ class SwarmBackend:
         return {}
 
 
+def _int(value: str | None) -> int:
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
+
+
 def _labels(service: dict[str, Any]) -> dict[str, str]:
     return dict((service.get("Spec") or {}).get("Labels") or {})
+
+
+def _job(service: dict[str, Any]) -> bool:
+    """A job on a node (emptying a volume, a checkpoint's copy...), not a cell."""
+    labels = _labels(service)
+    return bool(labels.get(WIPE) or labels.get(node_jobs.JOB))
 
 
 def _name(service: dict[str, Any]) -> str:
@@ -671,9 +930,15 @@ def observe_all(state_dir: Path) -> dict[str, Observed]:
     manager = manager_of(state_dir)
     owner = state_hash(state_dir)
     services = [s for s in manager.services({MANAGED: "true", STATE: owner})
-                if _labels(s).get(CELL_ID) and not _labels(s).get(WIPE)]
+                if _labels(s).get(CELL_ID) and not _job(s)]
     if not services:
         return {}
     tasks = manager.tasks_of([str(s["ID"]) for s in services])
     lost = _lost({str(n.get("ID")): n for n in manager.nodes()})
-    return {_labels(s)[CELL_ID]: observed(s, tasks, lost) for s in services}
+    frozen = Volumes(state_dir, "frozen")
+    out = {}
+    for service in services:
+        cell_id = _labels(service)[CELL_ID]
+        found = observed(service, tasks, lost)
+        out[cell_id] = found.replace(frozen=True) if frozen.read(cell_id) else found
+    return out

@@ -151,3 +151,38 @@ def test_overlay_network_across_engines_of_one_host_fails(clean_swarm: Swarm) ->
             if time.monotonic() > deadline:
                 pytest.fail("the overlay network could not be removed")
             time.sleep(0.2)
+
+
+def test_a_task_is_frozen_only_by_a_job_on_its_node(clean_swarm: Swarm) -> None:
+    """The swarm API has no call that pauses, signals or execs into a task, and the manager's
+    engine lists its own volumes only (`docker -H MANAGER volume ls`): what touches a task's
+    processes or a node's volumes runs on that node. A job with only the task's freezer
+    cgroup directory bind-mounted (every capability dropped) freezes it: runc on the node
+    then refuses an exec into the container as paused (the engine's own state still says
+    running); a second job thaws it. Cost ~3 s."""
+    cluster, worker = clean_swarm, clean_swarm.workers[-1]
+    m = cluster.manager
+    on_worker = f"node.id=={worker.node_id}"
+    create(m, "fact-frozen", "--constraint", on_worker, "--mount",
+           "type=volume,src=fact-node-volume,dst=/w", IMAGE, "sleep", "300")
+    found = settled(cluster, ["fact-frozen"])
+    assert str(found["fact-frozen"]["CurrentState"]).startswith("Running")
+    container = container_on(worker, "fact-frozen")["Id"]
+    assert b"fact-node-volume" in worker.docker("volume", "ls", "-q").stdout
+    assert b"fact-node-volume" not in m.docker("volume", "ls", "-q").stdout
+    for verb in ("service", "pause"), ("service", "exec"), ("service", "kill"):
+        said = m.docker(*verb, "fact-frozen", check=False)
+        assert said.returncode != 0, verb  # not a docker service command
+    freezer = f"/sys/fs/cgroup/freezer/docker/{container}"
+    for name, state in (("fact-freeze", "FROZEN"), ("fact-thaw", "THAWED")):
+        create(m, name, "--mode", "replicated-job", "--constraint", on_worker,
+               "--cap-drop", "ALL", "--mount", f"type=bind,src={freezer},dst=/f", IMAGE,
+               "sh", "-c", f"echo {state} > /f/freezer.state; sleep 0.2; cat /f/freezer.state")
+        done = settled(cluster, [name], jobs=(name,))
+        assert str(done[name]["CurrentState"]).startswith("Complete"), done[name]
+        assert state in m.docker("service", "logs", "--raw", name).stdout.decode()
+        ran = worker.docker("exec", container, "true", check=False)  # runc reads the freezer
+        if state == "FROZEN":
+            assert ran.returncode != 0 and b"paused" in ran.stdout + ran.stderr
+        else:
+            assert ran.returncode == 0, ran.stderr

@@ -13,7 +13,7 @@ from devcell.backends import load
 from devcell.backends.base import CellRef
 from devcell.backends.container.swarm_cells import NODE, SwarmBackend, unsupported
 from devcell.cli.main import main
-from devcell.errors import BackendRefused
+from devcell.errors import BackendNotFound, BackendRefused
 
 
 def configure(state: Path, engine: str = "unix:///nonexistent/docker.sock") -> None:
@@ -80,7 +80,7 @@ def test_what_needs_a_nodes_disk_is_refused_by_field(tmp_path: Path) -> None:
     with pytest.raises(BackendRefused, match="spec.sidecars: sidecars share"):
         backend.create_volume(cell(sidecars=[{"name": "db"}]), "v0ffee01",
                               from_checkpoint=None)
-    with pytest.raises(BackendRefused, match="a fork on a cluster"):
+    with pytest.raises(BackendNotFound, match="checkpoint snap is on no node of the cluster"):
         backend.create_volume(cell(), "v0ffee01", from_checkpoint="snap")
     assert not backend.volume_exists("v0ffee01")
     backend.create_volume(cell(), "v0ffee01", from_checkpoint=None)

@@ -1,0 +1,124 @@
+"""DevCell's own scripts run on one node of the cluster, as swarm jobs (docs/cluster.md).
+
+A workspace and its checkpoints live on the node that made them; the manager never reads that
+disk. What must touch them (freeze a cell's processes, copy a workspace into a checkpoint,
+fill a fork's workspace from one, empty a checkpoint) is a `replicated-job` of one task
+constrained to that node's id, made through the manager's engine, from the node tools image
+(`devcell/nodetools:latest`: busybox and GNU cp, base_image.node_tools_tar), with every
+capability dropped but the few its step names, a read-only root filesystem, and only the
+volumes (or the one cgroup directory) its step needs mounted. The job's output is read back
+through the manager (`service logs`), then the job removed.
+
+Why jobs and not a DevCell service on each node: a job holds its privileges only while its
+step runs, mounts only what that step touches, and needs nothing installed on the node but
+the image (facts: jobs run to completion, their logs are readable, a bind source missing on
+the node rejects the task, which is how a cgroup path that is not there is told apart).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+from devcell.backends.container.base_image import NODE_TOOLS_IMAGE, TOOLS_DIR
+from devcell.backends.container.cluster import Manager
+from devcell.backends.container.labels import MANAGED, STATE
+from devcell.errors import BackendError, BackendNotFound
+from devcell.log import logger
+
+JOB = "dev.devcell.job"
+"""On a node job's service: what it does and to what (`checkpoint:<id>`, `fill:<volume>`)."""
+FAILED = ("failed", "rejected", "orphaned")
+POLL_S = 0.1
+PENDING_S = 60.0
+"""How long a job may wait unplaced (its node paused or its resources taken) before it is
+given up: the node that holds the workspace is the only one it can run on."""
+MISSING_SOURCE = "bind source path does not exist"
+"""What the node's engine says of a bind mount whose source is not on the node (facts)."""
+CP = f"/{TOOLS_DIR}/cp"
+ENV = [f"LD_LIBRARY_PATH=/{TOOLS_DIR}", "PATH=/bin"]
+
+
+class SourceMissing(BackendError):
+    """The job's bind source is not on the node (its task was rejected before it ran)."""
+
+
+def node_ready(manager: Manager, node: str, what: str) -> None:
+    """Refuse to start a job on a node the cluster has lost (it would wait, pending, for it)."""
+    try:
+        found = manager.node(node)
+    except BackendNotFound:
+        raise BackendNotFound(f"{what}: node {node} is no longer in the swarm") from None
+    status = found.get("Status") or {}
+    if status.get("State") != "ready":
+        why = str(status.get("Message") or "").strip()
+        raise BackendError(f"{what}: node {node} is {status.get('State')}"
+                           + (f" ({why[:200]})" if why else "")
+                           + "; it holds the workspace, so this waits for it")
+
+
+def run(manager: Manager, owner: str, *, node: str, job: str, what: str, script: str,
+        mounts: list[dict[str, Any]], caps: tuple[str, ...] = (),
+        timeout: float = 3600.0) -> str:
+    """Run `script` (busybox sh) on `node` as a job labelled `job`; its output once it
+    completed. BackendError with the job's words when it fails; SourceMissing when a bind
+    mount's source is not on the node. A job of the same label left by a crash is removed
+    first; this one is removed after, whatever happened."""
+    labels = {MANAGED: "true", STATE: owner, JOB: job}
+    for old in manager.services(labels):
+        manager.remove_service(str(old["ID"]), f"removing an earlier job {job}")
+    tag = hashlib.sha256(f"{owner}/{job}".encode()).hexdigest()[:16]
+    name = f"devcell-{job.partition(':')[0]}-{tag}"
+    spec = {
+        "Name": name, "Labels": labels,
+        "TaskTemplate": {
+            "ContainerSpec": {
+                "Image": NODE_TOOLS_IMAGE, "Labels": labels, "Env": ENV,
+                "Command": ["/bin/sh", "-c", "set -eu\n" + script],
+                "Mounts": mounts, "ReadOnly": True,
+                "CapabilityDrop": ["ALL"],
+                "CapabilityAdd": [f"CAP_{c}" for c in caps],
+            },
+            "Placement": {"Constraints": [f"node.id=={node}"]},
+            "RestartPolicy": {"Condition": "none"},
+            "Resources": {"Limits": {"Pids": 256}},
+        },
+        "Mode": {"ReplicatedJob": {"MaxConcurrent": 1, "TotalCompletions": 1}},
+    }
+    began = time.monotonic()
+    service = manager.create_service(spec, f"{what}: starting its job on node {node}")
+    try:
+        while True:
+            tasks = manager.tasks_of([service])
+            states = [str((t.get("Status") or {}).get("State")) for t in tasks]
+            if "complete" in states:
+                out = manager.logs(service, f"{what}: reading its job's output")
+                logger.bind(backend="container").debug(
+                    "job {} on node {}: {:.2f} s", job, node, time.monotonic() - began)
+                return out
+            failed = [t for t in tasks if (t.get("Status") or {}).get("State") in FAILED]
+            if failed:
+                status = failed[0].get("Status") or {}
+                err = str(status.get("Err") or status.get("Message") or "")
+                if MISSING_SOURCE in err:
+                    raise SourceMissing(f"{what} on node {node}: {err[:300]}")
+                said = manager.logs(service, f"{what}: reading its job's output").strip()
+                raise BackendError(f"{what} on node {node} failed: {err[:300]}"
+                                   + (f": {said[-500:]}" if said else ""))
+            waited = time.monotonic() - began
+            if waited > timeout or (waited > PENDING_S and set(states) <= {"pending", "new"}):
+                raise BackendError(f"{what} on node {node}: its job did not complete within "
+                                   f"{waited:.0f} s ({', '.join(states) or 'no task'})")
+            time.sleep(POLL_S)
+    finally:
+        manager.remove_service(service, f"removing job {job}")
+
+
+def outputs(text: str, prefix: str) -> dict[str, str]:
+    """The `KEY=VALUE` words of the job's line that starts with `prefix` (its last)."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith(prefix + " "):
+            found = dict(w.partition("=")[::2] for w in line.split()[1:] if "=" in w)
+    return found

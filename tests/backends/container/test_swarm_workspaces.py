@@ -1,0 +1,231 @@
+"""Workspace operations of cells on the session's test swarm, carried out on the node that
+holds the workspace by jobs there (docs/cluster.md): a snapshot (the cell frozen through its
+cgroup on its node, the workspace copied into a checkpoint volume there), a fork of it (its
+workspace filled from that volume on the same node, the fork pinned there) and the snapshot's
+deletion (the checkpoint's tree removed on its node); and a sleep and start (the
+checkpoint on the node, the service removed, the workspace kept there). The workspace is
+hostile: a link to /etc/passwd, a fifo, a 100 GiB sparse file, a /dev/zero device node and a
+setuid file, each copied as what it is (a copy that followed, opened or read any of them
+would hang, fill the disk or copy the host's file).
+
+Cost (measured at load ~3-6 on 2 cores): ~25 s for the module with the swarm's start and
+stop (~5 s and ~2 s, once per session): the cell's apply and the snapshot ~2 s (three jobs:
+freeze, copy, thaw, ~0.5 s each), the fork ~2.5 s (the fill job and the service), the
+deletes ~3 s, the sleep and start ~9 s (most of it the engine stopping the sleeping cell's
+task).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.backends.container.test_swarm_cells import cells, cli, configure, container_on
+from tests.swarm import Node, Swarm, reset_nodes
+
+IMAGE = "devcell/busybox:latest"
+SPARSE = 100 << 30
+WRITE = ("cd /workspace; [ -e a ] || { echo hello > a; mkdir d; echo deep > d/b;"
+         " ln -s /etc/passwd pw; mkfifo fifo; truncate -s " + str(SPARSE) + " sparse;"
+         " echo end >> sparse; cp /bin/busybox suid; chmod 4755 suid; }; exec sleep 100000")
+
+
+@dataclass
+class Taken:
+    swarm: Swarm
+    state: Path
+    node: Node
+    container: str
+    seconds: float
+
+
+def manifest(name: str) -> str:
+    return (f"apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata:\n  name: {name}\nspec:\n"
+            f"  backend: container\n  image: {IMAGE}\n"
+            f"  resources: {{memory: 32Mi, cpus: 0.05}}\n"
+            f"  services:\n    - name: boot\n      command: [sh, -c, {json.dumps(WRITE)}]\n")
+
+
+def _volume(node: Node, label: str) -> str:
+    found = node.docker("volume", "ls", "-q", "--filter", f"label={label}").stdout.decode().split()
+    assert len(found) == 1, (label, found)
+    return found[0]
+
+
+def _look(node: Node, volume: str, script: str) -> str:
+    """`script` run on the node's engine with `volume` at /v (read-only): how the test sees
+    what the node holds (DevCell itself never reads a node's disk)."""
+    return node.docker("run", "--rm", "--network", "none", "-v", f"{volume}:/v:ro", IMAGE,
+                       "sh", "-c", script).stdout.decode()
+
+
+HOSTILE = ("cd {root}; cat a d/b; readlink pw; stat -c '%F %s %b' fifo sparse;"
+           " tail -c 4 sparse; stat -c '%F %t:%T' zero; stat -c '%a %s' suid")
+
+
+def _expected(blocks: str) -> str:
+    return (f"hello\ndeep\n/etc/passwd\nfifo 0 0\nregular file {SPARSE + 4} {blocks}\nend\n"
+            "character special file 1:5\n4755 " f"{Path('/bin/busybox').stat().st_size}\n")
+
+
+@pytest.fixture(scope="module")
+def taken(swarm: Swarm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Taken]:
+    state = tmp_path_factory.mktemp("swarm-workspaces") / "state"
+    configure(state, swarm.manager.host)
+    reset_nodes(swarm)
+    try:
+        path = state.parent / "src.yaml"
+        path.write_text(manifest("src"))
+        code, _, err = cli(state, "apply", "-f", str(path))
+        assert code == 0, err
+        node = next(n for n in swarm.nodes if n.node_id == cells_node(state, "src"))
+        container = container_on(node, "src")
+        swarm.wait(lambda: node.docker("exec", container, "stat", "/workspace/suid",
+                                       check=False).returncode == 0, "the files written")
+        # A device node: a cell drops CAP_MKNOD, so the node's engine makes it beside them.
+        node.docker("run", "--rm", "--network", "none", "-v",
+                    f"{_volume(node, 'dev.devcell.cell=src')}:/w", IMAGE,
+                    "mknod", "/w/zero", "c", "1", "5")
+        began = time.monotonic()
+        code, out, err = cli(state, "snapshot", "create", "src", "--name", "s1")
+        seconds = time.monotonic() - began
+        assert code == 0, err
+        yield Taken(swarm, state, node, container, seconds)
+    finally:
+        swarm.remove_services()
+
+
+def cells_node(state: Path, name: str) -> str:
+    return cells(_Placed(state))[name]["NODE"]
+
+
+@dataclass
+class _Placed:
+    state: Path
+
+
+def _snapshot_row(state: Path) -> dict[str, str]:
+    code, out, err = cli(state, "get", "snapshots", "-o", "wide")
+    assert code == 0, err
+    header, row = out.splitlines()[:2]
+    return dict(zip(header.split(), row.split(), strict=False))
+
+
+def test_a_snapshot_is_copied_on_its_node_with_the_cell_frozen_for_the_copy(
+        taken: Taken) -> None:
+    print(f"\nsnapshot of a cell on the swarm in {taken.seconds:.1f} s")
+    node = taken.node
+    row = _snapshot_row(taken.state)
+    assert row["PHASE"] == "Ready" and row["NODE"] == node.node_id, row
+    code, out, _ = cli(taken.state, "describe", "snapshot", "s1")
+    assert "Node:" in out and node.node_id in out, out
+
+    # Each step of the operation names the node; the freeze was the cgroup's, not a stop.
+    steps = _steps(taken.state, "s1")
+    assert [s["name"] for s in steps] == ["quiesce", "checkpoint", "resume"], steps
+    assert all(s["outputs"]["node"] == node.node_id for s in steps), steps
+    assert steps[0]["outputs"]["frozen"] is True and steps[2]["outputs"]["thawed"] is True
+    assert container_on(node, "src") == taken.container  # the same processes, thawed
+    assert node.docker("inspect", "--format", "{{.State.Status}}", taken.container
+                       ).stdout.decode().strip() == "running"
+
+    # On the node: the checkpoint volume, labelled, holding each entry as what it is.
+    volume = _volume(node, "dev.devcell.checkpoint")
+    blocks = _look(node, volume, "stat -c %b /v/tree/sparse").strip()
+    assert int(blocks) < 1024, blocks  # the holes kept: 100 GiB of zeros never written
+    assert _look(node, volume, HOSTILE.format(root="/v/tree")) == _expected(blocks)
+    for other in taken.swarm.nodes:
+        if other is not node:
+            assert other.docker("volume", "ls", "-q", "--filter", "label=dev.devcell.checkpoint"
+                                ).stdout.decode().split() == []
+
+    # Its files are on the node: an export is refused, never written without them.
+    archive = taken.state.parent / "s1.tar"
+    code, _, err = cli(taken.state, "snapshot", "export", "s1", "-o", str(archive))
+    assert code != 0 and f"its files are on node {node.node_id}" in err, err
+    assert "Traceback" not in err and not archive.exists()
+
+
+def _steps(state: Path, snapshot: str) -> list[dict[str, object]]:
+    """The steps of the snapshot's checkpoint operation, as recorded in the state database."""
+    import sqlite3
+
+    conn = sqlite3.connect(state / "state.db")
+    conn.row_factory = sqlite3.Row
+    try:
+        op = conn.execute("SELECT id FROM operations WHERE object_name = ? AND action = "
+                          "'checkpoint' ORDER BY rowid DESC LIMIT 1", (snapshot,)).fetchone()
+        assert op is not None
+        return [{"name": r["name"], "outputs": json.loads(r["outputs"] or "{}")}
+                for r in conn.execute("SELECT name, outputs FROM operation_steps WHERE op_id = ? "
+                                      "ORDER BY idx", (op["id"],))]
+    finally:
+        conn.close()
+
+
+def test_a_fork_runs_on_the_snapshots_node_with_the_same_files(taken: Taken) -> None:
+    began = time.monotonic()
+    code, _, err = cli(taken.state, "cell", "fork", "src", "--snapshot", "s1", "--name", "f1")
+    seconds = time.monotonic() - began
+    assert code == 0, err
+    print(f"\nfork of a snapshot on the swarm in {seconds:.1f} s")
+    rows = cells(_Placed(taken.state))
+    node = taken.node
+    assert rows["f1"]["PHASE"] == "Running" and rows["f1"]["NODE"] == node.node_id, rows["f1"]
+    fork = container_on(node, "f1")
+    assert fork
+    spec = json.loads(taken.swarm.manager.docker(
+        "service", "inspect", "--format", "{{json .Spec.TaskTemplate.Placement}}",
+        _service_of(taken.swarm, "f1")).stdout)
+    assert f"node.id=={node.node_id}" in spec["Constraints"]  # pinned where its files are
+    blocks = node.docker("exec", fork, "stat", "-c", "%b", "/workspace/sparse").stdout.decode()
+    shown = node.docker("exec", fork, "sh", "-c", HOSTILE.format(root="/workspace")
+                        ).stdout.decode()
+    assert shown == _expected(blocks.strip())
+    assert int(blocks) < 1024
+    # the fork's boot found its files there (`[ -e a ]`): nothing rewritten, nothing lost
+
+
+def _service_of(swarm: Swarm, cell: str) -> str:
+    found = swarm.manager.docker("service", "ls", "-q", "--filter",
+                                 f"label=dev.devcell.cell={cell}").stdout.decode().split()
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_deleting_the_snapshot_empties_its_checkpoint_on_its_node(taken: Taken) -> None:
+    node = taken.node
+    volume = _volume(node, "dev.devcell.checkpoint")
+    code, _, err = cli(taken.state, "delete", "cell", "f1", "--approve")
+    assert code == 0, err
+    code, out, err = cli(taken.state, "delete", "snapshot", "s1")
+    assert code == 0, (out, err)
+    assert _look(node, volume, "ls -A /v") == ""  # the tree gone; the empty volume stays
+    assert list((taken.state / "cluster" / "checkpoints").glob("*.json")) == []
+    code, out, _ = cli(taken.state, "get", "snapshots")
+    assert "s1" not in out
+    assert taken.swarm.manager.docker("service", "ls", "-q", "--filter", "label=dev.devcell.job"
+                                      ).stdout.decode().split() == []
+
+
+def test_a_cell_sleeps_and_wakes_on_its_node_with_its_files(taken: Taken) -> None:
+    """Sleep: the workspace checkpointed on its node, the service removed (the workspace
+    volume kept); start: a service pinned to that node again, on the same files."""
+    node = taken.node
+    code, _, err = cli(taken.state, "cell", "sleep", "src")
+    assert code == 0, err
+    assert cells(_Placed(taken.state))["src"]["PHASE"] == "Sleeping"
+    taken.swarm.wait(lambda: container_on(node, "src") == "", "the task gone (its service "
+                     "removed: the engine stops it at its own pace)", timeout=60)
+    code, _, err = cli(taken.state, "cell", "start", "src")
+    assert code == 0, err
+    row = cells(_Placed(taken.state))["src"]
+    assert row["PHASE"] == "Running" and row["NODE"] == node.node_id, row
+    again = container_on(node, "src")
+    assert again and again != taken.container
+    assert node.docker("exec", again, "cat", "/workspace/a").stdout == b"hello\n"

@@ -34,6 +34,7 @@ POLL_S = 0.1
 PENDING_S = 60.0
 """How long a job may wait unplaced (its node paused or its resources taken) before it is
 given up: the node that holds the workspace is the only one it can run on."""
+LOGS_S = 5.0
 MISSING_SOURCE = "bind source path does not exist"
 """What the node's engine says of a bind mount whose source is not on the node (facts)."""
 CP = f"/{TOOLS_DIR}/cp"
@@ -60,11 +61,13 @@ def node_ready(manager: Manager, node: str, what: str) -> None:
 
 def run(manager: Manager, owner: str, *, node: str, job: str, what: str, script: str,
         mounts: list[dict[str, Any]], caps: tuple[str, ...] = (),
-        timeout: float = 3600.0) -> str:
+        timeout: float = 3600.0, expect: str | None = None) -> str:
     """Run `script` (busybox sh) on `node` as a job labelled `job`; its output once it
-    completed. BackendError with the job's words when it fails; SourceMissing when a bind
-    mount's source is not on the node. A job of the same label left by a crash is removed
-    first; this one is removed after, whatever happened."""
+    completed (read again for up to LOGS_S until it holds `expect`: the manager gathers a
+    task's logs from its node, and may not have them all the moment the task completes).
+    BackendError with the job's words when it fails; SourceMissing when a bind mount's
+    source is not on the node. A job of the same label left by a crash is removed first;
+    this one is removed after, whatever happened."""
     labels = {MANAGED: "true", STATE: owner, JOB: job}
     for old in manager.services(labels):
         manager.remove_service(str(old["ID"]), f"removing an earlier job {job}")
@@ -94,6 +97,11 @@ def run(manager: Manager, owner: str, *, node: str, job: str, what: str, script:
             states = [str((t.get("Status") or {}).get("State")) for t in tasks]
             if "complete" in states:
                 out = manager.logs(service, f"{what}: reading its job's output")
+                read = time.monotonic()
+                while expect is not None and expect not in out and \
+                        time.monotonic() - read < LOGS_S:
+                    time.sleep(POLL_S)
+                    out = manager.logs(service, f"{what}: reading its job's output")
                 logger.bind(backend="container").debug(
                     "job {} on node {}: {:.2f} s", job, node, time.monotonic() - began)
                 return out

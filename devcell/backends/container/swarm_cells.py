@@ -744,7 +744,7 @@ class SwarmBackend:
         try:
             out = node_jobs.run(
                 self.manager, self.owner, node=str(node), job=f"checkpoint:{checkpoint_id}",
-                what=what, script=CHECKPOINT_COPY, caps=COPY_CAPS,
+                what=what, script=CHECKPOINT_COPY, caps=COPY_CAPS, expect="devcell-tree",
                 mounts=[self._volume_mount(str(record.get("volume")), "/w",
                                            self._workspace_labels(cell, cell.volume_id),
                                            read_only=True),
@@ -814,7 +814,7 @@ class SwarmBackend:
                                        "volume": name, "from": checkpoint_id, "filled": False})
         out = node_jobs.run(
             self.manager, self.owner, node=node, job=f"fill:{volume_id}", what=what,
-            script=FORK_FILL, caps=COPY_CAPS,
+            script=FORK_FILL, caps=COPY_CAPS, expect="devcell-tree",
             mounts=[self._volume_mount(str(source.get("volume")), "/c",
                                        {CHECKPOINT: checkpoint_id}, read_only=True),
                     self._volume_mount(name, "/w", self._workspace_labels(cell, volume_id))])

@@ -124,6 +124,11 @@ def test_a_snapshot_is_copied_on_its_node_with_the_cell_frozen_for_the_copy(
     assert row["PHASE"] == "Ready" and row["NODE"] == node.node_id, row
     code, out, _ = cli(taken.state, "describe", "snapshot", "s1")
     assert "Node:" in out and node.node_id in out, out
+    code, out, _ = cli(taken.state, "get", "snapshot", "s1", "-o", "json")
+    recorded = json.loads(out)["status"]["checkpoint"]
+    # a, d/b, pw, fifo, sparse, suid, zero; the regular files' sizes (the job's own count)
+    assert recorded["files"] == 7 and recorded["node"] == node.node_id, recorded
+    assert recorded["bytes"] == 6 + 5 + SPARSE + 4 + Path("/bin/busybox").stat().st_size
 
     # Each step of the operation names the node; the freeze was the cgroup's, not a stop.
     steps = _steps(taken.state, "s1")

@@ -306,7 +306,8 @@ class SwarmBackend:
     # -- volumes -----------------------------------------------------------------------------
 
     def volume_exists(self, volume_id: str) -> bool:
-        return self.volumes.read(volume_id) is not None
+        record = self.volumes.read(volume_id)
+        return record is not None and record.get("filled") is not False  # a fork's: filled
 
     def create_volume(self, cell: CellRef, volume_id: str, *, from_checkpoint: str | None
                       ) -> Outputs:
@@ -325,7 +326,10 @@ class SwarmBackend:
         return {"volume": volume_id, "node": None, "storage": "node"}
 
     def volumes_of(self, cell_id: str) -> list[str]:
-        return [v for v, record in self.volumes.all() if record.get("cell_id") == cell_id]
+        """The cell's workspaces (to adopt after a crash): not a fork's whose fill did not
+        complete (recorded before its job, so the orphan sweep finds it; never adopted)."""
+        return [v for v, record in self.volumes.all()
+                if record.get("cell_id") == cell_id and record.get("filled") is not False]
 
     def workspace_changed_since(self, volume_id: str, checkpoint_id: str | None) -> bool:
         return True  # not readable from the manager: a checkpoint would be taken (refused)

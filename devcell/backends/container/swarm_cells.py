@@ -114,7 +114,7 @@ FORK_FILL = (
 """The fork's job: its new workspace volume (at /w; emptied first, for a job run again after
 a crash) filled from the checkpoint's tree (mounted read-only at /c)."""
 CHECKPOINT_REMOVE = "rm -rf /c/tree /c/.tree.tmp\necho devcell-emptied\n"
-COPY_CAPS = ("CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "MKNOD")
+COPY_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD")
 """What `cp -a` needs to copy any workspace as root does: read every file, make device files
 (mknod, never opened), give each entry its owner, mode (setuid and setgid too) and times."""
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")

@@ -65,12 +65,14 @@ def _look(node: Node, volume: str, script: str) -> str:
 
 
 HOSTILE = ("cd {root}; cat a d/b; readlink pw; stat -c '%F %s %b' fifo sparse;"
-           " tail -c 4 sparse; stat -c '%F %t:%T' zero; stat -c '%a %s' suid")
+           " tail -c 4 sparse; stat -c '%F %t:%T' zero; stat -c '%a %s' suid;"
+           " stat -c '%a %u:%g' closed closed/f; cat closed/f")
 
 
 def _expected(blocks: str) -> str:
     return (f"hello\ndeep\n/etc/passwd\nfifo 0 0\nregular file {SPARSE + 4} {blocks}\nend\n"
-            "character special file 1:5\n4755 " f"{Path('/bin/busybox').stat().st_size}\n")
+            "character special file 1:5\n4755 " f"{Path('/bin/busybox').stat().st_size}\n"
+            "2700 1234:1234\n400 1234:1234\nmine\n")
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +89,13 @@ def taken(swarm: Swarm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ta
         container = container_on(node, "src")
         swarm.wait(lambda: node.docker("exec", container, "stat", "/workspace/suid",
                                        check=False).returncode == 0, "the files written")
-        # A device node: a cell drops CAP_MKNOD, so the node's engine makes it beside them.
+        # A device node (a cell drops CAP_MKNOD, so the node's engine makes it beside them),
+        # and a closed directory of another user's, holding a file only its owner may read.
         node.docker("run", "--rm", "--network", "none", "-v",
-                    f"{_volume(node, 'dev.devcell.cell=src')}:/w", IMAGE,
-                    "mknod", "/w/zero", "c", "1", "5")
+                    f"{_volume(node, 'dev.devcell.cell=src')}:/w", IMAGE, "sh", "-c",
+                    "mknod /w/zero c 1 5 && mkdir /w/closed && echo mine > /w/closed/f"
+                    " && chmod 400 /w/closed/f && chmod 2700 /w/closed"
+                    " && chown -R 1234:1234 /w/closed")
         began = time.monotonic()
         code, out, err = cli(state, "snapshot", "create", "src", "--name", "s1")
         seconds = time.monotonic() - began
@@ -126,9 +131,9 @@ def test_a_snapshot_is_copied_on_its_node_with_the_cell_frozen_for_the_copy(
     assert "Node:" in out and node.node_id in out, out
     code, out, _ = cli(taken.state, "get", "snapshot", "s1", "-o", "json")
     recorded = json.loads(out)["status"]["checkpoint"]
-    # a, d/b, pw, fifo, sparse, suid, zero; the regular files' sizes (the job's own count)
-    assert recorded["files"] == 7 and recorded["node"] == node.node_id, recorded
-    assert recorded["bytes"] == 6 + 5 + SPARSE + 4 + Path("/bin/busybox").stat().st_size
+    # a, d/b, pw, fifo, sparse, suid, zero, closed/f; the regular files' sizes
+    assert recorded["files"] == 8 and recorded["node"] == node.node_id, recorded
+    assert recorded["bytes"] == 6 + 5 + SPARSE + 4 + Path("/bin/busybox").stat().st_size + 5
 
     # Each step of the operation names the node; the freeze was the cgroup's, not a stop.
     steps = _steps(taken.state, "s1")

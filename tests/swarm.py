@@ -327,7 +327,7 @@ def start(count: int = 3, images: tuple[str, ...] = IMAGES) -> Swarm:
             list(pool.map(join, swarm.workers))
         for node in swarm.nodes:
             node.node_id = node.docker("info", "--format", "{{.Swarm.NodeID}}").stdout.decode().strip()
-        swarm.wait(lambda: _all_ready(swarm), "every node Ready")
+        swarm.wait(lambda: all_ready(swarm), "every node Ready")
         swarm.timings["swarm"] = time.monotonic() - began
         for future in loaded:
             future.result()
@@ -343,7 +343,7 @@ def start(count: int = 3, images: tuple[str, ...] = IMAGES) -> Swarm:
         raise
 
 
-def _all_ready(swarm: Swarm) -> bool:
+def all_ready(swarm: Swarm) -> bool:
     listed = swarm.manager.docker("node", "ls", "--format", "{{json .}}").stdout.decode()
     rows = [json.loads(line) for line in listed.splitlines() if line.strip()]
     return len(rows) == len(swarm.nodes) and all(r.get("Status") == "Ready" for r in rows)
@@ -402,7 +402,7 @@ def clean_swarm(swarm: Swarm) -> Iterator[Swarm]:
     """The session's swarm with every node Ready (a test before may have restarted one's
     engine), active and unlabelled; after the test its services are removed and the nodes
     reset again."""
-    swarm.wait(lambda: _all_ready(swarm), "every node Ready", timeout=90)
+    swarm.wait(lambda: all_ready(swarm), "every node Ready", timeout=90)
     reset_nodes(swarm)
     yield swarm
     swarm.remove_services()

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.backends.container.test_swarm_cells import cells, cli, configure, container_on
-from tests.swarm import Node, Swarm, reset_nodes
+from tests.swarm import Node, Swarm, all_ready, reset_nodes
 
 IMAGE = "devcell/busybox:latest"
 SPARSE = 100 << 30
@@ -79,6 +79,7 @@ def _expected(blocks: str) -> str:
 def taken(swarm: Swarm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Taken]:
     state = tmp_path_factory.mktemp("swarm-workspaces") / "state"
     configure(state, swarm.manager.host)
+    swarm.wait(lambda: all_ready(swarm), "every node Ready", timeout=90)  # a restarted one
     reset_nodes(swarm)
     try:
         path = state.parent / "src.yaml"

@@ -109,7 +109,8 @@ def test_bad_placement_is_refused_naming_file_line_and_field(
 
 def test_a_fork_whose_fill_did_not_complete_is_neither_found_nor_adopted(tmp_path: Path) -> None:
     """Its record is written before the job fills it on the node (so the orphan sweep finds
-    it); until the job completed, it is no workspace: the next attempt fills it again."""
+    it); until the job completed, it is no workspace: the next attempt fills it again. No
+    engine: ~0.01 s."""
     configure(tmp_path / "s")
     backend = SwarmBackend(state_dir=tmp_path / "s")
     backend.volumes.write("v0ffee02", {"cell_id": "c0ffee01", "cell": "api", "node": "n0de",

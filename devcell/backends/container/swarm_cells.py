@@ -23,6 +23,7 @@ environment values, a user other than root.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -33,11 +34,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devcell import security
+from devcell import names, security
 from devcell.backends import supervisor
 from devcell.backends.base import (
     Capabilities,
     CellRef,
+    Changes,
     CheckpointInfo,
     Consistency,
     Observed,
@@ -114,6 +116,22 @@ FORK_FILL = (
 """The fork's job: its new workspace volume (at /w; emptied first, for a job run again after
 a crash) filled from the checkpoint's tree (mounted read-only at /c)."""
 CHECKPOINT_REMOVE = "rm -rf /c/tree /c/.tree.tmp\necho devcell-emptied\n"
+CHANGES = (
+    "list() { [ -d \"$2\" ] || return 0; cd \"$2\" && find . -mindepth 1 -exec stat -c"
+    " \"$1|%F|%s|%Y|%a|%n\" {} +; }\n"
+    "{ list C /c/tree; list W /w; } | awk -F'|' -v most=" + str(10) + " '\n"
+    "function show(mark, path) { if (shown < most) { print \"devcell-example \" mark"
+    " substr(path, 3); shown++ } }\n"
+    "{ name = $6; for (i = 7; i <= NF; i++) name = name \"|\" $i\n"
+    "  sig = ($2 == \"directory\") ? $2 \"|\" $5 : $2 \"|\" $3 \"|\" $4 \"|\" $5\n"
+    "  if ($1 == \"C\") { before[name] = sig; next }\n"
+    "  if (!(name in before)) { added++; show(\"+\", name) }\n"
+    "  else { if (before[name] != sig) { changed++; show(\"~\", name) }; delete before[name] } }\n"
+    "END { for (name in before) { removed++; show(\"-\", name) }\n"
+    "  printf \"devcell-changes added=%d changed=%d removed=%d\\n\", added, changed, removed }'\n")
+"""What the workspace (at /w) holds that the checkpoint's tree (at /c/tree, if mounted) does
+not: each entry's type, size, mtime and mode (a directory's type and mode), by path, as the
+single host compares them (workspace_restore.changes); counts and the first paths."""
 COPY_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD")
 """What `cp -a` needs to copy any workspace as root does: read every file, make device files
 (mknod, never opened), give each entry its owner, mode (setuid and setgid too) and times."""
@@ -447,7 +465,7 @@ class SwarmBackend:
             "CapabilityAdd": [c if c.startswith("CAP_") else f"CAP_{c}"
                               for c in kwargs["cap_add"]],
             "Mounts": [
-                self._volume_mount(engine_volume(self.owner, cell.volume_id), mount,
+                self._volume_mount(self._engine_volume_of(cell.volume_id), mount,
                                    self._workspace_labels(cell, cell.volume_id)),
                 {"Type": "tmpfs", "Target": security.SERVICE_LOG_DIR,
                  "TmpfsOptions": {"SizeBytes": 64 << 20}},
@@ -554,6 +572,7 @@ class SwarmBackend:
         service = self._service(cell)
         if service is None:
             raise BackendNotFound(f"cell {cell.name} has no service to start")
+        service = self._fresh_mount(cell, service)
         before = {str(t.get("ID")) for t in self.manager.tasks_of([str(service["ID"])])}
         if _replicas(service) != 1:
             self._scale(cell, service, 1)
@@ -723,6 +742,27 @@ class SwarmBackend:
                 "VolumeOptions": {"NoCopy": True, "DriverConfig": {"Name": "local"},
                                   "Labels": self._ours(**labels)}}
 
+    def _engine_volume_of(self, volume_id: str) -> str:
+        """The engine volume holding the workspace now (a restore makes a new one)."""
+        record = self.volumes.read(volume_id) or {}
+        return str(record.get("volume") or engine_volume(self.owner, volume_id))
+
+    def _fresh_mount(self, cell: CellRef, service: dict[str, Any]) -> dict[str, Any]:
+        """The service mounting the workspace volume the record names: a restore swaps the
+        volume in the record first (its commit) and the service's mount after, so a restore
+        killed between the two is finished here, before the cell starts."""
+        if cell.volume_id is None:
+            return service
+        wanted = self._engine_volume_of(cell.volume_id)
+        spec = copy.deepcopy(service.get("Spec") or {})
+        mounts = ((spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}).get("Mounts") or []
+        if not mounts or mounts[0].get("Source") == wanted:
+            return service
+        mounts[0]["Source"] = wanted
+        self.manager.update_service(service, spec, f"mounting the restored workspace of cell "
+                                                   f"{cell.name}")
+        return self._service(cell) or service
+
     def _workspace_labels(self, cell: CellRef, volume_id: str) -> dict[str, str]:
         return {CELL_ID: cell.id, CELL: cell.name, VOLUME: volume_id}
 
@@ -829,6 +869,80 @@ class SwarmBackend:
                 "files": _int(found.get("files")), "bytes": _int(found.get("bytes")),
                 "storage": "node"}
 
+    def restore_workspace(self, cell: CellRef, checkpoint_id: str) -> Outputs:
+        """The stopped cell's workspace replaced by the checkpoint's tree: a new volume on the
+        workspace's node filled from it by a job there (as a fork's), then named in the
+        workspace's record (the commit: the old workspace or the restored one, never a mix;
+        a job cannot exchange a volume's root in place as the single host does), then in the
+        service's mount; the old volume emptied after. Refused while the cell runs, and for
+        a checkpoint on another node (that needs the registry)."""
+        if cell.volume_id is None:
+            raise BackendError(f"cell {cell.name} has no workspace volume to restore into")
+        record = self.volumes.read(cell.volume_id)
+        source = self.checkpoints.read(checkpoint_id)
+        if record is None or not record.get("node"):
+            raise BackendNotFound(f"the workspace of cell {cell.name} is on no node yet")
+        if source is None:
+            raise BackendNotFound(f"checkpoint {checkpoint_id} is on no node of the cluster")
+        node = str(record["node"])
+        if source.get("node") != node:
+            raise BackendRefused(
+                f"checkpoint {checkpoint_id} is on node {source.get('node')}, the workspace of "
+                f"cell {cell.name} on node {node}: a restore across nodes needs the snapshot "
+                "in a registry, which is not built yet (issue 25)")
+        if self._running_task(cell) is not None:
+            raise BackendRefused(f"cell {cell.name} is running; its workspace is restored "
+                                 "only while it is stopped")
+        what = f"restoring the workspace of cell {cell.name} from checkpoint {checkpoint_id}"
+        node_jobs.node_ready(self.manager, node, what)
+        old = self._engine_volume_of(cell.volume_id)
+        generation = int(record.get("restores") or 0) + 1
+        new = f"{engine_volume(self.owner, cell.volume_id)}-r{generation}"
+        out = node_jobs.run(
+            self.manager, self.owner, node=node, job=f"restore:{cell.volume_id}", what=what,
+            script=FORK_FILL, caps=COPY_CAPS, expect="devcell-tree",
+            mounts=[self._volume_mount(str(source.get("volume")), "/c",
+                                       {CHECKPOINT: checkpoint_id}, read_only=True),
+                    self._volume_mount(new, "/w",
+                                       self._workspace_labels(cell, cell.volume_id))])
+        self.volumes.write(cell.volume_id, dict(record, volume=new, restores=generation,
+                                                previous=old))
+        service = self._service(cell)
+        if service is not None:
+            self._fresh_mount(cell, service)
+        found = node_jobs.outputs(out, "devcell-tree")
+        emptied = self._wipe(cell.volume_id, node, old)
+        logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-").info(
+            "workspace restored from {} on node {} into volume {}", checkpoint_id, node, new)
+        return {"volume": cell.volume_id, "restoredFrom": checkpoint_id, "node": node,
+                "files": _int(found.get("files")), "bytes": _int(found.get("bytes")),
+                "storage": "node", "how": "copy", "emptied": emptied}
+
+    def workspace_changes(self, volume_id: str, checkpoint_id: str | None) -> Changes:
+        """What the workspace holds that the checkpoint does not, listed by a job on the
+        workspace's node (both trees mounted read-only); a checkpoint on another node is
+        compared as nothing (everything counts as added)."""
+        record = self.volumes.read(volume_id)
+        if record is None or not record.get("node"):
+            return Changes()
+        node = str(record["node"])
+        what = f"comparing volume {volume_id} with checkpoint {checkpoint_id}"
+        node_jobs.node_ready(self.manager, node, what)
+        mounts = [self._volume_mount(self._engine_volume_of(volume_id), "/w",
+                                     {VOLUME: volume_id}, read_only=True)]
+        source = self.checkpoints.read(checkpoint_id) if checkpoint_id else None
+        if source is not None and source.get("node") == node:
+            mounts.append(self._volume_mount(str(source.get("volume")), "/c",
+                                             {CHECKPOINT: str(checkpoint_id)}, read_only=True))
+        out = node_jobs.run(self.manager, self.owner, node=node, job=f"changes:{volume_id}",
+                            what=what, script=CHANGES, caps=("DAC_OVERRIDE",), mounts=mounts,
+                            expect="devcell-changes", timeout=600)
+        found = node_jobs.outputs(out, "devcell-changes")
+        examples = tuple(_short(names.printable(line.partition(" ")[2]))
+                         for line in out.splitlines() if line.startswith("devcell-example "))
+        return Changes(_int(found.get("added")), _int(found.get("changed")),
+                       _int(found.get("removed")), examples)
+
     def checkpoint_files(self, checkpoint_id: str) -> Path | None:
         """Never on the manager: a cluster checkpoint's files are on its node (an export or
         push of one is refused, not written without its files)."""
@@ -855,6 +969,10 @@ class SwarmBackend:
 
     def log_paths(self, cell: CellRef) -> dict[str, Path]:
         return {}
+
+
+def _short(text: str, most: int = 120) -> str:
+    return text if len(text) <= most else text[:most - 3] + "..."
 
 
 def _int(value: str | None) -> int:

@@ -1,18 +1,19 @@
 """Workspace operations of cells on the session's test swarm, carried out on the node that
 holds the workspace by jobs there (docs/cluster.md): a snapshot (the cell frozen through its
 cgroup on its node, the workspace copied into a checkpoint volume there), a fork of it (its
-workspace filled from that volume on the same node, the fork pinned there) and the snapshot's
-deletion (the checkpoint's tree removed on its node); and a sleep and start (the
+workspace filled from that volume on the same node, the fork pinned there), a restore (the
+changes listed on the node for the approval gate, a new volume filled there and swapped in),
+the snapshot's deletion (the checkpoint's tree removed on its node); and a sleep and start (the
 checkpoint on the node, the service removed, the workspace kept there). The workspace is
 hostile: a link to /etc/passwd, a fifo, a 100 GiB sparse file, a /dev/zero device node and a
 setuid file, each copied as what it is (a copy that followed, opened or read any of them
 would hang, fill the disk or copy the host's file).
 
-Cost (measured at load ~3-6 on 2 cores): ~25 s for the module with the swarm's start and
+Cost (measured at load ~3-6 on 2 cores): ~35 s for the module with the swarm's start and
 stop (~5 s and ~2 s, once per session): the cell's apply and the snapshot ~2 s (three jobs:
 freeze, copy, thaw, ~0.5 s each), the fork ~2.5 s (the fill job and the service), the
-deletes ~3 s, the sleep and start ~9 s (most of it the engine stopping the sleeping cell's
-task).
+restore ~10 s (its gate's diff, the stop, the safety copy, the fill, the start), the deletes
+~3 s, the sleep and start ~9 s (most of it the engine stopping the sleeping cell's task).
 """
 
 from __future__ import annotations
@@ -208,6 +209,12 @@ def test_a_fork_runs_on_the_snapshots_node_with_the_same_files(taken: Taken) -> 
     # the fork's boot found its files there (`[ -e a ]`): nothing rewritten, nothing lost
 
 
+def _snapshot_id(state: Path, name: str) -> str:
+    code, out, err = cli(state, "get", "snapshot", name, "-o", "json")
+    assert code == 0, err
+    return str(json.loads(out)["metadata"]["id"])
+
+
 def _service_of(swarm: Swarm, cell: str) -> str:
     found = swarm.manager.docker("service", "ls", "-q", "--filter",
                                  f"label=dev.devcell.cell={cell}").stdout.decode().split()
@@ -215,17 +222,49 @@ def _service_of(swarm: Swarm, cell: str) -> str:
     return found[0]
 
 
+def test_a_restore_puts_the_snapshots_files_back_on_the_node(taken: Taken) -> None:
+    """`snapshot restore`: what the workspace holds that the snapshot does not is listed on
+    the node (the approval gate names it); approved, the cell is stopped, a safety snapshot
+    taken, the workspace replaced by a new volume filled from the checkpoint on the same node
+    (the old one emptied), and the cell runs again there on the snapshot's files. Cost ~10 s
+    (the diff, safety copy, fill and empty jobs, the stop and start)."""
+    node = taken.node
+    running = container_on(node, "src")
+    node.docker("exec", running, "sh", "-c", "echo changed > /workspace/a; echo new > /workspace/n")
+    code, out, err = cli(taken.state, "snapshot", "restore", "s1")
+    assert code != 0 and "1 added, 1 changed, 0 removed" in err + out, (out, err)
+    assert "+n" in err + out and "~a" in err + out
+    code, out, err = cli(taken.state, "snapshot", "restore", "s1", "--approve")
+    assert code == 0, (out, err)
+    row = cells(_Placed(taken.state))["src"]
+    assert row["PHASE"] == "Running" and row["NODE"] == node.node_id, row
+    again = container_on(node, "src")
+    assert again and again != running
+    shown = node.docker("exec", again, "sh", "-c", HOSTILE.format(root="/workspace")
+                        ).stdout.decode()
+    blocks = node.docker("exec", again, "stat", "-c", "%b", "/workspace/sparse").stdout.decode()
+    assert shown == _expected(blocks.strip())
+    assert node.docker("exec", again, "test", "-e", "/workspace/n", check=False).returncode != 0
+    volumes = node.docker("volume", "ls", "-q", "--filter", "label=dev.devcell.cell=src"
+                          ).stdout.decode().split()
+    assert len(volumes) == 2 and any(v.endswith("-r1") for v in volumes), volumes
+    old = next(v for v in volumes if not v.endswith("-r1"))
+    assert _look(node, old, "ls -A /v") == ""  # the replaced workspace emptied
+
+
 def test_deleting_the_snapshot_empties_its_checkpoint_on_its_node(taken: Taken) -> None:
     """The fork deleted, then the snapshot: its tree removed on its node by a job, its record
     gone, no job left behind. Cost ~3 s."""
     node = taken.node
-    volume = _volume(node, "dev.devcell.checkpoint")
+    volume = _volume(node, "dev.devcell.checkpoint=" + _snapshot_id(taken.state, "s1"))
+    code, out, _ = cli(taken.state, "get", "snapshot", "s1", "-o", "json")
+    snapshot_id = json.loads(out)["metadata"]["id"]
     code, _, err = cli(taken.state, "delete", "cell", "f1", "--approve")
     assert code == 0, err
     code, out, err = cli(taken.state, "delete", "snapshot", "s1")
     assert code == 0, (out, err)
     assert _look(node, volume, "ls -A /v") == ""  # the tree gone; the empty volume stays
-    assert list((taken.state / "cluster" / "checkpoints").glob("*.json")) == []
+    assert not (taken.state / "cluster" / "checkpoints" / f"{snapshot_id}.json").exists()
     code, out, _ = cli(taken.state, "get", "snapshots")
     assert "s1" not in out
     assert taken.swarm.manager.docker("service", "ls", "-q", "--filter", "label=dev.devcell.job"

@@ -57,6 +57,12 @@ def node_ready(manager: Manager, node: str, what: str) -> None:
         raise BackendError(f"{what}: node {node} is {status.get('State')}"
                            + (f" ({why[:200]})" if why else "")
                            + "; it holds the workspace, so this waits for it")
+    availability = (found.get("Spec") or {}).get("Availability")
+    if availability in ("pause", "drain"):
+        verb = "cordoned" if availability == "pause" else "drained"
+        raise BackendError(f"{what}: node {node} is {verb} (availability {availability}): the "
+                           "swarm starts no task there, and the job must run where the "
+                           f"workspace is; `devcell node uncordon {node}` lets it run")
 
 
 def run(manager: Manager, owner: str, *, node: str, job: str, what: str, script: str,

@@ -252,6 +252,28 @@ def test_a_restore_puts_the_snapshots_files_back_on_the_node(taken: Taken) -> No
     assert _look(node, old, "ls -A /v") == ""  # the replaced workspace emptied
 
 
+def test_a_snapshot_of_a_cell_on_a_cordoned_node_says_why_it_cannot_be_taken(
+        taken: Taken) -> None:
+    """The swarm starts no task on a paused node, the node jobs included: the snapshot fails
+    at once saying so (and what lets it run), rather than wait for a job that is never
+    placed. Cost ~1 s."""
+    node = taken.node
+    code, _, err = cli(taken.state, "node", "cordon", node.node_id)
+    assert code == 0, err
+    try:
+        began = time.monotonic()
+        code, out, err = cli(taken.state, "snapshot", "create", "src", "--name", "s2",
+                             "--timeout", "20s")
+        assert code != 0 and time.monotonic() - began < 15, (out, err)
+        assert f"node {node.node_id} is cordoned" in out + err, (out, err)
+        assert f"devcell node uncordon {node.node_id}" in out + err
+    finally:
+        code, _, err = cli(taken.state, "node", "uncordon", node.node_id)
+        assert code == 0, err
+    code, _, err = cli(taken.state, "delete", "snapshot", "s2")
+    assert code == 0, err
+
+
 def test_deleting_the_snapshot_empties_its_checkpoint_on_its_node(taken: Taken) -> None:
     """The fork deleted, then the snapshot: its tree removed on its node by a job, its record
     gone, no job left behind. Cost ~3 s."""

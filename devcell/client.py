@@ -24,7 +24,7 @@ import socket
 import ssl
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, NoReturn
 
 from devcell import errors
@@ -223,33 +223,12 @@ class Client:
         the output passes `max_output` bytes, the command is hung up (ended) and
         TimeoutError or DevCellError raised. Over a WebSocket (the `websockets` package,
         imported here only); a refusal raises as every other call does (Forbidden, ...)."""
-        from websockets.exceptions import ConnectionClosed, InvalidStatus
-        from websockets.sync.client import connect, unix_connect
+        from websockets.exceptions import ConnectionClosed
 
         from devcell.server import framing
 
-        words = [("command", word) for word in argv]
-        words += [("env", f"{k}={v}") for k, v in (env or {}).items()]
-        words += [(k, v) for k, v in (("workdir", workdir), ("user", user)) if v is not None]
-        words += [("stdin", "true")] if stdin is not None else []
-        words += [("tty", "true")] if tty else []
-        path = (f"/api/v1/cells/{urllib.parse.quote(cell, safe='')}/exec?"
-                f"{urllib.parse.urlencode(words)}")
-        options: dict[str, Any] = {
-            "subprotocols": [framing.SUBPROTOCOL], "max_size": framing.MAX_MESSAGE,
-            "compression": None, "open_timeout": self.timeout, "proxy": None,
-            "additional_headers": {"Authorization": f"Bearer {self.token}"}
-            if self.token is not None else {}}
-        try:
-            if self._unix is not None:
-                ws = unix_connect(self._unix, f"ws://devcell{path}", **options)
-            else:
-                ws = connect(f"wss://{self._host}:{self._port}{path}", ssl=self._tls,
-                             **options)
-        except InvalidStatus as exc:
-            _raise(exc.response.status_code, bytes(exc.response.body or b""))
-        except OSError as exc:
-            raise errors.TemporaryError(f"DevCell API at {self.url}: {exc}") from None
+        ws = self.exec_socket(cell, argv, stdin=stdin is not None, env=env, workdir=workdir,
+                              user=user, tty=tty)
         out: dict[int, list[bytes]] = {framing.STDOUT: [], framing.STDERR: []}
         kept = 0
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -294,13 +273,60 @@ class Client:
                                           b"".join(out[framing.STDERR]))
                     _raise(int(doc.get("status", 500)), bytes(payload))
 
+    def exec_socket(self, cell: str, argv: Sequence[str], *, stdin: bool = False,
+                    env: dict[str, str] | Sequence[tuple[str, str]] | None = None,
+                    workdir: str | None = None, user: str | None = None,
+                    tty: bool = False) -> Any:
+        """The exec WebSocket of `argv` in `cell`, open (a `websockets` sync connection,
+        framed as devcell/server/framing.py says), for a caller that relays the streams
+        itself as they come (the CLI's `exec`; `exec` collects them). A refusal raises as
+        every other call does."""
+        from websockets.exceptions import InvalidStatus
+        from websockets.sync.client import connect, unix_connect
+
+        from devcell.server import framing
+
+        pairs = list(env.items()) if isinstance(env, dict) else list(env or [])
+        words = [("command", word) for word in argv]
+        words += [("env", f"{k}={v}") for k, v in pairs]
+        words += [(k, v) for k, v in (("workdir", workdir), ("user", user)) if v is not None]
+        words += [("stdin", "true")] if stdin else []
+        words += [("tty", "true")] if tty else []
+        path = (f"/api/v1/cells/{urllib.parse.quote(cell, safe='')}/exec?"
+                f"{urllib.parse.urlencode(words)}")
+        options: dict[str, Any] = {
+            "subprotocols": [framing.SUBPROTOCOL], "max_size": framing.MAX_MESSAGE,
+            "compression": None, "open_timeout": self.timeout, "proxy": None,
+            "additional_headers": {"Authorization": f"Bearer {self.token}"}
+            if self.token is not None else {}}
+        try:
+            if self._unix is not None:
+                return unix_connect(self._unix, f"ws://devcell{path}", **options)
+            return connect(f"wss://{self._host}:{self._port}{path}", ssl=self._tls, **options)
+        except InvalidStatus as exc:
+            _raise(exc.response.status_code, bytes(exc.response.body or b""))
+        except ssl.SSLCertVerificationError as exc:
+            failed = errors.TemporaryError(
+                f"DevCell API at {self.url}: its TLS certificate is not trusted "
+                f"({exc.verify_message or exc.reason})")
+            failed.cause = "certificate"  # type: ignore[attr-defined]
+            raise failed from None
+        except OSError as exc:
+            failed = errors.TemporaryError(f"DevCell API at {self.url}: "
+                                           f"{exc.strerror or exc}")
+            failed.cause = "unreachable"  # type: ignore[attr-defined]
+            raise failed from None
+
     def logs(self, cell: str, service: str | None = None, *, tail: int | None = None,
              since: str | None = None, timestamps: bool = False, follow: bool = False,
-             timeout: int | None = None) -> Iterator[str]:
+             timeout: int | None = None,
+             on_notes: Callable[[Sequence[str]], None] | None = None) -> Iterator[str]:
         """The lines of `cell`'s service logs (one `service`'s, or all prefixed [SERVICE]),
         as `devcell logs` prints them (escaped: a cell wrote them): the last `tail`, those
         from `since` (5m, or an RFC 3339 time), with their times; `follow`: going on as they
-        grow, until `timeout` seconds (at most an hour) or the loop stops reading."""
+        grow, until `timeout` seconds (at most an hour) or the loop stops reading.
+        `on_notes` is given what `devcell logs` says on stderr first (a runtime that
+        drifted, the cell's sidecars), a line each."""
         query = {"service": service, "tail": str(tail) if tail is not None else None,
                  "since": since, "timestamps": "true" if timestamps else None,
                  "follow": "true" if follow else None,
@@ -311,6 +337,13 @@ class Client:
         try:
             if response.status != 200:
                 _raise(response.status, response.read(1024 * 1024))
+            if on_notes is not None:
+                try:
+                    notes = json.loads(response.getheader("DevCell-Notes") or "[]")
+                except ValueError:
+                    notes = []
+                if notes:
+                    on_notes([str(note) for note in notes])
             for line in response:
                 yield line.decode("utf-8", "replace")
         finally:

@@ -31,7 +31,9 @@ SERVED = {("get", None): "remote_get:run_get",
           ("snapshot", "create"): "remote_cells:run_snapshot_create",
           ("cell", "sleep"): "remote_cells:run_cell_sleep",
           ("cell", "start"): "remote_cells:run_cell_start",
-          ("cell", "fork"): "remote_cells:run_cell_fork"}
+          ("cell", "fork"): "remote_cells:run_cell_fork",
+          ("exec", None): "remote_streams:run_exec",
+          ("logs", None): "remote_streams:run_logs"}
 """The commands the API serves, and the handler ("module:function" under devcell.cli) that
 runs each through it (`args.remote` is the client)."""
 

@@ -698,14 +698,16 @@ def _socket(ctx: Context, route: routes.Route) -> Callable[[WebSocket], Awaitabl
             await websocket.send_denial_response(streams.denial(_logged(exc)))
             return
         try:
+            notes: list[str] = []
             try:
-                attached = await run_in_threadpool(streams.prepare, ctx.state_dir, principal,
-                                                   websocket.path_params["name"])
+                attached = await run_in_threadpool(streams.prepare, ctx.state_dir,
+                                                   principal, websocket.path_params["name"],
+                                                   notes=notes)
             except Exception as exc:  # noqa: BLE001
                 await websocket.send_denial_response(streams.denial(_logged(exc)))
                 return
             await streams.relay(ctx.state_dir, websocket, attached, asked, ctx.limiter(),
-                                _token_check(ctx, websocket))
+                                _token_check(ctx, websocket), notes=notes)
         finally:
             ctx.streams -= 1
     return serve
@@ -754,11 +756,13 @@ async def _logs(ctx: Context, request: Request) -> Response:
                           f"{streams.MAX_STREAMS} streams are open; try again later")
     ctx.streams += 1  # taken before the first await, as a watch's
     try:
+        notes: list[str] = []
         attached = await run_in_threadpool(streams.prepare, ctx.state_dir,
                                            request.state.principal,
                                            request.path_params["name"], verb="logs",
-                                           wake_it=False)
+                                           wake_it=False, notes=notes)
         try:
+            notes += await run_in_threadpool(streams.sidecar_note, attached.ref)
             service_logs = await run_in_threadpool(attached.interactive().log_sources,
                                                    attached.ref)
             if options.service is not None and options.service not in service_logs.sources:
@@ -790,4 +794,5 @@ async def _logs(ctx: Context, request: Request) -> Response:
 
     return _Released(reader.pieces(time.monotonic() + timeout, still_allowed), release,
                      media_type="text/plain; charset=utf-8",
-                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+                              streams.NOTES_HEADER: json.dumps(notes)})

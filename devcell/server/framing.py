@@ -8,6 +8,9 @@ Every message is binary: its first byte is the channel, the rest its payload.
 - STDOUT, STDERR (server to client): the command's output, at most MAX_OUTPUT bytes a
   message (with a terminal, both streams arrive on STDOUT).
 - RESIZE (client to server, with a terminal): JSON {"rows": R, "columns": C}.
+- NOTICE (server to client, before the command's output): DevCell's own words about the
+  session, a UTF-8 line each (a sleeping cell woken for it, a runtime that drifted), which
+  `devcell exec` writes on its standard error; a client may ignore them.
 - STATUS (server to client, the last message): JSON {"exitCode": N}, or the problem document
   of an error met once the stream was open; the server then closes the connection (1000).
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-STDIN, STDOUT, STDERR, STATUS, RESIZE = 0, 1, 2, 3, 4
+STDIN, STDOUT, STDERR, STATUS, RESIZE, NOTICE = 0, 1, 2, 3, 4, 5
 SUBPROTOCOL = "v1.exec.devcell.dev"
 """Offered by a client that speaks this framing (the server accepts it; none is needed)."""
 MAX_MESSAGE = 1 << 20

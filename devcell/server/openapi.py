@@ -311,7 +311,10 @@ def _logs(op: dict[str, Any]) -> dict[str, Any]:
          "schema": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_S},
          "description": f"follow: end after this long (default and at most {MAX_TIMEOUT_S})"}]
     op["responses"] = {"200": {"description": "the lines, escaped", "content": {
-        "text/plain": {"schema": {"type": "string"}}}},
+        "text/plain": {"schema": {"type": "string"}}}, "headers": {"DevCell-Notes": {
+            "description": "what `devcell logs` says on stderr first (a runtime that "
+                           "drifted, the cell's sidecars): a JSON list of lines",
+            "schema": {"type": "string"}}}},
         **_problem_responses(400, 401, 403, 404, 406, 500, 502, 503)}
     return op
 

@@ -48,6 +48,24 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?")
 
 
+NOTES_HEADER = "DevCell-Notes"
+"""The logs answer's header of what `devcell logs` says on stderr before the lines (a runtime
+that drifted, the cell's sidecars): a JSON list of lines, ASCII."""
+
+
+def sidecar_note(ref: Any) -> list[str]:
+    """Which sidecars the cell has, as `devcell logs` says it (their output is the
+    engine's, not in these logs)."""
+    from devcell.api import logs
+
+    found = logs.sidecar_names(ref)
+    if not found:
+        return []
+    shown = ", ".join(printable(n) for n in found)
+    return [f"devcell: cell {printable(ref.name)} has sidecars ({shown}): devcell logs "
+            f"{printable(ref.name)} --sidecar NAME shows one's output\n"]
+
+
 class ExecRequest(Record):
     """What the query asks: the command and how it runs (as `devcell exec -i -t -e -w -u`)."""
 
@@ -95,10 +113,12 @@ def _flag(query: QueryParams, name: str) -> bool:
 
 
 def prepare(state_dir: Path, principal: Any, cell: str, *, verb: str = "exec",
-            wake_it: bool = True) -> Any:
+            wake_it: bool = True, notes: list[str] | None = None) -> Any:
     """The cell attached (api.attach), once `principal` may `verb` it (exec, logs); with
     `wake_it` a sleeping cell is woken first, in the caller's name, as `devcell exec` wakes
-    it (`devcell logs` reads a sleeping cell's logs as they were left)."""
+    it (`devcell logs` reads a sleeping cell's logs as they were left). What `devcell exec`
+    says of it on stderr meanwhile (the wake, a runtime that drifted) is added to `notes`,
+    each a line (cli/cell_open.py's words)."""
     from devcell.api import attach, wake
     from devcell.auth import policy, resources
     from devcell.store import actor, objects
@@ -115,8 +135,24 @@ def prepare(state_dir: Path, principal: Any, cell: str, *, verb: str = "exec",
         attached = attach.attach(state_dir, cell)
         if wake_it and wake.asleep(attached.phase):
             attached.close()
-            wake.wake(state_dir, cell, by="exec")
+            said = [] if notes is None else notes
+            said.append(f"cell {printable(cell)} is asleep; waking it for exec...\n")
+            woken = wake.wake(state_dir, cell, by="exec")
+            if woken.fallback is not None:
+                said.append(f"cell {printable(cell)}: resuming its saved machine failed "
+                            f"({printable(woken.fallback)}); booted cold from its kept "
+                            "workspace instead: its processes were not restored\n")
+            else:
+                said.append(f"cell {printable(cell)} woken in {woken.seconds:.1f}s: "
+                            f"{printable(woken.note)}\n")
             attached = attach.attach(state_dir, cell)
+    if attached.drift is not None and notes is not None:
+        name = printable(attached.ref.name)
+        anyway = ("running the command anyway" if verb == "exec"
+                  else "showing its logs as last written")
+        notes.append(f"warning: cell {name}: its runtime {attached.drift.seen} (recorded "
+                     f"{attached.drift.recorded}); `devcell cell start {name}` repairs it; "
+                     f"{anyway}\n")
     return attached
 
 
@@ -207,14 +243,18 @@ def _run(state_dir: Path, attached: Any, request: ExecRequest, out: BinaryIO, er
 
 
 async def relay(state_dir: Path, websocket: WebSocket, attached: Any, request: ExecRequest,
-                limiter: anyio.CapacityLimiter, still_allowed: Any = None) -> None:
-    """Accept the upgrade, run the command, relay its streams both ways, send its exit
-    status (or the problem that stopped it) and close. `still_allowed()` (TCP: the token is
-    still valid) is asked each second; no: the command is hung up."""
+                limiter: anyio.CapacityLimiter, still_allowed: Any = None,
+                notes: list[str] | None = None) -> None:
+    """Accept the upgrade, send `notes` (NOTICE), run the command, relay its streams both
+    ways, send its exit status (or the problem that stopped it) and close.
+    `still_allowed()` (TCP: the token is still valid) is asked each second; no: the command
+    is hung up."""
     from devcell.backends.interactive import Terminal
 
     offered = websocket.scope.get("subprotocols") or []
     await websocket.accept(framing.SUBPROTOCOL if framing.SUBPROTOCOL in offered else None)
+    for note in notes or []:
+        await websocket.send_bytes(framing.frame(framing.NOTICE, note.encode()))
     hang_up = threading.Event()
     stdin = _Input() if request.stdin else None
     window: list[tuple[int, int] | None] = [None]

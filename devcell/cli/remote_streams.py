@@ -1,0 +1,152 @@
+"""`exec` and `logs` through a server (cli/remote.py).
+
+exec: the command line checked as cmd_exec checks it, then the exec WebSocket (server/
+streams.py, framing.py): the command's output written as it arrives (stdout, stderr; with
+-t both on stdout), DevCell's own notes (a cell woken for it, a runtime that drifted) on
+stderr as `exec` says them, -i's input sent as it is read (then its end), -t's terminal raw
+and its size sent whenever it changes; the exit status is the command's. Ctrl-C (without
+-t) or a closed connection hangs the command up, as on the server's machine.
+
+logs: GET /api/v1/cells/NAME/logs (the same code as `devcell logs`), its lines written as
+they come; -f goes on until Ctrl-C (or the server's hour).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from devcell import errors
+from devcell.errors import UsageError
+from devcell.names import printable
+
+READ_BYTES = 64 << 10
+"""What -i reads of standard input at once (one STDIN message)."""
+
+
+def run_exec(args: argparse.Namespace) -> int:
+    from devcell.cli import cmd_exec
+
+    argv = cmd_exec.command(args)
+    if (args.stdin or args.tty) and sys.stdin is None:
+        raise UsageError("-i and -t need a standard input, and this process has none")
+    if args.tty and not sys.stdin.isatty():
+        raise UsageError("the input device is not a terminal: -t needs one (to pipe input "
+                         "into the command, use -i without -t)")
+    settings = cmd_exec.exec_options(args)
+    ws = args.remote.exec_socket(
+        args.cell, argv, stdin=args.stdin, tty=args.tty,
+        env=list(settings.env) if settings else None,
+        workdir=settings.workdir if settings else None,
+        user=settings.user if settings else None)
+    with ws:
+        if not args.tty:
+            return _relay(ws, args, None)
+        with cmd_exec._terminal(raw=args.stdin) as terminal:
+            return _relay(ws, args, terminal)
+
+
+def _relay(ws: Any, args: argparse.Namespace, terminal: Any) -> int:
+    """The stream until its STATUS: output written, input and window sizes sent."""
+    from websockets.exceptions import ConnectionClosed
+
+    from devcell.server import framing
+
+    if args.stdin:
+        threading.Thread(target=_feed, args=(ws,), daemon=True,
+                         name="devcell-exec-stdin").start()
+    if terminal is not None:
+        threading.Thread(target=_sizes, args=(ws, terminal), daemon=True,
+                         name="devcell-exec-resize").start()
+    out = {framing.STDOUT: sys.stdout.buffer, framing.STDERR: sys.stderr.buffer,
+           framing.NOTICE: sys.stderr.buffer}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    while True:
+        try:
+            message = ws.recv()
+        except ConnectionClosed:
+            raise errors.TemporaryError(f"exec in cell {printable(args.cell)}: the stream "
+                                        "ended without an exit status") from None
+        if not isinstance(message, bytes) or not message:
+            continue
+        channel, payload = framing.split(message)
+        if channel in out:
+            out[channel].write(payload)
+            out[channel].flush()
+        elif channel == framing.STATUS:
+            doc = json.loads(payload)
+            if "exitCode" in doc:
+                return int(doc["exitCode"])
+            from devcell.client import _raise
+
+            _raise(int(doc.get("status", 500)), bytes(payload))
+
+
+def _feed(ws: Any) -> None:
+    """-i: standard input sent as it is read, then its end (an empty STDIN message)."""
+    from websockets.exceptions import ConnectionClosed
+
+    from devcell.server import framing
+
+    fd = sys.stdin.fileno()
+    try:
+        while True:
+            chunk = os.read(fd, READ_BYTES)
+            ws.send(framing.frame(framing.STDIN, chunk))
+            if not chunk:
+                return
+    except (ConnectionClosed, OSError):
+        return  # the command ended before reading it all
+
+
+def _sizes(ws: Any, terminal: Any) -> None:
+    """-t: the window's size, at once and whenever it changes (SIGWINCH sets `resized`)."""
+    from websockets.exceptions import ConnectionClosed
+
+    from devcell.server import framing
+
+    try:
+        while True:
+            size = terminal.size()
+            if size is not None:
+                rows, columns = size
+                ws.send(framing.frame(framing.RESIZE, json.dumps(
+                    {"rows": rows, "columns": columns}).encode()))
+            terminal.resized.wait()
+            terminal.resized.clear()
+    except (ConnectionClosed, OSError):
+        return
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    from devcell.api import log_lines
+
+    if args.sidecar is not None:
+        raise UsageError("--sidecar is not served through the DevCell API yet: run the "
+                         "command on the server's machine, or without it")
+    if args.since is not None:
+        try:  # refused here as on the server's machine; the server takes its cutoff
+            log_lines.since_cutoff(args.since, time.time())
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    lines = args.remote.logs(args.cell, args.service,
+                             tail=None if args.tail < 0 else args.tail, since=args.since,
+                             timestamps=args.timestamps, follow=args.follow,
+                             on_notes=lambda notes: sys.stderr.write("".join(notes)))
+    try:
+        for line in lines:
+            sys.stdout.write(line)
+            if args.follow:
+                sys.stdout.flush()
+    except KeyboardInterrupt:  # Ctrl-C ends a follow normally
+        if not args.follow:
+            raise
+    finally:
+        lines.close()
+    return 0

@@ -114,6 +114,22 @@ class Client:
         """One record, by name or id (NotFound when there is none)."""
         return self._json("GET", f"{_path(resource)}/{urllib.parse.quote(name, safe='')}")
 
+    def describe(self, resource: str, name: str) -> str:
+        """What `devcell describe` prints of one cell, snapshot or operation (by name or
+        id): its fields, lineage, operations and events, as text (NotFound when there is
+        none)."""
+        if resource not in ("cells", "snapshots", "operations"):
+            raise errors.UsageError(f"{resource!r}: cells, snapshots or operations")
+        conn, response = self._send(
+            "GET", f"{_path(resource)}/{urllib.parse.quote(name, safe='')}/describe", {})
+        try:
+            data = response.read()
+        finally:
+            conn.close()
+        if response.status >= 400:
+            _raise(response.status, data)
+        return data.decode("utf-8", "replace")
+
     def apply(self, manifests: str | dict[str, Any], *, dry_run: bool = False
               ) -> dict[str, Any]:
         """Record a YAML stream (or one manifest as a dict); what was recorded, as apply

@@ -482,7 +482,7 @@ def run_describe(args: argparse.Namespace) -> int:
     """kubectl describe: each object named (or each matching -l, never both), one after the
     other; a name not found is reported and makes the exit status 1, the others are still
     described."""
-    from devcell.cli import describe
+    from devcell.api import describe
 
     if not args.names and not args.selector:
         raise UsageError(f"describe needs a NAME or -l SELECTOR (e.g. devcell describe "

@@ -33,7 +33,8 @@ SERVED = {("get", None): "remote_get:run_get",
           ("cell", "start"): "remote_cells:run_cell_start",
           ("cell", "fork"): "remote_cells:run_cell_fork",
           ("exec", None): "remote_streams:run_exec",
-          ("logs", None): "remote_streams:run_logs"}
+          ("logs", None): "remote_streams:run_logs",
+          ("describe", None): "remote_describe:run_describe"}
 """The commands the API serves, and the handler ("module:function" under devcell.cli) that
 runs each through it (`args.remote` is the client)."""
 

@@ -140,6 +140,8 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
         return lambda request: _action(ctx, route.verb, request)
     if route.verb == "logs":
         return lambda request: _logs(ctx, request)
+    if route.name.startswith("describe_"):
+        return lambda request: _describe(ctx, resource, request)
     if route.name.startswith("rows_"):
         return lambda request: _rows(ctx, resource, request)
     if route.verb == "list":
@@ -390,6 +392,23 @@ def _get_sync(ctx: Context, resource: Resource, name: str) -> dict[str, Any]:
     finally:
         db.close()
     raise NotFound(f'{resource.kind.lower()} "{name}" not found{close}')
+
+
+async def _describe(ctx: Context, resource: Resource, request: Request) -> Response:
+    """The text `devcell describe` prints of one object (api.describe, the same code)."""
+    name = request.path_params["name"]
+    said = await run_in_threadpool(_describe_sync, ctx, resource, name)
+    return Response(said, media_type="text/plain; charset=utf-8")
+
+
+def _describe_sync(ctx: Context, resource: Resource, name: str) -> str:
+    from devcell.api import describe
+
+    db = _open(ctx)
+    try:
+        return describe.text(db.conn, resource.kind, name, db.state_dir)
+    finally:
+        db.close()
 
 
 async def _watch(ctx: Context, resource: Resource, request: Request, selector: Any,

@@ -229,7 +229,10 @@ def _operation(route: routes.Route) -> dict[str, Any]:
         params.append({"name": "name", "in": "path", "required": True,
                        "schema": {"type": "string", "minLength": 1}})
         errors += [404]
-        if route.verb == "get":
+        if route.name.startswith("describe_"):
+            ok = {"200": {"description": f"the {r.kind} as `devcell describe` prints it",
+                          "content": {"text/plain": {"schema": {"type": "string"}}}}}
+        elif route.verb == "get":
             ok = {"200": {"description": f"the {r.kind}", "content": {
                 "application/json": {"schema": _ref(r.kind)}}}}
         else:

@@ -75,6 +75,11 @@ def table() -> list[Route]:
         if r.gettable:
             routes.append(Route("GET", f"{PREFIX}/{r.plural}/{{name}}", f"get_{r.plural}",
                                 "get", r, f"One of the {r.plural}, by name or id"))
+        if r.gettable and r.plural != "events":
+            routes.append(Route("GET", f"{PREFIX}/{r.plural}/{{name}}/describe",
+                                f"describe_{r.plural}", "get", r,
+                                f"One of the {r.plural} as `devcell describe` prints it "
+                                "(text: its lineage, operations and events)"))
         if r.deletable:
             routes.append(Route("DELETE", f"{PREFIX}/{r.plural}/{{name}}",
                                 f"delete_{r.plural}", "delete", r,

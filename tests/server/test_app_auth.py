@@ -87,6 +87,13 @@ CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
         "GET", f"/api/v1/operations/{api.client.get('/api/v1/operations').json()['items'][0]['id']}",
         None), READ),
     "openapi": (lambda api, t: ("GET", "/api/v1/openapi.json", None), READ),
+    "describe a cell": (lambda api, t: ("GET", "/api/v1/cells/seed/describe", None), READ),
+    "describe another's snapshot": (lambda api, t: (
+        "GET", f"/api/v1/snapshots/{_snapshotted(api, _admin_cell(api))}/describe", None),
+        READ),
+    "describe an operation": (lambda api, t: (
+        "GET", f"/api/v1/operations/{api.client.get('/api/v1/operations').json()['items'][0]['id']}"
+        "/describe", None), READ),
     "create a cell": (lambda api, t: ("POST", "/api/v1/apply", cell(_unique("new"))), {
         "viewer": (403, "viewer-read-only"), "developer": (200, None), "admin": (200, None)}),
     "create a cell owned by another": (lambda api, t: (
@@ -150,6 +157,15 @@ CASES.update({
     "fork their own cell": (lambda api, t: _fork(api, _own_cell(api, t)), ACTED),
     "fork a cell shared with them": (lambda api, t: _fork(
         api, _admin_cell(api, shared_with="u-developer")), ACTED),
+    # exclusive: false (the CLI's): a fork over a recorded cell needs leave to change it
+    "fork over another's cell": (lambda api, t: (lambda own: _action("fork", own, {
+        "name": _admin_cell(api), "snapshot": _snapshotted(api, own), "exclusive": False}))(
+            _own_cell(api, t)), {"viewer": (403, "viewer-read-only"),
+                                 "developer": (403, "developer-not-own"),
+                                 "admin": (422, None)}),
+    "take a snapshot again of their own cell": (lambda api, t: (lambda own: _action(
+        "snapshot", own, {"name": _snapshotted(api, own), "exclusive": False}))(
+            _own_cell(api, t)), ACTED),
 })
 
 
@@ -187,7 +203,8 @@ def test_without_a_valid_token_every_route_is_401(api: Api, tokens: dict[str, st
                                  ("DELETE", "/api/v1/cells/seed"),
                                  ("POST", "/api/v1/apply"),
                                  ("POST", "/api/v1/cells/seed/sleep"),
-                                 ("POST", "/api/v1/cells/seed/fork")):
+                                 ("POST", "/api/v1/cells/seed/fork"),
+                                 ("GET", "/api/v1/cells/seed/describe")):
                 response = c.request(method, path, content=cell("x"), headers=YAML)
                 doc = assert_problem(response, 401)
                 assert response.headers["www-authenticate"].startswith("Bearer")

@@ -53,6 +53,11 @@ SAME = [
     ["wait", "cell", "{name}"], ["wait", "cell", "{name}", "--for", "create"],
     ["wait", "cell", "-l", "team=remote"], ["wait", "cell", "-l", "team=nobody"],
     ["wait", "cell", "nope", "--timeout", "0"], ["wait", "cell", "Bad_Name"],
+    ["describe", "cell", "{name}"], ["describe", "cells", "-l", "team=remote"],
+    ["describe", "cell", "{name}", "nope", "seed"], ["describe", "snapshot", "nope"],
+    ["describe", "operation", "{op}"], ["describe", "op", "{op}", "op_nope"],
+    ["describe", "cell"], ["describe", "op", "-l", "a=b"], ["describe", "cell", "-l", "a in ("],
+    ["describe", "snapshot", "-l", "team=nobody"],
 ]
 
 
@@ -65,7 +70,9 @@ def files(api: Api, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     done = api.cli("apply", "-f", str(work / "cell.yaml"))
     assert done.returncode == 0, done.stderr
     wait_for(api, f"/api/v1/cells/{name}", lambda r: r.json()["status"]["phase"] == "Running")
-    return {"name": name, "file": str(work / "cell.yaml"), "bad": str(work / "bad.yaml"),
+    ops = api.client.get("/api/v1/operations").json()["items"]
+    op = next(o["id"] for o in ops if o["object_name"] == name)
+    return {"name": name, "op": op, "file": str(work / "cell.yaml"), "bad": str(work / "bad.yaml"),
             "missing": str(work / "missing.yaml"), "work": str(work)}
 
 

@@ -1,15 +1,22 @@
-"""`describe`: one object in detail, with its lineage, operations (and their steps) and events."""
+"""`describe`: one object in detail, with its lineage, operations (and their steps) and events.
+
+Below the command line so that the HTTP API answers the same text (GET .../NAME/describe,
+`devcell --server URL describe`): `text()` is what `object()` and `operation()` print, each
+line written to the stream `writing()` gives (the process's stdout when none is).
+"""
 
 from __future__ import annotations
 
+import contextvars
+import io
 import json
 import sqlite3
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-from devcell.cli import render
+from devcell.api import text as render
 from devcell.errors import NotFound
 from devcell.names import printable
 from devcell.store import events, holds, objects, operations, views
@@ -21,10 +28,33 @@ CONSISTENCY_MEANING = {
 }
 
 
+_OUT: contextvars.ContextVar[TextIO | None] = contextvars.ContextVar("describe_out",
+                                                                   default=None)
+
+
+def _out() -> TextIO:
+    return _OUT.get() or sys.stdout
+
+
+def text(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None = None) -> str:
+    """What `devcell describe KIND REF` prints of one object (Operation: an operation by id),
+    as a string; NotFound when it is not recorded."""
+    buf = io.StringIO()
+    token = _OUT.set(buf)
+    try:
+        if kind == "Operation":
+            operation(conn, ref)
+        else:
+            object(conn, kind, ref, state_dir)
+    finally:
+        _OUT.reset(token)
+    return buf.getvalue()
+
+
 def _field(label: str, value: Any, indent: int = 0) -> None:
     """One `Label: value` line; the value escaped (names.printable), as in every table."""
     shown = "<none>" if value in (None, "", [], {}) else printable(str(value))
-    sys.stdout.write(f"{' ' * indent}{label + ':':<20}{shown}\n")
+    _out().write(f"{' ' * indent}{label + ':':<20}{shown}\n")
 
 
 def _privileges(asked: dict[str, Any]) -> str:
@@ -41,9 +71,9 @@ def _privileges(asked: dict[str, Any]) -> str:
 
 def _conditions(status: dict[str, Any]) -> None:
     conds = status.get("conditions", [])
-    sys.stdout.write("Conditions:\n")
+    _out().write("Conditions:\n")
     if not conds:
-        sys.stdout.write("  <none>\n")
+        _out().write("  <none>\n")
         return
     rows = [[c["type"], c["status"], c.get("reason", ""), c.get("lastTransitionTime", ""),
              c.get("message", "")] for c in conds]
@@ -62,7 +92,7 @@ def _post_create(result: dict[str, Any]) -> None:
            + (f"exited with status {code}" if code is not None else "did not finish in time")
            + "; services held until `devcell cell rerun-hooks` succeeds")
     for line in str(result.get("output") or "").splitlines()[-20:]:
-        sys.stdout.write(f"  | {printable(line)}\n")
+        _out().write(f"  | {printable(line)}\n")
 
 
 def _indented_table(headers: list[str], rows: list[list[Any]]) -> None:
@@ -70,31 +100,31 @@ def _indented_table(headers: list[str], rows: list[list[Any]]) -> None:
 
     buf = io.StringIO()
     render.table(headers, rows, out=buf)
-    sys.stdout.write("".join(f"  {line}\n" for line in buf.getvalue().splitlines()))
+    _out().write("".join(f"  {line}\n" for line in buf.getvalue().splitlines()))
 
 
 def _operations(conn: sqlite3.Connection, object_id: str) -> None:
     ops = operations.for_object(conn, object_id, limit=5)
-    sys.stdout.write("Operations (latest first):\n")
+    _out().write("Operations (latest first):\n")
     if not ops:
-        sys.stdout.write("  <none>\n")
+        _out().write("  <none>\n")
     for op in ops:
         by = f"  by={op['actor']}" if op["actor"] else ""
-        sys.stdout.write(printable(f"  {op['id']}  {op['action']}  {op['status']}  "
+        _out().write(printable(f"  {op['id']}  {op['action']}  {op['status']}  "
                                    f"trigger={op['trigger']}{by}  "
                                    f"{render.age(op['created_at'])} ago") + "\n")
         for step in operations.steps(conn, op["id"]):
             took = f"{step.duration_ms:.1f}ms" if step.duration_ms is not None else "-"
             extra = f"  error: {step.error}" if step.error else ""
-            sys.stdout.write(printable(f"    {step.idx + 1}. {step.name:<16} {step.status:<10} "
+            _out().write(printable(f"    {step.idx + 1}. {step.name:<16} {step.status:<10} "
                                        f"{took}{extra}") + "\n")
 
 
 def _events(conn: sqlite3.Connection, object_id: str) -> None:
     rows = events.for_object(conn, object_id)
-    sys.stdout.write("Events:\n")
+    _out().write("Events:\n")
     if not rows:
-        sys.stdout.write("  <none>\n")
+        _out().write("  <none>\n")
         return
     _indented_table(["AGE", "TYPE", "REASON", "MESSAGE"],
                     [[render.age(e["created_at"]), e["type"], e["reason"], e["message"]]
@@ -301,7 +331,7 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
                         line += f", failed {view['checkFailures']} times in a row"
                     if view.get("checkProblem"):
                         line += f" ({view['checkProblem']})"
-                sys.stdout.write(f"{'':20}{printable(line)}\n")
+                _out().write(f"{'':20}{printable(line)}\n")
         sidecars = spec.get("sidecars") or []
         seen_sidecars = status.get("sidecars") or {}
         _field("Sidecars", ", ".join(
@@ -313,7 +343,7 @@ def object(conn: sqlite3.Connection, kind: str, ref: str, state_dir: Path | None
             state = (str(view.get("state")) + (f" ({view['status']})" if view.get("status")
                                                 else "") if isinstance(view, dict)
                      else "not observed yet")
-            sys.stdout.write(f"{'':20}{printable(sidecar['name'] + ': ' + state + where)}\n")
+            _out().write(f"{'':20}{printable(sidecar['name'] + ': ' + state + where)}\n")
         _field("Volumes", ", ".join(f"{v['name']} at {v['mountPath']}"
                                     for v in spec.get("volumes") or []))
         _post_create(status.get("postCreate") or {})
@@ -372,7 +402,7 @@ def operation(conn: sqlite3.Connection, ref: str) -> None:
     _field("Generation", op["generation"])
     _field("Created", op["created_at"])
     _field("Finished", op["finished_at"])
-    sys.stdout.write("Steps:\n")
+    _out().write("Steps:\n")
     rows = []
     for s in operations.steps(conn, op["id"]):
         took = f"{s.duration_ms:.1f}ms" if s.duration_ms is not None else "-"

@@ -186,17 +186,20 @@ class Client:
         return self._action(cell, "snapshot", body, wait, timeout)
 
     def fork(self, cell: str, snapshot: str, name: str, *, ports: dict[int, int] | None = None,
-             publish: bool = True, wait: bool = True, timeout: int = ACTION_TIMEOUT
-             ) -> dict[str, Any]:
+             publish: bool = True, count: int | None = None, wait: bool = True,
+             timeout: int = ACTION_TIMEOUT) -> dict[str, Any]:
         """Make cell `name` from `snapshot` of `cell` (as `devcell cell fork`): its spec,
         its workspace restored from the snapshot; the fork is the caller's. `ports`: container
-        port -> the fork's host port; publish=False: it publishes none. Conflict when the
-        name is taken; as `sleep` otherwise."""
+        port -> the fork's host port; publish=False: it publishes none; `count` N makes
+        N forks, `name`-1 to `name`-N. Conflict when the name is taken; as `sleep`
+        otherwise."""
         body: dict[str, Any] = {"name": name, "snapshot": snapshot}
         if ports:
             body["ports"] = {str(k): v for k, v in ports.items()}
         if not publish:
             body["publish"] = False
+        if count is not None:
+            body["count"] = count
         return self._action(cell, "fork", body, wait, timeout)
 
     def wait(self, name: str, phase: str = "Running", *, resource: str = "cells",

@@ -17,7 +17,6 @@ import sys
 from typing import Any
 
 from devcell.cli import converge_output as output
-from devcell.errors import UsageError
 from devcell.names import printable
 
 MAX_TIMEOUT_S = 3600
@@ -34,10 +33,9 @@ def run_snapshot_create(args: argparse.Namespace) -> int:
 
 
 def run_cell_fork(args: argparse.Namespace) -> int:
-    if args.count is not None:
-        raise UsageError("--count is not served through the DevCell API yet: run the "
-                         "command on the server's machine, or fork each name")
     body: dict[str, Any] = {"name": args.name, "snapshot": args.snapshot, "exclusive": False}
+    if args.count is not None:
+        body["count"] = args.count
     if args.port:
         body["ports"] = {str(inside): host for inside, host in args.port}
     if args.no_ports:

@@ -25,6 +25,8 @@ POLL_SECONDS = 0.1
 """How often a wait looks for a commit."""
 MAX_FORK_PORTS = 64
 """Ports a fork's body may map (a cell publishes few)."""
+MAX_FORK_COUNT = 100
+"""Forks one request may make (`cell fork --count`'s most)."""
 
 
 class Request(Record):
@@ -42,6 +44,8 @@ class Request(Record):
     """fork: publish the cell's ports (False: none)."""
     ports: dict[int, int] = field(default_factory=dict)
     """fork: container port -> the fork's host port."""
+    count: int | None = None
+    """fork: make `count` forks, NAME-1 to NAME-N (each name must be free)."""
     exclusive: bool = True
     """snapshot, fork: a name already recorded is a conflict (False: it is recorded again as
     the CLI's verb records it, `unchanged` when it says the same; a snapshot only of this
@@ -50,7 +54,8 @@ class Request(Record):
 
 _FIELDS: dict[str, dict[str, type]] = {
     "snapshot": {"name": str, "ttl": str, "consistency": str, "exclusive": bool},
-    "fork": {"name": str, "snapshot": str, "publish": bool, "ports": dict, "exclusive": bool},
+    "fork": {"name": str, "snapshot": str, "publish": bool, "ports": dict, "exclusive": bool,
+             "count": int},
 }
 _REQUIRED: dict[str, tuple[str, ...]] = {"snapshot": ("name",), "fork": ("name", "snapshot")}
 
@@ -79,13 +84,16 @@ def parse(verb: str, data: bytes) -> Request:
         if not isinstance(value, allowed[key]) or (allowed[key] is not bool
                                                    and isinstance(value, bool)):
             raise UsageError(f"{verb}: {key} must be a {allowed[key].__name__}")
+    count = body.get("count")
+    if count is not None and not 1 <= count <= MAX_FORK_COUNT:
+        raise UsageError(f"fork: count must be 1 to {MAX_FORK_COUNT}")
     ports = _ports(body.get("ports") or {})
     if ports and body.get("publish") is False:
         raise UsageError("fork: ports and publish: false contradict each other")
     return Request(verb, name=body["name"], ttl=body.get("ttl"),
                    consistency=body.get("consistency"), snapshot=body.get("snapshot"),
                    publish=body.get("publish", True), ports=ports,
-                   exclusive=body.get("exclusive", True))
+                   exclusive=body.get("exclusive", True), count=count)
 
 
 def _ports(given: dict[str, Any]) -> dict[int, int]:
@@ -143,7 +151,8 @@ def record(state_dir: Path, principal: Any, cell: str, request: Request) -> Reco
             assert request.name is not None and request.snapshot is not None
             report = cells.fork(state_dir, cell, snapshot=request.snapshot, name=request.name,
                                 host_ports=request.ports or None, publish=request.publish,
-                                exclusive=request.exclusive, options=options)
+                                count=request.count, exclusive=request.exclusive,
+                                options=options)
     doc = reports.document(report)
     doc["resourceVersion"] = str(version)
     return Recorded(doc, since)
@@ -157,8 +166,8 @@ def _taken(conn: Any, principal: Any, cell: str, request: Request) -> None:
     from devcell.store import objects
 
     kind = {"snapshot": "Snapshot", "fork": "Cell"}.get(request.verb)
-    if kind is None or request.name is None:
-        return
+    if kind is None or request.name is None or request.count is not None:
+        return  # counted forks: each name must be free, as `cell fork --count` checks
     found = objects.get(conn, kind, request.name)
     if found is None:
         return

@@ -267,6 +267,9 @@ _ACTION_BODIES: dict[str, dict[str, Any]] = {
             "ports": {"type": "object", "description": "container port -> the fork's host "
                       "port", "additionalProperties": {"type": "integer", "minimum": 1,
                                                        "maximum": 65535}},
+            "count": {"type": "integer", "minimum": 1, "maximum": 100, "description":
+                      "make this many forks, NAME-1 to NAME-N (each name free; fork K "
+                      "publishes `ports`' host ports plus K-1)"},
             "exclusive": _EXCLUSIVE}},
 }
 

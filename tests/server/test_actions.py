@@ -97,6 +97,18 @@ def test_snapshot_then_fork(api: Api) -> None:
                                    json={"name": snap, "exclusive": False}), 409)
     assert_problem(api.client.post(f"/api/v1/cells/{name}/fork", json={
         "name": "seed", "snapshot": snap, "exclusive": False}), 422)
+    # count: NAME-1 to NAME-N, each name free (taken: the CLI's located problem)
+    many = _unique("many")
+    made = api.client.post(f"/api/v1/cells/{name}/fork", params={"wait": "true"},
+                           json={"name": many, "snapshot": snap, "count": 2})
+    assert made.status_code == 200 and made.json()["ok"], made.text
+    assert [c["name"] for c in made.json()["changes"]] == [f"{many}-1", f"{many}-2"]
+    again = api.client.post(f"/api/v1/cells/{name}/fork",
+                            json={"name": many, "snapshot": snap, "count": 2})
+    assert assert_problem(again, 422)["problems"][0]["field"] == "--name"
+    for count in (0, 101, True, "2"):
+        assert_problem(api.client.post(f"/api/v1/cells/{name}/fork", json={
+            "name": many, "snapshot": snap, "count": count}), 400)
 
 
 def test_action_errors_are_problems(api: Api) -> None:

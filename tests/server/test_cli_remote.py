@@ -227,6 +227,8 @@ def test_cell_verbs_the_same_as_on_the_state_directory(
         (["cell", "fork", name, "--snapshot", f"{snap}d", "--name", name],) * 2,
         (["cell", "fork", f"{fork}d", "--snapshot", f"{snap}d", "--name", "y"],) * 2,
     ])
-    code, out, err = remote(["cell", "fork", name, "--snapshot", f"{snap}r", "--name", "z",
-                             "--count", "2"])
-    assert (code, out) == (2, "") and "--count is not served" in err
+    counted = (["cell", "fork", name, "--snapshot", f"{snap}d", "--name", f"{fork}c",
+                "--count", "2", "--no-ports"],
+               ["cell", "fork", name, "--snapshot", f"{snap}r", "--name", f"{fork}q",
+                "--count", "2", "--no-ports"])
+    _same_verbs(direct, remote, [counted, counted])  # created, then each name taken

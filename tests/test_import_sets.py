@@ -65,8 +65,8 @@ spec:
 
 # -- the lists: what each command imports today ------------------------------------------------
 # `get`'s rows and documents come from devcell.api.listing, which the HTTP API reads too
-# (issue 27): two small modules, so that both answer the same records. Its tables and ages
-# come from devcell.api.text (cli/render re-exports it), which the API's describe shares.
+# (issue 27): two small modules, so that both answer the same records; its tables from
+# devcell.api.render, which the API's describe uses too.
 # The start-up every command shares: the entry point, the command table and the parser.
 _CLI = ["devcell", "devcell.cli", "devcell.cli.arguments", "devcell.cli.commands",
         "devcell.cli.main", "devcell.cli.parser", "devcell.errors", "devcell.kinds",
@@ -78,28 +78,28 @@ _STORE = ["devcell.manifests", "devcell.storage_causes", "devcell.store", "devce
 EXPECTED: dict[str, tuple[list[str], list[str]]] = {
     # what: (DevCell modules, third-party packages)
     "get cells NAME": ([
-        *_CLI, *_STORE, "devcell.api", "devcell.api.listing", "devcell.api.text", "devcell.cli.cmd_get",
-        "devcell.cli.render",
+        *_CLI, *_STORE, "devcell.api", "devcell.api.listing", "devcell.cli.cmd_get",
+        "devcell.api.render",
         "devcell.manifests.secrets", "devcell.store.daemon_status",
         "devcell.store.observations", "devcell.store.views"],
         []),
     "get cells": ([
-        *_CLI, *_STORE, "devcell.api", "devcell.api.listing", "devcell.api.text", "devcell.cli.cmd_get",
-        "devcell.cli.render",
+        *_CLI, *_STORE, "devcell.api", "devcell.api.listing", "devcell.cli.cmd_get",
+        "devcell.api.render",
         "devcell.manifests.secrets", "devcell.store.daemon_status",
         "devcell.store.observations", "devcell.store.views"],
         []),
     "get cells -o wide": ([
         *_CLI, *_STORE, "devcell.api", "devcell.api.capacity", "devcell.backend_registry",
         "devcell.backends", "devcell.backends.base", "devcell.backends.capacity",
-        "devcell.api.listing", "devcell.api.text", "devcell.cli.cmd_get", "devcell.cli.render",
+        "devcell.api.listing", "devcell.cli.cmd_get", "devcell.api.render",
         "devcell.manifests.secrets",
         "devcell.records", "devcell.store.capacity", "devcell.store.daemon_status", "devcell.store.forwards",
         "devcell.store.observations", "devcell.store.views"],
         []),
     "get cells NAME -o yaml": ([
-        *_CLI, "devcell.api", "devcell.api.listing", "devcell.api.text", "devcell.cli.cmd_get",
-        "devcell.cli.render",
+        *_CLI, "devcell.api", "devcell.api.listing", "devcell.cli.cmd_get",
+        "devcell.api.render",
         "devcell.manifests",
         "devcell.manifests.secrets", "devcell.storage_causes", "devcell.store",
         "devcell.store.db", "devcell.store.faults", "devcell.store.guard",
@@ -107,8 +107,8 @@ EXPECTED: dict[str, tuple[list[str], list[str]]] = {
         "devcell.store.views"],
         ["yaml"]),
     "get cells NAME -o json": ([
-        *_CLI, "devcell.api", "devcell.api.listing", "devcell.api.text", "devcell.cli.cmd_get",
-        "devcell.cli.render",
+        *_CLI, "devcell.api", "devcell.api.listing", "devcell.cli.cmd_get",
+        "devcell.api.render",
         "devcell.manifests",
         "devcell.manifests.secrets", "devcell.storage_causes", "devcell.store",
         "devcell.store.db", "devcell.store.faults", "devcell.store.guard",

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from devcell.api import text as render
+from devcell.api import render
 from devcell.errors import NotFound
 from devcell.names import printable
 from devcell.store import events, holds, objects, operations, views

@@ -33,7 +33,7 @@ def run_snapshot_list(args: argparse.Namespace) -> int:
         if not rows:
             sys.stderr.write(f"No snapshots of cell {cell.name}.\n")
             return 0
-        from devcell.cli import render
+        from devcell.api import render
 
         wide = args.output == "wide"
         if wide:
@@ -47,7 +47,8 @@ def run_snapshot_list(args: argparse.Namespace) -> int:
 
 
 def _print_docs(db: dbmod.Database, rows: list[dict[str, Any]], fmt: str) -> int:
-    from devcell.cli import cmd_get, render
+    from devcell.api import render
+    from devcell.cli import cmd_get
 
     if fmt == "name":
         sys.stdout.write("".join(f"snapshot/{r['name']}\n" for r in rows))

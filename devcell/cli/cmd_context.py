@@ -7,7 +7,8 @@ import argparse
 import os
 import sys
 
-from devcell.cli import contexts, render
+from devcell.api import render
+from devcell.cli import contexts
 from devcell.errors import NotFound, UsageError
 from devcell.names import printable
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from devcell.api import df
-from devcell.cli import render
+from devcell.api import df, render
 from devcell.names import printable
 from devcell.store import db as dbmod
 

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from devcell.api import gc
+from devcell.api.render import size
 from devcell.cli import converge_output as output
-from devcell.cli.render import size
 from devcell.controllers.gc import Verdict
 from devcell.names import printable
 from devcell.store import db as dbmod

@@ -9,8 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from devcell.api import listing
-from devcell.cli import render
+from devcell.api import listing, render
 from devcell.errors import NotFound, UsageError
 from devcell.names import printable, terminal_text
 from devcell.store import faults, guard, views

@@ -33,8 +33,8 @@ def run_build_base(args: argparse.Namespace) -> int:
 
 
 def run_ls(args: argparse.Namespace) -> int:
-    from devcell.api import images
-    from devcell.cli import log_sink, render
+    from devcell.api import images, render
+    from devcell.cli import log_sink
     from devcell.cli.cmd_gc import size
     from devcell.store.db import resolve_state_dir
 

@@ -7,8 +7,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from devcell.api import nodes
-from devcell.cli import render
+from devcell.api import nodes, render
 from devcell.errors import UsageError
 from devcell.names import printable
 from devcell.store.db import resolve_state_dir

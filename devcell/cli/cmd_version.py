@@ -40,7 +40,7 @@ def run_version(args: argparse.Namespace) -> int:
 
     found = report(db.resolve_state_dir(args.state_dir))
     if args.output in ("json", "yaml"):
-        from devcell.cli import render
+        from devcell.api import render
 
         (render.as_json if args.output == "json" else render.as_yaml)(found)
         return 0

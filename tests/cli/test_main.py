@@ -29,11 +29,12 @@ def test_building_one_command_parses_exactly_like_the_full_parser() -> None:
 
 def test_get_imports_neither_the_library_verbs_nor_the_reconciler(tmp_path: Path) -> None:
     """`devcell get` starts fast because it loads only what it uses (bench/get_cells.py): of
-    the api package, only the records it lists (api.listing, which the HTTP API shares)."""
+    the api package, only the records it lists and how it prints them (api.listing and
+    api.render, which the HTTP API shares)."""
     code = ("import sys; from devcell.cli import main; main.main(['get', 'cells']); "
             "print(sorted(m for m in sys.modules if m.startswith(('devcell.api', "
             "'devcell.reconciler', 'loguru')) and m not in ('devcell.api', "
-            "'devcell.api.listing')), file=sys.stderr)")
+            "'devcell.api.listing', 'devcell.api.render')), file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=dict(os.environ, DEVCELL_HOME=str(tmp_path / "state")),
                           cwd=REPO, check=True)

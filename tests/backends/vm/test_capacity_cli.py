@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from devcell.api import render
 from devcell.backends.vm import proc as vm_proc
 from devcell.backends.vm.layout import VmLayout
-from devcell.cli import render
 from tests.backends.vm.conftest import cell_manifest, make_state
 from tests.backends.vm_machines import kill_machines
 from tests.conftest import Cli

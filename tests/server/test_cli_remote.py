@@ -40,7 +40,10 @@ SAME = [
     ["get", "cells", "--sort-by", ".metadata.name", "-o", "name"],
     ["get", "cells", "--field-selector", "status.phase=Running", "-o", "name"],
     ["get", "cells", "{name}", "seed", "-o", "name"],
-    ["get", "snapshots"], ["get", "operations", "-o", "name"],
+    # snapshots: this module's (the session's many others' AGEs tick at their own moments)
+    ["get", "snapshots", "-l", "team=remote"], ["get", "snapshots", "-l", "team=remote", "-o",
+                                                "wide"],
+    ["get", "operations", "-o", "name"],
     ["get", "events", "--for", "cell/{name}", "-o", "name"],
     # error cases
     ["get", "cells", "nope-{name}"], ["get", "cells", "{name}", "nope"],
@@ -70,6 +73,13 @@ def files(api: Api, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     done = api.cli("apply", "-f", str(work / "cell.yaml"))
     assert done.returncode == 0, done.stderr
     wait_for(api, f"/api/v1/cells/{name}", lambda r: r.json()["status"]["phase"] == "Running")
+    (work / "snap.yaml").write_text(
+        f"apiVersion: devcell.dev/v1alpha1\nkind: Snapshot\nmetadata: {{name: {name}-snap, "
+        f"labels: {{team: remote}}}}\nspec: {{cell: {name}}}\n")
+    done = api.cli("apply", "-f", str(work / "snap.yaml"))
+    assert done.returncode == 0, done.stderr
+    wait_for(api, f"/api/v1/snapshots/{name}-snap",
+             lambda r: r.json()["status"]["phase"] == "Ready")
     ops = api.client.get("/api/v1/operations").json()["items"]
     op = next(o["id"] for o in ops if o["object_name"] == name)
     return {"name": name, "op": op, "file": str(work / "cell.yaml"), "bad": str(work / "bad.yaml"),

@@ -316,6 +316,7 @@ class Client:
         options: dict[str, Any] = {
             "subprotocols": [framing.SUBPROTOCOL], "max_size": framing.MAX_MESSAGE,
             "compression": None, "open_timeout": self.timeout, "proxy": None,
+            "logger": _quiet_logger(),
             "additional_headers": {"Authorization": f"Bearer {self.token}"}
             if self.token is not None else {}}
         try:
@@ -465,6 +466,20 @@ class Client:
         if response.status >= 400:
             _raise(response.status, data)
         return json.loads(data)
+
+
+def _quiet_logger() -> Any:
+    """websockets' logger for an exec stream: silent. Its reader thread logs "unexpected
+    internal error" with a traceback when a refused upgrade's connection ends under it
+    (about one in 300 over TLS); the refusal is raised as DevCell's error, and stdlib
+    logging with no handler would print the traceback on the caller's stderr."""
+    import logging
+
+    quiet = logging.getLogger("devcell.client.websockets")
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
+        quiet.propagate = False
+    return quiet
 
 
 def _path(resource: str) -> str:

@@ -166,6 +166,14 @@ def start(listen: Listen, state_dir: Path, tls: tuple[Path, Path] | None = None)
         server_header=False, ws="auto", ws_max_size=framing.MAX_MESSAGE,
         ws_per_message_deflate=False, ssl_certfile=tls[0] if tls else None,
         ssl_keyfile=tls[1] if tls else None)
+    if network:
+        config.load()
+        # No TLS 1.3 session tickets: sent after the handshake, they reach a client while it
+        # writes its first request; the websockets sync client reads (its reader thread) and
+        # writes (the caller's) the same SSL object at once, and about one exec upgrade in
+        # 150 then hung waiting for an answer that never came. Nobody resumes sessions here.
+        if config.ssl is not None:
+            config.ssl.num_tickets = 0
     server = uvicorn.Server(config)
     thread = threading.Thread(target=_run(server, sock), name="devcell-api", daemon=True)
     thread.start()

@@ -42,8 +42,10 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 """A whole apply request; each document in it is bounded at 1 MiB (manifests.loader)."""
 BODY_SECONDS = 30.0
 """A body must have arrived this long after the request's headers."""
-MAX_WATCHES = 64
-"""Watches open at once; each holds a database connection."""
+MAX_WATCHES = 128
+"""Watches open at once; each holds a database connection (100 clients each watching:
+bench/api_list_watch.py). uvicorn's limit_concurrency (server.serve) leaves as many
+connections again for everything else."""
 POLL_SECONDS = 0.1
 """How often a watch looks for a commit (one PRAGMA read when nothing changed)."""
 BOOKMARK_SECONDS = 15.0
@@ -66,6 +68,8 @@ class Context:
         self.tokens = tokens
         self.watches = 0
         self.streams = 0
+        self.readings: Any = None
+        """The readings watches of the same objects share (server.watch.Readings)."""
         self._limiter: Any = None
         given = os.environ.get("DEVCELL_API_BODY_SECONDS", "")
         try:
@@ -413,7 +417,7 @@ def _describe_sync(ctx: Context, resource: Resource, name: str) -> str:
 
 async def _watch(ctx: Context, resource: Resource, request: Request, selector: Any,
                  for_object: str | None, after: int | None, timeout: float) -> Response:
-    from devcell.server.watch import Watcher
+    from devcell.server.watch import Readings, Watcher
 
     sse = "text/event-stream" in request.headers.get("accept", "")
     if ctx.watches >= MAX_WATCHES:
@@ -421,13 +425,21 @@ async def _watch(ctx: Context, resource: Resource, request: Request, selector: A
                           f"{MAX_WATCHES} watches are open; try again later")
     ctx.watches += 1  # taken before the first await, so a burst cannot all pass the check
     db: Any = None
+    shared: Any = None
+    if ctx.readings is None:
+        ctx.readings = Readings(lambda: _open(ctx))
+    readings = ctx.readings
 
     def release() -> None:
-        """Give the slot and the connection back, once, however the watch ends."""
-        nonlocal db
+        """Give the slot, the connection and the shared reading back, once, however the
+        watch ends."""
+        nonlocal db, shared
         if db is not None:
             db.close()
             db = None
+        if shared is not None:
+            readings.give_back(shared)
+            shared = None
         if ctx.watches > 0:
             ctx.watches -= 1
 
@@ -437,8 +449,11 @@ async def _watch(ctx: Context, resource: Resource, request: Request, selector: A
 
             listing.for_target(for_object)
         db = opened = await run_in_threadpool(_open, ctx)
+        if resource.plural != "events":
+            shared = await run_in_threadpool(readings.take, resource, selector, [])
         watcher = await run_in_threadpool(lambda: Watcher(
-            opened, resource, selector=selector, for_object=for_object, after=after))
+            opened, resource, selector=selector, for_object=for_object, after=after,
+            shared=shared))
     except BaseException:
         release()
         raise

@@ -9,12 +9,17 @@ by reading them again whenever another connection committed (PRAGMA data_version
 from a version first sends the objects that events after it name, then follows as usual.
 
 Plain Python polled by the app (one short read per poll, none while nothing committed), so
-one watch costs a connection and no thread of its own.
+one watch costs a connection and no thread of its own. The watches of the same objects (the
+same resource, selector and names) share one reading of them (Shared): a commit makes the
+first of them to look read every object again, on the reading's own connection, and the others
+compare what they sent with that reading instead of each reading every object again (with
+100 watches of 10,000 cells, one read per commit instead of 100: bench/api_list_watch.py).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 from devcell.api import listing
@@ -25,15 +30,81 @@ from devcell.store.db import Database
 
 MAX_EVENTS_PER_POLL = 500
 
+Reading = dict[str, tuple[dict[str, Any], str]]
+"""Each object's id -> (its document, its key: the document as compared)."""
+
+
+class Shared:
+    """One reading of a resource's objects (those a selector and names choose), shared by the
+    watches of the same objects. `read()` answers the objects as they are now: read again on
+    its own connection when another connection committed since the last reading (PRAGMA
+    data_version, asked before reading, so a commit that lands during a reading is read
+    again next time), else the last reading. A watch calls it after its own connection saw
+    a commit, so the answer includes that commit. Thread-safe: watches poll in a pool."""
+
+    def __init__(self, db: Database, resource: Resource, selector: Any,
+                 names: list[str]) -> None:
+        self.db, self.resource, self.selector, self.names = db, resource, selector, names
+        self.users = 0
+        self._lock = threading.Lock()
+        self._data_version: int | None = None
+        self._reading: Reading = {}
+        self.readings = 0
+        """How many times every object was read (for tests)."""
+
+    def read(self) -> Reading:
+        with self._lock:
+            current = self.db.data_version()
+            if current != self._data_version:
+                self._data_version = current
+                rows = listing.rows(self.db, self.resource.plural, self.names, self.selector)
+                docs = listing.documents(self.db, self.resource.plural, rows)
+                self._reading = {_id(doc): (doc, _key(doc)) for _, doc in docs}
+                self.readings += 1
+            return self._reading
+
+
+class Readings:
+    """The Shared readings in use, by what they read; each closed with its last watch
+    (thread-safe: taken in the pool's threads, given back in the event loop)."""
+
+    def __init__(self, opener: Any) -> None:
+        self._open = opener
+        self._lock = threading.Lock()
+        self._shared: dict[tuple[str, str, tuple[str, ...]], Shared] = {}
+
+    def take(self, resource: Resource, selector: Any, names: list[str]) -> Shared:
+        key = (resource.plural, repr(selector), tuple(names))
+        with self._lock:
+            shared = self._shared.get(key)
+            if shared is None:
+                shared = self._shared[key] = Shared(self._open(), resource, selector, names)
+            shared.users += 1
+            return shared
+
+    def give_back(self, shared: Shared) -> None:
+        with self._lock:
+            shared.users -= 1
+            if shared.users <= 0:
+                key = (shared.resource.plural, repr(shared.selector), tuple(shared.names))
+                if self._shared.get(key) is shared:
+                    del self._shared[key]
+                shared.db.close()
+
+    def __len__(self) -> int:
+        return len(self._shared)
+
 
 class Watcher:
-    """The state of one watch: what was sent, up to which version."""
+    """The state of one watch: what was sent, up to which version. `shared`: the reading
+    of its objects it shares with other watches (None: it reads them itself)."""
 
     def __init__(self, db: Database, resource: Resource, *, selector: Any = None,
                  names: list[str] | None = None, for_object: str | None = None,
-                 after: int | None = None) -> None:
+                 after: int | None = None, shared: Shared | None = None) -> None:
         self.db, self.resource, self.selector = db, resource, selector
         self.names, self.for_object = names or [], for_object
+        self.shared = shared
         latest = events.latest_id(db.conn)
         if after is not None and after > latest:
             raise UsageError(f"resourceVersion {after}: the newest is {latest} (a version "
@@ -48,12 +119,12 @@ class Watcher:
             self.data_version = db.data_version()
             current = self._documents()
             if after is None:  # as Kubernetes: every object first, as ADDED
-                self.pending = [("ADDED", doc) for doc in current.values()]
-                self.sent = {key: _key(doc) for key, doc in current.items()}
+                self.pending = [("ADDED", doc) for doc, _ in current.values()]
+                self.sent = {key: compared for key, (_, compared) in current.items()}
             else:
                 self._resume(current, after)
 
-    def _resume(self, current: dict[str, dict[str, Any]], after: int) -> None:
+    def _resume(self, current: Reading, after: int) -> None:
         """The objects events after `after` name, as they are now (DELETED if gone); the rest
         counted as sent."""
         kind = self.resource.kind
@@ -63,17 +134,19 @@ class Watcher:
                 touched.add(row["op_id"])
             elif row["object_kind"] == kind and row["object_id"]:
                 touched.add(row["object_id"])
-        for key, doc in current.items():
+        for key, (doc, compared) in current.items():
             if key in touched:
                 self.pending.append(("MODIFIED", doc))
-            self.sent[key] = _key(doc)
+            self.sent[key] = compared
         for key in sorted(touched - set(current)):
             self.pending.append(("DELETED", self._stub(key)))
 
-    def _documents(self) -> dict[str, dict[str, Any]]:
+    def _documents(self) -> Reading:
+        if self.shared is not None:
+            return self.shared.read()
         rows = listing.rows(self.db, self.resource.plural, self.names, self.selector)
         docs = listing.documents(self.db, self.resource.plural, rows)
-        return {_id(doc): doc for _, doc in docs}
+        return {_id(doc): (doc, _key(doc)) for _, doc in docs}
 
     def moved(self) -> bool:
         """Whether another connection committed since the last poll: one PRAGMA read, cheap
@@ -100,10 +173,10 @@ class Watcher:
             self.data_version = current_version
             self.version = max(self.version, events.latest_id(self.db.conn))
             current = self._documents()
-            for key, doc in current.items():
-                if self.sent.get(key) != _key(doc):
+            for key, (doc, compared) in current.items():
+                if self.sent.get(key) != compared:  # the same str when unchanged: cheap
                     pending.append(("ADDED" if key not in self.sent else "MODIFIED", doc))
-                    self.sent[key] = _key(doc)
+                    self.sent[key] = compared
             for key in [k for k in self.sent if k not in current]:
                 del self.sent[key]
                 pending.append(("DELETED", self._stub(key)))

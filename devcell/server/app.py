@@ -296,8 +296,10 @@ async def _list(ctx: Context, resource: Resource, request: Request) -> Response:
     after, timeout = _version(request), _timeout(request)  # checked even when not watching
     if watch:
         return await _watch(ctx, resource, request, selector, for_object, after, timeout)
-    doc = await run_in_threadpool(_list_sync, ctx, resource, selector, for_object)
-    return JSONResponse(doc)
+    # encoded in the pool too: 10,000 cells are 14 MiB of JSON, ~1 s the event loop (every
+    # watch and request) would otherwise wait for (bench/api_list_watch.py)
+    return await run_in_threadpool(
+        lambda: JSONResponse(_list_sync(ctx, resource, selector, for_object)))
 
 
 def _list_sync(ctx: Context, resource: Resource, selector: Any, for_object: str | None
@@ -332,9 +334,9 @@ async def _rows(ctx: Context, resource: Resource, request: Request) -> Response:
                          "characters (a name or an id)")
     wide, labels, objects = (_flag(request, "wide"), _flag(request, "labels"),
                              _flag(request, "objects"))
-    doc = await run_in_threadpool(_rows_sync, ctx, resource, selector, for_object, names,
-                                  wide, labels, objects)
-    return Response(json.dumps(doc, default=str), media_type=JSON_MEDIA)
+    body = await run_in_threadpool(lambda: json.dumps(_rows_sync(
+        ctx, resource, selector, for_object, names, wide, labels, objects), default=str))
+    return Response(body, media_type=JSON_MEDIA)
 
 
 def _rows_sync(ctx: Context, resource: Resource, selector: Any, for_object: str | None,

@@ -34,6 +34,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
     os.environ["DEVCELL_CONTEXTS"] = os.path.join(
         tempfile.mkdtemp(prefix="devcell-no-contexts-"), "contexts.json")
+    # Tests that race processes use multiprocessing's forkserver, never a bare fork: the
+    # session holds dozens of threads by then, and a child forked while one of them held a
+    # lock hung on it (a hash-key race test, 386 s until killed). Its server and resource
+    # tracker are started here, before any thread, and live for the session.
+    from multiprocessing import forkserver, resource_tracker
+
+    resource_tracker.ensure_running()
+    forkserver.ensure_running()
 
 
 def allow_host_paths(state: Path, root: Path) -> None:

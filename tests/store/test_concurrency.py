@@ -41,7 +41,7 @@ def _writer(state: str, worker: int, start: Any, results: Any) -> None:
 
 
 def _run(state: Path, prepare: bool) -> list[tuple[int, str]]:
-    mp = multiprocessing.get_context("fork")
+    mp = multiprocessing.get_context("forkserver")
     if prepare:
         db = open_database(state)
         with db.write() as conn:
@@ -102,7 +102,7 @@ def _fresh_opener(state: str, worker: int, start: Any, results: Any) -> None:
 
 def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
     """Several commands racing on a state directory that does not exist yet."""
-    mp = multiprocessing.get_context("fork")
+    mp = multiprocessing.get_context("forkserver")
     state = tmp_path / "state"
     start = mp.Event()
     results = mp.Queue()

@@ -51,7 +51,7 @@ def test_racing_applies_never_change_an_immutable_field(tmp_path: Path) -> None:
     rng = random.Random(20261130)
     rounds = [[f"{rng.choice('ab')}:{rng.choice(['fake', 'container'])}"
                for _ in range(PROCESSES)] for _ in range(ROUNDS)]
-    mp = multiprocessing.get_context("fork")
+    mp = multiprocessing.get_context("forkserver")
     start = [mp.Event() for _ in range(ROUNDS)]
     results = mp.Queue()
     procs = [mp.Process(target=_contender, args=(str(state), n, rounds, start, results))

@@ -26,7 +26,7 @@ def test_made_once_owner_only_and_kept(tmp_path: Path) -> None:
 
 
 def test_racing_first_commands_agree_on_one_key(tmp_path: Path) -> None:
-    with multiprocessing.get_context("fork").Pool(6) as pool:
+    with multiprocessing.get_context("forkserver").Pool(6) as pool:
         keys = pool.map(_load, [str(tmp_path)] * 12)
     assert len(set(keys)) == 1
 

@@ -43,6 +43,7 @@ Never timed assertions: the checks are counts (rows, deliveries, errors). Run by
 
 from __future__ import annotations
 
+import abc
 import argparse
 import json
 import os
@@ -350,7 +351,7 @@ def time_calls(calls: dict[str, Callable[[], int]], runs: int, warmup: int, *, m
 
 # -- part 2: a watch event's latency ------------------------------------------------------------
 
-class Watcher:
+class Watcher(abc.ABC):
     """One watcher: the moment each cell of ours first arrived, and first arrived Running."""
 
     label = ""
@@ -382,11 +383,13 @@ class Watcher:
                              f" within {timeout:.0f} s")
                 self.lock.wait(min(left, 0.5))
 
+    @abc.abstractmethod
     def start(self) -> None:
-        raise NotImplementedError
+        """Begin watching (a process or a thread reporting to saw())."""
 
+    @abc.abstractmethod
     def stop(self) -> None:
-        raise NotImplementedError
+        """End the watch and what it started."""
 
 
 class CliWatcher(Watcher):

@@ -26,17 +26,11 @@ def age(stamp: str | None, now: datetime | None = None) -> str:
         then = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     except ValueError:
         return "<invalid>"
-    seconds = int((now - then).total_seconds())
-    if seconds < 120:
-        return f"{max(seconds, 0)}s"
-    if seconds < 3600 * 2:
-        return f"{seconds // 60}m"
-    if seconds < 86400 * 2:
-        return f"{seconds // 3600}h"
-    return f"{seconds // 86400}d"
+    return age_seconds(int((now - then).total_seconds()))
 
 
 def age_seconds(seconds: int | None) -> str:
+    """Seconds as kubectl shows an age: 45s, 12m, 3h, 2d (`<none>`: no time known)."""
     if seconds is None:
         return "<none>"
     if seconds < 120:
@@ -59,14 +53,19 @@ def service(name: str, view: dict[str, Any]) -> str:
     return f"{name}:{view.get('state', '?')}" + (f"({','.join(details)})" if details else "")
 
 
-def services(raw: str | dict[str, Any] | None) -> str | None:
-    """A cell's `status.services` (as stored: JSON text, or parsed) in one cell of a table."""
+def _status_map(raw: str | dict[str, Any] | None) -> dict[str, Any] | None:
+    """A status map as stored (JSON text) or parsed; None when empty or not a map."""
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
         except ValueError:
             return None
-    if not isinstance(raw, dict) or not raw:
+    return raw if isinstance(raw, dict) and raw else None
+
+
+def services(raw: str | dict[str, Any] | None) -> str | None:
+    """A cell's `status.services` (as stored: JSON text, or parsed) in one cell of a table."""
+    if (raw := _status_map(raw)) is None:
         return None
     return " ".join(service(str(name), view) for name, view in raw.items()
                     if isinstance(view, dict))
@@ -74,12 +73,7 @@ def services(raw: str | dict[str, Any] | None) -> str | None:
 
 def sidecars(raw: str | dict[str, Any] | None) -> str | None:
     """A cell's `status.sidecars` in one cell of a table: `db:running cache:exited`."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return None
-    if not isinstance(raw, dict) or not raw:
+    if (raw := _status_map(raw)) is None:
         return None
     return " ".join(f"{name}:{view.get('state', '?') if isinstance(view, dict) else '?'}"
                     for name, view in raw.items())

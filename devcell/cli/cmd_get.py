@@ -477,12 +477,8 @@ def _row_key(row: dict[str, Any]) -> str:
                       default=str, sort_keys=True)
 
 
-def run_describe(args: argparse.Namespace) -> int:
-    """kubectl describe: each object named (or each matching -l, never both), one after the
-    other; a name not found is reported and makes the exit status 1, the others are still
-    described."""
-    from devcell.api import describe
-
+def check_describe_args(args: argparse.Namespace) -> None:
+    """describe's usage errors, the same on a state directory and through a server."""
     if not args.names and not args.selector:
         raise UsageError(f"describe needs a NAME or -l SELECTOR (e.g. devcell describe "
                          f"{args.kind.lower()} api)")
@@ -490,6 +486,15 @@ def run_describe(args: argparse.Namespace) -> int:
         raise UsageError(NAMES_AND_SELECTOR)
     if args.selector and args.kind == "Operation":
         raise UsageError("operations have no labels: describe them by id")
+
+
+def run_describe(args: argparse.Namespace) -> int:
+    """kubectl describe: each object named (or each matching -l, never both), one after the
+    other; a name not found is reported and makes the exit status 1, the others are still
+    described."""
+    from devcell.api import describe
+
+    check_describe_args(args)
     from devcell.manifests import selectors
 
     selector = selectors.parse(args.selector) if args.selector else None

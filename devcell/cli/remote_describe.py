@@ -8,21 +8,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from devcell.errors import NotFound, UsageError
+from devcell.errors import NotFound
 
 PLURAL = {"Cell": "cells", "Snapshot": "snapshots", "Operation": "operations"}
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    from devcell.cli.cmd_get import NAMES_AND_SELECTOR
+    from devcell.cli.cmd_get import check_describe_args
 
-    if not args.names and not args.selector:
-        raise UsageError(f"describe needs a NAME or -l SELECTOR (e.g. devcell describe "
-                         f"{args.kind.lower()} api)")
-    if args.names and args.selector:
-        raise UsageError(NAMES_AND_SELECTOR)
-    if args.selector and args.kind == "Operation":
-        raise UsageError("operations have no labels: describe them by id")
+    check_describe_args(args)
     client = args.remote
     names = list(dict.fromkeys(args.names))
     if args.selector:

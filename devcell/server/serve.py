@@ -14,6 +14,7 @@ daemon's latency is measured with and without a listener (bench/daemon_latency.p
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -112,10 +113,8 @@ def _bind_owner_only(sock: socket.socket, path: str) -> None:
         os.chmod("s", 0o600, dir_fd=directory)
         os.link("s", path, src_dir_fd=directory)
     finally:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink("s", dir_fd=directory)
-        except FileNotFoundError:
-            pass
         os.close(directory)
         os.rmdir(private)
 

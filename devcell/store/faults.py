@@ -13,6 +13,7 @@ busy has its own waits, and a bug keeps its traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -218,11 +219,10 @@ def _create_owner_only(path: Path) -> None:
     -shm and journal the database file's mode, so they are owner-only too. (Not by setting the
     umask around the connect: the umask is the process's, shared by its threads, and two
     overlapping set-and-restore pairs can leave it narrowed for good.)"""
-    try:
+    # There already, or it cannot be made: SQLite's own open says which, translated.
+    with contextlib.suppress(OSError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                          | os.O_CLOEXEC, 0o600))
-    except OSError:
-        pass  # there already, or cannot be made: SQLite's own open says which, translated
 
 
 _OS_MACHINE_CAUSES = (StorageError.DISK_FULL, StorageError.READ_ONLY)

@@ -9,11 +9,13 @@ own cells so they do not depend on each other's order.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -117,3 +119,28 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
             except subprocess.TimeoutExpired:
                 pass
         processes.end(proc)
+
+
+@contextlib.contextmanager
+def running_container_cell(api: Api, prefix: str, command: str) -> Iterator[str]:
+    """A container cell the admin (the unix socket) owns, its one service `ticker` running
+    `sh -c COMMAND`; Running when yielded, deleted and its containers removed after."""
+    from devcell import Client, errors
+    from tests.backends.engine import IMAGE, remove_containers, require_engine
+    from tests.server.test_app import wait_for
+
+    require_engine()
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    with Client(f"unix:{api.socket}") as dc:
+        dc.apply(f"apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {{name: {name}}}\n"
+                 f"spec:\n  backend: container\n  image: {IMAGE}\n  services:\n"
+                 f"    - name: ticker\n      command: [sh, -c, {command}]\n")
+        try:
+            wait_for(api, f"/api/v1/cells/{name}",
+                     lambda r: r.json()["status"].get("phase") == "Running", timeout=120)
+            yield name
+        finally:
+            dc.delete("cells", name)
+            with contextlib.suppress(errors.NotFound, TimeoutError):
+                dc.wait(name, "Deleted", timeout=60)
+            remove_containers(api.state)

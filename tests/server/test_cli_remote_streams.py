@@ -15,16 +15,13 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.backends.engine import IMAGE, remove_containers, require_engine
 from tests.conftest import REPO
-from tests.server.conftest import Api
-from tests.server.test_app import wait_for
+from tests.server.conftest import Api, running_container_cell
 from tests.server.test_cli_remote import Run, _runner, admin_token, files  # noqa: F401
 
 LINES = 5
@@ -33,30 +30,16 @@ LINES = 5
 @pytest.fixture(scope="module")
 def box(api: Api) -> Iterator[str]:
     """A running container cell whose one service wrote LINES lines, then waits."""
-    from devcell import Client, errors
+    from devcell import Client
 
-    require_engine()
-    name = f"rbox-{uuid.uuid4().hex[:6]}"
-    with Client(f"unix:{api.socket}") as dc:
-        dc.apply(f"apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {{name: {name}}}\n"
-                 f"spec:\n  backend: container\n  image: {IMAGE}\n  services:\n"
-                 "    - name: ticker\n      command: [sh, -c, 'i=0; while [ $i -lt "
-                 f"{LINES} ]; do i=$((i+1)); echo tick $i; done; sleep 100000']\n")
-        try:
-            wait_for(api, f"/api/v1/cells/{name}",
-                     lambda r: r.json()["status"].get("phase") == "Running", timeout=120)
-            deadline = time.monotonic() + 20
-            while not any(f"tick {LINES}" in line for line in dc.logs(name, "ticker")):
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
-            yield name
-        finally:
-            dc.delete("cells", name)
-            try:
-                dc.wait(name, "Deleted", timeout=60)
-            except (errors.NotFound, TimeoutError):
-                pass
-            remove_containers(api.state)
+    with running_container_cell(
+            api, "rbox", f"'i=0; while [ $i -lt {LINES} ]; do i=$((i+1)); echo tick $i; done; "
+            "sleep 100000'") as name, Client(f"unix:{api.socket}") as dc:
+        deadline = time.monotonic() + 20
+        while not any(f"tick {LINES}" in line for line in dc.logs(name, "ticker")):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        yield name
 
 
 @pytest.fixture(params=["unix", "tls"])

@@ -10,40 +10,21 @@ Cost: ~6-10 s (one busybox container, ~2 s to start; each exec ~0.2 s), Docker n
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from devcell import errors
-from tests.backends.engine import IMAGE, remove_containers, require_engine
-from tests.server.conftest import Api
-from tests.server.test_app import wait_for
+from tests.server.conftest import Api, running_container_cell
 
 
 @pytest.fixture(scope="module")
 def box(api: Api) -> Iterator[str]:
     """A running container cell the admin (the unix socket) owns."""
-    from devcell import Client
-
-    require_engine()
-    name = f"box-{uuid.uuid4().hex[:6]}"
-    with Client(f"unix:{api.socket}") as dc:
-        dc.apply(f"apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {{name: {name}}}\n"
-                 f"spec:\n  backend: container\n  image: {IMAGE}\n  services:\n"
-                 "    - name: ticker\n      command: [sh, -c, 'i=0; while true; do i=$((i+1));"
-                 " echo tick $i; printf \"\\\\033[31mred\\\\n\"; sleep 0.2; done']\n")
-        try:
-            wait_for(api, f"/api/v1/cells/{name}",
-                     lambda r: r.json()["status"].get("phase") == "Running", timeout=120)
-            yield name
-        finally:
-            dc.delete("cells", name)
-            try:
-                dc.wait(name, "Deleted", timeout=60)
-            except (errors.NotFound, TimeoutError):
-                pass
-            remove_containers(api.state)
+    with running_container_cell(
+            api, "box", "'i=0; while true; do i=$((i+1)); echo tick $i; "
+            "printf \"\\\\033[31mred\\\\n\"; sleep 0.2; done'") as name:
+        yield name
 
 
 def test_a_command_runs_with_its_input_and_both_streams(api: Api, box: str) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from devcell.api import listing
+from devcell.api import listing, render
 from devcell.api.lineage import Node, contains, forest
 from devcell.errors import NotFound
 from devcell.store import events, views
@@ -73,29 +73,6 @@ class Events:
     version: int
 
 
-def span(seconds: float | None) -> str | None:
-    """Seconds as kubectl shows an age: 45s, 12m, 3h, 2d."""
-    if seconds is None:
-        return None
-    s = int(seconds)
-    if s < 120:
-        return f"{max(s, 0)}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    if s < 172800:
-        return f"{s // 3600}h"
-    return f"{s // 86400}d"
-
-
-def size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError(n)
-
-
 def _phase(row: dict[str, Any]) -> str:
     if row.get("deleting_at"):
         return DELETING
@@ -112,7 +89,7 @@ def _idle(db: Database, row: dict[str, Any], now: datetime) -> str | None:
         return "in use (" + ", ".join(sorted({a.what for a in seen.open})) + ")"
     if seen.last is None:
         return None
-    return f"{span((now - seen.last.at).total_seconds())} ({seen.last.what})"
+    return f"{render.age_seconds(int((now - seen.last.at).total_seconds()))} ({seen.last.what})"
 
 
 def _disk(usage: Any) -> str | None:
@@ -121,7 +98,7 @@ def _disk(usage: Any) -> str | None:
     files = run.files_bytes if run is not None else None
     if ws is None and files is None:
         return None
-    return size((ws.own_disk if ws is not None else 0) + (files or 0))
+    return render.size((ws.own_disk if ws is not None else 0) + (files or 0))
 
 
 def _rows(db: Database, names: list[str], notes: list[str]) -> list[CellRow]:
@@ -139,7 +116,8 @@ def _rows(db: Database, names: list[str], notes: list[str]) -> list[CellRow]:
             name=r["name"], id=r["id"], phase=_phase(r), backend=r["backend"],
             node=None if node is None else str(node), owner=r.get("owner"),
             idle=_idle(db, r, now), disk=_disk(usage.get(r["id"])),
-            forked_from=r.get("forked_from"), age=span(r.get("age_s")) or "-"))
+            forked_from=r.get("forked_from"),
+            age="-" if r.get("age_s") is None else render.age_seconds(int(r["age_s"]))))
     return out
 
 

@@ -49,7 +49,8 @@ class Request(Record):
     exclusive: bool = True
     """snapshot, fork: a name already recorded is a conflict (False: it is recorded again as
     the CLI's verb records it, `unchanged` when it says the same; a snapshot only of this
-    cell, a fork only over a cell the caller may change)."""
+    cell, a fork only over a cell the caller may change, and whose sharedWith only its owner
+    may change when the source's differs)."""
 
 
 _FIELDS: dict[str, dict[str, type]] = {
@@ -172,9 +173,11 @@ def _taken(conn: Any, principal: Any, cell: str, request: Request) -> None:
     if found is None:
         return
     if not request.exclusive:
-        if kind == "Cell":
-            policy.require(principal, policy.Verb.update,
-                           resources.recorded(conn, "Cell", request.name))
+        if kind == "Cell":  # re-recorded with the source's spec: its sharedWith too, which
+            # only the target's owner may change (owner-grants), as an apply is judged
+            shared = resources.recorded(conn, "Cell", cell).shared_with
+            policy.require_update(principal, resources.recorded(conn, "Cell", request.name),
+                                  policy.ResourceRef("Cell", request.name, None, shared))
             return
         source = objects.get(conn, "Cell", cell)
         if source is not None and found.extra.get("cell_id") == source.id:

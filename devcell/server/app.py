@@ -588,9 +588,11 @@ def _apply_sync(ctx: Context, principal: Any, data: bytes, media: str, dry_run: 
 
 def _authorize_apply(ctx: Context, principal: Any, source: Any) -> None:
     """Each object the stream creates or changes, judged before anything is recorded: a new
-    cell as its creator's (or its metadata.owner's), a recorded cell by its owner and
-    sharedWith, a snapshot as the `snapshot` verb on its cell. A stream that does not parse is
-    left to apply, which refuses it with its located problems."""
+    cell as its creator's (or its metadata.owner's), and a new cell forked from a snapshot
+    (spec.workspace.from) as the `fork` verb on that snapshot's cell, as the fork action asks
+    (its workspace is that cell's files); a recorded cell by its owner and sharedWith, a
+    snapshot as the `snapshot` verb on its cell. A stream that does not parse is left to
+    apply, which refuses it with its located problems."""
     from devcell.auth import policy, principals, resources
     from devcell.manifests import validate
     from devcell.store import objects
@@ -613,8 +615,25 @@ def _authorize_apply(ctx: Context, principal: Any, source: Any) -> None:
             else:
                 policy.require(principal, policy.Verb.create,
                                resources.to_create(principal.user, m))
+                _authorize_fork_source(db.conn, principal, m)
     finally:
         db.close()
+
+
+def _authorize_fork_source(conn: Any, principal: Any, m: Any) -> None:
+    """A new cell whose workspace is restored from a recorded snapshot: the `fork` verb on
+    it (its cell's owner and sharedWith). A snapshot not recorded is the same stream's own
+    (judged as the `snapshot` verb on its cell) or one admission refuses as not found.
+    spec.workspace.from is immutable, so only a new cell is judged."""
+    from devcell.auth import policy, resources
+    from devcell.store import objects
+
+    workspace = m.spec.get("workspace") if m.kind == "Cell" else None
+    source = workspace.get("from") if isinstance(workspace, dict) else None
+    snapshot = source.get("snapshot") if isinstance(source, dict) else None
+    if isinstance(snapshot, str) and objects.get(conn, "Snapshot", snapshot) is not None:
+        policy.require(principal, policy.Verb.fork,
+                       resources.recorded(conn, "Snapshot", snapshot))
 
 
 async def _delete(ctx: Context, resource: Resource, request: Request) -> Response:

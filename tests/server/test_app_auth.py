@@ -166,7 +166,49 @@ CASES.update({
     "take a snapshot again of their own cell": (lambda api, t: (lambda own: _action(
         "snapshot", own, {"name": _snapshotted(api, own), "exclusive": False}))(
             _own_cell(api, t)), ACTED),
+    # ... and over a cell shared with them whose sharedWith differs from the source's: the
+    # fork would record the source's, which only the target's owner may (found by attack27c)
+    "fork over a cell shared with them, changing who it is shared with": (
+        lambda api, t: _fork_over_shared(api), {
+            "viewer": (403, "viewer-read-only"), "developer": (403, "owner-grants"),
+            "admin": (202, None)}),
 })
+# A new cell restored from a snapshot (spec.workspace.from) is a fork of the snapshot's cell:
+# through apply as through the fork action (found by attack27c: a developer took another's
+# workspace by applying a cell from their snapshot).
+CASES.update({
+    "apply a fork of another's snapshot": (lambda api, t: (
+        "POST", "/api/v1/apply", _forked(_unique("new"), _snapshotted(api, _admin_cell(api)))),
+        {"viewer": (403, "viewer-read-only"), "developer": (403, "developer-not-own"),
+         "admin": (200, None)}),
+    "apply a fork of a snapshot shared with them": (lambda api, t: (
+        "POST", "/api/v1/apply", _forked(_unique("new"), _snapshotted(
+            api, _admin_cell(api, shared_with="u-developer")))),
+        {"viewer": (403, "viewer-read-only"), "developer": (200, None), "admin": (200, None)}),
+    "apply a fork of their own snapshot": (lambda api, t: (
+        "POST", "/api/v1/apply", _forked(_unique("new"), _snapshotted(api, _own_cell(api, t)))),
+        {"viewer": (403, "viewer-read-only"), "developer": (200, None), "admin": (200, None)}),
+})
+
+
+def _forked(name: str, snapshot: str) -> str:
+    """A cell manifest whose workspace is restored from `snapshot`."""
+    return cell(name) + f"  workspace: {{from: {{snapshot: {snapshot}}}}}\n"
+
+
+def _fork_over_shared(api: Api) -> tuple[str, str, dict[str, Any]]:
+    """The admin's cell shared with u-developer and eve, and the admin's fork of it shared
+    with u-developer alone: forking the cell over that fork again (exclusive: false) would
+    share the fork with eve."""
+    source = _admin_cell(api, shared_with="u-developer, eve")
+    snapshot = _snapshotted(api, source)
+    target = _unique("fork")
+    made = api.client.post(f"/api/v1/cells/{source}/fork",
+                           json={"name": target, "snapshot": snapshot})
+    assert made.status_code == 202, made.text
+    narrowed = _forked(target, snapshot) + "  sharedWith: [u-developer]\n"
+    assert api.client.post("/api/v1/apply", content=narrowed, headers=YAML).status_code == 200
+    return _action("fork", source, {"name": target, "snapshot": snapshot, "exclusive": False})
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -68,9 +68,9 @@ def load() -> dict[str, Any]:
         raise DevCellError(f"{printable(str(where))}: the contexts file is over 1 MiB")
     try:
         doc = json.loads(data)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested thousands deep
         raise DevCellError(f"{printable(str(where))}: the contexts file is not JSON "
-                          f"({exc}); fix it or remove it") from None
+                          f"({printable(str(exc))}); fix it or remove it") from None
     return _checked(where, doc)
 
 
@@ -88,7 +88,7 @@ def _checked(where: Path, doc: Any) -> dict[str, Any]:
             raise DevCellError(f"{shown}: contexts.{printable(name)}: no server")
         contexts[name] = dict(ctx)
     current = doc.get("current")
-    if current is not None and current not in contexts:
+    if current is not None and (not isinstance(current, str) or current not in contexts):
         raise DevCellError(f"{shown}: current: {printable(str(current))!r} is not one of its "
                           "contexts (devcell context use NAME)")
     return {"current": current, "contexts": contexts}

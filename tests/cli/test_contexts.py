@@ -85,6 +85,25 @@ def test_a_file_others_may_write_is_refused(file: Path,
     assert "not JSON" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("text", [
+    '{"current": ["a"], "contexts": {}}',
+    '{"current": {"a": 1}, "contexts": {"a": {"server": "unix:/s"}}}',
+    '{"current": 5, "contexts": {}}',
+    "[" * 100_000,
+])
+def test_a_malformed_file_is_one_line_naming_it(file: Path, text: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A `current` that is not a name, JSON nested thousands deep: the file named in one
+    line, not a TypeError or RecursionError traceback (found by attack27c)."""
+    file.parent.mkdir(mode=0o700)
+    file.write_text(text)
+    file.chmod(0o600)
+    for argv in (["context", "list"], ["get", "cells"]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {file}: ") and err.count("\n") == 1, err
+
+
 def test_a_current_context_sends_commands_to_its_server(
         file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sock = tmp_path / "none.sock"

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, NoReturn
 
 from devcell import errors
+from devcell.names import printable, printable_text
 
 RESOURCES = ("cells", "snapshots", "operations", "events")
 ACTION_TIMEOUT = 300
@@ -38,6 +39,11 @@ _Pairs = list[tuple[str, str]]
 
 MAX_OUTPUT = 64 << 20
 """What `exec` keeps of a command's output by default (both streams together)."""
+MAX_ANSWER = 256 << 20
+"""The largest answer read (10,000 cells listed are ~14 MiB): a server sending more is not
+DevCell's API, and is not let fill the client's memory."""
+MAX_LINE = 64 << 20
+"""The longest line of a watch or a log read."""
 
 
 class ExecResult(NamedTuple):
@@ -107,8 +113,12 @@ class Client:
                            ("objects", "true" if objects else None)):
             if value:
                 query.append((key, value))
-        return dict(self._json("GET", f"/api/v1/rows/{_path(resource)[len('/api/v1/'):]}",
-                               query))
+        doc = self._json("GET", f"/api/v1/rows/{_path(resource)[len('/api/v1/'):]}", query)
+        items = doc.get("items") if isinstance(doc, dict) else None
+        if not isinstance(items, list) or not all(
+                isinstance(i, dict) and isinstance(i.get("row"), dict) for i in items):
+            raise self._not_api("rows that are not a list of {row: ...}")
+        return dict(doc)
 
     def get(self, resource: str, name: str) -> dict[str, Any]:
         """One record, by name or id (NotFound when there is none)."""
@@ -123,12 +133,13 @@ class Client:
         conn, response = self._send(
             "GET", f"{_path(resource)}/{urllib.parse.quote(name, safe='')}/describe", {})
         try:
-            data = response.read()
+            data = self._read(response)
         finally:
             conn.close()
         if response.status >= 400:
             _raise(response.status, data)
-        return data.decode("utf-8", "replace")
+        self._expected(response)
+        return printable_text(data.decode("utf-8", "replace"))  # escaped already, by DevCell
 
     def apply(self, manifests: str | dict[str, Any], *, dry_run: bool = False
               ) -> dict[str, Any]:
@@ -286,11 +297,9 @@ class Client:
                             "the command was hung up (give a larger max_output)")
                     out[channel].append(payload)
                 elif channel == framing.STATUS:
-                    doc = json.loads(payload)
-                    if "exitCode" in doc:
-                        return ExecResult(int(doc["exitCode"]), b"".join(out[framing.STDOUT]),
-                                          b"".join(out[framing.STDERR]))
-                    _raise(int(doc.get("status", 500)), bytes(payload))
+                    code = exec_status(bytes(payload))
+                    return ExecResult(code, b"".join(out[framing.STDOUT]),
+                                      b"".join(out[framing.STDERR]))
 
     def exec_socket(self, cell: str, argv: Sequence[str], *, stdin: bool = False,
                     env: dict[str, str] | Sequence[tuple[str, str]] | None = None,
@@ -360,12 +369,12 @@ class Client:
             if on_notes is not None:
                 try:
                     notes = json.loads(response.getheader("DevCell-Notes") or "[]")
-                except ValueError:
+                except (ValueError, RecursionError):
                     notes = []
-                if notes:
-                    on_notes([str(note) for note in notes])
-            for line in response:
-                yield line.decode("utf-8", "replace")
+                if notes and isinstance(notes, list):
+                    on_notes([printable_text(str(note)) for note in notes])
+            for line in _lines(response):
+                yield printable_text(line.decode("utf-8", "replace"))  # escaped already
         finally:
             conn.close()
 
@@ -406,9 +415,11 @@ class Client:
         try:
             if response.status != 200:
                 _raise(response.status, response.read(1024 * 1024))
-            for line in response:
+            for line in _lines(response):
                 if line.strip():
-                    change: dict[str, Any] = json.loads(line)
+                    change = self._decoded(line)
+                    if not isinstance(change, dict):
+                        raise self._not_api(f"a watch's line {_shown(line)}")
                     yield change
         finally:
             conn.close()
@@ -460,12 +471,72 @@ class Client:
         conn, response = self._send(method, path, query or {}, body=body, media=media,
                                     read_timeout=read_timeout)
         try:
-            data = response.read()
+            data = self._read(response)
         finally:
             conn.close()
         if response.status >= 400:
             _raise(response.status, data)
-        return json.loads(data)
+        self._expected(response)
+        return self._decoded(data)
+
+    def _read(self, response: http.client.HTTPResponse) -> bytes:
+        data = response.read(MAX_ANSWER + 1)
+        if len(data) > MAX_ANSWER:
+            raise self._not_api(f"an answer over {MAX_ANSWER >> 20} MiB")
+        return data
+
+    def _expected(self, response: http.client.HTTPResponse) -> None:
+        """A success (2xx); DevCell's API never redirects, nor answers 1xx or 3xx here."""
+        if not 200 <= response.status < 300:
+            location = response.getheader("Location")
+            raise self._not_api(f"HTTP {response.status}" + (
+                f", to {_shown(location.encode('utf-8', 'replace'))}" if location else ""))
+
+    def _decoded(self, data: bytes) -> Any:
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError):
+            raise self._not_api(f"{_shown(data)}, which is not JSON") from None
+
+    def _not_api(self, what: str) -> errors.DevCellError:
+        return errors.DevCellError(f"DevCell API at {printable(self.url)}: the server answered "
+                                   f"{what}: is it DevCell's API (the daemon's --listen "
+                                   "address)?")
+
+
+def _lines(response: http.client.HTTPResponse) -> Iterator[bytes]:
+    """The answer's lines as they come, each at most MAX_LINE bytes (longer: an error)."""
+    while True:
+        line = response.readline(MAX_LINE + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE and not line.endswith(b"\n"):
+            raise errors.DevCellError(f"the server sent a line over {MAX_LINE >> 20} MiB: "
+                                      "not DevCell's API")
+        yield line
+
+
+def _shown(data: bytes) -> str:
+    """A few of a server's bytes, for an error: escaped and cut."""
+    text = data[:80].decode("utf-8", "replace")
+    return f"'{printable(text)}{'...' if len(data) > 80 else ''}'"
+
+
+def exec_status(payload: bytes) -> int:
+    """An exec stream's STATUS message: the command's exit status, or its problem document
+    raised as DevCell's error (one that is neither: an error saying so)."""
+    try:
+        doc = json.loads(payload)
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("exitCode"), int) \
+            and not isinstance(doc["exitCode"], bool):
+        return int(doc["exitCode"])
+    status = doc.get("status") if isinstance(doc, dict) else None
+    if isinstance(status, int) and not isinstance(status, bool) and 400 <= status < 600:
+        _raise(status, payload)
+    raise errors.DevCellError(f"the exec stream ended with a status that is not DevCell's: "
+                              f"{_shown(payload)}")
 
 
 def _quiet_logger() -> Any:
@@ -499,14 +570,16 @@ def _raise(status: int, data: bytes) -> NoReturn:
     try:
         problem = json.loads(data)
         detail = str(problem.get("detail", ""))
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         problem, detail = {}, data[:500].decode("utf-8", "replace")
     exc: errors.DevCellError
     if status == 422:
+        listed = problem.get("problems")
         exc = errors.ManifestError([errors.Problem(
-            p.get("file", ""), p.get("message", ""), p.get("line"), p.get("column"),
-            p.get("kind"), p.get("name"), p.get("field"))
-            for p in problem.get("problems", []) if isinstance(p, dict)]
+            _text(p.get("file")), _text(p.get("message")), _number(p.get("line")),
+            _number(p.get("column")), _text(p.get("kind")) or None,
+            _text(p.get("name")) or None, _text(p.get("field")) or None)
+            for p in (listed if isinstance(listed, list) else []) if isinstance(p, dict)]
             or [errors.Problem("request", detail)])
     elif status == 401:
         exc = errors.Unauthenticated()
@@ -517,3 +590,13 @@ def _raise(status: int, data: bytes) -> NoReturn:
         exc = _BY_STATUS.get(status, errors.DevCellError)(detail or f"HTTP {status}")
     exc.problem = problem  # type: ignore[attr-defined]
     raise exc
+
+
+def _text(value: Any) -> str:
+    """A problem's string field as the server sent it ("" when it sent none or no string)."""
+    return value if isinstance(value, str) else ""
+
+
+def _number(value: Any) -> int | None:
+    """A problem's line or column (None when it is no whole number)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

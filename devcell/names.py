@@ -41,6 +41,16 @@ def printable_lines(text: str) -> str:
     return "\n".join(printable(line) for line in text.split("\n"))
 
 
+def printable_text(text: str) -> str:
+    """Like printable, keeping line breaks and tabs: what DevCell printed escaped already
+    (describe's text, a log's lines, api.logs.escaped) passes unchanged, and a raw control
+    character from elsewhere (a hostile server's answer to the CLI) shows as its escape."""
+    if text.replace("\n", "").replace("\t", "").isprintable():
+        return text
+    return "\n".join("\t".join(printable(part) for part in line.split("\t"))
+                     for line in text.split("\n"))
+
+
 def name_problem(name: object) -> str | None:
     """Why `name` is not a valid object name, or None when it is."""
     if not isinstance(name, str):

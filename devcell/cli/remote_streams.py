@@ -23,7 +23,7 @@ from typing import Any
 
 from devcell import errors
 from devcell.errors import UsageError
-from devcell.names import printable
+from devcell.names import printable, printable_text
 
 READ_BYTES = 64 << 10
 """What -i reads of standard input at once (one STDIN message)."""
@@ -63,8 +63,7 @@ def _relay(ws: Any, args: argparse.Namespace, terminal: Any) -> int:
     if terminal is not None:
         threading.Thread(target=_sizes, args=(ws, terminal), daemon=True,
                          name="devcell-exec-resize").start()
-    out = {framing.STDOUT: sys.stdout.buffer, framing.STDERR: sys.stderr.buffer,
-           framing.NOTICE: sys.stderr.buffer}
+    out = {framing.STDOUT: sys.stdout.buffer, framing.STDERR: sys.stderr.buffer}
     sys.stdout.flush()
     sys.stderr.flush()
     while True:
@@ -79,13 +78,13 @@ def _relay(ws: Any, args: argparse.Namespace, terminal: Any) -> int:
         if channel in out:
             out[channel].write(payload)
             out[channel].flush()
+        elif channel == framing.NOTICE:  # DevCell's own words, escaped (the command's are not)
+            sys.stderr.write(printable_text(payload.decode("utf-8", "replace")))
+            sys.stderr.flush()
         elif channel == framing.STATUS:
-            doc = json.loads(payload)
-            if "exitCode" in doc:
-                return int(doc["exitCode"])
-            from devcell.client import _raise
+            from devcell.client import exec_status
 
-            _raise(int(doc.get("status", 500)), bytes(payload))
+            return exec_status(bytes(payload))
 
 
 def _feed(ws: Any) -> None:

@@ -5,6 +5,7 @@ connection. The commands through a real server are tests/server/test_cli_remote.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,3 +70,75 @@ def test_unserved_commands_and_kinds_are_refused_by_name(
         assert said in err and err.count("\n") == 1, err
     assert main(["--server", sock, "--state-dir", str(tmp_path), "get", "cells"]) == 2
     assert "give one of them" in capsys.readouterr().err
+
+
+def _serve(path: Path, status: str, headers: dict[str, str], body: bytes) -> Any:
+    """A server on a unix socket answering every request with the same bytes, in a thread
+    (what a hostile or wrong server could say); stop() closes it."""
+    import socket
+    import threading
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(8)
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1")
+
+    def run() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(f"HTTP/1.1 {status}\r\n".encode() + head + b"Content-Length: "
+                             + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"
+                             + body)
+
+    threading.Thread(target=run, daemon=True).start()
+    return listener
+
+
+ESC = "\x1b]0;PWNED\x07\x1b[2J"
+HOSTILE = [  # (status, headers, body, command, exit code, what is said)
+    ("302 Found", {"Location": "https://evil.example/\x1b[31m"}, b"", ["get", "cells"], 1,
+     "answered HTTP 302, to 'https://evil.example/\\x1b[31m'"),
+    ("200 OK", {}, b"<html>a proxy's sign-in page</html>", ["get", "cells"], 1,
+     "which is not JSON"),
+    ("200 OK", {}, b'{"items": 5}', ["get", "cells"], 1, "not a list of {row: ...}"),
+    ("200 OK", {}, b"[" * 100_000, ["get", "cells"], 1, "which is not JSON"),
+    ("422 Unprocessable", {}, b'{"problems": 5, "detail": "d"}', ["apply", "-f", "{yaml}"], 1,
+     "error: request: d"),
+    ("422 Unprocessable", {}, b'{"problems": [{"file": "request.yaml", "line": "x", '
+     b'"message": "m\\u001b[2J"}]}', ["apply", "-f", "{yaml}"], 1, "m\\x1b[2J"),
+    ("500 Oops", {}, ESC.encode(), ["get", "cells"], 1, "\\x1b]0;PWNED\\x07"),
+    ("200 OK", {"Content-Type": "text/plain"}, f"Name: {ESC}\n".encode(),
+     ["describe", "cell", "x"], 0, "Name: \\x1b]0;PWNED\\x07\\x1b[2J"),
+    ("200 OK", {"Content-Type": "text/plain",
+                "DevCell-Notes": '["\\u001b]0;PWNED\\u0007note\\n"]'},
+     f"a line {ESC}\tand a tab\n".encode(), ["logs", "x"], 0,
+     "a line \\x1b]0;PWNED\\x07\\x1b[2J\tand a tab"),
+]
+
+
+@pytest.mark.parametrize("status, headers, body, argv, code, said", HOSTILE)
+def test_a_hostile_servers_answer_is_said_escaped_never_a_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        status: str, headers: dict[str, str], body: bytes, argv: list[str], code: int,
+        said: str) -> None:
+    """A redirect, a page that is not JSON, rows of the wrong shape, a problem document with
+    the wrong types, terminal escapes in an error, describe's text, a log's lines and notes:
+    each said in words with every control character escaped (found by attack27c)."""
+    monkeypatch.setenv("DEVCELL_CONTEXTS", str(tmp_path / "none.json"))
+    manifest = tmp_path / "c.yaml"
+    manifest.write_text("kind: Cell\n")
+    listener = _serve(tmp_path / "s.sock", status, headers, body)
+    try:
+        args = [a.replace("{yaml}", str(manifest)) for a in argv]
+        assert main(["--server", f"unix:{tmp_path}/s.sock", *args]) == code
+    finally:
+        listener.close()
+    out, err = capsys.readouterr()
+    assert said in out + err
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    assert "Traceback" not in err and len(err.splitlines()) <= 2, err

@@ -27,6 +27,14 @@ MAX_FORK_PORTS = 64
 """Ports a fork's body may map (a cell publishes few)."""
 MAX_FORK_COUNT = 100
 """Forks one request may make (`cell fork --count`'s most)."""
+MAX_BODY_BYTES = 64 * 1024
+"""An action's body: a few names, at most MAX_FORK_PORTS ports (a 15 MiB snapshot name went
+through difflib's suggestion and was echoed whole: ~0.9 GB for one request)."""
+MAX_TEXT = {"name": 63, "snapshot": 63, "ttl": 32}
+"""The longest string each field may be (names are DNS labels; ttl a duration like 7d)."""
+CONSISTENCIES = ("filesystem", "machine")
+"""snapshot's `consistency`: as the Snapshot schema's enum (the action builds the manifest
+itself, and a value the reconciler cannot read failed on every retry, forever)."""
 
 
 class Request(Record):
@@ -70,6 +78,9 @@ def parse(verb: str, data: bytes) -> Request:
         body = json.loads(data or b"null")
     except (ValueError, UnicodeDecodeError) as exc:
         raise UsageError(f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError("the body is not JSON this action reads: it is nested too "
+                         "deep") from None
     if not isinstance(body, dict):
         raise UsageError(f"the body of {verb}: a JSON object with "
                          f"{' and '.join(_REQUIRED[verb])}")
@@ -85,6 +96,12 @@ def parse(verb: str, data: bytes) -> Request:
         if not isinstance(value, allowed[key]) or (allowed[key] is not bool
                                                    and isinstance(value, bool)):
             raise UsageError(f"{verb}: {key} must be a {allowed[key].__name__}")
+    for key, most in MAX_TEXT.items():
+        if isinstance(body.get(key), str) and len(body[key]) > most:
+            raise UsageError(f"{verb}: {key} is at most {most} characters")
+    if body.get("consistency") is not None and body["consistency"] not in CONSISTENCIES:
+        raise UsageError(f"snapshot: consistency is {' or '.join(CONSISTENCIES)}, not "
+                         f"{printable(body['consistency'])!r}")
     count = body.get("count")
     if count is not None and not 1 <= count <= MAX_FORK_COUNT:
         raise UsageError(f"fork: count must be 1 to {MAX_FORK_COUNT}")

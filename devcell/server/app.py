@@ -522,23 +522,23 @@ def _frame(change: dict[str, Any], sse: bool) -> bytes:
 # -- apply, delete ------------------------------------------------------------------------------
 
 
-async def _body(ctx: Context, request: Request) -> bytes:
-    """The whole body, refused early when it is too large or arrives too slowly."""
+async def _body(ctx: Context, request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The whole body, refused early when it is larger than `limit` or arrives too slowly."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isascii() or not declared.isdigit():
             raise HttpProblem(400, "bad-request", "The request is not valid",
                               "Content-Length is not a number")
-        if int(declared[:12]) > MAX_BODY_BYTES or len(declared) > 12:
-            raise _too_large()
+        if int(declared[:12]) > limit or len(declared) > 12:
+            raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
     try:
         with anyio.fail_after(ctx.body_seconds):
             async for chunk in request.stream():
                 size += len(chunk)
-                if size > MAX_BODY_BYTES:
-                    raise _too_large()
+                if size > limit:
+                    raise _too_large(limit)
                 chunks.append(chunk)
     except TimeoutError:
         raise HttpProblem(408, "body-timeout", "Request timeout",
@@ -546,7 +546,10 @@ async def _body(ctx: Context, request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def _too_large() -> HttpProblem:
+def _too_large(limit: int = MAX_BODY_BYTES) -> HttpProblem:
+    if limit != MAX_BODY_BYTES:
+        return HttpProblem(413, "body-too-large", "Content too large",
+                           f"this request's body is at most {limit} bytes")
     return HttpProblem(413, "body-too-large", "Content too large",
                        f"a request body is at most {MAX_BODY_BYTES} bytes (each manifest "
                        "document at most 1 MiB); split it into several requests")
@@ -678,7 +681,7 @@ async def _action(ctx: Context, verb: str, request: Request) -> Response:
         if _media(request) != "json":
             raise HttpProblem(415, "unsupported-media-type", "Unsupported media type",
                               f"send the {verb}'s fields as application/json")
-        data = await _body(ctx, request)
+        data = await _body(ctx, request, actions.MAX_BODY_BYTES)
     asked = actions.parse(verb, data)
     cell = request.path_params["name"]
     recorded = await run_in_threadpool(actions.record, ctx.state_dir,

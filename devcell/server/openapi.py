@@ -252,16 +252,18 @@ _ACTION_BODIES: dict[str, dict[str, Any]] = {
     "snapshot": {
         "type": "object", "required": ["name"], "additionalProperties": False,
         "properties": {
-            "name": {"type": "string", "description": "the new snapshot's name"},
-            "ttl": {"type": "string", "description": "expire it this long after (30m, 7d)"},
+            "name": {"type": "string", "maxLength": 63, "description": "the new snapshot's name"},
+            "ttl": {"type": "string", "maxLength": 32,
+                    "description": "expire it this long after (30m, 7d)"},
             "consistency": {"enum": ["filesystem", "machine"],
                             "description": "machine: keep memory too (vm)"},
             "exclusive": _EXCLUSIVE}},
     "fork": {
         "type": "object", "required": ["name", "snapshot"], "additionalProperties": False,
         "properties": {
-            "name": {"type": "string", "description": "the new cell's name"},
-            "snapshot": {"type": "string", "description": "a snapshot of this cell"},
+            "name": {"type": "string", "maxLength": 63, "description": "the new cell's name"},
+            "snapshot": {"type": "string", "maxLength": 63,
+                         "description": "a snapshot of this cell"},
             "publish": {"type": "boolean", "description": "false: the fork publishes no "
                         "port (default true: the cell's, or those `ports` maps)"},
             "ports": {"type": "object", "description": "container port -> the fork's host "

@@ -101,7 +101,8 @@ def build(state_dir: Path, *, tokens: bool = False) -> Starlette:
     for route in routes.table():
         if route.upgrade:
             table.append(WebSocketRoute(route.path, _socket(ctx, route)))
-    table.append(Mount("/ui", app=_Dashboard(state_dir, tokens, lambda: whole)))
+    table.append(Mount("/ui", app=_Dashboard(state_dir, tokens, lambda: whole,
+                                             ctx.body_seconds)))
     whole = Starlette(routes=table, exception_handlers={
         HTTPException: _http_exception, Exception: _unexpected})
     return whole
@@ -111,8 +112,9 @@ class _Dashboard:
     """The dashboard (/ui, server.ui), built on its first request: a daemon nobody browses
     never imports it."""
 
-    def __init__(self, state_dir: Path, tokens: bool, api: Callable[[], Any]) -> None:
-        self.args = (state_dir, tokens, api)
+    def __init__(self, state_dir: Path, tokens: bool, api: Callable[[], Any],
+                 body_seconds: float) -> None:
+        self.args = (state_dir, tokens, api, body_seconds)
         self.app: Any = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:

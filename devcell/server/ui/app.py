@@ -38,6 +38,7 @@ HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
            "Cache-Control": "no-store"}
 STATIC = {"ui.js": "text/javascript; charset=utf-8", "ui.css": "text/css; charset=utf-8"}
 MAX_FORM_BYTES = 8192
+MAX_FORM_FIELDS = 16
 WATCHED = ("cells", "snapshots", "operations", "events")
 WATCH_PARAMS = ("resourceVersion", "for", "labelSelector", "timeoutSeconds")
 
@@ -63,8 +64,11 @@ class Who:
 
 
 class Ui:
-    def __init__(self, state_dir: Path, tokens: bool, api: Api) -> None:
+    def __init__(self, state_dir: Path, tokens: bool, api: Api,
+                 body_seconds: float = 30.0) -> None:
         self.state_dir, self.tokens, self.api = state_dir, tokens, api
+        self.body_seconds = body_seconds
+        """How long a form's body may take to arrive (the API's DEVCELL_API_BODY_SECONDS)."""
         self.sessions = sessions.Sessions()
         self.throttle = sessions.Throttle()
         self.static: dict[str, bytes] = {}
@@ -137,8 +141,8 @@ class Ui:
         return run_in_threadpool(run)
 
 
-def build(state_dir: Path, tokens: bool, api: Api) -> Starlette:
-    ui = Ui(state_dir, tokens, api)
+def build(state_dir: Path, tokens: bool, api: Api, body_seconds: float = 30.0) -> Starlette:
+    ui = Ui(state_dir, tokens, api, body_seconds)
 
     def view(verb: str, kind: str, title: str, active: str,
              make: Callable[[Request, Database, Who], html.Html], named: str | None = None
@@ -237,7 +241,7 @@ async def _act(ui: Ui, request: Request) -> Response:
     who = None
     try:
         who = await ui.who(request)
-        form = await _form(request)
+        form = await _form(request, ui.body_seconds)
         if not sessions.same(form.get("csrf"), who.csrf):
             raise _csrf_refused()
         name, verb = request.path_params["name"], request.path_params["verb"]
@@ -289,8 +293,12 @@ async def _login_form(ui: Ui, request: Request, message: str | None = None,
                    status=status)
 
 
-async def _form(request: Request) -> dict[str, str]:
-    """A small urlencoded form (the sign-in's, a button's), each field's first value."""
+async def _form(request: Request, seconds: float) -> dict[str, str]:
+    """A small urlencoded form (the sign-in's, a button's), each field's first value; one
+    that is too large, has too many fields or arrives slower than `seconds` is refused (400,
+    413, 408: an unauthenticated client trickling a sign-in held a connection for good)."""
+    import anyio
+
     from devcell.server.problems import HttpProblem
 
     kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
@@ -298,13 +306,22 @@ async def _form(request: Request) -> dict[str, str]:
         raise HttpProblem(415, "unsupported-media-type", "Unsupported media type",
                           "send the form as application/x-www-form-urlencoded")
     body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM_BYTES:
-            raise HttpProblem(413, "body-too-large", "Content too large",
-                              f"a form is at most {MAX_FORM_BYTES} bytes")
-    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True,
-                      max_num_fields=16)
+    try:
+        with anyio.fail_after(seconds):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > MAX_FORM_BYTES:
+                    raise HttpProblem(413, "body-too-large", "Content too large",
+                                      f"a form is at most {MAX_FORM_BYTES} bytes")
+    except TimeoutError:
+        raise HttpProblem(408, "body-timeout", "Request timeout",
+                          f"the form did not arrive within {seconds:g}s") from None
+    try:
+        fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True,
+                          max_num_fields=MAX_FORM_FIELDS)
+    except ValueError:  # more fields than that
+        raise HttpProblem(400, "bad-request", "The request is not valid",
+                          f"a form has at most {MAX_FORM_FIELDS} fields") from None
     return {k: v[0] for k, v in fields.items()}
 
 
@@ -316,7 +333,7 @@ async def _login(ui: Ui, request: Request) -> Response:
     from devcell.errors import Unauthenticated
 
     try:
-        form = await _form(request)
+        form = await _form(request, ui.body_seconds)
         if not sessions.same(form.get("csrf"), ui.sessions.anonymous_csrf):
             return await _login_form(ui, request, "The form expired; sign in again.", 403)
         if not ui.throttle.allowed():
@@ -342,7 +359,7 @@ async def _logout(ui: Ui, request: Request) -> Response:
     sid = request.cookies.get(sessions.COOKIE)
     found = ui.sessions.find(sid)
     try:
-        form = await _form(request)
+        form = await _form(request, ui.body_seconds)
     except Exception as exc:  # noqa: BLE001
         return ui.failed(None, exc)
     if found is not None and not sessions.same(form.get("csrf"), found.csrf):

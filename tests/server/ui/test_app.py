@@ -265,3 +265,25 @@ def test_a_developer_acts_on_their_own_cell_only(api: Api, ui_tokens: dict[str, 
         assert refused.status_code == 403 and "developer-not-own" in refused.text
     held = api.client.get(f"/api/v1/cells/{own}").json()["status"].get("held")
     assert held and held["state"] == "Sleeping" and held["by"] == "api sleep"
+
+
+def test_a_form_with_too_many_fields_or_arriving_too_slowly_is_refused(api: Api) -> None:
+    """A 17th field is a 400 page (it was a 500 and an ERROR in the daemon's log), a form
+    trickled in is cut after DEVCELL_API_BODY_SECONDS (it held a connection for as long as
+    its sender liked); sign-out reads its form before any session is asked for (found by
+    attack27b, fixed by attack27c)."""
+    from tests.server.conftest import BODY_SECONDS
+    from tests.server.test_app import _raw
+
+    logged = len(api.log.read_text(errors="replace"))
+    many = "&".join(f"f{i}=1" for i in range(17))
+    answer = api.client.post("/ui/logout", content=many, headers={
+        "Content-Type": "application/x-www-form-urlencoded"})
+    assert answer.status_code == 400 and "at most 16 fields" in answer.text
+    started = time.monotonic()
+    slow = _raw(api, b"POST /ui/logout HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\ncsrf=",
+                then=b"x", pause=BODY_SECONDS + 1.0)
+    assert slow.startswith(b"HTTP/1.1 408"), slow[:200]
+    assert time.monotonic() - started < BODY_SECONDS + 10
+    assert "ERROR" not in api.log.read_text(errors="replace")[logged:]

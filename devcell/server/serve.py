@@ -29,6 +29,11 @@ from devcell.names import printable
 
 STOP_SECONDS = 3.0
 """How long a stop waits for requests in flight (a watch is cut at once)."""
+HEAD_SECONDS = 10.0
+"""A request's line and headers must have arrived this long after its connection opened (TLS
+done) or its previous answer ended; else the connection is closed. uvicorn has no such
+bound: 256 connections each sending half a header held every slot (limit_concurrency) and
+the listener answered everyone else 503 for as long as they stayed open."""
 
 
 class Listen(NamedTuple):
@@ -162,7 +167,7 @@ def start(listen: Listen, state_dir: Path, tls: tuple[Path, Path] | None = None)
         app.build(state_dir, tokens=network), lifespan="off", log_config=None,
         access_log=False, log_level="warning", limit_concurrency=256, timeout_keep_alive=5,
         timeout_graceful_shutdown=int(STOP_SECONDS), h11_max_incomplete_event_size=64 * 1024,
-        server_header=False, ws="auto", ws_max_size=framing.MAX_MESSAGE,
+        server_header=False, http=_head_timed(), ws="auto", ws_max_size=framing.MAX_MESSAGE,
         ws_per_message_deflate=False, ssl_certfile=tls[0] if tls else None,
         ssl_keyfile=tls[1] if tls else None)
     if network:
@@ -177,6 +182,53 @@ def start(listen: Listen, state_dir: Path, tls: tuple[Path, Path] | None = None)
     thread = threading.Thread(target=_run(server, sock), name="devcell-api", daemon=True)
     thread.start()
     return Serving(server, thread, None if network else listen.address, shown)
+
+
+def _head_timed() -> type:
+    """uvicorn's h11 protocol with HEAD_SECONDS for each request's head (read when the
+    server starts, so a test may shorten it)."""
+    import asyncio
+
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    seconds = HEAD_SECONDS
+
+    class HeadTimed(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def handle_websocket_upgrade(self, event: h11.Request) -> None:
+            self._disarm()  # the connection is the WebSocket's from here
+            super().handle_websocket_upgrade(event)
+
+        def _arm(self) -> None:
+            self._disarm()
+            if not self.transport.is_closing():
+                self._head_timer = self.loop.call_later(seconds, self._head_late)
+
+        def _disarm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_late(self) -> None:
+            self._head_timer = None  # a head still not whole: no request began since
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.abort()  # at once: a TLS close waits for the peer's reply
+
+    return HeadTimed
 
 
 def _run(server: object, sock: socket.socket) -> Callable[[], None]:

@@ -71,3 +71,36 @@ def test_a_tcp_address_in_use_is_refused(tmp_path: Path) -> None:
             serve.tcp_socket(serve.Listen("tcp", f"127.0.0.1:{port}"))
     finally:
         taken.close()
+
+
+def test_a_connection_whose_request_head_never_arrives_is_closed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half a request's head, sent and left there (slow-loris): the connection closed after
+    HEAD_SECONDS, so 256 of them cannot hold every slot and leave the listener answering 503
+    to everyone; a whole request is answered, and its connection kept alive for the next
+    (found by attack27c)."""
+    import time
+
+    monkeypatch.setattr(serve, "HEAD_SECONDS", 0.5)
+    path = str(tmp_path / "api.sock")
+    serving = serve.start(serve.Listen("unix", path), tmp_path)
+    try:
+        held = []
+        for _ in range(3):
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.settimeout(10)
+            client.connect(path)
+            client.sendall(b"GET /api/v1/openapi.json HTTP/1.1\r\nHost: x\r\n")
+            held.append(client)
+        started = time.monotonic()
+        for client in held:
+            assert client.recv(1024) == b""  # closed, nothing answered
+            client.close()
+        assert time.monotonic() - started < 5
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.settimeout(10)
+            client.connect(path)
+            client.sendall(b"GET /api/v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert client.recv(64).startswith(b"HTTP/1.1 200")
+    finally:
+        serving.stop()

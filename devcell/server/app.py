@@ -68,6 +68,8 @@ class Context:
         self.tokens = tokens
         self.watches = 0
         self.streams = 0
+        self.streams_of: dict[str, int] = {}
+        """Open exec and logs streams by user (all but admins are bounded each)."""
         self.readings: Any = None
         """The readings watches of the same objects share (server.watch.Readings)."""
         self._limiter: Any = None
@@ -77,6 +79,35 @@ class Context:
         except ValueError:
             seconds = BODY_SECONDS
         self.body_seconds = min(max(seconds, 0.1), 3600.0) if seconds == seconds else BODY_SECONDS
+
+    def take_stream(self, principal: Any) -> None:
+        """A slot for an exec or logs stream (503 when none is left, or when a user who is
+        not an admin holds MAX_STREAMS_PER_USER: one developer's 32 `logs -f` left
+        everyone, admins too, 503 for up to an hour); taken before the first await."""
+        from devcell.auth import principals
+        from devcell.server import streams
+
+        if self.streams >= streams.MAX_STREAMS:
+            raise HttpProblem(503, "too-many-streams", "Too many streams",
+                              f"{streams.MAX_STREAMS} exec and logs streams are open; try "
+                              "again later")
+        user = principal.user
+        held = self.streams_of.get(user, 0)
+        if principal.role is not principals.Role.admin and \
+                held >= streams.MAX_STREAMS_PER_USER:
+            raise HttpProblem(503, "too-many-streams", "Too many streams",
+                              f"{printable(user)} has {held} exec and logs streams open, the "
+                              "most one user may; end one first")
+        self.streams += 1
+        self.streams_of[user] = held + 1
+
+    def give_stream(self, principal: Any) -> None:
+        self.streams -= 1
+        left = self.streams_of.get(principal.user, 1) - 1
+        if left > 0:
+            self.streams_of[principal.user] = left
+        else:
+            self.streams_of.pop(principal.user, None)
 
     def limiter(self) -> Any:
         """The threads exec streams run their commands on (made in the event loop)."""
@@ -749,11 +780,7 @@ def _socket(ctx: Context, route: routes.Route) -> Callable[[WebSocket], Awaitabl
         try:
             principal = await _principal(ctx, websocket)
             asked = streams.parse(websocket.query_params)
-            if ctx.streams >= streams.MAX_STREAMS:
-                raise HttpProblem(503, "too-many-streams", "Too many streams",
-                                  f"{streams.MAX_STREAMS} exec streams are open; try again "
-                                  "later")
-            ctx.streams += 1
+            ctx.take_stream(principal)
         except Exception as exc:  # noqa: BLE001  (each answered as its problem)
             await websocket.send_denial_response(streams.denial(_logged(exc)))
             return
@@ -769,7 +796,7 @@ def _socket(ctx: Context, route: routes.Route) -> Callable[[WebSocket], Awaitabl
             await streams.relay(ctx.state_dir, websocket, attached, asked, ctx.limiter(),
                                 _token_check(ctx, websocket), notes=notes)
         finally:
-            ctx.streams -= 1
+            ctx.give_stream(principal)
     return serve
 
 
@@ -811,10 +838,8 @@ async def _logs(ctx: Context, request: Request) -> Response:
 
     options = streams.log_options(request.query_params)
     timeout = _timeout(request)
-    if ctx.streams >= streams.MAX_STREAMS:
-        raise HttpProblem(503, "too-many-streams", "Too many streams",
-                          f"{streams.MAX_STREAMS} streams are open; try again later")
-    ctx.streams += 1  # taken before the first await, as a watch's
+    principal = request.state.principal
+    ctx.take_stream(principal)  # before the first await, as a watch's
     try:
         notes: list[str] = []
         attached = await run_in_threadpool(streams.prepare, ctx.state_dir,
@@ -834,7 +859,7 @@ async def _logs(ctx: Context, request: Request) -> Response:
             attached.close()
             raise
     except BaseException:
-        ctx.streams -= 1
+        ctx.give_stream(principal)
         raise
     reader = streams.LogReader(attached, options, service_logs)
     reader.start()
@@ -850,7 +875,7 @@ async def _logs(ctx: Context, request: Request) -> Response:
         reader.stop()
         if not released:
             released = True
-            ctx.streams -= 1
+            ctx.give_stream(principal)
 
     return _Released(reader.pieces(time.monotonic() + timeout, still_allowed), release,
                      media_type="text/plain; charset=utf-8",

@@ -39,6 +39,8 @@ from devcell.server import framing, problems
 
 MAX_STREAMS = 32
 """exec streams open at once (each holds a thread while its command runs)."""
+MAX_STREAMS_PER_USER = 8
+"""exec and logs streams one user who is not an admin may hold at once (of MAX_STREAMS)."""
 MAX_WORDS = 4096
 HANG_UP_GRACE_S = 0.6
 """How long a command whose client went away is given to be hung up (see _Output)."""

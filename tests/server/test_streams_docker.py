@@ -9,6 +9,7 @@ Cost: ~6-10 s (one busybox container, ~2 s to start; each exec ~0.2 s), Docker n
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 
@@ -121,3 +122,42 @@ def test_an_exec_ends_when_its_token_is_revoked(api: Api, box: str) -> None:
     thread.join(20)
     assert ended and isinstance(ended[0], errors.Unauthenticated)
     assert time.monotonic() - revoked < 10
+
+
+def test_one_developer_holds_at_most_their_share_of_the_streams(api: Api) -> None:
+    """A developer's ninth exec (or logs) stream at once is a 503 naming them, while an
+    admin's still runs (one developer's 32 `logs -f` on their own cell left everyone, admins
+    too, 503 for up to an hour: found by attack27c)."""
+    from devcell import Client
+    from devcell.server import streams
+
+    require_engine()
+    token = api.token("stream-hog", "developer")
+    name = f"hog-{uuid.uuid4().hex[:6]}"
+    with Client(api.url, token=token, ca=str(api.certificate)) as dc:
+        dc.apply(f"apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {{name: {name}}}\n"
+                 f"spec:\n  backend: container\n  image: {IMAGE}\n")
+        try:
+            wait_for(api, f"/api/v1/cells/{name}",
+                     lambda r: r.json()["status"].get("phase") == "Running", timeout=120)
+            with contextlib.ExitStack() as held:  # each closed (its command hung up) at exit
+                for _ in range(streams.MAX_STREAMS_PER_USER):
+                    held.enter_context(dc.exec_socket(name, ["sleep", "60"]))
+                with pytest.raises(errors.TemporaryError,
+                                   match="stream-hog has 8 exec and logs"):
+                    dc.exec_socket(name, ["sleep", "60"])
+                admin = api.token("stream-admin", "admin")
+                with Client(api.url, token=admin, ca=str(api.certificate)) as root:
+                    assert root.exec(name, ["echo", "still"]).stdout == b"still\n"
+        finally:
+            dc.delete("cells", name)
+    deadline = time.monotonic() + 20
+    while True:  # the slots are given back once the commands are hung up
+        with Client(api.url, token=token, ca=str(api.certificate)) as dc:
+            try:
+                list(dc.logs("no-such-cell"))
+            except errors.NotFound:
+                break
+            except errors.TemporaryError:
+                assert time.monotonic() < deadline
+                time.sleep(0.5)

@@ -85,6 +85,11 @@ RULES = {
                          "spec.sharedWith names them",
     "owner-grants": "only a cell's owner (or an admin) changes its metadata.owner or "
                     "spec.sharedWith",
+    "host-admin": "only an admin sends a cell that names the server's own files, devices or "
+                  "network (a build, a local feature, a host mount, a host-path, directory or "
+                  "archive workspace, a git repository on the server, privileged, host "
+                  "network): DevCell's configuration allows them for the whole server, not "
+                  "for each user",
 }
 """Every rule's name and what it says (docs/auth.md lists the same)."""
 
@@ -139,6 +144,17 @@ def require_update(principal: Principal, recorded: ResourceRef, wanted: Resource
         raise Forbidden(refusal(principal, Verb.update, recorded, decision.rule),
                         rule=decision.rule)
     return decision
+
+
+def require_host(principal: Principal, verb: Verb, resource: ResourceRef,
+                 reach: str | None) -> None:
+    """Refuse (rule host-admin) a cell whose spec reaches the server's own files, devices or
+    network (`reach`: the field that does, resources.host_reach) unless an admin sends it."""
+    if reach is not None and principal.role is not Role.admin:
+        from devcell.names import printable
+
+        raise Forbidden(f"{refusal(principal, verb, resource, 'host-admin')}: it names "
+                        f"{printable(reach)}", rule="host-admin")
 
 
 def refusal(principal: Principal, verb: Verb, resource: ResourceRef, rule: str) -> str:

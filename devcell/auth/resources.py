@@ -9,6 +9,7 @@ events, nodes) have no owner: every role reads them, only an admin changes them.
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from devcell.auth.policy import ResourceRef
 from devcell.manifests.model import Manifest
@@ -54,3 +55,48 @@ def to_update(manifest: Manifest) -> ResourceRef:
     shared = manifest.spec.get("sharedWith") or []
     return ResourceRef(manifest.kind, manifest.name, manifest.owner,
                        tuple(u for u in shared if isinstance(u, str)))
+
+
+def host_reach(spec: dict[str, Any]) -> str | None:
+    """The first field of a cell's spec that reaches the server's own files, devices or
+    network, or None. Whoever applies a manifest through the API names paths on the
+    server, not on their machine: a build context is read from the server's disk (relative
+    paths from the daemon's working directory), a host mount or host-path workspace binds a
+    server folder (one of another user's, running as its owner), a local git URL clones a
+    server repository. DevCell's configuration allows these for the whole server, so only an
+    admin may ask for them through the API (policy.require_host)."""
+    def local(url: Any) -> bool:
+        return isinstance(url, str) and (url.startswith(("/", ".", "~"))
+                                         or url.lower().startswith("file:"))
+
+    def get(value: Any, key: str) -> Any:
+        return value.get(key) if isinstance(value, dict) else None
+
+    if get(spec, "build") is not None:
+        return "spec.build"
+    for i, sidecar in enumerate(get(spec, "sidecars") or []):
+        if get(sidecar, "build") is not None:
+            return f"spec.sidecars[{i}].build"
+    for i, feature in enumerate(get(spec, "features") or []):
+        if local(get(feature, "ref")):
+            return f"spec.features[{i}].ref"
+    if get(spec, "mounts"):
+        return "spec.mounts"
+    source = get(get(spec, "workspace"), "source")
+    for key in ("hostPath", "directory", "archive"):
+        if get(source, key) is not None:
+            return f"spec.workspace.source.{key}"
+    if local(get(get(source, "git"), "url")):
+        return "spec.workspace.source.git.url"
+    if local(get(get(get(spec, "dotfiles"), "git"), "url")):
+        return "spec.dotfiles.git.url"
+    security = get(spec, "security")
+    if get(security, "privileged"):
+        return "spec.security.privileged"
+    if get(security, "devices"):
+        return "spec.security.devices"
+    if get(get(spec, "network"), "mode") == "host":
+        return "spec.network.mode"
+    if get(get(spec, "hooks"), "hostInitialize"):
+        return "spec.hooks.hostInitialize"
+    return None

@@ -624,7 +624,8 @@ def _apply_sync(ctx: Context, principal: Any, data: bytes, media: str, dry_run: 
 
 def _authorize_apply(ctx: Context, principal: Any, source: Any) -> None:
     """Each object the stream creates or changes, judged before anything is recorded: a new
-    cell as its creator's (or its metadata.owner's), and a new cell forked from a snapshot
+    cell as its creator's (or its metadata.owner's), one that names the server's own files,
+    devices or network only from an admin (rule host-admin), and a new cell forked from a snapshot
     (spec.workspace.from) as the `fork` verb on that snapshot's cell, as the fork action asks
     (its workspace is that cell's files); a recorded cell by its owner and sharedWith, a
     snapshot as the `snapshot` verb on its cell. A stream that does not parse is left to
@@ -646,11 +647,15 @@ def _authorize_apply(ctx: Context, principal: Any, source: Any) -> None:
                 policy.require(principal, policy.Verb.snapshot,
                                resources.recorded(db.conn, "Cell", cell))
             elif objects.get(db.conn, m.kind, m.name) is not None:
-                policy.require_update(principal, resources.recorded(db.conn, m.kind, m.name),
-                                      resources.to_update(m))
+                recorded = resources.recorded(db.conn, m.kind, m.name)
+                policy.require_update(principal, recorded, resources.to_update(m))
+                policy.require_host(principal, policy.Verb.update, recorded,
+                                    resources.host_reach(m.spec))
             else:
-                policy.require(principal, policy.Verb.create,
-                               resources.to_create(principal.user, m))
+                made = resources.to_create(principal.user, m)
+                policy.require(principal, policy.Verb.create, made)
+                policy.require_host(principal, policy.Verb.create, made,
+                                    resources.host_reach(m.spec) if m.kind == "Cell" else None)
                 _authorize_fork_source(db.conn, principal, m)
     finally:
         db.close()

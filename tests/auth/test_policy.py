@@ -59,7 +59,8 @@ def resource(relation: str, user: str = "ana") -> ResourceRef:
 def test_the_table_covers_every_verb_role_and_rule() -> None:
     assert set(TABLE) == set(Verb)
     assert all(set(by_role) == {r.value for r in Role} for by_role in TABLE.values())
-    assert {cell[1:] for _, _, _, cell in CASES} == set(RULES) - {"owner-grants"}
+    # owner-grants and host-admin judge what a manifest asks for, beside the verb: below
+    assert {cell[1:] for _, _, _, cell in CASES} == set(RULES) - {"owner-grants", "host-admin"}
 
 
 @pytest.mark.parametrize(("role", "verb", "relation", "expected"), CASES,
@@ -150,3 +151,46 @@ def test_only_the_owner_changes_who_owns_or_shares_a_cell() -> None:
     assert authorize_update(Principal("root", Role.admin), recorded, wanted("eve")).allowed
     assert authorize_update(Principal("eve", Role.developer), recorded, wanted("eve")) \
         == Decision(False, "developer-not-own")
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ({"image": "x"}, None),
+    ({"build": {"context": "."}}, "spec.build"),
+    ({"sidecars": [{"name": "db", "image": "x"}, {"name": "b", "build": {}}]},
+     "spec.sidecars[1].build"),
+    ({"features": [{"ref": "ghcr.io/devcontainers/features/node:1"}]}, None),
+    ({"features": [{"ref": "ghcr.io/x:1"}, {"ref": "./mine"}]}, "spec.features[1].ref"),
+    ({"features": [{"ref": "/srv/feature"}]}, "spec.features[0].ref"),
+    ({"mounts": [{"hostPath": "/srv", "mountPath": "/m"}]}, "spec.mounts"),
+    ({"workspace": {"source": {"hostPath": {"path": "/home/ana"}}}},
+     "spec.workspace.source.hostPath"),
+    ({"workspace": {"source": {"archive": {"path": "/x.tar"}}}},
+     "spec.workspace.source.archive"),
+    ({"workspace": {"source": {"git": {"url": "https://example.org/r.git"}}}}, None),
+    ({"workspace": {"source": {"git": {"url": "FILE:///srv/r"}}}},
+     "spec.workspace.source.git.url"),
+    ({"dotfiles": {"git": {"url": "/home/ana/dots"}}}, "spec.dotfiles.git.url"),
+    ({"security": {"capabilities": ["SYS_PTRACE"]}}, None),
+    ({"security": {"privileged": True}}, "spec.security.privileged"),
+    ({"security": {"devices": ["/dev/fuse"]}}, "spec.security.devices"),
+    ({"network": {"mode": "host"}}, "spec.network.mode"),
+    ({"hooks": {"hostInitialize": [["true"]]}}, "spec.hooks.hostInitialize"),
+    ({"workspace": "not a mapping", "sidecars": [5]}, None),
+])
+def test_host_reach_names_the_field_and_only_an_admin_may_send_it(
+        spec: dict[str, object], field: str | None) -> None:
+    """A cell naming the server's own files, devices or network through the API (found by
+    attack27c: a developer built an image from another user's 0700 folder)."""
+    from devcell.auth.policy import require_host
+    from devcell.auth.resources import host_reach
+
+    assert host_reach(spec) == field
+    cell = ResourceRef("Cell", "mine", owner="ana")
+    require_host(Principal("root", Role.admin), Verb.create, cell, field)
+    if field is None:
+        require_host(Principal("ana", Role.developer), Verb.create, cell, field)
+        return
+    with pytest.raises(Forbidden) as refused:
+        require_host(Principal("ana", Role.developer), Verb.create, cell, field)
+    assert refused.value.rule == "host-admin"
+    assert str(refused.value).endswith(f"it names {field}")

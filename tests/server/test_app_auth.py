@@ -191,6 +191,32 @@ CASES.update({
 })
 
 
+# A cell naming the server's own files, devices or network, sent through the API: only an
+# admin's (found by attack27c: with the daemon started in /, a developer built an image from
+# another user's 0700 home folder and read it in their cell; with allowedHostPaths, one bound
+# another user's folder as a workspace and wrote it as them). The admin's is then judged by
+# admission as any manifest is (here refused: the test configuration allows none of them).
+HOST_ONLY = {"viewer": (403, "viewer-read-only"), "developer": (403, "host-admin"),
+             "admin": (422, None)}
+for _case, _spec in {
+        "a build on the server": "  build: {context: .}\n",
+        "a sidecar's build on the server": "  sidecars: [{name: db, build: {context: /tmp}}]\n",
+        "a local feature": "  features: [{ref: ./feature}]\n",
+        "a host mount": "  mounts: [{hostPath: /tmp, mountPath: /mnt}]\n",
+        "a host-path workspace": "  workspace: {source: {hostPath: {path: /tmp}}}\n",
+        "a directory workspace": "  workspace: {source: {directory: {path: /tmp}}}\n",
+        "a git repository on the server": "  workspace: {source: {git: {url: 'file:///tmp'}}}\n",
+        "privileged": "  security: {privileged: true}\n",
+        "host network": "  network: {mode: host}\n"}.items():
+    CASES[f"create a cell naming {_case}"] = (
+        lambda api, t, spec=_spec: ("POST", "/api/v1/apply", (
+            cell(_unique("host")) + spec).replace("  image: devcell/busybox:latest\n", "")
+            if "build" in spec else cell(_unique("host")) + spec), HOST_ONLY)
+CASES["give their own cell a host mount"] = (lambda api, t: (
+    "POST", "/api/v1/apply", cell(_own_cell(api, t)) + "  mounts: [{hostPath: /tmp, "
+    "mountPath: /mnt}]\n"), HOST_ONLY)
+
+
 def _forked(name: str, snapshot: str) -> str:
     """A cell manifest whose workspace is restored from `snapshot`."""
     return cell(name) + f"  workspace: {{from: {{snapshot: {snapshot}}}}}\n"

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from devcell import errors
+from tests.backends.engine import IMAGE, require_engine
 from tests.server.conftest import Api, running_container_cell
+from tests.server.test_app import wait_for
 
 
 @pytest.fixture(scope="module")

@@ -298,9 +298,14 @@ class SwarmBackend:
         out = [Owned(OwnedKind.CELL, _labels(s)[CELL_ID], _labels(s)[CELL_ID])
                for s in self.manager.services(self._ours())
                if _labels(s).get(CELL_ID) and not _job(s)]
-        out += [Owned(OwnedKind.VOLUME, volume_id, str(record.get("cell_id") or ""))
+        # What may hold the user's files (a workspace made on a node, a checkpoint of any
+        # file) says where: the orphan sweep never removes it on its own, and `devcell gc`
+        # only with approval, as on one host (the manager cannot look inside to see it empty).
+        out += [Owned(OwnedKind.VOLUME, volume_id, str(record.get("cell_id") or ""),
+                      _where(record) if record.get("node") else None)
                 for volume_id, record in self.volumes.all()]
-        out += [Owned(OwnedKind.CHECKPOINT, checkpoint_id, str(record.get("cell_id") or ""))
+        out += [Owned(OwnedKind.CHECKPOINT, checkpoint_id, str(record.get("cell_id") or ""),
+                      _where(record) if record.get("files") else None)
                 for checkpoint_id, record in self.checkpoints.all()]
         return out
 
@@ -969,6 +974,10 @@ class SwarmBackend:
 
     def log_paths(self, cell: CellRef) -> dict[str, Path]:
         return {}
+
+
+def _where(record: dict[str, Any]) -> str:
+    return f"volume {record.get('volume')} on node {record.get('node')}"
 
 
 def _short(text: str, most: int = 120) -> str:

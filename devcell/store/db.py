@@ -103,7 +103,6 @@ class Database:
         except StateError:
             self.conn.close()
             raise
-        self._tighten_files()
         migrations.ensure_current(self)
 
     def _ensure_wal(self) -> None:
@@ -122,15 +121,6 @@ class Database:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 0.1)
-
-    def _tighten_files(self) -> None:
-        for suffix in ("", "-wal", "-shm"):
-            p = Path(str(self.path) + suffix)
-            try:
-                if p.stat().st_mode & 0o077:
-                    os.chmod(p, 0o600)
-            except FileNotFoundError:
-                pass
 
     @property
     def hash_key(self) -> bytes:

@@ -13,14 +13,14 @@ busy has its own waits, and a bug keeps its traceback.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sqlite3
+import stat
 from pathlib import Path
 from typing import Any
 
-from devcell import storage_causes
+from devcell import names, storage_causes
 from devcell.errors import StateUnusable, StorageError
 
 LOW_SPACE = 1 << 20
@@ -218,11 +218,67 @@ def _create_owner_only(path: Path) -> None:
     """Make a missing database file owner-only before SQLite opens it: SQLite gives the -wal,
     -shm and journal the database file's mode, so they are owner-only too. (Not by setting the
     umask around the connect: the umask is the process's, shared by its threads, and two
-    overlapping set-and-restore pairs can leave it narrowed for good.)"""
-    # There already, or it cannot be made: SQLite's own open says which, translated.
-    with contextlib.suppress(OSError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o600))
+    overlapping set-and-restore pairs can leave it narrowed for good.) A file already there is
+    checked instead (`_existing`)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+    except FileExistsError:
+        _existing(path)
+        return
+    except OSError:
+        return  # it cannot be made: SQLite's own open says why, translated
+    try:
+        os.fchmod(fd, 0o600)  # a umask of 0200 would have left the owner unable to write it
+    finally:
+        os.close(fd)
+
+
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+
+
+def _existing(path: Path) -> None:
+    """Refuse what at `path` is no database file; tighten one, and its -wal and -shm, that
+    others may read, before SQLite opens it (the -wal and -shm it makes take its mode). Only
+    stat and chmod: no descriptor opened and closed on a database this process may hold
+    (closing one drops the process's POSIX locks on the file). A link to the file is the
+    owner's choice (the state directory is theirs alone) and is followed, as SQLite does."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        try:
+            target = os.readlink(path)
+        except OSError:
+            return  # removed meanwhile: SQLite makes it
+        # SQLite would make the link's target: a fresh database where the recorded one is
+        # missing (on a disk not mounted, say), which no command should take for a new state
+        raise StateUnusable(
+            f"{path} is a symbolic link to {names.printable(target)}, which does not exist; "
+            "DevCell will not start a new database there: mount or restore what the link "
+            "names (or remove the link to start afresh) and run the command again",
+            cause=StorageError.UNSAFE_PATH, path=str(path)) from None
+    except OSError:
+        return  # SQLite's own open says what is wrong, translated
+    if not stat.S_ISREG(found.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(found.st_mode), "not a regular file")
+        raise StateUnusable(
+            f"{path} is {kind}, not a database file; move it out of the way (restore the "
+            "database from a backup if it was one) and run the command again",
+            cause=StorageError.UNSAFE_PATH, path=str(path))
+    for suffix in ("", "-wal", "-shm"):
+        _tighten(Path(f"{path}{suffix}"))
+
+
+def _tighten(path: Path) -> None:
+    """A file of this user's that others may read or write made owner-only (0600)."""
+    try:
+        found = os.stat(path)
+        if (stat.S_ISREG(found.st_mode) and found.st_mode & 0o077
+                and found.st_uid == os.geteuid()):
+            os.chmod(path, 0o600)
+    except OSError:
+        pass  # gone meanwhile, or not ours to change: SQLite's open meets what is there
 
 
 _OS_MACHINE_CAUSES = (StorageError.DISK_FULL, StorageError.READ_ONLY)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from devcell.errors import StateError
-from devcell.store import migrations
+from devcell.errors import StateError, StateUnusable, StorageError
+from devcell.store import faults, migrations
 from devcell.store.db import DB_FILENAME, Database, open_database, resolve_state_dir
 
 TABLES = {"cells", "snapshots", "volumes", "attachments", "operations", "operation_steps",
@@ -153,6 +153,72 @@ def test_loose_permissions_are_tightened_on_open(state: Path) -> None:
     open_database(state).close()
     assert mode(state) == 0o700
     assert mode(state / DB_FILENAME) == 0o600
+
+
+def test_a_loose_database_and_its_wal_are_tightened_before_sqlite_opens_them(
+        state: Path) -> None:
+    """A state.db that others may read (restored with cp under umask 022, say) is made 0600
+    before SQLite opens it: the -wal and -shm SQLite makes take its mode, so they are never
+    0644, even for a moment, nor for a database DevCell opens without Database (fake.db)."""
+    open_database(state).close()
+    for suffix in ("", "-wal", "-shm"):
+        path = state / (DB_FILENAME + suffix)
+        path.touch()
+        os.chmod(path, 0o644)
+    conn = faults.connect(state / DB_FILENAME, timeout=5)  # nothing run on it yet
+    try:
+        assert {p.name: mode(p) for p in state.iterdir() if p.name.startswith(DB_FILENAME)} == {
+            DB_FILENAME: 0o600, f"{DB_FILENAME}-wal": 0o600, f"{DB_FILENAME}-shm": 0o600}
+    finally:
+        conn.close()
+
+
+def test_a_database_made_under_a_umask_without_the_owners_write_bit_is_0600(
+        state: Path) -> None:
+    state.mkdir(mode=0o700)
+    old = os.umask(0o277)
+    try:
+        faults.connect(state / "made.db", timeout=5).close()
+    finally:
+        os.umask(old)
+    assert mode(state / "made.db") == 0o600
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "directory"])
+def test_something_that_is_not_a_database_file_is_refused_not_waited_on(
+        state: Path, kind: str) -> None:
+    """A FIFO at state.db was "disk I/O error ... check the disk" (a FIFO at -shm too)."""
+    state.mkdir(mode=0o700)
+    path = state / DB_FILENAME
+    os.mkfifo(path) if kind == "FIFO" else path.mkdir()
+    with pytest.raises(StateUnusable, match=f"{path} is a {kind}, not a database file; move "
+                       "it out of the way") as caught:
+        open_database(state)
+    assert caught.value.cause == StorageError.UNSAFE_PATH
+    assert stat.S_IFMT(os.lstat(path).st_mode) == (stat.S_IFIFO if kind == "FIFO"
+                                                   else stat.S_IFDIR)
+
+
+def test_a_link_to_a_missing_database_is_refused_not_made_afresh(
+        state: Path, tmp_path: Path) -> None:
+    """A state.db linked to a disk that is not mounted: SQLite made a new, empty database at
+    the link's target, 0644, and DevCell took it for a fresh state."""
+    target = tmp_path / "unmounted" / "state.db"
+    target.parent.mkdir()
+    state.mkdir(mode=0o700)
+    (state / DB_FILENAME).symlink_to(target)
+    with pytest.raises(StateUnusable, match=f"is a symbolic link to {target}, which does not "
+                       "exist; DevCell will not start a new database there"):
+        open_database(state)
+    assert not target.exists()
+
+
+def test_a_link_to_a_database_is_followed(state: Path, tmp_path: Path) -> None:
+    open_database(tmp_path / "elsewhere").close()
+    state.mkdir(mode=0o700)
+    (state / DB_FILENAME).symlink_to(tmp_path / "elsewhere" / DB_FILENAME)
+    open_database(state).close()
+    assert mode(tmp_path / "elsewhere" / DB_FILENAME) == 0o600
 
 
 # -- opening ---------------------------------------------------------------------------------

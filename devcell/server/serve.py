@@ -71,8 +71,18 @@ def tcp_socket(listen: Listen) -> socket.socket:
                          f"{printable(exc.strerror or str(exc))}") from None
 
 
+PATH_BYTES = 107
+"""The longest unix socket path a client can connect to (sun_path's 108 bytes, NUL ended)."""
+
+
 def unix_socket(path: str) -> socket.socket:
     """A listening socket at `path` that only this user can connect to."""
+    if len(os.fsencode(path)) > PATH_BYTES:
+        # The bind's detour through /proc would take any length, and the link into place
+        # too: the server would listen where no client can connect.
+        raise UsageError(f"--listen unix:{printable(path)}: {len(os.fsencode(path))} bytes, "
+                         f"longer than a unix socket's path may be ({PATH_BYTES}); give a "
+                         "shorter one")
     try:
         found = os.lstat(path)
     except FileNotFoundError:
@@ -87,7 +97,13 @@ def unix_socket(path: str) -> socket.socket:
         except OSError as exc:
             if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
                 raise UsageError(f"--listen unix:{printable(path)}: {exc.strerror}") from None
-            os.unlink(path)  # a dead server's socket
+            try:
+                os.unlink(path)  # a dead server's socket
+            except OSError as gone:
+                if gone.errno != errno.ENOENT:
+                    raise UsageError(f"--listen unix:{printable(path)}: a dead server's "
+                                     f"socket is there and cannot be removed ({gone.strerror}); "
+                                     "remove it or give another path") from None
         else:
             raise UsageError(f"--listen unix:{printable(path)}: another server listens "
                              "there")

@@ -4,14 +4,21 @@ file in the way refused; a tcp address in use is refused."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import stat
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+import devcell
 from devcell.errors import UsageError
 from devcell.server import serve
+
+ROOT = Path(devcell.__file__).parent.parent
 
 
 def test_parse_listen() -> None:
@@ -54,6 +61,56 @@ def test_the_socket_is_owner_only_under_any_umask_and_leaves_the_umask_alone(
         client.close()
     finally:
         sock.close()
+
+
+def test_a_path_longer_than_a_client_can_reach_is_refused(tmp_path: Path) -> None:
+    """The bind goes through /proc/self/fd and the socket is linked into place, neither
+    bounded: a 200-byte path was listened on, no client could connect, and the next start
+    said "--listen unix:...: None"."""
+    def path(n: int) -> str:
+        return str(tmp_path) + "/" + "s" * (n - len(str(tmp_path)) - 1)
+
+    sock = serve.unix_socket(path(serve.PATH_BYTES))
+    try:
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(path(serve.PATH_BYTES))
+        client.close()
+    finally:
+        sock.close()
+        os.unlink(path(serve.PATH_BYTES))
+    for n in (serve.PATH_BYTES + 1, 200):
+        with pytest.raises(UsageError, match=f": {n} bytes, longer than a unix socket's path "
+                           "may be \\(107\\); give a shorter one"):
+            serve.unix_socket(path(n))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="makes another user's socket, listens as another user")
+def test_a_dead_socket_this_user_cannot_remove_is_refused_in_words() -> None:
+    """Another user's dead socket (mode 0777) in a shared sticky directory: the probe is
+    refused, so it is taken for stale, and its unlink was a PermissionError traceback."""
+    shared = tempfile.mkdtemp(prefix="devcell-sticky-")
+    try:
+        os.chmod(shared, 0o1777)
+        stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stale.bind(f"{shared}/api.sock")
+        stale.close()
+        os.chmod(f"{shared}/api.sock", 0o777)
+        code = ("from devcell.errors import UsageError\n"
+                "from devcell.server import serve\n"
+                f"try: serve.unix_socket({shared + '/api.sock'!r})\n"
+                "except UsageError as e: print(e)\n")
+        done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert done.stderr == ""
+        assert done.stdout == (f"--listen unix:{shared}/api.sock: a dead server's socket is "
+                               "there and cannot be removed (Operation not permitted); remove "
+                               "it or give another path\n")
+        assert os.listdir(shared) == ["api.sock"]
+    finally:
+        shutil.rmtree(shared)
 
 
 def test_a_file_in_the_way_is_refused(tmp_path: Path) -> None:

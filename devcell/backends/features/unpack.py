@@ -15,6 +15,7 @@ import gzip
 import io
 import os
 import shutil
+import stat
 import tarfile
 import zlib
 from typing import Any, BinaryIO
@@ -122,14 +123,17 @@ def _extract(source: BinaryIO, into: str, shown: str) -> None:
 
 def _directory(into: str, parts: list[str]) -> None:
     """`into`/`parts`, each level made 0755 whatever the process's umask (the image's users
-    read a feature's files); levels already there are left as they are."""
+    read a feature's files); directories already there are left as they are, and a file there
+    is FileExistsError (one name given twice)."""
     path = into
     for part in parts:
         path = os.path.join(path, part)
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
-            continue
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                continue
+            raise  # an earlier file of the tarball: the name is given twice
         os.chmod(path, 0o755)
 
 

@@ -56,6 +56,48 @@ def test_modes_are_the_same_under_a_narrow_umask(tmp_path: Path) -> None:
         "install.sh": 0o755, "lib": 0o755, "lib/sub": 0o755, "lib/sub/a.sh": 0o644}
 
 
+def _dir(name: str, mode: int = 0o755) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode = tarfile.DIRTYPE, mode
+    return info
+
+
+@pytest.mark.parametrize("members", [
+    (_file("a"), _dir("a")),
+    (_file("a"), _dir("a/b")),
+    (_file("a"), _file("a/b")),
+    (_dir("a"), _file("a")),
+    (_file("a"), _file("a")),
+], ids=["file, dir", "file, dir under it", "file, file under it", "dir, file", "file, file"])
+def test_a_name_given_as_a_file_and_again_is_refused(
+        tmp_path: Path, members: tuple[tarfile.TarInfo, ...]) -> None:
+    """A file then a directory of the same name was taken silently (the directory entry
+    dropped), and a file under that name was "cannot be read ([Errno 20] Not a directory:
+    /host/path)"."""
+    dest = tmp_path / "out"
+    with pytest.raises(ImageBuildFailed, match="^feature f: its tarball names one file twice; "
+                       "refused$"):
+        unpack.extract(_tar(_file("install.sh"), *members), str(dest), "f")
+    assert not dest.exists()
+
+
+def test_odd_modes_come_out_0755_or_0644_under_any_umask(tmp_path: Path) -> None:
+    """setuid, world-writable, sticky and unreadable entries: only the execute bit is kept."""
+    members = (_file("su", mode=0o4777), _file("none", mode=0o000), _dir("d", mode=0o000),
+               _file("d/e", mode=0o2755), _dir("w", mode=0o1777), _file("s/t/u", mode=0o7666))
+    for umask in (0o000, 0o077):
+        out = tmp_path / f"out{umask}"
+        old = os.umask(umask)
+        try:
+            unpack.extract(_tar(*members), str(out), "f")
+        finally:
+            os.umask(old)
+        assert {str(p.relative_to(out)): os.stat(p).st_mode & 0o7777
+                for p in out.rglob("*")} == {
+            "su": 0o755, "none": 0o644, "d": 0o755, "d/e": 0o755, "w": 0o755, "s": 0o755,
+            "s/t": 0o755, "s/t/u": 0o644}
+
+
 @pytest.mark.parametrize("member", [
     _special("./link", tarfile.SYMTYPE, "/etc/passwd"),
     _special("./hard", tarfile.LNKTYPE, "install.sh"),

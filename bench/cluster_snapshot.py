@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests import swarm as test_swarm  # noqa: E402
 
 IMAGE = "devcell/busybox:latest"
-TOOLS = "devcell/nodetools:latest"
+TOOLS = "devcell/nodetools:2"
 
 
 def cli(state: Path, *words: str) -> str:

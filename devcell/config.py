@@ -75,6 +75,9 @@ class ClusterSettings:
 
     engine: str
     """The manager's engine: unix:///path (its own socket, or one forwarded with ssh -L)."""
+    registry: str | None = None
+    """REGISTRY/REPOSITORY where a checkpoint moving between nodes is put (a fork on another
+    node than its snapshot's): None, such forks are refused."""
 
     @property
     def socket(self) -> str:
@@ -206,7 +209,8 @@ def parse(path: Path, data: bytes, state_dir: Path | None = None) -> Config:
     idle = IdleSettings(sleep_after=(doc.data.get("idle") or {}).get("sleepAfter"))
     cluster = doc.data.get("cluster")
     return Config(path, exists=True, images=images, idle=idle,
-                  cluster=None if cluster is None else ClusterSettings(engine=cluster["engine"]),
+                  cluster=None if cluster is None else ClusterSettings(
+                      engine=cluster["engine"], registry=cluster.get("registry")),
                   security=SecurityPolicy(
         allowed_host_paths=tuple(security.get("allowedHostPaths", ())),
         allow_host_network=bool(security.get("allowHostNetwork", False)),

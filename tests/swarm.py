@@ -257,7 +257,7 @@ def _load_image(node: Node, archive: Path) -> None:
         node.docker("load", "-q", input=data.read())
 
 
-IMAGES = ("devcell/busybox:latest", "devcell/nodetools:latest")
+IMAGES = ("devcell/busybox:latest", "devcell/nodetools:2")
 """What every node holds: DevCell's base image, and the node tools image its jobs run."""
 
 
@@ -280,7 +280,7 @@ def start(count: int = 3, images: tuple[str, ...] = IMAGES) -> Swarm:
     from tests.backends.engine import in_ci, require_engine
 
     require_engine()
-    if "devcell/nodetools:latest" in images:
+    if "devcell/nodetools:2" in images:
         _node_tools()
     why = ("dockerd is not installed (docker.io; scripts/docker-setup installs it)"
            if shutil.which("dockerd") is None else

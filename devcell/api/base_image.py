@@ -26,7 +26,7 @@ class BaseImage:
     vm_problem: str | None
     """Why the vm backend was not prepared (QEMU or a kernel missing), when it was not."""
     node_tools_id: str | None = None
-    """`devcell/nodetools:latest`, the image of the jobs on a cluster's nodes (None: not made,
+    """`devcell/nodetools:2`, the image of the jobs on a cluster's nodes (None: not made,
     node_tools_problem says why)."""
     node_tools_problem: str | None = None
 

@@ -19,7 +19,7 @@ def run_build_base(args: argparse.Namespace) -> int:
     sys.stdout.write(f"image/{made.image} {'built' if made.built else 'unchanged'} "
                      f"({made.image_id[:19]})\n")
     if made.node_tools_id is not None:
-        sys.stdout.write(f"image/devcell/nodetools:latest ready ({made.node_tools_id[:19]}; "
+        sys.stdout.write(f"image/devcell/nodetools:2 ready ({made.node_tools_id[:19]}; "
                          "every node of a cluster needs it)\n")
     elif made.node_tools_problem is not None:
         sys.stderr.write(f"node tools image not made: {made.node_tools_problem}\n")

@@ -1794,7 +1794,7 @@ class ContainerBackend:
             return str(self.api.inspect_image(image)["Id"])
 
     def build_node_tools_image(self, *, force: bool = False) -> str:
-        """Import `devcell/nodetools:latest` (base_image.node_tools_tar: what the jobs on a
+        """Import `devcell/nodetools:2` (base_image.node_tools_tar: what the jobs on a
         cluster's nodes run); its image id."""
         from devcell.backends.container import base_image
 

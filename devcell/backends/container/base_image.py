@@ -80,14 +80,22 @@ def rootfs_tar(busybox: Path | None = None) -> bytes:
     return buffer.getvalue()
 
 
-NODE_TOOLS_IMAGE = "devcell/nodetools:latest"
+NODE_TOOLS_IMAGE = "devcell/nodetools:2"
 """The image of the jobs that work on a node's workspace volumes (docs/cluster.md): the base
-image's busybox, and GNU cp with the libraries it links, under TOOLS_DIR. GNU cp because a
-cluster checkpoint copies a workspace as the single host's does (`cp -a`: links not followed,
-device files made with mknod and never read, setuid kept, holes kept: busybox's cp writes a
-sparse file's holes out as zeros)."""
+image's busybox, and GNU cp, GNU tar and curl with the libraries they link, under TOOLS_DIR.
+GNU cp because a cluster checkpoint copies a workspace as the single host's does (`cp -a`:
+links not followed, device files made with mknod and never read, setuid kept, holes kept:
+busybox's cp writes a sparse file's holes out as zeros); GNU tar (`--sparse`) and curl
+because a checkpoint moving to another node goes through a registry (node_transfer.py).
+Tagged by its content's version (2: tar and curl added), so an engine holding an older one
+is given this one instead of using it."""
 TOOLS_DIR = "usr/lib/devcell"
 GNU_CP_CANDIDATES = ("/usr/bin/cp", "/bin/cp")
+GNU_TAR_CANDIDATES = ("/usr/bin/tar", "/bin/tar")
+CURL_CANDIDATES = ("/usr/bin/curl",)
+CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+CA_BUNDLE = "ca-certificates.crt"
+"""Under TOOLS_DIR: the build machine's CA certificates, which curl trusts (CURL_CA_BUNDLE)."""
 
 
 def _linked(binary: Path) -> tuple[Path, list[Path]]:
@@ -107,14 +115,28 @@ def _linked(binary: Path) -> tuple[Path, list[Path]]:
     return interpreter, libraries
 
 
+def _tool(candidates: tuple[str, ...], banner: bytes, what: str) -> Path:
+    found = next((Path(c) for c in candidates if Path(c).is_file()), None)
+    if found is None or banner not in children.run([str(found), "--version"]).stdout.encode():
+        raise BackendError(f"{what} is needed to build the node tools image")
+    return found
+
+
 def node_tools_tar(busybox: Path | None = None) -> bytes:
-    """The node tools image's root filesystem: the base image's, plus GNU cp (run as
-    `/usr/lib/devcell/cp`, finding its libraries there by LD_LIBRARY_PATH) and the program
-    interpreter at the path cp names."""
-    cp = next((Path(c) for c in GNU_CP_CANDIDATES if Path(c).is_file()), None)
-    if cp is None or b"GNU coreutils" not in children.run([str(cp), "--version"]).stdout.encode():
-        raise BackendError("GNU cp (coreutils) is needed to build the node tools image")
-    interpreter, libraries = _linked(cp)
+    """The node tools image's root filesystem: the base image's, plus GNU cp, GNU tar and
+    curl (run as `/usr/lib/devcell/cp`, `.../tar`, `.../curl`, finding their libraries there
+    by LD_LIBRARY_PATH), the program interpreter at the path they name, and the CA
+    certificates curl trusts."""
+    tools = [_tool(GNU_CP_CANDIDATES, b"GNU coreutils", "GNU cp (coreutils)"),
+             _tool(GNU_TAR_CANDIDATES, b"GNU tar", "GNU tar"),
+             _tool(CURL_CANDIDATES, b"curl", "curl")]
+    interpreter: Path | None = None
+    libraries: dict[str, Path] = {}
+    for tool in tools:
+        interpreter, linked = _linked(tool)
+        libraries.update({lib.name: lib for lib in linked})
+    assert interpreter is not None
+    bundle = next((Path(c) for c in CA_BUNDLES if Path(c).is_file()), None)
     buffer = io.BytesIO(rootfs_tar(busybox))
     buffer.seek(0, io.SEEK_END)
     # a tar archive ends with two zero blocks: the new members replace them
@@ -124,9 +146,10 @@ def node_tools_tar(busybox: Path | None = None) -> bytes:
     now = int(time.time())
     with tarfile.open(fileobj=buffer, mode="a", format=tarfile.GNU_FORMAT) as tar:
         made: set[str] = set()
-        members = [(cp, f"{TOOLS_DIR}/cp"),
+        members = [*((tool, f"{TOOLS_DIR}/{tool.name}") for tool in tools),
                    (interpreter, str(interpreter).lstrip("/")),
-                   *((lib, f"{TOOLS_DIR}/{lib.name}") for lib in libraries)]
+                   *((lib, f"{TOOLS_DIR}/{name}") for name, lib in sorted(libraries.items())),
+                   *(((bundle, f"{TOOLS_DIR}/{CA_BUNDLE}"),) if bundle else ())]
         for source, name in members:
             parts = name.split("/")[:-1]
             for depth in range(1, len(parts) + 1):

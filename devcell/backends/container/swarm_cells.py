@@ -47,7 +47,7 @@ from devcell.backends.base import (
     Owned,
     OwnedKind,
 )
-from devcell.backends.container import node_jobs
+from devcell.backends.container import node_jobs, node_transfer
 from devcell.backends.container import spec as container_spec
 from devcell.backends.container.cluster import Manager
 from devcell.backends.container.labels import CELL, CELL_ID, MANAGED, RUNTIME_HASH, STATE, VOLUME
@@ -88,13 +88,8 @@ FREEZE = (_STATE
           'echo devcell-frozen\n')
 THAW = ('if [ -e /f/freezer.state ]; then echo THAWED > /f/freezer.state;'
         ' else echo 0 > /f/cgroup.freeze; fi\necho devcell-thawed\n')
-_TREE_FIGURES = (
-    'files=$(find "$1" ! -type d -exec sh -c \'echo $#\' x {} + |'
-    ' awk \'{n += $1} END {printf "%.0f", n}\')\n'
-    'bytes=$(find "$1" -type f -exec stat -c %s {} + | awk \'{n += $1} END {printf "%.0f", n}\')\n'
-    'echo "devcell-tree files=$files bytes=$bytes"\n')
 CHECKPOINT_COPY = (
-    f'figures() {{\n{_TREE_FIGURES}}}\n'
+    f'figures() {{\n{node_jobs.TREE_FIGURES}}}\n'
     'if [ ! -d /c/tree ]; then\n'
     '  rm -rf /c/.tree.tmp\n'
     f'  {node_jobs.CP} -a --no-target-directory /w /c/.tree.tmp\n'
@@ -107,7 +102,7 @@ CHECKPOINT_COPY = (
 volume, under a temporary name renamed once the copy is whole and on disk; a tree a job
 completed before (a crash after it, before the record) is kept as it is."""
 FORK_FILL = (
-    f'figures() {{\n{_TREE_FIGURES}}}\n'
+    f'figures() {{\n{node_jobs.TREE_FIGURES}}}\n'
     '[ -d /c/tree ] || { echo "the checkpoint volume holds no tree" >&2; exit 1; }\n'
     'find /w -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +\n'
     f'{node_jobs.CP} -a --no-target-directory /c/tree /w\n'
@@ -845,20 +840,28 @@ class SwarmBackend:
 
     def _fork_volume(self, cell: CellRef, volume_id: str, checkpoint_id: str) -> Outputs:
         """A fork's workspace made on the node holding its checkpoint, filled from it by a
-        job there; recorded on that node, so the fork's service is pinned to it."""
+        job there; recorded on that node, so the fork's service is pinned to it. When the
+        fork cannot run there (the node lost, cordoned or drained, or without the labels the
+        fork's placement asks), the checkpoint goes through the registry to a node the swarm
+        picks instead (`_fork_elsewhere`)."""
         source = self.checkpoints.read(checkpoint_id)
         if source is None:
             raise BackendNotFound(f"cell {cell.name}: checkpoint {checkpoint_id} is on no node "
                                   "of the cluster (a snapshot taken on the cluster can be "
                                   "forked here; an imported one cannot yet)")
         node = str(source.get("node"))
+        record = self.volumes.read(volume_id)
+        if record is not None and record.get("filled"):
+            return {"volume": volume_id, "node": record.get("node") or node,
+                    "restoredFrom": checkpoint_id, "storage": "node"}
+        why = "an earlier attempt went through the registry" if (
+            record is not None and record.get("via") == "registry") else self._elsewhere(
+                cell, node)
+        if why is not None:
+            return self._fork_elsewhere(cell, volume_id, checkpoint_id, source, why)
         what = f"filling the workspace of cell {cell.name} from checkpoint {checkpoint_id}"
         node_jobs.node_ready(self.manager, node, what)
         name = engine_volume(self.owner, volume_id)
-        record = self.volumes.read(volume_id)
-        if record is not None and record.get("filled"):
-            return {"volume": volume_id, "node": node, "restoredFrom": checkpoint_id,
-                    "storage": "node"}
         self.volumes.write(volume_id, {"cell_id": cell.id, "cell": cell.name, "node": node,
                                        "volume": name, "from": checkpoint_id, "filled": False})
         out = node_jobs.run(
@@ -873,6 +876,113 @@ class SwarmBackend:
         return {"volume": volume_id, "node": node, "restoredFrom": checkpoint_id,
                 "files": _int(found.get("files")), "bytes": _int(found.get("bytes")),
                 "storage": "node"}
+
+    def _elsewhere(self, cell: CellRef, node: str) -> str | None:
+        """Why a fork of a checkpoint on `node` cannot run there (None: it can): the node
+        lost, cordoned or drained, or without the labels the fork's placement asks."""
+        found = self._node(node)
+        status = found.get("Status") or {}
+        if status.get("State") != "ready":
+            return (f"node {node} is {status.get('State')}"
+                    + (f" ({str(status.get('Message'))[:200]})" if status.get("Message") else ""))
+        spec = found.get("Spec") or {}
+        if spec.get("Availability") in ("pause", "drain"):
+            return f"node {node} is {'cordoned' if spec['Availability'] == 'pause' else 'drained'}"
+        labels = spec.get("Labels") or {}
+        wanted = (cell.spec.get("placement") or {}).get("nodeLabels") or {}
+        missing = {k: v for k, v in wanted.items() if labels.get(k) != str(v)}
+        if missing:
+            return (f"node {node} lacks the labels spec.placement.nodeLabels asks ("
+                    + ", ".join(f"{k}={v}" for k, v in sorted(missing.items())) + ")")
+        return None
+
+    def _registry(self) -> str | None:
+        found = settings(self.layout.state_dir)
+        return None if found is None else found.registry
+
+    def _pushed(self, cell: CellRef, checkpoint_id: str, source: dict[str, Any],
+                registry: str, why: str) -> tuple[dict[str, Any], bool]:
+        """The checkpoint in the registry: pushed from its node now, or as an earlier move
+        recorded it (a node lost since can still be moved from); whether it was pushed now."""
+        pushed = source.get("pushed")
+        if isinstance(pushed, dict) and pushed.get("registry") == registry:
+            return pushed, False
+        node = str(source.get("node"))
+        try:
+            node_jobs.node_ready(self.manager, node, f"pushing checkpoint {checkpoint_id}")
+        except BackendError as exc:
+            raise BackendError(f"cell {cell.name} cannot be made on node {node}, which holds "
+                               f"checkpoint {checkpoint_id} ({why}), and the checkpoint was "
+                               f"never pushed to {registry}: {exc}") from None
+        pushed = node_transfer.push(
+            self.manager, self.owner, registry=registry, node=node,
+            checkpoint_id=checkpoint_id,
+            volume_mount=self._volume_mount(str(source.get("volume")), "/c",
+                                            {CHECKPOINT: checkpoint_id}, read_only=True),
+            about={"cell": source.get("cell"), "cellId": source.get("cell_id"),
+                   "files": source.get("files"), "bytes": source.get("size_bytes")})
+        pushed["registry"] = registry
+        self.checkpoints.write(checkpoint_id, dict(source, pushed=pushed))
+        return pushed, True
+
+    def _fork_elsewhere(self, cell: CellRef, volume_id: str, checkpoint_id: str,
+                        source: dict[str, Any], why: str) -> Outputs:
+        """The fork's workspace made on another node than its checkpoint's: the checkpoint
+        pushed from its node to the registry (node_transfer.push, once per checkpoint), then
+        pulled into a new volume on the node the swarm picks for a job with the fork's
+        placement and reservations, away from the checkpoint's node; the volume recorded on
+        that node as soon as the swarm assigned the job (a rerun after a crash goes to the
+        same node), and filled once the job completed."""
+        registry = self._registry()
+        origin = str(source.get("node"))
+        if registry is None:
+            raise BackendRefused(f"cell {cell.name} cannot be made on node {origin}, which "
+                                 f"holds checkpoint {checkpoint_id}: {why}; moving it to "
+                                 "another node needs a registry the nodes reach (cluster."
+                                 "registry in DevCell's configuration, docs/cluster.md)")
+        pushed, fresh = self._pushed(cell, checkpoint_id, source, registry, why)
+        record = self.volumes.read(volume_id) or {}
+        name = str(record.get("volume") or engine_volume(self.owner, volume_id))
+        base = {"cell_id": cell.id, "cell": cell.name, "volume": name, "from": checkpoint_id,
+                "via": "registry", "movedFrom": origin}
+        earlier = record.get("node")
+        self.volumes.write(volume_id, dict(base, node=earlier, filled=False))
+        if earlier:
+            constraints = [f"node.id=={earlier}"]
+        else:
+            placement = cell.spec.get("placement") or {}
+            constraints = [f"node.labels.{k}=={v}"
+                           for k, v in sorted((placement.get("nodeLabels") or {}).items())]
+            constraints.append(f"node.id!={origin}")
+        resources = cell.spec.get("resources") or {}
+        reservations: dict[str, Any] = {}
+        if (cell.spec.get("placement") or {}).get("reserve", True):
+            if resources.get("cpus"):
+                reservations["NanoCPUs"] = int(float(resources["cpus"]) * 1e9)
+            if resources.get("memory"):
+                reservations["MemoryBytes"] = container_spec.memory_bytes(
+                    str(resources["memory"]))
+        what = (f"filling the workspace of cell {cell.name} from checkpoint {checkpoint_id} "
+                f"through {names.printable(str(pushed.get('ref')))}")
+        node, out = node_transfer.pull(
+            self.manager, self.owner, registry=registry, pushed=pushed,
+            job=f"pull:{volume_id}", what=what, constraints=constraints,
+            reservations=reservations,
+            volume_mount=lambda: self._volume_mount(name, "/w",
+                                                    self._workspace_labels(cell, volume_id)),
+            on_placed=lambda found: self.volumes.write(volume_id,
+                                                       dict(base, node=found, filled=False)))
+        found = node_jobs.outputs(out, "devcell-tree")
+        self.volumes.write(volume_id, dict(base, node=node, filled=True,
+                                           layer=pushed.get("layer")))
+        logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-").info(
+            "workspace of {} from checkpoint {} moved from node {} to node {} through {} "
+            "({})", cell.name, checkpoint_id, origin, node, pushed.get("ref"), why)
+        return {"volume": volume_id, "node": node, "restoredFrom": checkpoint_id,
+                "files": _int(found.get("files")), "bytes": _int(found.get("bytes")),
+                "storage": "node", "movedFrom": origin, "why": why, "via": "registry",
+                "ref": str(pushed.get("ref")), "layer": str(pushed.get("layer")),
+                "layerBytes": int(pushed.get("layerBytes") or 0), "pushedNow": fresh}
 
     def restore_workspace(self, cell: CellRef, checkpoint_id: str) -> Outputs:
         """The stopped cell's workspace replaced by the checkpoint's tree: a new volume on the

@@ -29,7 +29,10 @@ from pathlib import Path
 import pytest
 
 from tests.backends.container.test_swarm_cells import cells, cli, configure, container_on
+from tests.registry import Registry, registry
 from tests.swarm import Node, Swarm, all_ready, reset_nodes
+
+__all__ = ["registry"]  # a fixture
 
 IMAGE = "devcell/busybox:latest"
 SPARSE = 100 << 30
@@ -209,6 +212,95 @@ def test_a_fork_runs_on_the_snapshots_node_with_the_same_files(taken: Taken) -> 
     assert shown == _expected(blocks.strip())
     assert int(blocks) < 1024
     # the fork's boot found its files there (`[ -e a ]`): nothing rewritten, nothing lost
+
+
+def _fork_manifest(name: str, snapshot: str) -> str:
+    """A cell made from `snapshot` that asks for a node labelled zone=far."""
+    return manifest(name).replace(
+        "  resources:", f"  workspace:\n    from: {{snapshot: {snapshot}}}\n"
+                        "  placement:\n    nodeLabels: {zone: far}\n  resources:")
+
+
+def _with_registry(state: Path, address: str) -> None:
+    path = state / "config.yaml"
+    text = path.read_text()
+    if "registry:" not in text:
+        path.write_text(text.rstrip("\n") + f"\n  registry: {address}/devcell-test/moves\n")
+
+
+def _fork_steps(state: Path, cell: str) -> list[dict[str, object]]:
+    import sqlite3
+
+    conn = sqlite3.connect(state / "state.db")
+    conn.row_factory = sqlite3.Row
+    try:
+        rows = conn.execute(
+            "SELECT s.name, s.outputs FROM operation_steps s JOIN operations o ON o.id = s.op_id"
+            " WHERE o.object_name = ? ORDER BY o.rowid, s.idx", (cell,)).fetchall()
+        return [{"name": r["name"], "outputs": json.loads(r["outputs"] or "{}")} for r in rows]
+    finally:
+        conn.close()
+
+
+def test_a_fork_on_another_node_gets_the_snapshots_files_through_the_registry(
+        taken: Taken, registry: Registry) -> None:
+    """A cell made from s1 whose placement the snapshot's node does not meet (zone=far, set
+    on another node only): the checkpoint is pushed from its node into the registry by a job
+    there, pulled by a job on the node the swarm picks, and the fork runs there with every
+    hostile entry as what it is (the link not followed, the fifo and device made, the 100 GiB
+    of holes never written, setuid and the closed directory kept); the step names both
+    nodes and the artifact. Then the registry's blob damaged: a second such fork is refused
+    naming the digest, and nothing of it is left filled. Cost ~8 s (push ~1.5 s, pull
+    ~1.5 s, the fork's start, the refused fork, the two deletes)."""
+    swarm, state = taken.swarm, taken.state
+    far = next(n for n in swarm.nodes if n is not taken.node)
+    swarm.manager.docker("node", "update", "--label-add", "zone=far", far.node_id)
+    _with_registry(state, registry.address)
+    try:
+        path = state.parent / "m1.yaml"
+        path.write_text(_fork_manifest("m1", "s1"))
+        began = time.monotonic()
+        code, out, err = cli(state, "apply", "-f", str(path))
+        seconds = time.monotonic() - began
+        assert code == 0, (out, err)
+        print(f"\nfork of a snapshot on another node through the registry in {seconds:.1f} s")
+        row = cells(_Placed(state))["m1"]
+        assert row["PHASE"] == "Running" and row["NODE"] == far.node_id, row
+        fork = container_on(far, "m1")
+        assert fork and container_on(taken.node, "m1") == ""
+        blocks = far.docker("exec", fork, "stat", "-c", "%b", "/workspace/sparse"
+                            ).stdout.decode().strip()
+        assert int(blocks) < 1024, blocks
+        assert far.docker("exec", fork, "sh", "-c", HOSTILE.format(root="/workspace")
+                          ).stdout.decode() == _expected(blocks)
+        step = next(s for s in _fork_steps(state, "m1") if s["name"] == "create-volume")
+        outputs = step["outputs"]
+        assert isinstance(outputs, dict)
+        assert outputs["node"] == far.node_id and outputs["movedFrom"] == taken.node.node_id
+        assert outputs["via"] == "registry" and outputs["pushedNow"] is True, outputs
+        assert "zone=far" in str(outputs["why"]) and outputs["files"] == 8, outputs
+        assert str(outputs["ref"]).startswith(f"{registry.address}/devcell-test/moves:")
+        assert swarm.manager.docker("service", "ls", "-q", "--filter", "label=dev.devcell.job"
+                                    ).stdout.decode().split() == []
+
+        # The layer damaged in the registry: the next move pulls it and refuses it.
+        blob = registry.blob_file(str(outputs["layer"]))
+        data = bytearray(blob.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        blob.write_bytes(bytes(data))
+        path = state.parent / "m2.yaml"
+        path.write_text(_fork_manifest("m2", "s1"))
+        code, out, err = cli(state, "apply", "-f", str(path), "--timeout", "60s")
+        assert code != 0 and "damaged or altered in the registry" in out + err, (out, err)
+        assert str(outputs["layer"]) in out + err and "Traceback" not in err
+        assert container_on(far, "m2") == ""
+        records = [json.loads(f.read_text())
+                   for f in (state / "cluster" / "volumes").glob("*.json")]
+        assert not [r for r in records if r.get("cell") == "m2" and r.get("filled")], records
+    finally:
+        for cell in ("m2", "m1"):
+            cli(state, "delete", "cell", cell, "--approve")
+        swarm.manager.docker("node", "update", "--label-rm", "zone", far.node_id)
 
 
 def _snapshot_id(state: Path, name: str) -> str:

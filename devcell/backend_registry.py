@@ -17,10 +17,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
+
+from devcell.records import Record
 
 
-class Limits(NamedTuple):
+class Limits(Record):
     """What a backend can run, as plain data admission reads before anything is recorded
     (devcell/backends/limits.py checks a Cell against it)."""
 
@@ -49,7 +50,7 @@ class Limits(NamedTuple):
     host devices: an engine's container arguments)."""
 
 
-class Root(NamedTuple):
+class Root(Record):
     """A place in the state directory where a backend keeps what it made for objects."""
 
     path: str
@@ -65,8 +66,8 @@ class Root(NamedTuple):
     """A record file (it holds something when not empty), not a directory of entries."""
 
 
-class Backend(NamedTuple):
-    """One backend. A NamedTuple, as kinds.Kind is: this module loads on start-up paths."""
+class Backend(Record):
+    """One backend. A record, as kinds.Kind is: this module loads on start-up paths."""
 
     name: str
     """As written in manifests: spec.backend."""

@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from devcell.errors import ConfigError, Problem
+from devcell.records import Record, field
 
 CONFIG_ENV = "DEVCELL_CONFIG"
 CONFIG_NAME = "config.yaml"
 MAX_BYTES = 64 * 1024
 
 
-@dataclass(frozen=True)
-class SecurityPolicy:
+class SecurityPolicy(Record):
     """What cells may have beyond the defaults (all empty/False: the secure defaults)."""
 
     allowed_host_paths: tuple[str, ...] = ()
@@ -48,8 +47,7 @@ class SecurityPolicy:
     """Where the policy came from, for messages that tell the user what to edit."""
 
 
-@dataclass(frozen=True)
-class ImageSettings:
+class ImageSettings(Record):
     """How long pulls and builds may go without a sign of life (`images` in the file): an
     engine waiting on a registry or a build step that never answers must not hold a worker
     for good."""
@@ -60,16 +58,14 @@ class ImageSettings:
     """Registry host -> the host serving its Dev Container Features instead."""
 
 
-@dataclass(frozen=True)
-class IdleSettings:
+class IdleSettings(Record):
     """The idle sleep of cells whose manifest sets no `spec.idle` (`idle` in the file)."""
 
     sleep_after: str | None = None
     """A duration (30m), `never`, or None: cells sleep for idleness only when they ask."""
 
 
-@dataclass(frozen=True)
-class ClusterSettings:
+class ClusterSettings(Record):
     """The swarm this state directory controls (`cluster` in the file): absent, DevCell is
     single-host, as it always was (docs/cluster.md)."""
 
@@ -84,8 +80,10 @@ class ClusterSettings:
         return self.engine[len("unix://"):]
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(Record):
+    """The configuration of one state directory: where it was read from and each section
+    (a section the file leaves out is its defaults)."""
+
     path: Path
     exists: bool
     security: SecurityPolicy = field(default_factory=SecurityPolicy)

@@ -67,10 +67,11 @@ spec:
 # `get`'s rows and documents come from devcell.api.listing, which the HTTP API reads too
 # (issue 27): two small modules, so that both answer the same records; its tables from
 # devcell.api.render, which the API's describe uses too.
-# The start-up every command shares: the entry point, the command table and the parser.
+# The start-up every command shares: the entry point, the command table and the parser (its
+# records are devcell.records classes: no NamedTuple compiled at import).
 _CLI = ["devcell", "devcell.cli", "devcell.cli.arguments", "devcell.cli.commands",
         "devcell.cli.main", "devcell.cli.parser", "devcell.errors", "devcell.kinds",
-        "devcell.names"]
+        "devcell.names", "devcell.records"]
 # Opening the state database for reading.
 _STORE = ["devcell.manifests", "devcell.storage_causes", "devcell.store", "devcell.store.clock",
           "devcell.store.db", "devcell.store.faults", "devcell.store.guard",
@@ -94,7 +95,7 @@ EXPECTED: dict[str, tuple[list[str], list[str]]] = {
         "devcell.backends", "devcell.backends.base", "devcell.backends.capacity",
         "devcell.api.listing", "devcell.cli.cmd_get", "devcell.api.render",
         "devcell.manifests.secrets",
-        "devcell.records", "devcell.store.capacity", "devcell.store.daemon_status", "devcell.store.forwards",
+        "devcell.store.capacity", "devcell.store.daemon_status", "devcell.store.forwards",
         "devcell.store.observations", "devcell.store.views"],
         []),
     "get cells NAME -o yaml": ([
@@ -123,7 +124,7 @@ EXPECTED: dict[str, tuple[list[str], list[str]]] = {
         "devcell.controllers.retention", "devcell.failpoints", "devcell.ids",
         "devcell.manifests.canonical", "devcell.manifests.loader", "devcell.manifests.model",
         "devcell.manifests.quantities", "devcell.manifests.secrets", "devcell.reconciler",
-        "devcell.reconciler.lease", "devcell.reconciler.observe", "devcell.records",
+        "devcell.reconciler.lease", "devcell.reconciler.observe",
         "devcell.safeio", "devcell.store.built_cells", "devcell.store.desired", "devcell.store.events",
         "devcell.store.hashkey", "devcell.store.holds", "devcell.store.objects",
         "devcell.store.observations", "devcell.store.operations", "devcell.store.preconditions",
@@ -137,7 +138,7 @@ EXPECTED: dict[str, tuple[list[str], list[str]]] = {
         "devcell.backends.container.labels", "devcell.backends.fake",
         "devcell.backends.interactive", "devcell.backends.log_source", "devcell.cli.cell_open",
         "devcell.cli.cmd_exec", "devcell.cli.exec_fast", "devcell.cli.log_sink", "devcell.ids", "devcell.log",
-        "devcell.reconciler", "devcell.reconciler.observe", "devcell.records", "devcell.safeio",
+        "devcell.reconciler", "devcell.reconciler.observe", "devcell.safeio",
         "devcell.storage_causes", "devcell.store", "devcell.store.activity_sessions",
         "devcell.store.cell_glance",
         "devcell.store.clock", "devcell.store.db", "devcell.store.events",
@@ -151,7 +152,7 @@ EXPECTED: dict[str, tuple[list[str], list[str]]] = {
         "devcell.backends", "devcell.backends.base", "devcell.backends.fake",
         "devcell.backends.interactive", "devcell.backends.log_source", "devcell.cli.cell_open",
         "devcell.cli.cmd_logs", "devcell.api.log_lines", "devcell.cli.log_sink", "devcell.ids",
-        "devcell.log", "devcell.reconciler", "devcell.reconciler.observe", "devcell.records",
+        "devcell.log", "devcell.reconciler", "devcell.reconciler.observe",
         "devcell.safeio", "devcell.storage_causes", "devcell.store", "devcell.store.clock",
         "devcell.store.db",
         "devcell.store.events", "devcell.store.faults", "devcell.store.guard",
@@ -175,7 +176,7 @@ EXPECTED: dict[str, tuple[list[str], list[str]]] = {
         "devcell.reconciler", "devcell.reconciler.converge", "devcell.reconciler.executor",
         "devcell.reconciler.lease", "devcell.reconciler.observe",
         "devcell.reconciler.reconcile", "devcell.reconciler.recovery",
-        "devcell.reconciler.suspended", "devcell.records", "devcell.security",
+        "devcell.reconciler.suspended", "devcell.security",
         "devcell.store.actor",  # who made the change, on its events and operation (issue 27)
         "devcell.store.desired",
         "devcell.store.events", "devcell.store.frozen", "devcell.store.hashkey",

@@ -10,22 +10,24 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import NamedTuple
 
 from devcell.cli import arguments
 from devcell.cli.arguments import duration
+from devcell.records import Record
 
 Arguments = Callable[[argparse.ArgumentParser], None]
 
 
-class Group(NamedTuple):
+class Group(Record):
     """A command whose verbs are commands of their own (`snapshot create`)."""
 
     help: str
     metavar: str = "VERB"
 
 
-class Command(NamedTuple):
+class Command(Record):
+    """One command, or one verb of a group: its words, what runs it, its help and arguments."""
+
     words: tuple[str] | tuple[str, str]
     """("get",) or, for a verb of a group, ("snapshot", "create")."""
     handler: str

@@ -13,6 +13,7 @@ busy has its own waits, and a bug keeps its traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -234,12 +235,13 @@ def _create_owner_only(path: Path) -> None:
         os.close(fd)
 
 
-_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
-          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO",
+          stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device"}
 
 
 def _existing(path: Path) -> None:
-    """Refuse what at `path` is no database file; tighten one, and its -wal and -shm, that
+    """Refuse what at `path` (or at its -wal or -shm) is no such file; tighten one that
     others may read, before SQLite opens it (the -wal and -shm it makes take its mode). Only
     stat and chmod: no descriptor opened and closed on a database this process may hold
     (closing one drops the process's POSIX locks on the file). A link to the file is the
@@ -260,25 +262,32 @@ def _existing(path: Path) -> None:
             cause=StorageError.UNSAFE_PATH, path=str(path)) from None
     except OSError:
         return  # SQLite's own open says what is wrong, translated
+    _refuse_unless_file(path, found, "a database file")
+    _tighten(path, found)
+    real = os.path.realpath(path)  # where SQLite keeps the -wal and -shm
+    for suffix in ("-wal", "-shm"):
+        try:
+            found = os.lstat(f"{real}{suffix}")
+        except OSError:
+            continue
+        _refuse_unless_file(Path(f"{real}{suffix}"), found, "SQLite's file of the database")
+        _tighten(Path(f"{real}{suffix}"), found)
+
+
+def _refuse_unless_file(path: Path, found: os.stat_result, what: str) -> None:
     if not stat.S_ISREG(found.st_mode):
         kind = _KINDS.get(stat.S_IFMT(found.st_mode), "not a regular file")
         raise StateUnusable(
-            f"{path} is {kind}, not a database file; move it out of the way (restore the "
-            "database from a backup if it was one) and run the command again",
+            f"{path} is {kind}, not {what}; move it out of the way (restore the database from "
+            "a backup if it was one) and run the command again",
             cause=StorageError.UNSAFE_PATH, path=str(path))
-    for suffix in ("", "-wal", "-shm"):
-        _tighten(Path(f"{path}{suffix}"))
 
 
-def _tighten(path: Path) -> None:
+def _tighten(path: Path, found: os.stat_result) -> None:
     """A file of this user's that others may read or write made owner-only (0600)."""
-    try:
-        found = os.stat(path)
-        if (stat.S_ISREG(found.st_mode) and found.st_mode & 0o077
-                and found.st_uid == os.geteuid()):
+    if found.st_mode & 0o077 and found.st_uid == os.geteuid():
+        with contextlib.suppress(OSError):  # gone meanwhile: SQLite's open meets what is there
             os.chmod(path, 0o600)
-    except OSError:
-        pass  # gone meanwhile, or not ours to change: SQLite's open meets what is there
 
 
 _OS_MACHINE_CAUSES = (StorageError.DISK_FULL, StorageError.READ_ONLY)

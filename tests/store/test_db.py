@@ -199,6 +199,25 @@ def test_something_that_is_not_a_database_file_is_refused_not_waited_on(
                                                    else stat.S_IFDIR)
 
 
+@pytest.mark.parametrize("suffix", ["-wal", "-shm"])
+@pytest.mark.parametrize("kind", ["FIFO", "symbolic link"])
+def test_something_that_is_not_sqlites_file_beside_the_database_is_refused(
+        state: Path, tmp_path: Path, suffix: str, kind: str) -> None:
+    """A FIFO at state.db-shm was "disk I/O error ... check the disk"; a link there was
+    followed by the tightening."""
+    open_database(state).close()
+    path = state / (DB_FILENAME + suffix)
+    path.unlink(missing_ok=True)
+    victim = tmp_path / "victim"
+    victim.write_text("")
+    os.chmod(victim, 0o644)
+    os.mkfifo(path) if kind == "FIFO" else path.symlink_to(victim)
+    with pytest.raises(StateUnusable, match=f"{path} is a {kind}, not SQLite's file of the "
+                       "database; move it out of the way"):
+        open_database(state)
+    assert mode(victim) == 0o644
+
+
 def test_a_link_to_a_missing_database_is_refused_not_made_afresh(
         state: Path, tmp_path: Path) -> None:
     """A state.db linked to a disk that is not mounted: SQLite made a new, empty database at

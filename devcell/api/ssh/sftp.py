@@ -176,7 +176,7 @@ class CellSFTPServer(asyncssh.SFTPServer):
             if created and self.root.owner is not None:
                 os.fchown(fd, *self.root.owner)  # the file just made, never a name
             if created:  # the mode asked for, whatever the process's umask is meanwhile
-                os.fchmod(fd, perms)  # (SQLite's opens set it to 077 for a moment)
+                os.fchmod(fd, perms)
         except BaseException:
             os.close(fd)
             raise

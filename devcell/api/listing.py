@@ -151,16 +151,12 @@ def with_observed(db: Database, rows: list[dict[str, Any]]) -> list[dict[str, An
 
 def documents(db: Database, kind: str, rows: list[dict[str, Any]]
               ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(row, document) for each row, the document as `-o json` prints it; a row whose object
-    went away since it was listed is left out."""
+    """(row, document) for each row, the document as `-o json` prints it (every document
+    read in a few queries: views.object_documents); a row whose object went away since it
+    was listed is left out."""
     if kind in KIND_OF_TABLE:
-        obj_kind = KIND_OF_TABLE[kind]
-        pairs = []
-        for r in rows:
-            full = views.object_row(db.conn, obj_kind, r["id"])
-            if full is not None:
-                pairs.append((r, views.object_document(db.conn, obj_kind, full)))
-        return pairs
+        found = views.object_documents(db.conn, KIND_OF_TABLE[kind], [r["id"] for r in rows])
+        return [(r, found[r["id"]]) for r in rows if r["id"] in found]
     if kind == "operations":
         for r in rows:
             r["steps"] = views.step_documents(db.conn, r["id"])

@@ -176,3 +176,18 @@ def cell_resource(name: str, metadata: dict[str, object], spec: dict[str, object
     shared = spec.get("sharedWith")
     users = tuple(u for u in shared if isinstance(u, str)) if isinstance(shared, list) else ()
     return ResourceRef(kind, name, owner if isinstance(owner, str) else None, users)
+
+
+LIST_VIEW = "every-object-secrets-redacted"
+"""What every role's lists show (rule `read`): every object, secret values redacted."""
+
+
+def list_view(principal: Principal) -> str:
+    """What decides, beyond its query, the content of a list `principal` reads. Today one
+    view for every role (rule `read`: every object, secret values redacted by store.views).
+    The API serves a list's encoded bytes to every request of the same query and view
+    (server.lists): a rule that filters or redacts lists per user or role must make this
+    answer differ between those it shows differently."""
+    del principal
+    return LIST_VIEW
+

@@ -161,3 +161,16 @@ def documents(db: Database, kind: str, rows: list[dict[str, Any]]
         for r in rows:
             r["steps"] = views.step_documents(db.conn, r["id"])
     return [(r, r) for r in rows]
+
+
+def built(db: Database, kind: str, rows: list[dict[str, Any]],
+          before: dict[str, views.Built]) -> dict[str, views.Built]:
+    """Each row's (signature, document) by id, in the rows' order (cells and snapshots: those
+    unchanged since `before` keep their document, views.built_documents); other kinds'
+    documents are built each time, with no signature."""
+    if kind in KIND_OF_TABLE:
+        found = views.built_documents(db.conn, KIND_OF_TABLE[kind], [r["id"] for r in rows],
+                                      before)
+        return {r["id"]: found[r["id"]] for r in rows if r["id"] in found}
+    return {str(doc["id"]): ((), doc) for _, doc in documents(db, kind, rows)}
+

@@ -211,6 +211,15 @@ class _BatchLineage(Lineage):
                 "SELECT name, id, deleted_at FROM cells WHERE id IN "
                 "(SELECT cell_id FROM snapshots)")}
 
+    def signature(self, kind: str, row: sqlite3.Row) -> tuple[Any, ...]:
+        """What of the lineage the object's document shows (see object_document)."""
+        if kind == "Cell":
+            source = self.forked_from(row["forked_from"]) if row["forked_from"] else None
+            return (None if source is None else tuple(source),
+                    tuple(self.snapshots_of(row["id"])))
+        cell = self.cell(row["cell_id"])
+        return None if cell is None else tuple(cell), tuple(self.forks_of(row["id"]))
+
     def forked_from(self, snapshot_id: str) -> sqlite3.Row | None:
         return self._sources.get(snapshot_id)
 
@@ -224,11 +233,24 @@ class _BatchLineage(Lineage):
         return self._forks.get(snapshot_id, [])
 
 
+Built = tuple[tuple[Any, ...], dict[str, Any]]
+"""(signature, document): the signature is every stored value the document is made of (the
+object's row, and what its lineage names), so an equal signature is an equal document."""
+
+
 def object_documents(conn: sqlite3.Connection, kind: str, ids: Sequence[str]
                      ) -> dict[str, dict[str, Any]]:
     """Each object's document by id (those of `ids` still recorded), as object_document
     makes it, in a few queries whatever their number: call it inside one read transaction
     for a consistent list."""
+    return {key: doc for key, (_, doc) in built_documents(conn, kind, ids, {}).items()}
+
+
+def built_documents(conn: sqlite3.Connection, kind: str, ids: Sequence[str],
+                    before: dict[str, Built]) -> dict[str, Built]:
+    """As object_documents, each with its signature; an object whose signature is the one
+    in `before` keeps that document (the same object) instead of being parsed and built
+    again: a watch of 10,000 cells rebuilt every document on every commit."""
     from devcell import kinds
 
     if not ids:
@@ -236,7 +258,13 @@ def object_documents(conn: sqlite3.Connection, kind: str, ids: Sequence[str]
     lineage = _BatchLineage(conn, kind)
     rows = conn.execute(f"SELECT * FROM {kinds.get(kind).table} WHERE id IN "
                         "(SELECT value FROM json_each(?))", (json.dumps(list(ids)),))
-    return {r["id"]: object_document(conn, kind, r, lineage) for r in rows}
+    out: dict[str, Built] = {}
+    for r in rows:
+        signature = (tuple(r), *lineage.signature(kind, r))
+        old = before.get(r["id"])
+        out[r["id"]] = old if old is not None and old[0] == signature else \
+            (signature, object_document(conn, kind, r, lineage))
+    return out
 
 
 def object_document(conn: sqlite3.Connection, kind: str, row: sqlite3.Row,

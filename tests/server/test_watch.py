@@ -67,3 +67,30 @@ def test_a_selector_has_its_own_reading(state_dir: Path) -> None:
     readings.give_back(every)
     readings.give_back(core)
     assert len(readings) == 0
+
+
+def test_a_reading_rebuilds_only_what_changed(state_dir: Path) -> None:
+    """An object whose stored values are unchanged keeps its document; any change to what
+    its document shows (a column written without a resourceVersion bump, its lineage)
+    rebuilds it, so a watch never misses one."""
+    _apply(state_dir, "keep")
+    _apply(state_dir, "held")
+    _apply(state_dir, "owned")
+    db = Database(state_dir, create=False)
+    shared = Readings(lambda: Database(state_dir, create=False)).take(CELLS, None, [])
+    first = {k: v for k, v in shared.read().items()}
+    by_name = {doc["metadata"]["name"]: key for key, (doc, _) in first.items()}
+    db.conn.execute("UPDATE cells SET held = '{\"reason\": \"test\"}' WHERE name = 'held'")
+    db.conn.execute("UPDATE cells SET owner = 'someone-else' WHERE name = 'owned'")
+    second = shared.read()
+    assert second[by_name["keep"]] is first[by_name["keep"]]
+    assert second[by_name["held"]][0]["status"]["held"] == {"reason": "test"}
+    assert second[by_name["owned"]][0]["metadata"]["owner"] == "someone-else"
+    snap = ("apiVersion: devcell.dev/v1alpha1\nkind: Snapshot\nmetadata: {name: snap}\n"
+            "spec: {cell: keep}\n")
+    assert apply.apply_sources(state_dir, [loader.from_bytes("snap.yaml", snap.encode())]).ok
+    third = shared.read()
+    assert third[by_name["keep"]][0]["status"]["lineage"]["snapshots"] == ["snap"]
+    assert third[by_name["held"]] is second[by_name["held"]]
+    db.close()
+    shared.db.close()

@@ -190,8 +190,22 @@ def write(state_dir: Path, cell_name: str, base: str, steps: Sequence[Step]) -> 
             shutil.rmtree(tmp, ignore_errors=True)
             if not folder.is_dir():
                 raise
+    else:
+        _mend_directories(folder)
     _drop_old(cell_dir, keep=folder)
     return str(folder)
+
+
+def _mend_directories(folder: Path) -> None:
+    """A context written before its directories were made 0755 whatever the umask (0700
+    under a umask of 077) made so: its build digest changes, so the image is built again with
+    directories the image's users can read. Nothing is changed in one that is right."""
+    for top, dirs, _files in os.walk(folder):
+        for name in dirs:
+            path = os.path.join(top, name)
+            found = os.lstat(path)  # (a context holds no links: _tree refuses them)
+            if stat.S_ISDIR(found.st_mode) and stat.S_IMODE(found.st_mode) != 0o755:
+                os.chmod(path, 0o755)
 
 
 def _fill(folder: Path, wanted: dict[str, tuple[bytes, int] | None]) -> None:
@@ -200,7 +214,8 @@ def _fill(folder: Path, wanted: dict[str, tuple[bytes, int] | None]) -> None:
         entry = wanted[rel]
         path = folder / rel
         if entry is None:
-            path.mkdir(0o755)
+            path.mkdir(0o700)
+            os.chmod(path, 0o755)  # whatever our umask: COPY keeps it, and install.sh's cp -r
             continue
         data, mode = entry
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,

@@ -61,6 +61,43 @@ def test_a_context_is_written_once_and_an_old_one_goes_later(
     assert not fewer.parent.exists()
 
 
+@pytest.mark.parametrize("umask", [0o077, 0o000], ids=["umask 077", "umask 000"])
+def test_the_context_has_the_same_modes_under_any_umask(tmp_path: Path, umask: int) -> None:
+    """Its directories were mkdir(0o755) through the umask: 0700 under a umask of 077 (the
+    files were chmodded, the directories not), and COPY keeps them, so a feature whose
+    install.sh copies its lib/ for the image's user (cp -r) left it unreadable to them."""
+    a = _resolved(tmp_path, "a")
+    (Path(a.folder) / "lib").mkdir()
+    (Path(a.folder) / "lib" / "x.sh").write_text("echo\n")
+    (tmp_path / "state").mkdir()
+    old = os.umask(umask)
+    try:
+        folder = Path(context.write(tmp_path / "state", "web", "x", [context.Step(a, {})]))
+    finally:
+        os.umask(old)
+    assert {str(p.relative_to(folder)): p.stat().st_mode & 0o7777 for p in folder.rglob("*")
+            } == {"Dockerfile": 0o644, "f0": 0o755, "f0/options.env": 0o644,
+                  "f0/feature": 0o755, "f0/feature/devcontainer-feature.json": 0o644,
+                  "f0/feature/install.sh": 0o644, "f0/feature/lib": 0o755,
+                  "f0/feature/lib/x.sh": 0o644}
+    assert folder.stat().st_mode & 0o7777 == 0o755
+
+
+def test_a_context_written_with_0700_directories_is_mended_and_a_right_one_left_alone(
+        tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()
+    steps = [context.Step(_resolved(tmp_path, "a"), {})]
+    folder = Path(context.write(tmp_path / "state", "web", "x", steps))
+    before = {p: os.lstat(p).st_ctime_ns for p in folder.rglob("*")}
+    assert Path(context.write(tmp_path / "state", "web", "x", steps)) == folder
+    assert {p: os.lstat(p).st_ctime_ns for p in folder.rglob("*")} == before
+    for directory in (folder / "f0", folder / "f0" / "feature"):
+        directory.chmod(0o700)  # as an earlier DevCell wrote it under a umask of 077
+    context.write(tmp_path / "state", "web", "x", steps)
+    assert (folder / "f0").stat().st_mode & 0o7777 == 0o755
+    assert (folder / "f0" / "feature").stat().st_mode & 0o7777 == 0o755
+
+
 def test_a_link_in_a_local_feature_is_refused(tmp_path: Path) -> None:
     a = _resolved(tmp_path, "a")
     os.symlink("/etc/passwd", Path(a.folder) / "passwd")

@@ -96,10 +96,30 @@ class Client:
 
     # -- the verbs ------------------------------------------------------------------------------
 
-    def list(self, resource: str, *, selector: str | None = None) -> list[dict[str, Any]]:
+    def list(self, resource: str, *, selector: str | None = None, limit: int | None = None
+             ) -> list[dict[str, Any]]:
         """The records of `resource` (cells, snapshots, operations, events), as `devcell get
-        RESOURCE -o json` prints them; `selector` as -l."""
-        return list(self._json("GET", _path(resource), {"labelSelector": selector})["items"])
+        RESOURCE -o json` prints them; `selector` as -l. `limit` (cells and snapshots):
+        asked in pages of at most this many, each next page by the last one's continue
+        token, so neither side holds one huge answer at once."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        given: set[str] = set()
+        while True:
+            doc = self._json("GET", _path(resource), {
+                "labelSelector": selector, "limit": None if limit is None else str(limit),
+                "continue": token})
+            found = doc.get("items") if isinstance(doc, dict) else None
+            meta = doc.get("metadata") if isinstance(doc, dict) else None
+            if not isinstance(found, list) or not isinstance(meta, dict):
+                raise self._not_api("a list without items and metadata")
+            items += found
+            token = meta.get("continue")
+            if token is None:
+                return items
+            if not isinstance(token, str) or token in given:
+                raise self._not_api("a list whose continue token is not new text")
+            given.add(token)
 
     def rows(self, resource: str, *, names: Sequence[str] = (),
              selector: str | None = None, for_object: str | None = None, wide: bool = False,

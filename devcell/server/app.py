@@ -329,6 +329,7 @@ async def _list(ctx: Context, resource: Resource, request: Request) -> Response:
     for_object = request.query_params.get("for") if resource.plural == "events" else None
     watch = _flag(request, "watch")
     after, timeout = _version(request), _timeout(request)  # checked even when not watching
+    page = _page(resource, request, watch)
     if watch:
         return await _watch(ctx, resource, request, selector, for_object, after, timeout)
     # read and encoded in the pool, once per state of the database for every client asking
@@ -339,12 +340,30 @@ async def _list(ctx: Context, resource: Resource, request: Request) -> Response:
 
     if ctx.lists is None:
         ctx.lists = lists.Lists(lambda: _open(ctx))
-    key = ("list", resource.plural, request.query_params.get("labelSelector") or "",
-           for_object or "", policy.list_view(request.state.principal))
+    selector_text = request.query_params.get("labelSelector") or ""
+    key = ("list", resource.plural, selector_text, for_object or "", page,
+           policy.list_view(request.state.principal))
     body = await ctx.lists.body(key, lambda: _encoded(_list_sync(
-        ctx, resource, selector, for_object)))
+        ctx, resource, selector, for_object, page, selector_text)))
     return StreamingResponse(lists.pieces(body), media_type=JSON_MEDIA,
                              headers={"Content-Length": str(len(body))})
+
+
+def _page(resource: Resource, request: Request, watch: bool) -> tuple[int, str] | None:
+    """(limit, the name the previous page ended at) of a paged list (server.paging); None:
+    the whole list."""
+    from devcell.server import paging
+
+    most = paging.limit(request.query_params.get("limit"))
+    given = request.query_params.get("continue")
+    if most is None and given is None:
+        return None
+    if watch or resource.plural not in paging.PAGED:
+        raise UsageError("limit and continue page a list of cells or snapshots (not a watch, "
+                         "nor operations or events: those lists are the latest 500)")
+    start = "" if given is None else paging.after(
+        given, resource.plural, request.query_params.get("labelSelector") or "")
+    return most or 0, start
 
 
 def _encoded(doc: dict[str, Any]) -> bytes:
@@ -353,12 +372,14 @@ def _encoded(doc: dict[str, Any]) -> bytes:
                       separators=(",", ":")).encode("utf-8")
 
 
-def _list_sync(ctx: Context, resource: Resource, selector: Any, for_object: str | None
+def _list_sync(ctx: Context, resource: Resource, selector: Any, for_object: str | None,
+               page: tuple[int, str] | None = None, selector_text: str = ""
                ) -> dict[str, Any]:
     """The list as one read transaction sees it: its items and its version agree (a commit
     between reading the version and the items no longer gives items newer than the
     version a watch then resumes from)."""
     from devcell.api import listing
+    from devcell.server import paging
     from devcell.store import events
 
     db = _open(ctx)
@@ -370,13 +391,18 @@ def _list_sync(ctx: Context, resource: Resource, selector: Any, for_object: str 
                 rows = listing.events_for(db, for_object)
             else:
                 rows = listing.rows(db, resource.plural, [], selector)
+            ended = None
+            if page is not None:
+                rows, ended = paging.page(rows, page[1] or None, page[0] or None)
             items = [doc for _, doc in listing.documents(db, resource.plural, rows)]
         finally:
             db.conn.execute("COMMIT")
     finally:
         db.close()
-    return {"apiVersion": "v1", "kind": "List", "items": items,
-            "metadata": {"resourceVersion": str(version)}}
+    meta = {"resourceVersion": str(version)}
+    if ended is not None:
+        meta["continue"] = paging.token(resource.plural, selector_text, ended)
+    return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": meta}
 
 
 async def _rows(ctx: Context, resource: Resource, request: Request) -> Response:

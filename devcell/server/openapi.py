@@ -9,7 +9,7 @@ from functools import cache
 from typing import Any
 
 from devcell import kinds
-from devcell.server import problems, routes
+from devcell.server import paging, problems, routes
 
 WATCH_MEDIA = "application/x-ndjson"
 SSE_MEDIA = "text/event-stream"
@@ -139,7 +139,10 @@ def _record_schemas() -> dict[str, Any]:
 def _list_meta() -> dict[str, Any]:
     return {"type": "object", "required": ["resourceVersion"],
             "properties": {"resourceVersion": {"type": "string", "description":
-                           "The events table's last id: watch from here to miss nothing"}}}
+                           "The events table's last id: watch from here to miss nothing"},
+                           "continue": {"type": "string", "description":
+                                        "a page with more after it: send this back as "
+                                        "continue for the next"}}}
 
 
 def _problem_responses(*statuses: int) -> dict[str, Any]:
@@ -209,6 +212,17 @@ def _operation(route: routes.Route) -> dict[str, Any]:
             params.append({"name": "for", "in": "query", "required": False,
                            "schema": {"type": "string"},
                            "description": "KIND/NAME: only that object's events"})
+        if r.plural in paging.PAGED:
+            params += [
+                {"name": "limit", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 1, "maximum": paging.MAX_LIMIT},
+                 "description": "a page of at most this many (in name order); the list's "
+                                "metadata.continue then asks for the next (not with watch)"},
+                {"name": "continue", "in": "query", "required": False,
+                 "schema": {"type": "string", "maxLength": paging.MAX_TOKEN},
+                 "description": "the next page: a list's metadata.continue, sent back "
+                                "unchanged with the same labelSelector (anything else is a "
+                                "400)"}]
         params += [
             {"name": "watch", "in": "query", "required": False, "schema": {"type": "boolean"},
              "description": "follow the changes (JSON lines; server-sent events when "

@@ -11,6 +11,7 @@ cell's: copied as trees (treecopy: links copied as links, never followed), never
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,17 @@ def ensure(layout: Layout, volume_id: str, sidecar: str) -> Path:
     path = layout.sidecar_data(volume_id, sidecar)
     for directory in (layout.sidecars(volume_id), path):
         try:
-            directory.mkdir(mode=0o755)
+            _mkdir_shared(directory)
         except FileExistsError:
             pass
     return path
+
+
+def _mkdir_shared(path: Path) -> None:
+    """A new directory a sidecar's users read, 0755 whatever the process's umask
+    (mkdir(0o755) was 0700 under a umask of 077)."""
+    path.mkdir(mode=0o700)
+    os.chmod(path, 0o755)
 
 
 def _entries(root: Path, wanted: list[str]) -> list[Path]:
@@ -81,7 +89,7 @@ def fill(layout: Layout, checkpoint_id: str, into: Path) -> None:
     found = _entries(saved, sorted(os.listdir(saved))) if saved.is_dir() else []
     if not found:
         return
-    (into / DIR).mkdir(mode=0o755)
+    _mkdir_shared(into / DIR)
     for source in found:
         if is_safe_id(source.name):
             treecopy.copy_tree(source, into / DIR / source.name,
@@ -98,7 +106,8 @@ def restore(layout: Layout, volume_id: str, checkpoint_id: str) -> list[str]:
         if not is_safe_id(source.name):
             continue
         parent = layout.sidecars(volume_id)
-        parent.mkdir(mode=0o755, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            _mkdir_shared(parent)
         tmp = parent / temporaries.temp_name(source.name)
         try:
             treecopy.copy_tree(source, tmp, description=f"sidecar {source.name}: restoring")

@@ -116,6 +116,13 @@ def _mkdir_private(path: Path) -> None:
     os.chmod(path, 0o700)
 
 
+def _mkdir_shared(path: Path) -> None:
+    """A new directory a cell's users read (a workspace's top), 0755 whatever the process's
+    umask (mkdir(0o755) was 0700 under a umask of 077)."""
+    path.mkdir(mode=0o700)
+    os.chmod(path, 0o755)
+
+
 def _write_json(path: Path, data: dict[str, Any], *, sort_keys: bool = True,
                 durable: bool = True) -> None:
     """Write `path` whole or not at all; `durable=False` when the caller syncs the whole
@@ -190,7 +197,7 @@ def _overlay_refusal(lowers: list[Path], tmp: Path) -> str | None:
         return "the state directory's path holds characters overlay options cannot carry"
     upper, work, target = tmp / "upper", tmp / "work", tmp / "workspace"
     _mkdir_private(work)
-    target.mkdir(mode=0o755)
+    _mkdir_shared(target)
     upper.mkdir(mode=0o755)
     st = lowers[0].stat()
     os.chown(upper, st.st_uid, st.st_gid)
@@ -399,7 +406,7 @@ class WorkspaceStore:
                 found = treecopy.scan(tmp / "workspace")
                 stats = treecopy.TreeStats(found.files, found.size)
             else:
-                (tmp / "workspace").mkdir(mode=0o755)
+                _mkdir_shared(tmp / "workspace")
                 stats = treecopy.TreeStats(0, 0)
             _mkdir_private(tmp / "logs")
             if extra is not None:

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import ssl
+import struct
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
@@ -60,10 +62,34 @@ class _UnixConnection(http.client.HTTPConnection):
         self._path = path
 
     def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self._path)
-        self.sock = sock
+        self.sock = unix_socket(self._path, self.timeout)
+
+
+def unix_socket(path: str, timeout: float | None) -> socket.socket:
+    """A connection to the unix socket at `path`, refused unless this user serves it.
+
+    DevCell's socket is its owner's alone (0600), so its server runs as the caller; any other
+    is someone else's, bound at that path while the daemon was down (in /tmp, say): what the
+    caller would send it (manifests and their secrets, an exec's input) is refused it."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        peer = getattr(socket, "SO_PEERCRED", None)  # Linux; elsewhere the socket's mode
+        if peer is not None:
+            uid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, peer,
+                                                      struct.calcsize("3i")))[1]
+            if uid != os.geteuid():
+                failed = errors.TemporaryError(
+                    f"DevCell API at unix:{printable(path)}: the process serving that socket "
+                    f"runs as uid {uid}, not as this user (uid {os.geteuid()}); nothing is "
+                    "sent to it (another user's server where the daemon's socket was?)")
+                failed.cause = "owner"  # type: ignore[attr-defined]
+                raise failed
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class Client:
@@ -330,7 +356,7 @@ class Client:
         itself as they come (the CLI's `exec`; `exec` collects them). A refusal raises as
         every other call does."""
         from websockets.exceptions import InvalidStatus
-        from websockets.sync.client import connect, unix_connect
+        from websockets.sync.client import connect
 
         from devcell.server import framing
 
@@ -350,7 +376,8 @@ class Client:
             if self.token is not None else {}}
         try:
             if self._unix is not None:
-                return unix_connect(self._unix, f"ws://devcell{path}", **options)
+                return connect(f"ws://devcell{path}", sock=unix_socket(self._unix, self.timeout),
+                               **options)
             return connect(f"wss://{self._host}:{self._port}{path}", ssl=self._tls, **options)
         except InvalidStatus as exc:
             _raise(exc.response.status_code, bytes(exc.response.body or b""))

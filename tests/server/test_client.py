@@ -8,8 +8,11 @@ Cost: ~1-2 s once the shared daemon runs.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from typing import Any
@@ -117,3 +120,52 @@ def test_actions_over_tls_are_the_callers(api: Api) -> None:
         assert refused.value.rule == "developer-not-own"
     events = api.client.get("/api/v1/events", params={"for": f"cell/{name}"}).json()["items"]
     assert {e["actor"] for e in events if e["reason"] == "StateChanged"} == {"sdk-dev"}
+
+
+_IMPOSTOR = """
+import socket, sys
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(sys.argv[1])
+server.listen(8)
+print("ready", flush=True)
+while True:
+    conn, _ = server.accept()
+    conn.settimeout(2)
+    try:
+        got = conn.recv(65536)
+    except OSError:
+        got = b""
+    print("received" if got else "nothing", flush=True)
+    conn.close()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="runs a server as another user")
+def test_a_socket_another_user_serves_is_sent_nothing() -> None:
+    """Another user binds the daemon's socket path while the daemon is down (in /tmp, a
+    directory both can write): the client sent them its requests, a manifest's secrets or an
+    exec's argv and input, and believed their answers."""
+    from devcell import Client
+
+    shared = tempfile.mkdtemp(prefix="devcell-impostor-")
+    os.chmod(shared, 0o1777)
+    path = f"{shared}/api.sock"
+    impostor = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                 sys.executable, "-c", _IMPOSTOR, path],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert impostor.stdout is not None and impostor.stdout.readline() == "ready\n"
+        said = (f"DevCell API at unix:{path}: the process serving that socket runs as uid "
+                f"65534, not as this user \\(uid 0\\); nothing is sent to it")
+        with Client(f"unix:{path}", timeout=5) as dc:
+            with pytest.raises(errors.TemporaryError, match=said):
+                dc.list("cells")
+            with pytest.raises(errors.TemporaryError, match=said):
+                dc.exec("seed", ["cat"], stdin=b"a secret")
+        for _ in range(2):
+            assert impostor.stdout.readline() == "nothing\n"
+    finally:
+        impostor.kill()
+        impostor.wait()
+        shutil.rmtree(shared)

@@ -88,6 +88,7 @@ def _write(path: Path, data: bytes, mode: int) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         with os.fdopen(fd, "wb") as out:
+            os.fchmod(fd, mode)  # whatever the umask (077 made the certificate 0600)
             out.write(data)
             out.flush()
             os.fsync(out.fileno())

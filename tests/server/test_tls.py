@@ -31,6 +31,18 @@ def test_own_certificate_is_made_once_with_an_owner_only_key(tmp_path: Path) -> 
     assert cert.read_bytes() == first  # still fits: kept
 
 
+@pytest.mark.parametrize("umask", [0o077, 0o000], ids=["umask 077", "umask 000"])
+def test_own_certificate_and_key_have_their_modes_under_any_umask(
+        tmp_path: Path, umask: int) -> None:
+    old = os.umask(umask)
+    try:
+        cert, key = tls.own_certificate(tmp_path, "127.0.0.1")
+    finally:
+        os.umask(old)
+    assert (stat.S_IMODE(cert.stat().st_mode), stat.S_IMODE(key.stat().st_mode)) == (
+        0o644, 0o600)
+
+
 def test_own_certificate_is_made_again_for_another_host_or_a_loose_key(tmp_path: Path) -> None:
     cert, key = tls.own_certificate(tmp_path, "127.0.0.1")
     first = cert.read_bytes()

@@ -343,8 +343,10 @@ async def _list(ctx: Context, resource: Resource, request: Request) -> Response:
     selector_text = request.query_params.get("labelSelector") or ""
     key = ("list", resource.plural, selector_text, for_object or "", page,
            policy.list_view(request.state.principal))
-    body = await ctx.lists.body(key, lambda: _encoded(_list_sync(
-        ctx, resource, selector, for_object, page, selector_text)))
+    pieces = ctx.lists.fragments(key) if resource.plural in lists.FRAGMENTED and \
+        not for_object else None
+    body = await ctx.lists.body(key, lambda: _list_sync(
+        ctx, resource, selector, for_object, page, selector_text, pieces))
     return StreamingResponse(lists.pieces(body), media_type=JSON_MEDIA,
                              headers={"Content-Length": str(len(body))})
 
@@ -366,20 +368,15 @@ def _page(resource: Resource, request: Request, watch: bool) -> tuple[int, str] 
     return most or 0, start
 
 
-def _encoded(doc: dict[str, Any]) -> bytes:
-    """As JSONResponse renders a document."""
-    return json.dumps(doc, ensure_ascii=False, allow_nan=False, indent=None,
-                      separators=(",", ":")).encode("utf-8")
-
-
 def _list_sync(ctx: Context, resource: Resource, selector: Any, for_object: str | None,
-               page: tuple[int, str] | None = None, selector_text: str = ""
-               ) -> dict[str, Any]:
-    """The list as one read transaction sees it: its items and its version agree (a commit
-    between reading the version and the items no longer gives items newer than the
-    version a watch then resumes from)."""
+               page: tuple[int, str] | None = None, selector_text: str = "",
+               pieces: Any = None) -> bytes:
+    """The list as one read transaction sees it, encoded: its items and its version agree (a
+    commit between reading the version and the items no longer gives items newer than the
+    version a watch then resumes from). `pieces` (server.lists.Fragments): the list's objects
+    as last encoded, re-encoded only where changed."""
     from devcell.api import listing
-    from devcell.server import paging
+    from devcell.server import lists, paging
     from devcell.store import events
 
     db = _open(ctx)
@@ -394,7 +391,11 @@ def _list_sync(ctx: Context, resource: Resource, selector: Any, for_object: str 
             ended = None
             if page is not None:
                 rows, ended = paging.page(rows, page[1] or None, page[0] or None)
-            items = [doc for _, doc in listing.documents(db, resource.plural, rows)]
+            if pieces is not None:
+                items = pieces.items(db, resource.plural, rows)
+            else:
+                items = [lists.encoded(doc)
+                         for _, doc in listing.documents(db, resource.plural, rows)]
         finally:
             db.conn.execute("COMMIT")
     finally:
@@ -402,7 +403,7 @@ def _list_sync(ctx: Context, resource: Resource, selector: Any, for_object: str 
     meta = {"resourceVersion": str(version)}
     if ended is not None:
         meta["continue"] = paging.token(resource.plural, selector_text, ended)
-    return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": meta}
+    return lists.list_body(items, meta)
 
 
 async def _rows(ctx: Context, resource: Resource, request: Request) -> Response:

@@ -251,20 +251,33 @@ def built_documents(conn: sqlite3.Connection, kind: str, ids: Sequence[str],
     """As object_documents, each with its signature; an object whose signature is the one
     in `before` keeps that document (the same object) instead of being parsed and built
     again: a watch of 10,000 cells rebuilt every document on every commit."""
+    signatures, made = changed_documents(conn, kind, ids,
+                                         {key: b[0] for key, b in before.items()})
+    return {key: (sig, made[key]) if key in made else before[key]
+            for key, sig in signatures.items()}
+
+
+def changed_documents(conn: sqlite3.Connection, kind: str, ids: Sequence[str],
+                      known: dict[str, tuple[Any, ...]]
+                      ) -> tuple[dict[str, tuple[Any, ...]], dict[str, dict[str, Any]]]:
+    """(the signature of each of `ids` still recorded, the documents of those whose
+    signature is not the one `known` gives), in a few queries: an unchanged object costs
+    its row's comparison, not a JSON parse and a document."""
     from devcell import kinds
 
     if not ids:
-        return {}
+        return {}, {}
     lineage = _BatchLineage(conn, kind)
     rows = conn.execute(f"SELECT * FROM {kinds.get(kind).table} WHERE id IN "
                         "(SELECT value FROM json_each(?))", (json.dumps(list(ids)),))
-    out: dict[str, Built] = {}
+    signatures: dict[str, tuple[Any, ...]] = {}
+    made: dict[str, dict[str, Any]] = {}
     for r in rows:
-        signature = (tuple(r), *lineage.signature(kind, r))
-        old = before.get(r["id"])
-        out[r["id"]] = old if old is not None and old[0] == signature else \
-            (signature, object_document(conn, kind, r, lineage))
-    return out
+        key = r["id"]
+        signatures[key] = signature = (tuple(r), *lineage.signature(kind, r))
+        if known.get(key) != signature:
+            made[key] = object_document(conn, kind, r, lineage)
+    return signatures, made
 
 
 def object_document(conn: sqlite3.Connection, kind: str, row: sqlite3.Row,

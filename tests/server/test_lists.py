@@ -71,6 +71,41 @@ async def _append(out: list[bytes], pending: object) -> None:
     out.append(await pending)  # type: ignore[misc]
 
 
+def test_a_request_gets_the_first_reading_begun_after_it_arrived(state: Path) -> None:
+    """Requests that arrived before a reading began take its bytes even when commits land
+    during it (it includes every commit before them); one that arrived after it began, with a
+    commit since, gets a new reading."""
+    import time
+
+    calls: list[int] = []
+
+    def produce() -> bytes:
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(0.3)
+            commit_elsewhere(state)  # during the first reading
+        return str(len(calls)).encode()
+
+    async def main() -> dict[str, bytes]:
+        shared = lists.Lists(lambda: Database(state, create=False))
+        got: dict[str, bytes] = {}
+
+        async def ask(who: str) -> None:
+            got[who] = await shared.body("k", produce)
+        try:
+            async with anyio.create_task_group() as tg:
+                for who in ("a1", "a2", "a3"):
+                    tg.start_soon(ask, who)
+                await anyio.sleep(0.1)  # the first reading has begun
+                tg.start_soon(ask, "late")
+        finally:
+            shared.close()
+        return got
+
+    assert anyio.run(main) == {"a1": b"1", "a2": b"1", "a3": b"1", "late": b"2"}
+    assert len(calls) == 2
+
+
 def test_a_view_that_differs_never_gets_another_s_bytes(state: Path) -> None:
     """The key carries the view: two views of the same list at the same state are two
     encodings, each served only to its own."""
@@ -152,3 +187,47 @@ def test_a_list_after_a_commit_is_never_the_one_before(api: Api) -> None:
         int(before.json()["metadata"]["resourceVersion"])
     assert int(after.headers["content-length"]) == len(after.content)
     api.client.delete("/api/v1/cells/lists-fresh")
+
+
+def test_a_list_re_encoded_from_its_changed_objects_is_the_whole_encoding(
+        state_dir: Path) -> None:
+    """server.lists.Fragments: after changes (a column written without a resourceVersion
+    bump, a snapshot in a cell's lineage, a new cell, a deleted one) the body built from
+    the kept pieces is byte for byte the whole list encoded afresh, and an unchanged cell's
+    piece is the one kept."""
+    from devcell.api import apply
+    from devcell.manifests import loader
+    from devcell.server import app
+    from devcell.server.routes import RESOURCES
+
+    def applied(text: str) -> None:
+        assert apply.apply_sources(state_dir, [loader.from_bytes("m.yaml", text.encode())]).ok
+
+    for name in ("a", "b", "c"):
+        applied(cell(name, team="x"))
+    ctx = app.Context(state_dir, tokens=False)
+    pieces = lists.Fragments()
+
+    def both() -> tuple[bytes, bytes]:
+        return (app._list_sync(ctx, RESOURCES["cells"], None, None, pieces=pieces),
+                app._list_sync(ctx, RESOURCES["cells"], None, None))
+
+    fragmented, whole = both()
+    assert fragmented == whole and json.loads(whole)["items"][0]["metadata"]["name"] == "a"
+    a_id = json.loads(whole)["items"][0]["metadata"]["id"]
+    kept_a = pieces.pieces[a_id]
+    db = Database(state_dir, create=False)
+    db.conn.execute("UPDATE cells SET owner = 'someone' WHERE name = 'b'")
+    db.conn.execute("UPDATE cells SET deleted_at = '2026-01-01T00:00:00Z' WHERE name = 'c'")
+    db.close()
+    applied(cell("d", team="x"))
+    applied("apiVersion: devcell.dev/v1alpha1\nkind: Snapshot\nmetadata: {name: s}\n"
+            "spec: {cell: b}\n")
+    fragmented, whole = both()
+    assert fragmented == whole
+    names = [c["metadata"]["name"] for c in json.loads(whole)["items"]]
+    assert names == ["a", "b", "d"]
+    b_doc = json.loads(whole)["items"][1]
+    assert b_doc["metadata"]["owner"] == "someone"
+    assert b_doc["status"]["lineage"]["snapshots"] == ["s"]
+    assert pieces.pieces[a_id] is kept_a

@@ -18,6 +18,7 @@ message the problem document's detail; the document itself is on `.problem`.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -495,7 +496,14 @@ class Client:
             headers["Content-Type"] = media
         conn = self._connection(self.timeout if read_timeout == -1.0 else read_timeout)
         try:
-            conn.request(method, target, body=body, headers=headers)
+            try:
+                conn.request(method, target, body=body, headers=headers)
+            except (BrokenPipeError, ConnectionResetError):
+                # A server may answer before it has read the whole request (a refusal, a
+                # 401 or 413) and close: its answer is what to report, when it is there.
+                with contextlib.suppress(OSError, http.client.HTTPException):
+                    return conn, conn.getresponse()
+                raise
             return conn, conn.getresponse()
         except ssl.SSLCertVerificationError as exc:
             conn.close()

@@ -11,22 +11,30 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from devcell.api.converging import Hooks, Options
-from devcell.api.reports import Recorded, Report, Status
 from devcell.names import printable
-from devcell.store.desired import Change
+
+if TYPE_CHECKING:  # the verbs' records, imported where they are built or compared: the
+    # remote verbs print a server's answer with these printers and converge nothing here
+    from devcell.api.converging import Hooks, Options
+    from devcell.api.reports import Recorded, Report
+    from devcell.store.desired import Change
 
 
 def options(args: argparse.Namespace, *, wait: bool = True, approve: bool = False,
             workers: int | None = None) -> Options:
     """The converge options of a command: its --timeout and --run-store, and the flags only
     some commands have (--wait, --approve, --workers)."""
+    from devcell.api.converging import Options
+
     return Options(timeout=args.timeout, wait=wait, approve=approve, workers=workers,
                    run_store=args.run_store)
 
 
 def hooks(args: argparse.Namespace, on_recorded: Callable[[Recorded], None]) -> Hooks:
+    from devcell.api.converging import Hooks
+
     return Hooks(on_recorded=on_recorded, inline=lambda: terminal(args.verbose))
 
 
@@ -67,6 +75,8 @@ class Changes:
 
     def settled(self, report: Report) -> None:
         results = {(o.kind, o.name): o for o in report.converged.objects}
+        if self.deferred:  # a server's answer printed by a remote verb usually has none
+            from devcell.api.reports import Status
         for c in self.deferred:
             result = results.get((c.kind, c.name))
             if result is None or result.status is Status.SETTLED:
@@ -89,6 +99,8 @@ def changes(suffix: str = "") -> Changes:
 def exit_code(report: Report, shown: Changes | None = None) -> int:
     """Print the deletions `shown` deferred, then an error line for whatever did not settle;
     0 when everything did, else 1."""
+    from devcell.api.reports import Status
+
     if shown is not None:
         shown.settled(report)
     converged = report.converged

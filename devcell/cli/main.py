@@ -28,10 +28,16 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     verb = getattr(args, "verb", None)
     module, _, function = commands.handler_of(args.command, verb).partition(":")
-    handler: Callable[[argparse.Namespace], int] = getattr(
-        importlib.import_module(f"devcell.cli.{module}"), function)
+
+    def handler(parsed: argparse.Namespace) -> int:
+        # Imported only when it runs here: a command sent to a server never loads its local
+        # handler (snapshot create's brought admission and the reconciler, ~60 ms).
+        run: Callable[[argparse.Namespace], int] = getattr(
+            importlib.import_module(f"devcell.cli.{module}"), function)
+        return int(run(parsed))
+
     if not commands.uses_state(args.command, verb):
-        return int(handler(args))
+        return handler(args)
     if args.server is not None or args.context is not None or _contexts_file_exists():
         from devcell.cli import remote  # a server asked for, or perhaps configured
 
@@ -43,9 +49,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     path = db.resolve_state_dir(args.state_dir)
     state_dir.check(path)  # one line if it cannot be used
     if not commands.needs_records(args.command, verb):
-        return int(handler(args))
+        return handler(args)
     with db.recorded_only(path):  # usage errors first; then no database is made here
-        return int(handler(args))
+        return handler(args)
 
 
 def _contexts_file_exists() -> bool:

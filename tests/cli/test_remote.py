@@ -72,6 +72,28 @@ def test_unserved_commands_and_kinds_are_refused_by_name(
     assert "give one of them" in capsys.readouterr().err
 
 
+def _read_request(conn: Any) -> None:
+    """The request's head and its Content-Length of body: a server that closes with part of
+    it unread makes the client's send fail (EPIPE) before it reads the answer."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip() or 0)
+    while len(rest) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        rest += chunk
+
+
 def _serve(path: Path, status: str, headers: dict[str, str], body: bytes) -> Any:
     """A server on a unix socket answering every request with the same bytes, in a thread
     (what a hostile or wrong server could say); stop() closes it."""
@@ -90,7 +112,7 @@ def _serve(path: Path, status: str, headers: dict[str, str], body: bytes) -> Any
             except OSError:
                 return
             with conn:
-                conn.recv(65536)
+                _read_request(conn)
                 conn.sendall(f"HTTP/1.1 {status}\r\n".encode() + head + b"Content-Length: "
                              + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"
                              + body)
@@ -142,3 +164,35 @@ def test_a_hostile_servers_answer_is_said_escaped_never_a_traceback(
     assert said in out + err
     assert "\x1b" not in out + err and "\x07" not in out + err
     assert "Traceback" not in err and len(err.splitlines()) <= 2, err
+
+
+def test_an_answer_sent_before_the_request_was_read_is_what_is_said(tmp_path: Path) -> None:
+    """A server that refuses a request from its head alone (401, 413) and closes with the
+    body unread: the client's send fails (EPIPE), and the server's answer is still reported,
+    not "cannot reach the DevCell API"."""
+    import socket
+    import threading
+
+    from devcell import errors
+    from devcell.client import Client
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "s.sock"))
+    listener.listen(1)
+    body = b'{"detail": "too large"}'
+
+    def answer_early() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(1024)  # the start of the head: enough to refuse
+            conn.sendall(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+
+    thread = threading.Thread(target=answer_early, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(errors.Unauthenticated):
+            Client(f"unix:{tmp_path}/s.sock").apply("kind: Cell\n#" + "x" * 8_000_000)
+    finally:
+        thread.join(10)
+        listener.close()

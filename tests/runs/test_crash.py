@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import signal
 import time
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from tests.runs.helpers import make_snapshot
 RUN_ID = "op_crash"
 KILLS = 200  # per adapter
 MAX_DELAY_S = 0.015
+READY_TIMEOUT_S = 60
 SMALL = make_snapshot(RUN_ID, plan_id="plan_small")
 LARGE = make_snapshot(RUN_ID, plan_id="plan_large", plan=[f"{i:06d}" + "x" * 1018
                                                           for i in range(256)])
@@ -63,6 +65,10 @@ def _kill_writer_at_random(open_store: Callable[[], SnapshotStore], rng: random.
     with forked(lambda: _writer(open_store, ready_w, first)) as writer:
         os.close(ready_w)
         try:
+            # Bounded: a child forked from a session with threads can deadlock on a lock one
+            # of them held at the fork (its write end is open: a bare read would never end).
+            readable, _, _ = select.select([ready_r], [], [], READY_TIMEOUT_S)
+            assert readable, f"the writer did not start within {READY_TIMEOUT_S} s"
             assert os.read(ready_r, 1) == b"!", "the writer died before it started"
         finally:
             os.close(ready_r)

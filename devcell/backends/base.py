@@ -308,6 +308,16 @@ class Restoring(Protocol):
 
 
 @runtime_checkable
+class Moving(Protocol):
+    """What a backend whose cells run on several nodes also does: put a stopped cell's
+    workspace, from a checkpoint of it, on another node than `away_from` (`devcell node
+    drain`). The old workspace stays until the cell ran on the new node."""
+
+    def move_workspace(self, cell: CellRef, checkpoint_id: str, away_from: str) -> Outputs:
+        ...
+
+
+@runtime_checkable
 class Watching(Protocol):
     """What a backend that can report its runtimes' changes as they happen also does (the
     Docker engine's event stream): the daemon queues a cell the moment its runtime dies,

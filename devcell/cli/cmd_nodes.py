@@ -70,3 +70,24 @@ def run_cordon(args: argparse.Namespace) -> int:
 
 def run_uncordon(args: argparse.Namespace) -> int:
     return _set(args, "active", "uncordoned")
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    """Each cell moved off the node (a recorded operation each), then the node drained."""
+    from devcell.api import drain
+    from devcell.cli import converge_output as output
+
+    result = drain.drain(resolve_state_dir(args.state_dir), args.node,
+                         options=output.options(args),
+                         hooks=output.hooks(args, lambda recorded: None))
+    for cell, node in result.moved:
+        sys.stdout.write(printable(f"cell/{cell} moved to node {node}") + "\n")
+    for cell, why in result.failed:
+        sys.stderr.write(printable(f"error: cell/{cell} is still on node {result.node}: {why}")
+                         + "\n")
+    if result.drained:
+        sys.stdout.write(printable(f"node/{result.node} drained") + "\n")
+    else:
+        sys.stderr.write(printable(f"error: node/{result.node} not drained: cells are left on "
+                                   "it; run `devcell node drain` again") + "\n")
+    return 0 if result.drained else 1

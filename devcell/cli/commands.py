@@ -391,6 +391,11 @@ def _node(p: argparse.ArgumentParser) -> None:
                                                 "(as `get nodes` shows them)")
 
 
+def _node_drain(p: argparse.ArgumentParser) -> None:
+    _node(p)
+    _timeout(p)
+
+
 def _token_create(p: argparse.ArgumentParser) -> None:
     p.add_argument("--user", required=True, help="the user the token acts as (made by its "
                                                  "first token)")
@@ -492,6 +497,9 @@ TABLE = (
             "keep new cells off a node (the engine's availability pause)", _node),
     Command(("node", "uncordon"), "cmd_nodes:run_uncordon",
             "let new cells onto a node again (availability active)", _node),
+    Command(("node", "drain"), "cmd_nodes:run_drain",
+            "move every cell off a node (through the cluster's registry), then drain it",
+            _node_drain, recorded=True),
     Command(("context", "list"), "cmd_context:run_list",
             "the contexts of the contexts file (* the current one)", _context_list,
             state=False),

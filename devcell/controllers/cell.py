@@ -1129,7 +1129,6 @@ _STEPS: dict[StepName, StepHandler] = {
         ref, step.args["checkpoint_id"]).outputs(),
     S.RESTORE_MACHINE: lambda b, ref, step: _machine(b).restore_machine(
         ref, step.args["checkpoint_id"]),
-    S.RESTORE_WORKSPACE: lambda b, ref, step: restoring.restoring(b).restore_workspace(
-        ref, step.args["checkpoint_id"]),
+    S.RESTORE_WORKSPACE: lambda b, ref, step: restoring.restore_step(b, ref, step.args),
 }
 """Which backend call each step is: the table the executor's steps are dispatched through."""

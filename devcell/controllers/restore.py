@@ -20,7 +20,15 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from devcell.backends.base import Backend, CellRef, Changes, Observed, Outputs, Restoring
+from devcell.backends.base import (
+    Backend,
+    CellRef,
+    Changes,
+    Moving,
+    Observed,
+    Outputs,
+    Restoring,
+)
 from devcell.controllers import safety_snapshots
 from devcell.controllers.plan import Gate, Plan, Step, When, confirm_schema
 from devcell.controllers.steps import StepName
@@ -59,13 +67,30 @@ def plan(cell: objects.ObjectRecord, request: restores.Request, *, backend_name:
             "spec_hash": spec_hash(spec, key),
             "manifest_hash": manifest_hash(spec, {}, annotations, key),
             "restoring": request.snapshot}))
-    steps.append(Step(S.RESTORE_WORKSPACE, {"checkpoint_id": request.snapshot_id,
-                                            "snapshot": request.snapshot}))
+    args = {"checkpoint_id": request.snapshot_id, "snapshot": request.snapshot}
+    if request.away_from:
+        args["away_from"] = request.away_from
+    steps.append(Step(S.RESTORE_WORKSPACE, args))
     if observed.exists and holds.desired_state(cell) == "Running":
         steps.append(Step(S.START, when=When.ALWAYS))
     ref = CellRef(cell.id, cell.name, cell.spec, volume.id)
-    return Plan(cell, ACTION, steps, backend_name, CellWork(ref),
-                gate=_gate(cell, request, backend, volume.id, conn))
+    # A move restores the checkpoint just taken of the stopped cell: nothing is replaced.
+    gate = None if request.away_from else _gate(cell, request, backend, volume.id, conn)
+    return Plan(cell, ACTION, steps, backend_name, CellWork(ref), gate=gate)
+
+
+def moving(backend: Backend) -> Moving:
+    if not isinstance(backend, Moving):
+        raise CapabilityMissing(f"the {backend.name} backend runs its cells on one machine: "
+                                "there is no other node to move a workspace to")
+    return backend
+
+
+def restore_step(backend: Backend, ref: CellRef, args: dict[str, Any]) -> Outputs:
+    """The `restore-workspace` step: a restore in place, or a move off a node."""
+    if args.get("away_from"):
+        return moving(backend).move_workspace(ref, args["checkpoint_id"], args["away_from"])
+    return restoring(backend).restore_workspace(ref, args["checkpoint_id"])
 
 
 def baselines(conn: sqlite3.Connection, cell: objects.ObjectRecord) -> list[tuple[str, str]]:
@@ -138,6 +163,22 @@ def finished(conn: sqlite3.Connection, cell: objects.ObjectRecord, plan: Plan,
     target, target_id = step.args.get("snapshot"), step.args.get("checkpoint_id")
     safety = next((s.args.get("safety") for s in plan.steps
                    if s.name == S.CHECKPOINT and s.args.get("safety")), None)
+    away = step.args.get("away_from")
+    if away:
+        if error is None:
+            events.record(conn, kind="Cell", object_id=cell.id, name=cell.name, reason="Moved",
+                          message=f"workspace moved off node {away} from snapshot {safety} "
+                                  f"(kept: the cell's last snapshot before the move)")
+        else:
+            events.record(conn, kind="Cell", object_id=cell.id, name=cell.name,
+                          reason="MoveFailed", type="Warning",
+                          message=f"moving off node {away} failed ({error}); the cell keeps "
+                                  "its workspace there")
+        move = {"from": away, "snapshot": safety, "at": now(),
+                **({"failed": error} if error else {})}
+        objects.write_status(conn, fresh, phase=fresh.phase, status=dict(fresh.status, move=move),
+                             observed_generation=fresh.observed_generation)
+        return
     if error is None:
         record = {"snapshot": target, "snapshotId": target_id, "safetySnapshot": safety,
                   "at": now()}

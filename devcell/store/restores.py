@@ -30,6 +30,10 @@ class Request(Record):
     safety: str | None
     """The safety snapshot's name (None: `--no-safety-snapshot`)."""
     requested_at: str
+    away_from: str | None = None
+    """A move (`devcell node drain`): the node the workspace leaves; the snapshot is then the
+    one taken first, of the stopped cell (safety_id), and no approval is asked (nothing is
+    replaced)."""
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), sort_keys=True)
@@ -45,8 +49,8 @@ def of(record: ObjectRecord) -> Request | None:
 
 
 def new_request(*, snapshot_id: str, snapshot: str, safety_id: str | None,
-                safety: str | None) -> Request:
-    return Request(snapshot_id, snapshot, safety_id, safety, now())
+                safety: str | None, away_from: str | None = None) -> Request:
+    return Request(snapshot_id, snapshot, safety_id, safety, now(), away_from)
 
 
 def record(conn: sqlite3.Connection, cell: ObjectRecord, request: Request) -> None:

@@ -138,7 +138,7 @@ EVERY_COMMAND = [
     ["import", "devcontainer", "-o", "cell.yaml"],
     ["token", "create", "--user", "ana", "--role", "developer"], ["token", "list"],
     ["token", "revoke", "0123456789ab"],
-    ["get", "nodes"], ["node", "cordon", "n1"], ["node", "uncordon", "n1"],
+    ["get", "nodes"], ["node", "cordon", "n1"], ["node", "uncordon", "n1"], ["node", "drain", "n1"],
     ["context", "list"], ["context", "use", "prod"], ["context", "use", "--none"],
     ["context", "set", "prod", "--use"], ["context", "delete", "prod"],
 ]

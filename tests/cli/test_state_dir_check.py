@@ -58,6 +58,7 @@ EVERY_COMMAND = {
     ("token", "revoke"): ["token", "revoke", "0123456789ab"],
     ("node", "cordon"): ["node", "cordon", "n1"],
     ("node", "uncordon"): ["node", "uncordon", "n1"],
+    ("node", "drain"): ["node", "drain", "n1"],
 }
 """A command line of every command that uses the state directory."""
 

@@ -15,10 +15,11 @@ script reaches the node as a swarm config. The manager's state directory keeps o
 (`cluster/volumes/<id>.json`: which cell, which node); nothing here reads or writes a node's
 disk. Emptying a deleted cell's workspace is a job pinned to its node.
 
-What needs a node's own disk or engine is refused here, naming the field, until the node-side
-operations exist (issue 25 part 2): checkpoints and forks, exec, seeded or live workspaces,
-sidecars, engine volumes, host mounts, bridge networks, postCreate/postStart hooks, secret
-environment values, a user other than root.
+Checkpoints, forks, restores and moves are jobs on the nodes (node_jobs.py; a workspace
+moving between nodes goes through the cluster's registry, node_transfer.py). What needs a
+node's own disk or engine otherwise is refused here, naming the field: exec, seeded or live
+workspaces, sidecars, engine volumes, host mounts, bridge networks, postCreate/postStart
+hooks, secret environment values, a user other than root.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devcell import names, security
+from devcell import failpoints, names, security
 from devcell.backends import supervisor
 from devcell.backends.base import (
     Capabilities,
@@ -589,7 +590,11 @@ class SwarmBackend:
                 # satisfies the new constraint) and never places this cell elsewhere again.
                 self._scale(cell, fresh, 1, constraint=f"node.id=={node}")
                 pinned = True
-        return {"service": _name(service), "node": node, "pinned": pinned}
+        outputs: Outputs = {"service": _name(service), "node": node, "pinned": pinned}
+        emptied = self._forget_previous(cell, node) if node else None
+        if emptied is not None:
+            outputs["oldWorkspaceEmptied"] = emptied
+        return outputs
 
     def _wait_running(self, cell: CellRef, service_id: str, before: set[str]) -> dict[str, Any]:
         began = time.monotonic()
@@ -748,20 +753,58 @@ class SwarmBackend:
         return str(record.get("volume") or engine_volume(self.owner, volume_id))
 
     def _fresh_mount(self, cell: CellRef, service: dict[str, Any]) -> dict[str, Any]:
-        """The service mounting the workspace volume the record names: a restore swaps the
-        volume in the record first (its commit) and the service's mount after, so a restore
-        killed between the two is finished here, before the cell starts."""
+        """The service mounting the workspace volume the record names, pinned to the node it
+        names: a restore or a move swaps the record first (its commit) and the service after,
+        so one killed between the two is finished here, before the cell starts."""
         if cell.volume_id is None:
             return service
+        record = self.volumes.read(cell.volume_id) or {}
         wanted = self._engine_volume_of(cell.volume_id)
+        node = record.get("node")
         spec = copy.deepcopy(service.get("Spec") or {})
-        mounts = ((spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}).get("Mounts") or []
-        if not mounts or mounts[0].get("Source") == wanted:
+        template = spec.get("TaskTemplate") or {}
+        mounts = (template.get("ContainerSpec") or {}).get("Mounts") or []
+        constraints = list((template.get("Placement") or {}).get("Constraints") or [])
+        pinned = f"node.id=={node}"
+        if (not mounts or mounts[0].get("Source") == wanted) and (
+                not node or not any(c.startswith("node.id==") for c in constraints)
+                or pinned in constraints):
             return service
-        mounts[0]["Source"] = wanted
-        self.manager.update_service(service, spec, f"mounting the restored workspace of cell "
-                                                   f"{cell.name}")
+        if mounts:
+            mounts[0]["Source"] = wanted
+        if node:
+            template.setdefault("Placement", {})["Constraints"] = [
+                c for c in constraints if not c.startswith("node.id==")] + [pinned]
+            spec["Labels"] = dict(spec.get("Labels") or {}, **{NODE: str(node)})
+            labels = (template.get("ContainerSpec") or {}).get("Labels")
+            if isinstance(labels, dict) and NODE in labels:
+                labels[NODE] = str(node)
+        self.manager.update_service(service, spec, f"mounting the restored or moved workspace "
+                                                   f"of cell {cell.name}")
         return self._service(cell) or service
+
+    def _forget_previous(self, cell: CellRef, node: str) -> bool | None:
+        """After a move, once the cell ran on its new node: the old workspace emptied on
+        its old node (a job there) and forgotten; None when there was none. A lost old node
+        keeps it recorded (it is emptied when the node is back and the cell starts again)."""
+        if cell.volume_id is None:
+            return None
+        record = self.volumes.read(cell.volume_id) or {}
+        previous = record.get("previous")
+        if not isinstance(previous, dict) or previous.get("node") in (None, node):
+            return None
+        old_node, old_volume = str(previous.get("node")), str(previous.get("volume"))
+        try:
+            node_jobs.node_ready(self.manager, old_node, f"emptying the old workspace of "
+                                                         f"cell {cell.name}")
+        except BackendError as exc:
+            logger.bind(backend=self.name, cell=cell.name).warning(
+                "the old workspace of {} stays on node {}: {}", cell.name, old_node, exc)
+            return False
+        emptied = self._wipe(cell.volume_id, old_node, old_volume)
+        fresh = self.volumes.read(cell.volume_id) or {}
+        self.volumes.write(cell.volume_id, {k: v for k, v in fresh.items() if k != "previous"})
+        return emptied
 
     def _workspace_labels(self, cell: CellRef, volume_id: str) -> dict[str, str]:
         return {CELL_ID: cell.id, CELL: cell.name, VOLUME: volume_id}
@@ -954,14 +997,7 @@ class SwarmBackend:
             constraints = [f"node.labels.{k}=={v}"
                            for k, v in sorted((placement.get("nodeLabels") or {}).items())]
             constraints.append(f"node.id!={origin}")
-        resources = cell.spec.get("resources") or {}
-        reservations: dict[str, Any] = {}
-        if (cell.spec.get("placement") or {}).get("reserve", True):
-            if resources.get("cpus"):
-                reservations["NanoCPUs"] = int(float(resources["cpus"]) * 1e9)
-            if resources.get("memory"):
-                reservations["MemoryBytes"] = container_spec.memory_bytes(
-                    str(resources["memory"]))
+        reservations = self._reservations(cell)
         what = (f"filling the workspace of cell {cell.name} from checkpoint {checkpoint_id} "
                 f"through {names.printable(str(pushed.get('ref')))}")
         node, out = node_transfer.pull(
@@ -1032,6 +1068,102 @@ class SwarmBackend:
         return {"volume": cell.volume_id, "restoredFrom": checkpoint_id, "node": node,
                 "files": _int(found.get("files")), "bytes": _int(found.get("bytes")),
                 "storage": "node", "how": "copy", "emptied": emptied}
+
+    def move_workspace(self, cell: CellRef, checkpoint_id: str, away_from: str) -> Outputs:
+        """The stopped cell's workspace put on another node than `away_from` (`node drain`)
+        from its checkpoint (taken just before, of the stopped cell): the checkpoint pushed
+        from its node, pulled into a new volume on the node the swarm picks (the cell's
+        placement and reservations, not `away_from`), then that volume and node named in the
+        workspace's record (the commit: the old workspace or the moved one), then in the
+        service's mount and constraint. The old volume is kept, recorded as `previous`, until
+        the cell ran on the new node (`start` empties it then): a move that fails or is
+        killed before leaves the cell whole on its node."""
+        if cell.volume_id is None:
+            raise BackendError(f"cell {cell.name} has no workspace volume to move")
+        record = self.volumes.read(cell.volume_id)
+        source = self.checkpoints.read(checkpoint_id)
+        if record is None or not record.get("node"):
+            raise BackendNotFound(f"the workspace of cell {cell.name} is on no node yet")
+        if source is None:
+            raise BackendNotFound(f"checkpoint {checkpoint_id} is on no node of the cluster")
+        if record.get("node") != away_from:
+            previous = record.get("previous") or {}
+            service = self._service(cell)
+            if service is not None:
+                self._fresh_mount(cell, service)
+            if previous.get("node") == away_from:  # switched by a move killed after it
+                return {"volume": cell.volume_id, "node": record.get("node"),
+                        "movedFrom": away_from, "restoredFrom": checkpoint_id,
+                        "via": "registry", "moved": True, "storage": "node",
+                        "resumed": "the switch was recorded before an interruption"}
+            return {"volume": cell.volume_id, "node": record.get("node"), "moved": False,
+                    "why": f"its workspace is on node {record.get('node')} already"}
+        if self._running_task(cell) is not None:
+            raise BackendRefused(f"cell {cell.name} is running; its workspace is moved only "
+                                 "while it is stopped")
+        registry = self._registry()
+        if registry is None:
+            raise BackendRefused(f"moving cell {cell.name} off node {away_from} needs a "
+                                 "registry the nodes reach (cluster.registry in DevCell's "
+                                 "configuration, docs/cluster.md)")
+        why = f"node {away_from} is being drained"
+        pushed, fresh = self._pushed(cell, checkpoint_id, source, registry, why)
+        moving = dict(record.get("moving") or {})
+        if moving.get("checkpoint") != checkpoint_id:
+            generation = int(record.get("restores") or 0) + 1
+            moving = {"checkpoint": checkpoint_id, "node": None, "restores": generation,
+                      "volume": f"{engine_volume(self.owner, cell.volume_id)}-r{generation}"}
+            self.volumes.write(cell.volume_id, dict(record, moving=moving))
+        name = str(moving["volume"])
+        if moving.get("node"):
+            constraints = [f"node.id=={moving['node']}"]
+        else:
+            placement = cell.spec.get("placement") or {}
+            constraints = [f"node.labels.{k}=={v}"
+                           for k, v in sorted((placement.get("nodeLabels") or {}).items())]
+            constraints.append(f"node.id!={away_from}")
+
+        def placed(node: str) -> None:
+            self.volumes.write(str(cell.volume_id), dict(record, moving=dict(moving, node=node)))
+
+        node, out = node_transfer.pull(
+            self.manager, self.owner, registry=registry, pushed=pushed,
+            job=f"move:{cell.volume_id}",
+            what=(f"moving the workspace of cell {cell.name} off node {away_from} through "
+                  f"{names.printable(str(pushed.get('ref')))}"),
+            constraints=constraints, reservations=self._reservations(cell),
+            volume_mount=lambda: self._volume_mount(
+                name, "/w", self._workspace_labels(cell, str(cell.volume_id))),
+            on_placed=placed)
+        found = node_jobs.outputs(out, "devcell-tree")
+        failpoints.hit("swarm.move.pulled")
+        old = {"node": away_from, "volume": self._engine_volume_of(cell.volume_id)}
+        committed = {k: v for k, v in record.items() if k != "moving"}
+        self.volumes.write(cell.volume_id, dict(committed, node=node, volume=name,
+                                                restores=moving["restores"], previous=old))
+        failpoints.hit("swarm.move.committed")
+        service = self._service(cell)
+        if service is not None:
+            self._fresh_mount(cell, service)
+        logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-").info(
+            "workspace of {} moved from node {} to node {} through {}", cell.name, away_from,
+            node, pushed.get("ref"))
+        return {"volume": cell.volume_id, "node": node, "movedFrom": away_from,
+                "restoredFrom": checkpoint_id, "via": "registry", "moved": True,
+                "ref": str(pushed.get("ref")), "layer": str(pushed.get("layer")),
+                "pushedNow": fresh, "files": _int(found.get("files")),
+                "bytes": _int(found.get("bytes")), "storage": "node"}
+
+    def _reservations(self, cell: CellRef) -> dict[str, Any]:
+        resources = cell.spec.get("resources") or {}
+        reservations: dict[str, Any] = {}
+        if (cell.spec.get("placement") or {}).get("reserve", True):
+            if resources.get("cpus"):
+                reservations["NanoCPUs"] = int(float(resources["cpus"]) * 1e9)
+            if resources.get("memory"):
+                reservations["MemoryBytes"] = container_spec.memory_bytes(
+                    str(resources["memory"]))
+        return reservations
 
     def workspace_changes(self, volume_id: str, checkpoint_id: str | None) -> Changes:
         """What the workspace holds that the checkpoint does not, listed by a job on the

@@ -222,10 +222,10 @@ def _fork_manifest(name: str, snapshot: str) -> str:
 
 
 def _with_registry(state: Path, address: str) -> None:
+    """The configuration names this test's registry (each test has its own)."""
     path = state / "config.yaml"
-    text = path.read_text()
-    if "registry:" not in text:
-        path.write_text(text.rstrip("\n") + f"\n  registry: {address}/devcell-test/moves\n")
+    kept = [line for line in path.read_text().splitlines() if "registry:" not in line]
+    path.write_text("\n".join(kept) + f"\n  registry: {address}/devcell-test/moves\n")
 
 
 def _fork_steps(state: Path, cell: str) -> list[dict[str, object]]:
@@ -425,3 +425,75 @@ def test_a_cell_sleeps_and_wakes_on_its_node_with_its_files(taken: Taken) -> Non
     again = container_on(node, "src")
     assert again and again != taken.container
     assert node.docker("exec", again, "cat", "/workspace/a").stdout == b"hello\n"
+
+
+def _killed_drain(state: Path, node: str, failpoint: str) -> None:
+    """`devcell node drain NODE` in its own process, SIGKILLed at `failpoint`."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, DEVCELL_FAILPOINT=failpoint,
+               PYTHONPATH=str(Path(__file__).resolve().parents[3]))
+    done = subprocess.run([sys.executable, "-m", "devcell", "--state-dir", str(state), "node",
+                           "drain", node], env=env, capture_output=True, timeout=300)
+    assert done.returncode == -9, (done.returncode, done.stdout, done.stderr)
+
+
+def test_draining_a_node_moves_its_cell_elsewhere_with_its_files(
+        taken: Taken, registry: Registry) -> None:
+    """`node drain`, killed -9 twice first: after the pull into the new node's volume (the
+    cell still whole on its node, its old workspace there), and after the switch of its
+    record (before the service follows). Each time the cell has one service and its old
+    workspace still holds its files. The third run finishes: the cell stopped, snapshotted
+    (a Ready snapshot src-move-...), pushed once from its node, pulled on the node the swarm
+    picked (the same one each run), started there with every hostile entry as what it is;
+    its old workspace emptied on the old node once it ran; the node's availability drain;
+    each step naming its node. Cost ~20 s (two killed runs ~4 s each, the move ~6 s)."""
+    swarm, state, node = taken.swarm, taken.state, taken.node
+    _with_registry(state, registry.address)
+    old = next(str(r["volume"]) for r in (json.loads(f.read_text()) for f in
+               (state / "cluster" / "volumes").glob("*.json")) if r.get("cell") == "src")
+    try:
+        for failpoint in ("swarm.move.pulled", "swarm.move.committed"):
+            _killed_drain(state, node.node_id, failpoint)
+            assert len(swarm.manager.docker("service", "ls", "-q", "--filter",
+                                            "label=dev.devcell.cell=src"
+                                            ).stdout.decode().split()) == 1
+            assert _look(node, old, "cat /v/a") == "hello\n", failpoint  # nothing lost
+        began = time.monotonic()
+        code, out, err = cli(state, "node", "drain", node.node_id)
+        seconds = time.monotonic() - began
+        assert code == 0, (out, err)
+        print(f"\ndrain of a node with one cell in {seconds:.1f} s (after two kills)")
+        row = cells(_Placed(state))["src"]
+        assert row["PHASE"] == "Running" and row["NODE"] not in ("", node.node_id), row
+        assert f"cell/src moved to node {row['NODE']}" in out and "drained" in out, out
+        there = next(n for n in swarm.nodes if n.node_id == row["NODE"])
+        moved = container_on(there, "src")
+        assert moved and container_on(node, "src") == ""
+        blocks = there.docker("exec", moved, "stat", "-c", "%b", "/workspace/sparse"
+                              ).stdout.decode().strip()
+        assert int(blocks) < 1024
+        assert there.docker("exec", moved, "sh", "-c", HOSTILE.format(root="/workspace")
+                            ).stdout.decode() == _expected(blocks)
+        assert _look(node, old, "ls -A /v") == ""  # the old workspace emptied, once it ran
+        # The run that finished: the snapshot's checkpoint found complete, the switch the
+        # killed run recorded finished, the start on the new node (the first run stopped it).
+        steps = _fork_steps(state, "src")[-3:]
+        assert [s["name"] for s in steps] == ["checkpoint", "restore-workspace", "start"], steps
+        outputs = steps[1]["outputs"]
+        assert isinstance(outputs, dict) and outputs["movedFrom"] == node.node_id
+        assert outputs["node"] == there.node_id and outputs["via"] == "registry", outputs
+        moved_to = {n.node_id for n in swarm.nodes if n is not node
+                    and n.docker("volume", "ls", "-q", "--filter", "label=dev.devcell.cell=src"
+                                 ).stdout.decode().split()}
+        assert moved_to == {there.node_id}, moved_to  # one pull target, whatever the kills
+        assert steps[2]["outputs"]["oldWorkspaceEmptied"] is True, steps[2]  # type: ignore[index]
+        code, out, _ = cli(state, "get", "snapshots")
+        assert "src-move-" in out, out
+        availability = swarm.manager.docker("node", "inspect", "--format",
+                                            "{{.Spec.Availability}}", node.node_id)
+        assert availability.stdout.decode().strip() == "drain"
+    finally:
+        reset_nodes(swarm)

@@ -1,0 +1,141 @@
+"""`devcell node drain NODE`: move every cell whose workspace is on NODE to other nodes, then
+set NODE's availability to drain (docs/cluster.md, "Draining a node").
+
+Each cell's move is recorded on it as desired state (a restore request with `away_from`,
+devcell.store.restores) and carried out by the cell controller as one operation: `stop`,
+`checkpoint` (a snapshot of the stopped cell, recorded Ready, named `<cell>-move-<time>`),
+`restore-workspace` (the swarm backend's move_workspace: the checkpoint pushed from NODE to
+the cluster's registry, pulled into a new volume on the node the swarm picks, the workspace's
+record switched to it), `start` on the new node, where the old workspace is emptied once the
+cell runs. Until the switch the cell and its workspace are whole on NODE; a kill at any point
+leaves the request recorded, and a rerun (of this command, or the daemon's next pass) plans
+the rest again from what is observed: the same snapshot, the push recorded, the pull pinned
+to the node the swarm chose.
+
+NODE's availability becomes `drain` only once no cell's workspace is left there: before, the
+jobs that checkpoint and push must still run there (the swarm starts no task on a drained or
+paused node, facts), and draining the engine's tasks would stop cells whose workspaces are
+only there.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from devcell import config, ids, names
+from devcell.api import converging, nodes
+from devcell.api.converging import DEFAULTS, NO_HOOKS, Hooks, Options
+from devcell.api.reports import Recorded, Report
+from devcell.errors import UsageError
+from devcell.store import db as dbmod
+from devcell.store import objects, restores
+from devcell.store.desired import Change
+
+KIND = "Cell"
+SUFFIX = "-move-"
+
+
+@dataclass
+class Drained:
+    node: str
+    moved: list[tuple[str, str]] = field(default_factory=list)
+    """(cell, the node it is on now)."""
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    """(cell, why): still on the node."""
+    drained: bool = False
+    """Whether the node's availability is drain now (no workspace left there)."""
+    report: Report | None = None
+
+
+def _on_node(state_dir: Path, node_id: str) -> set[str]:
+    """The cells whose workspace is recorded on `node_id`, or whose old workspace a move
+    left there (emptied once the cell ran on its new node)."""
+    from devcell.backends.container.swarm_cells import Volumes
+
+    return {str(r.get("cell_id")) for _, r in Volumes(state_dir).all() if r.get("cell_id") and (
+        (r.get("node") == node_id and r.get("filled") is not False)
+        or (r.get("previous") or {}).get("node") == node_id)}
+
+
+def _moving(conn: Any, node_id: str) -> set[str]:
+    """The cells with a move off `node_id` still pending (one a kill interrupted)."""
+    return {str(key[1]) for key in restores.pending_keys(conn)
+            if (cell := objects.get(conn, KIND, str(key[1]))) is not None
+            and (restores.of(cell) or restores.Request("", "", None, None, "")).away_from
+            == node_id}
+
+
+def _move_name(cell: str) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    stem = cell[:names.MAX_NAME_LENGTH - len(SUFFIX) - len(stamp)].rstrip("-")
+    return f"{stem}{SUFFIX}{stamp}"
+
+
+def drain(state_dir: Path, name: str, *, options: Options = DEFAULTS,
+          hooks: Hooks = NO_HOOKS) -> Drained:
+    from devcell.store import guard
+
+    guard.database_exists(state_dir)
+    settings = nodes.cluster(state_dir)
+    if settings is None:
+        raise UsageError(f"no cluster is configured (cluster.engine in "
+                         f"{config.config_path(state_dir)}): a single host has no other node "
+                         "to move its cells to; see docs/cluster.md")
+    node = nodes.find(nodes.list_nodes(state_dir), name)
+    if node.availability == "pause" or node.state != "ready":
+        raise UsageError(
+            f"node {node.id} is {'cordoned' if node.availability == 'pause' else node.state}: "
+            "the jobs that checkpoint and push its cells must run there"
+            + (f"; `devcell node uncordon {node.id}` first" if node.availability == "pause"
+               else ""))
+    result = Drained(node.id)
+    db = dbmod.open_database(state_dir)
+    try:
+        here = _on_node(state_dir, node.id) | _moving(db.conn, node.id)
+        changes: list[Change] = []
+        with db.write() as conn:
+            for cell_id in sorted(here):
+                cell = objects.get(conn, KIND, cell_id)
+                if cell is None or cell.deleting:
+                    continue
+                pending = restores.of(cell)
+                if pending is not None and pending.away_from != node.id:
+                    result.failed.append((cell.name, f"a restore of snapshot {pending.snapshot} "
+                                                     "is pending; finish or cancel it first"))
+                    continue
+                if pending is None:
+                    snapshot_id, snapshot = ids.new_id("snap"), _move_name(cell.name)
+                    restores.record(conn, cell, restores.new_request(
+                        snapshot_id=snapshot_id, snapshot=snapshot, safety_id=snapshot_id,
+                        safety=snapshot, away_from=node.id))
+                changes.append(Change(KIND, cell.name, f"moving off node {node.id}", cell.id,
+                                      needs_reconcile=True))
+        if changes:
+            result.report = converging.finish(db, Recorded(tuple(changes)), trigger="cli",
+                                              options=options, hooks=hooks,
+                                              keys=[(KIND, c.object_id) for c in changes
+                                                    if c.object_id])
+        left = _on_node(state_dir, node.id) | _moving(db.conn, node.id)
+        for change in changes:
+            cell = objects.get(db.conn, KIND, str(change.object_id))
+            if cell is None:
+                continue
+            if change.object_id in left:
+                move = cell.status.get("move") or {}
+                why = str(move.get("failed") or "not moved yet (its operation did not finish)")
+                result.failed.append((cell.name, why))
+            else:
+                from devcell.backends.container.swarm_cells import Volumes
+
+                record = next((r for _, r in Volumes(state_dir).all()
+                               if r.get("cell_id") == cell.id), {})
+                result.moved.append((cell.name, str(record.get("node") or "?")))
+    finally:
+        db.close()
+    if not result.failed and not left:
+        nodes.set_availability(state_dir, node.id, "drain")
+        result.drained = True
+    return result

@@ -29,15 +29,18 @@ NODE_WORDS = ("node", "nodes", "no")
 
 
 def rows(db: Database, kind: str, names: Sequence[str], selector: Selector | None, *,
-         wide: bool = False, labels: bool = False) -> list[dict[str, Any]]:
+         wide: bool = False, labels: bool = False, page: views.Page | None = None
+         ) -> list[dict[str, Any]]:
     """The table rows of `kind` (cells, snapshots, volumes, operations, controllers, events),
-    those named (by name or id) or all; cells with their OBSERVED age and crash-loop phase."""
+    those named (by name or id) or all; cells with their OBSERVED age and crash-loop phase.
+    `page` (cells, snapshots): only the rows after a name, at most so many when no selector
+    filters them (the API's limit and continue: a page is read, not the whole list)."""
     conn = db.conn
     if kind == "cells":
         return with_observed(db, views.cells_table(conn, selector, names, wide=wide,
-                                                   labels=labels))
+                                                   labels=labels, page=page))
     if kind == "snapshots":
-        return views.snapshots_table(conn, selector, names)
+        return views.snapshots_table(conn, selector, names, page=page)
     if names:  # each name once, in the order given
         return [row for name in dict.fromkeys(names) for row in other_rows(db, kind, name)]
     return other_rows(db, kind, None)

@@ -387,7 +387,9 @@ def _list_sync(ctx: Context, resource: Resource, selector: Any, for_object: str 
             if for_object:
                 rows = listing.events_for(db, for_object)
             else:
-                rows = listing.rows(db, resource.plural, [], selector)
+                asked = None if page is None else (  # one more: whether more remain
+                    page[1] or None, page[0] + 1 if page[0] else None)
+                rows = listing.rows(db, resource.plural, [], selector, page=asked)
             ended = None
             if page is not None:
                 rows, ended = paging.page(rows, page[1] or None, page[0] or None)

@@ -37,9 +37,29 @@ def _names_sql(table: str, names: Sequence[str]) -> tuple[str, list[str]]:
     return f" AND ({table}.name IN ({marks}) OR {table}.id IN ({marks}))", [*names, *names]
 
 
+Page = tuple[str | None, int | None]
+"""(the name a page starts after, the most rows it may have): a list's page read as such."""
+
+
+def _page_sql(table: str, where: str, params: list[Any], page: Page | None,
+              selector: Selector | None) -> tuple[str, str]:
+    """`where` with the page's start, and its LIMIT (a selector filters after the query:
+    then only the start is in SQL), the parameters added to `params`."""
+    if page is None:
+        return where, ""
+    after, most = page
+    if after is not None:
+        where += f" AND {table}.name > ?"
+        params.append(after)
+    if most is None or selector:
+        return where, ""
+    params.append(most)
+    return where, " LIMIT ?"
+
+
 def cells_table(conn: sqlite3.Connection, selector: Selector | None = None,
-                names: Sequence[str] = (), *, wide: bool = False, labels: bool = False
-                ) -> list[dict[str, Any]]:
+                names: Sequence[str] = (), *, wide: bool = False, labels: bool = False,
+                page: Page | None = None) -> list[dict[str, Any]]:
     """Rows for `get cells`. The plain table is answered from the list index, plus the row of
     each cell for `deleting_at` (a pending deletion shows as Deleting). With a selector (or
     `labels`) each row carries its labels, parsed."""
@@ -62,7 +82,8 @@ def cells_table(conn: sqlite3.Connection, selector: Selector | None = None,
         "LEFT JOIN snapshots s ON s.id = c.forked_from WHERE c.deleted_at IS NULL"
     )
     where, params = _names_sql("c", names)
-    rows = conn.execute(sql + where + " ORDER BY c.name", params).fetchall()
+    where, limit = _page_sql("c", where, params, page, selector)
+    rows = conn.execute(sql + where + " ORDER BY c.name" + limit, params).fetchall()
     if narrow or wide and not selector and not labels:
         return [dict(r) for r in rows]
     out = []
@@ -74,7 +95,8 @@ def cells_table(conn: sqlite3.Connection, selector: Selector | None = None,
 
 
 def snapshots_table(conn: sqlite3.Connection, selector: Selector | None = None,
-                    names: Sequence[str] = (), cell: str | None = None) -> list[dict[str, Any]]:
+                    names: Sequence[str] = (), cell: str | None = None, *,
+                    page: Page | None = None) -> list[dict[str, Any]]:
     sql = (
         "SELECT s.id, s.name, s.phase, s.deleting_at, s.deleted_at, s.created_at, s.taken_at, "
         "s.labels, s.consistency, "
@@ -95,7 +117,8 @@ def snapshots_table(conn: sqlite3.Connection, selector: Selector | None = None,
     if cell is not None:
         sql += " AND s.cell_id = ?"
         params.append(cell)
-    rows = conn.execute(sql + " ORDER BY s.name", params).fetchall()
+    sql, limit = _page_sql("s", sql, params, page, selector)
+    rows = conn.execute(sql + " ORDER BY s.name" + limit, params).fetchall()
     out = []
     for r in rows:
         labels = faults.loads(r["labels"]) if r["labels"] != "{}" else {}

@@ -129,3 +129,16 @@ def test_another_list_s_token_is_a_400(api: Api, paged_cells: list[str]) -> None
                                                "continue": token}),
                         ("/api/v1/operations", {"limit": "1"})):
         assert_problem(api.client.get(path, params=query), 400)
+
+
+def test_pages_without_a_selector_are_the_whole_list(api: Api, paged_cells: list[str]) -> None:
+    """Without a selector a page is read as a page (its start and limit in SQL): the pages
+    together are the unpaged list, in its order, each cell once."""
+    with Client(f"unix:{api.socket}") as dc:
+        for _ in range(20):  # a commit between the lists (another test's cells): again
+            whole = [c["metadata"]["name"] for c in dc.list("cells")]
+            paged = [c["metadata"]["name"] for c in dc.list("cells", limit=2)]
+            if paged == whole:
+                break
+    assert paged == whole and len(set(paged)) == len(paged)
+    assert set(paged_cells) <= set(paged)

@@ -30,7 +30,8 @@ in the API's figures). Everything below runs once the daemon is idle.
 3. --clients concurrent clients (default 100; threads in --procs processes, each a
    `devcell.client.Client` over TLS with the token): each lists every cell (`Client.list`),
    watches cells from the version it read (`Client.watch(resource_version=...)`), and lists
-   again every --list-every seconds (jittered) for --seconds. Meanwhile this process applies a
+   again every --list-every seconds (jittered) for --seconds (--limit N: each list in pages of
+   N, following the continue tokens). Meanwhile this process applies a
    new cell every --change-every seconds; each client's watch must deliver every one of them.
    Reported: p50/p99 of the list latency and of event delivery (commit -> arrival at each
    client), the errors (any exception, any change not delivered: must be 0), and the daemon's
@@ -91,6 +92,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default 30): a change not delivered by then is an error")
     p.add_argument("--client-timeout", type=float, default=300.0,
                    help="the SDK's timeout per request in part 3 (default 300 s)")
+    p.add_argument("--limit", type=int, default=0,
+                   help="part 3: each client lists in pages of this many (limit and continue; "
+                        "default 0: the whole list at once)")
     p.add_argument("--skip", default="",
                    help="comma-separated parts to skip: list, watch, clients")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -104,6 +108,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         sys.exit("--rounds between 1 and 20, --changes between 1 and 50")
     if not 0 <= args.clients <= 1000 or not 1 <= args.procs <= 32:
         sys.exit("--clients between 0 and 1000, --procs between 1 and 32")
+    if not 0 <= args.limit <= 10000:
+        sys.exit("--limit between 0 and 10000")
     if not 1 <= args.seconds <= 3600 or args.change_every < 0.2 or args.list_every < 0.5:
         sys.exit("--seconds 1-3600, --change-every >= 0.2, --list-every >= 0.5")
     args.skipped = {s for s in args.skip.split(",") if s}
@@ -526,7 +532,7 @@ def part_clients(args: argparse.Namespace, server: Server, changer: Changer, wor
     config = {"url": server.url, "token_file": str(server.token_file),
               "ca": str(server.certificate), "seconds": args.seconds,
               "list_every": args.list_every, "timeout": args.client_timeout,
-              "prefix": f"{CHANGE_PREFIX}c-"}
+              "prefix": f"{CHANGE_PREFIX}c-", "limit": args.limit or None}
     procs = []
     for i, n in enumerate(per):
         cfg = json.dumps({**config, "threads": n, "seed": i})
@@ -574,7 +580,9 @@ def part_clients(args: argparse.Namespace, server: Server, changer: Changer, wor
                     missed += 1
     print(f"\n3. {args.clients} concurrent clients (SDK over TLS with a token, threads in "
           f"{len(per)} processes) over {args.cells} cells for {args.seconds:.0f} s: each "
-          f"listed every cell once at the start, then every ~{args.list_every:.0f} s, and "
+          f"listed every cell once at the start"
+          f"{f' (in pages of {args.limit})' if args.limit else ''}, then every "
+          f"~{args.list_every:.0f} s, and "
           f"watched cells all along; {len(names)} new cells applied "
           f"{args.change_every:.1f} s apart")
     print(f"{'what':<34}{'n':>6} {'p50 ms':>9} {'p99 ms':>9} {'max ms':>9}")
@@ -623,7 +631,7 @@ def worker(cfg: dict[str, Any]) -> int:
         arrivals.append(seen)
         try:
             t0 = time.monotonic()
-            client.list("cells")
+            client.list("cells", limit=cfg["limit"])
             with lock:
                 first_lists.append(time.monotonic() - t0)
             version = client.rows("cells", names=["no-such-cell"])["metadata"][
@@ -639,7 +647,7 @@ def worker(cfg: dict[str, Any]) -> int:
                 return
             try:
                 t0 = time.monotonic()
-                client.list("cells")
+                client.list("cells", limit=cfg["limit"])
                 with lock:
                     lists.append(time.monotonic() - t0)
             except Exception as exc:  # noqa: BLE001

@@ -74,6 +74,9 @@ class ClusterSettings(Record):
     registry: str | None = None
     """REGISTRY/REPOSITORY where a checkpoint moving between nodes is put (a fork on another
     node than its snapshot's): None, such forks are refused."""
+    push_snapshots: bool = False
+    """Push every snapshot's checkpoint to `registry` when it is taken, so a cell whose node
+    is lost can be moved from its last snapshot (`node drain --from-last-snapshot`)."""
 
     @property
     def socket(self) -> str:
@@ -208,7 +211,8 @@ def parse(path: Path, data: bytes, state_dir: Path | None = None) -> Config:
     cluster = doc.data.get("cluster")
     return Config(path, exists=True, images=images, idle=idle,
                   cluster=None if cluster is None else ClusterSettings(
-                      engine=cluster["engine"], registry=cluster.get("registry")),
+                      engine=cluster["engine"], registry=cluster.get("registry"),
+                      push_snapshots=bool(cluster.get("pushSnapshots", False))),
                   security=SecurityPolicy(
         allowed_host_paths=tuple(security.get("allowedHostPaths", ())),
         allow_host_network=bool(security.get("allowHostNetwork", False)),

@@ -12,6 +12,10 @@ leaves the request recorded, and a rerun (of this command, or the daemon's next 
 the rest again from what is observed: the same snapshot, the push recorded, the pull pinned
 to the node the swarm chose.
 
+A lost node (not Ready) only with `from_last_snapshot`: each cell's request then names its
+newest snapshot in the registry and no checkpoint of its own (nothing can run on the node),
+and what the cell wrote since that snapshot is lost with the node, as the command says.
+
 NODE's availability becomes `drain` only once no cell's workspace is left there: before, the
 jobs that checkpoint and push must still run there (the swarm starts no task on a drained or
 paused node, facts), and draining the engine's tasks would stop cells whose workspaces are
@@ -45,6 +49,9 @@ class Drained:
     """(cell, the node it is on now)."""
     failed: list[tuple[str, str]] = field(default_factory=list)
     """(cell, why): still on the node."""
+    from_snapshots: list[tuple[str, str, str]] = field(default_factory=list)
+    """(cell, snapshot, taken at): a lost node's cells, moved from these (what they wrote
+    since is lost)."""
     drained: bool = False
     """Whether the node's availability is drain now (no workspace left there)."""
     report: Report | None = None
@@ -60,6 +67,15 @@ def _on_node(state_dir: Path, node_id: str) -> set[str]:
         or (r.get("previous") or {}).get("node") == node_id)}
 
 
+def _recorded_on(state_dir: Path, node_id: str) -> set[str]:
+    """The cells whose workspace is still recorded on `node_id` (a lost node: the old
+    workspaces moves left there cannot be emptied until it is back)."""
+    from devcell.backends.container.swarm_cells import Volumes
+
+    return {str(r.get("cell_id")) for _, r in Volumes(state_dir).all()
+            if r.get("cell_id") and r.get("node") == node_id}
+
+
 def _moving(conn: Any, node_id: str) -> set[str]:
     """The cells with a move off `node_id` still pending (one a kill interrupted)."""
     return {str(key[1]) for key in restores.pending_keys(conn)
@@ -68,14 +84,35 @@ def _moving(conn: Any, node_id: str) -> set[str]:
             == node_id}
 
 
+def _last_pushed(conn: Any, state_dir: Path, cell_id: str, registry: str | None
+                 ) -> tuple[str, str, str] | None:
+    """(id, name, taken at) of the cell's newest Ready snapshot whose checkpoint is in
+    `registry` (pushed when taken, or by an earlier move): what a lost node's cell moves from."""
+    from devcell.backends.container.swarm_cells import Volumes
+
+    if registry is None:
+        return None
+    records = Volumes(state_dir, "checkpoints")
+    for snap_id, name, taken in conn.execute(
+            "SELECT id, name, taken_at FROM snapshots WHERE cell_id = ? AND checkpoint_ref IS "
+            "NOT NULL AND deleted_at IS NULL ORDER BY taken_at DESC", (cell_id,)):
+        pushed = (records.read(str(snap_id)) or {}).get("pushed") or {}
+        if pushed.get("registry") == registry:
+            return str(snap_id), str(name), str(taken)
+    return None
+
+
 def _move_name(cell: str) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     stem = cell[:names.MAX_NAME_LENGTH - len(SUFFIX) - len(stamp)].rstrip("-")
     return f"{stem}{SUFFIX}{stamp}"
 
 
-def drain(state_dir: Path, name: str, *, options: Options = DEFAULTS,
-          hooks: Hooks = NO_HOOKS) -> Drained:
+def drain(state_dir: Path, name: str, *, from_last_snapshot: bool = False,
+          options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS) -> Drained:
+    """Move the cells off node `name`, then drain it. A node that is not Ready (lost) only
+    with `from_last_snapshot`: each cell then moves from its newest snapshot in the
+    registry, and what it wrote since that snapshot is lost (the request says so)."""
     from devcell.store import guard
 
     guard.database_exists(state_dir)
@@ -85,12 +122,16 @@ def drain(state_dir: Path, name: str, *, options: Options = DEFAULTS,
                          f"{config.config_path(state_dir)}): a single host has no other node "
                          "to move its cells to; see docs/cluster.md")
     node = nodes.find(nodes.list_nodes(state_dir), name)
-    if node.availability == "pause" or node.state != "ready":
-        raise UsageError(
-            f"node {node.id} is {'cordoned' if node.availability == 'pause' else node.state}: "
-            "the jobs that checkpoint and push its cells must run there"
-            + (f"; `devcell node uncordon {node.id}` first" if node.availability == "pause"
-               else ""))
+    lost = node.state != "ready"
+    if node.availability == "pause" and not lost:
+        raise UsageError(f"node {node.id} is cordoned: the jobs that checkpoint and push its "
+                         f"cells must run there; `devcell node uncordon {node.id}` first")
+    if lost and not from_last_snapshot:
+        raise UsageError(f"node {node.id} is {node.state}: its cells cannot be checkpointed "
+                         "there; `devcell node drain NODE --from-last-snapshot` moves each "
+                         "from its newest snapshot in cluster.registry, losing what it wrote "
+                         "since (or wait for the node to come back)")
+    registry = settings.registry
     result = Drained(node.id)
     db = dbmod.open_database(state_dir)
     try:
@@ -106,7 +147,18 @@ def drain(state_dir: Path, name: str, *, options: Options = DEFAULTS,
                     result.failed.append((cell.name, f"a restore of snapshot {pending.snapshot} "
                                                      "is pending; finish or cancel it first"))
                     continue
-                if pending is None:
+                if pending is None and lost:
+                    last = _last_pushed(conn, state_dir, cell.id, registry)
+                    if last is None:
+                        result.failed.append((cell.name, "no snapshot of it is in "
+                                              f"{registry or 'a registry (no cluster.registry)'}"
+                                              f"; its files are only on node {node.id}"))
+                        continue
+                    restores.record(conn, cell, restores.new_request(
+                        snapshot_id=last[0], snapshot=last[1], safety_id=None, safety=None,
+                        away_from=node.id))
+                    result.from_snapshots.append((cell.name, last[1], last[2]))
+                elif pending is None:
                     snapshot_id, snapshot = ids.new_id("snap"), _move_name(cell.name)
                     restores.record(conn, cell, restores.new_request(
                         snapshot_id=snapshot_id, snapshot=snapshot, safety_id=snapshot_id,
@@ -118,7 +170,8 @@ def drain(state_dir: Path, name: str, *, options: Options = DEFAULTS,
                                               options=options, hooks=hooks,
                                               keys=[(KIND, c.object_id) for c in changes
                                                     if c.object_id])
-        left = _on_node(state_dir, node.id) | _moving(db.conn, node.id)
+        left = (_recorded_on(state_dir, node.id) if lost else _on_node(state_dir, node.id)) \
+            | _moving(db.conn, node.id)
         for change in changes:
             cell = objects.get(db.conn, KIND, str(change.object_id))
             if cell is None:

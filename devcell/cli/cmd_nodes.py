@@ -78,8 +78,13 @@ def run_drain(args: argparse.Namespace) -> int:
     from devcell.cli import converge_output as output
 
     result = drain.drain(resolve_state_dir(args.state_dir), args.node,
+                         from_last_snapshot=args.from_last_snapshot,
                          options=output.options(args),
                          hooks=output.hooks(args, lambda recorded: None))
+    for cell, snapshot, taken in result.from_snapshots:
+        sys.stdout.write(printable(f"cell/{cell} moving from snapshot/{snapshot} (taken "
+                                   f"{taken}; what it wrote since is lost with node "
+                                   f"{result.node})") + "\n")
     for cell, node in result.moved:
         sys.stdout.write(printable(f"cell/{cell} moved to node {node}") + "\n")
     for cell, why in result.failed:

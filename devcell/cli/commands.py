@@ -393,6 +393,9 @@ def _node(p: argparse.ArgumentParser) -> None:
 
 def _node_drain(p: argparse.ArgumentParser) -> None:
     _node(p)
+    p.add_argument("--from-last-snapshot", action="store_true",
+                   help="for a node that is lost: move each cell from its newest snapshot in "
+                        "cluster.registry (what it wrote since is lost)")
     _timeout(p)
 
 

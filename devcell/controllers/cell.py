@@ -136,6 +136,9 @@ class CellController:
                 with ctx.db.write() as wconn:  # resumed since (by hand, or a compensation)
                     frozen.clear(wconn, cell.id)
             lost = observed.detail.get("nodeDown")
+            moving = restores.of(cell)
+            if lost and moving is not None and moving.away_from and moving.safety_id is None:
+                lost = None  # a move off the lost node from a pushed snapshot, asked for
             if lost and not cell.deleting:
                 # Its node is gone from the cluster: what runs there is not known, and the
                 # workspace is only there. Nothing is planned (never recreated empty

@@ -166,15 +166,17 @@ def finished(conn: sqlite3.Connection, cell: objects.ObjectRecord, plan: Plan,
     away = step.args.get("away_from")
     if away:
         if error is None:
+            said = (f"snapshot {safety} (kept: the cell's last snapshot before the move)"
+                    if safety else f"its last snapshot in the registry, {target} (node {away} "
+                                   "was lost: what the cell wrote since is not carried)")
             events.record(conn, kind="Cell", object_id=cell.id, name=cell.name, reason="Moved",
-                          message=f"workspace moved off node {away} from snapshot {safety} "
-                                  f"(kept: the cell's last snapshot before the move)")
+                          message=f"workspace moved off node {away} from {said}")
         else:
             events.record(conn, kind="Cell", object_id=cell.id, name=cell.name,
                           reason="MoveFailed", type="Warning",
                           message=f"moving off node {away} failed ({error}); the cell keeps "
                                   "its workspace there")
-        move = {"from": away, "snapshot": safety, "at": now(),
+        move = {"from": away, "snapshot": safety or target, "at": now(),
                 **({"failed": error} if error else {})}
         objects.write_status(conn, fresh, phase=fresh.phase, status=dict(fresh.status, move=move),
                              observed_generation=fresh.observed_generation)

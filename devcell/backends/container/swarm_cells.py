@@ -815,6 +815,7 @@ class SwarmBackend:
         and holes kept), with the cell frozen for the copy (by quiesce, or here)."""
         existing = self.checkpoints.read(checkpoint_id)
         if existing is not None:
+            self._push_if_asked(cell, checkpoint_id)  # a push a crash interrupted
             return self._checkpoint_info(checkpoint_id, existing)
         if cell.volume_id is None:
             raise BackendError(f"cell {cell.name} has no workspace volume to checkpoint")
@@ -849,7 +850,18 @@ class SwarmBackend:
         logger.bind(backend=self.name, cell=cell.name, op=cell.op_id or "-").info(
             "checkpoint {} on node {}: {} files, {} bytes in {} ms", checkpoint_id, node,
             meta["files"], meta["size_bytes"], meta["copy_ms"])
+        self._push_if_asked(cell, checkpoint_id)
         return self._checkpoint_info(checkpoint_id, meta)
+
+    def _push_if_asked(self, cell: CellRef, checkpoint_id: str) -> None:
+        """With `cluster.pushSnapshots`, the checkpoint pushed to the registry from its node
+        as soon as it is taken (the cell already thawed): a cell whose node is lost later can
+        be moved from it."""
+        found = settings(self.layout.state_dir)
+        record = self.checkpoints.read(checkpoint_id)
+        if found is None or not found.push_snapshots or not found.registry or record is None:
+            return
+        self._pushed(cell, checkpoint_id, record, found.registry, "cluster.pushSnapshots")
 
     def checkpoint_exists(self, checkpoint_id: str) -> bool:
         return self.checkpoints.read(checkpoint_id) is not None
@@ -1098,7 +1110,8 @@ class SwarmBackend:
                         "resumed": "the switch was recorded before an interruption"}
             return {"volume": cell.volume_id, "node": record.get("node"), "moved": False,
                     "why": f"its workspace is on node {record.get('node')} already"}
-        if self._running_task(cell) is not None:
+        lost = _lost({away_from: self._node(away_from)})
+        if not lost and self._running_task(cell) is not None:
             raise BackendRefused(f"cell {cell.name} is running; its workspace is moved only "
                                  "while it is stopped")
         registry = self._registry()

@@ -369,6 +369,21 @@ class SwarmBackend:
         outputs: Outputs = {"volume": volume_id, "node": record.get("node")}
         if record.get("node"):
             outputs["wiped"] = self._wipe(volume_id, str(record["node"]), str(record["volume"]))
+        # What a move left: the volume it was filling (killed before its switch) and the old
+        # workspace it had not emptied yet; each emptied where its node can run a job.
+        for key in ("moving", "previous"):
+            extra = record.get(key)
+            if isinstance(extra, dict) and extra.get("node") and extra.get("volume"):
+                try:
+                    node_jobs.node_ready(self.manager, str(extra["node"]),
+                                         f"emptying volume {extra['volume']}")
+                except BackendError as exc:
+                    logger.bind(backend=self.name).warning(
+                        "volume {} stays on node {}: {}", extra["volume"], extra["node"], exc)
+                    outputs[f"{key}Wiped"] = False
+                    continue
+                outputs[f"{key}Wiped"] = self._wipe(volume_id, str(extra["node"]),
+                                                    str(extra["volume"]))
         self.volumes.remove(volume_id)
         return outputs
 

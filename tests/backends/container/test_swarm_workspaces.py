@@ -505,8 +505,9 @@ def test_a_lost_nodes_cell_is_moved_on_request_from_its_last_pushed_snapshot(
     The worker's engine killed: once the manager calls it down, `node drain` refuses it
     without --from-last-snapshot; with it, the cell is made on another node from that
     snapshot (its files as they were then: a file written after is not there, as the command
-    said), and runs there. The engine started again, the node rejoins. Cost ~40 s (mostly
-    the engine's own timeouts: 13-16 s to be called down, its restart)."""
+    said), and runs there. The engine started again, the node rejoins; the cell deleted, the
+    old workspace left on that node is emptied too. Cost ~25-40 s (mostly the engine's own
+    timeouts: 13-16 s to be called down, its restart)."""
     swarm, state = taken.swarm, taken.state
     _with_registry(state, registry.address)
     path = state / "config.yaml"
@@ -532,6 +533,8 @@ def test_a_lost_nodes_cell_is_moved_on_request_from_its_last_pushed_snapshot(
                          f"{_snapshot_id(state, 'lc1')}.json").read_text())
     assert record["pushed"]["ref"].startswith(registry.address), record  # pushed when taken
     worker.docker("exec", running, "sh", "-c", "echo later > /workspace/later")
+    old = next(str(r["volume"]) for r in (json.loads(f.read_text()) for f in
+               (state / "cluster" / "volumes").glob("*.json")) if r.get("cell") == "lc")
     swarm.stop_engine(worker, kill=True)
     try:
         swarm.wait(lambda: swarm.manager.docker(
@@ -558,4 +561,7 @@ def test_a_lost_nodes_cell_is_moved_on_request_from_its_last_pushed_snapshot(
         swarm.start_engine(worker)
         swarm.wait(lambda: all_ready(swarm), "every node Ready", timeout=120)
         reset_nodes(swarm)
-        cli(state, "delete", "cell", "lc", "--approve")
+        code, _, err = cli(state, "delete", "cell", "lc", "--approve")
+    assert code == 0, err
+    # The old workspace the move left on the lost node, emptied with the cell once it is back.
+    assert _look(worker, old, "ls -A /v") == ""

@@ -75,6 +75,7 @@ def _command_lines(work: Path) -> dict[tuple[str, ...], list[str]]:
         ("snapshot", "pull"): ["snapshot", "pull", "127.0.0.1:9/walk:s1"],
         ("node", "cordon"): ["node", "cordon", "n1"],
         ("node", "uncordon"): ["node", "uncordon", "n1"],
+        ("node", "drain"): ["node", "drain", "n1"],
         ("token", "create"): ["token", "create", "--user", "walk", "--role", "viewer"],
         ("token", "list"): ["token", "list"], ("token", "revoke"): ["token", "revoke", "tok_1"],
     }

@@ -69,11 +69,25 @@ class _Backend(BaseHTTPRequestHandler):
     """One request handed to git-http-backend as CGI (RFC 3875), its answer passed back."""
 
     root: Path
+    wanted: str | None = None
+    """The Authorization header every request must carry (None: none asked)."""
+
+    def _refused(self) -> bool:
+        if self.wanted is None or self.headers.get("Authorization") == self.wanted:
+            return False
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Basic realm="git"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return True
 
     def do_GET(self) -> None:
-        self._cgi(b"")
+        if not self._refused():
+            self._cgi(b"")
 
     def do_POST(self) -> None:
+        if self._refused():
+            return
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             body = self._chunked()
         else:
@@ -123,12 +137,16 @@ class _Backend(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def git_http(base: Path) -> Iterator[str]:
+def git_http(base: Path, basic: str | None = None) -> Iterator[str]:
     """git-http-backend serving every repository under `base` over smart HTTP; yields
-    `http://127.0.0.1:PORT`."""
+    `http://127.0.0.1:PORT`. `basic` ("user:password"): every request must carry it (HTTP
+    Basic authentication, as a private repository's server asks), else 401."""
     if not os.access(HTTP_BACKEND, os.X_OK):
         raise RuntimeError(f"{HTTP_BACKEND} is missing (Debian's git package has it)")
-    handler = type("Handler", (_Backend,), {"root": base})
+    import base64
+
+    wanted = None if basic is None else "Basic " + base64.b64encode(basic.encode()).decode()
+    handler = type("Handler", (_Backend,), {"root": base, "wanted": wanted})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)

@@ -65,6 +65,9 @@ class CellRef(Record):
     volume_id: str | None = None
     op_id: str | None = None
     """The operation making this call: backends label what they create with it."""
+    owner: str | None = None
+    """The user the cell belongs to (metadata.owner as recorded; None: not known): whether a
+    workspace's git clone may use the host's credentials (git_source.host_credentials)."""
 
 
 class Observed(Record):

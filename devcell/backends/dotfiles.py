@@ -20,6 +20,7 @@ which stores links as links; the cell's answers are read in bounded amounts.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import threading
@@ -133,7 +134,9 @@ def install(backend: Backend, cell: CellRef, *, state_dir: Path) -> Outputs:
 
         raise CapabilityMissing(f"the {backend.name} backend cannot run commands in a cell, "
                                 "so it cannot install spec.dotfiles")
-    source = git_source.checked(wanted.source, state_dir)
+    source = git_source.checked(dataclasses.replace(
+        wanted.source, host_credentials=git_source.host_credentials(cell.owner, state_dir)),
+        state_dir)
     parent = state_dir / "dotfiles"
     parent.mkdir(mode=0o700, exist_ok=True)
     temporaries.remove_dead(parent)

@@ -721,7 +721,9 @@ class CellController:
     def run_step(self, ctx: Context, plan: Plan, step: Step) -> Outputs:
         if step.name in (S.EXPIRE, S.SCHEDULE_SNAPSHOT):  # records only, no backend call
             return {**step.args, "at": retention.stamp(ctx.clock())}
-        ref = _work(plan).ref.replace(op_id=ctx.current_op)
+        owner = plan.object.extra.get("owner")
+        ref = _work(plan).ref.replace(op_id=ctx.current_op,
+                                      owner=owner if isinstance(owner, str) else None)
         if step.name == S.INSTALL_DOTFILES:
             return backends_dotfiles.install(ctx.backend(plan.backend), ref,
                                              state_dir=Path(ctx.db.state_dir))

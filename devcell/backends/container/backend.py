@@ -387,9 +387,10 @@ class ContainerBackend:
 
     def _seed(self, cell: CellRef) -> workspace_seed.Seed | None:
         """What a new workspace starts with, judged again now (workspace_seed.checked)."""
-        from devcell.backends.host import workspace_seed  # git, archives: only here
+        from devcell.backends.host import git_source, workspace_seed  # only here
 
-        seed = workspace_seed.of_spec(cell.spec)
+        seed = workspace_seed.of_spec(cell.spec, host_credentials=git_source.host_credentials(
+            cell.owner, self.layout.state_dir))
         return None if seed is None else workspace_seed.checked(seed, self.layout.state_dir)
 
     def _live_workspace(self, volume_id: str | None) -> Path | None:

@@ -52,6 +52,11 @@ class GitSource:
     url: str
     ref: str | None
     depth: int | None
+    host_credentials: bool = True
+    """Whether git may use the host's credentials (its configuration's credential helpers,
+    ssh keys and agent, .netrc): only for a cell of the state directory's owner. A cell
+    another user sent through the API is cloned as nobody in particular, so a developer
+    cannot clone with the daemon's keys what only its owner may read (host_credentials)."""
 
     @property
     def shown(self) -> str:
@@ -61,14 +66,37 @@ class GitSource:
         return names.printable(url) + (f" at {names.printable(self.ref)}" if self.ref else "")
 
 
-def of_spec(spec: dict[str, Any]) -> GitSource | None:
+def of_spec(spec: dict[str, Any], *, host_credentials: bool = True) -> GitSource | None:
     """The git source a cell's spec gives its new workspace (None: none, or a fork)."""
     workspace = spec.get("workspace") or {}
     git = (workspace.get("source") or {}).get("git")
     if git is None or workspace.get("from") is not None:
         return None
     depth = git.get("depth")
-    return GitSource(str(git["url"]), git.get("ref"), int(depth) if depth else None)
+    return GitSource(str(git["url"]), git.get("ref"), int(depth) if depth else None,
+                     host_credentials)
+
+
+def host_credentials(owner: str | None, state_dir: Path) -> bool:
+    """Whether a cell of `owner` clones with the host's git credentials: only the state
+    directory's owner's (the daemon runs as them; None: a cell recorded before owners were)."""
+    if owner is None:
+        return True
+    from devcell.store import actor
+
+    return owner == actor.local_user(state_dir)
+
+
+_NO_CREDENTIALS = {
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_COUNT": "0",
+    "GIT_CONFIG_PARAMETERS": "", "SSH_AUTH_SOCK": "",
+    # no configuration file (the user's or the system's), no agent, no key of the user's:
+    # ssh finds keys in the account's home, whatever HOME says
+    "GIT_SSH_COMMAND": "ssh -F /dev/null -o BatchMode=yes -o IdentitiesOnly=yes "
+                       "-o IdentityAgent=none -o IdentityFile=/dev/null",
+}
+"""What git runs with for a cell whose owner is not the host's user (HOME and XDG_CONFIG_HOME
+an empty directory too, for .netrc and the user's configuration)."""
 
 
 def local_path(url: str) -> str | None:
@@ -296,6 +324,18 @@ def _git(argv: list[str], source: GitSource, *, capture: bool = False,
     env = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "/bin/false",
            "SSH_ASKPASS": "/bin/false", "LC_ALL": "C", "GIT_ALLOW_PROTOCOL": ALLOWED_PROTOCOLS,
            "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")}
+    if source.host_credentials:
+        return _git_run(argv, source, env, capture=capture, shown=shown, room=room)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="devcell-git-home-") as home:
+        return _git_run(argv, source, {**env, **_NO_CREDENTIALS, "HOME": home,
+                                       "XDG_CONFIG_HOME": home}, capture=capture, shown=shown,
+                        room=room)
+
+
+def _git_run(argv: list[str], source: GitSource, env: dict[str, str], *, capture: bool,
+             shown: str | None, room: Path | None) -> str:
     try:
         watch = _disk_watch(room) if room is not None else None
         if shown is None:
@@ -330,6 +370,10 @@ def _git(argv: list[str], source: GitSource, *, capture: bool = False,
     for pattern, why in _CAUSES:
         if pattern.search(stderr):
             cause = BackendRefused if "reached" not in why else BackendError
+            if "denied" in why and not source.host_credentials:
+                why = ("access was denied (the cell is not the host's user's, so it is "
+                       "cloned without the host's git credentials: a repository anyone may "
+                       "read, or the state directory's owner makes the cell)")
             raise cause(f"cloning {source.shown}: {why} (git: {last})")
     raise BackendError(f"cloning {source.shown} failed (git: {last})")
 

@@ -51,8 +51,9 @@ class ArchiveSource:
 Seed = git_source.GitSource | DirectorySource | ArchiveSource
 
 
-def of_spec(spec: dict[str, Any]) -> Seed | None:
-    """The source a cell's spec gives its new workspace (None: none, or a fork's)."""
+def of_spec(spec: dict[str, Any], *, host_credentials: bool = True) -> Seed | None:
+    """The source a cell's spec gives its new workspace (None: none, or a fork's);
+    `host_credentials`: whether a git source may use the host's (git_source)."""
     workspace = spec.get("workspace") or {}
     if workspace.get("from") is not None:
         return None
@@ -61,7 +62,7 @@ def of_spec(spec: dict[str, Any]) -> Seed | None:
         return DirectorySource(str(source["directory"]["path"]))
     if source.get("archive") is not None:
         return ArchiveSource(str(source["archive"]["path"]))
-    return git_source.of_spec(spec)
+    return git_source.of_spec(spec, host_credentials=host_credentials)
 
 
 def checked(seed: Seed, state_dir: Path) -> Seed:

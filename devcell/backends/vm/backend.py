@@ -1018,7 +1018,10 @@ class VmBackend:
 
     def _seed(self, cell: CellRef) -> workspace_seed.Seed | None:
         """What a new workspace starts with, judged again now (workspace_seed.checked)."""
-        seed = workspace_seed.of_spec(cell.spec)
+        from devcell.backends.host import git_source
+
+        seed = workspace_seed.of_spec(cell.spec, host_credentials=git_source.host_credentials(
+            cell.owner, self.layout.state_dir))
         return None if seed is None else workspace_seed.checked(seed, self.layout.state_dir)
 
     def delete_volume(self, volume_id: str) -> Outputs:

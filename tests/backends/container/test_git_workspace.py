@@ -91,3 +91,29 @@ def test_a_cell_clones_its_workspace_from_a_git_server_on_loopback(
         done = cli("apply", "-f", str(_manifest(tmp_path, f"{base}/{bare.name}")))
     assert done.returncode == 0, done.stderr
     assert cli("exec", "box", "--", "cat", "README").stdout == "from git\n"
+
+
+def test_a_cell_of_another_user_clones_without_the_hosts_credentials(
+        engine: None, cli: Cli, tmp_path: Path, state: Path) -> None:
+    """The host's user reaches a private repository with a credential helper: their cell
+    starts with its files; a cell recorded as another user's (metadata.owner, as a developer's
+    cell sent through the API is) is cloned without those credentials and fails saying so."""
+    bare = _repo(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    with git_servers.git_http(bare.parent, basic="owner:s3cret") as base:
+        url = f"{base}/{bare.name}"
+        (home / ".git-credentials").write_text(f"http://owner:s3cret@{base[len('http://'):]}\n")
+        (home / ".gitconfig").write_text("[credential]\n\thelper = store\n")
+        env = {"HOME": str(home)}
+        done = cli("apply", "-f", str(_manifest(tmp_path, url)), env=env)
+        assert done.returncode == 0, done.stderr
+        assert cli("exec", "box", "--", "cat", "README").stdout == "from git\n"
+        other = tmp_path / "other.yaml"
+        other.write_text(_manifest(tmp_path, url).read_text()
+                         .replace("metadata: {name: box}", "metadata: {name: anas, owner: ana}"))
+        done = cli("apply", "-f", str(other), "--timeout", "30s", env=env)
+        assert done.returncode != 0
+        said = done.stderr + done.stdout
+        assert "cloned without the host's git credentials" in said, said
+        assert "Traceback" not in done.stderr

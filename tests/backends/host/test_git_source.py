@@ -339,3 +339,42 @@ def test_a_sparse_file_planted_in_a_local_repository_is_refused_not_copied(
     with pytest.raises(BackendRefused, match="huge of its git directory"):
         git_source.clone(GitSource(str(repo), None, None), out / "ws")
     assert list(out.iterdir()) == []
+
+
+def test_a_cell_of_another_user_is_cloned_without_the_hosts_credentials(
+        bare: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host's user keeps a private repository's password in a credential helper, and the
+    daemon runs as them: a cell the host's user makes clones it; one another user sent through
+    the API (host_credentials False) is refused access, as it would be anywhere else, and
+    says why (found reviewing issue 27: a developer cloned with the daemon's credentials)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    with git_servers.git_http(bare.parent, basic="owner:s3cret") as base:
+        url = f"{base}/{bare.name}"
+        (home / ".git-credentials").write_text(f"http://owner:s3cret@{base[len('http://'):]}\n")
+        (home / ".gitconfig").write_text("[credential]\n\thelper = store\n")
+        git_source.clone(GitSource(url, None, None), tmp_path / "owners")
+        assert (tmp_path / "owners" / "app.py").read_text() == "v2\n"
+        with pytest.raises(BackendRefused, match="cloned without the host's git credentials"):
+            git_source.clone(GitSource(url, None, None, host_credentials=False),
+                             tmp_path / "others")
+        assert not (tmp_path / "others").exists()
+        # .netrc (which git's curl reads from HOME) is not the other user's either
+        (home / ".gitconfig").unlink()
+        (home / ".netrc").write_text("machine 127.0.0.1 login owner password s3cret\n")
+        os.chmod(home / ".netrc", 0o600)
+        git_source.clone(GitSource(url, None, None), tmp_path / "netrc")
+        with pytest.raises(BackendRefused, match="access was denied"):
+            git_source.clone(GitSource(url, None, None, host_credentials=False),
+                             tmp_path / "others")
+
+
+def test_only_the_state_directorys_owner_clones_with_the_hosts_credentials(
+        tmp_path: Path) -> None:
+    from devcell.store import actor
+
+    assert git_source.host_credentials(None, tmp_path)
+    assert git_source.host_credentials(actor.local_user(tmp_path), tmp_path)
+    assert not git_source.host_credentials("ana", tmp_path)

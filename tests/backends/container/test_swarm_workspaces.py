@@ -442,18 +442,36 @@ def _killed_drain(state: Path, node: str, failpoint: str) -> None:
 
 def test_draining_a_node_moves_its_cell_elsewhere_with_its_files(
         taken: Taken, registry: Registry) -> None:
-    """`node drain`, killed -9 twice first: after the pull into the new node's volume (the
-    cell still whole on its node, its old workspace there), and after the switch of its
-    record (before the service follows). Each time the cell has one service and its old
+    """`node drain` of a node with three cells (src and two more), killed -9 twice first:
+    after the pull into the new node's volume (the cell still whole on its node, its old
+    workspace there), and after the switch of its record (before the service follows).
+    Each time the first cell moved has one service and its old
     workspace still holds its files. The third run finishes: the cell stopped, snapshotted
     (a Ready snapshot src-move-...), pushed once from its node, pulled on the node the swarm
     picked (the same one each run), started there with every hostile entry as what it is;
     its old workspace emptied on the old node once it ran; the node's availability drain;
-    each step naming its node. Cost ~20 s (two killed runs ~4 s each, the move ~6 s)."""
+    each step naming its node; the two other cells moved too, with their files. Cost ~30 s
+    (the two cells' apply, two killed runs ~4 s each, the three moves)."""
     swarm, state, node = taken.swarm, taken.state, taken.node
     _with_registry(state, registry.address)
     old = next(str(r["volume"]) for r in (json.loads(f.read_text()) for f in
                (state / "cluster" / "volumes").glob("*.json")) if r.get("cell") == "src")
+    for other in swarm.nodes:  # two more cells on the node: the drain moves each
+        if other is not node:
+            swarm.manager.docker("node", "update", "--availability", "pause", other.node_id)
+    try:
+        for name in ("d1", "d2"):
+            (state.parent / f"{name}.yaml").write_text(manifest(name))
+            code, out, err = cli(state, "apply", "-f", str(state.parent / f"{name}.yaml"))
+            assert code == 0, (out, err)
+    finally:
+        reset_nodes(swarm)
+    for name in ("d1", "d2"):
+        assert cells(_Placed(state))[name]["NODE"] == node.node_id
+        made = container_on(node, name)
+        swarm.wait(lambda made=made: node.docker(  # type: ignore[misc]
+            "exec", made, "stat", "/workspace/suid", check=False).returncode == 0,
+            "the files written")
     try:
         for failpoint in ("swarm.move.pulled", "swarm.move.committed"):
             _killed_drain(state, node.node_id, failpoint)
@@ -465,7 +483,8 @@ def test_draining_a_node_moves_its_cell_elsewhere_with_its_files(
         code, out, err = cli(state, "node", "drain", node.node_id)
         seconds = time.monotonic() - began
         assert code == 0, (out, err)
-        print(f"\ndrain of a node with one cell in {seconds:.1f} s (after two kills)")
+        said = out
+        print(f"\ndrain of a node with three cells in {seconds:.1f} s (after two kills)")
         row = cells(_Placed(state))["src"]
         assert row["PHASE"] == "Running" and row["NODE"] not in ("", node.node_id), row
         assert f"cell/src moved to node {row['NODE']}" in out and "drained" in out, out
@@ -495,8 +514,17 @@ def test_draining_a_node_moves_its_cell_elsewhere_with_its_files(
         availability = swarm.manager.docker("node", "inspect", "--format",
                                             "{{.Spec.Availability}}", node.node_id)
         assert availability.stdout.decode().strip() == "drain"
+        rows = cells(_Placed(state))
+        for name in ("d1", "d2"):
+            assert f"cell/{name} moved to node {rows[name]['NODE']}" in said, said
+            assert rows[name]["PHASE"] == "Running" and rows[name]["NODE"] != node.node_id
+            where = next(n for n in swarm.nodes if n.node_id == rows[name]["NODE"])
+            assert where.docker("exec", container_on(where, name), "cat", "/workspace/a"
+                                ).stdout == b"hello\n"
     finally:
         reset_nodes(swarm)
+        for name in ("d1", "d2"):
+            cli(state, "delete", "cell", name, "--approve")
 
 
 def test_a_lost_nodes_cell_is_moved_on_request_from_its_last_pushed_snapshot(

@@ -195,7 +195,10 @@ def rootfs(layout: VmLayout, image: str) -> tuple[str, Path]:
             container.export_image(image, tar)
             tar.flush()
             tar.seek(0)
-            (tmp / "tree").mkdir(mode=0o755)
+            (tmp / "tree").mkdir(mode=0o700)
+            # 0755 whatever the umask: mkfs copies the tree's root mode to the guest's /
+            # (an export has no entry for it), and 0700 would shut out the guest's users
+            os.chmod(tmp / "tree", 0o755)
             done = _untar(tar.fileno(), tmp / "tree")
             if done:
                 raise BackendError(f"unpacking image {image} failed: {done}")

@@ -180,3 +180,24 @@ def test_a_tree_within_the_bounds_is_measured(tmp_path: Path) -> None:
     (tree / "data").write_bytes(b"x" * 8192)
     (tree / "link").symlink_to("/etc/passwd")
     assert vm_image.tree_bytes(tree, "image x") >= 8192
+
+
+def test_the_root_disks_top_is_0755_whatever_the_umask(tmp_path: Path) -> None:
+    """An image's export has no entry for its root, so the tree DevCell unpacks it into gives
+    the guest's / its mode: made under a umask of 077 it was 0700, and the guest's users could
+    not reach anything (found by attackperm)."""
+    import subprocess
+
+    from devcell.backends.vm import image as vm_image
+    from devcell.backends.vm.layout import VmLayout
+    from tests.backends.engine import require_engine
+
+    require_engine()
+    previous = os.umask(0o077)
+    try:
+        _, disk = vm_image.rootfs(VmLayout(tmp_path / "state"), "devcell/busybox:latest")
+    finally:
+        os.umask(previous)
+    shown = subprocess.run(["debugfs", "-R", "stat /", str(disk)], capture_output=True,
+                           text=True, check=True).stdout
+    assert "Mode:  0755" in shown or "Mode:  00755" in shown, shown

@@ -16,7 +16,9 @@ or for an admin):
   one else's (`developer-not-own`);
 - only a cell's owner (or an admin) changes its metadata.owner or spec.sharedWith
   (`owner-grants`, authorize_update): a developer it is shared with may change the rest of
-  it, not make it theirs nor share it further.
+  it, not make it theirs nor share it further;
+- only an admin gives a cell to the state directory's owner (`host-owner`): that owner's
+  cells clone with the server's git credentials (git_source.host_credentials).
 
 A resource without an owner (a node, an object recorded before owners were) belongs to no
 developer: only an admin changes it.
@@ -90,6 +92,8 @@ RULES = {
                   "archive workspace, a git repository on the server, privileged, host "
                   "network): DevCell's configuration allows them for the whole server, not "
                   "for each user",
+    "host-owner": "only an admin gives a cell to the server's owner (its git clones would use "
+                  "the server's git credentials with a spec another user wrote)",
 }
 """Every rule's name and what it says (docs/auth.md lists the same)."""
 
@@ -121,14 +125,18 @@ def require(principal: Principal, verb: Verb, resource: ResourceRef) -> Decision
     return decision
 
 
-def authorize_update(principal: Principal, recorded: ResourceRef, wanted: ResourceRef
-                     ) -> Decision:
+def authorize_update(principal: Principal, recorded: ResourceRef, wanted: ResourceRef,
+                     *, server_owner: str | None = None) -> Decision:
     """Whether `principal` may update `recorded` to `wanted` (a manifest's: its owner None
     when metadata.owner is absent, which keeps the recorded one; its spec.sharedWith): the
-    update verb, and owner-grants when the owner or the users shared with would change."""
+    update verb, owner-grants when the owner or the users shared with would change, and
+    host-owner when a developer would give the cell to `server_owner` (the state
+    directory's owner, whose cells clone with the server's git credentials)."""
     decision = authorize(principal, Verb.update, recorded)
     if not decision.allowed or principal.role is Role.admin:
         return decision
+    if server_owner is not None and wanted.owner == server_owner != recorded.owner:
+        return Decision(False, "host-owner")
     grants = (wanted.owner is not None and wanted.owner != recorded.owner) \
         or set(wanted.shared_with) != set(recorded.shared_with)
     if grants and (recorded.owner is None or recorded.owner != principal.user):
@@ -136,10 +144,10 @@ def authorize_update(principal: Principal, recorded: ResourceRef, wanted: Resour
     return decision
 
 
-def require_update(principal: Principal, recorded: ResourceRef, wanted: ResourceRef
-                   ) -> Decision:
+def require_update(principal: Principal, recorded: ResourceRef, wanted: ResourceRef,
+                   *, server_owner: str | None = None) -> Decision:
     """authorize_update(), raising errors.Forbidden (naming the rule) when refused."""
-    decision = authorize_update(principal, recorded, wanted)
+    decision = authorize_update(principal, recorded, wanted, server_owner=server_owner)
     if not decision.allowed:
         raise Forbidden(refusal(principal, Verb.update, recorded, decision.rule),
                         rule=decision.rule)

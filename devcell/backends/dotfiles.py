@@ -135,7 +135,8 @@ def install(backend: Backend, cell: CellRef, *, state_dir: Path) -> Outputs:
         raise CapabilityMissing(f"the {backend.name} backend cannot run commands in a cell, "
                                 "so it cannot install spec.dotfiles")
     source = git_source.checked(dataclasses.replace(
-        wanted.source, host_credentials=git_source.host_credentials(cell.owner, state_dir)),
+        wanted.source, host_credentials=git_source.host_credentials(
+            cell.owner, state_dir, cell.spec.get("sharedWith"))),
         state_dir)
     parent = state_dir / "dotfiles"
     parent.mkdir(mode=0o700, exist_ok=True)

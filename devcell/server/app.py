@@ -702,7 +702,8 @@ def _authorize_apply(ctx: Context, principal: Any, source: Any) -> None:
                                resources.recorded(db.conn, "Cell", cell))
             elif objects.get(db.conn, m.kind, m.name) is not None:
                 recorded = resources.recorded(db.conn, m.kind, m.name)
-                policy.require_update(principal, recorded, resources.to_update(m))
+                policy.require_update(principal, recorded, resources.to_update(m),
+                                      server_owner=principals.local_user(ctx.state_dir))
                 policy.require_host(principal, policy.Verb.update, recorded,
                                     resources.host_reach(m.spec))
             else:

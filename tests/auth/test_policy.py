@@ -60,7 +60,7 @@ def test_the_table_covers_every_verb_role_and_rule() -> None:
     assert set(TABLE) == set(Verb)
     assert all(set(by_role) == {r.value for r in Role} for by_role in TABLE.values())
     # owner-grants and host-admin judge what a manifest asks for, beside the verb: below
-    assert {cell[1:] for _, _, _, cell in CASES} == set(RULES) - {"owner-grants", "host-admin"}
+    assert {cell[1:] for _, _, _, cell in CASES} == set(RULES) - {"owner-grants", "host-admin", "host-owner"}
 
 
 @pytest.mark.parametrize(("role", "verb", "relation", "expected"), CASES,
@@ -151,6 +151,24 @@ def test_only_the_owner_changes_who_owns_or_shares_a_cell() -> None:
     assert authorize_update(Principal("root", Role.admin), recorded, wanted("eve")).allowed
     assert authorize_update(Principal("eve", Role.developer), recorded, wanted("eve")) \
         == Decision(False, "developer-not-own")
+
+
+def test_only_an_admin_gives_a_cell_to_the_servers_owner() -> None:
+    """The state directory's owner's cells clone with the server's git credentials: a
+    developer giving their cell (a dotfiles URL of their choice in the same apply) to that
+    owner would clone with them what only the owner may read (found by attack-git)."""
+    from devcell.auth.policy import Decision, authorize_update
+
+    ana = Principal("ana", Role.developer)
+    mine = ResourceRef("Cell", "mine", owner="ana", shared_with=())
+    given = ResourceRef("Cell", "mine", "root", ("ana",))
+    assert authorize_update(ana, mine, given).allowed  # no server owner named: as before
+    assert authorize_update(ana, mine, given, server_owner="root") \
+        == Decision(False, "host-owner")
+    assert authorize_update(ana, mine, ResourceRef("Cell", "mine", "bob", ()),
+                            server_owner="root").allowed
+    assert authorize_update(Principal("admin2", Role.admin), mine, given,
+                            server_owner="root").allowed
 
 
 @pytest.mark.parametrize(("spec", "field"), [

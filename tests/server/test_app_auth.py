@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from devcell.store import actor
 from tests.server.conftest import Api
 from tests.server.test_app import YAML, assert_problem, cell
 
@@ -116,6 +117,14 @@ CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
             "metadata: {name:", "metadata: {owner: u-developer, name:")
             + "  sharedWith: [u-developer]\n")(_admin_cell(api, shared_with="u-developer"))), {
         "viewer": (403, "viewer-read-only"), "developer": (403, "owner-grants"),
+        "admin": (200, None)}),
+    # the state directory's owner's cells clone with the server's git credentials: a
+    # developer may not hand that owner a cell whose spec (a dotfiles URL) they wrote
+    "give their cell to the server's owner": (lambda api, t: (
+        "POST", "/api/v1/apply", (lambda n: cell(n).replace(
+            "metadata: {name:", f"metadata: {{owner: {actor.local_user()}, name:")
+            + "  sharedWith: [u-developer]\n")(_own_cell(api, t))), {
+        "viewer": (403, "viewer-read-only"), "developer": (403, "host-owner"),
         "admin": (200, None)}),
     "share on a cell shared with them": (lambda api, t: (
         "POST", "/api/v1/apply", (lambda n: cell(n) + "  sharedWith: [u-developer, eve]\n")(

@@ -390,7 +390,7 @@ class ContainerBackend:
         from devcell.backends.host import git_source, workspace_seed  # only here
 
         seed = workspace_seed.of_spec(cell.spec, host_credentials=git_source.host_credentials(
-            cell.owner, self.layout.state_dir))
+            cell.owner, self.layout.state_dir, cell.spec.get("sharedWith")))
         return None if seed is None else workspace_seed.checked(seed, self.layout.state_dir)
 
     def _live_workspace(self, volume_id: str | None) -> Path | None:

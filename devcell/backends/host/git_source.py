@@ -77,14 +77,19 @@ def of_spec(spec: dict[str, Any], *, host_credentials: bool = True) -> GitSource
                      host_credentials)
 
 
-def host_credentials(owner: str | None, state_dir: Path) -> bool:
-    """Whether a cell of `owner` clones with the host's git credentials: only the state
-    directory's owner's (the daemon runs as them; None: a cell recorded before owners were)."""
-    if owner is None:
-        return True
+def host_credentials(owner: str | None, state_dir: Path, shared_with: Any = None) -> bool:
+    """Whether a cell of `owner` (shared with the users its spec.sharedWith names) clones with
+    the host's git credentials: only the state directory's owner's (the daemon runs as them;
+    None: a cell recorded before owners were), and only when shared with nobody else, since a
+    developer a cell is shared with may change its spec's git URLs (policy developer-shared)."""
     from devcell.store import actor
 
-    return owner == actor.local_user(state_dir)
+    host = actor.local_user(state_dir)
+    if owner is not None and owner != host:
+        return False
+    if shared_with is None:
+        return True
+    return isinstance(shared_with, list) and all(u == host for u in shared_with)
 
 
 _NO_CREDENTIALS = {

@@ -1021,7 +1021,7 @@ class VmBackend:
         from devcell.backends.host import git_source
 
         seed = workspace_seed.of_spec(cell.spec, host_credentials=git_source.host_credentials(
-            cell.owner, self.layout.state_dir))
+            cell.owner, self.layout.state_dir, cell.spec.get("sharedWith")))
         return None if seed is None else workspace_seed.checked(seed, self.layout.state_dir)
 
     def delete_volume(self, volume_id: str) -> Outputs:

@@ -117,3 +117,12 @@ def test_a_cell_of_another_user_clones_without_the_hosts_credentials(
         said = done.stderr + done.stdout
         assert "cloned without the host's git credentials" in said, said
         assert "Traceback" not in done.stderr
+        # the host's user's cell shared with a developer, who may change its git URLs
+        # (developer-shared), is cloned without them too (found by attack-git)
+        shared = tmp_path / "shared.yaml"
+        shared.write_text(_manifest(tmp_path, url).read_text()
+                          .replace("metadata: {name: box}", "metadata: {name: ours}")
+                          + "  sharedWith: [ana]\n")
+        done = cli("apply", "-f", str(shared), "--timeout", "30s", env=env)
+        assert done.returncode != 0
+        assert "cloned without the host's git credentials" in done.stderr + done.stdout

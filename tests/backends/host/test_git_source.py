@@ -378,3 +378,10 @@ def test_only_the_state_directorys_owner_clones_with_the_hosts_credentials(
     assert git_source.host_credentials(None, tmp_path)
     assert git_source.host_credentials(actor.local_user(tmp_path), tmp_path)
     assert not git_source.host_credentials("ana", tmp_path)
+    # a developer an owner's cell is shared with may change its git URLs (developer-shared)
+    host = actor.local_user(tmp_path)
+    assert not git_source.host_credentials(host, tmp_path, ["ana"])
+    assert not git_source.host_credentials(None, tmp_path, [host, "ana"])
+    assert not git_source.host_credentials(host, tmp_path, "ana")  # malformed: not trusted
+    assert git_source.host_credentials(host, tmp_path, [host])
+    assert git_source.host_credentials(host, tmp_path, [])

@@ -64,7 +64,14 @@ def _on_node(state_dir: Path, node_id: str) -> set[str]:
 
     return {str(r.get("cell_id")) for _, r in Volumes(state_dir).all() if r.get("cell_id") and (
         (r.get("node") == node_id and r.get("filled") is not False)
-        or (r.get("previous") or {}).get("node") == node_id)}
+        or _previous_node(r) == node_id)}
+
+
+def _previous_node(record: dict[str, Any]) -> str | None:
+    """The node of the old workspace a move left (a restore's `previous` is only a volume
+    name on the workspace's own node)."""
+    previous = record.get("previous")
+    return str(previous.get("node")) if isinstance(previous, dict) else None
 
 
 def _recorded_on(state_dir: Path, node_id: str) -> set[str]:

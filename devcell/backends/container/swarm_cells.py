@@ -1052,8 +1052,9 @@ class SwarmBackend:
         workspace's node filled from it by a job there (as a fork's), then named in the
         workspace's record (the commit: the old workspace or the restored one, never a mix;
         a job cannot exchange a volume's root in place as the single host does), then in the
-        service's mount; the old volume emptied after. Refused while the cell runs, and for
-        a checkpoint on another node (that needs the registry)."""
+        service's mount; the old volume emptied after. Refused while the cell runs. A
+        checkpoint on another node comes through the registry (pushed from its node once,
+        pulled by a job on the workspace's node)."""
         if cell.volume_id is None:
             raise BackendError(f"cell {cell.name} has no workspace volume to restore into")
         record = self.volumes.read(cell.volume_id)
@@ -1063,11 +1064,6 @@ class SwarmBackend:
         if source is None:
             raise BackendNotFound(f"checkpoint {checkpoint_id} is on no node of the cluster")
         node = str(record["node"])
-        if source.get("node") != node:
-            raise BackendRefused(
-                f"checkpoint {checkpoint_id} is on node {source.get('node')}, the workspace of "
-                f"cell {cell.name} on node {node}: a restore across nodes needs the snapshot "
-                "in a registry, which is not built yet (issue 25)")
         if self._running_task(cell) is not None:
             raise BackendRefused(f"cell {cell.name} is running; its workspace is restored "
                                  "only while it is stopped")
@@ -1076,15 +1072,39 @@ class SwarmBackend:
         old = self._engine_volume_of(cell.volume_id)
         generation = int(record.get("restores") or 0) + 1
         new = f"{engine_volume(self.owner, cell.volume_id)}-r{generation}"
-        out = node_jobs.run(
-            self.manager, self.owner, node=node, job=f"restore:{cell.volume_id}", what=what,
-            script=FORK_FILL, caps=COPY_CAPS, expect="devcell-tree",
-            mounts=[self._volume_mount(str(source.get("volume")), "/c",
-                                       {CHECKPOINT: checkpoint_id}, read_only=True),
-                    self._volume_mount(new, "/w",
-                                       self._workspace_labels(cell, cell.volume_id))])
+        across: Outputs = {}
+        if source.get("node") != node:
+            # The checkpoint is on another node: through the registry, as a fork's
+            # (_fork_elsewhere), the pull pinned to the workspace's node.
+            registry = self._registry()
+            if registry is None:
+                raise BackendRefused(
+                    f"checkpoint {checkpoint_id} is on node {source.get('node')}, the workspace "
+                    f"of cell {cell.name} on node {node}: a restore across nodes needs a "
+                    "registry the nodes reach (cluster.registry in DevCell's configuration, "
+                    "docs/cluster.md)")
+            pushed, fresh = self._pushed(cell, checkpoint_id, source, registry,
+                                         f"the workspace is on node {node}")
+            _, out = node_transfer.pull(
+                self.manager, self.owner, registry=registry, pushed=pushed,
+                job=f"restore:{cell.volume_id}", what=what + f" through {pushed.get('ref')}",
+                constraints=[f"node.id=={node}"], reservations={},
+                volume_mount=lambda: self._volume_mount(
+                    new, "/w", self._workspace_labels(cell, str(cell.volume_id))),
+                on_placed=lambda _: None)
+            across = {"checkpointNode": source.get("node"), "via": "registry",
+                      "ref": str(pushed.get("ref")), "pushedNow": fresh}
+        else:
+            out = node_jobs.run(
+                self.manager, self.owner, node=node, job=f"restore:{cell.volume_id}",
+                what=what, script=FORK_FILL, caps=COPY_CAPS, expect="devcell-tree",
+                mounts=[self._volume_mount(str(source.get("volume")), "/c",
+                                           {CHECKPOINT: checkpoint_id}, read_only=True),
+                        self._volume_mount(new, "/w",
+                                           self._workspace_labels(cell, cell.volume_id))])
+        kept = record.get("previous")  # a move's old workspace not emptied yet stays named
         self.volumes.write(cell.volume_id, dict(record, volume=new, restores=generation,
-                                                previous=old))
+                                                previous=kept if isinstance(kept, dict) else old))
         service = self._service(cell)
         if service is not None:
             self._fresh_mount(cell, service)
@@ -1094,7 +1114,7 @@ class SwarmBackend:
             "workspace restored from {} on node {} into volume {}", checkpoint_id, node, new)
         return {"volume": cell.volume_id, "restoredFrom": checkpoint_id, "node": node,
                 "files": _int(found.get("files")), "bytes": _int(found.get("bytes")),
-                "storage": "node", "how": "copy", "emptied": emptied}
+                "storage": "node", "how": "copy", "emptied": emptied, **across}
 
     def move_workspace(self, cell: CellRef, checkpoint_id: str, away_from: str) -> Outputs:
         """The stopped cell's workspace put on another node than `away_from` (`node drain`)
@@ -1114,7 +1134,8 @@ class SwarmBackend:
         if source is None:
             raise BackendNotFound(f"checkpoint {checkpoint_id} is on no node of the cluster")
         if record.get("node") != away_from:
-            previous = record.get("previous") or {}
+            previous = record.get("previous")
+            previous = previous if isinstance(previous, dict) else {}  # a restore's: a name
             service = self._service(cell)
             if service is not None:
                 self._fresh_mount(cell, service)

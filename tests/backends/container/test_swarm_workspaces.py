@@ -450,8 +450,10 @@ def test_draining_a_node_moves_its_cell_elsewhere_with_its_files(
     (a Ready snapshot src-move-...), pushed once from its node, pulled on the node the swarm
     picked (the same one each run), started there with every hostile entry as what it is;
     its old workspace emptied on the old node once it ran; the node's availability drain;
-    each step naming its node; the two other cells moved too, with their files. Cost ~30 s
-    (the two cells' apply, two killed runs ~4 s each, the three moves)."""
+    each step naming its node; the two other cells moved too, with their files. Then src
+    restored to its move snapshot, whose checkpoint is on the drained node: pulled from the
+    registry onto src's new node. Cost ~40 s (the two cells' apply, two killed runs ~4 s
+    each, the three moves, the restore ~8 s)."""
     swarm, state, node = taken.swarm, taken.state, taken.node
     _with_registry(state, registry.address)
     old = next(str(r["volume"]) for r in (json.loads(f.read_text()) for f in
@@ -514,6 +516,22 @@ def test_draining_a_node_moves_its_cell_elsewhere_with_its_files(
         availability = swarm.manager.docker("node", "inspect", "--format",
                                             "{{.Spec.Availability}}", node.node_id)
         assert availability.stdout.decode().strip() == "drain"
+        # Restoring src to its move snapshot, whose checkpoint is on the drained node (no
+        # job runs there now): pulled from the registry on src's new node.
+        snapshot = next(line.split()[0] for line in out.splitlines()
+                        if line.startswith("src-move-"))
+        there.docker("exec", moved, "sh", "-c", "echo changed > /workspace/a")
+        code, out, err = cli(state, "snapshot", "restore", snapshot, "--approve")
+        assert code == 0, (out, err)
+        restored = _fork_steps(state, "src")[-1:][0]
+        assert restored["name"] == "start"
+        step = next(s for s in reversed(_fork_steps(state, "src"))
+                    if s["name"] == "restore-workspace")
+        assert step["outputs"]["via"] == "registry", step  # type: ignore[index]
+        assert step["outputs"]["checkpointNode"] == node.node_id, step  # type: ignore[index]
+        assert step["outputs"]["node"] == there.node_id, step  # type: ignore[index]
+        again = container_on(there, "src")
+        assert there.docker("exec", again, "cat", "/workspace/a").stdout == b"hello\n"
         rows = cells(_Placed(state))
         for name in ("d1", "d2"):
             assert f"cell/{name} moved to node {rows[name]['NODE']}" in said, said

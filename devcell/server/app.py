@@ -46,6 +46,9 @@ MAX_WATCHES = 128
 """Watches open at once; each holds a database connection (100 clients each watching:
 bench/api_list_watch.py). uvicorn's limit_concurrency (server.serve) leaves as many
 connections again for everything else."""
+MAX_WATCHES_PER_USER = 32
+"""Watches and waits one user who is not an admin may hold at once (of MAX_WATCHES): one
+developer's 128 watches left everyone, admins too, 503."""
 POLL_SECONDS = 0.1
 """How often a watch looks for a commit (one PRAGMA read when nothing changed)."""
 BOOKMARK_SECONDS = 15.0
@@ -67,6 +70,8 @@ class Context:
         self.state_dir = state_dir
         self.tokens = tokens
         self.watches = 0
+        self.watches_of: dict[str, int] = {}
+        """Open watches and waits by user (all but admins are bounded each)."""
         self.streams = 0
         self.streams_of: dict[str, int] = {}
         """Open exec and logs streams by user (all but admins are bounded each)."""
@@ -110,6 +115,32 @@ class Context:
             self.streams_of[principal.user] = left
         else:
             self.streams_of.pop(principal.user, None)
+
+    def take_watch(self, principal: Any, what: str) -> None:
+        """A slot for a watch or an action's wait (`what`, for the refusal): 503 when none is
+        left, or when a user who is not an admin holds MAX_WATCHES_PER_USER; taken before
+        the first await, so a burst cannot all pass the check."""
+        from devcell.auth import principals
+
+        if self.watches >= MAX_WATCHES:
+            raise HttpProblem(503, "too-many-watches", "Too many watches",
+                              f"{MAX_WATCHES} {what} are open; try again later")
+        user = principal.user
+        held = self.watches_of.get(user, 0)
+        if principal.role is not principals.Role.admin and held >= MAX_WATCHES_PER_USER:
+            raise HttpProblem(503, "too-many-watches", "Too many watches",
+                              f"{printable(user)} has {held} watches and waits open, the most "
+                              "one user may; end one first")
+        self.watches += 1
+        self.watches_of[user] = held + 1
+
+    def give_watch(self, principal: Any) -> None:
+        self.watches -= 1
+        left = self.watches_of.get(principal.user, 1) - 1
+        if left > 0:
+            self.watches_of[principal.user] = left
+        else:
+            self.watches_of.pop(principal.user, None)
 
     def limiter(self) -> Any:
         """The threads exec streams run their commands on (made in the event loop)."""
@@ -509,10 +540,9 @@ async def _watch(ctx: Context, resource: Resource, request: Request, selector: A
     from devcell.server.watch import Readings, Watcher
 
     sse = "text/event-stream" in request.headers.get("accept", "")
-    if ctx.watches >= MAX_WATCHES:
-        raise HttpProblem(503, "too-many-watches", "Too many watches",
-                          f"{MAX_WATCHES} watches are open; try again later")
-    ctx.watches += 1  # taken before the first await, so a burst cannot all pass the check
+    principal = request.state.principal
+    ctx.take_watch(principal, "watches")  # before the first await
+    holding = True
     db: Any = None
     shared: Any = None
     if ctx.readings is None:
@@ -522,15 +552,16 @@ async def _watch(ctx: Context, resource: Resource, request: Request, selector: A
     def release() -> None:
         """Give the slot, the connection and the shared reading back, once, however the
         watch ends."""
-        nonlocal db, shared
+        nonlocal db, shared, holding
         if db is not None:
             db.close()
             db = None
         if shared is not None:
             readings.give_back(shared)
             shared = None
-        if ctx.watches > 0:
-            ctx.watches -= 1
+        if holding:
+            holding = False
+            ctx.give_watch(principal)
 
     try:
         if for_object:  # checked as a list checks it
@@ -784,20 +815,18 @@ async def _action(ctx: Context, verb: str, request: Request) -> Response:
     headers = {"Location": f"{routes.PREFIX}/cells/{quote(cell, safe='')}"}
     if not wait:
         return JSONResponse(recorded.doc, status_code=202, headers=headers)
-    return JSONResponse(await _settle(ctx, recorded, timeout), headers=headers)
+    return JSONResponse(await _settle(ctx, request.state.principal, recorded, timeout),
+                        headers=headers)
 
 
-async def _settle(ctx: Context, recorded: Any, timeout: float) -> dict[str, Any]:
+async def _settle(ctx: Context, principal: Any, recorded: Any, timeout: float
+                  ) -> dict[str, Any]:
     """Wait until the objects an action recorded settle or fail, or `timeout` runs out: a
     watch's slot and connection, polled from the event loop."""
     from devcell.server import actions
 
     wanted = actions.keys(recorded.doc)
-    if ctx.watches >= MAX_WATCHES:
-        raise HttpProblem(503, "too-many-watches", "Too many watches",
-                          f"{MAX_WATCHES} watches and waits are open; try again later, or "
-                          "ask without wait=true")
-    ctx.watches += 1
+    ctx.take_watch(principal, "watches and waits")
     db: Any = None
     try:
         db = await run_in_threadpool(_open, ctx)
@@ -815,7 +844,7 @@ async def _settle(ctx: Context, recorded: Any, timeout: float) -> dict[str, Any]
     finally:
         if db is not None:
             db.close()
-        ctx.watches -= 1
+        ctx.give_watch(principal)
 
 
 # -- streams: exec ------------------------------------------------------------------------------

@@ -348,3 +348,33 @@ def test_tokens_never_reach_the_log_or_the_events(api: Api, tokens: dict[str, st
         secret = token.rpartition("_")[2]
         assert token not in log and token not in events
         assert secret not in log and secret not in events
+
+
+def test_one_user_who_is_not_an_admin_holds_at_most_32_watches(api: Api) -> None:
+    """One developer's watches took every one of the 128 slots and left everyone, admins too,
+    503 (attack27c's open item): a user who is not an admin holds at most
+    MAX_WATCHES_PER_USER; others, and admins, still watch; a closed watch gives its slot back."""
+    import contextlib
+
+    from devcell.server.app import MAX_WATCHES_PER_USER
+
+    token = api.token(_unique("watch-hog"), "viewer")
+    params = {"watch": "true", "timeoutSeconds": "60"}
+    with contextlib.ExitStack() as held:
+        hog = held.enter_context(api.tls_client(token))  # httpx pools up to 100
+        for _ in range(MAX_WATCHES_PER_USER):
+            r = held.enter_context(hog.stream("GET", "/api/v1/events", params=params))
+            assert r.status_code == 200
+        refused = hog.get("/api/v1/events", params=params)
+        assert refused.status_code == 503
+        assert "watches and waits open, the most one user may" in refused.json()["detail"]
+        other = api.token(_unique("watcher"), "viewer")
+        with api.tls_client(other) as c, c.stream("GET", "/api/v1/events", params={
+                "watch": "true", "timeoutSeconds": "1"}) as r:
+            assert r.status_code == 200
+        with api.client.stream("GET", "/api/v1/events", params={
+                "watch": "true", "timeoutSeconds": "1"}) as r:  # the socket's admin
+            assert r.status_code == 200
+    with api.tls_client(token) as c, c.stream("GET", "/api/v1/events", params={
+            "watch": "true", "timeoutSeconds": "1"}) as r:
+        assert r.status_code == 200

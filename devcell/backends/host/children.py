@@ -87,16 +87,17 @@ class Stopped(Exception):
 
 
 def run_bounded(argv: Sequence[str], *, env: Mapping[str, str], timeout: float,
-                keep: int = 64 * 1024, watch: Callable[[], str | None] | None = None
-                ) -> subprocess.CompletedProcess[bytes]:
+                keep: int = 64 * 1024, watch: Callable[[], str | None] | None = None,
+                inherit: bool = True) -> subprocess.CompletedProcess[bytes]:
     """As `run_bytes`, for a child whose output another party chooses (git relays a
     server's messages): it costs a constant whatever is written, the first `keep` bytes of
     standard output and the last `keep` of standard error kept, the rest read and dropped.
     Past `timeout` seconds the child's process group is killed and TimeoutExpired raised;
-    `watch`, asked about every second, stops it the same way (Stopped) with its reason."""
+    `watch`, asked about every second, stops it the same way (Stopped) with its reason.
+    `inherit` False: `env` is the child's whole environment, nothing of DevCell's added."""
     deadline = time.monotonic() + timeout
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=DEVNULL, env={**os.environ, **env},
+                            stdin=DEVNULL, env={**os.environ, **env} if inherit else dict(env),
                             preexec_fn=_die_with(os.getpid()), process_group=0)
     assert proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
@@ -148,12 +149,15 @@ def run_attached(argv: Sequence[str]) -> int:
     return subprocess.run(list(argv), check=False, preexec_fn=_die_with(os.getpid())).returncode
 
 
-def stderr_reader(argv: Sequence[str], *, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+def stderr_reader(argv: Sequence[str], *, env: Mapping[str, str], inherit: bool = True
+                  ) -> subprocess.Popen[bytes]:
     """Start `argv` with its standard error a pipe the caller reads in bounded amounts and
-    within its own deadline (stdout discarded, stdin closed; `env` added to DevCell's), a
-    child that dies with us: a program whose progress is shown as it runs."""
+    within its own deadline (stdout discarded, stdin closed; `env` added to DevCell's, or
+    with `inherit` False the whole environment), a child that dies with us: a program whose
+    progress is shown as it runs."""
     return subprocess.Popen(list(argv), stdout=DEVNULL, stderr=subprocess.PIPE, stdin=DEVNULL,
-                            env={**os.environ, **env}, preexec_fn=_die_with(os.getpid()),
+                            env={**os.environ, **env} if inherit else dict(env),
+                            preexec_fn=_die_with(os.getpid()),
                             process_group=0)
 
 

@@ -26,17 +26,18 @@ _PHASE = re.compile(rb"^(?:remote: )?([A-Za-z][A-Za-z ]{0,40}):\s+(\d{1,3})%")
 
 
 def run(argv: Sequence[str], *, env: Mapping[str, str], timeout: float,
-        description: str, watch: Callable[[], str | None] | None = None
-        ) -> children.CompletedProcess[bytes]:
+        description: str, watch: Callable[[], str | None] | None = None,
+        inherit: bool = True) -> children.CompletedProcess[bytes]:
     """Run git (`argv` holding --progress) with its progress shown under `description`;
     as children.run_bytes returns (stdout empty, stderr its last TAIL bytes). Past
     `timeout` seconds git is killed and TimeoutExpired raised; `watch` (asked about every
-    second) stops it the same way, children.Stopped with its reason."""
+    second) stops it the same way, children.Stopped with its reason; `inherit` as
+    children.stderr_reader's."""
     deadline = time.monotonic() + timeout
     tail = bytearray()
     line = bytearray()
     with progress.track_steps(description) as step, \
-            children.stderr_reader(argv, env=env) as proc:
+            children.stderr_reader(argv, env=env, inherit=inherit) as proc:
         assert proc.stderr is not None
         fd = proc.stderr.fileno()
         try:

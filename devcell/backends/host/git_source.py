@@ -93,15 +93,30 @@ def host_credentials(owner: str | None, state_dir: Path, shared_with: Any = None
 
 
 _NO_CREDENTIALS = {
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_COUNT": "0",
-    "GIT_CONFIG_PARAMETERS": "", "SSH_AUTH_SOCK": "",
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
+    # no Negotiate (Kerberos) answer to a server's 401 without a user and password
+    "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.emptyAuth",
+    "GIT_CONFIG_VALUE_0": "false", "KRB5_CONFIG": "/dev/null",
     # no configuration file (the user's or the system's), no agent, no key of the user's:
     # ssh finds keys in the account's home, whatever HOME says
     "GIT_SSH_COMMAND": "ssh -F /dev/null -o BatchMode=yes -o IdentitiesOnly=yes "
-                       "-o IdentityAgent=none -o IdentityFile=/dev/null",
+                       "-o IdentityAgent=none -o IdentityFile=/dev/null "
+                       "-o GSSAPIAuthentication=no -o HostbasedAuthentication=no",
 }
 """What git runs with for a cell whose owner is not the host's user (HOME and XDG_CONFIG_HOME
-an empty directory too, for .netrc and the user's configuration)."""
+an empty directory too, for .netrc and the user's configuration; the Kerberos ticket cache
+and client keytab files in it that do not exist), beside the _KEPT part of the daemon's
+environment and nothing else of it (a client certificate's GIT_SSL_CERT, a trace printing
+the headers sent, an agent under another name are never passed on)."""
+_KEPT = frozenset({
+    "PATH", "LANG", "TZ", "TMPDIR", "GIT_EXEC_PATH",
+    # where the daemon's network goes out, and whom it trusts: no credential of a user's
+    "http_proxy", "https_proxy", "all_proxy", "no_proxy",
+    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "GIT_SSL_CAINFO", "GIT_SSL_CAPATH", "GIT_SSL_NO_VERIFY",
+})
+"""The daemon's environment variables git runs with for another user's cell (an allowlist:
+whatever else the daemon's environment holds may be a credential)."""
 
 
 def local_path(url: str) -> str | None:
@@ -333,21 +348,24 @@ def _git(argv: list[str], source: GitSource, *, capture: bool = False,
         return _git_run(argv, source, env, capture=capture, shown=shown, room=room)
     import tempfile
 
+    kept = {k: v for k, v in os.environ.items() if k in _KEPT}
     with tempfile.TemporaryDirectory(prefix="devcell-git-home-") as home:
-        return _git_run(argv, source, {**env, **_NO_CREDENTIALS, "HOME": home,
-                                       "XDG_CONFIG_HOME": home}, capture=capture, shown=shown,
-                        room=room)
+        return _git_run(argv, source, {
+            **kept, **env, **_NO_CREDENTIALS, "HOME": home, "XDG_CONFIG_HOME": home,
+            "KRB5CCNAME": f"FILE:{home}/krb5cc", "KRB5_CLIENT_KTNAME": f"FILE:{home}/keytab"},
+            capture=capture, shown=shown, room=room, inherit=False)
 
 
 def _git_run(argv: list[str], source: GitSource, env: dict[str, str], *, capture: bool,
-             shown: str | None, room: Path | None) -> str:
+             shown: str | None, room: Path | None, inherit: bool = True) -> str:
     try:
         watch = _disk_watch(room) if room is not None else None
         if shown is None:
-            done = children.run_bounded(argv, env=env, timeout=CLONE_SECONDS, watch=watch)
+            done = children.run_bounded(argv, env=env, timeout=CLONE_SECONDS, watch=watch,
+                                        inherit=inherit)
         else:
             done = git_progress.run(argv, env=env, timeout=CLONE_SECONDS, description=shown,
-                                    watch=watch)
+                                    watch=watch, inherit=inherit)
     except FileNotFoundError:
         raise BackendError("git is not installed on this host; install it "
                            "(apt-get install -y git)") from None

@@ -6,6 +6,7 @@ left; never a hard link into the host's repository."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import socket
@@ -385,3 +386,39 @@ def test_only_the_state_directorys_owner_clones_with_the_hosts_credentials(
     assert not git_source.host_credentials(host, tmp_path, "ana")  # malformed: not trusted
     assert git_source.host_credentials(host, tmp_path, [host])
     assert git_source.host_credentials(host, tmp_path, [])
+
+
+def test_a_cell_of_another_user_runs_git_with_nothing_of_the_daemons_environment_but_the_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon's environment may carry credentials git or its libraries read from there:
+    a TLS client certificate (GIT_SSL_CERT, GIT_SSL_KEY), a Kerberos ticket cache (KRB5CCNAME;
+    the default one at /tmp/krb5cc_UID is kept away too), a proxy command, a trace that would
+    print the headers sent. Another user's cell runs git with only what a clone needs of it
+    (found by attack-git: the blocklist let these through)."""
+    for name, value in {"GIT_SSL_CERT": "/h/cert.pem", "GIT_SSL_KEY": "/h/key.pem",
+                        "GIT_SSL_CERT_PASSWORD_PROTECTED": "1", "KRB5CCNAME": "FILE:/h/cc",
+                        "GIT_PROXY_COMMAND": "/h/proxy", "GIT_CURL_VERBOSE": "1",
+                        "GIT_TRACE_CURL": "1", "GIT_SSH": "/h/ssh", "GIT_SSH_VARIANT": "ssh",
+                        "SOME_TOKEN": "s3cret", "LC_TIME": "C", "https_proxy": "http://p:3128"
+                        }.items():
+        monkeypatch.setenv(name, value)
+    source = GitSource("https://example.invalid/r.git", None, None, host_credentials=False)
+    seen = dict(line.split("=", 1) for line in git_source._git(
+        ["env"], source, capture=True).splitlines() if "=" in line)
+    for name in ("GIT_SSL_CERT", "GIT_SSL_KEY", "GIT_SSL_CERT_PASSWORD_PROTECTED",
+                 "GIT_PROXY_COMMAND", "GIT_CURL_VERBOSE", "GIT_TRACE_CURL", "GIT_SSH",
+                 "GIT_SSH_VARIANT", "SOME_TOKEN"):
+        assert name not in seen, name
+    assert "/h/" not in seen.get("KRB5CCNAME", "") and seen["KRB5_CONFIG"] == "/dev/null"
+    assert seen["PATH"] == os.environ["PATH"] and seen["LC_ALL"] == "C"
+    assert seen["https_proxy"] == "http://p:3128"  # the network the daemon reaches, kept
+    assert seen["GIT_CONFIG_KEY_0"] == "http.emptyAuth" and seen["GIT_CONFIG_VALUE_0"] == "false"
+    # the same on a terminal, where git's progress is shown (git_progress)
+    out = tmp_path / "env"
+    git_source._git(["sh", "-c", f"env > {out}"], source, shown="cloning")
+    assert "GIT_SSL_CERT" not in out.read_text() and "s3cret" not in out.read_text()
+    # the owner's cell keeps the daemon's environment, as the host's own git would
+    owners = dict(line.split("=", 1) for line in git_source._git(
+        ["env"], dataclasses.replace(source, host_credentials=True), capture=True
+    ).splitlines() if "=" in line)
+    assert owners["GIT_SSL_CERT"] == "/h/cert.pem"

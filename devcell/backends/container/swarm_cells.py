@@ -1064,6 +1064,13 @@ class SwarmBackend:
         if source is None:
             raise BackendNotFound(f"checkpoint {checkpoint_id} is on no node of the cluster")
         node = str(record["node"])
+        registry = self._registry()
+        if source.get("node") != node and registry is None:
+            raise BackendRefused(
+                f"checkpoint {checkpoint_id} is on node {source.get('node')}, the workspace "
+                f"of cell {cell.name} on node {node}: a restore across nodes needs a "
+                "registry the nodes reach (cluster.registry in DevCell's configuration, "
+                "docs/cluster.md)")
         if self._running_task(cell) is not None:
             raise BackendRefused(f"cell {cell.name} is running; its workspace is restored "
                                  "only while it is stopped")
@@ -1073,16 +1080,9 @@ class SwarmBackend:
         generation = int(record.get("restores") or 0) + 1
         new = f"{engine_volume(self.owner, cell.volume_id)}-r{generation}"
         across: Outputs = {}
-        if source.get("node") != node:
+        if source.get("node") != node and registry is not None:
             # The checkpoint is on another node: through the registry, as a fork's
             # (_fork_elsewhere), the pull pinned to the workspace's node.
-            registry = self._registry()
-            if registry is None:
-                raise BackendRefused(
-                    f"checkpoint {checkpoint_id} is on node {source.get('node')}, the workspace "
-                    f"of cell {cell.name} on node {node}: a restore across nodes needs a "
-                    "registry the nodes reach (cluster.registry in DevCell's configuration, "
-                    "docs/cluster.md)")
             pushed, fresh = self._pushed(cell, checkpoint_id, source, registry,
                                          f"the workspace is on node {node}")
             _, out = node_transfer.pull(

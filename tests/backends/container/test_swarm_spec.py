@@ -121,9 +121,10 @@ def test_a_fork_whose_fill_did_not_complete_is_neither_found_nor_adopted(tmp_pat
     assert backend.volume_exists("v0ffee02") and backend.volumes_of("c0ffee01") == ["v0ffee02"]
 
 
-def test_a_restore_from_a_checkpoint_on_another_node_is_refused(tmp_path: Path) -> None:
-    """Before any job: the checkpoint's node is not the workspace's (a registry would carry
-    it across, not built yet). No engine: ~0.01 s."""
+def test_a_restore_from_a_checkpoint_on_another_node_needs_the_registry(
+        tmp_path: Path) -> None:
+    """Before any job: the checkpoint's node is not the workspace's, and no cluster.registry
+    is configured to carry it across. No engine: ~0.01 s."""
     configure(tmp_path / "s")
     backend = SwarmBackend(state_dir=tmp_path / "s")
     backend.volumes.write("v0ffee03", {"cell_id": "c0ffee01", "cell": "api", "node": "n1",

@@ -394,9 +394,10 @@ def _git_run(argv: list[str], source: GitSource, env: dict[str, str], *, capture
         if pattern.search(stderr):
             cause = BackendRefused if "reached" not in why else BackendError
             if "denied" in why and not source.host_credentials:
-                why = ("access was denied (the cell is not the host's user's, so it is "
-                       "cloned without the host's git credentials: a repository anyone may "
-                       "read, or the state directory's owner makes the cell)")
+                why = ("access was denied (the cell is another user's, or shared with "
+                       "one, so it is cloned without the host's git credentials: a "
+                       "repository anyone may read, or the state directory's owner makes "
+                       "the cell and shares it with nobody)")
             raise cause(f"cloning {source.shown}: {why} (git: {last})")
     raise BackendError(f"cloning {source.shown} failed (git: {last})")
 

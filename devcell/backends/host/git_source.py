@@ -116,7 +116,9 @@ _KEPT = frozenset({
     "SSL_CERT_FILE", "SSL_CERT_DIR", "GIT_SSL_CAINFO", "GIT_SSL_CAPATH", "GIT_SSL_NO_VERIFY",
 })
 """The daemon's environment variables git runs with for another user's cell (an allowlist:
-whatever else the daemon's environment holds may be a credential)."""
+whatever else the daemon's environment holds may be a credential); a proxy's user and
+password are left out of its URL (_PROXY_USER): the daemon's network, not its identity."""
+_PROXY_USER = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^/@]*@")
 
 
 def local_path(url: str) -> str | None:
@@ -348,7 +350,8 @@ def _git(argv: list[str], source: GitSource, *, capture: bool = False,
         return _git_run(argv, source, env, capture=capture, shown=shown, room=room)
     import tempfile
 
-    kept = {k: v for k, v in os.environ.items() if k in _KEPT}
+    kept = {k: _PROXY_USER.sub(r"\1", v) if k.lower().endswith("_proxy") else v
+            for k, v in os.environ.items() if k in _KEPT}
     with tempfile.TemporaryDirectory(prefix="devcell-git-home-") as home:
         return _git_run(argv, source, {
             **kept, **env, **_NO_CREDENTIALS, "HOME": home, "XDG_CONFIG_HOME": home,

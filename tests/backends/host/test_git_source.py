@@ -399,7 +399,8 @@ def test_a_cell_of_another_user_runs_git_with_nothing_of_the_daemons_environment
                         "GIT_SSL_CERT_PASSWORD_PROTECTED": "1", "KRB5CCNAME": "FILE:/h/cc",
                         "GIT_PROXY_COMMAND": "/h/proxy", "GIT_CURL_VERBOSE": "1",
                         "GIT_TRACE_CURL": "1", "GIT_SSH": "/h/ssh", "GIT_SSH_VARIANT": "ssh",
-                        "SOME_TOKEN": "s3cret", "LC_TIME": "C", "https_proxy": "http://p:3128"
+                        "SOME_TOKEN": "s3cret", "LC_TIME": "C", "https_proxy": "http://p:3128",
+                        "HTTP_PROXY": "http://owner:pw@p:3128", "all_proxy": "u:pw@p:1080"
                         }.items():
         monkeypatch.setenv(name, value)
     source = GitSource("https://example.invalid/r.git", None, None, host_credentials=False)
@@ -411,7 +412,9 @@ def test_a_cell_of_another_user_runs_git_with_nothing_of_the_daemons_environment
         assert name not in seen, name
     assert "/h/" not in seen.get("KRB5CCNAME", "") and seen["KRB5_CONFIG"] == "/dev/null"
     assert seen["PATH"] == os.environ["PATH"] and seen["LC_ALL"] == "C"
-    assert seen["https_proxy"] == "http://p:3128"  # the network the daemon reaches, kept
+    # the network the daemon reaches is kept, not its user and password at the proxy
+    assert seen["https_proxy"] == "http://p:3128"
+    assert seen["HTTP_PROXY"] == "http://p:3128" and seen["all_proxy"] == "p:1080"
     assert seen["GIT_CONFIG_KEY_0"] == "http.emptyAuth" and seen["GIT_CONFIG_VALUE_0"] == "false"
     # the same on a terminal, where git's progress is shown (git_progress)
     out = tmp_path / "env"

@@ -167,8 +167,13 @@ def build(state_dir: Path, *, tokens: bool = False) -> Starlette:
             table.append(WebSocketRoute(route.path, _socket(ctx, route)))
     table.append(Mount("/ui", app=_Dashboard(state_dir, tokens, lambda: whole,
                                              ctx.body_seconds)))
+    from starlette.middleware import Middleware
+
+    from devcell.server.local_only import LocalOnly
+
     whole = Starlette(routes=table, exception_handlers={
-        HTTPException: _http_exception, Exception: _unexpected})
+        HTTPException: _http_exception, Exception: _unexpected},
+        middleware=[] if tokens else [Middleware(LocalOnly)])
     return whole
 
 

@@ -207,7 +207,7 @@ def _raw(api: Api, request: bytes, *, then: bytes = b"", pause: float = 0.0) -> 
 
 
 def test_huge_body_is_refused_from_its_length(api: Api) -> None:
-    answer = _raw(api, b"POST /api/v1/apply HTTP/1.1\r\nHost: x\r\nContent-Type: "
+    answer = _raw(api, b"POST /api/v1/apply HTTP/1.1\r\nHost: devcell\r\nContent-Type: "
                        b"application/yaml\r\nContent-Length: 100000000000\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 413") and b"application/problem+json" in answer
 
@@ -240,7 +240,7 @@ def test_one_document_over_the_limit_is_a_manifest_problem(api: Api) -> None:
 
 def test_slow_body_is_cut(api: Api) -> None:
     started = time.monotonic()
-    answer = _raw(api, b"POST /api/v1/apply HTTP/1.1\r\nHost: x\r\nContent-Type: "
+    answer = _raw(api, b"POST /api/v1/apply HTTP/1.1\r\nHost: devcell\r\nContent-Type: "
                        b"application/yaml\r\nContent-Length: 100\r\n\r\nkind:",
                   then=b" Cell", pause=BODY_SECONDS + 1.0)
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
@@ -249,7 +249,7 @@ def test_slow_body_is_cut(api: Api) -> None:
 
 
 def test_bad_content_length_is_refused(api: Api) -> None:
-    answer = _raw(api, b"POST /api/v1/apply HTTP/1.1\r\nHost: x\r\nContent-Type: "
+    answer = _raw(api, b"POST /api/v1/apply HTTP/1.1\r\nHost: devcell\r\nContent-Type: "
                        b"application/yaml\r\nContent-Length: lots\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 400")
 

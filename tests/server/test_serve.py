@@ -147,7 +147,7 @@ def test_a_connection_whose_request_head_never_arrives_is_closed(
             client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             client.settimeout(10)
             client.connect(path)
-            client.sendall(b"GET /api/v1/openapi.json HTTP/1.1\r\nHost: x\r\n")
+            client.sendall(b"GET /api/v1/openapi.json HTTP/1.1\r\nHost: devcell\r\n")
             held.append(client)
         started = time.monotonic()
         for client in held:
@@ -157,7 +157,7 @@ def test_a_connection_whose_request_head_never_arrives_is_closed(
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.settimeout(10)
             client.connect(path)
-            client.sendall(b"GET /api/v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
+            client.sendall(b"GET /api/v1/openapi.json HTTP/1.1\r\nHost: devcell\r\n\r\n")
             assert client.recv(64).startswith(b"HTTP/1.1 200")
     finally:
         serving.stop()

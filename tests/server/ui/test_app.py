@@ -281,7 +281,7 @@ def test_a_form_with_too_many_fields_or_arriving_too_slowly_is_refused(api: Api)
         "Content-Type": "application/x-www-form-urlencoded"})
     assert answer.status_code == 400 and "at most 16 fields" in answer.text
     started = time.monotonic()
-    slow = _raw(api, b"POST /ui/logout HTTP/1.1\r\nHost: x\r\nContent-Type: "
+    slow = _raw(api, b"POST /ui/logout HTTP/1.1\r\nHost: devcell\r\nContent-Type: "
                      b"application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\ncsrf=",
                 then=b"x", pause=BODY_SECONDS + 1.0)
     assert slow.startswith(b"HTTP/1.1 408"), slow[:200]

@@ -61,20 +61,58 @@ YAML_MEDIAS = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-ya
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+class _Slots:
+    """Slots of one kind (watches and waits; exec and logs streams): `total` at once, and at
+    most `per_user` of them held by one user who is not an admin (one developer's could
+    otherwise take them all and leave everyone, admins too, 503). Taken before the first
+    await, so a burst cannot all pass the check; given back once, however the use ends."""
+
+    def __init__(self, total: int, per_user: int, slug: str, title: str, held: str) -> None:
+        self.total, self.per_user = total, per_user
+        self.slug, self.title, self.held = slug, title, held
+        """The refusal's problem type and title, and what a user is said to hold."""
+        self.open = 0
+        self.of: dict[str, int] = {}
+        """Open slots by user."""
+
+    def take(self, principal: Any, full: str) -> None:
+        """One slot for `principal`; 503 saying `full` when none is left."""
+        from devcell.auth import principals
+
+        if self.open >= self.total:
+            raise HttpProblem(503, self.slug, self.title, full)
+        user = principal.user
+        held = self.of.get(user, 0)
+        if principal.role is not principals.Role.admin and held >= self.per_user:
+            raise HttpProblem(503, self.slug, self.title,
+                              f"{printable(user)} has {held} {self.held} open, the most one "
+                              "user may; end one first")
+        self.open += 1
+        self.of[user] = held + 1
+
+    def give(self, principal: Any) -> None:
+        self.open -= 1
+        left = self.of.get(principal.user, 1) - 1
+        if left > 0:
+            self.of[principal.user] = left
+        else:
+            self.of.pop(principal.user, None)
+
+
 class Context:
     """What every handler needs: the state directory, whether callers present tokens (TCP)
-    or are the state directory's owner (the unix socket), the number of open watches, and
+    or are the state directory's owner (the unix socket), the open watches and streams, and
     how long a body may take (DEVCELL_API_BODY_SECONDS, for a slow network or a test)."""
 
     def __init__(self, state_dir: Path, *, tokens: bool) -> None:
+        from devcell.server import streams
+
         self.state_dir = state_dir
         self.tokens = tokens
-        self.watches = 0
-        self.watches_of: dict[str, int] = {}
-        """Open watches and waits by user (all but admins are bounded each)."""
-        self.streams = 0
-        self.streams_of: dict[str, int] = {}
-        """Open exec and logs streams by user (all but admins are bounded each)."""
+        self.watches = _Slots(MAX_WATCHES, MAX_WATCHES_PER_USER, "too-many-watches",
+                              "Too many watches", "watches and waits")
+        self.streams = _Slots(streams.MAX_STREAMS, streams.MAX_STREAMS_PER_USER,
+                              "too-many-streams", "Too many streams", "exec and logs streams")
         self.readings: Any = None
         """The readings watches of the same objects share (server.watch.Readings)."""
         self.lists: Any = None
@@ -88,59 +126,19 @@ class Context:
         self.body_seconds = min(max(seconds, 0.1), 3600.0) if seconds == seconds else BODY_SECONDS
 
     def take_stream(self, principal: Any) -> None:
-        """A slot for an exec or logs stream (503 when none is left, or when a user who is
-        not an admin holds MAX_STREAMS_PER_USER: one developer's 32 `logs -f` left
-        everyone, admins too, 503 for up to an hour); taken before the first await."""
-        from devcell.auth import principals
-        from devcell.server import streams
-
-        if self.streams >= streams.MAX_STREAMS:
-            raise HttpProblem(503, "too-many-streams", "Too many streams",
-                              f"{streams.MAX_STREAMS} exec and logs streams are open; try "
-                              "again later")
-        user = principal.user
-        held = self.streams_of.get(user, 0)
-        if principal.role is not principals.Role.admin and \
-                held >= streams.MAX_STREAMS_PER_USER:
-            raise HttpProblem(503, "too-many-streams", "Too many streams",
-                              f"{printable(user)} has {held} exec and logs streams open, the "
-                              "most one user may; end one first")
-        self.streams += 1
-        self.streams_of[user] = held + 1
+        """A slot for an exec or logs stream (`logs -f` holds one for up to an hour)."""
+        self.streams.take(principal, f"{self.streams.total} exec and logs streams are open; "
+                                     "try again later")
 
     def give_stream(self, principal: Any) -> None:
-        self.streams -= 1
-        left = self.streams_of.get(principal.user, 1) - 1
-        if left > 0:
-            self.streams_of[principal.user] = left
-        else:
-            self.streams_of.pop(principal.user, None)
+        self.streams.give(principal)
 
     def take_watch(self, principal: Any, what: str) -> None:
-        """A slot for a watch or an action's wait (`what`, for the refusal): 503 when none is
-        left, or when a user who is not an admin holds MAX_WATCHES_PER_USER; taken before
-        the first await, so a burst cannot all pass the check."""
-        from devcell.auth import principals
-
-        if self.watches >= MAX_WATCHES:
-            raise HttpProblem(503, "too-many-watches", "Too many watches",
-                              f"{MAX_WATCHES} {what} are open; try again later")
-        user = principal.user
-        held = self.watches_of.get(user, 0)
-        if principal.role is not principals.Role.admin and held >= MAX_WATCHES_PER_USER:
-            raise HttpProblem(503, "too-many-watches", "Too many watches",
-                              f"{printable(user)} has {held} watches and waits open, the most "
-                              "one user may; end one first")
-        self.watches += 1
-        self.watches_of[user] = held + 1
+        """A slot for a watch or an action's wait (`what`, for the refusal)."""
+        self.watches.take(principal, f"{MAX_WATCHES} {what} are open; try again later")
 
     def give_watch(self, principal: Any) -> None:
-        self.watches -= 1
-        left = self.watches_of.get(principal.user, 1) - 1
-        if left > 0:
-            self.watches_of[principal.user] = left
-        else:
-            self.watches_of.pop(principal.user, None)
+        self.watches.give(principal)
 
     def limiter(self) -> Any:
         """The threads exec streams run their commands on (made in the event loop)."""

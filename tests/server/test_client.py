@@ -141,7 +141,7 @@ while True:
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
-                    reason="runs a server as another user")
+                    reason="needs root and setpriv to run the impostor server as another user")
 def test_a_socket_another_user_serves_is_sent_nothing() -> None:
     """Another user binds the daemon's socket path while the daemon is down (in /tmp, a
     directory both can write): the client sent them its requests, a manifest's secrets or an

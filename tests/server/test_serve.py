@@ -86,7 +86,7 @@ def test_a_path_longer_than_a_client_can_reach_is_refused(tmp_path: Path) -> Non
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
-                    reason="makes another user's socket, listens as another user")
+                    reason="needs root and setpriv to make and listen on another user's socket")
 def test_a_dead_socket_this_user_cannot_remove_is_refused_in_words() -> None:
     """Another user's dead socket (mode 0777) in a shared sticky directory: the probe is
     refused, so it is taken for stale, and its unlink was a PermissionError traceback."""

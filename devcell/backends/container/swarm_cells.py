@@ -1047,6 +1047,18 @@ class SwarmBackend:
                 "ref": str(pushed.get("ref")), "layer": str(pushed.get("layer")),
                 "layerBytes": int(pushed.get("layerBytes") or 0), "pushedNow": fresh}
 
+    def _workspace_and_checkpoint(self, cell: CellRef, volume_id: str, checkpoint_id: str
+                                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The records of the cell's workspace (on a node) and of the checkpoint a restore or
+        a move fills it from; refused, saying which is missing, when either is not there."""
+        record = self.volumes.read(volume_id)
+        source = self.checkpoints.read(checkpoint_id)
+        if record is None or not record.get("node"):
+            raise BackendNotFound(f"the workspace of cell {cell.name} is on no node yet")
+        if source is None:
+            raise BackendNotFound(f"checkpoint {checkpoint_id} is on no node of the cluster")
+        return record, source
+
     def restore_workspace(self, cell: CellRef, checkpoint_id: str) -> Outputs:
         """The stopped cell's workspace replaced by the checkpoint's tree: a new volume on the
         workspace's node filled from it by a job there (as a fork's), then named in the
@@ -1057,12 +1069,7 @@ class SwarmBackend:
         pulled by a job on the workspace's node)."""
         if cell.volume_id is None:
             raise BackendError(f"cell {cell.name} has no workspace volume to restore into")
-        record = self.volumes.read(cell.volume_id)
-        source = self.checkpoints.read(checkpoint_id)
-        if record is None or not record.get("node"):
-            raise BackendNotFound(f"the workspace of cell {cell.name} is on no node yet")
-        if source is None:
-            raise BackendNotFound(f"checkpoint {checkpoint_id} is on no node of the cluster")
+        record, source = self._workspace_and_checkpoint(cell, cell.volume_id, checkpoint_id)
         node = str(record["node"])
         registry = self._registry()
         if source.get("node") != node and registry is None:
@@ -1127,12 +1134,7 @@ class SwarmBackend:
         killed before leaves the cell whole on its node."""
         if cell.volume_id is None:
             raise BackendError(f"cell {cell.name} has no workspace volume to move")
-        record = self.volumes.read(cell.volume_id)
-        source = self.checkpoints.read(checkpoint_id)
-        if record is None or not record.get("node"):
-            raise BackendNotFound(f"the workspace of cell {cell.name} is on no node yet")
-        if source is None:
-            raise BackendNotFound(f"checkpoint {checkpoint_id} is on no node of the cluster")
+        record, source = self._workspace_and_checkpoint(cell, cell.volume_id, checkpoint_id)
         if record.get("node") != away_from:
             previous = record.get("previous")
             previous = previous if isinstance(previous, dict) else {}  # a restore's: a name

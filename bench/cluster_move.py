@@ -25,9 +25,6 @@ Prints each figure, the medians and the ratio.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
 import os
 import statistics
 import subprocess
@@ -38,31 +35,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._cluster import TOOLS, cli, manifest  # noqa: E402
 from tests import registry as test_registry  # noqa: E402
 from tests import swarm as test_swarm  # noqa: E402
-
-IMAGE = "devcell/busybox:latest"
-TOOLS = "devcell/nodetools:2"
-
-
-def cli(state: Path, *words: str) -> str:
-    from devcell.cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["--state-dir", str(state), *words])
-    if code != 0:
-        raise SystemExit(f"devcell {' '.join(words)}: {err.getvalue()}")
-    return out.getvalue()
-
-
-def manifest(name: str, files: int, mib: int, extra: str = "") -> str:
-    boot = (f"cd /workspace; [ -e done ] || {{ mkdir src; cd src; i=0; while [ $i -lt {files} ];"
-            f" do echo $i > f$i; i=$((i + 1)); done; head -c {mib}M /dev/urandom > big; cd ..;"
-            " touch done; }; exec sleep 100000")
-    return (f"apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata:\n  name: {name}\nspec:\n"
-            f"  backend: container\n  image: {IMAGE}\n  resources: {{memory: 64Mi}}\n{extra}"
-            f"  services:\n    - name: boot\n      command: [sh, -c, {json.dumps(boot)}]\n")
 
 
 def by_hand(source: test_swarm.Node, target: test_swarm.Node, volume: str, ref: str,

@@ -22,9 +22,6 @@ medians.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
 import os
 import statistics
 import sys
@@ -34,30 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._cluster import TOOLS, cli, manifest  # noqa: E402
 from tests import swarm as test_swarm  # noqa: E402
-
-IMAGE = "devcell/busybox:latest"
-TOOLS = "devcell/nodetools:2"
-
-
-def cli(state: Path, *words: str) -> str:
-    from devcell.cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["--state-dir", str(state), *words])
-    if code != 0:
-        raise SystemExit(f"devcell {' '.join(words)}: {err.getvalue()}")
-    return out.getvalue()
-
-
-def manifest(files: int, mib: int) -> str:
-    boot = (f"cd /workspace; [ -e done ] || {{ mkdir src; cd src; i=0; while [ $i -lt {files} ];"
-            f" do echo $i > f$i; i=$((i + 1)); done; head -c {mib}M /dev/urandom > big; cd ..;"
-            " touch done; }; exec sleep 100000")
-    return ("apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata:\n  name: src\nspec:\n"
-            f"  backend: container\n  image: {IMAGE}\n  resources: {{memory: 64Mi}}\n"
-            f"  services:\n    - name: boot\n      command: [sh, -c, {json.dumps(boot)}]\n")
 
 
 def main() -> None:
@@ -76,7 +51,7 @@ def main() -> None:
                               f"  engine: {swarm.manager.host}\n")
             os.chmod(config, 0o600)
             path = Path(where) / "src.yaml"
-            path.write_text(manifest(args.files, args.mib))
+            path.write_text(manifest("src", args.files, args.mib))
             cli(state, "apply", "-f", str(path))
             node = next(n for n in swarm.nodes if n.docker(
                 "ps", "-q", "--filter", "label=dev.devcell.cell=src").stdout.strip())

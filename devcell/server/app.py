@@ -811,25 +811,32 @@ async def _action(ctx: Context, verb: str, request: Request) -> Response:
         data = await _body(ctx, request, actions.MAX_BODY_BYTES)
     asked = actions.parse(verb, data)
     cell = request.path_params["name"]
-    recorded = await run_in_threadpool(actions.record, ctx.state_dir,
-                                       request.state.principal, cell, asked)
+    principal = request.state.principal
+    if wait:  # the wait's slot before anything is recorded: a 503 then means nothing was done
+        ctx.take_watch(principal, "watches and waits")  # (a retry made a second snapshot)
+    try:
+        recorded = await run_in_threadpool(actions.record, ctx.state_dir, principal, cell,
+                                           asked)
+    except BaseException:
+        if wait:
+            ctx.give_watch(principal)
+        raise
     from urllib.parse import quote
 
     headers = {"Location": f"{routes.PREFIX}/cells/{quote(cell, safe='')}"}
     if not wait:
         return JSONResponse(recorded.doc, status_code=202, headers=headers)
-    return JSONResponse(await _settle(ctx, request.state.principal, recorded, timeout),
-                        headers=headers)
+    return JSONResponse(await _settle(ctx, principal, recorded, timeout), headers=headers)
 
 
 async def _settle(ctx: Context, principal: Any, recorded: Any, timeout: float
                   ) -> dict[str, Any]:
-    """Wait until the objects an action recorded settle or fail, or `timeout` runs out: a
-    watch's slot and connection, polled from the event loop."""
+    """Wait until the objects an action recorded settle or fail, or `timeout` runs out,
+    polled from the event loop on a connection of its own; gives back the watch slot the
+    action took for it before recording."""
     from devcell.server import actions
 
     wanted = actions.keys(recorded.doc)
-    ctx.take_watch(principal, "watches and waits")
     db: Any = None
     try:
         db = await run_in_threadpool(_open, ctx)

@@ -7,7 +7,7 @@ yet it may send a simple POST (`cell sleep`), open a WebSocket (an exec) to any 
 by rebinding its own name to 127.0.0.1, read the answers as its own origin. So on the unix
 socket a request is served only when its Host is a local name (a rebound page's Host is its
 own name) and, when it carries an Origin (every browser's WebSocket and POST does), that
-origin is the Host's own. DevCell's clients send Host "devcell" and no Origin.
+origin is the Host's own. DevCell's clients send Host "devcell" (bare) and no Origin.
 """
 
 from __future__ import annotations
@@ -17,7 +17,12 @@ from typing import Any
 
 from devcell.server import problems
 
-LOCAL_NAMES = ("devcell", "localhost", "127.0.0.1", "[::1]")
+CLIENTS_NAME = "devcell"
+"""The Host DevCell's HTTP and WebSocket clients send over the socket: accepted only bare (no
+port, no Origin), since a browser does not pin it to this machine as it does localhost (the
+network or a search domain may answer for it: a page rebound to devcell:8080 was served)."""
+LOCAL_NAMES = ("localhost", "127.0.0.1", "[::1]")
+"""Names a browser reaches only on this machine (with any port): a forwarded socket's."""
 
 
 def refusal(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -31,6 +36,10 @@ def refusal(headers: list[tuple[bytes, bytes]]) -> str | None:
             origin = value.decode("latin-1").strip().lower()
     if host is None:
         return None  # HTTP/1.0 without Host: no browser sends that
+    if host == CLIENTS_NAME:  # DevCell's own clients: bare, never with a port or an Origin
+        return None if origin is None else (
+            f"the API's unix socket serves no request from another origin ({origin}): a web "
+            "page may not act as the state directory's owner")
     local = host.rsplit(":", 1)[0] if not host.endswith("]") else host
     if local not in LOCAL_NAMES:
         return (f"the API's unix socket serves only local names, not Host {host} (a web page "

@@ -378,3 +378,26 @@ def test_one_user_who_is_not_an_admin_holds_at_most_32_watches(api: Api) -> None
     with api.tls_client(token) as c, c.stream("GET", "/api/v1/events", params={
             "watch": "true", "timeoutSeconds": "1"}) as r:
         assert r.status_code == 200
+
+
+def test_an_action_refused_for_its_wait_records_nothing(api: Api) -> None:
+    """A developer at the watch cap asks for a snapshot with wait=true: the 503 comes before
+    anything is recorded (it used to record the snapshot, then refuse the wait: a client
+    retrying the 503 made it twice)."""
+    import contextlib
+
+    from devcell.server.app import MAX_WATCHES_PER_USER
+
+    user = _unique("waiter")
+    token = api.token(user, "developer")
+    name = _own_cell(api, {"developer": token})
+    params = {"watch": "true", "timeoutSeconds": "60"}
+    with contextlib.ExitStack() as held, api.tls_client(token) as c:
+        for _ in range(MAX_WATCHES_PER_USER):
+            assert held.enter_context(c.stream("GET", "/api/v1/events",
+                                               params=params)).status_code == 200
+        snap = _unique("never")
+        refused = c.post(f"/api/v1/cells/{name}/snapshot", params={"wait": "true"},
+                         json={"name": snap})
+        assert refused.status_code == 503, refused.text
+    assert api.client.get(f"/api/v1/snapshots/{snap}").status_code == 404

@@ -13,6 +13,8 @@ from tests.server.conftest import Api
 
 @pytest.mark.parametrize("host, origin, served", [
     ("devcell", None, True),                                  # DevCell's own clients
+    ("devcell:8080", None, False),                            # not pinned here: rebindable
+    ("devcell", "http://devcell", False),
     ("localhost:8080", None, True),
     ("127.0.0.1:8080", "http://127.0.0.1:8080", True),       # the dashboard, same origin
     ("[::1]:8080", "http://[::1]:8080", True),

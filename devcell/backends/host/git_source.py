@@ -118,7 +118,7 @@ _KEPT = frozenset({
 """The daemon's environment variables git runs with for another user's cell (an allowlist:
 whatever else the daemon's environment holds may be a credential); a proxy's user and
 password are left out of its URL (_PROXY_USER): the daemon's network, not its identity."""
-_PROXY_USER = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^/@]*@")
+_PROXY_USER = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^/]*@")
 
 
 def local_path(url: str) -> str | None:

@@ -399,7 +399,7 @@ def test_a_cell_of_another_user_runs_git_with_nothing_of_the_daemons_environment
                         "GIT_SSL_CERT_PASSWORD_PROTECTED": "1", "KRB5CCNAME": "FILE:/h/cc",
                         "GIT_PROXY_COMMAND": "/h/proxy", "GIT_CURL_VERBOSE": "1",
                         "GIT_TRACE_CURL": "1", "GIT_SSH": "/h/ssh", "GIT_SSH_VARIANT": "ssh",
-                        "SOME_TOKEN": "s3cret", "LC_TIME": "C", "https_proxy": "http://p:3128",
+                        "SOME_TOKEN": "s3cret", "LC_TIME": "C", "https_proxy": "http://u:p@ss@p:3128",
                         "HTTP_PROXY": "http://owner:pw@p:3128", "all_proxy": "u:pw@p:1080"
                         }.items():
         monkeypatch.setenv(name, value)

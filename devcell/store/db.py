@@ -13,7 +13,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from devcell.errors import StateError, StateUnusable
@@ -51,6 +51,23 @@ def resolve_state_dir(explicit: str | None = None) -> Path:
     return _resolve(explicit)
 
 
+@contextmanager
+def _first_setup(state_dir: Path) -> Iterator[None]:
+    """Held while a new database is made, switched to WAL and brought to the latest schema:
+    two commands (or two of a server's threads) meeting a state directory with no database
+    take turns, and the second finds it made. Racing there, one of two threads applying
+    manifests to a new state directory once found the write lock refused for 60 s after the
+    other had finished (CI, stop 40). An flock of the directory: released if the process dies."""
+    import fcntl
+
+    fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def ensure_private_dir(path: Path) -> None:
     """Create `path` (owner-only) or tighten an existing one we own."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -85,6 +102,11 @@ class Database:
             ensure_private_dir(state_dir)
         elif not self.path.exists():
             raise StateError(f"no DevCell state in {state_dir} (nothing has been applied yet)")
+        with _first_setup(state_dir) if fresh else nullcontext():
+            self._connect(state_dir)
+
+    def _connect(self, state_dir: Path) -> None:
+        """Open the file, check it is DevCell's, switch it to WAL and migrate it."""
         self.conn = faults.connect(self.path, timeout=BUSY_TIMEOUT_S)  # made owner-only
         self.conn.row_factory = sqlite3.Row
         self._depth = 0
@@ -192,9 +214,10 @@ class Database:
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise
                 if time.monotonic() > deadline:
+                    code = getattr(exc, "sqlite_errorname", "SQLITE_BUSY")
                     raise StateError(
-                        f"{self.path} stayed locked by another writer for {BUSY_TIMEOUT_S:.0f} s"
-                    ) from None
+                        f"{self.path} stayed locked by another writer for "
+                        f"{BUSY_TIMEOUT_S:.0f} s ({code})") from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.25)
 

@@ -18,6 +18,7 @@ import json
 import os
 import sqlite3
 import stat
+from _thread import get_ident  # threading itself is not imported on every command
 from pathlib import Path
 from typing import Any
 
@@ -219,20 +220,39 @@ def _create_owner_only(path: Path) -> None:
     """Make a missing database file owner-only before SQLite opens it: SQLite gives the -wal,
     -shm and journal the database file's mode, so they are owner-only too. (Not by setting the
     umask around the connect: the umask is the process's, shared by its threads, and two
-    overlapping set-and-restore pairs can leave it narrowed for good.) A file already there is
-    checked instead (`_existing`)."""
+    overlapping set-and-restore pairs can leave it narrowed for good.) The file is made under
+    a name of this thread's own and linked into place, so no descriptor of the database itself
+    is ever closed here: closing one drops every POSIX lock this process holds on the file,
+    another thread's SQLite locks included. A file already there is checked instead
+    (`_existing`)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-    except FileExistsError:
+        os.lstat(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return  # SQLite's own open says what is wrong, translated
+    else:
         _existing(path)
         return
+    made = path.with_name(f".{path.name}.new-{os.getpid()}-{get_ident()}")
+    try:
+        fd = os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
     except OSError:
         return  # it cannot be made: SQLite's own open says why, translated
     try:
-        os.fchmod(fd, 0o600)  # a umask of 0200 would have left the owner unable to write it
+        try:
+            os.fchmod(fd, 0o600)  # a umask of 0200 would have left the owner unable to write
+        finally:
+            os.close(fd)
+        os.link(made, path, follow_symlinks=False)
+    except FileExistsError:
+        _existing(path)  # made meanwhile by another thread or process
+    except OSError:
+        pass  # no hard links here: SQLite makes the file (mode from the umask)
     finally:
-        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(made)
 
 
 _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO",

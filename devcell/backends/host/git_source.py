@@ -34,6 +34,9 @@ other remote helper)."""
 _SHA = re.compile(r"[0-9a-fA-F]{7,40}")
 _USERINFO = re.compile(r"^([a-z]+://)[^/@]*@")
 _CAUSES = (
+    (re.compile(r"host key verification failed|no .*host key is known", re.I),
+     "the server's ssh host key is not known to this host (add it to the known_hosts of "
+     "the user DevCell runs as, e.g. with ssh-keyscan, after checking its fingerprint)"),
     (re.compile(r"repository not exported", re.I),  # git daemon does not say which
      "the repository was not found (or the server does not export it)"),
     (re.compile(r"not found|does not appear to be a git repository|does not exist|"
@@ -381,10 +384,7 @@ def _git_run(argv: list[str], source: GitSource, env: dict[str, str], *, capture
         return done.stdout.decode("utf-8", "replace") if capture else ""
     stderr = done.stderr.decode("utf-8", "replace")
     said = [line for line in stderr.strip().splitlines() if line.strip()]
-    first = next((line for line in said if line.startswith(("fatal:", "error:"))),
-                 said[-1] if said else f"git exited {done.returncode}")
-    last = names.printable(_USERINFO.sub(r"\1…@", first)[-300:])
-    if capture and not said:  # rev-parse --quiet: the ref names no commit
+    if capture and not said and done.returncode > 0:  # rev-parse --quiet: no such commit
         raise NoSuchRef(f"cloning {source.shown}: the ref {names.printable(str(source.ref))} "
                         "is not in the repository")
     if source.ref and re.search(r"remote branch .* not found|did not match any|"
@@ -392,17 +392,41 @@ def _git_run(argv: list[str], source: GitSource, env: dict[str, str], *, capture
                                 r"invalid reference",
                                 stderr, re.I | re.S):
         raise NoSuchRef(f"cloning {source.shown}: the ref {names.printable(source.ref)} "
-                             f"is not in the repository (git: {last})")
+                        f"is not in the repository (git: {_shown_line(said, done.returncode)})")
     for pattern, why in _CAUSES:
         if pattern.search(stderr):
             cause = BackendRefused if "reached" not in why else BackendError
-            if "denied" in why and not source.host_credentials:
-                why = ("access was denied (the cell is another user's, or shared with "
-                       "one, so it is cloned without the host's git credentials: a "
-                       "repository anyone may read, or the state directory's owner makes "
-                       "the cell and shares it with nobody)")
-            raise cause(f"cloning {source.shown}: {why} (git: {last})")
-    raise BackendError(f"cloning {source.shown} failed (git: {last})")
+            if not source.host_credentials and ("denied" in why or "not found" in why):
+                why = (f"{why}; the cell is another user's, or shared with one, so it is "
+                       "cloned without the host's git credentials (a private repository "
+                       "answers as not found or denied): use a repository anyone may read, "
+                       "or have the state directory's owner make the cell and share it "
+                       "with nobody")
+            shown = _shown_line(said, done.returncode, pattern)
+            raise cause(f"cloning {source.shown}: {why} (git: {shown})")
+    raise BackendError(f"cloning {source.shown} failed (git: "
+                       f"{_shown_line(said, done.returncode)})")
+
+
+def _shown_line(said: list[str], returncode: int, cause: re.Pattern[str] | None = None) -> str:
+    """git's line that says why, printable and without a URL's user and password: the one
+    the cause was read from (ssh's "Host key verification failed." comes before git's
+    fatal: line), else the first fatal: or error: line, else the last; with no words, how
+    git ended (a signal by name)."""
+    line = next((ln for ln in said if cause is not None and cause.search(ln)), None) \
+        or next((ln for ln in said if ln.startswith(("fatal:", "error:"))), None) \
+        or (said[-1] if said else None)
+    if line is None:
+        if returncode < 0:
+            import signal
+
+            try:
+                name = signal.Signals(-returncode).name
+            except ValueError:
+                name = "an unknown signal"
+            return f"git was killed by signal {-returncode} ({name})"
+        return f"git exited {returncode}"
+    return names.printable(_USERINFO.sub(r"\1…@", line)[-300:])
 
 
 _SCP_LIKE = re.compile(r"^(?:([A-Za-z0-9._-]{1,64})@)?([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(.*)$")

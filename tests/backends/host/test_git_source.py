@@ -425,3 +425,30 @@ def test_a_cell_of_another_user_runs_git_with_nothing_of_the_daemons_environment
         ["env"], dataclasses.replace(source, host_credentials=True), capture=True
     ).splitlines() if "=" in line)
     assert owners["GIT_SSL_CERT"] == "/h/cert.pem"
+
+
+def _said(source: GitSource, script: str) -> str:
+    """What a clone whose git printed (and ended) as `script` does is reported as."""
+    with pytest.raises((BackendError, BackendRefused)) as caught:
+        git_source._git(["sh", "-c", script], source)
+    return str(caught.value)
+
+
+def test_gits_words_are_read_for_the_cause_a_user_acts_on() -> None:
+    """ssh's host key refusal comes before git's fatal: line and is the cause shown; a
+    repository not found while cloning without the host's credentials says it may be
+    private; a git killed by a signal says which (found by attack-final)."""
+    owners = GitSource("ssh://git@example.invalid/r.git", None, None)
+    others = dataclasses.replace(owners, host_credentials=False)
+    said = _said(owners, "echo 'Host key verification failed.' >&2; "
+                         "echo 'fatal: Could not read from remote repository.' >&2; exit 128")
+    assert "ssh host key is not known to this host" in said
+    assert "(git: Host key verification failed.)" in said
+    not_found = "echo 'remote: Repository not found.' >&2; " \
+                "echo 'fatal: repository not found' >&2; exit 128"
+    assert "without the host's git credentials" in _said(others, not_found)
+    assert "credentials" not in _said(owners, not_found)
+    assert "the repository was not found (git: remote: Repository not found.)" \
+        in _said(owners, not_found)  # the first line the cause was read from
+    assert "git was killed by signal 9 (SIGKILL)" in _said(owners, "kill -9 $$")
+    assert "failed (git: git exited 3)" in _said(owners, "exit 3")

@@ -57,7 +57,34 @@ class ExecResult(NamedTuple):
     stderr: bytes
 
 
+MAX_INTERIM = 4
+"""Interim answers (100 Continue) read before an answer: http.client skips any number, each
+under the socket's timeout alone, so a server sending one a second held a client past its
+timeout for as long as it liked (found by attack-final)."""
+
+
+class _Answer(http.client.HTTPResponse):
+    """An HTTP answer that refuses more than MAX_INTERIM interim heads before its own."""
+
+    _interim = 0
+
+    def _read_status(self) -> tuple[str, int, str]:
+        got: tuple[str, int, str] = super()._read_status()  # type: ignore[misc]
+        if got[1] == http.client.CONTINUE:
+            self._interim += 1
+            if self._interim > MAX_INTERIM:
+                raise http.client.HTTPException(
+                    f"over {MAX_INTERIM} interim answers (100 Continue) before its own")
+        return got
+
+
+class _TLSConnection(http.client.HTTPSConnection):
+    response_class = _Answer
+
+
 class _UnixConnection(http.client.HTTPConnection):
+    response_class = _Answer
+
     def __init__(self, path: str, timeout: float) -> None:
         super().__init__("devcell", timeout=timeout)
         self._path = path
@@ -478,8 +505,7 @@ class Client:
         wait = timeout if timeout is not None else 24 * 3600.0
         if self._unix is not None:
             return _UnixConnection(self._unix, wait)
-        return http.client.HTTPSConnection(self._host, self._port, timeout=wait,
-                                           context=self._tls)
+        return _TLSConnection(self._host, self._port, timeout=wait, context=self._tls)
 
     def _send(self, method: str, path: str,
               query: dict[str, str | None] | _Pairs, *,
@@ -500,11 +526,18 @@ class Client:
                 conn.request(method, target, body=body, headers=headers)
             except (BrokenPipeError, ConnectionResetError):
                 # A server may answer before it has read the whole request (a refusal, a
-                # 401 or 413) and close: its answer is what to report, when it is there.
+                # 401 or 413) and close: its refusal is what to report, when it is there.
+                # A success it could not have judged is not taken for one.
                 with contextlib.suppress(OSError, http.client.HTTPException):
-                    return conn, conn.getresponse()
+                    early = conn.getresponse()
+                    if early.status >= 400:
+                        return conn, early
                 raise
             return conn, conn.getresponse()
+        except http.client.HTTPException as exc:
+            conn.close()
+            said = printable(str(exc)[:120]) or type(exc).__name__
+            raise self._not_api(f"what is not an HTTP answer ({said})") from None
         except ssl.SSLCertVerificationError as exc:
             conn.close()
             failed = errors.TemporaryError(

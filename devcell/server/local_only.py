@@ -33,6 +33,8 @@ def refusal(headers: list[tuple[bytes, bytes]]) -> str | None:
         if key == b"host":
             host = value.decode("latin-1").strip().lower()
         elif key == b"origin":
+            if origin is not None:  # no browser sends two: judged by one, served by another?
+                return "the API's unix socket serves no request with more than one Origin"
             origin = value.decode("latin-1").strip().lower()
     if host is None:
         return None  # HTTP/1.0 without Host: no browser sends that

@@ -196,3 +196,84 @@ def test_an_answer_sent_before_the_request_was_read_is_what_is_said(tmp_path: Pa
     finally:
         thread.join(10)
         listener.close()
+
+
+def _serve_raw(path: Path, answer: bytes, *, hold: float = 0.0) -> Any:
+    """A server on a unix socket that reads a request's head, sends `answer` as it is and
+    holds the connection `hold` seconds before closing (in a thread); stop() closes it."""
+    import socket
+    import threading
+    import time
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(8)
+
+    def run() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(answer)
+                time.sleep(hold)
+
+    threading.Thread(target=run, daemon=True).start()
+    return listener
+
+
+@pytest.mark.parametrize("answer, said", [
+    (b"SSH-2.0-OpenSSH_9.2\r\n", "not an HTTP answer (SSH-2.0-OpenSSH_9.2\\r\\n)"),
+    (b"HTTP/1.1 100 Continue\r\n\r\n" * 20, "over 4 interim answers (100 Continue)"),
+])
+def test_a_server_that_does_not_speak_http_is_said_so_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        answer: bytes, said: str) -> None:
+    """Another protocol on the socket was a traceback (BadStatusLine); interim answers sent
+    without end held the client for as long as the server liked, each read under the
+    timeout alone (found by attack-final)."""
+    import time
+
+    monkeypatch.setenv("DEVCELL_CONTEXTS", str(tmp_path / "none.json"))
+    listener = _serve_raw(tmp_path / "s.sock", answer, hold=30.0)
+    started = time.monotonic()
+    try:
+        assert main(["--server", f"unix:{tmp_path}/s.sock", "get", "cells"]) == 1
+    finally:
+        listener.close()
+    assert time.monotonic() - started < 20  # not held until the server lets go
+    out, err = capsys.readouterr()
+    assert said in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+
+
+def test_a_success_sent_before_the_request_was_read_is_not_taken_for_one(
+        tmp_path: Path) -> None:
+    """A server that answers 200 to a request's head and closes with the body unread cannot
+    have judged it: the client reports the failed send, not a success (found by
+    attack-final; a refusal sent early is still reported, the test above)."""
+    import socket
+    import threading
+
+    from devcell import errors
+    from devcell.client import Client
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "s.sock"))
+    listener.listen(1)
+
+    def answer_early() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(1024)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+
+    thread = threading.Thread(target=answer_early, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(errors.TemporaryError):
+            Client(f"unix:{tmp_path}/s.sock").apply("kind: Cell\n#" + "x" * 8_000_000)
+    finally:
+        thread.join(10)
+        listener.close()

@@ -59,3 +59,12 @@ def test_a_web_pages_websocket_exec_is_refused(api: Api) -> None:
         unix_connect(str(api.socket), "ws://localhost/api/v1/cells/any/exec?command=true",
                      origin="http://evil.example", open_timeout=10)  # type: ignore[arg-type]
     assert refused.value.response.status_code == 403
+
+
+def test_a_request_with_two_origins_is_refused() -> None:
+    """One judged, the other read by what serves it? No browser sends two (attack-final)."""
+    host = (b"host", b"localhost:8080")
+    same, evil = (b"origin", b"http://localhost:8080"), (b"origin", b"http://evil.example")
+    assert refusal([host, same]) is None
+    assert "more than one Origin" in str(refusal([host, evil, same]))
+    assert "more than one Origin" in str(refusal([host, same, same]))

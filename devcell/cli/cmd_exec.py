@@ -75,8 +75,9 @@ def exec_options(args: argparse.Namespace) -> ExecOptions | None:
     for item in getattr(args, "env", None) or []:
         name, sep, value = item.partition("=")
         if not sep or not _ENV_NAME.fullmatch(name):
-            raise UsageError(f"-e {names.printable(item)!s}: write NAME=VALUE (a name of "
-                             "letters, digits and _, not starting with a digit)")
+            shown = names.printable(name) + ("=…" if sep else "")  # never the value
+            raise UsageError(f"-e {shown}: write NAME=VALUE (a name of letters, digits and "
+                             "_, not starting with a digit)")
         if "\0" in value:
             raise UsageError(f"-e {name}: a value cannot hold a NUL byte")
         env.append((name, value))

@@ -92,7 +92,8 @@ def parse(query: QueryParams) -> ExecRequest:
     for item in query.getlist("env"):
         name, sep, value = item.partition("=")
         if not sep or not _ENV_NAME.fullmatch(name) or "\0" in value:
-            raise UsageError(f"env {printable(item)!s}: write NAME=VALUE (a name of letters, "
+            shown = printable(name) + ("=…" if sep else "")  # never the value: a secret?
+            raise UsageError(f"env {shown}: write NAME=VALUE (a name of letters, "
                              "digits and _, not starting with a digit; no NUL byte)")
         env.append((name, value))
     workdir = query.get("workdir")

@@ -83,3 +83,19 @@ def test_without_a_standard_input_exec_i_is_left_to_the_usage_error(
     monkeypatch.setattr("sys.stdin", None)
     assert exec_fast.parse(["exec", "-i", "box", "--", "cat"]) is None
     assert exec_fast.parse(["exec", "box", "--", "true"]) is not None
+
+
+def test_a_refused_env_never_shows_its_value() -> None:
+    """`-e API-KEY=s3cret` is refused for its name; the value may be a secret and is not
+    printed (nor by the API's exec route, which reads the same words: server/streams.py)."""
+    from starlette.datastructures import QueryParams
+
+    from devcell.server import streams
+
+    args = parse(["exec", "-e", "API-KEY=s3cret", "box", "--", "env"])
+    with pytest.raises(UsageError) as direct:
+        cmd_exec.exec_options(args)
+    with pytest.raises(UsageError) as served:
+        streams.parse(QueryParams([("command", "env"), ("env", "API-KEY=s3cret")]))
+    for said in (str(direct.value), str(served.value)):
+        assert "API-KEY=…" in said and "s3cret" not in said

@@ -3,17 +3,17 @@ imported only when used (so `devcell get` stays fast).
 
 This `__init__` runs before any module of a backend package loads, `devcell exec`'s fast path
 (container/exec_socket.py) included, whose whole budget is a few milliseconds: so it imports
-the registry and the error classes only when a function here is called (typing alone costs
-~2 ms), and REGISTRY and PLANNED are made on first use (`__getattr__`).
+the registry, the error classes and importlib only when a function here is called (typing
+alone costs ~2 ms; pathlib is for mypy only), and REGISTRY and PLANNED are made on first use
+(`__getattr__`).
 """
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
-
 TYPE_CHECKING = False  # mypy reads this as True
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from devcell.backends.base import Backend, Capabilities, Observed
     from devcell.backends.capacity import Accounting
 
@@ -43,6 +43,8 @@ def _class(name: str) -> type:
     """The backend's class, imported once (finish() asks on every operation)."""
     if name in _classes:
         return _classes[name]
+    import importlib
+
     from devcell import backend_registry as registry
     from devcell.errors import UnknownBackend
 
@@ -125,6 +127,8 @@ def holding(state_dir: Path, recorded: set[str]) -> list[str]:
 
 def accounting(name: str, state_dir: Path) -> Accounting | None:
     """What measures backend `name`'s holdings in `state_dir`, or None when it keeps none."""
+    import importlib
+
     from devcell import backend_registry as registry
 
     entry = registry.get(name)
@@ -139,6 +143,8 @@ def accounting(name: str, state_dir: Path) -> Accounting | None:
 
 def observe_all(name: str, state_dir: Path) -> dict[str, Observed]:
     """What backend `name` runs for `state_dir` right now, by cell id (one engine call)."""
+    import importlib
+
     from devcell import backend_registry as registry
     from devcell.errors import UnknownBackend
 

@@ -103,6 +103,9 @@ def run(request: Request) -> int | None:
     from devcell.api import exec_fast
     from devcell.store import state_dir
 
-    return exec_fast.run(state_dir.resolve(request.state_dir), request.cell, request.argv,
+    where = state_dir.location(request.state_dir)
+    if where is None:
+        return None
+    return exec_fast.run(where, request.cell, request.argv,
                          stdin=sys.stdin.buffer if request.stdin else None,
                          env=request.env or None, workdir=request.workdir)

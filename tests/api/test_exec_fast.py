@@ -85,13 +85,30 @@ sys.exit(main())
 FAST_PATH_MODULES = [
     "devcell", "devcell.api", "devcell.api.exec_fast", "devcell.backends",
     "devcell.backends.container", "devcell.backends.container.engine",
-    "devcell.backends.container.engine_http", "devcell.backends.container.exec_socket",
+    "devcell.backends.container.engine_http", "devcell.backends.container.engine_json",
+    "devcell.backends.container.exec_socket",
     "devcell.backends.container.labels", "devcell.cli", "devcell.cli.exec_fast",
     "devcell.cli.main", "devcell.store", "devcell.store.activity_sessions",
     "devcell.store.cell_glance", "devcell.store.state_dir",
 ]
 """What `devcell exec CELL -- true` imports of DevCell on the fast path: a change here is a
 deliberate one (each module costs start-up; bench/exec.py)."""
+
+FAST_PATH_STDLIB = [
+    "__future__", "_json", "_sha256", "_socket", "_sqlite3", "errno", "gc",
+    # _sqlite3 loads functools (its statement cache is an lru_cache), which loads these:
+    "_collections", "_functools", "_operator", "collections", "functools", "itertools",
+    "keyword", "operator", "reprlib", "types",
+]
+"""What else it imports, beyond what the interpreter has before its first line, on Python 3.11
+(another version's C modules differ: the denied list below is checked on every one)."""
+NOT_ON_THE_FAST_PATH = {
+    "docker", "requests", "urllib3", "loguru", "sqlite_utils", "yaml", "sqlite3",
+    # each costs more than the engine's round trips (issue 26): the C modules under them, or
+    # nothing, instead
+    "typing", "re", "enum", "json", "pathlib", "urllib", "ipaddress", "fnmatch", "signal",
+    "socket", "contextlib", "dataclasses", "datetime", "http", "email",
+}
 
 
 def test_exec_takes_the_fast_path_and_writes_nothing(state: Path) -> None:
@@ -102,8 +119,12 @@ def test_exec_takes_the_fast_path_and_writes_nothing(state: Path) -> None:
     assert ran.returncode == 0, ran.stderr
     imported = ran.stdout.rpartition("MODULES ")[2].split()
     assert [m for m in imported if m.split(".")[0] == "devcell"] == FAST_PATH_MODULES
-    assert not {m.split(".")[0] for m in imported} & {"docker", "requests", "urllib3", "loguru",
-                                                      "sqlite_utils", "yaml", "sqlite3"}
+    assert not {m.split(".")[0] for m in imported} & NOT_ON_THE_FAST_PATH
+    bare = subprocess.run([sys.executable, "-c", "import atexit, sys; print(*sys.modules)"],
+                          capture_output=True, text=True, env=_env(state), cwd=REPO,
+                          timeout=120, check=True).stdout.split()
+    if sys.version_info[:2] == (3, 11):
+        assert sorted(set(imported) - set(bare) - set(FAST_PATH_MODULES)) == sorted(FAST_PATH_STDLIB)
     assert db_fingerprint(state) == before
     assert (state / "observed.json").read_bytes() == observed
     from devcell.store import activity
@@ -342,7 +363,7 @@ def test_an_engine_that_never_answers_is_said_at_once_as_the_full_path_says_it(
     monkeypatch.setattr(exec_socket, "TIMEOUT_S", 0.3)
     try:
         with pytest.raises(BackendUnavailable) as raised:
-            exec_fast.run(state, "box", ["true"], stdin=None, env=None, workdir=None)
+            exec_fast.run(str(state), "box", ["true"], stdin=None, env=None, workdir=None)
     finally:
         server.close()
     assert str(raised.value).startswith(

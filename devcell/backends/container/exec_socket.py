@@ -15,13 +15,13 @@ path (api/attach.py and ContainerBackend.exec through the SDK), which says what 
 
 A hostile cell controls its output: it is relayed as it comes in pieces of at most CHUNK
 bytes, whatever size a frame claims, never gathered; every other answer is read up to a bound.
-No dataclass, typing or error classes at import: they would cost more than the requests.
+No dataclass, typing, json (engine_json.py) or error classes at import: they would cost more
+than the requests.
 """
 
 from __future__ import annotations
 
 import _socket
-import json
 import os
 import time
 
@@ -30,7 +30,7 @@ try:  # the built-in SHA-256: hashlib's import loads OpenSSL first (~2.5 ms)
 except ImportError:  # Python 3.12 and later
     from hashlib import sha256
 
-from devcell.backends.container import engine_http
+from devcell.backends.container import engine_http, engine_json
 from devcell.backends.container.engine import engine_address
 from devcell.backends.container.labels import CELL_ID, MANAGED, STATE
 
@@ -94,7 +94,7 @@ def _client_config_changes_requests() -> bool:
             continue
         try:
             with open(path, "rb") as f:
-                found = json.loads(f.read(ANSWER_LIMIT))
+                found = engine_json.loads(f.read(ANSWER_LIMIT))
         except (OSError, ValueError):
             return False  # the SDK reads it as no configuration too
         return isinstance(found, dict) and ("detachKeys" in found or "HttpHeaders" in found)
@@ -114,7 +114,7 @@ def running_container(path: str, state_dir: str, cell_id: str) -> str:
     if not cell_id or not set(cell_id) <= _SAFE_ID:
         raise Fallback("not a safe cell id")
     owner = state_hash(state_dir)
-    filters = json.dumps({"label": [f"{MANAGED}=true", f"{STATE}={owner}",
+    filters = engine_json.dumps({"label": [f"{MANAGED}=true", f"{STATE}={owner}",
                                     f"{CELL_ID}={cell_id}"]})
     listed = _json(path, "GET", "/containers/json?all=1&filters=" + _quote(filters), 200)
     if not isinstance(listed, list):
@@ -258,13 +258,13 @@ def exit_code(path: str, exec_id: str) -> int:
 def _json(path: str, method: str, target: str, expected: int,
           fields: dict[str, object] | None = None) -> object:
     """One request, its answer decoded; Fallback for any other status or a broken answer."""
-    body = None if fields is None else json.dumps(fields).encode()
+    body = None if fields is None else engine_json.dumps(fields).encode()
     try:
         answer = engine_http.request(engine_http.unix(path, TIMEOUT_S), method, target,
                                      limit=ANSWER_LIMIT, body=body)
         if answer.status != expected:
             raise Fallback(f"the engine answered {answer.status} to {method} {target}")
-        return json.loads(answer.body)
+        return engine_json.loads(answer.body)
     except TimeoutError:
         raise Silent(f"no answer to {method} {target} in {TIMEOUT_S:g} s") from None
     except (OSError, ValueError, engine_http.BadResponse):

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._cluster import TOOLS, cli, manifest  # noqa: E402
+from bench._cluster import carry, cli, manifest  # noqa: E402
 from tests import registry as test_registry  # noqa: E402
 from tests import swarm as test_swarm  # noqa: E402
 
@@ -43,23 +42,7 @@ from tests import swarm as test_swarm  # noqa: E402
 def by_hand(source: test_swarm.Node, target: test_swarm.Node, volume: str, ref: str,
             i: int) -> float:
     began = time.monotonic()
-    tar = subprocess.Popen(["docker", "-H", source.host, "run", "--rm", "--network", "none",
-                            "-v", f"{volume}:/w:ro", "-e", "LD_LIBRARY_PATH=/usr/lib/devcell",
-                            TOOLS, "/usr/lib/devcell/tar", "--sparse", "-C", "/w", "-cf", "-",
-                            "."], stdout=subprocess.PIPE)
-    subprocess.run(["docker", "-H", source.host, "import", "-", ref], stdin=tar.stdout,
-                   check=True, capture_output=True)
-    assert tar.wait() == 0
-    source.docker("push", ref, timeout=1800)
-    target.docker("pull", ref, timeout=1800)
-    made = target.docker("create", ref, "true").stdout.decode().strip()
-    export = subprocess.Popen(["docker", "-H", target.host, "export", made],
-                              stdout=subprocess.PIPE)
-    subprocess.run(["docker", "-H", target.host, "run", "--rm", "-i", "--network", "none",
-                    "-v", f"bench-move-{i}:/w", "-e", "LD_LIBRARY_PATH=/usr/lib/devcell", TOOLS,
-                    "sh", "-c", "/usr/lib/devcell/tar -C /w -xf - && sync -f /w"],
-                   stdin=export.stdout, check=True, capture_output=True)
-    assert export.wait() == 0
+    made = carry(source, target, volume, f"bench-move-{i}", ref)
     seconds = time.monotonic() - began
     target.docker("rm", made)
     target.docker("volume", "rm", f"bench-move-{i}")

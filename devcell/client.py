@@ -287,6 +287,20 @@ class Client:
             body["count"] = count
         return self._action(cell, "fork", body, wait, timeout)
 
+    def restart(self, cell: str, service: str | None = None, *, wait: bool = True,
+                timeout: int = ACTION_TIMEOUT) -> dict[str, Any]:
+        """Restart running `cell`'s services (its runtime stopped and started: postStart runs
+        again, postCreate does not), or only `service` (as `devcell cell restart`); as
+        `sleep` otherwise."""
+        return self._action(cell, "restart", {"service": service} if service else None, wait,
+                            timeout)
+
+    def rerun_hooks(self, cell: str, *, wait: bool = True, timeout: int = ACTION_TIMEOUT
+                    ) -> dict[str, Any]:
+        """Run running `cell`'s postCreate hooks again, then postStart (as `devcell cell
+        rerun-hooks`); as `sleep` otherwise."""
+        return self._action(cell, "rerun-hooks", None, wait, timeout)
+
     def wait(self, name: str, phase: str = "Running", *, resource: str = "cells",
              timeout: float = ACTION_TIMEOUT) -> dict[str, Any]:
         """Block until the cell (or, resource="snapshots", the snapshot) `name` is in
@@ -457,9 +471,10 @@ class Client:
 
     def action(self, cell: str, action: str, body: dict[str, Any] | None = None, *,
                wait: bool = True, timeout: int = ACTION_TIMEOUT) -> dict[str, Any]:
-        """POST /api/v1/cells/CELL/ACTION (sleep, start, snapshot, fork) with `body` (the
-        snapshot's or fork's fields) and its answer as it is, whatever converging gave
-        (what the CLI prints from; `sleep` and the others raise when it failed)."""
+        """POST /api/v1/cells/CELL/ACTION (sleep, start, snapshot, fork, restart, rerun-hooks)
+        with `body` (the snapshot's, fork's or restart's fields) and its answer as it is,
+        whatever converging gave (what the CLI prints from; `sleep` and the others raise when
+        it failed)."""
         query = {"wait": "true" if wait else None,
                  "timeoutSeconds": str(timeout) if wait else None}
         path = f"/api/v1/cells/{urllib.parse.quote(cell, safe='')}/{action}"

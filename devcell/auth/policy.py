@@ -11,7 +11,8 @@ or for an admin):
 - only an admin manages tokens (`token-admin`);
 - a developer may create objects they own (`developer-creates-own`: the creator becomes the
   owner, so a create naming another owner is refused), and change, exec into, read the logs
-  of, ssh to, forward ports of, sleep, start, snapshot, fork and delete their own cells
+  of, ssh to, forward ports of, sleep, start, restart, rerun the hooks of, snapshot, fork
+  and delete their own cells
   (`developer-own`) and those whose spec.sharedWith names them (`developer-shared`), and no
   one else's (`developer-not-own`);
 - only a cell's owner (or an admin) changes its metadata.owner or spec.sharedWith
@@ -50,6 +51,8 @@ class Verb(StrEnum):
     start = "start"
     snapshot = "snapshot"
     fork = "fork"
+    restart = "restart"
+    rerun_hooks = "rerun-hooks"
     token_admin = "token_admin"
 
 

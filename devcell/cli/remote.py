@@ -32,6 +32,8 @@ SERVED = {("get", None): "remote_get:run_get",
           ("cell", "sleep"): "remote_cells:run_cell_sleep",
           ("cell", "start"): "remote_cells:run_cell_start",
           ("cell", "fork"): "remote_cells:run_cell_fork",
+          ("cell", "restart"): "remote_cells:run_cell_restart",
+          ("cell", "rerun-hooks"): "remote_cells:run_cell_rerun_hooks",
           ("exec", None): "remote_streams:run_exec",
           ("logs", None): "remote_streams:run_logs",
           ("describe", None): "remote_describe:run_describe"}

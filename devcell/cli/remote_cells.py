@@ -1,4 +1,4 @@
-"""`snapshot create` and `cell sleep|start|fork` through a server (cli/remote.py).
+"""`snapshot create` and `cell sleep|start|fork|restart|rerun-hooks` through a server (cli/remote.py).
 
 Each is the cell's action route (POST /api/v1/cells/NAME/ACTION, server/actions.py: the
 library call the verb makes on a state directory) asked to wait as the verb waits for a
@@ -53,6 +53,14 @@ def run_cell_sleep(args: argparse.Namespace) -> int:
 
 def run_cell_start(args: argparse.Namespace) -> int:
     return _act(args, "start", None)
+
+
+def run_cell_restart(args: argparse.Namespace) -> int:
+    return _act(args, "restart", {"service": args.service} if args.service else None)
+
+
+def run_cell_rerun_hooks(args: argparse.Namespace) -> int:
+    return _act(args, "rerun-hooks", None)
 
 
 def _act(args: argparse.Namespace, verb: str, body: dict[str, Any] | None) -> int:

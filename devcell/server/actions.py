@@ -1,14 +1,15 @@
-"""Actions on one cell: sleep, start, snapshot, fork (POST /api/v1/cells/NAME/ACTION).
+"""Actions on one cell: sleep, start, snapshot, fork, restart, rerun-hooks (POST
+/api/v1/cells/NAME/ACTION).
 
-Each is the library call the CLI's verb makes (api.cells: `cell sleep`, `cell start`,
-`snapshot create`, `cell fork`), authorized as the policy's verb of the same name on the
-recorded cell (a snapshot's and a fork's too: they are taken of it) and recorded in the
-caller's name (store.actor). A request answers once the action is recorded (202: the daemon
-converges it; the answer's `resourceVersion` is where a watch sees it happen) or, with
-wait=true, once its objects settled or failed or `timeoutSeconds` ran out (200, with the
-operations that ran). A wait polls the database as a watch does: one PRAGMA read on the
-event loop while nothing commits, a check in the thread pool when something did; it holds
-a connection and a watch's slot, never a thread.
+Each is the library call the CLI's verb makes (api.cells: `cell sleep`, `cell start`, `snapshot
+create`, `cell fork`, `cell restart`, `cell rerun-hooks`), authorized as the policy's verb of
+the same name on the recorded cell (a snapshot's and a fork's too: they are taken of it) and
+recorded in the caller's name (store.actor). A request answers once the action is recorded (202:
+the daemon converges it; the answer's `resourceVersion` is where a watch sees it happen) or,
+with wait=true, once its objects settled or failed or `timeoutSeconds` ran out (200, with the
+operations that ran). A wait polls the database as a watch does: one PRAGMA read on the event
+loop while nothing commits, a check in the thread pool when something did; it holds a connection
+and a watch's slot, never a thread.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ MAX_FORK_COUNT = 100
 MAX_BODY_BYTES = 64 * 1024
 """An action's body: a few names, at most MAX_FORK_PORTS ports (a 15 MiB snapshot name went
 through difflib's suggestion and was echoed whole: ~0.9 GB for one request)."""
-MAX_TEXT = {"name": 63, "snapshot": 63, "ttl": 32}
+MAX_TEXT = {"name": 63, "snapshot": 63, "ttl": 32, "service": 63}
 """The longest string each field may be (names are DNS labels; ttl a duration like 7d)."""
 CONSISTENCIES = ("filesystem", "machine")
 """snapshot's `consistency`: as the Snapshot schema's enum (the action builds the manifest
@@ -38,8 +39,8 @@ itself, and a value the reconciler cannot read failed on every retry, forever)."
 
 
 class Request(Record):
-    """What an action was asked to do: its verb and, for snapshot and fork, the body's
-    fields (checked by `parse`)."""
+    """What an action was asked to do: its verb and, for snapshot, fork and restart, the
+    body's fields (checked by `parse`)."""
 
     verb: str
     name: str | None = None
@@ -59,20 +60,26 @@ class Request(Record):
     the CLI's verb records it, `unchanged` when it says the same; a snapshot only of this
     cell, a fork only over a cell the caller may change, and whose sharedWith only its owner
     may change when the source's differs)."""
+    service: str | None = None
+    """restart: only this service (None: all the cell's)."""
 
 
 _FIELDS: dict[str, dict[str, type]] = {
     "snapshot": {"name": str, "ttl": str, "consistency": str, "exclusive": bool},
     "fork": {"name": str, "snapshot": str, "publish": bool, "ports": dict, "exclusive": bool,
              "count": int},
+    "restart": {"service": str},
 }
-_REQUIRED: dict[str, tuple[str, ...]] = {"snapshot": ("name",), "fork": ("name", "snapshot")}
+_REQUIRED: dict[str, tuple[str, ...]] = {"snapshot": ("name",), "fork": ("name", "snapshot"),
+                                         "restart": ()}
 
 
 def parse(verb: str, data: bytes) -> Request:
-    """The action's request from its JSON body (none for sleep and start); UsageError naming
-    the field that cannot be used."""
+    """The action's request from its JSON body (none for sleep, start and rerun-hooks; restart's
+    may be left out); UsageError naming the field that cannot be used."""
     if verb not in _FIELDS:
+        return Request(verb)
+    if not _REQUIRED[verb] and not data.strip():
         return Request(verb)
     try:
         body = json.loads(data or b"null")
@@ -83,7 +90,7 @@ def parse(verb: str, data: bytes) -> Request:
                          "deep") from None
     if not isinstance(body, dict):
         raise UsageError(f"the body of {verb}: a JSON object with "
-                         f"{' and '.join(_REQUIRED[verb])}")
+                         f"{' and '.join(_REQUIRED[verb] or _FIELDS[verb])}")
     allowed = _FIELDS[verb]
     unknown = sorted(set(body) - set(allowed))
     if unknown:
@@ -108,10 +115,11 @@ def parse(verb: str, data: bytes) -> Request:
     ports = _ports(body.get("ports") or {})
     if ports and body.get("publish") is False:
         raise UsageError("fork: ports and publish: false contradict each other")
-    return Request(verb, name=body["name"], ttl=body.get("ttl"),
+    return Request(verb, name=body.get("name"), ttl=body.get("ttl"),
                    consistency=body.get("consistency"), snapshot=body.get("snapshot"),
                    publish=body.get("publish", True), ports=ports,
-                   exclusive=body.get("exclusive", True), count=count)
+                   exclusive=body.get("exclusive", True), count=count,
+                   service=body.get("service"))
 
 
 def _ports(given: dict[str, Any]) -> dict[int, int]:
@@ -161,6 +169,10 @@ def record(state_dir: Path, principal: Any, cell: str, request: Request) -> Reco
             report = cells.sleep(state_dir, cell, by="api sleep", options=options)
         elif request.verb == "start":
             report = cells.start(state_dir, cell, by="api start", options=options)
+        elif request.verb == "restart":
+            report = cells.restart(state_dir, cell, request.service, options=options)
+        elif request.verb == "rerun-hooks":
+            report = cells.rerun_hooks(state_dir, cell, options=options)
         elif request.verb == "snapshot":
             assert request.name is not None
             report = cells.snapshot(state_dir, cell, name=request.name, ttl=request.ttl,

@@ -793,7 +793,7 @@ def _delete_sync(ctx: Context, principal: Any, resource: Resource, name: str
     return reports.document(report)
 
 
-# -- actions on a cell: sleep, start, snapshot, fork --------------------------------------------
+# -- actions on a cell: sleep, start, snapshot, fork, restart, rerun-hooks ----------------------
 
 
 async def _action(ctx: Context, verb: str, request: Request) -> Response:
@@ -805,10 +805,15 @@ async def _action(ctx: Context, verb: str, request: Request) -> Response:
     timeout = _timeout(request, openapi.ACTION_TIMEOUT_S)
     data = b""
     if verb in routes.BODY_ACTIONS:
-        if _media(request) != "json":
+        # restart's body may be left out: then it has no Content-Type, and must be empty
+        bare = verb in routes.OPTIONAL_BODY_ACTIONS and "content-type" not in request.headers
+        if not bare and _media(request) != "json":
             raise HttpProblem(415, "unsupported-media-type", "Unsupported media type",
                               f"send the {verb}'s fields as application/json")
         data = await _body(ctx, request, actions.MAX_BODY_BYTES)
+        if bare and data:
+            raise HttpProblem(415, "unsupported-media-type", "Unsupported media type",
+                              f"send the {verb}'s fields as application/json")
     asked = actions.parse(verb, data)
     cell = request.path_params["name"]
     principal = request.state.principal

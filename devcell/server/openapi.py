@@ -171,7 +171,8 @@ def _operation(route: routes.Route) -> dict[str, Any]:
         params.append({"name": "dryRun", "in": "query", "required": False,
                        "schema": {"type": "boolean"},
                        "description": "validate and say what would change; record nothing"})
-        op["requestBody"] = {"required": True, "content": {
+        op["requestBody"] = {"required": route.verb not in routes.OPTIONAL_BODY_ACTIONS,
+                             "content": {
             YAML_MEDIA: {"schema": {"type": "string"}},
             "application/json": {"schema": {"oneOf": [
                 _ref(f"{k.name}Manifest") for k in kinds.KINDS.values()]}}},
@@ -287,6 +288,11 @@ _ACTION_BODIES: dict[str, dict[str, Any]] = {
                       "make this many forks, NAME-1 to NAME-N (each name free; fork K "
                       "publishes `ports`' host ports plus K-1)"},
             "exclusive": _EXCLUSIVE}},
+    "restart": {
+        "type": "object", "additionalProperties": False,
+        "properties": {
+            "service": {"type": "string", "maxLength": 63,
+                        "description": "only this service (left out: all the cell's)"}}},
 }
 
 
@@ -303,7 +309,8 @@ def _action(route: routes.Route, op: dict[str, Any]) -> dict[str, Any]:
          "description": f"wait: at most this long (default {ACTION_TIMEOUT_S})"}]
     errors = [400, 401, 403, 404, 406, 409, 422, 500, 502, 503]
     if route.verb in _ACTION_BODIES:
-        op["requestBody"] = {"required": True, "content": {
+        op["requestBody"] = {"required": route.verb not in routes.OPTIONAL_BODY_ACTIONS,
+                             "content": {
             "application/json": {"schema": _ACTION_BODIES[route.verb]}}}
         errors += [408, 413, 415]
     result = {"content": {"application/json": {"schema": _ref("ActionResult")}}}

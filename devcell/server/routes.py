@@ -54,11 +54,17 @@ ACTIONS = {
     "snapshot": "Take a snapshot of the cell, named as the body says (as `devcell snapshot "
                 "create`)",
     "fork": "Make a new cell from a snapshot of this one (as `devcell cell fork`)",
+    "restart": "Restart a running cell's services, or the one the body names (as `devcell "
+               "cell restart`)",
+    "rerun-hooks": "Run a running cell's postCreate hooks again, then postStart (as `devcell "
+                   "cell rerun-hooks`)",
 }
 """The actions on one cell (POST /api/v1/cells/NAME/ACTION), each the CLI verb's library call
 and authorized as the policy's verb of the same name."""
-BODY_ACTIONS = frozenset({"snapshot", "fork"})
+BODY_ACTIONS = frozenset({"snapshot", "fork", "restart"})
 """The actions that take a JSON body (the snapshot's or the fork's name, ...)."""
+OPTIONAL_BODY_ACTIONS = frozenset({"restart"})
+"""Of those, the ones whose body may be left out (restart: all the cell's services)."""
 
 
 def table() -> list[Route]:
@@ -86,7 +92,8 @@ def table() -> list[Route]:
                                 f"Ask for one of the {r.plural}' deletion"))
     cells = RESOURCES["cells"]
     for action, summary in ACTIONS.items():
-        routes.append(Route("POST", f"{PREFIX}/cells/{{name}}/{action}", f"{action}_cell",
+        routes.append(Route("POST", f"{PREFIX}/cells/{{name}}/{action}",
+                            f"{action.replace('-', '_')}_cell",
                             action, cells, summary))
     routes.append(Route("GET", f"{PREFIX}/cells/{{name}}/exec", "exec_cell", "exec", cells,
                         "Run a command in the cell: a WebSocket (see docs/api.md for its "

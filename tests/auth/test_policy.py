@@ -38,6 +38,8 @@ TABLE: dict[Verb, dict[str, tuple[str, str, str]]] = {
     Verb.start: _CHANGE,
     Verb.snapshot: _CHANGE,
     Verb.fork: _CHANGE,
+    Verb.restart: _CHANGE,
+    Verb.rerun_hooks: _CHANGE,
     Verb.token_admin: {V: ("-viewer-read-only",) * 3, D: ("-token-admin",) * 3,
                        A: ("+admin",) * 3},
 }

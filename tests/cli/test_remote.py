@@ -61,7 +61,7 @@ def test_unserved_commands_and_kinds_are_refused_by_name(
     sock = f"unix:{tmp_path}/api.sock"
     for argv, said in ((["token", "list"], "`devcell token list` is not served"),
                        (["snapshot", "restore", "s"], "`devcell snapshot restore` is not served"),
-                       (["cell", "restart", "web"], "`devcell cell restart` is not served"),
+                       (["op", "resume", "op_1"], "`devcell op resume` is not served"),
                        (["get", "volumes"], "`devcell get volumes` is not served"),
                        (["get", "snapshots", "--tree"], "--tree` is not served"),
                        (["apply", "-f", "x.yaml", "--approve"], "--approve is not served")):

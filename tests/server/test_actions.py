@@ -1,8 +1,8 @@
-"""Actions on a cell through the API (server/actions.py): sleep, start, snapshot and fork,
-recorded (202) or waited for (wait=true: 200, how each object ended and the operations that
-ran), each error one problem document; a real client (httpx over the unix socket, and over
-TLS with a developer's token for who made each change) against the session's real server on
-the fake backend. Who may do which is in test_app_auth.py's table.
+"""Actions on a cell through the API (server/actions.py): sleep, start, snapshot, fork, restart and
+rerun-hooks, recorded (202) or waited for (wait=true: 200, how each object ended and the
+operations that ran), each error one problem document; a real client (httpx over the unix
+socket, and over TLS with a developer's token for who made each change) against the session's
+real server on the fake backend. Who may do which is in test_app_auth.py's table.
 
 Cost: ~1-3 s a test once the shared daemon runs (the fake backend converges at once).
 """
@@ -109,6 +109,39 @@ def test_snapshot_then_fork(api: Api) -> None:
     for count in (0, 101, True, "2"):
         assert_problem(api.client.post(f"/api/v1/cells/{name}/fork", json={
             "name": many, "snapshot": snap, "count": count}), 400)
+
+
+def test_restart_and_rerun_hooks_waited_for(api: Api) -> None:
+    """As `cell restart [SERVICE]` and `cell rerun-hooks`: an ask on the running cell,
+    converged; a service it does not have, or a cell not running, a 422 naming it."""
+    name = _unique("act")
+    text = cell(name) + "  services:\n    - {name: web, command: [sleep, '1000']}\n"
+    assert api.client.post("/api/v1/apply", content=text, headers=YAML).status_code == 200
+    wait_for(api, f"/api/v1/cells/{name}", lambda r: r.json()["status"]["phase"] == "Running")
+    for path, body, outcome in (("restart", None, "restart requested"),
+                                ("restart", {}, "restart requested"),
+                                ("restart", {"service": "web"},
+                                 "restart of service web requested"),
+                                ("rerun-hooks", None, "rerun of its hooks requested")):
+        done = api.client.post(f"/api/v1/cells/{name}/{path}", params={"wait": "true"},
+                               json=body) if body is not None else api.client.post(
+            f"/api/v1/cells/{name}/{path}", params={"wait": "true"})
+        assert done.status_code == 200 and done.json()["ok"], done.text
+        assert [c["outcome"] for c in done.json()["changes"]] == [outcome]
+        assert [r["status"] for r in done.json()["results"]] == ["settled"]
+    unknown = api.client.post(f"/api/v1/cells/{name}/restart", json={"service": "db"})
+    assert "has no service 'db' (its services: web)" in str(assert_problem(unknown, 422))
+    for body, word in (({"service": 3}, "service must be a str"),
+                       ({"name": "x"}, "unknown field 'name'"), ([1], "a JSON object")):
+        doc = assert_problem(api.client.post(f"/api/v1/cells/{name}/restart", json=body), 400)
+        assert word in doc["detail"]
+    assert_problem(api.client.post(f"/api/v1/cells/{name}/restart", content=b"service: web"),
+                   415)
+    assert api.client.post(f"/api/v1/cells/{name}/sleep",
+                           params={"wait": "true"}).status_code == 200
+    for path in ("restart", "rerun-hooks"):
+        slept = assert_problem(api.client.post(f"/api/v1/cells/{name}/{path}"), 422)
+        assert "is Sleeping, not Running" in str(slept)
 
 
 def test_action_errors_are_problems(api: Api) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from devcell.store import actor
 from tests.server.conftest import Api
-from tests.server.test_app import YAML, assert_problem, cell
+from tests.server.test_app import YAML, assert_problem, cell, wait_for
 
 ROLES = ("viewer", "developer", "admin")
 
@@ -51,6 +51,13 @@ def _own_cell(api: Api, tokens: dict[str, str]) -> str:
         done = c.post("/api/v1/apply", content=cell(name), headers=YAML)
     assert done.status_code == 200, done.text
     return name
+
+
+def _up(api: Api, cell_name: str) -> str:
+    """`cell_name` once it runs."""
+    wait_for(api, f"/api/v1/cells/{cell_name}",
+             lambda r: r.json()["status"].get("phase") == "Running")
+    return cell_name
 
 
 def _action(verb: str, cell_name: str, body: dict[str, str] | None = None
@@ -156,6 +163,16 @@ for _verb in ("sleep", "start"):
         f"{_verb} their own cell": (lambda api, t, v=_verb: _action(v, _own_cell(api, t)), ACTED),
         f"{_verb} a cell shared with them": (lambda api, t, v=_verb: _action(
             v, _admin_cell(api, shared_with="u-developer")), ACTED),
+    })
+# restart and rerun-hooks ask a running cell (else a 422 before the policy matters)
+for _verb in ("restart", "rerun-hooks"):
+    CASES.update({
+        f"{_verb} another's cell": (
+            lambda api, t, v=_verb: _action(v, _up(api, _admin_cell(api))), NOT_THEIRS),
+        f"{_verb} their own cell": (
+            lambda api, t, v=_verb: _action(v, _up(api, _own_cell(api, t))), ACTED),
+        f"{_verb} a cell shared with them": (lambda api, t, v=_verb: _action(
+            v, _up(api, _admin_cell(api, shared_with="u-developer"))), ACTED),
     })
 CASES.update({
     "take a snapshot of another's cell": (lambda api, t: _action(

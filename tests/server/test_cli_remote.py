@@ -3,8 +3,9 @@
 `wait` command lines, their error cases included, run on the daemon's state directory and
 again through its unix socket and its TLS listener on 127.0.0.1 (an admin's token, DevCell's
 own certificate); each gives the same standard output, standard error and exit code. The
-verbs that change a cell (`cell sleep|start|fork`, `snapshot create`) are compared step by
-step: each change made directly (and undone), then through the server; a viewer's refused.
+verbs that change a cell (`cell sleep|start|fork|restart|rerun-hooks`, `snapshot create`) are
+compared step by step: each change made directly (and undone), then through the server; a
+viewer's refused.
 Then what only a client meets: an unreachable server, a certificate not trusted, a revoked
 token.
 
@@ -169,7 +170,8 @@ def test_what_only_a_client_meets(api: Api, files: dict[str, str], tmp_path: Pat
     assert code == 1 and "refused by rule viewer-read-only" in err
     for verb in (["cell", "sleep", files["name"]], ["cell", "start", files["name"]],
                  ["snapshot", "create", files["name"], "--name", "v"],
-                 ["cell", "fork", files["name"], "--snapshot", "v", "--name", "w"]):
+                 ["cell", "fork", files["name"], "--snapshot", "v", "--name", "w"],
+                 ["cell", "restart", files["name"]], ["cell", "rerun-hooks", files["name"]]):
         code, out, err = viewer(verb)
         assert (code, out) == (1, ""), verb
         assert err.startswith("error: ") and "refused by rule viewer-read-only" in err, err
@@ -181,7 +183,7 @@ def test_what_only_a_client_meets(api: Api, files: dict[str, str], tmp_path: Pat
     assert "devcell token create" in err and made not in err
 
 
-# -- the verbs on one cell: sleep, start, snapshot create, fork ---------------------------------
+# -- the verbs on one cell: sleep, start, restart, rerun-hooks, snapshot create, fork ----------
 
 
 def _same_verbs(direct: Run, remote: Run, steps: list[tuple[list[str], list[str]]]) -> None:
@@ -204,7 +206,8 @@ def test_cell_verbs_the_same_as_on_the_state_directory(
         api: Api, files: dict[str, str], remote: Run, capsys: pytest.CaptureFixture[str],
         tmp_path: Path) -> None:
     name = f"ra-{uuid.uuid4().hex[:6]}"
-    (tmp_path / "cell.yaml").write_text(cell(name, team="remote-actions"))
+    (tmp_path / "cell.yaml").write_text(cell(name, team="remote-actions") + (
+        "  services:\n    - {name: web, command: [sleep, '1000']}\n"))
     assert api.cli("apply", "-f", str(tmp_path / "cell.yaml")).returncode == 0
     wait_for(api, f"/api/v1/cells/{name}", lambda r: r.json()["status"]["phase"] == "Running")
     direct = _runner(capsys, ["--state-dir", str(api.state)])
@@ -219,6 +222,10 @@ def test_cell_verbs_the_same_as_on_the_state_directory(
         # and again: unchanged (sleep: with what it kept)
         _same_verbs(direct, remote, [(["cell", verb, name, "--timeout", "60s"],) * 2])
     _same_verbs(direct, remote, [
+        (["cell", "restart", name],) * 2, (["cell", "restart", name, "web"],) * 2,
+        (["cell", "rerun-hooks", name, "--timeout", "60s"],) * 2,
+        (["cell", "restart", name, "nope"],) * 2, (["cell", "restart", f"nope-{name}"],) * 2,
+        (["cell", "rerun-hooks", "Bad_Name"],) * 2,
         (["snapshot", "create", name, "--name", f"{snap}d"],
          ["snapshot", "create", name, "--name", f"{snap}r"]),
         (["snapshot", "create", name, "--name", f"{snap}d"],
@@ -237,6 +244,8 @@ def test_cell_verbs_the_same_as_on_the_state_directory(
         (["cell", "fork", name, "--snapshot", f"{snap}d", "--name", name],) * 2,
         (["cell", "fork", f"{fork}d", "--snapshot", f"{snap}d", "--name", "y"],) * 2,
     ])
+    assert remote(["cell", "restart", name, "web"]) == (
+        0, f"cell/{name} restart of service web requested\n", "")
     counted = (["cell", "fork", name, "--snapshot", f"{snap}d", "--name", f"{fork}c",
                 "--count", "2", "--no-ports"],
                ["cell", "fork", name, "--snapshot", f"{snap}r", "--name", f"{fork}q",

@@ -572,7 +572,11 @@ class WorkspaceStore:
                 treecopy.sync_filesystem(source)
             stamp = _filesystem_now(tmp)  # before the walk: see Sources.stamp
             found = treecopy.scan(source)
-            base, tree, recorded = self._previous(volume_id)
+            # One listing of every checkpoint's record (checkpoints of all volumes share the
+            # directory): the share and the alias below are judged against the same latest.
+            latest = None if self.lower_of(volume_id) is not None else \
+                self.latest_checkpoint_of_volume(volume_id)
+            base, tree, recorded = self._previous(latest, volume_id)
             meta, whole, payload = None, None, None
             if base is not None and recorded is not None:
                 payload = treecopy.record_bytes(found.record)  # once: the new record's too
@@ -585,7 +589,7 @@ class WorkspaceStore:
                 meta = self._build(tmp, final, source, checkpoint_id=checkpoint_id,
                                    cell_id=cell_id, volume_id=volume_id, found=found,
                                    stamp=stamp, started=started, cell_name=cell_name,
-                                   payload=payload, digest=whole, extra=extra)
+                                   payload=payload, digest=whole, extra=extra, latest=latest)
         except BaseException:
             treecopy.remove_tree(tmp, temporaries.trash(parent))
             raise
@@ -623,13 +627,16 @@ class WorkspaceStore:
                cell_id: str, volume_id: str, found: treecopy.Scan, stamp: int,
                started: float, cell_name: str | None,
                payload: bytes | None = None, digest: str | None = None,
-               extra: Callable[[Path], dict[str, Any]] | None = None) -> dict[str, Any]:
+               extra: Callable[[Path], dict[str, Any]] | None = None,
+               latest: str | None) -> dict[str, Any]:
         """A checkpoint with a tree of its own: links to the earlier checkpoint's files where
         they did not change, copies of the rest. Crash-safe by one syncfs: the copies, the
         links and the records reach the disk before the rename makes the checkpoint
-        complete (no fsync per file), and the rename itself is made durable after."""
+        complete (no fsync per file), and the rename itself is made durable after.
+        `latest`: the volume's latest checkpoint as `checkpoint` found it (None: a fork's,
+        or none taken)."""
         parent = self.layout.checkpoints
-        base, reuse = self._reuse(volume_id)
+        base, reuse = self._reuse(volume_id, latest)
         description = f"{cell_name or cell_id}: checkpoint {checkpoint_id}"
         over, made = None, None
         if isinstance(reuse, treecopy.Earlier) and reuse.record is not None:
@@ -881,12 +888,11 @@ class WorkspaceStore:
             raise
         return meta
 
-    def _previous(self, volume_id: str) -> tuple[str | None, str | None, str | None]:
-        """For a volume of its own (not a fork on an overlay): its latest checkpoint, the
-        checkpoint holding that one's tree, and that tree's TREE_DIGEST (or None)."""
-        if self.lower_of(volume_id) is not None:
-            return None, None, None
-        previous = self.latest_checkpoint_of_volume(volume_id)
+    def _previous(self, previous: str | None, volume_id: str
+                  ) -> tuple[str | None, str | None, str | None]:
+        """For a volume of its own (not a fork on an overlay), given its latest checkpoint
+        (latest_checkpoint_of_volume; None for a fork): that checkpoint, the checkpoint
+        holding its tree, and that tree's TREE_DIGEST (or None)."""
         if previous is None:
             return None, None, None
         named = (self.find_checkpoint(previous) or {}).get(SAME_AS)
@@ -897,23 +903,24 @@ class WorkspaceStore:
         same_volume = holder.get("volume") == volume_id
         return previous, tree, whole if isinstance(whole, str) and same_volume else None
 
-    def _reuse(self, volume_id: str) -> tuple[str | None, treecopy.Reuse | None]:
+    def _reuse(self, volume_id: str, latest: str | None
+               ) -> tuple[str | None, treecopy.Reuse | None]:
         """The earlier checkpoint a new checkpoint of this volume may share files with, and
         the rule that says which: for a fork on an overlay, every file its upper layer does
         not hold is its lower checkpoint's; otherwise, a file whose inode, size, times and
-        mode are those recorded when the volume's latest checkpoint saved it."""
+        mode are those recorded when the volume's latest checkpoint (`latest`, as
+        latest_checkpoint_of_volume found it) saved it."""
         lower = self.lower_of(volume_id)
         if lower is not None:
             file = self.earlier(lower, {}).file
             index = overlay.UpperIndex(self.layout.upper(volume_id))
             return lower, lambda rel, _: file(rel) if index.unchanged(rel) else None
-        latest = self.latest_checkpoint_of_volume(volume_id)
         restored = self.restored_from(volume_id, latest)
         if restored is not None:  # restored since its latest checkpoint: share with that tree
             sources = _read_sources(self.layout.volume(volume_id) / RESTORED, volume_id)
             recorded = sources.files() if sources is not None else {}
             return (restored, self.earlier(restored, recorded)) if recorded else (None, None)
-        previous, tree, _ = self._previous(volume_id)
+        previous, tree, _ = self._previous(latest, volume_id)
         sources = None if tree is None else _read_sources(
             self.layout.checkpoint(tree) / SOURCES, volume_id)
         recorded = sources.files() if sources is not None else {}

@@ -125,3 +125,33 @@ def test_a_record_in_an_earlier_builds_json_is_still_shared_from(store: Workspac
     (work / "f0").write_bytes(b"changed")
     store.checkpoint(checkpoint_id="snap_2", cell_id="cell_1", volume_id="vol_1")
     assert (store.find_checkpoint("snap_2") or {})["shared_files"] == 7
+
+
+def test_a_checkpoint_lists_the_checkpoints_once_and_shares_with_its_volumes_latest(
+        store: WorkspaceStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every volume's checkpoints share one directory, and finding a volume's latest reads
+    each one's record: a checkpoint after a change looks once (it looked three times, each
+    ~0.1 ms of CPU per checkpoint in the state directory), and still links its unchanged
+    files to its own volume's latest checkpoint, not to another volume's newer one."""
+    for volume in ("vol_1", "vol_2"):
+        store.create_volume(cell_id=f"cell_{volume}", cell_name=volume, volume_id=volume,
+                            from_checkpoint=None)
+        (store.layout.workspace(volume) / "kept.txt").write_text(f"kept in {volume}")
+        (store.layout.workspace(volume) / "changed.txt").write_text("first")
+    store.checkpoint(checkpoint_id="snap_1", cell_id="cell_vol_1", volume_id="vol_1")
+    store.checkpoint(checkpoint_id="snap_2", cell_id="cell_vol_2", volume_id="vol_2")
+    (store.layout.workspace("vol_1") / "changed.txt").write_text("second")
+    listed = []
+    original = store.latest_checkpoint_of_volume
+
+    def counted(volume_id: str) -> str | None:
+        listed.append(volume_id)
+        return original(volume_id)
+
+    monkeypatch.setattr(store, "latest_checkpoint_of_volume", counted)
+    meta = store.checkpoint(checkpoint_id="snap_3", cell_id="cell_vol_1", volume_id="vol_1")
+    assert listed == ["vol_1"]
+    assert meta["base"] == "snap_1" and meta["shared_files"] == 1
+    new, old = (store.layout.checkpoint(c) / "workspace" for c in ("snap_3", "snap_1"))
+    assert (new / "kept.txt").stat().st_ino == (old / "kept.txt").stat().st_ino
+    assert (new / "changed.txt").read_text() == "second"

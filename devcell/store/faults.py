@@ -224,7 +224,7 @@ def _create_owner_only(path: Path) -> None:
     a name of this thread's own and linked into place, so no descriptor of the database itself
     is ever closed here: closing one drops every POSIX lock this process holds on the file,
     another thread's SQLite locks included. A file already there is checked instead
-    (`_existing`)."""
+    (`_existing`); so is what lies at its -wal and -shm before anything is made."""
     try:
         os.lstat(path)
     except FileNotFoundError:
@@ -234,12 +234,14 @@ def _create_owner_only(path: Path) -> None:
     else:
         _existing(path)
         return
+    _check_companions(str(path))  # a FIFO at -shm was "disk I/O error" (once, then named)
     made = path.with_name(f".{path.name}.new-{os.getpid()}-{get_ident()}")
     try:
         fd = os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600)
     except OSError:
-        return  # it cannot be made: SQLite's own open says why, translated
+        _make_in_place(path)  # a leftover of a killed process's, say
+        return
     try:
         try:
             os.fchmod(fd, 0o600)  # a umask of 0200 would have left the owner unable to write
@@ -249,10 +251,30 @@ def _create_owner_only(path: Path) -> None:
     except FileExistsError:
         _existing(path)  # made meanwhile by another thread or process
     except OSError:
-        pass  # no hard links here: SQLite makes the file (mode from the umask)
+        _make_in_place(path)  # no hard links on this file system
     finally:
         with contextlib.suppress(OSError):
             os.unlink(made)
+
+
+def _make_in_place(path: Path) -> None:
+    """Make `path` itself, 0600, where it cannot be linked into place (a file system without
+    hard links; a name of this thread's taken by a killed process's leftover): else SQLite
+    made it with the umask's mode, 0644, and its -wal and -shm with it. The descriptor closed
+    is of a file this call made: a new state database is made under the flock of its state
+    directory (db._first_setup), so no other thread of this process has it open yet."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+    except FileExistsError:
+        _existing(path)
+        return
+    except OSError:
+        return  # it cannot be made: SQLite's own open says why, translated
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO",
@@ -284,7 +306,12 @@ def _existing(path: Path) -> None:
         return  # SQLite's own open says what is wrong, translated
     _refuse_unless_file(path, found, "a database file")
     _tighten(path, found)
-    real = os.path.realpath(path)  # where SQLite keeps the -wal and -shm
+    _check_companions(os.path.realpath(path))  # where SQLite keeps the -wal and -shm
+
+
+def _check_companions(real: str) -> None:
+    """Refuse what at the -wal or -shm of the database at `real` is no regular file; tighten
+    one that others may read."""
     for suffix in ("-wal", "-shm"):
         try:
             found = os.lstat(f"{real}{suffix}")

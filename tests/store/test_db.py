@@ -218,6 +218,47 @@ def test_something_that_is_not_sqlites_file_beside_the_database_is_refused(
     assert mode(victim) == 0o644
 
 
+@pytest.mark.parametrize("suffix", ["-wal", "-shm"])
+@pytest.mark.parametrize("kind", ["FIFO", "symbolic link"])
+def test_something_beside_a_missing_database_is_refused_before_it_is_made(
+        state: Path, tmp_path: Path, suffix: str, kind: str) -> None:
+    """A FIFO or a link at state.db-shm of a new state directory was "disk I/O error ...
+    check the disk" (the file made first, SQLite meeting the FIFO after), named only by the
+    next command; an empty state.db and a -wal were left behind."""
+    state.mkdir(mode=0o700)
+    path = state / (DB_FILENAME + suffix)
+    os.mkfifo(path) if kind == "FIFO" else path.symlink_to(tmp_path / "victim")
+    with pytest.raises(StateUnusable, match=f"{path} is a {kind}, not SQLite's file of the "
+                       "database; move it out of the way"):
+        open_database(state)
+    assert sorted(p.name for p in state.iterdir()) == [path.name]
+
+
+@pytest.mark.parametrize("cause", ["no hard links", "a leftover at the temporary name"])
+def test_a_database_that_cannot_be_linked_into_place_is_still_0600(
+        state: Path, monkeypatch: pytest.MonkeyPatch, cause: str) -> None:
+    """On a file system without hard links (or where a killed process's leftover holds the
+    temporary name) SQLite made state.db with the umask's mode, 0644, its -wal and -shm too."""
+    state.mkdir(mode=0o700)
+    if cause == "no hard links":
+        def refuse(*args: object, **kwargs: object) -> None:
+            raise PermissionError(1, "Operation not permitted")
+        monkeypatch.setattr(os, "link", refuse)
+    else:
+        from _thread import get_ident
+        os.mkfifo(state / f".{DB_FILENAME}.new-{os.getpid()}-{get_ident()}")
+    old = os.umask(0o022)
+    try:
+        with open_database(state).write() as conn:
+            conn.execute("INSERT INTO events (created_at, object_kind, object_name, type, "
+                         "reason) VALUES ('t', 'Cell', 'x', 'Normal', 'r')")
+    finally:
+        os.umask(old)
+    made = {p.name: mode(p) for p in state.iterdir() if p.name.startswith(DB_FILENAME)}
+    assert made[DB_FILENAME] == 0o600
+    assert set(made.values()) == {0o600}, made
+
+
 def test_a_link_to_a_missing_database_is_refused_not_made_afresh(
         state: Path, tmp_path: Path) -> None:
     """A state.db linked to a disk that is not mounted: SQLite made a new, empty database at

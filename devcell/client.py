@@ -177,11 +177,13 @@ class Client:
 
     def rows(self, resource: str, *, names: Sequence[str] = (),
              selector: str | None = None, for_object: str | None = None, wide: bool = False,
-             labels: bool = False, objects: bool = False) -> dict[str, Any]:
+             labels: bool = False, objects: bool = False, cell: str | None = None
+             ) -> dict[str, Any]:
         """The rows `devcell get RESOURCE` prints its tables from (GET /api/v1/rows/...),
-        each with its document when `objects`; what the CLI's remote mode reads."""
+        each with its document when `objects`, only a `cell`'s snapshots when given (NotFound
+        when it is not recorded); what the CLI's remote mode reads."""
         query: _Pairs = [("name", n) for n in names]
-        for key, value in (("labelSelector", selector), ("for", for_object),
+        for key, value in (("labelSelector", selector), ("for", for_object), ("cell", cell),
                            ("wide", "true" if wide else None),
                            ("labels", "true" if labels else None),
                            ("objects", "true" if objects else None)):
@@ -193,6 +195,12 @@ class Client:
                 isinstance(i, dict) and isinstance(i.get("row"), dict) for i in items):
             raise self._not_api("rows that are not a list of {row: ...}")
         return dict(doc)
+
+    def snapshots_of(self, cell: str) -> Sequence[dict[str, Any]]:
+        """The snapshot documents of `cell` (a name or id), in name order, as `devcell
+        snapshot list CELL -o json` lists them; NotFound when the cell is not recorded."""
+        return [item["object"] for item in self.rows("snapshots", cell=cell,
+                                                     objects=True)["items"]]
 
     def get(self, resource: str, name: str) -> dict[str, Any]:
         """One record, by name or id (NotFound when there is none)."""

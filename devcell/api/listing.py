@@ -29,18 +29,24 @@ NODE_WORDS = ("node", "nodes", "no")
 
 
 def rows(db: Database, kind: str, names: Sequence[str], selector: Selector | None, *,
-         wide: bool = False, labels: bool = False, page: views.Page | None = None
-         ) -> list[dict[str, Any]]:
+         wide: bool = False, labels: bool = False, page: views.Page | None = None,
+         cell: str | None = None) -> list[dict[str, Any]]:
     """The table rows of `kind` (cells, snapshots, volumes, operations, controllers, events),
     those named (by name or id) or all; cells with their OBSERVED age and crash-loop phase.
     `page` (cells, snapshots): only the rows after a name, at most so many when no selector
-    filters them (the API's limit and continue: a page is read, not the whole list)."""
+    filters them (the API's limit and continue: a page is read, not the whole list).
+    `cell` (snapshots): only the snapshots of that recorded cell, by name or id (`snapshot
+    list CELL`; NotFound when it is not recorded)."""
     conn = db.conn
     if kind == "cells":
         return with_observed(db, views.cells_table(conn, selector, names, wide=wide,
                                                    labels=labels, page=page))
     if kind == "snapshots":
-        return views.snapshots_table(conn, selector, names, page=page)
+        if cell is not None:
+            from devcell.store import objects
+
+            cell = objects.require(conn, "Cell", cell).id
+        return views.snapshots_table(conn, selector, names, cell, page=page)
     if names:  # each name once, in the order given
         return [row for name in dict.fromkeys(names) for row in other_rows(db, kind, name)]
     return other_rows(db, kind, None)

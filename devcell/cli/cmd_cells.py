@@ -29,32 +29,30 @@ def run_snapshot_list(args: argparse.Namespace) -> int:
     from devcell.store import views
 
     rows = views.snapshots_table(db.conn, cell=cell.id)
-    if args.output in ("table", "wide"):
-        if not rows:
-            sys.stderr.write(f"No snapshots of cell {cell.name}.\n")
-            return 0
-        from devcell.api import render
-
-        wide = args.output == "wide"
-        if wide:
-            rows = cmd_get._measured(db, "snapshots", rows)
-        render.table(*cmd_get._table("snapshots", rows, wide=wide))
-        return 0
-    args.kind, args.names, args.selector, args.field_selector = "snapshots", [], None, None
-    args.sort_by, args.no_headers, args.show_labels, args.label_columns = None, False, False, None
-    args.watch = False
-    return cmd_get.run_get(args) if not rows else _print_docs(db, rows, args.output)
+    if args.output == "wide" and rows:
+        rows = cmd_get._measured(db, "snapshots", rows)
+    docs = [d for _, d in cmd_get._documents(db, "snapshots", rows)] \
+        if args.output in ("json", "yaml") else []
+    return print_snapshot_list(args.output, cell.name, rows, docs)
 
 
-def _print_docs(db: dbmod.Database, rows: list[dict[str, Any]], fmt: str) -> int:
+def print_snapshot_list(fmt: str, cell: str, rows: list[dict[str, Any]],
+                        docs: list[dict[str, Any]]) -> int:
+    """`snapshot list`'s output of `cell`'s snapshot rows (and, for json and yaml, their
+    documents): as on the state directory, so through a server (cli/remote_get.py). No
+    snapshots: a table says so on stderr, json and yaml are an empty List, name nothing."""
     from devcell.api import render
     from devcell.cli import cmd_get
 
-    if fmt == "name":
-        sys.stdout.write("".join(f"snapshot/{r['name']}\n" for r in rows))
-        return 0
-    docs = render.as_list(cmd_get._documents(db, "snapshots", rows))
-    (render.as_json if fmt == "json" else render.as_yaml)(docs)
+    if fmt in ("table", "wide"):
+        if not rows:
+            sys.stderr.write(printable(f"No snapshots of cell {cell}.") + "\n")
+            return 0
+        render.table(*cmd_get._table("snapshots", rows, wide=fmt == "wide"))
+    elif fmt == "name":
+        sys.stdout.write("".join(printable(f"snapshot/{r['name']}") + "\n" for r in rows))
+    else:
+        (render.as_json if fmt == "json" else render.as_yaml)(render.as_list(docs))
     return 0
 
 

@@ -79,10 +79,11 @@ def fetch(args: argparse.Namespace, client: Any, *, wide: bool, objects: bool
         parts = []
     answer: dict[str, Any] = {"items": [], "warnings": [], "notes": []}
     for part in parts:
+        of_cell = getattr(args, "of_cell", None)
         got = client.rows(args.kind, names=part, selector=args.selector or None,
                           for_object=getattr(args, "for_object", None), wide=wide,
                           labels=bool(args.show_labels or args.label_columns),
-                          objects=objects)
+                          objects=objects, **({"cell": of_cell} if of_cell else {}))
         answer["items"] += got.get("items", [])
         for key in ("warnings", "notes"):
             answer[key] += [w for w in got.get(key, []) if w not in answer[key]]
@@ -99,6 +100,23 @@ def fetch(args: argparse.Namespace, client: Any, *, wide: bool, objects: bool
         rows.append(row)
         pairs.append((row, item.get("object", row) if objects else row))
     return rows, pairs, [str(n) for n in answer.get("notes", [])]
+
+
+def run_snapshot_list(args: argparse.Namespace) -> int:
+    """`snapshot list CELL`: the rows of GET /api/v1/rows/snapshots?cell=CELL (a cell not
+    recorded: its 404, said as on the state directory), printed by its own printer."""
+    from devcell.cli import cmd_cells
+
+    fmt = args.output
+    listed = argparse.Namespace(kind="snapshots", names=[], selector=None, show_labels=False,
+                                label_columns=None, of_cell=args.cell)
+    _rows, pairs, _notes = fetch(listed, args.remote, wide=fmt == "wide",
+                                 objects=fmt in ("json", "yaml"))
+    rows = [r for r, _ in pairs]
+    cell = str(rows[0]["cell"]) if rows else args.cell
+    if not rows and fmt in ("table", "wide"):  # its name, when it was given by id
+        cell = str(args.remote.get("cells", args.cell)["metadata"]["name"])
+    return cmd_cells.print_snapshot_list(fmt, cell, rows, [d for _, d in pairs])
 
 
 def _attributes(value: Any) -> Any:

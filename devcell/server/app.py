@@ -449,6 +449,9 @@ async def _rows(ctx: Context, resource: Resource, request: Request) -> Response:
     --server URL get` prints exactly what `get` prints on the server's machine."""
     selector = _selector(resource, request)
     for_object = request.query_params.get("for") if resource.plural == "events" else None
+    of_cell = request.query_params.get("cell") if resource.plural == "snapshots" else None
+    if of_cell is not None and not 0 < len(of_cell) <= 63:
+        raise UsageError("cell: a cell's name or id, 1 to 63 characters")
     names = request.query_params.getlist("name")
     if len(names) > openapi.MAX_NAMES or any(not n or len(n) > 63 for n in names):
         raise UsageError(f"name: at most {openapi.MAX_NAMES} names, each 1 to 63 "
@@ -456,12 +459,14 @@ async def _rows(ctx: Context, resource: Resource, request: Request) -> Response:
     wide, labels, objects = (_flag(request, "wide"), _flag(request, "labels"),
                              _flag(request, "objects"))
     body = await run_in_threadpool(lambda: json.dumps(_rows_sync(
-        ctx, resource, selector, for_object, names, wide, labels, objects), default=str))
+        ctx, resource, selector, for_object, names, wide, labels, objects, of_cell),
+        default=str))
     return Response(body, media_type=JSON_MEDIA)
 
 
 def _rows_sync(ctx: Context, resource: Resource, selector: Any, for_object: str | None,
-               names: list[str], wide: bool, labels: bool, objects: bool) -> dict[str, Any]:
+               names: list[str], wide: bool, labels: bool, objects: bool,
+               of_cell: str | None = None) -> dict[str, Any]:
     from devcell.api import listing
     from devcell.store import events
 
@@ -473,7 +478,7 @@ def _rows_sync(ctx: Context, resource: Resource, selector: Any, for_object: str 
             rows = listing.events_for(db, for_object)
         else:
             rows = listing.rows(db, resource.plural, names, selector, wide=wide,
-                                labels=labels)
+                                labels=labels, cell=of_cell)
         if wide:
             import dataclasses
 

@@ -196,6 +196,13 @@ def _operation(route: routes.Route) -> dict[str, Any]:
             params.append({"name": "for", "in": "query", "required": False,
                            "schema": {"type": "string"},
                            "description": "KIND/NAME: only that object's events"})
+        if r.kind == "Snapshot":
+            params.append({"name": "cell", "in": "query", "required": False,
+                           "schema": {"type": "string", "minLength": 1, "maxLength": 63},
+                           "description": "only the snapshots of this cell (a name or id; "
+                                          "not recorded: 404), as `devcell snapshot list "
+                                          "CELL`"})
+            errors += [404]
         for flag, what in (("wide", "the -o wide columns (measured now)"),
                            ("labels", "each row's labels (--show-labels, -L)"),
                            ("objects", "each row's document too (-o json|yaml, --sort-by)")):

@@ -96,6 +96,9 @@ def test_not_found_is_a_problem_with_a_suggestion(api: Api) -> None:
     assert doc["detail"].startswith('cell "sead" not found')
     assert_problem(api.client.get("/api/v1/snapshots/none"), 404)
     assert_problem(api.client.get("/api/v1/operations/op_none"), 404)
+    doc = assert_problem(api.client.get("/api/v1/rows/snapshots", params={"cell": "sead"}), 404)
+    assert doc["detail"].startswith('cell "sead" not found')  # `snapshot list sead`'s words
+    assert_problem(api.client.get("/api/v1/rows/snapshots", params={"cell": "x" * 64}), 400)
 
 
 # -- apply and delete ---------------------------------------------------------------------------

@@ -91,6 +91,8 @@ CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
     "list operations": (lambda api, t: ("GET", "/api/v1/operations", None), READ),
     "list events": (lambda api, t: ("GET", "/api/v1/events", None), READ),
     "get a cell": (lambda api, t: ("GET", "/api/v1/cells/seed", None), READ),
+    "list a cell's snapshots": (lambda api, t: (
+        "GET", f"/api/v1/rows/snapshots?cell={_admin_cell(api)}", None), READ),
     "get an operation": (lambda api, t: (
         "GET", f"/api/v1/operations/{api.client.get('/api/v1/operations').json()['items'][0]['id']}",
         None), READ),

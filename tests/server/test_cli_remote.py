@@ -14,6 +14,7 @@ In-process (main() with captured streams), sharing the session's daemon: ~3-5 s 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable
@@ -46,6 +47,10 @@ SAME = [
                                                 "wide"],
     ["get", "operations", "-o", "name"],
     ["get", "events", "--for", "cell/{name}", "-o", "name"],
+    ["snapshot", "list", "{name}"], ["snapshot", "list", "{name}", "-o", "wide"],
+    ["snapshot", "list", "{name}", "-o", "json"], ["snapshot", "list", "{name}", "-o", "yaml"],
+    ["snapshot", "list", "{name}", "-o", "name"], ["snapshot", "list", "nope-{name}"],
+    ["snapshot", "list", "Bad_Name"],
     # error cases
     ["get", "cells", "nope-{name}"], ["get", "cells", "{name}", "nope"],
     ["get", "cells", "-l", "team in ("], ["get", "operations", "-l", "a=b"],
@@ -221,7 +226,8 @@ def test_cell_verbs_the_same_as_on_the_state_directory(
         assert here[1].startswith(f"cell/{name} configured\n")
         # and again: unchanged (sleep: with what it kept)
         _same_verbs(direct, remote, [(["cell", verb, name, "--timeout", "60s"],) * 2])
-    _same_verbs(direct, remote, [
+    listed = [(["snapshot", "list", name, *o],) * 2 for o in ([], ["-o", "json"], ["-o", "name"])]
+    _same_verbs(direct, remote, [*listed,  # none yet: said on stderr, an empty List, nothing
         (["cell", "restart", name],) * 2, (["cell", "restart", name, "web"],) * 2,
         (["cell", "rerun-hooks", name, "--timeout", "60s"],) * 2,
         (["cell", "restart", name, "nope"],) * 2, (["cell", "restart", f"nope-{name}"],) * 2,
@@ -244,6 +250,11 @@ def test_cell_verbs_the_same_as_on_the_state_directory(
         (["cell", "fork", name, "--snapshot", f"{snap}d", "--name", name],) * 2,
         (["cell", "fork", f"{fork}d", "--snapshot", f"{snap}d", "--name", "y"],) * 2,
     ])
+    code, out, _ = direct(["snapshot", "list", name, "-o", "json"])  # documents, not pairs
+    kinds = [s["kind"] for s in json.loads(out)["items"]]
+    assert code == 0 and kinds and set(kinds) == {"Snapshot"}, out
+    _same_verbs(direct, remote, [(["snapshot", "list", name, "-o", "name"],) * 2,
+                                 (["snapshot", "list", name, "-o", "json"],) * 2])
     assert remote(["cell", "restart", name, "web"]) == (
         0, f"cell/{name} restart of service web requested\n", "")
     counted = (["cell", "fork", name, "--snapshot", f"{snap}d", "--name", f"{fork}c",

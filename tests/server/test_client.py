@@ -98,6 +98,14 @@ def test_actions_and_wait_over_the_unix_socket(api: Api) -> None:
         recorded = dc.fork(name, snap, fork, wait=False)
         assert recorded["changes"][0]["name"] == fork and recorded["results"] == []
         assert dc.wait(fork, timeout=30)["spec"]["workspace"]["from"] == {"snapshot": snap}
+        assert [s["metadata"]["name"] for s in dc.snapshots_of(name)] == [snap]
+        assert dc.snapshots_of(fork) == []
+        with pytest.raises(errors.NotFound, match="not found"):
+            dc.snapshots_of(f"nope-{name}")
+        assert dc.restart(name)["changes"][0]["outcome"] == "restart requested"
+        assert dc.rerun_hooks(name)["ok"]
+        with pytest.raises(errors.ManifestError, match="has no service 'web'"):
+            dc.restart(name, "web")
         with pytest.raises(TimeoutError, match="not Stopped"):
             dc.wait(fork, "Stopped", timeout=1)
         with pytest.raises(errors.NotFound):

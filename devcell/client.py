@@ -559,6 +559,11 @@ class Client:
             return conn, conn.getresponse()
         except http.client.HTTPException as exc:
             conn.close()
+            if isinstance(exc, ConnectionError):  # RemoteDisconnected: it closed, said nothing
+                failed = errors.TemporaryError(f"DevCell API at {self.url}: the server closed "
+                                               "the connection without an answer")
+                failed.cause = "unreachable"  # type: ignore[attr-defined]
+                raise failed from None
             said = printable(str(exc)[:120]) or type(exc).__name__
             raise self._not_api(f"what is not an HTTP answer ({said})") from None
         except ssl.SSLCertVerificationError as exc:

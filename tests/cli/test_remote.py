@@ -277,3 +277,21 @@ def test_a_success_sent_before_the_request_was_read_is_not_taken_for_one(
     finally:
         thread.join(10)
         listener.close()
+
+
+def test_a_server_that_closes_without_an_answer_is_not_reached_not_foreign(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A socket forwarded to a daemon that is down (socat, ssh -L: the forward accepts, reads
+    and closes) was "the server answered what is not an HTTP answer (Remote end closed
+    connection without response): is it DevCell's API?"; it answered nothing (found by
+    attack41)."""
+    monkeypatch.setenv("DEVCELL_CONTEXTS", str(tmp_path / "none.json"))
+    listener = _serve_raw(tmp_path / "s.sock", b"")
+    try:
+        assert main(["--server", f"unix:{tmp_path}/s.sock", "get", "cells"]) == 1
+    finally:
+        listener.close()
+    err = capsys.readouterr().err
+    assert "closed the connection without an answer: cannot reach the DevCell API: is the " \
+        "daemon running" in err and "not an HTTP answer" not in err, err

@@ -405,9 +405,6 @@ class Client:
         framed as devcell/server/framing.py says), for a caller that relays the streams
         itself as they come (the CLI's `exec`; `exec` collects them). A refusal raises as
         every other call does."""
-        from websockets.exceptions import InvalidStatus
-        from websockets.sync.client import connect
-
         from devcell.server import framing
 
         pairs = list(env.items()) if isinstance(env, dict) else list(env or [])
@@ -418,8 +415,60 @@ class Client:
         words += [("tty", "true")] if tty else []
         path = (f"/api/v1/cells/{urllib.parse.quote(cell, safe='')}/exec?"
                 f"{urllib.parse.urlencode(words)}")
+        return self._websocket(path, framing.SUBPROTOCOL)
+
+    def port_socket(self, cell: str, port: int) -> Any:
+        """One TCP connection to `port` in `cell` (as `devcell port-forward` makes it: a
+        sleeping cell is woken) as its WebSocket, open (framed as devcell/server/framing.py
+        says: channel 0 the bytes to the port, 1 those from it, each ended by an empty
+        message, 3 the status last). A refusal raises as every other call does; a port
+        nothing listens on is a DevCellError saying so (the server's 502)."""
+        from devcell.server import framing
+
+        path = (f"/api/v1/cells/{urllib.parse.quote(cell, safe='')}/portforward?"
+                f"{urllib.parse.urlencode({'port': str(int(port))})}")
+        return self._websocket(path, framing.PORT_SUBPROTOCOL)
+
+    def port_forward(self, cell: str, remote: int, local: int = 0, *,
+                     address: str = "127.0.0.1",
+                     on_error: Callable[[str], object] | None = None) -> PortForward:
+        """Forward `address:local` (loopback only; 0: any free port) to port `remote` in
+        `cell`, as `devcell port-forward CELL LOCAL:REMOTE` does, through the API: each
+        accepted connection its own WebSocket (port_socket), relayed both ways by threads
+        of its own, until the returned forward is closed (a context manager; its `port` is
+        the local port). `on_error` is told, in words, of a connection the server refused
+        or that broke (the forward goes on)."""
+        from devcell.api import port_forward
+
+        listener = port_forward.Listener(
+            [port_forward.Mapping(local, remote)], port_forward.loopback(address),
+            on_error or (lambda text: None),
+            lambda sock, port: self.relay_port(cell, port, sock, on_error))
+        return PortForward(listener)
+
+    def relay_port(self, cell: str, port: int, sock: socket.socket,
+                   on_error: Callable[[str], object] | None = None) -> None:
+        """Relay the connected `sock` to `port` in `cell` both ways until both have ended (a
+        half-close passed on each way), then close the WebSocket; a refusal or a broken
+        connection said to `on_error` in words (`sock` is then closed by the caller)."""
+        try:
+            ws = self.port_socket(cell, port)
+        except errors.DevCellError as exc:
+            if on_error is not None:
+                on_error(str(exc))
+            return
+        with ws:
+            _relay_port(ws, sock, on_error)
+
+    def _websocket(self, path: str, subprotocol: str) -> Any:
+        """The WebSocket at `path`, open; a refusal raised as DevCell's error."""
+        from websockets.exceptions import InvalidStatus
+        from websockets.sync.client import connect
+
+        from devcell.server import framing
+
         options: dict[str, Any] = {
-            "subprotocols": [framing.SUBPROTOCOL], "max_size": framing.MAX_MESSAGE,
+            "subprotocols": [subprotocol], "max_size": framing.MAX_MESSAGE,
             "compression": None, "open_timeout": self.timeout, "proxy": None,
             "logger": _quiet_logger(),
             "additional_headers": {"Authorization": f"Bearer {self.token}"}
@@ -653,6 +702,93 @@ def exec_status(payload: bytes) -> int:
         _raise(status, payload)
     raise errors.DevCellError(f"the exec stream ended with a status that is not DevCell's: "
                               f"{_shown(payload)}")
+
+
+class PortForward:
+    """A forward `Client.port_forward` made: listening on `address:port` until closed."""
+
+    def __init__(self, listener: Any) -> None:
+        import threading
+
+        self._listener = listener
+        self.address: str = listener.address
+        self.port: int = listener.listening[0].local
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=listener.serve, args=(self._stop,),
+                                        daemon=True, name="devcell-port-forward")
+        self._thread.start()
+
+    def __enter__(self) -> PortForward:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop listening (connections open go on until they end)."""
+        self._stop.set()
+        self._thread.join()
+        self._listener.close()
+
+
+def _relay_port(ws: Any, sock: socket.socket, on_error: Callable[[str], object] | None) -> None:
+    """A port-forward WebSocket and a local connection, relayed both ways (a thread for the
+    local side's bytes, this one for the port's) until both ended or either broke."""
+    import threading
+
+    from websockets.exceptions import ConnectionClosed
+
+    from devcell.server import framing
+
+    def outward() -> None:
+        try:
+            while True:
+                data = sock.recv(framing.MAX_STDIN)
+                ws.send(framing.frame(framing.STDIN, data))
+                if not data:
+                    return
+        except (OSError, ConnectionClosed):
+            pass
+
+    sending = threading.Thread(target=outward, daemon=True, name="devcell-forward-out")
+    sending.start()
+    try:
+        while True:
+            message = ws.recv()
+            if not isinstance(message, bytes) or not message:
+                continue
+            channel, payload = framing.split(message)
+            if channel == framing.STDOUT:
+                if payload:
+                    sock.sendall(payload)
+                else:
+                    sock.shutdown(socket.SHUT_WR)
+            elif channel == framing.STATUS:
+                _port_status(bytes(payload), on_error)
+                return
+    except ConnectionClosed:
+        if on_error is not None:
+            on_error("the port-forward stream ended without a status")
+    except OSError:
+        pass  # the local side went away: closing the WebSocket ends the connection
+    finally:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # the sending thread's recv ends
+
+
+def _port_status(payload: bytes, on_error: Callable[[str], object] | None) -> None:
+    """A port-forward stream's STATUS: closed, or the problem that ended it, told."""
+    try:
+        doc = json.loads(payload)
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, dict) and doc.get("closed") is True:
+        return
+    if on_error is not None:
+        detail = doc.get("detail") if isinstance(doc, dict) else None
+        on_error(printable(str(detail)) if detail else
+                 f"the port-forward stream ended with a status that is not DevCell's: "
+                 f"{_shown(payload)}")
 
 
 def _quiet_logger() -> Any:

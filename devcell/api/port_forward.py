@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from devcell.api.attach import Attached
+from devcell.backends.base import CellRef
 from devcell.backends.interactive import Forwarding, forwarding
 from devcell.errors import BackendError, UsageError
 from devcell.store import activity as activity_store
@@ -77,18 +78,17 @@ class Listening:
     sock: socket.socket
 
 
-class Forwarder:
-    """The listening sockets of one `port-forward` and the relays of its connections."""
+class Listener:
+    """The listening sockets of one forward, each accepted connection handed to
+    `forward(client, remote)` on a thread of its own (at most MAX_CONNECTIONS at once): the
+    direct forward's (Forwarder) and the API client's (devcell.client: each to a WebSocket)."""
 
-    def __init__(self, attached: Attached, mappings: Sequence[Mapping], address: str,
+    def __init__(self, mappings: Sequence[Mapping], address: str,
                  on_error: Callable[[str], object],
-                 activity: activity_store.Connections | None = None) -> None:
-        self.attached = attached
-        self.activity = activity
-        """Told of each connection's open and close: a cell with one open is not idle."""
-        self.backend: Forwarding = forwarding(attached.backend, attached.backend_name)
+                 forward: Callable[[socket.socket, int], None]) -> None:
         self.address = address
         self.on_error = on_error
+        self.forward = forward
         self.listening: list[Listening] = []
         self._active = threading.BoundedSemaphore(MAX_CONNECTIONS)
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
@@ -132,32 +132,58 @@ class Forwarder:
                                      name=f"forward-{ready.remote}", daemon=True).start()
 
     def _relay(self, client: socket.socket, remote: int) -> None:
-        upstream_made = False
         try:
-            try:
-                upstream = self.backend.open_port(self.attached.ref, remote)
-            except (BackendError, OSError) as exc:
-                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                self.on_error(f"connecting to port {remote} in cell {self.attached.ref.name}: "
-                              f"{why}")
-                return
-            upstream_made = True
-            if self.activity is not None:
-                self.activity.opened()
-            with upstream:
-                back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
-                back.start()
-                _pump(client, upstream)
-                back.join()
+            self.forward(client, remote)
         finally:
-            if self.activity is not None and upstream_made:
-                self.activity.closed()
             client.close()
             self._active.release()
 
     def close(self) -> None:
         for item in self.listening:
             item.sock.close()
+
+
+class Forwarder(Listener):
+    """`devcell port-forward` on the state directory: each connection relayed to one the
+    backend opens into the cell (open_port)."""
+
+    def __init__(self, attached: Attached, mappings: Sequence[Mapping], address: str,
+                 on_error: Callable[[str], object],
+                 activity: activity_store.Connections | None = None) -> None:
+        self.attached = attached
+        self.activity = activity
+        """Told of each connection's open and close: a cell with one open is not idle."""
+        self.backend: Forwarding = forwarding(attached.backend, attached.backend_name)
+        super().__init__(mappings, address, on_error, self._direct)
+
+    def _direct(self, client: socket.socket, remote: int) -> None:
+        try:
+            upstream = open_connection(self.backend, self.attached.ref, remote)
+        except BackendError as exc:
+            self.on_error(str(exc))
+            return
+        if self.activity is not None:
+            self.activity.opened()
+        try:
+            with upstream:
+                back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+                back.start()
+                _pump(client, upstream)
+                back.join()
+        finally:
+            if self.activity is not None:
+                self.activity.closed()
+
+
+def open_connection(backend: Forwarding, ref: CellRef, remote: int) -> socket.socket:
+    """A connection to port `remote` on the cell's own loopback (the backend's open_port),
+    as both `devcell port-forward` and the API's port-forward stream make it; BackendError
+    saying what refused it (a port nothing listens on: Connection refused)."""
+    try:
+        return backend.open_port(ref, remote)
+    except (BackendError, OSError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise BackendError(f"connecting to port {remote} in cell {ref.name}: {why}") from None
 
 
 def _pump(source: socket.socket, sink: socket.socket) -> None:

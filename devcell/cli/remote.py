@@ -37,6 +37,7 @@ SERVED = {("get", None): "remote_get:run_get",
           ("cell", "rerun-hooks"): "remote_cells:run_cell_rerun_hooks",
           ("exec", None): "remote_streams:run_exec",
           ("logs", None): "remote_streams:run_logs",
+          ("port-forward", None): "remote_streams:run_port_forward",
           ("describe", None): "remote_describe:run_describe"}
 """The commands the API serves, and the handler ("module:function" under devcell.cli) that
 runs each through it (`args.remote` is the client)."""

@@ -1,4 +1,4 @@
-"""`exec` and `logs` through a server (cli/remote.py).
+"""`exec`, `logs` and `port-forward` through a server (cli/remote.py).
 
 exec: the command line checked as cmd_exec checks it, then the exec WebSocket (server/
 streams.py, framing.py): the command's output written as it arrives (stdout, stderr; with
@@ -9,6 +9,11 @@ and its size sent whenever it changes; the exit status is the command's. Ctrl-C 
 
 logs: GET /api/v1/cells/NAME/logs (the same code as `devcell logs`), its lines written as
 they come; -f goes on until Ctrl-C (or the server's hour).
+
+port-forward: the local ports listened on as `devcell port-forward` listens (api.port_forward.
+Listener, loopback only), each accepted connection relayed through its own port-forward
+WebSocket (server/forward.py); a connection the server refuses (a port nothing listens on)
+is said on stderr and closed, and the forward goes on.
 """
 
 from __future__ import annotations
@@ -148,4 +153,36 @@ def run_logs(args: argparse.Namespace) -> int:
             raise
     finally:
         lines.close()
+    return 0
+
+
+def run_port_forward(args: argparse.Namespace) -> int:
+    """`devcell port-forward` through a server: the same ports and words as on the state
+    directory (cmd_port_forward), each accepted connection its own WebSocket (Client.
+    relay_port); until Ctrl-C."""
+    from devcell.api import port_forward
+
+    mappings = port_forward.parse(args.ports)
+    address = port_forward.loopback(args.address)
+    client = args.remote
+
+    def said(message: str) -> None:
+        sys.stderr.write(f"error: {printable(message)}\n")
+        sys.stderr.flush()
+
+    client.get("cells", args.cell)  # a cell not found (or not to be read) said before listening
+    listener = port_forward.Listener(
+        mappings, address, said,
+        lambda sock, remote: client.relay_port(args.cell, remote, sock, said))
+    try:
+        shown = f"[{address}]" if ":" in address else address
+        for item in listener.listening:
+            sys.stdout.write(f"Forwarding from {shown}:{item.local} -> {item.remote}\n")
+        sys.stdout.flush()
+        try:
+            listener.serve(threading.Event())
+        except KeyboardInterrupt:  # Ctrl-C is how a forward ends, as kubectl's
+            return 0
+    finally:
+        listener.close()
     return 0

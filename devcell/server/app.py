@@ -105,7 +105,7 @@ class Context:
     how long a body may take (DEVCELL_API_BODY_SECONDS, for a slow network or a test)."""
 
     def __init__(self, state_dir: Path, *, tokens: bool) -> None:
-        from devcell.server import streams
+        from devcell.server import forward, streams
 
         self.state_dir = state_dir
         self.tokens = tokens
@@ -113,6 +113,9 @@ class Context:
                               "Too many watches", "watches and waits")
         self.streams = _Slots(streams.MAX_STREAMS, streams.MAX_STREAMS_PER_USER,
                               "too-many-streams", "Too many streams", "exec and logs streams")
+        self.forwards = _Slots(forward.MAX_FORWARDS, forward.MAX_FORWARDS_PER_USER,
+                               "too-many-forwards", "Too many port-forward connections",
+                               "port-forward connections")
         self.readings: Any = None
         """The readings watches of the same objects share (server.watch.Readings)."""
         self.lists: Any = None
@@ -208,7 +211,7 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
     resource = route.resource
     assert resource is not None
     if route.upgrade:
-        return _upgrade_required
+        return lambda request: _upgrade_required(route, request)
     if route.verb in routes.ACTIONS:
         return lambda request: _action(ctx, route.verb, request)
     if route.verb == "logs":
@@ -870,17 +873,21 @@ async def _settle(ctx: Context, principal: Any, recorded: Any, timeout: float
 # -- streams: exec ------------------------------------------------------------------------------
 
 
-async def _upgrade_required(request: Request) -> Response:
-    """A plain request to exec: its query judged as an upgrade's would be (400), then 426."""
-    from devcell.server import streams
+async def _upgrade_required(route: routes.Route, request: Request) -> Response:
+    """A plain request to a stream: its query judged as an upgrade's would be (400), then
+    426."""
+    from devcell.server import forward, streams
 
-    streams.parse(request.query_params)
+    (forward.parse if route.verb == "port_forward" else streams.parse)(request.query_params)
     raise HttpProblem(426, "upgrade-required", "Upgrade required",
                       f"{printable(request.url.path)} is a WebSocket: connect with "
                       "Upgrade: websocket (docs/api.md says its framing)")
 
 
 def _socket(ctx: Context, route: routes.Route) -> Callable[[WebSocket], Awaitable[None]]:
+    if route.verb == "port_forward":
+        return lambda websocket: _forward(ctx, websocket)
+
     async def serve(websocket: WebSocket) -> None:
         """Everything refusable refused before the upgrade (a problem document with its
         status), then the stream (server.streams)."""
@@ -907,6 +914,34 @@ def _socket(ctx: Context, route: routes.Route) -> Callable[[WebSocket], Awaitabl
         finally:
             ctx.give_stream(principal)
     return serve
+
+
+async def _forward(ctx: Context, websocket: WebSocket) -> None:
+    """A port-forward connection (server.forward): everything refusable refused before the
+    upgrade, the connection to the cell's port included."""
+    from devcell.server import forward, streams
+
+    try:
+        principal = await _principal(ctx, websocket)
+        port = forward.parse(websocket.query_params)
+        ctx.forwards.take(principal, f"{ctx.forwards.total} port-forward connections are "
+                                     "open; try again later")
+    except Exception as exc:  # noqa: BLE001  (each answered as its problem)
+        await websocket.send_denial_response(streams.denial(_logged(exc)))
+        return
+    try:
+        notes: list[str] = []
+        try:
+            upstream, ref = await run_in_threadpool(
+                forward.connect, ctx.state_dir, principal, websocket.path_params["name"],
+                port, notes)
+        except Exception as exc:  # noqa: BLE001
+            await websocket.send_denial_response(streams.denial(_logged(exc)))
+            return
+        await forward.relay(ctx.state_dir, websocket, upstream, ref, port,
+                            _token_check(ctx, websocket), notes=notes)
+    finally:
+        ctx.forwards.give(principal)
 
 
 def _logged(exc: BaseException) -> dict[str, Any]:

@@ -14,6 +14,12 @@ Every message is binary: its first byte is the channel, the rest its payload.
 - STATUS (server to client, the last message): JSON {"exitCode": N}, or the problem document
   of an error met once the stream was open; the server then closes the connection (1000).
 
+A port-forward stream (GET /api/v1/cells/NAME/portforward?port=N, server/forward.py) carries
+one TCP connection to the cell's port in the same framing: STDIN the bytes to the port (an
+empty payload: the client's end of writing, passed on as a half-close), STDOUT the bytes
+from it (empty: the port's end of writing), NOTICE as above, and STATUS last: {"closed":
+true} once both ways ended, or the problem document of what broke the connection.
+
 A message is at most MAX_MESSAGE bytes (the server closes a larger one with 1009); a text
 message or an unknown channel closes it with 1003.
 """
@@ -26,6 +32,8 @@ from typing import Any
 STDIN, STDOUT, STDERR, STATUS, RESIZE, NOTICE = 0, 1, 2, 3, 4, 5
 SUBPROTOCOL = "v1.exec.devcell.dev"
 """Offered by a client that speaks this framing (the server accepts it; none is needed)."""
+PORT_SUBPROTOCOL = "v1.portforward.devcell.dev"
+"""Offered by a client that speaks a port-forward stream (none is needed)."""
 MAX_MESSAGE = 1 << 20
 MAX_OUTPUT = 64 << 10
 """A STDOUT or STDERR message's payload at most: the command's output is cut in pieces."""

@@ -159,7 +159,7 @@ def _operation(route: routes.Route) -> dict[str, Any]:
     if route.verb in routes.ACTIONS:
         return _action(route, op)
     if route.upgrade:
-        return _upgrade(op)
+        return _port_forward(op) if route.verb == "port_forward" else _upgrade(op)
     if route.verb == "logs":
         return _logs(op)
     if route.name == "openapi":
@@ -379,6 +379,28 @@ def _upgrade(op: dict[str, Any]) -> dict[str, Any]:
         {"name": "user", "in": "query", "required": False, "schema": {"type": "string"},
          "description": "USER[:GROUP], as exec -u"}]
     op["responses"] = {"101": {"description": "upgraded: the stream"},
+                       **_problem_responses(400, 401, 403, 404, 406, 426, 500, 502, 503)}
+    return op
+
+
+def _port_forward(op: dict[str, Any]) -> dict[str, Any]:
+    """portforward: a WebSocket carrying one TCP connection (docs/api.md); a plain request is
+    a 426."""
+    op["description"] = ("Upgrade to a WebSocket (Upgrade: websocket; subprotocol "
+                         "v1.portforward.devcell.dev) carrying one TCP connection to the "
+                         "port: binary messages whose first byte is the channel: 0 the bytes "
+                         "to the port (empty: the end of them, a half-close), 1 the bytes "
+                         "from it (empty: their end), 5 notices (UTF-8 lines), 3 status (the "
+                         "last; JSON: closed, or a problem document). A refusal before the "
+                         "upgrade is a problem document, a port nothing listens on included "
+                         "(502).")
+    op["parameters"] = [
+        {"name": "name", "in": "path", "required": True,
+         "schema": {"type": "string", "minLength": 1}},
+        {"name": "port", "in": "query", "required": True,
+         "schema": {"type": "integer", "minimum": 1, "maximum": 65535},
+         "description": "the port the cell listens on (on its own loopback or any address)"}]
+    op["responses"] = {"101": {"description": "upgraded: the connection"},
                        **_problem_responses(400, 401, 403, 404, 406, 426, 500, 502, 503)}
     return op
 

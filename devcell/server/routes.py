@@ -45,7 +45,7 @@ class Route(NamedTuple):
     resource: Resource | None
     summary: str
     upgrade: bool = False
-    """A WebSocket (exec): a plain request is answered 426, an upgrade served as a stream."""
+    """A WebSocket (exec, portforward): a plain request is answered 426, an upgrade served as a stream."""
 
 
 ACTIONS = {
@@ -98,6 +98,10 @@ def table() -> list[Route]:
     routes.append(Route("GET", f"{PREFIX}/cells/{{name}}/exec", "exec_cell", "exec", cells,
                         "Run a command in the cell: a WebSocket (see docs/api.md for its "
                         "framing)", upgrade=True))
+    routes.append(Route("GET", f"{PREFIX}/cells/{{name}}/portforward", "portforward_cell",
+                        "port_forward", cells, "One TCP connection to a port the cell "
+                        "listens on, as `devcell port-forward` makes it: a WebSocket (see "
+                        "docs/api.md for its framing)", upgrade=True))
     routes.append(Route("GET", f"{PREFIX}/cells/{{name}}/logs", "logs_cell", "logs", cells,
                         "The cell's service logs, as `devcell logs` prints them (follow=true: "
                         "as they grow)"))

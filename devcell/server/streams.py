@@ -116,8 +116,9 @@ def _flag(query: QueryParams, name: str) -> bool:
 
 
 def prepare(state_dir: Path, principal: Any, cell: str, *, verb: str = "exec",
-            wake_it: bool = True, notes: list[str] | None = None) -> Any:
-    """The cell attached (api.attach), once `principal` may `verb` it (exec, logs); with
+            wake_it: bool = True, notes: list[str] | None = None, by: str = "exec") -> Any:
+    """The cell attached (api.attach), once `principal` may `verb` it (exec, logs,
+    port_forward; `by` names it in the wake's words); with
     `wake_it` a sleeping cell is woken first, in the caller's name, as `devcell exec` wakes
     it (`devcell logs` reads a sleeping cell's logs as they were left). What `devcell exec`
     says of it on stderr meanwhile (the wake, a runtime that drifted) is added to `notes`,
@@ -139,8 +140,8 @@ def prepare(state_dir: Path, principal: Any, cell: str, *, verb: str = "exec",
         if wake_it and wake.asleep(attached.phase):
             attached.close()
             said = [] if notes is None else notes
-            said.append(f"cell {printable(cell)} is asleep; waking it for exec...\n")
-            woken = wake.wake(state_dir, cell, by="exec")
+            said.append(f"cell {printable(cell)} is asleep; waking it for {by}...\n")
+            woken = wake.wake(state_dir, cell, by=by)
             if woken.fallback is not None:
                 said.append(f"cell {printable(cell)}: resuming its saved machine failed "
                             f"({printable(woken.fallback)}); booted cold from its kept "
@@ -151,8 +152,8 @@ def prepare(state_dir: Path, principal: Any, cell: str, *, verb: str = "exec",
             attached = attach.attach(state_dir, cell)
     if attached.drift is not None and notes is not None:
         name = printable(attached.ref.name)
-        anyway = ("running the command anyway" if verb == "exec"
-                  else "showing its logs as last written")
+        anyway = {"exec": "running the command anyway", "port_forward": "forwarding anyway"
+                  }.get(verb, "showing its logs as last written")
         notes.append(f"warning: cell {name}: its runtime {attached.drift.seen} (recorded "
                      f"{attached.drift.recorded}); `devcell cell start {name}` repairs it; "
                      f"{anyway}\n")

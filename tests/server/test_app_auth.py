@@ -245,6 +245,43 @@ CASES["give their own cell a host mount"] = (lambda api, t: (
     "mountPath: /mnt}]\n"), HOST_ONLY)
 
 
+# The streams (WebSockets; "WS": an upgrade, its refusal read from the denial response): the
+# policy's verb on the cell before anything else. The fake backend cannot forward ports, so
+# a request the policy allows meets its refusal (502), which comes after.
+FORWARDED = {"viewer": (403, "viewer-read-only"), "developer": (502, None), "admin": (502, None)}
+CASES.update({
+    "port-forward to another's cell": (lambda api, t: (
+        "WS", f"/api/v1/cells/{_admin_cell(api)}/portforward?port=80", None),
+        {**FORWARDED, "developer": (403, "developer-not-own")}),
+    "port-forward to their own cell": (lambda api, t: (
+        "WS", f"/api/v1/cells/{_own_cell(api, t)}/portforward?port=80", None), FORWARDED),
+    "port-forward to a cell shared with them": (lambda api, t: (
+        "WS", f"/api/v1/cells/{_admin_cell(api, shared_with='u-developer')}/portforward"
+        "?port=80", None), FORWARDED),
+})
+
+
+def _upgrade(api: Api, token: str, path: str) -> httpx.Response:
+    """A WebSocket upgrade of `path` over TLS with `token`: its refusal, as an HTTP answer
+    (an upgrade that succeeded is a 101)."""
+    import ssl
+
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    trusted = ssl.create_default_context(cafile=str(api.certificate))
+    url = api.url.replace("https://", "wss://") + path
+    try:
+        with connect(url, ssl=trusted, proxy=None, open_timeout=30,
+                     additional_headers={"Authorization": f"Bearer {token}"}):
+            return httpx.Response(101)
+    except InvalidStatus as refused:
+        answer = refused.response
+        return httpx.Response(answer.status_code, content=bytes(answer.body or b""),
+                              headers={"content-type": answer.headers.get("content-type",
+                                                                          "")})
+
+
 def _forked(name: str, snapshot: str) -> str:
     """A cell manifest whose workspace is restored from `snapshot`."""
     return cell(name) + f"  workspace: {{from: {{snapshot: {snapshot}}}}}\n"
@@ -274,7 +311,9 @@ def test_every_route_for_every_role(api: Api, tokens: dict[str, str], case: str,
     status, rule = expected[role]
     before = api.client.get("/api/v1/events").json()["metadata"]["resourceVersion"]
     with api.tls_client(tokens[role]) as c:
-        if isinstance(body, dict):  # an action's fields
+        if method == "WS":
+            response = _upgrade(api, tokens[role], path)
+        elif isinstance(body, dict):  # an action's fields
             response = c.request(method, path, json=body)
         else:
             response = c.request(method, path, content=body,

@@ -1,0 +1,134 @@
+"""port-forward through the API (server/forward.py, Client.port_forward, `devcell --server URL
+port-forward`) to a real container cell with no network at all (mode none: its ports are
+reached only inside its namespace, as the direct forward reaches them), against the session's
+real server: bytes both ways unchanged (64 MiB echoed, with a checksum), the client's end of
+writing passed on as a half-close (the cell answers after it), a port nothing listens on
+said, not hung on, and the CLI's forward through the server.
+
+Cost: ~10-20 s for the cell (an engine), then a few seconds a test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from devcell import errors
+from tests.conftest import REPO
+from tests.server.conftest import Api
+
+ECHO, DIGEST, NOTHING = 7000, 7001, 7009
+
+
+@pytest.fixture(scope="module")
+def cell(api: Api) -> Iterator[str]:
+    """A container cell without a network: `cat` on port 7000 (an echo), `sha256sum` on
+    7001 (answers once its input ended)."""
+    from devcell import Client
+    from tests.backends.engine import IMAGE, remove_containers, require_engine
+    from tests.server.test_app import wait_for
+
+    require_engine()
+    name = f"fwd-{uuid.uuid4().hex[:6]}"
+    with Client(f"unix:{api.socket}") as dc:
+        dc.apply(f"apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {{name: {name}}}\n"
+                 f"spec:\n  backend: container\n  image: {IMAGE}\n  network: {{mode: none}}\n"
+                 f"  services:\n"
+                 f"    - {{name: echo, command: [nc, -ll, -p, '{ECHO}', -e, cat]}}\n"
+                 f"    - {{name: digest, command: [nc, -ll, -p, '{DIGEST}', -e, sha256sum]}}\n")
+        try:
+            wait_for(api, f"/api/v1/cells/{name}",
+                     lambda r: r.json()["status"].get("phase") == "Running", timeout=120)
+            yield name
+        finally:
+            dc.delete("cells", name)
+            with contextlib.suppress(errors.NotFound, TimeoutError):
+                dc.wait(name, "Deleted", timeout=60)
+            remove_containers(api.state)
+
+
+def _connect(port: int) -> socket.socket:
+    """A connection to the forward's local port (the cell's service may still be starting:
+    nc is up within a second of the cell Running)."""
+    return socket.create_connection(("127.0.0.1", port), timeout=60)
+
+
+def _echoed(sock: socket.socket, data: bytes) -> bytes:
+    """`data` sent (then the end of it) while what comes back is read, until its end."""
+    def send() -> None:
+        for at in range(0, len(data), 1 << 20):
+            sock.sendall(data[at:at + (1 << 20)])
+        sock.shutdown(socket.SHUT_WR)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    got = bytearray()
+    while chunk := sock.recv(1 << 20):
+        got += chunk
+    sender.join(60)
+    return bytes(got)
+
+
+def test_bytes_go_both_ways_unchanged_and_a_half_close_is_passed_on(api: Api, cell: str) -> None:
+    from devcell import Client
+
+    with Client(f"unix:{api.socket}") as dc, dc.port_forward(cell, ECHO) as forward:
+        with _connect(forward.port) as sock:
+            assert _echoed(sock, b"hello\n") == b"hello\n"
+        data = os.urandom(64 << 20)
+        with _connect(forward.port) as sock:
+            back = _echoed(sock, data)
+        assert hashlib.sha256(back).hexdigest() == hashlib.sha256(data).hexdigest()
+    with Client(f"unix:{api.socket}") as dc, dc.port_forward(cell, DIGEST) as forward:
+        with _connect(forward.port) as sock:  # sha256sum answers only once its input ended
+            answer = _echoed(sock, b"abc")
+        assert answer.split()[0].decode() == hashlib.sha256(b"abc").hexdigest()
+
+
+def test_a_port_nothing_listens_on_is_said_not_hung_on(api: Api, cell: str) -> None:
+    from devcell import Client
+
+    with Client(f"unix:{api.socket}") as dc:
+        with pytest.raises(errors.DevCellError, match=f"port {NOTHING} .*Connection refused"):
+            dc.port_socket(cell, NOTHING)
+        said: list[str] = []
+        with dc.port_forward(cell, NOTHING, on_error=said.append) as forward:
+            with _connect(forward.port) as sock:
+                assert sock.recv(10) == b""  # closed, not left waiting
+        assert said and "Connection refused" in said[0], said
+
+
+def test_the_cli_forwards_through_the_server(api: Api, cell: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devcell", "--server", f"unix:{api.socket}", "port-forward",
+         cell, f":{ECHO}", f":{NOTHING}"], cwd=REPO, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.stdout is not None
+    try:
+        ports = []
+        for _ in range(2):
+            line = proc.stdout.readline()
+            found = re.fullmatch(r"Forwarding from 127\.0\.0\.1:(\d+) -> \d+\n", line)
+            assert found, (line, proc.poll())
+            ports.append(int(found.group(1)))
+        with _connect(ports[1]) as sock:
+            assert sock.recv(10) == b""
+        with _connect(ports[0]) as sock:
+            assert _echoed(sock, b"through the API\n") == b"through the API\n"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert f"error: connecting to port {NOTHING} in cell {cell}: Connection refused" in err, err
+    assert "Traceback" not in err

@@ -33,24 +33,47 @@ def resolve(explicit: str | None = None) -> Path:
     from pathlib import Path
 
     if explicit:
-        return Path(explicit).expanduser().absolute()
-    env = os.environ.get("DEVCELL_HOME")
-    if env:
-        return Path(env).expanduser().absolute()
-    xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(xdg).absolute() / "devcell"
+        found = Path(explicit).expanduser()
+    elif os.environ.get("DEVCELL_HOME"):
+        found = Path(os.environ["DEVCELL_HOME"]).expanduser()
+    else:
+        xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                              "share")
+        found = Path(xdg) / "devcell"
+    try:
+        return found.absolute()
+    except FileNotFoundError:  # os.getcwd(): the current directory was removed
+        raise _gone(str(found)) from None
 
 
 def location(explicit: str | None = None) -> str | None:
     """The directory resolve() names, as a string made without pathlib (exec's fast path):
     the same directory, not always spelled alike (a Path drops `.` parts and doubled
-    slashes). None where resolve() raises (a `~user` that is no user): left to it."""
+    slashes). None where resolve() raises (a `~user` that is no user, a relative path from a
+    current directory that was removed): left to it."""
     given = explicit or os.environ.get("DEVCELL_HOME")
     if given:
         found = os.path.expanduser(given)
-        return None if found.startswith("~") else os.path.join(os.getcwd(), found)
-    xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return os.path.join(os.getcwd(), xdg, "devcell")
+        if found.startswith("~"):
+            return None
+    else:
+        xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                              "share")
+        found = os.path.join(xdg, "devcell")
+    if os.path.isabs(found):  # os.getcwd() fails in a removed directory: asked only if needed
+        return found
+    try:
+        return os.path.join(os.getcwd(), found)
+    except FileNotFoundError:
+        return None
+
+
+def _gone(state_dir: str) -> Exception:
+    from devcell.errors import StateError
+
+    return StateError(f"the state directory {state_dir} is relative to the current directory, "
+                      f"which was removed: change to a directory that exists, or {_FIX} an "
+                      "absolute path")
 
 
 def _unusable(message: str, *, cause: str, path: str) -> Exception:

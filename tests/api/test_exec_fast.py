@@ -183,6 +183,19 @@ def test_a_missing_cell_is_the_full_paths_error(state: Path) -> None:
     assert ran.stderr.decode() == 'error: cell "bx" not found; did you mean "box"?\n'
 
 
+def test_exec_from_a_removed_current_directory_runs(state: Path, tmp_path: Path) -> None:
+    """Run in a directory removed meanwhile (a build tree), the fast path was a traceback
+    (os.getcwd() while placing the absolute state directory) where every other command ran
+    (found by attack41)."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    ran = subprocess.run(
+        ["sh", "-c", 'cd "$1" && rmdir "$1" && exec "$0" -m devcell exec box -- echo hi',
+         sys.executable, str(gone)],
+        capture_output=True, env=dict(_env(state), PYTHONPATH=str(REPO)), timeout=120)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, b"hi\n", b"")
+
+
 def test_nothing_applied_there_is_refused_and_nothing_is_made(tmp_path: Path) -> None:
     empty = tmp_path / "nothing"
     ran = devcell(empty, "exec", "box", "--", "true")

@@ -14,6 +14,7 @@ document is bounded as `apply -f` bounds it (1 MiB).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -121,6 +123,9 @@ class Context:
         self.lists: Any = None
         """The lists' encodings, shared by the requests of the same list (server.lists)."""
         self._limiter: Any = None
+        self._connecting: Any = None
+        self._connecting_of: dict[str, Any] = {}
+        """Each user's turns at making a port-forward's connection (`connecting`)."""
         given = os.environ.get("DEVCELL_API_BODY_SECONDS", "")
         try:
             seconds = float(given) if given else BODY_SECONDS
@@ -142,6 +147,24 @@ class Context:
 
     def give_watch(self, principal: Any) -> None:
         self.watches.give(principal)
+
+    @contextlib.asynccontextmanager
+    async def connecting(self, principal: Any) -> AsyncIterator[Any]:
+        """Held while a port-forward's connection is made: its turn among `principal`'s
+        (forward.MAX_CONNECTING_PER_USER), then the limiter of the threads that make them
+        (forward.MAX_CONNECTING), never the threads every request shares: a cell whose
+        listener is full (nothing accepts) holds each connect for its whole timeout, and one
+        developer's burst of those took all 40 and stalled every request for everyone."""
+        from devcell.server import forward
+
+        if self._connecting is None:  # made in the event loop
+            self._connecting = anyio.CapacityLimiter(forward.MAX_CONNECTING)
+        mine = self._connecting_of.get(principal.user)
+        if mine is None:
+            mine = self._connecting_of[principal.user] = anyio.CapacityLimiter(
+                forward.MAX_CONNECTING_PER_USER)
+        async with mine:
+            yield self._connecting
 
     def limiter(self) -> Any:
         """The threads exec streams run their commands on (made in the event loop)."""
@@ -932,9 +955,10 @@ async def _forward(ctx: Context, websocket: WebSocket) -> None:
     try:
         notes: list[str] = []
         try:
-            upstream, ref = await run_in_threadpool(
-                forward.connect, ctx.state_dir, principal, websocket.path_params["name"],
-                port, notes)
+            async with ctx.connecting(principal) as limiter:
+                upstream, ref = await anyio.to_thread.run_sync(
+                    forward.connect, ctx.state_dir, principal, websocket.path_params["name"],
+                    port, notes, limiter=limiter)
         except Exception as exc:  # noqa: BLE001
             await websocket.send_denial_response(streams.denial(_logged(exc)))
             return

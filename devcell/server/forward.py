@@ -35,6 +35,12 @@ MAX_FORWARDS = 256
 """Port-forward connections open at once (as many as one direct forward's)."""
 MAX_FORWARDS_PER_USER = 64
 """Of those, what one user who is not an admin may hold (a browser opens several)."""
+MAX_CONNECTING = 8
+"""Connections being made at once, each on a thread of its own limiter (app.Context.connecting):
+one a cell never accepts holds its thread for netns' whole connect timeout."""
+MAX_CONNECTING_PER_USER = 4
+"""Of those, what one user's take; the others wait their turn (a refusal would fail a
+browser's burst of connections)."""
 
 
 def parse(query: QueryParams) -> int:

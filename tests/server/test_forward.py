@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +81,85 @@ def test_the_cli_through_a_server_refuses_as_the_direct_one(api: Api) -> None:
     assert missing.returncode == 1 and "not found" in missing.stderr
     for done in (bad, wide, missing):
         assert "Traceback" not in done.stderr
+
+
+def test_connections_a_cell_never_accepts_leave_other_requests_their_threads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cell whose listener is full (nothing accepts) holds each connect for netns' whole
+    timeout; made on the threads every request shares (40), one developer's burst of 50
+    (under their 64) stalled every request of everyone until they timed out. Now each
+    user's are made 4 at a time, on threads of their own (found by attack41)."""
+    import threading
+
+    import uvicorn
+
+    from devcell import Client
+    from devcell.server import app, forward
+    from devcell.store.db import open_database
+
+    state = tmp_path / "state"
+    open_database(state).close()
+    release = threading.Event()
+    lock = threading.Lock()
+    inside: list[int] = []
+    peak = [0]
+
+    def never_accepted(*args: object) -> None:
+        with lock:
+            inside.append(1)
+            peak[0] = max(peak[0], len(inside))
+        release.wait(60)
+        with lock:
+            inside.pop()
+        raise errors.BackendError("connecting to port 80 in cell box: timed out")
+
+    monkeypatch.setattr(forward, "connect", never_accepted)
+    asked: list[int] = []
+    parse = forward.parse
+    monkeypatch.setattr(forward, "parse", lambda query: asked.append(1) or parse(query))
+    sock = tmp_path / "api.sock"
+    server = uvicorn.Server(uvicorn.Config(app.build(state), uds=str(sock), log_level="error"))
+    serving = threading.Thread(target=server.run, daemon=True)
+    serving.start()
+    refused: list[str] = []
+    try:
+        for _ in range(600):
+            if server.started:
+                break
+            release.wait(0.05)
+
+        def forward_once() -> None:
+            with Client(f"unix:{sock}") as dc:
+                try:
+                    dc.port_socket("box", 80)
+                except errors.DevCellError as exc:
+                    refused.append(str(exc))
+
+        burst = [threading.Thread(target=forward_once, daemon=True) for _ in range(50)]
+        for thread in burst:
+            thread.start()
+        for _ in range(600):  # every one of them at its connect
+            if len(asked) == len(burst):
+                break
+            release.wait(0.05)
+        answered: list[object] = []
+
+        def read() -> None:
+            with Client(f"unix:{sock}") as dc:
+                try:
+                    dc.get("cells", "box")
+                except errors.NotFound as exc:
+                    answered.append(exc)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(30)
+        assert answered, "a read waited behind the connects"
+        assert peak[0] <= forward.MAX_CONNECTING_PER_USER
+    finally:
+        release.set()
+        for thread in burst:
+            thread.join(30)
+        server.should_exit = True
+        serving.join(30)
+    assert len(refused) == 50 and all("timed out" in r for r in refused)

@@ -309,6 +309,47 @@ class Client:
         rerun-hooks`); as `sleep` otherwise."""
         return self._action(cell, "rerun-hooks", None, wait, timeout)
 
+    def restore(self, snapshot: str, *, cell: str | None = None, safety: bool = True,
+                dry_run: bool = False, approve: bool = False, wait: bool = True,
+                timeout: int = ACTION_TIMEOUT) -> dict[str, Any]:
+        """Roll a cell's workspace back to `snapshot`, in place (as `devcell snapshot
+        restore`): into its own cell, or `cell` (a fork of it); a safety snapshot of the
+        workspace first unless safety=False; dry_run: only the plan. A workspace changed
+        since its last snapshot stops the restore at an approval gate unless `approve`.
+        Returns the plan and how it went (`done`, `awaiting`: why it waits at its gate,
+        `operation`); raises DevCellError when it failed, TimeoutError when `timeout`
+        (seconds) ran out, the answer on the error's `.result`."""
+        result = self.restore_answer(snapshot, cell=cell, safety=safety, dry_run=dry_run,
+                                     approve=approve, wait=wait, timeout=timeout)
+        if result.get("failed") or not result.get("ok", True):
+            bad = [str(r.get("message")) for r in result.get("results", [])]
+            exc: Exception = TimeoutError("; ".join(bad)) if bad and all(
+                r.get("status") == "waiting" for r in result["results"]) \
+                else errors.DevCellError(str(result.get("failed") or "; ".join(bad)))
+            exc.result = result  # type: ignore[attr-defined]
+            raise exc
+        return result
+
+    def restore_answer(self, snapshot: str, *, cell: str | None = None, safety: bool = True,
+                       dry_run: bool = False, approve: bool = False, wait: bool = True,
+                       timeout: int = ACTION_TIMEOUT) -> dict[str, Any]:
+        """POST /api/v1/snapshots/SNAPSHOT/restore and its answer as it is, whatever the
+        restore gave (what the CLI prints from; `restore` raises when it failed)."""
+        body: dict[str, Any] = {}
+        for key, value, default in (("cell", cell, None), ("safety", safety, True),
+                                    ("dryRun", dry_run, False), ("approve", approve, False)):
+            if value != default:
+                body[key] = value
+        waits = wait and not dry_run
+        query = {"wait": "true" if waits else None,
+                 "timeoutSeconds": str(timeout) if waits else None}
+        path = f"/api/v1/snapshots/{urllib.parse.quote(snapshot, safe='')}/restore"
+        data = json.dumps(body).encode() if body else None
+        result: dict[str, Any] = self._json(
+            "POST", path, query, body=data, media="application/json" if data else None,
+            read_timeout=timeout + self.timeout if waits else -1.0)
+        return result
+
     def wait(self, name: str, phase: str = "Running", *, resource: str = "cells",
              timeout: float = ACTION_TIMEOUT) -> dict[str, Any]:
         """Block until the cell (or, resource="snapshots", the snapshot) `name` is in

@@ -78,7 +78,7 @@ def restore(state_dir: Path, snapshot: str, *, cell: str | None = None, safety: 
     """Restore `snapshot` into its cell (or `cell`, which must be that cell or a fork of it)."""
     db = dbmod.open_database(state_dir)
     try:
-        snap, target = _check(db, snapshot, cell)
+        snap, target = check(db, snapshot, cell)
         backend_name = str(target.extra["backend"])
         preview = _preview(db, state_dir, snap, target, backend_name, safety, options)
         if dry_run:
@@ -92,7 +92,7 @@ def restore(state_dir: Path, snapshot: str, *, cell: str | None = None, safety: 
                                        hooks=hooks, keys=[(KIND, target.id)])
             if report.converged.holder is not None and options.wait:
                 _wait_for_daemon(db, target.id, options)
-            return _outcome(db, preview, report, target.id, "")
+            return outcome(db, preview, report, target.id, "")
         request = restores.new_request(
             snapshot_id=snap.id, snapshot=snap.name,
             safety_id=ids.new_id("snap") if safety else None, safety=preview.safety)
@@ -111,13 +111,15 @@ def restore(state_dir: Path, snapshot: str, *, cell: str | None = None, safety: 
                                    hooks=hooks, keys=[(KIND, target.id)])
         if report.converged.holder is not None and options.wait:
             _wait_for_daemon(db, target.id, options)
-        return _outcome(db, preview, report, target.id, started)
+        return outcome(db, preview, report, target.id, started)
     finally:
         db.close()
 
 
-def _check(db: dbmod.Database, snapshot: str,
-           cell: str | None) -> tuple[objects.ObjectRecord, objects.ObjectRecord]:
+def check(db: dbmod.Database, snapshot: str,
+          cell: str | None) -> tuple[objects.ObjectRecord, objects.ObjectRecord]:
+    """The snapshot and the cell it would restore into (`cell`, else its own), or the error
+    that refuses the restore; nothing written (the API authorizes on the cell it returns)."""
     snap = objects.require(db.conn, "Snapshot", snapshot)
     shown = names.printable(snap.name)
     if snap.phase != Phase.READY or not snap.extra.get("checkpoint_ref") or snap.deleting:
@@ -228,21 +230,31 @@ def _wait_for_daemon(db: dbmod.Database, cell_id: str, options: Options) -> None
     (cleared) or its operation waits at the gate (approved here if --approve was given)."""
     deadline = time.monotonic() + options.timeout
     while time.monotonic() < deadline:
-        record = objects.get(db.conn, KIND, cell_id)
-        if record is None or restores.of(record) is None:
+        if carried_out(db, cell_id, approve=options.approve):
             return
-        op = operations.suspended_for(db.conn, cell_id)
-        if op is not None and op["reason"] == "AwaitingApproval":
-            if not options.approve:
-                return
-            if not op["resume_input"]:
-                with db.write() as conn:
-                    operations.approve(conn, op["id"], converging.APPROVED_BY)
         time.sleep(0.1)
 
 
-def _outcome(db: dbmod.Database, preview: Preview, report: Report, cell_id: str,
-             started: str) -> Restored:
+def carried_out(db: dbmod.Database, cell_id: str, *, approve: bool) -> bool:
+    """One look at a restore the daemon carries out: done (its request cleared), or waiting
+    at its gate (approved now when `approve`: then not yet)."""
+    record = objects.get(db.conn, KIND, cell_id)
+    if record is None or restores.of(record) is None:
+        return True
+    op = operations.suspended_for(db.conn, cell_id)
+    if op is not None and op["reason"] == "AwaitingApproval":
+        if not approve:
+            return True
+        if not op["resume_input"]:
+            with db.write() as conn:
+                operations.approve(conn, op["id"], converging.APPROVED_BY)
+    return False
+
+
+def outcome(db: dbmod.Database, preview: Preview, report: Report, cell_id: str,
+            started: str) -> Restored:
+    """How the restore asked for at `started` ended so far (its operation, done, waiting at
+    its gate or failed)."""
     ops = [r for r in operations.for_object(db.conn, cell_id)
            if r["action"] == "restore" and r["created_at"] >= started]
     op = ops[0] if ops else None

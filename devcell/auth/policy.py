@@ -11,8 +11,8 @@ or for an admin):
 - only an admin manages tokens (`token-admin`);
 - a developer may create objects they own (`developer-creates-own`: the creator becomes the
   owner, so a create naming another owner is refused), and change, exec into, read the logs
-  of, ssh to, forward ports of, sleep, start, restart, rerun the hooks of, snapshot, fork
-  and delete their own cells
+  of, ssh to, forward ports of, sleep, start, restart, rerun the hooks of, snapshot, fork,
+  restore and delete their own cells
   (`developer-own`) and those whose spec.sharedWith names them (`developer-shared`), and no
   one else's (`developer-not-own`);
 - only a cell's owner (or an admin) changes its metadata.owner or spec.sharedWith
@@ -53,6 +53,7 @@ class Verb(StrEnum):
     fork = "fork"
     restart = "restart"
     rerun_hooks = "rerun-hooks"
+    restore = "restore"
     token_admin = "token_admin"
 
 

@@ -2,18 +2,45 @@
 
 A dry run prints the plan and what would be replaced. A restore waiting at its approval gate
 prints `cell/NAME restore waiting for approval`, then on stderr what it would replace and
-the `devcell op resume` command that approves it (exit 1), as `delete` does.
+the `devcell op resume` command that approves it (exit 1), as `delete` does. The printing
+(`say`) reads a Said, so that the same words come through a server (cli/remote_cells.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import NamedTuple
 
 from devcell.api import restore as api
 from devcell.cli import converge_output as output
 from devcell.names import printable
 from devcell.store import db as dbmod
+
+
+class Said(NamedTuple):
+    """What the command says of a restore: its plan, and how it went."""
+
+    cell: str
+    snapshot: str
+    safety: str | None
+    running: bool
+    changed_since: str | None
+    changes: str | None
+    """What it replaces that no snapshot holds, summed up (None: the backend cannot say)."""
+    needs_approval: bool
+    operation: str | None = None
+    done: bool = False
+    awaiting: str | None = None
+    failed: str | None = None
+
+
+def said(result: api.Restored) -> Said:
+    p = result.preview
+    return Said(p.cell, p.snapshot, p.safety, p.running, p.changed_since,
+                p.changes.summary() if p.changes is not None else None, p.needs_approval,
+                result.operation, result.done, result.awaiting, result.failed)
 
 
 def _say(text: str) -> None:
@@ -26,42 +53,53 @@ def run_snapshot_restore(args: argparse.Namespace) -> int:
         safety=args.safety, dry_run=args.dry_run,
         options=output.options(args, approve=args.approve),
         hooks=output.hooks(args, lambda recorded: None))
-    p = result.preview
     if args.dry_run:
-        _preview(p)
+        return say(said(result), dry_run=True)
+    report = result.report
+    assert report is not None
+    return say(said(result), held=report.converged.holder is not None, ok=report.ok,
+               finish=lambda: output.exit_code(report))
+
+
+def say(s: Said, *, dry_run: bool = False, held: bool = False, ok: bool = True,
+        finish: Callable[[], int] = lambda: 0) -> int:
+    """Print the restore as the command says it: the plan of a dry run, else how it went
+    (`held`: a daemon carries it out; `ok`: converging settled; `finish` prints what did not
+    settle and gives the exit code)."""
+    if dry_run:
+        _preview(s)
         return 0
-    assert result.report is not None
-    if result.done:
-        safety = f"; safety snapshot/{p.safety} holds what was there" if p.safety else ""
-        _say(f"cell/{p.cell} restored from snapshot/{p.snapshot}{safety}"
-             f" (operation {result.operation})")
-    elif result.awaiting is not None:
-        _say(f"cell/{p.cell} restore waiting for approval")
-        if result.report.converged.holder is not None:  # inline, the report says it below
+    if s.done:
+        safety = f"; safety snapshot/{s.safety} holds what was there" if s.safety else ""
+        _say(f"cell/{s.cell} restored from snapshot/{s.snapshot}{safety}"
+             f" (operation {s.operation})")
+    elif s.awaiting is not None:
+        _say(f"cell/{s.cell} restore waiting for approval")
+        if held:  # inline, the report says it below
             sys.stderr.write(printable(
-                f"error: cell/{p.cell}: operation {result.operation} {result.awaiting}; "
-                f"approve it with `devcell op resume {result.operation} --input "
-                f"confirm={p.cell}` (or pass --approve)") + "\n")
+                f"error: cell/{s.cell}: operation {s.operation} {s.awaiting}; "
+                f"approve it with `devcell op resume {s.operation} --input "
+                f"confirm={s.cell}` (or pass --approve)") + "\n")
             return 1
-    elif result.failed is not None:
-        _say(f"cell/{p.cell} restore failed")
-        if result.report.ok:
-            sys.stderr.write(printable(f"error: cell/{p.cell}: {result.failed}") + "\n")
+    elif s.failed is not None:
+        _say(f"cell/{s.cell} restore failed")
+        if ok:
+            sys.stderr.write(printable(f"error: cell/{s.cell}: {s.failed}") + "\n")
             return 1
     else:
-        _say(f"cell/{p.cell} restore requested")
-    return output.exit_code(result.report)
+        _say(f"cell/{s.cell} restore requested")
+    return finish()
 
 
-def _preview(p: api.Preview) -> None:
-    _say(f"cell/{p.cell} would be restored from snapshot/{p.snapshot} (dry run)")
-    steps = (["stop"] if p.running else []) + (["checkpoint (safety)"] if p.safety else []) \
-        + ["restore-workspace"] + (["start"] if p.running else [])
+def _preview(s: Said) -> None:
+    _say(f"cell/{s.cell} would be restored from snapshot/{s.snapshot} (dry run)")
+    steps = (["stop"] if s.running else []) + (["checkpoint (safety)"] if s.safety else []) \
+        + ["restore-workspace"] + (["start"] if s.running else [])
     _say(f"  steps: {', '.join(steps)}")
-    _say(f"  safety snapshot: {p.safety}" if p.safety else
+    _say(f"  safety snapshot: {s.safety}" if s.safety else
          "  safety snapshot: none (--no-safety-snapshot)")
-    since = f"snapshot/{p.changed_since}" if p.changed_since else "creation (no snapshot yet)"
-    if p.changes is not None:
-        _say(f"  changed since {since}: {p.changes.summary()}")
+    since = f"snapshot/{s.changed_since}" if s.changed_since else "creation (no snapshot yet)"
+    if s.changes is not None:
+        _say(f"  changed since {since}: {s.changes}")
     _say("  approval: needed (--approve, or `devcell op resume` once it waits)"
-         if p.needs_approval else "  approval: not needed")
+         if s.needs_approval else "  approval: not needed")

@@ -1,4 +1,5 @@
-"""`snapshot create` and `cell sleep|start|fork|restart|rerun-hooks` through a server (cli/remote.py).
+"""`snapshot create|restore` and `cell sleep|start|fork|restart|rerun-hooks` through a server
+(cli/remote.py).
 
 Each is the cell's action route (POST /api/v1/cells/NAME/ACTION, server/actions.py: the
 library call the verb makes on a state directory) asked to wait as the verb waits for a
@@ -7,6 +8,8 @@ the same `kind/name outcome` lines, the same error line for an object that did n
 (with the daemon that reconciles it, as the answer names it), the same exit code. A name
 already recorded is recorded again as the verb records it (exclusive=false: `unchanged`),
 which the server allows only for a snapshot of the same cell or a cell the caller may change.
+A restore is its snapshot's route (POST /api/v1/snapshots/NAME/restore), said by
+cmd_restore's printer.
 """
 
 from __future__ import annotations
@@ -63,6 +66,23 @@ def run_cell_rerun_hooks(args: argparse.Namespace) -> int:
     return _act(args, "rerun-hooks", None)
 
 
+def run_snapshot_restore(args: argparse.Namespace) -> int:
+    """The restore asked of the server (POST /api/v1/snapshots/NAME/restore, waited for as
+    the verb waits for a running daemon) and said by cmd_restore's own printer."""
+    from devcell.cli import cmd_restore
+
+    sent = _seconds(args.timeout)
+    doc = args.remote.restore_answer(args.snapshot, cell=args.cell, safety=args.safety,
+                                     dry_run=args.dry_run, approve=args.approve, wait=True,
+                                     timeout=sent)
+    shown = cmd_restore.Said(
+        str(doc["cell"]), str(doc["snapshot"]), doc.get("safety"), bool(doc.get("running")),
+        doc.get("changedSince"), doc.get("changes"), bool(doc.get("needsApproval")),
+        doc.get("operation"), bool(doc.get("done")), doc.get("awaiting"), doc.get("failed"))
+    return cmd_restore.say(shown, dry_run=args.dry_run, held=True, ok=bool(doc.get("ok")),
+                           finish=lambda: _unsettled(args, doc, sent))
+
+
 def _act(args: argparse.Namespace, verb: str, body: dict[str, Any] | None) -> int:
     """The action asked for, waited for, and printed as the verb prints its report."""
     from devcell.cli.remote_apply import _recorded
@@ -72,6 +92,13 @@ def _act(args: argparse.Namespace, verb: str, body: dict[str, Any] | None) -> in
     shown = output.changes()
     shown(_recorded(doc))
     shown.settled(_settled(doc))
+    return _unsettled(args, doc, sent)
+
+
+def _unsettled(args: argparse.Namespace, doc: dict[str, Any], sent: int) -> int:
+    """An error line for each object of the answer that did not settle (the daemon named,
+    a timeout in the command's own words), as converge_output.exit_code says it; the exit
+    code."""
     by = (f" (reconciled by the controller, {doc['reconciledBy']})"
           if doc.get("reconciledBy") else "")
     said = f"timed out after {sent:g}s: "

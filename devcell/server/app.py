@@ -237,6 +237,8 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
         return lambda request: _upgrade_required(route, request)
     if route.verb in routes.ACTIONS:
         return lambda request: _action(ctx, route.verb, request)
+    if route.verb == "restore":
+        return lambda request: _restore(ctx, request)
     if route.verb == "logs":
         return lambda request: _logs(ctx, request)
     if route.name.startswith("describe_"):
@@ -891,6 +893,60 @@ async def _settle(ctx: Context, principal: Any, recorded: Any, timeout: float
         if db is not None:
             db.close()
         ctx.give_watch(principal)
+
+
+async def _restore(ctx: Context, request: Request) -> Response:
+    """Restore a snapshot into its cell (server.restoring): its plan (dryRun), recorded (202),
+    or, with wait=true, once the daemon carried it out or it waits at its gate (200)."""
+    from devcell.server import restoring
+
+    wait = _flag(request, "wait")
+    timeout = _timeout(request, openapi.ACTION_TIMEOUT_S)
+    bare = "content-type" not in request.headers  # its body may be left out
+    if not bare and _media(request) != "json":
+        raise HttpProblem(415, "unsupported-media-type", "Unsupported media type",
+                          "send the restore's fields as application/json")
+    from devcell.server import actions
+
+    data = await _body(ctx, request, actions.MAX_BODY_BYTES)
+    if bare and data:
+        raise HttpProblem(415, "unsupported-media-type", "Unsupported media type",
+                          "send the restore's fields as application/json")
+    asked = restoring.parse(data)
+    principal = request.state.principal
+    waits = wait and not asked.dry_run
+    if waits:  # the wait's slot before anything is recorded, as an action takes it
+        ctx.take_watch(principal, "watches and waits")
+    try:
+        recorded = await run_in_threadpool(restoring.record, ctx.state_dir, principal,
+                                           request.path_params["name"], asked)
+    except BaseException:
+        if waits:
+            ctx.give_watch(principal)
+        raise
+    if not waits:
+        return JSONResponse(recorded.doc, status_code=200 if asked.dry_run else 202)
+    db: Any = None
+    try:
+        db = await run_in_threadpool(_open, ctx)
+        end = time.monotonic() + timeout
+        seen: int | None = None
+        done = False
+        while True:
+            current = db.data_version()
+            moved, seen = current != seen, current
+            if moved:
+                done = await run_in_threadpool(restoring.carried_out, db, recorded,
+                                               asked.approve)
+            if done or time.monotonic() >= end:
+                break
+            await anyio.sleep(actions.POLL_SECONDS)
+        doc = await run_in_threadpool(restoring.finished, db, recorded, timeout, done)
+    finally:
+        if db is not None:
+            db.close()
+        ctx.give_watch(principal)
+    return JSONResponse(doc)
 
 
 # -- streams: exec ------------------------------------------------------------------------------

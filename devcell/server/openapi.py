@@ -97,6 +97,23 @@ def _record_schemas() -> dict[str, Any]:
         "operations": {"type": "array", "items": {"type": "string"}},
         "reconciledBy": {"type": ["string", "null"], "description":
                          "wait=true: the daemon that converged it, as the CLI says it"}})
+    text = {"type": ["string", "null"]}
+    out["RestoreResult"] = {
+        "type": "object", "description": "A restore's plan, and how it went (as `devcell "
+        "snapshot restore` says it)",
+        "required": ["cell", "snapshot", "done", "ok", "results", "resourceVersion"],
+        "properties": {
+            "cell": {"type": "string"}, "snapshot": {"type": "string"},
+            "safety": {**text, "description": "the safety snapshot's name (null: none)"},
+            "running": {"type": "boolean"}, "changedSince": text,
+            "changes": {**text, "description": "what it replaces that no snapshot holds"},
+            "needsApproval": {"type": "boolean"},
+            "operation": text, "done": {"type": "boolean"},
+            "awaiting": {**text, "description": "why it waits at its approval gate"},
+            "failed": {**text, "description": "why it failed"},
+            "results": {"type": "array", "items": {"type": "object"}},
+            "ok": {"type": "boolean"}, "resourceVersion": {"type": "string"},
+            "reconciledBy": text}}
     for kind in kinds.KINDS.values():
         out[kind.name] = {
             "type": "object", "description": f"A {kind.name} as `devcell get -o json` prints it "
@@ -158,6 +175,8 @@ def _operation(route: routes.Route) -> dict[str, Any]:
     r = route.resource
     if route.verb in routes.ACTIONS:
         return _action(route, op)
+    if route.verb == "restore":
+        return _restore(op)
     if route.upgrade:
         return _port_forward(op) if route.verb == "port_forward" else _upgrade(op)
     if route.verb == "logs":
@@ -324,6 +343,37 @@ def _action(route: routes.Route, op: dict[str, Any]) -> dict[str, Any]:
     op["responses"] = {"200": {"description": "wait=true: how each object ended", **result},
                        "202": {"description": "recorded: the daemon converges it", **result},
                        **_problem_responses(*sorted(errors))}
+    return op
+
+
+def _restore(op: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot restored into its cell: planned (dryRun: 200), recorded (202), or waited
+    for (wait=true: 200)."""
+    op["parameters"] = [
+        {"name": "name", "in": "path", "required": True,
+         "schema": {"type": "string", "minLength": 1}},
+        {"name": "wait", "in": "query", "required": False, "schema": {"type": "boolean"},
+         "description": "answer once the daemon carried it out, it waits at its approval "
+                        "gate, or the timeout ran out (200); else once recorded (202)"},
+        {"name": "timeoutSeconds", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_S},
+         "description": f"wait: at most this long (default {ACTION_TIMEOUT_S})"}]
+    op["requestBody"] = {"required": False, "content": {"application/json": {"schema": {
+        "type": "object", "additionalProperties": False, "properties": {
+            "cell": {"type": "string", "minLength": 1, "maxLength": 63,
+                     "description": "the cell to restore into (default: the snapshot's own; "
+                                    "else only a fork of it)"},
+            "safety": {"type": "boolean", "description": "false: no safety snapshot first"},
+            "dryRun": {"type": "boolean", "description": "say what it would do; record "
+                                                         "nothing"},
+            "approve": {"type": "boolean", "description": "approve its gate (the workspace "
+                                                          "changed since its last snapshot)"}}}}}}
+    result = {"content": {"application/json": {"schema": _ref("RestoreResult")}}}
+    op["responses"] = {"200": {"description": "dryRun: the plan; wait=true: how it ended",
+                               **result},
+                       "202": {"description": "recorded: the daemon carries it out", **result},
+                       **_problem_responses(400, 401, 403, 404, 406, 408, 409, 413, 415, 422,
+                                            500, 502, 503)}
     return op
 
 

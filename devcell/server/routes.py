@@ -41,7 +41,7 @@ class Route(NamedTuple):
     """The handler's name (app) and the OpenAPI operationId."""
     verb: str
     """What authorization is asked for: list, get, watch (with list), create, delete, or an
-    action on one cell (ACTIONS)."""
+    action on one cell (ACTIONS), or restore (a snapshot into its cell)."""
     resource: Resource | None
     summary: str
     upgrade: bool = False
@@ -95,6 +95,10 @@ def table() -> list[Route]:
         routes.append(Route("POST", f"{PREFIX}/cells/{{name}}/{action}",
                             f"{action.replace('-', '_')}_cell",
                             action, cells, summary))
+    routes.append(Route("POST", f"{PREFIX}/snapshots/{{name}}/restore", "restore_snapshot",
+                        "restore", RESOURCES["snapshots"],
+                        "Roll a cell's workspace back to this snapshot, in place (as `devcell "
+                        "snapshot restore`)"))
     routes.append(Route("GET", f"{PREFIX}/cells/{{name}}/exec", "exec_cell", "exec", cells,
                         "Run a command in the cell: a WebSocket (see docs/api.md for its "
                         "framing)", upgrade=True))

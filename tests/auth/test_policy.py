@@ -40,6 +40,7 @@ TABLE: dict[Verb, dict[str, tuple[str, str, str]]] = {
     Verb.fork: _CHANGE,
     Verb.restart: _CHANGE,
     Verb.rerun_hooks: _CHANGE,
+    Verb.restore: _CHANGE,
     Verb.token_admin: {V: ("-viewer-read-only",) * 3, D: ("-token-admin",) * 3,
                        A: ("+admin",) * 3},
 }

@@ -144,6 +144,43 @@ def test_restart_and_rerun_hooks_waited_for(api: Api) -> None:
         assert "is Sleeping, not Running" in str(slept)
 
 
+def test_restore_planned_recorded_and_waited_for(api: Api) -> None:
+    """POST /snapshots/NAME/restore as `snapshot restore`: a dry run's plan (200, nothing
+    recorded), a restore recorded (202) or waited for (200: done, its operation); stopped
+    at its approval gate when the workspace changed since its last snapshot; each refusal
+    a problem in the verb's words."""
+    name, snap = _running(api), _unique("snap")
+    taken = api.client.post(f"/api/v1/cells/{name}/snapshot", params={"wait": "true"},
+                            json={"name": snap})
+    assert taken.status_code == 200 and taken.json()["ok"], taken.text
+    path = f"/api/v1/snapshots/{snap}/restore"
+    plan = api.client.post(path, json={"dryRun": True})
+    assert plan.status_code == 200, plan.text
+    assert plan.json()["cell"] == name and plan.json()["operation"] is None
+    assert not plan.json()["done"] and plan.json()["safety"].startswith(f"{name}-pre-restore-")
+    done = api.client.post(path, params={"wait": "true"}, json={"approve": True})
+    assert done.status_code == 200 and done.json()["done"] and done.json()["ok"], done.text
+    assert done.json()["operation"].startswith("op_")
+    op = api.client.get(f"/api/v1/operations/{done.json()['operation']}").json()
+    assert op["status"] == "Succeeded"
+    gated = api.client.post(path, params={"wait": "true", "timeoutSeconds": "60"})
+    assert gated.status_code == 200, gated.text
+    if gated.json()["awaiting"] is not None:  # the fake backend's workspace changed
+        assert api.cli("op", "cancel", gated.json()["operation"]).returncode == 0
+    recorded = api.client.post(path, json={"approve": True, "safety": False})
+    assert recorded.status_code == 202 and recorded.json()["resourceVersion"].isdigit()
+    for body, word in (({"cell": 3}, "cell must be"), ({"dry": True}, "unknown field 'dry'"),
+                       ({"approve": "yes"}, "approve must be a bool"), ([1], "a JSON object")):
+        doc = assert_problem(api.client.post(path, json=body), 400)
+        assert word in doc["detail"]
+    assert_problem(api.client.post(path, content=b"approve: true", headers=YAML), 415)
+    assert_problem(api.client.post(path, content=b"{}"), 415)  # a body, and no JSON said
+    missing = assert_problem(api.client.post("/api/v1/snapshots/no-such-snap/restore"), 404)
+    assert missing["detail"].startswith('snapshot "no-such-snap" not found')
+    other = assert_problem(api.client.post(path, json={"cell": "seed"}), 409)
+    assert "not of cell \"seed\"" in other["detail"]
+
+
 def test_action_errors_are_problems(api: Api) -> None:
     name = "seed"
     doc = assert_problem(api.client.post("/api/v1/cells/no-such-cell/sleep"), 404)

@@ -73,6 +73,14 @@ def _snapshotted(api: Api, cell_name: str) -> str:
     return name
 
 
+def _ready(api: Api, cell_name: str) -> str:
+    """A snapshot of `cell_name`, once it is Ready (a restore needs its checkpoint)."""
+    name = _snapshotted(api, cell_name)
+    wait_for(api, f"/api/v1/snapshots/{name}",
+             lambda r: r.json()["status"].get("phase") == "Ready")
+    return name
+
+
 def _fork(api: Api, cell_name: str) -> tuple[str, str, dict[str, str]]:
     return _action("fork", cell_name, {"name": _unique("fork"),
                                         "snapshot": _snapshotted(api, cell_name)})
@@ -176,6 +184,15 @@ for _verb in ("restart", "rerun-hooks"):
         f"{_verb} a cell shared with them": (lambda api, t, v=_verb: _action(
             v, _up(api, _admin_cell(api, shared_with="u-developer"))), ACTED),
     })
+# a restore (POST /snapshots/NAME/restore) is the restore verb on the cell it restores into
+for _whose, _made, _expected in (
+        ("another's cell", lambda api, t: _admin_cell(api), NOT_THEIRS),
+        ("their own cell", _own_cell, ACTED),
+        ("a cell shared with them",
+         lambda api, t: _admin_cell(api, shared_with="u-developer"), ACTED)):
+    CASES[f"restore {_whose}"] = (lambda api, t, made=_made: (
+        "POST", f"/api/v1/snapshots/{_ready(api, _up(api, made(api, t)))}/restore", {}),
+        _expected)
 CASES.update({
     "take a snapshot of another's cell": (lambda api, t: _action(
         "snapshot", _admin_cell(api), {"name": _unique("s")}), NOT_THEIRS),

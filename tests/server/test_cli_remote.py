@@ -262,3 +262,48 @@ def test_cell_verbs_the_same_as_on_the_state_directory(
                ["cell", "fork", name, "--snapshot", f"{snap}r", "--name", f"{fork}q",
                 "--count", "2", "--no-ports"])
     _same_verbs(direct, remote, [counted, counted])  # created, then each name taken
+
+
+def test_snapshot_restore_the_same_as_on_the_state_directory(
+        api: Api, files: dict[str, str], remote: Run, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    """Each restore done directly, then through the server: the same words, but for the
+    operation's id and the safety snapshot's number (each run takes its own); a restore
+    stopped at its approval gate is cancelled before the next."""
+    import re
+
+    name = f"rr-{uuid.uuid4().hex[:6]}"
+    (tmp_path / "cell.yaml").write_text(cell(name, team="remote-restore"))
+    assert api.cli("apply", "-f", str(tmp_path / "cell.yaml")).returncode == 0
+    wait_for(api, f"/api/v1/cells/{name}", lambda r: r.json()["status"]["phase"] == "Running")
+    snap = f"{name}-s"
+    assert api.cli("snapshot", "create", name, "--name", snap).returncode == 0
+    direct = _runner(capsys, ["--state-dir", str(api.state)])
+
+    def run(how: Run, argv: list[str]) -> tuple[int, str, str]:
+        code, out, err = how(argv)
+        waiting = re.search(r"devcell op resume (op_\w+)", err)
+        if waiting:
+            assert api.cli("op", "cancel", waiting.group(1)).returncode == 0
+        ids = (r"op_[0-9a-z]+", "OP"), (r"-pre-restore-\d+", "-pre-restore-N")
+        for pattern, put in ids:
+            out, err = re.sub(pattern, put, out), re.sub(pattern, put, err)
+        return code, out, err
+
+    differ = []
+    for argv in (["snapshot", "restore", snap, "--dry-run"],
+                 ["snapshot", "restore", snap, "--approve"],
+                 ["snapshot", "restore", snap, "--no-safety-snapshot", "--approve"],
+                 ["snapshot", "restore", snap, "--dry-run", "--no-safety-snapshot"],
+                 ["snapshot", "restore", snap],
+                 ["snapshot", "restore", snap, "--cell", name, "--timeout", "60s"],
+                 ["snapshot", "restore", f"nope-{name}"],
+                 ["snapshot", "restore", snap, "--cell", "seed"],
+                 ["snapshot", "restore", snap, "--cell", f"nope-{name}"]):
+        here, there = run(direct, argv), run(remote, argv)
+        if here != there:
+            differ.append((argv, here, there))
+    assert not differ, "\n".join(f"{a}:\n  direct {h}\n  remote {t}" for a, h, t in differ)
+    done = run(remote, ["snapshot", "restore", snap, "--approve"])
+    assert done == (0, f"cell/{name} restored from snapshot/{snap}; safety snapshot/"
+                       f"{name}-pre-restore-N holds what was there (operation OP)\n", ""), done

@@ -104,6 +104,11 @@ def test_actions_and_wait_over_the_unix_socket(api: Api) -> None:
             dc.snapshots_of(f"nope-{name}")
         assert dc.restart(name)["changes"][0]["outcome"] == "restart requested"
         assert dc.rerun_hooks(name)["ok"]
+        assert dc.restore(snap, dry_run=True)["cell"] == name
+        restored = dc.restore(snap, approve=True, timeout=60)
+        assert restored["done"] and restored["operation"]
+        with pytest.raises(errors.NotFound):
+            dc.restore(f"nope-{snap}")
         with pytest.raises(errors.ManifestError, match="has no service 'web'"):
             dc.restart(name, "web")
         with pytest.raises(TimeoutError, match="not Stopped"):

@@ -503,7 +503,7 @@ class Client:
 
     def _websocket(self, path: str, subprotocol: str) -> Any:
         """The WebSocket at `path`, open; a refusal raised as DevCell's error."""
-        from websockets.exceptions import InvalidStatus
+        from websockets.exceptions import InvalidHandshake, InvalidStatus
         from websockets.sync.client import connect
 
         from devcell.server import framing
@@ -520,7 +520,18 @@ class Client:
                                **options)
             return connect(f"wss://{self._host}:{self._port}{path}", ssl=self._tls, **options)
         except InvalidStatus as exc:
+            if exc.response.status_code < 400:  # a success that is no upgrade: not the API
+                raise self._not_api(f"HTTP {exc.response.status_code} to a WebSocket's "
+                                    "upgrade") from None
             _raise(exc.response.status_code, bytes(exc.response.body or b""))
+        except InvalidHandshake as exc:  # another protocol, a bad upgrade: was a traceback
+            if isinstance(exc.__cause__, EOFError):  # closed before it answered anything
+                failed = errors.TemporaryError(f"DevCell API at {self.url}: the server "
+                                               "closed the connection without an answer")
+                failed.cause = "unreachable"  # type: ignore[attr-defined]
+                raise failed from None
+            said = printable(str(exc)[:120]) or type(exc).__name__
+            raise self._not_api(f"what is not a WebSocket's upgrade ({said})") from None
         except ssl.SSLCertVerificationError as exc:
             failed = errors.TemporaryError(
                 f"DevCell API at {self.url}: its TLS certificate is not trusted "

@@ -4,6 +4,7 @@ connection. The commands through a real server are tests/server/test_cli_remote.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -295,3 +296,33 @@ def test_a_server_that_closes_without_an_answer_is_not_reached_not_foreign(
     err = capsys.readouterr().err
     assert "closed the connection without an answer: cannot reach the DevCell API: is the " \
         "daemon running" in err and "not an HTTP answer" not in err, err
+
+
+@pytest.mark.parametrize("answer, said", [
+    (b"SSH-2.0-OpenSSH_9.2\r\n", "what is not a WebSocket's upgrade (did not receive a valid "
+                                 "HTTP response)"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", "HTTP 200 to a WebSocket's upgrade"),
+    (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+     b"Sec-WebSocket-Accept: nope\r\n\r\n", "what is not a WebSocket's upgrade (invalid "
+                                          "Sec-WebSocket-Accept header: nope)"),
+    (b"", "closed the connection without an answer: cannot reach the DevCell API"),
+])
+def test_a_stream_from_a_server_that_does_not_speak_websocket_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        answer: bytes, said: str) -> None:
+    """exec and port-forward through a server that is not DevCell's API (another protocol, a
+    plain answer, a bad upgrade, a forward to a daemon that is down) were tracebacks
+    (websockets' InvalidMessage and InvalidHeaderValue; found by attack41)."""
+    from devcell import errors
+    from devcell.client import Client
+
+    monkeypatch.setenv("DEVCELL_CONTEXTS", str(tmp_path / "none.json"))
+    listener = _serve_raw(tmp_path / "s.sock", answer, hold=0.2)
+    try:
+        assert main(["--server", f"unix:{tmp_path}/s.sock", "exec", "box", "--", "true"]) == 1
+        with pytest.raises(errors.DevCellError, match=re.escape(said.split(":")[0])):
+            Client(f"unix:{tmp_path}/s.sock").port_socket("box", 80)
+    finally:
+        listener.close()
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and len(err.splitlines()) == 1, err

@@ -356,6 +356,10 @@ def test_without_a_valid_token_every_route_is_401(api: Api, tokens: dict[str, st
                                  ("POST", "/api/v1/apply"),
                                  ("POST", "/api/v1/cells/seed/sleep"),
                                  ("POST", "/api/v1/cells/seed/fork"),
+                                 ("POST", "/api/v1/cells/seed/restart"),
+                                 ("POST", "/api/v1/cells/seed/rerun-hooks"),
+                                 ("POST", "/api/v1/snapshots/s/restore"),
+                                 ("GET", "/api/v1/rows/snapshots?cell=seed"),
                                  ("GET", "/api/v1/cells/seed/describe")):
                 response = c.request(method, path, content=cell("x"), headers=YAML)
                 doc = assert_problem(response, 401)

@@ -470,6 +470,22 @@ class Client:
                 f"{urllib.parse.urlencode({'port': str(int(port))})}")
         return self._websocket(path, framing.PORT_SUBPROTOCOL)
 
+    def ssh_socket(self, cell: str) -> Any:
+        """One SSH connection to `cell`'s SSH server (as `devcell ssh-proxy` serves it, a
+        sleeping cell woken) as its WebSocket, open, framed as port_socket's: what `devcell
+        --server URL ssh-proxy` relays its standard input and output through."""
+        from devcell.server import framing
+
+        return self._websocket(f"/api/v1/cells/{urllib.parse.quote(cell, safe='')}/ssh",
+                               framing.PORT_SUBPROTOCOL)
+
+    def relay(self, ws: Any, sock: Any, on_error: Callable[[str], object] | None = None
+              ) -> None:
+        """Relay an open port_socket or ssh_socket and `sock` (anything with socket's recv,
+        sendall and shutdown) both ways until both have ended; the WebSocket is closed."""
+        with ws:
+            _relay_port(ws, sock, on_error)
+
     def port_forward(self, cell: str, remote: int, local: int = 0, *,
                      address: str = "127.0.0.1",
                      on_error: Callable[[str], object] | None = None) -> PortForward:
@@ -783,7 +799,7 @@ class PortForward:
         self._listener.close()
 
 
-def _relay_port(ws: Any, sock: socket.socket, on_error: Callable[[str], object] | None) -> None:
+def _relay_port(ws: Any, sock: Any, on_error: Callable[[str], object] | None) -> None:
     """A port-forward WebSocket and a local connection, relayed both ways (a thread for the
     local side's bytes, this one for the port's) until both ended or either broke."""
     import threading

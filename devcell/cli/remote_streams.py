@@ -1,4 +1,4 @@
-"""`exec`, `logs` and `port-forward` through a server (cli/remote.py).
+"""`exec`, `logs`, `port-forward` and `ssh-proxy` through a server (cli/remote.py).
 
 exec: the command line checked as cmd_exec checks it, then the exec WebSocket (server/
 streams.py, framing.py): the command's output written as it arrives (stdout, stderr; with
@@ -14,6 +14,9 @@ port-forward: the local ports listened on as `devcell port-forward` listens (api
 Listener, loopback only), each accepted connection relayed through its own port-forward
 WebSocket (server/forward.py); a connection the server refuses (a port nothing listens on)
 is said on stderr and closed, and the forward goes on.
+
+ssh-proxy: standard input and output relayed through the cell's SSH stream (the server runs
+the SSH server `ssh-proxy` runs on its machine), for OpenSSH's ProxyCommand.
 """
 
 from __future__ import annotations
@@ -185,4 +188,42 @@ def run_port_forward(args: argparse.Namespace) -> int:
             return 0
     finally:
         listener.close()
+    return 0
+
+
+class _Stdio:
+    """Standard input and output as the one connection `Client.relay` reads and writes."""
+
+    def recv(self, n: int) -> bytes:
+        return os.read(0, n)
+
+    def sendall(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(1, view):]
+
+    def shutdown(self, how: int) -> None:
+        import socket
+
+        if how in (socket.SHUT_WR, socket.SHUT_RDWR):
+            try:
+                os.close(1)
+            except OSError:
+                pass
+
+
+def run_ssh_proxy(args: argparse.Namespace) -> int:
+    """`devcell ssh-proxy CELL` through a server: standard input and output relayed through
+    the cell's SSH stream (server/forward.py's ssh), OpenSSH's ProxyCommand as on the server's
+    machine; a refusal said on stderr, exit 1."""
+    if sys.stdin is None or sys.stdout is None:
+        raise UsageError("ssh-proxy speaks SSH on its standard input and output; OpenSSH "
+                         "runs it as a ProxyCommand (see devcell ssh-config)")
+    ws = args.remote.ssh_socket(args.cell)
+
+    def said(message: str) -> None:
+        sys.stderr.write(f"error: {printable(message)}\n")
+        sys.stderr.flush()
+
+    args.remote.relay(ws, _Stdio(), said)
     return 0

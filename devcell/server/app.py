@@ -957,15 +957,18 @@ async def _upgrade_required(route: routes.Route, request: Request) -> Response:
     426."""
     from devcell.server import forward, streams
 
-    (forward.parse if route.verb == "port_forward" else streams.parse)(request.query_params)
+    if route.verb == "port_forward":
+        forward.parse(request.query_params)
+    elif route.verb == "exec":
+        streams.parse(request.query_params)
     raise HttpProblem(426, "upgrade-required", "Upgrade required",
                       f"{printable(request.url.path)} is a WebSocket: connect with "
                       "Upgrade: websocket (docs/api.md says its framing)")
 
 
 def _socket(ctx: Context, route: routes.Route) -> Callable[[WebSocket], Awaitable[None]]:
-    if route.verb == "port_forward":
-        return lambda websocket: _forward(ctx, websocket)
+    if route.verb in ("port_forward", "ssh"):
+        return lambda websocket: _forward(ctx, websocket, ssh=route.verb == "ssh")
 
     async def serve(websocket: WebSocket) -> None:
         """Everything refusable refused before the upgrade (a problem document with its
@@ -995,14 +998,14 @@ def _socket(ctx: Context, route: routes.Route) -> Callable[[WebSocket], Awaitabl
     return serve
 
 
-async def _forward(ctx: Context, websocket: WebSocket) -> None:
-    """A port-forward connection (server.forward): everything refusable refused before the
-    upgrade, the connection to the cell's port included."""
+async def _forward(ctx: Context, websocket: WebSocket, *, ssh: bool) -> None:
+    """A port-forward connection, or an SSH one (server.forward): everything refusable
+    refused before the upgrade, the connection to the cell's port included."""
     from devcell.server import forward, streams
 
     try:
         principal = await _principal(ctx, websocket)
-        port = forward.parse(websocket.query_params)
+        port = None if ssh else forward.parse(websocket.query_params)
         ctx.forwards.take(principal, f"{ctx.forwards.total} port-forward connections are "
                                      "open; try again later")
     except Exception as exc:  # noqa: BLE001  (each answered as its problem)
@@ -1010,11 +1013,16 @@ async def _forward(ctx: Context, websocket: WebSocket) -> None:
         return
     try:
         notes: list[str] = []
+        name = websocket.path_params["name"]
         try:
             async with ctx.connecting(principal) as limiter:
-                upstream, ref = await anyio.to_thread.run_sync(
-                    forward.connect, ctx.state_dir, principal, websocket.path_params["name"],
-                    port, notes, limiter=limiter)
+                if port is None:
+                    upstream, ref = await anyio.to_thread.run_sync(
+                        forward.ssh, ctx.state_dir, principal, name, notes, limiter=limiter)
+                else:
+                    upstream, ref = await anyio.to_thread.run_sync(
+                        forward.connect, ctx.state_dir, principal, name, port, notes,
+                        limiter=limiter)
         except Exception as exc:  # noqa: BLE001
             await websocket.send_denial_response(streams.denial(_logged(exc)))
             return

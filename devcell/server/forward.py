@@ -1,5 +1,7 @@
 """port-forward as a WebSocket: GET /api/v1/cells/NAME/portforward?port=N, upgraded, one TCP
-connection to the cell's port per WebSocket, framed as server/framing.py says.
+connection to the cell's port per WebSocket, framed as server/framing.py says. GET
+/api/v1/cells/NAME/ssh is the same stream to the cell's SSH server as `devcell ssh-proxy`
+serves it (the policy's `ssh` verb): what `ssh-proxy` through a server relays.
 
 The connection is made as `devcell port-forward` makes it (api.port_forward.open_connection:
 the backend's open_port, inside the cell's network), after the same checks as exec's stream
@@ -71,10 +73,45 @@ def connect(state_dir: Path, principal: Any, cell: str, port: int,
         attached.close()
 
 
+def ssh(state_dir: Path, principal: Any, cell: str, notes: list[str]) -> tuple[socket.socket, Any]:
+    """One SSH connection to `cell`, served as `devcell ssh-proxy` serves it (api.ssh.server,
+    the cell's own SSH server, on a thread of its own) at the other end of the returned
+    socket, once `principal` may ssh to it; its reference."""
+    import threading
+
+    from devcell.api.ssh import server
+    from devcell.backends.interactive import interactive
+    from devcell.server import streams
+    from devcell.store import activity
+
+    attached = streams.prepare(state_dir, principal, cell, verb="ssh", by="ssh", notes=notes)
+    try:
+        interactive(attached.backend, attached.backend_name)  # refused before the upgrade
+        ours, theirs = socket.socketpair()
+    except BaseException:
+        attached.close()
+        raise
+
+    def serve() -> None:
+        session = activity.open_session(state_dir, attached.ref.id, "ssh")
+        try:
+            server.serve(attached, state_dir, ours.fileno(), ours.fileno())
+        finally:
+            if session is not None:
+                session.close()
+            attached.close()
+            ours.close()
+
+    threading.Thread(target=serve, daemon=True, name="devcell-api-ssh").start()
+    return theirs, attached.ref
+
+
 async def relay(state_dir: Path, websocket: WebSocket, upstream: socket.socket, ref: Any,
-                port: int, still_allowed: Any = None, notes: list[str] | None = None) -> None:
+                port: int | None, still_allowed: Any = None,
+                notes: list[str] | None = None) -> None:
     """Accept the upgrade, send `notes` (NOTICE), relay the connection's bytes both ways,
-    send STATUS and close (module docstring). `upstream` is owned from here on."""
+    send STATUS and close (module docstring). `upstream` is owned from here on; `port`
+    None: it is the cell's SSH server (ssh())."""
     from devcell.store import activity
 
     offered = websocket.scope.get("subprotocols") or []
@@ -85,12 +122,15 @@ async def relay(state_dir: Path, websocket: WebSocket, upstream: socket.socket, 
         raise
     await websocket.accept(framing.PORT_SUBPROTOCOL if framing.PORT_SUBPROTOCOL in offered
                            else None)
-    sessions = activity.Connections(state_dir, ref.id, "port-forward")
-    await run_in_threadpool(sessions.opened)
+    # the SSH server counts its own session (ssh())
+    sessions = activity.Connections(state_dir, ref.id, "port-forward") if port else None
+    if sessions is not None:
+        await run_in_threadpool(sessions.opened)
     ended: set[str] = set()  # "in" (the client's writing), "out" (the port's)
     broken: list[dict[str, Any]] = []
     gone: list[bool] = []
-    where = f"port {port} in cell {printable(ref.name)}"
+    where = (f"port {port} in cell {printable(ref.name)}" if port is not None else
+             f"the SSH server of cell {printable(ref.name)}")
 
     def failed(exc: BaseException) -> None:
         cause = exc.__cause__ if isinstance(exc, anyio.BrokenResourceError) else exc
@@ -177,7 +217,8 @@ async def relay(state_dir: Path, websocket: WebSocket, upstream: socket.socket, 
         broken.append(problems.document(500, "internal", "Internal error",
                                         "the stream failed; the server's log says why"))
     finally:
-        await run_in_threadpool(sessions.closed)
+        if sessions is not None:
+            await run_in_threadpool(sessions.closed)
     if gone:
         return
     doc = broken[0] if broken else {"closed": True}

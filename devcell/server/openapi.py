@@ -178,7 +178,7 @@ def _operation(route: routes.Route) -> dict[str, Any]:
     if route.verb == "restore":
         return _restore(op)
     if route.upgrade:
-        return _port_forward(op) if route.verb == "port_forward" else _upgrade(op)
+        return _port_forward(op, route.verb == "ssh") if route.verb != "exec" else _upgrade(op)
     if route.verb == "logs":
         return _logs(op)
     if route.name == "openapi":
@@ -433,9 +433,9 @@ def _upgrade(op: dict[str, Any]) -> dict[str, Any]:
     return op
 
 
-def _port_forward(op: dict[str, Any]) -> dict[str, Any]:
-    """portforward: a WebSocket carrying one TCP connection (docs/api.md); a plain request is
-    a 426."""
+def _port_forward(op: dict[str, Any], ssh: bool) -> dict[str, Any]:
+    """portforward (and ssh, its stream to the cell's SSH server, without a port): a
+    WebSocket carrying one TCP connection (docs/api.md); a plain request is a 426."""
     op["description"] = ("Upgrade to a WebSocket (Upgrade: websocket; subprotocol "
                          "v1.portforward.devcell.dev) carrying one TCP connection to the "
                          "port: binary messages whose first byte is the channel: 0 the bytes "
@@ -450,6 +450,9 @@ def _port_forward(op: dict[str, Any]) -> dict[str, Any]:
         {"name": "port", "in": "query", "required": True,
          "schema": {"type": "integer", "minimum": 1, "maximum": 65535},
          "description": "the port the cell listens on (on its own loopback or any address)"}]
+    if ssh:
+        op["description"] = op["description"].replace("the port", "the cell's SSH server")
+        del op["parameters"][1]
     op["responses"] = {"101": {"description": "upgraded: the connection"},
                        **_problem_responses(400, 401, 403, 404, 406, 426, 500, 502, 503)}
     return op

@@ -106,6 +106,9 @@ def table() -> list[Route]:
                         "port_forward", cells, "One TCP connection to a port the cell "
                         "listens on, as `devcell port-forward` makes it: a WebSocket (see "
                         "docs/api.md for its framing)", upgrade=True))
+    routes.append(Route("GET", f"{PREFIX}/cells/{{name}}/ssh", "ssh_cell", "ssh", cells,
+                        "One SSH connection to the cell's SSH server, as `devcell ssh-proxy` "
+                        "serves it: a WebSocket (see docs/api.md)", upgrade=True))
     routes.append(Route("GET", f"{PREFIX}/cells/{{name}}/logs", "logs_cell", "logs", cells,
                         "The cell's service logs, as `devcell logs` prints them (follow=true: "
                         "as they grow)"))

@@ -275,6 +275,15 @@ CASES.update({
     "port-forward to a cell shared with them": (lambda api, t: (
         "WS", f"/api/v1/cells/{_admin_cell(api, shared_with='u-developer')}/portforward"
         "?port=80", None), FORWARDED),
+    # ssh (ssh-proxy through a server): the same stream to the cell's SSH server
+    "ssh to another's cell": (lambda api, t: (
+        "WS", f"/api/v1/cells/{_admin_cell(api)}/ssh", None),
+        {**FORWARDED, "developer": (403, "developer-not-own")}),
+    "ssh to their own cell": (lambda api, t: (
+        "WS", f"/api/v1/cells/{_own_cell(api, t)}/ssh", None), FORWARDED),
+    "ssh to a cell shared with them": (lambda api, t: (
+        "WS", f"/api/v1/cells/{_admin_cell(api, shared_with='u-developer')}/ssh", None),
+        FORWARDED),
 })
 
 

@@ -163,3 +163,22 @@ def test_connections_a_cell_never_accepts_leave_other_requests_their_threads(
         server.should_exit = True
         serving.join(30)
     assert len(refused) == 50 and all("timed out" in r for r in refused)
+
+
+def test_ssh_is_refused_as_the_port_forward_is(api: Api) -> None:
+    """The SSH stream (ssh-proxy through a server): a plain request is a 426; a viewer is
+    refused by the ssh verb's rule; the fake backend runs no SSH server (said, exit 1)."""
+    from devcell import Client
+
+    doc = assert_problem(api.client.get("/api/v1/cells/seed/ssh"), 426)
+    assert "WebSocket" in doc["detail"]
+    viewer = api.token("ssh-viewer", "viewer")
+    with Client(api.url, token=viewer, ca=str(api.certificate)) as dc:
+        with pytest.raises(errors.Forbidden) as refused:
+            dc.ssh_socket("seed")
+        assert refused.value.rule == "viewer-read-only"
+    done = subprocess.run([sys.executable, "-m", "devcell", "--server", f"unix:{api.socket}",
+                           "ssh-proxy", "seed"], capture_output=True, text=True, cwd=REPO,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1 and "capability exec" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

@@ -3,7 +3,8 @@ port-forward`) to a real container cell with no network at all (mode none: its p
 reached only inside its namespace, as the direct forward reaches them), against the session's
 real server: bytes both ways unchanged (64 MiB echoed, with a checksum), the client's end of
 writing passed on as a half-close (the cell answers after it), a port nothing listens on
-said, not hung on, and the CLI's forward through the server.
+said, not hung on, and the CLI's forward through the server; OpenSSH through `devcell
+--server URL ssh-proxy` (the same stream to the cell's SSH server).
 
 Cost: ~10-20 s for the cell (an engine), then a few seconds a test.
 """
@@ -132,3 +133,29 @@ def test_the_cli_forwards_through_the_server(api: Api, cell: str) -> None:
     assert proc.returncode == 0, err
     assert f"error: connecting to port {NOTHING} in cell {cell}: Connection refused" in err, err
     assert "Traceback" not in err
+
+
+def test_openssh_reaches_the_cell_through_ssh_proxy_over_the_api(api: Api, cell: str) -> None:
+    """The Host block `ssh-config` writes, its ProxyCommand `ssh-proxy` through the server."""
+    import shlex
+    import shutil
+
+    from devcell.api.ssh import client_config
+
+    if shutil.which("ssh") is None:
+        pytest.skip("OpenSSH's client is not installed")
+    argv = ["ssh", "-F", "/dev/null"]
+    for keyword, value in client_config.options([sys.executable, "-m", "devcell"], api.state,
+                                                cell):
+        if keyword == "ProxyCommand":
+            value = " ".join(shlex.quote(w) for w in (
+                sys.executable, "-m", "devcell", "--server", f"unix:{api.socket}",
+                "ssh-proxy", cell))
+        argv += ["-o", f"{keyword}={value}"]
+    done = subprocess.run([*argv, client_config.host_alias(cell), "--",
+                           "echo through-the-api; cat"], input=b"and back\n",
+                          capture_output=True, cwd=REPO, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"through-the-api\nand back\n"
+    assert b"Traceback" not in done.stderr

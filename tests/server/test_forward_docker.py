@@ -159,3 +159,27 @@ def test_openssh_reaches_the_cell_through_ssh_proxy_over_the_api(api: Api, cell:
     assert done.returncode == 0, done.stderr
     assert done.stdout == b"through-the-api\nand back\n"
     assert b"Traceback" not in done.stderr
+
+
+def test_a_connection_ends_when_its_token_is_revoked(api: Api, cell: str) -> None:
+    """Over TCP the token is checked again each second: revoked, the connection ends with a
+    401 status (an open connection is not a way to keep a revoked token's access)."""
+    import json
+    import time
+
+    from devcell import Client
+    from devcell.server import framing
+
+    token = api.token("fwd-revoked", "admin")
+    with Client(api.url, token=token, ca=str(api.certificate)) as dc:
+        with dc.port_socket(cell, ECHO) as ws:
+            ws.send(framing.frame(framing.STDIN, b"ping"))
+            assert ws.recv(timeout=30) == framing.frame(framing.STDOUT, b"ping")
+            assert api.cli("token", "revoke", token.split("_")[1]).returncode == 0
+            revoked = time.monotonic()
+            while True:
+                channel, payload = framing.split(ws.recv(timeout=30))
+                if channel == framing.STATUS:
+                    break
+            assert time.monotonic() - revoked < 10
+            assert json.loads(payload)["status"] == 401

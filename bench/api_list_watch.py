@@ -35,7 +35,10 @@ in the API's figures). Everything below runs once the daemon is idle.
    new cell every --change-every seconds; each client's watch must deliver every one of them.
    Reported: p50/p99 of the list latency and of event delivery (commit -> arrival at each
    client), the errors (any exception, any change not delivered: must be 0), and the daemon's
-   RSS (VmRSS now, VmHWM peak) after each part.
+   RSS (VmRSS now, VmHWM peak) after each part, and its CPU per change (user + system over
+   the changes and the grace after them, divided by the changes; also less its rate over 5 s
+   of watching before them: with --list-every longer than --seconds, what a commit costs the
+   daemon: converging the new cell and telling every watch).
 
 Never timed assertions: the checks are counts (rows, deliveries, errors). Run by hand:
     .venv/bin/python bench/api_list_watch.py [--cells 10000] [--runs 9] [--rounds 3]
@@ -551,6 +554,12 @@ def part_clients(args: argparse.Namespace, server: Server, changer: Changer, wor
     print(f"  {args.clients} clients listed and watch after {ready_s:.1f} s", flush=True)
     server.note_memory("clients watching")
     time.sleep(2.0)
+    assert server.process is not None
+    pid = server.process.pid
+    idle_cpu, idle_t = cpu_seconds(pid), time.monotonic()
+    time.sleep(5.0)  # the daemon's CPU with every client watching and nothing changing
+    idle_rate = (cpu_seconds(pid) - idle_cpu) / (time.monotonic() - idle_t)
+    cpu0, t0 = cpu_seconds(pid), time.monotonic()
     end = time.monotonic() + args.seconds
     names: list[str] = []
     while time.monotonic() + args.change_every < end - 5:
@@ -559,6 +568,7 @@ def part_clients(args: argparse.Namespace, server: Server, changer: Changer, wor
         names.append(name)
         time.sleep(args.change_every)
     time.sleep(args.grace)  # a change late by less than this is counted delivered
+    window_cpu, window_s = cpu_seconds(pid) - cpu0, time.monotonic() - t0
     for p in procs:
         p.send_signal(signal.SIGUSR1)  # tells it the changes are done: report, then exit
     results = []
@@ -595,6 +605,13 @@ def part_clients(args: argparse.Namespace, server: Server, changer: Changer, wor
             print(f"{label:<34}{0:>6}")
     print(f"errors: {len(errors)}; changes not delivered within {args.grace:.0f} s of the "
           f"last: {missed} of {len(names) * args.clients}")
+    if names:
+        net = window_cpu - idle_rate * window_s
+        print(f"daemon CPU per change (its commit converged, delivered to every watch): "
+              f"{1000 * window_cpu / len(names):.0f} ms, {1000 * net / len(names):.0f} ms "
+              f"less its idle rate ({1000 * idle_rate:.0f} ms/s with every client watching, "
+              f"{len(names)} changes over {window_s:.0f} s; lists in the window: "
+              f"{sum(1 for r in results for _ in r['lists'])})")
     for e in errors[:10]:
         print(f"  {e}")
     return not errors and not missed

@@ -137,6 +137,11 @@ class Conflict(StateError):
     """A write based on a stale resourceVersion, or a name already taken."""
 
 
+class VersionGone(StateError):
+    """A resourceVersion older than the change log keeps (store/changes.py): what changed
+    since cannot be told exactly; list again (HTTP 410 Gone, as Kubernetes)."""
+
+
 class StateUnusable(StateError):
     """The state directory or its database cannot be used as it is: the disk is full, it is
     read-only, the database is damaged or not DevCell's, or it is missing while workspaces

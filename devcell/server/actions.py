@@ -150,7 +150,7 @@ def record(state_dir: Path, principal: Any, cell: str, request: Request) -> Reco
     """Authorize and record `request` on `cell` in `principal`'s name."""
     from devcell.api import cells, converging, reports
     from devcell.auth import policy, resources
-    from devcell.store import actor, clock, events, objects
+    from devcell.store import actor, changes, clock, objects
     from devcell.store.db import Database
 
     db = Database(state_dir, create=False)
@@ -160,7 +160,7 @@ def record(state_dir: Path, principal: Any, cell: str, request: Request) -> Reco
         policy.require(principal, policy.Verb(request.verb),
                        resources.recorded(db.conn, "Cell", cell))
         _taken(db.conn, principal, cell, request)
-        version, since = events.latest_id(db.conn), clock.now()
+        version, since = changes.latest(db.conn), clock.now()
     finally:
         db.close()
     options = converging.Options(wait=False)

@@ -439,13 +439,13 @@ def _list_sync(ctx: Context, resource: Resource, selector: Any, for_object: str 
     as last encoded, re-encoded only where changed."""
     from devcell.api import listing
     from devcell.server import lists, paging
-    from devcell.store import events
+    from devcell.store import changes
 
     db = _open(ctx)
     try:
         db.conn.execute("BEGIN")
         try:
-            version = events.latest_id(db.conn)
+            version = changes.latest(db.conn)
             if for_object:
                 rows = listing.events_for(db, for_object)
             else:
@@ -496,12 +496,12 @@ def _rows_sync(ctx: Context, resource: Resource, selector: Any, for_object: str 
                names: list[str], wide: bool, labels: bool, objects: bool,
                of_cell: str | None = None) -> dict[str, Any]:
     from devcell.api import listing
-    from devcell.store import events
+    from devcell.store import changes
 
     db = _open(ctx)
     warnings: list[str] = []
     try:
-        version = events.latest_id(db.conn)
+        version = changes.latest(db.conn)
         if for_object:
             rows = listing.events_for(db, for_object)
         else:
@@ -573,6 +573,7 @@ def _describe_sync(ctx: Context, resource: Resource, name: str) -> str:
 
 async def _watch(ctx: Context, resource: Resource, request: Request, selector: Any,
                  for_object: str | None, after: int | None, timeout: float) -> Response:
+    from devcell.errors import VersionGone
     from devcell.server.watch import Readings, Watcher
 
     sse = "text/event-stream" in request.headers.get("accept", "")
@@ -635,7 +636,12 @@ async def _watch(ctx: Context, resource: Resource, request: Request, selector: A
                 if not await run_in_threadpool(still_valid):
                     return
                 checked = time.monotonic()
-            changes = await run_in_threadpool(watcher.poll) if watcher.moved() else []
+            try:
+                changes = await run_in_threadpool(watcher.poll) if watcher.moved() else []
+            except VersionGone as exc:  # fell behind what the change log keeps: relist
+                yield _frame({"type": "ERROR", "resourceVersion": str(watcher.version),
+                              "object": problems.of_error(exc)}, sse)
+                return
             for change in changes:
                 yield _frame(change, sse)
             if changes:

@@ -156,7 +156,7 @@ def _record_schemas() -> dict[str, Any]:
 def _list_meta() -> dict[str, Any]:
     return {"type": "object", "required": ["resourceVersion"],
             "properties": {"resourceVersion": {"type": "string", "description":
-                           "The events table's last id: watch from here to miss nothing"},
+                           "The change log's newest version: watch from here to miss nothing"},
                            "continue": {"type": "string", "description":
                                         "a page with more after it: send this back as "
                                         "continue for the next"}}}
@@ -257,7 +257,9 @@ def _operation(route: routes.Route) -> dict[str, Any]:
             {"name": "resourceVersion", "in": "query", "required": False,
              "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
              "description": "watch: the changes after this version (a list's "
-                            "metadata.resourceVersion); SSE clients may send Last-Event-ID"},
+                            "metadata.resourceVersion); SSE clients may send Last-Event-ID; "
+                            "a version older than the change log keeps is a 410 (list "
+                            "again)"},
             {"name": "timeoutSeconds", "in": "query", "required": False,
              "schema": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_S},
              "description": f"watch: end the stream after this long (at most {MAX_TIMEOUT_S})"}]
@@ -265,6 +267,7 @@ def _operation(route: routes.Route) -> dict[str, Any]:
                       "content": {"application/json": {"schema": _ref(f"{r.kind}List")},
                                   WATCH_MEDIA: {"schema": _ref("WatchEvent")},
                                   SSE_MEDIA: {"schema": {"type": "string"}}}}}
+        errors += [410]
     else:
         assert r is not None
         params.append({"name": "name", "in": "path", "required": True,

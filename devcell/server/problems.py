@@ -34,6 +34,7 @@ _CLASSES: list[tuple[type[BaseException], int, str, str]] = [
     (errors.UsageError, 400, "bad-request", "The request is not valid"),
     (errors.NotFound, 404, "not-found", "Not found"),
     (errors.Conflict, 409, "conflict", "Conflict"),
+    (errors.VersionGone, 410, "gone", "The version is too old"),
     (errors.StateUnusable, 503, "state-unusable", "The state directory cannot be used"),
     (errors.StorageError, 503, "storage-failed", "Storage failed"),
     (errors.StateError, 503, "state-failed", "The state database failed"),
@@ -50,8 +51,8 @@ for _name, _status, _slug, _title in (("Unauthenticated", 401, "unauthenticated"
     if isinstance(_cls, type):
         _CLASSES.insert(0, (_cls, _status, _slug, _title))
 
-STATUSES = sorted({400, 401, 403, 404, 405, 406, 408, 409, 411, 413, 415, 422, 426, 500, 502,
-                   503})
+STATUSES = sorted({400, 401, 403, 404, 405, 406, 408, 409, 410, 411, 413, 415, 422, 426,
+                   500, 502, 503})
 """Every status a problem document may carry (the OpenAPI document lists them)."""
 
 

@@ -79,7 +79,7 @@ def record(state_dir: Path, principal: Any, snapshot: str, asked: Asked) -> Reco
     from devcell.api import restore as api
     from devcell.auth import policy, resources
     from devcell.server.problems import HttpProblem
-    from devcell.store import actor, clock, events
+    from devcell.store import actor, changes, clock
     from devcell.store.db import Database
 
     db = Database(state_dir, create=False)
@@ -91,7 +91,7 @@ def record(state_dir: Path, principal: Any, snapshot: str, asked: Asked) -> Reco
                               str(exc)) from None
         policy.require(principal, policy.Verb.restore,
                        resources.recorded(db.conn, "Cell", target.id))
-        version, started = events.latest_id(db.conn), clock.now()
+        version, started = changes.latest(db.conn), clock.now()
     finally:
         db.close()
     with actor.acting_as(principal.user):

@@ -1,37 +1,47 @@
 """Watch: the changes of one resource after a version, from the state database.
 
-The version is the events table's id (every change DevCell makes to an object records an
-event, and ids only grow), as a list's `metadata.resourceVersion`. A watch of events sends
-each event after the version, exactly, so a client that reconnects with the last id it saw
-misses none and gets none twice. A watch of cells, snapshots or operations sends an object's
-whole record each time it differs from the one last sent (ADDED, MODIFIED, DELETED), found
-by reading them again whenever another connection committed (PRAGMA data_version): a resume
-from a version first sends the objects that events after it name, then follows as usual.
+The version is the change log's seq (store/changes.py: a row for every object each write
+touched, written by triggers in the writing transaction), as a list's
+`metadata.resourceVersion`. A watch of events sends each event after the version, exactly,
+so a client that reconnects with the last version it saw misses none and gets none twice.
+A watch of cells, snapshots or operations sends an object's whole record each time it
+differs from the one last sent (ADDED, MODIFIED, DELETED); a resume from a version first
+sends the objects the log names after it, as they are now, then follows as usual. A version
+older than the log keeps is refused 410 Gone (the client lists again), one newer than its
+newest 400.
 
 Plain Python polled by the app (one short read per poll, none while nothing committed), so
 one watch costs a connection and no thread of its own. The watches of the same objects (the
-same resource, selector and names) share one reading of them (Shared): a commit makes the
-first of them to look read every object again, on the reading's own connection, and the others
-compare what they sent with that reading instead of each reading every object again (with
-100 watches of 10,000 cells, one read per commit instead of 100: bench/api_list_watch.py).
-A reading rebuilds only the documents of the objects whose stored values changed
-(views.built_documents' signatures); the others keep their document and key, so an unchanged
-object costs its row's comparison, not a JSON parse and encoding.
+same resource, selector and names) share one reading of them (Shared). After a commit, the
+first of them to look reads the log after the reading's version and re-reads only the
+objects it names (cells and snapshots; operations, the newest 500, are read again only when
+the log names one), in one read transaction; the others compare only those objects with
+what they sent. A commit of 1 cell among 10,000 reads 1 row, not 10,000
+(bench/api_list_watch.py); a reading too far behind the log, or naming more than
+MOST_TOUCHED objects, reads them all as before, and its watches compare them all.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections import deque
 from typing import Any
 
 from devcell.api import listing
-from devcell.errors import UsageError
 from devcell.server.routes import Resource
-from devcell.store import events, views
+from devcell.store import changes
 from devcell.store.db import Database
 
 MAX_EVENTS_PER_POLL = 500
+MOST_TOUCHED = 500
+"""More objects changed than this since a reading: read them all (one query over the
+table costs less than naming 500 ids)."""
+HISTORY = 256
+"""The readings a Shared remembers the changed objects of, for watches that compare late."""
+READ_BY_ID = ("Cell", "Snapshot")
+"""The kinds a reading re-reads by id; operations are read whole (the newest 500: one that
+scrolls out of them is DELETED, as it was) when the log names any."""
 
 Reading = dict[str, tuple[dict[str, Any], str]]
 """Each object's id -> (its document, its key: the document as compared)."""
@@ -39,11 +49,13 @@ Reading = dict[str, tuple[dict[str, Any], str]]
 
 class Shared:
     """One reading of a resource's objects (those a selector and names choose), shared by the
-    watches of the same objects. `read()` answers the objects as they are now: read again on
-    its own connection when another connection committed since the last reading (PRAGMA
-    data_version, asked before reading, so a commit that lands during a reading is read
-    again next time), else the last reading. A watch calls it after its own connection saw
-    a commit, so the answer includes that commit. Thread-safe: watches poll in a pool."""
+    watches of the same objects. `read()` answers (the version it is as of, the objects as
+    they are at it): read again on its own connection when another connection committed
+    since the last reading (PRAGMA data_version, asked before reading, so a commit that lands
+    during a reading is read again next time), else the last reading. A watch calls it after
+    its own connection saw a commit, so the answer includes that commit. `changed_since`
+    says which objects a watch at an older version must compare. Thread-safe: watches poll
+    in a pool."""
 
     def __init__(self, db: Database, resource: Resource, selector: Any,
                  names: list[str]) -> None:
@@ -51,28 +63,99 @@ class Shared:
         self.users = 0
         self._lock = threading.Lock()
         self._data_version: int | None = None
+        self.seq = -1
+        """The change log's version the reading is as of (-1: not read yet)."""
         self._reading: Reading = {}
-        self._built: dict[str, views.Built] = {}
+        self._built: dict[str, Any] = {}
         """Each object's signature and document as last read: an object unchanged since
         keeps its document and its key (one commit rebuilt and re-encoded all 10,000)."""
+        self._history: deque[tuple[int, int, frozenset[str] | None]] = deque(maxlen=HISTORY)
+        """(from version, to version, the objects changed between: None, any of them)."""
         self.readings = 0
         """How many times every object was read (for tests)."""
+        self.partial = 0
+        """How many times only the objects the log named were read (for tests)."""
 
-    def read(self) -> Reading:
+    def read(self) -> tuple[int, Reading]:
         with self._lock:
             current = self.db.data_version()
             if current != self._data_version:
                 self._data_version = current
-                rows = listing.rows(self.db, self.resource.plural, self.names, self.selector)
-                built = listing.built(self.db, self.resource.plural, rows, self._built)
-                reading: Reading = {}
-                for key, made in built.items():
-                    kept = self._reading.get(key)
-                    reading[key] = kept if kept is not None and \
-                        self._built.get(key) is made else (made[1], _key(made[1]))
-                self._reading, self._built = reading, built
-                self.readings += 1
-            return self._reading
+                conn = self.db.conn
+                conn.execute("BEGIN")  # the log and the rows as one commit left them
+                try:
+                    self._refresh()
+                finally:
+                    conn.execute("COMMIT")
+            return self.seq, self._reading
+
+    def changed_since(self, version: int) -> set[str] | None:
+        """The objects that may differ between version `version` and the reading's (None:
+        any: compare them all)."""
+        with self._lock:
+            if version >= self.seq:
+                return set()
+            found: set[str] = set()
+            reached = False
+            for start, end, ids in reversed(self._history):
+                if end <= version:
+                    break
+                if ids is None:
+                    return None
+                found |= ids
+                reached = start <= version
+            return found if reached else None
+
+    def _refresh(self) -> None:
+        conn = self.db.conn
+        latest = changes.latest(conn)
+        if self.seq >= 0 and latest == self.seq:
+            return  # a commit that changed no object (a token's use, a lease)
+        kind = self.resource.kind
+        touched: set[str] | None = None
+        if self.seq >= 0 and self.seq >= changes.oldest(conn):
+            touched = changes.touched(conn, self.seq, latest, kind,
+                                      MOST_TOUCHED if kind in READ_BY_ID else None)
+        if touched is not None and not touched:
+            self._history.append((self.seq, latest, frozenset()))
+        elif touched is not None and kind in READ_BY_ID:
+            self._read_some(touched)
+            self._history.append((self.seq, latest, frozenset(touched)))
+        else:
+            self._read_all()
+            self._history.append((self.seq, latest, None))
+        self.seq = latest
+
+    def _read_all(self) -> None:
+        rows = listing.rows(self.db, self.resource.plural, self.names, self.selector)
+        built = listing.built(self.db, self.resource.plural, rows, self._built)
+        reading: Reading = {}
+        for key, made in built.items():
+            reading[key] = self._kept(key, made)
+        self._reading, self._built = reading, built
+        self.readings += 1
+
+    def _read_some(self, touched: set[str]) -> None:
+        """Re-read only `touched` (each still chosen: in the reading as it is now; else out)."""
+        rows = listing.rows(self.db, self.resource.plural, self.names or sorted(touched),
+                            self.selector)
+        rows = [r for r in rows if r["id"] in touched]
+        made_now = listing.built(self.db, self.resource.plural, rows,
+                                 {k: self._built[k] for k in touched if k in self._built})
+        reading, built = dict(self._reading), dict(self._built)
+        for key in touched:
+            reading.pop(key, None)
+            built.pop(key, None)
+        for key, made in made_now.items():
+            reading[key] = self._kept(key, made)
+            built[key] = made
+        self._reading, self._built = reading, built
+        self.partial += 1
+
+    def _kept(self, key: str, made: Any) -> tuple[dict[str, Any], str]:
+        kept = self._reading.get(key)
+        return kept if kept is not None and self._built.get(key) is made else \
+            (made[1], _key(made[1]))
 
 
 class Readings:
@@ -108,56 +191,41 @@ class Readings:
 
 class Watcher:
     """The state of one watch: what was sent, up to which version. `shared`: the reading
-    of its objects it shares with other watches (None: it reads them itself)."""
+    of its objects it shares with other watches (None: a reading of its own)."""
 
     def __init__(self, db: Database, resource: Resource, *, selector: Any = None,
                  names: list[str] | None = None, for_object: str | None = None,
                  after: int | None = None, shared: Shared | None = None) -> None:
         self.db, self.resource, self.selector = db, resource, selector
         self.names, self.for_object = names or [], for_object
-        self.shared = shared
-        latest = events.latest_id(db.conn)
-        if after is not None and after > latest:
-            raise UsageError(f"resourceVersion {after}: the newest is {latest} (a version "
-                             "comes from a list's metadata.resourceVersion or a watch's "
-                             "events)")
-        self.version = latest if after is None else after
-        self.data_version: int | None = None
+        if after is not None:
+            changes.check(db.conn, after)
+        self.version = changes.latest(db.conn) if after is None else after
         self.sent: dict[str, str] = {}
         self.pending: list[tuple[str, dict[str, Any]]] = []
         self._seen_version: int | None = None
+        self.shared = shared
         if resource.plural != "events":
-            self.data_version = db.data_version()
-            current = self._documents()
+            if self.shared is None:
+                self.shared = Shared(db, resource, selector, self.names)
+            self._seen_version = db.data_version()
+            seq, current = self.shared.read()
             if after is None:  # as Kubernetes: every object first, as ADDED
                 self.pending = [("ADDED", doc) for doc, _ in current.values()]
-                self.sent = {key: compared for key, (_, compared) in current.items()}
             else:
-                self._resume(current, after)
+                self._resume(current, after, seq)
+            self.sent = {key: compared for key, (_, compared) in current.items()}
+            self.version = max(seq, self.version)
 
-    def _resume(self, current: Reading, after: int) -> None:
-        """The objects events after `after` name, as they are now (DELETED if gone); the rest
-        counted as sent."""
-        kind = self.resource.kind
-        touched: set[str] = set()
-        for row in events.after(self.db.conn, after, MAX_EVENTS_PER_POLL * 20):
-            if kind == "Operation" and row["op_id"]:
-                touched.add(row["op_id"])
-            elif row["object_kind"] == kind and row["object_id"]:
-                touched.add(row["object_id"])
-        for key, (doc, compared) in current.items():
+    def _resume(self, current: Reading, after: int, seq: int) -> None:
+        """The objects the log names after `after` (up to the reading's version), as they are
+        now (DELETED if gone or no longer chosen)."""
+        touched = changes.touched(self.db.conn, after, seq, self.resource.kind) or set()
+        for key, (doc, _) in current.items():
             if key in touched:
                 self.pending.append(("MODIFIED", doc))
-            self.sent[key] = compared
         for key in sorted(touched - set(current)):
             self.pending.append(("DELETED", self._stub(key)))
-
-    def _documents(self) -> Reading:
-        if self.shared is not None:
-            return self.shared.read()
-        rows = listing.rows(self.db, self.resource.plural, self.names, self.selector)
-        docs = listing.documents(self.db, self.resource.plural, rows)
-        return {_id(doc): (doc, _key(doc)) for _, doc in docs}
 
     def moved(self) -> bool:
         """Whether another connection committed since the last poll: one PRAGMA read, cheap
@@ -169,28 +237,34 @@ class Watcher:
         out: list[dict[str, Any]] = []
         self._seen_version = self.db.data_version()
         if self.resource.plural == "events":
+            changes.check(self.db.conn, self.version)  # pruned past it: 410, never a gap
             while True:
-                rows = events.after(self.db.conn, self.version, MAX_EVENTS_PER_POLL)
+                rows = changes.events_after(self.db.conn, self.version, MAX_EVENTS_PER_POLL)
                 for row in rows:
-                    self.version = int(row["id"])
+                    self.version = int(row["change_seq"])
                     if self._wanted(row):
-                        out.append(_event("ADDED", dict(row), self.version))
+                        event = dict(row)
+                        del event["change_seq"]
+                        out.append(_event("ADDED", event, self.version))
                 if len(rows) < MAX_EVENTS_PER_POLL or len(out) >= MAX_EVENTS_PER_POLL:
                     break
             return out
         pending, self.pending = self.pending, []
-        current_version = self.db.data_version()
-        if current_version != self.data_version:
-            self.data_version = current_version
-            self.version = max(self.version, events.latest_id(self.db.conn))
-            current = self._documents()
-            for key, (doc, compared) in current.items():
-                if self.sent.get(key) != compared:  # the same str when unchanged: cheap
-                    pending.append(("ADDED" if key not in self.sent else "MODIFIED", doc))
-                    self.sent[key] = compared
-            for key in [k for k in self.sent if k not in current]:
-                del self.sent[key]
-                pending.append(("DELETED", self._stub(key)))
+        assert self.shared is not None
+        seq, current = self.shared.read()
+        if seq > self.version:
+            changed = self.shared.changed_since(self.version)
+            self.version = seq
+            keys = list(current) + [k for k in self.sent if k not in current] \
+                if changed is None else sorted(changed)
+            for key in keys:
+                now = current.get(key)
+                if now is None:
+                    if self.sent.pop(key, None) is not None:
+                        pending.append(("DELETED", self._stub(key)))
+                elif self.sent.get(key) != now[1]:  # the same str when unchanged: cheap
+                    pending.append(("ADDED" if key not in self.sent else "MODIFIED", now[0]))
+                    self.sent[key] = now[1]
         return [_event(kind, doc, self.version) for kind, doc in _once(pending)]
 
     def _stub(self, key: str) -> dict[str, Any]:

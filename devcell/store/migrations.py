@@ -228,6 +228,19 @@ def _v10_cell_owner(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE cells SET owner = ?", (actor.local_user(),))
 
 
+def _v11_change_log(conn: sqlite3.Connection) -> None:
+    """The change log (store/changes.py): a row per object a write touched, written by
+    triggers in the writing transaction, so no writer can forget it. Its sequence starts
+    after the newest event id, the version clients held before (one older than what is
+    kept is answered 410 Gone, never taken for a newer one)."""
+    from devcell.store import changes
+
+    for sql in changes.SCHEMA:
+        conn.execute(sql)
+    conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('changes', "
+                 "(SELECT coalesce(max(id), 0) FROM events))")
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (1, "initial schema", _v1_initial),
     (2, "controller status", _v2_controller_status),
@@ -239,6 +252,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (8, "cell runtime hold", _v8_runtime_hold),
     (9, "tokens and actors", _v9_tokens_and_actors),
     (10, "cell owner", _v10_cell_owner),
+    (11, "change log", _v11_change_log),
 ]
 LATEST = MIGRATIONS[-1][0]  # store/cell_glance.SCHEMA_VERSION spells it out: move it too
 

@@ -301,19 +301,21 @@ def test_watch_cells_as_json_lines(api: Api) -> None:
 def test_watch_events_resumes_from_a_version_over_sse(api: Api) -> None:
     events = api.client.get("/api/v1/events").json()
     version = int(events["metadata"]["resourceVersion"])
+    seen = {e["id"] for e in events["items"]}
     api.client.post("/api/v1/apply", content=cell("resumed"), headers=YAML)
     wait_for(api, "/api/v1/cells/resumed", lambda r: r.json()["status"]["phase"] == "Running")
     later = api.client.get("/api/v1/events").json()
-    missed = [e["id"] for e in later["items"] if e["id"] > version]
+    missed = [e["id"] for e in later["items"] if e["id"] not in seen]
     assert missed
     found: list[dict[str, Any]] = []
     reader = _lines(api, "/api/v1/events", {"watch": "true", "timeoutSeconds": "10"}, found,
                     headers={"Accept": "text/event-stream", "Last-Event-ID": str(version)},
                     until=lambda f: len(f) >= len(missed))
     reader.join(15)
-    assert [int(e["resourceVersion"]) for e in found][:len(missed)] == missed
-    assert all(e["type"] == "ADDED" and e["object"]["id"] == int(e["resourceVersion"])
-               for e in found)
+    assert [e["object"]["id"] for e in found][:len(missed)] == missed
+    versions = [int(e["resourceVersion"]) for e in found]  # the change log's: each later
+    assert all(e["type"] == "ADDED" for e in found)
+    assert versions == sorted(set(versions)) and versions[0] > version
 
 
 def test_watch_ends_at_its_timeout(api: Api) -> None:
@@ -365,6 +367,30 @@ def test_watch_from_a_version_not_reached_is_refused(api: Api) -> None:
         assert "newest" in doc["detail"]
     with api.client.stream("GET", "/api/v1/events", params={
             "watch": "1", "resourceVersion": str(latest), "timeoutSeconds": "1"}) as r:
+        assert r.status_code == 200
+
+
+def test_watch_from_a_version_older_than_the_log_keeps_is_gone(api: Api) -> None:
+    """A version whose later changes the log no longer holds (here: from before the log,
+    which began after the newest event an upgrade found) is a 410 problem: list again."""
+    from devcell.store import changes
+    from devcell.store.db import Database
+
+    api.client.post("/api/v1/apply", content=cell("logged"), headers=YAML)
+    db = Database(api.state, create=False)
+    try:  # prune the oldest change kept, as the log does when it is full
+        with db.write() as conn:
+            conn.execute("DELETE FROM changes WHERE seq = (SELECT min(seq) FROM changes)")
+        first = changes.oldest(db.conn)
+    finally:
+        db.close()
+    assert first > 0
+    for plural in ("events", "cells", "snapshots", "operations"):
+        doc = assert_problem(api.client.get(f"/api/v1/{plural}", params={
+            "watch": "true", "resourceVersion": str(first - 1)}), 410)
+        assert doc["type"].endswith("/gone") and "list again" in doc["detail"]
+    with api.client.stream("GET", "/api/v1/cells", params={
+            "watch": "1", "resourceVersion": str(first), "timeoutSeconds": "1"}) as r:
         assert r.status_code == 200
 
 

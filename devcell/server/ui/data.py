@@ -13,7 +13,7 @@ from typing import Any
 from devcell.api import listing, render
 from devcell.api.lineage import Node, contains, forest
 from devcell.errors import NotFound
-from devcell.store import events, views
+from devcell.store import changes, views
 from devcell.store.db import Database
 
 DELETING, FROZEN = "Deleting", "Frozen"
@@ -40,7 +40,7 @@ class CellRow:
 class Cells:
     rows: list[CellRow]
     version: int
-    """The events table's newest id: the live updates start after it."""
+    """The newest version (store/changes.py): the live updates start after it."""
     notes: list[str] = field(default_factory=list)
     """Why a figure is missing (an engine unreachable)."""
 
@@ -123,13 +123,13 @@ def _rows(db: Database, names: list[str], notes: list[str]) -> list[CellRow]:
 
 def cells(db: Database) -> Cells:
     notes: list[str] = []
-    version = events.latest_id(db.conn)
+    version = changes.latest(db.conn)
     return Cells(_rows(db, [], notes), version, notes)
 
 
 def cell(db: Database, name: str) -> Cell:
     notes: list[str] = []
-    version = events.latest_id(db.conn)
+    version = changes.latest(db.conn)
     found = [r for r in _rows(db, [name], notes) if name in (r.name, r.id)]
     if not found:
         from devcell.store import objects
@@ -158,7 +158,7 @@ def lineage(db: Database, cell: str | None = None) -> Lineage:
 
 
 def operations(db: Database) -> Operations:
-    version = events.latest_id(db.conn)
+    version = changes.latest(db.conn)
     return Operations(listing.rows(db, "operations", [], None)[-200:], version)
 
 
@@ -170,5 +170,5 @@ def operation(db: Database, op_id: str) -> dict[str, Any]:
 
 
 def event_rows(db: Database) -> Events:
-    version = events.latest_id(db.conn)
+    version = changes.latest(db.conn)
     return Events(listing.rows(db, "events", [], None)[-200:], version)

@@ -189,6 +189,7 @@ def build(state_dir: Path, *, tokens: bool = False) -> Starlette:
     for route in routes.table():
         if route.upgrade:
             table.append(WebSocketRoute(route.path, _socket(ctx, route)))
+    table.append(WebSocketRoute("/{path:path}", _no_socket_route))  # before /ui: it has none
     table.append(Mount("/ui", app=_Dashboard(state_dir, tokens, lambda: whole,
                                              ctx.body_seconds)))
     from starlette.middleware import Middleware
@@ -325,6 +326,17 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     return _problem(exc)
+
+
+async def _no_socket_route(websocket: WebSocket) -> None:
+    """A WebSocket to a path that has none: the 404 problem document as the answer to its
+    handshake (Starlette's own refusal closes it, which the server answers a bare 403)."""
+    from devcell.server import streams
+
+    await websocket.send_denial_response(streams.denial(problems.document(
+        404, "no-route", "Not found",
+        f"no WebSocket route {printable(websocket.url.path)} (they are: "
+        f"{', '.join(r.path for r in routes.table() if r.upgrade)})")))
 
 
 # -- queries ------------------------------------------------------------------------------------

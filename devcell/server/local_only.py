@@ -54,8 +54,8 @@ def refusal(headers: list[tuple[bytes, bytes]]) -> str | None:
 
 class LocalOnly:
     """ASGI middleware: every HTTP request and WebSocket of the unix socket's app judged by
-    `refusal` before the app sees it; a refused request is a 403 problem document, a refused
-    WebSocket closed before it is accepted (the server answers 403)."""
+    `refusal` before the app sees it; a refused request, WebSocket handshakes too, is a 403
+    problem document."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -66,11 +66,14 @@ class LocalOnly:
         if why is None:
             await self.app(scope, receive, send)
             return
-        if scope["type"] == "websocket":  # closed before it is accepted: the server's 403
-            await send({"type": "websocket.close", "code": 1008})
-            return
         body = json.dumps(problems.document(403, "foreign-origin", "Forbidden", why)).encode()
-        await send({"type": "http.response.start", "status": 403,
-                    "headers": [(b"content-type", problems.MEDIA_TYPE.encode()),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        headers = [(b"content-type", problems.MEDIA_TYPE.encode()),
+                   (b"content-length", str(len(body)).encode())]
+        prefix = "" if scope["type"] == "http" else "websocket."
+        if prefix and "websocket.http.response" not in (scope.get("extensions") or {}):
+            await send({"type": "websocket.close", "code": 1008})  # a server's bare 403
+            return
+        # A WebSocket refused before it is accepted: the same problem document, as the HTTP
+        # answer to its handshake (the ASGI denial response uvicorn supports).
+        await send({"type": f"{prefix}http.response.start", "status": 403, "headers": headers})
+        await send({"type": f"{prefix}http.response.body", "body": body})

@@ -5,6 +5,8 @@ the answers. Real server (the session's), over its real unix socket."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from devcell.server.local_only import refusal
@@ -59,6 +61,10 @@ def test_a_web_pages_websocket_exec_is_refused(api: Api) -> None:
         unix_connect(str(api.socket), "ws://localhost/api/v1/cells/any/exec?command=true",
                      origin="http://evil.example", open_timeout=10)  # type: ignore[arg-type]
     assert refused.value.response.status_code == 403
+    assert refused.value.response.headers["Content-Type"] == "application/problem+json"
+    doc = json.loads(refused.value.response.body)  # the API's one problem shape
+    assert doc["status"] == 403 and doc["type"].endswith("/foreign-origin")
+    assert "another origin" in doc["detail"]
 
 
 def test_a_request_with_two_origins_is_refused() -> None:

@@ -53,6 +53,30 @@ def test_refusals_come_before_the_upgrade_as_problems(api: Api) -> None:
             dc.exec("seed", ["ls"])
 
 
+@pytest.mark.parametrize("path", ["/api/v1/cells/seed/nope", "/api/v1/cells", "/ui/cells"])
+def test_a_websocket_to_a_path_with_none_is_a_404_problem(api: Api, path: str) -> None:
+    """Starlette closes such a handshake, which the server answered a bare 403: the API's
+    one problem shape instead, unix socket and TLS alike."""
+    import ssl
+
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect, unix_connect
+
+    trusted = ssl.create_default_context(cafile=str(api.certificate))
+    token = api.token("ws-viewer", "viewer")
+    for opened in (lambda: unix_connect(str(api.socket), f"ws://devcell{path}", proxy=None),
+                   lambda: connect(api.url.replace("https", "wss") + path, ssl=trusted,
+                                   additional_headers={"Authorization": f"Bearer {token}"},
+                                   proxy=None)):
+        with pytest.raises(InvalidStatus) as refused:
+            opened()
+        response = refused.value.response
+        assert response.status_code == 404
+        assert response.headers["content-type"] == "application/problem+json"
+        doc = json.loads(response.body)
+        assert doc["type"].endswith("/no-route") and "no WebSocket route" in doc["detail"]
+
+
 def test_who_may_exec(api: Api) -> None:
     """A developer never execs into another's cell; a viewer into none; the policy's rule
     named. The developer's own cell passes the policy (and meets the fake backend's

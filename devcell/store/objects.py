@@ -146,8 +146,11 @@ def require(conn: sqlite3.Connection, kind: str, ref: str) -> ObjectRecord:
 
 
 def not_found(conn: sqlite3.Connection, kind: str, ref: str) -> NotFound:
-    """NotFound for `ref`, suggesting a recorded name of `kind` close to it."""
-    return NotFound(f'{kind.lower()} "{ref}" not found{suggestion(conn, kind, ref)}')
+    """NotFound for `ref`, suggesting a recorded name of `kind` close to it; `ref` as given
+    (a command's argument, an API path) escaped: the CLI keeps an error's newlines, and
+    `exec $'x\nerror: ...'` printed a line of its own."""
+    return NotFound(f'{kind.lower()} "{names.printable(ref)}" not found'
+                    f'{suggestion(conn, kind, ref)}')
 
 
 def suggestion(conn: sqlite3.Connection, kind: str, ref: str) -> str:

@@ -222,3 +222,13 @@ def test_immutable_fields_are_refused(db: Database) -> None:
     with pytest.raises(ManifestError, match="fork source is immutable"):
         admission.apply_objects(db, parse(cell_doc("api", fork_of="snap")))
     assert get(db).spec["backend"] == "fake" and get(db).generation == 1
+
+
+def test_a_reference_not_found_is_said_escaped(db: Database) -> None:
+    """The CLI keeps an error's newlines: `exec $'x\\nerror: ...'` printed a forged line of
+    its own (found by attack41)."""
+    from devcell.store import objects
+
+    with pytest.raises(NotFound) as caught:
+        objects.require(db.conn, "Cell", "x\nerror: forged\x1b[2J")
+    assert str(caught.value) == 'cell "x\\nerror: forged\\x1b[2J" not found'

@@ -28,12 +28,15 @@ from checkpoint import make_world
 
 STEPS = ("quiesce", "checkpoint", "resume")
 LISTING = """
-import atexit, sys
+import atexit, runpy, sys
 atexit.register(lambda: sys.__stdout__.write("\\nMODULES %d" % len(sys.modules)))
+script = sys.argv.pop(1)
 sys.argv[0] = "devcell"
-from devcell.cli.main import main
-main()
+runpy.run_path(script, run_name="__main__")
 """
+"""The build's own console script run with a count of the modules at exit: a script that puts
+another tree first on sys.path (a build compared from its worktree) is counted as that tree,
+not as the installed package its interpreter would import."""
 
 
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -52,8 +55,8 @@ def python_of(devcell: str) -> str:
 
 
 def modules(devcell: str, env: dict[str, str], cell: str) -> int:
-    done = subprocess.run([python_of(devcell), "-c", LISTING, "snapshot", "create", cell,
-                           "--name", "count"], env=env, capture_output=True, text=True,
+    done = subprocess.run([python_of(devcell), "-c", LISTING, devcell, "snapshot", "create",
+                           cell, "--name", "count"], env=env, capture_output=True, text=True,
                           check=True, cwd="/")  # not this checkout: -c puts the cwd on sys.path
     subprocess.run([devcell, "delete", "snapshot", "count"], env=env, capture_output=True,
                    check=True)

@@ -58,14 +58,34 @@ def _first_setup(state_dir: Path) -> Iterator[None]:
     take turns, and the second finds it made. Racing there, one of two threads applying
     manifests to a new state directory once found the write lock refused for 60 s after the
     other had finished (CI, stop 40). An flock of the directory: released if the process dies."""
-    import fcntl
-
     fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _wait_for_flock(fd, state_dir)
         yield
     finally:
         os.close(fd)
+
+
+def _wait_for_flock(fd: int, state_dir: Path) -> None:
+    """The setup lock, waited for as a write lock is (BUSY_TIMEOUT_S), then refused in words:
+    a command stopped while it made the database (Ctrl-Z, SIGSTOP) held every other one
+    on this directory for as long as it stayed stopped, saying nothing."""
+    import fcntl
+
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    delay = 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise StateError(
+                    f"{state_dir}: another devcell has been making its new database for "
+                    f"over {BUSY_TIMEOUT_S:.0f} s (stopped, with Ctrl-Z or SIGSTOP?); let it "
+                    "finish or end it, and run the command again") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
 
 def ensure_private_dir(path: Path) -> None:

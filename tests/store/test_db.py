@@ -353,3 +353,26 @@ def test_write_takes_the_write_lock_up_front(db: Database) -> None:
     finally:
         other.close()
     assert _count(db) == 0
+
+
+def test_a_setup_held_by_a_stopped_command_is_said_not_waited_on_for_ever(
+        state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command stopped (Ctrl-Z) while it made a new database held the directory's setup
+    flock, and every other command on it waited without end, saying nothing (found by
+    attack41)."""
+    import fcntl
+
+    from devcell.store import db as dbmod
+
+    state.mkdir(mode=0o700)
+    monkeypatch.setattr(dbmod, "BUSY_TIMEOUT_S", 0.3)
+    held = os.open(state, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(StateError, match="another devcell has been making its new "
+                           "database for over 0 s"):
+            open_database(state)
+    finally:
+        os.close(held)
+    assert not (state / DB_FILENAME).exists()
+    open_database(state).close()  # once let go, made as ever

@@ -183,3 +183,40 @@ def test_a_connection_ends_when_its_token_is_revoked(api: Api, cell: str) -> Non
                     break
             assert time.monotonic() - revoked < 10
             assert json.loads(payload)["status"] == 401
+
+
+def test_a_client_that_does_not_read_holds_the_server_to_bounded_memory(api: Api,
+                                                                        cell: str) -> None:
+    """64 MiB sent to the echo by a client that reads nothing back: the server stops reading
+    the port once its message to the client waits, the cell then stops reading, and the
+    server stops reading the client (backpressure both ways): its memory does not grow by
+    what was sent."""
+    import time
+
+    from devcell import Client
+    from devcell.server import framing
+
+    def rss() -> int:
+        with open(f"/proc/{api.pid}/status") as status:
+            line = next(x for x in status if x.startswith("VmRSS:"))
+        return int(line.split()[1]) * 1024
+
+    before = rss()
+    sent = [0]
+    with Client(f"unix:{api.socket}") as dc, dc.port_socket(cell, ECHO) as ws:
+        def send() -> None:
+            piece = framing.frame(framing.STDIN, b"\0" * (64 << 10))
+            try:
+                for _ in range(1024):  # 64 MiB
+                    ws.send(piece)
+                    sent[0] += 64 << 10
+            except Exception:  # noqa: BLE001,S110  (closed under it at the end)
+                pass
+
+        threading.Thread(target=send, daemon=True).start()
+        time.sleep(8)
+        grown = rss() - before
+        ws.socket.shutdown(socket.SHUT_RDWR)  # gone at once: no close handshake to wait on
+    print(f"sent {sent[0] >> 20} MiB, the server grew by {grown >> 20} MiB")
+    assert sent[0] < 64 << 20, "nothing held the sender back"
+    assert grown < 24 << 20, f"the server grew by {grown >> 20} MiB"

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as c
-from checkpoint import make_world
+from checkpoint import drop_world, make_world
 
 STEPS = ("quiesce", "checkpoint", "resume")
 LISTING = """
@@ -71,29 +71,30 @@ def main() -> int:
     c.print_builds(args)
     with c.workdir(args.keep) as work:
         world = make_world(builds[0], work, "small", 1, 0)
-        time.sleep(0.05)
-        world.dc("snapshot", "create", world.cell, "--name", "base")
-        samples: dict[str, list[tuple[float, float, float]]] = {}
-        for r in range(args.runs + args.warmup):
-            floor = timed([sys.executable, "-c", "pass"], world.env)
-            if r >= args.warmup:
-                samples.setdefault("python -c pass", []).append((*floor, 0.0))
-            for b in builds if r % 2 == 0 else builds[::-1]:
-                wall, cpu = timed([b.devcell, "snapshot", "create", world.cell, "--name", "ab"],
-                                  world.env)
-                steps = world.steps_ms("Snapshot", STEPS)
-                world.dc("delete", "snapshot", "ab")
-                slept = timed([b.devcell, "cell", "sleep", world.cell], world.env)
-                # A sleep releases the container (delete) or, since issue 30, stops it (stop).
-                sleep_steps = world.steps_ms("Cell", ("quiesce", "checkpoint", "delete", "stop"))
-                world.dc("cell", "start", world.cell)
+        try:  # the cell and its snapshots go even when a step fails (a container left)
+            time.sleep(0.05)
+            world.dc("snapshot", "create", world.cell, "--name", "base")
+            samples: dict[str, list[tuple[float, float, float]]] = {}
+            for r in range(args.runs + args.warmup):
+                floor = timed([sys.executable, "-c", "pass"], world.env)
                 if r >= args.warmup:
-                    samples.setdefault(f"snapshot create{b.tag}", []).append((wall, cpu, steps))
-                    samples.setdefault(f"cell sleep{b.tag}", []).append((*slept, sleep_steps))
-        report(builds, samples, {b.name: modules(b.devcell, world.env, world.cell)
-                                 for b in builds})
-        world.dc("delete", "snapshot", "base")
-        world.dc("delete", "cell", world.cell, "--approve")
+                    samples.setdefault("python -c pass", []).append((*floor, 0.0))
+                for b in builds if r % 2 == 0 else builds[::-1]:
+                    wall, cpu = timed([b.devcell, "snapshot", "create", world.cell, "--name", "ab"],
+                                      world.env)
+                    steps = world.steps_ms("Snapshot", STEPS)
+                    world.dc("delete", "snapshot", "ab")
+                    slept = timed([b.devcell, "cell", "sleep", world.cell], world.env)
+                    # A sleep releases the container (delete) or, since issue 30, stops it (stop).
+                    sleep_steps = world.steps_ms("Cell", ("quiesce", "checkpoint", "delete", "stop"))
+                    world.dc("cell", "start", world.cell)
+                    if r >= args.warmup:
+                        samples.setdefault(f"snapshot create{b.tag}", []).append((wall, cpu, steps))
+                        samples.setdefault(f"cell sleep{b.tag}", []).append((*slept, sleep_steps))
+            report(builds, samples, {b.name: modules(b.devcell, world.env, world.cell)
+                                     for b in builds})
+        finally:
+            drop_world(world)
     return 0
 
 

@@ -12,8 +12,6 @@ and SQLite bound: it keeps the single-threaded path, which is faster there.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +23,7 @@ from devcell.controllers import retention
 from devcell.controllers.context import Context
 from devcell.log import logger
 from devcell.reconciler import reconcile, recovery
+from devcell.reconciler import reconcile_lock as reconcile_lock_file
 from devcell.records import MutableRecord, field
 from devcell.store import objects
 from devcell.store.db import Database
@@ -56,14 +55,8 @@ class Report(MutableRecord):
 
 @contextmanager
 def reconcile_lock(ctx: Context) -> Iterator[None]:
-    path = ctx.db.state_dir / "reconcile.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with reconcile_lock_file.holding(ctx.db.state_dir):
         yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 MAX_STEPS_PER_TURN = 8

@@ -8,7 +8,9 @@ exec, logs, wait) first asks each backend once for all of its runtimes (one list
 (phase Pending, Ready=False with reason RuntimeDrifted and what was seen, and an event), so
 `get` stops saying Running and the inline converge, or the daemon, repairs it; a cell the
 backend confirms gets its confirmation time (`store.observations`, shown by `get` as
-OBSERVED). Nothing is written to the database when everything agrees.
+OBSERVED). Nothing is written to the database when everything agrees. A cell that an
+operation in flight is changing (a snapshot freezes it between quiesce and resume) is not
+judged: what the backend shows is that operation's step, and its end records the truth.
 
 A running cell whose backend reports its services' state is also judged by them
 (controllers/services.py): a service crash-looping, or one whose readiness check has not
@@ -27,8 +29,9 @@ from typing import Any
 from devcell import backends
 from devcell.backends.base import Observed
 from devcell.errors import BackendError
+from devcell.reconciler import reconcile_lock
 from devcell.records import MutableRecord, Record, field
-from devcell.store import events, objects, observations
+from devcell.store import events, objects, observations, operations
 from devcell.store.db import Database
 from devcell.store.objects import Phase
 
@@ -93,6 +96,7 @@ def observe(db: Database, cell_ids: Iterable[str]) -> Observation:
     by_backend: dict[str, list[objects.RuntimeRow]] = {}
     for row in rows:
         by_backend.setdefault(row.backend, []).append(row)
+    acted_on = _acted_on(db, [r.id for r in rows])
     for name, group in sorted(by_backend.items()):
         try:
             seen = backends.observe_all(name, Path(db.state_dir))
@@ -100,6 +104,8 @@ def observe(db: Database, cell_ids: Iterable[str]) -> Observation:
             result.unobserved.update(dict.fromkeys((r.id for r in group), exc))
             continue
         for row in group:
+            if row.id in acted_on:
+                continue  # mid-operation (a snapshot's freeze): its end records the truth
             what = contradiction(row, seen.get(row.id, Observed(exists=False)))
             if what is not None:
                 result.drifted[row.id] = Drift(row.id, row.name, what)
@@ -126,6 +132,23 @@ def record(db: Database, observation: Observation) -> None:
     if observation.served or observation.sidecars:
         _record_services(db, observation.served, observation.sidecars)
     observations.confirm(Path(db.state_dir), observation.confirmed)
+
+
+def _acted_on(db: Database, cell_ids: list[str]) -> set[str]:
+    """The cells among `cell_ids` that an operation in flight is changing: on the cell, or on
+    an object it owns (a snapshot freezing it between quiesce and resume). What the backend
+    shows of them is a step of that operation, not a contradiction. Operations left Running
+    by a dead process (nobody holds the reconcile lock) protect nothing."""
+    if not cell_ids or not operations.has_running(db.conn):
+        return set()
+    keys = [(str(r["object_kind"]), str(r["object_id"])) for r in operations.running(db.conn)]
+    touched = {oid for kind, oid in keys if kind == "Cell"}
+    touched |= {owner_id for kind, owner_id in objects.owners(db.conn, keys).values()
+                if kind == "Cell"}
+    wanted = touched.intersection(cell_ids)
+    if not wanted or db.memory:  # a database in memory is this process's: in flight
+        return wanted
+    return wanted if reconcile_lock.held(Path(db.state_dir)) else set()
 
 
 def observe_and_record(db: Database, cell_ids: Iterable[str]) -> Observation:

@@ -19,7 +19,7 @@ from devcell.backends import fake
 from devcell.store import objects, observations
 from devcell.store.db import open_database
 from tests.conftest import Cli
-from tests.controllers.support import cell_doc
+from tests.controllers.support import cell_doc, snapshot_doc
 
 Tamper = Callable[[fake.FakeBackend, str], None]
 BEHIND_BACK: dict[str, Tamper] = {
@@ -162,3 +162,31 @@ def test_get_shows_when_a_phase_was_last_confirmed(cli: Cli, state: Path, applie
     (state / observations.FILENAME).unlink()
     assert cli("get", "cells").stdout.splitlines()[1].split()[4] == "<none>"
     assert "Observed:" in cli("describe", "cell", "api").stdout
+
+
+def test_a_freeze_by_an_operation_in_flight_is_not_drift(state: Path, write: Any) -> None:
+    """A snapshot freezes its cell between quiesce and resume: a `wait` or `get` observing in
+    that window must not record the cell as drifted (nothing would repair it: CI saw a wait
+    time out on it). A Running operation only protects while someone holds the reconcile
+    lock; one left by a dead process protects nothing."""
+    from devcell.reconciler import observe, reconcile_lock
+    from devcell.store import operations
+
+    path = write("api.yaml", cell_doc("api"), snapshot_doc("api-snap", "api"))
+    assert api.apply(state, [path]).ok
+    db = open_database(state)
+    try:
+        snap = objects.require(db.conn, "Snapshot", "api-snap")
+        with db.write() as conn:
+            operations.create(conn, op_id=operations.new_operation_id(), object_kind="Snapshot",
+                              object_id=snap.id, object_name=snap.name, action="create",
+                              trigger="test", generation=1, step_names=["quiesce", "resume"])
+        tamper(state, "paused")
+        with reconcile_lock.holding(state):
+            assert observe.observe_and_record(db, [cell(state).id]).drifted == {}
+        assert cell(state).phase == "Running"
+        found = observe.observe_and_record(db, [cell(state).id])  # the lock is free: stale
+        assert found.drifted[cell(state).id].seen == "is paused (frozen)"
+        assert cell(state).phase == "Pending"
+    finally:
+        db.close()

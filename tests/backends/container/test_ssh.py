@@ -202,7 +202,7 @@ def test_exec_takes_environment_a_working_directory_and_a_user(cell: Cell) -> No
                         'echo "$FOO|$GREETING"; pwd; id -u')
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["bar baz|overridden", "/tmp", "65534"]
-    for flags, said in ((["-e", "1X=2"], "-e 1X=2"), (["-w", "relative"], "absolute path"),
+    for flags, said in ((["-e", "1X=2"], "-e 1X=…: write NAME=VALUE"), (["-w", "relative"], "absolute path"),
                         (["-u", "a b"], "-u a b")):
         refused = cell.devcell("exec", *flags, "sshweb", "--", "true")
         assert refused.returncode == 2 and said in refused.stderr, refused.stderr

@@ -28,7 +28,8 @@ in the API's figures). Everything below runs once the daemon is idle.
    untimed change first, then --changes timed ones; each change waits for the cell to show
    Running at the watcher before the next. Also: to Running (the daemon's converge included).
 3. --clients concurrent clients (default 100; threads in --procs processes, each a
-   `devcell.client.Client` over TLS with the token): each lists every cell (`Client.list`),
+   `devcell.client.Client` over TLS, each its own user's viewer token, as a team's would be,
+   under the per-user bounds): each lists every cell (`Client.list`),
    watches cells from the version it read (`Client.watch(resource_version=...)`), and lists
    again every --list-every seconds (jittered) for --seconds (--limit N: each list in pages of
    N, following the continue tokens). Meanwhile this process applies a
@@ -135,6 +136,7 @@ class Server:
     token_file: Path | None = None
     log: Path | None = None
     memory: dict[str, dict[str, float]] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def socket(self) -> Path:
@@ -150,6 +152,7 @@ class Server:
         return self.token_file.read_text().strip()
 
     def start(self, env: dict[str, str]) -> None:
+        self.env = env
         made = c.run_ok([self.devcell, "token", "create", "--user", "bench", "--role", "viewer"],
                         env, capture=True)
         self.token_file = self.work / "token"
@@ -181,6 +184,19 @@ class Server:
             time.sleep(0.05)
         wait_idle(self.process.pid)
         self.note_memory("idle")
+
+    def client_tokens(self, count: int) -> Path:
+        """A viewer token each for `count` users (bench-c0, ...), one per line of an
+        owner-only file: part 3's clients are a team, each under the per-user bounds (a
+        user's watches: server.app.MAX_WATCHES_PER_USER), as 100 developers would be."""
+        path = self.work / "client-tokens"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            for i in range(count):
+                made = c.run_ok([self.devcell, "token", "create", "--user", f"bench-c{i}",
+                                 "--role", "viewer"], self.env, capture=True)
+                out.write(made.stdout.strip() + b"\n")
+        return path
 
     def note_memory(self, when: str) -> None:
         assert self.process is not None
@@ -532,13 +548,14 @@ def part_clients(args: argparse.Namespace, server: Server, changer: Changer, wor
     per = [args.clients // args.procs + (i < args.clients % args.procs)
            for i in range(args.procs)]
     per = [n for n in per if n]
-    config = {"url": server.url, "token_file": str(server.token_file),
+    tokens_file = server.client_tokens(args.clients)
+    config = {"url": server.url, "tokens_file": str(tokens_file),
               "ca": str(server.certificate), "seconds": args.seconds,
               "list_every": args.list_every, "timeout": args.client_timeout,
               "prefix": f"{CHANGE_PREFIX}c-", "limit": args.limit or None}
     procs = []
     for i, n in enumerate(per):
-        cfg = json.dumps({**config, "threads": n, "seed": i})
+        cfg = json.dumps({**config, "threads": n, "seed": i, "first": sum(per[:i])})
         procs.append(subprocess.Popen(
             [args.python, __file__, "--worker", cfg], stdout=subprocess.PIPE,
             stderr=open(work / f"worker-{i}.err", "wb"), env=dict(os.environ),
@@ -627,7 +644,7 @@ def worker(cfg: dict[str, Any]) -> int:
     watches; on SIGUSR1 (or after `seconds` + 10 minutes) its figures as one JSON line."""
     from devcell.client import Client
 
-    token = Path(cfg["token_file"]).read_text().strip()
+    tokens = Path(cfg["tokens_file"]).read_text().split()[cfg["first"]:]
     rng = random.Random(cfg["seed"])
     done = threading.Event()
     signal.signal(signal.SIGUSR1, lambda *_: done.set())
@@ -643,7 +660,7 @@ def worker(cfg: dict[str, Any]) -> int:
             errors.append(f"{what}: {type(exc).__name__}: {exc}"[:300])
 
     def one(i: int) -> None:
-        client = Client(cfg["url"], token=token, ca=cfg["ca"], timeout=cfg["timeout"])
+        client = Client(cfg["url"], token=tokens[i], ca=cfg["ca"], timeout=cfg["timeout"])
         seen: dict[str, float] = {}
         arrivals.append(seen)
         try:

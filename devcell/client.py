@@ -449,14 +449,23 @@ class Client:
         from devcell.server import framing
 
         pairs = list(env.items()) if isinstance(env, dict) else list(env or [])
+        values = dict(pairs)  # the last of a name repeated wins, as in a shell
         words = [("command", word) for word in argv]
-        words += [("env", f"{k}={v}") for k, v in pairs]
+        words += [("env", name) for name in values]  # the values go in the first message
         words += [(k, v) for k, v in (("workdir", workdir), ("user", user)) if v is not None]
         words += [("stdin", "true")] if stdin else []
         words += [("tty", "true")] if tty else []
         path = (f"/api/v1/cells/{urllib.parse.quote(cell, safe='')}/exec?"
                 f"{urllib.parse.urlencode(words)}")
-        return self._websocket(path, framing.SUBPROTOCOL)
+        ws = self._websocket(path, framing.SUBPROTOCOL)
+        if values:  # never in the URL: a proxy's access log would keep a secret's value
+            try:
+                ws.__enter__()  # entered as the caller's `with` enters it (websockets 17.1+)
+                ws.send(framing.frame(framing.ENV, json.dumps(values).encode()))
+            except BaseException:
+                ws.close()
+                raise
+        return ws
 
     def port_socket(self, cell: str, port: int) -> Any:
         """One TCP connection to `port` in `cell` (as `devcell port-forward` makes it: a

@@ -8,6 +8,10 @@ Every message is binary: its first byte is the channel, the rest its payload.
 - STDOUT, STDERR (server to client): the command's output, at most MAX_OUTPUT bytes a
   message (with a terminal, both streams arrive on STDOUT).
 - RESIZE (client to server, with a terminal): JSON {"rows": R, "columns": C}.
+- ENV (client to server, the first message, only when the query declares variables by name
+  alone, `env=NAME`): JSON {"NAME": "value", ...}, one value for each name declared and no
+  other. Values sent here never appear in a URL (a proxy's access log, a server's request
+  line); the Python client and the CLI send every value this way.
 - NOTICE (server to client, before the command's output): DevCell's own words about the
   session, a UTF-8 line each (a sleeping cell woken for it, a runtime that drifted), which
   `devcell exec` writes on its standard error; a client may ignore them.
@@ -29,7 +33,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-STDIN, STDOUT, STDERR, STATUS, RESIZE, NOTICE = 0, 1, 2, 3, 4, 5
+STDIN, STDOUT, STDERR, STATUS, RESIZE, NOTICE, ENV = 0, 1, 2, 3, 4, 5, 6
 SUBPROTOCOL = "v1.exec.devcell.dev"
 """Offered by a client that speaks this framing (the server accepts it; none is needed)."""
 PORT_SUBPROTOCOL = "v1.portforward.devcell.dev"

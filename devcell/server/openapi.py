@@ -426,7 +426,9 @@ def _upgrade(op: dict[str, Any]) -> dict[str, Any]:
         {"name": "tty", "in": "query", "required": False, "schema": {"type": "boolean"},
          "description": "run it on a pseudo-terminal, as exec -t"},
         {"name": "env", "in": "query", "required": False, "schema": words, "style": "form",
-         "explode": True, "description": "NAME=VALUE, as exec -e"},
+         "explode": True, "description": "NAME alone: its value arrives in the stream's "
+         "first message (channel 6, JSON {\"NAME\": \"value\"}; never in the URL, where "
+         "a proxy's log keeps it); or NAME=VALUE for a value that is no secret; as exec -e"},
         {"name": "workdir", "in": "query", "required": False, "schema": {"type": "string"},
          "description": "an absolute directory in the cell, as exec -w"},
         {"name": "user", "in": "query", "required": False, "schema": {"type": "string"},

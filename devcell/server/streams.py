@@ -75,6 +75,10 @@ class ExecRequest(Record):
     stdin: bool = False
     tty: bool = False
     env: tuple[tuple[str, str], ...] = ()
+    """Variables whose values the query gave (`env=NAME=VALUE`)."""
+    env_sent: tuple[str, ...] = ()
+    """Variables the query declared by name (`env=NAME`): their values arrive in the stream's
+    first message (framing.ENV), never in the URL."""
     workdir: str | None = None
     user: str | None = None
 
@@ -88,14 +92,20 @@ def parse(query: QueryParams) -> ExecRequest:
                          "?command=ls&command=-la)")
     if len(argv) > MAX_WORDS or any("\0" in word for word in argv):
         raise UsageError(f"command: at most {MAX_WORDS} words, without NUL bytes")
-    env = []
+    env, env_sent = [], []
     for item in query.getlist("env"):
         name, sep, value = item.partition("=")
-        if not sep or not _ENV_NAME.fullmatch(name) or "\0" in value:
+        if not _ENV_NAME.fullmatch(name) or "\0" in value:
             shown = printable(name) + ("=…" if sep else "")  # never the value: a secret?
-            raise UsageError(f"env {shown}: write NAME=VALUE (a name of letters, "
+            raise UsageError(f"env {shown}: write NAME=VALUE, or NAME alone to send its "
+                             "value in the stream's first message (a name of letters, "
                              "digits and _, not starting with a digit; no NUL byte)")
-        env.append((name, value))
+        if sep:
+            env.append((name, value))
+        else:
+            env_sent.append(name)
+    if len(set(env_sent)) != len(env_sent):
+        raise UsageError("env: each name declared once")
     workdir = query.get("workdir")
     if workdir is not None and (not workdir.startswith("/") or "\0" in workdir):
         raise UsageError(f"workdir {printable(workdir)}: give an absolute path in the cell")
@@ -103,7 +113,7 @@ def parse(query: QueryParams) -> ExecRequest:
     if user is not None and not _USER.fullmatch(user):
         raise UsageError(f"user {printable(user)}: give a user name or uid, optionally :GROUP")
     return ExecRequest(argv, stdin=_flag(query, "stdin"), tty=_flag(query, "tty"),
-                       env=tuple(env), workdir=workdir, user=user)
+                       env=tuple(env), env_sent=tuple(env_sent), workdir=workdir, user=user)
 
 
 def _flag(query: QueryParams, name: str) -> bool:
@@ -257,6 +267,18 @@ async def relay(state_dir: Path, websocket: WebSocket, attached: Any, request: E
 
     offered = websocket.scope.get("subprotocols") or []
     await websocket.accept(framing.SUBPROTOCOL if framing.SUBPROTOCOL in offered else None)
+    if request.env_sent:
+        try:
+            request = request.replace(env=(*request.env, *await _sent_env(websocket, request)))
+        except UsageError as exc:
+            attached.close()
+            doc = problems.document(400, "bad-frame", "The stream is not valid", str(exc))
+            try:
+                await websocket.send_bytes(framing.status(doc))
+                await websocket.close(1003)
+            except Exception:  # noqa: BLE001,S110  (the client is gone: nobody to tell)
+                pass
+            return
     for note in notes or []:
         await websocket.send_bytes(framing.frame(framing.NOTICE, note.encode()))
     hang_up = threading.Event()
@@ -333,6 +355,37 @@ async def relay(state_dir: Path, websocket: WebSocket, attached: Any, request: E
         group.start_soon(command, group.cancel_scope)
         group.start_soon(receive)
         group.start_soon(check)
+
+
+ENV_MESSAGE_S = 30.0
+"""How long the first message (framing.ENV) of an exec that declared variables may take."""
+
+
+async def _sent_env(websocket: WebSocket, request: ExecRequest) -> list[tuple[str, str]]:
+    """The values of the variables the query declared by name, from the stream's first
+    message; UsageError naming what is wrong (names only: a value may be a secret)."""
+    with anyio.move_on_after(ENV_MESSAGE_S):
+        message = await websocket.receive()
+        data = message.get("bytes") if message["type"] == "websocket.receive" else None
+        channel, payload = framing.split(data) if data else (-1, b"")
+        if channel != framing.ENV:
+            raise UsageError(f"the query declared env {', '.join(request.env_sent)}: the "
+                             "first message must carry their values (channel 6, JSON "
+                             '{"NAME": "value"})')
+        try:
+            values = json.loads(payload)
+        except ValueError:
+            values = None
+        if not isinstance(values, dict) or set(values) != set(request.env_sent):
+            raise UsageError("the first message (channel 6) must be a JSON object with a "
+                             f"value for each name the query declared "
+                             f"({', '.join(request.env_sent)}) and no other")
+        for name in request.env_sent:
+            if not isinstance(values[name], str) or "\0" in values[name]:
+                raise UsageError(f"env {name}: its value must be a string without NUL bytes")
+        return [(name, values[name]) for name in request.env_sent]
+    raise UsageError(f"the values of env {', '.join(request.env_sent)} did not arrive within "
+                     f"{ENV_MESSAGE_S:.0f} s of the upgrade")
 
 
 def denial(doc: dict[str, Any]) -> Any:

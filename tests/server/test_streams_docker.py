@@ -164,3 +164,50 @@ def test_one_developer_holds_at_most_their_share_of_the_streams(api: Api) -> Non
             except errors.TemporaryError:
                 assert time.monotonic() < deadline
                 time.sleep(0.5)
+
+
+def test_env_values_travel_in_the_first_message_never_in_the_url(api: Api, box: str) -> None:
+    """A value in the exec URL is kept by whatever logs request lines (a proxy): the client
+    declares the names in the query and sends the values as the first message (channel 6).
+    A raw stream that declares a name and sends anything else first is refused with a
+    bad-frame status naming the name, never a value."""
+    import json
+
+    from websockets.sync.client import unix_connect
+
+    from devcell import Client
+    from devcell.server import framing
+
+    secret = f"s3cret-{uuid.uuid4().hex}"
+    paths: list[str] = []
+    with Client(f"unix:{api.socket}") as dc:
+        opened = dc._websocket
+
+        def spy(path: str, subprotocol: str) -> object:
+            paths.append(path)
+            return opened(path, subprotocol)
+
+        dc._websocket = spy  # type: ignore[method-assign]
+        done = dc.exec(box, ["sh", "-c", 'echo "$TOKEN|$PLAIN"'],
+                       env={"TOKEN": secret, "PLAIN": "a b=c"})
+    assert done == (0, f"{secret}|a b=c\n".encode(), b"")
+    assert paths and all(secret not in p and "a+b" not in p for p in paths), paths
+    assert "env=TOKEN" in paths[0] and "env=PLAIN" in paths[0]
+
+    def raw(query: str, first: bytes) -> dict[str, object]:
+        with unix_connect(str(api.socket), f"ws://devcell/api/v1/cells/{box}/exec?{query}",
+                          proxy=None) as ws:
+            ws.send(first)
+            channel, payload = framing.split(bytes(ws.recv(timeout=30)))
+            while channel != framing.STATUS:
+                channel, payload = framing.split(bytes(ws.recv(timeout=30)))
+            return dict(json.loads(payload))
+
+    assert raw("command=true&env=A", framing.frame(framing.ENV, b'{"A": "x"}')) == {
+        "exitCode": 0}
+    for first in (framing.frame(framing.STDIN, b"hunter2"),
+                  framing.frame(framing.ENV, b'{"A": "hunter2", "B": "x"}'),
+                  framing.frame(framing.ENV, b'["A=hunter2"]')):
+        doc = raw("command=true&env=A", first)
+        assert doc["status"] == 400 and "A" in str(doc["detail"]), doc
+        assert "hunter2" not in json.dumps(doc)

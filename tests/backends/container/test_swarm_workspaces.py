@@ -427,6 +427,10 @@ def test_a_cell_sleeps_and_wakes_on_its_node_with_its_files(taken: Taken) -> Non
     assert node.docker("exec", again, "cat", "/workspace/a").stdout == b"hello\n"
 
 
+OTHERS = ("d1", "d2", "d3", "d4")
+"""The cells besides src on the drained node (issue 25: a drain of a node with 5 cells)."""
+
+
 def _killed_drain(state: Path, node: str, failpoint: str) -> None:
     """`devcell node drain NODE` in its own process, SIGKILLed at `failpoint`."""
     import os
@@ -442,7 +446,7 @@ def _killed_drain(state: Path, node: str, failpoint: str) -> None:
 
 def test_draining_a_node_moves_its_cell_elsewhere_with_its_files(
         taken: Taken, registry: Registry) -> None:
-    """`node drain` of a node with three cells (src and two more), killed -9 twice first:
+    """`node drain` of a node with five cells (src and four more), killed -9 twice first:
     after the pull into the new node's volume (the cell still whole on its node, its old
     workspace there), and after the switch of its record (before the service follows).
     Each time the first cell moved has one service and its old
@@ -450,25 +454,26 @@ def test_draining_a_node_moves_its_cell_elsewhere_with_its_files(
     (a Ready snapshot src-move-...), pushed once from its node, pulled on the node the swarm
     picked (the same one each run), started there with every hostile entry as what it is;
     its old workspace emptied on the old node once it ran; the node's availability drain;
-    each step naming its node; the two other cells moved too, with their files. Then src
+    each step naming its node; the four other cells moved too, with their files, nothing of
+    theirs left running on the drained node. Then src
     restored to its move snapshot, whose checkpoint is on the drained node: pulled from the
-    registry onto src's new node. Cost ~40 s (the two cells' apply, two killed runs ~4 s
+    registry onto src's new node. Cost ~50 s (the four cells' apply, two killed runs ~4 s
     each, the three moves, the restore ~8 s)."""
     swarm, state, node = taken.swarm, taken.state, taken.node
     _with_registry(state, registry.address)
     old = next(str(r["volume"]) for r in (json.loads(f.read_text()) for f in
                (state / "cluster" / "volumes").glob("*.json")) if r.get("cell") == "src")
-    for other in swarm.nodes:  # two more cells on the node: the drain moves each
+    for other in swarm.nodes:  # four more cells on the node: the drain moves each
         if other is not node:
             swarm.manager.docker("node", "update", "--availability", "pause", other.node_id)
     try:
-        for name in ("d1", "d2"):
+        for name in OTHERS:
             (state.parent / f"{name}.yaml").write_text(manifest(name))
             code, out, err = cli(state, "apply", "-f", str(state.parent / f"{name}.yaml"))
             assert code == 0, (out, err)
     finally:
         reset_nodes(swarm)
-    for name in ("d1", "d2"):
+    for name in OTHERS:
         assert cells(_Placed(state))[name]["NODE"] == node.node_id
         made = container_on(node, name)
         swarm.wait(lambda made=made: node.docker(  # type: ignore[misc]
@@ -486,7 +491,7 @@ def test_draining_a_node_moves_its_cell_elsewhere_with_its_files(
         seconds = time.monotonic() - began
         assert code == 0, (out, err)
         said = out
-        print(f"\ndrain of a node with three cells in {seconds:.1f} s (after two kills)")
+        print(f"\ndrain of a node with five cells in {seconds:.1f} s (after two kills)")
         row = cells(_Placed(state))["src"]
         assert row["PHASE"] == "Running" and row["NODE"] not in ("", node.node_id), row
         assert f"cell/src moved to node {row['NODE']}" in out and "drained" in out, out
@@ -533,15 +538,16 @@ def test_draining_a_node_moves_its_cell_elsewhere_with_its_files(
         again = container_on(there, "src")
         assert there.docker("exec", again, "cat", "/workspace/a").stdout == b"hello\n"
         rows = cells(_Placed(state))
-        for name in ("d1", "d2"):
+        for name in OTHERS:
             assert f"cell/{name} moved to node {rows[name]['NODE']}" in said, said
             assert rows[name]["PHASE"] == "Running" and rows[name]["NODE"] != node.node_id
             where = next(n for n in swarm.nodes if n.node_id == rows[name]["NODE"])
             assert where.docker("exec", container_on(where, name), "cat", "/workspace/a"
                                 ).stdout == b"hello\n"
+            assert container_on(node, name) == ""
     finally:
         reset_nodes(swarm)
-        for name in ("d1", "d2"):
+        for name in OTHERS:
             cli(state, "delete", "cell", name, "--approve")
 
 

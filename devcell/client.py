@@ -234,6 +234,17 @@ class Client:
         return self._json("POST", "/api/v1/apply", {"dryRun": "true" if dry_run else None},
                           body=body, media=media)
 
+    def diff(self, manifests: str | dict[str, Any]) -> dict[str, Any]:
+        """What an apply of a YAML stream (or one manifest as a dict) would change: each
+        manifest's unified diff against its recorded object, as `devcell diff` prints it
+        ({items: [{kind, name, line, hunks, hold, undecided}], warnings, differs}); nothing is
+        recorded. ManifestError with every located problem when any is found."""
+        if isinstance(manifests, str):
+            body, media = manifests.encode(), "application/yaml"
+        else:
+            body, media = json.dumps(manifests).encode(), "application/json"
+        return self._json("POST", "/api/v1/diff", body=body, media=media)
+
     def delete(self, resource: str, name: str) -> dict[str, Any]:
         """Ask for an object's deletion (the daemon tears it down)."""
         return self._json("DELETE", f"{_path(resource)}/{urllib.parse.quote(name, safe='')}")

@@ -161,37 +161,27 @@ _PATH_ERRORS = {errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR, er
 last net under the commands' own checks (the CLI fuzz test found a name past NAME_MAX)."""
 
 
+ERRORS_ABOVE_ONE = frozenset({"diff"})
+"""Commands whose exit code 1 is an answer (diff: they differ), so that an error exits 2
+(kubectl's convention: a script tells "differs" from "could not diff")."""
+
+
 def _run(args: argparse.Namespace) -> int:
-    code = _guarded(lambda: _dispatch(args), getattr(args, "state_dir", None))
+    code = _guarded(lambda: _dispatch(args), getattr(args, "state_dir", None),
+                    error_floor=2 if getattr(args, "command", None) in ERRORS_ABOVE_ONE else 1)
     assert code is not None
     return code
 
 
-def _guarded(work: Callable[[], int | None], state_dir: str | None) -> int | None:
-    """`work()`, its errors said as one line each and mapped to exit codes."""
+def _guarded(work: Callable[[], int | None], state_dir: str | None, *,
+             error_floor: int = 1) -> int | None:
+    """`work()`, its errors said as one line each and mapped to exit codes (an error's at
+    least `error_floor`)."""
     try:
         return work()
     except Exception as exc:  # the error classes are imported only when one is raised
-        from devcell.errors import DevCellError, ManifestError
-        from devcell.names import printable_lines
-
-        if isinstance(exc, ManifestError):
-            for problem in exc.problems:
-                sys.stderr.write(f"error: {problem}\n")
-            count = len(exc.problems)
-            sys.stderr.write(f"{count} problem{'s' if count != 1 else ''} found; nothing was "
-                             "changed\n")
-            return exc.exit_code
-        if isinstance(exc, DevCellError):
-            sys.stderr.write(f"error: {printable_lines(str(exc))}\n")
-            return exc.exit_code
-        if isinstance(exc, BrokenPipeError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            return 0
-        if isinstance(exc, OSError):
-            return _os_error(exc, state_dir)
-        raise
+        code = _said(exc, state_dir)
+        return code if code == 0 else max(code, error_floor)
     except KeyboardInterrupt as exc:
         _ignore_further_signals()  # a second Ctrl-C while exiting ends nothing half-way
         if isinstance(exc, Terminated):
@@ -199,6 +189,31 @@ def _guarded(work: Callable[[], int | None], state_dir: str | None) -> int | Non
             return 143
         sys.stderr.write("interrupted\n")
         return 130
+
+
+def _said(exc: Exception, state_dir: str | None) -> int:
+    """Say the error in one line (each of a manifest's problems in one); its exit code.
+    Anything that is not a DevCell error, a closed pipe or an OSError it knows is raised."""
+    from devcell.errors import DevCellError, ManifestError
+    from devcell.names import printable_lines
+
+    if isinstance(exc, ManifestError):
+        for problem in exc.problems:
+            sys.stderr.write(f"error: {problem}\n")
+        count = len(exc.problems)
+        sys.stderr.write(f"{count} problem{'s' if count != 1 else ''} found; nothing was "
+                         "changed\n")
+        return exc.exit_code
+    if isinstance(exc, DevCellError):
+        sys.stderr.write(f"error: {printable_lines(str(exc))}\n")
+        return exc.exit_code
+    if isinstance(exc, BrokenPipeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    if isinstance(exc, OSError):
+        return _os_error(exc, state_dir)
+    raise exc
 
 
 def _os_error(exc: OSError, state_dir: str | None) -> int:

@@ -27,6 +27,7 @@ MAX_TOKEN_BYTES = 4096
 SERVED = {("get", None): "remote_get:run_get",
           ("apply", None): "remote_apply:run_apply",
           ("delete", None): "remote_apply:run_delete",
+          ("diff", None): "remote_apply:run_diff",
           ("wait", None): "remote_wait:run_wait",
           ("snapshot", "create"): "remote_cells:run_snapshot_create",
           ("snapshot", "list"): "remote_get:run_snapshot_list",

@@ -49,6 +49,14 @@ class Stream:
             line += data.count(b"\n")
         self.text = b"".join(parts).decode("utf-8", "surrogateescape")
 
+    def file_at(self, line: int) -> tuple[str, int]:
+        """The file a line of the stream came from, and the line in it."""
+        start, shown = self.starts[0] if self.starts else (1, REQUEST)
+        for first, display in self.starts:
+            if first <= line:
+                start, shown = first, display
+        return shown, line - start + 1
+
     def located(self, problem: Problem) -> Problem:
         """The server's problem at its own file and line."""
         if problem.file != REQUEST or not self.starts:
@@ -56,11 +64,8 @@ class Stream:
         if problem.line is None:
             return problem._replace(file=self.starts[0][1] if len(self.starts) == 1
                                     else problem.file)
-        start, shown = self.starts[0]
-        for first, display in self.starts:
-            if first <= problem.line:
-                start, shown = first, display
-        return problem._replace(file=shown, line=problem.line - start + 1)
+        shown, line = self.file_at(problem.line)
+        return problem._replace(file=shown, line=line)
 
 
 def run_apply(args: argparse.Namespace) -> int:
@@ -80,6 +85,20 @@ def run_apply(args: argparse.Namespace) -> int:
     if args.dry_run or not args.wait:
         return _settled(shown, doc, {})
     return _settled(shown, doc, _wait(args, doc))
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    """`devcell diff -f` through the server: the same diff, each manifest's file named as
+    on a state directory (the stream's lines mapped back to the files)."""
+    from devcell.api import diff
+    from devcell.manifests import loader
+
+    stream = Stream(loader.read_sources(args.filename))
+    try:
+        doc = args.remote.diff(stream.text)
+    except ManifestError as exc:
+        raise ManifestError([stream.located(p) for p in exc.problems]) from None
+    return diff.write(diff.DiffReport.of_document(doc, stream.file_at), sys.stdout, sys.stderr)
 
 
 def run_delete(args: argparse.Namespace) -> int:

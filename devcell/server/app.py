@@ -232,6 +232,8 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
         return _openapi
     if route.name == "apply":
         return lambda request: _apply(ctx, request)
+    if route.name == "diff":
+        return lambda request: _diff(ctx, request)
     resource = route.resource
     assert resource is not None
     if route.upgrade:
@@ -759,6 +761,23 @@ def _apply_sync(ctx: Context, principal: Any, data: bytes, media: str, dry_run: 
         report = apply.apply_sources(ctx.state_dir, [source], dry_run=dry_run,
                                      options=converging.Options(wait=False))
     return reports.document(report)
+
+
+async def _diff(ctx: Context, request: Request) -> Response:
+    """`devcell diff -f` of the stream (api.diff, the same code): read-only, so any caller
+    may ask it (every role reads every object; secrets are never in a diff)."""
+    media = _media(request)
+    data = await _body(ctx, request)
+    doc = await run_in_threadpool(_diff_sync, ctx, data, media)
+    return JSONResponse(doc)
+
+
+def _diff_sync(ctx: Context, data: bytes, media: str) -> dict[str, Any]:
+    from devcell.api import diff
+    from devcell.manifests import loader
+
+    source = loader.from_bytes(f"request.{media}", data)
+    return diff.diff_sources(ctx.state_dir, [source]).document()
 
 
 def _authorize_apply(ctx: Context, principal: Any, source: Any) -> None:

@@ -186,10 +186,12 @@ def _operation(route: routes.Route) -> dict[str, Any]:
                                    "content": {"application/json": {"schema": {
                                        "type": "object"}}}}, **_problem_responses(401, 403)}
         return op
-    if route.name == "apply":
-        params.append({"name": "dryRun", "in": "query", "required": False,
-                       "schema": {"type": "boolean"},
-                       "description": "validate and say what would change; record nothing"})
+    if route.name in ("apply", "diff"):
+        if route.name == "apply":
+            params.append({"name": "dryRun", "in": "query", "required": False,
+                           "schema": {"type": "boolean"},
+                           "description": "validate and say what would change; record "
+                                          "nothing"})
         op["requestBody"] = {"required": route.verb not in routes.OPTIONAL_BODY_ACTIONS,
                              "content": {
             YAML_MEDIA: {"schema": {"type": "string"}},
@@ -201,6 +203,10 @@ def _operation(route: routes.Route) -> dict[str, Any]:
                                       "content": {"application/json": {
                                           "schema": _ref("ApplyResult")}}}}
         errors += [409, 411, 413, 408, 415, 422, 502]
+        if route.name == "diff":
+            ok = {"200": {"description": "each manifest's difference from what is recorded",
+                          "content": {"application/json": {"schema": _DIFF_RESULT}}}}
+            errors.remove(409)
     elif route.name.startswith("rows_"):
         assert r is not None
         params.append({"name": "name", "in": "query", "required": False, "explode": True,
@@ -288,6 +294,30 @@ def _operation(route: routes.Route) -> dict[str, Any]:
     op["responses"] = {**ok, **_problem_responses(*sorted(set(errors)))}
     return op
 
+
+_DIFF_RESULT: dict[str, Any] = {
+    "type": "object", "required": ["items", "warnings", "differs"],
+    "description": "as `devcell diff -f` prints it: each manifest's unified diff against its "
+                   "recorded object (secrets never shown: a changed one reads `<secret "
+                   "changed>`); the client names each manifest's file",
+    "properties": {
+        "items": {"type": "array", "items": {
+            "type": "object", "required": ["kind", "name", "line", "hunks", "undecided"],
+            "properties": {
+                "kind": {"type": "string"}, "name": {"type": "string"},
+                "line": {"type": "integer", "description": "where its document starts in "
+                                                           "the stream sent"},
+                "hunks": {"type": "array", "items": {"type": "string"},
+                          "description": "the unified diff's lines after its two headers "
+                                         "(--- recorded/KIND/NAME, +++ FILE/KIND/NAME); none: "
+                                         "no difference"},
+                "hold": {"type": ["string", "null"],
+                         "description": "a held cell's state, a comment line after its diff"},
+                "undecided": {"type": "boolean",
+                              "description": "its build's inputs could not be judged (a "
+                                             "warning says why): never no difference"}}}},
+        "warnings": {"type": "array", "items": {"type": "string"}},
+        "differs": {"type": "boolean", "description": "`devcell diff` exits 1"}}}
 
 _EXCLUSIVE = {"type": "boolean", "description": "false: a name already recorded is recorded "
               "again as the CLI's verb does (a snapshot of this cell; a cell the caller may "

@@ -71,7 +71,10 @@ def table() -> list[Route]:
     routes = [Route("GET", f"{PREFIX}/openapi.json", "openapi", "get", None,
                     "This API's OpenAPI document"),
               Route("POST", f"{PREFIX}/apply", "apply", "create", None,
-                    "Record a manifest stream as desired state (server-side apply)")]
+                    "Record a manifest stream as desired state (server-side apply)"),
+              Route("POST", f"{PREFIX}/diff", "diff", "get", None,
+                    "What an apply of a manifest stream would change, as unified diffs (as "
+                    "`devcell diff -f`); nothing is recorded")]
     for r in RESOURCES.values():
         routes.append(Route("GET", f"{PREFIX}/{r.plural}", f"list_{r.plural}", "list", r,
                             f"List {r.plural} (watch=true: follow their changes)"))

@@ -164,6 +164,12 @@ def test_diff_exit_codes(cli: Cli, applied: Path) -> None:
     result = cli("diff", "-f", str(applied))
     assert result.returncode == 1
     assert "-  state: Running" in result.stdout and "+  state: Stopped" in result.stdout
+    # kubectl's convention: 1 is "differs", an error is above it (a script tells them apart)
+    missing = cli("diff", "-f", str(applied / "nope.yaml"))
+    assert missing.returncode == 2 and missing.stderr.startswith("error: "), missing
+    (applied.parent / "empty.yaml").write_text("# nothing here\n")
+    empty = cli("diff", "-f", str(applied.parent / "empty.yaml"))
+    assert empty.returncode == 2 and "no objects passed to diff" in empty.stderr, empty
 
 
 def test_snapshot_fork_sleep_start(cli: Cli, applied: Path) -> None:

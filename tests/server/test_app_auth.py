@@ -112,6 +112,9 @@ CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
     "describe an operation": (lambda api, t: (
         "GET", f"/api/v1/operations/{api.client.get('/api/v1/operations').json()['items'][0]['id']}"
         "/describe", None), READ),
+    "diff a new cell": (lambda api, t: ("POST", "/api/v1/diff", cell(_unique("new"))), READ),
+    "diff another's cell": (lambda api, t: (
+        "POST", "/api/v1/diff", cell(_admin_cell(api)).replace("busybox", "busybox2")), READ),
     "create a cell": (lambda api, t: ("POST", "/api/v1/apply", cell(_unique("new"))), {
         "viewer": (403, "viewer-read-only"), "developer": (200, None), "admin": (200, None)}),
     "create a cell owned by another": (lambda api, t: (
@@ -362,7 +365,7 @@ def test_without_a_valid_token_every_route_is_401(api: Api, tokens: dict[str, st
             for method, path in (("GET", "/api/v1/cells"), ("GET", "/api/v1/cells/seed"),
                                  ("GET", "/api/v1/openapi.json"),
                                  ("DELETE", "/api/v1/cells/seed"),
-                                 ("POST", "/api/v1/apply"),
+                                 ("POST", "/api/v1/apply"), ("POST", "/api/v1/diff"),
                                  ("POST", "/api/v1/cells/seed/sleep"),
                                  ("POST", "/api/v1/cells/seed/fork"),
                                  ("POST", "/api/v1/cells/seed/restart"),

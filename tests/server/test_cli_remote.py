@@ -1,5 +1,5 @@
 """The CLI through the API (`devcell --server URL`, cli/remote.py) against the real server
-(the session's `api` daemon, fake backend): a chosen set of `get`, `apply`, `delete` and
+(the session's `api` daemon, fake backend): a chosen set of `get`, `apply`, `diff`, `delete` and
 `wait` command lines, their error cases included, run on the daemon's state directory and
 again through its unix socket and its TLS listener on 127.0.0.1 (an admin's token, DevCell's
 own certificate); each gives the same standard output, standard error and exit code. The
@@ -56,6 +56,9 @@ SAME = [
     ["get", "cells", "-l", "team in ("], ["get", "operations", "-l", "a=b"],
     ["get", "cells", "-o", "jsonpath={.items[}"], ["get", "events", "--for", "x"],
     ["get", "cells", "x", "-l", "a=b"],
+    ["diff", "-f", "{file}"], ["diff", "-f", "{changed}"], ["diff", "-f", "{bad}"],
+    ["diff", "-f", "{file}", "-f", "{changed}", "-f", "{missing}"],
+    ["diff", "-f", "{snap}", "-f", "{changed}"], ["diff", "-f", "{changed}", "-f", "{bad}"],
     ["apply", "-f", "{file}", "--dry-run"], ["apply", "-f", "{bad}"],
     ["apply", "-f", "{file}", "-f", "{bad}"], ["apply", "-f", "{missing}"],
     ["delete", "cell", "nope"], ["delete", "cell", "-l", "team=nobody"], ["delete", "cell"],
@@ -76,6 +79,9 @@ def files(api: Api, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     name = f"rc-{uuid.uuid4().hex[:6]}"
     (work / "cell.yaml").write_text(cell(name, team="remote"))
     (work / "bad.yaml").write_text(cell(f"{name}-bad") + "  imag: x\n")
+    (work / "changed.yaml").write_text(  # two documents: a change and a cell not recorded
+        cell(name, team="remote", tier="web") + "  env: [{name: TOKEN, value: hidden, "
+        "secret: true}]\n---\n" + cell(f"{name}-new", team="remote"))
     done = api.cli("apply", "-f", str(work / "cell.yaml"))
     assert done.returncode == 0, done.stderr
     wait_for(api, f"/api/v1/cells/{name}", lambda r: r.json()["status"]["phase"] == "Running")
@@ -89,6 +95,7 @@ def files(api: Api, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     ops = api.client.get("/api/v1/operations").json()["items"]
     op = next(o["id"] for o in ops if o["object_name"] == name)
     return {"name": name, "op": op, "file": str(work / "cell.yaml"), "bad": str(work / "bad.yaml"),
+            "changed": str(work / "changed.yaml"), "snap": str(work / "snap.yaml"),
             "missing": str(work / "missing.yaml"), "work": str(work)}
 
 

@@ -1,0 +1,214 @@
+"""`diff`: what an apply of manifests would change, as a unified diff of each recorded object
+against its manifest (metadata and spec, keys sorted; secrets never shown: a changed one
+reads `<secret changed>`), and a built cell's image when its build's inputs moved.
+
+Below the command line so that the HTTP API answers the same (POST /api/v1/diff, `devcell
+--server URL diff`): `diff_sources` judges, `write` prints what `devcell diff` prints, each
+object's file named by the caller (the server's stream maps back to the client's files).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from devcell.errors import BackendError, ManifestError, Problem
+from devcell.manifests.loader import SourceFile
+from devcell.names import printable
+from devcell.records import Record
+from devcell.store import db as dbmod
+
+
+class ObjectDiff(Record):
+    """One manifest's difference from its recorded object."""
+
+    kind: str
+    name: str
+    line: int
+    """Where its document starts in its source (the server's: in the stream it received)."""
+    file: str
+    hunks: tuple[str, ...]
+    """The unified diff's lines after its two header lines; empty: no difference."""
+    hold: str | None = None
+    """A held cell's comment (store/holds.py), said after its diff; no difference itself."""
+    undecided: bool = False
+    """Its build's inputs could not be judged: never reported as no difference."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind.lower()}/{self.name}"
+
+
+class DiffReport(Record):
+    objects: tuple[ObjectDiff, ...]
+    warnings: tuple[str, ...]
+    """Lines `devcell diff` says on stderr (a build's inputs that cannot be judged)."""
+
+    @property
+    def differs(self) -> bool:
+        return any(o.hunks or o.undecided for o in self.objects)
+
+    def document(self) -> dict[str, Any]:
+        """As the API answers it."""
+        return {"items": [{"kind": o.kind, "name": o.name, "line": o.line,
+                           "hunks": list(o.hunks), "hold": o.hold, "undecided": o.undecided}
+                          for o in self.objects],
+                "warnings": list(self.warnings), "differs": self.differs}
+
+    @classmethod
+    def of_document(cls, doc: dict[str, Any], file_at: Callable[[int], tuple[str, int]]
+                    ) -> DiffReport:
+        """The API's answer, each object's file found by `file_at(line)` (the client's
+        file, and the line in it, for a line of the stream it sent)."""
+        found = []
+        for item in doc.get("items", []):
+            line = int(item.get("line") or 1)
+            file, _ = file_at(line)
+            found.append(ObjectDiff(str(item["kind"]), str(item["name"]), line, file,
+                                    tuple(str(h) for h in item.get("hunks", [])),
+                                    item.get("hold"), bool(item.get("undecided"))))
+        return cls(tuple(found), tuple(str(w) for w in doc.get("warnings", [])))
+
+
+def write(report: DiffReport, out: TextIO, err: TextIO) -> int:
+    """Print the report as `devcell diff` does; its exit code (1: differs, as kubectl)."""
+    for warning in report.warnings:
+        err.write(printable(warning) + "\n")
+    for o in report.objects:
+        if o.hunks:
+            out.write(f"--- recorded/{o.label}\n+++ {printable(o.file)}/{o.label}\n")
+            out.writelines(o.hunks)
+        if o.hold is not None:
+            out.write(printable(o.hold) + "\n")
+    return 1 if report.differs else 0
+
+
+def diff_sources(state_dir: Path, sources: list[SourceFile]) -> DiffReport:
+    """Each manifest of `sources` against what is recorded; ManifestError with every located
+    problem when any does not validate (nothing is recorded either way)."""
+    from devcell.manifests import secrets, validate
+    from devcell.store import desired, objects, preconditions
+
+    manifests = []
+    problems = []
+    place = desired.validator_place_of(state_dir)
+    for source in sources:
+        found, bad = validate.parse_source(source, place)
+        manifests.extend(found)
+        problems.extend(bad)
+    if not problems and not manifests:  # as apply says it (kubectl: no objects passed)
+        problems.append(Problem(", ".join(s.display for s in sources) or "no files",
+                                "no objects passed to diff (the files hold only comments or "
+                                "empty documents)"))
+    if problems:
+        raise ManifestError(problems)
+    db = dbmod.open_database(state_dir)
+    try:
+        manifests, hidden = preconditions.unredacted(db.conn, manifests)  # as apply takes them
+        if hidden:
+            raise ManifestError(hidden)
+        warnings: list[str] = []
+        found_diffs = []
+        for m in manifests:
+            existing = objects.get(db.conn, m.kind, m.name)
+            if existing is None and desired.expired_again(db.conn, m):
+                continue  # an apply would not take it again: nothing would change
+            found_diffs.append(_one(db, m, existing, warnings, secrets))
+        return DiffReport(tuple(found_diffs), tuple(warnings))
+    finally:
+        db.close()
+
+
+def _one(db: dbmod.Database, m: Any, existing: Any, warnings: list[str], secrets: Any
+         ) -> ObjectDiff:
+    label = f"{m.kind.lower()}/{m.name}"
+    undecided = False
+    old: dict[str, Any] = {}
+    if existing is not None:
+        # Secrets never printed: a changed one shows as `<secret changed>`.
+        old_spec, new_spec = secrets.redact_pair(existing.spec, m.spec)
+        old = {"metadata": {"name": existing.name, "labels": existing.labels,
+                            "annotations": existing.annotations}, "spec": old_spec}
+    else:
+        new_spec = secrets.redact(m.spec)
+    new = {"metadata": {"name": m.name, "labels": m.labels, "annotations": m.annotations},
+           "spec": new_spec}
+    if existing is not None and m.kind == "Cell" and (
+            m.spec.get("build") is not None or m.spec.get("features")):
+        images = _build_images(db, existing, m, label, warnings)
+        if images is None:
+            undecided = True  # cannot say: never "no difference"
+        elif images[0] != images[1]:  # the build's inputs changed, the manifest need not
+            old["status"] = {"build": {"image": images[0]}}
+            new["status"] = {"build": {"image": images[1]}}
+    if existing is not None and m.kind == "Cell" and any(
+            s.get("build") is not None for s in m.spec.get("sidecars") or []):
+        sidecars = _sidecar_images(db, existing, m, label, warnings)
+        if sidecars is None:
+            undecided = True
+        elif sidecars:  # a sidecar's build inputs changed: as the cell's own, shown
+            for side, which in ((old, 0), (new, 1)):
+                build = side.setdefault("status", {}).setdefault("build", {})
+                build["sidecars"] = {n: pair[which] for n, pair in sidecars.items()}
+    old_lines = _yaml_lines(old) if existing is not None else []
+    hunks = list(difflib.unified_diff(old_lines, _yaml_lines(new)))[2:]
+    hold = _hold(existing, m.spec, label) if existing is not None and m.kind == "Cell" else None
+    return ObjectDiff(m.kind, m.name, m.line, m.file, tuple(hunks), hold, undecided)
+
+
+def _yaml_lines(doc: dict[str, Any]) -> list[str]:
+    import yaml
+
+    # Keys sorted: the order a spec was written in (or get printed it in) is no change.
+    return yaml.safe_dump(doc, sort_keys=True).splitlines(keepends=True)
+
+
+def _build_images(db: dbmod.Database, existing: Any, m: Any, label: str, warnings: list[str]
+                  ) -> tuple[str, str] | None:
+    """(the image the cell's runtime was made from, the one its build names now), the same
+    twice when they agree or nothing was recorded; None (with a warning) when the build's
+    inputs cannot be judged."""
+    from devcell.reconciler import build_inputs
+
+    try:
+        moved = build_inputs.compare(db, existing.id, m.name, existing.extra["backend"],
+                                     m.spec, m.source, existing.status)
+    except BackendError as exc:
+        warnings.append(f"warning: {label}: cannot say whether its build's inputs changed: "
+                        f"{exc}")
+        return None
+    return moved or ("", "")
+
+
+def _sidecar_images(db: dbmod.Database, existing: Any, m: Any, label: str,
+                    warnings: list[str]) -> dict[str, tuple[str, str]] | None:
+    """Each built sidecar whose image moved: (the image it runs, the one its build names
+    now); None (with a warning) when that cannot be judged."""
+    from devcell.reconciler import build_inputs
+
+    try:
+        return build_inputs.compare_sidecars(db, existing.id, m.name, existing.extra["backend"],
+                                             m.spec, m.source, existing.status)
+    except BackendError as exc:
+        warnings.append(f"warning: {label}: cannot say whether a sidecar's build inputs "
+                        f"changed: {exc}")
+        return None
+
+
+def _hold(existing: Any, spec: dict[str, Any], label: str) -> str | None:
+    """A held cell (store/holds.py): which state an apply of this manifest leaves it in. Said
+    as a comment, after the diff: a hold is no difference of the manifest (the exit code
+    does not count it), but a reader must see that the running cell is not what it says."""
+    from devcell.store import holds
+
+    hold = holds.of(existing)
+    if hold is None:
+        return None
+    declared = holds.declared_state(spec)
+    if declared != holds.declared_state(existing.spec):
+        what = f"an apply ends it: the manifest's state {declared} wins"
+    else:
+        what = f"an apply leaves it {hold.state} (the manifest says {declared})"
+    return f"# {label}: {hold.describe()}; {what}"

@@ -1,0 +1,53 @@
+"""api/diff.py: the diff `devcell diff` prints and the API answers, judged once and printed
+the same from either (the API's document read back with each manifest's file named by the
+client)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcell.api import apply as api
+from devcell.api import diff
+from devcell.errors import ManifestError
+from devcell.manifests import loader
+from tests.controllers.support import cell_doc
+
+
+def _printed(report: diff.DiffReport) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = diff.write(report, out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_the_documents_round_trip_prints_what_the_report_prints(state: Path, write: Any
+                                                               ) -> None:
+    path = write("api.yaml", cell_doc("api"))
+    assert api.apply(state, [path]).ok
+    changed = cell_doc("api", labels={"tier": "web"})
+    changed["spec"]["env"] = [{"name": "TOKEN", "value": "hunter2", "secret": True}]
+    other = write("changed.yaml", changed, cell_doc("new"))
+    report = diff.diff_sources(state, loader.read_sources([other]))
+    code, out, err = _printed(report)
+    assert code == 1 and err == ""
+    assert f"+++ {other}/cell/api" in out and f"+++ {other}/cell/new" in out
+    assert "+    tier: web" in out
+    assert "hunter2" not in out
+    back = diff.DiffReport.of_document(report.document(), lambda line: (other, line))
+    assert _printed(back) == (code, out, err)
+    same = diff.diff_sources(state, loader.read_sources([path]))
+    assert _printed(same) == (0, "", "") and not same.differs
+
+
+def test_a_stream_without_objects_or_with_a_problem_is_refused(state: Path, write: Any
+                                                              ) -> None:
+    empty = write("empty.yaml")
+    with pytest.raises(ManifestError, match="no objects passed to diff"):
+        diff.diff_sources(state, loader.read_sources([empty]))
+    bad = cell_doc("api")
+    bad["spec"]["imag"] = "x"
+    with pytest.raises(ManifestError, match="imag"):
+        diff.diff_sources(state, loader.read_sources([write("bad.yaml", bad)]))

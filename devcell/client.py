@@ -234,6 +234,22 @@ class Client:
         return self._json("POST", "/api/v1/apply", {"dryRun": "true" if dry_run else None},
                           body=body, media=media)
 
+    def resume_operation(self, operation: str, input: dict[str, Any] | None = None  # noqa: A002
+                         ) -> dict[str, Any]:
+        """Approve a suspended operation with its gate's answers (as `devcell op resume
+        --input KEY=VALUE`); the operation's document after (the daemon continues its
+        object: `get("operations", ID)` until its status is Succeeded or Failed).
+        ManifestError when the answers do not fit the gate's question (it stays suspended)."""
+        body = json.dumps({"input": input or {}}).encode()
+        return self._json("POST", f"/api/v1/operations/{urllib.parse.quote(operation, safe='')}"
+                          "/resume", body=body, media="application/json")
+
+    def cancel_operation(self, operation: str) -> dict[str, Any]:
+        """Cancel a suspended operation (as `devcell op cancel`): a cancelled delete keeps its
+        object, a cancelled restore the workspace as it is; the operation's document after."""
+        return self._json("POST", f"/api/v1/operations/{urllib.parse.quote(operation, safe='')}"
+                          "/cancel")
+
     def diff(self, manifests: str | dict[str, Any]) -> dict[str, Any]:
         """What an apply of a YAML stream (or one manifest as a dict) would change: each
         manifest's unified diff against its recorded object, as `devcell diff` prints it

@@ -10,7 +10,7 @@ makes its object Ready).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +23,16 @@ from devcell.store import events, objects, operations, restores
 
 
 def resume(state_dir: Path, op_ref: str, *, inputs: Sequence[str] = (),
-           input_files: Sequence[str] = (), options: Options = DEFAULTS,
-           hooks: Hooks = NO_HOOKS) -> Report:
+           input_files: Sequence[str] = (), values: Mapping[str, Any] | None = None,
+           options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS) -> Report:
     """Approve suspended operation `op_ref` with `inputs` (KEY=VALUE) and `input_files` (YAML
-    or JSON mappings, read first; pairs override), then continue it."""
+    or JSON mappings, read first; pairs override), or `values` (an API request's mapping),
+    then continue it."""
     db = dbmod.open_database(state_dir)
     try:
         op = _suspended(db, op_ref)
         schema = _resume_schema(db, op["id"], options.run_store)
-        given = parse_inputs(inputs, input_files)
+        given = {**parse_inputs(inputs, input_files), **(values or {})}
         if schema is not None:
             _check_input(op["id"], schema, given)
         elif given:

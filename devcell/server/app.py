@@ -234,6 +234,8 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
         return lambda request: _apply(ctx, request)
     if route.name == "diff":
         return lambda request: _diff(ctx, request)
+    if route.verb in ("resume", "cancel"):
+        return lambda request: _op_action(ctx, route.verb, request)
     resource = route.resource
     assert resource is not None
     if route.upgrade:
@@ -761,6 +763,24 @@ def _apply_sync(ctx: Context, principal: Any, data: bytes, media: str, dry_run: 
         report = apply.apply_sources(ctx.state_dir, [source], dry_run=dry_run,
                                      options=converging.Options(wait=False))
     return reports.document(report)
+
+
+async def _op_action(ctx: Context, which: str, request: Request) -> Response:
+    """Resume (with the gate's answers) or cancel a suspended operation (server.op_actions);
+    the operation's document as it stands after."""
+    from devcell.server import op_actions
+
+    given: dict[str, Any] = {}
+    if which == "resume":
+        if "content-type" in request.headers and _media(request) != "json":
+            raise HttpProblem(415, "unsupported-media-type", "Unsupported media type",
+                              "send the resume's input as application/json")
+        given = op_actions.parse_input(await _body(ctx, request, op_actions.MAX_BODY_BYTES))
+    op_ref = request.path_params["name"]
+    await run_in_threadpool(op_actions.record, ctx.state_dir, request.state.principal, which,
+                            op_ref, given)
+    doc = await run_in_threadpool(_get_sync, ctx, routes.RESOURCES["operations"], op_ref)
+    return JSONResponse(doc)
 
 
 async def _diff(ctx: Context, request: Request) -> Response:

@@ -181,6 +181,8 @@ def _operation(route: routes.Route) -> dict[str, Any]:
         return _port_forward(op, route.verb == "ssh") if route.verb != "exec" else _upgrade(op)
     if route.verb == "logs":
         return _logs(op)
+    if route.verb in ("resume", "cancel"):
+        return _op_action(route, op)
     if route.name == "openapi":
         op["responses"] = {"200": {"description": "this document",
                                    "content": {"application/json": {"schema": {
@@ -292,6 +294,24 @@ def _operation(route: routes.Route) -> dict[str, Any]:
     if params:
         op["parameters"] = params
     op["responses"] = {**ok, **_problem_responses(*sorted(set(errors)))}
+    return op
+
+
+def _op_action(route: routes.Route, op: dict[str, Any]) -> dict[str, Any]:
+    """resume and cancel of a suspended operation: its document after."""
+    op["parameters"] = [{"name": "name", "in": "path", "required": True,
+                         "schema": {"type": "string", "minLength": 1},
+                         "description": "the operation's id (op_...)"}]
+    if route.verb == "resume":
+        op["requestBody"] = {"required": False, "content": {"application/json": {"schema": {
+            "type": "object", "additionalProperties": False, "properties": {
+                "input": {"type": "object", "description": "the approval gate's answers "
+                                                           "(as op resume --input KEY=VALUE)"}}}}}}
+    op["responses"] = {"200": {"description": "the operation, once resumed or cancelled (the "
+                                              "daemon continues its object)",
+                               "content": {"application/json": {"schema": _ref("Operation")}}},
+                       **_problem_responses(400, 401, 403, 404, 406, 408, 413, 415, 422, 500,
+                                            503)}
     return op
 
 

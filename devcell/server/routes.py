@@ -41,7 +41,9 @@ class Route(NamedTuple):
     """The handler's name (app) and the OpenAPI operationId."""
     verb: str
     """What authorization is asked for: list, get, watch (with list), create, delete, or an
-    action on one cell (ACTIONS), or restore (a snapshot into its cell)."""
+    action on one cell (ACTIONS), or restore (a snapshot into its cell); resume and cancel (a
+    suspended operation) are judged by what the operation does to its object
+    (server/op_actions.py)."""
     resource: Resource | None
     summary: str
     upgrade: bool = False
@@ -72,6 +74,14 @@ def table() -> list[Route]:
                     "This API's OpenAPI document"),
               Route("POST", f"{PREFIX}/apply", "apply", "create", None,
                     "Record a manifest stream as desired state (server-side apply)"),
+              Route("POST", f"{PREFIX}/operations/{{name}}/resume", "resume_operation",
+                    "resume", RESOURCES["operations"],
+                    "Approve a suspended operation with its input, then continue it (as "
+                    "`devcell op resume`)"),
+              Route("POST", f"{PREFIX}/operations/{{name}}/cancel", "cancel_operation",
+                    "cancel", RESOURCES["operations"],
+                    "Cancel a suspended operation (as `devcell op cancel`): a cancelled delete "
+                    "keeps its object, a cancelled restore the workspace as it is"),
               Route("POST", f"{PREFIX}/diff", "diff", "get", None,
                     "What an apply of a manifest stream would change, as unified diffs (as "
                     "`devcell diff -f`); nothing is recorded")]

@@ -221,6 +221,29 @@ CASES.update({
             "viewer": (403, "viewer-read-only"), "developer": (403, "owner-grants"),
             "admin": (202, None)}),
 })
+def _gated_op(api: Api) -> str:
+    """A suspended operation (an admin's cell's delete at its approval gate)."""
+    import tempfile
+    from pathlib import Path
+
+    from tests.server.test_op_actions import gated
+
+    return gated(api, Path(tempfile.mkdtemp(prefix="gated-")))[1]
+
+
+# A suspended operation is answered as what it does to its object (server/op_actions.py).
+CASES.update({
+    "cancel the gated delete of another's cell": (lambda api, t: (
+        "POST", f"/api/v1/operations/{_gated_op(api)}/cancel", None),
+        {"viewer": (403, "viewer-read-only"), "developer": (403, "developer-not-own"),
+         "admin": (200, None)}),
+    "resume the gated delete of another's cell without its answer": (lambda api, t: (
+        "POST", f"/api/v1/operations/{_gated_op(api)}/resume", None),
+        {"viewer": (403, "viewer-read-only"), "developer": (403, "developer-not-own"),
+         "admin": (422, None)}),  # allowed, and told what the gate asks
+})
+
+
 # A new cell restored from a snapshot (spec.workspace.from) is a fork of the snapshot's cell:
 # through apply as through the fork action (found by attack27c: a developer took another's
 # workspace by applying a cell from their snapshot).
@@ -366,6 +389,8 @@ def test_without_a_valid_token_every_route_is_401(api: Api, tokens: dict[str, st
                                  ("GET", "/api/v1/openapi.json"),
                                  ("DELETE", "/api/v1/cells/seed"),
                                  ("POST", "/api/v1/apply"), ("POST", "/api/v1/diff"),
+                                 ("POST", "/api/v1/operations/op_x/resume"),
+                                 ("POST", "/api/v1/operations/op_x/cancel"),
                                  ("POST", "/api/v1/cells/seed/sleep"),
                                  ("POST", "/api/v1/cells/seed/fork"),
                                  ("POST", "/api/v1/cells/seed/restart"),

@@ -63,6 +63,10 @@ under the socket's timeout alone, so a server sending one a second held a client
 timeout for as long as it liked (found by attack-final)."""
 
 
+ANSWER_RATE = 64 << 10
+"""Bytes a second an answer's body must average, after the client's timeout, to be read on."""
+
+
 class _Answer(http.client.HTTPResponse):
     """An HTTP answer that refuses more than MAX_INTERIM interim heads before its own."""
 
@@ -740,7 +744,7 @@ class Client:
         conn, response = self._send(method, path, query or {}, body=body, media=media,
                                     read_timeout=read_timeout)
         try:
-            data = self._read(response)
+            data = self._read(response, read_timeout)
         finally:
             conn.close()
         if response.status >= 400:
@@ -748,11 +752,32 @@ class Client:
         self._expected(response)
         return self._decoded(data)
 
-    def _read(self, response: http.client.HTTPResponse) -> bytes:
-        data = response.read(MAX_ANSWER + 1)
-        if len(data) > MAX_ANSWER:
+    def _read(self, response: http.client.HTTPResponse, seconds: float | None = -1.0
+              ) -> bytes:
+        """The answer's body, within `seconds` of its head (-1: the client's timeout; None:
+        no bound, for a wait the server holds) plus the time it takes at ANSWER_RATE: the
+        socket's timeout bounds each read alone, so a server sending a byte a second held a
+        client for as long as it liked; a long list on a busy server still arrives."""
+        bound = self.timeout if seconds == -1.0 else seconds
+        start = time.monotonic()
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_ANSWER:
+            chunk = response.read1(min(1 << 16, MAX_ANSWER + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if bound is not None and time.monotonic() - start > bound + size / ANSWER_RATE:
+                failed = errors.TemporaryError(
+                    f"DevCell API at {printable(self.url)}: its answer did not arrive within "
+                    f"{bound:g}s and at {ANSWER_RATE >> 10} KiB/s ({size} bytes so far): the "
+                    "server is overloaded, or not DevCell's API")
+                failed.cause = "slow"  # type: ignore[attr-defined]
+                raise failed
+        if size > MAX_ANSWER:
             raise self._not_api(f"an answer over {MAX_ANSWER >> 20} MiB")
-        return data
+        return b"".join(chunks)
 
     def _expected(self, response: http.client.HTTPResponse) -> None:
         """A success (2xx); DevCell's API never redirects, nor answers 1xx or 3xx here."""

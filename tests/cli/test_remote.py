@@ -326,3 +326,48 @@ def test_a_stream_from_a_server_that_does_not_speak_websocket_is_one_line(
         listener.close()
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+
+
+def test_an_answer_trickled_a_byte_at_a_time_ends_at_the_clients_timeout(
+        tmp_path: Path) -> None:
+    """Each read of an answer's body waited under the socket's timeout alone, so a server
+    sending a byte every half second held the client as long as its Content-Length said: the
+    whole body now has the client's timeout, and then as long as it takes at 64 KiB/s
+    (found by attack41's review)."""
+    import socket
+    import threading
+    import time
+
+    from devcell import errors
+    from devcell.client import Client
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "s.sock"))
+    listener.listen(1)
+    sent = [0]
+    stop = threading.Event()
+
+    def trickle() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n")
+            while sent[0] < 100 and not stop.is_set():
+                try:
+                    conn.sendall(b" ")
+                except OSError:
+                    return
+                sent[0] += 1
+                time.sleep(0.5)
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(errors.TemporaryError, match="did not arrive within 2s and at 64 KiB"):
+            Client(f"unix:{tmp_path}/s.sock", timeout=2.0).get("cells", "x")
+        assert sent[0] < 50  # given up long before the last of its 100 bytes
+    finally:
+        stop.set()
+        thread.join(10)
+        listener.close()

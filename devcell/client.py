@@ -97,6 +97,14 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = unix_socket(self._path, self.timeout)
 
 
+def _failed(message: str, cause: str) -> errors.TemporaryError:
+    """The server could not be used, and why: `cause` (unreachable, certificate, owner,
+    slow) tells cli/remote.py what to advise."""
+    failed = errors.TemporaryError(message)
+    failed.cause = cause  # type: ignore[attr-defined]
+    return failed
+
+
 def unix_socket(path: str, timeout: float | None) -> socket.socket:
     """A connection to the unix socket at `path`, refused unless this user serves it.
 
@@ -112,12 +120,10 @@ def unix_socket(path: str, timeout: float | None) -> socket.socket:
             uid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, peer,
                                                       struct.calcsize("3i")))[1]
             if uid != os.geteuid():
-                failed = errors.TemporaryError(
+                raise _failed(
                     f"DevCell API at unix:{printable(path)}: the process serving that socket "
                     f"runs as uid {uid}, not as this user (uid {os.geteuid()}); nothing is "
-                    "sent to it (another user's server where the daemon's socket was?)")
-                failed.cause = "owner"  # type: ignore[attr-defined]
-                raise failed
+                    "sent to it (another user's server where the daemon's socket was?)", "owner")
     except BaseException:
         sock.close()
         raise
@@ -582,23 +588,17 @@ class Client:
             _raise(exc.response.status_code, bytes(exc.response.body or b""))
         except InvalidHandshake as exc:  # another protocol, a bad upgrade: was a traceback
             if isinstance(exc.__cause__, EOFError):  # closed before it answered anything
-                failed = errors.TemporaryError(f"DevCell API at {self.url}: the server "
-                                               "closed the connection without an answer")
-                failed.cause = "unreachable"  # type: ignore[attr-defined]
-                raise failed from None
+                raise _failed(f"DevCell API at {self.url}: the server closed the connection "
+                              "without an answer", "unreachable") from None
             said = printable(str(exc)[:120]) or type(exc).__name__
             raise self._not_api(f"what is not a WebSocket's upgrade ({said})") from None
         except ssl.SSLCertVerificationError as exc:
-            failed = errors.TemporaryError(
+            raise _failed(
                 f"DevCell API at {self.url}: its TLS certificate is not trusted "
-                f"({exc.verify_message or exc.reason})")
-            failed.cause = "certificate"  # type: ignore[attr-defined]
-            raise failed from None
+                f"({exc.verify_message or exc.reason})", "certificate") from None
         except OSError as exc:
-            failed = errors.TemporaryError(f"DevCell API at {self.url}: "
-                                           f"{exc.strerror or exc}")
-            failed.cause = "unreachable"  # type: ignore[attr-defined]
-            raise failed from None
+            raise _failed(f"DevCell API at {self.url}: {exc.strerror or exc}",
+                          "unreachable") from None
 
     def logs(self, cell: str, service: str | None = None, *, tail: int | None = None,
              since: str | None = None, timestamps: bool = False, follow: bool = False,
@@ -717,25 +717,19 @@ class Client:
         except http.client.HTTPException as exc:
             conn.close()
             if isinstance(exc, ConnectionError):  # RemoteDisconnected: it closed, said nothing
-                failed = errors.TemporaryError(f"DevCell API at {self.url}: the server closed "
-                                               "the connection without an answer")
-                failed.cause = "unreachable"  # type: ignore[attr-defined]
-                raise failed from None
+                raise _failed(f"DevCell API at {self.url}: the server closed the connection "
+                              "without an answer", "unreachable") from None
             said = printable(str(exc)[:120]) or type(exc).__name__
             raise self._not_api(f"what is not an HTTP answer ({said})") from None
         except ssl.SSLCertVerificationError as exc:
             conn.close()
-            failed = errors.TemporaryError(
+            raise _failed(
                 f"DevCell API at {self.url}: its TLS certificate is not trusted "
-                f"({exc.verify_message or exc.reason})")
-            failed.cause = "certificate"  # type: ignore[attr-defined]
-            raise failed from None
+                f"({exc.verify_message or exc.reason})", "certificate") from None
         except OSError as exc:
             conn.close()
-            failed = errors.TemporaryError(f"DevCell API at {self.url}: "
-                                           f"{exc.strerror or exc}")
-            failed.cause = "unreachable"  # type: ignore[attr-defined]
-            raise failed from None
+            raise _failed(f"DevCell API at {self.url}: {exc.strerror or exc}",
+                          "unreachable") from None
 
     def _json(self, method: str, path: str,
               query: dict[str, str | None] | _Pairs | None = None, *,
@@ -769,12 +763,10 @@ class Client:
             chunks.append(chunk)
             size += len(chunk)
             if bound is not None and time.monotonic() - start > bound + size / ANSWER_RATE:
-                failed = errors.TemporaryError(
+                raise _failed(
                     f"DevCell API at {printable(self.url)}: its answer did not arrive within "
                     f"{bound:g}s and at {ANSWER_RATE >> 10} KiB/s ({size} bytes so far): the "
-                    "server is overloaded, or not DevCell's API")
-                failed.cause = "slow"  # type: ignore[attr-defined]
-                raise failed
+                    "server is overloaded, or not DevCell's API", "slow")
         if size > MAX_ANSWER:
             raise self._not_api(f"an answer over {MAX_ANSWER >> 20} MiB")
         return b"".join(chunks)

@@ -14,13 +14,13 @@ and a watch's slot, never a thread.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from devcell.errors import Conflict, NotFound, UsageError
 from devcell.names import printable
 from devcell.records import Record, field
+from devcell.server import bodies
 
 POLL_SECONDS = 0.1
 """How often a wait looks for a commit."""
@@ -81,21 +81,9 @@ def parse(verb: str, data: bytes) -> Request:
         return Request(verb)
     if not _REQUIRED[verb] and not data.strip():
         return Request(verb)
-    try:
-        body = json.loads(data or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UsageError(f"the body is not JSON: {exc}") from None
-    except RecursionError:
-        raise UsageError("the body is not JSON this action reads: it is nested too "
-                         "deep") from None
-    if not isinstance(body, dict):
-        raise UsageError(f"the body of {verb}: a JSON object with "
-                         f"{' and '.join(_REQUIRED[verb] or _FIELDS[verb])}")
     allowed = _FIELDS[verb]
-    unknown = sorted(set(body) - set(allowed))
-    if unknown:
-        raise UsageError(f"{verb}: unknown field {printable(unknown[0])!r} (fields: "
-                         f"{', '.join(allowed)})")
+    body = bodies.json_object(data, verb, allowed,
+                              " and ".join(_REQUIRED[verb] or _FIELDS[verb]))
     for key in _REQUIRED[verb]:
         if key not in body:
             raise UsageError(f"{verb}: the field {key!r} is required")

@@ -10,11 +10,11 @@ the daemon continues the object, so the answer is what was recorded, not how it 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from devcell.errors import NotFound, UsageError
+from devcell.server import bodies
 
 MAX_BODY_BYTES = 64 << 10
 """A resume's input: the approval gate's answers, small."""
@@ -25,13 +25,7 @@ def parse_input(data: bytes) -> dict[str, Any]:
     `op resume --input KEY=VALUE` and `--input-file` give them)."""
     if not data.strip():
         return {}
-    try:
-        body = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise UsageError(f"the body is not JSON: {exc}") from None
-    if not isinstance(body, dict) or set(body) - {"input"}:
-        raise UsageError('the body of resume: a JSON object {"input": {...}} (the approval '
-                         "gate's answers)")
+    body = bodies.json_object(data, "resume", ["input"], "input, the approval gate's answers")
     given = body.get("input", {})
     if not isinstance(given, dict):
         raise UsageError("resume: input must be a JSON object of the gate's answers")

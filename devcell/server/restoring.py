@@ -11,13 +11,13 @@ waits at its approval gate (approved on the way with `approve`), or `timeoutSeco
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from devcell.errors import UsageError
 from devcell.names import printable
 from devcell.records import Record
+from devcell.server import bodies
 
 FIELDS: dict[str, type] = {"cell": str, "safety": bool, "dryRun": bool, "approve": bool}
 
@@ -40,19 +40,7 @@ def parse(data: bytes) -> Asked:
     field that cannot be used."""
     if not data.strip():
         return Asked()
-    try:
-        body = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UsageError(f"the body is not JSON: {exc}") from None
-    except RecursionError:
-        raise UsageError("the body is not JSON this action reads: it is nested too "
-                         "deep") from None
-    if not isinstance(body, dict):
-        raise UsageError(f"the body of restore: a JSON object with {', '.join(FIELDS)}")
-    unknown = sorted(set(body) - set(FIELDS))
-    if unknown:
-        raise UsageError(f"restore: unknown field {printable(unknown[0])!r} (fields: "
-                         f"{', '.join(FIELDS)})")
+    body = bodies.json_object(data, "restore", FIELDS, ", ".join(FIELDS))
     for key, value in body.items():
         if not isinstance(value, FIELDS[key]) or (isinstance(value, str)
                                                    and not 0 < len(value) <= 63):

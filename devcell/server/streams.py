@@ -374,7 +374,7 @@ async def _sent_env(websocket: WebSocket, request: ExecRequest) -> list[tuple[st
                              '{"NAME": "value"})')
         try:
             values = json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):
             values = None
         if not isinstance(values, dict) or set(values) != set(request.env_sent):
             raise UsageError("the first message (channel 6) must be a JSON object with a "

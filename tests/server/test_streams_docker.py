@@ -207,7 +207,8 @@ def test_env_values_travel_in_the_first_message_never_in_the_url(api: Api, box: 
         "exitCode": 0}
     for first in (framing.frame(framing.STDIN, b"hunter2"),
                   framing.frame(framing.ENV, b'{"A": "hunter2", "B": "x"}'),
-                  framing.frame(framing.ENV, b'["A=hunter2"]')):
+                  framing.frame(framing.ENV, b'["A=hunter2"]'),
+                  framing.frame(framing.ENV, b"[" * 100_000 + b"]" * 100_000)):
         doc = raw("command=true&env=A", first)
         assert doc["status"] == 400 and "A" in str(doc["detail"]), doc
         assert "hunter2" not in json.dumps(doc)

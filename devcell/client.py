@@ -260,6 +260,11 @@ class Client:
         return self._json("POST", f"/api/v1/operations/{urllib.parse.quote(operation, safe='')}"
                           "/cancel")
 
+    def ssh_host_key(self) -> str:
+        """The SSH host key the server's cells answer with (`ssh-ed25519 BASE64`): what a
+        known_hosts file pins for *.devcell (`devcell ssh-config` writes it)."""
+        return str(self._json("GET", "/api/v1/ssh/host-key").get("publicKey", ""))
+
     def diff(self, manifests: str | dict[str, Any]) -> dict[str, Any]:
         """What an apply of a YAML stream (or one manifest as a dict) would change: each
         manifest's unified diff against its recorded object, as `devcell diff` prints it

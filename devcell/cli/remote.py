@@ -43,6 +43,8 @@ SERVED = {("get", None): "remote_get:run_get",
           ("logs", None): "remote_streams:run_logs",
           ("port-forward", None): "remote_streams:run_port_forward",
           ("ssh-proxy", None): "remote_streams:run_ssh_proxy",
+          ("ssh-config", None): "remote_ssh:run_ssh_config",
+          ("ssh", None): "remote_ssh:run_ssh",
           ("describe", None): "remote_describe:run_describe"}
 """The commands the API serves, and the handler ("module:function" under devcell.cli) that
 runs each through it (`args.remote` is the client)."""

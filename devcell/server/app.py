@@ -234,6 +234,8 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
         return lambda request: _apply(ctx, request)
     if route.name == "diff":
         return lambda request: _diff(ctx, request)
+    if route.name == "ssh_host_key":
+        return lambda request: _ssh_host_key(ctx)
     if route.verb in ("resume", "cancel"):
         return lambda request: _op_action(ctx, route.verb, request)
     resource = route.resource
@@ -781,6 +783,17 @@ async def _op_action(ctx: Context, which: str, request: Request) -> Response:
                             op_ref, given)
     doc = await run_in_threadpool(_get_sync, ctx, routes.RESOURCES["operations"], op_ref)
     return JSONResponse(doc)
+
+
+async def _ssh_host_key(ctx: Context) -> Response:
+    """The state directory's SSH host key, public half (made on first use, as `ssh-config`
+    makes it): a client pins it for *.devcell."""
+    def public() -> str:
+        from devcell.api.ssh import keys
+
+        return keys.public_key(keys.host_key(ctx.state_dir))
+
+    return JSONResponse({"publicKey": await run_in_threadpool(public)})
 
 
 async def _diff(ctx: Context, request: Request) -> Response:

@@ -183,6 +183,14 @@ def _operation(route: routes.Route) -> dict[str, Any]:
         return _logs(op)
     if route.verb in ("resume", "cancel"):
         return _op_action(route, op)
+    if route.name == "ssh_host_key":
+        op["responses"] = {"200": {"description": "the host key's public half", "content": {
+            "application/json": {"schema": {
+                "type": "object", "required": ["publicKey"], "properties": {"publicKey": {
+                    "type": "string", "pattern": "^ssh-ed25519 [A-Za-z0-9+/]{68}$",
+                    "description": "as a known_hosts line gives it, after the host "
+                                   "pattern"}}}}}}, **_problem_responses(401, 403, 406, 500)}
+        return op
     if route.name == "openapi":
         op["responses"] = {"200": {"description": "this document",
                                    "content": {"application/json": {"schema": {

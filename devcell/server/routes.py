@@ -82,6 +82,9 @@ def table() -> list[Route]:
                     "cancel", RESOURCES["operations"],
                     "Cancel a suspended operation (as `devcell op cancel`): a cancelled delete "
                     "keeps its object, a cancelled restore the workspace as it is"),
+              Route("GET", f"{PREFIX}/ssh/host-key", "ssh_host_key", "get", None,
+                    "The SSH host key the cells' SSH streams answer with (what `devcell "
+                    "ssh-config` pins in known_hosts)"),
               Route("POST", f"{PREFIX}/diff", "diff", "get", None,
                     "What an apply of a manifest stream would change, as unified diffs (as "
                     "`devcell diff -f`); nothing is recorded")]

@@ -105,6 +105,7 @@ CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
         "GET", f"/api/v1/operations/{api.client.get('/api/v1/operations').json()['items'][0]['id']}",
         None), READ),
     "openapi": (lambda api, t: ("GET", "/api/v1/openapi.json", None), READ),
+    "the ssh host key": (lambda api, t: ("GET", "/api/v1/ssh/host-key", None), READ),
     "describe a cell": (lambda api, t: ("GET", "/api/v1/cells/seed/describe", None), READ),
     "describe another's snapshot": (lambda api, t: (
         "GET", f"/api/v1/snapshots/{_snapshotted(api, _admin_cell(api))}/describe", None),
@@ -387,6 +388,7 @@ def test_without_a_valid_token_every_route_is_401(api: Api, tokens: dict[str, st
         with api.tls_client(token) as c:
             for method, path in (("GET", "/api/v1/cells"), ("GET", "/api/v1/cells/seed"),
                                  ("GET", "/api/v1/openapi.json"),
+                                 ("GET", "/api/v1/ssh/host-key"),
                                  ("DELETE", "/api/v1/cells/seed"),
                                  ("POST", "/api/v1/apply"), ("POST", "/api/v1/diff"),
                                  ("POST", "/api/v1/operations/op_x/resume"),

@@ -22,6 +22,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -135,30 +136,53 @@ def test_the_cli_forwards_through_the_server(api: Api, cell: str) -> None:
     assert "Traceback" not in err
 
 
-def test_openssh_reaches_the_cell_through_ssh_proxy_over_the_api(api: Api, cell: str) -> None:
-    """The Host block `ssh-config` writes, its ProxyCommand `ssh-proxy` through the server."""
-    import shlex
+@pytest.mark.parametrize("how", ["unix", "tls"])
+def test_openssh_reaches_the_cell_by_what_ssh_config_writes_through_the_api(
+        api: Api, cell: str, tmp_path: Path, how: str) -> None:
+    """`devcell --server URL ssh-config CELL` on a developer's machine: a Host block whose
+    ProxyCommand reaches the cell through the server (with the certificate and token file it
+    was given, never a token itself) and whose known_hosts pins the server's host key; real
+    OpenSSH with that file alone, both ways; `devcell --server URL ssh CELL -- CMD` too."""
     import shutil
 
-    from devcell.api.ssh import client_config
+    from devcell.api.ssh import client_config, keys
 
     if shutil.which("ssh") is None:
         pytest.skip("OpenSSH's client is not installed")
-    argv = ["ssh", "-F", "/dev/null"]
-    for keyword, value in client_config.options([sys.executable, "-m", "devcell"], api.state,
-                                                cell):
-        if keyword == "ProxyCommand":
-            value = " ".join(shlex.quote(w) for w in (
-                sys.executable, "-m", "devcell", "--server", f"unix:{api.socket}",
-                "ssh-proxy", cell))
-        argv += ["-o", f"{keyword}={value}"]
-    done = subprocess.run([*argv, client_config.host_alias(cell), "--",
+    env = dict(os.environ, PYTHONPATH=str(REPO), DEVCELL_CONTEXTS=str(tmp_path / "ctx.json"))
+    if how == "unix":
+        reach = ["--server", f"unix:{api.socket}"]
+    else:
+        token = tmp_path / "token"
+        token.write_text(api.token(f"ssh-{uuid.uuid4().hex[:4]}", "admin") + "\n")
+        token.chmod(0o600)
+        reach = ["--server", api.url, "--certificate-authority", str(api.certificate),
+                 "--token-file", str(token)]
+    written = subprocess.run([sys.executable, "-m", "devcell", *reach, "ssh-config", cell],
+                             capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    assert written.returncode == 0, written.stderr
+    config = tmp_path / "ssh_config"
+    config.write_text(written.stdout)
+    block = dict(line.strip().split(" ", 1) for line in written.stdout.splitlines()
+                 if line.startswith("    "))
+    assert block["HostName"] == client_config.host_alias(cell)
+    assert " ".join(reach[:2]) in block["ProxyCommand"] and "ssh-proxy" in block["ProxyCommand"]
+    known = Path(block["UserKnownHostsFile"].strip('"'))
+    assert known.parent == tmp_path / "ssh" and oct(known.stat().st_mode & 0o777) == "0o600"
+    assert known.read_text() == f"*.devcell {keys.public_key(keys.host_key(api.state))}\n"
+    done = subprocess.run(["ssh", "-F", str(config), client_config.host_alias(cell), "--",
                            "echo through-the-api; cat"], input=b"and back\n",
-                          capture_output=True, cwd=REPO, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+                          capture_output=True, cwd=tmp_path, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout == b"through-the-api\nand back\n"
     assert b"Traceback" not in done.stderr
+    once = subprocess.run([sys.executable, "-m", "devcell", *reach, "ssh", cell, "--",
+                           "echo", "a b"], capture_output=True, cwd=tmp_path, timeout=120,
+                          env=env)
+    assert (once.returncode, once.stdout) == (0, b"a b\n"), once.stderr
+    fake = subprocess.run([sys.executable, "-m", "devcell", *reach, "ssh-config", "seed"],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    assert fake.returncode == 1 and "cannot run commands" in fake.stderr, fake.stderr
 
 
 def test_a_connection_ends_when_its_token_is_revoked(api: Api, cell: str) -> None:

@@ -22,14 +22,23 @@ def host_alias(cell_name: str) -> str:
 
 
 def options(program: Sequence[str], state_dir: Path, cell_name: str) -> list[tuple[str, str]]:
-    """(keyword, value) pairs for one cell, in ssh_config's spelling."""
-    for text in (*program, str(state_dir)):
+    """(keyword, value) pairs for one cell of a state directory, in ssh_config's spelling."""
+    return reach_options(program, ["--state-dir", str(state_dir)],
+                         keys.known_hosts_path(state_dir), cell_name)
+
+
+def reach_options(program: Sequence[str], where: Sequence[str], known_hosts: Path,
+                  cell_name: str) -> list[tuple[str, str]]:
+    """(keyword, value) pairs for one cell: the ProxyCommand is `PROGRAM WHERE... ssh-proxy
+    CELL` (WHERE: --state-dir DIR, or the options that reach a server), the key pinned the
+    one in `known_hosts`."""
+    for text in (*program, *where, str(known_hosts)):
         if any(ch in text for ch in "\n\r\0"):
             raise UsageError(f"cannot write an ssh configuration for {text!r}: it holds a "
                              "line break")
     command = " ".join(shlex.quote(part) for part in
-                       (*program, "--state-dir", str(state_dir), "ssh-proxy", cell_name))
-    known = str(keys.known_hosts_path(state_dir))
+                       (*program, *where, "ssh-proxy", cell_name))
+    known = str(known_hosts)
     return [
         ("HostName", host_alias(cell_name)),
         ("ProxyCommand", command.replace("%", "%%")),  # ssh_config expands % tokens
@@ -42,9 +51,13 @@ def options(program: Sequence[str], state_dir: Path, cell_name: str) -> list[tup
 
 
 def config_block(program: Sequence[str], state_dir: Path, cell_name: str) -> str:
+    return block(cell_name, options(program, state_dir, cell_name))
+
+
+def block(cell_name: str, pairs: Sequence[tuple[str, str]]) -> str:
+    """The `Host CELL.devcell` block of these options."""
     lines = [f"Host {host_alias(cell_name)}"]
-    lines += [f"    {keyword} {value}" for keyword, value in options(program, state_dir,
-                                                                     cell_name)]
+    lines += [f"    {keyword} {value}" for keyword, value in pairs]
     return "\n".join(lines) + "\n"
 
 
@@ -52,8 +65,15 @@ def ssh_argv(program: Sequence[str], state_dir: Path, cell_name: str, *, tty: bo
              command: Sequence[str]) -> list[str]:
     """OpenSSH's command line for `devcell ssh`: the user's own configuration is left out
     (-F /dev/null), so nothing in it can send the connection elsewhere."""
+    return argv_of(options(program, state_dir, cell_name), cell_name, tty=tty,
+                   command=command)
+
+
+def argv_of(pairs: Sequence[tuple[str, str]], cell_name: str, *, tty: bool,
+            command: Sequence[str]) -> list[str]:
+    """OpenSSH's command line with these options (ssh_argv's)."""
     argv = ["ssh", "-F", "/dev/null"]
-    for keyword, value in options(program, state_dir, cell_name):
+    for keyword, value in pairs:
         argv += ["-o", f"{keyword}={value}"]
     if tty:
         argv.append("-t")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -82,9 +83,24 @@ def _read_private(path: Path) -> bytes:
         os.close(fd)
 
 
-def _write_known_hosts(directory: Path, key: asyncssh.SSHKey) -> None:
-    line = f"{HOST_PATTERN} {key.export_public_key().decode().strip()}\n"
-    path = directory / KNOWN_HOSTS
+def public_key(key: asyncssh.SSHKey) -> str:
+    """The host key's public half, as known_hosts and the API's /ssh/host-key give it:
+    `ssh-ed25519 BASE64` (no comment)."""
+    algorithm, data = key.export_public_key().decode().split()[:2]
+    return f"{algorithm} {data}"
+
+
+PUBLIC_KEY = re.compile(r"ssh-ed25519 [A-Za-z0-9+/]{68}")
+"""An ed25519 public key as public_key() writes it (what a server's answer must be)."""
+
+
+def write_known_hosts(path: Path, public: str) -> None:
+    """`path` made to pin `public` (checked: an ed25519 key, nothing else) for *.devcell,
+    owner-only, replaced whole; left alone when it already says the same."""
+    if not PUBLIC_KEY.fullmatch(public):
+        raise StateError("the server's SSH host key is not an ed25519 public key "
+                         "(ssh-ed25519 BASE64): nothing was written")
+    line = f"{HOST_PATTERN} {public}\n"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
@@ -94,9 +110,13 @@ def _write_known_hosts(directory: Path, key: asyncssh.SSHKey) -> None:
             os.close(fd)
     except OSError:
         pass
-    temporary = directory / f".{KNOWN_HOSTS}.{os.getpid()}"
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600)
     with os.fdopen(fd, "w") as out:
         out.write(line)
     os.replace(temporary, path)
+
+
+def _write_known_hosts(directory: Path, key: asyncssh.SSHKey) -> None:
+    write_known_hosts(directory / KNOWN_HOSTS, public_key(key))

@@ -69,3 +69,23 @@ def test_forwards_go_to_the_cells_loopback_only() -> None:
     assert tunnels.loopback("::1") == "::1"
     for other in ("example.com", "10.0.0.1", "192.168.1.1", "0.0.0.0", "169.254.1.1"):
         assert tunnels.loopback(other) is None
+
+
+@pytest.mark.parametrize("public", [
+    "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQ", "ssh-ed25519 " + "A" * 67,
+    "ssh-ed25519 " + "A" * 68 + "\nevil.devcell ssh-ed25519 " + "B" * 68,
+    "ssh-ed25519 " + "A" * 68 + " comment", "", "*.devcell ssh-ed25519 " + "A" * 68])
+def test_a_servers_host_key_that_is_not_one_ed25519_key_writes_nothing(
+        tmp_path: Path, public: str) -> None:
+    """`ssh-config` through a server pins the key the server answers with: anything but one
+    ed25519 public key (another algorithm, a second line, a comment to smuggle text into
+    known_hosts) is refused and nothing is written."""
+
+    path = tmp_path / "known_hosts-x"
+    with pytest.raises(StateError, match="not an ed25519 public key"):
+        keys.write_known_hosts(path, public)
+    assert not path.exists()
+    good = "ssh-ed25519 " + "A" * 68
+    keys.write_known_hosts(path, good)
+    assert path.read_text() == f"*.devcell {good}\n"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"

@@ -85,9 +85,23 @@ def write(report: DiffReport, out: TextIO, err: TextIO) -> int:
     return 1 if report.differs else 0
 
 
-def diff_sources(state_dir: Path, sources: list[SourceFile]) -> DiffReport:
+Judge = Callable[[Any, Any, Any], bool]
+"""`judge(conn, manifest, recorded or None)` for a caller who is not the state directory's
+user (server/app.py): raises when that caller may not have the manifest judged at all (one
+whose judging reads the server's files), and answers whether they may learn if its secret
+values equal the recorded ones."""
+
+
+def diff_sources(state_dir: Path, sources: list[SourceFile], *, judge: Judge | None = None
+                 ) -> DiffReport:
     """Each manifest of `sources` against what is recorded; ManifestError with every located
-    problem when any does not validate (nothing is recorded either way)."""
+    problem when any does not validate (nothing is recorded either way).
+
+    With `judge` (the API's caller), every manifest is judged before any is compared, and a
+    manifest whose judge says no has its secrets compared with nobody: a diff that says
+    whether a value given equals the recorded one confirms a guess of it, which reads a
+    secret that GET never shows. Such a manifest that gives a secret's value is undecided
+    (with a warning), never "no difference"."""
     from devcell.manifests import secrets, validate
     from devcell.store import desired, objects, preconditions
 
@@ -106,27 +120,45 @@ def diff_sources(state_dir: Path, sources: list[SourceFile]) -> DiffReport:
         raise ManifestError(problems)
     db = dbmod.open_database(state_dir)
     try:
+        given = [_gives_secrets(m, secrets) for m in manifests]  # before `<redacted>` is filled
+        blind = []  # each judged (a refusal raised) before anything is compared
+        for m, gives in zip(manifests, given, strict=True):
+            existing = objects.get(db.conn, m.kind, m.name)
+            may_see = judge(db.conn, m, existing) if judge is not None else True
+            blind.append(gives and existing is not None and not may_see)
         manifests, hidden = preconditions.unredacted(db.conn, manifests)  # as apply takes them
         if hidden:
             raise ManifestError(hidden)
         warnings: list[str] = []
         found_diffs = []
-        for m in manifests:
+        for m, unseen in zip(manifests, blind, strict=True):
             existing = objects.get(db.conn, m.kind, m.name)
             if existing is None and desired.expired_again(db.conn, m):
                 continue  # an apply would not take it again: nothing would change
-            found_diffs.append(_one(db, m, existing, warnings, secrets))
+            found_diffs.append(_one(db, m, existing, warnings, secrets, blind=unseen))
         return DiffReport(tuple(found_diffs), tuple(warnings))
     finally:
         db.close()
 
 
-def _one(db: dbmod.Database, m: Any, existing: Any, warnings: list[str], secrets: Any
-         ) -> ObjectDiff:
+def _gives_secrets(m: Any, secrets: Any) -> bool:
+    """Whether the manifest gives a secret's value (anything but get's `<redacted>`, which
+    keeps the recorded one)."""
+    return any(v != secrets.REDACTED for i in secrets.entries(m.spec)
+               for k, v in m.spec["env"][i].items() if k not in ("name", "secret"))
+
+
+def _one(db: dbmod.Database, m: Any, existing: Any, warnings: list[str], secrets: Any, *,
+         blind: bool = False) -> ObjectDiff:
     label = f"{m.kind.lower()}/{m.name}"
     undecided = False
     old: dict[str, Any] = {}
-    if existing is not None:
+    if existing is not None and blind:  # both sides hidden alike: equal or not, unsaid
+        old_spec, new_spec = secrets.redact(existing.spec), secrets.redact(m.spec)
+        undecided = True
+        warnings.append(f"warning: {label}: whether its secret values changed is said only "
+                        "to those who may change it (a confirmed guess would read a secret)")
+    elif existing is not None:
         # Secrets never printed: a changed one shows as `<secret changed>`.
         old_spec, new_spec = secrets.redact_pair(existing.spec, m.spec)
         old = {"metadata": {"name": existing.name, "labels": existing.labels,

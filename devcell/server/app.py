@@ -798,19 +798,41 @@ async def _ssh_host_key(ctx: Context) -> Response:
 
 async def _diff(ctx: Context, request: Request) -> Response:
     """`devcell diff -f` of the stream (api.diff, the same code): read-only, so any caller
-    may ask it (every role reads every object; secrets are never in a diff)."""
+    may ask it (every role reads every object; secrets are never in a diff), within what
+    _diff_judge allows."""
     media = _media(request)
     data = await _body(ctx, request)
-    doc = await run_in_threadpool(_diff_sync, ctx, data, media)
+    doc = await run_in_threadpool(_diff_sync, ctx, request.state.principal, data, media)
     return JSONResponse(doc)
 
 
-def _diff_sync(ctx: Context, data: bytes, media: str) -> dict[str, Any]:
+def _diff_sync(ctx: Context, principal: Any, data: bytes, media: str) -> dict[str, Any]:
     from devcell.api import diff
     from devcell.manifests import loader
 
     source = loader.from_bytes(f"request.{media}", data)
-    return diff.diff_sources(ctx.state_dir, [source]).document()
+    return diff.diff_sources(ctx.state_dir, [source],
+                             judge=lambda conn, m, recorded: _diff_judge(principal, conn, m,
+                                                                         recorded)).document()
+
+
+def _diff_judge(principal: Any, conn: Any, m: Any, recorded: Any) -> bool:
+    """A diff asked by `principal` (api.diff.Judge): a cell that names the server's files
+    only from an admin, as apply refuses it (rule host-admin: judging a build hashes its
+    context, a path on the server's disk, and shows the digest); whether its secrets equal
+    the recorded ones only to whoever may update the object (a viewer or another developer
+    could confirm guesses of a secret otherwise)."""
+    from devcell.auth import policy, principals, resources
+
+    if principal.role is principals.Role.admin:
+        return True
+    if m.kind == "Cell":
+        verb = policy.Verb.update if recorded is not None else policy.Verb.create
+        ref = resources.recorded(conn, m.kind, m.name) if recorded is not None \
+            else resources.to_create(principal.user, m)
+        policy.require_host(principal, verb, ref, resources.host_reach(m.spec))
+    return recorded is None or policy.authorize(
+        principal, policy.Verb.update, resources.recorded(conn, m.kind, m.name)).allowed
 
 
 def _authorize_apply(ctx: Context, principal: Any, source: Any) -> None:

@@ -519,3 +519,49 @@ def test_an_action_refused_for_its_wait_records_nothing(api: Api) -> None:
                          json={"name": snap})
         assert refused.status_code == 503, refused.text
     assert api.client.get(f"/api/v1/snapshots/{snap}").status_code == 404
+
+
+def test_a_diff_confirms_no_guess_of_anothers_secret(api: Api, tokens: dict[str, str]) -> None:
+    """A diff that says whether a value given equals the recorded secret confirms a guess:
+    only who may update the cell (its owner, those it is shared with, an admin) is told;
+    a viewer's or another developer's diff leaves it undecided, the same for a right guess
+    and a wrong one, and `<redacted>` (get's own output) still means the recorded value."""
+    name = _unique("sec")
+    text = cell(name) + "  env:\n    - {name: TOKEN, value: VALUE, secret: true}\n"
+    assert api.client.post("/api/v1/apply", content=text.replace("VALUE", "hunter2"),
+                           headers=YAML).status_code == 200
+
+    def diffed(token: str | None, value: str) -> dict[str, Any]:
+        body = text.replace("VALUE", value)
+        if token is None:
+            done = api.client.post("/api/v1/diff", content=body, headers=YAML)
+        else:
+            with api.tls_client(token) as c:
+                done = c.post("/api/v1/diff", content=body, headers=YAML)
+        assert done.status_code == 200, done.text
+        return dict(done.json())
+
+    for role in ("viewer", "developer"):
+        right, wrong = (diffed(tokens[role], v) for v in ("hunter2", "guess"))
+        assert right == wrong and right["differs"] and right["items"][0]["undecided"], right
+        assert "secret values" in right["warnings"][0] and "hunter2" not in str(right)
+        assert not diffed(tokens[role], "<redacted>")["differs"]
+    assert not diffed(None, "hunter2")["differs"]  # the admin: told
+    assert "<secret changed>" in str(diffed(None, "guess")["items"][0]["hunks"])
+
+
+def test_a_diff_of_a_cell_naming_the_servers_files_is_an_admins(
+        api: Api, tokens: dict[str, str], tmp_path: Any) -> None:
+    """Judging a built cell's diff hashes its build context, a path on the server's disk,
+    and shows the digest: a viewer could read (and hash the whole of) any directory the
+    daemon can. Only an admin sends such a cell, to diff as to apply (rule host-admin)."""
+    name = _admin_cell(api)
+    built = cell(name).replace("image: devcell/busybox:latest",
+                               f"build: {{context: {tmp_path}}}")
+    for role in ("viewer", "developer"):
+        with api.tls_client(tokens[role]) as c:
+            doc = assert_problem(c.post("/api/v1/diff", content=built, headers=YAML), 403)
+        assert "refused by rule host-admin " in doc["detail"], doc
+        assert "spec.build" in doc["detail"], doc
+    with api.tls_client(tokens["viewer"]) as c:  # the rest of a diff stays every role's
+        assert c.post("/api/v1/diff", content=cell(name), headers=YAML).status_code == 200

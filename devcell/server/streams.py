@@ -265,22 +265,27 @@ async def relay(state_dir: Path, websocket: WebSocket, attached: Any, request: E
     is hung up."""
     from devcell.backends.interactive import Terminal
 
-    offered = websocket.scope.get("subprotocols") or []
-    await websocket.accept(framing.SUBPROTOCOL if framing.SUBPROTOCOL in offered else None)
-    if request.env_sent:
-        try:
-            request = request.replace(env=(*request.env, *await _sent_env(websocket, request)))
-        except UsageError as exc:
-            attached.close()
-            doc = problems.document(400, "bad-frame", "The stream is not valid", str(exc))
+    try:  # until the command's thread takes `attached` over, it is closed here if this ends
+        offered = websocket.scope.get("subprotocols") or []
+        await websocket.accept(framing.SUBPROTOCOL if framing.SUBPROTOCOL in offered else None)
+        if request.env_sent:
             try:
-                await websocket.send_bytes(framing.status(doc))
-                await websocket.close(1003)
-            except Exception:  # noqa: BLE001,S110  (the client is gone: nobody to tell)
-                pass
-            return
-    for note in notes or []:
-        await websocket.send_bytes(framing.frame(framing.NOTICE, note.encode()))
+                request = request.replace(env=(*request.env,
+                                               *await _sent_env(websocket, request)))
+            except UsageError as exc:
+                attached.close()
+                doc = problems.document(400, "bad-frame", "The stream is not valid", str(exc))
+                try:
+                    await websocket.send_bytes(framing.status(doc))
+                    await websocket.close(1003)
+                except Exception:  # noqa: BLE001,S110  (the client is gone: nobody to tell)
+                    pass
+                return
+        for note in notes or []:
+            await websocket.send_bytes(framing.frame(framing.NOTICE, note.encode()))
+    except BaseException:  # a client gone before its command ran (cancelled, disconnected)
+        attached.close()
+        raise
     hang_up = threading.Event()
     stdin = _Input() if request.stdin else None
     window: list[tuple[int, int] | None] = [None]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -112,6 +113,66 @@ def test_the_framing() -> None:
                 b'{"rows": 24}', b'{"rows": 99999, "columns": 1}'):
         assert framing.size(bad) is None
     assert json.loads(framing.status({"exitCode": 3})[1:]) == {"exitCode": 3}
+
+
+class _OneMessage:
+    """A WebSocket whose client sent `message` first (then nothing), and a backend whose
+    closing is counted: what streams.relay sees of a client."""
+
+    def __init__(self, message: dict[str, object]) -> None:
+        self.message, self.scope, self.sent = message, {"subprotocols": []}, []
+        self.closed = 0
+
+    async def accept(self, subprotocol: str | None = None) -> None:
+        return None
+
+    async def receive(self) -> dict[str, object]:
+        return self.message
+
+    async def send_bytes(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    async def close(self, code: int = 1000) -> None:
+        return None
+
+    def backend_close(self) -> None:  # as Attached.close
+        self.closed += 1
+
+
+def test_a_bad_first_env_message_is_a_status_and_the_backend_is_closed() -> None:
+    """The first message of an exec that declared env=A, whatever it holds (a nesting bomb
+    raised RecursionError out of the handler: a traceback in the daemon's log, no status, the
+    cell's backend never closed): a bad-frame status naming A, never a value, and the
+    backend closed."""
+    from types import SimpleNamespace
+
+    import anyio
+
+    from devcell.server import streams
+
+    request = streams.ExecRequest(("true",), env_sent=("A",))
+    for payload in (b"[" * 100_000, b'{"A": ' + b"[" * 100_000 + b"}", b'{"A": 3}',
+                    b'{"A": "hunter2\\u0000"}', b'{"B": "hunter2"}'):
+        ws = _OneMessage({"type": "websocket.receive", "bytes": bytes((framing.ENV,)) + payload})
+        attached = SimpleNamespace(close=ws.backend_close)
+        anyio.run(streams.relay, Path("/nonexistent"), ws, attached, request,
+                  anyio.CapacityLimiter(1))
+        assert ws.closed == 1 and len(ws.sent) == 1, payload[:20]
+        channel, doc = framing.split(ws.sent[0])
+        assert channel == framing.STATUS and json.loads(doc)["type"].endswith("/bad-frame")
+        assert "A" in json.loads(doc)["detail"] and b"hunter2" not in doc
+    gone = _OneMessage({"type": "websocket.disconnect", "code": 1001})
+
+    async def broken(data: bytes) -> None:
+        raise RuntimeError("the client is gone")
+
+    gone.send_bytes = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):  # a notice to a client gone: the backend still closed
+        anyio.run(lambda: streams.relay(Path("/nonexistent"), gone,
+                                        SimpleNamespace(close=gone.backend_close),
+                                        streams.ExecRequest(("true",)),
+                                        anyio.CapacityLimiter(1), notes=["woken\n"]))
+    assert gone.closed == 1
 
 
 def test_logs_are_refused_as_exec_is(api: Api) -> None:

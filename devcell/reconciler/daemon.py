@@ -84,11 +84,7 @@ class Daemon:
             daemon_status.started(db, lease.holder)
             manager = Manager(cfg.state_dir, workers=cfg.workers, resync_seconds=cfg.resync_seconds,
                               run_store_kind=cfg.run_store, runtime_events=cfg.runtime_events)
-            for op_id, kind, object_id in recovery.recover_interrupted(db):
-                manager.enqueue((kind, object_id), trigger="recovery")
-                logger.warning("operation {} was interrupted by a crash; recorded as failed", op_id)
-            recovery.remove_dead_temporaries(cfg.state_dir)
-            self._sweep_orphans(db)
+            self._recover(db, manager)
             syncer = DirectorySync(db, cfg.manifests, prune_grace=cfg.prune_grace,
                                    allow_empty=cfg.allow_empty,
                                    keep_pruned=cfg.keep_pruned)
@@ -111,6 +107,27 @@ class Daemon:
                 db.close()
         logger.info("controller stopped")
         return 0
+
+    def _recover(self, db: Database, manager: Manager) -> None:
+        """What a dead process left: its Running operations failed (their objects queued),
+        its temporaries and unrecorded backend resources removed. Under the reconcile lock,
+        as recovery asks: an inline converge that began before this lease (a `devcell apply`
+        without a daemon) is alive while it holds the lock, and its Running operation and
+        the container it made but has not recorded yet are its work in flight, not a
+        crash's leftovers (failing it would have this daemon make the object a second
+        time beside it). Its end is waited for."""
+        from devcell.reconciler import reconcile_lock
+
+        if reconcile_lock.held(self.config.state_dir):
+            logger.info("a command is reconciling in this state directory (it holds the "
+                        "reconcile lock): waiting for it to end before recovering")
+        with reconcile_lock.holding(self.config.state_dir):
+            for op_id, kind, object_id in recovery.recover_interrupted(db):
+                manager.enqueue((kind, object_id), trigger="recovery")
+                logger.warning("operation {} was interrupted by a crash; recorded as failed",
+                               op_id)
+            recovery.remove_dead_temporaries(self.config.state_dir)
+            self._sweep_orphans(db)
 
     def _sweep_orphans(self, db: Database) -> None:
         """Backend resources the database does not account for (a crash between the engine

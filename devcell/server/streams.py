@@ -269,15 +269,21 @@ async def relay(state_dir: Path, websocket: WebSocket, attached: Any, request: E
         offered = websocket.scope.get("subprotocols") or []
         await websocket.accept(framing.SUBPROTOCOL if framing.SUBPROTOCOL in offered else None)
         if request.env_sent:
+            refused = None
             try:
                 request = request.replace(env=(*request.env,
                                                *await _sent_env(websocket, request)))
             except UsageError as exc:
+                refused = problems.document(400, "bad-frame", "The stream is not valid",
+                                            str(exc))
+            # The values may take ENV_MESSAGE_S: a token revoked meanwhile runs nothing.
+            if refused is None and still_allowed is not None and not await still_allowed():
+                refused = _revoked()
+            if refused is not None:
                 attached.close()
-                doc = problems.document(400, "bad-frame", "The stream is not valid", str(exc))
                 try:
-                    await websocket.send_bytes(framing.status(doc))
-                    await websocket.close(1003)
+                    await websocket.send_bytes(framing.status(refused))
+                    await websocket.close(1003 if refused["status"] == 400 else 1000)
                 except Exception:  # noqa: BLE001,S110  (the client is gone: nobody to tell)
                     pass
                 return
@@ -348,9 +354,7 @@ async def relay(state_dir: Path, websocket: WebSocket, attached: Any, request: E
         while still_allowed is not None and not hang_up.is_set():
             await anyio.sleep(1.0)
             if not await still_allowed():
-                broken.append(problems.document(
-                    401, "unauthenticated", "Not authenticated",
-                    "the token is not valid (unknown, expired or revoked)"))
+                broken.append(_revoked())
                 hang_up.set()
                 if stdin is not None:
                     stdin.end()
@@ -360,6 +364,12 @@ async def relay(state_dir: Path, websocket: WebSocket, attached: Any, request: E
         group.start_soon(command, group.cancel_scope)
         group.start_soon(receive)
         group.start_soon(check)
+
+
+def _revoked() -> dict[str, Any]:
+    """The STATUS of a stream whose token stopped authenticating."""
+    return problems.document(401, "unauthenticated", "Not authenticated",
+                             "the token is not valid (unknown, expired or revoked)")
 
 
 ENV_MESSAGE_S = 30.0

@@ -175,6 +175,31 @@ def test_a_bad_first_env_message_is_a_status_and_the_backend_is_closed() -> None
     assert gone.closed == 1
 
 
+def test_a_token_revoked_while_the_values_came_runs_nothing() -> None:
+    """The first message may come up to ENV_MESSAGE_S after the upgrade (which checked the
+    token): one revoked meanwhile gets the 401 status, its command never run (its token was
+    asked once a second only while the command ran)."""
+    from types import SimpleNamespace
+
+    import anyio
+
+    from devcell.server import streams
+
+    ws = _OneMessage({"type": "websocket.receive",
+                      "bytes": framing.frame(framing.ENV, b'{"A": "x"}')})
+
+    async def revoked() -> bool:
+        return False
+
+    anyio.run(lambda: streams.relay(Path("/nonexistent"), ws,
+                                    SimpleNamespace(close=ws.backend_close),
+                                    streams.ExecRequest(("true",), env_sent=("A",)),
+                                    anyio.CapacityLimiter(1), still_allowed=revoked))
+    assert ws.closed == 1 and len(ws.sent) == 1
+    channel, doc = framing.split(ws.sent[0])
+    assert channel == framing.STATUS and json.loads(doc)["status"] == 401
+
+
 def test_logs_are_refused_as_exec_is(api: Api) -> None:
     """logs is the policy's logs verb: a viewer never, a developer only their own; the fake
     backend keeps no logs (said before the answer begins)."""

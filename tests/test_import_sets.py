@@ -176,7 +176,8 @@ EXPECTED: dict[str, tuple[list[str], list[str]]] = {
         "devcell.manifests.quantities", "devcell.manifests.secrets", "devcell.progress",
         "devcell.reconciler", "devcell.reconciler.converge", "devcell.reconciler.executor",
         "devcell.reconciler.lease", "devcell.reconciler.observe",
-        "devcell.reconciler.reconcile", "devcell.reconciler.recovery",
+        "devcell.reconciler.reconcile", "devcell.reconciler.reconcile_lock",
+        "devcell.reconciler.recovery",
         "devcell.reconciler.suspended", "devcell.security",
         "devcell.store.actor",  # who made the change, on its events and operation (issue 27)
         "devcell.store.desired",

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import processes
 from tests.backends.engine import remove_containers
+from tests.conftest import REPO, Cli
 
 
 @pytest.fixture(autouse=True)
@@ -15,3 +21,93 @@ def _remove_test_containers(state_dir: Path) -> Iterator[None]:
     yield
     if (state_dir / "containers").is_dir():  # only tests that used the container backend
         remove_containers(state_dir)
+
+
+SERVED_MODULES = ("test_cli", "test_kubectl_habits", "test_kubectl_verbs", "test_examples")
+"""The e2e modules run a second time through the API (issue 27: the CLI's e2e suite through
+--server): each of their tests' commands the API serves goes through a daemon's unix socket
+(`devcell --server unix:SOCK ...`), every other command (gc, df, controller, ...) to the
+state directory, as an admin on the server's machine would run them."""
+
+
+class _Daemon:
+    """`controller run --listen unix:SOCK` serving a test's state directory."""
+
+    def __init__(self, state_dir: Path, work: Path) -> None:
+        self.state_dir, self.work = state_dir, work
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def socket(self) -> Path:
+        return self.work / "api.sock"
+
+    def start(self) -> None:
+        if self.proc is not None:
+            return
+        watched = self.work / "watched"
+        watched.mkdir(exist_ok=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "devcell", "--state-dir", str(self.state_dir), "controller",
+             "run", "--manifests", str(watched), "--allow-empty", "--no-runtime-events",
+             "--listen", f"unix:{self.socket}"], cwd=REPO, stdin=subprocess.DEVNULL,
+            stdout=open(self.work / "daemon.log", "wb"), stderr=subprocess.STDOUT,
+            preexec_fn=processes.child_setup)
+        deadline = time.monotonic() + 60
+        while not self.socket.exists():
+            assert self.proc.poll() is None, (self.work / "daemon.log").read_text()
+            assert time.monotonic() < deadline, "the daemon did not listen within 60 s"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            processes.end(self.proc)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The tests of SERVED_MODULES that use `cli` run twice: direct, then served."""
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if "cli" in metafunc.fixturenames and module in SERVED_MODULES:
+        metafunc.parametrize("cli_mode", ["direct", "served"])
+
+
+@pytest.fixture
+def cli_mode() -> str:
+    """How `cli` runs commands: direct (on the state directory), or served (pytest_generate_tests)."""
+    return "direct"
+
+
+@pytest.fixture
+def cli(request: pytest.FixtureRequest, cli_mode: str, state_dir: Path, tmp_path: Path
+        ) -> Iterator[Cli]:
+    """The CLI as a user runs it; in SERVED_MODULES also through a server (cli_mode served)."""
+    from devcell.cli.remote import SERVED
+
+    only = request.node.get_closest_marker("state_dir_only")
+    if cli_mode == "served" and only is not None:
+        pytest.skip(f"on the state directory only: {only.args[0]}")
+
+    def run(*args: str, input: str | None = None, env: dict[str, str] | None = None,
+            cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        full_env = dict(os.environ, DEVCELL_HOME=str(state_dir),
+                        DEVCELL_CONTEXTS=str(tmp_path / "no-contexts.json"))
+        full_env.pop("DEVCELL_FAKE_FAIL", None)
+        full_env.update(env or {})
+        words = [a for a in args if not a.startswith("-")][:2]
+        served = cli_mode == "served" and not any(
+            a == "--state-dir" or a.startswith("--state-dir=") for a in args) and (
+            tuple(words[:1]) + (None,) in SERVED or tuple(words[:2]) in SERVED)
+        before: list[str] = []
+        if served:
+            daemon.start()
+            before = ["--server", f"unix:{daemon.socket}"]
+        return subprocess.run(
+            [sys.executable, "-m", "devcell", *before, *args], input=input,
+            capture_output=True, text=True, env=full_env, cwd=cwd or REPO, timeout=timeout)
+
+    daemon = _Daemon(state_dir, tmp_path)
+    if cli_mode == "served":
+        daemon.start()  # the state directory is the daemon's before the test looks at it
+    try:
+        yield run
+    finally:
+        daemon.stop()

@@ -115,6 +115,8 @@ def test_configured_bumps_generation(cli: Cli, applied: Path) -> None:
     assert doc["metadata"]["generation"] == 2 and doc["metadata"]["labels"] == {"team": "platform"}
 
 
+@pytest.mark.state_dir_only("a fresh machine's dry run makes no state directory; a server's "
+                            "daemon made it already")
 def test_dry_run_writes_nothing(cli: Cli, tmp_path: Path, state_dir: Path, fingerprint) -> None:  # type: ignore[no-untyped-def]
     manifests = tmp_path / "m"
     write(manifests, "api")
@@ -136,6 +138,7 @@ def test_stdin(cli: Cli) -> None:
     assert result.stdout.strip() == "cell/piped created"
 
 
+@pytest.mark.state_dir_only("--prune is not served through the API (docs/api.md)")
 def test_prune_only_touches_objects_from_the_path(cli: Cli, applied: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     write(other, "elsewhere")
@@ -201,6 +204,8 @@ def test_snapshot_fork_sleep_start(cli: Cli, applied: Path) -> None:
     assert refused.returncode == 1 and "api-fork" in refused.stderr
 
 
+@pytest.mark.state_dir_only("the failure is injected into the CLI's own process "
+                            "(DEVCELL_FAKE_FAIL), not the server's")
 def test_fork_count_names_the_fork_that_failed(cli: Cli, applied: Path) -> None:
     assert cli("snapshot", "create", "api", "--name", "s1").returncode == 0
     made = cli("cell", "fork", "api", "--snapshot", "s1", "--name", "exp", "--count", "3",
@@ -227,6 +232,8 @@ def test_describe_operation_shows_steps(cli: Cli, applied: Path) -> None:
     assert "create-volume" in out and "Succeeded" in out
 
 
+@pytest.mark.state_dir_only("the failure is injected into the CLI's own process "
+                            "(DEVCELL_FAKE_FAIL), not the server's")
 def test_failed_step_exit_code_and_record(cli: Cli, tmp_path: Path) -> None:
     manifests = tmp_path / "m"
     write(manifests, "flaky")

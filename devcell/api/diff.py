@@ -61,14 +61,18 @@ class DiffReport(Record):
     def of_document(cls, doc: dict[str, Any], file_at: Callable[[int], tuple[str, int]]
                     ) -> DiffReport:
         """The API's answer, each object's file found by `file_at(line)` (the client's
-        file, and the line in it, for a line of the stream it sent)."""
+        file, and the line in it, for a line of the stream it sent). What a server says is
+        taken as text, never trusted to be well made (write escapes it)."""
         found = []
         for item in doc.get("items", []):
-            line = int(item.get("line") or 1)
+            line = item.get("line")
+            line = line if isinstance(line, int) and line > 0 else 1
             file, _ = file_at(line)
+            hold = item.get("hold")
             found.append(ObjectDiff(str(item["kind"]), str(item["name"]), line, file,
                                     tuple(str(h) for h in item.get("hunks", [])),
-                                    item.get("hold"), bool(item.get("undecided"))))
+                                    None if hold is None else str(hold),
+                                    bool(item.get("undecided"))))
         return cls(tuple(found), tuple(str(w) for w in doc.get("warnings", [])))
 
 
@@ -78,8 +82,11 @@ def write(report: DiffReport, out: TextIO, err: TextIO) -> int:
         err.write(printable(warning) + "\n")
     for o in report.objects:
         if o.hunks:
-            out.write(f"--- recorded/{o.label}\n+++ {printable(o.file)}/{o.label}\n")
-            out.writelines(o.hunks)
+            label = printable(o.label)
+            out.write(f"--- recorded/{label}\n+++ {printable(o.file)}/{label}\n")
+            # Each line escaped (a no-op on YAML's own, ASCII and escaped): a server's
+            # answer cannot write to the terminal, nor forge a line, through them.
+            out.writelines(printable(h.removesuffix("\n")) + "\n" for h in o.hunks)
         if o.hold is not None:
             out.write(printable(o.hold) + "\n")
     return 1 if report.differs else 0

@@ -51,3 +51,15 @@ def test_a_stream_without_objects_or_with_a_problem_is_refused(state: Path, writ
     bad["spec"]["imag"] = "x"
     with pytest.raises(ManifestError, match="imag"):
         diff.diff_sources(state, loader.read_sources([write("bad.yaml", bad)]))
+
+
+def test_what_a_server_answers_is_printed_escaped() -> None:
+    """`devcell --server URL diff` prints the server's answer: a hostile or broken one
+    cannot reach the terminal (escapes), forge lines, or make the CLI raise."""
+    doc = {"items": [{"kind": "Cell\x1b[2J", "name": "api\nerror: x", "line": "nope",
+                      "hunks": ["@@ -1 +1 @@\n", "-a\x1b]0;pwned\x07\n", "+b\r+c\n"],
+                      "hold": 3}], "warnings": ["w\x1b[31m"]}
+    code, out, err = _printed(diff.DiffReport.of_document(doc, lambda line: ("f.yaml", line)))
+    assert code == 1 and "\x1b" not in out + err and "\r" not in out and "\x07" not in out
+    assert out.count("\n") == 6, out  # two headers, three hunk lines, the hold
+    assert "\\x1b]0;pwned\\x07" in out and out.endswith("3\n")

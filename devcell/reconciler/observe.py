@@ -137,7 +137,7 @@ def _acted_on(db: Database, cell_ids: list[str]) -> set[str]:
     """The cells among `cell_ids` that an operation in flight is changing: on the cell, or on
     an object it owns (a snapshot freezing it between quiesce and resume). What the backend
     shows of them is a step of that operation, not a contradiction. Operations left Running
-    by a dead process (nobody holds the reconcile lock) protect nothing."""
+    by a dead process (nobody holds the reconcile lock, no daemon runs) protect nothing."""
     if not cell_ids:
         return set()
     # store.operations.running()'s rows, read here: exec and logs observe too, and their
@@ -152,9 +152,13 @@ def _acted_on(db: Database, cell_ids: list[str]) -> set[str]:
     wanted = touched.intersection(cell_ids)
     if not wanted or db.memory:  # a database in memory is this process's: in flight
         return wanted
-    from devcell.reconciler import reconcile_lock  # only while an operation runs
+    from devcell.reconciler import lease, reconcile_lock  # only while an operation runs
 
-    return wanted if reconcile_lock.held(Path(db.state_dir)) else set()
+    state_dir = Path(db.state_dir)
+    # An inline converge holds the reconcile lock; the daemon's workers run under its lease
+    # (it recovered what dead processes left before it took up work).
+    live = reconcile_lock.held(state_dir) or lease.current_holder(state_dir) is not None
+    return wanted if live else set()
 
 
 def observe_and_record(db: Database, cell_ids: Iterable[str]) -> Observation:

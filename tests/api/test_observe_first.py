@@ -168,8 +168,8 @@ def test_a_freeze_by_an_operation_in_flight_is_not_drift(state: Path, write: Any
     """A snapshot freezes its cell between quiesce and resume: a `wait` or `get` observing in
     that window must not record the cell as drifted (nothing would repair it: CI saw a wait
     time out on it). A Running operation only protects while someone holds the reconcile
-    lock; one left by a dead process protects nothing."""
-    from devcell.reconciler import observe, reconcile_lock
+    lock or a daemon runs; one left by a dead process protects nothing."""
+    from devcell.reconciler import lease, observe, reconcile_lock
     from devcell.store import operations
 
     path = write("api.yaml", cell_doc("api"), snapshot_doc("api-snap", "api"))
@@ -183,6 +183,8 @@ def test_a_freeze_by_an_operation_in_flight_is_not_drift(state: Path, write: Any
                               trigger="test", generation=1, step_names=["quiesce", "resume"])
         tamper(state, "paused")
         with reconcile_lock.holding(state):
+            assert observe.observe_and_record(db, [cell(state).id]).drifted == {}
+        with lease.Lease(state):  # a daemon's workers run under its lease, not the lock
             assert observe.observe_and_record(db, [cell(state).id]).drifted == {}
         assert cell(state).phase == "Running"
         found = observe.observe_and_record(db, [cell(state).id])  # the lock is free: stale

@@ -48,6 +48,12 @@ MAX_WATCHES = 128
 """Watches open at once; each holds a database connection (100 clients each watching:
 bench/api_list_watch.py). uvicorn's limit_concurrency (server.serve) leaves as many
 connections again for everything else."""
+MAX_MANIFEST_REQUESTS = 16
+"""apply and diff requests served at once: each validates (and diff compares) a stream of up
+to thousands of objects on a thread of the pool list and get use too."""
+MAX_MANIFEST_REQUESTS_PER_USER = 4
+"""Of those, what one user who is not an admin may have at once: a viewer's diffs of 10,000
+cells in a loop cost ~13 s of CPU each and left everyone else's requests waiting (attack42)."""
 MAX_WATCHES_PER_USER = 32
 """Watches and waits one user who is not an admin may hold at once (of MAX_WATCHES): one
 developer's 128 watches left everyone, admins too, 503."""
@@ -118,6 +124,9 @@ class Context:
         self.forwards = _Slots(forward.MAX_FORWARDS, forward.MAX_FORWARDS_PER_USER,
                                "too-many-forwards", "Too many port-forward connections",
                                "port-forward connections")
+        self.manifests = _Slots(MAX_MANIFEST_REQUESTS, MAX_MANIFEST_REQUESTS_PER_USER,
+                                "too-many-requests", "Too many manifest requests",
+                                "apply and diff requests")
         self.readings: Any = None
         """The readings watches of the same objects share (server.watch.Readings)."""
         self.lists: Any = None
@@ -747,9 +756,14 @@ def _media(request: Request) -> str:
 async def _apply(ctx: Context, request: Request) -> Response:
     media = _media(request)
     dry_run = _flag(request, "dryRun")
-    data = await _body(ctx, request)
-    doc = await run_in_threadpool(_apply_sync, ctx, request.state.principal, data, media,
-                                  dry_run)
+    principal = request.state.principal
+    ctx.manifests.take(principal, f"{MAX_MANIFEST_REQUESTS} apply and diff requests are "
+                                  "being served; try again later")
+    try:  # the slot before the first await: a burst cannot all pass the check
+        data = await _body(ctx, request)
+        doc = await run_in_threadpool(_apply_sync, ctx, principal, data, media, dry_run)
+    finally:
+        ctx.manifests.give(principal)
     return JSONResponse(doc)
 
 
@@ -801,8 +815,14 @@ async def _diff(ctx: Context, request: Request) -> Response:
     may ask it (every role reads every object; secrets are never in a diff), within what
     _diff_judge allows."""
     media = _media(request)
-    data = await _body(ctx, request)
-    doc = await run_in_threadpool(_diff_sync, ctx, request.state.principal, data, media)
+    principal = request.state.principal
+    ctx.manifests.take(principal, f"{MAX_MANIFEST_REQUESTS} apply and diff requests are "
+                                  "being served; try again later")
+    try:
+        data = await _body(ctx, request)
+        doc = await run_in_threadpool(_diff_sync, ctx, principal, data, media)
+    finally:
+        ctx.manifests.give(principal)
     return JSONResponse(doc)
 
 

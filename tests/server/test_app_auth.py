@@ -565,3 +565,54 @@ def test_a_diff_of_a_cell_naming_the_servers_files_is_an_admins(
         assert "spec.build" in doc["detail"], doc
     with api.tls_client(tokens["viewer"]) as c:  # the rest of a diff stays every role's
         assert c.post("/api/v1/diff", content=cell(name), headers=YAML).status_code == 200
+
+
+def test_one_user_who_is_not_an_admin_has_at_most_4_apply_or_diff_requests(api: Api) -> None:
+    """A diff of thousands of cells costs the daemon seconds of CPU and any role may ask it
+    (attack42): a user who is not an admin has at most MAX_MANIFEST_REQUESTS_PER_USER apply
+    and diff requests served at once (here held open by bodies that never come); the next
+    is a 503 saying so, others still apply and diff, and a slot comes back when its request
+    ends."""
+    import socket
+    import ssl
+    import time
+    import urllib.parse
+
+    from devcell.server.app import MAX_MANIFEST_REQUESTS_PER_USER
+
+    token = api.token(_unique("diff-hog"), "viewer")
+    where = urllib.parse.urlsplit(api.url)
+    trusted = ssl.create_default_context(cafile=str(api.certificate))
+    held = []
+    try:
+        for _ in range(MAX_MANIFEST_REQUESTS_PER_USER):
+            sock = trusted.wrap_socket(socket.create_connection(
+                (where.hostname, where.port), timeout=30), server_hostname=where.hostname)
+            sock.sendall(f"POST /api/v1/diff HTTP/1.1\r\nHost: devcell\r\nAuthorization: "
+                         f"Bearer {token}\r\nContent-Type: application/yaml\r\n"
+                         "Content-Length: 1000\r\n\r\n".encode())
+            held.append(sock)
+        text = cell(_unique("new"))
+        with api.tls_client(token) as c:
+            for _ in range(50):  # the held requests' slots are taken once their heads arrive
+                refused = c.post("/api/v1/diff", content=text, headers=YAML)
+                if refused.status_code == 503:
+                    break
+            assert refused.status_code == 503, refused.text
+            assert "apply and diff requests open, the most one user may" in \
+                refused.json()["detail"]
+        other = api.token(_unique("differ"), "viewer")
+        with api.tls_client(other) as c:
+            assert c.post("/api/v1/diff", content=text, headers=YAML).status_code == 200
+        assert api.client.post("/api/v1/diff", content=text, headers=YAML).status_code == 200
+    finally:
+        for sock in held:
+            sock.close()
+    with api.tls_client(token) as c:
+        for _ in range(100):  # the server sees the connections closed and gives the slots back
+            if c.post("/api/v1/diff", content=cell(_unique("new")), headers=YAML
+                      ).status_code == 200:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the closed requests' slots did not come back")

@@ -12,6 +12,7 @@ and SQLite bound: it keeps the single-threaded path, which is faster there.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -57,6 +58,11 @@ class Report(MutableRecord):
 def reconcile_lock(ctx: Context) -> Iterator[None]:
     with reconcile_lock_file.holding(ctx.db.state_dir):
         yield
+
+
+DAEMON_STARTED = ("a daemon started meanwhile and converges it (devcell get, or devcell wait, "
+                  "to follow it)")
+"""Why an inline converge that found a daemon's lease once it held the lock did nothing."""
 
 
 MAX_STEPS_PER_TURN = 8
@@ -191,6 +197,14 @@ def converge(ctx: Context, keys: list[Key], *, timeout: float = 300.0,
     pending = list(dict.fromkeys(keys))
     pool: _Pool | None = None
     with reconcile_lock(ctx):
+        from devcell.reconciler import lease
+
+        daemon = lease.current_holder(ctx.db.state_dir)
+        if daemon is not None and daemon.pid != os.getpid():
+            # A daemon started since the caller looked (it recovered under this lock first,
+            # then queued every object): its workers converge these, never a second executor.
+            report.waiting.update(dict.fromkeys(pending, DAEMON_STARTED))
+            return report
         found = recovery.recover_interrupted(ctx.db)
         recovery.remove_dead_temporaries(ctx.db.state_dir)
         report.recovered = sorted({op_id for op_id, _, _ in found})

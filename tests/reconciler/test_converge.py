@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from typing import Any
+
+import pytest
 
 from devcell.controllers.context import Context
 from devcell.reconciler.converge import converge
@@ -73,6 +76,26 @@ def test_reconcile_lock_file_is_private(db: Database, ctx: Context) -> None:
     lock = db.state_dir / "reconcile.lock"
     assert lock.exists()
     assert stat.S_IMODE(lock.stat().st_mode) == 0o600
+
+
+def test_an_inline_converge_that_meets_a_daemon_does_nothing(db: Database, ctx: Context
+                                                             ) -> None:
+    """A command looks for a daemon, finds none and converges inline; a daemon starting in
+    between recovers under the reconcile lock, then runs its workers, which take no lock.
+    Once the command holds the lock it looks again: a daemon's lease, and it leaves the
+    objects to that daemon (waiting, saying why) instead of executing beside it."""
+    from devcell.reconciler import converge as engine
+    from devcell.reconciler import lease
+
+    apply(db, cell_doc("api"))
+    with pytest.MonkeyPatch.context() as patch:  # another process's lease (its pid)
+        patch.setattr(lease, "current_holder", lambda state_dir: lease.Holder(
+            os.getpid() + 1, "here", "now", None))
+        report = converge_all(ctx)
+    assert report.waiting == {key: engine.DAEMON_STARTED for key in live_keys(db)}
+    assert op_count(db) == 0
+    with lease.Lease(db.state_dir):  # this process's own: it is that daemon (tests stand in)
+        assert converge_all(ctx).ok and op_count(db) == 1
 
 
 def test_converging_settled_objects_records_nothing(db: Database, ctx: Context) -> None:

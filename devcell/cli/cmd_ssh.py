@@ -58,18 +58,23 @@ def run_ssh_config(args: argparse.Namespace) -> int:
     cells = _reachable(state_dir, list(args.cells))
     keys.host_key(state_dir)  # the pin the blocks name exists before anyone connects
     blocks = [client_config.config_block(program(), state_dir, name) for name in cells]
-    sys.stdout.write(f"# DevCell cells of {names.printable(str(state_dir))}: add to "
-                     "~/.ssh/config (devcell ssh-config >> ~/.ssh/config)\n")
+    return write_config(str(state_dir), blocks, "here")
+
+
+def write_config(where: str, blocks: list[str], place: str) -> int:
+    """Print the Host blocks of the cells of `where` (a state directory `here`, a server
+    `there`)."""
+    sys.stdout.write(f"# DevCell cells of {names.printable(where)}: add to ~/.ssh/config "
+                     "(devcell ssh-config >> ~/.ssh/config)\n")
     sys.stdout.write("\n".join(blocks))
-    if not cells:
-        sys.stderr.write("no cell here runs commands (container or vm backend); nothing to "
-                         "reach over SSH yet\n")
+    if not blocks:
+        sys.stderr.write(f"no cell {place} runs commands (container or vm backend); nothing "
+                         "to reach over SSH yet\n")
     return 0
 
 
-def run_ssh(args: argparse.Namespace) -> int:
-    from devcell.api.ssh import client_config, keys
-
+def ssh_command(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """(OpenSSH's client, the command after `--`) of `devcell ssh`; UsageError without ssh."""
     command = list(args.argv)
     if command[:1] == ["--"]:
         command = command[1:]
@@ -77,6 +82,13 @@ def run_ssh(args: argparse.Namespace) -> int:
     if ssh is None:
         raise UsageError("devcell ssh runs OpenSSH's client, which is not installed: "
                          "apt-get install openssh-client (or use devcell exec -it CELL -- sh)")
+    return ssh, command
+
+
+def run_ssh(args: argparse.Namespace) -> int:
+    from devcell.api.ssh import client_config, keys
+
+    ssh, command = ssh_command(args)
     state_dir = dbmod.resolve_state_dir(args.state_dir)
     _reachable(state_dir, [args.cell])
     _wake_if_asleep(args, state_dir)

@@ -14,45 +14,29 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from devcell.errors import UsageError
-from devcell.names import printable
-
 
 def run_ssh_config(args: argparse.Namespace) -> int:
     from devcell.api.ssh import client_config
-    from devcell.cli.cmd_ssh import program
+    from devcell.cli.cmd_ssh import program, write_config
 
     cells = _reachable(args.remote, list(args.cells))
     where, known = _where(args), _known_hosts(args)
     blocks = [client_config.block(name, client_config.reach_options(program(), where, known,
                                                                     name))
               for name in cells]
-    sys.stdout.write(f"# DevCell cells of {printable(args.remote_target.url)}: add to "
-                     "~/.ssh/config (devcell ssh-config >> ~/.ssh/config)\n")
-    sys.stdout.write("\n".join(blocks))
-    if not cells:
-        sys.stderr.write("no cell there runs commands (container or vm backend); nothing to "
-                         "reach over SSH yet\n")
-    return 0
+    return write_config(args.remote_target.url, blocks, "there")
 
 
 def run_ssh(args: argparse.Namespace) -> int:
     from devcell.api.ssh import client_config
     from devcell.backends.host import children
-    from devcell.cli.cmd_ssh import program
+    from devcell.cli.cmd_ssh import program, ssh_command
 
-    command = list(args.argv)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    ssh = shutil.which("ssh")
-    if ssh is None:
-        raise UsageError("devcell ssh runs OpenSSH's client, which is not installed: "
-                         "apt-get install openssh-client (or use devcell exec -it CELL -- sh)")
+    ssh, command = ssh_command(args)
     _reachable(args.remote, [args.cell])
     pairs = client_config.reach_options(program(), _where(args), _known_hosts(args), args.cell)
     children.replace_process(ssh, client_config.argv_of(pairs, args.cell, tty=args.tty,

@@ -78,7 +78,7 @@ def _make(cert: Path, key: Path, names: list[str]) -> None:
                                       serialization.PrivateFormat.PKCS8,
                                       serialization.NoEncryption())
     _write(key, key_bytes, 0o600)
-    _write(cert, made.public_bytes(serialization.Encoding.PEM), 0o644)
+    _write(cert, made.public_bytes(serialization.Encoding.PEM), 0o600)  # state: owner-only
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
@@ -88,7 +88,7 @@ def _write(path: Path, data: bytes, mode: int) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         with os.fdopen(fd, "wb") as out:
-            os.fchmod(fd, mode)  # whatever the umask (077 made the certificate 0600)
+            os.fchmod(fd, mode)  # whatever the umask
             out.write(data)
             out.flush()
             os.fsync(out.fileno())

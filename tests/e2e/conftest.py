@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -31,11 +32,21 @@ state directory, as an admin on the server's machine would run them."""
 
 
 class _Daemon:
-    """`controller run --listen unix:SOCK` serving a test's state directory."""
+    """`controller run --listen unix:SOCK` serving a test's state directory (and, with `tls`,
+    `--listen tcp:127.0.0.1:0`: DevCell's own certificate, an admin's token in a file)."""
 
-    def __init__(self, state_dir: Path, work: Path) -> None:
-        self.state_dir, self.work = state_dir, work
+    def __init__(self, state_dir: Path, work: Path, *, tls: bool = False) -> None:
+        self.state_dir, self.work, self.tls = state_dir, work, tls
         self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def options(self) -> list[str]:
+        """The global options that send a command to this daemon."""
+        if not self.tls:
+            return ["--server", f"unix:{self.socket}"]
+        return ["--server", self.url, "--certificate-authority",
+                str(self.state_dir / "api-tls" / "cert.pem"),
+                "--token-file", str(self.work / "admin.token")]
 
     @property
     def socket(self) -> Path:
@@ -46,17 +57,32 @@ class _Daemon:
             return
         watched = self.work / "watched"
         watched.mkdir(exist_ok=True)
+        tcp = ["--listen", "tcp:127.0.0.1:0"] if self.tls else []
+        log = self.work / "daemon.log"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "devcell", "--state-dir", str(self.state_dir), "controller",
              "run", "--manifests", str(watched), "--allow-empty", "--no-runtime-events",
-             "--listen", f"unix:{self.socket}"], cwd=REPO, stdin=subprocess.DEVNULL,
-            stdout=open(self.work / "daemon.log", "wb"), stderr=subprocess.STDOUT,
+             "--listen", f"unix:{self.socket}", *tcp], cwd=REPO, stdin=subprocess.DEVNULL,
+            stdout=open(log, "wb"), stderr=subprocess.STDOUT,
             preexec_fn=processes.child_setup)
         deadline = time.monotonic() + 60
-        while not self.socket.exists():
-            assert self.proc.poll() is None, (self.work / "daemon.log").read_text()
+        while not self.socket.exists() or (self.tls and not self.url):
+            assert self.proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "the daemon did not listen within 60 s"
+            if self.tls:
+                served = re.search(r"API served on (https://127\.0\.0\.1:\d+)",
+                                   log.read_text(errors="replace"))
+                self.url = served.group(1) if served else ""
             time.sleep(0.05)
+        if self.tls:
+            made = subprocess.run(
+                [sys.executable, "-m", "devcell", "--state-dir", str(self.state_dir), "token",
+                 "create", "--user", "e2e-admin", "--role", "admin"], capture_output=True,
+                text=True, cwd=REPO, timeout=60)
+            assert made.returncode == 0, made.stderr
+            token = self.work / "admin.token"
+            token.write_text(made.stdout)
+            token.chmod(0o600)
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -64,15 +90,17 @@ class _Daemon:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """The tests of SERVED_MODULES that use `cli` run twice: direct, then served."""
+    """The tests of SERVED_MODULES that use `cli` run three times: direct, then through the
+    daemon's unix socket (served), then through its TLS listener with a token (served-tls)."""
     module = metafunc.module.__name__.rsplit(".", 1)[-1]
     if "cli" in metafunc.fixturenames and module in SERVED_MODULES:
-        metafunc.parametrize("cli_mode", ["direct", "served"])
+        metafunc.parametrize("cli_mode", ["direct", "served", "served-tls"])
 
 
 @pytest.fixture
 def cli_mode() -> str:
-    """How `cli` runs commands: direct (on the state directory), or served (pytest_generate_tests)."""
+    """How `cli` runs commands: direct (on the state directory), or through a server
+    (pytest_generate_tests)."""
     return "direct"
 
 
@@ -83,7 +111,7 @@ def cli(request: pytest.FixtureRequest, cli_mode: str, state_dir: Path, tmp_path
     from devcell.cli.remote import SERVED
 
     only = request.node.get_closest_marker("state_dir_only")
-    if cli_mode == "served" and only is not None:
+    if cli_mode != "direct" and only is not None:
         pytest.skip(f"on the state directory only: {only.args[0]}")
 
     def run(*args: str, input: str | None = None, env: dict[str, str] | None = None,
@@ -93,19 +121,18 @@ def cli(request: pytest.FixtureRequest, cli_mode: str, state_dir: Path, tmp_path
         full_env.pop("DEVCELL_FAKE_FAIL", None)
         full_env.update(env or {})
         words = [a for a in args if not a.startswith("-")][:2]
-        served = cli_mode == "served" and not any(
+        served = cli_mode != "direct" and not any(
             a == "--state-dir" or a.startswith("--state-dir=") for a in args) and (
             tuple(words[:1]) + (None,) in SERVED or tuple(words[:2]) in SERVED)
         before: list[str] = []
         if served:
-            daemon.start()
-            before = ["--server", f"unix:{daemon.socket}"]
+            before = daemon.options()
         return subprocess.run(
             [sys.executable, "-m", "devcell", *before, *args], input=input,
             capture_output=True, text=True, env=full_env, cwd=cwd or REPO, timeout=timeout)
 
-    daemon = _Daemon(state_dir, tmp_path)
-    if cli_mode == "served":
+    daemon = _Daemon(state_dir, tmp_path, tls=cli_mode == "served-tls")
+    if cli_mode != "direct":
         daemon.start()  # the state directory is the daemon's before the test looks at it
     try:
         yield run

@@ -40,7 +40,7 @@ def test_own_certificate_and_key_have_their_modes_under_any_umask(
     finally:
         os.umask(old)
     assert (stat.S_IMODE(cert.stat().st_mode), stat.S_IMODE(key.stat().st_mode)) == (
-        0o644, 0o600)
+        0o600, 0o600)  # a state file, owner-only as every other (the certificate is no secret)
 
 
 def test_own_certificate_is_made_again_for_another_host_or_a_loose_key(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from devcell import names
 from devcell.api.ssh import keys
 from devcell.errors import UsageError
 
@@ -32,6 +33,9 @@ def reach_options(program: Sequence[str], where: Sequence[str], known_hosts: Pat
     """(keyword, value) pairs for one cell: the ProxyCommand is `PROGRAM WHERE... ssh-proxy
     CELL` (WHERE: --state-dir DIR, or the options that reach a server), the key pinned the
     one in `known_hosts`."""
+    problem = names.name_problem(cell_name)
+    if problem is not None:  # a hostile server's list: a newline would add ssh_config lines
+        raise UsageError(f"cannot write an ssh configuration for cell {problem}")
     for text in (*program, *where, str(known_hosts)):
         if any(ch in text for ch in "\n\r\0"):
             raise UsageError(f"cannot write an ssh configuration for {text!r}: it holds a "

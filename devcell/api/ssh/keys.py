@@ -7,6 +7,7 @@ exactly it for `*.devcell`, so there is no first-use prompt and no key to trust 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -102,8 +103,8 @@ def write_known_hosts(path: Path, public: str) -> None:
                          "(ssh-ed25519 BASE64): nothing was written")
     line = f"{HOST_PATTERN} {public}\n"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:  # a FIFO planted there reads as nothing (never waited on), then is replaced
             if os.read(fd, 4096).decode(errors="replace") == line:
                 return
         finally:
@@ -111,7 +112,9 @@ def write_known_hosts(path: Path, public: str) -> None:
     except OSError:
         pass
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temporary)  # a leftover, or a link or FIFO planted at the name: never opened
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600)
     with os.fdopen(fd, "w") as out:
         out.write(line)

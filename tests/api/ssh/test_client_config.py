@@ -89,3 +89,29 @@ def test_a_servers_host_key_that_is_not_one_ed25519_key_writes_nothing(
     keys.write_known_hosts(path, good)
     assert path.read_text() == f"*.devcell {good}\n"
     assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize("name", ['a\nMatch exec "touch /tmp/x"', "a github.com", "A", ""])
+def test_a_cell_name_that_could_add_ssh_config_lines_is_refused(tmp_path: Path,
+                                                                name: str) -> None:
+    """Through a server the cells' names are the server's: one holding a newline wrote a
+    `Match exec` line into ~/.ssh/config that OpenSSH runs for every host (attack43)."""
+    with pytest.raises(UsageError, match="cannot write an ssh configuration for cell"):
+        client_config.reach_options(["devcell"], ["--server", "unix:/s"],
+                                    tmp_path / "known", name)
+
+
+def test_known_hosts_is_written_past_a_fifo_or_a_link_planted_at_its_names(
+        tmp_path: Path) -> None:
+    """A FIFO at the file held `ssh-config` for ever; a hard link at the temporary name had
+    its target overwritten (attack43): neither is opened now."""
+    good = "ssh-ed25519 " + "A" * 68
+    path = tmp_path / "known_hosts-x"
+    os.mkfifo(path)
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    os.link(victim, path.with_name(f".{path.name}.{os.getpid()}"))
+    keys.write_known_hosts(path, good)
+    assert path.read_text() == f"*.devcell {good}\n" and stat.S_ISREG(path.lstat().st_mode)
+    assert victim.read_text() == "keep me\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600

@@ -88,11 +88,48 @@ def _wait_for_flock(fd: int, state_dir: Path) -> None:
             delay = min(delay * 2, 0.1)
 
 
-def ensure_private_dir(path: Path) -> None:
-    """Create `path` (owner-only) or tighten an existing one we own."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if path.stat().st_mode & 0o077:
-        os.chmod(path, 0o700)
+def ensure_private_dir(path: Path, *, link: bool = False) -> None:
+    """Create `path` (owner-only) or tighten an existing one of this user's.
+
+    Checked on the directory opened, not through its name: a symbolic link at `path` is
+    refused (unless `link`: the state directory itself may be one, state_dir.check), never
+    followed, and a directory another user owns is refused, never chmodded. The ssh
+    directory beside the contexts file was followed to a link's target and chmodded there,
+    and as root one owned by another account was taken as it was: that account could then
+    replace the known_hosts pin it holds (attack43, D)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except FileExistsError:  # a dangling link, or a file: said below
+        pass
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if link else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except (NotADirectoryError, FileNotFoundError) as exc:
+        raise _not_private(path, exc) from None
+    try:
+        found = os.fstat(fd)
+        if found.st_uid != os.geteuid():
+            from devcell.store.state_dir import _user
+
+            raise StateError(
+                f"{path} belongs to {_user(found.st_uid)}, not to {_user(os.geteuid())} who "
+                "runs devcell: DevCell keeps its keys and pins in a directory of its own "
+                "(another account could replace what is written there); move it away (as "
+                "its owner or root) and run the command again, and a new one is made")
+        if found.st_mode & 0o077:
+            os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
+def _not_private(path: Path, exc: OSError) -> StateError:
+    """`path`, which ensure_private_dir could not open as a directory, said as what it is."""
+    if path.is_symlink():
+        return StateError(f"{path} is a symbolic link (to {os.readlink(path)}): DevCell keeps "
+                          "its keys and pins in a directory of its own, never through a link; "
+                          "remove the link and run the command again, and a directory is made")
+    return StateError(f"{path} is not a directory ({exc.strerror}): move it away and run the "
+                      "command again, and a directory is made")
 
 
 class Database:
@@ -119,7 +156,7 @@ class Database:
                              "there yet (apply a manifest first, or give the right "
                              "--state-dir)")
         if create:
-            ensure_private_dir(state_dir)
+            ensure_private_dir(state_dir, link=True)  # a link to a directory: state_dir.check
         elif not self.path.exists():
             raise StateError(f"no DevCell state in {state_dir} (nothing has been applied yet)")
         with _first_setup(state_dir) if fresh else nullcontext():

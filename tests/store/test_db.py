@@ -376,3 +376,35 @@ def test_a_setup_held_by_a_stopped_command_is_said_not_waited_on_for_ever(
         os.close(held)
     assert not (state / DB_FILENAME).exists()
     open_database(state).close()  # once let go, made as ever
+
+
+def test_a_private_directory_is_never_a_link_nor_another_users(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ssh directory beside the contexts file was followed to a link's target (chmodded
+    there, the pin written there), and one another account owned was taken as it was: as
+    root, that account could then replace the pin (attack43, D). Refused, each saying what
+    to do; the state directory itself may still be a link to a directory of this user's."""
+    from devcell.store.db import ensure_private_dir
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o777)
+    os.chmod(elsewhere, 0o777)
+    (tmp_path / "ssh").symlink_to(elsewhere)
+    with pytest.raises(StateError, match=r"ssh is a symbolic link .*remove the link"):
+        ensure_private_dir(tmp_path / "ssh")
+    assert mode(elsewhere) == 0o777  # the target left as it was
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(StateError, match="dangling is a symbolic link"):
+        ensure_private_dir(tmp_path / "dangling")
+    ensure_private_dir(tmp_path / "ssh", link=True)  # the state directory's own case
+    assert mode(elsewhere) == 0o700
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StateError, match="file is not a directory"):
+        ensure_private_dir(tmp_path / "file")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o777)
+    os.chmod(theirs, 0o1777)
+    monkeypatch.setattr(os, "geteuid", lambda: os.stat(theirs).st_uid + 4242)
+    with pytest.raises(StateError, match=r"theirs belongs to .* who runs devcell: .*move it"):
+        ensure_private_dir(theirs)
+    assert stat.S_IMODE(os.stat(theirs).st_mode) == 0o1777  # never chmodded

@@ -116,9 +116,17 @@ def write_known_hosts(path: Path, public: str) -> None:
         os.unlink(temporary)  # a leftover, or a link or FIFO planted at the name: never opened
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(line)
-    os.replace(temporary, path)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(line)
+        os.replace(temporary, path)
+    except BaseException as exc:  # none left behind (one a run was left by a directory there)
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(exc, IsADirectoryError):  # it named the temporary file, which is fine
+            raise StateError(f"{path} is a directory, not the known_hosts file DevCell writes "
+                             "there: move it away and run the command again") from None
+        raise
 
 
 def _write_known_hosts(directory: Path, key: asyncssh.SSHKey) -> None:

@@ -115,3 +115,27 @@ def test_known_hosts_is_written_past_a_fifo_or_a_link_planted_at_its_names(
     assert path.read_text() == f"*.devcell {good}\n" and stat.S_ISREG(path.lstat().st_mode)
     assert victim.read_text() == "keep me\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_directory_at_known_hosts_is_named_and_leaves_no_temporary_file(
+        tmp_path: Path) -> None:
+    """A directory at the known_hosts path: the error named the temporary file (which was
+    fine) and left it behind, one more each run (attack43, E)."""
+    path = tmp_path / "known_hosts-x"
+    path.mkdir()
+    with pytest.raises(StateError, match=f"^{path} is a directory.*move it away"):
+        keys.write_known_hosts(path, "ssh-ed25519 " + "A" * 68)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["known_hosts-x"]
+
+
+def test_the_ssh_directory_of_a_state_directory_is_never_followed(tmp_path: Path) -> None:
+    """A link at `<state>/ssh` was followed: the host key and its pin were written, and the
+    target chmodded, wherever it pointed (attack43, D)."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (state / "ssh").symlink_to(elsewhere)
+    with pytest.raises(StateError, match="is a symbolic link"):
+        keys.host_key(state)
+    assert list(elsewhere.iterdir()) == []

@@ -125,7 +125,7 @@ def diff_sources(state_dir: Path, sources: list[SourceFile], *, judge: Judge | N
                                 "empty documents)"))
     if problems:
         raise ManifestError(problems)
-    db = dbmod.open_database(state_dir)
+    db = _recorded(state_dir)
     try:
         given = [_gives_secrets(m, secrets) for m in manifests]  # before `<redacted>` is filled
         blind = []  # each judged (a refusal raised) before anything is compared
@@ -146,6 +146,27 @@ def diff_sources(state_dir: Path, sources: list[SourceFile], *, judge: Judge | N
         return DiffReport(tuple(found_diffs), tuple(warnings))
     finally:
         db.close()
+
+
+def _recorded(state_dir: Path) -> dbmod.Database:
+    """The database to compare with; an empty one in memory where the state directory has
+    none (no state.db, or an empty file): a preview leaves no state behind. A mistyped
+    --state-dir made a database there, which later commands took for a real, empty state
+    (attack43, I). Beside what an earlier database recorded it is refused, as opening is."""
+    import stat
+
+    from devcell.store import guard
+
+    path = state_dir / dbmod.DB_FILENAME
+    try:
+        found = path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        found = None
+    if found is not None and not (stat.S_ISREG(found.st_mode) and found.st_size == 0):
+        return dbmod.open_database(state_dir)  # a link, or anything else: its own checks
+    if found is not None or state_dir.is_dir():
+        guard.refuse_leftovers(state_dir, path)
+    return dbmod.Database(state_dir, memory=True)
 
 
 def _gives_secrets(m: Any, secrets: Any) -> bool:

@@ -12,7 +12,7 @@ import pytest
 
 from devcell.api import apply as api
 from devcell.api import diff
-from devcell.errors import ManifestError
+from devcell.errors import ManifestError, StateUnusable
 from devcell.manifests import loader
 from tests.controllers.support import cell_doc
 
@@ -63,3 +63,27 @@ def test_what_a_server_answers_is_printed_escaped() -> None:
     assert code == 1 and "\x1b" not in out + err and "\r" not in out and "\x07" not in out
     assert out.count("\n") == 6, out  # two headers, three hunk lines, the hold
     assert "\\x1b]0;pwned\\x07" in out and out.endswith("3\n")
+
+
+@pytest.mark.parametrize("before", ["missing", "empty directory", "empty state.db"])
+def test_a_diff_where_nothing_was_applied_leaves_no_state_behind(
+        tmp_path: Path, write: Any, before: str) -> None:
+    """`diff -f` on a state directory with no database made one (a mistyped --state-dir
+    became a real, empty state: attack43, I). Everything reads as new; nothing is made.
+    Beside what an earlier database recorded it is still refused, as before."""
+    state = tmp_path / "nowhere"
+    if before != "missing":
+        state.mkdir()
+    if before == "empty state.db":
+        (state / "state.db").touch()
+    listed = sorted(p.name for p in state.iterdir()) if state.exists() else None
+    report = diff.diff_sources(state, loader.read_sources([write("api.yaml", cell_doc("api"))]))
+    assert report.differs and [o.name for o in report.objects] == ["api"]
+    assert (sorted(p.name for p in state.iterdir()) if state.exists() else None) == listed
+    if before == "empty state.db":
+        assert (state / "state.db").stat().st_size == 0
+    state.mkdir(exist_ok=True)
+    (state / "containers").mkdir()  # an earlier database's leftovers
+    (state / "containers" / "c1").mkdir()
+    with pytest.raises(StateUnusable, match="DevCell will not start afresh"):
+        diff.diff_sources(state, loader.read_sources([write("api.yaml", cell_doc("api"))]))

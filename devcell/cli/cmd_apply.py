@@ -77,7 +77,8 @@ def run_diff(args: argparse.Namespace) -> int:
     """Unified diff of recorded vs. given desired state; exit 1 when they differ, 2 when it
     cannot say (as kubectl: main maps its errors above 1)."""
     from devcell.api import diff
+    from devcell.cli import output
 
     report = diff.diff_sources(dbmod.resolve_state_dir(args.state_dir),
                                loader.read_sources(args.filename))
-    return diff.write(report, sys.stdout, sys.stderr)
+    return output.write_diff(report)  # its answer kept when the reader closes the pipe

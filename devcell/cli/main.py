@@ -167,9 +167,16 @@ ERRORS_ABOVE_ONE = frozenset({"diff"})
 
 
 def _run(args: argparse.Namespace) -> int:
-    code = _guarded(lambda: _dispatch(args), getattr(args, "state_dir", None),
+    code = _guarded(lambda: _flushed(_dispatch(args)), getattr(args, "state_dir", None),
                     error_floor=2 if getattr(args, "command", None) in ERRORS_ABOVE_ONE else 1)
     assert code is not None
+    return code
+
+
+def _flushed(code: int) -> int:
+    """`code`, once what the command printed has left (its errors then said as the command's:
+    at the interpreter's exit a closed pipe or a full output was "Exception ignored", 120)."""
+    sys.stdout.flush()
     return code
 
 
@@ -207,9 +214,10 @@ def _said(exc: Exception, state_dir: str | None) -> int:
     if isinstance(exc, DevCellError):
         sys.stderr.write(f"error: {printable_lines(str(exc))}\n")
         return exc.exit_code
-    if isinstance(exc, BrokenPipeError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+    if isinstance(exc, BrokenPipeError):  # the reader's choice (`| head`): cli/output.py
+        from devcell.cli import output
+
+        output.discard()
         return 0
     if isinstance(exc, OSError):
         return _os_error(exc, state_dir)
@@ -219,9 +227,14 @@ def _said(exc: Exception, state_dir: str | None) -> int:
 def _os_error(exc: OSError, state_dir: str | None) -> int:
     """A full or read-only disk met outside the database, a process limit, a path given that
     cannot be used: one line, not a bug (anything else is raised again)."""
+    from devcell.cli import output
     from devcell.names import printable_lines
     from devcell.store import db, faults
 
+    if output.failed(exc):  # not the state database's: it named no file (attack43, G)
+        output.discard()
+        sys.stderr.write(f"error: cannot write the output: {exc.strerror}\n")
+        return 1
     machine = faults.from_os_error(exc, db.resolve_state_dir(state_dir))
     if machine is not None:
         sys.stderr.write(f"error: {machine}\n")

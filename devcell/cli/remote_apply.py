@@ -98,7 +98,9 @@ def run_diff(args: argparse.Namespace) -> int:
         doc = args.remote.diff(stream.text)
     except ManifestError as exc:
         raise ManifestError([stream.located(p) for p in exc.problems]) from None
-    return diff.write(diff.DiffReport.of_document(doc, stream.file_at), sys.stdout, sys.stderr)
+    from devcell.cli import output
+
+    return output.write_diff(diff.DiffReport.of_document(doc, stream.file_at))
 
 
 def run_delete(args: argparse.Namespace) -> int:

@@ -101,6 +101,43 @@ def open_given(path: str | os.PathLike[str]) -> int:
     return fd
 
 
+def wait_for_writer(fd: int, seconds: float) -> bytes | None:
+    """For `fd` from open_given: a named FIFO no program has opened for writing yet read as
+    empty at once (a writer started a moment later, `(sleep 1; cat m.yaml > ff) & devcell
+    diff -f ff`, met "no objects": attack43, H), and clearing O_NONBLOCK does not help (a
+    read with no writer is end of file). So wait for one, up to `seconds`: never for ever,
+    as a FIFO nobody writes once held `apply -f` (the fuzz test). The bytes already taken
+    from the FIFO (at most one) to tell a silent writer from none; None when no writer came.
+    A file, or a pipe (`-f <(cmd)`, whose writer is there from the start): b"" at once."""
+    found = os.fstat(fd)
+    if not stat.S_ISFIFO(found.st_mode) or found.st_dev == _pipe_device():
+        return b""
+    import select
+
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    if poller.poll(int(seconds * 1000)):  # written to, or a writer came and went
+        return b""
+    os.set_blocking(fd, False)
+    try:
+        first = os.read(fd, 1)
+    except BlockingIOError:  # a writer has it open and has said nothing yet: read as it comes
+        return b""
+    finally:
+        os.set_blocking(fd, True)
+    return first or None
+
+
+def _pipe_device() -> int:
+    """The device of pipes (pipefs), which a named FIFO's file system never is."""
+    read, write = os.pipe()
+    try:
+        return os.fstat(read).st_dev
+    finally:
+        os.close(read)
+        os.close(write)
+
+
 def read_json_object(path: Path, limit: int) -> dict[str, Any] | None:
     """A small JSON object DevCell wrote (a cache entry): read from a regular file, never
     through a link, never blocking on a FIFO, at most `limit` bytes; None when there is none,

@@ -26,6 +26,8 @@ MAX_DOCUMENTS = 10_000
 (500,000 `---` lines in 2 MB took 9 s and 540 MB), so a file is bounded in count as well as
 each document in size."""
 CHUNK_BYTES = 1024 * 1024
+FIFO_WAIT_S = 10.0
+"""How long a FIFO given with -f is waited on for a program to open it for writing."""
 _OTHER_BREAK_MARKER = re.compile(rb"(?:\r|\xc2\x85|\xe2\x80\xa8|\xe2\x80\xa9)---")
 """`---` after a line break that is not `\n` (CR, NEL, LINE and PARAGRAPH SEPARATOR)."""
 EXTENSIONS = (".yaml", ".yml", ".json")
@@ -170,12 +172,18 @@ def _read_limited(stream_or_path: str | None, display: str, limit: int,
     opened = (_open_regular(stream_or_path) if regular_only
               else safeio.open_given(stream_or_path))
     with open(opened, "rb") as fh:
+        early = b"" if regular_only else safeio.wait_for_writer(fh.fileno(), FIFO_WAIT_S)
+        if early is None:
+            raise ManifestError([Problem(display, (
+                f"a FIFO no program opened for writing within {FIFO_WAIT_S:g} s: start the "
+                "program that writes it first, or give the manifests on stdin (-f -)"))])
         # A file no larger than the limit cannot hold a larger document: read it at once,
         # asking for its size, not the limit (read(limit + 1) allocates 1 MiB and shrinks
         # it, which leaves every small file on pages of its own: reading 10,000 files of
         # 1 KiB so costs 40 MB of RSS instead of 12). Stream the rest, or a file that grew.
         size = os.fstat(fh.fileno()).st_size
-        head = fh.read(min(size, limit) + 1) if size <= limit else fh.read(CHUNK_BYTES)
+        head = early + (fh.read(min(size, limit) + 1) if size <= limit
+                        else fh.read(CHUNK_BYTES))
         if size <= limit and len(head) <= size:
             if head.count(b"---") > MAX_DOCUMENTS:  # cheap bound first, then the exact count
                 sizes().feed(head)

@@ -13,6 +13,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 TIME_LIMIT = 5
 """Seconds a run may take before it counts as a hang."""
@@ -56,16 +57,29 @@ def _environ(env: dict[str, str] | None) -> Iterator[None]:
         os.environ.update(saved)
 
 
+@contextlib.contextmanager
+def _no_fifo_wait(loader: Any) -> Iterator[None]:
+    """A FIFO given with -f is not waited on for a writer (loader.FIFO_WAIT_S, 10 s): the
+    runs here name FIFOs nobody writes, and each wait would read as a hang."""
+    saved = loader.FIFO_WAIT_S
+    loader.FIFO_WAIT_S = 0.0
+    try:
+        yield
+    finally:
+        loader.FIFO_WAIT_S = saved
+
+
 def run(argv: list[str], cwd: Path, *, env: dict[str, str] | None = None,
         time_limit: float = TIME_LIMIT) -> tuple[int | str, str, str]:
     """(exit code, or "hang" or the exception's name; stdout; stderr) of one command line,
     in `env` (the whole environment, as a subprocess's) when given."""
     from devcell.cli import main
+    from devcell.manifests import loader
 
     files = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]  # real files: a fileno
     out, err = (io.TextIOWrapper(f, encoding="utf-8", errors="backslashreplace",
                                  write_through=True) for f in files)
-    with _process_state(), _environ(env), contextlib.chdir(cwd), \
+    with _process_state(), _environ(env), contextlib.chdir(cwd), _no_fifo_wait(loader), \
             open(os.devnull, encoding="utf-8") as null:
         sys.stdin, sys.stdout, sys.stderr = null, out, err
         signal.signal(signal.SIGALRM, _alarm)

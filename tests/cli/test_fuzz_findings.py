@@ -61,7 +61,8 @@ def test_output_goes_to_the_standard_output_of_the_moment(state: Path, tmp_path:
 def test_a_fifo_named_with_f_and_no_writer_never_blocks(state: Path, tmp_path: Path,
                                                          verb: list[str]) -> None:
     """`apply -f FIFO` (and diff) waited for a writer for ever: a path given on its own is
-    opened without blocking, so a FIFO nobody writes is an empty file (`-f <(cmd)`, a pipe
+    opened without blocking, and a FIFO is waited on for a writer for a bounded time
+    (loader.FIFO_WAIT_S, none in these runs), then refused saying so (`-f <(cmd)`, a pipe
     with its writer, still reads)."""
     from tests.conftest import db_fingerprint
 
@@ -73,6 +74,7 @@ def test_a_fifo_named_with_f_and_no_writer_never_blocks(state: Path, tmp_path: P
     # a file without objects (diff's errors exit 2: its 1 says "differs", as kubectl's)
     assert code == (1 if verb[0] == "apply" else 2), (code, err)
     assert err.startswith("error: ") and str(fifo) in err, err
+    assert "a FIFO no program opened for writing" in err, err
     assert db_fingerprint(state) == before
 
 

@@ -137,6 +137,38 @@ def test_a_pipe_given_by_name_is_still_read(tmp_path: Path) -> None:
     assert [f.data for f in files] == [b"a: 1\n"]  # type: ignore[union-attr]
 
 
+def test_a_fifo_whose_writer_comes_later_is_waited_for(tmp_path: Path) -> None:
+    """A named FIFO opened before any program opened it for writing read as empty at once
+    ("no objects": attack43, H): it is waited on, a bounded time, for its writer."""
+    import threading
+    import time
+
+    fifo = tmp_path / "later"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        time.sleep(0.5)  # the reader is (most likely) waiting by now: the case of the bug
+        with open(fifo, "w") as fh:
+            fh.write("a: 1\n")
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    files = _within(loader.FIFO_WAIT_S + 5, lambda: loader.read_sources([str(fifo)]))
+    assert [f.data for f in files] == [b"a: 1\n"]  # type: ignore[union-attr]
+    writer.join()
+
+
+def test_a_fifo_no_program_writes_is_refused_saying_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the wait, a FIFO nobody opened for writing is named as such, not as a file that
+    holds only comments."""
+    monkeypatch.setattr(loader, "FIFO_WAIT_S", 0.0)
+    fifo = tmp_path / "nobody"
+    os.mkfifo(fifo)
+    with pytest.raises(ManifestError, match="a FIFO no program opened for writing within 0 s"):
+        loader.read_sources([str(fifo)])
+
+
 def test_the_limit_bounds_each_document_not_the_file(tmp_path: Path) -> None:
     many = tmp_path / "many.yaml"
     many.write_bytes(b"".join(b"---\nkind: Cell\nn: %03d\n" % i for i in range(100)))

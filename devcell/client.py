@@ -33,7 +33,7 @@ from typing import Any, NamedTuple, NoReturn
 from devcell import errors
 from devcell.names import printable, printable_text
 
-RESOURCES = ("cells", "snapshots", "operations", "events")
+RESOURCES = ("cells", "snapshots", "operations", "events", "nodes")
 ACTION_TIMEOUT = 300
 """Seconds an action or a wait waits by default (the CLI's --timeout)."""
 _Pairs = list[tuple[str, str]]
@@ -162,8 +162,8 @@ class Client:
 
     def list(self, resource: str, *, selector: str | None = None, limit: int | None = None
              ) -> list[dict[str, Any]]:
-        """The records of `resource` (cells, snapshots, operations, events), as `devcell get
-        RESOURCE -o json` prints them; `selector` as -l. `limit` (cells and snapshots):
+        """The records of `resource` (cells, snapshots, operations, events, nodes), as `devcell
+        get RESOURCE -o json` prints them; `selector` as -l. `limit` (cells and snapshots):
         asked in pages of at most this many, each next page by the last one's continue
         token, so neither side holds one huge answer at once."""
         items: list[dict[str, Any]] = []
@@ -199,6 +199,7 @@ class Client:
                            ("objects", "true" if objects else None)):
             if value:
                 query.append((key, value))
+        _recorded(resource)
         doc = self._json("GET", f"/api/v1/rows/{_path(resource)[len('/api/v1/'):]}", query)
         items = doc.get("items") if isinstance(doc, dict) else None
         if not isinstance(items, list) or not all(
@@ -260,6 +261,14 @@ class Client:
         return self._json("POST", f"/api/v1/operations/{urllib.parse.quote(operation, safe='')}"
                           "/cancel")
 
+    def node_action(self, node: str, action: str) -> dict[str, Any]:
+        """Cordon or uncordon a node (an admin's, as `devcell node cordon|uncordon`; its id,
+        unique hostname or unique id prefix): {"node": its document after, "changed": whether
+        its availability changed}. Nodes are listed with `list("nodes")`."""
+        if action not in ("cordon", "uncordon"):
+            raise errors.UsageError(f"{action!r}: cordon or uncordon")
+        return self._json("POST", f"/api/v1/nodes/{urllib.parse.quote(node, safe='')}/{action}")
+
     def ssh_host_key(self) -> str:
         """The SSH host key the server's cells answer with (`ssh-ed25519 BASE64`): what a
         known_hosts file pins for *.devcell (`devcell ssh-config` writes it)."""
@@ -286,6 +295,7 @@ class Client:
         version (a list's metadata.resourceVersion, or the last change's) to miss nothing."""
         query = {"resourceVersion": resource_version,
                  "timeoutSeconds": str(timeout) if timeout is not None else None}
+        _recorded(resource)
         for change in self._changes(_path(resource), query):
             if change.get("type") != "BOOKMARK":
                 yield change
@@ -929,6 +939,14 @@ def _quiet_logger() -> Any:
         quiet.addHandler(logging.NullHandler())
         quiet.propagate = False
     return quiet
+
+
+def _recorded(resource: str) -> None:
+    """Refuse nodes where only the control plane's records are served (rows, watch): nodes
+    are the engine's, read afresh by each list."""
+    if resource == "nodes":
+        raise errors.UsageError("nodes are read from the engine by each list: list(\"nodes\") "
+                                "(no rows, no watch)")
 
 
 def _path(resource: str) -> str:

@@ -70,6 +70,59 @@ class Node:
         }
 
 
+def from_document(doc: Any) -> Node:
+    """The node a document of `Node.document()` describes (a server's answer to `get nodes`,
+    read by the CLI's remote mode to print the same table); ValueError when it is not one."""
+    def text(value: Any, what: str, *, optional: bool = False) -> Any:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str):
+            raise ValueError(f"a node's {what} is not text")
+        return value
+
+    def number(value: Any, what: str) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"a node's {what} is not a number")
+        return value
+
+    if not isinstance(doc, dict) or doc.get("kind") != "Node":
+        raise ValueError("not a Node document")
+    meta, spec, status = (doc.get(k) for k in ("metadata", "spec", "status"))
+    if not (isinstance(meta, dict) and isinstance(spec, dict) and isinstance(status, dict)):
+        raise ValueError("a Node without metadata, spec and status")
+    labels = meta.get("labels") or {}
+    capacity = status.get("capacity") or {}
+    reserved = status.get("reserved")
+    cells = status.get("cells") or []
+    if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise ValueError("a node's labels are not text")
+    if not isinstance(capacity, dict) or not (reserved is None or isinstance(reserved, dict)):
+        raise ValueError("a node's capacity is not an object")
+    if not isinstance(cells, list) or not all(isinstance(c, str) for c in cells):
+        raise ValueError("a node's cells are not names")
+    tasks = number(status.get("tasks"), "tasks")
+    memory = number(capacity.get("memoryBytes"), "memory")
+    return Node(
+        name=text(meta.get("name"), "name"), id=text(meta.get("id"), "id"),
+        role=text(spec.get("role"), "role"),
+        availability=text(spec.get("availability"), "availability"),
+        state=text(status.get("state"), "state"),
+        address=text(status.get("address"), "address", optional=True),
+        leader=status.get("leader") is True,
+        message=text(status.get("message") or "", "message"),
+        engine=text(status.get("engineVersion") or "", "engine version"),
+        created=text(meta.get("creationTimestamp"), "creation time", optional=True),
+        labels=dict(labels), cpus=number(capacity.get("cpus"), "cpus"),
+        memory_bytes=None if memory is None else int(memory),
+        reserved_cpus=float(number((reserved or {}).get("cpus"), "reserved cpus") or 0),
+        reserved_memory_bytes=int(number((reserved or {}).get("memoryBytes"),
+                                         "reserved memory") or 0),
+        tasks=-1 if tasks is None else int(tasks), cells=tuple(cells))
+
+
 def cluster(state_dir: Path) -> config.ClusterSettings | None:
     """The configured cluster, or None: single-host."""
     return config.load(state_dir).cluster

@@ -21,8 +21,9 @@ or for an admin):
 - only an admin gives a cell to the state directory's owner (`host-owner`): that owner's
   cells clone with the server's git credentials (git_source.host_credentials).
 
-A resource without an owner (a node, an object recorded before owners were) belongs to no
-developer: only an admin changes it.
+A resource without an owner (an object recorded before owners were) belongs to no
+developer: only an admin changes it. Nor does a node: only an admin cordons or uncordons one
+(`node-admin`).
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ RULES = {
                   "archive workspace, a git repository on the server, privileged, host "
                   "network): DevCell's configuration allows them for the whole server, not "
                   "for each user",
+    "node-admin": "only an admin changes a node (cordon, uncordon): the machines belong to "
+                  "the whole team",
     "host-owner": "only an admin gives a cell to the server's owner (its git clones would use "
                   "the server's git credentials with a spec another user wrote)",
 }
@@ -112,6 +115,8 @@ def authorize(principal: Principal, verb: Verb, resource: ResourceRef) -> Decisi
         return Decision(False, "viewer-read-only")
     if verb is Verb.token_admin:
         return Decision(False, "token-admin")
+    if resource.kind == "Node":
+        return Decision(False, "node-admin")
     if verb is Verb.create:
         return Decision(resource.owner == principal.user, "developer-creates-own")
     if resource.owner is not None and resource.owner == principal.user:

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from devcell.api import nodes, render
-from devcell.errors import UsageError
+from devcell.errors import DevCellError, UsageError
 from devcell.names import printable
 from devcell.store.db import resolve_state_dir
 
@@ -21,10 +21,25 @@ def rows(args: argparse.Namespace, selector: Selector | None) -> list[dict[str, 
     if args.watch or args.field_selector:
         raise UsageError("nodes are read from the engine each time: no -w or --field-selector "
                          "with `get nodes` (-l selects by node label)")
-    found = nodes.list_nodes(resolve_state_dir(args.state_dir))
+    remote = getattr(args, "remote", None)
+    if remote is not None:  # through a server (cli/remote.py): the nodes it lists
+        found = [served(remote, doc) for doc in remote.list("nodes")]
+    else:
+        found = nodes.list_nodes(resolve_state_dir(args.state_dir))
     wanted = set(args.names)
     return [_row(n) for n in found if (selector is None or selector.matches(n.labels))
             and (not wanted or n.name in wanted or n.id in wanted)]
+
+
+def served(client: Any, doc: Any) -> nodes.Node:
+    """A node a server answered with (cli/remote_nodes.py); one that is not a node is the
+    client's "not DevCell's API" error, never a traceback."""
+    try:
+        return nodes.from_document(doc)
+    except ValueError as exc:
+        raise DevCellError(f"DevCell API at {printable(client.url)}: the server answered a "
+                           f"node that is not one ({exc}): is it DevCell's API (the daemon's "
+                           "--listen address)?") from None
 
 
 def _row(node: nodes.Node) -> dict[str, Any]:
@@ -57,7 +72,12 @@ def table(rows: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list[
 def _set(args: argparse.Namespace, availability: str, said: str) -> int:
     node, changed = nodes.set_availability(resolve_state_dir(args.state_dir), args.node,
                                            availability)
-    shown = printable(f"node/{node.id}")
+    return print_set(node.id, changed, said)
+
+
+def print_set(node_id: str, changed: bool, said: str) -> int:
+    """What cordon and uncordon say (on the state directory and through a server alike)."""
+    shown = printable(f"node/{node_id}")
     sys.stdout.write(f"{shown} {said}\n" if changed else f"{shown} already {said}\n")
     return 0
 

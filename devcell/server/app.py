@@ -247,6 +247,8 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
         return lambda request: _ssh_host_key(ctx)
     if route.verb in ("resume", "cancel"):
         return lambda request: _op_action(ctx, route.verb, request)
+    if route.resource is routes.NODES:
+        return _node_handler(ctx, route)
     resource = route.resource
     assert resource is not None
     if route.upgrade:
@@ -393,8 +395,8 @@ def _selector(resource: Resource, request: Request) -> Any:
     if not given:
         return None
     if not resource.labeled:
-        raise UsageError(f"{resource.plural} have no labels: labelSelector applies to cells "
-                         "and snapshots")
+        raise UsageError(f"{resource.plural} have no labels: labelSelector applies to cells, "
+                         "snapshots and nodes")
     from devcell.manifests import selectors
 
     return selectors.parse(given)
@@ -797,6 +799,32 @@ async def _op_action(ctx: Context, which: str, request: Request) -> Response:
                             op_ref, given)
     doc = await run_in_threadpool(_get_sync, ctx, routes.RESOURCES["operations"], op_ref)
     return JSONResponse(doc)
+
+
+def _node_handler(ctx: Context, route: routes.Route) -> Handler:
+    """The nodes' routes (server.node_routes), each asking the engine on a worker thread."""
+    from devcell.server import node_routes
+
+    async def list_nodes(request: Request) -> Response:
+        if "watch" in request.query_params:
+            raise UsageError("nodes are read from the engine by each request: they cannot be "
+                             "watched (list them again)")
+        selector = _selector(routes.NODES, request)
+        return JSONResponse(await run_in_threadpool(node_routes.listed, ctx.state_dir,
+                                                    selector))
+
+    async def get_node(request: Request) -> Response:
+        return JSONResponse(await run_in_threadpool(node_routes.one, ctx.state_dir,
+                                                    request.path_params["name"]))
+
+    async def act(request: Request) -> Response:
+        return JSONResponse(await run_in_threadpool(
+            node_routes.act, ctx.state_dir, request.state.principal,
+            request.path_params["name"], route.verb))
+
+    if route.verb == "list":
+        return list_nodes
+    return get_node if route.verb == "get" else act
 
 
 async def _ssh_host_key(ctx: Context) -> Response:

@@ -132,6 +132,38 @@ def _record_schemas() -> dict[str, Any]:
             "properties": {"apiVersion": {"type": "string"}, "kind": {"const": "List"},
                            "items": {"type": "array", "items": _ref(r.kind)},
                            "metadata": _list_meta()}}
+    number = {"type": ["number", "null"]}
+    out["Node"] = {
+        "type": "object", "description": "A node as `devcell get nodes -o json` prints it: the "
+        "engine's, read when asked (a single host: this machine alone)",
+        "required": ["apiVersion", "kind", "metadata", "spec", "status"],
+        "properties": {
+            "apiVersion": {"type": "string"}, "kind": {"const": "Node"},
+            "metadata": {"type": "object", "required": ["name", "id", "labels"],
+                         "properties": {"name": {"type": "string"}, "id": {"type": "string"},
+                                        "labels": {"type": "object",
+                                                   "additionalProperties": {"type": "string"}},
+                                        "creationTimestamp": text}},
+            "spec": {"type": "object", "required": ["role", "availability"],
+                     "properties": {"role": {"type": "string"},
+                                    "availability": {"type": "string"}}},
+            "status": {"type": "object", "required": ["state", "cells"], "properties": {
+                "state": {"type": "string"}, "message": {"type": "string"},
+                "address": text, "leader": {"type": "boolean"}, "engineVersion": text,
+                "capacity": {"type": "object", "properties": {"cpus": number,
+                                                              "memoryBytes": number}},
+                "reserved": {"type": ["object", "null"]}, "tasks": number,
+                "cells": {"type": "array", "items": {"type": "string"}}}}}}
+    out["NodeList"] = {
+        "type": "object", "required": ["apiVersion", "kind", "items", "metadata"],
+        "properties": {"apiVersion": {"type": "string"}, "kind": {"const": "List"},
+                       "items": {"type": "array", "items": _ref("Node")},
+                       "metadata": {"type": "object", "description": "no resourceVersion: "
+                                    "nodes are not the control plane's records"}}}
+    out["NodeActionResult"] = {
+        "type": "object", "required": ["node", "changed"],
+        "properties": {"node": _ref("Node"), "changed": {
+            "type": "boolean", "description": "false: its availability was that already"}}}
     out["RowList"] = {
         "type": "object", "required": ["apiVersion", "kind", "items", "metadata"],
         "description": "What `devcell get` prints its tables from (the CLI's remote mode): "
@@ -183,6 +215,8 @@ def _operation(route: routes.Route) -> dict[str, Any]:
         return _logs(op)
     if route.verb in ("resume", "cancel"):
         return _op_action(route, op)
+    if r is routes.NODES:
+        return _node(route, op)
     if route.name == "ssh_host_key":
         op["responses"] = {"200": {"description": "the host key's public half", "content": {
             "application/json": {"schema": {
@@ -302,6 +336,27 @@ def _operation(route: routes.Route) -> dict[str, Any]:
     if params:
         op["parameters"] = params
     op["responses"] = {**ok, **_problem_responses(*sorted(set(errors)))}
+    return op
+
+
+def _node(route: routes.Route, op: dict[str, Any]) -> dict[str, Any]:
+    """The nodes' routes: a list (labelSelector), one node, cordon and uncordon (admins')."""
+    errors = [400, 401, 403, 406, 500, 502, 503]
+    if route.verb == "list":
+        op["parameters"] = [{"name": "labelSelector", "in": "query", "required": False,
+                             "schema": {"type": "string"},
+                             "description": "as -l: by node label (zone=a,disk!=hdd)"}]
+        ok = {"description": "the nodes, as the engine reports them now",
+              "content": {"application/json": {"schema": _ref("NodeList")}}}
+    else:
+        op["parameters"] = [{"name": "name", "in": "path", "required": True,
+                             "schema": {"type": "string", "minLength": 1}}]
+        errors.append(404)
+        ok = {"description": "the node" if route.verb == "get" else
+              "the node after, and whether its availability changed", "content": {
+                  "application/json": {"schema": _ref(
+                      "Node" if route.verb == "get" else "NodeActionResult")}}}
+    op["responses"] = {"200": ok, **_problem_responses(*sorted(errors))}
     return op
 
 

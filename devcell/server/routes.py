@@ -34,6 +34,17 @@ RESOURCES = {r.plural: r for r in (
 )}
 
 
+NODES = Resource("nodes", "Node", labeled=True, deletable=False)
+"""The machines cells run on (`devcell get nodes`): the engine's, read afresh by each request
+(api.nodes), so not one of RESOURCES, the control plane's records (no rows, watch or
+versions)."""
+NODE_ACTIONS = {
+    "cordon": "Keep new cells off a node (as `devcell node cordon`: the engine's availability "
+              "pause); an admin's",
+    "uncordon": "Let cells be placed on a node again (as `devcell node uncordon`); an admin's",
+}
+
+
 class Route(NamedTuple):
     method: str
     path: str
@@ -88,6 +99,12 @@ def table() -> list[Route]:
               Route("POST", f"{PREFIX}/diff", "diff", "get", None,
                     "What an apply of a manifest stream would change, as unified diffs (as "
                     "`devcell diff -f`); nothing is recorded")]
+    routes += [Route("GET", f"{PREFIX}/nodes", "list_nodes", "list", NODES,
+                     "List the nodes cells run on, as the engine reports them now"),
+               Route("GET", f"{PREFIX}/nodes/{{name}}", "get_nodes", "get", NODES,
+                     "One node, by id, unique hostname or unique id prefix")]
+    routes += [Route("POST", f"{PREFIX}/nodes/{{name}}/{action}", f"{action}_node", action,
+                     NODES, summary) for action, summary in NODE_ACTIONS.items()]
     for r in RESOURCES.values():
         routes.append(Route("GET", f"{PREFIX}/{r.plural}", f"list_{r.plural}", "list", r,
                             f"List {r.plural} (watch=true: follow their changes)"))

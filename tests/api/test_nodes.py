@@ -123,3 +123,36 @@ def test_a_nodes_hostname_and_labels_are_printed_escaped(state_dir: Path, cli: C
     for done in shown:
         assert done.returncode == 0, done.stderr
         assert not any(c in done.stdout for c in "\x1b\x07\r"), repr(done.stdout)
+
+
+def _swarm_node() -> nodes.Node:
+    return nodes.Node(name="w1", id="abc123", role="worker", availability="pause",
+                      state="ready", address="127.0.0.2", leader=False, message="",
+                      engine="20.10.24", created="2026-12-01T10:00:00Z",
+                      labels={"zone": "a"}, cpus=2.0, memory_bytes=1 << 30, reserved_cpus=0.5,
+                      reserved_memory_bytes=256 << 20, tasks=3, cells=("api", "web"))
+
+
+@pytest.mark.parametrize("node", [_swarm_node(), nodes.Node(
+    name="vm", id="local", role="local", availability="active", state="ready", address=None,
+    cpus=None, memory_bytes=None, tasks=-1, cells=())], ids=["swarm", "single-host"])
+def test_a_nodes_document_reads_back_as_the_same_node(node: nodes.Node) -> None:
+    """What a server lists is what the CLI's remote mode prints from (cli/cmd_nodes.served):
+    the node it was made from, field for field, through JSON."""
+    assert nodes.from_document(json.loads(json.dumps(node.document()))) == node
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: d.update(kind="Cell"), lambda d: d.pop("status"),
+    lambda d: d["metadata"].update(name=7), lambda d: d["metadata"].update(labels={"a": 1}),
+    lambda d: d["status"].update(cells="api"), lambda d: d["status"].update(tasks="3"),
+    lambda d: d["status"]["capacity"].update(cpus=True), lambda d: d["status"].update(
+        reserved=[1])], ids=["kind", "no-status", "name", "labels", "cells", "tasks", "cpus",
+                             "reserved"])
+def test_a_document_that_is_not_a_node_is_refused(damage: Any) -> None:
+    """A hostile or broken server's answer is a ValueError (said as "not DevCell's API" by
+    the CLI), never a traceback."""
+    doc = _swarm_node().document()
+    damage(doc)
+    with pytest.raises(ValueError):
+        nodes.from_document(doc)

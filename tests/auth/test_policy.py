@@ -62,8 +62,29 @@ def resource(relation: str, user: str = "ana") -> ResourceRef:
 def test_the_table_covers_every_verb_role_and_rule() -> None:
     assert set(TABLE) == set(Verb)
     assert all(set(by_role) == {r.value for r in Role} for by_role in TABLE.values())
-    # owner-grants and host-admin judge what a manifest asks for, beside the verb: below
-    assert {cell[1:] for _, _, _, cell in CASES} == set(RULES) - {"owner-grants", "host-admin", "host-owner"}
+    # owner-grants and host-admin judge what a manifest asks for, beside the verb, and
+    # node-admin a node, not a cell: below
+    assert {cell[1:] for _, _, _, cell in CASES} == set(RULES) - {
+        "owner-grants", "host-admin", "host-owner", "node-admin"}
+
+
+@pytest.mark.parametrize("role", list(Role))
+@pytest.mark.parametrize("verb", list(Verb))
+def test_a_node_is_read_by_everyone_and_changed_by_an_admin_alone(role: Role,
+                                                                  verb: Verb) -> None:
+    """A node belongs to no developer, even one whose user name is the node's (an owner is
+    never read from a node): `node-admin` refuses every change but an admin's."""
+    decision = authorize(Principal("ana", role), verb, ResourceRef("Node", "w1", owner="ana"))
+    if role is Role.admin:
+        assert decision.allowed and decision.rule == "admin"
+    elif verb in (Verb.list, Verb.get, Verb.watch):
+        assert decision.allowed and decision.rule == "read"
+    elif role is Role.viewer:
+        assert not decision.allowed and decision.rule == "viewer-read-only"
+    elif verb is Verb.token_admin:
+        assert not decision.allowed and decision.rule == "token-admin"
+    else:
+        assert not decision.allowed and decision.rule == "node-admin"
 
 
 @pytest.mark.parametrize(("role", "verb", "relation", "expected"), CASES,
@@ -85,7 +106,9 @@ def test_decision(role: Role, verb: Verb, relation: str, expected: str) -> None:
 def test_an_ownerless_resource_is_no_developers() -> None:
     """A node, or a cell recorded before owners were: only an admin changes it."""
     node = ResourceRef("Node", "n1")
-    assert authorize(Principal("ana", Role.developer), Verb.update, node).rule \
+    assert authorize(Principal("ana", Role.developer), Verb.update, node).rule == "node-admin"
+    old = ResourceRef("Cell", "c1")
+    assert authorize(Principal("ana", Role.developer), Verb.update, old).rule \
         == "developer-not-own"
     assert authorize(Principal("ana", Role.developer), Verb.get, node).allowed
     assert authorize(Principal("", Role.developer), Verb.delete, node).allowed is False

@@ -105,6 +105,16 @@ CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
         "GET", f"/api/v1/operations/{api.client.get('/api/v1/operations').json()['items'][0]['id']}",
         None), READ),
     "openapi": (lambda api, t: ("GET", "/api/v1/openapi.json", None), READ),
+    "list nodes": (lambda api, t: ("GET", "/api/v1/nodes", None), READ),
+    "get a node": (lambda api, t: ("GET", "/api/v1/nodes/local", None), READ),
+    # a node is the whole team's: only an admin cordons one (the session's single host then
+    # refuses, naming its configuration: there is no scheduler to keep cells off it)
+    "cordon a node": (lambda api, t: ("POST", "/api/v1/nodes/local/cordon", {}), {
+        "viewer": (403, "viewer-read-only"), "developer": (403, "node-admin"),
+        "admin": (400, None)}),
+    "uncordon a node": (lambda api, t: ("POST", "/api/v1/nodes/local/uncordon", {}), {
+        "viewer": (403, "viewer-read-only"), "developer": (403, "node-admin"),
+        "admin": (400, None)}),
     "the ssh host key": (lambda api, t: ("GET", "/api/v1/ssh/host-key", None), READ),
     "describe a cell": (lambda api, t: ("GET", "/api/v1/cells/seed/describe", None), READ),
     "describe another's snapshot": (lambda api, t: (

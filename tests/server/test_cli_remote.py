@@ -70,6 +70,11 @@ SAME = [
     ["describe", "operation", "{op}"], ["describe", "op", "{op}", "op_nope"],
     ["describe", "cell"], ["describe", "op", "-l", "a=b"], ["describe", "cell", "-l", "a in ("],
     ["describe", "snapshot", "-l", "team=nobody"],
+    # nodes: the engine's (a single host here: this machine), read by each request
+    ["get", "nodes"], ["get", "nodes", "-o", "wide"], ["get", "nodes", "-o", "json"],
+    ["get", "nodes", "-o", "name"], ["get", "nodes", "local", "nope"],
+    ["get", "nodes", "-l", "zone=a"], ["get", "nodes", "-w"],
+    ["node", "cordon", "local"], ["node", "uncordon", "nope"],
 ]
 
 

@@ -1,0 +1,34 @@
+"""`node cordon` and `node uncordon` through a server (cli/remote.py): POST
+/api/v1/nodes/NAME/cordon|uncordon (an admin's), said as on the server's machine. `get nodes`
+reads GET /api/v1/nodes in cmd_nodes itself; `node drain` is not served: it moves cells for
+minutes and is run on the manager that holds the state directory."""
+
+from __future__ import annotations
+
+import argparse
+
+from devcell.cli import cmd_nodes
+from devcell.errors import DevCellError
+from devcell.names import printable
+
+
+def run_cordon(args: argparse.Namespace) -> int:
+    return _set(args, "cordon", "cordoned")
+
+
+def run_uncordon(args: argparse.Namespace) -> int:
+    return _set(args, "uncordon", "uncordoned")
+
+
+def _set(args: argparse.Namespace, action: str, said: str) -> int:
+    client = args.remote
+    answer = client.node_action(args.node, action)
+    if not isinstance(answer, dict):
+        answer = {}
+    node = cmd_nodes.served(client, answer.get("node"))
+    changed = answer.get("changed")
+    if not isinstance(changed, bool):
+        raise DevCellError(f"DevCell API at {printable(client.url)}: the server answered a "
+                           f"{action} without saying whether it changed the node: is it "
+                           "DevCell's API (the daemon's --listen address)?")
+    return cmd_nodes.print_set(node.id, changed, said)

@@ -32,7 +32,7 @@ def run_code(args: argparse.Namespace) -> int:
         if editor.settings is None and not editor.extensions and not editor.problems:
             sys.stderr.write(f"cell {names.printable(attached.ref.name)}: no VS Code extensions "
                              "or settings in its annotations\n")
-        code.apply(attached.interactive(), attached.ref, editor, say=_say)
+        code.apply(attached.interactive(), attached.ref, editor, say=say)
         # VS Code attaching: its sessions are commands and its terminals the server's own,
         # so the cell's postAttach hooks run here (api/post_attach.py)
         from devcell.api import post_attach
@@ -41,14 +41,24 @@ def run_code(args: argparse.Namespace) -> int:
         argv = code.open_argv(attached.ref)
     finally:
         attached.close()
-    host = f"{attached.ref.name}.devcell"
+    return open_editor(attached.ref.name, argv, print_only=args.print)
+
+
+def open_editor(cell: str, argv: list[str], *, print_only: bool,
+                ssh_config: str = "devcell ssh-config") -> int:
+    """VS Code opened on the cell (`argv`, api.code.open_argv), or its command line printed
+    (`print_only`, or no `code` on PATH); a note when ~/.ssh/config has no Host block for the
+    cell, saying the `ssh_config` command that adds it."""
+    from devcell.api import code
+
+    host = f"{cell}.devcell"
     if not _in_ssh_config(host):
         sys.stderr.write(f"note: VS Code's Remote-SSH reads ~/.ssh/config, which has no Host "
-                         f"{names.printable(host)} block: add it with `devcell ssh-config "
-                         f"{names.printable(attached.ref.name)} >> ~/.ssh/config`\n")
+                         f"{names.printable(host)} block: add it with `{ssh_config} "
+                         f"{names.printable(cell)} >> ~/.ssh/config`\n")
     found = shutil.which("code")
-    if args.print or found is None:
-        if found is None and not args.print:
+    if print_only or found is None:
+        if found is None and not print_only:
             sys.stderr.write("VS Code's `code` command is not on PATH; open the cell with:\n")
         print(code.shown(argv))
         return 0
@@ -57,7 +67,7 @@ def run_code(args: argparse.Namespace) -> int:
     return children.run_attached([found, *argv[1:]])
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
     sys.stderr.write(line + "\n")
 
 

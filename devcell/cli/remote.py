@@ -47,7 +47,8 @@ SERVED = {("get", None): "remote_get:run_get",
           ("ssh-proxy", None): "remote_streams:run_ssh_proxy",
           ("ssh-config", None): "remote_ssh:run_ssh_config",
           ("ssh", None): "remote_ssh:run_ssh",
-          ("describe", None): "remote_describe:run_describe"}
+          ("describe", None): "remote_describe:run_describe",
+          ("code", None): "remote_code:run_code"}
 """The commands the API serves, and the handler ("module:function" under devcell.cli) that
 runs each through it (`args.remote` is the client)."""
 

@@ -244,3 +244,62 @@ def test_a_client_that_does_not_read_holds_the_server_to_bounded_memory(api: Api
     print(f"sent {sent[0] >> 20} MiB, the server grew by {grown >> 20} MiB")
     assert sent[0] < 64 << 20, "nothing held the sender back"
     assert grown < 24 << 20, f"the server grew by {grown >> 20} MiB"
+
+
+def test_code_through_the_server_writes_the_editors_settings_and_runs_post_attach(
+        api: Api, tmp_path: Path) -> None:
+    """`devcell --server URL code CELL` on a developer's machine: the cell's VS Code settings
+    written and its postAttach hook run in the cell through the exec stream, as the server's
+    own `devcell code` does; the line VS Code opens printed, and the ssh-config note names
+    the server. A second run keeps the settings; a viewer is refused before anything runs.
+    Cost: one more container cell, ~10-20 s."""
+    from devcell import Client
+    from devcell.api.devcontainer_lifecycle import SETTINGS
+    from tests.backends.engine import IMAGE, require_engine
+    from tests.server.test_app import wait_for
+
+    require_engine()
+    name = f"code-{uuid.uuid4().hex[:6]}"
+    env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(tmp_path),
+               DEVCELL_CONTEXTS=str(tmp_path / "ctx.json"))
+    reach = ["--server", f"unix:{api.socket}"]
+
+    def code(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "devcell", *extra, "code", name,
+                               "--print"], capture_output=True, text=True, cwd=REPO, env=env,
+                              timeout=120)
+
+    with Client(f"unix:{api.socket}") as dc:
+        dc.apply(f"apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata:\n  name: {name}\n"
+                 f"  annotations: {{{SETTINGS}: '{{\"editor.tabSize\": 2}}'}}\n"
+                 f"spec:\n  backend: container\n  image: {IMAGE}\n  network: {{mode: none}}\n"
+                 f"  hooks: {{postAttach: [[sh, -c, 'echo attached >> /tmp/attached']]}}\n"
+                 f"  services: [{{name: idle, command: [sleep, '3600']}}]\n")
+        try:
+            wait_for(api, f"/api/v1/cells/{name}",
+                     lambda r: r.json()["status"].get("phase") == "Running", timeout=120)
+            first = code(*reach)
+            assert first.returncode == 0, first.stderr
+            assert first.stdout == ("code --folder-uri "
+                                    f"vscode-remote://ssh-remote+{name}.devcell/workspace\n")
+            settings = "/root/.vscode-server/data/Machine/settings.json"
+            assert f"settings: wrote {settings}" in first.stderr, first.stderr
+            assert (f"add it with `devcell --server unix:{api.socket} ssh-config {name} >> "
+                    "~/.ssh/config`") in first.stderr
+            assert "Traceback" not in first.stderr
+            assert dc.exec(name, ["cat", settings]).stdout == b'{\n    "editor.tabSize": 2\n}\n'
+            again = code(*reach)
+            assert f"settings: kept {settings} (it exists)" in again.stderr, again.stderr
+            assert dc.exec(name, ["cat", "/tmp/attached"]).stdout == b"attached\nattached\n"
+            token = tmp_path / "token"
+            token.write_text(api.token(f"v-{uuid.uuid4().hex[:4]}", "viewer") + "\n")
+            token.chmod(0o600)
+            refused = code("--server", api.url, "--certificate-authority",
+                           str(api.certificate), "--token-file", str(token))
+            assert refused.returncode != 0 and "viewer-read-only" in refused.stderr
+            assert "settings:" not in refused.stderr and refused.stdout == ""
+            assert dc.exec(name, ["cat", "/tmp/attached"]).stdout == b"attached\nattached\n"
+        finally:
+            dc.delete("cells", name)
+            with contextlib.suppress(errors.NotFound, TimeoutError):
+                dc.wait(name, "Deleted", timeout=60)  # its containers with it

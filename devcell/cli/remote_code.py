@@ -1,0 +1,124 @@
+"""`devcell code CELL` through a server (cli/remote.py): VS Code on a cell of a team's server.
+
+As on the server's machine: the editor settings and extensions the cell's annotations ask
+for are written and installed in the running cell, then its postAttach hooks run, then VS
+Code opens on `CELL.devcell` over Remote-SSH (its ProxyCommand reaches the cell through the
+server: `devcell --context NAME ssh-config CELL`). Each command in the cell goes through the
+API's exec stream as the caller (the `exec` verb on the cell: a developer's own cells and
+those shared with them); a sleeping cell is woken by it, said as the server says it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from typing import Any, BinaryIO
+
+from devcell.backends.base import CellRef
+from devcell.backends.interactive import ExecOptions, Terminal
+from devcell.errors import DevCellError, TemporaryError, UsageError
+from devcell.names import printable, printable_text
+
+MAX_INPUT = 1 << 20
+"""A command's input (the editor's settings file): small."""
+HUNG_UP = 129
+"""The status said for a command this side hung up (a postAttach hook past its limit)."""
+POLL_SECONDS = 0.25
+"""How often a hang-up is looked for while the command runs."""
+
+
+class _ThroughServer:
+    """The cell's commands through the server's exec stream: what api.code and
+    api.post_attach run them with (backends.interactive.Interactive's exec)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def exec(self, cell: CellRef, argv: list[str], *, stdout: BinaryIO, stderr: BinaryIO,
+             stdin: BinaryIO | None = None, terminal: Terminal | None = None,
+             options: ExecOptions | None = None) -> int:
+        from websockets.exceptions import ConnectionClosed
+
+        from devcell.client import exec_status
+        from devcell.server import framing
+
+        if terminal is not None:
+            raise UsageError("a terminal is not served to `devcell code`'s commands")
+        session = options or ExecOptions()
+        data = stdin.read(MAX_INPUT) if stdin is not None else None
+        ws = self.client.exec_socket(cell.name, argv, stdin=data is not None,
+                                     env=list(session.env) or None, workdir=session.workdir,
+                                     user=session.user)
+        with ws:
+            if data is not None:
+                for at in range(0, len(data), framing.MAX_STDIN):
+                    ws.send(framing.frame(framing.STDIN, data[at:at + framing.MAX_STDIN]))
+                ws.send(framing.frame(framing.STDIN, b""))
+            out = {framing.STDOUT: stdout, framing.STDERR: stderr}
+            while True:
+                if session.hang_up is not None and session.hang_up.is_set():
+                    return HUNG_UP  # the stream closed: the server ends the command
+                try:
+                    message = ws.recv(timeout=POLL_SECONDS)
+                except TimeoutError:
+                    continue
+                except ConnectionClosed:
+                    raise TemporaryError(f"exec in cell {printable(cell.name)}: the stream "
+                                         "ended without an exit status") from None
+                if not isinstance(message, bytes) or not message:
+                    continue
+                channel, payload = framing.split(message)
+                if channel in out:
+                    out[channel].write(payload)
+                    out[channel].flush()
+                elif channel == framing.NOTICE:  # the server's words (waking it, drift)
+                    sys.stderr.write(printable_text(payload.decode("utf-8", "replace")))
+                    sys.stderr.flush()
+                elif channel == framing.STATUS:
+                    return exec_status(bytes(payload))
+
+    def log_sources(self, cell: CellRef) -> Any:
+        raise UsageError("`devcell code` reads no logs")
+
+
+def run_code(args: argparse.Namespace) -> int:
+    from devcell.api import code, post_attach
+    from devcell.cli.cmd_code import open_editor, say
+
+    client = args.remote
+    ref, annotations = _cell(client, args.cell)
+    through = _ThroughServer(client)
+    editor = code.wanted(annotations)
+    if editor.settings is None and not editor.extensions and not editor.problems:
+        sys.stderr.write(f"cell {printable(ref.name)}: no VS Code extensions or settings in "
+                         "its annotations\n")
+    code.apply(through, ref, editor, say=say)
+    post_attach.run(through, ref, out=sys.stderr.buffer)
+    return open_editor(ref.name, code.open_argv(ref), print_only=args.print,
+                       ssh_config=shlex.join(["devcell", *_where(args), "ssh-config"]))
+
+
+def _cell(client: Any, name: str) -> tuple[CellRef, dict[str, str]]:
+    """The cell as the server records it (NotFound as on its machine), and its annotations;
+    a document of another shape is not DevCell's API."""
+    doc = client.get("cells", name)
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    spec = doc.get("spec") if isinstance(doc, dict) else None
+    annotations = (meta or {}).get("annotations") or {}
+    if not (isinstance(meta, dict) and isinstance(spec, dict)
+            and isinstance(meta.get("name"), str) and isinstance(meta.get("id"), str)
+            and isinstance(annotations, dict)
+            and all(isinstance(v, str) for v in annotations.values())):
+        raise DevCellError(f"DevCell API at {printable(client.url)}: the server answered a "
+                           "cell that is not one: is it DevCell's API (the daemon's --listen "
+                           "address)?")
+    return CellRef(id=meta["id"], name=meta["name"], spec=spec), dict(annotations)
+
+
+def _where(args: argparse.Namespace) -> list[str]:
+    """The global options that reach this server again (shown in the ssh-config note)."""
+    target = args.remote_target
+    if target.context is not None:
+        return ["--context", target.context]
+    return ["--server", target.url]

@@ -269,6 +269,47 @@ class Client:
             raise errors.UsageError(f"{action!r}: cordon or uncordon")
         return self._json("POST", f"/api/v1/nodes/{urllib.parse.quote(node, safe='')}/{action}")
 
+    def tokens(self) -> Sequence[dict[str, Any]]:
+        """Every token recorded, as `devcell token list -o json` lists them (an admin's):
+        ids, users, roles and states, never a token itself."""
+        doc = self._json("GET", "/api/v1/tokens")
+        items = doc.get("items") if isinstance(doc, dict) else None
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise self._not_api("a token list without items")
+        return items
+
+    def create_token(self, user: str, role: str, *, expires: str | None = None
+                     ) -> tuple[str, dict[str, Any]]:
+        """A new token for `user` with `role` (viewer, developer, admin), valid for `expires`
+        (30m, 12h, 90d; None: until revoked): (the token, shown by the server only this
+        once, and its record). An admin's."""
+        body = json.dumps({"user": user, "role": role, "expires": expires}).encode()
+        doc = self._json("POST", "/api/v1/tokens", body=body, media="application/json")
+        token = doc.get("token") if isinstance(doc, dict) else None
+        item = doc.get("item") if isinstance(doc, dict) else None
+        if not isinstance(token, str) or not isinstance(item, dict):
+            raise self._not_api("a token's creation without the token and its record")
+        return token, item
+
+    def revoke_token(self, token_id: str) -> tuple[dict[str, Any], bool]:
+        """Revoke a token by its id (or the whole token: only its id is sent): (its record,
+        whether it was active until now). An admin's."""
+        import re
+
+        match = re.fullmatch(r"([0-9a-f]{12})|dct_([0-9a-f]{12})_[0-9a-f]{64}", token_id)
+        found = None if match is None else (match.group(1) or match.group(2))
+        if found is None:  # said as the store says it: a mistyped token is never repeated
+            shown = ("(a token, not shown)" if len(token_id) > 24 or "dct_" in token_id.lower()
+                     else repr(token_id))
+            raise errors.NotFound(f"no token with id {printable(shown)} (an id is 12 hex "
+                                  "digits, as `devcell token list` shows)")
+        doc = self._json("DELETE", f"/api/v1/tokens/{found}")
+        item = doc.get("item") if isinstance(doc, dict) else None
+        revoked = doc.get("revoked") if isinstance(doc, dict) else None
+        if not isinstance(item, dict) or not isinstance(revoked, bool):
+            raise self._not_api("a revoke without the token's record")
+        return item, revoked
+
     def ssh_host_key(self) -> str:
         """The SSH host key the server's cells answer with (`ssh-ed25519 BASE64`): what a
         known_hosts file pins for *.devcell (`devcell ssh-config` writes it)."""

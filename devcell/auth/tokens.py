@@ -141,6 +141,24 @@ def revoke(db: Database, token_id: str) -> tuple[TokenInfo, bool]:
                          info.expires_at, revoked), True
 
 
+def id_of(given: str) -> str | None:
+    """The token id `given` names (an id, or a whole token's), None when it is neither: a
+    client sends a server the id alone, never a token in a URL."""
+    if len(given) > _MAX_LENGTH:
+        return None
+    match = _TOKEN.fullmatch(given)
+    if match is not None:
+        return match.group(1)
+    return given if _ID.fullmatch(given) else None
+
+
+def document(info: TokenInfo) -> dict[str, str | None]:
+    """A token as `token list -o json` and the API list it: everything but the token."""
+    return {"id": info.id, "user": info.user, "role": info.role, "state": info.state(),
+            "createdAt": info.created_at, "createdBy": info.created_by,
+            "expiresAt": info.expires_at, "revokedAt": info.revoked_at}
+
+
 def _shown(given: str) -> str:
     """What a refusal may print of what was given as a token's id: never something that may
     be a mistyped token (its secret would stay in a terminal or a log)."""

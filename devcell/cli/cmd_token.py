@@ -19,24 +19,34 @@ from devcell.store import db as dbmod
 from devcell.store import guard
 
 
-def run_token_create(args: argparse.Namespace) -> int:
+def expires_in(args: argparse.Namespace) -> int | None:
+    """--expires in seconds (None: until revoked), refused when it is not a duration."""
     from devcell.manifests.quantities import duration_seconds
 
-    expires_in = None
-    if args.expires is not None:
-        try:
-            expires_in = duration_seconds(args.expires)
-        except ValueError:
-            raise UsageError(f"--expires {args.expires!r}: a duration such as 30m, 12h or 90d"
-                             ) from None
+    if args.expires is None:
+        return None
+    try:
+        return duration_seconds(args.expires)
+    except ValueError:
+        raise UsageError(f"--expires {args.expires!r}: a duration such as 30m, 12h or 90d"
+                         ) from None
+
+
+def run_token_create(args: argparse.Namespace) -> int:
+    seconds = expires_in(args)
     state_dir = dbmod.resolve_state_dir(args.state_dir)
     db = dbmod.open_database(state_dir)
     try:
         info, token = tokens.create(db, user=args.user, role=Role(args.role),
-                                    expires_in=expires_in,
+                                    expires_in=seconds,
                                     created_by=principals.local_user(state_dir))
     finally:
         db.close()
+    return print_made(info, token)
+
+
+def print_made(info: tokens.TokenInfo, token: str) -> int:
+    """The token on stdout alone, what was made on stderr (here and through a server)."""
     sys.stdout.write(token + "\n")
     sys.stdout.flush()
     until = f", valid until {info.expires_at}" if info.expires_at else ", valid until revoked"
@@ -55,10 +65,13 @@ def run_token_list(args: argparse.Namespace) -> int:
             listed = tokens.listed(db)
         finally:
             db.close()
-    if args.output == "json":
-        items = [{"id": t.id, "user": t.user, "role": t.role, "state": t.state(),
-                  "createdAt": t.created_at, "createdBy": t.created_by,
-                  "expiresAt": t.expires_at, "revokedAt": t.revoked_at} for t in listed]
+    return print_list(args.output, listed)
+
+
+def print_list(output: str | None, listed: list[tokens.TokenInfo]) -> int:
+    """`token list`'s table or JSON (here and through a server)."""
+    if output == "json":
+        items = [tokens.document(t) for t in listed]
         sys.stdout.write(json.dumps({"items": items}, indent=2) + "\n")
         return 0
     if not listed:
@@ -80,6 +93,10 @@ def run_token_revoke(args: argparse.Namespace) -> int:
         info, was_active = tokens.revoke(db, args.id)
     finally:
         db.close()
+    return print_revoked(info.id, was_active)
+
+
+def print_revoked(token_id: str, was_active: bool) -> int:
     word = "revoked" if was_active else "already revoked"
-    sys.stdout.write(f"token/{info.id} {word}\n")
+    sys.stdout.write(f"token/{token_id} {word}\n")
     return 0

@@ -48,7 +48,10 @@ SERVED = {("get", None): "remote_get:run_get",
           ("ssh-config", None): "remote_ssh:run_ssh_config",
           ("ssh", None): "remote_ssh:run_ssh",
           ("describe", None): "remote_describe:run_describe",
-          ("code", None): "remote_code:run_code"}
+          ("code", None): "remote_code:run_code",
+          ("token", "create"): "remote_tokens:run_token_create",
+          ("token", "list"): "remote_tokens:run_token_list",
+          ("token", "revoke"): "remote_tokens:run_token_revoke"}
 """The commands the API serves, and the handler ("module:function" under devcell.cli) that
 runs each through it (`args.remote` is the client)."""
 

@@ -249,6 +249,8 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
         return lambda request: _op_action(ctx, route.verb, request)
     if route.resource is routes.NODES:
         return _node_handler(ctx, route)
+    if route.verb == "token_admin":
+        return _token_handler(ctx, route)
     resource = route.resource
     assert resource is not None
     if route.upgrade:
@@ -799,6 +801,38 @@ async def _op_action(ctx: Context, which: str, request: Request) -> Response:
                             op_ref, given)
     doc = await run_in_threadpool(_get_sync, ctx, routes.RESOURCES["operations"], op_ref)
     return JSONResponse(doc)
+
+
+def _token_handler(ctx: Context, route: routes.Route) -> Handler:
+    """The tokens' routes (server.token_routes), an admin's: a made token is answered once,
+    never cached."""
+    from devcell.server import token_routes
+
+    async def list_tokens(request: Request) -> Response:
+        return JSONResponse(await run_in_threadpool(token_routes.listed, ctx.state_dir,
+                                                    request.state.principal))
+
+    async def create_token(request: Request) -> Response:
+        from devcell.auth import policy
+
+        # refused before the body is read: a viewer's body is never parsed
+        policy.require(request.state.principal, policy.Verb.token_admin,
+                       token_routes.TOKENS)
+        if _media(request) != "json":
+            raise HttpProblem(415, "unsupported-media-type", "Unsupported media type",
+                              "send the token's user and role as application/json")
+        data = await _body(ctx, request, token_routes.MAX_BODY_BYTES)
+        made = await run_in_threadpool(token_routes.create, ctx.state_dir,
+                                       request.state.principal, data)
+        return JSONResponse(made, status_code=201, headers={"Cache-Control": "no-store"})
+
+    async def revoke_token(request: Request) -> Response:
+        return JSONResponse(await run_in_threadpool(
+            token_routes.revoke, ctx.state_dir, request.state.principal,
+            request.path_params["name"]))
+
+    return {"list_tokens": list_tokens, "create_token": create_token,
+            "revoke_token": revoke_token}[route.name]
 
 
 def _node_handler(ctx: Context, route: routes.Route) -> Handler:

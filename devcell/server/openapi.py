@@ -164,6 +164,21 @@ def _record_schemas() -> dict[str, Any]:
         "type": "object", "required": ["node", "changed"],
         "properties": {"node": _ref("Node"), "changed": {
             "type": "boolean", "description": "false: its availability was that already"}}}
+    out["Token"] = {
+        "type": "object", "description": "A token as `devcell token list -o json` lists it: "
+        "everything but the token itself",
+        "required": ["id", "user", "role", "state", "createdAt"],
+        "properties": {"id": {"type": "string", "pattern": "^[0-9a-f]{12}$"},
+                       "user": {"type": "string"},
+                       "role": {"enum": ["viewer", "developer", "admin"]},
+                       "state": {"enum": ["active", "revoked", "expired"]},
+                       "createdAt": {"type": "string"}, "createdBy": text,
+                       "expiresAt": text, "revokedAt": text}}
+    out["TokenList"] = {
+        "type": "object", "required": ["apiVersion", "kind", "items", "metadata"],
+        "properties": {"apiVersion": {"type": "string"}, "kind": {"const": "List"},
+                       "items": {"type": "array", "items": _ref("Token")},
+                       "metadata": {"type": "object"}}}
     out["RowList"] = {
         "type": "object", "required": ["apiVersion", "kind", "items", "metadata"],
         "description": "What `devcell get` prints its tables from (the CLI's remote mode): "
@@ -217,6 +232,8 @@ def _operation(route: routes.Route) -> dict[str, Any]:
         return _op_action(route, op)
     if r is routes.NODES:
         return _node(route, op)
+    if route.verb == "token_admin":
+        return _token(route, op)
     if route.name == "ssh_host_key":
         op["responses"] = {"200": {"description": "the host key's public half", "content": {
             "application/json": {"schema": {
@@ -336,6 +353,40 @@ def _operation(route: routes.Route) -> dict[str, Any]:
     if params:
         op["parameters"] = params
     op["responses"] = {**ok, **_problem_responses(*sorted(set(errors)))}
+    return op
+
+
+def _token(route: routes.Route, op: dict[str, Any]) -> dict[str, Any]:
+    """The tokens' routes (an admin's): list, create (the token in its answer once), revoke."""
+    errors = [400, 401, 403, 406, 500, 503]
+    if route.name == "list_tokens":
+        ok = {"200": {"description": "every token recorded, oldest first", "content": {
+            "application/json": {"schema": _ref("TokenList")}}}}
+    elif route.name == "create_token":
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["user", "role"], "additionalProperties": False,
+            "properties": {
+                "user": {"type": "string", "description": "the user the token acts as"},
+                "role": {"enum": ["viewer", "developer", "admin"]},
+                "expires": {"type": ["string", "null"], "description":
+                            "valid this long (30m, 12h, 90d); none: until revoked"}}}}}}
+        ok = {"201": {"description": "the token (shown only this once) and its record",
+                      "content": {"application/json": {"schema": {
+                          "type": "object", "required": ["token", "item"], "properties": {
+                              "token": {"type": "string",
+                                        "pattern": "^dct_[0-9a-f]{12}_[0-9a-f]{64}$"},
+                              "item": _ref("Token")}}}}}}
+        errors += [408, 411, 413, 415]
+    else:
+        op["parameters"] = [{"name": "name", "in": "path", "required": True,
+                             "schema": {"type": "string", "minLength": 1},
+                             "description": "the token's id (12 hex digits), never a token"}]
+        ok = {"200": {"description": "the token after, and whether it was active until now",
+                      "content": {"application/json": {"schema": {
+                          "type": "object", "required": ["item", "revoked"], "properties": {
+                              "item": _ref("Token"), "revoked": {"type": "boolean"}}}}}}}
+        errors.append(404)
+    op["responses"] = {**ok, **_problem_responses(*sorted(errors))}
     return op
 
 

@@ -99,6 +99,15 @@ def table() -> list[Route]:
               Route("POST", f"{PREFIX}/diff", "diff", "get", None,
                     "What an apply of a manifest stream would change, as unified diffs (as "
                     "`devcell diff -f`); nothing is recorded")]
+    routes += [Route("GET", f"{PREFIX}/tokens", "list_tokens", "token_admin", None,
+                     "The tokens: id, user, role, state (never a token itself; as `devcell "
+                     "token list`); an admin's"),
+               Route("POST", f"{PREFIX}/tokens", "create_token", "token_admin", None,
+                     "Make a token for a user and role (as `devcell token create`): in this "
+                     "answer once, nowhere else; an admin's"),
+               Route("DELETE", f"{PREFIX}/tokens/{{name}}", "revoke_token", "token_admin", None,
+                     "Revoke a token by its id (as `devcell token revoke`): it fails from its "
+                     "next use; an admin's")]
     routes += [Route("GET", f"{PREFIX}/nodes", "list_nodes", "list", NODES,
                      "List the nodes cells run on, as the engine reports them now"),
                Route("GET", f"{PREFIX}/nodes/{{name}}", "get_nodes", "get", NODES,

@@ -60,7 +60,7 @@ def test_https_needs_a_token(monkeypatch: pytest.MonkeyPatch,
 def test_unserved_commands_and_kinds_are_refused_by_name(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sock = f"unix:{tmp_path}/api.sock"
-    for argv, said in ((["token", "list"], "`devcell token list` is not served"),
+    for argv, said in ((["image", "ls"], "`devcell image ls` is not served"),
                        (["node", "drain", "n"], "`devcell node drain` is not served"),
                        (["gc"], "`devcell gc` is not served"),
                        (["get", "volumes"], "`devcell get volumes` is not served"),

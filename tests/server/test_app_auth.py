@@ -105,6 +105,18 @@ CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
         "GET", f"/api/v1/operations/{api.client.get('/api/v1/operations').json()['items'][0]['id']}",
         None), READ),
     "openapi": (lambda api, t: ("GET", "/api/v1/openapi.json", None), READ),
+    # tokens are an admin's alone (token-admin), through the API as on the server's machine
+    "list tokens": (lambda api, t: ("GET", "/api/v1/tokens", None), {
+        "viewer": (403, "viewer-read-only"), "developer": (403, "token-admin"),
+        "admin": (200, None)}),
+    "make a token": (lambda api, t: ("POST", "/api/v1/tokens", {
+        "user": _unique("made"), "role": "viewer"}), {
+        "viewer": (403, "viewer-read-only"), "developer": (403, "token-admin"),
+        "admin": (201, None)}),
+    "revoke a token": (lambda api, t: (
+        "DELETE", f"/api/v1/tokens/{api.token(_unique('gone'), 'viewer').split('_')[1]}", None),
+        {"viewer": (403, "viewer-read-only"), "developer": (403, "token-admin"),
+         "admin": (200, None)}),
     "list nodes": (lambda api, t: ("GET", "/api/v1/nodes", None), READ),
     "get a node": (lambda api, t: ("GET", "/api/v1/nodes/local", None), READ),
     # a node is the whole team's: only an admin cordons one (the session's single host then
@@ -429,6 +441,38 @@ def test_a_revoked_token_fails_at_once(api: Api) -> None:
         revoked = api.cli("token", "revoke", token.split("_")[1])  # dct_<id>_<secret>
         assert revoked.returncode == 0, revoked.stderr
         assert_problem(c.get("/api/v1/cells"), 401)
+
+
+def test_an_admin_makes_and_revokes_a_token_through_the_api(api: Api,
+                                                             tokens: dict[str, str]) -> None:
+    """An admin on their own machine makes a teammate's token: in the answer once (never
+    cached), recorded in the admin's name; it works at once, and its revoke through the API
+    (by id: a whole token in the path is refused without being repeated) ends it at once."""
+    user = _unique("mate")
+    with api.tls_client(tokens["admin"]) as admin:
+        made = admin.post("/api/v1/tokens", json={"user": user, "role": "developer",
+                                                  "expires": "1h"})
+        assert made.status_code == 201, made.text
+        assert made.headers["cache-control"] == "no-store"
+        token, item = made.json()["token"], made.json()["item"]
+        assert item["user"] == user and item["role"] == "developer"
+        assert item["createdBy"] == "u-admin" and item["expiresAt"] is not None
+        with api.tls_client(token) as mate:
+            assert mate.get("/api/v1/cells").status_code == 200
+            whole = admin.delete(f"/api/v1/tokens/{token}")
+            assert whole.status_code == 404 and token not in whole.text
+            assert mate.get("/api/v1/cells").status_code == 200
+            gone = admin.delete(f"/api/v1/tokens/{item['id']}")
+            assert gone.status_code == 200 and gone.json()["revoked"] is True
+            assert_problem(mate.get("/api/v1/cells"), 401)
+        listed = {t["id"]: t for t in admin.get("/api/v1/tokens").json()["items"]}
+        assert listed[item["id"]]["state"] == "revoked"
+        assert token not in admin.get("/api/v1/tokens").text
+    events = api.client.get("/api/v1/events").json()["items"]
+    made_event = [e for e in events if e["reason"] == "TokenCreated"
+                  and item["id"] in e["message"]]
+    assert made_event and made_event[0].get("actor") == "u-admin"
+    assert token not in str(events)
 
 
 def test_a_watch_ends_when_its_token_is_revoked(api: Api) -> None:

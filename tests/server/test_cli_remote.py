@@ -75,6 +75,12 @@ SAME = [
     ["get", "nodes", "-o", "name"], ["get", "nodes", "local", "nope"],
     ["get", "nodes", "-l", "zone=a"], ["get", "nodes", "-w"],
     ["node", "cordon", "local"], ["node", "uncordon", "nope"],
+    # tokens (an admin's): the list, and what is refused before a token is made
+    ["token", "list"], ["token", "list", "-o", "json"], ["token", "revoke", "nope"],
+    ["token", "revoke", "000000000000"], ["token", "revoke", "dct_" + "0" * 12],
+    ["token", "create", "--user", "bad user", "--role", "viewer"],
+    ["token", "create", "--user", "x", "--role", "viewer", "--expires", "soon"],
+    ["token", "create", "--user", "x", "--role", "viewer", "--expires", "0s"],
 ]
 
 

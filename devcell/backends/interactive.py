@@ -6,15 +6,17 @@ CapabilityMissing instead of a surprise.
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Callable, Iterator
-from typing import BinaryIO, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, BinaryIO, Protocol, runtime_checkable
 
 from devcell.backends.base import Backend, CellRef
 from devcell.backends.log_source import ServiceLogs
 from devcell.errors import CapabilityMissing
 from devcell.records import Record, field
+
+if TYPE_CHECKING:
+    import socket  # annotations only: socket.py builds its enums at import (~2 ms)
 
 
 class Terminal(Record):

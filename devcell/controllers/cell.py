@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from devcell import backends, errors, security
-from devcell.backends import dotfiles as backends_dotfiles
 from devcell.backends.base import (
     Backend,
     Building,
@@ -725,6 +724,10 @@ class CellController:
         ref = _work(plan).ref.replace(op_id=ctx.current_op,
                                       owner=owner if isinstance(owner, str) else None)
         if step.name == S.INSTALL_DOTFILES:
+            # imported here: a cell's sleep, start or snapshot does without it (its git
+            # source, a dataclass and the exec protocol's sockets: ~5-14 ms of start-up)
+            from devcell.backends import dotfiles as backends_dotfiles
+
             return backends_dotfiles.install(ctx.backend(plan.backend), ref,
                                              state_dir=Path(ctx.db.state_dir))
         if step.name == S.HOST_INITIALIZE:

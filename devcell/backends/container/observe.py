@@ -17,7 +17,6 @@ import _socket
 import json
 import os
 import re
-import socket
 import time
 import urllib.parse
 from pathlib import Path
@@ -354,7 +353,7 @@ _REASONS: tuple[tuple[type[BaseException], str], ...] = (
     (FileNotFoundError, "no such socket"),
     (ConnectionRefusedError, "connection refused"),
     (PermissionError, "permission denied on the socket"),
-    (socket.gaierror, "unknown host"),
+    (_socket.gaierror, "unknown host"),  # socket.gaierror: the same class
     (TimeoutError, "timed out"),
 )
 

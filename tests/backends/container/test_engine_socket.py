@@ -28,6 +28,7 @@ UNUSED_ON_THE_SNAPSHOT_PATH = (
     "http", "email", "ssl",  # engine_http speaks to the engine without http.client
     "concurrent", "logging",  # a pool only where one is made
     "tarfile", "secrets",  # images and archives are not this path's work
+    "socket",  # `_socket` is enough: socket.py builds its enums at import (~2 ms)
 )
 """Top-level modules a `devcell snapshot create` or `cell sleep` of a container cell without
 hooks, logging nothing, never imports (each is start-up time paid for nothing)."""

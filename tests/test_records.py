@@ -96,3 +96,37 @@ def test_code_written_for_dataclasses_still_works_on_a_record() -> None:
                                                          "note": "n"}
     bag = Bag("b", [1])
     assert dataclasses.replace(bag, name="c") == Bag("c", [1])
+
+
+def test_the_shared_init_and_the_compiled_one_build_the_same_records() -> None:
+    from devcell.records import COMPILE_AFTER
+
+    class Item(MutableRecord):
+        name: str
+        count: int = 1
+        tags: list[str] = field(default_factory=list)
+
+        def __post_init__(self) -> None:
+            self.count += 0  # called on both paths
+
+    calls = [lambda: Item("a"), lambda: Item("a", 2, ["t"]), lambda: Item(name="a", tags=["t"]),
+             lambda: Item("a", tags=["t"], count=3)]
+    errors: list[Callable[[], object]] = [
+        lambda: Item(),  # type: ignore[call-arg]
+        lambda: Item("a", 1, [], 4),  # type: ignore[call-arg]
+        lambda: Item("a", name="b"),  # type: ignore[misc]
+        lambda: Item("a", size=1)]  # type: ignore[call-arg]
+    shared = [make() for make in calls]
+    for error in errors:
+        with pytest.raises(TypeError):
+            error()
+    assert "__init__" not in Item.__dict__ or Item.__init__ is MutableRecord.__init__
+    for _ in range(COMPILE_AFTER):
+        Item("x")
+    compiled = [make() for make in calls]
+    assert Item.__init__ is not MutableRecord.__init__  # compiled by now
+    assert shared == compiled and [vars(r) for r in shared] == [vars(r) for r in compiled]
+    assert shared[0].tags is not compiled[0].tags
+    for error in errors:
+        with pytest.raises(TypeError):
+            error()

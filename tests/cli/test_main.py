@@ -120,6 +120,40 @@ def test_the_program_ends_with_its_commands_output_and_exit_code(tmp_path: Path)
     assert gc.get_freeze_count() == frozen
 
 
+_ENDING = """
+import atexit, sys, threading, time
+where, wait = sys.argv.pop(1), sys.argv.pop(1) == "thread"
+atexit.register(lambda: open(where + ".atexit", "w").write("ran"))
+
+if wait:  # a thread that is not a daemon: the process must wait for it
+    threading.Thread(target=lambda: (time.sleep(0.3), open(where + ".thread", "w").write("ran"))
+                     ).start()
+sys.argv[0] = "devcell"
+from devcell.cli.main import process_main
+sys.exit(process_main())
+"""
+
+
+def test_a_command_ends_after_its_atexit_handlers_and_threads(tmp_path: Path) -> None:
+    """process_main ends a command past the interpreter's finalization (its modules' teardown
+    costs a few ms) only when no other thread is left: the atexit handlers run either way,
+    a thread still running is waited for, and the output and exit code are the command's."""
+    for mode in ("alone", "thread"):
+        where = str(tmp_path / mode)
+        done = subprocess.run([sys.executable, "-c", _ENDING, where, mode, "explain", "cell.spec"],
+                              capture_output=True, text=True, cwd=REPO, check=False)
+        assert done.returncode == 0, done.stderr
+        assert "spec" in done.stdout
+        assert Path(where + ".atexit").read_text() == "ran"
+        if mode == "thread":  # the interpreter's own exit, which waited for it
+            assert Path(where + ".thread").read_text() == "ran"
+    missing = subprocess.run([sys.executable, "-c", _ENDING, str(tmp_path / "x"), "alone",
+                              "describe", "cell", "nope"], capture_output=True, text=True,
+                             cwd=REPO, check=False,
+                             env=dict(os.environ, DEVCELL_HOME=str(tmp_path / "state")))
+    assert missing.returncode == 1 and missing.stderr.startswith("error: ")
+
+
 # One valid command line per command (and verb): the global options must work around each.
 EVERY_COMMAND = [
     ["apply", "-f", "x.yaml"], ["get", "cells"], ["describe", "cell", "api"],

@@ -119,7 +119,7 @@ def process_main() -> int:
             except (OSError, ValueError):
                 pass  # a closed pipe: what it would have said has nowhere to go
         _end_now(code)
-    if _alone() and _streams_flushed():
+    if _alone() and not _watched() and _streams_flushed():
         _end_now(code)
     gc.freeze()
     return code
@@ -132,6 +132,13 @@ def _alone() -> bool:
     ask: a command that never imported it started no thread."""
     threading = sys.modules.get("threading")
     return threading is None or threading.active_count() == 1
+
+
+def _watched() -> bool:
+    """Whether a profiler or a tracer runs this process (`python -m cProfile -o FILE -m
+    devcell`, bench/_common.profile, a debugger): those write their results after the program
+    returns, which an early end would never let them do."""
+    return sys.getprofile() is not None or sys.gettrace() is not None
 
 
 def _streams_flushed() -> bool:

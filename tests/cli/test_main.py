@@ -152,6 +152,11 @@ def test_a_command_ends_after_its_atexit_handlers_and_threads(tmp_path: Path) ->
                              cwd=REPO, check=False,
                              env=dict(os.environ, DEVCELL_HOME=str(tmp_path / "state")))
     assert missing.returncode == 1 and missing.stderr.startswith("error: ")
+    profiled = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(tmp_path / "prof"),
+                               "-m", "devcell", "explain", "cell.spec"], capture_output=True,
+                              text=True, cwd=REPO, check=False)
+    assert profiled.returncode == 0, profiled.stderr  # a profiler writes after the program:
+    assert (tmp_path / "prof").stat().st_size > 0  # the process was not ended under it
 
 
 # One valid command line per command (and verb): the global options must work around each.

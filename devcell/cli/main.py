@@ -112,7 +112,7 @@ def process_main() -> int:
     (a coverage run's, in tests) before os._exit. Any other command ends the same way when
     no other thread is left and its output was flushed (`_end_now`)."""
     code = main()
-    if _ended_fast:
+    if _ended_fast and not _watched():
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

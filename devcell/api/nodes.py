@@ -9,6 +9,7 @@ every cell the state directory records. Cordon and uncordon are the engine's ava
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,9 @@ from devcell.errors import BackendError, NotFound, UsageError
 from devcell.names import printable
 
 LOCAL_ID = "local"
+MAX_FIGURE = 1 << 63
+"""A served node's largest figure (bytes, cpus, tasks): past it (or Infinity, NaN) a hostile
+server's answer made int() or the table's sizes raise OverflowError, a traceback."""
 CELL_LABEL = "dev.devcell.cell"  # the container backend's label naming a cell (labels.CELL)
 
 
@@ -85,6 +89,8 @@ def from_document(doc: Any) -> Node:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"a node's {what} is not a number")
+        if abs(value) > MAX_FIGURE or not math.isfinite(value):  # JSON's Infinity, 1e400
+            raise ValueError(f"a node's {what} is not a finite number of at most 2**63")
         return value
 
     if not isinstance(doc, dict) or doc.get("kind") != "Node":

@@ -26,6 +26,8 @@ def age(stamp: str | None, now: datetime | None = None) -> str:
         then = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     except ValueError:
         return "<invalid>"
+    if then.tzinfo is None:  # no offset (a server's, an engine's): UTC, as the Z ones
+        then = then.replace(tzinfo=UTC)
     return age_seconds(int((now - then).total_seconds()))
 
 

@@ -156,3 +156,19 @@ def test_a_document_that_is_not_a_node_is_refused(damage: Any) -> None:
     damage(doc)
     with pytest.raises(ValueError):
         nodes.from_document(doc)
+
+
+@pytest.mark.parametrize("figure", [float("inf"), float("-inf"), float("nan"), 10 ** 400],
+                         ids=["infinity", "-infinity", "nan", "huge"])
+@pytest.mark.parametrize("where", ["memory", "tasks", "reserved", "cpus"])
+def test_a_nodes_figure_that_is_not_finite_is_refused(figure: Any, where: str) -> None:
+    """JSON's Infinity (or 1e400) and a 400-digit integer from a hostile server: int() and the
+    table's sizes raised OverflowError, a traceback (attack44), not "not DevCell's API"."""
+    doc = _swarm_node().document()
+    status = doc["status"]
+    {"memory": lambda: status["capacity"].update(memoryBytes=figure),
+     "tasks": lambda: status.update(tasks=figure),
+     "reserved": lambda: status["reserved"].update(memoryBytes=figure),
+     "cpus": lambda: status["capacity"].update(cpus=figure)}[where]()
+    with pytest.raises(ValueError):
+        nodes.from_document(doc)

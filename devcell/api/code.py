@@ -22,6 +22,7 @@ import io
 import json
 import re
 import shlex
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,7 +71,7 @@ def wanted(annotations: dict[str, str]) -> Editor:
     if EXTENSIONS in annotations:
         try:
             listed = json.loads(annotations[EXTENSIONS])
-        except ValueError:
+        except (ValueError, RecursionError):  # 4096 '[': past the parser's depth
             listed = None
         if isinstance(listed, list) and all(isinstance(e, str) and _EXTENSION.fullmatch(e)
                                             for e in listed):
@@ -81,7 +82,7 @@ def wanted(annotations: dict[str, str]) -> Editor:
     if SETTINGS in annotations:
         try:
             settings = json.loads(annotations[SETTINGS])
-        except ValueError:
+        except (ValueError, RecursionError):
             settings = None
         if not isinstance(settings, dict):
             settings = None
@@ -91,7 +92,9 @@ def wanted(annotations: dict[str, str]) -> Editor:
 
 def folder_uri(cell: str, folder: str) -> str:
     """The workspace folder of `cell` as VS Code's Remote-SSH names it (ssh-config's Host)."""
-    return f"vscode-remote://ssh-remote+{cell}.devcell{folder}"
+    # percent-encoded: a mountPath holding `#`, `?`, `%` or a space is a path, not the URI's
+    # fragment or query (VS Code decodes it back)
+    return f"vscode-remote://ssh-remote+{cell}.devcell{urllib.parse.quote(folder, safe='/')}"
 
 
 def open_argv(cell: CellRef) -> list[str]:

@@ -15,6 +15,7 @@ import shlex
 import sys
 from typing import Any, BinaryIO
 
+from devcell import names
 from devcell.backends.base import CellRef
 from devcell.backends.interactive import ExecOptions, Terminal
 from devcell.errors import DevCellError, TemporaryError, UsageError
@@ -26,6 +27,8 @@ HUNG_UP = 129
 """The status said for a command this side hung up (a postAttach hook past its limit)."""
 POLL_SECONDS = 0.25
 """How often a hang-up is looked for while the command runs."""
+MAX_MOUNT_PATH, MAX_HOOKS, MAX_ANNOTATIONS, MAX_ANNOTATION = 255, 16, 64, 4096
+"""The cell schema's bounds (schemas/cell.schema.json), checked on a server's cell."""
 
 
 class _ThroughServer:
@@ -96,7 +99,7 @@ def run_code(args: argparse.Namespace) -> int:
     code.apply(through, ref, editor, say=say)
     post_attach.run(through, ref, out=sys.stderr.buffer)
     return open_editor(ref.name, code.open_argv(ref), print_only=args.print,
-                       ssh_config=shlex.join(["devcell", *_where(args), "ssh-config"]))
+                       ssh_config=printable(shlex.join(["devcell", *_where(args), "ssh-config"])))
 
 
 def _cell(client: Any, name: str) -> tuple[CellRef, dict[str, str]]:
@@ -110,10 +113,43 @@ def _cell(client: Any, name: str) -> tuple[CellRef, dict[str, str]]:
             and isinstance(meta.get("name"), str) and isinstance(meta.get("id"), str)
             and isinstance(annotations, dict)
             and all(isinstance(v, str) for v in annotations.values())):
-        raise DevCellError(f"DevCell API at {printable(client.url)}: the server answered a "
-                           "cell that is not one: is it DevCell's API (the daemon's --listen "
-                           "address)?")
+        meta = spec = None
+    problem = "a cell that is not one" if meta is None or spec is None else _unsafe(
+        meta["name"], spec, annotations)
+    if meta is None or spec is None or problem is not None:
+        raise DevCellError(f"DevCell API at {printable(client.url)}: the server answered "
+                           f"{problem}: is it DevCell's API (the daemon's --listen address)?")
     return CellRef(id=meta["id"], name=meta["name"], spec=spec), dict(annotations)
+
+
+def _unsafe(name: str, spec: dict[str, Any], annotations: dict[str, str]) -> str | None:
+    """Why the parts of a server's cell this command uses on this machine are not a recorded
+    cell's (the schema's bounds), or None. The name and workspace.mountPath make VS Code's
+    remote authority and the ssh-config note's command line (a name `x/..`, `-oProxy...` or
+    `$(...)`, a mountPath `@host/`: VS Code sent to another host, a note that runs a command
+    when pasted: attack44); hooks and annotations of other shapes were tracebacks, and
+    unbounded ones an unbounded output."""
+    if names.name_problem(name) is not None:
+        return "a cell whose name is not a valid cell name"
+    workspace = spec.get("workspace", {})
+    mount = workspace.get("mountPath", "/workspace") if isinstance(workspace, dict) else None
+    if not (isinstance(mount, str) and len(mount) <= MAX_MOUNT_PATH and mount.startswith("/")
+            and not any(ord(c) < 0x20 or c == "\x7f" for c in mount)):
+        return "a cell whose workspace.mountPath is not an absolute path"
+    hooks = spec.get("hooks", {})
+    attach = hooks.get("postAttach", []) if isinstance(hooks, dict) else None
+    timeout = hooks.get("timeoutSeconds", 60) if isinstance(hooks, dict) else None
+    if not (isinstance(attach, list) and len(attach) <= MAX_HOOKS and all(
+            isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
+            for argv in attach)):
+        return "a cell whose hooks.postAttach is not a list of commands"
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout <= 3600:
+        return "a cell whose hooks.timeoutSeconds is not a number of seconds (1 to 3600)"
+    if len(annotations) > MAX_ANNOTATIONS or any(
+            len(v) > MAX_ANNOTATION for v in annotations.values()):
+        return (f"a cell with annotations past the schema's bounds ({MAX_ANNOTATIONS}, each "
+                f"at most {MAX_ANNOTATION} characters)")
+    return None
 
 
 def _where(args: argparse.Namespace) -> list[str]:

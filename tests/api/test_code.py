@@ -46,3 +46,18 @@ def test_settings_then_extensions_as_argv_and_the_cells_output_bounded_and_escap
     assert said[1].startswith("warning: extensions not all installed (status 1): \\x1b[31m")
     assert len(said[1]) < code.OUTPUT_LIMIT + 200
     assert code.open_argv(ref) == ["code", "--folder-uri", "vscode-remote://ssh-remote+web.devcell/w"]
+
+
+def test_annotations_nested_past_the_parsers_depth_are_said_not_raised() -> None:
+    """4096 '[' (an annotation's most): json raised RecursionError, a traceback of `devcell
+    code` after the cell was opened (attack44); now the malformed annotation it is."""
+    deep = code.wanted({EXTENSIONS: "[" * 4096, SETTINGS: "[" * 4096})
+    assert deep.extensions == [] and deep.settings is None and len(deep.problems) == 2
+
+
+def test_the_workspace_folder_is_percent_encoded_in_the_uri() -> None:
+    """A mountPath holding `#`, `?`, `%` or a space (the schema allows them) is a path of the
+    URI, not its fragment or query."""
+    assert code.folder_uri("web", "/workspace") == "vscode-remote://ssh-remote+web.devcell/workspace"
+    assert code.folder_uri("web", "/a b#c?d%") == (
+        "vscode-remote://ssh-remote+web.devcell/a%20b%23c%3Fd%25")

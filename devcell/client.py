@@ -269,6 +269,31 @@ class Client:
             raise errors.UsageError(f"{action!r}: cordon or uncordon")
         return self._json("POST", f"/api/v1/nodes/{urllib.parse.quote(node, safe='')}/{action}")
 
+    def lineage(self) -> tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]]:
+        """(cells, snapshots) as `devcell get snapshots --tree` draws them: each cell's id,
+        name, phase and the snapshot it was forked from (`forked_from`), each snapshot's
+        id, name, phase and the cell it was taken of (`cell_id`), in creation order. An
+        answer of another shape (or one naming an id twice) is not DevCell's API."""
+        doc = self._json("GET", "/api/v1/lineage")
+        cells = doc.get("cells") if isinstance(doc, dict) else None
+        snapshots = doc.get("snapshots") if isinstance(doc, dict) else None
+        link = {"cells": "forked_from", "snapshots": "cell_id"}
+        ids: set[str] = set()
+        for what, rows in (("cells", cells), ("snapshots", snapshots)):
+            if not isinstance(rows, list):
+                raise self._not_api(f"a lineage without {what}")
+            for row in rows:
+                if not isinstance(row, dict) or not all(isinstance(row.get(k), str)
+                                                        for k in ("id", "name")) \
+                        or not all(row.get(k) is None or isinstance(row.get(k), str) for k in (
+                            "phase", "deleting_at", "deleted_at", "consistency",
+                            "imported_from", link[what])) or row["id"] in ids:
+                    raise self._not_api(f"a lineage whose {what} are not rows of unique ids")
+                row.setdefault(link[what], None)
+                ids.add(row["id"])
+        assert isinstance(cells, list) and isinstance(snapshots, list)
+        return cells, snapshots
+
     def tokens(self) -> Sequence[dict[str, Any]]:
         """Every token recorded, as `devcell token list -o json` lists them (an admin's):
         ids, users, roles and states, never a token itself."""

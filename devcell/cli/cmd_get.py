@@ -423,15 +423,20 @@ def _in_given_order(kind: str, names: Sequence[str], pairs: list[Any]) -> list[A
 
 def _tree(args: argparse.Namespace) -> int:
     """`get snapshots --tree [NAME]`: the lineage forest (cli/lineage.py)."""
-    if args.kind != "snapshots" or args.output != "table" or args.watch or args.selector \
-            or args.field_selector or args.sort_by or len(args.names) > 1:
-        raise UsageError("--tree shows snapshots only, as a tree: no -o, -w or -l with it")
+    check_tree(args)
     from devcell.cli import lineage
 
     db = _open(args)
     cells, snapshots = views.lineage(db.conn) if db is not None else ([], [])
     lineage.show(cells, snapshots, args.names[0] if args.names else None)
     return 0
+
+
+def check_tree(args: argparse.Namespace) -> None:
+    """--tree's refusals (here and through a server)."""
+    if args.kind != "snapshots" or args.output != "table" or args.watch or args.selector \
+            or args.field_selector or args.sort_by or len(args.names) > 1:
+        raise UsageError("--tree shows snapshots only, as a tree: no -o, -w or -l with it")
 
 
 def _warn_invalid_manifests(db: Database) -> None:

@@ -37,8 +37,7 @@ def run(args: argparse.Namespace, output: Output | None, fields: tuple[Any, ...]
                          f"(it serves {', '.join(SERVED)}): run it on the server's machine, "
                          "or give --state-dir DIR to use a state directory here")
     if getattr(args, "tree", False):
-        raise UsageError("`devcell get snapshots --tree` is not served through the DevCell "
-                         "API yet: run it on the server's machine")
+        return _tree(args)
     cmd_get.check_for(args)
     wide = args.output == "wide"
     docs_wanted = cmd_get._needs_documents(args)
@@ -119,6 +118,17 @@ def run_snapshot_list(args: argparse.Namespace) -> int:
     if not rows and fmt in ("table", "wide"):  # its name, when it was given by id
         cell = str(args.remote.get("cells", args.cell)["metadata"]["name"])
     return cmd_cells.print_snapshot_list(fmt, cell, rows, [d for _, d in pairs])
+
+
+def _tree(args: argparse.Namespace) -> int:
+    """`get snapshots --tree [NAME]`: the lineage the server records (GET /api/v1/lineage),
+    drawn by cli/lineage.py as on its machine."""
+    from devcell.cli import lineage
+
+    cmd_get.check_tree(args)
+    cells, snapshots = args.remote.lineage()
+    lineage.show(list(cells), list(snapshots), args.names[0] if args.names else None)
+    return 0
 
 
 def _attributes(value: Any) -> Any:

@@ -251,6 +251,8 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
         return _node_handler(ctx, route)
     if route.verb == "token_admin":
         return _token_handler(ctx, route)
+    if route.name == "lineage":
+        return lambda request: _lineage(ctx)
     resource = route.resource
     assert resource is not None
     if route.upgrade:
@@ -801,6 +803,22 @@ async def _op_action(ctx: Context, which: str, request: Request) -> Response:
                             op_ref, given)
     doc = await run_in_threadpool(_get_sync, ctx, routes.RESOURCES["operations"], op_ref)
     return JSONResponse(doc)
+
+
+async def _lineage(ctx: Context) -> Response:
+    """The lineage rows (store.views.lineage: names, phases and links, no spec): every
+    role reads them (rule read), as it lists snapshots."""
+    def read() -> dict[str, Any]:
+        from devcell.store import views
+
+        db = _open(ctx)
+        try:
+            cells, snapshots = views.lineage(db.conn)
+        finally:
+            db.close()
+        return {"cells": cells, "snapshots": snapshots}
+
+    return JSONResponse(await run_in_threadpool(read))
 
 
 def _token_handler(ctx: Context, route: routes.Route) -> Handler:

@@ -234,6 +234,8 @@ def _operation(route: routes.Route) -> dict[str, Any]:
         return _node(route, op)
     if route.verb == "token_admin":
         return _token(route, op)
+    if route.name == "lineage":
+        return _lineage(op)
     if route.name == "ssh_host_key":
         op["responses"] = {"200": {"description": "the host key's public half", "content": {
             "application/json": {"schema": {
@@ -353,6 +355,28 @@ def _operation(route: routes.Route) -> dict[str, Any]:
     if params:
         op["parameters"] = params
     op["responses"] = {**ok, **_problem_responses(*sorted(set(errors)))}
+    return op
+
+
+def _lineage(op: dict[str, Any]) -> dict[str, Any]:
+    text = {"type": ["string", "null"]}
+
+    def row(link: str, *more: str) -> dict[str, Any]:
+        fields = {"id": {"type": "string"}, "name": {"type": "string"}, "phase": text,
+                  "deleting_at": text, "deleted_at": text, link: text}
+        fields.update({name: text for name in more})
+        return {"type": "object", "required": ["id", "name", "phase", "deleting_at",
+                                               "deleted_at", link], "properties": fields}
+
+    cell, snapshot = row("forked_from"), row("cell_id", "consistency", "imported_from")
+    op["responses"] = {"200": {"description": "every live cell and snapshot, a deleted cell "
+                               "that still has live snapshots and a deleted snapshot a live "
+                               "fork came from, each in creation order", "content": {
+        "application/json": {"schema": {
+            "type": "object", "required": ["cells", "snapshots"], "properties": {
+                "cells": {"type": "array", "items": cell},
+                "snapshots": {"type": "array", "items": snapshot}}}}}},
+        **_problem_responses(401, 403, 406, 500, 503)}
     return op
 
 

@@ -99,6 +99,9 @@ def table() -> list[Route]:
               Route("POST", f"{PREFIX}/diff", "diff", "get", None,
                     "What an apply of a manifest stream would change, as unified diffs (as "
                     "`devcell diff -f`); nothing is recorded")]
+    routes.append(Route("GET", f"{PREFIX}/lineage", "lineage", "list", RESOURCES["snapshots"],
+                        "Which cell each snapshot came from and which cells were forked from "
+                        "it: the rows `devcell get snapshots --tree` draws"))
     routes += [Route("GET", f"{PREFIX}/tokens", "list_tokens", "token_admin", None,
                      "The tokens: id, user, role, state (never a token itself; as `devcell "
                      "token list`); an admin's"),

@@ -64,7 +64,6 @@ def test_unserved_commands_and_kinds_are_refused_by_name(
                        (["node", "drain", "n"], "`devcell node drain` is not served"),
                        (["gc"], "`devcell gc` is not served"),
                        (["get", "volumes"], "`devcell get volumes` is not served"),
-                       (["get", "snapshots", "--tree"], "--tree` is not served"),
                        (["apply", "-f", "x.yaml", "--approve"], "--approve is not served")):
         assert main(["--server", sock, *argv]) == 2, argv
         err = capsys.readouterr().err
@@ -371,3 +370,39 @@ def test_an_answer_trickled_a_byte_at_a_time_ends_at_the_clients_timeout(
         stop.set()
         thread.join(10)
         listener.close()
+
+
+def _json_answer(doc: Any) -> bytes:
+    import json
+
+    body = json.dumps(doc).encode()
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+
+
+_ROW = {"phase": "Running", "deleting_at": None, "deleted_at": None}
+
+
+@pytest.mark.parametrize("lineage", [
+    [],  # not an object
+    {"cells": [{"id": "a", "name": "a", "forked_from": None, **_ROW}]},  # no snapshots
+    {"cells": [{"id": "a", "name": 7, "forked_from": None, **_ROW}], "snapshots": []},
+    # the same id twice: a root's child that is its own ancestor, drawn forever
+    {"cells": [{"id": "a", "name": "a", "forked_from": None, **_ROW},
+               {"id": "a", "name": "b", "forked_from": "s", **_ROW}],
+     "snapshots": [{"id": "s", "name": "s", "cell_id": "a", **_ROW}]},
+], ids=["not-an-object", "no-snapshots", "a-name-not-text", "an-id-twice"])
+def test_a_lineage_a_server_makes_up_is_one_error_line(
+        tmp_path: Path, lineage: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`get snapshots --tree` through a server that is not DevCell's (or is hostile): one
+    line asking whether it is DevCell's API, never a traceback nor a tree drawn forever."""
+    monkeypatch.setenv("DEVCELL_CONTEXTS", str(tmp_path / "none.json"))
+    listener = _serve_raw(tmp_path / "s.sock", _json_answer(lineage))
+    try:
+        assert main(["--server", f"unix:{tmp_path}/s.sock", "get", "snapshots",
+                     "--tree"]) == 1
+    finally:
+        listener.close()
+    out, err = capsys.readouterr()
+    assert out == "" and "is it DevCell's API" in err and len(err.splitlines()) == 1, err

@@ -118,6 +118,7 @@ CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
         {"viewer": (403, "viewer-read-only"), "developer": (403, "token-admin"),
          "admin": (200, None)}),
     "list nodes": (lambda api, t: ("GET", "/api/v1/nodes", None), READ),
+    "the lineage": (lambda api, t: ("GET", "/api/v1/lineage", None), READ),
     "get a node": (lambda api, t: ("GET", "/api/v1/nodes/local", None), READ),
     # a node is the whole team's: only an admin cordons one (the session's single host then
     # refuses, naming its configuration: there is no scheduler to keep cells off it)

@@ -75,6 +75,9 @@ SAME = [
     ["get", "nodes", "-o", "name"], ["get", "nodes", "local", "nope"],
     ["get", "nodes", "-l", "zone=a"], ["get", "nodes", "-w"],
     ["node", "cordon", "local"], ["node", "uncordon", "nope"],
+    # lineage: the tree holding this module's snapshot (the session's others change meanwhile)
+    ["get", "snapshots", "{name}-snap", "--tree"], ["get", "snapshots", "nope", "--tree"],
+    ["get", "snapshots", "--tree", "-o", "wide"], ["get", "cells", "--tree"],
     # tokens (an admin's): the list, and what is refused before a token is made
     ["token", "list"], ["token", "list", "-o", "json"], ["token", "revoke", "nope"],
     ["token", "revoke", "000000000000"], ["token", "revoke", "dct_" + "0" * 12],

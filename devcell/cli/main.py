@@ -111,6 +111,7 @@ def process_main() -> int:
     finalization would abandon too). What it wrote is flushed and atexit's handlers run
     (a coverage run's, in tests) before os._exit. Any other command ends the same way when
     no other thread is left and its output was flushed (`_end_now`)."""
+    _closed_streams()
     code = main()
     if _ended_fast and not _watched():
         for stream in (sys.stdout, sys.stderr):
@@ -123,6 +124,25 @@ def process_main() -> int:
         _end_now(code)
     gc.freeze()
     return code
+
+
+def _closed_streams() -> None:
+    """A standard output or error the process was started without (`devcell ... >&-`): the
+    interpreter gives None for it, and every command printing or flushing met AttributeError,
+    a traceback (attack44); and the descriptor, free, would be the next file opened (a
+    child's output then written into it). It is held open on /dev/null: read-only for the
+    output, so that what a command prints fails as on a closed descriptor (EBADF, said as
+    "cannot write the output"), write-only for the error stream (what is said goes nowhere;
+    the exit code still tells)."""
+    for fd, name, mode in ((1, "stdout", os.O_RDONLY), (2, "stderr", os.O_WRONLY)):
+        if getattr(sys, name) is not None:
+            continue
+        held = os.open(os.devnull, mode)
+        if held != fd:
+            os.dup2(held, fd, inheritable=False)
+            os.close(held)
+        setattr(sys, name, open(fd, "w", encoding="utf-8", errors="backslashreplace",
+                                closefd=False))
 
 
 def _alone() -> bool:

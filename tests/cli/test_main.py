@@ -278,3 +278,24 @@ def test_names_with_a_selector_are_refused_as_kubectl_does(tmp_path: Path) -> No
         assert cli_main.main(["--state-dir", str(state), verb, "cells", "c1",
                               "-l", "team=t2"]) == 2
     assert completion.names(state, "cells") == ["c1", "c2"]
+
+
+def test_a_closed_standard_output_or_error_is_said_not_a_traceback(tmp_path: Path) -> None:
+    """`devcell ... >&-`: the interpreter's sys.stdout is None, and every command printing (or
+    main flushing) met AttributeError, a traceback (attack44). Printing is the output's error
+    now, in words; a command that prints nothing succeeds; with no error stream the exit code
+    still tells."""
+    env = dict(os.environ, DEVCELL_HOME=str(tmp_path / "state"), PYTHONPATH=str(REPO))
+
+    def run(redirect: str, *argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sh", "-c", f'exec "$@" {redirect}', "sh", sys.executable,
+                               "-m", "devcell", *argv], capture_output=True, text=True,
+                              env=env, cwd=REPO)
+
+    printed = run(">&-", "version")
+    assert printed.returncode == 1, printed
+    assert printed.stderr == "error: cannot write the output: Bad file descriptor\n"
+    quiet = run(">&-", "get", "cells")
+    assert (quiet.returncode, quiet.stderr) == (0, "No resources found.\n")
+    refused = run("2>&-", "get", "cells", "-o", "bogus")
+    assert (refused.returncode, refused.stdout) == (2, "")

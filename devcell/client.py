@@ -34,6 +34,8 @@ from devcell import errors
 from devcell.names import printable, printable_text
 
 RESOURCES = ("cells", "snapshots", "operations", "events", "nodes")
+ROWS_ONLY = ("volumes", "controllers")
+"""Kinds the API serves as `devcell get`'s rows alone (`rows`), with no list or watch."""
 ACTION_TIMEOUT = 300
 """Seconds an action or a wait waits by default (the CLI's --timeout)."""
 _Pairs = list[tuple[str, str]]
@@ -199,8 +201,10 @@ class Client:
                            ("objects", "true" if objects else None)):
             if value:
                 query.append((key, value))
-        _recorded(resource)
-        doc = self._json("GET", f"/api/v1/rows/{_path(resource)[len('/api/v1/'):]}", query)
+        if resource not in ROWS_ONLY:
+            _recorded(resource)
+            _path(resource)
+        doc = self._json("GET", f"/api/v1/rows/{resource}", query)
         items = doc.get("items") if isinstance(doc, dict) else None
         if not isinstance(items, list) or not all(
                 isinstance(i, dict) and isinstance(i.get("row"), dict) for i in items):

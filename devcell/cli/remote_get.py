@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 PART = 100
 """Names asked for in one request (the API's limit)."""
-SERVED = ("cells", "snapshots", "operations", "events", "nodes")
-"""The kinds the API lists (volumes and controllers are not served yet)."""
+SERVED = ("cells", "snapshots", "operations", "events", "nodes", "volumes", "controllers")
+"""The kinds the API lists (every kind `devcell get` shows)."""
 
 
 def run_get(args: argparse.Namespace) -> int:
@@ -39,6 +39,9 @@ def run(args: argparse.Namespace, output: Output | None, fields: tuple[Any, ...]
     if getattr(args, "tree", False):
         return _tree(args)
     cmd_get.check_for(args)
+    if args.watch and args.kind in ("volumes", "controllers"):
+        raise UsageError(f"`devcell get {args.kind} -w` is not served through the DevCell API "
+                         "(it watches the objects alone): run it on the server's machine")
     wide = args.output == "wide"
     docs_wanted = cmd_get._needs_documents(args)
     rows, pairs, notes = fetch(args, client, wide=wide, objects=docs_wanted)

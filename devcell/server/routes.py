@@ -34,6 +34,12 @@ RESOURCES = {r.plural: r for r in (
 )}
 
 
+ROWS_ONLY = {r.plural: r for r in (
+    Resource("volumes", "Volume", labeled=False, deletable=False, gettable=False),
+    Resource("controllers", "Controller", labeled=False, deletable=False, gettable=False),
+)}
+"""Kinds served as `devcell get` rows alone (GET /api/v1/rows/KIND): what the backends and
+the daemon record beside the objects, with no documents of their own to list or watch."""
 NODES = Resource("nodes", "Node", labeled=True, deletable=False)
 """The machines cells run on (`devcell get nodes`): the engine's, read afresh by each request
 (api.nodes), so not one of RESOURCES, the control plane's records (no rows, watch or
@@ -117,6 +123,9 @@ def table() -> list[Route]:
                      "One node, by id, unique hostname or unique id prefix")]
     routes += [Route("POST", f"{PREFIX}/nodes/{{name}}/{action}", f"{action}_node", action,
                      NODES, summary) for action, summary in NODE_ACTIONS.items()]
+    routes += [Route("GET", f"{PREFIX}/rows/{r.plural}", f"rows_{r.plural}", "list", r,
+                     f"The table rows `devcell get {r.plural}` prints (the CLI's remote mode)")
+               for r in ROWS_ONLY.values()]
     for r in RESOURCES.values():
         routes.append(Route("GET", f"{PREFIX}/{r.plural}", f"list_{r.plural}", "list", r,
                             f"List {r.plural} (watch=true: follow their changes)"))

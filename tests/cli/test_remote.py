@@ -63,7 +63,7 @@ def test_unserved_commands_and_kinds_are_refused_by_name(
     for argv, said in ((["image", "ls"], "`devcell image ls` is not served"),
                        (["node", "drain", "n"], "`devcell node drain` is not served"),
                        (["gc"], "`devcell gc` is not served"),
-                       (["get", "volumes"], "`devcell get volumes` is not served"),
+                       (["get", "volumes", "-w"], "`devcell get volumes -w` is not served"),
                        (["apply", "-f", "x.yaml", "--approve"], "--approve is not served")):
         assert main(["--server", sock, *argv]) == 2, argv
         err = capsys.readouterr().err

@@ -119,6 +119,8 @@ CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
          "admin": (200, None)}),
     "list nodes": (lambda api, t: ("GET", "/api/v1/nodes", None), READ),
     "the lineage": (lambda api, t: ("GET", "/api/v1/lineage", None), READ),
+    "volumes' rows": (lambda api, t: ("GET", "/api/v1/rows/volumes", None), READ),
+    "controllers' rows": (lambda api, t: ("GET", "/api/v1/rows/controllers", None), READ),
     "get a node": (lambda api, t: ("GET", "/api/v1/nodes/local", None), READ),
     # a node is the whole team's: only an admin cordons one (the session's single host then
     # refuses, naming its configuration: there is no scheduler to keep cells off it)

@@ -75,6 +75,9 @@ SAME = [
     ["get", "nodes", "-o", "name"], ["get", "nodes", "local", "nope"],
     ["get", "nodes", "-l", "zone=a"], ["get", "nodes", "-w"],
     ["node", "cordon", "local"], ["node", "uncordon", "nope"],
+    # what the backends and the daemon record: rows alone
+    ["get", "volumes", "-o", "name"], ["get", "volumes", "nope"], ["get", "controllers"],
+    ["get", "controllers", "-o", "json"], ["get", "controllers", "nope"],
     # lineage: the tree holding this module's snapshot (the session's others change meanwhile)
     ["get", "snapshots", "{name}-snap", "--tree"], ["get", "snapshots", "nope", "--tree"],
     ["get", "snapshots", "--tree", "-o", "wide"], ["get", "cells", "--tree"],

@@ -21,8 +21,9 @@ from devcell.backends.interactive import ExecOptions, Terminal
 from devcell.errors import DevCellError, TemporaryError, UsageError
 from devcell.names import printable, printable_text
 
-MAX_INPUT = 1 << 20
-"""A command's input (the editor's settings file): small."""
+MAX_INPUT = 16 << 20
+"""A command's input (the editor's settings file, indented: a 4 KiB annotation nested 700
+deep is 2 MB of it); one longer is refused, never cut (a cut file is broken JSON)."""
 HUNG_UP = 129
 """The status said for a command this side hung up (a postAttach hook past its limit)."""
 POLL_SECONDS = 0.25
@@ -49,7 +50,10 @@ class _ThroughServer:
         if terminal is not None:
             raise UsageError("a terminal is not served to `devcell code`'s commands")
         session = options or ExecOptions()
-        data = stdin.read(MAX_INPUT) if stdin is not None else None
+        data = stdin.read(MAX_INPUT + 1) if stdin is not None else None
+        if data is not None and len(data) > MAX_INPUT:  # 1 MiB was cut: settings.json broken
+            raise UsageError(f"exec in cell {printable(cell.name)}: an input over "
+                             f"{MAX_INPUT >> 20} MiB is not sent")
         ws = self.client.exec_socket(cell.name, argv, stdin=data is not None,
                                      env=list(session.env) or None, workdir=session.workdir,
                                      user=session.user)

@@ -62,3 +62,56 @@ def test_a_hostile_servers_cell_is_not_devcells_api(doc: Any) -> None:
     output): one error naming the server, before anything runs (attack44)."""
     with pytest.raises(DevCellError, match="is it DevCell's API"):
         remote_code._cell(_Server(doc), "web")
+
+
+class _Socket:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def __enter__(self) -> _Socket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def send(self, message: bytes) -> None:
+        self.sent.append(message)
+
+    def recv(self, timeout: float) -> bytes:
+        from devcell.server import framing
+
+        return framing.frame(framing.STATUS, b'{"exitCode": 0}')
+
+
+class _Exec:
+    url = "unix:/run/devcell.sock"
+
+    def __init__(self) -> None:
+        self.socket = _Socket()
+
+    def exec_socket(self, cell: str, argv: list[str], **options: Any) -> _Socket:
+        return self.socket
+
+
+def test_the_settings_are_sent_whole_not_cut() -> None:
+    """A settings annotation nested deep (4 KiB, 650 levels) is ~1.7 MB indented: the first
+    1 MiB was sent, a broken settings.json written in the cell (attack44)."""
+    import io
+
+    from devcell.api import code
+    from devcell.api.devcontainer_lifecycle import SETTINGS
+    from devcell.backends.base import CellRef
+    from devcell.server import framing
+
+    editor = code.wanted({SETTINGS: '{"a":' * 650 + "1" + "}" * 650})
+    server = _Exec()
+    said: list[str] = []
+    code.apply(remote_code._ThroughServer(server), CellRef("cell_1", "web", {}), editor,
+               said.append)
+    sent = b"".join(framing.split(m)[1] for m in server.socket.sent)
+    assert len(sent) > 1 << 20
+    assert json.loads(sent) == editor.settings
+    through = remote_code._ThroughServer(_Exec())
+    with pytest.raises(DevCellError, match="not sent"):
+        through.exec(CellRef("cell_1", "web", {}), ["cat"], stdout=io.BytesIO(),
+                     stderr=io.BytesIO(), stdin=io.BytesIO(b"x" * (remote_code.MAX_INPUT + 1)))

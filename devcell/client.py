@@ -42,6 +42,8 @@ _Pairs = list[tuple[str, str]]
 """Query parameters in order, a name repeated (`name=a&name=b`)."""
 
 
+MEASURE_TIMEOUT = 600.0
+"""Seconds a `df` may take to answer: it walks every workspace and checkpoint on the server."""
 MAX_OUTPUT = 64 << 20
 """What `exec` keeps of a command's output by default (both streams together)."""
 MAX_ANSWER = 256 << 20
@@ -272,6 +274,16 @@ class Client:
         if action not in ("cordon", "uncordon"):
             raise errors.UsageError(f"{action!r}: cordon or uncordon")
         return self._json("POST", f"/api/v1/nodes/{urllib.parse.quote(node, safe='')}/{action}")
+
+    def df(self, *, verbose: bool = False) -> dict[str, Any]:
+        """What the server's state directory takes on disk and what could be freed, by type,
+        as `devcell df -o json` prints it (`verbose`: each item too, as -v); measured now,
+        so it may take seconds, and a server measures two at once."""
+        doc = self._json("GET", "/api/v1/df", {"verbose": "true" if verbose else None},
+                         read_timeout=max(self.timeout, MEASURE_TIMEOUT))
+        if not isinstance(doc, dict) or not isinstance(doc.get("types"), list):
+            raise self._not_api("a df without its types")
+        return doc
 
     def lineage(self) -> tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]]:
         """(cells, snapshots) as `devcell get snapshots --tree` draws them: each cell's id,

@@ -16,7 +16,12 @@ def _share(part: int, whole: int) -> str:
 
 
 def run_df(args: argparse.Namespace) -> int:
-    report = df.df(dbmod.resolve_state_dir(args.state_dir))
+    return print_report(args, df.df(dbmod.resolve_state_dir(args.state_dir)))
+
+
+def print_report(args: argparse.Namespace, report: df.Report) -> int:
+    """The warnings, then the table (with -v each type's items) or the document (here and
+    through a server)."""
     for problem in report.problems:
         sys.stderr.write(f"warning: {printable(problem)}\n")
     if args.output in ("json", "yaml"):

@@ -49,6 +49,7 @@ SERVED = {("get", None): "remote_get:run_get",
           ("ssh", None): "remote_ssh:run_ssh",
           ("describe", None): "remote_describe:run_describe",
           ("code", None): "remote_code:run_code",
+          ("df", None): "remote_df:run_df",
           ("token", "create"): "remote_tokens:run_token_create",
           ("token", "list"): "remote_tokens:run_token_list",
           ("token", "revoke"): "remote_tokens:run_token_revoke"}

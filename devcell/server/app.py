@@ -54,6 +54,9 @@ to thousands of objects on a thread of the pool list and get use too."""
 MAX_MANIFEST_REQUESTS_PER_USER = 4
 """Of those, what one user who is not an admin may have at once: a viewer's diffs of 10,000
 cells in a loop cost ~13 s of CPU each and left everyone else's requests waiting (attack42)."""
+MAX_MEASURING = 2
+"""`df` requests served at once (one a user who is not an admin): each walks every workspace
+and checkpoint (15 s for a million files), on a thread the lists share."""
 MAX_WATCHES_PER_USER = 32
 """Watches and waits one user who is not an admin may hold at once (of MAX_WATCHES): one
 developer's 128 watches left everyone, admins too, 503."""
@@ -127,6 +130,8 @@ class Context:
         self.manifests = _Slots(MAX_MANIFEST_REQUESTS, MAX_MANIFEST_REQUESTS_PER_USER,
                                 "too-many-requests", "Too many manifest requests",
                                 "apply and diff requests")
+        self.measuring = _Slots(MAX_MEASURING, 1, "too-many-measurements",
+                                "Too many measurements", "df requests")
         self.readings: Any = None
         """The readings watches of the same objects share (server.watch.Readings)."""
         self.lists: Any = None
@@ -253,6 +258,8 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
         return _token_handler(ctx, route)
     if route.name == "lineage":
         return lambda request: _lineage(ctx)
+    if route.name == "df":
+        return lambda request: _df(ctx, request)
     resource = route.resource
     assert resource is not None
     if route.upgrade:
@@ -803,6 +810,22 @@ async def _op_action(ctx: Context, which: str, request: Request) -> Response:
                             op_ref, given)
     doc = await run_in_threadpool(_get_sync, ctx, routes.RESOURCES["operations"], op_ref)
     return JSONResponse(doc)
+
+
+async def _df(ctx: Context, request: Request) -> Response:
+    """`devcell df` (api.df, measured now): what the state directory takes by type, each
+    item with verbose=true; any role (rule read), two at once."""
+    from devcell.api import df
+
+    verbose = _flag(request, "verbose")
+    principal = request.state.principal
+    ctx.measuring.take(principal, f"{MAX_MEASURING} df requests are being measured; try "
+                                  "again later")
+    try:
+        report = await run_in_threadpool(df.df, ctx.state_dir)
+    finally:
+        ctx.measuring.give(principal)
+    return JSONResponse(report.document(verbose=verbose))
 
 
 async def _lineage(ctx: Context) -> Response:

@@ -236,6 +236,8 @@ def _operation(route: routes.Route) -> dict[str, Any]:
         return _token(route, op)
     if route.name == "lineage":
         return _lineage(op)
+    if route.name == "df":
+        return _df(op)
     if route.name == "ssh_host_key":
         op["responses"] = {"200": {"description": "the host key's public half", "content": {
             "application/json": {"schema": {
@@ -355,6 +357,32 @@ def _operation(route: routes.Route) -> dict[str, Any]:
     if params:
         op["parameters"] = params
     op["responses"] = {**ok, **_problem_responses(*sorted(set(errors)))}
+    return op
+
+
+def _df(op: dict[str, Any]) -> dict[str, Any]:
+    figure = {"type": "integer", "minimum": 0}
+    row = {"type": "object", "required": ["type", "total", "active", "sizeBytes",
+                                          "reclaimableBytes"],
+           "properties": {"type": {"type": "string"}, "total": figure, "active": figure,
+                          "sizeBytes": figure, "reclaimableBytes": figure}}
+    item = {"type": "object", "required": ["type", "name", "backend", "owner", "active",
+                                           "sizeBytes", "detail"],
+            "properties": {"type": {"type": "string"}, "name": {"type": "string"},
+                           "backend": {"type": "string"}, "owner": {"type": "string"},
+                           "active": {"type": "boolean"}, "sizeBytes": figure,
+                           "logicalBytes": {"type": ["integer", "null"]},
+                           "detail": {"type": "string"}}}
+    op["parameters"] = [{"name": "verbose", "in": "query", "required": False,
+                         "schema": {"type": "boolean"}, "description": "each item too (-v)"}]
+    op["responses"] = {"200": {"description": "as `devcell df -o json` prints it", "content": {
+        "application/json": {"schema": {
+            "type": "object", "required": ["types", "totalBytes", "reclaimableBytes"],
+            "properties": {"types": {"type": "array", "items": row}, "totalBytes": figure,
+                           "reclaimableBytes": figure,
+                           "items": {"type": "array", "items": item},
+                           "problems": {"type": "array", "items": {"type": "string"}}}}}}},
+        **_problem_responses(400, 401, 403, 406, 500, 503)}
     return op
 
 

@@ -105,6 +105,9 @@ def table() -> list[Route]:
               Route("POST", f"{PREFIX}/diff", "diff", "get", None,
                     "What an apply of a manifest stream would change, as unified diffs (as "
                     "`devcell diff -f`); nothing is recorded")]
+    routes.append(Route("GET", f"{PREFIX}/df", "df", "get", None,
+                        "What the state directory takes on disk and what could be freed, by "
+                        "type (as `devcell df`; verbose=true: each item, as -v)"))
     routes.append(Route("GET", f"{PREFIX}/lineage", "lineage", "list", RESOURCES["snapshots"],
                         "Which cell each snapshot came from and which cells were forked from "
                         "it: the rows `devcell get snapshots --tree` draws"))

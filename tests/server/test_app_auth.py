@@ -119,6 +119,7 @@ CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
          "admin": (200, None)}),
     "list nodes": (lambda api, t: ("GET", "/api/v1/nodes", None), READ),
     "the lineage": (lambda api, t: ("GET", "/api/v1/lineage", None), READ),
+    "df": (lambda api, t: ("GET", "/api/v1/df?verbose=true", None), READ),
     "volumes' rows": (lambda api, t: ("GET", "/api/v1/rows/volumes", None), READ),
     "controllers' rows": (lambda api, t: ("GET", "/api/v1/rows/controllers", None), READ),
     "get a node": (lambda api, t: ("GET", "/api/v1/nodes/local", None), READ),

@@ -78,6 +78,9 @@ SAME = [
     # what the backends and the daemon record: rows alone
     ["get", "volumes", "-o", "name"], ["get", "volumes", "nope"], ["get", "controllers"],
     ["get", "controllers", "-o", "json"], ["get", "controllers", "nope"],
+    # df: measured by the server, printed here (the session's cells are the fake backend's:
+    # no files, no figures that tick between the two runs; -v: tests/cli/test_remote_df.py)
+    ["df"], ["df", "-o", "json"],
     # lineage: the tree holding this module's snapshot (the session's others change meanwhile)
     ["get", "snapshots", "{name}-snap", "--tree"], ["get", "snapshots", "nope", "--tree"],
     ["get", "snapshots", "--tree", "-o", "wide"], ["get", "cells", "--tree"],

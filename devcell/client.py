@@ -273,6 +273,8 @@ class Client:
         its availability changed}. Nodes are listed with `list("nodes")`."""
         if action not in ("cordon", "uncordon"):
             raise errors.UsageError(f"{action!r}: cordon or uncordon")
+        if not node or "/" in node:  # no node is named so, and no route would be asked
+            raise errors.NotFound(f'node "{printable(node)}" not found')
         return self._json("POST", f"/api/v1/nodes/{urllib.parse.quote(node, safe='')}/{action}")
 
     def df(self, *, verbose: bool = False) -> dict[str, Any]:

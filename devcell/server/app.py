@@ -57,6 +57,10 @@ cells in a loop cost ~13 s of CPU each and left everyone else's requests waiting
 MAX_MEASURING = 2
 """`df` requests served at once (one a user who is not an admin): each walks every workspace
 and checkpoint (15 s for a million files), on a thread the lists share."""
+MAX_ENGINE_READS = 8
+"""Node lists and gets read at once (two a user who is not an admin): each asks the engine
+(a swarm manager: its nodes, services and tasks); 150 viewers looping on them slowed every
+other request 7-10 times (attack44)."""
 MAX_WATCHES_PER_USER = 32
 """Watches and waits one user who is not an admin may hold at once (of MAX_WATCHES): one
 developer's 128 watches left everyone, admins too, 503."""
@@ -132,6 +136,8 @@ class Context:
                                 "apply and diff requests")
         self.measuring = _Slots(MAX_MEASURING, 1, "too-many-measurements",
                                 "Too many measurements", "df requests")
+        self.engine_reads = _Slots(MAX_ENGINE_READS, 2, "too-many-node-reads",
+                                   "Too many node lists", "node lists")
         self.readings: Any = None
         """The readings watches of the same objects share (server.watch.Readings)."""
         self.lists: Any = None
@@ -880,17 +886,25 @@ def _node_handler(ctx: Context, route: routes.Route) -> Handler:
     """The nodes' routes (server.node_routes), each asking the engine on a worker thread."""
     from devcell.server import node_routes
 
+    async def engine(request: Request, read: Callable[..., Any], *args: Any) -> Response:
+        """`read` on a worker thread, one of MAX_ENGINE_READS (one a user who is not an
+        admin): each asks the swarm manager's engine three times."""
+        principal = request.state.principal
+        ctx.engine_reads.take(principal, f"{MAX_ENGINE_READS} node lists are being read; "
+                                         "try again later")
+        try:
+            return JSONResponse(await run_in_threadpool(read, ctx.state_dir, *args))
+        finally:
+            ctx.engine_reads.give(principal)
+
     async def list_nodes(request: Request) -> Response:
-        if "watch" in request.query_params:
+        if _flag(request, "watch"):
             raise UsageError("nodes are read from the engine by each request: they cannot be "
                              "watched (list them again)")
-        selector = _selector(routes.NODES, request)
-        return JSONResponse(await run_in_threadpool(node_routes.listed, ctx.state_dir,
-                                                    selector))
+        return await engine(request, node_routes.listed, _selector(routes.NODES, request))
 
     async def get_node(request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(node_routes.one, ctx.state_dir,
-                                                    request.path_params["name"]))
+        return await engine(request, node_routes.one, request.path_params["name"])
 
     async def act(request: Request) -> Response:
         return JSONResponse(await run_in_threadpool(

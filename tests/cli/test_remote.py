@@ -406,3 +406,15 @@ def test_a_lineage_a_server_makes_up_is_one_error_line(
         listener.close()
     out, err = capsys.readouterr()
     assert out == "" and "is it DevCell's API" in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("name", ["", "a/b"])
+def test_a_node_no_route_can_name_is_not_found_before_asking(
+        tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`node cordon ""` or `a/b` through a server said "no API route" (the path had no node
+    in it, or two segments); no node is named so: not found, and nothing is sent (attack44)."""
+    monkeypatch.setenv("DEVCELL_CONTEXTS", str(tmp_path / "none.json"))
+    assert main(["--server", f"unix:{tmp_path}/none.sock", "node", "cordon", name]) == 1
+    err = capsys.readouterr().err
+    assert err == f'error: node "{name}" not found\n', err

@@ -418,3 +418,24 @@ def test_a_node_no_route_can_name_is_not_found_before_asking(
     assert main(["--server", f"unix:{tmp_path}/none.sock", "node", "cordon", name]) == 1
     err = capsys.readouterr().err
     assert err == f'error: node "{name}" not found\n', err
+
+
+@pytest.mark.parametrize("kind", ["cells", "snapshots", "volumes", "operations", "events",
+                                  "controllers"])
+def test_rows_of_another_shape_are_one_error_line(
+        tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A server answering rows without the fields `get` prints (another version, or not
+    DevCell) is said in one line naming what was missing, never a traceback (found by
+    attack44)."""
+    monkeypatch.setenv("DEVCELL_CONTEXTS", str(tmp_path / "none.json"))
+    rows = {"apiVersion": "v1", "kind": "RowList", "items": [{"row": {"name": "x"}}],
+            "metadata": {"resourceVersion": "1"}}
+    listener = _serve_raw(tmp_path / "s.sock", _json_answer(rows))
+    try:
+        assert main(["--server", f"unix:{tmp_path}/s.sock", "get", kind]) == 1
+    finally:
+        listener.close()
+    out, err = capsys.readouterr()
+    assert out == "" and "its answer could not be read (KeyError: " in err, err
+    assert len(err.splitlines()) == 1, err

@@ -240,14 +240,12 @@ class Client:
         self._expected(response)
         return printable_text(data.decode("utf-8", "replace"))  # escaped already, by DevCell
 
-    def apply(self, manifests: str | dict[str, Any], *, dry_run: bool = False
-              ) -> dict[str, Any]:
-        """Record a YAML stream (or one manifest as a dict); what was recorded, as apply
-        says it (ManifestError with every located problem when any is found)."""
-        if isinstance(manifests, str):
-            body, media = manifests.encode(), "application/yaml"
-        else:
-            body, media = json.dumps(manifests).encode(), "application/json"
+    def apply(self, manifests: str | bytes | dict[str, Any], *, dry_run: bool = False,
+              as_json: bool = False) -> dict[str, Any]:
+        """Record a YAML stream (or one manifest as a dict; bytes as they are, a YAML stream
+        or, with `as_json`, one JSON document); what was recorded, as apply says it
+        (ManifestError with every located problem when any is found)."""
+        body, media = _manifests_body(manifests, as_json)
         return self._json("POST", "/api/v1/apply", {"dryRun": "true" if dry_run else None},
                           body=body, media=media)
 
@@ -358,15 +356,14 @@ class Client:
         known_hosts file pins for *.devcell (`devcell ssh-config` writes it)."""
         return str(self._json("GET", "/api/v1/ssh/host-key").get("publicKey", ""))
 
-    def diff(self, manifests: str | dict[str, Any]) -> dict[str, Any]:
-        """What an apply of a YAML stream (or one manifest as a dict) would change: each
+    def diff(self, manifests: str | bytes | dict[str, Any], *, as_json: bool = False
+             ) -> dict[str, Any]:
+        """What an apply of a YAML stream (or one manifest as a dict; bytes as apply takes
+        them) would change: each
         manifest's unified diff against its recorded object, as `devcell diff` prints it
         ({items: [{kind, name, line, hunks, hold, undecided}], warnings, differs}); nothing is
         recorded. ManifestError with every located problem when any is found."""
-        if isinstance(manifests, str):
-            body, media = manifests.encode(), "application/yaml"
-        else:
-            body, media = json.dumps(manifests).encode(), "application/json"
+        body, media = _manifests_body(manifests, as_json)
         return self._json("POST", "/api/v1/diff", body=body, media=media)
 
     def delete(self, resource: str, name: str) -> dict[str, Any]:
@@ -1043,6 +1040,15 @@ _BY_STATUS: dict[int, type[errors.DevCellError]] = {
     400: errors.UsageError, 404: errors.NotFound, 409: errors.Conflict,
     503: errors.TemporaryError,
 }
+
+
+def _manifests_body(manifests: str | bytes | dict[str, Any], as_json: bool
+                    ) -> tuple[bytes, str]:
+    """An apply's or diff's body and its media type."""
+    if isinstance(manifests, dict):
+        return json.dumps(manifests).encode(), "application/json"
+    body = manifests.encode() if isinstance(manifests, str) else manifests
+    return body, "application/json" if as_json else "application/yaml"
 
 
 def _raise(status: int, data: bytes) -> NoReturn:

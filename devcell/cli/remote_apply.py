@@ -3,8 +3,9 @@
 apply: the files are read here (every problem of reading them said as `apply -f` says it),
 sent as one manifest stream (POST /api/v1/apply: recorded all or nothing, validated as
 `apply -f` validates), and each problem the server finds is said at its own file and line:
-the stream's lines are mapped back to the files they came from. What was recorded is printed
-by converge_output's printer, the words `apply` prints; with --wait (the default) each
+the stream's lines are mapped back to the files they came from (cli/remote_sources.py, which
+also says what a file unreadable on its own gets). What was recorded is printed by
+converge_output's printer, the words `apply` prints; with --wait (the default) each
 object is then waited for as `apply` waits for a running daemon: Ready, or gone.
 """
 
@@ -17,11 +18,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from devcell.cli import converge_output as output
+from devcell.cli import remote_sources
 from devcell.errors import ManifestError, NotFound, Problem, UsageError
 from devcell.names import printable
-
-REQUEST = "request.yaml"
-"""The name the server gives the stream in its problems."""
 
 
 def _refuse(args: argparse.Namespace, flags: tuple[tuple[str, str], ...]) -> None:
@@ -31,43 +30,6 @@ def _refuse(args: argparse.Namespace, flags: tuple[tuple[str, str], ...]) -> Non
                              "command on the server's machine, or without it")
 
 
-class Stream:
-    """Several files as one YAML stream, and where each file's lines are in it."""
-
-    def __init__(self, sources: list[Any]) -> None:
-        parts: list[bytes] = []
-        self.starts: list[tuple[int, str]] = []  # (first line in the stream, file shown)
-        line = 1
-        for source in sources:
-            data = source.data if source.data.endswith(b"\n") or not source.data \
-                else source.data + b"\n"
-            if parts:
-                parts.append(b"---\n")
-                line += 1
-            self.starts.append((line, source.display))
-            parts.append(data)
-            line += data.count(b"\n")
-        self.text = b"".join(parts).decode("utf-8", "surrogateescape")
-
-    def file_at(self, line: int) -> tuple[str, int]:
-        """The file a line of the stream came from, and the line in it."""
-        start, shown = self.starts[0] if self.starts else (1, REQUEST)
-        for first, display in self.starts:
-            if first <= line:
-                start, shown = first, display
-        return shown, line - start + 1
-
-    def located(self, problem: Problem) -> Problem:
-        """The server's problem at its own file and line."""
-        if problem.file != REQUEST or not self.starts:
-            return problem
-        if problem.line is None:
-            return problem._replace(file=self.starts[0][1] if len(self.starts) == 1
-                                    else problem.file)
-        shown, line = self.file_at(problem.line)
-        return problem._replace(file=shown, line=line)
-
-
 def run_apply(args: argparse.Namespace) -> int:
     from devcell.manifests import loader
 
@@ -75,11 +37,9 @@ def run_apply(args: argparse.Namespace) -> int:
         raise UsageError("-l on apply selects what --prune may delete: use it with --prune")
     _refuse(args, (("prune", "--prune"), ("keep_pruned", "--keep-pruned"),
                    ("approve", "--approve"), ("workers", "--workers")))
-    stream = Stream(loader.read_sources(args.filename))
-    try:
-        doc = args.remote.apply(stream.text, dry_run=args.dry_run)
-    except ManifestError as exc:
-        raise ManifestError([stream.located(p) for p in exc.problems]) from None
+    sent = remote_sources.Sent(loader.read_sources(args.filename))
+    doc = sent.ask(lambda body, as_json, only_problems: args.remote.apply(
+        body, dry_run=args.dry_run or only_problems, as_json=as_json))
     shown = output.changes(" (dry run)" if args.dry_run else "")
     shown(_recorded(doc))
     if args.dry_run or not args.wait:
@@ -93,14 +53,11 @@ def run_diff(args: argparse.Namespace) -> int:
     from devcell.api import diff
     from devcell.manifests import loader
 
-    stream = Stream(loader.read_sources(args.filename))
-    try:
-        doc = args.remote.diff(stream.text)
-    except ManifestError as exc:
-        raise ManifestError([stream.located(p) for p in exc.problems]) from None
+    sent = remote_sources.Sent(loader.read_sources(args.filename))
+    doc = sent.ask(lambda body, as_json, _: args.remote.diff(body, as_json=as_json))
     from devcell.cli import output
 
-    return output.write_diff(diff.DiffReport.of_document(doc, stream.file_at))
+    return output.write_diff(diff.DiffReport.of_document(doc, sent.stream.file_at))
 
 
 def run_delete(args: argparse.Namespace) -> int:

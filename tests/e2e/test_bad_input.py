@@ -1,14 +1,17 @@
 """The bad-input corpus: every way a manifest can be wrong is refused cleanly.
 
 For each case `devcell apply` must exit 1, name file:line[:column], the object and the field
-for every problem, print no traceback, and leave the state database exactly as it was
-(no database at all when nothing had been applied before). The manifests live one case per
+for every problem, print no traceback, and leave what the state records exactly as it was
+(directly: no database at all when nothing had been applied before). The module runs again
+through a server (tests/e2e/conftest.py): the same errors at the user's own file and line, the
+same exit code, nothing recorded. The manifests live one case per
 file in tests/e2e/bad_inputs/; cases too big to commit (oversize, 100000-deep) are written
 into tmp_path by the test.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import subprocess
@@ -302,22 +305,55 @@ CASES = [
 ]
 
 
-def _user_rows(state_dir: Path) -> dict[str, int]:
-    """Row counts of every table except the migrations log, skipping empty tables."""
-    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True)
+DECLARED = "name, id, labels, annotations, spec, manifest_hash, generation, source, deleted_at"
+"""What an apply records of an object: not its status, phase or resourceVersion, which a serving
+daemon converging the objects applied before changes meanwhile."""
+APPLY_EVENTS = ("Applied", "OwnerChanged", "Adopted", "Pruned")
+
+
+def recorded(state_dir: Path) -> str | None:
+    """A digest of what applies recorded: each Cell's and Snapshot's declared fields, the
+    applied sources and the events of those changes; None when nothing is recorded (no
+    database, or the one a serving daemon made, without objects)."""
+    path = state_dir / "state.db"
+    if not path.exists():
+        return None
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        tables = [r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
-        counts = {t: conn.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0] for t in tables}
+        rows = [(table, *row) for table in ("cells", "snapshots")
+                for row in conn.execute(f"SELECT {DECLARED} FROM {table} ORDER BY id")]
+        rows += [("applied", *row) for row in conn.execute(
+            "SELECT * FROM applied_sources ORDER BY 1")]
+        rows += [("event", *row) for row in conn.execute(
+            "SELECT id, object_kind, object_id, reason, message FROM events WHERE reason IN "
+            f"({', '.join('?' * len(APPLY_EVENTS))}) ORDER BY id", APPLY_EVENTS)]
     finally:
         conn.close()
-    return {t: n for t, n in counts.items() if n and t != "migrations"}
+    return hashlib.sha256(repr(rows).encode()).hexdigest() if rows else None
 
 
-def assert_state_unchanged(state_dir: Path, before: str | None,
-                           fingerprint: Fingerprint) -> None:
-    """Identical rows after a refused apply; a refused first apply creates no state.db at all."""
-    assert fingerprint(state_dir) == before, "a rejected apply changed the state database"
+State = tuple[str | None, str | None]
+
+
+@pytest.fixture
+def state(state_dir: Path, cli_mode: str, fingerprint: Fingerprint) -> Callable[[], State]:
+    """What the state directory records now: what applies recorded, and on the state directory
+    (cli_mode direct) every row of state.db as well (None: no database at all); a serving
+    daemon writes its own rows (its lease, the objects' convergence) while the test runs."""
+    return lambda: (recorded(state_dir),
+                    fingerprint(state_dir) if cli_mode == "direct" else cli_mode)
+
+
+@pytest.fixture
+def nothing(cli_mode: str) -> State:
+    """The state of a directory nothing was applied to: directly, no database at all."""
+    return None, None if cli_mode == "direct" else cli_mode
+
+
+def assert_state_unchanged(now: State, before: State) -> None:
+    """Identical rows after a refused apply; a refused first apply creates no state.db at all
+    (directly: served, the daemon made it)."""
+    assert now == before, "a rejected apply changed the state database"
 
 
 def assert_refused(result: subprocess.CompletedProcess[str],
@@ -338,23 +374,21 @@ def assert_refused(result: subprocess.CompletedProcess[str],
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_bad_input_is_refused(cli: Cli, fingerprint: Fingerprint, state_dir: Path,
-                              case: Case) -> None:
+def test_bad_input_is_refused(cli: Cli, state: Callable[[], State], case: Case) -> None:
     if case.prior:
         prior = cli("apply", "-f", PRIOR)
         assert prior.returncode == 0, prior.stderr
-    before = fingerprint(state_dir)
-    assert (before is not None) == case.prior
+    before = state()
+    assert (before[0] is not None) == case.prior
     args = [arg for p in case.paths for arg in ("-f", p if p == "-" else _p(p))]
     stdin = (CORPUS / case.stdin).read_text() if case.stdin else None
     result = cli("apply", *args, input=stdin, timeout=60)
     assert_refused(result, case.errors)
-    assert_state_unchanged(state_dir, before, fingerprint)
+    assert_state_unchanged(state(), before)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.prior], ids=lambda c: c.id)
-def test_bad_input_after_prior_state_changes_nothing(cli: Cli, fingerprint: Fingerprint,
-                                                     state_dir: Path, case: Case) -> None:
+def test_bad_input_after_prior_state_changes_nothing(cli: Cli, case: Case) -> None:
     """The refused change really was refused: the recorded objects are as first applied."""
     assert cli("apply", "-f", PRIOR).returncode == 0
     assert cli("apply", "-f", _p(case.paths[0])).returncode == 1
@@ -385,7 +419,7 @@ def _deep_file(tmp_path: Path, levels: int) -> Path:
 
 
 @pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 100_000], ids=["limit-plus-one", "100000"])
-def test_deep_flow_nesting_is_refused(cli: Cli, fingerprint: Fingerprint, state_dir: Path,
+def test_deep_flow_nesting_is_refused(cli: Cli, state: Callable[[], State], nothing: State,
                                       tmp_path: Path, levels: int) -> None:
     path = _deep_file(tmp_path, levels)
     result = cli("apply", "-f", str(path), timeout=60)
@@ -395,14 +429,14 @@ def test_deep_flow_nesting_is_refused(cli: Cli, fingerprint: Fingerprint, state_
         # check at MAX_DEPTH sees the event; the message is the same, the place is libyaml's.
         assert result.returncode == 1 and "Traceback" not in result.stderr
         assert f"{path}:1:" in result.stderr and message in result.stderr, result.stderr
-        assert_state_unchanged(state_dir, None, fingerprint)
+        assert_state_unchanged(state(), nothing)
         return
     # The first level beyond the limit opens at column MAX_DEPTH + 1; its path is [0]...[0].
     assert_refused(result, (
         (f"{path}:1:{MAX_DEPTH + 1}: {'[0]' * MAX_DEPTH}: ",
          f"nesting deeper than {MAX_DEPTH} levels is not allowed"),
     ))
-    assert_state_unchanged(state_dir, None, fingerprint)
+    assert_state_unchanged(state(), nothing)
 
 
 def test_nesting_at_the_limit_is_parsed(cli: Cli, tmp_path: Path) -> None:
@@ -425,7 +459,7 @@ def _padded(size: int) -> bytes:
     return data
 
 
-def test_oversize_file_is_refused(cli: Cli, fingerprint: Fingerprint, state_dir: Path,
+def test_oversize_file_is_refused(cli: Cli, state: Callable[[], State], nothing: State,
                                   tmp_path: Path) -> None:
     path = tmp_path / "big.yaml"
     path.write_bytes(_padded(MAX_DOCUMENT_BYTES + 1))
@@ -433,15 +467,15 @@ def test_oversize_file_is_refused(cli: Cli, fingerprint: Fingerprint, state_dir:
     assert_refused(result, (
         (f"{path}:1: ", f"document is larger than the limit of {MAX_DOCUMENT_BYTES} bytes"),
     ))
-    assert fingerprint(state_dir) is None  # refused before the database is opened
+    assert state() == nothing  # refused before the database is opened
 
 
-def test_oversize_stdin_is_refused(cli: Cli, fingerprint: Fingerprint, state_dir: Path) -> None:
+def test_oversize_stdin_is_refused(cli: Cli, state: Callable[[], State], nothing: State) -> None:
     result = cli("apply", "-f", "-", input=_padded(MAX_DOCUMENT_BYTES + 1).decode())
     assert_refused(result, (
         ("<stdin>:1: ", f"document is larger than the limit of {MAX_DOCUMENT_BYTES} bytes"),
     ))
-    assert fingerprint(state_dir) is None
+    assert state() == nothing
 
 
 def test_file_of_exactly_the_limit_is_accepted(cli: Cli, tmp_path: Path) -> None:
@@ -472,7 +506,7 @@ def test_the_limit_is_per_document_not_per_file(cli: Cli, tmp_path: Path, stdin:
 
 
 def test_a_document_over_the_limit_is_refused_at_its_line(
-        cli: Cli, fingerprint: Fingerprint, state_dir: Path, tmp_path: Path) -> None:
+        cli: Cli, state: Callable[[], State], nothing: State, tmp_path: Path) -> None:
     path = tmp_path / "huge.yaml"
     head = _cells(3)  # 3 documents of 5 lines: the big one starts on line 16
     path.write_bytes(head + b"---\n" + _padded(2 * MAX_DOCUMENT_BYTES) + _cells(1))
@@ -480,7 +514,7 @@ def test_a_document_over_the_limit_is_refused_at_its_line(
     assert_refused(result, (
         (f"{path}:16: ", f"document is larger than the limit of {MAX_DOCUMENT_BYTES} bytes"),
     ))
-    assert fingerprint(state_dir) is None
+    assert state() == nothing
 
 
 def test_a_json_file_is_one_document_under_the_limit(cli: Cli, tmp_path: Path) -> None:

@@ -61,6 +61,13 @@ SAME = [
     ["diff", "-f", "{snap}", "-f", "{changed}"], ["diff", "-f", "{changed}", "-f", "{bad}"],
     ["apply", "-f", "{file}", "--dry-run"], ["apply", "-f", "{bad}"],
     ["apply", "-f", "{file}", "-f", "{bad}"], ["apply", "-f", "{missing}"],
+    # files the server's one stream would read otherwise (cli/remote_sources.py): not UTF-8,
+    # JSON (alone: sent as JSON; not JSON: said here), an object defined twice
+    ["apply", "-f", "{latin1}", "-f", "{bad}"], ["apply", "-f", "{bad}", "-f", "{latin1}"],
+    ["apply", "-f", "{latin1}"], ["diff", "-f", "{changed}", "-f", "{latin1}"],
+    ["apply", "-f", "{json}", "--dry-run"], ["diff", "-f", "{json}"],
+    ["apply", "-f", "{file}", "-f", "{json}", "--dry-run"],
+    ["apply", "-f", "{comma}", "-f", "{bad}"], ["apply", "-f", "{twice}"],
     ["delete", "cell", "nope"], ["delete", "cell", "-l", "team=nobody"], ["delete", "cell"],
     ["wait", "cell", "{name}"], ["wait", "cell", "{name}", "--for", "create"],
     ["wait", "cell", "-l", "team=remote"], ["wait", "cell", "-l", "team=nobody"],
@@ -114,7 +121,16 @@ def files(api: Api, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
              lambda r: r.json()["status"]["phase"] == "Ready")
     ops = api.client.get("/api/v1/operations").json()["items"]
     op = next(o["id"] for o in ops if o["object_name"] == name)
+    (work / "latin1.yaml").write_bytes(cell(f"{name}-l1").encode() + b"  # caf\xe9\n")
+    doc = {"apiVersion": "devcell.dev/v1alpha1", "kind": "Cell", "metadata": {
+        "name": f"{name}-json", "labels": {"team": "remote"}}, "spec": {
+        "backend": "fake", "image": "devcell/busybox:latest", "resources": {"cpus": 1.5}}}
+    (work / "cell.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (work / "comma.json").write_text(json.dumps(doc, indent=2)[:-2] + ",\n}\n")
+    (work / "twice.yaml").write_text(cell(f"{name}-2") + "---\n" + cell(f"{name}-2"))
     return {"name": name, "op": op, "file": str(work / "cell.yaml"), "bad": str(work / "bad.yaml"),
+            "latin1": str(work / "latin1.yaml"), "json": str(work / "cell.json"),
+            "comma": str(work / "comma.json"), "twice": str(work / "twice.yaml"),
             "changed": str(work / "changed.yaml"), "snap": str(work / "snap.yaml"),
             "missing": str(work / "missing.yaml"), "work": str(work)}
 
@@ -181,6 +197,25 @@ def test_apply_delete_and_wait_through_the_server(files: dict[str, str], remote:
         0, f"cell/{name} deleted\n", "")
     assert remote(["wait", "cell", name, "--for", "delete"]) == (
         0, f"cell/{name} deleted\n", "")
+
+
+def test_a_json_file_yaml_reads_otherwise(files: dict[str, str], remote: Run,
+                                          tmp_path: Path) -> None:
+    """`1e0` is a number to JSON and a string to YAML: a .json file given alone is sent as
+    JSON, read as on the state directory; among other files (one YAML stream) it is refused,
+    naming it, never recorded as something else."""
+    from devcell.cli.remote_sources import MISREAD
+
+    name = f"rj-{uuid.uuid4().hex[:6]}"
+    manifest = tmp_path / "exp.json"
+    manifest.write_text(json.dumps({
+        "apiVersion": "devcell.dev/v1alpha1", "kind": "Cell", "metadata": {"name": name},
+        "spec": {"backend": "fake", "resources": {"cpus": 1.5}}}).replace("1.5", "1e0"))
+    assert remote(["apply", "-f", str(manifest), "--dry-run"]) == (
+        0, f"cell/{name} created (dry run)\n", "")
+    code, out, err = remote(["apply", "-f", files["file"], "-f", str(manifest), "--dry-run"])
+    assert (code, out) == (1, "") and err == (f"error: {manifest}: {MISREAD}\n"
+                                              "1 problem found; nothing was changed\n"), err
 
 
 def test_what_only_a_client_meets(api: Api, files: dict[str, str], tmp_path: Path,

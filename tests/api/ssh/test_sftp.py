@@ -11,12 +11,22 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncssh
 import pytest
 
 from devcell.api.ssh.sftp import CellSFTPServer
 from devcell.backends.interactive import CellRoot
+
+
+def _run(coroutine: Any) -> Any:
+    """`coroutine` run to its end on a thread of its own: asyncio.run refuses a thread where
+    an event loop runs, as the dashboard tests' Playwright leaves one on the main thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 @pytest.fixture
@@ -134,7 +144,7 @@ def test_rename_keeps_sftps_rule_and_listing_shows_the_cells_names(
     async def listing() -> list[bytes]:
         return [entry.filename async for entry in server.scandir(b"/workspace")]
 
-    names = asyncio.run(listing())
+    names = _run(listing())
     assert set(names) == {b".", b"..", b"b"}
     assert server.format_user(0) == "0"
 
@@ -221,7 +231,7 @@ def test_the_served_server_runs_its_calls_off_the_event_loop(tree: Path) -> None
         return bytes(data)
 
     try:
-        assert asyncio.run(roundtrip()) == b"data"
+        assert _run(roundtrip()) == b"data"
     finally:
         served.exit()
         os.close(fd)

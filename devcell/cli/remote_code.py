@@ -18,16 +18,14 @@ from typing import Any, BinaryIO
 from devcell import names
 from devcell.backends.base import CellRef
 from devcell.backends.interactive import ExecOptions, Terminal
-from devcell.errors import DevCellError, TemporaryError, UsageError
-from devcell.names import printable, printable_text
+from devcell.errors import DevCellError, UsageError
+from devcell.names import printable
 
 MAX_INPUT = 16 << 20
 """A command's input (the editor's settings file, indented: a 4 KiB annotation nested 700
 deep is 2 MB of it); one longer is refused, never cut (a cut file is broken JSON)."""
 HUNG_UP = 129
 """The status said for a command this side hung up (a postAttach hook past its limit)."""
-POLL_SECONDS = 0.25
-"""How often a hang-up is looked for while the command runs."""
 MAX_MOUNT_PATH, MAX_HOOKS, MAX_ANNOTATIONS, MAX_ANNOTATION = 255, 16, 64, 4096
 """The cell schema's bounds (schemas/cell.schema.json), checked on a server's cell."""
 
@@ -42,9 +40,7 @@ class _ThroughServer:
     def exec(self, cell: CellRef, argv: list[str], *, stdout: BinaryIO, stderr: BinaryIO,
              stdin: BinaryIO | None = None, terminal: Terminal | None = None,
              options: ExecOptions | None = None) -> int:
-        from websockets.exceptions import ConnectionClosed
-
-        from devcell.client import exec_status
+        from devcell.cli import remote_streams
         from devcell.server import framing
 
         if terminal is not None:
@@ -62,28 +58,10 @@ class _ThroughServer:
                 for at in range(0, len(data), framing.MAX_STDIN):
                     ws.send(framing.frame(framing.STDIN, data[at:at + framing.MAX_STDIN]))
                 ws.send(framing.frame(framing.STDIN, b""))
-            out = {framing.STDOUT: stdout, framing.STDERR: stderr}
-            while True:
-                if session.hang_up is not None and session.hang_up.is_set():
-                    return HUNG_UP  # the stream closed: the server ends the command
-                try:
-                    message = ws.recv(timeout=POLL_SECONDS)
-                except TimeoutError:
-                    continue
-                except ConnectionClosed:
-                    raise TemporaryError(f"exec in cell {printable(cell.name)}: the stream "
-                                         "ended without an exit status") from None
-                if not isinstance(message, bytes) or not message:
-                    continue
-                channel, payload = framing.split(message)
-                if channel in out:
-                    out[channel].write(payload)
-                    out[channel].flush()
-                elif channel == framing.NOTICE:  # the server's words (waking it, drift)
-                    sys.stderr.write(printable_text(payload.decode("utf-8", "replace")))
-                    sys.stderr.flush()
-                elif channel == framing.STATUS:
-                    return exec_status(bytes(payload))
+            status = remote_streams.relay_output(
+                ws, cell.name, {framing.STDOUT: stdout, framing.STDERR: stderr},
+                session.hang_up)
+        return HUNG_UP if status is None else status  # None: hung up, the stream closed
 
     def log_sources(self, cell: CellRef) -> Any:
         raise UsageError("`devcell code` reads no logs")

@@ -61,7 +61,6 @@ def run_exec(args: argparse.Namespace) -> int:
 
 def _relay(ws: Any, args: argparse.Namespace, terminal: Any) -> int:
     """The stream until its STATUS: output written, input and window sizes sent."""
-    from websockets.exceptions import ConnectionClosed
 
     from devcell.server import framing
 
@@ -74,12 +73,35 @@ def _relay(ws: Any, args: argparse.Namespace, terminal: Any) -> int:
     out = {framing.STDOUT: sys.stdout.buffer, framing.STDERR: sys.stderr.buffer}
     sys.stdout.flush()
     sys.stderr.flush()
+    status = relay_output(ws, args.cell, out)
+    assert status is not None  # nothing hangs this stream up
+    return status
+
+
+HANG_UP_POLL_SECONDS = 0.25
+"""How often relay_output looks at its hang-up while the command is quiet."""
+
+
+def relay_output(ws: Any, cell: str, out: dict[int, Any],
+                 hang_up: threading.Event | None = None) -> int | None:
+    """The exec stream's output written to `out` (by channel) until its STATUS: the
+    command's exit status; None once `hang_up` is set (the stream is then closed by its
+    owner, and the server ends the command). DevCell's notices go to stderr, escaped."""
+    from websockets.exceptions import ConnectionClosed
+
+    from devcell.client import exec_status
+    from devcell.server import framing
+
     while True:
+        if hang_up is not None and hang_up.is_set():
+            return None
         try:
-            message = ws.recv()
+            message = ws.recv(timeout=None if hang_up is None else HANG_UP_POLL_SECONDS)
+        except TimeoutError:
+            continue
         except ConnectionClosed:
-            raise errors.TemporaryError(f"exec in cell {printable(args.cell)}: the stream "
-                                        "ended without an exit status") from None
+            raise errors.TemporaryError(f"exec in cell {printable(cell)}: the stream ended "
+                                        "without an exit status") from None
         if not isinstance(message, bytes) or not message:
             continue
         channel, payload = framing.split(message)
@@ -90,8 +112,6 @@ def _relay(ws: Any, args: argparse.Namespace, terminal: Any) -> int:
             sys.stderr.write(printable_text(payload.decode("utf-8", "replace")))
             sys.stderr.flush()
         elif channel == framing.STATUS:
-            from devcell.client import exec_status
-
             return exec_status(bytes(payload))
 
 

@@ -4,7 +4,8 @@ Runs in the calling process under the reconcile lock (so no inline reconcile run
 whether or not a daemon holds the lease: what a collection removes is by then referenced by
 nothing, and ids are never reused, so a daemon's concurrent work cannot come to need it.
 Without a daemon, operations a dead process left Running are failed first (as every inline
-converge does) and the trees killed removals left are cleared.
+converge does) and the trees killed removals left are cleared. A deletion that waits for
+approval is named, with the command that gives it, daemon or not.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def collect(state_dir: Path, *, approve: bool = False, dry_run: bool = False) ->
     try:
         if lease.current_holder(state_dir) is None:  # else the daemon finishes them
             finished, unfinished, awaiting = _finish_deletions(ctx, dry_run=dry_run)
+        else:  # but not one that waits for the user's approval: it is named all the same
+            awaiting = _awaiting_deletions(ctx)
         with converge.reconcile_lock(ctx), storage_lock.collecting(state_dir):
             if not dry_run and lease.current_holder(state_dir) is None:
                 recovered = sorted({op for op, _, _ in recovery.recover_interrupted(db)})
@@ -88,8 +91,7 @@ def _finish_deletions(ctx: Context, *, dry_run: bool
 
     pending = objects.deleting(ctx.db.conn)
     shown = {key: f"{key[0].lower()}/{name}" for key, name in pending}
-    awaiting = {shown[key]: why for key, _ in pending
-                if (why := _awaiting_approval(ctx, key[1])) is not None}
+    awaiting = _awaiting_deletions(ctx, pending)
     left = {key: what for key, what in shown.items() if what not in awaiting}
     if dry_run or not left:  # one waiting for approval is the user's to approve, not gc's
         return list(left.values()), {}, awaiting
@@ -101,6 +103,14 @@ def _finish_deletions(ctx: Context, *, dry_run: bool
         else:
             unfinished[what] = report.failed.get(key) or report.waiting.get(key) or "not done"
     return finished, unfinished, awaiting
+
+
+def _awaiting_deletions(ctx: Context, pending: list[tuple[objects.Key, str]] | None = None
+                        ) -> dict[str, str]:
+    """The deletions asked for that wait for approval ("kind/NAME" -> how to give it)."""
+    pending = objects.deleting(ctx.db.conn) if pending is None else pending
+    return {f"{key[0].lower()}/{name}": why for key, name in pending
+            if (why := _awaiting_approval(ctx, key[1])) is not None}
 
 
 def _awaiting_approval(ctx: Context, object_id: str) -> str | None:

@@ -126,13 +126,14 @@ def _recorded(doc: dict[str, Any]) -> Any:
                  for c in doc.get("changes", [])])
 
 
-def _wait(args: argparse.Namespace, doc: dict[str, Any]) -> dict[tuple[str, str], str]:
+def _wait(args: argparse.Namespace, doc: dict[str, Any]) -> dict[tuple[str, str], Any]:
     """Each changed object waited for (Ready; a deletion: gone) within --timeout, as `apply`
-    waits for a running daemon; (kind, name) -> why one did not settle."""
+    waits for a running daemon; (kind, name) -> how one did not settle (remote_wait.Waited:
+    why, and whether an operation of it waits for approval)."""
     from devcell.cli import remote_wait
 
     deadline = time.monotonic() + args.timeout
-    unsettled: dict[tuple[str, str], str] = {}
+    unsettled: dict[tuple[str, str], Any] = {}
     for c in doc.get("changes", []):
         if c["kind"] not in remote_wait.PLURAL:
             continue
@@ -141,19 +142,20 @@ def _wait(args: argparse.Namespace, doc: dict[str, Any]) -> dict[tuple[str, str]
                                  condition="delete" if gone else "Ready", want="True",
                                  deadline=deadline, timeout=args.timeout)
         if done.failed is not None:
-            unsettled[(c["kind"], c["name"])] = done.failed
+            unsettled[(c["kind"], c["name"])] = done
     return unsettled
 
 
-def _settled(shown: Any, doc: dict[str, Any], unsettled: dict[tuple[str, str], str]) -> int:
+def _settled(shown: Any, doc: dict[str, Any], unsettled: dict[tuple[str, str], Any]) -> int:
     """The deferred deletions printed as converging ended, an error line for each object
     that did not settle; the exit code `apply` and `delete` give."""
     from devcell.api.reports import Status
 
     objects = [SimpleNamespace(kind=kind, name=name, status=Status.WAITING,
-                               awaiting_approval=None) for kind, name in unsettled]
+                               awaiting_approval=True if done.gated else None)
+               for (kind, name), done in unsettled.items()]
     shown.settled(SimpleNamespace(converged=SimpleNamespace(
         objects=objects, expired=list(doc.get("expired", [])))))
-    for (kind, name), why in unsettled.items():
-        sys.stderr.write(printable(f"error: {kind.lower()}/{name}: {why}") + "\n")
+    for (kind, name), done in unsettled.items():
+        sys.stderr.write(printable(f"error: {kind.lower()}/{name}: {done.failed}") + "\n")
     return 0 if doc.get("ok", True) and not unsettled else 1

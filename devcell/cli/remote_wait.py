@@ -20,10 +20,11 @@ PLURAL = {"Cell": "cells", "Snapshot": "snapshots"}
 
 
 class Waited:
-    """How one wait ended: `failed` (why) or None when the condition was met."""
+    """How one wait ended: `failed` (why) or None when the condition was met; `gated`: it
+    failed because an operation of the object waits for approval."""
 
-    def __init__(self, name: str, failed: str | None = None) -> None:
-        self.name, self.failed = name, failed
+    def __init__(self, name: str, failed: str | None = None, *, gated: bool = False) -> None:
+        self.name, self.failed, self.gated = name, failed, gated
 
 
 def until(client: Any, kind: str, name: str, *, condition: str, want: str, deadline: float,
@@ -46,6 +47,9 @@ def until(client: Any, kind: str, name: str, *, condition: str, want: str, deadl
             shown = str(doc.get("metadata", {}).get("name", name))
             if condition == "create":
                 return Waited(shown)
+            gate = awaiting_approval(doc, shown)
+            if gate is not None:
+                return Waited(shown, gate, gated=True)
             if condition == "delete":
                 detail = f"phase {doc.get('status', {}).get('phase', '?')}"
             else:
@@ -66,6 +70,25 @@ def until(client: Any, kind: str, name: str, *, condition: str, want: str, deadl
                                f"it to be created){_close(client, kind, name)}")
             return Waited(name, f"timed out after {timeout:.3g}s: {detail}")
         time.sleep(POLL_S)
+
+
+def awaiting_approval(doc: dict[str, Any], name: str) -> str | None:
+    """Why waiting for an object is over when an operation of it waits for approval, as
+    `wait` says it on a state directory (reconciler.waiting.check: the operation, its gate,
+    the command that approves it), from the Ready condition the daemon recorded; None if none
+    does. (A deletion waited for would wait until the time ran out.)"""
+    import re
+
+    from devcell.controllers.plan import resume_command
+
+    for cond in (doc.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "Ready" \
+                and cond.get("reason") == "AwaitingApproval":
+            message = str(cond.get("message") or "")
+            found = re.match(r"operation (op_[0-9a-z]+) ", message)
+            if found is not None:
+                return f"{message}; approve it with `{resume_command(found.group(1), name)}`"
+    return None
 
 
 def _close(client: Any, kind: str, name: str) -> str:

@@ -25,11 +25,20 @@ def _remove_test_containers(state_dir: Path) -> Iterator[None]:
 
 
 SERVED_MODULES = ("test_cli", "test_kubectl_habits", "test_kubectl_verbs", "test_examples",
-                  "test_bad_input", "test_apply_own_output")
-"""The e2e modules run a second time through the API (issue 27: the CLI's e2e suite through
+                  "test_bad_input", "test_apply_own_output", "test_gc_says_what_it_did",
+                  "test_transfer_cli", "test_import_devcontainer", "test_features")
+"""The e2e modules run again through the API (issue 27: the CLI's e2e suite through
 --server): each of their tests' commands the API serves goes through a daemon's unix socket
-(`devcell --server unix:SOCK ...`), every other command (gc, df, controller, ...) to the
-state directory, as an admin on the server's machine would run them."""
+(`devcell --server unix:SOCK ...`), then its TLS listener, every other command (gc,
+snapshot export, image, controller, ...) to the state directory, as an admin on the server's
+machine would run them. The e2e modules left out: the heavy matrices and the daemon's own
+tests (a serving daemon would hold their daemon's lease), test_interrupt (Ctrl-C to an
+apply converging in its own process: a served apply converges nothing), test_suspend_resume
+and test_restore_daemon (they start and stop their own daemon), test_images (their own
+daemons, `delete --approve`, DOCKER_CONFIG given to the CLI's process, image commands),
+test_devcontainer_lifecycle and test_import_devcontainer_compose (build contexts relative to
+the manifest's file and host commands: the client's files), test_faulty_state, test_demo and
+test_devcontainer_samples (no `cli` fixture)."""
 
 
 class _Daemon:

@@ -27,6 +27,9 @@ from tests.registry import Registry, start
 pytestmark = pytest.mark.e2e
 
 GHCR = "ghcr.io/devcontainers/features"
+LOCAL_FILES = ("its local feature folder and build context are paths relative to the manifest's "
+               "file, files of the client's: a server takes relative paths from its own working "
+               "directory (docs/api.md)")
 
 
 def feature(fid: str, *, options: dict[str, Any] | None = None, **meta: Any) -> dict[str, str]:
@@ -131,6 +134,7 @@ def test_two_oci_features_in_order_with_options_rebuilt_only_when_an_option_chan
     assert log.stdout.splitlines()[-1] == "greeter GREETING=hey LOUD=true user=root"
 
 
+@pytest.mark.state_dir_only(LOCAL_FILES)
 def test_a_local_feature_asking_for_a_capability_needs_the_allowance(
         cli: Cli, tmp_path: Path, engine_state: Path) -> None:
     _config(engine_state)  # no registry at all: a local feature is offline
@@ -186,6 +190,7 @@ def test_a_local_feature_asking_for_a_capability_needs_the_allowance(
     assert not (engine_state / "features" / "contexts" / "tracer").exists()
 
 
+@pytest.mark.state_dir_only(LOCAL_FILES)
 def test_features_install_as_root_and_the_image_keeps_its_own_user(
         cli: Cli, tmp_path: Path, engine_state: Path) -> None:
     _config(engine_state)

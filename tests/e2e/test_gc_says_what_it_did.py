@@ -48,7 +48,11 @@ def test_a_dry_run_says_a_deletion_waits_for_approval(cli: Cli, state_dir: Path)
     conn.execute("UPDATE volumes SET writes = writes + 1")  # someone edits the workspace
     conn.commit()
     conn.close()
-    assert cli("delete", "cell", "api").returncode == 1  # waits for approval
+    waits = cli("delete", "cell", "api")  # for approval: said as such, through a server too
+    assert (waits.returncode, waits.stdout) == (1, "cell/api deletion waiting for approval\n")
+    assert waits.stderr.startswith("error: cell/api: operation op_"), waits.stderr
+    assert " awaiting approval: " in waits.stderr and "`devcell op resume op_" in waits.stderr
+    assert waits.stderr.count("\n") == 1, waits.stderr
     dry = cli("gc", "--dry-run")
     assert dry.returncode == 0, dry
     assert "interrupted" not in dry.stdout, dry.stdout

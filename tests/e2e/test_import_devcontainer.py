@@ -87,6 +87,9 @@ def test_an_image_based_devcontainer_is_imported_and_applied(
     assert b"200" in answer.split(b"\r\n", 1)[0] and b"created-dev" in answer
 
 
+@pytest.mark.state_dir_only("its build context is a path relative to the manifest's file, a "
+                            "file of the client's: a server takes relative paths from its own "
+                            "working directory (docs/api.md)")
 def test_a_dockerfile_based_devcontainer_is_imported_built_and_applied(
         cli: Cli, tmp_path: Path, engine_state: Path) -> None:
     project = tmp_path / "service"

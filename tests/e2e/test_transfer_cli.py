@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from devcell.store.db import open_database
 from tests.conftest import REPO, Cli, db_fingerprint
 
@@ -40,6 +42,9 @@ def test_export_to_stdout_piped_into_import(cli: Cli, tmp_path: Path, state_dir:
     assert listed.stdout.splitlines()[1].split()[:4] == ["moved", "api", "(imported)", "metadata"]
 
 
+@pytest.mark.state_dir_only("snapshot import and export are not served (docs/api.md): every "
+                            "command of it runs on the state directory, whose every row it "
+                            "compares (a serving daemon renews its lease meanwhile)")
 def test_a_damaged_archive_is_one_clear_error(cli: Cli, tmp_path: Path,
                                               state_dir: Path) -> None:
     bad = tmp_path / "bad.tar"

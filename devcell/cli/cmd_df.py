@@ -34,7 +34,7 @@ def print_report(args: argparse.Namespace, report: df.Report) -> int:
     if args.verbose >= 1:
         for row in report.rows:
             items = [i for i in report.items if i.type == row.type]
-            sys.stdout.write(f"\n{row.type}:\n")
+            sys.stdout.write(f"\n{printable(row.type)}:\n")  # a server's, through --server
             if not items:
                 sys.stdout.write("(none)\n")
                 continue

@@ -50,3 +50,23 @@ def test_a_df_a_server_made_up_is_not_devcells_api(doc: dict[str, Any]) -> None:
     args = SimpleNamespace(remote=Server(), verbose=1, output="table")
     with pytest.raises(DevCellError, match="is it DevCell's API"):
         remote_df.run_df(args)  # type: ignore[arg-type]
+
+
+def test_a_type_a_server_names_is_printed_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    """-v heads each type's items with its name: a server's name with a terminal escape in
+    it (one that retitles the window, say) is printed escaped, as the table's cells are."""
+    hostile = "\x1b]0;pwned\x07Logs"
+    doc = {"types": [{"type": hostile, "total": 0, "active": 0, "sizeBytes": 0,
+                      "reclaimableBytes": 0}], "items": []}
+
+    class Server:
+        url = "unix:/x"
+
+        def df(self, verbose: bool) -> dict[str, Any]:
+            return doc
+
+    args = SimpleNamespace(remote=Server(), verbose=1, output="table")
+    assert remote_df.run_df(args) == 0  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]0;pwned\\x07Logs:" in out

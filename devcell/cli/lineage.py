@@ -11,6 +11,11 @@ from devcell.api.lineage import Node, contains, forest
 from devcell.errors import NotFound
 from devcell.names import printable
 
+MAX_DEPTH = 64
+"""Levels drawn indented; a deeper node is drawn at this depth, its line saying its own (each
+level's indentation made the text quadratic in the depth: a server's made-up chain of 100k
+links, ~23 MB, would be ~80 GB drawn)."""
+
 
 def _label(kind: str, row: dict[str, Any], children: list[Node]) -> str:
     if row["deleted_at"]:
@@ -37,16 +42,19 @@ def render(cells: list[dict[str, Any]], snapshots: list[dict[str, Any]],
             raise NotFound(f'snapshot "{name}" not found')
     lines: list[str] = []
     for root in roots:
-        # Iterative (lineage may be deep): (node, prefix for its label, prefix for children).
-        stack: list[tuple[Node, str, str]] = [(root, "", "")]
+        # Iterative (lineage may be deep): (node, prefix for its label, prefix for children,
+        # depth).
+        stack: list[tuple[Node, str, str, int]] = [(root, "", "", 0)]
         while stack:
-            (kind, row), lead, below = stack.pop()
+            (kind, row), lead, below, depth = stack.pop()
             kids = children.get(row["id"], [])
-            lines.append(lead + _label(kind, row, kids))
+            deep = f"[depth {depth}] " if depth > MAX_DEPTH else ""
+            lines.append(lead + deep + _label(kind, row, kids))
             for i, kid in reversed(list(enumerate(kids))):
                 last = i == len(kids) - 1
                 stack.append((kid, below + ("└── " if last else "├── "),
-                              below + ("    " if last else "│   ")))
+                              below if depth >= MAX_DEPTH
+                              else below + ("    " if last else "│   "), depth + 1))
     return "".join(line + "\n" for line in lines)
 
 

@@ -49,7 +49,8 @@ def print_made(info: tokens.TokenInfo, token: str) -> int:
     """The token on stdout alone, what was made on stderr (here and through a server)."""
     sys.stdout.write(token + "\n")
     sys.stdout.flush()
-    until = f", valid until {info.expires_at}" if info.expires_at else ", valid until revoked"
+    until = (f", valid until {printable(info.expires_at)}" if info.expires_at
+             else ", valid until revoked")
     sys.stderr.write(f"token/{info.id} made for {printable(info.user)} ({info.role}){until}; "
                      "it is shown only this once\n")
     return 0
@@ -78,8 +79,9 @@ def print_list(output: str | None, listed: list[tokens.TokenInfo]) -> int:
         sys.stderr.write("No tokens.\n")
         return 0
     rows = [("ID", "USER", "ROLE", "STATE", "CREATED", "EXPIRES", "CREATED-BY")]
-    rows += [(t.id, printable(t.user), t.role, t.state(), t.created_at, t.expires_at or "never",
-              printable(t.created_by or "-")) for t in listed]
+    rows += [(printable(t.id), printable(t.user), printable(t.role), t.state(),
+              printable(t.created_at), printable(t.expires_at or "never"),
+              printable(t.created_by or "-")) for t in listed]  # a server's, through --server
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         sys.stdout.write("   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from devcell.auth import tokens
+from devcell.auth.principals import Role
 from devcell.auth.tokens import TokenInfo
 from devcell.cli import cmd_token
 from devcell.errors import DevCellError
@@ -17,7 +19,10 @@ from devcell.names import printable
 def run_token_create(args: argparse.Namespace) -> int:
     cmd_token.expires_in(args)  # refused here, in the same words, before asking
     token, item = args.remote.create_token(args.user, args.role, expires=args.expires)
-    return cmd_token.print_made(_info(args.remote, item), token)
+    info = _info(args.remote, item)
+    if token == info.id or tokens.id_of(token) != info.id:  # a script reads it from stdout
+        raise _not_api(args.remote, "a token")
+    return cmd_token.print_made(info, token)
 
 
 def run_token_list(args: argparse.Namespace) -> int:
@@ -31,15 +36,24 @@ def run_token_revoke(args: argparse.Namespace) -> int:
 
 
 def _info(client: Any, item: dict[str, Any]) -> TokenInfo:
-    """A token's record as the server lists it; another shape is not DevCell's API."""
+    """A token's record as the server lists it; another shape (an id that is not 12 hex
+    digits, a role DevCell has not) is not DevCell's API."""
     def text(field: str, *, optional: bool = False) -> Any:
         value = item.get(field)
         if isinstance(value, str) or (optional and value is None):
             return value
-        raise DevCellError(f"DevCell API at {printable(client.url)}: the server answered a "
-                           f"token record without {field}: is it DevCell's API (the daemon's "
-                           "--listen address)?")
+        raise _not_api(client, f"a token record without {field}")
 
-    return TokenInfo(text("id"), text("user"), text("role"), text("createdAt"),
+    info = TokenInfo(text("id"), text("user"), text("role"), text("createdAt"),
                      text("createdBy", optional=True), text("expiresAt", optional=True),
                      text("revokedAt", optional=True))
+    if tokens.id_of(info.id) != info.id or len(info.id) != 12:
+        raise _not_api(client, "a token record whose id is not one")
+    if info.role not in [r.value for r in Role]:
+        raise _not_api(client, "a token record whose role is not one")
+    return info
+
+
+def _not_api(client: Any, what: str) -> DevCellError:
+    return DevCellError(f"DevCell API at {printable(client.url)}: the server answered {what}: "
+                        "is it DevCell's API (the daemon's --listen address)?")

@@ -152,6 +152,16 @@ def id_of(given: str) -> str | None:
     return given if _ID.fullmatch(given) else None
 
 
+_IN_TEXT = re.compile(r"dct_([0-9a-f]{12})_[0-9a-f]{64}")
+
+
+def hidden(text: str) -> str:
+    """`text` with every whole token in it cut to its id (`dct_ID_… (not shown)`): what an
+    error repeats of a request (a path or a name a token was pasted into) never holds a
+    secret, in an answer nor in the terminal or log that shows it."""
+    return _IN_TEXT.sub(r"dct_\1_… (not shown)", text) if "dct_" in text else text
+
+
 def document(info: TokenInfo) -> dict[str, str | None]:
     """A token as `token list -o json` and the API list it: everything but the token."""
     return {"id": info.id, "user": info.user, "role": info.role, "state": info.state(),

@@ -465,6 +465,10 @@ def test_an_admin_makes_and_revokes_a_token_through_the_api(api: Api,
             assert mate.get("/api/v1/cells").status_code == 200
             whole = admin.delete(f"/api/v1/tokens/{token}")
             assert whole.status_code == 404 and token not in whole.text
+            for answer in (admin.get(f"/api/v1/tokens/{token}"),  # 405, its path repeated
+                           admin.delete(f"/api/v1/tokens/{token}/x")):  # no such route
+                assert answer.status_code in (404, 405) and token[20:] not in answer.text
+                assert f"dct_{item['id']}_" in answer.text  # the id alone
             assert mate.get("/api/v1/cells").status_code == 200
             gone = admin.delete(f"/api/v1/tokens/{item['id']}")
             assert gone.status_code == 200 and gone.json()["revoked"] is True

@@ -42,3 +42,12 @@ def test_problems_are_located_and_escaped() -> None:
     assert one == {"file": "f\\x1b[2J.yaml", "message": "bad \\x07", "line": 3, "column": 2,
                    "kind": "Cell", "name": "a", "field": "spec.x"}
     assert "\x1b" not in doc["detail"]
+
+
+def test_a_whole_token_in_a_detail_is_cut_to_its_id() -> None:
+    """A path or name a token was pasted into is repeated by its id alone (the route's 404
+    and 405 repeat the path): an answer, or a terminal showing it, never holds a secret."""
+    token = "dct_0123456789ab_" + "e" * 64
+    doc = problems.of_error(errors.NotFound(f"no API route /api/v1/tokens/{token}/x"))
+    assert "e" * 64 not in doc["detail"]
+    assert "/api/v1/tokens/dct_0123456789ab_… (not shown)/x" in doc["detail"]

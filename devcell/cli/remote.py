@@ -175,10 +175,12 @@ def dispatch(args: argparse.Namespace) -> int | None:
         return int(handler(args))
     except DevCellError as exc:
         raise explained(exc, where) from None
-    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError,
+            RecursionError) as exc:
         # what the server answered is read by the same printers as the state directory's
         # records, which trust their fields: a server answering another shape (another
-        # version, or not DevCell) is said in one line, never a traceback
+        # version, or not DevCell; a field nested deeper than the YAML printer recurses) is
+        # said in one line, never a traceback
         what = printable(f"{type(exc).__name__}: {exc}")[:200]
         raise DevCellError(f"DevCell API at {printable(where.url)}: its answer could not be "
                            f"read ({what}): is it DevCell's API, of the same version as this "

@@ -439,3 +439,31 @@ def test_rows_of_another_shape_are_one_error_line(
     out, err = capsys.readouterr()
     assert out == "" and "its answer could not be read (KeyError: " in err, err
     assert len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("output", ["yaml", "json"])
+def test_rows_nested_past_the_printers_depth_are_one_error_line(
+        tmp_path: Path, output: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A field nested ~900 deep (JSON the client reads, deeper than the YAML printer
+    recurses) is one error line, never a RecursionError's traceback (attack45)."""
+    monkeypatch.setenv("DEVCELL_CONTEXTS", str(tmp_path / "none.json"))
+    deep: Any = []
+    for _ in range(900):
+        deep = [deep]
+    row = {"id": "vol_1", "name": "x-workspace", "mount_path": "/workspace", "phase": "Bound",
+           "created_at": "2026-12-06T23:32:59.450Z", "backend_ref": deep, "cell": "x",
+           "from_snapshot": None}
+    rows = {"apiVersion": "v1", "kind": "RowList", "items": [{"row": row}], "warnings": [],
+            "notes": [], "metadata": {"resourceVersion": "1"}}
+    listener = _serve_raw(tmp_path / "s.sock", _json_answer(rows))
+    try:
+        code = main(["--server", f"unix:{tmp_path}/s.sock", "get", "volumes", "-o", output])
+    finally:
+        listener.close()
+    out, err = capsys.readouterr()
+    if output == "json":  # json prints it whole
+        assert code == 0 and err == "", err
+        return
+    assert code == 1 and out == "" and "its answer could not be read (RecursionError" in err
+    assert len(err.splitlines()) == 1, err

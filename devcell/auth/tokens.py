@@ -79,8 +79,8 @@ def create(db: Database, *, user: str, role: Role, expires_in: int | None = None
     revoked). Returns what is recorded and the token itself, which nothing keeps: show it
     once."""
     if not valid_user(user):
-        raise UsageError(f"--user {user!r}: a user name is 1-64 letters, digits and . _ @ - "
-                         "(not starting with . @ -)")
+        raise UsageError(f"--user {hidden(user)!r}: a user name is 1-64 letters, digits and "
+                         ". _ @ - (not starting with . @ -)")
     if expires_in is not None and expires_in <= 0:
         raise UsageError("--expires: a token must be valid for at least 1s")
     expires_at = None

@@ -127,6 +127,15 @@ def test_bad_input_is_refused(db: Database) -> None:
     assert tokens.listed(db) == []
 
 
+def test_a_token_given_as_the_user_is_not_repeated(db: Database) -> None:
+    """A token pasted as --user (or a body's user, through the API) is refused without its
+    secret in the message: it would stay in a terminal or a log."""
+    _, token = tokens.create(db, user="ana", role=Role.viewer)
+    with pytest.raises(UsageError, match="--user") as refused_as:
+        tokens.create(db, user=token, role=Role.viewer)
+    assert token[21:] not in str(refused_as.value)
+
+
 def test_a_state_without_a_database_knows_no_token(tmp_path: Path) -> None:
     with pytest.raises(Unauthenticated):
         tokens.authenticate_token(tmp_path / "none", "dct_000000000000_" + "0" * 64)

@@ -22,7 +22,7 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from devcell.auth.principals import Principal, Role, valid_user
+from devcell.auth.principals import Principal, Role, local_user, valid_user
 from devcell.errors import NotFound, StateError, Unauthenticated, UsageError
 from devcell.records import Record
 from devcell.store import events
@@ -83,6 +83,12 @@ def create(db: Database, *, user: str, role: Role, expires_in: int | None = None
                          ". _ @ - (not starting with . @ -)")
     if expires_in is not None and expires_in <= 0:
         raise UsageError("--expires: a token must be valid for at least 1s")
+    if role is not Role.admin and user == local_user(db.state_dir):
+        # its cells would be the owner's, which clone with the server's git credentials:
+        # what rule host-owner keeps from every developer (found by attack45)
+        raise UsageError(f"--user {user}: that is the state directory's owner, whose cells "
+                         "clone with the server's git credentials: a token acting as them is "
+                         "an admin's (--role admin); give a developer or viewer their own name")
     expires_at = None
     if expires_in is not None:
         when = datetime.now(UTC) + timedelta(seconds=expires_in)

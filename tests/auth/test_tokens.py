@@ -166,3 +166,19 @@ def test_the_database_is_owner_only(db: Database, state: Path) -> None:
     assert (state / "state.db").stat().st_mode & 0o077 == 0
     assert (state / "hash.key").stat().st_mode & 0o077 == 0
     assert isinstance(db.conn, sqlite3.Connection)
+
+
+@pytest.mark.parametrize("role", [Role.viewer, Role.developer])
+def test_a_token_acting_as_the_owner_is_an_admins(db: Database, state: Path,
+                                                  role: Role) -> None:
+    """A developer token named as the state directory's owner made cells that were the
+    owner's, cloned with the server's git credentials: what rule host-owner keeps from every
+    developer (found by attack45). Only an admin token may act as the owner."""
+    from devcell.auth.principals import local_user
+
+    owner = local_user(state)
+    with pytest.raises(UsageError, match="state directory's owner"):
+        tokens.create(db, user=owner, role=role)
+    assert tokens.listed(db) == []
+    info, _ = tokens.create(db, user=owner, role=Role.admin)
+    assert info.user == owner

@@ -6,6 +6,7 @@ machine, one sleep, one machine snapshot."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,10 @@ def _manifest(tmp_path: Path) -> Path:
 
 
 def _df(cli: Cli) -> dict[str, Any]:
+    """`df -v -o json`, once what was just written is on disk: ext4 allocates a new file's
+    extent blocks at writeback, so st_blocks (what df and du count) can grow by a few blocks
+    between df's reading and the test's own (12 KiB, on a loaded CI machine)."""
+    os.sync()
     done = cli("df", "-v", "-o", "json")
     assert done.returncode == 0, done.stderr
     doc: dict[str, Any] = json.loads(done.stdout)

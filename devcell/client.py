@@ -881,9 +881,14 @@ class Client:
             raise self._not_api(f"{_shown(data)}, which is not JSON") from None
 
     def _not_api(self, what: str) -> errors.DevCellError:
-        return errors.DevCellError(f"DevCell API at {printable(self.url)}: the server answered "
-                                   f"{what}: is it DevCell's API (the daemon's --listen "
-                                   "address)?")
+        return not_api(self.url, what)
+
+
+def not_api(url: str, what: str) -> errors.DevCellError:
+    """The error for an answer of the server at `url` that DevCell's API never gives
+    (`what` it answered): another server, or not DevCell."""
+    return errors.DevCellError(f"DevCell API at {printable(url)}: the server answered {what}: "
+                               "is it DevCell's API (the daemon's --listen address)?")
 
 
 def _lines(response: http.client.HTTPResponse) -> Iterator[bytes]:

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from devcell.api import nodes, render
-from devcell.errors import DevCellError, UsageError
+from devcell.errors import UsageError
 from devcell.names import printable
 from devcell.store.db import resolve_state_dir
 
@@ -37,9 +37,9 @@ def served(client: Any, doc: Any) -> nodes.Node:
     try:
         return nodes.from_document(doc)
     except ValueError as exc:
-        raise DevCellError(f"DevCell API at {printable(client.url)}: the server answered a "
-                           f"node that is not one ({exc}): is it DevCell's API (the daemon's "
-                           "--listen address)?") from None
+        from devcell.client import not_api
+
+        raise not_api(client.url, f"a node that is not one ({exc})") from None
 
 
 def _row(node: nodes.Node) -> dict[str, Any]:

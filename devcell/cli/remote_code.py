@@ -18,7 +18,8 @@ from typing import Any, BinaryIO
 from devcell import names
 from devcell.backends.base import CellRef
 from devcell.backends.interactive import ExecOptions, Terminal
-from devcell.errors import DevCellError, UsageError
+from devcell.client import not_api
+from devcell.errors import UsageError
 from devcell.names import printable
 
 MAX_INPUT = 16 << 20
@@ -99,8 +100,7 @@ def _cell(client: Any, name: str) -> tuple[CellRef, dict[str, str]]:
     problem = "a cell that is not one" if meta is None or spec is None else _unsafe(
         meta["name"], spec, annotations)
     if meta is None or spec is None or problem is not None:
-        raise DevCellError(f"DevCell API at {printable(client.url)}: the server answered "
-                           f"{problem}: is it DevCell's API (the daemon's --listen address)?")
+        raise not_api(client.url, str(problem))
     return CellRef(id=meta["id"], name=meta["name"], spec=spec), dict(annotations)
 
 

@@ -9,8 +9,7 @@ from typing import Any
 
 from devcell.api import df
 from devcell.cli import cmd_df
-from devcell.errors import DevCellError
-from devcell.names import printable
+from devcell.client import not_api
 
 ITEM_FIELDS = ("type", "name", "backend", "owner", "active", "sizeBytes", "logicalBytes",
                "detail")
@@ -21,9 +20,7 @@ def run_df(args: argparse.Namespace) -> int:
     try:
         report = _report(doc)
     except (ValueError, TypeError, KeyError, AttributeError):
-        raise DevCellError(f"DevCell API at {printable(args.remote.url)}: the server answered "
-                           "a df that is not one: is it DevCell's API (the daemon's --listen "
-                           "address)?") from None
+        raise not_api(args.remote.url, "a df that is not one") from None
     return cmd_df.print_report(args, report)
 
 

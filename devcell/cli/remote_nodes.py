@@ -8,8 +8,7 @@ from __future__ import annotations
 import argparse
 
 from devcell.cli import cmd_nodes
-from devcell.errors import DevCellError
-from devcell.names import printable
+from devcell.client import not_api
 
 
 def run_cordon(args: argparse.Namespace) -> int:
@@ -28,7 +27,5 @@ def _set(args: argparse.Namespace, action: str, said: str) -> int:
     node = cmd_nodes.served(client, answer.get("node"))
     changed = answer.get("changed")
     if not isinstance(changed, bool):
-        raise DevCellError(f"DevCell API at {printable(client.url)}: the server answered a "
-                           f"{action} without saying whether it changed the node: is it "
-                           "DevCell's API (the daemon's --listen address)?")
+        raise not_api(client.url, f"a {action} without saying whether it changed the node")
     return cmd_nodes.print_set(node.id, changed, said)

@@ -13,7 +13,6 @@ from devcell.auth.principals import Role
 from devcell.auth.tokens import TokenInfo
 from devcell.cli import cmd_token
 from devcell.errors import DevCellError
-from devcell.names import printable
 
 
 def run_token_create(args: argparse.Namespace) -> int:
@@ -55,5 +54,6 @@ def _info(client: Any, item: dict[str, Any]) -> TokenInfo:
 
 
 def _not_api(client: Any, what: str) -> DevCellError:
-    return DevCellError(f"DevCell API at {printable(client.url)}: the server answered {what}: "
-                        "is it DevCell's API (the daemon's --listen address)?")
+    from devcell.client import not_api
+
+    return not_api(client.url, what)

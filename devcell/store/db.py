@@ -9,6 +9,7 @@ only a power loss can drop the last commits, which is the usual trade for a dev 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
@@ -97,10 +98,8 @@ def ensure_private_dir(path: Path, *, link: bool = False) -> None:
     directory beside the contexts file was followed to a link's target and chmodded there,
     and as root one owned by another account was taken as it was: that account could then
     replace the known_hosts pin it holds (attack43, D)."""
-    try:
+    with contextlib.suppress(FileExistsError):  # a dangling link, or a file: said below
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except FileExistsError:  # a dangling link, or a file: said below
-        pass
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if link else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags)

@@ -72,7 +72,7 @@ class _Socket:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        pass
+        """A stand-in's stream: nothing to close."""
 
     def send(self, message: bytes) -> None:
         self.sent.append(message)

@@ -19,7 +19,7 @@ from devcell import names
 from devcell.backends.base import CellRef
 from devcell.backends.interactive import ExecOptions, Terminal
 from devcell.client import not_api
-from devcell.errors import UsageError
+from devcell.errors import DevCellError, UsageError
 from devcell.names import printable
 
 MAX_INPUT = 16 << 20
@@ -75,6 +75,7 @@ def run_code(args: argparse.Namespace) -> int:
     client = args.remote
     ref, annotations = _cell(client, args.cell)
     through = _ThroughServer(client)
+    _open(through, ref)
     editor = code.wanted(annotations)
     if editor.settings is None and not editor.extensions and not editor.problems:
         sys.stderr.write(f"cell {printable(ref.name)}: no VS Code extensions or settings in "
@@ -83,6 +84,21 @@ def run_code(args: argparse.Namespace) -> int:
     post_attach.run(through, ref, out=sys.stderr.buffer)
     return open_editor(ref.name, code.open_argv(ref), print_only=args.print,
                        ssh_config=printable(shlex.join(["devcell", *_where(args), "ssh-config"])))
+
+
+def _open(through: _ThroughServer, ref: CellRef) -> None:
+    """The cell opened for the caller before anything is said, as the server's own `code`
+    opens it (cli/cell_open.py): one `true` through the exec stream, which the server
+    refuses as it refuses an exec (a viewer, another's cell, a backend without commands, a
+    cell not running) and which wakes a sleeping cell. Without it, a cell with no editor
+    settings or hooks printed VS Code's line and exited 0 for anyone (found by final43)."""
+    import io
+
+    out = io.BytesIO()
+    status = through.exec(ref, ["true"], stdout=out, stderr=out)
+    if status != 0:
+        raise DevCellError(f"cell {printable(ref.name)}: a command in it did not succeed "
+                           f"(`true` exited {status}): is it running?")
 
 
 def _cell(client: Any, name: str) -> tuple[CellRef, dict[str, str]]:

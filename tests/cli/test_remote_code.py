@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from devcell.cli import remote_code
-from devcell.errors import DevCellError
+from devcell.errors import DevCellError, Forbidden
 
 
 class _Server:
@@ -115,3 +115,38 @@ def test_the_settings_are_sent_whole_not_cut() -> None:
     with pytest.raises(DevCellError, match="not sent"):
         through.exec(CellRef("cell_1", "web", {}), ["cat"], stdout=io.BytesIO(),
                      stderr=io.BytesIO(), stdin=io.BytesIO(b"x" * (remote_code.MAX_INPUT + 1)))
+
+
+def test_code_opens_the_cell_through_the_exec_stream_before_saying_anything(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A cell with no editor settings nor hooks is still opened through the exec stream (the
+    server then refuses a viewer, another's cell, a backend without commands, as an exec),
+    before VS Code's line is printed: it printed it and exited 0 for anyone (final43)."""
+    import argparse
+
+    from devcell.cli.remote import Target
+
+    asked: list[list[str]] = []
+
+    class Server(_Exec):
+        def get(self, resource: str, name: str) -> Any:
+            return _cell()
+
+        def exec_socket(self, cell: str, argv: list[str], **options: Any) -> _Socket:
+            asked.append(argv)
+            return self.socket
+
+    args = argparse.Namespace(remote=Server(), cell="web", print=True,
+                              remote_target=Target("unix:/run/devcell.sock", None, None, None))
+    assert remote_code.run_code(args) == 0
+    assert asked == [["true"]]
+    assert "vscode-remote://ssh-remote+web.devcell/workspace" in capsys.readouterr().out
+
+    class Refusing(Server):
+        def exec_socket(self, cell: str, argv: list[str], **options: Any) -> _Socket:
+            raise Forbidden("eve (viewer) may not exec Cell \"web\"", rule="viewer-read-only")
+
+    args.remote = Refusing()
+    with pytest.raises(Forbidden):
+        remote_code.run_code(args)
+    assert capsys.readouterr().out == ""

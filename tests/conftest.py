@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -32,8 +33,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # tests would send every CLI they start to its server instead of their state directory.
     import tempfile
 
-    os.environ["DEVCELL_CONTEXTS"] = os.path.join(
-        tempfile.mkdtemp(prefix="devcell-no-contexts-"), "contexts.json")
+    no_contexts = tempfile.mkdtemp(prefix="devcell-no-contexts-")
+    config.add_cleanup(lambda: shutil.rmtree(no_contexts, ignore_errors=True))
+    os.environ["DEVCELL_CONTEXTS"] = os.path.join(no_contexts, "contexts.json")
     # Tests that race processes use multiprocessing's forkserver, never a bare fork: the
     # session holds dozens of threads by then, and a child forked while one of them held a
     # lock hung on it (a hash-key race test, 386 s until killed). Its server and resource

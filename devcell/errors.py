@@ -6,7 +6,7 @@ bug and keeps its traceback.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import collections
 
 
 class DevCellError(Exception):
@@ -18,20 +18,32 @@ class DevCellError(Exception):
     is terminal (recorded, not retried with backoff). Otherwise the error is temporary."""
 
 
-class Problem(NamedTuple):
+TYPE_CHECKING = False  # no module on `get`'s path imports typing (~2 ms); mypy reads True
+if TYPE_CHECKING:
+    from typing import NamedTuple
+
+    class _ProblemFields(NamedTuple):
+        file: str
+        message: str
+        line: int | None = None
+        column: int | None = None
+        kind: str | None = None
+        name: str | None = None
+        field: str | None = None
+else:  # the same tuple, built without typing's NamedTuple machinery
+    _ProblemFields = collections.namedtuple(
+        "_ProblemFields", ["file", "message", "line", "column", "kind", "name", "field"],
+        defaults=(None, None, None, None, None))
+
+
+class Problem(_ProblemFields):
     """One thing wrong with the input, located as precisely as we know it.
 
-    A NamedTuple rather than a dataclass: errors load on every command, and dataclasses
+    A named tuple rather than a dataclass: errors load on every command, and dataclasses
     pulls in `inspect` (several ms of start-up for `devcell get`).
     """
 
-    file: str
-    message: str
-    line: int | None = None
-    column: int | None = None
-    kind: str | None = None
-    name: str | None = None
-    field: str | None = None
+    __slots__ = ()
 
     def __str__(self) -> str:
         """One line, whatever the input held: every part is user-controlled (a file name, a

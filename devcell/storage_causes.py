@@ -8,10 +8,10 @@ from these tables, so the two cannot drift apart.
 from __future__ import annotations
 
 import errno
-from typing import TYPE_CHECKING
 
 from devcell.errors import StorageError
 
+TYPE_CHECKING = False  # no module on `get`'s path imports typing (~2 ms); mypy reads True
 if TYPE_CHECKING:  # sqlite3 is imported only by the paths that open a database
     import sqlite3
 

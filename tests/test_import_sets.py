@@ -38,7 +38,8 @@ def _listing():
                 and any(where.startswith(p + os.sep) for p in site):
             theirs.add(top)
     with open(os.environ["IMPORT_SETS_OUT"], "w") as out:
-        out.write(repr({"devcell": ours, "third_party": sorted(theirs)}))
+        out.write(repr({"devcell": ours, "third_party": sorted(theirs),
+                        "typing": "typing" in sys.modules}))
 atexit.register(_listing)
 sys.argv[0] = "devcell"
 from devcell.cli.main import main
@@ -190,6 +191,12 @@ EXPECTED: dict[str, tuple[list[str], list[str]]] = {
 }
 
 
+WITHOUT_TYPING = ("get cells NAME", "get cells", "get cells NAME -o yaml",
+                  "get cells NAME -o json")
+"""Commands none of whose modules imports `typing` at run time: annotations only, under a
+`TYPE_CHECKING` guard (the others' paths hold Protocols and NamedTuples that need it)."""
+
+
 def _command_lines() -> dict[str, list[str]]:
     return {
         "get cells NAME": ["get", "cells", "web"],
@@ -218,14 +225,16 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return state, manifest
 
 
-def imported(argv: list[str], state: Path, out: Path) -> tuple[list[str], list[str], str]:
-    """(DevCell modules, third-party packages, stdout) of one command in a fresh process."""
+def imported(argv: list[str], state: Path, out: Path
+             ) -> tuple[list[str], list[str], str, bool]:
+    """(DevCell modules, third-party packages, stdout, whether `typing` was imported) of one
+    command in a fresh process."""
     env = dict(os.environ, DEVCELL_HOME=str(state), IMPORT_SETS_OUT=str(out))
     env.pop("DEVCELL_FAKE_FAIL", None)
     proc = subprocess.run([sys.executable, "-c", LISTING, *argv], capture_output=True,
                           text=True, cwd=REPO, timeout=120, env=env)
     found = eval(out.read_text())  # noqa: S307 - written by LISTING above, a dict literal
-    return found["devcell"], found["third_party"], proc.stdout + proc.stderr
+    return found["devcell"], found["third_party"], proc.stdout + proc.stderr, found["typing"]
 
 
 HOW_TO_LIST = ("`PYTHONPATH=. .venv/bin/python tests/test_import_sets.py` prints every "
@@ -254,7 +263,7 @@ def test_a_command_imports_what_its_list_says(what: str, applied: tuple[Path, Pa
                                               tmp_path: Path) -> None:
     state, manifest = applied
     argv = [a.replace("{manifest}", str(manifest)) for a in _command_lines()[what]]
-    ours, theirs, output = imported(argv, state, tmp_path / "modules")
+    ours, theirs, output, typing_imported = imported(argv, state, tmp_path / "modules")
     if what == "apply (no-op)":
         assert output == "cell/web unchanged\n"
     if what == "snapshot create":  # the next run of this module takes it again
@@ -266,6 +275,11 @@ def test_a_command_imports_what_its_list_says(what: str, applied: tuple[Path, Pa
                             _difference(what, "third-party packages", theirs,
                                         expected_theirs)) if p]
     assert not problems, "\n".join(problems)
+    if what in WITHOUT_TYPING:
+        assert not typing_imported, (
+            f"`devcell {what}` imports the standard library's typing (~2 ms of its start-up; "
+            "issue 26's `get cells NAME` figure): a module on its path imports it at run time. "
+            "Import it under `TYPE_CHECKING = False` / `if TYPE_CHECKING:` as the others do")
 
 
 if __name__ == "__main__":  # print today's lists (to review before pasting them above)
@@ -279,7 +293,7 @@ if __name__ == "__main__":  # print today's lists (to review before pasting them
                        env=dict(os.environ, DEVCELL_HOME=str(work / "state")))
         for name, words in _command_lines().items():
             argv = [a.replace("{manifest}", str(work / "web.yaml")) for a in words]
-            ours, theirs, _ = imported(argv, work / "state", work / "modules")
+            ours, theirs, _, _ = imported(argv, work / "state", work / "modules")
             if name == "snapshot create":
                 subprocess.run([sys.executable, "-m", "devcell", "delete", "snapshot", "s1"],
                                capture_output=True, cwd=REPO, check=True,

@@ -8,7 +8,6 @@ asks, so a plain `get` stays fast. `devcell df` (api/df.py) uses the same helper
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from devcell import backends
 from devcell.backends.base import Backend
@@ -17,6 +16,10 @@ from devcell.errors import BackendError, BackendUnavailable, UnknownBackend
 from devcell.records import MutableRecord, Record, field
 from devcell.store import capacity as records
 from devcell.store.db import Database
+
+TYPE_CHECKING = False  # no module on `get`'s path imports typing (~2 ms); mypy reads True
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class CellUsage(Record):

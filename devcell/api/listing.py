@@ -9,7 +9,6 @@ what `-o wide` measures (capacity) and prints stays with the CLI.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
 from devcell import kinds
 from devcell.errors import UsageError
@@ -17,7 +16,10 @@ from devcell.names import printable
 from devcell.store import views
 from devcell.store.db import Database
 
+TYPE_CHECKING = False  # no module on `get`'s path imports typing (~2 ms); mypy reads True
 if TYPE_CHECKING:
+    from typing import Any
+
     from devcell.manifests.selectors import Selector
 
 KIND_OF_TABLE = {kind.plural: kind.name for kind in kinds.KINDS.values()}

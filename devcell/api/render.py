@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TextIO
 
+TYPE_CHECKING = False  # no module on `get`'s path imports typing (~2 ms); mypy reads True
 if TYPE_CHECKING:
     from datetime import datetime
+    from typing import Any, TextIO
 
 
 def age(stamp: str | None, now: datetime | None = None) -> str:

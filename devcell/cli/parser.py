@@ -10,11 +10,14 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from devcell import __version__
 from devcell.cli import commands
 from devcell.cli.commands import COMMANDS, GROUPS, TABLE, VERBS
+
+TYPE_CHECKING = False  # no module on `get`'s path imports typing (~2 ms); mypy reads True
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["COMMANDS", "VERBS", "Parser", "build_parser", "command_word", "command_words",
            "parse"]

@@ -14,7 +14,9 @@ be recovered by hashing guesses. A spec without secrets hashes exactly as before
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # no module on `get`'s path imports typing (~2 ms); mypy reads True
+if TYPE_CHECKING:
+    from typing import Any
 
 REDACTED = "<redacted>"
 CHANGED = "<secret changed>"

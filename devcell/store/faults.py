@@ -20,10 +20,13 @@ import sqlite3
 import stat
 from _thread import get_ident  # threading itself is not imported on every command
 from pathlib import Path
-from typing import Any
 
 from devcell import names, storage_causes
 from devcell.errors import StateUnusable, StorageError
+
+TYPE_CHECKING = False  # no module on `get`'s path imports typing (~2 ms); mypy reads True
+if TYPE_CHECKING:
+    from typing import Any
 
 LOW_SPACE = 1 << 20
 """Below this much free space, an I/O failure is taken for a full disk."""

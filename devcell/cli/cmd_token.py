@@ -2,7 +2,9 @@
 
 A token is printed once, on stdout alone (`TOKEN=$(devcell token create ...)` keeps it out of
 the terminal's scrollback); what was made is said on stderr. Nothing else ever shows it:
-the store keeps only its HMAC (devcell.auth.tokens), and `token list` shows ids.
+the store keeps only its HMAC (devcell.auth.tokens), and `token list` shows ids. So a token
+whose printing failed (a pipe its reader closed, a full disk) is revoked at once: nobody
+could ever present it, and an active credential nobody holds was left behind (final43, F2).
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 
 from devcell.auth import principals, tokens
 from devcell.auth.principals import Role
-from devcell.errors import UsageError
+from devcell.errors import DevCellError, UsageError
 from devcell.names import printable
 from devcell.store import db as dbmod
 from devcell.store import guard
@@ -42,18 +45,49 @@ def run_token_create(args: argparse.Namespace) -> int:
                                     created_by=principals.local_user(state_dir))
     finally:
         db.close()
-    return print_made(info, token)
+
+    def revoke(token_id: str) -> None:
+        again = dbmod.open_database(state_dir)
+        try:
+            tokens.revoke(again, token_id)
+        finally:
+            again.close()
+
+    return print_made(info, token, revoke)
 
 
-def print_made(info: tokens.TokenInfo, token: str) -> int:
-    """The token on stdout alone, what was made on stderr (here and through a server)."""
-    sys.stdout.write(token + "\n")
-    sys.stdout.flush()
+def print_made(info: tokens.TokenInfo, token: str, revoke: Callable[[str], object]) -> int:
+    """The token on stdout alone, what was made on stderr (here and through a server). When
+    stdout cannot take it, the token is revoked with `revoke(id)` and the command fails
+    saying so; when that fails too, the error names the id to revoke."""
+    try:
+        sys.stdout.write(token + "\n")
+        sys.stdout.flush()
+    except OSError as exc:  # BrokenPipeError too: a secret nobody read is lost all the same
+        from devcell.cli import output
+
+        output.discard()  # the buffered token goes nowhere, not at the interpreter's exit
+        raise unwritten(info, exc, revoke) from None
     until = (f", valid until {printable(info.expires_at)}" if info.expires_at
              else ", valid until revoked")
     sys.stderr.write(f"token/{info.id} made for {printable(info.user)} ({info.role}){until}; "
                      "it is shown only this once\n")
     return 0
+
+
+def unwritten(info: tokens.TokenInfo, exc: OSError, revoke: Callable[[str], object]
+              ) -> DevCellError:
+    """The error for a token made whose secret could not be written, once it is revoked."""
+    made = (f"token/{info.id} was made for {printable(info.user)} ({info.role}), but the "
+            f"standard output did not take it ({exc.strerror or type(exc).__name__})")
+    try:
+        revoke(info.id)
+    except Exception as failed:  # the store's or the server's: said, never lost
+        why = printable(str(failed))[:300] or type(failed).__name__
+        return DevCellError(f"{made}, and revoking it failed ({why}): nobody holds its "
+                            f"secret: revoke it with `devcell token revoke {info.id}`")
+    return DevCellError(f"{made}: it was revoked (nobody holds its secret); make another "
+                        "with an output that takes it")
 
 
 def run_token_list(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ def run_token_create(args: argparse.Namespace) -> int:
     info = _info(args.remote, item)
     if token == info.id or tokens.id_of(token) != info.id:  # a script reads it from stdout
         raise _not_api(args.remote, "a token")
-    return cmd_token.print_made(info, token)
+    return cmd_token.print_made(info, token, args.remote.revoke_token)
 
 
 def run_token_list(args: argparse.Namespace) -> int:

@@ -78,3 +78,73 @@ def test_revoke_with_no_state_makes_nothing(tmp_path: Path,
     code, _, err = run(state, capsys, "token", "revoke", "0123456789ab")
     assert code == 1 and "nothing has been applied there yet" in err
     assert not (state / "state.db").exists()
+
+
+def _recorded(state: Path) -> list[tokens.TokenInfo]:
+    from devcell.store import db
+
+    opened = db.open_database(state, create=False)
+    try:
+        return tokens.listed(opened)
+    finally:
+        opened.close()
+
+
+def _created_into(state: Path, stdout: int) -> tuple[int, str]:
+    """`token create` run as the program is, its standard output `stdout`: (exit, stderr)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "devcell", "--state-dir", str(state), "token",
+                           "create", "--user", "lost", "--role", "admin"], stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, check=False)
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.parametrize("output", ["closed-pipe", "full"])
+def test_a_token_whose_secret_could_not_be_written_is_revoked(
+        tmp_path: Path, output: str) -> None:
+    """`token create | head -0` exited 0 saying nothing, `> /dev/full` said only that the
+    output failed: each left an active token whose secret nobody had, unnamed (final43, F2)."""
+    import os
+
+    state = tmp_path / "state"
+    if output == "full":
+        with open("/dev/full", "w") as full:
+            code, err = _created_into(state, full.fileno())
+    else:
+        read, write = os.pipe()
+        os.close(read)  # its reader is gone: every write fails (EPIPE)
+        try:
+            code, err = _created_into(state, write)
+        finally:
+            os.close(write)
+    [listed] = _recorded(state)
+    assert (code, listed.state()) == (1, "revoked"), err
+    why = "No space left on device" if output == "full" else "Broken pipe"
+    assert err == (f"error: token/{listed.id} was made for lost (admin), but the standard "
+                   f"output did not take it ({why}): it was revoked (nobody holds its "
+                   "secret); make another with an output that takes it\n")
+
+
+def test_a_token_that_could_not_be_revoked_either_is_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from devcell.errors import StateError
+
+    def refused(db: object, token_id: str) -> None:
+        raise StateError("the database is locked")
+
+    state = tmp_path / "state"
+    monkeypatch.setattr(tokens, "revoke", refused)
+    with open("/dev/full", "w") as full:
+        monkeypatch.setattr(sys, "stdout", full)
+        code, _, err = run(state, capsys, "token", "create", "--user", "kept", "--role", "viewer")
+    [listed] = _recorded(state)
+    assert (code, listed.state()) == (1, "active")
+    assert err == (f"error: token/{listed.id} was made for kept (viewer), but the standard "
+                   "output did not take it (No space left on device), and revoking it failed "
+                   "(the database is locked): nobody holds its secret: revoke it with "
+                   f"`devcell token revoke {listed.id}`\n")

@@ -74,3 +74,33 @@ def test_a_made_token_that_is_not_one_is_not_devcells_api(
 def test_a_made_token_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
     assert remote_tokens.run_token_create(_args(Server(_item()))) == 0
     assert capsys.readouterr().out == TOKEN + "\n"
+
+
+@pytest.mark.parametrize("revocable", [True, False])
+def test_a_made_token_the_output_did_not_take_is_revoked_or_named(
+        revocable: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through a server as on its machine (final43, F2): the token made is revoked by its id
+    when stdout does not take it; when the revoke fails too, the id to revoke is said."""
+    import sys
+
+    revoked: list[str] = []
+
+    class Revoking(Server):
+        def revoke_token(self, token_id: str) -> tuple[dict[str, Any], bool]:
+            if not revocable:
+                raise DevCellError("DevCell API at unix:/x: the server closed the connection")
+            revoked.append(token_id)
+            return self.item, True
+
+    with open("/dev/full", "w") as full:
+        monkeypatch.setattr(sys, "stdout", full)
+        with pytest.raises(DevCellError) as failed:
+            remote_tokens.run_token_create(_args(Revoking(_item())))
+    said = str(failed.value)
+    assert said.startswith(f"token/{ID} was made for ana (viewer), but the standard output did "
+                           "not take it (No space left on device)")
+    assert TOKEN not in said
+    if revocable:
+        assert revoked == [ID] and "it was revoked" in said
+    else:
+        assert said.endswith(f"revoke it with `devcell token revoke {ID}`")

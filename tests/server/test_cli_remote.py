@@ -250,6 +250,49 @@ def test_what_only_a_client_meets(api: Api, files: dict[str, str], tmp_path: Pat
     assert "devcell token create" in err and made not in err
 
 
+@pytest.mark.parametrize("how", ["unix-closed-pipe", "tls-full"])
+def test_a_token_made_whose_secret_was_not_written_is_revoked(
+        api: Api, admin_token: Path, how: str) -> None:
+    """`token create` through the server into a pipe its reader closed (exit 0, silent) or
+    /dev/full (the output's error alone) left an active token nobody held (final43, F2): it
+    is revoked through the server, and said with its id. Run as the program is (its own
+    standard output); ~1 s each."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    user = f"lost-{uuid.uuid4().hex[:6]}"
+    reach = (["--server", f"unix:{api.socket}"] if how.startswith("unix") else
+             ["--server", api.url, "--token-file", str(admin_token),
+              "--certificate-authority", str(api.certificate)])
+    argv = [sys.executable, "-m", "devcell", *reach, "token", "create", "--user", user,
+            "--role", "admin"]
+    if how.endswith("full"):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True,
+                                  cwd=REPO, timeout=120)
+    else:
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            proc = subprocess.run(argv, stdout=write, stderr=subprocess.PIPE, text=True,
+                                  cwd=REPO, timeout=120)
+        finally:
+            os.close(write)
+    said = re.fullmatch(r"error: token/([0-9a-f]{12}) was made for (\S+) \(admin\), but the "
+                        r"standard output did not take it \((.*)\): it was revoked \(nobody "
+                        r"holds its secret\); make another with an output that takes it\n",
+                        proc.stderr)
+    assert proc.returncode == 1 and said and said.group(2) == user, proc.stderr
+    assert said.group(3) == ("No space left on device" if how.endswith("full") else "Broken pipe")
+    listed = json.loads(api.cli("token", "list", "-o", "json").stdout)["items"]
+    assert [(t["id"], t["state"]) for t in listed if t["user"] == user] == [
+        (said.group(1), "revoked")]
+
+
 # -- the verbs on one cell: sleep, start, restart, rerun-hooks, snapshot create, fork ----------
 
 

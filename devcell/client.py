@@ -809,7 +809,13 @@ class Client:
                     if early.status >= 400:
                         return conn, early
                 raise
-            return conn, conn.getresponse()
+            try:
+                return conn, conn.getresponse()
+            except OSError as exc:  # RemoteDisconnected, a reset, a timeout: no answer
+                if not _changes(method, path, given):
+                    raise
+                conn.close()  # the server was reached and may have done it
+                raise self._lost(method, path, exc) from None
         except http.client.HTTPException as exc:
             conn.close()
             if isinstance(exc, ConnectionError):  # RemoteDisconnected: it closed, said nothing
@@ -826,6 +832,16 @@ class Client:
             conn.close()
             raise _failed(f"DevCell API at {self.url}: {exc.strerror or exc}",
                           "unreachable") from None
+
+    def _lost(self, method: str, path: str, exc: OSError) -> errors.TemporaryError:
+        """A change asked, whose connection ended after it was sent and before an answer:
+        the server was reached and may have done it, so "cannot reach" would be wrong, and
+        asking again blindly may do it twice (final43, F3)."""
+        said = exc.strerror or printable(str(exc)[:120]) or type(exc).__name__
+        return _failed(f"DevCell API at {printable(self.url)}: {method} {printable(path)} was "
+                       f"sent, but no answer came ({said}): "
+                       "whether the server did it is unknown; look (a get of what it changes, "
+                       "or its operation) before asking again", "unknown")
 
     def _json(self, method: str, path: str,
               query: dict[str, str | None] | _Pairs | None = None, *,
@@ -889,6 +905,13 @@ def not_api(url: str, what: str) -> errors.DevCellError:
     (`what` it answered): another server, or not DevCell."""
     return errors.DevCellError(f"DevCell API at {printable(url)}: the server answered {what}: "
                                "is it DevCell's API (the daemon's --listen address)?")
+
+
+def _changes(method: str, path: str, query: _Pairs) -> bool:
+    """Whether a request may change something on the server (neither a read nor a diff
+    or dry run, which record nothing)."""
+    return method not in ("GET", "HEAD") and path != "/api/v1/diff" \
+        and ("dryRun", "true") not in query
 
 
 def _lines(response: http.client.HTTPResponse) -> Iterator[bytes]:

@@ -297,6 +297,36 @@ def test_a_server_that_closes_without_an_answer_is_not_reached_not_foreign(
         "daemon running" in err and "not an HTTP answer" not in err, err
 
 
+@pytest.mark.parametrize("argv, sent", [
+    (["token", "revoke", "0123456789ab"], "DELETE /api/v1/tokens/0123456789ab"),
+    (["node", "cordon", "n1"], "POST /api/v1/nodes/n1/cordon"),
+    (["token", "create", "--user", "ana", "--role", "viewer"], "POST /api/v1/tokens"),
+    (["diff", "-f", "{yaml}"], None), (["get", "nodes"], None),
+])
+def test_a_change_whose_connection_ended_after_it_was_sent_may_have_been_done(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        argv: list[str], sent: str | None) -> None:
+    """A server that reads a request and closes: the request that changes something was
+    said "cannot reach the DevCell API" though the server had it and may have done it
+    (final43, F3); a read or a diff, which change nothing, still is."""
+    monkeypatch.setenv("DEVCELL_CONTEXTS", str(tmp_path / "none.json"))
+    manifest = tmp_path / "c.yaml"
+    manifest.write_text("kind: Cell\n")
+    listener = _serve_raw(tmp_path / "s.sock", b"")
+    try:
+        code = main(["--server", f"unix:{tmp_path}/s.sock",
+                     *[a.replace("{yaml}", str(manifest)) for a in argv]])
+    finally:
+        listener.close()
+    err = capsys.readouterr().err
+    assert code == (2 if argv[0] == "diff" else 1) and len(err.splitlines()) == 1, err
+    if sent is None:
+        assert "cannot reach the DevCell API" in err, err
+    else:
+        assert f"{sent} was sent, but no answer came (" in err, err
+        assert "whether the server did it is unknown" in err and "cannot reach" not in err
+
+
 @pytest.mark.parametrize("answer, said", [
     (b"SSH-2.0-OpenSSH_9.2\r\n", "what is not a WebSocket's upgrade (did not receive a valid "
                                  "HTTP response)"),

@@ -869,8 +869,18 @@ class Client:
         chunks: list[bytes] = []
         size = 0
         while size <= MAX_ANSWER:
-            chunk = response.read1(min(1 << 16, MAX_ANSWER + 1 - size))
+            try:
+                chunk = response.read1(min(1 << 16, MAX_ANSWER + 1 - size))
+            except TimeoutError:  # nothing more within the socket's timeout: not closed
+                raise _failed(f"DevCell API at {printable(self.url)}: its answer (HTTP "
+                              f"{response.status}) stopped coming after {size} bytes (timed "
+                              "out): the server is overloaded, or not DevCell's API", "slow"
+                              ) from None
+            except (http.client.IncompleteRead, OSError) as exc:  # chunked, or reset
+                raise self._cut(response, size, exc) from None
             if not chunk:
+                if response.length:  # http.client ends a short body quietly: b"" it is
+                    raise self._cut(response, size, None)
                 break
             chunks.append(chunk)
             size += len(chunk)
@@ -882,6 +892,17 @@ class Client:
         if size > MAX_ANSWER:
             raise self._not_api(f"an answer over {MAX_ANSWER >> 20} MiB")
         return b"".join(chunks)
+
+    def _cut(self, response: http.client.HTTPResponse, size: int, exc: Exception | None
+             ) -> errors.TemporaryError:
+        """An answer whose connection ended before its end (the daemon stopped mid-answer):
+        said so, never taken for another server's (final43, F4)."""
+        of = f" of {size + response.length}" if response.length else ""
+        why = f": {printable(exc.strerror or str(exc))[:120]}" if isinstance(exc, OSError) \
+            else ""
+        return _failed(f"DevCell API at {printable(self.url)}: its answer (HTTP "
+                       f"{response.status}) was cut off: the connection closed after {size}"
+                       f"{of} bytes{why} (the daemon stopped mid-answer?)", "cut")
 
     def _expected(self, response: http.client.HTTPResponse) -> None:
         """A success (2xx); DevCell's API never redirects, nor answers 1xx or 3xx here."""

@@ -328,6 +328,30 @@ def test_a_change_whose_connection_ended_after_it_was_sent_may_have_been_done(
 
 
 @pytest.mark.parametrize("answer, said", [
+    (b'HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{"items": [',
+     "its answer (HTTP 200) was cut off: the connection closed after 11 of 1000 bytes"),
+    (b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nb\r\n{"items": [\r\n6',
+     "its answer (HTTP 200) was cut off: the connection closed after 11 bytes"),
+    (b'HTTP/1.1 404 Not Found\r\nContent-Length: 500\r\n\r\n{"detail": "no ',
+     "its answer (HTTP 404) was cut off: the connection closed after 15 of 500 bytes"),
+])
+def test_an_answer_cut_off_is_said_so_not_taken_for_another_servers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        answer: bytes, said: str) -> None:
+    """A daemon that dies mid-answer (a body shorter than its Content-Length, a chunk cut)
+    was "the server answered '{"items": [', which is not JSON: is it DevCell's API?"
+    (final43, F4)."""
+    monkeypatch.setenv("DEVCELL_CONTEXTS", str(tmp_path / "none.json"))
+    listener = _serve_raw(tmp_path / "s.sock", answer)
+    try:
+        assert main(["--server", f"unix:{tmp_path}/s.sock", "get", "nodes"]) == 1
+    finally:
+        listener.close()
+    err = capsys.readouterr().err
+    assert said in err and "DevCell's API" not in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("answer, said", [
     (b"SSH-2.0-OpenSSH_9.2\r\n", "what is not a WebSocket's upgrade (did not receive a valid "
                                  "HTTP response)"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", "HTTP 200 to a WebSocket's upgrade"),

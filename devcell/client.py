@@ -816,6 +816,12 @@ class Client:
                     raise
                 conn.close()  # the server was reached and may have done it
                 raise self._lost(method, path, exc) from None
+            except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM: said by the CLI with this
+                conn.close()
+                if _changes(method, path, given) and not exc.args:
+                    exc.args = (f"{method} {printable(path)} was sent: whether the server "
+                                "did it is unknown; look before asking again",)
+                raise
         except http.client.HTTPException as exc:
             conn.close()
             if isinstance(exc, ConnectionError):  # RemoteDisconnected: it closed, said nothing

@@ -250,10 +250,12 @@ def _guarded(work: Callable[[], int | None], state_dir: str | None, *,
         return code if code == 0 else max(code, error_floor)
     except KeyboardInterrupt as exc:
         _ignore_further_signals()  # a second Ctrl-C while exiting ends nothing half-way
+        # what was interrupted may say more: a change sent to a server (devcell/client.py)
+        said = f": {exc.args[0]}" if exc.args and isinstance(exc.args[0], str) else ""
         if isinstance(exc, Terminated):
-            sys.stderr.write("terminated\n")
+            sys.stderr.write(f"terminated{said}\n")
             return 143
-        sys.stderr.write("interrupted\n")
+        sys.stderr.write(f"interrupted{said}\n")
         return 130
 
 

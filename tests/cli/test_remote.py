@@ -327,6 +327,37 @@ def test_a_change_whose_connection_ended_after_it_was_sent_may_have_been_done(
         assert "whether the server did it is unknown" in err and "cannot reach" not in err
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["token", "revoke", "0123456789ab"], "interrupted: DELETE /api/v1/tokens/0123456789ab was "
+     "sent: whether the server did it is unknown; look before asking again\n"),
+    (["get", "nodes"], "interrupted\n"),
+])
+def test_a_change_interrupted_after_it_was_sent_may_have_been_done(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        argv: list[str], said: str) -> None:
+    """Ctrl-C while waiting for the answer to a change said "interrupted" alone, though the
+    server had it (final43, F5); a read's stays so."""
+    import socket
+
+    from devcell import client
+    from devcell.cli import main as cli_main
+
+    def interrupted(self: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setenv("DEVCELL_CONTEXTS", str(tmp_path / "none.json"))
+    monkeypatch.setattr(client._UnixConnection, "getresponse", interrupted)
+    monkeypatch.setattr(cli_main, "_ignore_further_signals", lambda: None)  # pytest's own
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # connected, never answers
+    listener.bind(str(tmp_path / "s.sock"))
+    listener.listen(1)
+    try:
+        assert main(["--server", f"unix:{tmp_path}/s.sock", *argv]) == 130
+    finally:
+        listener.close()
+    assert capsys.readouterr().err == said
+
+
 @pytest.mark.parametrize("answer, said", [
     (b'HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{"items": [',
      "its answer (HTTP 200) was cut off: the connection closed after 11 of 1000 bytes"),

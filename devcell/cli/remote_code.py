@@ -151,8 +151,9 @@ def _unsafe(name: str, spec: dict[str, Any], annotations: dict[str, str]) -> str
 
 
 def _where(args: argparse.Namespace) -> list[str]:
-    """The global options that reach this server again (shown in the ssh-config note)."""
-    target = args.remote_target
-    if target.context is not None:
-        return ["--context", target.context]
-    return ["--server", target.url]
+    """The global options that reach this server again (shown in the ssh-config note): the
+    --certificate-authority and --token-file given too (their paths, never a token), or
+    the note's command failed "no token" when pasted (final43, F6)."""
+    from devcell.cli import remote_ssh
+
+    return remote_ssh.reach(args, warn=False)

@@ -24,7 +24,7 @@ def run_ssh_config(args: argparse.Namespace) -> int:
     from devcell.cli.cmd_ssh import program, write_config
 
     cells = _reachable(args.remote, list(args.cells))
-    where, known = _where(args), _known_hosts(args)
+    where, known = reach(args, warn=True), _known_hosts(args)
     blocks = [client_config.block(name, client_config.reach_options(program(), where, known,
                                                                     name))
               for name in cells]
@@ -38,7 +38,8 @@ def run_ssh(args: argparse.Namespace) -> int:
 
     ssh, command = ssh_command(args)
     _reachable(args.remote, [args.cell])
-    pairs = client_config.reach_options(program(), _where(args), _known_hosts(args), args.cell)
+    pairs = client_config.reach_options(program(), reach(args, warn=True),
+                                          _known_hosts(args), args.cell)
     children.replace_process(ssh, client_config.argv_of(pairs, args.cell, tty=args.tty,
                                                         command=command))
     return 0  # not reached: the process is OpenSSH now
@@ -68,9 +69,10 @@ def _reachable(client: Any, wanted: list[str]) -> list[str]:
     return out
 
 
-def _where(args: argparse.Namespace) -> list[str]:
-    """The global options the ProxyCommand reaches the server with: the context this
-    command used, else --server with the certificate and token file it was given."""
+def reach(args: argparse.Namespace, *, warn: bool) -> list[str]:
+    """The global options that reach the server again (the ProxyCommand's, the command
+    `code` says to run): the context this command used, else --server with the certificate
+    and token file it was given; `warn`: a token from $DEVCELL_TOKEN is warned about."""
     target = args.remote_target
     if target.context is not None:
         return ["--context", target.context]
@@ -79,7 +81,7 @@ def _where(args: argparse.Namespace) -> list[str]:
         words += ["--certificate-authority", os.path.abspath(target.ca)]
     if args.token_file is not None:
         words += ["--token-file", os.path.abspath(args.token_file)]
-    elif target.token is not None:
+    elif target.token is not None and warn:
         sys.stderr.write("warning: the token came from $DEVCELL_TOKEN: OpenSSH runs the "
                          "ProxyCommand with the environment it was started in, and an IDE may "
                          "not have it; give --token-file FILE, or use a context (devcell "

@@ -4,6 +4,7 @@ cell document may make of this machine's VS Code command line and of the note it
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -136,7 +137,7 @@ def test_code_opens_the_cell_through_the_exec_stream_before_saying_anything(
             asked.append(argv)
             return self.socket
 
-    args = argparse.Namespace(remote=Server(), cell="web", print=True,
+    args = argparse.Namespace(remote=Server(), cell="web", print=True, token_file=None,
                               remote_target=Target("unix:/run/devcell.sock", None, None, None))
     assert remote_code.run_code(args) == 0
     assert asked == [["true"]]
@@ -150,3 +151,32 @@ def test_code_opens_the_cell_through_the_exec_stream_before_saying_anything(
     with pytest.raises(Forbidden):
         remote_code.run_code(args)
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("context", [None, "team"])
+def test_the_ssh_config_note_names_the_token_file_and_certificate_given(
+        context: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The note's command copied --server alone: pasted, it failed "no token" (final43, F6).
+    It names the files given, as absolute paths, never the token; a context is named alone
+    (it holds them)."""
+    import argparse
+
+    from devcell.cli.remote import Target
+
+    class Server(_Exec):
+        def get(self, resource: str, name: str) -> Any:
+            return _cell()
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ssh/config: the note is said
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(
+        remote=Server(), cell="web", print=True, token_file="admin.token",
+        remote_target=Target("https://h:8443", "dct_secret", "ca.pem", context))
+    assert remote_code.run_code(args) == 0
+    err = capsys.readouterr().err
+    reach = (f"--context {context}" if context else
+             f"--server https://h:8443 --certificate-authority {tmp_path}/ca.pem "
+             f"--token-file {tmp_path}/admin.token")
+    assert f"add it with `devcell {reach} ssh-config web >> ~/.ssh/config`" in err, err
+    assert "dct_secret" not in err

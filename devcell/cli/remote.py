@@ -85,7 +85,9 @@ def target(args: argparse.Namespace) -> Target | None:
     if args.certificate_authority is not None:
         ca = args.certificate_authority
     token = None
-    if args.token_file is None and os.environ.get(TOKEN_ENV):
+    if url.startswith("unix:"):
+        _no_token(args, url)
+    elif args.token_file is None and os.environ.get(TOKEN_ENV):
         token = os.environ[TOKEN_ENV].strip()
     elif token_file:
         token = read_token(token_file)
@@ -96,6 +98,17 @@ def target(args: argparse.Namespace) -> Target | None:
     if ca is not None:
         _readable(ca, "certificate authority")
     return Target(url, token, ca, name)
+
+
+def _no_token(args: argparse.Namespace, url: str) -> None:
+    """The unix socket acts as the state directory's owner, an admin, whatever token is
+    given: a --token-file given for it was read, checked, then silently not used, and a
+    user who gave a viewer's token to act with less acted as an admin (final43, F7). It is
+    said (a context's tokenFile and $DEVCELL_TOKEN, configured once, are passed over)."""
+    if args.token_file is not None:
+        sys.stderr.write(f"note: {printable(url)} is the daemon's unix socket, which acts as "
+                         "the state directory's owner (an admin): --token-file is not used "
+                         "(a token's role applies over https)\n")
 
 
 def check_url(url: str) -> str:

@@ -72,14 +72,15 @@ def _reachable(client: Any, wanted: list[str]) -> list[str]:
 def reach(args: argparse.Namespace, *, warn: bool) -> list[str]:
     """The global options that reach the server again (the ProxyCommand's, the command
     `code` says to run): the context this command used, else --server with the certificate
-    and token file it was given; `warn`: a token from $DEVCELL_TOKEN is warned about."""
+    and token file it was given (none for the unix socket, which uses no token); `warn`: a
+    token from $DEVCELL_TOKEN is warned about."""
     target = args.remote_target
     if target.context is not None:
         return ["--context", target.context]
     words = ["--server", target.url]
     if target.ca is not None:
         words += ["--certificate-authority", os.path.abspath(target.ca)]
-    if args.token_file is not None:
+    if args.token_file is not None and not target.url.startswith("unix:"):
         words += ["--token-file", os.path.abspath(args.token_file)]
     elif target.token is not None and warn:
         sys.stderr.write("warning: the token came from $DEVCELL_TOKEN: OpenSSH runs the "

@@ -57,6 +57,26 @@ def test_https_needs_a_token(monkeypatch: pytest.MonkeyPatch,
     assert "cannot reach the DevCell API" in capsys.readouterr().err
 
 
+def test_a_token_file_given_for_the_unix_socket_is_said_not_used(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The socket acts as the state directory's owner whatever token is given: the file was
+    read and checked (exit 2 for one others may read), then silently not used, and a user
+    giving a viewer's token to act with less acted as an admin (final43, F7). It is said
+    once, and the file is not read."""
+    monkeypatch.setenv("DEVCELL_CONTEXTS", str(tmp_path / "none.json"))
+    token = tmp_path / "viewer.token"
+    token.write_text("dct_0123456789ab_" + "f" * 64 + "\n")
+    token.chmod(0o644)  # refused over https; here never read
+    assert main(["--server", f"unix:{tmp_path}/none.sock", "--token-file", str(token),
+                 "get", "cells"]) == 1
+    note, error = capsys.readouterr().err.splitlines()
+    assert note == (f"note: unix:{tmp_path}/none.sock is the daemon's unix socket, which acts "
+                    "as the state directory's owner (an admin): --token-file is not used (a "
+                    "token's role applies over https)")
+    assert "cannot reach the DevCell API" in error
+
+
 def test_unserved_commands_and_kinds_are_refused_by_name(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sock = f"unix:{tmp_path}/api.sock"

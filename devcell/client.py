@@ -49,6 +49,10 @@ MAX_OUTPUT = 64 << 20
 MAX_ANSWER = 256 << 20
 """The largest answer read (10,000 cells listed are ~14 MiB): a server sending more is not
 DevCell's API, and is not let fill the client's memory."""
+MAX_WAIT = 3600
+"""The longest a server waits for an action or a drain's moves (its timeoutSeconds)."""
+DRAIN_KEEPALIVE = 15.0
+"""A drain's answer says `keepalive` this often while its moves go on."""
 MAX_LINE = 64 << 20
 """The longest line of a watch or a log read."""
 
@@ -69,6 +73,21 @@ timeout for as long as it liked (found by attack-final)."""
 
 ANSWER_RATE = 64 << 10
 """Bytes a second an answer's body must average, after the client's timeout, to be read on."""
+
+
+class DrainResult(NamedTuple):
+    """How a node's drain ended (Client.drain_node): the exit status `devcell node drain`
+    exits with (0: every cell moved and the node drained), the node's id, whether it is
+    drained, the cells moved (cell, its node now), those left on it (cell, why), and a lost
+    node's cells moved from a snapshot (cell, snapshot, taken at: what they wrote since is
+    lost)."""
+
+    exit_code: int
+    node: str
+    drained: bool
+    moved: list[tuple[str, str]]
+    failed: list[tuple[str, str]]
+    from_snapshots: list[tuple[str, str, str]]
 
 
 class _Answer(http.client.HTTPResponse):
@@ -274,6 +293,73 @@ class Client:
         if not node or "/" in node:  # no node is named so, and no route would be asked
             raise errors.NotFound(f'node "{printable(node)}" not found')
         return self._json("POST", f"/api/v1/nodes/{urllib.parse.quote(node, safe='')}/{action}")
+
+    def drain_node(self, node: str, *, from_last_snapshot: bool = False,
+                   timeout: float = ACTION_TIMEOUT,
+                   on_line: Callable[[str, str], object] | None = None) -> DrainResult:
+        """Move every cell off `node` (its id, unique hostname or unique id prefix), then
+        drain it: an admin's, as `devcell node drain` (`from_last_snapshot`: a lost node's
+        cells each from its newest snapshot in the cluster's registry; `timeout`: seconds
+        the moves are waited for, as --timeout).
+
+        It takes minutes: `on_line(stream, text)` is given each line the command prints
+        ("stdout" or "stderr", escaped) as the server sends it. Returns how it ended; a node
+        already being drained is errors.Conflict naming who drains it. The drain runs on the
+        server whatever this client does: one whose answer is cut goes on there to its end.
+        """
+        if not node or "/" in node:  # no node is named so, and no route would be asked
+            raise errors.NotFound(f'node "{printable(node)}" not found')
+        wait = min(max(int(-(-timeout // 1)), 1), MAX_WAIT)
+        query = {"fromLastSnapshot": "true" if from_last_snapshot else None,
+                 "timeoutSeconds": str(wait)}
+        path = f"/api/v1/nodes/{urllib.parse.quote(node, safe='')}/drain"
+        conn, response = self._send("POST", path, query,
+                                    read_timeout=max(self.timeout, 4 * DRAIN_KEEPALIVE))
+        try:
+            if response.status != 200:
+                _raise(response.status, self._read(response))
+            self._expected(response)
+            media = (response.getheader("Content-Type") or "").partition(";")[0].strip()
+            if media != "application/x-ndjson":
+                raise self._not_api(f"a drain as {_shown(media.encode())}, not JSON lines")
+            for raw in _cut_at_end(response):
+                line = self._decoded(raw) if raw.strip() else {"type": "keepalive"}
+                if not isinstance(line, dict):
+                    raise self._not_api(f"a drain's line {_shown(raw)}")
+                kind = line.get("type")
+                if kind == "line" and on_line is not None:
+                    stream, text = line.get("stream"), line.get("text")
+                    if stream not in ("stdout", "stderr") or not isinstance(text, str):
+                        raise self._not_api(f"a drain's line {_shown(raw)}")
+                    on_line(stream, printable(text))
+                elif kind == "error":
+                    problem = line.get("problem")
+                    status = problem.get("status") if isinstance(problem, dict) else None
+                    _raise(status if isinstance(status, int) and status >= 400 else 500,
+                           json.dumps(problem).encode())
+                elif kind == "result":
+                    return self._drained(line, raw)
+        finally:
+            conn.close()
+        raise errors.DevCellError(
+            f"DevCell API at {printable(self.url)}: the drain's answer ended before its "
+            "result; a drain that began goes on on the server to its end: run `devcell node "
+            "drain` again once it has (one still running is refused, naming it)")
+
+    def _drained(self, line: dict[str, Any], raw: bytes) -> DrainResult:
+        """A drain's result line, checked."""
+        code = line.get("exitCode")
+        pairs = {key: line.get(key) for key in ("moved", "failed", "fromSnapshots")}
+        if not isinstance(code, int) or isinstance(code, bool) or not 0 <= code <= 125 \
+                or not all(isinstance(v, list) and all(isinstance(i, dict) for i in v)
+                           for v in pairs.values()):
+            raise self._not_api(f"a drain's result {_shown(raw)}")
+        return DrainResult(
+            code, str(line.get("node") or ""), line.get("drained") is True,
+            [(str(m.get("cell")), str(m.get("node"))) for m in pairs["moved"] or []],
+            [(str(f.get("cell")), str(f.get("reason"))) for f in pairs["failed"] or []],
+            [(str(f.get("cell")), str(f.get("snapshot")), str(f.get("takenAt")))
+             for f in pairs["fromSnapshots"] or []])
 
     def df(self, *, verbose: bool = False) -> dict[str, Any]:
         """What the server's state directory takes on disk and what could be freed, by type,
@@ -951,6 +1037,19 @@ def _lines(response: http.client.HTTPResponse) -> Iterator[bytes]:
             raise errors.DevCellError(f"the server sent a line over {MAX_LINE >> 20} MiB: "
                                       "not DevCell's API")
         yield line
+
+
+def _cut_at_end(response: http.client.HTTPResponse) -> Iterator[bytes]:
+    """The answer's whole lines until it ends or is cut (a line without its newline, the
+    connection closed or reset, the server silent past the read timeout): the caller says
+    the answer ended early."""
+    try:
+        for line in _lines(response):
+            if not line.endswith(b"\n"):
+                return
+            yield line
+    except (http.client.HTTPException, OSError):
+        return
 
 
 def _shown(data: bytes) -> str:

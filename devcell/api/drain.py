@@ -115,11 +115,20 @@ def _move_name(cell: str) -> str:
     return f"{stem}{SUFFIX}{stamp}"
 
 
-def drain(state_dir: Path, name: str, *, from_last_snapshot: bool = False,
-          options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS) -> Drained:
-    """Move the cells off node `name`, then drain it. A node that is not Ready (lost) only
-    with `from_last_snapshot`: each cell then moves from its newest snapshot in the
-    registry, and what it wrote since that snapshot is lost (the request says so)."""
+@dataclass(frozen=True)
+class Target:
+    """The node a drain moves cells off, checked (target()): its id, whether it is lost (not
+    Ready), and the cluster's registry."""
+
+    id: str
+    lost: bool
+    registry: str | None
+
+
+def target(state_dir: Path, name: str, *, from_last_snapshot: bool = False) -> Target:
+    """Node `name` checked for a drain before anything is recorded (a server answers these
+    refusals before its stream begins): a cluster configured, the node found, not cordoned,
+    and lost only with `from_last_snapshot`."""
     from devcell.store import guard
 
     guard.database_exists(state_dir)
@@ -138,7 +147,23 @@ def drain(state_dir: Path, name: str, *, from_last_snapshot: bool = False,
                          "there; `devcell node drain NODE --from-last-snapshot` moves each "
                          "from its newest snapshot in cluster.registry, losing what it wrote "
                          "since (or wait for the node to come back)")
-    registry = settings.registry
+    return Target(node.id, lost, settings.registry)
+
+
+def drain(state_dir: Path, name: str, *, from_last_snapshot: bool = False,
+          options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS) -> Drained:
+    """Move the cells off node `name`, then drain it. A node that is not Ready (lost) only
+    with `from_last_snapshot`: each cell then moves from its newest snapshot in the
+    registry, and what it wrote since that snapshot is lost (the request says so)."""
+    return move(state_dir, target(state_dir, name, from_last_snapshot=from_last_snapshot),
+                options=options, hooks=hooks)
+
+
+def move(state_dir: Path, node: Target, *, options: Options = DEFAULTS,
+         hooks: Hooks = NO_HOOKS) -> Drained:
+    """The drain of a node target() checked: each cell's move recorded and converged (by the
+    daemon, when one holds the lease), then the node drained once none is left on it."""
+    lost, registry = node.lost, node.registry
     result = Drained(node.id)
     db = dbmod.open_database(state_dir)
     try:
@@ -199,3 +224,23 @@ def drain(state_dir: Path, name: str, *, from_last_snapshot: bool = False,
         nodes.set_availability(state_dir, node.id, "drain")
         result.drained = True
     return result
+
+
+def said(result: Drained) -> tuple[list[tuple[str, str]], int]:
+    """What `devcell node drain` prints of `result`, a (stream, line) each (stdout or
+    stderr, escaped), and its exit status: the command on the state directory and a server's
+    stream (server.drains) say the same lines."""
+    out: list[tuple[str, str]] = []
+    for cell, snapshot, taken in result.from_snapshots:
+        out.append(("stdout", f"cell/{cell} moving from snapshot/{snapshot} (taken {taken}; "
+                              f"what it wrote since is lost with node {result.node})"))
+    out += [("stdout", f"cell/{cell} moved to node {node}") for cell, node in result.moved]
+    out += [("stderr", f"error: cell/{cell} is still on node {result.node}: {why}")
+            for cell, why in result.failed]
+    if result.drained:
+        out.append(("stdout", f"node/{result.node} drained"))
+    else:
+        out.append(("stderr", f"error: node/{result.node} not drained: cells are left on it; "
+                              "run `devcell node drain` again"))
+    return [(stream, names.printable(line)) for stream, line in out], \
+        0 if result.drained else 1

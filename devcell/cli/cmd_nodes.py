@@ -101,18 +101,15 @@ def run_drain(args: argparse.Namespace) -> int:
                          from_last_snapshot=args.from_last_snapshot,
                          options=output.options(args),
                          hooks=output.hooks(args, lambda recorded: None))
-    for cell, snapshot, taken in result.from_snapshots:
-        sys.stdout.write(printable(f"cell/{cell} moving from snapshot/{snapshot} (taken "
-                                   f"{taken}; what it wrote since is lost with node "
-                                   f"{result.node})") + "\n")
-    for cell, node in result.moved:
-        sys.stdout.write(printable(f"cell/{cell} moved to node {node}") + "\n")
-    for cell, why in result.failed:
-        sys.stderr.write(printable(f"error: cell/{cell} is still on node {result.node}: {why}")
-                         + "\n")
-    if result.drained:
-        sys.stdout.write(printable(f"node/{result.node} drained") + "\n")
-    else:
-        sys.stderr.write(printable(f"error: node/{result.node} not drained: cells are left on "
-                                   "it; run `devcell node drain` again") + "\n")
-    return 0 if result.drained else 1
+    lines, code = drain.said(result)
+    for stream, line in lines:
+        print_line(stream, line)
+    return code
+
+
+def print_line(stream: str, line: str) -> None:
+    """One line of a drain's (escaped already), on its stream: on the state directory and
+    through a server (cli/remote_nodes.py, as each arrives) alike."""
+    out = sys.stdout if stream == "stdout" else sys.stderr
+    out.write(line + "\n")
+    out.flush()

@@ -121,7 +121,7 @@ class Context:
     how long a body may take (DEVCELL_API_BODY_SECONDS, for a slow network or a test)."""
 
     def __init__(self, state_dir: Path, *, tokens: bool) -> None:
-        from devcell.server import forward, streams
+        from devcell.server import drains, forward, streams
 
         self.state_dir = state_dir
         self.tokens = tokens
@@ -137,6 +137,7 @@ class Context:
                                 "apply and diff requests")
         self.measuring = _Slots(MAX_MEASURING, 1, "too-many-measurements",
                                 "Too many measurements", "df requests")
+        self.drains = drains.Drains()
         self.engine_reads = _Slots(MAX_ENGINE_READS, 2, "too-many-node-reads",
                                    "Too many node lists", "node lists")
         self.readings: Any = None
@@ -916,9 +917,37 @@ def _node_handler(ctx: Context, route: routes.Route) -> Handler:
             node_routes.act, ctx.state_dir, request.state.principal,
             request.path_params["name"], route.verb))
 
+    if route.verb == "drain":
+        return lambda request: _drain(ctx, request)
     if route.verb == "list":
         return list_nodes
     return get_node if route.verb == "get" else act
+
+
+async def _drain(ctx: Context, request: Request) -> Response:
+    """`devcell node drain` (server.drains): refused before the stream begins (not an admin,
+    no cluster, no such node, ..., one running there: 409), then its lines as they come from
+    a thread of its own, which a client leaving never stops."""
+    from devcell.api import drain
+    from devcell.auth import policy
+    from devcell.server import drains
+
+    principal = request.state.principal
+    name = request.path_params["name"]
+    policy.require(principal, policy.Verb.update, policy.ResourceRef("Node", name))
+    from_last_snapshot = _flag(request, "fromLastSnapshot")
+    timeout = _timeout(request, openapi.ACTION_TIMEOUT_S)
+    ctx.drains.take()  # before the first await, as a watch's slot
+    try:
+        target = await run_in_threadpool(lambda: drain.target(
+            ctx.state_dir, name, from_last_snapshot=from_last_snapshot))
+        running = ctx.drains.claim(target.id, principal.user)
+    except BaseException:
+        ctx.drains.give()
+        raise
+    drains.start(ctx.drains, running, ctx.state_dir, principal, target, timeout)
+    return StreamingResponse(drains.stream(running), media_type=drains.MEDIA,
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 async def _ssh_host_key(ctx: Context) -> Response:

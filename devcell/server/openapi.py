@@ -164,6 +164,26 @@ def _record_schemas() -> dict[str, Any]:
         "type": "object", "required": ["node", "changed"],
         "properties": {"node": _ref("Node"), "changed": {
             "type": "boolean", "description": "false: its availability was that already"}}}
+    out["DrainLine"] = {
+        "type": "object", "required": ["type"],
+        "description": "One line of a drain's answer (JSON lines): `line`, a line `devcell "
+                       "node drain` prints (stream stdout or stderr, text escaped); "
+                       "`keepalive` while the moves go on; last `result` (exitCode: the "
+                       "command's exit status, and what moved) or `error` (the drain failed "
+                       "half-way: its problem document; what it recorded is carried on)",
+        "properties": {
+            "type": {"enum": ["line", "keepalive", "result", "error"]},
+            "stream": {"enum": ["stdout", "stderr"]}, "text": {"type": "string"},
+            "exitCode": {"type": "integer"}, "node": {"type": "string"},
+            "drained": {"type": "boolean"},
+            "moved": {"type": "array", "items": {"type": "object", "properties": {
+                "cell": {"type": "string"}, "node": {"type": "string"}}}},
+            "failed": {"type": "array", "items": {"type": "object", "properties": {
+                "cell": {"type": "string"}, "reason": {"type": "string"}}}},
+            "fromSnapshots": {"type": "array", "items": {"type": "object", "properties": {
+                "cell": {"type": "string"}, "snapshot": {"type": "string"},
+                "takenAt": {"type": "string"}}}},
+            "problem": {"type": "object"}}}
     out["Token"] = {
         "type": "object", "description": "A token as `devcell token list -o json` lists it: "
         "everything but the token itself",
@@ -445,6 +465,8 @@ def _token(route: routes.Route, op: dict[str, Any]) -> dict[str, Any]:
 def _node(route: routes.Route, op: dict[str, Any]) -> dict[str, Any]:
     """The nodes' routes: a list (labelSelector), one node, cordon and uncordon (admins')."""
     errors = [400, 401, 403, 406, 500, 502, 503]
+    if route.verb == "drain":
+        return _drain(op, errors)
     if route.verb == "list":
         op["parameters"] = [{"name": "labelSelector", "in": "query", "required": False,
                              "schema": {"type": "string"},
@@ -460,6 +482,26 @@ def _node(route: routes.Route, op: dict[str, Any]) -> dict[str, Any]:
                   "application/json": {"schema": _ref(
                       "Node" if route.verb == "get" else "NodeActionResult")}}}
     op["responses"] = {"200": ok, **_problem_responses(*sorted(errors))}
+    return op
+
+
+def _drain(op: dict[str, Any], errors: list[int]) -> dict[str, Any]:
+    """A node's drain: its lines as JSON lines (DrainLine), refused before they begin."""
+    op["parameters"] = [
+        {"name": "name", "in": "path", "required": True,
+         "schema": {"type": "string", "minLength": 1}},
+        {"name": "fromLastSnapshot", "in": "query", "required": False,
+         "schema": {"type": "boolean"},
+         "description": "a lost node's cells: each from its newest snapshot in "
+                        "cluster.registry (what it wrote since is lost)"},
+        {"name": "timeoutSeconds", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_S},
+         "description": f"how long the moves are waited for (as --timeout; default "
+                        f"{ACTION_TIMEOUT_S}); a move not finished then is said left"}]
+    op["responses"] = {"200": {"description": "the drain's lines as they come, then its "
+                                              "result (JSON lines)", "content": {
+        WATCH_MEDIA: {"schema": _ref("DrainLine")}}},
+        **_problem_responses(*sorted([*errors, 404, 409]))}
     return op
 
 

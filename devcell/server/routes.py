@@ -60,7 +60,7 @@ class Route(NamedTuple):
     """What authorization is asked for: list, get, watch (with list), create, delete, or an
     action on one cell (ACTIONS), or restore (a snapshot into its cell); resume and cancel (a
     suspended operation) are judged by what the operation does to its object
-    (server/op_actions.py)."""
+    (server/op_actions.py); cordon, uncordon and drain (a node) as an update of it."""
     resource: Resource | None
     summary: str
     upgrade: bool = False
@@ -126,6 +126,9 @@ def table() -> list[Route]:
                      "One node, by id, unique hostname or unique id prefix")]
     routes += [Route("POST", f"{PREFIX}/nodes/{{name}}/{action}", f"{action}_node", action,
                      NODES, summary) for action, summary in NODE_ACTIONS.items()]
+    routes.append(Route("POST", f"{PREFIX}/nodes/{{name}}/drain", "drain_node", "drain", NODES,
+                        "Move every cell off a node, then drain it (as `devcell node drain`): "
+                        "its lines streamed as JSON lines, then its exit status; an admin's"))
     routes += [Route("GET", f"{PREFIX}/rows/{r.plural}", f"rows_{r.plural}", "list", r,
                      f"The table rows `devcell get {r.plural}` prints (the CLI's remote mode)")
                for r in ROWS_ONLY.values()]

@@ -81,7 +81,6 @@ def test_unserved_commands_and_kinds_are_refused_by_name(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sock = f"unix:{tmp_path}/api.sock"
     for argv, said in ((["image", "ls"], "`devcell image ls` is not served"),
-                       (["node", "drain", "n"], "`devcell node drain` is not served"),
                        (["gc"], "`devcell gc` is not served"),
                        (["get", "volumes", "-w"], "`devcell get volumes -w` is not served"),
                        (["apply", "-f", "x.yaml", "--approve"], "--approve is not served")):
@@ -160,6 +159,30 @@ HOSTILE = [  # (status, headers, body, command, exit code, what is said)
                 "DevCell-Notes": '["\\u001b]0;PWNED\\u0007note\\n"]'},
      f"a line {ESC}\tand a tab\n".encode(), ["logs", "x"], 0,
      "a line \\x1b]0;PWNED\\x07\\x1b[2J\tand a tab"),
+    # a drain's JSON lines (server/drains.py): garbage, cut off, of the wrong shape, an
+    # error; a line's text escaped; each said in one line
+    ("200 OK", {"Content-Type": "application/x-ndjson"}, b"<html>garbage</html>\n",
+     ["node", "drain", "n"], 1, "which is not JSON"),
+    ("200 OK", {"Content-Type": "text/html"}, b"<html>garbage</html>\n",
+     ["node", "drain", "n"], 1, "not JSON lines"),
+    ("200 OK", {"Content-Type": "application/x-ndjson"},
+     b'{"type": "line", "stream": "stdout", "text": "cell/a moved \\u001b[2J"}\n',
+     ["node", "drain", "n"], 1, "the drain's answer ended before its result"),
+    ("200 OK", {"Content-Type": "application/x-ndjson"},
+     b'{"type": "line", "stream": "stdout", "text": "cell/a moved \\u001b[2J"}\n{"type": "res',
+     ["node", "drain", "n"], 1, "cell/a moved \\x1b[2J"),
+    ("200 OK", {"Content-Type": "application/x-ndjson"},
+     b'{"type": "line", "stream": "stdin", "text": "x"}\n', ["node", "drain", "n"], 1,
+     "a drain's line"),
+    ("200 OK", {"Content-Type": "application/x-ndjson"},
+     b'{"type": "result", "exitCode": "0"}\n', ["node", "drain", "n"], 1, "a drain's result"),
+    ("200 OK", {"Content-Type": "application/x-ndjson"},
+     b'{"type": "error", "problem": {"status": 502, "detail": "engine \\u001b[2Jgone"}}\n',
+     ["node", "drain", "n"], 1, "error: engine \\x1b[2Jgone"),
+    ("200 OK", {"Content-Type": "application/x-ndjson"},
+     b'{"type": "keepalive"}\n{"type": "line", "stream": "stdout", "text": "node/n drained"}'
+     b'\n{"type": "result", "exitCode": 0, "moved": [], "failed": [], "fromSnapshots": []}\n',
+     ["node", "drain", "n"], 0, "node/n drained"),
 ]
 
 

@@ -131,6 +131,10 @@ CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
     "uncordon a node": (lambda api, t: ("POST", "/api/v1/nodes/local/uncordon", {}), {
         "viewer": (403, "viewer-read-only"), "developer": (403, "node-admin"),
         "admin": (400, None)}),
+    # ... or drains one (the single host refuses it before the stream: no other node)
+    "drain a node": (lambda api, t: ("POST", "/api/v1/nodes/local/drain", {}), {
+        "viewer": (403, "viewer-read-only"), "developer": (403, "node-admin"),
+        "admin": (400, None)}),
     "the ssh host key": (lambda api, t: ("GET", "/api/v1/ssh/host-key", None), READ),
     "describe a cell": (lambda api, t: ("GET", "/api/v1/cells/seed/describe", None), READ),
     "describe another's snapshot": (lambda api, t: (
@@ -424,6 +428,7 @@ def test_without_a_valid_token_every_route_is_401(api: Api, tokens: dict[str, st
                                  ("POST", "/api/v1/cells/seed/restart"),
                                  ("POST", "/api/v1/cells/seed/rerun-hooks"),
                                  ("POST", "/api/v1/snapshots/s/restore"),
+                                 ("POST", "/api/v1/nodes/local/drain"),
                                  ("GET", "/api/v1/rows/snapshots?cell=seed"),
                                  ("GET", "/api/v1/cells/seed/describe")):
                 response = c.request(method, path, content=cell("x"), headers=YAML)

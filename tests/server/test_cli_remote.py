@@ -82,6 +82,7 @@ SAME = [
     ["get", "nodes", "-o", "name"], ["get", "nodes", "local", "nope"],
     ["get", "nodes", "-l", "zone=a"], ["get", "nodes", "-w"],
     ["node", "cordon", "local"], ["node", "uncordon", "nope"],
+    ["node", "drain", "local"], ["node", "drain", "nope", "--from-last-snapshot"],
     # what the backends and the daemon record: rows alone
     ["get", "volumes", "-o", "name"], ["get", "volumes", "nope"], ["get", "controllers"],
     ["get", "controllers", "-o", "json"], ["get", "controllers", "nope"],

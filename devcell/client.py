@@ -24,11 +24,12 @@ import json
 import os
 import socket
 import ssl
+import stat
 import struct
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, BinaryIO, NamedTuple, NoReturn
 
 from devcell import errors
 from devcell.names import printable, printable_text
@@ -42,6 +43,11 @@ _Pairs = list[tuple[str, str]]
 """Query parameters in order, a name repeated (`name=a&name=b`)."""
 
 
+ARCHIVE_MEDIA = "application/x-tar"
+"""A snapshot archive's media type (export_snapshot, import_snapshot)."""
+TRANSFER_STALL = 600.0
+"""Seconds an export's archive may pause (the server walking a large tree) before the
+client gives up on it."""
 MEASURE_TIMEOUT = 600.0
 """Seconds a `df` may take to answer: it walks every workspace and checkpoint on the server."""
 MAX_OUTPUT = 64 << 20
@@ -455,6 +461,124 @@ class Client:
     def delete(self, resource: str, name: str) -> dict[str, Any]:
         """Ask for an object's deletion (the daemon tears it down)."""
         return self._json("DELETE", f"{_path(resource)}/{urllib.parse.quote(name, safe='')}")
+
+    def export_snapshot(self, snapshot: str, out: BinaryIO) -> dict[str, Any]:
+        """Write `snapshot`'s archive to `out` as it arrives (the bytes `devcell snapshot
+        export` writes; neither side holds it whole) and return what the export recorded:
+        {"name", "sha256", "entries", "bytes", "skipped", "operation"} (`skipped`: FIFOs,
+        sockets and device nodes left out). NotFound, Forbidden (its `rule`) and Conflict (a
+        snapshot not Ready, or one keeping a machine's memory) are raised before a byte is
+        written; an archive cut short (the server failed or went away midway) raises
+        DevCellError once what arrived was written, which the caller discards. An error of
+        `out` itself (a closed pipe, a full disk) is raised as it is."""
+        import re
+
+        path = f"/api/v1/snapshots/{urllib.parse.quote(snapshot, safe='')}/archive"
+        conn, response = self._send("GET", path, {}, accept=ARCHIVE_MEDIA,
+                                    read_timeout=max(self.timeout, TRANSFER_STALL))
+        try:
+            if response.status >= 400:
+                _raise(response.status, response.read(1 << 20))
+            self._expected(response)
+            op_id = response.getheader("DevCell-Operation") or ""
+            media = (response.getheader("Content-Type") or "").partition(";")[0].strip()
+            if media != ARCHIVE_MEDIA or not re.fullmatch(r"op_[0-9A-Za-z]{1,64}", op_id):
+                raise self._not_api(f"an archive without its type ({ARCHIVE_MEDIA}) and "
+                                    "operation")
+            size = 0
+            while True:
+                try:
+                    piece = response.read1(1 << 20)
+                    if not piece and response.length:  # a declared length not reached
+                        raise http.client.IncompleteRead(b"", response.length)
+                except (OSError, http.client.HTTPException) as exc:
+                    said = printable(repr(exc)[:120])
+                    raise errors.DevCellError(
+                        f"snapshot {printable(snapshot)}: the archive was cut short after "
+                        f"{size} bytes ({said}): the server failed or went away (its log says "
+                        "why); what arrived is not a whole archive") from None
+                if not piece:
+                    break
+                out.write(piece)
+                size += len(piece)
+        finally:
+            conn.close()
+        done = self.get("operations", op_id)
+        steps = done.get("steps") if isinstance(done, dict) else None
+        outputs = steps[0].get("outputs") if isinstance(steps, list) and steps and \
+            isinstance(steps[0], dict) else None
+        if not isinstance(outputs, dict) or not isinstance(outputs.get("sha256"), str) or \
+                not all(isinstance(outputs.get(k), int) for k in ("entries", "bytes")):
+            raise self._not_api("an export whose operation has no figures")
+        return {"name": str(done.get("object_name") or snapshot),
+                "sha256": outputs["sha256"], "entries": outputs["entries"],
+                "bytes": outputs["bytes"], "skipped": _number(outputs.get("skipped")) or 0,
+                "operation": op_id}
+
+    def import_snapshot(self, archive: bytes | BinaryIO, *, name: str | None = None,
+                        origin: str | None = None) -> dict[str, Any]:
+        """Bring a snapshot archive (what `export_snapshot` or `devcell snapshot export`
+        wrote) in on the server as a Ready snapshot, named `name` (None: the name it was
+        exported under), checked as `devcell snapshot import` checks it and recorded in the
+        caller's name; `origin` is recorded as where the archive came from (a file's path;
+        None: standard input, `-`). `archive` is bytes or a binary file read as it is sent
+        (a regular file's size said first, so a server refuses one too large before it is
+        sent). Returns {"name", "id", "backend", "sha256", "files", "bytes", "operation"}.
+        ArchiveRefused (a damaged or hostile archive), Conflict (the name is taken),
+        ManifestError (a name that is not valid) and Forbidden (a viewer) mean nothing was
+        recorded; an archive over the server's bound is a DevCellError (its 413) saying it."""
+        headers: dict[str, str] = {}
+        if not isinstance(archive, bytes):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                info = os.fstat(archive.fileno())
+                if stat.S_ISREG(info.st_mode):
+                    headers["Content-Length"] = str(max(0, info.st_size - archive.tell()))
+        query = {"name": name, "origin": origin}
+        conn, response = self._send("POST", "/api/v1/snapshots/import", query, body=archive,
+                                    media=ARCHIVE_MEDIA, headers=headers, read_timeout=None)
+        try:
+            data = self._read(response, None)
+        finally:
+            conn.close()
+        if response.status >= 400:
+            _raise(response.status, data)
+        self._expected(response)
+        doc = self._decoded(data)
+        if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) for k in (
+                "name", "id", "backend", "sha256", "operation")) or not all(
+                isinstance(doc.get(k), int) for k in ("files", "bytes")):
+            raise self._not_api("an import without what it imported")
+        return doc
+
+    def push_snapshot(self, snapshot: str, target: str, *, compression: str = "zstd"
+                      ) -> dict[str, Any]:
+        """Push `snapshot` to a registry as `devcell snapshot push` does on the server's
+        machine, with the server's own registry logins (an admin's: rule registry-admin);
+        `target` is REGISTRY/REPOSITORY[:TAG], `compression` zstd, gzip or none. Returns
+        {"name", "ref", "digest", "layer", "layerBytes", "entries", "bytes", "operation"}
+        once the registry has it (minutes for a large snapshot)."""
+        body = json.dumps({"target": target, "compression": compression}).encode()
+        doc = self._json("POST", f"/api/v1/snapshots/{urllib.parse.quote(snapshot, safe='')}"
+                         "/push", body=body, media="application/json", read_timeout=None)
+        if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) for k in (
+                "name", "ref", "digest")) or not all(
+                isinstance(doc.get(k), int) for k in ("entries", "bytes", "layerBytes")):
+            raise self._not_api("a push without what it pushed")
+        return doc
+
+    def pull_snapshot(self, source: str, *, name: str | None = None) -> dict[str, Any]:
+        """Pull the snapshot at `source` (REGISTRY/REPOSITORY:TAG or @sha256:...) into the
+        server as `devcell snapshot pull` does there, with the server's own registry logins
+        (an admin's: rule registry-admin), named `name` (None: its own). Returns what
+        `import_snapshot` returns, and the `ref` and `digest` pulled."""
+        body = json.dumps({"source": source, "name": name}).encode()
+        doc = self._json("POST", "/api/v1/snapshots/pull", body=body,
+                         media="application/json", read_timeout=None)
+        if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) for k in (
+                "name", "backend", "ref", "digest")) or not all(
+                isinstance(doc.get(k), int) for k in ("files", "bytes")):
+            raise self._not_api("a pull without what it imported")
+        return doc
 
     def watch(self, resource: str, *, resource_version: str | None = None,
               timeout: int | None = None) -> Iterator[dict[str, Any]]:
@@ -871,22 +995,25 @@ class Client:
 
     def _send(self, method: str, path: str,
               query: dict[str, str | None] | _Pairs, *,
-              body: bytes | None = None, media: str | None = None,
-              read_timeout: float | None = -1.0
+              body: bytes | BinaryIO | None = None, media: str | None = None,
+              read_timeout: float | None = -1.0, accept: str = "application/json",
+              headers: dict[str, str] | None = None
               ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         given = ([(k, v) for k, v in query.items() if v is not None]
                  if isinstance(query, dict) else query)
         target = path + ("?" + urllib.parse.urlencode(given) if given else "")
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept, **(headers or {})}
         if self.token is not None:
             headers["Authorization"] = f"Bearer {self.token}"
         if media is not None:
             headers["Content-Type"] = media
         conn = self._connection(self.timeout if read_timeout == -1.0 else read_timeout)
+        conn.blocksize = 1 << 20  # a streamed body (an archive) is sent in pieces this large
         try:
             try:
                 conn.request(method, target, body=body, headers=headers)
-            except (BrokenPipeError, ConnectionResetError):
+            except (BrokenPipeError, ConnectionResetError, ssl.SSLEOFError,
+                    ssl.SSLZeroReturnError):
                 # A server may answer before it has read the whole request (a refusal, a
                 # 401 or 413) and close: its refusal is what to report, when it is there.
                 # A success it could not have judged is not taken for one.
@@ -1213,7 +1340,9 @@ def _raise(status: int, data: bytes) -> NoReturn:
     except (ValueError, AttributeError, RecursionError):
         problem, detail = {}, data[:500].decode("utf-8", "replace")
     exc: errors.DevCellError
-    if status == 422:
+    if status == 422 and str(problem.get("type", "")).endswith("/archive-refused"):
+        exc = errors.ArchiveRefused(detail)
+    elif status == 422:
         listed = problem.get("problems")
         exc = errors.ManifestError([errors.Problem(
             _text(p.get("file")), _text(p.get("message")), _number(p.get("line")),

@@ -10,12 +10,15 @@ decides: a regular file or nothing.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from devcell.errors import DevCellError
 
@@ -155,3 +158,50 @@ def read_json_object(path: Path, limit: int) -> dict[str, Any] | None:
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
+
+
+@contextlib.contextmanager
+def destination(out: Path | BinaryIO) -> Iterator[BinaryIO]:
+    """Where an archive (or any output made whole or not at all) is written: an open stream
+    as it is; a regular file (or none yet) written beside it and renamed over it once
+    complete (a link to one: the file it names), never left half-written; a device or FIFO
+    (`/dev/null`, `/dev/stdout`, a named pipe) written to, as tar -f does, never replaced.
+    A failure to write is a DevCellError naming the file."""
+    if not isinstance(out, Path):
+        yield out
+        out.flush()
+        return
+    try:
+        existing = out.stat()  # through a link: what the user's path names
+    except FileNotFoundError:
+        existing = None
+    except OSError as exc:
+        raise DevCellError(f"cannot write {out}: {exc.strerror or exc}") from None
+    if existing is not None and not stat.S_ISREG(existing.st_mode) \
+            and not stat.S_ISDIR(existing.st_mode):
+        # A device, a FIFO (`-o /dev/null`, `-o /dev/stdout`, a named pipe): written to, as
+        # tar -f does; never replaced by a rename, which would put a regular file in place
+        # of the machine's /dev/null.
+        try:
+            fd = os.open(out, os.O_WRONLY | os.O_CLOEXEC)
+            with os.fdopen(fd, "wb") as stream:
+                yield stream
+                stream.flush()
+        except OSError as exc:
+            raise DevCellError(f"cannot write {out}: {exc.strerror or exc}") from None
+        return
+    if out.is_symlink():  # a link to a regular file: the file it names is replaced
+        out = Path(os.path.realpath(out))
+    tmp = out.with_name(f".{out.name}.{secrets.token_hex(4)}.partial")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as stream:
+            yield stream
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.rename(tmp, out)
+    except OSError as exc:
+        raise DevCellError(f"cannot write {out}: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)

@@ -16,17 +16,13 @@ back (that is in its memory), which no archive could honestly call filesystem-co
 
 from __future__ import annotations
 
-import contextlib
-import os
-import secrets
-import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from devcell import __version__, backends, failpoints, ids, names
+from devcell import __version__, backends, failpoints, ids, names, safeio
 from devcell.backends.archives import format as archive_format
 from devcell.backends.archives import read as archive_read
 from devcell.backends.archives import write as archive_write
@@ -76,21 +72,24 @@ class Imported:
     op_id: str
 
 
-def export(state_dir: Path, snapshot: str, out: Path | BinaryIO) -> Exported:
+def export(state_dir: Path, snapshot: str, out: Path | BinaryIO, *,
+           op_id: str | None = None) -> Exported:
     """Write snapshot `snapshot` as an archive to the file `out` (made whole or not at all:
-    written beside it and renamed) or to an open binary stream."""
+    written beside it and renamed) or to an open binary stream; its operation recorded
+    once the archive was written whole (as `op_id`, when given: the API names it before
+    the archive's first byte)."""
     db = dbmod.open_database(state_dir)
     try:
         snap = exportable(db, snapshot)
         started = time.perf_counter()
-        with _destination(out) as stream:
+        with safeio.destination(out) as stream:
             written, carried = write_archive(state_dir, db, snap, stream)
         outputs = {"file": str(out) if isinstance(out, Path) else "-", "sha256": written.sha256,
                    "entries": written.entries, "bytes": written.bytes,
                    "skipped": written.skipped,
                    **({"sidecars": ",".join(carried)} if carried else {})}
         op_id = record_operation(db, snap.id, snap.name, "export",
-                                  StepName.EXPORT_CHECKPOINT, outputs, started)
+                                  StepName.EXPORT_CHECKPOINT, outputs, started, op_id=op_id)
         return Exported(snap.name, written.sha256, written.entries, written.bytes,
                         written.skipped, op_id)
     finally:
@@ -147,48 +146,6 @@ def _header(snap: objects.ObjectRecord, cell: objects.ObjectRecord | None, backe
         taken_at=snap.extra.get("taken_at"), exported_at=now(),
         devcell_version=__version__, schema_version=migrations.LATEST, has_tree=has_tree,
         sidecars=sidecars)
-
-
-@contextlib.contextmanager
-def _destination(out: Path | BinaryIO) -> Iterator[BinaryIO]:
-    if not isinstance(out, Path):
-        yield out
-        out.flush()
-        return
-    try:
-        existing = out.stat()  # through a link: what the user's path names
-    except FileNotFoundError:
-        existing = None
-    except OSError as exc:
-        raise DevCellError(f"cannot write {out}: {exc.strerror or exc}") from None
-    if existing is not None and not stat.S_ISREG(existing.st_mode) \
-            and not stat.S_ISDIR(existing.st_mode):
-        # A device, a FIFO (`-o /dev/null`, `-o /dev/stdout`, a named pipe): written to, as
-        # tar -f does; never replaced by a rename, which would put a regular file in place
-        # of the machine's /dev/null.
-        try:
-            fd = os.open(out, os.O_WRONLY | os.O_CLOEXEC)
-            with os.fdopen(fd, "wb") as stream:
-                yield stream
-                stream.flush()
-        except OSError as exc:
-            raise DevCellError(f"cannot write {out}: {exc.strerror or exc}") from None
-        return
-    if out.is_symlink():  # a link to a regular file: the file it names is replaced
-        out = Path(os.path.realpath(out))
-    tmp = out.with_name(f".{out.name}.{secrets.token_hex(4)}.partial")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "wb") as stream:
-            yield stream
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.rename(tmp, out)
-    except OSError as exc:
-        raise DevCellError(f"cannot write {out}: {exc.strerror or exc}") from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
 
 
 def import_(state_dir: Path, source: BinaryIO, *, name: str | None = None,
@@ -356,10 +313,11 @@ def _record(db: dbmod.Database, snapshot_id: str, name: str, header: archive_for
 
 
 def _operation(conn: Any, object_id: str, name: str, action: str, step: StepName,
-               outputs: dict[str, Any], started: float, *, error: str | None = None) -> str:
+               outputs: dict[str, Any], started: float, *, error: str | None = None,
+               op_id: str | None = None) -> str:
     """A finished operation of one step, as the history of a verb that runs no plan (Failed,
     reason Interrupted, with `error`)."""
-    op_id = operations.new_operation_id()
+    op_id = op_id or operations.new_operation_id()
     operations.create(conn, op_id=op_id, object_kind=KIND, object_id=object_id,
                       object_name=name, action=action, trigger="cli", generation=1,
                       step_names=[step])
@@ -389,6 +347,7 @@ def _record_interrupted(db: dbmod.Database, snapshot_id: str, name: str, origin:
 
 
 def record_operation(db: dbmod.Database, object_id: str, name: str, action: str,
-                      step: StepName, outputs: dict[str, Any], started: float) -> str:
+                      step: StepName, outputs: dict[str, Any], started: float, *,
+                      op_id: str | None = None) -> str:
     with db.write() as conn:
-        return _operation(conn, object_id, name, action, step, outputs, started)
+        return _operation(conn, object_id, name, action, step, outputs, started, op_id=op_id)

@@ -8,13 +8,14 @@ or for an admin):
 - every role may list, get and watch every object (`read`); secret env values are never
   shown to anyone (store.views redacts them in every output), so reading leaks none;
 - a viewer may do nothing else (`viewer-read-only`);
-- only an admin manages tokens (`token-admin`);
+- only an admin manages tokens (`token-admin`), and pushes or pulls snapshots through the API
+  (`registry-admin`: the server's registry logins are the whole team's);
 - a developer may create objects they own (`developer-creates-own`: the creator becomes the
   owner, so a create naming another owner is refused), and change, exec into, read the logs
   of, ssh to, forward ports of, sleep, start, restart, rerun the hooks of, snapshot, fork,
-  restore and delete their own cells
-  (`developer-own`) and those whose spec.sharedWith names them (`developer-shared`), and no
-  one else's (`developer-not-own`);
+  restore and delete their own cells, and export their snapshots (an archive is the cell's
+  workspace, read as exec reads it) (`developer-own`), and those whose spec.sharedWith
+  names them (`developer-shared`), and no one else's (`developer-not-own`);
 - only a cell's owner (or an admin) changes its metadata.owner or spec.sharedWith
   (`owner-grants`, authorize_update): a developer it is shared with may change the rest of
   it, not make it theirs nor share it further;
@@ -55,6 +56,8 @@ class Verb(StrEnum):
     restart = "restart"
     rerun_hooks = "rerun-hooks"
     restore = "restore"
+    export = "export"
+    registry = "registry"
     token_admin = "token_admin"
 
 
@@ -85,6 +88,8 @@ RULES = {
     "read": "every role may list, get and watch every object",
     "viewer-read-only": "a viewer may only list, get and watch",
     "token-admin": "only an admin manages tokens",
+    "registry-admin": "only an admin pushes or pulls snapshots through the API: the server "
+                      "reaches registries with its own engine's logins, the whole team's",
     "developer-creates-own": "a developer may create only objects they own",
     "developer-own": "a developer may change their own cells",
     "developer-shared": "a developer may change the cells whose spec.sharedWith names them",
@@ -115,6 +120,8 @@ def authorize(principal: Principal, verb: Verb, resource: ResourceRef) -> Decisi
         return Decision(False, "viewer-read-only")
     if verb is Verb.token_admin:
         return Decision(False, "token-admin")
+    if verb is Verb.registry:
+        return Decision(False, "registry-admin")
     if resource.kind == "Node":
         return Decision(False, "node-admin")
     if verb is Verb.create:

@@ -121,7 +121,7 @@ class Context:
     how long a body may take (DEVCELL_API_BODY_SECONDS, for a slow network or a test)."""
 
     def __init__(self, state_dir: Path, *, tokens: bool) -> None:
-        from devcell.server import drains, forward, streams
+        from devcell.server import drains, forward, streams, transfer_routes
 
         self.state_dir = state_dir
         self.tokens = tokens
@@ -140,6 +140,10 @@ class Context:
         self.drains = drains.Drains()
         self.engine_reads = _Slots(MAX_ENGINE_READS, 2, "too-many-node-reads",
                                    "Too many node lists", "node lists")
+        self.transfers = _Slots(transfer_routes.MAX_TRANSFERS,
+                                transfer_routes.MAX_TRANSFERS_PER_USER, "too-many-transfers",
+                                "Too many snapshot exports and imports",
+                                "snapshot exports and imports")
         self.readings: Any = None
         """The readings watches of the same objects share (server.watch.Readings)."""
         self.lists: Any = None
@@ -154,6 +158,10 @@ class Context:
         except ValueError:
             seconds = BODY_SECONDS
         self.body_seconds = min(max(seconds, 0.1), 3600.0) if seconds == seconds else BODY_SECONDS
+        self.archive_bytes = transfer_routes.archive_bound(
+            os.environ.get("DEVCELL_API_ARCHIVE_BYTES", ""))
+        """The largest archive an import takes (transfer_routes.MAX_ARCHIVE_BYTES unless
+        DEVCELL_API_ARCHIVE_BYTES says less)."""
 
     def take_stream(self, principal: Any) -> None:
         """A slot for an exec or logs stream (`logs -f` holds one for up to an hour)."""
@@ -268,6 +276,9 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
         return lambda request: _lineage(ctx)
     if route.name == "df":
         return lambda request: _df(ctx, request)
+    if route.name in ("export_snapshot", "import_snapshot", "push_snapshot",
+                      "pull_snapshot"):
+        return _transfer_handler(ctx, route)
     resource = route.resource
     assert resource is not None
     if route.upgrade:
@@ -886,6 +897,138 @@ def _token_handler(ctx: Context, route: routes.Route) -> Handler:
 
     return {"list_tokens": list_tokens, "create_token": create_token,
             "revoke_token": revoke_token}[route.name]
+
+
+def _transfer_handler(ctx: Context, route: routes.Route) -> Handler:
+    """A snapshot's archive out (streamed from a writer thread) or in (spooled, then
+    imported): server.transfer_routes; one of MAX_TRANSFERS each, one a user's who is not an
+    admin."""
+    from devcell.server import transfer_routes as tr
+
+    def take(principal: Any) -> None:
+        ctx.transfers.take(principal, f"{tr.MAX_TRANSFERS} snapshot exports and imports are "
+                                      "being served; try again later")
+
+    async def export(request: Request) -> Response:
+        principal = request.state.principal
+        name = await run_in_threadpool(tr.exportable, ctx.state_dir, principal,
+                                       request.path_params["name"])
+        take(principal)
+        stream = tr.Export(ctx.state_dir, principal, name)
+        stream.start()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            stream.stop()
+            if not released:
+                released = True
+                ctx.transfers.give(principal)
+
+        return _Released(stream.pieces(), release, media_type=tr.ARCHIVE_MEDIA,
+                         headers={tr.OPERATION_HEADER: stream.op_id,
+                                  "Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    async def import_(request: Request) -> Response:
+        from devcell.auth import policy
+
+        principal = request.state.principal
+        name, origin = tr.import_query(request.query_params)
+        # refused before the body is read: a viewer's archive is never spooled
+        policy.require(principal, policy.Verb.create,
+                       policy.ResourceRef("Snapshot", name, principal.user))
+        given = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if given not in (tr.ARCHIVE_MEDIA, "application/octet-stream"):
+            raise HttpProblem(415, "unsupported-media-type", "Unsupported media type",
+                              f"send the archive as {tr.ARCHIVE_MEDIA}")
+        take(principal)
+        try:
+            spool = await _spool(ctx, request)
+            try:
+                doc = await run_in_threadpool(tr.import_spooled, ctx.state_dir, principal,
+                                              spool, name, origin)
+            finally:
+                spool.unlink(missing_ok=True)
+        finally:
+            ctx.transfers.give(principal)
+        return JSONResponse(doc, status_code=201)
+
+    async def registry(request: Request) -> Response:
+        from devcell.auth import policy
+
+        principal = request.state.principal
+        # refused before the body is read: only an admin uses the server's registry logins
+        policy.require(principal, policy.Verb.registry,
+                       policy.ResourceRef("Snapshot", request.path_params.get("name")))
+        if _media(request) != "json":
+            raise HttpProblem(415, "unsupported-media-type", "Unsupported media type",
+                              "send the push's or pull's fields as application/json")
+        data = await _body(ctx, request, tr.MAX_REGISTRY_BODY)
+        take(principal)
+        try:
+            if route.name == "push_snapshot":
+                doc = await run_in_threadpool(tr.push, ctx.state_dir, principal,
+                                              request.path_params["name"], data)
+            else:
+                doc = await run_in_threadpool(tr.pull, ctx.state_dir, principal, data)
+        finally:
+            ctx.transfers.give(principal)
+        return JSONResponse(doc, status_code=201 if route.name == "pull_snapshot" else 200)
+
+    return {"export_snapshot": export, "import_snapshot": import_, "push_snapshot": registry,
+            "pull_snapshot": registry}[route.name]
+
+
+async def _spool(ctx: Context, request: Request) -> Path:
+    """The request's body in an owner-only file of the state directory (transfer_routes):
+    refused (413, the file removed) past its bound, from Content-Length or as it grows; each
+    piece must arrive within the body's time (408), the whole may take as long as it
+    needs."""
+    from devcell.server import transfer_routes as tr
+
+    fd, path, bound = await run_in_threadpool(tr.spool_file, ctx.state_dir,
+                                              ctx.archive_bytes)
+    try:
+        declared = request.headers.get("content-length")
+        if declared is not None and (not declared.isascii() or not declared.isdigit()):
+            raise HttpProblem(400, "bad-request", "The request is not valid",
+                              "Content-Length is not a number")
+        if declared is not None and (len(declared) > 15 or int(declared) > bound):
+            raise tr.too_large(bound, ctx.archive_bytes)
+        size = 0
+        pending: list[bytes] = []
+        pieces = request.stream().__aiter__()
+        while True:
+            try:
+                with anyio.fail_after(ctx.body_seconds):
+                    chunk = await pieces.__anext__()
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise HttpProblem(408, "body-timeout", "Request timeout",
+                                  f"the archive stopped arriving for {ctx.body_seconds:g}s; "
+                                  "nothing was imported") from None
+            size += len(chunk)
+            if size > bound:
+                raise tr.too_large(bound, ctx.archive_bytes)
+            pending.append(chunk)
+            if sum(map(len, pending)) >= tr.PIECE * 4:
+                data, pending = b"".join(pending), []
+                await run_in_threadpool(_write_all, fd, data)
+        if pending:
+            await run_in_threadpool(_write_all, fd, b"".join(pending))
+    except BaseException:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    return path
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _node_handler(ctx: Context, route: routes.Route) -> Handler:

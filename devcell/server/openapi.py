@@ -258,6 +258,10 @@ def _operation(route: routes.Route) -> dict[str, Any]:
         return _lineage(op)
     if route.name == "df":
         return _df(op)
+    if route.name in ("export_snapshot", "import_snapshot"):
+        return _transfer(route, op)
+    if route.name in ("push_snapshot", "pull_snapshot"):
+        return _registry(route, op)
     if route.name == "ssh_host_key":
         op["responses"] = {"200": {"description": "the host key's public half", "content": {
             "application/json": {"schema": {
@@ -403,6 +407,85 @@ def _df(op: dict[str, Any]) -> dict[str, Any]:
                            "items": {"type": "array", "items": item},
                            "problems": {"type": "array", "items": {"type": "string"}}}}}}},
         **_problem_responses(400, 401, 403, 406, 500, 503)}
+    return op
+
+
+def _transfer(route: routes.Route, op: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot's archive, out (streamed) or in (spooled, then checked as `devcell
+    snapshot import` checks it)."""
+    archive = {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}
+    if route.name == "export_snapshot":
+        op["parameters"] = [{"name": "name", "in": "path", "required": True,
+                             "schema": {"type": "string", "minLength": 1},
+                             "description": "the snapshot's name or id"}]
+        op["responses"] = {"200": {
+            "description": "the archive, as `devcell snapshot export` writes it; a body "
+                           "that ends without its last chunk was cut short (the export "
+                           "failed): not an archive",
+            "content": archive, "headers": {"DevCell-Operation": {
+                "description": "the id the export's operation is recorded under once the "
+                               "archive was written whole (its figures: sha256, entries, "
+                               "bytes, skipped)", "schema": {"type": "string"}}}},
+            **_problem_responses(400, 401, 403, 404, 406, 409, 500, 502, 503)}
+        return op
+    op["parameters"] = [
+        {"name": "name", "in": "query", "required": False,
+         "schema": {"type": "string", "minLength": 1, "maxLength": 253},
+         "description": "import under this name (as --name; none: the archive's)"},
+        {"name": "origin", "in": "query", "required": False,
+         "schema": {"type": "string", "maxLength": 4096},
+         "description": "where the archive came from, recorded as its origin (the client's "
+                        "file; none: `-`, standard input)"}]
+    op["requestBody"] = {"required": True, "content": archive,
+                         "description": "a snapshot archive (`devcell snapshot export`), "
+                                        "at most the server's bound (8 GiB)"}
+    op["responses"] = {"201": {"description": "what was imported", "content": {
+        "application/json": {"schema": {
+            "type": "object", "required": ["name", "id", "backend", "sha256", "files",
+                                           "bytes", "operation"],
+            "properties": {"name": {"type": "string"}, "id": {"type": "string"},
+                           "backend": {"type": "string"}, "sha256": {"type": "string"},
+                           "files": {"type": "integer", "minimum": 0},
+                           "bytes": {"type": "integer", "minimum": 0},
+                           "operation": {"type": "string"}}}}}},
+        **_problem_responses(400, 401, 403, 406, 408, 409, 411, 413, 415, 422, 500, 502,
+                             503)}
+    return op
+
+
+def _registry(route: routes.Route, op: dict[str, Any]) -> dict[str, Any]:
+    """push and pull (an admin's: the server's registry logins)."""
+    text = {"type": "string"}
+    figure = {"type": "integer", "minimum": 0}
+    if route.name == "push_snapshot":
+        op["parameters"] = [{"name": "name", "in": "path", "required": True,
+                             "schema": {"type": "string", "minLength": 1}}]
+        fields = {"target": {"type": "string", "minLength": 1, "maxLength": 1024,
+                             "description": "REGISTRY/REPOSITORY[:TAG]"},
+                  "compression": {"enum": ["zstd", "gzip", "none"]}}
+        required, status = ["target"], "200"
+        answer = {"type": "object", "required": ["name", "ref", "digest", "layer",
+                                                 "layerBytes", "entries", "bytes", "operation"],
+                  "properties": {"name": text, "ref": text, "digest": text, "layer": text,
+                                 "layerBytes": figure, "entries": figure, "bytes": figure,
+                                 "operation": text}}
+    else:
+        fields = {"source": {"type": "string", "minLength": 1, "maxLength": 1024,
+                             "description": "REGISTRY/REPOSITORY:TAG or @sha256:DIGEST"},
+                  "name": {"type": ["string", "null"], "minLength": 1, "maxLength": 253}}
+        required, status = ["source"], "201"
+        answer = {"type": "object", "required": ["name", "id", "backend", "sha256", "files",
+                                                 "bytes", "operation", "ref", "digest"],
+                  "properties": {"name": text, "id": text, "backend": text, "sha256": text,
+                                 "files": figure, "bytes": figure, "operation": text,
+                                 "ref": text, "digest": text}}
+    op["requestBody"] = {"required": True, "content": {"application/json": {"schema": {
+        "type": "object", "required": required, "additionalProperties": False,
+        "properties": fields}}}}
+    op["responses"] = {status: {"description": "what the registry has, or what was imported",
+                                "content": {"application/json": {"schema": answer}}},
+                       **_problem_responses(400, 401, 403, 404, 406, 408, 409, 411, 413, 415,
+                                            422, 500, 502, 503)}
     return op
 
 

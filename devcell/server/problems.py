@@ -38,6 +38,7 @@ _CLASSES: list[tuple[type[BaseException], int, str, str]] = [
     (errors.StateUnusable, 503, "state-unusable", "The state directory cannot be used"),
     (errors.StorageError, 503, "storage-failed", "Storage failed"),
     (errors.StateError, 503, "state-failed", "The state database failed"),
+    (errors.ArchiveRefused, 422, "archive-refused", "The archive is refused"),
     (errors.BackendUnavailable, 503, "backend-unavailable", "The backend is unavailable"),
     (errors.BackendError, 502, "backend-failed", "The backend failed"),
     (errors.TemporaryError, 503, "temporarily-unavailable", "Temporarily unavailable"),

@@ -58,7 +58,8 @@ class Route(NamedTuple):
     """The handler's name (app) and the OpenAPI operationId."""
     verb: str
     """What authorization is asked for: list, get, watch (with list), create, delete, or an
-    action on one cell (ACTIONS), or restore (a snapshot into its cell); resume and cancel (a
+    action on one cell (ACTIONS), or restore (a snapshot into its cell), export (a snapshot's
+    archive; an import is a create); resume and cancel (a
     suspended operation) are judged by what the operation does to its object
     (server/op_actions.py); cordon, uncordon and drain (a node) as an update of it."""
     resource: Resource | None
@@ -132,6 +133,16 @@ def table() -> list[Route]:
     routes += [Route("GET", f"{PREFIX}/rows/{r.plural}", f"rows_{r.plural}", "list", r,
                      f"The table rows `devcell get {r.plural}` prints (the CLI's remote mode)")
                for r in ROWS_ONLY.values()]
+    # before snapshots/{name}: a method these paths lack is refused naming theirs (Allow),
+    # while GET and DELETE of a snapshot named "import" or "pull" still reach {name}
+    routes.append(Route("POST", f"{PREFIX}/snapshots/import", "import_snapshot", "create",
+                        RESOURCES["snapshots"],
+                        "Bring a snapshot archive in as a Ready snapshot, checked as `devcell "
+                        "snapshot import` checks it, recorded in the caller's name"))
+    routes.append(Route("POST", f"{PREFIX}/snapshots/pull", "pull_snapshot", "registry",
+                        RESOURCES["snapshots"],
+                        "Pull a snapshot from a registry with the server's own logins (as "
+                        "`devcell snapshot pull`); an admin's"))
     for r in RESOURCES.values():
         routes.append(Route("GET", f"{PREFIX}/{r.plural}", f"list_{r.plural}", "list", r,
                             f"List {r.plural} (watch=true: follow their changes)"))
@@ -159,6 +170,14 @@ def table() -> list[Route]:
                         "restore", RESOURCES["snapshots"],
                         "Roll a cell's workspace back to this snapshot, in place (as `devcell "
                         "snapshot restore`)"))
+    routes.append(Route("GET", f"{PREFIX}/snapshots/{{name}}/archive", "export_snapshot",
+                        "export", RESOURCES["snapshots"],
+                        "The snapshot's archive, streamed: the bytes `devcell snapshot export` "
+                        "writes (a developer: their own cells' and those shared with them)"))
+    routes.append(Route("POST", f"{PREFIX}/snapshots/{{name}}/push", "push_snapshot",
+                        "registry", RESOURCES["snapshots"],
+                        "Push the snapshot to a registry with the server's own logins (as "
+                        "`devcell snapshot push`); an admin's"))
     routes.append(Route("GET", f"{PREFIX}/cells/{{name}}/exec", "exec_cell", "exec", cells,
                         "Run a command in the cell: a WebSocket (see docs/api.md for its "
                         "framing)", upgrade=True))

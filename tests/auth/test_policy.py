@@ -41,6 +41,9 @@ TABLE: dict[Verb, dict[str, tuple[str, str, str]]] = {
     Verb.restart: _CHANGE,
     Verb.rerun_hooks: _CHANGE,
     Verb.restore: _CHANGE,
+    Verb.export: _CHANGE,
+    Verb.registry: {V: ("-viewer-read-only",) * 3, D: ("-registry-admin",) * 3,
+                    A: ("+admin",) * 3},
     Verb.token_admin: {V: ("-viewer-read-only",) * 3, D: ("-token-admin",) * 3,
                        A: ("+admin",) * 3},
 }
@@ -83,6 +86,8 @@ def test_a_node_is_read_by_everyone_and_changed_by_an_admin_alone(role: Role,
         assert not decision.allowed and decision.rule == "viewer-read-only"
     elif verb is Verb.token_admin:
         assert not decision.allowed and decision.rule == "token-admin"
+    elif verb is Verb.registry:
+        assert not decision.allowed and decision.rule == "registry-admin"
     else:
         assert not decision.allowed and decision.rule == "node-admin"
 

@@ -30,7 +30,7 @@ SERVED_MODULES = ("test_cli", "test_kubectl_habits", "test_kubectl_verbs", "test
 """The e2e modules run again through the API (issue 27: the CLI's e2e suite through
 --server): each of their tests' commands the API serves goes through a daemon's unix socket
 (`devcell --server unix:SOCK ...`), then its TLS listener, every other command (gc,
-snapshot export, image, controller, ...) to the state directory, as an admin on the server's
+image, controller, ...) to the state directory, as an admin on the server's
 machine would run them. The e2e modules left out: the heavy matrices and the daemon's own
 tests (a serving daemon would hold their daemon's lease), test_interrupt (Ctrl-C to an
 apply converging in its own process: a served apply converges nothing), test_suspend_resume

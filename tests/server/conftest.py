@@ -30,6 +30,10 @@ BODY_SECONDS = 1.5
 """DEVCELL_API_BODY_SECONDS for the test server: the slow-body test waits this long."""
 
 
+ARCHIVE_BYTES = 4 << 20
+"""DEVCELL_API_ARCHIVE_BYTES for the test server: an import's bound, which a test passes."""
+
+
 class Api(NamedTuple):
     client: httpx.Client
     socket: Path
@@ -84,7 +88,8 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
         "apiVersion: devcell.dev/v1alpha1\nkind: Cell\nmetadata: {name: seed, labels: "
         "{team: core}}\nspec:\n  backend: fake\n  image: devcell/busybox:latest\n  env:\n"
         "    - {name: API_TOKEN, value: not-a-secret, secret: true}\n")
-    env = dict(os.environ, DEVCELL_API_BODY_SECONDS=str(BODY_SECONDS))
+    env = dict(os.environ, DEVCELL_API_BODY_SECONDS=str(BODY_SECONDS),
+               DEVCELL_API_ARCHIVE_BYTES=str(ARCHIVE_BYTES))
     env.pop("DEVCELL_FAKE_FAIL", None)
     with open(log, "wb") as out:
         proc = subprocess.Popen(

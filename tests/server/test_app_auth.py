@@ -344,6 +344,47 @@ CASES.update({
 })
 
 
+# A snapshot's archive (server/transfer_routes.py): an export is the `export` verb on the
+# snapshot's cell (its workspace, read as exec reads it); an import creates a snapshot that
+# is its caller's (a viewer refused before its body is read).
+EXPORTED = {"viewer": (403, "viewer-read-only"), "developer": (200, None), "admin": (200, None)}
+CASES.update({
+    "export another's snapshot": (lambda api, t: (
+        "GET", f"/api/v1/snapshots/{_ready(api, _up(api, _admin_cell(api)))}/archive", None),
+        {**EXPORTED, "developer": (403, "developer-not-own")}),
+    "export a snapshot of their own cell": (lambda api, t: (
+        "GET", f"/api/v1/snapshots/{_ready(api, _up(api, _own_cell(api, t)))}/archive",
+        None), EXPORTED),
+    "export a snapshot of a cell shared with them": (lambda api, t: (
+        "GET", f"/api/v1/snapshots/"
+        f"{_ready(api, _up(api, _admin_cell(api, shared_with='u-developer')))}/archive",
+        None), EXPORTED),
+    "import a snapshot archive": (lambda api, t: (
+        "POST", f"/api/v1/snapshots/import?name={_unique('in')}", _archive(api)),
+        {"viewer": (403, "viewer-read-only"), "developer": (201, None), "admin": (201, None)}),
+    # push and pull use the server's registry logins: an admin's alone (registry-admin); the
+    # admin's here names no registry (refused as the CLI refuses it, before any is asked)
+    "push a snapshot": (lambda api, t: (
+        "POST", f"/api/v1/snapshots/{_snapshotted(api, _own_cell(api, t))}/push",
+        {"target": "not a reference!"}), {"viewer": (403, "viewer-read-only"),
+                                          "developer": (403, "registry-admin"),
+                                          "admin": (400, None)}),
+    "pull a snapshot": (lambda api, t: (
+        "POST", "/api/v1/snapshots/pull", {"source": "not a reference!"}), {
+        "viewer": (403, "viewer-read-only"), "developer": (403, "registry-admin"),
+        "admin": (400, None)}),
+})
+
+
+@functools.cache
+def _archive(api: Api) -> bytes:
+    """An archive of a snapshot the admin took (one per session)."""
+    snapshot = _ready(api, _up(api, _admin_cell(api)))
+    answer = api.client.get(f"/api/v1/snapshots/{snapshot}/archive")
+    assert answer.status_code == 200, answer.text
+    return answer.content
+
+
 def _upgrade(api: Api, token: str, path: str) -> httpx.Response:
     """A WebSocket upgrade of `path` over TLS with `token`: its refusal, as an HTTP answer
     (an upgrade that succeeded is a 101)."""
@@ -398,6 +439,9 @@ def test_every_route_for_every_role(api: Api, tokens: dict[str, str], case: str,
             response = _upgrade(api, tokens[role], path)
         elif isinstance(body, dict):  # an action's fields
             response = c.request(method, path, json=body)
+        elif isinstance(body, bytes):  # a snapshot archive
+            response = c.request(method, path, content=body,
+                                 headers={"Content-Type": "application/x-tar"})
         else:
             response = c.request(method, path, content=body,
                                  headers=YAML if body is not None else {})
@@ -430,6 +474,10 @@ def test_without_a_valid_token_every_route_is_401(api: Api, tokens: dict[str, st
                                  ("POST", "/api/v1/snapshots/s/restore"),
                                  ("POST", "/api/v1/nodes/local/drain"),
                                  ("GET", "/api/v1/rows/snapshots?cell=seed"),
+                                 ("GET", "/api/v1/snapshots/s/archive"),
+                                 ("POST", "/api/v1/snapshots/import"),
+                                 ("POST", "/api/v1/snapshots/s/push"),
+                                 ("POST", "/api/v1/snapshots/pull"),
                                  ("GET", "/api/v1/cells/seed/describe")):
                 response = c.request(method, path, content=cell("x"), headers=YAML)
                 doc = assert_problem(response, 401)

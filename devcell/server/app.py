@@ -913,6 +913,8 @@ def _transfer_handler(ctx: Context, route: routes.Route) -> Handler:
         principal = request.state.principal
         name = await run_in_threadpool(tr.exportable, ctx.state_dir, principal,
                                        request.path_params["name"])
+        if request.method == "HEAD":  # what a GET would answer, exporting nothing
+            return Response(media_type=tr.ARCHIVE_MEDIA, headers={"Cache-Control": "no-store"})
         take(principal)
         stream = tr.Export(ctx.state_dir, principal, name)
         stream.start()
@@ -925,7 +927,12 @@ def _transfer_handler(ctx: Context, route: routes.Route) -> Handler:
                 released = True
                 ctx.transfers.give(principal)
 
-        return _Released(stream.pieces(), release, media_type=tr.ARCHIVE_MEDIA,
+        check = _token_check(ctx, request)
+
+        async def still_allowed() -> bool:
+            return True if check is None else bool(await check())
+
+        return _Released(stream.pieces(still_allowed), release, media_type=tr.ARCHIVE_MEDIA,
                          headers={tr.OPERATION_HEADER: stream.op_id,
                                   "Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 

@@ -156,10 +156,18 @@ class Export:
             except BrokenPipeError:
                 pass
 
-    async def pieces(self) -> Any:
-        """The archive's pieces as they are written; Failed raised when the writer failed
-        (the body is then cut short)."""
+    async def pieces(self, still_allowed: Any) -> Any:
+        """The archive's pieces as they are written; Failed raised when the writer failed,
+        or (over TCP, checked each second) `still_allowed()` says the token was revoked or
+        expired: the body is then cut short."""
+        import time
+
+        checked = time.monotonic()
         while True:
+            if time.monotonic() - checked >= 1.0:
+                if not await still_allowed():
+                    raise Failed("the export's token was revoked or expired")
+                checked = time.monotonic()
             try:
                 piece = self.queue.get_nowait()
             except queue.Empty:
@@ -187,11 +195,27 @@ def spool_file(state_dir: Path, most: int) -> tuple[int, Path, int]:
 
     folder = state_dir / SPOOL
     db.ensure_private_dir(folder)
+    _remove_abandoned(folder)
     path = folder / f".import-{secrets.token_hex(8)}.tar"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW,
                  0o600)
     free = shutil.disk_usage(folder).free
     return fd, path, max(0, min(most, free - SPOOL_MARGIN))
+
+
+ABANDONED_S = 2 * 3600
+"""A spooled file not written for this long was left by a daemon that died mid-import (a
+live upload writes at least every DEVCELL_API_BODY_SECONDS, at most an hour)."""
+
+
+def _remove_abandoned(folder: Path) -> None:
+    import contextlib
+    import time
+
+    for left in folder.glob(".import-*.tar"):
+        with contextlib.suppress(OSError):
+            if time.time() - left.lstat().st_mtime > ABANDONED_S:
+                left.unlink()
 
 
 def too_large(bound: int, most: int) -> Exception:

@@ -273,3 +273,26 @@ def test_a_hostile_archive_is_refused_with_the_local_words(api: Api, tmp_path: P
     assert f"error: {doc['detail']}\n" == local.stderr
     assert _snapshot_rows(api) == before
     assert not list((api.state / "api-imports").glob("*"))
+
+
+def test_a_head_exports_nothing_and_an_abandoned_spool_is_removed(api: Api) -> None:
+    """HEAD answers what a GET would, recording no export; a spooled file a daemon that died
+    mid-import left (not written for hours) is removed by the next import."""
+    import os
+
+    _, snap = _ready_snapshot(api)
+    head = api.client.head(f"/api/v1/snapshots/{snap}/archive")
+    assert head.status_code == 200 and head.headers["content-type"] == "application/x-tar"
+    assert api.client.head(f"/api/v1/snapshots/nope-{snap}/archive").status_code == 404
+    assert not [o for o in api.client.get("/api/v1/operations").json()["items"]
+                if o["object_name"] == snap and o["action"] == "export"]
+    folder = api.state / "api-imports"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    left = folder / ".import-0000000000000000.tar"
+    left.write_bytes(b"half an archive")
+    os.utime(left, (1, 1))
+    body = api.client.get(f"/api/v1/snapshots/{snap}/archive").content
+    done = api.client.post(f"/api/v1/snapshots/import?name={snap}-again", content=body,
+                           headers=TAR)
+    assert done.status_code == 201, done.text
+    assert not left.exists() and not list(folder.glob("*"))

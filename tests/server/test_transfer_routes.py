@@ -296,3 +296,47 @@ def test_a_head_exports_nothing_and_an_abandoned_spool_is_removed(api: Api) -> N
                            headers=TAR)
     assert done.status_code == 201, done.text
     assert not left.exists() and not list(folder.glob("*"))
+
+
+def test_one_transfer_at_once_for_a_user_who_is_not_an_admin(api: Api) -> None:
+    """A developer's import still arriving holds their one transfer slot: their next is a 503
+    naming the bound, an admin's is served; once it ended, theirs are served again."""
+    import socket
+    import ssl
+    import urllib.parse
+
+    developer, _ = _developers(api)
+    where = urllib.parse.urlsplit(api.url)
+    trusted = ssl.create_default_context(cafile=str(api.certificate))
+    raw = trusted.wrap_socket(socket.create_connection((where.hostname, where.port), 30),
+                              server_hostname=where.hostname)
+    piece = b"200\r\n" + b"\0" * 512 + b"\r\n"
+    with raw:
+        raw.sendall(b"POST /api/v1/snapshots/import HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    b"Authorization: Bearer " + developer.encode() + b"\r\nContent-Type: "
+                    b"application/x-tar\r\nTransfer-Encoding: chunked\r\n\r\n" + piece)
+        refused = None
+        with api.tls_client(developer) as c:
+            for _ in range(100):
+                answer = c.post("/api/v1/snapshots/import", content=b"x", headers=TAR)
+                raw.sendall(piece)  # the first goes on arriving
+                if answer.status_code == 503:
+                    refused = answer
+                    break
+                assert answer.status_code == 422, answer.text  # before the first took it
+        assert refused is not None
+        doc = assert_problem(refused, 503)
+        assert doc["type"].endswith("/too-many-transfers"), doc
+        assert "the most one user may" in doc["detail"]
+        admin = api.client.post("/api/v1/snapshots/import", content=b"x", headers=TAR)
+        assert_problem(admin, 422)
+        raw.sendall(b"0\r\n\r\n")  # the end: refused as an archive, its slot given back
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            got = raw.recv(65536)
+            if not got:
+                break
+            answer += got
+        assert answer.startswith(b"HTTP/1.1 422 "), answer
+    with api.tls_client(developer) as c:
+        assert_problem(c.post("/api/v1/snapshots/import", content=b"x", headers=TAR), 422)

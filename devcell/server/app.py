@@ -948,6 +948,7 @@ def _transfer_handler(ctx: Context, route: routes.Route) -> Handler:
         if given not in (tr.ARCHIVE_MEDIA, "application/octet-stream"):
             raise HttpProblem(415, "unsupported-media-type", "Unsupported media type",
                               f"send the archive as {tr.ARCHIVE_MEDIA}")
+        await run_in_threadpool(tr.name_free, ctx.state_dir, name)
         take(principal)
         try:
             spool = await _spool(ctx, request)

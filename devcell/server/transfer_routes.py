@@ -231,6 +231,26 @@ def too_large(bound: int, most: int) -> Exception:
                        "server's machine for a larger one)")
 
 
+def name_free(state_dir: Path, name: str | None) -> None:
+    """Refuse, before the archive is received, a valid name given that is taken (409 in
+    the import's words): a client would otherwise send gigabytes to learn it. The import
+    checks it again (and the archive's own name) once the archive is spooled."""
+    from devcell import names
+    from devcell.errors import Conflict
+    from devcell.store import objects
+    from devcell.store.db import Database
+
+    if name is None or names.name_problem(name):
+        return  # the archive's name, or one the import refuses with its located problem
+    db = Database(state_dir, create=False)
+    try:
+        if objects.get(db.conn, "Snapshot", name) is not None:
+            raise Conflict(f'snapshot "{name}" already exists; import under another name '
+                           "with --name")
+    finally:
+        db.close()
+
+
 def import_spooled(state_dir: Path, principal: Any, spool: Path, name: str | None,
                    origin: str) -> dict[str, Any]:
     """Import the spooled archive as `snapshot import` imports a file (api.transfer.import_),

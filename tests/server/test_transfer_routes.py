@@ -340,3 +340,28 @@ def test_one_transfer_at_once_for_a_user_who_is_not_an_admin(api: Api) -> None:
         assert answer.startswith(b"HTTP/1.1 422 "), answer
     with api.tls_client(developer) as c:
         assert_problem(c.post("/api/v1/snapshots/import", content=b"x", headers=TAR), 422)
+
+
+def test_a_name_taken_is_refused_before_the_archive_is_received(api: Api) -> None:
+    """`--name` of a snapshot recorded: the 409 comes from the request's head alone (a
+    client would otherwise send gigabytes to learn it), in the import's words."""
+    import json
+    import socket
+
+    _, snap = _ready_snapshot(api)
+    with socket.socket(socket.AF_UNIX) as raw:
+        raw.settimeout(30)
+        raw.connect(str(api.socket))
+        raw.sendall(f"POST /api/v1/snapshots/import?name={snap} HTTP/1.1\r\nHost: devcell\r\n"
+                    f"Content-Type: application/x-tar\r\nContent-Length: {1 << 30}\r\n\r\n"
+                    .encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            piece = raw.recv(65536)
+            if not piece:
+                break
+            answer += piece
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 409 "), answer
+    assert json.loads(body)["detail"] == (f'snapshot "{snap}" already exists; import under '
+                                          "another name with --name")

@@ -24,6 +24,7 @@ from devcell.store import desired, objects, prunes, retention
 
 if TYPE_CHECKING:
     from devcell.manifests.selectors import Selector
+    from devcell.store import client_sets
 from devcell.store.db import Database
 
 COMMAND_LINE = "<command line>"
@@ -114,15 +115,17 @@ def apply(db: Database, files: list[SourceFile], *, dry_run: bool = False,
           prune_roots: list[str] | None = None, prune_selector: Selector | None = None,
           parse_cache: dict[str, tuple[list[Manifest], list[Problem]]] | None = None,
           require_objects: bool = False, keep_pruned: int = prunes.DEFAULT_KEEP_SECONDS,
-          leaving_under: Sequence[str] = ()) -> desired.ApplyResult:
+          leaving_under: Sequence[str] = (),
+          client_set: client_sets.ClientSet | None = None) -> desired.ApplyResult:
     """Admit and record manifest files, all or nothing (see desired.apply). `leaving_under`:
-    a directory the daemon prunes (a cell whose file is gone from it holds no port)."""
+    a directory the daemon prunes (a cell whose file is gone from it holds no port);
+    `client_set`: an apply through the API (store.client_sets)."""
     rules = Rules(db.state_dir, leaving_under=prune_roots or leaving_under,
                   pruning=bool(prune_roots) and prune_selector is None)
     return desired.apply(db, files, dry_run=dry_run, prune_roots=prune_roots,
                          prune_selector=prune_selector, keep_pruned=keep_pruned,
                          parse_cache=parse_cache, admit=rules,
-                         require_objects=require_objects)
+                         require_objects=require_objects, client_set=client_set)
 
 
 def apply_objects(db: Database, manifests: list[Manifest]) -> desired.ApplyResult:

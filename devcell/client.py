@@ -266,13 +266,31 @@ class Client:
         return printable_text(data.decode("utf-8", "replace"))  # escaped already, by DevCell
 
     def apply(self, manifests: str | bytes | dict[str, Any], *, dry_run: bool = False,
-              as_json: bool = False) -> dict[str, Any]:
+              as_json: bool = False, source: str | Sequence[tuple[int, str]] | None = None,
+              prune: bool = False, selector: str | None = None,
+              keep_pruned: int | None = None) -> dict[str, Any]:
         """Record a YAML stream (or one manifest as a dict; bytes as they are, a YAML stream
         or, with `as_json`, one JSON document); what was recorded, as apply says it
-        (ManifestError with every located problem when any is found)."""
+        (ManifestError with every located problem when any is found).
+
+        `source`: where the manifests were read, an absolute path (a file or a folder) or
+        (line, path) pairs, the stream's documents from each line on read from that path;
+        recorded as yours, so that a later apply with `prune` from the same path (or a
+        folder above it) deletes what you applied there and no longer send, as `devcell
+        apply -f PATH --prune` does (`selector`: only what it matches, as -l;
+        `keep_pruned`: seconds a pruned cell's workspace is kept, default a day). A prune
+        that would delete an object you may not delete refuses the whole apply
+        (Forbidden, naming the rule)."""
         body, media = _manifests_body(manifests, as_json)
-        return self._json("POST", "/api/v1/apply", {"dryRun": "true" if dry_run else None},
-                          body=body, media=media)
+        origins = [(1, source)] if isinstance(source, str) else list(source or [])
+        query: _Pairs = [("from", f"{line}:{path}") for line, path in origins]
+        for name, value in (("dryRun", "true" if dry_run else None),
+                            ("prune", "true" if prune else None), ("labelSelector", selector),
+                            ("keepPrunedSeconds", None if keep_pruned is None
+                             else str(keep_pruned))):
+            if value:
+                query.append((name, value))
+        return self._json("POST", "/api/v1/apply", query, body=body, media=media)
 
     def resume_operation(self, operation: str, input: dict[str, Any] | None = None  # noqa: A002
                          ) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from devcell.store import desired, prunes
 if TYPE_CHECKING:
     from devcell.manifests.model import SourceFile
     from devcell.manifests.selectors import Selector
+    from devcell.store import client_sets
 
 
 def apply(state_dir: Path, paths: Sequence[str], *, dry_run: bool = False, prune: bool = False,
@@ -47,8 +48,10 @@ def apply(state_dir: Path, paths: Sequence[str], *, dry_run: bool = False, prune
 def apply_sources(state_dir: Path, files: list[SourceFile], *, dry_run: bool = False,
                   prune_roots: list[str] | None = None, prune_selector: Selector | None = None,
                   options: Options = DEFAULTS, hooks: Hooks = NO_HOOKS,
-                  keep_pruned: int = prunes.DEFAULT_KEEP_SECONDS) -> Report:
-    """`apply` of manifests already read (files, or a stream the HTTP API received)."""
+                  keep_pruned: int = prunes.DEFAULT_KEEP_SECONDS,
+                  client_set: client_sets.ClientSet | None = None) -> Report:
+    """`apply` of manifests already read (files, or a stream the HTTP API received, with
+    `client_set` saying where its client read it and whether it prunes: store.client_sets)."""
     roots = prune_roots
     parsed: dict[str, Any] = {}
     if not (state_dir / dbmod.DB_FILENAME).exists():
@@ -64,7 +67,8 @@ def apply_sources(state_dir: Path, files: list[SourceFile], *, dry_run: bool = F
     try:
         result = admission.apply(db, files, dry_run=dry_run, prune_roots=roots,
                                  prune_selector=prune_selector, keep_pruned=keep_pruned,
-                                 parse_cache=parsed, require_objects=True)
+                                 parse_cache=parsed, require_objects=True,
+                                 client_set=client_set)
         if dry_run:
             recorded, _ = converging.judge_builds(db, Recorded(tuple(result.changes)),
                                                   record=False)

@@ -7,6 +7,10 @@ the stream's lines are mapped back to the files they came from (cli/remote_sourc
 also says what a file unreadable on its own gets). What was recorded is printed by
 converge_output's printer, the words `apply` prints; with --wait (the default) each
 object is then waited for as `apply` waits for a running daemon: Ready, or gone.
+
+--prune: the server is told which of the paths given each part of the stream was read from
+(`from`), and prunes what this user applied from them before and the files no longer
+declare (store.client_sets), with -l and --keep-pruned as on a state directory.
 """
 
 from __future__ import annotations
@@ -31,20 +35,54 @@ def _refuse(args: argparse.Namespace, flags: tuple[tuple[str, str], ...]) -> Non
 
 
 def run_apply(args: argparse.Namespace) -> int:
+    from devcell.cli import arguments
     from devcell.manifests import loader
 
-    if args.selector and not args.prune:
-        raise UsageError("-l on apply selects what --prune may delete: use it with --prune")
-    _refuse(args, (("prune", "--prune"), ("keep_pruned", "--keep-pruned"),
-                   ("approve", "--approve"), ("workers", "--workers")))
+    if args.selector:
+        if not args.prune:
+            raise UsageError("-l on apply selects what --prune may delete: use it with --prune")
+        from devcell.manifests import selectors
+
+        selectors.parse(args.selector)  # refused here, as on a state directory
+    keep = arguments.keep_seconds(args.keep_pruned) if args.keep_pruned is not None else None
+    _refuse(args, (("approve", "--approve"), ("workers", "--workers")))
     sent = remote_sources.Sent(loader.read_sources(args.filename))
+    origins = _origins(args, sent.stream.origins(args.filename))
     doc = sent.ask(lambda body, as_json, only_problems: args.remote.apply(
-        body, dry_run=args.dry_run or only_problems, as_json=as_json))
+        body, dry_run=args.dry_run or only_problems, as_json=as_json, source=origins,
+        prune=args.prune, selector=args.selector or None, keep_pruned=keep))
     shown = output.changes(" (dry run)" if args.dry_run else "")
     shown(_recorded(doc))
     if args.dry_run or not args.wait:
         return _settled(shown, doc, {})
     return _settled(shown, doc, _wait(args, doc))
+
+
+MAX_ORIGINS_BYTES = 8 << 10
+"""What the paths given may take in the request's query (`from`): a server reads a request's
+line and headers up to 16 KiB (uvicorn's h11)."""
+
+
+def _origins(args: argparse.Namespace, origins: list[tuple[int, str]]
+             ) -> list[tuple[int, str]]:
+    """The paths to name to the server, when they fit in a request's line: beyond, a prune
+    is refused (it could not say where to prune), and an apply is sent without them (said
+    once: a later prune through a server will not prune what it records)."""
+    import urllib.parse
+
+    size = len(urllib.parse.urlencode([("from", f"{n}:{p}") for n, p in origins]))
+    if size <= MAX_ORIGINS_BYTES:
+        return origins
+    if args.prune:
+        raise UsageError(f"--prune through a server: the paths given take {size} bytes of the "
+                         f"request, more than {MAX_ORIGINS_BYTES}: give fewer paths (their "
+                         "folder), or run it on the server's machine")
+    from devcell.cli import remote
+
+    remote.warn(f"the paths given take {size} bytes of the request, more than "
+                f"{MAX_ORIGINS_BYTES}: the server is not told where the manifests were read, "
+                "and a later `apply --prune` through a server will not prune these objects")
+    return []
 
 
 def run_diff(args: argparse.Namespace) -> int:

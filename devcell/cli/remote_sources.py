@@ -67,6 +67,7 @@ class Stream:
 
         parts: list[bytes] = []
         self.starts: list[tuple[int, str]] = []  # (first line in the stream, file shown)
+        self.keys: list[str] = []  # each file's absolute path ("-": standard input)
         self.json = len(sources) == 1 and validate.is_json(sources[0])
         line = 1
         for source in sources:
@@ -76,9 +77,26 @@ class Stream:
                 parts.append(b"---\n")
                 line += 1
             self.starts.append((line, source.display))
+            self.keys.append(source.key)
             parts.append(data)
             line += data.count(b"\n")
         self.data = b"".join(parts)
+
+    def origins(self, paths: list[str]) -> list[tuple[int, str]]:
+        """(line, path) for the server (store.client_sets): from each line on, the stream's
+        documents were read from that path given to `apply -f` (absolute; a folder for each
+        file found in it; `-`: standard input), a path only where it changes."""
+        import os
+
+        roots = [os.path.abspath(p) for p in paths if p != "-"]
+        out: list[tuple[int, str]] = []
+        for (line, _), key in zip(self.starts, self.keys, strict=True):
+            root = "-" if key == "-" else next(
+                (r for r in roots if key == r or key.startswith(r.rstrip(os.sep) + os.sep)),
+                key)
+            if not out or out[-1][1] != root:
+                out.append((line, root))
+        return out
 
     def file_at(self, line: int) -> tuple[str, int]:
         """The file a line of the stream came from, and the line in it."""

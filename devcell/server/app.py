@@ -786,21 +786,28 @@ def _media(request: Request) -> str:
 
 
 async def _apply(ctx: Context, request: Request) -> Response:
+    from devcell.server import applying
+
     media = _media(request)
     dry_run = _flag(request, "dryRun")
     principal = request.state.principal
+    # the query is judged before the body is read (server.applying: from, prune, ...)
+    client_set = applying.client_set(request.query_params, principal,
+                                      prune=_flag(request, "prune"))
+    keep = applying.keep_seconds(request.query_params.get("keepPrunedSeconds"))
     ctx.manifests.take(principal, f"{MAX_MANIFEST_REQUESTS} apply and diff requests are "
                                   "being served; try again later")
     try:  # the slot before the first await: a burst cannot all pass the check
         data = await _body(ctx, request)
-        doc = await run_in_threadpool(_apply_sync, ctx, principal, data, media, dry_run)
+        doc = await run_in_threadpool(_apply_sync, ctx, principal, data, media, dry_run,
+                                      client_set, keep)
     finally:
         ctx.manifests.give(principal)
     return JSONResponse(doc)
 
 
-def _apply_sync(ctx: Context, principal: Any, data: bytes, media: str, dry_run: bool
-                ) -> dict[str, Any]:
+def _apply_sync(ctx: Context, principal: Any, data: bytes, media: str, dry_run: bool,
+                client_set: Any, keep_pruned: int) -> dict[str, Any]:
     from devcell.api import apply, converging, reports
     from devcell.manifests import loader
     from devcell.store import actor
@@ -809,7 +816,8 @@ def _apply_sync(ctx: Context, principal: Any, data: bytes, media: str, dry_run: 
     _authorize_apply(ctx, principal, source)
     with actor.acting_as(principal.user):
         report = apply.apply_sources(ctx.state_dir, [source], dry_run=dry_run,
-                                     options=converging.Options(wait=False))
+                                     options=converging.Options(wait=False),
+                                     client_set=client_set, keep_pruned=keep_pruned)
     return reports.document(report)
 
 

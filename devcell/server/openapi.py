@@ -281,6 +281,7 @@ def _operation(route: routes.Route) -> dict[str, Any]:
                            "schema": {"type": "boolean"},
                            "description": "validate and say what would change; record "
                                           "nothing"})
+            params += _apply_params()
         op["requestBody"] = {"required": route.verb not in routes.OPTIONAL_BODY_ACTIONS,
                              "content": {
             YAML_MEDIA: {"schema": {"type": "string"}},
@@ -382,6 +383,32 @@ def _operation(route: routes.Route) -> dict[str, Any]:
         op["parameters"] = params
     op["responses"] = {**ok, **_problem_responses(*sorted(set(errors)))}
     return op
+
+
+def _apply_params() -> list[dict[str, Any]]:
+    """Where the client read the stream, and the prune (server.applying)."""
+    from devcell.server import applying
+
+    return [
+        {"name": "from", "in": "query", "required": False, "explode": True,
+         "schema": {"type": "array", "maxItems": applying.MAX_ORIGINS, "items": {
+             "type": "string", "pattern": "^[1-9][0-9]{0,8}:(-|/[^\\x00]*)$",
+             "maxLength": applying.MAX_PATH_CHARS + 10}},
+         "description": "LINE:PATH: the stream's documents from LINE on were read from PATH "
+                        "(absolute; - for standard input) on the client, as `apply -f PATH` "
+                        "names it: recorded as the caller's, for a later prune"},
+        {"name": "prune", "in": "query", "required": False, "schema": {"type": "boolean"},
+         "description": "also delete what the caller applied before from the `from` paths "
+                        "(or paths under them) that this stream does not declare, as `apply "
+                        "--prune`; one the caller may not delete refuses the whole apply "
+                        "(403 naming the rule)"},
+        {"name": "labelSelector", "in": "query", "required": False,
+         "schema": {"type": "string"},
+         "description": "with prune=true: prune only what it matches (as -l)"},
+        {"name": "keepPrunedSeconds", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 0, "maximum": 999999 * 86400},
+         "description": "how long a pruned cell's workspace is kept as a safety snapshot "
+                        "(default 86400; 0: not kept), as --keep-pruned"}]
 
 
 def _df(op: dict[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from devcell.manifests.selectors import Selector
     from devcell.manifests.validator_cache import Place
+    from devcell.store import client_sets
 
 SETTLED_PHASES = objects.SETTLED_PHASES
 IMPERATIVE = "cli"
@@ -285,6 +286,7 @@ def apply(
     admit: Admit, prune_roots: list[str] | None = None, prune_selector: Selector | None = None,
     parse_cache: dict[str, tuple[list[Manifest], list[Problem]]] | None = None,
     require_objects: bool = False, keep_pruned: int = prunes.DEFAULT_KEEP_SECONDS,
+    client_set: client_sets.ClientSet | None = None,
 ) -> ApplyResult:
     """Validate every file, check against recorded state, then record all of it or nothing.
 
@@ -292,6 +294,9 @@ def apply(
     comment-only files: as kubectl says, no objects passed to apply).
 
     keep_pruned: seconds a pruned cell's workspace is kept as a safety snapshot (0: none).
+
+    client_set: an apply through the API (store.client_sets): what it declares is recorded
+    under the client's paths, and its prune deletes what the caller applied there before.
 
     `parse_cache` (digest -> parse result) lets a caller that validates twice (a first apply
     checks against an empty in-memory state before creating anything) parse each file once.
@@ -360,8 +365,9 @@ def apply(
         if prune_roots:
             result.changes.extend(prune_candidates(conn, prune_roots, _keep(fast, manifests),
                                                    prune_selector))
+        result.changes.extend(_client_prunes(conn, client_set, _keep(fast, manifests)))
         return result
-    if not manifests and not prune_roots:
+    if not manifests and not prune_roots and not (client_set and client_set.prune):
         return result  # nothing to write: the no-op fast path ends here
     with db.write() as wconn:
         failpoints.hit("apply.before-write")
@@ -380,22 +386,52 @@ def apply(
         if prune_roots:
             for change in prune_candidates(wconn, prune_roots, _keep(fast, manifests),
                                            prune_selector):
-                record = objects.get(wconn, change.kind, change.object_id or "")
-                if record is None:
-                    continue
-                if record.deleting:
-                    result.changes.append(change)  # requested before a crash: finish it
-                    continue
-                objects.request_delete(wconn, record)
-                keeping = prunes.record(wconn, record, keep_pruned)
-                events.record(wconn, kind=record.kind, object_id=record.id, name=record.name,
-                              reason="Pruned", message="its manifest is gone from the applied set"
-                              + _keeping(keeping))
-                result.changes.append(change)
+                _prune(wconn, change, result, keep_pruned)
             _forget_vanished(wconn, prune_roots, files)
+        if client_set is not None:
+            for change in _client_prunes(wconn, client_set, _keep(fast, manifests)):
+                _prune(wconn, change, result, keep_pruned)
+            from devcell.store import client_sets  # API applies alone (import-sets)
+
+            ids = {(c.kind, c.name): c.object_id for c in result.changes}
+            client_sets.remember(wconn, client_set, [
+                (m.line, m.kind, m.name, ids.get((m.kind, m.name)) or "") for m in manifests])
         failpoints.hit("apply.before-commit")
     failpoints.hit("apply.after-commit")
     return result
+
+
+def _prune(wconn: sqlite3.Connection, change: Change, result: ApplyResult,
+           keep_pruned: int) -> None:
+    """Ask for the deletion of what a prune found (in the apply's transaction)."""
+    record = objects.get(wconn, change.kind, change.object_id or "")
+    if record is None:
+        return
+    if record.deleting:
+        result.changes.append(change)  # requested before a crash: finish it
+        return
+    objects.request_delete(wconn, record)
+    keeping = prunes.record(wconn, record, keep_pruned)
+    events.record(wconn, kind=record.kind, object_id=record.id, name=record.name,
+                  reason="Pruned", message="its manifest is gone from the applied set"
+                  + _keeping(keeping))
+    result.changes.append(change)
+
+
+def _client_prunes(conn: sqlite3.Connection, client_set: client_sets.ClientSet | None,
+                   keep: set[tuple[str, str]]) -> list[Change]:
+    """What an apply through the API prunes: each checked with its caller's right to delete
+    it (a refusal refuses the whole apply)."""
+    if client_set is None or not client_set.prune:
+        return []
+    from devcell.store import client_sets
+
+    found = client_sets.candidates(conn, client_set, keep)
+    if client_set.may_delete is not None:
+        for kind, name, _ in found:
+            client_set.may_delete(conn, kind, name)
+    return [Change(kind, name, "pruned", object_id, needs_reconcile=True)
+            for kind, name, object_id in found]
 
 
 def _keep(fast: dict[str, list[sources.Entry]], manifests: list[Manifest]) -> set[tuple[str, str]]:

@@ -279,7 +279,6 @@ def test_a_name_with_a_selector_is_refused_as_kubectl(cli: Cli, cells: Path, ver
     assert names(cli, "cells") == ["cell/c1", "cell/c10", "cell/c2", "cell/plain"]
 
 
-@pytest.mark.state_dir_only("--prune is not served through the API (docs/api.md)")
 def test_apply_prune_with_selector_prunes_only_matching(cli: Cli, cells: Path) -> None:
     for name in ("c1", "c2"):
         (cells / f"{name}.yaml").unlink()

@@ -197,6 +197,31 @@ CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
         "DELETE", f"/api/v1/cells/{_own_cell(api, t)}", None), {
         "viewer": (403, "viewer-read-only"), "developer": (200, None), "admin": (200, None)}),
 }
+def _applied_from(api: Api, tokens: dict[str, str], *, theirs: bool) -> tuple[str, str, str]:
+    """A prune through apply (store/client_sets.py): the developer applied a cell from a
+    path, then its manifest is gone; when not `theirs`, the server's owner gave the cell to
+    another user meanwhile (on its machine: an apply through the API would take it out of
+    what the developer applied from the path, as a file's apply takes an object's source).
+    The request applies another cell from the same path with prune=true."""
+    path = f"/prune/{_unique('m')}"
+    name = _unique("dev")
+    with api.tls_client(tokens["developer"]) as c:
+        done = c.post(f"/api/v1/apply?from=1:{path}", content=cell(name), headers=YAML)
+    assert done.status_code == 200, done.text
+    if not theirs:
+        from tests.server.test_cli_remote import given_away
+
+        given_away(api, name)
+    return "POST", f"/api/v1/apply?prune=true&from=1:{path}", cell(_unique("new"))
+
+
+CASES.update({
+    "prune their own cell": (lambda api, t: _applied_from(api, t, theirs=True), {
+        "viewer": (403, "viewer-read-only"), "developer": (200, None), "admin": (200, None)}),
+    "prune a cell that is another's now": (lambda api, t: _applied_from(api, t, theirs=False), {
+        "viewer": (403, "viewer-read-only"), "developer": (403, "developer-not-own"),
+        "admin": (200, None)}),
+})
 # The actions on a cell (server/actions.py): the policy's verb of the same name on the cell.
 ACTED = {"viewer": (403, "viewer-read-only"), "developer": (202, None), "admin": (202, None)}
 NOT_THEIRS = {**ACTED, "developer": (403, "developer-not-own")}

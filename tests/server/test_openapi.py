@@ -38,6 +38,9 @@ def test_api_matches_its_document(case: Any, api: Api) -> None:
     query.pop("wait", None)  # an action's wait, the same: tested in test_actions.py
     if case.operation.path == "/api/v1/apply":
         query["dryRun"] = "true"  # generated manifests are judged, never recorded
+    if "from" in query:  # the client's paths: a request line stays within what uvicorn reads
+        given = query["from"] if isinstance(query["from"], list) else [query["from"]]
+        query["from"] = [value[:200] for value in given[:4]]
     if case.operation.path.endswith(("/push", "/pull")):  # never a real registry: a
         # generated reference (docker.io/a/b) would be asked over the network
         case.body = {"target" if case.operation.path.endswith("/push") else "source":

@@ -32,8 +32,8 @@ from devcell.controllers import snapshot as snapshot_controller
 from devcell.controllers.steps import StepName
 from devcell.errors import ArchiveRefused, Conflict, DevCellError, ManifestError, Problem
 from devcell.manifests import model, validate
+from devcell.store import actor, desired, events, migrations, objects, operations, storage_lock
 from devcell.store import db as dbmod
-from devcell.store import desired, events, migrations, objects, operations, storage_lock
 from devcell.store.clock import now
 from devcell.store.objects import Phase
 
@@ -297,7 +297,8 @@ def _record(db: dbmod.Database, snapshot_id: str, name: str, header: archive_for
             annotations=header.annotations, spec_hash=model.spec_hash(spec, key),
             manifest_hash=model.manifest_hash(spec, header.labels, header.annotations, key),
             source=SOURCE, phase=Phase.READY, object_id=snapshot_id,
-            extra={"cell_id": None, "consistency": str(checkpoint.get("consistency")),
+            extra={"cell_id": None, "owner": actor.current(),  # the importer's
+                   "consistency": str(checkpoint.get("consistency")),
                    "checkpoint_ref": str(checkpoint.get("checkpoint")),
                    "taken_at": header.taken_at or now()})
         record = objects.get(conn, KIND, snapshot_id)

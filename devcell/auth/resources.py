@@ -1,9 +1,13 @@
 """The resource a verb acts on, as the policy sees it, from what the store recorded.
 
-A cell is its owner's and shared with the users its spec.sharedWith names; a snapshot is
-its cell's (its owner may snapshot, fork from and delete it; a snapshot whose cell is gone,
-or one imported without a cell here, belongs to no developer). Other kinds (operations,
-events, nodes) have no owner: every role reads them, only an admin changes them.
+A cell is its owner's and shared with the users its spec.sharedWith names. A snapshot is
+its cell's while that cell is recorded (its owner and sharedWith: sharing follows the cell,
+and the cell's owner may fork from, export and delete it); else it is its own recorded
+owner's (the snapshot's owner column: its cell's owner when it was taken, moved along when
+that cell changed hands, or whoever imported or pulled it), so a snapshot whose cell was
+deleted, or one imported without a cell here, still belongs to a developer, shared with
+nobody. Other kinds (operations, events, nodes) have no owner: every role reads them, only
+an admin changes them.
 """
 
 from __future__ import annotations
@@ -35,8 +39,10 @@ def recorded(conn: sqlite3.Connection, kind: str, ref: str) -> ResourceRef:
             return ResourceRef(kind, ref)
         cell_id = snapshot.extra.get("cell_id")
         cell = objects.get(conn, "Cell", cell_id) if isinstance(cell_id, str) else None
-        return _cell(kind, snapshot.name, cell) if cell is not None \
-            else ResourceRef(kind, snapshot.name)
+        if cell is not None:
+            return _cell(kind, snapshot.name, cell)
+        owner = snapshot.extra.get("owner")
+        return ResourceRef(kind, snapshot.name, owner if isinstance(owner, str) else None)
     return ResourceRef(kind, ref)
 
 

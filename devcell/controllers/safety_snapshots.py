@@ -33,7 +33,8 @@ def record(conn: sqlite3.Connection, cell: objects.ObjectRecord, args: dict[str,
                    annotations=annotations, spec_hash=str(args["spec_hash"]),
                    manifest_hash=str(args["manifest_hash"]), source=source, phase=Phase.READY,
                    object_id=snapshot_id,
-                   extra={"cell_id": cell.id, "consistency": outputs.get("consistency"),
+                   extra={"cell_id": cell.id, "owner": cell.extra.get("owner"),
+                          "consistency": outputs.get("consistency"),
                           "checkpoint_ref": outputs.get("checkpoint"), "taken_at": now()})
     fresh = objects.get(conn, "Snapshot", snapshot_id)
     assert fresh is not None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import _sqlite3
 import os
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 """`migrations.LATEST`, spelled out (importing migrations costs more than this whole read; a
 test pins the two equal). A database at any other version is left to the full path, which
 upgrades it or refuses it."""

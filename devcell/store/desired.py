@@ -168,7 +168,8 @@ def _lineage(conn: sqlite3.Connection, m: Manifest) -> dict[str, Any] | None:
         cell = objects.get(conn, "Cell", m.spec["cell"])
         if cell is None and objects.get(conn, "Snapshot", m.name) is not None:
             return {}  # recorded already (an imported one has no cell here): lineage is kept
-        return {"cell_id": cell.id} if cell else None
+        # its cell's owner as it is taken (resources.recorded: once that cell is gone)
+        return {"cell_id": cell.id, "owner": cell.extra.get("owner")} if cell else None
     source = m.spec.get("workspace", {}).get("from")
     extra: dict[str, Any] = {"backend": m.spec["backend"], "owner": owner_of_new(m)}
     if source is not None:

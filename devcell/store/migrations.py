@@ -241,6 +241,18 @@ def _v11_change_log(conn: sqlite3.Connection) -> None:
                  "(SELECT coalesce(max(id), 0) FROM events))")
 
 
+def _v12_snapshot_owner(conn: sqlite3.Connection) -> None:
+    """A snapshot's own owner (auth.resources: who may fork, export and delete it once its
+    cell is gone, or when it was imported or pulled without one). A snapshot recorded before
+    is its cell's owner's when that cell is recorded (live or deleted), else the state
+    directory's owner's, who runs this migration (as v10)."""
+    from devcell.store import actor
+
+    conn.execute('ALTER TABLE "snapshots" ADD COLUMN "owner" TEXT')
+    conn.execute("UPDATE snapshots SET owner = coalesce((SELECT cells.owner FROM cells "
+                 "WHERE cells.id = snapshots.cell_id), ?)", (actor.local_user(),))
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (1, "initial schema", _v1_initial),
     (2, "controller status", _v2_controller_status),
@@ -253,6 +265,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (9, "tokens and actors", _v9_tokens_and_actors),
     (10, "cell owner", _v10_cell_owner),
     (11, "change log", _v11_change_log),
+    (12, "snapshot owner", _v12_snapshot_owner),
 ]
 LATEST = MIGRATIONS[-1][0]  # store/cell_glance.SCHEMA_VERSION spells it out: move it too
 

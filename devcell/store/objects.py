@@ -461,8 +461,11 @@ def update_desired(
 
 def set_owner(conn: sqlite3.Connection, cell_id: str, owner: str) -> None:
     """A cell's new owner (metadata.owner changed by an apply): not its spec, so its
-    generation does not move."""
+    generation does not move. Its snapshots' owner moves with it: theirs is its owner's
+    while it lives (auth.resources), and stays the last one's once it is deleted."""
     conn.execute("UPDATE cells SET owner = ? WHERE id = ?", (owner, cell_id))
+    conn.execute("UPDATE snapshots SET owner = ? WHERE cell_id = ? AND deleted_at IS NULL",
+                 (owner, cell_id))
 
 
 def _check_written(cur: sqlite3.Cursor, record: ObjectRecord) -> None:

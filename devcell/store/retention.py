@@ -89,7 +89,7 @@ def insert_scheduled(conn: sqlite3.Connection, *, name: str, cell: objects.Objec
     snapshot_id = objects.insert(
         conn, kind="Snapshot", name=name, spec={"cell": cell.name}, labels=labels,
         annotations={}, spec_hash=spec_hash, manifest_hash=manifest_hash, source=None,
-        extra={"cell_id": cell.id})
+        extra={"cell_id": cell.id, "owner": cell.extra.get("owner")})
     conn.execute("UPDATE snapshots SET status = ? WHERE id = ?",
                  (json.dumps({"schedule": {"by": cell.id, "slot": slot}}), snapshot_id))
     return snapshot_id

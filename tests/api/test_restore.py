@@ -17,7 +17,7 @@ from devcell.api import restore as restoring
 from devcell.api.converging import Options
 from devcell.backends.fake import FakeBackend
 from devcell.errors import CapabilityMissing
-from devcell.store import objects, operations
+from devcell.store import actor, objects, operations
 from devcell.store.db import open_database
 from tests.api.conftest import dirty_workspaces, suspended
 from tests.conftest import db_fingerprint
@@ -63,7 +63,8 @@ def _steps(state: Path, op_id: str) -> list[tuple[str, str]]:
 
 def test_restore_is_one_operation_stop_safety_restore_start(world: Path) -> None:
     before = len(_calls(world))
-    done = restoring.restore(world, "s1")
+    with actor.acting_as("an-admin"):  # the safety snapshot is still the cell's owner's
+        done = restoring.restore(world, "s1")
     assert done.done and done.report is not None and done.report.ok
     assert done.preview.safety == "api-pre-restore-1"
     assert _steps(world, str(done.operation)) == [
@@ -74,6 +75,7 @@ def test_restore_is_one_operation_stop_safety_restore_start(world: Path) -> None
     safety = _record(world, "Snapshot", "api-pre-restore-1")
     assert safety.phase == "Ready" and safety.extra["cell_id"] == _record(world, "Cell", "api").id
     assert safety.extra["checkpoint_ref"] and safety.source == "restore"
+    assert safety.extra["owner"] == _record(world, "Cell", "api").extra["owner"] != "an-admin"
     cell = _record(world, "Cell", "api")
     assert cell.phase == "Running" and cell.extra["restore"] is None
     assert cell.status["restore"]["snapshot"] == "s1"

@@ -189,7 +189,9 @@ def test_a_bad_duration_is_refused_with_file_line_and_field(bad: str) -> None:
 
 def test_the_schedule_takes_snapshots_at_the_right_times(
         ctx: Context, db: Database, clock: Clock) -> None:
-    apply(db, cell_doc("a", snapshots={"every": "1h"}))
+    owned = cell_doc("a", snapshots={"every": "1h"})
+    owned["metadata"]["owner"] = "ana"
+    apply(db, owned)
     t0 = born(db, "Cell", "a")
     cell_key = ("Cell", record(db, "Cell", "a").id)
     clock.at = t0 + timedelta(minutes=30)
@@ -206,6 +208,7 @@ def test_the_schedule_takes_snapshots_at_the_right_times(
     snap = record(db, "Snapshot", first)
     assert snap.phase == "Ready" and fake(ctx).checkpoint_exists(snap.id)
     assert snap.labels == {stored.SCHEDULED_LABEL: "a"}
+    assert snap.extra["owner"] == "ana"  # the cell's owner's, not the daemon's
     assert first.startswith("a-auto-") and len(first) == len("a-auto-20260101-000000")
     assert ("schedule", "Succeeded", ["schedule-snapshot"]) in ops_of(db, "a", "Cell")
 

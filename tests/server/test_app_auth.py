@@ -371,7 +371,8 @@ CASES.update({
 
 # A snapshot's archive (server/transfer_routes.py): an export is the `export` verb on the
 # snapshot's cell (its workspace, read as exec reads it); an import creates a snapshot that
-# is its caller's (a viewer refused before its body is read).
+# is its caller's (a viewer refused before its body is read), its recorded owner's since it
+# has no cell here.
 EXPORTED = {"viewer": (403, "viewer-read-only"), "developer": (200, None), "admin": (200, None)}
 CASES.update({
     "export another's snapshot": (lambda api, t: (
@@ -384,6 +385,11 @@ CASES.update({
         "GET", f"/api/v1/snapshots/"
         f"{_ready(api, _up(api, _admin_cell(api, shared_with='u-developer')))}/archive",
         None), EXPORTED),
+    "export a snapshot they imported": (lambda api, t: (
+        "GET", f"/api/v1/snapshots/{_imported(api, t['developer'])}/archive", None), EXPORTED),
+    "export a snapshot another imported": (lambda api, t: (
+        "GET", f"/api/v1/snapshots/{_imported(api, None)}/archive", None),
+        {**EXPORTED, "developer": (403, "developer-not-own")}),
     "import a snapshot archive": (lambda api, t: (
         "POST", f"/api/v1/snapshots/import?name={_unique('in')}", _archive(api)),
         {"viewer": (403, "viewer-read-only"), "developer": (201, None), "admin": (201, None)}),
@@ -408,6 +414,20 @@ def _archive(api: Api) -> bytes:
     answer = api.client.get(f"/api/v1/snapshots/{snapshot}/archive")
     assert answer.status_code == 200, answer.text
     return answer.content
+
+
+def _imported(api: Api, token: str | None) -> str:
+    """A snapshot imported from `_archive` by `token`'s user over TLS (None: the admin, on
+    the unix socket): theirs, with no cell here."""
+    name = _unique("in")
+    path, headers = f"/api/v1/snapshots/import?name={name}", {"Content-Type": "application/x-tar"}
+    if token is None:
+        made = api.client.post(path, content=_archive(api), headers=headers)
+    else:
+        with api.tls_client(token) as c:
+            made = c.post(path, content=_archive(api), headers=headers)
+    assert made.status_code == 201, made.text
+    return name
 
 
 def _upgrade(api: Api, token: str, path: str) -> httpx.Response:

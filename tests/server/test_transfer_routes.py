@@ -365,3 +365,43 @@ def test_a_name_taken_is_refused_before_the_archive_is_received(api: Api) -> Non
     assert head.startswith(b"HTTP/1.1 409 "), answer
     assert json.loads(body)["detail"] == (f'snapshot "{snap}" already exists; import under '
                                           "another name with --name")
+
+
+def test_an_imported_snapshot_is_its_importers(api: Api) -> None:
+    """A developer who imports an archive owns the snapshot (its recorded owner: it has no
+    cell here): they fork from, export and delete it; another developer is refused
+    (developer-not-own) and changes nothing."""
+    import json
+
+    developer, _ = _developers(api)
+    other = api.token(f"xo-{uuid.uuid4().hex[:6]}", "developer")
+    _, snap = _ready_snapshot(api)  # the admin's
+    body = api.client.get(f"/api/v1/snapshots/{snap}/archive").content
+    mine, fork = f"{snap}-mine", f"{snap}-fork"
+    forked = cell(fork) + f"  workspace: {{from: {{snapshot: {mine}}}}}\n"
+    yaml = {"Content-Type": "application/yaml"}
+    with api.tls_client(developer) as c:
+        made = c.post(f"/api/v1/snapshots/import?name={mine}", content=body, headers=TAR)
+        assert made.status_code == 201, made.text
+    before = (_snapshot_rows(api), json.dumps(api.client.get(f"/api/v1/snapshots/{mine}")
+                                              .json(), sort_keys=True))
+    with api.tls_client(other) as c:
+        for answer in (c.get(f"/api/v1/snapshots/{mine}/archive"),
+                       c.post("/api/v1/apply", content=forked, headers=yaml),
+                       c.delete(f"/api/v1/snapshots/{mine}")):
+            doc = assert_problem(answer, 403)
+            assert "refused by rule developer-not-own" in doc["detail"], doc
+    assert (_snapshot_rows(api), json.dumps(api.client.get(f"/api/v1/snapshots/{mine}")
+                                            .json(), sort_keys=True)) == before
+    assert api.client.get(f"/api/v1/cells/{fork}").status_code == 404
+    with api.tls_client(developer) as c:
+        assert c.get(f"/api/v1/snapshots/{mine}/archive").status_code == 200
+        done = c.post("/api/v1/apply", content=forked, headers=yaml)
+        assert done.status_code == 200, done.text
+        wait_for(api, f"/api/v1/cells/{fork}",
+                 lambda r: r.json()["status"]["phase"] == "Running")
+        gone = c.delete(f"/api/v1/cells/{fork}")
+        assert gone.status_code == 200, gone.text
+        gone = c.delete(f"/api/v1/snapshots/{mine}")
+        assert gone.status_code == 200, gone.text
+    wait_for(api, f"/api/v1/snapshots/{mine}", lambda r: r.status_code == 404)

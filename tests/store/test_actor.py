@@ -4,7 +4,8 @@ The direct CLI (and any caller that says nobody) acts as the state directory's o
 server names its request's principal with `actor.acting_as`. A cell's owner is recorded at
 create (metadata.owner, else the actor), kept by a later apply that names none, changed by
 one that names another; `get -o yaml`, `-o wide` and `describe` show it, and get's output
-re-applies unchanged."""
+re-applies unchanged. A snapshot's owner is its cell's as it is taken, an import's its
+importer's."""
 
 from __future__ import annotations
 
@@ -133,3 +134,60 @@ def test_the_cells_recorded_before_owners_belong_to_the_state_directorys_owner(
     conn.close()
     open_database(state).close()
     assert rows(state, "SELECT name, owner FROM cells") == [("old", ME)]
+
+
+def test_a_snapshot_is_its_cells_owners_and_an_import_its_importers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A snapshot records its cell's owner as it is taken, not who takes it (an admin
+    snapshotting ana's cell makes ana's snapshot); an imported one is its importer's: the
+    request's user, the state directory's owner directly."""
+    from devcell.api import cells, transfer
+
+    state = tmp_path / "state"
+    run(state, capsys, "apply", "-f", str(manifest(tmp_path, owner="ana")))
+    with actor.acting_as("root-admin"):
+        cells.snapshot(state, "api", name="s1")
+    archive = tmp_path / "s1.tar"
+    transfer.export(state, "s1", archive)
+    with actor.acting_as("dev"), archive.open("rb") as source:
+        transfer.import_(state, source, name="s1-dev")
+    with archive.open("rb") as source:
+        transfer.import_(state, source, name="s1-me")
+    assert sorted(rows(state, "SELECT name, owner FROM snapshots")) == [
+        ("s1", "ana"), ("s1-dev", "dev"), ("s1-me", ME)]
+    assert rows(state, "SELECT actor FROM events WHERE reason = 'Imported' "
+                       "ORDER BY id") == [("dev",), (ME,)]
+
+
+def test_the_snapshots_recorded_before_owners_get_their_cells_owner(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upgraded from schema 11: a snapshot of a recorded cell (live or deleted) is that
+    cell's owner's, one without a cell here the state directory's owner's."""
+    state = tmp_path / "state"
+    before = [m for m in migrations.MIGRATIONS if m[0] < 12]
+    with monkeypatch.context() as m:
+        m.setattr(migrations, "MIGRATIONS", before)
+        m.setattr(migrations, "LATEST", before[-1][0])
+        m.setattr("devcell.store.cell_glance.SCHEMA_VERSION", before[-1][0])
+        open_database(state).close()
+    conn = sqlite3.connect(state / "state.db")
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 11
+    for cell_id, name, owner, deleted in (("cell_a", "a", "ana", None),
+                                          ("cell_b", "b", "bob", "then")):
+        conn.execute("INSERT INTO cells (id, name, spec, spec_hash, manifest_hash, generation, "
+                     "resource_version, phase, created_at, updated_at, backend, owner, "
+                     "deleted_at) VALUES (?, ?, '{}', 'h', 'h', 1, 1, 'Ready', 'now', 'now', "
+                     "'fake', ?, ?)", (cell_id, name, owner, deleted))
+    for snap_id, name, cell_id in (("snap_a", "sa", "cell_a"), ("snap_b", "sb", "cell_b"),
+                                   ("snap_i", "si", None)):
+        conn.execute("INSERT INTO snapshots (id, name, spec, spec_hash, manifest_hash, "
+                     "generation, resource_version, phase, created_at, updated_at, cell_id) "
+                     "VALUES (?, ?, '{}', 'h', 'h', 1, 1, 'Ready', 'now', 'now', ?)",
+                     (snap_id, name, cell_id))
+    conn.commit()
+    conn.close()
+    open_database(state).close()
+    assert rows(state, "SELECT name, owner FROM snapshots ORDER BY name") == [
+        ("sa", "ana"), ("sb", "bob"), ("si", ME)]
+    assert rows(state, "SELECT version, name FROM migrations WHERE version = 12") == [
+        (12, "snapshot owner")]

@@ -50,6 +50,9 @@ TRANSFER_STALL = 600.0
 client gives up on it."""
 MEASURE_TIMEOUT = 600.0
 """Seconds a `df` may take to answer: it walks every workspace and checkpoint on the server."""
+LONG_TIMEOUT = 3 * 3600.0
+"""How long a gc, an image prune or a base image build may take before its answer (the
+server answers once it is done: a build pulls and builds for minutes)."""
 MAX_OUTPUT = 64 << 20
 """What `exec` keeps of a command's output by default (both streams together)."""
 MAX_ANSWER = 256 << 20
@@ -394,6 +397,43 @@ class Client:
         if not isinstance(doc, dict) or not isinstance(doc.get("types"), list):
             raise self._not_api("a df without its types")
         return doc
+
+    def gc(self, *, approve: bool = False, dry_run: bool = False) -> dict[str, Any]:
+        """Collect the server's garbage, as `devcell gc` (an admin's: rule gc-admin): the
+        volumes and checkpoints nothing references, in every backend (`approve`: also
+        those that hold files no object ever named; `dry_run`: what it would remove, nothing
+        removed). What it did, as data: each backend's `planned` removals (`freedBytes`,
+        `keptBecause`), `needsApproval`, `failed`, and `ok`. It may take minutes; a server
+        runs one at a time (the next is a 503)."""
+        doc = self._json("POST", "/api/v1/gc", {"approve": "true" if approve else None,
+                                                "dryRun": "true" if dry_run else None},
+                         read_timeout=LONG_TIMEOUT)
+        return self._shaped(doc, "gc", "a gc")
+
+    def images(self) -> Sequence[dict[str, Any]]:
+        """The images DevCell pulled or built for the server's state directory, as the
+        engine holds them now (as `devcell image ls -o json` lists them); any role."""
+        doc = self._json("GET", "/api/v1/images", read_timeout=max(self.timeout,
+                                                                   MEASURE_TIMEOUT))
+        return list(self._shaped(doc, "list_images", "an image list")["items"])
+
+    def prune_images(self, *, dry_run: bool = False) -> dict[str, Any]:
+        """Remove the images DevCell pulled or built that no live cell names and no container
+        uses, as `devcell image prune` (an admin's: rule image-admin; a `dry_run` any role's):
+        {"removed", "kept": [{"image", "why"}], "forgotten", "freedBytes"}."""
+        doc = self._json("POST", "/api/v1/images/prune", {"dryRun": "true" if dry_run
+                                                          else None},
+                         read_timeout=LONG_TIMEOUT)
+        return self._shaped(doc, "prune_images", "an image prune")
+
+    def build_base_image(self, *, force: bool = False) -> dict[str, Any]:
+        """Build the offline base image on the server's engine (and, with QEMU there, its vm
+        root disk), as `devcell image build-base` (an admin's: rule image-admin): {"image",
+        "imageId", "built", "nodeToolsId", "nodeToolsProblem", "vm", "vmProblem"}. It takes
+        minutes, with no progress said meanwhile; a server builds one at a time."""
+        doc = self._json("POST", "/api/v1/images/build-base",
+                         {"force": "true" if force else None}, read_timeout=LONG_TIMEOUT)
+        return self._shaped(doc, "build_base_image", "a base image build")
 
     def lineage(self) -> tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]]:
         """(cells, snapshots) as `devcell get snapshots --tree` draws them: each cell's id,
@@ -1156,6 +1196,20 @@ class Client:
 
     def _not_api(self, what: str) -> errors.DevCellError:
         return not_api(self.url, what)
+
+    def _shaped(self, doc: Any, route: str, what: str) -> dict[str, Any]:
+        """`doc` once it has the shape the OpenAPI document gives `route`'s answer (so a
+        printer never meets another and stops half way)."""
+        import jsonschema
+
+        from devcell.server import openapi
+
+        try:
+            jsonschema.validate(doc, openapi.answer_schema(route))
+        except jsonschema.ValidationError as exc:
+            raise self._not_api(f"{what} of another shape ({printable(exc.message[:120])})"
+                                ) from None
+        return dict(doc)
 
 
 def not_api(url: str, what: str) -> errors.DevCellError:

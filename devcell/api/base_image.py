@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,16 @@ class BaseImage:
     """`devcell/nodetools:2`, the image of the jobs on a cluster's nodes (None: not made,
     node_tools_problem says why)."""
     node_tools_problem: str | None = None
+    """Why the node tools image was not made (its line on stderr)."""
+
+    def document(self) -> dict[str, Any]:
+        """What `devcell image build-base` made, as data (the API's answer)."""
+        vm = None if self.vm is None else {
+            "image": self.vm.image, "rootDiskMiB": self.vm.root_disk_mib,
+            "kernelRelease": self.vm.kernel_release, "accel": self.vm.accel}
+        return {"image": self.image, "imageId": self.image_id, "built": self.built,
+                "nodeToolsId": self.node_tools_id, "nodeToolsProblem": self.node_tools_problem,
+                "vm": vm, "vmProblem": self.vm_problem}
 
 
 def build(state_dir: Path, *, force: bool = False) -> BaseImage:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from devcell import backends
 from devcell.controllers.context import Context
@@ -41,6 +42,31 @@ class GCReport:
     def ok(self) -> bool:
         return not self.unavailable and all(
             c.error is None and not c.failed for c in self.collected)
+
+    def document(self) -> dict[str, Any]:
+        """What `devcell gc` says, as data (the API's answer; the CLI prints this, here and
+        through a server): each backend's planned removals (`keptBecause`: judged again and
+        kept; `freedBytes`: freed, or what a dry run would free when measured; neither: its
+        removal failed, in `failed`), those that need --approve, and how the rest went."""
+        from devcell.controllers.gc import Verdict
+
+        def item(j: Any) -> dict[str, Any]:
+            return {"kind": str(j.item.kind), "id": j.item.id, "why": j.why}
+
+        backends = []
+        for c in self.collected:
+            kinds = {j.item.id: str(j.item.kind) for j in c.planned}
+            backends.append({
+                "backend": c.backend, "operation": c.op_id, "error": c.error,
+                "planned": [{**item(j), "keptBecause": c.kept.get(j.item.id),
+                             "freedBytes": c.freed.get(j.item.id)} for j in c.planned],
+                "needsApproval": [item(j) for j in c.judged
+                                  if j.verdict is Verdict.NEEDS_APPROVAL],
+                "failed": [{"kind": kinds.get(i, "resource"), "id": i, "why": why}
+                           for i, why in c.failed.items()]})
+        return {"finished": list(self.finished), "unfinished": dict(self.unfinished),
+                "awaiting": dict(self.awaiting), "backends": backends,
+                "unavailable": dict(self.unavailable), "ok": self.ok}
 
 
 def collect(state_dir: Path, *, approve: bool = False, dry_run: bool = False) -> GCReport:

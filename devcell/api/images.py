@@ -63,6 +63,14 @@ class ImageRow:
     def in_use(self) -> bool:
         return bool(self.cells or self.containers)
 
+    def document(self) -> dict[str, Any]:
+        """As `devcell image ls -o json` lists it (and the API answers it)."""
+        return {"image": self.image, "id": self.id, "digest": self.digest, "size": self.size,
+                "present": self.present, "moved": self.moved, "pulledAt": self.pulled_at,
+                "cells": list(self.cells), "containers": list(self.containers),
+                "replaced": list(self.replaced), "replacedSize": self.replaced_size,
+                "origin": self.origin, "tags": list(self.tags)}
+
 
 @dataclass
 class PruneReport:
@@ -75,6 +83,12 @@ class PruneReport:
     shares stays)."""
     forgotten: list[str] = field(default_factory=list)
     """Records dropped: the engine no longer has the image, or its tag moved to another."""
+
+    def document(self) -> dict[str, Any]:
+        """What `devcell image prune` says, as data (the API's answer)."""
+        return {"removed": list(self.removed),
+                "kept": [{"image": name, "why": why} for name, why in self.kept],
+                "forgotten": list(self.forgotten), "freedBytes": self.freed_bytes}
 
 
 def _backend(state_dir: Path) -> ContainerBackend:

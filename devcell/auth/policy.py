@@ -24,7 +24,8 @@ or for an admin):
 
 A resource without an owner (an object recorded before owners were) belongs to no
 developer: only an admin changes it. Nor does a node: only an admin cordons or uncordons one
-(`node-admin`).
+(`node-admin`). Nor does the machine: only an admin collects its garbage (`gc-admin`) or
+prunes and builds DevCell's images (`image-admin`); every role lists the images.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ class Verb(StrEnum):
     export = "export"
     registry = "registry"
     token_admin = "token_admin"
+    gc = "gc"
+    image_admin = "image_admin"
 
 
 READ_VERBS = frozenset({Verb.list, Verb.get, Verb.watch})
@@ -106,6 +109,11 @@ RULES = {
                   "the whole team",
     "host-owner": "only an admin gives a cell to the server's owner (its git clones would use "
                   "the server's git credentials with a spec another user wrote)",
+    "gc-admin": "only an admin collects garbage (`devcell gc`, its dry run too): it removes "
+                "what every user's cells left on the machine, and holds the reconcile lock "
+                "while it judges",
+    "image-admin": "only an admin prunes or builds DevCell's images (`devcell image prune`, "
+                   "`image build-base`): the machine's engine holds them for every user",
 }
 """Every rule's name and what it says (docs/auth.md lists the same)."""
 
@@ -122,6 +130,10 @@ def authorize(principal: Principal, verb: Verb, resource: ResourceRef) -> Decisi
         return Decision(False, "token-admin")
     if verb is Verb.registry:
         return Decision(False, "registry-admin")
+    if verb is Verb.gc:
+        return Decision(False, "gc-admin")
+    if verb is Verb.image_admin:
+        return Decision(False, "image-admin")
     if resource.kind == "Node":
         return Decision(False, "node-admin")
     if verb is Verb.create:

@@ -144,6 +144,11 @@ class Context:
                                 transfer_routes.MAX_TRANSFERS_PER_USER, "too-many-transfers",
                                 "Too many snapshot exports and imports",
                                 "snapshot exports and imports")
+        self.machine = {
+            "gc": _Slots(1, 1, "gc-running", "A gc is running", "gc runs"),
+            "images": _Slots(1, 1, "image-job-running", "An image prune or build is running",
+                             "image prunes and builds")}
+        """One gc, and one image prune or base image build, at once (server.machine_routes)."""
         self.readings: Any = None
         """The readings watches of the same objects share (server.watch.Readings)."""
         self.lists: Any = None
@@ -279,6 +284,8 @@ def _handler(ctx: Context, route: routes.Route) -> Handler:
     if route.name in ("export_snapshot", "import_snapshot", "push_snapshot",
                       "pull_snapshot"):
         return _transfer_handler(ctx, route)
+    if route.name in MACHINE_ROUTES:
+        return _machine_handler(ctx, route)
     resource = route.resource
     assert resource is not None
     if route.upgrade:
@@ -1107,6 +1114,61 @@ async def _drain(ctx: Context, request: Request) -> Response:
     drains.start(ctx.drains, running, ctx.state_dir, principal, target, timeout)
     return StreamingResponse(drains.stream(running), media_type=drains.MEDIA,
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+MACHINE_ROUTES = ("gc", "list_images", "prune_images", "build_base_image")
+
+
+def _machine_handler(ctx: Context, route: routes.Route) -> Handler:
+    """gc and the images' routes (server.machine_routes): the policy first, then the query,
+    then the work on a worker thread; a collection and a build one at a time, an image list
+    or a prune's dry run one of the engine reads."""
+    from devcell.server import machine_routes as machine
+
+    async def alone(what: str, principal: Any, work: Callable[[], Any]) -> Response:
+        slots = ctx.machine[what]
+        slots.take(principal, f"{slots.title.lower()} on this server; try again once it is "
+                              "done")
+        try:
+            return JSONResponse(await run_in_threadpool(work))
+        finally:
+            slots.give(principal)
+
+    async def engine(principal: Any, work: Callable[[], Any]) -> Response:
+        ctx.engine_reads.take(principal, f"{MAX_ENGINE_READS} engine reads are being served; "
+                                         "try again later")
+        try:
+            return JSONResponse(await run_in_threadpool(work))
+        finally:
+            ctx.engine_reads.give(principal)
+
+    async def gc(request: Request) -> Response:
+        principal = request.state.principal
+        machine.may_collect(principal)
+        approve, dry_run = _flag(request, "approve"), _flag(request, "dryRun")
+        return await alone("gc", principal, lambda: machine.collect(
+            ctx.state_dir, principal, approve=approve, dry_run=dry_run))
+
+    async def list_images(request: Request) -> Response:
+        return await engine(request.state.principal, lambda: machine.listed(ctx.state_dir))
+
+    async def prune_images(request: Request) -> Response:
+        principal = request.state.principal
+        dry_run = _flag(request, "dryRun")
+        if not dry_run:
+            machine.may_change_images(principal)
+            return await alone("images", principal, lambda: machine.pruned(
+                ctx.state_dir, principal, dry_run=False))
+        return await engine(principal, lambda: machine.pruned(ctx.state_dir, principal,
+                                                              dry_run=True))
+
+    async def build_base_image(request: Request) -> Response:
+        principal = request.state.principal
+        machine.may_change_images(principal)
+        force = _flag(request, "force")
+        return await alone("images", principal, lambda: machine.built(
+            ctx.state_dir, principal, force=force))
+
+    return {"gc": gc, "list_images": list_images, "prune_images": prune_images,
+            "build_base_image": build_base_image}[route.name]
 
 
 async def _ssh_host_key(ctx: Context) -> Response:

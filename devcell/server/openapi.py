@@ -262,6 +262,8 @@ def _operation(route: routes.Route) -> dict[str, Any]:
         return _transfer(route, op)
     if route.name in ("push_snapshot", "pull_snapshot"):
         return _registry(route, op)
+    if route.name in ("gc", "list_images", "prune_images", "build_base_image"):
+        return _machine(route, op)
     if route.name == "ssh_host_key":
         op["responses"] = {"200": {"description": "the host key's public half", "content": {
             "application/json": {"schema": {
@@ -409,6 +411,90 @@ def _apply_params() -> list[dict[str, Any]]:
          "schema": {"type": "integer", "minimum": 0, "maximum": 999999 * 86400},
          "description": "how long a pruned cell's workspace is kept as a safety snapshot "
                         "(default 86400; 0: not kept), as --keep-pruned"}]
+
+
+def answer_schema(name: str) -> dict[str, Any]:
+    """The schema of the 200 answer of gc's and the images' routes (named as the route
+    table names them): what a client checks an answer against before printing any of it."""
+    route = next(r for r in routes.table() if r.name == name)
+    return dict(_machine(route, {})["responses"]["200"]["content"]["application/json"][
+        "schema"])
+
+
+def _machine(route: routes.Route, op: dict[str, Any]) -> dict[str, Any]:
+    """gc and the images' routes (server.machine_routes)."""
+    text, figure = {"type": "string"}, {"type": "integer", "minimum": 0}
+    some_text = {"type": ["string", "null"]}
+    item: dict[str, Any] = {"type": "object", "required": ["kind", "id", "why"],
+            "properties": {"kind": text, "id": text, "why": text}}
+    words = {"type": "object", "additionalProperties": text}
+
+    def flag(name: str, what: str) -> dict[str, Any]:
+        return {"name": name, "in": "query", "required": False,
+                "schema": {"type": "boolean"}, "description": what}
+
+    if route.name == "gc":
+        op["parameters"] = [flag("dryRun", "say what it would remove, remove nothing"),
+                            flag("approve", "also what holds files no object ever named "
+                                            "(--approve)")]
+        planned = {"type": "object", "required": ["kind", "id", "why", "keptBecause",
+                                                  "freedBytes"],
+                   "properties": {**item["properties"], "keptBecause": some_text,
+                                  "freedBytes": {"type": ["integer", "null"], "minimum": 0}}}
+        backend = {"type": "object", "required": ["backend", "operation", "error", "planned",
+                                                  "needsApproval", "failed"],
+                   "properties": {"backend": text, "operation": some_text, "error": some_text,
+                                  "planned": {"type": "array", "items": planned},
+                                  "needsApproval": {"type": "array", "items": item},
+                                  "failed": {"type": "array", "items": item}}}
+        schema: dict[str, Any] = {
+            "type": "object", "required": ["finished", "unfinished", "awaiting", "backends",
+                                           "unavailable", "ok"],
+            "properties": {"finished": {"type": "array", "items": text},
+                           "unfinished": words, "awaiting": words,
+                           "backends": {"type": "array", "items": backend},
+                           "unavailable": words, "ok": {"type": "boolean"}}}
+        said = "what it removed (would remove), kept and could not remove, as `devcell gc`"
+    elif route.name == "list_images":
+        image = {"type": "object", "required": [
+            "image", "id", "size", "present", "moved", "pulledAt", "cells", "containers",
+            "replaced", "replacedSize", "origin", "tags"], "properties": {
+            "image": text, "id": text, "digest": some_text, "size": figure,
+            "present": {"type": "boolean"}, "moved": {"type": "boolean"}, "pulledAt": text,
+            "cells": {"type": "array", "items": text},
+            "containers": {"type": "array", "items": text},
+            "replaced": {"type": "array", "items": text}, "replacedSize": figure,
+            "origin": {"enum": ["pulled", "built"]}, "tags": {"type": "array", "items": text}}}
+        schema = {"type": "object", "required": ["kind", "items"], "properties": {
+            "kind": {"const": "List"}, "items": {"type": "array", "items": image}}}
+        said = "the images, as `devcell image ls -o json` lists them"
+    elif route.name == "prune_images":
+        op["parameters"] = [flag("dryRun", "say what it would remove, remove nothing (every "
+                                           "role may ask)")]
+        kept = {"type": "object", "required": ["image", "why"],
+                "properties": {"image": text, "why": text}}
+        schema = {"type": "object", "required": ["removed", "kept", "forgotten", "freedBytes"],
+                  "properties": {"removed": {"type": "array", "items": text},
+                                 "kept": {"type": "array", "items": kept},
+                                 "forgotten": {"type": "array", "items": text},
+                                 "freedBytes": figure}}
+        said = "what it removed (would remove), kept and forgot, as `devcell image prune`"
+    else:
+        op["parameters"] = [flag("force", "build it again even when it exists (--force)")]
+        vm = {"type": ["object", "null"], "required": ["image", "rootDiskMiB", "kernelRelease",
+                                                       "accel"],
+              "properties": {"image": text, "rootDiskMiB": figure, "kernelRelease": text,
+                             "accel": text}}
+        schema = {"type": "object", "required": ["image", "imageId", "built", "nodeToolsId",
+                                                 "nodeToolsProblem", "vm", "vmProblem"],
+                  "properties": {"image": text, "imageId": text, "built": {"type": "boolean"},
+                                 "nodeToolsId": some_text, "nodeToolsProblem": some_text,
+                                 "vm": vm, "vmProblem": some_text}}
+        said = "what it made, as `devcell image build-base` says it"
+    op["responses"] = {"200": {"description": said, "content": {
+        "application/json": {"schema": schema}}},
+        **_problem_responses(400, 401, 403, 406, 500, 502, 503)}
+    return op
 
 
 def _df(op: dict[str, Any]) -> dict[str, Any]:

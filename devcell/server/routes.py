@@ -121,6 +121,19 @@ def table() -> list[Route]:
                Route("DELETE", f"{PREFIX}/tokens/{{name}}", "revoke_token", "token_admin", None,
                      "Revoke a token by its id (as `devcell token revoke`): it fails from its "
                      "next use; an admin's")]
+    routes += [Route("POST", f"{PREFIX}/gc", "gc", "gc", None,
+                     "Remove the volumes and checkpoints nothing references, in every backend "
+                     "(as `devcell gc`; dryRun=true: what it would remove); an admin's"),
+               Route("GET", f"{PREFIX}/images", "list_images", "get", None,
+                     "The images DevCell pulled or built for this state directory, as the "
+                     "engine holds them now (as `devcell image ls -o json`)"),
+               Route("POST", f"{PREFIX}/images/prune", "prune_images", "image_admin", None,
+                     "Remove the images DevCell pulled or built that nothing uses (as "
+                     "`devcell image prune`); an admin's, its dryRun=true every role's"),
+               Route("POST", f"{PREFIX}/images/build-base", "build_base_image", "image_admin",
+                     None, "Build the offline base image, and on a machine with QEMU its vm "
+                     "root disk (as `devcell image build-base`; minutes, one at a time); an "
+                     "admin's")]
     routes += [Route("GET", f"{PREFIX}/nodes", "list_nodes", "list", NODES,
                      "List the nodes cells run on, as the engine reports them now"),
                Route("GET", f"{PREFIX}/nodes/{{name}}", "get_nodes", "get", NODES,

@@ -46,6 +46,9 @@ TABLE: dict[Verb, dict[str, tuple[str, str, str]]] = {
                     A: ("+admin",) * 3},
     Verb.token_admin: {V: ("-viewer-read-only",) * 3, D: ("-token-admin",) * 3,
                        A: ("+admin",) * 3},
+    Verb.gc: {V: ("-viewer-read-only",) * 3, D: ("-gc-admin",) * 3, A: ("+admin",) * 3},
+    Verb.image_admin: {V: ("-viewer-read-only",) * 3, D: ("-image-admin",) * 3,
+                       A: ("+admin",) * 3},
 }
 
 CASES = [(Role(role), verb, relation, expected[i])
@@ -88,6 +91,9 @@ def test_a_node_is_read_by_everyone_and_changed_by_an_admin_alone(role: Role,
         assert not decision.allowed and decision.rule == "token-admin"
     elif verb is Verb.registry:
         assert not decision.allowed and decision.rule == "registry-admin"
+    elif verb in (Verb.gc, Verb.image_admin):  # the machine's, not a node's
+        rule = "gc-admin" if verb is Verb.gc else "image-admin"
+        assert not decision.allowed and decision.rule == rule
     else:
         assert not decision.allowed and decision.rule == "node-admin"
 

@@ -115,8 +115,8 @@ def test_a_current_context_sends_commands_to_its_server(
     assert "--listen" in err and err.count("\n") == 1
     # a command the API does not serve is refused, naming it, and nothing is made locally
     state = tmp_path / "state"
-    assert main(["gc", "--dry-run"]) == 2
-    assert "`devcell gc` is not served" in capsys.readouterr().err
+    assert main(["get", "volumes", "-w"]) == 2
+    assert "`devcell get volumes -w` is not served" in capsys.readouterr().err
     # --state-dir: the state directory, whatever context is current
     assert main(["--state-dir", str(state), "get", "cells"]) == 0
     assert main(["--state-dir", str(state), "--context", "a", "get", "cells"]) == 2

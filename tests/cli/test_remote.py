@@ -80,9 +80,7 @@ def test_a_token_file_given_for_the_unix_socket_is_said_not_used(
 def test_unserved_commands_and_kinds_are_refused_by_name(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sock = f"unix:{tmp_path}/api.sock"
-    for argv, said in ((["image", "ls"], "`devcell image ls` is not served"),
-                       (["gc"], "`devcell gc` is not served"),
-                       (["get", "volumes", "-w"], "`devcell get volumes -w` is not served"),
+    for argv, said in ((["get", "volumes", "-w"], "`devcell get volumes -w` is not served"),
                        (["apply", "-f", "x.yaml", "--approve"], "--approve is not served")):
         assert main(["--server", sock, *argv]) == 2, argv
         err = capsys.readouterr().err

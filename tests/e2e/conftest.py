@@ -29,8 +29,8 @@ SERVED_MODULES = ("test_cli", "test_kubectl_habits", "test_kubectl_verbs", "test
                   "test_transfer_cli", "test_import_devcontainer", "test_features")
 """The e2e modules run again through the API (issue 27: the CLI's e2e suite through
 --server): each of their tests' commands the API serves goes through a daemon's unix socket
-(`devcell --server unix:SOCK ...`), then its TLS listener, every other command (gc,
-image, controller, ...) to the state directory, as an admin on the server's
+(`devcell --server unix:SOCK ...`), then its TLS listener, every other command
+(`import devcontainer`, `controller`, ...) to the state directory, as an admin on the server's
 machine would run them. The e2e modules left out: the heavy matrices and the daemon's own
 tests (a serving daemon would hold their daemon's lease), test_interrupt (Ctrl-C to an
 apply converging in its own process: a served apply converges nothing), test_suspend_resume
@@ -51,8 +51,12 @@ class _Daemon:
     """`controller run --listen unix:SOCK` serving a test's state directory (and, with `tls`,
     `--listen tcp:127.0.0.1:0`: DevCell's own certificate, an admin's token in a file)."""
 
-    def __init__(self, state_dir: Path, work: Path, *, tls: bool = False) -> None:
+    def __init__(self, state_dir: Path, work: Path, *, tls: bool = False,
+                 env: dict[str, str] | None = None) -> None:
         self.state_dir, self.work, self.tls = state_dir, work, tls
+        self.env = env or {}
+        """What the daemon's process has in its environment beyond the test's (a fault the
+        fake backend injects: the daemon does what a served command asks)."""
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
 
@@ -79,6 +83,7 @@ class _Daemon:
             [sys.executable, "-m", "devcell", "--state-dir", str(self.state_dir), "controller",
              "run", "--manifests", str(watched), "--allow-empty", "--no-runtime-events",
              "--listen", f"unix:{self.socket}", *tcp], cwd=REPO, stdin=subprocess.DEVNULL,
+            env={**os.environ, **self.env},
             stdout=open(log, "wb"), stderr=subprocess.STDOUT,
             preexec_fn=processes.child_setup)
         deadline = time.monotonic() + 60
@@ -152,7 +157,9 @@ def cli(request: pytest.FixtureRequest, cli_mode: str, state_dir: Path, tmp_path
             [sys.executable, "-m", "devcell", *before, *args], input=input,
             capture_output=True, text=True, env=full_env, cwd=cwd or REPO, timeout=timeout)
 
-    daemon = _Daemon(state_dir, tmp_path, tls=cli_mode == "served-tls")
+    faults = request.node.get_closest_marker("daemon_env")
+    daemon = _Daemon(state_dir, tmp_path, tls=cli_mode == "served-tls",
+                     env=dict(faults.kwargs) if faults is not None else None)
     if cli_mode != "direct":
         daemon.start()  # the state directory is the daemon's before the test looks at it
     try:

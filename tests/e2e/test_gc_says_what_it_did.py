@@ -23,11 +23,15 @@ def _leak(state_dir: Path, volume_id: str, cell_id: str) -> None:
     conn.close()
 
 
+FAIL_ONE = "delete_volume@gone:1"
+
+
+@pytest.mark.daemon_env(DEVCELL_FAKE_FAIL=FAIL_ONE)  # through a server: the daemon removes
 def test_a_removal_that_failed_is_named_with_why_and_not_counted(cli: Cli, state_dir: Path) -> None:
     assert cli("apply", "-f", str(EXAMPLES / "api.yaml")).returncode == 0
     _leak(state_dir, "vol_leftbehind000000001", "cell_gone00000000000001")
     _leak(state_dir, "vol_leftbehind000000002", "cell_gone00000000000002")
-    done = cli("gc", "--approve", env={"DEVCELL_FAKE_FAIL": "delete_volume@gone:1"})
+    done = cli("gc", "--approve", env={"DEVCELL_FAKE_FAIL": FAIL_ONE})
     assert done.returncode == 1, done
     lines = done.stdout.splitlines()
     removed = [line for line in lines if " removed " in line]

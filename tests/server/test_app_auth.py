@@ -197,6 +197,26 @@ CASES: dict[str, tuple[Any, dict[str, tuple[int, str | None]]]] = {
         "DELETE", f"/api/v1/cells/{_own_cell(api, t)}", None), {
         "viewer": (403, "viewer-read-only"), "developer": (200, None), "admin": (200, None)}),
 }
+# The whole machine's (server/machine_routes.py): gc and changing images an admin's alone;
+# the images listed, and a prune's dry run, every role's. A build's admin case asks with a
+# `force` that is not a boolean: judged after the policy (400), before minutes of building.
+MACHINE = {"viewer": (403, "viewer-read-only"), "admin": (200, None)}
+CASES.update({
+    "a gc's dry run": (lambda api, t: ("POST", "/api/v1/gc?dryRun=true", None), {
+        **MACHINE, "developer": (403, "gc-admin")}),
+    "gc": (lambda api, t: ("POST", "/api/v1/gc", None), {
+        **MACHINE, "developer": (403, "gc-admin")}),
+    "list the images": (lambda api, t: ("GET", "/api/v1/images", None), READ),
+    "an image prune's dry run": (lambda api, t: (
+        "POST", "/api/v1/images/prune?dryRun=true", None), READ),
+    "prune the images": (lambda api, t: ("POST", "/api/v1/images/prune", None), {
+        **MACHINE, "developer": (403, "image-admin")}),
+    "build the base image": (lambda api, t: (
+        "POST", "/api/v1/images/build-base?force=maybe", None), {
+        **MACHINE, "developer": (403, "image-admin"), "admin": (400, None)}),
+})
+
+
 def _applied_from(api: Api, tokens: dict[str, str], *, theirs: bool) -> tuple[str, str, str]:
     """A prune through apply (store/client_sets.py): the developer applied a cell from a
     path, then its manifest is gone; when not `theirs`, the server's owner gave the cell to

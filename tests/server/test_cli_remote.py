@@ -98,6 +98,10 @@ SAME = [
     ["token", "create", "--user", "bad user", "--role", "viewer"],
     ["token", "create", "--user", "x", "--role", "viewer", "--expires", "soon"],
     ["token", "create", "--user", "x", "--role", "viewer", "--expires", "0s"],
+    # the whole machine's: gc's dry run (the fake backend's, measured: no figure ticks) and
+    # the images (none pulled for the session's state directory)
+    ["gc", "--dry-run"], ["image", "ls"], ["image", "ls", "-o", "json"],
+    ["image", "prune", "--dry-run"],
     ["apply", "-f", "{file}", "-l", "team=remote"], ["apply", "-f", "{file}", "--prune", "-l",
                                                      "team in ("],
 ]
@@ -498,8 +502,10 @@ def test_snapshot_restore_the_same_as_on_the_state_directory(
                        f"{name}-pre-restore-N holds what was there (operation OP)\n", ""), done
 
 
-@pytest.mark.parametrize("words", [["apply", "-f", "{file}", "--prune", "--dry-run"]],
-                         ids=["apply-prune"])
+@pytest.mark.parametrize("words", [["gc", "--dry-run"], ["image", "ls", "-o", "json"],
+                                   ["image", "prune", "--dry-run"],
+                                   ["apply", "-f", "{file}", "--prune", "--dry-run"]],
+                         ids=["gc", "image-ls", "image-prune", "apply-prune"])
 def test_output_full_or_closed_as_on_the_state_directory(
         api: Api, files: dict[str, str], tmp_path: Path, words: list[str]) -> None:
     """gc, image and apply --prune into /dev/full and with stdout closed: the same exit code

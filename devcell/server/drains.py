@@ -114,14 +114,14 @@ def start(drains: Drains, running: Running, state_dir: Path, principal: Any, tar
         from devcell.server import problems
         from devcell.store import actor
 
+        said: list[dict[str, Any]] = []
         try:
             with actor.acting_as(principal.user):
                 result = drain.move(state_dir, target,
                                     options=converging.Options(timeout=timeout))
             lines, code = drain.said(result)
-            for stream, text in lines:
-                running.lines.put({"type": "line", "stream": stream, "text": text})
-            running.lines.put(_result(result, code))
+            said += [{"type": "line", "stream": stream, "text": text} for stream, text in lines]
+            said.append(_result(result, code))
             logger.info("drain of node {} by {}: exit {} ({} moved, {} left)", target.id,
                         printable(principal.user), code, len(result.moved),
                         len(result.failed))
@@ -130,9 +130,11 @@ def start(drains: Drains, running: Running, state_dir: Path, principal: Any, tar
             if doc["status"] >= 500:
                 logger.error("drain of node {} failed: {}: {}", target.id,
                              type(exc).__name__, printable(str(exc)))
-            running.lines.put({"type": "error", "problem": doc})
+            said.append({"type": "error", "problem": doc})
         finally:
-            drains.end(running)
+            drains.end(running)  # the node free before its result is said: a client that
+            for line in said:  # drains again on reading it is never the 409
+                running.lines.put(line)
 
     threading.Thread(target=work, name=f"drain-{target.id}", daemon=True).start()
 

@@ -109,6 +109,23 @@ def _last_pushed(conn: Any, state_dir: Path, cell_id: str, registry: str | None
     return None
 
 
+def _wait_for_daemon(db: dbmod.Database, cell_ids: list[str], timeout: float) -> None:
+    """A daemon holds the lease and moves the cells: wait until each move is done or failed
+    (its request cleared), or `timeout`. Converging's own wait reads the cells' Ready
+    condition, which a move recorded on a running cell leaves True until the daemon takes it
+    up: a drain run beside a daemon (and every drain served by one, server/drains.py) said
+    "not moved yet" at once while the daemon was moving the cells."""
+    from devcell.api import restore
+
+    deadline = time.monotonic() + timeout
+    waiting = list(cell_ids)
+    while True:
+        waiting = [c for c in waiting if not restore.carried_out(db, c, approve=False)]
+        if not waiting or time.monotonic() >= deadline:
+            return
+        time.sleep(0.1)
+
+
 def _move_name(cell: str) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     stem = cell[:names.MAX_NAME_LENGTH - len(SUFFIX) - len(stamp)].rstrip("-")
@@ -202,6 +219,8 @@ def move(state_dir: Path, node: Target, *, options: Options = DEFAULTS,
                                               options=options, hooks=hooks,
                                               keys=[(KIND, c.object_id) for c in changes
                                                     if c.object_id])
+            if result.report.converged.holder is not None and options.wait:
+                _wait_for_daemon(db, [str(c.object_id) for c in changes], options.timeout)
         left = (_recorded_on(state_dir, node.id) if lost else _on_node(state_dir, node.id)) \
             | _moving(db.conn, node.id)
         for change in changes:

@@ -15,7 +15,8 @@ stop (~5 s and ~2 s, once per session): the cell's apply and the snapshot ~2 s (
 freeze, copy, thaw, ~0.5 s each), the fork ~2.5 s (the fill job and the service), the
 restore ~8-10 s (its gate's diff, the stop, the safety copy, the fill, the start), the
 cordoned node ~1 s, the gc ~1.5 s, the deletes ~3 s, the sleep and start ~9 s (most of
-it the engine stopping the sleeping cell's task).
+it the engine stopping the sleeping cell's task); then the drains (each test says its cost),
+the one through the API ~7-8 s.
 """
 
 from __future__ import annotations
@@ -549,6 +550,87 @@ def test_draining_a_node_moves_its_cell_elsewhere_with_its_files(
         reset_nodes(swarm)
         for name in OTHERS:
             cli(state, "delete", "cell", name, "--approve")
+
+
+def test_a_node_is_drained_through_the_api(taken: Taken, registry: Registry) -> None:
+    """`devcell --server unix:SOCK node drain NODE` against a daemon serving the module's
+    state directory (`controller run --listen unix:SOCK`, as on a manager): the node src
+    runs on now (the drain above moved it) drained through the API, the move carried out by
+    the daemon. The same outcome as the drain on the state directory above: its lines
+    (`cell/src moved to node ID`, `node/ID drained`) and exit 0, src Running on another
+    node with its files, nothing of it left on the drained node, its availability drain.
+    Cost ~15-25 s (the daemon's start and stop, one move of src)."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from tests import processes
+
+    swarm, state = taken.swarm, taken.state
+    _with_registry(state, registry.address)
+    node = next(n for n in swarm.nodes if n.node_id == cells_node(state, "src"))
+    where = Path(tempfile.mkdtemp(prefix="drain-api-", dir="/tmp"))  # a short socket path
+    (where / "manifests").mkdir()
+    sock = where / "api.sock"
+    with open(where / "daemon.log", "wb") as log:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "devcell", "--state-dir", str(state), "controller", "run",
+             "--manifests", str(where / "manifests"), "--resync", "0", "--listen",
+             f"unix:{sock}"], stdout=log, stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[3])),
+            preexec_fn=processes.child_setup)
+    try:
+        swarm.wait(lambda: sock.exists() and _answers(f"unix:{sock}"), "the daemon's API",
+                   timeout=60)
+        code, out, err = _remote(f"unix:{sock}", "node", "drain", node.node_id)
+        assert code == 0, (out, err, (where / "daemon.log").read_text()[-3000:])
+        row = cells(_Placed(state))["src"]
+        assert row["PHASE"] == "Running" and row["NODE"] not in ("", node.node_id), row
+        assert out == f"cell/src moved to node {row['NODE']}\nnode/{node.node_id} drained\n"
+        assert "error" not in err, err
+        there = next(n for n in swarm.nodes if n.node_id == row["NODE"])
+        moved = container_on(there, "src")
+        assert there.docker("exec", moved, "cat", "/workspace/a").stdout == b"hello\n"
+        assert container_on(node, "src") == ""
+        availability = swarm.manager.docker("node", "inspect", "--format",
+                                            "{{.Spec.Availability}}", node.node_id)
+        assert availability.stdout.decode().strip() == "drain"
+    finally:
+        daemon.send_signal(signal.SIGTERM)  # its lease given back for the module's next test
+        try:
+            daemon.wait(30)
+        finally:
+            processes.end(daemon)
+            reset_nodes(swarm)
+            shutil.rmtree(where, ignore_errors=True)
+
+
+def _answers(url: str) -> bool:
+    """Whether the daemon's API answers at `url` yet."""
+    from devcell import errors
+    from devcell.client import Client
+
+    try:
+        Client(url).list("nodes")
+    except errors.DevCellError:
+        return False
+    return True
+
+
+def _remote(url: str, *words: str) -> tuple[int, str, str]:
+    """A command line through the server at `url`, in this process."""
+    import contextlib
+    import io
+
+    from devcell.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["--server", url, *words])
+    return code, out.getvalue(), err.getvalue()
 
 
 def test_a_lost_nodes_cell_is_moved_on_request_from_its_last_pushed_snapshot(

@@ -4,11 +4,12 @@ socket, with the fake backend and a crafted engine (tests/api/test_drain.py's `c
 a lost node's cell moved from its pushed snapshot, which the fake backend cannot do), a
 second drain of a node while one runs is 409 naming it, a client that leaves (or whose
 stdout is closed) ends only its stream while the drain goes on to its end in the caller's
-name, and the drains at once are bounded. A drain on a single host is refused before its
+name, the drains at once are bounded, and over TLS a developer is refused (node-admin) while
+an admin's drain is recorded in that admin's name. A drain on a single host is refused before its
 stream: tests/server/test_app_auth.py and test_cli_remote.py (the session's daemon). A
 real node drained through the server: tests/backends/container/test_swarm_workspaces.py.
 
-Cost: ~3-4 s (the cell's apply and the CLI's runs in-process).
+Cost: ~5-7 s (the cells' applies, the CLI's runs in-process, a TLS certificate made).
 """
 
 from __future__ import annotations
@@ -218,3 +219,44 @@ def test_the_drain_acts_in_the_callers_name_and_drains_are_bounded(
         threading.Event().wait(0.05)
     assert bounded.slots == 0 and not bounded.running
     bounded.take()
+
+
+def test_over_tls_the_drain_is_the_callers_and_an_admins(
+        state_dir: Path, cluster: Callable[..., None],  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the TLS listener with tokens: a developer's drain is refused by rule
+    node-admin with nothing recorded; an admin's records the move, its operation and its
+    events in that admin's name (not the server's owner's)."""
+    monkeypatch.setenv("DEVCELL_CONTEXTS", str(state_dir.parent / "no-contexts.json"))
+    cluster(_node("lost", state="down"), _node("other"))
+    _pushed(state_dir)
+    made = {role: _run("--state-dir", str(state_dir), "token", "create", "--user",
+                       f"u-{role}", "--role", role)[1].strip()
+            for role in ("developer", "admin")}
+    serving = serve.start(serve.parse_listen("tcp:127.0.0.1:0"), state_dir)
+    try:
+        ca = str(state_dir / "api-tls" / "cert.pem")
+        with pytest.raises(errors.Forbidden, match="refused by rule node-admin"):
+            Client(serving.shown, token=made["developer"], ca=ca).drain_node(
+                "lost", from_last_snapshot=True)
+        db = open_database(state_dir)
+        try:
+            assert not db.conn.execute("SELECT 1 FROM operations WHERE action = 'restore'"
+                                       ).fetchall()
+        finally:
+            db.close()
+        result = Client(serving.shown, token=made["admin"], ca=ca).drain_node(
+            "lost", from_last_snapshot=True)
+    finally:
+        serving.stop()
+    assert (result.exit_code, result.drained) == (1, False)
+    assert [m[:2] for m in result.from_snapshots] == [("api", "kept")]
+    db = open_database(state_dir)
+    try:
+        ops = db.conn.execute("SELECT actor FROM operations WHERE action = 'restore'"
+                              ).fetchall()
+        moved = db.conn.execute("SELECT actor FROM events WHERE reason = 'MoveFailed'"
+                                ).fetchall()
+    finally:
+        db.close()
+    assert [r[0] for r in ops] == ["u-admin"] and [r[0] for r in moved] == ["u-admin"]

@@ -104,6 +104,16 @@ class _Answer(http.client.HTTPResponse):
 
     _interim = 0
 
+    def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        self._socket = sock  # http.client's connection may let go of it (Connection: close)
+
+    def bound(self, seconds: float) -> None:
+        """Each further read of this answer waits at most `seconds` (a stream's has no
+        bound: a watch waits for changes)."""
+        with contextlib.suppress(OSError):
+            self._socket.settimeout(seconds)
+
     def _read_status(self) -> tuple[str, int, str]:
         got: tuple[str, int, str] = super()._read_status()  # type: ignore[misc]
         if got[1] == http.client.CONTINUE:
@@ -536,7 +546,7 @@ class Client:
                                     read_timeout=max(self.timeout, TRANSFER_STALL))
         try:
             if response.status >= 400:
-                _raise(response.status, response.read(1 << 20))
+                self._refused(response)
             self._expected(response)
             op_id = response.getheader("DevCell-Operation") or ""
             media = (response.getheader("Content-Type") or "").partition(";")[0].strip()
@@ -983,7 +993,7 @@ class Client:
                                     read_timeout=None if follow else -1.0)
         try:
             if response.status != 200:
-                _raise(response.status, response.read(1024 * 1024))
+                self._refused(response)
             if on_notes is not None:
                 try:
                     notes = json.loads(response.getheader("DevCell-Notes") or "[]")
@@ -991,7 +1001,7 @@ class Client:
                     notes = []
                 if notes and isinstance(notes, list):
                     on_notes([printable_text(str(note)) for note in notes])
-            for line in _lines(response):
+            for line in _lines(self._chunks(response, None if follow else -1.0)):
                 yield printable_text(line.decode("utf-8", "replace"))  # escaped already
         finally:
             conn.close()
@@ -1033,8 +1043,8 @@ class Client:
                                     read_timeout=None)
         try:
             if response.status != 200:
-                _raise(response.status, response.read(1024 * 1024))
-            for line in _lines(response):
+                self._refused(response)
+            for line in _lines(self._chunks(response, None)):
                 if line.strip():
                     change = self._decoded(line)
                     if not isinstance(change, dict):
@@ -1141,13 +1151,26 @@ class Client:
         no bound, for a wait the server holds) plus the time it takes at ANSWER_RATE: the
         socket's timeout bounds each read alone, so a server sending a byte a second held a
         client for as long as it liked; a long list on a busy server still arrives."""
-        bound = self.timeout if seconds == -1.0 else seconds
-        start = time.monotonic()
         chunks: list[bytes] = []
         size = 0
-        while size <= MAX_ANSWER:
+        for chunk in self._chunks(response, seconds):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_ANSWER:
+                raise self._not_api(f"an answer over {MAX_ANSWER >> 20} MiB")
+        return b"".join(chunks)
+
+    def _chunks(self, response: http.client.HTTPResponse, seconds: float | None = -1.0
+                ) -> Iterator[bytes]:
+        """The answer's body as it comes, bounded as `_read` says; an answer that ends
+        before its end (cut, reset), stops coming, or is not HTTP's framing is one error
+        (DevCellError), never http.client's or the socket's own (a traceback: final43)."""
+        bound = self.timeout if seconds == -1.0 else seconds
+        start = time.monotonic()
+        size = 0
+        while True:
             try:
-                chunk = response.read1(min(1 << 16, MAX_ANSWER + 1 - size))
+                chunk = response.read1(1 << 16)
             except TimeoutError:  # nothing more within the socket's timeout: not closed
                 raise _failed(f"DevCell API at {printable(self.url)}: its answer (HTTP "
                               f"{response.status}) stopped coming after {size} bytes (timed "
@@ -1155,20 +1178,29 @@ class Client:
                               ) from None
             except (http.client.IncompleteRead, OSError) as exc:  # chunked, or reset
                 raise self._cut(response, size, exc) from None
+            except http.client.HTTPException as exc:  # a chunk's size line past its limit
+                said = printable(str(exc)[:120]) or type(exc).__name__
+                raise self._not_api(f"what is not an HTTP answer ({said})") from None
             if not chunk:
                 if response.length:  # http.client ends a short body quietly: b"" it is
                     raise self._cut(response, size, None)
-                break
-            chunks.append(chunk)
+                return
             size += len(chunk)
             if bound is not None and time.monotonic() - start > bound + size / ANSWER_RATE:
                 raise _failed(
                     f"DevCell API at {printable(self.url)}: its answer did not arrive within "
                     f"{bound:g}s and at {ANSWER_RATE >> 10} KiB/s ({size} bytes so far): the "
                     "server is overloaded, or not DevCell's API", "slow")
-        if size > MAX_ANSWER:
-            raise self._not_api(f"an answer over {MAX_ANSWER >> 20} MiB")
-        return b"".join(chunks)
+            yield chunk
+
+    def _refused(self, response: http.client.HTTPResponse) -> NoReturn:
+        """A stream's (watch, logs) answer that is not a success, raised as `_json` raises
+        it: its body read as every other answer's, within the client's timeout (the
+        stream's socket has none), a cut or a reset said so (it was http.client's
+        IncompleteRead, a traceback)."""
+        if isinstance(response, _Answer):
+            response.bound(self.timeout)
+        _raise(response.status, self._read(response))
 
     def _cut(self, response: http.client.HTTPResponse, size: int, exc: Exception | None
              ) -> errors.TemporaryError:
@@ -1226,16 +1258,28 @@ def _changes(method: str, path: str, query: _Pairs) -> bool:
         and ("dryRun", "true") not in query
 
 
-def _lines(response: http.client.HTTPResponse) -> Iterator[bytes]:
-    """The answer's lines as they come, each at most MAX_LINE bytes (longer: an error)."""
-    while True:
-        line = response.readline(MAX_LINE + 1)
-        if not line:
-            return
-        if len(line) > MAX_LINE and not line.endswith(b"\n"):
+def _lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """The answer's lines as they come (`Client._chunks`), each at most MAX_LINE bytes
+    (longer: an error); the last one without its newline when the answer ends so."""
+    pending = bytearray()
+    for chunk in chunks:
+        pending += chunk
+        start = 0
+        while (end := pending.find(b"\n", start)) >= 0:
+            yield bytes(pending[start:end + 1])
+            start = end + 1
+        del pending[:start]
+        if len(pending) > MAX_LINE:
             raise errors.DevCellError(f"the server sent a line over {MAX_LINE >> 20} MiB: "
                                       "not DevCell's API")
-        yield line
+    if pending:
+        yield bytes(pending)
+
+
+def _pieces(response: http.client.HTTPResponse) -> Iterator[bytes]:
+    """The answer's body as http.client gives it, its errors raised as they are."""
+    while piece := response.read1(1 << 16):
+        yield piece
 
 
 def _cut_at_end(response: http.client.HTTPResponse) -> Iterator[bytes]:
@@ -1243,7 +1287,7 @@ def _cut_at_end(response: http.client.HTTPResponse) -> Iterator[bytes]:
     connection closed or reset, the server silent past the read timeout): the caller says
     the answer ended early."""
     try:
-        for line in _lines(response):
+        for line in _lines(_pieces(response)):
             if not line.endswith(b"\n"):
                 return
             yield line

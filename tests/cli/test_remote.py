@@ -593,3 +593,48 @@ def test_rows_nested_past_the_printers_depth_are_one_error_line(
         return
     assert code == 1 and out == "" and "its answer could not be read (RecursionError" in err
     assert len(err.splitlines()) == 1, err
+
+
+STREAMS_CUT = [
+    (b'HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\nf\r\n{"detail": "no \r\n40',
+     "its answer (HTTP 404) was cut off: the connection closed after 15 bytes"),
+    (b'HTTP/1.1 404 Not Found\r\nContent-Length: 500\r\n\r\n{"detail": "no ',
+     "its answer (HTTP 404) was cut off: the connection closed after 15 of 500 bytes"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{}\n\r\n40\r\nab",
+     "its answer (HTTP 200) was cut off: the connection closed after 5 bytes"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{}\n",
+     "its answer (HTTP 200) was cut off: the connection closed after 3 of 500 bytes"),
+]
+
+
+@pytest.mark.parametrize("answer, said", STREAMS_CUT)
+def test_a_watch_or_a_log_cut_off_is_one_error_never_a_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        answer: bytes, said: str) -> None:
+    """A watch's or a log's answer (an error's or a success's) whose connection closed before
+    its end: http.client's IncompleteRead was raised as it is, a traceback, or the log ended
+    as if whole, exit 0 (fix44's left-over of final43's F4); a snapshot export's refusal
+    too."""
+    import io
+
+    from devcell import errors
+    from devcell.client import Client
+
+    monkeypatch.setenv("DEVCELL_CONTEXTS", str(tmp_path / "none.json"))
+    listener = _serve_raw(tmp_path / "s.sock", answer)
+    client = Client(f"unix:{tmp_path}/s.sock")
+    try:
+        with pytest.raises(errors.TemporaryError, match=re.escape(said)):
+            list(client.watch("cells"))
+        with pytest.raises(errors.TemporaryError, match=re.escape(said)):
+            list(client.logs("box", follow=True))
+        if b" 404 " in answer:  # an export's refusal, read as the others' (not an archive's)
+            with pytest.raises(errors.TemporaryError, match=re.escape(said)):
+                client.export_snapshot("snap", io.BytesIO())
+        for follow in ([], ["-f"]):
+            assert main(["--server", f"unix:{tmp_path}/s.sock", "logs", *follow, "box"]) == 1
+            out, err = capsys.readouterr()
+            assert said in err and len(err.splitlines()) == 1, err
+            assert out == ("{}\n" if answer.startswith(b"HTTP/1.1 200") else "")
+    finally:
+        listener.close()

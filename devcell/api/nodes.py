@@ -134,19 +134,30 @@ def cluster(state_dir: Path) -> config.ClusterSettings | None:
     return config.load(state_dir).cluster
 
 
-def _manager(state_dir: Path, settings: config.ClusterSettings) -> Any:
+SERVER_SETTING = "cluster.engine in the server's configuration"
+"""How the API names the setting to a caller elsewhere: its path is the server's, of no use
+to a remote admin and not for them to learn (final43, F8)."""
+
+
+def _setting(state_dir: Path, where: str | None) -> str:
+    """The setting an error names: `where`, or cluster.engine in this state directory's
+    configuration file (the CLI on the machine itself)."""
+    return where or f"cluster.engine in {config.config_path(state_dir)}"
+
+
+def _manager(state_dir: Path, settings: config.ClusterSettings, where: str | None) -> Any:
     from devcell.backends.container.cluster import Manager
 
-    where = f"cluster.engine in {config.config_path(state_dir)}"
-    return Manager(settings.socket, where)
+    return Manager(settings.socket, _setting(state_dir, where))
 
 
-def list_nodes(state_dir: Path) -> list[Node]:
-    """Every node: the swarm's (by hostname, then id), or this machine alone."""
+def list_nodes(state_dir: Path, *, where: str | None = None) -> list[Node]:
+    """Every node: the swarm's (by hostname, then id), or this machine alone. `where`: how
+    an error names the cluster's setting (None: its file's path)."""
     settings = cluster(state_dir)
     if settings is None:
         return [_local(state_dir)]
-    manager = _manager(state_dir, settings)
+    manager = _manager(state_dir, settings, where)
     raw = manager.nodes()
     services = manager.services_of_state(state_dir)
     tasks = manager.tasks()
@@ -246,25 +257,26 @@ def find(nodes: list[Node], name: str) -> Node:
                    + (" (an id prefix of several nodes)" if prefixed else ""))
 
 
-def set_availability(state_dir: Path, name: str, availability: str) -> tuple[Node, bool]:
+def set_availability(state_dir: Path, name: str, availability: str, *,
+                     where: str | None = None) -> tuple[Node, bool]:
     """Set node `name`'s availability on the swarm; the node after, and whether it changed.
-    Single-host there is nothing to set: refused, naming the configuration. A lost database
-    is refused before the engine is asked: the change could not be recorded."""
+    Single-host there is nothing to set: refused, naming the configuration (`where`, as
+    list_nodes). A lost database is refused before the engine is asked: the change could
+    not be recorded."""
     from devcell.store import guard
 
     guard.database_exists(state_dir)
     settings = cluster(state_dir)
     if settings is None:
-        raise UsageError(f"no cluster is configured (cluster.engine in "
-                         f"{config.config_path(state_dir)}): a single host has no scheduler to "
-                         "keep cells off it; see docs/cluster.md")
-    node = find(list_nodes(state_dir), name)
+        raise UsageError(f"no cluster is configured ({_setting(state_dir, where)}): a single "
+                         "host has no scheduler to keep cells off it; see docs/cluster.md")
+    node = find(list_nodes(state_dir, where=where), name)
     if node.availability == availability:
         return node, False
-    manager = _manager(state_dir, settings)
+    manager = _manager(state_dir, settings, where)
     manager.set_availability(node.id, availability)
     _record(state_dir, node, availability)
-    return find(list_nodes(state_dir), node.id), True
+    return find(list_nodes(state_dir, where=where), node.id), True
 
 
 REASONS = {"pause": "NodeCordoned", "active": "NodeUncordoned", "drain": "NodeDrained"}

@@ -5,7 +5,8 @@ Nodes are the engine's (api.nodes: the swarm's, or this machine alone), read afr
 request, so a list has no resourceVersion and no watch: the control plane keeps no node
 records, only an event of each availability change. A node belongs to no developer: every
 role may read them (rule `read`), only an admin changes one (rule `node-admin`). The engine
-is asked on a worker thread: a manager that answers slowly holds that request alone.
+is asked on a worker thread: a manager that answers slowly holds that request alone. An
+error names the cluster's setting without the server's path (nodes.SERVER_SETTING).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ API_VERSION = "devcell.dev/v1alpha1"
 def listed(state_dir: Path, selector: Any) -> dict[str, Any]:
     """Every node (those whose labels `selector` matches, when given), as `get nodes -o
     json` lists them."""
-    found = [n for n in nodes.list_nodes(state_dir)
+    found = [n for n in nodes.list_nodes(state_dir, where=nodes.SERVER_SETTING)
              if selector is None or selector.matches(n.labels)]
     return {"apiVersion": API_VERSION, "kind": "List",
             "items": [n.document() for n in found], "metadata": {}}
@@ -29,7 +30,7 @@ def listed(state_dir: Path, selector: Any) -> dict[str, Any]:
 
 def one(state_dir: Path, name: str) -> dict[str, Any]:
     """The node `name` means (its id, unique hostname or unique id prefix); NotFound."""
-    return nodes.find(nodes.list_nodes(state_dir), name).document()
+    return nodes.find(nodes.list_nodes(state_dir, where=nodes.SERVER_SETTING), name).document()
 
 
 def act(state_dir: Path, principal: Any, name: str, action: str) -> dict[str, Any]:
@@ -41,5 +42,6 @@ def act(state_dir: Path, principal: Any, name: str, action: str) -> dict[str, An
     policy.require(principal, policy.Verb.update, policy.ResourceRef("Node", name))
     availability = {"cordon": "pause", "uncordon": "active"}[action]
     with actor.acting_as(principal.user):
-        node, changed = nodes.set_availability(state_dir, name, availability)
+        node, changed = nodes.set_availability(state_dir, name, availability,
+                                               where=nodes.SERVER_SETTING)
     return {"node": node.document(), "changed": changed}

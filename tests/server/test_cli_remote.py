@@ -81,7 +81,7 @@ SAME = [
     ["get", "nodes"], ["get", "nodes", "-o", "wide"], ["get", "nodes", "-o", "json"],
     ["get", "nodes", "-o", "name"], ["get", "nodes", "local", "nope"],
     ["get", "nodes", "-l", "zone=a"], ["get", "nodes", "-w"],
-    ["node", "cordon", "local"], ["node", "uncordon", "nope"],
+    # (node cordon and uncordon on this single host: test_a_node_change_names_no_server_path)
     ["node", "drain", "local"], ["node", "drain", "nope", "--from-last-snapshot"],
     # what the backends and the daemon record: rows alone
     ["get", "volumes", "-o", "name"], ["get", "volumes", "nope"], ["get", "controllers"],
@@ -189,6 +189,20 @@ def test_the_same_output_as_on_the_state_directory(
         else:
             differ.append((argv, here, there))
     assert not differ, "\n".join(f"{a}:\n  direct {h}\n  remote {t}" for a, h, t in differ)
+
+
+def test_a_node_change_names_no_server_path(api: Api, remote: Run,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Cordon on a single host is refused naming cluster.engine's file; through the API that
+    file is the server's, its path of no use to a remote admin nor for them to learn
+    (final43, F8): the server's configuration is named instead, the CLI's words here kept."""
+    direct = _runner(capsys, ["--state-dir", str(api.state)])
+    for argv in (["node", "cordon", "local"], ["node", "uncordon", "nope"]):
+        code, out, err = direct(argv)
+        assert code != 0 and out == "" and f"{api.state}/config.yaml" in err, err
+        assert remote(argv) == (code, "", "error: no cluster is configured (cluster.engine in "
+                                "the server's configuration): a single host has no scheduler "
+                                "to keep cells off it; see docs/cluster.md\n")
 
 
 def test_apply_delete_and_wait_through_the_server(files: dict[str, str], remote: Run,

@@ -1067,8 +1067,7 @@ class Client:
               read_timeout: float | None = -1.0, accept: str = "application/json",
               headers: dict[str, str] | None = None
               ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        given = ([(k, v) for k, v in query.items() if v is not None]
-                 if isinstance(query, dict) else query)
+        given = _given(query)
         target = path + ("?" + urllib.parse.urlencode(given) if given else "")
         headers = {"Accept": accept, **(headers or {})}
         if self.token is not None:
@@ -1078,8 +1077,13 @@ class Client:
         conn = self._connection(self.timeout if read_timeout == -1.0 else read_timeout)
         conn.blocksize = 1 << 20  # a streamed body (an archive) is sent in pieces this large
         try:
+            conn.connect()  # an interrupt until connected sends nothing: said plainly
             try:
                 conn.request(method, target, body=body, headers=headers)
+            except KeyboardInterrupt as exc:  # part of it may have gone, all of it even
+                conn.close()
+                _interrupted(exc, method, path, given, "was being sent")
+                raise
             except (BrokenPipeError, ConnectionResetError, ssl.SSLEOFError,
                     ssl.SSLZeroReturnError):
                 # A server may answer before it has read the whole request (a refusal, a
@@ -1099,9 +1103,7 @@ class Client:
                 raise self._lost(method, path, exc) from None
             except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM: said by the CLI with this
                 conn.close()
-                if _changes(method, path, given) and not exc.args:
-                    exc.args = (f"{method} {printable(path)} was sent: whether the server "
-                                "did it is unknown; look before asking again",)
+                _interrupted(exc, method, path, given, "was sent")
                 raise
         except http.client.HTTPException as exc:
             conn.close()
@@ -1138,6 +1140,12 @@ class Client:
                                     read_timeout=read_timeout)
         try:
             data = self._read(response, read_timeout)
+        except KeyboardInterrupt as exc:  # its head came: whether it was done is known
+            done = 200 <= response.status < 300
+            _interrupted(exc, method, path, _given(query or {}),
+                         f"was {'done' if done else 'answered'} (HTTP {response.status}), "
+                         "its answer not read all", done=done)
+            raise
         finally:
             conn.close()
         if response.status >= 400:
@@ -1249,6 +1257,23 @@ def not_api(url: str, what: str) -> errors.DevCellError:
     (`what` it answered): another server, or not DevCell."""
     return errors.DevCellError(f"DevCell API at {printable(url)}: the server answered {what}: "
                                "is it DevCell's API (the daemon's --listen address)?")
+
+
+def _given(query: dict[str, str | None] | _Pairs) -> _Pairs:
+    """A request's query parameters as sent (those with no value left out)."""
+    return [(k, v) for k, v in query.items() if v is not None] if isinstance(query, dict) \
+        else query
+
+
+def _interrupted(exc: KeyboardInterrupt, method: str, path: str, query: _Pairs,
+                 what: str, *, done: bool = False) -> None:
+    """Ctrl-C (or SIGTERM) during a change asked of the server: `what` became of it, and
+    that whether the server did it may be unknown, set as the interrupt's words (main.
+    _guarded says them). "interrupted" alone let a user take a change that may have been
+    done for one that was not (final43, F5); a read's interrupt stays plain."""
+    if _changes(method, path, query) and not exc.args:
+        unknown = "" if done else ": whether the server did it is unknown"
+        exc.args = (f"{method} {printable(path)} {what}{unknown}; look before asking again",)
 
 
 def _changes(method: str, path: str, query: _Pairs) -> bool:

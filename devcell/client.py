@@ -99,14 +99,47 @@ class DrainResult(NamedTuple):
     from_snapshots: list[tuple[str, str, str]]
 
 
+class _PacedIO(socket.SocketIO):
+    """An answer's socket, each read within what is left until `deadline` (None: under the
+    socket's own timeout alone)."""
+
+    deadline: float | None = None
+
+    def readinto(self, b: Any) -> int | None:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("timed out")
+            self._sock.settimeout(left)  # type: ignore[attr-defined]
+        return super().readinto(b)
+
+
 class _Answer(http.client.HTTPResponse):
-    """An HTTP answer that refuses more than MAX_INTERIM interim heads before its own."""
+    """An HTTP answer that refuses more than MAX_INTERIM interim heads before its own, and
+    whose head (status line and headers) comes within the connection's timeout as a whole:
+    each read waited under it alone, so a server sending its head a byte a second held the
+    client for as long as it liked (a status line may be 64 KiB, and 100 headers each)."""
 
     _interim = 0
 
     def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
         super().__init__(sock, *args, **kwargs)
         self._socket = sock  # http.client's connection may let go of it (Connection: close)
+        raw = getattr(self.fp, "raw", None)
+        if type(raw) is socket.SocketIO:
+            raw.__class__ = _PacedIO  # the same object, its reads paced while the head comes
+
+    def begin(self) -> None:
+        raw, limit = getattr(self.fp, "raw", None), self._socket.gettimeout()
+        if not isinstance(raw, _PacedIO) or limit is None:
+            return super().begin()
+        raw.deadline = time.monotonic() + limit
+        try:
+            super().begin()
+        finally:
+            raw.deadline = None
+            with contextlib.suppress(OSError):
+                self._socket.settimeout(limit)
 
     def bound(self, seconds: float) -> None:
         """Each further read of this answer waits at most `seconds` (a stream's has no
@@ -1098,6 +1131,8 @@ class Client:
                 return conn, conn.getresponse()
             except OSError as exc:  # RemoteDisconnected, a reset, a timeout: no answer
                 if not _changes(method, path, given):
+                    if isinstance(exc, TimeoutError):  # reached: it said nothing in time
+                        raise self._late(conn) from None
                     raise
                 conn.close()  # the server was reached and may have done it
                 raise self._lost(method, path, exc) from None
@@ -1121,6 +1156,14 @@ class Client:
             conn.close()
             raise _failed(f"DevCell API at {self.url}: {exc.strerror or exc}",
                           "unreachable") from None
+
+    def _late(self, conn: http.client.HTTPConnection) -> errors.TemporaryError:
+        """A read whose answer's head did not come within the connection's timeout: the
+        server took the request (it was reached), so not "cannot reach"."""
+        conn.close()
+        return _failed(f"DevCell API at {printable(self.url)}: no answer within "
+                       f"{conn.timeout:g}s (timed out): the server is overloaded, or not "
+                       "DevCell's API", "slow")
 
     def _lost(self, method: str, path: str, exc: OSError) -> errors.TemporaryError:
         """A change asked, whose connection ended after it was sent and before an answer:

@@ -682,3 +682,50 @@ def test_a_change_interrupted_while_sent_or_answered_says_what_became_of_it(
     finally:
         listener.close()
     assert capsys.readouterr().err == said
+
+
+@pytest.mark.parametrize("head", [b"HTTP/1.1 200 OK\r\n", b"X-Slow: y\r\n"])
+def test_an_answers_head_trickled_ends_at_the_clients_timeout(tmp_path: Path,
+                                                             head: bytes) -> None:
+    """A server sending its status line a byte at a time, or header after header, held the
+    client for as long as it liked: each read waited under the socket's timeout alone (a
+    status line may be 64 KiB long, and 100 headers as long each). The head as a whole now
+    has the connection's timeout, said in one line."""
+    import socket
+    import threading
+    import time
+
+    from devcell import errors
+    from devcell.client import Client
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "s.sock"))
+    listener.listen(1)
+    sent = [0]
+    stop = threading.Event()
+    first = b"HTTP/1.1 200 OK\r\n" if head.startswith(b"X-") else b""
+
+    def trickle() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(first)
+            while sent[0] < 100 and not stop.is_set():
+                try:
+                    conn.sendall(head[sent[0] % len(head):][:1] if not first else head)
+                except OSError:
+                    return
+                sent[0] += 1
+                time.sleep(0.3)
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(errors.TemporaryError, match=r"no answer within 2s \(timed out\): "
+                           "the server is overloaded, or not DevCell's API"):
+            Client(f"unix:{tmp_path}/s.sock", timeout=2.0).get("cells", "x")
+        assert sent[0] < 50  # given up long before the server let go
+    finally:
+        stop.set()
+        thread.join(10)
+        listener.close()

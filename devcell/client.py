@@ -903,9 +903,15 @@ class Client:
                 f"{urllib.parse.urlencode(words)}")
         ws = self._websocket(path, framing.SUBPROTOCOL)
         if values:  # never in the URL: a proxy's access log would keep a secret's value
+            from websockets.exceptions import ConnectionClosed
+
             try:
                 ws.__enter__()  # entered as the caller's `with` enters it (websockets 17.1+)
                 ws.send(framing.frame(framing.ENV, json.dumps(values).encode()))
+            except ConnectionClosed:  # was websockets' own error, a traceback
+                ws.close()
+                raise errors.TemporaryError(f"exec in cell {printable(cell)}: the stream "
+                                            "ended before the command was started") from None
             except BaseException:
                 ws.close()
                 raise

@@ -240,10 +240,12 @@ def run_ssh_proxy(args: argparse.Namespace) -> int:
         raise UsageError("ssh-proxy speaks SSH on its standard input and output; OpenSSH "
                          "runs it as a ProxyCommand (see devcell ssh-config)")
     ws = args.remote.ssh_socket(args.cell)
+    failed: list[str] = []
 
     def said(message: str) -> None:
+        failed.append(message)
         sys.stderr.write(f"error: {printable(message)}\n")
         sys.stderr.flush()
 
     args.remote.relay(ws, _Stdio(), said)
-    return 0
+    return 1 if failed else 0  # a stream that broke (no status, another's) exited 0

@@ -729,3 +729,69 @@ def test_an_answers_head_trickled_ends_at_the_clients_timeout(tmp_path: Path,
         stop.set()
         thread.join(10)
         listener.close()
+
+
+def _serve_upgrade(path: Path, then: bytes) -> Any:
+    """A server on a unix socket that accepts each WebSocket upgrade as DevCell's would (its
+    subprotocol echoed), then sends `then` as it is and closes (in a thread)."""
+    import base64
+    import contextlib
+    import hashlib
+    import socket
+    import threading
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(8)
+
+    def run() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn, contextlib.suppress(OSError):
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += conn.recv(65536) or b"\r\n\r\n"
+                fields = {k.strip().lower(): v.strip() for k, _, v in (
+                    line.partition(b":") for line in head.split(b"\r\n")[1:])}
+                accept = base64.b64encode(hashlib.sha1(
+                    fields[b"sec-websocket-key"] + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+                ).digest())
+                conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                             b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept +
+                             b"\r\nSec-WebSocket-Protocol: " +
+                             fields[b"sec-websocket-protocol"].split(b",")[0] + b"\r\n\r\n"
+                             + then)
+
+    threading.Thread(target=run, daemon=True).start()
+    return listener
+
+
+@pytest.mark.parametrize("then", [b"", b"\xff" * 64], ids=["closed", "garbage"])
+@pytest.mark.parametrize("argv, said", [
+    (["exec", "-e", "A=1", "box", "--", "true"],
+     "error: exec in cell box: the stream ended before the command was started\n"),
+    (["exec", "box", "--", "true"],
+     "error: exec in cell box: the stream ended without an exit status\n"),
+    (["ssh-proxy", "box"], "error: the port-forward stream ended without a status\n"),
+])
+def test_a_stream_that_breaks_once_upgraded_is_one_line_and_a_failure(
+        tmp_path: Path, then: bytes, argv: list[str], said: str) -> None:
+    """A stream accepted, then closed or sent what is not WebSocket's framing: exec with -e
+    (its environment sent first) was websockets' ConnectionClosedError, a traceback, and
+    ssh-proxy said the error but exited 0."""
+    import os
+    import subprocess
+    import sys
+
+    listener = _serve_upgrade(tmp_path / "s.sock", then)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "devcell", "--server", f"unix:{tmp_path}/s.sock", *argv],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+            env={**os.environ, "DEVCELL_CONTEXTS": str(tmp_path / "none.json")})
+    finally:
+        listener.close()
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", said)

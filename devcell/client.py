@@ -387,8 +387,7 @@ class Client:
                                     read_timeout=max(self.timeout, 4 * DRAIN_KEEPALIVE))
         try:
             if response.status != 200:
-                _raise(response.status, self._read(response))
-            self._expected(response)
+                self._refused(response)
             media = (response.getheader("Content-Type") or "").partition(";")[0].strip()
             if media != "application/x-ndjson":
                 raise self._not_api(f"a drain as {_shown(media.encode())}, not JSON lines")
@@ -1251,10 +1250,14 @@ class Client:
             yield chunk
 
     def _refused(self, response: http.client.HTTPResponse) -> NoReturn:
-        """A stream's (watch, logs) answer that is not a success, raised as `_json` raises
-        it: its body read as every other answer's, within the client's timeout (the
-        stream's socket has none), a cut or a reset said so (it was http.client's
-        IncompleteRead, a traceback)."""
+        """A stream's (watch, logs, drain, export) answer that is not its 200, raised as
+        `_json` raises it: its body read as every other answer's, within the client's
+        timeout (the stream's socket has none), a cut or a reset said so (it was http.
+        client's IncompleteRead, a traceback); a 1xx, 2xx or 3xx is not DevCell's API (it
+        was said "HTTP 101" alone)."""
+        if response.status < 400:
+            self._expected(response)
+            raise self._not_api(f"HTTP {response.status} where a stream was asked")
         if isinstance(response, _Answer):
             response.bound(self.timeout)
         _raise(response.status, self._read(response))

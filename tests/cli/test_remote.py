@@ -795,3 +795,29 @@ def test_a_stream_that_breaks_once_upgraded_is_one_line_and_a_failure(
     finally:
         listener.close()
     assert (done.returncode, done.stdout, done.stderr) == (1, "", said)
+
+
+@pytest.mark.parametrize("answer, said", [
+    (b"HTTP/1.1 101 Switching Protocols\r\n\r\n", "the server answered HTTP 101: is it"),
+    (b"HTTP/1.1 302 Found\r\nLocation: https://x.example/\r\nContent-Length: 0\r\n\r\n",
+     "the server answered HTTP 302, to 'https://x.example/': is it"),
+    (b"HTTP/1.1 204 No Content\r\n\r\n", "the server answered HTTP 204 where a stream was "
+                                         "asked: is it"),
+])
+def test_a_stream_answered_neither_its_200_nor_an_error_is_not_devcells(
+        tmp_path: Path, answer: bytes, said: str) -> None:
+    """A watch, a log or a drain answered 101 (no upgrade asked), a redirect or another
+    success was raised as an error of that status, "HTTP 101" alone; it is not DevCell's API,
+    said as every other answer of the kind."""
+    from devcell import errors
+    from devcell.client import Client
+
+    listener = _serve_raw(tmp_path / "s.sock", answer)
+    client = Client(f"unix:{tmp_path}/s.sock")
+    try:
+        for ask in (lambda: list(client.watch("cells")), lambda: list(client.logs("box")),
+                    lambda: client.drain_node("n1")):
+            with pytest.raises(errors.DevCellError, match=re.escape(said)):
+                ask()
+    finally:
+        listener.close()

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devcell import config, ids, names
+from devcell import ids, names
 from devcell.api import converging, nodes
 from devcell.api.converging import DEFAULTS, NO_HOOKS, Hooks, Options
 from devcell.api.reports import Recorded, Report
@@ -142,19 +142,21 @@ class Target:
     registry: str | None
 
 
-def target(state_dir: Path, name: str, *, from_last_snapshot: bool = False) -> Target:
+def target(state_dir: Path, name: str, *, from_last_snapshot: bool = False,
+           where: str | None = None) -> Target:
     """Node `name` checked for a drain before anything is recorded (a server answers these
     refusals before its stream begins): a cluster configured, the node found, not cordoned,
-    and lost only with `from_last_snapshot`."""
+    and lost only with `from_last_snapshot`. `where`: how an error names the cluster's
+    setting (None: its file's path; the API's, nodes.SERVER_SETTING)."""
     from devcell.store import guard
 
     guard.database_exists(state_dir)
     settings = nodes.cluster(state_dir)
     if settings is None:
-        raise UsageError(f"no cluster is configured (cluster.engine in "
-                         f"{config.config_path(state_dir)}): a single host has no other node "
-                         "to move its cells to; see docs/cluster.md")
-    node = nodes.find(nodes.list_nodes(state_dir), name)
+        raise UsageError(f"no cluster is configured ({nodes.setting(state_dir, where)}): a "
+                         "single host has no other node to move its cells to; see "
+                         "docs/cluster.md")
+    node = nodes.find(nodes.list_nodes(state_dir, where=where), name)
     lost = node.state != "ready"
     if node.availability == "pause" and not lost:
         raise UsageError(f"node {node.id} is cordoned: the jobs that checkpoint and push its "

@@ -139,7 +139,7 @@ SERVER_SETTING = "cluster.engine in the server's configuration"
 to a remote admin and not for them to learn (final43, F8)."""
 
 
-def _setting(state_dir: Path, where: str | None) -> str:
+def setting(state_dir: Path, where: str | None) -> str:
     """The setting an error names: `where`, or cluster.engine in this state directory's
     configuration file (the CLI on the machine itself)."""
     return where or f"cluster.engine in {config.config_path(state_dir)}"
@@ -148,7 +148,7 @@ def _setting(state_dir: Path, where: str | None) -> str:
 def _manager(state_dir: Path, settings: config.ClusterSettings, where: str | None) -> Any:
     from devcell.backends.container.cluster import Manager
 
-    return Manager(settings.socket, _setting(state_dir, where))
+    return Manager(settings.socket, setting(state_dir, where))
 
 
 def list_nodes(state_dir: Path, *, where: str | None = None) -> list[Node]:
@@ -268,7 +268,7 @@ def set_availability(state_dir: Path, name: str, availability: str, *,
     guard.database_exists(state_dir)
     settings = cluster(state_dir)
     if settings is None:
-        raise UsageError(f"no cluster is configured ({_setting(state_dir, where)}): a single "
+        raise UsageError(f"no cluster is configured ({setting(state_dir, where)}): a single "
                          "host has no scheduler to keep cells off it; see docs/cluster.md")
     node = find(list_nodes(state_dir, where=where), name)
     if node.availability == availability:

@@ -1094,7 +1094,7 @@ async def _drain(ctx: Context, request: Request) -> Response:
     """`devcell node drain` (server.drains): refused before the stream begins (not an admin,
     no cluster, no such node, ..., one running there: 409), then its lines as they come from
     a thread of its own, which a client leaving never stops."""
-    from devcell.api import drain
+    from devcell.api import drain, nodes
     from devcell.auth import policy
     from devcell.server import drains
 
@@ -1106,7 +1106,8 @@ async def _drain(ctx: Context, request: Request) -> Response:
     ctx.drains.take()  # before the first await, as a watch's slot
     try:
         target = await run_in_threadpool(lambda: drain.target(
-            ctx.state_dir, name, from_last_snapshot=from_last_snapshot))
+            ctx.state_dir, name, from_last_snapshot=from_last_snapshot,
+            where=nodes.SERVER_SETTING))
         running = ctx.drains.claim(target.id, principal.user)
     except BaseException:
         ctx.drains.give()

@@ -81,8 +81,8 @@ SAME = [
     ["get", "nodes"], ["get", "nodes", "-o", "wide"], ["get", "nodes", "-o", "json"],
     ["get", "nodes", "-o", "name"], ["get", "nodes", "local", "nope"],
     ["get", "nodes", "-l", "zone=a"], ["get", "nodes", "-w"],
-    # (node cordon and uncordon on this single host: test_a_node_change_names_no_server_path)
-    ["node", "drain", "local"], ["node", "drain", "nope", "--from-last-snapshot"],
+    # (node cordon, uncordon and drain on this single host:
+    # test_a_node_change_names_no_server_path)
     # what the backends and the daemon record: rows alone
     ["get", "volumes", "-o", "name"], ["get", "volumes", "nope"], ["get", "controllers"],
     ["get", "controllers", "-o", "json"], ["get", "controllers", "nope"],
@@ -193,16 +193,22 @@ def test_the_same_output_as_on_the_state_directory(
 
 def test_a_node_change_names_no_server_path(api: Api, remote: Run,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    """Cordon on a single host is refused naming cluster.engine's file; through the API that
-    file is the server's, its path of no use to a remote admin nor for them to learn
-    (final43, F8): the server's configuration is named instead, the CLI's words here kept."""
+    """Cordon, uncordon and drain on a single host are refused naming cluster.engine's file;
+    through the API that file is the server's, its path of no use to a remote admin nor for
+    them to learn (final43, F8): the server's configuration is named instead, the CLI's
+    words here kept."""
     direct = _runner(capsys, ["--state-dir", str(api.state)])
-    for argv in (["node", "cordon", "local"], ["node", "uncordon", "nope"]):
+    scheduler = "no scheduler to keep cells off it"
+    other = "no other node to move its cells to"
+    for argv, why in ((["node", "cordon", "local"], scheduler),
+                      (["node", "uncordon", "nope"], scheduler),
+                      (["node", "drain", "local"], other),
+                      (["node", "drain", "nope", "--from-last-snapshot"], other)):
         code, out, err = direct(argv)
         assert code != 0 and out == "" and f"{api.state}/config.yaml" in err, err
         assert remote(argv) == (code, "", "error: no cluster is configured (cluster.engine in "
-                                "the server's configuration): a single host has no scheduler "
-                                "to keep cells off it; see docs/cluster.md\n")
+                                f"the server's configuration): a single host has {why}; see "
+                                "docs/cluster.md\n")
 
 
 def test_apply_delete_and_wait_through_the_server(files: dict[str, str], remote: Run,

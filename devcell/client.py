@@ -408,6 +408,13 @@ class Client:
                            json.dumps(problem).encode())
                 elif kind == "result":
                     return self._drained(line, raw)
+        except KeyboardInterrupt as exc:  # "interrupted" alone let the user think it stopped
+            if not exc.args:
+                exc.args = (f"POST {printable(path)} was answered (HTTP {response.status}): "
+                            "the drain goes on on the server to its end (a client leaving "
+                            "never stops it); look (get nodes, get events) before asking "
+                            "again",)
+            raise
         finally:
             conn.close()
         raise errors.DevCellError(

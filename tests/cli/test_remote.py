@@ -821,3 +821,29 @@ def test_a_stream_answered_neither_its_200_nor_an_error_is_not_devcells(
                 ask()
     finally:
         listener.close()
+
+
+def test_a_drain_interrupted_while_it_streams_goes_on_on_the_server(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C while a drain's lines come said "interrupted" alone, as if the drain stopped:
+    it goes on on the server to its end (a client leaving never stops it)."""
+    from devcell import client
+    from devcell.cli import main as cli_main
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setenv("DEVCELL_CONTEXTS", str(tmp_path / "none.json"))
+    monkeypatch.setattr(client._Answer, "read1", interrupted)
+    monkeypatch.setattr(cli_main, "_ignore_further_signals", lambda: None)  # pytest's own
+    listener = _serve_raw(tmp_path / "s.sock", b"HTTP/1.1 200 OK\r\nContent-Type: "
+                          b"application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n", hold=0.5)
+    try:
+        assert main(["--server", f"unix:{tmp_path}/s.sock", "node", "drain", "n1"]) == 130
+    finally:
+        listener.close()
+    assert capsys.readouterr().err == (
+        "interrupted: POST /api/v1/nodes/n1/drain was answered (HTTP 200): the drain goes on "
+        "on the server to its end (a client leaving never stops it); look (get nodes, get "
+        "events) before asking again\n")

@@ -309,6 +309,7 @@ class Client:
         if response.status >= 400:
             _raise(response.status, data)
         self._expected(response)
+        self._text(response, "a description")
         return printable_text(data.decode("utf-8", "replace"))  # escaped already, by DevCell
 
     def apply(self, manifests: str | bytes | dict[str, Any], *, dry_run: bool = False,
@@ -388,7 +389,7 @@ class Client:
         try:
             if response.status != 200:
                 self._refused(response)
-            media = (response.getheader("Content-Type") or "").partition(";")[0].strip()
+            media = _media(response)
             if media != "application/x-ndjson":
                 raise self._not_api(f"a drain as {_shown(media.encode())}, not JSON lines")
             for raw in _cut_at_end(response):
@@ -588,7 +589,7 @@ class Client:
                 self._refused(response)
             self._expected(response)
             op_id = response.getheader("DevCell-Operation") or ""
-            media = (response.getheader("Content-Type") or "").partition(";")[0].strip()
+            media = _media(response)
             if media != ARCHIVE_MEDIA or not re.fullmatch(r"op_[0-9A-Za-z]{1,64}", op_id):
                 raise self._not_api(f"an archive without its type ({ARCHIVE_MEDIA}) and "
                                     "operation")
@@ -1039,6 +1040,7 @@ class Client:
         try:
             if response.status != 200:
                 self._refused(response)
+            self._text(response, "a log")
             if on_notes is not None:
                 try:
                     notes = json.loads(response.getheader("DevCell-Notes") or "[]")
@@ -1256,6 +1258,13 @@ class Client:
                     "server is overloaded, or not DevCell's API", "slow")
             yield chunk
 
+    def _text(self, response: http.client.HTTPResponse, what: str) -> None:
+        """DevCell answers `what` (describe's, a log) as text/plain: a page of another type
+        (a proxy's HTML sign-in page) was printed as the command's output, exit 0."""
+        media = _media(response)
+        if media != "text/plain":
+            raise self._not_api(f"{what} as {_shown(media.encode())}, not text/plain")
+
     def _refused(self, response: http.client.HTTPResponse) -> NoReturn:
         """A stream's (watch, logs, drain, export) answer that is not its 200, raised as
         `_json` raises it: its body read as every other answer's, within the client's
@@ -1316,6 +1325,11 @@ def not_api(url: str, what: str) -> errors.DevCellError:
     (`what` it answered): another server, or not DevCell."""
     return errors.DevCellError(f"DevCell API at {printable(url)}: the server answered {what}: "
                                "is it DevCell's API (the daemon's --listen address)?")
+
+
+def _media(response: http.client.HTTPResponse) -> str:
+    """The answer's media type, without its parameters (charset), lower case."""
+    return (response.getheader("Content-Type") or "").partition(";")[0].strip().lower()
 
 
 def _given(query: dict[str, str | None] | _Pairs) -> _Pairs:

@@ -153,6 +153,10 @@ HOSTILE = [  # (status, headers, body, command, exit code, what is said)
     ("500 Oops", {}, ESC.encode(), ["get", "cells"], 1, "\\x1b]0;PWNED\\x07"),
     ("200 OK", {"Content-Type": "text/plain"}, f"Name: {ESC}\n".encode(),
      ["describe", "cell", "x"], 0, "Name: \\x1b]0;PWNED\\x07\\x1b[2J"),
+    ("200 OK", {"Content-Type": "text/html"}, b"<html>a proxy's sign-in page</html>",
+     ["describe", "cell", "x"], 1, "answered a description as 'text/html', not text/plain"),
+    ("200 OK", {"Content-Type": "text/html"}, b"<html>a proxy's sign-in page</html>",
+     ["logs", "x"], 1, "answered a log as 'text/html', not text/plain"),
     ("200 OK", {"Content-Type": "text/plain",
                 "DevCell-Notes": '["\\u001b]0;PWNED\\u0007note\\n"]'},
      f"a line {ESC}\tand a tab\n".encode(), ["logs", "x"], 0,
@@ -601,9 +605,10 @@ STREAMS_CUT = [
      "its answer (HTTP 404) was cut off: the connection closed after 15 bytes"),
     (b'HTTP/1.1 404 Not Found\r\nContent-Length: 500\r\n\r\n{"detail": "no ',
      "its answer (HTTP 404) was cut off: the connection closed after 15 of 500 bytes"),
-    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{}\n\r\n40\r\nab",
+    (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"3\r\n{}\n\r\n40\r\nab",
      "its answer (HTTP 200) was cut off: the connection closed after 5 bytes"),
-    (b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{}\n",
+    (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 500\r\n\r\n{}\n",
      "its answer (HTTP 200) was cut off: the connection closed after 3 of 500 bytes"),
 ]
 

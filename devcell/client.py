@@ -1036,7 +1036,7 @@ class Client:
                  "timeoutSeconds": str(timeout) if timeout is not None else None}
         path = f"/api/v1/cells/{urllib.parse.quote(cell, safe='')}/logs"
         conn, response = self._send("GET", path, query,
-                                    read_timeout=None if follow else -1.0)
+                                    read_timeout=None if follow else -1.0, prompt=True)
         try:
             if response.status != 200:
                 self._refused(response)
@@ -1087,7 +1087,7 @@ class Client:
     def _changes(self, path: str, query: dict[str, str | None]) -> Iterator[dict[str, Any]]:
         """A watch's changes, BOOKMARKs included, until the server ends it."""
         conn, response = self._send("GET", path, {"watch": "true", **query},
-                                    read_timeout=None)
+                                    read_timeout=None, prompt=True)
         try:
             if response.status != 200:
                 self._refused(response)
@@ -1112,8 +1112,12 @@ class Client:
               query: dict[str, str | None] | _Pairs, *,
               body: bytes | BinaryIO | None = None, media: str | None = None,
               read_timeout: float | None = -1.0, accept: str = "application/json",
-              headers: dict[str, str] | None = None
+              headers: dict[str, str] | None = None, prompt: bool = False
               ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Ask, and the answer's head. `prompt`: a stream (watch, logs -f) whose body may
+        take as long as the server likes, but whose head DevCell sends at once: the head
+        within the client's timeout all the same (a server trickling it held the client
+        for the stream's day)."""
         given = _given(query)
         target = path + ("?" + urllib.parse.urlencode(given) if given else "")
         headers = {"Accept": accept, **(headers or {})}
@@ -1142,11 +1146,17 @@ class Client:
                         return conn, early
                 raise
             try:
-                return conn, conn.getresponse()
+                if prompt and conn.sock is not None:
+                    conn.sock.settimeout(min(self.timeout, conn.timeout or self.timeout))
+                response = conn.getresponse()
+                if prompt and isinstance(response, _Answer) and conn.timeout is not None:
+                    response.bound(conn.timeout)  # the stream's own, for its body
+                return conn, response
             except OSError as exc:  # RemoteDisconnected, a reset, a timeout: no answer
                 if not _changes(method, path, given):
                     if isinstance(exc, TimeoutError):  # reached: it said nothing in time
-                        raise self._late(conn) from None
+                        raise self._late(conn, self.timeout if prompt else conn.timeout
+                                         ) from None
                     raise
                 conn.close()  # the server was reached and may have done it
                 raise self._lost(method, path, exc) from None
@@ -1171,12 +1181,13 @@ class Client:
             raise _failed(f"DevCell API at {self.url}: {exc.strerror or exc}",
                           "unreachable") from None
 
-    def _late(self, conn: http.client.HTTPConnection) -> errors.TemporaryError:
-        """A read whose answer's head did not come within the connection's timeout: the
-        server took the request (it was reached), so not "cannot reach"."""
+    def _late(self, conn: http.client.HTTPConnection, seconds: float | None
+              ) -> errors.TemporaryError:
+        """A read whose answer's head did not come within `seconds` (the connection's
+        timeout): the server took the request (it was reached), so not "cannot reach"."""
         conn.close()
         return _failed(f"DevCell API at {printable(self.url)}: no answer within "
-                       f"{conn.timeout:g}s (timed out): the server is overloaded, or not "
+                       f"{seconds or 0:g}s (timed out): the server is overloaded, or not "
                        "DevCell's API", "slow")
 
     def _lost(self, method: str, path: str, exc: OSError) -> errors.TemporaryError:

@@ -689,13 +689,15 @@ def test_a_change_interrupted_while_sent_or_answered_says_what_became_of_it(
     assert capsys.readouterr().err == said
 
 
+@pytest.mark.parametrize("ask", ["get", "watch", "follow"])
 @pytest.mark.parametrize("head", [b"HTTP/1.1 200 OK\r\n", b"X-Slow: y\r\n"])
-def test_an_answers_head_trickled_ends_at_the_clients_timeout(tmp_path: Path,
-                                                             head: bytes) -> None:
+def test_an_answers_head_trickled_ends_at_the_clients_timeout(tmp_path: Path, head: bytes,
+                                                             ask: str) -> None:
     """A server sending its status line a byte at a time, or header after header, held the
     client for as long as it liked: each read waited under the socket's timeout alone (a
     status line may be 64 KiB long, and 100 headers as long each). The head as a whole now
-    has the connection's timeout, said in one line."""
+    has the connection's timeout, said in one line; a watch's and `logs -f`'s (whose bodies
+    have no bound) the client's, as DevCell sends a stream's head at once."""
     import socket
     import threading
     import time
@@ -728,7 +730,10 @@ def test_an_answers_head_trickled_ends_at_the_clients_timeout(tmp_path: Path,
     try:
         with pytest.raises(errors.TemporaryError, match=r"no answer within 2s \(timed out\): "
                            "the server is overloaded, or not DevCell's API"):
-            Client(f"unix:{tmp_path}/s.sock", timeout=2.0).get("cells", "x")
+            client = Client(f"unix:{tmp_path}/s.sock", timeout=2.0)
+            {"get": lambda: client.get("cells", "x"),
+             "watch": lambda: list(client.watch("cells")),
+             "follow": lambda: list(client.logs("box", follow=True))}[ask]()
         assert sent[0] < 50  # given up long before the server let go
     finally:
         stop.set()

@@ -1233,8 +1233,9 @@ def _authorize_apply(ctx: Context, principal: Any, source: Any) -> None:
     cell as its creator's (or its metadata.owner's), one that names the server's own files,
     devices or network only from an admin (rule host-admin), and a new cell forked from a snapshot
     (spec.workspace.from) as the `fork` verb on that snapshot's cell, as the fork action asks
-    (its workspace is that cell's files); a recorded cell by its owner and sharedWith, a
-    snapshot as the `snapshot` verb on its cell. A stream that does not parse is left to
+    (its workspace is that cell's files); a recorded cell by its owner and sharedWith, a new
+    snapshot as the `snapshot` verb on its cell, a recorded one as itself (auth.resources:
+    its live cell's, else its own owner's). A stream that does not parse is left to
     apply, which refuses it with its located problems."""
     from devcell.auth import policy, principals, resources
     from devcell.manifests import validate
@@ -1248,7 +1249,13 @@ def _authorize_apply(ctx: Context, principal: Any, source: Any) -> None:
     db = _open(ctx)
     try:
         for m in found:
-            if m.kind == "Snapshot":
+            if m.kind == "Snapshot" and objects.get(db.conn, "Snapshot", m.name) is not None:
+                # a recorded snapshot is changed (labels, a ttl: its deletion) as its own
+                # resource (its spec.cell is immutable): the cell that name names may be
+                # another's (a deleted cell's name made again, an imported archive's cell)
+                policy.require(principal, policy.Verb.update,
+                               resources.recorded(db.conn, "Snapshot", m.name))
+            elif m.kind == "Snapshot":
                 cell = str(m.spec.get("cell", ""))
                 policy.require(principal, policy.Verb.snapshot,
                                resources.recorded(db.conn, "Cell", cell))

@@ -405,3 +405,47 @@ def test_an_imported_snapshot_is_its_importers(api: Api) -> None:
         gone = c.delete(f"/api/v1/snapshots/{mine}")
         assert gone.status_code == 200, gone.text
     wait_for(api, f"/api/v1/snapshots/{mine}", lambda r: r.status_code == 404)
+
+
+def test_a_snapshot_is_changed_by_its_owner_not_by_whoever_owns_its_cells_name(
+        api: Api) -> None:
+    """A Snapshot manifest over a recorded snapshot is judged by that snapshot's owner,
+    not by the cell its spec.cell names: an imported snapshot names its archive's cell,
+    and a deleted cell's name can be made again by anyone. Another developer who made a
+    cell of that name set a ttl of 1s on the importer's snapshot (retention then deleted
+    it) or relabelled it (attack46)."""
+    import json
+
+    developer, _ = _developers(api)
+    other = api.token(f"xo-{uuid.uuid4().hex[:6]}", "developer")
+    source, snap = _ready_snapshot(api)  # the admin's
+    body = api.client.get(f"/api/v1/snapshots/{snap}/archive").content
+    mine = f"{snap}-mine"
+    yaml = {"Content-Type": "application/yaml"}
+    with api.tls_client(developer) as c:
+        made = c.post(f"/api/v1/snapshots/import?name={mine}", content=body, headers=TAR)
+        assert made.status_code == 201, made.text
+    assert api.client.delete(f"/api/v1/cells/{source}").status_code == 200
+    wait_for(api, f"/api/v1/cells/{source}", lambda r: r.status_code == 404)
+    with api.tls_client(other) as c:  # the cell's name is the other developer's now
+        assert c.post("/api/v1/apply", content=cell(source), headers=yaml).status_code == 200
+    before = (_snapshot_rows(api), [json.dumps(api.client.get(f"/api/v1/snapshots/{s}")
+                                               .json(), sort_keys=True) for s in (mine, snap)])
+    with api.tls_client(other) as c:
+        for name in (mine, snap):
+            for extra in ("  ttl: 1s\n", ""):
+                changed = (f"apiVersion: devcell.dev/v1alpha1\nkind: Snapshot\nmetadata: "
+                           f"{{name: {name}, labels: {{taken: over}}}}\nspec:\n"
+                           f"  cell: {source}\n{extra}")
+                doc = assert_problem(c.post("/api/v1/apply", content=changed, headers=yaml),
+                                     403)
+                assert "refused by rule developer-not-own" in doc["detail"], doc
+    assert (_snapshot_rows(api), [json.dumps(api.client.get(f"/api/v1/snapshots/{s}")
+                                             .json(), sort_keys=True)
+                                  for s in (mine, snap)]) == before
+    with api.tls_client(developer) as c:  # the importer still changes theirs
+        relabelled = (f"apiVersion: devcell.dev/v1alpha1\nkind: Snapshot\nmetadata: "
+                      f"{{name: {mine}, labels: {{kept: mine}}}}\nspec:\n  cell: {source}\n")
+        done = c.post("/api/v1/apply", content=relabelled, headers=yaml)
+    assert done.status_code == 200, done.text
+    assert api.client.delete(f"/api/v1/cells/{source}").status_code == 200

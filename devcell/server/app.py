@@ -1037,21 +1037,17 @@ async def _spool(ctx: Context, request: Request) -> Path:
             pending.append(chunk)
             if sum(map(len, pending)) >= tr.PIECE * 4:
                 data, pending = b"".join(pending), []
-                await run_in_threadpool(_write_all, fd, data)
+                await run_in_threadpool(tr.write_spooled, fd, data, path.parent, size,
+                                        ctx.archive_bytes)
         if pending:
-            await run_in_threadpool(_write_all, fd, b"".join(pending))
+            await run_in_threadpool(tr.write_spooled, fd, b"".join(pending), path.parent,
+                                    size, ctx.archive_bytes)
     except BaseException:
         os.close(fd)
         path.unlink(missing_ok=True)
         raise
     os.close(fd)
     return path
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _node_handler(ctx: Context, route: routes.Route) -> Handler:

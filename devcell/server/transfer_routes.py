@@ -218,6 +218,18 @@ def _remove_abandoned(folder: Path) -> None:
                 left.unlink()
 
 
+def write_spooled(fd: int, data: bytes, folder: Path, size: int, most: int) -> None:
+    """Write the next piece of a spooled archive (`size` bytes with it), refused (413) once the
+    disk would keep under SPOOL_MARGIN: the bound spool_file gave was the free space when the
+    spool was opened, which the other transfers at once (and every other writer of the
+    state directory's filesystem) spend too."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    if shutil.disk_usage(folder).free < SPOOL_MARGIN:
+        raise too_large(size - len(data), most)
+
+
 def too_large(bound: int, most: int) -> Exception:
     """The 413 of an archive over `bound` bytes (the spool's limit; `most` the server's)."""
     from devcell.server.problems import HttpProblem

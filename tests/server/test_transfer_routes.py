@@ -449,3 +449,33 @@ def test_a_snapshot_is_changed_by_its_owner_not_by_whoever_owns_its_cells_name(
         done = c.post("/api/v1/apply", content=relabelled, headers=yaml)
     assert done.status_code == 200, done.text
     assert api.client.delete(f"/api/v1/cells/{source}").status_code == 200
+
+
+def test_a_spool_is_refused_once_the_disk_keeps_less_than_its_margin(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound a spool gets is the free space when it was opened; four uploads at once
+    (or any other writer) spend the same disk, so each piece is checked as it is written: a
+    413 once the disk would keep under SPOOL_MARGIN (attack46 F2: two developers' uploads
+    each took the whole free space less the margin, filling the disk)."""
+    import os
+    import shutil
+
+    from devcell.server import transfer_routes as tr
+    from devcell.server.problems import HttpProblem
+
+    free = [tr.SPOOL_MARGIN + 10]
+    real = shutil.disk_usage
+    monkeypatch.setattr(tr.shutil, "disk_usage",
+                        lambda p: real(p)._replace(free=free[0]))
+    spooled = tmp_path / "spool.tar"
+    fd = os.open(spooled, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        tr.write_spooled(fd, b"a" * 4, tmp_path, 4, tr.MAX_ARCHIVE_BYTES)
+        free[0] = tr.SPOOL_MARGIN - 1  # another upload took the rest meanwhile
+        with pytest.raises(HttpProblem) as refused:
+            tr.write_spooled(fd, b"b" * 4, tmp_path, 8, tr.MAX_ARCHIVE_BYTES)
+    finally:
+        os.close(fd)
+    assert refused.value.status == 413
+    assert "has room for 4 bytes of archive (it keeps 256 MiB free)" in str(refused.value), \
+        str(refused.value)

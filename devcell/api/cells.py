@@ -71,8 +71,8 @@ def fork(state_dir: Path, cell: str, *, snapshot: str, name: str,
             raise objects.not_found(db.conn, "Snapshot", snapshot)
         if snap.extra.get("cell_id") != source.id:
             raise ManifestError([Problem(
-                CLI, f'snapshot "{snap.name}" was taken of cell "{snap.spec["cell"]}", '
-                     f'not of "{source.name}"', kind="Cell", name=name, field="--snapshot")])
+                CLI, f'snapshot "{snap.name}" {taken_of(db.conn, snap)}, not of '
+                     f'"{source.name}"', kind="Cell", name=name, field="--snapshot")])
         import copy  # a fork's only: `snapshot create` does without
 
         manifests = []
@@ -91,6 +91,20 @@ def fork(state_dir: Path, cell: str, *, snapshot: str, name: str,
         return _finish(db, result, options, hooks)
     finally:
         db.close()
+
+
+def taken_of(conn: Any, snap: objects.ObjectRecord) -> str:
+    """Where `snap` came from, for a refusal: a deleted cell is said deleted (its name may be
+    another cell's now, which then read "taken of cell "api", not of "api""), an imported
+    snapshot imported (its spec.cell names a cell of the state directory it came from)."""
+    cell_id = snap.extra.get("cell_id")
+    cell = objects.get(conn, "Cell", cell_id, include_deleted=True) \
+        if isinstance(cell_id, str) else None
+    if cell is None:
+        return "was imported (it is of no cell here)" if cell_id is None else \
+            f'was taken of cell "{names.printable(str(snap.spec.get("cell")))}" (deleted)'
+    gone = " (deleted)" if cell.deleted_at is not None else ""
+    return f'was taken of cell "{names.printable(cell.name)}"{gone}'
 
 
 def fork_names(name: str, count: int | None) -> list[str]:

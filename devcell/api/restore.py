@@ -142,7 +142,9 @@ def check(db: dbmod.Database, snapshot: str,
     own = source is not None and (source.id == target.id or (
         successor is not None and successor.id == target.id))
     if not own and target.extra.get("forked_from") != snap.id:
-        whose = f'cell "{source.name}"' if source is not None else "another state directory"
+        whose = (f'cell "{names.printable(source.name)}"'
+                 + (" (deleted)" if source.deleted_at is not None else "")
+                 if source is not None else "another state directory")
         raise RestoreRefused(
             f'snapshot "{shown}" was taken of {whose}, not of cell '
             f'"{names.printable(target.name)}" (nor is that cell forked from it): a cell is '

@@ -54,6 +54,18 @@ def test_fork_refuses_a_snapshot_of_another_cell(state: Path, write: Any) -> Non
 
 
 @pytest.mark.usefixtures("api_cell")
+def test_a_fork_refusal_says_the_snapshots_cell_was_deleted(state: Path, write: Any) -> None:
+    """A cell made again under a deleted cell's name is not its snapshots' cell (refused by
+    id), and the refusal says so: not "taken of cell "db", not of "db"" (attack46 F3)."""
+    assert api.apply(state, [write("db.yaml", cell_doc("db"))]).ok
+    assert cells.snapshot(state, "db", name="dbsnap").ok
+    assert api.delete(state, "Cell", "db").ok
+    assert api.apply(state, [write("db2.yaml", cell_doc("db"))]).ok
+    with pytest.raises(ManifestError, match='was taken of cell "db" [(]deleted[)], not of "db"'):
+        cells.fork(state, "db", snapshot="dbsnap", name="exp")
+
+
+@pytest.mark.usefixtures("api_cell")
 def test_an_exclusive_fork_never_lands_on_a_recorded_cell(state: Path, write: Any) -> None:
     """The HTTP API's forks are exclusive: re-applying the parent's spec over a cell of the
     same name would change a cell its caller may not be allowed to change."""

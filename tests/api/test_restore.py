@@ -177,8 +177,21 @@ def test_a_snapshot_of_a_deleted_cell_needs_a_cell_and_never_goes_into_another(
     assert api.delete(world, "Cell", "other").ok
     with pytest.raises(restoring.RestoreRefused, match="which is deleted; give the cell"):
         restoring.restore(world, "o1")
-    with pytest.raises(restoring.RestoreRefused, match="fork"):
+    with pytest.raises(restoring.RestoreRefused, match="fork") as refused:
         restoring.restore(world, "o1", cell="api")
+    assert 'was taken of cell "other" (deleted), not of cell "api"' in str(refused.value)
+
+
+def test_a_cell_made_again_under_a_deleted_cells_name_is_not_its_snapshots_cell(
+        world: Path, write: Any) -> None:
+    """Refused by the cell's id, and said so: not "taken of cell "other", not of cell
+    "other"" (attack46 F3)."""
+    assert api.delete(world, "Cell", "other").ok
+    assert api.apply(world, [write("again.yaml", cell_doc("other"))]).ok
+    with pytest.raises(restoring.RestoreRefused) as refused:
+        restoring.restore(world, "o1", cell="other")
+    assert 'snapshot "o1" was taken of cell "other" (deleted), not of cell "other"' in \
+        str(refused.value)
 
 
 def test_a_backend_without_workspace_restore_is_refused_by_name(

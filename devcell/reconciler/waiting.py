@@ -76,6 +76,11 @@ def judge(kind: str, generation: int, observed_generation: int | None, phase: st
     if fail_fast and phase == objects.Phase.FAILED \
             and status.get("failedGeneration") == generation:
         return Outcome(False, failed=cond.get("message") or "failed", detail=detail)
+    if fail_fast and kind == "Snapshot" and phase == objects.Phase.EXPIRED:
+        # its ttl ran out and it is deleted: it never observes another generation (an apply
+        # that set a ttl already past waited through --timeout, then said "timed out")
+        return Outcome(False, failed=f"it expired ({cond.get('message') or 'its ttl ran out'})",
+                       detail=detail)
     if fail_fast and cond.get("reason") in ("BackendUnavailable", "CellGone"):
         return Outcome(False, failed=cond.get("message"), detail=detail)
     return Outcome(False, detail=detail)

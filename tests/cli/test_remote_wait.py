@@ -35,3 +35,16 @@ def test_another_reason_or_message_is_waited_out() -> None:
         done = remote_wait.until(server, "Cell", "api", condition="delete", want="True",
                                  deadline=0, timeout=0)
         assert not done.gated and done.failed == "timed out after 0s: phase Running"
+
+
+def test_an_expired_snapshot_ends_the_wait_at_once() -> None:
+    """An apply that sets a ttl already past: the snapshot is Expired (and deleted) without
+    observing the new generation; the wait ends saying so, not after --timeout with "timed
+    out" (attack46 F4)."""
+    server = _Server("Expired", "its ttl of 1s ran out at 2026-12-07T02:46:50.988Z")
+    server.doc["metadata"]["generation"] = 2
+    server.doc["status"]["phase"] = "Expired"
+    done = remote_wait.until(server, "Snapshot", "h21", condition="Ready", want="True",
+                             deadline=float("inf"), timeout=300)
+    assert not done.gated and done.failed == (
+        "it expired (its ttl of 1s ran out at 2026-12-07T02:46:50.988Z)")

@@ -27,7 +27,7 @@ import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, WebSocketRoute
 from starlette.routing import Route as StarletteRoute
@@ -360,7 +360,13 @@ def _problem(exc: BaseException, headers: dict[str, str] | None = None) -> Respo
     if doc["status"] == 401:
         headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="devcell"'}
     if doc["status"] >= 500 and doc["type"].endswith("/internal"):
-        logger.error("API request failed: {}: {}", type(exc).__name__, printable(str(exc)))
+        if isinstance(exc, ClientDisconnect):  # nobody reads this answer: not the daemon's
+            # error (an upload its client gave up, a client killed), which any client could
+            # repeat into the log at the ERROR level, with no reason
+            logger.info("API client went away before its request's body was read")
+        else:
+            logger.error("API request failed: {}: {}", type(exc).__name__,
+                         printable(str(exc)))
     return JSONResponse(doc, status_code=doc["status"], media_type=problems.MEDIA_TYPE,
                         headers=headers)
 

@@ -51,3 +51,29 @@ def test_a_whole_token_in_a_detail_is_cut_to_its_id() -> None:
     doc = problems.of_error(errors.NotFound(f"no API route /api/v1/tokens/{token}/x"))
     assert "e" * 64 not in doc["detail"]
     assert "/api/v1/tokens/dct_0123456789ab_… (not shown)/x" in doc["detail"]
+
+
+def test_a_client_gone_mid_request_is_no_error_of_the_daemons(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that closed before its body was read (an upload given up, a client killed)
+    is said once at INFO, not as `ERROR API request failed: ClientDisconnect: ` (no reason),
+    which any client could repeat at will (attack46 F5); the daemon's own failures still
+    are errors."""
+    from starlette.requests import ClientDisconnect
+
+    from devcell.server import app
+
+    said: list[tuple[str, str]] = []
+
+    class Recorder:
+        def info(self, message: str, *args: object) -> None:
+            said.append(("INFO", message.format(*args)))
+
+        def error(self, message: str, *args: object) -> None:
+            said.append(("ERROR", message.format(*args)))
+
+    monkeypatch.setattr(app, "logger", Recorder())
+    assert app._problem(ClientDisconnect()).status_code == 500
+    assert app._problem(RuntimeError("boom")).status_code == 500
+    assert said == [("INFO", "API client went away before its request's body was read"),
+                    ("ERROR", "API request failed: RuntimeError: boom")]

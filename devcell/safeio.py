@@ -14,7 +14,6 @@ import contextlib
 import errno
 import json
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -192,7 +191,9 @@ def destination(out: Path | BinaryIO) -> Iterator[BinaryIO]:
         return
     if out.is_symlink():  # a link to a regular file: the file it names is replaced
         out = Path(os.path.realpath(out))
-    tmp = out.with_name(f".{out.name}.{secrets.token_hex(4)}.partial")
+    # os.urandom, not secrets: safeio is on the snapshot and sleep paths, which import
+    # neither secrets nor its hmac/base64 (tests/backends/container/test_engine_socket.py)
+    tmp = out.with_name(f".{out.name}.{os.urandom(4).hex()}.partial")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "wb") as stream:

@@ -68,6 +68,19 @@ def sidecar_note(ref: Any) -> list[str]:
             f"{printable(ref.name)} --sidecar NAME shows one's output\n"]
 
 
+
+def put_until_stopped(pieces: queue.Queue[Any], item: Any, stopped: threading.Event) -> None:
+    """Put `item` on the bounded queue an answer's body is read from, waiting while it is
+    full (the client reads slowly); BrokenPipeError once `stopped` is set (the client went
+    away, or the answer ended), so the writing thread stops instead of waiting for ever."""
+    while not stopped.is_set():
+        try:
+            pieces.put(item, timeout=0.2)
+            return
+        except queue.Full:
+            continue
+    raise BrokenPipeError("the client went away")
+
 class ExecRequest(Record):
     """What the query asks: the command and how it runs (as `devcell exec -i -t -e -w -u`)."""
 
@@ -454,13 +467,7 @@ class LogReader:
         self.stopped.set()
 
     def _out(self, data: bytes) -> None:
-        while not self.stopped.is_set():
-            try:
-                self.queue.put(data, timeout=0.2)
-                return
-            except queue.Full:
-                continue
-        raise BrokenPipeError("the client went away")
+        put_until_stopped(self.queue, data, self.stopped)
 
     def _run(self) -> None:
         from devcell.api import logs

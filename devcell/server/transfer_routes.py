@@ -29,6 +29,7 @@ read; they hold a transfer's slot too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import secrets
@@ -129,13 +130,9 @@ class Export:
             self._put(piece)
 
     def _put(self, item: bytes | None | Failed) -> None:
-        while not self.stopped.is_set():
-            try:
-                self.queue.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                continue
-        raise BrokenPipeError("the client went away")
+        from devcell.server.streams import put_until_stopped
+
+        put_until_stopped(self.queue, item, self.stopped)
 
     def _run(self) -> None:
         from devcell.api import transfer
@@ -146,15 +143,13 @@ class Export:
             with actor.acting_as(self.principal.user):
                 transfer.export(self.state_dir, self.name, self, op_id=self.op_id)  # type: ignore[arg-type]
             self._put(None)
-        except BrokenPipeError:
-            pass  # the client left (or the answer ended): nothing recorded
+        except BrokenPipeError:  # the client left (or the answer ended): nothing recorded
+            return
         except Exception as exc:  # noqa: BLE001  (the answer has begun: logged, then cut)
             logger.warning("API export of snapshot {} failed: {}: {}", printable(self.name),
                            type(exc).__name__, printable(str(exc)))
-            try:
+            with contextlib.suppress(BrokenPipeError):  # the client left meanwhile
                 self._put(Failed(str(exc)))
-            except BrokenPipeError:
-                pass
 
     async def pieces(self, still_allowed: Any) -> Any:
         """The archive's pieces as they are written; Failed raised when the writer failed,

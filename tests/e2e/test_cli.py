@@ -138,7 +138,6 @@ def test_stdin(cli: Cli) -> None:
     assert result.stdout.strip() == "cell/piped created"
 
 
-@pytest.mark.state_dir_only("--prune is not served through the API (docs/api.md)")
 def test_prune_only_touches_objects_from_the_path(cli: Cli, applied: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     write(other, "elsewhere")

@@ -103,6 +103,18 @@ def open_given(path: str | os.PathLike[str]) -> int:
     return fd
 
 
+def read_given(path: str) -> BinaryIO:
+    """The file a user gave on the command line (open_given), open for reading in binary;
+    one error line naming it when it cannot be opened (`snapshot import FILE`, direct and
+    through a server)."""
+    from devcell.names import printable
+
+    try:
+        return open(open_given(path), "rb")  # noqa: SIM115 (the caller closes it)
+    except OSError as exc:
+        raise DevCellError(f"cannot read {printable(path)}: {exc.strerror}") from None
+
+
 def wait_for_writer(fd: int, seconds: float) -> bytes | None:
     """For `fd` from open_given: a named FIFO no program has opened for writing yet read as
     empty at once (a writer started a moment later, `(sleep 1; cat m.yaml > ff) & devcell

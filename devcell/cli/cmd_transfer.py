@@ -10,7 +10,7 @@ from pathlib import Path
 
 from devcell import safeio
 from devcell.api import transfer
-from devcell.errors import DevCellError, UsageError
+from devcell.errors import UsageError
 from devcell.names import printable
 from devcell.store import db as dbmod
 
@@ -42,11 +42,7 @@ def run_snapshot_import(args: argparse.Namespace) -> int:
     if args.file == "-":
         done = transfer.import_(state_dir, sys.stdin.buffer, name=args.name, origin="-")
     else:
-        try:
-            source = open(safeio.open_given(args.file), "rb")  # noqa: SIM115 (closed below)
-        except OSError as exc:
-            raise DevCellError(f"cannot read {printable(args.file)}: {exc.strerror}") from None
-        with source:
+        with safeio.read_given(args.file) as source:
             done = transfer.import_(state_dir, source, name=args.name,
                                     origin=str(Path(args.file).absolute()))
     files = f"{done.files} file{'' if done.files == 1 else 's'}"

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from devcell import safeio
-from devcell.errors import DevCellError, UsageError
+from devcell.errors import UsageError
 from devcell.names import printable
 
 
@@ -47,11 +47,7 @@ def run_snapshot_import(args: argparse.Namespace) -> int:
     if args.file == "-":
         done = args.remote.import_snapshot(sys.stdin.buffer, name=args.name, origin="-")
     else:
-        try:
-            source = open(safeio.open_given(args.file), "rb")  # noqa: SIM115 (closed below)
-        except OSError as exc:
-            raise DevCellError(f"cannot read {printable(args.file)}: {exc.strerror}") from None
-        with source:
+        with safeio.read_given(args.file) as source:
             done = args.remote.import_snapshot(source, name=args.name,
                                                origin=str(Path(args.file).absolute()))
     files = f"{done['files']} file{'' if done['files'] == 1 else 's'}"
